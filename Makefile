@@ -1,0 +1,28 @@
+# Quick start: `make demo` and `make test`, each from a clean clone.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+
+.PHONY: install test test-fast demo bench clean
+
+$(VENV)/.installed: setup.py
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
+
+# Everything but tests marked slow (multi-process, kill/resume trials).
+test-fast: install
+	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS) tests
+
+demo: install
+	$(PY) -m examples.demo --out_dir=demo_out
+
+clean:
+	rm -rf $(VENV) demo_out *.egg-info

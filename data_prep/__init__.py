@@ -1,0 +1,1 @@
+"""data_prep: raw text -> masked MLM/NSP training records (TFRecord or ArrayRecord)."""

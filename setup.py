@@ -1,0 +1,42 @@
+"""bert-jax: BERT pre-training in JAX/Flax, from raw text to Hugging Face checkpoints."""
+import setuptools
+
+# Ranges pin the major lines we test on (Python 3.11 => JAX 0.10.x, Flax 0.12.x).
+INSTALL_REQUIRES = [
+    "jax>=0.10,<0.11",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12,<0.13",
+    "grain>=0.2.18,<0.3",
+    "array-record>=0.8,<0.9",
+    "tensorflow-datasets>=4.9,<5",
+    "sentencepiece>=0.2,<0.3",
+    "tokenizers>=0.20,<1",
+    "absl-py>=2",
+    "ml-collections>=1.0",
+    "tensorboardX>=2.6",
+    "safetensors>=0.4",
+    "google-crc32c>=1.5",
+    "numpy>=1.26",
+    "tqdm>=4.60",
+    "matplotlib>=3.8",
+]
+
+EXTRAS = {
+    # Hugging Face interop at test time and in the demo (reload with transformers).
+    # torch==2.13.0 is the CPU build; a bare `torch` would pull a multi-GB CUDA build.
+    "hf": ["torch==2.13.0", "transformers>=4.40"],
+    "beam": ["apache-beam>=2.60"],
+}
+EXTRAS["test"] = EXTRAS["hf"] + ["pytest>=8", "pytest-xdist>=3"]
+
+setuptools.setup(
+    name="bert-jax",
+    version="0.1.0",
+    description="BERT pre-training in JAX/Flax: data prep, sharded training, HF export",
+    packages=setuptools.find_packages(include=["bert_jax", "bert_jax.*", "data_prep", "data_prep.*", "configs", "configs.*"]),
+    package_data={"data_prep": ["testdata/*"]},
+    python_requires=">=3.11",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+)
