@@ -46,3 +46,57 @@ class Schema:
 
     def dtype(self, name: str) -> str:
         return "float32" if name in FLOAT_FEATURES else "int64"
+
+
+def _example_pb2():
+    # Imported lazily: the tf.train.Example proto ships with tensorflow-datasets, no TensorFlow.
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    return tf_example_pb2
+
+
+def encode_example(features: dict) -> bytes:
+    """Serializes {name: sequence of numbers} as a tf.train.Example.
+
+    Float features (the weights) go into a FloatList, all others into an Int64List, exactly as
+    google-research/bert's create_pretraining_data.py writes them.
+    """
+    pb = _example_pb2()
+    example = pb.Example()
+    for name, values in features.items():
+        feature = example.features.feature[name]
+        if name in FLOAT_FEATURES:
+            feature.float_list.value.extend(float(v) for v in values)
+        else:
+            feature.int64_list.value.extend(int(v) for v in values)
+    return example.SerializeToString()
+
+
+def decode_example(data: bytes) -> dict:
+    """Parses a serialized tf.train.Example into {name: numpy array} (int64 or float32)."""
+    import numpy as np
+
+    example = _example_pb2().Example.FromString(data)
+    out = {}
+    for name, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind == "float_list":
+            out[name] = np.asarray(feature.float_list.value, dtype=np.float32)
+        elif kind == "int64_list":
+            out[name] = np.asarray(feature.int64_list.value, dtype=np.int64)
+        else:
+            raise ValueError(f"feature {name!r} holds {kind}; BERT records hold only numbers")
+    return out
+
+
+def check_example(features: dict, schema: Schema) -> None:
+    """Raises ValueError naming the first feature that does not fit `schema`."""
+    for name, length in schema.lengths().items():
+        if name not in features:
+            raise ValueError(f"record lacks feature {name!r}; has {sorted(features)}")
+        if len(features[name]) != length:
+            raise ValueError(
+                f"feature {name!r} has length {len(features[name])}, schema says {length} "
+                f"(max_seq_length={schema.max_seq_length}, "
+                f"max_predictions_per_seq={schema.max_predictions_per_seq})"
+            )
