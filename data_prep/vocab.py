@@ -1,0 +1,75 @@
+r"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt) or SentencePiece (a .model).
+
+  python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
+  python -m data_prep.vocab --input=corpus.txt --output=/tmp/sp --model_type=sentencepiece
+
+WordPiece training uses Hugging Face `tokenizers` with BERT's normalisation; SentencePiece training
+uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols, so either result works
+as --vocab_file of data_prep.main.
+"""
+import os
+import sys
+
+from absl import app, flags
+
+from bert_jax import tokenization
+from data_prep import readers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("input", None, "Text files or globs (BERT format or any plain text).")
+flags.DEFINE_string("output", None, "vocab.txt path (wordpiece) or model prefix (sentencepiece).")
+flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Kind of vocabulary.")
+flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
+flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents, for WordPiece).")
+
+SPECIAL = [tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP, tokenization.MASK]
+
+
+def train_wordpiece(files: list[str], output: str, vocab_size: int, do_lower_case: bool) -> str:
+    """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, then learnt pieces."""
+    import tokenizers
+
+    tok = tokenizers.BertWordPieceTokenizer(lowercase=do_lower_case, strip_accents=do_lower_case)
+    tok.train(files, vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False)
+    vocab = tok.get_vocab()  # piece -> id, ids dense from 0
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with open(output, "w", encoding="utf-8") as f:
+        for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+            f.write(piece + "\n")
+    return output
+
+
+def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int, do_lower_case: bool) -> str:
+    """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]."""
+    import sentencepiece as spm
+
+    os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        input=files, model_prefix=output_prefix, vocab_size=vocab_size, model_type="unigram",
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
+        normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
+        hard_vocab_limit=False,  # a small corpus may not support vocab_size pieces; take what it has
+        minloglevel=2)
+    return output_prefix + ".model"
+
+
+def main(argv):
+    del argv
+    try:
+        files = [s.path for s in readers.parse_input(FLAGS.input) if s.kind == "text"]
+        if not files:
+            raise readers.InputError("vocabulary training reads plain text files only")
+        train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
+        path = train(files, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
+        tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}: {tokenizer.vocab_size} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["input", "output"])
+    app.run(main)
