@@ -1,0 +1,367 @@
+"""BERT in Flax NNX: embeddings, the post-LN encoder, the pooler, and the MLM and NSP heads.
+
+Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
+the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
+before the vocabulary projection. Parameters are always float32; `BertConfig.dtype` only sets the
+computation dtype ("bfloat16" for mixed precision). Logits come back float32.
+
+Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
+checkpoint of `nnx.state(model)` is the parameters and nothing else.
+
+Logical axis names; bert_jax.sharding maps them to mesh axes (a name it does not map is not
+split; a mesh axis already used by an earlier dimension of the same array is skipped, so the
+activations' 'embed' stays whole when 'batch' takes the 'fsdp' axis that weights' 'embed' uses):
+
+    parameters   'vocab'  vocabulary rows of the word embeddings and the MLM output bias
+                 'embed'  the hidden size (model width) wherever a weight touches it
+                 'heads'  the fused heads*head_dim output of query/key/value, input of the
+                          attention output projection (shard it only by a divisor of num_heads)
+                 'mlp'    the feed-forward width (intermediate_size)
+                 'norm'   LayerNorm scale and bias
+    activations  'batch', 'length', 'embed', 'heads', 'kv' (head_dim), 'mlp', 'vocab'
+
+Parameters carry the names as `out_sharding` metadata (read them with `nnx.get_partition_spec`;
+variables are never sharded eagerly, the trainer places them). Activations get
+`with_sharding_constraint` when the code runs under `jax.set_mesh(mesh)` and
+`nnx.logical_axis_rules(rules)`; otherwise the constraints are no-ops.
+
+Weight-decay rule: decay a parameter iff the last element of its path is 'kernel' or
+'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
+as in the original optimizer.
+
+Attention: `jax.nn.dot_product_attention` with the padding mask. `attention_impl='auto'` uses
+cuDNN's fused kernel on GPU when the computation is bfloat16 and the shapes allow it (it then
+relies on the padding being on the right, as in every BERT record), XLA otherwise. JAX's fused
+attention has no dropout, so while attention-probability dropout is active (training with
+attention_probs_dropout_prob > 0) the explicit einsum attention with dropout runs instead.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from flax.core import spmd as flax_spmd
+
+from bert_jax import sharding
+
+LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
+_ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
+_ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_dim]
+_ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Model hyper-parameters; field names are those of configs/default.py's `config.model`."""
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    hidden_dropout_prob: float
+    attention_probs_dropout_prob: float
+    max_position_embeddings: int
+    type_vocab_size: int
+    initializer_range: float
+    layer_norm_eps: float = 1e-12
+    dtype: str = "float32"  # computation dtype; parameters are always float32
+    remat: bool = False  # jax.checkpoint each encoder layer (nnx.remat)
+    attention_impl: str = "auto"  # "auto", "xla", "cudnn" or "einsum" (see the module docstring)
+
+    def __post_init__(self):
+        problems = []
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                problems.append(f"{name} must be a positive integer, got {value!r}")
+        if not problems and self.hidden_size % self.num_attention_heads:
+            problems.append(f"hidden_size ({self.hidden_size}) must be a multiple of "
+                            f"num_attention_heads ({self.num_attention_heads})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.dtype not in _DTYPES:
+            problems.append(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.attention_impl not in _ATTENTION_IMPLS:
+            problems.append(f"attention_impl must be one of {_ATTENTION_IMPLS}, "
+                            f"got {self.attention_impl!r}")
+        if problems:
+            raise ValueError("invalid model config: " + "; ".join(problems))
+
+    @classmethod
+    def from_config_dict(cls, cd: Mapping[str, Any]) -> "BertConfig":
+        """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are errors."""
+        values = dict(cd.to_dict() if hasattr(cd, "to_dict") else cd)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown config.model fields {unknown}; known fields: {sorted(fields)}")
+        missing = sorted(n for n, f in fields.items()
+                         if n not in values and f.default is dataclasses.MISSING)
+        if missing:
+            raise ValueError(f"config.model lacks the fields {missing}")
+        return cls(**values)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def compute_dtype(self):
+        return _DTYPES[self.dtype]
+
+
+# --- Sharding annotations --------------------------------------------------------------------
+
+
+def _axes(*names: str | None) -> dict[str, Any]:
+    """Variable metadata naming the logical axes of a parameter."""
+    # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
+    # a model for a test or an import; bert_jax.sharding places the parameters instead.
+    return {"out_sharding": names, "eager_sharding": False}
+
+
+def constrain(x: jax.Array, *names: str | None) -> jax.Array:
+    """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
+    mesh = jax.sharding.get_abstract_mesh()
+    rules = flax_spmd.get_logical_axis_rules()
+    if mesh.empty or not rules:
+        return x
+    spec = sharding.logical_to_mesh_spec(names, x.shape, mesh, rules)
+    return jax.lax.with_sharding_constraint(x, spec)
+
+
+# --- Building blocks -------------------------------------------------------------------------
+
+
+def _truncated_normal(stddev: float):
+    # As the original BERT: N(0, stddev) truncated at two standard deviations.
+    def init(key, shape, dtype=jnp.float32):
+        return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(dtype)
+    return init
+
+
+def _dense(cfg: BertConfig, d_in: int, d_out: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(
+        d_in, d_out, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+        kernel_init=_truncated_normal(cfg.initializer_range), kernel_metadata=_axes(*axes),
+        bias_metadata=_axes(axes[1]), rngs=rngs)
+
+
+def _layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    # Two-pass variance: the fast E[x^2]-E[x]^2 form drifts from HF beyond 1e-5.
+    return nnx.LayerNorm(
+        cfg.hidden_size, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
+        param_dtype=jnp.float32, use_fast_variance=False,
+        scale_metadata=_axes("norm"), bias_metadata=_axes("norm"), rngs=rngs)
+
+
+def _embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
+    return nnx.Embed(
+        num, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+        embedding_init=_truncated_normal(cfg.initializer_range),
+        embedding_metadata=_axes(*axes), rngs=rngs)
+
+
+def _dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+    if rng is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def _gelu(x: jax.Array) -> jax.Array:
+    return jax.nn.gelu(x, approximate=False)
+
+
+def einsum_attention(q, k, v, input_mask, *, dropout_rate: float = 0.0, dropout_rng=None):
+    """Plain softmax(QK^T/sqrt(d)) V with the padding mask; q, k, v are [batch, length, heads, kv]."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    probs = _dropout(probs, dropout_rate, dropout_rng)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+
+
+def fused_attention(q, k, v, input_mask, *, implementation: str = "xla"):
+    """jax.nn.dot_product_attention with the padding mask; q, k, v are [batch, length, heads, kv]."""
+    if implementation == "cudnn":
+        # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
+        # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
+        lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
+        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
+                                            implementation="cudnn")
+    mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
+
+
+def _cudnn_usable(cfg: BertConfig, length: int) -> bool:
+    return (jax.default_backend() == "gpu" and cfg.compute_dtype == jnp.bfloat16
+            and cfg.head_dim % 8 == 0 and cfg.head_dim <= 128 and length % 2 == 0)
+
+
+# --- Modules ---------------------------------------------------------------------------------
+
+
+class SelfAttention(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        h = cfg.hidden_size
+        self.query = _dense(cfg, h, h, ("embed", "heads"), rngs)
+        self.key = _dense(cfg, h, h, ("embed", "heads"), rngs)
+        self.value = _dense(cfg, h, h, ("embed", "heads"), rngs)
+        self.output = _dense(cfg, h, h, ("heads", "embed"), rngs)
+
+    def __call__(self, x, input_mask, dropout_rng=None):
+        cfg = self.cfg
+        batch, length, _ = x.shape
+
+        def heads(t):  # [batch, length, hidden] -> [batch, length, heads, kv]
+            t = t.reshape(batch, length, cfg.num_attention_heads, cfg.head_dim)
+            return constrain(t, *_ACT_HEADS)
+
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        impl = cfg.attention_impl
+        if dropout_rng is not None and cfg.attention_probs_dropout_prob > 0:
+            impl = "einsum"  # the fused kernels have no attention dropout
+        elif impl == "auto":
+            impl = "cudnn" if _cudnn_usable(cfg, length) else "xla"
+        if impl == "einsum":
+            ctx = einsum_attention(q, k, v, input_mask,
+                                   dropout_rate=cfg.attention_probs_dropout_prob,
+                                   dropout_rng=dropout_rng)
+        else:
+            ctx = fused_attention(q, k, v, input_mask, implementation=impl)
+        ctx = constrain(ctx, *_ACT_HEADS)
+        return self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
+
+
+class EncoderLayer(nnx.Module):
+    """Post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.attention = SelfAttention(cfg, rngs=rngs)
+        self.attention_norm = _layer_norm(cfg, rngs)
+        self.intermediate = _dense(cfg, cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), rngs)
+        self.output = _dense(cfg, cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), rngs)
+        self.output_norm = _layer_norm(cfg, rngs)
+
+    def __call__(self, x, input_mask, dropout_rng=None):
+        rate = self.cfg.hidden_dropout_prob
+        k_attn, k_attn_out, k_ffn = (jax.random.split(dropout_rng, 3) if dropout_rng is not None
+                                     else (None, None, None))
+        attn = self.attention(x, input_mask, k_attn)
+        x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
+        x = constrain(x, *_ACT_EMBED)
+        h = constrain(_gelu(self.intermediate(x)), *_ACT_MLP)
+        x = self.output_norm(x + _dropout(self.output(h), rate, k_ffn))
+        return constrain(x, *_ACT_EMBED)
+
+
+def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng):
+    return layer(x, input_mask, dropout_rng)
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.word_embeddings = _embed(cfg, cfg.vocab_size, ("vocab", "embed"), rngs)
+        self.position_embeddings = _embed(cfg, cfg.max_position_embeddings, (None, "embed"), rngs)
+        self.token_type_embeddings = _embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
+        self.layer_norm = _layer_norm(cfg, rngs)
+
+    def __call__(self, input_ids, segment_ids, dropout_rng=None):
+        length = input_ids.shape[1]
+        positions = jnp.arange(length)[None, :]  # [1, length]
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
+             + self.token_type_embeddings(segment_ids))
+        x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
+        return constrain(x, *_ACT_EMBED)
+
+
+def _check_inputs(cfg: BertConfig, input_ids, input_mask, segment_ids):
+    shapes = {"input_ids": np.shape(input_ids), "input_mask": np.shape(input_mask),
+              "segment_ids": np.shape(segment_ids)}
+    if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
+        raise ValueError(f"input_ids, input_mask and segment_ids must all be [batch, length]; got {shapes}")
+    if shapes["input_ids"][1] > cfg.max_position_embeddings:
+        raise ValueError(f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
+                         f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)")
+
+
+class BertModel(nnx.Module):
+    """Embeddings, encoder and pooler; returns (sequence_output [B,L,H], pooled [B,H])."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embeddings = Embeddings(config, rngs=rngs)
+        self.layers = nnx.List([EncoderLayer(config, rngs=rngs)
+                                for _ in range(config.num_hidden_layers)])
+        self.pooler = _dense(config, config.hidden_size, config.hidden_size, ("embed", None), rngs)
+
+    def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
+        _check_inputs(self.config, input_ids, input_mask, segment_ids)
+        k_embed, k_layers = (jax.random.split(dropout_rng) if dropout_rng is not None
+                             else (None, None))
+        x = self.embeddings(input_ids, segment_ids, k_embed)
+        run = nnx.remat(_run_layer) if self.config.remat else _run_layer
+        for i, layer in enumerate(self.layers):
+            key = jax.random.fold_in(k_layers, i) if k_layers is not None else None
+            x = run(layer, x, input_mask, key)
+        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+
+class MaskedLMHead(nnx.Module):
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.transform = _dense(cfg, cfg.hidden_size, cfg.hidden_size, ("embed", None), rngs)
+        self.transform_norm = _layer_norm(cfg, rngs)
+        self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **_axes("vocab"))
+
+    def __call__(self, x, word_embeddings: jax.Array):
+        x = self.transform_norm(_gelu(self.transform(x)))  # [batch, predictions, hidden]
+        logits = jnp.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype),
+                            preferred_element_type=jnp.float32)
+        return constrain(logits + self.bias[...], "batch", None, "vocab")
+
+
+class BertForPreTraining(nnx.Module):
+    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`)."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.bert = BertModel(config, rngs=rngs)
+        self.mlm = MaskedLMHead(config, rngs=rngs)
+        self.nsp = _dense(config, config.hidden_size, 2, ("embed", None), rngs)
+
+    def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, *, dropout_rng=None):
+        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=dropout_rng)
+        if np.ndim(masked_lm_positions) != 2 or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]:
+            raise ValueError(f"masked_lm_positions must be [batch, predictions], got shape "
+                             f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}")
+        # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
+        # Out-of-range positions are clipped (records always hold positions < length).
+        gathered = jnp.take_along_axis(sequence, masked_lm_positions[..., None], axis=1, mode="clip")
+        mlm_logits = self.mlm(gathered, self.bert.embeddings.word_embeddings.embedding[...])
+        nsp_logits = self.nsp(pooled).astype(jnp.float32)
+        return mlm_logits, nsp_logits
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of parameters (tied weights once); works on abstract models from nnx.eval_shape."""
+    params = nnx.state(model, nnx.Param)
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))

@@ -1,0 +1,221 @@
+"""The Flax BERT: shapes, masking, attention paths, dropout, precision, remat, sharding, sizes."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import model as M
+from configs import bert_base, bert_large, default, mini, tiny
+
+TINY = M.BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                    max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
+B, L, P = 3, 16, 5
+
+
+def make_batch(seed=0, batch=B, length=L, predictions=P, vocab=TINY.vocab_size):
+    """Right-padded random batch; the last row is all padding, as an eval batch's filler is."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(4, length + 1, size=batch)
+    lengths[0], lengths[-1] = length, 0
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, vocab, size=(batch, length)).astype(np.int32) * mask
+    segments = ((np.arange(length)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32)
+    positions = np.sort(rng.integers(1, max(lengths.max(), 2), size=(batch, predictions)), axis=1)
+    return ids, mask, segments, positions.astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return M.BertForPreTraining(TINY, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def forward():
+    """One jitted forward shared by the tests: (model, batch, dropout key) -> logits."""
+    @nnx.jit
+    def f(m, ids, mask, seg, pos, key=None):
+        return m(ids, mask, seg, pos, dropout_rng=key)
+    return f
+
+
+def with_config(model, **changes):
+    """The same parameters under another config (dtype, attention path, remat)."""
+    other = M.BertForPreTraining(dataclasses.replace(TINY, **changes), rngs=nnx.Rngs(1))
+    nnx.update(other, nnx.state(model, nnx.Param))
+    return other
+
+
+@pytest.mark.parametrize("module", [tiny, mini, bert_base, bert_large, default])
+def test_every_config_file_builds_a_bert_config(module):
+    cfg = M.BertConfig.from_config_dict(module.get_config().model)
+    assert cfg.layer_norm_eps == 1e-12 and cfg.dtype == "float32"
+    assert cfg.hidden_size % cfg.num_attention_heads == 0
+
+
+def test_config_errors_name_the_field():
+    cd = tiny.get_config().model.to_dict()
+    with pytest.raises(ValueError, match="unknown config.model fields.*hidden_sise"):
+        M.BertConfig.from_config_dict({**cd, "hidden_sise": 3})
+    with pytest.raises(ValueError, match="lacks the fields.*vocab_size"):
+        M.BertConfig.from_config_dict({k: v for k, v in cd.items() if k != "vocab_size"})
+    with pytest.raises(ValueError, match="multiple of num_attention_heads"):
+        dataclasses.replace(TINY, num_attention_heads=3)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        dataclasses.replace(TINY, dtype="float16")
+
+
+def test_output_shapes_and_dtypes(model, forward):
+    ids, mask, seg, pos = make_batch()
+    mlm, nsp = forward(model, ids, mask, seg, pos)
+    assert mlm.shape == (B, P, TINY.vocab_size) and mlm.dtype == jnp.float32
+    assert nsp.shape == (B, 2) and nsp.dtype == jnp.float32
+    assert np.isfinite(mlm).all() and np.isfinite(nsp).all()  # including the all-padding row
+    seq, pooled = nnx.jit(lambda m, *a: m(*a))(model.bert, ids, mask, seg)
+    assert seq.shape == (B, L, TINY.hidden_size) and pooled.shape == (B, TINY.hidden_size)
+
+
+def test_padding_tokens_do_not_change_real_outputs(model, forward):
+    ids, mask, seg, pos = make_batch()
+    other_ids = np.where(mask == 1, ids, 7)  # different ids under the padding only
+    a, _ = forward(model, ids, mask, seg, pos)
+    b, _ = forward(model, other_ids, mask, seg, pos)
+    real = np.take_along_axis(mask, pos, axis=1).astype(bool)
+    np.testing.assert_allclose(np.asarray(a)[real], np.asarray(b)[real], atol=1e-6)
+
+
+def test_mlm_logits_are_the_gathered_positions(model, forward):
+    ids, mask, seg, _ = make_batch()
+    every = np.broadcast_to(np.arange(L, dtype=np.int32), (B, L))
+    full, _ = forward(model, ids, mask, seg, every)
+    pos = np.array([[3, 0, 9, 9, 15]] * B, np.int32)
+    some, _ = forward(model, ids, mask, seg, pos)
+    np.testing.assert_allclose(some, np.asarray(full)[np.arange(B)[:, None], pos], atol=1e-5)
+
+
+def test_fused_attention_matches_einsum_attention():
+    rng = np.random.default_rng(1)
+    q, k, v = (jnp.asarray(rng.normal(size=(B, L, 4, 8)), jnp.float32) for _ in range(3))
+    _, mask, _, _ = make_batch()
+    fused = M.fused_attention(q, k, v, mask, implementation="xla")
+    plain = M.einsum_attention(q, k, v, mask)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(plain)[real], atol=1e-5)
+    # A query never reads a padded key: scrambling padded keys/values changes nothing.
+    k2 = jnp.where(mask[..., None, None] == 1, k, 100.0)
+    np.testing.assert_allclose(M.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5)
+
+
+def test_model_attention_paths_agree(model, forward):
+    batch = make_batch()
+    base, _ = forward(model, *batch)
+    for impl in ("xla", "einsum"):
+        out, _ = forward(with_config(model, attention_impl=impl), *batch)
+        np.testing.assert_allclose(out, base, atol=1e-5, err_msg=impl)
+
+
+def test_dropout_only_with_a_key(model, forward):
+    batch = make_batch()
+    a, _ = forward(model, *batch)
+    b, _ = forward(model, *batch)
+    np.testing.assert_array_equal(a, b)
+    d1, _ = forward(model, *batch, jax.random.key(1))
+    d2, _ = forward(model, *batch, jax.random.key(2))
+    d1_again, _ = forward(model, *batch, jax.random.key(1))
+    assert not np.allclose(d1, a) and not np.allclose(d1, d2)
+    np.testing.assert_array_equal(d1, d1_again)
+    no_rates = with_config(model, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    z, _ = forward(no_rates, *batch, jax.random.key(1))
+    np.testing.assert_allclose(z, a, atol=1e-5)
+
+
+def test_bfloat16_compute_keeps_float32_params(model, forward):
+    batch = make_batch()
+    ref, ref_nsp = forward(model, *batch)
+    half = with_config(model, dtype="bfloat16")
+    dtypes = {x.dtype for x in jax.tree.leaves(nnx.state(half, nnx.Param))}
+    assert dtypes == {jnp.dtype(jnp.float32)}
+    out, nsp = forward(half, *batch)
+    assert out.dtype == jnp.float32 and nsp.dtype == jnp.float32
+    scale = float(np.abs(ref).max())
+    assert float(np.abs(out - ref).max()) < 0.05 * scale
+    np.testing.assert_allclose(nsp, ref_nsp, atol=0.05 * float(np.abs(ref_nsp).max()) + 1e-3)
+
+
+def test_remat_gives_the_same_gradients(model):
+    batch = make_batch()
+
+    def grads(m):
+        def loss(m):
+            mlm, nsp = m(*batch, dropout_rng=jax.random.key(3))
+            return jnp.mean(mlm ** 2) + jnp.mean(nsp ** 2)
+        return nnx.jit(nnx.grad(loss))(m)
+
+    g1 = jax.tree.leaves(grads(model))
+    g2 = jax.tree.leaves(grads(with_config(model, remat=True)))
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_bad_inputs_get_clear_errors(model):
+    ids, mask, seg, pos = make_batch()
+    with pytest.raises(ValueError, match="must all be \\[batch, length\\]"):
+        model(ids, mask[:, :-1], seg, pos)
+    with pytest.raises(ValueError, match="masked_lm_positions must be \\[batch, predictions\\]"):
+        model(ids, mask, seg, pos[0])
+    long = np.ones((1, TINY.max_position_embeddings + 1), np.int32)
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
+        model(long, long, long * 0, pos[:1])
+
+
+def test_every_param_has_logical_axes_and_the_decay_rule_holds(model):
+    specs = nnx.to_flat_state(nnx.get_partition_spec(nnx.state(model, nnx.Param)))
+    values = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    assert len(specs) == 5 + TINY.num_hidden_layers * 16 + 2 + 5 + 2
+    for path, spec in specs:
+        value = values[path].get_value()
+        names = tuple(spec.get_value())
+        assert len(names) == value.ndim, path
+        assert set(names) <= set(M.LOGICAL_AXIS_NAMES) | {None}, path
+        # The weight-decay rule: matrices end in kernel/embedding, vectors in bias/scale.
+        assert (path[-1] in ("kernel", "embedding")) == (value.ndim == 2), path
+        assert path[-1] in ("kernel", "embedding", "bias", "scale"), path
+
+
+def test_sharded_forward_matches_single_device(model, forward):
+    from bert_jax import sharding
+    batch = make_batch(batch=8)
+    ref, ref_nsp = forward(model, *batch)
+    mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
+    rules = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"),
+             ("heads", "tensor"), ("kv", None), ("length", None), ("norm", None))
+    shardings = sharding.param_shardings(nnx.state(model, nnx.Param), mesh, rules)
+    placed = M.BertForPreTraining(TINY, rngs=nnx.Rngs(1))
+    state = nnx.state(placed, nnx.Param)
+    nnx.replace_by_pure_dict(state, jax.device_put(nnx.to_pure_dict(nnx.state(model, nnx.Param)), shardings))
+    nnx.update(placed, state)
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        f = nnx.jit(lambda m, *a: m(*a))
+        assert "sharding_constraint" in f.lower(placed, *batch).as_text()
+        out, nsp = f(placed, *batch)
+    assert out.sharding.spec[0] == ("data", "fsdp")
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    np.testing.assert_allclose(nsp, ref_nsp, atol=1e-5)
+
+
+@pytest.mark.parametrize("module,approx", [(bert_base, 110e6), (bert_large, 340e6)])
+def test_published_sizes_match_transformers(module, approx):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = M.BertConfig.from_config_dict(module.get_config().model)
+    ours = M.count_params(nnx.eval_shape(lambda: M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))))
+    hf_cfg = transformers.BertConfig(**{k: getattr(cfg, k) for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+        "intermediate_size", "max_position_embeddings", "type_vocab_size")})
+    with torch.device("meta"):
+        theirs = sum(p.numel() for p in transformers.BertForPreTraining(hf_cfg).parameters())
+    assert ours == theirs
+    assert abs(ours - approx) < 0.05 * approx
