@@ -1,0 +1,134 @@
+"""Learning-rate schedules and the two BERT optimizers (AdamW as the original, and LAMB).
+
+Both optimizers are optax chains over a pytree of plain arrays (nested dicts, as
+`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments, decoupled weight decay on
+every parameter but LayerNorm parameters and biases, (LAMB only) the layer-wise trust ratio, and
+the learning rate.
+
+google-research/bert's AdamWeightDecayOptimizer differs from textbook AdamW in two ways, both
+reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates for their zero
+initialisation (`optim.bias_correction = False`).
+"""
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+SCHEDULES = ("linear", "polynomial", "constant")
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def learning_rate_schedule(optim: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
+    """Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
+
+    As in the original (and MLPerf's reference), the decay is measured from step 0, not from the
+    end of warmup: warmup simply overrides the first `warmup_steps` values. `linear` is
+    `polynomial` with power 1.
+    """
+    if optim.schedule not in SCHEDULES:
+        raise ValueError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
+    if num_train_steps <= 0:
+        raise ValueError(f"train.num_train_steps must be positive, got {num_train_steps}")
+    if not 0 <= optim.warmup_steps <= num_train_steps:
+        raise ValueError(
+            f"optim.warmup_steps={optim.warmup_steps} must lie in [0, train.num_train_steps="
+            f"{num_train_steps}]"
+        )
+    peak = float(optim.learning_rate)
+    end = float(optim.end_learning_rate)
+    warmup = int(optim.warmup_steps)
+    power = 1.0 if optim.schedule == "linear" else float(optim.power)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        if optim.schedule == "constant":
+            decayed = jnp.full_like(step, peak)
+        else:
+            frac = 1.0 - jnp.minimum(step, num_train_steps) / num_train_steps
+            decayed = (peak - end) * frac**power + end
+        if warmup == 0:
+            return decayed
+        return jnp.where(step < warmup, peak * step / warmup, decayed)
+
+    return schedule
+
+
+def decays(path: tuple) -> bool:
+    """Whether weight decay applies to the parameter at `path` (its pure-dict keys).
+
+    model.py's rule: decay iff the path ends in 'kernel' or 'embedding'. That is the original's
+    (no decay on "LayerNorm" or "bias" variables): LayerNorm scales and all biases are excluded.
+    """
+    return bool(path) and str(path[-1]) in ("kernel", "embedding")
+
+
+def weight_decay_mask(params: Any) -> Any:
+    """A pytree of bools shaped like `params`: True where weight decay applies."""
+
+    def leaf(key_path, x):
+        names = tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in key_path)
+        return decays(names)
+
+    return jax.tree_util.tree_map_with_path(leaf, params)
+
+
+class ScaleByAdamState(NamedTuple):
+    count: jax.Array
+    mu: Any
+    nu: Any
+
+
+def scale_by_adam(b1: float, b2: float, eps: float, bias_correction: bool) -> optax.GradientTransformation:
+    """Adam's direction m / (sqrt(v) + eps), optionally without bias correction (the original BERT).
+
+    optax.scale_by_adam always corrects; the original never does, which matters in the first few
+    thousand steps (with warmup it barely changes the result, but exact reproduction needs it).
+    """
+
+    def init_fn(params):
+        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)  # noqa: E731
+        return ScaleByAdamState(
+            count=jnp.zeros([], jnp.int32),
+            mu=jax.tree.map(zeros, params),
+            nu=jax.tree.map(zeros, params),
+        )
+
+    def update_fn(updates, state, params=None):
+        del params
+        mu = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * jnp.square(g), state.nu, updates)
+        count = optax.safe_increment(state.count)
+        if bias_correction:
+            c1 = 1.0 - b1 ** count.astype(jnp.float32)
+            c2 = 1.0 - b2 ** count.astype(jnp.float32)
+            direction = jax.tree.map(lambda m, v: (m / c1) / (jnp.sqrt(v / c2) + eps), mu, nu)
+        else:
+            direction = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+        return direction, ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def make_optimizer(
+    optim: ml_collections.ConfigDict,
+    num_train_steps: int,
+    mask_fn: Callable[[Any], Any] = weight_decay_mask,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """The optimizer named by `optim.optimizer`, and its learning-rate schedule."""
+    if optim.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
+    schedule = learning_rate_schedule(optim, num_train_steps)
+    parts = []
+    if optim.max_grad_norm > 0:
+        parts.append(optax.clip_by_global_norm(optim.max_grad_norm))
+    parts.append(scale_by_adam(optim.b1, optim.b2, optim.eps, optim.bias_correction))
+    if optim.weight_decay > 0:
+        parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))
+    if optim.optimizer == "lamb":
+        # LAMB (You et al. 2019) scales each tensor's update by ||w|| / ||update||; like MLPerf's
+        # reference we exempt the same tensors as weight decay (LayerNorm, biases).
+        parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
+    parts.append(optax.scale_by_learning_rate(schedule))
+    return optax.chain(*parts), schedule
