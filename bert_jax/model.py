@@ -158,7 +158,8 @@ def _dense(cfg: BertConfig, d_in: int, d_out: int, axes: tuple, rngs: nnx.Rngs) 
 
 
 def _layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    # Two-pass variance: the fast E[x^2]-E[x]^2 form drifts from HF beyond 1e-5.
+    # Two-pass variance, as HF and the original compute it: E[x^2]-E[x]^2 cancels badly when a
+    # feature vector's mean is large next to its spread.
     return nnx.LayerNorm(
         cfg.hidden_size, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
         param_dtype=jnp.float32, use_fast_variance=False,

@@ -1,0 +1,344 @@
+"""Our BERT parameters <-> Hugging Face BertForPreTraining (and the original TensorFlow BERT).
+
+Export writes a directory that `transformers.BertForPreTraining.from_pretrained` loads with no
+missing or unexpected keys: config.json, model.safetensors (float32, the same tensor names and
+set as transformers' own save: the tied decoder is left out), vocab.txt, tokenizer_config.json.
+
+Import reads a Hugging Face BERT directory (BertModel or BertForPreTraining; model.safetensors,
+a sharded model.safetensors.index.json, or pytorch_model.bin) or Google's original TensorFlow
+checkpoint directory (bert_config.json + bert_model.ckpt.*; needs TensorFlow installed). Weights
+the file lacks (the MLM/NSP heads of a BertModel, the pooler) are freshly initialized and named
+in the report, so pre-training can continue from any public BERT.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+from flax import nnx
+
+from bert_jax.model import BertConfig, BertForPreTraining
+
+# config.json fields that are BertConfig fields under the same name.
+_SHARED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                  "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps")
+_EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
+_BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be imported; the message says what to fix."""
+
+
+@dataclasses.dataclass
+class ImportReport:
+    """What `load_hf` did: the source, weights it initialized, and file entries it did not use."""
+    source: str
+    initialized: list[str]  # Hugging Face names of weights absent from the file (fresh init)
+    unused: list[str]  # names in the file that map to nothing of ours (buffers, optimizer slots)
+
+    def __str__(self) -> str:
+        lines = [f"imported {self.source}"]
+        if self.initialized:
+            lines.append(f"  initialized (absent from the file): {', '.join(self.initialized)}")
+        if self.unused:
+            lines.append(f"  not used from the file: {', '.join(self.unused)}")
+        return "\n".join(lines)
+
+
+# --- Configs ---------------------------------------------------------------------------------
+
+
+def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
+    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win."""
+    act = hf.get("hidden_act", "gelu")
+    if act not in _EXACT_GELU:
+        raise CheckpointError(f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
+                           f"GELU, transformers' {_EXACT_GELU}")
+    pos_type = hf.get("position_embedding_type", "absolute")
+    if pos_type != "absolute":
+        raise CheckpointError(f"position_embedding_type {pos_type!r} is not supported (only 'absolute')")
+    missing = [f for f in _SHARED_FIELDS if f not in hf and f != "layer_norm_eps"]
+    if missing:
+        raise CheckpointError(f"the BERT config lacks {missing}; is this a BERT config.json?")
+    values = {f: hf[f] for f in _SHARED_FIELDS if f in hf}  # bert_config.json has no eps: 1e-12
+    return BertConfig(**{**values, **overrides})
+
+
+def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
+    """BertConfig -> the config.json of a transformers BertForPreTraining."""
+    out = {f: getattr(config, f) for f in _SHARED_FIELDS}
+    out.update(architectures=["BertForPreTraining"], model_type="bert", hidden_act="gelu",
+               position_embedding_type="absolute", pad_token_id=0, tie_word_embeddings=True,
+               torch_dtype="float32")
+    return out
+
+
+# --- Name and layout mapping ------------------------------------------------------------------
+
+
+def _param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
+    """(our parameter path, Hugging Face name, transpose?) for every parameter we have."""
+    def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
+        yield ours + ("kernel",), hf + ".weight", True
+        yield ours + ("bias",), hf + ".bias", False
+
+    def norm(ours, hf):
+        yield ours + ("scale",), hf + ".weight", False
+        yield ours + ("bias",), hf + ".bias", False
+
+    emb = ("bert", "embeddings")
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        yield emb + (name, "embedding"), f"bert.embeddings.{name}.weight", False
+    yield from norm(emb + ("layer_norm",), "bert.embeddings.LayerNorm")
+    for i in range(config.num_hidden_layers):
+        ours, hf = ("bert", "layers", i), f"bert.encoder.layer.{i}"
+        for name in ("query", "key", "value"):
+            yield from linear(ours + ("attention", name), f"{hf}.attention.self.{name}")
+        yield from linear(ours + ("attention", "output"), f"{hf}.attention.output.dense")
+        yield from norm(ours + ("attention_norm",), f"{hf}.attention.output.LayerNorm")
+        yield from linear(ours + ("intermediate",), f"{hf}.intermediate.dense")
+        yield from linear(ours + ("output",), f"{hf}.output.dense")
+        yield from norm(ours + ("output_norm",), f"{hf}.output.LayerNorm")
+    yield from linear(("bert", "pooler"), "bert.pooler.dense")
+    yield from linear(("mlm", "transform"), "cls.predictions.transform.dense")
+    yield from norm(("mlm", "transform_norm"), "cls.predictions.transform.LayerNorm")
+    yield ("mlm", "bias"), "cls.predictions.bias", False
+    yield from linear(("nsp",), "cls.seq_relationship")
+
+
+def _get(tree: Mapping, path: tuple):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        tree = tree[key]
+    tree[path[-1]] = value
+
+
+def _pure_params(model_or_state) -> tuple[dict, BertConfig | None]:
+    if isinstance(model_or_state, BertForPreTraining):
+        return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param)), model_or_state.config
+    if isinstance(model_or_state, nnx.State):
+        return nnx.to_pure_dict(model_or_state), None
+    if isinstance(model_or_state, Mapping):
+        return dict(model_or_state), None
+    raise TypeError(f"expected a BertForPreTraining, an nnx.State or a dict of its parameters, "
+                    f"got {type(model_or_state).__name__}")
+
+
+def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
+    """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32 array}.
+
+    The tied decoder (cls.predictions.decoder.*) is left out, as transformers' own save does.
+    """
+    params, model_config = _pure_params(model_or_state)
+    config = config or model_config
+    if config is None:
+        num_layers = len(_get(params, ("bert", "layers")))
+        config = dataclasses.replace(_ANY_CONFIG, num_hidden_layers=num_layers)
+    out = {}
+    for path, name, transpose in _param_table(config):
+        try:
+            value = np.asarray(_get(params, path), dtype=np.float32)
+        except (KeyError, IndexError, TypeError) as e:
+            raise ValueError(f"the parameters lack {'/'.join(map(str, path))}; "
+                             "are they a BertForPreTraining's?") from e
+        out[name] = np.ascontiguousarray(value.T if transpose else value)
+    return out
+
+
+# Only num_hidden_layers of a config is used by _param_table.
+_ANY_CONFIG = BertConfig(vocab_size=1, hidden_size=1, num_hidden_layers=1, num_attention_heads=1,
+                         intermediate_size=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         max_position_embeddings=1, type_vocab_size=1, initializer_range=0.02)
+
+
+def _normalize_hf_name(name: str) -> str:
+    """Checkpoint name variants -> transformers' current BertForPreTraining names."""
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel
+        name = "bert." + name
+    for old, new in ((".gamma", ".weight"), (".beta", ".bias")):  # pre-2019 transformers
+        if name.endswith(old) and "LayerNorm" in name:
+            name = name[: -len(old)] + new
+    return name
+
+
+def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0,
+                       source: str = "a state dict") -> tuple[BertForPreTraining, ImportReport]:
+    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized."""
+    by_name = {_normalize_hf_name(k): v for k, v in tensors.items()}
+    model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
+    state = nnx.state(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    used, initialized, absent_body = set(), [], []
+    for path, name, transpose in _param_table(config):
+        if name not in by_name:
+            (absent_body if name.startswith(_BODY_PREFIXES) else initialized).append(name)
+            continue
+        value = np.asarray(by_name[name], dtype=np.float32)
+        ours = tuple(_get(params, path).shape)
+        expected = ours[::-1] if transpose else ours
+        if value.shape != expected:
+            raise CheckpointError(f"{source}: {name} has shape {value.shape}, the config needs "
+                                  f"{expected}; does its config.json describe this checkpoint?")
+        value = value.T if transpose else value
+        _set(params, path, value)
+        used.add(name)
+    if absent_body:
+        raise CheckpointError(f"{source} lacks encoder weights {absent_body[:4]}"
+                           f"{' ...' if len(absent_body) > 4 else ''} ({len(absent_body)} in all): "
+                           "not a BERT checkpoint, or num_hidden_layers in its config is wrong")
+    # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
+    # (position_ids buffers, optimizer slots) has no counterpart here.
+    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    unused = sorted(k for k in by_name if k not in used and k not in tied)
+    nnx.replace_by_pure_dict(state, params)
+    nnx.update(model, state)
+    return model, ImportReport(source=source, initialized=initialized, unused=unused)
+
+
+# --- Files -----------------------------------------------------------------------------------
+
+
+def save_hf(model: BertForPreTraining, vocab_file: str | None, output_dir: str, *,
+            do_lower_case: bool = True) -> None:
+    """Writes a Hugging Face BertForPreTraining directory (float32 safetensors)."""
+    from safetensors.numpy import save_file
+    os.makedirs(output_dir, exist_ok=True)
+    tensors = to_hf_state_dict(model)
+    save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(output_dir, "config.json"), "w") as f:
+        json.dump(hf_config_from_bert(model.config), f, indent=2, sort_keys=True)
+    if vocab_file:
+        if not os.path.isfile(vocab_file):
+            raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
+                                    "the training data was tokenized with")
+        shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
+        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+                       "model_max_length": model.config.max_position_embeddings}, f, indent=2)
+
+
+def _read_json(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_hf_config(hf_dir: str) -> dict:
+    for name in ("config.json", "bert_config.json"):
+        path = os.path.join(hf_dir, name)
+        if os.path.isfile(path):
+            return _read_json(path)
+    raise CheckpointError(f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
+                       "(original TensorFlow BERT); pass the model's directory")
+
+
+def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
+    from safetensors import safe_open
+    out = {}
+    for path in paths:
+        with safe_open(path, framework="numpy") as f:
+            for key in f.keys():
+                out[key] = f.get_tensor(key)
+    return out
+
+
+def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError(f"reading {path} needs PyTorch: pip install torch (the CPU build is "
+                          "enough), or convert the checkpoint to model.safetensors") from e
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
+
+
+def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
+    """Original TF BERT variable name -> (HF name, transpose?); None for optimizer slots."""
+    parts = name.split("/")
+    if parts[-1] in ("adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1") \
+            or name == "global_step":
+        return None
+    out, transpose = [], False
+    for part in parts:
+        if part.startswith("layer_") and part[6:].isdigit():
+            out += ["layer", part[6:]]
+        elif part in ("kernel", "gamma", "output_weights"):
+            out.append("weight")
+            transpose = part == "kernel"  # TF dense kernels are [in, out]; output_weights is [out, in]
+        elif part in ("beta", "output_bias"):
+            out.append("bias")
+        else:
+            out.append(part)
+    hf = ".".join(out)
+    if hf.endswith("_embeddings"):
+        hf += ".weight"
+    return hf, transpose
+
+
+def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise ImportError(f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
+                          "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
+                          "format where TensorFlow is installed)") from e
+    reader = tf.train.load_checkpoint(prefix)
+    out = {}
+    for name in reader.get_variable_to_shape_map():
+        mapped = _tf_to_hf_name(name)
+        if mapped is None:
+            continue
+        hf_name, transpose = mapped
+        value = reader.get_tensor(name)
+        out[hf_name] = value.T if transpose else value
+    return out
+
+
+def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
+    """All weight tensors of a model directory, HF-named, and a description of what was read."""
+    def path(name):
+        return os.path.join(hf_dir, name)
+
+    if os.path.isfile(path("model.safetensors")):
+        return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
+    if os.path.isfile(path("model.safetensors.index.json")):
+        shards = sorted(set(_read_json(path("model.safetensors.index.json"))["weight_map"].values()))
+        return _read_safetensors([path(s) for s in shards]), path("model.safetensors.index.json")
+    if os.path.isfile(path("pytorch_model.bin")):
+        return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
+    indexes = sorted(glob.glob(path("*.ckpt*.index")))
+    if len(indexes) == 1:
+        prefix = indexes[0][: -len(".index")]
+        return _read_tf_checkpoint(prefix), prefix + " (TensorFlow)"
+    if len(indexes) > 1:
+        raise CheckpointError(f"{hf_dir!r} holds several TensorFlow checkpoints {indexes}; keep one")
+    listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
+    raise CheckpointError(f"no weights in {hf_dir!r}: expected model.safetensors, "
+                       f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
+                       f"bert_model.ckpt; found {listing}")
+
+
+def load_hf(hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
+            ) -> tuple[BertForPreTraining, ImportReport]:
+    """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
+
+    `config` defaults to the directory's config.json / bert_config.json; pass one to change what
+    the weights do not fix (dtype, dropout, remat). `seed` initializes weights the file lacks.
+    """
+    if not os.path.isdir(hf_dir):
+        raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
+    if config is None:
+        config = bert_config_from_hf(read_hf_config(hf_dir))
+    tensors, source = read_hf_weights(hf_dir)
+    return from_hf_state_dict(tensors, config, seed=seed, source=source)
