@@ -1,0 +1,151 @@
+"""Text -> fixed-length model inputs for sentence (pair) classification and token tagging.
+
+Inputs are google-research/bert's: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment id 0 up to
+and including the first [SEP] and 1 after it, zero padding on the right. Every function returns a
+dict of numpy arrays keyed by bert_jax.features' names plus the labels:
+
+    input_ids, input_mask, segment_ids   int32 [examples, max_seq_length]
+    label                                int32 [examples] (classes) or float32 (regression)
+    label_ids, label_weights             int32/float32 [examples, max_seq_length] (tagging)
+
+Span extraction (SQuAD) encodes in squad.py: it needs windows over long contexts.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from bert_jax import features as F
+
+LABEL = "label"  # [examples]: class id or regression target
+LABEL_IDS = "label_ids"  # [examples, length]: tag id at the first piece of each word
+LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids counts
+
+
+class FormatError(ValueError):
+    """A data file that does not have the expected layout; the message says where and what to fix."""
+
+
+def truncate_pair(a: list, b: list, max_tokens: int) -> None:
+    """Pops from the end of the longer sequence until both fit (run_classifier.py's rule)."""
+    while len(a) + len(b) > max_tokens:
+        (a if len(a) > len(b) else b).pop()
+
+
+def pack(tok, ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[CLS] a [SEP] (b [SEP]) -> (input_ids, input_mask, segment_ids), each [max_seq_length]."""
+    ids = [tok.cls_id, *ids_a, tok.sep_id]
+    segments = [0] * len(ids)
+    if ids_b is not None:
+        ids += [*ids_b, tok.sep_id]
+        segments += [1] * (len(ids_b) + 1)
+    if len(ids) > max_seq_length:
+        raise ValueError(f"{len(ids)} tokens do not fit max_seq_length={max_seq_length}; truncate first")
+    out = np.zeros((3, max_seq_length), np.int32)
+    if tok.pad_id:
+        out[0, :] = tok.pad_id
+    out[0, :len(ids)] = ids
+    out[1, :len(ids)] = 1
+    out[2, :len(segments)] = segments
+    return out[0], out[1], out[2]
+
+
+def check_length(max_seq_length: int, minimum: int) -> None:
+    if max_seq_length < minimum:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text "
+                         f"(at least {minimum} needed)")
+
+
+def encode_texts(tok, examples, max_seq_length: int, labels: Sequence[str]) -> dict[str, np.ndarray]:
+    """TextExamples -> inputs and labels; `labels` () means a regression target (a float).
+
+    Examples without a label (test files) get label 0 and are only for prediction.
+    """
+    check_length(max_seq_length, 5)
+    label_map = {name: i for i, name in enumerate(labels)}
+    n = len(examples)
+    arrays = {name: np.zeros((n, max_seq_length), np.int32)
+              for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)}
+    out_labels = np.zeros(n, np.int32 if labels else np.float32)
+    for i, ex in enumerate(examples):
+        a = tok.encode(ex.text_a)
+        b = tok.encode(ex.text_b) if ex.text_b is not None else None
+        if b is None:
+            del a[max_seq_length - 2:]
+        else:
+            truncate_pair(a, b, max_seq_length - 3)
+        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i],
+         arrays[F.SEGMENT_IDS][i]) = pack(tok, a, b, max_seq_length)
+        if ex.label is not None:
+            out_labels[i] = _label_value(ex, label_map)
+    arrays[LABEL] = out_labels
+    return arrays
+
+
+def _label_value(ex, label_map):
+    if not label_map:
+        try:
+            return float(ex.label)
+        except ValueError:
+            raise FormatError(f"example {ex.guid}: regression target {ex.label!r} is not a number") from None
+    if ex.label not in label_map:
+        raise FormatError(f"example {ex.guid}: label {ex.label!r} is not one of {sorted(label_map)} "
+                          "(config.data.labels, or the layout's label set)")
+    return label_map[ex.label]
+
+
+def word_pieces(tok, word: str) -> list[int]:
+    """A word's piece ids; never empty (a word of deleted characters becomes [UNK])."""
+    return tok.encode(word) or [tok.unk_id]
+
+
+def encode_tagged(tok, sentences, max_seq_length: int, labels: Sequence[str]
+                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each word).
+
+    A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
+    weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them
+    "O", evaluation counts them as missed).
+    """
+    check_length(max_seq_length, 3)
+    label_map = {name: i for i, name in enumerate(labels)}
+    n = len(sentences)
+    arrays = {name: np.zeros((n, max_seq_length), np.int32)
+              for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, LABEL_IDS)}
+    arrays[LABEL_WEIGHTS] = np.zeros((n, max_seq_length), np.float32)
+    starts = []
+    for i, sentence in enumerate(sentences):
+        ids, first = [], np.full(len(sentence.words), -1, np.int64)
+        for w, word in enumerate(sentence.words):
+            pieces = word_pieces(tok, word)
+            if 1 + len(ids) >= max_seq_length - 1:
+                break  # no room for this word's first piece before [SEP]
+            first[w] = 1 + len(ids)  # +1 for [CLS]
+            ids.extend(pieces)
+        del ids[max_seq_length - 2:]
+        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i],
+         arrays[F.SEGMENT_IDS][i]) = pack(tok, ids, None, max_seq_length)
+        starts.append(first)
+        if sentence.tags is None:
+            continue
+        for w, pos in enumerate(first):
+            if pos < 0:
+                continue
+            tag = sentence.tags[w]
+            if tag not in label_map:
+                raise FormatError(f"sentence {sentence.guid}: tag {tag!r} is not one of "
+                                  f"{list(labels)} (config.data.labels, or the training file's tags)")
+            arrays[LABEL_IDS][i, pos] = label_map[tag]
+            arrays[LABEL_WEIGHTS][i, pos] = 1.0
+    return arrays, starts
+
+
+def word_predictions(token_preds: np.ndarray, starts: Sequence[np.ndarray], labels: Sequence[str],
+                     fallback: str = "O") -> list[list[str]]:
+    """Per-token predicted ids [examples, length] -> per-word tag names (cut words: `fallback`)."""
+    out = []
+    for row, first in zip(token_preds, starts):
+        out.append([labels[int(row[p])] if p >= 0 else fallback for p in first])
+    return out

@@ -1,0 +1,149 @@
+"""GLUE-style TSV files -> text examples, and predictions back to TSV.
+
+Each GLUE task ships its train/dev/test files in its own column layout. A `Layout` names the
+columns to read; files with a header row are read by column *name* (so extra or reordered columns
+do not matter), headerless files (CoLA's train and dev) by position. A file whose header lacks the
+label column (every GLUE test file) is read without labels, for prediction.
+
+Layouts (the label lists keep the order google-research/bert's run_classifier.py uses, so label
+ids agree with its checkpoints):
+
+    sst2   sentence / label                        0, 1
+    cola   (no header) source, label, mark, text   0, 1; test: index / sentence
+    mrpc   #1 String, #2 String / Quality           0, 1
+    mnli   sentence1, sentence2 / gold_label        contradiction, entailment, neutral
+           (dev_matched.tsv and dev_mismatched.tsv are two eval files of the same layout)
+    stsb   sentence1, sentence2 / score             regression, 0-5
+    qqp    question1, question2 / is_duplicate      0, 1
+    qnli   question, sentence / label               entailment, not_entailment
+    rte    sentence1, sentence2 / label             entailment, not_entailment
+    wnli   sentence1, sentence2 / label             0, 1
+
+Quotes are literal text in GLUE files (MNLI has unbalanced ones), so fields split on tabs only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+from bert_jax.finetune.encode import FormatError
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """One classification/regression example; `label` is None in files without labels."""
+    guid: str  # the file's index column, or "<file stem>-<line number>"
+    text_a: str
+    text_b: str | None
+    label: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a GLUE task's TSV keeps its texts and label."""
+    text_a: str  # header name of the first text
+    text_b: str | None  # header name of the second text (sentence pairs)
+    label: str  # header name of the label / score
+    labels: tuple[str, ...]  # label names in id order; () for regression
+    guid: str | None = None  # header name of an id column, if any
+    # Headerless files (CoLA train/dev): column positions of (text_a, label).
+    positional: tuple[int, int] | None = None
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.labels
+
+
+LAYOUTS = {
+    "sst2": Layout("sentence", None, "label", ("0", "1"), guid="index"),
+    "cola": Layout("sentence", None, "label", ("0", "1"), guid="index", positional=(3, 1)),
+    "mrpc": Layout("#1 String", "#2 String", "Quality", ("0", "1"), guid="index"),
+    "mnli": Layout("sentence1", "sentence2", "gold_label",
+                   ("contradiction", "entailment", "neutral"), guid="index"),
+    "stsb": Layout("sentence1", "sentence2", "score", (), guid="index"),
+    "qqp": Layout("question1", "question2", "is_duplicate", ("0", "1"), guid="id"),
+    "qnli": Layout("question", "sentence", "label", ("entailment", "not_entailment"), guid="index"),
+    "rte": Layout("sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"),
+    "wnli": Layout("sentence1", "sentence2", "label", ("0", "1"), guid="index"),
+}
+
+
+def get_layout(name: str) -> Layout:
+    if name not in LAYOUTS:
+        raise ValueError(f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} "
+                         "(config.data.layout)")
+    return LAYOUTS[name]
+
+
+def _lines(path: str) -> list[list[str]]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file {path!r} does not exist")
+    with open(path, encoding="utf-8-sig") as f:  # -sig: tolerate a byte-order mark
+        return [line.rstrip("\r\n").split("\t") for line in f]
+
+
+def read_tsv(path: str, layout: Layout) -> list[TextExample]:
+    """Reads one GLUE TSV file (train, dev or test) of `layout`."""
+    rows = _lines(path)
+    if not rows:
+        raise FormatError(f"{path} is empty")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    header = rows[0]
+    if layout.text_a in header:
+        return _read_named(path, stem, header, rows[1:], layout)
+    if layout.positional is None:
+        raise FormatError(f"{path}: the first line has no column {layout.text_a!r} (header "
+                          f"{header[:6]}...); is this a {_layout_name(layout)} file?")
+    return _read_positional(path, stem, rows, layout)
+
+
+def _layout_name(layout: Layout) -> str:
+    return next(name for name, value in LAYOUTS.items() if value == layout)
+
+
+def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
+    col = {name: i for i, name in enumerate(header)}
+    if layout.text_b is not None and layout.text_b not in col:
+        raise FormatError(f"{path}: the header has no column {layout.text_b!r}; a "
+                          f"{_layout_name(layout)} file needs {layout.text_a!r} and {layout.text_b!r}")
+    has_label = layout.label in col
+    needed = max(col[c] for c in (layout.text_a, layout.text_b, layout.label if has_label else None)
+                 if c is not None)
+    out = []
+    for n, row in enumerate(rows, start=2):
+        if row == [""]:
+            continue  # a trailing blank line
+        if len(row) <= needed:
+            raise FormatError(f"{path}:{n}: {len(row)} tab-separated fields, the header promises "
+                              f"{len(header)}; fix or delete this line")
+        guid = row[col[layout.guid]] if layout.guid in col else f"{stem}-{n}"
+        out.append(TextExample(guid, row[col[layout.text_a]],
+                               row[col[layout.text_b]] if layout.text_b else None,
+                               row[col[layout.label]] if has_label else None))
+    return out
+
+
+def _read_positional(path, stem, rows, layout) -> list[TextExample]:
+    text_i, label_i = layout.positional
+    out = []
+    for n, row in enumerate(rows, start=1):
+        if row == [""]:
+            continue
+        if len(row) <= max(text_i, label_i):
+            raise FormatError(f"{path}:{n}: {len(row)} fields; a headerless {_layout_name(layout)} "
+                              f"file has the text in column {text_i} and the label in column {label_i}")
+        out.append(TextExample(f"{stem}-{n}", row[text_i], None, row[label_i]))
+    return out
+
+
+def write_predictions(path: str, examples: Sequence[TextExample], predictions: Sequence) -> None:
+    """GLUE submission format: a header `index<TAB>prediction`, then one line per example."""
+    if len(examples) != len(predictions):
+        raise ValueError(f"{len(examples)} examples but {len(predictions)} predictions")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("index\tprediction\n")
+        for example, pred in zip(examples, predictions):
+            value = f"{pred:.4f}" if isinstance(pred, float) else str(pred)
+            f.write(f"{example.guid}\t{value}\n")

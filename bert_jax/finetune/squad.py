@@ -1,0 +1,287 @@
+"""SQuAD v1.1/v2.0 JSON -> windowed model inputs, and span logits -> answer texts.
+
+Encoding follows google-research/bert's run_squad.py: the context is tokenized word by word,
+contexts longer than fit are cut into overlapping windows `doc_stride` pieces apart, and a
+window's input is `[CLS] question [SEP] context window [SEP]`. A window that does not hold the
+whole answer (and every impossible question in v2.0) is labelled start = end = 0, the [CLS]
+position.
+
+Unlike run_squad.py, answers are located by character offsets: every word piece keeps the span of
+context characters it came from, so the answer's character span maps to pieces exactly and a
+predicted piece span maps back to the original context text (case, accents and punctuation as
+written), with no need to re-align a normalized answer.
+
+At inference the best span over all windows of a question is the highest start + end logit among
+pairs inside the context, start <= end, at most `max_answer_length` pieces long, whose start piece
+has its most context in that window. For v2.0 the question gets "" when the best [CLS] score
+(no answer) beats that span by more than `null_score_diff_threshold`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import unicodedata
+from typing import Sequence
+
+import numpy as np
+
+from bert_jax import features as F
+from bert_jax import tokenization
+from bert_jax.finetune.encode import FormatError, pack
+
+START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
+END_POSITIONS = "end_positions"  # int32 [windows]: answer's last piece
+
+
+@dataclasses.dataclass(frozen=True)
+class QAExample:
+    qid: str
+    question: str
+    context: str
+    answers: tuple[tuple[str, int], ...]  # (text, character offset in context); () if none given
+    is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class ContextPieces:
+    """Word-piece ids of a context and the [start, end) character span each came from."""
+    ids: list[int]
+    starts: list[int]
+    ends: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """Where a window's context pieces sit in its input, for mapping logits back to text."""
+    example_index: int
+    offset: int  # input position of the window's first context piece
+    doc_start: int  # index of that piece in ContextPieces
+    length: int  # context pieces in the window
+    max_context: np.ndarray  # bool [length]: this window gives the piece its most context
+
+
+def read_squad(path: str) -> list[QAExample]:
+    """All questions of a SQuAD v1.1 or v2.0 file (answers optional, for test files)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file {path!r} does not exist")
+    with open(path, encoding="utf-8") as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{path} is not JSON ({e}); expected a SQuAD file") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise FormatError(f"{path}: expected a SQuAD object {{'data': [{{'paragraphs': ...}}]}}")
+    out = []
+    for article in doc["data"]:
+        for p, paragraph in enumerate(article.get("paragraphs", ())):
+            try:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    answers = tuple((a["text"], int(a["answer_start"])) for a in qa.get("answers", ()))
+                    out.append(QAExample(str(qa["id"]), qa["question"], context, answers,
+                                         bool(qa.get("is_impossible", False))))
+            except (KeyError, TypeError, ValueError) as e:
+                raise FormatError(f"{path}: article {article.get('title', '?')!r} paragraph {p}: "
+                                  f"missing or bad field {e}; SQuAD needs context, qas[id, question, "
+                                  "answers[text, answer_start]]") from None
+    if not out:
+        raise FormatError(f"{path} holds no questions")
+    return out
+
+
+def _normalized_chars(word: str, do_lower_case: bool) -> tuple[str, list[int]]:
+    """What BasicTokenizer turns `word` into, character by character, with each output
+    character's index in `word`."""
+    out, back = [], []
+    for j, ch in enumerate(word):
+        cp = ord(ch)
+        if cp == 0 or cp == 0xFFFD or (unicodedata.category(ch).startswith("C") and ch not in "\t\n\r"):
+            continue
+        if do_lower_case:
+            ch = "".join(c for c in unicodedata.normalize("NFD", ch.lower())
+                         if unicodedata.category(c) != "Mn")
+        out.append(ch)
+        back.extend([j] * len(ch))
+    return "".join(out), back
+
+
+def tokenize_context(tok, context: str) -> ContextPieces:
+    """Context -> word pieces with character spans (the ids of tokenizing word by word)."""
+    if not isinstance(tok, tokenization.WordPieceTokenizer):
+        raise ValueError("span extraction needs a WordPiece vocab.txt (character offsets of "
+                         "SentencePiece pieces are not supported)")
+    pieces = ContextPieces([], [], [])
+    for match in re.finditer(r"\S+", context):
+        word, w0 = match.group(), match.start()
+        norm, back = _normalized_chars(word, tok.do_lower_case)
+        cursor = 0
+        for basic in tokenization.basic_tokenize(word, tok.do_lower_case):
+            k = norm.find(basic, cursor)
+            ids = tok.encode(basic)
+            if k < 0:  # normalization that is not per character (rare): span the rest of the word
+                lo = back[cursor] if cursor < len(back) else 0
+                for i in ids:
+                    pieces.ids.append(i)
+                    pieces.starts.append(w0 + lo)
+                    pieces.ends.append(w0 + len(word))
+                continue
+            cursor = k + len(basic)
+            off = k
+            for i, piece in zip(ids, tok.convert_ids_to_tokens(ids)):
+                if piece == tokenization.UNK:  # the whole basic token
+                    lo, hi = k, k + len(basic)
+                else:
+                    text = piece[2:] if piece.startswith("##") else piece
+                    lo, hi = off, off + len(text)
+                    off = hi
+                pieces.ids.append(i)
+                pieces.starts.append(w0 + back[lo])
+                pieces.ends.append(w0 + back[hi - 1] + 1)
+    return pieces
+
+
+def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[int, int] | None:
+    """First and last piece overlapping the characters [char_start, char_end)."""
+    inside = [i for i, (s, e) in enumerate(zip(ctx.starts, ctx.ends)) if s < char_end and e > char_start]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
+    """run_squad.py's rule: a piece belongs to the window where min(left, right context) + 0.01 *
+    window length is largest."""
+    best, best_index = None, None
+    for i, (start, length) in enumerate(spans):
+        end = start + length - 1
+        if not start <= position <= end:
+            continue
+        score = min(position - start, end - position) + 0.01 * length
+        if best is None or score > best:
+            best, best_index = score, i
+    return best_index == span_index
+
+
+def encode_squad(tok, examples: Sequence[QAExample], max_seq_length: int, doc_stride: int,
+                 max_query_length: int, is_training: bool
+                 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
+    """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
+
+    With `is_training`, answers become start/end labels and training questions whose answer
+    text is not at its offset in the context are dropped (logged), as run_squad.py does.
+    """
+    if max_seq_length < max_query_length + 4:
+        raise ValueError(f"max_seq_length={max_seq_length} must exceed max_query_length="
+                         f"{max_query_length} + 3 special tokens")
+    if doc_stride < 1:
+        raise ValueError(f"doc_stride must be positive, got {doc_stride}")
+    rows: dict[str, list] = {k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS,
+                                              START_POSITIONS, END_POSITIONS)}
+    windows: list[Window] = []
+    contexts: list[ContextPieces] = []
+    skipped = 0
+    cache: dict[str, ContextPieces] = {}  # a paragraph's questions share one context
+    for ex_i, ex in enumerate(examples):
+        ctx = cache.get(ex.context)
+        if ctx is None:
+            ctx = cache[ex.context] = tokenize_context(tok, ex.context)
+        contexts.append(ctx)
+        query = tok.encode(ex.question)[:max_query_length]
+        answer = None
+        if is_training and not ex.is_impossible:
+            if not ex.answers:
+                raise FormatError(f"training question {ex.qid} has no answer and is not marked "
+                                  "is_impossible")
+            text, start = ex.answers[0]
+            found = " ".join(ex.context[start:start + len(text)].split()) == " ".join(text.split())
+            answer = _answer_pieces(ctx, start, start + len(text)) if found else None
+            if answer is None:
+                skipped += 1
+                continue
+        max_doc = max_seq_length - len(query) - 3
+        spans, start = [], 0
+        while start < len(ctx.ids) or not spans:
+            length = min(len(ctx.ids) - start, max_doc)
+            spans.append((start, length))
+            if start + length >= len(ctx.ids):
+                break
+            start += min(length, doc_stride)
+        for s_i, (doc_start, length) in enumerate(spans):
+            ids_b = ctx.ids[doc_start:doc_start + length]
+            input_ids, mask, segments = pack(tok, query, ids_b, max_seq_length)
+            offset = len(query) + 2
+            s_pos = e_pos = 0
+            if answer is not None and doc_start <= answer[0] and answer[1] < doc_start + length:
+                s_pos, e_pos = answer[0] - doc_start + offset, answer[1] - doc_start + offset
+            for key, value in ((F.INPUT_IDS, input_ids), (F.INPUT_MASK, mask), (F.SEGMENT_IDS, segments),
+                               (START_POSITIONS, s_pos), (END_POSITIONS, e_pos)):
+                rows[key].append(value)
+            max_ctx = np.array([_max_context(spans, s_i, doc_start + j) for j in range(length)], bool)
+            windows.append(Window(ex_i, offset, doc_start, length, max_ctx))
+    if skipped:
+        logging.warning("skipped %d training questions whose answer text is not at answer_start", skipped)
+    if not windows:
+        raise FormatError("no usable questions: every answer's text differs from the context at "
+                          "its answer_start")
+    arrays = {k: np.asarray(v, np.int32) for k, v in rows.items()}
+    return arrays, windows, contexts
+
+
+def best_answers(examples: Sequence[QAExample], windows: Sequence[Window],
+                 contexts: Sequence[ContextPieces], start_logits: np.ndarray, end_logits: np.ndarray,
+                 *, n_best_size: int = 20, max_answer_length: int = 30,
+                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0
+                 ) -> tuple[dict[str, str], dict[str, float]]:
+    """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score}).
+
+    The second dict (the official script's na_probs input) is only filled for v2.0.
+    """
+    best: dict[int, tuple[float, int, int]] = {}  # example -> (score, char start, char end)
+    null: dict[int, float] = {}
+    for w, window in enumerate(windows):
+        s, e = start_logits[w], end_logits[w]
+        ex = window.example_index
+        null[ex] = min(null.get(ex, np.inf), float(s[0] + e[0]))
+        ctx = contexts[ex]
+        lo, hi = window.offset, window.offset + window.length  # context positions [lo, hi)
+        starts = np.argsort(-s[lo:hi], kind="stable")[:n_best_size] + lo
+        ends = np.argsort(-e[lo:hi], kind="stable")[:n_best_size] + lo
+        for i in starts:
+            if not window.max_context[i - lo]:
+                continue
+            for j in ends:
+                if j < i or j - i + 1 > max_answer_length:
+                    continue
+                score = float(s[i] + e[j])
+                if ex not in best or score > best[ex][0]:
+                    a, b = window.doc_start + i - lo, window.doc_start + j - lo
+                    best[ex] = (score, ctx.starts[a], ctx.ends[b])
+    answers, null_diffs = {}, {}
+    for ex_i, ex in enumerate(examples):
+        if ex_i not in null:
+            continue  # dropped while encoding
+        score, c0, c1 = best.get(ex_i, (-np.inf, 0, 0))
+        text = ex.context[c0:c1]
+        if version_2_with_negative:
+            diff = null[ex_i] - score
+            null_diffs[ex.qid] = float(diff) if np.isfinite(diff) else 1e9
+            if diff > null_score_diff_threshold:
+                text = ""
+        answers[ex.qid] = text
+    return answers, null_diffs
+
+
+def gold_answers(ex: QAExample) -> list[str]:
+    """The gold texts the official scripts compare against ("" for an impossible question)."""
+    return [text for text, _ in ex.answers] if ex.answers and not ex.is_impossible else [""]
+
+
+def write_predictions(path: str, answers: dict[str, str], null_diffs: dict[str, float]) -> None:
+    """predictions.json ({qid: text}, the official scripts' input) and, for v2.0, null_odds.json."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(answers, f, indent=2, ensure_ascii=False)
+    if null_diffs:
+        with open(os.path.splitext(path)[0] + "_null_odds.json", "w") as f:
+            json.dump(null_diffs, f, indent=2)

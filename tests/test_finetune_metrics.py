@@ -1,0 +1,132 @@
+"""Fine-tuning metrics against hand-worked examples and independent reference computations."""
+import itertools
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from bert_jax.finetune import metrics
+
+
+def test_accuracy_and_binary_f1_by_hand():
+    preds = [1, 1, 0, 0, 1, 0]
+    labels = [1, 0, 0, 1, 1, 0]
+    # tp=2 (0, 4), fp=1 (1), fn=1 (3), tn=2
+    assert metrics.accuracy(preds, labels) == pytest.approx(4 / 6)
+    assert metrics.f1_binary(preds, labels) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    assert metrics.f1_binary([0, 0], [1, 0]) == 0.0
+
+
+def test_matthews_matches_the_binary_formula():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        labels = rng.integers(0, 2, 50)
+        preds = np.where(rng.random(50) < 0.7, labels, 1 - labels)
+        tp = np.sum((preds == 1) & (labels == 1))
+        tn = np.sum((preds == 0) & (labels == 0))
+        fp = np.sum((preds == 1) & (labels == 0))
+        fn = np.sum((preds == 0) & (labels == 1))
+        expected = (tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+        assert metrics.matthews_corrcoef(preds, labels) == pytest.approx(expected)
+
+
+def test_matthews_edge_cases_and_multiclass():
+    assert metrics.matthews_corrcoef([1, 1, 1], [0, 1, 0]) == 0.0  # constant prediction
+    assert metrics.matthews_corrcoef([0, 1, 2, 2], [0, 1, 2, 2]) == pytest.approx(1.0)
+    # Multi-class MCC of a perfect anti-diagonal 2-class case is -1.
+    assert metrics.matthews_corrcoef([1, 0, 1, 0], [0, 1, 0, 1]) == pytest.approx(-1.0)
+
+
+def test_correlations_match_numpy_and_ranks():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=40)
+    y = 0.5 * x + rng.normal(size=40)
+    out = metrics.correlations(x, y)
+    assert out["pearson"] == pytest.approx(np.corrcoef(x, y)[0, 1])
+    ranks = scipy.stats.rankdata
+    assert out["spearman"] == pytest.approx(np.corrcoef(ranks(x), ranks(y))[0, 1])
+    assert metrics.correlations([1.0, 1.0, 1.0], [0.0, 1.0, 2.0]) == {"pearson": 0.0, "spearman": 0.0}
+
+
+def test_metric_inputs_are_checked():
+    with pytest.raises(ValueError, match="equal-length"):
+        metrics.accuracy([1, 0], [1])
+    with pytest.raises(ValueError, match="no examples"):
+        metrics.accuracy([], [])
+
+
+@pytest.mark.parametrize("tags, expected", [
+    (["B-PER", "I-PER", "O", "B-LOC"], {(0, 1, "PER"), (3, 3, "LOC")}),
+    # IOB1 (CoNLL-2003's own files): I- starts an entity, B- only splits two adjacent ones.
+    (["I-ORG", "I-ORG", "B-ORG", "O", "I-LOC"], {(0, 1, "ORG"), (2, 2, "ORG"), (4, 4, "LOC")}),
+    # A type change inside a run starts a new entity; a stray I- after O starts one too.
+    (["B-PER", "I-LOC", "O", "I-MISC", "I-MISC"], {(0, 0, "PER"), (1, 1, "LOC"), (3, 4, "MISC")}),
+    # IOBES
+    (["S-PER", "B-LOC", "E-LOC", "B-LOC", "I-LOC", "E-LOC"], {(0, 0, "PER"), (1, 2, "LOC"), (3, 5, "LOC")}),
+    (["O", "O"], set()),
+])
+def test_entities_follow_conlleval(tags, expected):
+    assert metrics.entities(tags) == expected
+
+
+def test_entity_f1_by_hand():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "B-MISC"]]
+    # gold 3 entities, predicted 3, correct 2 (PER, ORG)
+    out = metrics.entity_f1(gold, pred)
+    assert out["precision"] == pytest.approx(2 / 3)
+    assert out["recall"] == pytest.approx(2 / 3)
+    assert out["f1"] == pytest.approx(2 / 3)
+    assert out["accuracy"] == pytest.approx(4 / 6)
+    # A boundary error is a miss, not partial credit.
+    assert metrics.entity_f1([["B-PER", "I-PER"]], [["B-PER", "O"]])["f1"] == 0.0
+
+
+@pytest.mark.parametrize("text, normalized", [
+    ("The Eiffel Tower!", "eiffel tower"),
+    # Punctuation goes before articles: "apple,a" becomes "applea", which holds no article.
+    ("  an   apple,a pear ", "applea pear"),
+    ("Theatre", "theatre"),
+    ("A.D. 1066", "ad 1066"),
+])
+def test_squad_normalization(text, normalized):
+    assert metrics.normalize_answer(text) == normalized
+
+
+def test_squad_exact_and_f1_by_hand():
+    # pred tokens [eiffel, tower, in, paris], gold [eiffel, tower]: P=2/4, R=1 -> F1=2/3
+    assert metrics.token_f1("the Eiffel Tower in Paris", "Eiffel Tower") == pytest.approx(2 / 3)
+    assert metrics.exact_match("The Eiffel tower.", "eiffel Tower") == 1.0
+    scores = metrics.squad_scores(
+        {"q1": "Eiffel Tower in Paris", "q2": "1889", "q3": "wrong"},
+        {"q1": ["the Eiffel Tower", "Eiffel Tower in Paris"], "q2": ["in 1889"], "q3": ["right"]})
+    # q1: exact via the second gold; q2: F1 2*(1*0.5)/(1.5)=2/3; q3: 0
+    assert scores["exact"] == pytest.approx(100 / 3)
+    assert scores["f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
+    assert "has_ans_exact" not in scores
+
+
+def test_squad_v2_no_answer_handling():
+    gold = {"a": ["Paris"], "b": [], "c": [""], "d": []}
+    preds = {"a": "Paris", "b": "", "c": "something", "d": "x"}
+    scores = metrics.squad_scores(preds, gold)
+    # a right, b right (empty for unanswerable), c and d wrong
+    assert scores["exact"] == pytest.approx(50.0)
+    assert scores["f1"] == pytest.approx(50.0)
+    assert scores["has_ans_exact"] == 100.0 and scores["has_ans_total"] == 1
+    assert scores["no_ans_exact"] == pytest.approx(100 / 3) and scores["no_ans_total"] == 3
+    # A missing prediction scores 0.
+    assert metrics.squad_scores({}, {"a": ["x"]})["f1"] == 0.0
+
+
+def test_token_f1_matches_a_brute_force_count():
+    words = ["cat", "dog", "the", "cat", "bird"]
+    for pred, gold in itertools.product(itertools.combinations(words, 2), itertools.combinations(words, 3)):
+        p, g = metrics.normalize_answer(" ".join(pred)).split(), metrics.normalize_answer(" ".join(gold)).split()
+        got = metrics.token_f1(" ".join(pred), " ".join(gold))
+        if not p or not g:
+            assert got == float(p == g)
+            continue
+        same = sum(min(p.count(w), g.count(w)) for w in set(p))
+        expected = 0.0 if same == 0 else 2 * (same / len(p)) * (same / len(g)) / (same / len(p) + same / len(g))
+        assert got == pytest.approx(expected)
