@@ -76,6 +76,16 @@ def _open(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+def decode_line(raw: bytes, stats: ReadStats) -> str:
+    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop), counted."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_utf8_lines += 1
+        line = raw.decode("utf-8", errors="replace")
+    return line.strip()
+
+
 def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
     """Stripped lines of a file. Lines end at "\\n" only, as TensorFlow's GFile (the original's reader)."""
     stats.files += 1
@@ -84,12 +94,7 @@ def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
         for raw in f:
             empty = False
             stats.lines += 1
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                stats.bad_utf8_lines += 1
-                line = raw.decode("utf-8", errors="replace")  # U+FFFD, which tokenizers drop
-            yield line.strip()
+            yield decode_line(raw, stats)
     if empty:
         stats.empty_files += 1
 
@@ -136,35 +141,48 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
+def json_document(line: str, text_field: str, stats: ReadStats) -> list[str]:
+    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line (counted)."""
+    if not line:
+        return []
+    try:
+        record = json.loads(line)
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        stats.bad_json_lines += 1
+        return []
+    return split_sentences(text)
+
+
 def jsonl_documents(path: str, text_field: str, stats: ReadStats) -> Iterator[list[str]]:
     for line in read_lines(path, stats):
-        if not line:
-            continue
-        try:
-            record = json.loads(line)
-            text = record[text_field]
-            if not isinstance(text, str):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            stats.bad_json_lines += 1
-            continue
-        sentences = split_sentences(text)
+        sentences = json_document(line, text_field, stats)
         if sentences:
             stats.documents += 1
             yield sentences
 
 
-def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None, stats: ReadStats) -> Iterator[list[str]]:
+def open_tfds(name: str, split: str, data_dir: str | None):
+    """A random-access TFDS data source (len() and indexing), or an InputError that says what to do."""
     import tensorflow_datasets as tfds
 
     try:
-        source = tfds.data_source(name, split=split, data_dir=data_dir)
+        return tfds.data_source(name, split=split, data_dir=data_dir)
     except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
         raise InputError(
             f"cannot open TFDS dataset {name!r} split {split!r}: {e}. Prepare it first in ArrayRecord "
             f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir") from e
-    stats.files += 1
-    for index in range(len(source)):
+
+
+def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None, stats: ReadStats,
+                   start: int = 0, stop: int | None = None) -> Iterator[list[str]]:
+    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts the file."""
+    source = open_tfds(name, split, data_dir)
+    if start == 0:
+        stats.files += 1
+    for index in range(start, len(source) if stop is None else min(stop, len(source))):
         example = source[index]
         if text_field not in example:
             raise InputError(f"TFDS dataset {name!r} has no field {text_field!r}; fields: {sorted(example)}; "
