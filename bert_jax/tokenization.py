@@ -10,6 +10,7 @@ No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tun
 """
 import array
 import itertools
+import operator
 import os
 import re
 import unicodedata
@@ -29,6 +30,7 @@ _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # several times cheaper than the general path, which matters because every worker of a parallel
 # job meets every distinct word of the corpus once.
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
 _CHINESE_RANGES = (
     (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
     (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
@@ -108,14 +110,17 @@ class WordPieceTokenizer:
         self.unk_id = self.vocab[UNK]
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.pad_id = self.vocab.get(PAD, 0)
-        # The per-word cache, laid out for vectorized lookups: word -> row; row -> ids (as a tuple, and
-        # as a slice of one flat table so encode_batch can gather a whole unit's ids with numpy).
+        self._longest_entry = max(len(t[2:] if t.startswith("##") else t) for t in self.vocab)
+        self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
+        # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
+        # _table[_table_start[row]:][:_table_len[row]].
         self._word_index: dict[str, int] = {}
-        self._word_ids: list[tuple[int, ...]] = []
         self._table = array.array("i")
         self._table_start = array.array("q")
         self._table_len = array.array("q")
-        self._piece_cache: dict[str, tuple[int, ...]] = {}  # basic-token piece -> ids, for cache misses
+        # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n" separates
+        # words in the batched miss path and has no ids.
+        self._piece_cache: dict[str, tuple[int, ...]] = {"\n": ()}
 
     @property
     def vocab_size(self) -> int:
@@ -130,7 +135,8 @@ class WordPieceTokenizer:
             return [UNK]
         out, start = [], 0
         while start < len(word):
-            end = len(word)
+            # No entry is longer than the longest one: starting there gives the same longest match.
+            end = min(len(word), start + self._longest_entry)
             while end > start:
                 piece = word[start:end] if start == 0 else "##" + word[start:end]
                 if piece in self.vocab:
@@ -173,39 +179,67 @@ class WordPieceTokenizer:
             return self._piece_ids(pieces[0])
         return tuple(itertools.chain.from_iterable(map(self._piece_ids, pieces)))
 
-    def _clear_cache(self) -> None:
-        self._word_index.clear()
-        self._word_ids.clear()
-        self._piece_cache.clear()
-        del self._table[:], self._table_start[:], self._table_len[:]
-
-    def _rows(self, words: list[str]) -> list[int]:
-        """Cache rows of `words`, adding the missing ones; rows stay valid until the next call."""
-        index = self._word_index
-        rows = list(map(index.get, words))
-        if None in rows:
-            if len(index) + rows.count(None) > _CACHE_LIMIT:  # bounded memory: start afresh when full
-                self._clear_cache()
-                rows = [None] * len(words)
-            for i, row in enumerate(rows):
-                if row is None:
-                    word = words[i]
-                    row = index.get(word)
-                    if row is None:
-                        ids = self._encode_word(word)
-                        row = index[word] = len(self._word_ids)
-                        self._word_ids.append(ids)
-                        self._table_start.append(len(self._table))
-                        self._table_len.append(len(ids))
-                        self._table.extend(ids)
-                    rows[i] = row
-        return rows
-
     def encode(self, text: str) -> list[int]:
         """Text -> ids (no [CLS]/[SEP]); cached per whitespace-separated word."""
         if _SPLIT_DISAGREES.search(text):
             return self.convert_tokens_to_ids(self.tokenize(text))
-        return list(itertools.chain.from_iterable(map(self._word_ids.__getitem__, self._rows(text.split()))))
+        cache = self._cache
+        words = text.split()
+        hits = list(map(cache.get, words))
+        if None in hits:
+            if len(cache) + len(words) > _CACHE_LIMIT:  # bounded memory: start afresh when full
+                cache.clear()
+                self._piece_cache = {"\n": ()}
+            for index, hit in enumerate(hits):
+                if hit is None:
+                    hit = cache.get(words[index])
+                    if hit is None:
+                        hit = cache[words[index]] = self._encode_word(words[index])
+                    hits[index] = hit
+        return list(itertools.chain.from_iterable(hits))
+
+    def _add_words(self, words: list[str]) -> None:
+        """Encodes distinct uncached words into the batch cache: the batched cache-miss path.
+
+        ASCII words are lower-cased and cut into pieces by one regex pass over all of them, and each
+        distinct piece is looked up once; other words take _encode_word.
+        """
+        simple = [word for word in words if word.isascii() and not _SPLIT_DISAGREES.search(word)]
+        other = [word for word in words if not word.isascii() or _SPLIT_DISAGREES.search(word)]
+        joined = "\n".join(simple)
+        pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
+        piece_cache = self._piece_cache
+        for piece in set(pieces).difference(piece_cache):
+            self._piece_ids(piece)
+        piece_ids = list(map(piece_cache.__getitem__, pieces))
+        # A word's ids are those of its pieces up to the next "\n" (a word of control characters has none).
+        word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
+        piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
+        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(np.int64)
+        other_ids = [self._encode_word(word) for word in other]
+        word_len = np.concatenate([word_len, np.fromiter(map(len, other_ids), np.int64, len(other))])
+        self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
+        self._table_len.extend(word_len.tolist())
+        self._table.extend(itertools.chain.from_iterable(piece_ids))
+        self._table.extend(itertools.chain.from_iterable(other_ids))
+        first = len(self._word_index)
+        self._word_index.update(zip(itertools.chain(simple, other), range(first, first + len(words))))
+
+    def _rows(self, words: list[str]) -> np.ndarray:
+        """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
+        index = self._word_index
+        rows = list(map(index.get, words))
+        if None in rows:
+            # The distinct missing words, found without a Python-level loop over all words.
+            missing = list(dict.fromkeys(itertools.compress(words, map(operator.is_, rows, itertools.repeat(None)))))
+            if len(index) + len(missing) > _CACHE_LIMIT:  # bounded memory: start afresh when full
+                index.clear()
+                del self._table[:], self._table_start[:], self._table_len[:]
+                self._piece_cache = {"\n": ()}
+                missing = list(dict.fromkeys(words))
+            self._add_words(missing)
+            rows = list(map(index.__getitem__, words))
+        return np.asarray(rows, np.int64)
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Many lines at once -> (the ids of all lines concatenated, int32; ids per line, int64).
@@ -220,7 +254,7 @@ class WordPieceTokenizer:
         else:
             words_per_line = list(map(str.split, lines))
         words_in_line = np.fromiter(map(len, words_per_line), np.int64, len(lines))
-        rows = np.asarray(self._rows(list(itertools.chain.from_iterable(words_per_line))), np.int64)
+        rows = self._rows(list(itertools.chain.from_iterable(words_per_line)))
         starts = np.frombuffer(self._table_start, np.int64)[rows]
         lengths = np.frombuffer(self._table_len, np.int64)[rows]
         ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output
