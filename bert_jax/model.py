@@ -350,10 +350,10 @@ class BertForPreTraining(nnx.Module):
         self.nsp = _dense(config, config.hidden_size, 2, ("embed", None), rngs)
 
     def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, *, dropout_rng=None):
-        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=dropout_rng)
         if np.ndim(masked_lm_positions) != 2 or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]:
             raise ValueError(f"masked_lm_positions must be [batch, predictions], got shape "
                              f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}")
+        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=dropout_rng)
         # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
         # Out-of-range positions are clipped (records always hold positions < length).
         gathered = jnp.take_along_axis(sequence, masked_lm_positions[..., None], axis=1, mode="clip")
@@ -366,3 +366,21 @@ def count_params(model: nnx.Module) -> int:
     """Number of parameters (tied weights once); works on abstract models from nnx.eval_shape."""
     params = nnx.state(model, nnx.Param)
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
+    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param).
+
+    What checkpointing.restore_params returns; no random initialization is spent on it.
+    """
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0))))
+    expected = nnx.to_pure_dict(state)  # abstract: shapes only
+    want = {jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(expected)}
+    got = {jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(params)}
+    if want != got:
+        diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        raise ValueError(f"the parameters do not fit this config at {diff[:4]} "
+                         f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
+                         f"got {[got.get(k) for k in diff[:4]]}")
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state)

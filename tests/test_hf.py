@@ -1,13 +1,15 @@
 """Hugging Face import/export: parity with a random transformers BertForPreTraining, both ways."""
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import hf
+from bert_jax import export, hf
 from bert_jax import model as M
 from bert_jax.tokenization import WordPieceTokenizer
 
@@ -16,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS = ["cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
          "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
          "cls.predictions.bias", "cls.seq_relationship.weight", "cls.seq_relationship.bias"]
@@ -233,3 +236,40 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
     assert report.initialized == [] and report.unused == [] and "TensorFlow" in report.source
     for a, b in zip(params_of(model), params_of(imported[0])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def save_checkpoint(workdir, model, config, step):
+    """A training checkpoint as checkpointing.py lays it out (params and config items)."""
+    import orbax.checkpoint as ocp
+
+    from bert_jax import checkpointing
+    manager = checkpointing.make_manager(str(workdir), async_save=False)
+    manager.save(step, args=ocp.args.Composite(**{
+        checkpointing.PARAMS: ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, nnx.Param))),
+        checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+    }))
+    manager.wait_until_finished()
+
+
+def test_export_command(tmp_path, vocab_file):
+    from configs import tiny
+    config = tiny.get_config()
+    models = {}
+    for step in (2, 5):
+        models[step] = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(step))
+        perturb(models[step], step)
+        save_checkpoint(tmp_path / "run", models[step], config, step)
+    with pytest.raises(ValueError, match="pass --vocab_file"):
+        export.export(str(tmp_path / "run"), str(tmp_path / "hf"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bert_jax.export", f"--workdir={tmp_path / 'run'}", "--step=2",
+         f"--output_dir={tmp_path / 'hf'}", f"--vocab_file={vocab_file}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "exported step 2" in proc.stdout
+    loaded = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager")
+    batch = padded_batch(seed=2)
+    ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
+    mlm, nsp = ours_logits(models[2], *batch)
+    np.testing.assert_allclose(mlm, ref_mlm, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(nsp, ref_nsp, atol=1e-4, rtol=0)
