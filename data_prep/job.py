@@ -1,0 +1,275 @@
+"""The scaled data_prep job, its pure parts: what a unit becomes, how shards are cut, the manifest.
+
+  inputs --plan--> units --UnitProcessor--> records per unit and split
+         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
+
+Everything here is a function of the job's settings and the input, never of the worker count or the
+runner: the local runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so
+their outputs are identical.
+
+Randomness: a unit's instance structure draws from random.Random and its masking from a numpy
+Generator, both seeded by (seed, unit, split); the order of units over shards and the shuffle inside
+a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their text,
+so duplicates of a document cannot straddle train and eval.
+"""
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+
+import numpy as np
+
+from bert_jax import features as F
+from bert_jax import record_io
+
+from data_prep import example_encoder
+from data_prep import fast_instances as fi
+from data_prep import instances as inst
+from data_prep import pipeline
+from data_prep import readers
+from data_prep import units as units_lib
+
+SPLITS = ("train", "eval")
+_SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
+_STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
+
+
+class JobMismatch(ValueError):
+    """An output directory holding (part of) a job with other settings; the message says what differs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """Everything that decides the scaled job's output. Library code gets it explicitly."""
+
+    inputs: tuple
+    opts: inst.InstanceOptions = inst.InstanceOptions()
+    dupe_factor: int = 10  # passes over the training documents, each with other random choices
+    seed: int = 12345
+    eval_fraction: float = 0.01  # of documents, held out (one pass, no dupes)
+    block_size_mb: float = 1.0  # text/JSONL files are cut into units of this many MB
+    tfds_examples_per_unit: int = 1000
+    fmt: str = record_io.ARRAYRECORD
+    num_shards: int = 0  # training shards; 0: as many as shard_size_mb asks for
+    num_eval_shards: int = 0
+    shard_size_mb: float = 128.0  # target record bytes per shard when the count is not given
+    text_field: str = "text"
+    tfds_data_dir: str | None = None
+
+    def __post_init__(self):
+        problems = []
+        if self.dupe_factor < 1:
+            problems.append(f"dupe_factor={self.dupe_factor} must be at least 1")
+        if not 0.0 <= self.eval_fraction < 1.0:
+            problems.append(f"eval_fraction={self.eval_fraction} must be in [0, 1)")
+        if self.block_size_mb <= 0 or self.shard_size_mb <= 0:
+            problems.append("block_size_mb and shard_size_mb must be positive")
+        if self.num_shards < 0 or self.num_eval_shards < 0 or self.tfds_examples_per_unit < 1:
+            problems.append("num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1")
+        record_io.suffix(self.fmt)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def schema(self) -> F.Schema:
+        return pipeline.schema_for(self.opts)
+
+
+def plan(spec: JobSpec, size_of=os.path.getsize) -> list[units_lib.Unit]:
+    sources = readers.parse_input(list(spec.inputs))
+    return units_lib.plan_units(sources, max(1, int(spec.block_size_mb * units_lib.MB)),
+                                spec.tfds_examples_per_unit, spec.tfds_data_dir, size_of)
+
+
+def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool) -> dict:
+    """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for shards."""
+    sources = {}
+    for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
+        key = f"tfds:{unit.path}:{unit.split}" if unit.kind == "tfds" else os.path.abspath(unit.path)
+        sources[key] = max(sources.get(key, 0), unit.stop)
+    return {
+        "units": {
+            **dataclasses.asdict(spec.opts), "dupe_factor": spec.dupe_factor, "seed": spec.seed,
+            "eval_fraction": spec.eval_fraction, "block_size_mb": spec.block_size_mb,
+            "tfds_examples_per_unit": spec.tfds_examples_per_unit, "text_field": spec.text_field,
+            "vocab_md5": vocab_md5, "do_lower_case": do_lower_case, "inputs": sources,
+        },
+        "shards": {"format": spec.fmt, "num_shards": spec.num_shards, "num_eval_shards": spec.num_eval_shards,
+                   "shard_size_mb": spec.shard_size_mb},
+    }
+
+
+def _seed(spec: JobSpec, stream: str, *keys) -> list[int]:
+    return [spec.seed, _STREAM[stream], *keys]
+
+
+def is_eval(document: list[str], eval_fraction: float) -> bool:
+    """Held out by a hash of the text: the same document lands on the same side in every run and unit."""
+    if eval_fraction <= 0:
+        return False
+    digest = hashlib.blake2b("\n".join(document).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") < eval_fraction * 2.0 ** 64
+
+
+@dataclasses.dataclass
+class SplitRecords:
+    """One unit's serialized records of one split, back to back, and their statistics."""
+
+    data: bytes
+    offsets: np.ndarray  # [instances + 1] int64: record i is data[offsets[i]:offsets[i + 1]]
+    stats: pipeline.InstanceStats
+    documents: int
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+
+@dataclasses.dataclass
+class UnitResult:
+    unit: units_lib.Unit
+    splits: dict  # "train"/"eval" -> SplitRecords
+    read: readers.ReadStats
+
+
+class UnitProcessor:
+    """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""
+
+    def __init__(self, spec: JobSpec, tokenizer):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.vocab = inst.Vocab.from_tokenizer(tokenizer)
+        self.encoder = example_encoder.ExampleEncoder(spec.schema, tokenizer.vocab_size)
+
+    def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
+        read = readers.ReadStats()
+        docs = {split: [] for split in SPLITS}
+        kwargs = {"open_binary": open_binary} if open_binary else {}
+        for document in units_lib.read_unit(unit, read, self.spec.text_field, self.spec.tfds_data_dir, **kwargs):
+            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
+        return UnitResult(unit, {split: self._split(unit, split, docs[split]) for split in SPLITS}, read)
+
+    def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
+        spec, opts = self.spec, self.spec.opts
+        split_id = SPLITS.index(split)
+        ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
+        docs = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
+        rng = random.Random(int.from_bytes(hashlib.blake2b(
+            repr(_seed(spec, "structure", unit.index, split_id)).encode(), digest_size=8).digest(), "little"))
+        spans: list = []
+        make_spans = fi.nsp_spans if opts.nsp else fi.mlm_spans
+        for _ in range(spec.dupe_factor if split == "train" else 1):  # eval: one pass, no duplicates
+            for index in range(len(docs.bounds)):
+                make_spans(docs, index, opts, rng, spans)
+        mask_rng = np.random.default_rng(_seed(spec, "mask", unit.index, split_id))
+        stats, chunks = pipeline.InstanceStats(), []
+        for start in range(0, len(spans), _SPAN_CHUNK):
+            batch = fi.assemble(docs, spans[start:start + _SPAN_CHUNK], opts, self.vocab)
+            if opts.mask:
+                fi.mask(batch, opts, self.vocab, mask_rng)
+            chunks.extend(self.encoder.encode(batch))
+            stats.instances += len(batch)
+            stats.tokens += int(batch.length.sum())
+            stats.masked += int(batch.num_masked.sum()) if opts.mask else 0
+            stats.random_next += int(batch.random_next.sum())
+        offsets = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum([len(r) for r in chunks], out=offsets[1:])
+        return SplitRecords(b"".join(chunks), offsets, stats, len(docs.bounds))
+
+
+def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) -> int:
+    """Shards of a split: as asked, or enough that none holds much more than shard_size_mb."""
+    if instances == 0:
+        return 0
+    asked = spec.num_shards if split == "train" else spec.num_eval_shards
+    if asked > instances:
+        flag = "--num_shards" if split == "train" else "--num_eval_shards"
+        raise ValueError(f"{flag}={asked} but the {split} split has only {instances} instances; "
+                         f"rerun with {flag} <= {instances} (finished work units are reused)")
+    return asked or max(1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB))))
+
+
+def plan_shards(spec: JobSpec, split: str, counts: list[int], record_bytes: int) -> list[list[tuple]]:
+    """Per shard, its pieces (unit index, first record, end record) in the order they are concatenated.
+
+    Units are put in a seeded random order and the instances, in that order, are cut into equal
+    contiguous ranges: shard sizes differ by at most one, each shard reads a few units sequentially,
+    and each draws its documents from all over the corpus.
+    """
+    total = sum(counts)
+    num = shard_count(spec, split, total, record_bytes)
+    order = np.random.default_rng(_seed(spec, "unit_order", SPLITS.index(split))).permutation(len(counts))
+    ends = np.cumsum([counts[u] for u in order]).tolist()
+    shards, position, k = [], 0, 0
+    for shard in range(num):
+        stop, pieces = total * (shard + 1) // num, []
+        while position < stop:
+            unit = int(order[k])
+            unit_start = ends[k] - counts[unit]
+            take_to = min(stop, ends[k])
+            pieces.append((unit, position - unit_start, take_to - unit_start))
+            position = take_to
+            if position == ends[k]:
+                k += 1
+        shards.append(pieces)
+    return shards
+
+
+def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
+    """The seeded shuffle of a shard: output record j is concatenated record order[j]."""
+    return np.random.default_rng(_seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(count)
+
+
+def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
+    return pipeline.shard_name(split, shard, num, spec.fmt)
+
+
+def input_bytes(planned: list[units_lib.Unit]) -> int:
+    """Bytes of the text and JSONL inputs (compressed size for .gz): the MB/s figures' numerator."""
+    return sum(unit.size for unit in planned if unit.kind != "tfds")
+
+
+def manifest(spec: JobSpec, fp: dict, shards: dict, split_stats: dict, split_documents: dict,
+             read: readers.ReadStats, flags: dict, seconds: float, runner: str, total_bytes: int) -> dict:
+    """manifest.json: settings, vocabulary checksum, shards with counts and md5, statistics."""
+    train, held_out = split_stats["train"], split_stats["eval"]
+    return {
+        "mode": "scaled",
+        "runner": runner,
+        "format": spec.fmt,
+        "masked": spec.opts.mask,  # False: unmasked records (dynamic masking in the trainer)
+        "nsp": spec.opts.nsp,
+        "schema": {"max_seq_length": spec.schema.max_seq_length,
+                   "max_predictions_per_seq": spec.schema.max_predictions_per_seq},
+        "flags": flags,
+        "fingerprint": fp,
+        "vocab_md5": fp["units"]["vocab_md5"],
+        "read": dataclasses.asdict(read),
+        "input_bytes": total_bytes,
+        "documents": split_documents["train"] + split_documents["eval"],
+        "shards": shards,
+        "stats": train.summary(spec.opts.max_seq_length),
+        "eval": {"fraction": spec.eval_fraction, "documents": split_documents["eval"],
+                 "stats": held_out.summary(spec.opts.max_seq_length)},
+        "seconds": round(seconds, 3),
+    }
+
+
+def verify(output_dir: str) -> list[str]:
+    """Re-checks every shard listed in the manifest against its md5; returns the problems found."""
+    path = os.path.join(output_dir, pipeline.MANIFEST)
+    if not os.path.isfile(path):
+        return [f"no {pipeline.MANIFEST} in {output_dir!r}: the job has not finished there"]
+    with open(path) as f:
+        shards = json.load(f)["shards"]
+    problems = []
+    for split, entries in shards.items():
+        for entry in entries:
+            shard = os.path.join(output_dir, entry["file"])
+            if not os.path.isfile(shard):
+                problems.append(f"{entry['file']}: missing")
+            elif pipeline.file_md5(shard) != entry["md5"]:
+                problems.append(f"{entry['file']}: md5 differs from the manifest (corrupt or changed)")
+    return problems

@@ -1,0 +1,145 @@
+"""Work units of the scaled job: the inputs cut into pieces that are read independently.
+
+A unit is a byte block of a text or JSONL file, a whole .gz file (gzip cannot seek), or an index
+range of a TFDS split. Units are planned from the inputs alone (names, sizes and the block size), so
+they, and every random choice seeded from them, are the same whatever the number of workers.
+
+Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
+(a file's first document is anchored at byte 0). A unit seeks to its block, skips the tail of a
+document anchored earlier, and reads on past the block end until its last document ends. So every
+document is read by exactly one unit, and together the units give the documents of reading the file
+from start to end; every line is counted by the unit whose block holds its first byte.
+JSONL blocks: the lines that start inside the block, one document each.
+"""
+import dataclasses
+import gzip
+import os
+from typing import BinaryIO, Callable, Iterator
+
+from data_prep import readers
+
+MB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    index: int  # position in the plan; part of every random seed of the unit
+    kind: str  # "text" | "jsonl" | "tfds"
+    path: str  # a file, or a TFDS dataset name
+    start: int  # first byte (files) or example (TFDS)
+    stop: int  # one past the last byte or example; a .gz file is one unit, start=0, stop=its size
+    split: str = ""  # TFDS split
+    first: bool = True  # the first unit of its source: it counts the file (and an empty one) in ReadStats
+
+    @property
+    def size(self) -> int:
+        """Work estimate for progress and scheduling: bytes of a file block, examples of a TFDS range."""
+        return self.stop - self.start
+
+
+def plan_units(sources: list[readers.Source], block_bytes: int, tfds_examples_per_unit: int,
+               tfds_data_dir: str | None = None, size_of: Callable[[str], int] = os.path.getsize) -> list[Unit]:
+    """Cuts every source into units, in source order; depends on nothing but the inputs and sizes."""
+    if block_bytes < 1 or tfds_examples_per_unit < 1:
+        raise ValueError(f"block size {block_bytes} bytes and tfds_examples_per_unit="
+                         f"{tfds_examples_per_unit} must be positive")
+    units: list[Unit] = []
+
+    def add(kind, path, start, stop, split=""):
+        units.append(Unit(len(units), kind, path, start, stop, split, first=start == 0))
+
+    for source in sources:
+        if source.kind == "tfds":
+            count = len(readers.open_tfds(source.path, source.split, tfds_data_dir))
+            for start in range(0, max(count, 1), tfds_examples_per_unit):
+                add("tfds", source.path, start, min(start + tfds_examples_per_unit, count), source.split)
+            continue
+        size = size_of(source.path)
+        if source.path.endswith(".gz") or size == 0:
+            add(source.kind, source.path, 0, size)
+            continue
+        for start in range(0, size, block_bytes):
+            add(source.kind, source.path, start, min(start + block_bytes, size))
+    return units
+
+
+def _open(unit: Unit, open_binary: Callable[[str], BinaryIO]) -> BinaryIO:
+    f = open_binary(unit.path)
+    return gzip.GzipFile(fileobj=f, mode="rb") if unit.path.endswith(".gz") else f
+
+
+def _seek_to_line(f: BinaryIO, start: int) -> int:
+    """Positions f at the first line that starts at or after `start`; returns that offset."""
+    if start == 0:
+        return 0
+    f.seek(start - 1)
+    return start - 1 + len(f.readline())  # the rest of the line holding byte start-1
+
+
+def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterator[list[str]]:
+    gz = unit.path.endswith(".gz")
+    stop = float("inf") if gz else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    anchored = unit.start == 0  # the previous line was blank (or this is the file start)
+    document: list[str] = []
+    for raw in f:
+        line_start, offset = offset, offset + len(raw)
+        if line_start < stop:
+            stats.lines += 1
+        line = readers.decode_line(raw, stats)
+        if not line:
+            if document:
+                stats.documents += 1
+                yield document
+                document = []
+            if line_start >= stop:
+                return  # a document after this blank line is anchored in a later block
+            anchored = True
+        elif document:
+            document.append(line)
+        elif anchored:
+            document = [line]
+            anchored = False
+        elif line_start >= stop:
+            return
+        # else: the tail of a document anchored in an earlier block
+    if document:
+        stats.documents += 1
+        yield document
+
+
+def _jsonl_documents(f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats) -> Iterator[list[str]]:
+    stop = float("inf") if unit.path.endswith(".gz") else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    for raw in f:
+        if offset >= stop:
+            return
+        offset += len(raw)
+        stats.lines += 1
+        sentences = readers.json_document(readers.decode_line(raw, stats), text_field, stats)
+        if sentences:
+            stats.documents += 1
+            yield sentences
+
+
+def read_unit(unit: Unit, stats: readers.ReadStats, text_field: str = "text", tfds_data_dir: str | None = None,
+              open_binary: Callable[[str], BinaryIO] = lambda path: open(path, "rb")) -> Iterator[list[str]]:
+    """The documents (lists of sentence strings) of one unit; `open_binary` opens a path for reading
+    with seek (the Beam job passes its FileSystems.open for gs:// and other remote paths)."""
+    if unit.kind == "tfds":
+        yield from readers.tfds_documents(unit.path, unit.split, text_field, tfds_data_dir, stats,
+                                          unit.start, unit.stop)
+        return
+    if unit.first:
+        stats.files += 1
+        if unit.stop == 0:
+            stats.empty_files += 1
+            return
+    lines_before = stats.lines
+    with _open(unit, open_binary) as f:
+        if unit.kind == "jsonl":
+            yield from _jsonl_documents(f, unit, text_field, stats)
+        else:
+            yield from _text_documents(f, unit, stats)
+    if unit.path.endswith(".gz") and stats.lines == lines_before:
+        stats.empty_files += 1  # an empty file compressed: its size is not 0
