@@ -1,0 +1,39 @@
+"""Pre-trains BERT: `python -m bert_jax.main --config=configs/bert_base.py --workdir=DIR`.
+
+Any config field can be overridden on the command line, e.g.
+    --config.optim.learning_rate=2e-4 --config.data.train_files='/data/train-*.arrayrecord'
+Running the same command again resumes from the latest checkpoint in --workdir.
+"""
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.", lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard logs.")
+flags.DEFINE_bool("distributed", False,
+                  "Call jax.distributed.initialize() first: needed on multi-host TPU pod slices and "
+                  "multi-node GPU clusters (coordinator found from the environment).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides")
+    if not FLAGS["verbosity"].present:
+        # Orbax logs every save step at INFO; the progress lines say what a user needs.
+        logging.set_verbosity(logging.WARNING)
+    import jax  # after flag parsing, so --help stays fast
+
+    if FLAGS.distributed:
+        jax.distributed.initialize()
+    from bert_jax import train
+
+    logging.info("process %d of %d, %d local devices of %d", jax.process_index(), jax.process_count(),
+                 jax.local_device_count(), jax.device_count())
+    result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    if jax.process_index() == 0:
+        print(f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}", flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,97 @@
+"""Where training figures go: TensorBoard scalars, a JSONL log, and a progress line on stdout.
+
+`<workdir>/metrics.jsonl` holds one JSON object per line: {"step": int, "split": "train" |
+"eval", <name>: float, ...}. It is the file to plot from (examples/demo.py does). A resumed run
+first drops the lines past the step it resumes from, so the log reads as one uninterrupted run.
+TensorBoard event files go to `<workdir>/tensorboard` (tags `train/loss`, `eval/mlm_accuracy`...).
+Only process 0 writes; the other processes' writers do nothing.
+"""
+import json
+import os
+import sys
+import time
+from typing import Mapping
+
+JSONL_NAME = "metrics.jsonl"
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """All records of a metrics.jsonl (a directory means its metrics.jsonl)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, JSONL_NAME)
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+class MetricsLog:
+    """Appends scalars to metrics.jsonl and TensorBoard; a no-op unless `enabled`."""
+
+    def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0):
+        self.enabled = enabled
+        self._tb = None
+        if not enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        self.path = os.path.join(workdir, JSONL_NAME)
+        if os.path.exists(self.path):
+            # Lines past resume_step come from steps the resumed run will redo.
+            kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in kept)
+        self._file = open(self.path, "a")
+        from tensorboardX import SummaryWriter  # imported here: workers that never log skip it
+
+        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step), "split": split, **{k: float(v) for k, v in scalars.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        for name, value in scalars.items():
+            self._tb.add_scalar(f"{split}/{name}", float(value), int(step))
+
+    def close(self) -> None:
+        if self.enabled:
+            self._file.close()
+            self._tb.close()
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class Progress:
+    """One line per logging interval on process 0: step, figures, speed and ETA."""
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True, stream=None):
+        self.total = total_steps
+        self.enabled = enabled
+        self.stream = stream or sys.stdout
+        self._start_step = start_step
+        self._start_time = None
+
+    def start(self, step: int) -> None:
+        """Marks the end of the first (compiling) step: ETA counts from here."""
+        self._start_step, self._start_time = step, time.time()
+
+    def line(self, step: int, scalars: Mapping[str, float], eta: bool = True) -> str:
+        parts = [f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"]
+        for name, fmt in (("loss", ".3f"), ("mlm_accuracy", ".3f"), ("nsp_accuracy", ".3f"),
+                          ("learning_rate", ".2e"), ("grad_norm", ".2f")):
+            if name in scalars:
+                parts.append(f"{name} {scalars[name]:{fmt}}")
+        if "tokens_per_sec" in scalars:
+            parts.append(f"{scalars['tokens_per_sec'] / 1000:.1f}k tok/s")
+        if eta and self._start_time is not None and step > self._start_step:
+            rate = (time.time() - self._start_time) / (step - self._start_step)
+            parts.append(f"ETA {format_duration(rate * (self.total - step))}")
+        return "  ".join(parts)
+
+    def report(self, step: int, scalars: Mapping[str, float], prefix: str = "", eta: bool = True) -> None:
+        if self.enabled:
+            print(prefix + self.line(step, scalars, eta), file=self.stream, flush=True)

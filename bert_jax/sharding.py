@@ -1,0 +1,157 @@
+"""The device mesh and every sharding decision: logical axis names -> mesh axes.
+
+The mesh has three axes:
+  data    pure data parallelism: parameters replicated, the batch split.
+  fsdp    data parallelism that also splits parameters and optimizer state (ZeRO-3 style):
+          the batch is split over data x fsdp, each weight over fsdp along its 'embed' dim.
+  tensor  Megatron-style model parallelism: attention heads, the MLP width and the vocabulary.
+
+Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; model.py lists them); the rules
+in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
+applies them, so changing a parallelism strategy is a config change.
+"""
+import logging
+import math
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int, int, int]:
+    """Resolves one -1 axis to use all devices; checks that the product equals `num_devices`."""
+    sizes = [data, fsdp, tensor]
+    if sizes.count(-1) > 1:
+        raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}")
+    if any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(f"mesh axis sizes must be positive or -1, got {sizes}")
+    known = math.prod(s for s in sizes if s != -1)
+    if -1 in sizes:
+        if num_devices % known:
+            raise ValueError(
+                f"mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices are not divisible by {known}"
+            )
+        sizes[sizes.index(-1)] = num_devices // known
+    if math.prod(sizes) != num_devices:
+        raise ValueError(
+            f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, there are "
+            f"{num_devices}; set config.mesh.data=-1 to use them all"
+        )
+    return tuple(sizes)
+
+
+def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all devices of all processes)."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(data, fsdp, tensor, len(devices))
+    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
+    # would default to Explicit axes, which changes how jit treats unannotated values.
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+
+
+def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
+    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules.
+
+    The result is what flax's nnx.logical_axis_rules takes for the model's activations.
+    """
+    out = []
+    for rule in rules:
+        if len(rule) != 2:
+            raise ValueError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
+        logical, mesh_axes = rule
+        if mesh_axes is None:
+            out.append((logical, None))
+            continue
+        axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        unknown = [a for a in axes if a not in MESH_AXES]
+        if unknown:
+            raise ValueError(f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
+                             f"use {MESH_AXES}")
+        out.append((logical, axes))
+    return tuple(out)
+
+
+def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
+    return {logical: axes or () for logical, axes in normalize_rules(rules)}
+
+
+def logical_to_mesh_spec(logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules) -> P:
+    """Maps one array's logical axis names to a PartitionSpec on `mesh`.
+
+    A dimension stays unsplit when its size is not divisible by the mesh axes it maps to (e.g.
+    BERT's 30522-word vocabulary over 4 tensor devices) or when an earlier dimension already
+    uses that mesh axis; a mesh axis of size 1 is dropped as it splits nothing.
+    """
+    table = _rules_dict(rules)
+    used: set[str] = set()
+    spec = []
+    for name, size in zip(logical, shape):
+        axes = tuple(a for a in table.get(name, ()) if name is not None and mesh.shape[a] > 1 and a not in used)
+        if axes and size % math.prod(mesh.shape[a] for a in axes):
+            logging.info("not splitting dim %r of size %d over %s: not divisible", name, size, axes)
+            axes = ()
+        used.update(axes)
+        spec.append(axes[0] if len(axes) == 1 else (axes or None))
+    return P(*spec)
+
+
+def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
+    """Pure-dict tree of NamedShardings for the parameters of an abstract nnx.State."""
+    logical = nnx.to_pure_dict(nnx.get_partition_spec(abstract_state))
+    shapes = nnx.to_pure_dict(abstract_state)
+    return jax.tree.map(
+        lambda spec, x: NamedSharding(mesh, logical_to_mesh_spec(tuple(spec), x.shape, mesh, rules)),
+        logical, shapes, is_leaf=lambda s: isinstance(s, P),
+    )
+
+
+def _dict_path(key_path) -> tuple:
+    return tuple(k.key for k in key_path if isinstance(k, jax.tree_util.DictKey))
+
+
+def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) -> Any:
+    """Shardings for a tree whose sub-trees mirror the parameters (optimizer moments).
+
+    A leaf whose dict-key path ends with a parameter's path, and that has the parameter's
+    shape, gets that parameter's sharding; every other leaf (step counters, scalars) is
+    replicated. This covers any optax state without knowing its layout.
+    """
+    by_path = {
+        _dict_path(path): s
+        for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
+    }
+    replicated = NamedSharding(mesh, P())
+
+    def leaf(path, x):
+        keys = _dict_path(path)
+        for start in range(len(keys)):
+            s = by_path.get(keys[start:])
+            if s is not None and len(s.spec) <= len(x.shape):
+                return s
+        return replicated
+
+    return jax.tree_util.tree_map_with_path(leaf, tree)
+
+
+def batch_spec(rules) -> P:
+    """PartitionSpec of a [batch, ...] input: the batch dim over the mesh axes of 'batch'."""
+    axes = _rules_dict(rules).get("batch", ())
+    return P(axes if axes else None)
+
+
+def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
+    return NamedSharding(mesh, batch_spec(rules))
+
+
+def data_parallel_size(mesh: Mesh, rules) -> int:
+    """How many ways the batch dimension is split."""
+    return math.prod(mesh.shape[a] for a in _rules_dict(rules).get("batch", ()))
+
+
+def host_to_global(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
+    """This process's rows of a batch -> global jax.Arrays on `sharding` (rows of all processes)."""
+    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

@@ -1,0 +1,388 @@
+"""Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
+
+The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
+    {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state),
+     'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key}
+The model is rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
+fold_in(rng, step), so a resumed run draws the same dropout masks as an uninterrupted one.
+
+Gradient accumulation runs inside one jitted step (lax.scan over micro-batches). Each
+micro-batch's loss is normalised by the whole batch's denominators (masked-token count, example
+count), so the summed gradients are exactly those of the full batch.
+"""
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from bert_jax import checkpointing, input_pipeline, losses, metrics_log, optim, sharding
+from bert_jax import features as F
+from bert_jax import model as model_lib
+
+Batch = dict[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Everything the steps need that is not an array: model structure, mesh, shardings, optimizer."""
+
+    model_config: model_lib.BertConfig
+    graphdef: Any
+    mesh: Mesh
+    rules: tuple
+    param_shardings: Any  # pure dict of NamedSharding, like params
+    state_shardings: dict  # like the train state
+    abstract_state: dict  # jax.ShapeDtypeStruct leaves carrying state_shardings
+    batch_sharding: NamedSharding
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+
+    @contextlib.contextmanager
+    def activate(self):
+        """The mesh and logical rules under which the model adds activation sharding constraints."""
+        with jax.set_mesh(self.mesh), nnx.logical_axis_rules(self.rules):
+            yield
+
+
+def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
+    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer (config.optim)."""
+    model_config = model_lib.BertConfig.from_config_dict(config.model)
+    if devices is None:
+        devices = jax.devices()
+        if config.mesh.num_devices:
+            if jax.process_count() > 1:
+                raise ValueError("config.mesh.num_devices is for single-process runs; set it to 0")
+            devices = devices[:config.mesh.num_devices]
+    mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
+    if model_config.num_attention_heads % mesh.shape["tensor"]:
+        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide "
+                         f"num_attention_heads={model_config.num_attention_heads}")
+    rules = sharding.normalize_rules(config.mesh.rules)
+
+    abstract_model = nnx.eval_shape(lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
+    graphdef, param_state = nnx.split(abstract_model, nnx.Param)
+    param_shardings = sharding.param_shardings(param_state, mesh, rules)
+    abstract_params = nnx.to_pure_dict(param_state)
+
+    tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
+    replicated = NamedSharding(mesh, P())
+    abstract_opt = jax.eval_shape(tx.init, abstract_params)
+    state_shardings = {
+        "params": param_shardings,
+        "opt_state": sharding.tree_shardings_like_params(abstract_opt, param_shardings, mesh),
+        "step": replicated,
+        "rng": replicated,
+    }
+    shapes = {"params": abstract_params, "opt_state": abstract_opt,
+              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
+    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                  shapes, state_shardings)
+    return Setup(model_config, graphdef, mesh, rules, param_shardings, state_shardings, abstract_state,
+                 sharding.batch_sharding(mesh, rules), tx, schedule)
+
+
+# --- Pure functions of arrays ----------------------------------------------------------------
+
+
+def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, jax.Array]:
+    """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry EXAMPLE_WEIGHT."""
+    model = nnx.merge(graphdef, params)
+    mlm_logits, nsp_logits = model(batch[F.INPUT_IDS], batch[F.INPUT_MASK], batch[F.SEGMENT_IDS],
+                                   batch[F.MASKED_LM_POSITIONS], dropout_rng=dropout_rng)
+    example_weight = batch.get(input_pipeline.EXAMPLE_WEIGHT)
+    mlm_weights = batch[F.MASKED_LM_WEIGHTS]
+    if example_weight is not None:
+        mlm_weights = mlm_weights * example_weight[:, None]
+    return {**losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
+            **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], example_weight)}
+
+
+def loss_and_grads(graphdef, params, batch: Batch, rng, *, grad_accum_steps: int = 1,
+                   dropout: bool = True, batch_axes=None):
+    """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
+    mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
+    nsp_denominator = jnp.float32(batch[F.INPUT_IDS].shape[0])
+
+    def micro_loss(p, micro, key):
+        sums = forward_sums(graphdef, p, micro, key if dropout else None)
+        return losses.pretraining_loss(sums, mlm_denominator, nsp_denominator), sums
+
+    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+    if grad_accum_steps == 1:
+        (loss, sums), grads = grad_fn(params, batch, rng)
+        return loss, sums, grads
+
+    def split(x):
+        # Micro-batch i takes rows i, i+A, i+2A, ...: each device keeps its own rows, no transfer.
+        b = x.shape[0]
+        x = x.reshape(b // grad_accum_steps, grad_accum_steps, *x.shape[1:]).swapaxes(0, 1)
+        # [accum, micro_batch, ...]
+        return jax.lax.with_sharding_constraint(x, P(None, batch_axes)) if batch_axes else x
+
+    micro_batches = jax.tree.map(split, batch)
+
+    def body(carry, xs):
+        micro, i = xs
+        (loss, sums), grads = grad_fn(params, micro, jax.random.fold_in(rng, i))
+        return jax.tree.map(jnp.add, carry, (loss, sums, grads)), None
+
+    zero_sums = jax.eval_shape(lambda: forward_sums(graphdef, params, jax.tree.map(lambda x: x[0], micro_batches)))
+    init = (jnp.zeros([], jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
+            jax.tree.map(jnp.zeros_like, params))
+    (loss, sums, grads), _ = jax.lax.scan(body, init, (micro_batches, jnp.arange(grad_accum_steps)))
+    return loss, sums, grads
+
+
+def train_step(state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_steps: int,
+               batch_axes=None) -> tuple[dict, dict]:
+    """One optimizer step. Returns the new state and scalar metrics of this step."""
+    step = state["step"]
+    rng = jax.random.fold_in(state["rng"], step)
+    loss, sums, grads = loss_and_grads(graphdef, state["params"], batch, rng,
+                                       grad_accum_steps=grad_accum_steps, batch_axes=batch_axes)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    metrics = {
+        "loss": loss,
+        "mlm_loss": sums["mlm_nll_sum"] / jnp.maximum(sums["mlm_weight_sum"], 1e-5),
+        "mlm_accuracy": sums["mlm_correct_sum"] / jnp.maximum(sums["mlm_weight_sum"], 1e-5),
+        "nsp_accuracy": sums["nsp_correct_sum"] / jnp.maximum(sums["nsp_count"], 1.0),
+        "grad_norm": optax.global_norm(grads),  # before clipping
+        "learning_rate": schedule(step),
+        "tokens": jnp.sum(batch[F.INPUT_MASK]),
+    }
+    new_state = {"params": params, "opt_state": opt_state, "step": step + 1, "rng": state["rng"]}
+    return new_state, metrics
+
+
+# --- Jitted, sharded entry points ------------------------------------------------------------
+
+
+def batch_axes(setup: Setup):
+    return sharding.batch_spec(setup.rules)[0]
+
+
+def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
+    """A function creating the initial train state directly on its shardings (no host copy)."""
+    model_config, tx = setup.model_config, setup.tx
+
+    def init():
+        key = jax.random.PRNGKey(seed)
+        init_key, rng = jax.random.split(key)
+        model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
+        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros([], jnp.int32), "rng": rng}
+
+    return jax.jit(init, out_shardings=setup.state_shardings)
+
+
+def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
+    """train_step jitted with in/out shardings; the state argument is donated (updated in place)."""
+    fn = functools.partial(train_step, graphdef=setup.graphdef, tx=setup.tx, schedule=setup.schedule,
+                           grad_accum_steps=grad_accum_steps, batch_axes=batch_axes(setup))
+    replicated = NamedSharding(setup.mesh, P())
+    return jax.jit(fn, in_shardings=(setup.state_shardings, setup.batch_sharding),
+                   out_shardings=(setup.state_shardings, replicated), donate_argnums=(0,))
+
+
+def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = False):
+    """(params, batch, rng) -> (loss, grads) on the mesh; grads come back sharded like params."""
+    def fn(params, batch, rng):
+        loss, _, grads = loss_and_grads(setup.graphdef, params, batch, rng, grad_accum_steps=grad_accum_steps,
+                                        dropout=dropout, batch_axes=batch_axes(setup))
+        return loss, grads
+    replicated = NamedSharding(setup.mesh, P())
+    return jax.jit(fn, in_shardings=(setup.param_shardings, setup.batch_sharding, replicated),
+                   out_shardings=(replicated, setup.param_shardings))
+
+
+def jit_eval_step(setup: Setup):
+    """(params, batch) -> sums over the batch, replicated."""
+    fn = functools.partial(forward_sums, setup.graphdef)
+    return jax.jit(fn, in_shardings=(setup.param_shardings, setup.batch_sharding),
+                   out_shardings=NamedSharding(setup.mesh, P()))
+
+
+def evaluate(setup: Setup, eval_step, params, batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Held-out MLM loss/accuracy and NSP loss/accuracy over all `batches` (host-local rows)."""
+    totals: dict[str, float] = {}
+    with setup.activate():
+        for host_batch in batches:
+            sums = jax.device_get(eval_step(params, sharding.host_to_global(host_batch, setup.batch_sharding)))
+            for k, v in sums.items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+    return losses.summarize(totals)
+
+
+# --- The loop --------------------------------------------------------------------------------
+
+
+def validate(config: ml_collections.ConfigDict, mesh: Mesh, rules) -> None:
+    """Clear errors for settings that would fail deep inside jit or the input pipeline."""
+    t = config.train
+    dp = sharding.data_parallel_size(mesh, rules)
+    if t.grad_accum_steps < 1:
+        raise ValueError(f"train.grad_accum_steps must be >= 1, got {t.grad_accum_steps}")
+    if t.global_batch_size % (t.grad_accum_steps * dp):
+        raise ValueError(
+            f"train.global_batch_size={t.global_batch_size} must be divisible by grad_accum_steps "
+            f"({t.grad_accum_steps}) x the data-parallel devices ({dp} = mesh data x fsdp)")
+    if t.global_batch_size % jax.process_count():
+        raise ValueError(f"train.global_batch_size must be divisible by the {jax.process_count()} processes")
+    if config.data.eval_files and config.eval.batch_size % (dp * jax.process_count()):
+        raise ValueError(f"eval.batch_size={config.eval.batch_size} must be divisible by the "
+                         f"{dp} data-parallel devices and {jax.process_count()} processes")
+    if not config.data.train_files:
+        raise ValueError("config.data.train_files is empty: point it at record files (e.g. "
+                         "--config.data.train_files='/data/train-*.arrayrecord')")
+
+
+class _Preemption:
+    """SIGTERM -> save and exit at the next step boundary (single process; pods use Orbax's check)."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        logging.warning("SIGTERM: saving a checkpoint and stopping after this step")
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _mean(history: list[dict]) -> dict[str, float]:
+    values = jax.device_get(history)
+    return {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final figures.
+
+    Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
+    'stopped': why the loop ended: 'done', 'target_reached', 'preempted' or 'stop_after_steps'}.
+    """
+    setup = make_setup(config)
+    validate(config, setup.mesh, setup.rules)
+    t = config.train
+    is_primary = jax.process_index() == 0
+    total = t.num_train_steps
+
+    train_ds = input_pipeline.train_dataset(config.data, setup.model_config.vocab_size, t.global_batch_size,
+                                            t.seed, jax.process_index(), jax.process_count())
+    data_iter = iter(train_ds)
+    manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
+    latest = manager.latest_step()
+    if latest is not None:
+        if is_primary:
+            print(f"resuming from {manager.directory}/{latest}", flush=True)
+        state = checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
+    else:
+        state = jit_init(setup, t.seed)()
+        if t.init_checkpoint:
+            params, _ = checkpointing.restore_params(t.init_checkpoint, shardings=setup.param_shardings)
+            state["params"] = params
+            if is_primary:
+                print(f"initial parameters from {t.init_checkpoint}", flush=True)
+    step = int(jax.device_get(state["step"]))
+
+    eval_batches = []
+    if config.data.eval_files:
+        eval_batches = input_pipeline.eval_batches(
+            config.data, config.data.eval_files, setup.model_config.vocab_size, config.eval.batch_size,
+            config.eval.num_examples, t.seed, jax.process_index(), jax.process_count())
+    p_train_step = jit_train_step(setup, t.grad_accum_steps)
+    p_eval_step = jit_eval_step(setup) if eval_batches else None
+
+    log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
+    progress = metrics_log.Progress(total, step, enabled=is_primary)
+    if is_primary:
+        num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
+        print(f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+              f"step {step} -> {total}", flush=True)
+
+    history: list[dict] = []  # device metrics of the steps since the last log line
+    last_train: dict[str, float] = {}
+    last_eval: dict[str, float] = {}
+    stopped = "done"
+    timer_start, timed_steps = None, 0  # speed excludes this run's first (compiling) step
+
+    def run_eval():
+        figures = evaluate(setup, p_eval_step, state["params"], eval_batches)
+        log.write(step, "eval", figures)
+        progress.report(step, figures, prefix="eval  ", eta=False)
+        return figures
+
+    with _Preemption() as preemption, setup.activate():
+        while step < total:
+            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
+            state, metrics = p_train_step(state, batch)
+            step += 1
+            history.append(metrics)
+            if timer_start is None:
+                jax.block_until_ready(metrics)
+                progress.start(step)
+                timer_start = time.time()
+            else:
+                timed_steps += 1
+
+            if step % t.log_every_steps == 0 or step == total:
+                last_train = _mean(history)
+                tokens_per_step = last_train.pop("tokens")
+                if timed_steps:
+                    elapsed = time.time() - timer_start
+                    last_train.update(step_time=elapsed / timed_steps,
+                                      tokens_per_sec=tokens_per_step * timed_steps / elapsed)
+                log.write(step, "train", last_train)
+                progress.report(step, last_train)
+                history, timer_start, timed_steps = [], time.time(), 0
+
+            at_end = step == total
+            if eval_batches and (at_end or (config.eval.every_steps and step % config.eval.every_steps == 0)):
+                last_eval = run_eval()
+                timer_start, timed_steps = time.time(), 0  # eval time is not step time
+                target = config.eval.target_mlm_accuracy
+                if target and last_eval.get("mlm_accuracy", 0.0) >= target:
+                    stopped = "target_reached"
+                    if is_primary:
+                        print(f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
+                              f"target {target} at step {step}: stopping", flush=True)
+
+            preempted = manager.reached_preemption(step) or (jax.process_count() == 1 and preemption.requested)
+            if preempted and stopped == "done":
+                stopped = "preempted"
+            every = config.checkpoint.every_steps
+            if at_end or stopped != "done" or (every and step % every == 0):
+                checkpointing.save(manager, step, state, data_iter, config)
+            if stopped != "done":
+                break
+            if t.stop_after_steps and step >= t.stop_after_steps:
+                stopped = "stop_after_steps"
+                break
+
+    manager.wait_until_finished()
+    manager.close()
+    log.close()
+    if stopped == "preempted" and is_primary:
+        print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
+    return {"step": step, "train": last_train, "eval": last_eval, "stopped": stopped}

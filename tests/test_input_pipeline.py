@@ -1,0 +1,169 @@
+"""Grain input pipeline: both record formats, global shuffle, per-process parts, dynamic masking."""
+import collections
+
+import numpy as np
+import pytest
+
+from bert_jax import features as F
+from bert_jax import input_pipeline as ip
+from bert_jax import record_io
+from configs import default
+
+GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 records, L=128, P=20
+CLS, SEP, MASK, VOCAB = 101, 102, 103, 30522
+
+
+def data_config(files, dynamic=False, **kw):
+    d = default.get_config().data
+    d.train_files = str(files)
+    d.dynamic_masking = dynamic
+    d.read_threads = 1
+    d.update(kw)
+    return d
+
+
+def unmask(example):
+    """A golden record with its masked tokens put back and the masked_* features dropped."""
+    ids = example[F.INPUT_IDS].copy()
+    real = example[F.MASKED_LM_WEIGHTS] > 0
+    ids[example[F.MASKED_LM_POSITIONS][real]] = example[F.MASKED_LM_IDS][real]
+    return {F.INPUT_IDS: ids, **{k: example[k] for k in F.UNMASKED_FEATURES if k != F.INPUT_IDS}}
+
+
+@pytest.fixture(scope="module")
+def files(testdata, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("records")
+    golden = str(testdata / GOLDEN)
+    records = list(record_io.read_records(golden))
+    out = {"tfrecord": golden, "arrayrecord": str(tmp / "golden.arrayrecord"),
+           "unmasked": str(tmp / "unmasked.arrayrecord")}
+    with record_io.RecordWriter(out["arrayrecord"]) as w:
+        for r in records:
+            w.write(r)
+    with record_io.RecordWriter(out["unmasked"]) as w:
+        for r in records:
+            w.write(F.encode_example(unmask(F.decode_example(r))))
+    return out
+
+
+def take(ds_or_it, n):
+    it = iter(ds_or_it)
+    return [next(it) for _ in range(n)]
+
+
+def test_both_formats_give_the_same_batches(files):
+    a = take(ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 8, seed=3), 4)
+    b = take(ip.train_dataset(data_config(files["arrayrecord"]), VOCAB, 8, seed=3), 4)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    assert a[0][F.INPUT_IDS].shape == (8, 128) and a[0][F.INPUT_IDS].dtype == np.int32
+    assert a[0][F.MASKED_LM_WEIGHTS].shape == (8, 20) and a[0][F.NEXT_SENTENCE_LABELS].shape == (8,)
+
+
+def _keys(batches):
+    # Records are told apart by their token ids (the 60 golden records are distinct).
+    return [row.tobytes() for b in batches for row in b[F.INPUT_IDS]]
+
+
+def test_global_shuffle_reads_each_record_once_per_epoch(files):
+    all_keys = {ex[F.INPUT_IDS].astype(np.int32).tobytes()
+                for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))}
+    assert len(all_keys) == 60
+    epochs = _keys(take(ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 10, seed=0), 12))
+    first, second = epochs[:60], epochs[60:]
+    assert set(first) == all_keys and len(set(first)) == 60
+    assert set(second) == all_keys
+    assert first != second  # reshuffled every epoch
+    in_file_order = [ex[F.INPUT_IDS].astype(np.int32).tobytes()
+                     for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))]
+    assert first != in_file_order
+
+
+def test_each_process_reads_its_own_part(files):
+    cfg = data_config(files["arrayrecord"])
+    parts = [_keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0, process_index=p, process_count=2), 6))
+             for p in (0, 1)]
+    assert all(len(p) == 30 for p in parts)  # 6 batches of 10/2 rows = one epoch each
+    assert not set(parts[0]) & set(parts[1])  # disjoint...
+    assert len(set(parts[0]) | set(parts[1])) == 60  # ...and together every record once
+    single = _keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 6))
+    # Process p takes positions p, p+2, ... of the one global order.
+    assert single[0::2] == parts[0] and single[1::2] == parts[1]
+
+
+def test_iterator_state_resumes_exactly(files):
+    ds = ip.train_dataset(data_config(files["unmasked"], dynamic=True), VOCAB, 8, seed=1)
+    it = iter(ds)
+    take(it, 3)
+    state = it.get_state()
+    expected = take(it, 4)
+    fresh = iter(ds)
+    fresh.set_state(state)
+    for x, y in zip(expected, take(fresh, 4)):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_dynamic_masking_statistics(files):
+    cfg = data_config(files["unmasked"], dynamic=True)
+    batches = take(ip.train_dataset(cfg, VOCAB, 20, seed=0), 30)  # 10 epochs of 60 records
+    kinds = collections.Counter()
+    masks_seen = collections.defaultdict(set)
+    for b in batches:
+        for i in range(20):
+            ids, mask = b[F.INPUT_IDS][i], b[F.INPUT_MASK][i]
+            pos, labels, w = b[F.MASKED_LM_POSITIONS][i], b[F.MASKED_LM_IDS][i], b[F.MASKED_LM_WEIGHTS][i]
+            n_real, k = int(mask.sum()), int(w.sum())
+            assert k == min(20, max(1, round(n_real * 0.15)))
+            chosen = pos[:k]
+            assert list(chosen) == sorted(chosen) and len(set(chosen)) == k
+            assert (chosen < n_real).all()  # never padding
+            assert not np.isin(labels[:k], [CLS, SEP]).any()  # never [CLS] / [SEP]
+            for p, label in zip(chosen, labels[:k]):
+                kinds["mask" if ids[p] == MASK else "keep" if ids[p] == label else "random"] += 1
+            original = ids.copy()
+            original[chosen] = labels[:k]
+            masks_seen[original.tobytes()].add(pos.tobytes())
+    total = sum(kinds.values())
+    assert total > 2000
+    assert kinds["mask"] / total == pytest.approx(0.8, abs=0.03)
+    assert kinds["keep"] / total == pytest.approx(0.1 + 0.1 / VOCAB, abs=0.03)
+    assert kinds["random"] / total == pytest.approx(0.1, abs=0.03)
+    # A record is masked anew each epoch: (nearly) every record shows several different masks.
+    distinct = {F.decode_example(r)[F.INPUT_IDS].astype(np.int32).tobytes()
+                for r in record_io.read_records(files["unmasked"])}
+    assert masks_seen.keys() == distinct
+    assert np.mean([len(v) > 1 for v in masks_seen.values()]) > 0.9
+
+
+def test_eval_batches_pad_the_last_batch(files):
+    cfg = data_config(files["tfrecord"])
+    batches = ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, num_examples=50)
+    assert len(batches) == 4
+    weights = np.concatenate([b[ip.EXAMPLE_WEIGHT] for b in batches])
+    assert weights.sum() == 50 and (weights[50:] == 0).all()
+    assert (batches[-1][F.MASKED_LM_WEIGHTS][2:] == 0).all()  # padding rows predict nothing
+    # Two processes split every global batch between them.
+    halves = [ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, 50, process_index=p, process_count=2)
+              for p in (0, 1)]
+    np.testing.assert_array_equal(np.concatenate([halves[0][1][F.INPUT_IDS], halves[1][1][F.INPUT_IDS]]),
+                                  batches[1][F.INPUT_IDS])
+
+
+def test_clear_errors(files, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no record files match"):
+        ip.expand_files(str(tmp_path / "missing-*.arrayrecord"))
+    with pytest.raises(ValueError, match="dynamic_masking=True"):
+        take(ip.train_dataset(data_config(files["unmasked"]), VOCAB, 8, seed=0), 1)
+    with pytest.raises(ValueError, match="dynamic_masking=False"):
+        take(ip.train_dataset(data_config(files["tfrecord"], dynamic=True), VOCAB, 8, seed=0), 1)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        take(ip.train_dataset(data_config(files["tfrecord"], max_seq_length=512), VOCAB, 8, seed=0), 1)
+    with pytest.raises(ValueError, match="mixed record formats"):
+        ip.make_source([files["tfrecord"], files["arrayrecord"]])
+    not_tfrecord = tmp_path / "text.tfrecord"
+    not_tfrecord.write_text("hello, this is not a TFRecord file at all\n" * 3)
+    with pytest.raises(ValueError, match="is it a TFRecord file"):
+        ip.make_source([str(not_tfrecord)])

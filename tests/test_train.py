@@ -1,0 +1,197 @@
+"""The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl main."""
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
+from bert_jax import features as F
+from bert_jax import record_io
+from configs import tiny
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """Compile each distinct step once: runs of the same config in this module share executables."""
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes")
+    saved = {n: getattr(jax.config, n) for n in names}
+    jax.config.update(names[0], str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update(names[1], 0)
+    jax.config.update(names[2], -1)
+    cc.reset_cache()
+    yield
+    for n, v in saved.items():
+        jax.config.update(n, v)
+    cc.reset_cache()
+
+
+@pytest.fixture(scope="module")
+def unmasked_records(testdata, tmp_path_factory):
+    """The golden pydocs records with their masks undone: input for dynamic masking."""
+    path = str(tmp_path_factory.mktemp("unmasked") / "train-00000-of-00001.arrayrecord")
+    with record_io.RecordWriter(path) as w:
+        for r in record_io.read_records(str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")):
+            ex = F.decode_example(r)
+            ids, real = ex[F.INPUT_IDS].copy(), ex[F.MASKED_LM_WEIGHTS] > 0
+            ids[ex[F.MASKED_LM_POSITIONS][real]] = ex[F.MASKED_LM_IDS][real]
+            w.write(F.encode_example({F.INPUT_IDS: ids, **{k: ex[k] for k in F.UNMASKED_FEATURES[1:]}}))
+    return path
+
+
+def small_config(testdata, **train_overrides):
+    config = tiny.get_config()
+    config.data.train_files = str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")
+    config.data.eval_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.data.read_threads = 1
+    config.train.global_batch_size = 8
+    config.train.num_train_steps = 8
+    config.train.log_every_steps = 2
+    config.train.update(train_overrides)
+    config.optim.warmup_steps = 2
+    config.optim.learning_rate = 1e-3
+    config.eval.every_steps = 0
+    config.eval.batch_size = 16
+    config.checkpoint.every_steps = 3
+    config.mesh.num_devices = 1
+    return config
+
+
+def test_gradient_accumulation_equals_the_large_batch(testdata):
+    config = small_config(testdata)
+    config.mesh.num_devices, config.mesh.data = 2, 2  # micro-batches split over a sharded batch
+    setup = train.make_setup(config)
+    params = train.jit_init(setup, seed=0)()["params"]
+    batch = next(iter(input_pipeline.train_dataset(config.data, 30522, 16, seed=0)))
+    rng = jax.random.PRNGKey(1)
+    with setup.activate():
+        g_batch = sharding.host_to_global(batch, setup.batch_sharding)
+        full_loss, full = train.jit_loss_and_grads(setup, 1)(params, g_batch, rng)
+        acc_loss, acc = train.jit_loss_and_grads(setup, 4)(params, g_batch, rng)
+    assert float(acc_loss) == pytest.approx(float(full_loss), rel=1e-5)
+    for g, r in zip(jax.tree.leaves(acc), jax.tree.leaves(full)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
+def test_eval_figures_match_a_direct_computation(testdata):
+    config = small_config(testdata)
+    setup = train.make_setup(config)
+    params = train.jit_init(setup, seed=0)()["params"]
+    # 20 examples in batches of 16: the second batch is 4 real rows and 12 padding rows.
+    batches = input_pipeline.eval_batches(config.data, config.data.eval_files, 30522, 16, num_examples=20)
+    got = train.evaluate(setup, train.jit_eval_step(setup), params, batches)
+
+    import flax.nnx as nnx
+    model = nnx.merge(setup.graphdef, params)
+    rows = {k: np.concatenate([b[k] for b in batches])[:20] for k in batches[0]}
+    mlm_logits, nsp_logits = model(rows[F.INPUT_IDS], rows[F.INPUT_MASK], rows[F.SEGMENT_IDS],
+                                   rows[F.MASKED_LM_POSITIONS])
+    w = rows[F.MASKED_LM_WEIGHTS]
+    lp = jax.nn.log_softmax(np.asarray(mlm_logits, np.float64))
+    nll = -np.take_along_axis(np.asarray(lp), rows[F.MASKED_LM_IDS][..., None], -1)[..., 0]
+    right = np.asarray(mlm_logits).argmax(-1) == rows[F.MASKED_LM_IDS]
+    assert got["mlm_loss"] == pytest.approx((nll * w).sum() / w.sum(), rel=1e-4)
+    assert got["mlm_accuracy"] == pytest.approx((right * w).sum() / w.sum(), abs=1e-9)
+    nsp_right = np.asarray(nsp_logits).argmax(-1) == rows[F.NEXT_SENTENCE_LABELS]
+    assert got["nsp_accuracy"] == pytest.approx(nsp_right.mean(), abs=1e-9)
+    assert got.keys() == {"mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "loss"}
+    assert losses.summarize  # the figures are losses.summarize's
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(testdata, unmasked_records, tmp_path_factory):
+    """8 steps on a 2x2x2 mesh with dropout and dynamic masking, never stopped."""
+    workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+    config = resume_config(testdata, unmasked_records)
+    result = train.train_and_evaluate(config, workdir)
+    return workdir, result
+
+
+def resume_config(testdata, unmasked_records, **train_overrides):
+    config = small_config(testdata, **train_overrides)
+    config.data.train_files = unmasked_records
+    config.data.dynamic_masking = True
+    config.data.eval_files = ""
+    config.mesh.num_devices = 0
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = 2, 2, 2
+    assert config.model.hidden_dropout_prob > 0  # dropout draws from the saved RNG
+    return config
+
+
+def test_killed_and_resumed_run_ends_bit_identical(testdata, unmasked_records, uninterrupted, tmp_path):
+    reference_dir, reference = uninterrupted
+    assert reference["stopped"] == "done" and reference["step"] == 8
+    workdir = str(tmp_path)
+    killed = train.train_and_evaluate(resume_config(testdata, unmasked_records, stop_after_steps=5), workdir)
+    assert killed["stopped"] == "stop_after_steps" and killed["step"] == 5
+    assert checkpointing.make_manager(workdir).all_steps() == [3]  # the "kill" lost steps 4 and 5
+    resumed = train.train_and_evaluate(resume_config(testdata, unmasked_records), workdir)
+    assert resumed["step"] == 8 and resumed["stopped"] == "done"
+
+    got, _ = checkpointing.restore_params(workdir)
+    want, _ = checkpointing.restore_params(reference_dir)
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+    # The metrics log reads as one run: no step logged twice after the redo of steps 4-5.
+    steps = [r["step"] for r in metrics_log.read_jsonl(workdir) if r["split"] == "train"]
+    assert steps == [2, 4, 6, 8]
+
+
+def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, tmp_path):
+    source, _ = uninterrupted
+    config = small_config(testdata, num_train_steps=1, init_checkpoint=source)
+    config.optim.learning_rate, config.optim.warmup_steps = 0.0, 0  # the step leaves the parameters as loaded
+    result = train.train_and_evaluate(config, str(tmp_path))
+    assert result["step"] == 1  # a fresh step count, not the source's 8
+    got, _ = checkpointing.restore_params(str(tmp_path))
+    want, _ = checkpointing.restore_params(source)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path):
+    config = small_config(testdata, num_train_steps=50)
+    config.eval.every_steps = 2
+    config.eval.target_mlm_accuracy = 0.01  # "the" alone beats this after a few steps
+    config.optim.learning_rate = 5e-3
+    result = train.train_and_evaluate(config, str(tmp_path))
+    assert result["stopped"] == "target_reached"
+    assert result["eval"]["mlm_accuracy"] >= 0.01 and result["step"] < 50
+    assert checkpointing.make_manager(str(tmp_path)).latest_step() == result["step"]  # saved on stop
+    evals = [r for r in metrics_log.read_jsonl(str(tmp_path)) if r["split"] == "eval"]
+    assert evals[-1]["step"] == result["step"]
+    assert all(0 <= r["nsp_accuracy"] <= 1 for r in evals)
+
+
+def test_config_errors_say_what_to_fix(testdata):
+    config = small_config(testdata, global_batch_size=9)
+    config.mesh.num_devices = 2
+    setup = train.make_setup(config)
+    with pytest.raises(ValueError, match="global_batch_size=9 must be divisible"):
+        train.validate(config, setup.mesh, setup.rules)
+    config = small_config(testdata)
+    config.mesh.num_devices, config.mesh.tensor = 4, 4  # tiny has 2 heads
+    with pytest.raises(ValueError, match="must divide num_attention_heads"):
+        train.make_setup(config)
+
+
+def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
+    cmd = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}",
+           f"--config.data.train_files={testdata / 'sample_text.L128.P20.dupe5.tfrecord'}",
+           "--config.train.num_train_steps=3", "--config.train.global_batch_size=4",
+           "--config.train.log_every_steps=1", "--config.mesh.num_devices=1",
+           "--config.optim.learning_rate=0.25", "--config.optim.warmup_steps=0",
+           "--config.optim.schedule=constant"]
+    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "finished at step 3 (done)" in out.stdout
+    records = metrics_log.read_jsonl(str(tmp_path))
+    assert [r["learning_rate"] for r in records] == [0.25, 0.25, 0.25]  # the override took effect
+    assert os.listdir(tmp_path / "tensorboard")
