@@ -82,11 +82,12 @@ def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterat
     offset = _seek_to_line(f, unit.start)
     anchored = unit.start == 0  # the previous line was blank (or this is the file start)
     document: list[str] = []
+    elsewhere = readers.ReadStats()  # lines of another block are counted there, not here
     for raw in f:
         line_start, offset = offset, offset + len(raw)
-        if line_start < stop:
-            stats.lines += 1
-        line = readers.decode_line(raw, stats)
+        counted = stats if line_start < stop else elsewhere
+        counted.lines += 1
+        line = readers.decode_line(raw, counted)
         if not line:
             if document:
                 stats.documents += 1

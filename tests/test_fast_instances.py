@@ -1,0 +1,160 @@
+"""The scaled job's fast paths keep the original's semantics: batch tokenization, instances, masking, encoding."""
+import collections
+import random
+
+import numpy as np
+import pytest
+
+from bert_jax import features as F
+from bert_jax import tokenization
+from data_prep import example_encoder
+from data_prep import fast_instances as fi
+from data_prep import instances as inst
+from data_prep import readers
+
+
+@pytest.fixture(scope="module")
+def tok(vocab_file):
+    return tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def corpus(testdata, tok):
+    """pydocs_small as Documents (offsets) and as the reference's lists of sentence id lists."""
+    docs = list(readers.documents(readers.Source("text", str(testdata / "pydocs_small.txt")), readers.ReadStats()))
+    ids, per_line = tok.encode_batch([line for doc in docs for line in doc])
+    documents = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in docs])
+    as_lists = [[ids[b[j]:b[j + 1]].tolist() for j in range(len(b) - 1)] for b in documents.bounds]
+    return documents, as_lists
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_encode_batch_equals_encode_and_tokenize(vocab_file, testdata, lower):
+    tok = tokenization.WordPieceTokenizer(vocab_file, do_lower_case=lower)
+    rng = random.Random(0)
+    alphabet = "aZé中\u200b\u0301\x0b\x1c\x85\u2028\u00a0\ue000 ,.!-#\t\x01\x7f" + "".join(map(chr, range(0x370, 0x380)))
+    odd = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
+    lines = (testdata / "pydocs_small.txt").read_text(encoding="utf-8").splitlines()[:1500] + odd
+    expected = [tok.convert_tokens_to_ids(tok.tokenize(line)) for line in lines]
+    for batch, wanted in ((lines, expected), (lines[::-1], expected[::-1]), ([], [])):  # cold, then warm cache
+        ids, per_line = tok.encode_batch(batch)
+        assert ids.dtype == np.int32 and per_line.tolist() == [len(e) for e in wanted]
+        assert ids.tolist() == [i for e in wanted for i in e]
+    assert [tok.encode(line) for line in lines] == expected
+
+
+def test_nsp_structure_is_the_originals(corpus, tok, monkeypatch):
+    # Truncation is the one step that draws differently (one binomial per segment instead of a coin
+    # per token; the lengths are checked below). Given the same truncation draws, the spans consume the
+    # random stream exactly as the original does and so must give the same instances.
+    def same_draws(tokens_a, tokens_b, max_num_tokens, rng):
+        lo_a, hi_a, lo_b, hi_b = fi._truncate(0, len(tokens_a), 0, len(tokens_b), max_num_tokens, rng)
+        tokens_a[:], tokens_b[:] = tokens_a[lo_a:hi_a], tokens_b[lo_b:hi_b]
+
+    monkeypatch.setattr(inst, "truncate_seq_pair", same_draws)
+    documents, as_lists = corpus
+    vocab = inst.Vocab.from_tokenizer(tok)
+    opts = inst.InstanceOptions(mask=False, short_seq_prob=0.3)
+    expected, ref_rng = [], random.Random(7)
+    for index in range(len(as_lists)):
+        expected += inst.create_instances_from_document(as_lists, index, opts, vocab, ref_rng)
+    spans, rng = [], random.Random(7)
+    for index in range(len(documents.bounds)):
+        fi.nsp_spans(documents, index, opts, rng, spans)
+    batch = fi.assemble(documents, spans, opts, vocab)
+    ours = [(row[:n].tolist(), seg, bool(r)) for row, n, seg, r in
+            zip(batch.tokens, batch.length, batch.segment_start, batch.random_next)]
+    assert ours == [(x.tokens, x.segment_ids.index(1), x.is_random_next) for x in expected]
+    assert len(ours) > 500
+
+
+def test_mlm_only_packing_is_the_originals(corpus, tok):
+    documents, as_lists = corpus
+    vocab = inst.Vocab.from_tokenizer(tok)
+    opts = inst.InstanceOptions(max_seq_length=64, nsp=False, mask=False)
+    expected, rng = [], random.Random(3)
+    for index in range(len(as_lists)):
+        expected += inst.create_instances_from_document(as_lists, index, opts, vocab, rng)
+    spans, rng = [], random.Random(3)
+    for index in range(len(documents.bounds)):
+        fi.mlm_spans(documents, index, opts, rng, spans)
+    batch = fi.assemble(documents, spans, opts, vocab)
+    assert [row[:n].tolist() for row, n in zip(batch.tokens, batch.length)] == [x.tokens for x in expected]
+    assert (batch.segment_start == batch.length).all() and not batch.random_next.any()
+
+
+def test_truncation_lengths_match_the_original_and_ends_are_fair():
+    rng = random.Random(0)
+    for len_a in range(0, 12):
+        for len_b in range(0, 12):
+            for limit in range(1, 20):
+                a, b = list(range(len_a)), list(range(100, 100 + len_b))
+                inst.truncate_seq_pair(a, b, limit, random.Random(1))
+                lo_a, hi_a, lo_b, hi_b = fi._truncate(0, len_a, 100, 100 + len_b, limit, rng)
+                assert (hi_a - lo_a, hi_b - lo_b) == (len(a), len(b))
+                assert 0 <= lo_a <= hi_a <= len_a and 100 <= lo_b <= hi_b <= 100 + len_b
+    fronts = [fi._truncate(0, 300, 0, 10, 200, rng)[0] for _ in range(2000)]
+    assert abs(np.mean(fronts) - 55) < 1.5  # 110 tokens leave A, half of them from the front on average
+
+
+def _masked_batch(corpus, tok, opts, seed=0):
+    documents, _ = corpus
+    vocab = inst.Vocab.from_tokenizer(tok)
+    spans, rng = [], random.Random(seed)
+    for index in range(len(documents.bounds)):
+        fi.nsp_spans(documents, index, opts, rng, spans)
+    original = fi.assemble(documents, spans, opts, vocab)
+    batch = fi.assemble(documents, spans, opts, vocab)
+    fi.mask(batch, opts, vocab, np.random.default_rng(seed))
+    return original, batch
+
+
+@pytest.mark.parametrize("wwm", [False, True])
+def test_masking_semantics(corpus, tok, wwm):
+    opts = inst.InstanceOptions(do_whole_word_mask=wwm)
+    original, batch = _masked_batch(corpus, tok, opts)
+    continuation = {tok.vocab[w] for w in tok.vocab if w.startswith("##")}
+    kinds = collections.Counter()
+    for i in range(len(batch)):
+        n, m = batch.length[i], batch.num_masked[i]
+        tokens, before = batch.tokens[i], original.tokens[i]
+        positions = batch.positions[i, :m].tolist()
+        assert positions == sorted(set(positions)) and (batch.positions[i, m:] == 0).all()
+        assert all(before[p] not in (tok.cls_id, tok.sep_id) and p < n for p in positions)
+        candidates = sum(1 for t in before[:n] if t not in (tok.cls_id, tok.sep_id))
+        budget = min(20, max(1, int(round(n * 0.15))), candidates)
+        assert m == budget if not wwm else 0 <= m <= budget  # a word that would overshoot is skipped
+        assert batch.labels[i, :m].tolist() == [before[p] for p in positions]
+        unmasked = np.ones(len(tokens), bool)
+        unmasked[positions] = False
+        assert (tokens[unmasked] == before[unmasked]).all()
+        kinds.update("mask" if tokens[p] == tok.mask_id else "kept" if tokens[p] == before[p] else "random"
+                     for p in positions)
+        if wwm:  # a word's pieces are masked together: no masked piece next to an unmasked continuation
+            chosen = set(positions)
+            for p in range(1, n - 1):
+                if before[p + 1] in continuation and before[p] not in (tok.cls_id, tok.sep_id):
+                    assert (p in chosen) == (p + 1 in chosen), (i, p)
+    total = sum(kinds.values())
+    assert abs(kinds["mask"] / total - 0.8) < 0.02 and abs(kinds["kept"] / total - 0.1) < 0.02
+    assert abs(kinds["random"] / total - 0.1) < 0.02
+
+
+@pytest.mark.parametrize("seq, preds, mask", [(128, 20, True), (512, 76, True), (64, 0, False)])
+def test_encoder_bytes_equal_protobuf_deterministic_serialization(corpus, tok, seq, preds, mask):
+    opts = inst.InstanceOptions(max_seq_length=seq, max_predictions_per_seq=max(preds, 1))
+    unmasked, masked = _masked_batch(corpus, tok, opts)
+    batch = masked if mask else unmasked
+    schema = F.Schema(seq, preds)
+    batch.tokens[0, 1] = 2 ** 31 - 1  # a varint of five bytes
+    records = example_encoder.ExampleEncoder(schema, tok.vocab_size).encode(batch)
+    pb = F._example_pb2()
+    for index in range(0, len(records), 13):
+        assert pb.Example.FromString(records[index]).SerializeToString(deterministic=True) == records[index]
+        features = F.decode_example(records[index])
+        F.check_example(features, schema)
+        n = int(batch.length[index])
+        assert features[F.INPUT_IDS].tolist() == batch.tokens[index].tolist()
+        assert features[F.INPUT_MASK].sum() == n and features[F.SEGMENT_IDS][batch.segment_start[index]:n].all()
+        if mask:
+            assert features[F.MASKED_LM_WEIGHTS].sum() == batch.num_masked[index]
