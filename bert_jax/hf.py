@@ -342,3 +342,19 @@ def load_hf(hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
         config = bert_config_from_hf(read_hf_config(hf_dir))
     tensors, source = read_hf_weights(hf_dir)
     return from_hf_state_dict(tensors, config, seed=seed, source=source)
+
+
+def load_hf_params(hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
+                   ) -> tuple[dict, ImportReport]:
+    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
+
+    The dict has the layout of checkpointing.restore_params' (nnx.to_pure_dict of the Params), so
+    a run can start from a public checkpoint; `config` is the run's (its shapes must match the file).
+    """
+    import jax
+
+    model, report = load_hf(hf_dir, config, seed=seed)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    if shardings is not None:
+        params = jax.device_put(params, shardings)
+    return params, report

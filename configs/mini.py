@@ -4,8 +4,8 @@ from configs import default
 
 def get_config():
     config = default.get_config()
-    config.model.hidden_size = 256
-    config.model.num_hidden_layers = 4
-    config.model.num_attention_heads = 4
-    config.model.intermediate_size = 1024
+    config.model.hidden_size = 256  # H
+    config.model.num_hidden_layers = 4  # L
+    config.model.num_attention_heads = 4  # A: head_dim 64 as in BERT-Base
+    config.model.intermediate_size = 1024  # 4H
     return config

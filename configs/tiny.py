@@ -4,9 +4,9 @@ from configs import default
 
 def get_config():
     config = default.get_config()
-    config.model.hidden_size = 32
-    config.model.num_hidden_layers = 2
-    config.model.num_attention_heads = 2
-    config.model.intermediate_size = 64
-    config.model.max_position_embeddings = 128
+    config.model.hidden_size = 32  # width; 2 heads of 16
+    config.model.num_hidden_layers = 2  # two layers still exercise the layer stack and remat
+    config.model.num_attention_heads = 2  # divisible by a 2-way tensor mesh axis in tests
+    config.model.intermediate_size = 64  # 2x hidden (4x elsewhere): small compiles
+    config.model.max_position_embeddings = 128  # enough for the L=128 test records
     return config

@@ -273,3 +273,19 @@ def test_export_command(tmp_path, vocab_file):
     mlm, nsp = ours_logits(models[2], *batch)
     np.testing.assert_allclose(mlm, ref_mlm, atol=1e-4, rtol=0)
     np.testing.assert_allclose(nsp, ref_nsp, atol=1e-4, rtol=0)
+
+
+def test_params_for_a_training_run(hf_dir, imported):
+    """A run's config (other dropout, bf16 compute) takes the file's weights as its initial params."""
+    from bert_jax import sharding
+    run_config = hf.bert_config_from_hf(json.load(open(os.path.join(hf_dir[0], "config.json"))),
+                                        hidden_dropout_prob=0.0, dtype="bfloat16")
+    mesh = sharding.make_mesh(data=4, fsdp=2, tensor=1)
+    abstract = nnx.state(nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))), nnx.Param)
+    shardings = sharding.param_shardings(abstract, mesh, (("embed", "fsdp"),))
+    params, report = hf.load_hf_params(hf_dir[0], run_config, shardings=shardings)
+    assert report.initialized == []
+    word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert word.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
+    for a, b in zip(jax.tree.leaves(params), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
