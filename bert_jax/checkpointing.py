@@ -87,8 +87,11 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, dat
 def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
     """(the config saved with a checkpoint, its step); the latest step by default."""
     manager = make_manager(workdir, read_only=True)
-    step = _pick_step(manager, workdir, step)
-    saved = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+    try:
+        step = _pick_step(manager, workdir, step)
+        saved = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+    finally:
+        manager.close()
     return ml_collections.ConfigDict(saved[CONFIG]), step
 
 
@@ -123,5 +126,8 @@ def restore_params(workdir: str, step: int | None = None,
         shardings = jax.tree.map(lambda _: device, abstract)
     target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings)
     manager = make_manager(workdir, read_only=True)
-    out = manager.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(target)}))
+    try:
+        out = manager.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(target)}))
+    finally:
+        manager.close()
     return out[PARAMS], config

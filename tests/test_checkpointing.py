@@ -1,0 +1,83 @@
+"""Orbax checkpoints: restore onto another mesh, iterator position, retention, restore_params."""
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import checkpointing, input_pipeline, train
+from configs import tiny
+
+
+def _config(testdata, data, fsdp, tensor, num_devices):
+    config = tiny.get_config()
+    config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.data.read_threads = 1
+    config.train.num_train_steps = 10
+    config.optim.warmup_steps = 1
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = data, fsdp, tensor
+    config.mesh.num_devices = num_devices
+    return config
+
+
+@pytest.fixture(scope="module")
+def saved(testdata, tmp_path_factory):
+    """A state made on a 2x2 (data x fsdp) mesh, saved at step 7 with the data 3 batches in."""
+    workdir = str(tmp_path_factory.mktemp("run"))
+    config = _config(testdata, 2, 2, 1, 4)
+    setup = train.make_setup(config)
+    state = train.jit_init(setup, seed=0)()
+    it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    for _ in range(3):
+        next(it)
+    manager = checkpointing.make_manager(workdir, max_to_keep=2)
+    checkpointing.save(manager, 7, state, it, config)
+    manager.wait_until_finished()
+    return workdir, config, jax.device_get(state), next(it)
+
+
+def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved):
+    workdir, _, state, next_batch = saved
+    config = _config(testdata, 1, 2, 2, 4)  # another shape: the tensor axis now splits weights
+    setup = train.make_setup(config)
+    it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    restored = checkpointing.restore(checkpointing.make_manager(workdir), 7, setup.abstract_state, it)
+    for (path, got), want, sharding in zip(jax.tree_util.tree_flatten_with_path(restored)[0],
+                                           jax.tree.leaves(state), jax.tree.leaves(setup.state_shardings)):
+        assert got.sharding == sharding, jax.tree_util.keystr(path)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=jax.tree_util.keystr(path))
+    for k, v in next(it).items():  # the iterator continues where the saved run was
+        np.testing.assert_array_equal(v, next_batch[k])
+
+
+def test_restore_params_gives_parameters_and_config(saved):
+    workdir, config, state, _ = saved
+    params, saved_config = checkpointing.restore_params(workdir)
+    assert saved_config.model.to_dict() == config.model.to_dict()
+    assert saved_config.data.train_files == config.data.train_files
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(state["params"])):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert jax.tree.leaves(params)[0].sharding.device_set == {jax.local_devices()[0]}
+
+
+def test_keeps_the_last_n(testdata, saved, tmp_path):
+    _, config, state, _ = saved
+    manager = checkpointing.make_manager(str(tmp_path), max_to_keep=2, async_save=True)
+    it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    small = {**state, "params": state["params"]}
+    for step in (1, 2, 3, 4):
+        checkpointing.save(manager, step, small, it, config)
+    manager.wait_until_finished()
+    assert manager.all_steps() == [3, 4]
+
+
+def test_errors_say_what_to_do(testdata, saved, tmp_path):
+    workdir, _, _, _ = saved
+    with pytest.raises(FileNotFoundError, match="no checkpoints under"):
+        checkpointing.restore_params(str(tmp_path))
+    with pytest.raises(ValueError, match=r"no checkpoint at step 5 .* there are \[7\]"):
+        checkpointing.restore_params(workdir, step=5)
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    setup = train.make_setup(bigger)
+    it = iter(input_pipeline.train_dataset(bigger.data, 30522, 8, seed=0))
+    with pytest.raises(ValueError, match="does not match this run's model"):
+        checkpointing.restore(checkpointing.make_manager(workdir), 7, setup.abstract_state, it)
