@@ -106,8 +106,9 @@ def _summary(manifest: dict) -> None:
               f"{manifest['documents']} documents ({held_out['documents']} held out) to {FLAGS.output_dir} "
               f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
               f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s")
-        print("shards: " + ", ".join(f"{split} {len(entries)} x {entries[0]['instances'] if entries else 0}"
-                                      for split, entries in manifest["shards"].items()))
+        shards = manifest["shards"]
+        print("shards: " + ", ".join(f"{split} {len(shards[split])} x {shards[split][0]['instances'] if shards[split] else 0}"
+                                      for split in ("train", "eval")))
     print(f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, padding {stats['padding_fraction']:.3f}, "
           f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}")
     skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_")) and v}

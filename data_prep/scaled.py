@@ -89,11 +89,14 @@ def _shard_task(task) -> dict:
             offsets = np.frombuffer(os.pread(files[-1], 8 * (end - first + 1), offsets_at + 8 * first), "<i8")
             starts.append(data_at + offsets[:-1])
             lengths.append(np.diff(offsets))
-        which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces]).tolist()
-        starts, lengths = np.concatenate(starts).tolist(), np.concatenate(lengths).tolist()
+        which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
+        starts, lengths = np.concatenate(starts), np.concatenate(lengths)
+        order = job.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(path, spec.fmt) as writer:
-            for j in job.shard_order(spec, split, shard, len(starts)).tolist():
-                writer.write(os.pread(files[which[j]], lengths[j], starts[j]))
+            for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
+                chunk = order[lo:lo + 4096]
+                for f, start, length in zip(which[chunk].tolist(), starts[chunk].tolist(), lengths[chunk].tolist()):
+                    writer.write(os.pread(files[f], length, start))
     finally:
         for fd in files:
             os.close(fd)
@@ -102,11 +105,11 @@ def _shard_task(task) -> dict:
     return info
 
 
-def _differences(old: dict | None, new: dict) -> str:
+def _differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
     if not old:
         return "it was written by another mode or an older version"
     diffs = []
-    for part in ("units", "shards"):
+    for part in parts:
         for key in sorted(set(old.get(part, {})) | set(new[part])):
             a, b = old.get(part, {}).get(key), new[part].get(key)
             if a != b:
@@ -137,12 +140,13 @@ class _WorkDir:
         if os.path.isfile(path):
             with open(path) as f:
                 old = json.load(f)
-            shards_started = bool(os.listdir(os.path.join(self.path, "shards")))
-            if old["units"] != fp["units"] or (old["shards"] != fp["shards"] and shards_started):
+            # Shard settings may change until the first shard is written: units do not depend on them.
+            binding = ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
+            if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(
                     f"--output_dir={self.output_dir!r} holds an unfinished job with other settings "
-                    f"({_differences(old, fp)}); rerun with the same flags to finish it, or use another "
-                    f"--output_dir (or delete {self.path} to start over)")
+                    f"({_differences(old, fp, binding)}); rerun with the same flags to finish it, or use "
+                    f"another --output_dir (or delete {self.path} to start over)")
         elif any(_SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
             raise job.JobMismatch(f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
                                   "job state; use an empty --output_dir")
