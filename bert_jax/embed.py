@@ -66,8 +66,9 @@ def _hf_tokenizer_settings(model_dir: str, scratch_dir: str) -> tuple[str, bool]
         # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
         with open(tokenizer_json, encoding="utf-8") as f:
             spec = json.load(f)
-        vocab = spec.get("model", {}).get("vocab")
-        if spec.get("model", {}).get("type") != "WordPiece" or sorted(vocab.values()) != list(range(len(vocab))):
+        model_spec = spec.get("model") or {}
+        vocab = model_spec.get("vocab") or {}
+        if model_spec.get("type") != "WordPiece" or sorted(vocab.values()) != list(range(len(vocab))):
             raise ValueError(f"{tokenizer_json} is not a WordPiece tokenizer; pass --vocab_file")
         vocab_file = os.path.join(scratch_dir, "vocab.txt")
         with open(vocab_file, "w", encoding="utf-8") as f:

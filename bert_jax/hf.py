@@ -83,7 +83,7 @@ def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
 # --- Name and layout mapping ------------------------------------------------------------------
 
 
-def _param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
+def _param_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
     """(our parameter path, Hugging Face name, transpose?) for every parameter we have."""
     def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
         yield ours + ("kernel",), hf + ".weight", True
@@ -97,7 +97,7 @@ def _param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
     for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
         yield emb + (name, "embedding"), f"bert.embeddings.{name}.weight", False
     yield from norm(emb + ("layer_norm",), "bert.embeddings.LayerNorm")
-    for i in range(config.num_hidden_layers):
+    for i in range(num_layers):
         ours, hf = ("bert", "layers", i), f"bert.encoder.layer.{i}"
         for name in ("query", "key", "value"):
             yield from linear(ours + ("attention", name), f"{hf}.attention.self.{name}")
@@ -125,29 +125,29 @@ def _set(tree: dict, path: tuple, value) -> None:
     tree[path[-1]] = value
 
 
-def _pure_params(model_or_state) -> tuple[dict, BertConfig | None]:
+def _pure_params(model_or_state) -> dict:
     if isinstance(model_or_state, BertForPreTraining):
-        return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param)), model_or_state.config
+        return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param))
     if isinstance(model_or_state, nnx.State):
-        return nnx.to_pure_dict(model_or_state), None
+        return nnx.to_pure_dict(model_or_state)
     if isinstance(model_or_state, Mapping):
-        return dict(model_or_state), None
+        return dict(model_or_state)
     raise TypeError(f"expected a BertForPreTraining, an nnx.State or a dict of its parameters, "
                     f"got {type(model_or_state).__name__}")
 
 
-def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
+def to_hf_state_dict(model_or_state) -> dict[str, np.ndarray]:
     """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32 array}.
 
     The tied decoder (cls.predictions.decoder.*) is left out, as transformers' own save does.
     """
-    params, model_config = _pure_params(model_or_state)
-    config = config or model_config
-    if config is None:
-        num_layers = len(_get(params, ("bert", "layers")))
-        config = dataclasses.replace(_ANY_CONFIG, num_hidden_layers=num_layers)
+    params = _pure_params(model_or_state)
+    try:
+        num_layers = len(params["bert"]["layers"])
+    except (KeyError, TypeError) as e:
+        raise ValueError("the parameters have no bert/layers; are they a BertForPreTraining's?") from e
     out = {}
-    for path, name, transpose in _param_table(config):
+    for path, name, transpose in _param_table(num_layers):
         try:
             value = np.asarray(_get(params, path), dtype=np.float32)
         except (KeyError, IndexError, TypeError) as e:
@@ -155,12 +155,6 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
                              "are they a BertForPreTraining's?") from e
         out[name] = np.ascontiguousarray(value.T if transpose else value)
     return out
-
-
-# Only num_hidden_layers of a config is used by _param_table.
-_ANY_CONFIG = BertConfig(vocab_size=1, hidden_size=1, num_hidden_layers=1, num_attention_heads=1,
-                         intermediate_size=1, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         max_position_embeddings=1, type_vocab_size=1, initializer_range=0.02)
 
 
 def _normalize_hf_name(name: str) -> str:
@@ -181,7 +175,7 @@ def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: 
     state = nnx.state(model, nnx.Param)
     params = nnx.to_pure_dict(state)
     used, initialized, absent_body = set(), [], []
-    for path, name, transpose in _param_table(config):
+    for path, name, transpose in _param_table(config.num_hidden_layers):
         if name not in by_name:
             (absent_body if name.startswith(_BODY_PREFIXES) else initialized).append(name)
             continue
@@ -195,9 +189,10 @@ def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: 
         _set(params, path, value)
         used.add(name)
     if absent_body:
-        raise CheckpointError(f"{source} lacks encoder weights {absent_body[:4]}"
-                           f"{' ...' if len(absent_body) > 4 else ''} ({len(absent_body)} in all): "
-                           "not a BERT checkpoint, or num_hidden_layers in its config is wrong")
+        more = " ..." if len(absent_body) > 4 else ""
+        raise CheckpointError(f"{source} lacks encoder weights {absent_body[:4]}{more} "
+                              f"({len(absent_body)} in all): not a BERT checkpoint, or "
+                              "num_hidden_layers in its config is wrong")
     # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}

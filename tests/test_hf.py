@@ -267,7 +267,8 @@ def test_export_command(tmp_path, vocab_file):
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "exported step 2" in proc.stdout
-    loaded = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager")
+    loaded = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"),
+                                                             attn_implementation="eager")
     batch = padded_batch(seed=2)
     ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
     mlm, nsp = ours_logits(models[2], *batch)
@@ -281,7 +282,8 @@ def test_params_for_a_training_run(hf_dir, imported):
     run_config = hf.bert_config_from_hf(json.load(open(os.path.join(hf_dir[0], "config.json"))),
                                         hidden_dropout_prob=0.0, dtype="bfloat16")
     mesh = sharding.make_mesh(data=4, fsdp=2, tensor=1)
-    abstract = nnx.state(nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))), nnx.Param)
+    abstract = nnx.state(nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))),
+                         nnx.Param)
     shardings = sharding.param_shardings(abstract, mesh, (("embed", "fsdp"),))
     params, report = hf.load_hf_params(hf_dir[0], run_config, shardings=shardings)
     assert report.initialized == []
