@@ -49,8 +49,20 @@ def _is_jsonl(path: str) -> bool:
     return name.endswith((".jsonl", ".json"))
 
 
-def parse_input(specs: list[str]) -> list[Source]:
-    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted)."""
+def _match_local(spec: str) -> list[str]:
+    paths = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise InputError(f"input {path!r} is not a readable file")
+    return paths
+
+
+def parse_input(specs: list[str], match=_match_local) -> list[Source]:
+    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted).
+
+    `match(spec)` lists the files a file spec names; the default reads the local filesystem (the Beam
+    job passes one that also knows gs:// and other remote filesystems).
+    """
     sources = []
     for spec in specs:
         spec = spec.strip()
@@ -60,12 +72,10 @@ def parse_input(specs: list[str]) -> list[Source]:
             name, _, split = spec[len("tfds:"):].partition(":")
             sources.append(Source("tfds", name, split or "train"))
             continue
-        paths = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+        paths = match(spec)
         if not paths:
             raise InputError(f"--input pattern {spec!r} matches no file")
         for path in paths:
-            if not os.path.isfile(path):
-                raise InputError(f"input {path!r} is not a readable file")
             sources.append(Source("jsonl" if _is_jsonl(path) else "text", path))
     if not sources:
         raise InputError("no input given: pass --input=FILE[,GLOB,tfds:NAME:SPLIT]")
