@@ -77,8 +77,9 @@ class JobSpec:
         return pipeline.schema_for(self.opts)
 
 
-def plan(spec: JobSpec, size_of=os.path.getsize) -> list[units_lib.Unit]:
-    sources = readers.parse_input(list(spec.inputs))
+def plan(spec: JobSpec, sources: list[readers.Source] | None = None, size_of=os.path.getsize) -> list[units_lib.Unit]:
+    """The job's units; `sources` and `size_of` default to local files (the Beam job passes its own)."""
+    sources = readers.parse_input(list(spec.inputs)) if sources is None else sources
     return units_lib.plan_units(sources, max(1, int(spec.block_size_mb * units_lib.MB)),
                                 spec.tfds_examples_per_unit, spec.tfds_data_dir, size_of)
 
@@ -87,7 +88,10 @@ def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do
     """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for shards."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
-        key = f"tfds:{unit.path}:{unit.split}" if unit.kind == "tfds" else os.path.abspath(unit.path)
+        if unit.kind == "tfds":
+            key = f"tfds:{unit.path}:{unit.split}"
+        else:  # a remote path (gs://...) as it is, a local one absolute
+            key = unit.path if "://" in unit.path else os.path.abspath(unit.path)
         sources[key] = max(sources.get(key, 0), unit.stop)
     return {
         "units": {
