@@ -30,6 +30,7 @@ _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # several times cheaper than the general path, which matters because every worker of a parallel
 # job meets every distinct word of the corpus once.
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
 _ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
 _CHINESE_RANGES = (
     (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
@@ -120,7 +121,8 @@ class WordPieceTokenizer:
         self._table_len = array.array("q")
         # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n" separates
         # words in the batched miss path and has no ids.
-        self._piece_cache: dict[str, tuple[int, ...]] = {"\n": ()}
+        self._piece_cache: dict[str, tuple[int, ...]] = {}
+        self._clear_batch_cache()
 
     @property
     def vocab_size(self) -> int:
@@ -135,17 +137,19 @@ class WordPieceTokenizer:
             return [UNK]
         out, start = [], 0
         while start < len(word):
+            rest = word[start:] if start == 0 else "##" + word[start:]
+            skip = 0 if start == 0 else 2
             # No entry is longer than the longest one: starting there gives the same longest match.
-            end = min(len(word), start + self._longest_entry)
-            while end > start:
-                piece = word[start:end] if start == 0 else "##" + word[start:end]
+            end = min(len(rest), skip + self._longest_entry)
+            while end > skip:
+                piece = rest[:end]
                 if piece in self.vocab:
                     break
                 end -= 1
             else:
                 return [UNK]  # some part of the word is in no vocabulary entry
             out.append(piece)
-            start = end
+            start += end - skip
         return out
 
     def tokenize(self, text: str) -> list[str]:
@@ -198,6 +202,12 @@ class WordPieceTokenizer:
                     hits[index] = hit
         return list(itertools.chain.from_iterable(hits))
 
+    def _clear_batch_cache(self) -> None:
+        self._word_index.clear()
+        self._word_index[_LINE_END] = -1  # marks line ends in encode_batch's word list
+        del self._table[:], self._table_start[:], self._table_len[:]
+        self._piece_cache = {"\n": ()}
+
     def _add_words(self, words: list[str]) -> None:
         """Encodes distinct uncached words into the batch cache: the batched cache-miss path.
 
@@ -209,34 +219,39 @@ class WordPieceTokenizer:
         joined = "\n".join(simple)
         pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
         piece_cache = self._piece_cache
-        for piece in set(pieces).difference(piece_cache):
-            self._piece_ids(piece)
+        new = list(set(pieces).difference(piece_cache))
+        whole = list(map(self.vocab.get, new))  # most pieces are whole vocabulary entries
+        piece_cache.update((p, (i,)) for p, i in zip(new, whole) if i is not None and len(p) <= self.max_chars_per_word)
+        for piece in new:
+            self._piece_ids(piece)  # the rest: greedy longest match
         piece_ids = list(map(piece_cache.__getitem__, pieces))
         # A word's ids are those of its pieces up to the next "\n" (a word of control characters has none).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
         piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
         word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(np.int64)
         other_ids = [self._encode_word(word) for word in other]
+        first = len(self._table_len)  # the new words' rows follow the existing ones
         word_len = np.concatenate([word_len, np.fromiter(map(len, other_ids), np.int64, len(other))])
         self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
         self._table_len.extend(word_len.tolist())
         self._table.extend(itertools.chain.from_iterable(piece_ids))
         self._table.extend(itertools.chain.from_iterable(other_ids))
-        first = len(self._word_index)
         self._word_index.update(zip(itertools.chain(simple, other), range(first, first + len(words))))
 
     def _rows(self, words: list[str]) -> np.ndarray:
         """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
         index = self._word_index
+        try:  # every word cached, the common case once a corpus is under way
+            return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
+        except KeyError:
+            pass
         rows = list(map(index.get, words))
         if None in rows:
             # The distinct missing words, found without a Python-level loop over all words.
             missing = list(dict.fromkeys(itertools.compress(words, map(operator.is_, rows, itertools.repeat(None)))))
             if len(index) + len(missing) > _CACHE_LIMIT:  # bounded memory: start afresh when full
-                index.clear()
-                del self._table[:], self._table_start[:], self._table_len[:]
-                self._piece_cache = {"\n": ()}
-                missing = list(dict.fromkeys(words))
+                self._clear_batch_cache()
+                missing = list(dict.fromkeys(w for w in words if w != _LINE_END))
             self._add_words(missing)
             rows = list(map(index.__getitem__, words))
         return np.asarray(rows, np.int64)
@@ -247,14 +262,22 @@ class WordPieceTokenizer:
         The same ids as encode() line by line, with the per-token work done by numpy: the words of
         all lines go through the cache in one pass, then a gather expands rows into ids.
         """
+        if not lines:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
         joined = "\n".join(lines)  # seven substring tests are ten times faster than one regex search
-        if any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):
-            # Rare lines that str.split would cut wrongly become one cache key each (see _encode_word).
-            words_per_line = [[line] if _SPLIT_DISAGREES.search(line) else line.split() for line in lines]
+        if _LINE_END not in joined and not any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):
+            # One split of all lines, with a marker word between lines (row -1) to find their ends.
+            rows = self._rows(f" {_LINE_END} ".join(lines).split())
+            ends = np.flatnonzero(rows < 0)
+            words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
+            rows = np.delete(rows, ends)
         else:
-            words_per_line = list(map(str.split, lines))
-        words_in_line = np.fromiter(map(len, words_per_line), np.int64, len(lines))
-        rows = self._rows(list(itertools.chain.from_iterable(words_per_line)))
+            # Lines that str.split would cut wrongly become one cache key each (see _encode_word); the
+            # trailing space keeps such a key apart from every word and from the line-end marker.
+            words_per_line = [[line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
+                              for line in lines]
+            words_in_line = np.fromiter(map(len, words_per_line), np.int64, len(lines))
+            rows = self._rows(list(itertools.chain.from_iterable(words_per_line)))
         starts = np.frombuffer(self._table_start, np.int64)[rows]
         lengths = np.frombuffer(self._table_len, np.int64)[rows]
         ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output

@@ -13,6 +13,7 @@ a shard are seeded by (seed, split[, shard]). Documents go to the eval split by 
 so duplicates of a document cannot straddle train and eval.
 """
 import dataclasses
+import gc
 import hashlib
 import json
 import math
@@ -148,6 +149,17 @@ class UnitProcessor:
         self.encoder = example_encoder.ExampleEncoder(spec.schema, tokenizer.vocab_size)
 
     def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
+        # A unit allocates a million short-lived strings and lists but makes no reference cycles:
+        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the end.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._process(unit, open_binary)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _process(self, unit: units_lib.Unit, open_binary) -> UnitResult:
         read = readers.ReadStats()
         docs = {split: [] for split in SPLITS}
         kwargs = {"open_binary": open_binary} if open_binary else {}
