@@ -136,16 +136,20 @@ def _pure_params(model_or_state) -> dict:
                     f"got {type(model_or_state).__name__}")
 
 
-def to_hf_state_dict(model_or_state) -> dict[str, np.ndarray]:
+def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
     """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32 array}.
 
     The tied decoder (cls.predictions.decoder.*) is left out, as transformers' own save does.
+    `config`, when given, is checked against the parameters' layer count.
     """
     params = _pure_params(model_or_state)
     try:
         num_layers = len(params["bert"]["layers"])
     except (KeyError, TypeError) as e:
         raise ValueError("the parameters have no bert/layers; are they a BertForPreTraining's?") from e
+    if config is not None and config.num_hidden_layers != num_layers:
+        raise ValueError(f"the parameters have {num_layers} layers, the config "
+                         f"{config.num_hidden_layers}")
     out = {}
     for path, name, transpose in _param_table(num_layers):
         try:
