@@ -1,0 +1,91 @@
+"""Task models (a BertModel plus one head) and their losses.
+
+    classification  [CLS] pooled output -> dropout -> dense: logits [batch, classes]
+    regression      the same with one output: prediction [batch]
+    tagging         every position -> dropout -> dense: logits [batch, length, tags]
+    span            every position -> dense(2): start and end logits [batch, length] each
+
+These are Hugging Face's BertForSequenceClassification (num_labels=1 for regression),
+BertForTokenClassification and BertForQuestionAnswering, so an exported model loads there. The
+head is the attribute `head` (LoRA training selects it by that name). Dropout is active iff a
+`dropout_rng` is passed, as in bert_jax.model.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bert_jax import features as F
+from bert_jax.finetune import encode, squad
+from bert_jax.model import BertConfig, BertModel
+
+KINDS = ("classification", "regression", "tagging", "span")
+
+
+def num_outputs(kind: str, num_labels: int) -> int:
+    if kind not in KINDS:
+        raise ValueError(f"unknown task kind {kind!r}; choose one of {KINDS}")
+    if kind in ("classification", "tagging") and num_labels < 2:
+        raise ValueError(f"a {kind} task needs at least 2 labels, got {num_labels}")
+    return {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}[kind]
+
+
+class TaskModel(nnx.Module):
+    """`bert` (a BertModel) and `head` (a dense layer) for one of KINDS."""
+
+    def __init__(self, config: BertConfig, kind: str, num_labels: int, *, rngs: nnx.Rngs):
+        self.config = config
+        self.kind = kind
+        self.bert = BertModel(config, rngs=rngs)
+        # Initialized as BERT's own dense layers; logical axes as model.py names them.
+        self.head = nnx.Linear(
+            config.hidden_size, num_outputs(kind, num_labels), dtype=config.compute_dtype,
+            param_dtype=jnp.float32,
+            kernel_init=jax.nn.initializers.truncated_normal(config.initializer_range),
+            kernel_metadata={"out_sharding": ("embed", None), "eager_sharding": False},
+            bias_metadata={"out_sharding": (None,), "eager_sharding": False}, rngs=rngs)
+
+    def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
+        """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
+        span a pair ([batch, length], [batch, length])."""
+        k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
+        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=k_bert)
+        if self.kind == "span":  # Hugging Face's QA head has no dropout
+            logits = self.head(sequence).astype(jnp.float32)  # [batch, length, 2]
+            return logits[..., 0], logits[..., 1]
+        x = pooled if self.kind in ("classification", "regression") else sequence
+        if k_head is not None:
+            rate = self.config.hidden_dropout_prob
+            keep = jax.random.bernoulli(k_head, 1.0 - rate, x.shape)
+            x = jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+        logits = self.head(x).astype(jnp.float32)
+        return logits[:, 0] if self.kind == "regression" else logits
+
+
+def _cross_entropy(logits, labels):
+    """Per-row negative log-likelihood of integer labels; logits [..., classes]."""
+    return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
+
+
+def loss(kind: str, outputs, batch: dict) -> jax.Array:
+    """Mean training loss of a batch: cross-entropy (classification, over labelled word pieces
+    for tagging, start and end averaged for span) or squared error (regression)."""
+    if kind == "classification":
+        return jnp.mean(_cross_entropy(outputs, batch[encode.LABEL]))
+    if kind == "regression":
+        return jnp.mean(jnp.square(outputs - batch[encode.LABEL]))
+    if kind == "tagging":
+        weights = batch[encode.LABEL_WEIGHTS]
+        nll = _cross_entropy(outputs, batch[encode.LABEL_IDS])
+        return jnp.sum(nll * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+    if kind == "span":
+        start, end = outputs
+        # Padding can never be the answer: keep it out of the softmax.
+        mask = batch[F.INPUT_MASK].astype(bool)
+        start = jnp.where(mask, start, -1e9)
+        end = jnp.where(mask, end, -1e9)
+        return 0.5 * jnp.mean(_cross_entropy(start, batch[squad.START_POSITIONS])
+                              + _cross_entropy(end, batch[squad.END_POSITIONS]))
+    raise ValueError(f"unknown task kind {kind!r}; choose one of {KINDS}")
+

@@ -1,0 +1,117 @@
+"""LoRA (Hu et al. 2021): rank-r adapters on a BertModel's dense layers, and merging them back.
+
+`add_adapters` replaces each targeted nnx.Linear of every encoder layer by an `Adapted` module that
+keeps the original layer (frozen) and adds flax's `nnx.LoRA` beside it:
+
+    y = x @ W + b + (x @ A @ B) * alpha / rank        A [in, rank], B [rank, out]
+
+A starts He-uniform and B at zero, so an adapted model starts out computing exactly what the
+pre-trained one did. The adapters are `nnx.LoRAParam`s; `TRAINABLE` selects them and the task head,
+which is all a LoRA run trains, optimizes and checkpoints. `merge_adapters` folds A @ B * scale
+into W and puts the plain nnx.Linear back, so the merged model has the pre-trained model's
+structure (and exports with bert_jax.hf's names) and computes what the adapted one did.
+
+Targets (names of the layers in bert_jax.model.EncoderLayer):
+    query, key, value      attention projections        attention_output  attention's output dense
+    intermediate, output   the feed-forward layer's two denses
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# target name -> attribute path inside an EncoderLayer
+TARGETS = {
+    "query": ("attention", "query"),
+    "key": ("attention", "key"),
+    "value": ("attention", "value"),
+    "attention_output": ("attention", "output"),
+    "intermediate": ("intermediate",),
+    "output": ("output",),
+}
+ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
+FEED_FORWARD_TARGETS = ("intermediate", "output")
+
+# What a LoRA run trains: the adapters and the task head (heads.TaskModel.head).
+TRAINABLE = nnx.Any(nnx.LoRAParam, nnx.PathContains("head"))
+
+
+class Adapted(nnx.Module):
+    """A frozen nnx.Linear `base` plus a trainable low-rank update `lora` scaled by alpha/rank."""
+
+    def __init__(self, base: nnx.Linear, rank: int, alpha: float, *, rngs: nnx.Rngs):
+        in_axis, out_axis = base.kernel.get_metadata().get("out_sharding", (None, None))
+        self.base = base
+        self.scale = alpha / rank
+        # The adapter matrices split like the kernel they adapt; the rank dimension stays whole.
+        self.lora = nnx.LoRA(
+            base.in_features, rank, base.out_features, dtype=base.dtype, param_dtype=jnp.float32,
+            a_metadata={"out_sharding": (in_axis, None), "eager_sharding": False},
+            b_metadata={"out_sharding": (None, out_axis), "eager_sharding": False}, rngs=rngs)
+
+    def __call__(self, x):
+        return self.base(x) + self.lora(x) * jnp.asarray(self.scale, x.dtype)
+
+
+def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
+    unknown = [t for t in targets if t not in TARGETS]
+    if unknown or not targets:
+        raise ValueError(f"LoRA targets {list(targets)}: choose from {list(TARGETS)} (config.lora.targets)")
+    if rank < 1:
+        raise ValueError(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
+    if alpha <= 0:
+        raise ValueError(f"LoRA alpha must be positive, got {alpha} (config.lora.alpha)")
+
+
+def _parent_and_name(layer, path: tuple[str, ...]):
+    parent = layer
+    for name in path[:-1]:
+        parent = getattr(parent, name)
+    return parent, path[-1]
+
+
+def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs: nnx.Rngs) -> None:
+    """Wraps the `targets` denses of every encoder layer of `bert` (a BertModel) in place."""
+    _check(targets, rank, alpha)
+    for layer in bert.layers:
+        for target in targets:
+            parent, name = _parent_and_name(layer, TARGETS[target])
+            base = getattr(parent, name)
+            if isinstance(base, Adapted):
+                raise ValueError(f"{target} already has a LoRA adapter")
+            setattr(parent, name, Adapted(base, rank, alpha, rngs=rngs))
+
+
+def merge_adapters(model) -> int:
+    """Folds every adapter of `model` into its base kernel (W += A @ B * scale), in place, and
+    puts the plain nnx.Linear back. Returns the number of adapters merged."""
+    merged = 0
+    for path, module in list(model.iter_modules()):
+        if not isinstance(module, Adapted):
+            continue
+        base, lora = module.base, module.lora
+        delta = jnp.matmul(lora.lora_a[...], lora.lora_b[...],
+                           precision=jax.lax.Precision.HIGHEST) * module.scale
+        base.kernel[...] = base.kernel[...] + delta.astype(base.kernel[...].dtype)
+        parent = model
+        for key in path[:-1]:
+            parent = parent[key] if isinstance(key, int) else getattr(parent, key)
+        setattr(parent, path[-1], base)
+        merged += 1
+    return merged
+
+
+def count(model, selector=nnx.Param) -> int:
+    """Number of parameters of `model` that `selector` (an nnx filter) picks."""
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, selector))))
+
+
+def summary(model) -> dict[str, int]:
+    """{'total', 'trainable', 'adapters', 'head'} parameter counts; 'trainable' is what a LoRA
+    run trains (adapters and head)."""
+    return {"total": count(model), "trainable": count(model, TRAINABLE),
+            "adapters": count(model, nnx.LoRAParam), "head": count(model, nnx.PathContains("head"))}

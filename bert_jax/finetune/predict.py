@@ -1,0 +1,121 @@
+"""Inference: model outputs for a dataset, evaluation, and prediction files for a test file.
+
+`predict_from_workdir` is the prediction command's work: it rebuilds the model a fine-tuning run
+trained (its config is saved with its checkpoints; frozen weights come from the saved --init),
+restores the trained parameters and writes predictions for a file:
+
+    GLUE    <name>.tsv     `index<TAB>prediction` (label names; scores for regression)
+    CoNLL   <name>.txt     `word [gold] predicted` per line, conlleval's input
+    SQuAD   <name>.json    {id: answer}, the official scripts' input (+ _null_odds.json for v2.0)
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import checkpointing, sharding
+from bert_jax import features as F
+from bert_jax.finetune import runs, tasks
+
+PREDICTIONS_DIR = "predictions"
+_EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
+
+
+def jit_infer(setup: runs.Setup):
+    """(params, frozen, inputs) -> model outputs, replicated on every device."""
+    fn = functools.partial(runs.forward, setup.graphdef)
+    return jax.jit(fn, in_shardings=(setup.state_shardings["params"], setup.frozen_shardings,
+                                     setup.batch_sharding),
+                   out_shardings=NamedSharding(setup.mesh, P()))
+
+
+def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size: int):
+    """Outputs for every row of `arrays` ([rows, ...] numpy), in order: numpy [rows, ...] (span: a
+    (start, end) pair). Every process passes the same rows and gets all the outputs."""
+    n = len(arrays[F.INPUT_IDS])
+    procs, index = jax.process_count(), jax.process_index()
+    if batch_size % (setup.data_parallel() * procs):
+        raise ValueError(f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
+                         f"data-parallel devices and the {procs} processes")
+    local = batch_size // procs
+    outs = []
+    with setup.activate():
+        for start in range(0, n, batch_size):
+            # Process p owns rows [p*local, (p+1)*local) of each global batch; rows past the end
+            # repeat row 0 and their outputs are cut off below.
+            rows = np.arange(start + index * local, start + (index + 1) * local)
+            rows = np.where(rows < n, rows, 0)
+            batch = sharding.host_to_global({k: arrays[k][rows] for k in runs.INPUTS}, setup.batch_sharding)
+            outs.append(jax.device_get(infer_fn(params, frozen, batch)))
+    return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
+
+
+def evaluate(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen,
+             eval_sets: dict[str, tasks.Dataset]) -> dict[str, dict[str, float]]:
+    """{file name: metrics} over the encoded eval files."""
+    out = {}
+    for name, ds in eval_sets.items():
+        outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
+        out[name] = run.task.metrics(ds, outputs, run.labels)
+    return out
+
+
+def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
+    name = os.path.splitext(os.path.basename(test_file))[0]
+    return os.path.join(workdir, PREDICTIONS_DIR, name + _EXTENSIONS[data_format])
+
+
+def write_predictions(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, test_file: str,
+                      output: str) -> dict[str, float] | None:
+    """Predictions for `test_file` into `output`; also its metrics if the file has labels."""
+    ds = run.task.encode(run.tok, run.task.read(test_file), run.labels, training=False)
+    outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
+    if jax.process_index() == 0:
+        run.task.write(output, ds, outputs, run.labels)
+    logging.info("wrote predictions for %s to %s", test_file, output)
+    return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
+
+
+def restore_trained(workdir: str, abstract_params, step: int | None = None):
+    """The trained parameters of a fine-tuning checkpoint, onto `abstract_params`' shardings.
+
+    bert_jax.checkpointing.restore_params does this for pre-training's BertForPreTraining only.
+    """
+    manager = checkpointing.make_manager(workdir, read_only=True)
+    step = manager.latest_step() if step is None else step
+    if step is None:
+        raise FileNotFoundError(f"no checkpoints under {checkpointing.checkpoint_dir(workdir)}; "
+                                "fine-tune there first")
+    out = manager.restore(step, args=ocp.args.Composite(**{
+        checkpointing.PARAMS: ocp.args.StandardRestore(abstract_params)}))
+    return out[checkpointing.PARAMS], step
+
+
+def predict_from_workdir(workdir: str, test_file: str, output: str = "", init: str = "",
+                         overrides: dict | None = None) -> tuple[str, dict[str, float] | None]:
+    """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or None).
+
+    `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
+    config fields to values (e.g. {"eval.batch_size": 16}).
+    """
+    config, _ = checkpointing.load_config(workdir)
+    with config.unlocked():
+        for key, value in (overrides or {}).items():
+            parent = config
+            *path, last = key.split(".")
+            for part in path:
+                parent = parent[part]
+            parent[last] = value
+    run = runs.prepare(config, init or None, with_train=False)
+    setup, trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
+    params, step = restore_trained(workdir, setup.abstract_state["params"])
+    output = output or prediction_path(workdir, run.config.data.format, test_file)
+    figures = write_predictions(run, setup, jit_infer(setup), params, frozen, test_file, output)
+    logging.info("predicted %s with step %d of %s", test_file, step, workdir)
+    return output, figures

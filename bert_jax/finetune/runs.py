@@ -1,0 +1,203 @@
+"""A fine-tuning run resolved: config + --init -> task, tokenizer, labels, model, mesh, optimizer.
+
+The model's parameters are split in two pytrees (pure dicts, as the pre-training trainer keeps
+them): `trainable` (everything in full fine-tuning; the LoRA adapters and the head with LoRA) and
+`frozen` (the rest). The train state is the trainer's layout,
+    {'params': trainable, 'opt_state', 'step', 'rng'},
+so bert_jax.checkpointing saves and restores it as it is: a LoRA checkpoint holds only the
+adapters, the head and their optimizer moments. Frozen weights come from `--init` every time a
+run starts (training, resuming or predicting), which is why the init directory is saved in the
+run's config together with the vocabulary and the label names.
+
+Mesh, parameter and batch shardings are bert_jax.sharding's, from `config.mesh` as in
+pre-training; the optimizer is bert_jax.optim's.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import features as F
+from bert_jax import optim, sharding, tokenization
+from bert_jax.finetune import heads, lora, pretrained, tasks
+
+INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
+
+
+@dataclasses.dataclass
+class Run:
+    """What a config and --init resolve to: the task, tokenizer, labels and the host model."""
+    config: ml_collections.ConfigDict  # with init, vocab_file, do_lower_case and labels filled in
+    task: Any
+    tok: Any
+    labels: tuple[str, ...]
+    model: heads.TaskModel
+    train: tasks.Dataset | None
+
+
+def prepare(config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True) -> Run:
+    """Resolves the run: loads the encoder from `init` (else config.init), reads and encodes the
+    training file, builds the task model (with LoRA adapters when config.lora.rank > 0)."""
+    config = config.copy_and_resolve_references()
+    init = init or config.init
+    task = tasks.make_task(config.data)
+    encoder = pretrained.load_encoder(init, config.model.to_dict())
+    logging.info("encoder from %s", encoder.source)
+    vocab = config.data.vocab_file or encoder.vocab_file
+    if not vocab:
+        raise ValueError(f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt")
+    lower = config.data.do_lower_case
+    lower = (encoder.do_lower_case if encoder.do_lower_case is not None else True) if lower is None else lower
+    tok = tokenization.make_tokenizer(vocab, do_lower_case=lower)
+    if tok.vocab_size > encoder.config.vocab_size:
+        raise ValueError(f"vocabulary {vocab} has {tok.vocab_size} entries but the model only "
+                         f"{encoder.config.vocab_size} word embeddings: not the model's vocab.txt")
+    if config.data.max_seq_length > encoder.config.max_position_embeddings:
+        raise ValueError(f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
+                         f"max_position_embeddings={encoder.config.max_position_embeddings}")
+    train = None
+    if with_train:
+        if not config.data.train_file:
+            raise ValueError("config.data.train_file is empty: point it at the training file")
+        examples = task.read(config.data.train_file)
+        train = tasks.Dataset(examples, {})
+    labels = task.labels(train)
+    if train is not None:
+        train = task.encode(tok, train.examples, labels, training=True)
+        if not train.has_labels:
+            raise ValueError(f"{config.data.train_file} has no labels; it cannot be trained on")
+    with config.unlocked():
+        config.init, config.data.vocab_file, config.data.do_lower_case = init, vocab, lower
+        config.data.labels = labels
+    model = build_model(task.kind, labels, encoder, config.lora, config.train.seed)
+    return Run(config, task, tok, labels, model, train)
+
+
+def build_model(kind: str, labels, encoder: pretrained.Encoder, lora_config, seed: int) -> heads.TaskModel:
+    """The task model with the pre-trained encoder's weights and a fresh head (and adapters)."""
+    model = heads.TaskModel(encoder.config, kind, len(labels), rngs=nnx.Rngs(seed))
+    state = nnx.state(model.bert, nnx.Param)
+    nnx.replace_by_pure_dict(state, jax.device_get(encoder.params))
+    nnx.update(model.bert, state)
+    if lora_config.rank:
+        lora.add_adapters(model.bert, tuple(lora_config.targets), lora_config.rank, lora_config.alpha,
+                          rngs=nnx.Rngs(seed + 1))
+    return model
+
+
+def trainable_filter(config):
+    return lora.TRAINABLE if config.lora.rank else nnx.Param
+
+
+def _decay_mask(params):
+    """bert_jax.optim's rule (kernels and embeddings), plus the LoRA matrices."""
+    def leaf(path, _):
+        names = tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)
+        return optim.decays(names) or (bool(names) and names[-1] in ("lora_a", "lora_b"))
+    return jax.tree_util.tree_map_with_path(leaf, params)
+
+
+def num_train_steps(config, num_examples: int) -> int:
+    t = config.train
+    if t.num_epochs <= 0 or t.batch_size < 1:
+        raise ValueError(f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
+                         "must be positive")
+    return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Model structure, mesh, shardings and optimizer: everything the jitted steps close over."""
+    kind: str
+    graphdef: Any
+    mesh: Any
+    rules: tuple
+    frozen_shardings: Any
+    state_shardings: dict
+    abstract_state: dict
+    batch_sharding: NamedSharding
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+
+    @contextlib.contextmanager
+    def activate(self):
+        with jax.set_mesh(self.mesh), nnx.logical_axis_rules(self.rules):
+            yield
+
+    def data_parallel(self) -> int:
+        return sharding.data_parallel_size(self.mesh, self.rules)
+
+
+def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
+    """-> (Setup, trainable params, frozen params), the parameters placed on the mesh."""
+    if devices is None:
+        devices = jax.devices()[:config.mesh.num_devices or None]
+    mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
+    rules = sharding.normalize_rules(config.mesh.rules)
+    graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
+    trainable_shardings = sharding.param_shardings(trainable, mesh, rules)
+    frozen_shardings = sharding.param_shardings(frozen, mesh, rules)
+    trainable = jax.device_put(nnx.to_pure_dict(trainable), trainable_shardings)
+    frozen = jax.device_put(nnx.to_pure_dict(frozen), frozen_shardings)
+
+    o = config.optim.copy_and_resolve_references()
+    o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
+    tx, schedule = optim.make_optimizer(o, total_steps, _decay_mask)
+    abstract_opt = jax.eval_shape(tx.init, trainable)
+    replicated = NamedSharding(mesh, P())
+    state_shardings = {
+        "params": trainable_shardings,
+        "opt_state": sharding.tree_shardings_like_params(abstract_opt, trainable_shardings, mesh),
+        "step": replicated, "rng": replicated}
+    shapes = {"params": jax.eval_shape(lambda x: x, trainable), "opt_state": abstract_opt,
+              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
+    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                                  shapes, state_shardings)
+    setup = Setup(model.kind, graphdef, mesh, rules, frozen_shardings, state_shardings, abstract_state,
+                  sharding.batch_sharding(mesh, rules), tx, schedule)
+    return setup, trainable, frozen
+
+
+def initial_state(setup: Setup, trainable, seed: int) -> dict:
+    init = jax.jit(lambda p: {"params": p, "opt_state": setup.tx.init(p), "step": jnp.zeros([], jnp.int32),
+                              "rng": jax.random.PRNGKey(seed + 2)},
+                   out_shardings=setup.state_shardings)
+    return init(trainable)
+
+
+def forward(graphdef, params, frozen, batch, dropout_rng=None):
+    """The task model's outputs for a batch (INPUTS), rebuilt from its two parameter trees."""
+    model = nnx.merge(graphdef, params, frozen)
+    return model(*(batch[k] for k in INPUTS), dropout_rng=dropout_rng)
+
+
+def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
+    """config.data.eval_files, encoded, by file name."""
+    sets = {}
+    for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
+        ds = run.task.encode(run.tok, run.task.read(path), run.labels, training=False)
+        if not ds.has_labels:
+            raise ValueError(f"eval file {path} has no labels; put it in data.test_file to predict it")
+        sets[name] = ds
+    return sets
+
+
+def host_model(setup: Setup, params, frozen) -> heads.TaskModel:
+    """The task model with its parameters gathered to host memory (for export). Every process
+    must call it when there are several: gathering sharded arrays is a collective."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        params, frozen = multihost_utils.process_allgather((params, frozen), tiled=True)
+    else:
+        params, frozen = jax.device_get((params, frozen))
+    return nnx.merge(setup.graphdef, params, frozen)

@@ -1,0 +1,168 @@
+"""The three task families: how each reads its files, encodes them, scores and writes predictions.
+
+    TextTask     GLUE-style TSV -> classification or regression ([CLS] head)
+    TaggingTask  CoNLL files    -> token tagging (first word piece of each word)
+    SpanTask     SQuAD JSON     -> span extraction (windows over long contexts)
+
+A task turns a file into a `Dataset`: the examples as read, the model inputs (with labels when
+the file has them), and whatever post-processing needs (word starts, SQuAD windows). Model
+outputs come back as numpy arrays, one row per input row, and the task turns them into metrics
+and prediction files. `config.data` (configs/finetune/base.py) holds every field used here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from bert_jax.finetune import conll, encode, glue, metrics, squad
+
+
+@dataclasses.dataclass
+class Dataset:
+    examples: list  # as read from the file
+    arrays: dict[str, np.ndarray]  # model inputs and labels, [rows, ...]
+    meta: Any = None  # the task's post-processing information
+    has_labels: bool = True
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+
+class TextTask:
+    """Single sentences or sentence pairs in a GLUE layout -> classes (or a score)."""
+
+    def __init__(self, data):
+        self.data = data
+        self.layout = glue.get_layout(data.layout)
+        self.kind = "regression" if self.layout.is_regression else "classification"
+
+    def labels(self, train: Dataset | None) -> tuple[str, ...]:
+        return tuple(self.data.labels) or self.layout.labels
+
+    def read(self, path: str) -> list:
+        return glue.read_tsv(path, self.layout)
+
+    def encode(self, tok, examples, labels, training: bool) -> Dataset:
+        arrays = encode.encode_texts(tok, examples, self.data.max_seq_length, labels)
+        return Dataset(examples, arrays, None, all(e.label is not None for e in examples))
+
+    def _predictions(self, outputs: np.ndarray) -> np.ndarray:
+        return outputs if self.kind == "regression" else np.argmax(outputs, axis=-1)
+
+    def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
+        preds, gold = self._predictions(outputs), ds.arrays[encode.LABEL]
+        if self.kind == "regression":
+            return metrics.regression_metrics(preds, gold)
+        return metrics.classification_metrics(preds, gold, len(labels))
+
+    def write(self, path: str, ds: Dataset, outputs, labels) -> None:
+        preds = self._predictions(outputs)
+        values = [float(p) for p in preds] if self.kind == "regression" else [labels[int(p)] for p in preds]
+        glue.write_predictions(path, ds.examples, values)
+
+
+class TaggingTask:
+    """CoNLL token files -> one tag per word."""
+
+    kind = "tagging"
+
+    def __init__(self, data):
+        self.data = data
+
+    def labels(self, train: Dataset | None) -> tuple[str, ...]:
+        if self.data.labels:
+            return tuple(self.data.labels)
+        if train is None:
+            raise ValueError("config.data.labels is empty and there is no training file to take the "
+                             "tag set from")
+        return conll.label_set(train.examples)
+
+    def read(self, path: str) -> list:
+        return conll.read_conll(path, self.data.tag_column)
+
+    def encode(self, tok, examples, labels, training: bool) -> Dataset:
+        arrays, starts = encode.encode_tagged(tok, examples, self.data.max_seq_length, labels)
+        return Dataset(examples, arrays, starts, all(s.tags is not None for s in examples))
+
+    def _predictions(self, ds: Dataset, outputs, labels) -> list[list[str]]:
+        return encode.word_predictions(np.argmax(outputs, axis=-1), ds.meta, labels)
+
+    def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
+        return metrics.entity_f1([s.tags for s in ds.examples], self._predictions(ds, outputs, labels))
+
+    def write(self, path: str, ds: Dataset, outputs, labels) -> None:
+        conll.write_predictions(path, ds.examples, self._predictions(ds, outputs, labels))
+
+
+class SpanTask:
+    """SQuAD v1.1 / v2.0 questions -> answer spans of the context."""
+
+    kind = "span"
+
+    def __init__(self, data):
+        self.data = data
+
+    def labels(self, train: Dataset | None) -> tuple[str, ...]:
+        return ()
+
+    def read(self, path: str) -> list:
+        return squad.read_squad(path)
+
+    def encode(self, tok, examples, labels, training: bool) -> Dataset:
+        d = self.data
+        arrays, windows, contexts = squad.encode_squad(tok, examples, d.max_seq_length, d.doc_stride,
+                                                       d.max_query_length, is_training=training)
+        has_labels = all(e.answers or e.is_impossible for e in examples)
+        return Dataset(examples, arrays, (windows, contexts), has_labels)
+
+    def answers(self, ds: Dataset, outputs) -> tuple[dict[str, str], dict[str, float]]:
+        d = self.data
+        windows, contexts = ds.meta
+        start, end = outputs
+        return squad.best_answers(
+            ds.examples, windows, contexts, start, end, n_best_size=d.n_best_size,
+            max_answer_length=d.max_answer_length, version_2_with_negative=d.version_2_with_negative,
+            null_score_diff_threshold=d.null_score_diff_threshold)
+
+    def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
+        answers, _ = self.answers(ds, outputs)
+        return metrics.squad_scores(answers, {e.qid: squad.gold_answers(e) for e in ds.examples})
+
+    def write(self, path: str, ds: Dataset, outputs, labels) -> None:
+        squad.write_predictions(path, *self.answers(ds, outputs))
+
+
+FORMATS = {"glue": TextTask, "conll": TaggingTask, "squad": SpanTask}
+
+
+def make_task(data):
+    """The task for `config.data.format`."""
+    if data.format not in FORMATS:
+        raise ValueError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
+    return FORMATS[data.format](data)
+
+
+def primary_metric(task, data) -> str:
+    """The figure a run is judged by: config.data.metric, else the benchmark's usual one."""
+    if data.metric:
+        return data.metric
+    if isinstance(task, (SpanTask, TaggingTask)):
+        return "f1"
+    return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(data.layout, "accuracy")
+
+
+def split_files(spec: str) -> list[str]:
+    """Comma-separated paths (config.data.eval_files) -> list, empty entries dropped."""
+    return [p.strip() for p in spec.split(",") if p.strip()] if spec else []
+
+
+def named_files(paths: Sequence[str]) -> dict[str, str]:
+    """Paths -> {name: path}, the file stem as name ("dev_matched"), for per-file eval figures."""
+    out = {}
+    for path in paths:
+        name = os.path.splitext(os.path.basename(path))[0]
+        out[name if name not in out else path] = path
+    return out

@@ -1,0 +1,164 @@
+"""The fine-tuning loop: a jitted train step over the mesh, periodic eval, checkpoints, export.
+
+`finetune(config, workdir, init)` trains config.train.num_epochs over the training file, resuming
+from the latest checkpoint in `workdir` if there is one (bert_jax.checkpointing: the trained
+parameters, optimizer state, step, rng and the Grain iterator position), scores every eval file at
+the end (and every eval.every_steps), writes predictions for data.test_file and exports the model
+to <workdir>/export. Figures go to <workdir>/metrics.jsonl and TensorBoard via
+bert_jax.metrics_log, as in pre-training.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import grain
+import jax
+import ml_collections
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import checkpointing, metrics_log, sharding
+from bert_jax import features as F
+from bert_jax.finetune import heads, lora, pretrained, predict, runs, tasks
+
+EXPORT_DIR = "export"
+
+
+def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
+    """One optimizer step on the trainable parameters; the frozen ones only take part in the
+    forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks."""
+    step = state["step"]
+    rng = jax.random.fold_in(state["rng"], step)
+
+    def loss_fn(params):
+        return heads.loss(kind, runs.forward(graphdef, params, frozen, batch, rng), batch)
+
+    loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    new_state = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
+                 "step": step + 1, "rng": state["rng"]}
+    return new_state, {"loss": loss, "grad_norm": optax.global_norm(grads), "learning_rate": schedule(step)}
+
+
+def jit_train_step(setup: runs.Setup):
+    fn = functools.partial(train_step, graphdef=setup.graphdef, kind=setup.kind, tx=setup.tx,
+                           schedule=setup.schedule)
+    return jax.jit(fn, in_shardings=(setup.state_shardings, setup.frozen_shardings, setup.batch_sharding),
+                   out_shardings=(setup.state_shardings, NamedSharding(setup.mesh, P())),
+                   donate_argnums=(0,))
+
+
+class _Rows:
+    """Random access to the rows of a dict of equal-length arrays, for Grain."""
+
+    def __init__(self, arrays: dict):
+        self.arrays = arrays
+
+    def __len__(self) -> int:
+        return len(self.arrays[F.INPUT_IDS])
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.arrays.items()}
+
+
+def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDataset:
+    """Endless batches of this process's rows, in a new random order every epoch. Batches run
+    across epoch boundaries, so no example is ever dropped."""
+    procs = jax.process_count()
+    if global_batch % procs:
+        raise ValueError(f"train.batch_size={global_batch} is not divisible by {procs} processes")
+    ds = grain.MapDataset.source(_Rows(arrays)).shuffle(seed=seed).repeat(None)
+    ds = ds[jax.process_index()::procs].batch(global_batch // procs, drop_remainder=True)
+    return ds.to_iter_dataset()
+
+
+def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
+
+
+def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
+    """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
+    'train', 'predictions', 'export'} (eval figures by eval file name)."""
+    run = runs.prepare(config, init)
+    config = run.config
+    total = runs.num_train_steps(config, len(run.train))
+    setup, trainable, frozen = runs.make_setup(config, run.model, total)
+    if config.train.batch_size % setup.data_parallel():
+        raise ValueError(f"train.batch_size={config.train.batch_size} must be divisible by the "
+                         f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)")
+    counts = {**lora.summary(run.model), "trainable": lora.count(run.model, runs.trainable_filter(config))}
+    is_primary = jax.process_index() == 0
+    if is_primary:
+        print(f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
+              f"({100 * counts['trainable'] / counts['total']:.2f}%; "
+              f"{'LoRA rank %d' % config.lora.rank if config.lora.rank else 'full'}) for {total} steps "
+              f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}", flush=True)
+
+    data_iter = iter(train_batches(run.train.arrays, config.train.batch_size, config.train.seed))
+    manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
+    latest = manager.latest_step()
+    if latest is not None:
+        logging.info("resuming from %s at step %d", manager.directory, latest)
+        state = checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
+    else:
+        state = runs.initial_state(setup, trainable, config.train.seed)
+    del trainable
+    step = int(jax.device_get(state["step"]))
+
+    eval_sets = runs.eval_datasets(run)
+    infer_fn = predict.jit_infer(setup)
+    p_train_step = jit_train_step(setup)
+    log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
+    progress = metrics_log.Progress(total, step, enabled=is_primary)
+    primary = tasks.primary_metric(run.task, config.data)
+
+    def run_eval():
+        figures = predict.evaluate(run, setup, infer_fn, state["params"], frozen, eval_sets)
+        log.write(step, "eval", _flatten(figures))
+        if is_primary:
+            print("eval  step %d  " % step + "  ".join(
+                f"{name} {primary} {values.get(primary, float('nan')):.4f}" for name, values in figures.items()),
+                flush=True)
+        return figures
+
+    result = {"step": step, "total": counts["total"], "trainable": counts["trainable"], "train": {},
+              "eval": {}, "eval_at_start": {}, "predictions": None, "export": None}
+    if eval_sets and config.eval.at_start and step == 0:
+        result["eval_at_start"] = run_eval()
+    history = []
+    with setup.activate():
+        while step < total:
+            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
+            state, metrics = p_train_step(state, frozen, batch)
+            step += 1
+            history.append(metrics)
+            if step % config.train.log_every_steps == 0 or step == total:
+                values = jax.device_get(history)
+                result["train"] = {k: float(sum(h[k] for h in values) / len(values)) for k in values[0]}
+                log.write(step, "train", result["train"])
+                progress.report(step, result["train"])
+                history = []
+            if eval_sets and step < total and config.eval.every_steps and step % config.eval.every_steps == 0:
+                result["eval"] = run_eval()
+            if step == total or (config.checkpoint.every_steps and step % config.checkpoint.every_steps == 0):
+                checkpointing.save(manager, step, state, data_iter, config)
+    manager.wait_until_finished()
+    manager.close()
+    result["step"] = step
+    if eval_sets:
+        result["eval"] = run_eval()
+    log.close()
+
+    if config.data.test_file:
+        output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
+        predict.write_predictions(run, setup, infer_fn, state["params"], frozen, config.data.test_file, output)
+        result["predictions"] = output
+    if config.export:
+        model = runs.host_model(setup, state["params"], frozen)
+        if is_primary:
+            result["export"] = os.path.join(workdir, EXPORT_DIR)
+            pretrained.export_hf(model, run.labels, result["export"], config.data.vocab_file,
+                                 config.data.do_lower_case)
+    return result
