@@ -10,7 +10,6 @@ No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tun
 """
 import array
 import itertools
-import operator
 import os
 import re
 import unicodedata
@@ -214,16 +213,21 @@ class WordPieceTokenizer:
         ASCII words are lower-cased and cut into pieces by one regex pass over all of them, and each
         distinct piece is looked up once; other words take _encode_word.
         """
-        simple = [word for word in words if word.isascii() and not _SPLIT_DISAGREES.search(word)]
-        other = [word for word in words if not word.isascii() or _SPLIT_DISAGREES.search(word)]
+        simple = [word for word in words if word.isascii()]
+        other = [word for word in words if not word.isascii()]
         joined = "\n".join(simple)
+        if any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):  # rare: ASCII controls str.split keeps
+            other += [word for word in simple if _SPLIT_DISAGREES.search(word)]
+            simple = [word for word in simple if not _SPLIT_DISAGREES.search(word)]
+            joined = "\n".join(simple)
         pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
         piece_cache = self._piece_cache
         new = list(set(pieces).difference(piece_cache))
-        whole = list(map(self.vocab.get, new))  # most pieces are whole vocabulary entries
-        piece_cache.update((p, (i,)) for p, i in zip(new, whole) if i is not None and len(p) <= self.max_chars_per_word)
-        for piece in new:
-            self._piece_ids(piece)  # the rest: greedy longest match
+        for piece, whole in zip(new, map(self.vocab.get, new)):  # most pieces are whole vocabulary entries
+            if whole is None or len(piece) > self.max_chars_per_word:
+                self._piece_ids(piece)  # the greedy longest match
+            else:
+                piece_cache[piece] = (whole,)
         piece_ids = list(map(piece_cache.__getitem__, pieces))
         # A word's ids are those of its pieces up to the next "\n" (a word of control characters has none).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
@@ -245,16 +249,13 @@ class WordPieceTokenizer:
             return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
         except KeyError:
             pass
-        rows = list(map(index.get, words))
-        if None in rows:
-            # The distinct missing words, found without a Python-level loop over all words.
-            missing = list(dict.fromkeys(itertools.compress(words, map(operator.is_, rows, itertools.repeat(None)))))
-            if len(index) + len(missing) > _CACHE_LIMIT:  # bounded memory: start afresh when full
-                self._clear_batch_cache()
-                missing = list(dict.fromkeys(w for w in words if w != _LINE_END))
-            self._add_words(missing)
-            rows = list(map(index.__getitem__, words))
-        return np.asarray(rows, np.int64)
+        # Rows are internal: the order in which missing words get them does not change any ids.
+        missing = set(words).difference(index)
+        if len(index) + len(missing) > _CACHE_LIMIT:  # bounded memory: start afresh when full
+            self._clear_batch_cache()
+            missing = set(words).difference(index)
+        self._add_words(list(missing))
+        return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Many lines at once -> (the ids of all lines concatenated, int32; ids per line, int64).
