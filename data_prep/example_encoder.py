@@ -35,16 +35,16 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
     top = int(values.max(initial=0))
     values = values.astype(np.uint32 if top < 1 << 32 else np.uint64)  # narrow: less memory traffic
     planes = max(1, -(-top.bit_length() // 7))  # 7 bits per varint byte
-    size = np.ones(values.shape, np.uint8)  # [N, K] bytes per value
-    for k in range(1, planes):
-        size += values >= (1 << (7 * k))
     out = np.empty((*values.shape, planes), np.uint8)  # [N, K, byte]
+    keep = np.empty((*values.shape, planes), bool)  # [N, K, byte]: the value has this byte
+    keep[..., 0] = True
     for k in range(planes):
-        byte = (values >> (7 * k)).astype(np.uint8) & 0x7F
-        byte |= (size > k + 1).view(np.uint8) << 7  # continuation bit: another byte follows
-        out[..., k] = byte
-    data = out[np.arange(planes) < size[..., None]].tobytes()  # row-major: row by row, value by value
-    return data, np.concatenate([[0], np.cumsum(size.sum(axis=1, dtype=np.int64))]).tolist()
+        more = values >= (1 << (7 * (k + 1))) if k + 1 < planes else np.zeros(values.shape, bool)
+        if k + 1 < planes:
+            keep[..., k + 1] = more
+        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | (more.view(np.uint8) << 7)  # high bit: more
+    data = np.compress(keep.reshape(-1), out.reshape(-1)).tobytes()  # row by row, value by value
+    return data, np.concatenate([[0], np.cumsum(keep.sum(axis=(1, 2)))]).tolist()
 
 
 def _delimited(tag: int, payload: bytes) -> bytes:
@@ -59,63 +59,54 @@ def entry(name: str, packed: bytes) -> bytes:
 
 
 class _Entries(dict):
-    """(feature name, variant) -> entry bytes, built on first use; or, for varint features, the entry's
-    prefix for a given payload length (the payload follows it)."""
+    """variant -> bytes, built by `build(variant)` on first use."""
 
     def __init__(self, build):
         super().__init__()
         self._build = build
 
     def __missing__(self, key):
-        value = self[key] = self._build(*key)
+        value = self[key] = self._build(key)
         return value
 
 
 class ExampleEncoder:
     """Batch -> serialized tf.train.Example records of one schema."""
 
-    def __init__(self, schema: F.Schema, vocab_size: int):
+    def __init__(self, schema: F.Schema):
         self.schema = schema
         length_cap, predictions = schema.max_seq_length, schema.max_predictions_per_seq
-
-        def constant(name, *variant):
-            if name == F.INPUT_MASK:
-                (n,) = variant
-                packed = b"\x01" * n + b"\x00" * (length_cap - n)
-            elif name == F.SEGMENT_IDS:
-                segment_start, n = variant
-                packed = b"\x00" * segment_start + b"\x01" * (n - segment_start) + b"\x00" * (length_cap - n)
-            elif name == F.MASKED_LM_WEIGHTS:
-                (m,) = variant
-                packed = _ONE_FLOAT * m + _ZERO_FLOAT * (predictions - m)
-            else:  # next_sentence_labels
-                packed = bytes(variant)
-            return entry(name, packed)
-
-        def prefix(name, payload_length):  # all of the entry but its packed payload
-            return entry(name, b"\x00" * payload_length)[:-payload_length]
-
-        self._constant = _Entries(constant)
-        self._prefix = _Entries(prefix)
+        self._length_cap = length_cap
+        # Whole entries of the features with few variants, keyed by an int per variant.
+        self._mask = _Entries(lambda n: entry(F.INPUT_MASK, b"\x01" * n + b"\x00" * (length_cap - n)))
+        self._segments = _Entries(lambda key: entry(F.SEGMENT_IDS, _segments(*divmod(key, length_cap + 1), length_cap)))
+        self._weights = _Entries(lambda m: entry(F.MASKED_LM_WEIGHTS, _ONE_FLOAT * m + _ZERO_FLOAT * (predictions - m)))
+        self._labels = _Entries(lambda label: entry(F.NEXT_SENTENCE_LABELS, bytes([label])))
+        # For varint features, all of an entry but its packed payload, keyed by the payload's length.
+        self._prefix = {name: _Entries(lambda size, name=name: entry(name, b"\x00" * size)[:-size])
+                        for name in (F.INPUT_IDS, F.MASKED_LM_IDS, F.MASKED_LM_POSITIONS)}
+        self._lengths = _Entries(varint)  # the Example's own length field
 
     def _varint_entries(self, name: str, values: np.ndarray) -> list[bytes]:
         data, offsets = varint_rows(values)
-        prefix = self._prefix
-        return [prefix[name, end - start] + data[start:end] for start, end in zip(offsets, offsets[1:])]
+        prefix = self._prefix[name]
+        return [prefix[end - start] + data[start:end] for start, end in zip(offsets, offsets[1:])]
 
     def encode(self, batch: Batch) -> list[bytes]:
         """Serialized records, features in sorted order as deterministic serialization writes them."""
-        constant = self._constant
-        columns = [self._varint_entries(F.INPUT_IDS, batch.tokens),
-                   [constant[F.INPUT_MASK, n] for n in batch.length.tolist()]]
+        lengths = batch.length.tolist()
+        segment_keys = (batch.segment_start * (self._length_cap + 1) + batch.length).tolist()
+        columns = [self._varint_entries(F.INPUT_IDS, batch.tokens), list(map(self._mask.__getitem__, lengths))]
         if self.schema.masked:
             columns += [self._varint_entries(F.MASKED_LM_IDS, batch.labels),
                         self._varint_entries(F.MASKED_LM_POSITIONS, batch.positions),
-                        [constant[F.MASKED_LM_WEIGHTS, m] for m in batch.num_masked.tolist()]]
-        columns += [[constant[F.NEXT_SENTENCE_LABELS, label] for label in batch.random_next.astype(int).tolist()],
-                    [constant[F.SEGMENT_IDS, s, n] for s, n in zip(batch.segment_start.tolist(), batch.length.tolist())]]
-        out = []
-        for parts in zip(*columns):
-            features = b"".join(parts)
-            out.append(b"\x0a" + varint(len(features)) + features)
-        return out
+                        list(map(self._weights.__getitem__, batch.num_masked.tolist()))]
+        columns += [list(map(self._labels.__getitem__, batch.random_next.astype(int).tolist())),
+                    list(map(self._segments.__getitem__, segment_keys))]
+        features = list(map(b"".join, zip(*columns)))
+        header = self._lengths
+        return [b"\x0a" + header[len(f)] + f for f in features]
+
+
+def _segments(segment_start: int, n: int, length_cap: int) -> bytes:
+    return b"\x00" * segment_start + b"\x01" * (n - segment_start) + b"\x00" * (length_cap - n)

@@ -154,13 +154,15 @@ def _num_to_predict(length: np.ndarray, candidates: np.ndarray, opts: InstanceOp
     return np.minimum(np.minimum(wanted, opts.max_predictions_per_seq), candidates)
 
 
-def _choose_tokens(keys, candidate, k, opts):
-    """[n, L] bool: per row the k candidates with the smallest keys (a uniformly random subset)."""
+def _choose_tokens(keys, candidate, k, p):
+    """[n, p] sorted positions of the k candidates with the smallest keys (a uniformly random subset),
+    then padding positions L."""
+    length_cap = candidate.shape[1]
     keys = np.where(candidate, keys, 2.0)
-    order = np.argsort(keys, axis=1, kind="stable")[:, :opts.max_predictions_per_seq]
-    chosen = np.zeros(candidate.shape, bool)
-    np.put_along_axis(chosen, order, np.arange(order.shape[1])[None, :] < k[:, None], axis=1)
-    return chosen
+    smallest = np.argpartition(keys, p - 1, axis=1)[:, :p]  # the p smallest keys, in no order
+    by_key = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1, kind="stable")
+    order = np.take_along_axis(smallest, by_key, axis=1)
+    return np.sort(np.where(np.arange(p)[None, :] < k[:, None], order, length_cap), axis=1)
 
 
 def _choose_words(keys, candidate, continuation, k):
@@ -208,19 +210,19 @@ def mask(batch: Batch, opts: InstanceOptions, vocab: Vocab, rng: np.random.Gener
         k = _num_to_predict(length, candidate.sum(axis=1), opts)
         keys = rng.random(tokens.shape)
         if continuation is None:
-            chosen = _choose_tokens(keys, candidate, k, opts)
+            positions = _choose_tokens(keys, candidate, k, p)
         else:
             chosen = _choose_words(keys, candidate, continuation[tokens], k)
-        # Chosen positions in ascending order first (a stable sort of "not chosen"), then padding.
-        positions = np.argsort(~chosen, axis=1, kind="stable")[:, :p]
-        count = chosen.sum(axis=1)
-        valid = np.arange(p)[None, :] < count[:, None]
+            positions = np.sort(np.where(chosen, np.arange(length_cap)[None, :], length_cap), axis=1)[:, :p]
+        valid = positions < length_cap  # chosen positions ascending, then padding
+        count = valid.sum(axis=1)
+        positions = np.where(valid, positions, 0)
         labels = np.take_along_axis(tokens, positions, axis=1)
         draw = rng.random((2, hi - lo, p))
         replacement = np.where(draw[0] < 0.8, vocab.mask_id,
                                np.where(draw[1] < 0.5, labels, random_ids[rng.integers(0, len(random_ids), (hi - lo, p))]))
         rows = np.broadcast_to(np.arange(hi - lo)[:, None], positions.shape)
         tokens[rows[valid], positions[valid]] = replacement[valid]
-        batch.positions[lo:hi, :p] = np.where(valid, positions, 0)
+        batch.positions[lo:hi, :p] = positions
         batch.labels[lo:hi, :p] = np.where(valid, labels, 0)
         batch.num_masked[lo:hi] = count

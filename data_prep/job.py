@@ -146,7 +146,7 @@ class UnitProcessor:
         self.spec = spec
         self.tokenizer = tokenizer
         self.vocab = inst.Vocab.from_tokenizer(tokenizer)
-        self.encoder = example_encoder.ExampleEncoder(spec.schema, tokenizer.vocab_size)
+        self.encoder = example_encoder.ExampleEncoder(spec.schema)
 
     def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:

@@ -148,7 +148,7 @@ def test_encoder_bytes_equal_protobuf_deterministic_serialization(corpus, tok, s
     batch = masked if mask else unmasked
     schema = F.Schema(seq, preds)
     batch.tokens[0, 1] = 2 ** 31 - 1  # a varint of five bytes
-    records = example_encoder.ExampleEncoder(schema, tok.vocab_size).encode(batch)
+    records = example_encoder.ExampleEncoder(schema).encode(batch)
     pb = F._example_pb2()
     for index in range(0, len(records), 13):
         assert pb.Example.FromString(records[index]).SerializeToString(deterministic=True) == records[index]
