@@ -35,6 +35,9 @@ def test_encode_batch_equals_encode_and_tokenize(vocab_file, testdata, lower):
     alphabet = "aZé中\u200b\u0301\x0b\x1c\x85\u2028\u00a0\ue000 ,.!-#\t\x01\x7f" + "".join(map(chr, range(0x370, 0x380)))
     odd = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
     odd += ["\uffff", "a \uffff b", "", "a\x0bb c", "\x01\x02", "x" * 201, "don't-stop!!"]  # markers, limits
+    letters = "abcdefghijklmnopqrstuvwxyzQZ0123456789"
+    odd += [" ".join("".join(rng.choice(letters) for _ in range(rng.randint(1, 25))) for _ in range(8))
+            for _ in range(300)]  # words that are no vocabulary entry: the greedy longest match
     lines = (testdata / "pydocs_small.txt").read_text(encoding="utf-8").splitlines()[:1500] + odd
     expected = [tok.convert_tokens_to_ids(tok.tokenize(line)) for line in lines]
     for batch, wanted in ((lines, expected), (lines[::-1], expected[::-1]), ([], [])):  # cold, then warm cache
