@@ -172,8 +172,7 @@ class UnitProcessor:
         split_id = SPLITS.index(split)
         ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
         docs = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
-        rng = random.Random(int.from_bytes(hashlib.blake2b(
-            repr(_seed(spec, "structure", unit.index, split_id)).encode(), digest_size=8).digest(), "little"))
+        rng = random.Random(repr(_seed(spec, "structure", unit.index, split_id)))  # str seeds: sha512, stable
         spans: list = []
         make_spans = fi.nsp_spans if opts.nsp else fi.mlm_spans
         for _ in range(spec.dupe_factor if split == "train" else 1):  # eval: one pass, no duplicates
@@ -278,10 +277,13 @@ def verify(output_dir: str) -> list[str]:
     path = os.path.join(output_dir, pipeline.MANIFEST)
     if not os.path.isfile(path):
         return [f"no {pipeline.MANIFEST} in {output_dir!r}: the job has not finished there"]
-    with open(path) as f:
-        shards = json.load(f)["shards"]
+    try:
+        with open(path) as f:
+            shards = json.load(f)["shards"]
+    except (ValueError, KeyError) as e:
+        return [f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); rerun the job to rewrite it"]
     problems = []
-    for split, entries in shards.items():
+    for entries in shards.values():
         for entry in entries:
             shard = os.path.join(output_dir, entry["file"])
             if not os.path.isfile(shard):

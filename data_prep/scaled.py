@@ -197,7 +197,7 @@ def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, 
     with work.locked():
         work.check(fp)
         todo = sorted((u for u in planned if work.marker(u.index) is None), key=lambda u: -u.size)
-        with _executor(min(num_workers, max(len(todo), 1)), spec, tokenizer, work.path) as imap:
+        with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
             total = sum(u.size for u in planned)
             unit_bar = tqdm.tqdm(total=total, initial=total - sum(u.size for u in todo), unit="B",
                                  unit_scale=True, desc="units", disable=not progress, mininterval=0.5)

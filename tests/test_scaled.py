@@ -176,7 +176,7 @@ def test_verify_detects_a_corrupted_shard(tmp_path, testdata, vocab_file):
 def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
     tfds = pytest.importorskip("tensorflow_datasets")
 
-    class TinyWiki(tfds.core.GeneratorBasedBuilder):
+    class TinyArticles(tfds.core.GeneratorBasedBuilder):  # a name of its own: tfds keeps a global registry
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
@@ -189,10 +189,10 @@ def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
             for i in range(7):
                 yield i, {"text": f"Article {i} begins here. It goes on for a while.\nA second paragraph {i}!"}
 
-    TinyWiki(data_dir=str(tmp_path / "tfds"), file_format="array_record").download_and_prepare(
+    TinyArticles(data_dir=str(tmp_path / "tfds"), file_format="array_record").download_and_prepare(
         download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    spec = job.JobSpec(inputs=("tfds:tiny_wiki:train",), tfds_examples_per_unit=2, tfds_data_dir=str(tmp_path / "tfds"),
+    spec = job.JobSpec(inputs=("tfds:tiny_articles:train",), tfds_examples_per_unit=2, tfds_data_dir=str(tmp_path / "tfds"),
                        eval_fraction=0.0, dupe_factor=1)
     assert [(u.start, u.stop) for u in job.plan(spec)] == [(0, 2), (2, 4), (4, 6), (6, 7)]
     manifest = scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
