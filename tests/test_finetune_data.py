@@ -245,3 +245,27 @@ def test_training_questions_with_misplaced_answers_are_dropped(tok):
     assert arrays[squad.START_POSITIONS].tolist()[1] == 0
     with pytest.raises(encode.FormatError, match="has no answer and is not marked"):
         squad.encode_squad(tok, [squad.QAExample("d", "q", "x", ())], 16, 8, 4, is_training=True)
+
+
+# --- Prediction files ------------------------------------------------------------------------
+
+
+def test_prediction_writers(tmp_path):
+    examples = [glue.TextExample("7", "a", None, None), glue.TextExample("9", "b", None, None)]
+    glue.write_predictions(str(tmp_path / "p" / "glue.tsv"), examples, ["entailment", "neutral"])
+    assert (tmp_path / "p" / "glue.tsv").read_text() == "index\tprediction\n7\tentailment\n9\tneutral\n"
+    glue.write_predictions(str(tmp_path / "stsb.tsv"), examples, [3.14159, 0.5])
+    assert (tmp_path / "stsb.tsv").read_text().splitlines()[1:] == ["7\t3.1416", "9\t0.5000"]
+    with pytest.raises(ValueError, match="2 examples but 1 predictions"):
+        glue.write_predictions(str(tmp_path / "x.tsv"), examples, ["a"])
+
+    sentences = [conll.TaggedSentence("s1", ("EU", "rejects"), ("B-ORG", "O")),
+                 conll.TaggedSentence("s2", ("Peter",), ("B-PER",))]
+    path = str(tmp_path / "conll.txt")
+    conll.write_predictions(path, sentences, [["B-ORG", "B-MISC"], ["B-PER"]])
+    assert open(path).read() == "EU B-ORG B-ORG\nrejects O B-MISC\n\nPeter B-PER B-PER\n\n"
+    assert [s.tags for s in conll.read_conll(path)] == [("B-ORG", "B-MISC"), ("B-PER",)]  # conlleval input
+
+    squad.write_predictions(str(tmp_path / "squad.json"), {"q1": "Paris", "q2": ""}, {"q1": -3.0, "q2": 2.0})
+    assert json.loads((tmp_path / "squad.json").read_text()) == {"q1": "Paris", "q2": ""}
+    assert json.loads((tmp_path / "squad_null_odds.json").read_text()) == {"q1": -3.0, "q2": 2.0}

@@ -4,15 +4,21 @@ The pre-trained model is a tiny random BERT (2 layers, width 32) saved as a Hugg
 directory. Its initializer_range is 0.2 rather than BERT's 0.02: at 0.02 a random 2-layer encoder
 barely mixes tokens into [CLS], and learning a keyword task from it takes hundreds of steps;
 at 0.2 it takes a few dozen, which is what a CPU test can afford. Each task's label is learnable
-from the text: sentiment from a keyword, a pair's label from its word overlap, tags from word
-identity, the answer span from what the word is.
+from the text: sentiment from a keyword, a pair's label from whether the keywords of its two
+sentences agree, a score from counting keywords, tags from word identity, the answer span from
+what the word is.
 
 Dropout is off and the mesh has two devices in most tests: dropout masks and an 8-way SPMD
 partition each double the train step's compile time on CPU, which dominates these tests.
 """
 import json
+import os
 import random
+import shutil
 
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
@@ -210,3 +216,45 @@ def test_span_extraction_learns(tiny_hf, tmp_path, v2):
     before, after = result["eval_at_start"]["dev"], result["eval"]["dev"]
     print(f"squad v2={v2} exact {before['exact']:.1f} -> {after['exact']:.1f}, f1 {after['f1']:.1f}")
     assert after["exact"] > 70
+
+
+def saved_params(workdir, step):
+    """{path: shape} of the parameters in a fine-tuning checkpoint, from Orbax's metadata."""
+    meta = ocp.StandardCheckpointer().metadata(os.path.join(workdir, "checkpoints", str(step), "params"))
+    leaves = jax.tree_util.tree_flatten_with_path(meta.item_metadata)[0]
+    return {"/".join(k.key for k in path): tuple(m.shape) for path, m in leaves}
+
+
+@pytest.mark.slow
+def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_path):
+    """LoRA on a data x tensor mesh with dropout: accuracy rises; the checkpoint holds only the
+    adapters and the head; a run cut off after a checkpoint resumes to the same result."""
+    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 256, 0),
+                         eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1))
+    config.lora.rank = 4
+    config.lora.targets = ("query", "key", "value", "attention_output", "intermediate", "output")
+    config.optim.learning_rate = 3e-3
+    config.train.num_epochs = 15.0  # adapters learn more slowly than full fine-tuning
+    config.model.hidden_dropout_prob = 0.1
+    config.mesh.num_devices, config.mesh.data, config.mesh.tensor = 8, 4, 2
+    config.checkpoint.every_steps = 100
+    config.checkpoint.max_to_keep = 2
+    workdir = str(tmp_path / "work")
+    result = train.finetune(config, workdir, tiny_hf)
+    before, after = result["eval_at_start"]["dev"]["accuracy"], result["eval"]["dev"]["accuracy"]
+    print(f"sst2 LoRA accuracy {before:.3f} -> {after:.3f}; trains {result['trainable']} of {result['total']}")
+    assert after > 0.85 and after > before + 0.2
+    h, r, layers = TINY["hidden_size"], 4, TINY["num_hidden_layers"]
+    adapters = layers * r * (4 * 2 * h + 2 * (h + TINY["intermediate_size"]))
+    assert result["trainable"] == adapters + h * 2 + 2
+
+    saved = saved_params(workdir, result["step"])
+    assert all(k.endswith(("lora_a", "lora_b")) or k.startswith("head/") for k in saved), sorted(saved)
+    assert sum(int(np.prod(s)) for s in saved.values()) == result["trainable"]
+
+    # Cut the run off after its step-200 checkpoint and run the same command again.
+    shutil.rmtree(os.path.join(workdir, "checkpoints", str(result["step"])))
+    config.eval.at_start = False
+    resumed = train.finetune(config, workdir, tiny_hf)
+    assert resumed["step"] == result["step"]
+    assert resumed["eval"] == result["eval"]

@@ -1,6 +1,18 @@
 """Fine-tuning pre-trained BERT checkpoints on downstream tasks, optionally with LoRA.
 
-    glue.py, conll.py, squad.py   the data formats people have: readers, prediction writers
-    encode.py                     text -> fixed-length model inputs (squad.py windows its own)
-    metrics.py                    the benchmarks' metrics
+Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
+
+    glue.py, conll.py, squad.py   the formats people have: readers and prediction writers
+                                  (squad.py also windows long contexts and picks answer spans)
+    encode.py                     text -> fixed-length inputs for classification and tagging
+    metrics.py                    the benchmarks' metrics (GLUE, conlleval, official SQuAD)
+    tasks.py                      the three task families tying a format to a head and metrics
+    heads.py                      TaskModel (BertModel + head) and the losses
+    lora.py                       LoRA adapters: add, count, merge
+    pretrained.py                 --init (Hugging Face dir or our pre-training workdir) in,
+                                  transformers task model out
+    runs.py                       config + --init -> task, tokenizer, model, mesh, optimizer
+    predict.py                    inference, evaluation, prediction files
+    train.py                      the fine-tuning loop
+    __main__.py                   the absl binary: python -m bert_jax.finetune
 """

@@ -1,0 +1,178 @@
+"""LoRA adapters: what they add, what trains, that merging keeps the outputs, and the HF export."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import model as model_lib
+from bert_jax.finetune import heads, lora, pretrained
+
+TINY = model_lib.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                            max_position_embeddings=32, type_vocab_size=2, initializer_range=0.2)
+ALL_TARGETS = lora.ATTENTION_TARGETS + lora.FEED_FORWARD_TARGETS
+
+
+def inputs(batch=3, length=10, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, TINY.vocab_size, (batch, length)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, 7:] = 0  # some padding
+    segments = np.zeros_like(ids)
+    segments[:, 5:] = 1
+    return jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(segments)
+
+
+def randomize_adapters(model, seed=1):
+    """B starts at zero (adapters do nothing); give it values so merging has something to do."""
+    for i, (_, module) in enumerate(model.iter_modules()):
+        if isinstance(module, nnx.LoRA):
+            module.lora_b[...] = jax.random.normal(jax.random.key(seed + i), module.lora_b[...].shape) * 0.3
+
+
+def adapted_model(kind="classification", targets=ALL_TARGETS, rank=4):
+    model = heads.TaskModel(TINY, kind, 3, rngs=nnx.Rngs(0))
+    lora.add_adapters(model.bert, targets, rank, 8.0, rngs=nnx.Rngs(1))
+    return model
+
+
+def test_fresh_adapters_change_nothing():
+    plain = heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0))
+    adapted = adapted_model()
+    np.testing.assert_array_equal(plain(*inputs()), adapted(*inputs()))
+
+
+def test_trainable_parameter_counts():
+    model = adapted_model(targets=lora.ATTENTION_TARGETS, rank=4)
+    counts = lora.summary(model)
+    h, layers = TINY.hidden_size, TINY.num_hidden_layers
+    assert counts["adapters"] == layers * 4 * 4 * (h + h)  # 4 projections, r * (in + out)
+    assert counts["head"] == h * 3 + 3
+    assert counts["trainable"] == counts["adapters"] + counts["head"]
+    base = lora.count(heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0)))
+    assert counts["total"] == base + counts["adapters"]
+    ffn = lora.summary(adapted_model(targets=("intermediate", "output"), rank=4))["adapters"]
+    assert ffn == layers * 2 * 4 * (h + TINY.intermediate_size)
+
+
+def test_bert_base_rank8_counts():
+    """The figure the docs quote: BERT-base, r=8 on q/k/v/o, a 2-class head."""
+    base = model_lib.BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                                num_attention_heads=12, intermediate_size=3072, hidden_dropout_prob=0.1,
+                                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
+                                type_vocab_size=2, initializer_range=0.02)
+
+    def build():
+        model = heads.TaskModel(base, "classification", 2, rngs=nnx.Rngs(0))
+        lora.add_adapters(model.bert, lora.ATTENTION_TARGETS, 8, 16.0, rngs=nnx.Rngs(1))
+        return model
+
+    counts = lora.summary(nnx.eval_shape(build))
+    assert counts["adapters"] == 12 * 4 * 8 * (768 + 768) == 589_824
+    assert counts["trainable"] == 589_824 + 1_538
+    assert counts["total"] == 109_483_778 + 589_824  # BertForSequenceClassification's 109,483,778
+
+
+def test_merge_gives_the_same_outputs_and_plain_structure():
+    model = adapted_model()
+    randomize_adapters(model)
+    before = model(*inputs())
+    plain_paths = {p for p, _ in nnx.to_flat_state(nnx.state(
+        heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0)), nnx.Param))}
+    assert lora.merge_adapters(model) == TINY.num_hidden_layers * len(ALL_TARGETS)
+    after = model(*inputs())
+    np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
+    assert {p for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))} == plain_paths
+    assert lora.count(model, nnx.LoRAParam) == 0
+
+
+def test_adapters_shard_like_the_kernels_they_adapt():
+    model = adapted_model(targets=("query", "attention_output", "intermediate"))
+    specs = nnx.to_pure_dict(nnx.get_partition_spec(nnx.state(model, nnx.LoRAParam)))
+    layer = specs["bert"]["layers"][0]
+    assert tuple(layer["attention"]["query"]["lora"]["lora_a"]) == ("embed", None)
+    assert tuple(layer["attention"]["query"]["lora"]["lora_b"]) == (None, "heads")
+    assert tuple(layer["attention"]["output"]["lora"]["lora_b"]) == (None, "embed")
+    assert tuple(layer["intermediate"]["lora"]["lora_b"]) == (None, "mlp")
+
+
+def test_bad_lora_settings_get_clear_errors():
+    model = heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="choose from"):
+        lora.add_adapters(model.bert, ("qkv",), 4, 8.0, rngs=nnx.Rngs(1))
+    with pytest.raises(ValueError, match="rank must be a positive integer"):
+        lora.add_adapters(model.bert, ("query",), 0, 8.0, rngs=nnx.Rngs(1))
+    lora.add_adapters(model.bert, ("query",), 2, 8.0, rngs=nnx.Rngs(1))
+    with pytest.raises(ValueError, match="already has a LoRA adapter"):
+        lora.add_adapters(model.bert, ("query",), 2, 8.0, rngs=nnx.Rngs(1))
+
+
+@pytest.mark.parametrize("kind, auto_class", [
+    ("classification", "AutoModelForSequenceClassification"),
+    ("regression", "AutoModelForSequenceClassification"),
+    ("tagging", "AutoModelForTokenClassification"),
+    ("span", "AutoModelForQuestionAnswering"),
+])
+def test_export_merges_and_transformers_gives_the_same_outputs(tmp_path, vocab_file, kind, auto_class):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = adapted_model(kind)
+    randomize_adapters(model)
+    ours = model(*inputs())
+    labels = ("x", "y", "z") if kind in ("classification", "tagging") else ()
+    config = pretrained.export_hf(model, labels, str(tmp_path / "export"), vocab_file)
+    assert lora.count(model, nnx.LoRAParam) > 0  # exporting merged a copy, not the model itself
+    hf_model = getattr(transformers, auto_class).from_pretrained(str(tmp_path / "export")).eval()
+    if labels:
+        assert hf_model.config.id2label == dict(enumerate(labels)) and config["label2id"]["y"] == 1
+    ids, mask, segments = (torch.tensor(np.asarray(x), dtype=torch.long) for x in inputs())
+    with torch.no_grad():
+        out = hf_model(input_ids=ids, attention_mask=mask, token_type_ids=segments)
+    if kind == "span":
+        np.testing.assert_allclose(out.start_logits.numpy(), ours[0], atol=1e-4)
+        np.testing.assert_allclose(out.end_logits.numpy(), ours[1], atol=1e-4)
+    else:
+        theirs = out.logits.numpy()
+        np.testing.assert_allclose(theirs[:, 0] if kind == "regression" else theirs, ours, atol=1e-4)
+
+
+def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
+    model = heads.TaskModel(dataclasses.replace(TINY, num_hidden_layers=1), "classification", 2,
+                            rngs=nnx.Rngs(0))
+    config = pretrained.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert not (tmp_path / "export" / "vocab.txt").exists()
+
+
+def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
+    """--init may be a pre-training workdir: the encoder comes from its latest checkpoint."""
+    import grain
+
+    from bert_jax import checkpointing
+    from bert_jax import train as pretrain
+    from bert_jax.finetune import runs
+    from configs import tiny
+    from configs.finetune import base
+
+    config = tiny.get_config()
+    config.mesh.num_devices = 1
+    setup = pretrain.make_setup(config)
+    state = pretrain.jit_init(setup, seed=3)()
+    manager = checkpointing.make_manager(str(tmp_path / "pretrain"), async_save=False)
+    checkpointing.save(manager, 7, state, iter(grain.MapDataset.range(4).to_iter_dataset()), config)
+    manager.close()
+
+    encoder = pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_dropout_prob": 0.0})
+    assert encoder.config.hidden_dropout_prob == 0.0 and encoder.config.hidden_size == 32
+    assert encoder.vocab_file is None  # our workdirs have no vocab.txt: config.data.vocab_file names it
+    model = runs.build_model("tagging", ("O", "B", "I"), encoder, base.get_config().lora, seed=0)
+    ours = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
+    jax.tree.map(np.testing.assert_array_equal, ours, jax.device_get(state["params"]["bert"]))
+
+    with pytest.raises(ValueError, match="cannot be changed when fine-tuning"):
+        pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_size": 64})
+    with pytest.raises(ValueError, match="pass --init=DIR"):
+        pretrained.load_encoder("", {})
