@@ -140,7 +140,11 @@ def main(argv):
                 output_dir=FLAGS.output_dir, fmt=FLAGS.format, flags=job_flags, text_field=FLAGS.text_field,
                 tfds_data_dir=FLAGS.tfds_data_dir)
         elif FLAGS.mode == "beam":
-            from data_prep import beam_pipeline
+            try:
+                from data_prep import beam_pipeline
+            except ImportError as e:
+                print(f"error: --mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'", file=sys.stderr)
+                return 2
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             manifest = beam_pipeline.run(spec_from_flags(), FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.output_dir,
