@@ -28,7 +28,7 @@ def inputs(batch=3, length=10, seed=0):
 
 def randomize_adapters(model, seed=1):
     """B starts at zero (adapters do nothing); give it values so merging has something to do."""
-    for i, (_, module) in enumerate(model.iter_modules()):
+    for i, (_, module) in enumerate(nnx.iter_modules(model)):
         if isinstance(module, nnx.LoRA):
             module.lora_b[...] = jax.random.normal(jax.random.key(seed + i), module.lora_b[...].shape) * 0.3
 

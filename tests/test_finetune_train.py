@@ -4,8 +4,8 @@ The pre-trained model is a tiny random BERT (2 layers, width 32) saved as a Hugg
 directory. Its initializer_range is 0.2 rather than BERT's 0.02: at 0.02 a random 2-layer encoder
 barely mixes tokens into [CLS], and learning a keyword task from it takes hundreds of steps;
 at 0.2 it takes a few dozen, which is what a CPU test can afford. Each task's label is learnable
-from the text: sentiment from a keyword, a pair's label from whether the keywords of its two
-sentences agree, a score from counting keywords, tags from word identity, the answer span from
+from the text: sentiment from a keyword, a pair's label from which of its sentences holds a
+keyword, a score from counting keywords, tags from word identity, the answer span from
 what the word is.
 
 Dropout is off and the mesh has two devices in most tests: dropout masks and an 8-way SPMD
@@ -87,21 +87,23 @@ def stsb_file(path, n, seed):
 
 
 def mnli_file(path, n, seed):
-    """Entailment when both sentences have a keyword of the same polarity, contradiction when
-    the polarities differ, neutral when the second has none: the label needs both segments."""
+    """The label says which sentence holds a keyword: only the first (contradiction), only the
+    second (entailment) or both (neutral). The same words decide, so only the pair encoding
+    (segments, order) tells the classes apart."""
     rng = random.Random(seed)
     header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
               "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
     lines = [header]
+    where = {"contradiction": (True, False), "entailment": (False, True), "neutral": (True, True)}
     for i in range(n):
-        label = rng.choice(["contradiction", "entailment", "neutral"])
-        polarity = rng.random() < 0.5
-        a, b = rng.sample(FILLER, 4), rng.sample(FILLER, 4)
-        a.insert(rng.randrange(5), rng.choice(POSITIVE if polarity else NEGATIVE))
-        if label != "neutral":
-            same = label == "entailment"
-            b.insert(rng.randrange(5), rng.choice(POSITIVE if polarity == same else NEGATIVE))
-        lines.append(f"{i}\tp\t{i}n\tg\t(a)\t(b)\t(A)\t(B)\t{' '.join(a)}\t{' '.join(b)}\t{label}\t{label}")
+        label = rng.choice(sorted(where))
+        texts = []
+        for has_keyword in where[label]:
+            words = rng.sample(FILLER, 4)
+            if has_keyword:
+                words.insert(rng.randrange(5), rng.choice(POSITIVE + NEGATIVE))
+            texts.append(" ".join(words))
+        lines.append(f"{i}\tp\t{i}n\tg\t(a)\t(b)\t(A)\t(B)\t{texts[0]}\t{texts[1]}\t{label}\t{label}")
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -187,7 +189,7 @@ def test_regression_learns(tiny_hf, tmp_path):
 
 
 def test_sentence_pair_classification_learns_with_matched_and_mismatched_eval(tiny_hf, tmp_path):
-    config = make_config(format="glue", layout="mnli", train_file=mnli_file(tmp_path / "train.tsv", 1536, 0),
+    config = make_config(format="glue", layout="mnli", train_file=mnli_file(tmp_path / "train.tsv", 256, 0),
                          eval_files=",".join([mnli_file(tmp_path / "dev_matched.tsv", 64, 1),
                                               mnli_file(tmp_path / "dev_mismatched.tsv", 64, 2)]))
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
@@ -195,7 +197,7 @@ def test_sentence_pair_classification_learns_with_matched_and_mismatched_eval(ti
     for name in ("dev_matched", "dev_mismatched"):
         before, after = result["eval_at_start"][name]["accuracy"], result["eval"][name]["accuracy"]
         print(f"mnli {name} accuracy {before:.3f} -> {after:.3f}")
-        assert after > 0.6 and after > before + 0.2  # chance: 1/3
+        assert after > 0.9  # chance: 1/3
 
 
 def test_tagging_learns(tiny_hf, tmp_path):

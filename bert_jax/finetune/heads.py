@@ -55,8 +55,8 @@ class TaskModel(nnx.Module):
             logits = self.head(sequence).astype(jnp.float32)  # [batch, length, 2]
             return logits[..., 0], logits[..., 1]
         x = pooled if self.kind in ("classification", "regression") else sequence
-        if k_head is not None:
-            rate = self.config.hidden_dropout_prob
+        rate = self.config.hidden_dropout_prob
+        if k_head is not None and rate > 0:
             keep = jax.random.bernoulli(k_head, 1.0 - rate, x.shape)
             x = jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
         logits = self.head(x).astype(jnp.float32)

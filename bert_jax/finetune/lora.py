@@ -90,7 +90,7 @@ def merge_adapters(model) -> int:
     """Folds every adapter of `model` into its base kernel (W += A @ B * scale), in place, and
     puts the plain nnx.Linear back. Returns the number of adapters merged."""
     merged = 0
-    for path, module in list(model.iter_modules()):
+    for path, module in list(nnx.iter_modules(model)):
         if not isinstance(module, Adapted):
             continue
         base, lora = module.base, module.lora
