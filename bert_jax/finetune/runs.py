@@ -65,15 +65,14 @@ def prepare(config: ml_collections.ConfigDict, init: str | None = None, with_tra
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise ValueError(f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
                          f"max_position_embeddings={encoder.config.max_position_embeddings}")
-    train = None
+    train = examples = None
     if with_train:
         if not config.data.train_file:
             raise ValueError("config.data.train_file is empty: point it at the training file")
         examples = task.read(config.data.train_file)
-        train = tasks.Dataset(examples, {})
-    labels = task.labels(train)
-    if train is not None:
-        train = task.encode(tok, train.examples, labels, training=True)
+    labels = task.labels(examples)
+    if examples is not None:
+        train = task.encode(tok, examples, labels, training=True)
         if not train.has_labels:
             raise ValueError(f"{config.data.train_file} has no labels; it cannot be trained on")
     with config.unlocked():
@@ -143,6 +142,9 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
     if devices is None:
         devices = jax.devices()[:config.mesh.num_devices or None]
     mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
+    if model.config.num_attention_heads % mesh.shape["tensor"]:
+        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide the model's "
+                         f"num_attention_heads={model.config.num_attention_heads}")
     rules = sharding.normalize_rules(config.mesh.rules)
     graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
     trainable_shardings = sharding.param_shardings(trainable, mesh, rules)

@@ -39,7 +39,8 @@ class TextTask:
         self.layout = glue.get_layout(data.layout)
         self.kind = "regression" if self.layout.is_regression else "classification"
 
-    def labels(self, train: Dataset | None) -> tuple[str, ...]:
+    def labels(self, train_examples: list | None) -> tuple[str, ...]:
+        """Label names in id order: config.data.labels, else the layout's."""
         return tuple(self.data.labels) or self.layout.labels
 
     def read(self, path: str) -> list:
@@ -72,13 +73,14 @@ class TaggingTask:
     def __init__(self, data):
         self.data = data
 
-    def labels(self, train: Dataset | None) -> tuple[str, ...]:
+    def labels(self, train_examples: list | None) -> tuple[str, ...]:
+        """Tag names in id order: config.data.labels, else the tags of the training file."""
         if self.data.labels:
             return tuple(self.data.labels)
-        if train is None:
+        if train_examples is None:
             raise ValueError("config.data.labels is empty and there is no training file to take the "
                              "tag set from")
-        return conll.label_set(train.examples)
+        return conll.label_set(train_examples)
 
     def read(self, path: str) -> list:
         return conll.read_conll(path, self.data.tag_column)
@@ -105,8 +107,8 @@ class SpanTask:
     def __init__(self, data):
         self.data = data
 
-    def labels(self, train: Dataset | None) -> tuple[str, ...]:
-        return ()
+    def labels(self, train_examples: list | None) -> tuple[str, ...]:
+        return ()  # spans have no label names
 
     def read(self, path: str) -> list:
         return squad.read_squad(path)
