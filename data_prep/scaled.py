@@ -14,6 +14,8 @@ is identical to an uninterrupted run. Every file is written under a temporary na
 file under a final name is ever partial.
 """
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import fcntl
 import json
@@ -23,7 +25,9 @@ import os
 import re
 import shutil
 import signal
+import threading
 import time
+from concurrent import futures
 
 import numpy as np
 import tqdm
@@ -41,9 +45,20 @@ _TMP_NAME = re.compile(r"\.tmp-\d+$")
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
-def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, ignore_sigint: bool) -> None:
-    if ignore_sigint:  # Ctrl-C goes to the parent, which stops the pool
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when its parent dies, so a killed job leaves no orphan working on
+    (or holding the output directory's lock, which forked workers share); elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool) -> None:
+    if in_pool:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which stops the pool
+        _die_with_parent()
     _worker["processor"] = job.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
@@ -166,15 +181,41 @@ class _WorkDir:
 
 @contextlib.contextmanager
 def _executor(num_workers: int, spec, tokenizer, work_dir: str):
-    """An imap over tasks: in this process for one worker, else a process pool."""
+    """An unordered imap over tasks: in this process for one worker, else a pool of processes."""
     if num_workers <= 1:
-        _init_worker(spec, tokenizer, work_dir, ignore_sigint=False)
+        _init_worker(spec, tokenizer, work_dir, in_pool=False)
         yield map
         return
+    # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
+    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver.
     methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    with context.Pool(num_workers, _init_worker, (spec, tokenizer, work_dir, True)) as pool:
-        yield lambda fn, tasks: pool.imap_unordered(fn, tasks, chunksize=1)
+    if "fork" in methods and threading.active_count() == 1:
+        context = multiprocessing.get_context("fork")
+    else:
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    # A ProcessPoolExecutor, unlike multiprocessing.Pool, fails (BrokenProcessPool) rather than hangs
+    # when a worker dies or cannot start.
+    pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
+                                       initargs=(spec, tokenizer, work_dir, True))
+
+    submitted = []
+
+    def imap(fn, tasks):
+        batch = [pool.submit(fn, task) for task in tasks]
+        submitted.extend(batch)
+        for done in futures.as_completed(batch):
+            yield done.result()
+
+    try:
+        yield imap
+    except BaseException:
+        # Ctrl-C or an error: drop the queued work; units in flight finish (seconds). Cancelling here
+        # rather than by shutdown(cancel_futures=True), which is lost once this frame is collected.
+        for future in submitted:
+            future.cancel()
+        pool.shutdown(wait=False)
+        raise
+    pool.shutdown()
 
 
 def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, flags: dict | None = None,
