@@ -4,8 +4,9 @@ r"""Data prep throughput and memory: the scaled job with 1 and 2 workers, and 1x
 
 Each run is a fresh `python -m data_prep.main` process, timed end to end (interpreter start included);
 peak memory is the largest total PSS of its process tree (shared pages counted once), sampled every
-10 ms, and CPU is the tree's user+sys time. Timings on a shared machine are noisy: each figure is the best of --repeats runs, CPU
-seconds are printed beside wall seconds, and ratios are taken between runs of this one invocation.
+10 ms, and CPU is the tree's user+sys time. Timings on a shared machine are noisy: each figure is the
+best of --repeats runs, CPU seconds are printed beside wall seconds, and ratios are taken between runs
+of this one invocation.
 The original generator (google-research/bert create_pretraining_data.py) is not run here: its figures
 on these machines, 27 s and 620 MB for pydocs.txt on one core, are the published baseline.
 """
@@ -26,10 +27,11 @@ ORIGINAL_SECONDS, ORIGINAL_MB = 27.0, 620.0
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", os.path.join(REPO, "examples", "data", "pydocs.txt"), "BERT-format text corpus.")
-flags.DEFINE_string("vocab_file", os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"), "Vocabulary.")
+flags.DEFINE_string("vocab_file", os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
+                    "Vocabulary.")
 flags.DEFINE_list("workers", ["1", "2"], "Worker counts to time.")
 flags.DEFINE_integer("repeats", 3, "Runs per configuration; the best is reported.")
-flags.DEFINE_bool("corpus_10x", True, "Also run the corpus repeated 10 times: throughput at scale and the memory ratio.")
+flags.DEFINE_bool("corpus_10x", True, "Also run the corpus repeated 10 times (throughput at scale, memory ratio).")
 flags.DEFINE_bool("reference", True, "Also time --mode=reference (this project's exact reimplementation) once.")
 
 
@@ -114,7 +116,8 @@ def main(argv):
         first, last = FLAGS.workers[0], FLAGS.workers[-1]
         print(f"scaling {first} -> {last} workers: {results[first]['wall'] / results[last]['wall']:.2f}x wall, "
               f"{results[first]['path'] / results[last]['path']:.2f}x CPU critical path "
-              f"(ideal {int(last) / int(first):.0f}x; the corpus is {len(results[first]['manifest']['shards']['train'])} "
+              f"(ideal {int(last) / int(first):.0f}x; "
+              f"the corpus is {len(results[first]['manifest']['shards']['train'])} "
               f"train shard(s) from {results[first]['manifest']['read']['documents']} documents)")
     if FLAGS.corpus_10x:
         big = os.path.join(work, "corpus10x.txt")
@@ -133,7 +136,8 @@ def main(argv):
             print(f"scaling on the 10x corpus, {first} -> {last} workers: "
                   f"{ten[first]['wall'] / ten[last]['wall']:.2f}x wall, "
                   f"{ten[first]['path'] / ten[last]['path']:.2f}x CPU critical path")
-        ten_one = ten.get("1") or _best([f"--input={big}", *common[1:], "--num_workers=1"], os.path.join(work, "x10"), 1)
+        ten_one = ten.get("1") or _best([f"--input={big}", *common[1:], "--num_workers=1"],
+                                        os.path.join(work, "x10"), 1)
         print(f"memory, one worker: 1x {one['peak_mb']:.0f} MB, 10x {ten_one['peak_mb']:.0f} MB: "
               f"ratio {ten_one['peak_mb'] / one['peak_mb']:.2f}")
     shutil.rmtree(work, ignore_errors=True)

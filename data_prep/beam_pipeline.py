@@ -73,7 +73,8 @@ def _md5(path: str) -> str:
 def _publish(local_path: str, final_path: str) -> None:
     """Copies a finished local file to its final place: a temporary name, then a rename."""
     tmp = f"{final_path}.tmp-{os.getpid()}"
-    with open(local_path, "rb") as source, FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+    uncompressed = CompressionTypes.UNCOMPRESSED
+    with open(local_path, "rb") as source, FileSystems.create(tmp, compression_type=uncompressed) as out:
         shutil.copyfileobj(source, out, 1 << 20)
     FileSystems.rename([tmp], [final_path])  # replaces the file of an earlier run
 

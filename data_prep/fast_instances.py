@@ -219,8 +219,8 @@ def mask(batch: Batch, opts: InstanceOptions, vocab: Vocab, rng: np.random.Gener
         positions = np.where(valid, positions, 0)
         labels = np.take_along_axis(tokens, positions, axis=1)
         draw = rng.random((2, hi - lo, p))
-        replacement = np.where(draw[0] < 0.8, vocab.mask_id,
-                               np.where(draw[1] < 0.5, labels, random_ids[rng.integers(0, len(random_ids), (hi - lo, p))]))
+        random_words = random_ids[rng.integers(0, len(random_ids), (hi - lo, p))]
+        replacement = np.where(draw[0] < 0.8, vocab.mask_id, np.where(draw[1] < 0.5, labels, random_words))
         rows = np.broadcast_to(np.arange(hi - lo)[:, None], positions.shape)
         tokens[rows[valid], positions[valid]] = replacement[valid]
         batch.positions[lo:hi, :p] = positions

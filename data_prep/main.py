@@ -46,7 +46,8 @@ flags.DEFINE_bool("dynamic_masking", False, "Write unmasked records; the trainer
 flags.DEFINE_string("text_field", "text", "Text field of JSONL records and TFDS examples.")
 flags.DEFINE_string("tfds_data_dir", None, "data_dir of TFDS datasets.")
 # Scaled and Beam modes.
-flags.DEFINE_integer("num_workers", os.cpu_count() or 1, "Worker processes (scaled mode); the output does not depend on it.")
+flags.DEFINE_integer("num_workers", os.cpu_count() or 1,
+                     "Worker processes (scaled mode); the output does not depend on it.")
 flags.DEFINE_float("eval_fraction", 0.01, "Fraction of documents held out as the eval split (0: none).")
 flags.DEFINE_float("block_size_mb", 1.0, "Text and JSONL files are cut into work units of this size.")
 flags.DEFINE_integer("tfds_examples_per_unit", 1000, "TFDS examples per work unit.")
@@ -107,8 +108,8 @@ def _summary(manifest: dict) -> None:
               f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
               f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s")
         shards = manifest["shards"]
-        print("shards: " + ", ".join(f"{split} {len(shards[split])} x {shards[split][0]['instances'] if shards[split] else 0}"
-                                      for split in ("train", "eval")))
+        sizes = {split: shards[split][0]["instances"] if shards[split] else 0 for split in ("train", "eval")}
+        print("shards: " + ", ".join(f"{split} {len(shards[split])} x {sizes[split]}" for split in ("train", "eval")))
     print(f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, padding {stats['padding_fraction']:.3f}, "
           f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}")
     skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_")) and v}

@@ -32,7 +32,8 @@ def corpus(testdata, tok):
 def test_encode_batch_equals_encode_and_tokenize(vocab_file, testdata, lower):
     tok = tokenization.WordPieceTokenizer(vocab_file, do_lower_case=lower)
     rng = random.Random(0)
-    alphabet = "aZé中\u200b\u0301\x0b\x1c\x85\u2028\u00a0\ue000 ,.!-#\t\x01\x7f" + "".join(map(chr, range(0x370, 0x380)))
+    alphabet = "aZé中\u200b\u0301\x0b\x1c\x85\u2028\u00a0\ue000 ,.!-#\t\x01\x7f"
+    alphabet += "".join(map(chr, range(0x370, 0x380)))
     odd = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
     odd += ["\uffff", "a \uffff b", "", "a\x0bb c", "\x01\x02", "x" * 201, "don't-stop!!"]  # markers, limits
     letters = "abcdefghijklmnopqrstuvwxyzQZ0123456789"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from bert_jax import features as F
@@ -180,7 +179,8 @@ def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
-            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()}))
+            features = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+            return tfds.core.DatasetInfo(builder=self, features=features)
 
         def _split_generators(self, dl_manager):
             return {"train": self._generate_examples()}
@@ -192,8 +192,8 @@ def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
     TinyArticles(data_dir=str(tmp_path / "tfds"), file_format="array_record").download_and_prepare(
         download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    spec = job.JobSpec(inputs=("tfds:tiny_articles:train",), tfds_examples_per_unit=2, tfds_data_dir=str(tmp_path / "tfds"),
-                       eval_fraction=0.0, dupe_factor=1)
+    spec = job.JobSpec(inputs=("tfds:tiny_articles:train",), tfds_examples_per_unit=2,
+                       tfds_data_dir=str(tmp_path / "tfds"), eval_fraction=0.0, dupe_factor=1)
     assert [(u.start, u.stop) for u in job.plan(spec)] == [(0, 2), (2, 4), (4, 6), (6, 7)]
     manifest = scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
     assert manifest["documents"] == 7 and manifest["read"]["files"] == 1 and manifest["stats"]["instances"] >= 7
