@@ -24,5 +24,9 @@ test-fast: install
 demo: install
 	$(PY) -m examples.demo --out_dir=demo_out
 
+# Benchmarks print their figures (never run by the tests); see bench/README.md.
+bench: install
+	$(PY) -m bench.data_prep_bench
+
 clean:
 	rm -rf $(VENV) demo_out *.egg-info

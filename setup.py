@@ -20,15 +20,18 @@ INSTALL_REQUIRES = [
     "numpy>=1.26",
     "tqdm>=4.60",
     "matplotlib>=3.8",
+    "psutil>=5.9",  # peak memory of process trees in bench/
 ]
 
 EXTRAS = {
     # Hugging Face interop at test time and in the demo (reload with transformers).
     # torch==2.13.0 is the CPU build; a bare `torch` would pull a multi-GB CUDA build.
     "hf": ["torch==2.13.0", "transformers>=4.40"],
-    "beam": ["apache-beam>=2.60"],
+    # Beam requires protobuf<7; everything else here works with protobuf 6.
+    "beam": ["apache-beam>=2.60,<3"],
 }
-EXTRAS["test"] = EXTRAS["hf"] + ["pytest>=8", "pytest-xdist>=3"]
+# Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
+EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3"]
 
 setuptools.setup(
     name="bert-jax",
