@@ -64,24 +64,35 @@ def save(manager: ocp.CheckpointManager, step: int, state: dict, data_iter: Any,
     }))
 
 
-def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any) -> dict:
-    """Restores the train state onto the shardings in `abstract_state` and repositions `data_iter`.
+def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None) -> dict:
+    """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
+    (a Grain iterator) unless it is None.
 
     `abstract_state` mirrors the state with jax.ShapeDtypeStruct leaves that carry shardings.
     """
     train = {k: v for k, v in abstract_state.items() if k != "params"}
+    items = {PARAMS: ocp.args.StandardRestore(abstract_state["params"]), TRAIN: ocp.args.StandardRestore(train)}
+    if data_iter is not None:
+        items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
     try:
-        out = manager.restore(step, args=ocp.args.Composite(**{
-            PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
-            TRAIN: ocp.args.StandardRestore(train),
-            DATA_ITER: grain.checkpoint.CheckpointRestore(data_iter),
-        }))
+        out = manager.restore(step, args=ocp.args.Composite(**items))
     except (ValueError, KeyError) as e:
         raise ValueError(
             f"cannot resume from {manager.directory}/{step}: it does not match this run's model or "
             f"optimizer ({e}). Resume with the config it was written with (its config/ item), or "
             "use a new --workdir") from e
     return {"params": out[PARAMS], **out[TRAIN]}
+
+
+def saved_steps(workdir: str) -> list[int]:
+    """Steps of the checkpoints in `workdir`, oldest first ([] if none)."""
+    if not os.path.isdir(checkpoint_dir(workdir)):
+        return []
+    manager = make_manager(workdir, read_only=True)
+    try:
+        return sorted(manager.all_steps())
+    finally:
+        manager.close()
 
 
 def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:

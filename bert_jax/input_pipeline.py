@@ -120,11 +120,23 @@ def make_source(files: Sequence[str]):
     return TFRecordSource(files)
 
 
+def _import_proto() -> None:
+    # decode_example imports tf.train.Example from tensorflow_datasets on first use. Done first by
+    # several Grain reader threads at once, tfds' lazy imports deadlock (Python 3.11's
+    # cached_property lock against the import lock), so import it here, in one thread.
+    features.encode_example({})
+
+
 class ParseRecord(grain.transforms.Map):
     """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the schema."""
 
     def __init__(self, schema: features.Schema):
         self.schema = schema
+        _import_proto()
+
+    def __setstate__(self, state):  # in a Grain worker process
+        self.__dict__.update(state)
+        _import_proto()
 
     def map(self, record: bytes) -> dict[str, np.ndarray]:
         example = features.decode_example(record)

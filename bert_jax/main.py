@@ -11,8 +11,12 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.", lock_config=True)
 flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard logs.")
 flags.DEFINE_bool("distributed", False,
-                  "Call jax.distributed.initialize() first: needed on multi-host TPU pod slices and "
-                  "multi-node GPU clusters (coordinator found from the environment).")
+                  "Call jax.distributed.initialize() first: needed with more than one process (TPU pod "
+                  "slices, multi-node GPU). TPU, SLURM, Open MPI and Kubernetes set the rest "
+                  "themselves; elsewhere pass the three flags below.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS).")
+flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
+flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -25,7 +29,9 @@ def main(argv):
     import jax  # after flag parsing, so --help stays fast
 
     if FLAGS.distributed:
-        jax.distributed.initialize()
+        # CPU processes need a collectives backend to talk to each other (GPU/TPU ignore this).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     from bert_jax import train
 
     logging.info("process %d of %d, %d local devices of %d", jax.process_index(), jax.process_count(),

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -271,39 +272,74 @@ class _Preemption:
             signal.signal(signal.SIGTERM, self._previous)
 
 
+def initial_params(path: str, setup: Setup) -> dict:
+    """Parameters from another run's workdir or a Hugging Face BERT directory, on this mesh."""
+    if os.path.isfile(os.path.join(path, "config.json")):
+        from bert_jax import hf
+
+        params, report = hf.load_hf_params(path, setup.model_config, shardings=setup.param_shardings)
+        if report.initialized and jax.process_index() == 0:
+            print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
+        return params
+    params, config = checkpointing.restore_params(path, shardings=setup.param_shardings)
+    changed = sorted(k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v)
+    if changed and jax.process_index() == 0:  # e.g. dropout or dtype: allowed, worth a line
+        print(f"note: {path} was trained with other model settings: {changed}", flush=True)
+    return params
+
+
 def _mean(history: list[dict]) -> dict[str, float]:
     values = jax.device_get(history)
     return {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+
+
+def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data_iter) -> dict:
+    """The run's own latest checkpoint (with the data position) if any, else a fresh state,
+    optionally seeded from train.init_checkpoint."""
+    t = config.train
+    say = print if jax.process_index() == 0 else (lambda *a, **k: None)
+    latest = manager.latest_step()
+    if latest is not None:
+        say(f"resuming from {manager.directory}/{latest}", flush=True)
+        return checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
+    if t.init_optimizer_state:
+        if not t.init_checkpoint:
+            raise ValueError("train.init_optimizer_state needs train.init_checkpoint: the workdir "
+                             "of the run to continue (e.g. phase 1's)")
+        source = checkpointing.make_manager(t.init_checkpoint, read_only=True)
+        try:
+            if source.latest_step() is None:
+                raise FileNotFoundError(f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}")
+            say(f"parameters, optimizer state and step from {source.directory}/{source.latest_step()}")
+            # The data position stays fresh: phase 2 reads other records.
+            return checkpointing.restore(source, source.latest_step(), setup.abstract_state)
+        finally:
+            source.close()
+    state = jit_init(setup, t.seed)()
+    if t.init_checkpoint:
+        state["params"] = initial_params(t.init_checkpoint, setup)
+        say(f"initial parameters from {t.init_checkpoint}", flush=True)
+    return state
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final figures.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended: 'done', 'target_reached', 'preempted' or 'stop_after_steps'}.
+    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached' or 'preempted'}.
     """
     setup = make_setup(config)
     validate(config, setup.mesh, setup.rules)
     t = config.train
     is_primary = jax.process_index() == 0
     total = t.num_train_steps
+    last_step = min(total, t.stop_at_step) if t.stop_at_step else total
 
     train_ds = input_pipeline.train_dataset(config.data, setup.model_config.vocab_size, t.global_batch_size,
                                             t.seed, jax.process_index(), jax.process_count())
     data_iter = iter(train_ds)
     manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
-    latest = manager.latest_step()
-    if latest is not None:
-        if is_primary:
-            print(f"resuming from {manager.directory}/{latest}", flush=True)
-        state = checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
-    else:
-        state = jit_init(setup, t.seed)()
-        if t.init_checkpoint:
-            params, _ = checkpointing.restore_params(t.init_checkpoint, shardings=setup.param_shardings)
-            state["params"] = params
-            if is_primary:
-                print(f"initial parameters from {t.init_checkpoint}", flush=True)
+    state = initial_state(config, setup, manager, data_iter)
     step = int(jax.device_get(state["step"]))
 
     eval_batches = []
@@ -319,7 +355,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if is_primary:
         num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
         print(f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
-              f"step {step} -> {total}", flush=True)
+              f"step {step} -> {last_step}", flush=True)
 
     history: list[dict] = []  # device metrics of the steps since the last log line
     last_train: dict[str, float] = {}
@@ -327,14 +363,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     stopped = "done"
     timer_start, timed_steps = None, 0  # speed excludes this run's first (compiling) step
 
-    def run_eval():
-        figures = evaluate(setup, p_eval_step, state["params"], eval_batches)
-        log.write(step, "eval", figures)
-        progress.report(step, figures, prefix="eval  ", eta=False)
-        return figures
-
     with _Preemption() as preemption, setup.activate():
-        while step < total:
+        while step < last_step:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = p_train_step(state, batch)
             step += 1
@@ -345,8 +375,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 timer_start = time.time()
             else:
                 timed_steps += 1
+            at_end = step == last_step
 
-            if step % t.log_every_steps == 0 or step == total:
+            if step % t.log_every_steps == 0 or at_end:
                 last_train = _mean(history)
                 tokens_per_step = last_train.pop("tokens")
                 if timed_steps:
@@ -357,9 +388,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 progress.report(step, last_train)
                 history, timer_start, timed_steps = [], time.time(), 0
 
-            at_end = step == total
             if eval_batches and (at_end or (config.eval.every_steps and step % config.eval.every_steps == 0)):
-                last_eval = run_eval()
+                last_eval = evaluate(setup, p_eval_step, state["params"], eval_batches)
+                log.write(step, "eval", last_eval)
+                progress.report(step, last_eval, prefix="eval  ", eta=False)
                 timer_start, timed_steps = time.time(), 0  # eval time is not step time
                 target = config.eval.target_mlm_accuracy
                 if target and last_eval.get("mlm_accuracy", 0.0) >= target:
@@ -368,21 +400,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         print(f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
                               f"target {target} at step {step}: stopping", flush=True)
 
-            preempted = manager.reached_preemption(step) or (jax.process_count() == 1 and preemption.requested)
-            if preempted and stopped == "done":
+            if stopped == "done" and (manager.reached_preemption(step)
+                                      or (jax.process_count() == 1 and preemption.requested)):
                 stopped = "preempted"
+            if at_end and step < total and stopped == "done":
+                stopped = "stop_at_step"
             every = config.checkpoint.every_steps
             if at_end or stopped != "done" or (every and step % every == 0):
                 checkpointing.save(manager, step, state, data_iter, config)
             if stopped != "done":
                 break
-            if t.stop_after_steps and step >= t.stop_after_steps:
-                stopped = "stop_after_steps"
-                break
 
     manager.wait_until_finished()
     manager.close()
     log.close()
-    if stopped == "preempted" and is_primary:
-        print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
+    if stopped in ("preempted", "stop_at_step") and is_primary:
+        print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
     return {"step": step, "train": last_train, "eval": last_eval, "stopped": stopped}

@@ -35,6 +35,9 @@ def get_config() -> ml_collections.ConfigDict:
     # original generator's), told apart by file name. e.g. "/data/wiki/train-*.arrayrecord".
     d.train_files = ""
     d.eval_files = ""  # held-out records for eval; "" turns eval off
+    # The vocab.txt the records were tokenized with: not read in training, but saved with every
+    # checkpoint so `python -m bert_jax.export` can copy it next to the exported model.
+    d.vocab_file = ""
     d.max_seq_length = 128  # must equal the length the records were written with
     d.max_predictions_per_seq = 20  # masked positions per record (the original: 20 at L=128, 76-80 at 512)
     # Mask records at read time (records written unmasked), differently every epoch, instead
@@ -75,11 +78,17 @@ def get_config() -> ml_collections.ConfigDict:
     t.num_train_steps = 1_000_000  # optimizer steps (the paper: 1M at batch 256)
     t.seed = 0  # parameter init, data order, dropout and dynamic masking all derive from it
     t.log_every_steps = 100  # train metrics to TensorBoard/JSONL and a progress line
-    # Phase 2 (or fine-tuning of the heads): a workdir whose latest checkpoint gives the initial
-    # parameters; the optimizer, step and data position start fresh. Ignored when resuming.
+    # Initial parameters: a workdir (its latest checkpoint; phase 2 after phase 1) or a Hugging
+    # Face BERT directory (continue pre-training a public model). The optimizer, step and data
+    # position start fresh. Ignored when the run resumes from its own checkpoint.
     t.init_checkpoint = ""
-    # Behave as if killed right after this global step (no save): a resume drill. 0: off.
-    t.stop_after_steps = 0
+    # With init_checkpoint a workdir: also take its optimizer state and step, i.e. continue that
+    # run's schedule on new data (phase 2 of the paper recipe: one schedule over both phases).
+    t.init_optimizer_state = False
+    # End this run at this global step (saving a checkpoint) though the schedule runs on to
+    # num_train_steps: phase 1 of the paper recipe stops at 90%. Rerun with a later stop_at_step
+    # (or 0) to go on from there. 0: off.
+    t.stop_at_step = 0
 
     # --- Evaluation on config.data.eval_files ---
     e = config.eval = ml_collections.ConfigDict()

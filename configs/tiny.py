@@ -9,4 +9,14 @@ def get_config():
     config.model.num_attention_heads = 2  # divisible by a 2-way tensor mesh axis in tests
     config.model.intermediate_size = 64  # 2x hidden (4x elsewhere): small compiles
     config.model.max_position_embeddings = 128  # enough for the L=128 test records
+    # Training for tests and smoke runs: a few steps of small batches, frequent everything.
+    config.train.global_batch_size = 8
+    config.train.num_train_steps = 20
+    config.train.log_every_steps = 5
+    config.optim.warmup_steps = 2
+    config.optim.learning_rate = 1e-3
+    config.eval.every_steps = 10
+    config.eval.num_examples = 64
+    config.eval.batch_size = 16
+    config.checkpoint.every_steps = 10
     return config

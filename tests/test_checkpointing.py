@@ -31,6 +31,7 @@ def saved(testdata, tmp_path_factory):
     manager = checkpointing.make_manager(workdir, max_to_keep=2)
     checkpointing.save(manager, 7, state, it, config)
     manager.wait_until_finished()
+    manager.close()
     return workdir, config, jax.device_get(state), next(it)
 
 
@@ -39,7 +40,9 @@ def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved):
     config = _config(testdata, 1, 2, 2, 4)  # another shape: the tensor axis now splits weights
     setup = train.make_setup(config)
     it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
-    restored = checkpointing.restore(checkpointing.make_manager(workdir), 7, setup.abstract_state, it)
+    manager = checkpointing.make_manager(workdir)
+    restored = checkpointing.restore(manager, 7, setup.abstract_state, it)
+    manager.close()
     for (path, got), want, sharding in zip(jax.tree_util.tree_flatten_with_path(restored)[0],
                                            jax.tree.leaves(state), jax.tree.leaves(setup.state_shardings)):
         assert got.sharding == sharding, jax.tree_util.keystr(path)
@@ -66,7 +69,8 @@ def test_keeps_the_last_n(testdata, saved, tmp_path):
     for step in (1, 2, 3, 4):
         checkpointing.save(manager, step, small, it, config)
     manager.wait_until_finished()
-    assert manager.all_steps() == [3, 4]
+    manager.close()
+    assert checkpointing.saved_steps(str(tmp_path)) == [3, 4]
 
 
 def test_errors_say_what_to_do(testdata, saved, tmp_path):
@@ -79,5 +83,7 @@ def test_errors_say_what_to_do(testdata, saved, tmp_path):
     bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
     setup = train.make_setup(bigger)
     it = iter(input_pipeline.train_dataset(bigger.data, 30522, 8, seed=0))
+    manager = checkpointing.make_manager(workdir)
     with pytest.raises(ValueError, match="does not match this run's model"):
-        checkpointing.restore(checkpointing.make_manager(workdir), 7, setup.abstract_state, it)
+        checkpointing.restore(manager, 7, setup.abstract_state, it)
+    manager.close()

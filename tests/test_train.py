@@ -1,5 +1,6 @@
 """The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl main."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -129,9 +130,11 @@ def test_killed_and_resumed_run_ends_bit_identical(testdata, unmasked_records, u
     reference_dir, reference = uninterrupted
     assert reference["stopped"] == "done" and reference["step"] == 8
     workdir = str(tmp_path)
-    killed = train.train_and_evaluate(resume_config(testdata, unmasked_records, stop_after_steps=5), workdir)
-    assert killed["stopped"] == "stop_after_steps" and killed["step"] == 5
-    assert checkpointing.make_manager(workdir).all_steps() == [3]  # the "kill" lost steps 4 and 5
+    stopped = train.train_and_evaluate(resume_config(testdata, unmasked_records, stop_at_step=5), workdir)
+    assert stopped["stopped"] == "stop_at_step" and stopped["step"] == 5
+    assert checkpointing.saved_steps(workdir) == [3, 5]
+    # A kill after step 5 but before its save: the rerun must redo steps 4 and 5 from step 3.
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "5"))
     resumed = train.train_and_evaluate(resume_config(testdata, unmasked_records), workdir)
     assert resumed["step"] == 8 and resumed["stopped"] == "done"
 
@@ -164,7 +167,7 @@ def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path):
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["stopped"] == "target_reached"
     assert result["eval"]["mlm_accuracy"] >= 0.01 and result["step"] < 50
-    assert checkpointing.make_manager(str(tmp_path)).latest_step() == result["step"]  # saved on stop
+    assert checkpointing.saved_steps(str(tmp_path))[-1] == result["step"]  # saved on stop
     evals = [r for r in metrics_log.read_jsonl(str(tmp_path)) if r["split"] == "eval"]
     assert evals[-1]["step"] == result["step"]
     assert all(0 <= r["nsp_accuracy"] <= 1 for r in evals)
@@ -195,3 +198,35 @@ def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
     records = metrics_log.read_jsonl(str(tmp_path))
     assert [r["learning_rate"] for r in records] == [0.25, 0.25, 0.25]  # the override took effect
     assert os.listdir(tmp_path / "tensorboard")
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_path):
+    """A real kill: SIGTERM mid-run, then the same command again, against one uninterrupted run."""
+    import signal
+
+    cmd = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py",
+           f"--config.data.train_files={testdata / 'pydocs_small.L128.P20.dupe2.tfrecord'}",
+           "--config.train.num_train_steps=30", "--config.train.log_every_steps=1",
+           "--config.checkpoint.every_steps=100", "--config.mesh.num_devices=1"]
+    workdir = tmp_path / "killed"
+    proc = subprocess.Popen(cmd + [f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if line.startswith("step 3/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0 and "preempted: saved step" in out, out
+    saved = checkpointing.saved_steps(str(workdir))[-1]
+    assert 3 <= saved < 30  # saved where it stopped, not at a periodic step (there is none)
+
+    rerun = subprocess.run(cmd + [f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and f"resuming from" in rerun.stdout, rerun.stderr[-2000:]
+    reference = subprocess.run(cmd + [f"--workdir={tmp_path / 'reference'}"], cwd=REPO,
+                               capture_output=True, text=True, timeout=300)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    got, _ = checkpointing.restore_params(str(workdir))
+    want, _ = checkpointing.restore_params(str(tmp_path / "reference"))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
