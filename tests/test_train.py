@@ -14,6 +14,7 @@ from bert_jax import record_io
 from configs import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN_128 = "pydocs_small.L128.P20.dupe2.tfrecord"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -230,3 +231,41 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
     want, _ = checkpointing.restore_params(str(tmp_path / "reference"))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow
+def test_two_processes_train_like_one(testdata, tmp_path):
+    """jax.distributed on localhost (gloo): 2 processes x 2 CPU devices == 1 process x 4 devices."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    flags = ["--config=configs/tiny.py", f"--config.data.train_files={testdata / GOLDEN_128}",
+             "--config.train.num_train_steps=4", "--config.checkpoint.every_steps=2",
+             # Dropout masks follow a row's place in the global batch, which differs between the
+             # layouts (process p holds rows p, p+2, ...); without dropout the steps are the same.
+             "--config.model.hidden_dropout_prob=0", "--config.model.attention_probs_dropout_prob=0",
+             f"--workdir={tmp_path / 'two'}"]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main", "--distributed",
+                               f"--coordinator_address=localhost:{port}", "--num_processes=2",
+                               f"--process_id={i}", *flags], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    assert "finished at step 4" in outs[0] and "finished at step 4" not in outs[1]  # process 0 reports
+    data_iter = tmp_path / "two" / "checkpoints" / "4" / "data_iter"
+    assert sorted(os.listdir(data_iter)) == ["commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+
+    config = tiny.get_config()
+    config.data.train_files = str(testdata / GOLDEN_128)
+    config.train.num_train_steps, config.checkpoint.every_steps = 4, 2
+    config.mesh.num_devices = 4
+    config.model.hidden_dropout_prob = config.model.attention_probs_dropout_prob = 0.0
+    train.train_and_evaluate(config, str(tmp_path / "one"))
+    got, _ = checkpointing.restore_params(str(tmp_path / "two"))
+    want, _ = checkpointing.restore_params(str(tmp_path / "one"))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
