@@ -1,0 +1,149 @@
+"""The two timed sides of bench/train_bench.py, and what they share with the other benchmarks.
+
+OursRunner is the real train step: bert_jax.train.make_setup + jit_init + jit_train_step (forward,
+loss, backward, global-norm clip, AdamW; the state donated), dropout on as in pre-training.
+TorchRunner is transformers' BertForPreTraining with the same config, weights (via bert_jax.hf),
+batch, loss and optimizer settings. Both time blocks of steps with one sync at the end and
+report wall and CPU seconds (CPU: this process, all threads).
+"""
+import importlib
+import time
+
+CONFIGS = {"tiny": "tiny", "mini": "mini", "base": "bert_base", "large": "bert_large"}
+# (model, seq_len) -> batch: small enough for a 2-core CPU run to finish in minutes.
+DEFAULT_BATCH = {("tiny", 128): 32, ("mini", 128): 32, ("mini", 512): 8, ("base", 128): 8,
+                 ("base", 512): 2, ("large", 128): 4, ("large", 512): 1}
+
+
+def make_config(model: str, seq_len: int, num_predictions: int, batch: int, dtype: str = "float32",
+                attention: str = "auto", remat: bool = False):
+    """configs/<model>.py with the benchmark's shapes, on one device."""
+    config = importlib.import_module(f"configs.{CONFIGS[model]}").get_config()
+    config.model.dtype = dtype
+    config.model.attention_impl = attention
+    config.model.remat = remat
+    config.data.max_seq_length = seq_len
+    config.data.max_predictions_per_seq = num_predictions
+    config.train.global_batch_size = batch
+    config.optim.warmup_steps = 10  # a nonzero learning rate from the first timed step
+    config.mesh.num_devices = 1  # one device: PyTorch runs on one too
+    return config
+
+
+def synthetic_batch(batch: int, seq_len: int, num_predictions: int, vocab: int, seed: int = 0) -> dict:
+    """A pre-training batch of numpy arrays in bert_jax.features' names."""
+    import numpy as np
+    from bert_jax import features as F
+    rng = np.random.default_rng(seed)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_len), num_predictions, replace=False)
+                                  for _ in range(batch)]), axis=1)
+    segments = np.zeros((batch, seq_len), np.int32)
+    segments[:, seq_len // 2:] = 1
+    return {F.INPUT_IDS: rng.integers(1000, vocab, (batch, seq_len), dtype=np.int32),
+            F.INPUT_MASK: np.ones((batch, seq_len), np.int32),
+            F.SEGMENT_IDS: segments,
+            F.MASKED_LM_POSITIONS: positions.astype(np.int32),
+            F.MASKED_LM_IDS: rng.integers(1000, vocab, (batch, num_predictions), dtype=np.int32),
+            F.MASKED_LM_WEIGHTS: np.ones((batch, num_predictions), np.float32),
+            F.NEXT_SENTENCE_LABELS: rng.integers(0, 2, (batch,), dtype=np.int32)}
+
+
+class OursRunner:
+    """bert_jax.train's jitted, donated train step on a fixed device batch."""
+
+    def __init__(self, config, host_batch: dict):
+        import jax
+        from bert_jax import sharding, train
+        self.jax = jax
+        self.setup = train.make_setup(config)
+        self.step_fn = train.jit_train_step(self.setup)
+        with self.setup.activate():
+            self.state = train.jit_init(self.setup, 0)()
+            self.batch = sharding.host_to_global(host_batch, self.setup.batch_sharding)
+        self.compile_seconds = self.run(1)[0]  # traces and compiles
+
+    def params_numpy(self) -> dict:
+        return self.jax.device_get(self.state["params"])
+
+    def run(self, steps: int) -> tuple[float, float]:
+        """(wall, CPU) seconds for `steps` steps; one sync at the end, none inside the loop."""
+        with self.setup.activate():
+            cpu, start = time.process_time(), time.perf_counter()
+            for _ in range(steps):
+                self.state, metrics = self.step_fn(self.state, self.batch)
+            self.jax.block_until_ready((self.state, metrics))
+            return time.perf_counter() - start, time.process_time() - cpu
+
+
+class TorchRunner:
+    """transformers' BertForPreTraining with loss, backward, clip_grad_norm_ and AdamW.
+
+    The standard way (`gather_masked=False`): labels of -100 except at the masked positions, so
+    the vocabulary projection runs on all L positions. `gather_masked=True` is the stronger
+    baseline NVIDIA's BERT uses: the encoder output is gathered at the masked positions first.
+    bf16 (config.model.dtype) is torch.autocast on the forward pass; parameters stay fp32.
+    """
+
+    def __init__(self, config, host_batch: dict, params: dict, gather_masked: bool = False):
+        import numpy as np
+        import torch
+        import transformers
+        from bert_jax import features as F, hf
+        from bert_jax.model import BertConfig
+        self.torch = torch
+        model_config = BertConfig.from_config_dict(config.model)
+        hf_config = transformers.BertConfig(**hf.hf_config_from_bert(model_config), attn_implementation="sdpa")
+        self.model = transformers.BertForPreTraining(hf_config)
+        state = {k: torch.from_numpy(v) for k, v in hf.to_hf_state_dict(params, model_config).items()}
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or any(not k.startswith("cls.predictions.decoder") for k in missing):
+            raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
+        self.model.train()
+        o = config.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.learning_rate, betas=(o.b1, o.b2),
+                                           eps=o.eps, weight_decay=o.weight_decay)
+        self.max_grad_norm = o.max_grad_norm
+        self.autocast = config.model.dtype == "bfloat16"
+        self.gather_masked = gather_masked
+        self.positions = torch.from_numpy(host_batch[F.MASKED_LM_POSITIONS].astype(np.int64))
+        self.masked_ids = torch.from_numpy(host_batch[F.MASKED_LM_IDS].astype(np.int64))
+        labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
+        np.put_along_axis(labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1)
+        self.inputs = {"input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
+                       "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
+                       "token_type_ids": torch.from_numpy(host_batch[F.SEGMENT_IDS].astype(np.int64)),
+                       "labels": torch.from_numpy(labels),
+                       "next_sentence_label": torch.from_numpy(host_batch[F.NEXT_SENTENCE_LABELS].astype(np.int64))}
+        self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
+
+    def _step(self):
+        torch = self.torch
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+            if self.gather_masked:
+                loss = self._gathered_loss()
+            else:
+                loss = self.model(**self.inputs).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    def _gathered_loss(self):
+        torch, m, x = self.torch, self.model, self.inputs
+        sequence, pooled = m.bert(x["input_ids"], attention_mask=x["attention_mask"],
+                                  token_type_ids=x["token_type_ids"], return_dict=False)[:2]
+        index = self.positions[..., None].expand(-1, -1, sequence.shape[-1])
+        gathered = torch.gather(sequence, 1, index)  # [batch, predictions, hidden]
+        mlm_logits, nsp_logits = m.cls(gathered, pooled)
+        ce = torch.nn.functional.cross_entropy
+        return (ce(mlm_logits.flatten(0, 1).float(), self.masked_ids.flatten())
+                + ce(nsp_logits.float(), x["next_sentence_label"]))
+
+    def run(self, steps: int) -> tuple[float, float]:
+        """(wall, CPU) seconds for `steps` steps (PyTorch on CPU is synchronous)."""
+        cpu, start = time.process_time(), time.perf_counter()
+        for _ in range(steps):
+            loss = self._step()
+        loss.item()
+        return time.perf_counter() - start, time.process_time() - cpu
