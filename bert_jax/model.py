@@ -246,6 +246,9 @@ class SelfAttention(nnx.Module):
         """
         dtype = self.cfg.compute_dtype
         projections = (self.query, self.key, self.value)
+        if not all(type(p) is nnx.Linear for p in projections):
+            # Wrapped projections (LoRA adapters in fine-tuning) compute their own outputs.
+            return tuple(p(x) for p in projections)
         kernel = jnp.stack([p.kernel[...] for p in projections], axis=1).astype(dtype)  # [hidden, 3, heads*kv]
         bias = jnp.stack([p.bias[...] for p in projections]).astype(dtype)  # [3, heads*kv]
         qkv = jnp.einsum("blm,mtn->bltn", x.astype(dtype), kernel) + bias  # [batch, length, 3, heads*kv]

@@ -42,7 +42,9 @@ def adapted_model(kind="classification", targets=ALL_TARGETS, rank=4):
 def test_fresh_adapters_change_nothing():
     plain = heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0))
     adapted = adapted_model()
-    np.testing.assert_array_equal(plain(*inputs()), adapted(*inputs()))
+    # The plain model projects query/key/value in one stacked matmul, the adapted one in three
+    # (each wrapped by its adapter), so they agree to float32 rounding, not bit for bit.
+    np.testing.assert_allclose(plain(*inputs()), adapted(*inputs()), rtol=0, atol=1e-6)
 
 
 def test_trainable_parameter_counts():
