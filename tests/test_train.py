@@ -82,6 +82,23 @@ def test_gradient_accumulation_equals_the_large_batch(testdata):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
 
 
+def test_bfloat16_compute_keeps_float32_parameters_and_gradients(testdata):
+    config = small_config(testdata)
+    setup = train.make_setup(config)
+    config.model.dtype = "bfloat16"
+    bf16 = train.make_setup(config)
+    params = train.jit_init(setup, seed=0)()["params"]
+    batch = next(iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0)))
+    rng = jax.random.PRNGKey(0)
+    losses_ = {}
+    for name, s in (("f32", setup), ("bf16", bf16)):
+        with s.activate():
+            loss, grads = train.jit_loss_and_grads(s)(params, sharding.host_to_global(batch, s.batch_sharding), rng)
+        assert {g.dtype for g in jax.tree.leaves(grads)} == {np.dtype("float32")}
+        losses_[name] = float(loss)
+    assert losses_["bf16"] == pytest.approx(losses_["f32"], rel=2e-2)
+
+
 def test_eval_figures_match_a_direct_computation(testdata):
     config = small_config(testdata)
     setup = train.make_setup(config)
