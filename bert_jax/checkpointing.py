@@ -136,9 +136,20 @@ def restore_params(workdir: str, step: int | None = None,
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         shardings = jax.tree.map(lambda _: device, abstract)
     target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings)
+    return restore_saved_params(workdir, target, step)[0], config
+
+
+def restore_saved_params(workdir: str, abstract_params: Any, step: int | None = None) -> tuple[Any, int]:
+    """(the `params` item of checkpoint `step` (default: the latest), its step), restored onto
+    `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on.
+
+    Any run's parameters: pre-training's BertForPreTraining (restore_params builds the target for
+    it) or a fine-tuning run's trainable parameters.
+    """
     manager = make_manager(workdir, read_only=True)
     try:
-        out = manager.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(target)}))
+        step = _pick_step(manager, workdir, step)
+        out = manager.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}))
     finally:
         manager.close()
-    return out[PARAMS], config
+    return out[PARAMS], step

@@ -10,6 +10,7 @@ Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; model.py lists 
 in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
 applies them, so changing a parallelism strategy is a config change.
 """
+import contextlib
 import logging
 import math
 from typing import Any, Sequence
@@ -51,6 +52,33 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
     # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
     # would default to Explicit axes, which changes how jit treats unannotated values.
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+
+
+def mesh_from_config(mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
+                     ) -> tuple[Mesh, tuple]:
+    """(mesh, normalized rules) of a `config.mesh` block (data, fsdp, tensor, num_devices, rules),
+    checked against a model with `num_attention_heads` heads. Pre-training and fine-tuning share it.
+
+    `devices` defaults to all devices, or the first `mesh_config.num_devices` of them.
+    """
+    if devices is None:
+        devices = jax.devices()
+        if mesh_config.num_devices:
+            if jax.process_count() > 1:
+                raise ValueError("config.mesh.num_devices is for single-process runs; set it to 0")
+            devices = devices[:mesh_config.num_devices]
+    mesh = make_mesh(mesh_config.data, mesh_config.fsdp, mesh_config.tensor, devices)
+    if num_attention_heads % mesh.shape["tensor"]:
+        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide "
+                         f"num_attention_heads={num_attention_heads} (the model's)")
+    return mesh, normalize_rules(mesh_config.rules)
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh, rules):
+    """The mesh and logical rules under which the model adds activation sharding constraints."""
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+        yield
 
 
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:

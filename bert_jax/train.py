@@ -10,7 +10,6 @@ Gradient accumulation runs inside one jitted step (lax.scan over micro-batches).
 micro-batch's loss is normalised by the whole batch's denominators (masked-token count, example
 count), so the summed gradients are exactly those of the full batch.
 """
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -51,46 +50,42 @@ class Setup:
     tx: optax.GradientTransformation
     schedule: optax.Schedule
 
-    @contextlib.contextmanager
     def activate(self):
         """The mesh and logical rules under which the model adds activation sharding constraints."""
-        with jax.set_mesh(self.mesh), nnx.logical_axis_rules(self.rules):
-            yield
+        return sharding.activate(self.mesh, self.rules)
 
 
-def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
-    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer (config.optim)."""
-    model_config = model_lib.BertConfig.from_config_dict(config.model)
-    if devices is None:
-        devices = jax.devices()
-        if config.mesh.num_devices:
-            if jax.process_count() > 1:
-                raise ValueError("config.mesh.num_devices is for single-process runs; set it to 0")
-            devices = devices[:config.mesh.num_devices]
-    mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
-    if model_config.num_attention_heads % mesh.shape["tensor"]:
-        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide "
-                         f"num_attention_heads={model_config.num_attention_heads}")
-    rules = sharding.normalize_rules(config.mesh.rules)
+def state_layout(abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
+                 ) -> tuple[dict, dict]:
+    """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng'}.
 
-    abstract_model = nnx.eval_shape(lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
-    graphdef, param_state = nnx.split(abstract_model, nnx.Param)
-    param_shardings = sharding.param_shardings(param_state, mesh, rules)
-    abstract_params = nnx.to_pure_dict(param_state)
-
-    tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
+    Optimizer moments take their parameter's sharding, scalars are replicated; the abstract state's
+    jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering want them.
+    Fine-tuning uses the same layout for its trainable parameters.
+    """
     replicated = NamedSharding(mesh, P())
     abstract_opt = jax.eval_shape(tx.init, abstract_params)
-    state_shardings = {
+    shardings = {
         "params": param_shardings,
         "opt_state": sharding.tree_shardings_like_params(abstract_opt, param_shardings, mesh),
         "step": replicated,
         "rng": replicated,
     }
-    shapes = {"params": abstract_params, "opt_state": abstract_opt,
+    shapes = {"params": jax.eval_shape(lambda x: x, abstract_params), "opt_state": abstract_opt,
               "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
-    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                                  shapes, state_shardings)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    return shardings, abstract
+
+
+def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
+    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer (config.optim)."""
+    model_config = model_lib.BertConfig.from_config_dict(config.model)
+    mesh, rules = sharding.mesh_from_config(config.mesh, model_config.num_attention_heads, devices)
+    abstract_model = nnx.eval_shape(lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
+    graphdef, param_state = nnx.split(abstract_model, nnx.Param)
+    param_shardings = sharding.param_shardings(param_state, mesh, rules)
+    tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
+    state_shardings, abstract_state = state_layout(nnx.to_pure_dict(param_state), param_shardings, tx, mesh)
     return Setup(model_config, graphdef, mesh, rules, param_shardings, state_shardings, abstract_state,
                  sharding.batch_sharding(mesh, rules), tx, schedule)
 
@@ -251,8 +246,11 @@ def validate(config: ml_collections.ConfigDict, mesh: Mesh, rules) -> None:
                          "--config.data.train_files='/data/train-*.arrayrecord')")
 
 
-class _Preemption:
-    """SIGTERM -> save and exit at the next step boundary (single process; pods use Orbax's check)."""
+class Preemption:
+    """SIGTERM -> save and exit at the next step boundary (single process; pods use Orbax's check).
+
+    Used as a context manager around a training loop, which polls `requested` after each step.
+    """
 
     def __init__(self):
         self.requested = False
@@ -363,7 +361,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     stopped = "done"
     timer_start, timed_steps = None, 0  # speed excludes this run's first (compiling) step
 
-    with _Preemption() as preemption, setup.activate():
+    with Preemption() as preemption, setup.activate():
         while step < last_step:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = p_train_step(state, batch)

@@ -260,3 +260,44 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
     resumed = train.finetune(config, workdir, tiny_hf)
     assert resumed["step"] == result["step"]
     assert resumed["eval"] == result["eval"]
+
+
+class _PreemptAfter(train.train_lib.Preemption):
+    """A SIGTERM that arrives during step `n`: the loop polls `requested` once per step.
+    (The signal handler itself is exercised by tests/test_train.py's real SIGTERM.)"""
+
+    def __init__(self, n):
+        super().__init__()
+        self.polls, self.n = 0, n
+
+    @property
+    def requested(self):
+        self.polls += 1
+        return self.polls >= self.n
+
+    @requested.setter
+    def requested(self, value):
+        pass
+
+
+def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(tiny_hf, tmp_path, monkeypatch):
+    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 64, 0),
+                         eval_files=sst2_file(tmp_path / "dev.tsv", 32, 1))
+    config.train.num_epochs = 2.0  # 8 steps
+    config.eval.at_start = False
+    config.model.hidden_dropout_prob = 0.1  # resumed dropout masks must match too
+    whole = train.finetune(config, str(tmp_path / "whole"), tiny_hf)
+
+    workdir = str(tmp_path / "cut")
+    monkeypatch.setattr(train.train_lib, "Preemption", lambda: _PreemptAfter(3))
+    cut = train.finetune(config, workdir, tiny_hf)
+    assert cut["stopped"] == "preempted" and cut["step"] == 3 and not cut["eval"]
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3"]
+    monkeypatch.undo()
+    resumed = train.finetune(config, workdir, tiny_hf)
+    assert resumed["stopped"] == "done" and resumed["step"] == whole["step"] == 8
+    assert resumed["eval"] == whole["eval"]
+    ckpt = ocp.StandardCheckpointer()
+    saved = [ckpt.restore(os.path.join(w, "checkpoints", "8", "params")) for w in (str(tmp_path / "whole"), workdir)]
+    for a, b in zip(jax.tree.leaves(saved[0]), jax.tree.leaves(saved[1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

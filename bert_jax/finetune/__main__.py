@@ -56,6 +56,8 @@ def main(argv):
 
     logging.info("process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count())
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
+    if result["stopped"] == "preempted":
+        return  # train.finetune said so; exit 0 as pre-training does
     if jax.process_index() == 0:
         print(f"finished at step {result['step']}; eval: {result['eval']}", flush=True)
         for key in ("predictions", "export"):

@@ -16,7 +16,6 @@ import os
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import checkpointing, sharding
@@ -82,21 +81,6 @@ def write_predictions(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen
     return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
 
 
-def restore_trained(workdir: str, abstract_params, step: int | None = None):
-    """The trained parameters of a fine-tuning checkpoint, onto `abstract_params`' shardings.
-
-    bert_jax.checkpointing.restore_params does this for pre-training's BertForPreTraining only.
-    """
-    manager = checkpointing.make_manager(workdir, read_only=True)
-    step = manager.latest_step() if step is None else step
-    if step is None:
-        raise FileNotFoundError(f"no checkpoints under {checkpointing.checkpoint_dir(workdir)}; "
-                                "fine-tune there first")
-    out = manager.restore(step, args=ocp.args.Composite(**{
-        checkpointing.PARAMS: ocp.args.StandardRestore(abstract_params)}))
-    return out[checkpointing.PARAMS], step
-
-
 def predict_from_workdir(workdir: str, test_file: str, output: str = "", init: str = "",
                          overrides: dict | None = None) -> tuple[str, dict[str, float] | None]:
     """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or None).
@@ -114,7 +98,7 @@ def predict_from_workdir(workdir: str, test_file: str, output: str = "", init: s
             parent[last] = value
     run = runs.prepare(config, init or None, with_train=False)
     setup, trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
-    params, step = restore_trained(workdir, setup.abstract_state["params"])
+    params, step = checkpointing.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     figures = write_predictions(run, setup, jit_infer(setup), params, frozen, test_file, output)
     logging.info("predicted %s with step %d of %s", test_file, step, workdir)

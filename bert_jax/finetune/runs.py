@@ -14,7 +14,6 @@ pre-training; the optimizer is bert_jax.optim's.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -25,10 +24,11 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
 
 from bert_jax import features as F
 from bert_jax import optim, sharding, tokenization
+from bert_jax import train as train_lib
 from bert_jax.finetune import heads, lora, pretrained, tasks
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
@@ -128,24 +128,17 @@ class Setup:
     tx: optax.GradientTransformation
     schedule: optax.Schedule
 
-    @contextlib.contextmanager
     def activate(self):
-        with jax.set_mesh(self.mesh), nnx.logical_axis_rules(self.rules):
-            yield
+        return sharding.activate(self.mesh, self.rules)
 
     def data_parallel(self) -> int:
         return sharding.data_parallel_size(self.mesh, self.rules)
 
 
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
-    """-> (Setup, trainable params, frozen params), the parameters placed on the mesh."""
-    if devices is None:
-        devices = jax.devices()[:config.mesh.num_devices or None]
-    mesh = sharding.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor, devices)
-    if model.config.num_attention_heads % mesh.shape["tensor"]:
-        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide the model's "
-                         f"num_attention_heads={model.config.num_attention_heads}")
-    rules = sharding.normalize_rules(config.mesh.rules)
+    """-> (Setup, trainable params, frozen params), the parameters placed on the mesh; the mesh and
+    the train state layout are pre-training's (sharding.mesh_from_config, train.state_layout)."""
+    mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
     trainable_shardings = sharding.param_shardings(trainable, mesh, rules)
     frozen_shardings = sharding.param_shardings(frozen, mesh, rules)
@@ -155,16 +148,7 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
     tx, schedule = optim.make_optimizer(o, total_steps, _decay_mask)
-    abstract_opt = jax.eval_shape(tx.init, trainable)
-    replicated = NamedSharding(mesh, P())
-    state_shardings = {
-        "params": trainable_shardings,
-        "opt_state": sharding.tree_shardings_like_params(abstract_opt, trainable_shardings, mesh),
-        "step": replicated, "rng": replicated}
-    shapes = {"params": jax.eval_shape(lambda x: x, trainable), "opt_state": abstract_opt,
-              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
-    abstract_state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                                  shapes, state_shardings)
+    state_shardings, abstract_state = train_lib.state_layout(trainable, trainable_shardings, tx, mesh)
     setup = Setup(model.kind, graphdef, mesh, rules, frozen_shardings, state_shardings, abstract_state,
                   sharding.batch_sharding(mesh, rules), tx, schedule)
     return setup, trainable, frozen

@@ -20,6 +20,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import checkpointing, metrics_log, sharding
+from bert_jax import train as train_lib
 from bert_jax import features as F
 from bert_jax.finetune import heads, lora, pretrained, predict, runs, tasks
 
@@ -80,7 +81,12 @@ def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
-    'train', 'predictions', 'export'} (eval figures by eval file name)."""
+    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
+
+    On SIGTERM (or Orbax's preemption notice on a pod) it saves a checkpoint after the current
+    step and returns with stopped='preempted', skipping the final eval, predictions and export;
+    rerunning the same command resumes.
+    """
     run = runs.prepare(config, init)
     config = run.config
     total = runs.num_train_steps(config, len(run.train))
@@ -124,11 +130,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         return figures
 
     result = {"step": step, "total": counts["total"], "trainable": counts["trainable"], "train": {},
-              "eval": {}, "eval_at_start": {}, "predictions": None, "export": None}
+              "eval": {}, "eval_at_start": {}, "predictions": None, "export": None, "stopped": "done"}
     if eval_sets and config.eval.at_start and step == 0:
         result["eval_at_start"] = run_eval()
     history = []
-    with setup.activate():
+    with train_lib.Preemption() as preemption, setup.activate():
         while step < total:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = p_train_step(state, frozen, batch)
@@ -142,11 +148,21 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 history = []
             if eval_sets and step < total and config.eval.every_steps and step % config.eval.every_steps == 0:
                 result["eval"] = run_eval()
-            if step == total or (config.checkpoint.every_steps and step % config.checkpoint.every_steps == 0):
+            preempted = manager.reached_preemption(step) or (jax.process_count() == 1 and preemption.requested)
+            if preempted or step == total or (config.checkpoint.every_steps
+                                              and step % config.checkpoint.every_steps == 0):
                 checkpointing.save(manager, step, state, data_iter, config)
+            if preempted:
+                result["stopped"] = "preempted"
+                break
     manager.wait_until_finished()
     manager.close()
     result["step"] = step
+    if result["stopped"] == "preempted":
+        log.close()
+        if is_primary:
+            print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
+        return result
     if eval_sets:
         result["eval"] = run_eval()
     log.close()
