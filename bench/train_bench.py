@@ -34,7 +34,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["mini", "base"], "Model configs: tiny, mini, base, large.")
 flags.DEFINE_list("seq_lens", ["128"], "Sequence lengths.")
 flags.DEFINE_list("dtypes", ["float32"], "Computation dtypes: float32, bfloat16.")
-flags.DEFINE_integer("batch_size", 0, "Sequences per step; 0 picks DEFAULT_BATCH (sized for 2 CPU cores).")
+flags.DEFINE_integer("batch_size", 0, "Sequences per step; 0 picks runners.DEFAULT_BATCH (sized for 2 CPU cores).")
 flags.DEFINE_integer("num_predictions", 0, "Masked positions per sequence; 0: 20 at L=128, 80 at L=512.")
 flags.DEFINE_integer("steps", 1, "Steps per timed block.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds per case.")
@@ -47,17 +47,13 @@ flags.DEFINE_string("peak_dtype", "", "dtype of that matmul; empty: float32 on C
 flags.DEFINE_float("spec_peak_tflops", 0.0, "A datasheet peak to print MFU against as well (0: none).")
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
 
-# (model, seq_len) -> sequences per step: a 2-core CPU finishes a step in seconds to tens of seconds.
-DEFAULT_BATCH = {("tiny", 128): 32, ("mini", 128): 32, ("mini", 512): 8, ("base", 128): 8,
-                 ("base", 512): 2, ("large", 128): 4, ("large", 512): 1}
-
 
 def bench_case(model: str, seq_len: int, dtype: str, peak) -> dict:
     import jax
     from bench import flops, runners
     from bert_jax.model import BertConfig
     num_predictions = FLAGS.num_predictions or (20 if seq_len <= 128 else 80)
-    batch = FLAGS.batch_size or DEFAULT_BATCH[(model, seq_len)]
+    batch = FLAGS.batch_size or runners.DEFAULT_BATCH[(model, seq_len)]
     config = runners.make_config(model, seq_len, num_predictions, batch, dtype, FLAGS.attention, FLAGS.remat)
     model_config = BertConfig.from_config_dict(config.model)
     host_batch = runners.synthetic_batch(batch, seq_len, num_predictions, model_config.vocab_size)
