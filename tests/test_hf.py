@@ -291,3 +291,23 @@ def test_params_for_a_training_run(hf_dir, imported):
     assert word.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
     for a, b in zip(jax.tree.leaves(params), params_of(imported[0])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_training_run_starts_from_a_hugging_face_directory(testdata, vocab_file, tmp_path):
+    """train.init_checkpoint=<HF dir>: continue pre-training a public model from its weights."""
+    from bert_jax import checkpointing, train
+    from configs import tiny
+
+    config = tiny.get_config()
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(7))
+    perturb(model, seed=1)
+    hf.save_hf(model, vocab_file, str(tmp_path / "hf"))
+    config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.train.update(num_train_steps=1, global_batch_size=4, init_checkpoint=str(tmp_path / "hf"))
+    config.optim.learning_rate, config.optim.warmup_steps = 0.0, 0  # the step keeps the weights
+    config.mesh.num_devices = 2
+    result = train.train_and_evaluate(config, str(tmp_path / "run"))
+    assert result["step"] == 1
+    got, _ = checkpointing.restore_params(str(tmp_path / "run"))
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], params_of(model)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
