@@ -147,3 +147,31 @@ class TorchRunner:
             loss = self._step()
         loss.item()
         return time.perf_counter() - start, time.process_time() - cpu
+
+
+class TorchMatmulPeak:
+    """flops.MatmulPeak's n x n x n float32 matmul in PyTorch (torch.mm: MKL or oneDNN on x86).
+
+    Timed in the same rounds as XLA's, it shows how fast each side's matrix library is on this
+    machine: a train step's speed is bounded by its library's matmul rate.
+    """
+
+    def __init__(self, n: int = 2048):
+        import torch
+        self.torch, self.n = torch, n
+        generator = torch.Generator().manual_seed(0)
+        self.a = torch.randn(n, n, generator=generator)
+        self.b = torch.randn(n, n, generator=generator)
+        torch.mm(self.a, self.b)  # warm-up
+
+    def measure(self, repeats: int = 3) -> tuple[float, float]:
+        """(FLOP/s, FLOP per CPU-second) of the fastest of `repeats` matmuls."""
+        best, best_cpu = float("inf"), float("inf")
+        for _ in range(repeats):
+            cpu, start = time.process_time(), time.perf_counter()
+            self.torch.mm(self.a, self.b)
+            wall = time.perf_counter() - start
+            if wall < best:
+                best, best_cpu = wall, time.process_time() - cpu
+        flop = 2 * self.n ** 3
+        return flop / best, flop / max(best_cpu, 1e-9)

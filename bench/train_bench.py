@@ -48,7 +48,7 @@ flags.DEFINE_float("spec_peak_tflops", 0.0, "A datasheet peak to print MFU again
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
 
 
-def bench_case(model: str, seq_len: int, dtype: str, peak) -> dict:
+def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> dict:
     import jax
     from bench import flops, runners
     from bert_jax.model import BertConfig
@@ -71,12 +71,16 @@ def bench_case(model: str, seq_len: int, dtype: str, peak) -> dict:
     order = list(sides)
     for i in range(FLAGS.rounds):
         before = peak.measure()
+        torch_before = torch_peak.measure() if torch_peak else None
         r = {}
         for name in (order if i % 2 == 0 else order[::-1]):
             r[name], r[name + "_cpu"] = sides[name].run(FLAGS.steps)
         after = peak.measure()
         # The peak is the mean of samples before and after: load changes over a round's seconds.
         r["peak"], r["peak_cpu"] = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
+        if torch_peak:
+            torch_after = torch_peak.measure()
+            r["torch_peak"] = (torch_before[0] + torch_after[0]) / 2
         rounds.append(r)
 
     med = statistics.median
@@ -85,6 +89,9 @@ def bench_case(model: str, seq_len: int, dtype: str, peak) -> dict:
               "predictions": num_predictions, "device": jax.devices()[0].device_kind,
               "rounds": len(rounds), "compile_s": sides["ours"].compile_seconds,
               "step_gflop": step_flops / 1e9, "peak_gflops": med([r["peak"] for r in rounds]) / 1e9}
+    if torch_peak:
+        result["torch_peak_gflops"] = med([r["torch_peak"] for r in rounds]) / 1e9
+        result["matmul_ratio"] = med([r["peak"] / r["torch_peak"] for r in rounds])
     for name in sides:
         result.update({
             f"{name}_step_s": med([r[name] / n for r in rounds]),
@@ -97,6 +104,8 @@ def bench_case(model: str, seq_len: int, dtype: str, peak) -> dict:
             result[f"{name}_mfu_spec"] = result[f"{name}_tokens_per_s"] / tokens * step_flops / (
                 FLAGS.spec_peak_tflops * 1e12)
         if name != "ours":
+            # Against its own library's matmul rate: how well each side uses what it has.
+            result[f"{name}_mfu_own_peak"] = med([step_flops * n / r[name] / r["torch_peak"] for r in rounds])
             result[f"ratio_{name}"] = med([r[name] / r["ours"] for r in rounds])
             result[f"ratio_{name}_rounds"] = [r[name] / r["ours"] for r in rounds]
             result[f"ratio_{name}_cpu"] = med([r[name + "_cpu"] / r["ours_cpu"] for r in rounds])
@@ -107,6 +116,9 @@ def _print_case(r: dict) -> None:
     print(f"{r['model']} L={r['seq_len']} {r['dtype']} batch {r['batch']} (P={r['predictions']}): "
           f"{r['step_gflop']:.0f} GFLOP/step; matmul peak {r['peak_gflops']:.0f} GFLOP/s (median of "
           f"{r['rounds']} rounds)", flush=True)
+    if "torch_peak_gflops" in r:
+        print(f"  PyTorch's matmul peak {r['torch_peak_gflops']:.0f} GFLOP/s: XLA's matmul runs at "
+              f"{r['matmul_ratio']:.2f}x PyTorch's on this machine", flush=True)
     for name in ("ours", "torch", "torch_gather"):
         if f"{name}_step_s" not in r:
             continue
@@ -116,6 +128,7 @@ def _print_case(r: dict) -> None:
         if f"{name}_mfu_spec" in r:
             line += f"  MFU vs spec {100 * r[f'{name}_mfu_spec']:5.1f}%"
         if name != "ours":
+            line += f" (MFU vs PyTorch's own matmul peak {100 * r[f'{name}_mfu_own_peak']:4.1f}%)"
             rounds = ", ".join(f"{x:.2f}" for x in r[f"ratio_{name}_rounds"])
             line += (f"  | ours is {r[f'ratio_{name}']:.2f}x faster (rounds {rounds}; "
                      f"cpu-time {r[f'ratio_{name}_cpu']:.2f}x)")
@@ -138,10 +151,14 @@ def main(argv):
           f"cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
           f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul", flush=True)
     peak = flops.MatmulPeak(n, jnp.dtype(peak_dtype))
+    torch_peak = None
+    if FLAGS.torch and peak_dtype == "float32":
+        from bench import runners
+        torch_peak = runners.TorchMatmulPeak(n)
     for model in FLAGS.models:
         for seq_len in map(int, FLAGS.seq_lens):
             for dtype in FLAGS.dtypes:
-                r = bench_case(model, seq_len, dtype, peak)
+                r = bench_case(model, seq_len, dtype, peak, torch_peak)
                 _print_case(r)
                 if FLAGS.json_out:
                     with open(FLAGS.json_out, "a") as f:
