@@ -11,6 +11,12 @@ On CPU, --num_devices > 1 makes that many host devices (--xla_force_host_platfor
 mesh can be compiled for without the hardware. The figure is the compiler's plan for this backend: a GPU
 build fuses differently and adds library workspaces, so take GPU figures on the GPU itself (--run there
 also executes one step and reads the allocator's peak_bytes_in_use).
+
+On CPU the script compiles with XLA's memory-minimizing scheduler
+(--xla_cpu_enable_concurrency_optimized_scheduler=false, --cpu_scheduler=concurrency to turn that off): the CPU
+default orders work for thread concurrency and keeps the recomputed activations of remat alive as long as
+the stored ones (measured: remat then saves 4% on BERT-Base instead of 26%); GPU and TPU schedulers are
+memory-aware, so the memory-minimizing CPU plan is the closer picture of what a training run gets there.
 """
 import os
 
@@ -25,6 +31,8 @@ flags.DEFINE_string("dtype", "float32", "Computation dtype: float32 or bfloat16.
 flags.DEFINE_integer("num_devices", 1, "Devices in the mesh (on CPU: fake host devices).")
 flags.DEFINE_integer("fsdp", 1, "Size of the mesh's fsdp axis (the rest is data parallel).")
 flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step (train.grad_accum_steps).")
+flags.DEFINE_enum("cpu_scheduler", "memory", ["memory", "concurrency"],
+                  "XLA:CPU's scheduler: memory-minimizing, or its default (concurrency-optimized).")
 flags.DEFINE_bool("run", False, "Also run one step and read the device allocator's peak (GPU/TPU).")
 
 GIB = 1024 ** 3
@@ -67,15 +75,19 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
 
 def main(argv):
     del argv
+    extra = []
     if FLAGS.num_devices > 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={FLAGS.num_devices}")
+        extra.append(f"--xla_force_host_platform_device_count={FLAGS.num_devices}")
+    if FLAGS.cpu_scheduler == "memory":  # ignored by GPU and TPU backends
+        extra.append("--xla_cpu_enable_concurrency_optimized_scheduler=false")
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra])
     import jax
     from bench import runners
     num_predictions = FLAGS.num_predictions or (20 if FLAGS.seq_len <= 128 else 80)
     print(f"{jax.devices()[0].device_kind} ({jax.default_backend()}); L={FLAGS.seq_len}, P={num_predictions}, "
           f"{FLAGS.batch_size} sequences per device, {FLAGS.dtype}, mesh of {FLAGS.num_devices} "
-          f"(fsdp {FLAGS.fsdp}), grad_accum_steps {FLAGS.grad_accum_steps}", flush=True)
+          f"(fsdp {FLAGS.fsdp}), grad_accum_steps {FLAGS.grad_accum_steps}; XLA:CPU scheduler: "
+          f"{FLAGS.cpu_scheduler}", flush=True)
     print(f"{'model':>6} {'remat':>5} {'state GiB':>9} {'temp GiB':>9} {'peak GiB':>9}  measured GiB", flush=True)
     for model in FLAGS.models:
         peaks = {}
