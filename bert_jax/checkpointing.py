@@ -2,7 +2,7 @@
 
 `<workdir>/checkpoints/<step>/` holds four items, so that each reader loads only what it needs:
   params     the model parameters (a pure dict, as nnx.to_pure_dict gives), float32
-  train      {'opt_state', 'step', 'rng'}: the rest of the train state
+  train      {'opt_state', 'step', 'rng', 'nonfinite_steps'}: the rest of the train state
   data_iter  the Grain iterator position, one JSON file per process
   config     the run's ml_collections config, as JSON
 
@@ -10,21 +10,32 @@ Saves are asynchronous: `save` copies the arrays to host memory before it return
 step may donate and overwrite them) and writes them in a background thread. Restoring passes
 abstract arrays that carry the *current* mesh's shardings, so a run can resume on a different
 mesh shape or device count than it was saved from.
+
+What a crash leaves behind: Orbax writes a step to `<step>.orbax-checkpoint-tmp-<time>/` and
+renames it to `<step>/` once every item is written, so a process killed mid-save leaves only a
+temporary directory, which is never restored (the next manager deletes it). A finished step
+that is damaged later (a truncated or deleted file) fails to restore: `restore_latest` then
+moves it aside to `<step>.corrupt` and resumes from the newest step that does restore.
 """
 import json
+import logging
 import os
 from typing import Any
 
 import grain
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
 
 
 def checkpoint_dir(workdir: str) -> str:
+    if "://" in workdir:  # a bucket (gs://...): Orbax writes there directly
+        return workdir.rstrip("/") + "/checkpoints"
     return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
@@ -36,6 +47,8 @@ def make_manager(workdir: str, max_to_keep: int = 3, async_save: bool = True,
         enable_async_checkpointing=async_save,
         read_only=read_only,
         create=not read_only,
+        # Leftovers of a save that was killed midway; never a restorable step.
+        cleanup_tmp_directories=not read_only,
     )
     handlers = {
         PARAMS: ocp.StandardCheckpointHandler(),
@@ -48,7 +61,7 @@ def make_manager(workdir: str, max_to_keep: int = 3, async_save: bool = True,
 
 def save(manager: ocp.CheckpointManager, step: int, state: dict, data_iter: Any,
          config: ml_collections.ConfigDict) -> None:
-    """Saves `state` ({'params', 'opt_state', 'step', 'rng'}) as checkpoint `step`, now.
+    """Saves `state` (train.py's layout: 'params' and the rest) as checkpoint `step`, now.
 
     The caller decides when (train.py: every checkpoint.every_steps, at the end, on SIGTERM);
     Orbax's own interval logic would also save the first step of every run, which costs a save
@@ -76,17 +89,81 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, dat
         items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
     try:
         out = manager.restore(step, args=ocp.args.Composite(**items))
-    except (ValueError, KeyError) as e:
+    except Exception as e:  # TensorStore raises plain Exceptions for damaged files
         raise ValueError(
-            f"cannot resume from {manager.directory}/{step}: it does not match this run's model or "
-            f"optimizer ({e}). Resume with the config it was written with (its config/ item), or "
-            "use a new --workdir") from e
+            f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match this "
+            f"run's model or optimizer ({str(e)[:500]}). Resume with the config it was written with "
+            "(its config/ item), or use a new --workdir") from e
     return {"params": out[PARAMS], **out[TRAIN]}
+
+
+CORRUPT_SUFFIX = ".corrupt"
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state: dict,
+                   data_iter: Any = None) -> tuple[int, dict] | None:
+    """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
+    are none.
+
+    A newer step that fails to restore while an older one succeeds is damaged (a truncated or
+    missing file, unreadable metadata): it is renamed to `<step>.corrupt` (kept for a post-mortem,
+    and out of Orbax's way so the run can save that step again) with a warning. If no step
+    restores, nothing is moved and the error names every step's failure: then the likely cause is
+    a config that does not match the checkpoints, which an older step cannot fix.
+    """
+    failures: list[tuple[int, Exception]] = []
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            restored = restore(manager, step, abstract_state, data_iter)
+            ok = True
+        except ValueError as e:
+            failures.append((step, e))
+            ok = False
+        # With several processes each reads its own shards, so one may fail where another does
+        # not: all fall back together or none does.
+        if not _all_processes(ok):
+            if ok:
+                failures.append((step, RuntimeError("another process could not read this step")))
+            continue
+        if failures:
+            _move_aside(manager, failures, step)
+        return step, restored
+    if failures:
+        raise ValueError(f"no checkpoint under {manager.directory} can be restored:\n"
+                         + "\n".join(f"  step {s}: {e}" for s, e in failures))
+    return None
+
+
+def _all_processes(ok: bool) -> bool:
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.process_allgather(np.int32(ok)).all())
+
+
+def _move_aside(manager: ocp.CheckpointManager, failures: list[tuple[int, Exception]], good: int) -> None:
+    for step, error in failures:
+        src = manager.directory / str(step)  # an epath.Path: a local directory or a bucket
+        dst = src.parent / (src.name + CORRUPT_SUFFIX)
+        n = 1
+        while dst.exists():  # damaged twice at the same step: keep both
+            dst, n = src.parent / f"{src.name}{CORRUPT_SUFFIX}-{n}", n + 1
+        cause = error.__cause__ or error
+        logging.warning("checkpoint %s is damaged and was moved to %s; resuming from the older step %d "
+                        "instead. The error: %s: %s", src, dst, good, type(cause).__name__, str(cause)[:300])
+        if jax.process_index() == 0:
+            src.rename(dst)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("bert_jax.checkpointing.move_aside")
+    manager.reload()  # forget the moved steps, so that saving them again is allowed
 
 
 def saved_steps(workdir: str) -> list[int]:
     """Steps of the checkpoints in `workdir`, oldest first ([] if none)."""
-    if not os.path.isdir(checkpoint_dir(workdir)):
+    if not epath.Path(checkpoint_dir(workdir)).is_dir():
         return []
     manager = make_manager(workdir, read_only=True)
     try:

@@ -4,6 +4,8 @@ Any config field can be overridden on the command line, e.g.
     --config.optim.learning_rate=2e-4 --config.data.train_files='/data/train-*.arrayrecord'
 Running the same command again resumes from the latest checkpoint in --workdir.
 """
+import sys
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -39,6 +41,8 @@ def main(argv):
     result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     if jax.process_index() == 0:
         print(f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}", flush=True)
+    if result["stopped"] == "nonfinite":
+        sys.exit(1)  # a scheduler or script must not take this run for a finished one
 
 
 if __name__ == "__main__":

@@ -2,9 +2,14 @@
 
 The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
     {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state),
-     'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key}
+     'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key,
+     'nonfinite_steps': int32 scalar, the steps whose update was dropped for a NaN/inf}
 The model is rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
 fold_in(rng, step), so a resumed run draws the same dropout masks as an uninterrupted one.
+
+A step whose loss or gradients are not finite changes neither the parameters nor the optimizer
+state (it is counted instead); config.train.on_nonfinite says whether the loop then stops
+('stop', without saving) or goes on ('skip').
 
 Gradient accumulation runs inside one jitted step (lax.scan over micro-batches). Each
 micro-batch's loss is normalised by the whole batch's denominators (masked-token count, example
@@ -12,11 +17,8 @@ count), so the summed gradients are exactly those of the full batch.
 """
 import dataclasses
 import functools
-import logging
 import math
 import os
-import signal
-import threading
 import time
 from typing import Any, Callable
 
@@ -28,9 +30,10 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from bert_jax import checkpointing, input_pipeline, losses, metrics_log, optim, sharding
+from bert_jax import checkpointing, faults, input_pipeline, losses, metrics_log, optim, sharding
 from bert_jax import features as F
 from bert_jax import model as model_lib
+from bert_jax.faults import NONFINITE_MODES, Preemption
 
 Batch = dict[str, jax.Array]
 
@@ -57,7 +60,8 @@ class Setup:
 
 def state_layout(abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
                  ) -> tuple[dict, dict]:
-    """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng'}.
+    """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng',
+    'nonfinite_steps'}.
 
     Optimizer moments take their parameter's sharding, scalars are replicated; the abstract state's
     jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering want them.
@@ -70,9 +74,11 @@ def state_layout(abstract_params, param_shardings, tx: optax.GradientTransformat
         "opt_state": sharding.tree_shardings_like_params(abstract_opt, param_shardings, mesh),
         "step": replicated,
         "rng": replicated,
+        "nonfinite_steps": replicated,
     }
     shapes = {"params": jax.eval_shape(lambda x: x, abstract_params), "opt_state": abstract_opt,
-              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32)}
+              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+              "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32)}
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
     return shardings, abstract
 
@@ -142,6 +148,27 @@ def loss_and_grads(graphdef, params, batch: Batch, rng, *, grad_accum_steps: int
     return loss, sums, grads
 
 
+def apply_gradients(state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
+                    ) -> tuple[dict, jax.Array]:
+    """(the state after one optimizer step, the gradients' global norm before clipping).
+
+    A step whose loss or gradient norm is not finite leaves 'params' and 'opt_state' as they were
+    and adds one to 'nonfinite_steps': a NaN never reaches the parameters or the Adam moments.
+    'step' advances either way, so it keeps counting the batches consumed (the data position and
+    the learning-rate schedule stay in step with it). The check is one select per element, fused
+    into the update; the host decides about stopping later (train_and_evaluate), without a sync.
+    """
+    grad_norm = optax.global_norm(grads)  # inf/NaN iff some gradient is (or their squares overflow)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
+    return {"params": keep(params, state["params"]), "opt_state": keep(opt_state, state["opt_state"]),
+            "step": state["step"] + 1, "rng": state["rng"],
+            "nonfinite_steps": state["nonfinite_steps"] + jnp.where(finite, 0, 1).astype(jnp.int32),
+            }, grad_norm
+
+
 def train_step(state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_steps: int,
                batch_axes=None) -> tuple[dict, dict]:
     """One optimizer step. Returns the new state and scalar metrics of this step."""
@@ -149,18 +176,17 @@ def train_step(state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(graphdef, state["params"], batch, rng,
                                        grad_accum_steps=grad_accum_steps, batch_axes=batch_axes)
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
+    new_state, grad_norm = apply_gradients(state, grads, loss, tx)
     metrics = {
         "loss": loss,
         "mlm_loss": sums["mlm_nll_sum"] / jnp.maximum(sums["mlm_weight_sum"], 1e-5),
         "mlm_accuracy": sums["mlm_correct_sum"] / jnp.maximum(sums["mlm_weight_sum"], 1e-5),
         "nsp_accuracy": sums["nsp_correct_sum"] / jnp.maximum(sums["nsp_count"], 1.0),
-        "grad_norm": optax.global_norm(grads),  # before clipping
+        "grad_norm": grad_norm,  # before clipping
         "learning_rate": schedule(step),
         "tokens": jnp.sum(batch[F.INPUT_MASK]),
+        "nonfinite_steps": new_state["nonfinite_steps"],  # cumulative over the run
     }
-    new_state = {"params": params, "opt_state": opt_state, "step": step + 1, "rng": state["rng"]}
     return new_state, metrics
 
 
@@ -169,6 +195,17 @@ def train_step(state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_
 
 def batch_axes(setup: Setup):
     return sharding.batch_spec(setup.rules)[0]
+
+
+def abstract_batch(config: ml_collections.ConfigDict, setup: Setup) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global train batch as the input pipeline delivers it (config.data's lengths,
+    config.train.global_batch_size rows), as abstract arrays on the batch sharding: for lowering
+    and compiling the step ahead of time (bench/aot_compile.py)."""
+    b = config.train.global_batch_size
+    lengths = F.Schema(config.data.max_seq_length, config.data.max_predictions_per_seq).lengths()
+    shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
+    return {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k in F.FLOAT_FEATURES else jnp.int32,
+                                    sharding=setup.batch_sharding) for k, shape in shapes.items()}
 
 
 def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
@@ -180,7 +217,8 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
         init_key, rng = jax.random.split(key)
         model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
         params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros([], jnp.int32), "rng": rng}
+        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros([], jnp.int32), "rng": rng,
+                "nonfinite_steps": jnp.zeros([], jnp.int32)}
 
     return jax.jit(init, out_shardings=setup.state_shardings)
 
@@ -244,30 +282,8 @@ def validate(config: ml_collections.ConfigDict, mesh: Mesh, rules) -> None:
     if not config.data.train_files:
         raise ValueError("config.data.train_files is empty: point it at record files (e.g. "
                          "--config.data.train_files='/data/train-*.arrayrecord')")
-
-
-class Preemption:
-    """SIGTERM -> save and exit at the next step boundary (single process; pods use Orbax's check).
-
-    Used as a context manager around a training loop, which polls `requested` after each step.
-    """
-
-    def __init__(self):
-        self.requested = False
-        self._previous = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        logging.warning("SIGTERM: saving a checkpoint and stopping after this step")
-        self.requested = True
-
-    def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+    if t.on_nonfinite not in NONFINITE_MODES:
+        raise ValueError(f"train.on_nonfinite={t.on_nonfinite!r}; choose one of {NONFINITE_MODES}")
 
 
 def initial_params(path: str, setup: Setup) -> dict:
@@ -287,8 +303,11 @@ def initial_params(path: str, setup: Setup) -> dict:
 
 
 def _mean(history: list[dict]) -> dict[str, float]:
+    """The steps' metrics averaged, but for running counts, which take the last step's value."""
     values = jax.device_get(history)
-    return {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+    out = {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+    out["nonfinite_steps"] = float(values[-1]["nonfinite_steps"])
+    return out
 
 
 def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data_iter) -> dict:
@@ -296,21 +315,30 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
     optionally seeded from train.init_checkpoint."""
     t = config.train
     say = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    latest = manager.latest_step()
-    if latest is not None:
-        say(f"resuming from {manager.directory}/{latest}", flush=True)
-        return checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
+    resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
+    if resumed is not None:
+        say(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
+        return resumed[1]
     if t.init_optimizer_state:
         if not t.init_checkpoint:
             raise ValueError("train.init_optimizer_state needs train.init_checkpoint: the workdir "
                              "of the run to continue (e.g. phase 1's)")
         source = checkpointing.make_manager(t.init_checkpoint, read_only=True)
         try:
-            if source.latest_step() is None:
+            latest = source.latest_step()
+            if latest is None:
                 raise FileNotFoundError(f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}")
-            say(f"parameters, optimizer state and step from {source.directory}/{source.latest_step()}")
-            # The data position stays fresh: phase 2 reads other records.
-            return checkpointing.restore(source, source.latest_step(), setup.abstract_state)
+            if latest >= t.num_train_steps:
+                # The loop would end before its first step, with phase 1's parameters as "done".
+                raise ValueError(
+                    f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
+                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from step "
+                    f"{latest}, so num_train_steps counts both phases (the paper's phase 2: 900k -> 1M)")
+            say(f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True)
+            # The data position stays fresh: phase 2 reads other records. The step (and with it the
+            # learning rate) continues: phase 2's first step is step `latest`, as the next step of
+            # phase 1 would have been.
+            return checkpointing.restore(source, latest, setup.abstract_state)
         finally:
             source.close()
     state = jit_init(setup, t.seed)()
@@ -324,7 +352,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final figures.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached' or 'preempted'}.
+    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted' or
+    'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
     """
     setup = make_setup(config)
     validate(config, setup.mesh, setup.rules)
@@ -360,6 +389,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     last_eval: dict[str, float] = {}
     stopped = "done"
     timer_start, timed_steps = None, 0  # speed excludes this run's first (compiling) step
+    nonfinite = faults.NonfiniteWatch(t.on_nonfinite, state, is_primary)
+    last_saved = manager.latest_step()
 
     with Preemption() as preemption, setup.activate():
         while step < last_step:
@@ -374,8 +405,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             else:
                 timed_steps += 1
             at_end = step == last_step
+            log_due = step % t.log_every_steps == 0 or at_end
+            if log_due and nonfinite.stop(state, history, step, last_saved):  # before the log clears history
+                stopped = "nonfinite"
 
-            if step % t.log_every_steps == 0 or at_end:
+            if log_due:
                 last_train = _mean(history)
                 tokens_per_step = last_train.pop("tokens")
                 if timed_steps:
@@ -392,7 +426,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 progress.report(step, last_eval, prefix="eval  ", eta=False)
                 timer_start, timed_steps = time.time(), 0  # eval time is not step time
                 target = config.eval.target_mlm_accuracy
-                if target and last_eval.get("mlm_accuracy", 0.0) >= target:
+                if target and last_eval.get("mlm_accuracy", 0.0) >= target and stopped == "done":
                     stopped = "target_reached"
                     if is_primary:
                         print(f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
@@ -404,8 +438,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             if at_end and step < total and stopped == "done":
                 stopped = "stop_at_step"
             every = config.checkpoint.every_steps
-            if at_end or stopped != "done" or (every and step % every == 0):
-                checkpointing.save(manager, step, state, data_iter, config)
+            if stopped != "nonfinite" and (at_end or stopped != "done" or (every and step % every == 0)):
+                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
+                    stopped = "nonfinite"
+                else:
+                    checkpointing.save(manager, step, state, data_iter, config)
+                    last_saved = step
             if stopped != "done":
                 break
 

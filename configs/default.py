@@ -89,6 +89,12 @@ def get_config() -> ml_collections.ConfigDict:
     # num_train_steps: phase 1 of the paper recipe stops at 90%. Rerun with a later stop_at_step
     # (or 0) to go on from there. 0: off.
     t.stop_at_step = 0
+    # A step whose loss or gradients are NaN/inf never updates the parameters or optimizer state;
+    # it is counted (metric `nonfinite_steps`). Then "stop": end the run without saving, keeping
+    # the last good checkpoint, and exit non-zero: in float32 BERT pre-training a non-finite step
+    # means divergence or bad data, which a person should look at. "skip": go on with the next
+    # batch (the step count still advances), for long runs that should survive a rare bad batch.
+    t.on_nonfinite = "stop"
 
     # --- Evaluation on config.data.eval_files ---
     e = config.eval = ml_collections.ConfigDict()

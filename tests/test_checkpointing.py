@@ -20,9 +20,10 @@ def _config(testdata, data, fsdp, tensor, num_devices):
 
 @pytest.fixture(scope="module")
 def saved(testdata, tmp_path_factory):
-    """A state made on a 2x2 (data x fsdp) mesh, saved at step 7 with the data 3 batches in."""
+    """A state made on 8 devices as a 4x2 (data x fsdp) mesh, saved at step 7 with the data 3
+    batches in."""
     workdir = str(tmp_path_factory.mktemp("run"))
-    config = _config(testdata, 2, 2, 1, 4)
+    config = _config(testdata, 4, 2, 1, 8)
     setup = train.make_setup(config)
     state = train.jit_init(setup, seed=0)()
     it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
@@ -35,9 +36,14 @@ def saved(testdata, tmp_path_factory):
     return workdir, config, jax.device_get(state), next(it)
 
 
-def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved):
+@pytest.mark.parametrize("data, fsdp, tensor, num_devices", [
+    (2, 4, 1, 8),  # the same devices as 2x4: each weight split 4 ways instead of 2
+    (1, 2, 2, 4),  # half the devices, and the tensor axis now splits weights too
+    (2, 1, 1, 2),  # two devices, everything replicated
+])
+def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved, data, fsdp, tensor, num_devices):
     workdir, _, state, next_batch = saved
-    config = _config(testdata, 1, 2, 2, 4)  # another shape: the tensor axis now splits weights
+    config = _config(testdata, data, fsdp, tensor, num_devices)
     setup = train.make_setup(config)
     it = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
     manager = checkpointing.make_manager(workdir)

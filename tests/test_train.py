@@ -1,4 +1,5 @@
 """The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl main."""
+import json
 import os
 import shutil
 import subprocess
@@ -177,6 +178,46 @@ def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, 
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, capsys):
+    """The paper recipe: phase 1 (L=128) stops at step 5 of an 8-step schedule; phase 2 (L=512,
+    its own records) takes phase 1's parameters, Adam moments and step, and runs steps 6-8."""
+    from bert_jax import optim
+
+    def config_for(phase: int, **overrides):
+        config = small_config(testdata, log_every_steps=1, **overrides)
+        config.model.max_position_embeddings = 512  # both phases: one parameter shape
+        config.data.eval_files = ""
+        if phase == 2:
+            config.data.train_files = str(testdata / "pydocs_small.L512.P76.dupe1.wwm.tfrecord")
+            config.data.max_seq_length, config.data.max_predictions_per_seq = 512, 76
+            config.train.update(init_checkpoint=phase1, init_optimizer_state=True)
+        return config
+
+    phase1, phase2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
+    assert train.train_and_evaluate(config_for(1, stop_at_step=5), phase1)["step"] == 5
+    # Preempted in phase 2 after its first step and rerun: it resumes from its own checkpoint.
+    assert train.train_and_evaluate(config_for(2, stop_at_step=6), phase2)["step"] == 6
+    result = train.train_and_evaluate(config_for(2), phase2)
+    assert result["step"] == 8 and result["stopped"] == "done"
+    assert f"resuming from {phase2}/checkpoints/6" in capsys.readouterr().out
+
+    # The schedule goes on where phase 1 left it, neither restarted nor one step off: step s's
+    # line shows the rate used for that update, schedule(s - 1).
+    schedule = optim.learning_rate_schedule(config_for(1).optim, 8)
+    lines = [r for r in metrics_log.read_jsonl(phase1) + metrics_log.read_jsonl(phase2) if r["split"] == "train"]
+    assert [r["step"] for r in lines] == [1, 2, 3, 4, 5, 6, 7, 8]
+    for r in lines:
+        assert r["learning_rate"] == pytest.approx(float(schedule(r["step"] - 1)), rel=1e-6), r["step"]
+    assert lines[5]["learning_rate"] < lines[4]["learning_rate"]  # decaying, not a new warmup from 0
+    # Phase 2 read its own records from their start: 3 batches, not phase 1's position + 3.
+    with open(os.path.join(phase2, "checkpoints", "8", "data_iter", "process_0-of-1.json")) as f:
+        assert json.load(f)["next_index"] == 3
+
+    # A phase 2 schedule shorter than phase 1's step would end before its first step: an error.
+    with pytest.raises(ValueError, match="ends at step 5, but train.num_train_steps=4.*counts both phases"):
+        train.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
+
+
 def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path):
     config = small_config(testdata, num_train_steps=50)
     config.eval.every_steps = 2
@@ -252,33 +293,60 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
 
 @pytest.mark.slow
 def test_two_processes_train_like_one(testdata, tmp_path):
-    """jax.distributed on localhost (gloo): 2 processes x 2 CPU devices == 1 process x 4 devices."""
+    """jax.distributed on localhost (gloo): 2 processes x 2 CPU devices == 1 process x 4 devices,
+    with a SIGTERM to one process midway: both save the same step, and the rerun resumes."""
+    import signal
     import socket
 
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
+    steps = 10
     flags = ["--config=configs/tiny.py", f"--config.data.train_files={testdata / GOLDEN_128}",
-             "--config.train.num_train_steps=4", "--config.checkpoint.every_steps=2",
+             f"--config.train.num_train_steps={steps}", "--config.train.log_every_steps=1",
+             "--config.checkpoint.every_steps=100",
              # Dropout masks follow a row's place in the global batch, which differs between the
              # layouts (process p holds rows p, p+2, ...); without dropout the steps are the same.
              "--config.model.hidden_dropout_prob=0", "--config.model.attention_probs_dropout_prob=0",
              f"--workdir={tmp_path / 'two'}"]
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main", "--distributed",
-                               f"--coordinator_address=localhost:{port}", "--num_processes=2",
-                               f"--process_id={i}", *flags], cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
-    assert "finished at step 4" in outs[0] and "finished at step 4" not in outs[1]  # process 0 reports
-    data_iter = tmp_path / "two" / "checkpoints" / "4" / "data_iter"
+
+    def launch(sigterm_at_line=None):
+        procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main", "--distributed",
+                                   f"--coordinator_address=localhost:{port}", "--num_processes=2",
+                                   f"--process_id={i}", *flags], cwd=REPO, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(2)]
+        head = ""
+        if sigterm_at_line:
+            for line in procs[0].stdout:
+                head += line
+                if line.startswith(sigterm_at_line):
+                    # To process 1 only: jax.distributed's preemption service tells process 0.
+                    procs[1].send_signal(signal.SIGTERM)
+                    break
+        outs = [p.communicate(timeout=600)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+        return [head + outs[0], outs[1]]
+
+    outs = launch(sigterm_at_line="step 2/")
+    assert "preempted: saved step" in outs[0], outs[0][-2000:]
+    saved = checkpointing.saved_steps(str(tmp_path / "two"))
+    assert len(saved) == 1 and 2 <= saved[0] < steps  # one step, the same for both processes
+    outs = launch()
+    assert f"resuming from {tmp_path / 'two'}/checkpoints/{saved[0]}" in outs[0]
+    assert f"finished at step {steps}" in outs[0] and "finished at step" not in outs[1]  # process 0 reports
+    data_iter = tmp_path / "two" / "checkpoints" / str(steps) / "data_iter"
     assert sorted(os.listdir(data_iter)) == ["commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+    # Each process read only its own part: a batch per step of its slice of the record stream
+    # (positions p, p+2, ... of the one global order: test_input_pipeline), half a global batch
+    # each; the halves make the single process's batches, or the parameters below would differ.
+    for p in range(2):
+        assert json.loads((data_iter / f"process_{p}-of-2.json").read_text()) == {"next_index": steps}
 
     config = tiny.get_config()
     config.data.train_files = str(testdata / GOLDEN_128)
-    config.train.num_train_steps, config.checkpoint.every_steps = 4, 2
+    config.train.num_train_steps, config.checkpoint.every_steps = steps, 100
     config.mesh.num_devices = 4
     config.model.hidden_dropout_prob = config.model.attention_probs_dropout_prob = 0.0
     train.train_and_evaluate(config, str(tmp_path / "one"))

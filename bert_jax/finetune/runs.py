@@ -3,7 +3,7 @@
 The model's parameters are split in two pytrees (pure dicts, as the pre-training trainer keeps
 them): `trainable` (everything in full fine-tuning; the LoRA adapters and the head with LoRA) and
 `frozen` (the rest). The train state is the trainer's layout,
-    {'params': trainable, 'opt_state', 'step', 'rng'},
+    {'params': trainable, 'opt_state', 'step', 'rng', 'nonfinite_steps'},
 so bert_jax.checkpointing saves and restores it as it is: a LoRA checkpoint holds only the
 adapters, the head and their optimizer moments. Frozen weights come from `--init` every time a
 run starts (training, resuming or predicting), which is why the init directory is saved in the
@@ -156,7 +156,7 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
     init = jax.jit(lambda p: {"params": p, "opt_state": setup.tx.init(p), "step": jnp.zeros([], jnp.int32),
-                              "rng": jax.random.PRNGKey(seed + 2)},
+                              "rng": jax.random.PRNGKey(seed + 2), "nonfinite_steps": jnp.zeros([], jnp.int32)},
                    out_shardings=setup.state_shardings)
     return init(trainable)
 

@@ -16,7 +16,6 @@ import os
 import grain
 import jax
 import ml_collections
-import optax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import checkpointing, metrics_log, sharding
@@ -29,7 +28,8 @@ EXPORT_DIR = "export"
 
 def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     """One optimizer step on the trainable parameters; the frozen ones only take part in the
-    forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks."""
+    forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
+    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients)."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
 
@@ -37,10 +37,8 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
         return heads.loss(kind, runs.forward(graphdef, params, frozen, batch, rng), batch)
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    new_state = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
-                 "step": step + 1, "rng": state["rng"]}
-    return new_state, {"loss": loss, "grad_norm": optax.global_norm(grads), "learning_rate": schedule(step)}
+    new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
+    return new_state, {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(step)}
 
 
 def jit_train_step(setup: runs.Setup):
@@ -104,10 +102,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
     data_iter = iter(train_batches(run.train.arrays, config.train.batch_size, config.train.seed))
     manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
-    latest = manager.latest_step()
-    if latest is not None:
-        logging.info("resuming from %s at step %d", manager.directory, latest)
-        state = checkpointing.restore(manager, latest, setup.abstract_state, data_iter)
+    resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
+    if resumed is not None:
+        logging.info("resuming from %s at step %d", manager.directory, resumed[0])
+        state = resumed[1]
     else:
         state = runs.initial_state(setup, trainable, config.train.seed)
     del trainable
