@@ -155,16 +155,21 @@ def apply_gradients(state: dict, grads, loss: jax.Array, tx: optax.GradientTrans
     A step whose loss or gradient norm is not finite leaves 'params' and 'opt_state' as they were
     and adds one to 'nonfinite_steps': a NaN never reaches the parameters or the Adam moments.
     'step' advances either way, so it keeps counting the batches consumed (the data position and
-    the learning-rate schedule stay in step with it). The check is one select per element, fused
-    into the update; the host decides about stopping later (train_and_evaluate), without a sync.
+    the learning-rate schedule stay in step with it). The choice is made on the device; the host
+    decides about stopping later (train_and_evaluate), without a sync per step.
     """
     grad_norm = optax.global_norm(grads)  # inf/NaN iff some gradient is (or their squares overflow)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-    params = optax.apply_updates(state["params"], updates)
-    keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(finite, new, old))
-    return {"params": keep(params, state["params"]), "opt_state": keep(opt_state, state["opt_state"]),
-            "step": state["step"] + 1, "rng": state["rng"],
+
+    def update(params, opt_state):
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
+    # kept both versions alive, +0.8 GiB of temporaries per device for BERT-Large on 256
+    # data-parallel devices (6.6 -> 7.4 GiB, bench/aot_compile.py); the conditional adds none.
+    params, opt_state = jax.lax.cond(finite, update, lambda p, o: (p, o), state["params"], state["opt_state"])
+    return {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"],
             "nonfinite_steps": state["nonfinite_steps"] + jnp.where(finite, 0, 1).astype(jnp.int32),
             }, grad_norm
 
