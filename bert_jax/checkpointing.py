@@ -77,6 +77,10 @@ def save(manager: ocp.CheckpointManager, step: int, state: dict, data_iter: Any,
     }))
 
 
+# Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.
+COUNTERS_ADDED_LATER = ("nonfinite_steps",)
+
+
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None) -> dict:
     """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
     (a Grain iterator) unless it is None.
@@ -84,17 +88,21 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, dat
     `abstract_state` mirrors the state with jax.ShapeDtypeStruct leaves that carry shardings.
     """
     train = {k: v for k, v in abstract_state.items() if k != "params"}
-    items = {PARAMS: ocp.args.StandardRestore(abstract_state["params"]), TRAIN: ocp.args.StandardRestore(train)}
-    if data_iter is not None:
-        items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
     try:
+        saved = manager.item_metadata(step)[TRAIN]
+        missing = [k for k in COUNTERS_ADDED_LATER if k in train and saved is not None and k not in saved]
+        items = {PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
+                 TRAIN: ocp.args.StandardRestore({k: v for k, v in train.items() if k not in missing})}
+        if data_iter is not None:
+            items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
         out = manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # TensorStore raises plain Exceptions for damaged files
         raise ValueError(
             f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match this "
             f"run's model or optimizer ({str(e)[:500]}). Resume with the config it was written with "
             "(its config/ item), or use a new --workdir") from e
-    return {"params": out[PARAMS], **out[TRAIN]}
+    zeros = {k: jax.device_put(np.zeros(train[k].shape, train[k].dtype), train[k].sharding) for k in missing}
+    return {"params": out[PARAMS], **out[TRAIN], **zeros}
 
 
 CORRUPT_SUFFIX = ".corrupt"

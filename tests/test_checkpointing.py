@@ -57,6 +57,19 @@ def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved, 
         np.testing.assert_array_equal(v, next_batch[k])
 
 
+def test_restores_a_checkpoint_written_before_the_nonfinite_count(testdata, saved, tmp_path):
+    _, config, state, _ = saved
+    older = {k: v for k, v in state.items() if k != "nonfinite_steps"}  # the layout before it
+    manager = checkpointing.make_manager(str(tmp_path))
+    checkpointing.save(manager, 7, older, iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0)), config)
+    manager.wait_until_finished()
+    restored = checkpointing.restore(manager, 7, train.make_setup(config).abstract_state)
+    manager.close()
+    assert int(restored["nonfinite_steps"]) == 0 and int(restored["step"]) == int(state["step"])
+    for got, want in zip(jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state["opt_state"])):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
 def test_restore_params_gives_parameters_and_config(saved):
     workdir, config, state, _ = saved
     params, saved_config = checkpointing.restore_params(workdir)
