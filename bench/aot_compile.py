@@ -37,15 +37,21 @@ flags.DEFINE_integer("seq_len", 128, "Sequence length (512 for phase 2).")
 flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
 flags.DEFINE_string("dtype", "", "Computation dtype override: float32 or bfloat16 (default: the config's).")
 flags.DEFINE_bool("remat", False, "Activation checkpointing per layer.")
+flags.DEFINE_enum("cpu_scheduler", "memory", ["memory", "concurrency"],
+                  "XLA:CPU's scheduler: memory-minimizing (as bench/memory_bench.py; closer to what GPU and "
+                  "TPU schedulers plan), or its default, concurrency-optimized.")
 flags.DEFINE_string("json_out", "", "Also write the figures as JSON to this path.")
 
 GIB = 1024 ** 3
 
 
-def use_fake_devices(count: int) -> None:
+def use_fake_devices(count: int, memory_scheduler: bool) -> None:
     """Must run before JAX is imported: `count` CPU devices, whatever XLA_FLAGS said before."""
     xla_flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
-    os.environ["XLA_FLAGS"] = f"{xla_flags} --xla_force_host_platform_device_count={count}".strip()
+    xla_flags += f" --xla_force_host_platform_device_count={count}"
+    if memory_scheduler:
+        xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    os.environ["XLA_FLAGS"] = xla_flags.strip()
     os.environ["JAX_PLATFORMS"] = "cpu"  # on a GPU/TPU host too: the check is about the mesh, not the chip
 
 
@@ -103,7 +109,7 @@ def main(argv):
         if mesh[0] * mesh[1] * mesh[2] != FLAGS.num_devices:
             raise app.UsageError(f"mesh {'x'.join(map(str, mesh))} has {mesh[0] * mesh[1] * mesh[2]} "
                                  f"devices, --num_devices is {FLAGS.num_devices}")
-    use_fake_devices(FLAGS.num_devices)
+    use_fake_devices(FLAGS.num_devices, FLAGS.cpu_scheduler == "memory")
     import importlib.util
     import json
 
@@ -122,7 +128,7 @@ def main(argv):
     m = base.model
     print(f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={m.num_attention_heads}, "
           f"{m.dtype}, remat={m.remat}; batch {FLAGS.global_batch_size} x {FLAGS.seq_len} tokens "
-          f"on {FLAGS.num_devices} fake CPU devices", flush=True)
+          f"on {FLAGS.num_devices} fake CPU devices; XLA:CPU scheduler: {FLAGS.cpu_scheduler}", flush=True)
     print(f"{'mesh (data x fsdp x tensor)':>28} {'lower s':>8} {'compile s':>9} {'state GiB':>9} "
           f"{'args GiB':>8} {'out GiB':>8} {'temp GiB':>8} {'peak GiB':>8}", flush=True)
     results = []
