@@ -26,14 +26,8 @@ def mlm_sums(
     mlm_logits: jax.Array, label_ids: jax.Array, label_weights: jax.Array
 ) -> dict[str, jax.Array]:
     """Sums over masked positions. mlm_logits [B, P, V]; label_ids, label_weights [B, P]."""
-    weights = label_weights.astype(jnp.float32)
-    nll = cross_entropy(mlm_logits, label_ids)
-    correct = (jnp.argmax(mlm_logits, axis=-1) == label_ids).astype(jnp.float32)
-    return {
-        "mlm_nll_sum": jnp.sum(nll * weights),
-        "mlm_correct_sum": jnp.sum(correct * weights),
-        "mlm_weight_sum": jnp.sum(weights),
-    }
+    return _weighted_sums(mlm_logits, label_ids, label_weights,
+                          ("mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum"))
 
 
 def nsp_sums(
@@ -46,14 +40,15 @@ def nsp_sums(
     labels = labels.reshape(labels.shape[0])
     if example_weights is None:
         example_weights = jnp.ones(labels.shape, jnp.float32)
-    weights = example_weights.astype(jnp.float32)
-    nll = cross_entropy(nsp_logits, labels)
-    correct = (jnp.argmax(nsp_logits, axis=-1) == labels).astype(jnp.float32)
-    return {
-        "nsp_nll_sum": jnp.sum(nll * weights),
-        "nsp_correct_sum": jnp.sum(correct * weights),
-        "nsp_count": jnp.sum(weights),
-    }
+    return _weighted_sums(nsp_logits, labels, example_weights, ("nsp_nll_sum", "nsp_correct_sum", "nsp_count"))
+
+
+def _weighted_sums(logits, labels, weights, names) -> dict[str, jax.Array]:
+    """{names: (sum of weighted NLL, sum of weighted correct argmax, sum of weights)}."""
+    weights = weights.astype(jnp.float32)
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    sums = (jnp.sum(cross_entropy(logits, labels) * weights), jnp.sum(correct * weights), jnp.sum(weights))
+    return dict(zip(names, sums))
 
 
 def pretraining_loss(

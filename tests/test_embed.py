@@ -1,5 +1,4 @@
 """Contextual embeddings: the same states as transformers' BertModel, from HF dirs and workdirs."""
-import json
 import os
 import shutil
 import subprocess
@@ -87,20 +86,7 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def save_checkpoint(workdir, model, config, step):
-    """A training checkpoint as checkpointing.py lays it out (params and config items)."""
-    import orbax.checkpoint as ocp
-
-    from bert_jax import checkpointing
-    manager = checkpointing.make_manager(str(workdir), async_save=False)
-    manager.save(step, args=ocp.args.Composite(**{
-        checkpointing.PARAMS: ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, nnx.Param))),
-        checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-    }))
-    manager.wait_until_finished()
-
-
-def test_embeddings_from_a_training_workdir(tmp_path, vocab_file):
+def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoint):
     config = tiny.get_config()
     model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(4))
     save_checkpoint(tmp_path, model, config, step=3)

@@ -238,20 +238,7 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def save_checkpoint(workdir, model, config, step):
-    """A training checkpoint as checkpointing.py lays it out (params and config items)."""
-    import orbax.checkpoint as ocp
-
-    from bert_jax import checkpointing
-    manager = checkpointing.make_manager(str(workdir), async_save=False)
-    manager.save(step, args=ocp.args.Composite(**{
-        checkpointing.PARAMS: ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, nnx.Param))),
-        checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-    }))
-    manager.wait_until_finished()
-
-
-def test_export_command(tmp_path, vocab_file):
+def test_export_command(tmp_path, vocab_file, save_checkpoint):
     from configs import tiny
     config = tiny.get_config()
     models = {}
