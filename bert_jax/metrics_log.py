@@ -20,7 +20,16 @@ def read_jsonl(path: str) -> list[dict]:
     if os.path.isdir(path):
         path = os.path.join(path, JSONL_NAME)
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [line for line in f if line.strip()]
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}, line {i + 1}, is not JSON: {line[:80]!r}") from None
+            # A process killed mid-write leaves half a last line; the resumed run rewrites the file.
+    return records
 
 
 class MetricsLog:
