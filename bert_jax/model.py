@@ -332,6 +332,16 @@ def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng):
     return layer(x, input_mask, dropout_rng)
 
 
+def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
+    """embed(ids) with the table's 'embed' dimension gathered first (FSDP: weights are gathered
+    where they are used). Looked up in an fsdp-split table, the rows come out split along 'embed',
+    and in the backward pass XLA then cannot move the batch-split gradient there except by
+    replicating it ("involuntary full rematerialization"); from a whole table, the gradient is
+    scattered locally and reduce-scattered onto the table's sharding like any other weight's."""
+    table = constrain(embed.embedding[...], rows, None)
+    return jnp.take(table, ids, axis=0).astype(embed.dtype)
+
+
 class Embeddings(nnx.Module):
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -343,8 +353,8 @@ class Embeddings(nnx.Module):
     def __call__(self, input_ids, segment_ids, dropout_rng=None):
         length = input_ids.shape[1]
         positions = jnp.arange(length)[None, :]  # [1, length]
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(positions)
-             + self.token_type_embeddings(segment_ids))
+        x = (_lookup(self.word_embeddings, input_ids, "vocab") + _lookup(self.position_embeddings, positions)
+             + _lookup(self.token_type_embeddings, segment_ids))
         x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
         return constrain(x, *_ACT_EMBED)
 
