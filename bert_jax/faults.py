@@ -34,6 +34,11 @@ class Preemption:
         logging.warning("SIGTERM: saving a checkpoint and stopping after this step")
         self.requested = True
 
+    def due(self, manager, step: int) -> bool:
+        """Whether to save and stop after `step`: SIGTERM here (one process), or Orbax's
+        `manager.reached_preemption(step)`, true on every process of a multi-host job at once."""
+        return manager.reached_preemption(step) or self.requested
+
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)

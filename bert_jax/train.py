@@ -437,8 +437,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         print(f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
                               f"target {target} at step {step}: stopping", flush=True)
 
-            if stopped == "done" and (manager.reached_preemption(step)
-                                      or (jax.process_count() == 1 and preemption.requested)):
+            if stopped == "done" and preemption.due(manager, step):
                 stopped = "preempted"
             if at_end and step < total and stopped == "done":
                 stopped = "stop_at_step"

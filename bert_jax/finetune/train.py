@@ -146,7 +146,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 history = []
             if eval_sets and step < total and config.eval.every_steps and step % config.eval.every_steps == 0:
                 result["eval"] = run_eval()
-            preempted = manager.reached_preemption(step) or (jax.process_count() == 1 and preemption.requested)
+            preempted = preemption.due(manager, step)
             if preempted or step == total or (config.checkpoint.every_steps
                                               and step % config.checkpoint.every_steps == 0):
                 checkpointing.save(manager, step, state, data_iter, config)
