@@ -1,4 +1,5 @@
 """bert-jax: BERT pre-training in JAX/Flax, from raw text to Hugging Face checkpoints."""
+
 import setuptools
 
 # Ranges pin the major lines we test on (Python 3.11 => JAX 0.10.x, Flax 0.12.x).
@@ -37,7 +38,9 @@ setuptools.setup(
     name="bert-jax",
     version="0.1.0",
     description="BERT pre-training in JAX/Flax: data prep, sharded training, HF export",
-    packages=setuptools.find_packages(include=["bert_jax", "bert_jax.*", "data_prep", "data_prep.*", "configs", "configs.*"]),
+    packages=setuptools.find_packages(
+        include=["bert_jax", "bert_jax.*", "data_prep", "data_prep.*", "configs", "configs.*"]
+    ),
     package_data={"data_prep": ["testdata/*"]},
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,

@@ -20,6 +20,7 @@ The figures are the CPU compiler's plan: a TPU or GPU compile fuses differently,
 from the real hardware; what this shows is that the shardings partition at that scale and how
 much of the state each device holds.
 """
+
 import os
 import re
 import time
@@ -27,39 +28,57 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("config", "configs/bert_large.py", "A configs/*.py file (its model and optimizer).")
+flags.DEFINE_string(
+    "config", "configs/bert_large.py", "A configs/*.py file (its model and optimizer)."
+)
 flags.DEFINE_integer("num_devices", 256, "Fake CPU devices to compile for.")
-flags.DEFINE_list("meshes", ["32x8x1", "256x1x1"], "Mesh shapes data x fsdp x tensor to compile, each "
-                  "multiplying to --num_devices.")
-flags.DEFINE_integer("global_batch_size", 4096, "Sequences per step over all devices (16 per device "
-                     "at 256).")
+flags.DEFINE_list(
+    "meshes",
+    ["32x8x1", "256x1x1"],
+    "Mesh shapes data x fsdp x tensor to compile, each multiplying to --num_devices.",
+)
+flags.DEFINE_integer(
+    "global_batch_size", 4096, "Sequences per step over all devices (16 per device at 256)."
+)
 flags.DEFINE_integer("seq_len", 128, "Sequence length (512 for phase 2).")
 flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
-flags.DEFINE_string("dtype", "", "Computation dtype override: float32 or bfloat16 (default: the config's).")
+flags.DEFINE_string(
+    "dtype", "", "Computation dtype override: float32 or bfloat16 (default: the config's)."
+)
 flags.DEFINE_bool("remat", False, "Activation checkpointing per layer.")
-flags.DEFINE_enum("cpu_scheduler", "memory", ["memory", "concurrency"],
-                  "XLA:CPU's scheduler: memory-minimizing (as bench/memory_bench.py; closer to what GPU and "
-                  "TPU schedulers plan), or its default, concurrency-optimized.")
+flags.DEFINE_enum(
+    "cpu_scheduler",
+    "memory",
+    ["memory", "concurrency"],
+    "XLA:CPU's scheduler: memory-minimizing (as bench/memory_bench.py; closer to what GPU and "
+    "TPU schedulers plan), or its default, concurrency-optimized.",
+)
 flags.DEFINE_string("json_out", "", "Also write the figures as JSON to this path.")
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def use_fake_devices(count: int, memory_scheduler: bool) -> None:
     """Must run before JAX is imported: `count` CPU devices, whatever XLA_FLAGS said before."""
-    xla_flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    xla_flags = re.sub(
+        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
+    )
     xla_flags += f" --xla_force_host_platform_device_count={count}"
     if memory_scheduler:
         xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
     os.environ["XLA_FLAGS"] = xla_flags.strip()
-    os.environ["JAX_PLATFORMS"] = "cpu"  # on a GPU/TPU host too: the check is about the mesh, not the chip
+    os.environ["JAX_PLATFORMS"] = (
+        "cpu"  # on a GPU/TPU host too: the check is about the mesh, not the chip
+    )
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:
     try:
         data, fsdp, tensor = (int(x) for x in text.lower().split("x"))
     except ValueError:
-        raise app.UsageError(f"--meshes entry {text!r} must look like 32x8x1 (data x fsdp x tensor)")
+        raise app.UsageError(
+            f"--meshes entry {text!r} must look like 32x8x1 (data x fsdp x tensor)"
+        )
     return data, fsdp, tensor
 
 
@@ -68,8 +87,10 @@ def state_bytes_per_device(abstract_state) -> int:
     import jax
     import numpy as np
 
-    return sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-               for x in jax.tree.leaves(abstract_state))
+    return sum(
+        int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+        for x in jax.tree.leaves(abstract_state)
+    )
 
 
 def compile_step(config) -> dict:
@@ -81,7 +102,8 @@ def compile_step(config) -> dict:
     start = time.perf_counter()
     with setup.activate():
         lowered = train.jit_train_step(setup, config.train.grad_accum_steps).lower(
-            setup.abstract_state, train.abstract_batch(config, setup))
+            setup.abstract_state, train.abstract_batch(config, setup)
+        )
     lowered_at = time.perf_counter()
     mem = lowered.compile().memory_analysis()
     done = time.perf_counter()
@@ -90,14 +112,20 @@ def compile_step(config) -> dict:
         "lower_s": lowered_at - start,
         "compile_s": done - lowered_at,
         "state_bytes": state_bytes_per_device(setup.abstract_state),
-        "total_state_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(setup.abstract_state)),
+        "total_state_bytes": sum(
+            x.size * x.dtype.itemsize for x in jax.tree.leaves(setup.abstract_state)
+        ),
         "argument_bytes": mem.argument_size_in_bytes,
         "output_bytes": mem.output_size_in_bytes,
         "alias_bytes": mem.alias_size_in_bytes,
         "temp_bytes": mem.temp_size_in_bytes,
         "code_bytes": mem.generated_code_size_in_bytes,  # 0 on CPU
-        "peak_bytes": (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
-                       + mem.temp_size_in_bytes),
+        "peak_bytes": (
+            mem.argument_size_in_bytes
+            + mem.output_size_in_bytes
+            - mem.alias_size_in_bytes
+            + mem.temp_size_in_bytes
+        ),
     }
 
 
@@ -107,8 +135,10 @@ def main(argv):
     meshes = [parse_mesh(m) for m in FLAGS.meshes]
     for mesh in meshes:
         if mesh[0] * mesh[1] * mesh[2] != FLAGS.num_devices:
-            raise app.UsageError(f"mesh {'x'.join(map(str, mesh))} has {mesh[0] * mesh[1] * mesh[2]} "
-                                 f"devices, --num_devices is {FLAGS.num_devices}")
+            raise app.UsageError(
+                f"mesh {'x'.join(map(str, mesh))} has {mesh[0] * mesh[1] * mesh[2]} "
+                f"devices, --num_devices is {FLAGS.num_devices}"
+            )
     use_fake_devices(FLAGS.num_devices, FLAGS.cpu_scheduler == "memory")
     import importlib.util
     import json
@@ -126,23 +156,38 @@ def main(argv):
     base.data.max_predictions_per_seq = 20 if FLAGS.seq_len <= 128 else 76
     base.train.global_batch_size = FLAGS.global_batch_size
     m = base.model
-    print(f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={m.num_attention_heads}, "
-          f"{m.dtype}, remat={m.remat}; batch {FLAGS.global_batch_size} x {FLAGS.seq_len} tokens "
-          f"on {FLAGS.num_devices} fake CPU devices; XLA:CPU scheduler: {FLAGS.cpu_scheduler}", flush=True)
-    print(f"{'mesh (data x fsdp x tensor)':>28} {'lower s':>8} {'compile s':>9} {'state GiB':>9} "
-          f"{'args GiB':>8} {'out GiB':>8} {'temp GiB':>8} {'peak GiB':>8}", flush=True)
+    print(
+        f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={m.num_attention_heads}, "
+        f"{m.dtype}, remat={m.remat}; batch {FLAGS.global_batch_size} x {FLAGS.seq_len} tokens "
+        f"on {FLAGS.num_devices} fake CPU devices; XLA:CPU scheduler: {FLAGS.cpu_scheduler}",
+        flush=True,
+    )
+    print(
+        f"{'mesh (data x fsdp x tensor)':>28} {'lower s':>8} {'compile s':>9} {'state GiB':>9} "
+        f"{'args GiB':>8} {'out GiB':>8} {'temp GiB':>8} {'peak GiB':>8}",
+        flush=True,
+    )
     results = []
     for data, fsdp, tensor in meshes:
         config = base.copy_and_resolve_references()
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.num_devices = data, fsdp, tensor, 0
+        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.num_devices = (
+            data,
+            fsdp,
+            tensor,
+            0,
+        )
         r = compile_step(config)
         results.append(r)
-        print(f"{f'{data} x {fsdp} x {tensor}':>28} {r['lower_s']:8.1f} {r['compile_s']:9.1f} "
-              f"{r['state_bytes'] / GIB:9.3f} {r['argument_bytes'] / GIB:8.3f} {r['output_bytes'] / GIB:8.3f} "
-              f"{r['temp_bytes'] / GIB:8.3f} {r['peak_bytes'] / GIB:8.3f}",
-              flush=True)
-    print(f"whole train state (parameters + Adam moments): {results[0]['total_state_bytes'] / GIB:.2f} GiB",
-          flush=True)
+        print(
+            f"{f'{data} x {fsdp} x {tensor}':>28} {r['lower_s']:8.1f} {r['compile_s']:9.1f} "
+            f"{r['state_bytes'] / GIB:9.3f} {r['argument_bytes'] / GIB:8.3f} {r['output_bytes'] / GIB:8.3f} "
+            f"{r['temp_bytes'] / GIB:8.3f} {r['peak_bytes'] / GIB:8.3f}",
+            flush=True,
+        )
+    print(
+        f"whole train state (parameters + Adam moments): {results[0]['total_state_bytes'] / GIB:.2f} GiB",
+        flush=True,
+    )
     if FLAGS.json_out:
         with open(FLAGS.json_out, "w") as f:
             json.dump(results, f, indent=1)

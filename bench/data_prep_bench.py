@@ -10,6 +10,7 @@ of this one invocation.
 The original generator (google-research/bert create_pretraining_data.py) is not run here: its figures
 on these machines, 27 s and 620 MB for pydocs.txt on one core, are the published baseline.
 """
+
 import json
 import os
 import resource
@@ -26,13 +27,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORIGINAL_SECONDS, ORIGINAL_MB = 27.0, 620.0
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus", os.path.join(REPO, "examples", "data", "pydocs.txt"), "BERT-format text corpus.")
-flags.DEFINE_string("vocab_file", os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
-                    "Vocabulary.")
+flags.DEFINE_string(
+    "corpus", os.path.join(REPO, "examples", "data", "pydocs.txt"), "BERT-format text corpus."
+)
+flags.DEFINE_string(
+    "vocab_file",
+    os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
+    "Vocabulary.",
+)
 flags.DEFINE_list("workers", ["1", "2"], "Worker counts to time.")
 flags.DEFINE_integer("repeats", 3, "Runs per configuration; the best is reported.")
-flags.DEFINE_bool("corpus_10x", True, "Also run the corpus repeated 10 times (throughput at scale, memory ratio).")
-flags.DEFINE_bool("reference", True, "Also time --mode=reference (this project's exact reimplementation) once.")
+flags.DEFINE_bool(
+    "corpus_10x", True, "Also run the corpus repeated 10 times (throughput at scale, memory ratio)."
+)
+flags.DEFINE_bool(
+    "reference", True, "Also time --mode=reference (this project's exact reimplementation) once."
+)
 
 
 def _measure(args: list[str], output_dir: str) -> dict:
@@ -41,8 +51,12 @@ def _measure(args: list[str], output_dir: str) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as stderr:  # the progress bar (on, as by default) goes here
-        proc = psutil.Popen([sys.executable, "-m", "data_prep.main", *args, f"--output_dir={output_dir}"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = psutil.Popen(
+            [sys.executable, "-m", "data_prep.main", *args, f"--output_dir={output_dir}"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         peak, cpu_of = 0, {}
         while proc.poll() is None:
             try:
@@ -58,7 +72,9 @@ def _measure(args: list[str], output_dir: str) -> dict:
         wall = time.perf_counter() - start
         if proc.returncode != 0:
             stderr.seek(0)
-            raise RuntimeError(f"data_prep.main {' '.join(args)} failed:\n{stderr.read().decode()[-3000:]}")
+            raise RuntimeError(
+                f"data_prep.main {' '.join(args)} failed:\n{stderr.read().decode()[-3000:]}"
+            )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with open(os.path.join(output_dir, "manifest.json")) as f:
@@ -67,7 +83,13 @@ def _measure(args: list[str], output_dir: str) -> dict:
     # free this is about the wall time; on a shared one it still shows how the work divides.
     workers = [seconds for pid, seconds in cpu_of.items() if pid != proc.pid]
     path = cpu_of.get(proc.pid, cpu) + max(workers, default=0.0)
-    return {"wall": wall, "cpu": cpu, "path": min(path, cpu), "peak_mb": peak / 2 ** 20, "manifest": manifest}
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "path": min(path, cpu),
+        "peak_mb": peak / 2**20,
+        "manifest": manifest,
+    }
 
 
 def _best(args: list[str], output_dir: str, repeats: int) -> dict:
@@ -87,38 +109,53 @@ def _instances(manifest: dict) -> int:
 def main(argv):
     del argv
     size_mb = os.path.getsize(FLAGS.corpus) / 1e6
-    common = [f"--input={FLAGS.corpus}", f"--vocab_file={FLAGS.vocab_file}", "--max_seq_length=128",
-              "--dupe_factor=1"]
+    common = [
+        f"--input={FLAGS.corpus}",
+        f"--vocab_file={FLAGS.vocab_file}",
+        "--max_seq_length=128",
+        "--dupe_factor=1",
+    ]
     work = tempfile.mkdtemp(prefix="data_prep_bench_")
-    print(f"corpus {FLAGS.corpus}: {size_mb:.2f} MB; L=128, dupe_factor=1; best of {FLAGS.repeats} runs; "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print("wall: the whole process; job: the manifest's seconds (no interpreter start or imports); CPU: the\n"
-          "process tree's user+sys seconds; path: CPU of the main process plus its busiest worker (the wall\n"
-          "time to expect with free cores). MB/s, inst/s and 'x original' (27 s / time) use wall, (path).")
-    print(f"{'run':24s} {'wall s':>7s} {'job s':>6s} {'CPU s':>6s} {'path s':>6s} {'MB/s':>13s} {'inst/s':>15s} "
-          f"{'peak MB':>8s} {'x original':>13s} {'memory/original':>16s}")
+    print(
+        f"corpus {FLAGS.corpus}: {size_mb:.2f} MB; L=128, dupe_factor=1; best of {FLAGS.repeats} runs; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "wall: the whole process; job: the manifest's seconds (no interpreter start or imports); CPU: the\n"
+        "process tree's user+sys seconds; path: CPU of the main process plus its busiest worker (the wall\n"
+        "time to expect with free cores). MB/s, inst/s and 'x original' (27 s / time) use wall, (path)."
+    )
+    print(
+        f"{'run':24s} {'wall s':>7s} {'job s':>6s} {'CPU s':>6s} {'path s':>6s} {'MB/s':>13s} {'inst/s':>15s} "
+        f"{'peak MB':>8s} {'x original':>13s} {'memory/original':>16s}"
+    )
     results = {}
 
     def report(name, result, mb=size_mb):
         n, wall, path = _instances(result["manifest"]), result["wall"], result["path"]
         original = ORIGINAL_SECONDS * mb / size_mb
-        print(f"{name:24s} {wall:7.2f} {result['manifest']['seconds']:6.2f} {result['cpu']:6.2f} {path:6.2f} "
-              f"{mb / wall:5.2f} ({mb / path:5.2f}) {n / wall:6.0f} ({n / path:6.0f}) {result['peak_mb']:8.0f} "
-              f"{original / wall:5.1f} ({original / path:5.1f}) {result['peak_mb'] / ORIGINAL_MB:16.2f}")
+        print(
+            f"{name:24s} {wall:7.2f} {result['manifest']['seconds']:6.2f} {result['cpu']:6.2f} {path:6.2f} "
+            f"{mb / wall:5.2f} ({mb / path:5.2f}) {n / wall:6.0f} ({n / path:6.0f}) {result['peak_mb']:8.0f} "
+            f"{original / wall:5.1f} ({original / path:5.1f}) {result['peak_mb'] / ORIGINAL_MB:16.2f}"
+        )
 
     for workers in FLAGS.workers:
-        results[workers] = _best(common + [f"--num_workers={workers}"], os.path.join(work, f"w{workers}"),
-                                 FLAGS.repeats)
+        results[workers] = _best(
+            common + [f"--num_workers={workers}"], os.path.join(work, f"w{workers}"), FLAGS.repeats
+        )
         report(f"scaled, {workers} worker(s)", results[workers])
     if FLAGS.reference:
         report("reference mode", _best(common + ["--mode=reference"], os.path.join(work, "ref"), 1))
     if len(FLAGS.workers) > 1:
         first, last = FLAGS.workers[0], FLAGS.workers[-1]
-        print(f"scaling {first} -> {last} workers: {results[first]['wall'] / results[last]['wall']:.2f}x wall, "
-              f"{results[first]['path'] / results[last]['path']:.2f}x CPU critical path "
-              f"(ideal {int(last) / int(first):.0f}x; "
-              f"the corpus is {len(results[first]['manifest']['shards']['train'])} "
-              f"train shard(s) from {results[first]['manifest']['read']['documents']} documents)")
+        print(
+            f"scaling {first} -> {last} workers: {results[first]['wall'] / results[last]['wall']:.2f}x wall, "
+            f"{results[first]['path'] / results[last]['path']:.2f}x CPU critical path "
+            f"(ideal {int(last) / int(first):.0f}x; "
+            f"the corpus is {len(results[first]['manifest']['shards']['train'])} "
+            f"train shard(s) from {results[first]['manifest']['read']['documents']} documents)"
+        )
     if FLAGS.corpus_10x:
         big = os.path.join(work, "corpus10x.txt")
         with open(FLAGS.corpus, "rb") as source, open(big, "wb") as out:
@@ -128,18 +165,26 @@ def main(argv):
         one = results.get("1") or _best(common + ["--num_workers=1"], os.path.join(work, "w1"), 1)
         ten = {}
         for workers in FLAGS.workers:
-            ten[workers] = _best([f"--input={big}", *common[1:], f"--num_workers={workers}"],
-                                 os.path.join(work, f"x10w{workers}"), 1)
+            ten[workers] = _best(
+                [f"--input={big}", *common[1:], f"--num_workers={workers}"],
+                os.path.join(work, f"x10w{workers}"),
+                1,
+            )
             report(f"10x corpus, {workers} worker(s)", ten[workers], mb=10 * size_mb)
         first, last = FLAGS.workers[0], FLAGS.workers[-1]
         if first != last:
-            print(f"scaling on the 10x corpus, {first} -> {last} workers: "
-                  f"{ten[first]['wall'] / ten[last]['wall']:.2f}x wall, "
-                  f"{ten[first]['path'] / ten[last]['path']:.2f}x CPU critical path")
-        ten_one = ten.get("1") or _best([f"--input={big}", *common[1:], "--num_workers=1"],
-                                        os.path.join(work, "x10"), 1)
-        print(f"memory, one worker: 1x {one['peak_mb']:.0f} MB, 10x {ten_one['peak_mb']:.0f} MB: "
-              f"ratio {ten_one['peak_mb'] / one['peak_mb']:.2f}")
+            print(
+                f"scaling on the 10x corpus, {first} -> {last} workers: "
+                f"{ten[first]['wall'] / ten[last]['wall']:.2f}x wall, "
+                f"{ten[first]['path'] / ten[last]['path']:.2f}x CPU critical path"
+            )
+        ten_one = ten.get("1") or _best(
+            [f"--input={big}", *common[1:], "--num_workers=1"], os.path.join(work, "x10"), 1
+        )
+        print(
+            f"memory, one worker: 1x {one['peak_mb']:.0f} MB, 10x {ten_one['peak_mb']:.0f} MB: "
+            f"ratio {ten_one['peak_mb'] / one['peak_mb']:.2f}"
+        )
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -19,17 +19,21 @@ included, as the MFU convention does. The MLM head is counted on P positions: an
 that projects all L positions (transformers' BertForPreTraining does) spends more FLOPs than this
 for the same useful work, so its MFU by this count is lower than its hardware utilisation.
 """
+
 import time
 
 import jax
 import jax.numpy as jnp
 
 
-def forward_flops_per_sequence(hidden: int, layers: int, intermediate: int, vocab: int,
-                               seq_len: int, num_predictions: int) -> int:
+def forward_flops_per_sequence(
+    hidden: int, layers: int, intermediate: int, vocab: int, seq_len: int, num_predictions: int
+) -> int:
     """Matmul FLOPs of one forward pass over one sequence (see the module docstring)."""
     h, length = hidden, seq_len
-    encoder = layers * (length * 2 * (4 * h * h + 2 * h * intermediate) + 2 * 2 * length * length * h)
+    encoder = layers * (
+        length * 2 * (4 * h * h + 2 * h * intermediate) + 2 * 2 * length * length * h
+    )
     pooler = 2 * h * h + 2 * h * 2
     mlm = num_predictions * (2 * h * h + 2 * h * vocab)
     return encoder + pooler + mlm
@@ -38,8 +42,18 @@ def forward_flops_per_sequence(hidden: int, layers: int, intermediate: int, voca
 def train_flops_per_step(model_config, batch_size: int, seq_len: int, num_predictions: int) -> int:
     """Model FLOPs of one training step (forward + backward) of a bert_jax BertConfig."""
     c = model_config
-    return 3 * batch_size * forward_flops_per_sequence(
-        c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.vocab_size, seq_len, num_predictions)
+    return (
+        3
+        * batch_size
+        * forward_flops_per_sequence(
+            c.hidden_size,
+            c.num_hidden_layers,
+            c.intermediate_size,
+            c.vocab_size,
+            seq_len,
+            num_predictions,
+        )
+    )
 
 
 class MatmulPeak:
@@ -71,5 +85,5 @@ class MatmulPeak:
             wall = time.perf_counter() - start
             if wall < best:
                 best, best_cpu = wall, time.process_time() - cpu
-        flop = 2 * self.n ** 3
+        flop = 2 * self.n**3
         return flop / best, flop / max(best_cpu, 1e-9)

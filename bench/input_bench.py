@@ -14,6 +14,7 @@ size in the same process, in rounds interleaved with the pipeline's. Printed: ba
 alone, steps/s of the step alone, and their ratio (headroom: how many times faster the pipeline feeds
 than the step eats; above 1 it never starves the step, as long as it has a core's slice to run on).
 """
+
 import os
 import statistics
 import subprocess
@@ -25,15 +26,25 @@ from absl import app, flags
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("train_files", "", "Record globs; empty: write pydocs.txt shards into --work_dir.")
-flags.DEFINE_string("work_dir", "/tmp/bert_jax_input_bench", "Where generated shards go (reused if present).")
-flags.DEFINE_list("models", ["mini", "base"], "Train steps to compare with: tiny, mini, base, large.")
+flags.DEFINE_string(
+    "train_files", "", "Record globs; empty: write pydocs.txt shards into --work_dir."
+)
+flags.DEFINE_string(
+    "work_dir", "/tmp/bert_jax_input_bench", "Where generated shards go (reused if present)."
+)
+flags.DEFINE_list(
+    "models", ["mini", "base"], "Train steps to compare with: tiny, mini, base, large."
+)
 flags.DEFINE_integer("seq_len", 128, "Sequence length of the records.")
 flags.DEFINE_integer("num_predictions", 20, "max_predictions_per_seq of the records.")
 flags.DEFINE_integer("batch_size", 32, "Sequences per batch (and per train step).")
 flags.DEFINE_integer("batches", 50, "Batches per timed pipeline block.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds (pipeline, steps).")
-flags.DEFINE_list("masking", ["static", "dynamic"], "static: masks from the records; dynamic: masked at read time.")
+flags.DEFINE_list(
+    "masking",
+    ["static", "dynamic"],
+    "static: masks from the records; dynamic: masked at read time.",
+)
 flags.DEFINE_integer("num_workers", 0, "config.data.num_workers (Grain worker processes).")
 flags.DEFINE_integer("read_threads", 4, "config.data.read_threads.")
 
@@ -42,12 +53,20 @@ def write_shards(dynamic: bool) -> str:
     """pydocs.txt -> ArrayRecord shards under --work_dir (skipped if already written); their glob."""
     out = os.path.join(FLAGS.work_dir, f"L{FLAGS.seq_len}_{'dynamic' if dynamic else 'static'}")
     if not os.path.exists(os.path.join(out, "manifest.json")):
-        cmd = [sys.executable, "-m", "data_prep.main",
-               f"--input={os.path.join(REPO, 'examples', 'data', 'pydocs.txt')}",
-               f"--vocab_file={os.path.join(REPO, 'data_prep', 'testdata', 'bert-base-uncased-vocab.txt')}",
-               f"--output_dir={out}", f"--max_seq_length={FLAGS.seq_len}",
-               f"--max_predictions_per_seq={FLAGS.num_predictions}", "--dupe_factor=1",
-               "--eval_fraction=0", "--noprogress", f"--dynamic_masking={str(dynamic).lower()}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "data_prep.main",
+            f"--input={os.path.join(REPO, 'examples', 'data', 'pydocs.txt')}",
+            f"--vocab_file={os.path.join(REPO, 'data_prep', 'testdata', 'bert-base-uncased-vocab.txt')}",
+            f"--output_dir={out}",
+            f"--max_seq_length={FLAGS.seq_len}",
+            f"--max_predictions_per_seq={FLAGS.num_predictions}",
+            "--dupe_factor=1",
+            "--eval_fraction=0",
+            "--noprogress",
+            f"--dynamic_masking={str(dynamic).lower()}",
+        ]
         print("writing shards:", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True, cwd=REPO)
     return os.path.join(out, "train-*")
@@ -58,12 +77,16 @@ class PipelineRunner:
 
     def __init__(self, data_config, vocab_size: int, setup):
         from bert_jax import input_pipeline, sharding
+
         self.sharding, self.host_to_global = setup.batch_sharding, sharding.host_to_global
-        self.iterator = iter(input_pipeline.train_dataset(data_config, vocab_size, FLAGS.batch_size, seed=0))
+        self.iterator = iter(
+            input_pipeline.train_dataset(data_config, vocab_size, FLAGS.batch_size, seed=0)
+        )
         self.run(5)  # start the reader threads and fill the prefetch buffer
 
     def run(self, batches: int) -> float:
         import jax
+
         start = time.perf_counter()
         for _ in range(batches):
             batch = self.host_to_global(next(self.iterator), self.sharding)
@@ -75,15 +98,21 @@ def main(argv):
     del argv
     from bench.runners import OursRunner, make_config, synthetic_batch
     from bert_jax.model import BertConfig
+
     cores = len(os.sched_getaffinity(0))
-    print(f"{cores} cores; batch {FLAGS.batch_size}, L={FLAGS.seq_len}, P={FLAGS.num_predictions}, "
-          f"num_workers {FLAGS.num_workers}, read_threads {FLAGS.read_threads}", flush=True)
+    print(
+        f"{cores} cores; batch {FLAGS.batch_size}, L={FLAGS.seq_len}, P={FLAGS.num_predictions}, "
+        f"num_workers {FLAGS.num_workers}, read_threads {FLAGS.read_threads}",
+        flush=True,
+    )
     for model in FLAGS.models:
         config = make_config(model, FLAGS.seq_len, FLAGS.num_predictions, FLAGS.batch_size)
         config.data.num_workers = FLAGS.num_workers
         config.data.read_threads = FLAGS.read_threads
         vocab = BertConfig.from_config_dict(config.model).vocab_size
-        step = OursRunner(config, synthetic_batch(FLAGS.batch_size, FLAGS.seq_len, FLAGS.num_predictions, vocab))
+        step = OursRunner(
+            config, synthetic_batch(FLAGS.batch_size, FLAGS.seq_len, FLAGS.num_predictions, vocab)
+        )
         for masking in FLAGS.masking:
             config.data.dynamic_masking = masking == "dynamic"
             config.data.train_files = FLAGS.train_files or write_shards(config.data.dynamic_masking)
@@ -94,9 +123,12 @@ def main(argv):
                 input_rates.append(FLAGS.batches / pipeline.run(FLAGS.batches))
                 step_rates.append(1 / step.run(1)[0])
             headroom = statistics.median(i / s for i, s in zip(input_rates, step_rates))
-            print(f"{model:>5} {masking:>7} masking: input {statistics.median(input_rates):8.1f} batches/s "
-                  f"({statistics.median(input_rates) * FLAGS.batch_size:8.0f} seq/s) | train step "
-                  f"{statistics.median(step_rates):7.3f} steps/s | headroom {headroom:8.1f}x", flush=True)
+            print(
+                f"{model:>5} {masking:>7} masking: input {statistics.median(input_rates):8.1f} batches/s "
+                f"({statistics.median(input_rates) * FLAGS.batch_size:8.0f} seq/s) | train step "
+                f"{statistics.median(step_rates):7.3f} steps/s | headroom {headroom:8.1f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ default orders work for thread concurrency and keeps the recomputed activations 
 the stored ones (measured: remat then saves 4% on BERT-Base instead of 26%); GPU and TPU schedulers are
 memory-aware, so the memory-minimizing CPU plan is the closer picture of what a training run gets there.
 """
+
 import os
 
 from absl import app, flags
@@ -25,17 +26,23 @@ from absl import app, flags
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["base", "large"], "Model configs: tiny, mini, base, large.")
 flags.DEFINE_integer("seq_len", 128, "Sequence length.")
-flags.DEFINE_integer("num_predictions", 0, "Masked positions per sequence; 0: 20 at L=128, 80 at L=512.")
+flags.DEFINE_integer(
+    "num_predictions", 0, "Masked positions per sequence; 0: 20 at L=128, 80 at L=512."
+)
 flags.DEFINE_integer("batch_size", 32, "Sequences per device.")
 flags.DEFINE_string("dtype", "float32", "Computation dtype: float32 or bfloat16.")
 flags.DEFINE_integer("num_devices", 1, "Devices in the mesh (on CPU: fake host devices).")
 flags.DEFINE_integer("fsdp", 1, "Size of the mesh's fsdp axis (the rest is data parallel).")
 flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step (train.grad_accum_steps).")
-flags.DEFINE_enum("cpu_scheduler", "memory", ["memory", "concurrency"],
-                  "XLA:CPU's scheduler: memory-minimizing, or its default (concurrency-optimized).")
+flags.DEFINE_enum(
+    "cpu_scheduler",
+    "memory",
+    ["memory", "concurrency"],
+    "XLA:CPU's scheduler: memory-minimizing, or its default (concurrency-optimized).",
+)
 flags.DEFINE_bool("run", False, "Also run one step and read the device allocator's peak (GPU/TPU).")
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def compiled_memory(config, grad_accum_steps: int):
@@ -44,16 +51,28 @@ def compiled_memory(config, grad_accum_steps: int):
     import numpy as np
     from bert_jax import features as F
     from bert_jax import train
+
     setup = train.make_setup(config)
     b, length = config.train.global_batch_size, config.data.max_seq_length
     p = config.data.max_predictions_per_seq
-    shapes = {F.INPUT_IDS: ((b, length), np.int32), F.INPUT_MASK: ((b, length), np.int32),
-              F.SEGMENT_IDS: ((b, length), np.int32), F.MASKED_LM_POSITIONS: ((b, p), np.int32),
-              F.MASKED_LM_IDS: ((b, p), np.int32), F.MASKED_LM_WEIGHTS: ((b, p), np.float32),
-              F.NEXT_SENTENCE_LABELS: ((b,), np.int32)}
-    batch = {k: jax.ShapeDtypeStruct(s, d, sharding=setup.batch_sharding) for k, (s, d) in shapes.items()}
+    shapes = {
+        F.INPUT_IDS: ((b, length), np.int32),
+        F.INPUT_MASK: ((b, length), np.int32),
+        F.SEGMENT_IDS: ((b, length), np.int32),
+        F.MASKED_LM_POSITIONS: ((b, p), np.int32),
+        F.MASKED_LM_IDS: ((b, p), np.int32),
+        F.MASKED_LM_WEIGHTS: ((b, p), np.float32),
+        F.NEXT_SENTENCE_LABELS: ((b,), np.int32),
+    }
+    batch = {
+        k: jax.ShapeDtypeStruct(s, d, sharding=setup.batch_sharding) for k, (s, d) in shapes.items()
+    }
     with setup.activate():
-        compiled = train.jit_train_step(setup, grad_accum_steps).lower(setup.abstract_state, batch).compile()
+        compiled = (
+            train.jit_train_step(setup, grad_accum_steps)
+            .lower(setup.abstract_state, batch)
+            .compile()
+        )
     return compiled.memory_analysis(), setup
 
 
@@ -62,8 +81,13 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
     import jax
     from bench.runners import synthetic_batch
     from bert_jax import sharding, train
-    host = synthetic_batch(config.train.global_batch_size, config.data.max_seq_length,
-                           config.data.max_predictions_per_seq, config.model.vocab_size)
+
+    host = synthetic_batch(
+        config.train.global_batch_size,
+        config.data.max_seq_length,
+        config.data.max_predictions_per_seq,
+        config.model.vocab_size,
+    )
     with setup.activate():
         state = train.jit_init(setup, 0)()
         batch = sharding.host_to_global(host, setup.batch_sharding)
@@ -83,30 +107,53 @@ def main(argv):
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra])
     import jax
     from bench import runners
+
     num_predictions = FLAGS.num_predictions or (20 if FLAGS.seq_len <= 128 else 80)
-    print(f"{jax.devices()[0].device_kind} ({jax.default_backend()}); L={FLAGS.seq_len}, P={num_predictions}, "
-          f"{FLAGS.batch_size} sequences per device, {FLAGS.dtype}, mesh of {FLAGS.num_devices} "
-          f"(fsdp {FLAGS.fsdp}), grad_accum_steps {FLAGS.grad_accum_steps}; XLA:CPU scheduler: "
-          f"{FLAGS.cpu_scheduler}", flush=True)
-    print(f"{'model':>6} {'remat':>5} {'state GiB':>9} {'temp GiB':>9} {'peak GiB':>9}  measured GiB", flush=True)
+    print(
+        f"{jax.devices()[0].device_kind} ({jax.default_backend()}); L={FLAGS.seq_len}, P={num_predictions}, "
+        f"{FLAGS.batch_size} sequences per device, {FLAGS.dtype}, mesh of {FLAGS.num_devices} "
+        f"(fsdp {FLAGS.fsdp}), grad_accum_steps {FLAGS.grad_accum_steps}; XLA:CPU scheduler: "
+        f"{FLAGS.cpu_scheduler}",
+        flush=True,
+    )
+    print(
+        f"{'model':>6} {'remat':>5} {'state GiB':>9} {'temp GiB':>9} {'peak GiB':>9}  measured GiB",
+        flush=True,
+    )
     for model in FLAGS.models:
         peaks = {}
         for remat in (False, True):
-            config = runners.make_config(model, FLAGS.seq_len, num_predictions,
-                                         FLAGS.batch_size * FLAGS.num_devices, FLAGS.dtype, remat=remat)
+            config = runners.make_config(
+                model,
+                FLAGS.seq_len,
+                num_predictions,
+                FLAGS.batch_size * FLAGS.num_devices,
+                FLAGS.dtype,
+                remat=remat,
+            )
             config.mesh.num_devices = FLAGS.num_devices
             config.mesh.fsdp = FLAGS.fsdp
             mem, setup = compiled_memory(config, FLAGS.grad_accum_steps)
             state = mem.argument_size_in_bytes  # the donated state (and the batch) per device
-            peak = mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes \
+            peak = (
+                mem.argument_size_in_bytes
+                + mem.output_size_in_bytes
+                - mem.alias_size_in_bytes
                 + mem.temp_size_in_bytes
+            )
             peaks[remat] = peak
             measured = measured_peak(setup, config, FLAGS.grad_accum_steps) if FLAGS.run else None
             measured = f"{measured / GIB:12.2f}" if measured else f"{'-':>12}"
-            print(f"{model:>6} {str(remat):>5} {state / GIB:9.2f} {mem.temp_size_in_bytes / GIB:9.2f} "
-                  f"{peak / GIB:9.2f}  {measured}", flush=True)
-        print(f"{model:>6} remat saves {(peaks[False] - peaks[True]) / GIB:.2f} GiB per device "
-              f"({peaks[False] / peaks[True]:.2f}x less)", flush=True)
+            print(
+                f"{model:>6} {str(remat):>5} {state / GIB:9.2f} {mem.temp_size_in_bytes / GIB:9.2f} "
+                f"{peak / GIB:9.2f}  {measured}",
+                flush=True,
+            )
+        print(
+            f"{model:>6} remat saves {(peaks[False] - peaks[True]) / GIB:.2f} GiB per device "
+            f"({peaks[False] / peaks[True]:.2f}x less)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -6,17 +6,32 @@ TorchRunner is transformers' BertForPreTraining with the same config, weights (v
 batch, loss and optimizer settings. Both time blocks of steps with one sync at the end and
 report wall and CPU seconds (CPU: this process, all threads).
 """
+
 import importlib
 import time
 
 CONFIGS = {"tiny": "tiny", "mini": "mini", "base": "bert_base", "large": "bert_large"}
 # (model, seq_len) -> batch: small enough for a 2-core CPU run to finish in minutes.
-DEFAULT_BATCH = {("tiny", 128): 32, ("mini", 128): 32, ("mini", 512): 8, ("base", 128): 8,
-                 ("base", 512): 2, ("large", 128): 4, ("large", 512): 1}
+DEFAULT_BATCH = {
+    ("tiny", 128): 32,
+    ("mini", 128): 32,
+    ("mini", 512): 8,
+    ("base", 128): 8,
+    ("base", 512): 2,
+    ("large", 128): 4,
+    ("large", 512): 1,
+}
 
 
-def make_config(model: str, seq_len: int, num_predictions: int, batch: int, dtype: str = "float32",
-                attention: str = "auto", remat: bool = False):
+def make_config(
+    model: str,
+    seq_len: int,
+    num_predictions: int,
+    batch: int,
+    dtype: str = "float32",
+    attention: str = "auto",
+    remat: bool = False,
+):
     """configs/<model>.py with the benchmark's shapes, on one device."""
     config = importlib.import_module(f"configs.{CONFIGS[model]}").get_config()
     config.model.dtype = dtype
@@ -30,22 +45,34 @@ def make_config(model: str, seq_len: int, num_predictions: int, batch: int, dtyp
     return config
 
 
-def synthetic_batch(batch: int, seq_len: int, num_predictions: int, vocab: int, seed: int = 0) -> dict:
+def synthetic_batch(
+    batch: int, seq_len: int, num_predictions: int, vocab: int, seed: int = 0
+) -> dict:
     """A pre-training batch of numpy arrays in bert_jax.features' names."""
     import numpy as np
     from bert_jax import features as F
+
     rng = np.random.default_rng(seed)
-    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_len), num_predictions, replace=False)
-                                  for _ in range(batch)]), axis=1)
+    positions = np.sort(
+        np.stack(
+            [
+                rng.choice(np.arange(1, seq_len), num_predictions, replace=False)
+                for _ in range(batch)
+            ]
+        ),
+        axis=1,
+    )
     segments = np.zeros((batch, seq_len), np.int32)
-    segments[:, seq_len // 2:] = 1
-    return {F.INPUT_IDS: rng.integers(1000, vocab, (batch, seq_len), dtype=np.int32),
-            F.INPUT_MASK: np.ones((batch, seq_len), np.int32),
-            F.SEGMENT_IDS: segments,
-            F.MASKED_LM_POSITIONS: positions.astype(np.int32),
-            F.MASKED_LM_IDS: rng.integers(1000, vocab, (batch, num_predictions), dtype=np.int32),
-            F.MASKED_LM_WEIGHTS: np.ones((batch, num_predictions), np.float32),
-            F.NEXT_SENTENCE_LABELS: rng.integers(0, 2, (batch,), dtype=np.int32)}
+    segments[:, seq_len // 2 :] = 1
+    return {
+        F.INPUT_IDS: rng.integers(1000, vocab, (batch, seq_len), dtype=np.int32),
+        F.INPUT_MASK: np.ones((batch, seq_len), np.int32),
+        F.SEGMENT_IDS: segments,
+        F.MASKED_LM_POSITIONS: positions.astype(np.int32),
+        F.MASKED_LM_IDS: rng.integers(1000, vocab, (batch, num_predictions), dtype=np.int32),
+        F.MASKED_LM_WEIGHTS: np.ones((batch, num_predictions), np.float32),
+        F.NEXT_SENTENCE_LABELS: rng.integers(0, 2, (batch,), dtype=np.int32),
+    }
 
 
 class OursRunner:
@@ -54,6 +81,7 @@ class OursRunner:
     def __init__(self, config, host_batch: dict):
         import jax
         from bert_jax import sharding, train
+
         self.jax = jax
         self.setup = train.make_setup(config)
         self.step_fn = train.jit_train_step(self.setup)
@@ -90,30 +118,46 @@ class TorchRunner:
         import transformers
         from bert_jax import features as F, hf
         from bert_jax.model import BertConfig
+
         self.torch = torch
         model_config = BertConfig.from_config_dict(config.model)
-        hf_config = transformers.BertConfig(**hf.hf_config_from_bert(model_config), attn_implementation="sdpa")
+        hf_config = transformers.BertConfig(
+            **hf.hf_config_from_bert(model_config), attn_implementation="sdpa"
+        )
         self.model = transformers.BertForPreTraining(hf_config)
-        state = {k: torch.from_numpy(v) for k, v in hf.to_hf_state_dict(params, model_config).items()}
+        state = {
+            k: torch.from_numpy(v) for k, v in hf.to_hf_state_dict(params, model_config).items()
+        }
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("cls.predictions.decoder") for k in missing):
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
         self.model.train()
         o = config.optim
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.learning_rate, betas=(o.b1, o.b2),
-                                           eps=o.eps, weight_decay=o.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=o.learning_rate,
+            betas=(o.b1, o.b2),
+            eps=o.eps,
+            weight_decay=o.weight_decay,
+        )
         self.max_grad_norm = o.max_grad_norm
         self.autocast = config.model.dtype == "bfloat16"
         self.gather_masked = gather_masked
         self.positions = torch.from_numpy(host_batch[F.MASKED_LM_POSITIONS].astype(np.int64))
         self.masked_ids = torch.from_numpy(host_batch[F.MASKED_LM_IDS].astype(np.int64))
         labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
-        np.put_along_axis(labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1)
-        self.inputs = {"input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
-                       "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
-                       "token_type_ids": torch.from_numpy(host_batch[F.SEGMENT_IDS].astype(np.int64)),
-                       "labels": torch.from_numpy(labels),
-                       "next_sentence_label": torch.from_numpy(host_batch[F.NEXT_SENTENCE_LABELS].astype(np.int64))}
+        np.put_along_axis(
+            labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1
+        )
+        self.inputs = {
+            "input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
+            "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
+            "token_type_ids": torch.from_numpy(host_batch[F.SEGMENT_IDS].astype(np.int64)),
+            "labels": torch.from_numpy(labels),
+            "next_sentence_label": torch.from_numpy(
+                host_batch[F.NEXT_SENTENCE_LABELS].astype(np.int64)
+            ),
+        }
         self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
 
     def _step(self):
@@ -131,14 +175,19 @@ class TorchRunner:
 
     def _gathered_loss(self):
         torch, m, x = self.torch, self.model, self.inputs
-        sequence, pooled = m.bert(x["input_ids"], attention_mask=x["attention_mask"],
-                                  token_type_ids=x["token_type_ids"], return_dict=False)[:2]
+        sequence, pooled = m.bert(
+            x["input_ids"],
+            attention_mask=x["attention_mask"],
+            token_type_ids=x["token_type_ids"],
+            return_dict=False,
+        )[:2]
         index = self.positions[..., None].expand(-1, -1, sequence.shape[-1])
         gathered = torch.gather(sequence, 1, index)  # [batch, predictions, hidden]
         mlm_logits, nsp_logits = m.cls(gathered, pooled)
         ce = torch.nn.functional.cross_entropy
-        return (ce(mlm_logits.flatten(0, 1).float(), self.masked_ids.flatten())
-                + ce(nsp_logits.float(), x["next_sentence_label"]))
+        return ce(mlm_logits.flatten(0, 1).float(), self.masked_ids.flatten()) + ce(
+            nsp_logits.float(), x["next_sentence_label"]
+        )
 
     def run(self, steps: int) -> tuple[float, float]:
         """(wall, CPU) seconds for `steps` steps (PyTorch on CPU is synchronous)."""
@@ -158,6 +207,7 @@ class TorchMatmulPeak:
 
     def __init__(self, n: int = 2048):
         import torch
+
         self.torch, self.n = torch, n
         generator = torch.Generator().manual_seed(0)
         self.a = torch.randn(n, n, generator=generator)
@@ -173,5 +223,5 @@ class TorchMatmulPeak:
             wall = time.perf_counter() - start
             if wall < best:
                 best, best_cpu = wall, time.process_time() - cpu
-        flop = 2 * self.n ** 3
+        flop = 2 * self.n**3
         return flop / best, flop / max(best_cpu, 1e-9)

@@ -24,6 +24,7 @@ of XLA's CPU thread pool. The batch is synthetic: random ids, no padding, sorted
 The peak is an --matmul_n cube in --peak_dtype (defaults: 2048 fp32 on CPU, 8192 bf16 on GPU);
 --spec_peak_tflops also prints MFU against a datasheet figure (e.g. 989 for H100 SXM bf16 dense).
 """
+
 import json
 import os
 import statistics
@@ -34,17 +35,27 @@ FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["mini", "base"], "Model configs: tiny, mini, base, large.")
 flags.DEFINE_list("seq_lens", ["128"], "Sequence lengths.")
 flags.DEFINE_list("dtypes", ["float32"], "Computation dtypes: float32, bfloat16.")
-flags.DEFINE_integer("batch_size", 0, "Sequences per step; 0 picks runners.DEFAULT_BATCH (sized for 2 CPU cores).")
-flags.DEFINE_integer("num_predictions", 0, "Masked positions per sequence; 0: 20 at L=128, 80 at L=512.")
+flags.DEFINE_integer(
+    "batch_size", 0, "Sequences per step; 0 picks runners.DEFAULT_BATCH (sized for 2 CPU cores)."
+)
+flags.DEFINE_integer(
+    "num_predictions", 0, "Masked positions per sequence; 0: 20 at L=128, 80 at L=512."
+)
 flags.DEFINE_integer("steps", 1, "Steps per timed block.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds per case.")
 flags.DEFINE_bool("torch", True, "Time transformers' BertForPreTraining too (needs CPU PyTorch).")
-flags.DEFINE_bool("torch_gather", False, "Also time PyTorch with the masked positions gathered first.")
+flags.DEFINE_bool(
+    "torch_gather", False, "Also time PyTorch with the masked positions gathered first."
+)
 flags.DEFINE_string("attention", "auto", "config.model.attention_impl for ours.")
 flags.DEFINE_bool("remat", False, "config.model.remat for ours.")
-flags.DEFINE_integer("matmul_n", 0, "Side of the square matmul timed as the peak; 0: 2048 on CPU, 8192 else.")
+flags.DEFINE_integer(
+    "matmul_n", 0, "Side of the square matmul timed as the peak; 0: 2048 on CPU, 8192 else."
+)
 flags.DEFINE_string("peak_dtype", "", "dtype of that matmul; empty: float32 on CPU, bfloat16 else.")
-flags.DEFINE_float("spec_peak_tflops", 0.0, "A datasheet peak to print MFU against as well (0: none).")
+flags.DEFINE_float(
+    "spec_peak_tflops", 0.0, "A datasheet peak to print MFU against as well (0: none)."
+)
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
 
 
@@ -52,9 +63,12 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
     import jax
     from bench import flops, runners
     from bert_jax.model import BertConfig
+
     num_predictions = FLAGS.num_predictions or (20 if seq_len <= 128 else 80)
     batch = FLAGS.batch_size or runners.DEFAULT_BATCH[(model, seq_len)]
-    config = runners.make_config(model, seq_len, num_predictions, batch, dtype, FLAGS.attention, FLAGS.remat)
+    config = runners.make_config(
+        model, seq_len, num_predictions, batch, dtype, FLAGS.attention, FLAGS.remat
+    )
     model_config = BertConfig.from_config_dict(config.model)
     host_batch = runners.synthetic_batch(batch, seq_len, num_predictions, model_config.vocab_size)
     sides = {"ours": runners.OursRunner(config, host_batch)}
@@ -73,7 +87,7 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
         before = peak.measure()
         torch_before = torch_peak.measure() if torch_peak else None
         r = {}
-        for name in (order if i % 2 == 0 else order[::-1]):
+        for name in order if i % 2 == 0 else order[::-1]:
             r[name], r[name + "_cpu"] = sides[name].run(FLAGS.steps)
         after = peak.measure()
         # The peak is the mean of samples before and after: load changes over a round's seconds.
@@ -85,27 +99,45 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
 
     med = statistics.median
     n, tokens = FLAGS.steps, batch * seq_len
-    result = {"model": model, "seq_len": seq_len, "dtype": dtype, "batch": batch,
-              "predictions": num_predictions, "device": jax.devices()[0].device_kind,
-              "rounds": len(rounds), "compile_s": sides["ours"].compile_seconds,
-              "step_gflop": step_flops / 1e9, "peak_gflops": med([r["peak"] for r in rounds]) / 1e9}
+    result = {
+        "model": model,
+        "seq_len": seq_len,
+        "dtype": dtype,
+        "batch": batch,
+        "predictions": num_predictions,
+        "device": jax.devices()[0].device_kind,
+        "rounds": len(rounds),
+        "compile_s": sides["ours"].compile_seconds,
+        "step_gflop": step_flops / 1e9,
+        "peak_gflops": med([r["peak"] for r in rounds]) / 1e9,
+    }
     if torch_peak:
         result["torch_peak_gflops"] = med([r["torch_peak"] for r in rounds]) / 1e9
         result["matmul_ratio"] = med([r["peak"] / r["torch_peak"] for r in rounds])
     for name in sides:
-        result.update({
-            f"{name}_step_s": med([r[name] / n for r in rounds]),
-            f"{name}_tokens_per_s": med([tokens * n / r[name] for r in rounds]),
-            f"{name}_seqs_per_s": med([batch * n / r[name] for r in rounds]),
-            f"{name}_mfu": med([step_flops * n / r[name] / r["peak"] for r in rounds]),
-            f"{name}_mfu_cpu": med([step_flops * n / r[name + "_cpu"] / r["peak_cpu"] for r in rounds]),
-        })
+        result.update(
+            {
+                f"{name}_step_s": med([r[name] / n for r in rounds]),
+                f"{name}_tokens_per_s": med([tokens * n / r[name] for r in rounds]),
+                f"{name}_seqs_per_s": med([batch * n / r[name] for r in rounds]),
+                f"{name}_mfu": med([step_flops * n / r[name] / r["peak"] for r in rounds]),
+                f"{name}_mfu_cpu": med(
+                    [step_flops * n / r[name + "_cpu"] / r["peak_cpu"] for r in rounds]
+                ),
+            }
+        )
         if FLAGS.spec_peak_tflops:
-            result[f"{name}_mfu_spec"] = result[f"{name}_tokens_per_s"] / tokens * step_flops / (
-                FLAGS.spec_peak_tflops * 1e12)
+            result[f"{name}_mfu_spec"] = (
+                result[f"{name}_tokens_per_s"]
+                / tokens
+                * step_flops
+                / (FLAGS.spec_peak_tflops * 1e12)
+            )
         if name != "ours":
             # Against its own library's matmul rate: how well each side uses what it has.
-            result[f"{name}_mfu_own_peak"] = med([step_flops * n / r[name] / r["torch_peak"] for r in rounds])
+            result[f"{name}_mfu_own_peak"] = med(
+                [step_flops * n / r[name] / r["torch_peak"] for r in rounds]
+            )
             result[f"ratio_{name}"] = med([r[name] / r["ours"] for r in rounds])
             result[f"ratio_{name}_rounds"] = [r[name] / r["ours"] for r in rounds]
             result[f"ratio_{name}_cpu"] = med([r[name + "_cpu"] / r["ours_cpu"] for r in rounds])
@@ -113,25 +145,35 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
 
 
 def _print_case(r: dict) -> None:
-    print(f"{r['model']} L={r['seq_len']} {r['dtype']} batch {r['batch']} (P={r['predictions']}): "
-          f"{r['step_gflop']:.0f} GFLOP/step; matmul peak {r['peak_gflops']:.0f} GFLOP/s (median of "
-          f"{r['rounds']} rounds)", flush=True)
+    print(
+        f"{r['model']} L={r['seq_len']} {r['dtype']} batch {r['batch']} (P={r['predictions']}): "
+        f"{r['step_gflop']:.0f} GFLOP/step; matmul peak {r['peak_gflops']:.0f} GFLOP/s (median of "
+        f"{r['rounds']} rounds)",
+        flush=True,
+    )
     if "torch_peak_gflops" in r:
-        print(f"  PyTorch's matmul peak {r['torch_peak_gflops']:.0f} GFLOP/s: XLA's matmul runs at "
-              f"{r['matmul_ratio']:.2f}x PyTorch's on this machine", flush=True)
+        print(
+            f"  PyTorch's matmul peak {r['torch_peak_gflops']:.0f} GFLOP/s: XLA's matmul runs at "
+            f"{r['matmul_ratio']:.2f}x PyTorch's on this machine",
+            flush=True,
+        )
     for name in ("ours", "torch", "torch_gather"):
         if f"{name}_step_s" not in r:
             continue
-        line = (f"  {name:<13} {r[f'{name}_step_s'] * 1e3:9.1f} ms/step {r[f'{name}_tokens_per_s']:9.0f} tokens/s "
-                f"{r[f'{name}_seqs_per_s']:8.2f} seq/s  MFU {100 * r[f'{name}_mfu']:5.1f}% "
-                f"(cpu-time {100 * r[f'{name}_mfu_cpu']:5.1f}%)")
+        line = (
+            f"  {name:<13} {r[f'{name}_step_s'] * 1e3:9.1f} ms/step {r[f'{name}_tokens_per_s']:9.0f} tokens/s "
+            f"{r[f'{name}_seqs_per_s']:8.2f} seq/s  MFU {100 * r[f'{name}_mfu']:5.1f}% "
+            f"(cpu-time {100 * r[f'{name}_mfu_cpu']:5.1f}%)"
+        )
         if f"{name}_mfu_spec" in r:
             line += f"  MFU vs spec {100 * r[f'{name}_mfu_spec']:5.1f}%"
         if name != "ours":
             line += f" (MFU vs PyTorch's own matmul peak {100 * r[f'{name}_mfu_own_peak']:4.1f}%)"
             rounds = ", ".join(f"{x:.2f}" for x in r[f"ratio_{name}_rounds"])
-            line += (f"  | ours is {r[f'ratio_{name}']:.2f}x faster (rounds {rounds}; "
-                     f"cpu-time {r[f'ratio_{name}_cpu']:.2f}x)")
+            line += (
+                f"  | ours is {r[f'ratio_{name}']:.2f}x faster (rounds {rounds}; "
+                f"cpu-time {r[f'ratio_{name}_cpu']:.2f}x)"
+            )
         print(line, flush=True)
 
 
@@ -140,20 +182,26 @@ def main(argv):
     import jax
     import jax.numpy as jnp
     from bench import flops
+
     cores = len(os.sched_getaffinity(0))
     if FLAGS.torch:
         import torch
+
         torch.set_num_threads(cores)
     on_cpu = jax.default_backend() == "cpu"
     n = FLAGS.matmul_n or (2048 if on_cpu else 8192)
     peak_dtype = FLAGS.peak_dtype or ("float32" if on_cpu else "bfloat16")
-    print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), {cores} "
-          f"cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
-          f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul", flush=True)
+    print(
+        f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), {cores} "
+        f"cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
+        f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul",
+        flush=True,
+    )
     peak = flops.MatmulPeak(n, jnp.dtype(peak_dtype))
     torch_peak = None
     if FLAGS.torch and peak_dtype == "float32":
         from bench import runners
+
         torch_peak = runners.TorchMatmulPeak(n)
     for model in FLAGS.models:
         for seq_len in map(int, FLAGS.seq_lens):

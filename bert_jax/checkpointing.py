@@ -17,6 +17,7 @@ temporary directory, which is never restored (the next manager deletes it). A fi
 that is damaged later (a truncated or deleted file) fails to restore: `restore_latest` then
 moves it aside to `<step>.corrupt` and resumes from the newest step that does restore.
 """
+
 import json
 import logging
 import os
@@ -39,8 +40,9 @@ def checkpoint_dir(workdir: str) -> str:
     return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
-def make_manager(workdir: str, max_to_keep: int = 3, async_save: bool = True,
-                 read_only: bool = False) -> ocp.CheckpointManager:
+def make_manager(
+    workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
+) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep if max_to_keep > 0 else None,
@@ -59,8 +61,13 @@ def make_manager(workdir: str, max_to_keep: int = 3, async_save: bool = True,
     return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_handlers=handlers)
 
 
-def save(manager: ocp.CheckpointManager, step: int, state: dict, data_iter: Any,
-         config: ml_collections.ConfigDict) -> None:
+def save(
+    manager: ocp.CheckpointManager,
+    step: int,
+    state: dict,
+    data_iter: Any,
+    config: ml_collections.ConfigDict,
+) -> None:
     """Saves `state` (train.py's layout: 'params' and the rest) as checkpoint `step`, now.
 
     The caller decides when (train.py: every checkpoint.every_steps, at the end, on SIGTERM);
@@ -69,19 +76,27 @@ def save(manager: ocp.CheckpointManager, step: int, state: dict, data_iter: Any,
     batch the step consumed.
     """
     train = {k: v for k, v in state.items() if k != "params"}
-    manager.save(step, force=True, args=ocp.args.Composite(**{
-        PARAMS: ocp.args.StandardSave(state["params"]),
-        TRAIN: ocp.args.StandardSave(train),
-        DATA_ITER: grain.checkpoint.CheckpointSave(data_iter),
-        CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-    }))
+    manager.save(
+        step,
+        force=True,
+        args=ocp.args.Composite(
+            **{
+                PARAMS: ocp.args.StandardSave(state["params"]),
+                TRAIN: ocp.args.StandardSave(train),
+                DATA_ITER: grain.checkpoint.CheckpointSave(data_iter),
+                CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+            }
+        ),
+    )
 
 
 # Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.
 COUNTERS_ADDED_LATER = ("nonfinite_steps",)
 
 
-def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None) -> dict:
+def restore(
+    manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None
+) -> dict:
     """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
     (a Grain iterator) unless it is None.
 
@@ -90,9 +105,13 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, dat
     train = {k: v for k, v in abstract_state.items() if k != "params"}
     try:
         saved = manager.item_metadata(step)[TRAIN]
-        missing = [k for k in COUNTERS_ADDED_LATER if k in train and saved is not None and k not in saved]
-        items = {PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
-                 TRAIN: ocp.args.StandardRestore({k: v for k, v in train.items() if k not in missing})}
+        missing = [
+            k for k in COUNTERS_ADDED_LATER if k in train and saved is not None and k not in saved
+        ]
+        items = {
+            PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
+            TRAIN: ocp.args.StandardRestore({k: v for k, v in train.items() if k not in missing}),
+        }
         if data_iter is not None:
             items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
         out = manager.restore(step, args=ocp.args.Composite(**items))
@@ -100,16 +119,21 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state: dict, dat
         raise ValueError(
             f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match this "
             f"run's model or optimizer ({str(e)[:500]}). Resume with the config it was written with "
-            "(its config/ item), or use a new --workdir") from e
-    zeros = {k: jax.device_put(np.zeros(train[k].shape, train[k].dtype), train[k].sharding) for k in missing}
+            "(its config/ item), or use a new --workdir"
+        ) from e
+    zeros = {
+        k: jax.device_put(np.zeros(train[k].shape, train[k].dtype), train[k].sharding)
+        for k in missing
+    }
     return {"params": out[PARAMS], **out[TRAIN], **zeros}
 
 
 CORRUPT_SUFFIX = ".corrupt"
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state: dict,
-                   data_iter: Any = None) -> tuple[int, dict] | None:
+def restore_latest(
+    manager: ocp.CheckpointManager, abstract_state: dict, data_iter: Any = None
+) -> tuple[int, dict] | None:
     """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
     are none.
 
@@ -137,8 +161,10 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: dict,
             _move_aside(manager, failures, step)
         return step, restored
     if failures:
-        raise ValueError(f"no checkpoint under {manager.directory} can be restored:\n"
-                         + "\n".join(f"  step {s}: {e}" for s, e in failures))
+        raise ValueError(
+            f"no checkpoint under {manager.directory} can be restored:\n"
+            + "\n".join(f"  step {s}: {e}" for s, e in failures)
+        )
     return None
 
 
@@ -150,7 +176,9 @@ def _all_processes(ok: bool) -> bool:
     return bool(multihost_utils.process_allgather(np.int32(ok)).all())
 
 
-def _move_aside(manager: ocp.CheckpointManager, failures: list[tuple[int, Exception]], good: int) -> None:
+def _move_aside(
+    manager: ocp.CheckpointManager, failures: list[tuple[int, Exception]], good: int
+) -> None:
     for step, error in failures:
         src = manager.directory / str(step)  # an epath.Path: a local directory or a bucket
         dst = src.parent / (src.name + CORRUPT_SUFFIX)
@@ -158,8 +186,15 @@ def _move_aside(manager: ocp.CheckpointManager, failures: list[tuple[int, Except
         while dst.exists():  # damaged twice at the same step: keep both
             dst, n = src.parent / f"{src.name}{CORRUPT_SUFFIX}-{n}", n + 1
         cause = error.__cause__ or error
-        logging.warning("checkpoint %s is damaged and was moved to %s; resuming from the older step %d "
-                        "instead. The error: %s: %s", src, dst, good, type(cause).__name__, str(cause)[:300])
+        logging.warning(
+            "checkpoint %s is damaged and was moved to %s; resuming from the older step %d "
+            "instead. The error: %s: %s",
+            src,
+            dst,
+            good,
+            type(cause).__name__,
+            str(cause)[:300],
+        )
         if jax.process_index() == 0:
             src.rename(dst)
     if jax.process_count() > 1:
@@ -194,16 +229,21 @@ def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.C
 def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
     steps = manager.all_steps()
     if not steps:
-        raise FileNotFoundError(f"no checkpoints under {checkpoint_dir(workdir)}; train there first")
+        raise FileNotFoundError(
+            f"no checkpoints under {checkpoint_dir(workdir)}; train there first"
+        )
     if step is None:
         return max(steps)
     if step not in steps:
-        raise ValueError(f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are {sorted(steps)}")
+        raise ValueError(
+            f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are {sorted(steps)}"
+        )
     return step
 
 
-def restore_params(workdir: str, step: int | None = None,
-                   shardings: Any = None) -> tuple[dict, ml_collections.ConfigDict]:
+def restore_params(
+    workdir: str, step: int | None = None, shardings: Any = None
+) -> tuple[dict, ml_collections.ConfigDict]:
     """(parameters, config) of a run's checkpoint: the latest one unless `step` is given.
 
     The parameters come back as the pure dict of nnx.to_pure_dict(nnx.state(model, nnx.Param));
@@ -215,16 +255,24 @@ def restore_params(workdir: str, step: int | None = None,
 
     config, step = load_config(workdir, step)
     bert_config = model_lib.BertConfig.from_config_dict(config.model)
-    abstract = nnx.to_pure_dict(nnx.state(
-        nnx.eval_shape(lambda: model_lib.BertForPreTraining(bert_config, rngs=nnx.Rngs(0))), nnx.Param))
+    abstract = nnx.to_pure_dict(
+        nnx.state(
+            nnx.eval_shape(lambda: model_lib.BertForPreTraining(bert_config, rngs=nnx.Rngs(0))),
+            nnx.Param,
+        )
+    )
     if shardings is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         shardings = jax.tree.map(lambda _: device, abstract)
-    target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings)
+    target = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
     return restore_saved_params(workdir, target, step)[0], config
 
 
-def restore_saved_params(workdir: str, abstract_params: Any, step: int | None = None) -> tuple[Any, int]:
+def restore_saved_params(
+    workdir: str, abstract_params: Any, step: int | None = None
+) -> tuple[Any, int]:
     """(the `params` item of checkpoint `step` (default: the latest), its step), restored onto
     `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on.
 
@@ -234,7 +282,9 @@ def restore_saved_params(workdir: str, abstract_params: Any, step: int | None = 
     manager = make_manager(workdir, read_only=True)
     try:
         step = _pick_step(manager, workdir, step)
-        out = manager.restore(step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}))
+        out = manager.restore(
+            step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)})
+        )
     finally:
         manager.close()
     return out[PARAMS], step

@@ -14,6 +14,7 @@ From Python:
     model, tokenizer = embed.load_encoder("uncased_L-12_H-768_A-12")
     out = embed.embed_texts(model, tokenizer, ["a sentence", "another"], max_seq_length=32)
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,13 +39,19 @@ def define_flags() -> None:
     flags.DEFINE_string("model", None, "A Hugging Face BERT directory or a training --workdir.")
     flags.DEFINE_string("input", None, "Text file, one text per line (UTF-8).")
     flags.DEFINE_string("output", None, "The .npz file to write.")
-    flags.DEFINE_integer("max_seq_length", 128,
-                         "Tokens per text including [CLS] and [SEP]; longer texts are cut.")
+    flags.DEFINE_integer(
+        "max_seq_length", 128, "Tokens per text including [CLS] and [SEP]; longer texts are cut."
+    )
     flags.DEFINE_integer("batch_size", 32, "Texts per forward pass.")
-    flags.DEFINE_integer("step", None, "For a --workdir: the checkpoint step (default: the latest).")
-    flags.DEFINE_string("vocab_file", None,
-                        "Vocabulary (vocab.txt or SentencePiece .model); default: DIR/vocab.txt "
-                        "(or DIR/tokenizer.json), or the run's config.data.vocab_file.")
+    flags.DEFINE_integer(
+        "step", None, "For a --workdir: the checkpoint step (default: the latest)."
+    )
+    flags.DEFINE_string(
+        "vocab_file",
+        None,
+        "Vocabulary (vocab.txt or SentencePiece .model); default: DIR/vocab.txt "
+        "(or DIR/tokenizer.json), or the run's config.data.vocab_file.",
+    )
     flags.DEFINE_bool("do_lower_case", None, "Default: tokenizer_config.json's value, else True.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Computation dtype.")
 
@@ -68,7 +75,9 @@ def _hf_tokenizer_settings(model_dir: str, scratch_dir: str) -> tuple[str, bool]
             spec = json.load(f)
         model_spec = spec.get("model") or {}
         vocab = model_spec.get("vocab") or {}
-        if model_spec.get("type") != "WordPiece" or sorted(vocab.values()) != list(range(len(vocab))):
+        if model_spec.get("type") != "WordPiece" or sorted(vocab.values()) != list(
+            range(len(vocab))
+        ):
             raise ValueError(f"{tokenizer_json} is not a WordPiece tokenizer; pass --vocab_file")
         vocab_file = os.path.join(scratch_dir, "vocab.txt")
         with open(vocab_file, "w", encoding="utf-8") as f:
@@ -78,16 +87,26 @@ def _hf_tokenizer_settings(model_dir: str, scratch_dir: str) -> tuple[str, bool]
     return vocab_file, True if do_lower_case is None else bool(do_lower_case)
 
 
-def load_encoder(path: str, *, step: int | None = None, vocab_file: str | None = None,
-                 do_lower_case: bool | None = None, dtype: str = "float32"):
+def load_encoder(
+    path: str,
+    *,
+    step: int | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+    dtype: str = "float32",
+):
     """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir."""
     if not os.path.isdir(path):
-        raise ValueError(f"--model={path!r} is not a directory: pass a Hugging Face BERT directory "
-                         "or a training --workdir")
+        raise ValueError(
+            f"--model={path!r} is not a directory: pass a Hugging Face BERT directory "
+            "or a training --workdir"
+        )
     if _is_workdir(path):
         _, step = checkpointing.load_config(path, step)
         params, config = checkpointing.restore_params(path, step)
-        bert_config = dataclasses.replace(model_lib.BertConfig.from_config_dict(config.model), dtype=dtype)
+        bert_config = dataclasses.replace(
+            model_lib.BertConfig.from_config_dict(config.model), dtype=dtype
+        )
         model = model_lib.model_from_params(bert_config, params)
         logging.info("loaded step %d of %s", step, path)
         data = config.get("data", {})
@@ -98,7 +117,9 @@ def load_encoder(path: str, *, step: int | None = None, vocab_file: str | None =
             do_lower_case = bool(data.get("do_lower_case", True))
         tokenizer = tokenization.make_tokenizer(vocab_file, do_lower_case=do_lower_case)
     else:
-        bert_config = dataclasses.replace(hf.bert_config_from_hf(hf.read_hf_config(path)), dtype=dtype)
+        bert_config = dataclasses.replace(
+            hf.bert_config_from_hf(hf.read_hf_config(path)), dtype=dtype
+        )
         model, report = hf.load_hf(path, bert_config)
         logging.info("%s", report)
         with tempfile.TemporaryDirectory() as scratch:
@@ -107,22 +128,28 @@ def load_encoder(path: str, *, step: int | None = None, vocab_file: str | None =
             do_lower_case = dir_lower_case if do_lower_case is None else do_lower_case
             tokenizer = tokenization.make_tokenizer(vocab_file, do_lower_case=do_lower_case)
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"the vocabulary {vocab_file!r} has {tokenizer.vocab_size} entries but the "
-                         f"model only {model.config.vocab_size}; pass the model's own vocab file")
+        raise ValueError(
+            f"the vocabulary {vocab_file!r} has {tokenizer.vocab_size} entries but the "
+            f"model only {model.config.vocab_size}; pass the model's own vocab file"
+        )
     return model, tokenizer
 
 
-def tokenize(tokenizer, texts: Sequence[str], max_seq_length: int) -> tuple[np.ndarray, np.ndarray, int]:
+def tokenize(
+    tokenizer, texts: Sequence[str], max_seq_length: int
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(input_ids [T, N], attention_mask [T, N], how many texts were cut) for [CLS] text [SEP]."""
     if max_seq_length < 2:
-        raise ValueError(f"max_seq_length must be at least 2 ([CLS] and [SEP]), got {max_seq_length}")
+        raise ValueError(
+            f"max_seq_length must be at least 2 ([CLS] and [SEP]), got {max_seq_length}"
+        )
     flat, per_text = tokenizer.encode_batch(list(texts))
     ids = np.full((len(texts), max_seq_length), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(texts), max_seq_length), np.int32)
     starts = np.concatenate([[0], np.cumsum(per_text)])
     room = max_seq_length - 2
     for i in range(len(texts)):
-        pieces = flat[starts[i]:starts[i] + min(per_text[i], room)]
+        pieces = flat[starts[i] : starts[i] + min(per_text[i], room)]
         n = len(pieces) + 2
         ids[i, :n] = np.concatenate([[tokenizer.cls_id], pieces, [tokenizer.sep_id]])
         mask[i, :n] = 1
@@ -134,8 +161,9 @@ def _forward(bert, ids, mask):
     return bert(ids, mask, jnp.zeros_like(ids))
 
 
-def embed_texts(model, tokenizer, texts: Sequence[str], max_seq_length: int = 128,
-                batch_size: int = 32) -> dict[str, np.ndarray]:
+def embed_texts(
+    model, tokenizer, texts: Sequence[str], max_seq_length: int = 128, batch_size: int = 32
+) -> dict[str, np.ndarray]:
     """Texts -> {'input_ids', 'attention_mask', 'last_hidden_state', 'pooled'} (see the module doc).
 
     `model` is a BertForPreTraining or a BertModel. Every batch has `batch_size` rows (the last is
@@ -143,14 +171,20 @@ def embed_texts(model, tokenizer, texts: Sequence[str], max_seq_length: int = 12
     """
     bert = getattr(model, "bert", model)
     if max_seq_length > bert.config.max_position_embeddings:
-        raise ValueError(f"max_seq_length {max_seq_length} exceeds the model's "
-                         f"max_position_embeddings {bert.config.max_position_embeddings}")
+        raise ValueError(
+            f"max_seq_length {max_seq_length} exceeds the model's "
+            f"max_position_embeddings {bert.config.max_position_embeddings}"
+        )
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     ids, mask, cut = tokenize(tokenizer, texts, max_seq_length)
     if cut:
-        logging.warning("%d of %d texts were longer than %d tokens and were cut", cut, len(texts),
-                        max_seq_length)
+        logging.warning(
+            "%d of %d texts were longer than %d tokens and were cut",
+            cut,
+            len(texts),
+            max_seq_length,
+        )
     hidden = bert.config.hidden_size
     last = np.zeros((len(texts), max_seq_length, hidden), np.float32)
     pooled = np.zeros((len(texts), hidden), np.float32)
@@ -165,7 +199,9 @@ def embed_texts(model, tokenizer, texts: Sequence[str], max_seq_length: int = 12
 
 def read_lines(path: str) -> list[str]:
     if not os.path.isfile(path):
-        raise ValueError(f"--input={path!r} does not exist; pass a text file with one text per line")
+        raise ValueError(
+            f"--input={path!r} does not exist; pass a text file with one text per line"
+        )
     with open(path, encoding="utf-8") as f:
         return f.read().splitlines()
 
@@ -178,14 +214,21 @@ def main(argv):
             raise app.UsageError(f"--{name} is required")
     try:
         texts = read_lines(FLAGS.input)
-        model, tokenizer = load_encoder(FLAGS.model, step=FLAGS.step, vocab_file=FLAGS.vocab_file,
-                                        do_lower_case=FLAGS.do_lower_case, dtype=FLAGS.dtype)
+        model, tokenizer = load_encoder(
+            FLAGS.model,
+            step=FLAGS.step,
+            vocab_file=FLAGS.vocab_file,
+            do_lower_case=FLAGS.do_lower_case,
+            dtype=FLAGS.dtype,
+        )
         out = embed_texts(model, tokenizer, texts, FLAGS.max_seq_length, FLAGS.batch_size)
     except (ValueError, FileNotFoundError) as e:  # bad flags or files: the message says what to fix
         raise app.UsageError(str(e)) from e
     np.savez(FLAGS.output, **out)
-    print(f"wrote {FLAGS.output}: {len(texts)} texts, last_hidden_state "
-          f"{out['last_hidden_state'].shape}, pooled {out['pooled'].shape}")
+    print(
+        f"wrote {FLAGS.output}: {len(texts)} texts, last_hidden_state "
+        f"{out['last_hidden_state'].shape}, pooled {out['pooled'].shape}"
+    )
 
 
 if __name__ == "__main__":

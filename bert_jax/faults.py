@@ -2,6 +2,7 @@
 
 (What the checkpoints do about crashes and damaged files is bert_jax/checkpointing.py's.)
 """
+
 import logging
 import signal
 import threading
@@ -66,16 +67,30 @@ class NonfiniteWatch:
         if count == self.seen:
             return False
         counts = jax.device_get([h["nonfinite_steps"] for h in history])
-        first = next((step - len(history) + 1 + i for i, c in enumerate(counts) if c > self.seen), step)
+        first = next(
+            (step - len(history) + 1 + i for i, c in enumerate(counts) if c > self.seen), step
+        )
         new, self.seen = count - self.seen, count
         if self.mode == "skip":
-            logging.warning("skipped %d update(s) with a non-finite loss or gradients since step %d "
-                            "(%d in this run's history)", new, first, count)
+            logging.warning(
+                "skipped %d update(s) with a non-finite loss or gradients since step %d "
+                "(%d in this run's history)",
+                new,
+                first,
+                count,
+            )
             return False
         if self.is_primary:
-            where = f"the last checkpoint is step {last_saved}" if last_saved is not None else "no checkpoint yet"
-            print(f"non-finite loss or gradients at step {first}: stopping without saving ({where}). "
-                  "A rerun resumes from that checkpoint and meets the same batches: lower "
-                  "optim.learning_rate, check the data, or set --config.train.on_nonfinite=skip to "
-                  "drop such updates", flush=True)
+            where = (
+                f"the last checkpoint is step {last_saved}"
+                if last_saved is not None
+                else "no checkpoint yet"
+            )
+            print(
+                f"non-finite loss or gradients at step {first}: stopping without saving ({where}). "
+                "A rerun resumes from that checkpoint and meets the same batches: lower "
+                "optim.learning_rate, check the data, or set --config.train.on_nonfinite=skip to "
+                "drop such updates",
+                flush=True,
+            )
         return True

@@ -3,6 +3,7 @@
 It is google-research/bert's schema, so records interchange with its run_pretraining.py and with
 MLPerf's BERT data. No JAX import here: data_prep depends on this module.
 """
+
 import dataclasses
 
 INPUT_IDS = "input_ids"

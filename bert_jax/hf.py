@@ -10,6 +10,7 @@ checkpoint directory (bert_config.json + bert_model.ckpt.*; needs TensorFlow ins
 the file lacks (the MLM/NSP heads of a BertModel, the pooler) are freshly initialized and named
 in the report, so pre-training can continue from any public BERT.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,9 +26,19 @@ from flax import nnx
 from bert_jax.model import BertConfig, BertForPreTraining
 
 # config.json fields that are BertConfig fields under the same name.
-_SHARED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                  "intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob",
-                  "max_position_embeddings", "type_vocab_size", "initializer_range", "layer_norm_eps")
+_SHARED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+)
 _EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 _BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
 
@@ -39,6 +50,7 @@ class CheckpointError(ValueError):
 @dataclasses.dataclass
 class ImportReport:
     """What `load_hf` did: the source, weights it initialized, and file entries it did not use."""
+
     source: str
     initialized: list[str]  # Hugging Face names of weights absent from the file (fresh init)
     unused: list[str]  # names in the file that map to nothing of ours (buffers, optimizer slots)
@@ -59,11 +71,15 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
     """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win."""
     act = hf.get("hidden_act", "gelu")
     if act not in _EXACT_GELU:
-        raise CheckpointError(f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
-                           f"GELU, transformers' {_EXACT_GELU}")
+        raise CheckpointError(
+            f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
+            f"GELU, transformers' {_EXACT_GELU}"
+        )
     pos_type = hf.get("position_embedding_type", "absolute")
     if pos_type != "absolute":
-        raise CheckpointError(f"position_embedding_type {pos_type!r} is not supported (only 'absolute')")
+        raise CheckpointError(
+            f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
+        )
     missing = [f for f in _SHARED_FIELDS if f not in hf and f != "layer_norm_eps"]
     if missing:
         raise CheckpointError(f"the BERT config lacks {missing}; is this a BERT config.json?")
@@ -74,9 +90,15 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
 def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
     """BertConfig -> the config.json of a transformers BertForPreTraining."""
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
-    out.update(architectures=["BertForPreTraining"], model_type="bert", hidden_act="gelu",
-               position_embedding_type="absolute", pad_token_id=0, tie_word_embeddings=True,
-               torch_dtype="float32")
+    out.update(
+        architectures=["BertForPreTraining"],
+        model_type="bert",
+        hidden_act="gelu",
+        position_embedding_type="absolute",
+        pad_token_id=0,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
     return out
 
 
@@ -85,6 +107,7 @@ def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
 
 def _param_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
     """(our parameter path, Hugging Face name, transpose?) for every parameter we have."""
+
     def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
         yield ours + ("kernel",), hf + ".weight", True
         yield ours + ("bias",), hf + ".bias", False
@@ -132,8 +155,10 @@ def _pure_params(model_or_state) -> dict:
         return nnx.to_pure_dict(model_or_state)
     if isinstance(model_or_state, Mapping):
         return dict(model_or_state)
-    raise TypeError(f"expected a BertForPreTraining, an nnx.State or a dict of its parameters, "
-                    f"got {type(model_or_state).__name__}")
+    raise TypeError(
+        f"expected a BertForPreTraining, an nnx.State or a dict of its parameters, "
+        f"got {type(model_or_state).__name__}"
+    )
 
 
 def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
@@ -146,17 +171,21 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
     try:
         num_layers = len(params["bert"]["layers"])
     except (KeyError, TypeError) as e:
-        raise ValueError("the parameters have no bert/layers; are they a BertForPreTraining's?") from e
+        raise ValueError(
+            "the parameters have no bert/layers; are they a BertForPreTraining's?"
+        ) from e
     if config is not None and config.num_hidden_layers != num_layers:
-        raise ValueError(f"the parameters have {num_layers} layers, the config "
-                         f"{config.num_hidden_layers}")
+        raise ValueError(
+            f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
+        )
     out = {}
     for path, name, transpose in _param_table(num_layers):
         try:
             value = np.asarray(_get(params, path), dtype=np.float32)
         except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(f"the parameters lack {'/'.join(map(str, path))}; "
-                             "are they a BertForPreTraining's?") from e
+            raise ValueError(
+                f"the parameters lack {'/'.join(map(str, path))}; are they a BertForPreTraining's?"
+            ) from e
         out[name] = np.ascontiguousarray(value.T if transpose else value)
     return out
 
@@ -171,8 +200,9 @@ def _normalize_hf_name(name: str) -> str:
     return name
 
 
-def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0,
-                       source: str = "a state dict") -> tuple[BertForPreTraining, ImportReport]:
+def from_hf_state_dict(
+    tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0, source: str = "a state dict"
+) -> tuple[BertForPreTraining, ImportReport]:
     """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized."""
     by_name = {_normalize_hf_name(k): v for k, v in tensors.items()}
     model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
@@ -187,16 +217,20 @@ def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: 
         ours = tuple(_get(params, path).shape)
         expected = ours[::-1] if transpose else ours
         if value.shape != expected:
-            raise CheckpointError(f"{source}: {name} has shape {value.shape}, the config needs "
-                                  f"{expected}; does its config.json describe this checkpoint?")
+            raise CheckpointError(
+                f"{source}: {name} has shape {value.shape}, the config needs "
+                f"{expected}; does its config.json describe this checkpoint?"
+            )
         value = value.T if transpose else value
         _set(params, path, value)
         used.add(name)
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
-        raise CheckpointError(f"{source} lacks encoder weights {absent_body[:4]}{more} "
-                              f"({len(absent_body)} in all): not a BERT checkpoint, or "
-                              "num_hidden_layers in its config is wrong")
+        raise CheckpointError(
+            f"{source} lacks encoder weights {absent_body[:4]}{more} "
+            f"({len(absent_body)} in all): not a BERT checkpoint, or "
+            "num_hidden_layers in its config is wrong"
+        )
     # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
@@ -209,10 +243,16 @@ def from_hf_state_dict(tensors: Mapping[str, Any], config: BertConfig, *, seed: 
 # --- Files -----------------------------------------------------------------------------------
 
 
-def save_hf(model: BertForPreTraining, vocab_file: str | None, output_dir: str, *,
-            do_lower_case: bool = True) -> None:
+def save_hf(
+    model: BertForPreTraining,
+    vocab_file: str | None,
+    output_dir: str,
+    *,
+    do_lower_case: bool = True,
+) -> None:
     """Writes a Hugging Face BertForPreTraining directory (float32 safetensors)."""
     from safetensors.numpy import save_file
+
     os.makedirs(output_dir, exist_ok=True)
     tensors = to_hf_state_dict(model)
     save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
@@ -220,12 +260,21 @@ def save_hf(model: BertForPreTraining, vocab_file: str | None, output_dir: str, 
         json.dump(hf_config_from_bert(model.config), f, indent=2, sort_keys=True)
     if vocab_file:
         if not os.path.isfile(vocab_file):
-            raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
-                                    "the training data was tokenized with")
+            raise FileNotFoundError(
+                f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
+                "the training data was tokenized with"
+            )
         shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
         with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-            json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                       "model_max_length": model.config.max_position_embeddings}, f, indent=2)
+            json.dump(
+                {
+                    "tokenizer_class": "BertTokenizer",
+                    "do_lower_case": do_lower_case,
+                    "model_max_length": model.config.max_position_embeddings,
+                },
+                f,
+                indent=2,
+            )
 
 
 def _read_json(path: str) -> dict:
@@ -238,12 +287,15 @@ def read_hf_config(hf_dir: str) -> dict:
         path = os.path.join(hf_dir, name)
         if os.path.isfile(path):
             return _read_json(path)
-    raise CheckpointError(f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
-                       "(original TensorFlow BERT); pass the model's directory")
+    raise CheckpointError(
+        f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
+        "(original TensorFlow BERT); pass the model's directory"
+    )
 
 
 def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
     from safetensors import safe_open
+
     out = {}
     for path in paths:
         with safe_open(path, framework="numpy") as f:
@@ -256,8 +308,10 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
     try:
         import torch
     except ImportError as e:
-        raise ImportError(f"reading {path} needs PyTorch: pip install torch (the CPU build is "
-                          "enough), or convert the checkpoint to model.safetensors") from e
+        raise ImportError(
+            f"reading {path} needs PyTorch: pip install torch (the CPU build is "
+            "enough), or convert the checkpoint to model.safetensors"
+        ) from e
     state = torch.load(path, map_location="cpu", weights_only=True)
     return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
 
@@ -265,8 +319,10 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
 def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
     """Original TF BERT variable name -> (HF name, transpose?); None for optimizer slots."""
     parts = name.split("/")
-    if parts[-1] in ("adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1") \
-            or name == "global_step":
+    if (
+        parts[-1] in ("adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1")
+        or name == "global_step"
+    ):
         return None
     out, transpose = [], False
     for part in parts:
@@ -274,7 +330,9 @@ def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
             out += ["layer", part[6:]]
         elif part in ("kernel", "gamma", "output_weights"):
             out.append("weight")
-            transpose = part == "kernel"  # TF dense kernels are [in, out]; output_weights is [out, in]
+            transpose = (
+                part == "kernel"
+            )  # TF dense kernels are [in, out]; output_weights is [out, in]
         elif part in ("beta", "output_bias"):
             out.append("bias")
         else:
@@ -289,9 +347,11 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
     try:
         import tensorflow as tf
     except ImportError as e:
-        raise ImportError(f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
-                          "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
-                          "format where TensorFlow is installed)") from e
+        raise ImportError(
+            f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
+            "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
+            "format where TensorFlow is installed)"
+        ) from e
     reader = tf.train.load_checkpoint(prefix)
     out = {}
     for name in reader.get_variable_to_shape_map():
@@ -306,13 +366,16 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
 
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     """All weight tensors of a model directory, HF-named, and a description of what was read."""
+
     def path(name):
         return os.path.join(hf_dir, name)
 
     if os.path.isfile(path("model.safetensors")):
         return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
     if os.path.isfile(path("model.safetensors.index.json")):
-        shards = sorted(set(_read_json(path("model.safetensors.index.json"))["weight_map"].values()))
+        shards = sorted(
+            set(_read_json(path("model.safetensors.index.json"))["weight_map"].values())
+        )
         return _read_safetensors([path(s) for s in shards]), path("model.safetensors.index.json")
     if os.path.isfile(path("pytorch_model.bin")):
         return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
@@ -321,15 +384,20 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
         prefix = indexes[0][: -len(".index")]
         return _read_tf_checkpoint(prefix), prefix + " (TensorFlow)"
     if len(indexes) > 1:
-        raise CheckpointError(f"{hf_dir!r} holds several TensorFlow checkpoints {indexes}; keep one")
+        raise CheckpointError(
+            f"{hf_dir!r} holds several TensorFlow checkpoints {indexes}; keep one"
+        )
     listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
-    raise CheckpointError(f"no weights in {hf_dir!r}: expected model.safetensors, "
-                       f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
-                       f"bert_model.ckpt; found {listing}")
+    raise CheckpointError(
+        f"no weights in {hf_dir!r}: expected model.safetensors, "
+        f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
+        f"bert_model.ckpt; found {listing}"
+    )
 
 
-def load_hf(hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
-            ) -> tuple[BertForPreTraining, ImportReport]:
+def load_hf(
+    hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
+) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
 
     `config` defaults to the directory's config.json / bert_config.json; pass one to change what
@@ -343,8 +411,9 @@ def load_hf(hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
     return from_hf_state_dict(tensors, config, seed=seed, source=source)
 
 
-def load_hf_params(hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
-                   ) -> tuple[dict, ImportReport]:
+def load_hf_params(
+    hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
+) -> tuple[dict, ImportReport]:
     """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
 
     The dict has the layout of checkpointing.restore_params' (nnx.to_pure_dict of the Params), so

@@ -13,6 +13,7 @@ Dynamic masking (`data.dynamic_masking`) masks unmasked records in the Grain map
 a generator Grain seeds from (seed, position in the stream): a record is masked differently in
 every epoch, yet identically when a run is resumed.
 """
+
 import bisect
 import glob
 import os
@@ -24,8 +25,13 @@ import numpy as np
 
 from bert_jax import features, record_io
 
-INT_FEATURES = (features.INPUT_IDS, features.INPUT_MASK, features.SEGMENT_IDS,
-                features.MASKED_LM_POSITIONS, features.MASKED_LM_IDS)
+INT_FEATURES = (
+    features.INPUT_IDS,
+    features.INPUT_MASK,
+    features.SEGMENT_IDS,
+    features.MASKED_LM_POSITIONS,
+    features.MASKED_LM_IDS,
+)
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
 
@@ -75,11 +81,15 @@ class TFRecordSource:
             while pos < size:
                 header = f.read(12)
                 if len(header) < 12:
-                    raise ValueError(f"{path}: truncated TFRecord header at byte {pos}; is it a TFRecord file?")
+                    raise ValueError(
+                        f"{path}: truncated TFRecord header at byte {pos}; is it a TFRecord file?"
+                    )
                 (length,) = struct.unpack("<Q", header[:8])
                 if pos + 16 + length > size:
-                    raise ValueError(f"{path}: record at byte {pos} claims {length} bytes, past the end "
-                                     "of the file; is it a TFRecord file?")
+                    raise ValueError(
+                        f"{path}: record at byte {pos} claims {length} bytes, past the end "
+                        "of the file; is it a TFRecord file?"
+                    )
                 offsets.append(pos + 12)
                 lengths.append(length)
                 pos += 16 + length
@@ -114,7 +124,9 @@ def make_source(files: Sequence[str]):
     """A Grain random-access source over files of one format."""
     formats = {record_io.format_of(f) for f in files}
     if len(formats) > 1:
-        raise ValueError(f"mixed record formats {sorted(formats)} in one file list; convert them to one")
+        raise ValueError(
+            f"mixed record formats {sorted(formats)} in one file list; convert them to one"
+        )
     if formats == {record_io.ARRAYRECORD}:
         return grain.sources.ArrayRecordDataSource(list(files))
     return TFRecordSource(files)
@@ -141,20 +153,28 @@ class ParseRecord(grain.transforms.Map):
     def map(self, record: bytes) -> dict[str, np.ndarray]:
         example = features.decode_example(record)
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
-            raise ValueError("dynamic masking needs unmasked records, but these are already masked: "
-                             "set config.data.dynamic_masking=False")
+            raise ValueError(
+                "dynamic masking needs unmasked records, but these are already masked: "
+                "set config.data.dynamic_masking=False"
+            )
         try:
             features.check_example(example, self.schema)
         except ValueError as e:
             if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
-                raise ValueError("records are unmasked (no masked_lm_* features): set "
-                                 "config.data.dynamic_masking=True to mask them while training") from e
-            raise ValueError(f"{e}; set config.data.max_seq_length / max_predictions_per_seq "
-                             "to the values the records were written with") from e
+                raise ValueError(
+                    "records are unmasked (no masked_lm_* features): set "
+                    "config.data.dynamic_masking=True to mask them while training"
+                ) from e
+            raise ValueError(
+                f"{e}; set config.data.max_seq_length / max_predictions_per_seq "
+                "to the values the records were written with"
+            ) from e
         out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
         if self.schema.masked:
             out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
-        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(np.int32)[0]
+        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
+            np.int32
+        )[0]
         return out
 
 
@@ -166,8 +186,15 @@ class DynamicMasking(grain.transforms.RandomMap):
     random vocabulary id in the other 10%. Positions come out sorted, as the original writes them.
     """
 
-    def __init__(self, max_predictions: int, masked_lm_prob: float, vocab_size: int,
-                 cls_id: int, sep_id: int, mask_id: int):
+    def __init__(
+        self,
+        max_predictions: int,
+        masked_lm_prob: float,
+        vocab_size: int,
+        cls_id: int,
+        sep_id: int,
+        mask_id: int,
+    ):
         self.max_predictions = max_predictions
         self.masked_lm_prob = masked_lm_prob
         self.vocab_size = vocab_size
@@ -190,33 +217,56 @@ class DynamicMasking(grain.transforms.RandomMap):
         labels = np.zeros(p, np.int32)
         weights = np.zeros(p, np.float32)
         positions[:k], labels[:k], weights[:k] = chosen, ids[chosen], 1.0
-        return {**example, features.INPUT_IDS: masked_ids, features.MASKED_LM_POSITIONS: positions,
-                features.MASKED_LM_IDS: labels, features.MASKED_LM_WEIGHTS: weights}
+        return {
+            **example,
+            features.INPUT_IDS: masked_ids,
+            features.MASKED_LM_POSITIONS: positions,
+            features.MASKED_LM_IDS: labels,
+            features.MASKED_LM_WEIGHTS: weights,
+        }
 
 
-def _records(files, max_seq_length: int, max_predictions: int, dynamic_masking: bool) -> grain.MapDataset:
+def _records(
+    files, max_seq_length: int, max_predictions: int, dynamic_masking: bool
+) -> grain.MapDataset:
     schema = features.Schema(max_seq_length, 0 if dynamic_masking else max_predictions)
     return grain.MapDataset.source(make_source(files)).map(ParseRecord(schema))
 
 
 def _masker(data, vocab_size: int) -> DynamicMasking:
-    return DynamicMasking(data.max_predictions_per_seq, data.masked_lm_prob, vocab_size,
-                          data.cls_token_id, data.sep_token_id, data.mask_token_id)
+    return DynamicMasking(
+        data.max_predictions_per_seq,
+        data.masked_lm_prob,
+        vocab_size,
+        data.cls_token_id,
+        data.sep_token_id,
+        data.mask_token_id,
+    )
 
 
-def train_dataset(data, vocab_size: int, global_batch_size: int, seed: int,
-                  process_index: int = 0, process_count: int = 1) -> grain.IterDataset:
+def train_dataset(
+    data,
+    vocab_size: int,
+    global_batch_size: int,
+    seed: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
     `data` is config.data. Iterate with `iter(...)`; the iterator's get_state()/set_state()
     give the exact position (Orbax saves it through grain.checkpoint).
     """
     if global_batch_size % process_count:
-        raise ValueError(f"global batch {global_batch_size} is not divisible by {process_count} processes")
+        raise ValueError(
+            f"global batch {global_batch_size} is not divisible by {process_count} processes"
+        )
     files = expand_files(data.train_files)
     ds = _records(files, data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking)
     if len(ds) < global_batch_size:
-        raise ValueError(f"{len(ds)} training records are fewer than one global batch of {global_batch_size}")
+        raise ValueError(
+            f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
+        )
     ds = ds.shuffle(seed=seed)
     if data.dynamic_masking:
         # Before the per-process slice: Grain seeds the generator by the position in the global
@@ -224,16 +274,25 @@ def train_dataset(data, vocab_size: int, global_batch_size: int, seed: int,
         ds = ds.random_map(_masker(data, vocab_size), seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     ds = ds.batch(global_batch_size // process_count, drop_remainder=True)
-    read = grain.ReadOptions(num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size)
+    read = grain.ReadOptions(
+        num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
+    )
     it_ds = ds.to_iter_dataset(read)
     if data.num_workers > 0:
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     return it_ds
 
 
-def eval_batches(data, files: str | Sequence[str], vocab_size: int, global_batch_size: int,
-                 num_examples: int = 0, seed: int = 0, process_index: int = 0,
-                 process_count: int = 1) -> list[dict[str, np.ndarray]]:
+def eval_batches(
+    data,
+    files: str | Sequence[str],
+    vocab_size: int,
+    global_batch_size: int,
+    num_examples: int = 0,
+    seed: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> list[dict[str, np.ndarray]]:
     """The eval set as this process's rows of every global batch, in memory for reuse.
 
     The first `num_examples` records (0: all) in file order; the last batch is padded with
@@ -241,8 +300,12 @@ def eval_batches(data, files: str | Sequence[str], vocab_size: int, global_batch
     fixed masking (seeded by `seed`), so every evaluation sees the same masked positions.
     """
     if global_batch_size % process_count:
-        raise ValueError(f"eval batch {global_batch_size} is not divisible by {process_count} processes")
-    ds = _records(expand_files(files), data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking)
+        raise ValueError(
+            f"eval batch {global_batch_size} is not divisible by {process_count} processes"
+        )
+    ds = _records(
+        expand_files(files), data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking
+    )
     if data.dynamic_masking:
         ds = ds.random_map(_masker(data, vocab_size), seed=seed)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
@@ -256,10 +319,13 @@ def eval_batches(data, files: str | Sequence[str], vocab_size: int, global_batch
         start = b * global_batch_size + process_index * local
         rows = [ds[i] for i in range(start, min(start + local, total))]
         weights = np.zeros(local, np.float32)
-        weights[:len(rows)] = 1.0
+        weights[: len(rows)] = 1.0
         # Padding repeats a real record with its masked-LM weights zeroed, so the model sees
         # well-formed input (no all-padding attention row) and the metrics ignore it.
-        pad = {**ds[0], features.MASKED_LM_WEIGHTS: np.zeros(data.max_predictions_per_seq, np.float32)}
+        pad = {
+            **ds[0],
+            features.MASKED_LM_WEIGHTS: np.zeros(data.max_predictions_per_seq, np.float32),
+        }
         rows += [pad] * (local - len(rows))
         batch = {k: np.stack([r[k] for r in rows]) for k in pad}
         batch[EXAMPLE_WEIGHT] = weights

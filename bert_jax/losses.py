@@ -6,6 +6,7 @@ figure one big batch would give. The loss is google-research/bert's: the MLM ter
 cross-entropy over real (weight 1) masked positions of the whole global batch, the NSP term the
 mean over examples, and the total is their sum.
 """
+
 from typing import Mapping
 
 import jax
@@ -26,8 +27,9 @@ def mlm_sums(
     mlm_logits: jax.Array, label_ids: jax.Array, label_weights: jax.Array
 ) -> dict[str, jax.Array]:
     """Sums over masked positions. mlm_logits [B, P, V]; label_ids, label_weights [B, P]."""
-    return _weighted_sums(mlm_logits, label_ids, label_weights,
-                          ("mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum"))
+    return _weighted_sums(
+        mlm_logits, label_ids, label_weights, ("mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum")
+    )
 
 
 def nsp_sums(
@@ -40,14 +42,20 @@ def nsp_sums(
     labels = labels.reshape(labels.shape[0])
     if example_weights is None:
         example_weights = jnp.ones(labels.shape, jnp.float32)
-    return _weighted_sums(nsp_logits, labels, example_weights, ("nsp_nll_sum", "nsp_correct_sum", "nsp_count"))
+    return _weighted_sums(
+        nsp_logits, labels, example_weights, ("nsp_nll_sum", "nsp_correct_sum", "nsp_count")
+    )
 
 
 def _weighted_sums(logits, labels, weights, names) -> dict[str, jax.Array]:
     """{names: (sum of weighted NLL, sum of weighted correct argmax, sum of weights)}."""
     weights = weights.astype(jnp.float32)
     correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
-    sums = (jnp.sum(cross_entropy(logits, labels) * weights), jnp.sum(correct * weights), jnp.sum(weights))
+    sums = (
+        jnp.sum(cross_entropy(logits, labels) * weights),
+        jnp.sum(correct * weights),
+        jnp.sum(weights),
+    )
     return dict(zip(names, sums))
 
 

@@ -4,6 +4,7 @@ Any config field can be overridden on the command line, e.g.
     --config.optim.learning_rate=2e-4 --config.data.train_files='/data/train-*.arrayrecord'
 Running the same command again resumes from the latest checkpoint in --workdir.
 """
+
 import sys
 
 from absl import app, flags, logging
@@ -11,12 +12,19 @@ from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.", lock_config=True)
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard logs.")
-flags.DEFINE_bool("distributed", False,
-                  "Call jax.distributed.initialize() first: needed with more than one process (TPU pod "
-                  "slices, multi-node GPU). TPU, SLURM, Open MPI and Kubernetes set the rest "
-                  "themselves; elsewhere pass the three flags below.")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS).")
+flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard logs."
+)
+flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Call jax.distributed.initialize() first: needed with more than one process (TPU pod "
+    "slices, multi-node GPU). TPU, SLURM, Open MPI and Kubernetes set the rest "
+    "themselves; elsewhere pass the three flags below.",
+)
+flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS)."
+)
 flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
 flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1.")
 flags.mark_flags_as_required(["config", "workdir"])
@@ -24,7 +32,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides")
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
+        )
     if not FLAGS["verbosity"].present:
         # Orbax logs every save step at INFO; the progress lines say what a user needs.
         logging.set_verbosity(logging.WARNING)
@@ -36,11 +46,19 @@ def main(argv):
         jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
     from bert_jax import train
 
-    logging.info("process %d of %d, %d local devices of %d", jax.process_index(), jax.process_count(),
-                 jax.local_device_count(), jax.device_count())
+    logging.info(
+        "process %d of %d, %d local devices of %d",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
+    )
     result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     if jax.process_index() == 0:
-        print(f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}", flush=True)
+        print(
+            f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}",
+            flush=True,
+        )
     if result["stopped"] == "nonfinite":
         sys.exit(1)  # a scheduler or script must not take this run for a finished one
 

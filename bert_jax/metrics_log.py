@@ -6,6 +6,7 @@ first drops the lines past the step it resumes from, so the log reads as one uni
 TensorBoard event files go to `<workdir>/tensorboard` (tags `train/loss`, `eval/mlm_accuracy`...).
 Only process 0 writes; the other processes' writers do nothing.
 """
+
 import json
 import os
 import sys
@@ -90,8 +91,13 @@ class Progress:
 
     def line(self, step: int, scalars: Mapping[str, float], eta: bool = True) -> str:
         parts = [f"step {step}/{self.total} ({100 * step / self.total:.0f}%)"]
-        for name, fmt in (("loss", ".3f"), ("mlm_accuracy", ".3f"), ("nsp_accuracy", ".3f"),
-                          ("learning_rate", ".2e"), ("grad_norm", ".2f")):
+        for name, fmt in (
+            ("loss", ".3f"),
+            ("mlm_accuracy", ".3f"),
+            ("nsp_accuracy", ".3f"),
+            ("learning_rate", ".2e"),
+            ("grad_norm", ".2f"),
+        ):
             if name in scalars:
                 parts.append(f"{name} {scalars[name]:{fmt}}")
         if "tokens_per_sec" in scalars:
@@ -101,6 +107,8 @@ class Progress:
             parts.append(f"ETA {format_duration(rate * (self.total - step))}")
         return "  ".join(parts)
 
-    def report(self, step: int, scalars: Mapping[str, float], prefix: str = "", eta: bool = True) -> None:
+    def report(
+        self, step: int, scalars: Mapping[str, float], prefix: str = "", eta: bool = True
+    ) -> None:
         if self.enabled:
             print(prefix + self.line(step, scalars, eta), file=self.stream, flush=True)

@@ -35,6 +35,7 @@ relies on the padding being on the right, as in every BERT record), XLA otherwis
 attention has no dropout, so while attention-probability dropout is active (training with
 attention_probs_dropout_prob > 0) the explicit einsum attention with dropout runs instead.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,6 +62,7 @@ _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Model hyper-parameters; field names are those of configs/default.py's `config.model`."""
+
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int
@@ -78,22 +80,32 @@ class BertConfig:
 
     def __post_init__(self):
         problems = []
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name} must be a positive integer, got {value!r}")
         if not problems and self.hidden_size % self.num_attention_heads:
-            problems.append(f"hidden_size ({self.hidden_size}) must be a multiple of "
-                            f"num_attention_heads ({self.num_attention_heads})")
+            problems.append(
+                f"hidden_size ({self.hidden_size}) must be a multiple of "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 problems.append(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         if self.dtype not in _DTYPES:
             problems.append(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.attention_impl not in _ATTENTION_IMPLS:
-            problems.append(f"attention_impl must be one of {_ATTENTION_IMPLS}, "
-                            f"got {self.attention_impl!r}")
+            problems.append(
+                f"attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}"
+            )
         if problems:
             raise ValueError("invalid model config: " + "; ".join(problems))
 
@@ -104,9 +116,12 @@ class BertConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise ValueError(f"unknown config.model fields {unknown}; known fields: {sorted(fields)}")
-        missing = sorted(n for n, f in fields.items()
-                         if n not in values and f.default is dataclasses.MISSING)
+            raise ValueError(
+                f"unknown config.model fields {unknown}; known fields: {sorted(fields)}"
+            )
+        missing = sorted(
+            n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
+        )
         if missing:
             raise ValueError(f"config.model lacks the fields {missing}")
         return cls(**values)
@@ -146,31 +161,51 @@ def constrain(x: jax.Array, *names: str | None) -> jax.Array:
 def _truncated_normal(stddev: float):
     # As the original BERT: N(0, stddev) truncated at two standard deviations.
     def init(key, shape, dtype=jnp.float32):
-        return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(dtype)
+        return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(
+            dtype
+        )
+
     return init
 
 
 def _dense(cfg: BertConfig, d_in: int, d_out: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Linear:
     return nnx.Linear(
-        d_in, d_out, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
-        kernel_init=_truncated_normal(cfg.initializer_range), kernel_metadata=_axes(*axes),
-        bias_metadata=_axes(axes[1]), rngs=rngs)
+        d_in,
+        d_out,
+        dtype=cfg.compute_dtype,
+        param_dtype=jnp.float32,
+        kernel_init=_truncated_normal(cfg.initializer_range),
+        kernel_metadata=_axes(*axes),
+        bias_metadata=_axes(axes[1]),
+        rngs=rngs,
+    )
 
 
 def _layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
     # Two-pass variance, as HF and the original compute it: E[x^2]-E[x]^2 cancels badly when a
     # feature vector's mean is large next to its spread.
     return nnx.LayerNorm(
-        cfg.hidden_size, epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
-        param_dtype=jnp.float32, use_fast_variance=False,
-        scale_metadata=_axes("norm"), bias_metadata=_axes("norm"), rngs=rngs)
+        cfg.hidden_size,
+        epsilon=cfg.layer_norm_eps,
+        dtype=cfg.compute_dtype,
+        param_dtype=jnp.float32,
+        use_fast_variance=False,
+        scale_metadata=_axes("norm"),
+        bias_metadata=_axes("norm"),
+        rngs=rngs,
+    )
 
 
 def _embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
     return nnx.Embed(
-        num, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+        num,
+        cfg.hidden_size,
+        dtype=cfg.compute_dtype,
+        param_dtype=jnp.float32,
         embedding_init=_truncated_normal(cfg.initializer_range),
-        embedding_metadata=_axes(*axes), rngs=rngs)
+        embedding_metadata=_axes(*axes),
+        rngs=rngs,
+    )
 
 
 def _mix32(h: jax.Array) -> jax.Array:
@@ -240,15 +275,21 @@ def fused_attention(q, k, v, input_mask, *, implementation: str = "xla"):
         # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
         # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
         lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
-        return jax.nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths,
-                                            implementation="cudnn")
+        return jax.nn.dot_product_attention(
+            q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
+        )
     mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
 
 
 def _cudnn_usable(cfg: BertConfig, length: int) -> bool:
-    return (jax.default_backend() == "gpu" and cfg.compute_dtype == jnp.bfloat16
-            and cfg.head_dim % 8 == 0 and cfg.head_dim <= 128 and length % 2 == 0)
+    return (
+        jax.default_backend() == "gpu"
+        and cfg.compute_dtype == jnp.bfloat16
+        and cfg.head_dim % 8 == 0
+        and cfg.head_dim <= 128
+        and length % 2 == 0
+    )
 
 
 # --- Modules ---------------------------------------------------------------------------------
@@ -276,9 +317,13 @@ class SelfAttention(nnx.Module):
         if not all(type(p) is nnx.Linear for p in projections):
             # Wrapped projections (LoRA adapters in fine-tuning) compute their own outputs.
             return tuple(p(x) for p in projections)
-        kernel = jnp.stack([p.kernel[...] for p in projections], axis=1).astype(dtype)  # [hidden, 3, heads*kv]
+        kernel = jnp.stack([p.kernel[...] for p in projections], axis=1).astype(
+            dtype
+        )  # [hidden, 3, heads*kv]
         bias = jnp.stack([p.bias[...] for p in projections]).astype(dtype)  # [3, heads*kv]
-        qkv = jnp.einsum("blm,mtn->bltn", x.astype(dtype), kernel) + bias  # [batch, length, 3, heads*kv]
+        qkv = (
+            jnp.einsum("blm,mtn->bltn", x.astype(dtype), kernel) + bias
+        )  # [batch, length, 3, heads*kv]
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
     def __call__(self, x, input_mask, dropout_rng=None):
@@ -296,9 +341,14 @@ class SelfAttention(nnx.Module):
         elif impl == "auto":
             impl = "cudnn" if _cudnn_usable(cfg, length) else "xla"
         if impl == "einsum":
-            ctx = einsum_attention(q, k, v, input_mask,
-                                   dropout_rate=cfg.attention_probs_dropout_prob,
-                                   dropout_rng=dropout_rng)
+            ctx = einsum_attention(
+                q,
+                k,
+                v,
+                input_mask,
+                dropout_rate=cfg.attention_probs_dropout_prob,
+                dropout_rng=dropout_rng,
+            )
         else:
             ctx = fused_attention(q, k, v, input_mask, implementation=impl)
         ctx = constrain(ctx, *_ACT_HEADS)
@@ -312,14 +362,17 @@ class EncoderLayer(nnx.Module):
         self.cfg = cfg
         self.attention = SelfAttention(cfg, rngs=rngs)
         self.attention_norm = _layer_norm(cfg, rngs)
-        self.intermediate = _dense(cfg, cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), rngs)
+        self.intermediate = _dense(
+            cfg, cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), rngs
+        )
         self.output = _dense(cfg, cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), rngs)
         self.output_norm = _layer_norm(cfg, rngs)
 
     def __call__(self, x, input_mask, dropout_rng=None):
         rate = self.cfg.hidden_dropout_prob
-        k_attn, k_attn_out, k_ffn = (jax.random.split(dropout_rng, 3) if dropout_rng is not None
-                                     else (None, None, None))
+        k_attn, k_attn_out, k_ffn = (
+            jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
+        )
         attn = self.attention(x, input_mask, k_attn)
         x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
         x = constrain(x, *_ACT_EMBED)
@@ -353,20 +406,30 @@ class Embeddings(nnx.Module):
     def __call__(self, input_ids, segment_ids, dropout_rng=None):
         length = input_ids.shape[1]
         positions = jnp.arange(length)[None, :]  # [1, length]
-        x = (_lookup(self.word_embeddings, input_ids, "vocab") + _lookup(self.position_embeddings, positions)
-             + _lookup(self.token_type_embeddings, segment_ids))
+        x = (
+            _lookup(self.word_embeddings, input_ids, "vocab")
+            + _lookup(self.position_embeddings, positions)
+            + _lookup(self.token_type_embeddings, segment_ids)
+        )
         x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
         return constrain(x, *_ACT_EMBED)
 
 
 def _check_inputs(cfg: BertConfig, input_ids, input_mask, segment_ids):
-    shapes = {"input_ids": np.shape(input_ids), "input_mask": np.shape(input_mask),
-              "segment_ids": np.shape(segment_ids)}
+    shapes = {
+        "input_ids": np.shape(input_ids),
+        "input_mask": np.shape(input_mask),
+        "segment_ids": np.shape(segment_ids),
+    }
     if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
-        raise ValueError(f"input_ids, input_mask and segment_ids must all be [batch, length]; got {shapes}")
+        raise ValueError(
+            f"input_ids, input_mask and segment_ids must all be [batch, length]; got {shapes}"
+        )
     if shapes["input_ids"][1] > cfg.max_position_embeddings:
-        raise ValueError(f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
-                         f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)")
+        raise ValueError(
+            f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
+            f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)"
+        )
 
 
 class BertModel(nnx.Module):
@@ -375,14 +438,16 @@ class BertModel(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.embeddings = Embeddings(config, rngs=rngs)
-        self.layers = nnx.List([EncoderLayer(config, rngs=rngs)
-                                for _ in range(config.num_hidden_layers)])
+        self.layers = nnx.List(
+            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
+        )
         self.pooler = _dense(config, config.hidden_size, config.hidden_size, ("embed", None), rngs)
 
     def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
         _check_inputs(self.config, input_ids, input_mask, segment_ids)
-        k_embed, k_layers = (jax.random.split(dropout_rng) if dropout_rng is not None
-                             else (None, None))
+        k_embed, k_layers = (
+            jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
+        )
         x = self.embeddings(input_ids, segment_ids, k_embed)
         run = nnx.remat(_run_layer) if self.config.remat else _run_layer
         for i, layer in enumerate(self.layers):
@@ -402,8 +467,9 @@ class MaskedLMHead(nnx.Module):
 
     def __call__(self, x, word_embeddings: jax.Array):
         x = self.transform_norm(_gelu(self.transform(x)))  # [batch, predictions, hidden]
-        logits = jnp.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype),
-                            preferred_element_type=jnp.float32)
+        logits = jnp.einsum(
+            "bph,vh->bpv", x, word_embeddings.astype(x.dtype), preferred_element_type=jnp.float32
+        )
         return constrain(logits + self.bias[...], "batch", None, "vocab")
 
 
@@ -416,14 +482,23 @@ class BertForPreTraining(nnx.Module):
         self.mlm = MaskedLMHead(config, rngs=rngs)
         self.nsp = _dense(config, config.hidden_size, 2, ("embed", None), rngs)
 
-    def __call__(self, input_ids, input_mask, segment_ids, masked_lm_positions, *, dropout_rng=None):
-        if np.ndim(masked_lm_positions) != 2 or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]:
-            raise ValueError(f"masked_lm_positions must be [batch, predictions], got shape "
-                             f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}")
+    def __call__(
+        self, input_ids, input_mask, segment_ids, masked_lm_positions, *, dropout_rng=None
+    ):
+        if (
+            np.ndim(masked_lm_positions) != 2
+            or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]
+        ):
+            raise ValueError(
+                f"masked_lm_positions must be [batch, predictions], got shape "
+                f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}"
+            )
         sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=dropout_rng)
         # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
         # Out-of-range positions are clipped (records always hold positions < length).
-        gathered = jnp.take_along_axis(sequence, masked_lm_positions[..., None], axis=1, mode="clip")
+        gathered = jnp.take_along_axis(
+            sequence, masked_lm_positions[..., None], axis=1, mode="clip"
+        )
         mlm_logits = self.mlm(gathered, self.bert.embeddings.word_embeddings.embedding[...])
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return mlm_logits, nsp_logits
@@ -440,14 +515,22 @@ def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining
 
     What checkpointing.restore_params returns; no random initialization is spent on it.
     """
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0))))
+    graphdef, state = nnx.split(
+        nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
+    )
     expected = nnx.to_pure_dict(state)  # abstract: shapes only
-    want = {jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(expected)}
-    got = {jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(params)}
+    want = {
+        jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(expected)
+    }
+    got = {
+        jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(params)
+    }
     if want != got:
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-        raise ValueError(f"the parameters do not fit this config at {diff[:4]} "
-                         f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
-                         f"got {[got.get(k) for k in diff[:4]]}")
+        raise ValueError(
+            f"the parameters do not fit this config at {diff[:4]} "
+            f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
+            f"got {[got.get(k) for k in diff[:4]]}"
+        )
     nnx.replace_by_pure_dict(state, params)
     return nnx.merge(graphdef, state)

@@ -9,6 +9,7 @@ google-research/bert's AdamWeightDecayOptimizer differs from textbook AdamW in t
 reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates for their zero
 initialisation (`optim.bias_correction = False`).
 """
+
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -20,7 +21,9 @@ SCHEDULES = ("linear", "polynomial", "constant")
 OPTIMIZERS = ("adamw", "lamb")
 
 
-def learning_rate_schedule(optim: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
+def learning_rate_schedule(
+    optim: ml_collections.ConfigDict, num_train_steps: int
+) -> optax.Schedule:
     """Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
 
     As in the original (and MLPerf's reference), the decay is measured from step 0, not from the
@@ -80,7 +83,9 @@ class ScaleByAdamState(NamedTuple):
     nu: Any
 
 
-def scale_by_adam(b1: float, b2: float, eps: float, bias_correction: bool) -> optax.GradientTransformation:
+def scale_by_adam(
+    b1: float, b2: float, eps: float, bias_correction: bool
+) -> optax.GradientTransformation:
     """Adam's direction m / (sqrt(v) + eps), optionally without bias correction (the original BERT).
 
     optax.scale_by_adam always corrects; the original never does, which matters in the first few

@@ -7,6 +7,7 @@ same serialized tf.train.Example bytes (see features.py). No JAX import: data_pr
 A writer writes to `<path>.tmp-<pid>` and renames on close, so a killed job never leaves a
 half-written file under its final name.
 """
+
 import os
 import struct
 from typing import Iterator

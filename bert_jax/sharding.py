@@ -10,6 +10,7 @@ Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; model.py lists 
 in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
 applies them, so changing a parallelism strategy is a config change.
 """
+
 import contextlib
 import logging
 import math
@@ -22,11 +23,14 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
+
 def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int, int, int]:
     """Resolves one -1 axis to use all devices; checks that the product equals `num_devices`."""
     sizes = [data, fsdp, tensor]
     if sizes.count(-1) > 1:
-        raise ValueError(f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}")
+        raise ValueError(
+            f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}"
+        )
     if any(s == 0 or s < -1 for s in sizes):
         raise ValueError(f"mesh axis sizes must be positive or -1, got {sizes}")
     known = math.prod(s for s in sizes if s != -1)
@@ -44,8 +48,9 @@ def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int
     return tuple(sizes)
 
 
-def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
-              devices: Sequence[jax.Device] | None = None) -> Mesh:
+def make_mesh(
+    data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None
+) -> Mesh:
     """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all devices of all processes)."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
@@ -54,8 +59,9 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1,
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
 
 
-def mesh_from_config(mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
-                     ) -> tuple[Mesh, tuple]:
+def mesh_from_config(
+    mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
+) -> tuple[Mesh, tuple]:
     """(mesh, normalized rules) of a `config.mesh` block (data, fsdp, tensor, num_devices, rules),
     checked against a model with `num_attention_heads` heads. Pre-training and fine-tuning share it.
 
@@ -66,11 +72,13 @@ def mesh_from_config(mesh_config, num_attention_heads: int, devices: Sequence[ja
         if mesh_config.num_devices:
             if jax.process_count() > 1:
                 raise ValueError("config.mesh.num_devices is for single-process runs; set it to 0")
-            devices = devices[:mesh_config.num_devices]
+            devices = devices[: mesh_config.num_devices]
     mesh = make_mesh(mesh_config.data, mesh_config.fsdp, mesh_config.tensor, devices)
     if num_attention_heads % mesh.shape["tensor"]:
-        raise ValueError(f"config.mesh.tensor={mesh.shape['tensor']} must divide "
-                         f"num_attention_heads={num_attention_heads} (the model's)")
+        raise ValueError(
+            f"config.mesh.tensor={mesh.shape['tensor']} must divide "
+            f"num_attention_heads={num_attention_heads} (the model's)"
+        )
     return mesh, normalize_rules(mesh_config.rules)
 
 
@@ -97,8 +105,10 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
         axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
         unknown = [a for a in axes if a not in MESH_AXES]
         if unknown:
-            raise ValueError(f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
-                             f"use {MESH_AXES}")
+            raise ValueError(
+                f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
+                f"use {MESH_AXES}"
+            )
         out.append((logical, axes))
     return tuple(out)
 
@@ -107,7 +117,9 @@ def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
     return {logical: axes or () for logical, axes in normalize_rules(rules)}
 
 
-def logical_to_mesh_spec(logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules) -> P:
+def logical_to_mesh_spec(
+    logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules
+) -> P:
     """Maps one array's logical axis names to a PartitionSpec on `mesh`.
 
     A dimension stays unsplit when its size is not divisible by the mesh axes it maps to (e.g.
@@ -118,7 +130,11 @@ def logical_to_mesh_spec(logical: Sequence[str | None], shape: Sequence[int], me
     used: set[str] = set()
     spec = []
     for name, size in zip(logical, shape):
-        axes = tuple(a for a in table.get(name, ()) if name is not None and mesh.shape[a] > 1 and a not in used)
+        axes = tuple(
+            a
+            for a in table.get(name, ())
+            if name is not None and mesh.shape[a] > 1 and a not in used
+        )
         if axes and size % math.prod(mesh.shape[a] for a in axes):
             logging.info("not splitting dim %r of size %d over %s: not divisible", name, size, axes)
             axes = ()
@@ -132,8 +148,12 @@ def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
     logical = nnx.to_pure_dict(nnx.get_partition_spec(abstract_state))
     shapes = nnx.to_pure_dict(abstract_state)
     return jax.tree.map(
-        lambda spec, x: NamedSharding(mesh, logical_to_mesh_spec(tuple(spec), x.shape, mesh, rules)),
-        logical, shapes, is_leaf=lambda s: isinstance(s, P),
+        lambda spec, x: NamedSharding(
+            mesh, logical_to_mesh_spec(tuple(spec), x.shape, mesh, rules)
+        ),
+        logical,
+        shapes,
+        is_leaf=lambda s: isinstance(s, P),
     )
 
 
@@ -149,8 +169,7 @@ def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) ->
     replicated. This covers any optax state without knowing its layout.
     """
     by_path = {
-        _dict_path(path): s
-        for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
+        _dict_path(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
     }
     replicated = NamedSharding(mesh, P())
 

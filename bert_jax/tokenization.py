@@ -8,6 +8,7 @@ and natural text is Zipfian, so most words are cache hits. That is what makes da
 
 No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
 """
+
 import array
 import itertools
 import os
@@ -32,8 +33,14 @@ _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
 _ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
 _CHINESE_RANGES = (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
 )
 _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
 
@@ -81,7 +88,9 @@ def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     for word in "".join(chars).split():
         if do_lower_case:
             word = word.lower()
-            word = "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+            word = "".join(
+                c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
+            )
         current = []
         for ch in word:
             if _is_punctuation(ch):
@@ -157,7 +166,8 @@ class WordPieceTokenizer:
             import tokenizers
 
             self._rust_model = tokenizers.models.WordPiece(
-                self.vocab, unk_token=UNK, max_input_chars_per_word=self.max_chars_per_word)
+                self.vocab, unk_token=UNK, max_input_chars_per_word=self.max_chars_per_word
+            )
         return self._rust_model
 
     def tokenize(self, text: str) -> list[str]:
@@ -172,7 +182,11 @@ class WordPieceTokenizer:
         if hit is None:
             hit = self.vocab.get(piece) if len(piece) <= self.max_chars_per_word else None
             # Most pieces are whole vocabulary entries; the rest take the greedy longest match.
-            hit = (hit,) if hit is not None else tuple(self.convert_tokens_to_ids(self._wordpiece(piece)))
+            hit = (
+                (hit,)
+                if hit is not None
+                else tuple(self.convert_tokens_to_ids(self._wordpiece(piece)))
+            )
             self._piece_cache[piece] = hit
         return hit
 
@@ -225,7 +239,9 @@ class WordPieceTokenizer:
         simple = [word for word in words if word.isascii()]
         other = [word for word in words if not word.isascii()]
         joined = "\n".join(simple)
-        if any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):  # rare: ASCII controls str.split keeps
+        if any(
+            ch in joined for ch in _SPLIT_DISAGREES_CHARS
+        ):  # rare: ASCII controls str.split keeps
             other += [word for word in simple if _SPLIT_DISAGREES.search(word)]
             simple = [word for word in simple if not _SPLIT_DISAGREES.search(word)]
             joined = "\n".join(simple)
@@ -233,7 +249,9 @@ class WordPieceTokenizer:
         piece_cache = self._piece_cache
         new = list(set(pieces).difference(piece_cache))
         greedy = []
-        for piece, whole in zip(new, map(self.vocab.get, new)):  # most pieces are whole vocabulary entries
+        for piece, whole in zip(
+            new, map(self.vocab.get, new)
+        ):  # most pieces are whole vocabulary entries
             if whole is None or len(piece) > self.max_chars_per_word:
                 greedy.append(piece)
             else:
@@ -242,20 +260,28 @@ class WordPieceTokenizer:
             # The same greedy longest match as _wordpiece, run by Hugging Face tokenizers' WordPiece
             # model in Rust: 3x faster for the pieces that are not whole entries.
             model = self._rust_wordpiece()
-            piece_cache.update((piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy)
+            piece_cache.update(
+                (piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy
+            )
         piece_ids = list(map(piece_cache.__getitem__, pieces))
         # A word's ids are those of its pieces up to the next "\n" (a word of control characters has none).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
         piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
-        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(np.int64)
+        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
+            np.int64
+        )
         other_ids = [self._encode_word(word) for word in other]
         first = len(self._table_len)  # the new words' rows follow the existing ones
-        word_len = np.concatenate([word_len, np.fromiter(map(len, other_ids), np.int64, len(other))])
+        word_len = np.concatenate(
+            [word_len, np.fromiter(map(len, other_ids), np.int64, len(other))]
+        )
         self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
         self._table_len.extend(word_len.tolist())
         self._table.extend(itertools.chain.from_iterable(piece_ids))
         self._table.extend(itertools.chain.from_iterable(other_ids))
-        self._word_index.update(zip(itertools.chain(simple, other), range(first, first + len(words))))
+        self._word_index.update(
+            zip(itertools.chain(simple, other), range(first, first + len(words)))
+        )
 
     def _rows(self, words: list[str]) -> np.ndarray:
         """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
@@ -280,7 +306,9 @@ class WordPieceTokenizer:
         """
         if not lines:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        joined = "\n".join(lines)  # seven substring tests are ten times faster than one regex search
+        joined = "\n".join(
+            lines
+        )  # seven substring tests are ten times faster than one regex search
         if _LINE_END not in joined and not any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):
             # One split of all lines, with a marker word between lines (row -1) to find their ends.
             rows = self._rows(f" {_LINE_END} ".join(lines).split())
@@ -290,15 +318,19 @@ class WordPieceTokenizer:
         else:
             # Lines that str.split would cut wrongly become one cache key each (see _encode_word); the
             # trailing space keeps such a key apart from every word and from the line-end marker.
-            words_per_line = [[line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
-                              for line in lines]
+            words_per_line = [
+                [line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
+                for line in lines
+            ]
             words_in_line = np.fromiter(map(len, words_per_line), np.int64, len(lines))
             rows = self._rows(list(itertools.chain.from_iterable(words_per_line)))
         starts = np.frombuffer(self._table_start, np.int64)[rows]
         lengths = np.frombuffer(self._table_len, np.int64)[rows]
         ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output
         # Output position p of word w reads table[starts[w] + p - (ends[w] - lengths[w])].
-        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if len(ends) else 0)
+        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(
+            ends[-1] if len(ends) else 0
+        )
         ids = np.frombuffer(self._table, np.int32)[source]
         word_ends = np.cumsum(words_in_line)
         token_ends = np.concatenate([[0], ends])[word_ends]
@@ -333,7 +365,8 @@ class SentencePieceTokenizer:
         if missing:
             raise VocabError(
                 f"SentencePiece model {model_file!r} lacks {missing}; train it with "
-                f"user_defined_symbols=[CLS],[SEP],[MASK] (python -m data_prep.vocab does)")
+                f"user_defined_symbols=[CLS],[SEP],[MASK] (python -m data_prep.vocab does)"
+            )
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.unk_id = self.sp.unk_id()
         self.pad_id = self.sp.pad_id() if self.sp.pad_id() >= 0 else 0
@@ -353,10 +386,13 @@ class SentencePieceTokenizer:
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line, int64)."""
-        encoded = self.sp.encode([line.lower() for line in lines] if self.do_lower_case else list(lines),
-                                 out_type=int)
+        encoded = self.sp.encode(
+            [line.lower() for line in lines] if self.do_lower_case else list(lines), out_type=int
+        )
         per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        return np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum())), per_line
+        return np.fromiter(
+            itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum())
+        ), per_line
 
     def convert_tokens_to_ids(self, tokens) -> list[int]:
         return [self.vocab.get(t, self.unk_id) for t in tokens]
@@ -368,7 +404,9 @@ class SentencePieceTokenizer:
 def load_vocab(vocab_file: str) -> dict[str, int]:
     """Reads a BERT vocab.txt (one token a line; its line number is its id) as the original does."""
     if not os.path.isfile(vocab_file):
-        raise VocabError(f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file=PATH/vocab.txt")
+        raise VocabError(
+            f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file=PATH/vocab.txt"
+        )
     try:
         with open(vocab_file, encoding="utf-8") as f:
             lines = f.readlines()  # universal newlines, as the original's readline loop
@@ -381,7 +419,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     if missing:
         raise VocabError(
             f"vocabulary {vocab_file!r} ({len(vocab)} entries) lacks the special tokens {missing}; "
-            "a BERT vocab.txt has one token per line including [PAD], [UNK], [CLS], [SEP], [MASK]")
+            "a BERT vocab.txt has one token per line including [PAD], [UNK], [CLS], [SEP], [MASK]"
+        )
     return vocab
 
 

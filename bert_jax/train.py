@@ -15,6 +15,7 @@ Gradient accumulation runs inside one jitted step (lax.scan over micro-batches).
 micro-batch's loss is normalised by the whole batch's denominators (masked-token count, example
 count), so the summed gradients are exactly those of the full batch.
 """
+
 import dataclasses
 import functools
 import math
@@ -58,8 +59,9 @@ class Setup:
         return sharding.activate(self.mesh, self.rules)
 
 
-def state_layout(abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
-                 ) -> tuple[dict, dict]:
+def state_layout(
+    abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
+) -> tuple[dict, dict]:
     """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng',
     'nonfinite_steps'}.
 
@@ -76,10 +78,16 @@ def state_layout(abstract_params, param_shardings, tx: optax.GradientTransformat
         "rng": replicated,
         "nonfinite_steps": replicated,
     }
-    shapes = {"params": jax.eval_shape(lambda x: x, abstract_params), "opt_state": abstract_opt,
-              "step": jax.ShapeDtypeStruct((), jnp.int32), "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
-              "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32)}
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings)
+    shapes = {
+        "params": jax.eval_shape(lambda x: x, abstract_params),
+        "opt_state": abstract_opt,
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+        "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32),
+    }
+    abstract = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings
+    )
     return shardings, abstract
 
 
@@ -87,13 +95,27 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
     """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer (config.optim)."""
     model_config = model_lib.BertConfig.from_config_dict(config.model)
     mesh, rules = sharding.mesh_from_config(config.mesh, model_config.num_attention_heads, devices)
-    abstract_model = nnx.eval_shape(lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0)))
+    abstract_model = nnx.eval_shape(
+        lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
+    )
     graphdef, param_state = nnx.split(abstract_model, nnx.Param)
     param_shardings = sharding.param_shardings(param_state, mesh, rules)
     tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
-    state_shardings, abstract_state = state_layout(nnx.to_pure_dict(param_state), param_shardings, tx, mesh)
-    return Setup(model_config, graphdef, mesh, rules, param_shardings, state_shardings, abstract_state,
-                 sharding.batch_sharding(mesh, rules), tx, schedule)
+    state_shardings, abstract_state = state_layout(
+        nnx.to_pure_dict(param_state), param_shardings, tx, mesh
+    )
+    return Setup(
+        model_config,
+        graphdef,
+        mesh,
+        rules,
+        param_shardings,
+        state_shardings,
+        abstract_state,
+        sharding.batch_sharding(mesh, rules),
+        tx,
+        schedule,
+    )
 
 
 # --- Pure functions of arrays ----------------------------------------------------------------
@@ -102,18 +124,33 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, jax.Array]:
     """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry EXAMPLE_WEIGHT."""
     model = nnx.merge(graphdef, params)
-    mlm_logits, nsp_logits = model(batch[F.INPUT_IDS], batch[F.INPUT_MASK], batch[F.SEGMENT_IDS],
-                                   batch[F.MASKED_LM_POSITIONS], dropout_rng=dropout_rng)
+    mlm_logits, nsp_logits = model(
+        batch[F.INPUT_IDS],
+        batch[F.INPUT_MASK],
+        batch[F.SEGMENT_IDS],
+        batch[F.MASKED_LM_POSITIONS],
+        dropout_rng=dropout_rng,
+    )
     example_weight = batch.get(input_pipeline.EXAMPLE_WEIGHT)
     mlm_weights = batch[F.MASKED_LM_WEIGHTS]
     if example_weight is not None:
         mlm_weights = mlm_weights * example_weight[:, None]
-    return {**losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
-            **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], example_weight)}
+    return {
+        **losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
+        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], example_weight),
+    }
 
 
-def loss_and_grads(graphdef, params, batch: Batch, rng, *, grad_accum_steps: int = 1,
-                   dropout: bool = True, batch_axes=None):
+def loss_and_grads(
+    graphdef,
+    params,
+    batch: Batch,
+    rng,
+    *,
+    grad_accum_steps: int = 1,
+    dropout: bool = True,
+    batch_axes=None,
+):
     """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
     nsp_denominator = jnp.float32(batch[F.INPUT_IDS].shape[0])
@@ -141,15 +178,21 @@ def loss_and_grads(graphdef, params, batch: Batch, rng, *, grad_accum_steps: int
         (loss, sums), grads = grad_fn(params, micro, jax.random.fold_in(rng, i))
         return jax.tree.map(jnp.add, carry, (loss, sums, grads)), None
 
-    zero_sums = jax.eval_shape(lambda: forward_sums(graphdef, params, jax.tree.map(lambda x: x[0], micro_batches)))
-    init = (jnp.zeros([], jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
-            jax.tree.map(jnp.zeros_like, params))
+    zero_sums = jax.eval_shape(
+        lambda: forward_sums(graphdef, params, jax.tree.map(lambda x: x[0], micro_batches))
+    )
+    init = (
+        jnp.zeros([], jnp.float32),
+        jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
+        jax.tree.map(jnp.zeros_like, params),
+    )
     (loss, sums, grads), _ = jax.lax.scan(body, init, (micro_batches, jnp.arange(grad_accum_steps)))
     return loss, sums, grads
 
 
-def apply_gradients(state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
-                    ) -> tuple[dict, jax.Array]:
+def apply_gradients(
+    state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
+) -> tuple[dict, jax.Array]:
     """(the state after one optimizer step, the gradients' global norm before clipping).
 
     A step whose loss or gradient norm is not finite leaves 'params' and 'opt_state' as they were
@@ -168,19 +211,32 @@ def apply_gradients(state: dict, grads, loss: jax.Array, tx: optax.GradientTrans
     # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
     # kept both versions alive, +0.8 GiB of temporaries per device for BERT-Large on 256
     # data-parallel devices (6.6 -> 7.4 GiB, bench/aot_compile.py); the conditional adds none.
-    params, opt_state = jax.lax.cond(finite, update, lambda p, o: (p, o), state["params"], state["opt_state"])
-    return {"params": params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"],
-            "nonfinite_steps": state["nonfinite_steps"] + jnp.where(finite, 0, 1).astype(jnp.int32),
-            }, grad_norm
+    params, opt_state = jax.lax.cond(
+        finite, update, lambda p, o: (p, o), state["params"], state["opt_state"]
+    )
+    return {
+        "params": params,
+        "opt_state": opt_state,
+        "step": state["step"] + 1,
+        "rng": state["rng"],
+        "nonfinite_steps": state["nonfinite_steps"] + jnp.where(finite, 0, 1).astype(jnp.int32),
+    }, grad_norm
 
 
-def train_step(state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_steps: int,
-               batch_axes=None) -> tuple[dict, dict]:
+def train_step(
+    state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_steps: int, batch_axes=None
+) -> tuple[dict, dict]:
     """One optimizer step. Returns the new state and scalar metrics of this step."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
-    loss, sums, grads = loss_and_grads(graphdef, state["params"], batch, rng,
-                                       grad_accum_steps=grad_accum_steps, batch_axes=batch_axes)
+    loss, sums, grads = loss_and_grads(
+        graphdef,
+        state["params"],
+        batch,
+        rng,
+        grad_accum_steps=grad_accum_steps,
+        batch_axes=batch_axes,
+    )
     new_state, grad_norm = apply_gradients(state, grads, loss, tx)
     metrics = {
         "loss": loss,
@@ -202,15 +258,23 @@ def batch_axes(setup: Setup):
     return sharding.batch_spec(setup.rules)[0]
 
 
-def abstract_batch(config: ml_collections.ConfigDict, setup: Setup) -> dict[str, jax.ShapeDtypeStruct]:
+def abstract_batch(
+    config: ml_collections.ConfigDict, setup: Setup
+) -> dict[str, jax.ShapeDtypeStruct]:
     """The global train batch as the input pipeline delivers it (config.data's lengths,
     config.train.global_batch_size rows), as abstract arrays on the batch sharding: for lowering
     and compiling the step ahead of time (bench/aot_compile.py)."""
     b = config.train.global_batch_size
     lengths = F.Schema(config.data.max_seq_length, config.data.max_predictions_per_seq).lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
-    return {k: jax.ShapeDtypeStruct(shape, jnp.float32 if k in F.FLOAT_FEATURES else jnp.int32,
-                                    sharding=setup.batch_sharding) for k, shape in shapes.items()}
+    return {
+        k: jax.ShapeDtypeStruct(
+            shape,
+            jnp.float32 if k in F.FLOAT_FEATURES else jnp.int32,
+            sharding=setup.batch_sharding,
+        )
+        for k, shape in shapes.items()
+    }
 
 
 def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
@@ -222,45 +286,79 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
         init_key, rng = jax.random.split(key)
         model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
         params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-        return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros([], jnp.int32), "rng": rng,
-                "nonfinite_steps": jnp.zeros([], jnp.int32)}
+        return {
+            "params": params,
+            "opt_state": tx.init(params),
+            "step": jnp.zeros([], jnp.int32),
+            "rng": rng,
+            "nonfinite_steps": jnp.zeros([], jnp.int32),
+        }
 
     return jax.jit(init, out_shardings=setup.state_shardings)
 
 
 def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
     """train_step jitted with in/out shardings; the state argument is donated (updated in place)."""
-    fn = functools.partial(train_step, graphdef=setup.graphdef, tx=setup.tx, schedule=setup.schedule,
-                           grad_accum_steps=grad_accum_steps, batch_axes=batch_axes(setup))
+    fn = functools.partial(
+        train_step,
+        graphdef=setup.graphdef,
+        tx=setup.tx,
+        schedule=setup.schedule,
+        grad_accum_steps=grad_accum_steps,
+        batch_axes=batch_axes(setup),
+    )
     replicated = NamedSharding(setup.mesh, P())
-    return jax.jit(fn, in_shardings=(setup.state_shardings, setup.batch_sharding),
-                   out_shardings=(setup.state_shardings, replicated), donate_argnums=(0,))
+    return jax.jit(
+        fn,
+        in_shardings=(setup.state_shardings, setup.batch_sharding),
+        out_shardings=(setup.state_shardings, replicated),
+        donate_argnums=(0,),
+    )
 
 
 def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = False):
     """(params, batch, rng) -> (loss, grads) on the mesh; grads come back sharded like params."""
+
     def fn(params, batch, rng):
-        loss, _, grads = loss_and_grads(setup.graphdef, params, batch, rng, grad_accum_steps=grad_accum_steps,
-                                        dropout=dropout, batch_axes=batch_axes(setup))
+        loss, _, grads = loss_and_grads(
+            setup.graphdef,
+            params,
+            batch,
+            rng,
+            grad_accum_steps=grad_accum_steps,
+            dropout=dropout,
+            batch_axes=batch_axes(setup),
+        )
         return loss, grads
+
     replicated = NamedSharding(setup.mesh, P())
-    return jax.jit(fn, in_shardings=(setup.param_shardings, setup.batch_sharding, replicated),
-                   out_shardings=(replicated, setup.param_shardings))
+    return jax.jit(
+        fn,
+        in_shardings=(setup.param_shardings, setup.batch_sharding, replicated),
+        out_shardings=(replicated, setup.param_shardings),
+    )
 
 
 def jit_eval_step(setup: Setup):
     """(params, batch) -> sums over the batch, replicated."""
     fn = functools.partial(forward_sums, setup.graphdef)
-    return jax.jit(fn, in_shardings=(setup.param_shardings, setup.batch_sharding),
-                   out_shardings=NamedSharding(setup.mesh, P()))
+    return jax.jit(
+        fn,
+        in_shardings=(setup.param_shardings, setup.batch_sharding),
+        out_shardings=NamedSharding(setup.mesh, P()),
+    )
 
 
-def evaluate(setup: Setup, eval_step, params, batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+def evaluate(
+    setup: Setup, eval_step, params, batches: list[dict[str, np.ndarray]]
+) -> dict[str, float]:
     """Held-out MLM loss/accuracy and NSP loss/accuracy over all `batches` (host-local rows)."""
     totals: dict[str, float] = {}
     with setup.activate():
         for host_batch in batches:
-            sums = jax.device_get(eval_step(params, sharding.host_to_global(host_batch, setup.batch_sharding)))
+            sums = jax.device_get(
+                eval_step(params, sharding.host_to_global(host_batch, setup.batch_sharding))
+            )
             for k, v in sums.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
     return losses.summarize(totals)
@@ -278,15 +376,22 @@ def validate(config: ml_collections.ConfigDict, mesh: Mesh, rules) -> None:
     if t.global_batch_size % (t.grad_accum_steps * dp):
         raise ValueError(
             f"train.global_batch_size={t.global_batch_size} must be divisible by grad_accum_steps "
-            f"({t.grad_accum_steps}) x the data-parallel devices ({dp} = mesh data x fsdp)")
+            f"({t.grad_accum_steps}) x the data-parallel devices ({dp} = mesh data x fsdp)"
+        )
     if t.global_batch_size % jax.process_count():
-        raise ValueError(f"train.global_batch_size must be divisible by the {jax.process_count()} processes")
+        raise ValueError(
+            f"train.global_batch_size must be divisible by the {jax.process_count()} processes"
+        )
     if config.data.eval_files and config.eval.batch_size % (dp * jax.process_count()):
-        raise ValueError(f"eval.batch_size={config.eval.batch_size} must be divisible by the "
-                         f"{dp} data-parallel devices and {jax.process_count()} processes")
+        raise ValueError(
+            f"eval.batch_size={config.eval.batch_size} must be divisible by the "
+            f"{dp} data-parallel devices and {jax.process_count()} processes"
+        )
     if not config.data.train_files:
-        raise ValueError("config.data.train_files is empty: point it at record files (e.g. "
-                         "--config.data.train_files='/data/train-*.arrayrecord')")
+        raise ValueError(
+            "config.data.train_files is empty: point it at record files (e.g. "
+            "--config.data.train_files='/data/train-*.arrayrecord')"
+        )
     if t.on_nonfinite not in NONFINITE_MODES:
         raise ValueError(f"train.on_nonfinite={t.on_nonfinite!r}; choose one of {NONFINITE_MODES}")
 
@@ -296,7 +401,9 @@ def initial_params(path: str, setup: Setup) -> dict:
     if os.path.isfile(os.path.join(path, "config.json")):
         from bert_jax import hf
 
-        params, report = hf.load_hf_params(path, setup.model_config, shardings=setup.param_shardings)
+        params, report = hf.load_hf_params(
+            path, setup.model_config, shardings=setup.param_shardings
+        )
         if report.initialized and jax.process_index() == 0:
             print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
         return params
@@ -326,20 +433,27 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
         return resumed[1]
     if t.init_optimizer_state:
         if not t.init_checkpoint:
-            raise ValueError("train.init_optimizer_state needs train.init_checkpoint: the workdir "
-                             "of the run to continue (e.g. phase 1's)")
+            raise ValueError(
+                "train.init_optimizer_state needs train.init_checkpoint: the workdir "
+                "of the run to continue (e.g. phase 1's)"
+            )
         source = checkpointing.make_manager(t.init_checkpoint, read_only=True)
         try:
             latest = source.latest_step()
             if latest is None:
-                raise FileNotFoundError(f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}")
+                raise FileNotFoundError(
+                    f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}"
+                )
             if latest >= t.num_train_steps:
                 # The loop would end before its first step, with phase 1's parameters as "done".
                 raise ValueError(
                     f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
                     f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from step "
-                    f"{latest}, so num_train_steps counts both phases (the paper's phase 2: 900k -> 1M)")
-            say(f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True)
+                    f"{latest}, so num_train_steps counts both phases (the paper's phase 2: 900k -> 1M)"
+                )
+            say(
+                f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True
+            )
             # The data position stays fresh: phase 2 reads other records. The step (and with it the
             # learning rate) continues: phase 2's first step is step `latest`, as the next step of
             # phase 1 would have been.
@@ -367,27 +481,47 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     total = t.num_train_steps
     last_step = min(total, t.stop_at_step) if t.stop_at_step else total
 
-    train_ds = input_pipeline.train_dataset(config.data, setup.model_config.vocab_size, t.global_batch_size,
-                                            t.seed, jax.process_index(), jax.process_count())
+    train_ds = input_pipeline.train_dataset(
+        config.data,
+        setup.model_config.vocab_size,
+        t.global_batch_size,
+        t.seed,
+        jax.process_index(),
+        jax.process_count(),
+    )
     data_iter = iter(train_ds)
-    manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
+    manager = checkpointing.make_manager(
+        workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
+    )
     state = initial_state(config, setup, manager, data_iter)
     step = int(jax.device_get(state["step"]))
 
     eval_batches = []
     if config.data.eval_files:
         eval_batches = input_pipeline.eval_batches(
-            config.data, config.data.eval_files, setup.model_config.vocab_size, config.eval.batch_size,
-            config.eval.num_examples, t.seed, jax.process_index(), jax.process_count())
+            config.data,
+            config.data.eval_files,
+            setup.model_config.vocab_size,
+            config.eval.batch_size,
+            config.eval.num_examples,
+            t.seed,
+            jax.process_index(),
+            jax.process_count(),
+        )
     p_train_step = jit_train_step(setup, t.grad_accum_steps)
     p_eval_step = jit_eval_step(setup) if eval_batches else None
 
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     if is_primary:
-        num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
-        print(f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
-              f"step {step} -> {last_step}", flush=True)
+        num_params = sum(
+            math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"])
+        )
+        print(
+            f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+            f"step {step} -> {last_step}",
+            flush=True,
+        )
 
     history: list[dict] = []  # device metrics of the steps since the last log line
     last_train: dict[str, float] = {}
@@ -411,7 +545,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 timed_steps += 1
             at_end = step == last_step
             log_due = step % t.log_every_steps == 0 or at_end
-            if log_due and nonfinite.stop(state, history, step, last_saved):  # before the log clears history
+            if log_due and nonfinite.stop(
+                state, history, step, last_saved
+            ):  # before the log clears history
                 stopped = "nonfinite"
 
             if log_due:
@@ -419,13 +555,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 tokens_per_step = last_train.pop("tokens")
                 if timed_steps:
                     elapsed = time.time() - timer_start
-                    last_train.update(step_time=elapsed / timed_steps,
-                                      tokens_per_sec=tokens_per_step * timed_steps / elapsed)
+                    last_train.update(
+                        step_time=elapsed / timed_steps,
+                        tokens_per_sec=tokens_per_step * timed_steps / elapsed,
+                    )
                 log.write(step, "train", last_train)
                 progress.report(step, last_train)
                 history, timer_start, timed_steps = [], time.time(), 0
 
-            if eval_batches and (at_end or (config.eval.every_steps and step % config.eval.every_steps == 0)):
+            if eval_batches and (
+                at_end or (config.eval.every_steps and step % config.eval.every_steps == 0)
+            ):
                 last_eval = evaluate(setup, p_eval_step, state["params"], eval_batches)
                 log.write(step, "eval", last_eval)
                 progress.report(step, last_eval, prefix="eval  ", eta=False)
@@ -434,15 +574,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 if target and last_eval.get("mlm_accuracy", 0.0) >= target and stopped == "done":
                     stopped = "target_reached"
                     if is_primary:
-                        print(f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
-                              f"target {target} at step {step}: stopping", flush=True)
+                        print(
+                            f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
+                            f"target {target} at step {step}: stopping",
+                            flush=True,
+                        )
 
             if stopped == "done" and preemption.due(manager, step):
                 stopped = "preempted"
             if at_end and step < total and stopped == "done":
                 stopped = "stop_at_step"
             every = config.checkpoint.every_steps
-            if stopped != "nonfinite" and (at_end or stopped != "done" or (every and step % every == 0)):
+            if stopped != "nonfinite" and (
+                at_end or stopped != "done" or (every and step % every == 0)
+            ):
                 if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
                     stopped = "nonfinite"
                 else:

@@ -13,6 +13,7 @@ so this phase stops at step 900k of a 1M-step schedule and phase 2 continues it:
         --config.data.train_files='records512/train-*.arrayrecord' \\
         --config.data.eval_files='records512/eval-*.arrayrecord'
 """
+
 from configs import default
 
 

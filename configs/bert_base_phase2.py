@@ -5,6 +5,7 @@ learning-rate schedule goes on where phase 1 left it (1e-5, decaying to 0 at 1M)
 workdir: --config.train.init_checkpoint=runs/base128 (see configs/bert_base.py). Records must be
 written with --max_seq_length=512 --max_predictions_per_seq=76 (0.15 x 512, as MLPerf).
 """
+
 from configs import bert_base
 
 

@@ -5,6 +5,7 @@ steps, then configs/bert_large_phase2.py at 512). For very large batches switch 
 (--config.optim.optimizer=lamb, You et al. 2019, who trained BERT-Large with batches of 64k and
 32k sequences) and raise the learning rate; bf16 compute: --config.model.dtype=bfloat16.
 """
+
 from configs import bert_base
 
 

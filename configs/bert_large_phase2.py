@@ -3,6 +3,7 @@
     python -m bert_jax.main --config=configs/bert_large_phase2.py --workdir=runs/large512 \\
         --config.train.init_checkpoint=runs/large128 --config.data.train_files=...
 """
+
 from configs import bert_large
 
 

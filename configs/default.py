@@ -3,6 +3,7 @@
 Every other config imports this one and overrides fields. Override any field from the command
 line: `--config=configs/bert_base.py --config.optim.learning_rate=1e-4`.
 """
+
 import ml_collections
 
 
@@ -39,7 +40,9 @@ def get_config() -> ml_collections.ConfigDict:
     # checkpoint so `python -m bert_jax.export` can copy it next to the exported model.
     d.vocab_file = ""
     d.max_seq_length = 128  # must equal the length the records were written with
-    d.max_predictions_per_seq = 20  # masked positions per record (the original: 20 at L=128, 76-80 at 512)
+    d.max_predictions_per_seq = (
+        20  # masked positions per record (the original: 20 at L=128, 76-80 at 512)
+    )
     # Mask records at read time (records written unmasked), differently every epoch, instead
     # of using the masks written into the records (the original's static masking).
     d.dynamic_masking = False

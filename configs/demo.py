@@ -6,6 +6,7 @@ against all 30,522 words) and held-out accuracy climbs with the number of steps 
 with width or batch size (measured: at the same step, H=64 and H=128 or batch 8 and 16 differ
 by about a point). So the demo takes many small steps with a narrow model.
 """
+
 from configs import default
 
 

@@ -1,4 +1,5 @@
 """BERT-Mini (L=4, H=256, A=4; Turc et al. 2019): trains on a laptop CPU in minutes."""
+
 from configs import default
 
 

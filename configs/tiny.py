@@ -1,4 +1,5 @@
 """A tiny BERT for tests (L=2, H=32, A=2): compiles and steps in seconds on CPU."""
+
 from configs import default
 
 

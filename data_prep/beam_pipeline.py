@@ -15,6 +15,7 @@ items themselves), and a finished one is recognised from its manifest.
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """
+
 import hashlib
 import json
 import os
@@ -55,7 +56,9 @@ class _Lister:
 def _load_tokenizer(vocab_file: str, do_lower_case: bool, local_dir: str):
     """The tokenizer of a local or remote vocabulary, copied into local_dir (keeping .model / .txt)."""
     if not FileSystems.exists(vocab_file):
-        raise tokenization.VocabError(f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file")
+        raise tokenization.VocabError(
+            f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file"
+        )
     local = os.path.join(local_dir, os.path.basename(vocab_file))
     with _open(vocab_file) as source, open(local, "wb") as out:
         shutil.copyfileobj(source, out)
@@ -74,7 +77,10 @@ def _publish(local_path: str, final_path: str) -> None:
     """Copies a finished local file to its final place: a temporary name, then a rename."""
     tmp = f"{final_path}.tmp-{os.getpid()}"
     uncompressed = CompressionTypes.UNCOMPRESSED
-    with open(local_path, "rb") as source, FileSystems.create(tmp, compression_type=uncompressed) as out:
+    with (
+        open(local_path, "rb") as source,
+        FileSystems.create(tmp, compression_type=uncompressed) as out,
+    ):
         shutil.copyfileobj(source, out, 1 << 20)
     FileSystems.rename([tmp], [final_path])  # replaces the file of an earlier run
 
@@ -87,7 +93,9 @@ class _ProcessUnit(beam.DoFn):
 
     def setup(self):
         self._dir = tempfile.mkdtemp(prefix="bert_jax_vocab_")
-        self.processor = job.UnitProcessor(self.spec, _load_tokenizer(self.vocab_file, self.do_lower_case, self._dir))
+        self.processor = job.UnitProcessor(
+            self.spec, _load_tokenizer(self.vocab_file, self.do_lower_case, self._dir)
+        )
 
     def process(self, unit):
         yield self.processor.process(unit, open_binary=_open)
@@ -97,8 +105,14 @@ class _ProcessUnit(beam.DoFn):
 
 
 def _summary(result) -> dict:
-    return {"unit": result.unit.index, "read": result.read,
-            **{split: (r.count, len(r.data), r.stats, r.documents) for split, r in result.splits.items()}}
+    return {
+        "unit": result.unit.index,
+        "read": result.read,
+        **{
+            split: (r.count, len(r.data), r.stats, r.documents)
+            for split, r in result.splits.items()
+        },
+    }
 
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
@@ -112,7 +126,9 @@ def _plan(summaries: list, spec: job.JobSpec) -> dict:
             raise ValueError("the input gave no training instances; check --input and --text_field")
         for shard, pieces in enumerate(shards[split]):
             for rank, (unit, first, end) in enumerate(pieces):
-                by_unit.setdefault(unit, []).append((split, shard, len(shards[split]), rank, first, end))
+                by_unit.setdefault(unit, []).append(
+                    (split, shard, len(shards[split]), rank, first, end)
+                )
     return {"shards": {split: len(plan) for split, plan in shards.items()}, "by_unit": by_unit}
 
 
@@ -121,7 +137,10 @@ def _pieces(result, plan: dict):
     for split, shard, count, rank, first, end in plan["by_unit"].get(result.unit.index, []):
         records = result.splits[split]
         data, offsets = records.data, records.offsets.tolist()
-        yield (split, shard, count), (rank, [data[offsets[k]:offsets[k + 1]] for k in range(first, end)])
+        yield (
+            (split, shard, count),
+            (rank, [data[offsets[k] : offsets[k + 1]] for k in range(first, end)]),
+        )
 
 
 def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
@@ -138,9 +157,13 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     return split, shard, info
 
 
-def _write_manifest(infos: list, summaries: list, spec, fp, flags, started, runner, total_bytes, output_dir):
-    shards = {split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
-              for split in job.SPLITS}
+def _write_manifest(
+    infos: list, summaries: list, spec, fp, flags, started, runner, total_bytes, output_dir
+):
+    shards = {
+        split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
+        for split in job.SPLITS
+    }
     read = readers.ReadStats()
     stats = {split: pipeline.InstanceStats() for split in job.SPLITS}
     documents = dict.fromkeys(job.SPLITS, 0)
@@ -149,8 +172,9 @@ def _write_manifest(infos: list, summaries: list, spec, fp, flags, started, runn
         for split in job.SPLITS:
             stats[split].add(summary[split][2])
             documents[split] += summary[split][3]
-    manifest = job.manifest(spec, fp, shards, stats, documents, read, flags, time.time() - started, runner,
-                            total_bytes)
+    manifest = job.manifest(
+        spec, fp, shards, stats, documents, read, flags, time.time() - started, runner, total_bytes
+    )
     with tempfile.TemporaryDirectory() as local_dir:
         local = os.path.join(local_dir, pipeline.MANIFEST)
         pipeline.write_json_atomic(local, manifest)
@@ -165,37 +189,69 @@ def _read_manifest(output_dir: str) -> dict | None:
         return json.loads(f.read().decode("utf-8"))
 
 
-def run(spec: job.JobSpec, vocab_file: str, do_lower_case: bool, output_dir: str, pipeline_args=(),
-        flags: dict | None = None) -> dict:
+def run(
+    spec: job.JobSpec,
+    vocab_file: str,
+    do_lower_case: bool,
+    output_dir: str,
+    pipeline_args=(),
+    flags: dict | None = None,
+) -> dict:
     """Builds and runs the pipeline (waiting for it); returns the manifest written next to the shards."""
     started = time.time()
     lister = _Lister()
-    planned = job.plan(spec, readers.parse_input(list(spec.inputs), match=lister), size_of=lister.sizes.__getitem__)
+    planned = job.plan(
+        spec, readers.parse_input(list(spec.inputs), match=lister), size_of=lister.sizes.__getitem__
+    )
     with tempfile.TemporaryDirectory() as local_dir:
-        _load_tokenizer(vocab_file, do_lower_case, local_dir)  # a bad vocabulary fails here, not on a worker
+        _load_tokenizer(
+            vocab_file, do_lower_case, local_dir
+        )  # a bad vocabulary fails here, not on a worker
     fp = job.fingerprint(spec, planned, _md5(vocab_file), do_lower_case)
     finished = _read_manifest(output_dir)
     if finished is not None:
         if finished.get("fingerprint") == fp:
             return finished
-        raise job.JobMismatch(f"--output_dir={output_dir!r} holds a finished job with other settings; "
-                              "use another --output_dir")
+        raise job.JobMismatch(
+            f"--output_dir={output_dir!r} holds a finished job with other settings; "
+            "use another --output_dir"
+        )
     if "://" not in output_dir:
         pipeline.prepare_output_dir(output_dir)
     options = PipelineOptions(list(pipeline_args))
     runner = options.get_all_options().get("runner") or "DirectRunner"
     with beam.Pipeline(options=options) as p:
-        results = (p | "Units" >> beam.Create(planned)
-                   | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case)))
+        results = (
+            p
+            | "Units" >> beam.Create(planned)
+            | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case))
+        )
         summaries = results | "Summarize" >> beam.Map(_summary)
-        plan = (summaries | "AllSummaries" >> beam.combiners.ToList()
-                | "Plan" >> beam.Map(_plan, spec=spec))
-        infos = (results
-                 | "Pieces" >> beam.FlatMap(_pieces, plan=beam.pvalue.AsSingleton(plan))
-                 | "ByShard" >> beam.GroupByKey()
-                 | "WriteShard" >> beam.Map(_write_shard, spec=spec, output_dir=output_dir))
-        _ = (infos | "AllShards" >> beam.combiners.ToList()
-             | "Manifest" >> beam.Map(_write_manifest, summaries=beam.pvalue.AsList(summaries), spec=spec, fp=fp,
-                                      flags=flags or {}, started=started, runner=f"beam: {runner}",
-                                      total_bytes=job.input_bytes(planned), output_dir=output_dir))
+        plan = (
+            summaries
+            | "AllSummaries" >> beam.combiners.ToList()
+            | "Plan" >> beam.Map(_plan, spec=spec)
+        )
+        infos = (
+            results
+            | "Pieces" >> beam.FlatMap(_pieces, plan=beam.pvalue.AsSingleton(plan))
+            | "ByShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.Map(_write_shard, spec=spec, output_dir=output_dir)
+        )
+        _ = (
+            infos
+            | "AllShards" >> beam.combiners.ToList()
+            | "Manifest"
+            >> beam.Map(
+                _write_manifest,
+                summaries=beam.pvalue.AsList(summaries),
+                spec=spec,
+                fp=fp,
+                flags=flags or {},
+                started=started,
+                runner=f"beam: {runner}",
+                total_bytes=job.input_bytes(planned),
+                output_dir=output_dir,
+            )
+        )
     return _read_manifest(output_dir)

@@ -3,6 +3,7 @@ r"""Prints training records as readable text: tokens (masked ones as [MASK]<labe
   python -m data_prep.decode --input=/tmp/records/train-00000-of-00001.arrayrecord \
       --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --limit=3
 """
+
 import itertools
 import sys
 
@@ -16,7 +17,9 @@ from data_prep import records
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "A .tfrecord or .arrayrecord file.")
 flags.DEFINE_string("vocab_file", None, "The vocabulary the records were written with.")
-flags.DEFINE_bool("do_lower_case", True, "As when the records were written (only matters for .model files).")
+flags.DEFINE_bool(
+    "do_lower_case", True, "As when the records were written (only matters for .model files)."
+)
 flags.DEFINE_integer("limit", 5, "Records to print; 0 prints all.")
 flags.DEFINE_integer("skip", 0, "Records to skip first.")
 

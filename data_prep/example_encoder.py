@@ -9,6 +9,7 @@ Wire format, outermost first (field number << 3 | wire type 2 = length-delimited
   Example.features (1) -> Features.feature (1, map entry) -> key (1), value (2) -> Feature.
   Feature.float_list (2) | int64_list (3) -> FloatList/Int64List.value (1, packed).
 """
+
 import struct
 
 import numpy as np
@@ -42,7 +43,9 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
         more = values >= (1 << (7 * (k + 1))) if k + 1 < planes else np.zeros(values.shape, bool)
         if k + 1 < planes:
             keep[..., k + 1] = more
-        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | (more.view(np.uint8) << 7)  # high bit: more
+        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | (
+            more.view(np.uint8) << 7
+        )  # high bit: more
     data = np.compress(keep.reshape(-1), out.reshape(-1)).tobytes()  # row by row, value by value
     return data, np.concatenate([[0], np.cumsum(keep.sum(axis=(1, 2)))]).tolist()
 
@@ -78,13 +81,21 @@ class ExampleEncoder:
         length_cap, predictions = schema.max_seq_length, schema.max_predictions_per_seq
         self._length_cap = length_cap
         # Whole entries of the features with few variants, keyed by an int per variant.
-        self._mask = _Entries(lambda n: entry(F.INPUT_MASK, b"\x01" * n + b"\x00" * (length_cap - n)))
-        self._segments = _Entries(lambda key: entry(F.SEGMENT_IDS, _segments(*divmod(key, length_cap + 1), length_cap)))
-        self._weights = _Entries(lambda m: entry(F.MASKED_LM_WEIGHTS, _ONE_FLOAT * m + _ZERO_FLOAT * (predictions - m)))
+        self._mask = _Entries(
+            lambda n: entry(F.INPUT_MASK, b"\x01" * n + b"\x00" * (length_cap - n))
+        )
+        self._segments = _Entries(
+            lambda key: entry(F.SEGMENT_IDS, _segments(*divmod(key, length_cap + 1), length_cap))
+        )
+        self._weights = _Entries(
+            lambda m: entry(F.MASKED_LM_WEIGHTS, _ONE_FLOAT * m + _ZERO_FLOAT * (predictions - m))
+        )
         self._labels = _Entries(lambda label: entry(F.NEXT_SENTENCE_LABELS, bytes([label])))
         # For varint features, all of an entry but its packed payload, keyed by the payload's length.
-        self._prefix = {name: _Entries(lambda size, name=name: entry(name, b"\x00" * size)[:-size])
-                        for name in (F.INPUT_IDS, F.MASKED_LM_IDS, F.MASKED_LM_POSITIONS)}
+        self._prefix = {
+            name: _Entries(lambda size, name=name: entry(name, b"\x00" * size)[:-size])
+            for name in (F.INPUT_IDS, F.MASKED_LM_IDS, F.MASKED_LM_POSITIONS)
+        }
         self._lengths = _Entries(varint)  # the Example's own length field
 
     def _varint_entries(self, name: str, values: np.ndarray) -> list[bytes]:
@@ -96,13 +107,20 @@ class ExampleEncoder:
         """Serialized records, features in sorted order as deterministic serialization writes them."""
         lengths = batch.length.tolist()
         segment_keys = (batch.segment_start * (self._length_cap + 1) + batch.length).tolist()
-        columns = [self._varint_entries(F.INPUT_IDS, batch.tokens), list(map(self._mask.__getitem__, lengths))]
+        columns = [
+            self._varint_entries(F.INPUT_IDS, batch.tokens),
+            list(map(self._mask.__getitem__, lengths)),
+        ]
         if self.schema.masked:
-            columns += [self._varint_entries(F.MASKED_LM_IDS, batch.labels),
-                        self._varint_entries(F.MASKED_LM_POSITIONS, batch.positions),
-                        list(map(self._weights.__getitem__, batch.num_masked.tolist()))]
-        columns += [list(map(self._labels.__getitem__, batch.random_next.astype(int).tolist())),
-                    list(map(self._segments.__getitem__, segment_keys))]
+            columns += [
+                self._varint_entries(F.MASKED_LM_IDS, batch.labels),
+                self._varint_entries(F.MASKED_LM_POSITIONS, batch.positions),
+                list(map(self._weights.__getitem__, batch.num_masked.tolist())),
+            ]
+        columns += [
+            list(map(self._labels.__getitem__, batch.random_next.astype(int).tolist())),
+            list(map(self._segments.__getitem__, segment_keys)),
+        ]
         features = list(map(b"".join, zip(*columns)))
         header = self._lengths
         return [b"\x0a" + header[len(f)] + f for f in features]

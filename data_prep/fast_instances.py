@@ -13,6 +13,7 @@ distribution as the original's one coin per removed token.
 
 Shapes: N instances, L = max_seq_length, P = max_predictions_per_seq.
 """
+
 import dataclasses
 import random
 
@@ -28,10 +29,14 @@ class Documents:
     """Tokenized documents of one unit and split: all ids in one array, sentences as offsets into it."""
 
     ids: np.ndarray  # [tokens] int32
-    bounds: list  # per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences)
+    bounds: (
+        list  # per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences)
+    )
 
     @classmethod
-    def from_lines(cls, ids: np.ndarray, per_line: np.ndarray, lines_per_doc: list[int]) -> "Documents":
+    def from_lines(
+        cls, ids: np.ndarray, per_line: np.ndarray, lines_per_doc: list[int]
+    ) -> "Documents":
         """From encode_batch output; sentences without tokens and documents without sentences are dropped."""
         ends = np.cumsum(per_line).tolist()
         lengths = per_line.tolist()
@@ -76,7 +81,9 @@ def _truncate(lo_a, hi_a, lo_b, hi_b, max_num_tokens, rng):
     return lo_a + front_a, hi_a - (cut_a - front_a), lo_b + front_b, hi_b - (cut_b - front_b)
 
 
-def nsp_spans(docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list) -> None:
+def nsp_spans(
+    docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
+) -> None:
     """create_instances_from_document on offsets: appends (a_lo, a_hi, b_lo, b_hi, is_random_next)."""
     bounds, all_bounds = docs.bounds[index], docs.bounds
     n = len(bounds) - 1
@@ -100,7 +107,9 @@ def nsp_spans(docs: Documents, index: int, opts: InstanceOptions, rng: random.Ra
                 other_bounds = all_bounds[other]
                 b_start = rng.randint(0, len(other_bounds) - 2)
                 j = b_start + 1
-                while other_bounds[j] - other_bounds[b_start] < target_b and j < len(other_bounds) - 1:
+                while (
+                    other_bounds[j] - other_bounds[b_start] < target_b and j < len(other_bounds) - 1
+                ):
                     j += 1
                 b_lo, b_hi = other_bounds[b_start], other_bounds[j]
                 i -= chunk_len - a_end  # the unused sentences go back for the next instance
@@ -114,7 +123,9 @@ def nsp_spans(docs: Documents, index: int, opts: InstanceOptions, rng: random.Ra
         i += 1
 
 
-def mlm_spans(docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list) -> None:
+def mlm_spans(
+    docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
+) -> None:
     """MLM-only packing (instances._mlm_only_instances) on offsets: appends (lo, hi, 0, 0, False)."""
     bounds = docs.bounds[index]
     max_num_tokens = opts.max_seq_length - 2
@@ -148,7 +159,9 @@ def assemble(docs: Documents, spans: list, opts: InstanceOptions, vocab: Vocab) 
     return Batch(tokens, length, np.where(has_b, len_a + 2, length), s[:, 4].astype(bool))
 
 
-def _num_to_predict(length: np.ndarray, candidates: np.ndarray, opts: InstanceOptions) -> np.ndarray:
+def _num_to_predict(
+    length: np.ndarray, candidates: np.ndarray, opts: InstanceOptions
+) -> np.ndarray:
     # Python's round() and np.rint both round half to even on the same double: the original's count.
     wanted = np.maximum(1, np.rint(length * opts.masked_lm_prob).astype(np.int64))
     return np.minimum(np.minimum(wanted, opts.max_predictions_per_seq), candidates)
@@ -200,27 +213,36 @@ def mask(batch: Batch, opts: InstanceOptions, vocab: Vocab, rng: np.random.Gener
     random_ids = np.asarray(vocab.random_ids, np.int32)
     continuation = None
     if opts.do_whole_word_mask:
-        continuation = np.zeros(max(max(vocab.random_ids), vocab.mask_id, vocab.cls_id, vocab.sep_id) + 1, bool)
+        continuation = np.zeros(
+            max(max(vocab.random_ids), vocab.mask_id, vocab.cls_id, vocab.sep_id) + 1, bool
+        )
         continuation[list(vocab.continuation)] = True
     for lo in range(0, n, _MASK_CHUNK):
         hi = min(lo + _MASK_CHUNK, n)
         tokens, length = batch.tokens[lo:hi], batch.length[lo:hi]
-        candidate = ((np.arange(length_cap)[None, :] < length[:, None])
-                     & (tokens != vocab.cls_id) & (tokens != vocab.sep_id))
+        candidate = (
+            (np.arange(length_cap)[None, :] < length[:, None])
+            & (tokens != vocab.cls_id)
+            & (tokens != vocab.sep_id)
+        )
         k = _num_to_predict(length, candidate.sum(axis=1), opts)
         keys = rng.random(tokens.shape)
         if continuation is None:
             positions = _choose_tokens(keys, candidate, k, p)
         else:
             chosen = _choose_words(keys, candidate, continuation[tokens], k)
-            positions = np.sort(np.where(chosen, np.arange(length_cap)[None, :], length_cap), axis=1)[:, :p]
+            positions = np.sort(
+                np.where(chosen, np.arange(length_cap)[None, :], length_cap), axis=1
+            )[:, :p]
         valid = positions < length_cap  # chosen positions ascending, then padding
         count = valid.sum(axis=1)
         positions = np.where(valid, positions, 0)
         labels = np.take_along_axis(tokens, positions, axis=1)
         draw = rng.random((2, hi - lo, p))
         random_words = random_ids[rng.integers(0, len(random_ids), (hi - lo, p))]
-        replacement = np.where(draw[0] < 0.8, vocab.mask_id, np.where(draw[1] < 0.5, labels, random_words))
+        replacement = np.where(
+            draw[0] < 0.8, vocab.mask_id, np.where(draw[1] < 0.5, labels, random_words)
+        )
         rows = np.broadcast_to(np.arange(hi - lo)[:, None], positions.shape)
         tokens[rows[valid], positions[valid]] = replacement[valid]
         batch.positions[lo:hi, :p] = positions

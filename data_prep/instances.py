@@ -8,6 +8,7 @@ seeds one per (shard, document) so its output does not depend on the number of w
 
 A document is a list of sentences; a sentence is a list of token ids.
 """
+
 import dataclasses
 import random
 from typing import NamedTuple, Sequence
@@ -55,7 +56,9 @@ class Vocab:
             sep_id=tokenizer.sep_id,
             mask_id=tokenizer.mask_id,
             random_ids=[tokenizer.vocab[w] for w in words],
-            continuation=frozenset(tokenizer.vocab[w] for w in words if tokenizer.is_continuation(w)),
+            continuation=frozenset(
+                tokenizer.vocab[w] for w in words if tokenizer.is_continuation(w)
+            ),
         )
 
 
@@ -67,7 +70,9 @@ class Instance(NamedTuple):
     masked_lm_labels: list  # original ids at those positions
 
 
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random) -> None:
+def truncate_seq_pair(
+    tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random
+) -> None:
     """Trims the longer segment, from the front or the back at random, until the pair fits."""
     while len(tokens_a) + len(tokens_b) > max_num_tokens:
         trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
@@ -77,7 +82,9 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng: 
             trunc.pop()
 
 
-def create_masked_lm_predictions(tokens: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random):
+def create_masked_lm_predictions(
+    tokens: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
+):
     """Masks `masked_lm_prob` of the tokens: 80% [MASK], 10% unchanged, 10% a random vocab entry.
 
     Returns (output_tokens, positions, labels) with positions sorted. [CLS] and [SEP] are never
@@ -94,7 +101,9 @@ def create_masked_lm_predictions(tokens: list, opts: InstanceOptions, vocab: Voc
     rng.shuffle(cand_indexes)
 
     output = list(tokens)
-    num_to_predict = min(opts.max_predictions_per_seq, max(1, int(round(len(tokens) * opts.masked_lm_prob))))
+    num_to_predict = min(
+        opts.max_predictions_per_seq, max(1, int(round(len(tokens) * opts.masked_lm_prob)))
+    )
     masked: list[tuple[int, int]] = []
     covered: set[int] = set()
     for index_set in cand_indexes:
@@ -132,7 +141,11 @@ def _make_instance(tokens_a, tokens_b, is_random_next, opts, vocab, rng) -> Inst
 
 
 def create_instances_from_document(
-    all_documents: Sequence[list], document_index: int, opts: InstanceOptions, vocab: Vocab, rng: random.Random
+    all_documents: Sequence[list],
+    document_index: int,
+    opts: InstanceOptions,
+    vocab: Vocab,
+    rng: random.Random,
 ) -> list[Instance]:
     """Instances from one document; random next sentences come from the other documents."""
     if not opts.nsp:
@@ -180,14 +193,18 @@ def create_instances_from_document(
                     tokens_b = [t for sentence in current_chunk[a_end:] for t in sentence]
                 truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                 if tokens_a and tokens_b:
-                    instances.append(_make_instance(tokens_a, tokens_b, is_random_next, opts, vocab, rng))
+                    instances.append(
+                        _make_instance(tokens_a, tokens_b, is_random_next, opts, vocab, rng)
+                    )
             current_chunk = []
             current_length = 0
         i += 1
     return instances
 
 
-def _mlm_only_instances(document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random) -> list[Instance]:
+def _mlm_only_instances(
+    document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
+) -> list[Instance]:
     """RoBERTa-style: contiguous sentences of one document packed up to the full length, one segment."""
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
@@ -205,8 +222,9 @@ def _mlm_only_instances(document: list, opts: InstanceOptions, vocab: Vocab, rng
     return instances
 
 
-def create_training_instances(documents: list, opts: InstanceOptions, vocab: Vocab, dupe_factor: int,
-                              rng: random.Random) -> list[Instance]:
+def create_training_instances(
+    documents: list, opts: InstanceOptions, vocab: Vocab, dupe_factor: int, rng: random.Random
+) -> list[Instance]:
     """The original generator's whole-corpus procedure (reference mode).
 
     Shuffles the documents, makes `dupe_factor` passes over them (each with fresh random choices),
@@ -217,6 +235,8 @@ def create_training_instances(documents: list, opts: InstanceOptions, vocab: Voc
     instances = []
     for _ in range(dupe_factor):
         for document_index in range(len(documents)):
-            instances.extend(create_instances_from_document(documents, document_index, opts, vocab, rng))
+            instances.extend(
+                create_instances_from_document(documents, document_index, opts, vocab, rng)
+            )
     rng.shuffle(instances)
     return instances

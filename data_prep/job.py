@@ -12,6 +12,7 @@ Generator, both seeded by (seed, unit, split); the order of units over shards an
 a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their text,
 so duplicates of a document cannot straddle train and eval.
 """
+
 import dataclasses
 import gc
 import hashlib
@@ -68,7 +69,9 @@ class JobSpec:
         if self.block_size_mb <= 0 or self.shard_size_mb <= 0:
             problems.append("block_size_mb and shard_size_mb must be positive")
         if self.num_shards < 0 or self.num_eval_shards < 0 or self.tfds_examples_per_unit < 1:
-            problems.append("num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1")
+            problems.append(
+                "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"
+            )
         record_io.suffix(self.fmt)
         if problems:
             raise ValueError("; ".join(problems))
@@ -78,14 +81,23 @@ class JobSpec:
         return pipeline.schema_for(self.opts)
 
 
-def plan(spec: JobSpec, sources: list[readers.Source] | None = None, size_of=os.path.getsize) -> list[units_lib.Unit]:
+def plan(
+    spec: JobSpec, sources: list[readers.Source] | None = None, size_of=os.path.getsize
+) -> list[units_lib.Unit]:
     """The job's units; `sources` and `size_of` default to local files (the Beam job passes its own)."""
     sources = readers.parse_input(list(spec.inputs)) if sources is None else sources
-    return units_lib.plan_units(sources, max(1, int(spec.block_size_mb * units_lib.MB)),
-                                spec.tfds_examples_per_unit, spec.tfds_data_dir, size_of)
+    return units_lib.plan_units(
+        sources,
+        max(1, int(spec.block_size_mb * units_lib.MB)),
+        spec.tfds_examples_per_unit,
+        spec.tfds_data_dir,
+        size_of,
+    )
 
 
-def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool) -> dict:
+def fingerprint(
+    spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool
+) -> dict:
     """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for shards."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
@@ -96,13 +108,23 @@ def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do
         sources[key] = max(sources.get(key, 0), unit.stop)
     return {
         "units": {
-            **dataclasses.asdict(spec.opts), "dupe_factor": spec.dupe_factor, "seed": spec.seed,
-            "eval_fraction": spec.eval_fraction, "block_size_mb": spec.block_size_mb,
-            "tfds_examples_per_unit": spec.tfds_examples_per_unit, "text_field": spec.text_field,
-            "vocab_md5": vocab_md5, "do_lower_case": do_lower_case, "inputs": sources,
+            **dataclasses.asdict(spec.opts),
+            "dupe_factor": spec.dupe_factor,
+            "seed": spec.seed,
+            "eval_fraction": spec.eval_fraction,
+            "block_size_mb": spec.block_size_mb,
+            "tfds_examples_per_unit": spec.tfds_examples_per_unit,
+            "text_field": spec.text_field,
+            "vocab_md5": vocab_md5,
+            "do_lower_case": do_lower_case,
+            "inputs": sources,
         },
-        "shards": {"format": spec.fmt, "num_shards": spec.num_shards, "num_eval_shards": spec.num_eval_shards,
-                   "shard_size_mb": spec.shard_size_mb},
+        "shards": {
+            "format": spec.fmt,
+            "num_shards": spec.num_shards,
+            "num_eval_shards": spec.num_eval_shards,
+            "shard_size_mb": spec.shard_size_mb,
+        },
     }
 
 
@@ -114,8 +136,10 @@ def is_eval(document: list[str], eval_fraction: float) -> bool:
     """Held out by a hash of the text: the same document lands on the same side in every run and unit."""
     if eval_fraction <= 0:
         return False
-    digest = hashlib.blake2b("\n".join(document).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") < eval_fraction * 2.0 ** 64
+    digest = hashlib.blake2b(
+        "\n".join(document).encode("utf-8", "surrogatepass"), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "little") < eval_fraction * 2.0**64
 
 
 @dataclasses.dataclass
@@ -163,25 +187,33 @@ class UnitProcessor:
         read = readers.ReadStats()
         docs = {split: [] for split in SPLITS}
         kwargs = {"open_binary": open_binary} if open_binary else {}
-        for document in units_lib.read_unit(unit, read, self.spec.text_field, self.spec.tfds_data_dir, **kwargs):
+        for document in units_lib.read_unit(
+            unit, read, self.spec.text_field, self.spec.tfds_data_dir, **kwargs
+        ):
             docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
-        return UnitResult(unit, {split: self._split(unit, split, docs[split]) for split in SPLITS}, read)
+        return UnitResult(
+            unit, {split: self._split(unit, split, docs[split]) for split in SPLITS}, read
+        )
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
         spec, opts = self.spec, self.spec.opts
         split_id = SPLITS.index(split)
         ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
         docs = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
-        rng = random.Random(repr(_seed(spec, "structure", unit.index, split_id)))  # str seeds: sha512, stable
+        rng = random.Random(
+            repr(_seed(spec, "structure", unit.index, split_id))
+        )  # str seeds: sha512, stable
         spans: list = []
         make_spans = fi.nsp_spans if opts.nsp else fi.mlm_spans
-        for _ in range(spec.dupe_factor if split == "train" else 1):  # eval: one pass, no duplicates
+        for _ in range(
+            spec.dupe_factor if split == "train" else 1
+        ):  # eval: one pass, no duplicates
             for index in range(len(docs.bounds)):
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(_seed(spec, "mask", unit.index, split_id))
         stats, chunks = pipeline.InstanceStats(), []
         for start in range(0, len(spans), _SPAN_CHUNK):
-            batch = fi.assemble(docs, spans[start:start + _SPAN_CHUNK], opts, self.vocab)
+            batch = fi.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
             if opts.mask:
                 fi.mask(batch, opts, self.vocab, mask_rng)
             chunks.extend(self.encoder.encode(batch))
@@ -201,12 +233,18 @@ def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) ->
     asked = spec.num_shards if split == "train" else spec.num_eval_shards
     if asked > instances:
         flag = "--num_shards" if split == "train" else "--num_eval_shards"
-        raise ValueError(f"{flag}={asked} but the {split} split has only {instances} instances; "
-                         f"rerun with {flag} <= {instances} (finished work units are reused)")
-    return asked or max(1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB))))
+        raise ValueError(
+            f"{flag}={asked} but the {split} split has only {instances} instances; "
+            f"rerun with {flag} <= {instances} (finished work units are reused)"
+        )
+    return asked or max(
+        1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB)))
+    )
 
 
-def plan_shards(spec: JobSpec, split: str, counts: list[int], record_bytes: int) -> list[list[tuple]]:
+def plan_shards(
+    spec: JobSpec, split: str, counts: list[int], record_bytes: int
+) -> list[list[tuple]]:
     """Per shard, its pieces (unit index, first record, end record) in the order they are concatenated.
 
     Units are put in a seeded random order and the instances, in that order, are cut into equal
@@ -215,7 +253,9 @@ def plan_shards(spec: JobSpec, split: str, counts: list[int], record_bytes: int)
     """
     total = sum(counts)
     num = shard_count(spec, split, total, record_bytes)
-    order = np.random.default_rng(_seed(spec, "unit_order", SPLITS.index(split))).permutation(len(counts))
+    order = np.random.default_rng(_seed(spec, "unit_order", SPLITS.index(split))).permutation(
+        len(counts)
+    )
     ends = np.cumsum([counts[u] for u in order]).tolist()
     shards, position, k = [], 0, 0
     for shard in range(num):
@@ -234,7 +274,9 @@ def plan_shards(spec: JobSpec, split: str, counts: list[int], record_bytes: int)
 
 def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
     """The seeded shuffle of a shard: output record j is concatenated record order[j]."""
-    return np.random.default_rng(_seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(count)
+    return np.random.default_rng(_seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(
+        count
+    )
 
 
 def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
@@ -246,8 +288,18 @@ def input_bytes(planned: list[units_lib.Unit]) -> int:
     return sum(unit.size for unit in planned if unit.kind != "tfds")
 
 
-def manifest(spec: JobSpec, fp: dict, shards: dict, split_stats: dict, split_documents: dict,
-             read: readers.ReadStats, flags: dict, seconds: float, runner: str, total_bytes: int) -> dict:
+def manifest(
+    spec: JobSpec,
+    fp: dict,
+    shards: dict,
+    split_stats: dict,
+    split_documents: dict,
+    read: readers.ReadStats,
+    flags: dict,
+    seconds: float,
+    runner: str,
+    total_bytes: int,
+) -> dict:
     """manifest.json: settings, vocabulary checksum, shards with counts and md5, statistics."""
     train, held_out = split_stats["train"], split_stats["eval"]
     return {
@@ -256,8 +308,10 @@ def manifest(spec: JobSpec, fp: dict, shards: dict, split_stats: dict, split_doc
         "format": spec.fmt,
         "masked": spec.opts.mask,  # False: unmasked records (dynamic masking in the trainer)
         "nsp": spec.opts.nsp,
-        "schema": {"max_seq_length": spec.schema.max_seq_length,
-                   "max_predictions_per_seq": spec.schema.max_predictions_per_seq},
+        "schema": {
+            "max_seq_length": spec.schema.max_seq_length,
+            "max_predictions_per_seq": spec.schema.max_predictions_per_seq,
+        },
         "flags": flags,
         "fingerprint": fp,
         "vocab_md5": fp["units"]["vocab_md5"],
@@ -266,8 +320,11 @@ def manifest(spec: JobSpec, fp: dict, shards: dict, split_stats: dict, split_doc
         "documents": split_documents["train"] + split_documents["eval"],
         "shards": shards,
         "stats": train.summary(spec.opts.max_seq_length),
-        "eval": {"fraction": spec.eval_fraction, "documents": split_documents["eval"],
-                 "stats": held_out.summary(spec.opts.max_seq_length)},
+        "eval": {
+            "fraction": spec.eval_fraction,
+            "documents": split_documents["eval"],
+            "stats": held_out.summary(spec.opts.max_seq_length),
+        },
         "seconds": round(seconds, 3),
     }
 
@@ -281,7 +338,9 @@ def verify(output_dir: str) -> list[str]:
         with open(path) as f:
             shards = json.load(f)["shards"]
     except (ValueError, KeyError) as e:
-        return [f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); rerun the job to rewrite it"]
+        return [
+            f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); rerun the job to rewrite it"
+        ]
     problems = []
     for entries in shards.values():
         for entry in entries:
@@ -289,5 +348,7 @@ def verify(output_dir: str) -> list[str]:
             if not os.path.isfile(shard):
                 problems.append(f"{entry['file']}: missing")
             elif pipeline.file_md5(shard) != entry["md5"]:
-                problems.append(f"{entry['file']}: md5 differs from the manifest (corrupt or changed)")
+                problems.append(
+                    f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+                )
     return problems

@@ -15,6 +15,7 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a finished
 output directory against the md5 checksums in its manifest.
 """
+
 import logging
 import os
 import sys
@@ -26,7 +27,9 @@ from bert_jax import tokenization
 from data_prep import instances, job, pipeline, readers
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("input", None, "Input files, globs (plain or .gz; .jsonl for JSON lines) or tfds:NAME[:SPLIT].")
+flags.DEFINE_list(
+    "input", None, "Input files, globs (plain or .gz; .jsonl for JSON lines) or tfds:NAME[:SPLIT]."
+)
 flags.DEFINE_string("output_dir", None, "Directory for the record shards and manifest.json.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt, or a SentencePiece .model file.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
@@ -38,30 +41,71 @@ flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter-than-maximum
 flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
 flags.DEFINE_integer("random_seed", 12345, "Seed of every random choice.")
 flags.DEFINE_enum("format", record_io.ARRAYRECORD, record_io.FORMATS, "Record file format.")
-flags.DEFINE_enum("mode", "scaled", ["scaled", "beam", "reference"],
-                  "scaled: streaming, parallel, resumable (default); beam: the same job on Apache Beam; "
-                  "reference: the original generator's exact output, whole corpus in memory.")
-flags.DEFINE_bool("nsp", True, "Next-sentence-prediction pairs; false gives MLM-only full-length segments.")
+flags.DEFINE_enum(
+    "mode",
+    "scaled",
+    ["scaled", "beam", "reference"],
+    "scaled: streaming, parallel, resumable (default); beam: the same job on Apache Beam; "
+    "reference: the original generator's exact output, whole corpus in memory.",
+)
+flags.DEFINE_bool(
+    "nsp", True, "Next-sentence-prediction pairs; false gives MLM-only full-length segments."
+)
 flags.DEFINE_bool("dynamic_masking", False, "Write unmasked records; the trainer masks on the fly.")
 flags.DEFINE_string("text_field", "text", "Text field of JSONL records and TFDS examples.")
 flags.DEFINE_string("tfds_data_dir", None, "data_dir of TFDS datasets.")
 # Scaled and Beam modes.
-flags.DEFINE_integer("num_workers", os.cpu_count() or 1,
-                     "Worker processes (scaled mode); the output does not depend on it.")
-flags.DEFINE_float("eval_fraction", 0.01, "Fraction of documents held out as the eval split (0: none).")
-flags.DEFINE_float("block_size_mb", 1.0, "Text and JSONL files are cut into work units of this size.")
+flags.DEFINE_integer(
+    "num_workers",
+    os.cpu_count() or 1,
+    "Worker processes (scaled mode); the output does not depend on it.",
+)
+flags.DEFINE_float(
+    "eval_fraction", 0.01, "Fraction of documents held out as the eval split (0: none)."
+)
+flags.DEFINE_float(
+    "block_size_mb", 1.0, "Text and JSONL files are cut into work units of this size."
+)
 flags.DEFINE_integer("tfds_examples_per_unit", 1000, "TFDS examples per work unit.")
-flags.DEFINE_integer("num_shards", 0, "Training shards; 0 picks enough for about --shard_size_mb each.")
-flags.DEFINE_integer("num_eval_shards", 0, "Eval shards; 0 picks enough for about --shard_size_mb each.")
-flags.DEFINE_float("shard_size_mb", 128.0, "Target record bytes per shard when the count is not given.")
+flags.DEFINE_integer(
+    "num_shards", 0, "Training shards; 0 picks enough for about --shard_size_mb each."
+)
+flags.DEFINE_integer(
+    "num_eval_shards", 0, "Eval shards; 0 picks enough for about --shard_size_mb each."
+)
+flags.DEFINE_float(
+    "shard_size_mb", 128.0, "Target record bytes per shard when the count is not given."
+)
 flags.DEFINE_bool("progress", True, "Show a progress bar (scaled mode).")
-flags.DEFINE_bool("verify", False, "Only re-check the shards in --output_dir against its manifest's md5s.")
+flags.DEFINE_bool(
+    "verify", False, "Only re-check the shards in --output_dir against its manifest's md5s."
+)
 
-_JOB_FLAGS = ("input", "vocab_file", "do_lower_case", "do_whole_word_mask", "max_seq_length",
-              "max_predictions_per_seq", "masked_lm_prob", "short_seq_prob", "dupe_factor", "random_seed",
-              "format", "mode", "nsp", "dynamic_masking", "text_field")
-_SCALED_FLAGS = ("eval_fraction", "block_size_mb", "tfds_examples_per_unit", "num_shards", "num_eval_shards",
-                 "shard_size_mb")
+_JOB_FLAGS = (
+    "input",
+    "vocab_file",
+    "do_lower_case",
+    "do_whole_word_mask",
+    "max_seq_length",
+    "max_predictions_per_seq",
+    "masked_lm_prob",
+    "short_seq_prob",
+    "dupe_factor",
+    "random_seed",
+    "format",
+    "mode",
+    "nsp",
+    "dynamic_masking",
+    "text_field",
+)
+_SCALED_FLAGS = (
+    "eval_fraction",
+    "block_size_mb",
+    "tfds_examples_per_unit",
+    "num_shards",
+    "num_eval_shards",
+    "shard_size_mb",
+)
 
 
 def options_from_flags() -> instances.InstanceOptions:
@@ -78,11 +122,20 @@ def options_from_flags() -> instances.InstanceOptions:
 
 def spec_from_flags() -> job.JobSpec:
     return job.JobSpec(
-        inputs=tuple(FLAGS.input), opts=options_from_flags(), dupe_factor=FLAGS.dupe_factor,
-        seed=FLAGS.random_seed, eval_fraction=FLAGS.eval_fraction, block_size_mb=FLAGS.block_size_mb,
-        tfds_examples_per_unit=FLAGS.tfds_examples_per_unit, fmt=FLAGS.format, num_shards=FLAGS.num_shards,
-        num_eval_shards=FLAGS.num_eval_shards, shard_size_mb=FLAGS.shard_size_mb, text_field=FLAGS.text_field,
-        tfds_data_dir=FLAGS.tfds_data_dir)
+        inputs=tuple(FLAGS.input),
+        opts=options_from_flags(),
+        dupe_factor=FLAGS.dupe_factor,
+        seed=FLAGS.random_seed,
+        eval_fraction=FLAGS.eval_fraction,
+        block_size_mb=FLAGS.block_size_mb,
+        tfds_examples_per_unit=FLAGS.tfds_examples_per_unit,
+        fmt=FLAGS.format,
+        num_shards=FLAGS.num_shards,
+        num_eval_shards=FLAGS.num_eval_shards,
+        shard_size_mb=FLAGS.shard_size_mb,
+        text_field=FLAGS.text_field,
+        tfds_data_dir=FLAGS.tfds_data_dir,
+    )
 
 
 def _verify() -> int:
@@ -99,19 +152,33 @@ def _verify() -> int:
 def _summary(manifest: dict) -> None:
     stats, read, seconds = manifest["stats"], manifest["read"], max(manifest["seconds"], 1e-9)
     if manifest["mode"] == "reference":
-        print(f"wrote {stats['instances']} instances from {manifest['documents']} documents "
-              f"to {FLAGS.output_dir} in {seconds:.1f}s")
+        print(
+            f"wrote {stats['instances']} instances from {manifest['documents']} documents "
+            f"to {FLAGS.output_dir} in {seconds:.1f}s"
+        )
     else:
         held_out = manifest["eval"]
-        print(f"wrote {stats['instances']} training and {held_out['stats']['instances']} eval instances from "
-              f"{manifest['documents']} documents ({held_out['documents']} held out) to {FLAGS.output_dir} "
-              f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
-              f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s")
+        print(
+            f"wrote {stats['instances']} training and {held_out['stats']['instances']} eval instances from "
+            f"{manifest['documents']} documents ({held_out['documents']} held out) to {FLAGS.output_dir} "
+            f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
+            f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s"
+        )
         shards = manifest["shards"]
-        sizes = {split: shards[split][0]["instances"] if shards[split] else 0 for split in ("train", "eval")}
-        print("shards: " + ", ".join(f"{split} {len(shards[split])} x {sizes[split]}" for split in ("train", "eval")))
-    print(f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, padding {stats['padding_fraction']:.3f}, "
-          f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}")
+        sizes = {
+            split: shards[split][0]["instances"] if shards[split] else 0
+            for split in ("train", "eval")
+        }
+        print(
+            "shards: "
+            + ", ".join(
+                f"{split} {len(shards[split])} x {sizes[split]}" for split in ("train", "eval")
+            )
+        )
+    print(
+        f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, padding {stats['padding_fraction']:.3f}, "
+        f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}"
+    )
     skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_")) and v}
     if skipped:
         print(f"skipped or repaired: {skipped}")
@@ -129,39 +196,66 @@ def main(argv):
         print(f"error: pass {' and '.join('--' + m for m in missing)}", file=sys.stderr)
         return 2
     if len(argv) > 1 and FLAGS.mode != "beam":
-        print(f"error: unexpected arguments {argv[1:]} (only --mode=beam takes pipeline options after --)",
-              file=sys.stderr)
+        print(
+            f"error: unexpected arguments {argv[1:]} (only --mode=beam takes pipeline options after --)",
+            file=sys.stderr,
+        )
         return 2
     job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}
     try:
         if FLAGS.mode == "reference":
             tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             manifest = pipeline.run_reference(
-                FLAGS.input, tokenizer, options_from_flags(), dupe_factor=FLAGS.dupe_factor, seed=FLAGS.random_seed,
-                output_dir=FLAGS.output_dir, fmt=FLAGS.format, flags=job_flags, text_field=FLAGS.text_field,
-                tfds_data_dir=FLAGS.tfds_data_dir)
+                FLAGS.input,
+                tokenizer,
+                options_from_flags(),
+                dupe_factor=FLAGS.dupe_factor,
+                seed=FLAGS.random_seed,
+                output_dir=FLAGS.output_dir,
+                fmt=FLAGS.format,
+                flags=job_flags,
+                text_field=FLAGS.text_field,
+                tfds_data_dir=FLAGS.tfds_data_dir,
+            )
         elif FLAGS.mode == "beam":
             try:
                 from data_prep import beam_pipeline
             except ImportError as e:
-                print(f"error: --mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'", file=sys.stderr)
+                print(
+                    f"error: --mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'",
+                    file=sys.stderr,
+                )
                 return 2
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
-            manifest = beam_pipeline.run(spec_from_flags(), FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.output_dir,
-                                         pipeline_args=argv[1:], flags=job_flags)
+            manifest = beam_pipeline.run(
+                spec_from_flags(),
+                FLAGS.vocab_file,
+                FLAGS.do_lower_case,
+                FLAGS.output_dir,
+                pipeline_args=argv[1:],
+                flags=job_flags,
+            )
         else:
             from data_prep import scaled
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-            manifest = scaled.run(spec_from_flags(), tokenizer, FLAGS.output_dir, num_workers=FLAGS.num_workers,
-                                  flags=job_flags, progress=FLAGS.progress)
+            manifest = scaled.run(
+                spec_from_flags(),
+                tokenizer,
+                FLAGS.output_dir,
+                num_workers=FLAGS.num_workers,
+                flags=job_flags,
+                progress=FLAGS.progress,
+            )
     except (tokenization.VocabError, readers.InputError, pipeline.OutputError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; finished work is kept: rerun the same command to resume", file=sys.stderr)
+        print(
+            "interrupted; finished work is kept: rerun the same command to resume", file=sys.stderr
+        )
         return 130
     _summary(manifest)
     return 0

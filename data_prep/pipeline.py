@@ -4,6 +4,7 @@
 memory, one random generator for everything, one output file. The scaled job (streaming, parallel,
 resumable) lives in scaled.py and shares the per-document functions used here.
 """
+
 import dataclasses
 import hashlib
 import itertools
@@ -105,9 +106,19 @@ class InstanceStats:
         }
 
 
-def run_reference(specs: list[str], tokenizer, opts: inst.InstanceOptions, *, dupe_factor: int, seed: int,
-                  output_dir: str, fmt: str, flags: dict, text_field: str = "text",
-                  tfds_data_dir: str | None = None) -> dict:
+def run_reference(
+    specs: list[str],
+    tokenizer,
+    opts: inst.InstanceOptions,
+    *,
+    dupe_factor: int,
+    seed: int,
+    output_dir: str,
+    fmt: str,
+    flags: dict,
+    text_field: str = "text",
+    tfds_data_dir: str | None = None,
+) -> dict:
     """The original generator, record for record: returns the manifest it writes."""
     start = time.time()
     prepare_output_dir(output_dir)
@@ -115,15 +126,23 @@ def run_reference(specs: list[str], tokenizer, opts: inst.InstanceOptions, *, du
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
     text_lines = itertools.chain.from_iterable(
-        readers.read_lines(s.path, read_stats) for s in sources if s.kind == "text")
+        readers.read_lines(s.path, read_stats) for s in sources if s.kind == "text"
+    )
     raw_docs = itertools.chain(
         readers.text_documents(text_lines, read_stats),
-        *(readers.documents(s, read_stats, text_field, tfds_data_dir) for s in sources if s.kind != "text"))
+        *(
+            readers.documents(s, read_stats, text_field, tfds_data_dir)
+            for s in sources
+            if s.kind != "text"
+        ),
+    )
     documents = [tokenize_document(d, tokenizer) for d in raw_docs]
     logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
 
     vocab = inst.Vocab.from_tokenizer(tokenizer)
-    instances = inst.create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
+    instances = inst.create_training_instances(
+        documents, opts, vocab, dupe_factor, random.Random(seed)
+    )
     schema = schema_for(opts)
     stats = InstanceStats()
     path = os.path.join(output_dir, shard_name("train", 0, 1, fmt))
@@ -139,7 +158,15 @@ def run_reference(specs: list[str], tokenizer, opts: inst.InstanceOptions, *, du
         "vocab_md5": file_md5(tokenizer.vocab_file),
         "read": dataclasses.asdict(read_stats),
         "documents": sum(1 for d in documents if d),
-        "shards": {"train": [{"file": os.path.basename(path), "instances": stats.instances, "md5": file_md5(path)}]},
+        "shards": {
+            "train": [
+                {
+                    "file": os.path.basename(path),
+                    "instances": stats.instances,
+                    "md5": file_md5(path),
+                }
+            ]
+        },
         "stats": stats.summary(opts.max_seq_length),
         "seconds": round(time.time() - start, 3),
     }

@@ -10,6 +10,7 @@ Three sources, chosen per input by `parse_input`:
 Readers never raise on bad text: undecodable bytes are replaced (and the tokenizer drops them), and every
 such line, empty document and unreadable JSON line is counted in `ReadStats` for the job's summary.
 """
+
 import dataclasses
 import glob
 import gzip
@@ -69,7 +70,7 @@ def parse_input(specs: list[str], match=_match_local) -> list[Source]:
         if not spec:
             continue
         if spec.startswith("tfds:"):
-            name, _, split = spec[len("tfds:"):].partition(":")
+            name, _, split = spec[len("tfds:") :].partition(":")
             sources.append(Source("tfds", name, split or "train"))
             continue
         paths = match(spec)
@@ -128,7 +129,9 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
 # letter, digit or opening quote. Plain rules, no model to download; good enough for Wikipedia-style
 # prose, and BERT only needs sentence boundaries for NSP pairs, not perfect ones.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-_ABBREVIATIONS = re.compile(r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|vs|etc|e\.g|i\.e|No|Fig|Vol|Inc|Ltd|Co)\.$")
+_ABBREVIATIONS = re.compile(
+    r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|vs|etc|e\.g|i\.e|No|Fig|Vol|Inc|Ltd|Co)\.$"
+)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -140,10 +143,10 @@ def split_sentences(text: str) -> list[str]:
             continue
         start = 0
         for match in _SENTENCE_END.finditer(paragraph):
-            candidate = paragraph[start:match.start()].strip()
+            candidate = paragraph[start : match.start()].strip()
             if _ABBREVIATIONS.search(candidate) or re.search(r"\b[A-Z]\.$", candidate):
                 continue  # "Dr." or an initial: not the end of a sentence
-            sentences.append(paragraph[start:match.end()].strip())
+            sentences.append(paragraph[start : match.end()].strip())
             start = match.end()
         tail = paragraph[start:].strip()
         if tail:
@@ -183,11 +186,19 @@ def open_tfds(name: str, split: str, data_dir: str | None):
     except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
         raise InputError(
             f"cannot open TFDS dataset {name!r} split {split!r}: {e}. Prepare it first in ArrayRecord "
-            f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir") from e
+            f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir"
+        ) from e
 
 
-def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None, stats: ReadStats,
-                   start: int = 0, stop: int | None = None) -> Iterator[list[str]]:
+def tfds_documents(
+    name: str,
+    split: str,
+    text_field: str,
+    data_dir: str | None,
+    stats: ReadStats,
+    start: int = 0,
+    stop: int | None = None,
+) -> Iterator[list[str]]:
     """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts the file."""
     source = open_tfds(name, split, data_dir)
     if start == 0:
@@ -195,8 +206,10 @@ def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None,
     for index in range(start, len(source) if stop is None else min(stop, len(source))):
         example = source[index]
         if text_field not in example:
-            raise InputError(f"TFDS dataset {name!r} has no field {text_field!r}; fields: {sorted(example)}; "
-                             "set --text_field")
+            raise InputError(
+                f"TFDS dataset {name!r} has no field {text_field!r}; fields: {sorted(example)}; "
+                "set --text_field"
+            )
         text = example[text_field]
         text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
         sentences = split_sentences(text)
@@ -205,7 +218,9 @@ def tfds_documents(name: str, split: str, text_field: str, data_dir: str | None,
             yield sentences
 
 
-def documents(source: Source, stats: ReadStats, text_field: str = "text", tfds_data_dir: str | None = None):
+def documents(
+    source: Source, stats: ReadStats, text_field: str = "text", tfds_data_dir: str | None = None
+):
     """The documents of one source."""
     if source.kind == "text":
         return text_documents(read_lines(source.path, stats), stats)

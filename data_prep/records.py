@@ -4,6 +4,7 @@ The padding and feature layout are the original generator's (write_instance_to_e
 ids, mask and segments padded with 0 to max_seq_length; masked positions, ids and 1.0 weights padded
 with 0 to max_predictions_per_seq; next_sentence_labels is 1 when B is a random sentence.
 """
+
 from bert_jax import features as F
 
 from data_prep.instances import Instance
@@ -42,8 +43,14 @@ def describe(features: dict, tokenizer) -> str:
     lines = []
     if F.MASKED_LM_POSITIONS in features:
         weights = features[F.MASKED_LM_WEIGHTS]
-        masked = [(int(p), int(i)) for p, i, w in zip(features[F.MASKED_LM_POSITIONS], features[F.MASKED_LM_IDS], weights) if w > 0]
-        labels = dict(zip((p for p, _ in masked), tokenizer.convert_ids_to_tokens([i for _, i in masked])))
+        masked = [
+            (int(p), int(i))
+            for p, i, w in zip(features[F.MASKED_LM_POSITIONS], features[F.MASKED_LM_IDS], weights)
+            if w > 0
+        ]
+        labels = dict(
+            zip((p for p, _ in masked), tokenizer.convert_ids_to_tokens([i for _, i in masked]))
+        )
         shown = [f"{t}<{labels[i]}>" if i in labels else t for i, t in enumerate(tokens)]
         lines.append("tokens:   " + " ".join(shown))
         lines.append("masked:   " + " ".join(f"{p}:{labels[p]}" for p, _ in masked))
@@ -51,5 +58,7 @@ def describe(features: dict, tokenizer) -> str:
         lines.append("tokens:   " + " ".join(tokens) + "   (unmasked record)")
     lines.append("segments: " + "".join(str(s) for s in segments))
     label = int(features[F.NEXT_SENTENCE_LABELS][0])
-    lines.append(f"next_sentence_label: {label} ({'random B' if label else 'actual next'}); {n} tokens")
+    lines.append(
+        f"next_sentence_label: {label} ({'random B' if label else 'actual next'}); {n} tokens"
+    )
     return "\n".join(lines)

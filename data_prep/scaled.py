@@ -13,6 +13,7 @@ A kill at any point loses only the units and shards in flight; a rerun does the 
 is identical to an uninterrupted run. Every file is written under a temporary name and renamed, so no
 file under a final name is ever partial.
 """
+
 import contextlib
 import ctypes
 import ctypes.util
@@ -57,7 +58,9 @@ def _die_with_parent() -> None:
 
 def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool) -> None:
     if in_pool:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the parent, which stops the pool
+        signal.signal(
+            signal.SIGINT, signal.SIG_IGN
+        )  # Ctrl-C goes to the parent, which stops the pool
         _die_with_parent()
     _worker["processor"] = job.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
@@ -80,8 +83,13 @@ def _unit_task(unit) -> dict:
     marker = {"unit": dataclasses.asdict(unit), "read": dataclasses.asdict(result.read)}
     with open(tmp, "wb") as f:
         for split, records in result.splits.items():
-            marker[split] = {"instances": records.count, "bytes": len(records.data), "documents": records.documents,
-                             "stats": dataclasses.asdict(records.stats), "data_at": f.tell()}
+            marker[split] = {
+                "instances": records.count,
+                "bytes": len(records.data),
+                "documents": records.documents,
+                "stats": dataclasses.asdict(records.stats),
+                "data_at": f.tell(),
+            }
             f.write(records.data)
         for split, records in result.splits.items():
             marker[split]["offsets_at"] = f.tell()
@@ -101,7 +109,9 @@ def _shard_task(task) -> dict:
     try:
         for unit, data_at, offsets_at, first, end in pieces:
             files.append(os.open(_unit_path(work_dir, unit, "bin"), os.O_RDONLY))
-            offsets = np.frombuffer(os.pread(files[-1], 8 * (end - first + 1), offsets_at + 8 * first), "<i8")
+            offsets = np.frombuffer(
+                os.pread(files[-1], 8 * (end - first + 1), offsets_at + 8 * first), "<i8"
+            )
             starts.append(data_at + offsets[:-1])
             lengths.append(np.diff(offsets))
         which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
@@ -109,13 +119,19 @@ def _shard_task(task) -> dict:
         order = job.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(path, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
-                chunk = order[lo:lo + 4096]
-                for f, start, length in zip(which[chunk].tolist(), starts[chunk].tolist(), lengths[chunk].tolist()):
+                chunk = order[lo : lo + 4096]
+                for f, start, length in zip(
+                    which[chunk].tolist(), starts[chunk].tolist(), lengths[chunk].tolist()
+                ):
                     writer.write(os.pread(files[f], length, start))
     finally:
         for fd in files:
             os.close(fd)
-    info = {"file": os.path.basename(path), "instances": len(starts), "md5": pipeline.file_md5(path)}
+    info = {
+        "file": os.path.basename(path),
+        "instances": len(starts),
+        "md5": pipeline.file_md5(path),
+    }
     pipeline.write_json_atomic(_shard_marker(work_dir, split, shard), info)
     return info
 
@@ -128,7 +144,9 @@ def _differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
         for key in sorted(set(old.get(part, {})) | set(new[part])):
             a, b = old.get(part, {}).get(key), new[part].get(key)
             if a != b:
-                diffs.append("input files or their sizes" if key == "inputs" else f"{key}: {a!r} -> {b!r}")
+                diffs.append(
+                    "input files or their sizes" if key == "inputs" else f"{key}: {a!r} -> {b!r}"
+                )
     return "; ".join(diffs)
 
 
@@ -145,8 +163,10 @@ class _WorkDir:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise pipeline.OutputError(f"another data_prep job is writing to {self.output_dir!r}; "
-                                           "wait for it or use another --output_dir") from None
+                raise pipeline.OutputError(
+                    f"another data_prep job is writing to {self.output_dir!r}; "
+                    "wait for it or use another --output_dir"
+                ) from None
             yield
 
     def check(self, fp: dict) -> None:
@@ -156,17 +176,26 @@ class _WorkDir:
             with open(path) as f:
                 old = json.load(f)
             # Shard settings may change until the first shard is written: units do not depend on them.
-            binding = ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
+            binding = (
+                ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
+            )
             if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(
                     f"--output_dir={self.output_dir!r} holds an unfinished job with other settings "
                     f"({_differences(old, fp, binding)}); rerun with the same flags to finish it, or use "
-                    f"another --output_dir (or delete {self.path} to start over)")
+                    f"another --output_dir (or delete {self.path} to start over)"
+                )
         elif any(_SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
-            raise job.JobMismatch(f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
-                                  "job state; use an empty --output_dir")
+            raise job.JobMismatch(
+                f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
+                "job state; use an empty --output_dir"
+            )
         pipeline.write_json_atomic(path, fp)
-        for folder in (self.output_dir, os.path.join(self.path, "units"), os.path.join(self.path, "shards")):
+        for folder in (
+            self.output_dir,
+            os.path.join(self.path, "units"),
+            os.path.join(self.path, "shards"),
+        ):
             for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
                 if _TMP_NAME.search(name):
                     os.remove(os.path.join(folder, name))
@@ -195,8 +224,12 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     # A ProcessPoolExecutor, unlike multiprocessing.Pool, fails (BrokenProcessPool) rather than hangs
     # when a worker dies or cannot start.
-    pool = futures.ProcessPoolExecutor(num_workers, mp_context=context, initializer=_init_worker,
-                                       initargs=(spec, tokenizer, work_dir, True))
+    pool = futures.ProcessPoolExecutor(
+        num_workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(spec, tokenizer, work_dir, True),
+    )
 
     submitted = []
 
@@ -218,13 +251,22 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     pool.shutdown()
 
 
-def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, flags: dict | None = None,
-        progress: bool = True) -> dict:
+def run(
+    spec: job.JobSpec,
+    tokenizer,
+    output_dir: str,
+    *,
+    num_workers: int = 1,
+    flags: dict | None = None,
+    progress: bool = True,
+) -> dict:
     """Runs (or resumes) the job; returns the manifest it writes next to the shards."""
     started = time.time()
     pipeline.prepare_output_dir(output_dir)
     planned = job.plan(spec)
-    fp = job.fingerprint(spec, planned, pipeline.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case)
+    fp = job.fingerprint(
+        spec, planned, pipeline.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
+    )
     manifest_path = os.path.join(output_dir, pipeline.MANIFEST)
     if os.path.isfile(manifest_path):
         with open(manifest_path) as f:
@@ -232,20 +274,31 @@ def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, 
         if finished.get("fingerprint") == fp:
             logging.info("%s already holds this job's finished output; nothing to do", output_dir)
             return finished
-        raise job.JobMismatch(f"--output_dir={output_dir!r} holds a finished job with other settings "
-                              f"({_differences(finished.get('fingerprint'), fp)}); use another --output_dir")
+        raise job.JobMismatch(
+            f"--output_dir={output_dir!r} holds a finished job with other settings "
+            f"({_differences(finished.get('fingerprint'), fp)}); use another --output_dir"
+        )
     work = _WorkDir(output_dir)
     with work.locked():
         work.check(fp)
         todo = sorted((u for u in planned if work.marker(u.index) is None), key=lambda u: -u.size)
         with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
             total = sum(u.size for u in planned)
-            unit_bar = tqdm.tqdm(total=total, initial=total - sum(u.size for u in todo), unit="B",
-                                 unit_scale=True, desc="units", disable=not progress, mininterval=0.5)
+            unit_bar = tqdm.tqdm(
+                total=total,
+                initial=total - sum(u.size for u in todo),
+                unit="B",
+                unit_scale=True,
+                desc="units",
+                disable=not progress,
+                mininterval=0.5,
+            )
             documents, unit_start = 0, time.time()
             for done in imap(_unit_task, todo):
                 documents += done["documents"]
-                unit_bar.set_postfix_str(f"{documents / max(time.time() - unit_start, 1e-9):.0f} docs/s", refresh=False)
+                unit_bar.set_postfix_str(
+                    f"{documents / max(time.time() - unit_start, 1e-9):.0f} docs/s", refresh=False
+                )
                 unit_bar.update(done["size"])
             unit_bar.close()
             markers = [work.marker(u.index) for u in planned]
@@ -257,13 +310,19 @@ def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, 
                 for shard, pieces in enumerate(plan):
                     if os.path.isfile(_shard_marker(work.path, split, shard)):
                         continue
-                    located = [(u, markers[u][split]["data_at"], markers[u][split]["offsets_at"], a, b)
-                               for u, a, b in pieces]
+                    located = [
+                        (u, markers[u][split]["data_at"], markers[u][split]["offsets_at"], a, b)
+                        for u, a, b in pieces
+                    ]
                     tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
             if not shards["train"]:
-                raise ValueError(f"the input gave no training instances ({sum(m['read']['documents'] for m in markers)}"
-                                 " documents read); check --input and --text_field")
-            shard_bar = tqdm.tqdm(total=sum(map(len, shards.values())), desc="shards", disable=not progress)
+                raise ValueError(
+                    f"the input gave no training instances ({sum(m['read']['documents'] for m in markers)}"
+                    " documents read); check --input and --text_field"
+                )
+            shard_bar = tqdm.tqdm(
+                total=sum(map(len, shards.values())), desc="shards", disable=not progress
+            )
             shard_bar.update(shard_bar.total - len(tasks))
             for _ in imap(_shard_task, tasks):
                 shard_bar.update(1)
@@ -279,8 +338,18 @@ def run(spec: job.JobSpec, tokenizer, output_dir: str, *, num_workers: int = 1, 
             for split in job.SPLITS:
                 stats[split].add(pipeline.InstanceStats(**m[split]["stats"]))
                 documents[split] += m[split]["documents"]
-        result = job.manifest(spec, fp, shards, stats, documents, read, flags or {}, time.time() - started,
-                              runner=f"local, {num_workers} worker(s)", total_bytes=job.input_bytes(planned))
+        result = job.manifest(
+            spec,
+            fp,
+            shards,
+            stats,
+            documents,
+            read,
+            flags or {},
+            time.time() - started,
+            runner=f"local, {num_workers} worker(s)",
+            total_bytes=job.input_bytes(planned),
+        )
         pipeline.write_json_atomic(manifest_path, result)
     shutil.rmtree(work.path)
     return result

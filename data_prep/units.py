@@ -11,6 +11,7 @@ document is read by exactly one unit, and together the units give the documents 
 from start to end; every line is counted by the unit whose block holds its first byte.
 JSONL blocks: the lines that start inside the block, one document each.
 """
+
 import dataclasses
 import gzip
 import os
@@ -29,7 +30,9 @@ class Unit:
     start: int  # first byte (files) or example (TFDS)
     stop: int  # one past the last byte or example; a .gz file is one unit, start=0, stop=its size
     split: str = ""  # TFDS split
-    first: bool = True  # the first unit of its source: it counts the file (and an empty one) in ReadStats
+    first: bool = (
+        True  # the first unit of its source: it counts the file (and an empty one) in ReadStats
+    )
 
     @property
     def size(self) -> int:
@@ -37,12 +40,19 @@ class Unit:
         return self.stop - self.start
 
 
-def plan_units(sources: list[readers.Source], block_bytes: int, tfds_examples_per_unit: int,
-               tfds_data_dir: str | None = None, size_of: Callable[[str], int] = os.path.getsize) -> list[Unit]:
+def plan_units(
+    sources: list[readers.Source],
+    block_bytes: int,
+    tfds_examples_per_unit: int,
+    tfds_data_dir: str | None = None,
+    size_of: Callable[[str], int] = os.path.getsize,
+) -> list[Unit]:
     """Cuts every source into units, in source order; depends on nothing but the inputs and sizes."""
     if block_bytes < 1 or tfds_examples_per_unit < 1:
-        raise ValueError(f"block size {block_bytes} bytes and tfds_examples_per_unit="
-                         f"{tfds_examples_per_unit} must be positive")
+        raise ValueError(
+            f"block size {block_bytes} bytes and tfds_examples_per_unit="
+            f"{tfds_examples_per_unit} must be positive"
+        )
     units: list[Unit] = []
 
     def add(kind, path, start, stop, split=""):
@@ -52,7 +62,13 @@ def plan_units(sources: list[readers.Source], block_bytes: int, tfds_examples_pe
         if source.kind == "tfds":
             count = len(readers.open_tfds(source.path, source.split, tfds_data_dir))
             for start in range(0, max(count, 1), tfds_examples_per_unit):
-                add("tfds", source.path, start, min(start + tfds_examples_per_unit, count), source.split)
+                add(
+                    "tfds",
+                    source.path,
+                    start,
+                    min(start + tfds_examples_per_unit, count),
+                    source.split,
+                )
             continue
         size = size_of(source.path)
         if source.path.endswith(".gz") or size == 0:
@@ -109,7 +125,9 @@ def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterat
         yield document
 
 
-def _jsonl_documents(f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats) -> Iterator[list[str]]:
+def _jsonl_documents(
+    f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats
+) -> Iterator[list[str]]:
     stop = float("inf") if unit.path.endswith(".gz") else unit.stop
     offset = _seek_to_line(f, unit.start)
     for raw in f:
@@ -123,13 +141,19 @@ def _jsonl_documents(f: BinaryIO, unit: Unit, text_field: str, stats: readers.Re
             yield sentences
 
 
-def read_unit(unit: Unit, stats: readers.ReadStats, text_field: str = "text", tfds_data_dir: str | None = None,
-              open_binary: Callable[[str], BinaryIO] = lambda path: open(path, "rb")) -> Iterator[list[str]]:
+def read_unit(
+    unit: Unit,
+    stats: readers.ReadStats,
+    text_field: str = "text",
+    tfds_data_dir: str | None = None,
+    open_binary: Callable[[str], BinaryIO] = lambda path: open(path, "rb"),
+) -> Iterator[list[str]]:
     """The documents (lists of sentence strings) of one unit; `open_binary` opens a path for reading
     with seek (the Beam job passes its FileSystems.open for gs:// and other remote paths)."""
     if unit.kind == "tfds":
-        yield from readers.tfds_documents(unit.path, unit.split, text_field, tfds_data_dir, stats,
-                                          unit.start, unit.stop)
+        yield from readers.tfds_documents(
+            unit.path, unit.split, text_field, tfds_data_dir, stats, unit.start, unit.stop
+        )
         return
     if unit.first:
         stats.files += 1

@@ -7,6 +7,7 @@ WordPiece training uses Hugging Face `tokenizers` with BERT's normalisation; Sen
 uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols, so either result works
 as --vocab_file of data_prep.main.
 """
+
 import os
 import sys
 
@@ -22,7 +23,13 @@ flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Ki
 flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents, for WordPiece).")
 
-SPECIAL = [tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP, tokenization.MASK]
+SPECIAL = [
+    tokenization.PAD,
+    tokenization.UNK,
+    tokenization.CLS,
+    tokenization.SEP,
+    tokenization.MASK,
+]
 
 
 def train_wordpiece(files: list[str], output: str, vocab_size: int, do_lower_case: bool) -> str:
@@ -39,18 +46,27 @@ def train_wordpiece(files: list[str], output: str, vocab_size: int, do_lower_cas
     return output
 
 
-def train_sentencepiece(files: list[str], output_prefix: str, vocab_size: int, do_lower_case: bool) -> str:
+def train_sentencepiece(
+    files: list[str], output_prefix: str, vocab_size: int, do_lower_case: bool
+) -> str:
     """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]."""
     import sentencepiece as spm
 
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
     spm.SentencePieceTrainer.train(
-        input=files, model_prefix=output_prefix, vocab_size=vocab_size, model_type="unigram",
-        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        input=files,
+        model_prefix=output_prefix,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        pad_id=0,
+        unk_id=1,
+        bos_id=-1,
+        eos_id=-1,
         user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
         normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
         hard_vocab_limit=False,  # a small corpus may not support vocab_size pieces; take what it has
-        minloglevel=2)
+        minloglevel=2,
+    )
     return output_prefix + ".model"
 
 

@@ -15,6 +15,7 @@
 The demo fails (exit status 1) if held-out MLM accuracy does not end clearly above the baseline.
 Rerunning it resumes: finished stages are skipped, a killed training run continues.
 """
+
 import collections
 import os
 import subprocess
@@ -26,11 +27,15 @@ from absl import app, flags, logging
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", "demo_out", "Where the records, run, exported model and plot go.")
 flags.DEFINE_string("config", "configs/demo.py", "Training config.")
-flags.DEFINE_integer("num_train_steps", None, "Override the config's step count (e.g. for a quick look).")
+flags.DEFINE_integer(
+    "num_train_steps", None, "Override the config's step count (e.g. for a quick look)."
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "examples", "data", "pydocs.txt")
 VOCAB = os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt")
+
+
 def banner(text: str) -> None:
     print(f"\n=== {text} ===", flush=True)
 
@@ -45,9 +50,20 @@ def prepare_data(data_dir: str) -> None:
     if os.path.exists(os.path.join(data_dir, "manifest.json")):
         print(f"records already in {data_dir}", flush=True)
         return
-    run([sys.executable, "-m", "data_prep.main", f"--input={CORPUS}", f"--vocab_file={VOCAB}",
-         f"--output_dir={data_dir}", "--dupe_factor=5", "--eval_fraction=0.05", "--num_workers=2",
-         "--noprogress"])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.main",
+            f"--input={CORPUS}",
+            f"--vocab_file={VOCAB}",
+            f"--output_dir={data_dir}",
+            "--dupe_factor=5",
+            "--eval_fraction=0.05",
+            "--num_workers=2",
+            "--noprogress",
+        ]
+    )
 
 
 def masked_labels(pattern: str) -> collections.Counter:
@@ -69,9 +85,16 @@ def baseline(train_pattern: str, eval_pattern: str) -> tuple[float, int]:
 
 
 def train(workdir: str, train_pattern: str, eval_pattern: str) -> None:
-    cmd = [sys.executable, "-m", "bert_jax.main", f"--config={FLAGS.config}", f"--workdir={workdir}",
-           f"--config.data.train_files={train_pattern}", f"--config.data.eval_files={eval_pattern}",
-           f"--config.data.vocab_file={VOCAB}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_jax.main",
+        f"--config={FLAGS.config}",
+        f"--workdir={workdir}",
+        f"--config.data.train_files={train_pattern}",
+        f"--config.data.eval_files={eval_pattern}",
+        f"--config.data.vocab_file={VOCAB}",
+    ]
     if FLAGS.num_train_steps:
         cmd.append(f"--config.train.num_train_steps={FLAGS.num_train_steps}")
     # One CPU device uses every core; the test suite's fake 8-device split would only add overhead.
@@ -106,19 +129,29 @@ def fill_mask(hf_dir: str, eval_pattern: str, num_records: int = 2) -> None:
         length = int(ex[features.INPUT_MASK].sum())
         ids = ex[features.INPUT_IDS][:length]
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor(ids[None]).long(),
-                           token_type_ids=torch.tensor(ex[features.SEGMENT_IDS][None, :length]).long()).logits[0]
+            logits = model(
+                input_ids=torch.tensor(ids[None]).long(),
+                token_type_ids=torch.tensor(ex[features.SEGMENT_IDS][None, :length]).long(),
+            ).logits[0]
         guesses = logits.argmax(-1).numpy()
-        truth = dict(zip(ex[features.MASKED_LM_POSITIONS].tolist(), ex[features.MASKED_LM_IDS].tolist()))
+        truth = dict(
+            zip(ex[features.MASKED_LM_POSITIONS].tolist(), ex[features.MASKED_LM_IDS].tolist())
+        )
         tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
         for p in np.flatnonzero(ids == tokenizer.mask_token_id):
             guess, want = tokenizer.convert_ids_to_tokens([int(guesses[p]), truth[int(p)]])
             right += guess == want
             total += 1
             tokens[p] = f"[{guess}{'' if guess == want else ' (' + want + ')'}]"
-        print("  " + tokenizer.convert_tokens_to_string(tokens[1:]).replace(" [SEP]", "\n  ", 1)
-              .replace(" [SEP]", ""))
-    print(f"[guess (answer)]: {right} of {total} [MASK]s filled right by transformers.BertForMaskedLM")
+        print(
+            "  "
+            + tokenizer.convert_tokens_to_string(tokens[1:])
+            .replace(" [SEP]", "\n  ", 1)
+            .replace(" [SEP]", "")
+        )
+    print(
+        f"[guess (answer)]: {right} of {total} [MASK]s filled right by transformers.BertForMaskedLM"
+    )
 
 
 def plot(records: list[dict], base: float, path: str) -> None:
@@ -130,16 +163,32 @@ def plot(records: list[dict], base: float, path: str) -> None:
     train_recs = [r for r in records if r["split"] == "train"]
     eval_recs = [r for r in records if r["split"] == "eval"]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot([r["step"] for r in train_recs], [r["loss"] for r in train_recs], label="train loss (MLM + NSP)")
-    ax_loss.plot([r["step"] for r in eval_recs], [r["loss"] for r in eval_recs], "o-", label="held-out loss")
+    ax_loss.plot(
+        [r["step"] for r in train_recs],
+        [r["loss"] for r in train_recs],
+        label="train loss (MLM + NSP)",
+    )
+    ax_loss.plot(
+        [r["step"] for r in eval_recs], [r["loss"] for r in eval_recs], "o-", label="held-out loss"
+    )
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss")
     ax_loss.legend()
-    ax_acc.plot([r["step"] for r in eval_recs], [r["mlm_accuracy"] for r in eval_recs], "o-",
-                label="held-out MLM accuracy")
-    ax_acc.plot([r["step"] for r in eval_recs], [r["nsp_accuracy"] for r in eval_recs], "s--",
-                label="held-out NSP accuracy")
-    ax_acc.axhline(base, color="gray", linestyle=":", label=f"most-frequent-token baseline ({base:.3f})")
+    ax_acc.plot(
+        [r["step"] for r in eval_recs],
+        [r["mlm_accuracy"] for r in eval_recs],
+        "o-",
+        label="held-out MLM accuracy",
+    )
+    ax_acc.plot(
+        [r["step"] for r in eval_recs],
+        [r["nsp_accuracy"] for r in eval_recs],
+        "s--",
+        label="held-out NSP accuracy",
+    )
+    ax_acc.axhline(
+        base, color="gray", linestyle=":", label=f"most-frequent-token baseline ({base:.3f})"
+    )
     ax_acc.set_xlabel("step")
     ax_acc.set_ylabel("accuracy")
     ax_acc.set_ylim(0, 1)
@@ -166,8 +215,11 @@ def main(argv):
     banner("2/5 baseline")
     base, top = baseline(train_pattern, eval_pattern)
     vocab = open(VOCAB, encoding="utf-8").read().split("\n")
-    print(f"always predicting {vocab[top]!r}, the commonest masked token in training, scores "
-          f"{base:.3f} held-out MLM accuracy", flush=True)
+    print(
+        f"always predicting {vocab[top]!r}, the commonest masked token in training, scores "
+        f"{base:.3f} held-out MLM accuracy",
+        flush=True,
+    )
 
     banner("3/5 pre-training (configs/demo.py); rerun to resume")
     train(workdir, train_pattern, eval_pattern)
@@ -178,7 +230,9 @@ def main(argv):
     evals = [r for r in records if r["split"] == "eval"]
     print("\nheld-out MLM accuracy by step (baseline {:.3f}):".format(base))
     for r in evals:
-        print(f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  {'#' * round(100 * r['mlm_accuracy'])}")
+        print(
+            f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  {'#' * round(100 * r['mlm_accuracy'])}"
+        )
 
     banner("4/5 export to Hugging Face; transformers fills in the [MASK]s of held-out records")
     if not FLAGS["verbosity"].present:
@@ -193,10 +247,15 @@ def main(argv):
     print(f"wrote {png}")
 
     first, last = evals[0]["mlm_accuracy"], evals[-1]["mlm_accuracy"]
-    print(f"\nheld-out MLM accuracy {first:.3f} (step {evals[0]['step']}) -> {last:.3f} "
-          f"(step {evals[-1]['step']}); baseline {base:.3f}. Demo took {time.time() - start:.0f} s.")
+    print(
+        f"\nheld-out MLM accuracy {first:.3f} (step {evals[0]['step']}) -> {last:.3f} "
+        f"(step {evals[-1]['step']}); baseline {base:.3f}. Demo took {time.time() - start:.0f} s."
+    )
     if last < 1.5 * base or last <= first:
-        print("FAILED: held-out MLM accuracy did not end clearly above the baseline and rising", file=sys.stderr)
+        print(
+            "FAILED: held-out MLM accuracy did not end clearly above the baseline and rising",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

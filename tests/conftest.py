@@ -1,4 +1,5 @@
 """Suite-wide setup: 8 fake CPU devices for mesh tests, set before JAX is imported."""
+
 import os
 import pathlib
 
@@ -25,6 +26,7 @@ def vocab_file():
 def save_checkpoint():
     """save_checkpoint(workdir, model, config, step): a training checkpoint of an nnx model as
     bert_jax.checkpointing lays it out (the params and config items), for export/embed tests."""
+
     def save(workdir, model, config, step):
         import json
 
@@ -32,10 +34,21 @@ def save_checkpoint():
         from flax import nnx
 
         from bert_jax import checkpointing
+
         manager = checkpointing.make_manager(str(workdir), async_save=False)
-        manager.save(step, args=ocp.args.Composite(**{
-            checkpointing.PARAMS: ocp.args.StandardSave(nnx.to_pure_dict(nnx.state(model, nnx.Param))),
-            checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-        }))
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                **{
+                    checkpointing.PARAMS: ocp.args.StandardSave(
+                        nnx.to_pure_dict(nnx.state(model, nnx.Param))
+                    ),
+                    checkpointing.CONFIG: ocp.args.JsonSave(
+                        json.loads(config.to_json_best_effort())
+                    ),
+                }
+            ),
+        )
         manager.wait_until_finished()
+
     return save

@@ -1,29 +1,57 @@
 """The Beam job (DirectRunner) writes exactly the local scaled job's shards."""
+
 import json
 import os
 
 import pytest
 
-pytest.importorskip("apache_beam", reason="the Beam job needs the [beam] extra: pip install -e '.[beam]'")
+pytest.importorskip(
+    "apache_beam", reason="the Beam job needs the [beam] extra: pip install -e '.[beam]'"
+)
 
 from bert_jax import tokenization  # noqa: E402
 from data_prep import beam_pipeline, job, scaled  # noqa: E402
 
 
 def _shards(directory):
-    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))
-            if name.startswith(("train-", "eval-"))}
+    return {
+        name: (directory / name).read_bytes()
+        for name in sorted(os.listdir(directory))
+        if name.startswith(("train-", "eval-"))
+    }
 
 
 @pytest.mark.parametrize("fmt, masked", [("arrayrecord", True), ("tfrecord", False)])
 def test_beam_output_equals_the_local_scaled_output(tmp_path, testdata, vocab_file, fmt, masked):
-    spec = job.JobSpec(inputs=(str(testdata / "pydocs_small.txt"), str(testdata / "sample_text.txt")),
-                       opts=job.inst.InstanceOptions(mask=masked), dupe_factor=2, eval_fraction=0.05,
-                       block_size_mb=0.05, num_shards=3, fmt=fmt)
-    local = scaled.run(spec, tokenization.WordPieceTokenizer(vocab_file), str(tmp_path / "local"), progress=False)
-    beam = beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "beam"), pipeline_args=["--runner=DirectRunner"])
-    assert _shards(tmp_path / "beam") == _shards(tmp_path / "local") and len(_shards(tmp_path / "local")) == 4
-    for key in ("shards", "stats", "eval", "read", "documents", "fingerprint", "masked", "input_bytes"):
+    spec = job.JobSpec(
+        inputs=(str(testdata / "pydocs_small.txt"), str(testdata / "sample_text.txt")),
+        opts=job.inst.InstanceOptions(mask=masked),
+        dupe_factor=2,
+        eval_fraction=0.05,
+        block_size_mb=0.05,
+        num_shards=3,
+        fmt=fmt,
+    )
+    local = scaled.run(
+        spec, tokenization.WordPieceTokenizer(vocab_file), str(tmp_path / "local"), progress=False
+    )
+    beam = beam_pipeline.run(
+        spec, vocab_file, True, str(tmp_path / "beam"), pipeline_args=["--runner=DirectRunner"]
+    )
+    assert (
+        _shards(tmp_path / "beam") == _shards(tmp_path / "local")
+        and len(_shards(tmp_path / "local")) == 4
+    )
+    for key in (
+        "shards",
+        "stats",
+        "eval",
+        "read",
+        "documents",
+        "fingerprint",
+        "masked",
+        "input_bytes",
+    ):
         assert beam[key] == local[key], key
     assert beam["runner"] == "beam: DirectRunner"
     assert json.loads((tmp_path / "beam" / "manifest.json").read_text()) == beam
@@ -31,7 +59,9 @@ def test_beam_output_equals_the_local_scaled_output(tmp_path, testdata, vocab_fi
     # A finished output is recognised; other settings are refused.
     assert beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "beam")) == beam
     with pytest.raises(job.JobMismatch, match="finished job with other settings"):
-        beam_pipeline.run(job.JobSpec(inputs=spec.inputs, seed=1), vocab_file, True, str(tmp_path / "beam"))
+        beam_pipeline.run(
+            job.JobSpec(inputs=spec.inputs, seed=1), vocab_file, True, str(tmp_path / "beam")
+        )
 
 
 def test_beam_errors_are_clear_before_the_pipeline_starts(tmp_path, testdata, vocab_file):
@@ -39,4 +69,6 @@ def test_beam_errors_are_clear_before_the_pipeline_starts(tmp_path, testdata, vo
     with pytest.raises(tokenization.VocabError, match="does not exist"):
         beam_pipeline.run(spec, str(tmp_path / "nope.txt"), True, str(tmp_path / "out"))
     with pytest.raises(job.readers.InputError, match="matches no file"):
-        beam_pipeline.run(job.JobSpec(inputs=(str(tmp_path / "*.txt"),)), vocab_file, True, str(tmp_path / "out"))
+        beam_pipeline.run(
+            job.JobSpec(inputs=(str(tmp_path / "*.txt"),)), vocab_file, True, str(tmp_path / "out")
+        )

@@ -1,4 +1,5 @@
 """Orbax checkpoints: restore onto another mesh, iterator position, retention, restore_params."""
+
 import jax
 import numpy as np
 import pytest
@@ -36,12 +37,17 @@ def saved(testdata, tmp_path_factory):
     return workdir, config, jax.device_get(state), next(it)
 
 
-@pytest.mark.parametrize("data, fsdp, tensor, num_devices", [
-    (2, 4, 1, 8),  # the same devices as 2x4: each weight split 4 ways instead of 2
-    (1, 2, 2, 4),  # half the devices, and the tensor axis now splits weights too
-    (2, 1, 1, 2),  # two devices, everything replicated
-])
-def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved, data, fsdp, tensor, num_devices):
+@pytest.mark.parametrize(
+    "data, fsdp, tensor, num_devices",
+    [
+        (2, 4, 1, 8),  # the same devices as 2x4: each weight split 4 ways instead of 2
+        (1, 2, 2, 4),  # half the devices, and the tensor axis now splits weights too
+        (2, 1, 1, 2),  # two devices, everything replicated
+    ],
+)
+def test_restores_onto_a_different_mesh_with_the_data_position(
+    testdata, saved, data, fsdp, tensor, num_devices
+):
     workdir, _, state, next_batch = saved
     config = _config(testdata, data, fsdp, tensor, num_devices)
     setup = train.make_setup(config)
@@ -49,8 +55,11 @@ def test_restores_onto_a_different_mesh_with_the_data_position(testdata, saved, 
     manager = checkpointing.make_manager(workdir)
     restored = checkpointing.restore(manager, 7, setup.abstract_state, it)
     manager.close()
-    for (path, got), want, sharding in zip(jax.tree_util.tree_flatten_with_path(restored)[0],
-                                           jax.tree.leaves(state), jax.tree.leaves(setup.state_shardings)):
+    for (path, got), want, sharding in zip(
+        jax.tree_util.tree_flatten_with_path(restored)[0],
+        jax.tree.leaves(state),
+        jax.tree.leaves(setup.state_shardings),
+    ):
         assert got.sharding == sharding, jax.tree_util.keystr(path)
         np.testing.assert_array_equal(np.asarray(got), want, err_msg=jax.tree_util.keystr(path))
     for k, v in next(it).items():  # the iterator continues where the saved run was
@@ -61,12 +70,16 @@ def test_restores_a_checkpoint_written_before_the_nonfinite_count(testdata, save
     _, config, state, _ = saved
     older = {k: v for k, v in state.items() if k != "nonfinite_steps"}  # the layout before it
     manager = checkpointing.make_manager(str(tmp_path))
-    checkpointing.save(manager, 7, older, iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0)), config)
+    checkpointing.save(
+        manager, 7, older, iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0)), config
+    )
     manager.wait_until_finished()
     restored = checkpointing.restore(manager, 7, train.make_setup(config).abstract_state)
     manager.close()
     assert int(restored["nonfinite_steps"]) == 0 and int(restored["step"]) == int(state["step"])
-    for got, want in zip(jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state["opt_state"])):
+    for got, want in zip(
+        jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state["opt_state"])
+    ):
         np.testing.assert_array_equal(np.asarray(got), want)
 
 

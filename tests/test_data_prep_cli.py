@@ -1,4 +1,5 @@
 """The data_prep binaries end to end: records, bad input, decoding, vocabulary training."""
+
 import json
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from bert_jax import record_io
 
 
 def run(module, *args):
-    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -21,17 +24,26 @@ def messy_corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("messy")
     real = open("data_prep/testdata/sample_text.txt", encoding="utf-8").read()
     (d / "a.txt").write_bytes(
-        real.encode() + b"\n\n"
+        real.encode()
+        + b"\n\n"
         + b"Only one sentence in this document.\n\n"
         + b"Bytes that are not UTF-8: \xff\xfe\xfd here.\nAnd a normal line after them.\n\n\n\n"
-        + (" ".join(["word"] * 3000)).encode() + b"\nA short line after a very long one.\n")
+        + (" ".join(["word"] * 3000)).encode()
+        + b"\nA short line after a very long one.\n"
+    )
     (d / "empty.txt").write_bytes(b"")
     return d
 
 
 def test_main_writes_parseable_records_and_survives_messy_input(tmp_path, messy_corpus, vocab_file):
-    rc, out = run("data_prep.main", f"--input={messy_corpus}/*.txt", f"--vocab_file={vocab_file}",
-                  f"--output_dir={tmp_path}", "--dupe_factor=2", "--format=tfrecord")
+    rc, out = run(
+        "data_prep.main",
+        f"--input={messy_corpus}/*.txt",
+        f"--vocab_file={vocab_file}",
+        f"--output_dir={tmp_path}",
+        "--dupe_factor=2",
+        "--format=tfrecord",
+    )
     assert rc == 0, out
     assert "bad_utf8_lines': 1" in out and "empty_files': 1" in out
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -48,15 +60,29 @@ def test_main_writes_parseable_records_and_survives_messy_input(tmp_path, messy_
     assert out.count("--- record") == 2 and "[CLS]" in out and "next_sentence_label" in out
 
 
-@pytest.mark.parametrize("problem, args, message", [
-    ("missing vocab", ["--vocab_file=/nonexistent/vocab.txt"], "does not exist"),
-    ("malformed vocab", ["--vocab_file=data_prep/testdata/sample_text.txt"], "lacks the special tokens"),
-    ("unwritable output", ["--output_dir=data_prep/testdata/sample_text.txt/out"], "cannot write to --output_dir"),
-    ("missing input", ["--input=/nonexistent/*.txt"], "matches no file"),
-])
+@pytest.mark.parametrize(
+    "problem, args, message",
+    [
+        ("missing vocab", ["--vocab_file=/nonexistent/vocab.txt"], "does not exist"),
+        (
+            "malformed vocab",
+            ["--vocab_file=data_prep/testdata/sample_text.txt"],
+            "lacks the special tokens",
+        ),
+        (
+            "unwritable output",
+            ["--output_dir=data_prep/testdata/sample_text.txt/out"],
+            "cannot write to --output_dir",
+        ),
+        ("missing input", ["--input=/nonexistent/*.txt"], "matches no file"),
+    ],
+)
 def test_bad_input_gives_a_clear_error(tmp_path, vocab_file, problem, args, message):
-    defaults = {"--input": "data_prep/testdata/sample_text.txt", "--vocab_file": vocab_file,
-                "--output_dir": str(tmp_path)}
+    defaults = {
+        "--input": "data_prep/testdata/sample_text.txt",
+        "--vocab_file": vocab_file,
+        "--output_dir": str(tmp_path),
+    }
     for arg in args:
         defaults[arg.split("=")[0]] = arg.split("=", 1)[1]
     rc, out = run("data_prep.main", *(f"{k}={v}" for k, v in defaults.items()))
@@ -65,26 +91,50 @@ def test_bad_input_gives_a_clear_error(tmp_path, vocab_file, problem, args, mess
 
 
 def test_unmasked_mlm_only_records(tmp_path, vocab_file):
-    rc, out = run("data_prep.main", "--input=data_prep/testdata/sample_text.txt", f"--vocab_file={vocab_file}",
-                  f"--output_dir={tmp_path}", "--dupe_factor=1", "--dynamic_masking", "--nsp=false")
+    rc, out = run(
+        "data_prep.main",
+        "--input=data_prep/testdata/sample_text.txt",
+        f"--vocab_file={vocab_file}",
+        f"--output_dir={tmp_path}",
+        "--dupe_factor=1",
+        "--dynamic_masking",
+        "--nsp=false",
+    )
     assert rc == 0, out
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["masked"] is False
     records = list(record_io.read_records(str(tmp_path / manifest["shards"]["train"][0]["file"])))
     for r in map(F.decode_example, records):
         F.check_example(r, F.Schema(128, 0))
-        assert "masked_lm_ids" not in r and r["segment_ids"].max() == 0 and r["next_sentence_labels"][0] == 0
+        assert (
+            "masked_lm_ids" not in r
+            and r["segment_ids"].max() == 0
+            and r["next_sentence_labels"][0] == 0
+        )
 
 
-@pytest.mark.parametrize("model_type, output", [("wordpiece", "vocab.txt"), ("sentencepiece", "sp")])
+@pytest.mark.parametrize(
+    "model_type, output", [("wordpiece", "vocab.txt"), ("sentencepiece", "sp")]
+)
 def test_trained_vocabulary_feeds_data_prep(tmp_path, model_type, output):
-    rc, out = run("data_prep.vocab", "--input=data_prep/testdata/pydocs_small.txt", f"--output={tmp_path / output}",
-                  f"--model_type={model_type}", "--vocab_size=1500")
+    rc, out = run(
+        "data_prep.vocab",
+        "--input=data_prep/testdata/pydocs_small.txt",
+        f"--output={tmp_path / output}",
+        f"--model_type={model_type}",
+        "--vocab_size=1500",
+    )
     assert rc == 0, out
     vocab = tmp_path / ("vocab.txt" if model_type == "wordpiece" else "sp.model")
     if model_type == "wordpiece":
         lines = vocab.read_text().splitlines()
         assert lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and len(lines) == 1500
-    rc, out = run("data_prep.main", "--input=data_prep/testdata/sample_text.txt", f"--vocab_file={vocab}",
-                  f"--output_dir={tmp_path / 'records'}", "--dupe_factor=1", "--do_whole_word_mask")
+    rc, out = run(
+        "data_prep.main",
+        "--input=data_prep/testdata/sample_text.txt",
+        f"--vocab_file={vocab}",
+        f"--output_dir={tmp_path / 'records'}",
+        "--dupe_factor=1",
+        "--do_whole_word_mask",
+    )
     assert rc == 0 and "wrote" in out, out

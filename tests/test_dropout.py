@@ -1,4 +1,5 @@
 """The model's dropout masks: rate, independence across keys and positions, sharding invariance."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np

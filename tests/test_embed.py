@@ -1,4 +1,5 @@
 """Contextual embeddings: the same states as transformers' BertModel, from HF dirs and workdirs."""
+
 import os
 import shutil
 import subprocess
@@ -16,8 +17,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = ["Hello, world!", "", "The naïve café's résumé was unbelievably long " * 3,
-         "BERT", "a b c d", "Zürich"]
+TEXTS = [
+    "Hello, world!",
+    "",
+    "The naïve café's résumé was unbelievably long " * 3,
+    "BERT",
+    "a b c d",
+    "Zürich",
+]
 N = 16
 
 
@@ -25,9 +32,15 @@ N = 16
 def hf_dir(tmp_path_factory, vocab_file):
     """A random transformers BertForPreTraining plus its tokenizer files, as a hub download has."""
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
-                                  num_attention_heads=2, intermediate_size=64,
-                                  max_position_embeddings=64, attn_implementation="eager")
+    cfg = transformers.BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     model = transformers.BertForPreTraining(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -51,12 +64,15 @@ def test_embeddings_match_transformers(hf_dir, ours):
     np.testing.assert_array_equal(ours["input_ids"], enc["input_ids"])
     np.testing.assert_array_equal(ours["attention_mask"], enc["attention_mask"])
     with torch.no_grad():
-        ref = model.bert(input_ids=torch.tensor(enc["input_ids"]),
-                         attention_mask=torch.tensor(enc["attention_mask"]))
+        ref = model.bert(
+            input_ids=torch.tensor(enc["input_ids"]),
+            attention_mask=torch.tensor(enc["attention_mask"]),
+        )
     real = enc["attention_mask"].astype(bool)
     assert ours["last_hidden_state"].shape == (len(TEXTS), N, 32)
-    np.testing.assert_allclose(ours["last_hidden_state"][real], ref.last_hidden_state.numpy()[real],
-                               atol=1e-4, rtol=0)
+    np.testing.assert_allclose(
+        ours["last_hidden_state"][real], ref.last_hidden_state.numpy()[real], atol=1e-4, rtol=0
+    )
     np.testing.assert_allclose(ours["pooled"], ref.pooler_output.numpy(), atol=1e-4, rtol=0)
     assert ours["input_ids"][1, :3].tolist() == [101, 102, 0]  # an empty line: [CLS] [SEP]
     assert ours["attention_mask"][2].all()  # the long line was cut to N tokens
@@ -72,17 +88,40 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "out.npz"
     proc = subprocess.run(
-        [sys.executable, "-m", "bert_jax.embed", f"--model={model_dir}", f"--input={tmp_path / 'in.txt'}",
-         f"--output={out}", f"--max_seq_length={N}", "--batch_size=5"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={model_dir}",
+            f"--input={tmp_path / 'in.txt'}",
+            f"--output={out}",
+            f"--max_seq_length={N}",
+            "--batch_size=5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.load(out)
     assert sorted(got.files) == ["attention_mask", "input_ids", "last_hidden_state", "pooled"]
     for key, value in ours.items():
         np.testing.assert_allclose(got[key], value, atol=1e-6, err_msg=key)
-    bad = subprocess.run([sys.executable, "-m", "bert_jax.embed", f"--model={hf_dir[0]}",
-                          f"--input={tmp_path / 'missing.txt'}", f"--output={out}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={hf_dir[0]}",
+            f"--input={tmp_path / 'missing.txt'}",
+            f"--output={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -94,7 +133,9 @@ def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoin
         embed.load_encoder(str(tmp_path))
     loaded, tokenizer = embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
     out = embed.embed_texts(loaded, tokenizer, TEXTS[:2], max_seq_length=N)
-    seq, pooled = model.bert(out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"]))
+    seq, pooled = model.bert(
+        out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"])
+    )
     np.testing.assert_allclose(out["last_hidden_state"], seq, atol=1e-5)
     np.testing.assert_allclose(out["pooled"], pooled, atol=1e-5)
 

@@ -1,4 +1,5 @@
 """The scaled job's fast paths keep the original's semantics: batch tokenization, instances, masking, encoding."""
+
 import collections
 import random
 
@@ -21,10 +22,16 @@ def tok(vocab_file):
 @pytest.fixture(scope="module")
 def corpus(testdata, tok):
     """pydocs_small as Documents (offsets) and as the reference's lists of sentence id lists."""
-    docs = list(readers.documents(readers.Source("text", str(testdata / "pydocs_small.txt")), readers.ReadStats()))
+    docs = list(
+        readers.documents(
+            readers.Source("text", str(testdata / "pydocs_small.txt")), readers.ReadStats()
+        )
+    )
     ids, per_line = tok.encode_batch([line for doc in docs for line in doc])
     documents = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in docs])
-    as_lists = [[ids[b[j]:b[j + 1]].tolist() for j in range(len(b) - 1)] for b in documents.bounds]
+    as_lists = [
+        [ids[b[j] : b[j + 1]].tolist() for j in range(len(b) - 1)] for b in documents.bounds
+    ]
     return documents, as_lists
 
 
@@ -35,13 +42,27 @@ def test_encode_batch_equals_encode_and_tokenize(vocab_file, testdata, lower):
     alphabet = "aZé中\u200b\u0301\x0b\x1c\x85\u2028\u00a0\ue000 ,.!-#\t\x01\x7f"
     alphabet += "".join(map(chr, range(0x370, 0x380)))
     odd = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(1500)]
-    odd += ["\uffff", "a \uffff b", "", "a\x0bb c", "\x01\x02", "x" * 201, "don't-stop!!"]  # markers, limits
+    odd += [
+        "\uffff",
+        "a \uffff b",
+        "",
+        "a\x0bb c",
+        "\x01\x02",
+        "x" * 201,
+        "don't-stop!!",
+    ]  # markers, limits
     letters = "abcdefghijklmnopqrstuvwxyzQZ0123456789"
-    odd += [" ".join("".join(rng.choice(letters) for _ in range(rng.randint(1, 25))) for _ in range(8))
-            for _ in range(300)]  # words that are no vocabulary entry: the greedy longest match
+    odd += [
+        " ".join("".join(rng.choice(letters) for _ in range(rng.randint(1, 25))) for _ in range(8))
+        for _ in range(300)
+    ]  # words that are no vocabulary entry: the greedy longest match
     lines = (testdata / "pydocs_small.txt").read_text(encoding="utf-8").splitlines()[:1500] + odd
     expected = [tok.convert_tokens_to_ids(tok.tokenize(line)) for line in lines]
-    for batch, wanted in ((lines, expected), (lines[::-1], expected[::-1]), ([], [])):  # cold, then warm cache
+    for batch, wanted in (
+        (lines, expected),
+        (lines[::-1], expected[::-1]),
+        ([], []),
+    ):  # cold, then warm cache
         ids, per_line = tok.encode_batch(batch)
         assert ids.dtype == np.int32 and per_line.tolist() == [len(e) for e in wanted]
         assert ids.tolist() == [i for e in wanted for i in e]
@@ -53,7 +74,9 @@ def test_nsp_structure_is_the_originals(corpus, tok, monkeypatch):
     # per token; the lengths are checked below). Given the same truncation draws, the spans consume the
     # random stream exactly as the original does and so must give the same instances.
     def same_draws(tokens_a, tokens_b, max_num_tokens, rng):
-        lo_a, hi_a, lo_b, hi_b = fi._truncate(0, len(tokens_a), 0, len(tokens_b), max_num_tokens, rng)
+        lo_a, hi_a, lo_b, hi_b = fi._truncate(
+            0, len(tokens_a), 0, len(tokens_b), max_num_tokens, rng
+        )
         tokens_a[:], tokens_b[:] = tokens_a[lo_a:hi_a], tokens_b[lo_b:hi_b]
 
     monkeypatch.setattr(inst, "truncate_seq_pair", same_draws)
@@ -67,8 +90,12 @@ def test_nsp_structure_is_the_originals(corpus, tok, monkeypatch):
     for index in range(len(documents.bounds)):
         fi.nsp_spans(documents, index, opts, rng, spans)
     batch = fi.assemble(documents, spans, opts, vocab)
-    ours = [(row[:n].tolist(), seg, bool(r)) for row, n, seg, r in
-            zip(batch.tokens, batch.length, batch.segment_start, batch.random_next)]
+    ours = [
+        (row[:n].tolist(), seg, bool(r))
+        for row, n, seg, r in zip(
+            batch.tokens, batch.length, batch.segment_start, batch.random_next
+        )
+    ]
     assert ours == [(x.tokens, x.segment_ids.index(1), x.is_random_next) for x in expected]
     assert len(ours) > 500
 
@@ -84,7 +111,9 @@ def test_mlm_only_packing_is_the_originals(corpus, tok):
     for index in range(len(documents.bounds)):
         fi.mlm_spans(documents, index, opts, rng, spans)
     batch = fi.assemble(documents, spans, opts, vocab)
-    assert [row[:n].tolist() for row, n in zip(batch.tokens, batch.length)] == [x.tokens for x in expected]
+    assert [row[:n].tolist() for row, n in zip(batch.tokens, batch.length)] == [
+        x.tokens for x in expected
+    ]
     assert (batch.segment_start == batch.length).all() and not batch.random_next.any()
 
 
@@ -99,7 +128,9 @@ def test_truncation_lengths_match_the_original_and_ends_are_fair():
                 assert (hi_a - lo_a, hi_b - lo_b) == (len(a), len(b))
                 assert 0 <= lo_a <= hi_a <= len_a and 100 <= lo_b <= hi_b <= 100 + len_b
     fronts = [fi._truncate(0, 300, 0, 10, 200, rng)[0] for _ in range(2000)]
-    assert abs(np.mean(fronts) - 55) < 1.5  # 110 tokens leave A, half of them from the front on average
+    assert (
+        abs(np.mean(fronts) - 55) < 1.5
+    )  # 110 tokens leave A, half of them from the front on average
 
 
 def _masked_batch(corpus, tok, opts, seed=0):
@@ -128,14 +159,20 @@ def test_masking_semantics(corpus, tok, wwm):
         assert all(before[p] not in (tok.cls_id, tok.sep_id) and p < n for p in positions)
         candidates = sum(1 for t in before[:n] if t not in (tok.cls_id, tok.sep_id))
         budget = min(20, max(1, int(round(n * 0.15))), candidates)
-        assert m == budget if not wwm else 0 <= m <= budget  # a word that would overshoot is skipped
+        assert (
+            m == budget if not wwm else 0 <= m <= budget
+        )  # a word that would overshoot is skipped
         assert batch.labels[i, :m].tolist() == [before[p] for p in positions]
         unmasked = np.ones(len(tokens), bool)
         unmasked[positions] = False
         assert (tokens[unmasked] == before[unmasked]).all()
-        kinds.update("mask" if tokens[p] == tok.mask_id else "kept" if tokens[p] == before[p] else "random"
-                     for p in positions)
-        if wwm:  # a word's pieces are masked together: no masked piece next to an unmasked continuation
+        kinds.update(
+            "mask" if tokens[p] == tok.mask_id else "kept" if tokens[p] == before[p] else "random"
+            for p in positions
+        )
+        if (
+            wwm
+        ):  # a word's pieces are masked together: no masked piece next to an unmasked continuation
             chosen = set(positions)
             for p in range(1, n - 1):
                 if before[p + 1] in continuation and before[p] not in (tok.cls_id, tok.sep_id):
@@ -151,15 +188,21 @@ def test_encoder_bytes_equal_protobuf_deterministic_serialization(corpus, tok, s
     unmasked, masked = _masked_batch(corpus, tok, opts)
     batch = masked if mask else unmasked
     schema = F.Schema(seq, preds)
-    batch.tokens[0, 1] = 2 ** 31 - 1  # a varint of five bytes
+    batch.tokens[0, 1] = 2**31 - 1  # a varint of five bytes
     records = example_encoder.ExampleEncoder(schema).encode(batch)
     pb = F._example_pb2()
     for index in range(0, len(records), 13):
-        assert pb.Example.FromString(records[index]).SerializeToString(deterministic=True) == records[index]
+        assert (
+            pb.Example.FromString(records[index]).SerializeToString(deterministic=True)
+            == records[index]
+        )
         features = F.decode_example(records[index])
         F.check_example(features, schema)
         n = int(batch.length[index])
         assert features[F.INPUT_IDS].tolist() == batch.tokens[index].tolist()
-        assert features[F.INPUT_MASK].sum() == n and features[F.SEGMENT_IDS][batch.segment_start[index]:n].all()
+        assert (
+            features[F.INPUT_MASK].sum() == n
+            and features[F.SEGMENT_IDS][batch.segment_start[index] : n].all()
+        )
         if mask:
             assert features[F.MASKED_LM_WEIGHTS].sum() == batch.num_masked[index]

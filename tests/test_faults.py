@@ -1,5 +1,6 @@
 """The trainer under faults: kill -9 at random moments, damaged checkpoints, NaN steps, and the
 compile-only check for a 256-device mesh."""
+
 import glob
 import json
 import os
@@ -23,7 +24,9 @@ def assert_same_params(got_dir: str, want_dir: str) -> None:
     got, _ = checkpointing.restore_params(got_dir)
     want, _ = checkpointing.restore_params(want_dir)
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+        np.testing.assert_array_equal(
+            np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
+        )
 
 
 # --- kill -9 ---------------------------------------------------------------------------------
@@ -33,7 +36,9 @@ def step_dirs(workdir) -> tuple[list[int], list[str]]:
     """(finished steps, names of unfinished saves) under <workdir>/checkpoints, as on disk."""
     directory = os.path.join(workdir, "checkpoints")
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    return sorted(int(n) for n in names if n.isdigit()), sorted(n for n in names if ".orbax-checkpoint-tmp" in n)
+    return sorted(int(n) for n in names if n.isdigit()), sorted(
+        n for n in names if ".orbax-checkpoint-tmp" in n
+    )
 
 
 KILLS = 3  # each costs a process start: ~15 s on 2 busy cores
@@ -45,18 +50,37 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
     time: every rerun resumes from the newest finished step on disk, never from an unfinished
     save, and the run ends with the parameters of a run that was never killed."""
     steps, every = 30, 2
-    cmd = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py",
-           f"--config.data.train_files={testdata / GOLDEN_128}", f"--config.train.num_train_steps={steps}",
-           "--config.train.log_every_steps=1", f"--config.checkpoint.every_steps={every}",
-           "--config.checkpoint.max_to_keep=2", "--config.checkpoint.async_save=true",
-           "--config.mesh.num_devices=1", "--config.eval.every_steps=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_jax.main",
+        "--config=configs/tiny.py",
+        f"--config.data.train_files={testdata / GOLDEN_128}",
+        f"--config.train.num_train_steps={steps}",
+        "--config.train.log_every_steps=1",
+        f"--config.checkpoint.every_steps={every}",
+        "--config.checkpoint.max_to_keep=2",
+        "--config.checkpoint.async_save=true",
+        "--config.mesh.num_devices=1",
+        "--config.eval.every_steps=0",
+    ]
     # The reruns compile the same step: share one persistent compilation cache between them.
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    env = {
+        **os.environ,
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
 
     def start(workdir):
-        return subprocess.Popen(cmd + [f"--workdir={workdir}"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            cmd + [f"--workdir={workdir}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     reference = start(tmp_path / "reference")
     out = reference.communicate(timeout=600)[0]
@@ -89,7 +113,10 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
         text = "".join(lines)
         assert "damaged" not in text, text[-3000:]  # a finished step is always whole
         if finished:
-            assert f"resuming from {workdir}/checkpoints/{finished[-1]}\n" in text, (finished, text[-3000:])
+            assert f"resuming from {workdir}/checkpoints/{finished[-1]}\n" in text, (
+                finished,
+                text[-3000:],
+            )
             resumed_from.append(finished[-1])
         else:
             assert "resuming from" not in text
@@ -97,8 +124,10 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
             break
         assert proc.returncode == -signal.SIGKILL, text[-3000:]
     assert len(killed_at) == KILLS and len(resumed_from) >= KILLS
-    print(f"killed after the lines of steps {killed_at}, resumed from steps {resumed_from}; "
-          f"{unfinished_seen} kill(s) left an unfinished save behind")
+    print(
+        f"killed after the lines of steps {killed_at}, resumed from steps {resumed_from}; "
+        f"{unfinished_seen} kill(s) left an unfinished save behind"
+    )
     assert step_dirs(workdir)[0][-1] == steps
     assert_same_params(workdir, str(tmp_path / "reference"))
     # The metrics log reads as one run: each step once, in order.
@@ -116,7 +145,9 @@ def truncate(path: str) -> None:
 
 DAMAGE = {
     # What a disk filling up, a copy cut short or a stray `rm` leaves.
-    "truncated array data": lambda d: [truncate(p) for p in glob.glob(f"{d}/params/ocdbt.process_0/d/*")],
+    "truncated array data": lambda d: [
+        truncate(p) for p in glob.glob(f"{d}/params/ocdbt.process_0/d/*")
+    ],
     "missing metadata": lambda d: os.remove(f"{d}/params/_METADATA"),
     "truncated data position": lambda d: truncate(f"{d}/data_iter/process_0-of-1.json"),
 }
@@ -134,7 +165,9 @@ def finished_run(testdata, tmp_path_factory):
 
 
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(finished_run, damage, tmp_path, caplog):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
+    finished_run, damage, tmp_path, caplog
+):
     pristine, config = finished_run
     workdir = str(tmp_path / "run")
     shutil.copytree(pristine, workdir)
@@ -142,7 +175,9 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(finished_run
 
     result = train.train_and_evaluate(config, workdir)  # the same command again
     warning = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    assert "checkpoints/8 is damaged" in warning and "resuming from the older step 6" in warning, warning
+    assert "checkpoints/8 is damaged" in warning and "resuming from the older step 6" in warning, (
+        warning
+    )
     # Steps 7 and 8 were redone and step 8 saved again, with what the first run had at step 8;
     # the damaged files are kept aside for a post-mortem.
     assert result["step"] == 8 and checkpointing.saved_steps(workdir) == [3, 6, 8]
@@ -156,7 +191,9 @@ def test_no_readable_checkpoint_is_a_clear_error_and_moves_nothing(finished_run,
     shutil.copytree(pristine, workdir)
     for step in (3, 6, 8):
         os.remove(os.path.join(workdir, "checkpoints", str(step), "params", "_METADATA"))
-    with pytest.raises(ValueError, match=r"(?s)no checkpoint under .* can be restored.*step 8.*step 6.*step 3"):
+    with pytest.raises(
+        ValueError, match=r"(?s)no checkpoint under .* can be restored.*step 8.*step 6.*step 3"
+    ):
         train.train_and_evaluate(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6", "8"]
 
@@ -202,19 +239,28 @@ def test_skip_drops_the_bad_update_counts_it_and_goes_on(testdata, poisoned_reco
 
     manager = checkpointing.make_manager(workdir, read_only=True)
     setup = train.make_setup(config)
-    states = {s: jax.device_get(checkpointing.restore(manager, s, setup.abstract_state)) for s in (3, 4, 5)}
+    states = {
+        s: jax.device_get(checkpointing.restore(manager, s, setup.abstract_state))
+        for s in (3, 4, 5)
+    }
     manager.close()
     # Step 4's update was dropped: parameters and Adam moments as after step 3, the step counted.
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(states[4]["params"])[0],
-                            jax.tree.leaves(states[3]["params"])):
+    for (path, a), b in zip(
+        jax.tree_util.tree_flatten_with_path(states[4]["params"])[0],
+        jax.tree.leaves(states[3]["params"]),
+    ):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
-    for a, b in zip(jax.tree.leaves(states[4]["opt_state"]), jax.tree.leaves(states[3]["opt_state"])):
+    for a, b in zip(
+        jax.tree.leaves(states[4]["opt_state"]), jax.tree.leaves(states[3]["opt_state"])
+    ):
         np.testing.assert_array_equal(a, b)
     assert [int(states[s]["nonfinite_steps"]) for s in (3, 4, 5)] == [0, 1, 1]
     assert [int(states[s]["step"]) for s in (3, 4, 5)] == [3, 4, 5]
     # Step 5 trained again, from finite parameters.
-    assert not any(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(states[5]["params"]),
-                                                        jax.tree.leaves(states[4]["params"])))
+    assert not any(
+        np.array_equal(a, b)
+        for a, b in zip(jax.tree.leaves(states[5]["params"]), jax.tree.leaves(states[4]["params"]))
+    )
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(states[5]["params"]))
 
     # The count survives a resume, and is in the metrics.
@@ -225,17 +271,25 @@ def test_skip_drops_the_bad_update_counts_it_and_goes_on(testdata, poisoned_reco
     assert np.isnan(records[1]["loss"])  # the window with the bad step says so
 
 
-def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(testdata, poisoned_records, tmp_path, capsys,
-                                                               monkeypatch):
+def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(
+    testdata, poisoned_records, tmp_path, capsys, monkeypatch
+):
     """Through the binary (in-process): on_nonfinite defaults to 'stop'."""
     from absl import flags
     from bert_jax import main
 
-    argv = ["main", f"--config={REPO}/configs/tiny.py", f"--workdir={tmp_path}",
-            f"--config.data.train_files={poisoned_records}", "--config.data.read_threads=1",
-            "--config.train.num_train_steps=8", "--config.train.log_every_steps=2",
-            "--config.checkpoint.every_steps=3",
-            "--config.mesh.num_devices=1", "--config.eval.every_steps=0"]
+    argv = [
+        "main",
+        f"--config={REPO}/configs/tiny.py",
+        f"--workdir={tmp_path}",
+        f"--config.data.train_files={poisoned_records}",
+        "--config.data.read_threads=1",
+        "--config.train.num_train_steps=8",
+        "--config.train.log_every_steps=2",
+        "--config.checkpoint.every_steps=3",
+        "--config.mesh.num_devices=1",
+        "--config.eval.every_steps=0",
+    ]
     monkeypatch.setattr(sys, "argv", argv)  # config_flags finds the --config.* overrides there
     flags.FLAGS(argv)
     try:
@@ -246,8 +300,10 @@ def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(testdata, poisone
         flags.FLAGS.unparse_flags()
     assert exit_info.value.code == 1
     out = capsys.readouterr().out
-    assert f"non-finite loss or gradients at step {BAD_STEP}: stopping without saving (the last " \
-           "checkpoint is step 3)" in out, out
+    assert (
+        f"non-finite loss or gradients at step {BAD_STEP}: stopping without saving (the last "
+        "checkpoint is step 3)" in out
+    ), out
     assert "finished at step 4 (nonfinite)" in out
     assert checkpointing.saved_steps(str(tmp_path)) == [3]  # nothing saved after the bad step
     last = metrics_log.read_jsonl(str(tmp_path))[-1]
@@ -263,9 +319,20 @@ def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp
     minute per mesh), on 256 fake devices: fsdp=8 holds 1/8 of the split weights per device."""
     out = tmp_path / "aot.json"
     # XLA_FLAGS asks for 8 devices here: the script must replace that with its 256.
-    run = subprocess.run([sys.executable, "-m", "bench.aot_compile", "--num_layers=2",
-                          "--meshes=32x8x1,256x1x1,32x4x2", f"--json_out={out}"], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.aot_compile",
+            "--num_layers=2",
+            "--meshes=32x8x1,256x1x1,32x4x2",
+            f"--json_out={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     fsdp8, data_only, tensor2 = json.loads(out.read_text())
     assert fsdp8["mesh"] == {"data": 32, "fsdp": 8, "tensor": 1}

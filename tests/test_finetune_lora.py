@@ -1,4 +1,5 @@
 """LoRA adapters: what they add, what trains, that merging keeps the outputs, and the HF export."""
+
 import dataclasses
 
 import jax
@@ -10,9 +11,18 @@ from flax import nnx
 from bert_jax import model as model_lib
 from bert_jax.finetune import heads, lora, pretrained
 
-TINY = model_lib.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=32, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                            max_position_embeddings=32, type_vocab_size=2, initializer_range=0.2)
+TINY = model_lib.BertConfig(
+    vocab_size=64,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    max_position_embeddings=32,
+    type_vocab_size=2,
+    initializer_range=0.2,
+)
 ALL_TARGETS = lora.ATTENTION_TARGETS + lora.FEED_FORWARD_TARGETS
 
 
@@ -30,7 +40,9 @@ def randomize_adapters(model, seed=1):
     """B starts at zero (adapters do nothing); give it values so merging has something to do."""
     for i, (_, module) in enumerate(nnx.iter_modules(model)):
         if isinstance(module, nnx.LoRA):
-            module.lora_b[...] = jax.random.normal(jax.random.key(seed + i), module.lora_b[...].shape) * 0.3
+            module.lora_b[...] = (
+                jax.random.normal(jax.random.key(seed + i), module.lora_b[...].shape) * 0.3
+            )
 
 
 def adapted_model(kind="classification", targets=ALL_TARGETS, rank=4):
@@ -62,10 +74,18 @@ def test_trainable_parameter_counts():
 
 def test_bert_base_rank8_counts():
     """The figure the docs quote: BERT-base, r=8 on q/k/v/o, a 2-class head."""
-    base = model_lib.BertConfig(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
-                                num_attention_heads=12, intermediate_size=3072, hidden_dropout_prob=0.1,
-                                attention_probs_dropout_prob=0.1, max_position_embeddings=512,
-                                type_vocab_size=2, initializer_range=0.02)
+    base = model_lib.BertConfig(
+        vocab_size=30522,
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+        max_position_embeddings=512,
+        type_vocab_size=2,
+        initializer_range=0.02,
+    )
 
     def build():
         model = heads.TaskModel(base, "classification", 2, rngs=nnx.Rngs(0))
@@ -82,8 +102,12 @@ def test_merge_gives_the_same_outputs_and_plain_structure():
     model = adapted_model()
     randomize_adapters(model)
     before = model(*inputs())
-    plain_paths = {p for p, _ in nnx.to_flat_state(nnx.state(
-        heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0)), nnx.Param))}
+    plain_paths = {
+        p
+        for p, _ in nnx.to_flat_state(
+            nnx.state(heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0)), nnx.Param)
+        )
+    }
     assert lora.merge_adapters(model) == TINY.num_hidden_layers * len(ALL_TARGETS)
     after = model(*inputs())
     np.testing.assert_allclose(after, before, rtol=1e-5, atol=1e-5)
@@ -112,13 +136,18 @@ def test_bad_lora_settings_get_clear_errors():
         lora.add_adapters(model.bert, ("query",), 2, 8.0, rngs=nnx.Rngs(1))
 
 
-@pytest.mark.parametrize("kind, auto_class", [
-    ("classification", "AutoModelForSequenceClassification"),
-    ("regression", "AutoModelForSequenceClassification"),
-    ("tagging", "AutoModelForTokenClassification"),
-    ("span", "AutoModelForQuestionAnswering"),
-])
-def test_export_merges_and_transformers_gives_the_same_outputs(tmp_path, vocab_file, kind, auto_class):
+@pytest.mark.parametrize(
+    "kind, auto_class",
+    [
+        ("classification", "AutoModelForSequenceClassification"),
+        ("regression", "AutoModelForSequenceClassification"),
+        ("tagging", "AutoModelForTokenClassification"),
+        ("span", "AutoModelForQuestionAnswering"),
+    ],
+)
+def test_export_merges_and_transformers_gives_the_same_outputs(
+    tmp_path, vocab_file, kind, auto_class
+):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     model = adapted_model(kind)
@@ -138,12 +167,15 @@ def test_export_merges_and_transformers_gives_the_same_outputs(tmp_path, vocab_f
         np.testing.assert_allclose(out.end_logits.numpy(), ours[1], atol=1e-4)
     else:
         theirs = out.logits.numpy()
-        np.testing.assert_allclose(theirs[:, 0] if kind == "regression" else theirs, ours, atol=1e-4)
+        np.testing.assert_allclose(
+            theirs[:, 0] if kind == "regression" else theirs, ours, atol=1e-4
+        )
 
 
 def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
-    model = heads.TaskModel(dataclasses.replace(TINY, num_hidden_layers=1), "classification", 2,
-                            rngs=nnx.Rngs(0))
+    model = heads.TaskModel(
+        dataclasses.replace(TINY, num_hidden_layers=1), "classification", 2, rngs=nnx.Rngs(0)
+    )
     config = pretrained.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert not (tmp_path / "export" / "vocab.txt").exists()
@@ -169,7 +201,9 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
 
     encoder = pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_dropout_prob": 0.0})
     assert encoder.config.hidden_dropout_prob == 0.0 and encoder.config.hidden_size == 32
-    assert encoder.vocab_file is None  # our workdirs have no vocab.txt: config.data.vocab_file names it
+    assert (
+        encoder.vocab_file is None
+    )  # our workdirs have no vocab.txt: config.data.vocab_file names it
     model = runs.build_model("tagging", ("O", "B", "I"), encoder, base.get_config().lora, seed=0)
     ours = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
     jax.tree.map(np.testing.assert_array_equal, ours, jax.device_get(state["params"]["bert"]))

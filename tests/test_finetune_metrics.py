@@ -1,4 +1,5 @@
 """Fine-tuning metrics against hand-worked examples and independent reference computations."""
+
 import itertools
 
 import numpy as np
@@ -26,7 +27,9 @@ def test_matthews_matches_the_binary_formula():
         tn = np.sum((preds == 0) & (labels == 0))
         fp = np.sum((preds == 1) & (labels == 0))
         fn = np.sum((preds == 0) & (labels == 1))
-        expected = (tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
+        expected = (tp * tn - fp * fn) / np.sqrt(
+            float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+        )
         assert metrics.matthews_corrcoef(preds, labels) == pytest.approx(expected)
 
 
@@ -45,7 +48,10 @@ def test_correlations_match_numpy_and_ranks():
     assert out["pearson"] == pytest.approx(np.corrcoef(x, y)[0, 1])
     ranks = scipy.stats.rankdata
     assert out["spearman"] == pytest.approx(np.corrcoef(ranks(x), ranks(y))[0, 1])
-    assert metrics.correlations([1.0, 1.0, 1.0], [0.0, 1.0, 2.0]) == {"pearson": 0.0, "spearman": 0.0}
+    assert metrics.correlations([1.0, 1.0, 1.0], [0.0, 1.0, 2.0]) == {
+        "pearson": 0.0,
+        "spearman": 0.0,
+    }
 
 
 def test_metric_inputs_are_checked():
@@ -55,16 +61,25 @@ def test_metric_inputs_are_checked():
         metrics.accuracy([], [])
 
 
-@pytest.mark.parametrize("tags, expected", [
-    (["B-PER", "I-PER", "O", "B-LOC"], {(0, 1, "PER"), (3, 3, "LOC")}),
-    # IOB1 (CoNLL-2003's own files): I- starts an entity, B- only splits two adjacent ones.
-    (["I-ORG", "I-ORG", "B-ORG", "O", "I-LOC"], {(0, 1, "ORG"), (2, 2, "ORG"), (4, 4, "LOC")}),
-    # A type change inside a run starts a new entity; a stray I- after O starts one too.
-    (["B-PER", "I-LOC", "O", "I-MISC", "I-MISC"], {(0, 0, "PER"), (1, 1, "LOC"), (3, 4, "MISC")}),
-    # IOBES
-    (["S-PER", "B-LOC", "E-LOC", "B-LOC", "I-LOC", "E-LOC"], {(0, 0, "PER"), (1, 2, "LOC"), (3, 5, "LOC")}),
-    (["O", "O"], set()),
-])
+@pytest.mark.parametrize(
+    "tags, expected",
+    [
+        (["B-PER", "I-PER", "O", "B-LOC"], {(0, 1, "PER"), (3, 3, "LOC")}),
+        # IOB1 (CoNLL-2003's own files): I- starts an entity, B- only splits two adjacent ones.
+        (["I-ORG", "I-ORG", "B-ORG", "O", "I-LOC"], {(0, 1, "ORG"), (2, 2, "ORG"), (4, 4, "LOC")}),
+        # A type change inside a run starts a new entity; a stray I- after O starts one too.
+        (
+            ["B-PER", "I-LOC", "O", "I-MISC", "I-MISC"],
+            {(0, 0, "PER"), (1, 1, "LOC"), (3, 4, "MISC")},
+        ),
+        # IOBES
+        (
+            ["S-PER", "B-LOC", "E-LOC", "B-LOC", "I-LOC", "E-LOC"],
+            {(0, 0, "PER"), (1, 2, "LOC"), (3, 5, "LOC")},
+        ),
+        (["O", "O"], set()),
+    ],
+)
 def test_entities_follow_conlleval(tags, expected):
     assert metrics.entities(tags) == expected
 
@@ -82,13 +97,16 @@ def test_entity_f1_by_hand():
     assert metrics.entity_f1([["B-PER", "I-PER"]], [["B-PER", "O"]])["f1"] == 0.0
 
 
-@pytest.mark.parametrize("text, normalized", [
-    ("The Eiffel Tower!", "eiffel tower"),
-    # Punctuation goes before articles: "apple,a" becomes "applea", which holds no article.
-    ("  an   apple,a pear ", "applea pear"),
-    ("Theatre", "theatre"),
-    ("A.D. 1066", "ad 1066"),
-])
+@pytest.mark.parametrize(
+    "text, normalized",
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        # Punctuation goes before articles: "apple,a" becomes "applea", which holds no article.
+        ("  an   apple,a pear ", "applea pear"),
+        ("Theatre", "theatre"),
+        ("A.D. 1066", "ad 1066"),
+    ],
+)
 def test_squad_normalization(text, normalized):
     assert metrics.normalize_answer(text) == normalized
 
@@ -99,7 +117,8 @@ def test_squad_exact_and_f1_by_hand():
     assert metrics.exact_match("The Eiffel tower.", "eiffel Tower") == 1.0
     scores = metrics.squad_scores(
         {"q1": "Eiffel Tower in Paris", "q2": "1889", "q3": "wrong"},
-        {"q1": ["the Eiffel Tower", "Eiffel Tower in Paris"], "q2": ["in 1889"], "q3": ["right"]})
+        {"q1": ["the Eiffel Tower", "Eiffel Tower in Paris"], "q2": ["in 1889"], "q3": ["right"]},
+    )
     # q1: exact via the second gold; q2: F1 2*(1*0.5)/(1.5)=2/3; q3: 0
     assert scores["exact"] == pytest.approx(100 / 3)
     assert scores["f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
@@ -121,12 +140,21 @@ def test_squad_v2_no_answer_handling():
 
 def test_token_f1_matches_a_brute_force_count():
     words = ["cat", "dog", "the", "cat", "bird"]
-    for pred, gold in itertools.product(itertools.combinations(words, 2), itertools.combinations(words, 3)):
-        p, g = metrics.normalize_answer(" ".join(pred)).split(), metrics.normalize_answer(" ".join(gold)).split()
+    for pred, gold in itertools.product(
+        itertools.combinations(words, 2), itertools.combinations(words, 3)
+    ):
+        p, g = (
+            metrics.normalize_answer(" ".join(pred)).split(),
+            metrics.normalize_answer(" ".join(gold)).split(),
+        )
         got = metrics.token_f1(" ".join(pred), " ".join(gold))
         if not p or not g:
             assert got == float(p == g)
             continue
         same = sum(min(p.count(w), g.count(w)) for w in set(p))
-        expected = 0.0 if same == 0 else 2 * (same / len(p)) * (same / len(g)) / (same / len(p) + same / len(g))
+        expected = (
+            0.0
+            if same == 0
+            else 2 * (same / len(p)) * (same / len(g)) / (same / len(p) + same / len(g))
+        )
         assert got == pytest.approx(expected)

@@ -11,6 +11,7 @@ what the word is.
 Dropout is off and the mesh has two devices in most tests: dropout masks and an 8-way SPMD
 partition each double the train step's compile time on CPU, which dominates these tests.
 """
+
 import json
 import os
 import random
@@ -33,12 +34,29 @@ PEOPLE, CITIES = ["alice", "bob", "carol", "dave"], ["paris", "rome", "oslo", "l
 SURNAMES = ["smith", "jones"]
 COLORS = ["red", "blue", "green", "pink"]
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-VOCAB = SPECIAL + FILLER + POSITIVE + NEGATIVE + PEOPLE + CITIES + SURNAMES + COLORS + [
-    "not", "what", "color", "is", "it", "?", ".", "mr"]
+VOCAB = (
+    SPECIAL
+    + FILLER
+    + POSITIVE
+    + NEGATIVE
+    + PEOPLE
+    + CITIES
+    + SURNAMES
+    + COLORS
+    + ["not", "what", "color", "is", "it", "?", ".", "mr"]
+)
 
-TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, max_position_embeddings=64,
-            type_vocab_size=2, initializer_range=0.2)
+TINY = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.2,
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +89,9 @@ def sst2_file(path, n, seed):
 def stsb_file(path, n, seed):
     """Score = 1.25 x the number of positive keywords among four (two per sentence)."""
     rng = random.Random(seed)
-    lines = ["index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"]
+    lines = [
+        "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    ]
     for i in range(n):
         texts, positives = [], 0
         for _ in range(2):
@@ -79,7 +99,9 @@ def stsb_file(path, n, seed):
             for _ in range(2):
                 positive = rng.random() < 0.5
                 positives += positive
-                words.insert(rng.randrange(len(words) + 1), rng.choice(POSITIVE if positive else NEGATIVE))
+                words.insert(
+                    rng.randrange(len(words) + 1), rng.choice(POSITIVE if positive else NEGATIVE)
+                )
             texts.append(" ".join(words))
         lines.append(f"{i}\tg\tf\ty\t{i}\ts\ts\t{texts[0]}\t{texts[1]}\t{1.25 * positives:.3f}")
     path.write_text("\n".join(lines) + "\n")
@@ -91,8 +113,10 @@ def mnli_file(path, n, seed):
     second (entailment) or both (neutral). The same words decide, so only the pair encoding
     (segments, order) tells the classes apart."""
     rng = random.Random(seed)
-    header = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
-              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+    header = (
+        "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+        "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label"
+    )
     lines = [header]
     where = {"contradiction": (True, False), "entailment": (False, True), "neutral": (True, True)}
     for i in range(n):
@@ -103,7 +127,9 @@ def mnli_file(path, n, seed):
             if has_keyword:
                 words.insert(rng.randrange(5), rng.choice(POSITIVE + NEGATIVE))
             texts.append(" ".join(words))
-        lines.append(f"{i}\tp\t{i}n\tg\t(a)\t(b)\t(A)\t(B)\t{texts[0]}\t{texts[1]}\t{label}\t{label}")
+        lines.append(
+            f"{i}\tp\t{i}n\tg\t(a)\t(b)\t(A)\t(B)\t{texts[0]}\t{texts[1]}\t{label}\t{label}"
+        )
     path.write_text("\n".join(lines) + "\n")
     return str(path)
 
@@ -146,8 +172,14 @@ def squad_file(path, n, seed, v2=False):
             if v2:
                 qa["is_impossible"] = False
         paragraphs.append({"context": " ".join(words), "qas": [qa]})
-    path.write_text(json.dumps({"version": "v2.0" if v2 else "1.1",
-                                "data": [{"title": "synthetic", "paragraphs": paragraphs}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": "v2.0" if v2 else "1.1",
+                "data": [{"title": "synthetic", "paragraphs": paragraphs}],
+            }
+        )
+    )
     return str(path)
 
 
@@ -171,8 +203,12 @@ def make_config(**data):
 
 
 def test_single_sentence_classification_learns(tiny_hf, tmp_path):
-    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 256, 0),
-                         eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1))
+    config = make_config(
+        format="glue",
+        layout="sst2",
+        train_file=sst2_file(tmp_path / "train.tsv", 256, 0),
+        eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1),
+    )
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
     before, after = result["eval_at_start"]["dev"]["accuracy"], result["eval"]["dev"]["accuracy"]
     print(f"sst2 accuracy {before:.3f} -> {after:.3f}")
@@ -180,8 +216,12 @@ def test_single_sentence_classification_learns(tiny_hf, tmp_path):
 
 
 def test_regression_learns(tiny_hf, tmp_path):
-    config = make_config(format="glue", layout="stsb", train_file=stsb_file(tmp_path / "train.tsv", 256, 0),
-                         eval_files=stsb_file(tmp_path / "dev.tsv", 64, 1))
+    config = make_config(
+        format="glue",
+        layout="stsb",
+        train_file=stsb_file(tmp_path / "train.tsv", 256, 0),
+        eval_files=stsb_file(tmp_path / "dev.tsv", 64, 1),
+    )
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
     before, after = result["eval_at_start"]["dev"]["pearson"], result["eval"]["dev"]["pearson"]
     print(f"stsb pearson {before:.3f} -> {after:.3f}")
@@ -189,9 +229,17 @@ def test_regression_learns(tiny_hf, tmp_path):
 
 
 def test_sentence_pair_classification_learns_with_matched_and_mismatched_eval(tiny_hf, tmp_path):
-    config = make_config(format="glue", layout="mnli", train_file=mnli_file(tmp_path / "train.tsv", 256, 0),
-                         eval_files=",".join([mnli_file(tmp_path / "dev_matched.tsv", 64, 1),
-                                              mnli_file(tmp_path / "dev_mismatched.tsv", 64, 2)]))
+    config = make_config(
+        format="glue",
+        layout="mnli",
+        train_file=mnli_file(tmp_path / "train.tsv", 256, 0),
+        eval_files=",".join(
+            [
+                mnli_file(tmp_path / "dev_matched.tsv", 64, 1),
+                mnli_file(tmp_path / "dev_mismatched.tsv", 64, 2),
+            ]
+        ),
+    )
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
     assert set(result["eval"]) == {"dev_matched", "dev_mismatched"}
     for name in ("dev_matched", "dev_mismatched"):
@@ -201,8 +249,11 @@ def test_sentence_pair_classification_learns_with_matched_and_mismatched_eval(ti
 
 
 def test_tagging_learns(tiny_hf, tmp_path):
-    config = make_config(format="conll", train_file=conll_file(tmp_path / "train.txt", 128, 0),
-                         eval_files=conll_file(tmp_path / "dev.txt", 48, 1))
+    config = make_config(
+        format="conll",
+        train_file=conll_file(tmp_path / "train.txt", 128, 0),
+        eval_files=conll_file(tmp_path / "dev.txt", 48, 1),
+    )
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
     before, after = result["eval_at_start"]["dev"]["f1"], result["eval"]["dev"]["f1"]
     print(f"conll entity f1 {before:.3f} -> {after:.3f}")
@@ -211,18 +262,27 @@ def test_tagging_learns(tiny_hf, tmp_path):
 
 @pytest.mark.parametrize("v2", [False, True])
 def test_span_extraction_learns(tiny_hf, tmp_path, v2):
-    config = make_config(format="squad", train_file=squad_file(tmp_path / "train.json", 256, 0, v2),
-                         eval_files=squad_file(tmp_path / "dev.json", 48, 1, v2),
-                         version_2_with_negative=v2, doc_stride=8, max_query_length=8)
+    config = make_config(
+        format="squad",
+        train_file=squad_file(tmp_path / "train.json", 256, 0, v2),
+        eval_files=squad_file(tmp_path / "dev.json", 48, 1, v2),
+        version_2_with_negative=v2,
+        doc_stride=8,
+        max_query_length=8,
+    )
     result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
     before, after = result["eval_at_start"]["dev"], result["eval"]["dev"]
-    print(f"squad v2={v2} exact {before['exact']:.1f} -> {after['exact']:.1f}, f1 {after['f1']:.1f}")
+    print(
+        f"squad v2={v2} exact {before['exact']:.1f} -> {after['exact']:.1f}, f1 {after['f1']:.1f}"
+    )
     assert after["exact"] > 70
 
 
 def saved_params(workdir, step):
     """{path: shape} of the parameters in a fine-tuning checkpoint, from Orbax's metadata."""
-    meta = ocp.StandardCheckpointer().metadata(os.path.join(workdir, "checkpoints", str(step), "params"))
+    meta = ocp.StandardCheckpointer().metadata(
+        os.path.join(workdir, "checkpoints", str(step), "params")
+    )
     leaves = jax.tree_util.tree_flatten_with_path(meta.item_metadata)[0]
     return {"/".join(k.key for k in path): tuple(m.shape) for path, m in leaves}
 
@@ -231,8 +291,12 @@ def saved_params(workdir, step):
 def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_path):
     """LoRA on a data x tensor mesh with dropout: accuracy rises; the checkpoint holds only the
     adapters and the head; a run cut off after a checkpoint resumes to the same result."""
-    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 256, 0),
-                         eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1))
+    config = make_config(
+        format="glue",
+        layout="sst2",
+        train_file=sst2_file(tmp_path / "train.tsv", 256, 0),
+        eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1),
+    )
     config.lora.rank = 4
     config.lora.targets = ("query", "key", "value", "attention_output", "intermediate", "output")
     config.optim.learning_rate = 3e-3
@@ -244,14 +308,18 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
     workdir = str(tmp_path / "work")
     result = train.finetune(config, workdir, tiny_hf)
     before, after = result["eval_at_start"]["dev"]["accuracy"], result["eval"]["dev"]["accuracy"]
-    print(f"sst2 LoRA accuracy {before:.3f} -> {after:.3f}; trains {result['trainable']} of {result['total']}")
+    print(
+        f"sst2 LoRA accuracy {before:.3f} -> {after:.3f}; trains {result['trainable']} of {result['total']}"
+    )
     assert after > 0.85 and after > before + 0.2
     h, r, layers = TINY["hidden_size"], 4, TINY["num_hidden_layers"]
     adapters = layers * r * (4 * 2 * h + 2 * (h + TINY["intermediate_size"]))
     assert result["trainable"] == adapters + h * 2 + 2
 
     saved = saved_params(workdir, result["step"])
-    assert all(k.endswith(("lora_a", "lora_b")) or k.startswith("head/") for k in saved), sorted(saved)
+    assert all(k.endswith(("lora_a", "lora_b")) or k.startswith("head/") for k in saved), sorted(
+        saved
+    )
     assert sum(int(np.prod(s)) for s in saved.values()) == result["trainable"]
 
     # Cut the run off after its step-200 checkpoint and run the same command again.
@@ -280,9 +348,15 @@ class _PreemptAfter(train.train_lib.Preemption):
         pass
 
 
-def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(tiny_hf, tmp_path, monkeypatch):
-    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 64, 0),
-                         eval_files=sst2_file(tmp_path / "dev.tsv", 32, 1))
+def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(
+    tiny_hf, tmp_path, monkeypatch
+):
+    config = make_config(
+        format="glue",
+        layout="sst2",
+        train_file=sst2_file(tmp_path / "train.tsv", 64, 0),
+        eval_files=sst2_file(tmp_path / "dev.tsv", 32, 1),
+    )
     config.train.num_epochs = 2.0  # 8 steps
     config.eval.at_start = False
     config.model.hidden_dropout_prob = 0.1  # resumed dropout masks must match too
@@ -298,6 +372,9 @@ def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(tin
     assert resumed["stopped"] == "done" and resumed["step"] == whole["step"] == 8
     assert resumed["eval"] == whole["eval"]
     ckpt = ocp.StandardCheckpointer()
-    saved = [ckpt.restore(os.path.join(w, "checkpoints", "8", "params")) for w in (str(tmp_path / "whole"), workdir)]
+    saved = [
+        ckpt.restore(os.path.join(w, "checkpoints", "8", "params"))
+        for w in (str(tmp_path / "whole"), workdir)
+    ]
     for a, b in zip(jax.tree.leaves(saved[0]), jax.tree.leaves(saved[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -1,4 +1,5 @@
 """Hugging Face import/export: parity with a random transformers BertForPreTraining, both ways."""
+
 import json
 import os
 import subprocess
@@ -16,12 +17,25 @@ from bert_jax.tokenization import WordPieceTokenizer
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)
+TINY = dict(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADS = ["cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
-         "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias",
-         "cls.predictions.bias", "cls.seq_relationship.weight", "cls.seq_relationship.bias"]
+HEADS = [
+    "cls.predictions.transform.dense.weight",
+    "cls.predictions.transform.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.bias",
+    "cls.predictions.bias",
+    "cls.seq_relationship.weight",
+    "cls.seq_relationship.bias",
+]
 
 
 def padded_batch(seed=0, batch=4, length=24, predictions=6):
@@ -37,9 +51,11 @@ def padded_batch(seed=0, batch=4, length=24, predictions=6):
 
 def hf_logits(hf_model, ids, mask, segments, positions):
     with torch.no_grad():
-        out = hf_model(input_ids=torch.tensor(ids, dtype=torch.long),
-                       attention_mask=torch.tensor(mask, dtype=torch.long),
-                       token_type_ids=torch.tensor(segments, dtype=torch.long))
+        out = hf_model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            token_type_ids=torch.tensor(segments, dtype=torch.long),
+        )
     mlm = out.prediction_logits.numpy()[np.arange(len(ids))[:, None], positions]
     return mlm, out.seq_relationship_logits.numpy()
 
@@ -68,7 +84,9 @@ def hf_dir(tmp_path_factory):
     """A randomly initialized transformers BertForPreTraining saved as safetensors (eager attention)."""
     torch.manual_seed(0)
     # Eager attention: the reference math, also on an all-padding row (SDPA zeroes that row).
-    model = transformers.BertForPreTraining(transformers.BertConfig(**TINY, attn_implementation="eager"))
+    model = transformers.BertForPreTraining(
+        transformers.BertConfig(**TINY, attn_implementation="eager")
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -99,8 +117,14 @@ def test_import_matches_transformers(hf_dir, imported):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, vocab_file):
-    cfg = hf.bert_config_from_hf(TINY | {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-                                         "initializer_range": 0.02})
+    cfg = hf.bert_config_from_hf(
+        TINY
+        | {
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+            "initializer_range": 0.02,
+        }
+    )
     model = M.BertForPreTraining(cfg, rngs=nnx.Rngs(7))
     perturb(model, 1)
     out = str(tmp_path_factory.mktemp("export"))
@@ -110,10 +134,15 @@ def exported(tmp_path_factory, vocab_file):
 
 def test_export_loads_in_transformers_and_matches(exported):
     model, out = exported
-    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "tokenizer_config.json",
-                                       "vocab.txt"]
+    assert sorted(os.listdir(out)) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
     loaded, info = transformers.BertForPreTraining.from_pretrained(
-        out, output_loading_info=True, attn_implementation="eager")
+        out, output_loading_info=True, attn_implementation="eager"
+    )
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     batch = padded_batch(seed=1)
     ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
@@ -164,8 +193,15 @@ def test_bert_model_checkpoint_gets_fresh_heads(hf_dir, imported, tmp_path):
 
 
 def test_configs_round_trip():
-    cfg = hf.bert_config_from_hf(TINY | {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.0,
-                                         "initializer_range": 0.02, "hidden_act": "gelu"})
+    cfg = hf.bert_config_from_hf(
+        TINY
+        | {
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.0,
+            "initializer_range": 0.02,
+            "hidden_act": "gelu",
+        }
+    )
     assert hf.bert_config_from_hf(hf.hf_config_from_bert(cfg)) == cfg
     hf_cfg = transformers.BertConfig(**hf.hf_config_from_bert(cfg))
     assert hf_cfg.hidden_size == cfg.hidden_size and hf_cfg.layer_norm_eps == 1e-12
@@ -174,16 +210,28 @@ def test_configs_round_trip():
 def test_import_errors_say_what_to_fix(hf_dir, tmp_path):
     with pytest.raises(hf.CheckpointError, match="not a directory"):
         hf.load_hf(str(tmp_path / "nope"))
-    (tmp_path / "config.json").write_text(json.dumps(TINY | {"hidden_dropout_prob": 0.1,
-                                                             "attention_probs_dropout_prob": 0.1,
-                                                             "initializer_range": 0.02}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            TINY
+            | {
+                "hidden_dropout_prob": 0.1,
+                "attention_probs_dropout_prob": 0.1,
+                "initializer_range": 0.02,
+            }
+        )
+    )
     with pytest.raises(hf.CheckpointError, match="no weights in .*model.safetensors.*config.json"):
         hf.load_hf(str(tmp_path))
     with pytest.raises(hf.CheckpointError, match="hidden_act 'relu' is not supported"):
         hf.bert_config_from_hf(TINY | {"hidden_act": "relu"})
-    cfg = hf.bert_config_from_hf(json.load(open(os.path.join(hf_dir[0], "config.json"))),
-                                 hidden_size=48, num_attention_heads=3)
-    with pytest.raises(hf.CheckpointError, match="word_embeddings.weight has shape \\(30522, 32\\)"):
+    cfg = hf.bert_config_from_hf(
+        json.load(open(os.path.join(hf_dir[0], "config.json"))),
+        hidden_size=48,
+        num_attention_heads=3,
+    )
+    with pytest.raises(
+        hf.CheckpointError, match="word_embeddings.weight has shape \\(30522, 32\\)"
+    ):
         hf.load_hf(hf_dir[0], cfg)
     with pytest.raises(hf.CheckpointError, match="lacks encoder weights"):
         hf.from_hf_state_dict({}, cfg)
@@ -211,8 +259,14 @@ def _hf_to_tf_name(name):
 def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
     path, _ = hf_dir
     (tmp_path / "bert_config.json").write_text(
-        json.dumps({k: v for k, v in json.load(open(os.path.join(path, "config.json"))).items()
-                    if k in hf._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"}))
+        json.dumps(
+            {
+                k: v
+                for k, v in json.load(open(os.path.join(path, "config.json"))).items()
+                if k in hf._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"
+            }
+        )
+    )
     try:
         import tensorflow as tf
     except ImportError:
@@ -230,8 +284,12 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
             values += [np.zeros_like(values[-1])] * 2
     names.append("global_step")
     values.append(np.array(1000, np.int64))
-    tf.raw_ops.SaveV2(prefix=str(tmp_path / "bert_model.ckpt"), tensor_names=names,
-                      shape_and_slices=[""] * len(names), tensors=values)
+    tf.raw_ops.SaveV2(
+        prefix=str(tmp_path / "bert_model.ckpt"),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=values,
+    )
     model, report = hf.load_hf(str(tmp_path))
     assert report.initialized == [] and report.unused == [] and "TensorFlow" in report.source
     for a, b in zip(params_of(model), params_of(imported[0])):
@@ -240,22 +298,37 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
 
 def test_export_command(tmp_path, vocab_file, save_checkpoint):
     from configs import tiny
+
     config = tiny.get_config()
     models = {}
     for step in (2, 5):
-        models[step] = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(step))
+        models[step] = M.BertForPreTraining(
+            M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(step)
+        )
         perturb(models[step], step)
         save_checkpoint(tmp_path / "run", models[step], config, step)
     with pytest.raises(ValueError, match="pass --vocab_file"):
         export.export(str(tmp_path / "run"), str(tmp_path / "hf"))
     proc = subprocess.run(
-        [sys.executable, "-m", "bert_jax.export", f"--workdir={tmp_path / 'run'}", "--step=2",
-         f"--output_dir={tmp_path / 'hf'}", f"--vocab_file={vocab_file}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.export",
+            f"--workdir={tmp_path / 'run'}",
+            "--step=2",
+            f"--output_dir={tmp_path / 'hf'}",
+            f"--vocab_file={vocab_file}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "exported step 2" in proc.stdout
-    loaded = transformers.BertForPreTraining.from_pretrained(str(tmp_path / "hf"),
-                                                             attn_implementation="eager")
+    loaded = transformers.BertForPreTraining.from_pretrained(
+        str(tmp_path / "hf"), attn_implementation="eager"
+    )
     batch = padded_batch(seed=2)
     ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
     mlm, nsp = ours_logits(models[2], *batch)
@@ -266,11 +339,16 @@ def test_export_command(tmp_path, vocab_file, save_checkpoint):
 def test_params_for_a_training_run(hf_dir, imported):
     """A run's config (other dropout, bf16 compute) takes the file's weights as its initial params."""
     from bert_jax import sharding
-    run_config = hf.bert_config_from_hf(json.load(open(os.path.join(hf_dir[0], "config.json"))),
-                                        hidden_dropout_prob=0.0, dtype="bfloat16")
+
+    run_config = hf.bert_config_from_hf(
+        json.load(open(os.path.join(hf_dir[0], "config.json"))),
+        hidden_dropout_prob=0.0,
+        dtype="bfloat16",
+    )
     mesh = sharding.make_mesh(data=4, fsdp=2, tensor=1)
-    abstract = nnx.state(nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))),
-                         nnx.Param)
+    abstract = nnx.state(
+        nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))), nnx.Param
+    )
     shardings = sharding.param_shardings(abstract, mesh, (("embed", "fsdp"),))
     params, report = hf.load_hf_params(hf_dir[0], run_config, shardings=shardings)
     assert report.initialized == []
@@ -290,11 +368,15 @@ def test_training_run_starts_from_a_hugging_face_directory(testdata, vocab_file,
     perturb(model, seed=1)
     hf.save_hf(model, vocab_file, str(tmp_path / "hf"))
     config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
-    config.train.update(num_train_steps=1, global_batch_size=4, init_checkpoint=str(tmp_path / "hf"))
+    config.train.update(
+        num_train_steps=1, global_batch_size=4, init_checkpoint=str(tmp_path / "hf")
+    )
     config.optim.learning_rate, config.optim.warmup_steps = 0.0, 0  # the step keeps the weights
     config.mesh.num_devices = 2
     result = train.train_and_evaluate(config, str(tmp_path / "run"))
     assert result["step"] == 1
     got, _ = checkpointing.restore_params(str(tmp_path / "run"))
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], params_of(model)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+        np.testing.assert_array_equal(
+            np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
+        )

@@ -1,4 +1,5 @@
 """Grain input pipeline: both record formats, global shuffle, per-process parts, dynamic masking."""
+
 import collections
 
 import numpy as np
@@ -35,8 +36,11 @@ def files(testdata, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("records")
     golden = str(testdata / GOLDEN)
     records = list(record_io.read_records(golden))
-    out = {"tfrecord": golden, "arrayrecord": str(tmp / "golden.arrayrecord"),
-           "unmasked": str(tmp / "unmasked.arrayrecord")}
+    out = {
+        "tfrecord": golden,
+        "arrayrecord": str(tmp / "golden.arrayrecord"),
+        "unmasked": str(tmp / "unmasked.arrayrecord"),
+    }
     with record_io.RecordWriter(out["arrayrecord"]) as w:
         for r in records:
             w.write(r)
@@ -68,23 +72,29 @@ def _keys(batches):
 
 
 def test_global_shuffle_reads_each_record_once_per_epoch(files):
-    all_keys = {ex[F.INPUT_IDS].astype(np.int32).tobytes()
-                for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))}
+    all_keys = {
+        ex[F.INPUT_IDS].astype(np.int32).tobytes()
+        for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))
+    }
     assert len(all_keys) == 60
     epochs = _keys(take(ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 10, seed=0), 12))
     first, second = epochs[:60], epochs[60:]
     assert set(first) == all_keys and len(set(first)) == 60
     assert set(second) == all_keys
     assert first != second  # reshuffled every epoch
-    in_file_order = [ex[F.INPUT_IDS].astype(np.int32).tobytes()
-                     for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))]
+    in_file_order = [
+        ex[F.INPUT_IDS].astype(np.int32).tobytes()
+        for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))
+    ]
     assert first != in_file_order
 
 
 def test_each_process_reads_its_own_part(files):
     cfg = data_config(files["arrayrecord"])
-    parts = [_keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0, process_index=p, process_count=2), 6))
-             for p in (0, 1)]
+    parts = [
+        _keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0, process_index=p, process_count=2), 6))
+        for p in (0, 1)
+    ]
     assert all(len(p) == 30 for p in parts)  # 6 batches of 10/2 rows = one epoch each
     assert not set(parts[0]) & set(parts[1])  # disjoint...
     assert len(set(parts[0]) | set(parts[1])) == 60  # ...and together every record once
@@ -114,7 +124,11 @@ def test_dynamic_masking_statistics(files):
     for b in batches:
         for i in range(20):
             ids, mask = b[F.INPUT_IDS][i], b[F.INPUT_MASK][i]
-            pos, labels, w = b[F.MASKED_LM_POSITIONS][i], b[F.MASKED_LM_IDS][i], b[F.MASKED_LM_WEIGHTS][i]
+            pos, labels, w = (
+                b[F.MASKED_LM_POSITIONS][i],
+                b[F.MASKED_LM_IDS][i],
+                b[F.MASKED_LM_WEIGHTS][i],
+            )
             n_real, k = int(mask.sum()), int(w.sum())
             assert k == min(20, max(1, round(n_real * 0.15)))
             chosen = pos[:k]
@@ -132,8 +146,10 @@ def test_dynamic_masking_statistics(files):
     assert kinds["keep"] / total == pytest.approx(0.1 + 0.1 / VOCAB, abs=0.03)
     assert kinds["random"] / total == pytest.approx(0.1, abs=0.03)
     # A record is masked anew each epoch: (nearly) every record shows several different masks.
-    distinct = {F.decode_example(r)[F.INPUT_IDS].astype(np.int32).tobytes()
-                for r in record_io.read_records(files["unmasked"])}
+    distinct = {
+        F.decode_example(r)[F.INPUT_IDS].astype(np.int32).tobytes()
+        for r in record_io.read_records(files["unmasked"])
+    }
     assert masks_seen.keys() == distinct
     assert np.mean([len(v) > 1 for v in masks_seen.values()]) > 0.9
 
@@ -146,10 +162,14 @@ def test_eval_batches_pad_the_last_batch(files):
     assert weights.sum() == 50 and (weights[50:] == 0).all()
     assert (batches[-1][F.MASKED_LM_WEIGHTS][2:] == 0).all()  # padding rows predict nothing
     # Two processes split every global batch between them.
-    halves = [ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, 50, process_index=p, process_count=2)
-              for p in (0, 1)]
-    np.testing.assert_array_equal(np.concatenate([halves[0][1][F.INPUT_IDS], halves[1][1][F.INPUT_IDS]]),
-                                  batches[1][F.INPUT_IDS])
+    halves = [
+        ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, 50, process_index=p, process_count=2)
+        for p in (0, 1)
+    ]
+    np.testing.assert_array_equal(
+        np.concatenate([halves[0][1][F.INPUT_IDS], halves[1][1][F.INPUT_IDS]]),
+        batches[1][F.INPUT_IDS],
+    )
 
 
 def test_clear_errors(files, tmp_path):
@@ -160,7 +180,10 @@ def test_clear_errors(files, tmp_path):
     with pytest.raises(ValueError, match="dynamic_masking=False"):
         take(ip.train_dataset(data_config(files["tfrecord"], dynamic=True), VOCAB, 8, seed=0), 1)
     with pytest.raises(ValueError, match="max_seq_length"):
-        take(ip.train_dataset(data_config(files["tfrecord"], max_seq_length=512), VOCAB, 8, seed=0), 1)
+        take(
+            ip.train_dataset(data_config(files["tfrecord"], max_seq_length=512), VOCAB, 8, seed=0),
+            1,
+        )
     with pytest.raises(ValueError, match="mixed record formats"):
         ip.make_source([files["tfrecord"], files["arrayrecord"]])
     not_tfrecord = tmp_path / "text.tfrecord"

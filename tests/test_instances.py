@@ -1,4 +1,5 @@
 """Instance construction: truncation, masking proportions, whole words, MLM-only and unmasked modes."""
+
 import collections
 import random
 
@@ -30,7 +31,11 @@ def documents(tok, testdata):
 
 def _all_instances(documents, opts, vocab, seed=0):
     rng = random.Random(seed)
-    return [i for d in range(len(documents)) for i in inst.create_instances_from_document(documents, d, opts, vocab, rng)]
+    return [
+        i
+        for d in range(len(documents))
+        for i in inst.create_instances_from_document(documents, d, opts, vocab, rng)
+    ]
 
 
 def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
@@ -121,8 +126,16 @@ def test_long_lines_are_truncated_not_rejected(vocab):
     assert found and all(len(i.tokens) <= 64 for i in found)
 
 
-@pytest.mark.parametrize("kwargs", [dict(max_seq_length=4), dict(masked_lm_prob=0.0), dict(masked_lm_prob=1.5),
-                                    dict(max_predictions_per_seq=0), dict(short_seq_prob=-1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(max_seq_length=4),
+        dict(masked_lm_prob=0.0),
+        dict(masked_lm_prob=1.5),
+        dict(max_predictions_per_seq=0),
+        dict(short_seq_prob=-1),
+    ],
+)
 def test_bad_options_are_rejected(kwargs):
     with pytest.raises(ValueError):
         inst.InstanceOptions(**kwargs)

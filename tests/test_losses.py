@@ -1,4 +1,5 @@
 """Weighted MLM / NSP losses and accuracies against hand-computed values."""
+
 import math
 
 import jax.numpy as jnp
@@ -14,7 +15,9 @@ def _log_softmax(x):
 
 
 def test_mlm_sums_ignore_zero_weight_positions():
-    logits = np.array([[[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [9.0, 0.0, 0.0]]], np.float32)  # [B=1, P=3, V=3]
+    logits = np.array(
+        [[[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [9.0, 0.0, 0.0]]], np.float32
+    )  # [B=1, P=3, V=3]
     labels = np.array([[0, 2, 1]])
     weights = np.array([[1.0, 1.0, 0.0]])  # the third is padding: its huge loss must not count
     sums = losses.mlm_sums(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(weights))
@@ -43,8 +46,10 @@ def test_micro_batch_losses_add_up_to_the_full_batch_loss():
     nsp_labels = jnp.asarray(rng.integers(0, 2, 4))
 
     def sums(sl):
-        return {**losses.mlm_sums(logits[sl], labels[sl], weights[sl]),
-                **losses.nsp_sums(nsp_logits[sl], nsp_labels[sl])}
+        return {
+            **losses.mlm_sums(logits[sl], labels[sl], weights[sl]),
+            **losses.nsp_sums(nsp_logits[sl], nsp_labels[sl]),
+        }
 
     full = losses.pretraining_loss(sums(slice(None)))
     den_mlm, den_nsp = jnp.sum(weights), 4.0
@@ -57,11 +62,28 @@ def test_micro_batch_losses_add_up_to_the_full_batch_loss():
 
 
 def test_summarize_ratios_and_empty_batch():
-    out = losses.summarize({"mlm_nll_sum": 6.0, "mlm_correct_sum": 1.0, "mlm_weight_sum": 4.0,
-                            "nsp_nll_sum": 1.0, "nsp_correct_sum": 3.0, "nsp_count": 4.0})
-    assert out == {"mlm_loss": 1.5, "mlm_accuracy": 0.25, "nsp_loss": 0.25, "nsp_accuracy": 0.75,
-                   "loss": 1.75}
+    out = losses.summarize(
+        {
+            "mlm_nll_sum": 6.0,
+            "mlm_correct_sum": 1.0,
+            "mlm_weight_sum": 4.0,
+            "nsp_nll_sum": 1.0,
+            "nsp_correct_sum": 3.0,
+            "nsp_count": 4.0,
+        }
+    )
+    assert out == {
+        "mlm_loss": 1.5,
+        "mlm_accuracy": 0.25,
+        "nsp_loss": 0.25,
+        "nsp_accuracy": 0.75,
+        "loss": 1.75,
+    }
     # A batch without masked tokens gives a finite loss (the original's 1e-5 denominator), not NaN.
-    zero = {"mlm_nll_sum": jnp.float32(0), "mlm_weight_sum": jnp.float32(0),
-            "nsp_nll_sum": jnp.float32(math.log(2)), "nsp_count": jnp.float32(1)}
+    zero = {
+        "mlm_nll_sum": jnp.float32(0),
+        "mlm_weight_sum": jnp.float32(0),
+        "nsp_nll_sum": jnp.float32(math.log(2)),
+        "nsp_count": jnp.float32(1),
+    }
     assert np.isfinite(float(losses.pretraining_loss(zero)))

@@ -1,4 +1,5 @@
 """metrics.jsonl across a kill: a half-written last line is dropped on resume, never fatal."""
+
 import pytest
 
 from bert_jax import metrics_log
@@ -20,6 +21,8 @@ def test_resume_after_a_kill_mid_write_drops_the_half_line(tmp_path):
 
 
 def test_a_damaged_line_before_the_end_is_an_error_naming_it(tmp_path):
-    (tmp_path / metrics_log.JSONL_NAME).write_text('{"step": 2, "split": "train"}\nnot json\n{"step": 4}\n')
+    (tmp_path / metrics_log.JSONL_NAME).write_text(
+        '{"step": 2, "split": "train"}\nnot json\n{"step": 4}\n'
+    )
     with pytest.raises(ValueError, match="line 2"):
         metrics_log.read_jsonl(str(tmp_path))

@@ -1,4 +1,5 @@
 """The Flax BERT: shapes, masking, attention paths, dropout, precision, remat, sharding, sizes."""
+
 import dataclasses
 
 import jax
@@ -10,9 +11,18 @@ from flax import nnx
 from bert_jax import model as M
 from configs import bert_base, bert_large, default, mini, tiny
 
-TINY = M.BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                    max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
+TINY = M.BertConfig(
+    vocab_size=101,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    hidden_dropout_prob=0.1,
+    attention_probs_dropout_prob=0.1,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.02,
+)
 B, L, P = 3, 16, 5
 
 
@@ -36,9 +46,11 @@ def model():
 @pytest.fixture(scope="module")
 def forward():
     """One jitted forward shared by the tests: (model, batch, dropout key) -> logits."""
+
     @nnx.jit
     def f(m, ids, mask, seg, pos, key=None):
         return m(ids, mask, seg, pos, dropout_rng=key)
+
     return f
 
 
@@ -106,7 +118,9 @@ def test_fused_attention_matches_einsum_attention():
     np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(plain)[real], atol=1e-5)
     # A query never reads a padded key: scrambling padded keys/values changes nothing.
     k2 = jnp.where(mask[..., None, None] == 1, k, 100.0)
-    np.testing.assert_allclose(M.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5)
+    np.testing.assert_allclose(
+        M.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5
+    )
 
 
 def test_model_attention_paths_agree(model, forward):
@@ -151,7 +165,8 @@ def test_remat_gives_the_same_gradients(model):
     def grads(m):
         def loss(m):
             mlm, nsp = m(*batch, dropout_rng=jax.random.key(3))
-            return jnp.mean(mlm ** 2) + jnp.mean(nsp ** 2)
+            return jnp.mean(mlm**2) + jnp.mean(nsp**2)
+
         return nnx.jit(nnx.grad(loss))(m)
 
     g1 = jax.tree.leaves(grads(model))
@@ -187,15 +202,26 @@ def test_every_param_has_logical_axes_and_the_decay_rule_holds(model):
 
 def test_sharded_forward_matches_single_device(model, forward):
     from bert_jax import sharding
+
     batch = make_batch(batch=8)
     ref, ref_nsp = forward(model, *batch)
     mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
-    rules = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("mlp", "tensor"),
-             ("heads", "tensor"), ("kv", None), ("length", None), ("norm", None))
+    rules = (
+        ("batch", ("data", "fsdp")),
+        ("vocab", "tensor"),
+        ("embed", "fsdp"),
+        ("mlp", "tensor"),
+        ("heads", "tensor"),
+        ("kv", None),
+        ("length", None),
+        ("norm", None),
+    )
     shardings = sharding.param_shardings(nnx.state(model, nnx.Param), mesh, rules)
     placed = M.BertForPreTraining(TINY, rngs=nnx.Rngs(1))
     state = nnx.state(placed, nnx.Param)
-    nnx.replace_by_pure_dict(state, jax.device_put(nnx.to_pure_dict(nnx.state(model, nnx.Param)), shardings))
+    nnx.replace_by_pure_dict(
+        state, jax.device_put(nnx.to_pure_dict(nnx.state(model, nnx.Param)), shardings)
+    )
     nnx.update(placed, state)
     with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
         f = nnx.jit(lambda m, *a: m(*a))
@@ -212,9 +238,20 @@ def test_published_sizes_match_transformers(module, approx):
     torch = pytest.importorskip("torch")
     cfg = M.BertConfig.from_config_dict(module.get_config().model)
     ours = M.count_params(nnx.eval_shape(lambda: M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))))
-    hf_cfg = transformers.BertConfig(**{k: getattr(cfg, k) for k in (
-        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-        "intermediate_size", "max_position_embeddings", "type_vocab_size")})
+    hf_cfg = transformers.BertConfig(
+        **{
+            k: getattr(cfg, k)
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "intermediate_size",
+                "max_position_embeddings",
+                "type_vocab_size",
+            )
+        }
+    )
     with torch.device("meta"):
         theirs = sum(p.numel() for p in transformers.BertForPreTraining(hf_cfg).parameters())
     assert ours == theirs

@@ -1,4 +1,5 @@
 """Schedules, the weight-decay mask, and AdamW / LAMB steps against hand-computed numpy."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,11 +27,20 @@ def test_schedule_warmup_then_linear_decay_from_step_zero():
 
 def test_schedule_polynomial_and_constant():
     poly = optim.learning_rate_schedule(
-        optim_config(learning_rate=1.0, warmup_steps=0, schedule="polynomial", power=2.0,
-                     end_learning_rate=0.1), 100)
+        optim_config(
+            learning_rate=1.0,
+            warmup_steps=0,
+            schedule="polynomial",
+            power=2.0,
+            end_learning_rate=0.1,
+        ),
+        100,
+    )
     assert float(poly(50)) == pytest.approx(0.9 * 0.25 + 0.1)
     assert float(poly(100)) == pytest.approx(0.1)
-    const = optim.learning_rate_schedule(optim_config(learning_rate=2.0, warmup_steps=4, schedule="constant"), 10)
+    const = optim.learning_rate_schedule(
+        optim_config(learning_rate=2.0, warmup_steps=4, schedule="constant"), 10
+    )
     assert [float(const(s)) for s in (2, 4, 9)] == pytest.approx([1.0, 2.0, 2.0])
 
 
@@ -57,34 +67,48 @@ def test_decay_mask_on_the_bert_parameter_tree():
     assert not flat["['mlm']['bias']"]  # the MLM output bias, a vocab-sized bias
 
 
-PARAMS = {"dense": {"kernel": np.array([[0.5, -1.0], [2.0, 0.25]], np.float32),
-                    "bias": np.array([0.1, -0.2], np.float32)},
-          "norm": {"scale": np.array([1.0, 1.5], np.float32)}}
+PARAMS = {
+    "dense": {
+        "kernel": np.array([[0.5, -1.0], [2.0, 0.25]], np.float32),
+        "bias": np.array([0.1, -0.2], np.float32),
+    },
+    "norm": {"scale": np.array([1.0, 1.5], np.float32)},
+}
 GRADS = [  # global norm > 1 (clipped to 1) in step 1, < 1 in step 2
-    {"dense": {"kernel": np.array([[3.0, -1.0], [0.5, 2.0]], np.float32),
-               "bias": np.array([1.0, 0.0], np.float32)},
-     "norm": {"scale": np.array([-2.0, 0.5], np.float32)}},
-    {"dense": {"kernel": np.array([[0.1, 0.2], [-0.3, 0.1]], np.float32),
-               "bias": np.array([0.05, -0.1], np.float32)},
-     "norm": {"scale": np.array([0.2, 0.0], np.float32)}},
+    {
+        "dense": {
+            "kernel": np.array([[3.0, -1.0], [0.5, 2.0]], np.float32),
+            "bias": np.array([1.0, 0.0], np.float32),
+        },
+        "norm": {"scale": np.array([-2.0, 0.5], np.float32)},
+    },
+    {
+        "dense": {
+            "kernel": np.array([[0.1, 0.2], [-0.3, 0.1]], np.float32),
+            "bias": np.array([0.05, -0.1], np.float32),
+        },
+        "norm": {"scale": np.array([0.2, 0.0], np.float32)},
+    },
 ]
 DECAYS = {"dense/kernel"}
 
 
 def _hand(lamb: bool, bias_correction: bool, lr=0.1, wd=0.01, b1=0.9, b2=0.999, eps=1e-6, clip=1.0):
     """The original BERT optimizer (and LAMB) written out in float64 numpy."""
-    flat = lambda t: {f"{a}/{b}": np.asarray(v, np.float64) for a, d in t.items() for b, v in d.items()}  # noqa
+    flat = lambda t: {
+        f"{a}/{b}": np.asarray(v, np.float64) for a, d in t.items() for b, v in d.items()
+    }  # noqa
     p = flat(PARAMS)
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}
     for t, g in enumerate(GRADS, start=1):
         g = flat(g)
-        norm = np.sqrt(sum((x ** 2).sum() for x in g.values()))
+        norm = np.sqrt(sum((x**2).sum() for x in g.values()))
         g = {k: x * min(1.0, clip / norm) for k, x in g.items()}
         for k in p:
             m[k] = b1 * m[k] + (1 - b1) * g[k]
             v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
-            mh, vh = (m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)) if bias_correction else (m[k], v2[k])
+            mh, vh = (m[k] / (1 - b1**t), v2[k] / (1 - b2**t)) if bias_correction else (m[k], v2[k])
             u = mh / (np.sqrt(vh) + eps)
             if k in DECAYS:
                 u = u + wd * p[k]
@@ -104,10 +128,17 @@ def _run(cfg):
     return {f"{a}/{b}": np.asarray(v) for a, d in params.items() for b, v in d.items()}
 
 
-@pytest.mark.parametrize("optimizer,bias_correction", [("adamw", False), ("adamw", True), ("lamb", False)])
+@pytest.mark.parametrize(
+    "optimizer,bias_correction", [("adamw", False), ("adamw", True), ("lamb", False)]
+)
 def test_two_steps_match_the_hand_computation(optimizer, bias_correction):
-    cfg = optim_config(optimizer=optimizer, bias_correction=bias_correction, learning_rate=0.1,
-                       warmup_steps=0, schedule="constant")
+    cfg = optim_config(
+        optimizer=optimizer,
+        bias_correction=bias_correction,
+        learning_rate=0.1,
+        warmup_steps=0,
+        schedule="constant",
+    )
     got, want = _run(cfg), _hand(optimizer == "lamb", bias_correction)
     for k in want:
         # float32 1 - b2**t loses ~5e-5 relative precision: tolerances of float32 Adam, not of a bug.
@@ -121,8 +152,12 @@ def test_two_steps_match_the_hand_computation(optimizer, bias_correction):
 def test_bias_correction_false_differs_from_textbook_adamw():
     # The original's choice is visible: uncorrected, the first update is (1-b1)/sqrt(1-b2) ~ 3.2x
     # the corrected one (which warmup keeps harmless).
-    plain = _run(optim_config(bias_correction=False, learning_rate=0.1, warmup_steps=0, schedule="constant"))
-    textbook = _run(optim_config(bias_correction=True, learning_rate=0.1, warmup_steps=0, schedule="constant"))
+    plain = _run(
+        optim_config(bias_correction=False, learning_rate=0.1, warmup_steps=0, schedule="constant")
+    )
+    textbook = _run(
+        optim_config(bias_correction=True, learning_rate=0.1, warmup_steps=0, schedule="constant")
+    )
     step_plain = np.abs(plain["dense/bias"] - PARAMS["dense"]["bias"]).sum()
     step_textbook = np.abs(textbook["dense/bias"] - PARAMS["dense"]["bias"]).sum()
     assert step_plain > 2 * step_textbook

@@ -1,4 +1,5 @@
 """Corpus readers: BERT text files (globs, gzip), JSONL, TFDS, and bad input counted not fatal."""
+
 import gzip
 import json
 
@@ -9,7 +10,9 @@ from data_prep import readers
 
 def _docs(spec_list, **kwargs):
     stats = readers.ReadStats()
-    docs = [d for s in readers.parse_input(spec_list) for d in readers.documents(s, stats, **kwargs)]
+    docs = [
+        d for s in readers.parse_input(spec_list) for d in readers.documents(s, stats, **kwargs)
+    ]
     return docs, stats
 
 
@@ -45,7 +48,11 @@ def test_missing_inputs_are_clear_errors(tmp_path):
 
 
 def test_jsonl_documents_are_split_into_sentences(tmp_path):
-    rows = [{"text": "Dr. Smith went home. He slept!\nNew paragraph here."}, {"title": "no text"}, {"text": ""}]
+    rows = [
+        {"text": "Dr. Smith went home. He slept!\nNew paragraph here."},
+        {"title": "no text"},
+        {"text": ""},
+    ]
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
     docs, stats = _docs([str(path)])
@@ -53,12 +60,18 @@ def test_jsonl_documents_are_split_into_sentences(tmp_path):
     assert stats.bad_json_lines == 2  # the object without "text" and the non-JSON line
 
 
-@pytest.mark.parametrize("text, sentences", [
-    ("It rains. It pours.", ["It rains.", "It pours."]),
-    ("See Fig. 3 and e.g. this. Then \"Quoted.\" Done", ["See Fig. 3 and e.g. this.", "Then \"Quoted.\"", "Done"]),
-    ("J. R. R. Tolkien wrote it. Yes.", ["J. R. R. Tolkien wrote it.", "Yes."]),
-    ("version 3.11 is out. 42 is a number.", ["version 3.11 is out.", "42 is a number."]),
-])
+@pytest.mark.parametrize(
+    "text, sentences",
+    [
+        ("It rains. It pours.", ["It rains.", "It pours."]),
+        (
+            'See Fig. 3 and e.g. this. Then "Quoted." Done',
+            ["See Fig. 3 and e.g. this.", 'Then "Quoted."', "Done"],
+        ),
+        ("J. R. R. Tolkien wrote it. Yes.", ["J. R. R. Tolkien wrote it.", "Yes."]),
+        ("version 3.11 is out. 42 is a number.", ["version 3.11 is out.", "42 is a number."]),
+    ],
+)
 def test_split_sentences(text, sentences):
     assert readers.split_sentences(text) == sentences
 
@@ -72,18 +85,29 @@ def test_tfds_dataset_by_name_and_split(tmp_path):
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
-            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
-                {"title": tfds.features.Text(), "text": tfds.features.Text()}))
+            return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict(
+                    {"title": tfds.features.Text(), "text": tfds.features.Text()}
+                ),
+            )
 
         def _split_generators(self, dl_manager):
             return {"train": self._generate_examples(5), "test": self._generate_examples(2)}
 
         def _generate_examples(self, n):
             for i in range(n):
-                yield i, {"title": f"t{i}", "text": f"Article {i} begins. It goes on.\nA paragraph {i}!"}
+                yield (
+                    i,
+                    {
+                        "title": f"t{i}",
+                        "text": f"Article {i} begins. It goes on.\nA paragraph {i}!",
+                    },
+                )
 
     TinyWiki(data_dir=str(tmp_path), file_format="array_record").download_and_prepare(
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
     docs, stats = _docs(["tfds:tiny_wiki:test"], tfds_data_dir=str(tmp_path))
     assert len(docs) == 2 and stats.documents == 2
     assert sorted(docs)[0] == ["Article 0 begins.", "It goes on.", "A paragraph 0!"]

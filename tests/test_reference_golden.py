@@ -3,6 +3,7 @@
 The golden files were written by the original generator (data_prep/testdata/GOLDEN.md lists the
 flags); records are compared by parsed features in file order.
 """
+
 import numpy as np
 import pytest
 
@@ -30,13 +31,27 @@ def _records(path):
 
 
 @pytest.mark.parametrize("fmt", [record_io.TFRECORD, record_io.ARRAYRECORD])
-@pytest.mark.parametrize("source, golden, seq, preds, dupe, wwm", GOLDEN, ids=[g[1] for g in GOLDEN])
-def test_reference_mode_matches_original(tmp_path, testdata, tok, source, golden, seq, preds, dupe, wwm, fmt):
+@pytest.mark.parametrize(
+    "source, golden, seq, preds, dupe, wwm", GOLDEN, ids=[g[1] for g in GOLDEN]
+)
+def test_reference_mode_matches_original(
+    tmp_path, testdata, tok, source, golden, seq, preds, dupe, wwm, fmt
+):
     if fmt == record_io.ARRAYRECORD and "pydocs" in source:
         pytest.skip("the format does not change the instances; one small case per format is enough")
-    opts = instances.InstanceOptions(max_seq_length=seq, max_predictions_per_seq=preds, do_whole_word_mask=wwm)
-    manifest = pipeline.run_reference([str(testdata / source)], tok, opts, dupe_factor=dupe, seed=12345,
-                                      output_dir=str(tmp_path), fmt=fmt, flags={})
+    opts = instances.InstanceOptions(
+        max_seq_length=seq, max_predictions_per_seq=preds, do_whole_word_mask=wwm
+    )
+    manifest = pipeline.run_reference(
+        [str(testdata / source)],
+        tok,
+        opts,
+        dupe_factor=dupe,
+        seed=12345,
+        output_dir=str(tmp_path),
+        fmt=fmt,
+        flags={},
+    )
     ours = _records(tmp_path / manifest["shards"]["train"][0]["file"])
     expected = _records(testdata / golden)
     assert len(ours) == len(expected)
@@ -46,13 +61,23 @@ def test_reference_mode_matches_original(tmp_path, testdata, tok, source, golden
         assert a.keys() == b.keys(), index
         for name in b:
             assert a[name].dtype == b[name].dtype, (index, name)
-            np.testing.assert_array_equal(a[name], b[name], err_msg=f"record {index}, feature {name}")
+            np.testing.assert_array_equal(
+                a[name], b[name], err_msg=f"record {index}, feature {name}"
+            )
 
 
 def test_a_different_seed_gives_different_records(tmp_path, testdata, tok):
     opts = instances.InstanceOptions()
-    pipeline.run_reference([str(testdata / "sample_text.txt")], tok, opts, dupe_factor=5, seed=1,
-                           output_dir=str(tmp_path), fmt="tfrecord", flags={})
+    pipeline.run_reference(
+        [str(testdata / "sample_text.txt")],
+        tok,
+        opts,
+        dupe_factor=5,
+        seed=1,
+        output_dir=str(tmp_path),
+        fmt="tfrecord",
+        flags={},
+    )
     ours = _records(tmp_path / "train-00000-of-00001.tfrecord")
     expected = _records(testdata / "sample_text.L128.P20.dupe5.tfrecord")
     assert any(not np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(ours, expected))

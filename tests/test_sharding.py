@@ -1,4 +1,5 @@
 """Mesh construction, logical->mesh rules, and the same loss and gradients on every mesh shape."""
+
 import jax
 import numpy as np
 import pytest
@@ -31,7 +32,9 @@ def test_logical_rules_respect_divisibility_and_axis_reuse():
     # 30522 rows do not split 4 ways: that dim stays whole instead of failing at compile time.
     mesh4 = sharding.make_mesh(2, 1, 4)
     assert spec(("vocab", "embed"), (30522, 32), mesh4, RULES) == P(None, None)
-    assert spec(("embed", "mlp"), (32, 64), mesh4, RULES) == P(None, "tensor")  # fsdp=1 splits nothing
+    assert spec(("embed", "mlp"), (32, 64), mesh4, RULES) == P(
+        None, "tensor"
+    )  # fsdp=1 splits nothing
     # One mesh axis per array: the second 'heads' dim cannot reuse 'tensor'.
     assert spec(("heads", "heads"), (8, 8), mesh, RULES) == P("tensor", None)
     assert sharding.batch_spec(RULES) == P(("data", "fsdp"))
@@ -63,7 +66,8 @@ def reference(batch):
     rng = jax.random.PRNGKey(0)
     with setup.activate():
         loss, grads = train.jit_loss_and_grads(setup)(
-            params, sharding.host_to_global(batch, setup.batch_sharding), rng)
+            params, sharding.host_to_global(batch, setup.batch_sharding), rng
+        )
     return params, float(loss), jax.device_get(grads)
 
 
@@ -77,13 +81,15 @@ def test_loss_and_gradients_match_a_single_device(shape, batch, reference):
     sharded = jax.device_put(params, setup.param_shardings)
     with setup.activate():
         loss, grads = train.jit_loss_and_grads(setup)(
-            sharded, sharding.host_to_global(batch, setup.batch_sharding), jax.random.PRNGKey(0))
+            sharded, sharding.host_to_global(batch, setup.batch_sharding), jax.random.PRNGKey(0)
+        )
     # The weights really are split: a layer kernel's shards are smaller than the whole.
     kernel = grads["bert"]["layers"][0]["intermediate"]["kernel"]
     if shape[1] * shape[2] > 1:
         assert kernel.addressable_shards[0].data.size < kernel.size
     assert float(loss) == pytest.approx(ref_loss, rel=1e-5)
-    for (path, g), r in zip(jax.tree_util.tree_flatten_with_path(jax.device_get(grads))[0],
-                            jax.tree.leaves(ref_grads)):
+    for (path, g), r in zip(
+        jax.tree_util.tree_flatten_with_path(jax.device_get(grads))[0], jax.tree.leaves(ref_grads)
+    ):
         np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
     assert batch[F.INPUT_IDS].shape[0] == 16

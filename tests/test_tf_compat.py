@@ -4,6 +4,7 @@ TensorFlow is not a dependency (the project reads and writes records without it)
 where TensorFlow is installed: `pip install tensorflow-cpu` in a separate venv and run this file.
 Checked with TensorFlow 2.21.
 """
+
 import numpy as np
 import pytest
 
@@ -17,8 +18,16 @@ tf = pytest.importorskip("tensorflow")
 
 def test_tf_data_parses_our_records_with_the_original_schema(tmp_path, testdata, vocab_file):
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    manifest = pipeline.run_reference([str(testdata / "sample_text.txt")], tok, instances.InstanceOptions(),
-                                      dupe_factor=2, seed=3, output_dir=str(tmp_path), fmt="tfrecord", flags={})
+    manifest = pipeline.run_reference(
+        [str(testdata / "sample_text.txt")],
+        tok,
+        instances.InstanceOptions(),
+        dupe_factor=2,
+        seed=3,
+        output_dir=str(tmp_path),
+        fmt="tfrecord",
+        flags={},
+    )
     path = str(tmp_path / manifest["shards"]["train"][0]["file"])
     L, P = 128, 20
     name_to_features = {  # run_pretraining.py's input_fn
@@ -30,7 +39,9 @@ def test_tf_data_parses_our_records_with_the_original_schema(tmp_path, testdata,
         "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
         "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
     }
-    dataset = tf.data.TFRecordDataset(path).map(lambda r: tf.io.parse_single_example(r, name_to_features))
+    dataset = tf.data.TFRecordDataset(path).map(
+        lambda r: tf.io.parse_single_example(r, name_to_features)
+    )
     ours = [F.decode_example(r) for r in record_io.read_records(path)]
     parsed = list(dataset.as_numpy_iterator())
     assert len(parsed) == len(ours) > 0

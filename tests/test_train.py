@@ -1,4 +1,5 @@
 """The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl main."""
+
 import json
 import os
 import shutil
@@ -23,8 +24,11 @@ def compilation_cache(tmp_path_factory):
     """Compile each distinct step once: runs of the same config in this module share executables."""
     from jax.experimental.compilation_cache import compilation_cache as cc
 
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
     saved = {n: getattr(jax.config, n) for n in names}
     jax.config.update(names[0], str(tmp_path_factory.mktemp("jax_cache")))
     jax.config.update(names[1], 0)
@@ -45,7 +49,9 @@ def unmasked_records(testdata, tmp_path_factory):
             ex = F.decode_example(r)
             ids, real = ex[F.INPUT_IDS].copy(), ex[F.MASKED_LM_WEIGHTS] > 0
             ids[ex[F.MASKED_LM_POSITIONS][real]] = ex[F.MASKED_LM_IDS][real]
-            w.write(F.encode_example({F.INPUT_IDS: ids, **{k: ex[k] for k in F.UNMASKED_FEATURES[1:]}}))
+            w.write(
+                F.encode_example({F.INPUT_IDS: ids, **{k: ex[k] for k in F.UNMASKED_FEATURES[1:]}})
+            )
     return path
 
 
@@ -94,7 +100,9 @@ def test_bfloat16_compute_keeps_float32_parameters_and_gradients(testdata):
     losses_ = {}
     for name, s in (("f32", setup), ("bf16", bf16)):
         with s.activate():
-            loss, grads = train.jit_loss_and_grads(s)(params, sharding.host_to_global(batch, s.batch_sharding), rng)
+            loss, grads = train.jit_loss_and_grads(s)(
+                params, sharding.host_to_global(batch, s.batch_sharding), rng
+            )
         assert {g.dtype for g in jax.tree.leaves(grads)} == {np.dtype("float32")}
         losses_[name] = float(loss)
     assert losses_["bf16"] == pytest.approx(losses_["f32"], rel=2e-2)
@@ -105,14 +113,18 @@ def test_eval_figures_match_a_direct_computation(testdata):
     setup = train.make_setup(config)
     params = train.jit_init(setup, seed=0)()["params"]
     # 20 examples in batches of 16: the second batch is 4 real rows and 12 padding rows.
-    batches = input_pipeline.eval_batches(config.data, config.data.eval_files, 30522, 16, num_examples=20)
+    batches = input_pipeline.eval_batches(
+        config.data, config.data.eval_files, 30522, 16, num_examples=20
+    )
     got = train.evaluate(setup, train.jit_eval_step(setup), params, batches)
 
     import flax.nnx as nnx
+
     model = nnx.merge(setup.graphdef, params)
     rows = {k: np.concatenate([b[k] for b in batches])[:20] for k in batches[0]}
-    mlm_logits, nsp_logits = model(rows[F.INPUT_IDS], rows[F.INPUT_MASK], rows[F.SEGMENT_IDS],
-                                   rows[F.MASKED_LM_POSITIONS])
+    mlm_logits, nsp_logits = model(
+        rows[F.INPUT_IDS], rows[F.INPUT_MASK], rows[F.SEGMENT_IDS], rows[F.MASKED_LM_POSITIONS]
+    )
     w = rows[F.MASKED_LM_WEIGHTS]
     lp = jax.nn.log_softmax(np.asarray(mlm_logits, np.float64))
     nll = -np.take_along_axis(np.asarray(lp), rows[F.MASKED_LM_IDS][..., None], -1)[..., 0]
@@ -145,11 +157,15 @@ def resume_config(testdata, unmasked_records, **train_overrides):
     return config
 
 
-def test_killed_and_resumed_run_ends_bit_identical(testdata, unmasked_records, uninterrupted, tmp_path):
+def test_killed_and_resumed_run_ends_bit_identical(
+    testdata, unmasked_records, uninterrupted, tmp_path
+):
     reference_dir, reference = uninterrupted
     assert reference["stopped"] == "done" and reference["step"] == 8
     workdir = str(tmp_path)
-    stopped = train.train_and_evaluate(resume_config(testdata, unmasked_records, stop_at_step=5), workdir)
+    stopped = train.train_and_evaluate(
+        resume_config(testdata, unmasked_records, stop_at_step=5), workdir
+    )
     assert stopped["stopped"] == "stop_at_step" and stopped["step"] == 5
     assert checkpointing.saved_steps(workdir) == [3, 5]
     # A kill after step 5 but before its save: the rerun must redo steps 4 and 5 from step 3.
@@ -160,7 +176,9 @@ def test_killed_and_resumed_run_ends_bit_identical(testdata, unmasked_records, u
     got, _ = checkpointing.restore_params(workdir)
     want, _ = checkpointing.restore_params(reference_dir)
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path))
+        np.testing.assert_array_equal(
+            np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
+        )
     # The metrics log reads as one run: no step logged twice after the redo of steps 4-5.
     steps = [r["step"] for r in metrics_log.read_jsonl(workdir) if r["split"] == "train"]
     assert steps == [2, 4, 6, 8]
@@ -169,7 +187,10 @@ def test_killed_and_resumed_run_ends_bit_identical(testdata, unmasked_records, u
 def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, tmp_path):
     source, _ = uninterrupted
     config = small_config(testdata, num_train_steps=1, init_checkpoint=source)
-    config.optim.learning_rate, config.optim.warmup_steps = 0.0, 0  # the step leaves the parameters as loaded
+    config.optim.learning_rate, config.optim.warmup_steps = (
+        0.0,
+        0,
+    )  # the step leaves the parameters as loaded
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["step"] == 1  # a fresh step count, not the source's 8
     got, _ = checkpointing.restore_params(str(tmp_path))
@@ -204,17 +225,27 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
     # The schedule goes on where phase 1 left it, neither restarted nor one step off: step s's
     # line shows the rate used for that update, schedule(s - 1).
     schedule = optim.learning_rate_schedule(config_for(1).optim, 8)
-    lines = [r for r in metrics_log.read_jsonl(phase1) + metrics_log.read_jsonl(phase2) if r["split"] == "train"]
+    lines = [
+        r
+        for r in metrics_log.read_jsonl(phase1) + metrics_log.read_jsonl(phase2)
+        if r["split"] == "train"
+    ]
     assert [r["step"] for r in lines] == [1, 2, 3, 4, 5, 6, 7, 8]
     for r in lines:
-        assert r["learning_rate"] == pytest.approx(float(schedule(r["step"] - 1)), rel=1e-6), r["step"]
-    assert lines[5]["learning_rate"] < lines[4]["learning_rate"]  # decaying, not a new warmup from 0
+        assert r["learning_rate"] == pytest.approx(float(schedule(r["step"] - 1)), rel=1e-6), r[
+            "step"
+        ]
+    assert (
+        lines[5]["learning_rate"] < lines[4]["learning_rate"]
+    )  # decaying, not a new warmup from 0
     # Phase 2 read its own records from their start: 3 batches, not phase 1's position + 3.
     with open(os.path.join(phase2, "checkpoints", "8", "data_iter", "process_0-of-1.json")) as f:
         assert json.load(f)["next_index"] == 3
 
     # A phase 2 schedule shorter than phase 1's step would end before its first step: an error.
-    with pytest.raises(ValueError, match="ends at step 5, but train.num_train_steps=4.*counts both phases"):
+    with pytest.raises(
+        ValueError, match="ends at step 5, but train.num_train_steps=4.*counts both phases"
+    ):
         train.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
 
 
@@ -245,12 +276,21 @@ def test_config_errors_say_what_to_fix(testdata):
 
 
 def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
-    cmd = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}",
-           f"--config.data.train_files={testdata / 'sample_text.L128.P20.dupe5.tfrecord'}",
-           "--config.train.num_train_steps=3", "--config.train.global_batch_size=4",
-           "--config.train.log_every_steps=1", "--config.mesh.num_devices=1",
-           "--config.optim.learning_rate=0.25", "--config.optim.warmup_steps=0",
-           "--config.optim.schedule=constant"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_jax.main",
+        "--config=configs/tiny.py",
+        f"--workdir={tmp_path}",
+        f"--config.data.train_files={testdata / 'sample_text.L128.P20.dupe5.tfrecord'}",
+        "--config.train.num_train_steps=3",
+        "--config.train.global_batch_size=4",
+        "--config.train.log_every_steps=1",
+        "--config.mesh.num_devices=1",
+        "--config.optim.learning_rate=0.25",
+        "--config.optim.warmup_steps=0",
+        "--config.optim.schedule=constant",
+    ]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "finished at step 3 (done)" in out.stdout
@@ -264,13 +304,25 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
     """A real kill: SIGTERM mid-run, then the same command again, against one uninterrupted run."""
     import signal
 
-    cmd = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py",
-           f"--config.data.train_files={testdata / 'pydocs_small.L128.P20.dupe2.tfrecord'}",
-           "--config.train.num_train_steps=30", "--config.train.log_every_steps=1",
-           "--config.checkpoint.every_steps=100", "--config.mesh.num_devices=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bert_jax.main",
+        "--config=configs/tiny.py",
+        f"--config.data.train_files={testdata / 'pydocs_small.L128.P20.dupe2.tfrecord'}",
+        "--config.train.num_train_steps=30",
+        "--config.train.log_every_steps=1",
+        "--config.checkpoint.every_steps=100",
+        "--config.mesh.num_devices=1",
+    ]
     workdir = tmp_path / "killed"
-    proc = subprocess.Popen(cmd + [f"--workdir={workdir}"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd + [f"--workdir={workdir}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     for line in proc.stdout:
         if line.startswith("step 3/"):
             proc.send_signal(signal.SIGTERM)
@@ -280,10 +332,17 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
     saved = checkpointing.saved_steps(str(workdir))[-1]
     assert 3 <= saved < 30  # saved where it stopped, not at a periodic step (there is none)
 
-    rerun = subprocess.run(cmd + [f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        cmd + [f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert rerun.returncode == 0 and f"resuming from" in rerun.stdout, rerun.stderr[-2000:]
-    reference = subprocess.run(cmd + [f"--workdir={tmp_path / 'reference'}"], cwd=REPO,
-                               capture_output=True, text=True, timeout=300)
+    reference = subprocess.run(
+        cmd + [f"--workdir={tmp_path / 'reference'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert reference.returncode == 0, reference.stderr[-2000:]
     got, _ = checkpointing.restore_params(str(workdir))
     want, _ = checkpointing.restore_params(str(tmp_path / "reference"))
@@ -302,21 +361,41 @@ def test_two_processes_train_like_one(testdata, tmp_path):
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
     steps = 10
-    flags = ["--config=configs/tiny.py", f"--config.data.train_files={testdata / GOLDEN_128}",
-             f"--config.train.num_train_steps={steps}", "--config.train.log_every_steps=1",
-             "--config.checkpoint.every_steps=100",
-             # Dropout masks follow a row's place in the global batch, which differs between the
-             # layouts (process p holds rows p, p+2, ...); without dropout the steps are the same.
-             "--config.model.hidden_dropout_prob=0", "--config.model.attention_probs_dropout_prob=0",
-             f"--workdir={tmp_path / 'two'}"]
+    flags = [
+        "--config=configs/tiny.py",
+        f"--config.data.train_files={testdata / GOLDEN_128}",
+        f"--config.train.num_train_steps={steps}",
+        "--config.train.log_every_steps=1",
+        "--config.checkpoint.every_steps=100",
+        # Dropout masks follow a row's place in the global batch, which differs between the
+        # layouts (process p holds rows p, p+2, ...); without dropout the steps are the same.
+        "--config.model.hidden_dropout_prob=0",
+        "--config.model.attention_probs_dropout_prob=0",
+        f"--workdir={tmp_path / 'two'}",
+    ]
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
     def launch(sigterm_at_line=None):
-        procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main", "--distributed",
-                                   f"--coordinator_address=localhost:{port}", "--num_processes=2",
-                                   f"--process_id={i}", *flags], cwd=REPO, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bert_jax.main",
+                    "--distributed",
+                    f"--coordinator_address=localhost:{port}",
+                    "--num_processes=2",
+                    f"--process_id={i}",
+                    *flags,
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
         head = ""
         if sigterm_at_line:
             for line in procs[0].stdout:
@@ -335,14 +414,22 @@ def test_two_processes_train_like_one(testdata, tmp_path):
     assert len(saved) == 1 and 2 <= saved[0] < steps  # one step, the same for both processes
     outs = launch()
     assert f"resuming from {tmp_path / 'two'}/checkpoints/{saved[0]}" in outs[0]
-    assert f"finished at step {steps}" in outs[0] and "finished at step" not in outs[1]  # process 0 reports
+    assert (
+        f"finished at step {steps}" in outs[0] and "finished at step" not in outs[1]
+    )  # process 0 reports
     data_iter = tmp_path / "two" / "checkpoints" / str(steps) / "data_iter"
-    assert sorted(os.listdir(data_iter)) == ["commit_success.txt", "process_0-of-2.json", "process_1-of-2.json"]
+    assert sorted(os.listdir(data_iter)) == [
+        "commit_success.txt",
+        "process_0-of-2.json",
+        "process_1-of-2.json",
+    ]
     # Each process read only its own part: a batch per step of its slice of the record stream
     # (positions p, p+2, ... of the one global order: test_input_pipeline), half a global batch
     # each; the halves make the single process's batches, or the parameters below would differ.
     for p in range(2):
-        assert json.loads((data_iter / f"process_{p}-of-2.json").read_text()) == {"next_index": steps}
+        assert json.loads((data_iter / f"process_{p}-of-2.json").read_text()) == {
+            "next_index": steps
+        }
 
     config = tiny.get_config()
     config.data.train_files = str(testdata / GOLDEN_128)

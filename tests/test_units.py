@@ -1,4 +1,5 @@
 """Work units: cut at any block size, they give exactly the documents and counts of reading whole files."""
+
 import gzip
 import json
 import random
@@ -22,8 +23,18 @@ def _by_units(path, kind, block_bytes):
 def test_text_blocks_partition_documents_at_every_cut(tmp_path):
     # Blank and whitespace-only lines, CRLF, a non-breaking-space line (blank after strip), bad UTF-8,
     # no final newline: every block boundary position is tried on many such files.
-    pieces = [b"a b\n", b"\n", b"  \n", b"x\n", "\xa0\n".encode(), b"long line of words here\n", b"\r\n", b"z",
-              "caf\xe9\n".encode(), b"\xff\xfe\n"]
+    pieces = [
+        b"a b\n",
+        b"\n",
+        b"  \n",
+        b"x\n",
+        "\xa0\n".encode(),
+        b"long line of words here\n",
+        b"\r\n",
+        b"z",
+        "caf\xe9\n".encode(),
+        b"\xff\xfe\n",
+    ]
     rng = random.Random(0)
     path = tmp_path / "t.txt"
     for _ in range(150):
@@ -43,7 +54,10 @@ def test_real_corpus_in_blocks(testdata):
 
 
 def test_jsonl_blocks_and_whole_gz_files(tmp_path):
-    rows = [json.dumps({"text": f"Doc {i}. It has two sentences."}) for i in range(40)] + ["not json", ""]
+    rows = [json.dumps({"text": f"Doc {i}. It has two sentences."}) for i in range(40)] + [
+        "not json",
+        "",
+    ]
     random.Random(1).shuffle(rows)
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(rows) + "\n")
@@ -70,7 +84,12 @@ def test_plan_depends_only_on_names_and_sizes(tmp_path):
     sources = readers.parse_input([str(tmp_path / "*.txt")])
     planned = units.plan_units(sources, 32, 10)
     assert [(u.path[-5:], u.start, u.stop) for u in planned] == [
-        ("a.txt", 0, 32), ("a.txt", 32, 64), ("a.txt", 64, 96), ("a.txt", 96, 100), ("b.txt", 0, 20)]
+        ("a.txt", 0, 32),
+        ("a.txt", 32, 64),
+        ("a.txt", 64, 96),
+        ("a.txt", 96, 100),
+        ("b.txt", 0, 20),
+    ]
     assert planned == units.plan_units(sources, 32, 10)
     with pytest.raises(ValueError, match="must be positive"):
         units.plan_units(sources, 0, 10)

@@ -12,21 +12,36 @@ vocab.txt) or a pre-training workdir of ours. Running the same command again res
 writes predictions of the model fine-tuned in --workdir (to <workdir>/predictions/ unless
 --output is given), using the config and --init saved with its checkpoints.
 """
+
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", None, "A configs/finetune/*.py file (train mode).",
-                                lock_config=True)
-flags.DEFINE_enum("mode", "train", ["train", "predict"],
-                  "train: fine-tune (and evaluate, predict data.test_file, export); predict: "
-                  "write predictions for --test_file with the model in --workdir.")
-flags.DEFINE_string("init", None, "Pre-trained model directory: Hugging Face BERT or our "
-                    "pre-training workdir. predict mode: only if it moved since training.")
-flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, predictions and the export.")
+config_flags.DEFINE_config_file(
+    "config", None, "A configs/finetune/*.py file (train mode).", lock_config=True
+)
+flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "predict"],
+    "train: fine-tune (and evaluate, predict data.test_file, export); predict: "
+    "write predictions for --test_file with the model in --workdir.",
+)
+flags.DEFINE_string(
+    "init",
+    None,
+    "Pre-trained model directory: Hugging Face BERT or our "
+    "pre-training workdir. predict mode: only if it moved since training.",
+)
+flags.DEFINE_string(
+    "workdir", None, "Directory for checkpoints, metrics, predictions and the export."
+)
 flags.DEFINE_string("test_file", None, "predict mode: the file to predict.")
-flags.DEFINE_string("output", None, "predict mode: the predictions file (default: "
-                    "<workdir>/predictions/<test file name>).")
+flags.DEFINE_string(
+    "output",
+    None,
+    "predict mode: the predictions file (default: <workdir>/predictions/<test file name>).",
+)
 flags.DEFINE_integer("eval_batch_size", None, "predict mode: replaces the saved eval.batch_size.")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first (multi-host).")
 flags.mark_flags_as_required(["workdir"])
@@ -34,7 +49,9 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides")
+        raise app.UsageError(
+            f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
+        )
     import jax  # after flag parsing, so --help stays fast
 
     if FLAGS.distributed:
@@ -45,8 +62,9 @@ def main(argv):
         from bert_jax.finetune import predict
 
         overrides = {"eval.batch_size": FLAGS.eval_batch_size} if FLAGS.eval_batch_size else {}
-        output, figures = predict.predict_from_workdir(FLAGS.workdir, FLAGS.test_file, FLAGS.output or "",
-                                                       FLAGS.init or "", overrides)
+        output, figures = predict.predict_from_workdir(
+            FLAGS.workdir, FLAGS.test_file, FLAGS.output or "", FLAGS.init or "", overrides
+        )
         if jax.process_index() == 0:
             print(f"wrote {output}" + (f"; metrics: {figures}" if figures else ""), flush=True)
         return
@@ -54,7 +72,9 @@ def main(argv):
         raise app.UsageError("--config=configs/finetune/<task>.py is required to train")
     from bert_jax.finetune import train
 
-    logging.info("process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count())
+    logging.info(
+        "process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count()
+    )
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     if result["stopped"] == "preempted":
         return  # train.finetune said so; exit 0 as pre-training does

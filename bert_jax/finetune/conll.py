@@ -5,6 +5,7 @@ line between sentences, `-DOCSTART-` lines between documents. The tag to learn i
 (the last, NER, by default; 1 for POS tags). A file with only the word column is read without
 tags, for prediction.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
 
     def flush():
         if words:
-            sentences.append(TaggedSentence(f"{stem}-{start}", tuple(words),
-                                            tuple(tags) if has_tags else None))
+            sentences.append(
+                TaggedSentence(f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None)
+            )
             words.clear()
             tags.clear()
 
@@ -54,16 +56,20 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
                 has_tags = len(cols) > 1
             if has_tags:
                 if len(cols) < 2 or not -len(cols) <= tag_column < len(cols):
-                    raise FormatError(f"{path}:{n}: {len(cols)} columns, cannot take tag column "
-                                      f"{tag_column} (config.data.tag_column); earlier lines have tags")
+                    raise FormatError(
+                        f"{path}:{n}: {len(cols)} columns, cannot take tag column "
+                        f"{tag_column} (config.data.tag_column); earlier lines have tags"
+                    )
                 tags.append(cols[tag_column])
             if not words:
                 start = n
             words.append(cols[0])
     flush()
     if not sentences:
-        raise FormatError(f"{path} holds no sentences: expected one `word ... tag` line per token "
-                          "and a blank line between sentences")
+        raise FormatError(
+            f"{path} holds no sentences: expected one `word ... tag` line per token "
+            "and a blank line between sentences"
+        )
     return sentences
 
 
@@ -75,8 +81,9 @@ def label_set(sentences: Sequence[TaggedSentence]) -> tuple[str, ...]:
     return tuple(sorted(seen, key=lambda t: (t != "O", t)))
 
 
-def write_predictions(path: str, sentences: Sequence[TaggedSentence],
-                      predictions: Sequence[Sequence[str]]) -> None:
+def write_predictions(
+    path: str, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]
+) -> None:
     """`word [gold] predicted` per line, a blank line between sentences: conlleval's input."""
     if len(sentences) != len(predictions):
         raise ValueError(f"{len(sentences)} sentences but {len(predictions)} predictions")

@@ -10,6 +10,7 @@ dict of numpy arrays keyed by bert_jax.features' names plus the labels:
 
 Span extraction (SQuAD) encodes in squad.py: it needs windows over long contexts.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -33,8 +34,9 @@ def truncate_pair(a: list, b: list, max_tokens: int) -> None:
         (a if len(a) > len(b) else b).pop()
 
 
-def pack(tok, ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pack(
+    tok, ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """[CLS] a [SEP] (b [SEP]) -> (input_ids, input_mask, segment_ids), each [max_seq_length]."""
     ids = [tok.cls_id, *ids_a, tok.sep_id]
     segments = [0] * len(ids)
@@ -42,23 +44,28 @@ def pack(tok, ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length:
         ids += [*ids_b, tok.sep_id]
         segments += [1] * (len(ids_b) + 1)
     if len(ids) > max_seq_length:
-        raise ValueError(f"{len(ids)} tokens do not fit max_seq_length={max_seq_length}; truncate first")
+        raise ValueError(
+            f"{len(ids)} tokens do not fit max_seq_length={max_seq_length}; truncate first"
+        )
     out = np.zeros((3, max_seq_length), np.int32)
     if tok.pad_id:
         out[0, :] = tok.pad_id
-    out[0, :len(ids)] = ids
-    out[1, :len(ids)] = 1
-    out[2, :len(segments)] = segments
+    out[0, : len(ids)] = ids
+    out[1, : len(ids)] = 1
+    out[2, : len(segments)] = segments
     return out[0], out[1], out[2]
 
 
 def check_length(max_seq_length: int, minimum: int) -> None:
     if max_seq_length < minimum:
-        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text "
-                         f"(at least {minimum} needed)")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for text (at least {minimum} needed)"
+        )
 
 
-def encode_texts(tok, examples, max_seq_length: int, labels: Sequence[str]) -> dict[str, np.ndarray]:
+def encode_texts(
+    tok, examples, max_seq_length: int, labels: Sequence[str]
+) -> dict[str, np.ndarray]:
     """TextExamples -> inputs and labels; `labels` () means a regression target (a float).
 
     Examples without a label (test files) get label 0 and are only for prediction.
@@ -66,18 +73,21 @@ def encode_texts(tok, examples, max_seq_length: int, labels: Sequence[str]) -> d
     check_length(max_seq_length, 5)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
-    arrays = {name: np.zeros((n, max_seq_length), np.int32)
-              for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)}
+    arrays = {
+        name: np.zeros((n, max_seq_length), np.int32)
+        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
+    }
     out_labels = np.zeros(n, np.int32 if labels else np.float32)
     for i, ex in enumerate(examples):
         a = tok.encode(ex.text_a)
         b = tok.encode(ex.text_b) if ex.text_b is not None else None
         if b is None:
-            del a[max_seq_length - 2:]
+            del a[max_seq_length - 2 :]
         else:
             truncate_pair(a, b, max_seq_length - 3)
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i],
-         arrays[F.SEGMENT_IDS][i]) = pack(tok, a, b, max_seq_length)
+        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
+            tok, a, b, max_seq_length
+        )
         if ex.label is not None:
             out_labels[i] = _label_value(ex, label_map)
     arrays[LABEL] = out_labels
@@ -89,10 +99,14 @@ def _label_value(ex, label_map):
         try:
             return float(ex.label)
         except ValueError:
-            raise FormatError(f"example {ex.guid}: regression target {ex.label!r} is not a number") from None
+            raise FormatError(
+                f"example {ex.guid}: regression target {ex.label!r} is not a number"
+            ) from None
     if ex.label not in label_map:
-        raise FormatError(f"example {ex.guid}: label {ex.label!r} is not one of {sorted(label_map)} "
-                          "(config.data.labels, or the layout's label set)")
+        raise FormatError(
+            f"example {ex.guid}: label {ex.label!r} is not one of {sorted(label_map)} "
+            "(config.data.labels, or the layout's label set)"
+        )
     return label_map[ex.label]
 
 
@@ -101,8 +115,9 @@ def word_pieces(tok, word: str) -> list[int]:
     return tok.encode(word) or [tok.unk_id]
 
 
-def encode_tagged(tok, sentences, max_seq_length: int, labels: Sequence[str]
-                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+def encode_tagged(
+    tok, sentences, max_seq_length: int, labels: Sequence[str]
+) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each word).
 
     A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
@@ -112,8 +127,10 @@ def encode_tagged(tok, sentences, max_seq_length: int, labels: Sequence[str]
     check_length(max_seq_length, 3)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)
-    arrays = {name: np.zeros((n, max_seq_length), np.int32)
-              for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, LABEL_IDS)}
+    arrays = {
+        name: np.zeros((n, max_seq_length), np.int32)
+        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, LABEL_IDS)
+    }
     arrays[LABEL_WEIGHTS] = np.zeros((n, max_seq_length), np.float32)
     starts = []
     for i, sentence in enumerate(sentences):
@@ -124,9 +141,10 @@ def encode_tagged(tok, sentences, max_seq_length: int, labels: Sequence[str]
                 break  # no room for this word's first piece before [SEP]
             first[w] = 1 + len(ids)  # +1 for [CLS]
             ids.extend(pieces)
-        del ids[max_seq_length - 2:]
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i],
-         arrays[F.SEGMENT_IDS][i]) = pack(tok, ids, None, max_seq_length)
+        del ids[max_seq_length - 2 :]
+        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
+            tok, ids, None, max_seq_length
+        )
         starts.append(first)
         if sentence.tags is None:
             continue
@@ -135,15 +153,21 @@ def encode_tagged(tok, sentences, max_seq_length: int, labels: Sequence[str]
                 continue
             tag = sentence.tags[w]
             if tag not in label_map:
-                raise FormatError(f"sentence {sentence.guid}: tag {tag!r} is not one of "
-                                  f"{list(labels)} (config.data.labels, or the training file's tags)")
+                raise FormatError(
+                    f"sentence {sentence.guid}: tag {tag!r} is not one of "
+                    f"{list(labels)} (config.data.labels, or the training file's tags)"
+                )
             arrays[LABEL_IDS][i, pos] = label_map[tag]
             arrays[LABEL_WEIGHTS][i, pos] = 1.0
     return arrays, starts
 
 
-def word_predictions(token_preds: np.ndarray, starts: Sequence[np.ndarray], labels: Sequence[str],
-                     fallback: str = "O") -> list[list[str]]:
+def word_predictions(
+    token_preds: np.ndarray,
+    starts: Sequence[np.ndarray],
+    labels: Sequence[str],
+    fallback: str = "O",
+) -> list[list[str]]:
     """Per-token predicted ids [examples, length] -> per-word tag names (cut words: `fallback`)."""
     out = []
     for row, first in zip(token_preds, starts):

@@ -21,6 +21,7 @@ ids agree with its checkpoints):
 
 Quotes are literal text in GLUE files (MNLI has unbalanced ones), so fields split on tabs only.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +34,7 @@ from bert_jax.finetune.encode import FormatError
 @dataclasses.dataclass(frozen=True)
 class TextExample:
     """One classification/regression example; `label` is None in files without labels."""
+
     guid: str  # the file's index column, or "<file stem>-<line number>"
     text_a: str
     text_b: str | None
@@ -42,6 +44,7 @@ class TextExample:
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where a GLUE task's TSV keeps its texts and label."""
+
     text_a: str  # header name of the first text
     text_b: str | None  # header name of the second text (sentence pairs)
     label: str  # header name of the label / score
@@ -59,20 +62,28 @@ LAYOUTS = {
     "sst2": Layout("sentence", None, "label", ("0", "1"), guid="index"),
     "cola": Layout("sentence", None, "label", ("0", "1"), guid="index", positional=(3, 1)),
     "mrpc": Layout("#1 String", "#2 String", "Quality", ("0", "1"), guid="index"),
-    "mnli": Layout("sentence1", "sentence2", "gold_label",
-                   ("contradiction", "entailment", "neutral"), guid="index"),
+    "mnli": Layout(
+        "sentence1",
+        "sentence2",
+        "gold_label",
+        ("contradiction", "entailment", "neutral"),
+        guid="index",
+    ),
     "stsb": Layout("sentence1", "sentence2", "score", (), guid="index"),
     "qqp": Layout("question1", "question2", "is_duplicate", ("0", "1"), guid="id"),
     "qnli": Layout("question", "sentence", "label", ("entailment", "not_entailment"), guid="index"),
-    "rte": Layout("sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"),
+    "rte": Layout(
+        "sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"
+    ),
     "wnli": Layout("sentence1", "sentence2", "label", ("0", "1"), guid="index"),
 }
 
 
 def get_layout(name: str) -> Layout:
     if name not in LAYOUTS:
-        raise ValueError(f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} "
-                         "(config.data.layout)")
+        raise ValueError(
+            f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} (config.data.layout)"
+        )
     return LAYOUTS[name]
 
 
@@ -93,8 +104,10 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     if layout.text_a in header:
         return _read_named(path, stem, header, rows[1:], layout)
     if layout.positional is None:
-        raise FormatError(f"{path}: the first line has no column {layout.text_a!r} (header "
-                          f"{header[:6]}...); is this a {_layout_name(layout)} file?")
+        raise FormatError(
+            f"{path}: the first line has no column {layout.text_a!r} (header "
+            f"{header[:6]}...); is this a {_layout_name(layout)} file?"
+        )
     return _read_positional(path, stem, rows, layout)
 
 
@@ -105,22 +118,34 @@ def _layout_name(layout: Layout) -> str:
 def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
     col = {name: i for i, name in enumerate(header)}
     if layout.text_b is not None and layout.text_b not in col:
-        raise FormatError(f"{path}: the header has no column {layout.text_b!r}; a "
-                          f"{_layout_name(layout)} file needs {layout.text_a!r} and {layout.text_b!r}")
+        raise FormatError(
+            f"{path}: the header has no column {layout.text_b!r}; a "
+            f"{_layout_name(layout)} file needs {layout.text_a!r} and {layout.text_b!r}"
+        )
     has_label = layout.label in col
-    needed = max(col[c] for c in (layout.text_a, layout.text_b, layout.label if has_label else None)
-                 if c is not None)
+    needed = max(
+        col[c]
+        for c in (layout.text_a, layout.text_b, layout.label if has_label else None)
+        if c is not None
+    )
     out = []
     for n, row in enumerate(rows, start=2):
         if row == [""]:
             continue  # a trailing blank line
         if len(row) <= needed:
-            raise FormatError(f"{path}:{n}: {len(row)} tab-separated fields, the header promises "
-                              f"{len(header)}; fix or delete this line")
+            raise FormatError(
+                f"{path}:{n}: {len(row)} tab-separated fields, the header promises "
+                f"{len(header)}; fix or delete this line"
+            )
         guid = row[col[layout.guid]] if layout.guid in col else f"{stem}-{n}"
-        out.append(TextExample(guid, row[col[layout.text_a]],
-                               row[col[layout.text_b]] if layout.text_b else None,
-                               row[col[layout.label]] if has_label else None))
+        out.append(
+            TextExample(
+                guid,
+                row[col[layout.text_a]],
+                row[col[layout.text_b]] if layout.text_b else None,
+                row[col[layout.label]] if has_label else None,
+            )
+        )
     return out
 
 
@@ -131,8 +156,10 @@ def _read_positional(path, stem, rows, layout) -> list[TextExample]:
         if row == [""]:
             continue
         if len(row) <= max(text_i, label_i):
-            raise FormatError(f"{path}:{n}: {len(row)} fields; a headerless {_layout_name(layout)} "
-                              f"file has the text in column {text_i} and the label in column {label_i}")
+            raise FormatError(
+                f"{path}:{n}: {len(row)} fields; a headerless {_layout_name(layout)} "
+                f"file has the text in column {text_i} and the label in column {label_i}"
+            )
         out.append(TextExample(f"{stem}-{n}", row[text_i], None, row[label_i]))
     return out
 

@@ -10,6 +10,7 @@ BertForTokenClassification and BertForQuestionAnswering, so an exported model lo
 head is the attribute `head` (LoRA training selects it by that name). Dropout is active iff a
 `dropout_rng` is passed, as in bert_jax.model.
 """
+
 from __future__ import annotations
 
 import jax
@@ -40,11 +41,15 @@ class TaskModel(nnx.Module):
         self.bert = BertModel(config, rngs=rngs)
         # Initialized as BERT's own dense layers; logical axes as model.py names them.
         self.head = nnx.Linear(
-            config.hidden_size, num_outputs(kind, num_labels), dtype=config.compute_dtype,
+            config.hidden_size,
+            num_outputs(kind, num_labels),
+            dtype=config.compute_dtype,
             param_dtype=jnp.float32,
             kernel_init=jax.nn.initializers.truncated_normal(config.initializer_range),
             kernel_metadata={"out_sharding": ("embed", None), "eager_sharding": False},
-            bias_metadata={"out_sharding": (None,), "eager_sharding": False}, rngs=rngs)
+            bias_metadata={"out_sharding": (None,), "eager_sharding": False},
+            rngs=rngs,
+        )
 
     def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
         """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
@@ -85,7 +90,8 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
         mask = batch[F.INPUT_MASK].astype(bool)
         start = jnp.where(mask, start, -1e9)
         end = jnp.where(mask, end, -1e9)
-        return 0.5 * jnp.mean(_cross_entropy(start, batch[squad.START_POSITIONS])
-                              + _cross_entropy(end, batch[squad.END_POSITIONS]))
+        return 0.5 * jnp.mean(
+            _cross_entropy(start, batch[squad.START_POSITIONS])
+            + _cross_entropy(end, batch[squad.END_POSITIONS])
+        )
     raise ValueError(f"unknown task kind {kind!r}; choose one of {KINDS}")
-

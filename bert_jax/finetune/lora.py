@@ -15,6 +15,7 @@ Targets (names of the layers in bert_jax.model.EncoderLayer):
     query, key, value      attention projections        attention_output  attention's output dense
     intermediate, output   the feed-forward layer's two denses
 """
+
 from __future__ import annotations
 
 import math
@@ -49,9 +50,15 @@ class Adapted(nnx.Module):
         self.scale = alpha / rank
         # The adapter matrices split like the kernel they adapt; the rank dimension stays whole.
         self.lora = nnx.LoRA(
-            base.in_features, rank, base.out_features, dtype=base.dtype, param_dtype=jnp.float32,
+            base.in_features,
+            rank,
+            base.out_features,
+            dtype=base.dtype,
+            param_dtype=jnp.float32,
             a_metadata={"out_sharding": (in_axis, None), "eager_sharding": False},
-            b_metadata={"out_sharding": (None, out_axis), "eager_sharding": False}, rngs=rngs)
+            b_metadata={"out_sharding": (None, out_axis), "eager_sharding": False},
+            rngs=rngs,
+        )
 
     def __call__(self, x):
         return self.base(x) + self.lora(x) * jnp.asarray(self.scale, x.dtype)
@@ -60,7 +67,9 @@ class Adapted(nnx.Module):
 def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or not targets:
-        raise ValueError(f"LoRA targets {list(targets)}: choose from {list(TARGETS)} (config.lora.targets)")
+        raise ValueError(
+            f"LoRA targets {list(targets)}: choose from {list(TARGETS)} (config.lora.targets)"
+        )
     if rank < 1:
         raise ValueError(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
     if alpha <= 0:
@@ -94,8 +103,10 @@ def merge_adapters(model) -> int:
         if not isinstance(module, Adapted):
             continue
         base, lora = module.base, module.lora
-        delta = jnp.matmul(lora.lora_a[...], lora.lora_b[...],
-                           precision=jax.lax.Precision.HIGHEST) * module.scale
+        delta = (
+            jnp.matmul(lora.lora_a[...], lora.lora_b[...], precision=jax.lax.Precision.HIGHEST)
+            * module.scale
+        )
         base.kernel[...] = base.kernel[...] + delta.astype(base.kernel[...].dtype)
         parent = model
         for key in path[:-1]:
@@ -113,5 +124,9 @@ def count(model, selector=nnx.Param) -> int:
 def summary(model) -> dict[str, int]:
     """{'total', 'trainable', 'adapters', 'head'} parameter counts; 'trainable' is what a LoRA
     run trains (adapters and head)."""
-    return {"total": count(model), "trainable": count(model, TRAINABLE),
-            "adapters": count(model, nnx.LoRAParam), "head": count(model, nnx.PathContains("head"))}
+    return {
+        "total": count(model),
+        "trainable": count(model, TRAINABLE),
+        "adapters": count(model, nnx.LoRAParam),
+        "head": count(model, nnx.PathContains("head")),
+    }

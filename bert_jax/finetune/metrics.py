@@ -11,6 +11,7 @@ unanswerable question is right only when the prediction is empty.
 All functions take plain Python/numpy values and return floats (SQuAD figures in percent, as the
 official scripts print them).
 """
+
 from __future__ import annotations
 
 import collections
@@ -25,7 +26,9 @@ import scipy.stats
 def _pair(preds, labels) -> tuple[np.ndarray, np.ndarray]:
     preds, labels = np.asarray(preds), np.asarray(labels)
     if preds.shape != labels.shape or preds.ndim != 1:
-        raise ValueError(f"predictions {preds.shape} and labels {labels.shape} must be equal-length vectors")
+        raise ValueError(
+            f"predictions {preds.shape} and labels {labels.shape} must be equal-length vectors"
+        )
     if preds.size == 0:
         raise ValueError("no examples to score")
     return preds, labels
@@ -69,8 +72,10 @@ def correlations(preds, labels) -> dict[str, float]:
     preds, labels = _pair(np.asarray(preds, np.float64), np.asarray(labels, np.float64))
     if np.ptp(preds) == 0 or np.ptp(labels) == 0:
         return {"pearson": 0.0, "spearman": 0.0}
-    return {"pearson": float(scipy.stats.pearsonr(preds, labels)[0]),
-            "spearman": float(scipy.stats.spearmanr(preds, labels)[0])}
+    return {
+        "pearson": float(scipy.stats.pearsonr(preds, labels)[0]),
+        "spearman": float(scipy.stats.spearmanr(preds, labels)[0]),
+    }
 
 
 def classification_metrics(preds, labels, num_classes: int) -> dict[str, float]:
@@ -101,16 +106,20 @@ def _split_tag(tag: str) -> tuple[str, str]:
 
 def _ends(prev_tag, tag, prev_type, kind) -> bool:
     # conlleval's endOfChunk
-    return (prev_tag in ("E", "S")
-            or (prev_tag in ("B", "I") and tag in ("B", "S", "O"))
-            or (prev_tag != "O" and prev_type != kind))
+    return (
+        prev_tag in ("E", "S")
+        or (prev_tag in ("B", "I") and tag in ("B", "S", "O"))
+        or (prev_tag != "O" and prev_type != kind)
+    )
 
 
 def _starts(prev_tag, tag, prev_type, kind) -> bool:
     # conlleval's startOfChunk
-    return (tag in ("B", "S")
-            or (prev_tag in ("E", "S", "O") and tag in ("I", "E"))
-            or (tag != "O" and prev_type != kind))
+    return (
+        tag in ("B", "S")
+        or (prev_tag in ("E", "S", "O") and tag in ("I", "E"))
+        or (tag != "O" and prev_type != kind)
+    )
 
 
 def entities(tags: Sequence[str]) -> set[tuple[int, int, str]]:
@@ -143,8 +152,12 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
     precision = n_correct / n_pred if n_pred else 0.0
     recall = n_correct / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if n_correct else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1,
-            "accuracy": token_correct / tokens if tokens else 0.0}
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": token_correct / tokens if tokens else 0.0,
+    }
 
 
 # --- SQuAD (the official evaluate-v1.1.py / evaluate-v2.0.py) ----------------------------------
@@ -175,7 +188,9 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]) -> dict[str, float]:
+def squad_scores(
+    predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]
+) -> dict[str, float]:
     """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent.
 
     Gold texts that normalize to "" are dropped and a question left with none is unanswerable
@@ -195,8 +210,11 @@ def squad_scores(predictions: Mapping[str, str], gold: Mapping[str, Sequence[str
             continue
         exact[qid] = max(exact_match(pred, t) for t in texts)
         f1[qid] = max(token_f1(pred, t) for t in texts)
-    out = {"exact": 100.0 * np.mean(list(exact.values())), "f1": 100.0 * np.mean(list(f1.values())),
-           "total": float(len(gold))}
+    out = {
+        "exact": 100.0 * np.mean(list(exact.values())),
+        "f1": 100.0 * np.mean(list(f1.values())),
+        "total": float(len(gold)),
+    }
     if not all(answerable.values()):
         for name, keep in (("has_ans", True), ("no_ans", False)):
             ids = [q for q in gold if answerable[q] == keep]

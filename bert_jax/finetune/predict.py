@@ -8,6 +8,7 @@ restores the trained parameters and writes predictions for a file:
     CoNLL   <name>.txt     `word [gold] predicted` per line, conlleval's input
     SQuAD   <name>.json    {id: answer}, the official scripts' input (+ _null_odds.json for v2.0)
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,9 +30,15 @@ _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
 def jit_infer(setup: runs.Setup):
     """(params, frozen, inputs) -> model outputs, replicated on every device."""
     fn = functools.partial(runs.forward, setup.graphdef)
-    return jax.jit(fn, in_shardings=(setup.state_shardings["params"], setup.frozen_shardings,
-                                     setup.batch_sharding),
-                   out_shardings=NamedSharding(setup.mesh, P()))
+    return jax.jit(
+        fn,
+        in_shardings=(
+            setup.state_shardings["params"],
+            setup.frozen_shardings,
+            setup.batch_sharding,
+        ),
+        out_shardings=NamedSharding(setup.mesh, P()),
+    )
 
 
 def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size: int):
@@ -40,8 +47,10 @@ def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size:
     n = len(arrays[F.INPUT_IDS])
     procs, index = jax.process_count(), jax.process_index()
     if batch_size % (setup.data_parallel() * procs):
-        raise ValueError(f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
-                         f"data-parallel devices and the {procs} processes")
+        raise ValueError(
+            f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
+            f"data-parallel devices and the {procs} processes"
+        )
     local = batch_size // procs
     outs = []
     with setup.activate():
@@ -50,13 +59,16 @@ def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size:
             # repeat row 0 and their outputs are cut off below.
             rows = np.arange(start + index * local, start + (index + 1) * local)
             rows = np.where(rows < n, rows, 0)
-            batch = sharding.host_to_global({k: arrays[k][rows] for k in runs.INPUTS}, setup.batch_sharding)
+            batch = sharding.host_to_global(
+                {k: arrays[k][rows] for k in runs.INPUTS}, setup.batch_sharding
+            )
             outs.append(jax.device_get(infer_fn(params, frozen, batch)))
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
 
 
-def evaluate(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen,
-             eval_sets: dict[str, tasks.Dataset]) -> dict[str, dict[str, float]]:
+def evaluate(
+    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, eval_sets: dict[str, tasks.Dataset]
+) -> dict[str, dict[str, float]]:
     """{file name: metrics} over the encoded eval files."""
     out = {}
     for name, ds in eval_sets.items():
@@ -70,8 +82,9 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
     return os.path.join(workdir, PREDICTIONS_DIR, name + _EXTENSIONS[data_format])
 
 
-def write_predictions(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, test_file: str,
-                      output: str) -> dict[str, float] | None:
+def write_predictions(
+    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, test_file: str, output: str
+) -> dict[str, float] | None:
     """Predictions for `test_file` into `output`; also its metrics if the file has labels."""
     ds = run.task.encode(run.tok, run.task.read(test_file), run.labels, training=False)
     outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
@@ -81,8 +94,9 @@ def write_predictions(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen
     return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
 
 
-def predict_from_workdir(workdir: str, test_file: str, output: str = "", init: str = "",
-                         overrides: dict | None = None) -> tuple[str, dict[str, float] | None]:
+def predict_from_workdir(
+    workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
+) -> tuple[str, dict[str, float] | None]:
     """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or None).
 
     `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted

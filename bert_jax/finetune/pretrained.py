@@ -12,6 +12,7 @@ the matching task class (BertForSequenceClassification, BertForTokenClassificati
 BertForQuestionAnswering): `AutoModelFor...from_pretrained(dir)` loads it with the same outputs.
 Tensor names and layouts come from bert_jax.hf; only the head's names are added here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +30,13 @@ from bert_jax import model as model_lib
 from bert_jax.finetune import lora
 
 # Config fields a fine-tuning run may set; everything else comes from the checkpoint.
-OVERRIDABLE = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dtype", "remat", "attention_impl")
+OVERRIDABLE = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dtype",
+    "remat",
+    "attention_impl",
+)
 
 # Hugging Face class and head tensor name per task kind.
 _HF_HEADS = {
@@ -57,18 +64,27 @@ def load_encoder(init: str, overrides: dict[str, Any]) -> Encoder:
     """The pre-trained encoder in `init`; `overrides` (fields of OVERRIDABLE) replace the saved config's."""
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
-        raise ValueError(f"model fields {unknown} cannot be changed when fine-tuning; only {OVERRIDABLE}")
+        raise ValueError(
+            f"model fields {unknown} cannot be changed when fine-tuning; only {OVERRIDABLE}"
+        )
     if not init:
-        raise ValueError("no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
-                         "pre-training workdir of ours)")
+        raise ValueError(
+            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
+            "pre-training workdir of ours)"
+        )
     if not os.path.isdir(init):
         raise FileNotFoundError(f"--init={init!r} is not a directory")
     if is_pretraining_workdir(init):
         params, config = checkpointing.restore_params(init)
         bert_config = model_lib.BertConfig.from_config_dict({**config.model.to_dict(), **overrides})
         vocab = os.path.join(init, "vocab.txt")
-        return Encoder(bert_config, params["bert"], f"{checkpointing.checkpoint_dir(init)} (latest)",
-                       vocab if os.path.isfile(vocab) else None, None)
+        return Encoder(
+            bert_config,
+            params["bert"],
+            f"{checkpointing.checkpoint_dir(init)} (latest)",
+            vocab if os.path.isfile(vocab) else None,
+            None,
+        )
     bert_config = hf.bert_config_from_hf(hf.read_hf_config(init), **overrides)
     model, report = hf.load_hf(init, bert_config)
     params = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
@@ -78,7 +94,9 @@ def load_encoder(init: str, overrides: dict[str, Any]) -> Encoder:
     if os.path.isfile(tok_config):
         with open(tok_config) as f:
             lower = json.load(f).get("do_lower_case")
-    return Encoder(bert_config, params, str(report), vocab if os.path.isfile(vocab) else None, lower)
+    return Encoder(
+        bert_config, params, str(report), vocab if os.path.isfile(vocab) else None, lower
+    )
 
 
 def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict[str, np.ndarray]:
@@ -87,15 +105,23 @@ def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict
     # the right shapes and keep only the encoder's tensors.
     abstract = nnx.eval_shape(lambda: model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)))
     shapes = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    params = {name: jax.tree.map(lambda s: np.zeros(s.shape, np.float32), tree)
-              for name, tree in shapes.items() if name != "bert"}
+    params = {
+        name: jax.tree.map(lambda s: np.zeros(s.shape, np.float32), tree)
+        for name, tree in shapes.items()
+        if name != "bert"
+    }
     params["bert"] = jax.device_get(bert_params)
     tensors = hf.to_hf_state_dict(params, config)
     return {k: v for k, v in tensors.items() if k.startswith("bert.")}
 
 
-def export_hf(model, labels: Sequence[str], output_dir: str, vocab_file: str | None,
-              do_lower_case: bool = True) -> dict[str, Any]:
+def export_hf(
+    model,
+    labels: Sequence[str],
+    output_dir: str,
+    vocab_file: str | None,
+    do_lower_case: bool = True,
+) -> dict[str, Any]:
     """Writes `model` (a heads.TaskModel, with or without LoRA adapters) as a transformers task
     model directory; adapters are merged into a copy first. Returns the config.json written."""
     from safetensors.numpy import save_file
@@ -130,6 +156,13 @@ def export_hf(model, labels: Sequence[str], output_dir: str, vocab_file: str | N
     if vocab_file:
         shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
         with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-            json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
-                       "model_max_length": model.config.max_position_embeddings}, f, indent=2)
+            json.dump(
+                {
+                    "tokenizer_class": "BertTokenizer",
+                    "do_lower_case": do_lower_case,
+                    "model_max_length": model.config.max_position_embeddings,
+                },
+                f,
+                indent=2,
+            )
     return hf_config

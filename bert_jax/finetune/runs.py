@@ -12,6 +12,7 @@ run's config together with the vocabulary and the label names.
 Mesh, parameter and batch shardings are bert_jax.sharding's, from `config.mesh` as in
 pre-training; the optimizer is bert_jax.optim's.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,6 +38,7 @@ INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 @dataclasses.dataclass
 class Run:
     """What a config and --init resolve to: the task, tokenizer, labels and the host model."""
+
     config: ml_collections.ConfigDict  # with init, vocab_file, do_lower_case and labels filled in
     task: Any
     tok: Any
@@ -45,7 +47,9 @@ class Run:
     train: tasks.Dataset | None
 
 
-def prepare(config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True) -> Run:
+def prepare(
+    config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True
+) -> Run:
     """Resolves the run: loads the encoder from `init` (else config.init), reads and encodes the
     training file, builds the task model (with LoRA adapters when config.lora.rank > 0)."""
     config = config.copy_and_resolve_references()
@@ -57,14 +61,22 @@ def prepare(config: ml_collections.ConfigDict, init: str | None = None, with_tra
     if not vocab:
         raise ValueError(f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt")
     lower = config.data.do_lower_case
-    lower = (encoder.do_lower_case if encoder.do_lower_case is not None else True) if lower is None else lower
+    lower = (
+        (encoder.do_lower_case if encoder.do_lower_case is not None else True)
+        if lower is None
+        else lower
+    )
     tok = tokenization.make_tokenizer(vocab, do_lower_case=lower)
     if tok.vocab_size > encoder.config.vocab_size:
-        raise ValueError(f"vocabulary {vocab} has {tok.vocab_size} entries but the model only "
-                         f"{encoder.config.vocab_size} word embeddings: not the model's vocab.txt")
+        raise ValueError(
+            f"vocabulary {vocab} has {tok.vocab_size} entries but the model only "
+            f"{encoder.config.vocab_size} word embeddings: not the model's vocab.txt"
+        )
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
-        raise ValueError(f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
-                         f"max_position_embeddings={encoder.config.max_position_embeddings}")
+        raise ValueError(
+            f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
+            f"max_position_embeddings={encoder.config.max_position_embeddings}"
+        )
     train = examples = None
     if with_train:
         if not config.data.train_file:
@@ -82,15 +94,22 @@ def prepare(config: ml_collections.ConfigDict, init: str | None = None, with_tra
     return Run(config, task, tok, labels, model, train)
 
 
-def build_model(kind: str, labels, encoder: pretrained.Encoder, lora_config, seed: int) -> heads.TaskModel:
+def build_model(
+    kind: str, labels, encoder: pretrained.Encoder, lora_config, seed: int
+) -> heads.TaskModel:
     """The task model with the pre-trained encoder's weights and a fresh head (and adapters)."""
     model = heads.TaskModel(encoder.config, kind, len(labels), rngs=nnx.Rngs(seed))
     state = nnx.state(model.bert, nnx.Param)
     nnx.replace_by_pure_dict(state, jax.device_get(encoder.params))
     nnx.update(model.bert, state)
     if lora_config.rank:
-        lora.add_adapters(model.bert, tuple(lora_config.targets), lora_config.rank, lora_config.alpha,
-                          rngs=nnx.Rngs(seed + 1))
+        lora.add_adapters(
+            model.bert,
+            tuple(lora_config.targets),
+            lora_config.rank,
+            lora_config.alpha,
+            rngs=nnx.Rngs(seed + 1),
+        )
     return model
 
 
@@ -100,23 +119,28 @@ def trainable_filter(config):
 
 def _decay_mask(params):
     """bert_jax.optim's rule (kernels and embeddings), plus the LoRA matrices."""
+
     def leaf(path, _):
         names = tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)
         return optim.decays(names) or (bool(names) and names[-1] in ("lora_a", "lora_b"))
+
     return jax.tree_util.tree_map_with_path(leaf, params)
 
 
 def num_train_steps(config, num_examples: int) -> int:
     t = config.train
     if t.num_epochs <= 0 or t.batch_size < 1:
-        raise ValueError(f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
-                         "must be positive")
+        raise ValueError(
+            f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
+            "must be positive"
+        )
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """Model structure, mesh, shardings and optimizer: everything the jitted steps close over."""
+
     kind: str
     graphdef: Any
     mesh: Any
@@ -148,16 +172,35 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
     tx, schedule = optim.make_optimizer(o, total_steps, _decay_mask)
-    state_shardings, abstract_state = train_lib.state_layout(trainable, trainable_shardings, tx, mesh)
-    setup = Setup(model.kind, graphdef, mesh, rules, frozen_shardings, state_shardings, abstract_state,
-                  sharding.batch_sharding(mesh, rules), tx, schedule)
+    state_shardings, abstract_state = train_lib.state_layout(
+        trainable, trainable_shardings, tx, mesh
+    )
+    setup = Setup(
+        model.kind,
+        graphdef,
+        mesh,
+        rules,
+        frozen_shardings,
+        state_shardings,
+        abstract_state,
+        sharding.batch_sharding(mesh, rules),
+        tx,
+        schedule,
+    )
     return setup, trainable, frozen
 
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
-    init = jax.jit(lambda p: {"params": p, "opt_state": setup.tx.init(p), "step": jnp.zeros([], jnp.int32),
-                              "rng": jax.random.PRNGKey(seed + 2), "nonfinite_steps": jnp.zeros([], jnp.int32)},
-                   out_shardings=setup.state_shardings)
+    init = jax.jit(
+        lambda p: {
+            "params": p,
+            "opt_state": setup.tx.init(p),
+            "step": jnp.zeros([], jnp.int32),
+            "rng": jax.random.PRNGKey(seed + 2),
+            "nonfinite_steps": jnp.zeros([], jnp.int32),
+        },
+        out_shardings=setup.state_shardings,
+    )
     return init(trainable)
 
 
@@ -173,7 +216,9 @@ def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
     for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
         ds = run.task.encode(run.tok, run.task.read(path), run.labels, training=False)
         if not ds.has_labels:
-            raise ValueError(f"eval file {path} has no labels; put it in data.test_file to predict it")
+            raise ValueError(
+                f"eval file {path} has no labels; put it in data.test_file to predict it"
+            )
         sets[name] = ds
     return sets
 
@@ -183,6 +228,7 @@ def host_model(setup: Setup, params, frozen) -> heads.TaskModel:
     must call it when there are several: gathering sharded arrays is a collective."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
+
         params, frozen = multihost_utils.process_allgather((params, frozen), tiled=True)
     else:
         params, frozen = jax.device_get((params, frozen))

@@ -16,6 +16,7 @@ pairs inside the context, start <= end, at most `max_answer_length` pieces long,
 has its most context in that window. For v2.0 the question gets "" when the best [CLS] score
 (no answer) beats that span by more than `null_score_diff_threshold`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,6 +49,7 @@ class QAExample:
 @dataclasses.dataclass
 class ContextPieces:
     """Word-piece ids of a context and the [start, end) character span each came from."""
+
     ids: list[int]
     starts: list[int]
     ends: list[int]
@@ -56,6 +58,7 @@ class ContextPieces:
 @dataclasses.dataclass(frozen=True)
 class Window:
     """Where a window's context pieces sit in its input, for mapping logits back to text."""
+
     example_index: int
     offset: int  # input position of the window's first context piece
     doc_start: int  # index of that piece in ContextPieces
@@ -80,13 +83,24 @@ def read_squad(path: str) -> list[QAExample]:
             try:
                 context = paragraph["context"]
                 for qa in paragraph["qas"]:
-                    answers = tuple((a["text"], int(a["answer_start"])) for a in qa.get("answers", ()))
-                    out.append(QAExample(str(qa["id"]), qa["question"], context, answers,
-                                         bool(qa.get("is_impossible", False))))
+                    answers = tuple(
+                        (a["text"], int(a["answer_start"])) for a in qa.get("answers", ())
+                    )
+                    out.append(
+                        QAExample(
+                            str(qa["id"]),
+                            qa["question"],
+                            context,
+                            answers,
+                            bool(qa.get("is_impossible", False)),
+                        )
+                    )
             except (KeyError, TypeError, ValueError) as e:
-                raise FormatError(f"{path}: article {article.get('title', '?')!r} paragraph {p}: "
-                                  f"missing or bad field {e}; SQuAD needs context, qas[id, question, "
-                                  "answers[text, answer_start]]") from None
+                raise FormatError(
+                    f"{path}: article {article.get('title', '?')!r} paragraph {p}: "
+                    f"missing or bad field {e}; SQuAD needs context, qas[id, question, "
+                    "answers[text, answer_start]]"
+                ) from None
     if not out:
         raise FormatError(f"{path} holds no questions")
     return out
@@ -98,11 +112,18 @@ def _normalized_chars(word: str, do_lower_case: bool) -> tuple[str, list[int]]:
     out, back = [], []
     for j, ch in enumerate(word):
         cp = ord(ch)
-        if cp == 0 or cp == 0xFFFD or (unicodedata.category(ch).startswith("C") and ch not in "\t\n\r"):
+        if (
+            cp == 0
+            or cp == 0xFFFD
+            or (unicodedata.category(ch).startswith("C") and ch not in "\t\n\r")
+        ):
             continue
         if do_lower_case:
-            ch = "".join(c for c in unicodedata.normalize("NFD", ch.lower())
-                         if unicodedata.category(c) != "Mn")
+            ch = "".join(
+                c
+                for c in unicodedata.normalize("NFD", ch.lower())
+                if unicodedata.category(c) != "Mn"
+            )
         out.append(ch)
         back.extend([j] * len(ch))
     return "".join(out), back
@@ -111,8 +132,10 @@ def _normalized_chars(word: str, do_lower_case: bool) -> tuple[str, list[int]]:
 def tokenize_context(tok, context: str) -> ContextPieces:
     """Context -> word pieces with character spans (the ids of tokenizing word by word)."""
     if not isinstance(tok, tokenization.WordPieceTokenizer):
-        raise ValueError("span extraction needs a WordPiece vocab.txt (character offsets of "
-                         "SentencePiece pieces are not supported)")
+        raise ValueError(
+            "span extraction needs a WordPiece vocab.txt (character offsets of "
+            "SentencePiece pieces are not supported)"
+        )
     pieces = ContextPieces([], [], [])
     for match in re.finditer(r"\S+", context):
         word, w0 = match.group(), match.start()
@@ -145,7 +168,9 @@ def tokenize_context(tok, context: str) -> ContextPieces:
 
 def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[int, int] | None:
     """First and last piece overlapping the characters [char_start, char_end)."""
-    inside = [i for i, (s, e) in enumerate(zip(ctx.starts, ctx.ends)) if s < char_end and e > char_start]
+    inside = [
+        i for i, (s, e) in enumerate(zip(ctx.starts, ctx.ends)) if s < char_end and e > char_start
+    ]
     return (inside[0], inside[-1]) if inside else None
 
 
@@ -163,21 +188,29 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
     return best_index == span_index
 
 
-def encode_squad(tok, examples: Sequence[QAExample], max_seq_length: int, doc_stride: int,
-                 max_query_length: int, is_training: bool
-                 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
+def encode_squad(
+    tok,
+    examples: Sequence[QAExample],
+    max_seq_length: int,
+    doc_stride: int,
+    max_query_length: int,
+    is_training: bool,
+) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
     """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
 
     With `is_training`, answers become start/end labels and training questions whose answer
     text is not at its offset in the context are dropped (logged), as run_squad.py does.
     """
     if max_seq_length < max_query_length + 4:
-        raise ValueError(f"max_seq_length={max_seq_length} must exceed max_query_length="
-                         f"{max_query_length} + 3 special tokens")
+        raise ValueError(
+            f"max_seq_length={max_seq_length} must exceed max_query_length="
+            f"{max_query_length} + 3 special tokens"
+        )
     if doc_stride < 1:
         raise ValueError(f"doc_stride must be positive, got {doc_stride}")
-    rows: dict[str, list] = {k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS,
-                                              START_POSITIONS, END_POSITIONS)}
+    rows: dict[str, list] = {
+        k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, START_POSITIONS, END_POSITIONS)
+    }
     windows: list[Window] = []
     contexts: list[ContextPieces] = []
     skipped = 0
@@ -191,10 +224,13 @@ def encode_squad(tok, examples: Sequence[QAExample], max_seq_length: int, doc_st
         answer = None
         if is_training and not ex.is_impossible:
             if not ex.answers:
-                raise FormatError(f"training question {ex.qid} has no answer and is not marked "
-                                  "is_impossible")
+                raise FormatError(
+                    f"training question {ex.qid} has no answer and is not marked is_impossible"
+                )
             text, start = ex.answers[0]
-            found = " ".join(ex.context[start:start + len(text)].split()) == " ".join(text.split())
+            found = " ".join(ex.context[start : start + len(text)].split()) == " ".join(
+                text.split()
+            )
             answer = _answer_pieces(ctx, start, start + len(text)) if found else None
             if answer is None:
                 skipped += 1
@@ -208,31 +244,48 @@ def encode_squad(tok, examples: Sequence[QAExample], max_seq_length: int, doc_st
                 break
             start += min(length, doc_stride)
         for s_i, (doc_start, length) in enumerate(spans):
-            ids_b = ctx.ids[doc_start:doc_start + length]
+            ids_b = ctx.ids[doc_start : doc_start + length]
             input_ids, mask, segments = pack(tok, query, ids_b, max_seq_length)
             offset = len(query) + 2
             s_pos = e_pos = 0
             if answer is not None and doc_start <= answer[0] and answer[1] < doc_start + length:
                 s_pos, e_pos = answer[0] - doc_start + offset, answer[1] - doc_start + offset
-            for key, value in ((F.INPUT_IDS, input_ids), (F.INPUT_MASK, mask), (F.SEGMENT_IDS, segments),
-                               (START_POSITIONS, s_pos), (END_POSITIONS, e_pos)):
+            for key, value in (
+                (F.INPUT_IDS, input_ids),
+                (F.INPUT_MASK, mask),
+                (F.SEGMENT_IDS, segments),
+                (START_POSITIONS, s_pos),
+                (END_POSITIONS, e_pos),
+            ):
                 rows[key].append(value)
-            max_ctx = np.array([_max_context(spans, s_i, doc_start + j) for j in range(length)], bool)
+            max_ctx = np.array(
+                [_max_context(spans, s_i, doc_start + j) for j in range(length)], bool
+            )
             windows.append(Window(ex_i, offset, doc_start, length, max_ctx))
     if skipped:
-        logging.warning("skipped %d training questions whose answer text is not at answer_start", skipped)
+        logging.warning(
+            "skipped %d training questions whose answer text is not at answer_start", skipped
+        )
     if not windows:
-        raise FormatError("no usable questions: every answer's text differs from the context at "
-                          "its answer_start")
+        raise FormatError(
+            "no usable questions: every answer's text differs from the context at its answer_start"
+        )
     arrays = {k: np.asarray(v, np.int32) for k, v in rows.items()}
     return arrays, windows, contexts
 
 
-def best_answers(examples: Sequence[QAExample], windows: Sequence[Window],
-                 contexts: Sequence[ContextPieces], start_logits: np.ndarray, end_logits: np.ndarray,
-                 *, n_best_size: int = 20, max_answer_length: int = 30,
-                 version_2_with_negative: bool = False, null_score_diff_threshold: float = 0.0
-                 ) -> tuple[dict[str, str], dict[str, float]]:
+def best_answers(
+    examples: Sequence[QAExample],
+    windows: Sequence[Window],
+    contexts: Sequence[ContextPieces],
+    start_logits: np.ndarray,
+    end_logits: np.ndarray,
+    *,
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> tuple[dict[str, str], dict[str, float]]:
     """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score}).
 
     The second dict (the official script's na_probs input) is only filled for v2.0.

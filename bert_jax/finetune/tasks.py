@@ -9,6 +9,7 @@ the file has them), and whatever post-processing needs (word starts, SQuAD windo
 outputs come back as numpy arrays, one row per input row, and the task turns them into metrics
 and prediction files. `config.data` (configs/finetune/base.py) holds every field used here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,7 +62,11 @@ class TextTask:
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
         preds = self._predictions(outputs)
-        values = [float(p) for p in preds] if self.kind == "regression" else [labels[int(p)] for p in preds]
+        values = (
+            [float(p) for p in preds]
+            if self.kind == "regression"
+            else [labels[int(p)] for p in preds]
+        )
         glue.write_predictions(path, ds.examples, values)
 
 
@@ -78,8 +83,9 @@ class TaggingTask:
         if self.data.labels:
             return tuple(self.data.labels)
         if train_examples is None:
-            raise ValueError("config.data.labels is empty and there is no training file to take the "
-                             "tag set from")
+            raise ValueError(
+                "config.data.labels is empty and there is no training file to take the tag set from"
+            )
         return conll.label_set(train_examples)
 
     def read(self, path: str) -> list:
@@ -93,7 +99,9 @@ class TaggingTask:
         return encode.word_predictions(np.argmax(outputs, axis=-1), ds.meta, labels)
 
     def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
-        return metrics.entity_f1([s.tags for s in ds.examples], self._predictions(ds, outputs, labels))
+        return metrics.entity_f1(
+            [s.tags for s in ds.examples], self._predictions(ds, outputs, labels)
+        )
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
         conll.write_predictions(path, ds.examples, self._predictions(ds, outputs, labels))
@@ -115,8 +123,9 @@ class SpanTask:
 
     def encode(self, tok, examples, labels, training: bool) -> Dataset:
         d = self.data
-        arrays, windows, contexts = squad.encode_squad(tok, examples, d.max_seq_length, d.doc_stride,
-                                                       d.max_query_length, is_training=training)
+        arrays, windows, contexts = squad.encode_squad(
+            tok, examples, d.max_seq_length, d.doc_stride, d.max_query_length, is_training=training
+        )
         has_labels = all(e.answers or e.is_impossible for e in examples)
         return Dataset(examples, arrays, (windows, contexts), has_labels)
 
@@ -125,9 +134,16 @@ class SpanTask:
         windows, contexts = ds.meta
         start, end = outputs
         return squad.best_answers(
-            ds.examples, windows, contexts, start, end, n_best_size=d.n_best_size,
-            max_answer_length=d.max_answer_length, version_2_with_negative=d.version_2_with_negative,
-            null_score_diff_threshold=d.null_score_diff_threshold)
+            ds.examples,
+            windows,
+            contexts,
+            start,
+            end,
+            n_best_size=d.n_best_size,
+            max_answer_length=d.max_answer_length,
+            version_2_with_negative=d.version_2_with_negative,
+            null_score_diff_threshold=d.null_score_diff_threshold,
+        )
 
     def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
         answers, _ = self.answers(ds, outputs)
@@ -153,7 +169,9 @@ def primary_metric(task, data) -> str:
         return data.metric
     if isinstance(task, (SpanTask, TaggingTask)):
         return "f1"
-    return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(data.layout, "accuracy")
+    return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(
+        data.layout, "accuracy"
+    )
 
 
 def split_files(spec: str) -> list[str]:

@@ -7,6 +7,7 @@ the end (and every eval.every_steps), writes predictions for data.test_file and 
 to <workdir>/export. Figures go to <workdir>/metrics.jsonl and TensorBoard via
 bert_jax.metrics_log, as in pre-training.
 """
+
 from __future__ import annotations
 
 import functools
@@ -42,11 +43,15 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
 
 
 def jit_train_step(setup: runs.Setup):
-    fn = functools.partial(train_step, graphdef=setup.graphdef, kind=setup.kind, tx=setup.tx,
-                           schedule=setup.schedule)
-    return jax.jit(fn, in_shardings=(setup.state_shardings, setup.frozen_shardings, setup.batch_sharding),
-                   out_shardings=(setup.state_shardings, NamedSharding(setup.mesh, P())),
-                   donate_argnums=(0,))
+    fn = functools.partial(
+        train_step, graphdef=setup.graphdef, kind=setup.kind, tx=setup.tx, schedule=setup.schedule
+    )
+    return jax.jit(
+        fn,
+        in_shardings=(setup.state_shardings, setup.frozen_shardings, setup.batch_sharding),
+        out_shardings=(setup.state_shardings, NamedSharding(setup.mesh, P())),
+        donate_argnums=(0,),
+    )
 
 
 class _Rows:
@@ -69,7 +74,7 @@ def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDatas
     if global_batch % procs:
         raise ValueError(f"train.batch_size={global_batch} is not divisible by {procs} processes")
     ds = grain.MapDataset.source(_Rows(arrays)).shuffle(seed=seed).repeat(None)
-    ds = ds[jax.process_index()::procs].batch(global_batch // procs, drop_remainder=True)
+    ds = ds[jax.process_index() :: procs].batch(global_batch // procs, drop_remainder=True)
     return ds.to_iter_dataset()
 
 
@@ -90,18 +95,28 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     if config.train.batch_size % setup.data_parallel():
-        raise ValueError(f"train.batch_size={config.train.batch_size} must be divisible by the "
-                         f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)")
-    counts = {**lora.summary(run.model), "trainable": lora.count(run.model, runs.trainable_filter(config))}
+        raise ValueError(
+            f"train.batch_size={config.train.batch_size} must be divisible by the "
+            f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)"
+        )
+    counts = {
+        **lora.summary(run.model),
+        "trainable": lora.count(run.model, runs.trainable_filter(config)),
+    }
     is_primary = jax.process_index() == 0
     if is_primary:
-        print(f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
-              f"({100 * counts['trainable'] / counts['total']:.2f}%; "
-              f"{'LoRA rank %d' % config.lora.rank if config.lora.rank else 'full'}) for {total} steps "
-              f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}", flush=True)
+        print(
+            f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
+            f"({100 * counts['trainable'] / counts['total']:.2f}%; "
+            f"{'LoRA rank %d' % config.lora.rank if config.lora.rank else 'full'}) for {total} steps "
+            f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}",
+            flush=True,
+        )
 
     data_iter = iter(train_batches(run.train.arrays, config.train.batch_size, config.train.seed))
-    manager = checkpointing.make_manager(workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save)
+    manager = checkpointing.make_manager(
+        workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
+    )
     resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
     if resumed is not None:
         logging.info("resuming from %s at step %d", manager.directory, resumed[0])
@@ -122,13 +137,27 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         figures = predict.evaluate(run, setup, infer_fn, state["params"], frozen, eval_sets)
         log.write(step, "eval", _flatten(figures))
         if is_primary:
-            print("eval  step %d  " % step + "  ".join(
-                f"{name} {primary} {values.get(primary, float('nan')):.4f}" for name, values in figures.items()),
-                flush=True)
+            print(
+                "eval  step %d  " % step
+                + "  ".join(
+                    f"{name} {primary} {values.get(primary, float('nan')):.4f}"
+                    for name, values in figures.items()
+                ),
+                flush=True,
+            )
         return figures
 
-    result = {"step": step, "total": counts["total"], "trainable": counts["trainable"], "train": {},
-              "eval": {}, "eval_at_start": {}, "predictions": None, "export": None, "stopped": "done"}
+    result = {
+        "step": step,
+        "total": counts["total"],
+        "trainable": counts["trainable"],
+        "train": {},
+        "eval": {},
+        "eval_at_start": {},
+        "predictions": None,
+        "export": None,
+        "stopped": "done",
+    }
     if eval_sets and config.eval.at_start and step == 0:
         result["eval_at_start"] = run_eval()
     history = []
@@ -140,15 +169,25 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             history.append(metrics)
             if step % config.train.log_every_steps == 0 or step == total:
                 values = jax.device_get(history)
-                result["train"] = {k: float(sum(h[k] for h in values) / len(values)) for k in values[0]}
+                result["train"] = {
+                    k: float(sum(h[k] for h in values) / len(values)) for k in values[0]
+                }
                 log.write(step, "train", result["train"])
                 progress.report(step, result["train"])
                 history = []
-            if eval_sets and step < total and config.eval.every_steps and step % config.eval.every_steps == 0:
+            if (
+                eval_sets
+                and step < total
+                and config.eval.every_steps
+                and step % config.eval.every_steps == 0
+            ):
                 result["eval"] = run_eval()
             preempted = preemption.due(manager, step)
-            if preempted or step == total or (config.checkpoint.every_steps
-                                              and step % config.checkpoint.every_steps == 0):
+            if (
+                preempted
+                or step == total
+                or (config.checkpoint.every_steps and step % config.checkpoint.every_steps == 0)
+            ):
                 checkpointing.save(manager, step, state, data_iter, config)
             if preempted:
                 result["stopped"] = "preempted"
@@ -167,12 +206,19 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
     if config.data.test_file:
         output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-        predict.write_predictions(run, setup, infer_fn, state["params"], frozen, config.data.test_file, output)
+        predict.write_predictions(
+            run, setup, infer_fn, state["params"], frozen, config.data.test_file, output
+        )
         result["predictions"] = output
     if config.export:
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:
             result["export"] = os.path.join(workdir, EXPORT_DIR)
-            pretrained.export_hf(model, run.labels, result["export"], config.data.vocab_file,
-                                 config.data.do_lower_case)
+            pretrained.export_hf(
+                model,
+                run.labels,
+                result["export"],
+                config.data.vocab_file,
+                config.data.do_lower_case,
+            )
     return result

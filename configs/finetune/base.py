@@ -5,6 +5,7 @@ learning rate 2e-5 with 10% linear warmup then linear decay, dropout 0.1, the or
 Mesh and optimizer fields are the pre-training config's (configs/default.py) with fine-tuning
 values; override any field on the command line, e.g. `--config.optim.learning_rate=3e-5`.
 """
+
 import ml_collections
 from ml_collections import config_dict
 

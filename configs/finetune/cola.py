@@ -2,6 +2,7 @@
 
 train.tsv and dev.tsv have no header (source, label, mark, sentence); test.tsv has one.
 """
+
 from configs.finetune import base
 
 

@@ -3,6 +3,7 @@ matched and mismatched dev sets (both scored, each under its file name).
 
     --config.data.eval_files=glue/MNLI/dev_matched.tsv,glue/MNLI/dev_mismatched.tsv
 """
+
 from configs.finetune import base
 
 

@@ -1,4 +1,5 @@
 """MRPC (GLUE): paraphrase detection on sentence pairs, 2 classes, F1 and accuracy."""
+
 from configs.finetune import base
 
 

@@ -3,6 +3,7 @@
     --config.data.train_file=squad/train-v1.1.json --config.data.eval_files=squad/dev-v1.1.json
 Settings as google-research/bert's run_squad.py README: lr 3e-5, 2 epochs, L=384, stride 128.
 """
+
 from configs.finetune import base
 
 

@@ -3,6 +3,7 @@
 A question gets "" when the [CLS] (no-answer) score beats the best span by more than
 null_score_diff_threshold; predictions also write <name>_null_odds.json for tuning it.
 """
+
 from configs.finetune import squad
 
 

@@ -3,6 +3,7 @@
     python -m bert_jax.finetune --config=configs/finetune/sst2.py --init=BERT_DIR --workdir=DIR \
         --config.data.train_file=glue/SST-2/train.tsv --config.data.eval_files=glue/SST-2/dev.tsv
 """
+
 from configs.finetune import base
 
 

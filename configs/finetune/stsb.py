@@ -1,4 +1,5 @@
 """STS-B (GLUE): sentence-pair similarity regression (0-5), Pearson and Spearman correlation."""
+
 from configs.finetune import base
 
 
