@@ -96,6 +96,7 @@ def state_bytes_per_device(abstract_state) -> int:
 def compile_step(config) -> dict:
     """Lowers and compiles the train step for `config` (its mesh); returns the figures."""
     import jax
+
     from bert_jax import train
 
     setup = train.make_setup(config)

@@ -49,6 +49,7 @@ def compiled_memory(config, grad_accum_steps: int):
     """(memory_analysis, train setup) of the compiled train step for `config`'s shapes."""
     import jax
     import numpy as np
+
     from bert_jax import features as F
     from bert_jax import train
 
@@ -79,6 +80,7 @@ def compiled_memory(config, grad_accum_steps: int):
 def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
     """Runs one step on real (synthetic) data; the allocator's peak in bytes, where it reports one."""
     import jax
+
     from bench.runners import synthetic_batch
     from bert_jax import sharding, train
 
@@ -106,6 +108,7 @@ def main(argv):
         extra.append("--xla_cpu_enable_concurrency_optimized_scheduler=false")
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *extra])
     import jax
+
     from bench import runners
 
     num_predictions = FLAGS.num_predictions or (20 if FLAGS.seq_len <= 128 else 80)
@@ -145,7 +148,7 @@ def main(argv):
             measured = measured_peak(setup, config, FLAGS.grad_accum_steps) if FLAGS.run else None
             measured = f"{measured / GIB:12.2f}" if measured else f"{'-':>12}"
             print(
-                f"{model:>6} {str(remat):>5} {state / GIB:9.2f} {mem.temp_size_in_bytes / GIB:9.2f} "
+                f"{model:>6} {remat!s:>5} {state / GIB:9.2f} {mem.temp_size_in_bytes / GIB:9.2f} "
                 f"{peak / GIB:9.2f}  {measured}",
                 flush=True,
             )

@@ -50,6 +50,7 @@ def synthetic_batch(
 ) -> dict:
     """A pre-training batch of numpy arrays in bert_jax.features' names."""
     import numpy as np
+
     from bert_jax import features as F
 
     rng = np.random.default_rng(seed)
@@ -80,6 +81,7 @@ class OursRunner:
 
     def __init__(self, config, host_batch: dict):
         import jax
+
         from bert_jax import sharding, train
 
         self.jax = jax
@@ -116,7 +118,9 @@ class TorchRunner:
         import numpy as np
         import torch
         import transformers
-        from bert_jax import features as F, hf
+
+        from bert_jax import features as F
+        from bert_jax import hf
         from bert_jax.model import BertConfig
 
         self.torch = torch

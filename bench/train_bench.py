@@ -61,6 +61,7 @@ flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON l
 
 def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> dict:
     import jax
+
     from bench import flops, runners
     from bert_jax.model import BertConfig
 
@@ -181,6 +182,7 @@ def main(argv):
     del argv
     import jax
     import jax.numpy as jnp
+
     from bench import flops
 
     cores = len(os.sched_getaffinity(0))

@@ -21,7 +21,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np

@@ -18,7 +18,8 @@ import glob
 import json
 import os
 import shutil
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 from flax import nnx

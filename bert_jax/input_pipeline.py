@@ -18,7 +18,7 @@ import bisect
 import glob
 import os
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 import grain
 import numpy as np

@@ -7,7 +7,7 @@ cross-entropy over real (weight 1) masked positions of the whole global batch, t
 mean over examples, and the total is their sum.
 """
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp

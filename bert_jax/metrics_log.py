@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 JSONL_NAME = "metrics.jsonl"
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -110,7 +111,7 @@ class BertConfig:
             raise ValueError("invalid model config: " + "; ".join(problems))
 
     @classmethod
-    def from_config_dict(cls, cd: Mapping[str, Any]) -> "BertConfig":
+    def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
         """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are errors."""
         values = dict(cd.to_dict() if hasattr(cd, "to_dict") else cd)
         fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -10,7 +10,8 @@ reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates
 initialisation (`optim.bias_correction = False`).
 """
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +94,7 @@ def scale_by_adam(
     """
 
     def init_fn(params):
-        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)  # noqa: E731
+        zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
         return ScaleByAdamState(
             count=jnp.zeros([], jnp.int32),
             mu=jax.tree.map(zeros, params),

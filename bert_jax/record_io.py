@@ -10,7 +10,7 @@ half-written file under its final name.
 
 import os
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import google_crc32c
 

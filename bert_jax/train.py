@@ -21,7 +21,8 @@ import functools
 import math
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +30,8 @@ import ml_collections
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bert_jax import checkpointing, faults, input_pipeline, losses, metrics_log, optim, sharding
 from bert_jax import features as F

@@ -28,8 +28,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_jax import record_io
-from bert_jax import tokenization
+from bert_jax import record_io, tokenization
 from data_prep import job, pipeline, readers
 
 

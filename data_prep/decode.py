@@ -10,8 +10,7 @@ import sys
 from absl import app, flags
 
 from bert_jax import features as F
-from bert_jax import record_io
-from bert_jax import tokenization
+from bert_jax import record_io, tokenization
 from data_prep import records
 
 FLAGS = flags.FLAGS

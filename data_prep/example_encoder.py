@@ -15,7 +15,6 @@ import struct
 import numpy as np
 
 from bert_jax import features as F
-
 from data_prep.fast_instances import Batch
 
 _ONE_FLOAT = struct.pack("<f", 1.0)

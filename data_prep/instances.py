@@ -11,7 +11,8 @@ A document is a list of sentences; a sentence is a list of token ids.
 
 import dataclasses
 import random
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 
 @dataclasses.dataclass(frozen=True)

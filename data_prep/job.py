@@ -25,12 +25,9 @@ import numpy as np
 
 from bert_jax import features as F
 from bert_jax import record_io
-
-from data_prep import example_encoder
+from data_prep import example_encoder, pipeline, readers
 from data_prep import fast_instances as fi
 from data_prep import instances as inst
-from data_prep import pipeline
-from data_prep import readers
 from data_prep import units as units_lib
 
 SPLITS = ("train", "eval")

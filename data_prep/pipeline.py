@@ -16,10 +16,8 @@ import time
 
 from bert_jax import features as F
 from bert_jax import record_io
-
 from data_prep import instances as inst
-from data_prep import readers
-from data_prep import records
+from data_prep import readers, records
 
 MANIFEST = "manifest.json"
 

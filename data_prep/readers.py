@@ -17,7 +17,7 @@ import gzip
 import json
 import os
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @dataclasses.dataclass

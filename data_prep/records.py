@@ -6,7 +6,6 @@ with 0 to max_predictions_per_seq; next_sentence_labels is 1 when B is a random 
 """
 
 from bert_jax import features as F
-
 from data_prep.instances import Instance
 
 

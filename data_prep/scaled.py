@@ -34,10 +34,7 @@ import numpy as np
 import tqdm
 
 from bert_jax import record_io
-
-from data_prep import job
-from data_prep import pipeline
-from data_prep import readers
+from data_prep import job, pipeline, readers
 
 WORK_DIR = "_work"
 _SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")

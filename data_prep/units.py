@@ -15,7 +15,8 @@ JSONL blocks: the lines that start inside the block, one document each.
 import dataclasses
 import gzip
 import os
-from typing import BinaryIO, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from data_prep import readers
 

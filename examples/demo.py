@@ -228,7 +228,7 @@ def main(argv):
 
     records = metrics_log.read_jsonl(workdir)
     evals = [r for r in records if r["split"] == "eval"]
-    print("\nheld-out MLM accuracy by step (baseline {:.3f}):".format(base))
+    print(f"\nheld-out MLM accuracy by step (baseline {base:.3f}):")
     for r in evals:
         print(
             f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  {'#' * round(100 * r['mlm_accuracy'])}"

@@ -6,7 +6,7 @@ import pathlib
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import pytest  # noqa: E402
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = REPO / "data_prep" / "testdata"

@@ -9,8 +9,8 @@ pytest.importorskip(
     "apache_beam", reason="the Beam job needs the [beam] extra: pip install -e '.[beam]'"
 )
 
-from bert_jax import tokenization  # noqa: E402
-from data_prep import beam_pipeline, job, scaled  # noqa: E402
+from bert_jax import tokenization
+from data_prep import beam_pipeline, job, scaled
 
 
 def _shards(directory):

@@ -8,10 +8,9 @@ import pytest
 
 from bert_jax import features as F
 from bert_jax import tokenization
-from data_prep import example_encoder
+from data_prep import example_encoder, readers
 from data_prep import fast_instances as fi
 from data_prep import instances as inst
-from data_prep import readers
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import time
 import jax
 import numpy as np
 import pytest
+from test_train import GOLDEN_128, REPO, compilation_cache, small_config  # noqa: F401 (a fixture)
 
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F
-from test_train import GOLDEN_128, REPO, compilation_cache, small_config  # noqa: F401 (a fixture)
 
 
 def assert_same_params(got_dir: str, want_dir: str) -> None:
@@ -276,6 +276,7 @@ def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(
 ):
     """Through the binary (in-process): on_nonfinite defaults to 'stop'."""
     from absl import flags
+
     from bert_jax import main
 
     argv = [

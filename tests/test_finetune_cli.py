@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from test_finetune_train import TINY, VOCAB, squad_file, sst2_file
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

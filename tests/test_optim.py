@@ -97,7 +97,7 @@ def _hand(lamb: bool, bias_correction: bool, lr=0.1, wd=0.01, b1=0.9, b2=0.999, 
     """The original BERT optimizer (and LAMB) written out in float64 numpy."""
     flat = lambda t: {
         f"{a}/{b}": np.asarray(v, np.float64) for a, d in t.items() for b, v in d.items()
-    }  # noqa
+    }
     p = flat(PARAMS)
     m = {k: np.zeros_like(v) for k, v in p.items()}
     v2 = {k: np.zeros_like(v) for k, v in p.items()}

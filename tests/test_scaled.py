@@ -13,8 +13,7 @@ import time
 import pytest
 
 from bert_jax import features as F
-from bert_jax import record_io
-from bert_jax import tokenization
+from bert_jax import record_io, tokenization
 from data_prep import job, pipeline, scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax import features as F
-from bert_jax import record_io
-from bert_jax import tokenization
+from bert_jax import record_io, tokenization
 from data_prep import instances, pipeline
 
 tf = pytest.importorskip("tensorflow")

@@ -10,9 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
+from bert_jax import checkpointing, input_pipeline, losses, metrics_log, record_io, sharding, train
 from bert_jax import features as F
-from bert_jax import record_io
 from configs import tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -335,7 +334,7 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
     rerun = subprocess.run(
         cmd + [f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=300
     )
-    assert rerun.returncode == 0 and f"resuming from" in rerun.stdout, rerun.stderr[-2000:]
+    assert rerun.returncode == 0 and "resuming from" in rerun.stdout, rerun.stderr[-2000:]
     reference = subprocess.run(
         cmd + [f"--workdir={tmp_path / 'reference'}"],
         cwd=REPO,

@@ -13,7 +13,7 @@ Span extraction (SQuAD) encodes in squad.py: it needs windows over long contexts
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -19,7 +19,7 @@ Targets (names of the layers in bert_jax.model.EncoderLayer):
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import scipy.stats

@@ -17,7 +17,8 @@ import os
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bert_jax import checkpointing, sharding
 from bert_jax import features as F

@@ -19,7 +19,8 @@ import dataclasses
 import json
 import os
 import shutil
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np

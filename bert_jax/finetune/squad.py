@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import unicodedata
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -17,12 +17,13 @@ import os
 import grain
 import jax
 import ml_collections
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from bert_jax import checkpointing, metrics_log, sharding
-from bert_jax import train as train_lib
 from bert_jax import features as F
-from bert_jax.finetune import heads, lora, pretrained, predict, runs, tasks
+from bert_jax import train as train_lib
+from bert_jax.finetune import heads, lora, predict, pretrained, runs, tasks
 
 EXPORT_DIR = "export"
 
