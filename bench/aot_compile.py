@@ -1,6 +1,6 @@
 r"""Compile-only check for meshes larger than this machine: BERT-Large's train step on 256 devices.
 
-  python -m bench.aot_compile                                   # BERT-Large, 256 devices: 32x8x1, 256x1x1
+  python -m bench.aot_compile   # BERT-Large, 256 devices: 32x8x1, 256x1x1
   python -m bench.aot_compile --meshes=64x4x1,32x4x2 --dtype=bfloat16 --global_batch_size=8192
   python -m bench.aot_compile --num_layers=2 --meshes=32x8x1   # a quick smoke check
 
@@ -78,7 +78,7 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
     except ValueError:
         raise app.UsageError(
             f"--meshes entry {text!r} must look like 32x8x1 (data x fsdp x tensor)"
-        )
+        ) from None
     return data, fsdp, tensor
 
 
@@ -181,12 +181,14 @@ def main(argv):
         results.append(r)
         print(
             f"{f'{data} x {fsdp} x {tensor}':>28} {r['lower_s']:8.1f} {r['compile_s']:9.1f} "
-            f"{r['state_bytes'] / GIB:9.3f} {r['argument_bytes'] / GIB:8.3f} {r['output_bytes'] / GIB:8.3f} "
-            f"{r['temp_bytes'] / GIB:8.3f} {r['peak_bytes'] / GIB:8.3f}",
+            f"{r['state_bytes'] / GIB:9.3f} {r['argument_bytes'] / GIB:8.3f} "
+            f"{r['output_bytes'] / GIB:8.3f} {r['temp_bytes'] / GIB:8.3f} "
+            f"{r['peak_bytes'] / GIB:8.3f}",
             flush=True,
         )
     print(
-        f"whole train state (parameters + Adam moments): {results[0]['total_state_bytes'] / GIB:.2f} GiB",
+        "whole train state (parameters + Adam moments): "
+        f"{results[0]['total_state_bytes'] / GIB:.2f} GiB",
         flush=True,
     )
     if FLAGS.json_out:

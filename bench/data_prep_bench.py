@@ -1,14 +1,15 @@
-r"""Data prep throughput and memory: the scaled job with 1 and 2 workers, and 1x vs 10x corpus memory.
+r"""Data prep throughput and memory: the scaled job with 1 and 2 workers, and 1x vs 10x corpus
+memory.
 
-  python -m bench.data_prep_bench            # pydocs.txt (3.6 MB), bert-base-uncased, L=128, dupe_factor=1
+  python -m bench.data_prep_bench   # pydocs.txt (3.6 MB), bert-base-uncased, L=128, dupe_factor=1
 
-Each run is a fresh `python -m data_prep.main` process, timed end to end (interpreter start included);
-peak memory is the largest total PSS of its process tree (shared pages counted once), sampled every
-10 ms, and CPU is the tree's user+sys time. Timings on a shared machine are noisy: each figure is the
-best of --repeats runs, CPU seconds are printed beside wall seconds, and ratios are taken between runs
-of this one invocation.
-The original generator (google-research/bert create_pretraining_data.py) is not run here: its figures
-on these machines, 27 s and 620 MB for pydocs.txt on one core, are the published baseline.
+Each run is a fresh `python -m data_prep.main` process, timed end to end (interpreter start
+included); peak memory is the largest total PSS of its process tree (shared pages counted once),
+sampled every 10 ms, and CPU is the tree's user+sys time. Timings on a shared machine are noisy:
+each figure is the best of --repeats runs, CPU seconds are printed beside wall seconds, and ratios
+are taken between runs of this one invocation.
+The original generator (google-research/bert create_pretraining_data.py) is not run here: its
+figures on these machines, 27 s and 620 MB for pydocs.txt on one core, are the published baseline.
 """
 
 import json
@@ -46,7 +47,8 @@ flags.DEFINE_bool(
 
 
 def _measure(args: list[str], output_dir: str) -> dict:
-    """Runs data_prep.main once; wall seconds, CPU seconds and peak tree RSS in MB, plus its manifest."""
+    """Runs data_prep.main once; wall seconds, CPU seconds and peak tree RSS in MB, plus its
+    manifest."""
     shutil.rmtree(output_dir, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -117,16 +119,21 @@ def main(argv):
     ]
     work = tempfile.mkdtemp(prefix="data_prep_bench_")
     print(
-        f"corpus {FLAGS.corpus}: {size_mb:.2f} MB; L=128, dupe_factor=1; best of {FLAGS.repeats} runs; "
+        f"corpus {FLAGS.corpus}: {size_mb:.2f} MB; L=128, dupe_factor=1; "
+        f"best of {FLAGS.repeats} runs; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
     )
     print(
-        "wall: the whole process; job: the manifest's seconds (no interpreter start or imports); CPU: the\n"
-        "process tree's user+sys seconds; path: CPU of the main process plus its busiest worker (the wall\n"
-        "time to expect with free cores). MB/s, inst/s and 'x original' (27 s / time) use wall, (path)."
+        "wall: the whole process; job: the manifest's seconds (no interpreter start or imports); "
+        "CPU: the\n"
+        "process tree's user+sys seconds; path: CPU of the main process plus its busiest worker "
+        "(the wall\n"
+        "time to expect with free cores). MB/s, inst/s and 'x original' (27 s / time) use wall, "
+        "(path)."
     )
     print(
-        f"{'run':24s} {'wall s':>7s} {'job s':>6s} {'CPU s':>6s} {'path s':>6s} {'MB/s':>13s} {'inst/s':>15s} "
+        f"{'run':24s} {'wall s':>7s} {'job s':>6s} {'CPU s':>6s} {'path s':>6s} {'MB/s':>13s} "
+        f"{'inst/s':>15s} "
         f"{'peak MB':>8s} {'x original':>13s} {'memory/original':>16s}"
     )
     results = {}
@@ -135,9 +142,12 @@ def main(argv):
         n, wall, path = _instances(result["manifest"]), result["wall"], result["path"]
         original = ORIGINAL_SECONDS * mb / size_mb
         print(
-            f"{name:24s} {wall:7.2f} {result['manifest']['seconds']:6.2f} {result['cpu']:6.2f} {path:6.2f} "
-            f"{mb / wall:5.2f} ({mb / path:5.2f}) {n / wall:6.0f} ({n / path:6.0f}) {result['peak_mb']:8.0f} "
-            f"{original / wall:5.1f} ({original / path:5.1f}) {result['peak_mb'] / ORIGINAL_MB:16.2f}"
+            f"{name:24s} {wall:7.2f} {result['manifest']['seconds']:6.2f} {result['cpu']:6.2f} "
+            f"{path:6.2f} "
+            f"{mb / wall:5.2f} ({mb / path:5.2f}) {n / wall:6.0f} ({n / path:6.0f}) "
+            f"{result['peak_mb']:8.0f} "
+            f"{original / wall:5.1f} ({original / path:5.1f}) "
+            f"{result['peak_mb'] / ORIGINAL_MB:16.2f}"
         )
 
     for workers in FLAGS.workers:
@@ -150,7 +160,8 @@ def main(argv):
     if len(FLAGS.workers) > 1:
         first, last = FLAGS.workers[0], FLAGS.workers[-1]
         print(
-            f"scaling {first} -> {last} workers: {results[first]['wall'] / results[last]['wall']:.2f}x wall, "
+            f"scaling {first} -> {last} workers: "
+            f"{results[first]['wall'] / results[last]['wall']:.2f}x wall, "
             f"{results[first]['path'] / results[last]['path']:.2f}x CPU critical path "
             f"(ideal {int(last) / int(first):.0f}x; "
             f"the corpus is {len(results[first]['manifest']['shards']['train'])} "

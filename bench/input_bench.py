@@ -1,18 +1,21 @@
-r"""Input pipeline batches/s from record shards, against the train step's steps/s on the same machine.
+r"""Input pipeline batches/s from record shards, against the train step's steps/s on the same
+machine.
 
-  python -m bench.input_bench                       # writes pydocs.txt records (static and dynamic masking)
-  python -m bench.input_bench --train_files='/data/wiki/train-*.arrayrecord' --models=base --batch_size=32
+  python -m bench.input_bench   # writes pydocs.txt records (static and dynamic masking)
+  python -m bench.input_bench --train_files='/data/wiki/train-*.arrayrecord' \
+      --models=base --batch_size=32
 
 The pipeline timed is the trainer's own (bert_jax.input_pipeline.train_dataset, then
 sharding.host_to_global as the training loop does), over data_prep's ArrayRecord shards: decoding
-tf.train.Examples, the global shuffle, batching and, with --dynamic_masking, masking in numpy. Without
---train_files the script first writes shards of examples/data/pydocs.txt with `python -m data_prep.main`
-(dupe_factor 1), once per masking mode, into --work_dir.
+tf.train.Examples, the global shuffle, batching and, with --dynamic_masking, masking in numpy.
+Without --train_files the script first writes shards of examples/data/pydocs.txt with
+`python -m data_prep.main` (dupe_factor 1), once per masking mode, into --work_dir.
 
-The train step (bert_jax.train.jit_train_step, as bench/train_bench.py times it) runs at the same batch
-size in the same process, in rounds interleaved with the pipeline's. Printed: batches/s of the pipeline
-alone, steps/s of the step alone, and their ratio (headroom: how many times faster the pipeline feeds
-than the step eats; above 1 it never starves the step, as long as it has a core's slice to run on).
+The train step (bert_jax.train.jit_train_step, as bench/train_bench.py times it) runs at the same
+batch size in the same process, in rounds interleaved with the pipeline's. Printed: batches/s of the
+pipeline alone, steps/s of the step alone, and their ratio (headroom: how many times faster the
+pipeline feeds than the step eats; above 1 it never starves the step, as long as it has a core's
+slice to run on).
 """
 
 import os
@@ -50,7 +53,8 @@ flags.DEFINE_integer("read_threads", 4, "config.data.read_threads.")
 
 
 def write_shards(dynamic: bool) -> str:
-    """pydocs.txt -> ArrayRecord shards under --work_dir (skipped if already written); their glob."""
+    """pydocs.txt -> ArrayRecord shards under --work_dir (skipped if already written); their
+    glob."""
     out = os.path.join(FLAGS.work_dir, f"L{FLAGS.seq_len}_{'dynamic' if dynamic else 'static'}")
     if not os.path.exists(os.path.join(out, "manifest.json")):
         cmd = [
@@ -58,7 +62,8 @@ def write_shards(dynamic: bool) -> str:
             "-m",
             "data_prep.main",
             f"--input={os.path.join(REPO, 'examples', 'data', 'pydocs.txt')}",
-            f"--vocab_file={os.path.join(REPO, 'data_prep', 'testdata', 'bert-base-uncased-vocab.txt')}",
+            "--vocab_file="
+            + os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
             f"--output_dir={out}",
             f"--max_seq_length={FLAGS.seq_len}",
             f"--max_predictions_per_seq={FLAGS.num_predictions}",
@@ -124,7 +129,8 @@ def main(argv):
                 step_rates.append(1 / step.run(1)[0])
             headroom = statistics.median(i / s for i, s in zip(input_rates, step_rates))
             print(
-                f"{model:>5} {masking:>7} masking: input {statistics.median(input_rates):8.1f} batches/s "
+                f"{model:>5} {masking:>7} masking: "
+                f"input {statistics.median(input_rates):8.1f} batches/s "
                 f"({statistics.median(input_rates) * FLAGS.batch_size:8.0f} seq/s) | train step "
                 f"{statistics.median(step_rates):7.3f} steps/s | headroom {headroom:8.1f}x",
                 flush=True,

@@ -1,22 +1,23 @@
 r"""Peak memory per device of the train step, with and without activation checkpointing (remat).
 
-  python -m bench.memory_bench                                  # base and large, L=128, batch 32 per device
+  python -m bench.memory_bench   # base and large, L=128, batch 32 per device
   python -m bench.memory_bench --models=large --batch_size=64 --seq_len=512 --dtype=bfloat16
-  python -m bench.memory_bench --num_devices=8 --fsdp=8         # ZeRO-3 style: parameters split 8 ways
+  python -m bench.memory_bench --num_devices=8 --fsdp=8   # ZeRO-3 style: parameters split 8 ways
 
-Nothing is run: the real step (bert_jax.train.jit_train_step, state donated) is lowered and compiled for
-abstract inputs, and XLA's buffer assignment gives, per device,
+Nothing is run: the real step (bert_jax.train.jit_train_step, state donated) is lowered and compiled
+for abstract inputs, and XLA's buffer assignment gives, per device,
     peak = arguments + outputs - aliased (the donated state written in place) + temporaries.
-On CPU, --num_devices > 1 makes that many host devices (--xla_force_host_platform_device_count), so a
-mesh can be compiled for without the hardware. The figure is the compiler's plan for this backend: a GPU
-build fuses differently and adds library workspaces, so take GPU figures on the GPU itself (--run there
-also executes one step and reads the allocator's peak_bytes_in_use).
+On CPU, --num_devices > 1 makes that many host devices (--xla_force_host_platform_device_count), so
+a mesh can be compiled for without the hardware. The figure is the compiler's plan for this backend:
+a GPU build fuses differently and adds library workspaces, so take GPU figures on the GPU itself
+(--run there also executes one step and reads the allocator's peak_bytes_in_use).
 
 On CPU the script compiles with XLA's memory-minimizing scheduler
-(--xla_cpu_enable_concurrency_optimized_scheduler=false, --cpu_scheduler=concurrency to turn that off): the CPU
-default orders work for thread concurrency and keeps the recomputed activations of remat alive as long as
-the stored ones (measured: remat then saves 4% on BERT-Base instead of 26%); GPU and TPU schedulers are
-memory-aware, so the memory-minimizing CPU plan is the closer picture of what a training run gets there.
+(--xla_cpu_enable_concurrency_optimized_scheduler=false, --cpu_scheduler=concurrency to turn that
+off): the CPU default orders work for thread concurrency and keeps the recomputed activations of
+remat alive as long as the stored ones (measured: remat then saves 4% on BERT-Base instead of 26%);
+GPU and TPU schedulers are memory-aware, so the memory-minimizing CPU plan is the closer picture of
+what a training run gets there.
 """
 
 import os
@@ -78,7 +79,8 @@ def compiled_memory(config, grad_accum_steps: int):
 
 
 def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
-    """Runs one step on real (synthetic) data; the allocator's peak in bytes, where it reports one."""
+    """Runs one step on real (synthetic) data; the allocator's peak in bytes, where it reports
+    one."""
     import jax
 
     from bench.runners import synthetic_batch
@@ -113,7 +115,8 @@ def main(argv):
 
     num_predictions = FLAGS.num_predictions or (20 if FLAGS.seq_len <= 128 else 80)
     print(
-        f"{jax.devices()[0].device_kind} ({jax.default_backend()}); L={FLAGS.seq_len}, P={num_predictions}, "
+        f"{jax.devices()[0].device_kind} ({jax.default_backend()}); "
+        f"L={FLAGS.seq_len}, P={num_predictions}, "
         f"{FLAGS.batch_size} sequences per device, {FLAGS.dtype}, mesh of {FLAGS.num_devices} "
         f"(fsdp {FLAGS.fsdp}), grad_accum_steps {FLAGS.grad_accum_steps}; XLA:CPU scheduler: "
         f"{FLAGS.cpu_scheduler}",

@@ -1,15 +1,16 @@
 r"""Training throughput and MFU: our jitted train step against transformers' BertForPreTraining.
 
-  python -m bench.train_bench                     # mini and base, L=128, fp32 (about 10 min on 2 cores)
+  python -m bench.train_bench   # mini and base, L=128, fp32 (about 10 min on 2 cores)
   python -m bench.train_bench --models=base --seq_lens=128,512 --dtypes=float32,bfloat16 --rounds=5
-  python -m bench.train_bench --models=large --dtypes=bfloat16 --batch_size=64 --torch=false   # on a GPU
+  python -m bench.train_bench --models=large --dtypes=bfloat16 --batch_size=64 \
+      --torch=false   # on a GPU
 
-Ours is the real step (bench/runners.py: bert_jax.train's jit_train_step, state donated, dropout on).
-The reference is transformers' BertForPreTraining in PyTorch with the same config, initial weights,
-batch, loss, clip_grad_norm_(1.0) and AdamW settings; bf16 is torch.autocast on its forward pass and
-config.model.dtype='bfloat16' on ours (parameters stay fp32 in both). It is used the standard way, so
-its vocabulary projection covers all L positions; --torch_gather adds a second PyTorch side that
-gathers the masked positions first, as NVIDIA's BERT does (the stronger baseline).
+Ours is the real step (bench/runners.py: bert_jax.train's jit_train_step, state donated, dropout
+on). The reference is transformers' BertForPreTraining in PyTorch with the same config, initial
+weights, batch, loss, clip_grad_norm_(1.0) and AdamW settings; bf16 is torch.autocast on its forward
+pass and config.model.dtype='bfloat16' on ours (parameters stay fp32 in both). It is used the
+standard way, so its vocabulary projection covers all L positions; --torch_gather adds a second
+PyTorch side that gathers the masked positions first, as NVIDIA's BERT does (the stronger baseline).
 
 Timing: each case runs --rounds rounds; a round times the matmul peak, ours x --steps, PyTorch x
 --steps (the two alternate who goes first), then the peak again, all in one process, so load from
@@ -162,7 +163,8 @@ def _print_case(r: dict) -> None:
         if f"{name}_step_s" not in r:
             continue
         line = (
-            f"  {name:<13} {r[f'{name}_step_s'] * 1e3:9.1f} ms/step {r[f'{name}_tokens_per_s']:9.0f} tokens/s "
+            f"  {name:<13} {r[f'{name}_step_s'] * 1e3:9.1f} ms/step "
+            f"{r[f'{name}_tokens_per_s']:9.0f} tokens/s "
             f"{r[f'{name}_seqs_per_s']:8.2f} seq/s  MFU {100 * r[f'{name}_mfu']:5.1f}% "
             f"(cpu-time {100 * r[f'{name}_mfu_cpu']:5.1f}%)"
         )
@@ -194,8 +196,8 @@ def main(argv):
     n = FLAGS.matmul_n or (2048 if on_cpu else 8192)
     peak_dtype = FLAGS.peak_dtype or ("float32" if on_cpu else "bfloat16")
     print(
-        f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), {cores} "
-        f"cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
+        f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), "
+        f"{cores} cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
         f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul",
         flush=True,
     )

@@ -117,9 +117,9 @@ def restore(
         out = manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # TensorStore raises plain Exceptions for damaged files
         raise ValueError(
-            f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match this "
-            f"run's model or optimizer ({str(e)[:500]}). Resume with the config it was written with "
-            "(its config/ item), or use a new --workdir"
+            f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match "
+            f"this run's model or optimizer ({str(e)[:500]}). Resume with the config it was "
+            "written with (its config/ item), or use a new --workdir"
         ) from e
     zeros = {
         k: jax.device_put(np.zeros(train[k].shape, train[k].dtype), train[k].sharding)

@@ -163,7 +163,8 @@ def _pure_params(model_or_state) -> dict:
 
 
 def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
-    """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32 array}.
+    """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32
+    array}.
 
     The tied decoder (cls.predictions.decoder.*) is left out, as transformers' own save does.
     `config`, when given, is checked against the parameters' layer count.
@@ -418,7 +419,8 @@ def load_hf_params(
     """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
 
     The dict has the layout of checkpointing.restore_params' (nnx.to_pure_dict of the Params), so
-    a run can start from a public checkpoint; `config` is the run's (its shapes must match the file).
+    a run can start from a public checkpoint; `config` is the run's (its shapes must match the
+    file).
     """
     import jax
 

@@ -140,7 +140,8 @@ def _import_proto() -> None:
 
 
 class ParseRecord(grain.transforms.Map):
-    """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the schema."""
+    """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
+    schema."""
 
     def __init__(self, schema: features.Schema):
         self.schema = schema
@@ -204,7 +205,7 @@ class DynamicMasking(grain.transforms.RandomMap):
         ids = example[features.INPUT_IDS]
         n = int(example[features.INPUT_MASK].sum())
         candidates = np.flatnonzero((ids[:n] != self.cls_id) & (ids[:n] != self.sep_id))
-        k = min(self.max_predictions, max(1, int(round(n * self.masked_lm_prob))), len(candidates))
+        k = min(self.max_predictions, max(1, round(n * self.masked_lm_prob)), len(candidates))
         chosen = np.sort(rng.permutation(candidates)[:k])
         roll = rng.random(k)
         masked_ids = ids.copy()

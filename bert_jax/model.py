@@ -112,7 +112,8 @@ class BertConfig:
 
     @classmethod
     def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
-        """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are errors."""
+        """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are
+        errors."""
         values = dict(cd.to_dict() if hasattr(cd, "to_dict") else cd)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
@@ -260,7 +261,8 @@ def _gelu(x: jax.Array) -> jax.Array:
 
 
 def einsum_attention(q, k, v, input_mask, *, dropout_rate: float = 0.0, dropout_rng=None):
-    """Plain softmax(QK^T/sqrt(d)) V with the padding mask; q, k, v are [batch, length, heads, kv]."""
+    """Plain softmax(QK^T/sqrt(d)) V with the padding mask; q, k, v are [batch, length, heads,
+    kv]."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
     mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
@@ -271,7 +273,8 @@ def einsum_attention(q, k, v, input_mask, *, dropout_rate: float = 0.0, dropout_
 
 
 def fused_attention(q, k, v, input_mask, *, implementation: str = "xla"):
-    """jax.nn.dot_product_attention with the padding mask; q, k, v are [batch, length, heads, kv]."""
+    """jax.nn.dot_product_attention with the padding mask; q, k, v are [batch, length, heads,
+    kv]."""
     if implementation == "cudnn":
         # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
         # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).

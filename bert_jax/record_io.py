@@ -28,7 +28,8 @@ def suffix(fmt: str) -> str:
 
 
 def format_of(path: str) -> str:
-    """Infers the format from the file name (ArrayRecord files end in .arrayrecord or .array_record)."""
+    """Infers the format from the file name (ArrayRecord files end in .arrayrecord or
+    .array_record)."""
     name = os.path.basename(path)
     if ".arrayrecord" in name or ".array_record" in name:
         return ARRAYRECORD

@@ -39,7 +39,8 @@ def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int
     if -1 in sizes:
         if num_devices % known:
             raise ValueError(
-                f"mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices are not divisible by {known}"
+                f"mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices are not divisible "
+                f"by {known}"
             )
         sizes[sizes.index(-1)] = num_devices // known
     if math.prod(sizes) != num_devices:

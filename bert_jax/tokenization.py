@@ -1,8 +1,8 @@
 """Tokenizers behind one interface: WordPiece (BERT vocab.txt) and SentencePiece (ALBERT-style).
 
-WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly (BasicTokenizer then
-greedy longest-match WordPiece, 200-character word limit, control and format characters dropped,
-accents stripped after NFD when lower-casing). It is a from-scratch implementation of that
+WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly (BasicTokenizer
+then greedy longest-match WordPiece, 200-character word limit, control and format characters
+dropped, accents stripped after NFD when lower-casing). It is a from-scratch implementation of that
 specification plus a per-word cache: the full rules run once per distinct whitespace-separated word
 and natural text is Zipfian, so most words are cache hits. That is what makes data prep fast.
 
@@ -72,7 +72,8 @@ def _is_chinese(cp: int) -> bool:
 
 
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
-    """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split punctuation."""
+    """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
+    punctuation."""
     chars = []
     for ch in text:
         cp = ord(ch)
@@ -128,8 +129,8 @@ class WordPieceTokenizer:
         self._table = array.array("i")
         self._table_start = array.array("q")
         self._table_len = array.array("q")
-        # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n" separates
-        # words in the batched miss path and has no ids.
+        # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n"
+        # separates words in the batched miss path and has no ids.
         self._piece_cache: dict[str, tuple[int, ...]] = {}
         self._clear_batch_cache()
 
@@ -138,7 +139,8 @@ class WordPieceTokenizer:
         return max(self.vocab.values()) + 1
 
     def is_continuation(self, token: str) -> bool:
-        """True for a piece that continues a word ("##ing"): whole-word masking keeps words together."""
+        """True for a piece that continues a word ("##ing"): whole-word masking keeps words
+        together."""
         return token.startswith("##")
 
     def _wordpiece(self, word: str) -> list[str]:
@@ -264,7 +266,8 @@ class WordPieceTokenizer:
                 (piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy
             )
         piece_ids = list(map(piece_cache.__getitem__, pieces))
-        # A word's ids are those of its pieces up to the next "\n" (a word of control characters has none).
+        # A word's ids are those of its pieces up to the next "\n" (a word of control characters has
+        # none).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
         piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
         word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
@@ -316,8 +319,9 @@ class WordPieceTokenizer:
             words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
             rows = np.delete(rows, ends)
         else:
-            # Lines that str.split would cut wrongly become one cache key each (see _encode_word); the
-            # trailing space keeps such a key apart from every word and from the line-end marker.
+            # Lines that str.split would cut wrongly become one cache key each (see _encode_word);
+            # the trailing space keeps such a key apart from every word and from the line-end
+            # marker.
             words_per_line = [
                 [line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
                 for line in lines
@@ -345,7 +349,8 @@ class WordPieceTokenizer:
 
 
 class SentencePieceTokenizer:
-    """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK] (ALBERT does)."""
+    """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK] (ALBERT
+    does)."""
 
     def __init__(self, model_file: str, do_lower_case: bool = False):
         import sentencepiece as spm
@@ -385,7 +390,8 @@ class SentencePieceTokenizer:
         return self.sp.encode(text.lower() if self.do_lower_case else text, out_type=int)
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line, int64)."""
+        """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line,
+        int64)."""
         encoded = self.sp.encode(
             [line.lower() for line in lines] if self.do_lower_case else list(lines), out_type=int
         )

@@ -43,7 +43,8 @@ Batch = dict[str, jax.Array]
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """Everything the steps need that is not an array: model structure, mesh, shardings, optimizer."""
+    """Everything the steps need that is not an array: model structure, mesh, shardings,
+    optimizer."""
 
     model_config: model_lib.BertConfig
     graphdef: Any
@@ -94,7 +95,8 @@ def state_layout(
 
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
-    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer (config.optim)."""
+    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer
+    (config.optim)."""
     model_config = model_lib.BertConfig.from_config_dict(config.model)
     mesh, rules = sharding.mesh_from_config(config.mesh, model_config.num_attention_heads, devices)
     abstract_model = nnx.eval_shape(
@@ -124,7 +126,8 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 
 
 def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, jax.Array]:
-    """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry EXAMPLE_WEIGHT."""
+    """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry
+    EXAMPLE_WEIGHT."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
@@ -450,8 +453,9 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
                 # The loop would end before its first step, with phase 1's parameters as "done".
                 raise ValueError(
                     f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
-                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from step "
-                    f"{latest}, so num_train_steps counts both phases (the paper's phase 2: 900k -> 1M)"
+                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from "
+                    f"step {latest}, so num_train_steps counts both phases "
+                    "(the paper's phase 2: 900k -> 1M)"
                 )
             say(
                 f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True
@@ -470,7 +474,8 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final figures.
+    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
+    figures.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
     'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted' or

@@ -1,4 +1,5 @@
-"""BERT-Large phase 2: 512-token sequences for the last 100k of the 1M steps (see bert_base_phase2.py).
+"""BERT-Large phase 2: 512-token sequences for the last 100k of the 1M steps (see
+bert_base_phase2.py).
 
     python -m bert_jax.main --config=configs/bert_large_phase2.py --workdir=runs/large512 \\
         --config.train.init_checkpoint=runs/large128 --config.data.train_files=...

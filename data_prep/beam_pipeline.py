@@ -1,16 +1,17 @@
-r"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install 'bert-jax[beam]').
+r"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
+'bert-jax[beam]').
 
   python -m data_prep.main --mode=beam --input=gs://b/wiki/*.txt --vocab_file=gs://b/vocab.txt \
       --output_dir=gs://b/records -- --runner=DataflowRunner --project=P --region=R \
       --temp_location=gs://b/tmp --setup_file=./setup.py
 
-The same units, the same UnitProcessor per unit, the same shard plan and shuffles as the local runner
-(job.py), so for the same settings the shards are byte-identical to --mode=scaled. Everything after
-`--` is a Beam pipeline option: DirectRunner by default; DataflowRunner, FlinkRunner or SparkRunner
-for clusters (docs/data_prep.md). All files go through Beam's FileSystems, so inputs, vocabulary and
-output may be local or remote (gs://, s3://, hdfs://); shards are written under a temporary name and
-renamed. There is no work directory: a failed pipeline is rerun whole (runners retry failed work
-items themselves), and a finished one is recognised from its manifest.
+The same units, the same UnitProcessor per unit, the same shard plan and shuffles as the local
+runner (job.py), so for the same settings the shards are byte-identical to --mode=scaled. Everything
+after `--` is a Beam pipeline option: DirectRunner by default; DataflowRunner, FlinkRunner or
+SparkRunner for clusters (docs/data_prep.md). All files go through Beam's FileSystems, so inputs,
+vocabulary and output may be local or remote (gs://, s3://, hdfs://); shards are written under a
+temporary name and renamed. There is no work directory: a failed pipeline is rerun whole (runners
+retry failed work items themselves), and a finished one is recognised from its manifest.
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
@@ -53,7 +54,8 @@ class _Lister:
 
 
 def _load_tokenizer(vocab_file: str, do_lower_case: bool, local_dir: str):
-    """The tokenizer of a local or remote vocabulary, copied into local_dir (keeping .model / .txt)."""
+    """The tokenizer of a local or remote vocabulary, copied into local_dir (keeping .model /
+    .txt)."""
     if not FileSystems.exists(vocab_file):
         raise tokenization.VocabError(
             f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file"
@@ -115,7 +117,8 @@ def _summary(result) -> dict:
 
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job.plan_shards, also indexed by unit: unit -> [(split, shard, count, rank, a, b)]."""
+    """The shard plan of job.plan_shards, also indexed by unit: unit -> [(split, shard, count, rank,
+    a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit, shards = {}, {}
     for split in job.SPLITS:
@@ -196,7 +199,8 @@ def run(
     pipeline_args=(),
     flags: dict | None = None,
 ) -> dict:
-    """Builds and runs the pipeline (waiting for it); returns the manifest written next to the shards."""
+    """Builds and runs the pipeline (waiting for it); returns the manifest written next to the
+    shards."""
     started = time.time()
     lister = _Lister()
     planned = job.plan(

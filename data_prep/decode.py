@@ -1,4 +1,5 @@
-r"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP label.
+r"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP
+label.
 
   python -m data_prep.decode --input=/tmp/records/train-00000-of-00001.arrayrecord \
       --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --limit=3

@@ -1,15 +1,17 @@
-"""Training instances for the scaled job: the original's algorithm, vectorized, with its own random streams.
+"""Training instances for the scaled job: the original's algorithm, vectorized, with its own random
+streams.
 
 The semantics are those of instances.py (google-research/bert): NSP pairs with a random next segment
 half the time (ten tries for another document, unused sentences put back), short sequences with
-probability short_seq_prob, the longer segment trimmed from a random end, masked_lm_prob of the tokens
-masked (at most max_predictions_per_seq, at least one) with 80% [MASK] / 10% kept / 10% a random vocab
-entry, [CLS]/[SEP] never masked, whole-word masking as an option, and MLM-only packing. The random
-streams differ: instance structure draws from a random.Random (cheap scalar draws) and masking is one
-numpy pass over all instances of a unit, which is what makes it ~50x faster than per-token Python.
+probability short_seq_prob, the longer segment trimmed from a random end, masked_lm_prob of the
+tokens masked (at most max_predictions_per_seq, at least one) with 80% [MASK] / 10% kept / 10% a
+random vocab entry, [CLS]/[SEP] never masked, whole-word masking as an option, and MLM-only packing.
+The random streams differ: instance structure draws from a random.Random (cheap scalar draws) and
+masking is one numpy pass over all instances of a unit, which is what makes it ~50x faster than
+per-token Python.
 
-Truncation draws how many tokens leave the front of a segment as one Binomial(removed, 1/2), the same
-distribution as the original's one coin per removed token.
+Truncation draws how many tokens leave the front of a segment as one Binomial(removed, 1/2), the
+same distribution as the original's one coin per removed token.
 
 Shapes: N instances, L = max_seq_length, P = max_predictions_per_seq.
 """
@@ -26,7 +28,8 @@ _MASK_CHUNK = 4096  # instances masked at once: bounds the [chunk, L] float temp
 
 @dataclasses.dataclass
 class Documents:
-    """Tokenized documents of one unit and split: all ids in one array, sentences as offsets into it."""
+    """Tokenized documents of one unit and split: all ids in one array, sentences as offsets into
+    it."""
 
     ids: np.ndarray  # [tokens] int32
     bounds: (
@@ -37,7 +40,8 @@ class Documents:
     def from_lines(
         cls, ids: np.ndarray, per_line: np.ndarray, lines_per_doc: list[int]
     ) -> "Documents":
-        """From encode_batch output; sentences without tokens and documents without sentences are dropped."""
+        """From encode_batch output; sentences without tokens and documents without sentences are
+        dropped."""
         ends = np.cumsum(per_line).tolist()
         lengths = per_line.tolist()
         bounds, line, doc_start = [], 0, 0
@@ -84,7 +88,8 @@ def _truncate(lo_a, hi_a, lo_b, hi_b, max_num_tokens, rng):
 def nsp_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """create_instances_from_document on offsets: appends (a_lo, a_hi, b_lo, b_hi, is_random_next)."""
+    """create_instances_from_document on offsets: appends (a_lo, a_hi, b_lo, b_hi,
+    is_random_next)."""
     bounds, all_bounds = docs.bounds[index], docs.bounds
     n = len(bounds) - 1
     max_num_tokens = opts.max_seq_length - 3
@@ -126,7 +131,8 @@ def nsp_spans(
 def mlm_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """MLM-only packing (instances._mlm_only_instances) on offsets: appends (lo, hi, 0, 0, False)."""
+    """MLM-only packing (instances._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
+    False)."""
     bounds = docs.bounds[index]
     max_num_tokens = opts.max_seq_length - 2
     target = max_num_tokens
@@ -168,8 +174,8 @@ def _num_to_predict(
 
 
 def _choose_tokens(keys, candidate, k, p):
-    """[n, p] sorted positions of the k candidates with the smallest keys (a uniformly random subset),
-    then padding positions L."""
+    """[n, p] sorted positions of the k candidates with the smallest keys (a uniformly random
+    subset), then padding positions L."""
     length_cap = candidate.shape[1]
     keys = np.where(candidate, keys, 2.0)
     smallest = np.argpartition(keys, p - 1, axis=1)[:, :p]  # the p smallest keys, in no order
@@ -179,7 +185,8 @@ def _choose_tokens(keys, candidate, k, p):
 
 
 def _choose_words(keys, candidate, continuation, k):
-    """Whole-word masking: words in random order, each taken whole if it fits the budget, until full."""
+    """Whole-word masking: words in random order, each taken whole if it fits the budget, until
+    full."""
     # A continuation piece joins the previous candidate (across [SEP], as in the original).
     earlier = (np.cumsum(candidate, axis=1) - candidate) > 0
     starts = candidate & ~(continuation & earlier)

@@ -3,8 +3,8 @@
 These functions follow google-research/bert's create_pretraining_data.py step for step, including
 the order of every call on the random generator, so that the same seed gives the same records. They
 work on token ids rather than strings (faster, and what the records hold). The random generator is
-always passed in: reference mode threads one `random.Random` through the whole corpus, the scaled job
-seeds one per (shard, document) so its output does not depend on the number of workers.
+always passed in: reference mode threads one `random.Random` through the whole corpus, the scaled
+job seeds one per (shard, document) so its output does not depend on the number of workers.
 
 A document is a list of sentences; a sentence is a list of token ids.
 """
@@ -103,7 +103,7 @@ def create_masked_lm_predictions(
 
     output = list(tokens)
     num_to_predict = min(
-        opts.max_predictions_per_seq, max(1, int(round(len(tokens) * opts.masked_lm_prob)))
+        opts.max_predictions_per_seq, max(1, round(len(tokens) * opts.masked_lm_prob))
     )
     masked: list[tuple[int, int]] = []
     covered: set[int] = set()
@@ -153,7 +153,8 @@ def create_instances_from_document(
         return _mlm_only_instances(all_documents[document_index], opts, vocab, rng)
     document = all_documents[document_index]
     max_num_tokens = opts.max_seq_length - 3  # [CLS], [SEP], [SEP]
-    # Mostly full-length sequences, sometimes short ones so that fine-tuning on short inputs matches.
+    # Mostly full-length sequences, sometimes short ones so that fine-tuning on short inputs
+    # matches.
     target_seq_length = max_num_tokens
     if rng.random() < opts.short_seq_prob:
         target_seq_length = rng.randint(2, max_num_tokens)
@@ -206,7 +207,8 @@ def create_instances_from_document(
 def _mlm_only_instances(
     document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
 ) -> list[Instance]:
-    """RoBERTa-style: contiguous sentences of one document packed up to the full length, one segment."""
+    """RoBERTa-style: contiguous sentences of one document packed up to the full length, one
+    segment."""
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:

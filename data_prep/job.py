@@ -9,8 +9,8 @@ their outputs are identical.
 
 Randomness: a unit's instance structure draws from random.Random and its masking from a numpy
 Generator, both seeded by (seed, unit, split); the order of units over shards and the shuffle inside
-a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their text,
-so duplicates of a document cannot straddle train and eval.
+a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their
+text, so duplicates of a document cannot straddle train and eval.
 """
 
 import dataclasses
@@ -36,7 +36,8 @@ _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
 class JobMismatch(ValueError):
-    """An output directory holding (part of) a job with other settings; the message says what differs."""
+    """An output directory holding (part of) a job with other settings; the message says what
+    differs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class JobSpec:
     """Everything that decides the scaled job's output. Library code gets it explicitly."""
 
     inputs: tuple
-    opts: inst.InstanceOptions = inst.InstanceOptions()
+    opts: inst.InstanceOptions = dataclasses.field(default_factory=inst.InstanceOptions)
     dupe_factor: int = 10  # passes over the training documents, each with other random choices
     seed: int = 12345
     eval_fraction: float = 0.01  # of documents, held out (one pass, no dupes)
@@ -81,7 +82,8 @@ class JobSpec:
 def plan(
     spec: JobSpec, sources: list[readers.Source] | None = None, size_of=os.path.getsize
 ) -> list[units_lib.Unit]:
-    """The job's units; `sources` and `size_of` default to local files (the Beam job passes its own)."""
+    """The job's units; `sources` and `size_of` default to local files (the Beam job passes its
+    own)."""
     sources = readers.parse_input(list(spec.inputs)) if sources is None else sources
     return units_lib.plan_units(
         sources,
@@ -95,7 +97,8 @@ def plan(
 def fingerprint(
     spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool
 ) -> dict:
-    """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for shards."""
+    """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for
+    shards."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
         if unit.kind == "tfds":
@@ -130,7 +133,8 @@ def _seed(spec: JobSpec, stream: str, *keys) -> list[int]:
 
 
 def is_eval(document: list[str], eval_fraction: float) -> bool:
-    """Held out by a hash of the text: the same document lands on the same side in every run and unit."""
+    """Held out by a hash of the text: the same document lands on the same side in every run and
+    unit."""
     if eval_fraction <= 0:
         return False
     digest = hashlib.blake2b(
@@ -171,7 +175,8 @@ class UnitProcessor:
 
     def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:
-        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the end.
+        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
+        # end.
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -242,7 +247,8 @@ def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) ->
 def plan_shards(
     spec: JobSpec, split: str, counts: list[int], record_bytes: int
 ) -> list[list[tuple]]:
-    """Per shard, its pieces (unit index, first record, end record) in the order they are concatenated.
+    """Per shard, its pieces (unit index, first record, end record) in the order they are
+    concatenated.
 
     Units are put in a seeded random order and the instances, in that order, are cut into equal
     contiguous ranges: shard sizes differ by at most one, each shard reads a few units sequentially,
@@ -336,7 +342,8 @@ def verify(output_dir: str) -> list[str]:
             shards = json.load(f)["shards"]
     except (ValueError, KeyError) as e:
         return [
-            f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); rerun the job to rewrite it"
+            f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); "
+            "rerun the job to rewrite it"
         ]
     problems = []
     for entries in shards.values():

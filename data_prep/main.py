@@ -11,9 +11,9 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
       --output_dir=gs://b/records -- --runner=DataflowRunner --project=P --region=R \
       --temp_location=gs://b/tmp --setup_file=./setup.py
 
---mode=reference reproduces google-research/bert's create_pretraining_data.py record for record (same
-input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a finished
-output directory against the md5 checksums in its manifest.
+--mode=reference reproduces google-research/bert's create_pretraining_data.py record for record
+(same input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a
+finished output directory against the md5 checksums in its manifest.
 """
 
 import logging
@@ -158,8 +158,9 @@ def _summary(manifest: dict) -> None:
     else:
         held_out = manifest["eval"]
         print(
-            f"wrote {stats['instances']} training and {held_out['stats']['instances']} eval instances from "
-            f"{manifest['documents']} documents ({held_out['documents']} held out) to {FLAGS.output_dir} "
+            f"wrote {stats['instances']} training and {held_out['stats']['instances']} eval "
+            f"instances from {manifest['documents']} documents ({held_out['documents']} held out) "
+            f"to {FLAGS.output_dir} "
             f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
             f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s"
         )
@@ -175,7 +176,8 @@ def _summary(manifest: dict) -> None:
             )
         )
     print(
-        f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, padding {stats['padding_fraction']:.3f}, "
+        f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, "
+        f"padding {stats['padding_fraction']:.3f}, "
         f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}"
     )
     skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_")) and v}
@@ -196,7 +198,8 @@ def main(argv):
         return 2
     if len(argv) > 1 and FLAGS.mode != "beam":
         print(
-            f"error: unexpected arguments {argv[1:]} (only --mode=beam takes pipeline options after --)",
+            f"error: unexpected arguments {argv[1:]} "
+            "(only --mode=beam takes pipeline options after --)",
             file=sys.stderr,
         )
         return 2

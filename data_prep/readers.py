@@ -1,14 +1,16 @@
 """Corpora -> documents (lists of sentence strings).
 
 Three sources, chosen per input by `parse_input`:
-  * BERT-format text: one sentence per line, a blank line between documents; plain or .gz; files and globs.
-  * JSONL (.jsonl/.json, plain or .gz): one JSON object per line with a text field; its text is split into
-    paragraphs at newlines and into sentences by `split_sentences`.
+  * BERT-format text: one sentence per line, a blank line between documents; plain or .gz; files and
+    globs.
+  * JSONL (.jsonl/.json, plain or .gz): one JSON object per line with a text field; its text is
+    split into paragraphs at newlines and into sentences by `split_sentences`.
   * TFDS datasets, written `tfds:NAME[:SPLIT]` (e.g. `tfds:wikipedia/20230601.en:train`), read with
     `tfds.data_source` (no TensorFlow needed; the dataset must be prepared in ArrayRecord format).
 
-Readers never raise on bad text: undecodable bytes are replaced (and the tokenizer drops them), and every
-such line, empty document and unreadable JSON line is counted in `ReadStats` for the job's summary.
+Readers never raise on bad text: undecodable bytes are replaced (and the tokenizer drops them), and
+every such line, empty document and unreadable JSON line is counted in `ReadStats` for the job's
+summary.
 """
 
 import dataclasses
@@ -61,8 +63,8 @@ def _match_local(spec: str) -> list[str]:
 def parse_input(specs: list[str], match=_match_local) -> list[Source]:
     """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted).
 
-    `match(spec)` lists the files a file spec names; the default reads the local filesystem (the Beam
-    job passes one that also knows gs:// and other remote filesystems).
+    `match(spec)` lists the files a file spec names; the default reads the local filesystem (the
+    Beam job passes one that also knows gs:// and other remote filesystems).
     """
     sources = []
     for spec in specs:
@@ -88,7 +90,8 @@ def _open(path: str):
 
 
 def decode_line(raw: bytes, stats: ReadStats) -> str:
-    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop), counted."""
+    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
+    counted."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -98,7 +101,8 @@ def decode_line(raw: bytes, stats: ReadStats) -> str:
 
 
 def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
-    """Stripped lines of a file. Lines end at "\\n" only, as TensorFlow's GFile (the original's reader)."""
+    """Stripped lines of a file. Lines end at "\\n" only, as TensorFlow's GFile (the original's
+    reader)."""
     stats.files += 1
     empty = True
     with _open(path) as f:
@@ -155,7 +159,8 @@ def split_sentences(text: str) -> list[str]:
 
 
 def json_document(line: str, text_field: str, stats: ReadStats) -> list[str]:
-    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line (counted)."""
+    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
+    (counted)."""
     if not line:
         return []
     try:
@@ -178,14 +183,16 @@ def jsonl_documents(path: str, text_field: str, stats: ReadStats) -> Iterator[li
 
 
 def open_tfds(name: str, split: str, data_dir: str | None):
-    """A random-access TFDS data source (len() and indexing), or an InputError that says what to do."""
+    """A random-access TFDS data source (len() and indexing), or an InputError that says what to
+    do."""
     import tensorflow_datasets as tfds
 
     try:
         return tfds.data_source(name, split=split, data_dir=data_dir)
     except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
         raise InputError(
-            f"cannot open TFDS dataset {name!r} split {split!r}: {e}. Prepare it first in ArrayRecord "
+            f"cannot open TFDS dataset {name!r} split {split!r}: {e}. "
+            "Prepare it first in ArrayRecord "
             f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir"
         ) from e
 
@@ -199,7 +206,8 @@ def tfds_documents(
     start: int = 0,
     stop: int | None = None,
 ) -> Iterator[list[str]]:
-    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts the file."""
+    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts
+    the file."""
     source = open_tfds(name, split, data_dir)
     if start == 0:
         stats.files += 1

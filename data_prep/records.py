@@ -10,7 +10,8 @@ from data_prep.instances import Instance
 
 
 def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
-    """The record's features; unmasked schemas (max_predictions_per_seq=0) leave out the masked_* ones."""
+    """The record's features; unmasked schemas (max_predictions_per_seq=0) leave out the masked_*
+    ones."""
     n, length = len(instance.tokens), schema.max_seq_length
     if n > length:
         raise ValueError(f"instance has {n} tokens, more than max_seq_length={length}")

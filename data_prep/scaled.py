@@ -1,17 +1,19 @@
-"""The scaled data_prep job on one machine: parallel across processes, resumable, with progress.
+r"""The scaled data_prep job on one machine: parallel across processes, resumable, with progress.
 
-  python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=out --num_workers=8
+  python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=out \
+      --num_workers=8
 
 The work (job.py) is the same as the Beam job's; this module adds processes, a work directory that
 makes the job resumable, and progress. <output_dir>/_work, removed when the job has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
   lock              locked while a job runs, so two jobs cannot write one directory
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when complete,
+  units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when
+                    complete,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists
   shards/SPLIT-NNNNN.json  a shard's count and md5, written after the shard is renamed into place
 A kill at any point loses only the units and shards in flight; a rerun does the rest, and the output
-is identical to an uninterrupted run. Every file is written under a temporary name and renamed, so no
-file under a final name is ever partial.
+is identical to an uninterrupted run. Every file is written under a temporary name and renamed, so
+no file under a final name is ever partial.
 """
 
 import contextlib
@@ -99,7 +101,8 @@ def _unit_task(unit) -> dict:
 
 
 def _shard_task(task) -> dict:
-    """Writes one shard from the unit files: records read in the shard's shuffled order, one at a time."""
+    """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
+    time."""
     spec, work_dir, output_dir, split, shard, num, pieces = task
     path = os.path.join(output_dir, job.shard_file(spec, split, shard, num))
     files, starts, lengths = [], [], []
@@ -167,20 +170,22 @@ class _WorkDir:
             yield
 
     def check(self, fp: dict) -> None:
-        """Stops a rerun whose settings differ from the unfinished job's; then records this job's settings."""
+        """Stops a rerun whose settings differ from the unfinished job's; then records this job's
+        settings."""
         path = os.path.join(self.path, "job.json")
         if os.path.isfile(path):
             with open(path) as f:
                 old = json.load(f)
-            # Shard settings may change until the first shard is written: units do not depend on them.
+            # Shard settings may change until the first shard is written: units do not depend on
+            # them.
             binding = (
                 ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
             )
             if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(
                     f"--output_dir={self.output_dir!r} holds an unfinished job with other settings "
-                    f"({_differences(old, fp, binding)}); rerun with the same flags to finish it, or use "
-                    f"another --output_dir (or delete {self.path} to start over)"
+                    f"({_differences(old, fp, binding)}); rerun with the same flags to finish it, "
+                    f"or use another --output_dir (or delete {self.path} to start over)"
                 )
         elif any(_SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
             raise job.JobMismatch(
@@ -219,8 +224,8 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    # A ProcessPoolExecutor, unlike multiprocessing.Pool, fails (BrokenProcessPool) rather than hangs
-    # when a worker dies or cannot start.
+    # A ProcessPoolExecutor, unlike multiprocessing.Pool, fails (BrokenProcessPool) rather than
+    # hangs when a worker dies or cannot start.
     pool = futures.ProcessPoolExecutor(
         num_workers,
         mp_context=context,
@@ -239,8 +244,9 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     try:
         yield imap
     except BaseException:
-        # Ctrl-C or an error: drop the queued work; units in flight finish (seconds). Cancelling here
-        # rather than by shutdown(cancel_futures=True), which is lost once this frame is collected.
+        # Ctrl-C or an error: drop the queued work; units in flight finish (seconds). Cancelling
+        # here rather than by shutdown(cancel_futures=True), which is lost once this frame is
+        # collected.
         for future in submitted:
             future.cancel()
         pool.shutdown(wait=False)
@@ -314,7 +320,8 @@ def run(
                     tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
             if not shards["train"]:
                 raise ValueError(
-                    f"the input gave no training instances ({sum(m['read']['documents'] for m in markers)}"
+                    "the input gave no training instances "
+                    f"({sum(m['read']['documents'] for m in markers)}"
                     " documents read); check --input and --text_field"
                 )
             shard_bar = tqdm.tqdm(

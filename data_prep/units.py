@@ -37,7 +37,8 @@ class Unit:
 
     @property
     def size(self) -> int:
-        """Work estimate for progress and scheduling: bytes of a file block, examples of a TFDS range."""
+        """Work estimate for progress and scheduling: bytes of a file block, examples of a TFDS
+        range."""
         return self.stop - self.start
 
 
@@ -48,7 +49,8 @@ def plan_units(
     tfds_data_dir: str | None = None,
     size_of: Callable[[str], int] = os.path.getsize,
 ) -> list[Unit]:
-    """Cuts every source into units, in source order; depends on nothing but the inputs and sizes."""
+    """Cuts every source into units, in source order; depends on nothing but the inputs and
+    sizes."""
     if block_bytes < 1 or tfds_examples_per_unit < 1:
         raise ValueError(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="

@@ -64,7 +64,8 @@ def train_sentencepiece(
         eos_id=-1,
         user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
         normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
-        hard_vocab_limit=False,  # a small corpus may not support vocab_size pieces; take what it has
+        # A small corpus may not support vocab_size pieces; take what it has.
+        hard_vocab_limit=False,
         minloglevel=2,
     )
     return output_prefix + ".model"

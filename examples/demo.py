@@ -6,8 +6,8 @@
    MLM/NSP records with a held-out split of whole documents;
 2. the most-frequent-token baseline: the held-out accuracy of always predicting the masked
    token that is most common in the training records;
-3. bert_jax.main pre-trains configs/demo.py (2 layers, 64 wide: 2.1M parameters), evaluating held-out MLM
-   and NSP accuracy as it goes;
+3. bert_jax.main pre-trains configs/demo.py (2 layers, 64 wide: 2.1M parameters), evaluating
+   held-out MLM and NSP accuracy as it goes;
 4. the last checkpoint is exported to Hugging Face format, reloaded with transformers and asked
    to fill in a [MASK];
 5. demo_out/curves.png plots the training loss and the held-out accuracy against the baseline.
@@ -78,7 +78,8 @@ def masked_labels(pattern: str) -> collections.Counter:
 
 
 def baseline(train_pattern: str, eval_pattern: str) -> tuple[float, int]:
-    """Held-out accuracy of always predicting the commonest masked training token, and that token."""
+    """Held-out accuracy of always predicting the commonest masked training token, and that
+    token."""
     top, _ = masked_labels(train_pattern).most_common(1)[0]
     held_out = masked_labels(eval_pattern)
     return held_out[top] / sum(held_out.values()), top
@@ -231,7 +232,8 @@ def main(argv):
     print(f"\nheld-out MLM accuracy by step (baseline {base:.3f}):")
     for r in evals:
         print(
-            f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  {'#' * round(100 * r['mlm_accuracy'])}"
+            f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  "
+            f"{'#' * round(100 * r['mlm_accuracy'])}"
         )
 
     banner("4/5 export to Hugging Face; transformers fills in the [MASK]s of held-out records")

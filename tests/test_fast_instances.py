@@ -1,4 +1,5 @@
-"""The scaled job's fast paths keep the original's semantics: batch tokenization, instances, masking, encoding."""
+"""The scaled job's fast paths keep the original's semantics: batch tokenization, instances,
+masking, encoding."""
 
 import collections
 import random
@@ -70,8 +71,8 @@ def test_encode_batch_equals_encode_and_tokenize(vocab_file, testdata, lower):
 
 def test_nsp_structure_is_the_originals(corpus, tok, monkeypatch):
     # Truncation is the one step that draws differently (one binomial per segment instead of a coin
-    # per token; the lengths are checked below). Given the same truncation draws, the spans consume the
-    # random stream exactly as the original does and so must give the same instances.
+    # per token; the lengths are checked below). Given the same truncation draws, the spans consume
+    # the random stream exactly as the original does and so must give the same instances.
     def same_draws(tokens_a, tokens_b, max_num_tokens, rng):
         lo_a, hi_a, lo_b, hi_b = fi._truncate(
             0, len(tokens_a), 0, len(tokens_b), max_num_tokens, rng
@@ -157,7 +158,7 @@ def test_masking_semantics(corpus, tok, wwm):
         assert positions == sorted(set(positions)) and (batch.positions[i, m:] == 0).all()
         assert all(before[p] not in (tok.cls_id, tok.sep_id) and p < n for p in positions)
         candidates = sum(1 for t in before[:n] if t not in (tok.cls_id, tok.sep_id))
-        budget = min(20, max(1, int(round(n * 0.15))), candidates)
+        budget = min(20, max(1, round(n * 0.15)), candidates)
         assert (
             m == budget if not wwm else 0 <= m <= budget
         )  # a word that would overshoot is skipped

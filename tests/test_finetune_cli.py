@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow  # each command starts JAX and compiles in a fresh
 
 @pytest.fixture(scope="module")
 def transformers_bert(tmp_path_factory):
-    """A tiny BertForPreTraining saved with save_pretrained, plus its vocab.txt (nothing downloaded)."""
+    """A tiny BertForPreTraining saved with save_pretrained, plus its vocab.txt (nothing
+    downloaded)."""
     transformers = pytest.importorskip("transformers")
     path = tmp_path_factory.mktemp("transformers_bert")
     config = transformers.BertConfig(vocab_size=len(VOCAB), **TINY)

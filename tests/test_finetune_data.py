@@ -180,7 +180,7 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     ]
     with pytest.raises(encode.FormatError, match="holds no sentences"):
         conll.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
-    with pytest.raises(encode.FormatError, match="bad.txt:2: 1 columns"):
+    with pytest.raises(encode.FormatError, match=r"bad.txt:2: 1 columns"):
         conll.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
 
 

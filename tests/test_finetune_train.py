@@ -309,7 +309,8 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
     result = train.finetune(config, workdir, tiny_hf)
     before, after = result["eval_at_start"]["dev"]["accuracy"], result["eval"]["dev"]["accuracy"]
     print(
-        f"sst2 LoRA accuracy {before:.3f} -> {after:.3f}; trains {result['trainable']} of {result['total']}"
+        f"sst2 LoRA accuracy {before:.3f} -> {after:.3f}; "
+        f"trains {result['trainable']} of {result['total']}"
     )
     assert after > 0.85 and after > before + 0.2
     h, r, layers = TINY["hidden_size"], 4, TINY["num_hidden_layers"]

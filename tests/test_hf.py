@@ -81,7 +81,8 @@ def perturb(model, seed):
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
-    """A randomly initialized transformers BertForPreTraining saved as safetensors (eager attention)."""
+    """A randomly initialized transformers BertForPreTraining saved as safetensors (eager
+    attention)."""
     torch.manual_seed(0)
     # Eager attention: the reference math, also on an all-padding row (SDPA zeroes that row).
     model = transformers.BertForPreTraining(
@@ -220,7 +221,7 @@ def test_import_errors_say_what_to_fix(hf_dir, tmp_path):
             }
         )
     )
-    with pytest.raises(hf.CheckpointError, match="no weights in .*model.safetensors.*config.json"):
+    with pytest.raises(hf.CheckpointError, match=r"no weights in .*model.safetensors.*config.json"):
         hf.load_hf(str(tmp_path))
     with pytest.raises(hf.CheckpointError, match="hidden_act 'relu' is not supported"):
         hf.bert_config_from_hf(TINY | {"hidden_act": "relu"})
@@ -229,9 +230,7 @@ def test_import_errors_say_what_to_fix(hf_dir, tmp_path):
         hidden_size=48,
         num_attention_heads=3,
     )
-    with pytest.raises(
-        hf.CheckpointError, match="word_embeddings.weight has shape \\(30522, 32\\)"
-    ):
+    with pytest.raises(hf.CheckpointError, match=r"word_embeddings.weight has shape \(30522, 32\)"):
         hf.load_hf(hf_dir[0], cfg)
     with pytest.raises(hf.CheckpointError, match="lacks encoder weights"):
         hf.from_hf_state_dict({}, cfg)
@@ -337,7 +336,8 @@ def test_export_command(tmp_path, vocab_file, save_checkpoint):
 
 
 def test_params_for_a_training_run(hf_dir, imported):
-    """A run's config (other dropout, bf16 compute) takes the file's weights as its initial params."""
+    """A run's config (other dropout, bf16 compute) takes the file's weights as its initial
+    params."""
     from bert_jax import sharding
 
     run_config = hf.bert_config_from_hf(

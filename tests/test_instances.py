@@ -1,4 +1,5 @@
-"""Instance construction: truncation, masking proportions, whole words, MLM-only and unmasked modes."""
+"""Instance construction: truncation, masking proportions, whole words, MLM-only and unmasked
+modes."""
 
 import collections
 import random
@@ -87,8 +88,8 @@ def test_whole_word_masking_masks_every_piece_of_a_word(documents, vocab, tok):
                 assert pos + 1 in masked
                 words_seen += 1
             if original[pos] in vocab.continuation:
-                # As the original, [CLS]/[SEP] are skipped when grouping, so the word continues at the
-                # previous ordinary token; a piece right after [CLS] starts a group of its own.
+                # As the original, [CLS]/[SEP] are skipped when grouping, so the word continues at
+                # the previous ordinary token; a piece right after [CLS] starts a group of its own.
                 prev = pos - 1
                 while original[prev] in (vocab.cls_id, vocab.sep_id) and prev > 0:
                     prev -= 1

@@ -70,9 +70,9 @@ def test_every_config_file_builds_a_bert_config(module):
 
 def test_config_errors_name_the_field():
     cd = tiny.get_config().model.to_dict()
-    with pytest.raises(ValueError, match="unknown config.model fields.*hidden_sise"):
+    with pytest.raises(ValueError, match=r"unknown config.model fields.*hidden_sise"):
         M.BertConfig.from_config_dict({**cd, "hidden_sise": 3})
-    with pytest.raises(ValueError, match="lacks the fields.*vocab_size"):
+    with pytest.raises(ValueError, match=r"lacks the fields.*vocab_size"):
         M.BertConfig.from_config_dict({k: v for k, v in cd.items() if k != "vocab_size"})
     with pytest.raises(ValueError, match="multiple of num_attention_heads"):
         dataclasses.replace(TINY, num_attention_heads=3)

@@ -45,11 +45,11 @@ def test_schedule_polynomial_and_constant():
 
 
 def test_bad_settings_name_the_field():
-    with pytest.raises(ValueError, match="optim.schedule"):
+    with pytest.raises(ValueError, match=r"optim.schedule"):
         optim.learning_rate_schedule(optim_config(schedule="cosine"), 10)
     with pytest.raises(ValueError, match="warmup_steps"):
         optim.learning_rate_schedule(optim_config(warmup_steps=20), 10)
-    with pytest.raises(ValueError, match="optim.optimizer"):
+    with pytest.raises(ValueError, match=r"optim.optimizer"):
         optim.make_optimizer(optim_config(optimizer="sgd"), 10)
 
 
@@ -141,7 +141,8 @@ def test_two_steps_match_the_hand_computation(optimizer, bias_correction):
     )
     got, want = _run(cfg), _hand(optimizer == "lamb", bias_correction)
     for k in want:
-        # float32 1 - b2**t loses ~5e-5 relative precision: tolerances of float32 Adam, not of a bug.
+        # float32 1 - b2**t loses ~5e-5 relative precision: tolerances of float32 Adam, not of a
+        # bug.
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
     # Only the decayed kernel moves differently with weight decay off: the mask matters.
     no_decay = _run(optim_config(**{**cfg.to_dict(), "weight_decay": 0.0}))

@@ -80,7 +80,8 @@ def test_tfds_dataset_by_name_and_split(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
 
     class TinyWiki(tfds.core.GeneratorBasedBuilder):
-        """A local Wikipedia-shaped dataset (title, text), prepared offline in ArrayRecord format."""
+        """A local Wikipedia-shaped dataset (title, text), prepared offline in ArrayRecord
+        format."""
 
         VERSION = tfds.core.Version("1.0.0")
 

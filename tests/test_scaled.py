@@ -1,4 +1,5 @@
-"""The scaled job end to end: worker-count independence, balance, eval split, manifest, resume, memory."""
+"""The scaled job end to end: worker-count independence, balance, eval split, manifest, resume,
+memory."""
 
 import fcntl
 import hashlib
@@ -42,7 +43,8 @@ def shard_files(directory):
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory):
     """A corpus whose every sentence starts with its document's marker word dN, and a vocabulary of
-    exactly those words: a record's tokens tell which documents it came from. Document 7 appears twice."""
+    exactly those words: a record's tokens tell which documents it came from. Document 7 appears
+    twice."""
     d = tmp_path_factory.mktemp("marked")
     rng = random.Random(0)
     words = [f"w{i}" for i in range(40)]
@@ -269,7 +271,10 @@ def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
                 yield (
                     i,
                     {
-                        "text": f"Article {i} begins here. It goes on for a while.\nA second paragraph {i}!"
+                        "text": (
+                            f"Article {i} begins here. It goes on for a while.\n"
+                            f"A second paragraph {i}!"
+                        )
                     },
                 )
 
@@ -353,9 +358,11 @@ def test_peak_memory_does_not_grow_with_the_corpus(tmp_path, testdata, vocab_fil
     for name, path in (("1x", corpus), ("10x", str(big))):
         # A fresh parent per run, so that its children's peak is this job's alone.
         probe = (
-            f"import resource, subprocess, sys; subprocess.run([sys.executable, '-m', 'data_prep.main', "
+            "import resource, subprocess, sys; "
+            "subprocess.run([sys.executable, '-m', 'data_prep.main', "
             f"'--input={path}', '--vocab_file={vocab_file}', '--output_dir={tmp_path / name}', "
-            f"'--dupe_factor=1', '--num_workers=1', '--progress=false'], check=True, stdout=subprocess.DEVNULL); "
+            "'--dupe_factor=1', '--num_workers=1', '--progress=false'], check=True, "
+            "stdout=subprocess.DEVNULL); "
             f"print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
         )
         out = subprocess.run(

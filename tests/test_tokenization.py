@@ -73,7 +73,9 @@ def test_matches_independent_hf_wordpiece_on_prose(tok, vocab_file, testdata):
     tokenizers = pytest.importorskip("tokenizers")
     hf = tokenizers.BertWordPieceTokenizer(vocab_file, lowercase=True)
     lines = [
-        l for l in (testdata / "pydocs_small.txt").read_text(encoding="utf-8").splitlines() if l
+        text
+        for text in (testdata / "pydocs_small.txt").read_text(encoding="utf-8").splitlines()
+        if text
     ][:4000]
     for line, encoding in zip(lines, hf.encode_batch(lines, add_special_tokens=False)):
         assert tok.encode(line) == encoding.ids, line

@@ -1,4 +1,5 @@
-"""The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl main."""
+"""The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl
+main."""
 
 import json
 import os
@@ -243,7 +244,7 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
 
     # A phase 2 schedule shorter than phase 1's step would end before its first step: an error.
     with pytest.raises(
-        ValueError, match="ends at step 5, but train.num_train_steps=4.*counts both phases"
+        ValueError, match=r"ends at step 5, but train.num_train_steps=4.*counts both phases"
     ):
         train.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
 

@@ -1,4 +1,5 @@
-"""Work units: cut at any block size, they give exactly the documents and counts of reading whole files."""
+"""Work units: cut at any block size, they give exactly the documents and counts of reading whole
+files."""
 
 import gzip
 import json
@@ -21,8 +22,8 @@ def _by_units(path, kind, block_bytes):
 
 
 def test_text_blocks_partition_documents_at_every_cut(tmp_path):
-    # Blank and whitespace-only lines, CRLF, a non-breaking-space line (blank after strip), bad UTF-8,
-    # no final newline: every block boundary position is tried on many such files.
+    # Blank and whitespace-only lines, CRLF, a non-breaking-space line (blank after strip), bad
+    # UTF-8, no final newline: every block boundary position is tried on many such files.
     pieces = [
         b"a b\n",
         b"\n",

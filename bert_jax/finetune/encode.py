@@ -25,7 +25,8 @@ LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids count
 
 
 class FormatError(ValueError):
-    """A data file that does not have the expected layout; the message says where and what to fix."""
+    """A data file that does not have the expected layout; the message says where and what to
+    fix."""
 
 
 def truncate_pair(a: list, b: list, max_tokens: int) -> None:
@@ -118,7 +119,8 @@ def word_pieces(tok, word: str) -> list[int]:
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each word).
+    """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each
+    word).
 
     A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
     weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them

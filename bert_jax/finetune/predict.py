@@ -98,7 +98,8 @@ def write_predictions(
 def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
-    """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or None).
+    """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or
+    None).
 
     `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
     config fields to values (e.g. {"eval.batch_size": 16}).
@@ -112,7 +113,7 @@ def predict_from_workdir(
                 parent = parent[part]
             parent[last] = value
     run = runs.prepare(config, init or None, with_train=False)
-    setup, trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
+    setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
     params, step = checkpointing.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     figures = write_predictions(run, setup, jit_infer(setup), params, frozen, test_file, output)

@@ -62,7 +62,8 @@ def is_pretraining_workdir(path: str) -> bool:
 
 
 def load_encoder(init: str, overrides: dict[str, Any]) -> Encoder:
-    """The pre-trained encoder in `init`; `overrides` (fields of OVERRIDABLE) replace the saved config's."""
+    """The pre-trained encoder in `init`; `overrides` (fields of OVERRIDABLE) replace the saved
+    config's."""
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
         raise ValueError(

@@ -109,7 +109,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         print(
             f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
             f"({100 * counts['trainable'] / counts['total']:.2f}%; "
-            f"{'LoRA rank %d' % config.lora.rank if config.lora.rank else 'full'}) for {total} steps "
+            f"{f'LoRA rank {config.lora.rank:d}' if config.lora.rank else 'full'}) "
+            f"for {total} steps "
             f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}",
             flush=True,
         )
@@ -139,7 +140,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         log.write(step, "eval", _flatten(figures))
         if is_primary:
             print(
-                "eval  step %d  " % step
+                f"eval  step {step:d}  "
                 + "  ".join(
                     f"{name} {primary} {values.get(primary, float('nan')):.4f}"
                     for name, values in figures.items()
