@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: install test test-fast demo bench clean
+.PHONY: install lint test test-fast demo bench clean
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
@@ -14,7 +14,12 @@ $(VENV)/.installed: setup.py
 
 install: $(VENV)/.installed
 
-test: install
+# ruff (config: ruff.toml): the formatter owns layout, the linter finds bugs and dead code.
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+test: lint
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
 
 # Everything but tests marked slow (multi-process, kill/resume trials).
@@ -24,7 +29,7 @@ test-fast: install
 demo: install
 	$(PY) -m examples.demo --out_dir=demo_out
 
-# Benchmarks print their figures (never run by the tests); see bench/README.md.
+# Benchmarks print their figures (never run by the tests); see bench/README.md for all of them.
 bench: install
 	$(PY) -m bench.data_prep_bench
 

@@ -32,7 +32,8 @@ EXTRAS = {
     "beam": ["apache-beam>=2.60,<3"],
 }
 # Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
-EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3"]
+# ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
+EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5"]
 
 setuptools.setup(
     name="bert-jax",
