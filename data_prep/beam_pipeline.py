@@ -34,7 +34,8 @@ from data_prep import job, pipeline, readers
 
 
 def _open(path: str):
-    # Units seek into files and decompress .gz themselves: the raw bytes, whatever the suffix.
+    # Units seek into files and decompress gzip and bz2 themselves (and the plan sniffs content):
+    # the raw bytes, whatever the suffix.
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
@@ -203,9 +204,10 @@ def run(
     shards."""
     started = time.time()
     lister = _Lister()
-    planned = job.plan(
-        spec, readers.parse_input(list(spec.inputs), match=lister), size_of=lister.sizes.__getitem__
+    sources = readers.parse_input(
+        list(spec.inputs), lister, _open, document_per_file=spec.document_per_file
     )
+    planned = job.plan(spec, sources, size_of=lister.sizes.__getitem__, open_binary=_open)
     with tempfile.TemporaryDirectory() as local_dir:
         _load_tokenizer(
             vocab_file, do_lower_case, local_dir

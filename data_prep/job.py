@@ -57,6 +57,7 @@ class JobSpec:
     shard_size_mb: float = 128.0  # target record bytes per shard when the count is not given
     text_field: str = "text"
     tfds_data_dir: str | None = None
+    document_per_file: bool = False  # BookCorpus-style text: each file one document
 
     def __post_init__(self):
         problems = []
@@ -80,17 +81,23 @@ class JobSpec:
 
 
 def plan(
-    spec: JobSpec, sources: list[readers.Source] | None = None, size_of=os.path.getsize
+    spec: JobSpec,
+    sources: list[readers.Source] | None = None,
+    size_of=os.path.getsize,
+    open_binary=readers.open_local,
 ) -> list[units_lib.Unit]:
-    """The job's units; `sources` and `size_of` default to local files (the Beam job passes its
-    own)."""
-    sources = readers.parse_input(list(spec.inputs)) if sources is None else sources
+    """The job's units; `sources`, `size_of` and `open_binary` default to local files (the Beam job
+    passes its own)."""
+    if sources is None:
+        sources = readers.parse_input(list(spec.inputs), document_per_file=spec.document_per_file)
     return units_lib.plan_units(
         sources,
         max(1, int(spec.block_size_mb * units_lib.MB)),
         spec.tfds_examples_per_unit,
         spec.tfds_data_dir,
         size_of,
+        open_binary,
+        spec.text_field,
     )
 
 
@@ -105,7 +112,8 @@ def fingerprint(
             key = f"tfds:{unit.path}:{unit.split}"
         else:  # a remote path (gs://...) as it is, a local one absolute
             key = unit.path if "://" in unit.path else os.path.abspath(unit.path)
-        sources[key] = max(sources.get(key, 0), unit.stop)
+        # A dump's size and its index's, a Parquet file's size and row groups: as the plan saw.
+        sources[key] = unit.extent or max(sources.get(key, 0), unit.stop)
     return {
         "units": {
             **dataclasses.asdict(spec.opts),
@@ -115,6 +123,7 @@ def fingerprint(
             "block_size_mb": spec.block_size_mb,
             "tfds_examples_per_unit": spec.tfds_examples_per_unit,
             "text_field": spec.text_field,
+            "document_per_file": spec.document_per_file,
             "vocab_md5": vocab_md5,
             "do_lower_case": do_lower_case,
             "inputs": sources,
@@ -287,7 +296,8 @@ def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
 
 
 def input_bytes(planned: list[units_lib.Unit]) -> int:
-    """Bytes of the text and JSONL inputs (compressed size for .gz): the MB/s figures' numerator."""
+    """Bytes of the file inputs as stored (compressed for gzip, bz2 dumps and Parquet): the MB/s
+    figures' numerator."""
     return sum(unit.size for unit in planned if unit.kind != "tfds")
 
 

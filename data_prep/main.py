@@ -27,7 +27,11 @@ from data_prep import instances, job, pipeline, readers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
-    "input", None, "Input files, globs (plain or .gz; .jsonl for JSON lines) or tfds:NAME[:SPLIT]."
+    "input",
+    None,
+    "Input files and globs: BERT-format text (plain or gzip), .jsonl JSON lines, MediaWiki XML "
+    "dumps (.xml, .xml.bz2, multistream with its index beside it), Parquet files; or "
+    "tfds:NAME[:SPLIT]. The kind is read from each file's first bytes.",
 )
 flags.DEFINE_string("output_dir", None, "Directory for the record shards and manifest.json.")
 flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt, or a SentencePiece .model file.")
@@ -51,7 +55,15 @@ flags.DEFINE_bool(
     "nsp", True, "Next-sentence-prediction pairs; false gives MLM-only full-length segments."
 )
 flags.DEFINE_bool("dynamic_masking", False, "Write unmasked records; the trainer masks on the fly.")
-flags.DEFINE_string("text_field", "text", "Text field of JSONL records and TFDS examples.")
+flags.DEFINE_string(
+    "text_field", "text", "Text field of JSONL records, Parquet columns and TFDS examples."
+)
+flags.DEFINE_bool(
+    "document_per_file",
+    False,
+    "Each text file is one document, its lines paragraphs split into sentences (BookCorpus-style "
+    "books: no blank lines between documents). Scaled and Beam modes.",
+)
 flags.DEFINE_string("tfds_data_dir", None, "data_dir of TFDS datasets.")
 # Scaled and Beam modes.
 flags.DEFINE_integer(
@@ -63,7 +75,10 @@ flags.DEFINE_float(
     "eval_fraction", 0.01, "Fraction of documents held out as the eval split (0: none)."
 )
 flags.DEFINE_float(
-    "block_size_mb", 1.0, "Text and JSONL files are cut into work units of this size."
+    "block_size_mb",
+    1.0,
+    "Text and JSONL files are cut into work units of this size; multistream dumps (by their "
+    "index) and Parquet files (by row groups) into units of about this many stored bytes.",
 )
 flags.DEFINE_integer("tfds_examples_per_unit", 1000, "TFDS examples per work unit.")
 flags.DEFINE_integer(
@@ -96,6 +111,7 @@ _JOB_FLAGS = (
     "nsp",
     "dynamic_masking",
     "text_field",
+    "document_per_file",
 )
 _SCALED_FLAGS = (
     "eval_fraction",
@@ -134,6 +150,7 @@ def spec_from_flags() -> job.JobSpec:
         shard_size_mb=FLAGS.shard_size_mb,
         text_field=FLAGS.text_field,
         tfds_data_dir=FLAGS.tfds_data_dir,
+        document_per_file=FLAGS.document_per_file,
     )
 
 
@@ -180,7 +197,12 @@ def _summary(manifest: dict) -> None:
         f"padding {stats['padding_fraction']:.3f}, "
         f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}"
     )
-    skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_")) and v}
+    if read.get("pages"):
+        print(
+            f"wiki pages: {read['pages']} read, {read['skipped_pages']} skipped (other namespaces, "
+            "redirects, disambiguation, no prose)"
+        )
+    skipped = {k: v for k, v in read.items() if k.startswith(("bad_", "empty_", "long_")) and v}
     if skipped:
         print(f"skipped or repaired: {skipped}")
 
@@ -200,6 +222,13 @@ def main(argv):
         print(
             f"error: unexpected arguments {argv[1:]} "
             "(only --mode=beam takes pipeline options after --)",
+            file=sys.stderr,
+        )
+        return 2
+    if FLAGS.document_per_file and FLAGS.mode == "reference":
+        print(
+            "error: --document_per_file is for --mode=scaled or beam; reference mode reads "
+            "BERT-format text as the original does",
             file=sys.stderr,
         )
         return 2

@@ -1,16 +1,22 @@
 """Corpora -> documents (lists of sentence strings).
 
-Three sources, chosen per input by `parse_input`:
-  * BERT-format text: one sentence per line, a blank line between documents; plain or .gz; files and
-    globs.
-  * JSONL (.jsonl/.json, plain or .gz): one JSON object per line with a text field; its text is
-    split into paragraphs at newlines and into sentences by `split_sentences`.
+Sources, chosen per input by `parse_input` from the file's content (data_prep/sniff.py) and name:
+  * BERT-format text: one sentence per line, a blank line between documents; plain or gzip; files
+    and globs. With document_per_file (BookCorpus-style books: one paragraph or sentence per line,
+    no blank-line breaks), each file is one document and its lines are split into sentences.
+  * JSONL (.jsonl/.json, plain or gzip): one JSON object per line with a text field; its text is
+    split into paragraphs at newlines and into sentences by `sentences.split_sentences`.
+  * MediaWiki XML dumps (.xml, .xml.bz2, multistream or not): one article per document
+    (data_prep/wiki.py).
+  * Parquet files (the Hugging Face hub's format): one row per document, the text field's column
+    (data_prep/parquet.py).
   * TFDS datasets, written `tfds:NAME[:SPLIT]` (e.g. `tfds:wikipedia/20230601.en:train`), read with
     `tfds.data_source` (no TensorFlow needed; the dataset must be prepared in ArrayRecord format).
 
-Readers never raise on bad text: undecodable bytes are replaced (and the tokenizer drops them), and
-every such line, empty document and unreadable JSON line is counted in `ReadStats` for the job's
-summary.
+An input that is not UTF-8 text or one of those formats (UTF-16, binary, a bz2 file that is not a
+dump) is an InputError naming it, and so is a truncated compressed file. Within text, readers never
+raise: undecodable bytes are replaced (and the tokenizer drops them), lines over MAX_LINE_BYTES are
+skipped, and every such line, empty document and unreadable JSON line is counted in `ReadStats`.
 """
 
 import dataclasses
@@ -18,8 +24,14 @@ import glob
 import gzip
 import json
 import os
-import re
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from data_prep import sniff
+from data_prep.sentences import split_sentences
+
+MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
 
 
 @dataclasses.dataclass
@@ -29,7 +41,10 @@ class ReadStats:
     documents: int = 0
     bad_utf8_lines: int = 0  # lines with bytes that are not UTF-8; those bytes are dropped
     bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
+    long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
     empty_files: int = 0
+    pages: int = 0  # pages of MediaWiki dumps
+    skipped_pages: int = 0  # of which not articles: other namespaces, redirects, disambiguation
 
     def add(self, other: "ReadStats") -> None:
         for f in dataclasses.fields(self):
@@ -38,9 +53,10 @@ class ReadStats:
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    kind: str  # "text" | "jsonl" | "tfds"
+    kind: str  # "text" | "book" | "jsonl" | "wiki" | "parquet" | "tfds"
     path: str  # a file path, or the TFDS dataset name
     split: str = "train"
+    compression: str = ""  # "" | "gzip" | "bz2", from the file's first bytes
 
 
 class InputError(ValueError):
@@ -60,11 +76,33 @@ def _match_local(spec: str) -> list[str]:
     return paths
 
 
-def parse_input(specs: list[str], match=_match_local) -> list[Source]:
+def open_local(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
+def source_of(path: str, open_binary=open_local, document_per_file: bool = False) -> Source:
+    """The source a file is, by its content (and, for text, by its name: .jsonl/.json)."""
+    try:
+        with open_binary(path) as f:
+            content = sniff.sniff(f)
+    except sniff.NotText as e:
+        raise InputError(f"input {path!r} cannot be read as text: {e}") from None
+    kind = content.kind
+    if kind == "text":
+        kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
+    return Source(kind, path, compression=content.compression)
+
+
+def parse_input(
+    specs: list[str],
+    match=_match_local,
+    open_binary: Callable[[str], BinaryIO] = open_local,
+    document_per_file: bool = False,
+) -> list[Source]:
     """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted).
 
-    `match(spec)` lists the files a file spec names; the default reads the local filesystem (the
-    Beam job passes one that also knows gs:// and other remote filesystems).
+    `match(spec)` lists the files a file spec names and `open_binary` opens one; the defaults read
+    the local filesystem (the Beam job passes ones that also know gs:// and other filesystems).
     """
     sources = []
     for spec in specs:
@@ -78,20 +116,54 @@ def parse_input(specs: list[str], match=_match_local) -> list[Source]:
         paths = match(spec)
         if not paths:
             raise InputError(f"--input pattern {spec!r} matches no file")
-        for path in paths:
-            sources.append(Source("jsonl" if _is_jsonl(path) else "text", path))
+        sources.extend(source_of(path, open_binary, document_per_file) for path in paths)
     if not sources:
         raise InputError("no input given: pass --input=FILE[,GLOB,tfds:NAME:SPLIT]")
     return sources
 
 
-def _open(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+def open_text(f: BinaryIO, path: str) -> BinaryIO:
+    """A text file's bytes, gunzipped when its first bytes say gzip (whatever its name)."""
+    position = f.tell()
+    magic = f.read(2)
+    f.seek(position)
+    return gzip.GzipFile(fileobj=f, mode="rb") if magic == sniff.GZIP_MAGIC else f
 
 
-def decode_line(raw: bytes, stats: ReadStats) -> str:
+def truncated(path: str, error: Exception) -> InputError:
+    """The error for a compressed file that ends early or holds damaged data."""
+    return InputError(
+        f"input {path!r} is damaged or truncated ({type(error).__name__}: {error}); "
+        "fetch or decompress it again"
+    )
+
+
+def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
+    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES, read in
+    pieces (so memory stays bounded) and skipped. A damaged gzip stream raises InputError."""
+    limit = MAX_LINE_BYTES
+    try:
+        for raw in iter(lambda: f.readline(limit), b""):
+            if len(raw) < limit or raw.endswith(b"\n"):
+                yield raw, len(raw)
+                continue
+            length = len(raw)
+            while not raw.endswith(b"\n"):
+                raw = f.readline(limit)
+                if not raw:
+                    break
+                length += len(raw)
+            yield None, length
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise truncated(path, e) from None
+
+
+def decode_line(raw: bytes | None, stats: ReadStats) -> str:
     """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
-    counted."""
+    counted; an over-long line (None) is counted and read as ""."""
+    if raw is None:
+        stats.long_lines += 1
+        return ""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -100,16 +172,20 @@ def decode_line(raw: bytes, stats: ReadStats) -> str:
     return line.strip()
 
 
-def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
-    """Stripped lines of a file. Lines end at "\\n" only, as TensorFlow's GFile (the original's
-    reader)."""
+def read_lines(path: str, stats: ReadStats, open_binary=open_local) -> Iterator[str]:
+    """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
+    GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
     stats.files += 1
     empty = True
-    with _open(path) as f:
-        for raw in f:
+    with open_binary(path) as raw_file, open_text(raw_file, path) as f:
+        for raw, _ in raw_lines(f, path):
+            if empty and raw is not None:
+                raw = raw.removeprefix(sniff.UTF8_BOM)
             empty = False
             stats.lines += 1
-            yield decode_line(raw, stats)
+            line = decode_line(raw, stats)
+            if line or raw is not None:
+                yield line
     if empty:
         stats.empty_files += 1
 
@@ -129,33 +205,12 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
         yield document
 
 
-# A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space and an upper-case
-# letter, digit or opening quote. Plain rules, no model to download; good enough for Wikipedia-style
-# prose, and BERT only needs sentence boundaries for NSP pairs, not perfect ones.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
-_ABBREVIATIONS = re.compile(
-    r"\b(?:Mr|Mrs|Ms|Dr|Prof|Sr|Jr|St|vs|etc|e\.g|i\.e|No|Fig|Vol|Inc|Ltd|Co)\.$"
-)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Paragraphs at newlines, then sentences; keeps common abbreviations ("Dr. Smith") together."""
-    sentences = []
-    for paragraph in text.split("\n"):
-        paragraph = paragraph.strip()
-        if not paragraph:
-            continue
-        start = 0
-        for match in _SENTENCE_END.finditer(paragraph):
-            candidate = paragraph[start : match.start()].strip()
-            if _ABBREVIATIONS.search(candidate) or re.search(r"\b[A-Z]\.$", candidate):
-                continue  # "Dr." or an initial: not the end of a sentence
-            sentences.append(paragraph[start : match.end()].strip())
-            start = match.end()
-        tail = paragraph[start:].strip()
-        if tail:
-            sentences.append(tail)
-    return sentences
+def book_document(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
+    """All lines of a file as one document, each line a paragraph split into sentences."""
+    document = [sentence for line in lines if line for sentence in split_sentences(line)]
+    if document:
+        stats.documents += 1
+        yield document
 
 
 def json_document(line: str, text_field: str, stats: ReadStats) -> list[str]:
@@ -229,9 +284,17 @@ def tfds_documents(
 def documents(
     source: Source, stats: ReadStats, text_field: str = "text", tfds_data_dir: str | None = None
 ):
-    """The documents of one source."""
+    """The documents of one whole source."""
+    from data_prep import parquet, wiki  # they build on this module
+
     if source.kind == "text":
         return text_documents(read_lines(source.path, stats), stats)
+    if source.kind == "book":
+        return book_document(read_lines(source.path, stats), stats)
     if source.kind == "jsonl":
         return jsonl_documents(source.path, text_field, stats)
+    if source.kind == "wiki":
+        return wiki.dump_documents(source, stats)
+    if source.kind == "parquet":
+        return parquet.file_documents(source.path, text_field, stats)
     return tfds_documents(source.path, source.split, text_field, tfds_data_dir, stats)

@@ -1,7 +1,9 @@
 """Work units of the scaled job: the inputs cut into pieces that are read independently.
 
-A unit is a byte block of a text or JSONL file, a whole .gz file (gzip cannot seek), or an index
-range of a TFDS split. Units are planned from the inputs alone (names, sizes and the block size), so
+A unit is a byte block of a text or JSONL file, a whole gzip file (gzip cannot seek) or book, a run
+of whole bz2 streams of a multistream Wikipedia dump (data_prep/wiki.py), a run of row groups of a
+Parquet file (data_prep/parquet.py), or an index range of a TFDS split. Units are planned from the
+inputs alone (their content kinds, sizes, a dump's index, a Parquet footer, and the block size), so
 they, and every random choice seeded from them, are the same whatever the number of workers.
 
 Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
@@ -13,12 +15,11 @@ JSONL blocks: the lines that start inside the block, one document each.
 """
 
 import dataclasses
-import gzip
 import os
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from data_prep import readers
+from data_prep import parquet, readers, sniff, wiki
 
 MB = 1 << 20
 
@@ -26,20 +27,21 @@ MB = 1 << 20
 @dataclasses.dataclass(frozen=True)
 class Unit:
     index: int  # position in the plan; part of every random seed of the unit
-    kind: str  # "text" | "jsonl" | "tfds"
+    kind: str  # "text" | "book" | "jsonl" | "wiki" | "parquet" | "tfds"
     path: str  # a file, or a TFDS dataset name
-    start: int  # first byte (files) or example (TFDS)
-    stop: int  # one past the last byte or example; a .gz file is one unit, start=0, stop=its size
+    start: int  # first byte (files), row group (Parquet) or example (TFDS)
+    stop: int  # one past the last; a gzip file is one unit, start=0, stop=its size
     split: str = ""  # TFDS split
-    first: bool = (
-        True  # the first unit of its source: it counts the file (and an empty one) in ReadStats
-    )
+    first: bool = True  # the first unit of its source: it counts the file (and an empty one)
+    compression: str = ""  # "" | "gzip" | "bz2": from the file's content, not its name
+    weight: int = 0  # compressed bytes of Parquet row groups (their start/stop count groups)
+    extent: str = ""  # what the plan saw of a dump or Parquet file, for the job's fingerprint
 
     @property
     def size(self) -> int:
-        """Work estimate for progress and scheduling: bytes of a file block, examples of a TFDS
-        range."""
-        return self.stop - self.start
+        """Work estimate for progress and scheduling: bytes of a file block (of row groups for
+        Parquet), examples of a TFDS range."""
+        return self.weight or self.stop - self.start
 
 
 def plan_units(
@@ -48,9 +50,10 @@ def plan_units(
     tfds_examples_per_unit: int,
     tfds_data_dir: str | None = None,
     size_of: Callable[[str], int] = os.path.getsize,
+    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    text_field: str = "text",
 ) -> list[Unit]:
-    """Cuts every source into units, in source order; depends on nothing but the inputs and
-    sizes."""
+    """Cuts every source into units, in source order; depends on nothing but the inputs."""
     if block_bytes < 1 or tfds_examples_per_unit < 1:
         raise ValueError(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="
@@ -58,33 +61,43 @@ def plan_units(
         )
     units: list[Unit] = []
 
-    def add(kind, path, start, stop, split=""):
-        units.append(Unit(len(units), kind, path, start, stop, split, first=start == 0))
+    def add(source, start, stop, **kwargs):
+        units.append(
+            Unit(
+                len(units),
+                source.kind,
+                source.path,
+                start,
+                stop,
+                first=start == 0,
+                compression=source.compression,
+                **kwargs,
+            )
+        )
 
     for source in sources:
         if source.kind == "tfds":
             count = len(readers.open_tfds(source.path, source.split, tfds_data_dir))
             for start in range(0, max(count, 1), tfds_examples_per_unit):
-                add(
-                    "tfds",
-                    source.path,
-                    start,
-                    min(start + tfds_examples_per_unit, count),
-                    source.split,
-                )
+                stop = min(start + tfds_examples_per_unit, count)
+                add(source, start, stop, split=source.split)
+            continue
+        if source.kind == "parquet":
+            spans, extent = parquet.plan(source.path, block_bytes, text_field, open_binary)
+            for start, stop, weight in spans:
+                add(source, start, stop, weight=weight, extent=extent)
             continue
         size = size_of(source.path)
-        if source.path.endswith(".gz") or size == 0:
-            add(source.kind, source.path, 0, size)
-            continue
-        for start in range(0, size, block_bytes):
-            add(source.kind, source.path, start, min(start + block_bytes, size))
+        if source.kind == "wiki":
+            spans, extent = wiki.plan(source, size, block_bytes, open_binary)
+            for start, stop in spans:
+                add(source, start, stop, extent=extent)
+        elif source.compression or source.kind == "book" or size == 0:
+            add(source, 0, size)
+        else:
+            for start in range(0, size, block_bytes):
+                add(source, start, min(start + block_bytes, size))
     return units
-
-
-def _open(unit: Unit, open_binary: Callable[[str], BinaryIO]) -> BinaryIO:
-    f = open_binary(unit.path)
-    return gzip.GzipFile(fileobj=f, mode="rb") if unit.path.endswith(".gz") else f
 
 
 def _seek_to_line(f: BinaryIO, start: int) -> int:
@@ -95,18 +108,29 @@ def _seek_to_line(f: BinaryIO, start: int) -> int:
     return start - 1 + len(f.readline())  # the rest of the line holding byte start-1
 
 
+def _lines(f: BinaryIO, unit: Unit) -> Iterator[tuple[bytes | None, int]]:
+    """A unit's raw lines (and lengths) from its first line on; a file's BOM is dropped."""
+    lines = readers.raw_lines(f, unit.path)
+    if unit.start == 0:
+        for raw, length in lines:
+            yield (raw.removeprefix(sniff.UTF8_BOM) if raw else raw), length
+            break
+    yield from lines
+
+
 def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterator[list[str]]:
-    gz = unit.path.endswith(".gz")
-    stop = float("inf") if gz else unit.stop
+    stop = float("inf") if unit.compression else unit.stop
     offset = _seek_to_line(f, unit.start)
     anchored = unit.start == 0  # the previous line was blank (or this is the file start)
     document: list[str] = []
     elsewhere = readers.ReadStats()  # lines of another block are counted there, not here
-    for raw in f:
-        line_start, offset = offset, offset + len(raw)
+    for raw, length in _lines(f, unit):
+        line_start, offset = offset, offset + length
         counted = stats if line_start < stop else elsewhere
         counted.lines += 1
         line = readers.decode_line(raw, counted)
+        if raw is None:
+            continue  # an over-long line, skipped: as if it were not there
         if not line:
             if document:
                 stats.documents += 1
@@ -131,12 +155,12 @@ def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterat
 def _jsonl_documents(
     f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats
 ) -> Iterator[list[str]]:
-    stop = float("inf") if unit.path.endswith(".gz") else unit.stop
+    stop = float("inf") if unit.compression else unit.stop
     offset = _seek_to_line(f, unit.start)
-    for raw in f:
+    for raw, length in _lines(f, unit):
         if offset >= stop:
             return
-        offset += len(raw)
+        offset += length
         stats.lines += 1
         sentences = readers.json_document(readers.decode_line(raw, stats), text_field, stats)
         if sentences:
@@ -144,12 +168,18 @@ def _jsonl_documents(
             yield sentences
 
 
+def _counted(lines, stats: readers.ReadStats):
+    for line in lines:
+        stats.lines += 1
+        yield line
+
+
 def read_unit(
     unit: Unit,
     stats: readers.ReadStats,
     text_field: str = "text",
     tfds_data_dir: str | None = None,
-    open_binary: Callable[[str], BinaryIO] = lambda path: open(path, "rb"),
+    open_binary: Callable[[str], BinaryIO] = readers.open_local,
 ) -> Iterator[list[str]]:
     """The documents (lists of sentence strings) of one unit; `open_binary` opens a path for reading
     with seek (the Beam job passes its FileSystems.open for gs:// and other remote paths)."""
@@ -163,11 +193,24 @@ def read_unit(
         if unit.stop == 0:
             stats.empty_files += 1
             return
+    if unit.kind == "wiki":
+        yield from wiki.documents(
+            unit.path, unit.compression, unit.start, unit.stop, stats, open_binary
+        )
+        return
+    if unit.kind == "parquet":
+        yield from parquet.documents(
+            unit.path, unit.start, unit.stop, text_field, stats, open_binary
+        )
+        return
     lines_before = stats.lines
-    with _open(unit, open_binary) as f:
+    with open_binary(unit.path) as raw_file, readers.open_text(raw_file, unit.path) as f:
         if unit.kind == "jsonl":
             yield from _jsonl_documents(f, unit, text_field, stats)
+        elif unit.kind == "book":
+            lines = (readers.decode_line(raw, stats) for raw, _ in _counted(_lines(f, unit), stats))
+            yield from readers.book_document(lines, stats)
         else:
             yield from _text_documents(f, unit, stats)
-    if unit.path.endswith(".gz") and stats.lines == lines_before:
+    if unit.compression and stats.lines == lines_before:
         stats.empty_files += 1  # an empty file compressed: its size is not 0

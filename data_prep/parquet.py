@@ -1,0 +1,91 @@
+"""Parquet files (the Hugging Face hub's format) -> documents, one per row, by row groups.
+
+`wikimedia/wikipedia` has columns id/url/title/text, `bookcorpus` has text: the text field's
+column (--text_field) is read with pyarrow, one row group at a time in batches, so memory is
+bounded by a row group's column chunk, never the file. A unit is a run of whole row groups of about
+`block_bytes` compressed bytes; the plan reads only the files' footers.
+"""
+
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from data_prep import readers
+from data_prep.sentences import split_sentences
+
+_BATCH_ROWS = 256
+
+
+def _open(path: str, f: BinaryIO):
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(f)
+    except (pyarrow.ArrowException, OSError) as e:
+        raise readers.InputError(f"input {path!r} is not a readable Parquet file ({e})") from None
+
+
+def plan(
+    path: str, block_bytes: int, text_field: str, open_binary: Callable[[str], BinaryIO]
+) -> tuple[list[tuple[int, int, int]], str]:
+    """(first row group, end row group, compressed bytes) of each unit, and what the plan saw."""
+    with open_binary(path) as f:
+        parquet = _open(path, f)
+        columns = parquet.schema_arrow.names
+        if text_field not in columns:
+            raise readers.InputError(
+                f"Parquet file {path!r} has no column {text_field!r}; columns: {columns}; "
+                "set --text_field"
+            )
+        meta = parquet.metadata
+        sizes = [
+            sum(meta.row_group(g).column(c).total_compressed_size for c in range(meta.num_columns))
+            for g in range(meta.num_row_groups)
+        ]
+    spans, first, size = [], 0, 0
+    for group, group_size in enumerate(sizes):
+        if group > first and size + group_size > block_bytes:
+            spans.append((first, group, size))
+            first, size = group, 0
+        size += group_size
+    spans.append((first, len(sizes), size))
+    return spans, f"{sum(sizes)} bytes, {len(sizes)} row groups, {meta.num_rows} rows"
+
+
+def documents(
+    path: str,
+    start: int,
+    stop: int,
+    text_field: str,
+    stats: readers.ReadStats,
+    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+) -> Iterator[list[str]]:
+    """The documents of row groups [start, stop): each row's text split into sentences."""
+    import pyarrow
+
+    with open_binary(path) as f:
+        parquet = _open(path, f)
+        if start >= stop:
+            return
+        try:
+            batches = parquet.iter_batches(
+                _BATCH_ROWS, row_groups=range(start, stop), columns=[text_field]
+            )
+            for batch in batches:
+                for text in batch.column(0).to_pylist():
+                    if isinstance(text, bytes):
+                        text = text.decode("utf-8", errors="replace")
+                    sentences = split_sentences(text) if isinstance(text, str) else []
+                    if sentences:
+                        stats.documents += 1
+                        yield sentences
+        except (pyarrow.ArrowException, OSError) as e:
+            raise readers.truncated(path, e) from None
+
+
+def file_documents(path: str, text_field: str, stats: readers.ReadStats) -> Iterator[list[str]]:
+    """Every document of a local Parquet file."""
+    stats.files += 1
+    with open(path, "rb") as f:
+        groups = _open(path, f).metadata.num_row_groups
+    yield from documents(path, 0, groups, text_field, stats)

@@ -1,0 +1,115 @@
+"""What an input file holds, decided by its first bytes, never by its name alone.
+
+Names lie (a dump saved as .txt, a Parquet file without a suffix, a .gz that is not gzip), and a
+binary file read as text gives records of garbage and a zero exit. So every local or remote file is
+sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki), or
+UTF-8 text. A UTF-16/32 byte-order mark, NUL bytes or mostly undecodable bytes are an InputError
+naming the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
+"""
+
+import bz2
+import dataclasses
+import zlib
+from typing import BinaryIO
+
+HEAD_BYTES = 1 << 16  # bytes sniffed (decompressed bytes for gzip and bz2)
+_BZ2_READ_LIMIT = 1 << 21  # a bz2 block is at most 900 kB of text: its first ~2 MB give output
+_MAX_BAD_FRACTION = 0.25  # of sniffed characters undecodable: more is not UTF-8 text (Latin-1
+# prose has a few percent: read, those bytes dropped and counted; Cyrillic in cp1251 has most)
+_MIN_BAD = 16  # and at least this many: a few stray bytes in a tiny file are not an encoding
+
+GZIP_MAGIC = b"\x1f\x8b"
+BZ2_MAGIC = b"BZh"
+PARQUET_MAGIC = b"PAR1"
+UTF8_BOM = b"\xef\xbb\xbf"
+_WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+class NotText(ValueError):
+    """Bytes that are not UTF-8 text; the message says what they look like and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Content:
+    kind: str  # "text" | "wiki" | "parquet"
+    compression: str = ""  # "" | "gzip" | "bz2"
+
+
+def _gunzip_head(head: bytes) -> bytes:
+    try:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
+    except zlib.error as e:
+        raise NotText(f"it starts like gzip but is not valid gzip data ({e})") from None
+
+
+def _bunzip_head(f: BinaryIO) -> bytes:
+    decompressor, out = bz2.BZ2Decompressor(), b""
+    read = 0
+    while len(out) < 1024 and read < _BZ2_READ_LIMIT and not decompressor.eof:
+        chunk = f.read(1 << 16)
+        if not chunk:
+            break
+        read += len(chunk)
+        try:
+            out += decompressor.decompress(chunk)
+        except OSError as e:
+            raise NotText(f"it starts like bz2 but is not valid bz2 data ({e})") from None
+    return out
+
+
+def check_text(head: bytes) -> None:
+    """Raises NotText unless `head` (a file's first bytes, decompressed) reads as UTF-8 text."""
+    for bom, name in _WIDE_BOMS:
+        if head.startswith(bom):
+            raise NotText(
+                f"it is {name} text (byte-order mark {bom.hex()}); convert it to UTF-8, e.g. "
+                f"iconv -f {name} -t UTF-8"
+            )
+    if b"\x00" in head:
+        raise NotText(
+            "it holds NUL bytes: binary data or UTF-16/32 text without a byte-order mark; "
+            "pass UTF-8 text"
+        )
+    text = head.decode("utf-8", errors="replace")
+    if len(head) == HEAD_BYTES:  # the sniffed head may end inside a character
+        text = text.rstrip("\ufffd")
+    bad = text.count("\ufffd")
+    if bad >= _MIN_BAD and bad > _MAX_BAD_FRACTION * len(text):
+        raise NotText(
+            f"{bad} of its first {len(text)} characters are not UTF-8: another encoding or binary "
+            "data; convert it to UTF-8 (iconv -f ENCODING -t UTF-8)"
+        )
+
+
+def _is_mediawiki(head: bytes) -> bool:
+    start = head.lstrip(UTF8_BOM).lstrip()
+    if start.startswith(b"<?xml"):
+        start = start[start.find(b"?>") + 2 :].lstrip()
+    return start.startswith(b"<mediawiki")
+
+
+def sniff(f: BinaryIO) -> Content:
+    """The content of an open binary file (read from its current position, which is its start)."""
+    head = f.read(HEAD_BYTES)
+    if head.startswith(PARQUET_MAGIC):
+        return Content("parquet")
+    if head.startswith(BZ2_MAGIC):
+        f.seek(0)
+        if _is_mediawiki(_bunzip_head(f)):
+            return Content("wiki", "bz2")
+        raise NotText(
+            "it is bz2-compressed but not a MediaWiki XML dump; decompress it (bunzip2) or "
+            "recompress it with gzip"
+        )
+    compression = ""
+    if head.startswith(GZIP_MAGIC):
+        head, compression = _gunzip_head(head), "gzip"
+    if _is_mediawiki(head):
+        return Content("wiki", compression)
+    check_text(head)
+    return Content("text", compression)

@@ -1,0 +1,233 @@
+"""MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units at stream offsets.
+
+A dump (`enwiki-YYYYMMDD-pages-articles-multistream.xml.bz2`, the plain `.xml.bz2`, or `.xml`) is
+read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is decompressed:
+memory holds one page at a time, whatever the dump's size. A page is an article when it is in
+namespace 0 and neither a redirect nor a disambiguation page; its wikitext becomes prose paragraphs
+(data_prep/wikitext.py) and then sentences, and one article is one document.
+
+Multistream layout: the dump is bz2 streams concatenated; the first holds `<mediawiki ...>` and
+`<siteinfo>`, each later one about 100 pages. The index beside it
+(`...-multistream-index.txt.bz2`, lines `offset:page_id:title`) gives each stream's byte offset.
+With the index, the dump is cut into units of whole streams, about `block_bytes` of compressed
+bytes each; a unit seeks to its first stream and decompresses stream by stream, parsing its pages
+under a stand-in root element. Without the index (or for .xml and one-stream .xml.bz2) the dump is
+one sequential unit. Either way the plan depends only on the dump and its index, so the output does
+not depend on the worker count. A dump that ends inside a stream is an InputError, never silently
+fewer articles.
+"""
+
+import bz2
+import dataclasses
+import gzip
+import os
+import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from data_prep import readers, wikitext
+from data_prep.sentences import split_sentences
+
+_READ = 1 << 20  # compressed bytes read at a time
+_REDIRECT = "#redirect"
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    title: str
+    namespace: str
+    redirect: bool
+    text: str
+
+
+def index_path(dump_path: str) -> str | None:
+    """Where the multistream index of a dump lies, by the dumps' naming; None for no .xml.bz2."""
+    if not dump_path.endswith(".xml.bz2"):
+        return None
+    return dump_path[: -len(".xml.bz2")] + "-index.txt.bz2"
+
+
+def stream_offsets(path: str, open_binary: Callable[[str], BinaryIO]) -> tuple[list[int], int]:
+    """The distinct stream offsets an index lists, ascending, and the index's size in bytes."""
+    offsets: list[int] = []
+    size, tail = 0, b""
+    decompressor = bz2.BZ2Decompressor()
+    with open_binary(path) as f:
+        for chunk in iter(lambda: f.read(_READ), b""):
+            size += len(chunk)
+            while chunk:
+                if decompressor.eof:
+                    decompressor = bz2.BZ2Decompressor()
+                try:
+                    text = tail + decompressor.decompress(chunk)
+                except OSError as e:
+                    raise readers.truncated(path, e) from None
+                chunk = decompressor.unused_data if decompressor.eof else b""
+                lines = text.split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    _add_offset(offsets, line, path)
+    if not decompressor.eof:
+        raise readers.truncated(path, EOFError("the index ends inside a bz2 stream"))
+    _add_offset(offsets, tail, path)
+    return offsets, size
+
+
+def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
+    if not line.strip():
+        return
+    head = line.split(b":", 1)[0]
+    if not head.isdigit():
+        raise readers.InputError(
+            f"multistream index {path!r}: line {line[:80]!r} is not offset:page_id:title"
+        )
+    offset = int(head)
+    if not offsets or offset > offsets[-1]:
+        offsets.append(offset)
+    elif offset < offsets[-1]:
+        raise readers.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
+
+
+def plan(
+    source: readers.Source,
+    size: int,
+    block_bytes: int,
+    open_binary: Callable[[str], BinaryIO],
+) -> tuple[list[tuple[int, int]], str]:
+    """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
+    the job's fingerprint)."""
+    index = index_path(source.path) if source.compression == "bz2" else None
+    try:
+        offsets, index_size = stream_offsets(index, open_binary) if index else ([], 0)
+    except OSError:  # no index beside the dump: one sequential unit
+        offsets, index_size = [], 0
+    if not offsets:
+        return [(0, size)], f"{size} bytes, no index"
+    if offsets[-1] >= size:
+        raise readers.InputError(
+            f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
+            f"{size} bytes: the index belongs to another dump"
+        )
+    starts = [0, *offsets] if offsets[0] else offsets
+    spans, unit_start = [], 0
+    for start, stop in zip(starts, [*starts[1:], size]):
+        if start > unit_start and stop - unit_start > block_bytes:
+            spans.append((unit_start, start))
+            unit_start = start
+    spans.append((unit_start, size))
+    return spans, f"{size} bytes, index {index_size} bytes"
+
+
+def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes]:
+    """Decompressed bytes of the bz2 streams in [start, stop), stream after stream."""
+    f.seek(start)
+    remaining, decompressor, pending = stop - start, bz2.BZ2Decompressor(), False
+    while remaining > 0:
+        data = f.read(min(_READ, remaining))
+        if not data:
+            break
+        remaining -= len(data)
+        while data:
+            if decompressor.eof:
+                decompressor = bz2.BZ2Decompressor()
+            try:
+                out = decompressor.decompress(data)
+            except OSError as e:
+                raise readers.truncated(path, e) from None
+            pending = not decompressor.eof
+            if out:
+                yield out
+            data = decompressor.unused_data if decompressor.eof else b""
+    if pending or remaining > 0:
+        raise readers.truncated(path, EOFError("the dump ends inside a bz2 stream"))
+
+
+def _chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
+    if compression == "bz2":
+        yield from _bz2_chunks(f, start, stop, path)
+        return
+    stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
+    try:
+        yield from iter(lambda: stream.read(_READ), b"")
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise readers.truncated(path, e) from None
+
+
+def _local(tag: str) -> str:
+    return tag.rpartition("}")[2]
+
+
+def _page(element) -> Page:
+    title = namespace = text = ""
+    redirect = False
+    for child in element:
+        name = _local(child.tag)
+        if name == "title":
+            title = child.text or ""
+        elif name == "ns":
+            namespace = (child.text or "").strip()
+        elif name == "redirect":
+            redirect = True
+        elif name == "revision":
+            for part in child:
+                if _local(part.tag) == "text":
+                    text = part.text or ""
+    return Page(title, namespace, redirect, text)
+
+
+def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Page]:
+    """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    root = None
+    if inside_root:
+        parser.feed(b"<mediawiki>")
+    try:
+        for chunk in chunks:
+            parser.feed(chunk)
+            for event, element in parser.read_events():
+                if root is None:
+                    root = element
+                elif event == "end" and _local(element.tag) == "page":
+                    yield _page(element)
+            if root is not None:
+                root.clear()  # finished pages are yielded: the tree keeps none of them
+    except ET.ParseError as e:
+        raise readers.InputError(
+            f"input {path!r} is not a well-formed MediaWiki XML export ({e})"
+        ) from None
+
+
+def article(page: Page) -> list[str]:
+    """An article's sentences; [] for pages that are not articles or hold no prose."""
+    if page.namespace != "0" or page.redirect or page.text[:9].lower().startswith(_REDIRECT):
+        return []
+    if wikitext.is_disambiguation(page.title, page.text):
+        return []
+    return [s for paragraph in wikitext.paragraphs(page.text) for s in split_sentences(paragraph)]
+
+
+def documents(
+    path: str,
+    compression: str,
+    start: int,
+    stop: int,
+    stats: readers.ReadStats,
+    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+) -> Iterator[list[str]]:
+    """The articles of the dump bytes [start, stop), one document each."""
+    with open_binary(path) as f:
+        for page in pages(_chunks(f, compression, start, stop, path), path, inside_root=start > 0):
+            stats.pages += 1
+            sentences = article(page)
+            if sentences:
+                stats.documents += 1
+                yield sentences
+            else:
+                stats.skipped_pages += 1
+
+
+def dump_documents(source: readers.Source, stats: readers.ReadStats) -> Iterator[list[str]]:
+    """Every article of a local dump, read sequentially."""
+    stats.files += 1
+    yield from documents(source.path, source.compression, 0, os.path.getsize(source.path), stats)

@@ -1,0 +1,160 @@
+"""MediaWiki dumps: every layout and any unit size give the generated articles' exact sentences,
+with no markup left; damaged dumps and indexes are errors naming the file."""
+
+import bz2
+import gzip
+import os
+import re
+
+import pytest
+
+from data_prep import readers, units, wiki, wikitext
+from data_prep.testdata import make_wiki_dump
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample-pages-articles-multistream.xml.bz2")
+MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|</?[a-z]+[ >/]|\{\||\|\}|==|''|&[a-z]+;|__[A-Z]+__")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    pages, expected = make_wiki_dump.build(40)
+    d = tmp_path_factory.mktemp("wiki")
+    return d, pages, expected
+
+
+def _read_whole(path):
+    stats = readers.ReadStats()
+    (source,) = readers.parse_input([str(path)])
+    return list(readers.documents(source, stats)), stats, source
+
+
+def _read_units(path, block_bytes):
+    stats = readers.ReadStats()
+    planned = units.plan_units(readers.parse_input([str(path)]), block_bytes, 10)
+    return [d for u in planned for d in units.read_unit(u, stats)], stats, planned
+
+
+def test_every_article_exactly_and_nothing_else(generated):
+    d, pages, expected = generated
+    path = d / "gen-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), pages_per_stream=7)
+    docs, stats, source = _read_whole(path)
+    assert (source.kind, source.compression) == ("wiki", "bz2")
+    assert docs == list(expected.values())  # every article, in order, its sentences exactly
+    assert stats.pages == len(pages) and stats.skipped_pages == len(pages) - 40
+    assert stats.documents == 40 and stats.files == 1
+    assert not [s for doc in docs for s in doc if MARKUP.search(s)]
+
+
+def test_units_at_stream_offsets_give_the_sequential_read(generated):
+    d, pages, _ = generated
+    path = d / "units-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    whole, whole_stats, _ = _read_whole(path)
+    offsets, _ = wiki.stream_offsets(index, readers.open_local)
+    for block in (1, 3000, 20_000, 1 << 30):
+        docs, stats, planned = _read_units(path, block)
+        assert docs == whole and stats == whole_stats, block
+        assert {u.start for u in planned} <= {0, *offsets}
+        assert planned[-1].stop == os.path.getsize(path)
+    assert len(_read_units(path, 1)[2]) == len(offsets) + 1 > 10  # one unit per stream
+    assert len(_read_units(path, 1 << 30)[2]) == 1
+
+
+@pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2", "no-index.xml.bz2"])
+def test_other_layouts_are_one_sequential_unit(generated, layout):
+    d, pages, expected = generated
+    path = d / f"layout.{layout}"
+    if layout == "xml.gz":
+        make_wiki_dump.write_dump(pages, str(d / "plain.xml"))
+        path.write_bytes(gzip.compress((d / "plain.xml").read_bytes()))
+    else:
+        make_wiki_dump.write_dump(
+            pages, str(path), multistream=layout != "one-stream.xml.bz2", index=False
+        )
+    docs, stats, planned = _read_units(path, 1000)
+    assert len(planned) == 1 and docs == list(expected.values()) and stats.documents == 40
+
+
+def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
+    d, pages, _ = generated
+    path = d / "cut-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(readers.InputError, match=r"cut-pages.*damaged or truncated"):
+        _read_whole(path)
+    with pytest.raises(readers.InputError, match="the index belongs to another dump"):
+        _read_units(path, 1000)
+    path.write_bytes(data)
+    index_data = open(index, "rb").read()
+    open(index, "wb").write(index_data[:-20])
+    with pytest.raises(readers.InputError, match=r"index.txt.bz2.*damaged or truncated"):
+        _read_units(path, 1000)
+    open(index, "wb").write(bz2.compress(b"12:34:Title\nnot an index line\n"))
+    with pytest.raises(readers.InputError, match="is not offset:page_id:title"):
+        _read_units(path, 1000)
+    (d / "broken.xml").write_text("<mediawiki><page><title>x</title></mediawiki>")
+    with pytest.raises(readers.InputError, match=r"broken.xml.*not a well-formed"):
+        _read_whole(d / "broken.xml")
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("A {{tpl|x={{inner|{{deep}}}}}}b.", ["A b."]),
+        ("Born {{birth date|1947|4|1}} in {{lang|fr|Draguignan}}.", ["Born in Draguignan."]),
+        ("It is {{convert|5|km|mi}} long.", ["It is 5 km long."]),
+        ("Text.<ref name=a>{{cite web|url=http://x}}</ref> More.<ref name=a/>", ["Text. More."]),
+        ("X (; born 1947) and (ANSI, ) and ( ).", ["X (born 1947) and (ANSI) and."]),
+        (
+            "[[Paris|the capital]], [[Lyon]] and [[:Category:Cities|cities]].",
+            ["the capital, Lyon and cities."],
+        ),
+        ("[[File:A.jpg|thumb|A [[cat]] on a {{mat}}.]]Prose.", ["Prose."]),
+        ("Prose.[[Category:X]][[de:Paris]][[zh-min-nan:Paris]]", ["Prose."]),
+        (
+            "A <!-- hidden\nlines --> b &amp; c&nbsp;d <span style='x'>e</span><br/>f.",
+            ["A b & c d e f."],
+        ),
+        ("Intro.\n== Section ==\nBody.\n=== Sub ===\nMore.", ["Intro.", "Body.", "More."]),
+        ("Intro.\n* item\n# numbered\n: indented\n; term\nAfter.", ["Intro.", "After."]),
+        (
+            "Body.\n== See also ==\nLinks.\n=== Sub ===\nMore links.\n== History ==\nOld.",
+            ["Body.", "Old."],
+        ),
+        ('{| class="wikitable"\n| a || b\n|-\n| c\n|}\nAfter the table.', ["After the table."]),
+        ("<gallery>\nFile:A.jpg|[[x]]\n</gallery>After.<math>x^2</math>", ["After."]),
+        (
+            "'''Bold''' and ''italic'' [https://e.org label] [https://e.org].__NOTOC__",
+            ["Bold and italic label."],
+        ),
+        ("An {{unclosed template stays as text.", ["An {{unclosed template stays as text."]),
+    ],
+)
+def test_wikitext_constructs(source, expected):
+    assert wikitext.paragraphs(source) == expected
+
+
+def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
+    def article(title="T", text="Prose here. More prose.", namespace="0", redirect=False):
+        return wiki.article(wiki.Page(title, namespace, redirect, text))
+
+    assert article() == ["Prose here.", "More prose."]
+    assert article(namespace="1") == [] and article(redirect=True) == []
+    assert article(text="#REDIRECT [[Other]]") == [] and article(text="#redirect[[x]]") == []
+    assert article(title="Mercury (disambiguation)") == []
+    assert article(text="Mercury may be:\n* a planet\n{{Disambiguation|geo}}") == []
+    assert article(text="Springfield is:\n{{geodis}}") == []
+    assert article(text="{{Infobox}}\n* only a list") == []
+
+
+def test_the_real_sample_dump(tmp_path):
+    """examples/data's sample: real enwiki pages (redirects, disambiguation pages, articles)."""
+    docs, stats, planned = _read_units(SAMPLE, 20_000)
+    assert len(planned) > 5 and stats.pages == 141 and stats.documents == len(docs) == 32
+    sentences = [s for doc in docs for s in doc]
+    assert len(sentences) > 1000 and not [s for s in sentences if MARKUP.search(s)]
+    assert docs[0][0].startswith("A (named, plural As")
+    assert "Austin is the capital of Texas in the United States." not in sentences  # its dab page
