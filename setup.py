@@ -22,6 +22,13 @@ INSTALL_REQUIRES = [
     "tqdm>=4.60",
     "matplotlib>=3.8",
     "psutil>=5.9",  # peak memory of process trees in bench/
+    # Sentence boundaries of JSONL/TFDS/Parquet/Wikipedia/book text: Wikimedia's rule-based
+    # segmenter (Rust, no model download); best boundary F1 and fastest of the candidates on our
+    # labelled set (bench/sentence_bench.py, docs/data_prep.md).
+    "sentencex>=1.0.32,<2",
+    # Parquet inputs (the Hugging Face hub's format), read by row groups; tensorflow-datasets
+    # already pulls it in, named here because data_prep imports it.
+    "pyarrow>=14",
 ]
 
 EXTRAS = {
