@@ -5,8 +5,9 @@ on the labelled set in data_prep/testdata/sentences_labelled.txt against pysbd, 
 and the regex this project used before (table and figures: docs/data_prep.md, measured by
 bench/sentence_bench.py). It splits after an abbreviation followed by a lower-case word
 ("approx. 20 ml", "pop. of 4,000"); no English sentence starts in lower case except brand names
-(iPhone, eBay), so such a piece is merged back, which raised boundary F1 from 0.961 to 0.969.
-BERT needs boundaries for its next-sentence pairs, not perfect ones.
+(iPhone, eBay), so such a piece is merged back, which raised boundary F1 from 0.961 to 0.969. Not
+in lower-cased text (BookCorpus as distributed), where every sentence starts in lower case. BERT
+needs boundaries for its next-sentence pairs, not perfect ones.
 """
 
 import sentencex
@@ -20,11 +21,12 @@ def split_sentences(text: str) -> list[str]:
         if not paragraph:
             continue
         first = True  # a paragraph's first sentence is never merged into the previous paragraph
+        cased = not paragraph.islower()
         for sentence in sentencex.segment("en", paragraph):
             sentence = sentence.strip()
             if not sentence:
                 continue
-            if not first and sentence[0].islower():
+            if cased and not first and sentence[0].islower():
                 sentences[-1] = f"{sentences[-1]} {sentence}"
             else:
                 sentences.append(sentence)

@@ -143,7 +143,8 @@ def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes
         raise readers.truncated(path, EOFError("the dump ends inside a bz2 stream"))
 
 
-def _chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
+def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
+    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file), decompressed."""
     if compression == "bz2":
         yield from _bz2_chunks(f, start, stop, path)
         return
@@ -217,7 +218,7 @@ def documents(
 ) -> Iterator[list[str]]:
     """The articles of the dump bytes [start, stop), one document each."""
     with open_binary(path) as f:
-        for page in pages(_chunks(f, compression, start, stop, path), path, inside_root=start > 0):
+        for page in pages(chunks(f, compression, start, stop, path), path, inside_root=start > 0):
             stats.pages += 1
             sentences = article(page)
             if sentences:

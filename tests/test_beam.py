@@ -21,10 +21,28 @@ def _shards(directory):
     }
 
 
+@pytest.fixture(scope="module")
+def wiki_and_parquet(tmp_path_factory):
+    """A multistream dump with its index (units seek to stream offsets through FileSystems) and a
+    Parquet file of several row groups."""
+    pytest.importorskip("pyarrow")
+    from data_prep.testdata import make_wiki_dump
+
+    d = tmp_path_factory.mktemp("beam_inputs")
+    pages, _ = make_wiki_dump.build(12, seed=5)
+    dump = d / "b-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(dump), pages_per_stream=3)
+    make_wiki_dump.write_parquet(pages, str(d / "b.parquet"), row_group_rows=3)
+    return str(dump), str(d / "b.parquet")
+
+
 @pytest.mark.parametrize("fmt, masked", [("arrayrecord", True), ("tfrecord", False)])
-def test_beam_output_equals_the_local_scaled_output(tmp_path, testdata, vocab_file, fmt, masked):
+def test_beam_output_equals_the_local_scaled_output(
+    tmp_path, testdata, vocab_file, fmt, masked, wiki_and_parquet
+):
     spec = job.JobSpec(
-        inputs=(str(testdata / "pydocs_small.txt"), str(testdata / "sample_text.txt")),
+        inputs=(str(testdata / "pydocs_small.txt"), str(testdata / "sample_text.txt"))
+        + (wiki_and_parquet if masked else ()),
         opts=job.inst.InstanceOptions(mask=masked),
         dupe_factor=2,
         eval_fraction=0.05,
@@ -54,6 +72,9 @@ def test_beam_output_equals_the_local_scaled_output(tmp_path, testdata, vocab_fi
     ):
         assert beam[key] == local[key], key
     assert beam["runner"] == "beam: DirectRunner"
+    if masked:  # the dump and the Parquet file were read, in units of their own kinds
+        assert {u.kind for u in job.plan(spec)} >= {"wiki", "parquet"}
+        assert beam["read"]["pages"] > 12 and beam["documents"] > 24
     assert json.loads((tmp_path / "beam" / "manifest.json").read_text()) == beam
     assert not [name for name in os.listdir(tmp_path / "beam") if ".tmp-" in name]
     # A finished output is recognised; other settings are refused.

@@ -17,6 +17,9 @@ tags and entities, bold and italics, headings, lists, external links, magic word
 {{lang}}. Redirects, disambiguation pages and pages of other namespaces are mixed in. `build`
 returns each article's expected sentences, so tests can check the reader's output exactly.
 
+--parquet_output also writes the articles as the Hugging Face hub's `wikimedia/wikipedia` Parquet
+files are laid out (columns id, url, title, text; paragraphs separated by blank lines).
+
 --from_dump repacks the pages of an existing dump (plain, bz2, multistream or not) instead: the
 README's example (examples/data/enwiki-sample-*) is real Wikipedia pages repacked so, and
 bench/wiki_bench.py repacks a real dump (--repeat times) to time and measure the reader.
@@ -214,6 +217,27 @@ def read_pages(path: str, max_page_bytes: int = 0, repeat: int = 1) -> list[tupl
     return pages * repeat
 
 
+def write_parquet(pages, path: str, row_group_rows: int = 8) -> int:
+    """Writes the articles among pages in the schema of Hugging Face's wikimedia/wikipedia
+    (id, url, title, text), several row groups; returns the number of rows."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    from data_prep import wiki, wikitext
+
+    xml = (HEADER + "".join(x for *_, x in pages) + FOOTER).encode()
+    rows = {"id": [], "url": [], "title": [], "text": []}
+    for page_id, page in zip((i for i, *_ in pages), wiki.pages(iter([xml]), path, False)):
+        if not wiki.article(page):
+            continue
+        rows["id"].append(str(page_id))
+        rows["url"].append("https://en.wikipedia.org/wiki/" + page.title.replace(" ", "_"))
+        rows["title"].append(page.title)
+        rows["text"].append("\n\n".join(wikitext.paragraphs(page.text)))
+    pq.write_table(pyarrow.table(rows), path, row_group_size=row_group_rows)
+    return len(rows["id"])
+
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output", "wiki", "Path prefix: PREFIX-pages-articles-multistream.xml.bz2.")
 flags.DEFINE_integer("articles", 120, "Articles (redirects and other pages are added).")
@@ -222,6 +246,7 @@ flags.DEFINE_integer("seed", 0, "Seed of the generated text.")
 flags.DEFINE_string("from_dump", None, "Repack this dump's pages instead of generating articles.")
 flags.DEFINE_integer("max_page_bytes", 0, "With --from_dump: skip larger pages (0: keep all).")
 flags.DEFINE_integer("repeat", 1, "With --from_dump: the pages this many times over.")
+flags.DEFINE_string("parquet_output", None, "Also write the articles here as HF-style Parquet.")
 
 
 def main(argv):
@@ -234,6 +259,9 @@ def main(argv):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     index = write_dump(pages, path, FLAGS.pages_per_stream)
     print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(pages)} pages) and {index}")
+    if FLAGS.parquet_output:
+        rows = write_parquet(pages, FLAGS.parquet_output)
+        print(f"wrote {FLAGS.parquet_output} ({os.path.getsize(FLAGS.parquet_output)} bytes, {rows} rows)")
 
 
 if __name__ == "__main__":
