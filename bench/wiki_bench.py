@@ -14,7 +14,8 @@ directory. Then, one process, one core:
   * the same articles through mwparserfromhell and wikiextractor, where installed (speed, and how
     many output paragraphs still hold markup).
   * the whole job (data_prep.main, 1 worker, bert-base-uncased, L=128, dupe_factor=1) on the dump,
-    for context: tokenizing and building instances dominate it.
+    the Parquet file and, for scale, examples/data/pydocs.txt (BERT-format text): tokenizing and
+    building instances dominate it.
   * with --memory: peak memory (PSS of the process tree) of that job on the dump and on the dump
     repeated 10 times: flat in dump size.
 
@@ -23,6 +24,7 @@ largest real sample found offline: gensim's test dump enwiki-latest-pages-articl
 000030302-shortened.bz2 (206 pages, 6.1 MB of XML, 5.7 MB of article wikitext).
 """
 
+import bz2
 import os
 import re
 import shutil
@@ -151,6 +153,13 @@ def main(argv):
             f"{seconds:.2f}",
             f"{size / seconds / 1e6:.2f}",
         )
+        compressed = open(dump, "rb").read()
+        seconds, _ = _best(lambda: bz2.decompress(compressed), FLAGS.repeats)
+        _row(
+            "for scale: bz2 decompression alone (the floor of any .bz2 reader)",
+            f"{seconds:.2f}",
+            f"{size / seconds / 1e6:.2f}",
+        )
         seconds, _ = _best(lambda: _parse_only(dump), FLAGS.repeats)
         print(f"| of which decompress + parse XML | {seconds:.2f} | {size / seconds / 1e6:.2f} |")
         seconds, cleaned = _best(lambda: [wikitext.paragraphs(t) for t in articles], FLAGS.repeats)
@@ -184,6 +193,8 @@ def main(argv):
                 make_wiki_dump.write_dump(pages * 10, big, pages_per_stream=100)
                 runs.append(("dump 10x", big, 10 * size))
             runs.append(("Parquet 1x", table, text_bytes))
+            pydocs = data_prep_bench.FLAGS.corpus  # BERT-format text, for scale
+            runs.append((f"for scale: {os.path.basename(pydocs)}", pydocs, os.path.getsize(pydocs)))
             for name, path, nbytes in runs:
                 r = data_prep_bench._measure(
                     [f"--input={path}", *common], os.path.join(work, "out")

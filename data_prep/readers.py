@@ -86,7 +86,7 @@ def source_of(path: str, open_binary=open_local, document_per_file: bool = False
         with open_binary(path) as f:
             content = sniff.sniff(f)
     except sniff.NotText as e:
-        raise InputError(f"input {path!r} cannot be read as text: {e}") from None
+        raise InputError(f"input {path!r} {e}") from None
     kind = content.kind
     if kind == "text":
         kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"

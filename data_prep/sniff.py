@@ -31,7 +31,8 @@ _WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
 
 
 class NotText(ValueError):
-    """Bytes that are not UTF-8 text; the message says what they look like and what to do."""
+    """Bytes that are not UTF-8 text; the message, a clause after the file's name, says what they
+    look like and what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ def _gunzip_head(head: bytes) -> bytes:
     try:
         return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
     except zlib.error as e:
-        raise NotText(f"it starts like gzip but is not valid gzip data ({e})") from None
+        raise NotText(f"starts like gzip but is not valid gzip data ({e})") from None
 
 
 def _bunzip_head(f: BinaryIO) -> bytes:
@@ -58,7 +59,7 @@ def _bunzip_head(f: BinaryIO) -> bytes:
         try:
             out += decompressor.decompress(chunk)
         except OSError as e:
-            raise NotText(f"it starts like bz2 but is not valid bz2 data ({e})") from None
+            raise NotText(f"starts like bz2 but is not valid bz2 data ({e})") from None
     return out
 
 
@@ -67,12 +68,12 @@ def check_text(head: bytes) -> None:
     for bom, name in _WIDE_BOMS:
         if head.startswith(bom):
             raise NotText(
-                f"it is {name} text (byte-order mark {bom.hex()}); convert it to UTF-8, e.g. "
+                f"is {name} text (byte-order mark {bom.hex()}): convert it to UTF-8, e.g. "
                 f"iconv -f {name} -t UTF-8"
             )
     if b"\x00" in head:
         raise NotText(
-            "it holds NUL bytes: binary data or UTF-16/32 text without a byte-order mark; "
+            "holds NUL bytes (binary data, or UTF-16/32 text without a byte-order mark): "
             "pass UTF-8 text"
         )
     text = head.decode("utf-8", errors="replace")
@@ -81,8 +82,8 @@ def check_text(head: bytes) -> None:
     bad = text.count("\ufffd")
     if bad >= _MIN_BAD and bad > _MAX_BAD_FRACTION * len(text):
         raise NotText(
-            f"{bad} of its first {len(text)} characters are not UTF-8: another encoding or binary "
-            "data; convert it to UTF-8 (iconv -f ENCODING -t UTF-8)"
+            f"is not UTF-8 text: {bad} of its first {len(text)} characters do not decode (another "
+            "encoding, or binary data); convert it to UTF-8 (iconv -f ENCODING -t UTF-8)"
         )
 
 
@@ -103,7 +104,7 @@ def sniff(f: BinaryIO) -> Content:
         if _is_mediawiki(_bunzip_head(f)):
             return Content("wiki", "bz2")
         raise NotText(
-            "it is bz2-compressed but not a MediaWiki XML dump; decompress it (bunzip2) or "
+            "is bz2-compressed but not a MediaWiki XML dump: decompress it (bunzip2) or "
             "recompress it with gzip"
         )
     compression = ""

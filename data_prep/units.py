@@ -105,7 +105,12 @@ def _seek_to_line(f: BinaryIO, start: int) -> int:
     if start == 0:
         return 0
     f.seek(start - 1)
-    return start - 1 + len(f.readline())  # the rest of the line holding byte start-1
+    offset = start - 1
+    while True:  # the rest of the line holding byte start-1, in bounded pieces
+        piece = f.readline(readers.MAX_LINE_BYTES)
+        offset += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return offset
 
 
 def _lines(f: BinaryIO, unit: Unit) -> Iterator[tuple[bytes | None, int]]:
@@ -168,10 +173,10 @@ def _jsonl_documents(
             yield sentences
 
 
-def _counted(lines, stats: readers.ReadStats):
-    for line in lines:
+def _decoded(lines, stats: readers.ReadStats) -> Iterator[str]:
+    for raw, _ in lines:
         stats.lines += 1
-        yield line
+        yield readers.decode_line(raw, stats)
 
 
 def read_unit(
@@ -208,8 +213,7 @@ def read_unit(
         if unit.kind == "jsonl":
             yield from _jsonl_documents(f, unit, text_field, stats)
         elif unit.kind == "book":
-            lines = (readers.decode_line(raw, stats) for raw, _ in _counted(_lines(f, unit), stats))
-            yield from readers.book_document(lines, stats)
+            yield from readers.book_document(_decoded(_lines(f, unit), stats), stats)
         else:
             yield from _text_documents(f, unit, stats)
     if unit.compression and stats.lines == lines_before:
