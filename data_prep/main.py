@@ -111,9 +111,9 @@ _JOB_FLAGS = (
     "nsp",
     "dynamic_masking",
     "text_field",
-    "document_per_file",
 )
 _SCALED_FLAGS = (
+    "document_per_file",
     "eval_fraction",
     "block_size_mb",
     "tfds_examples_per_unit",
