@@ -239,14 +239,19 @@ def write_parquet(pages, path: str, row_group_rows: int = 8) -> int:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output", "wiki", "Path prefix: PREFIX-pages-articles-multistream.xml.bz2.")
-flags.DEFINE_integer("articles", 120, "Articles (redirects and other pages are added).")
-flags.DEFINE_integer("pages_per_stream", 20, "Pages per bz2 stream (Wikimedia's dumps: 100).")
-flags.DEFINE_integer("seed", 0, "Seed of the generated text.")
-flags.DEFINE_string("from_dump", None, "Repack this dump's pages instead of generating articles.")
-flags.DEFINE_integer("max_page_bytes", 0, "With --from_dump: skip larger pages (0: keep all).")
-flags.DEFINE_integer("repeat", 1, "With --from_dump: the pages this many times over.")
-flags.DEFINE_string("parquet_output", None, "Also write the articles here as HF-style Parquet.")
+
+
+def _define_flags() -> None:
+    """Flags only when run as a script: tests and benchmarks import this module beside binaries
+    that define flags of the same names (--output, --seed)."""
+    flags.DEFINE_string("output", "wiki", "Path prefix: PREFIX-pages-articles-multistream.xml.bz2.")
+    flags.DEFINE_integer("articles", 120, "Articles (redirects and other pages are added).")
+    flags.DEFINE_integer("pages_per_stream", 20, "Pages per bz2 stream (Wikimedia's dumps: 100).")
+    flags.DEFINE_integer("seed", 0, "Seed of the generated text.")
+    flags.DEFINE_string("from_dump", None, "Repack this dump's pages instead of generating articles.")
+    flags.DEFINE_integer("max_page_bytes", 0, "With --from_dump: skip larger pages (0: keep all).")
+    flags.DEFINE_integer("repeat", 1, "With --from_dump: the pages this many times over.")
+    flags.DEFINE_string("parquet_output", None, "Also write the articles here as HF-style Parquet.")
 
 
 def main(argv):
@@ -265,4 +270,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)
