@@ -1,10 +1,18 @@
 """Tokenizers behind one interface: WordPiece (BERT vocab.txt) and SentencePiece (ALBERT-style).
 
-WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly (BasicTokenizer
-then greedy longest-match WordPiece, 200-character word limit, control and format characters
-dropped, accents stripped after NFD when lower-casing). It is a from-scratch implementation of that
-specification plus a per-word cache: the full rules run once per distinct whitespace-separated word
-and natural text is Zipfian, so most words are cache hits. That is what makes data prep fast.
+WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly, on any text. Its
+rules (tokenization.py at eedf571): delete U+0000, U+FFFD and categories Cc and Cf (control and
+format; private use Co and unassigned Cn stay, so a word holding U+F8FF is usually [UNK]); map
+" ", tab, newline, carriage return and Zs to spaces; put spaces around CJK ideographs; split with
+Python's str.split (which also splits on U+2028, U+2029 and other str.isspace characters); when
+lower-casing, str.lower then NFD and drop Mn; cut punctuation (P* and non-alphanumeric printable
+ASCII) into tokens of their own; greedy longest-match WordPiece with a 200-code-point word limit.
+tests/test_tokenization_differential.py checks every code point against a transcription of the
+original (tests/test_tokenization_oracle.py).
+
+It is a from-scratch implementation of those rules plus a per-word cache: the full rules run once
+per distinct whitespace-separated word and natural text is Zipfian, so most words are cache hits.
+That is what makes data prep fast.
 
 No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
 """
@@ -25,10 +33,12 @@ CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 _SPLIT_DISAGREES_CHARS = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # An ASCII word (no whitespace inside: it comes from str.split) needs none of the Unicode rules:
-# NFD and accent stripping change nothing, every non-alphanumeric printable character is
-# punctuation (a piece of its own), and control characters are deleted. That makes a cache miss
-# several times cheaper than the general path, which matters because every worker of a parallel
-# job meets every distinct word of the corpus once.
+# NFD and accent stripping change nothing and every non-alphanumeric printable character is
+# punctuation (a piece of its own). That makes a cache miss several times cheaper than the general
+# path, which matters because every worker of a parallel job meets every distinct word of the
+# corpus once. ASCII control characters are deleted, which joins their neighbours ("a\x01b" is
+# the word "ab"), so words holding one take the general path.
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
 _ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
@@ -54,9 +64,10 @@ def _is_whitespace(ch: str) -> bool:
 
 
 def _is_control(ch: str) -> bool:
+    # Cc and Cf only: the original keeps private-use (Co) and unassigned (Cn) characters.
     if ch in "\t\n\r":
         return False
-    return unicodedata.category(ch).startswith("C")
+    return unicodedata.category(ch) in ("Cc", "Cf")
 
 
 def _is_punctuation(ch: str) -> bool:
@@ -71,39 +82,54 @@ def _is_chinese(cp: int) -> bool:
     return any(lo <= cp <= hi for lo, hi in _CHINESE_RANGES)
 
 
+class _CharMap(dict):
+    """A str.translate table that works out a character's entry on first sight and keeps it.
+
+    The per-character rules then cost one Python call per distinct character instead of one per
+    character of text. Bounded: cleared when full (only text covering most of Unicode gets there).
+    """
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def __missing__(self, cp: int):
+        if len(self) >= 1 << 16:
+            self.clear()
+        value = self[cp] = self.rule(chr(cp))
+        return value
+
+
+def _clean(ch: str):
+    """_clean_text and _tokenize_chinese_chars of the original, for one character."""
+    if ch in "\x00\ufffd" or _is_control(ch):
+        return None
+    if _is_whitespace(ch):
+        return " "
+    return f" {ch} " if _is_chinese(ord(ch)) else ord(ch)
+
+
+_CLEAN = _CharMap(_clean)
+_DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord(ch))
+_SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
+
+
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
-    punctuation."""
-    chars = []
-    for ch in text:
-        cp = ord(ch)
-        if cp == 0 or cp == 0xFFFD or _is_control(ch):
-            continue
-        if _is_whitespace(ch):
-            chars.append(" ")
-        elif _is_chinese(cp):
-            chars.extend((" ", ch, " "))
-        else:
-            chars.append(ch)
-    pieces = []
-    for word in "".join(chars).split():
-        if do_lower_case:
-            word = word.lower()
-            word = "".join(
-                c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn"
-            )
-        current = []
-        for ch in word:
-            if _is_punctuation(ch):
-                if current:
-                    pieces.append("".join(current))
-                    current = []
-                pieces.append(ch)
-            else:
-                current.append(ch)
-        if current:
-            pieces.append("".join(current))
-    return pieces
+    punctuation.
+
+    The original does the last three word by word after a whitespace split; doing them on the
+    whole text gives the same words: no rule looks across whitespace (str.lower's one
+    context rule, the final sigma, stops at a space, U+2028 or U+2029, the only whitespace
+    left after cleaning, and NFD never reorders across them), no step turns a space into
+    something else, and the final split of the original is this one.
+    """
+    text = text.translate(_CLEAN)
+    if do_lower_case:
+        text = text.lower()
+        if not text.isascii():
+            text = unicodedata.normalize("NFD", text).translate(_DROP_MN)
+    return text.translate(_SPACE_PUNCTUATION).split()
 
 
 class WordPieceTokenizer:
@@ -121,6 +147,8 @@ class WordPieceTokenizer:
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.pad_id = self.vocab.get(PAD, 0)
         self._longest_entry = max(len(t[2:] if t.startswith("##") else t) for t in self.vocab)
+        # Characters of any entry ("#" of "##" included): a word holding another one is [UNK].
+        self._vocab_chars = frozenset().union(*self.vocab)
         self._rust_model = None  # built on first use by encode_batch's miss path
         self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
         # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
@@ -144,7 +172,7 @@ class WordPieceTokenizer:
         return token.startswith("##")
 
     def _wordpiece(self, word: str) -> list[str]:
-        if len(word) > self.max_chars_per_word:
+        if len(word) > self.max_chars_per_word or not self._vocab_chars.issuperset(word):
             return [UNK]
         out, start = [], 0
         while start < len(word):
@@ -192,20 +220,43 @@ class WordPieceTokenizer:
             self._piece_cache[piece] = hit
         return hit
 
-    def _encode_word(self, word: str) -> tuple[int, ...]:
-        """One cache key -> ids, exactly as tokenize(word); the cache-miss path.
-
-        A key is a whitespace-free word, or (from encode_batch) a whole line holding a character on
-        which str.split and FullTokenizer disagree; both of those take the exact path.
-        """
-        if not word.isascii() or _SPLIT_DISAGREES.search(word):
-            return tuple(self.convert_tokens_to_ids(self.tokenize(word)))
+    def _encode_ascii(self, word: str) -> tuple[int, ...]:
+        """An ASCII word without control characters -> ids, exactly as tokenize(word)."""
         if self.do_lower_case:
             word = word.lower()
-        pieces = _ASCII_PIECES.findall(word)  # control characters match nothing: deleted
+        pieces = _ASCII_PIECES.findall(word)
         if len(pieces) == 1:
             return self._piece_ids(pieces[0])
         return tuple(itertools.chain.from_iterable(map(self._piece_ids, pieces)))
+
+    def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
+        """Cache keys -> ids, each exactly as tokenize(key): the general cache-miss path.
+
+        A key is a whitespace-free word, or (from encode_batch) a whole line holding a character on
+        which str.split and FullTokenizer disagree. The keys go through basic_tokenize as one text
+        with a noncharacter word between them, which marks where each key's tokens end: no rule of
+        basic_tokenize looks across whitespace, so each key gets the tokens it would get alone
+        (keys holding the noncharacter go alone). Each distinct token takes WordPiece once.
+        """
+        together = [key for key in keys if _LINE_END not in key]
+        tokens = basic_tokenize(f" {_LINE_END} ".join(together), self.do_lower_case)
+        tokens.append(_LINE_END)
+        ends = itertools.compress(itertools.count(), map(_LINE_END.__eq__, tokens))
+        out, start, chain = {}, 0, itertools.chain.from_iterable
+        for key, end in zip(together, ends):
+            out[key] = tuple(chain(map(self._piece_ids, tokens[start:end])))
+            start = end + 1
+        for key in keys:
+            if _LINE_END in key:
+                out[key] = tuple(self.convert_tokens_to_ids(self.tokenize(key)))
+        return out
+
+    def _encode_keys(self, keys) -> dict[str, tuple[int, ...]]:
+        """Cache keys -> ids: ASCII words without controls by regex, the rest by _encode_words."""
+        plain = [key for key in keys if key.isascii() and not _ASCII_CONTROL.search(key)]
+        out = self._encode_words(list(set(keys).difference(plain)))
+        out.update(zip(plain, map(self._encode_ascii, plain)))
+        return out
 
     def encode(self, text: str) -> list[int]:
         """Text -> ids (no [CLS]/[SEP]); cached per whitespace-separated word."""
@@ -218,12 +269,8 @@ class WordPieceTokenizer:
             if len(cache) + len(words) > _CACHE_LIMIT:  # bounded memory: start afresh when full
                 cache.clear()
                 self._piece_cache = {"\n": ()}
-            for index, hit in enumerate(hits):
-                if hit is None:
-                    hit = cache.get(words[index])
-                    if hit is None:
-                        hit = cache[words[index]] = self._encode_word(words[index])
-                    hits[index] = hit
+            cache.update(self._encode_keys(set(words).difference(cache)))
+            hits = map(cache.__getitem__, words)
         return list(itertools.chain.from_iterable(hits))
 
     def _clear_batch_cache(self) -> None:
@@ -236,16 +283,14 @@ class WordPieceTokenizer:
         """Encodes distinct uncached words into the batch cache: the batched cache-miss path.
 
         ASCII words are lower-cased and cut into pieces by one regex pass over all of them, and each
-        distinct piece is looked up once; other words take _encode_word.
+        distinct piece is looked up once; other words take _encode_words.
         """
         simple = [word for word in words if word.isascii()]
         other = [word for word in words if not word.isascii()]
         joined = "\n".join(simple)
-        if any(
-            ch in joined for ch in _SPLIT_DISAGREES_CHARS
-        ):  # rare: ASCII controls str.split keeps
-            other += [word for word in simple if _SPLIT_DISAGREES.search(word)]
-            simple = [word for word in simple if not _SPLIT_DISAGREES.search(word)]
+        if _ASCII_CONTROL.search(joined):  # rare: such words take the general path
+            other += [word for word in simple if _ASCII_CONTROL.search(word)]
+            simple = [word for word in simple if not _ASCII_CONTROL.search(word)]
             joined = "\n".join(simple)
         pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
         piece_cache = self._piece_cache
@@ -273,7 +318,8 @@ class WordPieceTokenizer:
         word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
             np.int64
         )
-        other_ids = [self._encode_word(word) for word in other]
+        encoded = self._encode_words(other)
+        other_ids = [encoded[word] for word in other]
         first = len(self._table_len)  # the new words' rows follow the existing ones
         word_len = np.concatenate(
             [word_len, np.fromiter(map(len, other_ids), np.int64, len(other))]
@@ -319,7 +365,7 @@ class WordPieceTokenizer:
             words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
             rows = np.delete(rows, ends)
         else:
-            # Lines that str.split would cut wrongly become one cache key each (see _encode_word);
+            # Lines that str.split would cut wrongly become one cache key each (see _encode_words);
             # the trailing space keeps such a key apart from every word and from the line-end
             # marker.
             words_per_line = [
@@ -414,10 +460,15 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
             f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file=PATH/vocab.txt"
         )
     try:
-        with open(vocab_file, encoding="utf-8") as f:
-            lines = f.readlines()  # universal newlines, as the original's readline loop
+        with open(vocab_file, encoding="utf-8", newline="") as f:
+            text = f.read()
     except UnicodeDecodeError as e:
         raise VocabError(f"{vocab_file!r} is not UTF-8 text ({e}); is it a vocab.txt?") from e
+    # The original reads with TensorFlow's GFile, whose readline ends lines at "\n" only and drops
+    # every "\r" (so "a\rb" is the entry "ab"); each line is then str.strip()ped.
+    lines = text.replace("\r", "").split("\n")
+    if lines[-1] == "":
+        lines.pop()
     vocab: dict[str, int] = {}
     for index, line in enumerate(lines):
         vocab[line.strip()] = index

@@ -21,7 +21,7 @@ def tok(vocab_file):
         ("a\u200bb", ["ab"]),  # zero-width space is a format char (Cf): deleted, not a split
         ("x\x0by z", ["xy", "z"]),  # vertical tab is a control char: deleted, joins the word
         ("tab\tand\u3000wide\u00a0space", ["tab", "and", "wide", "space"]),  # Zs is whitespace
-        ("private\ue000use", ["privateuse"]),  # Co: deleted
+        ("private\ue000use", ["private\ue000use"]),  # Co (and Cn) stay: not control characters
         (
             "$5 ^_^ `x`",
             ["$", "5", "^", "_", "^", "`", "x", "`"],
