@@ -409,6 +409,10 @@ class SentencePieceTokenizer:
             self.sp = spm.SentencePieceProcessor(model_file=model_file)
         except (RuntimeError, OSError) as e:
             raise VocabError(f"{model_file!r} is not a SentencePiece model ({e})") from e
+        # A model whose normalizer case-folds (data_prep.vocab's uncased ones: nmt_nfkc_cf) does
+        # its own lower-casing, and str.lower first would change what it sees ("İ" becomes "i" and
+        # a combining dot): only a model that keeps case gets lower-cased text, ALBERT's way.
+        self._lower = do_lower_case and self.sp.normalize("ABC") != self.sp.normalize("abc")
         self.vocab_words = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.vocab = {p: i for i, p in enumerate(self.vocab_words)}
         self.inv_vocab = dict(enumerate(self.vocab_words))
@@ -430,16 +434,16 @@ class SentencePieceTokenizer:
         return not token.startswith("\u2581")  # "▁" starts a word
 
     def tokenize(self, text: str) -> list[str]:
-        return self.sp.encode(text.lower() if self.do_lower_case else text, out_type=str)
+        return self.sp.encode(text.lower() if self._lower else text, out_type=str)
 
     def encode(self, text: str) -> list[int]:
-        return self.sp.encode(text.lower() if self.do_lower_case else text, out_type=int)
+        return self.sp.encode(text.lower() if self._lower else text, out_type=int)
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line,
         int64)."""
         encoded = self.sp.encode(
-            [line.lower() for line in lines] if self.do_lower_case else list(lines), out_type=int
+            [line.lower() for line in lines] if self._lower else list(lines), out_type=int
         )
         per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
         return np.fromiter(
