@@ -19,27 +19,26 @@ when the tokenizer changes). By default, every *kind* of code point: the code po
 runs of neighbours that every rule of the original treats alike (Unicode category, the original's
 control, whitespace, punctuation and CJK tests, whether lower-casing or NFD changes them, whether
 they are combining, str.isspace, whether bert-base-uncased has them), and each run is tried at
-both ends (where an off-by-one range or table would show) and every STRIDE-th code point inside:
-about 20,000 code points, in well under a minute.
+both ends (where an off-by-one range or table would show) and every 127th code point inside
+(tests/unicode_sample.py): about 20,000 code points, in well under a minute.
 """
 
 import itertools
-import os
 import random
 import unicodedata
 
 import pytest
 import test_tokenization_oracle as oracle
+import unicode_sample
 
 from bert_jax import tokenization
 
 CONTEXTS = {"alone": "{}", "inside": "ab{}cd", "between": "ab {} cd"}
 BLOCK = 1024
-CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+CODE_POINTS = unicode_sample.CODE_POINTS
 MARK = "\uffff"  # a noncharacter word between code points in the oracle's input
 PATHS = ("tokenize", "encode", "encode_batch")
 SHOWN = 12  # differences spelled out in a failure message
-ENDS, STRIDE = 2, 127  # code points tried at each end of a run of one kind, and inside it
 
 
 def _alone(cp):
@@ -71,25 +70,11 @@ def _kind(cp, vocab_chars):
 
 
 def code_points_to_check(vocab_file):
-    """Every code point with BERT_JAX_EVERY_CODE_POINT=1, else both ends and every STRIDE-th
-    code point of each run of neighbours of one kind (module docstring)."""
-    if os.environ.get("BERT_JAX_EVERY_CODE_POINT") == "1":
-        return CODE_POINTS
+    """Both ends and every STRIDE-th code point of each run of neighbours of one kind (module
+    docstring), or every code point with BERT_JAX_EVERY_CODE_POINT=1."""
     with open(vocab_file, encoding="utf-8") as f:
         vocab_chars = set(f.read())
-    kinds = [_kind(cp, vocab_chars) for cp in CODE_POINTS]
-    chosen, start = [], 0
-    for i in range(1, len(CODE_POINTS) + 1):
-        if (
-            i < len(CODE_POINTS)
-            and kinds[i] == kinds[start]
-            and CODE_POINTS[i] == CODE_POINTS[i - 1] + 1
-        ):
-            continue
-        run = range(start, i)
-        chosen += sorted({*run[:ENDS], *run[-ENDS:], *run[STRIDE // 2 :: STRIDE]})
-        start = i
-    return [CODE_POINTS[i] for i in chosen]
+    return unicode_sample.sample(lambda cp: _kind(cp, vocab_chars))
 
 
 def _blocks(code_points):
