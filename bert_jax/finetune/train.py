@@ -93,6 +93,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     """
     run = runs.prepare(config, init)
     config = run.config
+    # Every input file is read (and refused if bad) before the workdir exists or training starts.
+    eval_sets = runs.eval_datasets(run)
+    test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     if config.train.batch_size % setup.data_parallel():
@@ -128,7 +131,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     del trainable
     step = int(jax.device_get(state["step"]))
 
-    eval_sets = runs.eval_datasets(run)
     infer_fn = predict.jit_infer(setup)
     p_train_step = jit_train_step(setup)
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
@@ -142,8 +144,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             print(
                 f"eval  step {step:d}  "
                 + "  ".join(
-                    f"{name} {primary} {values.get(primary, float('nan')):.4f}"
+                    f"{name} {metric} {values[metric]:.4f}"
                     for name, values in figures.items()
+                    for metric in dict.fromkeys((primary, "macro_f1"))
+                    if metric in values
                 ),
                 flush=True,
             )
@@ -206,11 +210,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         result["eval"] = run_eval()
     log.close()
 
-    if config.data.test_file:
+    if test_set is not None:
         output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-        predict.write_predictions(
-            run, setup, infer_fn, state["params"], frozen, config.data.test_file, output
-        )
+        predict.write_predictions(run, setup, infer_fn, state["params"], frozen, test_set, output)
         result["predictions"] = output
     if config.export:
         model = runs.host_model(setup, state["params"], frozen)
