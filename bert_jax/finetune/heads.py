@@ -67,6 +67,22 @@ class TaskModel(nnx.Module):
         return logits[:, 0] if self.kind == "regression" else logits
 
 
+# BERT vocabularies put [PAD] at id 0 (transformers' pad_token_id, which our export writes).
+PAD_ID = 0
+
+
+def without_pad_gradient(grads):
+    """`grads` with the [PAD] word embedding's row zeroed, as transformers' BertEmbeddings
+    (nn.Embedding with padding_idx) trains it: never, beyond weight decay. Only the span loss sees
+    padding positions (its softmax runs over them), so only span training would move that row."""
+
+    def leaf(path, g):
+        names = tuple(getattr(k, "key", k) for k in path)
+        return g.at[PAD_ID].set(0) if names[-2:] == ("word_embeddings", "embedding") else g
+
+    return jax.tree_util.tree_map_with_path(leaf, grads)
+
+
 def _cross_entropy(logits, labels):
     """Per-row negative log-likelihood of integer labels; logits [..., classes]."""
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]

@@ -39,6 +39,7 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
         return heads.loss(kind, runs.forward(graphdef, params, frozen, batch, rng), batch)
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    grads = heads.without_pad_gradient(grads)
     new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
     return new_state, {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(step)}
 
