@@ -31,7 +31,8 @@ EXPORT_DIR = "export"
 def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     """One optimizer step on the trainable parameters; the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
-    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients)."""
+    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients).
+    The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
 
