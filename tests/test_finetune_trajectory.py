@@ -178,14 +178,34 @@ def theirs(head: str, export_root: str) -> tuple[tuple[float, ...], dict]:
     return tuple(losses), params
 
 
-def differences(head, config, export_root) -> tuple[float, float]:
-    """(largest loss difference over the steps, largest final parameter difference)."""
+def untrained(head: str) -> set[str]:
+    """Parameters whose gradient is zero in exact arithmetic, so that both sides train them on
+    rounding noise, which Adam scales up to the size of the learning rate. For span that is the
+    output bias and the last LayerNorm's bias: each adds the same value to every position's start
+    (and end) logit, which the softmax over positions ignores. They cannot change the loss, so
+    the per-step losses cover them; the final-parameter comparison leaves them out."""
+    if head != "span":
+        return set()
+    return {
+        "qa_outputs.bias",
+        f"bert.encoder.layer.{TINY.num_hidden_layers - 1}.output.LayerNorm.bias",
+    }
+
+
+def differences(head, config, export_root) -> tuple[float, float, str]:
+    """(largest loss difference over the steps, largest final parameter difference, and the
+    parameter it is in)."""
     our_losses, our_params = ours(head, config)
     their_losses, their_params = theirs(head, export_root)
     assert set(our_params) <= set(their_params), set(our_params) - set(their_params)
     loss_diff = float(np.max(np.abs(np.subtract(our_losses, their_losses))))
-    param_diff = max(float(np.max(np.abs(v - their_params[k]))) for k, v in our_params.items())
-    return loss_diff, param_diff
+    param_diffs = {
+        k: float(np.max(np.abs(v - their_params[k])))
+        for k, v in our_params.items()
+        if k not in untrained(head)
+    }
+    worst = max(param_diffs, key=param_diffs.get)
+    return loss_diff, param_diffs[worst], worst
 
 
 @pytest.fixture(scope="module")
@@ -195,9 +215,9 @@ def export_root(tmp_path_factory):
 
 @pytest.mark.parametrize("head", list(HEADS))
 def test_fine_tuning_follows_transformers_step_for_step(head, export_root):
-    loss_diff, param_diff = differences(head, config(), export_root)
-    print(f"{head}: loss {loss_diff:.2e}, parameters {param_diff:.2e}")
-    assert loss_diff < LOSS_TOL and param_diff < PARAM_TOL
+    loss_diff, param_diff, worst = differences(head, config(), export_root)
+    print(f"{head}: loss {loss_diff:.2e}, parameters {param_diff:.2e} ({worst})")
+    assert loss_diff < LOSS_TOL and param_diff < PARAM_TOL, (loss_diff, param_diff, worst)
 
 
 def _decay_layernorm_too(path) -> bool:
@@ -220,8 +240,8 @@ def test_a_perturbed_optimizer_is_caught(perturbation, export_root, monkeypatch)
         monkeypatch.setattr(
             optim, "learning_rate_schedule", _schedule_one_step_ahead(optim.learning_rate_schedule)
         )
-    loss_diff, param_diff = differences("classification", config(), export_root)
-    print(f"{perturbation}: loss {loss_diff:.2e}, parameters {param_diff:.2e}")
+    loss_diff, param_diff, worst = differences("classification", config(), export_root)
+    print(f"{perturbation}: loss {loss_diff:.2e}, parameters {param_diff:.2e} ({worst})")
     assert param_diff > 20 * PARAM_TOL
 
 
