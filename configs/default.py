@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
     # After warmup: "linear" or "polynomial" (with `power`) decay to end_learning_rate at the
     # last step, measured from step 0 as the original does; or "constant".
     o.schedule = "linear"
+    # Decay measured from "start" (step 0: the original's; the peak is never quite reached) or from
+    # "warmup_end" (transformers': the peak is reached). Fine-tuning's default is "warmup_end".
+    o.decay_from = "start"
     o.power = 1.0  # polynomial decay exponent
     o.end_learning_rate = 0.0
     o.weight_decay = 0.01  # decoupled; never on LayerNorm parameters or biases

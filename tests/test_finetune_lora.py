@@ -1,6 +1,7 @@
 """LoRA adapters: what they add, what trains, that merging keeps the outputs, and the HF export."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -212,3 +213,98 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
         pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_size": 64})
     with pytest.raises(ValueError, match="pass --init=DIR"):
         pretrained.load_encoder("", {})
+
+
+# --- The whole LoRA path: train, merge, export, reload with transformers ---------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    from test_finetune_train import save_tiny_hf
+
+    return save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
+
+
+def _task_files(kind, tmp_path):
+    """(config.data fields, the AutoModel class) with small synthetic train and test files."""
+    import test_finetune_train as data
+
+    if kind == "classification":
+        make, fields = data.sst2_file, {"format": "glue", "layout": "sst2"}
+    elif kind == "regression":
+        make, fields = data.stsb_file, {"format": "glue", "layout": "stsb"}
+    elif kind == "tagging":
+        make, fields = data.conll_file, {"format": "conll"}
+    else:
+        make = data.squad_file
+        fields = {"format": "squad", "doc_stride": 8, "max_query_length": 8}
+    ext = {"glue": "tsv", "conll": "txt", "squad": "json"}[fields["format"]]
+    fields["train_file"] = make(tmp_path / f"train.{ext}", 32, 0)
+    fields["test_file"] = make(tmp_path / f"test.{ext}", 16, 1)
+    return fields
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "tagging", "span"])
+def test_lora_run_exports_a_model_that_predicts_like_ours(tiny_hf, tmp_path, kind):
+    """A LoRA run with the default export on: the exported transformers model, run on the test
+    file's inputs and put through the same post-processing, writes our prediction file."""
+    import transformers
+    from safetensors.numpy import load_file
+    from test_finetune_train import make_config
+
+    from bert_jax.finetune import runs, train
+
+    config = make_config(**_task_files(kind, tmp_path))
+    config.lora.rank = 2
+    config.optim.learning_rate = 2e-2  # a few steps that move the adapters visibly
+    config.train.num_epochs = 1.0
+    config.eval.at_start = False
+    config.export = True
+    config.mesh.num_devices = 1
+    workdir = tmp_path / "work"
+    result = train.finetune(config, str(workdir), tiny_hf)
+    assert result["export"] == str(workdir / "export") and result["predictions"]
+
+    # The adapters were merged: the adapted kernels moved away from the pre-trained ones.
+    exported = load_file(str(workdir / "export" / "model.safetensors"))
+    pretrained_ = load_file(f"{tiny_hf}/model.safetensors")
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    assert np.max(np.abs(exported[name] - pretrained_[name])) > 1e-3
+
+    # transformers' outputs for the test file's inputs, written by the task as ours were.
+    run = runs.prepare(config, tiny_hf)
+    ds = runs.encode_file(run, config.data.test_file)
+    auto = {
+        "classification": "AutoModelForSequenceClassification",
+        "regression": "AutoModelForSequenceClassification",
+        "tagging": "AutoModelForTokenClassification",
+        "span": "AutoModelForQuestionAnswering",
+    }[kind]
+    hf_model = getattr(transformers, auto).from_pretrained(str(workdir / "export")).eval()
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():
+        out = hf_model(
+            **{
+                hf_name: torch.from_numpy(ds.arrays[ours].astype(np.int64))
+                for hf_name, ours in (
+                    ("input_ids", "input_ids"),
+                    ("attention_mask", "input_mask"),
+                    ("token_type_ids", "segment_ids"),
+                )
+            }
+        )
+    if kind == "span":
+        outputs = (out.start_logits.numpy(), out.end_logits.numpy())
+    else:
+        outputs = out.logits.numpy()[:, 0] if kind == "regression" else out.logits.numpy()
+    theirs = tmp_path / ("theirs" + os.path.splitext(result["predictions"])[1])
+    run.task.write(str(theirs), ds, outputs, run.labels)
+    with open(result["predictions"]) as a, open(theirs) as b:
+        ours_text, theirs_text = a.read(), b.read()
+    if kind == "regression":  # scores are written to 4 decimals: compare the numbers
+        rows = [[r.split("\t") for r in t.splitlines()[1:]] for t in (ours_text, theirs_text)]
+        np.testing.assert_allclose(
+            [float(v) for _, v in rows[0]], [float(v) for _, v in rows[1]], atol=2e-4
+        )
+    else:
+        assert ours_text == theirs_text

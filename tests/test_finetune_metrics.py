@@ -158,3 +158,43 @@ def test_token_f1_matches_a_brute_force_count():
             else 2 * (same / len(p)) * (same / len(g)) / (same / len(p) + same / len(g))
         )
         assert got == pytest.approx(expected)
+
+
+def test_multiclass_precision_recall_f1_by_hand():
+    """scikit-learn's definitions, worked by hand: per class tp / predicted, tp / gold,
+    2 tp / (predicted + gold); macro = the plain mean over classes seen in gold or predictions."""
+    labels = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3]
+    preds = [0, 1, 0, 1, 2, 2, 2, 0, 2, 1]
+    # class 0: tp 2, predicted 3, gold 3 | 1: tp 1, predicted 3, gold 2
+    # class 2: tp 3, predicted 4, gold 4 | 3: tp 0, predicted 0, gold 1 (precision 0 by convention)
+    # class 4 ("e"): never gold nor predicted: reported as 0 and left out of the macro mean.
+    got = metrics.classification_metrics(preds, labels, ("a", "b", "c", "d", "e"))
+    precision = [2 / 3, 1 / 3, 3 / 4, 0.0]
+    recall = [2 / 3, 1 / 2, 3 / 4, 0.0]
+    f1 = [2 * 2 / 6, 2 * 1 / 5, 2 * 3 / 8, 0.0]
+    for name, want in (("precision", precision), ("recall", recall), ("f1", f1)):
+        assert [got[f"{name}/{c}"] for c in "abcd"] == pytest.approx(want), name
+        assert got[f"{name}/e"] == 0.0
+        assert got[f"macro_{name}"] == pytest.approx(np.mean(want)), name
+    assert got["accuracy"] == pytest.approx(6 / 10)
+    assert "f1" not in got  # the positive-class F1 is for two classes only
+
+
+def test_macro_f1_matches_a_confusion_matrix_on_random_predictions():
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        labels = rng.integers(0, 5, 200)
+        preds = np.where(rng.random(200) < 0.6, labels, rng.integers(0, 5, 200))
+        confusion = np.zeros((5, 5))
+        np.add.at(confusion, (labels, preds), 1)
+        tp = np.diag(confusion)
+        f1 = 2 * tp / (confusion.sum(0) + confusion.sum(1))
+        got = metrics.classification_metrics(preds, labels, tuple("abcde"))
+        assert got["macro_f1"] == pytest.approx(f1.mean())
+        assert got["macro_precision"] == pytest.approx((tp / confusion.sum(0)).mean())
+        assert got["macro_recall"] == pytest.approx((tp / confusion.sum(1)).mean())
+
+
+def test_two_classes_keep_the_positive_class_f1_only():
+    got = metrics.classification_metrics([1, 0, 1], [1, 1, 0], ("0", "1"))
+    assert set(got) == {"accuracy", "mcc", "f1"}

@@ -59,15 +59,18 @@ TINY = dict(
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
+def save_tiny_hf(root) -> str:
     """A random tiny BERT as a Hugging Face directory (config.json, safetensors, vocab.txt)."""
-    root = tmp_path_factory.mktemp("tiny_bert")
     vocab = root / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
     config = model_lib.BertConfig(vocab_size=len(VOCAB), **TINY)
     hf.save_hf(model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)), str(vocab), str(root / "hf"))
     return str(root / "hf")
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    return save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
 
 
 # --- Synthetic files -------------------------------------------------------------------------

@@ -143,10 +143,20 @@ def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
                 guid,
                 row[col[layout.text_a]],
                 row[col[layout.text_b]] if layout.text_b else None,
-                row[col[layout.label]] if has_label else None,
+                _label(path, n, row[col[layout.label]]) if has_label else None,
             )
         )
     return out
+
+
+def _label(path: str, n: int, label: str) -> str:
+    # "1 " is not the label "1": refuse it here, with the line, rather than as an unknown label.
+    if label != label.strip():
+        raise FormatError(
+            f"{path}:{n}: label {label!r} has spaces around it; remove them (labels are matched "
+            "exactly against config.data.labels or the layout's label set)"
+        )
+    return label
 
 
 def _read_positional(path, stem, rows, layout) -> list[TextExample]:
@@ -160,7 +170,7 @@ def _read_positional(path, stem, rows, layout) -> list[TextExample]:
                 f"{path}:{n}: {len(row)} fields; a headerless {_layout_name(layout)} "
                 f"file has the text in column {text_i} and the label in column {label_i}"
             )
-        out.append(TextExample(f"{stem}-{n}", row[text_i], None, row[label_i]))
+        out.append(TextExample(f"{stem}-{n}", row[text_i], None, _label(path, n, row[label_i])))
     return out
 
 

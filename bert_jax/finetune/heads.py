@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax import features as F
 from bert_jax.finetune import encode, squad
 from bert_jax.model import BertConfig, BertModel
 
@@ -68,14 +67,31 @@ class TaskModel(nnx.Module):
         return logits[:, 0] if self.kind == "regression" else logits
 
 
+# BERT vocabularies put [PAD] at id 0 (transformers' pad_token_id, which our export writes).
+PAD_ID = 0
+
+
+def without_pad_gradient(grads):
+    """`grads` with the [PAD] word embedding's row zeroed, as transformers' BertEmbeddings
+    (nn.Embedding with padding_idx) trains it: never, beyond weight decay. Only the span loss sees
+    padding positions (its softmax runs over them), so only span training would move that row."""
+
+    def leaf(path, g):
+        names = tuple(getattr(k, "key", k) for k in path)
+        return g.at[PAD_ID].set(0) if names[-2:] == ("word_embeddings", "embedding") else g
+
+    return jax.tree_util.tree_map_with_path(leaf, grads)
+
+
 def _cross_entropy(logits, labels):
     """Per-row negative log-likelihood of integer labels; logits [..., classes]."""
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
 
 
 def loss(kind: str, outputs, batch: dict) -> jax.Array:
-    """Mean training loss of a batch: cross-entropy (classification, over labelled word pieces
-    for tagging, start and end averaged for span) or squared error (regression)."""
+    """Mean training loss of a batch, as transformers' task models compute it: cross-entropy
+    (classification; tagging over labelled word pieces; span: start and end averaged) or
+    squared error (regression)."""
     if kind == "classification":
         return jnp.mean(_cross_entropy(outputs, batch[encode.LABEL]))
     if kind == "regression":
@@ -86,10 +102,9 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
         return jnp.sum(nll * weights) / jnp.maximum(jnp.sum(weights), 1.0)
     if kind == "span":
         start, end = outputs
-        # Padding can never be the answer: keep it out of the softmax.
-        mask = batch[F.INPUT_MASK].astype(bool)
-        start = jnp.where(mask, start, -1e9)
-        end = jnp.where(mask, end, -1e9)
+        # The softmax runs over every position, padding included, as in google-research/bert's
+        # run_squad.py and transformers' BertForQuestionAnswering (the trajectory test holds us
+        # to the latter); inference never picks a padding position (squad.best_answers).
         return 0.5 * jnp.mean(
             _cross_entropy(start, batch[squad.START_POSITIONS])
             + _cross_entropy(end, batch[squad.END_POSITIONS])

@@ -107,7 +107,9 @@ def merge_adapters(model) -> int:
             jnp.matmul(lora.lora_a[...], lora.lora_b[...], precision=jax.lax.Precision.HIGHEST)
             * module.scale
         )
-        base.kernel[...] = base.kernel[...] + delta.astype(base.kernel[...].dtype)
+        # A new array, not an in-place write: parameters gathered to the host (runs.host_model's
+        # jax.device_get) are read-only numpy arrays.
+        base.kernel.value = base.kernel[...] + delta.astype(base.kernel[...].dtype)
         parent = model
         for key in path[:-1]:
             parent = parent[key] if isinstance(key, int) else getattr(parent, key)

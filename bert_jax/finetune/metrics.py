@@ -1,12 +1,17 @@
 """Metrics as the benchmarks define them.
 
 GLUE: accuracy; F1 of the positive class (label id 1; MRPC, QQP); Matthews correlation (CoLA);
-Pearson and Spearman correlation (STS-B). CoNLL-2003: entity-level precision/recall/F1 as the
-conlleval script counts them (a predicted entity counts only with the gold boundaries and type;
-IOB1, IOB2 and IOBES tags). SQuAD: exact match and F1 after the official scripts' normalization
-(lower case, strip punctuation, drop the articles a/an/the, collapse whitespace), the maximum over
-a question's gold answers; v2.0 also splits them over questions with and without an answer, and an
-unanswerable question is right only when the prediction is empty.
+Pearson and Spearman correlation (STS-B). More than two classes (MNLI, any multi-class task): also
+per-class precision, recall and F1 and their macro average, as scikit-learn's
+precision_recall_fscore_support(average=None / "macro") defines them (a class never gold nor
+predicted is left out of the average; 0 where a ratio has nothing to divide by).
+
+CoNLL-2003: entity-level precision/recall/F1 as the conlleval script counts them (a predicted
+entity counts only with the gold boundaries and type; IOB1, IOB2 and IOBES tags). SQuAD: exact
+match and F1 after the official scripts' normalization (lower case, strip punctuation, drop the
+articles a/an/the, collapse whitespace), the maximum over a question's gold answers; v2.0 also
+splits them over questions with and without an answer, and an unanswerable question is right only
+when the prediction is empty.
 
 All functions take plain Python/numpy values and return floats (SQuAD figures in percent, as the
 official scripts print them).
@@ -78,11 +83,41 @@ def correlations(preds, labels) -> dict[str, float]:
     }
 
 
-def classification_metrics(preds, labels, num_classes: int) -> dict[str, float]:
-    """accuracy and Matthews correlation; plus F1 of class 1 for two classes."""
+def per_class(preds, labels, num_classes: int) -> dict[str, np.ndarray]:
+    """{'precision', 'recall', 'f1', 'support', 'predicted'}: [num_classes] arrays over class ids
+    0..n-1 (support: gold count; predicted: prediction count)."""
+    preds, labels = _pair(preds, labels)
+    ids = np.arange(num_classes)[:, None]
+    tp = np.sum((preds == ids) & (labels == ids), axis=1).astype(np.float64)
+    predicted = np.sum(preds == ids, axis=1)
+    support = np.sum(labels == ids, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(predicted > 0, tp / predicted, 0.0)
+        recall = np.where(support > 0, tp / support, 0.0)
+        f1 = np.where(tp > 0, 2 * tp / (predicted + support), 0.0)
+    return {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "support": support,
+        "predicted": predicted,
+    }
+
+
+def classification_metrics(preds, labels, label_names: Sequence[str]) -> dict[str, float]:
+    """accuracy and Matthews correlation; plus F1 of class 1 for two classes; for more, macro
+    precision/recall/F1 and each class's (`precision/<name>`, `recall/<name>`, `f1/<name>`)."""
     out = {"accuracy": accuracy(preds, labels), "mcc": matthews_corrcoef(preds, labels)}
-    if num_classes == 2:
+    if len(label_names) == 2:
         out["f1"] = f1_binary(preds, labels)
+    elif len(label_names) > 2:
+        scores = per_class(preds, labels, len(label_names))
+        seen = (scores["support"] > 0) | (scores["predicted"] > 0)
+        for name in ("precision", "recall", "f1"):
+            out[f"macro_{name}"] = float(np.mean(scores[name][seen]))
+        for i, label in enumerate(label_names):
+            for name in ("precision", "recall", "f1"):
+                out[f"{name}/{label}"] = float(scores[name][i])
     return out
 
 

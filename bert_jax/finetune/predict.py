@@ -84,14 +84,14 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
 
 
 def write_predictions(
-    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, test_file: str, output: str
+    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, ds: tasks.Dataset, output: str
 ) -> dict[str, float] | None:
-    """Predictions for `test_file` into `output`; also its metrics if the file has labels."""
-    ds = run.task.encode(run.tok, run.task.read(test_file), run.labels, training=False)
+    """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
+    labels."""
     outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
     if jax.process_index() == 0:
         run.task.write(output, ds, outputs, run.labels)
-    logging.info("wrote predictions for %s to %s", test_file, output)
+    logging.info("wrote predictions to %s", output)
     return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
 
 
@@ -116,6 +116,7 @@ def predict_from_workdir(
     setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
     params, step = checkpointing.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
-    figures = write_predictions(run, setup, jit_infer(setup), params, frozen, test_file, output)
+    ds = runs.encode_file(run, test_file)
+    figures = write_predictions(run, setup, jit_infer(setup), params, frozen, ds, output)
     logging.info("predicted %s with step %d of %s", test_file, step, workdir)
     return output, figures

@@ -117,6 +117,22 @@ def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict
     return {k: v for k, v in tensors.items() if k.startswith("bert.")}
 
 
+def hf_tensors(model) -> dict[str, np.ndarray]:
+    """{transformers name: float32 array} of `model` (a heads.TaskModel) as the task class of its
+    kind names its weights; LoRA adapters are merged into a copy first."""
+    model = nnx.clone(model)
+    lora.merge_adapters(model)
+    _, head_name = _HF_HEADS[model.kind]
+    tensors = _encoder_hf_tensors(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)), model.config)
+    if model.kind in ("tagging", "span"):
+        # transformers builds these two without a pooler; a pooler tensor would be "unexpected".
+        tensors = {k: v for k, v in tensors.items() if not k.startswith("bert.pooler.")}
+    kernel = np.asarray(jax.device_get(model.head.kernel[...]), np.float32)  # [hidden, outputs]
+    tensors[f"{head_name}.weight"] = np.ascontiguousarray(kernel.T)  # torch: [outputs, hidden]
+    tensors[f"{head_name}.bias"] = np.asarray(jax.device_get(model.head.bias[...]), np.float32)
+    return tensors
+
+
 def export_hf(
     model,
     labels: Sequence[str],
@@ -128,17 +144,8 @@ def export_hf(
     model directory; adapters are merged into a copy first. Returns the config.json written."""
     from safetensors.numpy import save_file
 
-    model = nnx.clone(model)
-    lora.merge_adapters(model)
-    cls_name, head_name = _HF_HEADS[model.kind]
-    tensors = _encoder_hf_tensors(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)), model.config)
-    if model.kind in ("tagging", "span"):
-        # transformers builds these two without a pooler; a pooler tensor would be "unexpected".
-        tensors = {k: v for k, v in tensors.items() if not k.startswith("bert.pooler.")}
-    kernel = np.asarray(jax.device_get(model.head.kernel[...]), np.float32)  # [hidden, outputs]
-    tensors[f"{head_name}.weight"] = np.ascontiguousarray(kernel.T)  # torch: [outputs, hidden]
-    tensors[f"{head_name}.bias"] = np.asarray(jax.device_get(model.head.bias[...]), np.float32)
-
+    tensors = hf_tensors(model)
+    cls_name, _ = _HF_HEADS[model.kind]
     hf_config = hf.hf_config_from_bert(model.config)
     hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
     hf_config["architectures"] = [cls_name]

@@ -81,7 +81,7 @@ def prepare(
     if with_train:
         if not config.data.train_file:
             raise ValueError("config.data.train_file is empty: point it at the training file")
-        examples = task.read(config.data.train_file)
+        examples = tasks.read_examples(task, config.data.train_file)
     labels = task.labels(examples)
     if examples is not None:
         train = task.encode(tok, examples, labels, training=True)
@@ -210,11 +210,16 @@ def forward(graphdef, params, frozen, batch, dropout_rng=None):
     return model(*(batch[k] for k in INPUTS), dropout_rng=dropout_rng)
 
 
+def encode_file(run: Run, path: str) -> tasks.Dataset:
+    """A file to evaluate or predict, read and encoded (inference windows for SQuAD)."""
+    return run.task.encode(run.tok, tasks.read_examples(run.task, path), run.labels, training=False)
+
+
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
     """config.data.eval_files, encoded, by file name."""
     sets = {}
     for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
-        ds = run.task.encode(run.tok, run.task.read(path), run.labels, training=False)
+        ds = encode_file(run, path)
         if not ds.has_labels:
             raise ValueError(
                 f"eval file {path} has no labels; put it in data.test_file to predict it"

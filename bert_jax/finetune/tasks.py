@@ -59,7 +59,7 @@ class TextTask:
         preds, gold = self._predictions(outputs), ds.arrays[encode.LABEL]
         if self.kind == "regression":
             return metrics.regression_metrics(preds, gold)
-        return metrics.classification_metrics(preds, gold, len(labels))
+        return metrics.classification_metrics(preds, gold, labels)
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
         preds = self._predictions(outputs)
@@ -155,6 +155,18 @@ class SpanTask:
 
 
 FORMATS = {"glue": TextTask, "conll": TaggingTask, "squad": SpanTask}
+
+
+def read_examples(task, path: str) -> list:
+    """The examples of one data file; a file without any (empty, or only a header or blank
+    lines) is an error naming it."""
+    examples = task.read(path)
+    if not examples:
+        raise encode.FormatError(
+            f"{path} holds no examples (only a header or blank lines?); point the config at the "
+            "file with the data"
+        )
+    return examples
 
 
 def make_task(data):

@@ -31,7 +31,8 @@ EXPORT_DIR = "export"
 def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     """One optimizer step on the trainable parameters; the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
-    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients)."""
+    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients).
+    The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
 
@@ -39,6 +40,7 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
         return heads.loss(kind, runs.forward(graphdef, params, frozen, batch, rng), batch)
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+    grads = heads.without_pad_gradient(grads)
     new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
     return new_state, {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(step)}
 
@@ -93,6 +95,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     """
     run = runs.prepare(config, init)
     config = run.config
+    # Every input file is read (and refused if bad) before the workdir exists or training starts.
+    eval_sets = runs.eval_datasets(run)
+    test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     if config.train.batch_size % setup.data_parallel():
@@ -128,7 +133,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     del trainable
     step = int(jax.device_get(state["step"]))
 
-    eval_sets = runs.eval_datasets(run)
     infer_fn = predict.jit_infer(setup)
     p_train_step = jit_train_step(setup)
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
@@ -142,8 +146,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             print(
                 f"eval  step {step:d}  "
                 + "  ".join(
-                    f"{name} {primary} {values.get(primary, float('nan')):.4f}"
+                    f"{name} {metric} {values[metric]:.4f}"
                     for name, values in figures.items()
+                    for metric in dict.fromkeys((primary, "macro_f1"))
+                    if metric in values
                 ),
                 flush=True,
             )
@@ -206,11 +212,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         result["eval"] = run_eval()
     log.close()
 
-    if config.data.test_file:
+    if test_set is not None:
         output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-        predict.write_predictions(
-            run, setup, infer_fn, state["params"], frozen, config.data.test_file, output
-        )
+        predict.write_predictions(run, setup, infer_fn, state["params"], frozen, test_set, output)
         result["predictions"] = output
     if config.export:
         model = runs.host_model(setup, state["params"], frozen)

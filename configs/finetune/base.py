@@ -1,7 +1,12 @@
 """Fine-tuning defaults shared by every task config (configs/finetune/<task>.py overrides them).
 
-Hyper-parameters are the original BERT paper's fine-tuning recipe: batch 32, 3 epochs, peak
-learning rate 2e-5 with 10% linear warmup then linear decay, dropout 0.1, the original AdamW.
+Hyper-parameters are the original BERT paper's fine-tuning recipe (batch 32, 3 epochs, peak
+learning rate 2e-5 with 10% linear warmup then linear decay, dropout 0.1, weight decay 0.01) with
+the optimizer and schedule of transformers and of current practice: AdamW *with* bias correction
+(eps 1e-8, torch.optim.AdamW's) and the decay measured from the end of warmup, so the peak rate is
+reached (transformers' get_linear_schedule_with_warmup). docs/finetuning.md says why, and how to
+get the original BERT optimizer back:
+    --config.optim.bias_correction=False --config.optim.eps=1e-6 --config.optim.decay_from=start
 Mesh and optimizer fields are the pre-training config's (configs/default.py) with fine-tuning
 values; override any field on the command line, e.g. `--config.optim.learning_rate=3e-5`.
 """
@@ -68,6 +73,10 @@ def get_config() -> ml_collections.ConfigDict:
     o.learning_rate = 2e-5  # the paper's grid: 5e-5, 3e-5, 2e-5 (LoRA: about 1e-3)
     o.warmup_steps = 0  # > 0: warmup steps; 0: warmup_proportion of the run
     o.warmup_proportion = 0.1  # share of all steps spent warming up (run_classifier.py's 0.1)
+    # transformers' AdamW and schedule, not the original BERT's (see the docstring):
+    o.bias_correction = True  # textbook Adam moments; False: the original BERT's uncorrected ones
+    o.eps = 1e-8  # torch.optim.AdamW's (the original BERT: 1e-6)
+    o.decay_from = "warmup_end"  # the peak is reached; "start": the original's decay from step 0
 
     # --- Training loop (bert_jax/finetune/train.py) ---
     t = config.train = ml_collections.ConfigDict()

@@ -1,0 +1,73 @@
+"""Bad fine-tuning input files are refused with a message naming the file, before the run creates
+its workdir (issue 12): an empty or header-only TSV, labels with stray spaces, and the same in an
+eval or test file, which used to surface only after training (or after the workdir existed)."""
+
+import os
+
+import pytest
+from test_finetune_train import make_config, save_tiny_hf, sst2_file
+
+from bert_jax.finetune import train
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    return save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
+
+
+def sst2_config(tmp_path, train_file, **data):
+    config = make_config(format="glue", layout="sst2", train_file=train_file, **data)
+    config.eval.at_start = False
+    return config
+
+
+def refused(config, tmp_path, tiny_hf, match):
+    workdir = tmp_path / "work"
+    with pytest.raises(ValueError, match=match):
+        train.finetune(config, str(workdir), tiny_hf)
+    assert not os.path.exists(workdir), "the workdir was created before the input was checked"
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("", r"train.tsv is empty"),
+        ("sentence\tlabel\n", r"train.tsv holds no examples"),
+        ("sentence\tlabel\n\n\n", r"train.tsv holds no examples"),
+    ],
+    ids=["empty", "header-only", "header-and-blank-lines"],
+)
+def test_empty_or_header_only_train_file(tmp_path, tiny_hf, content, match):
+    (tmp_path / "train.tsv").write_text(content)
+    refused(sst2_config(tmp_path, str(tmp_path / "train.tsv")), tmp_path, tiny_hf, match)
+
+
+@pytest.mark.parametrize("label", ["1 ", " 0", " 1 "], ids=["trailing", "leading", "both"])
+def test_labels_with_stray_spaces(tmp_path, tiny_hf, label):
+    path = tmp_path / "train.tsv"
+    path.write_text(f"sentence\tlabel\nw1 good w2\t1\nw3 bad w4\t{label}\n")
+    refused(
+        sst2_config(tmp_path, str(path)),
+        tmp_path,
+        tiny_hf,
+        r"train.tsv:3: label '.*' has spaces around it",
+    )
+
+
+@pytest.mark.parametrize("role", ["eval_files", "test_file"])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("", r"dev.tsv is empty"),
+        ("sentence\tlabel\n", r"dev.tsv holds no examples"),
+        ("sentence\tlabel\nw1 good\t1 \n", r"dev.tsv:2: label '1 ' has spaces around it"),
+    ],
+    ids=["empty", "header-only", "stray-space"],
+)
+def test_bad_eval_and_test_files_are_refused_before_training(
+    tmp_path, tiny_hf, role, content, match
+):
+    train_file = sst2_file(tmp_path / "train.tsv", 32, 0)
+    (tmp_path / "dev.tsv").write_text(content)
+    config = sst2_config(tmp_path, train_file, **{role: str(tmp_path / "dev.tsv")})
+    refused(config, tmp_path, tiny_hf, match)
