@@ -150,15 +150,20 @@ def _disk_full_is_oserror(manager: ocp.CheckpointManager):
         raise OSError(errno.ENOSPC, "No space left on device", str(manager.directory)) from e
 
 
-class _DropDiskFullErrors(logging.Filter):
+class _DropOrbaxNoise(logging.Filter):
     """Orbax's writer threads log a full disk at ERROR (a screen of text, twice) before the save
-    reports it; _disk_full_is_oserror turns that report into the one line a user sees."""
+    reports it; _disk_full_is_oserror turns that report into the one line a user sees. And every
+    read-only manager (export, embed, --init) warns that its directory is read only, which is
+    what was asked for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not ("orbax" in record.pathname and any(t in record.getMessage() for t in _NO_SPACE))
+        return not (
+            "orbax" in record.pathname
+            and any(t in record.getMessage() for t in (*_NO_SPACE, "Given directory is read only"))
+        )
 
 
-logging.getLogger("absl").addFilter(_DropDiskFullErrors())
+logging.getLogger("absl").addFilter(_DropOrbaxNoise())
 
 
 # Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.
