@@ -97,13 +97,15 @@ def compile_step(config) -> dict:
     """Lowers and compiles the train step for `config` (its mesh); returns the figures."""
     import jax
 
-    from bert_jax import train
+    from bert_jax import data_contract, train
 
     setup = train.make_setup(config)
+    facts = data_contract.DataFacts.from_data(config.data)
     start = time.perf_counter()
     with setup.activate():
         lowered = train.jit_train_step(setup, config.train.grad_accum_steps).lower(
-            setup.abstract_state, train.abstract_batch(config, setup)
+            setup.abstract_state,
+            train.abstract_batch(facts, config.train.global_batch_size, setup),
         )
     lowered_at = time.perf_counter()
     mem = lowered.compile().memory_analysis()
@@ -155,6 +157,8 @@ def main(argv):
     base.model.remat = FLAGS.remat
     base.data.max_seq_length = FLAGS.seq_len
     base.data.max_predictions_per_seq = 20 if FLAGS.seq_len <= 128 else 76
+    base.data.dynamic_masking = False
+    base.model.vocab_size = base.model.vocab_size or 30522  # no data: bert-base-uncased's
     base.train.global_batch_size = FLAGS.global_batch_size
     m = base.model
     print(

@@ -102,6 +102,7 @@ class PipelineRunner:
 def main(argv):
     del argv
     from bench.runners import OursRunner, make_config, synthetic_batch
+    from bert_jax import data_contract
     from bert_jax.model import BertConfig
 
     cores = len(os.sched_getaffinity(0))
@@ -121,7 +122,8 @@ def main(argv):
         for masking in FLAGS.masking:
             config.data.dynamic_masking = masking == "dynamic"
             config.data.train_files = FLAGS.train_files or write_shards(config.data.dynamic_masking)
-            pipeline = PipelineRunner(config.data, vocab, step.setup)
+            resolved = data_contract.resolve(config)  # the special ids etc. from the manifest
+            pipeline = PipelineRunner(resolved.data, vocab, step.setup)
             step.run(1)
             input_rates, step_rates = [], []
             for _ in range(FLAGS.rounds):

@@ -48,27 +48,11 @@ GIB = 1024**3
 
 def compiled_memory(config, grad_accum_steps: int):
     """(memory_analysis, train setup) of the compiled train step for `config`'s shapes."""
-    import jax
-    import numpy as np
-
-    from bert_jax import features as F
-    from bert_jax import train
+    from bert_jax import data_contract, train
 
     setup = train.make_setup(config)
-    b, length = config.train.global_batch_size, config.data.max_seq_length
-    p = config.data.max_predictions_per_seq
-    shapes = {
-        F.INPUT_IDS: ((b, length), np.int32),
-        F.INPUT_MASK: ((b, length), np.int32),
-        F.SEGMENT_IDS: ((b, length), np.int32),
-        F.MASKED_LM_POSITIONS: ((b, p), np.int32),
-        F.MASKED_LM_IDS: ((b, p), np.int32),
-        F.MASKED_LM_WEIGHTS: ((b, p), np.float32),
-        F.NEXT_SENTENCE_LABELS: ((b,), np.int32),
-    }
-    batch = {
-        k: jax.ShapeDtypeStruct(s, d, sharding=setup.batch_sharding) for k, (s, d) in shapes.items()
-    }
+    facts = data_contract.DataFacts.from_data(config.data)
+    batch = train.abstract_batch(facts, config.train.global_batch_size, setup)
     with setup.activate():
         compiled = (
             train.jit_train_step(setup, grad_accum_steps)

@@ -23,6 +23,9 @@ DEFAULT_BATCH = {
 }
 
 
+BENCH_VOCAB_SIZE = 30522
+
+
 def make_config(
     model: str,
     seq_len: int,
@@ -34,6 +37,10 @@ def make_config(
 ):
     """configs/<model>.py with the benchmark's shapes, on one device."""
     config = importlib.import_module(f"configs.{CONFIGS[model]}").get_config()
+    # The configs take the vocabulary size from the data's manifest; the benchmarks have no data
+    # and measure the published models, which use bert-base-uncased's vocabulary.
+    config.model.vocab_size = BENCH_VOCAB_SIZE
+    config.data.dynamic_masking = False
     config.model.dtype = dtype
     config.model.attention_impl = attention
     config.model.remat = remat

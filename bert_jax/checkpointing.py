@@ -1,10 +1,12 @@
 """Orbax checkpoints of a training run: what a step directory holds, and how it comes back.
 
-`<workdir>/checkpoints/<step>/` holds four items, so that each reader loads only what it needs:
+`<workdir>/checkpoints/<step>/` holds five items, so that each reader loads only what it needs:
   params     the model parameters (a pure dict, as nnx.to_pure_dict gives), float32
   train      {'opt_state', 'step', 'rng', 'nonfinite_steps'}: the rest of the train state
   data_iter  the Grain iterator position, one JSON file per process
-  config     the run's ml_collections config, as JSON
+  config     the run's ml_collections config, as JSON, with the data facts it trained on
+             (bert_jax.data_contract: lengths, vocabulary file, size, md5 and special ids)
+  checksums  a fingerprint of every array of params and train (bert_jax.checksums), JSON
 
 Saves are asynchronous: `save` copies the arrays to host memory before it returns (so the train
 step may donate and overwrite them) and writes them in a background thread. Restoring passes
@@ -16,8 +18,21 @@ renames it to `<step>/` once every item is written, so a process killed mid-save
 temporary directory, which is never restored (the next manager deletes it). A finished step
 that is damaged later (a truncated or deleted file) fails to restore: `restore_latest` then
 moves it aside to `<step>.corrupt` and resumes from the newest step that does restore.
+
+Damage that still restores (flipped bytes inside an array file: Orbax checks no array data) is
+caught by the checksums item: after every restore the arrays are fingerprinted again and
+compared, and parameters must be finite. A mismatch is a damaged step, handled as above when
+resuming; `restore_params` / `restore_saved_params` (export, embed, fine-tuning's --init and
+predict) refuse it with DamagedCheckpoint instead, naming the step: the user asked for that one.
+A checkpoint written before checksums existed restores with the finite check only.
+
+A full disk during a save (reported by the background write at the next save or at the end) is
+one OSError(ENOSPC) naming the step; the unfinished step is never restored and older ones are
+kept, so a rerun after freeing space resumes from the last complete one.
 """
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,7 +46,14 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
+from bert_jax import checksums, cli
+
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
+CHECKSUMS = "checksums"
+
+
+class DamagedCheckpoint(cli.UserError):
+    """A step whose arrays differ from what was saved, or whose parameters are not finite."""
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -45,7 +67,9 @@ def make_manager(
 ) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep if max_to_keep > 0 else None,
+        # Read-only: the values Orbax would force anyway (it warns about each one it changes).
+        max_to_keep=max_to_keep if max_to_keep > 0 and not read_only else None,
+        save_interval_steps=0 if read_only else 1,
         enable_async_checkpointing=async_save,
         read_only=read_only,
         create=not read_only,
@@ -57,6 +81,7 @@ def make_manager(
         TRAIN: ocp.StandardCheckpointHandler(),
         DATA_ITER: grain.checkpoint.CheckpointHandler(),
         CONFIG: ocp.JsonCheckpointHandler(),
+        CHECKSUMS: ocp.JsonCheckpointHandler(),
     }
     return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_handlers=handlers)
 
@@ -76,18 +101,69 @@ def save(
     batch the step consumed.
     """
     train = {k: v for k, v in state.items() if k != "params"}
-    manager.save(
-        step,
-        force=True,
-        args=ocp.args.Composite(
-            **{
-                PARAMS: ocp.args.StandardSave(state["params"]),
-                TRAIN: ocp.args.StandardSave(train),
-                DATA_ITER: grain.checkpoint.CheckpointSave(data_iter),
-                CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-            }
-        ),
-    )
+    fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
+    with _disk_full_is_oserror(manager):
+        manager.save(
+            step,
+            force=True,
+            args=ocp.args.Composite(
+                **{
+                    PARAMS: ocp.args.StandardSave(state["params"]),
+                    TRAIN: ocp.args.StandardSave(train),
+                    DATA_ITER: grain.checkpoint.CheckpointSave(data_iter),
+                    CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+                    CHECKSUMS: ocp.args.JsonSave(fingerprints),
+                }
+            ),
+        )
+
+
+def finish(manager: ocp.CheckpointManager) -> None:
+    """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
+    with _disk_full_is_oserror(manager):
+        manager.wait_until_finished()
+    manager.close()
+
+
+_NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT")
+
+
+@contextlib.contextmanager
+def _disk_full_is_oserror(manager: ocp.CheckpointManager):
+    """A failed background write surfaces at the next save or wait, wrapped by Orbax or
+    TensorStore (a ValueError or RuntimeError whose text says ENOSPC); re-raised as the OSError
+    the binaries turn into one `error: no space left ...` line."""
+    try:
+        yield
+    except Exception as e:
+        chain, cause = [], e
+        while cause is not None and len(chain) < 10:
+            chain.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        full = any(
+            (isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT))
+            or any(text in str(c) for text in _NO_SPACE)
+            for c in chain
+        )
+        if not full:
+            raise
+        raise OSError(errno.ENOSPC, "No space left on device", str(manager.directory)) from e
+
+
+class _DropOrbaxNoise(logging.Filter):
+    """Orbax's writer threads log a full disk at ERROR (a screen of text, twice) before the save
+    reports it; _disk_full_is_oserror turns that report into the one line a user sees. And every
+    read-only manager (export, embed, --init) warns that its directory is read only, which is
+    what was asked for."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            "orbax" in record.pathname
+            and any(t in record.getMessage() for t in (*_NO_SPACE, "Given directory is read only"))
+        )
+
+
+logging.getLogger("absl").addFilter(_DropOrbaxNoise())
 
 
 # Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.
@@ -98,10 +174,18 @@ def restore(
     manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None
 ) -> dict:
     """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
-    (a Grain iterator) unless it is None.
+    (a Grain iterator) unless it is None. Checks it against its checksums (see the module doc).
 
     `abstract_state` mirrors the state with jax.ShapeDtypeStruct leaves that carry shardings.
     """
+    state = _restore_items(manager, step, abstract_state, data_iter)
+    verify(manager, step, state)
+    return state
+
+
+def _restore_items(
+    manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any
+) -> dict:
     train = {k: v for k, v in abstract_state.items() if k != "params"}
     try:
         saved = manager.item_metadata(step)[TRAIN]
@@ -128,6 +212,36 @@ def restore(
     return {"params": out[PARAMS], **out[TRAIN], **zeros}
 
 
+def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
+    """The step's checksums item, or None for a checkpoint written before they existed."""
+    if not (manager.directory / str(step) / CHECKSUMS).exists():
+        return None
+    try:
+        return manager.restore(
+            step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
+        )[CHECKSUMS]
+    except Exception as e:  # a truncated or garbled JSON file
+        raise DamagedCheckpoint(
+            f"checkpoint {manager.directory}/{step} is damaged: its checksums item does not "
+            f"read ({type(e).__name__}: {str(e)[:200]})"
+        ) from e
+
+
+def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
+    """Raises DamagedCheckpoint unless the restored `state` (all of it, or {'params': ...} only)
+    matches the checksums saved with `step` and its parameters are finite. With several
+    processes every process must call it (the fingerprints are combined across them)."""
+    saved = _saved_checksums(manager, step)
+    problems = checksums.problems(saved, PARAMS, state["params"])
+    train = {k: v for k, v in state.items() if k != "params"}
+    if train:
+        problems += checksums.problems(saved, TRAIN, train)
+    if problems:
+        raise DamagedCheckpoint(
+            f"checkpoint {manager.directory}/{step} is damaged: " + "; ".join(problems)
+        )
+
+
 CORRUPT_SUFFIX = ".corrupt"
 
 
@@ -138,15 +252,16 @@ def restore_latest(
     are none.
 
     A newer step that fails to restore while an older one succeeds is damaged (a truncated or
-    missing file, unreadable metadata): it is renamed to `<step>.corrupt` (kept for a post-mortem,
-    and out of Orbax's way so the run can save that step again) with a warning. If no step
+    missing file, unreadable metadata, arrays that differ from their checksums): it is renamed
+    to `<step>.corrupt` (kept for a post-mortem, and out of Orbax's way so the run can save that
+    step again) with a warning. If no step
     restores, nothing is moved and the error names every step's failure: then the likely cause is
     a config that does not match the checkpoints, which an older step cannot fix.
     """
     failures: list[tuple[int, Exception]] = []
     for step in sorted(manager.all_steps(), reverse=True):
         try:
-            restored = restore(manager, step, abstract_state, data_iter)
+            restored = _restore_items(manager, step, abstract_state, data_iter)
             ok = True
         except ValueError as e:
             failures.append((step, e))
@@ -156,6 +271,11 @@ def restore_latest(
         if not _all_processes(ok):
             if ok:
                 failures.append((step, RuntimeError("another process could not read this step")))
+            continue
+        try:  # the same verdict on every process: the fingerprints are combined across them
+            verify(manager, step, restored)
+        except DamagedCheckpoint as e:
+            failures.append((step, e))
             continue
         if failures:
             _move_aside(manager, failures, step)
@@ -285,6 +405,17 @@ def restore_saved_params(
         out = manager.restore(
             step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)})
         )
+        try:
+            verify(manager, step, {"params": out[PARAMS]})
+        except DamagedCheckpoint as e:
+            others = [s for s in sorted(manager.all_steps()) if s != step]
+            hint = (
+                f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
+                "and embed), or move the damaged step aside"
+                if others
+                else "no other step is saved; train again from an earlier run"
+            )
+            raise DamagedCheckpoint(f"{e}; it was not used: {hint}") from None
     finally:
         manager.close()
     return out[PARAMS], step

@@ -4,8 +4,9 @@ Every absl binary of the project (data_prep.main, data_prep.decode, data_prep.vo
 bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
 `cli.run(main)` instead of `app.run(main)`. Then:
 
-  * a flag that does not parse, a required flag left out, an unknown `--config.x` override:
-    `error: <what absl says>` on stderr, exit 2, no usage dump;
+  * a flag that does not parse, a required flag left out: `error: <what absl says>` on stderr,
+    exit 2, no usage dump; an unknown `--config.x.y` override: `error: --config.x.y: no such
+    config field; did you mean --config.x.z?` (the nearest valid name);
   * an exception of a type in USER_ERRORS escaping `main` (a bad path, a bad value, a file
     that is not what it claims to be): `error: <its message>`, exit 2, no traceback. Library
     code raises these with a message that names the file or flag and says what to fix;
@@ -20,7 +21,9 @@ Library INFO logs (absl, Orbax, Grain, JAX) stay off unless the user passes --ve
 No JAX import here: data_prep binaries use this module.
 """
 
+import difflib
 import errno
+import itertools
 import logging
 import sys
 from collections.abc import Callable
@@ -76,6 +79,60 @@ def _parse_flags(argv: list[str]) -> list[str]:
         fail(message(e))
     except USER_ERRORS as e:  # a --config file that does not load, say
         fail(message(e))
+    except (AttributeError, KeyError, TypeError):
+        # ml_collections' config_flags raises these for an override of a field that does not
+        # exist; anything else stays a bug with its traceback.
+        problem = _unknown_config_field(argv)
+        if problem is None:
+            raise
+        fail(problem)
+
+
+def _config_flags() -> dict[str, object]:
+    """name -> flag of the ml_collections config-file flags (--config=...)."""
+    return {
+        name: flag
+        for name, flag in FLAGS._flags().items()  # absl's registry; no public iterator
+        if type(flag.parser).__name__ == "ConfigFileFlagParser"
+    }
+
+
+def _unknown_config_field(argv: list[str]) -> str | None:
+    """`--config.a.b: no such config field; did you mean --config.a.c?` for the first override
+    in `argv` that names no field of its config file, or None if every one does."""
+    config_flags = _config_flags()
+    loaded = {}
+    for arg in argv[1:]:
+        if not arg.startswith("--") or "." not in arg.split("=")[0]:
+            continue
+        dotted = arg[2:].split("=")[0]
+        name, *path = dotted.split(".")
+        if name not in config_flags:
+            continue
+        if name not in loaded:
+            files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]
+            files += [b for a, b in itertools.pairwise(argv) if a == f"--{name}"]
+            if not files:
+                return None
+            try:
+                loaded[name] = config_flags[name].parser.parse(files[-1])
+            except Exception:  # the file itself is broken: absl's own error is the better one
+                return None
+        node, walked = loaded[name], [name]
+        for key in path:
+            keys = list(node.keys()) if hasattr(node, "keys") else []
+            if key not in keys:
+                if not keys:
+                    return f"--{dotted}: {'.'.join(walked)} is a value, not a section"
+                close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
+                hint = (
+                    f"did you mean --{'.'.join([*walked, close[0]])}?"
+                    if close
+                    else f"the fields of {'.'.join(walked)} are: {', '.join(sorted(keys))}"
+                )
+                return f"--{dotted}: no such config field; {hint}"
+            node, walked = node[key], [*walked, key]
+    return None
 
 
 def _quiet_libraries() -> None:

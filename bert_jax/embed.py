@@ -3,7 +3,9 @@
     python -m bert_jax.embed --model=DIR --input=texts.txt --output=out.npz --max_seq_length=128
 
 DIR is a Hugging Face BERT directory (or Google's original TF one) or a training --workdir (its
-latest checkpoint, or --step). The .npz holds, for T lines and N = max_seq_length:
+latest checkpoint, or --step; a damaged step is refused, and the vocabulary defaults to the one
+the run's data was tokenized with, checked against what the run recorded). The .npz holds, for
+T lines and N = max_seq_length:
     input_ids          [T, N] int32   [CLS] text [SEP], truncated to N, padded with [PAD]
     attention_mask     [T, N] int32   1 for real tokens
     last_hidden_state  [T, N, hidden] float32
@@ -25,10 +27,10 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from flax import nnx
 
-from bert_jax import checkpointing, hf, tokenization
+from bert_jax import checkpointing, cli, data_contract, hf, tokenization
 from bert_jax import model as model_lib
 
 FLAGS = flags.FLAGS
@@ -50,7 +52,7 @@ def define_flags() -> None:
         "vocab_file",
         None,
         "Vocabulary (vocab.txt or SentencePiece .model); default: DIR/vocab.txt "
-        "(or DIR/tokenizer.json), or the run's config.data.vocab_file.",
+        "(or DIR/tokenizer.json), or the vocabulary the run's data recorded.",
     )
     flags.DEFINE_bool("do_lower_case", None, "Default: tokenizer_config.json's value, else True.")
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Computation dtype.")
@@ -109,12 +111,7 @@ def load_encoder(
         )
         model = model_lib.model_from_params(bert_config, params)
         logging.info("loaded step %d of %s", step, path)
-        data = config.get("data", {})
-        vocab_file = vocab_file or data.get("vocab_file") or None
-        if not vocab_file:
-            raise ValueError(f"pass --vocab_file: the run in {path!r} does not name its vocabulary")
-        if do_lower_case is None:
-            do_lower_case = bool(data.get("do_lower_case", True))
+        vocab_file, do_lower_case = data_contract.run_vocabulary(config, vocab_file, do_lower_case)
         tokenizer = tokenization.make_tokenizer(vocab_file, do_lower_case=do_lower_case)
     else:
         bert_config = dataclasses.replace(
@@ -199,32 +196,52 @@ def embed_texts(
 
 def read_lines(path: str) -> list[str]:
     if not os.path.isfile(path):
-        raise ValueError(
+        raise cli.UserError(
             f"--input={path!r} does not exist; pass a text file with one text per line"
         )
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except UnicodeDecodeError as e:
+        raise cli.UserError(
+            f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
+            "(e.g. iconv -t UTF-8)"
+        ) from None
+
+
+def _save_npz(path: str, arrays: dict) -> None:
+    """Writes the .npz beside its final name and renames: never a half-written file there."""
+    if not path.endswith(".npz"):
+        path += ".npz"  # what np.savez would do with the name
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise cli.UserError(f"--output={path!r}: the directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+        raise cli.UserError(f"unexpected arguments {argv[1:]}")
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
-            raise app.UsageError(f"--{name} is required")
-    try:
-        texts = read_lines(FLAGS.input)
-        model, tokenizer = load_encoder(
-            FLAGS.model,
-            step=FLAGS.step,
-            vocab_file=FLAGS.vocab_file,
-            do_lower_case=FLAGS.do_lower_case,
-            dtype=FLAGS.dtype,
-        )
-        out = embed_texts(model, tokenizer, texts, FLAGS.max_seq_length, FLAGS.batch_size)
-    except (ValueError, FileNotFoundError) as e:  # bad flags or files: the message says what to fix
-        raise app.UsageError(str(e)) from e
-    np.savez(FLAGS.output, **out)
+            raise cli.UserError(f"--{name} is required")
+    texts = read_lines(FLAGS.input)
+    model, tokenizer = load_encoder(
+        FLAGS.model,
+        step=FLAGS.step,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case,
+        dtype=FLAGS.dtype,
+    )
+    out = embed_texts(model, tokenizer, texts, FLAGS.max_seq_length, FLAGS.batch_size)
+    _save_npz(FLAGS.output, out)
     print(
         f"wrote {FLAGS.output}: {len(texts)} texts, last_hidden_state "
         f"{out['last_hidden_state'].shape}, pooled {out['pooled'].shape}"
@@ -233,4 +250,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

@@ -1,12 +1,25 @@
 """Exports a training checkpoint as a Hugging Face BertForPreTraining directory.
 
-    python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT --vocab_file=vocab.txt
+    python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
 OUT then holds config.json, model.safetensors (float32), vocab.txt and tokenizer_config.json;
 `transformers.BertForPreTraining.from_pretrained(OUT)` loads it, and so does `bert_jax.hf.load_hf`.
+The vocabulary defaults to the one the run's data was tokenized with (recorded with its md5 in
+the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
+error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
+
+OUT appears whole or not at all: the files are written to a temporary directory beside it and
+moved into place at the end, so a failed export (a full disk, a damaged step) leaves no
+half-written directory; an existing OUT (an earlier export) gets the new files only then.
 """
 
-from absl import app, flags
+import os
+import shutil
+import tempfile
+
+from absl import flags
+
+from bert_jax import cli
 
 FLAGS = flags.FLAGS
 
@@ -19,11 +32,13 @@ def define_flags() -> None:
     flags.DEFINE_string(
         "vocab_file",
         None,
-        "The vocab.txt the training data was tokenized with; copied into "
-        "--output_dir. Default: config.data.vocab_file of the run, when it has one.",
+        "The vocab.txt the training data was tokenized with; copied into --output_dir. "
+        "Default: the one the run's data recorded (its manifest's).",
     )
     flags.DEFINE_bool(
-        "do_lower_case", True, "Written to tokenizer_config.json: False for cased vocabularies."
+        "do_lower_case",
+        None,
+        "Written to tokenizer_config.json. Default: the run's data's (its manifest's), else True.",
     )
     flags.mark_flags_as_required(["workdir", "output_dir"])
 
@@ -34,41 +49,54 @@ def export(
     *,
     step: int | None = None,
     vocab_file: str | None = None,
-    do_lower_case: bool = True,
+    do_lower_case: bool | None = None,
 ) -> dict:
     """Checkpoint -> Hugging Face directory; returns {'step', 'num_params', 'output_dir'}."""
-    from bert_jax import checkpointing, hf  # here, not at the top: --help stays fast
+    from bert_jax import checkpointing, data_contract, hf  # here, not at the top: --help is fast
     from bert_jax import model as model_lib
 
-    _, step = checkpointing.load_config(workdir, step)  # pins "latest" to one step
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
+    config, step = checkpointing.load_config(workdir, step)  # pins "latest" to one step
+    vocab_file, do_lower_case = data_contract.run_vocabulary(config, vocab_file, do_lower_case)
     params, config = checkpointing.restore_params(workdir, step)
-    vocab_file = vocab_file or config.get("data", {}).get("vocab_file") or None
-    if not vocab_file:
-        raise ValueError(
-            "pass --vocab_file=PATH/vocab.txt (the vocabulary the training data "
-            "was tokenized with); the run's config does not name one"
-        )
     model = model_lib.model_from_params(model_lib.BertConfig.from_config_dict(config.model), params)
-    hf.save_hf(model, vocab_file, output_dir, do_lower_case=do_lower_case)
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(scratch, 0o777 & ~umask)  # mkdtemp's 0700 would follow the rename
+    try:
+        hf.save_hf(model, vocab_file, scratch, do_lower_case=do_lower_case)
+        _move_into_place(scratch, output_dir)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return {"step": step, "num_params": model_lib.count_params(model), "output_dir": output_dir}
+
+
+def _move_into_place(scratch: str, output_dir: str) -> None:
+    """A new OUT: one rename. An existing one: each file replaced by a rename, the rest kept."""
+    if not os.path.exists(output_dir):
+        os.rename(scratch, output_dir)
+        return
+    for name in os.listdir(scratch):
+        os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
 
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    try:
-        out = export(
-            FLAGS.workdir,
-            FLAGS.output_dir,
-            step=FLAGS.step,
-            vocab_file=FLAGS.vocab_file,
-            do_lower_case=FLAGS.do_lower_case,
-        )
-    except (ValueError, FileNotFoundError) as e:  # bad flags or files: the message says what to fix
-        raise app.UsageError(str(e)) from e
+        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    out = export(
+        FLAGS.workdir,
+        FLAGS.output_dir,
+        step=FLAGS.step,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case,
+    )
     print(f"exported step {out['step']} ({out['num_params']:,} parameters) to {out['output_dir']}")
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

@@ -1,8 +1,12 @@
 """Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
 
 Files are data_prep's ArrayRecord shards or TFRecord files written by google-research/bert's
-generator (the format follows each file's name, see record_io.format_of). Records are decoded
-with features.decode_example, so any file in the original schema works.
+generator (the format follows each file's name, see record_io.format_of), found by
+manifest.find_shards: beside a manifest.json, the shards it lists. `data` arguments are a
+config.data that data_contract.resolve filled in (lengths, masking, special ids). Records are
+decoded with features.decode_example, so any file in the original schema works; each is checked
+against the schema and its token ids against the vocabulary size (an error names the file and
+record: an id past the embedding table would otherwise show up as a NaN loss much later).
 
 Train order: one global permutation of all records per epoch (seeded by epoch), then process p
 of n takes positions p, p+n, p+2n, ... of the permuted stream. Together the processes read each
@@ -15,7 +19,6 @@ every epoch, yet identically when a run is resumed.
 """
 
 import bisect
-import glob
 import os
 import struct
 from collections.abc import Sequence
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import features, record_io
+from bert_jax import data_contract, features, manifest, record_io
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -34,21 +37,6 @@ INT_FEATURES = (
 )
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
-
-
-def expand_files(patterns: str | Sequence[str]) -> list[str]:
-    """Comma-separated globs (or a list of them) -> sorted file list; an error if none match."""
-    if isinstance(patterns, str):
-        patterns = [p for p in patterns.split(",") if p.strip()]
-    files = []
-    for pattern in patterns:
-        matches = sorted(glob.glob(os.path.expanduser(pattern.strip())))
-        if not matches:
-            raise FileNotFoundError(f"no record files match {pattern!r}")
-        files.extend(matches)
-    if not files:
-        raise ValueError("no record files given: set config.data.train_files (and eval_files)")
-    return files
 
 
 class TFRecordSource:
@@ -99,6 +87,9 @@ class TFRecordSource:
     def __len__(self) -> int:
         return self._starts[-1]
 
+    def counts(self) -> list[int]:
+        return [len(offsets) for offsets in self._offsets]
+
     def __getitem__(self, index) -> bytes:
         index = int(index)
         if not 0 <= index < len(self):
@@ -120,16 +111,29 @@ class TFRecordSource:
         return f"TFRecordSource({len(self._paths)} files, {len(self)} records)"
 
 
-def make_source(files: Sequence[str]):
-    """A Grain random-access source over files of one format."""
+def make_source(files: Sequence[str], expected: Sequence[int] | None = None):
+    """(a Grain random-access source over files of one format, the record count of each file).
+
+    `expected`: the counts a manifest lists; a file holding another count (a shard cut short or
+    replaced) is an error naming it."""
     formats = {record_io.format_of(f) for f in files}
     if len(formats) > 1:
         raise ValueError(
             f"mixed record formats {sorted(formats)} in one file list; convert them to one"
         )
     if formats == {record_io.ARRAYRECORD}:
-        return grain.sources.ArrayRecordDataSource(list(files))
-    return TFRecordSource(files)
+        source = grain.sources.ArrayRecordDataSource(list(files))
+        counts = [record_io.count_records(f) for f in files]
+    else:
+        source = TFRecordSource(files)
+        counts = source.counts()
+    for path, got, want in zip(files, counts, expected or []):
+        if got != want:
+            raise ValueError(
+                f"{path} holds {got} records, its manifest lists {want}: the shard is "
+                "incomplete or was replaced; rerun its data_prep command to rewrite it"
+            )
+    return source, counts
 
 
 def _import_proto() -> None:
@@ -139,37 +143,64 @@ def _import_proto() -> None:
     features.encode_example({})
 
 
-class ParseRecord(grain.transforms.Map):
+class ParseRecord(grain.transforms.MapWithIndex):
     """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
-    schema."""
+    schema and the vocabulary size.
 
-    def __init__(self, schema: features.Schema):
+    Applied to the source's own index (before the shuffle), so an error names the file and the
+    record in it."""
+
+    def __init__(
+        self, schema: features.Schema, vocab_size: int, files: Sequence[str], counts: Sequence[int]
+    ):
         self.schema = schema
+        self.vocab_size = vocab_size
+        self.files = list(files)
+        self.starts = np.cumsum([0, *counts]).tolist()  # global index of each file's first record
         _import_proto()
 
     def __setstate__(self, state):  # in a Grain worker process
         self.__dict__.update(state)
         _import_proto()
 
-    def map(self, record: bytes) -> dict[str, np.ndarray]:
-        example = features.decode_example(record)
+    def _where(self, index: int) -> str:
+        i = bisect.bisect_right(self.starts, index) - 1
+        return f"{self.files[i]} (record {index - self.starts[i]})"
+
+    def map_with_index(self, index: int, record: bytes) -> dict[str, np.ndarray]:
+        try:
+            example = features.decode_example(record)
+        except Exception as e:  # protobuf's DecodeError: a damaged record
+            raise ValueError(
+                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged"
+            ) from e
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise ValueError(
-                "dynamic masking needs unmasked records, but these are already masked: "
-                "set config.data.dynamic_masking=False"
+                f"dynamic masking needs unmasked records, but {self._where(index)} is already "
+                "masked: set config.data.dynamic_masking=False"
             )
         try:
             features.check_example(example, self.schema)
         except ValueError as e:
             if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
                 raise ValueError(
-                    "records are unmasked (no masked_lm_* features): set "
+                    f"{self._where(index)} is unmasked (no masked_lm_* features): set "
                     "config.data.dynamic_masking=True to mask them while training"
                 ) from e
             raise ValueError(
-                f"{e}; set config.data.max_seq_length / max_predictions_per_seq "
-                "to the values the records were written with"
+                f"{self._where(index)}: {e}; set config.data.max_seq_length / "
+                "max_predictions_per_seq to the values the records were written with"
             ) from e
+        for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
+            ids = example.get(name)
+            if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
+                bad = ids[(ids >= self.vocab_size) | (ids < 0)][0]
+                raise ValueError(
+                    f"{self._where(index)}: {name} holds token id {bad}, outside the vocabulary "
+                    f"of {self.vocab_size} ids: the records were tokenized with another "
+                    "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
+                    "the file is damaged"
+                )
         out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
         if self.schema.masked:
             out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
@@ -228,20 +259,25 @@ class DynamicMasking(grain.transforms.RandomMap):
 
 
 def _records(
-    files, max_seq_length: int, max_predictions: int, dynamic_masking: bool
+    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int
 ) -> grain.MapDataset:
-    schema = features.Schema(max_seq_length, 0 if dynamic_masking else max_predictions)
-    return grain.MapDataset.source(make_source(files)).map(ParseRecord(schema))
+    shards = manifest.find_shards(patterns, split)
+    source, counts = make_source(shards.files, shards.instances)
+    # The data's own vocabulary when known (an id past it is damage even below the table size).
+    limit = facts.vocab_size or vocab_size
+    parse = ParseRecord(facts.record_schema(), limit, shards.files, counts)
+    return grain.MapDataset.source(source).map_with_index(parse)
 
 
-def _masker(data, vocab_size: int) -> DynamicMasking:
+def _masker(facts: data_contract.DataFacts, vocab_size: int) -> DynamicMasking:
+    special = facts.special_ids
     return DynamicMasking(
-        data.max_predictions_per_seq,
-        data.masked_lm_prob,
-        vocab_size,
-        data.cls_token_id,
-        data.sep_token_id,
-        data.mask_token_id,
+        facts.max_predictions_per_seq,
+        facts.masked_lm_prob,
+        facts.vocab_size or vocab_size,  # random replacements from the data's own vocabulary
+        special["cls"],
+        special["sep"],
+        special["mask"],
     )
 
 
@@ -255,24 +291,25 @@ def train_dataset(
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
-    `data` is config.data. Iterate with `iter(...)`; the iterator's get_state()/set_state()
-    give the exact position (Orbax saves it through grain.checkpoint).
+    `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
+    with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
+    it through grain.checkpoint).
     """
     if global_batch_size % process_count:
         raise ValueError(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
-    files = expand_files(data.train_files)
-    ds = _records(files, data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking)
+    facts = data_contract.DataFacts.from_data(data)
+    ds = _records(data.train_files, "train", facts, vocab_size)
     if len(ds) < global_batch_size:
         raise ValueError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
         )
     ds = ds.shuffle(seed=seed)
-    if data.dynamic_masking:
+    if facts.dynamic_masking:
         # Before the per-process slice: Grain seeds the generator by the position in the global
         # stream, so no two processes (or epochs) share a masking stream.
-        ds = ds.random_map(_masker(data, vocab_size), seed=seed + 1)
+        ds = ds.random_map(_masker(facts, vocab_size), seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     ds = ds.batch(global_batch_size // process_count, drop_remainder=True)
     read = grain.ReadOptions(
@@ -304,11 +341,10 @@ def eval_batches(
         raise ValueError(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
-    ds = _records(
-        expand_files(files), data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking
-    )
-    if data.dynamic_masking:
-        ds = ds.random_map(_masker(data, vocab_size), seed=seed)
+    facts = data_contract.DataFacts.from_data(data)
+    ds = _records(files, "eval", facts, vocab_size)
+    if facts.dynamic_masking:
+        ds = ds.random_map(_masker(facts, vocab_size), seed=seed)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:
         raise ValueError(f"eval files {files!r} hold no records")
@@ -325,7 +361,7 @@ def eval_batches(
         # well-formed input (no all-padding attention row) and the metrics ignore it.
         pad = {
             **ds[0],
-            features.MASKED_LM_WEIGHTS: np.zeros(data.max_predictions_per_seq, np.float32),
+            features.MASKED_LM_WEIGHTS: np.zeros(facts.max_predictions_per_seq, np.float32),
         }
         rows += [pad] * (local - len(rows))
         batch = {k: np.stack([r[k] for r in rows]) for k in pad}

@@ -89,6 +89,6 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
     if nsp_n > 0:
         out["nsp_loss"] = float(sums["nsp_nll_sum"]) / nsp_n
         out["nsp_accuracy"] = float(sums["nsp_correct_sum"]) / nsp_n
-    if "mlm_loss" in out and "nsp_loss" in out:
-        out["loss"] = out["mlm_loss"] + out["nsp_loss"]
+    if "mlm_loss" in out:  # records without sentence pairs train no NSP: the MLM loss alone
+        out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
     return out

@@ -1,14 +1,19 @@
 """Pre-trains BERT: `python -m bert_jax.main --config=configs/bert_base.py --workdir=DIR`.
 
 Any config field can be overridden on the command line, e.g.
-    --config.optim.learning_rate=2e-4 --config.data.train_files='/data/train-*.arrayrecord'
-Running the same command again resumes from the latest checkpoint in --workdir.
+    --config.optim.learning_rate=2e-4 --config.data.train_files=/data/wiki128
+(a data_prep --output_dir: its manifest.json says everything else about the records).
+Running the same command again resumes from the latest checkpoint in --workdir. A mistake (a
+config field that does not exist, a bad value, data that does not match the config) is one
+`error:` line and exit status 2 (bert_jax.cli); --verbosity=0 shows the libraries' INFO logs.
 """
 
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
+
+from bert_jax import cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.", lock_config=True)
@@ -32,12 +37,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(
+        raise cli.UserError(
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
-    if not FLAGS["verbosity"].present:
-        # Orbax logs every save step at INFO; the progress lines say what a user needs.
-        logging.set_verbosity(logging.WARNING)
     import jax  # after flag parsing, so --help stays fast
 
     if FLAGS.distributed:
@@ -64,4 +66,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -19,13 +19,41 @@ user to retype the data's facts into a config. Fields (version 2; every writer s
                         "eval": [...]}
     stats, read, documents, seconds, flags, fingerprint, ...: the job's report
 
+Version 1 (data_prep before the contract; no `manifest_version`) lacks `vocab` (only
+`vocab_md5`; the vocabulary file, do_lower_case and the masking flags are in `flags`),
+`whole_word_mask`, and, in reference mode, `schema` and `nsp`. `read` fills them in from `flags`
+(and leaves the vocabulary's size and special ids to the reader, bert_jax.data_contract, which
+loads the vocabulary file the flags name).
+
+The readers' side: `read` (one manifest, any version, as version 2), `find_shards` (the shard
+files that config.data.train_files / eval_files name: the manifest's list, never a directory
+listing) and `verify_md5`; bert_jax.data_contract turns them into the facts a run uses.
+
 No JAX import: data_prep (the writer) imports this module too.
 """
 
+import dataclasses
+import fnmatch
+import glob
 import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+
+from bert_jax import cli
 
 FILE = "manifest.json"
 VERSION = 2
+SPLITS = ("train", "eval")
+# data_prep's shard names, its unfinished-job state and its writers' temporary files.
+SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
+WORK_DIR = "_work"
+TEMPORARY = re.compile(r"\.tmp-\d+$")
+
+
+class ManifestError(cli.UserError):
+    """A manifest that cannot be read or does not describe its directory; says what to do."""
 
 
 def file_md5(path: str) -> str:
@@ -60,3 +88,203 @@ def vocab_entry(tokenizer) -> dict:
             "mask": int(tokenizer.mask_id),
         },
     }
+
+
+def read(path: str) -> dict:
+    """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
+    to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
+    has no `size` or `special_ids` (None)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as e:
+        raise ManifestError(
+            f"{path} cannot be read ({e}); rerun the data_prep job that wrote it to rewrite it"
+        ) from e
+    version = raw.get("manifest_version", 1)
+    if not isinstance(version, int) or version > VERSION:
+        raise ManifestError(
+            f"{path} has manifest_version {version!r}; this bert_jax reads versions 1 to "
+            f"{VERSION}: update bert_jax"
+        )
+    flags = raw.get("flags") or {}
+    try:
+        masked = bool(raw["masked"])
+        schema = raw.get("schema") or {
+            "max_seq_length": flags["max_seq_length"],
+            "max_predictions_per_seq": flags["max_predictions_per_seq"] if masked else 0,
+        }
+        vocab = raw.get("vocab") or {
+            "file": flags.get("vocab_file"),
+            "md5": raw["vocab_md5"],
+            "size": None,
+            "kind": None,
+            "do_lower_case": flags.get("do_lower_case"),
+            "special_ids": None,
+        }
+        shards = {split: list(raw["shards"].get(split, [])) for split in SPLITS}
+        for entry in shards["train"] + shards["eval"]:
+            for key in ("file", "instances", "md5"):
+                if key not in entry:
+                    raise KeyError(f"shards[...].{key}")
+        out = {
+            "path": path,
+            "dir": os.path.dirname(os.path.abspath(path)),
+            "manifest_version": version,
+            "mode": raw.get("mode"),
+            "format": raw.get("format"),
+            "masked": masked,
+            "nsp": bool(raw.get("nsp", flags.get("nsp", True))),
+            "whole_word_mask": bool(
+                raw.get("whole_word_mask", flags.get("do_whole_word_mask", False))
+            ),
+            "schema": {
+                "max_seq_length": int(schema["max_seq_length"]),
+                "max_predictions_per_seq": int(schema["max_predictions_per_seq"]),
+            },
+            "vocab": vocab,
+            "masked_lm_prob": flags.get("masked_lm_prob"),
+            # The masking budget data_prep was given: dynamic masking's default.
+            "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
+            "shards": shards,
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise ManifestError(
+            f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
+            "one; rerun the data_prep job that wrote it"
+        ) from e
+    return out
+
+
+# --- Where the shards are ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """Record files of one split, with what their manifest says about each (None without)."""
+
+    files: list[str]
+    instances: list[int] | None
+    md5: list[str] | None
+    manifests: list[dict]
+
+
+def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
+    if isinstance(patterns, str):
+        patterns = patterns.split(",")
+    return [os.path.expanduser(p.strip()) for p in patterns if p and p.strip()]
+
+
+def _unfinished(directory: str, names: list[str]) -> bool:
+    """Whether `directory` looks like a data_prep output whose job has not finished."""
+    return os.path.isdir(os.path.join(directory, WORK_DIR)) or any(
+        SHARD_NAME.match(n) or TEMPORARY.search(n) for n in names
+    )
+
+
+def _unfinished_error(directory: str) -> cli.UserError:
+    return cli.UserError(
+        f"{directory} holds data_prep shards but no {FILE}: its data_prep job has not "
+        f"finished (killed, or still running), so its shards are not all there. Rerun the same "
+        f"`python -m data_prep.main ... --output_dir={directory}` command to finish it (or copy "
+        f"the job's {FILE} beside copied shards)"
+    )
+
+
+def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
+    """The record files that `patterns` (comma-separated directories or globs) name; see the
+    module docstring. `split` is the manifest split a bare directory stands for."""
+    items = _split_patterns(patterns)
+    if not items:
+        raise cli.UserError(
+            "no record files given: set config.data.train_files to a data_prep --output_dir "
+            "(or to globs of TFRecord files)"
+        )
+    files, instances, md5s, manifests = [], [], [], {}
+    described = True
+    for item in items:
+        is_dir = os.path.isdir(item)
+        directory = item if is_dir else (os.path.dirname(item) or ".")
+        path = os.path.join(directory, FILE)
+        if os.path.isfile(path):
+            m = manifests.setdefault(path, read(path))
+            for entry in _listed(item, m, split, is_dir):
+                files.append(os.path.join(m["dir"], entry["file"]))
+                instances.append(int(entry["instances"]))
+                md5s.append(entry["md5"])
+            continue
+        described = False
+        if is_dir:
+            if _unfinished(item, os.listdir(item)):
+                raise _unfinished_error(item)
+            raise cli.UserError(
+                f"{item} has no {FILE}: point config.data.train_files at a data_prep "
+                "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
+            )
+        matches = sorted(glob.glob(item))
+        if os.path.isdir(directory) and _unfinished(
+            directory, [os.path.basename(p) for p in matches] + os.listdir(directory)
+        ):
+            raise _unfinished_error(directory)
+        matches = [p for p in matches if os.path.isfile(p)]
+        if not matches:
+            raise FileNotFoundError(f"no record files match {item!r}")
+        files += matches
+    for f in files:
+        if not os.path.isfile(f):
+            raise cli.UserError(
+                f"{f} is listed in {os.path.join(os.path.dirname(f), FILE)} but missing: "
+                "the data_prep output is incomplete; rerun its data_prep command to rewrite the "
+                "shard, or restore the file"
+            )
+    if len(set(files)) < len(files):
+        raise cli.UserError(f"{patterns!r} names some record files twice")
+    return Shards(
+        files,
+        instances if described else None,
+        md5s if described else None,
+        list(manifests.values()),
+    )
+
+
+def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
+    """The manifest entries `item` (the directory, or a glob in it) selects."""
+    if is_dir:
+        entries = m["shards"][split]
+        if not entries:
+            raise cli.UserError(
+                f"{m['path']} lists no {split} shards"
+                + (" (the job ran with --eval_fraction=0)" if split == "eval" else "")
+            )
+        return entries
+    pattern = os.path.basename(item)
+    chosen = {
+        s: [e for e in m["shards"][s] if fnmatch.fnmatch(e["file"], pattern)] for s in m["shards"]
+    }
+    if chosen["train"] and chosen["eval"]:
+        raise cli.UserError(
+            f"{item!r} matches both train and eval shards of {m['path']}; name the directory "
+            f"for its {split} split, or a glob such as {os.path.join(m['dir'], split + '-*')!r}"
+        )
+    entries = chosen["train"] or chosen["eval"]
+    if not entries:
+        names = [e["file"] for s in m["shards"] for e in m["shards"][s]]
+        raise cli.UserError(
+            f"{item!r} matches none of the shards {m['path']} lists ({', '.join(names[:4])}"
+            f"{', ...' if len(names) > 4 else ''}); name the directory {m['dir']!r} instead"
+        )
+    return entries
+
+
+def verify_md5(shards: Shards) -> None:
+    """Re-checks every shard against its manifest md5 (config.data.verify_md5)."""
+    for path, md5 in zip(shards.files, shards.md5 or []):
+        if file_md5(path) != md5:
+            raise cli.UserError(
+                f"{path} differs from the md5 its manifest records (damaged or changed since "
+                "data_prep wrote it); rerun data_prep to rewrite it"
+            )

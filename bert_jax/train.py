@@ -33,10 +33,21 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, input_pipeline, losses, metrics_log, optim, sharding
+from bert_jax import (
+    checkpointing,
+    cli,
+    config_check,
+    data_contract,
+    faults,
+    input_pipeline,
+    losses,
+    metrics_log,
+    optim,
+    sharding,
+)
 from bert_jax import features as F
 from bert_jax import model as model_lib
-from bert_jax.faults import NONFINITE_MODES, Preemption
+from bert_jax.faults import Preemption
 
 Batch = dict[str, jax.Array]
 
@@ -56,6 +67,7 @@ class Setup:
     batch_sharding: NamedSharding
     tx: optax.GradientTransformation
     schedule: optax.Schedule
+    nsp: bool = True  # next-sentence prediction in the loss (records written with --nsp)
 
     def activate(self):
         """The mesh and logical rules under which the model adds activation sharding constraints."""
@@ -96,7 +108,12 @@ def state_layout(
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
     """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer
-    (config.optim)."""
+    (config.optim). config.model.vocab_size must be set: data_contract.resolve fills it in."""
+    if not config.model.vocab_size:
+        raise cli.UserError(
+            "config.model.vocab_size is 0 (the data's vocabulary size): resolve the config with "
+            "bert_jax.data_contract.resolve first, or set it"
+        )
     model_config = model_lib.BertConfig.from_config_dict(config.model)
     mesh, rules = sharding.mesh_from_config(config.mesh, model_config.num_attention_heads, devices)
     abstract_model = nnx.eval_shape(
@@ -119,15 +136,19 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
         sharding.batch_sharding(mesh, rules),
         tx,
         schedule,
+        config.data.get("nsp") is not False,
     )
 
 
 # --- Pure functions of arrays ----------------------------------------------------------------
 
 
-def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, jax.Array]:
+def forward_sums(
+    graphdef, params, batch: Batch, dropout_rng=None, nsp: bool = True
+) -> dict[str, jax.Array]:
     """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry
-    EXAMPLE_WEIGHT."""
+    EXAMPLE_WEIGHT. nsp=False (records without sentence pairs): the NSP sums are zero, so the
+    loss is the MLM loss alone."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
@@ -140,9 +161,12 @@ def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, 
     mlm_weights = batch[F.MASKED_LM_WEIGHTS]
     if example_weight is not None:
         mlm_weights = mlm_weights * example_weight[:, None]
+    nsp_weight = example_weight
+    if not nsp:
+        nsp_weight = jnp.zeros(batch[F.INPUT_IDS].shape[:1], jnp.float32)
     return {
         **losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
-        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], example_weight),
+        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], nsp_weight),
     }
 
 
@@ -155,13 +179,14 @@ def loss_and_grads(
     grad_accum_steps: int = 1,
     dropout: bool = True,
     batch_axes=None,
+    nsp: bool = True,
 ):
     """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
     nsp_denominator = jnp.float32(batch[F.INPUT_IDS].shape[0])
 
     def micro_loss(p, micro, key):
-        sums = forward_sums(graphdef, p, micro, key if dropout else None)
+        sums = forward_sums(graphdef, p, micro, key if dropout else None, nsp)
         return losses.pretraining_loss(sums, mlm_denominator, nsp_denominator), sums
 
     grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
@@ -184,7 +209,9 @@ def loss_and_grads(
         return jax.tree.map(jnp.add, carry, (loss, sums, grads)), None
 
     zero_sums = jax.eval_shape(
-        lambda: forward_sums(graphdef, params, jax.tree.map(lambda x: x[0], micro_batches))
+        lambda: forward_sums(
+            graphdef, params, jax.tree.map(lambda x: x[0], micro_batches), None, nsp
+        )
     )
     init = (
         jnp.zeros([], jnp.float32),
@@ -229,7 +256,15 @@ def apply_gradients(
 
 
 def train_step(
-    state: dict, batch: Batch, *, graphdef, tx, schedule, grad_accum_steps: int, batch_axes=None
+    state: dict,
+    batch: Batch,
+    *,
+    graphdef,
+    tx,
+    schedule,
+    grad_accum_steps: int,
+    batch_axes=None,
+    nsp: bool = True,
 ) -> tuple[dict, dict]:
     """One optimizer step. Returns the new state and scalar metrics of this step."""
     step = state["step"]
@@ -241,6 +276,7 @@ def train_step(
         rng,
         grad_accum_steps=grad_accum_steps,
         batch_axes=batch_axes,
+        nsp=nsp,
     )
     new_state, grad_norm = apply_gradients(state, grads, loss, tx)
     metrics = {
@@ -253,6 +289,8 @@ def train_step(
         "tokens": jnp.sum(batch[F.INPUT_MASK]),
         "nonfinite_steps": new_state["nonfinite_steps"],  # cumulative over the run
     }
+    if not nsp:
+        del metrics["nsp_accuracy"]
     return new_state, metrics
 
 
@@ -264,13 +302,13 @@ def batch_axes(setup: Setup):
 
 
 def abstract_batch(
-    config: ml_collections.ConfigDict, setup: Setup
+    facts: data_contract.DataFacts, global_batch_size: int, setup: Setup
 ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global train batch as the input pipeline delivers it (config.data's lengths,
-    config.train.global_batch_size rows), as abstract arrays on the batch sharding: for lowering
-    and compiling the step ahead of time (bench/aot_compile.py)."""
-    b = config.train.global_batch_size
-    lengths = F.Schema(config.data.max_seq_length, config.data.max_predictions_per_seq).lengths()
+    """The global train batch as the input pipeline delivers it (the data's lengths,
+    `global_batch_size` rows), as abstract arrays on the batch sharding: for lowering and
+    compiling the step ahead of time (bench/aot_compile.py)."""
+    b = global_batch_size
+    lengths = facts.batch_schema().lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
     return {
         k: jax.ShapeDtypeStruct(
@@ -311,6 +349,7 @@ def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
         schedule=setup.schedule,
         grad_accum_steps=grad_accum_steps,
         batch_axes=batch_axes(setup),
+        nsp=setup.nsp,
     )
     replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
@@ -333,6 +372,7 @@ def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = 
             grad_accum_steps=grad_accum_steps,
             dropout=dropout,
             batch_axes=batch_axes(setup),
+            nsp=setup.nsp,
         )
         return loss, grads
 
@@ -346,7 +386,7 @@ def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = 
 
 def jit_eval_step(setup: Setup):
     """(params, batch) -> sums over the batch, replicated."""
-    fn = functools.partial(forward_sums, setup.graphdef)
+    fn = functools.partial(forward_sums, setup.graphdef, nsp=setup.nsp)
     return jax.jit(
         fn,
         in_shardings=(setup.param_shardings, setup.batch_sharding),
@@ -370,35 +410,6 @@ def evaluate(
 
 
 # --- The loop --------------------------------------------------------------------------------
-
-
-def validate(config: ml_collections.ConfigDict, mesh: Mesh, rules) -> None:
-    """Clear errors for settings that would fail deep inside jit or the input pipeline."""
-    t = config.train
-    dp = sharding.data_parallel_size(mesh, rules)
-    if t.grad_accum_steps < 1:
-        raise ValueError(f"train.grad_accum_steps must be >= 1, got {t.grad_accum_steps}")
-    if t.global_batch_size % (t.grad_accum_steps * dp):
-        raise ValueError(
-            f"train.global_batch_size={t.global_batch_size} must be divisible by grad_accum_steps "
-            f"({t.grad_accum_steps}) x the data-parallel devices ({dp} = mesh data x fsdp)"
-        )
-    if t.global_batch_size % jax.process_count():
-        raise ValueError(
-            f"train.global_batch_size must be divisible by the {jax.process_count()} processes"
-        )
-    if config.data.eval_files and config.eval.batch_size % (dp * jax.process_count()):
-        raise ValueError(
-            f"eval.batch_size={config.eval.batch_size} must be divisible by the "
-            f"{dp} data-parallel devices and {jax.process_count()} processes"
-        )
-    if not config.data.train_files:
-        raise ValueError(
-            "config.data.train_files is empty: point it at record files (e.g. "
-            "--config.data.train_files='/data/train-*.arrayrecord')"
-        )
-    if t.on_nonfinite not in NONFINITE_MODES:
-        raise ValueError(f"train.on_nonfinite={t.on_nonfinite!r}; choose one of {NONFINITE_MODES}")
 
 
 def initial_params(path: str, setup: Setup) -> dict:
@@ -475,14 +486,17 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
-    figures.
+    figures. The config is checked (config_check) and its data facts resolved from the data's
+    manifest (data_contract) before anything compiles; the resolved config is what the
+    checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
     'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted' or
     'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
     """
+    config_check.check_pretraining(config, jax.device_count(), jax.process_count())
+    config = data_contract.resolve(config)
     setup = make_setup(config)
-    validate(config, setup.mesh, setup.rules)
     t = config.train
     is_primary = jax.process_index() == 0
     total = t.num_train_steps
@@ -603,8 +617,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             if stopped != "done":
                 break
 
-    manager.wait_until_finished()
-    manager.close()
+    checkpointing.finish(manager)
     log.close()
     if stopped in ("preempted", "stop_at_step") and is_primary:
         print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)

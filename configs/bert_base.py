@@ -6,12 +6,12 @@ decay, weight decay 0.01, dropout 0.1; sequences of 128 tokens for the first 90%
 so this phase stops at step 900k of a 1M-step schedule and phase 2 continues it:
 
     python -m bert_jax.main --config=configs/bert_base.py --workdir=runs/base128 \\
-        --config.data.train_files='records128/train-*.arrayrecord' \\
-        --config.data.eval_files='records128/eval-*.arrayrecord'
+        --config.data.train_files=records128 --config.data.eval_files=records128
     python -m bert_jax.main --config=configs/bert_base_phase2.py --workdir=runs/base512 \\
         --config.train.init_checkpoint=runs/base128 \\
-        --config.data.train_files='records512/train-*.arrayrecord' \\
-        --config.data.eval_files='records512/eval-*.arrayrecord'
+        --config.data.train_files=records512 --config.data.eval_files=records512
+
+records128 and records512 are data_prep output directories (their manifest.json gives the rest).
 """
 
 from configs import default
@@ -19,6 +19,8 @@ from configs import default
 
 def get_config():
     config = default.get_config()  # BERT-Base shapes and the original optimizer
+    # The recipe's data (data_prep's defaults): records written otherwise are an error naming
+    # both values, rather than a phase trained on the other phase's data. 0: take the data's.
     config.data.max_seq_length = 128
     config.data.max_predictions_per_seq = 20
     config.train.global_batch_size = 256

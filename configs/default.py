@@ -5,6 +5,7 @@ line: `--config=configs/bert_base.py --config.optim.learning_rate=1e-4`.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -12,7 +13,9 @@ def get_config() -> ml_collections.ConfigDict:
 
     # --- Model (becomes a frozen bert_jax.model.BertConfig at one boundary) ---
     m = config.model = ml_collections.ConfigDict()
-    m.vocab_size = 30522  # bert-base-uncased; must match the vocab.txt used by data_prep
+    # Rows of the word-embedding table. 0: the data's vocabulary size (from the manifest); a
+    # larger value pads the table (e.g. to a multiple of 128), a smaller one is an error.
+    m.vocab_size = 0
     m.hidden_size = 768
     m.num_hidden_layers = 12
     m.num_attention_heads = 12
@@ -30,27 +33,42 @@ def get_config() -> ml_collections.ConfigDict:
     # path runs regardless: JAX's fused attention has no dropout.
     m.attention_impl = "auto"
 
-    # --- Data (bert_jax/input_pipeline.py) ---
+    # --- Data (bert_jax/data_contract.py, bert_jax/input_pipeline.py) ---
+    # Fields marked "from the manifest" are read from the manifest.json data_prep writes beside
+    # its shards when they are left unset; a value set here must agree with it (an error names
+    # both). Records without a manifest (google-research/bert's generator) need them set.
     d = config.data = ml_collections.ConfigDict()
-    # Record files: comma-separated globs; ArrayRecord (data_prep's default) or TFRecord (the
-    # original generator's), told apart by file name. e.g. "/data/wiki/train-*.arrayrecord".
+    # Record files: a data_prep --output_dir (its train split), or comma-separated globs; beside a
+    # manifest the shards come from the manifest (a glob picks among the shards it lists).
+    # ArrayRecord or TFRecord, told apart by file name. e.g. "/data/wiki128".
     d.train_files = ""
-    d.eval_files = ""  # held-out records for eval; "" turns eval off
-    # The vocab.txt the records were tokenized with: not read in training, but saved with every
-    # checkpoint so `python -m bert_jax.export` can copy it next to the exported model.
+    # Held-out records for eval: a data_prep --output_dir (its eval split) or globs; "" turns eval
+    # off.
+    d.eval_files = ""
+    d.verify_md5 = False  # re-check every shard against its manifest md5 before training
+    d.max_seq_length = 0  # tokens per record; 0: from the manifest
+    # Masked positions per record (the original: 20 at L=128, 76-80 at 512); with dynamic masking
+    # the most positions masked per record. 0: from the manifest.
+    d.max_predictions_per_seq = 0
+    # Mask records at read time (records written unmasked, `data_prep --dynamic_masking`),
+    # differently every epoch, instead of using the masks written into the records (the
+    # original's static masking). None: from the manifest (True for unmasked records).
+    d.dynamic_masking = config_dict.placeholder(bool)
+    d.nsp = config_dict.placeholder(bool)  # next-sentence prediction in the loss; None: manifest
+    # Dynamic masking only: share of tokens to predict. None: data_prep's --masked_lm_prob, 0.15.
+    d.masked_lm_prob = config_dict.placeholder(float)
+    # The vocabulary the records were tokenized with: not read in training, but saved with every
+    # checkpoint (with its md5 and size) so that export and embed use and check it. "": from the
+    # manifest.
     d.vocab_file = ""
-    d.max_seq_length = 128  # must equal the length the records were written with
-    d.max_predictions_per_seq = (
-        20  # masked positions per record (the original: 20 at L=128, 76-80 at 512)
-    )
-    # Mask records at read time (records written unmasked), differently every epoch, instead
-    # of using the masks written into the records (the original's static masking).
-    d.dynamic_masking = False
-    d.masked_lm_prob = 0.15  # dynamic masking only: share of tokens to predict
-    # Special token ids of the vocabulary (bert-base-uncased's): never masked / the mask token.
-    d.cls_token_id = 101
-    d.sep_token_id = 102
-    d.mask_token_id = 103
+    d.vocab_md5 = ""  # from the manifest
+    d.vocab_size = 0  # ids in the records are below it; 0: from the manifest
+    d.do_lower_case = config_dict.placeholder(bool)  # from the manifest
+    # Special token ids (dynamic masking never masks [CLS]/[SEP], and masks with [MASK]).
+    # None: from the manifest (bert-base-uncased's are 101, 102, 103).
+    d.cls_token_id = config_dict.placeholder(int)
+    d.sep_token_id = config_dict.placeholder(int)
+    d.mask_token_id = config_dict.placeholder(int)
     d.num_workers = 0  # Grain worker processes decoding records (0: in the training process)
     d.read_threads = 4  # threads reading records per process
     d.prefetch_buffer_size = 256  # records read ahead per process

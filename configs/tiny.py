@@ -5,6 +5,9 @@ from configs import default
 
 def get_config():
     config = default.get_config()
+    # bert-base-uncased's vocabulary, as every record file of the test suite; the other configs
+    # take it from the data's manifest (0). Data with a larger vocabulary needs 0 here.
+    config.model.vocab_size = 30522
     config.model.hidden_size = 32  # width; 2 heads of 16
     config.model.num_hidden_layers = 2  # two layers still exercise the layer stack and remat
     config.model.num_attention_heads = 2  # divisible by a 2-way tensor mesh axis in tests

@@ -66,35 +66,36 @@ def prepare_data(data_dir: str) -> None:
     )
 
 
-def masked_labels(pattern: str) -> collections.Counter:
-    from bert_jax import features, input_pipeline, record_io
+def masked_labels(data_dir: str, split: str) -> collections.Counter:
+    from bert_jax import features, manifest, record_io
 
     counts = collections.Counter()
-    for path in input_pipeline.expand_files(pattern):
+    for path in manifest.find_shards(data_dir, split).files:
         for record in record_io.read_records(path):
             ex = features.decode_example(record)
             counts.update(ex[features.MASKED_LM_IDS][ex[features.MASKED_LM_WEIGHTS] > 0].tolist())
     return counts
 
 
-def baseline(train_pattern: str, eval_pattern: str) -> tuple[float, int]:
+def baseline(data_dir: str) -> tuple[float, int]:
     """Held-out accuracy of always predicting the commonest masked training token, and that
     token."""
-    top, _ = masked_labels(train_pattern).most_common(1)[0]
-    held_out = masked_labels(eval_pattern)
+    top, _ = masked_labels(data_dir, "train").most_common(1)[0]
+    held_out = masked_labels(data_dir, "eval")
     return held_out[top] / sum(held_out.values()), top
 
 
-def train(workdir: str, train_pattern: str, eval_pattern: str) -> None:
+def train(workdir: str, data_dir: str) -> None:
+    # The data directory is all the trainer needs to know about the data: its manifest.json
+    # gives the lengths, the masking and the vocabulary (and its train and eval splits).
     cmd = [
         sys.executable,
         "-m",
         "bert_jax.main",
         f"--config={FLAGS.config}",
         f"--workdir={workdir}",
-        f"--config.data.train_files={train_pattern}",
-        f"--config.data.eval_files={eval_pattern}",
-        f"--config.data.vocab_file={VOCAB}",
+        f"--config.data.train_files={data_dir}",
+        f"--config.data.eval_files={data_dir}",
     ]
     if FLAGS.num_train_steps:
         cmd.append(f"--config.train.num_train_steps={FLAGS.num_train_steps}")
@@ -103,7 +104,7 @@ def train(workdir: str, train_pattern: str, eval_pattern: str) -> None:
     run(cmd, env)
 
 
-def fill_mask(hf_dir: str, eval_pattern: str, num_records: int = 2) -> None:
+def fill_mask(hf_dir: str, data_dir: str, num_records: int = 2) -> None:
     """Reloads the export with transformers and fills the [MASK]s of held-out records.
 
     The records are shaped as in training (two segments, ~15% of the tokens masked): a model
@@ -115,13 +116,13 @@ def fill_mask(hf_dir: str, eval_pattern: str, num_records: int = 2) -> None:
     import torch
     import transformers
 
-    from bert_jax import features, input_pipeline, record_io
+    from bert_jax import features, manifest, record_io
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     model = transformers.BertForMaskedLM.from_pretrained(hf_dir, local_files_only=True).eval()
     tokenizer = transformers.BertTokenizer.from_pretrained(hf_dir, local_files_only=True)
-    path = input_pipeline.expand_files(eval_pattern)[0]
+    path = manifest.find_shards(data_dir, "eval").files[0]
     right = total = 0
     for n, record in enumerate(record_io.read_records(path)):
         if n == num_records:
@@ -207,14 +208,12 @@ def main(argv):
     start = time.time()
     out = os.path.abspath(FLAGS.out_dir)
     data_dir, workdir, hf_dir = (os.path.join(out, d) for d in ("data", "run", "hf_model"))
-    train_pattern = os.path.join(data_dir, "train-*.arrayrecord")
-    eval_pattern = os.path.join(data_dir, "eval-*.arrayrecord")
 
     banner("1/5 data prep: pydocs.txt -> masked MLM/NSP records (95% train, 5% held-out documents)")
     prepare_data(data_dir)
 
     banner("2/5 baseline")
-    base, top = baseline(train_pattern, eval_pattern)
+    base, top = baseline(data_dir)
     vocab = open(VOCAB, encoding="utf-8").read().split("\n")
     print(
         f"always predicting {vocab[top]!r}, the commonest masked token in training, scores "
@@ -223,7 +222,7 @@ def main(argv):
     )
 
     banner("3/5 pre-training (configs/demo.py); rerun to resume")
-    train(workdir, train_pattern, eval_pattern)
+    train(workdir, data_dir)
 
     from bert_jax import export, metrics_log
 
@@ -239,9 +238,9 @@ def main(argv):
     banner("4/5 export to Hugging Face; transformers fills in the [MASK]s of held-out records")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only manager saves nothing
-    info = export.export(workdir, hf_dir, vocab_file=VOCAB)
+    info = export.export(workdir, hf_dir)  # the vocabulary the run's data recorded
     print(f"exported step {info['step']} ({info['num_params']:,} parameters) to {hf_dir}")
-    fill_mask(hf_dir, eval_pattern)
+    fill_mask(hf_dir, data_dir)
 
     banner("5/5 plot")
     png = os.path.join(out, "curves.png")

@@ -24,31 +24,54 @@ def vocab_file():
 
 @pytest.fixture(scope="session")
 def save_checkpoint():
-    """save_checkpoint(workdir, model, config, step): a training checkpoint of an nnx model as
-    bert_jax.checkpointing lays it out (the params and config items), for export/embed tests."""
+    """save_checkpoint(workdir, model, config, step, with_checksums=True): a training checkpoint
+    of an nnx model as bert_jax.checkpointing lays it out (the params, config and checksums
+    items), for export/embed tests. with_checksums=False: as written before checksums existed."""
 
-    def save(workdir, model, config, step):
+    def save(workdir, model, config, step, with_checksums=True):
         import json
 
         import orbax.checkpoint as ocp
         from flax import nnx
 
-        from bert_jax import checkpointing
+        from bert_jax import checkpointing, checksums
 
+        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+        items = {
+            checkpointing.PARAMS: ocp.args.StandardSave(params),
+            checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+        }
+        if with_checksums:
+            items[checkpointing.CHECKSUMS] = ocp.args.JsonSave(
+                checksums.record({checkpointing.PARAMS: params})
+            )
         manager = checkpointing.make_manager(str(workdir), async_save=False)
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                **{
-                    checkpointing.PARAMS: ocp.args.StandardSave(
-                        nnx.to_pure_dict(nnx.state(model, nnx.Param))
-                    ),
-                    checkpointing.CONFIG: ocp.args.JsonSave(
-                        json.loads(config.to_json_best_effort())
-                    ),
-                }
-            ),
-        )
+        manager.save(step, args=ocp.args.Composite(**items))
         manager.wait_until_finished()
 
     return save
+
+
+@pytest.fixture(scope="session")
+def flip_bytes():
+    """flip_bytes(step_dir): inverts 4 bytes at a third, half and two thirds of the largest array
+    file of the step's params item, as a failing disk or a bad copy does. Orbax restores such a
+    step without an error (the word embeddings come back with NaNs and huge values): only the
+    checksums catch it."""
+
+    def flip(step_dir):
+        files = [
+            p
+            for p in pathlib.Path(step_dir, "params").rglob("*")
+            if p.is_file() and p.parent.name == "d"
+        ]
+        largest = max(files, key=lambda p: p.stat().st_size)
+        size = largest.stat().st_size
+        with open(largest, "r+b") as f:
+            for offset in (size // 3, size // 2, 2 * size // 3):
+                f.seek(offset)
+                data = f.read(4)
+                f.seek(offset)
+                f.write(bytes(b ^ 0xFF for b in data))
+
+    return flip

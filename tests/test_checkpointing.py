@@ -3,13 +3,14 @@
 import jax
 import numpy as np
 import pytest
+from test_train import golden_data
 
 from bert_jax import checkpointing, input_pipeline, train
 from configs import tiny
 
 
 def _config(testdata, data, fsdp, tensor, num_devices):
-    config = tiny.get_config()
+    config = golden_data(tiny.get_config(), testdata)
     config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
     config.data.read_threads = 1
     config.train.num_train_steps = 10
@@ -103,6 +104,42 @@ def test_keeps_the_last_n(testdata, saved, tmp_path):
     manager.wait_until_finished()
     manager.close()
     assert checkpointing.saved_steps(str(tmp_path)) == [3, 4]
+
+
+def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path, flip_bytes):
+    """The issue's case: a few flipped bytes inside a params file restore without an error in
+    Orbax (NaNs and 3e38s in the word embeddings); the checksums refuse the step, naming it."""
+    import shutil
+
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    flip_bytes(f"{workdir}/checkpoints/7")
+    with pytest.raises(
+        checkpointing.DamagedCheckpoint,
+        match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
+        r"differs from the checksum recorded when it was saved.*no other step is saved",
+    ):
+        checkpointing.restore_params(workdir)
+
+
+def test_a_checkpoint_from_before_checksums_restores_with_a_finite_check(tmp_path, save_checkpoint):
+    from flax import nnx
+
+    from bert_jax import model as M
+
+    config = tiny.get_config()
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(1))
+    save_checkpoint(tmp_path / "old", model, config, 4, with_checksums=False)
+    params, _ = checkpointing.restore_params(str(tmp_path / "old"))
+    want = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    model.bert.pooler.bias.value = model.bert.pooler.bias.value.at[3].set(np.nan)
+    save_checkpoint(tmp_path / "nan", model, config, 4, with_checksums=False)
+    with pytest.raises(
+        checkpointing.DamagedCheckpoint, match=r"params/bert/pooler/bias holds NaN or inf values"
+    ):
+        checkpointing.restore_params(str(tmp_path / "nan"))
 
 
 def test_errors_say_what_to_do(testdata, saved, tmp_path):

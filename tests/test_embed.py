@@ -125,7 +125,7 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoint):
+def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoint, flip_bytes):
     config = tiny.get_config()
     model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(4))
     save_checkpoint(tmp_path, model, config, step=3)
@@ -138,6 +138,10 @@ def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoin
     )
     np.testing.assert_allclose(out["last_hidden_state"], seq, atol=1e-5)
     np.testing.assert_allclose(out["pooled"], pooled, atol=1e-5)
+    # A damaged step is refused, naming it (the user asked for that model: no fallback).
+    flip_bytes(tmp_path / "checkpoints" / "3")
+    with pytest.raises(ValueError, match=r"checkpoints/3 is damaged: .* no other step is saved"):
+        embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
 
 
 def test_bad_arguments_say_what_to_fix(hf_dir, tmp_path):

@@ -14,7 +14,13 @@ import time
 import jax
 import numpy as np
 import pytest
-from test_train import GOLDEN_128, REPO, compilation_cache, small_config  # noqa: F401 (a fixture)
+from test_train import (  # noqa: F401 (compilation_cache: a fixture)
+    GOLDEN_128,
+    GOLDEN_FLAGS,
+    REPO,
+    compilation_cache,
+    small_config,
+)
 
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F
@@ -63,6 +69,7 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
         "--config.checkpoint.async_save=true",
         "--config.mesh.num_devices=1",
         "--config.eval.every_steps=0",
+        *GOLDEN_FLAGS,
     ]
     # The reruns compile the same step: share one persistent compilation cache between them.
     env = {
@@ -144,12 +151,14 @@ def truncate(path: str) -> None:
 
 
 DAMAGE = {
-    # What a disk filling up, a copy cut short or a stray `rm` leaves.
-    "truncated array data": lambda d: [
+    # What a disk filling up, a copy cut short, a stray `rm` or a failing disk leaves.
+    "truncated array data": lambda d, _: [
         truncate(p) for p in glob.glob(f"{d}/params/ocdbt.process_0/d/*")
     ],
-    "missing metadata": lambda d: os.remove(f"{d}/params/_METADATA"),
-    "truncated data position": lambda d: truncate(f"{d}/data_iter/process_0-of-1.json"),
+    "missing metadata": lambda d, _: os.remove(f"{d}/params/_METADATA"),
+    "truncated data position": lambda d, _: truncate(f"{d}/data_iter/process_0-of-1.json"),
+    # Restores without an error in Orbax (NaNs and 3e38s in the word embeddings): the checksums.
+    "flipped bytes in an array file": lambda d, flip_bytes: flip_bytes(d),
 }
 
 
@@ -166,18 +175,20 @@ def finished_run(testdata, tmp_path_factory):
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
-    finished_run, damage, tmp_path, caplog
+    finished_run, damage, tmp_path, caplog, flip_bytes
 ):
     pristine, config = finished_run
     workdir = str(tmp_path / "run")
     shutil.copytree(pristine, workdir)
-    DAMAGE[damage](os.path.join(workdir, "checkpoints", "8"))
+    DAMAGE[damage](os.path.join(workdir, "checkpoints", "8"), flip_bytes)
 
     result = train.train_and_evaluate(config, workdir)  # the same command again
     warning = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert "checkpoints/8 is damaged" in warning and "resuming from the older step 6" in warning, (
         warning
     )
+    if damage == "flipped bytes in an array file":
+        assert "word_embeddings/embedding differs from the checksum recorded" in warning, warning
     # Steps 7 and 8 were redone and step 8 saved again, with what the first run had at step 8;
     # the damaged files are kept aside for a post-mortem.
     assert result["step"] == 8 and checkpointing.saved_steps(workdir) == [3, 6, 8]
@@ -196,6 +207,48 @@ def test_no_readable_checkpoint_is_a_clear_error_and_moves_nothing(finished_run,
     ):
         train.train_and_evaluate(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6", "8"]
+
+
+# --- A full disk ---------------------------------------------------------------------------
+
+# What Orbax raised when a background save filled a 3 MB tmpfs (checked by hand; tests cannot
+# mount one): TensorStore's error, reported by the next save.
+ORBAX_DISK_FULL = (
+    'RESOURCE_EXHAUSTED: Error writing "bert.embeddings.layer_norm.scale/0" in OCDBT database at '
+    'local file ".../checkpoints/5.orbax-checkpoint-tmp/params.orbax-checkpoint-tmp/": Failed '
+    "to write 116923 bytes to file 5: No space left on device [os_error_code='28']"
+)
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_checkpoints(
+    finished_run, tmp_path, monkeypatch
+):
+    import orbax.checkpoint as ocp
+
+    from bert_jax import cli
+
+    pristine, config = finished_run
+    workdir = str(tmp_path / "run")
+    shutil.copytree(pristine, workdir)
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "8"))  # resumes at 6, saves 8 at the end
+    real_save = ocp.CheckpointManager.save
+
+    def disk_full(self, step, *args, **kwargs):
+        if step == 8:
+            raise ValueError(ORBAX_DISK_FULL)
+        return real_save(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", disk_full)
+    with pytest.raises(OSError) as failure:
+        train.train_and_evaluate(config, workdir)
+    assert cli.message(failure.value) == (
+        f"no space left on the device writing {workdir}/checkpoints: free some space and rerun "
+        "the same command; finished work is kept"
+    )
+    assert checkpointing.saved_steps(workdir) == [3, 6]  # the earlier checkpoints are kept
+    monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed: rerun
+    assert train.train_and_evaluate(config, workdir)["step"] == 8
+    assert_same_params(workdir, pristine)
 
 
 # --- Non-finite steps ------------------------------------------------------------------------
@@ -290,6 +343,7 @@ def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(
         "--config.checkpoint.every_steps=3",
         "--config.mesh.num_devices=1",
         "--config.eval.every_steps=0",
+        *GOLDEN_FLAGS,
     ]
     monkeypatch.setattr(sys, "argv", argv)  # config_flags finds the --config.* overrides there
     flags.FLAGS(argv)

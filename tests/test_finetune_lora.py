@@ -182,8 +182,9 @@ def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
     assert not (tmp_path / "export" / "vocab.txt").exists()
 
 
-def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
-    """--init may be a pre-training workdir: the encoder comes from its latest checkpoint."""
+def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file, flip_bytes):
+    """--init may be a pre-training workdir: the encoder comes from its latest checkpoint, the
+    vocabulary from what its data recorded; a damaged checkpoint is refused."""
     import grain
 
     from bert_jax import checkpointing
@@ -194,6 +195,7 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
 
     config = tiny.get_config()
     config.mesh.num_devices = 1
+    config.data.vocab_file, config.data.do_lower_case = vocab_file, False  # as resolve records
     setup = pretrain.make_setup(config)
     state = pretrain.jit_init(setup, seed=3)()
     manager = checkpointing.make_manager(str(tmp_path / "pretrain"), async_save=False)
@@ -202,9 +204,7 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
 
     encoder = pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_dropout_prob": 0.0})
     assert encoder.config.hidden_dropout_prob == 0.0 and encoder.config.hidden_size == 32
-    assert (
-        encoder.vocab_file is None
-    )  # our workdirs have no vocab.txt: config.data.vocab_file names it
+    assert (encoder.vocab_file, encoder.do_lower_case) == (vocab_file, False)
     model = runs.build_model("tagging", ("O", "B", "I"), encoder, base.get_config().lora, seed=0)
     ours = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
     jax.tree.map(np.testing.assert_array_equal, ours, jax.device_get(state["params"]["bert"]))
@@ -213,6 +213,13 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file):
         pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_size": 64})
     with pytest.raises(ValueError, match="pass --init=DIR"):
         pretrained.load_encoder("", {})
+    flip_bytes(tmp_path / "pretrain" / "checkpoints" / "7")
+    with pytest.raises(
+        checkpointing.DamagedCheckpoint,
+        match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
+        r"differs from the checksum",
+    ):
+        pretrained.load_encoder(str(tmp_path / "pretrain"), {})
 
 
 # --- The whole LoRA path: train, merge, export, reload with transformers ---------------------

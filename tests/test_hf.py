@@ -368,10 +368,13 @@ def test_training_run_starts_from_a_hugging_face_directory(testdata, vocab_file,
     perturb(model, seed=1)
     hf.save_hf(model, vocab_file, str(tmp_path / "hf"))
     config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.data.max_seq_length, config.data.max_predictions_per_seq = 128, 20  # no manifest
     config.train.update(
         num_train_steps=1, global_batch_size=4, init_checkpoint=str(tmp_path / "hf")
     )
-    config.optim.learning_rate, config.optim.warmup_steps = 0.0, 0  # the step keeps the weights
+    # Warmup's first step has rate 0 (a rate of 0 itself is a config error): the step keeps the
+    # weights.
+    config.optim.learning_rate, config.optim.warmup_steps = 1e-3, 1
     config.mesh.num_devices = 2
     result = train.train_and_evaluate(config, str(tmp_path / "run"))
     assert result["step"] == 1
@@ -380,3 +383,62 @@ def test_training_run_starts_from_a_hugging_face_directory(testdata, vocab_file,
         np.testing.assert_array_equal(
             np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
         )
+
+
+def test_export_checks_the_vocabulary_and_the_checkpoint(
+    tmp_path, vocab_file, save_checkpoint, flip_bytes
+):
+    """The issue's cases: a 200-entry vocabulary for a 30,522-word model exported with exit 0,
+    and a damaged checkpoint exported its NaN weights. Both are errors now, and a failed export
+    leaves no directory behind."""
+    from bert_jax import checkpointing, manifest
+    from configs import tiny
+
+    config = tiny.get_config()
+    # What data_contract.resolve records from the data's manifest.
+    config.data.update(vocab_file=vocab_file, vocab_md5=manifest.file_md5(vocab_file))
+    config.data.vocab_size = 30522
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(0))
+    run = tmp_path / "run"
+    for step in (2, 5):
+        save_checkpoint(run, model, config, step)
+    small = tmp_path / "small_vocab.txt"
+    small.write_text("".join(line + "\n" for line in open(vocab_file).read().split("\n")[:200]))
+
+    out = tmp_path / "hf"
+    assert export.export(str(run), str(out))["step"] == 5  # the vocabulary the run recorded
+    assert open(out / "vocab.txt").read() == open(vocab_file).read()
+    with pytest.raises(ValueError, match=r"small_vocab.txt' is not the vocabulary this run was"):
+        export.export(str(run), str(tmp_path / "hf2"), vocab_file=str(small))
+    old = tmp_path / "old_run"  # a run from before the contract: the model's size decides
+    save_checkpoint(old, model, tiny.get_config(), 1)
+    with pytest.raises(
+        ValueError, match=r"200 entries; the model's word-embedding table has 30522"
+    ):
+        export.export(str(old), str(tmp_path / "hf2"), vocab_file=str(small))
+
+    flip_bytes(run / "checkpoints" / "5")
+    with pytest.raises(
+        checkpointing.DamagedCheckpoint,
+        match=r"checkpoints/5 is damaged: .* the other saved steps are \[2\]: pass one \(--step=2",
+    ):
+        export.export(str(run), str(tmp_path / "hf2"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "old_run", "run", "small_vocab.txt"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.export",
+            f"--workdir={run}",
+            f"--output_dir={tmp_path / 'hf2'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: checkpoint "), (
+        proc.stderr
+    )
+    assert not (tmp_path / "hf2").exists()

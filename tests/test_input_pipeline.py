@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
-from bert_jax import record_io
+from bert_jax import manifest, record_io
 from configs import default
 
 GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 records, L=128, P=20
@@ -15,9 +15,12 @@ CLS, SEP, MASK, VOCAB = 101, 102, 103, 30522
 
 
 def data_config(files, dynamic=False, **kw):
+    """The golden records' facts (no manifest.json): what data_contract.resolve would fill in."""
     d = default.get_config().data
     d.train_files = str(files)
     d.dynamic_masking = dynamic
+    d.max_seq_length, d.max_predictions_per_seq = 128, 20
+    d.cls_token_id, d.sep_token_id, d.mask_token_id = CLS, SEP, MASK
     d.read_threads = 1
     d.update(kw)
     return d
@@ -174,7 +177,7 @@ def test_eval_batches_pad_the_last_batch(files):
 
 def test_clear_errors(files, tmp_path):
     with pytest.raises(FileNotFoundError, match="no record files match"):
-        ip.expand_files(str(tmp_path / "missing-*.arrayrecord"))
+        manifest.find_shards(str(tmp_path / "missing-*.arrayrecord"))
     with pytest.raises(ValueError, match="dynamic_masking=True"):
         take(ip.train_dataset(data_config(files["unmasked"]), VOCAB, 8, seed=0), 1)
     with pytest.raises(ValueError, match="dynamic_masking=False"):

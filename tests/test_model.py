@@ -63,7 +63,9 @@ def with_config(model, **changes):
 
 @pytest.mark.parametrize("module", [tiny, mini, bert_base, bert_large, default])
 def test_every_config_file_builds_a_bert_config(module):
-    cfg = M.BertConfig.from_config_dict(module.get_config().model)
+    model = module.get_config().model
+    model.vocab_size = model.vocab_size or 30522  # 0: the data's (data_contract.resolve)
+    cfg = M.BertConfig.from_config_dict(model)
     assert cfg.layer_norm_eps == 1e-12 and cfg.dtype == "float32"
     assert cfg.hidden_size % cfg.num_attention_heads == 0
 
@@ -236,7 +238,9 @@ def test_sharded_forward_matches_single_device(model, forward):
 def test_published_sizes_match_transformers(module, approx):
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    cfg = M.BertConfig.from_config_dict(module.get_config().model)
+    model = module.get_config().model
+    model.vocab_size = 30522  # the published models': bert-base-uncased's vocabulary
+    cfg = M.BertConfig.from_config_dict(model)
     ours = M.count_params(nnx.eval_shape(lambda: M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))))
     hf_cfg = transformers.BertConfig(
         **{

@@ -54,6 +54,7 @@ def _config():
 def batch(testdata):
     d = default.get_config().data
     d.train_files = str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")
+    d.max_seq_length, d.max_predictions_per_seq, d.dynamic_masking = 128, 20, False
     d.read_threads = 1
     return next(iter(ip.train_dataset(d, 30522, 16, seed=0)))
 

@@ -55,8 +55,22 @@ def unmasked_records(testdata, tmp_path_factory):
     return path
 
 
+def golden_data(config, testdata):
+    """The data facts of the original generator's golden TFRecords (no manifest.json): L=128,
+    P=20, masked, with NSP, bert-base-uncased's vocabulary (its special ids for dynamic masking)."""
+    config.data.max_seq_length, config.data.max_predictions_per_seq = 128, 20
+    config.data.dynamic_masking = False
+    config.data.vocab_file = str(testdata / "bert-base-uncased-vocab.txt")
+    config.data.cls_token_id, config.data.sep_token_id, config.data.mask_token_id = 101, 102, 103
+    return config
+
+
+# Command-line flags for the same (tests of the binaries).
+GOLDEN_FLAGS = ["--config.data.max_seq_length=128", "--config.data.max_predictions_per_seq=20"]
+
+
 def small_config(testdata, **train_overrides):
-    config = tiny.get_config()
+    config = golden_data(tiny.get_config(), testdata)
     config.data.train_files = str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")
     config.data.eval_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
     config.data.read_threads = 1
@@ -187,10 +201,9 @@ def test_killed_and_resumed_run_ends_bit_identical(
 def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, tmp_path):
     source, _ = uninterrupted
     config = small_config(testdata, num_train_steps=1, init_checkpoint=source)
-    config.optim.learning_rate, config.optim.warmup_steps = (
-        0.0,
-        0,
-    )  # the step leaves the parameters as loaded
+    # Warmup's first step has rate 0 (a rate of 0 itself is a config error): the step leaves the
+    # parameters as loaded.
+    config.optim.learning_rate, config.optim.warmup_steps = 1e-3, 1
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["step"] == 1  # a fresh step count, not the source's 8
     got, _ = checkpointing.restore_params(str(tmp_path))
@@ -264,11 +277,12 @@ def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path):
 
 
 def test_config_errors_say_what_to_fix(testdata):
+    from bert_jax import config_check
+
     config = small_config(testdata, global_batch_size=9)
     config.mesh.num_devices = 2
-    setup = train.make_setup(config)
     with pytest.raises(ValueError, match="global_batch_size=9 must be divisible"):
-        train.validate(config, setup.mesh, setup.rules)
+        config_check.check_pretraining(config, num_devices=8)
     config = small_config(testdata)
     config.mesh.num_devices, config.mesh.tensor = 4, 4  # tiny has 2 heads
     with pytest.raises(ValueError, match="must divide num_attention_heads"):
@@ -290,6 +304,7 @@ def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
         "--config.optim.learning_rate=0.25",
         "--config.optim.warmup_steps=0",
         "--config.optim.schedule=constant",
+        *GOLDEN_FLAGS,
     ]
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -314,6 +329,7 @@ def test_sigterm_saves_and_the_rerun_matches_an_uninterrupted_run(testdata, tmp_
         "--config.train.log_every_steps=1",
         "--config.checkpoint.every_steps=100",
         "--config.mesh.num_devices=1",
+        *GOLDEN_FLAGS,
     ]
     workdir = tmp_path / "killed"
     proc = subprocess.Popen(
@@ -372,6 +388,7 @@ def test_two_processes_train_like_one(testdata, tmp_path):
         "--config.model.hidden_dropout_prob=0",
         "--config.model.attention_probs_dropout_prob=0",
         f"--workdir={tmp_path / 'two'}",
+        *GOLDEN_FLAGS,
     ]
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
@@ -431,7 +448,7 @@ def test_two_processes_train_like_one(testdata, tmp_path):
             "next_index": steps
         }
 
-    config = tiny.get_config()
+    config = golden_data(tiny.get_config(), testdata)
     config.data.train_files = str(testdata / GOLDEN_128)
     config.train.num_train_steps, config.checkpoint.every_steps = steps, 100
     config.mesh.num_devices = 4

@@ -11,10 +11,14 @@ vocab.txt) or a pre-training workdir of ours. Running the same command again res
 
 writes predictions of the model fine-tuned in --workdir (to <workdir>/predictions/ unless
 --output is given), using the config and --init saved with its checkpoints.
+
+A mistake is one `error:` line and exit status 2 (bert_jax.cli).
 """
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
+
+from bert_jax import cli
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -49,7 +53,7 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv):
     if len(argv) > 1:
-        raise app.UsageError(
+        raise cli.UserError(
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
     import jax  # after flag parsing, so --help stays fast
@@ -58,7 +62,7 @@ def main(argv):
         jax.distributed.initialize()
     if FLAGS.mode == "predict":
         if not FLAGS.test_file:
-            raise app.UsageError("--mode=predict needs --test_file")
+            raise cli.UserError("--mode=predict needs --test_file")
         from bert_jax.finetune import predict
 
         overrides = {"eval.batch_size": FLAGS.eval_batch_size} if FLAGS.eval_batch_size else {}
@@ -69,8 +73,13 @@ def main(argv):
             print(f"wrote {output}" + (f"; metrics: {figures}" if figures else ""), flush=True)
         return
     if FLAGS.config is None:
-        raise app.UsageError("--config=configs/finetune/<task>.py is required to train")
+        raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
+    from bert_jax import config_check
     from bert_jax.finetune import train
+
+    problems = config_check.check_common(FLAGS.config, jax.device_count(), jax.process_count())
+    if problems:
+        raise cli.UserError("config: " + "; ".join(problems))
 
     logging.info(
         "process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count()
@@ -86,4 +95,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -2,7 +2,8 @@
 
 `load_encoder` reads the pre-trained encoder from either kind of `--init` directory:
   * a pre-training workdir of ours (it has `checkpoints/`): bert_jax.checkpointing's latest
-    checkpoint and the config saved with it;
+    checkpoint (refused if damaged: DamagedCheckpoint) and the config saved with it, which also
+    names the vocabulary the run's data was tokenized with and its lower-casing;
   * a Hugging Face BERT directory (config.json + weights; or Google's TF checkpoint) through
     bert_jax.hf, which also supplies vocab.txt and do_lower_case when the directory has them.
 Only the encoder (BertModel) is kept: the MLM and NSP heads play no part in fine-tuning.
@@ -79,13 +80,16 @@ def load_encoder(init: str, overrides: dict[str, Any]) -> Encoder:
     if is_pretraining_workdir(init):
         params, config = checkpointing.restore_params(init)
         bert_config = model_lib.BertConfig.from_config_dict({**config.model.to_dict(), **overrides})
+        data = config.get("data") or {}
         vocab = os.path.join(init, "vocab.txt")
+        if not os.path.isfile(vocab):
+            vocab = data.get("vocab_file") or ""  # the run's data's (its manifest's)
         return Encoder(
             bert_config,
             params["bert"],
             f"{checkpointing.checkpoint_dir(init)} (latest)",
             vocab if os.path.isfile(vocab) else None,
-            None,
+            data.get("do_lower_case"),
         )
     bert_config = hf.bert_config_from_hf(hf.read_hf_config(init), **overrides)
     model, report = hf.load_hf(init, bert_config)

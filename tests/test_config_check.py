@@ -1,0 +1,110 @@
+"""Config mistakes are one clear message before anything compiles, and one `error:` line from the
+binaries: typos (with the nearest valid name), bad values, a batch or model the mesh cannot split,
+a mesh the devices cannot hold."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import cli, config_check, train
+from configs import tiny
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(**changes):
+    config = tiny.get_config()
+    config.mesh.num_devices = 0
+    for dotted, value in changes.items():
+        section, field = dotted.split("__")
+        config[section][field] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        # The issue's silent case: a negative rate trained (the loss rose) with exit 0.
+        ({"optim__learning_rate": -1e-4}, r"optim.learning_rate=-0.0001 must be positive"),
+        ({"optim__learning_rate": 0.0}, r"optim.learning_rate=0.0 must be positive"),
+        ({"optim__warmup_steps": 50}, r"warmup_steps=50 is longer than the schedule .*=20"),
+        ({"optim__b2": 1.0}, r"optim.b2=1.0 must lie in \[0, 1\)"),
+        ({"train__global_batch_size": 12}, r"global_batch_size=12 must be divisible by .*\(8 ="),
+        ({"train__grad_accum_steps": 0}, r"train.grad_accum_steps=0 must be >= 1"),
+        ({"mesh__data": 3}, r"devices are not divisible by 3|needs .* devices, there are 8"),
+        ({"mesh__data": 2, "mesh__fsdp": 2}, r"needs 4 devices, there are 8"),
+        ({"mesh__data": -1, "mesh__tensor": 4}, r"mesh.tensor=4 must divide model.num_attent"),
+        ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
+        ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
+        ({"checkpoint__max_to_keep": -1}, r"checkpoint.max_to_keep=-1 must be >= 0"),
+    ],
+)
+def test_each_mistake_is_named_with_its_field(changes, message):
+    with pytest.raises(cli.UserError, match=message):
+        config_check.check_pretraining(tiny_config(**changes), num_devices=8)
+
+
+def test_widths_the_tensor_axis_cannot_split():
+    config = tiny_config(mesh__data=2, mesh__tensor=4)
+    config.model.num_attention_heads, config.model.hidden_size = 4, 32
+    config.model.intermediate_size = 66
+    with pytest.raises(
+        cli.UserError, match=r"mesh.tensor=4 must divide model.intermediate_size=66"
+    ):
+        config_check.check_pretraining(config, num_devices=8)
+    config.model.intermediate_size = 64
+    config_check.check_pretraining(config, num_devices=8)  # now it splits
+
+
+def test_train_and_evaluate_checks_before_anything_else(tmp_path, monkeypatch):
+    def fail(*_):
+        raise AssertionError("the config check must come first")
+
+    monkeypatch.setattr(train, "make_setup", fail)
+    with pytest.raises(cli.UserError, match=r"learning_rate=-0.001 must be positive"):
+        train.train_and_evaluate(tiny_config(optim__learning_rate=-1e-3), str(tmp_path))
+    assert not os.listdir(tmp_path)  # no workdir content either
+
+
+def run_main(tmp_path, *args):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.main",
+            "--config=configs/tiny.py",
+            f"--workdir={tmp_path / 'run'}",
+            *args,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["--config.optim.learnin_rate=1e-3"],
+            "error: --config.optim.learnin_rate: no such config field; did you mean "
+            "--config.optim.learning_rate?",
+        ),
+        (["--config.optm.learning_rate=1e-3"], "error: --config.optm.learning_rate: no such"),
+        (
+            ["--config.optim.learning_rate=-1e-4", "--config.data.train_files=/nonexistent"],
+            "error: config: optim.learning_rate=-0.0001 must be positive",
+        ),
+        (
+            ["--config.data.train_files=/nonexistent/records"],
+            "error: no record files match '/nonexistent/records'",
+        ),
+    ],
+)
+def test_the_binary_says_one_line(tmp_path, args, line):
+    proc = run_main(tmp_path, *args)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(line), proc.stderr
