@@ -36,8 +36,10 @@ def get_config() -> ml_collections.ConfigDict:
     # original generator's), told apart by file name. e.g. "/data/wiki/train-*.arrayrecord".
     d.train_files = ""
     d.eval_files = ""  # held-out records for eval; "" turns eval off
-    # The vocab.txt the records were tokenized with: not read in training, but saved with every
-    # checkpoint so `python -m bert_jax.export` can copy it next to the exported model.
+    # The vocab.txt the records were tokenized with: saved with every checkpoint so
+    # `python -m bert_jax.export` can copy it next to the exported model; with dynamic masking, the
+    # entries random replacements are drawn from (as data_prep does) and the word pieces of
+    # whole_word_mask. "" with dynamic masking: ids 0..model.vocab_size-1.
     d.vocab_file = ""
     d.max_seq_length = 128  # must equal the length the records were written with
     d.max_predictions_per_seq = (
@@ -47,6 +49,10 @@ def get_config() -> ml_collections.ConfigDict:
     # of using the masks written into the records (the original's static masking).
     d.dynamic_masking = False
     d.masked_lm_prob = 0.15  # dynamic masking only: share of tokens to predict
+    # Dynamic masking only: mask all pieces of a word together (data_prep's --do_whole_word_mask).
+    # The records' manifest says how data_prep was asked to mask (its whole_word_mask); needs
+    # vocab_file, whose "##" (or SentencePiece) pieces say where words continue.
+    d.whole_word_mask = False
     # Special token ids of the vocabulary (bert-base-uncased's): never masked / the mask token.
     d.cls_token_id = 101
     d.sep_token_id = 102
