@@ -133,6 +133,13 @@ class WorkDir:
                     output.write_json_atomic(shard_marker(self.path, split, shard), entry)
         os.remove(os.path.join(self.output_dir, contract.FILE))
 
+    def remove_other_shards(self, keep: set) -> None:
+        """Removes shard files of this job that its final plan does not name (an earlier plan's,
+        when the input changed between runs and a kill came between a shard and its marker)."""
+        for name in os.listdir(self.output_dir):
+            if SHARD_NAME.match(name) and name not in keep:
+                os.remove(os.path.join(self.output_dir, name))
+
     def drop_untrusted(self, spec: job.JobSpec, planned: list) -> None:
         """Forgets finished work that a rerun cannot trust (the module docstring's list)."""
         stats, changed = {}, []

@@ -221,6 +221,7 @@ def run(
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
         )
+        work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
         output.write_json_atomic(os.path.join(output_dir, contract.FILE), result)
     shutil.rmtree(work.path)
     return result
