@@ -58,6 +58,18 @@ class _Hashing:
         self._lines_from = self._f.tell()
         return iter(self._f)
 
+    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell; any
+    # other way of reading (readinto, a file descriptor) is absent, so nothing bypasses the hash.
+    @property
+    def closed(self):
+        return self._f.closed
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return self._f.seekable()
+
     def seek(self, offset, whence=0):
         return self._f.seek(offset, whence)
 
@@ -86,10 +98,6 @@ class _Hashing:
         self.close()
 
 
-def _open_local(path: str):
-    return open(path, "rb")
-
-
 def read_documents(
     unit: units_lib.Unit,
     stats: readers.ReadStats,
@@ -102,7 +110,7 @@ def read_documents(
 
     def hashing_open(path):
         opened.append(path)
-        return _Hashing((open_binary or _open_local)(path), digest)
+        return _Hashing((open_binary or readers.open_local)(path), digest)
 
     documents = list(
         units_lib.read_unit(unit, stats, text_field, tfds_data_dir, open_binary=hashing_open)
