@@ -4,6 +4,10 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
     readers.py         corpora -> documents: BERT-format text, JSONL, TFDS datasets
+    sniff.py           what an input file holds, by its first bytes
+    wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose)
+    parquet.py         Parquet files -> documents, by row groups
+    sentences.py       running text -> sentences (dumps, Parquet, JSONL, books)
     units.py           inputs cut into work units that are read independently
     instances.py       the default path: NSP pairs or MLM-only segments as [N, L] arrays, masked
                        by bert_jax/masking.py (the one masking rule, shared with the trainer)
