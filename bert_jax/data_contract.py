@@ -207,7 +207,10 @@ def resolve(config):
         for key, value in values.items():
             if value is not None:
                 resolved.data[key] = type(d[key])(value) if d[key] is not None else value
-        resolved.data.whole_word_mask = bool(described.get("whole_word_mask", False))
+        # A dynamic-masking choice: the run's own setting, else what data_prep was asked.
+        resolved.data.whole_word_mask = bool(
+            _first(d.get("whole_word_mask"), described.get("whole_word_mask"), False)
+        )
         resolved.data.manifests = ",".join(manifests)
         resolved.model.vocab_size = model_vocab
     return resolved

@@ -13,9 +13,12 @@ of n takes positions p, p+n, p+2n, ... of the permuted stream. Together the proc
 record exactly once per epoch, each a different random part every epoch, and the order is a pure
 function of (seed, step): resuming from a saved iterator position replays the same batches.
 
-Dynamic masking (`data.dynamic_masking`) masks unmasked records in the Grain map, in numpy, with
-a generator Grain seeds from (seed, position in the stream): a record is masked differently in
-every epoch, yet identically when a run is resumed.
+Dynamic masking (`data.dynamic_masking`) masks unmasked records with bert_jax/masking.py, the
+rule data_prep's static masks follow (`data.whole_word_mask` included), in two Grain steps: each
+record draws its random numbers from a generator Grain seeds by (seed, the record's place in the
+global stream), before the stream is split between processes; each batch is then masked at once
+with those numbers. So a record is masked differently in every epoch, identically when a run is
+resumed and whatever the number of processes, and the numpy work is done a batch at a time.
 """
 
 import bisect
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import data_contract, features, manifest, record_io
+from bert_jax import data_contract, features, manifest, masking, record_io
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -210,52 +213,43 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return out
 
 
-class DynamicMasking(grain.transforms.RandomMap):
-    """google-research/bert's masking, applied per record at read time.
+# The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
+_DRAWS = ("_mask_keys", "_mask_choice", "_mask_random")
 
-    Picks round(15% of the real tokens) positions (at least 1, at most max_predictions), never
-    [CLS] or [SEP] and never padding; replaces 80% of them with [MASK], keeps 10% and puts a
-    random vocabulary id in the other 10%. Positions come out sorted, as the original writes them.
-    """
 
-    def __init__(
-        self,
-        max_predictions: int,
-        masked_lm_prob: float,
-        vocab_size: int,
-        cls_id: int,
-        sep_id: int,
-        mask_id: int,
-    ):
-        self.max_predictions = max_predictions
-        self.masked_lm_prob = masked_lm_prob
-        self.vocab_size = vocab_size
-        self.cls_id, self.sep_id, self.mask_id = cls_id, sep_id, mask_id
+class DrawMasks(grain.transforms.RandomMap):
+    """Per record: the random numbers of its masking (masking.draw for one row)."""
+
+    def __init__(self, opts: masking.Options, vocab: masking.Vocab, max_seq_length: int):
+        self.opts, self.vocab, self.max_seq_length = opts, vocab, max_seq_length
 
     def random_map(self, example: dict, rng: np.random.Generator) -> dict:
-        ids = example[features.INPUT_IDS]
-        n = int(example[features.INPUT_MASK].sum())
-        candidates = np.flatnonzero((ids[:n] != self.cls_id) & (ids[:n] != self.sep_id))
-        k = min(self.max_predictions, max(1, round(n * self.masked_lm_prob)), len(candidates))
-        chosen = np.sort(rng.permutation(candidates)[:k])
-        roll = rng.random(k)
-        masked_ids = ids.copy()
-        masked_ids[chosen[roll < 0.8]] = self.mask_id
-        randomize = chosen[roll >= 0.9]
-        masked_ids[randomize] = rng.integers(0, self.vocab_size, len(randomize))
+        draws = masking.draw(rng, 1, self.max_seq_length, self.opts, self.vocab)
+        return {**example, **dict(zip(_DRAWS, (draws.keys[0], draws.choice[0], draws.random[0])))}
 
-        p = self.max_predictions
-        positions = np.zeros(p, np.int32)
-        labels = np.zeros(p, np.int32)
-        weights = np.zeros(p, np.float32)
-        positions[:k], labels[:k], weights[:k] = chosen, ids[chosen], 1.0
-        return {
-            **example,
-            features.INPUT_IDS: masked_ids,
-            features.MASKED_LM_POSITIONS: positions,
-            features.MASKED_LM_IDS: labels,
-            features.MASKED_LM_WEIGHTS: weights,
-        }
+
+class ApplyMasks(grain.transforms.Map):
+    """Per batch (or per record): masks input_ids with the drawn numbers and adds the
+    masked_lm_* features, as data_prep writes them."""
+
+    def __init__(self, opts: masking.Options, vocab: masking.Vocab):
+        self.opts, self.vocab = opts, vocab
+
+    def map(self, batch: dict) -> dict:
+        one = batch[features.INPUT_IDS].ndim == 1  # a record: a batch of one
+        rows = {k: v[None] if one else v for k, v in batch.items()}
+        draws = masking.Draws(*(rows.pop(name) for name in _DRAWS))
+        lengths = rows[features.INPUT_MASK].sum(axis=-1)
+        out = masking.apply(rows[features.INPUT_IDS], lengths, self.opts, self.vocab, draws)
+        rows.update(
+            {
+                features.INPUT_IDS: out.tokens,
+                features.MASKED_LM_POSITIONS: out.positions,
+                features.MASKED_LM_IDS: out.labels,
+                features.MASKED_LM_WEIGHTS: out.weights(),
+            }
+        )
+        return {k: v[0] for k, v in rows.items()} if one else rows
 
 
 def _records(
@@ -269,16 +263,35 @@ def _records(
     return grain.MapDataset.source(source).map_with_index(parse)
 
 
-def _masker(facts: data_contract.DataFacts, vocab_size: int) -> DynamicMasking:
-    special = facts.special_ids
-    return DynamicMasking(
-        facts.max_predictions_per_seq,
-        facts.masked_lm_prob,
-        facts.vocab_size or vocab_size,  # random replacements from the data's own vocabulary
-        special["cls"],
-        special["sep"],
-        special["mask"],
+def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[DrawMasks, ApplyMasks]:
+    """The two dynamic masking steps. Random replacements come from every entry of the records'
+    vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
+    one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
+    opts = masking.Options(
+        facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
+    limit = facts.vocab_size or vocab_size
+    if data.vocab_file:
+        vocab = masking.Vocab.from_file(
+            data.vocab_file, True if data.do_lower_case is None else bool(data.do_lower_case)
+        )
+        if max(vocab.random_ids) >= limit:
+            raise ValueError(
+                f"config.data.vocab_file={data.vocab_file!r} has ids up to "
+                f"{max(vocab.random_ids)}, beyond the vocabulary size {limit}; set "
+                "config.model.vocab_size to the vocabulary the records were written with"
+            )
+    elif opts.whole_word_mask:
+        raise ValueError(
+            "config.data.whole_word_mask needs the vocabulary's word pieces: set "
+            "config.data.vocab_file to the vocab.txt (or .model) the records were written with"
+        )
+    else:
+        special = facts.special_ids
+        vocab = masking.Vocab(
+            special["cls"], special["sep"], special["mask"], range(limit), frozenset()
+        )
+    return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
 def train_dataset(
@@ -307,11 +320,14 @@ def train_dataset(
         )
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
+        draw, apply = _masking(facts, data, vocab_size)
         # Before the per-process slice: Grain seeds the generator by the position in the global
         # stream, so no two processes (or epochs) share a masking stream.
-        ds = ds.random_map(_masker(facts, vocab_size), seed=seed + 1)
+        ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     ds = ds.batch(global_batch_size // process_count, drop_remainder=True)
+    if facts.dynamic_masking:
+        ds = ds.map(apply)
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
@@ -344,7 +360,8 @@ def eval_batches(
     facts = data_contract.DataFacts.from_data(data)
     ds = _records(files, "eval", facts, vocab_size)
     if facts.dynamic_masking:
-        ds = ds.random_map(_masker(facts, vocab_size), seed=seed)
+        draw, apply = _masking(facts, data, vocab_size)
+        ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:
         raise ValueError(f"eval files {files!r} hold no records")

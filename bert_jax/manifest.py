@@ -15,9 +15,12 @@ user to retype the data's facts into a config. Fields (version 2; every writer s
                         "kind": "wordpiece" | "sentencepiece", "do_lower_case": bool,
                         "special_ids": {"pad", "unk", "cls", "sep", "mask"}}
     vocab_md5          = vocab.md5 (what version-1 manifests had)
-    shards             {"train": [{"file": name beside the manifest, "instances", "md5"}],
+    shards             {"train": [{"file": name beside the manifest, "instances", "md5",
+                                   "bytes": its size, checked when a job is rerun}],
                         "eval": [...]}
-    stats, read, documents, seconds, flags, fingerprint, ...: the job's report
+    stats, read, documents, seconds, flags, ...: the job's report; scaled and Beam jobs add
+                       fingerprint (the settings a rerun must match) and inputs (per input file
+                       its size, mtime_ns and a content hash, rechecked when a job is rerun)
 
 Version 1 (data_prep before the contract; no `manifest_version`) lacks `vocab` (only
 `vocab_md5`; the vocabulary file, do_lower_case and the masking flags are in `flags`),
@@ -56,17 +59,23 @@ class ManifestError(cli.UserError):
     """A manifest that cannot be read or does not describe its directory; says what to do."""
 
 
-def file_md5(path: str) -> str:
-    """The md5 of a file, read in 1 MiB blocks."""
+def _open_local(path: str):
+    return open(path, "rb")
+
+
+def file_md5(path: str, open_binary=None) -> str:
+    """The md5 of a file, read in 1 MiB blocks; `open_binary` opens remote paths (Beam's
+    FileSystems)."""
     digest = hashlib.md5()
-    with open(path, "rb") as f:
+    with (open_binary or _open_local)(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def vocab_entry(tokenizer) -> dict:
-    """The manifest's "vocab" block for a bert_jax.tokenization tokenizer."""
+def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
+    """The manifest's "vocab" block for a bert_jax.tokenization tokenizer; `file` and `md5` when
+    the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
     from bert_jax import tokenization  # no import cycle at module load
 
     kind = (
@@ -75,8 +84,8 @@ def vocab_entry(tokenizer) -> dict:
         else "wordpiece"
     )
     return {
-        "file": tokenizer.vocab_file,
-        "md5": file_md5(tokenizer.vocab_file),
+        "file": file or tokenizer.vocab_file,
+        "md5": md5 or file_md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
         "kind": kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
@@ -288,3 +297,34 @@ def verify_md5(shards: Shards) -> None:
                 f"{path} differs from the md5 its manifest records (damaged or changed since "
                 "data_prep wrote it); rerun data_prep to rewrite it"
             )
+
+
+def contract_fields(
+    *,
+    mode: str,
+    fmt: str,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masked: bool,
+    nsp: bool,
+    whole_word_mask: bool,
+    vocab: dict,
+    shards: dict,
+) -> dict:
+    """The fields every writer sets (version 2, as the module docstring lists them); a job adds
+    its report (stats, read, documents, seconds, flags, ...) to this dict."""
+    return {
+        "manifest_version": VERSION,
+        "mode": mode,
+        "format": fmt,
+        "schema": {
+            "max_seq_length": max_seq_length,
+            "max_predictions_per_seq": max_predictions_per_seq if masked else 0,
+        },
+        "masked": masked,
+        "nsp": nsp,
+        "whole_word_mask": whole_word_mask,
+        "vocab": vocab,
+        "vocab_md5": vocab["md5"],
+        "shards": shards,
+    }

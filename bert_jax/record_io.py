@@ -103,7 +103,15 @@ def read_records(path: str, fmt: str | None = None, verify: bool = True) -> Iter
     if fmt == ARRAYRECORD:
         from array_record.python import array_record_module
 
+        if not os.path.isfile(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
         reader = array_record_module.ArrayRecordReader(path)
+        if not reader.ok():  # the reason comes from close()
+            try:
+                reader.close()
+            except RuntimeError as e:
+                raise ValueError(f"{path}: not a readable ArrayRecord file ({e})") from None
+            raise ValueError(f"{path}: not a readable ArrayRecord file")
         try:
             for start in range(0, reader.num_records(), 1024):
                 stop = min(start + 1024, reader.num_records())

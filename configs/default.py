@@ -66,6 +66,10 @@ def get_config() -> ml_collections.ConfigDict:
     d.do_lower_case = config_dict.placeholder(bool)  # from the manifest
     # Special token ids (dynamic masking never masks [CLS]/[SEP], and masks with [MASK]).
     # None: from the manifest (bert-base-uncased's are 101, 102, 103).
+    # Dynamic masking only: mask all pieces of a word together (data_prep's --do_whole_word_mask;
+    # needs the vocabulary file, whose "##" or SentencePiece pieces say where words continue).
+    # None: as the manifest says data_prep was asked (its whole_word_mask).
+    d.whole_word_mask = config_dict.placeholder(bool)
     d.cls_token_id = config_dict.placeholder(int)
     d.sep_token_id = config_dict.placeholder(int)
     d.mask_token_id = config_dict.placeholder(int)

@@ -11,13 +11,14 @@ after `--` is a Beam pipeline option: DirectRunner by default; DataflowRunner, F
 SparkRunner for clusters (docs/data_prep.md). All files go through Beam's FileSystems, so inputs,
 vocabulary and output may be local or remote (gs://, s3://, hdfs://); shards are written under a
 temporary name and renamed. There is no work directory: a failed pipeline is rerun whole (runners
-retry failed work items themselves), and a finished one is recognised from its manifest.
+retry failed work items themselves). A finished one is recognised from its manifest and checked
+as the local job checks it (job.check_finished): an input changed since is an error, a shard that
+is missing or of another size makes the whole pipeline run again.
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,14 +30,30 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from bert_jax import manifest as contract
 from bert_jax import record_io, tokenization
-from data_prep import job, pipeline, readers
+from data_prep import content, job, output, readers
 
 
 def _open(path: str):
     # Units seek into files and decompress gzip and bz2 themselves (and the plan sniffs content):
     # the raw bytes, whatever the suffix.
     return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _stat(path: str) -> dict | None:
+    """content.local_stat over FileSystems: size and mtime (None when too recent to trust)."""
+    matched = FileSystems.match([path])[0].metadata_list
+    if not matched:
+        return None
+    mtime_ns = round(matched[0].last_updated_in_seconds * 1e9)
+    recent = time.time_ns() - mtime_ns < content.RECENT_NS
+    return {"size": matched[0].size_in_bytes, "mtime_ns": None if recent else mtime_ns}
+
+
+def _size(path: str) -> int | None:
+    matched = FileSystems.match([path])[0].metadata_list
+    return matched[0].size_in_bytes if matched else None
 
 
 class _Lister:
@@ -65,14 +82,6 @@ def _load_tokenizer(vocab_file: str, do_lower_case: bool, local_dir: str):
     with _open(vocab_file) as source, open(local, "wb") as out:
         shutil.copyfileobj(source, out)
     return tokenization.make_tokenizer(local, do_lower_case)
-
-
-def _md5(path: str) -> str:
-    digest = hashlib.md5()
-    with _open(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _publish(local_path: str, final_path: str) -> None:
@@ -106,14 +115,17 @@ class _ProcessUnit(beam.DoFn):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-def _summary(result) -> dict:
+def _summary(result, stats: dict) -> dict:
+    """A unit's counts for the shard plan, and its job.UnitSummary for the manifest."""
     return {
         "unit": result.unit.index,
-        "read": result.read,
-        **{
-            split: (r.count, len(r.data), r.stats, r.documents)
-            for split, r in result.splits.items()
-        },
+        **{split: (r.count, len(r.data)) for split, r in result.splits.items()},
+        "summary": job.UnitSummary(
+            result.read,
+            {split: r.stats for split, r in result.splits.items()},
+            {split: r.documents for split, r in result.splits.items()},
+            content.record(result.content, stats.get(result.unit.path)),
+        ),
     }
 
 
@@ -155,41 +167,40 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for j in job.shard_order(spec, split, shard, len(records)).tolist():
                 writer.write(records[j])
-        info = {"file": name, "instances": len(records), "md5": pipeline.file_md5(local)}
+        info = output.shard_entry(local, len(records))
         _publish(local, FileSystems.join(output_dir, name))
     return split, shard, info
 
 
 def _write_manifest(
-    infos: list, summaries: list, spec, fp, flags, started, runner, total_bytes, output_dir
+    infos: list, summaries: list, spec, fp, planned, started: float, report: dict, output_dir
 ):
     shards = {
         split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
         for split in job.SPLITS
     }
-    read = readers.ReadStats()
-    stats = {split: pipeline.InstanceStats() for split in job.SPLITS}
-    documents = dict.fromkeys(job.SPLITS, 0)
-    for summary in summaries:
-        read.add(summary["read"])
-        for split in job.SPLITS:
-            stats[split].add(summary[split][2])
-            documents[split] += summary[split][3]
+    units = [s["summary"] for s in sorted(summaries, key=lambda s: s["unit"])]
     manifest = job.manifest(
-        spec, fp, shards, stats, documents, read, flags, time.time() - started, runner, total_bytes
+        spec, fp, shards, planned, units, seconds=time.time() - started, **report
     )
     with tempfile.TemporaryDirectory() as local_dir:
-        local = os.path.join(local_dir, pipeline.MANIFEST)
-        pipeline.write_json_atomic(local, manifest)
-        _publish(local, FileSystems.join(output_dir, pipeline.MANIFEST))
+        local = os.path.join(local_dir, contract.FILE)
+        output.write_json_atomic(local, manifest)
+        _publish(local, FileSystems.join(output_dir, contract.FILE))
 
 
 def _read_manifest(output_dir: str) -> dict | None:
-    path = FileSystems.join(output_dir, pipeline.MANIFEST)
+    path = FileSystems.join(output_dir, contract.FILE)
     if not FileSystems.exists(path):
         return None
     with _open(path) as f:
-        return json.loads(f.read().decode("utf-8"))
+        try:
+            manifest = json.loads(f.read().decode("utf-8"))
+        except ValueError as e:
+            raise output.OutputError(
+                f"{path} is unreadable ({e}); delete it and rerun the job to rebuild the output"
+            ) from None
+    return manifest
 
 
 def run(
@@ -208,21 +219,24 @@ def run(
         list(spec.inputs), lister, _open, document_per_file=spec.document_per_file
     )
     planned = job.plan(spec, sources, size_of=lister.sizes.__getitem__, open_binary=_open)
-    with tempfile.TemporaryDirectory() as local_dir:
-        _load_tokenizer(
-            vocab_file, do_lower_case, local_dir
-        )  # a bad vocabulary fails here, not on a worker
-    fp = job.fingerprint(spec, planned, _md5(vocab_file), do_lower_case)
+    with tempfile.TemporaryDirectory() as local_dir:  # a bad vocabulary fails here, not on a worker
+        tokenizer = _load_tokenizer(vocab_file, do_lower_case, local_dir)
+        vocab_md5 = contract.file_md5(vocab_file, _open)
+        vocab = contract.vocab_entry(tokenizer, file=vocab_file, md5=vocab_md5)
+    fp = job.fingerprint(spec, planned, vocab_md5, do_lower_case)
     finished = _read_manifest(output_dir)
     if finished is not None:
-        if finished.get("fingerprint") == fp:
-            return finished
-        raise job.JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job with other settings; "
-            "use another --output_dir"
+        damaged = job.check_finished(
+            spec, planned, fp, finished, output_dir, stat=_stat, open_binary=_open, size_of=_size
         )
+        if not damaged:
+            return finished
+        # Rebuilt whole (no work directory); the manifest goes first, so that none describes a
+        # half-rebuilt output.
+        FileSystems.delete([FileSystems.join(output_dir, contract.FILE)])
     if "://" not in output_dir:
-        pipeline.prepare_output_dir(output_dir)
+        output.prepare_output_dir(output_dir)
+    stats = {unit.path: _stat(unit.path) for unit in planned if unit.kind != "tfds"}
     options = PipelineOptions(list(pipeline_args))
     runner = options.get_all_options().get("runner") or "DirectRunner"
     with beam.Pipeline(options=options) as p:
@@ -231,7 +245,7 @@ def run(
             | "Units" >> beam.Create(planned)
             | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case))
         )
-        summaries = results | "Summarize" >> beam.Map(_summary)
+        summaries = results | "Summarize" >> beam.Map(_summary, stats=stats)
         plan = (
             summaries
             | "AllSummaries" >> beam.combiners.ToList()
@@ -252,10 +266,13 @@ def run(
                 summaries=beam.pvalue.AsList(summaries),
                 spec=spec,
                 fp=fp,
-                flags=flags or {},
+                planned=planned,
                 started=started,
-                runner=f"beam: {runner}",
-                total_bytes=job.input_bytes(planned),
+                report={
+                    "vocab": vocab,
+                    "flags": flags or {},
+                    "runner": f"beam: {runner}",
+                },
                 output_dir=output_dir,
             )
         )

@@ -6,13 +6,12 @@ label.
 """
 
 import itertools
-import sys
 
-from absl import app, flags
+from absl import flags
+from google.protobuf.message import DecodeError
 
+from bert_jax import cli, record_io, tokenization
 from bert_jax import features as F
-from bert_jax import record_io, tokenization
-from data_prep import records
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "A .tfrecord or .arrayrecord file.")
@@ -24,21 +23,57 @@ flags.DEFINE_integer("limit", 5, "Records to print; 0 prints all.")
 flags.DEFINE_integer("skip", 0, "Records to skip first.")
 
 
+def describe(features: dict, tokenizer) -> str:
+    """A record as text: tokens with [MASK]ed positions showing the label, segments, NSP label."""
+    n = int(sum(features[F.INPUT_MASK]))
+    tokens = tokenizer.convert_ids_to_tokens(features[F.INPUT_IDS][:n])
+    segments = [int(s) for s in features[F.SEGMENT_IDS][:n]]
+    lines = []
+    if F.MASKED_LM_POSITIONS in features:
+        weights = features[F.MASKED_LM_WEIGHTS]
+        masked = [
+            (int(p), int(i))
+            for p, i, w in zip(features[F.MASKED_LM_POSITIONS], features[F.MASKED_LM_IDS], weights)
+            if w > 0
+        ]
+        labels = dict(
+            zip((p for p, _ in masked), tokenizer.convert_ids_to_tokens([i for _, i in masked]))
+        )
+        shown = [f"{t}<{labels[i]}>" if i in labels else t for i, t in enumerate(tokens)]
+        lines.append("tokens:   " + " ".join(shown))
+        lines.append("masked:   " + " ".join(f"{p}:{labels[p]}" for p, _ in masked))
+    else:
+        lines.append("tokens:   " + " ".join(tokens) + "   (unmasked record)")
+    lines.append("segments: " + "".join(str(s) for s in segments))
+    label = int(features[F.NEXT_SENTENCE_LABELS][0])
+    lines.append(
+        f"next_sentence_label: {label} ({'random B' if label else 'actual next'}); {n} tokens"
+    )
+    return "\n".join(lines)
+
+
 def main(argv):
     del argv
-    try:
-        tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-        stream = record_io.read_records(FLAGS.input)
-        stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
-        for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
-            print(f"--- record {index}")
-            print(records.describe(F.decode_example(data), tokenizer))
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    for name in ("input", "vocab_file"):
+        if not FLAGS[name].value:
+            raise cli.UserError(f"pass --{name}")
+    if FLAGS.limit < 0 or FLAGS.skip < 0:
+        raise cli.UserError("--limit and --skip must be 0 or more")
+    tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    stream = record_io.read_records(FLAGS.input)
+    stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
+    for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
+        try:
+            features = F.decode_example(data)
+        except DecodeError:
+            raise cli.UserError(
+                f"--input={FLAGS.input}: record {index} is not a tf.train.Example; is it a file "
+                "of pre-training records?"
+            ) from None
+        print(f"--- record {index}")
+        print(describe(features, tokenizer))
     return 0
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["input", "vocab_file"])
-    app.run(main)
+    cli.run(main)

@@ -11,12 +11,13 @@ Randomness: a unit's instance structure draws from random.Random and its masking
 Generator, both seeded by (seed, unit, split); the order of units over shards and the shuffle inside
 a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their
 text, so duplicates of a document cannot straddle train and eval.
+
+Every unit's content hash is taken as it is read (content.py): what a rerun rechecks.
 """
 
 import dataclasses
 import gc
 import hashlib
-import json
 import math
 import os
 import random
@@ -24,9 +25,9 @@ import random
 import numpy as np
 
 from bert_jax import features as F
-from bert_jax import record_io
-from data_prep import example_encoder, pipeline, readers
-from data_prep import fast_instances as fi
+from bert_jax import manifest as contract
+from bert_jax import masking, record_io
+from data_prep import content, example_encoder, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 
@@ -77,7 +78,7 @@ class JobSpec:
 
     @property
     def schema(self) -> F.Schema:
-        return pipeline.schema_for(self.opts)
+        return self.opts.schema
 
 
 def plan(
@@ -108,10 +109,7 @@ def fingerprint(
     shards."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
-        if unit.kind == "tfds":
-            key = f"tfds:{unit.path}:{unit.split}"
-        else:  # a remote path (gs://...) as it is, a local one absolute
-            key = unit.path if "://" in unit.path else os.path.abspath(unit.path)
+        key = content.source_key(unit)
         # A dump's size and its index's, a Parquet file's size and row groups: as the plan saw.
         sources[key] = unit.extent or max(sources.get(key, 0), unit.stop)
     return {
@@ -137,6 +135,51 @@ def fingerprint(
     }
 
 
+def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
+    if not old:
+        return "it was written by another mode or an older version"
+    diffs = []
+    for part in parts:
+        for key in sorted(set(old.get(part, {})) | set(new[part])):
+            a, b = old.get(part, {}).get(key), new[part].get(key)
+            if a != b:
+                diffs.append(
+                    "input files or their sizes" if key == "inputs" else f"{key}: {a!r} -> {b!r}"
+                )
+    return "; ".join(diffs)
+
+
+def check_finished(
+    spec: JobSpec,
+    planned: list,
+    fp: dict,
+    finished: dict,
+    output_dir: str,
+    *,
+    stat=content.local_stat,
+    open_binary=None,
+    size_of=None,
+) -> dict:
+    """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
+    written with other settings or from input that has changed since. `stat`, `open_binary` and
+    `size_of` reach remote files (the Beam job); local ones by default."""
+    if finished.get("fingerprint") != fp:
+        raise JobMismatch(
+            f"--output_dir={output_dir!r} holds a finished job with other settings "
+            f"({differences(finished.get('fingerprint'), fp)}); use another --output_dir"
+        )
+    changed = content.changed_inputs(
+        planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir, stat, open_binary
+    )
+    if changed:
+        raise JobMismatch(
+            f"--output_dir={output_dir!r} holds a finished job whose input has changed since "
+            f"({', '.join(changed)}); use another --output_dir, or empty this one to rebuild"
+        )
+    sizes = {"size_of": size_of} if size_of else {}
+    return output.damaged_shards(output_dir, finished, **sizes)
+
+
 def _seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     return [spec.seed, _STREAM[stream], *keys]
 
@@ -158,7 +201,7 @@ class SplitRecords:
 
     data: bytes
     offsets: np.ndarray  # [instances + 1] int64: record i is data[offsets[i]:offsets[i + 1]]
-    stats: pipeline.InstanceStats
+    stats: output.InstanceStats
     documents: int
 
     @property
@@ -171,6 +214,7 @@ class UnitResult:
     unit: units_lib.Unit
     splits: dict  # "train"/"eval" -> SplitRecords
     read: readers.ReadStats
+    content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
 
 
 class UnitProcessor:
@@ -179,7 +223,7 @@ class UnitProcessor:
     def __init__(self, spec: JobSpec, tokenizer):
         self.spec = spec
         self.tokenizer = tokenizer
-        self.vocab = inst.Vocab.from_tokenizer(tokenizer)
+        self.vocab = masking.Vocab.from_tokenizer(tokenizer)
         self.encoder = example_encoder.ExampleEncoder(spec.schema)
 
     def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
@@ -197,36 +241,35 @@ class UnitProcessor:
     def _process(self, unit: units_lib.Unit, open_binary) -> UnitResult:
         read = readers.ReadStats()
         docs = {split: [] for split in SPLITS}
-        kwargs = {"open_binary": open_binary} if open_binary else {}
-        for document in units_lib.read_unit(
-            unit, read, self.spec.text_field, self.spec.tfds_data_dir, **kwargs
-        ):
-            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
-        return UnitResult(
-            unit, {split: self._split(unit, split, docs[split]) for split in SPLITS}, read
+        documents, digest = content.read_documents(
+            unit, read, self.spec.text_field, self.spec.tfds_data_dir, open_binary
         )
+        for document in documents:
+            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
+        splits = {split: self._split(unit, split, docs[split]) for split in SPLITS}
+        return UnitResult(unit, splits, read, digest)
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
         spec, opts = self.spec, self.spec.opts
         split_id = SPLITS.index(split)
         ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
-        docs = fi.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
+        docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
         rng = random.Random(
             repr(_seed(spec, "structure", unit.index, split_id))
         )  # str seeds: sha512, stable
         spans: list = []
-        make_spans = fi.nsp_spans if opts.nsp else fi.mlm_spans
+        make_spans = inst.nsp_spans if opts.nsp else inst.mlm_spans
         for _ in range(
             spec.dupe_factor if split == "train" else 1
         ):  # eval: one pass, no duplicates
             for index in range(len(docs.bounds)):
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(_seed(spec, "mask", unit.index, split_id))
-        stats, chunks = pipeline.InstanceStats(), []
+        stats, chunks = output.InstanceStats(), []
         for start in range(0, len(spans), _SPAN_CHUNK):
-            batch = fi.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
+            batch = inst.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
             if opts.mask:
-                fi.mask(batch, opts, self.vocab, mask_rng)
+                inst.mask(batch, opts, self.vocab, mask_rng)
             chunks.extend(self.encoder.encode(batch))
             stats.instances += len(batch)
             stats.tokens += int(batch.length.sum())
@@ -292,7 +335,7 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
 
 
 def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
-    return pipeline.shard_name(split, shard, num, spec.fmt)
+    return output.shard_name(split, shard, num, spec.fmt)
 
 
 def input_bytes(planned: list[units_lib.Unit]) -> int:
@@ -301,68 +344,65 @@ def input_bytes(planned: list[units_lib.Unit]) -> int:
     return sum(unit.size for unit in planned if unit.kind != "tfds")
 
 
+@dataclasses.dataclass
+class UnitSummary:
+    """What the manifest needs of one processed unit."""
+
+    read: readers.ReadStats
+    stats: dict  # split -> output.InstanceStats
+    documents: dict  # split -> documents
+    content: dict  # content.record: the unit's content hash and its file's size and mtime
+
+
 def manifest(
     spec: JobSpec,
     fp: dict,
     shards: dict,
-    split_stats: dict,
-    split_documents: dict,
-    read: readers.ReadStats,
+    planned: list,
+    units: list,
+    *,
+    vocab: dict,
     flags: dict,
     seconds: float,
     runner: str,
-    total_bytes: int,
 ) -> dict:
-    """manifest.json: settings, vocabulary checksum, shards with counts and md5, statistics."""
+    """manifest.json: the data contract (bert_jax/manifest.py), then this job's report: settings,
+    input fingerprint, statistics. `units[i]` is unit i's UnitSummary."""
+    read = readers.ReadStats()
+    split_stats = {split: output.InstanceStats() for split in SPLITS}
+    split_documents = dict.fromkeys(SPLITS, 0)
+    for unit in units:
+        read.add(unit.read)
+        for split in SPLITS:
+            split_stats[split].add(unit.stats[split])
+            split_documents[split] += unit.documents[split]
     train, held_out = split_stats["train"], split_stats["eval"]
-    return {
-        "mode": "scaled",
-        "runner": runner,
-        "format": spec.fmt,
-        "masked": spec.opts.mask,  # False: unmasked records (dynamic masking in the trainer)
-        "nsp": spec.opts.nsp,
-        "schema": {
-            "max_seq_length": spec.schema.max_seq_length,
-            "max_predictions_per_seq": spec.schema.max_predictions_per_seq,
-        },
-        "flags": flags,
-        "fingerprint": fp,
-        "vocab_md5": fp["units"]["vocab_md5"],
-        "read": dataclasses.asdict(read),
-        "input_bytes": total_bytes,
-        "documents": split_documents["train"] + split_documents["eval"],
-        "shards": shards,
-        "stats": train.summary(spec.opts.max_seq_length),
-        "eval": {
+    opts = spec.opts
+    out = contract.contract_fields(
+        mode="scaled",
+        fmt=spec.fmt,
+        max_seq_length=opts.max_seq_length,
+        max_predictions_per_seq=opts.max_predictions_per_seq,
+        masked=opts.mask,  # False: unmasked records (dynamic masking in the trainer)
+        nsp=opts.nsp,
+        whole_word_mask=opts.do_whole_word_mask,
+        vocab=vocab,
+        shards=shards,
+    )
+    out.update(
+        runner=runner,
+        flags=flags,
+        fingerprint=fp,
+        inputs=content.input_files(planned, [unit.content for unit in units]),
+        read=dataclasses.asdict(read),
+        input_bytes=input_bytes(planned),
+        documents=split_documents["train"] + split_documents["eval"],
+        stats=train.summary(opts.max_seq_length),
+        eval={
             "fraction": spec.eval_fraction,
             "documents": split_documents["eval"],
-            "stats": held_out.summary(spec.opts.max_seq_length),
+            "stats": held_out.summary(opts.max_seq_length),
         },
-        "seconds": round(seconds, 3),
-    }
-
-
-def verify(output_dir: str) -> list[str]:
-    """Re-checks every shard listed in the manifest against its md5; returns the problems found."""
-    path = os.path.join(output_dir, pipeline.MANIFEST)
-    if not os.path.isfile(path):
-        return [f"no {pipeline.MANIFEST} in {output_dir!r}: the job has not finished there"]
-    try:
-        with open(path) as f:
-            shards = json.load(f)["shards"]
-    except (ValueError, KeyError) as e:
-        return [
-            f"{pipeline.MANIFEST} in {output_dir!r} is unreadable ({e}); "
-            "rerun the job to rewrite it"
-        ]
-    problems = []
-    for entries in shards.values():
-        for entry in entries:
-            shard = os.path.join(output_dir, entry["file"])
-            if not os.path.isfile(shard):
-                problems.append(f"{entry['file']}: missing")
-            elif pipeline.file_md5(shard) != entry["md5"]:
-                problems.append(
-                    f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
-                )
-    return problems
+        seconds=round(seconds, 3),
+    )
+    return out

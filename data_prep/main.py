@@ -16,14 +16,13 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 finished output directory against the md5 checksums in its manifest.
 """
 
-import logging
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from bert_jax import record_io, tokenization
-from data_prep import instances, job, pipeline, readers
+from bert_jax import cli, record_io, tokenization
+from data_prep import instances, job, output, reference
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -155,7 +154,7 @@ def spec_from_flags() -> job.JobSpec:
 
 
 def _verify() -> int:
-    problems = job.verify(FLAGS.output_dir)
+    problems = output.verify(FLAGS.output_dir)
     for problem in problems:
         print(f"verify: {problem}", file=sys.stderr)
     if problems:
@@ -207,36 +206,34 @@ def _summary(manifest: dict) -> None:
         print(f"skipped or repaired: {skipped}")
 
 
-def main(argv):
-    logging.getLogger().setLevel(logging.INFO)
+def _check_flags(argv) -> None:
     if not FLAGS.output_dir:
-        print("error: pass --output_dir", file=sys.stderr)
-        return 2
+        raise cli.UserError("pass --output_dir")
     if FLAGS.verify:
-        return _verify()
+        return
     missing = [name for name in ("input", "vocab_file") if not FLAGS[name].value]
     if missing:
-        print(f"error: pass {' and '.join('--' + m for m in missing)}", file=sys.stderr)
-        return 2
+        raise cli.UserError(f"pass {' and '.join('--' + m for m in missing)}")
     if len(argv) > 1 and FLAGS.mode != "beam":
-        print(
-            f"error: unexpected arguments {argv[1:]} "
-            "(only --mode=beam takes pipeline options after --)",
-            file=sys.stderr,
+        raise cli.UserError(
+            f"unexpected arguments {argv[1:]} (only --mode=beam takes pipeline options after --)"
         )
-        return 2
     if FLAGS.document_per_file and FLAGS.mode == "reference":
-        print(
-            "error: --document_per_file is for --mode=scaled or beam; reference mode reads "
-            "BERT-format text as the original does",
-            file=sys.stderr,
+        raise cli.UserError(
+            "--document_per_file is for --mode=scaled or beam; reference mode reads "
+            "BERT-format text as the original does"
         )
-        return 2
+
+
+def main(argv):
+    _check_flags(argv)
+    if FLAGS.verify:
+        return _verify()
     job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}
     try:
         if FLAGS.mode == "reference":
             tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-            manifest = pipeline.run_reference(
+            manifest = reference.run(
                 FLAGS.input,
                 tokenizer,
                 options_from_flags(),
@@ -252,11 +249,9 @@ def main(argv):
             try:
                 from data_prep import beam_pipeline
             except ImportError as e:
-                print(
-                    f"error: --mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'",
-                    file=sys.stderr,
-                )
-                return 2
+                raise cli.UserError(
+                    f"--mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'"
+                ) from None
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             manifest = beam_pipeline.run(
@@ -280,9 +275,6 @@ def main(argv):
                 flags=job_flags,
                 progress=FLAGS.progress,
             )
-    except (tokenization.VocabError, readers.InputError, pipeline.OutputError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(
             "interrupted; finished work is kept: rerun the same command to resume", file=sys.stderr
@@ -293,4 +285,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -3,29 +3,23 @@ r"""The scaled data_prep job on one machine: parallel across processes, resumabl
   python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=out \
       --num_workers=8
 
-The work (job.py) is the same as the Beam job's; this module adds processes, a work directory that
-makes the job resumable, and progress. <output_dir>/_work, removed when the job has finished:
-  job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  lock              locked while a job runs, so two jobs cannot write one directory
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when
-                    complete,
-  units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists
-  shards/SPLIT-NNNNN.json  a shard's count and md5, written after the shard is renamed into place
-A kill at any point loses only the units and shards in flight; a rerun does the rest, and the output
-is identical to an uninterrupted run. Every file is written under a temporary name and renamed, so
-no file under a final name is ever partial.
+The work (job.py) is the same as the Beam job's; this module adds worker processes, progress and
+a work directory (resume.py) that makes the job resumable: a kill at any point loses only the units
+and shards in flight; a rerun of the same command does the rest, and the output is identical to an
+uninterrupted run. Every file is written under a temporary name and renamed, so no file under a
+final name is ever partial; a write that fails (a full disk) removes its temporary file and leaves
+every finished unit and shard in place. A rerun trusts nothing it can check cheaply: resume.py
+lists what it checks (input content, unit and shard files) and what it does about each.
 """
 
 import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
-import fcntl
 import json
 import logging
 import multiprocessing
 import os
-import re
 import shutil
 import signal
 import threading
@@ -35,12 +29,9 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
+from bert_jax import manifest as contract
 from bert_jax import record_io
-from data_prep import job, pipeline, readers
-
-WORK_DIR = "_work"
-_SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
-_TMP_NAME = re.compile(r"\.tmp-\d+$")
+from data_prep import content, job, output, readers, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -65,38 +56,41 @@ def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool) -> 
     _worker["work_dir"] = work_dir
 
 
-def _unit_path(work_dir: str, index: int, suffix: str) -> str:
-    return os.path.join(work_dir, "units", f"{index:05d}.{suffix}")
-
-
-def _shard_marker(work_dir: str, split: str, shard: int) -> str:
-    return os.path.join(work_dir, "shards", f"{split}-{shard:05d}.json")
-
-
 def _unit_task(unit) -> dict:
     """Processes one unit and saves it: records file first, marker last."""
+    stat = resume.stat(unit)  # before reading: a write after this shows as another mtime
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
-    path = _unit_path(work_dir, unit.index, "bin")
+    path = resume.unit_path(work_dir, unit.index, "bin")
     tmp = f"{path}.tmp-{os.getpid()}"
-    marker = {"unit": dataclasses.asdict(unit), "read": dataclasses.asdict(result.read)}
-    with open(tmp, "wb") as f:
-        for split, records in result.splits.items():
-            marker[split] = {
-                "instances": records.count,
-                "bytes": len(records.data),
-                "documents": records.documents,
-                "stats": dataclasses.asdict(records.stats),
-                "data_at": f.tell(),
-            }
-            f.write(records.data)
-        for split, records in result.splits.items():
-            marker[split]["offsets_at"] = f.tell()
-            f.write(records.offsets.astype("<i8").tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    pipeline.write_json_atomic(_unit_path(work_dir, unit.index, "json"), marker)
+    marker = {
+        "unit": dataclasses.asdict(unit),
+        "read": dataclasses.asdict(result.read),
+        "content": content.record(result.content, stat),
+    }
+    try:
+        with open(tmp, "wb") as f:
+            for split, records in result.splits.items():
+                marker[split] = {
+                    "instances": records.count,
+                    "bytes": len(records.data),
+                    "documents": records.documents,
+                    "stats": dataclasses.asdict(records.stats),
+                    "data_at": f.tell(),
+                }
+                f.write(records.data)
+            for split, records in result.splits.items():
+                marker[split]["offsets_at"] = f.tell()
+                f.write(records.offsets.astype("<i8").tobytes())
+            marker["bin_bytes"] = f.tell()
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):  # a full disk: free what this write took
+            os.remove(tmp)
+        raise
+    output.write_json_atomic(resume.unit_path(work_dir, unit.index, "json"), marker)
     return {"size": unit.size, "documents": sum(r.documents for r in result.splits.values())}
 
 
@@ -108,7 +102,7 @@ def _shard_task(task) -> dict:
     files, starts, lengths = [], [], []
     try:
         for unit, data_at, offsets_at, first, end in pieces:
-            files.append(os.open(_unit_path(work_dir, unit, "bin"), os.O_RDONLY))
+            files.append(os.open(resume.unit_path(work_dir, unit, "bin"), os.O_RDONLY))
             offsets = np.frombuffer(
                 os.pread(files[-1], 8 * (end - first + 1), offsets_at + 8 * first), "<i8"
             )
@@ -127,87 +121,9 @@ def _shard_task(task) -> dict:
     finally:
         for fd in files:
             os.close(fd)
-    info = {
-        "file": os.path.basename(path),
-        "instances": len(starts),
-        "md5": pipeline.file_md5(path),
-    }
-    pipeline.write_json_atomic(_shard_marker(work_dir, split, shard), info)
+    info = output.shard_entry(path, len(starts))
+    output.write_json_atomic(resume.shard_marker(work_dir, split, shard), info)
     return info
-
-
-def _differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
-    if not old:
-        return "it was written by another mode or an older version"
-    diffs = []
-    for part in parts:
-        for key in sorted(set(old.get(part, {})) | set(new[part])):
-            a, b = old.get(part, {}).get(key), new[part].get(key)
-            if a != b:
-                diffs.append(
-                    "input files or their sizes" if key == "inputs" else f"{key}: {a!r} -> {b!r}"
-                )
-    return "; ".join(diffs)
-
-
-class _WorkDir:
-    def __init__(self, output_dir: str):
-        self.output_dir = output_dir
-        self.path = os.path.join(output_dir, WORK_DIR)
-
-    @contextlib.contextmanager
-    def locked(self):
-        for sub in ("units", "shards"):
-            os.makedirs(os.path.join(self.path, sub), exist_ok=True)
-        with open(os.path.join(self.path, "lock"), "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise pipeline.OutputError(
-                    f"another data_prep job is writing to {self.output_dir!r}; "
-                    "wait for it or use another --output_dir"
-                ) from None
-            yield
-
-    def check(self, fp: dict) -> None:
-        """Stops a rerun whose settings differ from the unfinished job's; then records this job's
-        settings."""
-        path = os.path.join(self.path, "job.json")
-        if os.path.isfile(path):
-            with open(path) as f:
-                old = json.load(f)
-            # Shard settings may change until the first shard is written: units do not depend on
-            # them.
-            binding = (
-                ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
-            )
-            if any(old[part] != fp[part] for part in binding):
-                raise job.JobMismatch(
-                    f"--output_dir={self.output_dir!r} holds an unfinished job with other settings "
-                    f"({_differences(old, fp, binding)}); rerun with the same flags to finish it, "
-                    f"or use another --output_dir (or delete {self.path} to start over)"
-                )
-        elif any(_SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
-            raise job.JobMismatch(
-                f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
-                "job state; use an empty --output_dir"
-            )
-        pipeline.write_json_atomic(path, fp)
-        for folder in (
-            self.output_dir,
-            os.path.join(self.path, "units"),
-            os.path.join(self.path, "shards"),
-        ):
-            for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
-                if _TMP_NAME.search(name):
-                    os.remove(os.path.join(folder, name))
-
-    def marker(self, index: int) -> dict | None:
-        path = _unit_path(self.path, index, "json")
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
 
 
 @contextlib.contextmanager
@@ -265,95 +181,104 @@ def run(
 ) -> dict:
     """Runs (or resumes) the job; returns the manifest it writes next to the shards."""
     started = time.time()
-    pipeline.prepare_output_dir(output_dir)
+    output.prepare_output_dir(output_dir)
     planned = job.plan(spec)
     fp = job.fingerprint(
-        spec, planned, pipeline.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
+        spec, planned, contract.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
     )
-    manifest_path = os.path.join(output_dir, pipeline.MANIFEST)
-    if os.path.isfile(manifest_path):
-        with open(manifest_path) as f:
-            finished = json.load(f)
-        if finished.get("fingerprint") == fp:
+    finished, damaged = output.read_manifest(output_dir), {}
+    if finished is not None:
+        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
+        if not damaged:
             logging.info("%s already holds this job's finished output; nothing to do", output_dir)
             return finished
-        raise job.JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job with other settings "
-            f"({_differences(finished.get('fingerprint'), fp)}); use another --output_dir"
-        )
-    work = _WorkDir(output_dir)
+    work = resume.WorkDir(output_dir)
     with work.locked():
+        if finished is not None:
+            work.reopen(finished, damaged)
         work.check(fp)
-        todo = sorted((u for u in planned if work.marker(u.index) is None), key=lambda u: -u.size)
-        with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
-            total = sum(u.size for u in planned)
-            unit_bar = tqdm.tqdm(
-                total=total,
-                initial=total - sum(u.size for u in todo),
-                unit="B",
-                unit_scale=True,
-                desc="units",
-                disable=not progress,
-                mininterval=0.5,
+        work.drop_untrusted(spec, planned)
+        markers, shards = _run_tasks(
+            spec, tokenizer, output_dir, work, planned, num_workers, progress
+        )
+        units = [
+            job.UnitSummary(
+                readers.ReadStats(**m["read"]),
+                {split: output.InstanceStats(**m[split]["stats"]) for split in job.SPLITS},
+                {split: m[split]["documents"] for split in job.SPLITS},
+                m["content"],
             )
-            documents, unit_start = 0, time.time()
-            for done in imap(_unit_task, todo):
-                documents += done["documents"]
-                unit_bar.set_postfix_str(
-                    f"{documents / max(time.time() - unit_start, 1e-9):.0f} docs/s", refresh=False
-                )
-                unit_bar.update(done["size"])
-            unit_bar.close()
-            markers = [work.marker(u.index) for u in planned]
-            tasks, shards = [], {}
-            for split in job.SPLITS:
-                counts = [m[split]["instances"] for m in markers]
-                plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
-                shards[split] = [None] * len(plan)
-                for shard, pieces in enumerate(plan):
-                    if os.path.isfile(_shard_marker(work.path, split, shard)):
-                        continue
-                    located = [
-                        (u, markers[u][split]["data_at"], markers[u][split]["offsets_at"], a, b)
-                        for u, a, b in pieces
-                    ]
-                    tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
-            if not shards["train"]:
-                raise ValueError(
-                    "the input gave no training instances "
-                    f"({sum(m['read']['documents'] for m in markers)}"
-                    " documents read); check --input and --text_field"
-                )
-            shard_bar = tqdm.tqdm(
-                total=sum(map(len, shards.values())), desc="shards", disable=not progress
-            )
-            shard_bar.update(shard_bar.total - len(tasks))
-            for _ in imap(_shard_task, tasks):
-                shard_bar.update(1)
-            shard_bar.close()
-        for split in job.SPLITS:
-            for shard in range(len(shards[split])):
-                with open(_shard_marker(work.path, split, shard)) as f:
-                    shards[split][shard] = json.load(f)
-        read, stats = readers.ReadStats(), {split: pipeline.InstanceStats() for split in job.SPLITS}
-        documents = {split: 0 for split in job.SPLITS}
-        for m in markers:
-            read.add(readers.ReadStats(**m["read"]))
-            for split in job.SPLITS:
-                stats[split].add(pipeline.InstanceStats(**m[split]["stats"]))
-                documents[split] += m[split]["documents"]
+            for m in markers
+        ]
         result = job.manifest(
             spec,
             fp,
             shards,
-            stats,
-            documents,
-            read,
-            flags or {},
-            time.time() - started,
+            planned,
+            units,
+            vocab=contract.vocab_entry(tokenizer),
+            flags=flags or {},
+            seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
-            total_bytes=job.input_bytes(planned),
         )
-        pipeline.write_json_atomic(manifest_path, result)
+        work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
+        output.write_json_atomic(os.path.join(output_dir, contract.FILE), result)
     shutil.rmtree(work.path)
     return result
+
+
+def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress):
+    """Processes the units not yet finished, then writes the shards not yet written; returns
+    every unit's marker and every split's shard entries."""
+    todo = sorted((u for u in planned if work.marker(u.index) is None), key=lambda u: -u.size)
+    with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
+        total = sum(u.size for u in planned)
+        unit_bar = tqdm.tqdm(
+            total=total,
+            initial=total - sum(u.size for u in todo),
+            unit="B",
+            unit_scale=True,
+            desc="units",
+            disable=not progress,
+            mininterval=0.5,
+        )
+        documents, unit_start = 0, time.time()
+        for done in imap(_unit_task, todo):
+            documents += done["documents"]
+            unit_bar.set_postfix_str(
+                f"{documents / max(time.time() - unit_start, 1e-9):.0f} docs/s", refresh=False
+            )
+            unit_bar.update(done["size"])
+        unit_bar.close()
+        markers = [work.marker(u.index) for u in planned]
+        tasks, shards = [], {}
+        for split in job.SPLITS:
+            counts = [m[split]["instances"] for m in markers]
+            plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
+            shards[split] = [None] * len(plan)
+            for shard, pieces in enumerate(plan):
+                if os.path.isfile(resume.shard_marker(work.path, split, shard)):
+                    continue
+                located = [
+                    (u, markers[u][split]["data_at"], markers[u][split]["offsets_at"], a, b)
+                    for u, a, b in pieces
+                ]
+                tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
+        if not shards["train"]:
+            raise ValueError(
+                "the input gave no training instances "
+                f"({sum(m['read']['documents'] for m in markers)}"
+                " documents read); check --input and --text_field"
+            )
+        shard_bar = tqdm.tqdm(
+            total=sum(map(len, shards.values())), desc="shards", disable=not progress
+        )
+        shard_bar.update(shard_bar.total - len(tasks))
+        for _ in imap(_shard_task, tasks):
+            shard_bar.update(1)
+        shard_bar.close()
+    for split in job.SPLITS:
+        for shard in range(len(shards[split])):
+            with open(resume.shard_marker(work.path, split, shard)) as f:
+                shards[split][shard] = json.load(f)
+    return markers, shards

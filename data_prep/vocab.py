@@ -9,11 +9,11 @@ as --vocab_file of data_prep.main.
 """
 
 import os
-import sys
+import re
 
-from absl import app, flags
+from absl import flags
 
-from bert_jax import tokenization
+from bert_jax import cli, tokenization
 from data_prep import readers
 
 FLAGS = flags.FLAGS
@@ -32,18 +32,41 @@ SPECIAL = [
 ]
 
 
-def train_wordpiece(files: list[str], output: str, vocab_size: int, do_lower_case: bool) -> str:
+def _has_text(files: list[str]) -> bool:
+    """Whether any file holds a line that is not blank (stops at the first one)."""
+    for path in files:
+        for line in readers.read_lines(path, readers.ReadStats()):
+            if line.strip():
+                return True
+    return False
+
+
+def train_wordpiece(
+    files: list[str], output_path: str, vocab_size: int, do_lower_case: bool
+) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, then learnt pieces."""
     import tokenizers
 
     tok = tokenizers.BertWordPieceTokenizer(lowercase=do_lower_case, strip_accents=do_lower_case)
     tok.train(files, vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False)
     vocab = tok.get_vocab()  # piece -> id, ids dense from 0
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with open(output, "w", encoding="utf-8") as f:
-        for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
-            f.write(piece + "\n")
-    return output
+    if len(vocab) > vocab_size:  # the alphabet alone did not fit: the trainer kept it anyway
+        raise cli.UserError(
+            f"--vocab_size={vocab_size} is smaller than the {len(vocab)} entries this corpus "
+            f"needs at least (the {len(SPECIAL)} special tokens and every character, alone and "
+            f"as a ## piece); pass --vocab_size={len(vocab)} or more"
+        )
+    pieces = [piece for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+    tmp = f"{output_path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(piece + "\n" for piece in pieces))
+        os.replace(tmp, output_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return output_path
 
 
 def train_sentencepiece(
@@ -53,40 +76,59 @@ def train_sentencepiece(
     import sentencepiece as spm
 
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
-    spm.SentencePieceTrainer.train(
-        input=files,
-        model_prefix=output_prefix,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        pad_id=0,
-        unk_id=1,
-        bos_id=-1,
-        eos_id=-1,
-        user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
-        normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
-        # A small corpus may not support vocab_size pieces; take what it has.
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
+    try:
+        spm.SentencePieceTrainer.train(
+            input=files,
+            model_prefix=output_prefix,
+            vocab_size=vocab_size,
+            model_type="unigram",
+            pad_id=0,
+            unk_id=1,
+            bos_id=-1,
+            eos_id=-1,
+            user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
+            normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
+            # A small corpus may not support vocab_size pieces; take what it has.
+            hard_vocab_limit=False,
+            minloglevel=2,
+        )
+    except RuntimeError as e:  # sentencepiece reports a too small vocab_size as an internal check
+        needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
+        if needed:
+            raise cli.UserError(
+                f"--vocab_size={vocab_size} is smaller than the {needed[1]} pieces this corpus "
+                f"needs at least (every character and the special tokens); pass "
+                f"--vocab_size={needed[1]} or more"
+            ) from None
+        raise
     return output_prefix + ".model"
 
 
 def main(argv):
     del argv
-    try:
-        files = [s.path for s in readers.parse_input(FLAGS.input) if s.kind == "text"]
-        if not files:
-            raise readers.InputError("vocabulary training reads plain text files only")
-        train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
-        path = train(files, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
-        tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
-    except (OSError, ValueError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    minimum = len(SPECIAL) + 1
+    if FLAGS.vocab_size < minimum:
+        raise cli.UserError(
+            f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
+            f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
+        )
+    files = [s.path for s in readers.parse_input(FLAGS.input) if s.kind == "text"]
+    if not files:
+        raise readers.InputError(
+            f"--input={','.join(FLAGS.input)}: vocabulary training reads plain text files only"
+        )
+    if not _has_text(files):
+        raise readers.InputError(
+            f"--input={','.join(FLAGS.input)} holds no text ({len(files)} file(s), all empty "
+            "or blank); pass the corpus the vocabulary is for"
+        )
+    train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
+    path = train(files, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
+    tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     return 0
 
 
 if __name__ == "__main__":
     flags.mark_flags_as_required(["input", "output"])
-    app.run(main)
+    cli.run(main)

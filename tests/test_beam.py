@@ -61,6 +61,12 @@ def test_beam_output_equals_the_local_scaled_output(
         and len(_shards(tmp_path / "local")) == 4
     )
     for key in (
+        "manifest_version",
+        "mode",
+        "schema",
+        "nsp",
+        "whole_word_mask",
+        "vocab",
         "shards",
         "stats",
         "eval",
@@ -71,6 +77,10 @@ def test_beam_output_equals_the_local_scaled_output(
         "input_bytes",
     ):
         assert beam[key] == local[key], key
+    # The same content hashes (mtimes come from each runner's file system API).
+    assert {k: (v["size"], v["blake2b"]) for k, v in beam["inputs"].items()} == {
+        k: (v["size"], v["blake2b"]) for k, v in local["inputs"].items()
+    }
     assert beam["runner"] == "beam: DirectRunner"
     if masked:  # the dump and the Parquet file were read, in units of their own kinds
         assert {u.kind for u in job.plan(spec)} >= {"wiki", "parquet"}

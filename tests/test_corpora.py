@@ -12,7 +12,7 @@ import pytest
 
 from bert_jax import features as F
 from bert_jax import record_io, tokenization
-from data_prep import job, scaled
+from data_prep import job, resume, scaled
 from data_prep.testdata import make_wiki_dump
 
 pytest.importorskip("pyarrow")
@@ -130,7 +130,7 @@ def test_a_stopped_job_resumes_to_the_same_output(
     with pytest.raises(KeyboardInterrupt):
         scaled.run(_spec(d), tok, str(tmp_path), progress=False)
     monkeypatch.setattr(job.UnitProcessor, "process", process)
-    assert len(os.listdir(tmp_path / scaled.WORK_DIR / "units")) == 6  # 3 units' records, markers
+    assert len(os.listdir(tmp_path / resume.WORK_DIR / "units")) == 6  # 3 units' records, markers
     resumed = scaled.run(_spec(d), tok, str(tmp_path), progress=False)
     assert _shards(tmp_path) == _shards(out) and resumed["stats"] == manifest["stats"]
     # The fingerprint holds what the plan saw of the dump (and its index) and the Parquet file.

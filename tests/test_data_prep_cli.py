@@ -1,8 +1,10 @@
 """The data_prep binaries end to end: records, bad input, decoding, vocabulary training."""
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -16,6 +18,13 @@ def run(module, *args):
         [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300
     )
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def assert_one_error_line(proc, message):
+    """bert_jax.cli's contract: nothing on stdout, one `error:` line on stderr, exit 2."""
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +94,104 @@ def test_bad_input_gives_a_clear_error(tmp_path, vocab_file, problem, args, mess
     }
     for arg in args:
         defaults[arg.split("=")[0]] = arg.split("=", 1)[1]
-    rc, out = run("data_prep.main", *(f"{k}={v}" for k, v in defaults.items()))
-    assert rc == 2, (problem, out)
-    assert message in out and "Traceback" not in out, out
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_prep.main", *(f"{k}={v}" for k, v in defaults.items())],
+        capture_output=True,
+        text=True,
+    )
+    assert_one_error_line(proc, message)
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "empty.txt").write_text("")
+    (d / "blank.txt").write_text("\n  \n\n")
+    (d / "not-records.arrayrecord").write_text("plain text, not records\n" * 50)
+    (d / "out").mkdir()
+    (d / "out" / "manifest.json").write_text('{"shards": ')  # a manifest cut short
+    return d
+
+
+@pytest.mark.parametrize(
+    "module, args, message",
+    [
+        ("data_prep.main", ["--nope=1"], "Unknown command line flag 'nope'"),
+        ("data_prep.main", ["--input=x.txt"], "pass --output_dir"),
+        (
+            "data_prep.main",
+            ["--input={testdata}/sample_text.txt", "--vocab_file={vocab}", "--output_dir={d}/out"],
+            "manifest.json is unreadable",
+        ),
+        ("data_prep.decode", ["--vocab_file={vocab}"], "pass --input"),
+        (
+            "data_prep.decode",
+            ["--input={d}/not-records.arrayrecord", "--vocab_file={vocab}"],
+            "not-records.arrayrecord: not a readable ArrayRecord file",
+        ),
+        ("data_prep.vocab", ["--input={d}/empty.txt", "--output={d}/v.txt"], "holds no text"),
+        ("data_prep.vocab", ["--input={d}/blank.txt", "--output={d}/v.txt"], "holds no text"),
+        (
+            "data_prep.vocab",
+            ["--input={testdata}/sample_text.txt", "--output={d}/v.txt", "--vocab_size=0"],
+            "--vocab_size=0 leaves no room for text",
+        ),
+        (
+            "data_prep.vocab",
+            ["--input={testdata}/sample_text.txt", "--output={d}/v.txt", "--vocab_size=20"],
+            "--vocab_size=20 is smaller than the 91 entries this corpus needs",
+        ),
+        (
+            "data_prep.vocab",
+            [
+                "--input={testdata}/sample_text.txt",
+                "--output={d}/sp",
+                "--vocab_size=20",
+                "--model_type=sentencepiece",
+            ],
+            "--vocab_size=20 is smaller than the",
+        ),
+    ],
+)
+def test_user_mistakes_are_one_error_line(bad_files, testdata, vocab_file, module, args, message):
+    args = [a.format(d=bad_files, testdata=testdata, vocab=vocab_file) for a in args]
+    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True)
+    assert_one_error_line(proc, message)
+    assert not (bad_files / "v.txt").exists()  # no useless vocabulary left behind
+
+
+def test_a_full_disk_is_one_error_line_and_finished_work_is_kept(tmp_path, testdata, vocab_file):
+    # The binary as users run it, with a disk that fills up while the second shard is written.
+    program = textwrap.dedent("""
+        import errno, runpy
+        from bert_jax import record_io
+        write = record_io.RecordWriter.write
+        def full_disk(self, record):
+            if "train-00001-of-" in self.path:
+                raise OSError(errno.ENOSPC, "No space left on device", self.path)
+            write(self, record)
+        record_io.RecordWriter.write = full_disk
+        runpy.run_module("data_prep.main", run_name="__main__")
+    """)
+    args = [
+        f"--input={testdata / 'sample_text.txt'}",
+        f"--vocab_file={vocab_file}",
+        f"--output_dir={tmp_path / 'out'}",
+        "--num_shards=3",
+        "--num_workers=1",
+        "--dupe_factor=2",
+        "--progress=false",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", program, *args], capture_output=True, text=True, cwd=os.getcwd()
+    )
+    assert_one_error_line(proc, "error: no space left on the device writing ")
+    assert "rerun the same command; finished work is kept" in proc.stderr
+    names = os.listdir(tmp_path / "out")
+    assert "train-00000-of-00003.arrayrecord" in names and "manifest.json" not in names
+    assert not [n for n in names if ".tmp-" in n]
+    rc, out = run("data_prep.main", *args)
+    assert rc == 0 and "shards: train 3 x" in out, out
 
 
 def test_unmasked_mlm_only_records(tmp_path, vocab_file):

@@ -1,6 +1,5 @@
-"""Grain input pipeline: both record formats, global shuffle, per-process parts, dynamic masking."""
-
-import collections
+"""Grain input pipeline: both record formats, global shuffle, per-process parts, resumption
+(dynamic masking: test_masking.py)."""
 
 import numpy as np
 import pytest
@@ -26,16 +25,8 @@ def data_config(files, dynamic=False, **kw):
     return d
 
 
-def unmask(example):
-    """A golden record with its masked tokens put back and the masked_* features dropped."""
-    ids = example[F.INPUT_IDS].copy()
-    real = example[F.MASKED_LM_WEIGHTS] > 0
-    ids[example[F.MASKED_LM_POSITIONS][real]] = example[F.MASKED_LM_IDS][real]
-    return {F.INPUT_IDS: ids, **{k: example[k] for k in F.UNMASKED_FEATURES if k != F.INPUT_IDS}}
-
-
 @pytest.fixture(scope="module")
-def files(testdata, tmp_path_factory):
+def files(testdata, tmp_path_factory, unmask_records):
     tmp = tmp_path_factory.mktemp("records")
     golden = str(testdata / GOLDEN)
     records = list(record_io.read_records(golden))
@@ -47,9 +38,7 @@ def files(testdata, tmp_path_factory):
     with record_io.RecordWriter(out["arrayrecord"]) as w:
         for r in records:
             w.write(r)
-    with record_io.RecordWriter(out["unmasked"]) as w:
-        for r in records:
-            w.write(F.encode_example(unmask(F.decode_example(r))))
+    unmask_records(golden, out["unmasked"])
     return out
 
 
@@ -117,44 +106,6 @@ def test_iterator_state_resumes_exactly(files):
     for x, y in zip(expected, take(fresh, 4)):
         for k in x:
             np.testing.assert_array_equal(x[k], y[k])
-
-
-def test_dynamic_masking_statistics(files):
-    cfg = data_config(files["unmasked"], dynamic=True)
-    batches = take(ip.train_dataset(cfg, VOCAB, 20, seed=0), 30)  # 10 epochs of 60 records
-    kinds = collections.Counter()
-    masks_seen = collections.defaultdict(set)
-    for b in batches:
-        for i in range(20):
-            ids, mask = b[F.INPUT_IDS][i], b[F.INPUT_MASK][i]
-            pos, labels, w = (
-                b[F.MASKED_LM_POSITIONS][i],
-                b[F.MASKED_LM_IDS][i],
-                b[F.MASKED_LM_WEIGHTS][i],
-            )
-            n_real, k = int(mask.sum()), int(w.sum())
-            assert k == min(20, max(1, round(n_real * 0.15)))
-            chosen = pos[:k]
-            assert list(chosen) == sorted(chosen) and len(set(chosen)) == k
-            assert (chosen < n_real).all()  # never padding
-            assert not np.isin(labels[:k], [CLS, SEP]).any()  # never [CLS] / [SEP]
-            for p, label in zip(chosen, labels[:k]):
-                kinds["mask" if ids[p] == MASK else "keep" if ids[p] == label else "random"] += 1
-            original = ids.copy()
-            original[chosen] = labels[:k]
-            masks_seen[original.tobytes()].add(pos.tobytes())
-    total = sum(kinds.values())
-    assert total > 2000
-    assert kinds["mask"] / total == pytest.approx(0.8, abs=0.03)
-    assert kinds["keep"] / total == pytest.approx(0.1 + 0.1 / VOCAB, abs=0.03)
-    assert kinds["random"] / total == pytest.approx(0.1, abs=0.03)
-    # A record is masked anew each epoch: (nearly) every record shows several different masks.
-    distinct = {
-        F.decode_example(r)[F.INPUT_IDS].astype(np.int32).tobytes()
-        for r in record_io.read_records(files["unmasked"])
-    }
-    assert masks_seen.keys() == distinct
-    assert np.mean([len(v) > 1 for v in masks_seen.values()]) > 0.9
 
 
 def test_eval_batches_pad_the_last_batch(files):

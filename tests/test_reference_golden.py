@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from bert_jax import features as F
-from bert_jax import record_io, tokenization
-from data_prep import instances, pipeline
+from bert_jax import record_io
+from data_prep import instances, reference
 
 GOLDEN = [
     # input, golden file, max_seq_length, max_predictions_per_seq, dupe_factor, whole-word mask
@@ -18,11 +18,6 @@ GOLDEN = [
     ("pydocs_small.txt", "pydocs_small.L128.P20.dupe2.tfrecord", 128, 20, 2, False),
     ("pydocs_small.txt", "pydocs_small.L512.P76.dupe1.wwm.tfrecord", 512, 76, 1, True),
 ]
-
-
-@pytest.fixture(scope="module")
-def tok(vocab_file):
-    return tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
 
 
 def _records(path):
@@ -41,7 +36,7 @@ def test_reference_mode_matches_original(
     opts = instances.InstanceOptions(
         max_seq_length=seq, max_predictions_per_seq=preds, do_whole_word_mask=wwm
     )
-    manifest = pipeline.run_reference(
+    manifest = reference.run(
         [str(testdata / source)],
         tok,
         opts,
@@ -67,7 +62,7 @@ def test_reference_mode_matches_original(
 
 def test_a_different_seed_gives_different_records(tmp_path, testdata, tok):
     opts = instances.InstanceOptions()
-    pipeline.run_reference(
+    reference.run(
         [str(testdata / "sample_text.txt")],
         tok,
         opts,

@@ -14,8 +14,9 @@ import time
 import pytest
 
 from bert_jax import features as F
+from bert_jax import manifest as contract
 from bert_jax import record_io, tokenization
-from data_prep import job, pipeline, scaled
+from data_prep import job, output, resume, scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +37,7 @@ def shard_files(directory):
     return {
         name: (directory / name).read_bytes()
         for name in sorted(os.listdir(directory))
-        if scaled._SHARD_NAME.match(name)
+        if resume.SHARD_NAME.match(name)
     }
 
 
@@ -155,7 +156,7 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
     for split in ("train", "eval"):
         for entry in manifest["shards"][split]:
             path = str(tmp_path / entry["file"])
-            assert entry["md5"] == pipeline.file_md5(path) and entry[
+            assert entry["md5"] == contract.file_md5(path) and entry[
                 "instances"
             ] == record_io.count_records(path)
             for raw in record_io.read_records(path):
@@ -178,7 +179,7 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
         manifest["read"]["documents"] == manifest["documents"] == 65
         and manifest["eval"]["documents"] > 0
     )
-    assert not os.path.exists(tmp_path / scaled.WORK_DIR)  # removed once the manifest is written
+    assert not os.path.exists(tmp_path / resume.WORK_DIR)  # removed once the manifest is written
 
 
 def test_reruns_reuse_finished_work_and_refuse_other_settings(
@@ -193,7 +194,7 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
             str(tmp_path),
             progress=False,
         )
-    units_done = len(os.listdir(tmp_path / scaled.WORK_DIR / "units"))
+    units_done = len(os.listdir(tmp_path / resume.WORK_DIR / "units"))
     assert units_done >= 8  # five units' records and markers, kept
     with pytest.raises(
         job.JobMismatch, match=r"unfinished job with other settings \(dupe_factor: 2 -> 3\)"
@@ -224,10 +225,10 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab_file):
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    (tmp_path / scaled.WORK_DIR).mkdir()
-    with open(tmp_path / scaled.WORK_DIR / "lock", "w") as lock:
+    (tmp_path / resume.WORK_DIR).mkdir()
+    with open(tmp_path / resume.WORK_DIR / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        with pytest.raises(pipeline.OutputError, match="another data_prep job is writing"):
+        with pytest.raises(output.OutputError, match="another data_prep job is writing"):
             scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
 
 
@@ -330,7 +331,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(tmp_path, testdata, vo
             assert data == expected[name], name
         assert not (out / "manifest.json").exists()
 
-    units_dir = out / scaled.WORK_DIR / "units"
+    units_dir = out / resume.WORK_DIR / "units"
     run_until(
         lambda: units_dir.is_dir() and sum(n.endswith(".json") for n in os.listdir(units_dir)) >= 3
     )

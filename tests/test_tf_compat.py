@@ -10,14 +10,14 @@ import pytest
 
 from bert_jax import features as F
 from bert_jax import record_io, tokenization
-from data_prep import instances, pipeline
+from data_prep import instances, reference
 
 tf = pytest.importorskip("tensorflow")
 
 
 def test_tf_data_parses_our_records_with_the_original_schema(tmp_path, testdata, vocab_file):
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    manifest = pipeline.run_reference(
+    manifest = reference.run(
         [str(testdata / "sample_text.txt")],
         tok,
         instances.InstanceOptions(),

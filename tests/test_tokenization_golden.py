@@ -12,12 +12,12 @@ import numpy as np
 
 from bert_jax import features as F
 from bert_jax import record_io, tokenization
-from data_prep import instances, pipeline
+from data_prep import instances, reference
 
 
 def test_reference_mode_matches_original_on_odd_unicode(tmp_path, testdata, vocab_file):
     opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
-    manifest = pipeline.run_reference(
+    manifest = reference.run(
         [str(testdata / "odd_unicode.txt")],
         tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True),
         opts,

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, input_pipeline, losses, metrics_log, record_io, sharding, train
+from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
 from bert_jax import features as F
 from configs import tiny
 
@@ -41,18 +41,10 @@ def compilation_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def unmasked_records(testdata, tmp_path_factory):
+def unmasked_records(testdata, tmp_path_factory, unmask_records):
     """The golden pydocs records with their masks undone: input for dynamic masking."""
-    path = str(tmp_path_factory.mktemp("unmasked") / "train-00000-of-00001.arrayrecord")
-    with record_io.RecordWriter(path) as w:
-        for r in record_io.read_records(str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")):
-            ex = F.decode_example(r)
-            ids, real = ex[F.INPUT_IDS].copy(), ex[F.MASKED_LM_WEIGHTS] > 0
-            ids[ex[F.MASKED_LM_POSITIONS][real]] = ex[F.MASKED_LM_IDS][real]
-            w.write(
-                F.encode_example({F.INPUT_IDS: ids, **{k: ex[k] for k in F.UNMASKED_FEATURES[1:]}})
-            )
-    return path
+    path = tmp_path_factory.mktemp("unmasked") / "train-00000-of-00001.arrayrecord"
+    return unmask_records(testdata / "pydocs_small.L128.P20.dupe2.tfrecord", path)
 
 
 def golden_data(config, testdata):

@@ -1,0 +1,213 @@
+"""Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was.
+
+A unit's content hash is the blake2b of every byte its reader reads, in order: `read_documents`
+hands the unit reader (units.read_unit) an `open_binary` whose files hash what they return (the
+lines of an iteration when the file is closed, from the page cache). So any unit kind whose reader
+opens files through `open_binary` gets a hash for free; a kind that reads otherwise returns None
+and is trusted by its name and extent in the job's fingerprint (TFDS units: a dataset's version
+fixes its content).
+
+Hashing every input on every rerun would cost as much as reading a corpus of hundreds of GB again,
+so each hash is kept beside the size and mtime its file showed *before* the unit was read. A rerun
+stats each file (cheap) and trusts a unit whose file shows the same size and mtime; only a unit
+whose file changed mtime (or was too recent to trust a coarse clock) is read again, without
+tokenizing, and rehashed. The same hash therefore means the same bytes were read, so the same
+documents: a unit is never reused after its input changed.
+"""
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+
+from data_prep import readers
+from data_prep import units as units_lib
+
+RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file system clocks)
+
+
+def source_key(unit: units_lib.Unit) -> str:
+    """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
+    absolute."""
+    if unit.kind == "tfds":
+        return f"tfds:{unit.path}:{unit.split}"
+    return unit.path if "://" in unit.path else os.path.abspath(unit.path)
+
+
+class _Hashing:
+    """A binary file that hashes every byte its reader consumes, in order: what read() and
+    readline() return as they return it, and the lines of an iteration, hashed when the file is
+    closed by reading their byte range again (from the page cache; a Python step per line would
+    cost ~3% of a unit)."""
+
+    def __init__(self, f, digest):
+        self._f, self._digest = f, digest
+        self._lines_from = None  # where iteration began
+
+    def read(self, size=-1):
+        data = self._f.read(size)
+        self._digest.update(data)
+        return data
+
+    def readline(self, size=-1):
+        line = self._f.readline(size)
+        self._digest.update(line)
+        return line
+
+    def __iter__(self):
+        self._lines_from = self._f.tell()
+        return iter(self._f)
+
+    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell; any
+    # other way of reading (readinto, a file descriptor) is absent, so nothing bypasses the hash.
+    @property
+    def closed(self):
+        return self._f.closed
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return self._f.seekable()
+
+    def seek(self, offset, whence=0):
+        return self._f.seek(offset, whence)
+
+    def tell(self):
+        return self._f.tell()
+
+    def close(self):
+        try:
+            if self._lines_from is not None:
+                remaining = self._f.tell() - self._lines_from
+                self._f.seek(self._lines_from)
+                while remaining > 0:
+                    block = self._f.read(min(remaining, 1 << 20))
+                    if not block:
+                        break
+                    self._digest.update(block)
+                    remaining -= len(block)
+                self._lines_from = None
+        finally:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def read_documents(
+    unit: units_lib.Unit,
+    stats: readers.ReadStats,
+    text_field: str,
+    tfds_data_dir: str | None,
+    open_binary: Callable | None = None,
+) -> tuple[list, str | None]:
+    """(the unit's documents, its content hash, None when no file was opened)."""
+    digest, opened = hashlib.blake2b(digest_size=16), []
+
+    def hashing_open(path):
+        opened.append(path)
+        return _Hashing((open_binary or readers.open_local)(path), digest)
+
+    documents = list(
+        units_lib.read_unit(unit, stats, text_field, tfds_data_dir, open_binary=hashing_open)
+    )
+    return documents, digest.hexdigest() if opened else None
+
+
+def local_stat(path: str) -> dict:
+    """A local file's size and mtime; mtime None when it is too recent to trust (a coarse clock
+    could show the same mtime after another write), so that a rerun rehashes it."""
+    st = os.stat(path)
+    recent = time.time_ns() - st.st_mtime_ns < RECENT_NS
+    return {"size": st.st_size, "mtime_ns": None if recent else st.st_mtime_ns}
+
+
+def record(digest: str | None, stat: dict | None) -> dict:
+    """What is kept of a processed unit: its hash and its file's size and mtime before reading."""
+    return {"blake2b": digest, **(stat or {"size": None, "mtime_ns": None})}
+
+
+def _trusted(recorded: dict, now: dict | None) -> bool | None:
+    """True/False when the stat alone decides; None when the content must be rehashed."""
+    if now is None or now["size"] != recorded["size"]:
+        return False
+    if recorded["mtime_ns"] is not None and now["mtime_ns"] == recorded["mtime_ns"]:
+        return True
+    return None
+
+
+def unit_changed(
+    unit: units_lib.Unit,
+    recorded: dict,
+    now: dict | None,
+    text_field: str,
+    tfds_data_dir: str | None,
+    open_binary: Callable | None = None,
+) -> bool:
+    """Whether a unit's input differs from `recorded` (a `record`); `now` is its file's stat
+    today (None: gone)."""
+    if recorded.get("blake2b") is None:
+        return False  # no content hash: the fingerprint's name and extent decide
+    trusted = _trusted(recorded, now)
+    if trusted is not None:
+        return not trusted
+    reread = read_documents(unit, readers.ReadStats(), text_field, tfds_data_dir, open_binary)
+    return reread[1] != recorded["blake2b"]
+
+
+def _combined(hashes) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for unit_hash in hashes:
+        digest.update(str(unit_hash).encode())
+    return digest.hexdigest()
+
+
+def input_files(planned: list, records: list) -> dict:
+    """The manifest's "inputs": per input file its size, mtime (None: rehash it on a rerun) and
+    a hash over its units' hashes; `records[i]` is unit i's `record`."""
+    out: dict = {}
+    for unit, rec in zip(planned, records):
+        if rec.get("blake2b") is None:
+            continue
+        entry = out.setdefault(
+            source_key(unit), {"size": rec["size"], "mtime_ns": rec["mtime_ns"], "hashes": []}
+        )
+        if (entry["size"], entry["mtime_ns"]) != (rec["size"], rec["mtime_ns"]):
+            entry["mtime_ns"] = None  # the file changed while the job ran: never trust the stat
+        entry["hashes"].append(rec["blake2b"])
+    for entry in out.values():
+        entry["blake2b"] = _combined(entry.pop("hashes"))
+    return out
+
+
+def changed_inputs(
+    planned: list,
+    recorded: dict,
+    text_field: str,
+    tfds_data_dir: str | None,
+    stat: Callable = local_stat,
+    open_binary: Callable | None = None,
+) -> list[str]:
+    """The files in a finished job's "inputs" whose content is no longer what it recorded; a file
+    whose size and mtime match is trusted without reading it."""
+    changed = []
+    for key, entry in recorded.items():
+        units = [u for u in planned if source_key(u) == key]
+        try:
+            now = stat(units[0].path) if units else None
+        except OSError:
+            now = None
+        trusted = _trusted(entry, now)
+        if trusted is None:
+            hashes = (
+                read_documents(u, readers.ReadStats(), text_field, tfds_data_dir, open_binary)[1]
+                for u in units
+            )
+            trusted = _combined(hashes) == entry["blake2b"]
+        if not trusted:
+            changed.append(key)
+    return changed

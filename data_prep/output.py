@@ -1,0 +1,155 @@
+"""The output directory every data_prep mode writes: shard names, atomic writes, statistics, and
+the checks of a finished output (shard sizes on a rerun, md5s with --verify).
+
+The manifest's file name, its fields and file_md5 live in bert_jax/manifest.py (the contract the
+trainer reads); this module is data_prep's side of writing and checking it.
+"""
+
+import dataclasses
+import json
+import os
+
+from bert_jax import manifest as contract
+from bert_jax import record_io
+
+
+class OutputError(OSError):
+    """An output directory that cannot be written; the message says what to fix."""
+
+
+def shard_name(split: str, index: int, count: int, fmt: str) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}{record_io.suffix(fmt)}"
+
+
+def prepare_output_dir(output_dir: str) -> None:
+    """Creates the directory and proves it is writable before any work is done."""
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise OutputError(f"cannot write to --output_dir={output_dir!r}: {e.strerror or e}") from e
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Writes under a temporary name, then renames: `path` is never half-written, and a failed
+    write (a full disk) leaves no temporary file behind."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def shard_entry(path: str, instances: int) -> dict:
+    """A finished shard as the manifest lists it."""
+    return {
+        "file": os.path.basename(path),
+        "instances": instances,
+        "md5": contract.file_md5(path),
+        "bytes": os.path.getsize(path),
+    }
+
+
+@dataclasses.dataclass
+class InstanceStats:
+    """Token and masking statistics for the manifest and the end-of-job summary."""
+
+    instances: int = 0
+    tokens: int = 0  # real tokens, [CLS]/[SEP] included
+    masked: int = 0
+    random_next: int = 0
+
+    def add_instance(self, instance) -> None:
+        """One reference.Instance."""
+        self.instances += 1
+        self.tokens += len(instance.tokens)
+        self.masked += len(instance.masked_lm_positions)
+        self.random_next += int(instance.is_random_next)
+
+    def add(self, other: "InstanceStats") -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def summary(self, max_seq_length: int) -> dict:
+        n = max(self.instances, 1)
+        return {
+            "instances": self.instances,
+            "tokens": self.tokens,
+            "mean_tokens_per_instance": self.tokens / n,
+            "padding_fraction": 1.0 - self.tokens / (n * max_seq_length),
+            "mask_rate": self.masked / max(self.tokens, 1),
+            "masked_per_instance": self.masked / n,
+            "random_next_fraction": self.random_next / n,
+        }
+
+
+def read_manifest(output_dir: str) -> dict | None:
+    """The finished job's manifest, or None when the directory holds none (unfinished)."""
+    path = os.path.join(output_dir, contract.FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except ValueError as e:
+        problem = str(e)
+    else:
+        if isinstance(manifest, dict) and isinstance(manifest.get("shards"), dict):
+            return manifest
+        problem = "it lists no shards"
+    raise OutputError(
+        f"{path} is unreadable ({problem}); delete it and rerun the job to rebuild the output"
+    )
+
+
+def _local_size(path: str) -> int | None:
+    return os.path.getsize(path) if os.path.isfile(path) else None
+
+
+def shard_problem(
+    output_dir: str, entry: dict, check_md5: bool = False, size_of=_local_size
+) -> str | None:
+    """What is wrong with a finished shard (a `shard_entry`), naming it: missing, another size
+    than recorded, or (with check_md5, local files) another md5; None when nothing is.
+    `size_of(path)` is the file's size, None when there is none."""
+    path = os.path.join(output_dir, entry["file"])
+    size = size_of(path)
+    if size is None:
+        return f"{entry['file']}: missing"
+    if "bytes" in entry and size != entry["bytes"]:
+        return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
+    if check_md5 and contract.file_md5(path) != entry["md5"]:
+        return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+    return None
+
+
+def damaged_shards(
+    output_dir: str, manifest: dict, check_md5: bool = False, size_of=_local_size
+) -> dict[str, str]:
+    """{file: shard_problem} of the manifest's shards that have one."""
+    problems = (
+        (entry["file"], shard_problem(output_dir, entry, check_md5, size_of))
+        for entries in manifest["shards"].values()
+        for entry in entries
+    )
+    return {name: problem for name, problem in problems if problem}
+
+
+def verify(output_dir: str) -> list[str]:
+    """Re-checks every shard listed in the manifest against its size and md5; returns the
+    problems found."""
+    try:
+        manifest = read_manifest(output_dir)
+    except OutputError as e:
+        return [str(e)]
+    if manifest is None:
+        return [f"no {contract.FILE} in {output_dir!r}: the job has not finished there"]
+    return list(damaged_shards(output_dir, manifest, check_md5=True).values())

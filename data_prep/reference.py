@@ -1,0 +1,314 @@
+"""Reference mode: google-research/bert's create_pretraining_data.py, step for step.
+
+This is the specification the default path (instances.py, bert_jax/masking.py) is tested against;
+leave it as it is. Every function follows the original, including the order of every call on the
+random generator, so the same input, vocabulary, seed and flags give the same records
+(tests/test_reference_golden.py compares with files the original wrote). They work on token ids
+rather than strings (faster, and what the records hold). One random.Random is threaded through the
+whole corpus, which is held in memory, as the original does.
+
+A document is a list of sentences; a sentence is a list of token ids.
+"""
+
+import dataclasses
+import itertools
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from bert_jax import features as F
+from bert_jax import manifest as contract
+from bert_jax import record_io
+from bert_jax.masking import Vocab
+from data_prep import output, readers
+from data_prep.instances import InstanceOptions
+
+
+class Instance(NamedTuple):
+    tokens: list  # ids, [CLS] A [SEP] B [SEP], with masked positions already replaced
+    segment_ids: list
+    is_random_next: bool
+    masked_lm_positions: list  # sorted
+    masked_lm_labels: list  # original ids at those positions
+
+
+def truncate_seq_pair(
+    tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random
+) -> None:
+    """Trims the longer segment, from the front or the back at random, until the pair fits."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+
+
+def create_masked_lm_predictions(
+    tokens: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
+):
+    """Masks `masked_lm_prob` of the tokens: 80% [MASK], 10% unchanged, 10% a random vocab entry.
+
+    Returns (output_tokens, positions, labels) with positions sorted. [CLS] and [SEP] are never
+    masked; with whole-word masking a word's pieces are masked together or not at all.
+    """
+    cand_indexes: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if token == vocab.cls_id or token == vocab.sep_id:
+            continue
+        if opts.do_whole_word_mask and cand_indexes and token in vocab.continuation:
+            cand_indexes[-1].append(i)
+        else:
+            cand_indexes.append([i])
+    rng.shuffle(cand_indexes)
+
+    output = list(tokens)
+    num_to_predict = min(
+        opts.max_predictions_per_seq, max(1, round(len(tokens) * opts.masked_lm_prob))
+    )
+    masked: list[tuple[int, int]] = []
+    covered: set[int] = set()
+    for index_set in cand_indexes:
+        if len(masked) >= num_to_predict:
+            break
+        # A whole word that would overshoot the budget is skipped, not split.
+        if len(masked) + len(index_set) > num_to_predict:
+            continue
+        if any(i in covered for i in index_set):
+            continue
+        for index in index_set:
+            covered.add(index)
+            if rng.random() < 0.8:
+                replacement = vocab.mask_id
+            elif rng.random() < 0.5:
+                replacement = tokens[index]
+            else:
+                replacement = vocab.random_ids[rng.randint(0, len(vocab.random_ids) - 1)]
+            output[index] = replacement
+            masked.append((index, tokens[index]))
+    masked.sort()
+    return output, [i for i, _ in masked], [label for _, label in masked]
+
+
+def _make_instance(tokens_a, tokens_b, is_random_next, opts, vocab, rng) -> Instance:
+    tokens = [vocab.cls_id, *tokens_a, vocab.sep_id]
+    segment_ids = [0] * len(tokens)
+    if tokens_b:
+        tokens += [*tokens_b, vocab.sep_id]
+        segment_ids += [1] * (len(tokens_b) + 1)
+    if not opts.mask:
+        return Instance(tokens, segment_ids, is_random_next, [], [])
+    tokens, positions, labels = create_masked_lm_predictions(tokens, opts, vocab, rng)
+    return Instance(tokens, segment_ids, is_random_next, positions, labels)
+
+
+def create_instances_from_document(
+    all_documents: Sequence[list],
+    document_index: int,
+    opts: InstanceOptions,
+    vocab: Vocab,
+    rng: random.Random,
+) -> list[Instance]:
+    """Instances from one document; random next sentences come from the other documents."""
+    if not opts.nsp:
+        return _mlm_only_instances(all_documents[document_index], opts, vocab, rng)
+    document = all_documents[document_index]
+    max_num_tokens = opts.max_seq_length - 3  # [CLS], [SEP], [SEP]
+    # Mostly full-length sequences, sometimes short ones so that fine-tuning on short inputs
+    # matches.
+    target_seq_length = max_num_tokens
+    if rng.random() < opts.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+
+    instances = []
+    current_chunk: list[list[int]] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                a_end = 1
+                if len(current_chunk) >= 2:
+                    a_end = rng.randint(1, len(current_chunk) - 1)
+                tokens_a = [t for sentence in current_chunk[:a_end] for t in sentence]
+                tokens_b: list[int] = []
+                if len(current_chunk) == 1 or rng.random() < 0.5:
+                    is_random_next = True
+                    target_b_length = target_seq_length - len(tokens_a)
+                    # Ten tries for another document; a one-document corpus ends up using itself.
+                    for _ in range(10):
+                        random_document_index = rng.randint(0, len(all_documents) - 1)
+                        if random_document_index != document_index:
+                            break
+                    random_document = all_documents[random_document_index]
+                    random_start = rng.randint(0, len(random_document) - 1)
+                    for j in range(random_start, len(random_document)):
+                        tokens_b.extend(random_document[j])
+                        if len(tokens_b) >= target_b_length:
+                            break
+                    # The sentences of this chunk that B did not use go back for the next instance.
+                    i -= len(current_chunk) - a_end
+                else:
+                    is_random_next = False
+                    tokens_b = [t for sentence in current_chunk[a_end:] for t in sentence]
+                truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                if tokens_a and tokens_b:
+                    instances.append(
+                        _make_instance(tokens_a, tokens_b, is_random_next, opts, vocab, rng)
+                    )
+            current_chunk = []
+            current_length = 0
+        i += 1
+    return instances
+
+
+def _mlm_only_instances(
+    document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
+) -> list[Instance]:
+    """RoBERTa-style: contiguous sentences of one document packed up to the full length, one
+    segment."""
+    max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
+    target = max_num_tokens
+    if rng.random() < opts.short_seq_prob:
+        target = rng.randint(2, max_num_tokens)
+    instances, chunk = [], []
+    for index, sentence in enumerate(document):
+        chunk.extend(sentence)
+        if len(chunk) >= target or index == len(document) - 1:
+            if len(chunk) > max_num_tokens:  # a long sentence: keep its start, as truncation would
+                chunk = chunk[:max_num_tokens]
+            if chunk:
+                instances.append(_make_instance(chunk, [], False, opts, vocab, rng))
+            chunk = []
+    return instances
+
+
+def create_training_instances(
+    documents: list, opts: InstanceOptions, vocab: Vocab, dupe_factor: int, rng: random.Random
+) -> list[Instance]:
+    """The original generator's whole-corpus procedure (reference mode).
+
+    Shuffles the documents, makes `dupe_factor` passes over them (each with fresh random choices),
+    then shuffles all instances. Holds everything in memory, exactly like the original.
+    """
+    documents = [d for d in documents if d]
+    rng.shuffle(documents)
+    instances = []
+    for _ in range(dupe_factor):
+        for document_index in range(len(documents)):
+            instances.extend(
+                create_instances_from_document(documents, document_index, opts, vocab, rng)
+            )
+    rng.shuffle(instances)
+    return instances
+
+
+def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
+    """write_instance_to_example_files' features: ids, mask and segments padded with 0 to
+    max_seq_length; masked positions, ids and 1.0 weights padded with 0 to
+    max_predictions_per_seq; next_sentence_labels 1 for a random B. Unmasked schemas
+    (max_predictions_per_seq=0) leave out the masked_* features."""
+    n, length = len(instance.tokens), schema.max_seq_length
+    if n > length:
+        raise ValueError(f"instance has {n} tokens, more than max_seq_length={length}")
+    pad = [0] * (length - n)
+    out = {
+        F.INPUT_IDS: list(instance.tokens) + pad,
+        F.INPUT_MASK: [1] * n + pad,
+        F.SEGMENT_IDS: list(instance.segment_ids) + pad,
+    }
+    if schema.masked:
+        p = len(instance.masked_lm_positions)
+        mpad = [0] * (schema.max_predictions_per_seq - p)
+        out[F.MASKED_LM_POSITIONS] = list(instance.masked_lm_positions) + mpad
+        out[F.MASKED_LM_IDS] = list(instance.masked_lm_labels) + mpad
+        out[F.MASKED_LM_WEIGHTS] = [1.0] * p + [0.0] * len(mpad)
+    out[F.NEXT_SENTENCE_LABELS] = [1 if instance.is_random_next else 0]
+    return out
+
+
+def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
+    """Sentences -> ids; sentences with no tokens are dropped (as the original does)."""
+    out = []
+    for sentence in document:
+        ids = tokenizer.encode(sentence)
+        if ids:
+            out.append(ids)
+    return out
+
+
+def run(
+    specs: list[str],
+    tokenizer,
+    opts: InstanceOptions,
+    *,
+    dupe_factor: int,
+    seed: int,
+    output_dir: str,
+    fmt: str,
+    flags: dict,
+    text_field: str = "text",
+    tfds_data_dir: str | None = None,
+) -> dict:
+    """The original generator, record for record: returns the manifest it writes. A rerun writes
+    the output again (one core, the whole corpus in memory: reference mode is for checking)."""
+    start = time.time()
+    output.prepare_output_dir(output_dir)
+    sources = readers.parse_input(specs)
+    read_stats = readers.ReadStats()
+    # The original reads all files as one line stream, so a document can run across a file boundary.
+    text_lines = itertools.chain.from_iterable(
+        readers.read_lines(s.path, read_stats) for s in sources if s.kind == "text"
+    )
+    raw_docs = itertools.chain(
+        readers.text_documents(text_lines, read_stats),
+        *(
+            readers.documents(s, read_stats, text_field, tfds_data_dir)
+            for s in sources
+            if s.kind != "text"
+        ),
+    )
+    documents = [tokenize_document(d, tokenizer) for d in raw_docs]
+    logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
+
+    instances = create_training_instances(
+        documents, opts, Vocab.from_tokenizer(tokenizer), dupe_factor, random.Random(seed)
+    )
+    schema = opts.schema
+    stats = output.InstanceStats()
+    path = os.path.join(output_dir, output.shard_name("train", 0, 1, fmt))
+    # A finished output is replaced as a whole: its manifest goes first, so that no manifest
+    # ever describes shards of another run.
+    manifest_path = os.path.join(output_dir, contract.FILE)
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)
+    with record_io.RecordWriter(path, fmt) as writer:
+        for instance in instances:
+            writer.write(F.encode_example(instance_to_features(instance, schema)))
+            stats.add_instance(instance)
+    manifest = contract.contract_fields(
+        mode="reference",
+        fmt=fmt,
+        max_seq_length=opts.max_seq_length,
+        max_predictions_per_seq=opts.max_predictions_per_seq,
+        masked=opts.mask,
+        nsp=opts.nsp,
+        whole_word_mask=opts.do_whole_word_mask,
+        vocab=contract.vocab_entry(tokenizer),
+        shards={"train": [output.shard_entry(path, stats.instances)], "eval": []},
+    )
+    manifest.update(
+        flags=flags,
+        read=dataclasses.asdict(read_stats),
+        documents=sum(1 for d in documents if d),
+        stats=stats.summary(opts.max_seq_length),
+        seconds=round(time.time() - start, 3),
+    )
+    output.write_json_atomic(manifest_path, manifest)
+    return manifest

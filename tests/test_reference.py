@@ -1,0 +1,136 @@
+"""The reference generator (data_prep/reference.py): truncation, masking proportions, whole words,
+MLM-only and unmasked modes."""
+
+import collections
+import random
+
+import pytest
+
+from bert_jax import masking
+from data_prep import instances, reference
+
+
+@pytest.fixture(scope="module")
+def vocab(tok):
+    return masking.Vocab.from_tokenizer(tok)
+
+
+@pytest.fixture(scope="module")
+def documents(tok, testdata):
+    from data_prep import readers
+
+    stats = readers.ReadStats()
+    lines = readers.read_lines(str(testdata / "pydocs_small.txt"), stats)
+    return [reference.tokenize_document(d, tok) for d in readers.text_documents(lines, stats)][:40]
+
+
+def _all_instances(documents, opts, vocab, seed=0):
+    rng = random.Random(seed)
+    return [
+        i
+        for d in range(len(documents))
+        for i in reference.create_instances_from_document(documents, d, opts, vocab, rng)
+    ]
+
+
+def test_truncate_seq_pair_trims_the_longer_side_from_both_ends():
+    rng = random.Random(0)
+    a, b = list(range(100)), list(range(1000, 1010))
+    reference.truncate_seq_pair(a, b, 50, rng)
+    assert len(a) + len(b) == 50 and len(b) == 10
+    assert a[0] > 0 and a[-1] < 99  # both ends were trimmed at some point
+    assert a == list(range(a[0], a[0] + len(a)))  # only the ends: what stays is contiguous
+
+
+def test_masking_rules(documents, vocab):
+    opts = instances.InstanceOptions()
+    found = _all_instances(documents, opts, vocab)
+    assert len(found) > 100
+    kinds = collections.Counter()
+    for instance in found:
+        n = len(instance.tokens)
+        assert n <= opts.max_seq_length
+        assert instance.masked_lm_positions == sorted(instance.masked_lm_positions)
+        assert len(instance.masked_lm_positions) == min(20, max(1, round(n * 0.15)))
+        for pos, label in zip(instance.masked_lm_positions, instance.masked_lm_labels):
+            assert label not in (vocab.cls_id, vocab.sep_id)  # [CLS]/[SEP] never masked
+            now = instance.tokens[pos]
+            kinds["mask" if now == vocab.mask_id else "kept" if now == label else "random"] += 1
+        assert instance.tokens[0] == vocab.cls_id and instance.tokens[-1] == vocab.sep_id
+        sep = instance.segment_ids.index(1) - 1
+        assert instance.tokens[sep] == vocab.sep_id
+    total = sum(kinds.values())
+    assert abs(kinds["mask"] / total - 0.8) < 0.02
+    assert abs(kinds["kept"] / total - 0.1) < 0.02
+    assert abs(kinds["random"] / total - 0.1) < 0.02
+    random_next = sum(i.is_random_next for i in found) / len(found)
+    # 50% plus the chunks of one sentence, whose B must be random (many in this corpus).
+    assert 0.45 < random_next < 0.9
+
+
+def test_whole_word_masking_masks_every_piece_of_a_word(documents, vocab, tok):
+    opts = instances.InstanceOptions(do_whole_word_mask=True)
+    words_seen = 0
+    for instance in _all_instances(documents, opts, vocab):
+        original = list(instance.tokens)
+        for pos, label in zip(instance.masked_lm_positions, instance.masked_lm_labels):
+            original[pos] = label
+        masked = set(instance.masked_lm_positions)
+        for pos in masked:
+            # the pieces around a masked piece that belong to the same word are masked too
+            if pos + 1 < len(original) and original[pos + 1] in vocab.continuation:
+                assert pos + 1 in masked
+                words_seen += 1
+            if original[pos] in vocab.continuation:
+                # As the original, [CLS]/[SEP] are skipped when grouping, so the word continues at
+                # the previous ordinary token; a piece right after [CLS] starts a group of its own.
+                prev = pos - 1
+                while original[prev] in (vocab.cls_id, vocab.sep_id) and prev > 0:
+                    prev -= 1
+                assert prev == 0 or prev in masked
+    assert words_seen > 20
+
+
+def test_any_mask_rate(documents, vocab):
+    opts = instances.InstanceOptions(masked_lm_prob=0.4, max_predictions_per_seq=128)
+    found = _all_instances(documents, opts, vocab)
+    rate = sum(len(i.masked_lm_positions) for i in found) / sum(len(i.tokens) for i in found)
+    assert abs(rate - 0.4) < 0.01
+
+
+def test_mlm_only_fills_one_full_length_segment(documents, vocab):
+    opts = instances.InstanceOptions(nsp=False, short_seq_prob=0.0)
+    found = _all_instances(documents, opts, vocab)
+    assert all(set(i.segment_ids) == {0} and not i.is_random_next for i in found)
+    assert all(i.tokens.count(vocab.sep_id) == 1 for i in found)
+    lengths = [len(i.tokens) for i in found]
+    assert max(lengths) == opts.max_seq_length
+    # Only each document's last chunk may be short.
+    assert sum(n == opts.max_seq_length for n in lengths) > len(found) / 2
+
+
+def test_unmasked_instances_keep_the_text(documents, vocab):
+    found = _all_instances(documents, instances.InstanceOptions(mask=False), vocab)
+    assert all(not i.masked_lm_positions and vocab.mask_id not in i.tokens for i in found)
+
+
+def test_long_lines_are_truncated_not_rejected(vocab):
+    documents = [[list(range(2000, 3000))], [list(range(3000, 3100)), list(range(4000, 4050))]]
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    found = _all_instances(documents, opts, vocab)
+    assert found and all(len(i.tokens) <= 64 for i in found)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(max_seq_length=4),
+        dict(masked_lm_prob=0.0),
+        dict(masked_lm_prob=1.5),
+        dict(max_predictions_per_seq=0),
+        dict(short_seq_prob=-1),
+    ],
+)
+def test_bad_options_are_rejected(kwargs):
+    with pytest.raises(ValueError):
+        instances.InstanceOptions(**kwargs)
