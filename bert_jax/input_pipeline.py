@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import features, record_io
+from bert_jax import features, packed_records, record_io
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -34,6 +34,9 @@ INT_FEATURES = (
 )
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
+# Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
+# (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
+NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
 
 
 def expand_files(patterns: str | Sequence[str]) -> list[str]:
@@ -143,8 +146,9 @@ class ParseRecord(grain.transforms.Map):
     """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
     schema."""
 
-    def __init__(self, schema: features.Schema):
+    def __init__(self, schema: features.Schema, nsp: bool = True):
         self.schema = schema
+        self.nsp = nsp
         _import_proto()
 
     def __setstate__(self, state):  # in a Grain worker process
@@ -176,6 +180,7 @@ class ParseRecord(grain.transforms.Map):
         out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
             np.int32
         )[0]
+        out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         return out
 
 
@@ -228,10 +233,10 @@ class DynamicMasking(grain.transforms.RandomMap):
 
 
 def _records(
-    files, max_seq_length: int, max_predictions: int, dynamic_masking: bool
+    files, max_seq_length: int, max_predictions: int, dynamic_masking: bool, nsp: bool = True
 ) -> grain.MapDataset:
     schema = features.Schema(max_seq_length, 0 if dynamic_masking else max_predictions)
-    return grain.MapDataset.source(make_source(files)).map(ParseRecord(schema))
+    return grain.MapDataset.source(make_source(files)).map(ParseRecord(schema, nsp))
 
 
 def _masker(data, vocab_size: int) -> DynamicMasking:
@@ -256,14 +261,18 @@ def train_dataset(
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
     `data` is config.data. Iterate with `iter(...)`; the iterator's get_state()/set_state()
-    give the exact position (Orbax saves it through grain.checkpoint).
+    give the exact position (Orbax saves it through grain.checkpoint). With data.pack a row
+    holds one or more records (bert_jax/packed_records.py); each process packs its own part,
+    so the global batches depend on the number of processes.
     """
     if global_batch_size % process_count:
         raise ValueError(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
     files = expand_files(data.train_files)
-    ds = _records(files, data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking)
+    ds = _records(
+        files, data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking, data.nsp
+    )
     if len(ds) < global_batch_size:
         raise ValueError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -274,11 +283,16 @@ def train_dataset(
         # stream, so no two processes (or epochs) share a masking stream.
         ds = ds.random_map(_masker(data, vocab_size), seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
-    ds = ds.batch(global_batch_size // process_count, drop_remainder=True)
+    rows = global_batch_size // process_count
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
-    it_ds = ds.to_iter_dataset(read)
+    if data.pack:  # rows of several records each: bert_jax/packed_records.py
+        it_ds = packed_records.packed_batches(
+            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read
+        )
+    else:
+        it_ds = ds.batch(rows, drop_remainder=True).to_iter_dataset(read)
     if data.num_workers > 0:
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     return it_ds
@@ -305,7 +319,11 @@ def eval_batches(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     ds = _records(
-        expand_files(files), data.max_seq_length, data.max_predictions_per_seq, data.dynamic_masking
+        expand_files(files),
+        data.max_seq_length,
+        data.max_predictions_per_seq,
+        data.dynamic_masking,
+        data.nsp,
     )
     if data.dynamic_masking:
         ds = ds.random_map(_masker(data, vocab_size), seed=seed)

@@ -33,7 +33,16 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, input_pipeline, losses, metrics_log, optim, sharding
+from bert_jax import (
+    checkpointing,
+    faults,
+    input_pipeline,
+    losses,
+    metrics_log,
+    optim,
+    packing,
+    sharding,
+)
 from bert_jax import features as F
 from bert_jax import model as model_lib
 from bert_jax.faults import NONFINITE_MODES, Preemption
@@ -127,23 +136,35 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 
 def forward_sums(graphdef, params, batch: Batch, dropout_rng=None) -> dict[str, jax.Array]:
     """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry
-    EXAMPLE_WEIGHT."""
+    EXAMPLE_WEIGHT; packed batches (bert_jax.packing's fields) give per-record NSP logits."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
         batch[F.INPUT_MASK],
         batch[F.SEGMENT_IDS],
         batch[F.MASKED_LM_POSITIONS],
+        **{k: batch[k] for k in packing.MODEL_INPUTS if k in batch},
         dropout_rng=dropout_rng,
     )
     example_weight = batch.get(input_pipeline.EXAMPLE_WEIGHT)
     mlm_weights = batch[F.MASKED_LM_WEIGHTS]
+    nsp_weights = nsp_weights_of(batch)
     if example_weight is not None:
         mlm_weights = mlm_weights * example_weight[:, None]
+        nsp_weights = nsp_weights * example_weight.reshape(-1, *[1] * (nsp_weights.ndim - 1))
     return {
         **losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
-        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], example_weight),
+        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], nsp_weights),
     }
+
+
+def nsp_weights_of(batch: Batch) -> jax.Array:
+    """Per-example NSP weights: [B] (one record per row) or [B, E] (packed rows); 0 for
+    MLM-only records and empty slots of packed rows."""
+    weights = batch.get(input_pipeline.NEXT_SENTENCE_WEIGHTS)
+    if weights is None:  # batches made by hand (benchmarks, tests): every row an NSP pair
+        return jnp.ones(batch[F.NEXT_SENTENCE_LABELS].shape[:1], jnp.float32)
+    return weights.astype(jnp.float32)
 
 
 def loss_and_grads(
@@ -158,7 +179,7 @@ def loss_and_grads(
 ):
     """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
-    nsp_denominator = jnp.float32(batch[F.INPUT_IDS].shape[0])
+    nsp_denominator = jnp.sum(nsp_weights_of(batch))  # NSP pairs in the batch
 
     def micro_loss(p, micro, key):
         sums = forward_sums(graphdef, p, micro, key if dropout else None)
@@ -269,14 +290,27 @@ def abstract_batch(
     """The global train batch as the input pipeline delivers it (config.data's lengths,
     config.train.global_batch_size rows), as abstract arrays on the batch sharding: for lowering
     and compiling the step ahead of time (bench/aot_compile.py)."""
-    b = config.train.global_batch_size
-    lengths = F.Schema(config.data.max_seq_length, config.data.max_predictions_per_seq).lengths()
+    b, d = config.train.global_batch_size, config.data
+    lengths = F.Schema(d.max_seq_length, d.max_predictions_per_seq).lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
+    shapes[input_pipeline.NEXT_SENTENCE_WEIGHTS] = (b,)
+    floats = {*F.FLOAT_FEATURES, input_pipeline.NEXT_SENTENCE_WEIGHTS}
+    if d.pack:  # bert_jax/packed_records.py: per-record fields become [rows, pack_max_examples]
+        e = d.pack_max_examples
+        shapes.update(
+            {F.NEXT_SENTENCE_LABELS: (b, e), input_pipeline.NEXT_SENTENCE_WEIGHTS: (b, e)}
+        )
+        shapes.update(
+            {
+                packing.EXAMPLE_IDS: (b, d.max_seq_length),
+                packing.POSITION_IDS: (b, d.max_seq_length),
+            }
+        )
+        shapes.update({packing.CLS_POSITIONS: (b, e), packing.EXAMPLE_WEIGHTS: (b, e)})
+        floats.add(packing.EXAMPLE_WEIGHTS)
     return {
         k: jax.ShapeDtypeStruct(
-            shape,
-            jnp.float32 if k in F.FLOAT_FEATURES else jnp.int32,
-            sharding=setup.batch_sharding,
+            shape, jnp.float32 if k in floats else jnp.int32, sharding=setup.batch_sharding
         )
         for k, shape in shapes.items()
     }
