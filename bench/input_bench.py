@@ -20,13 +20,9 @@ slice to run on).
 
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 from absl import app, flags
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -50,31 +46,6 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("num_workers", 0, "config.data.num_workers (Grain worker processes).")
 flags.DEFINE_integer("read_threads", 4, "config.data.read_threads.")
-
-
-def write_shards(dynamic: bool) -> str:
-    """pydocs.txt -> ArrayRecord shards under --work_dir (skipped if already written); their
-    glob."""
-    out = os.path.join(FLAGS.work_dir, f"L{FLAGS.seq_len}_{'dynamic' if dynamic else 'static'}")
-    if not os.path.exists(os.path.join(out, "manifest.json")):
-        cmd = [
-            sys.executable,
-            "-m",
-            "data_prep.main",
-            f"--input={os.path.join(REPO, 'examples', 'data', 'pydocs.txt')}",
-            "--vocab_file="
-            + os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
-            f"--output_dir={out}",
-            f"--max_seq_length={FLAGS.seq_len}",
-            f"--max_predictions_per_seq={FLAGS.num_predictions}",
-            "--dupe_factor=1",
-            "--eval_fraction=0",
-            "--noprogress",
-            f"--dynamic_masking={str(dynamic).lower()}",
-        ]
-        print("writing shards:", " ".join(cmd[1:]), flush=True)
-        subprocess.run(cmd, check=True, cwd=REPO)
-    return os.path.join(out, "train-*")
 
 
 class PipelineRunner:
@@ -101,7 +72,7 @@ class PipelineRunner:
 
 def main(argv):
     del argv
-    from bench.runners import OursRunner, make_config, synthetic_batch
+    from bench.runners import OursRunner, make_config, synthetic_batch, write_shards
     from bert_jax import data_contract
     from bert_jax.model import BertConfig
 
@@ -121,7 +92,10 @@ def main(argv):
         )
         for masking in FLAGS.masking:
             config.data.dynamic_masking = masking == "dynamic"
-            config.data.train_files = FLAGS.train_files or write_shards(config.data.dynamic_masking)
+            config.data.pack = False  # the step below runs unpacked synthetic batches
+            config.data.train_files = FLAGS.train_files or write_shards(
+                FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions, config.data.dynamic_masking
+            )
             resolved = data_contract.resolve(config)  # the special ids etc. from the manifest
             pipeline = PipelineRunner(resolved.data, vocab, step.setup)
             step.run(1)

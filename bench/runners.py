@@ -8,7 +8,12 @@ report wall and CPU seconds (CPU: this process, all threads).
 """
 
 import importlib
+import os
+import subprocess
+import sys
 import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = {"tiny": "tiny", "mini": "mini", "base": "bert_base", "large": "bert_large"}
 # (model, seq_len) -> batch: small enough for a 2-core CPU run to finish in minutes.
@@ -52,6 +57,35 @@ def make_config(
     return config
 
 
+def write_shards(
+    work_dir: str, seq_len: int, num_predictions: int, dynamic: bool = False, nsp: bool = True
+) -> str:
+    """examples/data/pydocs.txt -> data_prep's ArrayRecord shards under `work_dir` (dupe_factor
+    1; skipped when already written); their glob. The manifest beside them has the padding."""
+    kind = ("dynamic" if dynamic else "static") + ("" if nsp else "_mlm_only")
+    out = os.path.join(work_dir, f"L{seq_len}_{kind}")
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        cmd = [
+            sys.executable,
+            "-m",
+            "data_prep.main",
+            f"--input={os.path.join(REPO, 'examples', 'data', 'pydocs.txt')}",
+            "--vocab_file="
+            + os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt"),
+            f"--output_dir={out}",
+            f"--max_seq_length={seq_len}",
+            f"--max_predictions_per_seq={num_predictions}",
+            "--dupe_factor=1",
+            "--eval_fraction=0",
+            "--noprogress",
+            f"--dynamic_masking={str(dynamic).lower()}",
+            f"--nsp={str(nsp).lower()}",
+        ]
+        print("writing shards:", " ".join(cmd[1:]), flush=True)
+        subprocess.run(cmd, check=True, cwd=REPO)
+    return os.path.join(out, "train-*")
+
+
 def synthetic_batch(
     batch: int, seq_len: int, num_predictions: int, vocab: int, seed: int = 0
 ) -> dict:
@@ -84,9 +118,10 @@ def synthetic_batch(
 
 
 class OursRunner:
-    """bert_jax.train's jitted, donated train step on a fixed device batch."""
+    """bert_jax.train's jitted, donated train step on a fixed device batch (or a few, taken in
+    turn: real batches of varying content)."""
 
-    def __init__(self, config, host_batch: dict):
+    def __init__(self, config, host_batch: dict | list[dict]):
         import jax
 
         from bert_jax import sharding, train
@@ -96,7 +131,11 @@ class OursRunner:
         self.step_fn = train.jit_train_step(self.setup)
         with self.setup.activate():
             self.state = train.jit_init(self.setup, 0)()
-            self.batch = sharding.host_to_global(host_batch, self.setup.batch_sharding)
+            self.batches = [
+                sharding.host_to_global(b, self.setup.batch_sharding)
+                for b in (host_batch if isinstance(host_batch, list) else [host_batch])
+            ]
+        self.steps_run = 0
         self.compile_seconds = self.run(1)[0]  # traces and compiles
 
     def params_numpy(self) -> dict:
@@ -107,7 +146,9 @@ class OursRunner:
         with self.setup.activate():
             cpu, start = time.process_time(), time.perf_counter()
             for _ in range(steps):
-                self.state, metrics = self.step_fn(self.state, self.batch)
+                batch = self.batches[self.steps_run % len(self.batches)]
+                self.state, metrics = self.step_fn(self.state, batch)
+                self.steps_run += 1
             self.jax.block_until_ready((self.state, metrics))
             return time.perf_counter() - start, time.process_time() - cpu
 

@@ -47,6 +47,7 @@ class DataFacts:
     masked_lm_prob: float  # dynamic masking's share of tokens to predict
     vocab_size: int  # every id in the records is below it (0: unknown: the model's then)
     special_ids: dict  # {"cls", "sep", "mask"} -> id (None where unknown)
+    pack_max_examples: int = 0  # records per packed row (config.data.pack); 0: one per row
 
     @classmethod
     def from_data(cls, d) -> DataFacts:
@@ -74,6 +75,7 @@ class DataFacts:
             DEFAULT_MASKED_LM_PROB if d.masked_lm_prob is None else float(d.masked_lm_prob),
             int(d.get("vocab_size") or 0),
             {name: d.get(f"{name}_token_id") for name in SPECIAL},
+            int(d.get("pack_max_examples") or 0) if d.get("pack") else 0,
         )
 
     def record_schema(self) -> features.Schema:

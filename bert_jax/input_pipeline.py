@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import data_contract, features, manifest, masking, record_io
+from bert_jax import data_contract, features, manifest, masking, packed_records, record_io
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -40,6 +40,9 @@ INT_FEATURES = (
 )
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
+# Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
+# (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
+NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
 
 
 class TFRecordSource:
@@ -154,9 +157,15 @@ class ParseRecord(grain.transforms.MapWithIndex):
     record in it."""
 
     def __init__(
-        self, schema: features.Schema, vocab_size: int, files: Sequence[str], counts: Sequence[int]
+        self,
+        schema: features.Schema,
+        vocab_size: int,
+        files: Sequence[str],
+        counts: Sequence[int],
+        nsp: bool = True,
     ):
         self.schema = schema
+        self.nsp = nsp
         self.vocab_size = vocab_size
         self.files = list(files)
         self.starts = np.cumsum([0, *counts]).tolist()  # global index of each file's first record
@@ -210,6 +219,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
             np.int32
         )[0]
+        out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         return out
 
 
@@ -259,7 +269,7 @@ def _records(
     source, counts = make_source(shards.files, shards.instances)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
-    parse = ParseRecord(facts.record_schema(), limit, shards.files, counts)
+    parse = ParseRecord(facts.record_schema(), limit, shards.files, counts, facts.nsp)
     return grain.MapDataset.source(source).map_with_index(parse)
 
 
@@ -306,7 +316,9 @@ def train_dataset(
 
     `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
     with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
-    it through grain.checkpoint).
+    it through grain.checkpoint). With data.pack a row holds one or more records
+    (bert_jax/packed_records.py); each process packs its own part, so the global batches depend
+    on the number of processes.
     """
     if global_batch_size % process_count:
         raise ValueError(
@@ -325,13 +337,18 @@ def train_dataset(
         # stream, so no two processes (or epochs) share a masking stream.
         ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
-    ds = ds.batch(global_batch_size // process_count, drop_remainder=True)
-    if facts.dynamic_masking:
-        ds = ds.map(apply)
+    rows = global_batch_size // process_count
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
-    it_ds = ds.to_iter_dataset(read)
+    masks = apply if facts.dynamic_masking else None
+    if data.pack:  # rows of several records each: bert_jax/packed_records.py
+        it_ds = packed_records.packed_batches(
+            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks
+        )
+    else:
+        ds = ds.batch(rows, drop_remainder=True)
+        it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
     if data.num_workers > 0:
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     return it_ds

@@ -35,11 +35,13 @@ def mlm_sums(
 def nsp_sums(
     nsp_logits: jax.Array, labels: jax.Array, example_weights: jax.Array | None = None
 ) -> dict[str, jax.Array]:
-    """Sums over examples. nsp_logits [B, 2]; labels [B] or [B, 1] (1 = B is a random sentence).
+    """Sums over examples. nsp_logits [B, 2] (or [B, E, 2]: packed rows of E record slots);
+    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence).
 
-    example_weights [B] (1 real, 0 padding) lets an eval pass pad its last batch.
+    example_weights [B] (or [B, E]): 1 for an example that counts, 0 for eval padding rows,
+    empty slots of packed rows and MLM-only records.
     """
-    labels = labels.reshape(labels.shape[0])
+    labels = labels.reshape(nsp_logits.shape[:-1])
     if example_weights is None:
         example_weights = jnp.ones(labels.shape, jnp.float32)
     return _weighted_sums(

@@ -29,11 +29,13 @@ Weight-decay rule: decay a parameter iff the last element of its path is 'kernel
 'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
 as in the original optimizer.
 
-Attention: `jax.nn.dot_product_attention` with the padding mask. `attention_impl='auto'` uses
-cuDNN's fused kernel on GPU when the computation is bfloat16 and the shapes allow it (it then
-relies on the padding being on the right, as in every BERT record), XLA otherwise. JAX's fused
-attention has no dropout, so while attention-probability dropout is active (training with
-attention_probs_dropout_prob > 0) the explicit einsum attention with dropout runs instead.
+Attention (bert_jax/attention.py): `jax.nn.dot_product_attention` with the padding mask, or with
+the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
+bert_jax.packing). `attention_impl='auto'` uses cuDNN's fused kernel on GPU when the computation
+is bfloat16 and the shapes allow it (it then relies on the padding being on the right, as in
+every BERT record), XLA otherwise. JAX's fused attention has no dropout, so while
+attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
+explicit einsum attention with dropout runs instead.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ import numpy as np
 from flax import nnx
 from flax.core import spmd as flax_spmd
 
-from bert_jax import sharding
+from bert_jax import attention, sharding
+from bert_jax.dropout import dropout as _dropout
 
 LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 _ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
@@ -210,90 +213,8 @@ def _embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
     )
 
 
-def _mix32(h: jax.Array) -> jax.Array:
-    """MurmurHash3's 32-bit finalizer: a bijection on uint32 with full avalanche."""
-    h = h ^ (h >> 16)
-    h = h * jnp.uint32(0x85EBCA6B)
-    h = h ^ (h >> 13)
-    h = h * jnp.uint32(0xC2B2AE35)
-    return h ^ (h >> 16)
-
-
-def _dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """16 random bits (uint32 holding 0..65535) per element of `shape`, keyed by `rng`.
-
-    A counter-based hash: two key words from jax.random (threefry), then per element
-    mix32(mix32(index within the row ^ k0) ^ (row * golden ratio + k1)), the row being the
-    first dimension. It is elementwise, so XLA fuses it into the dropout multiply and never
-    writes the bits out; threefry on CPU runs as a rolled loop over materialised arrays and
-    took 4.5x (jax.random.bits) to 10x (jax.random.bernoulli) longer for the same mask. Like
-    threefry's, the bits depend only on (key, element index), so any sharding draws the same
-    mask. Not for cryptography or Monte Carlo: a dropout mask needs independent-looking bits,
-    which two avalanche rounds give.
-    """
-    k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
-    if len(shape) < 2:
-        shape, rows = (1, *shape), False
-    else:
-        rows = True
-    inner = jnp.zeros(shape[1:], jnp.uint32)
-    stride = 1
-    for d in range(len(shape) - 1, 0, -1):  # row-major index within a row
-        inner = inner + jax.lax.broadcasted_iota(jnp.uint32, shape[1:], d - 1) * jnp.uint32(stride)
-        stride *= shape[d]
-    row = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
-    bits = _mix32(_mix32(inner[None] ^ k0) ^ (row * jnp.uint32(0x9E3779B9) + k1)) >> 16
-    return bits if rows else bits[0]
-
-
-def _dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
-    """Inverted dropout. The rate is exact to 1/65536 (0.1 -> 0.100006); kept values are
-    scaled by the exact inverse keep probability, so the expectation is unchanged."""
-    if rng is None or rate == 0.0:
-        return x
-    threshold = round(rate * 65536)
-    keep = _dropout_bits(rng, x.shape) >= threshold
-    return jnp.where(keep, x * (65536 / (65536 - threshold)), 0).astype(x.dtype)
-
-
 def _gelu(x: jax.Array) -> jax.Array:
     return jax.nn.gelu(x, approximate=False)
-
-
-def einsum_attention(q, k, v, input_mask, *, dropout_rate: float = 0.0, dropout_rng=None):
-    """Plain softmax(QK^T/sqrt(d)) V with the padding mask; q, k, v are [batch, length, heads,
-    kv]."""
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
-    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    probs = _dropout(probs, dropout_rate, dropout_rng)
-    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
-
-
-def fused_attention(q, k, v, input_mask, *, implementation: str = "xla"):
-    """jax.nn.dot_product_attention with the padding mask; q, k, v are [batch, length, heads,
-    kv]."""
-    if implementation == "cudnn":
-        # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
-        # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
-        lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
-        return jax.nn.dot_product_attention(
-            q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
-        )
-    mask = input_mask[:, None, None, :].astype(bool)  # [batch, 1 (heads), 1 (query), key]
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation="xla")
-
-
-def _cudnn_usable(cfg: BertConfig, length: int) -> bool:
-    return (
-        jax.default_backend() == "gpu"
-        and cfg.compute_dtype == jnp.bfloat16
-        and cfg.head_dim % 8 == 0
-        and cfg.head_dim <= 128
-        and length % 2 == 0
-    )
 
 
 # --- Modules ---------------------------------------------------------------------------------
@@ -330,7 +251,7 @@ class SelfAttention(nnx.Module):
         )  # [batch, length, 3, heads*kv]
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
-    def __call__(self, x, input_mask, dropout_rng=None):
+    def __call__(self, x, input_mask, dropout_rng=None, example_ids=None):
         cfg = self.cfg
         batch, length, _ = x.shape
 
@@ -343,18 +264,22 @@ class SelfAttention(nnx.Module):
         if dropout_rng is not None and cfg.attention_probs_dropout_prob > 0:
             impl = "einsum"  # the fused kernels have no attention dropout
         elif impl == "auto":
-            impl = "cudnn" if _cudnn_usable(cfg, length) else "xla"
+            usable = attention.cudnn_usable(cfg.compute_dtype, cfg.head_dim, length)
+            impl = "cudnn" if usable else "xla"
         if impl == "einsum":
-            ctx = einsum_attention(
+            ctx = attention.einsum_attention(
                 q,
                 k,
                 v,
                 input_mask,
+                example_ids=example_ids,
                 dropout_rate=cfg.attention_probs_dropout_prob,
                 dropout_rng=dropout_rng,
             )
         else:
-            ctx = fused_attention(q, k, v, input_mask, implementation=impl)
+            ctx = attention.fused_attention(
+                q, k, v, input_mask, example_ids=example_ids, implementation=impl
+            )
         ctx = constrain(ctx, *_ACT_HEADS)
         return self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
 
@@ -372,12 +297,12 @@ class EncoderLayer(nnx.Module):
         self.output = _dense(cfg, cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), rngs)
         self.output_norm = _layer_norm(cfg, rngs)
 
-    def __call__(self, x, input_mask, dropout_rng=None):
+    def __call__(self, x, input_mask, dropout_rng=None, example_ids=None):
         rate = self.cfg.hidden_dropout_prob
         k_attn, k_attn_out, k_ffn = (
             jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
         )
-        attn = self.attention(x, input_mask, k_attn)
+        attn = self.attention(x, input_mask, k_attn, example_ids)
         x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
         x = constrain(x, *_ACT_EMBED)
         h = constrain(_gelu(self.intermediate(x)), *_ACT_MLP)
@@ -385,8 +310,8 @@ class EncoderLayer(nnx.Module):
         return constrain(x, *_ACT_EMBED)
 
 
-def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng):
-    return layer(x, input_mask, dropout_rng)
+def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng, example_ids):
+    return layer(x, input_mask, dropout_rng, example_ids)
 
 
 def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
@@ -407,27 +332,40 @@ class Embeddings(nnx.Module):
         self.token_type_embeddings = _embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
         self.layer_norm = _layer_norm(cfg, rngs)
 
-    def __call__(self, input_ids, segment_ids, dropout_rng=None):
-        length = input_ids.shape[1]
-        positions = jnp.arange(length)[None, :]  # [1, length]
+    def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None):
+        if position_ids is None:
+            position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
         x = (
             _lookup(self.word_embeddings, input_ids, "vocab")
-            + _lookup(self.position_embeddings, positions)
+            + _lookup(self.position_embeddings, position_ids)
             + _lookup(self.token_type_embeddings, segment_ids)
         )
         x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
         return constrain(x, *_ACT_EMBED)
 
 
-def _check_inputs(cfg: BertConfig, input_ids, input_mask, segment_ids):
+def _check_inputs(
+    cfg: BertConfig, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
+):
     shapes = {
         "input_ids": np.shape(input_ids),
         "input_mask": np.shape(input_mask),
         "segment_ids": np.shape(segment_ids),
     }
-    if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
+    if (example_ids is None) != (position_ids is None):
         raise ValueError(
-            f"input_ids, input_mask and segment_ids must all be [batch, length]; got {shapes}"
+            "packed rows need both example_ids and position_ids (bert_jax.packing makes them)"
+        )
+    if example_ids is not None:
+        shapes.update(example_ids=np.shape(example_ids), position_ids=np.shape(position_ids))
+    if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
+        raise ValueError(f"{', '.join(shapes)} must all be [batch, length]; got {shapes}")
+    if cls_positions is not None and (
+        np.ndim(cls_positions) != 2 or np.shape(cls_positions)[0] != shapes["input_ids"][0]
+    ):
+        raise ValueError(
+            f"cls_positions must be [batch, examples per row], got {np.shape(cls_positions)} "
+            f"for input_ids {shapes['input_ids']}"
         )
     if shapes["input_ids"][1] > cfg.max_position_embeddings:
         raise ValueError(
@@ -447,18 +385,54 @@ class BertModel(nnx.Module):
         )
         self.pooler = _dense(config, config.hidden_size, config.hidden_size, ("embed", None), rngs)
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
-        _check_inputs(self.config, input_ids, input_mask, segment_ids)
+    def __call__(
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        *,
+        example_ids=None,
+        position_ids=None,
+        cls_positions=None,
+        dropout_rng=None,
+    ):
+        """(sequence [B, L, H], pooled [B, H]: the pooler on position 0's state).
+
+        Packed rows (bert_jax.packing) pass `example_ids` [B, L] (1, 2, ... for the examples of
+        a row, 0 on padding: attention stays within an example) and `position_ids` [B, L]
+        (restarting at 0 for each example), and, where the pooled output is wanted,
+        `cls_positions` [B, E] (each example's [CLS] position; empty slots any position < L):
+        pooled is then [B, E, H], one per example. Without packing inputs the computation is
+        exactly the unpacked one.
+        """
+        _check_inputs(
+            self.config,
+            input_ids,
+            input_mask,
+            segment_ids,
+            example_ids,
+            position_ids,
+            cls_positions,
+        )
         k_embed, k_layers = (
             jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
         )
-        x = self.embeddings(input_ids, segment_ids, k_embed)
+        x = self.embeddings(input_ids, segment_ids, k_embed, position_ids)
         run = nnx.remat(_run_layer) if self.config.remat else _run_layer
         for i, layer in enumerate(self.layers):
             key = jax.random.fold_in(k_layers, i) if k_layers is not None else None
-            x = run(layer, x, input_mask, key)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return x, pooled
+            x = run(layer, x, input_mask, key, example_ids)
+        if cls_positions is None:
+            first = x[:, 0]  # [batch, hidden]
+        else:
+            first = gather(x, cls_positions)  # [batch, examples, hidden]
+        return x, jnp.tanh(self.pooler(first))
+
+
+def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """sequence [B, L, H] at positions [B, K] -> [B, K, H]. Out-of-range positions are clipped
+    (records and packed rows always hold positions < L)."""
+    return jnp.take_along_axis(sequence, positions[..., None], axis=1, mode="clip")
 
 
 class MaskedLMHead(nnx.Module):
@@ -487,8 +461,28 @@ class BertForPreTraining(nnx.Module):
         self.nsp = _dense(config, config.hidden_size, 2, ("embed", None), rngs)
 
     def __call__(
-        self, input_ids, input_mask, segment_ids, masked_lm_positions, *, dropout_rng=None
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        masked_lm_positions,
+        *,
+        example_ids=None,
+        position_ids=None,
+        cls_positions=None,
+        dropout_rng=None,
     ):
+        """(MLM logits [B, P, vocab], NSP logits [B, 2]), float32.
+
+        Packed rows: `example_ids`, `position_ids` and `cls_positions` as BertModel takes them
+        (all three), `masked_lm_positions` index the row (already shifted by each example's
+        offset); the NSP logits are then [B, E, 2], one per example slot.
+        """
+        if (example_ids is None) != (cls_positions is None):
+            raise ValueError(
+                "packed pre-training rows need example_ids, position_ids and cls_positions "
+                "(the NSP head reads each example's [CLS])"
+            )
         if (
             np.ndim(masked_lm_positions) != 2
             or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]
@@ -497,12 +491,17 @@ class BertForPreTraining(nnx.Module):
                 f"masked_lm_positions must be [batch, predictions], got shape "
                 f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}"
             )
-        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=dropout_rng)
-        # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
-        # Out-of-range positions are clipped (records always hold positions < length).
-        gathered = jnp.take_along_axis(
-            sequence, masked_lm_positions[..., None], axis=1, mode="clip"
+        sequence, pooled = self.bert(
+            input_ids,
+            input_mask,
+            segment_ids,
+            example_ids=example_ids,
+            position_ids=position_ids,
+            cls_positions=cls_positions,
+            dropout_rng=dropout_rng,
         )
+        # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
+        gathered = gather(sequence, masked_lm_positions)
         mlm_logits = self.mlm(gathered, self.bert.embeddings.word_embeddings.embedding[...])
         nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return mlm_logits, nsp_logits

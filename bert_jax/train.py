@@ -43,6 +43,7 @@ from bert_jax import (
     losses,
     metrics_log,
     optim,
+    packing,
     sharding,
 )
 from bert_jax import features as F
@@ -147,27 +148,39 @@ def forward_sums(
     graphdef, params, batch: Batch, dropout_rng=None, nsp: bool = True
 ) -> dict[str, jax.Array]:
     """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry
-    EXAMPLE_WEIGHT. nsp=False (records without sentence pairs): the NSP sums are zero, so the
-    loss is the MLM loss alone."""
+    EXAMPLE_WEIGHT; packed batches (bert_jax.packing's fields) give per-record NSP logits.
+    nsp=False (records without sentence pairs): the NSP sums are zero, so the loss is the MLM loss
+    alone."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
         batch[F.INPUT_MASK],
         batch[F.SEGMENT_IDS],
         batch[F.MASKED_LM_POSITIONS],
+        **{k: batch[k] for k in packing.MODEL_INPUTS if k in batch},
         dropout_rng=dropout_rng,
     )
     example_weight = batch.get(input_pipeline.EXAMPLE_WEIGHT)
     mlm_weights = batch[F.MASKED_LM_WEIGHTS]
+    nsp_weights = nsp_weights_of(batch)
     if example_weight is not None:
         mlm_weights = mlm_weights * example_weight[:, None]
-    nsp_weight = example_weight
+        nsp_weights = nsp_weights * example_weight.reshape(-1, *[1] * (nsp_weights.ndim - 1))
     if not nsp:
-        nsp_weight = jnp.zeros(batch[F.INPUT_IDS].shape[:1], jnp.float32)
+        nsp_weights = jnp.zeros_like(nsp_weights)
     return {
         **losses.mlm_sums(mlm_logits, batch[F.MASKED_LM_IDS], mlm_weights),
-        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], nsp_weight),
+        **losses.nsp_sums(nsp_logits, batch[F.NEXT_SENTENCE_LABELS], nsp_weights),
     }
+
+
+def nsp_weights_of(batch: Batch) -> jax.Array:
+    """Per-example NSP weights: [B] (one record per row) or [B, E] (packed rows); 0 for
+    MLM-only records and empty slots of packed rows."""
+    weights = batch.get(input_pipeline.NEXT_SENTENCE_WEIGHTS)
+    if weights is None:  # batches made by hand (benchmarks, tests): every row an NSP pair
+        return jnp.ones(batch[F.NEXT_SENTENCE_LABELS].shape[:1], jnp.float32)
+    return weights.astype(jnp.float32)
 
 
 def loss_and_grads(
@@ -183,7 +196,7 @@ def loss_and_grads(
 ):
     """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
-    nsp_denominator = jnp.float32(batch[F.INPUT_IDS].shape[0])
+    nsp_denominator = jnp.sum(nsp_weights_of(batch))  # NSP pairs in the batch
 
     def micro_loss(p, micro, key):
         sums = forward_sums(graphdef, p, micro, key if dropout else None, nsp)
@@ -305,16 +318,29 @@ def abstract_batch(
     facts: data_contract.DataFacts, global_batch_size: int, setup: Setup
 ) -> dict[str, jax.ShapeDtypeStruct]:
     """The global train batch as the input pipeline delivers it (the data's lengths,
-    `global_batch_size` rows), as abstract arrays on the batch sharding: for lowering and
-    compiling the step ahead of time (bench/aot_compile.py)."""
+    `global_batch_size` rows; packed rows with config.data.pack), as abstract arrays on the batch
+    sharding: for lowering and compiling the step ahead of time (bench/aot_compile.py)."""
     b = global_batch_size
     lengths = facts.batch_schema().lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
+    shapes[input_pipeline.NEXT_SENTENCE_WEIGHTS] = (b,)
+    floats = {*F.FLOAT_FEATURES, input_pipeline.NEXT_SENTENCE_WEIGHTS}
+    if facts.pack_max_examples:  # packed_records.py: per-record fields are [rows, examples]
+        e, length = facts.pack_max_examples, facts.max_seq_length
+        shapes.update(
+            {F.NEXT_SENTENCE_LABELS: (b, e), input_pipeline.NEXT_SENTENCE_WEIGHTS: (b, e)}
+        )
+        shapes.update(
+            {
+                packing.EXAMPLE_IDS: (b, length),
+                packing.POSITION_IDS: (b, length),
+            }
+        )
+        shapes.update({packing.CLS_POSITIONS: (b, e), packing.EXAMPLE_WEIGHTS: (b, e)})
+        floats.add(packing.EXAMPLE_WEIGHTS)
     return {
         k: jax.ShapeDtypeStruct(
-            shape,
-            jnp.float32 if k in F.FLOAT_FEATURES else jnp.int32,
-            sharding=setup.batch_sharding,
+            shape, jnp.float32 if k in floats else jnp.int32, sharding=setup.batch_sharding
         )
         for k, shape in shapes.items()
     }

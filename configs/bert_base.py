@@ -23,6 +23,7 @@ def get_config():
     # both values, rather than a phase trained on the other phase's data. 0: take the data's.
     config.data.max_seq_length = 128
     config.data.max_predictions_per_seq = 20
+    config.data.pack = True  # records have padding (short_seq_prob, document ends): pack them
     config.train.global_batch_size = 256
     config.train.num_train_steps = 1_000_000  # the schedule's length, both phases
     config.train.stop_at_step = 900_000  # phase 1 ends here; phase 2 takes the rest

@@ -54,7 +54,9 @@ def get_config() -> ml_collections.ConfigDict:
     # differently every epoch, instead of using the masks written into the records (the
     # original's static masking). None: from the manifest (True for unmasked records).
     d.dynamic_masking = config_dict.placeholder(bool)
-    d.nsp = config_dict.placeholder(bool)  # next-sentence prediction in the loss; None: manifest
+    # Next-sentence prediction in the loss; False for MLM-only records (data_prep --nsp=false).
+    # None: from the manifest.
+    d.nsp = config_dict.placeholder(bool)
     # Dynamic masking only: share of tokens to predict. None: data_prep's --masked_lm_prob, 0.15.
     d.masked_lm_prob = config_dict.placeholder(float)
     # The vocabulary the records were tokenized with: not read in training, but saved with every
@@ -76,6 +78,14 @@ def get_config() -> ml_collections.ConfigDict:
     d.num_workers = 0  # Grain worker processes decoding records (0: in the training process)
     d.read_threads = 4  # threads reading records per process
     d.prefetch_buffer_size = 256  # records read ahead per process
+    # Pack several records into each row (bert_jax/packed_records.py): a step computes on real
+    # tokens instead of padding, with every record's loss and gradient as unpacked. Pays
+    # whenever records carry padding (the manifest's padding_fraction; 11-15% for pydocs at
+    # L=128: 12% fewer rows, docs/performance.md), so configs/bert_base.py (hence the BERT-Base
+    # and -Large recipes) turns it on. A batch is then global_batch_size rows of ~1.1 records.
+    d.pack = False
+    d.pack_max_examples = 4  # records per row at most
+    d.pack_window = 1024  # records packed together (first-fit decreasing) per process
 
     # --- Optimizer (bert_jax/optim.py); defaults are the original BERT's ---
     o = config.optim = ml_collections.ConfigDict()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import attention
 from bert_jax import model as M
 from configs import bert_base, bert_large, default, mini, tiny
 
@@ -114,14 +115,14 @@ def test_fused_attention_matches_einsum_attention():
     rng = np.random.default_rng(1)
     q, k, v = (jnp.asarray(rng.normal(size=(B, L, 4, 8)), jnp.float32) for _ in range(3))
     _, mask, _, _ = make_batch()
-    fused = M.fused_attention(q, k, v, mask, implementation="xla")
-    plain = M.einsum_attention(q, k, v, mask)
+    fused = attention.fused_attention(q, k, v, mask, implementation="xla")
+    plain = attention.einsum_attention(q, k, v, mask)
     real = mask.astype(bool)
     np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(plain)[real], atol=1e-5)
     # A query never reads a padded key: scrambling padded keys/values changes nothing.
     k2 = jnp.where(mask[..., None, None] == 1, k, 100.0)
     np.testing.assert_allclose(
-        M.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5
+        attention.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5
     )
 
 

@@ -1,0 +1,82 @@
+"""Self-attention kernels and masks: the fused `jax.nn.dot_product_attention` paths and the
+explicit einsum path (the one with attention-probability dropout).
+
+q, k, v are [batch, length, heads, kv]. Which keys a query may read:
+
+- Unpacked rows (one example per row, right-padded): every real key, never a padded one; the
+  mask comes from `input_mask` [batch, length] (1 on real tokens).
+- Packed rows (several examples per row, see bert_jax.packing): `example_ids` [batch, length]
+  (1, 2, ... for the examples of the row, 0 on padding) gives a block-diagonal mask: a query
+  reads only the keys of its own example. Padding queries read the padding keys, so no row of
+  the mask is empty; their outputs are never used.
+
+Why packed rows reach cuDNN as a boolean mask. On GPU `jax.nn.dot_product_attention(...,
+implementation='cudnn')` (JAX 0.10) takes the masking in one of two forms:
+
+- `query_seq_lengths` / `key_value_seq_lengths`: one [batch] length per row, i.e. one segment
+  starting at position 0 with the padding on its right. Unpacked rows use it (no mask tensor is
+  read at all), but it cannot say "three examples in this row".
+- `mask`: a boolean [batch, 1, length, length]; JAX turns it into an additive bias (0 or a
+  large negative number) that the fused flash kernel adds to the logits. This expresses any
+  block-diagonal pattern and keeps the fused kernel. The cost is reading a [B, 1, L, L] bias
+  per layer (32 KiB per row at L=128 in bfloat16, next to 768 KiB of BERT-Large's q, k and v)
+  and, in the backward pass, writing a bias gradient of that shape that nothing uses.
+
+The public API has no segment ids; cuDNN's packed "THD" layout (per-row segment offsets, the
+one NVIDIA's BERT uses) is only reachable through the private jax._src.cudnn module and needs a
+Hopper GPU, so it is not used. Unpacked rows keep the lengths form, packed rows take the mask.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from bert_jax.dropout import dropout
+
+
+def attention_mask(input_mask: jax.Array, example_ids: jax.Array | None = None) -> jax.Array:
+    """Boolean mask, True where a query may read a key: [batch, 1 (heads), 1 or length (query),
+    length (key)]. The key padding from `input_mask`, or the block diagonal of `example_ids`."""
+    if example_ids is None:
+        return input_mask[:, None, None, :].astype(bool)
+    return (example_ids[:, :, None] == example_ids[:, None, :])[:, None]
+
+
+def einsum_attention(
+    q, k, v, input_mask, *, example_ids=None, dropout_rate: float = 0.0, dropout_rng=None
+):
+    """Plain softmax(QK^T/sqrt(d)) V under `attention_mask`, with dropout on the probabilities."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    mask = attention_mask(input_mask, example_ids)
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    probs = dropout(probs, dropout_rate, dropout_rng)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+
+
+def fused_attention(q, k, v, input_mask, *, example_ids=None, implementation: str = "xla"):
+    """jax.nn.dot_product_attention under `attention_mask` ('xla' or 'cudnn'; see the module
+    docstring for what the cuDNN path is given)."""
+    if implementation == "cudnn" and example_ids is None:
+        # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
+        # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
+        lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
+        return jax.nn.dot_product_attention(
+            q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
+        )
+    mask = attention_mask(input_mask, example_ids)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def cudnn_usable(dtype, head_dim: int, length: int) -> bool:
+    """Whether cuDNN's fused kernel takes these shapes (bfloat16 on a GPU; JAX checks the rest
+    and raises when forced with attention_impl='cudnn')."""
+    return (
+        jax.default_backend() == "gpu"
+        and dtype == jnp.bfloat16
+        and head_dim % 8 == 0
+        and head_dim <= 128
+        and length % 2 == 0
+    )

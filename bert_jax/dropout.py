@@ -1,0 +1,51 @@
+"""Dropout from a counter-based hash: the masks of model.py's hidden and attention dropout."""
+
+import jax
+import jax.numpy as jnp
+
+
+def _mix32(h: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finalizer: a bijection on uint32 with full avalanche."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * jnp.uint32(0xC2B2AE35)
+    return h ^ (h >> 16)
+
+
+def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """16 random bits (uint32 holding 0..65535) per element of `shape`, keyed by `rng`.
+
+    A counter-based hash: two key words from jax.random (threefry), then per element
+    mix32(mix32(index within the row ^ k0) ^ (row * golden ratio + k1)), the row being the
+    first dimension. It is elementwise, so XLA fuses it into the dropout multiply and never
+    writes the bits out; threefry on CPU runs as a rolled loop over materialised arrays and
+    took 4.5x (jax.random.bits) to 10x (jax.random.bernoulli) longer for the same mask. Like
+    threefry's, the bits depend only on (key, element index), so any sharding draws the same
+    mask. Not for cryptography or Monte Carlo: a dropout mask needs independent-looking bits,
+    which two avalanche rounds give.
+    """
+    k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
+    if len(shape) < 2:
+        shape, rows = (1, *shape), False
+    else:
+        rows = True
+    inner = jnp.zeros(shape[1:], jnp.uint32)
+    stride = 1
+    for d in range(len(shape) - 1, 0, -1):  # row-major index within a row
+        inner = inner + jax.lax.broadcasted_iota(jnp.uint32, shape[1:], d - 1) * jnp.uint32(stride)
+        stride *= shape[d]
+    row = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
+    bits = _mix32(_mix32(inner[None] ^ k0) ^ (row * jnp.uint32(0x9E3779B9) + k1)) >> 16
+    return bits if rows else bits[0]
+
+
+def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+    """Inverted dropout; the identity without `rng` or at rate 0. The rate is exact to 1/65536
+    (0.1 -> 0.100006); kept values are scaled by the exact inverse keep probability, so the
+    expectation is unchanged."""
+    if rng is None or rate == 0.0:
+        return x
+    threshold = round(rate * 65536)
+    keep = dropout_bits(rng, x.shape) >= threshold
+    return jnp.where(keep, x * (65536 / (65536 - threshold)), 0).astype(x.dtype)
