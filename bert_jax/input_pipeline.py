@@ -22,6 +22,7 @@ resumed and whatever the number of processes, and the numpy work is done a batch
 """
 
 import bisect
+import dataclasses
 import os
 import struct
 from collections.abc import Sequence
@@ -297,10 +298,10 @@ def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[Dra
             "config.data.vocab_file to the vocab.txt (or .model) the records were written with"
         )
     else:
-        special = facts.special_ids
-        vocab = masking.Vocab(
-            special["cls"], special["sep"], special["mask"], range(limit), frozenset()
-        )
+        vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
+    # The special ids of the data contract (manifest or config) win over the file's.
+    special = {f"{k}_id": v for k, v in facts.special_ids.items() if v is not None}
+    vocab = dataclasses.replace(vocab, **special)
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 

@@ -157,8 +157,12 @@ def unmasked(testdata, tmp_path_factory, unmask_records):
 
 
 def dynamic(files, **kw):
+    """config.data for unmasked records without a manifest: their facts set by hand."""
     d = default.get_config().data
-    d.update(train_files=files, dynamic_masking=True, read_threads=1, **kw)
+    facts = dict(max_seq_length=128, max_predictions_per_seq=20, nsp=True)
+    facts.update(cls_token_id=101, sep_token_id=102, mask_token_id=103)
+    d.update(train_files=files, dynamic_masking=True, read_threads=1, **facts)
+    d.update(kw)
     return d
 
 

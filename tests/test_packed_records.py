@@ -6,9 +6,9 @@ import collections
 import numpy as np
 import pytest
 
+from bert_jax import data_contract, packing, record_io, train
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
-from bert_jax import data_contract, packing, record_io, train
 from configs import tiny
 
 GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 records, L=128, P=20
@@ -35,6 +35,9 @@ def data_config(path, pack=True, dynamic=False, **kw):
     d = config.data
     d.train_files, d.dynamic_masking, d.read_threads = path, dynamic, 1
     d.pack, d.pack_window = pack, WINDOW
+    # The golden records have no manifest: their facts by hand.
+    d.max_seq_length, d.max_predictions_per_seq = 128, 20
+    d.cls_token_id, d.sep_token_id, d.mask_token_id = 101, 102, 103
     d.update(kw)
     return data_contract.resolve(config)  # the data's facts from its manifest
 
