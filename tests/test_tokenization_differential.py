@@ -69,14 +69,6 @@ def _kind(cp, vocab_chars):
     )
 
 
-def code_points_to_check(vocab_file):
-    """Both ends and every STRIDE-th code point of each run of neighbours of one kind (module
-    docstring), or every code point with BERT_JAX_EVERY_CODE_POINT=1."""
-    with open(vocab_file, encoding="utf-8") as f:
-        vocab_chars = set(f.read())
-    return unicode_sample.sample(lambda cp: _kind(cp, vocab_chars))
-
-
 def _blocks(code_points):
     singles = [cp for cp in code_points if _alone(cp)]
     rest = [cp for cp in code_points if not _alone(cp)]
@@ -148,7 +140,10 @@ def fuzz_texts(seed, count):
 
 @pytest.fixture(scope="module")
 def code_points(vocab_file):
-    return code_points_to_check(vocab_file)
+    """The code points to try: every kind of them (module docstring), or all of them."""
+    with open(vocab_file, encoding="utf-8") as f:
+        vocab_chars = set(f.read())
+    return unicode_sample.sample(lambda cp: _kind(cp, vocab_chars))
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,9 @@ CODE_POINTS = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
 ENDS, STRIDE = 2, 127
 
 
-def every_code_point():
-    return os.environ.get("BERT_JAX_EVERY_CODE_POINT") == "1"
-
-
 def sample(kind):
     """CODE_POINTS, or both ENDS and every STRIDE-th of each run of neighbours of one kind."""
-    if every_code_point():
+    if os.environ.get("BERT_JAX_EVERY_CODE_POINT") == "1":
         return CODE_POINTS
     kinds = [kind(cp) for cp in CODE_POINTS]
     chosen, start = [], 0
