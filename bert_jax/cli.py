@@ -79,6 +79,11 @@ def _parse_flags(argv: list[str]) -> list[str]:
         fail(message(e))
     except USER_ERRORS as e:  # a --config file that does not load, say
         fail(message(e))
+    except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
+        fail(
+            f"{e.filename}: not a Python config file ({e.msg}, line {e.lineno}); pass a "
+            "configs/*.py file defining get_config()"
+        )
     except (AttributeError, KeyError, TypeError):
         # ml_collections' config_flags raises these for an override of a field that does not
         # exist; anything else stays a bug with its traceback.

@@ -10,7 +10,9 @@ T lines and N = max_seq_length:
     attention_mask     [T, N] int32   1 for real tokens
     last_hidden_state  [T, N, hidden] float32
     pooled             [T, hidden] float32   tanh(dense([CLS] state)), BERT's pooler output
-Row i is line i of the input; an empty line gives [CLS] [SEP].
+Row i is line i of the input; an empty line gives [CLS] [SEP]; a UTF-8 byte-order mark is
+skipped. An empty file, a --output that is a directory and bad flag values are errors before the
+model loads.
 
 From Python:
     model, tokenizer = embed.load_encoder("uncased_L-12_H-768_A-12")
@@ -200,22 +202,34 @@ def read_lines(path: str) -> list[str]:
             f"--input={path!r} does not exist; pass a text file with one text per line"
         )
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
+        with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark is no text
+            lines = f.read().splitlines()
     except UnicodeDecodeError as e:
         raise cli.UserError(
             f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
             "(e.g. iconv -t UTF-8)"
         ) from None
+    if not lines:
+        raise cli.UserError(f"--input={path!r} is empty; pass a file with one text per line")
+    return lines
 
 
-def _save_npz(path: str, arrays: dict) -> None:
-    """Writes the .npz beside its final name and renames: never a half-written file there."""
+def _output_path(path: str) -> str:
+    """The .npz file --output names (np.savez's rule: .npz added), checked before any work."""
+    if os.path.isdir(path):
+        raise cli.UserError(f"--output={path!r} is a directory; pass a .npz file name")
     if not path.endswith(".npz"):
         path += ".npz"  # what np.savez would do with the name
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise cli.UserError(f"--output={path!r}: the directory {directory} does not exist")
+    return path
+
+
+def _save_npz(path: str, arrays: dict) -> None:
+    """Writes the .npz beside its final name and renames: never a half-written file there."""
+    path = _output_path(path)
+    directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -232,6 +246,12 @@ def main(argv):
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")
+    # Mistakes a user can see without the model: before loading and embedding, not after.
+    if FLAGS.max_seq_length < 2:
+        raise cli.UserError(f"--max_seq_length={FLAGS.max_seq_length}: [CLS] and [SEP] need 2")
+    if FLAGS.batch_size < 1:
+        raise cli.UserError(f"--batch_size={FLAGS.batch_size} must be 1 or more")
+    _output_path(FLAGS.output)
     texts = read_lines(FLAGS.input)
     model, tokenizer = load_encoder(
         FLAGS.model,

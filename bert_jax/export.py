@@ -57,6 +57,11 @@ def export(
 
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
+    ancestor = os.path.dirname(os.path.abspath(output_dir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
     config, step = checkpointing.load_config(workdir, step)  # pins "latest" to one step
     vocab_file, do_lower_case = data_contract.run_vocabulary(config, vocab_file, do_lower_case)
     params, config = checkpointing.restore_params(workdir, step)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
-from bert_jax.model import BertConfig, BertForPreTraining
+from bert_jax.model import BertConfig, BertForPreTraining, model_from_params
 
 # config.json fields that are BertConfig fields under the same name.
 _SHARED_FIELDS = (
@@ -207,10 +207,11 @@ def from_hf_state_dict(
 ) -> tuple[BertForPreTraining, ImportReport]:
     """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized."""
     by_name = {_normalize_hf_name(k): v for k, v in tensors.items()}
-    model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
-    state = nnx.state(model, nnx.Param)
-    params = nnx.to_pure_dict(state)
-    used, initialized, absent_body = set(), [], []
+    # Shapes first (no random init: on CPU its small programs take longer to compile than the
+    # whole import); a real init only when the file lacks some weights (fresh heads).
+    abstract = nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(seed)))
+    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    loaded, initialized, absent_body = {}, [], []
     for path, name, transpose in _param_table(config.num_hidden_layers):
         if name not in by_name:
             (absent_body if name.startswith(_BODY_PREFIXES) else initialized).append(name)
@@ -223,9 +224,7 @@ def from_hf_state_dict(
                 f"{source}: {name} has shape {value.shape}, the config needs "
                 f"{expected}; does its config.json describe this checkpoint?"
             )
-        value = value.T if transpose else value
-        _set(params, path, value)
-        used.add(name)
+        loaded[name] = (path, value.T if transpose else value)
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
         raise CheckpointError(
@@ -236,10 +235,20 @@ def from_hf_state_dict(
     # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
-    unused = sorted(k for k in by_name if k not in used and k not in tied)
+    unused = sorted(k for k in by_name if k not in loaded and k not in tied)
+    report = ImportReport(source=source, initialized=initialized, unused=unused)
+    if not initialized:
+        for path, value in loaded.values():
+            _set(params, path, value)
+        return model_from_params(config, params), report
+    model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
+    state = nnx.state(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    for path, value in loaded.values():
+        _set(params, path, value)
     nnx.replace_by_pure_dict(state, params)
     nnx.update(model, state)
-    return model, ImportReport(source=source, initialized=initialized, unused=unused)
+    return model, report
 
 
 # --- Files -----------------------------------------------------------------------------------

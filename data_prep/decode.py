@@ -62,6 +62,7 @@ def main(argv):
     tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     stream = record_io.read_records(FLAGS.input)
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
+    index = FLAGS.skip - 1
     for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
         try:
             features = F.decode_example(data)
@@ -70,9 +71,30 @@ def main(argv):
                 f"--input={FLAGS.input}: record {index} is not a tf.train.Example; is it a file "
                 "of pre-training records?"
             ) from None
+        _check_ids(features, tokenizer, index)
         print(f"--- record {index}")
         print(describe(features, tokenizer))
+    if index < FLAGS.skip:  # nothing printed: say so rather than exit 0 in silence
+        raise cli.UserError(
+            f"--input={FLAGS.input} holds no records"
+            + (f" after the first --skip={FLAGS.skip}" if FLAGS.skip else "")
+        )
     return 0
+
+
+def _check_ids(features: dict, tokenizer, index: int) -> None:
+    """An id the vocabulary has no entry for means records and vocabulary do not belong
+    together: printing [UNK]s for it would hide that."""
+    ids = [features[F.INPUT_IDS]]
+    if F.MASKED_LM_IDS in features:
+        ids.append(features[F.MASKED_LM_IDS])
+    top = max(int(max(i, default=0)) for i in ids)
+    if top >= tokenizer.vocab_size:
+        raise cli.UserError(
+            f"--input={FLAGS.input}: record {index} holds token id {top} but --vocab_file="
+            f"{FLAGS.vocab_file} has {tokenizer.vocab_size} entries; pass the vocabulary the "
+            "records were written with"
+        )
 
 
 if __name__ == "__main__":

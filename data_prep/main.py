@@ -155,11 +155,14 @@ def spec_from_flags() -> job.JobSpec:
 
 def _verify() -> int:
     problems = output.verify(FLAGS.output_dir)
-    for problem in problems:
-        print(f"verify: {problem}", file=sys.stderr)
     if problems:
-        print(f"verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}", file=sys.stderr)
-        return 1
+        # One line, as for every mistake (bert_jax.cli): a rerun of the job's own command
+        # rewrites a damaged or missing shard.
+        raise cli.UserError(
+            f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
+            + "; ".join(problems)
+            + "; rerun the command that wrote it to rewrite what is damaged"
+        )
     print(f"verify: OK, every shard in {FLAGS.output_dir} matches its manifest")
     return 0
 

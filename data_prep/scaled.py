@@ -268,7 +268,8 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress
             raise ValueError(
                 "the input gave no training instances "
                 f"({sum(m['read']['documents'] for m in markers)}"
-                " documents read); check --input and --text_field"
+                f" documents read from --input={','.join(spec.inputs)}); check --input and "
+                "--text_field"
             )
         shard_bar = tqdm.tqdm(
             total=sum(map(len, shards.values())), desc="shards", disable=not progress

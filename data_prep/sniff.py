@@ -3,7 +3,8 @@
 Names lie (a dump saved as .txt, a Parquet file without a suffix, a .gz that is not gzip), and a
 binary file read as text gives records of garbage and a zero exit. So every local or remote file is
 sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki), or
-UTF-8 text. A UTF-16/32 byte-order mark, NUL bytes or mostly undecodable bytes are an InputError
+UTF-8 text. A UTF-16/32 byte-order mark, NUL bytes, mostly undecodable bytes or mostly lines
+with undecodable bytes (Latin-1 prose) are an InputError
 naming the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
 """
 
@@ -17,6 +18,7 @@ _BZ2_READ_LIMIT = 1 << 21  # a bz2 block is at most 900 kB of text: its first ~2
 _MAX_BAD_FRACTION = 0.25  # of sniffed characters undecodable: more is not UTF-8 text (Latin-1
 # prose has a few percent: read, those bytes dropped and counted; Cyrillic in cp1251 has most)
 _MIN_BAD = 16  # and at least this many: a few stray bytes in a tiny file are not an encoding
+_MIN_BAD_LINES = 8  # lines with undecodable bytes that, being most lines, mean another encoding
 
 GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
@@ -84,6 +86,16 @@ def check_text(head: bytes) -> None:
         raise NotText(
             f"is not UTF-8 text: {bad} of its first {len(text)} characters do not decode (another "
             "encoding, or binary data); convert it to UTF-8 (iconv -f ENCODING -t UTF-8)"
+        )
+    # Latin-1 prose has few bad characters but on most lines: every accented word would lose a
+    # letter. A few bad lines in UTF-8 text are repaired and counted (ReadStats.bad_utf8_lines).
+    lines = [line for line in text.split("\n") if line.strip()]
+    bad_lines = sum("\ufffd" in line for line in lines)
+    if bad_lines >= _MIN_BAD_LINES and 2 * bad_lines > len(lines):
+        raise NotText(
+            f"is not UTF-8 text: {bad_lines} of its first {len(lines)} lines hold bytes that do "
+            "not decode (Latin-1 or Windows-1252 text?); convert it to UTF-8 (iconv -f LATIN1 "
+            "-t UTF-8)"
         )
 
 

@@ -148,13 +148,14 @@ def test_mostly_undecodable_bytes_are_refused_a_few_are_repaired(tmp_path):
     )
     with pytest.raises(readers.InputError, match=r"random.bin"):
         readers.parse_input([str(tmp_path / "random.bin")])
-    latin1 = "Un café près de la gare. Très bien.\n" * 20  # a few bad bytes: read, counted
+    latin1 = "Un café près de la gare. Très bien.\n" * 20  # every line loses letters: refused
     (tmp_path / "latin1.txt").write_bytes(latin1.encode("latin-1"))
-    docs, stats = _docs([str(tmp_path / "latin1.txt")])
-    assert (
-        stats.bad_utf8_lines == 20
-        and docs[0][0] == "Un caf\ufffd pr\ufffds de la gare. Tr\ufffds bien."
-    )
+    with pytest.raises(readers.InputError, match=r"latin1.txt.*20 of its first 20 lines.*LATIN1"):
+        readers.parse_input([str(tmp_path / "latin1.txt")])
+    stray = "A line.\n" * 19 + "Un café près de la gare.\n"  # one bad line: read, counted
+    (tmp_path / "stray.txt").write_bytes(stray.encode("latin-1"))
+    docs, stats = _docs([str(tmp_path / "stray.txt")])
+    assert stats.bad_utf8_lines == 1 and docs[0][-1] == "Un caf\ufffd pr\ufffds de la gare."
 
 
 def test_a_utf8_byte_order_mark_is_dropped(tmp_path):

@@ -249,7 +249,8 @@ def test_verify_detects_a_corrupted_shard(tmp_path, testdata, vocab_file):
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     rc, _, err = cli("--verify", f"--output_dir={out}")
-    assert rc == 1 and "train-00000-of-00001.arrayrecord: md5 differs" in err and "FAILED" in err
+    assert rc == 2 and "train-00000-of-00001.arrayrecord: md5 differs" in err and "FAILED" in err
+    assert err.count("\n") == 1, err  # one `error:` line
 
 
 def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):

@@ -30,7 +30,7 @@ from jax.sharding import NamedSharding
 from bert_jax import features as F
 from bert_jax import optim, sharding, tokenization
 from bert_jax import train as train_lib
-from bert_jax.finetune import heads, lora, pretrained, tasks
+from bert_jax.finetune import encode, heads, lora, pretrained, tasks
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 
@@ -55,6 +55,11 @@ def prepare(
     config = config.copy_and_resolve_references()
     init = init or config.init
     task = tasks.make_task(config.data)
+    examples = None
+    if with_train:  # first: a bad training file is named at once, not after the model loads
+        if not config.data.train_file:
+            raise ValueError("config.data.train_file is empty: point it at the training file")
+        examples = tasks.read_examples(task, config.data.train_file)
     encoder = pretrained.load_encoder(init, config.model.to_dict())
     logging.info("encoder from %s", encoder.source)
     vocab = config.data.vocab_file or encoder.vocab_file
@@ -67,24 +72,21 @@ def prepare(
         else lower
     )
     tok = tokenization.make_tokenizer(vocab, do_lower_case=lower)
-    if tok.vocab_size > encoder.config.vocab_size:
+    rows = encoder.config.vocab_size
+    if not rows - 128 < tok.vocab_size <= rows:  # a table may be padded, by 127 rows at most
         raise ValueError(
-            f"vocabulary {vocab} has {tok.vocab_size} entries but the model only "
-            f"{encoder.config.vocab_size} word embeddings: not the model's vocab.txt"
+            f"vocabulary {vocab} has {tok.vocab_size} entries but the model "
+            f"{rows} word embeddings: not the model's vocab.txt (config.data.vocab_file)"
         )
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise ValueError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
             f"max_position_embeddings={encoder.config.max_position_embeddings}"
         )
-    train = examples = None
-    if with_train:
-        if not config.data.train_file:
-            raise ValueError("config.data.train_file is empty: point it at the training file")
-        examples = tasks.read_examples(task, config.data.train_file)
+    train = None
     labels = task.labels(examples)
     if examples is not None:
-        train = task.encode(tok, examples, labels, training=True)
+        train = _encode(task, tok, config.data.train_file, examples, labels, training=True)
         if not train.has_labels:
             raise ValueError(f"{config.data.train_file} has no labels; it cannot be trained on")
     with config.unlocked():
@@ -212,7 +214,17 @@ def forward(graphdef, params, frozen, batch, dropout_rng=None):
 
 def encode_file(run: Run, path: str) -> tasks.Dataset:
     """A file to evaluate or predict, read and encoded (inference windows for SQuAD)."""
-    return run.task.encode(run.tok, tasks.read_examples(run.task, path), run.labels, training=False)
+    examples = tasks.read_examples(run.task, path)
+    return _encode(run.task, run.tok, path, examples, run.labels, training=False)
+
+
+def _encode(task, tok, path: str, examples, labels, training: bool) -> tasks.Dataset:
+    """task.encode, with the file named in a data error (an unknown label, say): the example
+    ids alone do not say which file to fix."""
+    try:
+        return task.encode(tok, examples, labels, training=training)
+    except encode.FormatError as e:
+        raise encode.FormatError(f"{path}: {e}") from None
 
 
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:

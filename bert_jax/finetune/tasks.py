@@ -160,7 +160,13 @@ FORMATS = {"glue": TextTask, "conll": TaggingTask, "squad": SpanTask}
 def read_examples(task, path: str) -> list:
     """The examples of one data file; a file without any (empty, or only a header or blank
     lines) is an error naming it."""
-    examples = task.read(path)
+    try:
+        examples = task.read(path)
+    except UnicodeDecodeError as e:  # every reader opens its file as UTF-8
+        raise encode.FormatError(
+            f"{path} is not UTF-8 text (byte {e.start}: {e.reason}); convert it, e.g. "
+            "iconv -t UTF-8"
+        ) from None
     if not examples:
         raise encode.FormatError(
             f"{path} holds no examples (only a header or blank lines?); point the config at the "
