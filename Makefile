@@ -20,7 +20,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 
 test: lint
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -ra -n 2 --durations=30 $(PYTEST_ARGS) tests
 
 # Everything but tests marked slow (multi-process, kill/resume trials).
 test-fast: install
