@@ -288,6 +288,13 @@ def _model_vocab_size(configured: int, data_size: int | None, where: dict) -> in
 # --- A trained run's vocabulary ---------------------------------------------------------------
 
 
+def fits_table(vocab_size: int, rows: int) -> bool:
+    """Whether a vocabulary of `vocab_size` entries is plausibly the one a word-embedding table of
+    `rows` rows was built for: no more entries than rows, and a table padded by 127 rows at most
+    (padding to a multiple of 128 is the common case)."""
+    return rows - 128 < vocab_size <= rows
+
+
 def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | None = None):
     """(vocabulary file, do_lower_case) for a run's saved `config`: `vocab_file` if given, else
     the one its data was tokenized with; checked against what the run recorded (md5, else size),
@@ -322,7 +329,7 @@ def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | 
             problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
     elif recorded_size and size != recorded_size:
         problem = f"{size} entries; the run's data had {recorded_size}"
-    elif not recorded_size and not model_size - 128 < size <= model_size:
+    elif not recorded_size and not fits_table(size, model_size):
         problem = f"{size} entries; the model's word-embedding table has {model_size} rows"
     if problem:
         raise cli.UserError(

@@ -27,8 +27,8 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from bert_jax import data_contract, optim, sharding, tokenization
 from bert_jax import features as F
-from bert_jax import optim, sharding, tokenization
 from bert_jax import train as train_lib
 from bert_jax.finetune import encode, heads, lora, pretrained, tasks
 
@@ -73,7 +73,7 @@ def prepare(
     )
     tok = tokenization.make_tokenizer(vocab, do_lower_case=lower)
     rows = encoder.config.vocab_size
-    if not rows - 128 < tok.vocab_size <= rows:  # a table may be padded, by 127 rows at most
+    if not data_contract.fits_table(tok.vocab_size, rows):
         raise ValueError(
             f"vocabulary {vocab} has {tok.vocab_size} entries but the model "
             f"{rows} word embeddings: not the model's vocab.txt (config.data.vocab_file)"
