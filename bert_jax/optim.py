@@ -58,14 +58,16 @@ def learning_rate_schedule(
     warmup = int(optim.warmup_steps)
     power = 1.0 if optim.schedule == "linear" else float(optim.power)
     origin = warmup if decay_from == "warmup_end" else 0
-    span = max(num_train_steps - origin, 1)  # warmup == num_train_steps: never decays
+    # warmup == num_train_steps (with "warmup_end"): no decay steps, the rate after warmup is
+    # `end` (transformers gives 0 there); max() only keeps the division defined.
+    span = max(num_train_steps - origin, 1)
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32)
         if optim.schedule == "constant":
             decayed = jnp.full_like(step, peak)
         else:
-            frac = 1.0 - jnp.clip(step - origin, 0, span) / span
+            frac = jnp.clip((num_train_steps - step) / span, 0, 1)
             decayed = (peak - end) * frac**power + end
         if warmup == 0:
             return decayed

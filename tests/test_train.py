@@ -43,7 +43,9 @@ def compilation_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def unmasked_records(testdata, tmp_path_factory, unmask_records):
     """The golden pydocs records with their masks undone: input for dynamic masking."""
-    path = tmp_path_factory.mktemp("unmasked") / "train-00000-of-00001.arrayrecord"
+    # Not named like a data_prep shard: a shard without its manifest.json is refused as a
+    # half-written job's output (test_data_contract).
+    path = tmp_path_factory.mktemp("unmasked") / "unmasked.arrayrecord"
     return unmask_records(testdata / "pydocs_small.L128.P20.dupe2.tfrecord", path)
 
 
