@@ -27,7 +27,8 @@ def _mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, 
 def check_common(
     config, num_devices: int, process_count: int = 1, num_train_steps: int | None = None
 ) -> list[str]:
-    """Problems with the optimizer and mesh sections (shared by pre-training and fine-tuning).
+    """Problems with the optimizer, non-finite mode and mesh sections (shared by pre-training and
+    fine-tuning).
 
     `num_train_steps` is None where it is not known yet (fine-tuning counts the data first).
     """
@@ -59,6 +60,9 @@ def check_common(
             f"optim.weight_decay={o.weight_decay} and optim.max_grad_norm={o.max_grad_norm} "
             "must be >= 0 (0 turns them off)"
         )
+    mode = config.train.get("on_nonfinite", "stop")
+    if mode not in NONFINITE_MODES:
+        problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
 
     m = config.mesh
     if m.num_devices < 0 or m.num_devices > num_devices:
@@ -108,8 +112,6 @@ def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     ):
         if value < 0:
             problems.append(f"{name}={value} must be >= 0 (0 turns it off)")
-    if t.on_nonfinite not in NONFINITE_MODES:
-        problems.append(f"train.on_nonfinite={t.on_nonfinite!r}; choose one of {NONFINITE_MODES}")
     devices = config.mesh.num_devices or num_devices
     sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
     if sizes is not None:

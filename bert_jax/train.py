@@ -456,7 +456,7 @@ def initial_params(path: str, setup: Setup) -> dict:
     return params
 
 
-def _mean(history: list[dict]) -> dict[str, float]:
+def mean_metrics(history: list[dict]) -> dict[str, float]:
     """The steps' metrics averaged, but for running counts, which take the last step's value."""
     values = jax.device_get(history)
     out = {k: float(np.mean([h[k] for h in values])) for k in values[0]}
@@ -598,7 +598,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 stopped = "nonfinite"
 
             if log_due:
-                last_train = _mean(history)
+                last_train = mean_metrics(history)
                 tokens_per_step = last_train.pop("tokens")
                 if timed_steps:
                     elapsed = time.time() - timer_start

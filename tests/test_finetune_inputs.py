@@ -1,11 +1,12 @@
 """Bad fine-tuning input files are refused with a message naming the file, before the run creates
 its workdir (issue 12): an empty or header-only TSV, labels with stray spaces, and the same in an
-eval or test file, which used to surface only after training (or after the workdir existed)."""
+eval or test file, which used to surface only after training (or after the workdir existed);
+regression targets that parse as floats but are not finite."""
 
 import os
 
 import pytest
-from test_finetune_train import make_config, save_tiny_hf, sst2_file
+from test_finetune_train import make_config, save_tiny_hf, sst2_file, stsb_file
 
 from bert_jax.finetune import train
 
@@ -71,3 +72,13 @@ def test_bad_eval_and_test_files_are_refused_before_training(
     (tmp_path / "dev.tsv").write_text(content)
     config = sst2_config(tmp_path, train_file, **{role: str(tmp_path / "dev.tsv")})
     refused(config, tmp_path, tiny_hf, match)
+
+
+@pytest.mark.parametrize("target", ["nan", "inf", "-Infinity", "five"])
+def test_regression_targets_must_be_finite_numbers(tmp_path, tiny_hf, target):
+    path = tmp_path / "train.tsv"
+    lines = open(stsb_file(path, 4, 0)).read().splitlines()
+    lines[2] = lines[2].rsplit("\t", 1)[0] + "\t" + target  # example 1's score
+    path.write_text("\n".join(lines) + "\n")
+    config = make_config(format="glue", layout="stsb", train_file=str(path))
+    refused(config, tmp_path, tiny_hf, rf"example 1: regression target '{target}' is not a finite")

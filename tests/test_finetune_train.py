@@ -386,3 +386,34 @@ def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(
     ]
     for a, b in zip(jax.tree.leaves(saved[0]), jax.tree.leaves(saved[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_nonfinite_step_stops_the_run_without_saving_or_exporting(tiny_hf, tmp_path, capsys):
+    """A learning rate of 1e30: step 1 throws the weights to ~1e30, step 2's loss overflows to NaN.
+    'stop' (the default) ends the run at the next log line with nothing saved after step 1 and
+    no export; 'skip' trains on, counting every dropped update."""
+    config = make_config(
+        format="glue", layout="sst2", train_file=sst2_file(tmp_path / "train.tsv", 32, 0)
+    )
+    config.optim.learning_rate = 1e30
+    config.optim.warmup_proportion = 0.0
+    config.train.num_epochs = 3.0  # 6 steps
+    config.train.log_every_steps = 2
+    config.checkpoint.every_steps = 1
+    config.eval.at_start = False
+    config.export = True
+    assert config.train.on_nonfinite == "stop"
+    workdir = tmp_path / "stop"
+    result = train.finetune(config, str(workdir), tiny_hf)
+    assert (result["stopped"], result["step"]) == ("nonfinite", 2)
+    assert os.listdir(workdir / "checkpoints") == ["1"]  # the last finite state
+    assert not (workdir / train.EXPORT_DIR).exists()
+    assert (
+        "non-finite loss or gradients at step 2: stopping without saving (the last checkpoint "
+        "is step 1)" in capsys.readouterr().out
+    )
+
+    config.train.on_nonfinite = "skip"
+    result = train.finetune(config, str(tmp_path / "skip"), tiny_hf)
+    assert (result["stopped"], result["step"]) == ("done", 6)
+    assert result["train"]["nonfinite_steps"] == 5  # steps 2-6 dropped, each counted

@@ -12,8 +12,11 @@ vocab.txt) or a pre-training workdir of ours. Running the same command again res
 writes predictions of the model fine-tuned in --workdir (to <workdir>/predictions/ unless
 --output is given), using the config and --init saved with its checkpoints.
 
-A mistake is one `error:` line and exit status 2 (bert_jax.cli).
+A mistake is one `error:` line and exit status 2 (bert_jax.cli); a run stopped by a NaN/inf
+loss (config.train.on_nonfinite="stop") exits 1.
 """
+
+import sys
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -87,6 +90,8 @@ def main(argv):
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     if result["stopped"] == "preempted":
         return  # train.finetune said so; exit 0 as pre-training does
+    if result["stopped"] == "nonfinite":
+        sys.exit(1)  # train.finetune said why; a script must not take this run for a finished one
     if jax.process_index() == 0:
         print(f"finished at step {result['step']}; eval: {result['eval']}", flush=True)
         for key in ("predictions", "export"):

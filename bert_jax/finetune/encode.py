@@ -13,6 +13,7 @@ Span extraction (SQuAD) encodes in squad.py: it needs windows over long contexts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,11 +99,14 @@ def encode_texts(
 def _label_value(ex, label_map):
     if not label_map:
         try:
-            return float(ex.label)
+            value = float(ex.label)
         except ValueError:
+            value = math.nan
+        if not math.isfinite(value):  # "nan" and "inf" parse, and would train on a NaN loss
             raise FormatError(
-                f"example {ex.guid}: regression target {ex.label!r} is not a number"
-            ) from None
+                f"example {ex.guid}: regression target {ex.label!r} is not a finite number"
+            )
+        return value
     if ex.label not in label_map:
         raise FormatError(
             f"example {ex.guid}: label {ex.label!r} is not one of {sorted(label_map)} "

@@ -20,7 +20,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, metrics_log, sharding
+from bert_jax import checkpointing, faults, metrics_log, sharding
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, lora, predict, pretrained, runs, tasks
@@ -42,7 +42,12 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     grads = heads.without_pad_gradient(grads)
     new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
-    return new_state, {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(step)}
+    return new_state, {
+        "loss": loss,
+        "grad_norm": grad_norm,
+        "learning_rate": schedule(step),
+        "nonfinite_steps": new_state["nonfinite_steps"],  # cumulative over the run
+    }
 
 
 def jit_train_step(setup: runs.Setup):
@@ -88,6 +93,10 @@ def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
     'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
+
+    A step with a NaN/inf loss or gradients changes nothing but the 'nonfinite_steps' count; with
+    config.train.on_nonfinite='stop' the run ends at the next log line or save with
+    stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
 
     On SIGTERM (or Orbax's preemption notice on a pod) it saves a checkpoint after the current
     step and returns with stopped='preempted', skipping the final eval, predictions and export;
@@ -169,17 +178,20 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     if eval_sets and config.eval.at_start and step == 0:
         result["eval_at_start"] = run_eval()
     history = []
+    nonfinite = faults.NonfiniteWatch(config.train.get("on_nonfinite", "stop"), state, is_primary)
+    last_saved = manager.latest_step()
     with train_lib.Preemption() as preemption, setup.activate():
         while step < total:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = p_train_step(state, frozen, batch)
             step += 1
             history.append(metrics)
-            if step % config.train.log_every_steps == 0 or step == total:
-                values = jax.device_get(history)
-                result["train"] = {
-                    k: float(sum(h[k] for h in values) / len(values)) for k in values[0]
-                }
+            log_due = step % config.train.log_every_steps == 0 or step == total
+            if log_due and nonfinite.stop(state, history, step, last_saved):
+                result["stopped"] = "nonfinite"
+                break
+            if log_due:
+                result["train"] = train_lib.mean_metrics(history)
                 log.write(step, "train", result["train"])
                 progress.report(step, result["train"])
                 history = []
@@ -196,15 +208,21 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 or step == total
                 or (config.checkpoint.every_steps and step % config.checkpoint.every_steps == 0)
             ):
+                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
+                    result["stopped"] = "nonfinite"
+                    break
                 checkpointing.save(manager, step, state, data_iter, config)
+                last_saved = step
             if preempted:
                 result["stopped"] = "preempted"
                 break
     manager.wait_until_finished()
     manager.close()
     result["step"] = step
-    if result["stopped"] == "preempted":
+    if result["stopped"] in ("preempted", "nonfinite"):
         log.close()
+        if result["stopped"] == "nonfinite":
+            return result  # NonfiniteWatch printed why and where
         if is_primary:
             print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
         return result

@@ -84,6 +84,10 @@ def get_config() -> ml_collections.ConfigDict:
     t.num_epochs = 3.0  # passes over the training data; steps = ceil(epochs * examples / batch)
     t.seed = 0  # head and adapter init, data order and dropout
     t.log_every_steps = 50  # train loss to metrics.jsonl / TensorBoard and a progress line
+    # A step with a NaN/inf loss or gradients never changes the state; it is counted (metric
+    # `nonfinite_steps`). "stop" (as pre-training): end the run at the next log line or save,
+    # without saving, exporting or predicting; exit 1. "skip": warn and train on.
+    t.on_nonfinite = "stop"
 
     # --- Evaluation on data.eval_files ---
     e = config.eval = ml_collections.ConfigDict()
