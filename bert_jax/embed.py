@@ -21,8 +21,6 @@ From Python:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -32,8 +30,7 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import checkpointing, cli, data_contract, hf, tokenization
-from bert_jax import model as model_lib
+from bert_jax import cli, pretrained
 
 FLAGS = flags.FLAGS
 
@@ -60,37 +57,6 @@ def define_flags() -> None:
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Computation dtype.")
 
 
-def _is_workdir(path: str) -> bool:
-    return os.path.isdir(os.path.join(path, "checkpoints"))
-
-
-def _hf_tokenizer_settings(model_dir: str, scratch_dir: str) -> tuple[str, bool]:
-    """(vocab.txt, or the vocabulary of tokenizer.json written out as one; do_lower_case)."""
-    do_lower_case = None
-    path = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            do_lower_case = json.load(f).get("do_lower_case")
-    vocab_file = os.path.join(model_dir, "vocab.txt")
-    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
-    if not os.path.isfile(vocab_file) and os.path.isfile(tokenizer_json):
-        # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
-        with open(tokenizer_json, encoding="utf-8") as f:
-            spec = json.load(f)
-        model_spec = spec.get("model") or {}
-        vocab = model_spec.get("vocab") or {}
-        if model_spec.get("type") != "WordPiece" or sorted(vocab.values()) != list(
-            range(len(vocab))
-        ):
-            raise ValueError(f"{tokenizer_json} is not a WordPiece tokenizer; pass --vocab_file")
-        vocab_file = os.path.join(scratch_dir, "vocab.txt")
-        with open(vocab_file, "w", encoding="utf-8") as f:
-            f.writelines(token + "\n" for token in sorted(vocab, key=vocab.get))
-        if do_lower_case is None:
-            do_lower_case = (spec.get("normalizer") or {}).get("lowercase")
-    return vocab_file, True if do_lower_case is None else bool(do_lower_case)
-
-
 def load_encoder(
     path: str,
     *,
@@ -99,39 +65,22 @@ def load_encoder(
     do_lower_case: bool | None = None,
     dtype: str = "float32",
 ):
-    """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir."""
-    if not os.path.isdir(path):
-        raise ValueError(
-            f"--model={path!r} is not a directory: pass a Hugging Face BERT directory "
-            "or a training --workdir"
+    """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir
+    (bert_jax.pretrained.load)."""
+    loaded = pretrained.load(
+        path,
+        step=step,
+        overrides={"dtype": dtype},
+        vocab_file=vocab_file,
+        do_lower_case=do_lower_case,
+    )
+    if loaded.tokenizer is None:
+        raise cli.UserError(
+            f"{path} names no vocabulary: pass --vocab_file=PATH/vocab.txt (the vocabulary the "
+            "model's training data was tokenized with)"
         )
-    if _is_workdir(path):
-        _, step = checkpointing.load_config(path, step)
-        params, config = checkpointing.restore_params(path, step)
-        bert_config = dataclasses.replace(
-            model_lib.BertConfig.from_config_dict(config.model), dtype=dtype
-        )
-        model = model_lib.model_from_params(bert_config, params)
-        logging.info("loaded step %d of %s", step, path)
-        vocab_file, do_lower_case = data_contract.run_vocabulary(config, vocab_file, do_lower_case)
-        tokenizer = tokenization.make_tokenizer(vocab_file, do_lower_case=do_lower_case)
-    else:
-        bert_config = dataclasses.replace(
-            hf.bert_config_from_hf(hf.read_hf_config(path)), dtype=dtype
-        )
-        model, report = hf.load_hf(path, bert_config)
-        logging.info("%s", report)
-        with tempfile.TemporaryDirectory() as scratch:
-            dir_vocab, dir_lower_case = _hf_tokenizer_settings(path, scratch)
-            vocab_file = vocab_file or dir_vocab
-            do_lower_case = dir_lower_case if do_lower_case is None else do_lower_case
-            tokenizer = tokenization.make_tokenizer(vocab_file, do_lower_case=do_lower_case)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(
-            f"the vocabulary {vocab_file!r} has {tokenizer.vocab_size} entries but the "
-            f"model only {model.config.vocab_size}; pass the model's own vocab file"
-        )
-    return model, tokenizer
+    logging.info("loaded %s", loaded.source)
+    return loaded.model(), loaded.tokenizer
 
 
 def tokenize(

@@ -52,7 +52,7 @@ def export(
     do_lower_case: bool | None = None,
 ) -> dict:
     """Checkpoint -> Hugging Face directory; returns {'step', 'num_params', 'output_dir'}."""
-    from bert_jax import checkpointing, data_contract, hf  # here, not at the top: --help is fast
+    from bert_jax import hf, pretrained  # here, not at the top: --help is fast
     from bert_jax import model as model_lib
 
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
@@ -62,10 +62,17 @@ def export(
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
         raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
-    config, step = checkpointing.load_config(workdir, step)  # pins "latest" to one step
-    vocab_file, do_lower_case = data_contract.run_vocabulary(config, vocab_file, do_lower_case)
-    params, config = checkpointing.restore_params(workdir, step)
-    model = model_lib.model_from_params(model_lib.BertConfig.from_config_dict(config.model), params)
+    if not pretrained.is_workdir(workdir):
+        raise cli.UserError(
+            f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"
+        )
+    loaded = pretrained.load(workdir, step=step, vocab_file=vocab_file, do_lower_case=do_lower_case)
+    if loaded.vocab_file is None:
+        raise cli.UserError(
+            "pass --vocab_file=PATH/vocab.txt (the vocabulary the training data was tokenized "
+            "with); the run's config does not name one"
+        )
+    model = loaded.model()
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
@@ -73,11 +80,15 @@ def export(
     os.umask(umask)
     os.chmod(scratch, 0o777 & ~umask)  # mkdtemp's 0700 would follow the rename
     try:
-        hf.save_hf(model, vocab_file, scratch, do_lower_case=do_lower_case)
+        hf.save_hf(model, loaded.vocab_file, scratch, do_lower_case=loaded.do_lower_case)
         _move_into_place(scratch, output_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"step": step, "num_params": model_lib.count_params(model), "output_dir": output_dir}
+    return {
+        "step": loaded.step,
+        "num_params": model_lib.count_params(model),
+        "output_dir": output_dir,
+    }
 
 
 def _move_into_place(scratch: str, output_dir: str) -> None:

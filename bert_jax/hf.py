@@ -270,22 +270,30 @@ def save_hf(
     with open(os.path.join(output_dir, "config.json"), "w") as f:
         json.dump(hf_config_from_bert(model.config), f, indent=2, sort_keys=True)
     if vocab_file:
-        if not os.path.isfile(vocab_file):
-            raise FileNotFoundError(
-                f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
-                "the training data was tokenized with"
-            )
-        shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
-        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-            json.dump(
-                {
-                    "tokenizer_class": "BertTokenizer",
-                    "do_lower_case": do_lower_case,
-                    "model_max_length": model.config.max_position_embeddings,
-                },
-                f,
-                indent=2,
-            )
+        save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
+
+
+def save_tokenizer(
+    vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
+) -> None:
+    """vocab.txt and tokenizer_config.json, what transformers' BertTokenizer loads, into
+    `output_dir` (a pre-training export and a fine-tuned task model alike)."""
+    if not os.path.isfile(vocab_file):
+        raise FileNotFoundError(
+            f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
+            "the training data was tokenized with"
+        )
+    shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
+    with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "tokenizer_class": "BertTokenizer",
+                "do_lower_case": do_lower_case,
+                "model_max_length": model_max_length,
+            },
+            f,
+            indent=2,
+        )
 
 
 def _read_json(path: str) -> dict:

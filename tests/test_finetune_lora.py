@@ -10,7 +10,8 @@ import pytest
 from flax import nnx
 
 from bert_jax import model as model_lib
-from bert_jax.finetune import heads, lora, pretrained
+from bert_jax import pretrained
+from bert_jax.finetune import heads, hf_export, lora
 
 TINY = model_lib.BertConfig(
     vocab_size=64,
@@ -155,7 +156,7 @@ def test_export_merges_and_transformers_gives_the_same_outputs(
     randomize_adapters(model)
     ours = model(*inputs())
     labels = ("x", "y", "z") if kind in ("classification", "tagging") else ()
-    config = pretrained.export_hf(model, labels, str(tmp_path / "export"), vocab_file)
+    config = hf_export.export_hf(model, labels, str(tmp_path / "export"), vocab_file)
     assert lora.count(model, nnx.LoRAParam) > 0  # exporting merged a copy, not the model itself
     hf_model = getattr(transformers, auto_class).from_pretrained(str(tmp_path / "export")).eval()
     if labels:
@@ -177,7 +178,7 @@ def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
     model = heads.TaskModel(
         dataclasses.replace(TINY, num_hidden_layers=1), "classification", 2, rngs=nnx.Rngs(0)
     )
-    config = pretrained.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
+    config = hf_export.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert not (tmp_path / "export" / "vocab.txt").exists()
 
@@ -202,24 +203,24 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file, flip_byte
     checkpointing.save(manager, 7, state, iter(grain.MapDataset.range(4).to_iter_dataset()), config)
     manager.close()
 
-    encoder = pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_dropout_prob": 0.0})
+    encoder = pretrained.load(str(tmp_path / "pretrain"), overrides={"hidden_dropout_prob": 0.0})
     assert encoder.config.hidden_dropout_prob == 0.0 and encoder.config.hidden_size == 32
     assert (encoder.vocab_file, encoder.do_lower_case) == (vocab_file, False)
     model = runs.build_model("tagging", ("O", "B", "I"), encoder, base.get_config().lora, seed=0)
     ours = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
     jax.tree.map(np.testing.assert_array_equal, ours, jax.device_get(state["params"]["bert"]))
 
-    with pytest.raises(ValueError, match="cannot be changed when fine-tuning"):
-        pretrained.load_encoder(str(tmp_path / "pretrain"), {"hidden_size": 64})
-    with pytest.raises(ValueError, match="pass --init=DIR"):
-        pretrained.load_encoder("", {})
+    with pytest.raises(ValueError, match="cannot be changed on a pre-trained model"):
+        pretrained.load(str(tmp_path / "pretrain"), overrides={"hidden_size": 64})
+    with pytest.raises(ValueError, match="no pre-trained model given"):
+        pretrained.load("")
     flip_bytes(tmp_path / "pretrain" / "checkpoints" / "7")
     with pytest.raises(
         checkpointing.DamagedCheckpoint,
         match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
         r"differs from the checksum",
     ):
-        pretrained.load_encoder(str(tmp_path / "pretrain"), {})
+        pretrained.load(str(tmp_path / "pretrain"))
 
 
 # --- The whole LoRA path: train, merge, export, reload with transformers ---------------------

@@ -22,7 +22,7 @@ from flax import nnx
 
 from bert_jax import model as model_lib
 from bert_jax import optim, sharding
-from bert_jax.finetune import encode, heads, pretrained, runs, squad, train
+from bert_jax.finetune import encode, heads, hf_export, runs, squad, train
 from configs.finetune import base
 
 torch = pytest.importorskip("torch")
@@ -125,14 +125,14 @@ def ours(head: str, config) -> tuple[list[float], dict]:
                 state, frozen, sharding.host_to_global(b, setup.batch_sharding)
             )
             losses.append(float(metrics["loss"]))
-    return losses, pretrained.hf_tensors(runs.host_model(setup, state["params"], frozen))
+    return losses, hf_export.hf_tensors(runs.host_model(setup, state["params"], frozen))
 
 
 @functools.cache
 def theirs(head: str, export_root: str) -> tuple[tuple[float, ...], dict]:
     """transformers' model from our export of the same initial model, trained as its users do."""
     path = f"{export_root}/{head}"
-    pretrained.export_hf(initial_model(head), labels_of(head), path, None)
+    hf_export.export_hf(initial_model(head), labels_of(head), path, None)
     _, auto_class, _ = HEADS[head]
     model = getattr(transformers, auto_class).from_pretrained(path, attn_implementation="eager")
     model.train()

@@ -27,10 +27,10 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 
-from bert_jax import data_contract, optim, sharding, tokenization
 from bert_jax import features as F
+from bert_jax import optim, pretrained, sharding
 from bert_jax import train as train_lib
-from bert_jax.finetune import encode, heads, lora, pretrained, tasks
+from bert_jax.finetune import encode, heads, lora, tasks
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 
@@ -45,6 +45,7 @@ class Run:
     labels: tuple[str, ...]
     model: heads.TaskModel
     train: tasks.Dataset | None
+    vocab_file: str  # the vocabulary file tokenizing this run (copied into the export)
 
 
 def prepare(
@@ -60,24 +61,21 @@ def prepare(
         if not config.data.train_file:
             raise ValueError("config.data.train_file is empty: point it at the training file")
         examples = tasks.read_examples(task, config.data.train_file)
-    encoder = pretrained.load_encoder(init, config.model.to_dict())
-    logging.info("encoder from %s", encoder.source)
-    vocab = config.data.vocab_file or encoder.vocab_file
-    if not vocab:
-        raise ValueError(f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt")
-    lower = config.data.do_lower_case
-    lower = (
-        (encoder.do_lower_case if encoder.do_lower_case is not None else True)
-        if lower is None
-        else lower
-    )
-    tok = tokenization.make_tokenizer(vocab, do_lower_case=lower)
-    rows = encoder.config.vocab_size
-    if not data_contract.fits_table(tok.vocab_size, rows):
+    if not init:
         raise ValueError(
-            f"vocabulary {vocab} has {tok.vocab_size} entries but the model "
-            f"{rows} word embeddings: not the model's vocab.txt (config.data.vocab_file)"
+            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
+            "pre-training workdir of ours)"
         )
+    encoder = pretrained.load(
+        init,
+        overrides=config.model.to_dict(),
+        vocab_file=config.data.vocab_file or None,
+        do_lower_case=config.data.do_lower_case,
+    )
+    logging.info("encoder from %s", encoder.source)
+    if encoder.tokenizer is None:
+        raise ValueError(f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt")
+    tok = encoder.tokenizer
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise ValueError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
@@ -90,19 +88,20 @@ def prepare(
         if not train.has_labels:
             raise ValueError(f"{config.data.train_file} has no labels; it cannot be trained on")
     with config.unlocked():
-        config.init, config.data.vocab_file, config.data.do_lower_case = init, vocab, lower
+        config.init, config.data.do_lower_case = init, encoder.do_lower_case
+        config.data.vocab_file = encoder.vocab_to_record  # "": --init's own, found again on resume
         config.data.labels = labels
     model = build_model(task.kind, labels, encoder, config.lora, config.train.seed)
-    return Run(config, task, tok, labels, model, train)
+    return Run(config, task, tok, labels, model, train, encoder.vocab_file)
 
 
 def build_model(
-    kind: str, labels, encoder: pretrained.Encoder, lora_config, seed: int
+    kind: str, labels, encoder: pretrained.Pretrained, lora_config, seed: int
 ) -> heads.TaskModel:
     """The task model with the pre-trained encoder's weights and a fresh head (and adapters)."""
     model = heads.TaskModel(encoder.config, kind, len(labels), rngs=nnx.Rngs(seed))
     state = nnx.state(model.bert, nnx.Param)
-    nnx.replace_by_pure_dict(state, jax.device_get(encoder.params))
+    nnx.replace_by_pure_dict(state, jax.device_get(encoder.params["bert"]))
     nnx.update(model.bert, state)
     if lora_config.rank:
         lora.add_adapters(

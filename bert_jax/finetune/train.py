@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import checkpointing, faults, metrics_log, sharding
 from bert_jax import features as F
 from bert_jax import train as train_lib
-from bert_jax.finetune import heads, lora, predict, pretrained, runs, tasks
+from bert_jax.finetune import heads, hf_export, lora, predict, runs, tasks
 
 EXPORT_DIR = "export"
 
@@ -238,11 +238,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:
             result["export"] = os.path.join(workdir, EXPORT_DIR)
-            pretrained.export_hf(
+            hf_export.export_hf(
                 model,
                 run.labels,
                 result["export"],
-                config.data.vocab_file,
+                run.vocab_file,
                 config.data.do_lower_case,
             )
     return result

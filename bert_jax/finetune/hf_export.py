@@ -1,12 +1,5 @@
-"""Where a fine-tuning run starts and what it exports.
-
-`load_encoder` reads the pre-trained encoder from either kind of `--init` directory:
-  * a pre-training workdir of ours (it has `checkpoints/`): bert_jax.checkpointing's latest
-    checkpoint (refused if damaged: DamagedCheckpoint) and the config saved with it, which also
-    names the vocabulary the run's data was tokenized with and its lower-casing;
-  * a Hugging Face BERT directory (config.json + weights; or Google's TF checkpoint) through
-    bert_jax.hf, which also supplies vocab.txt and do_lower_case when the directory has them.
-Only the encoder (BertModel) is kept: the MLM and NSP heads play no part in fine-tuning.
+"""A fine-tuned model out as a transformers task model (the pre-trained one comes in through
+bert_jax.pretrained).
 
 `export_hf` writes the fine-tuned model, LoRA adapters merged, as a transformers directory for
 the matching task class (BertForSequenceClassification, BertForTokenClassification or
@@ -16,10 +9,8 @@ Tensor names and layouts come from bert_jax.hf; only the head's names are added 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,18 +18,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import checkpointing, hf
+from bert_jax import hf
 from bert_jax import model as model_lib
 from bert_jax.finetune import lora
-
-# Config fields a fine-tuning run may set; everything else comes from the checkpoint.
-OVERRIDABLE = (
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "dtype",
-    "remat",
-    "attention_impl",
-)
 
 # Hugging Face class and head tensor name per task kind.
 _HF_HEADS = {
@@ -47,62 +29,6 @@ _HF_HEADS = {
     "tagging": ("BertForTokenClassification", "classifier"),
     "span": ("BertForQuestionAnswering", "qa_outputs"),
 }
-
-
-@dataclasses.dataclass
-class Encoder:
-    config: model_lib.BertConfig
-    params: dict  # pure dict of a BertModel's parameters (nnx.to_pure_dict), host or device arrays
-    source: str  # what was read, for the log
-    vocab_file: str | None  # the directory's vocab.txt, if it has one
-    do_lower_case: bool | None  # from tokenizer_config.json, if present
-
-
-def is_pretraining_workdir(path: str) -> bool:
-    return os.path.isdir(checkpointing.checkpoint_dir(path))
-
-
-def load_encoder(init: str, overrides: dict[str, Any]) -> Encoder:
-    """The pre-trained encoder in `init`; `overrides` (fields of OVERRIDABLE) replace the saved
-    config's."""
-    unknown = sorted(set(overrides) - set(OVERRIDABLE))
-    if unknown:
-        raise ValueError(
-            f"model fields {unknown} cannot be changed when fine-tuning; only {OVERRIDABLE}"
-        )
-    if not init:
-        raise ValueError(
-            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
-            "pre-training workdir of ours)"
-        )
-    if not os.path.isdir(init):
-        raise FileNotFoundError(f"--init={init!r} is not a directory")
-    if is_pretraining_workdir(init):
-        params, config = checkpointing.restore_params(init)
-        bert_config = model_lib.BertConfig.from_config_dict({**config.model.to_dict(), **overrides})
-        data = config.get("data") or {}
-        vocab = os.path.join(init, "vocab.txt")
-        if not os.path.isfile(vocab):
-            vocab = data.get("vocab_file") or ""  # the run's data's (its manifest's)
-        return Encoder(
-            bert_config,
-            params["bert"],
-            f"{checkpointing.checkpoint_dir(init)} (latest)",
-            vocab if os.path.isfile(vocab) else None,
-            data.get("do_lower_case"),
-        )
-    bert_config = hf.bert_config_from_hf(hf.read_hf_config(init), **overrides)
-    model, report = hf.load_hf(init, bert_config)
-    params = nnx.to_pure_dict(nnx.state(model.bert, nnx.Param))
-    vocab = os.path.join(init, "vocab.txt")
-    lower = None
-    tok_config = os.path.join(init, "tokenizer_config.json")
-    if os.path.isfile(tok_config):
-        with open(tok_config) as f:
-            lower = json.load(f).get("do_lower_case")
-    return Encoder(
-        bert_config, params, str(report), vocab if os.path.isfile(vocab) else None, lower
-    )
 
 
 def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict[str, np.ndarray]:
@@ -167,15 +93,7 @@ def export_hf(
     with open(os.path.join(output_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
-        shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
-        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-            json.dump(
-                {
-                    "tokenizer_class": "BertTokenizer",
-                    "do_lower_case": do_lower_case,
-                    "model_max_length": model.config.max_position_embeddings,
-                },
-                f,
-                indent=2,
-            )
+        hf.save_tokenizer(
+            vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings
+        )
     return hf_config

@@ -1,0 +1,182 @@
+"""A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
+
+`load(path)` takes either kind of directory:
+  * a training workdir of ours (it has `checkpoints/`): one step (the latest unless `step` is
+    given) restored with its checksums and a finite check (a damaged step is refused:
+    checkpointing.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
+    run's data was tokenized with (recorded in that config from the data's manifest), or the one
+    passed, checked against what the run recorded (data_contract.run_vocabulary).
+  * a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin, or
+    Google's original TF checkpoint) through bert_jax.hf. The vocabulary is its vocab.txt or, for
+    a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
+    lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer.
+An explicit `vocab_file` or `do_lower_case` wins over what the directory says; a vocabulary with
+more entries than the model has word embeddings is refused (data_contract.fits_table).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from flax import nnx
+
+from bert_jax import checkpointing, cli, data_contract, hf, tokenization
+from bert_jax import model as model_lib
+
+# Model config fields a user may change on a pre-trained model (they do not change its weights'
+# shapes); everything else comes from the checkpoint.
+OVERRIDABLE = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dtype",
+    "remat",
+    "attention_impl",
+)
+
+
+@dataclasses.dataclass
+class Pretrained:
+    config: model_lib.BertConfig
+    params: dict  # a BertForPreTraining's parameters, nnx.to_pure_dict layout; ["bert"]: encoder
+    source: str  # what was read (a checkpoint step, a weights file), for the log
+    vocab_file: str | None  # None: the directory names none (the caller asks for one)
+    do_lower_case: bool
+    tokenizer: Any  # tokenization.make_tokenizer(vocab_file, ...), None without a vocabulary
+    # vocab_file as a saved config should record it: "" where it was derived from tokenizer.json
+    # into a scratch file that lives only as long as this process (the next run derives it again).
+    vocab_to_record: str = ""
+    step: int | None = None  # the checkpoint step, for a training workdir
+
+    def model(self) -> model_lib.BertForPreTraining:
+        return model_lib.model_from_params(self.config, self.params)
+
+
+def is_workdir(path: str) -> bool:
+    return os.path.isdir(checkpointing.checkpoint_dir(path))
+
+
+def load(
+    path: str,
+    *,
+    step: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+) -> Pretrained:
+    """The pre-trained model in `path` (see the module docstring); `overrides` (fields of
+    OVERRIDABLE) replace the saved model config's."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise cli.UserError(
+            f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
+        )
+    if not path:
+        raise cli.UserError(
+            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
+        )
+    if not os.path.isdir(path):
+        raise cli.UserError(
+            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
+            "weights) or a training workdir (it has checkpoints/)"
+        )
+    if is_workdir(path):
+        return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
+    if step is not None:
+        raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")
+    return _from_hf(path, overrides, vocab_file, do_lower_case)
+
+
+def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
+    run_config, step = checkpointing.load_config(path, step)  # pins "latest" to one step
+    data = run_config.get("data") or {}
+    vocab, lower = None, do_lower_case
+    if vocab_file or data.get("vocab_file"):
+        vocab, lower = data_contract.run_vocabulary(run_config, vocab_file, do_lower_case)
+    elif lower is None:
+        lower = data.get("do_lower_case")
+    params, run_config = checkpointing.restore_params(path, step)
+    config = model_lib.BertConfig.from_config_dict({**run_config.model.to_dict(), **overrides})
+    loaded = _finish(
+        config,
+        params,
+        f"step {step} of {checkpointing.checkpoint_dir(path)}",
+        vocab,
+        lower,
+        record=vocab or "",
+    )
+    return dataclasses.replace(loaded, step=step)
+
+
+def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
+    config = hf.bert_config_from_hf(hf.read_hf_config(path), **overrides)
+    model, report = hf.load_hf(path, config)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    own_vocab, own_lower, derived = _hf_vocabulary(path)
+    vocab = vocab_file or own_vocab
+    lower = do_lower_case if do_lower_case is not None else own_lower
+    record = vocab_file or ("" if derived else own_vocab or "")
+    return _finish(config, params, str(report), vocab, lower, record=record)
+
+
+def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
+    lower = True if lower is None else bool(lower)
+    tokenizer = None
+    if vocab:
+        if not os.path.isfile(vocab):
+            raise cli.UserError(f"vocab file {vocab!r} does not exist")
+        tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
+        if not data_contract.fits_table(tokenizer.vocab_size, config.vocab_size):
+            raise cli.UserError(
+                f"the vocabulary {vocab!r} has {tokenizer.vocab_size} entries but the model "
+                f"{config.vocab_size} word embeddings: pass the model's own vocab.txt"
+            )
+    return Pretrained(config, params, source, vocab, lower, tokenizer, record)
+
+
+def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
+    """(vocab.txt, do_lower_case or None, whether the file was derived from tokenizer.json)."""
+    lower = None
+    tok_config = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.isfile(tok_config):
+        with open(tok_config, encoding="utf-8") as f:
+            lower = json.load(f).get("do_lower_case")
+    vocab = os.path.join(model_dir, "vocab.txt")
+    if os.path.isfile(vocab):
+        return vocab, lower, False
+    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(tokenizer_json):
+        return None, lower, False
+    # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
+    with open(tokenizer_json, encoding="utf-8") as f:
+        spec = json.load(f)
+    model_spec = spec.get("model") or {}
+    table = model_spec.get("vocab") or {}
+    if model_spec.get("type") != "WordPiece" or sorted(table.values()) != list(range(len(table))):
+        raise cli.UserError(
+            f"{tokenizer_json} is not a WordPiece tokenizer; pass the model's vocab.txt"
+        )
+    vocab = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-vocab.txt")
+    with open(vocab, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in sorted(table, key=table.get))
+    if lower is None:
+        lower = (spec.get("normalizer") or {}).get("lowercase")
+    return vocab, lower, True
+
+
+_SCRATCH: list[str] = []
+
+
+def _scratch_dir() -> str:
+    """A directory for this process's derived vocabularies, removed when the process exits."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="bert_jax-vocab-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
