@@ -82,7 +82,7 @@ def cases(d) -> dict[str, tuple[list[str], str]]:
         ),
         "export: no run there": (
             ["bert_jax.export", f"--workdir={d / 'nothing'}", f"--output_dir={d / 'out'}"],
-            "no checkpoints under",
+            "holds no checkpoints",
         ),
         "export: output is a file": (
             ["bert_jax.export", f"--workdir={d / 'nothing'}", f"--output_dir={d / 'not_a_dir'}"],

@@ -25,6 +25,9 @@ def transformers_bert(tmp_path_factory):
     downloaded)."""
     transformers = pytest.importorskip("transformers")
     path = tmp_path_factory.mktemp("transformers_bert")
+    import torch
+
+    torch.manual_seed(0)  # the same random BERT every run: how fast it learns depends on it
     config = transformers.BertConfig(vocab_size=len(VOCAB), **TINY)
     transformers.BertForPreTraining(config).save_pretrained(str(path))
     (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")

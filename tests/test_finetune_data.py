@@ -137,7 +137,7 @@ def test_encode_texts_pairs_segments_truncation(tok):
     assert reg[encode.LABEL].dtype == np.float32 and reg[encode.LABEL][0] == pytest.approx(3.8)
     with pytest.raises(encode.FormatError, match="label 'maybe' is not one of"):
         encode.encode_texts(tok, [glue.TextExample("7", "x", None, "maybe")], 8, ("0", "1"))
-    with pytest.raises(encode.FormatError, match="not a number"):
+    with pytest.raises(encode.FormatError, match="not a finite number"):
         encode.encode_texts(tok, [glue.TextExample("7", "x", "y", "high")], 8, ())
 
 
