@@ -12,6 +12,27 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTDATA = REPO / "data_prep" / "testdata"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory):
+    """One persistent compilation cache per pytest worker, for this process and every binary a
+    test starts (they inherit the environment): most tests compile the same few tiny-BERT
+    programs, and on CPU compiling is about half of a short run. Per worker, so no two processes
+    of different tests write one entry at once; a test that kills its processes mid-run passes
+    its own directory (test_faults)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    settings = {
+        "jax_compilation_cache_dir": str(tmp_path_factory.getbasetemp() / "jax_cache"),
+        "jax_persistent_cache_min_compile_time_secs": 0,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    for name, value in settings.items():
+        jax.config.update(name, value)
+        os.environ[name.upper()] = str(value)
+    cc.reset_cache()
+
+
 @pytest.fixture(scope="session")
 def testdata():
     return TESTDATA

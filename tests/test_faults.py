@@ -14,13 +14,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from test_train import (  # noqa: F401 (compilation_cache: a fixture)
-    GOLDEN_128,
-    GOLDEN_FLAGS,
-    REPO,
-    compilation_cache,
-    small_config,
-)
+from test_train import GOLDEN_128, GOLDEN_FLAGS, REPO, small_config
 
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F

@@ -19,27 +19,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN_128 = "pydocs_small.L128.P20.dupe2.tfrecord"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """Compile each distinct step once: runs of the same config in this module share executables."""
-    from jax.experimental.compilation_cache import compilation_cache as cc
-
-    names = (
-        "jax_compilation_cache_dir",
-        "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes",
-    )
-    saved = {n: getattr(jax.config, n) for n in names}
-    jax.config.update(names[0], str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update(names[1], 0)
-    jax.config.update(names[2], -1)
-    cc.reset_cache()
-    yield
-    for n, v in saved.items():
-        jax.config.update(n, v)
-    cc.reset_cache()
-
-
 @pytest.fixture(scope="module")
 def unmasked_records(testdata, tmp_path_factory, unmask_records):
     """The golden pydocs records with their masks undone: input for dynamic masking."""
