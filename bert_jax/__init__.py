@@ -1,4 +1,28 @@
-"""bert_jax: a Flax BERT and its sharded pre-training loop.
+"""bert_jax: a Flax BERT, its sharded pre-training loop, and what uses the trained model.
+
+Data flows one way, records -> batches -> steps -> checkpoints -> exports:
+
+    main.py            the binary: python -m bert_jax.main --config=configs/... --workdir=DIR
+    config_check.py    a config's mistakes, all named before anything compiles
+    data_contract.py   config + the data's manifest.json -> the facts every stage uses
+    manifest.py        manifest.json's fields (data_prep writes it, everything else reads it)
+    features.py        the record schema; record_io.py reads and writes TFRecord/ArrayRecord
+    tokenization.py    WordPiece (the original's rules, exactly) and SentencePiece
+    input_pipeline.py  record shards -> Grain -> host batches (masking.py: dynamic masking,
+                       packing.py + packed_records.py: several sequences a row)
+    model.py           BERT in Flax NNX (attention.py: the kernels, dropout.py: the masks)
+    losses.py, optim.py   the pre-training losses; BERT's AdamW and LAMB with their schedules
+    sharding.py        the device mesh and every sharding rule
+    train.py           the train state, the jitted steps, train_and_evaluate
+    loop.py            the loop skeleton both trainers run: when to log, eval, save and stop
+    faults.py          SIGTERM and non-finite steps; checkpointing.py (+ checksums.py): Orbax
+                       checkpoints that resume exactly and refuse damaged files
+    metrics_log.py     TensorBoard, metrics.jsonl and the progress line
+    pretrained.py      a trained model read back (a workdir or a Hugging Face directory): the
+                       one loader behind export.py, embed.py and finetune/ (hf.py: the weights'
+                       names both ways)
+    finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
+    cli.py             how every binary reports a mistake: one `error:` line, exit status 2
 
 Importing the package imports nothing heavy: `bert_jax.features` and
 `bert_jax.tokenization` are JAX-free so that data_prep can use them.

@@ -102,6 +102,8 @@ class Progress:
                 parts.append(f"{name} {scalars[name]:{fmt}}")
         if "tokens_per_sec" in scalars:
             parts.append(f"{scalars['tokens_per_sec'] / 1000:.1f}k tok/s")
+        if "examples_per_sec" in scalars:  # fine-tuning
+            parts.append(f"{scalars['examples_per_sec']:.1f} ex/s")
         if eta and self._start_time is not None and step > self._start_step:
             rate = (time.time() - self._start_time) / (step - self._start_step)
             parts.append(f"ETA {format_duration(rate * (self.total - step))}")

@@ -20,7 +20,6 @@ import dataclasses
 import functools
 import math
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from bert_jax import (
     data_contract,
     faults,
     input_pipeline,
+    loop,
     losses,
     metrics_log,
     optim,
@@ -48,7 +48,6 @@ from bert_jax import (
 )
 from bert_jax import features as F
 from bert_jax import model as model_lib
-from bert_jax.faults import Preemption
 
 Batch = dict[str, jax.Array]
 
@@ -56,7 +55,7 @@ Batch = dict[str, jax.Array]
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """Everything the steps need that is not an array: model structure, mesh, shardings,
-    optimizer."""
+    optimizer. Fine-tuning's (finetune.runs.Setup) adds the task and its frozen parameters."""
 
     model_config: model_lib.BertConfig
     graphdef: Any
@@ -73,6 +72,10 @@ class Setup:
     def activate(self):
         """The mesh and logical rules under which the model adds activation sharding constraints."""
         return sharding.activate(self.mesh, self.rules)
+
+    def data_parallel(self) -> int:
+        """How many ways a batch is split (the mesh's data x fsdp axes)."""
+        return sharding.data_parallel_size(self.mesh, self.rules)
 
 
 def state_layout(
@@ -105,6 +108,18 @@ def state_layout(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings
     )
     return shardings, abstract
+
+
+def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
+    """The train state at step 0 (both trainers; fine-tuning's params are its trainable ones).
+    Call it under jit with out_shardings=state_layout(...)[0] to build it on the mesh."""
+    return {
+        "params": params,
+        "opt_state": tx.init(params),
+        "step": jnp.zeros([], jnp.int32),
+        "rng": rng,
+        "nonfinite_steps": jnp.zeros([], jnp.int32),
+    }
 
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
@@ -354,14 +369,7 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
         key = jax.random.PRNGKey(seed)
         init_key, rng = jax.random.split(key)
         model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
-        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-        return {
-            "params": params,
-            "opt_state": tx.init(params),
-            "step": jnp.zeros([], jnp.int32),
-            "rng": rng,
-            "nonfinite_steps": jnp.zeros([], jnp.int32),
-        }
+        return new_state(nnx.to_pure_dict(nnx.state(model, nnx.Param)), tx, rng)
 
     return jax.jit(init, out_shardings=setup.state_shardings)
 
@@ -454,14 +462,6 @@ def initial_params(path: str, setup: Setup) -> dict:
     if changed and jax.process_index() == 0:  # e.g. dropout or dtype: allowed, worth a line
         print(f"note: {path} was trained with other model settings: {changed}", flush=True)
     return params
-
-
-def mean_metrics(history: list[dict]) -> dict[str, float]:
-    """The steps' metrics averaged, but for running counts, which take the last step's value."""
-    values = jax.device_get(history)
-    out = {k: float(np.mean([h[k] for h in values])) for k in values[0]}
-    out["nonfinite_steps"] = float(values[-1]["nonfinite_steps"])
-    return out
 
 
 def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data_iter) -> dict:
@@ -570,81 +570,53 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             flush=True,
         )
 
-    history: list[dict] = []  # device metrics of the steps since the last log line
-    last_train: dict[str, float] = {}
+    def train_figures(means: dict, step_time: float | None) -> dict:
+        tokens_per_step = means.pop("tokens")
+        if step_time:
+            means.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time)
+        return means
+
     last_eval: dict[str, float] = {}
-    stopped = "done"
-    timer_start, timed_steps = None, 0  # speed excludes this run's first (compiling) step
-    nonfinite = faults.NonfiniteWatch(t.on_nonfinite, state, is_primary)
-    last_saved = manager.latest_step()
 
-    with Preemption() as preemption, setup.activate():
-        while step < last_step:
-            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
-            state, metrics = p_train_step(state, batch)
-            step += 1
-            history.append(metrics)
-            if timer_start is None:
-                jax.block_until_ready(metrics)
-                progress.start(step)
-                timer_start = time.time()
-            else:
-                timed_steps += 1
-            at_end = step == last_step
-            log_due = step % t.log_every_steps == 0 or at_end
-            if log_due and nonfinite.stop(
-                state, history, step, last_saved
-            ):  # before the log clears history
-                stopped = "nonfinite"
+    def evaluate_now(step: int, state: dict) -> str | None:
+        last_eval.clear()
+        last_eval.update(evaluate(setup, p_eval_step, state["params"], eval_batches))
+        log.write(step, "eval", last_eval)
+        progress.report(step, last_eval, prefix="eval  ", eta=False)
+        target = config.eval.target_mlm_accuracy
+        if not (target and last_eval.get("mlm_accuracy", 0.0) >= target):
+            return None
+        if is_primary:
+            print(
+                f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
+                f"target {target} at step {step}: stopping",
+                flush=True,
+            )
+        return "target_reached"
 
-            if log_due:
-                last_train = mean_metrics(history)
-                tokens_per_step = last_train.pop("tokens")
-                if timed_steps:
-                    elapsed = time.time() - timer_start
-                    last_train.update(
-                        step_time=elapsed / timed_steps,
-                        tokens_per_sec=tokens_per_step * timed_steps / elapsed,
-                    )
-                log.write(step, "train", last_train)
-                progress.report(step, last_train)
-                history, timer_start, timed_steps = [], time.time(), 0
-
-            if eval_batches and (
-                at_end or (config.eval.every_steps and step % config.eval.every_steps == 0)
-            ):
-                last_eval = evaluate(setup, p_eval_step, state["params"], eval_batches)
-                log.write(step, "eval", last_eval)
-                progress.report(step, last_eval, prefix="eval  ", eta=False)
-                timer_start, timed_steps = time.time(), 0  # eval time is not step time
-                target = config.eval.target_mlm_accuracy
-                if target and last_eval.get("mlm_accuracy", 0.0) >= target and stopped == "done":
-                    stopped = "target_reached"
-                    if is_primary:
-                        print(
-                            f"held-out MLM accuracy {last_eval['mlm_accuracy']:.4f} reached the "
-                            f"target {target} at step {step}: stopping",
-                            flush=True,
-                        )
-
-            if stopped == "done" and preemption.due(manager, step):
-                stopped = "preempted"
-            if at_end and step < total and stopped == "done":
-                stopped = "stop_at_step"
-            every = config.checkpoint.every_steps
-            if stopped != "nonfinite" and (
-                at_end or stopped != "done" or (every and step % every == 0)
-            ):
-                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
-                    stopped = "nonfinite"
-                else:
-                    checkpointing.save(manager, step, state, data_iter, config)
-                    last_saved = step
-            if stopped != "done":
-                break
-
+    with setup.activate():
+        out = loop.run(
+            state,
+            step,
+            last_step=last_step,
+            total=total,
+            train_step=p_train_step,
+            data_iter=data_iter,
+            batch_sharding=setup.batch_sharding,
+            manager=manager,
+            config=config,
+            nonfinite=faults.NonfiniteWatch(t.on_nonfinite, state, is_primary),
+            log=log,
+            progress=progress,
+            log_every=t.log_every_steps,
+            checkpoint_every=config.checkpoint.every_steps,
+            train_figures=train_figures,
+            evaluate=evaluate_now if eval_batches else None,
+            eval_every=config.eval.every_steps,
+        )
+    del state  # donated to the steps: out.state is the live one
     checkpointing.finish(manager)
     log.close()
-    if stopped in ("preempted", "stop_at_step") and is_primary:
-        print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
-    return {"step": step, "train": last_train, "eval": last_eval, "stopped": stopped}
+    if out.stopped in ("preempted", "stop_at_step") and is_primary:
+        print(f"{out.stopped}: saved step {out.step}; rerun the same command to resume", flush=True)
+    return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from bert_jax import hf
+from bert_jax import faults, hf
 from bert_jax import model as model_lib
 from bert_jax.finetune import train
 from configs.finetune import base
@@ -338,7 +338,7 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
     assert resumed["eval"] == result["eval"]
 
 
-class _PreemptAfter(train.train_lib.Preemption):
+class _PreemptAfter(faults.Preemption):
     """A SIGTERM that arrives during step `n`: the loop polls `requested` once per step.
     (The signal handler itself is exercised by tests/test_train.py's real SIGTERM.)"""
 
@@ -371,7 +371,7 @@ def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(
     whole = train.finetune(config, str(tmp_path / "whole"), tiny_hf)
 
     workdir = str(tmp_path / "cut")
-    monkeypatch.setattr(train.train_lib, "Preemption", lambda: _PreemptAfter(3))
+    monkeypatch.setattr(faults, "Preemption", lambda: _PreemptAfter(3))
     cut = train.finetune(config, workdir, tiny_hf)
     assert cut["stopped"] == "preempted" and cut["step"] == 3 and not cut["eval"]
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3"]

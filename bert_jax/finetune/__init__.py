@@ -9,10 +9,10 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     tasks.py                      the three task families tying a format to a head and metrics
     heads.py                      TaskModel (BertModel + head) and the losses
     lora.py                       LoRA adapters: add, count, merge
-    pretrained.py                 --init (Hugging Face dir or our pre-training workdir) in,
-                                  transformers task model out
+    hf_export.py                  the fine-tuned model out as a transformers task model
+                                  (--init is read by bert_jax/pretrained.py, the one loader)
     runs.py                       config + --init -> task, tokenizer, model, mesh, optimizer
     predict.py                    inference, evaluation, prediction files
-    train.py                      the fine-tuning loop
+    train.py                      the fine-tuning run (its loop is bert_jax/loop.py's)
     __main__.py                   the absl binary: python -m bert_jax.finetune
 """

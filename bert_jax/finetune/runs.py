@@ -21,11 +21,8 @@ import math
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import optax
 from flax import nnx
-from jax.sharding import NamedSharding
 
 from bert_jax import features as F
 from bert_jax import optim, pretrained, sharding
@@ -138,26 +135,14 @@ def num_train_steps(config, num_examples: int) -> int:
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """Model structure, mesh, shardings and optimizer: everything the jitted steps close over."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setup(train_lib.Setup):
+    """Pre-training's Setup for a task model: its params and param_shardings are the trainable
+    ones (the whole model, or LoRA's adapters and the head); the frozen rest is placed by
+    frozen_shardings and only read."""
 
-    kind: str
-    graphdef: Any
-    mesh: Any
-    rules: tuple
+    kind: str  # the task family (tasks.py)
     frozen_shardings: Any
-    state_shardings: dict
-    abstract_state: dict
-    batch_sharding: NamedSharding
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
-
-    def activate(self):
-        return sharding.activate(self.mesh, self.rules)
-
-    def data_parallel(self) -> int:
-        return sharding.data_parallel_size(self.mesh, self.rules)
 
 
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
@@ -177,29 +162,25 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
         trainable, trainable_shardings, tx, mesh
     )
     setup = Setup(
-        model.kind,
-        graphdef,
-        mesh,
-        rules,
-        frozen_shardings,
-        state_shardings,
-        abstract_state,
-        sharding.batch_sharding(mesh, rules),
-        tx,
-        schedule,
+        model_config=model.config,
+        graphdef=graphdef,
+        mesh=mesh,
+        rules=rules,
+        param_shardings=trainable_shardings,
+        state_shardings=state_shardings,
+        abstract_state=abstract_state,
+        batch_sharding=sharding.batch_sharding(mesh, rules),
+        tx=tx,
+        schedule=schedule,
+        kind=model.kind,
+        frozen_shardings=frozen_shardings,
     )
     return setup, trainable, frozen
 
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
     init = jax.jit(
-        lambda p: {
-            "params": p,
-            "opt_state": setup.tx.init(p),
-            "step": jnp.zeros([], jnp.int32),
-            "rng": jax.random.PRNGKey(seed + 2),
-            "nonfinite_steps": jnp.zeros([], jnp.int32),
-        },
+        lambda p: train_lib.new_state(p, setup.tx, jax.random.PRNGKey(seed + 2)),
         out_shardings=setup.state_shardings,
     )
     return init(trainable)

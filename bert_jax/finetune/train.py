@@ -20,7 +20,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, metrics_log, sharding
+from bert_jax import checkpointing, faults, loop, metrics_log
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, predict, runs, tasks
@@ -148,7 +148,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     primary = tasks.primary_metric(run.task, config.data)
 
-    def run_eval():
+    def run_eval(step: int, state: dict) -> dict:
         figures = predict.evaluate(run, setup, infer_fn, state["params"], frozen, eval_sets)
         log.write(step, "eval", _flatten(figures))
         if is_primary:
@@ -176,49 +176,42 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         "stopped": "done",
     }
     if eval_sets and config.eval.at_start and step == 0:
-        result["eval_at_start"] = run_eval()
-    history = []
-    nonfinite = faults.NonfiniteWatch(config.train.get("on_nonfinite", "stop"), state, is_primary)
-    last_saved = manager.latest_step()
-    with train_lib.Preemption() as preemption, setup.activate():
-        while step < total:
-            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
-            state, metrics = p_train_step(state, frozen, batch)
-            step += 1
-            history.append(metrics)
-            log_due = step % config.train.log_every_steps == 0 or step == total
-            if log_due and nonfinite.stop(state, history, step, last_saved):
-                result["stopped"] = "nonfinite"
-                break
-            if log_due:
-                result["train"] = train_lib.mean_metrics(history)
-                log.write(step, "train", result["train"])
-                progress.report(step, result["train"])
-                history = []
-            if (
-                eval_sets
-                and step < total
-                and config.eval.every_steps
-                and step % config.eval.every_steps == 0
-            ):
-                result["eval"] = run_eval()
-            preempted = preemption.due(manager, step)
-            if (
-                preempted
-                or step == total
-                or (config.checkpoint.every_steps and step % config.checkpoint.every_steps == 0)
-            ):
-                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
-                    result["stopped"] = "nonfinite"
-                    break
-                checkpointing.save(manager, step, state, data_iter, config)
-                last_saved = step
-            if preempted:
-                result["stopped"] = "preempted"
-                break
-    manager.wait_until_finished()
-    manager.close()
-    result["step"] = step
+        result["eval_at_start"] = run_eval(step, state)
+
+    def train_figures(means: dict, step_time: float | None) -> dict:
+        if step_time:
+            means.update(step_time=step_time, examples_per_sec=config.train.batch_size / step_time)
+        return means
+
+    def evaluate_now(step: int, state: dict) -> None:
+        result["eval"] = run_eval(step, state)
+
+    with setup.activate():
+        out = loop.run(
+            state,
+            step,
+            last_step=total,
+            total=total,
+            train_step=lambda state, batch: p_train_step(state, frozen, batch),
+            data_iter=data_iter,
+            batch_sharding=setup.batch_sharding,
+            manager=manager,
+            config=config,
+            nonfinite=faults.NonfiniteWatch(
+                config.train.get("on_nonfinite", "stop"), state, is_primary
+            ),
+            log=log,
+            progress=progress,
+            log_every=config.train.log_every_steps,
+            checkpoint_every=config.checkpoint.every_steps,
+            train_figures=train_figures,
+            evaluate=evaluate_now if eval_sets else None,
+            eval_every=config.eval.every_steps,
+            eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
+        )
+    checkpointing.finish(manager)
+    state, step = out.state, out.step  # the state passed in was donated to the steps
+    result.update(step=step, train=out.train, stopped=out.stopped)
     if result["stopped"] in ("preempted", "nonfinite"):
         log.close()
         if result["stopped"] == "nonfinite":
@@ -227,7 +220,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
         return result
     if eval_sets:
-        result["eval"] = run_eval()
+        result["eval"] = run_eval(step, state)
     log.close()
 
     if test_set is not None:

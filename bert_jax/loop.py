@@ -1,0 +1,174 @@
+"""The training loop both trainers run: pre-training (bert_jax.train) and fine-tuning
+(bert_jax.finetune.train).
+
+Each step is followed by the periodic actions and then one decision on saving and stopping.
+What a trainer reports at a log line or scores at an eval is its own (callbacks); when each
+action is due (`itstime`), how fast the steps are (`StepTimer`), and when to save and stop
+(`decide`) are written once, here.
+
+Why a loop ended ('stopped' in both trainers' results):
+    'done'            the schedule's last step; saved
+    'stop_at_step'    train.stop_at_step, before the schedule's end; saved, a rerun goes on
+    'target_reached'  the eval callback asked to stop (eval.target_mlm_accuracy); saved
+    'preempted'       SIGTERM, or a multi-host job's preemption notice; saved, a rerun resumes
+    'nonfinite'       train.on_nonfinite='stop' saw a NaN/inf step; nothing saved after it
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax import checkpointing, faults, metrics_log, sharding
+
+
+def itstime(step: int, every: int, last_step: int | None = None) -> bool:
+    """Whether an action done every `every` steps (0: never) is due after `step`; always at
+    `last_step` when one is given (a run's last step is always logged and saved)."""
+    return (every > 0 and step % every == 0) or step == last_step
+
+
+def decide(
+    step: int,
+    *,
+    last_step: int,
+    total: int,
+    checkpoint_every: int,
+    asked: str | None,
+    preempted: bool,
+) -> tuple[str | None, bool]:
+    """(why to stop after `step`, or None to go on; whether to save now). `asked` is a stop the
+    eval callback asked for. Every stop but 'nonfinite' (which never gets here) saves first, so
+    a rerun of the same command resumes where this one ended."""
+    stopped = asked or ("preempted" if preempted else None)
+    if stopped is None and step == last_step:
+        stopped = "done" if step == total else "stop_at_step"
+    return stopped, stopped is not None or itstime(step, checkpoint_every)
+
+
+def mean_metrics(history: list[dict]) -> dict[str, float]:
+    """The steps' metrics averaged, but for running counts, which take the last step's value."""
+    values = jax.device_get(history)
+    out = {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+    out["nonfinite_steps"] = float(values[-1]["nonfinite_steps"])
+    return out
+
+
+class StepTimer:
+    """Seconds per training step since the last `lap`, leaving out the run's first step (it
+    compiles) and the time between `pause` and the next step (an eval is not step time)."""
+
+    def __init__(self):
+        self._start: float | None = None
+        self._steps = 0
+
+    def stepped(self, metrics) -> bool:
+        """Counts a step; True after the run's first, which it waits for."""
+        if self._start is None:
+            jax.block_until_ready(metrics)
+            self._start = time.time()
+            return True
+        self._steps += 1
+        return False
+
+    def lap(self) -> float | None:
+        """Mean seconds per timed step since the last lap (None if none); starts a new lap."""
+        per_step = (time.time() - self._start) / self._steps if self._steps else None
+        self.pause()
+        return per_step
+
+    def pause(self) -> None:
+        if self._start is not None:
+            self._start, self._steps = time.time(), 0
+
+
+@dataclasses.dataclass
+class Outcome:
+    state: dict
+    step: int
+    stopped: str
+    train: dict[str, float]  # the last log line's figures
+
+
+def run(
+    state: dict,
+    step: int,
+    *,
+    last_step: int,
+    total: int,
+    train_step: Callable[[dict, dict], tuple[dict, dict]],
+    data_iter: Iterator,
+    batch_sharding,
+    manager,
+    config: ml_collections.ConfigDict,
+    nonfinite: faults.NonfiniteWatch,
+    log: metrics_log.MetricsLog,
+    progress: metrics_log.Progress,
+    log_every: int,
+    checkpoint_every: int,
+    train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
+    evaluate: Callable[[int, dict], str | None] | None = None,
+    eval_every: int = 0,
+    eval_at_last_step: bool = True,
+) -> Outcome:
+    """Steps from `step` to `last_step` (of a `total`-step schedule), resuming nothing itself:
+    `state` and `data_iter` are where the caller restored them.
+
+    After each step: at log lines (every `log_every` and the last step) the steps' mean
+    metrics go through `train_figures(means, seconds per step)` to the metrics log and the
+    progress line; `evaluate(step, state)` runs every `eval_every` steps (and at the last if
+    `eval_at_last_step`) and may return a reason to stop; then `decide` says whether to save
+    (checkpointing.save: state, data position, config) and whether to stop. The non-finite
+    check (nonfinite.stop) runs where the loop waits for the device anyway: at log lines and
+    before a save, which it then skips.
+    """
+    history: list[dict] = []  # device metrics of the steps since the last log line
+    last_train: dict[str, float] = {}
+    stopped = None
+    timer = StepTimer()
+    last_saved = manager.latest_step()
+    with faults.Preemption() as preemption:
+        while stopped is None and step < last_step:
+            batch = sharding.host_to_global(next(data_iter), batch_sharding)
+            state, metrics = train_step(state, batch)
+            step += 1
+            history.append(metrics)
+            if timer.stepped(metrics):
+                progress.start(step)
+            if itstime(step, log_every, last_step):
+                bad = nonfinite.stop(state, history, step, last_saved)  # reads `history`
+                last_train = train_figures(mean_metrics(history), timer.lap())
+                log.write(step, "train", last_train)
+                progress.report(step, last_train)
+                history = []
+                if bad:
+                    stopped = "nonfinite"
+                    break
+            asked = None
+            if evaluate is not None and (
+                itstime(step, eval_every, last_step)
+                if eval_at_last_step
+                else step < last_step and itstime(step, eval_every)
+            ):
+                asked = evaluate(step, state)
+                timer.pause()
+            stopped, save_now = decide(
+                step,
+                last_step=last_step,
+                total=total,
+                checkpoint_every=checkpoint_every,
+                asked=asked,
+                preempted=asked is None and preemption.due(manager, step),
+            )
+            if save_now:
+                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
+                    stopped = "nonfinite"
+                    break
+                checkpointing.save(manager, step, state, data_iter, config)
+                last_saved = step
+    return Outcome(state, step, stopped or "done", last_train)
