@@ -63,6 +63,18 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 
 
+# The fields that fix the parameters' shapes (transformers' BertConfig has the same names).
+SHAPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
     """Model hyper-parameters; field names are those of configs/default.py's `config.model`."""
@@ -84,15 +96,7 @@ class BertConfig:
 
     def __post_init__(self):
         problems = []
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ):
+        for name in SHAPE_FIELDS:
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 problems.append(f"{name} must be a positive integer, got {value!r}")

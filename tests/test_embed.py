@@ -32,15 +32,9 @@ N = 16
 def hf_dir(tmp_path_factory, vocab_file):
     """A random transformers BertForPreTraining plus its tokenizer files, as a hub download has."""
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        attn_implementation="eager",
-    )
+    ours = M.BertConfig.from_config_dict(tiny.get_config().model)  # bert-base-uncased's vocab
+    shape = {k: getattr(ours, k) for k in M.SHAPE_FIELDS} | {"max_position_embeddings": 64}
+    cfg = transformers.BertConfig(**shape, attn_implementation="eager")
     model = transformers.BertForPreTraining(cfg)
     with torch.no_grad():
         for p in model.parameters():

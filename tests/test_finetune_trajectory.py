@@ -21,8 +21,8 @@ import pytest
 from flax import nnx
 
 from bert_jax import model as model_lib
-from bert_jax import optim, sharding
-from bert_jax.finetune import encode, heads, hf_export, runs, squad, train
+from bert_jax import optim, packing, sharding
+from bert_jax.finetune import encode, heads, hf_export, packed, runs, squad, train
 from configs.finetune import base
 
 torch = pytest.importorskip("torch")
@@ -66,13 +66,15 @@ def config():
     return config
 
 
-def batches(head: str, seed: int = 0) -> list[dict]:
-    """STEPS batches of random inputs and labels, some rows padded."""
-    rng = np.random.default_rng(seed)
+def batches(head: str, short: bool = False) -> list[dict]:
+    """STEPS batches of random inputs and labels, some rows padded (`short`: every row at most
+    half full, so that rows can be packed)."""
+    rng = np.random.default_rng(0)
     num_labels, _, pair = HEADS[head]
     out = []
     for _ in range(STEPS):
-        lengths = rng.integers(LENGTH // 2, LENGTH + 1, BATCH)
+        low, high = (3, LENGTH // 2) if short else (LENGTH // 2, LENGTH)
+        lengths = rng.integers(low, high + 1, BATCH)
         mask = (np.arange(LENGTH)[None] < lengths[:, None]).astype(np.int32)
         b = {
             "input_ids": (rng.integers(5, TINY.vocab_size, (BATCH, LENGTH)) * mask).astype(
@@ -112,7 +114,22 @@ def labels_of(head):
     return tuple(f"c{i}" for i in range(HEADS[head][0])) if head != "regression" else ()
 
 
-def ours(head: str, config) -> tuple[list[float], dict]:
+def packed_batches(head: str) -> list[dict]:
+    """batches(head, short=True), each packed (finetune/packed.py) into as many rows as the
+    fullest needs."""
+    plans = [
+        packing.first_fit_decreasing(packed.lengths(b), LENGTH, max_examples=4)
+        for b in batches(head, short=True)
+    ]
+    rows = max(len(p) for p in plans)
+    assert rows <= BATCH // 2  # two or more examples a row
+    return [
+        packed.pack_examples(b, np.arange(BATCH), 4, rows, plan).arrays
+        for b, plan in zip(batches(head, short=True), plans)
+    ]
+
+
+def ours(head: str, config, pack: bool = False) -> tuple[list[float], dict]:
     """Our train step, STEPS times -> (losses, final parameters under transformers' names)."""
     model = initial_model(head)
     setup, trainable, frozen = runs.make_setup(config, model, STEPS)
@@ -120,7 +137,7 @@ def ours(head: str, config) -> tuple[list[float], dict]:
     step_fn = train.jit_train_step(setup)
     losses = []
     with setup.activate():
-        for b in batches(head):
+        for b in packed_batches(head) if pack else batches(head):
             state, metrics = step_fn(
                 state, frozen, sharding.host_to_global(b, setup.batch_sharding)
             )
@@ -129,9 +146,10 @@ def ours(head: str, config) -> tuple[list[float], dict]:
 
 
 @functools.cache
-def theirs(head: str, export_root: str) -> tuple[tuple[float, ...], dict]:
-    """transformers' model from our export of the same initial model, trained as its users do."""
-    path = f"{export_root}/{head}"
+def theirs(head: str, export_root: str, short: bool = False) -> tuple[tuple[float, ...], dict]:
+    """transformers' model from our export of the same initial model, trained as its users do
+    on batches(head, short)."""
+    path = f"{export_root}/{head}{'_short' if short else ''}"
     hf_export.export_hf(initial_model(head), labels_of(head), path, None)
     _, auto_class, _ = HEADS[head]
     model = getattr(transformers, auto_class).from_pretrained(path, attn_implementation="eager")
@@ -150,7 +168,7 @@ def theirs(head: str, export_root: str) -> tuple[tuple[float, ...], dict]:
     )
     schedule = transformers.get_linear_schedule_with_warmup(opt, WARMUP, STEPS)
     losses = []
-    for b in batches(head):
+    for b in batches(head, short):
         t = {k: torch.from_numpy(np.asarray(v)) for k, v in b.items()}
         inputs = {
             "input_ids": t["input_ids"].long(),
@@ -192,11 +210,11 @@ def untrained(head: str) -> set[str]:
     }
 
 
-def differences(head, config, export_root) -> tuple[float, float, str]:
+def differences(head, config, export_root, pack=False) -> tuple[float, float, str]:
     """(largest loss difference over the steps, largest final parameter difference, and the
     parameter it is in)."""
-    our_losses, our_params = ours(head, config)
-    their_losses, their_params = theirs(head, export_root)
+    our_losses, our_params = ours(head, config, pack)
+    their_losses, their_params = theirs(head, export_root, short=pack)
     assert set(our_params) <= set(their_params), set(our_params) - set(their_params)
     loss_diff = float(np.max(np.abs(np.subtract(our_losses, their_losses))))
     param_diffs = {
@@ -217,6 +235,16 @@ def export_root(tmp_path_factory):
 def test_fine_tuning_follows_transformers_step_for_step(head, export_root):
     loss_diff, param_diff, worst = differences(head, config(), export_root)
     print(f"{head}: loss {loss_diff:.2e}, parameters {param_diff:.2e} ({worst})")
+    assert loss_diff < LOSS_TOL and param_diff < PARAM_TOL, (loss_diff, param_diff, worst)
+
+
+@pytest.mark.parametrize("head", [h for h in HEADS if h != "span"])
+def test_packed_fine_tuning_follows_transformers_step_for_step(head, export_root):
+    """The same examples packed several to a row (finetune/packed.py; transformers pads each):
+    the same trajectory. (Span rows are never packed in training: transformers' span loss takes
+    its softmax over padding, which packed rows have none of.)"""
+    loss_diff, param_diff, worst = differences(head, config(), export_root, pack=True)
+    print(f"{head} packed: loss {loss_diff:.2e}, parameters {param_diff:.2e} ({worst})")
     assert loss_diff < LOSS_TOL and param_diff < PARAM_TOL, (loss_diff, param_diff, worst)
 
 

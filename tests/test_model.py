@@ -12,17 +12,11 @@ from bert_jax import attention
 from bert_jax import model as M
 from configs import bert_base, bert_large, default, mini, tiny
 
-TINY = M.BertConfig(
+# configs/tiny.py's model with a 101-word vocabulary and 64 positions.
+TINY = dataclasses.replace(
+    M.BertConfig.from_config_dict(tiny.get_config().model),
     vocab_size=101,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
-    hidden_dropout_prob=0.1,
-    attention_probs_dropout_prob=0.1,
     max_position_embeddings=64,
-    type_vocab_size=2,
-    initializer_range=0.02,
 )
 B, L, P = 3, 16, 5
 
@@ -209,16 +203,7 @@ def test_sharded_forward_matches_single_device(model, forward):
     batch = make_batch(batch=8)
     ref, ref_nsp = forward(model, *batch)
     mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
-    rules = (
-        ("batch", ("data", "fsdp")),
-        ("vocab", "tensor"),
-        ("embed", "fsdp"),
-        ("mlp", "tensor"),
-        ("heads", "tensor"),
-        ("kv", None),
-        ("length", None),
-        ("norm", None),
-    )
+    rules = tuple(default.get_config().mesh.rules)  # the shipped rules
     shardings = sharding.param_shardings(nnx.state(model, nnx.Param), mesh, rules)
     placed = M.BertForPreTraining(TINY, rngs=nnx.Rngs(1))
     state = nnx.state(placed, nnx.Param)
@@ -243,20 +228,7 @@ def test_published_sizes_match_transformers(module, approx):
     model.vocab_size = 30522  # the published models': bert-base-uncased's vocabulary
     cfg = M.BertConfig.from_config_dict(model)
     ours = M.count_params(nnx.eval_shape(lambda: M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))))
-    hf_cfg = transformers.BertConfig(
-        **{
-            k: getattr(cfg, k)
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "intermediate_size",
-                "max_position_embeddings",
-                "type_vocab_size",
-            )
-        }
-    )
+    hf_cfg = transformers.BertConfig(**{k: getattr(cfg, k) for k in M.SHAPE_FIELDS})
     with torch.device("meta"):
         theirs = sum(p.numel() for p in transformers.BertForPreTraining(hf_cfg).parameters())
     assert ours == theirs

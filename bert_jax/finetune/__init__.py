@@ -12,6 +12,8 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     hf_export.py                  the fine-tuned model out as a transformers task model
                                   (--init is read by bert_jax/pretrained.py, the one loader)
     runs.py                       config + --init -> task, tokenizer, model, mesh, optimizer
+    packed.py                     several examples a row (bert_jax/packing.py): the step plan,
+                                  packed batches, outputs unpacked
     predict.py                    inference, evaluation, prediction files
     train.py                      the fine-tuning run (its loop is bert_jax/loop.py's)
     __main__.py                   the absl binary: python -m bert_jax.finetune

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax import features as F
+from bert_jax import packing
 from bert_jax.finetune import encode, squad
 from bert_jax.model import BertConfig, BertModel
 
@@ -50,11 +52,20 @@ class TaskModel(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None):
+    def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None, **packed):
         """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
-        span a pair ([batch, length], [batch, length])."""
+        span a pair ([batch, length], [batch, length]).
+
+        Packed rows (finetune/packed.py) pass `packed`: bert_jax.packing's MODEL_INPUTS
+        (example_ids, position_ids, cls_positions [rows, slots]); classification and regression
+        outputs are then per slot, [rows, slots, classes] and [rows, slots]; token outputs keep
+        their shape."""
+        if self.kind not in ("classification", "regression"):
+            packed.pop(packing.CLS_POSITIONS, None)  # no pooled output wanted
         k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
-        sequence, pooled = self.bert(input_ids, input_mask, segment_ids, dropout_rng=k_bert)
+        sequence, pooled = self.bert(
+            input_ids, input_mask, segment_ids, dropout_rng=k_bert, **packed
+        )
         if self.kind == "span":  # Hugging Face's QA head has no dropout
             logits = self.head(sequence).astype(jnp.float32)  # [batch, length, 2]
             return logits[..., 0], logits[..., 1]
@@ -64,7 +75,7 @@ class TaskModel(nnx.Module):
             keep = jax.random.bernoulli(k_head, 1.0 - rate, x.shape)
             x = jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
         logits = self.head(x).astype(jnp.float32)
-        return logits[:, 0] if self.kind == "regression" else logits
+        return logits[..., 0] if self.kind == "regression" else logits
 
 
 # BERT vocabularies put [PAD] at id 0 (transformers' pad_token_id, which our export writes).
@@ -91,22 +102,40 @@ def _cross_entropy(logits, labels):
 def loss(kind: str, outputs, batch: dict) -> jax.Array:
     """Mean training loss of a batch, as transformers' task models compute it: cross-entropy
     (classification; tagging over labelled word pieces; span: start and end averaged) or
-    squared error (regression)."""
+    squared error (regression). Packed rows (a batch with packing.EXAMPLE_WEIGHTS) give each
+    example the same weight as unpacked: the mean is over examples, not rows."""
+    packed = packing.EXAMPLE_WEIGHTS in batch
+    if kind in ("classification", "regression", "span") and packed:
+        weights = batch[packing.EXAMPLE_WEIGHTS]  # [rows, slots]: 1 per example
+    else:
+        weights = jnp.ones(batch[F.INPUT_IDS].shape[:1], jnp.float32)  # [batch]: 1 per example
     if kind == "classification":
-        return jnp.mean(_cross_entropy(outputs, batch[encode.LABEL]))
+        return _weighted_mean(_cross_entropy(outputs, batch[encode.LABEL]), weights)
     if kind == "regression":
-        return jnp.mean(jnp.square(outputs - batch[encode.LABEL]))
+        return _weighted_mean(jnp.square(outputs - batch[encode.LABEL]), weights)
     if kind == "tagging":
-        weights = batch[encode.LABEL_WEIGHTS]
-        nll = _cross_entropy(outputs, batch[encode.LABEL_IDS])
-        return jnp.sum(nll * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+        return _weighted_mean(
+            _cross_entropy(outputs, batch[encode.LABEL_IDS]), batch[encode.LABEL_WEIGHTS]
+        )
     if kind == "span":
         start, end = outputs
-        # The softmax runs over every position, padding included, as in google-research/bert's
-        # run_squad.py and transformers' BertForQuestionAnswering (the trajectory test holds us
-        # to the latter); inference never picks a padding position (squad.best_answers).
-        return 0.5 * jnp.mean(
-            _cross_entropy(start, batch[squad.START_POSITIONS])
-            + _cross_entropy(end, batch[squad.END_POSITIONS])
+        if packed:  # one softmax per example, over its own tokens: [rows, slots, length]
+            slots = weights.shape[1]
+            own = batch[packing.EXAMPLE_IDS][:, None, :] == jnp.arange(1, slots + 1)[:, None]
+            start, end = (jnp.where(own, x[:, None, :], _NEG) for x in (start, end))
+        # Unpacked, the softmax runs over every position, padding included, as in
+        # google-research/bert's run_squad.py and transformers' BertForQuestionAnswering (the
+        # trajectory test holds us to the latter); inference never picks a padding position
+        # (squad.best_answers).
+        nll = _cross_entropy(start, batch[squad.START_POSITIONS]) + _cross_entropy(
+            end, batch[squad.END_POSITIONS]
         )
+        return 0.5 * _weighted_mean(nll, weights)
     raise ValueError(f"unknown task kind {kind!r}; choose one of {KINDS}")
+
+
+_NEG = -1e9  # a logit no softmax picks, finite so that an empty slot's loss is 0 x finite
+
+
+def _weighted_mean(values, weights):
+    return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)

@@ -20,9 +20,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, sharding
+from bert_jax import checkpointing, packing, sharding
 from bert_jax import features as F
-from bert_jax.finetune import runs, tasks
+from bert_jax.finetune import packed, runs, tasks
 
 PREDICTIONS_DIR = "predictions"
 _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
@@ -42,9 +42,17 @@ def jit_infer(setup: runs.Setup):
     )
 
 
-def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size: int):
+def infer(
+    setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size: int, pack: bool = False
+):
     """Outputs for every row of `arrays` ([rows, ...] numpy), in order: numpy [rows, ...] (span: a
-    (start, end) pair). Every process passes the same rows and gets all the outputs."""
+    (start, end) pair). Every process passes the same rows and gets all the outputs. With `pack`,
+    the examples run packed (finetune/packed.py), `batch_size` packed rows at a time, and come
+    back laid out as unpacked."""
+    if pack:
+        p = packed.pack_for_inference(arrays)
+        outputs = infer(setup, infer_fn, params, frozen, p.arrays, batch_size)
+        return packed.unpack_outputs(setup.kind, p, outputs, arrays[F.INPUT_IDS].shape[1])
     n = len(arrays[F.INPUT_IDS])
     procs, index = jax.process_count(), jax.process_index()
     if batch_size % (setup.data_parallel() * procs):
@@ -60,8 +68,9 @@ def infer(setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size:
             # repeat row 0 and their outputs are cut off below.
             rows = np.arange(start + index * local, start + (index + 1) * local)
             rows = np.where(rows < n, rows, 0)
+            inputs = [k for k in (*runs.INPUTS, *packing.MODEL_INPUTS) if k in arrays]
             batch = sharding.host_to_global(
-                {k: arrays[k][rows] for k in runs.INPUTS}, setup.batch_sharding
+                {k: arrays[k][rows] for k in inputs}, setup.batch_sharding
             )
             outs.append(jax.device_get(infer_fn(params, frozen, batch)))
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
@@ -71,9 +80,12 @@ def evaluate(
     run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, eval_sets: dict[str, tasks.Dataset]
 ) -> dict[str, dict[str, float]]:
     """{file name: metrics} over the encoded eval files."""
+    pack = packed.trains_packed(run.config, setup.kind)
     out = {}
     for name, ds in eval_sets.items():
-        outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
+        outputs = infer(
+            setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack
+        )
         out[name] = run.task.metrics(ds, outputs, run.labels)
     return out
 
@@ -88,7 +100,8 @@ def write_predictions(
 ) -> dict[str, float] | None:
     """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
     labels."""
-    outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size)
+    pack = packed.trains_packed(run.config, setup.kind)
+    outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack)
     if jax.process_index() == 0:
         run.task.write(output, ds, outputs, run.labels)
     logging.info("wrote predictions to %s", output)

@@ -25,7 +25,7 @@ import ml_collections
 from flax import nnx
 
 from bert_jax import features as F
-from bert_jax import optim, pretrained, sharding
+from bert_jax import optim, packing, pretrained, sharding
 from bert_jax import train as train_lib
 from bert_jax.finetune import encode, heads, lora, tasks
 
@@ -187,9 +187,11 @@ def initial_state(setup: Setup, trainable, seed: int) -> dict:
 
 
 def forward(graphdef, params, frozen, batch, dropout_rng=None):
-    """The task model's outputs for a batch (INPUTS), rebuilt from its two parameter trees."""
+    """The task model's outputs for a batch (INPUTS, and packing.MODEL_INPUTS when its rows are
+    packed), rebuilt from its two parameter trees."""
     model = nnx.merge(graphdef, params, frozen)
-    return model(*(batch[k] for k in INPUTS), dropout_rng=dropout_rng)
+    extra = {k: batch[k] for k in packing.MODEL_INPUTS if k in batch}
+    return model(*(batch[k] for k in INPUTS), **extra, dropout_rng=dropout_rng)
 
 
 def encode_file(run: Run, path: str) -> tasks.Dataset:

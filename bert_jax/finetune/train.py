@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import checkpointing, faults, loop, metrics_log
 from bert_jax import features as F
 from bert_jax import train as train_lib
-from bert_jax.finetune import heads, hf_export, lora, predict, runs, tasks
+from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
 
@@ -129,7 +129,21 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             flush=True,
         )
 
-    data_iter = iter(train_batches(run.train.arrays, config.train.batch_size, config.train.seed))
+    batch, seed = config.train.batch_size, config.train.seed
+    if packed.trains_packed(config, setup.kind):
+        procs, index = jax.process_count(), jax.process_index()
+        plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
+        if is_primary:
+            print(
+                f"packed: {plan.examples_per_row:.1f} examples a row on average, "
+                f"{plan.rows * procs} rows a step for {batch} examples "
+                "(--config.train.packing=false to turn off)",
+                flush=True,
+            )
+        batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
+        data_iter = iter(batches.to_iter_dataset())
+    else:
+        data_iter = iter(train_batches(run.train.arrays, batch, seed))
     manager = checkpointing.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )

@@ -83,6 +83,10 @@ def get_config() -> ml_collections.ConfigDict:
     t.batch_size = 32  # global batch: examples (SQuAD: windows) per step over all devices
     t.num_epochs = 3.0  # passes over the training data; steps = ceil(epochs * examples / batch)
     t.seed = 0  # head and adapter init, data order and dropout
+    # Pack each step's examples several to a row (bert_jax/finetune/packed.py): the same
+    # examples and per-example loss as unpacked, without the FLOPs on padding; also at eval and
+    # prediction. Span tasks (SQuAD) are never packed: their windows fill max_seq_length.
+    t.packing = True
     t.log_every_steps = 50  # train loss to metrics.jsonl / TensorBoard and a progress line
     # A step with a NaN/inf loss or gradients never changes the state; it is counted (metric
     # `nonfinite_steps`). "stop" (as pre-training): end the run at the next log line or save,
