@@ -101,40 +101,42 @@ def run(
     *,
     last_step: int,
     total: int,
+    setup,
     train_step: Callable[[dict, dict], tuple[dict, dict]],
     data_iter: Iterator,
-    batch_sharding,
     manager,
     config: ml_collections.ConfigDict,
-    nonfinite: faults.NonfiniteWatch,
     log: metrics_log.MetricsLog,
     progress: metrics_log.Progress,
-    log_every: int,
-    checkpoint_every: int,
     train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
     evaluate: Callable[[int, dict], str | None] | None = None,
-    eval_every: int = 0,
     eval_at_last_step: bool = True,
 ) -> Outcome:
-    """Steps from `step` to `last_step` (of a `total`-step schedule), resuming nothing itself:
-    `state` and `data_iter` are where the caller restored them.
+    """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
+    train.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
+    the caller restored them. Both trainers' configs name the periodic actions alike:
+    train.log_every_steps, eval.every_steps, checkpoint.every_steps and train.on_nonfinite.
 
-    After each step: at log lines (every `log_every` and the last step) the steps' mean
-    metrics go through `train_figures(means, seconds per step)` to the metrics log and the
-    progress line; `evaluate(step, state)` runs every `eval_every` steps (and at the last if
-    `eval_at_last_step`) and may return a reason to stop; then `decide` says whether to save
-    (checkpointing.save: state, data position, config) and whether to stop. The non-finite
-    check (nonfinite.stop) runs where the loop waits for the device anyway: at log lines and
-    before a save, which it then skips.
+    After each step: at log lines (and the last step) the steps' mean metrics go through
+    `train_figures(means, seconds per step)` to the metrics log and the progress line;
+    `evaluate(step, state)` runs at its steps (and at the last if `eval_at_last_step`) and may
+    return a reason to stop; then `decide` says whether to save (checkpointing.save: state, data
+    position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
+    where the loop waits for the device anyway: at log lines and before a save, which it then
+    skips.
     """
+    log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
+    nonfinite = faults.NonfiniteWatch(
+        config.train.get("on_nonfinite", "stop"), state, jax.process_index() == 0
+    )
     history: list[dict] = []  # device metrics of the steps since the last log line
     last_train: dict[str, float] = {}
     stopped = None
     timer = StepTimer()
     last_saved = manager.latest_step()
-    with faults.Preemption() as preemption:
+    with faults.Preemption() as preemption, setup.activate():
         while stopped is None and step < last_step:
-            batch = sharding.host_to_global(next(data_iter), batch_sharding)
+            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = train_step(state, batch)
             step += 1
             history.append(metrics)
@@ -161,7 +163,7 @@ def run(
                 step,
                 last_step=last_step,
                 total=total,
-                checkpoint_every=checkpoint_every,
+                checkpoint_every=config.checkpoint.every_steps,
                 asked=asked,
                 preempted=asked is None and preemption.due(manager, step),
             )

@@ -37,7 +37,6 @@ from bert_jax import (
     cli,
     config_check,
     data_contract,
-    faults,
     input_pipeline,
     loop,
     losses,
@@ -594,26 +593,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             )
         return "target_reached"
 
-    with setup.activate():
-        out = loop.run(
-            state,
-            step,
-            last_step=last_step,
-            total=total,
-            train_step=p_train_step,
-            data_iter=data_iter,
-            batch_sharding=setup.batch_sharding,
-            manager=manager,
-            config=config,
-            nonfinite=faults.NonfiniteWatch(t.on_nonfinite, state, is_primary),
-            log=log,
-            progress=progress,
-            log_every=t.log_every_steps,
-            checkpoint_every=config.checkpoint.every_steps,
-            train_figures=train_figures,
-            evaluate=evaluate_now if eval_batches else None,
-            eval_every=config.eval.every_steps,
-        )
+    out = loop.run(
+        state,
+        step,
+        last_step=last_step,
+        total=total,
+        setup=setup,
+        train_step=p_train_step,
+        data_iter=data_iter,
+        manager=manager,
+        config=config,
+        log=log,
+        progress=progress,
+        train_figures=train_figures,
+        evaluate=evaluate_now if eval_batches else None,
+    )
     del state  # donated to the steps: out.state is the live one
     checkpointing.finish(manager)
     log.close()

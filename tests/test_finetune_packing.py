@@ -129,7 +129,7 @@ def test_the_plan_holds_every_step_and_its_examples_are_the_unpacked_steps(procs
     plan = packed.plan(ex, batch, seed=4, steps=steps, process_count=procs, data_parallel=dp)
     assert (plan.rows * procs) % dp == 0 and plan.examples_per_row > 2
     for proc in range(procs):
-        order = packed.index_batches(50, batch // procs, 4, proc, procs)
+        order = packed.index_batches(50, batch, 4, proc, procs)
         stream = packed.train_batches(ex, batch, 4, plan, proc, procs)
         for s in range(steps):
             rows = stream[s]

@@ -104,8 +104,12 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
     (classification; tagging over labelled word pieces; span: start and end averaged) or
     squared error (regression). Packed rows (a batch with packing.EXAMPLE_WEIGHTS) give each
     example the same weight as unpacked: the mean is over examples, not rows."""
+    if kind == "tagging":  # per labelled piece, packed or not (padding weighs 0)
+        return _weighted_mean(
+            _cross_entropy(outputs, batch[encode.LABEL_IDS]), batch[encode.LABEL_WEIGHTS]
+        )
     packed = packing.EXAMPLE_WEIGHTS in batch
-    if kind in ("classification", "regression", "span") and packed:
+    if packed:
         weights = batch[packing.EXAMPLE_WEIGHTS]  # [rows, slots]: 1 per example
     else:
         weights = jnp.ones(batch[F.INPUT_IDS].shape[:1], jnp.float32)  # [batch]: 1 per example
@@ -113,10 +117,6 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
         return _weighted_mean(_cross_entropy(outputs, batch[encode.LABEL]), weights)
     if kind == "regression":
         return _weighted_mean(jnp.square(outputs - batch[encode.LABEL]), weights)
-    if kind == "tagging":
-        return _weighted_mean(
-            _cross_entropy(outputs, batch[encode.LABEL_IDS]), batch[encode.LABEL_WEIGHTS]
-        )
     if kind == "span":
         start, end = outputs
         if packed:  # one softmax per example, over its own tokens: [rows, slots, length]

@@ -89,17 +89,23 @@ INFERENCE_MAX_EXAMPLES = 32  # examples a packed inference row may hold
 def pack_for_inference(arrays: dict) -> packing.Packed:
     """Every example of `arrays`, packed in order of length (first-fit decreasing)."""
     n_tokens = lengths(arrays)
-    length = arrays[F.INPUT_IDS].shape[1]
-    most = min(INFERENCE_MAX_EXAMPLES, max(1, length // max(1, int(n_tokens.min(initial=1)))))
+    most = _most_examples(n_tokens, arrays[F.INPUT_IDS].shape[1], INFERENCE_MAX_EXAMPLES)
     return pack_examples(arrays, np.arange(len(n_tokens)), most)
 
 
-def index_batches(num_examples: int, local_batch: int, seed: int, index: int, count: int):
-    """Endless batches of example indices for process `index` of `count`: a new random order
-    every epoch, batches running across epoch boundaries. The unpacked batches
-    (finetune.train.train_batches) hold exactly these examples, in this order."""
+def index_batches(num_examples: int, global_batch: int, seed: int, index: int, count: int):
+    """Endless batches of example indices for process `index` of `count` (its share of each
+    global batch): a new random order every epoch, batches running across epoch boundaries.
+    Both unpacked (finetune.train.train_batches) and packed steps read this order."""
+    if global_batch % count:
+        raise ValueError(f"train.batch_size={global_batch} is not divisible by {count} processes")
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
-    return ds[index::count].batch(local_batch, drop_remainder=True)
+    return ds[index::count].batch(global_batch // count, drop_remainder=True)
+
+
+def _most_examples(n_tokens: np.ndarray, length: int, cap: int) -> int:
+    """Examples a row can hold at most: as many of the shortest as fit, but no more than cap."""
+    return min(cap, max(1, length // max(1, int(n_tokens.min(initial=length)))))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +133,10 @@ def plan(
     local = global_batch // process_count
     n_tokens = lengths(arrays)
     length = arrays[F.INPUT_IDS].shape[1]
-    most_examples = min(local, max(1, length // max(1, int(n_tokens.min(initial=length)))))
+    most_examples = _most_examples(n_tokens, length, local)
     needed, filled, examples = 1, 1, 0
     for p in range(process_count):
-        batches = index_batches(len(n_tokens), local, seed, p, process_count)
+        batches = index_batches(len(n_tokens), global_batch, seed, p, process_count)
         for s in range(steps):
             rows = packing.first_fit_decreasing(n_tokens[batches[s]], length, most_examples)
             needed = max(needed, len(rows))
@@ -144,9 +150,8 @@ def plan(
 
 def train_batches(arrays: dict, global_batch: int, seed: int, the_plan: Plan, index, count):
     """index_batches' examples, each step's packed into the_plan.rows rows."""
-    local = global_batch // count
 
     def pack(indices):
         return pack_examples(arrays, indices, the_plan.max_examples, the_plan.rows).arrays
 
-    return index_batches(len(arrays[F.INPUT_IDS]), local, seed, index, count).map(pack)
+    return index_batches(len(arrays[F.INPUT_IDS]), global_batch, seed, index, count).map(pack)

@@ -76,16 +76,19 @@ def infer(
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
 
 
+def _infer_dataset(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, ds: tasks.Dataset):
+    """`infer` over an encoded dataset with the run's eval batch size, packed as it trains."""
+    pack = packed.trains_packed(run.config, setup.kind)
+    return infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack)
+
+
 def evaluate(
     run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, eval_sets: dict[str, tasks.Dataset]
 ) -> dict[str, dict[str, float]]:
     """{file name: metrics} over the encoded eval files."""
-    pack = packed.trains_packed(run.config, setup.kind)
     out = {}
     for name, ds in eval_sets.items():
-        outputs = infer(
-            setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack
-        )
+        outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds)
         out[name] = run.task.metrics(ds, outputs, run.labels)
     return out
 
@@ -100,8 +103,7 @@ def write_predictions(
 ) -> dict[str, float] | None:
     """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
     labels."""
-    pack = packed.trains_packed(run.config, setup.kind)
-    outputs = infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack)
+    outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds)
     if jax.process_index() == 0:
         run.task.write(output, ds, outputs, run.labels)
     logging.info("wrote predictions to %s", output)

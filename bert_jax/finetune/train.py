@@ -20,7 +20,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, loop, metrics_log
+from bert_jax import checkpointing, loop, metrics_log
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
@@ -62,28 +62,14 @@ def jit_train_step(setup: runs.Setup):
     )
 
 
-class _Rows:
-    """Random access to the rows of a dict of equal-length arrays, for Grain."""
-
-    def __init__(self, arrays: dict):
-        self.arrays = arrays
-
-    def __len__(self) -> int:
-        return len(self.arrays[F.INPUT_IDS])
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.arrays.items()}
-
-
 def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDataset:
-    """Endless batches of this process's rows, in a new random order every epoch. Batches run
-    across epoch boundaries, so no example is ever dropped."""
-    procs = jax.process_count()
-    if global_batch % procs:
-        raise ValueError(f"train.batch_size={global_batch} is not divisible by {procs} processes")
-    ds = grain.MapDataset.source(_Rows(arrays)).shuffle(seed=seed).repeat(None)
-    ds = ds[jax.process_index() :: procs].batch(global_batch // procs, drop_remainder=True)
-    return ds.to_iter_dataset()
+    """Endless unpacked batches of this process's rows, in packed.index_batches' order (the
+    order packed steps read too): a new random order every epoch, batches running across epoch
+    boundaries, so no example is ever dropped."""
+    indices = packed.index_batches(
+        len(arrays[F.INPUT_IDS]), global_batch, seed, jax.process_index(), jax.process_count()
+    )
+    return indices.map(lambda rows: {k: v[rows] for k, v in arrays.items()}).to_iter_dataset()
 
 
 def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -200,29 +186,22 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     def evaluate_now(step: int, state: dict) -> None:
         result["eval"] = run_eval(step, state)
 
-    with setup.activate():
-        out = loop.run(
-            state,
-            step,
-            last_step=total,
-            total=total,
-            train_step=lambda state, batch: p_train_step(state, frozen, batch),
-            data_iter=data_iter,
-            batch_sharding=setup.batch_sharding,
-            manager=manager,
-            config=config,
-            nonfinite=faults.NonfiniteWatch(
-                config.train.get("on_nonfinite", "stop"), state, is_primary
-            ),
-            log=log,
-            progress=progress,
-            log_every=config.train.log_every_steps,
-            checkpoint_every=config.checkpoint.every_steps,
-            train_figures=train_figures,
-            evaluate=evaluate_now if eval_sets else None,
-            eval_every=config.eval.every_steps,
-            eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
-        )
+    out = loop.run(
+        state,
+        step,
+        last_step=total,
+        total=total,
+        setup=setup,
+        train_step=lambda state, batch: p_train_step(state, frozen, batch),
+        data_iter=data_iter,
+        manager=manager,
+        config=config,
+        log=log,
+        progress=progress,
+        train_figures=train_figures,
+        evaluate=evaluate_now if eval_sets else None,
+        eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
+    )
     checkpointing.finish(manager)
     state, step = out.state, out.step  # the state passed in was donated to the steps
     result.update(step=step, train=out.train, stopped=out.stopped)
