@@ -25,18 +25,44 @@ def _open(path: str, f: BinaryIO):
         raise readers.InputError(f"input {path!r} is not a readable Parquet file ({e})") from None
 
 
+def _check_text_column(path: str, parquet, text_field: str) -> None:
+    """The text field must be a column of strings (or UTF-8 bytes, or a dictionary of either):
+    a number or list column would otherwise read as no documents at all."""
+    import pyarrow as pa
+
+    schema = parquet.schema_arrow
+    if text_field not in schema.names:
+        raise readers.InputError(
+            f"Parquet file {path!r} has no column {text_field!r}; columns: {schema.names}; "
+            "set --text_field"
+        )
+    kind = schema.field(text_field).type
+    value = kind.value_type if pa.types.is_dictionary(kind) else kind
+    textual = (
+        pa.types.is_string(value)
+        or pa.types.is_large_string(value)
+        or pa.types.is_binary(value)
+        or pa.types.is_large_binary(value)
+        or getattr(pa.types, "is_string_view", lambda _: False)(value)
+        or getattr(pa.types, "is_binary_view", lambda _: False)(value)
+    )
+    if not textual:
+        text_columns = [
+            f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        ]
+        raise readers.InputError(
+            f"Parquet file {path!r}: column {text_field!r} holds {kind}, not text; "
+            f"text columns: {text_columns}; set --text_field"
+        )
+
+
 def plan(
     path: str, block_bytes: int, text_field: str, open_binary: Callable[[str], BinaryIO]
 ) -> tuple[list[tuple[int, int, int]], str]:
     """(first row group, end row group, compressed bytes) of each unit, and what the plan saw."""
     with open_binary(path) as f:
         parquet = _open(path, f)
-        columns = parquet.schema_arrow.names
-        if text_field not in columns:
-            raise readers.InputError(
-                f"Parquet file {path!r} has no column {text_field!r}; columns: {columns}; "
-                "set --text_field"
-            )
+        _check_text_column(path, parquet, text_field)
         meta = parquet.metadata
         sizes = [
             sum(meta.row_group(g).column(c).total_compressed_size for c in range(meta.num_columns))
@@ -65,6 +91,7 @@ def documents(
 
     with open_binary(path) as f:
         parquet = _open(path, f)
+        _check_text_column(path, parquet, text_field)
         if start >= stop:
             return
         try:
@@ -73,8 +100,8 @@ def documents(
             )
             for batch in batches:
                 for text in batch.column(0).to_pylist():
-                    if isinstance(text, bytes):
-                        text = text.decode("utf-8", errors="replace")
+                    if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
+                        text = readers.decode_line(text, stats)
                     sentences = split_sentences(text) if isinstance(text, str) else []
                     if sentences:
                         stats.documents += 1

@@ -86,3 +86,33 @@ def test_the_sample_in_huggingface_layout():
     assert table.column_names == ["id", "url", "title", "text"] and table.num_rows == 32
     docs, stats, planned = _units(SAMPLE, 20_000)
     assert len(planned) > 1 and stats.documents == 32 and sum(map(len, docs)) > 1000
+
+
+def test_text_column_types(tmp_path):
+    """Strings, large strings, dictionary-encoded strings and UTF-8 bytes are text (bytes that are
+    not UTF-8 are counted, as in text files); a column of numbers or lists is an error naming the
+    text columns, not an empty corpus."""
+    texts = ["one here. two here.", "three here."]
+    expected = [["one here.", "two here."], ["three here."]]
+    for name, column in {
+        "string": pa.array(texts),
+        "large_string": pa.array(texts, type=pa.large_string()),
+        "dictionary": pa.array(texts).dictionary_encode(),
+        "binary": pa.array([t.encode() for t in texts], type=pa.binary()),
+    }.items():
+        pq.write_table(pa.table({"text": column}), tmp_path / f"{name}.parquet")
+        docs, stats, _ = _units(tmp_path / f"{name}.parquet", 1 << 20)
+        assert docs == expected and stats.bad_utf8_lines == 0, name
+    pq.write_table(pa.table({"text": pa.array([b"caf\xe9 ok."])}), tmp_path / "latin1.parquet")
+    docs, stats, _ = _units(tmp_path / "latin1.parquet", 1 << 20)
+    assert docs == [["caf\ufffd ok."]] and stats.bad_utf8_lines == 1
+    pq.write_table(pa.table({"text": [1, 2], "body": ["a", "b"]}), tmp_path / "ints.parquet")
+    with pytest.raises(readers.InputError, match=r"'text' holds int64, not text.*\['body'\]"):
+        _units(tmp_path / "ints.parquet", 1 << 20)
+    pq.write_table(pa.table({"text": [["a"], ["b"]]}), tmp_path / "lists.parquet")
+    with pytest.raises(readers.InputError, match=r"'text' holds list<"):
+        list(
+            readers.documents(
+                readers.parse_input([str(tmp_path / "lists.parquet")])[0], readers.ReadStats()
+            )
+        )
