@@ -15,7 +15,8 @@ import sentencex
 
 def split_sentences(text: str) -> list[str]:
     """Paragraphs at newlines, then sentences, stripped; empty pieces dropped."""
-    sentences: list[str] = []
+    # Each sentence's pieces, joined at the end: a long run of merges stays linear.
+    sentences: list[list[str]] = []
     for paragraph in text.split("\n"):
         paragraph = paragraph.strip()
         if not paragraph:
@@ -27,8 +28,8 @@ def split_sentences(text: str) -> list[str]:
             if not sentence:
                 continue
             if cased and not first and sentence[0].islower():
-                sentences[-1] = f"{sentences[-1]} {sentence}"
+                sentences[-1].append(sentence)
             else:
-                sentences.append(sentence)
+                sentences.append([sentence])
             first = False
-    return sentences
+    return [" ".join(pieces) for pieces in sentences]

@@ -12,6 +12,12 @@ Why not mwparserfromhell (the maintained parser) or wikiextractor: on real enwik
 0.1-0.2 and 0.45 MB/s (bench/wiki_bench.py), 25-50x short of the 5 MB/s per worker the job needs;
 wikiextractor is also AGPL. Every construct here is removed by a regex or a linear scan of
 bracket tokens (nesting handled by a stack, an unclosed opener left as text, as MediaWiki does).
+
+Linear on hostile pages too: no pattern may scan to the end of the page from each of many starts
+(an unclosed "<ref>" or "<math>" repeated, "[http://a b" repeated, a long run of ", " in
+brackets): such a pattern is quadratic, and a 200 KB page of it held a worker for minutes. So
+elements are found by scanning their tags in order, each regex stops at the next bracket, and
+tests/test_wiki.py times every such page against one of half its size.
 """
 
 import html
@@ -37,17 +43,17 @@ SKIPPED_SECTIONS = frozenset(
     }
 )
 # Elements dropped whole, content included; every other tag is removed but its content kept (<b>,
-# <span>, <small>, <sup>, ...). References are most of them, hence their own patterns. Patterns are
-# written so that the regex engine never backtracks far (no lazy ".*?" beside alternatives):
-# the cleaner must stay linear on pages of any size.
+# <span>, <small>, <sup>, ...). References are most of them, and go first: a <ref> may hold any
+# of the others.
 _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
-_COMMENT = re.compile(r"<!--.*?-->", re.S)
 _SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
-_REF = re.compile(r"<ref\b[^<>]*>[^<]*(?:<(?!/ref\s*>)[^<]*)*</ref\s*>", re.I)
-_DROPPED_ELEMENT = re.compile(rf"<({_DROPPED_TAGS})\b[^<>]*>.*?</\1\s*>", re.I | re.S)
+# An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
+# tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
+_REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
+_DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
 _LINK_TOKEN = re.compile(r"\[\[|\]\]")
@@ -58,16 +64,18 @@ _NOT_TEXT_LINK = re.compile(
 )
 _PIPED_LINK = re.compile(r"\[\[[^\[\]|]*\|([^\[\]]*)\]\]")
 _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
-_EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\]]*\s*([^\]]*)\]", re.I)
+# The URL, then a label after whitespace that ends at the line's end as in MediaWiki; neither
+# crosses a bracket (MediaWiki's label may hold a "[": rare, and quadratic to allow), and the
+# quantifiers are possessive: no backtracking.
+_EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\[\]]*+(?:[^\S\n]++([^\[\]\n]*+))?\]", re.I)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
-_HEADING = re.compile(r"^(={1,6})\s*(.*?)\s*\1\s*$")
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
 _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".
 _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
-_BRACKET_TAIL = re.compile(r"[\s,;:]*[,;:]\s*\)")
+_BRACKET_TAIL = re.compile(r"(?<![\s,;:])[\s,;:]*[,;:]\s*\)")  # from a run's start only
 _EMPTY_BRACKETS = re.compile(r"\(\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # Namespaces whose links are not text: files and categories; an interlanguage link's prefix is a
@@ -76,16 +84,72 @@ _FILE_OR_CATEGORY = re.compile(r"^\s*(?:file|image|media|category)\s*:", re.I)
 _INTERLANGUAGE = re.compile(r"^\s*(?:[a-z]{2,3}(?:-[a-z]{2,8})*|simple)\s*:")
 # Templates rendered as their text: name -> index of the parameter that is the text.
 _INLINE_TEMPLATES = {"lang": 2, "nowrap": 1, "nobr": 1, "small": 1}
-_DISAMBIGUATION = re.compile(
-    r"\{\{\s*(?:[^{}|]*disambig[^{}|]*|dab|disamb|hndis|geodis|numberdis|set index article|sia)"
-    r"\s*(?:\||\}\})",
-    re.I,
+_TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
+_DISAMBIGUATION_NAMES = frozenset(
+    {"dab", "disamb", "hndis", "geodis", "numberdis", "set index article", "sia"}
 )
 
 
 def is_disambiguation(title: str, text: str) -> bool:
     """A disambiguation page: by its title or one of the disambiguation templates."""
-    return title.endswith("(disambiguation)") or bool(_DISAMBIGUATION.search(text))
+    if title.endswith("(disambiguation)"):
+        return True
+    for match in _TEMPLATE_NAME.finditer(text):
+        name = match.group(1).strip().lower()
+        if "disambig" in name or name in _DISAMBIGUATION_NAMES:
+            return True
+    return False
+
+
+def _drop_comments(text: str) -> str:
+    """<!-- ... --> removed; an unclosed comment hides the rest of the page, as in MediaWiki."""
+    out, position = [], 0
+    while (start := text.find("<!--", position)) >= 0:
+        out.append(text[position:start])
+        end = text.find("-->", start + 4)
+        if end < 0:
+            return "".join(out)
+        position = end + 3
+    out.append(text[position:])
+    return "".join(out)
+
+
+def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
+    """Elements whose tags `tag_pattern` finds (group 1: an opening tag's name, 2: a closing one's)
+    dropped with their
+    content: each opening tag to the first closing tag of its name after it (these elements do not
+    nest); an opening tag never closed is left as text (and later removed as a tag)."""
+    spans, end = [], 0
+    tags = list(tag_pattern.finditer(text))
+    # The first closing tag of each name at or after each tag: one backward pass.
+    next_close: list[dict[str, int]] = [{}] * (len(tags) + 1)
+    for i in range(len(tags) - 1, -1, -1):
+        next_close[i] = next_close[i + 1]
+        if tags[i].group(2):
+            next_close[i] = {**next_close[i + 1], tags[i].group(2).lower(): i}
+    for i, tag in enumerate(tags):
+        if not tag.group(1) or tag.start() < end:
+            continue
+        close = next_close[i + 1].get(tag.group(1).lower())
+        if close is None:
+            continue
+        end = tags[close].end()
+        spans.append((tag.start(), end))
+    return _replace_pairs(text, spans, lambda _: "")
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """(level, title) of a heading line ("== History =="), as MediaWiki reads it: the level is
+    the fewer of the "="s on either side, at most 6; extra "="s belong to the title."""
+    if not line.startswith("="):
+        return None
+    line = line.rstrip()
+    lead = len(line) - len(line.lstrip("="))
+    trail = len(line) - len(line.rstrip("="))
+    level = min(lead, trail, 6, len(line) // 2)
+    if level == 0:
+        return None
+    return level, line[level : len(line) - level].strip()
 
 
 def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int, int]]:
@@ -149,29 +213,25 @@ def _render_link(source: str) -> str:
 
 def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed."""
-    text = _COMMENT.sub("", wikitext)
-    start = text.find("<!--")
-    if start >= 0:  # an unclosed comment hides the rest of the page, as in MediaWiki
-        text = text[:start]
-    text = _REF.sub("", _SELF_CLOSED_REF.sub("", text))
-    text = _DROPPED_ELEMENT.sub("", text)
+    text = _SELF_CLOSED_REF.sub("", _drop_comments(wikitext))
+    text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = _replace_pairs(text, _matched_pairs(text, _TEMPLATE_TOKEN, "{{"), _render_template)
     text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n")
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
         text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
-    text = _EXTERNAL_LINK.sub(r"\1", text)
+    text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
     text = _TAG.sub("", text)
     out, skip_level = [], 0
     for line in text.split("\n"):
-        heading = _HEADING.match(line)
+        heading = _heading(line)
         if heading:
-            level = len(heading.group(1))
+            level, title = heading
             if skip_level and level > skip_level:
                 continue  # a subsection of a skipped section
-            title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", heading.group(2))).strip().lower()
+            title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", title)).strip().lower()
             skip_level = level if title in SKIPPED_SECTIONS else 0
             continue
         line = line.strip()

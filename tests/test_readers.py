@@ -4,6 +4,7 @@ import bz2
 import gzip
 import json
 import random
+import time
 
 import pytest
 
@@ -76,6 +77,20 @@ def test_jsonl_documents_are_split_into_sentences(tmp_path):
 )
 def test_split_sentences(text, sentences):
     assert readers.split_sentences(text) == sentences
+
+
+def test_split_sentences_merges_lower_case_pieces_in_linear_time():
+    """A piece starting in lower case joins the sentence before it (a split after an
+    abbreviation); 200,000 of them in a row (2.8 MB) took 8 s when each merge copied the sentence
+    so far, and take a tenth of a second now: 10 s leaves room for a loaded machine."""
+    assert readers.split_sentences("He ran. then he went. Yes.") == [
+        "He ran. then he went.",
+        "Yes.",
+    ]
+    text = "He ran. " + "then he went. " * 200_000
+    start = time.perf_counter()
+    (sentence,) = readers.split_sentences(text)
+    assert time.perf_counter() - start < 10 and sentence == text.strip()
 
 
 def test_tfds_dataset_by_name_and_split(tmp_path):

@@ -5,6 +5,7 @@ import bz2
 import gzip
 import os
 import re
+import time
 
 import pytest
 
@@ -131,10 +132,50 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
             ["Bold and italic label."],
         ),
         ("An {{unclosed template stays as text.", ["An {{unclosed template stays as text."]),
+        # MediaWiki's closing tags have no attributes: "</ref name=x>" closes nothing.
+        ("A<ref>x</ref name=a>y</ref> b.", ["A b."]),
+        ("An <ref>unclosed ref keeps its text.", ["An unclosed ref keeps its text."]),
+        ("A <ref>x<math>y</math>z</ref> b. <gallery>q<ref>r</ref></gallery>", ["A b."]),
+        ("Intro.\n==Sub=\nBody.\n= Top =\nMore.", ["Intro.", "Body.", "More."]),
+        ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
     ],
 )
 def test_wikitext_constructs(source, expected):
     assert wikitext.paragraphs(source) == expected
+
+
+def _hostile_pages():
+    """Pages built to make a backtracking pattern quadratic: each was minutes of one worker's time
+    before the cleaner scanned tags in order and its patterns stopped at brackets (an unclosed
+    <ref> repeated: 32 s at 100 KB; "[http://a b " repeated: 160 s at 240 KB)."""
+    n = 20_000
+    return {
+        "unclosed refs": "<ref>" * n,
+        "unclosed comments": "<!--" * n,
+        "unclosed math": "<math>" * n,
+        "unclosed tables": "<table>" * n,
+        "external links without ]": "[http://a b " * n,
+        "a run of commas in brackets": "(x" + ", " * n,
+        "a template name that goes on": "{{" + "disambig" * n,
+        "a heading with a long gap": "=a" + " " * (5 * n) + "b\n",
+        "stray closing tags": "</ref>" * n + "<ref>" * n,
+        "nested templates": "{{a|" * n + "}}" * n,
+        "nested file links": "[[File:a|" * n + "]]" * n,
+    }
+
+
+@pytest.mark.parametrize("name", list(_hostile_pages()))
+def test_hostile_pages_clean_in_linear_time(name):
+    """Not a speed target (bench/wiki_bench.py measures that): a page of 100-800 KB must not hold
+    a worker for minutes. Linear cleaning takes well under a second here; 10 s is room for a
+    loaded machine, and each of these took 15-160 s before."""
+    page = _hostile_pages()[name]
+    start = time.perf_counter()
+    wikitext.is_disambiguation("T", page)
+    paragraphs = wikitext.paragraphs(page)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10, f"{name}: {len(page)} characters took {elapsed:.1f} s"
+    assert not [p for p in paragraphs if re.search(r"<ref|<math|<table|\{\{", p)]
 
 
 def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
