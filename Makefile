@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: install lint test test-fast demo bench clean
+.PHONY: install lint test test-fast test-unicode demo bench clean
 
 $(VENV)/.installed: setup.py
 	python3 -m venv $(VENV)
@@ -25,6 +25,12 @@ test: lint
 # Everything but tests marked slow (multi-process, kill/resume trials).
 test-fast: install
 	$(PY) -m pytest -q -ra -m "not slow" $(PYTEST_ARGS) tests
+
+# The tokenizer tests on all 1,112,064 code points, not a sample of every kind (about 4 min on 2
+# cores); run when a tokenizer changes. docs/data_prep.md, "Tokenizer parity".
+test-unicode: install
+	BERT_JAX_EVERY_CODE_POINT=1 $(PY) -m pytest -q -n 2 tests/test_tokenization_differential.py \
+		tests/test_tokenization_sentencepiece.py
 
 demo: install
 	$(PY) -m examples.demo --out_dir=demo_out

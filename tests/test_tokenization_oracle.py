@@ -249,7 +249,7 @@ def verify_against_original(bert_dir, work_dir, every=1):
     import test_tokenization_differential as diff
 
     sys.modules["tensorflow"] = tensorflow.compat.v1
-    diff.CODE_POINTS = diff.CODE_POINTS[::every]
+    code_points = diff.CODE_POINTS[::every]
     sys.path.insert(0, bert_dir)
     import tokenization as original
 
@@ -269,7 +269,7 @@ def verify_against_original(bert_dir, work_dir, every=1):
         basic = original.BasicTokenizer(do_lower_case=do_lower_case)
         words, compared, differing = set(), 0, []
         for context in diff.CONTEXTS.values():
-            for block in diff._blocks():
+            for block in diff._blocks(code_points):
                 text = " ".join(context.format(chr(cp)) for cp in block)
                 theirs, ours = basic.tokenize(text), basic_tokenize(text, do_lower_case)
                 compared += len(block)
