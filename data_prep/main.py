@@ -199,6 +199,17 @@ def _summary(manifest: dict) -> None:
         f"padding {stats['padding_fraction']:.3f}, "
         f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}"
     )
+    if manifest.get("nsp") and stats["instances"] >= 20 and stats["random_next_fraction"] > 0.9:
+        # The original draws a random next segment half the time; far more means most documents
+        # hold one sentence (or one segment's worth), so their pairs can only be random.
+        print(
+            f"warning: {stats['random_next_fraction']:.0%} of next-sentence pairs are random (the "
+            "original's rate is about half): most documents hold a single sentence, so "
+            "next-sentence prediction has nothing to learn from them. For a corpus of one "
+            "sentence per row or line (Hugging Face's bookcorpus), pass --nsp=false, or use whole "
+            "books as text files with --document_per_file",
+            file=sys.stderr,
+        )
     if read.get("pages"):
         print(
             f"wiki pages: {read['pages']} read, {read['skipped_pages']} skipped (other namespaces, "

@@ -194,6 +194,29 @@ def test_a_full_disk_is_one_error_line_and_finished_work_is_kept(tmp_path, testd
     assert rc == 0 and "shards: train 3 x" in out, out
 
 
+def test_one_sentence_documents_warn_that_nsp_pairs_are_all_random(tmp_path, vocab_file):
+    """Hugging Face's bookcorpus is one sentence per row: every pair is random, and the job says
+    so (with what to do) instead of writing useless NSP labels in silence; --nsp=false is quiet."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = [f"this is sentence {i} of the book, and it goes on for a while." for i in range(300)]
+    pq.write_table(pa.table({"text": rows}), tmp_path / "bookcorpus.parquet")
+    args = [f"--input={tmp_path}/bookcorpus.parquet", f"--vocab_file={vocab_file}", "--noprogress"]
+    code, out = run("data_prep.main", *args, f"--output_dir={tmp_path}/nsp")
+    assert code == 0 and "random next 1.000" in out, out
+    assert "warning: 100% of next-sentence pairs are random" in out and "--nsp=false" in out
+    code, out = run("data_prep.main", *args, f"--output_dir={tmp_path}/mlm", "--nsp=false")
+    assert code == 0 and "warning" not in out, out
+    code, out = run(
+        "data_prep.main",
+        "--input=data_prep/testdata/sample_text.txt",
+        f"--vocab_file={vocab_file}",
+        "--noprogress",
+        f"--output_dir={tmp_path}/text",
+    )
+    assert code == 0 and "random next" in out and "warning" not in out, out
+
+
 def test_unmasked_mlm_only_records(tmp_path, vocab_file):
     rc, out = run(
         "data_prep.main",
