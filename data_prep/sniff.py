@@ -2,14 +2,16 @@
 
 Names lie (a dump saved as .txt, a Parquet file without a suffix, a .gz that is not gzip), and a
 binary file read as text gives records of garbage and a zero exit. So every local or remote file is
-sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki), or
-UTF-8 text. A UTF-16/32 byte-order mark, NUL bytes, mostly undecodable bytes or mostly lines
-with undecodable bytes (Latin-1 prose) are an InputError
-naming the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
+sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki, after
+any XML prolog), or UTF-8 text. Other XML, and xz, zstd, 7-Zip and zip files, are refused by name.
+A UTF-16/32 byte-order mark, NUL bytes, mostly undecodable bytes or mostly lines with undecodable
+bytes (Latin-1 prose) are an InputError naming the file; a UTF-8 byte-order mark is allowed (and
+skipped by the text readers).
 """
 
 import bz2
 import dataclasses
+import re
 import zlib
 from typing import BinaryIO
 
@@ -24,6 +26,17 @@ GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
 PARQUET_MAGIC = b"PAR1"
 UTF8_BOM = b"\xef\xbb\xbf"
+# Formats people have corpora in that are not read here: named, with what to do, instead of the
+# generic "holds NUL bytes".
+_UNREAD_FORMATS = (
+    (b"\xfd7zXZ\x00", "is xz-compressed: decompress it (unxz) or recompress it with gzip"),
+    (b"\x28\xb5\x2f\xfd", "is zstd-compressed: decompress it (zstd -d) or recompress it with gzip"),
+    (b"7z\xbc\xaf\x27\x1c", "is a 7-Zip archive: extract it (7z x) and pass the files inside"),
+    (b"PK\x03\x04", "is a zip archive: extract it (unzip) and pass the files inside"),
+)
+# What may stand before an XML document's root element: the declaration, processing
+# instructions, comments, a DOCTYPE (with an internal subset), whitespace.
+_XML_PROLOG = re.compile(rb"\s*(?:<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)", re.S)
 _WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
     (b"\xff\xfe\x00\x00", "UTF-32"),
     (b"\x00\x00\xfe\xff", "UTF-32"),
@@ -99,11 +112,20 @@ def check_text(head: bytes) -> None:
         )
 
 
+def _root(head: bytes) -> bytes | None:
+    """The start of an XML document's root element ("<mediawiki ..."), None if not XML."""
+    start = head.lstrip(UTF8_BOM)
+    if not start.lstrip().startswith(b"<?xml"):
+        return start.lstrip() if start.lstrip().startswith(b"<mediawiki") else None
+    position = 0
+    while match := _XML_PROLOG.match(start, position):
+        position = match.end()
+    return start[position:].lstrip()
+
+
 def _is_mediawiki(head: bytes) -> bool:
-    start = head.lstrip(UTF8_BOM).lstrip()
-    if start.startswith(b"<?xml"):
-        start = start[start.find(b"?>") + 2 :].lstrip()
-    return start.startswith(b"<mediawiki")
+    root = _root(head)
+    return root is not None and root.startswith(b"<mediawiki")
 
 
 def sniff(f: BinaryIO) -> Content:
@@ -124,5 +146,16 @@ def sniff(f: BinaryIO) -> Content:
         head, compression = _gunzip_head(head), "gzip"
     if _is_mediawiki(head):
         return Content("wiki", compression)
+    root = _root(head)
+    if root is not None:
+        element = re.match(rb"<([^\s/>]{1,40})", root)
+        name = element.group(1).decode("utf-8", "replace") if element else "?"
+        raise NotText(
+            f"is an XML file but not a MediaWiki export (its root element is <{name}>, not "
+            "<mediawiki>): pass a Wikipedia dump (pages-articles .xml or .xml.bz2) or plain text"
+        )
+    for magic, said in _UNREAD_FORMATS:
+        if head.startswith(magic):
+            raise NotText(said)
     check_text(head)
     return Content("text", compression)

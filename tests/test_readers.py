@@ -4,6 +4,7 @@ import bz2
 import gzip
 import json
 import random
+import re
 import time
 
 import pytest
@@ -198,6 +199,56 @@ def test_names_lie_content_decides(tmp_path):
     (tmp_path / "text.bz2").write_bytes(bz2.compress(b"Some text, not a dump.\n"))
     with pytest.raises(readers.InputError, match=r"text.bz2.*not a MediaWiki XML dump"):
         readers.parse_input([str(tmp_path / "text.bz2")])
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"\xfd7zXZ\x00\x00\x04", "is xz-compressed: decompress it (unxz)"),
+        (b"\x28\xb5\x2f\xfd\x04\x58", "is zstd-compressed: decompress it (zstd -d)"),
+        (b"7z\xbc\xaf\x27\x1c\x00\x04", "is a 7-Zip archive: extract it"),
+        (b"PK\x03\x04\x14\x00", "is a zip archive: extract it"),
+        (
+            b'<?xml version="1.0"?>\n<rss><channel/></rss>',
+            "XML file but not a MediaWiki export (its root element is <rss>",
+        ),
+        (b"<?xml version='1.0'?><!-- x --><html><body>Hi.</body></html>", "root element is <html>"),
+    ],
+)
+def test_formats_that_are_not_read_are_named(tmp_path, content, said):
+    """Compressed and archived corpora, and XML that is not a dump: an error that says what the
+    file is and what to do, not a generic "holds NUL bytes" (nor XML read as text)."""
+    (tmp_path / "corpus.txt").write_bytes(content + b"\x00" * 64)
+    with pytest.raises(readers.InputError, match=re.escape(said)):
+        readers.parse_input([str(tmp_path / "corpus.txt")])
+
+
+def test_an_xml_prolog_before_the_dump_root(tmp_path):
+    """Comments, processing instructions and a DOCTYPE (its entities expanded by expat, with
+    expat's limit on amplification: a "billion laughs" page is an error, not gigabytes)."""
+    page = b"<page><title>T</title><ns>0</ns><id>1</id><revision><text>%s</text></revision></page>"
+    head = b'<?xml version="1.0"?>\n<!-- exported -->\n<?pi x?>\n<!DOCTYPE m [\n%s\n]>\n'
+    dump = (
+        head % b'<!ENTITY w "world">'
+        + b"<mediawiki>"
+        + page % b"Hello &w;. Bye now."
+        + b"</mediawiki>"
+    )
+    (tmp_path / "d.xml").write_bytes(dump)
+    docs, _ = _docs([str(tmp_path / "d.xml")])
+    assert docs == [["Hello world.", "Bye now."]]
+    import pyexpat
+
+    if pyexpat.version_info < (2, 4, 0):
+        pytest.skip(f"{pyexpat.EXPAT_VERSION} predates expat's limit on entity amplification")
+    entities = b'<!ENTITY a0 "lol">' + b"".join(
+        b'<!ENTITY a%d "%s">' % (i, b"&a%d;" % (i - 1) * 10) for i in range(1, 10)
+    )
+    (tmp_path / "laughs.xml").write_bytes(
+        head % entities + b"<mediawiki>" + page % b"&a9;" + b"</mediawiki>"
+    )
+    with pytest.raises(readers.InputError, match=r"laughs.xml.*not a well-formed.*amplification"):
+        _docs([str(tmp_path / "laughs.xml")])
 
 
 def test_dumps_and_parquet_are_recognised_by_content_whatever_the_name(tmp_path):
