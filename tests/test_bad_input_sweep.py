@@ -267,7 +267,11 @@ DATA_PREP_MAIN = [
     ("input gzip of UTF-16", prep("utf16.gz"), "utf16.gz"),
     ("input bz2 not a dump", prep("plain.bz2"), "plain.bz2"),
     ("input JSONL line cut is counted", prep("bad.jsonl"), _counted("bad_json_lines': 1")),
-    ("input JSONL without the field", prep("nofield.jsonl"), "--text_field"),
+    (
+        "input JSONL without the field",
+        prep("nofield.jsonl"),
+        "20 JSON lines were not objects with a string field 'text'",
+    ),
     ("input UTF-8 BOM works", prep("bom.txt"), _same_records),
     ("input CRLF works", prep("crlf.txt"), _same_records),
     ("input gzip named .txt works", prep("gzip-named.txt"), _same_records),
