@@ -3,8 +3,9 @@
 A dump (`enwiki-YYYYMMDD-pages-articles-multistream.xml.bz2`, the plain `.xml.bz2`, or `.xml`) is
 read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is decompressed:
 memory holds one page at a time, whatever the dump's size. A page is an article when it is in
-namespace 0 and neither a redirect nor a disambiguation page; its wikitext becomes prose paragraphs
-(data_prep/wikitext.py) and then sentences, and one article is one document.
+namespace 0 (by <ns>, or by the title's prefix in exports older than schema 0.5) and neither a
+redirect nor a disambiguation page; its wikitext becomes prose paragraphs (data_prep/wikitext.py)
+and then sentences, and one article is one document.
 
 Multistream layout: the dump is bz2 streams concatenated; the first holds `<mediawiki ...>` and
 `<siteinfo>`, each later one about 100 pages. The index beside it
@@ -31,12 +32,22 @@ from data_prep.sentences import split_sentences
 
 _READ = 1 << 20  # compressed bytes read at a time
 _REDIRECT = "#redirect"
+# MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
+_DEFAULT_NAMESPACES = dict(
+    item.split(":")[::-1]
+    for item in (
+        "-2:media,-1:special,1:talk,2:user,3:user talk,4:wikipedia,5:wikipedia talk,6:file,"
+        "6:image,7:file talk,7:image talk,8:mediawiki,9:mediawiki talk,10:template,"
+        "11:template talk,12:help,13:help talk,14:category,15:category talk,100:portal,"
+        "101:portal talk,118:draft,119:draft talk,828:module,829:module talk"
+    ).split(",")
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Page:
     title: str
-    namespace: str
+    namespace: str | None
     redirect: bool
     text: str
 
@@ -160,7 +171,8 @@ def _local(tag: str) -> str:
 
 
 def _page(element) -> Page:
-    title = namespace = text = ""
+    title = text = ""
+    namespace = None  # no <ns>: an export older than schema 0.5
     redirect = False
     for child in element:
         name = _local(child.tag)
@@ -177,10 +189,28 @@ def _page(element) -> Page:
     return Page(title, namespace, redirect, text)
 
 
+def _namespaces(siteinfo) -> dict[str, str]:
+    """<siteinfo>'s namespace names (lower-cased) -> their keys: "talk" -> "1", "" -> "0"."""
+    names = {}
+    for element in siteinfo.iter():
+        if _local(element.tag) == "namespace" and element.get("key") is not None:
+            names[(element.text or "").strip().lower()] = element.get("key")
+    return names
+
+
+def _namespace_from_title(title: str, namespaces: dict[str, str]) -> str:
+    """Exports before schema 0.5 (2010) have no <ns>: a title's "Prefix:" names its namespace,
+    by the dump's <siteinfo> (or MediaWiki's English names when it has none)."""
+    prefix, colon, _ = title.partition(":")
+    if not colon:
+        return "0"
+    return (namespaces or _DEFAULT_NAMESPACES).get(prefix.strip().lower(), "0")
+
+
 def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Page]:
     """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>."""
     parser = ET.XMLPullParser(events=("start", "end"))
-    root = None
+    root, namespaces = None, {}
     if inside_root:
         parser.feed(b"<mediawiki>")
     try:
@@ -189,8 +219,16 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
             for event, element in parser.read_events():
                 if root is None:
                     root = element
-                elif event == "end" and _local(element.tag) == "page":
-                    yield _page(element)
+                elif event != "end":
+                    continue
+                elif _local(element.tag) == "siteinfo":
+                    namespaces = _namespaces(element)
+                elif _local(element.tag) == "page":
+                    page = _page(element)
+                    if page.namespace is None:
+                        namespace = _namespace_from_title(page.title, namespaces)
+                        page = dataclasses.replace(page, namespace=namespace)
+                    yield page
             if root is not None:
                 root.clear()  # finished pages are yielded: the tree keeps none of them
     except ET.ParseError as e:

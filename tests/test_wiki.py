@@ -191,6 +191,39 @@ def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
     assert article(text="{{Infobox}}\n* only a list") == []
 
 
+def test_exports_without_ns_take_the_namespace_from_the_title(tmp_path):
+    """Schema 0.3/0.4 exports (before 2010) have no <ns>: "Talk:X" is a talk page by the dump's
+    <siteinfo> (here a German wiki's names), or by MediaWiki's English names without one."""
+
+    def page(title):
+        text = f"{title} is the page. It has prose."
+        return f"<page><title>{title}</title><revision><text>{text}</text></revision></page>"
+
+    siteinfo = (
+        "<siteinfo><sitename>Wikipedia</sitename><namespaces>"
+        '<namespace key="0" /><namespace key="1">Diskussion</namespace>'
+        '<namespace key="14">Kategorie</namespace></namespaces></siteinfo>'
+    )
+    titles = ["Berlin", "Diskussion:Berlin", "Kategorie:Stadt", "Star Wars: A New Hope", "Talk:X"]
+    xml = '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.3/" version="0.3">'
+    (tmp_path / "de.xml").write_text(xml + siteinfo + "".join(map(page, titles)) + "</mediawiki>")
+    docs, stats, _ = _read_whole(tmp_path / "de.xml")
+    assert [d[0] for d in docs] == [
+        "Berlin is the page.",
+        "Star Wars: A New Hope is the page.",
+        "Talk:X is the page.",
+    ]
+    assert stats.pages == 5 and stats.skipped_pages == 2
+    (tmp_path / "en.xml").write_text(xml + "".join(map(page, titles)) + "</mediawiki>")
+    docs, stats, _ = _read_whole(tmp_path / "en.xml")
+    assert [d[0] for d in docs] == [
+        "Berlin is the page.",
+        "Diskussion:Berlin is the page.",
+        "Kategorie:Stadt is the page.",
+        "Star Wars: A New Hope is the page.",
+    ]
+
+
 def test_the_real_sample_dump(tmp_path):
     """examples/data's sample: real enwiki pages (redirects, disambiguation pages, articles)."""
     docs, stats, planned = _read_units(SAMPLE, 20_000)
