@@ -116,25 +116,27 @@ def _drop_comments(text: str) -> str:
 
 def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
     """Elements whose tags `tag_pattern` finds (group 1: an opening tag's name, 2: a closing one's)
-    dropped with their
-    content: each opening tag to the first closing tag of its name after it (these elements do not
-    nest); an opening tag never closed is left as text (and later removed as a tag)."""
-    spans, end = [], 0
+    dropped with their content: each opening tag to the first closing tag of its name after it
+    (these elements do not nest); an opening tag never closed is left as text (and later removed as
+    a tag). One pass over the tags, a cursor per name into its closing tags: linear."""
     tags = list(tag_pattern.finditer(text))
-    # The first closing tag of each name at or after each tag: one backward pass.
-    next_close: list[dict[str, int]] = [{}] * (len(tags) + 1)
-    for i in range(len(tags) - 1, -1, -1):
-        next_close[i] = next_close[i + 1]
-        if tags[i].group(2):
-            next_close[i] = {**next_close[i + 1], tags[i].group(2).lower(): i}
-    for i, tag in enumerate(tags):
+    closes: dict[str, list[re.Match]] = {}
+    for tag in tags:
+        if tag.group(2):
+            closes.setdefault(tag.group(2).lower(), []).append(tag)
+    cursor = dict.fromkeys(closes, 0)
+    spans, end = [], 0
+    for tag in tags:
         if not tag.group(1) or tag.start() < end:
             continue
-        close = next_close[i + 1].get(tag.group(1).lower())
-        if close is None:
-            continue
-        end = tags[close].end()
-        spans.append((tag.start(), end))
+        name = tag.group(1).lower()
+        candidates, k = closes.get(name, []), cursor.get(name, 0)
+        while k < len(candidates) and candidates[k].start() < tag.end():
+            k += 1
+        cursor[name] = k
+        if k < len(candidates):
+            end = candidates[k].end()
+            spans.append((tag.start(), end))
     return _replace_pairs(text, spans, lambda _: "")
 
 
