@@ -22,6 +22,7 @@ import bz2
 import dataclasses
 import gzip
 import os
+import re
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Callable, Iterator
@@ -31,6 +32,9 @@ from data_prep import readers, wikitext
 from data_prep.sentences import split_sentences
 
 _READ = 1 << 20  # compressed bytes read at a time
+_MULTISTREAM_PART = re.compile(
+    r"(?P<stem>.*-multistream)(?P<part>\d+)\.xml(?P<pages>-p\d+p\d+)\.bz2"
+)
 _REDIRECT = "#redirect"
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
 _DEFAULT_NAMESPACES = dict(
@@ -53,7 +57,13 @@ class Page:
 
 
 def index_path(dump_path: str) -> str | None:
-    """Where the multistream index of a dump lies, by the dumps' naming; None for no .xml.bz2."""
+    """Where the multistream index of a dump lies, by the dumps' naming; None for no .xml.bz2.
+    Whole dumps: X.xml.bz2 -> X-index.txt.bz2; the parts big wikis are also published in:
+    enwiki-D-pages-articles-multistream3.xml-p151574p311329.bz2 ->
+    enwiki-D-pages-articles-multistream-index3.txt-p151574p311329.bz2."""
+    part = _MULTISTREAM_PART.fullmatch(dump_path)
+    if part:
+        return f"{part['stem']}-index{part['part']}.txt{part['pages']}.bz2"
     if not dump_path.endswith(".xml.bz2"):
         return None
     return dump_path[: -len(".xml.bz2")] + "-index.txt.bz2"

@@ -61,6 +61,12 @@ def test_units_at_stream_offsets_give_the_sequential_read(generated):
         assert planned[-1].stop == os.path.getsize(path)
     assert len(_read_units(path, 1)[2]) == len(offsets) + 1 > 10  # one unit per stream
     assert len(_read_units(path, 1 << 30)[2]) == 1
+    # The parts big wikis are published in, each with its own index, named as Wikimedia names them.
+    part = d / "enwiki-20231101-pages-articles-multistream3.xml-p151574p311329.bz2"
+    os.link(path, part)
+    os.link(index, d / "enwiki-20231101-pages-articles-multistream-index3.txt-p151574p311329.bz2")
+    docs, stats, planned = _read_units(part, 1)
+    assert docs == whole and len(planned) == len(offsets) + 1
 
 
 @pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2", "no-index.xml.bz2"])
