@@ -220,7 +220,7 @@ def _namespace_from_title(title: str, namespaces: dict[str, str]) -> str:
 def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Page]:
     """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>."""
     parser = ET.XMLPullParser(events=("start", "end"))
-    root, namespaces = None, {}
+    root, namespaces, page, revision = None, {}, None, None
     if inside_root:
         parser.feed(b"<mediawiki>")
     try:
@@ -229,16 +229,24 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
             for event, element in parser.read_events():
                 if root is None:
                     root = element
-                elif event != "end":
-                    continue
+                elif event == "start":
+                    if _local(element.tag) == "page":
+                        page, revision = element, None
+                elif _local(element.tag) == "revision" and page is not None:
+                    # Full-history dumps: only the latest revision is kept, so memory holds one
+                    # revision, not a page's whole history.
+                    if revision is not None:
+                        page.remove(revision)
+                    revision = element
                 elif _local(element.tag) == "siteinfo":
                     namespaces = _namespaces(element)
                 elif _local(element.tag) == "page":
-                    page = _page(element)
-                    if page.namespace is None:
-                        namespace = _namespace_from_title(page.title, namespaces)
-                        page = dataclasses.replace(page, namespace=namespace)
-                    yield page
+                    found = _page(element)
+                    if found.namespace is None:
+                        namespace = _namespace_from_title(found.title, namespaces)
+                        found = dataclasses.replace(found, namespace=namespace)
+                    page = revision = None
+                    yield found
             if root is not None:
                 root.clear()  # finished pages are yielded: the tree keeps none of them
     except ET.ParseError as e:
