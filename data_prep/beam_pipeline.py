@@ -20,6 +20,7 @@ Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
 """
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -138,7 +139,7 @@ def _plan(summaries: list, spec: job.JobSpec) -> dict:
         counts = [s[split][0] for s in summaries]
         shards[split] = job.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
         if split == "train" and not shards[split]:
-            raise ValueError("the input gave no training instances; check --input and --text_field")
+            raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
         for shard, pieces in enumerate(shards[split]):
             for rank, (unit, first, end) in enumerate(pieces):
                 by_unit.setdefault(unit, []).append(
@@ -237,6 +238,9 @@ def run(
     if "://" not in output_dir:
         output.prepare_output_dir(output_dir)
     stats = {unit.path: _stat(unit.path) for unit in planned if unit.kind != "tfds"}
+    # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
+    # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     options = PipelineOptions(list(pipeline_args))
     runner = options.get_all_options().get("runner") or "DirectRunner"
     with beam.Pipeline(options=options) as p:

@@ -344,6 +344,18 @@ def input_bytes(planned: list[units_lib.Unit]) -> int:
     return sum(unit.size for unit in planned if unit.kind != "tfds")
 
 
+def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> ValueError:
+    """The error of a job whose input gave no training instances, with what the reads saw."""
+    documents = sum(r.documents for r in read)
+    bad_json = sum(r.bad_json_lines for r in read)
+    seen = f"{documents} documents read from --input={','.join(spec.inputs)}"
+    if bad_json:
+        seen += f"; {bad_json} JSON lines were not objects with a string field {spec.text_field!r}"
+    return ValueError(
+        f"the input gave no training instances ({seen}); check --input and --text_field"
+    )
+
+
 @dataclasses.dataclass
 class UnitSummary:
     """What the manifest needs of one processed unit."""

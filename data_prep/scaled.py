@@ -265,19 +265,7 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress
                 ]
                 tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
         if not shards["train"]:
-            bad_json = sum(m["read"].get("bad_json_lines", 0) for m in markers)
-            raise ValueError(
-                "the input gave no training instances "
-                f"({sum(m['read']['documents'] for m in markers)}"
-                f" documents read from --input={','.join(spec.inputs)}"
-                + (
-                    f"; {bad_json} JSON lines were not objects with a string field "
-                    f"{spec.text_field!r}"
-                    if bad_json
-                    else ""
-                )
-                + "); check --input and --text_field"
-            )
+            raise job.no_instances_error(spec, [readers.ReadStats(**m["read"]) for m in markers])
         shard_bar = tqdm.tqdm(
             total=sum(map(len, shards.values())), desc="shards", disable=not progress
         )

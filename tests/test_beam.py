@@ -2,6 +2,9 @@
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -103,3 +106,27 @@ def test_beam_errors_are_clear_before_the_pipeline_starts(tmp_path, testdata, vo
         beam_pipeline.run(
             job.JobSpec(inputs=(str(tmp_path / "*.txt"),)), vocab_file, True, str(tmp_path / "out")
         )
+
+
+def test_an_input_with_no_instances_is_one_error_line(tmp_path, vocab_file):
+    """The error is raised inside the pipeline: main prints it as one `error:` line, with what the
+    reads saw, and the in-process runner logs no traceback of it first."""
+    (tmp_path / "k.jsonl").write_text('{"body": "the text is under another name."}\n' * 3)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.main",
+            "--mode=beam",
+            f"--input={tmp_path}/k.jsonl",
+            f"--vocab_file={vocab_file}",
+            f"--output_dir={tmp_path}/out",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stderr.splitlines() if not re.match(r"[IW]\d{4} ", line)]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: the input gave no training instances (0 documents")
+    assert "3 JSON lines were not objects with a string field 'text'" in lines[0]
