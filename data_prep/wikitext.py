@@ -85,8 +85,22 @@ _INTERLANGUAGE = re.compile(r"^\s*(?:[a-z]{2,3}(?:-[a-z]{2,8})*|simple)\s*:")
 # Templates rendered as their text: name -> index of the parameter that is the text.
 _INLINE_TEMPLATES = {"lang": 2, "nowrap": 1, "nobr": 1, "small": 1}
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
+# Disambiguation templates: English names holding "disambig" ({{Disambiguation}}, {{Hospital
+# disambiguation}}, ...), their short forms, and the main template of other large Wikipedias (de,
+# fr, it, es, pt, ru, zh, ja, pl, sv). Exact names there: their hatnotes on ordinary articles
+# share the stem ({{Begriffsklärungshinweis}}, {{Voir homonymes}}).
 _DISAMBIGUATION_NAMES = frozenset(
-    {"dab", "disamb", "hndis", "geodis", "numberdis", "set index article", "sia"}
+    {
+        "dab", "disamb", "hndis", "geodis", "numberdis", "set index article", "sia",
+        "begriffsklärung", "homonymie", "disambigua", "desambiguación", "desambiguação",
+        "неоднозначность", "消歧义", "消歧義", "aimai", "曖昧さ回避", "ujednoznacznienie",
+        "förgrening",
+    }
+)  # fmt: skip
+# Templates with "disambig" in the name that are put on ordinary articles: cleanup tags asking
+# for a link to be disambiguated.
+_NOT_DISAMBIGUATION = frozenset(
+    {"disambiguation needed", "disambiguate", "disambiguation needed span"}
 )
 
 
@@ -96,7 +110,9 @@ def is_disambiguation(title: str, text: str) -> bool:
         return True
     for match in _TEMPLATE_NAME.finditer(text):
         name = match.group(1).strip().lower()
-        if "disambig" in name or name in _DISAMBIGUATION_NAMES:
+        if name in _DISAMBIGUATION_NAMES or (
+            "disambig" in name and name not in _NOT_DISAMBIGUATION
+        ):
             return True
     return False
 

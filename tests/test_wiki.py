@@ -196,6 +196,25 @@ def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
     assert article(text="Mercury may be:\n* a planet\n{{Disambiguation|geo}}") == []
     assert article(text="Springfield is:\n{{geodis}}") == []
     assert article(text="{{Infobox}}\n* only a list") == []
+    for template in (
+        "{{Hospital disambiguation}}",
+        "{{Begriffsklärung}}",
+        "{{Homonymie}}",
+        "{{Неоднозначность}}",
+        "{{aimai}}",
+        "{{消歧义}}",
+        "{{ Dab |x}}",
+    ):
+        assert article(text=f"Mercury may be a planet.\n{template}") == [], template
+    # Articles carry cleanup tags and hatnotes that share the stem: they stay articles.
+    for template in (
+        "{{Disambiguation needed|date=May 2020}}",
+        "{{Begriffsklärungshinweis}}",
+        "{{Voir homonymes|Mercure}}",
+        "{{Other uses}}",
+    ):
+        text = f"Mercury is a planet.{template} It is small."
+        assert article(text=text) == ["Mercury is a planet.", "It is small."], template
 
 
 def test_exports_without_ns_take_the_namespace_from_the_title(tmp_path):
