@@ -57,12 +57,29 @@ _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
 _LINK_TOKEN = re.compile(r"\[\[|\]\]")
+# Namespaces whose links are not text: files and categories, by their English names and those of
+# large Wikipedias (a dump in another language links [[Datei:...]], [[Kategorie:...]]).
+_FILE_AND_CATEGORY_NAMES = "|".join(
+    map(
+        re.escape,
+        (
+            "file image media category datei bild kategorie fichier catégorie archivo imagen "
+            "categoría ficheiro arquivo imagem categoria immagine файл изображение категория "
+            "文件 檔案 图像 圖像 分类 分類 ファイル 画像 カテゴリ plik grafika kategoria bestand "
+            "afbeelding categorie fil kategori tiedosto kuva luokka soubor obrázek dosya resim "
+            "ملف صورة تصنيف 파일 그림 분류 קובץ תמונה קטגוריה berkas gambar चित्र श्रेणी hình"
+        ).split()
+        + ["tập tin", "thể loại"],
+    )
+)
 # Links without nested brackets, the vast majority, by substitution; the rest by a scan.
 _NOT_TEXT_LINK = re.compile(
-    r"\[\[\s*(?:(?i:file|image|media|category)\s*:|(?:[a-z]{2,3}(?:-[a-z]{2,8})*|simple)\s*:)"
+    rf"\[\[\s*(?:(?i:{_FILE_AND_CATEGORY_NAMES})\s*:|(?:[a-z]{{2,3}}(?:-[a-z]{{2,8}})*|simple)\s*:)"
     r"[^\[\]]*\]\]"
 )
-_PIPED_LINK = re.compile(r"\[\[[^\[\]|]*\|([^\[\]]*)\]\]")
+# One "|" only: a link with more is a file link of a namespace not listed ([[Fitxer:a.jpg|thumb|
+# a caption]]), dropped by _render_link.
+_PIPED_LINK = re.compile(r"\[\[[^\[\]|]*\|([^\[\]|]*)\]\]")
 _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
 # The URL, then a label after whitespace that ends at the line's end as in MediaWiki; neither
 # crosses a bracket (MediaWiki's label may hold a "[": rare, and quadratic to allow), and the
@@ -80,7 +97,7 @@ _EMPTY_BRACKETS = re.compile(r"\(\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # Namespaces whose links are not text: files and categories; an interlanguage link's prefix is a
 # language code ("de", "zh-min-nan", "simple"). A leading ":" makes such a link an ordinary one.
-_FILE_OR_CATEGORY = re.compile(r"^\s*(?:file|image|media|category)\s*:", re.I)
+_FILE_OR_CATEGORY = re.compile(rf"^\s*(?:{_FILE_AND_CATEGORY_NAMES})\s*:", re.I)
 _INTERLANGUAGE = re.compile(r"^\s*(?:[a-z]{2,3}(?:-[a-z]{2,8})*|simple)\s*:")
 # Templates rendered as their text: name -> index of the parameter that is the text.
 _INLINE_TEMPLATES = {"lang": 2, "nowrap": 1, "nobr": 1, "small": 1}
@@ -219,6 +236,8 @@ def _render_link(source: str) -> str:
     if not target.startswith(":") and (
         _FILE_OR_CATEGORY.match(target) or _INTERLANGUAGE.match(target)
     ):
+        return ""
+    if "|" in label:  # parameters and a caption: a file link of a namespace not listed
         return ""
     text = label if bar else target.lstrip(":")
     if "[[" in text:  # a link inside a link's label

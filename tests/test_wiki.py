@@ -145,6 +145,21 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
         ("A <ref>x<math>y</math>z</ref> b. <gallery>q<ref>r</ref></gallery>", ["A b."]),
         ("Intro.\n==Sub=\nBody.\n= Top =\nMore.", ["Intro.", "Body.", "More."]),
         ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
+        # Other languages' file and category namespaces; a file link of a namespace not listed
+        # (Catalan "Fitxer") is known by its parameters.
+        (
+            "[[Datei:Berlin.jpg|mini|Das [[Rathaus]].]]Berlin ist [[Hauptstadt|die Hauptstadt]]."
+            "\n[[Kategorie:Stadt]]\n[[Категория:Города]][[Fichier:a.png|vignette|x]]",
+            ["Berlin ist die Hauptstadt."],
+        ),
+        (
+            "[[Fitxer:A.jpg|miniatura|Un [[gat]].]]Text [[Fitxer:B.jpg|esquerra|200px]] aquí.",
+            ["Text aquí."],
+        ),
+        (
+            "[[文件:A.png|缩略图|说明]]北京是[[中华人民共和国|中国]]的首都。[[分类:城市]]",
+            ["北京是中国的首都。"],
+        ),
     ],
 )
 def test_wikitext_constructs(source, expected):
