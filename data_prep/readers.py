@@ -117,9 +117,27 @@ def parse_input(
         if not paths:
             raise InputError(f"--input pattern {spec!r} matches no file")
         sources.extend(source_of(path, open_binary, document_per_file) for path in paths)
+    sources = _without_dump_indexes(sources)
     if not sources:
         raise InputError("no input given: pass --input=FILE[,GLOB,tfds:NAME:SPLIT]")
     return sources
+
+
+def _without_dump_indexes(sources: list[Source]) -> list[Source]:
+    """A glob over a dump's directory ('enwiki/*.bz2') also names its multistream index: that one
+    is the dump's, found beside it by name, and is not read as a corpus. An index without its dump
+    among the inputs is an error."""
+    from data_prep import wiki  # here, not at the top: wiki imports this module
+
+    indexes_in_use = {wiki.index_path(s.path) for s in sources if s.kind == "wiki"}
+    for source in sources:
+        if source.kind == "index" and source.path not in indexes_in_use:
+            raise InputError(
+                f"input {source.path!r} is the index of a multistream Wikipedia dump, not a "
+                "corpus: pass the dump itself (...-pages-articles-multistream.xml.bz2); its index "
+                "is found beside it by name"
+            )
+    return [s for s in sources if s.kind != "index"]
 
 
 def open_text(f: BinaryIO, path: str) -> BinaryIO:

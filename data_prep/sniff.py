@@ -34,6 +34,8 @@ _UNREAD_FORMATS = (
     (b"7z\xbc\xaf\x27\x1c", "is a 7-Zip archive: extract it (7z x) and pass the files inside"),
     (b"PK\x03\x04", "is a zip archive: extract it (unzip) and pass the files inside"),
 )
+# A multistream dump's index: offset:page_id:title lines.
+_MULTISTREAM_INDEX_LINE = re.compile(rb"\d+:\d+:.+")
 # What may stand before an XML document's root element: the declaration, processing
 # instructions, comments, a DOCTYPE (with an internal subset), whitespace.
 _XML_PROLOG = re.compile(rb"\s*(?:<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)", re.S)
@@ -52,7 +54,7 @@ class NotText(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Content:
-    kind: str  # "text" | "wiki" | "parquet"
+    kind: str  # "text" | "wiki" | "parquet" | "index" (a multistream dump's index)
     compression: str = ""  # "" | "gzip" | "bz2"
 
 
@@ -135,8 +137,12 @@ def sniff(f: BinaryIO) -> Content:
         return Content("parquet")
     if head.startswith(BZ2_MAGIC):
         f.seek(0)
-        if _is_mediawiki(_bunzip_head(f)):
+        unzipped = _bunzip_head(f)
+        if _is_mediawiki(unzipped):
             return Content("wiki", "bz2")
+        lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
+        if lines and all(_MULTISTREAM_INDEX_LINE.fullmatch(line) for line in lines):
+            return Content("index", "bz2")
         raise NotText(
             "is bz2-compressed but not a MediaWiki XML dump: decompress it (bunzip2) or "
             "recompress it with gzip"

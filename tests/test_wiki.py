@@ -70,6 +70,22 @@ def test_units_at_stream_offsets_give_the_sequential_read(generated):
     assert docs == whole and len(planned) == len(offsets) + 1
 
 
+def test_a_glob_over_the_dump_directory_leaves_the_index_to_its_dump(generated, tmp_path):
+    """'enwiki/*.bz2' names the dump and its index: the index is the dump's (found by name), not a
+    corpus; an index given without its dump is an error that says to pass the dump."""
+    _, pages, expected = generated
+    path = tmp_path / "enwiki-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    sources = readers.parse_input([str(tmp_path / "*.bz2")])
+    assert [(s.kind, s.path) for s in sources] == [("wiki", str(path))]
+    assert _read_units(tmp_path / "*.bz2", 3000)[0] == list(expected.values())
+    with pytest.raises(readers.InputError, match=r"index of a multistream Wikipedia dump.*pass"):
+        readers.parse_input([index])
+    (tmp_path / "notes.txt.bz2").write_bytes(bz2.compress(b"10:30:45 it began.\nIt ended.\n"))
+    with pytest.raises(readers.InputError, match=r"notes.txt.bz2.*not a MediaWiki XML dump"):
+        readers.parse_input([str(tmp_path / "notes.txt.bz2")])
+
+
 @pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2", "no-index.xml.bz2"])
 def test_other_layouts_are_one_sequential_unit(generated, layout):
     d, pages, expected = generated
