@@ -88,7 +88,7 @@ def source_of(path: str, open_binary=open_local, document_per_file: bool = False
     except sniff.NotText as e:
         raise InputError(f"input {path!r} {e}") from None
     kind = content.kind
-    if kind == "text":
+    if kind == "text":  # JSON lines by content (sniff) or by name (a first line that is not JSON)
         kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
     return Source(kind, path, compression=content.compression)
 

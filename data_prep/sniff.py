@@ -3,14 +3,15 @@
 Names lie (a dump saved as .txt, a Parquet file without a suffix, a .gz that is not gzip), and a
 binary file read as text gives records of garbage and a zero exit. So every local or remote file is
 sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki, after
-any XML prolog), or UTF-8 text. Other XML, and xz, zstd, 7-Zip and zip files, are refused by name.
-A UTF-16/32 byte-order mark, NUL bytes, mostly undecodable bytes or mostly lines with undecodable
-bytes (Latin-1 prose) are an InputError naming the file; a UTF-8 byte-order mark is allowed (and
-skipped by the text readers).
+any XML prolog), or UTF-8 text (JSON lines when its first lines are JSON objects). Other XML, and
+xz, zstd, 7-Zip and zip files, are refused by name. A UTF-16/32 byte-order mark, NUL bytes, mostly
+undecodable bytes or mostly lines with undecodable bytes (Latin-1 prose) are an InputError naming
+the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
 """
 
 import bz2
 import dataclasses
+import json
 import re
 import zlib
 from typing import BinaryIO
@@ -54,7 +55,7 @@ class NotText(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Content:
-    kind: str  # "text" | "wiki" | "parquet" | "index" (a multistream dump's index)
+    kind: str  # "text" | "jsonl" | "wiki" | "parquet" | "index" (a multistream dump's index)
     compression: str = ""  # "" | "gzip" | "bz2"
 
 
@@ -164,4 +165,15 @@ def sniff(f: BinaryIO) -> Content:
         if head.startswith(magic):
             raise NotText(said)
     check_text(head)
-    return Content("text", compression)
+    return Content("jsonl" if _is_json_lines(head) else "text", compression)
+
+
+def _is_json_lines(head: bytes) -> bool:
+    """JSON lines, whatever the file's name: its first whole lines (up to 5) are JSON objects."""
+    lines = [line for line in head.split(b"\n")[:-1] if line.strip()][:5]
+    if not lines or not all(line.lstrip().startswith(b"{") for line in lines):
+        return False
+    try:
+        return all(isinstance(json.loads(line), dict) for line in lines)
+    except ValueError:
+        return False

@@ -196,6 +196,17 @@ def test_names_lie_content_decides(tmp_path):
     (tmp_path / "junk.gz").write_bytes(b"\x1f\x8b\x08\x00garbage that is no deflate stream")
     with pytest.raises(readers.InputError, match=r"junk.gz.*not valid gzip"):
         readers.parse_input([str(tmp_path / "junk.gz")])
+    # JSON lines are JSON lines under any name (a .txt, a .gz); braces that are not JSON are text.
+    lines = b'{"text": "A doc. Two."}\n{"id": 2, "text": "B doc."}\n'
+    (tmp_path / "jsonl.txt").write_bytes(lines)
+    (tmp_path / "jsonl_gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "braces.txt").write_bytes(b"{not json} at all.\n{x: 1} either.\n")
+    sources = readers.parse_input(
+        [str(tmp_path / n) for n in ("jsonl.txt", "jsonl_gz", "braces.txt")]
+    )
+    assert [s.kind for s in sources] == ["jsonl", "jsonl", "text"]
+    docs, _ = _docs([str(tmp_path / "jsonl.txt"), str(tmp_path / "jsonl_gz")])
+    assert docs == [["A doc.", "Two."], ["B doc."]] * 2
     (tmp_path / "text.bz2").write_bytes(bz2.compress(b"Some text, not a dump.\n"))
     with pytest.raises(readers.InputError, match=r"text.bz2.*not a MediaWiki XML dump"):
         readers.parse_input([str(tmp_path / "text.bz2")])
