@@ -21,6 +21,7 @@ _BZ2_READ_LIMIT = 1 << 21  # a bz2 block is at most 900 kB of text: its first ~2
 _MAX_BAD_FRACTION = 0.25  # of sniffed characters undecodable: more is not UTF-8 text (Latin-1
 # prose has a few percent: read, those bytes dropped and counted; Cyrillic in cp1251 has most)
 _MIN_BAD = 16  # and at least this many: a few stray bytes in a tiny file are not an encoding
+_MAX_STRAY_NULS = 2  # NUL bytes a UTF-8 text may hold (and at most 1 in 1000 bytes)
 _MIN_BAD_LINES = 8  # lines with undecodable bytes that, being most lines, mean another encoding
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -89,7 +90,11 @@ def check_text(head: bytes) -> None:
                 f"is {name} text (byte-order mark {bom.hex()}): convert it to UTF-8, e.g. "
                 f"iconv -f {name} -t UTF-8"
             )
-    if b"\x00" in head:
+    nuls = head.count(b"\x00")
+    # UTF-16/32 without a mark has a NUL for every ASCII character (newlines, spaces), binary data
+    # has them throughout; a stray U+0000 in UTF-8 text is read, and dropped by the tokenizers as
+    # by the original's _clean_text.
+    if nuls > _MAX_STRAY_NULS and nuls * 1000 > len(head):
         raise NotText(
             "holds NUL bytes (binary data, or UTF-16/32 text without a byte-order mark): "
             "pass UTF-8 text"

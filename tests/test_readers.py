@@ -154,6 +154,21 @@ def test_utf16_and_utf32_text_is_refused_naming_the_file(tmp_path, encoding, sai
     assert str(path) in str(error.value)
 
 
+def test_a_stray_nul_in_utf8_text_is_read_as_the_original_reads_it(tmp_path, vocab_file):
+    """U+0000 is a code point like any other to the original generator (its _clean_text drops it):
+    a UTF-8 file holding one or two is read, where UTF-16 (a NUL per ASCII character) is refused."""
+    from bert_jax import tokenization
+
+    (tmp_path / "nul.txt").write_bytes(b"A NUL\x00here.\nNext one.\n\nSecond doc.\n")
+    docs, _ = _docs([str(tmp_path / "nul.txt")])
+    assert docs == [["A NUL\x00here.", "Next one."], ["Second doc."]]
+    tok = tokenization.make_tokenizer(vocab_file, True)
+    assert tok.tokenize(docs[0][0]) == tok.tokenize("A NULhere.")
+    (tmp_path / "many.txt").write_bytes(b"text\x00" * 100)
+    with pytest.raises(readers.InputError, match=r"many.txt.*NUL bytes"):
+        readers.parse_input([str(tmp_path / "many.txt")])
+
+
 def test_mostly_undecodable_bytes_are_refused_a_few_are_repaired(tmp_path):
     cyrillic = "Привет, мир. Это текст в другой кодировке.\n" * 20
     (tmp_path / "cp1251.txt").write_bytes(cyrillic.encode("cp1251"))
