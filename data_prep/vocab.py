@@ -2,14 +2,21 @@ r"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt) or SentenceP
 
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/sp --model_type=sentencepiece
+  python -m data_prep.vocab --input=enwiki-latest-pages-articles-multistream.xml.bz2 ...
+
+The corpus is read as data_prep.main reads it (every --input kind: BERT-format text, JSONL, a
+Wikipedia dump, Parquet, tfds:NAME), and the trainers see its sentences: the prose the records
+will hold, not markup or JSON.
 
 WordPiece training uses Hugging Face `tokenizers` with BERT's normalisation; SentencePiece training
 uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols, so either result works
 as --vocab_file of data_prep.main.
 """
 
+import itertools
 import os
 import re
+from collections.abc import Iterable, Iterator
 
 from absl import flags
 
@@ -17,7 +24,12 @@ from bert_jax import cli, tokenization
 from data_prep import readers
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("input", None, "Text files or globs (BERT format or any plain text).")
+flags.DEFINE_list(
+    "input",
+    None,
+    "Inputs as data_prep.main takes them: text, JSONL, Wikipedia dumps, Parquet, tfds:NAME.",
+)
+flags.DEFINE_string("text_field", "text", "Text field of JSONL records, Parquet columns and TFDS.")
 flags.DEFINE_string("output", None, "vocab.txt path (wordpiece) or model prefix (sentencepiece).")
 flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Kind of vocabulary.")
 flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
@@ -32,23 +44,24 @@ SPECIAL = [
 ]
 
 
-def _has_text(files: list[str]) -> bool:
-    """Whether any file holds a line that is not blank (stops at the first one)."""
-    for path in files:
-        for line in readers.read_lines(path, readers.ReadStats()):
-            if line.strip():
-                return True
-    return False
+def corpus_sentences(inputs: list[str], text_field: str = "text") -> Iterator[str]:
+    """Every sentence of the inputs (files, globs, tfds:NAME), whatever their kind."""
+    stats = readers.ReadStats()
+    for source in readers.parse_input(inputs):
+        for document in readers.documents(source, stats, text_field):
+            yield from document
 
 
 def train_wordpiece(
-    files: list[str], output_path: str, vocab_size: int, do_lower_case: bool
+    sentences: Iterable[str], output_path: str, vocab_size: int, do_lower_case: bool
 ) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, then learnt pieces."""
     import tokenizers
 
     tok = tokenizers.BertWordPieceTokenizer(lowercase=do_lower_case, strip_accents=do_lower_case)
-    tok.train(files, vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False)
+    tok.train_from_iterator(
+        sentences, vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False
+    )
     vocab = tok.get_vocab()  # piece -> id, ids dense from 0
     if len(vocab) > vocab_size:  # the alphabet alone did not fit: the trainer kept it anyway
         raise cli.UserError(
@@ -70,7 +83,7 @@ def train_wordpiece(
 
 
 def train_sentencepiece(
-    files: list[str], output_prefix: str, vocab_size: int, do_lower_case: bool
+    sentences: Iterable[str], output_prefix: str, vocab_size: int, do_lower_case: bool
 ) -> str:
     """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]."""
     import sentencepiece as spm
@@ -78,7 +91,7 @@ def train_sentencepiece(
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
     try:
         spm.SentencePieceTrainer.train(
-            input=files,
+            sentence_iterator=iter(sentences),
             model_prefix=output_prefix,
             vocab_size=vocab_size,
             model_type="unigram",
@@ -112,18 +125,18 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
-    files = [s.path for s in readers.parse_input(FLAGS.input) if s.kind == "text"]
-    if not files:
+    readers.parse_input(FLAGS.input)  # a missing or unreadable input fails here, not mid-training
+    sentences = corpus_sentences(FLAGS.input, FLAGS.text_field)
+    first = next(sentences, None)
+    if first is None:
         raise readers.InputError(
-            f"--input={','.join(FLAGS.input)}: vocabulary training reads plain text files only"
-        )
-    if not _has_text(files):
-        raise readers.InputError(
-            f"--input={','.join(FLAGS.input)} holds no text ({len(files)} file(s), all empty "
-            "or blank); pass the corpus the vocabulary is for"
+            f"--input={','.join(FLAGS.input)} holds no text (empty or blank files, or no "
+            "documents in the --text_field); pass the corpus the vocabulary is for"
         )
     train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
-    path = train(files, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
+    path = train(
+        itertools.chain([first], sentences), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
+    )
     tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     return 0

@@ -107,7 +107,10 @@ def test_sentencepiece_tokenizer(tmp_path, testdata):
     from data_prep import vocab
 
     model = vocab.train_sentencepiece(
-        [str(testdata / "pydocs_small.txt")], str(tmp_path / "sp"), 1000, True
+        vocab.corpus_sentences([str(testdata / "pydocs_small.txt")]),
+        str(tmp_path / "sp"),
+        1000,
+        True,
     )
     sp = tokenization.make_tokenizer(model, do_lower_case=True)
     assert isinstance(sp, tokenization.SentencePieceTokenizer)

@@ -25,7 +25,9 @@ def models(testdata, tmp_path_factory):
     work = tmp_path_factory.mktemp("sp")
     corpus = [str(testdata / "pydocs_small.txt"), str(testdata / "odd_unicode.txt")]
     return {
-        lower: vocab.train_sentencepiece(corpus, str(work / f"lower{lower}"), 800, lower)
+        lower: vocab.train_sentencepiece(
+            vocab.corpus_sentences(corpus), str(work / f"lower{lower}"), 800, lower
+        )
         for lower in (True, False)
     }
 
