@@ -25,20 +25,12 @@ def _open(path: str, f: BinaryIO):
         raise readers.InputError(f"input {path!r} is not a readable Parquet file ({e})") from None
 
 
-def _check_text_column(path: str, parquet, text_field: str) -> None:
-    """The text field must be a column of strings (or UTF-8 bytes, or a dictionary of either):
-    a number or list column would otherwise read as no documents at all."""
+def _is_text(kind) -> bool:
+    """Strings, or UTF-8 bytes, or a dictionary of either."""
     import pyarrow as pa
 
-    schema = parquet.schema_arrow
-    if text_field not in schema.names:
-        raise readers.InputError(
-            f"Parquet file {path!r} has no column {text_field!r}; columns: {schema.names}; "
-            "set --text_field"
-        )
-    kind = schema.field(text_field).type
     value = kind.value_type if pa.types.is_dictionary(kind) else kind
-    textual = (
+    return (
         pa.types.is_string(value)
         or pa.types.is_large_string(value)
         or pa.types.is_binary(value)
@@ -46,10 +38,20 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
         or getattr(pa.types, "is_string_view", lambda _: False)(value)
         or getattr(pa.types, "is_binary_view", lambda _: False)(value)
     )
-    if not textual:
-        text_columns = [
-            f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-        ]
+
+
+def _check_text_column(path: str, parquet, text_field: str) -> None:
+    """The text field must be a text column: a number or list column would otherwise read as no
+    documents at all."""
+    schema = parquet.schema_arrow
+    if text_field not in schema.names:
+        raise readers.InputError(
+            f"Parquet file {path!r} has no column {text_field!r}; columns: {schema.names}; "
+            "set --text_field"
+        )
+    kind = schema.field(text_field).type
+    if not _is_text(kind):
+        text_columns = [f.name for f in schema if _is_text(f.type)]
         raise readers.InputError(
             f"Parquet file {path!r}: column {text_field!r} holds {kind}, not text; "
             f"text columns: {text_columns}; set --text_field"
@@ -86,12 +88,12 @@ def documents(
     stats: readers.ReadStats,
     open_binary: Callable[[str], BinaryIO] = readers.open_local,
 ) -> Iterator[list[str]]:
-    """The documents of row groups [start, stop): each row's text split into sentences."""
+    """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
+    checked): each row's text split into sentences."""
     import pyarrow
 
     with open_binary(path) as f:
         parquet = _open(path, f)
-        _check_text_column(path, parquet, text_field)
         if start >= stop:
             return
         try:
@@ -114,5 +116,7 @@ def file_documents(path: str, text_field: str, stats: readers.ReadStats) -> Iter
     """Every document of a local Parquet file."""
     stats.files += 1
     with open(path, "rb") as f:
-        groups = _open(path, f).metadata.num_row_groups
+        parquet = _open(path, f)
+        _check_text_column(path, parquet, text_field)
+        groups = parquet.metadata.num_row_groups
     yield from documents(path, 0, groups, text_field, stats)

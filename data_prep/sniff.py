@@ -122,9 +122,9 @@ def check_text(head: bytes) -> None:
 
 def _root(head: bytes) -> bytes | None:
     """The start of an XML document's root element ("<mediawiki ..."), None if not XML."""
-    start = head.lstrip(UTF8_BOM)
-    if not start.lstrip().startswith(b"<?xml"):
-        return start.lstrip() if start.lstrip().startswith(b"<mediawiki") else None
+    start = head.lstrip(UTF8_BOM).lstrip()
+    if not start.startswith(b"<?xml"):
+        return start if start.startswith(b"<mediawiki") else None
     position = 0
     while match := _XML_PROLOG.match(start, position):
         position = match.end()
@@ -156,9 +156,9 @@ def sniff(f: BinaryIO) -> Content:
     compression = ""
     if head.startswith(GZIP_MAGIC):
         head, compression = _gunzip_head(head), "gzip"
-    if _is_mediawiki(head):
-        return Content("wiki", compression)
     root = _root(head)
+    if root is not None and root.startswith(b"<mediawiki"):
+        return Content("wiki", compression)
     if root is not None:
         element = re.match(rb"<([^\s/>]{1,40})", root)
         name = element.group(1).decode("utf-8", "replace") if element else "?"

@@ -125,9 +125,8 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
-    readers.parse_input(FLAGS.input)  # a missing or unreadable input fails here, not mid-training
     sentences = corpus_sentences(FLAGS.input, FLAGS.text_field)
-    first = next(sentences, None)
+    first = next(sentences, None)  # parses every input: a missing or unreadable one fails here
     if first is None:
         raise readers.InputError(
             f"--input={','.join(FLAGS.input)} holds no text (empty or blank files, or no "
