@@ -104,3 +104,26 @@ def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch):
     text = storage.unavailable_message(info.value)
     assert text and "rerun the same command" in text
     assert storage.unavailable_message(ValueError("x")) is None
+
+
+def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
+    """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
+    import flaky_proxy
+
+    proxy = flaky_proxy.FlakyProxy(gcs.url)
+    monkeypatch.setattr(storage, "_configured", False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    try:
+        fs = storage._fs(bucket)
+        fs.__class__.clear_instance_cache()
+        path = storage.join(bucket, "through-proxy.bin")
+        data = os.urandom(1 << 20)
+        proxy.fail_next(3)
+        storage.write_bytes(path, data)
+        proxy.stall_next(1, seconds=1.0)
+        proxy.fail_next(2)
+        assert storage.read_bytes(path) == data
+        assert proxy.injected == 6
+    finally:
+        proxy.close()
+        storage._fs(bucket).__class__.clear_instance_cache()
