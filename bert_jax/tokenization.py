@@ -132,6 +132,46 @@ def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     return text.translate(_SPACE_PUNCTUATION).split()
 
 
+def basic_tokenize_with_offsets(
+    text: str, do_lower_case: bool
+) -> list[tuple[str, list[tuple[int, int]]]]:
+    """basic_tokenize(text), each token with the [start, end) span in `text` of each of its
+    characters: how a span of tokens or word pieces maps back to the text as written (SQuAD's
+    answers).
+
+    The spans come from the same rules as the tokens, applied to one character at a time
+    (_CLEAN, lower-casing, NFD and dropping Mn): the tokens are then substrings of that
+    per-character text in order, since splitting on whitespace and punctuation only cuts it. Two
+    rules look beyond one character: str.lower's final sigma (matched as σ), and NFD's canonical
+    reordering of combining marks that are not dropped (a few Mc characters); a token the latter
+    changes is not found, and its characters span from where it starts to the end of `text`,
+    which callers give one word at a time.
+    """
+    norm, back = [], []
+    for j, ch in enumerate(text):
+        c = ch.translate(_CLEAN)
+        if do_lower_case:
+            c = c.lower()
+            if not c.isascii():
+                c = unicodedata.normalize("NFD", c).translate(_DROP_MN)
+        norm.append(c)
+        back.extend([j] * len(c))
+    flat, cursor, out = "".join(norm), 0, []
+    # str.lower's one context rule: a final capital sigma becomes ς, alone σ (same length).
+    unsigma = flat.replace("ς", "σ")
+    for token in basic_tokenize(text, do_lower_case):
+        k = flat.find(token, cursor)
+        if k < 0:
+            k = unsigma.find(token.replace("ς", "σ"), cursor)
+        if k < 0:
+            lo = back[cursor] if cursor < len(back) else len(text)
+            out.append((token, [(lo, len(text))] * len(token)))
+            continue
+        cursor = k + len(token)
+        out.append((token, [(back[i], back[i] + 1) for i in range(k, cursor)]))
+    return out
+
+
 class WordPieceTokenizer:
     """Text -> WordPiece tokens/ids, identical to google-research/bert's FullTokenizer."""
 

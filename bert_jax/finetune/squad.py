@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import re
-import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
@@ -106,29 +105,6 @@ def read_squad(path: str) -> list[QAExample]:
     return out
 
 
-def _normalized_chars(word: str, do_lower_case: bool) -> tuple[str, list[int]]:
-    """What BasicTokenizer turns `word` into, character by character, with each output
-    character's index in `word`."""
-    out, back = [], []
-    for j, ch in enumerate(word):
-        cp = ord(ch)
-        if (
-            cp == 0
-            or cp == 0xFFFD
-            or (unicodedata.category(ch).startswith("C") and ch not in "\t\n\r")
-        ):
-            continue
-        if do_lower_case:
-            ch = "".join(
-                c
-                for c in unicodedata.normalize("NFD", ch.lower())
-                if unicodedata.category(c) != "Mn"
-            )
-        out.append(ch)
-        back.extend([j] * len(ch))
-    return "".join(out), back
-
-
 def tokenize_context(tok, context: str) -> ContextPieces:
     """Context -> word pieces with character spans (the ids of tokenizing word by word)."""
     if not isinstance(tok, tokenization.WordPieceTokenizer):
@@ -137,32 +113,23 @@ def tokenize_context(tok, context: str) -> ContextPieces:
             "SentencePiece pieces are not supported)"
         )
     pieces = ContextPieces([], [], [])
-    for match in re.finditer(r"\S+", context):
-        word, w0 = match.group(), match.start()
-        norm, back = _normalized_chars(word, tok.do_lower_case)
-        cursor = 0
-        for basic in tokenization.basic_tokenize(word, tok.do_lower_case):
-            k = norm.find(basic, cursor)
+    # Words as run_squad.py cuts a paragraph (doc_tokens): at " \t\r\n" and U+202F only.
+    for match in re.finditer(r"[^ \t\r\n\u202f]+", context):
+        w0 = match.start()
+        for basic, spans in tokenization.basic_tokenize_with_offsets(
+            match.group(), tok.do_lower_case
+        ):
             ids = tok.encode(basic)
-            if k < 0:  # normalization that is not per character (rare): span the rest of the word
-                lo = back[cursor] if cursor < len(back) else 0
-                for i in ids:
-                    pieces.ids.append(i)
-                    pieces.starts.append(w0 + lo)
-                    pieces.ends.append(w0 + len(word))
-                continue
-            cursor = k + len(basic)
-            off = k
+            off = 0
             for i, piece in zip(ids, tok.convert_ids_to_tokens(ids)):
                 if piece == tokenization.UNK:  # the whole basic token
-                    lo, hi = k, k + len(basic)
+                    lo, hi = 0, len(basic)
                 else:
-                    text = piece[2:] if piece.startswith("##") else piece
-                    lo, hi = off, off + len(text)
+                    lo, hi = off, off + len(piece[2:] if piece.startswith("##") else piece)
                     off = hi
                 pieces.ids.append(i)
-                pieces.starts.append(w0 + back[lo])
-                pieces.ends.append(w0 + back[hi - 1] + 1)
+                pieces.starts.append(w0 + spans[lo][0])
+                pieces.ends.append(w0 + spans[hi - 1][1])
     return pieces
 
 
