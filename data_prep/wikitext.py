@@ -22,6 +22,14 @@ tests/test_wiki.py times every such page (a 10 s bound where linear takes well u
 
 import html
 import re
+from typing import NamedTuple
+
+from data_prep import templates
+from data_prep.sentences import split_sentences
+
+# Where inline math (or chemistry, hieroglyphs) was removed: a character XML 1.0 cannot hold, so
+# no page text has it. A sentence holding one has lost words and is dropped.
+HOLE = "\x01"
 
 # Sections that hold lists of links and citations, not prose: skipped up to the next heading of
 # the same or a higher level.
@@ -90,6 +98,8 @@ _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\[\]]*+(?:[^\S\n]++([^\[\]\n]*+))?\]", re.I)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
+# HTML elements that MediaWiki shows as blocks of their own: they end a paragraph.
+_BLOCK_TAG = re.compile(r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>", re.I)
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
 _SPACES = re.compile(r"\s+")
@@ -98,8 +108,11 @@ _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
 _BRACKET_TAIL = re.compile(r"(?<![\s,;:])[\s,;:]*[,;:]\s*\)")  # from a run's start only
 _EMPTY_BRACKETS = re.compile(r"\(\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
-# Templates rendered as their text: name -> index of the parameter that is the text.
-_INLINE_TEMPLATES = {"lang": 2, "nowrap": 1, "nobr": 1, "small": 1}
+# A list's items removed with their templates: "particularly ,,, and." or ", ." left.
+_EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
+_SENTENCE_END = re.compile(r"[.!?。！？…]")
+# Removed elements that stand inside a sentence: a HOLE is left where they were.
+_INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
 # Disambiguation templates: English names holding "disambig" ({{Disambiguation}}, {{Hospital
 # disambiguation}}, ...), their short forms, and the main template of other large Wikipedias (de,
@@ -169,7 +182,7 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
         if k < len(candidates):
             end = candidates[k].end()
             spans.append((tag.start(), end))
-    return _replace_pairs(text, spans, lambda _: "")
+    return _replace_pairs(text, spans, lambda e: HOLE if _INLINE_ELEMENT.match(e) else "")
 
 
 def _heading(line: str) -> tuple[int, str] | None:
@@ -213,19 +226,13 @@ def _replace_pairs(text: str, spans, render) -> str:
     return "".join(out)
 
 
-def _render_template(source: str) -> str:
-    """{{...}} -> "" except the few inline templates whose text belongs to the sentence."""
-    inner = source[2:-2]
-    if "{" in inner or "[" in inner:  # nested markup: an infobox or a citation, dropped whole
-        return ""
-    parts = inner.split("|")
-    name = parts[0].strip().lower()
-    if name == "convert" and len(parts) >= 3:
-        return f"{parts[1].strip()} {parts[2].strip()}"
-    index = _INLINE_TEMPLATES.get(name)
-    if index is not None and len(parts) > index and "=" not in parts[index]:
-        return parts[index]
-    return ""
+def expand_templates(text: str, depth: int = 0) -> str:
+    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest)."""
+    return _replace_pairs(
+        text,
+        _matched_pairs(text, _TEMPLATE_TOKEN, "{{"),
+        lambda source: templates.render(source, expand_templates, depth),
+    )
 
 
 def _render_link(source: str) -> str:
@@ -245,40 +252,107 @@ def _render_link(source: str) -> str:
     return text
 
 
+def _close(lines: list[str], out: list[str]) -> bool:
+    """The lines of one paragraph joined as MediaWiki joins them (a single newline is a space),
+    bold, italics, entities and the leftovers of removed templates cleaned, appended to `out`;
+    whether it ends in ":" (an introduction). No lines: nothing."""
+    if not lines:
+        return False
+    text = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", " ".join(lines)))
+    lines.clear()
+    if "&" in text:
+        text = html.unescape(text)
+    text = _SPACES.sub(" ", text)
+    if "(" in text:
+        text = _BRACKET_TAIL.sub(")", _BRACKET_HEAD.sub("(", text))
+        text = _EMPTY_BRACKETS.sub("", text)
+    text = _SPACE_BEFORE_PUNCT.sub(r"\1", text).strip()
+    if text:
+        out.append(text)
+    return text.endswith(":")
+
+
 def paragraphs(wikitext: str) -> list[str]:
-    """The prose paragraphs of an article's wikitext, markup removed."""
+    """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
+    (or chemistry, hieroglyphs) was: its sentence has lost words."""
     text = _SELF_CLOSED_REF.sub("", _drop_comments(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
-    text = _replace_pairs(text, _matched_pairs(text, _TEMPLATE_TOKEN, "{{"), _render_template)
-    text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n")
+    text = expand_templates(text)
+    # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
+    text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n{|\n")
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
         text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
-    text = _TAG.sub("", text)
-    out, skip_level = [], 0
+    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
+    out, lines, skip_level = [], [], 0
+    # The last paragraph ends in ":" and only blank lines have followed: what it introduces may
+    # yet be prose (a quotation), or a list, a formula or a table that is removed.
+    open_intro = False
     for line in text.split("\n"):
-        heading = _heading(line)
+        heading, line = _heading(line), line.strip()
+        if not heading and not line:
+            if lines:
+                open_intro = _close(lines, out)
+            continue
+        if not heading and not skip_level and line[0] not in "*#:;|!{}":
+            open_intro = False  # prose follows the introduction
+            lines.append(line)
+            continue
+        # A heading, a list item, an indented line (display math), a table's leftover or a line
+        # of a skipped section: it ends a paragraph, and what a ":" introduced is gone.
+        if _close(lines, out) or open_intro:
+            out[-1] += HOLE
+        open_intro = False
         if heading:
             level, title = heading
             if skip_level and level > skip_level:
                 continue  # a subsection of a skipped section
             title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", title)).strip().lower()
             skip_level = level if title in SKIPPED_SECTIONS else 0
-            continue
-        line = line.strip()
-        if skip_level or not line or line[0] in "*#:;|!{}":
-            continue  # a skipped section, a list item or a table's leftover
-        line = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", line))
-        if "&" in line:
-            line = html.unescape(line)
-        line = _SPACES.sub(" ", line)
-        if "(" in line:
-            line = _BRACKET_TAIL.sub(")", _BRACKET_HEAD.sub("(", line))
-            line = _EMPTY_BRACKETS.sub("", line)
-        line = _SPACE_BEFORE_PUNCT.sub(r"\1", line).strip()
-        if line:
-            out.append(line)
+    if _close(lines, out) or open_intro:
+        out[-1] += HOLE  # the article ends after an introduction
     return out
+
+
+def _repaired(sentence: str) -> str | None:
+    """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
+    or the list, formula or table its trailing ":" introduced: both marked by a HOLE; the items of
+    a list, ", , and"; all but a one-word header), else with a leading separator taken off (",
+    the population ...")."""
+    if HOLE in sentence or _EMPTY_SLOT.search(sentence):
+        return None
+    if " " not in sentence and not _SENTENCE_END.search(sentence):
+        return None  # a column header or a caption's stray word: no sentence
+    if not any(c.isalnum() for c in sentence):
+        return None  # "...", "(, )": what is left of a quotation's or a list's removed words
+    if sentence[0] in ",;:":
+        sentence = sentence.lstrip(",;: ")
+        return sentence[:1].upper() + sentence[1:] if sentence else None
+    return sentence
+
+
+class Prose(NamedTuple):
+    paragraphs: list[list[str]]  # each paragraph's sentences
+    repaired: int  # sentences a removal left broken that were repaired
+    dropped: int  # and dropped (`_repaired`)
+
+
+def prose(wikitext: str, language: str) -> Prose:
+    """An article's prose: its paragraphs split into sentences by data_prep/sentences.py in
+    `language`, each sentence that a removal left broken repaired or dropped, and their counts."""
+    out, repaired, dropped = [], 0, 0
+    for paragraph in paragraphs(wikitext):
+        kept = []
+        for sentence in split_sentences(paragraph, language):
+            fixed = _repaired(sentence)
+            if fixed is None:
+                dropped += 1
+                continue
+            repaired += fixed != sentence
+            kept.append(fixed)
+        if kept:
+            out.append(kept)
+    return Prose(out, repaired, dropped)
