@@ -123,6 +123,22 @@ def bad_files(tmp_path_factory):
             ["--input={testdata}/sample_text.txt", "--vocab_file={vocab}", "--output_dir={d}/out"],
             "manifest.json is unreadable",
         ),
+        (
+            "data_prep.main",
+            ["--input=x.txt", "--vocab_file={vocab}", "--output_dir={d}/o", "--language=en!"],
+            "--language=en!: 'en!' is not a language code",
+        ),
+        (
+            "data_prep.main",
+            [
+                "--input={testdata}/sample_text.txt",
+                "--vocab_file={vocab}",
+                "--output_dir={d}/o",
+                "--mode=reference",
+                "--language=de",
+            ],
+            "--language is for --mode=scaled or beam",
+        ),
         ("data_prep.decode", ["--vocab_file={vocab}"], "pass --input"),
         (
             "data_prep.decode",

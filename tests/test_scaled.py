@@ -221,6 +221,14 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
             str(tmp_path),
             progress=False,
         )
+    # Another language splits running text otherwise: a changed setting, not a reuse.
+    with pytest.raises(job.JobMismatch, match=r"other settings \(language: 'en' -> 'de'\)"):
+        scaled.run(
+            _spec(testdata / "sample_text.txt", block_size_mb=0.001, language="de"),
+            tok,
+            str(tmp_path),
+            progress=False,
+        )
 
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab_file):
