@@ -65,9 +65,9 @@ def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
 
 
 # {{convert|55|to|80|cm|in}}: the value(s) and the input unit as MediaWiki shows them, the unit's
-# name ("55 to 80 centimetres"; with abbr=on its symbol, "55 to 80 cm"); the converted figure in
-# brackets is left out (it needs the template's unit tables). The units are those of the real
-# samples, by frequency; another unit is shown as its code.
+# name ("55 to 80 centimetres"; with abbr=on its symbol, "55 to 80 cm"; with adj=on "5-mile");
+# the converted figure in brackets is left out (it needs the template's unit tables). The units
+# are those of the real samples, by frequency; another unit is shown as its code.
 _RANGE_WORDS = frozenset({"to", "to(-)", "and", "and(-)", "or", "by", "x", "×", "+", "+/-", "±"})
 _RANGE_DASHES = frozenset({"-", "–", "—"})
 _UNIT_NAMES = {  # code: (singular, plural, symbol)
@@ -102,8 +102,12 @@ def _convert(a: Arguments) -> str:
     unit = a[k]
     if unit in _UNIT_NAMES:
         singular, plural, symbol = _UNIT_NAMES[unit]
-        abbreviated = a.get("abbr") in ("on", "in")
-        unit = symbol if abbreviated else singular if values == ["1"] else plural
+        if a.get("abbr") in ("on", "in"):
+            unit = symbol
+        elif a.get("adj") == "on":  # an adjective: "a 5-mile-wide crater"
+            return "-".join(v for v in (*values, singular) if v)
+        else:
+            unit = singular if values == ["1"] else plural
     return " ".join(v for v in (*values, unit) if v)
 
 
@@ -211,10 +215,12 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "math": _text(1),
     "mvar": _text(1),
     "not a typo": _text(1),
-    "'s": _constant("'s"),
-    "'": _constant("'"),
-    "' \"": _constant("'\""),
-    "\" '": _constant("\"'"),
+    # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
+    # as italics or bold (''Eagle''{{'s}} is "Eagle's").
+    "'s": _constant("&#39;s"),
+    "'": _constant("&#39;"),
+    "' \"": _constant('&#39;"'),
+    "\" '": _constant('"&#39;'),
     "=": _constant("="),
     "!": _constant("|"),
     "nbsp": _constant(" "),

@@ -111,6 +111,7 @@ _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
 _SENTENCE_END = re.compile(r"[.!?。！？…]")
+_FINISHED = re.compile(r"[.!?。！？…\"'”’»)\]」』]$")
 # Removed elements that stand inside a sentence: a HOLE is left where they were.
 _INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
@@ -255,7 +256,9 @@ def _render_link(source: str) -> str:
 def _close(lines: list[str], out: list[str]) -> bool:
     """The lines of one paragraph joined as MediaWiki joins them (a single newline is a space),
     bold, italics, entities and the leftovers of removed templates cleaned, appended to `out`;
-    whether it ends in ":" (an introduction). No lines: nothing."""
+    whether it is unfinished: it ends in ":" (an introduction) or with no sentence's end (text
+    that goes on in a block: "... such as" / an indented code line / "instead of"). No lines:
+    nothing."""
     if not lines:
         return False
     text = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", " ".join(lines)))
@@ -269,7 +272,7 @@ def _close(lines: list[str], out: list[str]) -> bool:
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text).strip()
     if text:
         out.append(text)
-    return text.endswith(":")
+    return bool(text) and not _FINISHED.search(text)
 
 
 def paragraphs(wikitext: str) -> list[str]:
@@ -288,31 +291,38 @@ def paragraphs(wikitext: str) -> list[str]:
     text = _BR.sub(" ", text)
     text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
     out, lines, skip_level = [], [], 0
-    # The last paragraph ends in ":" and only blank lines have followed: what it introduces may
-    # yet be prose (a quotation), or a list, a formula or a table that is removed.
-    open_intro = False
-    for line in text.split("\n"):
-        heading, line = _heading(line), line.strip()
+    # The last paragraph is unfinished (it ends in ":" or with no sentence's end) and only blank
+    # lines have followed: what it goes on with may yet be prose (a quotation), or a list, a
+    # formula, code or a table that is removed.
+    unfinished = False
+    for raw in text.split("\n"):
+        heading, line = _heading(raw), raw.strip()
         if not heading and not line:
             if lines:
-                open_intro = _close(lines, out)
+                unfinished = _close(lines, out)
             continue
         if not heading and not skip_level and line[0] not in "*#:;|!{}":
-            open_intro = False  # prose follows the introduction
-            lines.append(line)
+            unfinished = False  # prose follows: what it introduced is there
+            if raw[0] in " \t":  # preformatted (MediaWiki's <pre>): each line a paragraph
+                _close(lines, out)
+                lines.append(line)
+                unfinished = _close(lines, out)
+            else:
+                lines.append(line)
             continue
         # A heading, a list item, an indented line (display math), a table's leftover or a line
-        # of a skipped section: it ends a paragraph, and what a ":" introduced is gone.
-        if _close(lines, out) or open_intro:
+        # of a skipped section: it ends a paragraph, and what an unfinished one went on with is
+        # gone: its last sentence is dropped.
+        if _close(lines, out) or unfinished:
             out[-1] += HOLE
-        open_intro = False
+        unfinished = False
         if heading:
             level, title = heading
             if skip_level and level > skip_level:
                 continue  # a subsection of a skipped section
             title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", title)).strip().lower()
             skip_level = level if title in SKIPPED_SECTIONS else 0
-    if _close(lines, out) or open_intro:
+    if _close(lines, out) or unfinished:
         out[-1] += HOLE  # the article ends after an introduction
     return out
 

@@ -251,6 +251,11 @@ def _sentences(source, language="en"):
             "df=y}} and wrote {{nowrap|x {{=}} 1}}{{'s}} rule.",
             "He was born April 1, 1947, died 2 December 2001 and wrote x = 1's rule.",
         ),
+        (
+            "He stepped off ''Eagle''{{'s}} footpad near a {{convert|5|mi|km|adj=on}}-wide "
+            "crater, {{convert|1|km|mi}} away.",
+            "He stepped off Eagle's footpad near a 5-mile-wide crater, 1 kilometre away.",
+        ),
         # Superscript notes render no words: dropped as before.
         (
             "It rose.{{citation needed|date=May 2015}} It fell.{{sfn|Barnes|1995|p=9}}{{rp|xxi}}",
@@ -265,7 +270,8 @@ def test_templates_that_carry_words_are_rendered(source, expected):
 def test_a_single_newline_inside_a_paragraph_is_a_space():
     """Hard-wrapped articles (gensim's sample's ANOVA article is wrapped at 70 columns): MediaWiki
     joins the lines of a paragraph, so a sentence goes on across a line end; blank lines,
-    headings, list items, tables and block tags end a paragraph. Before, each line was a paragraph
+    headings, list items, tables and block tags end a paragraph, and a line that starts with a
+    space (preformatted: code, pseudocode) is one of its own. Before, each line was a paragraph
     and 117 sentences of that sample were cut in two ("... is a major advantage of multiple" /
     "factor ANOVA.")."""
     source = (
@@ -275,7 +281,9 @@ def test_a_single_newline_inside_a_paragraph_is_a_space():
         "The\nmixed-effects model would compare texts.\n\n"
         "Following this he made contributions which culminated in the\n"
         "[[Baum–Connes conjecture]].\n* a list item\nAfter the list.\n"
-        "== Heading ==\nHe writes: <blockquote>If the reader.</blockquote>\nEnd."
+        "== Heading ==\nHe writes: <blockquote>If the reader.</blockquote>\nEnd.\n"
+        " Input: a list L.\n Output: its largest number.\nA line that starts with a space is "
+        "preformatted:\nit is a paragraph of its own."
     )
     assert wikitext.paragraphs(source) == [
         "The ability to detect interactions is a major advantage of multiple factor ANOVA. "
@@ -286,6 +294,9 @@ def test_a_single_newline_inside_a_paragraph_is_a_space():
         "He writes:",
         "If the reader.",
         "End.",
+        "Input: a list L.",
+        "Output: its largest number.",
+        "A line that starts with a space is preformatted: it is a paragraph of its own.",
     ]
 
 
@@ -304,6 +315,14 @@ def test_a_single_newline_inside_a_paragraph_is_a_space():
             0,
         ),
         ("The last words:", [], 0, 1),
+        # Text that goes on in a removed block (code, a list) without a sentence's end: dropped.
+        (
+            "They had to write something such as\n\n:<code>ä aÄiÜ</code>\n\ninstead of\n\n"
+            ":<code>{ a }</code>\n\nTrigraphs came later.",
+            ["Trigraphs came later."],
+            0,
+            2,
+        ),
         # A sentence that held math has lost words ("Thus,.", "where is the albedo"): dropped.
         ("Thus, <math>a = b</math>. Then it ends.", ["Then it ends."], 0, 1),
         ("It is\n<math>p = 1</math>\nwhere <math>p</math> is the albedo. Yes.", ["Yes."], 0, 1),
@@ -515,7 +534,7 @@ def test_the_real_sample_dump(tmp_path):
     assert not [s for s in sentences if re.search(r"[,;:]\s*[,;:.]|^[,;:]", s)]
     assert "In phonetic and phonemic notation:" not in sentences
     assert not [s for s in sentences if " " not in s and not s.endswith(".")]
-    assert stats.dropped_sentences == 36 and stats.repaired_sentences == 0
+    assert stats.dropped_sentences == 40 and stats.repaired_sentences == 0
     assert (
         "However, ⟨a⟩ occurs in many common digraphs, all with their own sound or sounds, "
         "particularly ⟨ai⟩, ⟨au⟩, ⟨aw⟩, ⟨ay⟩, ⟨ea⟩ and ⟨oa⟩." in sentences
