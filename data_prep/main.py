@@ -98,7 +98,10 @@ flags.DEFINE_float(
 )
 flags.DEFINE_bool("progress", True, "Show a progress bar (scaled mode).")
 flags.DEFINE_bool(
-    "verify", False, "Only re-check the shards in --output_dir against its manifest's md5s."
+    "verify",
+    False,
+    "Only re-check the shards in --output_dir against its manifest's md5s: exit status 0 when "
+    "all match, else one error line naming the bad files and status 2.",
 )
 
 _JOB_FLAGS = (
