@@ -111,6 +111,7 @@ _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
 _SENTENCE_END = re.compile(r"[.!?。！？…]")
+_WORD = re.compile(r"\w")
 _FINISHED = re.compile(r"[.!?。！？…\"'”’»)\]」』]$")
 # Removed elements that stand inside a sentence: a HOLE is left where they were.
 _INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
@@ -330,16 +331,17 @@ def paragraphs(wikitext: str) -> list[str]:
     return out
 
 
-def _repaired(sentence: str) -> str | None:
+def _repaired(sentence: str, suspect: bool) -> str | None:
     """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
     or the list, formula or table its trailing ":" introduced: both marked by a HOLE; the items of
     a list, ", , and"; all but a one-word header), else with a leading separator taken off (",
-    the population ...")."""
-    if HOLE in sentence or _EMPTY_SLOT.search(sentence):
+    the population ..."). `suspect`: its paragraph holds a HOLE or an empty slot (most do not,
+    and then the sentence is not searched for them)."""
+    if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
         return None
     if " " not in sentence and not _SENTENCE_END.search(sentence):
         return None  # a column header or a caption's stray word: no sentence
-    if not any(c.isalnum() for c in sentence):
+    if not _WORD.search(sentence):
         return None  # "...", "(, )": what is left of a quotation's or a list's removed words
     if sentence[0] in ",;:":
         sentence = sentence.lstrip(",;: ")
@@ -359,8 +361,9 @@ def prose(wikitext: str, language: str) -> Prose:
     out, repaired, dropped = [], 0, 0
     for paragraph in paragraphs(wikitext):
         kept = []
+        suspect = HOLE in paragraph or bool(_EMPTY_SLOT.search(paragraph))
         for sentence in split_sentences(paragraph, language):
-            fixed = _repaired(sentence)
+            fixed = _repaired(sentence, suspect)
             if fixed is None:
                 dropped += 1
                 continue
