@@ -43,9 +43,7 @@ flags.DEFINE_integer("templates", 0, "Also list this many templates in prose, by
 flags.DEFINE_integer("examples", 0, "Print this many sentences of each fault.")
 
 _MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|</?[a-z]+[ >/]|\{\||\|\}|==|''|&[a-z]+;|thumb\|")
-_HOLE = re.compile(
-    r"[,;:]\s*[,;:.!?]|^[,;:]|\(\s*[,;:]|\b(?:such as|the)\s*[,;:.!?](?:\s|$)", re.I
-)
+_HOLE = re.compile(r"[,;:]\s*[,;:.!?]|^[,;:]|\(\s*[,;:]|\b(?:such as|the)\s*[,;:.!?](?:\s|$)", re.I)
 _FINAL = re.compile(r"[.!?…\"'”’»)\]:;]$")
 FAULTS = ("hard-wrap fragment", "hole", "ends in ':'", "one word", "markup")
 

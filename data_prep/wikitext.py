@@ -1,12 +1,15 @@
-"""Wikitext -> plain prose paragraphs, in linear time.
+"""Wikitext -> plain prose paragraphs and sentences, in linear time.
 
 What BERT's authors kept of Wikipedia: "we extract only the text passages and ignore lists, tables,
 and headers". So: templates (infoboxes, citations, navboxes; nested), references, tables, galleries,
 math, file/image links, categories, interlanguage links, comments, HTML tags and magic words are
 removed; link text is kept ([[Paris|the capital]] -> "the capital"), as is the text of external
 links with a label; headings end paragraphs and are dropped, as are list items and the sections
-that hold no prose (See also, References, External links, ...). A few inline templates whose text
-is part of the sentence are rendered: {{lang|fr|texte}}, {{nowrap|text}}, {{convert|5|km}}.
+that hold no prose (See also, References, External links, ...). The inline templates that carry
+words are rendered by data_prep/templates.py's table ({{convert}}, {{lang}}, {{IPA}}, {{as of}},
+...). Lines join into paragraphs as MediaWiki joins them (a single newline is a space). `prose`
+then splits paragraphs into sentences and drops (or repairs) each sentence that lost words with
+its markup, counting them: what a reader of the records would notice (bench/wikitext_bench.py).
 
 Why not mwparserfromhell (the maintained parser) or wikiextractor: on real enwiki pages they clean
 0.1-0.2 and 0.45 MB/s (bench/wiki_bench.py), 25-50x short of the 5 MB/s per worker the job needs;
