@@ -33,6 +33,10 @@ from data_prep.sentences import split_sentences
 # Where inline math (or chemistry, hieroglyphs) was removed: a character XML 1.0 cannot hold, so
 # no page text has it. A sentence holding one has lost words and is dropped.
 HOLE = "\x01"
+# Ends a paragraph that is unfinished (a ":" or no sentence's end) and is followed by a removed
+# block (a list, a formula, a table, a heading, the article's end): its last sentence lost what
+# it went on with. Not XML text either.
+OPEN_END = "\x02"
 
 # Sections that hold lists of links and citations, not prose: skipped up to the next heading of
 # the same or a higher level.
@@ -113,9 +117,16 @@ _EMPTY_BRACKETS = re.compile(r"\(\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
-_SENTENCE_END = re.compile(r"[.!?。！？…]")
+# Sentence-final marks of the large Wikipedias' scripts (danda, Urdu's full stop, Arabic's
+# question mark, Khmer, Burmese, Tibetan).
+_ENDS = ".!?。！？…।۔؟។။།"
+_SENTENCE_END = re.compile(f"[{_ENDS}]")
+# Languages written without spaces between words: a sentence of theirs is one "word".
+_UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "dz", "yue", "wuu", "gan", "lzh"})
+# Languages whose sentences end with no mark (Thai, Lao): a paragraph without one is finished.
+_UNMARKED = frozenset({"th", "lo"})
 _WORD = re.compile(r"\w")
-_FINISHED = re.compile(r"[.!?。！？…\"'”’»)\]」』]$")
+_FINISHED = re.compile(f"[{_ENDS}\"'”’»)\\]」』]$")
 # Removed elements that stand inside a sentence: a HOLE is left where they were.
 _INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
@@ -281,7 +292,8 @@ def _close(lines: list[str], out: list[str]) -> bool:
 
 def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
-    (or chemistry, hieroglyphs) was: its sentence has lost words."""
+    (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
+    paragraph followed by a removed block."""
     text = _SELF_CLOSED_REF.sub("", _drop_comments(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
@@ -321,7 +333,7 @@ def paragraphs(wikitext: str) -> list[str]:
         # of a skipped section: it ends a paragraph, and what an unfinished one went on with is
         # gone: its last sentence is dropped.
         if _close(lines, out) or unfinished:
-            out[-1] += HOLE
+            out[-1] += OPEN_END
         unfinished = False
         if heading:
             level, title = heading
@@ -330,19 +342,20 @@ def paragraphs(wikitext: str) -> list[str]:
             title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", title)).strip().lower()
             skip_level = level if title in SKIPPED_SECTIONS else 0
     if _close(lines, out) or unfinished:
-        out[-1] += HOLE  # the article ends after an introduction
+        out[-1] += OPEN_END  # the article ends after an introduction
     return out
 
 
-def _repaired(sentence: str, suspect: bool) -> str | None:
+def _repaired(sentence: str, suspect: bool, spaced: bool) -> str | None:
     """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
-    or the list, formula or table its trailing ":" introduced: both marked by a HOLE; the items of
-    a list, ", , and"; all but a one-word header), else with a leading separator taken off (",
+    marked by a HOLE; the items of a list, ", , and"; all but a one-word header), else with a
+    leading separator taken off (",
     the population ..."). `suspect`: its paragraph holds a HOLE or an empty slot (most do not,
-    and then the sentence is not searched for them)."""
+    and then the sentence is not searched for them); `spaced`: its language puts spaces between
+    words (in Chinese or Thai a whole sentence has none)."""
     if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
         return None
-    if " " not in sentence and not _SENTENCE_END.search(sentence):
+    if spaced and " " not in sentence and not _SENTENCE_END.search(sentence):
         return None  # a column header or a caption's stray word: no sentence
     if not _WORD.search(sentence):
         return None  # "...", "(, )": what is left of a quotation's or a list's removed words
@@ -362,11 +375,17 @@ def prose(wikitext: str, language: str) -> Prose:
     """An article's prose: its paragraphs split into sentences by data_prep/sentences.py in
     `language`, each sentence that a removal left broken repaired or dropped, and their counts."""
     out, repaired, dropped = [], 0, 0
+    base = language.partition("-")[0]
+    spaced, marked = base not in _UNSPACED, base not in _UNMARKED
     for paragraph in paragraphs(wikitext):
         kept = []
         suspect = HOLE in paragraph or bool(_EMPTY_SLOT.search(paragraph))
-        for sentence in split_sentences(paragraph, language):
-            fixed = _repaired(sentence, suspect)
+        sentences = split_sentences(paragraph.removesuffix(OPEN_END), language)
+        if paragraph.endswith(OPEN_END) and sentences and (marked or sentences[-1].endswith(":")):
+            sentences.pop()  # what its last sentence went on with is removed
+            dropped += 1
+        for sentence in sentences:
+            fixed = _repaired(sentence, suspect, spaced)
             if fixed is None:
                 dropped += 1
                 continue

@@ -432,7 +432,7 @@ def test_hostile_pages_clean_in_linear_time(name):
     paragraphs = [" ".join(p) for p in wikitext.prose(page, "en").paragraphs]
     elapsed = time.perf_counter() - start
     assert elapsed < 10, f"{name}: {len(page)} characters took {elapsed:.1f} s"
-    assert not [p for p in paragraphs if re.search(r"<ref|<math|<table|\{\{|\x01", p)]
+    assert not [p for p in paragraphs if re.search(r"<ref|<math|<table|\{\{|[\x01\x02]", p)]
 
 
 def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
@@ -540,3 +540,19 @@ def test_the_real_sample_dump(tmp_path):
         "particularly ⟨ai⟩, ⟨au⟩, ⟨aw⟩, ⟨ay⟩, ⟨ea⟩ and ⟨oa⟩." in sentences
     )
     assert "Austin is the capital of Texas in the United States." not in sentences  # its dab page
+
+
+def test_the_sentence_checks_hold_in_other_scripts():
+    """The one-word rule (a column header is no sentence) does not apply where words have no
+    spaces between them (a Thai or Chinese sentence is one "word"); a paragraph with no sentence's
+    end before a removed block is whole where sentences end with no mark (Thai); sentence ends are
+    known in other scripts (Hindi's danda)."""
+    thai = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"
+    # Thai and Lao end sentences with no mark: a paragraph before a heading or a list is whole.
+    assert _sentences(f"{thai}\n== ประวัติ ==\n{thai}\n* x", "th") == [thai, thai]
+    assert _sentences(f"{thai}:\n* x", "th") == []  # a list's introduction still
+    assert _sentences("北京是中国的首都。", "zh") == ["北京是中国的首都。"]
+    assert _sentences("दिल्ली भारत की राजधानी है।", "hi") == ["दिल्ली भारत की राजधानी है।"]
+    assert _sentences("Hauptstadt\n\nBerlin ist groß.", "de") == ["Berlin ist groß."]
+    assert _sentences("Er schrieb:\n* a\n* b\nEnde.", "de") == ["Ende."]
+    assert _sentences("他写道：\n* 一\n北京。", "zh") == ["北京。"]
