@@ -82,8 +82,9 @@ def count(path: str) -> tuple[int, int, collections.Counter, dict, readers.ReadS
 
 
 def template_counts(path: str) -> collections.Counter:
-    """Templates (outermost, after references and comments are removed) inside prose lines of a
-    dump's articles: lines with text outside the template that are not lists, tables, headings."""
+    """Templates (outermost, after references, comments and math are removed) inside prose
+    lines of a dump's articles: lines with text outside the template that are not lists, tables,
+    headings."""
     from data_prep import templates, wiki, wikitext
 
     (source,) = readers.parse_input([path])

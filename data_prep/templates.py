@@ -3,9 +3,10 @@ is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}
 
 The table (`_RENDER`: template name -> how to render) holds the templates that occur inside prose
 lines of real enwiki pages, by frequency (counts in docs/data_prep.md, over examples/data's sample
-and gensim's 206-page enwiki sample): {{convert}} 366, {{lang}} 183, {{IPAc-en}} 91, {{respell}}
-57, {{transl}} 43, {{lang-xx}} 35, {{nowrap}} 26, {{as of}} 23, {{chem}} 22, {{IPA}} 17, {{vr}}
-14, {{nihongo}} 13, {{val}} 12, {{angbr}} 8, ... The rest of the top of that list are notes that
+and gensim's 206-page enwiki sample: bench/wikitext_bench.py --templates): {{convert}} 366,
+{{lang}} 183, {{IPAc-en}} 91, {{respell}} 57, {{transl}} 43, {{lang-xx}} 41, {{nowrap}} 26,
+{{as of}} 23, {{IPA-xx}} 22, {{chem}} 22, {{IPA}} 17, {{vr}} 14, {{nihongo}} 13, {{val}} 12,
+{{angbr}} 8, ... The rest of the top of that list are notes that
 render a superscript, not words ({{citation needed}} 124, {{rp}} 103, {{sfn}} 97, {{sfnp}} 89,
 {{refn}} 23, {{clarify}} 13, ...): dropping them is what MediaWiki's text shows. Templates whose
 output depends on the day they are rendered ({{birth date and age}}'s age, {{CURRENTYEAR}},
