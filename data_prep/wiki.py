@@ -48,7 +48,10 @@ _DBNAME = re.compile(
     rb"<dbname>\s*([a-z_]+?)(?:wiki|wiktionary|wikibooks|wikinews|wikiquote|wikisource|"
     rb"wikiversity|wikivoyage)\s*</dbname>"
 )
-_BASE = re.compile(rb"<base>\s*https?://([a-z-]+)\.wik")
+_BASE = re.compile(
+    rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|wiktionary|wikibooks|wikinews|wikiquote|"
+    rb"wikisource|wikiversity|wikivoyage)\.org"
+)
 _XML_LANG = re.compile(rb"<mediawiki\b[^>]*\sxml:lang=[\"']([A-Za-z-]+)")
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
 _DEFAULT_NAMESPACES = dict(

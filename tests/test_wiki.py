@@ -353,6 +353,12 @@ def test_sentences_a_removal_left_broken_are_dropped_or_repaired(
         (b"<siteinfo><base>https://ja.wikipedia.org/wiki/Main</base>", "ja"),
         (b'<mediawiki xml:lang="it" version="0.11"><siteinfo><sitename>W</sitename>', "it"),
         (b"<siteinfo><dbname>commonswiki</dbname><base>https://commons.wikimedia.org/", None),
+        # Wikidata's host is www: not a language; its xml:lang is.
+        (
+            b'<mediawiki xml:lang="en"><siteinfo><dbname>wikidatawiki</dbname>'
+            b"<base>https://www.wikidata.org/wiki/Main</base>",
+            "en",
+        ),
         (b"<mediawiki><siteinfo><sitename>W</sitename></siteinfo>", None),
     ],
 )
