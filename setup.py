@@ -43,18 +43,11 @@ EXTRAS = {
 }
 # Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
+EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5"]
+
 # mwparserfromhell (the maintained MediaWiki parser; too slow to clean dumps with, see
 # data_prep/wikitext.py) is the reference tests/test_templates.py checks template parsing against.
-EXTRAS["test"] = (
-    EXTRAS["hf"]
-    + EXTRAS["beam"]
-    + [
-        "pytest>=8",
-        "pytest-xdist>=3",
-        "ruff==0.17.5",
-        "mwparserfromhell>=0.7,<0.8",
-    ]
-)
+EXTRAS["test"] += ["mwparserfromhell>=0.7,<0.8"]
 
 setuptools.setup(
     name="bert-jax",
