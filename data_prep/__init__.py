@@ -5,7 +5,8 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
     readers.py         corpora -> documents: BERT-format text, JSONL, TFDS datasets
     sniff.py           what an input file holds, by its first bytes
-    wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose)
+    wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose;
+                       templates.py: the inline templates rendered as their words)
     parquet.py         Parquet files -> documents, by row groups
     sentences.py       running text -> sentences (dumps, Parquet, JSONL, books)
     units.py           inputs cut into work units that are read independently

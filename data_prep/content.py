@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from data_prep import readers
 from data_prep import units as units_lib
+from data_prep.sentences import DEFAULT_LANGUAGE
 
 RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file system clocks)
 
@@ -104,8 +105,10 @@ def read_documents(
     text_field: str,
     tfds_data_dir: str | None,
     open_binary: Callable | None = None,
+    language: str = DEFAULT_LANGUAGE,
 ) -> tuple[list, str | None]:
-    """(the unit's documents, its content hash, None when no file was opened)."""
+    """(the unit's documents, its content hash, None when no file was opened). The hash is of
+    bytes, so a reread that only checks it may leave `language` at its default."""
     digest, opened = hashlib.blake2b(digest_size=16), []
 
     def hashing_open(path):
@@ -113,7 +116,9 @@ def read_documents(
         return _Hashing((open_binary or readers.open_local)(path), digest)
 
     documents = list(
-        units_lib.read_unit(unit, stats, text_field, tfds_data_dir, open_binary=hashing_open)
+        units_lib.read_unit(
+            unit, stats, text_field, tfds_data_dir, open_binary=hashing_open, language=language
+        )
     )
     return documents, digest.hexdigest() if opened else None
 

@@ -30,6 +30,7 @@ from bert_jax import masking, record_io
 from data_prep import content, example_encoder, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
+from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
 SPLITS = ("train", "eval")
 _SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
@@ -59,6 +60,7 @@ class JobSpec:
     text_field: str = "text"
     tfds_data_dir: str | None = None
     document_per_file: bool = False  # BookCorpus-style text: each file one document
+    language: str = DEFAULT_LANGUAGE  # sentence rules of running text; a dump's own overrides it
 
     def __post_init__(self):
         problems = []
@@ -73,6 +75,10 @@ class JobSpec:
                 "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"
             )
         record_io.suffix(self.fmt)
+        try:
+            language_code(self.language)
+        except ValueError as e:
+            problems.append(f"language: {e}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -122,6 +128,7 @@ def fingerprint(
             "tfds_examples_per_unit": spec.tfds_examples_per_unit,
             "text_field": spec.text_field,
             "document_per_file": spec.document_per_file,
+            "language": spec.language,
             "vocab_md5": vocab_md5,
             "do_lower_case": do_lower_case,
             "inputs": sources,
@@ -242,7 +249,12 @@ class UnitProcessor:
         read = readers.ReadStats()
         docs = {split: [] for split in SPLITS}
         documents, digest = content.read_documents(
-            unit, read, self.spec.text_field, self.spec.tfds_data_dir, open_binary
+            unit,
+            read,
+            self.spec.text_field,
+            self.spec.tfds_data_dir,
+            open_binary,
+            self.spec.language,
         )
         for document in documents:
             docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)

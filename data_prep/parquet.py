@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from data_prep import readers
-from data_prep.sentences import split_sentences
+from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _BATCH_ROWS = 256
 
@@ -87,6 +87,7 @@ def documents(
     text_field: str,
     stats: readers.ReadStats,
     open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
     checked): each row's text split into sentences."""
@@ -104,7 +105,7 @@ def documents(
                 for text in batch.column(0).to_pylist():
                     if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
                         text = readers.decode_line(text, stats)
-                    sentences = split_sentences(text) if isinstance(text, str) else []
+                    sentences = split_sentences(text, language) if isinstance(text, str) else []
                     if sentences:
                         stats.documents += 1
                         yield sentences
@@ -112,11 +113,13 @@ def documents(
             raise readers.truncated(path, e) from None
 
 
-def file_documents(path: str, text_field: str, stats: readers.ReadStats) -> Iterator[list[str]]:
+def file_documents(
+    path: str, text_field: str, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
     """Every document of a local Parquet file."""
     stats.files += 1
     with open(path, "rb") as f:
         parquet = _open(path, f)
         _check_text_column(path, parquet, text_field)
         groups = parquet.metadata.num_row_groups
-    yield from documents(path, 0, groups, text_field, stats)
+    yield from documents(path, 0, groups, text_field, stats, language=language)

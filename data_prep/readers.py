@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from data_prep import sniff
-from data_prep.sentences import split_sentences
+from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
 
@@ -45,6 +45,9 @@ class ReadStats:
     empty_files: int = 0
     pages: int = 0  # pages of MediaWiki dumps
     skipped_pages: int = 0  # of which not articles: other namespaces, redirects, disambiguation
+    # Sentences of dump articles that removed markup (math, a list, templates) left broken:
+    repaired_sentences: int = 0  # a leading "," taken off
+    dropped_sentences: int = 0  # lost words that cannot be put back (data_prep/wikitext.py)
 
     def add(self, other: "ReadStats") -> None:
         for f in dataclasses.fields(self):
@@ -223,15 +226,19 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
         yield document
 
 
-def book_document(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
+def book_document(
+    lines: Iterator[str], stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
     """All lines of a file as one document, each line a paragraph split into sentences."""
-    document = [sentence for line in lines if line for sentence in split_sentences(line)]
+    document = [s for line in lines if line for s in split_sentences(line, language)]
     if document:
         stats.documents += 1
         yield document
 
 
-def json_document(line: str, text_field: str, stats: ReadStats) -> list[str]:
+def json_document(
+    line: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> list[str]:
     """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
     (counted)."""
     if not line:
@@ -244,12 +251,14 @@ def json_document(line: str, text_field: str, stats: ReadStats) -> list[str]:
     except (ValueError, KeyError, TypeError):
         stats.bad_json_lines += 1
         return []
-    return split_sentences(text)
+    return split_sentences(text, language)
 
 
-def jsonl_documents(path: str, text_field: str, stats: ReadStats) -> Iterator[list[str]]:
+def jsonl_documents(
+    path: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
     for line in read_lines(path, stats):
-        sentences = json_document(line, text_field, stats)
+        sentences = json_document(line, text_field, stats, language)
         if sentences:
             stats.documents += 1
             yield sentences
@@ -278,6 +287,7 @@ def tfds_documents(
     stats: ReadStats,
     start: int = 0,
     stop: int | None = None,
+    language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts
     the file."""
@@ -293,26 +303,33 @@ def tfds_documents(
             )
         text = example[text_field]
         text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
-        sentences = split_sentences(text)
+        sentences = split_sentences(text, language)
         if sentences:
             stats.documents += 1
             yield sentences
 
 
 def documents(
-    source: Source, stats: ReadStats, text_field: str = "text", tfds_data_dir: str | None = None
+    source: Source,
+    stats: ReadStats,
+    text_field: str = "text",
+    tfds_data_dir: str | None = None,
+    language: str = DEFAULT_LANGUAGE,
 ):
-    """The documents of one whole source."""
+    """The documents of one whole source; running text is split into sentences by `language`'s
+    rules (a dump's own language overrides it)."""
     from data_prep import parquet, wiki  # they build on this module
 
     if source.kind == "text":
         return text_documents(read_lines(source.path, stats), stats)
     if source.kind == "book":
-        return book_document(read_lines(source.path, stats), stats)
+        return book_document(read_lines(source.path, stats), stats, language)
     if source.kind == "jsonl":
-        return jsonl_documents(source.path, text_field, stats)
+        return jsonl_documents(source.path, text_field, stats, language)
     if source.kind == "wiki":
-        return wiki.dump_documents(source, stats)
+        return wiki.dump_documents(source, stats, language)
     if source.kind == "parquet":
-        return parquet.file_documents(source.path, text_field, stats)
-    return tfds_documents(source.path, source.split, text_field, tfds_data_dir, stats)
+        return parquet.file_documents(source.path, text_field, stats, language)
+    return tfds_documents(
+        source.path, source.split, text_field, tfds_data_dir, stats, language=language
+    )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from data_prep import parquet, readers, sniff, wiki
+from data_prep.sentences import DEFAULT_LANGUAGE
 
 MB = 1 << 20
 
@@ -158,7 +159,7 @@ def _text_documents(f: BinaryIO, unit: Unit, stats: readers.ReadStats) -> Iterat
 
 
 def _jsonl_documents(
-    f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats
+    f: BinaryIO, unit: Unit, text_field: str, stats: readers.ReadStats, language: str
 ) -> Iterator[list[str]]:
     stop = float("inf") if unit.compression else unit.stop
     offset = _seek_to_line(f, unit.start)
@@ -167,7 +168,8 @@ def _jsonl_documents(
             return
         offset += length
         stats.lines += 1
-        sentences = readers.json_document(readers.decode_line(raw, stats), text_field, stats)
+        line = readers.decode_line(raw, stats)
+        sentences = readers.json_document(line, text_field, stats, language)
         if sentences:
             stats.documents += 1
             yield sentences
@@ -185,12 +187,14 @@ def read_unit(
     text_field: str = "text",
     tfds_data_dir: str | None = None,
     open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
-    """The documents (lists of sentence strings) of one unit; `open_binary` opens a path for reading
-    with seek (the Beam job passes its FileSystems.open for gs:// and other remote paths)."""
+    """The documents (lists of sentence strings) of one unit, running text split into sentences
+    by `language`'s rules; `open_binary` opens a path for reading with seek (the Beam job passes
+    its FileSystems.open for gs:// and other remote paths)."""
     if unit.kind == "tfds":
         yield from readers.tfds_documents(
-            unit.path, unit.split, text_field, tfds_data_dir, stats, unit.start, unit.stop
+            unit.path, unit.split, text_field, tfds_data_dir, stats, unit.start, unit.stop, language
         )
         return
     if unit.first:
@@ -200,20 +204,20 @@ def read_unit(
             return
     if unit.kind == "wiki":
         yield from wiki.documents(
-            unit.path, unit.compression, unit.start, unit.stop, stats, open_binary
+            unit.path, unit.compression, unit.start, unit.stop, stats, open_binary, language
         )
         return
     if unit.kind == "parquet":
         yield from parquet.documents(
-            unit.path, unit.start, unit.stop, text_field, stats, open_binary
+            unit.path, unit.start, unit.stop, text_field, stats, open_binary, language
         )
         return
     lines_before = stats.lines
     with open_binary(unit.path) as raw_file, readers.open_text(raw_file, unit.path) as f:
         if unit.kind == "jsonl":
-            yield from _jsonl_documents(f, unit, text_field, stats)
+            yield from _jsonl_documents(f, unit, text_field, stats, language)
         elif unit.kind == "book":
-            yield from readers.book_document(_decoded(_lines(f, unit), stats), stats)
+            yield from readers.book_document(_decoded(_lines(f, unit), stats), stats, language)
         else:
             yield from _text_documents(f, unit, stats)
     if unit.compression and stats.lines == lines_before:

@@ -16,12 +16,13 @@ as --vocab_file of data_prep.main.
 import itertools
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 
 from absl import flags
 
 from bert_jax import cli, tokenization
-from data_prep import readers
+from data_prep import readers, sentences
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -34,6 +35,9 @@ flags.DEFINE_string("output", None, "vocab.txt path (wordpiece) or model prefix 
 flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Kind of vocabulary.")
 flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents, for WordPiece).")
+flags.DEFINE_string(
+    "language", "en", "Sentence rules of running text, as data_prep.main's --language."
+)
 
 SPECIAL = [
     tokenization.PAD,
@@ -44,11 +48,13 @@ SPECIAL = [
 ]
 
 
-def corpus_sentences(inputs: list[str], text_field: str = "text") -> Iterator[str]:
+def corpus_sentences(
+    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
+) -> Iterator[str]:
     """Every sentence of the inputs (files, globs, tfds:NAME), whatever their kind."""
     stats = readers.ReadStats()
     for source in readers.parse_input(inputs):
-        for document in readers.documents(source, stats, text_field):
+        for document in readers.documents(source, stats, text_field, language=language):
             yield from document
 
 
@@ -125,8 +131,12 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
-    sentences = corpus_sentences(FLAGS.input, FLAGS.text_field)
-    first = next(sentences, None)  # parses every input: a missing or unreadable one fails here
+    try:
+        language = sentences.language_code(FLAGS.language)
+    except ValueError as e:
+        raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
+    corpus = corpus_sentences(FLAGS.input, FLAGS.text_field, language)
+    first = next(corpus, None)  # parses every input: a missing or unreadable one fails here
     if first is None:
         raise readers.InputError(
             f"--input={','.join(FLAGS.input)} holds no text (empty or blank files, or no "
@@ -134,10 +144,20 @@ def main(argv):
         )
     train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
     path = train(
-        itertools.chain([first], sentences), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
+        itertools.chain([first], corpus), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
     )
     tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
+    if tokenizer.vocab_size < FLAGS.vocab_size:
+        # Both trainers stop when the corpus has no more pieces to add: the vocabulary (and the
+        # model's embedding table, sized by it) is smaller than asked, which is easy to miss.
+        print(
+            f"warning: the corpus filled only {tokenizer.vocab_size} of the "
+            f"--vocab_size={FLAGS.vocab_size} entries asked for: it has too few distinct words "
+            "to learn more pieces; train on a larger corpus for that many, or pass "
+            f"--vocab_size={tokenizer.vocab_size} to say what you get",
+            file=sys.stderr,
+        )
     return 0
 
 

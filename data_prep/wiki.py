@@ -5,7 +5,11 @@ read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as
 memory holds one page at a time, whatever the dump's size. A page is an article when it is in
 namespace 0 (by <ns>, or by the title's prefix in exports older than schema 0.5) and neither a
 redirect nor a disambiguation page; its wikitext becomes prose paragraphs (data_prep/wikitext.py)
-and then sentences, and one article is one document.
+and then sentences, and one article is one document. Sentences are split by the rules of the
+dump's language, read from its <siteinfo> (<dbname>dewiki</dbname>, else the <base> URL's host,
+else the root's xml:lang): every unit reads the head of the dump for it (the first bz2 stream of a
+multistream dump, a few KB), so a unit that starts at a later stream knows it too. A dump whose
+head names no language is split by the job's --language.
 
 Multistream layout: the dump is bz2 streams concatenated; the first holds `<mediawiki ...>` and
 `<siteinfo>`, each later one about 100 pages. The index beside it
@@ -29,13 +33,26 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from data_prep import readers, wikitext
-from data_prep.sentences import split_sentences
+from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
 _READ = 1 << 20  # compressed bytes read at a time
 _MULTISTREAM_PART = re.compile(
     r"(?P<stem>.*-multistream)(?P<part>\d+)\.xml(?P<pages>-p\d+p\d+)\.bz2"
 )
 _REDIRECT = "#redirect"
+_SITEINFO_END = b"</siteinfo>"
+_HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
+# Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
+# project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
+_DBNAME = re.compile(
+    rb"<dbname>\s*([a-z_]+?)(?:wiki|wiktionary|wikibooks|wikinews|wikiquote|wikisource|"
+    rb"wikiversity|wikivoyage)\s*</dbname>"
+)
+_BASE = re.compile(
+    rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|wiktionary|wikibooks|wikinews|wikiquote|"
+    rb"wikisource|wikiversity|wikivoyage)\.org"
+)
+_XML_LANG = re.compile(rb"<mediawiki\b[^>]*\sxml:lang=[\"']([A-Za-z-]+)")
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
 _DEFAULT_NAMESPACES = dict(
     item.split(":")[::-1]
@@ -255,13 +272,59 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
         ) from None
 
 
-def article(page: Page) -> list[str]:
-    """An article's sentences; [] for pages that are not articles or hold no prose."""
+def article(
+    page: Page, language: str = DEFAULT_LANGUAGE, stats: readers.ReadStats | None = None
+) -> list[str]:
+    """An article's sentences; [] for pages that are not articles or hold no prose. Sentences
+    repaired or dropped for what removed markup left are counted in `stats`."""
     if page.namespace != "0" or page.redirect or page.text[:9].lower().startswith(_REDIRECT):
         return []
     if wikitext.is_disambiguation(page.title, page.text):
         return []
-    return [s for paragraph in wikitext.paragraphs(page.text) for s in split_sentences(paragraph)]
+    prose = wikitext.prose(page.text, language)
+    if stats is not None:
+        stats.repaired_sentences += prose.repaired
+        stats.dropped_sentences += prose.dropped
+    return [sentence for paragraph in prose.paragraphs for sentence in paragraph]
+
+
+def site_language(head: bytes) -> str | None:
+    """The language a dump's head (its bytes up to </siteinfo>) names, or None."""
+    for pattern in (_DBNAME, _BASE, _XML_LANG):
+        found = pattern.search(head)
+        if found:
+            try:
+                return language_code(found.group(1).decode())
+            except ValueError:
+                continue  # "commonswiki", "metawiki": not a language; try the next place
+    return None
+
+
+def _head(f: BinaryIO, compression: str, path: str) -> bytes:
+    """A dump's first bytes, decompressed, up to the end of its <siteinfo> (or _HEAD_LIMIT)."""
+    f.seek(0)
+    if compression == "bz2":  # the first stream: a multistream dump's holds only the siteinfo
+        data = iter(lambda: f.read(1 << 16), b"")
+        decompressor, head = bz2.BZ2Decompressor(), b""
+        for block in data:
+            try:
+                head += decompressor.decompress(block, _HEAD_LIMIT - len(head))
+            except OSError as e:
+                raise readers.truncated(path, e) from None
+            if decompressor.eof or _SITEINFO_END in head or len(head) >= _HEAD_LIMIT:
+                break
+        return head
+    stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
+    head = b""
+    try:
+        while _SITEINFO_END not in head and len(head) < _HEAD_LIMIT:
+            block = stream.read(1 << 16)
+            if not block:
+                break
+            head += block
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise readers.truncated(path, e) from None
+    return head
 
 
 def documents(
@@ -271,12 +334,16 @@ def documents(
     stop: int,
     stats: readers.ReadStats,
     open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
-    """The articles of the dump bytes [start, stop), one document each."""
+    """The articles of the dump bytes [start, stop), one document each, split into sentences by
+    the dump's language (`language` when its head names none)."""
     with open_binary(path) as f:
+        language = site_language(_head(f, compression, path)) or language
+        f.seek(start)
         for page in pages(chunks(f, compression, start, stop, path), path, inside_root=start > 0):
             stats.pages += 1
-            sentences = article(page)
+            sentences = article(page, language, stats)
             if sentences:
                 stats.documents += 1
                 yield sentences
@@ -284,7 +351,16 @@ def documents(
                 stats.skipped_pages += 1
 
 
-def dump_documents(source: readers.Source, stats: readers.ReadStats) -> Iterator[list[str]]:
+def dump_documents(
+    source: readers.Source, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
     """Every article of a local dump, read sequentially."""
     stats.files += 1
-    yield from documents(source.path, source.compression, 0, os.path.getsize(source.path), stats)
+    yield from documents(
+        source.path,
+        source.compression,
+        0,
+        os.path.getsize(source.path),
+        stats,
+        language=language,
+    )

@@ -1,12 +1,15 @@
-"""Wikitext -> plain prose paragraphs, in linear time.
+"""Wikitext -> plain prose paragraphs and sentences, in linear time.
 
 What BERT's authors kept of Wikipedia: "we extract only the text passages and ignore lists, tables,
 and headers". So: templates (infoboxes, citations, navboxes; nested), references, tables, galleries,
 math, file/image links, categories, interlanguage links, comments, HTML tags and magic words are
 removed; link text is kept ([[Paris|the capital]] -> "the capital"), as is the text of external
 links with a label; headings end paragraphs and are dropped, as are list items and the sections
-that hold no prose (See also, References, External links, ...). A few inline templates whose text
-is part of the sentence are rendered: {{lang|fr|texte}}, {{nowrap|text}}, {{convert|5|km}}.
+that hold no prose (See also, References, External links, ...). The inline templates that carry
+words are rendered by data_prep/templates.py's table ({{convert}}, {{lang}}, {{IPA}}, {{as of}},
+...). Lines join into paragraphs as MediaWiki joins them (a single newline is a space). `prose`
+then splits paragraphs into sentences and drops (or repairs) each sentence that lost words with
+its markup, counting them: what a reader of the records would notice (bench/wikitext_bench.py).
 
 Why not mwparserfromhell (the maintained parser) or wikiextractor: on real enwiki pages they clean
 0.1-0.2 and 0.45 MB/s (bench/wiki_bench.py), 25-50x short of the 5 MB/s per worker the job needs;
@@ -22,6 +25,18 @@ tests/test_wiki.py times every such page (a 10 s bound where linear takes well u
 
 import html
 import re
+from typing import NamedTuple
+
+from data_prep import templates
+from data_prep.sentences import split_sentences
+
+# Where inline math (or chemistry, hieroglyphs) was removed: a character XML 1.0 cannot hold, so
+# no page text has it. A sentence holding one has lost words and is dropped.
+HOLE = "\x01"
+# Ends a paragraph that is unfinished (a ":" or no sentence's end) and is followed by a removed
+# block (a list, a formula, a table, a heading, the article's end): its last sentence lost what
+# it went on with. Not XML text either.
+OPEN_END = "\x02"
 
 # Sections that hold lists of links and citations, not prose: skipped up to the next heading of
 # the same or a higher level.
@@ -90,6 +105,8 @@ _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\[\]]*+(?:[^\S\n]++([^\[\]\n]*+))?\]", re.I)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
+# HTML elements that MediaWiki shows as blocks of their own: they end a paragraph.
+_BLOCK_TAG = re.compile(r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>", re.I)
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
 _SPACES = re.compile(r"\s+")
@@ -98,8 +115,20 @@ _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
 _BRACKET_TAIL = re.compile(r"(?<![\s,;:])[\s,;:]*[,;:]\s*\)")  # from a run's start only
 _EMPTY_BRACKETS = re.compile(r"\(\s*\)")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
-# Templates rendered as their text: name -> index of the parameter that is the text.
-_INLINE_TEMPLATES = {"lang": 2, "nowrap": 1, "nobr": 1, "small": 1}
+# A list's items removed with their templates: "particularly ,,, and." or ", ." left.
+_EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
+# Sentence-final marks of the large Wikipedias' scripts (danda, Urdu's full stop, Arabic's
+# question mark, Khmer, Burmese, Tibetan).
+_ENDS = ".!?。！？…।۔؟។။།"
+_SENTENCE_END = re.compile(f"[{_ENDS}]")
+# Languages written without spaces between words: a sentence of theirs is one "word".
+_UNSPACED = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "dz", "yue", "wuu", "gan", "lzh"})
+# Languages whose sentences end with no mark (Thai, Lao): a paragraph without one is finished.
+_UNMARKED = frozenset({"th", "lo"})
+_WORD = re.compile(r"\w")
+_FINISHED = re.compile(f"[{_ENDS}\"'”’»)\\]」』]$")
+# Removed elements that stand inside a sentence: a HOLE is left where they were.
+_INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
 # Disambiguation templates: English names holding "disambig" ({{Disambiguation}}, {{Hospital
 # disambiguation}}, ...), their short forms, and the main template of other large Wikipedias (de,
@@ -169,7 +198,7 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
         if k < len(candidates):
             end = candidates[k].end()
             spans.append((tag.start(), end))
-    return _replace_pairs(text, spans, lambda _: "")
+    return _replace_pairs(text, spans, lambda e: HOLE if _INLINE_ELEMENT.match(e) else "")
 
 
 def _heading(line: str) -> tuple[int, str] | None:
@@ -213,19 +242,13 @@ def _replace_pairs(text: str, spans, render) -> str:
     return "".join(out)
 
 
-def _render_template(source: str) -> str:
-    """{{...}} -> "" except the few inline templates whose text belongs to the sentence."""
-    inner = source[2:-2]
-    if "{" in inner or "[" in inner:  # nested markup: an infobox or a citation, dropped whole
-        return ""
-    parts = inner.split("|")
-    name = parts[0].strip().lower()
-    if name == "convert" and len(parts) >= 3:
-        return f"{parts[1].strip()} {parts[2].strip()}"
-    index = _INLINE_TEMPLATES.get(name)
-    if index is not None and len(parts) > index and "=" not in parts[index]:
-        return parts[index]
-    return ""
+def expand_templates(text: str, depth: int = 0) -> str:
+    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest)."""
+    return _replace_pairs(
+        text,
+        _matched_pairs(text, _TEMPLATE_TOKEN, "{{"),
+        lambda source: templates.render(source, expand_templates, depth),
+    )
 
 
 def _render_link(source: str) -> str:
@@ -245,40 +268,129 @@ def _render_link(source: str) -> str:
     return text
 
 
+def _close(lines: list[str], out: list[str]) -> bool:
+    """The lines of one paragraph joined as MediaWiki joins them (a single newline is a space),
+    bold, italics, entities and the leftovers of removed templates cleaned, appended to `out`;
+    whether it is unfinished: it ends in ":" (an introduction) or with no sentence's end (text
+    that goes on in a block: "... such as" / an indented code line / "instead of"). No lines:
+    nothing."""
+    if not lines:
+        return False
+    text = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", " ".join(lines)))
+    lines.clear()
+    if "&" in text:
+        text = html.unescape(text)
+    text = _SPACES.sub(" ", text)
+    if "(" in text:
+        text = _BRACKET_TAIL.sub(")", _BRACKET_HEAD.sub("(", text))
+        text = _EMPTY_BRACKETS.sub("", text)
+    text = _SPACE_BEFORE_PUNCT.sub(r"\1", text).strip()
+    if text:
+        out.append(text)
+    return bool(text) and not _FINISHED.search(text)
+
+
 def paragraphs(wikitext: str) -> list[str]:
-    """The prose paragraphs of an article's wikitext, markup removed."""
+    """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
+    (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
+    paragraph followed by a removed block."""
     text = _SELF_CLOSED_REF.sub("", _drop_comments(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
-    text = _replace_pairs(text, _matched_pairs(text, _TEMPLATE_TOKEN, "{{"), _render_template)
-    text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n")
+    text = expand_templates(text)
+    # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
+    text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n{|\n")
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
         text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
-    text = _TAG.sub("", text)
-    out, skip_level = [], 0
-    for line in text.split("\n"):
-        heading = _heading(line)
+    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
+    out, lines, skip_level = [], [], 0
+    # The last paragraph is unfinished (it ends in ":" or with no sentence's end) and only blank
+    # lines have followed: what it goes on with may yet be prose (a quotation), or a list, a
+    # formula, code or a table that is removed.
+    unfinished = False
+    for raw in text.split("\n"):
+        heading, line = _heading(raw), raw.strip()
+        if not heading and not line:
+            if lines:
+                unfinished = _close(lines, out)
+            continue
+        if not heading and not skip_level and line[0] not in "*#:;|!{}":
+            unfinished = False  # prose follows: what it introduced is there
+            if raw[0] in " \t":
+                # Preformatted (MediaWiki's <pre>): each line a paragraph, kept: most are prose
+                # paragraphs typed after a space (95 sentences of gensim's sample), the rest
+                # pseudocode lines.
+                _close(lines, out)
+                lines.append(line)
+                unfinished = _close(lines, out)
+            else:
+                lines.append(line)
+            continue
+        # A heading, a list item, an indented line (display math), a table's leftover or a line
+        # of a skipped section: it ends a paragraph, and what an unfinished one went on with is
+        # gone: its last sentence is dropped.
+        if _close(lines, out) or unfinished:
+            out[-1] += OPEN_END
+        unfinished = False
         if heading:
             level, title = heading
             if skip_level and level > skip_level:
                 continue  # a subsection of a skipped section
             title = _SPACES.sub(" ", _BOLD_ITALIC.sub("", title)).strip().lower()
             skip_level = level if title in SKIPPED_SECTIONS else 0
-            continue
-        line = line.strip()
-        if skip_level or not line or line[0] in "*#:;|!{}":
-            continue  # a skipped section, a list item or a table's leftover
-        line = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", line))
-        if "&" in line:
-            line = html.unescape(line)
-        line = _SPACES.sub(" ", line)
-        if "(" in line:
-            line = _BRACKET_TAIL.sub(")", _BRACKET_HEAD.sub("(", line))
-            line = _EMPTY_BRACKETS.sub("", line)
-        line = _SPACE_BEFORE_PUNCT.sub(r"\1", line).strip()
-        if line:
-            out.append(line)
+    if _close(lines, out) or unfinished:
+        out[-1] += OPEN_END  # the article ends after an introduction
     return out
+
+
+def _repaired(sentence: str, suspect: bool, spaced: bool) -> str | None:
+    """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
+    marked by a HOLE; the items of a list, ", , and"; all but a one-word header), else with a
+    leading separator taken off (",
+    the population ..."). `suspect`: its paragraph holds a HOLE or an empty slot (most do not,
+    and then the sentence is not searched for them); `spaced`: its language puts spaces between
+    words (in Chinese or Thai a whole sentence has none)."""
+    if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
+        return None
+    if spaced and " " not in sentence and not _SENTENCE_END.search(sentence):
+        return None  # a column header or a caption's stray word: no sentence
+    if not _WORD.search(sentence):
+        return None  # "...", "(, )": what is left of a quotation's or a list's removed words
+    if sentence[0] in ",;:":
+        sentence = sentence.lstrip(",;: ")
+        return sentence[:1].upper() + sentence[1:] if sentence else None
+    return sentence
+
+
+class Prose(NamedTuple):
+    paragraphs: list[list[str]]  # each paragraph's sentences
+    repaired: int  # sentences a removal left broken that were repaired
+    dropped: int  # and dropped (`_repaired`)
+
+
+def prose(wikitext: str, language: str) -> Prose:
+    """An article's prose: its paragraphs split into sentences by data_prep/sentences.py in
+    `language`, each sentence that a removal left broken repaired or dropped, and their counts."""
+    out, repaired, dropped = [], 0, 0
+    base = language.partition("-")[0]
+    spaced, marked = base not in _UNSPACED, base not in _UNMARKED
+    for paragraph in paragraphs(wikitext):
+        kept = []
+        suspect = HOLE in paragraph or bool(_EMPTY_SLOT.search(paragraph))
+        sentences = split_sentences(paragraph.removesuffix(OPEN_END), language)
+        if paragraph.endswith(OPEN_END) and sentences and (marked or sentences[-1].endswith(":")):
+            sentences.pop()  # what its last sentence went on with is removed
+            dropped += 1
+        for sentence in sentences:
+            fixed = _repaired(sentence, suspect, spaced)
+            if fixed is None:
+                dropped += 1
+                continue
+            repaired += fixed != sentence
+            kept.append(fixed)
+        if kept:
+            out.append(kept)
+    return Prose(out, repaired, dropped)

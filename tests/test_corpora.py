@@ -2,6 +2,7 @@
 to the articles' text with no markup, the output does not depend on the worker count, a job
 stopped mid-way resumes to the same output, and the README's worked example runs as written."""
 
+import json
 import os
 import re
 import shlex
@@ -111,6 +112,11 @@ def test_worker_count_does_not_change_the_output(corpora, uninterrupted, tmp_pat
     assert rc == 0, printed
     assert _shards(tmp_path) == _shards(out)
     assert f"wiki pages: {manifest['read']['pages']} read" in printed
+    # The sentences removed markup left broken (three an article: a display formula, a list's
+    # introduction, a sentence holding <math>) are counted in the manifest and the summary.
+    assert manifest["read"]["dropped_sentences"] == 3 * ARTICLES
+    assert f"0 repaired (a leading comma), {3 * ARTICLES} dropped" in printed
+    assert json.load(open(tmp_path / "manifest.json"))["flags"]["language"] == "en"
 
 
 def test_a_stopped_job_resumes_to_the_same_output(

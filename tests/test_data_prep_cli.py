@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -122,6 +123,22 @@ def bad_files(tmp_path_factory):
             "data_prep.main",
             ["--input={testdata}/sample_text.txt", "--vocab_file={vocab}", "--output_dir={d}/out"],
             "manifest.json is unreadable",
+        ),
+        (
+            "data_prep.main",
+            ["--input=x.txt", "--vocab_file={vocab}", "--output_dir={d}/o", "--language=en!"],
+            "--language=en!: 'en!' is not a language code",
+        ),
+        (
+            "data_prep.main",
+            [
+                "--input={testdata}/sample_text.txt",
+                "--vocab_file={vocab}",
+                "--output_dir={d}/o",
+                "--mode=reference",
+                "--language=de",
+            ],
+            "--language is for --mode=scaled or beam",
         ),
         ("data_prep.decode", ["--vocab_file={vocab}"], "pass --input"),
         (
@@ -293,6 +310,7 @@ def test_trained_vocabulary_feeds_data_prep(tmp_path, model_type, output):
         "--vocab_size=1500",
     )
     assert rc == 0, out
+    assert "warning" not in out  # pydocs_small fills 1500 entries
     vocab = tmp_path / ("vocab.txt" if model_type == "wordpiece" else "sp.model")
     if model_type == "wordpiece":
         lines = vocab.read_text().splitlines()
@@ -306,3 +324,32 @@ def test_trained_vocabulary_feeds_data_prep(tmp_path, model_type, output):
         "--do_whole_word_mask",
     )
     assert rc == 0 and "wrote" in out, out
+
+
+@pytest.mark.parametrize("model_type, output", [("wordpiece", "v.txt"), ("sentencepiece", "sp")])
+def test_a_corpus_too_small_for_the_vocabulary_size_is_warned_of(tmp_path, model_type, output):
+    """Both trainers stop when the corpus has no more pieces to learn: sample_text.txt fills a
+    few hundred of the 30,522 entries asked for. The vocabulary is written (it is usable), and a
+    warning on stderr says how many entries it has and what to do; before, only the "wrote"
+    line showed the number."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.vocab",
+            "--input=data_prep/testdata/sample_text.txt",
+            f"--output={tmp_path / output}",
+            f"--model_type={model_type}",
+            "--vocab_size=30522",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    entries = int(re.search(r": (\d+) entries", proc.stdout)[1])
+    assert 100 < entries < 30522
+    assert (
+        f"warning: the corpus filled only {entries} of the --vocab_size=30522 entries"
+        in proc.stderr
+    )

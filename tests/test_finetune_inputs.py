@@ -4,6 +4,7 @@ eval or test file, which used to surface only after training (or after the workd
 regression targets that parse as floats but are not finite."""
 
 import os
+import sys
 
 import pytest
 from test_finetune_train import make_config, save_tiny_hf, sst2_file, stsb_file
@@ -82,3 +83,29 @@ def test_regression_targets_must_be_finite_numbers(tmp_path, tiny_hf, target):
     path.write_text("\n".join(lines) + "\n")
     config = make_config(format="glue", layout="stsb", train_file=str(path))
     refused(config, tmp_path, tiny_hf, rf"example 1: regression target '{target}' is not a finite")
+
+
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        ("neg,neutral,pos", ("neg", "neutral", "pos")),  # as docs/finetuning.md writes it
+        ("('neg', 'neutral', 'pos')", ("neg", "neutral", "pos")),
+        ("0,1", ("0", "1")),  # read by ml_collections as integers
+        ("B-PER, I-PER,O", ("B-PER", "I-PER", "O")),
+    ],
+)
+def test_a_label_list_on_the_command_line_is_its_names(override, names, monkeypatch):
+    """--config.data.labels=neg,neutral,pos was one label named 'neg,neutral,pos' (ml_collections
+    reads a tuple override as a Python literal): it is three now, through the real flag parser
+    (which finds the config file's overrides in sys.argv)."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from bert_jax.finetune import tasks
+
+    argv = ["finetune", "--config=configs/finetune/sst2.py", f"--config.data.labels={override}"]
+    monkeypatch.setattr(sys, "argv", argv)
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values)
+    flag_values(argv)
+    assert tasks.make_task(flag_values.config.data).labels(None) == names

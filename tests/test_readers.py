@@ -80,6 +80,38 @@ def test_split_sentences(text, sentences):
     assert readers.split_sentences(text) == sentences
 
 
+def test_running_text_is_split_by_the_language_asked(tmp_path):
+    """--language picks the sentence rules of JSONL, Parquet and book text (whole-file reads and
+    work units alike): German keeps "Am 3. Mai" (a date) and "Nr. 5" in one sentence, where
+    English rules split after "3."; a code that is not a language is refused."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+
+    from data_prep import sentences, units
+
+    text = "Am 3. Mai kam Zug Nr. 5 an. Dann fuhr er weiter."
+    german = [["Am 3. Mai kam Zug Nr. 5 an.", "Dann fuhr er weiter."]]
+    (tmp_path / "de.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    pq.write_table(pyarrow.table({"text": [text]}), tmp_path / "de.parquet")
+    (tmp_path / "de.txt").write_text(text + "\n")
+    for name, kwargs in (("de.jsonl", {}), ("de.parquet", {}), ("de.txt", {"book": True})):
+        sources = readers.parse_input([str(tmp_path / name)], document_per_file="book" in kwargs)
+        for language, expected in (("de", german), ("en", None)):
+            stats = readers.ReadStats()
+            docs = [d for s in sources for d in readers.documents(s, stats, language=language)]
+            planned = units.plan_units(sources, 1 << 20, 10)
+            unit_docs = [d for u in planned for d in units.read_unit(u, stats, language=language)]
+            assert docs == unit_docs, (name, language)
+            if expected:
+                assert docs == expected, name
+            else:
+                assert docs != german and docs[0][0] == "Am 3.", (name, docs)
+    with pytest.raises(ValueError, match="'en!' is not a language code"):
+        sentences.language_code("en!")
+    assert sentences.language_code("simple") == "en"
+    assert sentences.language_code("zh_min_nan") == "zh-min-nan"
+
+
 def test_split_sentences_merges_lower_case_pieces_in_linear_time():
     """A piece starting in lower case joins the sentence before it (a split after an
     abbreviation); 200,000 of them in a row (2.8 MB) took 8 s when each merge copied the sentence

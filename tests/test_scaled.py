@@ -221,6 +221,14 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
             str(tmp_path),
             progress=False,
         )
+    # Another language splits running text otherwise: a changed setting, not a reuse.
+    with pytest.raises(job.JobMismatch, match=r"other settings \(language: 'en' -> 'de'\)"):
+        scaled.run(
+            _spec(testdata / "sample_text.txt", block_size_mb=0.001, language="de"),
+            tok,
+            str(tmp_path),
+            progress=False,
+        )
 
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab_file):
@@ -251,6 +259,10 @@ def test_verify_detects_a_corrupted_shard(tmp_path, testdata, vocab_file):
     rc, _, err = cli("--verify", f"--output_dir={out}")
     assert rc == 2 and "train-00000-of-00001.arrayrecord: md5 differs" in err and "FAILED" in err
     assert err.count("\n") == 1, err  # one `error:` line
+    # docs/data_prep.md says so (it said 1 before).
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "data_prep.md")).read()
+    said = " ".join(doc.split("`--verify` recomputes each shard's size")[1].split()[:60])
+    assert "exits with status 0 when all match" in said and "exits with status 2" in said
 
 
 def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):

@@ -43,7 +43,7 @@ class TextTask:
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
         """Label names in id order: config.data.labels, else the layout's."""
-        return tuple(self.data.labels) or self.layout.labels
+        return label_names(self.data.labels) or self.layout.labels
 
     def read(self, path: str) -> list:
         return glue.read_tsv(path, self.layout)
@@ -82,7 +82,7 @@ class TaggingTask:
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
         """Tag names in id order: config.data.labels, else the tags of the training file."""
         if self.data.labels:
-            return tuple(self.data.labels)
+            return label_names(self.data.labels)
         if train_examples is None:
             raise ValueError(
                 "config.data.labels is empty and there is no training file to take the tag set from"
@@ -191,6 +191,18 @@ def primary_metric(task, data) -> str:
     return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(
         data.layout, "accuracy"
     )
+
+
+def label_names(labels) -> tuple[str, ...]:
+    """config.data.labels as label names. ml_collections reads a tuple field's override as a
+    Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
+    arrives as the one name 'neg,neutral,pos', and --config.data.labels=0,1 as integers: the
+    first is split at its commas, and every name is a string (labels are read as text)."""
+    if isinstance(labels, str):
+        labels = (labels,)
+    if len(labels) == 1 and isinstance(labels[0], str) and "," in labels[0]:
+        labels = split_files(labels[0])
+    return tuple(str(label) for label in labels)
 
 
 def split_files(spec: str) -> list[str]:

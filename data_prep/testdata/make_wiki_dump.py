@@ -13,8 +13,10 @@ concatenated, the first holding only <mediawiki> and <siteinfo>, and the index's
 Articles are made of prose sentences wrapped in the constructs real pages use: an infobox with
 nested templates, references (named, self-closing, with citation templates inside), wiki tables,
 galleries, file links whose captions hold links, interlanguage links, categories, comments, HTML
-tags and entities, bold and italics, headings, lists, external links, magic words, {{convert}} and
-{{lang}}. Redirects, disambiguation pages and pages of other namespaces are mixed in. `build`
+tags and entities, bold and italics, headings, lists, external links, magic words, inline
+templates that render words ({{convert}}, {{lang}}, {{as of}}, {{IPAc-en}}, {{chem}}, {{angbr}}),
+hard-wrapped lines, and sentences that lose words with their markup (a list's introduction, a
+sentence holding <math>), which the reader drops. Redirects, disambiguation pages and pages of other namespaces are mixed in. `build`
 returns each article's expected sentences, so tests can check the reader's output exactly.
 
 --parquet_output also writes the articles as the Hugging Face hub's `wikimedia/wikipedia` Parquet
@@ -64,7 +66,7 @@ def _sentences(i: int, rng: random.Random, count: int) -> list[tuple[str, str]]:
     out = []
     for k in range(count):
         place, verb, time = rng.choice(_PLACES), rng.choice(_VERBS), rng.choice(_TIMES)
-        kind = k % 5
+        kind = k % 8
         if kind == 0:
             wiki = f"The [[{place.title()}|{place}]] of article {i} {verb} {time}."
             text = f"The {place} of article {i} {verb} {time}."
@@ -77,21 +79,34 @@ def _sentences(i: int, rng: random.Random, count: int) -> list[tuple[str, str]]:
                 f"famous, as [[Dr. Smith]] noted.<ref>{{{{cite book|title=On {place}s|"
                 f"year=19{k % 90 + 10}}}}}</ref>"
             )
-            text = f"Its length of {k + 3} km made the {place} of article {i} famous, as Dr. Smith noted."
+            text = (
+                f"Its length of {k + 3} kilometres made the {place} of article {i} famous, as "
+                "Dr. Smith noted."
+            )
         elif kind == 3:
             wiki = (
                 f"Visitors&nbsp;call the {place} of article {i} "
-                f"{{{{lang|fr|la belle {place}}}}} <!-- a comment -->today.<ref name=\"n{k}\" />"
+                f'{{{{lang|fr|la belle {place}}}}} <!-- a comment -->today.<ref name="n{k}" />'
             )
             text = f"Visitors call the {place} of article {i} la belle {place} today."
+        elif kind == 5:  # hard-wrapped: a single newline inside a paragraph is a space
+            wiki = f"The {place} of article {i}\n{verb} {time}."
+            text = f"The {place} of article {i} {verb} {time}."
+        elif kind == 6:
+            wiki = f"{{{{As of|{2000 + k}|5}}}}, the {place} of article {i} {verb}."
+            text = f"As of May {2000 + k}, the {place} of article {i} {verb}."
+        elif kind == 7:
+            wiki = (
+                f"The {place} of article {i} ({{{{IPAc-en|ˈ|p|l|eɪ|s}}}}) holds "
+                f"{{{{chem|H|2|O}}}} and {{{{angbr|{place[0]}}}}} {time}."
+            )
+            text = f"The {place} of article {i} (/ˈpleɪs/) holds H2O and ⟨{place[0]}⟩ {time}."
         else:
             wiki = (
-                f"The <span class=\"x\">old</span> {place} of article {i} is 2.5 km long "
+                f'The <span class="x">old</span> {place} of article {i} is 2.5 km long '
                 f"(see [https://example.org/{i} the survey] and [[:Category:Places|places]])."
             )
-            text = (
-                f"The old {place} of article {i} is 2.5 km long (see the survey and places)."
-            )
+            text = f"The old {place} of article {i} is 2.5 km long (see the survey and places)."
         out.append((wiki, text))
     return out
 
@@ -116,6 +131,9 @@ def article(i: int, rng: random.Random) -> tuple[str, str, list[str]]:
         "<gallery>\nFile:A.jpg|A caption with [[a link]]\nFile:B.jpg\n</gallery>",
         "* a list item about [[something]]\n* another item",
         "<math>x^2 + y^2</math>",
+        # Sentences that lose words with their markup: dropped (and counted).
+        f"The places of article {i} include:\n* the {rng.choice(_PLACES)}\n* the old town",
+        f"Its area is <math>x^2</math> in article {i}.",
         "== See also ==\n* [[Another article]]",
         "== References ==\n{{Reflist}}",
         "== External links ==\n* [https://example.org Official site]",
@@ -150,15 +168,38 @@ def build(articles: int, seed: int = 0) -> tuple[list[tuple[int, str, str]], dic
         pages.append((page_id, title, _page(page_id, title, text)))
         expected[title] = sentences
         if i % 7 == 3:
-            pages.append((page_id + 1, f"Art {i}", _page(page_id + 1, f"Art {i}",
-                          f"#REDIRECT [[{title}]]", redirect=title)))
+            pages.append(
+                (
+                    page_id + 1,
+                    f"Art {i}",
+                    _page(page_id + 1, f"Art {i}", f"#REDIRECT [[{title}]]", redirect=title),
+                )
+            )
         if i % 11 == 5:
             dab = f"Article {i} (disambiguation)"
-            pages.append((page_id + 2, dab, _page(page_id + 2, dab,
-                          f"'''Article {i}''' may refer to:\n* [[{title}]]\n\n{{{{disambiguation}}}}")))
+            pages.append(
+                (
+                    page_id + 2,
+                    dab,
+                    _page(
+                        page_id + 2,
+                        dab,
+                        f"'''Article {i}''' may refer to:\n* [[{title}]]\n\n{{{{disambiguation}}}}",
+                    ),
+                )
+            )
             other = f"Place {i}"
-            pages.append((page_id + 3, other, _page(page_id + 3, other,
-                          f"'''Place {i}''' may mean a place of article {i}.\n{{{{Geodis}}}}")))
+            pages.append(
+                (
+                    page_id + 3,
+                    other,
+                    _page(
+                        page_id + 3,
+                        other,
+                        f"'''Place {i}''' may mean a place of article {i}.\n{{{{Geodis}}}}",
+                    ),
+                )
+            )
         if i % 13 == 7:
             talk = f"Talk:{title}"
             pages.append((page_id + 4, talk, _page(page_id + 4, talk, "The talk of article.", 1)))
@@ -168,21 +209,27 @@ def build(articles: int, seed: int = 0) -> tuple[list[tuple[int, str, str]], dic
 
 
 def write_dump(
-    pages, path: str, pages_per_stream: int = 100, multistream: bool = True, index: bool = True
+    pages,
+    path: str,
+    pages_per_stream: int = 100,
+    multistream: bool = True,
+    index: bool = True,
+    header: str = HEADER,
 ) -> str | None:
     """Writes pages as a dump: multistream (header stream, page streams, footer stream) with its
-    index, or one bz2 stream, or plain XML (a path not ending in .bz2). Returns the index path."""
+    index, or one bz2 stream, or plain XML (a path not ending in .bz2). Returns the index path.
+    `header`: <mediawiki> and <siteinfo> (HEADER: enwiki's)."""
     if not path.endswith(".bz2"):
         with open(path, "w", encoding="utf-8") as f:
-            f.write(HEADER + "".join(xml for *_, xml in pages) + FOOTER)
+            f.write(header + "".join(xml for *_, xml in pages) + FOOTER)
         return None
     if not multistream:
         with open(path, "wb") as f:
-            f.write(bz2.compress((HEADER + "".join(x for *_, x in pages) + FOOTER).encode()))
+            f.write(bz2.compress((header + "".join(x for *_, x in pages) + FOOTER).encode()))
         return None
     lines = []
     with open(path, "wb") as f:
-        f.write(bz2.compress(HEADER.encode()))
+        f.write(bz2.compress(header.encode()))
         for start in range(0, len(pages), pages_per_stream):
             offset = f.tell()
             group = pages[start : start + pages_per_stream]
@@ -233,7 +280,8 @@ def write_parquet(pages, path: str, row_group_rows: int = 8) -> int:
         rows["id"].append(str(page_id))
         rows["url"].append("https://en.wikipedia.org/wiki/" + page.title.replace(" ", "_"))
         rows["title"].append(page.title)
-        rows["text"].append("\n\n".join(wikitext.paragraphs(page.text)))
+        paragraphs = wikitext.prose(page.text, "en").paragraphs
+        rows["text"].append("\n\n".join(" ".join(sentences) for sentences in paragraphs))
     pq.write_table(pyarrow.table(rows), path, row_group_size=row_group_rows)
     return len(rows["id"])
 
@@ -248,7 +296,9 @@ def _define_flags() -> None:
     flags.DEFINE_integer("articles", 120, "Articles (redirects and other pages are added).")
     flags.DEFINE_integer("pages_per_stream", 20, "Pages per bz2 stream (Wikimedia's dumps: 100).")
     flags.DEFINE_integer("seed", 0, "Seed of the generated text.")
-    flags.DEFINE_string("from_dump", None, "Repack this dump's pages instead of generating articles.")
+    flags.DEFINE_string(
+        "from_dump", None, "Repack this dump's pages instead of generating articles."
+    )
     flags.DEFINE_integer("max_page_bytes", 0, "With --from_dump: skip larger pages (0: keep all).")
     flags.DEFINE_integer("repeat", 1, "With --from_dump: the pages this many times over.")
     flags.DEFINE_string("parquet_output", None, "Also write the articles here as HF-style Parquet.")
@@ -266,7 +316,9 @@ def main(argv):
     print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(pages)} pages) and {index}")
     if FLAGS.parquet_output:
         rows = write_parquet(pages, FLAGS.parquet_output)
-        print(f"wrote {FLAGS.parquet_output} ({os.path.getsize(FLAGS.parquet_output)} bytes, {rows} rows)")
+        print(
+            f"wrote {FLAGS.parquet_output} ({os.path.getsize(FLAGS.parquet_output)} bytes, {rows} rows)"
+        )
 
 
 if __name__ == "__main__":

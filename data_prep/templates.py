@@ -1,0 +1,297 @@
+"""Inline templates that carry words, rendered as the text MediaWiki shows; every other template
+is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}} of a page.
+
+The table (`_RENDER`: template name -> how to render) holds the templates that occur inside prose
+lines of real enwiki pages, by frequency (counts in docs/data_prep.md, over examples/data's sample
+and gensim's 206-page enwiki sample: bench/wikitext_bench.py --templates): {{convert}} 366,
+{{lang}} 183, {{IPAc-en}} 91, {{respell}} 57, {{transl}} 43, {{lang-xx}} 41, {{nowrap}} 26,
+{{as of}} 23, {{IPA-xx}} 22, {{chem}} 22, {{IPA}} 17, {{vr}} 14, {{nihongo}} 13, {{val}} 12,
+{{angbr}} 8, ... The rest of the top of that list are notes that
+render a superscript, not words ({{citation needed}} 124, {{rp}} 103, {{sfn}} 97, {{sfnp}} 89,
+{{refn}} 23, {{clarify}} 13, ...): dropping them is what MediaWiki's text shows. Templates whose
+output depends on the day they are rendered ({{birth date and age}}'s age, {{CURRENTYEAR}},
+{{inflation}}) render only their fixed part or nothing: the records must not change with the
+date they are made.
+
+Parameters are split as MediaWiki splits them, at the "|"s outside nested templates and links,
+before the nested templates are expanded ({{nowrap|x {{=}} 1}} has one parameter, "x = 1"); a
+parameter with an "=" outside them is named. Nested templates in a rendered parameter are rendered
+in turn, down to _MAX_DEPTH levels: each character is scanned at most that many times, so a page
+of templates nested without end stays linear.
+"""
+
+import re
+from collections.abc import Callable
+
+_MAX_DEPTH = 6
+_MAX_NUMBERED = 20  # "99999=" must not make a list of that length
+# Splits a template's inside: nesting openers and closers, and the parameter separator.
+_PARAMETER_TOKEN = re.compile(r"\{\{|\}\}|\[\[|\]\]|\||=")
+_NAME = re.compile(r"[^{}|\[\]]*+")
+_SPACES = re.compile(r"[\s_]+")
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+_DMY = frozenset({"y", "yes", "true", "1"})
+
+
+class Arguments:
+    """A template's parameters: positional (1-based, as MediaWiki numbers them) and named, their
+    nested templates rendered, stripped."""
+
+    def __init__(self, positional: list[str], named: dict[str, str]):
+        self.positional, self.named = positional, named
+
+    def __getitem__(self, i: int) -> str:
+        return self.positional[i - 1] if 0 < i <= len(self.positional) else ""
+
+    def get(self, name: str) -> str:
+        return self.named.get(name, "")
+
+
+def _text(i: int) -> Callable[[Arguments], str]:
+    return lambda a: a[i]
+
+
+def _constant(text: str) -> Callable[[Arguments], str]:
+    return lambda a: text
+
+
+def _last(a: Arguments) -> str:
+    return a.positional[-1] if a.positional else ""
+
+
+def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
+    return lambda a: f"{left}{a[i]}{right}" if a[i] else ""
+
+
+# {{convert|55|to|80|cm|in}}: the value(s) and the input unit as MediaWiki shows them, the unit's
+# name ("55 to 80 centimetres"; with abbr=on its symbol, "55 to 80 cm"; with adj=on "5-mile");
+# the converted figure in brackets is left out (it needs the template's unit tables). The units
+# are those of the real samples, by frequency; another unit is shown as its code.
+_RANGE_WORDS = frozenset({"to", "to(-)", "and", "and(-)", "or", "by", "x", "×", "+", "+/-", "±"})
+_RANGE_DASHES = frozenset({"-", "–", "—"})
+_UNIT_NAMES = {  # code: (singular, plural, symbol)
+    "km": ("kilometre", "kilometres", "km"), "m": ("metre", "metres", "m"),
+    "cm": ("centimetre", "centimetres", "cm"), "mm": ("millimetre", "millimetres", "mm"),
+    "mi": ("mile", "miles", "mi"), "nmi": ("nautical mile", "nautical miles", "nmi"),
+    "ft": ("foot", "feet", "ft"), "in": ("inch", "inches", "in"),
+    "kg": ("kilogram", "kilograms", "kg"), "lb": ("pound", "pounds", "lb"),
+    "g": ("gram", "grams", "g"), "oz": ("ounce", "ounces", "oz"),
+    "t": ("tonne", "tonnes", "t"), "ha": ("hectare", "hectares", "ha"),
+    "acre": ("acre", "acres", "acre"), "km2": ("square kilometre", "square kilometres", "km²"),
+    "sqmi": ("square mile", "square miles", "sq mi"), "m2": ("square metre", "square metres", "m²"),
+    "m3": ("cubic metre", "cubic metres", "m³"), "C": ("°C", "°C", "°C"), "F": ("°F", "°F", "°F"),
+    "°C": ("°C", "°C", "°C"), "°F": ("°F", "°F", "°F"), "K": ("kelvin", "kelvins", "K"),
+    "m/s": ("metre per second", "metres per second", "m/s"),
+    "ft/s": ("foot per second", "feet per second", "ft/s"),
+    "km/h": ("kilometre per hour", "kilometres per hour", "km/h"),
+    "mph": ("mile per hour", "miles per hour", "mph"),
+    "oilbbl": ("barrel", "barrels", "bbl"), "e6ha": ("million hectares", "million hectares", "Mha"),
+    "koilbbl/d": ("thousand barrels per day", "thousand barrels per day", "kbbl/d"),
+}  # fmt: skip
+
+
+def _convert(a: Arguments) -> str:
+    values, k = [a[1]], 2
+    while a[k] in _RANGE_WORDS or a[k] in _RANGE_DASHES:
+        if a[k] in _RANGE_DASHES:
+            values[-1] += "–" + a[k + 1]
+        else:
+            values += [a[k], a[k + 1]]
+        k += 2
+    unit = a[k]
+    if unit in _UNIT_NAMES:
+        singular, plural, symbol = _UNIT_NAMES[unit]
+        if a.get("abbr") in ("on", "in"):
+            unit = symbol
+        elif a.get("adj") == "on":  # an adjective: "a 5-mile-wide crater"
+            return "-".join(v for v in (*values, singular) if v)
+        else:
+            unit = singular if values == ["1"] else plural
+    return " ".join(v for v in (*values, unit) if v)
+
+
+def _date(year: str, month: str = "", day: str = "", dmy: bool = True) -> str:
+    """ "1 April 1947" (or "April 1, 1947"), "April 1947", "1947": what the date templates show."""
+    if month.isdigit() and 1 <= int(month) <= 12:
+        month = _MONTHS[int(month) - 1]
+    day = day.lstrip("0")
+    if not month:
+        return year
+    if not day:
+        return f"{month} {year}"
+    return f"{day} {month} {year}" if dmy else f"{month} {day}, {year}"
+
+
+def _date_template(a: Arguments) -> str:
+    """{{birth date|1947|4|1|df=y}} and kin: the date; an age is left out (it changes with the
+    day the page is rendered)."""
+    return _date(a[1], a[2], a[3], dmy=a.get("df").lower() in _DMY)
+
+
+def _as_of(a: Arguments) -> str:
+    """{{as of|2015|6|30}} -> "As of 30 June 2015"; lc=y lower-cases, alt= replaces the text."""
+    if a.get("alt"):
+        return a.get("alt")
+    date = _date(a[1], a[2], a[3], dmy=a.get("df").upper() != "US")
+    if a.get("bare").lower() in _DMY:
+        return date
+    lead = "since" if a.get("since") else "as of"
+    return f"{lead if a.get('lc').lower() in _DMY else lead.capitalize()} {date}"
+
+
+def _quote(a: Arguments) -> str:
+    """{{quote|text|author}}: the quotation, a paragraph of its own (a block, as MediaWiki shows
+    it; the author and source are a caption)."""
+    text = a[1] or a.get("text") or a.get("quote")
+    return f"\n\n{text}\n\n" if text else ""
+
+
+def _nihongo(a: Arguments) -> str:
+    """{{nihongo|headquarters|本部道場|honbu dōjō}} -> "headquarters (本部道場, honbu dōjō)"."""
+    inside = ", ".join(p for p in (a[2], a[3]) if p)
+    return f"{a[1]} ({inside})" if a[1] and inside else a[1] or inside
+
+
+# IPAc-en's leading labels ("lang" -> "English pronunciation:", "US", ...): shown beside the
+# transcription as notes, not part of it.
+_IPAC_LABELS = frozenset(
+    {"lang", "local", "pron", "also", "uk", "us", "ipa", "audio", "uklang", "uspron", "ukpron"}
+)
+
+
+def _ipac(a: Arguments) -> str:
+    """{{IPAc-en|ˈ|æ|n|s|i}} -> "/ˈænsi/" ("_" is a space, "'" and "," the stress marks)."""
+    parts = [p for p in a.positional if p.lower() not in _IPAC_LABELS]
+    text = "".join(parts).replace("_", " ").replace("'", "ˈ").replace(",", "ˌ")
+    return f"/{text}/" if text else ""
+
+
+def _val(a: Arguments) -> str:
+    """{{val|6.241|e=18|u=C}} -> "6.241×10^18 C"."""
+    text = a[1] + (f"±{a[2]}" if a[2] else "")
+    if a.get("e"):
+        text += f"×10^{a.get('e')}"
+    unit = a.get("u") or a.get("ul")
+    return f"{text} {unit}" if unit else text
+
+
+# The date templates: the date is the first three parameters ({{death date and age}}: the death's).
+_DATES = (
+    "birth date", "death date", "start date", "end date", "birth date and age",
+    "death date and age", "start date and age", "end date and age", "birth year and age",
+    "death year and age", "film date", "dob",
+)  # fmt: skip
+_RENDER: dict[str, Callable[[Arguments], str]] = {
+    "convert": _convert,
+    "cvt": _convert,
+    "lang": _text(2),
+    "rtl-lang": _text(2),
+    "transl": _last,
+    "transliteration": _last,
+    "ipac-en": _ipac,
+    "ipa": _text(1),
+    "respell": lambda a: "-".join(a.positional),
+    "as of": _as_of,
+    "chem": lambda a: "".join(a.positional),
+    "chem2": _text(1),
+    "angbr": _wrapped("⟨", "⟩"),
+    "vr": _wrapped("⟨", "⟩"),
+    "nihongo": _nihongo,
+    "quote": _quote,
+    "blockquote": _quote,
+    "quotation": _quote,
+    "cquote": _quote,
+    "val": _val,
+    "e": lambda a: f"×10^{a[1]}",
+    "nowrap": _text(1),
+    "nobr": _text(1),
+    "small": _text(1),
+    "smaller": _text(1),
+    "big": _text(1),
+    "large": _text(1),
+    "sc": _text(1),
+    "smallcaps": _text(1),
+    "math": _text(1),
+    "mvar": _text(1),
+    "not a typo": _text(1),
+    # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
+    # as italics or bold (''Eagle''{{'s}} is "Eagle's").
+    "'s": _constant("&#39;s"),
+    "'": _constant("&#39;"),
+    "' \"": _constant('&#39;"'),
+    "\" '": _constant('"&#39;'),
+    "=": _constant("="),
+    "!": _constant("|"),
+    "nbsp": _constant(" "),
+    "snd": _constant(" – "),
+    "spaced ndash": _constant(" – "),
+    "ndash": _constant("–"),
+    "mdash": _constant("—"),
+    "mdashb": _constant("—"),
+    "music": lambda a: {"flat": "♭", "sharp": "♯", "natural": "♮"}.get(a[1].lower(), ""),
+    **dict.fromkeys(_DATES, _date_template),
+}
+
+
+def _renderer(name: str) -> Callable[[Arguments], str] | None:
+    """The table's entry for a template name; {{lang-sq|...}} and {{IPA-fr|...}} by prefix (one
+    template per language)."""
+    found = _RENDER.get(name)
+    if found is None and name.startswith("lang-"):
+        return _text(1)  # {{lang-sq|Shqipëri}}: the text (MediaWiki prefixes "Albanian: ")
+    if found is None and name.startswith("ipa-"):
+        return _wrapped("[", "]")  # {{IPA-fr|alɛ̃ kɔn|lang}}
+    return found
+
+
+def _parameters(inner: str) -> list[tuple[str | None, str]]:
+    """(name or None, raw value) of each parameter: split at "|"s outside nested {{ }} and [[ ]];
+    named where an "=" lies outside them. One pass over the separator tokens."""
+    out, depth, start, equals = [], 0, 0, -1
+    for token in _PARAMETER_TOKEN.finditer(inner):
+        text = token.group()
+        if text in ("{{", "[["):
+            depth += 1
+        elif text in ("}}", "]]"):
+            depth = max(depth - 1, 0)
+        elif depth:
+            continue
+        elif text == "=":
+            equals = token.start() if equals < 0 else equals
+        else:
+            out.append((start, equals, token.start()))
+            start, equals = token.end(), -1
+    out.append((start, equals, len(inner)))
+    return [
+        (None, inner[s:e]) if eq < 0 else (inner[s:eq].strip().lower(), inner[eq + 1 : e])
+        for s, eq, e in out[1:]  # the first piece is the name
+    ]
+
+
+def template_name(source: str) -> str:
+    """A template's name as the table keys it: lower case, "_" a space, spaces squeezed."""
+    name = _NAME.match(source, 2).group()
+    return _SPACES.sub(" ", name).strip().lower().removeprefix("template:")
+
+
+def render(source: str, expand: Callable[[str, int], str], depth: int = 0) -> str:
+    """The text of one "{{...}}" as MediaWiki shows it: the table's rendering, or "" for a
+    template not in it. `expand(text, depth)` renders the templates nested in a parameter."""
+    render_as = _renderer(template_name(source)) if depth <= _MAX_DEPTH else None
+    if render_as is None:
+        return ""
+    positional, named = [], {}
+    for name, value in _parameters(source[2:-2]):
+        if "{{" in value:
+            value = expand(value, depth + 1)
+        if name is None:
+            positional.append(value.strip())
+        else:
+            named[name] = value.strip()
+    for name in [n for n in named if n.isdigit() and 0 < int(n) <= _MAX_NUMBERED]:
+        # "1=" names the first positional parameter ({{nowrap|1=x = y}}: the "=" is text).
+        positional += [""] * (int(name) - len(positional))
+        positional[int(name) - 1] = named.pop(name)
+    return render_as(Arguments(positional, named))
