@@ -130,7 +130,10 @@ def test_a_second_run_on_a_busy_directory_is_one_line_naming_the_holder(
     assert os.listdir(busy) == []  # nothing written by the refused run
 
 
-def test_a_lock_left_by_a_killed_run_is_taken_over(world, server, tmp_path):
+def test_a_stale_lock_is_taken_over_and_a_failed_restore_is_one_line(server, tmp_path):
+    """A lock left by a killed run is taken over. Then every array file of the checkpoint is
+    cut: the restore fails, and the error was buried under TensorStore's "Event loop is closed"
+    tracebacks (271 stderr lines, 90 of them, measured on this workdir before the fix)."""
     workdir = tmp_path / "run"
     workdir.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -141,6 +144,13 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(world, server, tmp_path):
     assert status == 0 and "finished at step 2" in out, err[-3000:]
     assert "took over the lock" in err and f"pid {dead.pid}" in err
     assert workdir_lock.holder(str(workdir)) is None  # released at the end
+
+    for folder, _, files in os.walk(workdir / "checkpoints"):
+        for name in files:
+            if os.path.basename(folder) == "d":  # the arrays' data files
+                os.truncate(os.path.join(folder, name), 100)
+    status, _, err = server.run("bert_jax.main", train_args(workdir, 4))
+    one_error_line(status, err, 2, f"no checkpoint under {workdir}/checkpoints can be restored")
 
 
 # --- Exports ---------------------------------------------------------------------------------
@@ -370,16 +380,21 @@ def children(pid: int) -> list[int]:
     return found
 
 
+@pytest.fixture(scope="module")
+def clean_records(server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clean_records")
+    status, _, err = server.run("data_prep.main", [*DATA_PREP, f"--output_dir={out}"])
+    assert status == 0, err
+    return shards(out)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["ctrl-c", "worker killed"])
 def test_data_prep_interrupted_is_one_line_and_the_rerun_equals_a_clean_run(
-    server, tmp_path, fault
+    server, clean_records, tmp_path, fault
 ):
     """The issue's cases: Ctrl-C, and a worker killed by the OOM killer (BrokenProcessPool
     traceback)."""
-    status, _, err = server.run("data_prep.main", [*DATA_PREP, f"--output_dir={tmp_path / 'a'}"])
-    assert status == 0, err
-    clean = shards(tmp_path / "a")
     out = tmp_path / "b"
     proc = subprocess.Popen(
         [sys.executable, "-m", "data_prep.main", *DATA_PREP, f"--output_dir={out}"],
@@ -407,4 +422,4 @@ def test_data_prep_interrupted_is_one_line_and_the_rerun_equals_a_clean_run(
     assert not (out / "manifest.json").exists()
     status, _, err = server.run("data_prep.main", [*DATA_PREP, f"--output_dir={out}"])
     assert status == 0, err
-    assert shards(out) == clean
+    assert shards(out) == clean_records
