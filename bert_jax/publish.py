@@ -47,15 +47,9 @@ def _ours(name: str) -> bool:
 def check_target(output_dir: str, flag: str = "--output_dir") -> None:
     """Refuses an `output_dir` that is a file, lies under one, or holds files that are not an
     export of ours, before any work is done (`directory` checks again, holding the lock)."""
+    workdir_lock.refuse_a_file(output_dir, flag)
     if os.path.isdir(output_dir):
         previous_export(output_dir, flag)
-    elif os.path.exists(output_dir):
-        raise cli.UserError(f"{flag}={output_dir!r} is a file; pass a directory")
-    ancestor = os.path.dirname(os.path.abspath(output_dir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise cli.UserError(f"{flag}={output_dir!r}: {ancestor} is a file, not a directory")
 
 
 def previous_export(output_dir: str, flag: str = "--output_dir") -> list[str]:

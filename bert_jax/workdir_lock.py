@@ -66,6 +66,20 @@ def _pid_running(pid: int) -> bool:
     return True
 
 
+def refuse_a_file(directory: str, flag: str) -> None:
+    """A local `directory` that is a file, or lies under one: a UserError naming it (makedirs
+    would say only "File exists" or "Not a directory")."""
+    if storage.is_url(directory):
+        return
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise cli.UserError(f"{flag}={directory!r} is a file; pass a directory")
+    ancestor = os.path.dirname(os.path.abspath(directory))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise cli.UserError(f"{flag}={directory!r}: {ancestor} is a file, not a directory")
+
+
 def describe(holder: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
     return (
@@ -114,6 +128,7 @@ class _Lock:
         return json.dumps(self.holder, sort_keys=True).encode()
 
     def acquire(self, directory_flag: str) -> None:
+        refuse_a_file(self.directory, directory_flag)
         # A directory made only to hold the lock goes with it: a run refused before it wrote
         # anything (a bad flag, a bad input file) leaves no empty workdir behind.
         self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(

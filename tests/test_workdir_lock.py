@@ -163,3 +163,13 @@ def test_of_threads_racing_for_a_stale_lock_in_a_bucket_exactly_one_wins(bucket)
         t.join(60)
     assert sorted(results) == ["refused"] * 4 + ["won"], results
     assert not storage.exists(f"{workdir}/.lock")
+
+
+def test_a_file_where_the_directory_belongs_is_named(tmp_path):
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(workdir_lock.cli.UserError, match=r"--workdir=.*a_file' is a file"):
+        with workdir_lock.hold(str(tmp_path / "a_file"), "x"):
+            pass
+    with pytest.raises(workdir_lock.cli.UserError, match=r"a_file is a file, not a directory"):
+        with workdir_lock.hold(str(tmp_path / "a_file" / "run"), "x"):
+            pass
