@@ -49,6 +49,9 @@ from bert_jax import cli, storage
 LOCK_NAME = ".lock"
 HEARTBEAT_S = 60.0
 STALE_AFTER_S = 600.0  # ten missed heartbeats
+# The name of the heartbeat's thread. It is safe to fork beside (data_prep's workers): it waits
+# on an Event and, once a minute, rewrites one small file; a child holds none of its state.
+HEARTBEAT_THREAD = "workdir-lock-heartbeat"
 _HELD: set[str] = set()  # tokens of the locks this process holds now
 
 
@@ -176,7 +179,7 @@ class _Lock:
             storage.remove(marker)
 
     def start_heartbeat(self) -> None:
-        self._thread = threading.Thread(target=self._beat, name="workdir-lock", daemon=True)
+        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
         self._thread.start()
 
     def _beat(self) -> None:

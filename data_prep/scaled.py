@@ -29,7 +29,7 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
-from bert_jax import cli, record_io
+from bert_jax import cli, record_io, workdir_lock
 from bert_jax import manifest as contract
 from data_prep import content, job, output, readers, resume
 
@@ -139,9 +139,15 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         yield map
         return
     # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
-    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver.
+    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver. The
+    # output directory's lock heartbeat is fork-safe (workdir_lock.HEARTBEAT_THREAD).
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    others = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and t.name != workdir_lock.HEARTBEAT_THREAD
+    ]
+    if "fork" in methods and not others:
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
