@@ -1,8 +1,9 @@
 """The scaled job's work directory: what makes it resumable, and what a rerun trusts.
 
-<output_dir>/_work, removed when the job has finished:
+<output_dir>/.lock while a job runs (bert_jax.workdir_lock: a second job is refused, naming the
+first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
+has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  lock              locked while a job runs, so two jobs cannot write one directory
   units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when
                     complete,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
@@ -26,13 +27,13 @@ naming the change) for an unfinished job, and a changed input for a finished one
 """
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
 
 from bert_jax import manifest as contract
+from bert_jax import workdir_lock
 from data_prep import content, job, output
 
 WORK_DIR = "_work"
@@ -65,16 +66,11 @@ class WorkDir:
 
     @contextlib.contextmanager
     def locked(self):
-        for sub in ("units", "shards"):
-            os.makedirs(os.path.join(self.path, sub), exist_ok=True)
-        with open(os.path.join(self.path, "lock"), "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise output.OutputError(
-                    f"another data_prep job is writing to {self.output_dir!r}; "
-                    "wait for it or use another --output_dir"
-                ) from None
+        """One job per output directory: the trainers' lock (bert_jax.workdir_lock), which
+        names the job holding it and is taken over from a killed one."""
+        with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
+            for sub in ("units", "shards"):
+                os.makedirs(os.path.join(self.path, sub), exist_ok=True)
             yield
 
     def check(self, fp: dict) -> None:

@@ -29,9 +29,14 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
+from bert_jax import cli, record_io, workdir_lock
 from bert_jax import manifest as contract
-from bert_jax import record_io
 from data_prep import content, job, output, readers, resume
+
+
+class WorkerDied(cli.UserError):
+    """A worker process was killed; the message says what survives and what to do."""
+
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -134,9 +139,15 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         yield map
         return
     # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
-    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver.
+    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver. The
+    # output directory's lock heartbeat is fork-safe (workdir_lock.HEARTBEAT_THREAD).
     methods = multiprocessing.get_all_start_methods()
-    if "fork" in methods and threading.active_count() == 1:
+    others = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.current_thread() and t.name != workdir_lock.HEARTBEAT_THREAD
+    ]
+    if "fork" in methods and not others:
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
@@ -154,8 +165,15 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     def imap(fn, tasks):
         batch = [pool.submit(fn, task) for task in tasks]
         submitted.extend(batch)
-        for done in futures.as_completed(batch):
-            yield done.result()
+        try:
+            for done in futures.as_completed(batch):
+                yield done.result()
+        except futures.process.BrokenProcessPool:
+            raise WorkerDied(
+                f"a worker process of data_prep died (killed: the system's out-of-memory killer, "
+                f"or a signal); the finished units and shards are kept: rerun the same command "
+                f"to go on (with fewer --num_workers than {num_workers} if memory ran out)"
+            ) from None
 
     try:
         yield imap
