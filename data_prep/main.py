@@ -21,7 +21,7 @@ import sys
 
 from absl import flags
 
-from bert_jax import cli, record_io, tokenization
+from bert_jax import cli, record_io
 from data_prep import instances, job, output, reference
 
 FLAGS = flags.FLAGS
@@ -246,7 +246,7 @@ def main(argv):
     job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}
     try:
         if FLAGS.mode == "reference":
-            tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             manifest = reference.run(
                 FLAGS.input,
                 tokenizer,
@@ -258,6 +258,7 @@ def main(argv):
                 flags=job_flags,
                 text_field=FLAGS.text_field,
                 tfds_data_dir=FLAGS.tfds_data_dir,
+                vocab_file=FLAGS.vocab_file,
             )
         elif FLAGS.mode == "beam":
             try:
@@ -280,7 +281,7 @@ def main(argv):
             from data_prep import scaled
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
-            tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             manifest = scaled.run(
                 spec_from_flags(),
                 tokenizer,
@@ -288,6 +289,7 @@ def main(argv):
                 num_workers=FLAGS.num_workers,
                 flags=job_flags,
                 progress=FLAGS.progress,
+                vocab_file=FLAGS.vocab_file,
             )
     except KeyboardInterrupt:
         print(

@@ -2,19 +2,26 @@
 
 <output_dir>/_work, removed when the job has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  lock              locked while a job runs, so two jobs cannot write one directory
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when
-                    complete,
+  lock              held while a job runs, so two jobs cannot write one directory
+  units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
-                    the unit's content hash and its file's size and mtime before reading
+                    the unit's content hash and its file's size and version before reading
                     (content.py), and the .bin file's size
-  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is renamed into
-                    place
+  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
+
+The output directory, and so _work, may be a bucket prefix (gs://, s3://): an object store has no
+rename, but every file here is published whole or not at all all the same (bert_jax.storage: a
+local file under a temporary name and renamed, an object when its upload is finalized; a killed
+writer's upload never is), and each commit is a small file written after what it describes: a
+unit's marker after its records, a shard's marker after the shard, manifest.json after every
+shard. So the same rules hold on a local disk and in a bucket, and a rerun from another machine
+resumes a bucket's job. The lock: flock on a local disk; in a bucket an object created only if
+absent (`_BucketLock`).
 
 A rerun trusts nothing it can check cheaply, and checks the rest only when something changed:
   * unfinished job: a unit is redone when its records file is missing or of another size, or when
     its input's content changed (a stat per file; a rehash only of units whose file shows another
-    size or mtime, content.py). If any input changed, every shard written so far is dropped and
+    size or version, content.py). If any input changed, every shard written so far is dropped and
     written again: the output is then that of a fresh run on the input as it is now. A shard whose
     file is missing or of another size than recorded is written again.
   * finished job (a manifest with the same settings): an input whose content changed since is an
@@ -31,21 +38,27 @@ import json
 import logging
 import os
 import re
+import socket
+import threading
+import time
+import uuid
 
 from bert_jax import manifest as contract
+from bert_jax import storage
 from data_prep import content, job, output
 
 WORK_DIR = "_work"
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 _TMP_NAME = re.compile(r"\.tmp-\d+$")
+_SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
 
 
 def unit_path(work_dir: str, index: int, suffix: str) -> str:
-    return os.path.join(work_dir, "units", f"{index:05d}.{suffix}")
+    return storage.join(work_dir, "units", f"{index:05d}.{suffix}")
 
 
 def shard_marker(work_dir: str, split: str, shard: int) -> str:
-    return os.path.join(work_dir, "shards", f"{split}-{shard:05d}.json")
+    return storage.join(work_dir, "shards", f"{split}-{shard:05d}.json")
 
 
 def stat(unit) -> dict | None:
@@ -53,42 +66,124 @@ def stat(unit) -> dict | None:
     if unit.kind == "tfds":
         return None
     try:
-        return content.local_stat(unit.path)
+        return content.file_stat(unit.path)
     except OSError:
         return None
+
+
+def _busy(output_dir: str, holder: str = "") -> output.OutputError:
+    return output.OutputError(
+        f"another data_prep job{holder} is writing to {output_dir!r}; "
+        "wait for it or use another --output_dir"
+    )
+
+
+class _BucketLock:
+    """One job per output directory in a bucket: a lock object created only if no object has its
+    name (storage.create_exclusive: GCS checks ifGenerationMatch=0 itself; S3 has no such
+    precondition and is refused there). It names its holder (host, pid) and a heartbeat time the
+    holder rewrites every HEARTBEAT_S. A lock is taken over, with a warning, when its holder is
+    dead: a process of this host that is gone (a kill -9), or a heartbeat older than STALE_S
+    (another host's job that died; the holder's clock and ours may differ by less than that)."""
+
+    HEARTBEAT_S = 30.0
+    STALE_S = 300.0
+
+    def __init__(self, path: str, output_dir: str):
+        self.path, self.output_dir = path, output_dir
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
+        self._stop = threading.Event()
+
+    def _content(self) -> bytes:
+        return json.dumps({**self.me, "beat": time.time()}).encode()
+
+    def _holder(self) -> tuple[dict, str] | None:
+        found = storage.read_versioned(self.path)
+        if found is None:
+            return None
+        try:
+            return json.loads(found[0]), found[1]
+        except ValueError:
+            return {}, found[1]  # not ours to read: stale by its age only (it has no beat)
+
+    def _stale(self, holder: dict) -> bool:
+        if holder.get("host") == self.me["host"] and isinstance(holder.get("pid"), int):
+            try:
+                os.kill(holder["pid"], 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass  # alive, another user's
+        return time.time() - float(holder.get("beat", 0)) > self.STALE_S
+
+    def __enter__(self):
+        for _ in range(3):
+            if storage.create_exclusive(self.path, self._content()):
+                threading.Thread(target=self._beat, daemon=True).start()
+                return self
+            found = self._holder()
+            if found is None:
+                continue  # released meanwhile
+            holder, version = found
+            if not self._stale(holder):
+                raise _busy(self.output_dir, f" ({holder.get('host')}, pid {holder.get('pid')})")
+            logging.warning(
+                "%s: taking over the lock of a job that is gone (%s, pid %s)",
+                self.output_dir,
+                holder.get("host"),
+                holder.get("pid"),
+            )
+            storage.delete_if_version(self.path, version)
+        raise _busy(self.output_dir)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.HEARTBEAT_S):
+            with contextlib.suppress(Exception):  # a missed beat is retried at the next one
+                found = self._holder()
+                if found is not None and found[0].get("token") == self.me["token"]:
+                    storage.write_bytes(self.path, self._content())
+
+    def __exit__(self, kind, error, tb):
+        self._stop.set()
+        if error is not None and storage.unavailable_message(error):
+            # Releasing would wait through the retries again; the rerun takes the lock over.
+            return
+        found = self._holder()
+        if found is not None and found[0].get("token") == self.me["token"]:
+            storage.delete_if_version(self.path, found[1])
 
 
 class WorkDir:
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
-        self.path = os.path.join(output_dir, WORK_DIR)
+        self.path = storage.join(output_dir, WORK_DIR)
+        self.units = storage.join(self.path, "units")
+        self.shards = storage.join(self.path, "shards")
 
     @contextlib.contextmanager
     def locked(self):
-        for sub in ("units", "shards"):
-            os.makedirs(os.path.join(self.path, sub), exist_ok=True)
+        if storage.is_url(self.path):
+            with _BucketLock(storage.join(self.path, "lock"), self.output_dir):
+                yield
+            return
+        for sub in (self.units, self.shards):
+            os.makedirs(sub, exist_ok=True)
         with open(os.path.join(self.path, "lock"), "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise output.OutputError(
-                    f"another data_prep job is writing to {self.output_dir!r}; "
-                    "wait for it or use another --output_dir"
-                ) from None
+                raise _busy(self.output_dir) from None
             yield
 
     def check(self, fp: dict) -> None:
         """Stops a rerun whose settings differ from the unfinished job's; then records this job's
         settings."""
-        path = os.path.join(self.path, "job.json")
-        if os.path.isfile(path):
-            with open(path) as f:
-                old = json.load(f)
+        path = storage.join(self.path, "job.json")
+        old = output.read_json(path)
+        if old is not None:
             # Shard settings may change until the first shard is written: units do not depend on
             # them.
-            binding = (
-                ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
-            )
+            binding = ("units", "shards") if storage.sizes(self.shards) else ("units",)
             if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(
                     f"--output_dir={self.output_dir!r} holds an unfinished job with other "
@@ -96,27 +191,18 @@ class WorkDir:
                     f"to finish it, or use another --output_dir (or delete {self.path} to start "
                     "over)"
                 )
-        elif any(SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
+        elif any(SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
             raise job.JobMismatch(
                 f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
                 "job state; use an empty --output_dir"
             )
         output.write_json_atomic(path, fp)
-        for folder in (
-            self.output_dir,
-            os.path.join(self.path, "units"),
-            os.path.join(self.path, "shards"),
-        ):
+        if storage.is_url(self.path):
+            return  # an unfinished upload leaves no object behind: nothing to clean up
+        for folder in (self.output_dir, self.units, self.shards):
             for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
                 if _TMP_NAME.search(name):
                     os.remove(os.path.join(folder, name))
-
-    def marker(self, index: int) -> dict | None:
-        path = unit_path(self.path, index, "json")
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
 
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
@@ -126,29 +212,34 @@ class WorkDir:
             self.output_dir,
             "; ".join(sorted(damaged.values())),
         )
-        output.write_json_atomic(os.path.join(self.path, "job.json"), finished["fingerprint"])
+        output.write_json_atomic(storage.join(self.path, "job.json"), finished["fingerprint"])
         for split, entries in finished["shards"].items():
             for shard, entry in enumerate(entries):
                 if entry["file"] not in damaged:
                     output.write_json_atomic(shard_marker(self.path, split, shard), entry)
-        os.remove(os.path.join(self.output_dir, contract.FILE))
+        storage.remove(storage.join(self.output_dir, contract.FILE))
 
     def remove_other_shards(self, keep: set) -> None:
         """Removes shard files of this job that its final plan does not name (an earlier plan's,
         when the input changed between runs and a kill came between a shard and its marker)."""
-        for name in os.listdir(self.output_dir):
+        for name in storage.sizes(self.output_dir):
             if SHARD_NAME.match(name) and name not in keep:
-                os.remove(os.path.join(self.output_dir, name))
+                storage.remove(storage.join(self.output_dir, name))
 
-    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> None:
-        """Forgets finished work that a rerun cannot trust (the module docstring's list)."""
-        stats, changed = {}, []
+    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
+        """Forgets finished work that a rerun cannot trust (the module docstring's list); returns
+        the markers of the units kept, by unit index."""
+        listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
+        stats, changed, kept = {}, [], {}
         for unit in planned:
-            marker = self.marker(unit.index)
+            marker_path = unit_path(self.path, unit.index, "json")
+            marker = (
+                output.read_json(marker_path) if storage.basename(marker_path) in listed else None
+            )
             if marker is None:
                 continue
             records = unit_path(self.path, unit.index, "bin")
-            intact = os.path.isfile(records) and os.path.getsize(records) == marker.get("bin_bytes")
+            intact = listed.get(storage.basename(records)) == marker.get("bin_bytes")
             if unit.path not in stats:  # one stat per file
                 stats[unit.path] = stat(unit)
             recorded = marker.get("content")
@@ -157,10 +248,10 @@ class WorkDir:
             ):
                 changed.append(unit)
             elif intact:
+                kept[unit.index] = marker
                 continue
-            os.remove(unit_path(self.path, unit.index, "json"))  # unfinished from here on
-            if os.path.exists(records):
-                os.remove(records)
+            storage.remove(marker_path)  # unfinished from here on
+            storage.remove(records)
         if changed:
             logging.warning(
                 "the input changed since this unfinished job began (%s): %d unit(s) are redone "
@@ -168,13 +259,25 @@ class WorkDir:
                 ", ".join(sorted({u.path for u in changed})),
                 len(changed),
             )
-        shards_dir = os.path.join(self.path, "shards")
-        for name in os.listdir(shards_dir):
-            marker_path = os.path.join(shards_dir, name)
-            with open(marker_path) as f:
-                entry = json.load(f)
-            if changed or output.shard_problem(self.output_dir, entry):
-                os.remove(marker_path)
-                shard = os.path.join(self.output_dir, entry["file"])
-                if changed and os.path.exists(shard):
-                    os.remove(shard)  # its name may not be in the new plan
+        shards = storage.sizes(self.output_dir)
+        for name in storage.sizes(self.shards):
+            marker_path = storage.join(self.shards, name)
+            entry = output.read_json(marker_path)
+            if entry is None:
+                continue
+            if changed or output.shard_problem(self.output_dir, entry, sizes=shards):
+                storage.remove(marker_path)
+                if changed:
+                    # Its name may not be in the new plan.
+                    storage.remove(storage.join(self.output_dir, entry["file"]))
+        return kept
+
+    def finished_shards(self) -> dict[tuple[str, int], dict]:
+        """The shards whose markers exist: (split, shard) -> their manifest entries."""
+        found = {}
+        for name in storage.sizes(self.shards):
+            match = _SHARD_MARKER.match(name)
+            entry = output.read_json(storage.join(self.shards, name)) if match else None
+            if entry is not None:
+                found[match[1], int(match[2])] = entry
+        return found

@@ -67,13 +67,16 @@ class FlakyProxy:
                     status, data, out = e.code, e.read(), e.headers
                 except OSError:  # the server is down: what a load balancer answers
                     status, data, out = 502, b"", {}
-                self.send_response(status)
-                for key, value in out.items():
-                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for key, value in out.items():
+                        if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                            self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on a stalled request and hung up
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _relay
 

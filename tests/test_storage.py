@@ -93,8 +93,9 @@ def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch):
     """What cli.run prints when the retries are spent: not a traceback."""
     path = storage.join(bucket, "x")
     storage.write_bytes(path, b"1")
-    fs = storage._fs(path)
+    fs = storage._fs(path)._fs  # the client under storage's own retries
     monkeypatch.setattr(type(fs), "retries", 1, raising=False)
+    monkeypatch.setenv("BERT_JAX_STORAGE_RETRY_S", "0")
     gcs.stop()
     try:
         with pytest.raises(Exception) as info:
@@ -114,7 +115,7 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
     monkeypatch.setattr(storage, "_configured", False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     try:
-        fs = storage._fs(bucket)
+        fs = storage._fs(bucket)._fs
         fs.__class__.clear_instance_cache()
         path = storage.join(bucket, "through-proxy.bin")
         data = os.urandom(1 << 20)
@@ -126,4 +127,32 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
         assert proxy.injected == 6
     finally:
         proxy.close()
-        storage._fs(bucket).__class__.clear_instance_cache()
+        storage._fs(bucket)._fs.__class__.clear_instance_cache()
+
+
+def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatch):
+    """gcsfs gives up at once on a request that times out (it retries 5xx and lost connections
+    only): storage tries the whole operation again, reads and writes alike."""
+    import flaky_proxy
+    import fsspec
+
+    proxy = flaky_proxy.FlakyProxy(gcs.url)
+    monkeypatch.setattr(storage, "_configured", False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    monkeypatch.setitem(fsspec.config.conf.setdefault("gcs", {}), "requests_timeout", 1)
+    fs_class = type(storage._fs(bucket)._fs)
+    fs_class.clear_instance_cache()
+    try:
+        path = storage.join(bucket, "stalled.bin")
+        data = os.urandom(3 << 20)
+        proxy.stall_next(1, seconds=3)
+        with storage.open_write(path) as f:
+            f.write(data)
+        proxy.stall_next(2, seconds=3)
+        with storage.open_read(path) as f:
+            f.seek(1 << 20)
+            assert f.read() == data[1 << 20 :]
+        assert proxy.injected == 3
+    finally:
+        proxy.close()
+        fs_class.clear_instance_cache()
