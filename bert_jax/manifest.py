@@ -44,7 +44,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from bert_jax import cli, storage
+from bert_jax import cli
 
 FILE = "manifest.json"
 VERSION = 2
@@ -189,9 +189,8 @@ def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
 
 
 def _unfinished(directory: str, names: list[str]) -> bool:
-    """Whether `directory` (local, or a bucket prefix and its listing) looks like a data_prep
-    output whose job has not finished."""
-    return storage.isdir(storage.join(directory, WORK_DIR)) or any(
+    """Whether `directory` looks like a data_prep output whose job has not finished."""
+    return os.path.isdir(os.path.join(directory, WORK_DIR)) or any(
         SHARD_NAME.match(n) or TEMPORARY.search(n) for n in names
     )
 

@@ -10,13 +10,17 @@ through TensorStore, which this module points at the same endpoint).
 What an object store lacks, and what stands in for it here:
   * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
     `open_write`); an object becomes visible only when its upload is finalized, so an upload
-    that dies (kill -9, a lost connection) leaves nothing under the name, and `open_write`
-    discards the upload, instead of finalizing a partial object, when the writer raises.
+    that dies (kill -9, a lost connection) leaves nothing under the name. `open_write` writes an
+    object to a local temporary file and uploads it when the writer's block ends without an
+    error (nothing is uploaded when it raises), as one operation that can be tried again.
     "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
     commit marker), never by a name appearing.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
-    created only if no live object has that name); `read_versioned` and `delete_if_version`
-    compare-and-delete by generation, for taking over a stale lock.
+    created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and
+    `delete_if_version` compare-and-delete by generation (S3: ETag, check then delete), for
+    taking over a stale lock.
+  * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
+    name changes.
   * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
     `local_copy` fetches a file once into a cache directory, checked against the size and md5
     the caller expects, under a temporary name renamed when whole.

@@ -14,6 +14,9 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 --mode=reference reproduces google-research/bert's create_pretraining_data.py record for record
 (same input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a
 finished output directory against the md5 checksums in its manifest.
+
+Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output directory
+(docs/data_prep.md, "Buckets"); all go through bert_jax/storage.py.
 """
 
 import os
@@ -30,10 +33,17 @@ flags.DEFINE_list(
     None,
     "Input files and globs: BERT-format text (plain or gzip), .jsonl JSON lines, MediaWiki XML "
     "dumps (.xml, .xml.bz2, multistream with its index beside it), Parquet files; or "
-    "tfds:NAME[:SPLIT]. The kind is read from each file's first bytes.",
+    "tfds:NAME[:SPLIT]. The kind is read from each file's first bytes. Files and globs may be "
+    "gs:// or s3:// URLs.",
 )
-flags.DEFINE_string("output_dir", None, "Directory for the record shards and manifest.json.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt, or a SentencePiece .model file.")
+flags.DEFINE_string(
+    "output_dir", None, "Directory for the record shards and manifest.json; may be gs:// or s3://."
+)
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocab.txt, or a SentencePiece .model file; may be gs:// or s3://.",
+)
 flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
 flags.DEFINE_bool("do_whole_word_mask", False, "Mask all pieces of a word together.")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS]/[SEP] included.")

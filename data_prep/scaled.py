@@ -40,22 +40,36 @@ from data_prep import content, job, output, readers, resume
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when its parent dies, so a killed job leaves no orphan working on
-    (or holding the output directory's lock, which forked workers share); elsewhere a no-op."""
+def _die_with_parent(main_pid: int) -> None:
+    """This worker ends when the job's process dies, so a killed job leaves no orphan working on
+    (or holding the output directory's lock, which forked workers share). Linux: SIGKILL when its
+    parent dies; a worker of a forkserver (the job had threads: a bucket client's, JAX's) has the
+    forkserver as its parent, which outlives a kill -9 of the job, so a thread also watches the
+    job's pid."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != main_pid:
+
+        def watch():
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(main_pid, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
 
 
-def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool) -> None:
+def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, main_pid: int) -> None:
     if in_pool:
         signal.signal(
             signal.SIGINT, signal.SIG_IGN
         )  # Ctrl-C goes to the parent, which stops the pool
-        _die_with_parent()
+        _die_with_parent(main_pid)
     _worker["processor"] = job.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
@@ -175,7 +189,7 @@ def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple
 def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     """An unordered imap over tasks: in this process for one worker, else a pool of processes."""
     if num_workers <= 1:
-        _init_worker(spec, tokenizer, work_dir, in_pool=False)
+        _init_worker(spec, tokenizer, work_dir, in_pool=False, main_pid=os.getpid())
         yield map
         return
     # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
@@ -191,7 +205,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         num_workers,
         mp_context=context,
         initializer=_init_worker,
-        initargs=(spec, tokenizer, work_dir, True),
+        initargs=(spec, tokenizer, work_dir, True, os.getpid()),
     )
 
     submitted = []

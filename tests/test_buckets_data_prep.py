@@ -7,6 +7,8 @@ is ever trusted, a rerun finishes only what is missing); and faults: the server 
 import gzip
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -15,7 +17,8 @@ import time
 
 import pytest
 
-from bert_jax import cli, storage, tokenization
+from bert_jax import cli, record_io, storage, tokenization
+from bert_jax import features as F
 from bert_jax import manifest as contract
 from data_prep import job, output, resume, scaled
 from data_prep.testdata import make_wiki_dump
@@ -132,15 +135,15 @@ def test_books_from_a_bucket(bucket, tmp_path, vocab_file):
 
 
 def test_a_sentencepiece_model_in_a_bucket_keeps_its_kind(bucket, tmp_path):
-    """The local copy keeps the object's name: a .model is read as SentencePiece."""
+    """Trained into the bucket (data_prep.vocab); the local copy keeps the object's name, so a
+    .model is read as SentencePiece."""
     pytest.importorskip("sentencepiece")
     from data_prep import vocab
 
-    prefix = str(tmp_path / "sp")
     lines = open(os.path.join(REPO, "data_prep/testdata/sample_text.txt")).read().split("\n")
-    vocab.train_sentencepiece([line for line in lines if line] * 3, prefix, 200, True)
-    url = storage.join(bucket, "sp.model")
-    storage.write_bytes(url, open(prefix + ".model", "rb").read())
+    prefix = storage.join(bucket, "sp")
+    url = vocab.train_sentencepiece([line for line in lines if line] * 3, prefix, 200, True)
+    assert url == prefix + ".model" and storage.isfile(prefix + ".vocab")
     tok = job.load_tokenizer(url, True)
     assert type(tok).__name__ == "SentencePieceTokenizer"
     with pytest.raises(tokenization.VocabError, match="does not exist"):
@@ -287,6 +290,12 @@ def _units_done(out: str) -> int:
     return sum(name.endswith(".json") for name in storage.sizes(f"{out}/_work/units"))
 
 
+def _run(args: list[str], module: str = "data_prep.main") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=REPO
+    )
+
+
 def _assert_one_error_line(proc: subprocess.CompletedProcess, message: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -300,12 +309,7 @@ def job_input(bucket, testdata, tmp_path, vocab_file):
     url = storage.join(bucket, "in.txt")
     storage.write_bytes(url, (testdata / "pydocs_small.txt").read_bytes())
     clean = str(tmp_path / "clean")
-    proc = subprocess.run(
-        [sys.executable, "-m", "data_prep.main", *_cli_args(url, vocab_file, clean)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    proc = _run(_cli_args(url, vocab_file, clean))
     assert proc.returncode == 0, proc.stderr
     return url, shards(clean)
 
@@ -349,12 +353,7 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
     assert not storage.exists(storage.join(out, contract.FILE))
     done = _units_done(out)
     assert done >= 2
-    rerun = subprocess.run(
-        [sys.executable, "-m", "data_prep.main", *_cli_args(url, vocab_file, out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    rerun = _run(_cli_args(url, vocab_file, out))
     assert rerun.returncode == 0, rerun.stderr
     assert shards(out) == clean and output.verify(out) == []
 
@@ -363,26 +362,31 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
 def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes(
     bucket, job_input, vocab_file
 ):
-    """kill -9 of the job and its workers while shards are uploaded: no manifest, so the trainer
-    refuses the directory; the lock of the dead job is taken over by the rerun, which finishes
-    the job with a clean run's output."""
+    """kill -9 of the job while shards are uploaded: its workers end too (they are a
+    forkserver's, which outlives the job), no manifest, so the trainer refuses the directory; the
+    lock of the dead job is taken over by the rerun, which finishes the job with a clean run's
+    output."""
     url, clean = job_input
     out = storage.join(bucket, "records")
     proc = _start(_cli_args(url, vocab_file, out))
     _wait_for(lambda: storage.sizes(f"{out}/_work/shards"), "finished shard", proc)
-    os.killpg(proc.pid, signal.SIGKILL)
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+
+    def session_ended():
+        try:
+            os.killpg(proc.pid, 0)  # the job's session: its workers, forkserver, resource tracker
+        except ProcessLookupError:
+            return True
+        return False
+
+    _wait_for(session_ended, "end of the killed job's workers", timeout=15)
     assert not storage.exists(storage.join(out, contract.FILE))
     assert storage.exists(storage.join(out, resume.WORK_DIR, "lock"))  # the dead job's
     assert contract._unfinished(out, storage.listdir(out))
     with pytest.raises((cli.UserError, FileNotFoundError)):
         contract.find_shards(out)
-    rerun = subprocess.run(
-        [sys.executable, "-m", "data_prep.main", *_cli_args(url, vocab_file, out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    rerun = _run(_cli_args(url, vocab_file, out))
     assert rerun.returncode == 0, rerun.stderr
     assert "taking over the lock of a job that is gone" in rerun.stderr
     assert shards(out) == clean and output.verify(out) == []
@@ -390,16 +394,17 @@ def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes
 
 @pytest.mark.slow
 def test_a_second_job_on_the_same_bucket_directory_is_refused(bucket, job_input, vocab_file):
+    """While a job runs (held still by SIGSTOP, so it cannot finish first), a second one on its
+    directory stops with one line naming it; the first then finishes with a clean run's output."""
     url, clean = job_input
     out = storage.join(bucket, "records")
     first = _start(_cli_args(url, vocab_file, out, workers=1))
     _wait_for(lambda: storage.exists(f"{out}/_work/lock"), "lock", first)
-    second = subprocess.run(
-        [sys.executable, "-m", "data_prep.main", *_cli_args(url, vocab_file, out)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = _run(_cli_args(url, vocab_file, out))
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     _assert_one_error_line(
         second, f"another data_prep job ({socket.gethostname()}, pid {first.pid})"
     )
@@ -412,23 +417,107 @@ def test_503s_and_stalls_give_the_clean_output(gcs, bucket, small, tok, tmp_path
     """Through a proxy that answers 3% of the requests with 503 and stalls two past the request
     timeout: the retries carry the job through; the output is byte-identical to a clean run's."""
     import flaky_proxy
-    import fsspec
 
     clean = scaled.run(small, tok, str(tmp_path / "clean"), progress=False)
-    proxy = flaky_proxy.FlakyProxy(gcs.url, seed=1)
-    monkeypatch.setattr(storage, "_configured", False)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    monkeypatch.setitem(fsspec.config.conf.setdefault("gcs", {}), "requests_timeout", 2)
-    fs_class = type(storage._fs(bucket)._fs)
-    fs_class.clear_instance_cache()
-    try:
+    with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=2, seed=1) as proxy:
         out = storage.join(bucket, "records")
         proxy.fail_rate = 0.03
         proxy.stall_next(2, seconds=4)
         manifest = scaled.run(small, tok, out, progress=False)
         assert proxy.injected >= 5 and proxy.requests > 100
-    finally:
-        proxy.close()
-        fs_class.clear_instance_cache()
     assert manifest["shards"] == clean["shards"]
     assert shards(out) == shards(str(tmp_path / "clean"))
+
+
+def test_reference_mode_writes_to_a_bucket(bucket, tmp_path, testdata, vocab_file):
+    """The original generator's records, uploaded whole; the manifest names the bucket's
+    vocabulary. Compared decoded: reference mode serializes with protobuf, whose order of the
+    features map varies between processes."""
+    remote_vocab = storage.join(bucket, "vocab.txt")
+    storage.write_bytes(remote_vocab, open(vocab_file, "rb").read())
+    outputs = {}
+    for name, out, vocab in (
+        ("local", str(tmp_path / "ref"), vocab_file),
+        ("bucket", storage.join(bucket, "ref"), remote_vocab),
+    ):
+        proc = _run(
+            [
+                "--mode=reference",
+                f"--input={testdata / 'sample_text.txt'}",
+                f"--vocab_file={vocab}",
+                f"--output_dir={out}",
+                "--dupe_factor=1",
+            ]
+        )
+        assert proc.returncode == 0, proc.stderr
+        outputs[name] = out
+    name = "train-00000-of-00001.arrayrecord"
+    with storage.open_read(storage.join(outputs["bucket"], name)) as f:
+        (tmp_path / name).write_bytes(f.read())
+    decoded = [
+        [F.decode_example(r) for r in record_io.read_records(path)]
+        for path in (str(tmp_path / name), os.path.join(outputs["local"], name))
+    ]
+    assert len(decoded[0]) == len(decoded[1]) > 5
+    for a, b in zip(*decoded):
+        assert all((a[k] == b[k]).all() for k in a) and a.keys() == b.keys()
+    assert output.read_manifest(outputs["bucket"])["vocab"]["file"] == remote_vocab
+    assert output.verify(outputs["bucket"]) == []
+
+
+def test_the_readme_bucket_example_runs_as_written(bucket):
+    """README's "Records in a bucket", with gs://my-bucket this test's bucket and `gcloud storage
+    cp` an upload."""
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    section = readme.split("### Records in a bucket", 1)[1].split("\n### ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)[1].replace("gs://my-bucket", bucket)
+    commands, expected = [], []
+    for line in block.replace("\\\n", " ").splitlines():
+        if line.startswith("# "):
+            expected.append(line[2:].removesuffix(" ..."))
+        elif line.strip():
+            commands.append(shlex.split(line))
+    outputs = []
+    for args in commands:
+        if args[:3] == ["gcloud", "storage", "cp"]:
+            storage.write_bytes(args[4], open(os.path.join(REPO, args[3]), "rb").read())
+            continue
+        proc = subprocess.run(
+            [sys.executable, *args[1:]], capture_output=True, text=True, cwd=REPO, timeout=300
+        )
+        assert proc.returncode == 0, (args, proc.stderr)
+        outputs.append(proc.stdout)
+    assert len(outputs) == len(expected) == 2
+    for stdout, line in zip(outputs, expected):
+        assert line in stdout, (line, stdout)
+
+
+def test_the_vocab_and_decode_binaries_take_bucket_paths(bucket, testdata):
+    """data_prep.vocab trains from a gs:// corpus into a gs:// vocab.txt, data_prep.main uses it,
+    data_prep.decode prints a shard of the bucket with it."""
+    corpus = storage.join(bucket, "corpus.txt")
+    storage.write_bytes(corpus, (testdata / "sample_text.txt").read_bytes())
+    vocab, out = storage.join(bucket, "v", "vocab.txt"), storage.join(bucket, "records")
+    runs = (
+        ("data_prep.vocab", f"--input={corpus}", f"--output={vocab}", "--vocab_size=400"),
+        (
+            "data_prep.main",
+            f"--input={corpus}",
+            f"--vocab_file={vocab}",
+            f"--output_dir={out}",
+            "--dupe_factor=1",
+        ),
+        (
+            "data_prep.decode",
+            f"--input={out}/train-00000-of-00001.arrayrecord",
+            f"--vocab_file={vocab}",
+            "--limit=1",
+        ),
+    )
+    printed = []
+    for module, *args in runs:
+        proc = _run(args, module)
+        assert proc.returncode == 0, (module, proc.stderr)
+        printed.append(proc.stdout)
+    assert "wrote gs://" in printed[0] and "entries" in printed[0]
+    assert printed[2].startswith("--- record 0\ntokens:   [CLS]")

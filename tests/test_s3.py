@@ -106,9 +106,9 @@ def test_a_data_prep_job_in_an_s3_bucket(bucket, testdata, vocab_file, tok, tmp_
     finally:
         del os.environ["BERT_JAX_CACHE_DIR"]
     out = storage.join(bucket, "records")
-    manifest = scaled.run(
-        spec, tokenizer, out, num_workers=2, progress=False, vocab_file=remote_vocab
-    )
+    # One worker, in this process: a pool's forkserver may have been started by an earlier test,
+    # before this module pointed the environment at the S3 server.
+    manifest = scaled.run(spec, tokenizer, out, progress=False, vocab_file=remote_vocab)
     assert manifest["shards"] == local["shards"] and manifest["vocab"]["file"] == remote_vocab
     for entries in manifest["shards"].values():
         for entry in entries:

@@ -111,12 +111,7 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
     """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
     import flaky_proxy
 
-    proxy = flaky_proxy.FlakyProxy(gcs.url)
-    monkeypatch.setattr(storage, "_configured", False)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    try:
-        fs = storage._fs(bucket)._fs
-        fs.__class__.clear_instance_cache()
+    with flaky_proxy.proxied(gcs.url, monkeypatch) as proxy:
         path = storage.join(bucket, "through-proxy.bin")
         data = os.urandom(1 << 20)
         proxy.fail_next(3)
@@ -125,24 +120,14 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
         proxy.fail_next(2)
         assert storage.read_bytes(path) == data
         assert proxy.injected == 6
-    finally:
-        proxy.close()
-        storage._fs(bucket)._fs.__class__.clear_instance_cache()
 
 
 def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatch):
     """gcsfs gives up at once on a request that times out (it retries 5xx and lost connections
     only): storage tries the whole operation again, reads and writes alike."""
     import flaky_proxy
-    import fsspec
 
-    proxy = flaky_proxy.FlakyProxy(gcs.url)
-    monkeypatch.setattr(storage, "_configured", False)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    monkeypatch.setitem(fsspec.config.conf.setdefault("gcs", {}), "requests_timeout", 1)
-    fs_class = type(storage._fs(bucket)._fs)
-    fs_class.clear_instance_cache()
-    try:
+    with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=1) as proxy:
         path = storage.join(bucket, "stalled.bin")
         data = os.urandom(3 << 20)
         proxy.stall_next(1, seconds=3)
@@ -153,6 +138,3 @@ def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatc
             f.seek(1 << 20)
             assert f.read() == data[1 << 20 :]
         assert proxy.injected == 3
-    finally:
-        proxy.close()
-        fs_class.clear_instance_cache()
