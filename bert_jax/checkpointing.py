@@ -31,11 +31,10 @@ one OSError(ENOSPC) naming the step; the unfinished step is never restored and o
 kept, so a rerun after freeing space resumes from the last complete one.
 """
 
-import contextlib
-import errno
 import json
 import logging
 import os
+import sys
 from typing import Any
 
 import grain
@@ -102,7 +101,7 @@ def save(
     """
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
-    with _disk_full_is_oserror(manager):
+    with cli.disk_full_is_oserror(str(manager.directory)):
         manager.save(
             step,
             force=True,
@@ -120,50 +119,56 @@ def save(
 
 def finish(manager: ocp.CheckpointManager) -> None:
     """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
-    with _disk_full_is_oserror(manager):
+    with cli.disk_full_is_oserror(str(manager.directory)):
         manager.wait_until_finished()
     manager.close()
 
 
-_NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT")
-
-
-@contextlib.contextmanager
-def _disk_full_is_oserror(manager: ocp.CheckpointManager):
-    """A failed background write surfaces at the next save or wait, wrapped by Orbax or
-    TensorStore (a ValueError or RuntimeError whose text says ENOSPC); re-raised as the OSError
-    the binaries turn into one `error: no space left ...` line."""
-    try:
-        yield
-    except Exception as e:
-        chain, cause = [], e
-        while cause is not None and len(chain) < 10:
-            chain.append(cause)
-            cause = cause.__cause__ or cause.__context__
-        full = any(
-            (isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT))
-            or any(text in str(c) for text in _NO_SPACE)
-            for c in chain
-        )
-        if not full:
-            raise
-        raise OSError(errno.ENOSPC, "No space left on device", str(manager.directory)) from e
+# What Orbax's and TensorStore's background threads say after a write failed: the writer's
+# asyncio loop is closed under TensorStore futures still pending ("Event loop is closed", once
+# per array), and the threads left cannot start new work. The failure itself reaches the main
+# thread at the next save or wait (cli.disk_full_is_oserror), which reports it once.
+_AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 
 
 class _DropOrbaxNoise(logging.Filter):
-    """Orbax's writer threads log a full disk at ERROR (a screen of text, twice) before the save
-    reports it; _disk_full_is_oserror turns that report into the one line a user sees. And every
-    read-only manager (export, embed, --init) warns that its directory is read only, which is
-    what was asked for."""
+    """Orbax's writer threads log a failed write (a full disk) at ERROR with its traceback, once
+    per thread that saw it (a screen of text each), and asyncio logs the same error again as
+    "exception was never retrieved", before the save reports it; cli.disk_full_is_oserror turns
+    that report into the one line a user sees. And every read-only manager (export, embed,
+    --init) warns that its directory is read only, which is what was asked for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            "orbax" in record.pathname
-            and any(t in record.getMessage() for t in (*_NO_SPACE, "Given directory is read only"))
+        if not ("orbax" in record.pathname or record.name == "asyncio"):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
+        return not any(
+            t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
         )
 
 
-logging.getLogger("absl").addFilter(_DropOrbaxNoise())
+for _name in ("absl", "asyncio"):
+    logging.getLogger(_name).addFilter(_DropOrbaxNoise())
+
+
+def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
+    """The aftermath of a failed save or restore, reported as unraisable errors: TensorStore's
+    "Event loop is closed" for each future that completes after Orbax closed the event loop (up
+    to 1,581 lines buried the one error line), and Orbax's read coroutines abandoned mid-read
+    ("Encountered error while reading array index", raised as the coroutine is closed). Other
+    unraisable errors are printed."""
+    error = unraisable.exc_value
+    if isinstance(error, RuntimeError) and str(error) in _AFTERMATH:
+        return
+    code = getattr(unraisable.object, "cr_code", None)  # a coroutine's
+    if code is not None and "orbax" in code.co_filename and error is not None:
+        if isinstance(error.__cause__, GeneratorExit):
+            return
+    previous(unraisable)
+
+
+sys.unraisablehook = _drop_closed_loop_noise
 
 
 # Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.

@@ -13,6 +13,8 @@ bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
   * a full disk (ENOSPC) or a quota: `error: no space left ...`, exit 2; writers keep finished
     work and never leave a partial file under a final name, so a rerun after freeing space
     goes on;
+  * Ctrl-C (KeyboardInterrupt) where nothing catches it: `error: interrupted ...`, exit 130
+    (the trainers turn a first Ctrl-C into a save, bert_jax.faults.Preemption);
   * anything else is a bug: the traceback is printed as usual. With --verbosity=1 or more a
     user error prints its traceback too, for a bug report.
 
@@ -21,12 +23,13 @@ Library INFO logs (absl, Orbax, Grain, JAX) stay off unless the user passes --ve
 No JAX import here: data_prep binaries use this module.
 """
 
+import contextlib
 import difflib
 import errno
 import itertools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from absl import app, flags
 from absl import logging as absl_logging
@@ -51,6 +54,41 @@ USER_ERRORS = (
     PermissionError,
     OSError,
 )
+
+
+NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT", "os error 28")
+
+
+INTERRUPTED = "interrupted (Ctrl-C); finished work is kept: rerun the same command to go on"
+
+
+def causes(error: BaseException | None) -> list[BaseException]:
+    """`error` and its causes and contexts, outermost first (at most 10)."""
+    chain: list[BaseException] = []
+    while error is not None and len(chain) < 10 and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+@contextlib.contextmanager
+def disk_full_is_oserror(where: str) -> Iterator[None]:
+    """Libraries report a full disk in their own types (Orbax and TensorStore a ValueError or
+    RuntimeError whose text says ENOSPC, safetensors a SafetensorError saying "os error 28");
+    re-raised as the OSError(ENOSPC) naming `where` that `message` turns into one line."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        full = any(
+            (isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT))
+            or any(text in str(c) for text in NO_SPACE)
+            for c in causes(e)
+        )
+        if not full:
+            raise
+        raise OSError(errno.ENOSPC, "No space left on device", where) from e
 
 
 def message(error: BaseException) -> str:
@@ -153,6 +191,10 @@ def run(main: Callable[[list[str]], int | None]) -> None:
         _quiet_libraries()
         try:
             return main(argv)
+        except KeyboardInterrupt:  # Ctrl-C where no save is due (the trainers save on the first)
+            if FLAGS.verbosity >= 1:
+                raise
+            fail(INTERRUPTED, 130)
         except Exception as e:
             from bert_jax import storage  # a bucket that stayed unreachable through the retries
 

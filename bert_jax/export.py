@@ -8,18 +8,15 @@ The vocabulary defaults to the one the run's data was tokenized with (recorded w
 the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
 error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
 
-OUT appears whole or not at all: the files are written to a temporary directory beside it and
-moved into place at the end, so a failed export (a full disk, a damaged step) leaves no
-half-written directory; an existing OUT (an earlier export) gets the new files only then.
+OUT is written by bert_jax.publish: it must be new, empty or an earlier export of ours (which
+is replaced whole, never mixed with the new files); the files are written into a scratch
+directory inside OUT (so OUT may be a mount point) and renamed into place when all are written,
+so a failed export (a full disk, a damaged step) leaves OUT as it was.
 """
-
-import os
-import shutil
-import tempfile
 
 from absl import flags
 
-from bert_jax import cli
+from bert_jax import cli, publish
 
 FLAGS = flags.FLAGS
 
@@ -55,13 +52,7 @@ def export(
     from bert_jax import hf, pretrained  # here, not at the top: --help is fast
     from bert_jax import model as model_lib
 
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
-    ancestor = os.path.dirname(os.path.abspath(output_dir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
+    publish.check_target(output_dir)
     if not pretrained.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"
@@ -73,31 +64,17 @@ def export(
             "with); the run's config does not name one"
         )
     model = loaded.model()
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(scratch, 0o777 & ~umask)  # mkdtemp's 0700 would follow the rename
-    try:
-        hf.save_hf(model, loaded.vocab_file, scratch, do_lower_case=loaded.do_lower_case)
-        _move_into_place(scratch, output_dir)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    publish.directory(
+        output_dir,
+        lambda scratch: hf.save_hf(
+            model, loaded.vocab_file, scratch, do_lower_case=loaded.do_lower_case
+        ),
+    )
     return {
         "step": loaded.step,
         "num_params": model_lib.count_params(model),
         "output_dir": output_dir,
     }
-
-
-def _move_into_place(scratch: str, output_dir: str) -> None:
-    """A new OUT: one rename. An existing one: each file replaced by a rename, the rest kept."""
-    if not os.path.exists(output_dir):
-        os.rename(scratch, output_dir)
-        return
-    for name in os.listdir(scratch):
-        os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
 
 
 def main(argv):

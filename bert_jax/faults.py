@@ -1,48 +1,135 @@
-"""What the training loops do about faults they can see: SIGTERM and non-finite steps.
+"""What the training loops do about faults they can see: SIGTERM, Ctrl-C, a second run on the same
+workdir, and non-finite steps.
 
 (What the checkpoints do about crashes and damaged files is bert_jax/checkpointing.py's.)
 """
 
+import contextlib
+import functools
+import inspect
 import logging
+import os
 import signal
+import sys
 import threading
 
 import jax
+import numpy as np
+
+from bert_jax import workdir_lock
 
 NONFINITE_MODES = ("stop", "skip")
 
 
-class Preemption:
-    """SIGTERM -> save and exit at the next step boundary, in a single process.
+class Interrupted(KeyboardInterrupt):
+    """A second Ctrl-C: stop at once, without a save (cli.run prints one line, exit 130)."""
 
-    Used as a context manager around a training loop, which polls `requested` after each step.
-    With several processes it stays out of the way: jax.distributed's preemption service owns
-    SIGTERM there (a Python handler would replace its handler, and the signal would be lost); it
-    tells every process, and Orbax's `reached_preemption(step)` turns true on all of them at the
-    same step, which the loops poll too.
+
+class Preemption:
+    """SIGTERM or Ctrl-C (SIGINT) -> save and stop after the next step, whatever the log, eval or
+    checkpoint period. A second Ctrl-C stops at once (Interrupted), saving nothing more.
+
+    Used as a context manager around a training loop, which polls `due` after each step. The loop
+    keeps at most one step in flight ahead of the device (loop.run), so "the next step" is the
+    one after the step the device was running when the signal came, not one the host queued
+    dozens of steps ahead (a SIGTERM at step 355 of a CPU run was once saved at step 390).
+
+    With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
+    would replace its handler, and the signal would be lost); it tells every process, and
+    Orbax's `reached_preemption(step)` turns true on all of them at the same step, which `due`
+    asks. A Ctrl-C there is turned into that SIGTERM (sent to this process), so every process
+    saves the same step too.
     """
 
     def __init__(self):
         self.requested = False
-        self._previous = None
+        self.signal_name: str | None = None
+        self._previous: dict = {}
 
     def __enter__(self):
-        if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if jax.process_count() == 1:
+            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handle)
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
         return self
 
     def _handle(self, signum, frame):
-        logging.warning("SIGTERM: saving a checkpoint and stopping after this step")
+        name = signal.Signals(signum).name
+        if self.requested or self.signal_name is not None:
+            if signum == signal.SIGINT:
+                raise Interrupted(f"{name} again: stopped at once, without saving this step")
+            return  # a repeated SIGTERM changes nothing
+        self.signal_name = name
+        print(
+            f"{name}: saving a checkpoint after the next step and stopping"
+            + (" (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        if signum == signal.SIGINT and jax.process_count() > 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the preemption service tells every process
+            return
         self.requested = True
 
     def due(self, manager, step: int) -> bool:
-        """Whether to save and stop after `step`: SIGTERM here (one process), or Orbax's
+        """Whether to save and stop after `step`: a signal here (one process), or Orbax's
         `manager.reached_preemption(step)`, true on every process of a multi-host job at once."""
         return manager.reached_preemption(step) or self.requested
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+
+def interrupted_message(step: int) -> str:
+    """The binaries' last line (exit 130) after a Ctrl-C that saved `step`."""
+    return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
+
+
+def one_run_per_workdir(what: str):
+    """Decorates a function with a `workdir` argument: it runs holding the workdir's lock
+    (bert_jax.workdir_lock), taken by process 0 for the whole job; a second run on the same
+    workdir stops with one line naming the holder, on every process."""
+
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            workdir = signature.bind(*args, **kwargs).arguments["workdir"]
+            with hold_workdir(workdir, what):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+@contextlib.contextmanager
+def hold_workdir(directory: str, what: str, flag: str = "--workdir"):
+    """workdir_lock.hold on process 0; every process learns whether it got the lock, so the
+    other processes of a refused job stop with the same line instead of waiting in a collective."""
+    primary = jax.process_index() == 0
+    with contextlib.ExitStack() as stack:
+        refused = None
+        if primary:
+            try:
+                stack.enter_context(workdir_lock.hold(directory, what, flag=flag))
+            except workdir_lock.Busy as e:
+                refused = e
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            got = multihost_utils.broadcast_one_to_all(np.int32(refused is None))
+            if not int(got) and refused is None:
+                refused = workdir_lock.Busy(
+                    f"{flag}={directory!r} is in use by another run (process 0 found its lock)"
+                )
+        if refused is not None:
+            raise refused
+        yield
 
 
 class NonfiniteWatch:

@@ -46,7 +46,7 @@ def main(argv):
         # CPU processes need a collectives backend to talk to each other (GPU/TPU ignore this).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    from bert_jax import train
+    from bert_jax import faults, train
 
     logging.info(
         "process %d of %d, %d local devices of %d",
@@ -56,6 +56,8 @@ def main(argv):
         jax.device_count(),
     )
     result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
+        cli.fail(faults.interrupted_message(result["step"]), 130)
     if jax.process_index() == 0:
         print(
             f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}",

@@ -37,6 +37,7 @@ from bert_jax import (
     cli,
     config_check,
     data_contract,
+    faults,
     input_pipeline,
     loop,
     losses,
@@ -509,6 +510,7 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
     return state
 
 
+@faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
     figures. The config is checked (config_check) and its data facts resolved from the data's
@@ -516,7 +518,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted' or
+    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted',
+    'interrupted' (Ctrl-C: saved, as 'preempted') or
     'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
     """
     config_check.check_pretraining(config, jax.device_count(), jax.process_count())

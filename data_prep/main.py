@@ -302,10 +302,7 @@ def main(argv):
                 vocab_file=FLAGS.vocab_file,
             )
     except KeyboardInterrupt:
-        print(
-            "interrupted; finished work is kept: rerun the same command to resume", file=sys.stderr
-        )
-        return 130
+        cli.fail(cli.INTERRUPTED, 130)
     _summary(manifest)
     return 0
 

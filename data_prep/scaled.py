@@ -33,9 +33,14 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
+from bert_jax import cli, record_io, storage
 from bert_jax import manifest as contract
-from bert_jax import record_io, storage
 from data_prep import content, job, output, readers, resume
+
+
+class WorkerDied(cli.UserError):
+    """A worker process was killed; the message says what survives and what to do."""
+
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -213,8 +218,15 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     def imap(fn, tasks):
         batch = [pool.submit(fn, task) for task in tasks]
         submitted.extend(batch)
-        for done in futures.as_completed(batch):
-            yield done.result()
+        try:
+            for done in futures.as_completed(batch):
+                yield done.result()
+        except futures.process.BrokenProcessPool:
+            raise WorkerDied(
+                f"a worker process of data_prep died (killed: the system's out-of-memory killer, "
+                f"or a signal); the finished units and shards are kept: rerun the same command "
+                f"to go on (with fewer --num_workers than {num_workers} if memory ran out)"
+            ) from None
 
     try:
         yield imap

@@ -1,5 +1,7 @@
 """Orbax checkpoints: restore onto another mesh, iterator position, retention, restore_params."""
 
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -156,3 +158,30 @@ def test_errors_say_what_to_do(testdata, saved, tmp_path):
     with pytest.raises(ValueError, match="does not match this run's model"):
         checkpointing.restore(manager, 7, setup.abstract_state, it)
     manager.close()
+
+
+def test_the_aftermath_of_a_failed_save_or_restore_is_not_printed(monkeypatch):
+    """What Orbax and TensorStore leave behind a failed write or read reaches sys.unraisablehook
+    (up to 1,581 lines of it under one error line); checkpointing's hook drops exactly that."""
+    import types
+
+    printed = []
+    hook = functools.partial(checkpointing._drop_closed_loop_noise, previous=printed.append)
+
+    async def orbax_read():  # stands in for orbax's _read_array_index_and_device_put
+        pass
+
+    orbax_code = orbax_read.__code__.replace(co_filename="/site-packages/orbax/serialization.py")
+    abandoned = Exception("Encountered error while reading array index")
+    abandoned.__cause__ = GeneratorExit()
+    cases = [
+        (RuntimeError("Event loop is closed"), None, False),
+        (abandoned, types.SimpleNamespace(cr_code=orbax_code), False),
+        (abandoned, types.SimpleNamespace(cr_code=orbax_read.__code__), True),  # not orbax's
+        (RuntimeError("something else"), None, True),
+        (ValueError("Event loop is closed too"), None, True),
+    ]
+    for error, obj, shown in cases:
+        printed.clear()
+        hook(types.SimpleNamespace(exc_value=error, object=obj))
+        assert bool(printed) == shown, error

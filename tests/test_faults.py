@@ -396,3 +396,57 @@ def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp
     # or by fsdp x tensor (4 x 2).
     assert 7.5 < data_only["argument_bytes"] / fsdp8["argument_bytes"] <= 8
     assert 7 < data_only["argument_bytes"] / tensor2["argument_bytes"] <= 8
+
+
+# --- Signals: the save starts at the step after the signal -----------------------------------
+
+
+def _signal_on_the_device_at(monkeypatch, signum: int, at: int, seconds_per_step: float) -> None:
+    """Makes every train step take `seconds_per_step` on the device (a host callback the
+    step's metrics depend on) and sends `signum` to this process while the device runs step
+    `at`: the host, free to queue steps ahead, is then far ahead of the device, as on a slow
+    CPU run or a TPU."""
+    from jax.experimental import io_callback
+
+    real = train.jit_train_step
+
+    def callback(step):
+        time.sleep(seconds_per_step)
+        if int(step) == at:
+            os.kill(os.getpid(), signum)
+        return np.float32(0)
+
+    def slow_step(setup, grad_accum_steps=1):
+        step_fn = real(setup, grad_accum_steps)
+
+        @jax.jit
+        def tap(state_step, loss):
+            out = io_callback(callback, jax.ShapeDtypeStruct((), np.float32), state_step)
+            return loss + 0.0 * out
+
+        def fn(state, batch):
+            state, metrics = step_fn(state, batch)
+            return state, {**metrics, "loss": tap(state["step"], metrics["loss"])}
+
+        return fn
+
+    monkeypatch.setattr(train, "jit_train_step", slow_step)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_saves_the_step_after_it_whatever_the_periods(
+    testdata, tmp_path, monkeypatch, signum
+):
+    """A SIGTERM at step 355 of a CPU run was saved at step 390 (235 s later): the host had
+    queued every step up to the next log line. Now the save is at step N or N+1 for a signal
+    while the device runs step N, with log, eval and checkpoint periods far away."""
+    at = 4
+    config = small_config(testdata, num_train_steps=40, log_every_steps=40)
+    config.checkpoint.every_steps = 40
+    config.eval.every_steps = 40
+    _signal_on_the_device_at(monkeypatch, signum, at, seconds_per_step=0.05)
+    out = train.train_and_evaluate(config, str(tmp_path))
+    assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
+    assert checkpointing.saved_steps(str(tmp_path)) == [out["step"]]
+    assert out["step"] in (at, at + 1), out["step"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored

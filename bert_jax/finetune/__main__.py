@@ -77,7 +77,7 @@ def main(argv):
         return
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
-    from bert_jax import config_check
+    from bert_jax import config_check, faults
     from bert_jax.finetune import train
 
     problems = config_check.check_common(FLAGS.config, jax.device_count(), jax.process_count())
@@ -90,6 +90,8 @@ def main(argv):
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     if result["stopped"] == "preempted":
         return  # train.finetune said so; exit 0 as pre-training does
+    if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
+        cli.fail(faults.interrupted_message(result["step"]), 130)
     if result["stopped"] == "nonfinite":
         sys.exit(1)  # train.finetune said why; a script must not take this run for a finished one
     if jax.process_index() == 0:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import hf
+from bert_jax import hf, publish
 from bert_jax import model as model_lib
 from bert_jax.finetune import lora
 
@@ -88,12 +88,16 @@ def export_hf(
         hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
         if model.kind == "classification":
             hf_config["problem_type"] = "single_label_classification"
-    os.makedirs(output_dir, exist_ok=True)
-    save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(output_dir, "config.json"), "w") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True)
-    if vocab_file:
-        hf.save_tokenizer(
-            vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings
-        )
+
+    def write(scratch: str) -> None:
+        save_file(tensors, os.path.join(scratch, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(scratch, "config.json"), "w") as f:
+            json.dump(hf_config, f, indent=2, sort_keys=True)
+        if vocab_file:
+            hf.save_tokenizer(
+                vocab_file, scratch, do_lower_case, model.config.max_position_embeddings
+            )
+
+    # Whole or not at all, never mixed with an earlier model's files (bert_jax.publish).
+    publish.directory(output_dir, write, what="bert_jax.finetune export")
     return hf_config

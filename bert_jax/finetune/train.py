@@ -20,7 +20,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, loop, metrics_log
+from bert_jax import checkpointing, faults, loop, metrics_log
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
@@ -76,6 +76,7 @@ def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
     return {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
 
 
+@faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
     'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
@@ -84,9 +85,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     config.train.on_nonfinite='stop' the run ends at the next log line or save with
     stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
 
-    On SIGTERM (or Orbax's preemption notice on a pod) it saves a checkpoint after the current
-    step and returns with stopped='preempted', skipping the final eval, predictions and export;
-    rerunning the same command resumes.
+    On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
+    next step and returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final
+    eval, predictions and export; rerunning the same command resumes.
     """
     run = runs.prepare(config, init)
     config = run.config
@@ -205,11 +206,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     checkpointing.finish(manager)
     state, step = out.state, out.step  # the state passed in was donated to the steps
     result.update(step=step, train=out.train, stopped=out.stopped)
-    if result["stopped"] in ("preempted", "nonfinite"):
+    if result["stopped"] in ("preempted", "interrupted", "nonfinite"):
         log.close()
         if result["stopped"] == "nonfinite":
             return result  # NonfiniteWatch printed why and where
-        if is_primary:
+        if is_primary and result["stopped"] == "preempted":  # the binary reports the others
             print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
         return result
     if eval_sets:
