@@ -2,7 +2,6 @@
 
 <output_dir>/_work, removed when the job has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  lock              held while a job runs, so two jobs cannot write one directory
   units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
                     the unit's content hash and its file's size and version before reading
@@ -15,8 +14,8 @@ local file under a temporary name and renamed, an object when its upload is fina
 writer's upload never is), and each commit is a small file written after what it describes: a
 unit's marker after its records, a shard's marker after the shard, manifest.json after every
 shard. So the same rules hold on a local disk and in a bucket, and a rerun from another machine
-resumes a bucket's job. The lock: flock on a local disk; in a bucket an object created only if
-absent (`_BucketLock`).
+resumes a bucket's job. While a job runs it holds `<output_dir>/.lock` (bert_jax.workdir_lock:
+created only if absent, locally and in a bucket), so two jobs cannot write one directory.
 
 A rerun trusts nothing it can check cheaply, and checks the rest only when something changed:
   * unfinished job: a unit is redone when its records file is missing or of another size, or when
@@ -33,18 +32,12 @@ naming the change) for an unfinished job, and a changed input for a finished one
 """
 
 import contextlib
-import fcntl
-import json
 import logging
 import os
 import re
-import socket
-import threading
-import time
-import uuid
 
 from bert_jax import manifest as contract
-from bert_jax import storage
+from bert_jax import storage, workdir_lock
 from data_prep import content, job, output
 
 WORK_DIR = "_work"
@@ -71,88 +64,6 @@ def stat(unit) -> dict | None:
         return None
 
 
-def _busy(output_dir: str, holder: str = "") -> output.OutputError:
-    return output.OutputError(
-        f"another data_prep job{holder} is writing to {output_dir!r}; "
-        "wait for it or use another --output_dir"
-    )
-
-
-class _BucketLock:
-    """One job per output directory in a bucket: a lock object created only if no object has its
-    name (storage.create_exclusive: GCS checks ifGenerationMatch=0 itself; S3 has no such
-    precondition and is refused there). It names its holder (host, pid) and a heartbeat time the
-    holder rewrites every HEARTBEAT_S. A lock is taken over, with a warning, when its holder is
-    dead: a process of this host that is gone (a kill -9), or a heartbeat older than STALE_S
-    (another host's job that died; the holder's clock and ours may differ by less than that)."""
-
-    HEARTBEAT_S = 30.0
-    STALE_S = 300.0
-
-    def __init__(self, path: str, output_dir: str):
-        self.path, self.output_dir = path, output_dir
-        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
-        self._stop = threading.Event()
-
-    def _content(self) -> bytes:
-        return json.dumps({**self.me, "beat": time.time()}).encode()
-
-    def _holder(self) -> tuple[dict, str] | None:
-        found = storage.read_versioned(self.path)
-        if found is None:
-            return None
-        try:
-            return json.loads(found[0]), found[1]
-        except ValueError:
-            return {}, found[1]  # not ours to read: stale by its age only (it has no beat)
-
-    def _stale(self, holder: dict) -> bool:
-        if holder.get("host") == self.me["host"] and isinstance(holder.get("pid"), int):
-            try:
-                os.kill(holder["pid"], 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass  # alive, another user's
-        return time.time() - float(holder.get("beat", 0)) > self.STALE_S
-
-    def __enter__(self):
-        for _ in range(3):
-            if storage.create_exclusive(self.path, self._content()):
-                threading.Thread(target=self._beat, daemon=True).start()
-                return self
-            found = self._holder()
-            if found is None:
-                continue  # released meanwhile
-            holder, version = found
-            if not self._stale(holder):
-                raise _busy(self.output_dir, f" ({holder.get('host')}, pid {holder.get('pid')})")
-            logging.warning(
-                "%s: taking over the lock of a job that is gone (%s, pid %s)",
-                self.output_dir,
-                holder.get("host"),
-                holder.get("pid"),
-            )
-            storage.delete_if_version(self.path, version)
-        raise _busy(self.output_dir)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.HEARTBEAT_S):
-            with contextlib.suppress(Exception):  # a missed beat is retried at the next one
-                found = self._holder()
-                if found is not None and found[0].get("token") == self.me["token"]:
-                    storage.write_bytes(self.path, self._content())
-
-    def __exit__(self, kind, error, tb):
-        self._stop.set()
-        if error is not None and storage.unavailable_message(error):
-            # Releasing would wait through the retries again; the rerun takes the lock over.
-            return
-        found = self._holder()
-        if found is not None and found[0].get("token") == self.me["token"]:
-            storage.delete_if_version(self.path, found[1])
-
-
 class WorkDir:
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
@@ -162,17 +73,11 @@ class WorkDir:
 
     @contextlib.contextmanager
     def locked(self):
-        if storage.is_url(self.path):
-            with _BucketLock(storage.join(self.path, "lock"), self.output_dir):
-                yield
-            return
+        """One job per output directory: bert_jax.workdir_lock's `<output_dir>/.lock`, on a
+        local disk and in a bucket alike (a killed job's is taken over by the rerun)."""
         for sub in (self.units, self.shards):
-            os.makedirs(sub, exist_ok=True)
-        with open(os.path.join(self.path, "lock"), "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise _busy(self.output_dir) from None
+            storage.makedirs(sub)
+        with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
             yield
 
     def check(self, fp: dict) -> None:

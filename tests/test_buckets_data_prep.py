@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from bert_jax import cli, record_io, storage, tokenization
+from bert_jax import cli, record_io, storage, tokenization, workdir_lock
 from bert_jax import features as F
 from bert_jax import manifest as contract
 from data_prep import job, output, resume, scaled
@@ -382,13 +382,13 @@ def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes
 
     _wait_for(session_ended, "end of the killed job's workers", timeout=15)
     assert not storage.exists(storage.join(out, contract.FILE))
-    assert storage.exists(storage.join(out, resume.WORK_DIR, "lock"))  # the dead job's
+    assert storage.exists(storage.join(out, workdir_lock.LOCK_NAME))  # the dead job's
     assert contract._unfinished(out, storage.listdir(out))
     with pytest.raises((cli.UserError, FileNotFoundError)):
         contract.find_shards(out)
     rerun = _run(_cli_args(url, vocab_file, out))
     assert rerun.returncode == 0, rerun.stderr
-    assert "taking over the lock of a job that is gone" in rerun.stderr
+    assert "took over the lock" in rerun.stderr and "is not running" in rerun.stderr
     assert shards(out) == clean and output.verify(out) == []
 
 
@@ -399,15 +399,14 @@ def test_a_second_job_on_the_same_bucket_directory_is_refused(bucket, job_input,
     url, clean = job_input
     out = storage.join(bucket, "records")
     first = _start(_cli_args(url, vocab_file, out, workers=1))
-    _wait_for(lambda: storage.exists(f"{out}/_work/lock"), "lock", first)
+    _wait_for(lambda: storage.exists(f"{out}/{workdir_lock.LOCK_NAME}"), "lock", first)
     os.kill(first.pid, signal.SIGSTOP)
     try:
         second = _run(_cli_args(url, vocab_file, out))
     finally:
         os.kill(first.pid, signal.SIGCONT)
-    _assert_one_error_line(
-        second, f"another data_prep job ({socket.gethostname()}, pid {first.pid})"
-    )
+    _assert_one_error_line(second, f"is in use by data_prep.main --input={url}")
+    assert f"(pid {first.pid} on {socket.gethostname()}, since" in second.stderr
     assert first.wait(timeout=300) == 0, first.stderr.read()
     assert shards(out) == clean
 
