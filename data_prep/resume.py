@@ -2,6 +2,7 @@
 
 <output_dir>/_work, removed when the job has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
+  lock              locked (flock) while a job runs, for a local directory (`WorkDir.locked`)
   units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
                     the unit's content hash and its file's size and version before reading
@@ -14,8 +15,8 @@ local file under a temporary name and renamed, an object when its upload is fina
 writer's upload never is), and each commit is a small file written after what it describes: a
 unit's marker after its records, a shard's marker after the shard, manifest.json after every
 shard. So the same rules hold on a local disk and in a bucket, and a rerun from another machine
-resumes a bucket's job. While a job runs it holds `<output_dir>/.lock` (bert_jax.workdir_lock:
-created only if absent, locally and in a bucket), so two jobs cannot write one directory.
+resumes a bucket's job. Two jobs cannot write one directory: a local one is locked with flock,
+a bucket's with bert_jax.workdir_lock (`<output_dir>/.lock`, created only if absent).
 
 A rerun trusts nothing it can check cheaply, and checks the rest only when something changed:
   * unfinished job: a unit is redone when its records file is missing or of another size, or when
@@ -32,6 +33,7 @@ naming the change) for an unfinished job, and a changed input for a finished one
 """
 
 import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -73,11 +75,24 @@ class WorkDir:
 
     @contextlib.contextmanager
     def locked(self):
-        """One job per output directory: bert_jax.workdir_lock's `<output_dir>/.lock`, on a
-        local disk and in a bucket alike (a killed job's is taken over by the rerun)."""
+        """One job per output directory. Local: flock on _work/lock (released by the kernel when
+        the job dies; no thread, so the worker pool can fork). A bucket has no flock:
+        bert_jax.workdir_lock's `<output_dir>/.lock`, created only if absent, with a heartbeat
+        thread (a killed job's lock is taken over by the rerun)."""
+        if storage.is_url(self.output_dir):
+            with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
+                yield
+            return
         for sub in (self.units, self.shards):
-            storage.makedirs(sub)
-        with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
+            os.makedirs(sub, exist_ok=True)
+        with open(os.path.join(self.path, "lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise output.OutputError(
+                    f"another data_prep job is writing to {self.output_dir!r}; "
+                    "wait for it or use another --output_dir"
+                ) from None
             yield
 
     def check(self, fp: dict) -> None:

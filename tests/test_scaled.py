@@ -1,6 +1,7 @@
 """The scaled job end to end: worker-count independence, balance, eval split, manifest, resume,
 memory."""
 
+import fcntl
 import hashlib
 import json
 import os
@@ -14,8 +15,8 @@ import pytest
 
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from bert_jax import record_io, tokenization, workdir_lock
-from data_prep import job, resume, scaled
+from bert_jax import record_io, tokenization
+from data_prep import job, output, resume, scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -224,8 +225,10 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab_file):
     tok = tokenization.WordPieceTokenizer(vocab_file)
-    with workdir_lock.hold(str(tmp_path), "another data_prep job", flag="--output_dir"):
-        with pytest.raises(workdir_lock.Busy, match="is in use by another data_prep job"):
+    (tmp_path / resume.WORK_DIR).mkdir()
+    with open(tmp_path / resume.WORK_DIR / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with pytest.raises(output.OutputError, match="another data_prep job is writing"):
             scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
 
 
