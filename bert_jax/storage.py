@@ -10,13 +10,17 @@ through TensorStore, which this module points at the same endpoint).
 What an object store lacks, and what stands in for it here:
   * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
     `open_write`); an object becomes visible only when its upload is finalized, so an upload
-    that dies (kill -9, a lost connection) leaves nothing under the name, and `open_write`
-    discards the upload, instead of finalizing a partial object, when the writer raises.
+    that dies (kill -9, a lost connection) leaves nothing under the name. `open_write` writes an
+    object to a local temporary file and uploads it when the writer's block ends without an
+    error (nothing is uploaded when it raises), as one operation that can be tried again.
     "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
     commit marker), never by a name appearing.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
-    created only if no live object has that name); `read_versioned` and `delete_if_version`
-    compare-and-delete by generation, for taking over a stale lock.
+    created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and
+    `delete_if_version` compare-and-delete by generation (S3: ETag, check then delete), for
+    taking over a stale lock.
+  * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
+    name changes.
   * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
     `local_copy` fetches a file once into a cache directory, checked against the size and md5
     the caller expects, under a temporary name renamed when whole.
@@ -27,11 +31,15 @@ GOOGLE_APPLICATION_CREDENTIALS. Another endpoint (an emulator such as fake-gcs-s
 proxy): set STORAGE_EMULATOR_HOST=http://host:port; gcsfs reads it, and `configure` hands it to
 TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is set already.
 
-Faults: gcsfs retries server errors (5xx, 408, 429) and dropped connections 6 times with
-exponential backoff (about 1, 2, 4, 8, 16, 32 s plus jitter), and a request that gets no answer
-within REQUEST_TIMEOUT_S is such a failure too. When the retries are spent, `unavailable_message`
-turns the error into one `error:` line (cli.run asks it), never a traceback. Nothing half-written
-is trusted afterwards: see above.
+Faults: gcsfs retries server errors (5xx, 408, 429) and refused or dropped connections 6 times
+with exponential backoff (about 1, 2, 4, 8, 16 s plus jitter: ~31 s), but not a request that
+gets no answer within REQUEST_TIMEOUT_S (a stalled server or proxy), and a server gone for a
+minute outlasts its retries. So every operation of this module is tried again, whole, on such
+a transient error (`_transient`), with backoff up to 30 s, until BERT_JAX_STORAGE_RETRY_S
+(default RETRY_S) have passed since its first try; a write is an upload of a local temporary
+file, so it too is one operation that can be tried again. When the retries are spent,
+`unavailable_message` turns the error into one `error:` line (cli.run asks it), never a
+traceback. Nothing half-written is trusted afterwards: see above.
 
 No JAX import: data_prep uses this module.
 """
@@ -46,13 +54,18 @@ import posixpath
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 from bert_jax import cli
 
 SCHEMES = ("gs", "s3")
-# A request that gets no byte back for this long is retried (a stalled server or proxy).
+# A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
+# How long an operation is tried again while the server fails it transiently (env
+# BERT_JAX_STORAGE_RETRY_S): long enough for a server restarting or a network blip, short enough
+# that a bucket that is really gone ends the job with its error line within minutes.
+RETRY_S = 300.0
 _CHUNK = 1 << 20
 
 
@@ -123,11 +136,80 @@ def configure() -> None:
 
 
 def _fs(path: str):
-    """The fsspec file system of a URL: the instance etils.epath (and so Orbax) uses too."""
+    """The fsspec file system of a URL (the instance etils.epath, and so Orbax, uses too), with
+    every method call tried again on transient errors (`_Retrying`)."""
     configure()
     from etils.epath import backend
 
-    return backend.fsspec_backend.fs(path)
+    return _Retrying(backend.fsspec_backend.fs(path))
+
+
+def retry_seconds() -> float:
+    return float(os.environ.get("BERT_JAX_STORAGE_RETRY_S", RETRY_S))
+
+
+def _transient(error: BaseException) -> bool:
+    """An error a later try may not meet: a timeout, a refused or dropped connection, a 5xx,
+    408 or 429 answer (what gcsfs retries, and the timeouts it does not)."""
+    if isinstance(error, (TimeoutError, ConnectionError)):  # fsspec's FSTimeoutError too
+        return True
+    with contextlib.suppress(ImportError):
+        import aiohttp
+
+        if isinstance(error, aiohttp.ClientResponseError):
+            return error.status >= 500 or error.status in (408, 429)
+        if isinstance(error, aiohttp.ClientError):
+            return True
+    with contextlib.suppress(ImportError):
+        from gcsfs.retry import HttpError
+
+        if isinstance(error, HttpError):
+            return error.code in (408, 429) or 500 <= (error.code or 0) < 600
+    return False
+
+
+def _retrying(call, *args, **kwargs):
+    """call(*args, **kwargs), tried again on transient errors until retry_seconds() have passed
+    (the clients' own retries come first: each try may take ~31 s against a server that is
+    down)."""
+    deadline = time.monotonic() + retry_seconds()
+    delay = 1.0
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:
+            if not _transient(e) or time.monotonic() + delay > deadline:
+                raise
+            logging.warning(
+                "storage: %s (%s); trying again in %.0f s",
+                type(e).__name__,
+                " ".join(str(e).split())[:200],
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(2 * delay, 30.0)
+
+
+class _Retrying:
+    """A file system whose method calls are `_retrying`; files opened for reading fetch their
+    blocks through `_retrying` too."""
+
+    def __init__(self, fs):
+        self._fs = fs
+
+    def __getattr__(self, name):
+        attribute = getattr(self._fs, name)
+        if not callable(attribute) or name in ("invalidate_cache", "open"):
+            return attribute
+        return lambda *args, **kwargs: _retrying(attribute, *args, **kwargs)
+
+    def open(self, path, mode="rb", **kwargs):
+        f = _retrying(self._fs.open, path, mode, **kwargs)
+        cache = getattr(f, "buffer", f).cache if "r" in mode else None
+        if cache is not None and getattr(cache, "fetcher", None) is not None:
+            fetch = cache.fetcher
+            cache.fetcher = lambda start, end: _retrying(fetch, start, end)
+        return f
 
 
 def _bucket_and_key(path: str) -> tuple[str, str]:
@@ -138,11 +220,16 @@ def _bucket_and_key(path: str) -> tuple[str, str]:
 # --- Reading --------------------------------------------------------------------------------
 
 
-def open_read(path: str, mode: str = "rb"):
-    """A file object for reading, local or remote (remote ones read ahead in blocks and seek)."""
+def open_read(path: str, mode: str = "rb", block_size: int | None = None):
+    """A file object for reading, local or remote (remote ones read ahead in blocks and seek;
+    `block_size`: how far past a read, the client's default, 5 MB for GCS, when None). A
+    remote binary file is an io.BufferedReader, as a local one: fsspec's own file has a
+    readline() without a size limit, that scans its blocks a piece at a time."""
     if not is_url(path):
         return open(path, mode, encoding=None if "b" in mode else "utf-8")
-    return _fs(path).open(path, mode, encoding=None if "b" in mode else "utf-8")
+    sized = {"block_size": block_size} if block_size else {}
+    f = _fs(path).open(path, mode, encoding=None if "b" in mode else "utf-8", **sized)
+    return io.BufferedReader(f, _CHUNK) if mode == "rb" else f
 
 
 def read_bytes(path: str) -> bytes:
@@ -203,6 +290,34 @@ def size(path: str) -> int:
     return int(_fs(path).info(path)["size"])
 
 
+def version(path: str) -> tuple[int, str]:
+    """(size, version) of a bucket object, asked of the server now: the version is GCS's
+    generation (a number the server gives each write of a name, never reused) or S3's ETag; a
+    rewrite of the object gives another version."""
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    info = fs.info(path)
+    found = info.get("generation") or info.get("VersionId") or info.get("ETag")
+    return int(info["size"]), str(found).strip('"')
+
+
+def sizes(path: str) -> dict[str, int]:
+    """{name: size} of the files directly under the directory or prefix `path` ({} when there is
+    none): one listing request for a bucket, where a size per file would be one request each."""
+    if not is_url(path):
+        try:
+            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
+        except FileNotFoundError:
+            return {}
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    try:
+        listed = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {basename(e["name"]): int(e["size"]) for e in listed if e.get("type") == "file"}
+
+
 def md5(path: str) -> str:
     """The md5 of a file in hex; for a GCS object the md5 the server computed at upload (no
     download), unless it has none (composite objects), then by reading it."""
@@ -236,8 +351,9 @@ def _local_tmp(path: str) -> str:
 def open_write(path: str, mode: str = "wb") -> Iterator:
     """A file object whose content appears under `path` whole when the block ends without an
     error, and never otherwise: a local file is written under a temporary name (see
-    bert_jax.manifest.TEMPORARY) and renamed; an upload is finalized on success and cancelled on
-    an error (a killed process never finalizes it)."""
+    bert_jax.manifest.TEMPORARY) and renamed; an object is written to a local temporary file
+    and uploaded when the block ends without an error, an upload that is tried again whole on
+    transient errors and that a killed process never finalizes."""
     encoding = None if "b" in mode else "utf-8"
     if not is_url(path):
         tmp = _local_tmp(path)
@@ -250,24 +366,11 @@ def open_write(path: str, mode: str = "wb") -> Iterator:
                 os.remove(tmp)
             raise
         return
-    f = _fs(path).open(path, mode, encoding=encoding)
-    try:
-        yield f
-    except BaseException:
-        _discard(f)
-        raise
-    f.close()
-
-
-def _discard(f) -> None:
-    """Cancels an unfinished upload (fsspec's text wrapper hides the buffered file). Marked
-    closed too: gcsfs would otherwise finish the upload when the object is collected, publishing
-    the part written so far under the final name."""
-    raw = f.buffer if isinstance(f, io.TextIOWrapper) else f
-    with contextlib.suppress(Exception):
-        raw.discard()
-    raw.buffer = None
-    raw.closed = True
+    with tempfile.TemporaryDirectory(prefix="bert_jax_upload_") as local_dir:
+        local = os.path.join(local_dir, basename(path))
+        with open(local, mode, encoding=encoding) as f:
+            yield f
+        _fs(path).put_file(local, path)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -311,7 +414,9 @@ def rmtree(path: str) -> None:
 def create_exclusive(path: str, data: bytes) -> bool:
     """Creates `path` holding `data` if nothing is there, atomically: True if this call created
     it, False if it existed. Locally O_CREAT|O_EXCL (on NFS v3 and later too); on GCS the
-    ifGenerationMatch=0 precondition, which the server checks."""
+    ifGenerationMatch=0 precondition, which the server checks; on S3 If-None-Match: *, which AWS
+    S3 checks since 2024 but some S3-compatible stores ignore: a bucket is first probed once, and
+    one that ignores it is a StorageError."""
     if not is_url(path):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -320,27 +425,59 @@ def create_exclusive(path: str, data: bytes) -> bool:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         return True
-    if not path.startswith("gs://"):
-        raise StorageError(f"{path}: exclusive creation (run locks) is supported on gs:// only")
+    if path.startswith("s3://"):
+        _check_conditional_writes(path)
+    fs, tries = _fs(path)._fs, []
+
+    def create():
+        tries.append(None)
+        fs.pipe_file(path, data, mode="create")
+
     try:
-        _fs(path).pipe_file(path, data, mode="create")
+        _retrying(create)
     except FileExistsError:
-        return False
+        # A try that timed out may have created the object before the next one found it there.
+        found = read_versioned(path) if len(tries) > 1 else None
+        return found is not None and found[0] == data
     return True
+
+
+_CONDITIONAL_WRITES: dict[str, bool] = {}
+
+
+def _check_conditional_writes(path: str) -> None:
+    """Refuses an S3 store that ignores If-None-Match (it would let two writers both create):
+    a probe object is created twice, once per bucket and process."""
+    bucket = _bucket_and_key(path)[0]
+    if bucket not in _CONDITIONAL_WRITES:
+        fs = _fs(path)
+        probe = f"s3://{bucket}/.bert_jax-conditional-write-probe-{os.getpid()}"
+        _retrying(fs._fs.pipe_file, probe, b"1", mode="create")
+        try:
+            fs._fs.pipe_file(probe, b"2", mode="create")
+            _CONDITIONAL_WRITES[bucket] = False
+        except FileExistsError:
+            _CONDITIONAL_WRITES[bucket] = True
+        finally:
+            fs.rm_file(probe)
+    if not _CONDITIONAL_WRITES[bucket]:
+        raise StorageError(
+            f"{path}: this S3 store ignores conditional writes (If-None-Match), so no lock can "
+            "keep two jobs from writing one directory; use gs://, AWS S3 or a local directory"
+        )
 
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
     """(content, version) of `path`, or None if it is not there. The version changes whenever
-    the file is replaced: a GCS object's generation, a local file's inode and mtime."""
+    the file is replaced: a GCS object's generation, an S3 object's ETag, a local file's inode
+    and mtime."""
     try:
         if not is_url(path):
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 return f.read(), f"{st.st_ino}:{st.st_mtime_ns}"
-        fs = _fs(path)
-        fs.invalidate_cache(path)
-        info = fs.info(path)
-        return fs.cat_file(path), str(info["generation"])
+        found = version(path)[1]  # first: a replacement in between fails the compare-and-delete
+        return _fs(path).cat_file(path), found
     except FileNotFoundError:
         return None
 
@@ -349,9 +486,9 @@ def delete_if_version(path: str, version: str) -> bool:
     """Deletes `path` only if it is still the version `read_versioned` returned: True if this
     call deleted it. On GCS the server checks (ifGenerationMatch; fake-gcs-server ignores that
     precondition on deletes, so a protocol must not rest on this call alone: create_exclusive is
-    the one primitive every server checks); locally the check and the delete are two steps,
-    which is as good as a local file system offers."""
-    if not is_url(path):
+    the one primitive every server checks); locally and on S3 the check and the delete are two
+    steps, which is as good as a local file system offers."""
+    if not path.startswith("gs://"):
         current = read_versioned(path)
         if current is None or current[1] != version:
             return False
@@ -400,7 +537,9 @@ def local_copy(
         )
     bucket, key = _bucket_and_key(path)
     tag = want or str(info.get("generation") or info.get("ETag") or info["size"])
-    target = os.path.join(cache_dir or default_cache_dir(), bucket, f"{key}.{tag[:16]}")
+    # The version is a directory, so the copy keeps the object's name: readers tell a
+    # SentencePiece .model from a vocab.txt by it.
+    target = os.path.join(cache_dir or default_cache_dir(), bucket, tag.strip('"')[:16], key)
     if os.path.exists(target) and os.path.getsize(target) == int(info["size"]):
         return target
     os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -433,9 +572,30 @@ def local_copy(
 # --- Errors ---------------------------------------------------------------------------------
 
 
+class Unavailable(StorageError):
+    """A bucket that stayed unreachable through the retries, as one picklable error whose message
+    is `unavailable_message`'s line (the clients' own errors do not all survive being sent from a
+    worker process to its parent)."""
+
+
+@contextlib.contextmanager
+def unavailable_as_user_error() -> Iterator[None]:
+    """Turns an error of the bucket clients that the retries could not get past into
+    `Unavailable` (for worker processes, whose errors are pickled to the parent)."""
+    try:
+        yield
+    except Exception as e:
+        text = unavailable_message(e)
+        if text is None or isinstance(e, Unavailable):
+            raise
+        raise Unavailable(text) from None
+
+
 def unavailable_message(error: BaseException) -> str | None:
     """The one line for an error of the bucket clients that retries could not get past (the
     server down, 5xx answers, stalls, refused credentials), or None if `error` is not one."""
+    if isinstance(error, Unavailable):
+        return str(error)
     if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:
         return None
     import asyncio

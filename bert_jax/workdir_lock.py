@@ -200,10 +200,15 @@ class _Lock:
         except ValueError:
             return False
 
-    def release(self) -> None:
+    def release(self, reachable: bool = True) -> None:
+        """`reachable` False: the run ended because its bucket stayed unreachable; releasing
+        would wait out the storage retries again (minutes), so the lock is left to be taken
+        over (its pid is gone) by the rerun."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(None if reachable else 0)
+        if not reachable:
+            return
         with contextlib.suppress(Exception):  # never hide the error that ended the run
             if self._still_ours():
                 storage.remove(self.path)
@@ -226,10 +231,14 @@ def hold(
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
     lock.start_heartbeat()
+    reachable = True
     try:
         yield
+    except Exception as e:
+        reachable = storage.unavailable_message(e) is None
+        raise
     finally:
-        lock.release()
+        lock.release(reachable)
         _HELD.discard(lock.holder["token"])
 
 

@@ -3,7 +3,8 @@
 Data flows one way, text -> units -> instances -> records -> shards + manifest.json:
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
-    readers.py         corpora -> documents: BERT-format text, JSONL, TFDS datasets
+    readers.py         corpora -> documents: BERT-format text, JSONL, TFDS datasets; opens and
+                       lists every input file, local or in a bucket (bert_jax/storage.py)
     sniff.py           what an input file holds, by its first bytes
     wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose;
                        templates.py: the inline templates rendered as their words)
@@ -17,7 +18,8 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
                        the settings' fingerprint; shared by the local and the Beam runner
     content.py         input content hashes: how a rerun knows the input is what it was
     scaled.py          the local runner: worker processes, progress
-    resume.py          its work directory (_work): what makes it resumable, what a rerun checks
+    resume.py          its work directory (_work): what makes it resumable, what a rerun checks,
+                       on a local disk or in a bucket (its lock there too)
     beam_pipeline.py   the same job on Apache Beam (Dataflow, Flink, Spark)
     reference.py       google-research/bert's create_pretraining_data.py step for step: the
                        specification the default path is tested against, and --mode=reference

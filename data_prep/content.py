@@ -8,18 +8,20 @@ and is trusted by its name and extent in the job's fingerprint (TFDS units: a da
 fixes its content).
 
 Hashing every input on every rerun would cost as much as reading a corpus of hundreds of GB again,
-so each hash is kept beside the size and mtime its file showed *before* the unit was read. A rerun
-stats each file (cheap) and trusts a unit whose file shows the same size and mtime; only a unit
-whose file changed mtime (or was too recent to trust a coarse clock) is read again, without
-tokenizing, and rehashed. The same hash therefore means the same bytes were read, so the same
-documents: a unit is never reused after its input changed.
+so each hash is kept beside the size and version its file showed *before* the unit was read: a
+local file's mtime, a bucket object's generation (GCS: a number the server gives every write of
+the name, never reused) or ETag (S3). A rerun stats each file (cheap: one request per object) and
+trusts a unit whose file shows the same size and version; only a unit whose file shows another
+version (or a local mtime too recent to trust a coarse clock) is read again, without tokenizing,
+and rehashed. The same hash therefore means the same bytes were read, so the same documents: a
+unit is never reused after its input changed.
 """
 
 import hashlib
 import os
 import time
-from collections.abc import Callable
 
+from bert_jax import storage
 from data_prep import readers
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE
@@ -104,7 +106,6 @@ def read_documents(
     stats: readers.ReadStats,
     text_field: str,
     tfds_data_dir: str | None,
-    open_binary: Callable | None = None,
     language: str = DEFAULT_LANGUAGE,
 ) -> tuple[list, str | None]:
     """(the unit's documents, its content hash, None when no file was opened). The hash is of
@@ -113,7 +114,7 @@ def read_documents(
 
     def hashing_open(path):
         opened.append(path)
-        return _Hashing((open_binary or readers.open_local)(path), digest)
+        return _Hashing(readers.open_input(path), digest)
 
     documents = list(
         units_lib.read_unit(
@@ -123,24 +124,34 @@ def read_documents(
     return documents, digest.hexdigest() if opened else None
 
 
-def local_stat(path: str) -> dict:
-    """A local file's size and mtime; mtime None when it is too recent to trust (a coarse clock
-    could show the same mtime after another write), so that a rerun rehashes it."""
+def file_stat(path: str) -> dict:
+    """A file's size and version: a local file's mtime ("mtime_ns"; None when it is too recent to
+    trust: a coarse clock could show the same mtime after another write, so a rerun rehashes it),
+    a bucket object's generation or ETag ("version", storage.version)."""
+    if storage.is_url(path):
+        size, version = storage.version(path)
+        return {"size": size, "version": version}
     st = os.stat(path)
     recent = time.time_ns() - st.st_mtime_ns < RECENT_NS
     return {"size": st.st_size, "mtime_ns": None if recent else st.st_mtime_ns}
 
 
 def record(digest: str | None, stat: dict | None) -> dict:
-    """What is kept of a processed unit: its hash and its file's size and mtime before reading."""
+    """What is kept of a processed unit: its hash and its file's `file_stat` before reading."""
     return {"blake2b": digest, **(stat or {"size": None, "mtime_ns": None})}
+
+
+def _versions(stat: dict) -> dict:
+    """A stat's version fields (all but the size)."""
+    return {key: value for key, value in stat.items() if key not in ("size", "blake2b")}
 
 
 def _trusted(recorded: dict, now: dict | None) -> bool | None:
     """True/False when the stat alone decides; None when the content must be rehashed."""
     if now is None or now["size"] != recorded["size"]:
         return False
-    if recorded["mtime_ns"] is not None and now["mtime_ns"] == recorded["mtime_ns"]:
+    versions = _versions(now)
+    if all(value is not None and recorded.get(key) == value for key, value in versions.items()):
         return True
     return None
 
@@ -151,7 +162,6 @@ def unit_changed(
     now: dict | None,
     text_field: str,
     tfds_data_dir: str | None,
-    open_binary: Callable | None = None,
 ) -> bool:
     """Whether a unit's input differs from `recorded` (a `record`); `now` is its file's stat
     today (None: gone)."""
@@ -160,7 +170,7 @@ def unit_changed(
     trusted = _trusted(recorded, now)
     if trusted is not None:
         return not trusted
-    reread = read_documents(unit, readers.ReadStats(), text_field, tfds_data_dir, open_binary)
+    reread = read_documents(unit, readers.ReadStats(), text_field, tfds_data_dir)
     return reread[1] != recorded["blake2b"]
 
 
@@ -172,17 +182,18 @@ def _combined(hashes) -> str:
 
 
 def input_files(planned: list, records: list) -> dict:
-    """The manifest's "inputs": per input file its size, mtime (None: rehash it on a rerun) and
-    a hash over its units' hashes; `records[i]` is unit i's `record`."""
+    """The manifest's "inputs": per input file its size, version (mtime_ns or a bucket object's
+    version; None: rehash it on a rerun) and a hash over its units' hashes; `records[i]` is unit
+    i's `record`."""
     out: dict = {}
     for unit, rec in zip(planned, records):
         if rec.get("blake2b") is None:
             continue
-        entry = out.setdefault(
-            source_key(unit), {"size": rec["size"], "mtime_ns": rec["mtime_ns"], "hashes": []}
-        )
-        if (entry["size"], entry["mtime_ns"]) != (rec["size"], rec["mtime_ns"]):
-            entry["mtime_ns"] = None  # the file changed while the job ran: never trust the stat
+        stat = {"size": rec["size"], **_versions(rec)}
+        entry = out.setdefault(source_key(unit), {**stat, "hashes": []})
+        if any(entry.get(key) != value for key, value in stat.items()):
+            # The file changed while the job ran: never trust the stat.
+            entry.update(dict.fromkeys(_versions(stat)))
         entry["hashes"].append(rec["blake2b"])
     for entry in out.values():
         entry["blake2b"] = _combined(entry.pop("hashes"))
@@ -194,23 +205,20 @@ def changed_inputs(
     recorded: dict,
     text_field: str,
     tfds_data_dir: str | None,
-    stat: Callable = local_stat,
-    open_binary: Callable | None = None,
 ) -> list[str]:
     """The files in a finished job's "inputs" whose content is no longer what it recorded; a file
-    whose size and mtime match is trusted without reading it."""
+    whose size and version match is trusted without reading it."""
     changed = []
     for key, entry in recorded.items():
         units = [u for u in planned if source_key(u) == key]
         try:
-            now = stat(units[0].path) if units else None
+            now = file_stat(units[0].path) if units else None
         except OSError:
             now = None
         trusted = _trusted(entry, now)
         if trusted is None:
             hashes = (
-                read_documents(u, readers.ReadStats(), text_field, tfds_data_dir, open_binary)[1]
-                for u in units
+                read_documents(u, readers.ReadStats(), text_field, tfds_data_dir)[1] for u in units
             )
             trusted = _combined(hashes) == entry["blake2b"]
         if not trusted:

@@ -10,11 +10,12 @@ import itertools
 from absl import flags
 from google.protobuf.message import DecodeError
 
-from bert_jax import cli, record_io, tokenization
+from bert_jax import cli, record_io, storage
 from bert_jax import features as F
+from data_prep import job
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input", None, "A .tfrecord or .arrayrecord file.")
+flags.DEFINE_string("input", None, "A .tfrecord or .arrayrecord file (local, gs:// or s3://).")
 flags.DEFINE_string("vocab_file", None, "The vocabulary the records were written with.")
 flags.DEFINE_bool(
     "do_lower_case", True, "As when the records were written (only matters for .model files)."
@@ -59,8 +60,9 @@ def main(argv):
             raise cli.UserError(f"pass --{name}")
     if FLAGS.limit < 0 or FLAGS.skip < 0:
         raise cli.UserError("--limit and --skip must be 0 or more")
-    tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
-    stream = record_io.read_records(FLAGS.input)
+    tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
+    stream = record_io.read_records(storage.local_copy(FLAGS.input))
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
     index = FLAGS.skip - 1
     for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):

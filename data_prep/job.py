@@ -19,14 +19,13 @@ import dataclasses
 import gc
 import hashlib
 import math
-import os
 import random
 
 import numpy as np
 
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from bert_jax import masking, record_io
+from bert_jax import masking, record_io, storage, tokenization
 from data_prep import content, example_encoder, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
@@ -87,25 +86,29 @@ class JobSpec:
         return self.opts.schema
 
 
-def plan(
-    spec: JobSpec,
-    sources: list[readers.Source] | None = None,
-    size_of=os.path.getsize,
-    open_binary=readers.open_local,
-) -> list[units_lib.Unit]:
-    """The job's units; `sources`, `size_of` and `open_binary` default to local files (the Beam job
-    passes its own)."""
-    if sources is None:
-        sources = readers.parse_input(list(spec.inputs), document_per_file=spec.document_per_file)
+def plan(spec: JobSpec) -> list[units_lib.Unit]:
+    """The job's units, from its inputs (local files, bucket objects, TFDS splits)."""
+    sources = readers.parse_input(list(spec.inputs), document_per_file=spec.document_per_file)
     return units_lib.plan_units(
         sources,
         max(1, int(spec.block_size_mb * units_lib.MB)),
         spec.tfds_examples_per_unit,
         spec.tfds_data_dir,
-        size_of,
-        open_binary,
-        spec.text_field,
+        text_field=spec.text_field,
     )
+
+
+def load_tokenizer(vocab_file: str, do_lower_case: bool):
+    """The tokenizer of --vocab_file: a local file, or a bucket object fetched once into the local
+    cache (storage.local_copy; the tokenizers read local files). Manifests name the vocabulary as
+    the user gave it (`contract.vocab_entry(tokenizer, file=vocab_file)`), never the copy."""
+    if storage.is_url(vocab_file):
+        if not storage.isfile(vocab_file):
+            raise tokenization.VocabError(
+                f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file"
+            )
+        return tokenization.make_tokenizer(storage.local_copy(vocab_file), do_lower_case)
+    return tokenization.make_tokenizer(vocab_file, do_lower_case)
 
 
 def fingerprint(
@@ -162,29 +165,23 @@ def check_finished(
     fp: dict,
     finished: dict,
     output_dir: str,
-    *,
-    stat=content.local_stat,
-    open_binary=None,
-    size_of=None,
 ) -> dict:
     """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
-    written with other settings or from input that has changed since. `stat`, `open_binary` and
-    `size_of` reach remote files (the Beam job); local ones by default."""
+    written with other settings or from input that has changed since."""
     if finished.get("fingerprint") != fp:
         raise JobMismatch(
             f"--output_dir={output_dir!r} holds a finished job with other settings "
             f"({differences(finished.get('fingerprint'), fp)}); use another --output_dir"
         )
     changed = content.changed_inputs(
-        planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir, stat, open_binary
+        planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir
     )
     if changed:
         raise JobMismatch(
             f"--output_dir={output_dir!r} holds a finished job whose input has changed since "
             f"({', '.join(changed)}); use another --output_dir, or empty this one to rebuild"
         )
-    sizes = {"size_of": size_of} if size_of else {}
-    return output.damaged_shards(output_dir, finished, **sizes)
+    return output.damaged_shards(output_dir, finished)
 
 
 def _seed(spec: JobSpec, stream: str, *keys) -> list[int]:
@@ -233,28 +230,23 @@ class UnitProcessor:
         self.vocab = masking.Vocab.from_tokenizer(tokenizer)
         self.encoder = example_encoder.ExampleEncoder(spec.schema)
 
-    def process(self, unit: units_lib.Unit, open_binary=None) -> UnitResult:
+    def process(self, unit: units_lib.Unit) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:
         # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
         # end.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._process(unit, open_binary)
+            return self._process(unit)
         finally:
             if collecting:
                 gc.enable()
 
-    def _process(self, unit: units_lib.Unit, open_binary) -> UnitResult:
+    def _process(self, unit: units_lib.Unit) -> UnitResult:
         read = readers.ReadStats()
         docs = {split: [] for split in SPLITS}
         documents, digest = content.read_documents(
-            unit,
-            read,
-            self.spec.text_field,
-            self.spec.tfds_data_dir,
-            open_binary,
-            self.spec.language,
+            unit, read, self.spec.text_field, self.spec.tfds_data_dir, self.spec.language
         )
         for document in documents:
             docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)

@@ -14,6 +14,9 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 --mode=reference reproduces google-research/bert's create_pretraining_data.py record for record
 (same input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a
 finished output directory against the md5 checksums in its manifest.
+
+Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output directory
+(docs/data_prep.md, "Buckets"); all go through bert_jax/storage.py.
 """
 
 import os
@@ -21,7 +24,7 @@ import sys
 
 from absl import flags
 
-from bert_jax import cli, record_io, tokenization
+from bert_jax import cli, record_io
 from data_prep import instances, job, output, reference, sentences
 
 FLAGS = flags.FLAGS
@@ -30,10 +33,17 @@ flags.DEFINE_list(
     None,
     "Input files and globs: BERT-format text (plain or gzip), .jsonl JSON lines, MediaWiki XML "
     "dumps (.xml, .xml.bz2, multistream with its index beside it), Parquet files; or "
-    "tfds:NAME[:SPLIT]. The kind is read from each file's first bytes.",
+    "tfds:NAME[:SPLIT]. The kind is read from each file's first bytes. Files and globs may be "
+    "gs:// or s3:// URLs.",
 )
-flags.DEFINE_string("output_dir", None, "Directory for the record shards and manifest.json.")
-flags.DEFINE_string("vocab_file", None, "WordPiece vocab.txt, or a SentencePiece .model file.")
+flags.DEFINE_string(
+    "output_dir", None, "Directory for the record shards and manifest.json; may be gs:// or s3://."
+)
+flags.DEFINE_string(
+    "vocab_file",
+    None,
+    "WordPiece vocab.txt, or a SentencePiece .model file; may be gs:// or s3://.",
+)
 flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
 flags.DEFINE_bool("do_whole_word_mask", False, "Mask all pieces of a word together.")
 flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS]/[SEP] included.")
@@ -265,7 +275,7 @@ def main(argv):
     job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}
     try:
         if FLAGS.mode == "reference":
-            tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             manifest = reference.run(
                 FLAGS.input,
                 tokenizer,
@@ -277,6 +287,7 @@ def main(argv):
                 flags=job_flags,
                 text_field=FLAGS.text_field,
                 tfds_data_dir=FLAGS.tfds_data_dir,
+                vocab_file=FLAGS.vocab_file,
             )
         elif FLAGS.mode == "beam":
             try:
@@ -299,7 +310,7 @@ def main(argv):
             from data_prep import scaled
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
-            tokenizer = tokenization.make_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             manifest = scaled.run(
                 spec_from_flags(),
                 tokenizer,
@@ -307,6 +318,7 @@ def main(argv):
                 num_workers=FLAGS.num_workers,
                 flags=job_flags,
                 progress=FLAGS.progress,
+                vocab_file=FLAGS.vocab_file,
             )
     except KeyboardInterrupt:
         cli.fail(cli.INTERRUPTED, 130)

@@ -1,16 +1,23 @@
 """The output directory every data_prep mode writes: shard names, atomic writes, statistics, and
 the checks of a finished output (shard sizes on a rerun, md5s with --verify).
 
+The directory may be a bucket prefix (gs://, s3://): every file goes through bert_jax.storage,
+which publishes a file whole or not at all (a local file under a temporary name, renamed; an
+object when its upload is finalized), so no name ever holds half a file, here or there.
+
 The manifest's file name, its fields and file_md5 live in bert_jax/manifest.py (the contract the
 trainer reads); this module is data_prep's side of writing and checking it.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 
 from bert_jax import manifest as contract
-from bert_jax import record_io
+from bert_jax import record_io, storage
 
 
 class OutputError(OSError):
@@ -22,40 +29,58 @@ def shard_name(split: str, index: int, count: int, fmt: str) -> str:
 
 
 def prepare_output_dir(output_dir: str) -> None:
-    """Creates the directory and proves it is writable before any work is done."""
+    """Creates the directory and proves it is writable before any work is done (a bucket: that
+    it exists and takes an object)."""
+    probe = storage.join(output_dir, f".write-test-{os.getpid()}")
     try:
-        os.makedirs(output_dir, exist_ok=True)
-        probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
+        storage.makedirs(output_dir)
+        storage.write_bytes(probe, b"ok")
+        storage.remove(probe)
+    except OSError as e:  # gcsfs: FileNotFoundError for no bucket, PermissionError for no access
+        if storage.unavailable_message(e):
+            raise  # the server, not the directory: its own error line
         raise OutputError(f"cannot write to --output_dir={output_dir!r}: {e.strerror or e}") from e
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Writes under a temporary name, then renames: `path` is never half-written, and a failed
+    """Writes `path` whole or not at all (storage.open_write): never half-written, and a failed
     write (a full disk) leaves no temporary file behind."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    with storage.open_write(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def read_json(path: str):
+    """A JSON file's content, None when there is no such file."""
     try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+        return json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        return None
 
 
 def shard_entry(path: str, instances: int) -> dict:
-    """A finished shard as the manifest lists it."""
+    """A finished shard as the manifest lists it (a local file)."""
     return {
         "file": os.path.basename(path),
         "instances": instances,
         "md5": contract.file_md5(path),
         "bytes": os.path.getsize(path),
     }
+
+
+@contextlib.contextmanager
+def local_file(path: str):
+    """A local path to write `path` at: `path` itself when it is local; for a bucket object a
+    temporary file, uploaded whole when the block ends without an error (record writers, such
+    as ArrayRecord's C++ one, write local files only)."""
+    if not storage.is_url(path):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bert_jax_") as local_dir:
+        local = os.path.join(local_dir, storage.basename(path))
+        yield local
+        with open(local, "rb") as source, storage.open_write(path) as out:
+            shutil.copyfileobj(source, out, 8 << 20)
 
 
 @dataclasses.dataclass
@@ -93,12 +118,11 @@ class InstanceStats:
 
 def read_manifest(output_dir: str) -> dict | None:
     """The finished job's manifest, or None when the directory holds none (unfinished)."""
-    path = os.path.join(output_dir, contract.FILE)
-    if not os.path.isfile(path):
-        return None
+    path = storage.join(output_dir, contract.FILE)
     try:
-        with open(path) as f:
-            manifest = json.load(f)
+        manifest = read_json(path)
+        if manifest is None:
+            return None
     except ValueError as e:
         problem = str(e)
     else:
@@ -110,33 +134,29 @@ def read_manifest(output_dir: str) -> dict | None:
     )
 
 
-def _local_size(path: str) -> int | None:
-    return os.path.getsize(path) if os.path.isfile(path) else None
-
-
 def shard_problem(
-    output_dir: str, entry: dict, check_md5: bool = False, size_of=_local_size
+    output_dir: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
 ) -> str | None:
     """What is wrong with a finished shard (a `shard_entry`), naming it: missing, another size
-    than recorded, or (with check_md5, local files) another md5; None when nothing is.
-    `size_of(path)` is the file's size, None when there is none."""
-    path = os.path.join(output_dir, entry["file"])
-    size = size_of(path)
+    than recorded, or (with check_md5) another md5; None when nothing is. `sizes` is
+    storage.sizes(output_dir), when the caller has listed it already."""
+    path = storage.join(output_dir, entry["file"])
+    size = (storage.sizes(output_dir) if sizes is None else sizes).get(entry["file"])
     if size is None:
         return f"{entry['file']}: missing"
     if "bytes" in entry and size != entry["bytes"]:
         return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
-    if check_md5 and contract.file_md5(path) != entry["md5"]:
+    # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
+    if check_md5 and storage.md5(path) != entry["md5"]:
         return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
     return None
 
 
-def damaged_shards(
-    output_dir: str, manifest: dict, check_md5: bool = False, size_of=_local_size
-) -> dict[str, str]:
+def damaged_shards(output_dir: str, manifest: dict, check_md5: bool = False) -> dict[str, str]:
     """{file: shard_problem} of the manifest's shards that have one."""
+    sizes = storage.sizes(output_dir)  # one listing, not a request per shard
     problems = (
-        (entry["file"], shard_problem(output_dir, entry, check_md5, size_of))
+        (entry["file"], shard_problem(output_dir, entry, check_md5, sizes))
         for entries in manifest["shards"].values()
         for entry in entries
     )

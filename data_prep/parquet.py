@@ -86,7 +86,7 @@ def documents(
     stop: int,
     text_field: str,
     stats: readers.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    open_binary: Callable[[str], BinaryIO] = readers.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
@@ -116,9 +116,9 @@ def documents(
 def file_documents(
     path: str, text_field: str, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
 ) -> Iterator[list[str]]:
-    """Every document of a local Parquet file."""
+    """Every document of a Parquet file (local or a bucket object)."""
     stats.files += 1
-    with open(path, "rb") as f:
+    with readers.open_input(path) as f:
         parquet = _open(path, f)
         _check_text_column(path, parquet, text_field)
         groups = parquet.metadata.num_row_groups

@@ -13,7 +13,6 @@ A document is a list of sentences; a sentence is a list of token ids.
 import dataclasses
 import itertools
 import logging
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from typing import NamedTuple
 
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from bert_jax import record_io
+from bert_jax import record_io, storage
 from bert_jax.masking import Vocab
 from data_prep import output, readers
 from data_prep.instances import InstanceOptions
@@ -255,9 +254,11 @@ def run(
     flags: dict,
     text_field: str = "text",
     tfds_data_dir: str | None = None,
+    vocab_file: str | None = None,
 ) -> dict:
     """The original generator, record for record: returns the manifest it writes. A rerun writes
-    the output again (one core, the whole corpus in memory: reference mode is for checking)."""
+    the output again (one core, the whole corpus in memory: reference mode is for checking).
+    `vocab_file`: the vocabulary as the user named it, when the tokenizer reads a local copy."""
     start = time.time()
     output.prepare_output_dir(output_dir)
     sources = readers.parse_input(specs)
@@ -282,16 +283,17 @@ def run(
     )
     schema = opts.schema
     stats = output.InstanceStats()
-    path = os.path.join(output_dir, output.shard_name("train", 0, 1, fmt))
+    path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
     # A finished output is replaced as a whole: its manifest goes first, so that no manifest
     # ever describes shards of another run.
-    manifest_path = os.path.join(output_dir, contract.FILE)
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)
-    with record_io.RecordWriter(path, fmt) as writer:
-        for instance in instances:
-            writer.write(F.encode_example(instance_to_features(instance, schema)))
-            stats.add_instance(instance)
+    manifest_path = storage.join(output_dir, contract.FILE)
+    storage.remove(manifest_path)
+    with output.local_file(path) as local:
+        with record_io.RecordWriter(local, fmt) as writer:
+            for instance in instances:
+                writer.write(F.encode_example(instance_to_features(instance, schema)))
+                stats.add_instance(instance)
+        shard = output.shard_entry(local, stats.instances)
     manifest = contract.contract_fields(
         mode="reference",
         fmt=fmt,
@@ -300,8 +302,8 @@ def run(
         masked=opts.mask,
         nsp=opts.nsp,
         whole_word_mask=opts.do_whole_word_mask,
-        vocab=contract.vocab_entry(tokenizer),
-        shards={"train": [output.shard_entry(path, stats.instances)], "eval": []},
+        vocab=contract.vocab_entry(tokenizer, file=vocab_file),
+        shards={"train": [shard], "eval": []},
     )
     manifest.update(
         flags=flags,

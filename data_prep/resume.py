@@ -4,18 +4,24 @@
 first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
 has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, renamed into place when
-                    complete,
+  units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
   units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
-                    the unit's content hash and its file's size and mtime before reading
+                    the unit's content hash and its file's size and version before reading
                     (content.py), and the .bin file's size
-  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is renamed into
-                    place
+  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
+
+The output directory, and so _work, may be a bucket prefix (gs://, s3://): an object store has no
+rename, but every file here is published whole or not at all all the same (bert_jax.storage: a
+local file under a temporary name and renamed, an object when its upload is finalized; a killed
+writer's upload never is), and each commit is a small file written after what it describes: a
+unit's marker after its records, a shard's marker after the shard, manifest.json after every
+shard. So the same rules hold on a local disk and in a bucket, and a rerun from another machine
+resumes a bucket's job. The lock is created only if absent, locally and in a bucket alike.
 
 A rerun trusts nothing it can check cheaply, and checks the rest only when something changed:
   * unfinished job: a unit is redone when its records file is missing or of another size, or when
     its input's content changed (a stat per file; a rehash only of units whose file shows another
-    size or mtime, content.py). If any input changed, every shard written so far is dropped and
+    size or version, content.py). If any input changed, every shard written so far is dropped and
     written again: the output is then that of a fresh run on the input as it is now. A shard whose
     file is missing or of another size than recorded is written again.
   * finished job (a manifest with the same settings): an input whose content changed since is an
@@ -27,26 +33,26 @@ naming the change) for an unfinished job, and a changed input for a finished one
 """
 
 import contextlib
-import json
 import logging
 import os
 import re
 
 from bert_jax import manifest as contract
-from bert_jax import workdir_lock
+from bert_jax import storage, workdir_lock
 from data_prep import content, job, output
 
 WORK_DIR = "_work"
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 _TMP_NAME = re.compile(r"\.tmp-\d+$")
+_SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
 
 
 def unit_path(work_dir: str, index: int, suffix: str) -> str:
-    return os.path.join(work_dir, "units", f"{index:05d}.{suffix}")
+    return storage.join(work_dir, "units", f"{index:05d}.{suffix}")
 
 
 def shard_marker(work_dir: str, split: str, shard: int) -> str:
-    return os.path.join(work_dir, "shards", f"{split}-{shard:05d}.json")
+    return storage.join(work_dir, "shards", f"{split}-{shard:05d}.json")
 
 
 def stat(unit) -> dict | None:
@@ -54,7 +60,7 @@ def stat(unit) -> dict | None:
     if unit.kind == "tfds":
         return None
     try:
-        return content.local_stat(unit.path)
+        return content.file_stat(unit.path)
     except OSError:
         return None
 
@@ -62,29 +68,29 @@ def stat(unit) -> dict | None:
 class WorkDir:
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
-        self.path = os.path.join(output_dir, WORK_DIR)
+        self.path = storage.join(output_dir, WORK_DIR)
+        self.units = storage.join(self.path, "units")
+        self.shards = storage.join(self.path, "shards")
 
     @contextlib.contextmanager
     def locked(self):
-        """One job per output directory: the trainers' lock (bert_jax.workdir_lock), which
-        names the job holding it and is taken over from a killed one."""
+        """One job per output directory, local or a bucket: the trainers' lock
+        (bert_jax.workdir_lock), which names the job holding it and is taken over from a killed
+        one."""
         with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
-            for sub in ("units", "shards"):
-                os.makedirs(os.path.join(self.path, sub), exist_ok=True)
+            for sub in (self.units, self.shards):
+                storage.makedirs(sub)
             yield
 
     def check(self, fp: dict) -> None:
         """Stops a rerun whose settings differ from the unfinished job's; then records this job's
         settings."""
-        path = os.path.join(self.path, "job.json")
-        if os.path.isfile(path):
-            with open(path) as f:
-                old = json.load(f)
+        path = storage.join(self.path, "job.json")
+        old = output.read_json(path)
+        if old is not None:
             # Shard settings may change until the first shard is written: units do not depend on
             # them.
-            binding = (
-                ("units", "shards") if os.listdir(os.path.join(self.path, "shards")) else ("units",)
-            )
+            binding = ("units", "shards") if storage.sizes(self.shards) else ("units",)
             if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(
                     f"--output_dir={self.output_dir!r} holds an unfinished job with other "
@@ -92,27 +98,18 @@ class WorkDir:
                     f"to finish it, or use another --output_dir (or delete {self.path} to start "
                     "over)"
                 )
-        elif any(SHARD_NAME.match(name) for name in os.listdir(self.output_dir)):
+        elif any(SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
             raise job.JobMismatch(
                 f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
                 "job state; use an empty --output_dir"
             )
         output.write_json_atomic(path, fp)
-        for folder in (
-            self.output_dir,
-            os.path.join(self.path, "units"),
-            os.path.join(self.path, "shards"),
-        ):
+        if storage.is_url(self.path):
+            return  # an unfinished upload leaves no object behind: nothing to clean up
+        for folder in (self.output_dir, self.units, self.shards):
             for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
                 if _TMP_NAME.search(name):
                     os.remove(os.path.join(folder, name))
-
-    def marker(self, index: int) -> dict | None:
-        path = unit_path(self.path, index, "json")
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
 
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
@@ -122,29 +119,34 @@ class WorkDir:
             self.output_dir,
             "; ".join(sorted(damaged.values())),
         )
-        output.write_json_atomic(os.path.join(self.path, "job.json"), finished["fingerprint"])
+        output.write_json_atomic(storage.join(self.path, "job.json"), finished["fingerprint"])
         for split, entries in finished["shards"].items():
             for shard, entry in enumerate(entries):
                 if entry["file"] not in damaged:
                     output.write_json_atomic(shard_marker(self.path, split, shard), entry)
-        os.remove(os.path.join(self.output_dir, contract.FILE))
+        storage.remove(storage.join(self.output_dir, contract.FILE))
 
     def remove_other_shards(self, keep: set) -> None:
         """Removes shard files of this job that its final plan does not name (an earlier plan's,
         when the input changed between runs and a kill came between a shard and its marker)."""
-        for name in os.listdir(self.output_dir):
+        for name in storage.sizes(self.output_dir):
             if SHARD_NAME.match(name) and name not in keep:
-                os.remove(os.path.join(self.output_dir, name))
+                storage.remove(storage.join(self.output_dir, name))
 
-    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> None:
-        """Forgets finished work that a rerun cannot trust (the module docstring's list)."""
-        stats, changed = {}, []
+    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
+        """Forgets finished work that a rerun cannot trust (the module docstring's list); returns
+        the markers of the units kept, by unit index."""
+        listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
+        stats, changed, kept = {}, [], {}
         for unit in planned:
-            marker = self.marker(unit.index)
+            marker_path = unit_path(self.path, unit.index, "json")
+            marker = (
+                output.read_json(marker_path) if storage.basename(marker_path) in listed else None
+            )
             if marker is None:
                 continue
             records = unit_path(self.path, unit.index, "bin")
-            intact = os.path.isfile(records) and os.path.getsize(records) == marker.get("bin_bytes")
+            intact = listed.get(storage.basename(records)) == marker.get("bin_bytes")
             if unit.path not in stats:  # one stat per file
                 stats[unit.path] = stat(unit)
             recorded = marker.get("content")
@@ -153,10 +155,10 @@ class WorkDir:
             ):
                 changed.append(unit)
             elif intact:
+                kept[unit.index] = marker
                 continue
-            os.remove(unit_path(self.path, unit.index, "json"))  # unfinished from here on
-            if os.path.exists(records):
-                os.remove(records)
+            storage.remove(marker_path)  # unfinished from here on
+            storage.remove(records)
         if changed:
             logging.warning(
                 "the input changed since this unfinished job began (%s): %d unit(s) are redone "
@@ -164,13 +166,25 @@ class WorkDir:
                 ", ".join(sorted({u.path for u in changed})),
                 len(changed),
             )
-        shards_dir = os.path.join(self.path, "shards")
-        for name in os.listdir(shards_dir):
-            marker_path = os.path.join(shards_dir, name)
-            with open(marker_path) as f:
-                entry = json.load(f)
-            if changed or output.shard_problem(self.output_dir, entry):
-                os.remove(marker_path)
-                shard = os.path.join(self.output_dir, entry["file"])
-                if changed and os.path.exists(shard):
-                    os.remove(shard)  # its name may not be in the new plan
+        shards = storage.sizes(self.output_dir)
+        for name in storage.sizes(self.shards):
+            marker_path = storage.join(self.shards, name)
+            entry = output.read_json(marker_path)
+            if entry is None:
+                continue
+            if changed or output.shard_problem(self.output_dir, entry, sizes=shards):
+                storage.remove(marker_path)
+                if changed:
+                    # Its name may not be in the new plan.
+                    storage.remove(storage.join(self.output_dir, entry["file"]))
+        return kept
+
+    def finished_shards(self) -> dict[tuple[str, int], dict]:
+        """The shards whose markers exist: (split, shard) -> their manifest entries."""
+        found = {}
+        for name in storage.sizes(self.shards):
+            match = _SHARD_MARKER.match(name)
+            entry = output.read_json(storage.join(self.shards, name)) if match else None
+            if entry is not None:
+                found[match[1], int(match[2])] = entry
+        return found

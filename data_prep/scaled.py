@@ -6,22 +6,26 @@ r"""The scaled data_prep job on one machine: parallel across processes, resumabl
 The work (job.py) is the same as the Beam job's; this module adds worker processes, progress and
 a work directory (resume.py) that makes the job resumable: a kill at any point loses only the units
 and shards in flight; a rerun of the same command does the rest, and the output is identical to an
-uninterrupted run. Every file is written under a temporary name and renamed, so no file under a
-final name is ever partial; a write that fails (a full disk) removes its temporary file and leaves
-every finished unit and shard in place. A rerun trusts nothing it can check cheaply: resume.py
-lists what it checks (input content, unit and shard files) and what it does about each.
+uninterrupted run. Every file is published whole (bert_jax.storage: a local file under a temporary
+name and renamed, a bucket object when its upload is finalized), so no file under a final name is
+ever partial; a write that fails (a full disk, a bucket that stays unreachable) leaves every
+finished unit and shard in place. A rerun trusts nothing it can check cheaply: resume.py lists
+what it checks (input content, unit and shard files) and what it does about each.
+
+--output_dir may be a bucket (gs://, s3://): the work directory is then there too, so a rerun on
+another machine resumes. A shard is written to a local temporary file (record writers write local
+files) from its units' record ranges, fetched with one ranged read per unit, and uploaded whole.
 """
 
 import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -29,7 +33,7 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
-from bert_jax import cli, record_io, workdir_lock
+from bert_jax import cli, record_io, storage, workdir_lock
 from bert_jax import manifest as contract
 from data_prep import content, job, output, readers, resume
 
@@ -41,101 +45,156 @@ class WorkerDied(cli.UserError):
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this worker when its parent dies, so a killed job leaves no orphan working on
-    (or holding the output directory's lock, which forked workers share); elsewhere a no-op."""
+def _die_with_parent(main_pid: int) -> None:
+    """This worker ends when the job's process dies, so a killed job leaves no orphan working on
+    (or holding the output directory's lock, which forked workers share). Linux: SIGKILL when its
+    parent dies; a worker of a forkserver (the job had threads: a bucket client's, JAX's) has the
+    forkserver as its parent, which outlives a kill -9 of the job, so a thread also watches the
+    job's pid."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != main_pid:
+
+        def watch():
+            while True:
+                time.sleep(1.0)
+                try:
+                    os.kill(main_pid, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
 
 
-def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool) -> None:
+def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, main_pid: int) -> None:
     if in_pool:
         signal.signal(
             signal.SIGINT, signal.SIG_IGN
         )  # Ctrl-C goes to the parent, which stops the pool
-        _die_with_parent()
+        _die_with_parent(main_pid)
     _worker["processor"] = job.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
 
 def _unit_task(unit) -> dict:
-    """Processes one unit and saves it: records file first, marker last."""
-    stat = resume.stat(unit)  # before reading: a write after this shows as another mtime
+    """Processes one unit and saves it: records file first, marker last; returns the marker."""
+    with storage.unavailable_as_user_error():
+        return _save_unit(unit)
+
+
+def _save_unit(unit) -> dict:
+    stat = resume.stat(unit)  # before reading: a write after this shows as another version
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
     path = resume.unit_path(work_dir, unit.index, "bin")
-    tmp = f"{path}.tmp-{os.getpid()}"
     marker = {
         "unit": dataclasses.asdict(unit),
         "read": dataclasses.asdict(result.read),
         "content": content.record(result.content, stat),
     }
-    try:
-        with open(tmp, "wb") as f:
-            for split, records in result.splits.items():
-                marker[split] = {
-                    "instances": records.count,
-                    "bytes": len(records.data),
-                    "documents": records.documents,
-                    "stats": dataclasses.asdict(records.stats),
-                    "data_at": f.tell(),
-                }
-                f.write(records.data)
-            for split, records in result.splits.items():
-                marker[split]["offsets_at"] = f.tell()
-                f.write(records.offsets.astype("<i8").tobytes())
-            marker["bin_bytes"] = f.tell()
+    with storage.open_write(path) as f:
+        for split, records in result.splits.items():
+            marker[split] = {
+                "instances": records.count,
+                "bytes": len(records.data),
+                "documents": records.documents,
+                "stats": dataclasses.asdict(records.stats),
+                "data_at": f.tell(),
+            }
+            f.write(records.data)
+        for split, records in result.splits.items():
+            marker[split]["offsets_at"] = f.tell()
+            f.write(records.offsets.astype("<i8").tobytes())
+        marker["bin_bytes"] = f.tell()
+        if not storage.is_url(path):
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):  # a full disk: free what this write took
-            os.remove(tmp)
-        raise
     output.write_json_atomic(resume.unit_path(work_dir, unit.index, "json"), marker)
-    return {"size": unit.size, "documents": sum(r.documents for r in result.splits.values())}
+    return marker
 
 
-def _shard_task(task) -> dict:
-    """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
-    time."""
-    spec, work_dir, output_dir, split, shard, num, pieces = task
-    path = os.path.join(output_dir, job.shard_file(spec, split, shard, num))
-    files, starts, lengths = [], [], []
-    try:
+@contextlib.contextmanager
+def _unit_files(work_dir: str, pieces: list):
+    """The pieces' unit files open for pread: (fd, data_at, offsets_at, first, end) per piece.
+    Local unit files are opened as they are; from a bucket, each piece's offsets and record bytes
+    are fetched first, one ranged read each (not one request per record), into one local
+    temporary file, and the positions are shifted to where they lie there."""
+    if not storage.is_url(work_dir):
+        files = []
+        try:
+            for unit, *_ in pieces:
+                files.append(os.open(resume.unit_path(work_dir, unit, "bin"), os.O_RDONLY))
+            yield [(fd, *place) for fd, (_, *place) in zip(files, pieces)]
+        finally:
+            for fd in files:
+                os.close(fd)
+        return
+    with tempfile.TemporaryFile(prefix="bert_jax_pieces_") as local:
+        located = []
         for unit, data_at, offsets_at, first, end in pieces:
-            files.append(os.open(resume.unit_path(work_dir, unit, "bin"), os.O_RDONLY))
+            records = resume.unit_path(work_dir, unit, "bin")
+            with storage.open_read(records) as f:
+                f.seek(offsets_at + 8 * first)
+                raw = f.read(8 * (end - first + 1))
+                offsets = np.frombuffer(raw, "<i8")
+                offsets_here = local.tell()
+                local.write(raw)
+                data_here = local.tell()
+                f.seek(data_at + int(offsets[0]))
+                remaining = int(offsets[-1] - offsets[0])
+                while remaining > 0:
+                    block = f.read(min(remaining, 8 << 20))
+                    if not block:
+                        raise EOFError(f"{records} ends early: {remaining} bytes missing")
+                    local.write(block)
+                    remaining -= len(block)
+            located.append(
+                (local.fileno(), data_here - int(offsets[0]), offsets_here - 8 * first, first, end)
+            )
+        local.flush()
+        yield located
+
+
+def _shard_task(task) -> tuple[str, int, dict]:
+    """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
+    time; returns its split, index and manifest entry."""
+    with storage.unavailable_as_user_error():
+        return _write_shard(*task)
+
+
+def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple[str, int, dict]:
+    path = storage.join(output_dir, job.shard_file(spec, split, shard, num))
+    starts, lengths = [], []
+    with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
+        for fd, data_at, offsets_at, first, end in files:
             offsets = np.frombuffer(
-                os.pread(files[-1], 8 * (end - first + 1), offsets_at + 8 * first), "<i8"
+                os.pread(fd, 8 * (end - first + 1), offsets_at + 8 * first), "<i8"
             )
             starts.append(data_at + offsets[:-1])
             lengths.append(np.diff(offsets))
         which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
         starts, lengths = np.concatenate(starts), np.concatenate(lengths)
         order = job.shard_order(spec, split, shard, len(starts))
-        with record_io.RecordWriter(path, spec.fmt) as writer:
+        with record_io.RecordWriter(local, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
                 chunk = order[lo : lo + 4096]
                 for f, start, length in zip(
                     which[chunk].tolist(), starts[chunk].tolist(), lengths[chunk].tolist()
                 ):
-                    writer.write(os.pread(files[f], length, start))
-    finally:
-        for fd in files:
-            os.close(fd)
-    info = output.shard_entry(path, len(starts))
+                    writer.write(os.pread(files[f][0], length, start))
+        info = output.shard_entry(local, len(starts))
     output.write_json_atomic(resume.shard_marker(work_dir, split, shard), info)
-    return info
+    return split, shard, info
 
 
 @contextlib.contextmanager
 def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     """An unordered imap over tasks: in this process for one worker, else a pool of processes."""
     if num_workers <= 1:
-        _init_worker(spec, tokenizer, work_dir, in_pool=False)
+        _init_worker(spec, tokenizer, work_dir, in_pool=False, main_pid=os.getpid())
         yield map
         return
     # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
@@ -157,7 +216,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         num_workers,
         mp_context=context,
         initializer=_init_worker,
-        initargs=(spec, tokenizer, work_dir, True),
+        initargs=(spec, tokenizer, work_dir, True, os.getpid()),
     )
 
     submitted = []
@@ -177,12 +236,21 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
 
     try:
         yield imap
-    except BaseException:
+    except BaseException as e:
         # Ctrl-C or an error: drop the queued work; units in flight finish (seconds). Cancelling
         # here rather than by shutdown(cancel_futures=True), which is lost once this frame is
         # collected.
-        for future in submitted:
-            future.cancel()
+        if storage.unavailable_message(e):
+            # A bucket that stays away: the tasks in flight (and those already queued to a
+            # worker) would each wait out their retries before the job could end. Nothing they
+            # wrote is trusted half-done, so they are stopped (no public API for it before
+            # Python 3.14's terminate_workers; their futures then fail, uncancelled: 3.11's
+            # pool raises in its own thread when a cancelled one does).
+            for process in list((pool._processes or {}).values()):
+                process.terminate()
+        else:
+            for future in submitted:
+                future.cancel()
         pool.shutdown(wait=False)
         raise
     pool.shutdown()
@@ -196,8 +264,11 @@ def run(
     num_workers: int = 1,
     flags: dict | None = None,
     progress: bool = True,
+    vocab_file: str | None = None,
 ) -> dict:
-    """Runs (or resumes) the job; returns the manifest it writes next to the shards."""
+    """Runs (or resumes) the job; returns the manifest it writes next to the shards. `vocab_file`
+    is the vocabulary as the user named it (a bucket's URL), when the tokenizer reads a local
+    copy of it."""
     started = time.time()
     output.prepare_output_dir(output_dir)
     planned = job.plan(spec)
@@ -215,9 +286,9 @@ def run(
         if finished is not None:
             work.reopen(finished, damaged)
         work.check(fp)
-        work.drop_untrusted(spec, planned)
+        markers = work.drop_untrusted(spec, planned)
         markers, shards = _run_tasks(
-            spec, tokenizer, output_dir, work, planned, num_workers, progress
+            spec, tokenizer, output_dir, work, planned, markers, num_workers, progress
         )
         units = [
             job.UnitSummary(
@@ -234,21 +305,22 @@ def run(
             shards,
             planned,
             units,
-            vocab=contract.vocab_entry(tokenizer),
+            vocab=contract.vocab_entry(tokenizer, file=vocab_file),
             flags=flags or {},
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
         )
         work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
-        output.write_json_atomic(os.path.join(output_dir, contract.FILE), result)
-    shutil.rmtree(work.path)
+        output.write_json_atomic(storage.join(output_dir, contract.FILE), result)
+    storage.rmtree(work.path)
     return result
 
 
-def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress):
-    """Processes the units not yet finished, then writes the shards not yet written; returns
-    every unit's marker and every split's shard entries."""
-    todo = sorted((u for u in planned if work.marker(u.index) is None), key=lambda u: -u.size)
+def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers, progress):
+    """Processes the units not yet finished (`markers`: the finished ones' markers, by index),
+    then writes the shards not yet written; returns every unit's marker and every split's shard
+    entries."""
+    todo = sorted((u for u in planned if u.index not in markers), key=lambda u: -u.size)
     with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
         total = sum(u.size for u in planned)
         unit_bar = tqdm.tqdm(
@@ -261,21 +333,23 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress
             mininterval=0.5,
         )
         documents, unit_start = 0, time.time()
-        for done in imap(_unit_task, todo):
-            documents += done["documents"]
+        for marker in imap(_unit_task, todo):
+            markers[marker["unit"]["index"]] = marker
+            documents += sum(marker[split]["documents"] for split in job.SPLITS)
             unit_bar.set_postfix_str(
                 f"{documents / max(time.time() - unit_start, 1e-9):.0f} docs/s", refresh=False
             )
-            unit_bar.update(done["size"])
+            unit_bar.update(planned[marker["unit"]["index"]].size)
         unit_bar.close()
-        markers = [work.marker(u.index) for u in planned]
+        markers = [markers[u.index] for u in planned]
+        written = work.finished_shards()
         tasks, shards = [], {}
         for split in job.SPLITS:
             counts = [m[split]["instances"] for m in markers]
             plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
-            shards[split] = [None] * len(plan)
+            shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
             for shard, pieces in enumerate(plan):
-                if os.path.isfile(resume.shard_marker(work.path, split, shard)):
+                if shards[split][shard] is not None:
                     continue
                 located = [
                     (u, markers[u][split]["data_at"], markers[u][split]["offsets_at"], a, b)
@@ -288,11 +362,8 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress
             total=sum(map(len, shards.values())), desc="shards", disable=not progress
         )
         shard_bar.update(shard_bar.total - len(tasks))
-        for _ in imap(_shard_task, tasks):
+        for split, shard, info in imap(_shard_task, tasks):
+            shards[split][shard] = info
             shard_bar.update(1)
         shard_bar.close()
-    for split in job.SPLITS:
-        for shard in range(len(shards[split])):
-            with open(resume.shard_marker(work.path, split, shard)) as f:
-                shards[split][shard] = json.load(f)
     return markers, shards

@@ -15,10 +15,10 @@ JSONL blocks: the lines that start inside the block, one document each.
 """
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from bert_jax import storage
 from data_prep import parquet, readers, sniff, wiki
 from data_prep.sentences import DEFAULT_LANGUAGE
 
@@ -50,8 +50,8 @@ def plan_units(
     block_bytes: int,
     tfds_examples_per_unit: int,
     tfds_data_dir: str | None = None,
-    size_of: Callable[[str], int] = os.path.getsize,
-    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    size_of: Callable[[str], int] = storage.size,
+    open_binary: Callable[[str], BinaryIO] = readers.open_input,
     text_field: str = "text",
 ) -> list[Unit]:
     """Cuts every source into units, in source order; depends on nothing but the inputs."""
@@ -186,12 +186,13 @@ def read_unit(
     stats: readers.ReadStats,
     text_field: str = "text",
     tfds_data_dir: str | None = None,
-    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    open_binary: Callable[[str], BinaryIO] = readers.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The documents (lists of sentence strings) of one unit, running text split into sentences
-    by `language`'s rules; `open_binary` opens a path for reading with seek (the Beam job passes
-    its FileSystems.open for gs:// and other remote paths)."""
+    by `language`'s rules; `open_binary` opens a path for reading with seek (default: local files
+    and bucket objects, readers.open_input; the content hash passes one that hashes what is
+    read)."""
     if unit.kind == "tfds":
         yield from readers.tfds_documents(
             unit.path, unit.split, text_field, tfds_data_dir, stats, unit.start, unit.stop, language

@@ -17,12 +17,13 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 
 from absl import flags
 
-from bert_jax import cli, tokenization
-from data_prep import readers, sentences
+from bert_jax import cli, storage, tokenization
+from data_prep import job, readers, sentences
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -76,15 +77,9 @@ def train_wordpiece(
             f"as a ## piece); pass --vocab_size={len(vocab)} or more"
         )
     pieces = [piece for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-    tmp = f"{output_path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write("".join(piece + "\n" for piece in pieces))
-        os.replace(tmp, output_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    storage.makedirs(storage.dirname(output_path))
+    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
+        f.write("".join(piece + "\n" for piece in pieces))
     return output_path
 
 
@@ -92,13 +87,27 @@ def train_sentencepiece(
     sentences: Iterable[str], output_prefix: str, vocab_size: int, do_lower_case: bool
 ) -> str:
     """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]."""
+    remote = storage.is_url(output_prefix)
+    storage.makedirs(storage.dirname(output_prefix))
+    with tempfile.TemporaryDirectory(prefix="bert_jax_sp_") as local_dir:
+        # The trainer writes local files: a bucket's are uploaded after, the .model last.
+        prefix = (
+            os.path.join(local_dir, storage.basename(output_prefix)) if remote else output_prefix
+        )
+        _train_sentencepiece(sentences, prefix, vocab_size, do_lower_case)
+        for suffix in (".vocab", ".model") if remote else ():
+            with open(prefix + suffix, "rb") as f:
+                storage.write_bytes(output_prefix + suffix, f.read())
+    return output_prefix + ".model"
+
+
+def _train_sentencepiece(sentences, prefix: str, vocab_size: int, do_lower_case: bool) -> None:
     import sentencepiece as spm
 
-    os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
-            model_prefix=output_prefix,
+            model_prefix=prefix,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -120,7 +129,6 @@ def train_sentencepiece(
                 f"--vocab_size={needed[1]} or more"
             ) from None
         raise
-    return output_prefix + ".model"
 
 
 def main(argv):
@@ -146,7 +154,7 @@ def main(argv):
     path = train(
         itertools.chain([first], corpus), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
     )
-    tokenizer = tokenization.make_tokenizer(path, FLAGS.do_lower_case)
+    tokenizer = job.load_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     if tokenizer.vocab_size < FLAGS.vocab_size:
         # Both trainers stop when the corpus has no more pieces to add: the vocabulary (and the

@@ -25,13 +25,13 @@ fewer articles.
 import bz2
 import dataclasses
 import gzip
-import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from bert_jax import storage
 from data_prep import readers, wikitext
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
@@ -333,7 +333,7 @@ def documents(
     start: int,
     stop: int,
     stats: readers.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = readers.open_local,
+    open_binary: Callable[[str], BinaryIO] = readers.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The articles of the dump bytes [start, stop), one document each, split into sentences by
@@ -354,13 +354,13 @@ def documents(
 def dump_documents(
     source: readers.Source, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
 ) -> Iterator[list[str]]:
-    """Every article of a local dump, read sequentially."""
+    """Every article of a dump (a local file or a bucket object), read sequentially."""
     stats.files += 1
     yield from documents(
         source.path,
         source.compression,
         0,
-        os.path.getsize(source.path),
+        storage.size(source.path),
         stats,
         language=language,
     )

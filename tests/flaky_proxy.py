@@ -8,9 +8,10 @@ shows under load: 503 answers and stalls (a request that gets no answer for a wh
     proxy.requests, proxy.injected       # counts, for the test's assertions
 
 Runs in a thread of the test process; binaries started by the test reach it through the
-environment like the server itself.
+environment like the server itself. `proxied` points this process's bert_jax.storage at one.
 """
 
+import contextlib
 import http.server
 import random
 import threading
@@ -67,13 +68,16 @@ class FlakyProxy:
                     status, data, out = e.code, e.read(), e.headers
                 except OSError:  # the server is down: what a load balancer answers
                     status, data, out = 502, b"", {}
-                self.send_response(status)
-                for key, value in out.items():
-                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for key, value in out.items():
+                        if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
+                            self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on a stalled request and hung up
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _relay
 
@@ -110,3 +114,27 @@ class FlakyProxy:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+@contextlib.contextmanager
+def proxied(server_url: str, monkeypatch, request_timeout: float | None = None, seed: int = 0):
+    """A FlakyProxy in front of `server_url` that bert_jax.storage's clients in this process go
+    through while the block runs (fresh clients: gcsfs keeps one per settings), with gcsfs'
+    request timeout set to `request_timeout` seconds when given."""
+    import fsspec
+    import gcsfs
+
+    from bert_jax import storage
+
+    proxy = FlakyProxy(server_url, seed)
+    monkeypatch.setattr(storage, "_configured", False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    if request_timeout:
+        gcs = fsspec.config.conf.setdefault("gcs", {})
+        monkeypatch.setitem(gcs, "requests_timeout", request_timeout)
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+        gcsfs.GCSFileSystem.clear_instance_cache()

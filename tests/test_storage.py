@@ -93,8 +93,9 @@ def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch):
     """What cli.run prints when the retries are spent: not a traceback."""
     path = storage.join(bucket, "x")
     storage.write_bytes(path, b"1")
-    fs = storage._fs(path)
+    fs = storage._fs(path)._fs  # the client under storage's own retries
     monkeypatch.setattr(type(fs), "retries", 1, raising=False)
+    monkeypatch.setenv("BERT_JAX_STORAGE_RETRY_S", "0")
     gcs.stop()
     try:
         with pytest.raises(Exception) as info:
@@ -110,12 +111,7 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
     """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
     import flaky_proxy
 
-    proxy = flaky_proxy.FlakyProxy(gcs.url)
-    monkeypatch.setattr(storage, "_configured", False)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
-    try:
-        fs = storage._fs(bucket)
-        fs.__class__.clear_instance_cache()
+    with flaky_proxy.proxied(gcs.url, monkeypatch) as proxy:
         path = storage.join(bucket, "through-proxy.bin")
         data = os.urandom(1 << 20)
         proxy.fail_next(3)
@@ -124,6 +120,21 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
         proxy.fail_next(2)
         assert storage.read_bytes(path) == data
         assert proxy.injected == 6
-    finally:
-        proxy.close()
-        storage._fs(bucket).__class__.clear_instance_cache()
+
+
+def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatch):
+    """gcsfs gives up at once on a request that times out (it retries 5xx and lost connections
+    only): storage tries the whole operation again, reads and writes alike."""
+    import flaky_proxy
+
+    with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=1) as proxy:
+        path = storage.join(bucket, "stalled.bin")
+        data = os.urandom(3 << 20)
+        proxy.stall_next(1, seconds=3)
+        with storage.open_write(path) as f:
+            f.write(data)
+        proxy.stall_next(2, seconds=3)
+        with storage.open_read(path) as f:
+            f.seek(1 << 20)
+            assert f.read() == data[1 << 20 :]
+        assert proxy.injected == 3

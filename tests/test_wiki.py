@@ -57,7 +57,7 @@ def test_units_at_stream_offsets_give_the_sequential_read(generated):
     path = d / "units-pages-articles-multistream.xml.bz2"
     index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
     whole, whole_stats, _ = _read_whole(path)
-    offsets, _ = wiki.stream_offsets(index, readers.open_local)
+    offsets, _ = wiki.stream_offsets(index, readers.open_input)
     for block in (1, 3000, 20_000, 1 << 30):
         docs, stats, planned = _read_units(path, block)
         assert docs == whole and stats == whole_stats, block
