@@ -21,8 +21,9 @@ def shard_name(split: str, index: int, count: int, fmt: str) -> str:
     return f"{split}-{index:05d}-of-{count:05d}{record_io.suffix(fmt)}"
 
 
-def prepare_output_dir(output_dir: str) -> None:
-    """Creates the directory and proves it is writable before any work is done."""
+def prepare_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
+    """Creates the directory and proves it is writable before any work is done (`flag` names
+    it in the error)."""
     try:
         os.makedirs(output_dir, exist_ok=True)
         probe = os.path.join(output_dir, f".write-test-{os.getpid()}")
@@ -30,7 +31,7 @@ def prepare_output_dir(output_dir: str) -> None:
             f.write("ok")
         os.remove(probe)
     except OSError as e:
-        raise OutputError(f"cannot write to --output_dir={output_dir!r}: {e.strerror or e}") from e
+        raise OutputError(f"cannot write to {flag}={output_dir!r}: {e.strerror or e}") from e
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -102,9 +103,15 @@ def read_manifest(output_dir: str) -> dict | None:
     except ValueError as e:
         problem = str(e)
     else:
-        if isinstance(manifest, dict) and isinstance(manifest.get("shards"), dict):
-            return manifest
-        problem = "it lists no shards"
+        if not isinstance(manifest, dict):
+            problem = "not a JSON object"
+        else:
+            try:
+                contract.check_shards(manifest.get("shards"), path)  # names inside output_dir
+            except contract.ManifestError as e:
+                problem = str(e)
+            else:
+                return manifest
     raise OutputError(
         f"{path} is unreadable ({problem}); delete it and rerun the job to rebuild the output"
     )
@@ -117,17 +124,28 @@ def _local_size(path: str) -> int | None:
 def shard_problem(
     output_dir: str, entry: dict, check_md5: bool = False, size_of=_local_size
 ) -> str | None:
-    """What is wrong with a finished shard (a `shard_entry`), naming it: missing, another size
-    than recorded, or (with check_md5, local files) another md5; None when nothing is.
-    `size_of(path)` is the file's size, None when there is none."""
+    """What is wrong with a finished shard (a `shard_entry`, its name checked by
+    contract.check_shards), naming it: missing, another size than recorded, or (with check_md5,
+    local files) another md5 or another record count than the manifest's `instances`; None when
+    nothing is. `size_of(path)` is the file's size, None when there is none."""
     path = os.path.join(output_dir, entry["file"])
     size = size_of(path)
     if size is None:
         return f"{entry['file']}: missing"
     if "bytes" in entry and size != entry["bytes"]:
         return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
-    if check_md5 and contract.file_md5(path) != entry["md5"]:
-        return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+    if check_md5:
+        if contract.file_md5(path) != entry["md5"]:
+            return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+        try:
+            count = record_io.count_records(path)
+        except ValueError as e:
+            return f"{entry['file']}: {e}"
+        if count != entry["instances"]:
+            return (
+                f"{entry['file']}: holds {count} records, the manifest lists "
+                f"{entry['instances']} (the manifest is wrong or was edited)"
+            )
     return None
 
 
@@ -144,8 +162,8 @@ def damaged_shards(
 
 
 def verify(output_dir: str) -> list[str]:
-    """Re-checks every shard listed in the manifest against its size and md5; returns the
-    problems found."""
+    """Re-checks every shard listed in the manifest against its size, md5 and record count;
+    returns the problems found."""
     try:
         manifest = read_manifest(output_dir)
     except OutputError as e:
