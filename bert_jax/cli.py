@@ -25,6 +25,8 @@ import difflib
 import errno
 import itertools
 import logging
+import os
+import stat
 import sys
 from collections.abc import Callable
 
@@ -65,6 +67,30 @@ def message(error: BaseException) -> str:
         return f"{error.filename}: {error.strerror}"
     text = " ".join(str(error).split()) or type(error).__name__
     return text
+
+
+def not_a_file(path: str) -> str:
+    """Why `path` is not a regular file to read, as words that follow its name: it does not
+    exist, is a directory, a named pipe or a device (readers open inputs more than once, and a
+    pipe's content is gone after the first), or cannot be read. For error messages."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except NotADirectoryError:
+        return "does not exist (a part of its path is a file, not a directory)"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return (
+            "is a named pipe, not a file: it is read more than once (sniffed, then read), so "
+            "save what it carries to a file and pass that"
+        )
+    if not stat.S_ISREG(mode):
+        return "is a device or socket, not a file"
+    return "is a file"
 
 
 def fail(text: str, status: int = 2) -> None:

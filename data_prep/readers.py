@@ -28,10 +28,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from bert_jax import cli
 from data_prep import sniff
 from data_prep.sentences import split_sentences
 
-MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
+MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
 
 
 @dataclasses.dataclass
@@ -57,6 +58,7 @@ class Source:
     path: str  # a file path, or the TFDS dataset name
     split: str = "train"
     compression: str = ""  # "" | "gzip" | "bz2", from the file's first bytes
+    encoding: str = ""  # a dump in UTF-16/32 (sniff.Content.encoding); "" for UTF-8
 
 
 class InputError(ValueError):
@@ -72,7 +74,7 @@ def _match_local(spec: str) -> list[str]:
     paths = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
     for path in paths:
         if not os.path.isfile(path):
-            raise InputError(f"input {path!r} is not a readable file")
+            raise InputError(f"input {path!r} {cli.not_a_file(path)}")
     return paths
 
 
@@ -90,7 +92,7 @@ def source_of(path: str, open_binary=open_local, document_per_file: bool = False
     kind = content.kind
     if kind == "text":  # JSON lines by content (sniff) or by name (a first line that is not JSON)
         kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
-    return Source(kind, path, compression=content.compression)
+    return Source(kind, path, compression=content.compression, encoding=content.encoding)
 
 
 def parse_input(

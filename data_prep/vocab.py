@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from absl import flags
 
 from bert_jax import cli, tokenization
-from data_prep import readers
+from data_prep import output, readers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -125,6 +125,11 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
+    if os.path.isdir(FLAGS.output):
+        raise cli.UserError(f"--output={FLAGS.output!r} is a directory; name the file to write")
+    # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
+    # written is an error now, not a trainer's traceback at the end.
+    output.prepare_output_dir(os.path.dirname(os.path.abspath(FLAGS.output)), "--output")
     sentences = corpus_sentences(FLAGS.input, FLAGS.text_field)
     first = next(sentences, None)  # parses every input: a missing or unreadable one fails here
     if first is None:
