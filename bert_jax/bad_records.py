@@ -40,7 +40,6 @@ class _Iterator(grain.DatasetIterator):
         for mark in marks[marks > 0]:
             self.bad_records += 1
             where = self._name(int(mark) - 1)
-            logging.warning("skipped damaged record %s (%d so far)", where, self.bad_records)
             if self.bad_records > self._limit:
                 raise TooManyBadRecords(
                     f"{self.bad_records} damaged records skipped, more than "
@@ -48,6 +47,7 @@ class _Iterator(grain.DatasetIterator):
                     "the damaged shards from a good copy or rerun the data_prep command that "
                     "wrote them; checkpoints so far are kept"
                 )
+            logging.warning("skipped damaged record %s (%d so far)", where, self.bad_records)
         return batch
 
     def get_state(self) -> dict:
@@ -82,14 +82,15 @@ def count(data_iter) -> int | None:
 def check_eval(skipped: list[str], limit: int) -> None:
     """The eval set's damaged records (weighed 0 in its figures): warned about, and an error
     past `limit`."""
-    logging.warning(
-        "the eval set holds %d damaged records, left out of its figures: %s",
-        len(skipped),
-        ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""),
-    )
-    if len(skipped) > limit:
-        raise TooManyBadRecords(
-            f"the eval set holds {len(skipped)} damaged records, more than "
-            f"config.data.max_bad_records={limit} (the first: {skipped[0]}): restore its "
-            "shards from a good copy or rerun the data_prep command that wrote them"
+    if len(skipped) <= limit:
+        logging.warning(
+            "the eval set holds %d damaged records, left out of its figures: %s",
+            len(skipped),
+            ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""),
         )
+        return
+    raise TooManyBadRecords(
+        f"the eval set holds {len(skipped)} damaged records, more than "
+        f"config.data.max_bad_records={limit} (the first: {skipped[0]}): restore its "
+        "shards from a good copy or rerun the data_prep command that wrote them"
+    )

@@ -28,6 +28,7 @@ import logging
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Callable
 
 from absl import app, flags
@@ -91,6 +92,26 @@ def not_a_file(path: str) -> str:
     if not stat.S_ISREG(mode):
         return "is a device or socket, not a file"
     return "is a file"
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Raises UserError naming `flag` unless `path` is, or can be made as, a directory this
+    process may write: before any work, so an output on a read-only file system or under a file
+    is one line at once, not a traceback (or a lost hour) at the end."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag}={path!r} is a file; pass a directory")
+    ancestor = os.path.abspath(path)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UserError(f"{flag}={path!r}: {ancestor} is a file, not a directory")
+    try:  # os.access is not enough: root passes it where the file system refuses (sysfs)
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=ancestor))
+    except OSError as e:
+        raise UserError(
+            f"{flag}={path!r}: {ancestor} cannot be written ({e.strerror or e}: a read-only "
+            "file system, or no permission); pass a directory you can write"
+        ) from None
 
 
 def fail(text: str, status: int = 2) -> None:

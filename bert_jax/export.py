@@ -55,13 +55,7 @@ def export(
     from bert_jax import hf, pretrained  # here, not at the top: --help is fast
     from bert_jax import model as model_lib
 
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
-    ancestor = os.path.dirname(os.path.abspath(output_dir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
+    cli.check_writable_dir(output_dir, "--output_dir")
     if not pretrained.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"

@@ -107,6 +107,18 @@ def missing_feature(features: dict, masked: bool) -> str | None:
     return next((name for name in needed if name not in features), None)
 
 
+def unequal_lengths(features: dict) -> str | None:
+    """What is wrong when features that go together (the per-token ones, the per-prediction
+    ones) have different lengths in one record, or None: a check that needs no schema."""
+    for group in ((INPUT_IDS, INPUT_MASK, SEGMENT_IDS), MASKED_FEATURES):
+        lengths = {name: len(features[name]) for name in group if name in features}
+        if len(set(lengths.values())) > 1:
+            return "features of different lengths: " + ", ".join(
+                f"{name} {n}" for name, n in lengths.items()
+            )
+    return None
+
+
 def check_example(features: dict, schema: Schema) -> None:
     """Raises ValueError naming the first feature that does not fit `schema`."""
     for name, length in schema.lengths().items():

@@ -128,10 +128,9 @@ class CheckedSource:
         except record_io.DamagedRecord as e:
             error = e
         except RuntimeError as e:  # ArrayRecord/Riegeli: a chunk whose hash or framing fails
-            i = bisect.bisect_right(self.starts, int(index)) - 1
-            error = record_io.damaged(
-                self.files[i], int(index) - self.starts[i], f"ArrayRecord: {e}"
-            )
+            index = int(index) % self.starts[-1]
+            i = bisect.bisect_right(self.starts, index) - 1
+            error = record_io.damaged(self.files[i], index - self.starts[i], f"ArrayRecord: {e}")
         if self.skip:
             return error
         raise record_io.DamagedRecord(
@@ -215,6 +214,9 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
     def map_with_index(self, index: int, record) -> dict[str, np.ndarray]:
+        # Past the first epoch Grain passes the index in the repeated stream: the record's own
+        # index is that modulo the records.
+        index %= self.starts[-1]
         if isinstance(record, record_io.DamagedRecord):  # CheckedSource, with skip_damaged
             return self._blank(index)
         try:
@@ -488,7 +490,7 @@ def eval_batches(
         rows += [pad] * (local - len(rows))
         batch = {k: np.stack([r[k] for r in rows]) for k in pad}
         if parse.skip_damaged:  # a damaged record's blank stand-in weighs nothing in the eval
-            marks = batch.pop(BAD_RECORD)
+            marks = batch.pop(BAD_RECORD) * (weights > 0)  # padding rows are no records
             weights[marks > 0] = 0.0
             skipped += [parse.name(int(m) - 1) for m in marks[marks > 0]]
         batch[EXAMPLE_WEIGHT] = weights

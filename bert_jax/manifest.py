@@ -299,6 +299,8 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             raise _unfinished_error(directory)
         matches = [p for p in matches if os.path.isfile(p)]
         if not matches:
+            if os.path.exists(item):  # a pipe, a device: named as what it is
+                raise cli.UserError(f"{item} {cli.not_a_file(item)}")
             raise FileNotFoundError(f"no record files match {item!r}")
         files += matches
     for f in files:

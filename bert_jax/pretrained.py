@@ -154,9 +154,10 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
     spec = hf.read_json(tokenizer_json)
-    model_spec = spec.get("model") or {}
-    table = model_spec.get("vocab") or {}
-    if model_spec.get("type") != "WordPiece" or sorted(table.values()) != list(range(len(table))):
+    model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
+    ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
+    if model_spec.get("type") != "WordPiece" or ids != list(range(len(table))):
         raise cli.UserError(
             f"{tokenizer_json} is not a WordPiece tokenizer; pass the model's vocab.txt"
         )

@@ -142,9 +142,19 @@ def _check_data(path: str, index: int, offset: int, data: bytes, footer: bytes) 
     return data
 
 
+def _check_file(path: str) -> None:
+    """A record file must be a regular file: a named pipe would block the open (and its records
+    cannot be read twice), a directory is no file."""
+    if not os.path.isfile(path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        raise cli.UserError(f"{path} {cli.not_a_file(path)}")
+
+
 def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(offset of each record's data, its length) in a TFRecord file, the lengths checked
     against their CRCs (with `verify`). Reads only the 12-byte headers, seeking past the data."""
+    _check_file(path)
     offsets, lengths = [], []
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -183,6 +193,7 @@ def read_records(path: str, fmt: str | None = None, verify: bool = True) -> Iter
         finally:
             reader.close()
         return
+    _check_file(path)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         offset, index = 0, 0
@@ -200,8 +211,7 @@ def open_arrayrecord(path: str):
     """An ArrayRecordReader on `path`, or an error naming the file."""
     from array_record.python import array_record_module
 
-    if not os.path.isfile(path):
-        raise FileNotFoundError(2, "No such file or directory", path)
+    _check_file(path)
     reader = array_record_module.ArrayRecordReader(path)
     if not reader.ok():  # the reason comes from close()
         try:

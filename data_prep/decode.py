@@ -78,6 +78,9 @@ def main(argv):
                 f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
                 "record"
             )
+        unequal = F.unequal_lengths(features)
+        if unequal:
+            raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
         _check_ids(features, tokenizer, index)
         print(f"--- record {index}")
         print(describe(features, tokenizer))

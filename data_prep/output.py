@@ -166,7 +166,9 @@ def verify(output_dir: str) -> list[str]:
     returns the problems found."""
     try:
         manifest = read_manifest(output_dir)
-    except OutputError as e:
+        if manifest is not None:
+            contract.read(output_dir)  # every field, as the trainer will read them
+    except (OutputError, contract.ManifestError) as e:
         return [str(e)]
     if manifest is None:
         return [f"no {contract.FILE} in {output_dir!r}: the job has not finished there"]

@@ -168,6 +168,19 @@ def _as_utf8(head: bytes) -> tuple[bytes, str]:
     return text.encode("utf-8"), codec[:6]  # "utf-16" / "utf-32", whatever the byte order
 
 
+def _wiki(compression: str, encoding: str) -> Content:
+    """A MediaWiki dump's Content; UTF-32 (which expat does not read) is refused with the
+    command that converts it."""
+    if encoding == "utf-32":
+        unpack = {"bz2": "bunzip2 -c FILE | ", "gzip": "gunzip -c FILE | "}.get(compression, "")
+        raise NotText(
+            "is a MediaWiki XML dump in UTF-32, which the XML parser does not read: convert it "
+            f"with `{unpack}iconv -f UTF-32 -t UTF-8 {'' if unpack else 'FILE '}> dump.xml` and "
+            'change its XML declaration to encoding="UTF-8"'
+        )
+    return Content("wiki", compression, encoding)
+
+
 def _is_mediawiki(head: bytes) -> bool:
     root = _root(head)
     return root is not None and root.startswith(b"<mediawiki")
@@ -194,7 +207,7 @@ def sniff(f: BinaryIO) -> Content:
         unzipped = _bunzip_head(f)
         xml, encoding = _as_utf8(unzipped)
         if _is_mediawiki(xml):
-            return Content("wiki", "bz2", encoding)
+            return _wiki("bz2", encoding)
         lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
         if lines and all(_MULTISTREAM_INDEX_LINE.fullmatch(line) for line in lines):
             return Content("index", "bz2")
@@ -208,7 +221,7 @@ def sniff(f: BinaryIO) -> Content:
     xml, encoding = _as_utf8(head)
     root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
-        return Content("wiki", compression, encoding)
+        return _wiki(compression, encoding)
     if root is not None:
         element = re.match(rb"<([^\s/>]{1,40})", root)
         name = element.group(1).decode("utf-8", "replace") if element else "?"
