@@ -46,12 +46,12 @@ def test_empty_file_is_counted(tmp_path):
 def test_missing_inputs_are_clear_errors(tmp_path):
     with pytest.raises(readers.InputError, match="matches no file"):
         readers.parse_input([str(tmp_path / "*.txt")])
-    with pytest.raises(readers.InputError, match="nope.txt' does not exist"):
+    with pytest.raises(readers.InputError, match="does not exist"):
         readers.parse_input([str(tmp_path / "nope.txt")])
     with pytest.raises(readers.InputError, match="is a directory, not a file"):
         readers.parse_input([str(tmp_path)])
     os.mkfifo(tmp_path / "pipe")
-    with pytest.raises(readers.InputError, match="pipe'? is a named pipe"):
+    with pytest.raises(readers.InputError, match="is a named pipe"):
         readers.parse_input([str(tmp_path / "pipe")])
     with pytest.raises(readers.InputError, match="no input"):
         readers.parse_input([])

@@ -1,0 +1,909 @@
+"""Issue 23's cases for the bad-input sweep (tests/test_bad_input_sweep.py), by class.
+
+Damaged records (TFRecord CRCs, ArrayRecord chunk hashes) through the trainer, decode and
+--verify; shard paths and weight files that leave their directory; train and eval sharing a
+shard; manifests with false counts or malformed fields; records with extra or missing features;
+MediaWiki dumps in UTF-16; over-long lines; directories and pipes where files belong; negative
+seeds; malformed JSON and damaged weight files in model directories; outputs that cannot be
+written; a resume with another model size. `make_files(d, server, vocab)` writes the files under
+the sweep's directory, `CASES` are (id, command line, expected) as the sweep's own: expected is
+the text (or tuple of texts) the one error line must hold, or a check(ctx, o, stdout) of an
+input that must work.
+"""
+
+import bz2
+import datetime
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+
+from bert_jax import features as F
+from bert_jax import manifest, record_io
+
+RECORD_FLAGS = "--max_seq_length=64 --max_predictions_per_seq=10 --dupe_factor=1"
+PREP_FLAGS = (
+    "--num_workers=1 --progress=false --eval_fraction=0.2 --num_shards=2 --num_eval_shards=1 "
+    + RECORD_FLAGS
+)
+
+
+def _write(path, data) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+
+
+def _shard(directory, split: str = "eval", i: int = 0) -> str:
+    return manifest.read(str(directory))["shards"][split][i]["file"]
+
+
+def _edit(path, offset: int, data: bytes | None = None) -> None:
+    """Inverts the byte at `offset` (or writes `data` there)."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(1 if data is None else len(data))
+        f.seek(offset)
+        f.write(bytes(b ^ 0xFF for b in old) if data is None else data)
+
+
+# --- damaged records ----------------------------------------------------------------------------
+# Each variant damages the eval shard of a copy of a data_prep output, as a disk, a copy or a
+# transfer does; `record` is the record index the error must name.
+
+
+def _tf_damage(path: str) -> dict[str, int | None]:
+    """Damages copies of a TFRecord shard, one way each; {variant: record index named}."""
+    offsets, lengths = record_io.tfrecord_index(path)
+    k, start = 3, int(offsets[3])  # record 3's data starts at `start`, its header 12 bytes before
+    size = os.path.getsize(path)
+    ways = {
+        "data": lambda p: _edit(p, start + int(lengths[k]) // 2),  # a masked-LM label, say
+        "length": lambda p: _edit(p, start - 12),
+        "length CRC": lambda p: _edit(p, start - 2),
+        "data CRC": lambda p: _edit(p, start + int(lengths[k]) + 1),
+        "zeroed block": lambda p: _edit(p, start, bytes(int(lengths[k]) - 8)),
+        "cut inside": lambda p: os.truncate(p, start + 10),
+        "tail garbage": lambda p: open(p, "ab").write(b"\x07" * 7),
+    }
+    out = {}
+    for name, damage in ways.items():
+        copy = f"{os.path.dirname(os.path.dirname(path))}/tf_{_id(name)}"
+        shutil.copytree(os.path.dirname(path), copy)
+        damage(os.path.join(copy, os.path.basename(path)))
+        out[name] = len(offsets) if name == "tail garbage" else k
+    assert size == os.path.getsize(path)
+    return out
+
+
+def _data_chunk_offsets(path: str) -> list[int]:
+    """Offsets (every 257th byte) where a flipped byte changes what an ArrayRecord file holds:
+    its chunks of records. Riegeli pads the file to its 64 KiB blocks with a padding chunk that
+    is never read (a flip there damages nothing), and a flip in the footer fails at open."""
+    from array_record.python import array_record_module
+
+    with open(path, "rb") as f:
+        data = f.read()
+    found = []
+    for offset in range(0, min(len(data), 1 << 16), 257):  # the data sit in the first block
+        changed = bytearray(data)
+        changed[offset] ^= 0xFF
+        probe = f"{path}.probe"
+        with open(probe, "wb") as f:
+            f.write(changed)
+        reader = array_record_module.ArrayRecordReader(probe)
+        try:
+            if reader.ok():
+                reader.read(list(range(reader.num_records())))
+        except RuntimeError:
+            found.append(offset)
+        finally:
+            try:
+                reader.close()
+            except RuntimeError:
+                pass
+        os.remove(probe)
+    return found
+
+
+def _ar_damage(path: str) -> list[str]:
+    """Damages copies of an ArrayRecord shard inside its chunks (Riegeli's hashes catch each)."""
+    inside = _data_chunk_offsets(path)
+    ways = {
+        "first chunk": lambda p: _edit(p, 200),
+        "middle chunk": lambda p: _edit(p, inside[len(inside) // 2]),
+        "zeroed block": lambda p: _edit(p, 100, bytes(300)),
+    }
+    for name, damage in ways.items():
+        copy = f"{os.path.dirname(os.path.dirname(path))}/ar_{_id(name)}"
+        shutil.copytree(os.path.dirname(path), copy)
+        damage(os.path.join(copy, os.path.basename(path)))
+    return list(ways)
+
+
+def _damage_every_record(directory: str, shard: str) -> None:
+    """Flips a byte in every record of a TFRecord shard: the first batch meets one."""
+    path = os.path.join(directory, shard)
+    offsets, lengths = record_io.tfrecord_index(path)
+    for offset, length in zip(offsets, lengths):
+        _edit(path, int(offset) + int(length) // 2)
+
+
+# --- records with other features -----------------------------------------------------------
+
+
+def _example_pb2():
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    return tf_example_pb2
+
+
+def _rewrite_records(path: str, change) -> None:
+    """Rewrites a TFRecord shard with change(example proto) applied to every record."""
+    pb = _example_pb2()
+    records = []
+    for raw in record_io.read_records(path):
+        example = pb.Example.FromString(raw)
+        change(example)
+        records.append(example.SerializeToString())
+    with record_io.RecordWriter(path, record_io.TFRECORD) as w:
+        for r in records:
+            w.write(r)
+
+
+def _feature_changes() -> dict:
+    def add_int(e):
+        e.features.feature["doc_id"].int64_list.value.extend([7, 8])
+
+    def add_bytes(e):
+        e.features.feature["text"].bytes_list.value.append(b"the original sentence")
+
+    def add_float(e):
+        e.features.feature["score"].float_list.value.append(0.5)
+
+    def drop(name):
+        return lambda e: e.features.feature.pop(name)
+
+    def as_bytes(e):
+        e.features.feature[F.INPUT_IDS].ClearField("int64_list")
+        e.features.feature[F.INPUT_IDS].bytes_list.value.append(b"1 2 3")
+
+    def shorter(e):
+        del e.features.feature[F.INPUT_IDS].int64_list.value[-1]
+
+    return {
+        "extra int": (add_int, None),
+        "extra bytes": (add_bytes, None),
+        "extra float": (add_float, None),
+        "no input_ids": (drop(F.INPUT_IDS), "'input_ids'"),
+        "no segment_ids": (drop(F.SEGMENT_IDS), "'segment_ids'"),
+        "no masked_lm_ids": (drop(F.MASKED_LM_IDS), "masked_lm_ids"),
+        "no next_sentence_labels": (drop(F.NEXT_SENTENCE_LABELS), "'next_sentence_labels'"),
+        "input_ids as bytes": (as_bytes, "input_ids"),
+        "input_ids one short": (shorter, "input_ids"),
+        "empty Example": (lambda e: e.features.feature.clear(), "input_ids"),
+    }
+
+
+# --- manifests -------------------------------------------------------------------------------
+
+
+def _manifest_changes() -> dict:
+    """{variant: (change(doc, records), what the error names)}: an edit of a copy of the clean
+    manifest; `records` is the clean output's directory. In a new value "{records}" and "{name}"
+    stand for that directory and the entry's own file name."""
+
+    def entry(split, key, value):
+        def change(doc, records):
+            shard = doc["shards"][split][0]
+            new = value
+            if isinstance(value, str):
+                new = value.format(records=records, name=shard["file"])
+            shard[key] = new
+
+        return change
+
+    def setter(path, value):
+        def change(doc, records):
+            node = doc
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value(doc) if callable(value) else value
+
+        return change
+
+    def without(*path):
+        """Deletes doc[path[0]][path[1]]... (one top-level key each when all are strings)."""
+
+        def change(doc, records):
+            if all(isinstance(key, str) for key in path):
+                for key in path:
+                    del doc[key]
+                return
+            node = doc
+            for key in path[:-1]:
+                node = node[key]
+            del node[path[-1]]
+
+        return change
+
+    def both(doc, records):
+        doc["shards"]["train"].append(dict(doc["shards"]["eval"][0]))
+
+    train0 = "shards.train[0].file"
+    return {
+        "shard absolute": (entry("train", "file", "{records}/{name}"), train0),
+        "shard ../": (entry("train", "file", "../records/{name}"), train0),
+        "shard in a subdirectory": (entry("train", "file", "sub/{name}"), train0),
+        "shard .": (entry("train", "file", "."), train0),
+        "shard ..": (entry("train", "file", ".."), train0),
+        "shard empty name": (entry("train", "file", ""), train0),
+        "shard a number": (entry("train", "file", 7), train0),
+        "eval shard ../": (entry("eval", "file", "../records/{name}"), "shards.eval[0].file"),
+        "shard under both splits": (both, "both train and eval"),
+        "shards a list": (setter(["shards"], []), "shards is list"),
+        "shards null": (setter(["shards"], None), "shards is NoneType"),
+        "train an object": (setter(["shards", "train"], {}), "shards.train is dict"),
+        "entry a string": (
+            setter(["shards", "train", 0], lambda doc: doc["shards"]["train"][0]["file"]),
+            "shards.train[0] is str",
+        ),
+        "entry without md5": (without("shards", "train", 0, "md5"), "lacks 'md5'"),
+        "count negative": (entry("train", "instances", -5), "shards.train[0].instances"),
+        "count a word": (entry("train", "instances", "ten"), "shards.train[0].instances"),
+        "count a fraction": (entry("train", "instances", 3.5), "shards.train[0].instances"),
+        "count true": (entry("train", "instances", True), "shards.train[0].instances"),
+        "no schema nor flags": (without("schema", "flags"), "max_seq_length"),
+        "no masked": (without("masked"), "'masked'"),
+        "version a word": (setter(["manifest_version"], "two"), "manifest_version"),
+    }
+
+
+def _count_changes() -> dict:
+    def count(change):
+        def edit(doc, records):
+            shard = doc["shards"]["train"][0]
+            shard["instances"] = change(shard["instances"])
+
+        return edit
+
+    return {
+        "count +1": count(lambda n: n + 1),
+        "count -1": count(lambda n: n - 1),
+        "count 0": count(lambda n: 0),
+    }
+
+
+def _json_texts() -> dict[str, bytes]:
+    return {
+        "not JSON": b'{"manifest_version": 2, "shards": {',
+        "a JSON array": b"[1, 2, 3]",
+        "empty": b"",
+        "UTF-16": json.dumps({"manifest_version": 2}).encode("utf-16"),
+    }
+
+
+# --- model directories -----------------------------------------------------------------------
+
+
+MODEL_EXPECT = {  # a damaged copy of a model directory: what the error line must name
+    "config not JSON": "config.json",
+    "config an array": "config.json",
+    "config UTF-16": "config.json",
+    "config field a word": "config.json",
+    "config without layers": ("config.json", "num_hidden_layers"),
+    "tokenizer_config not JSON": "tokenizer_config.json",
+    "tokenizer.json not JSON": "tokenizer.json",
+    "safetensors header cut": "model.safetensors",
+    "safetensors header length huge": "model.safetensors",
+    "safetensors empty": "model.safetensors",
+    "safetensors random": "model.safetensors",
+    "safetensors data cut": "model.safetensors",
+    "safetensors header not JSON": "model.safetensors",
+    "bin pickles a class": "pytorch_model.bin",
+    "bin a list": "pytorch_model.bin",
+    "bin cut": "pytorch_model.bin",
+    "bin random": "pytorch_model.bin",
+    "index absolute path": ("model.safetensors.index.json", "outside"),
+    "index ../": ("model.safetensors.index.json", "outside"),
+    "index sub/../../": ("model.safetensors.index.json", "outside"),
+    "index not JSON": "model.safetensors.index.json",
+    "index without weight_map": ("model.safetensors.index.json", "weight_map"),
+    "index shard missing": "model-00001.safetensors",
+}
+
+
+def _model_dirs(d, hf: str) -> None:
+    """Copies of a Hugging Face model directory, one per MODEL_EXPECT entry, each damaged one
+    way, and hf_index_works (a sharded index of its own file). Files not changed are hard links."""
+    import safetensors
+    import torch
+
+    config = json.loads(open(f"{hf}/config.json").read())
+    weights = f"{hf}/model.safetensors"
+    with open(weights, "rb") as f:
+        whole = f.read()
+    header_len = int.from_bytes(whole[:8], "little")
+    made = []
+
+    def variant(name, files, keep_weights=True):
+        target = d / f"hf_{_id(name)}"
+        os.makedirs(target)
+        for f in os.listdir(hf):
+            if f != "model.safetensors" or keep_weights:
+                os.link(f"{hf}/{f}", target / f)
+        for f, data in files.items():
+            if os.path.exists(target / f):
+                os.remove(target / f)
+            if data is not None:
+                _write(target / f, data)
+        made.append(name)
+
+    def config_with(**changes):
+        return json.dumps({k: v for k, v in {**config, **changes}.items() if v is not None})
+
+    variant("config not JSON", {"config.json": '{"hidden_size": 32,'})
+    variant("config an array", {"config.json": "[32, 2]"})
+    variant("config UTF-16", {"config.json": json.dumps(config).encode("utf-16")})
+    variant("config field a word", {"config.json": config_with(hidden_size="big")})
+    variant("config without layers", {"config.json": config_with(num_hidden_layers=None)})
+    variant("tokenizer_config not JSON", {"tokenizer_config.json": "{"})
+    variant("tokenizer.json not JSON", {"vocab.txt": None, "tokenizer.json": '{"model": '})
+    st = "model.safetensors"
+    variant("safetensors header cut", {st: whole[:100]})
+    variant("safetensors header length huge", {st: (1 << 40).to_bytes(8, "little") + whole[8:]})
+    variant("safetensors empty", {st: b""})
+    variant("safetensors random", {st: random.Random(5).randbytes(5000)})
+    variant("safetensors data cut", {st: whole[: 8 + header_len + 1000]})
+    variant(
+        "safetensors header not JSON",
+        {st: whole[:8] + b"{" * header_len + whole[8 + header_len :]},
+    )
+    state = {"bert.embeddings.word_embeddings.weight": torch.zeros(4, 2)}
+    pickled = {}
+    for name, obj in (
+        ("class", {**state, "when": datetime.date(2020, 1, 1)}),  # weights_only refuses it
+        ("list", [torch.zeros(2)]),
+        ("state", state),
+    ):
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        pickled[name] = buffer.getvalue()
+    pt = "pytorch_model.bin"
+    variant("bin pickles a class", {pt: pickled["class"]}, keep_weights=False)
+    variant("bin a list", {pt: pickled["list"]}, keep_weights=False)
+    variant("bin cut", {pt: pickled["state"][:300]}, keep_weights=False)
+    variant("bin random", {pt: random.Random(6).randbytes(4000)}, keep_weights=False)
+    index = "model.safetensors.index.json"
+    with safetensors.safe_open(weights, "np") as f:
+        names = list(f.keys())
+
+    def indexed(target):
+        return json.dumps({"metadata": {}, "weight_map": dict.fromkeys(names, target)})
+
+    for name, target in (
+        ("index absolute path", os.path.abspath(weights)),
+        ("index ../", "../hf/model.safetensors"),
+        ("index sub/../../", "sub/../../hf/model.safetensors"),
+        ("index shard missing", "model-00001.safetensors"),
+    ):
+        variant(name, {index: indexed(target)}, keep_weights=False)
+    variant("index not JSON", {index: "{"}, keep_weights=False)
+    variant("index without weight_map", {index: "{}"}, keep_weights=False)
+    assert sorted(made) == sorted(MODEL_EXPECT)
+    # A sharded checkpoint whose index names its own file: must work like the single file.
+    target = d / "hf_index_works"
+    os.makedirs(target)
+    for f in os.listdir(hf):
+        os.link(f"{hf}/{f}", target / (f if f != st else "w-1-of-1.safetensors"))
+    _write(target / index, indexed("w-1-of-1.safetensors"))
+
+
+# --- text inputs -----------------------------------------------------------------------------
+
+
+def _wiki_files(d, dump_bz2: str) -> None:
+    """The sample dump with an XML declaration, in UTF-8 (the reference) and UTF-16/32."""
+    text = bz2.decompress(open(dump_bz2, "rb").read()).decode("utf-8")
+
+    def declared(encoding):
+        return f'<?xml version="1.0" encoding="{encoding}"?>\n' + text
+
+    utf16 = declared("UTF-16").encode("utf-16")
+    files = {
+        "wiki8.xml": declared("UTF-8").encode(),
+        "wiki16.xml": utf16,
+        "wiki16be.xml": "\ufeff".encode("utf-16-be") + declared("UTF-16").encode("utf-16-be"),
+        "wiki16le-nobom.xml": declared("UTF-16").encode("utf-16-le"),
+        "wiki16.xml.bz2": bz2.compress(utf16),
+        "wiki16.xml.gz": gzip.compress(utf16, mtime=0),
+        "wiki32.xml": declared("UTF-32").encode("utf-32"),
+        "xml16.xml": '<?xml version="1.0" encoding="UTF-16"?>\n<catalog/>\n'.encode("utf-16"),
+    }
+    for name, data in files.items():
+        _write(d / name, data)
+
+
+def _long_lines(d, corpus: bytes) -> None:
+    line = b"word " * ((9 << 20) // 5)  # 9 MB, past the 8 MB limit, with no line break
+    _write(d / "long.txt", line)
+    _write(d / "long.gz", gzip.compress(line, compresslevel=1, mtime=0))
+    _write(d / "long_one.txt", corpus + b"\n" + line + b"\n\n" + corpus)
+
+
+def make_files(d, server, vocab: str) -> dict[str, str]:
+    """Writes every file the cases name under `d` (the sweep's directory, which already holds
+    the sweep's own files: records, hf, run, corpus.txt, ...); returns more placeholders."""
+    status, _, err = server.run(
+        "data_prep.main",
+        f"--input={d}/corpus.txt --vocab_file={vocab} --output_dir={d}/rec_tf --format=tfrecord "
+        f"{PREP_FLAGS}".split(),
+    )
+    assert status == 0, err
+    tf_eval, tf_train = _shard(d / "rec_tf"), _shard(d / "rec_tf", "train")
+    _tf_damage(str(d / "rec_tf" / tf_eval))
+    _ar_damage(str(d / "records" / _shard(d / "records")))
+    shutil.copytree(d / "rec_tf", d / "tf_every")
+    for i in range(2):
+        _damage_every_record(str(d / "tf_every"), _shard(d / "rec_tf", "train", i))
+    for name, (change, _) in _feature_changes().items():
+        copy = d / f"feat_{_id(name)}"
+        shutil.copytree(d / "rec_tf", copy)
+        _rewrite_records(str(copy / tf_eval), change)
+    records = str(d / "records")
+    edits = {**{k: v for k, (v, _) in _manifest_changes().items()}, **_count_changes()}
+    for name, change in edits.items():
+        copy = d / f"man_{_id(name)}"
+        shutil.copytree(d / "records", copy)
+        os.makedirs(copy / "sub")
+        shutil.copy(copy / _shard(records, "train"), copy / "sub")
+        doc = json.loads((copy / "manifest.json").read_text())
+        change(doc, records)
+        (copy / "manifest.json").write_text(json.dumps(doc))
+    for name, text in _json_texts().items():
+        copy = d / f"mj_{_id(name)}"
+        shutil.copytree(d / "records", copy)
+        (copy / "manifest.json").write_bytes(text)
+    os.symlink(d / "records", d / "rec_link")
+    _model_dirs(d, str(d / "hf"))
+    os.mkfifo(d / "pipe")
+    _long_lines(d, (d / "corpus.txt").read_bytes())
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    _wiki_files(d, f"{repo}/examples/data/enwiki-sample-pages-articles-multistream.xml.bz2")
+    for name in RESIZED:
+        shutil.copytree(d / "run", d / f"resume_{name}")
+    return {"tfeval": tf_eval, "tftrain": tf_train, "areval": _shard(d / "records")}
+
+
+# --- checks of inputs that must work ---------------------------------------------------------
+
+
+def _decoded_as_clean(ctx, o, stdout):
+    """The records with an extra feature decode exactly as the clean ones."""
+    args = f"--input={ctx['d']}/rec_tf/{ctx['tfeval']} --vocab_file={ctx['vocab']} --limit=3"
+    assert "--- record 2" in stdout
+    assert (0, stdout, "") == ctx["server"].run("data_prep.decode", args.split())
+
+
+def _prep_as(reference: str):
+    """data_prep's records from this input are those from `reference` (same flags)."""
+
+    def check(ctx, o, stdout):
+        args = (
+            f"--input={ctx['d']}/{reference} --vocab_file={ctx['vocab']} --output_dir={o}/ref "
+            + PREP_FLAGS
+        )
+        status, _, err = ctx["server"].run("data_prep.main", args.split())
+        assert status == 0, err
+        got = manifest.read(os.path.join(o, "out"))["shards"]
+        want = manifest.read(os.path.join(o, "ref"))["shards"]
+        assert [s["md5"] for s in got["train"]] == [s["md5"] for s in want["train"]]
+        assert got["train"][0]["instances"] > 0
+
+    return check
+
+
+def _vocab_as(reference: str):
+    """The vocabulary is the one trained on `reference`, up to the entries tied at the cut and
+    their order (Hugging Face's WordPiece trainer breaks ties in hash order, docs/data_prep.md):
+    a dump read wrongly would share few of its entries."""
+
+    def check(ctx, o, stdout):
+        args = f"--input={ctx['d']}/{reference} --output={o}/ref.txt --vocab_size=400"
+        status, _, err = ctx["server"].run("data_prep.vocab", args.split())
+        assert status == 0, err
+        got, want = (open(f"{o}/{n}").read().splitlines() for n in ("v.txt", "ref.txt"))
+        assert len(got) == len(want) and got[:5] == want[:5]  # the special tokens first
+        assert len(set(got) ^ set(want)) <= len(want) // 20, set(got) ^ set(want)
+
+    return check
+
+
+def _long_line_counted(ctx, o, stdout):
+    assert "long_lines': 1" in stdout, stdout
+    assert manifest.read(os.path.join(o, "out"))["shards"]["train"][0]["instances"] > 0
+
+
+def _embeds_as_hf(ctx, o, stdout):
+    import numpy as np
+
+    args = f"--model={ctx['d']}/hf --input={ctx['d']}/clean.txt --output={o}/ref.npz"
+    status, _, err = ctx["server"].run("bert_jax.embed", args.split())
+    assert status == 0, err
+    got, want = np.load(f"{o}/e.npz"), np.load(f"{o}/ref.npz")
+    for key in want.files:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def _skipped_and_counted(ctx, o, stdout):
+    """Every damaged record met was skipped and counted in the train metrics."""
+    with open(os.path.join(o, "run", "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    train = [r for r in rows if r.get("split", "train") == "train" and "bad_records" in r]
+    assert train and train[-1]["bad_records"] > 0, rows
+
+
+# --- the cases -------------------------------------------------------------------------------
+
+
+# TRAINER_RUNS: a bert_jax.main or finetune case costs 1-4 s (a JAX backend, the data contract,
+# records read), a decode or --verify case a fraction of one. So every variant of a class goes
+# through decode / --verify / embed, and a few of each class (one per kind of mechanism) through
+# the trainer and fine-tuning, which read through the same functions.
+MANIFESTS_TRAINED = (
+    "shard absolute",
+    "shard ../",
+    "eval shard ../",
+    "shard under both splits",
+    "shards a list",
+    "entry a string",
+    "count a word",
+    "no masked",
+    "version a word",
+)
+MODELS_FINETUNED = (
+    "config not JSON",
+    "config field a word",
+    "tokenizer.json not JSON",
+    "safetensors header cut",
+    "safetensors data cut",
+    "bin pickles a class",
+    "index ../",
+    "index without weight_map",
+)
+
+
+class AfterStart(tuple):
+    """The texts of an error found while a run reads its training records, after it started:
+    its stdout may hold its start line ("training N parameters ..."), nothing else."""
+
+    START = "training "
+
+
+TRAIN = (
+    "bert_jax.main --config=configs/tiny.py --workdir={o}/run --config.mesh.num_devices=1 "
+    "--config.data.train_files={d}/records --config.data.eval_files={d}/records"
+)
+TRAIN_TF = TRAIN + " --config.data.train_files={d}/rec_tf --config.data.eval_files={d}/rec_tf"
+TRAIN_EVERY = TRAIN + " --config.data.train_files={d}/tf_every --config.data.eval_files="
+DECODE = "data_prep.decode --vocab_file={vocab} --limit=0 --input="
+# Reads (and checks) every record but prints none: the error is the only output.
+DECODE_ALL = "data_prep.decode --vocab_file={vocab} --skip=1000000 --limit=1 --input="
+EMBED = "bert_jax.embed --model={d}/hf --input={d}/clean.txt --output={o}/e.npz"
+FINETUNE = (
+    "bert_jax.finetune --config=configs/finetune/sst2.py --init={d}/hf --workdir={o}/ft "
+    "--config.data.train_file={d}/ft/sst_good.tsv --config.mesh.num_devices=1 "
+    "--config.data.max_seq_length=16"
+)
+PREP = (
+    "data_prep.main --input={d}/corpus.txt --vocab_file={vocab} --output_dir={o}/out " + PREP_FLAGS
+)
+VOCAB = "data_prep.vocab --input={d}/corpus.txt --output={o}/v.txt --vocab_size=400"
+EXPORT = "bert_jax.export --workdir={d}/run --output_dir={o}/hf"
+RESIZED = {  # a resume with another model: the config.model field the error must name
+    "wider": ("--config.model.hidden_size=64 --config.model.intermediate_size=128", "hidden_size"),
+    "deeper": ("--config.model.num_hidden_layers=3", "num_hidden_layers"),
+    "longer": ("--config.model.max_position_embeddings=256", "max_position_embeddings"),
+}
+
+
+def _id(name: str) -> str:
+    """A directory name for a variant: its words, and a hash that keeps ".", ".." and "../"
+    (or "+1" and "-1") apart."""
+    words = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
+    return f"{words}_{hashlib.md5(name.encode()).hexdigest()[:4]}"
+
+
+def _damaged_records() -> list:
+    cases = []
+    for name in ("data", "length", "length CRC", "data CRC", "zeroed block", "cut inside"):
+        where = ("{tfeval}", "record 3")
+        if name in ("data", "length CRC", "cut inside"):  # see TRAINER_RUNS
+            cases.append(
+                (
+                    f"train: TFRecord {name}",
+                    TRAIN_TF + f" --config.data.eval_files={{d}}/tf_{_id(name)}",
+                    where,
+                )
+            )
+        cases += [
+            (f"decode: TFRecord {name}", DECODE_ALL + f"{{d}}/tf_{_id(name)}/{{tfeval}}", where),
+            (
+                f"verify: TFRecord {name}",
+                f"data_prep.main --verify --output_dir={{d}}/tf_{_id(name)}",
+                "{tfeval}",
+            ),
+        ]
+    cases += [
+        (
+            "train: TFRecord tail garbage",
+            TRAIN_TF + f" --config.data.eval_files={{d}}/tf_{_id('tail garbage')}",
+            ("{tfeval}", "truncated TFRecord header"),
+        ),
+        (
+            "decode: TFRecord tail garbage",
+            DECODE_ALL + f"{{d}}/tf_{_id('tail garbage')}/{{tfeval}}",
+            ("{tfeval}", "truncated TFRecord header"),
+        ),
+        (
+            "verify: TFRecord tail garbage",
+            f"data_prep.main --verify --output_dir={{d}}/tf_{_id('tail garbage')}",
+            "{tfeval}",
+        ),
+    ]
+    for name in ("first chunk", "middle chunk", "zeroed block"):
+        where = ("{areval}", "record ", "hash mismatch")
+        if name == "middle chunk":  # see TRAINER_RUNS
+            cases.append(
+                (
+                    f"train: ArrayRecord {name}",
+                    TRAIN + f" --config.data.eval_files={{d}}/ar_{_id(name)}",
+                    where,
+                )
+            )
+        cases += [
+            (f"decode: ArrayRecord {name}", DECODE_ALL + f"{{d}}/ar_{_id(name)}/{{areval}}", where),
+            (
+                f"verify: ArrayRecord {name}",
+                f"data_prep.main --verify --output_dir={{d}}/ar_{_id(name)}",
+                "{areval}",
+            ),
+        ]
+    return cases + [
+        (
+            "train: every training record damaged",
+            TRAIN_EVERY,
+            AfterStart(("tf_every", "is damaged", "bad_records=skip")),
+        ),
+        (
+            "train: damaged record in a Grain worker process",
+            TRAIN_EVERY + " --config.data.num_workers=1",
+            AfterStart(("tf_every", "is damaged", "bad_records=skip")),
+        ),
+        (
+            "train: skip past max_bad_records",
+            TRAIN_EVERY + " --config.data.bad_records=skip --config.data.max_bad_records=0",
+            AfterStart(("max_bad_records=0", "tf_every")),
+        ),
+        (
+            "train: eval skip past max_bad_records",
+            TRAIN_TF + f" --config.data.eval_files={{d}}/tf_{_id('data')}"
+            " --config.data.bad_records=skip --config.data.max_bad_records=0",
+            ("max_bad_records=0", "{tfeval}"),
+        ),
+        ("train: bad_records unknown", TRAIN + " --config.data.bad_records=ignore", "bad_records"),
+        (
+            "train: max_bad_records negative",
+            TRAIN + " --config.data.max_bad_records=-1",
+            "max_bad_records",
+        ),
+        (
+            "train: skip trains around damaged records",
+            TRAIN_EVERY + " --config.data.bad_records=skip --config.data.max_bad_records=100000"
+            " --config.train.num_train_steps=2 --config.train.log_every_steps=1"
+            " --config.checkpoint.every_steps=0",
+            _skipped_and_counted,
+        ),
+    ]
+
+
+def _features() -> list:
+    cases = []
+    for name, (_, names) in _feature_changes().items():
+        directory = f"{{d}}/feat_{_id(name)}"
+        expected = _decoded_as_clean if names is None else (names, "record 0")
+        cases.append((f"decode: {name}", f"{DECODE}{directory}/{{tfeval}} --limit=3", expected))
+        if name in ("no input_ids", "input_ids as bytes", "empty Example"):  # TRAINER_RUNS
+            cases.append(
+                (
+                    f"train: {name}",
+                    f"{TRAIN_TF} --config.data.eval_files={directory}",
+                    (names, "{tfeval} (record 0)"),
+                )
+            )
+    return cases
+
+
+def _manifests() -> list:
+    cases = []
+    for name, (_, field) in _manifest_changes().items():
+        directory = f"{{d}}/man_{_id(name)}"
+        expected = (f"man_{_id(name)}/manifest.json", field)
+        if name in MANIFESTS_TRAINED:
+            cases.append(
+                (
+                    f"train: manifest {name}",
+                    f"{TRAIN} --config.data.train_files={directory}"
+                    f" --config.data.eval_files={directory}",
+                    expected,
+                )
+            )
+        cases += [
+            (
+                f"verify: manifest {name}",
+                f"data_prep.main --verify --output_dir={directory}",
+                expected,
+            ),
+        ]
+    for name in ("shard absolute", "shard ../", "shards a list", "entry a string"):
+        cases.append(
+            (
+                f"rerun: manifest {name}",
+                f"{PREP} --output_dir={{d}}/man_{_id(name)}",
+                f"man_{_id(name)}/manifest.json",
+            )
+        )
+    for name in _count_changes():
+        directory = f"{{d}}/man_{_id(name)}"
+        cases += [
+            (
+                f"train: manifest {name}",
+                f"{TRAIN} --config.data.train_files={directory}",
+                ("{shard}", "its manifest lists"),
+            ),
+            (
+                f"verify: manifest {name}",
+                f"data_prep.main --verify --output_dir={directory}",
+                ("{shard}", "the manifest lists"),
+            ),
+        ]
+    for name in _json_texts():
+        directory = f"{{d}}/mj_{_id(name)}"
+        cases += [
+            (
+                f"train: manifest {name}",
+                f"{TRAIN} --config.data.train_files={directory}",
+                f"mj_{_id(name)}/manifest.json",
+            ),
+            (
+                f"verify: manifest {name}",
+                f"data_prep.main --verify --output_dir={directory}",
+                f"mj_{_id(name)}/manifest.json",
+            ),
+        ]
+    return cases + [
+        (
+            "train: train and eval globs share a shard",
+            TRAIN
+            + " --config.data.train_files={d}/records/train-* --config.data.eval_files={d}/records/"
+            "train-00000*",
+            ("{shard}", "both a training and an eval shard"),
+        ),
+        (
+            "train: eval shard through a link is a train shard",
+            TRAIN + " --config.data.eval_files={d}/rec_link/train-00001*",
+            "train-00001",
+        ),
+        (
+            "train: eval_files the train shard's own path",
+            TRAIN + " --config.data.eval_files={d}//records/./{shard}",
+            ("{shard}", "eval shard"),
+        ),
+    ]
+
+
+def _models() -> list:
+    cases = []
+    for name, names in MODEL_EXPECT.items():
+        cases.append((f"embed: model {name}", f"{EMBED} --model={{d}}/hf_{_id(name)}", names))
+        if name in MODELS_FINETUNED:
+            cases.append(
+                (f"finetune: init {name}", f"{FINETUNE} --init={{d}}/hf_{_id(name)}", names)
+            )
+    return cases + [
+        (
+            "embed: a sharded index of its own files works",
+            f"{EMBED} --model={{d}}/hf_index_works",
+            _embeds_as_hf,
+        ),
+    ]
+
+
+PIPE, DIR = ("pipe", "named pipe"), ("dir", "is a directory")
+PATHS = [
+    ("input: a named pipe", f"{PREP} --input={{d}}/pipe", PIPE),
+    ("vocab_file: a named pipe", f"{PREP} --vocab_file={{d}}/pipe", PIPE),
+    ("decode: input a named pipe", f"{DECODE}{{d}}/pipe", PIPE),
+    (
+        "decode: vocab a named pipe",
+        f"{DECODE}{{d}}/records/{{shard}} --vocab_file={{d}}/pipe",
+        PIPE,
+    ),
+    ("decode: vocab a directory", f"{DECODE}{{d}}/records/{{shard}} --vocab_file={{d}}/dir", DIR),
+    ("vocab: input a named pipe", f"{VOCAB} --input={{d}}/pipe", PIPE),
+    ("train: train_files a named pipe", f"{TRAIN} --config.data.train_files={{d}}/pipe", PIPE),
+    ("train: vocab_file a named pipe", f"{TRAIN} --config.data.vocab_file={{d}}/pipe", PIPE),
+    ("train: vocab_file a directory", f"{TRAIN} --config.data.vocab_file={{d}}/dir", DIR),
+    ("embed: input a named pipe", f"{EMBED} --input={{d}}/pipe", PIPE),
+    ("embed: vocab a named pipe", f"{EMBED} --vocab_file={{d}}/pipe", PIPE),
+    ("export: vocab a named pipe", f"{EXPORT} --vocab_file={{d}}/pipe", PIPE),
+    ("export: vocab a directory", f"{EXPORT} --vocab_file={{d}}/dir", DIR),
+    ("finetune: train file a named pipe", f"{FINETUNE} --config.data.train_file={{d}}/pipe", PIPE),
+    ("finetune: train file a directory", f"{FINETUNE} --config.data.train_file={{d}}/dir", DIR),
+    ("finetune: eval file a directory", f"{FINETUNE} --config.data.eval_files={{d}}/dir", DIR),
+]
+
+SEEDS = [
+    ("random_seed negative", f"{PREP} --random_seed=-1", "random_seed"),
+    ("train: seed negative", f"{TRAIN} --config.train.seed=-1", "train.seed"),
+    ("train: seed past 2**31", f"{TRAIN} --config.train.seed=4294967296", "train.seed"),
+    ("finetune: seed negative", f"{FINETUNE} --config.train.seed=-3", "train.seed"),
+]
+
+READ_ONLY = [  # /sys is a read-only filesystem, also to root
+    ("output_dir read-only", f"{PREP} --output_dir=/sys/out", "/sys/out"),
+    ("vocab: output read-only", f"{VOCAB} --output=/sys/v.txt", "/sys"),
+    ("vocab: sp output read-only", f"{VOCAB} --output=/sys/sp --model_type=sentencepiece", "/sys"),
+    ("embed: output read-only", f"{EMBED} --output=/sys/e.npz", "/sys"),
+    ("export: output read-only", f"{EXPORT} --output_dir=/sys/hf", "/sys/hf"),
+    ("train: workdir read-only", f"{TRAIN} --workdir=/sys/run", "/sys/run"),
+    ("finetune: workdir read-only", f"{FINETUNE} --workdir=/sys/ft", "/sys/ft"),
+]
+
+TEXT = [
+    ("input one 9 MB line", f"{PREP} --input={{d}}/long.txt", ("long.txt", "8 MB")),
+    ("input one 9 MB line gzipped", f"{PREP} --input={{d}}/long.gz", ("long.gz", "8 MB")),
+    ("vocab: input one 9 MB line", f"{VOCAB} --input={{d}}/long.txt", ("long.txt", "8 MB")),
+    (
+        "input a 9 MB line among others is counted",
+        f"{PREP} --input={{d}}/long_one.txt",
+        _long_line_counted,
+    ),
+    ("input UTF-16 dump works", f"{PREP} --input={{d}}/wiki16.xml", _prep_as("wiki8.xml")),
+    ("input UTF-16BE dump works", f"{PREP} --input={{d}}/wiki16be.xml", _prep_as("wiki8.xml")),
+    (
+        "input UTF-16 dump without BOM works",
+        f"{PREP} --input={{d}}/wiki16le-nobom.xml",
+        _prep_as("wiki8.xml"),
+    ),
+    ("input UTF-16 dump bz2 works", f"{PREP} --input={{d}}/wiki16.xml.bz2", _prep_as("wiki8.xml")),
+    ("input UTF-16 dump gzip works", f"{PREP} --input={{d}}/wiki16.xml.gz", _prep_as("wiki8.xml")),
+    ("vocab: UTF-16 dump works", f"{VOCAB} --input={{d}}/wiki16.xml", _vocab_as("wiki8.xml")),
+    ("input UTF-32 dump", f"{PREP} --input={{d}}/wiki32.xml", ("wiki32.xml", "iconv -f UTF-32")),
+    ("input UTF-16 XML not a dump", f"{PREP} --input={{d}}/xml16.xml", ("xml16.xml", "<catalog>")),
+]
+
+RESUME = [
+    (
+        f"train: resume {name}",
+        f"{TRAIN} --workdir={{d}}/resume_{name} {flags}",
+        (f"resume_{name}", f"config.model.{field}"),
+    )
+    for name, (flags, field) in RESIZED.items()
+]
+
+CASES = [
+    *_damaged_records(),
+    *_features(),
+    *_manifests(),
+    *_models(),
+    *PATHS,
+    *SEEDS,
+    *READ_ONLY,
+    *TEXT,
+    *RESUME,
+]
