@@ -298,8 +298,17 @@ def restore_latest(
 
 
 def _shapes(tree) -> dict[str, tuple]:
+    """{'bert/layers/0/attention/key/bias': shape} of a tree of arrays or array metadata. Keys
+    as text: Orbax's metadata names a layer '0' where the parameters' tree has the integer 0."""
+
+    def name(entry) -> str:
+        for attr in ("key", "idx", "name"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
     leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in leaves}
+    return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
 
 
 def check_same_model(
@@ -329,7 +338,7 @@ def check_same_model(
     ]
     if not fields:  # no saved config to compare: name an array instead
         key = next(k for k in sorted(set(saved) | set(ours)) if saved.get(k) != ours.get(k))
-        fields = [f"params{key} has shape {ours.get(key)} here, {saved.get(key)} there"]
+        fields = [f"params/{key} has shape {ours.get(key)} here, {saved.get(key)} there"]
     raise cli.UserError(
         f"cannot resume from {manager.directory}/{step}: this run's model differs from the one "
         f"it saved: {'; '.join(fields)}. Resume with the checkpoint's model config, or train "

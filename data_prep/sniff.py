@@ -136,26 +136,19 @@ def _root(head: bytes) -> bytes | None:
     return start[position:].lstrip()
 
 
+# How an XML document in UTF-16/32 starts: its byte-order mark, or without one the NULs around
+# its first `<` (as the XML spec's appendix F detects the encoding).
+_WIDE_XML_STARTS = tuple((bom, name.lower()) for bom, name in _WIDE_BOMS) + (
+    (b"<\x00\x00\x00", "utf-32-le"),
+    (b"\x00\x00\x00<", "utf-32-be"),
+    (b"<\x00", "utf-16-le"),
+    (b"\x00<", "utf-16-be"),
+)
+
+
 def _wide_encoding(head: bytes) -> str | None:
-    """The codec of UTF-16/32 XML: by its byte-order mark, or by the NULs around its first `<`
-    (an XML document without a mark, as the XML spec's appendix F detects it); None if neither."""
-    for bom, codec in (
-        (b"\xff\xfe\x00\x00", "utf-32"),
-        (b"\x00\x00\xfe\xff", "utf-32"),
-        (b"\xff\xfe", "utf-16"),
-        (b"\xfe\xff", "utf-16"),
-    ):
-        if head.startswith(bom):
-            return codec
-    for start, codec in (
-        (b"<\x00\x00\x00", "utf-32-le"),
-        (b"\x00\x00\x00<", "utf-32-be"),
-        (b"<\x00", "utf-16-le"),
-        (b"\x00<", "utf-16-be"),
-    ):
-        if head.startswith(start):
-            return codec
-    return None
+    """The codec of UTF-16/32 XML (see _WIDE_XML_STARTS); None for anything else."""
+    return next((codec for start, codec in _WIDE_XML_STARTS if head.startswith(start)), None)
 
 
 def _as_utf8(head: bytes) -> tuple[bytes, str]:

@@ -618,61 +618,40 @@ def _id(name: str) -> str:
     return f"{words}_{hashlib.md5(name.encode()).hexdigest()[:4]}"
 
 
+def _damage_cases(fmt: str, prefix: str, shard: str, name: str, where, trained: bool) -> list:
+    """decode, --verify and (when `trained`: see TRAINER_RUNS) the trainer's eval over the copy
+    of a data_prep output whose eval shard `shard` is damaged the way `name` says."""
+    directory = f"{{d}}/{prefix}_{_id(name)}"
+    train = TRAIN_TF if fmt == "TFRecord" else TRAIN
+    cases = [
+        (f"decode: {fmt} {name}", f"{DECODE_ALL}{directory}/{shard}", where),
+        (f"verify: {fmt} {name}", f"data_prep.main --verify --output_dir={directory}", shard),
+    ]
+    if trained:
+        cases.append(
+            (f"train: {fmt} {name}", f"{train} --config.data.eval_files={directory}", where)
+        )
+    return cases
+
+
 def _damaged_records() -> list:
     cases = []
     for name in ("data", "length", "length CRC", "data CRC", "zeroed block", "cut inside"):
-        where = ("{tfeval}", "record 3")
-        if name in ("data", "length CRC", "cut inside"):  # see TRAINER_RUNS
-            cases.append(
-                (
-                    f"train: TFRecord {name}",
-                    TRAIN_TF + f" --config.data.eval_files={{d}}/tf_{_id(name)}",
-                    where,
-                )
-            )
-        cases += [
-            (f"decode: TFRecord {name}", DECODE_ALL + f"{{d}}/tf_{_id(name)}/{{tfeval}}", where),
-            (
-                f"verify: TFRecord {name}",
-                f"data_prep.main --verify --output_dir={{d}}/tf_{_id(name)}",
-                "{tfeval}",
-            ),
-        ]
-    cases += [
-        (
-            "train: TFRecord tail garbage",
-            TRAIN_TF + f" --config.data.eval_files={{d}}/tf_{_id('tail garbage')}",
-            ("{tfeval}", "truncated TFRecord header"),
-        ),
-        (
-            "decode: TFRecord tail garbage",
-            DECODE_ALL + f"{{d}}/tf_{_id('tail garbage')}/{{tfeval}}",
-            ("{tfeval}", "truncated TFRecord header"),
-        ),
-        (
-            "verify: TFRecord tail garbage",
-            f"data_prep.main --verify --output_dir={{d}}/tf_{_id('tail garbage')}",
-            "{tfeval}",
-        ),
-    ]
+        trained = name in ("data", "length CRC", "cut inside")
+        cases += _damage_cases(
+            "TFRecord", "tf", "{tfeval}", name, ("{tfeval}", "record 3"), trained
+        )
+    cases += _damage_cases(
+        "TFRecord",
+        "tf",
+        "{tfeval}",
+        "tail garbage",
+        ("{tfeval}", "truncated TFRecord header"),
+        True,
+    )
     for name in ("first chunk", "middle chunk", "zeroed block"):
         where = ("{areval}", "record ", "hash mismatch")
-        if name == "middle chunk":  # see TRAINER_RUNS
-            cases.append(
-                (
-                    f"train: ArrayRecord {name}",
-                    TRAIN + f" --config.data.eval_files={{d}}/ar_{_id(name)}",
-                    where,
-                )
-            )
-        cases += [
-            (f"decode: ArrayRecord {name}", DECODE_ALL + f"{{d}}/ar_{_id(name)}/{{areval}}", where),
-            (
-                f"verify: ArrayRecord {name}",
-                f"data_prep.main --verify --output_dir={{d}}/ar_{_id(name)}",
-                "{areval}",
-            ),
-        ]
+        cases += _damage_cases("ArrayRecord", "ar", "{areval}", name, where, name == "middle chunk")
     return cases + [
         (
             "train: every training record damaged",

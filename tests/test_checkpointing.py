@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from test_train import golden_data
 
-from bert_jax import checkpointing, input_pipeline, train
+from bert_jax import checkpointing, cli, input_pipeline, train
 from configs import tiny
 
 
@@ -156,3 +156,28 @@ def test_errors_say_what_to_do(testdata, saved, tmp_path):
     with pytest.raises(ValueError, match="does not match this run's model"):
         checkpointing.restore(manager, 7, setup.abstract_state, it)
     manager.close()
+
+
+def test_resume_names_the_model_fields_that_changed(testdata, saved):
+    """restore_latest with the run's config.model: the same model (on another mesh) resumes; a
+    wider one is one error naming each config.model field that differs, before any restore."""
+    workdir, _, state, _ = saved
+    same = _config(testdata, 2, 1, 1, 2)
+    manager = checkpointing.make_manager(workdir)
+    step, restored = checkpointing.restore_latest(
+        manager, train.make_setup(same).abstract_state, None, same.model.to_dict()
+    )
+    assert step == 7
+    np.testing.assert_array_equal(
+        np.asarray(restored["step"]), state["step"]
+    )  # Orbax's metadata names layer '0' where the parameters' tree has 0: still the same model
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    with pytest.raises(cli.UserError) as error:
+        checkpointing.restore_latest(
+            manager, train.make_setup(bigger).abstract_state, None, bigger.model.to_dict()
+        )
+    manager.close()
+    assert "config.model.hidden_size=64 (the checkpoint's: 32)" in str(error.value)
+    assert "config.model.intermediate_size=128 (the checkpoint's: 64)" in str(error.value)
+    assert "num_hidden_layers" not in str(error.value)
