@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+import sweep_inputs
 import sweep_integrity
 from forkrun import Server
 
@@ -179,6 +180,7 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     hf.save_hf(model, vocab_file, str(d / "hf"))
     shard = manifest.read(str(d / "records" / "manifest.json"))["shards"]["train"][0]["file"]
     more = sweep_integrity.make_files(d, server, vocab_file)
+    sweep_inputs.make_files(d)
     return {"d": d, "vocab": vocab_file, "shard": shard, **more}
 
 
@@ -584,31 +586,20 @@ FINETUNE = [
 # classes issue 23 gives the `runs` work (its workdir lock, exports, signals); its cases go here.
 RUNS: list = []
 
-CASES = {
-    case[0]: case
-    for case in [
-        *DATA_PREP_MAIN,
-        *DECODE,
-        *VOCAB,
-        *BERT_JAX_MAIN,
-        *BERT_JAX_EXPORT,
-        *BERT_JAX_EMBED,
-        *FINETUNE,
-        *sweep_integrity.CASES,  # issue 23: damaged records, path escapes, model files, ...
-        *RUNS,
-    ]
-}
-assert len(CASES) == len(
-    DATA_PREP_MAIN
-    + DECODE
-    + VOCAB
-    + BERT_JAX_MAIN
-    + BERT_JAX_EXPORT
-    + BERT_JAX_EMBED
-    + FINETUNE
-    + sweep_integrity.CASES
-    + RUNS
-), "an id twice"
+ALL_CASES = [
+    *DATA_PREP_MAIN,
+    *DECODE,
+    *VOCAB,
+    *BERT_JAX_MAIN,
+    *BERT_JAX_EXPORT,
+    *BERT_JAX_EMBED,
+    *FINETUNE,
+    *sweep_integrity.CASES,  # issue 23: damaged records, manifests, features
+    *sweep_inputs.CASES,  # issue 23: model files, dumps, pipes, seeds, outputs, resumes
+    *RUNS,
+]
+CASES = {case[0]: case for case in ALL_CASES}
+assert len(CASES) == len(ALL_CASES), "a case id twice"
 
 
 def _command(world, case: str, o) -> tuple[str, list[str]]:
