@@ -46,6 +46,12 @@ flags.DEFINE_list(
 )
 flags.DEFINE_integer("num_workers", 0, "config.data.num_workers (Grain worker processes).")
 flags.DEFINE_integer("read_threads", 4, "config.data.read_threads.")
+flags.DEFINE_bool(
+    "record_checks",
+    False,
+    "Instead: the cost of checking every record read (TFRecord's data CRC-32C), the pipeline "
+    "over TFRecord shards with the check and with it bypassed, in interleaved rounds.",
+)
 
 
 class PipelineRunner:
@@ -70,6 +76,64 @@ class PipelineRunner:
         return time.perf_counter() - start
 
 
+def record_checks(config, vocab: int, setup) -> None:
+    """Batches/s and records/s over TFRecord shards with every record's data CRC checked (what
+    the trainer does) and with that check bypassed (bench only: record_io._check_data replaced by
+    a pass-through), side by side in interleaved rounds."""
+    from bench.runners import write_shards
+    from bert_jax import data_contract, input_pipeline, manifest, record_io
+
+    config.data.dynamic_masking, config.data.pack = False, False
+    config.data.train_files = write_shards(
+        FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions, fmt="tfrecord"
+    )
+    resolved = data_contract.resolve(config)
+    files = manifest.find_shards(resolved.data.train_files).files
+    checked = record_io._check_data
+
+    def unchecked(path, index, offset, data, footer):
+        return data
+
+    def read_all() -> tuple[int, float]:
+        source = input_pipeline.TFRecordSource(files)
+        start = time.perf_counter()
+        for i in range(len(source)):
+            source[i]
+        return len(source), time.perf_counter() - start
+
+    rates = {"checked": [], "unchecked": []}
+    reads = {"checked": [], "unchecked": []}
+    pipelines = {}
+    for name, check in (("checked", checked), ("unchecked", unchecked)):
+        record_io._check_data = check
+        pipelines[name] = PipelineRunner(resolved.data, vocab, setup)
+    try:
+        for _ in range(FLAGS.rounds):
+            for name, check in (("checked", checked), ("unchecked", unchecked)):
+                record_io._check_data = check
+                rates[name].append(FLAGS.batches / pipelines[name].run(FLAGS.batches))
+                n, seconds = read_all()
+                reads[name].append(n / seconds)
+    finally:
+        record_io._check_data = checked
+    for name in rates:
+        print(
+            f"TFRecord, {name:>9} CRC: pipeline {statistics.median(rates[name]):7.1f} batches/s "
+            f"| reading every record {statistics.median(reads[name]):9.0f} records/s",
+            flush=True,
+        )
+
+    def cost(rates):  # the median over rounds of checked / unchecked, measured side by side
+        ratios = [c / u for c, u in zip(rates["checked"], rates["unchecked"])]
+        return 100 * (1 - statistics.median(ratios))
+
+    print(
+        f"the check costs {cost(rates):.1f}% of the pipeline's batches/s and {cost(reads):.1f}% "
+        f"of its record reads ({n} records; median of {FLAGS.rounds} rounds' ratios)",
+        flush=True,
+    )
+
+
 def main(argv):
     del argv
     from bench.runners import OursRunner, make_config, synthetic_batch, write_shards
@@ -90,6 +154,9 @@ def main(argv):
         step = OursRunner(
             config, synthetic_batch(FLAGS.batch_size, FLAGS.seq_len, FLAGS.num_predictions, vocab)
         )
+        if FLAGS.record_checks:
+            record_checks(config, vocab, step.setup)
+            return
         for masking in FLAGS.masking:
             config.data.dynamic_masking = masking == "dynamic"
             config.data.pack = False  # the step below runs unpacked synthetic batches

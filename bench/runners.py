@@ -58,11 +58,18 @@ def make_config(
 
 
 def write_shards(
-    work_dir: str, seq_len: int, num_predictions: int, dynamic: bool = False, nsp: bool = True
+    work_dir: str,
+    seq_len: int,
+    num_predictions: int,
+    dynamic: bool = False,
+    nsp: bool = True,
+    fmt: str = "arrayrecord",
 ) -> str:
-    """examples/data/pydocs.txt -> data_prep's ArrayRecord shards under `work_dir` (dupe_factor
-    1; skipped when already written); their glob. The manifest beside them has the padding."""
+    """examples/data/pydocs.txt -> data_prep's shards (ArrayRecord, or `fmt`) under `work_dir`
+    (dupe_factor 1; skipped when already written); their glob. The manifest beside them has the
+    padding."""
     kind = ("dynamic" if dynamic else "static") + ("" if nsp else "_mlm_only")
+    kind += "" if fmt == "arrayrecord" else f"_{fmt}"
     out = os.path.join(work_dir, f"L{seq_len}_{kind}")
     if not os.path.exists(os.path.join(out, "manifest.json")):
         cmd = [
@@ -80,6 +87,7 @@ def write_shards(
             "--noprogress",
             f"--dynamic_masking={str(dynamic).lower()}",
             f"--nsp={str(nsp).lower()}",
+            f"--format={fmt}",
         ]
         print("writing shards:", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True, cwd=REPO)

@@ -251,7 +251,10 @@ CORRUPT_SUFFIX = ".corrupt"
 
 
 def restore_latest(
-    manager: ocp.CheckpointManager, abstract_state: dict, data_iter: Any = None
+    manager: ocp.CheckpointManager,
+    abstract_state: dict,
+    data_iter: Any = None,
+    model_config: dict | None = None,
 ) -> tuple[int, dict] | None:
     """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
     are none.
@@ -262,7 +265,13 @@ def restore_latest(
     step again) with a warning. If no step
     restores, nothing is moved and the error names every step's failure: then the likely cause is
     a config that does not match the checkpoints, which an older step cannot fix.
+
+    `model_config` (this run's config.model as a dict): when the newest step's parameters have
+    other shapes than this run's, the error names the config.model fields that differ from the
+    config saved with it, before any restore is tried.
     """
+    if model_config is not None and manager.all_steps():
+        check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
     failures: list[tuple[int, Exception]] = []
     for step in sorted(manager.all_steps(), reverse=True):
         try:
@@ -291,6 +300,55 @@ def restore_latest(
             + "\n".join(f"  step {s}: {e}" for s, e in failures)
         )
     return None
+
+
+def _shapes(tree) -> dict[str, tuple]:
+    """{'bert/layers/0/attention/key/bias': shape} of a tree of arrays or array metadata. Keys
+    as text: Orbax's metadata names a layer '0' where the parameters' tree has the integer 0."""
+
+    def name(entry) -> str:
+        for attr in ("key", "idx", "name"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_same_model(
+    manager: ocp.CheckpointManager, step: int, abstract_params: Any, model_config: dict
+) -> None:
+    """Raises cli.UserError naming the config.model fields that differ from the checkpoint's own
+    when the parameters saved at `step` have other shapes (or names) than `abstract_params`.
+    Unreadable metadata is left to the restore, which treats the step as damaged."""
+    try:
+        saved = _shapes(manager.item_metadata(step)[PARAMS])
+    except Exception:  # damaged metadata: restore_latest's fallback handles the step
+        return
+    ours = _shapes(abstract_params)
+    if not saved or saved == ours:
+        return
+    try:
+        restored = manager.restore(
+            step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
+        )
+        theirs = dict(restored[CONFIG].get("model", {}))
+    except Exception:
+        theirs = {}
+    fields = [
+        f"config.model.{k}={model_config.get(k)!r} (the checkpoint's: {theirs.get(k)!r})"
+        for k in sorted(set(theirs) | set(model_config))
+        if theirs.get(k) != model_config.get(k)
+    ]
+    if not fields:  # no saved config to compare: name an array instead
+        key = next(k for k in sorted(set(saved) | set(ours)) if saved.get(k) != ours.get(k))
+        fields = [f"params/{key} has shape {ours.get(key)} here, {saved.get(key)} there"]
+    raise cli.UserError(
+        f"cannot resume from {manager.directory}/{step}: this run's model differs from the one "
+        f"it saved: {'; '.join(fields)}. Resume with the checkpoint's model config, or train "
+        "this model in a new --workdir"
+    )
 
 
 def _all_processes(ok: bool) -> bool:

@@ -28,7 +28,10 @@ import difflib
 import errno
 import itertools
 import logging
+import os
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 
 from absl import app, flags
@@ -103,6 +106,53 @@ def message(error: BaseException) -> str:
         return f"{error.filename}: {error.strerror}"
     text = " ".join(str(error).split()) or type(error).__name__
     return text
+
+
+def not_a_file(path: str) -> str:
+    """Why `path` is not a regular file to read, as words that follow its name: it does not
+    exist, is a directory, a named pipe or a device (readers open inputs more than once, and a
+    pipe's content is gone after the first), or cannot be read. For error messages."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except NotADirectoryError:
+        return "does not exist (a part of its path is a file, not a directory)"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    if stat.S_ISFIFO(mode):
+        return (
+            "is a named pipe, not a file: it is read more than once (sniffed, then read), so "
+            "save what it carries to a file and pass that"
+        )
+    if not stat.S_ISREG(mode):
+        return "is a device or socket, not a file"
+    return "is a file"
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Raises UserError naming `flag` unless `path` is, or can be made as, a directory this
+    process may write: before any work, so an output on a read-only file system or under a file
+    is one line at once, not a traceback (or a lost hour) at the end. A bucket URL has no
+    directories to probe: its permissions show at the first write."""
+    if "://" in path:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag}={path!r} is a file; pass a directory")
+    ancestor = os.path.abspath(path)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UserError(f"{flag}={path!r}: {ancestor} is a file, not a directory")
+    try:  # os.access is not enough: root passes it where the file system refuses (sysfs)
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=ancestor))
+    except OSError as e:
+        raise UserError(
+            f"{flag}={path!r}: {ancestor} cannot be written ({e.strerror or e}: a read-only "
+            "file system, or no permission); pass a directory you can write"
+        ) from None
 
 
 def fail(text: str, status: int = 2) -> None:

@@ -15,6 +15,9 @@ import math
 from bert_jax import cli, sharding
 from bert_jax.faults import NONFINITE_MODES
 
+BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/input_pipeline.py)
+MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
+
 
 def _mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, int] | None:
     try:
@@ -59,6 +62,12 @@ def check_common(
         problems.append(
             f"optim.weight_decay={o.weight_decay} and optim.max_grad_norm={o.max_grad_norm} "
             "must be >= 0 (0 turns them off)"
+        )
+    seed = config.train.get("seed", 0)
+    if not isinstance(seed, int) or not 0 <= seed < MAX_SEED:
+        problems.append(
+            f"train.seed={seed!r} must be a whole number in [0, 2**31): numpy's and Grain's "
+            "generators take no negative seed"
         )
     mode = config.train.get("on_nonfinite", "stop")
     if mode not in NONFINITE_MODES:
@@ -112,6 +121,11 @@ def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     ):
         if value < 0:
             problems.append(f"{name}={value} must be >= 0 (0 turns it off)")
+    d = config.data
+    if d.get("bad_records", "error") not in BAD_RECORD_MODES:
+        problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
+    if d.get("max_bad_records", 0) < 0:
+        problems.append(f"data.max_bad_records={d.max_bad_records} must be >= 0")
     devices = config.mesh.num_devices or num_devices
     sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
     if sizes is not None:

@@ -151,6 +151,8 @@ def resolve(config):
     d = config.data
     train = manifest.find_shards(d.train_files, "train")
     evals = manifest.find_shards(d.eval_files, "eval") if d.eval_files else None
+    if evals is not None:
+        manifest.check_disjoint(train, evals)
     manifests = {m["path"]: m for m in train.manifests + (evals.manifests if evals else [])}
     if d.verify_md5:
         for shards in (train, evals):
@@ -158,7 +160,9 @@ def resolve(config):
                 manifest.verify_md5(shards)
     described, where = _described(list(manifests.values()))
     if d.vocab_file and not os.path.isfile(d.vocab_file):
-        raise cli.UserError(f"config.data.vocab_file={d.vocab_file!r} does not exist")
+        raise cli.UserError(
+            f"config.data.vocab_file={d.vocab_file!r} {cli.not_a_file(d.vocab_file)}"
+        )
     # Version-1 manifests (and records without one) record no vocabulary size or special ids:
     # read them from the vocabulary file, when it is there and is the one the data was made with.
     vocab_file = d.vocab_file or described.get("vocab_file") or ""
@@ -312,7 +316,7 @@ def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | 
         )
     if not os.path.isfile(vocab_file):
         raise cli.UserError(
-            f"vocab file {vocab_file!r} does not exist"
+            f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}"
             + ("" if given else " (the one the run's data recorded)")
             + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
             "tokenized with"

@@ -148,7 +148,7 @@ def embed_texts(
 def read_lines(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise cli.UserError(
-            f"--input={path!r} does not exist; pass a text file with one text per line"
+            f"--input={path!r} {cli.not_a_file(path)}; pass a text file with one text per line"
         )
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark is no text

@@ -53,6 +53,7 @@ def export(
     from bert_jax import model as model_lib
 
     publish.check_target(output_dir)
+    cli.check_writable_dir(output_dir, "--output_dir")
     if not pretrained.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"

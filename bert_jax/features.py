@@ -17,6 +17,7 @@ NEXT_SENTENCE_LABELS = "next_sentence_labels"
 # Features of an unmasked record (dynamic masking): the trainer masks on the fly.
 UNMASKED_FEATURES = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS, NEXT_SENTENCE_LABELS)
 MASKED_FEATURES = (MASKED_LM_POSITIONS, MASKED_LM_IDS, MASKED_LM_WEIGHTS)
+ALL_FEATURES = UNMASKED_FEATURES + MASKED_FEATURES
 FLOAT_FEATURES = frozenset({MASKED_LM_WEIGHTS})
 
 
@@ -74,12 +75,21 @@ def encode_example(features: dict) -> bytes:
 
 
 def decode_example(data: bytes) -> dict:
-    """Parses a serialized tf.train.Example into {name: numpy array} (int64 or float32)."""
+    """Parses a serialized tf.train.Example into {name: numpy array} (int64 or float32).
+
+    Only the schema's features (ALL_FEATURES) are decoded: any other feature in the Example is
+    ignored, as tf.io.parse_single_example ignores what its feature spec does not name. Raises
+    protobuf's DecodeError for bytes that are no Example, ValueError for a schema feature that
+    holds no numbers."""
     import numpy as np
 
     example = _example_pb2().Example.FromString(data)
     out = {}
-    for name, feature in example.features.feature.items():
+    table = example.features.feature
+    for name in ALL_FEATURES:
+        if name not in table:
+            continue
+        feature = table[name]
         kind = feature.WhichOneof("kind")
         if kind == "float_list":
             out[name] = np.asarray(feature.float_list.value, dtype=np.float32)
@@ -88,6 +98,25 @@ def decode_example(data: bytes) -> dict:
         else:
             raise ValueError(f"feature {name!r} holds {kind}; BERT records hold only numbers")
     return out
+
+
+def missing_feature(features: dict, masked: bool) -> str | None:
+    """The first feature every record needs (the masked ones too when `masked`) that `features`
+    lacks, or None."""
+    needed = UNMASKED_FEATURES + (MASKED_FEATURES if masked else ())
+    return next((name for name in needed if name not in features), None)
+
+
+def unequal_lengths(features: dict) -> str | None:
+    """What is wrong when features that go together (the per-token ones, the per-prediction
+    ones) have different lengths in one record, or None: a check that needs no schema."""
+    for group in ((INPUT_IDS, INPUT_MASK, SEGMENT_IDS), MASKED_FEATURES):
+        lengths = {name: len(features[name]) for name in group if name in features}
+        if len(set(lengths.values())) > 1:
+            return "features of different lengths: " + ", ".join(
+                f"{name} {n}" for name, n in lengths.items()
+            )
+    return None
 
 
 def check_example(features: dict, schema: Schema) -> None:

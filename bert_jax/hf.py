@@ -17,6 +17,7 @@ import dataclasses
 import glob
 import json
 import os
+import pickle
 import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
+from bert_jax import cli
 from bert_jax.model import BertConfig, BertForPreTraining, model_from_params
 
 # config.json fields that are BertConfig fields under the same name.
@@ -44,7 +46,7 @@ _EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 _BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
 
 
-class CheckpointError(ValueError):
+class CheckpointError(cli.UserError):
     """A checkpoint that cannot be imported; the message says what to fix."""
 
 
@@ -280,7 +282,7 @@ def save_tokenizer(
     `output_dir` (a pre-training export and a fine-tuned task model alike)."""
     if not os.path.isfile(vocab_file):
         raise FileNotFoundError(
-            f"vocab file {vocab_file!r} does not exist; pass the vocab.txt "
+            f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
             "the training data was tokenized with"
         )
     shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
@@ -296,20 +298,45 @@ def save_tokenizer(
         )
 
 
-def _read_json(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+def read_json(path: str) -> dict:
+    """A JSON object from a model directory (config.json, an index, tokenizer files); an error
+    names the file and what is wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({e}): the file is damaged or cut short; copy it again "
+            "from the model's source"
+        ) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def read_hf_config(hf_dir: str) -> dict:
+    return read_json(_config_path(hf_dir))
+
+
+def _config_path(hf_dir: str) -> str:
     for name in ("config.json", "bert_config.json"):
         path = os.path.join(hf_dir, name)
         if os.path.isfile(path):
-            return _read_json(path)
+            return path
     raise CheckpointError(
         f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
         "(original TensorFlow BERT); pass the model's directory"
     )
+
+
+def load_bert_config(hf_dir: str, **overrides) -> BertConfig:
+    """The BertConfig of a model directory's config.json; an error names the file."""
+    path = _config_path(hf_dir)
+    try:
+        return bert_config_from_hf(read_json(path), **overrides)
+    except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
+        text = " ".join(str(e).split())
+        raise CheckpointError(text if path in text else f"{path}: {text}") from None
 
 
 def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
@@ -317,9 +344,17 @@ def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
 
     out = {}
     for path in paths:
-        with safe_open(path, framework="numpy") as f:
-            for key in f.keys():
-                out[key] = f.get_tensor(key)
+        try:
+            with safe_open(path, framework="numpy") as f:
+                for key in f.keys():
+                    out[key] = f.get_tensor(key)
+        except (OSError, ValueError):
+            raise  # a missing file (named by its OSError) or one of ours
+        except Exception as e:  # safetensors' SafetensorError: a cut or damaged header or data
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file ({' '.join(str(e).split())}): it is "
+                "damaged or cut short; copy it again from the model's source"
+            ) from None
     return out
 
 
@@ -331,7 +366,18 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
             f"reading {path} needs PyTorch: pip install torch (the CPU build is "
             "enough), or convert the checkpoint to model.safetensors"
         ) from e
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
+        # weights_only refuses pickles that would run code (or name unknown classes); a cut or
+        # non-zip file fails to open. Neither is a bug of ours.
+        raise CheckpointError(
+            f"{path} is not a PyTorch state dict that loads safely ({_first_line(e)}): it is "
+            "damaged, or pickles objects other than tensors; convert it to model.safetensors "
+            "where it was made"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
     return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
 
 
@@ -383,6 +429,33 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
     return out
 
 
+def indexed_files(index: str, hf_dir: str) -> list[str]:
+    """The weight files a sharded checkpoint's index (its weight_map) names, each checked to lie
+    inside `hf_dir`: an index must not send a reader elsewhere (an absolute path, `..`)."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} has no weight_map object naming the weight files")
+    root = os.path.realpath(hf_dir)
+    out = []
+    for name in sorted(set(weight_map.values())):
+        target = os.path.realpath(os.path.join(hf_dir, name)) if isinstance(name, str) else ""
+        if (
+            not isinstance(name, str)
+            or os.path.isabs(name)
+            or os.path.commonpath([root, target]) != root
+        ):
+            raise CheckpointError(
+                f"{index} names the weight file {name!r}, outside {hf_dir!r}: an index may only "
+                "name files in its own directory"
+            )
+        out.append(os.path.join(hf_dir, name))
+    return out
+
+
+def _first_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     """All weight tensors of a model directory, HF-named, and a description of what was read."""
 
@@ -392,10 +465,8 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     if os.path.isfile(path("model.safetensors")):
         return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
     if os.path.isfile(path("model.safetensors.index.json")):
-        shards = sorted(
-            set(_read_json(path("model.safetensors.index.json"))["weight_map"].values())
-        )
-        return _read_safetensors([path(s) for s in shards]), path("model.safetensors.index.json")
+        index = path("model.safetensors.index.json")
+        return _read_safetensors(indexed_files(index, hf_dir)), index
     if os.path.isfile(path("pytorch_model.bin")):
         return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
     indexes = sorted(glob.glob(path("*.ckpt*.index")))
@@ -425,7 +496,7 @@ def load_hf(
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     if config is None:
-        config = bert_config_from_hf(read_hf_config(hf_dir))
+        config = load_bert_config(hf_dir)
     tensors, source = read_hf_weights(hf_dir)
     return from_hf_state_dict(tensors, config, seed=seed, source=source)
 

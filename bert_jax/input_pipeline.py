@@ -24,13 +24,20 @@ resumed and whatever the number of processes, and the numpy work is done a batch
 import bisect
 import dataclasses
 import os
-import struct
 from collections.abc import Sequence
 
 import grain
 import numpy as np
 
-from bert_jax import data_contract, features, manifest, masking, packed_records, record_io
+from bert_jax import (
+    bad_records,
+    data_contract,
+    features,
+    manifest,
+    masking,
+    packed_records,
+    record_io,
+)
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -44,15 +51,21 @@ EXAMPLE_WEIGHT = "example_weight"
 # Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
 # (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
+# With config.data.bad_records='skip', added to every record: 0, or for a damaged record (which
+# ParseRecord replaced by a blank one: [CLS] [SEP], every loss weight 0) its source index + 1.
+# bad_records.CountBadRecords takes it out of the batches, counts it and names the record.
+BAD_RECORD = bad_records.BAD_RECORD
 
 
 class TFRecordSource:
     """Random access to the records of TFRecord files, for Grain.
 
     TFRecord has no index, so the constructor scans each file's 12-byte length headers once
-    (seeking past the data, which it never reads) and keeps one offset per record: 8 bytes per
-    record in memory, the data stays on disk. Loading whole files instead would cost the
-    dataset's size in RAM on every host. Reads use os.pread, safe from Grain's reader threads.
+    (record_io.tfrecord_index: each length checked against its CRC, the data never read) and
+    keeps one offset per record: 8 bytes per record in memory, the data stays on disk. Loading
+    whole files instead would cost the dataset's size in RAM on every host. Each read checks the
+    record's data CRC (record_io.read_tfrecord_at), so the cost is paid per record read; reads
+    use os.pread, safe from Grain's reader threads.
     """
 
     def __init__(self, paths: Sequence[str]):
@@ -61,35 +74,11 @@ class TFRecordSource:
         self._lengths = []
         self._starts = [0]  # global index of each file's first record
         for path in self._paths:
-            offsets, lengths = self._index(path)
+            offsets, lengths = record_io.tfrecord_index(path)
             self._offsets.append(offsets)
             self._lengths.append(lengths)
             self._starts.append(self._starts[-1] + len(offsets))
         self._fds: dict[int, int] = {}
-
-    @staticmethod
-    def _index(path: str) -> tuple[np.ndarray, np.ndarray]:
-        offsets, lengths = [], []
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            pos = 0
-            while pos < size:
-                header = f.read(12)
-                if len(header) < 12:
-                    raise ValueError(
-                        f"{path}: truncated TFRecord header at byte {pos}; is it a TFRecord file?"
-                    )
-                (length,) = struct.unpack("<Q", header[:8])
-                if pos + 16 + length > size:
-                    raise ValueError(
-                        f"{path}: record at byte {pos} claims {length} bytes, past the end "
-                        "of the file; is it a TFRecord file?"
-                    )
-                offsets.append(pos + 12)
-                lengths.append(length)
-                pos += 16 + length
-                f.seek(pos)
-        return np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -106,7 +95,9 @@ class TFRecordSource:
         fd = self._fds.get(file_i)
         if fd is None:
             fd = self._fds[file_i] = os.open(self._paths[file_i], os.O_RDONLY)
-        return os.pread(fd, int(self._lengths[file_i][j]), int(self._offsets[file_i][j]))
+        return record_io.read_tfrecord_at(
+            fd, self._paths[file_i], j, int(self._offsets[file_i][j]), int(self._lengths[file_i][j])
+        )
 
     def __getstate__(self):
         # File descriptors do not survive pickling into Grain worker processes; reopen there.
@@ -118,9 +109,47 @@ class TFRecordSource:
         return f"TFRecordSource({len(self._paths)} files, {len(self)} records)"
 
 
-def make_source(files: Sequence[str], expected: Sequence[int] | None = None):
+class CheckedSource:
+    """A record source whose damaged records are record_io.DamagedRecord naming the shard and
+    the record (ArrayRecord: Riegeli's chunk-hash error, which names neither, is translated), and,
+    with `skip` (config.data.bad_records='skip'), are handed on as that error object for
+    ParseRecord to replace and count instead of ending the run."""
+
+    def __init__(self, source, files: Sequence[str], counts: Sequence[int], skip: bool = False):
+        self.source, self.files, self.skip = source, list(files), skip
+        self.starts = np.cumsum([0, *counts]).tolist()
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index):
+        try:
+            return self.source[index]
+        except record_io.DamagedRecord as e:
+            error = e
+        except RuntimeError as e:  # ArrayRecord/Riegeli: a chunk whose hash or framing fails
+            index = int(index) % self.starts[-1]
+            i = bisect.bisect_right(self.starts, index) - 1
+            error = record_io.damaged(self.files[i], index - self.starts[i], f"ArrayRecord: {e}")
+        if self.skip:
+            return error
+        raise record_io.DamagedRecord(
+            f"{error}; or set config.data.bad_records=skip to train around such records (up to "
+            "config.data.max_bad_records)",
+            error.path,
+            error.index,
+        ) from None
+
+    def __repr__(self) -> str:
+        return f"CheckedSource({self.source!r})"
+
+
+def make_source(
+    files: Sequence[str], expected: Sequence[int] | None = None, skip_damaged: bool = False
+):
     """(a Grain random-access source over files of one format, the record count of each file).
 
+    Every record read is checked by what its format carries (see CheckedSource).
     `expected`: the counts a manifest lists; a file holding another count (a shard cut short or
     replaced) is an error naming it."""
     formats = {record_io.format_of(f) for f in files}
@@ -140,7 +169,7 @@ def make_source(files: Sequence[str], expected: Sequence[int] | None = None):
                 f"{path} holds {got} records, its manifest lists {want}: the shard is "
                 "incomplete or was replaced; rerun its data_prep command to rewrite it"
             )
-    return source, counts
+    return CheckedSource(source, files, counts, skip_damaged), counts
 
 
 def _import_proto() -> None:
@@ -164,12 +193,16 @@ class ParseRecord(grain.transforms.MapWithIndex):
         files: Sequence[str],
         counts: Sequence[int],
         nsp: bool = True,
+        skip_damaged: bool = False,
+        special: tuple[int, int] = (0, 0),
     ):
         self.schema = schema
         self.nsp = nsp
         self.vocab_size = vocab_size
         self.files = list(files)
         self.starts = np.cumsum([0, *counts]).tolist()  # global index of each file's first record
+        self.skip_damaged = skip_damaged
+        self.special = special  # ([CLS], [SEP]) ids: the blank record that stands for a bad one
         _import_proto()
 
     def __setstate__(self, state):  # in a Grain worker process
@@ -180,17 +213,47 @@ class ParseRecord(grain.transforms.MapWithIndex):
         i = bisect.bisect_right(self.starts, index) - 1
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
-    def map_with_index(self, index: int, record: bytes) -> dict[str, np.ndarray]:
+    def map_with_index(self, index: int, record) -> dict[str, np.ndarray]:
+        # Past the first epoch Grain passes the index in the repeated stream: the record's own
+        # index is that modulo the records.
+        index %= self.starts[-1]
+        if isinstance(record, record_io.DamagedRecord):  # CheckedSource, with skip_damaged
+            return self._blank(index)
         try:
             example = features.decode_example(record)
         except Exception as e:  # protobuf's DecodeError: a damaged record
-            raise ValueError(
-                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged"
+            if self.skip_damaged:
+                return self._blank(index)
+            raise record_io.DamagedRecord(
+                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged",
+                self.files[bisect.bisect_right(self.starts, index) - 1],
+                index,
             ) from e
+        self._check(index, example)
+        out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
+        if self.schema.masked:
+            out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
+        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
+            np.int32
+        )[0]
+        out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
+        if self.skip_damaged:
+            out[BAD_RECORD] = np.int64(0)
+        return out
+
+    def _check(self, index: int, example: dict) -> None:
+        """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise ValueError(
                 f"dynamic masking needs unmasked records, but {self._where(index)} is already "
                 "masked: set config.data.dynamic_masking=False"
+            )
+        missing = features.missing_feature(example, masked=False)
+        if missing:
+            raise ValueError(
+                f"{self._where(index)} has no {missing!r} feature (it has "
+                f"{sorted(example) or 'none of the BERT features'}): not a BERT pre-training "
+                "record; point config.data.train_files / eval_files at data_prep's output"
             )
         try:
             features.check_example(example, self.schema)
@@ -214,14 +277,31 @@ class ParseRecord(grain.transforms.MapWithIndex):
                     "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
                     "the file is damaged"
                 )
-        out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
+
+    def _blank(self, index: int) -> dict[str, np.ndarray]:
+        """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
+        weight 0 (so it adds nothing to a loss, and packs and masks like any record), and its
+        index in BAD_RECORD."""
+        length, predictions = self.schema.max_seq_length, self.schema.max_predictions_per_seq
+        ids, mask = np.zeros(length, np.int32), np.zeros(length, np.int32)
+        ids[:2], mask[:2] = self.special, 1
+        out = {
+            features.INPUT_IDS: ids,
+            features.INPUT_MASK: mask,
+            features.SEGMENT_IDS: np.zeros(length, np.int32),
+            features.NEXT_SENTENCE_LABELS: np.int32(0),
+            NEXT_SENTENCE_WEIGHTS: np.float32(0),
+            BAD_RECORD: np.int64(index + 1),
+        }
         if self.schema.masked:
-            out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
-        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
-            np.int32
-        )[0]
-        out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
+            out[features.MASKED_LM_POSITIONS] = np.zeros(predictions, np.int32)
+            out[features.MASKED_LM_IDS] = np.zeros(predictions, np.int32)
+            out[features.MASKED_LM_WEIGHTS] = np.zeros(predictions, np.float32)
         return out
+
+    def name(self, index: int) -> str:
+        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
+        return self._where(index)
 
 
 # The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
@@ -264,14 +344,21 @@ class ApplyMasks(grain.transforms.Map):
 
 
 def _records(
-    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int
-) -> grain.MapDataset:
+    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int, skip_damaged: bool
+) -> tuple[grain.MapDataset, ParseRecord]:
     shards = manifest.find_shards(patterns, split)
-    source, counts = make_source(shards.files, shards.instances)
+    source, counts = make_source(shards.files, shards.instances, skip_damaged)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
-    parse = ParseRecord(facts.record_schema(), limit, shards.files, counts, facts.nsp)
-    return grain.MapDataset.source(source).map_with_index(parse)
+    special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))
+    parse = ParseRecord(
+        facts.record_schema(), limit, shards.files, counts, facts.nsp, skip_damaged, special
+    )
+    return grain.MapDataset.source(source).map_with_index(parse), parse
+
+
+def _skip_damaged(data) -> bool:
+    return data.get("bad_records", "error") == "skip"
 
 
 def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[DrawMasks, ApplyMasks]:
@@ -326,7 +413,7 @@ def train_dataset(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds = _records(data.train_files, "train", facts, vocab_size)
+    ds, parse = _records(data.train_files, "train", facts, vocab_size, _skip_damaged(data))
     if len(ds) < global_batch_size:
         raise ValueError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -352,6 +439,8 @@ def train_dataset(
         it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
     if data.num_workers > 0:
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
+    if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
+        it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
     return it_ds
 
 
@@ -376,7 +465,7 @@ def eval_batches(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds = _records(files, "eval", facts, vocab_size)
+    ds, parse = _records(files, "eval", facts, vocab_size, _skip_damaged(data))
     if facts.dynamic_masking:
         draw, apply = _masking(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
@@ -385,7 +474,7 @@ def eval_batches(
         raise ValueError(f"eval files {files!r} hold no records")
     local = global_batch_size // process_count
     num_batches = -(-total // global_batch_size)
-    batches = []
+    batches, skipped = [], []
     for b in range(num_batches):
         # Process p owns rows [p*local, (p+1)*local) of each global batch.
         start = b * global_batch_size + process_index * local
@@ -400,6 +489,12 @@ def eval_batches(
         }
         rows += [pad] * (local - len(rows))
         batch = {k: np.stack([r[k] for r in rows]) for k in pad}
+        if parse.skip_damaged:  # a damaged record's blank stand-in weighs nothing in the eval
+            marks = batch.pop(BAD_RECORD) * (weights > 0)  # padding rows are no records
+            weights[marks > 0] = 0.0
+            skipped += [parse.name(int(m) - 1) for m in marks[marks > 0]]
         batch[EXAMPLE_WEIGHT] = weights
         batches.append(batch)
+    if skipped:
+        bad_records.check_eval(skipped, data.max_bad_records)
     return batches

@@ -135,11 +135,7 @@ def read(path: str) -> dict:
             "do_lower_case": flags.get("do_lower_case"),
             "special_ids": None,
         }
-        shards = {split: list(raw["shards"].get(split, [])) for split in SPLITS}
-        for entry in shards["train"] + shards["eval"]:
-            for key in ("file", "instances", "md5"):
-                if key not in entry:
-                    raise KeyError(f"shards[...].{key}")
+        shards = check_shards(raw.get("shards"), path)
         out = {
             "path": path,
             "dir": os.path.dirname(os.path.abspath(path)),
@@ -161,12 +157,74 @@ def read(path: str) -> dict:
             "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
             "shards": shards,
         }
+    except ManifestError:
+        raise
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(
             f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
             "one; rerun the data_prep job that wrote it"
         ) from e
     return out
+
+
+def check_shards(shards, path: str) -> dict[str, list[dict]]:
+    """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
+    beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
+    reader outside its directory), a record count and an md5; no file under two splits (a run
+    would train on its own held-out data). Raises ManifestError naming `path` and the field.
+    data_prep's --verify and reruns and the trainer's find_shards all read shards through it."""
+
+    def bad(field: str, problem: str) -> ManifestError:
+        return ManifestError(
+            f"{path}: {field} {problem}; rerun the data_prep job that wrote it to rewrite it"
+        )
+
+    if not isinstance(shards, dict):
+        raise bad("shards", f"is {type(shards).__name__}, not an object of splits")
+    out, seen = {}, {}
+    for split in SPLITS:
+        entries = shards.get(split, [])
+        if not isinstance(entries, list):
+            raise bad(f"shards.{split}", f"is {type(entries).__name__}, not a list")
+        for i, entry in enumerate(entries):
+            field = f"shards.{split}[{i}]"
+            if not isinstance(entry, dict):
+                raise bad(field, f"is {type(entry).__name__}, not an object")
+            for key in ("file", "instances", "md5"):
+                if key not in entry:
+                    raise bad(field, f"lacks {key!r}")
+            name = entry["file"]
+            if not isinstance(name, str) or not plain_name(name):
+                raise bad(
+                    f"{field}.file",
+                    f"is {name!r}: a shard must be a file name beside the manifest (no "
+                    "directory, no `..`, not absolute)",
+                )
+            count = entry["instances"]
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise bad(f"{field}.instances", f"is {count!r}, not a record count")
+            if not isinstance(entry["md5"], str):
+                raise bad(f"{field}.md5", f"is {entry['md5']!r}, not an md5")
+            if seen.setdefault(name, split) != split:
+                raise bad(
+                    f"{field}.file",
+                    f"{name!r} is listed under both {seen[name]} and {split}: a run would "
+                    "train on its own held-out data",
+                )
+        out[split] = list(entries)
+    return out
+
+
+def plain_name(name: str) -> bool:
+    """Whether `name` is a file name that stays in the directory it is joined to."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and os.sep not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
 
 
 # --- Where the shards are ---------------------------------------------------------------------
@@ -241,6 +299,8 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             raise _unfinished_error(directory)
         matches = [p for p in matches if os.path.isfile(p)]
         if not matches:
+            if os.path.exists(item):  # a pipe, a device: named as what it is
+                raise cli.UserError(f"{item} {cli.not_a_file(item)}")
             raise FileNotFoundError(f"no record files match {item!r}")
         files += matches
     for f in files:
@@ -296,6 +356,20 @@ def verify_md5(shards: Shards) -> None:
             raise cli.UserError(
                 f"{path} differs from the md5 its manifest records (damaged or changed since "
                 "data_prep wrote it); rerun data_prep to rewrite it"
+            )
+
+
+def check_disjoint(train: Shards, evals: Shards) -> None:
+    """Train and eval shards may not share a file (also by another name: a link, another
+    spelling of the path): a run would report held-out figures on what it trained on."""
+    seen = {os.path.realpath(f): f for f in train.files}
+    for f in evals.files:
+        if os.path.realpath(f) in seen:
+            raise cli.UserError(
+                f"{f} is both a training and an eval shard (config.data.train_files and "
+                "eval_files name it): the eval would score the model on data it trained on; "
+                "point eval_files at held-out records (a data_prep --output_dir names its eval "
+                "split)"
             )
 
 

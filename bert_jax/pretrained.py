@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -116,7 +115,7 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
-    config = hf.bert_config_from_hf(hf.read_hf_config(path), **overrides)
+    config = hf.load_bert_config(path, **overrides)
     model, report = hf.load_hf(path, config)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(path)
@@ -131,7 +130,7 @@ def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
     tokenizer = None
     if vocab:
         if not os.path.isfile(vocab):
-            raise cli.UserError(f"vocab file {vocab!r} does not exist")
+            raise cli.UserError(f"vocab file {vocab!r} {cli.not_a_file(vocab)}")
         tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
         if not data_contract.fits_table(tokenizer.vocab_size, config.vocab_size):
             raise cli.UserError(
@@ -146,8 +145,7 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     lower = None
     tok_config = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(tok_config):
-        with open(tok_config, encoding="utf-8") as f:
-            lower = json.load(f).get("do_lower_case")
+        lower = hf.read_json(tok_config).get("do_lower_case")
     vocab = os.path.join(model_dir, "vocab.txt")
     if os.path.isfile(vocab):
         return vocab, lower, False
@@ -155,11 +153,11 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     if not os.path.isfile(tokenizer_json):
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
-    with open(tokenizer_json, encoding="utf-8") as f:
-        spec = json.load(f)
-    model_spec = spec.get("model") or {}
-    table = model_spec.get("vocab") or {}
-    if model_spec.get("type") != "WordPiece" or sorted(table.values()) != list(range(len(table))):
+    spec = hf.read_json(tokenizer_json)
+    model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
+    ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
+    if model_spec.get("type") != "WordPiece" or ids != list(range(len(table))):
         raise cli.UserError(
             f"{tokenizer_json} is not a WordPiece tokenizer; pass the model's vocab.txt"
         )

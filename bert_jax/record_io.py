@@ -13,6 +13,9 @@ import struct
 from collections.abc import Iterator
 
 import google_crc32c
+import numpy as np
+
+from bert_jax import cli
 
 TFRECORD = "tfrecord"
 ARRAYRECORD = "arrayrecord"
@@ -97,56 +100,153 @@ class RecordWriter:
             self.abort()
 
 
+class DamagedRecord(cli.UserError):
+    """A record its file's own checksums (TFRecord's CRC-32C, Riegeli's chunk hashes) or framing
+    say is damaged. `path` and `index` name it; the message says what to do. Picklable with its
+    attributes, so it survives a Grain worker process."""
+
+    def __init__(self, message: str, path: str = "", index: int = -1):
+        super().__init__(message)
+        self.path, self.index = path, index
+
+
+def damaged(path: str, index: int, problem: str) -> DamagedRecord:
+    return DamagedRecord(
+        f"{path}: record {index} is damaged ({problem}); restore the file from a good copy or "
+        "rerun the data_prep command that wrote it",
+        path,
+        index,
+    )
+
+
+def _frame(path: str, header: bytes, index: int, offset: int, size: int, verify: bool) -> int:
+    """The data length of the record whose 12-byte header starts at `offset`, checked."""
+    problem = None
+    length = struct.unpack("<Q", header[:8])[0] if len(header) >= 8 else 0
+    if len(header) < 12:
+        problem = f"truncated TFRecord header at byte {offset}"
+    elif verify and struct.unpack("<I", header[8:])[0] != _masked_crc(header[:8]):
+        problem = f"the length's CRC-32C differs at byte {offset}"
+    elif offset + 16 + length > size:
+        problem = f"it claims {length} bytes at byte {offset}, past the end of the file"
+    if problem is None:
+        return length
+    if index == 0:  # not even the first header holds: no TFRecord file at all
+        raise DamagedRecord(f"{path}: {problem}; is it a TFRecord file?", path, index)
+    raise damaged(path, index, problem)
+
+
+def _check_data(path: str, index: int, offset: int, data: bytes, footer: bytes) -> bytes:
+    if struct.unpack("<I", footer)[0] != _masked_crc(data):
+        raise damaged(path, index, f"the data's CRC-32C differs at byte {offset}")
+    return data
+
+
+def _check_file(path: str) -> None:
+    """A record file must be a regular file: a named pipe would block the open (and its records
+    cannot be read twice), a directory is no file."""
+    if not os.path.isfile(path):
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        raise cli.UserError(f"{path} {cli.not_a_file(path)}")
+
+
+def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(offset of each record's data, its length) in a TFRecord file, the lengths checked
+    against their CRCs (with `verify`). Reads only the 12-byte headers, seeking past the data."""
+    _check_file(path)
+    offsets, lengths = [], []
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        pos = 0
+        while pos < size:
+            length = _frame(path, f.read(12), len(offsets), pos, size, verify)
+            offsets.append(pos + 12)
+            lengths.append(length)
+            pos += 16 + length
+            f.seek(pos)
+    return np.asarray(offsets, np.int64), np.asarray(lengths, np.int64)
+
+
+def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -> bytes:
+    """Record `index` of a TFRecord file open as `fd`, whose data (from tfrecord_index) is
+    `length` bytes at `offset`; its data CRC checked. os.pread: safe from several threads."""
+    chunk = os.pread(fd, length + 4, offset)
+    if len(chunk) < length + 4:
+        raise damaged(path, index, f"the file ends inside it, at byte {offset + len(chunk)}")
+    return _check_data(path, index, offset - 12, chunk[:length], chunk[length:])
+
+
 def read_records(path: str, fmt: str | None = None, verify: bool = True) -> Iterator[bytes]:
-    """Yields the serialized records of one file, in order."""
+    """Yields the serialized records of one file, in order. With `verify` (the default) each
+    TFRecord's CRCs are checked; ArrayRecord's chunk hashes always are (by Riegeli)."""
     fmt = fmt or format_of(path)
     if fmt == ARRAYRECORD:
-        from array_record.python import array_record_module
-
-        if not os.path.isfile(path):
-            raise FileNotFoundError(2, "No such file or directory", path)
-        reader = array_record_module.ArrayRecordReader(path)
-        if not reader.ok():  # the reason comes from close()
-            try:
-                reader.close()
-            except RuntimeError as e:
-                raise ValueError(f"{path}: not a readable ArrayRecord file ({e})") from None
-            raise ValueError(f"{path}: not a readable ArrayRecord file")
+        reader = open_arrayrecord(path)
         try:
             for start in range(0, reader.num_records(), 1024):
                 stop = min(start + 1024, reader.num_records())
-                yield from reader.read(list(range(start, stop)))
+                try:
+                    yield from reader.read(list(range(start, stop)))
+                except RuntimeError as e:  # Riegeli: a chunk hash or framing that does not hold
+                    raise _arrayrecord_damage(path, reader, start, stop, e) from None
         finally:
             reader.close()
         return
+    _check_file(path)
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        offset = 0
-        while True:
-            header = f.read(12)
-            if not header:
-                return
-            if len(header) < 12:
-                raise ValueError(f"{path}: truncated TFRecord header at byte {offset}")
-            (length,) = struct.unpack("<Q", header[:8])
-            if verify and struct.unpack("<I", header[8:])[0] != _masked_crc(header[:8]):
-                raise ValueError(f"{path}: corrupt TFRecord length at byte {offset}")
-            data = f.read(length)
-            footer = f.read(4)
-            if len(data) < length or len(footer) < 4:
-                raise ValueError(f"{path}: truncated TFRecord at byte {offset}")
-            if verify and struct.unpack("<I", footer)[0] != _masked_crc(data):
-                raise ValueError(f"{path}: corrupt TFRecord data at byte {offset}")
+        offset, index = 0, 0
+        while offset < size:
+            length = _frame(path, f.read(12), index, offset, size, verify)
+            data, footer = f.read(length), f.read(4)
+            if verify:
+                _check_data(path, index, offset, data, footer)
             offset += 16 + length
+            index += 1
             yield data
 
 
-def count_records(path: str) -> int:
-    if format_of(path) == ARRAYRECORD:
-        from array_record.python import array_record_module
+def open_arrayrecord(path: str):
+    """An ArrayRecordReader on `path`, or an error naming the file."""
+    from array_record.python import array_record_module
 
-        reader = array_record_module.ArrayRecordReader(path)
+    _check_file(path)
+    reader = array_record_module.ArrayRecordReader(path)
+    if not reader.ok():  # the reason comes from close()
+        try:
+            reader.close()
+        except RuntimeError as e:
+            raise ValueError(f"{path}: not a readable ArrayRecord file ({e})") from None
+        raise ValueError(f"{path}: not a readable ArrayRecord file")
+    return reader
+
+
+def _arrayrecord_damage(path, reader, start: int, stop: int, error) -> DamagedRecord:
+    """Riegeli's error for a batch read of records [start, stop), narrowed to the first record
+    that does not read (one by one), so the message names it."""
+    for index in range(start, stop):
+        try:
+            reader.read([index])
+        except RuntimeError as e:
+            error = e
+            break
+    else:
+        index = start
+    return damaged(path, index, f"ArrayRecord: {_first_line(error)}")
+
+
+def _first_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
+def count_records(path: str) -> int:
+    """The records a file holds: ArrayRecord's index says; TFRecord's headers are walked (and
+    their length CRCs checked)."""
+    if format_of(path) == ARRAYRECORD:
+        reader = open_arrayrecord(path)
         try:
             return reader.num_records()
         finally:
             reader.close()
-    return sum(1 for _ in read_records(path, TFRECORD, verify=False))
+    return len(tfrecord_index(path)[0])

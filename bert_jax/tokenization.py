@@ -25,6 +25,8 @@ import unicodedata
 
 import numpy as np
 
+from bert_jax import cli
+
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 
 # Characters Python's str.split() treats as whitespace but FullTokenizer deletes as controls, so a
@@ -442,7 +444,7 @@ class SentencePieceTokenizer:
         import sentencepiece as spm
 
         if not os.path.isfile(model_file):
-            raise VocabError(f"SentencePiece model {model_file!r} does not exist")
+            raise VocabError(f"SentencePiece model {model_file!r} {cli.not_a_file(model_file)}")
         self.vocab_file = model_file
         self.do_lower_case = do_lower_case
         try:
@@ -501,7 +503,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     """Reads a BERT vocab.txt (one token a line; its line number is its id) as the original does."""
     if not os.path.isfile(vocab_file):
         raise VocabError(
-            f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file=PATH/vocab.txt"
+            f"vocabulary file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass "
+            "--vocab_file=PATH/vocab.txt"
         )
     try:
         with open(vocab_file, encoding="utf-8", newline="") as f:

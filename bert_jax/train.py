@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import (
+    bad_records,
     checkpointing,
     cli,
     config_check,
@@ -469,7 +470,9 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
     optionally seeded from train.init_checkpoint."""
     t = config.train
     say = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
+    resumed = checkpointing.restore_latest(
+        manager, setup.abstract_state, data_iter, config.model.to_dict()
+    )
     if resumed is not None:
         say(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
         return resumed[1]
@@ -574,6 +577,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     def train_figures(means: dict, step_time: float | None) -> dict:
         tokens_per_step = means.pop("tokens")
+        skipped = bad_records.count(data_iter)  # config.data.bad_records='skip': so far
+        if skipped is not None:
+            means["bad_records"] = float(skipped)
         if step_time:
             means.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time)
         return means

@@ -46,6 +46,12 @@ def get_config() -> ml_collections.ConfigDict:
     # off.
     d.eval_files = ""
     d.verify_md5 = False  # re-check every shard against its manifest md5 before training
+    # Every record read is checked by what its format carries (TFRecord's CRC-32C, ArrayRecord's
+    # chunk hashes). A damaged one: "error" ends the run naming the shard and record; "skip"
+    # replaces it by a blank record that adds nothing to the loss, counts it (bad_records in the
+    # train metrics, kept in checkpoints) and ends the run when more than max_bad_records were.
+    d.bad_records = "error"
+    d.max_bad_records = 100
     d.max_seq_length = 0  # tokens per record; 0: from the manifest
     # Masked positions per record (the original: 20 at L=128, 76-80 at 512); with dynamic masking
     # the most positions masked per record. 0: from the manifest.

@@ -62,17 +62,28 @@ def main(argv):
         raise cli.UserError("--limit and --skip must be 0 or more")
     tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
+    # Every record's checksums are checked as it is read.
     stream = record_io.read_records(storage.local_copy(FLAGS.input))
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
     index = FLAGS.skip - 1
     for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
         try:
             features = F.decode_example(data)
-        except DecodeError:
+        except (DecodeError, ValueError) as e:
             raise cli.UserError(
-                f"--input={FLAGS.input}: record {index} is not a tf.train.Example; is it a file "
-                "of pre-training records?"
+                f"--input={FLAGS.input}: record {index} is not a tf.train.Example of BERT "
+                f"features ({e}); is it a file of pre-training records?"
             ) from None
+        missing = F.missing_feature(features, masked=F.MASKED_LM_POSITIONS in features)
+        if missing:
+            raise cli.UserError(
+                f"--input={FLAGS.input}: record {index} has no {missing!r} feature (it has "
+                f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
+                "record"
+            )
+        unequal = F.unequal_lengths(features)
+        if unequal:
+            raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
         _check_ids(features, tokenizer, index)
         print(f"--- record {index}")
         print(describe(features, tokenizer))

@@ -51,7 +51,7 @@ flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked positions per i
 flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
 flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter-than-maximum instance.")
 flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
-flags.DEFINE_integer("random_seed", 12345, "Seed of every random choice.")
+flags.DEFINE_integer("random_seed", 12345, "Seed of every random choice.", lower_bound=0)
 flags.DEFINE_enum("format", record_io.ARRAYRECORD, record_io.FORMATS, "Record file format.")
 flags.DEFINE_enum(
     "mode",

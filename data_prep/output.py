@@ -28,9 +28,9 @@ def shard_name(split: str, index: int, count: int, fmt: str) -> str:
     return f"{split}-{index:05d}-of-{count:05d}{record_io.suffix(fmt)}"
 
 
-def prepare_output_dir(output_dir: str) -> None:
+def prepare_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
     """Creates the directory and proves it is writable before any work is done (a bucket: that
-    it exists and takes an object)."""
+    it exists and takes an object); `flag` names it in the error."""
     probe = storage.join(output_dir, f".write-test-{os.getpid()}")
     try:
         storage.makedirs(output_dir)
@@ -39,7 +39,7 @@ def prepare_output_dir(output_dir: str) -> None:
     except OSError as e:  # gcsfs: FileNotFoundError for no bucket, PermissionError for no access
         if storage.unavailable_message(e):
             raise  # the server, not the directory: its own error line
-        raise OutputError(f"cannot write to --output_dir={output_dir!r}: {e.strerror or e}") from e
+        raise OutputError(f"cannot write to {flag}={output_dir!r}: {e.strerror or e}") from e
 
 
 def write_json_atomic(path: str, obj) -> None:
@@ -126,9 +126,15 @@ def read_manifest(output_dir: str) -> dict | None:
     except ValueError as e:
         problem = str(e)
     else:
-        if isinstance(manifest, dict) and isinstance(manifest.get("shards"), dict):
-            return manifest
-        problem = "it lists no shards"
+        if not isinstance(manifest, dict):
+            problem = "not a JSON object"
+        else:
+            try:
+                contract.check_shards(manifest.get("shards"), path)  # names inside output_dir
+            except contract.ManifestError as e:
+                problem = str(e)
+            else:
+                return manifest
     raise OutputError(
         f"{path} is unreadable ({problem}); delete it and rerun the job to rebuild the output"
     )
@@ -137,18 +143,29 @@ def read_manifest(output_dir: str) -> dict | None:
 def shard_problem(
     output_dir: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
 ) -> str | None:
-    """What is wrong with a finished shard (a `shard_entry`), naming it: missing, another size
-    than recorded, or (with check_md5) another md5; None when nothing is. `sizes` is
-    storage.sizes(output_dir), when the caller has listed it already."""
+    """What is wrong with a finished shard (a `shard_entry`, its name checked by
+    contract.check_shards), naming it: missing, another size than recorded, or (with check_md5)
+    another md5 or another record count than the manifest's `instances`; None when nothing is.
+    `sizes` is storage.sizes(output_dir), when the caller has listed it already."""
     path = storage.join(output_dir, entry["file"])
     size = (storage.sizes(output_dir) if sizes is None else sizes).get(entry["file"])
     if size is None:
         return f"{entry['file']}: missing"
     if "bytes" in entry and size != entry["bytes"]:
         return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
-    # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
-    if check_md5 and storage.md5(path) != entry["md5"]:
-        return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+    if check_md5:
+        # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
+        if storage.md5(path) != entry["md5"]:
+            return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+        try:  # counting reads every record: a shard in a bucket is fetched into the local cache
+            count = record_io.count_records(storage.local_copy(path, md5_hex=entry["md5"]))
+        except ValueError as e:
+            return f"{entry['file']}: {e}"
+        if count != entry["instances"]:
+            return (
+                f"{entry['file']}: holds {count} records, the manifest lists "
+                f"{entry['instances']} (the manifest is wrong or was edited)"
+            )
     return None
 
 
@@ -164,11 +181,13 @@ def damaged_shards(output_dir: str, manifest: dict, check_md5: bool = False) -> 
 
 
 def verify(output_dir: str) -> list[str]:
-    """Re-checks every shard listed in the manifest against its size and md5; returns the
-    problems found."""
+    """Re-checks every shard listed in the manifest against its size, md5 and record count;
+    returns the problems found."""
     try:
         manifest = read_manifest(output_dir)
-    except OutputError as e:
+        if manifest is not None:
+            contract.read(output_dir)  # every field, as the trainer will read them
+    except (OutputError, contract.ManifestError) as e:
         return [str(e)]
     if manifest is None:
         return [f"no {contract.FILE} in {output_dir!r}: the job has not finished there"]

@@ -27,11 +27,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from data_prep import sniff
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
-MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
+MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
 READ_AHEAD = 1 << 20  # bytes a bucket object is read ahead of the reader (open_input)
 
 
@@ -61,6 +61,7 @@ class Source:
     path: str  # a file path, or the TFDS dataset name
     split: str = "train"
     compression: str = ""  # "" | "gzip" | "bz2", from the file's first bytes
+    encoding: str = ""  # a dump in UTF-16/32 (sniff.Content.encoding); "" for UTF-8
 
 
 class InputError(ValueError):
@@ -77,7 +78,8 @@ def match_files(spec: str) -> list[str]:
     paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
     for path in paths:
         if not storage.isfile(path):
-            raise InputError(f"input {path!r} is not a readable file")
+            why = "is not an object in its bucket" if storage.is_url(path) else cli.not_a_file(path)
+            raise InputError(f"input {path!r} {why}")
     return paths
 
 
@@ -101,7 +103,7 @@ def source_of(path: str, open_binary=open_input, document_per_file: bool = False
     kind = content.kind
     if kind == "text":  # JSON lines by content (sniff) or by name (a first line that is not JSON)
         kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
-    return Source(kind, path, compression=content.compression)
+    return Source(kind, path, compression=content.compression, encoding=content.encoding)
 
 
 def parse_input(

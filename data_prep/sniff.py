@@ -11,11 +11,13 @@ the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
 
 import bz2
 import dataclasses
+import gzip
 import json
 import re
 import zlib
 from typing import BinaryIO
 
+MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
 HEAD_BYTES = 1 << 16  # bytes sniffed (decompressed bytes for gzip and bz2)
 _BZ2_READ_LIMIT = 1 << 21  # a bz2 block is at most 900 kB of text: its first ~2 MB give output
 _MAX_BAD_FRACTION = 0.25  # of sniffed characters undecodable: more is not UTF-8 text (Latin-1
@@ -58,6 +60,9 @@ class NotText(ValueError):
 class Content:
     kind: str  # "text" | "jsonl" | "wiki" | "parquet" | "index" (a multistream dump's index)
     compression: str = ""  # "" | "gzip" | "bz2"
+    # A dump's encoding when it is not UTF-8 ("utf-16", "utf-32"): expat reads it, told by the
+    # byte-order mark or the declaration, but only from the start (one sequential unit).
+    encoding: str = ""
 
 
 def _gunzip_head(head: bytes) -> bytes:
@@ -131,9 +136,58 @@ def _root(head: bytes) -> bytes | None:
     return start[position:].lstrip()
 
 
+# How an XML document in UTF-16/32 starts: its byte-order mark, or without one the NULs around
+# its first `<` (as the XML spec's appendix F detects the encoding).
+_WIDE_XML_STARTS = tuple((bom, name.lower()) for bom, name in _WIDE_BOMS) + (
+    (b"<\x00\x00\x00", "utf-32-le"),
+    (b"\x00\x00\x00<", "utf-32-be"),
+    (b"<\x00", "utf-16-le"),
+    (b"\x00<", "utf-16-be"),
+)
+
+
+def _wide_encoding(head: bytes) -> str | None:
+    """The codec of UTF-16/32 XML (see _WIDE_XML_STARTS); None for anything else."""
+    return next((codec for start, codec in _WIDE_XML_STARTS if head.startswith(start)), None)
+
+
+def _as_utf8(head: bytes) -> tuple[bytes, str]:
+    """(the head as UTF-8 bytes, its encoding: "" for UTF-8, else a UTF-16/32 codec name), for
+    finding an XML root in a dump written in UTF-16 or UTF-32."""
+    codec = _wide_encoding(head)
+    if codec is None:
+        return head, ""
+    text = head.decode(codec, errors="ignore")  # the head may end inside a character
+    return text.encode("utf-8"), codec[:6]  # "utf-16" / "utf-32", whatever the byte order
+
+
+def _wiki(compression: str, encoding: str) -> Content:
+    """A MediaWiki dump's Content; UTF-32 (which expat does not read) is refused with the
+    command that converts it."""
+    if encoding == "utf-32":
+        unpack = {"bz2": "bunzip2 -c FILE | ", "gzip": "gunzip -c FILE | "}.get(compression, "")
+        raise NotText(
+            "is a MediaWiki XML dump in UTF-32, which the XML parser does not read: convert it "
+            f"with `{unpack}iconv -f UTF-32 -t UTF-8 {'' if unpack else 'FILE '}> dump.xml` and "
+            'change its XML declaration to encoding="UTF-8"'
+        )
+    return Content("wiki", compression, encoding)
+
+
 def _is_mediawiki(head: bytes) -> bool:
     root = _root(head)
     return root is not None and root.startswith(b"<mediawiki")
+
+
+def _has_line_break(stream: BinaryIO, limit: int) -> bool:
+    """Whether `stream` holds a line break in its first `limit` bytes (or ends before them)."""
+    read = 0
+    while read <= limit:
+        block = stream.read(1 << 20)
+        if not block or b"\n" in block:
+            return True
+        read += len(block)
+    return False
 
 
 def sniff(f: BinaryIO) -> Content:
@@ -144,8 +198,9 @@ def sniff(f: BinaryIO) -> Content:
     if head.startswith(BZ2_MAGIC):
         f.seek(0)
         unzipped = _bunzip_head(f)
-        if _is_mediawiki(unzipped):
-            return Content("wiki", "bz2")
+        xml, encoding = _as_utf8(unzipped)
+        if _is_mediawiki(xml):
+            return _wiki("bz2", encoding)
         lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
         if lines and all(_MULTISTREAM_INDEX_LINE.fullmatch(line) for line in lines):
             return Content("index", "bz2")
@@ -156,9 +211,10 @@ def sniff(f: BinaryIO) -> Content:
     compression = ""
     if head.startswith(GZIP_MAGIC):
         head, compression = _gunzip_head(head), "gzip"
-    root = _root(head)
+    xml, encoding = _as_utf8(head)
+    root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
-        return Content("wiki", compression)
+        return _wiki(compression, encoding)
     if root is not None:
         element = re.match(rb"<([^\s/>]{1,40})", root)
         name = element.group(1).decode("utf-8", "replace") if element else "?"
@@ -170,6 +226,17 @@ def sniff(f: BinaryIO) -> Content:
         if head.startswith(magic):
             raise NotText(said)
     check_text(head)
+    if b"\n" not in head and len(head) == HEAD_BYTES:
+        # One line as long as the file: the readers skip a line over MAX_LINE_BYTES (and count
+        # it), so it would read as no text after minutes. Say so now.
+        f.seek(0)
+        stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
+        if not _has_line_break(stream, MAX_LINE_BYTES):
+            raise NotText(
+                f"has no line break in its first {MAX_LINE_BYTES >> 20} MB: a line over the "
+                f"{MAX_LINE_BYTES >> 20} MB limit is skipped, so it would give no text; break it "
+                "into lines (one sentence a line, a blank line between documents)"
+            )
     return Content("jsonl" if _is_json_lines(head) else "text", compression)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from absl import flags
 
 from bert_jax import cli, storage, tokenization
-from data_prep import job, readers, sentences
+from data_prep import job, output, readers, sentences
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -139,6 +139,11 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
+    if storage.isdir(FLAGS.output):
+        raise cli.UserError(f"--output={FLAGS.output!r} is a directory; name the file to write")
+    # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
+    # written is an error now, not a trainer's traceback at the end.
+    output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")
     try:
         language = sentences.language_code(FLAGS.language)
     except ValueError as e:

@@ -135,7 +135,8 @@ def plan(
 ) -> tuple[list[tuple[int, int]], str]:
     """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
     the job's fingerprint)."""
-    index = index_path(source.path) if source.compression == "bz2" else None
+    # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
+    index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
         offsets, index_size = stream_offsets(index, open_binary) if index else ([], 0)
     except OSError:  # no index beside the dump: one sequential unit

@@ -36,6 +36,8 @@ HEAVY = (
     "tokenizers",
     "sentencepiece",
     "safetensors.numpy",
+    "torch",  # pytorch_model.bin files (hf.py): 3-4 s a case otherwise
+    "tensorflow_datasets.proto",  # tf.train.Example: every case that reads records, 1-2 s
     "bert_jax.checkpointing",
     "bert_jax.data_contract",
     "bert_jax.config_check",

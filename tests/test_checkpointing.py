@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from test_train import golden_data
 
-from bert_jax import checkpointing, input_pipeline, train
+from bert_jax import checkpointing, cli, input_pipeline, train
 from configs import tiny
 
 
@@ -185,3 +185,28 @@ def test_the_aftermath_of_a_failed_save_or_restore_is_not_printed(monkeypatch):
         printed.clear()
         hook(types.SimpleNamespace(exc_value=error, object=obj))
         assert bool(printed) == shown, error
+
+
+def test_resume_names_the_model_fields_that_changed(testdata, saved):
+    """restore_latest with the run's config.model: the same model (on another mesh) resumes; a
+    wider one is one error naming each config.model field that differs, before any restore."""
+    workdir, _, state, _ = saved
+    same = _config(testdata, 2, 1, 1, 2)
+    manager = checkpointing.make_manager(workdir)
+    step, restored = checkpointing.restore_latest(
+        manager, train.make_setup(same).abstract_state, None, same.model.to_dict()
+    )
+    assert step == 7
+    np.testing.assert_array_equal(
+        np.asarray(restored["step"]), state["step"]
+    )  # Orbax's metadata names layer '0' where the parameters' tree has 0: still the same model
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    with pytest.raises(cli.UserError) as error:
+        checkpointing.restore_latest(
+            manager, train.make_setup(bigger).abstract_state, None, bigger.model.to_dict()
+        )
+    manager.close()
+    assert "config.model.hidden_size=64 (the checkpoint's: 32)" in str(error.value)
+    assert "config.model.intermediate_size=128 (the checkpoint's: 64)" in str(error.value)
+    assert "num_hidden_layers" not in str(error.value)

@@ -3,6 +3,7 @@
 import bz2
 import gzip
 import json
+import os
 import random
 import re
 import time
@@ -45,8 +46,13 @@ def test_empty_file_is_counted(tmp_path):
 def test_missing_inputs_are_clear_errors(tmp_path):
     with pytest.raises(readers.InputError, match="matches no file"):
         readers.parse_input([str(tmp_path / "*.txt")])
-    with pytest.raises(readers.InputError, match="not a readable file"):
+    with pytest.raises(readers.InputError, match="does not exist"):
         readers.parse_input([str(tmp_path / "nope.txt")])
+    with pytest.raises(readers.InputError, match="is a directory, not a file"):
+        readers.parse_input([str(tmp_path)])
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(readers.InputError, match="is a named pipe"):
+        readers.parse_input([str(tmp_path / "pipe")])
     with pytest.raises(readers.InputError, match="no input"):
         readers.parse_input([])
 

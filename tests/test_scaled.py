@@ -264,7 +264,7 @@ def test_verify_detects_a_corrupted_shard(tmp_path, testdata, vocab_file):
     assert err.count("\n") == 1, err  # one `error:` line
     # docs/data_prep.md says so (it said 1 before).
     doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "data_prep.md")).read()
-    said = " ".join(doc.split("`--verify` recomputes each shard's size")[1].split()[:60])
+    said = " ".join(doc.split("`--verify` recomputes each shard's size")[1].split()[:90])
     assert "exits with status 0 when all match" in said and "exits with status 2" in said
 
 

@@ -77,6 +77,7 @@ def main(argv):
         return
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
+    cli.check_writable_dir(FLAGS.workdir, "--workdir")
     from bert_jax import config_check, faults
     from bert_jax.finetune import train
 

@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
+from bert_jax import cli
 from bert_jax.finetune.encode import FormatError
 
 DOCSTART = "-DOCSTART-"
@@ -27,7 +28,7 @@ class TaggedSentence:
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     """Reads a CoNLL file; `tag_column` indexes the whitespace-split columns (-1: the last)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist")
+        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
     words: list[str] = []

@@ -28,6 +28,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
+from bert_jax import cli
 from bert_jax.finetune.encode import FormatError
 
 
@@ -89,7 +90,7 @@ def get_layout(name: str) -> Layout:
 
 def _lines(path: str) -> list[list[str]]:
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist")
+        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
     with open(path, encoding="utf-8-sig") as f:  # -sig: tolerate a byte-order mark
         return [line.rstrip("\r\n").split("\t") for line in f]
 

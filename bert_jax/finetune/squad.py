@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax import cli, tokenization
 from bert_jax import features as F
-from bert_jax import tokenization
 from bert_jax.finetune.encode import FormatError, pack
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
@@ -68,7 +68,7 @@ class Window:
 def read_squad(path: str) -> list[QAExample]:
     """All questions of a SQuAD v1.1 or v2.0 file (answers optional, for test files)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist")
+        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
     with open(path, encoding="utf-8") as f:
         try:
             doc = json.load(f)
