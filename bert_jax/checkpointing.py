@@ -15,9 +15,12 @@ mesh shape or device count than it was saved from.
 
 What a crash leaves behind: Orbax writes a step to `<step>.orbax-checkpoint-tmp-<time>/` and
 renames it to `<step>/` once every item is written, so a process killed mid-save leaves only a
-temporary directory, which is never restored (the next manager deletes it). A finished step
-that is damaged later (a truncated or deleted file) fails to restore: `restore_latest` then
-moves it aside to `<step>.corrupt` and resumes from the newest step that does restore.
+temporary directory, which is never restored (the next manager deletes it). In a bucket
+(a gs:// workdir) there is no rename: Orbax writes the step in place and `commit_success.txt`
+last, and a step without it is unfinished (never restored, removed by the next manager). A
+finished step that is damaged later (a truncated or deleted file) fails to restore:
+`restore_latest` then moves it aside to `<step>.corrupt` (in a bucket: its commit marker
+deleted first, then copied and deleted) and resumes from the newest step that does restore.
 
 Damage that still restores (flipped bytes inside an array file: Orbax checks no array data) is
 caught by the checksums item: after every restore the arrays are fingerprinted again and
@@ -46,7 +49,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
-from bert_jax import checksums, cli
+from bert_jax import checksums, cli, storage
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
 CHECKSUMS = "checksums"
@@ -57,7 +60,7 @@ class DamagedCheckpoint(cli.UserError):
 
 
 def checkpoint_dir(workdir: str) -> str:
-    if "://" in workdir:  # a bucket (gs://...): Orbax writes there directly
+    if storage.is_url(workdir):  # a bucket (gs://...): Orbax writes there directly
         return workdir.rstrip("/") + "/checkpoints"
     return os.path.join(os.path.abspath(workdir), "checkpoints")
 
@@ -243,6 +246,9 @@ def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
 
 
 CORRUPT_SUFFIX = ".corrupt"
+# What says a step in a bucket is finished: Orbax writes a step there in place (a bucket has no
+# rename) and this file last (orbax.checkpoint's AtomicityMode.COMMIT_FILE).
+COMMIT_MARKER = "commit_success.txt"
 
 
 def restore_latest(
@@ -316,7 +322,12 @@ def _move_aside(
             str(cause)[:300],
         )
         if jax.process_index() == 0:
-            src.rename(dst)
+            if storage.is_url(str(src)):
+                # No rename in a bucket: Orbax calls a step finished by its commit marker, so the
+                # marker goes first; a move cut short then leaves an unfinished step, which is
+                # never restored (and Orbax removes it), not a damaged one that looks whole.
+                storage.remove(str(src / COMMIT_MARKER))
+            storage.move(str(src), str(dst))
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

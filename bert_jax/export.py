@@ -11,6 +11,9 @@ error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
 OUT appears whole or not at all: the files are written to a temporary directory beside it and
 moved into place at the end, so a failed export (a full disk, a damaged step) leaves no
 half-written directory; an existing OUT (an earlier export) gets the new files only then.
+OUT may be a bucket (gs://...): the files are written locally and published one by one
+(bert_jax.storage.publish_dir), config.json deleted first and uploaded last, so an export cut
+short is a directory transformers refuses (no config.json), never a mix of two models' files.
 """
 
 import os
@@ -19,7 +22,7 @@ import tempfile
 
 from absl import flags
 
-from bert_jax import cli
+from bert_jax import cli, storage
 
 FLAGS = flags.FLAGS
 
@@ -53,15 +56,12 @@ def export(
 ) -> dict:
     """Checkpoint -> Hugging Face directory; returns {'step', 'num_params', 'output_dir'}."""
     from bert_jax import hf, pretrained  # here, not at the top: --help is fast
-    from bert_jax import model as model_lib
 
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+    remote = storage.is_url(output_dir)
+    if not remote:
+        _check_local_output(output_dir)
+    elif storage.isfile(output_dir):
         raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
-    ancestor = os.path.dirname(os.path.abspath(output_dir))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
     if not pretrained.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"
@@ -73,6 +73,10 @@ def export(
             "with); the run's config does not name one"
         )
     model = loaded.model()
+    if remote:  # written locally, then published file by file, config.json last
+        with storage.staged_dir(output_dir, last="config.json") as scratch:
+            hf.save_hf(model, loaded.vocab_file, scratch, do_lower_case=loaded.do_lower_case)
+        return _report(loaded, model, output_dir)
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.tmp-", dir=parent)
@@ -84,11 +88,27 @@ def export(
         _move_into_place(scratch, output_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return _report(loaded, model, output_dir)
+
+
+def _report(loaded, model, output_dir: str) -> dict:
+    from bert_jax import model as model_lib
+
     return {
         "step": loaded.step,
         "num_params": model_lib.count_params(model),
         "output_dir": output_dir,
     }
+
+
+def _check_local_output(output_dir: str) -> None:
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
+    ancestor = os.path.dirname(os.path.abspath(output_dir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise cli.UserError(f"--output_dir={output_dir!r}: {ancestor} is a file, not a directory")
 
 
 def _move_into_place(scratch: str, output_dir: str) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import data_contract, features, manifest, masking, packed_records, record_io
+from bert_jax import data_contract, features, manifest, masking, packed_records, record_io, storage
 
 INT_FEATURES = (
     features.INPUT_IDS,
@@ -264,10 +264,14 @@ class ApplyMasks(grain.transforms.Map):
 
 
 def _records(
-    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int
+    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int, cache_dir: str = ""
 ) -> grain.MapDataset:
     shards = manifest.find_shards(patterns, split)
-    source, counts = make_source(shards.files, shards.instances)
+    # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
+    # a ranged read per record would be a request per record): each process fetches all of them,
+    # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
+    local = storage.local_copies(shards.files, shards.md5, shards.nbytes, cache_dir or None)
+    source, counts = make_source(local, shards.instances)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
     parse = ParseRecord(facts.record_schema(), limit, shards.files, counts, facts.nsp)
@@ -326,7 +330,7 @@ def train_dataset(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds = _records(data.train_files, "train", facts, vocab_size)
+    ds = _records(data.train_files, "train", facts, vocab_size, data.get("cache_dir", ""))
     if len(ds) < global_batch_size:
         raise ValueError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -376,7 +380,7 @@ def eval_batches(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds = _records(files, "eval", facts, vocab_size)
+    ds = _records(files, "eval", facts, vocab_size, data.get("cache_dir", ""))
     if facts.dynamic_masking:
         draw, apply = _masking(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)

@@ -172,5 +172,6 @@ def run(
                     stopped = "nonfinite"
                     break
                 checkpointing.save(manager, step, state, data_iter, config)
+                log.flush()  # a bucket's log is published whole: up to this checkpoint at least
                 last_saved = step
     return Outcome(state, step, stopped or "done", last_train)

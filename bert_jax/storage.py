@@ -138,11 +138,13 @@ def _bucket_and_key(path: str) -> tuple[str, str]:
 # --- Reading --------------------------------------------------------------------------------
 
 
-def open_read(path: str, mode: str = "rb"):
-    """A file object for reading, local or remote (remote ones read ahead in blocks and seek)."""
+def open_read(path: str, mode: str = "rb", encoding: str = "utf-8"):
+    """A file object for reading, local or remote (remote ones read ahead in blocks and seek);
+    text mode decodes with `encoding`."""
+    encoding = None if "b" in mode else encoding
     if not is_url(path):
-        return open(path, mode, encoding=None if "b" in mode else "utf-8")
-    return _fs(path).open(path, mode, encoding=None if "b" in mode else "utf-8")
+        return open(path, mode, encoding=encoding)
+    return _fs(path).open(path, mode, encoding=encoding)
 
 
 def read_bytes(path: str) -> bytes:
@@ -294,6 +296,19 @@ def remove(path: str, missing_ok: bool = True) -> None:
             raise
 
 
+def move(src: str, dst: str) -> None:
+    """Renames a file or directory. In a bucket there is no rename: every object is copied, then
+    the originals deleted, so a move cut short leaves objects under both names (callers first
+    take away what marks `src` finished, see bert_jax.checkpointing)."""
+    if not is_url(src):
+        os.rename(src, dst)
+        return
+    fs = _fs(src)
+    fs.invalidate_cache()
+    fs.copy(src.rstrip("/"), dst.rstrip("/"), recursive=True)
+    rmtree(src)
+
+
 def rmtree(path: str) -> None:
     """`path` and everything under it; nothing if it is not there."""
     if not is_url(path):
@@ -303,6 +318,43 @@ def rmtree(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         fs.rm(path, recursive=True)
     fs.invalidate_cache()
+
+
+def publish_dir(local: str, path: str, last: str) -> None:
+    """The files of the local directory `local` published as the bucket directory `path`,
+    replacing what an earlier publish left there: `path/last` (the file a reader opens first,
+    e.g. a Hugging Face model's config.json) is deleted first and uploaded last, so a publish
+    cut short leaves a directory a reader refuses (no `last`), never one that mixes two
+    versions' files under a complete-looking name; files the new version lacks are deleted
+    before `last` is uploaded."""
+    names = sorted(os.listdir(local))
+    if last not in names:
+        raise ValueError(f"{local} has no {last} to publish last")
+    remove(join(path, last))
+    for name in names:
+        if name != last:
+            with open(os.path.join(local, name), "rb") as f, open_write(join(path, name)) as out:
+                shutil.copyfileobj(f, out, _CHUNK)
+    if isdir(path):
+        for name in set(listdir(path)) - set(names):
+            if isfile(join(path, name)):
+                remove(join(path, name))
+    with open(os.path.join(local, last), "rb") as f:
+        write_bytes(join(path, last), f.read())
+
+
+@contextlib.contextmanager
+def staged_dir(path: str, last: str) -> Iterator[str]:
+    """A local directory to write the files of directory `path` into: `path` itself when it is
+    local; for a bucket a temporary directory, published with `publish_dir` when the block ends
+    without an error (and removed)."""
+    if not is_url(path):
+        makedirs(path)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bert_jax-publish-") as local:
+        yield local
+        publish_dir(local, path, last)
 
 
 # --- Exclusive creation, for locks ----------------------------------------------------------
@@ -427,6 +479,59 @@ def local_copy(
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    return target
+
+
+def local_copies(
+    paths: list[str],
+    md5s: list[str] | None = None,
+    nbytes: list[int | None] | None = None,
+    cache_dir: str | None = None,
+    threads: int = 8,
+) -> list[str]:
+    """`local_copy` of each path (local ones as they are), `threads` fetches at a time: a bucket
+    serves one object at tens of MB/s but many at once at the link's rate."""
+    md5s = md5s or [None] * len(paths)
+    nbytes = nbytes or [None] * len(paths)
+    if not any(is_url(p) for p in paths):
+        return list(paths)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+        return list(
+            pool.map(lambda a: local_copy(a[0], cache_dir, a[1], a[2]), zip(paths, md5s, nbytes))
+        )
+
+
+def local_dir(path: str, cache_dir: str | None = None) -> str:
+    """A local directory holding the files directly under `path` (a Hugging Face model directory
+    in a bucket, for transformers and safetensors, which open local files): `path` itself if it
+    is local, else each file's `local_copy` linked under its own name into
+    `<cache_dir>/<bucket>/<key>.dir/`. Files that are no longer under `path` are unlinked."""
+    if not is_url(path):
+        return path
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
+    scheme = path.partition("://")[0]
+    copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
+    bucket, key = _bucket_and_key(path.rstrip("/"))
+    target = os.path.join(cache_dir or default_cache_dir(), bucket, f"{key}.dir")
+    os.makedirs(target, exist_ok=True)
+    names = {basename(e["name"]) for e in entries}
+    for name in set(os.listdir(target)) - names:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(target, name))
+    for name, copy in zip((basename(e["name"]) for e in entries), copies):
+        link = os.path.join(target, name)
+        if os.path.exists(link) and os.path.samefile(link, copy):
+            continue
+        tmp = _local_tmp(link)
+        try:
+            os.link(copy, tmp)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(copy, tmp)
+        os.replace(tmp, link)
     return target
 
 
