@@ -86,6 +86,8 @@ def make_manager(
         CONFIG: ocp.JsonCheckpointHandler(),
         CHECKSUMS: ocp.JsonCheckpointHandler(),
     }
+    # A bucket: the steps another process saved since this one last listed them count too.
+    storage.forget_listings(checkpoint_dir(workdir))
     return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_handlers=handlers)
 
 

@@ -171,7 +171,9 @@ def run(
                 if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
                     stopped = "nonfinite"
                     break
+                # A bucket's log is published whole: through this step before the step is saved,
+                # so a saved step is never ahead of the published log.
+                log.flush()
                 checkpointing.save(manager, step, state, data_iter, config)
-                log.flush()  # a bucket's log is published whole: up to this checkpoint at least
                 last_saved = step
     return Outcome(state, step, stopped or "done", last_train)

@@ -130,6 +130,14 @@ def _fs(path: str):
     return backend.fsspec_backend.fs(path)
 
 
+def forget_listings(path: str) -> None:
+    """Drops what this process's client remembers of the listings under `path` (gcsfs caches
+    them): for a reader about to list what another process may have written since, such as
+    Orbax listing a workdir's steps. Nothing for a local path."""
+    if is_url(path):
+        _fs(path).invalidate_cache()
+
+
 def _bucket_and_key(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("://")[2].partition("/")
     return bucket, key
