@@ -350,3 +350,49 @@ def test_export_embed_and_init_read_a_bucket_and_export_to_one(bucket_run, tmp_p
         embed._save_npz(f"{out}-embed/vectors.npz", vectors)
         with storage.open_read(f"{out}-embed/vectors.npz") as f:
             np.testing.assert_array_equal(np.load(f)["pooled"], vectors["pooled"])
+
+
+def test_fine_tuning_from_and_into_buckets(gcs, tmp_path):
+    """--init, the data files, the workdir (checkpoints, metrics, predictions, export) all in a
+    bucket: the same predictions and exported weights as the same run on local files."""
+    from safetensors.numpy import load_file
+    from test_finetune_train import make_config, save_tiny_hf, sst2_file
+
+    from bert_jax.finetune import train as finetune
+
+    local_hf = save_tiny_hf(tmp_path)
+    files = {
+        name: sst2_file(tmp_path / f"{name}.tsv", n, seed)
+        for name, n, seed in (("train", 64, 0), ("dev", 32, 1), ("test", 32, 2))
+    }
+    bucket = gcs.create_bucket("finetune-sst2")
+    upload(local_hf, f"{bucket}/hf")
+    remote = {}
+    for name, path in files.items():
+        remote[name] = f"{bucket}/glue/{name}.tsv"
+        storage.write_bytes(remote[name], open(path, "rb").read())
+
+    def run(data, init, workdir):
+        config = make_config(
+            format="glue",
+            layout="sst2",
+            train_file=data["train"],
+            eval_files=data["dev"],
+            test_file=data["test"],
+        )
+        config.train.num_epochs = 1.0
+        config.export = True
+        return finetune.finetune(config, workdir, init)
+
+    here = run(files, local_hf, str(tmp_path / "work"))
+    there = run(remote, f"{bucket}/hf", f"{bucket}/work")
+    assert there["eval"] == here["eval"]
+    assert there["predictions"] == f"{bucket}/work/predictions/test.tsv"
+    assert storage.read_text(there["predictions"]) == open(here["predictions"]).read()
+    assert there["export"] == f"{bucket}/work/export"
+    exported = load_file(storage.local_dir(there["export"]) + "/model.safetensors")
+    for name, value in load_file(here["export"] + "/model.safetensors").items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+    assert [r["step"] for r in metrics_log.read_jsonl(f"{bucket}/work")] == [
+        r["step"] for r in metrics_log.read_jsonl(str(tmp_path / "work"))
+    ]
