@@ -65,10 +65,22 @@ def checkpoint_dir(workdir: str) -> str:
     return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
+def _bound_tensorstore_retries() -> None:
+    """Orbax opens every TensorStore with a context built from these module dicts (deep-copied
+    per save and restore; Orbax has no option for it): the GCS retries join them, so a bucket
+    that stays unreachable fails a save within gcsfs' budget instead of ~15 minutes."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context.setdefault("gcs_request_retries", dict(storage.TENSORSTORE_RETRIES))
+
+
 def make_manager(
     workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
 ) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
+    if storage.is_url(workdir):
+        _bound_tensorstore_retries()
     options = ocp.CheckpointManagerOptions(
         # Read-only: the values Orbax would force anyway (it warns about each one it changes).
         max_to_keep=max_to_keep if max_to_keep > 0 and not read_only else None,
@@ -157,15 +169,19 @@ def _disk_full_is_oserror(manager: ocp.CheckpointManager):
 
 class _DropOrbaxNoise(logging.Filter):
     """Orbax's writer threads log a full disk at ERROR (a screen of text, twice) before the save
-    reports it; _disk_full_is_oserror turns that report into the one line a user sees. And every
-    read-only manager (export, embed, --init) warns that its directory is read only, which is
-    what was asked for."""
+    reports it; _disk_full_is_oserror turns that report into the one line a user sees. So do
+    they a bucket that stayed unreachable through the retries (three tracebacks per failed
+    save), which the save then raises and cli.run reports in one line
+    (storage.unavailable_message). And every read-only manager (export, embed, --init) warns
+    that its directory is read only, which is what was asked for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (
-            "orbax" in record.pathname
-            and any(t in record.getMessage() for t in (*_NO_SPACE, "Given directory is read only"))
-        )
+        if "orbax" not in record.pathname:
+            return True
+        if record.exc_info and storage.unavailable_message(record.exc_info[1]):
+            return False
+        text = record.getMessage()
+        return not any(t in text for t in (*_NO_SPACE, "Given directory is read only"))
 
 
 logging.getLogger("absl").addFilter(_DropOrbaxNoise())

@@ -13,13 +13,18 @@ What an object store lacks, and what stands in for it here:
     that dies (kill -9, a lost connection) leaves nothing under the name, and `open_write`
     discards the upload, instead of finalizing a partial object, when the writer raises.
     "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
-    commit marker), never by a name appearing.
+    commit marker), never by a name appearing. A directory of files (an export) is published by
+    `publish_dir`: the file a reader opens first is deleted first and uploaded last. `move`
+    copies and deletes, so its callers first delete what marks the source finished.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
     created only if no live object has that name); `read_versioned` and `delete_if_version`
     compare-and-delete by generation, for taking over a stale lock.
   * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
     `local_copy` fetches a file once into a cache directory, checked against the size and md5
-    the caller expects, under a temporary name renamed when whole.
+    the caller expects, under a temporary name renamed when whole (`local_copies`: many at once;
+    `local_dir`: a directory's files under their own names, for transformers and safetensors).
+  * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
+    for a reader that lists through another library (Orbax's step listing).
 
 Credentials: Application Default Credentials, as every Google client library: on a Cloud TPU or
 GCE VM the VM's service account, elsewhere `gcloud auth application-default login` or
@@ -29,9 +34,10 @@ TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is s
 
 Faults: gcsfs retries server errors (5xx, 408, 429) and dropped connections 6 times with
 exponential backoff (about 1, 2, 4, 8, 16, 32 s plus jitter), and a request that gets no answer
-within REQUEST_TIMEOUT_S is such a failure too. When the retries are spent, `unavailable_message`
-turns the error into one `error:` line (cli.run asks it), never a traceback. Nothing half-written
-is trusted afterwards: see above.
+within REQUEST_TIMEOUT_S is such a failure too; TensorStore is held to the same budget
+(TENSORSTORE_RETRIES, applied to Orbax by bert_jax.checkpointing). When the retries are spent,
+`unavailable_message` turns the error into one `error:` line (cli.run asks it), never a
+traceback. Nothing half-written is trusted afterwards: see above.
 
 No JAX import: data_prep uses this module.
 """
@@ -53,6 +59,10 @@ from bert_jax import cli
 SCHEMES = ("gs", "s3")
 # A request that gets no byte back for this long is retried (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
+# TensorStore's GCS retries (its context resource gcs_request_retries), set to gcsfs' budget:
+# TensorStore's own default (32 tries, up to 32 s apart) keeps a save waiting ~15 minutes on a
+# bucket that is gone, long after gcsfs has given up on the same save's metadata files.
+TENSORSTORE_RETRIES = {"max_retries": 6, "initial_delay": "1s", "max_delay": "32s"}
 _CHUNK = 1 << 20
 
 
@@ -565,7 +575,12 @@ def unavailable_message(error: BaseException) -> str | None:
     chain, seen = error, set()
     while chain is not None and id(chain) not in seen:
         seen.add(id(chain))
-        if isinstance(chain, tuple(kinds)):
+        # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
+        # the server restarted, or the session expired) as FileNotFoundError naming that URL.
+        lost_upload = isinstance(chain, FileNotFoundError) and "upload_id=" in str(chain)
+        # TensorStore (Orbax's array writes) raises ValueError once its retries are spent.
+        tensorstore = isinstance(chain, ValueError) and "retry attempts failed" in str(chain)
+        if lost_upload or tensorstore or isinstance(chain, tuple(kinds)):
             detail = " ".join(str(chain).split()) or type(chain).__name__
             return (
                 f"the storage server did not serve the request after its retries ({detail}); "

@@ -189,3 +189,25 @@ def test_kill_9_during_a_save_to_a_bucket_resumes_from_the_last_finished_step(
     assert f"step {STEPS}/{STEPS}" in out
     assert_same_params(workdir, reference)
     assert_one_run_logged(workdir)
+
+
+def test_a_lasting_outage_during_asynchronous_saves_is_one_error_line(
+    gcs, bucket, data_url, tmp_path
+):
+    """Every request answered 503 from step 7 on, while step 6 is being saved in the background
+    (the default): Orbax's writer threads log each failure with its traceback, which must not
+    reach the user; the save's error does, as one line."""
+    proxy = FlakyProxy(gcs.url)
+    workdir = f"{bucket}/run"
+    env = {"STORAGE_EMULATOR_HOST": proxy.url, "TENSORSTORE_GCS_HTTP_URL": proxy.url}
+    try:
+        proc = start(workdir, data_url, tmp_path / "cache", env=env)
+        out, err = finish(proc, at_step(7, lambda: setattr(proxy, "fail_rate", 1.0)))
+    finally:
+        proxy.close()
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    assert "finished at step" not in out
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "after its retries" in errors[0], err[-3000:]
+    assert "Traceback" not in err, err[-5000:]
+    assert checkpointing.saved_steps(workdir) == [3]

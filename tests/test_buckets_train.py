@@ -21,6 +21,7 @@ from bert_jax import (
     metrics_log,
     record_io,
     storage,
+    tokenization,
     train,
 )
 
@@ -60,14 +61,7 @@ def write_records(directory, testdata, vocab_path: str, shards=(2, 1)) -> str:
         masked=True,
         nsp=True,
         whole_word_mask=False,
-        vocab={
-            "file": vocab_path,
-            "md5": manifest.file_md5(vocab),
-            "size": 30522,
-            "kind": "wordpiece",
-            "do_lower_case": True,
-            "special_ids": {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103},
-        },
+        vocab=manifest.vocab_entry(tokenization.make_tokenizer(vocab), file=vocab_path),
         shards=entries,
     )
     with open(os.path.join(directory, manifest.FILE), "w") as f:
