@@ -90,6 +90,12 @@ def make_manager(
         create=not read_only,
         # Leftovers of a save that was killed midway; never a restorable step.
         cleanup_tmp_directories=not read_only,
+        # A bucket has no rename: a step is written in place and finished by its commit marker
+        # (Orbax's default for gs:// already; s3:// would otherwise get a rename, which s3fs
+        # does by copying, so a killed save could leave a step that looks finished).
+        atomicity_options=ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
+        if storage.is_url(workdir)
+        else None,
     )
     handlers = {
         PARAMS: ocp.StandardCheckpointHandler(),

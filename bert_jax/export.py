@@ -11,9 +11,11 @@ error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
 OUT appears whole or not at all: the files are written to a temporary directory beside it and
 moved into place at the end, so a failed export (a full disk, a damaged step) leaves no
 half-written directory; an existing OUT (an earlier export) gets the new files only then.
-OUT may be a bucket (gs://...): the files are written locally and published one by one
-(bert_jax.storage.publish_dir), config.json deleted first and uploaded last, so an export cut
-short is a directory transformers refuses (no config.json), never a mix of two models' files.
+OUT may be a bucket (gs://...): new, empty or an earlier export of ours (listed in its
+.bert_jax_export.json; anything else there is refused, never deleted), replaced whole: the
+files are written locally and published one by one (bert_jax.storage.publish_dir), config.json
+deleted first and uploaded last, so an export cut short is a directory transformers refuses (no
+config.json), never a mix of two models' files.
 """
 
 import os
@@ -62,6 +64,8 @@ def export(
         _check_local_output(output_dir)
     elif storage.isfile(output_dir):
         raise cli.UserError(f"--output_dir={output_dir!r} is a file; pass a directory")
+    else:
+        storage.published_files(output_dir)  # an earlier export of ours, or refused now
     if not pretrained.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"

@@ -208,6 +208,7 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             "(or to globs of TFRecord files)"
         )
     files, instances, md5s, nbytes, manifests = [], [], [], [], {}
+    listed = []  # the files a manifest names, which must be there
     described = True
     for item in items:
         is_dir = storage.isdir(item)
@@ -216,7 +217,8 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         if storage.isfile(path):
             m = manifests.setdefault(path, read(path))
             for entry in _listed(item, m, split, is_dir):
-                files.append(storage.join(m["dir"], entry["file"]))
+                listed.append(storage.join(m["dir"], entry["file"]))
+                files.append(listed[-1])
                 instances.append(int(entry["instances"]))
                 md5s.append(entry["md5"])
                 nbytes.append(entry.get("bytes"))
@@ -238,11 +240,12 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         if not matches:
             raise FileNotFoundError(f"no record files match {item!r}")
         files += matches
-    for f in _missing(files) if described else []:
+    missing = _missing(listed)
+    if missing:
         raise cli.UserError(
-            f"{f} is listed in {storage.join(storage.dirname(f), FILE)} but missing: "
-            "the data_prep output is incomplete; rerun its data_prep command to rewrite the "
-            "shard, or restore the file"
+            f"{missing[0]} is listed in {storage.join(storage.dirname(missing[0]), FILE)} but "
+            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
+            "the shard, or restore the file"
         )
     if len(set(files)) < len(files):
         raise cli.UserError(f"{patterns!r} names some record files twice")

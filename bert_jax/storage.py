@@ -46,12 +46,14 @@ import base64
 import contextlib
 import hashlib
 import io
+import json
 import logging
 import os
 import posixpath
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 from bert_jax import cli
@@ -338,27 +340,64 @@ def rmtree(path: str) -> None:
     fs.invalidate_cache()
 
 
-def publish_dir(local: str, path: str, last: str) -> None:
-    """The files of the local directory `local` published as the bucket directory `path`,
-    replacing what an earlier publish left there: `path/last` (the file a reader opens first,
-    e.g. a Hugging Face model's config.json) is deleted first and uploaded last, so a publish
-    cut short leaves a directory a reader refuses (no `last`), never one that mixes two
-    versions' files under a complete-looking name; files the new version lacks are deleted
-    before `last` is uploaded."""
+# What an export directory of ours lists its files in: bert_jax.publish.MARKER, the rule for
+# local exports (the runs branch): a directory is new, empty or an earlier export of ours, which
+# is replaced whole; files we did not write are refused, never deleted.
+EXPORT_MARKER = ".bert_jax_export.json"
+
+
+def published_files(path: str, flag: str = "--output_dir") -> list[str]:
+    """The files of the earlier export of ours in the bucket directory `path` ([] if nothing
+    is there); a directory holding anything else is refused (StorageError naming the files)."""
+    if not isdir(path):
+        return []
+    names = [n for n in listdir(path) if n != EXPORT_MARKER]
+    listed: list[str] = []
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError):
+        listed = list(json.loads(read_text(join(path, EXPORT_MARKER)))["files"])
+    foreign = [n for n in names if n not in listed]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise StorageError(
+            f"{flag}={path!r} holds files that are not an export of ours ({shown}); pass a new "
+            "or empty directory (an earlier export of ours there is replaced whole)"
+        )
+    return names
+
+
+def _write_export_marker(path: str, files: list[str], complete: bool) -> None:
+    record = {"files": sorted(files), "complete": complete, "written": time.time()}
+    write_text(join(path, EXPORT_MARKER), json.dumps(record))
+
+
+def publish_dir(local: str, path: str, last: str, flag: str = "--output_dir") -> None:
+    """The files of the local directory `local` published as the bucket directory `path`, which
+    must be new, empty or an earlier export of ours (`published_files`), replaced whole: its
+    marker first lists both versions' files as incomplete; `path/last` (the file a reader opens
+    first: a Hugging Face model's config.json) is deleted, the new files uploaded, the old
+    version's other files deleted, `last` uploaded, and the marker rewritten. A publish cut
+    short leaves a directory a reader refuses (no `last`), never two models' files under a
+    complete-looking one, and the next publish replaces it whole."""
     names = sorted(os.listdir(local))
     if last not in names:
         raise ValueError(f"{local} has no {last} to publish last")
+    old = published_files(path, flag)
+    _write_export_marker(path, sorted(set(old) | set(names)), complete=False)
     remove(join(path, last))
     for name in names:
         if name != last:
             with open(os.path.join(local, name), "rb") as f, open_write(join(path, name)) as out:
                 shutil.copyfileobj(f, out, _CHUNK)
-    if isdir(path):
-        for name in set(listdir(path)) - set(names):
-            if isfile(join(path, name)):
-                remove(join(path, name))
+    for name in sorted(set(old) - set(names)):
+        if isdir(join(path, name)):
+            rmtree(join(path, name))
+        else:
+            remove(join(path, name))
     with open(os.path.join(local, last), "rb") as f:
         write_bytes(join(path, last), f.read())
+    _write_export_marker(path, names, complete=True)
 
 
 @contextlib.contextmanager
@@ -370,6 +409,7 @@ def staged_dir(path: str, last: str) -> Iterator[str]:
         makedirs(path)
         yield path
         return
+    published_files(path)  # refused before any work, not after it
     with tempfile.TemporaryDirectory(prefix="bert_jax-publish-") as local:
         yield local
         publish_dir(local, path, last)

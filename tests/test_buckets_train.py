@@ -304,18 +304,29 @@ def test_export_embed_and_init_read_a_bucket_and_export_to_one(bucket_run, tmp_p
     out = f"{workdir}-export"
     assert export.export(workdir, out)["step"] == 4
     export.export(workdir, str(tmp_path / "local"))
-    assert sorted(storage.listdir(out)) == sorted(os.listdir(tmp_path / "local"))
+    assert sorted(storage.listdir(out)) == sorted(
+        [*os.listdir(tmp_path / "local"), storage.EXPORT_MARKER]
+    )
     for name in os.listdir(tmp_path / "local"):
         assert storage.read_bytes(f"{out}/{name}") == (tmp_path / "local" / name).read_bytes(), name
     # transformers reads the export (from the local copy storage.local_dir makes of it).
     model = transformers.BertForPreTraining.from_pretrained(storage.local_dir(out))
     assert model.config.num_hidden_layers == 2
 
-    # An export over an earlier one replaces it whole: a stray file of the older one goes, and
-    # an export that fails midway leaves no config.json, so nothing loads a mix of two models.
-    storage.write_bytes(f"{out}/pytorch_model.bin", b"an older model's weights")
+    # An export over an earlier one of ours replaces it whole: a file only the older one had
+    # goes; a file we did not write is refused, never deleted. An export that fails midway
+    # leaves no config.json, so nothing loads a mix of two models.
+    marker = json.loads(storage.read_text(f"{out}/.bert_jax_export.json"))
+    assert marker["complete"] and "model.safetensors" in marker["files"]
+    storage.write_bytes(f"{out}/pytorch_model.bin", b"an older export's weights")
+    marker["files"].append("pytorch_model.bin")
+    storage.write_text(f"{out}/.bert_jax_export.json", json.dumps(marker))
     export.export(workdir, out, step=2)
     assert "pytorch_model.bin" not in storage.listdir(out)
+    storage.write_bytes(f"{out}/notes.txt", b"the user's own file")
+    with pytest.raises(cli.UserError, match=r"holds files that are not an export of ours \(notes"):
+        export.export(workdir, out)
+    storage.remove(f"{out}/notes.txt")
     real_open_write = storage.open_write
 
     def failing(path, mode="wb"):
