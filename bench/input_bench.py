@@ -4,6 +4,7 @@ machine.
   python -m bench.input_bench   # writes pydocs.txt records (static and dynamic masking)
   python -m bench.input_bench --train_files='/data/wiki/train-*.arrayrecord' \
       --models=base --batch_size=32
+  python -m bench.input_bench --bucket   # the same records on local disk and in a bucket
 
 The pipeline timed is the trainer's own (bert_jax.input_pipeline.train_dataset, then
 sharding.host_to_global as the training loop does), over data_prep's ArrayRecord shards: decoding
@@ -51,6 +52,16 @@ flags.DEFINE_bool(
     False,
     "Instead: the cost of checking every record read (TFRecord's data CRC-32C), the pipeline "
     "over TFRecord shards with the check and with it bypassed, in interleaved rounds.",
+)
+flags.DEFINE_bool(
+    "bucket",
+    False,
+    "Instead of the train step: the pipeline over the same records on local disk and in a bucket "
+    "(fake-gcs-server on localhost), cold and warm cache, and one ranged read per record "
+    "(bench/bucket_input.py).",
+)
+flags.DEFINE_float(
+    "mfu", 0.55, "--bucket: the model FLOPs utilisation a TPU v4 host's BERT-Large step runs at."
 )
 
 
@@ -140,6 +151,17 @@ def main(argv):
     from bert_jax import data_contract
     from bert_jax.model import BertConfig
 
+    if FLAGS.bucket:
+        from bench import bucket_input
+
+        shards = FLAGS.train_files or write_shards(
+            FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions
+        )
+        directory = shards if os.path.isdir(shards) else os.path.dirname(shards)
+        bucket_input.compare(
+            directory, FLAGS.batch_size, FLAGS.batches * 4, FLAGS.mfu, FLAGS.rounds
+        )
+        return
     cores = len(os.sched_getaffinity(0))
     print(
         f"{cores} cores; batch {FLAGS.batch_size}, L={FLAGS.seq_len}, P={FLAGS.num_predictions}, "

@@ -15,9 +15,12 @@ mesh shape or device count than it was saved from.
 
 What a crash leaves behind: Orbax writes a step to `<step>.orbax-checkpoint-tmp-<time>/` and
 renames it to `<step>/` once every item is written, so a process killed mid-save leaves only a
-temporary directory, which is never restored (the next manager deletes it). A finished step
-that is damaged later (a truncated or deleted file) fails to restore: `restore_latest` then
-moves it aside to `<step>.corrupt` and resumes from the newest step that does restore.
+temporary directory, which is never restored (the next manager deletes it). In a bucket
+(a gs:// workdir) there is no rename: Orbax writes the step in place and `commit_success.txt`
+last, and a step without it is unfinished (never restored, removed by the next manager). A
+finished step that is damaged later (a truncated or deleted file) fails to restore:
+`restore_latest` then moves it aside to `<step>.corrupt` (in a bucket: its commit marker
+deleted first, then copied and deleted) and resumes from the newest step that does restore.
 
 Damage that still restores (flipped bytes inside an array file: Orbax checks no array data) is
 caught by the checksums item: after every restore the arrays are fingerprinted again and
@@ -45,7 +48,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
-from bert_jax import checksums, cli
+from bert_jax import checksums, cli, storage
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
 CHECKSUMS = "checksums"
@@ -56,15 +59,27 @@ class DamagedCheckpoint(cli.UserError):
 
 
 def checkpoint_dir(workdir: str) -> str:
-    if "://" in workdir:  # a bucket (gs://...): Orbax writes there directly
+    if storage.is_url(workdir):  # a bucket (gs://...): Orbax writes there directly
         return workdir.rstrip("/") + "/checkpoints"
     return os.path.join(os.path.abspath(workdir), "checkpoints")
+
+
+def _bound_tensorstore_retries() -> None:
+    """Orbax opens every TensorStore with a context built from these module dicts (deep-copied
+    per save and restore; Orbax has no option for it): the GCS retries join them, so a bucket
+    that stays unreachable fails a save within gcsfs' budget instead of ~15 minutes."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context.setdefault("gcs_request_retries", dict(storage.TENSORSTORE_RETRIES))
 
 
 def make_manager(
     workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
 ) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
+    if storage.is_url(workdir):
+        _bound_tensorstore_retries()
     options = ocp.CheckpointManagerOptions(
         # Read-only: the values Orbax would force anyway (it warns about each one it changes).
         max_to_keep=max_to_keep if max_to_keep > 0 and not read_only else None,
@@ -74,6 +89,12 @@ def make_manager(
         create=not read_only,
         # Leftovers of a save that was killed midway; never a restorable step.
         cleanup_tmp_directories=not read_only,
+        # A bucket has no rename: a step is written in place and finished by its commit marker
+        # (Orbax's default for gs:// already; s3:// would otherwise get a rename, which s3fs
+        # does by copying, so a killed save could leave a step that looks finished).
+        atomicity_options=ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
+        if storage.is_url(workdir)
+        else None,
     )
     handlers = {
         PARAMS: ocp.StandardCheckpointHandler(),
@@ -82,6 +103,8 @@ def make_manager(
         CONFIG: ocp.JsonCheckpointHandler(),
         CHECKSUMS: ocp.JsonCheckpointHandler(),
     }
+    # A bucket: the steps another process saved since this one last listed them count too.
+    storage.forget_listings(checkpoint_dir(workdir))
     return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_handlers=handlers)
 
 
@@ -135,13 +158,18 @@ class _DropOrbaxNoise(logging.Filter):
     """Orbax's writer threads log a failed write (a full disk) at ERROR with its traceback, once
     per thread that saw it (a screen of text each), and asyncio logs the same error again as
     "exception was never retrieved", before the save reports it; cli.disk_full_is_oserror turns
-    that report into the one line a user sees. And every read-only manager (export, embed,
-    --init) warns that its directory is read only, which is what was asked for."""
+    that report into the one line a user sees. So do they a bucket that stayed unreachable
+    through the retries (three tracebacks per failed save), which the save then raises and
+    cli.run reports in one line (storage.unavailable_message). And every read-only manager
+    (export, embed, --init) warns that its directory is read only, which is what was asked
+    for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not ("orbax" in record.pathname or record.name == "asyncio"):
             return True
         exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and storage.unavailable_message(exc):
+            return False
         text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
         return not any(
             t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
@@ -248,6 +276,9 @@ def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
 
 
 CORRUPT_SUFFIX = ".corrupt"
+# What says a step in a bucket is finished: Orbax writes a step there in place (a bucket has no
+# rename) and this file last (orbax.checkpoint's AtomicityMode.COMMIT_FILE).
+COMMIT_MARKER = "commit_success.txt"
 
 
 def restore_latest(
@@ -379,7 +410,12 @@ def _move_aside(
             str(cause)[:300],
         )
         if jax.process_index() == 0:
-            src.rename(dst)
+            if storage.is_url(str(src)):
+                # No rename in a bucket: Orbax calls a step finished by its commit marker, so the
+                # marker goes first; a move cut short then leaves an unfinished step, which is
+                # never restored (and Orbax removes it), not a damaged one that looks whole.
+                storage.remove(str(src / COMMIT_MARKER))
+            storage.move(str(src), str(dst))
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

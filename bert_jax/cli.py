@@ -253,6 +253,24 @@ def run(main: Callable[[list[str]], int | None]) -> None:
                 raise
             if FLAGS.verbosity >= 1:
                 raise
-            fail(text or message(e))
+            if text is not None:
+                print(f"error: {text}", file=sys.stderr, flush=True)
+                _drop_later_reports()
+                sys.exit(2)
+            fail(message(e))
 
     app.run(wrapped, flags_parser=_parse_flags)
+
+
+def _drop_later_reports() -> None:
+    """After the one line for an unreachable bucket, the storage clients' background work (the
+    other writes of the failed checkpoint, TensorStore's callbacks into an event loop that is
+    closing) still ends, each with a traceback on stderr as the interpreter exits: the same
+    failure again. stderr goes to /dev/null from here on."""
+    import os
+
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stderr = open(os.devnull, "w")

@@ -27,9 +27,8 @@ No JAX import.
 from __future__ import annotations
 
 import dataclasses
-import os
 
-from bert_jax import cli, features, manifest
+from bert_jax import cli, features, manifest, storage
 
 DEFAULT_MASKED_LM_PROB = 0.15  # the original's, for dynamic masking when nothing says otherwise
 SPECIAL = ("cls", "sep", "mask")  # the ids the trainer needs: dynamic masking never masks [CLS]...
@@ -159,14 +158,13 @@ def resolve(config):
             if shards is not None:
                 manifest.verify_md5(shards)
     described, where = _described(list(manifests.values()))
-    if d.vocab_file and not os.path.isfile(d.vocab_file):
-        raise cli.UserError(
-            f"config.data.vocab_file={d.vocab_file!r} {cli.not_a_file(d.vocab_file)}"
-        )
+    why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
+    if why:
+        raise cli.UserError(f"config.data.vocab_file={d.vocab_file!r} {why}")
     # Version-1 manifests (and records without one) record no vocabulary size or special ids:
     # read them from the vocabulary file, when it is there and is the one the data was made with.
     vocab_file = d.vocab_file or described.get("vocab_file") or ""
-    if vocab_file and os.path.isfile(vocab_file) and "vocab_size" not in described:
+    if vocab_file and storage.isfile(vocab_file) and "vocab_size" not in described:
         from_file = _vocabulary(vocab_file, _first(d.do_lower_case, described.get("do_lower_case")))
         if described.get("vocab_md5", from_file["vocab_md5"]) == from_file["vocab_md5"]:
             for key, value in from_file.items():
@@ -314,7 +312,7 @@ def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | 
             "pass --vocab_file=PATH/vocab.txt (the vocabulary the training data was tokenized "
             "with); the run's config does not name one"
         )
-    if not os.path.isfile(vocab_file):
+    if not storage.isfile(vocab_file):
         raise cli.UserError(
             f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}"
             + ("" if given else " (the one the run's data recorded)")

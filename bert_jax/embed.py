@@ -30,7 +30,7 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import cli, pretrained
+from bert_jax import cli, pretrained, storage
 
 FLAGS = flags.FLAGS
 
@@ -146,12 +146,12 @@ def embed_texts(
 
 
 def read_lines(path: str) -> list[str]:
-    if not os.path.isfile(path):
+    if not storage.isfile(path):
         raise cli.UserError(
             f"--input={path!r} {cli.not_a_file(path)}; pass a text file with one text per line"
         )
     try:
-        with open(path, encoding="utf-8-sig") as f:  # -sig: a byte-order mark is no text
+        with storage.open_read(path, "r", "utf-8-sig") as f:  # -sig: a byte-order mark is no text
             lines = f.read().splitlines()
     except UnicodeDecodeError as e:
         raise cli.UserError(
@@ -165,10 +165,12 @@ def read_lines(path: str) -> list[str]:
 
 def _output_path(path: str) -> str:
     """The .npz file --output names (np.savez's rule: .npz added), checked before any work."""
-    if os.path.isdir(path):
+    if storage.isdir(path):
         raise cli.UserError(f"--output={path!r} is a directory; pass a .npz file name")
     if not path.endswith(".npz"):
         path += ".npz"  # what np.savez would do with the name
+    if storage.is_url(path):
+        return path  # a bucket has no directories to check
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise cli.UserError(f"--output={path!r}: the directory {directory} does not exist")
@@ -178,6 +180,10 @@ def _output_path(path: str) -> str:
 def _save_npz(path: str, arrays: dict) -> None:
     """Writes the .npz beside its final name and renames: never a half-written file there."""
     path = _output_path(path)
+    if storage.is_url(path):  # an upload appears whole when it finishes
+        with storage.open_write(path) as f:
+            np.savez(f, **arrays)
+        return
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
     try:

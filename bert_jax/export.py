@@ -11,7 +11,10 @@ error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
 OUT is written by bert_jax.publish: it must be new, empty or an earlier export of ours (which
 is replaced whole, never mixed with the new files); the files are written into a scratch
 directory inside OUT (so OUT may be a mount point) and renamed into place when all are written,
-so a failed export (a full disk, a damaged step) leaves OUT as it was.
+so a failed export (a full disk, a damaged step) leaves OUT as it was. OUT may be a bucket
+(gs://...): the files are written locally and uploaded one by one, config.json deleted first and
+uploaded last, so an export cut short is a directory transformers refuses (no config.json),
+never a mix of two models' files.
 """
 
 from absl import flags

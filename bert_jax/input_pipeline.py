@@ -37,6 +37,7 @@ from bert_jax import (
     masking,
     packed_records,
     record_io,
+    storage,
 )
 
 INT_FEATURES = (
@@ -344,10 +345,19 @@ class ApplyMasks(grain.transforms.Map):
 
 
 def _records(
-    patterns, split: str, facts: data_contract.DataFacts, vocab_size: int, skip_damaged: bool
+    patterns,
+    split: str,
+    facts: data_contract.DataFacts,
+    vocab_size: int,
+    skip_damaged: bool,
+    cache_dir: str = "",
 ) -> tuple[grain.MapDataset, ParseRecord]:
     shards = manifest.find_shards(patterns, split)
-    source, counts = make_source(shards.files, shards.instances, skip_damaged)
+    # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
+    # a ranged read per record would be a request per record): each process fetches all of them,
+    # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
+    local = storage.local_copies(shards.files, shards.md5, shards.nbytes, cache_dir or None)
+    source, counts = make_source(local, shards.instances, skip_damaged)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
     special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))
@@ -413,7 +423,9 @@ def train_dataset(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds, parse = _records(data.train_files, "train", facts, vocab_size, _skip_damaged(data))
+    ds, parse = _records(
+        data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
+    )
     if len(ds) < global_batch_size:
         raise ValueError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -465,7 +477,9 @@ def eval_batches(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds, parse = _records(files, "eval", facts, vocab_size, _skip_damaged(data))
+    ds, parse = _records(
+        files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
+    )
     if facts.dynamic_masking:
         draw, apply = _masking(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)

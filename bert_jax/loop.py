@@ -179,6 +179,9 @@ def run(
                 if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
                     stopped = "nonfinite"
                     break
+                # A bucket's log is published whole: through this step before the step is saved,
+                # so a saved step is never ahead of the published log.
+                log.flush()
                 checkpointing.save(manager, step, state, data_iter, config)
                 last_saved = step
     if stopped == "preempted" and preemption.signal_name == "SIGINT":

@@ -37,14 +37,13 @@ No JAX import: data_prep (the writer) imports this module too.
 
 import dataclasses
 import fnmatch
-import glob
 import hashlib
 import json
 import os
 import re
 from collections.abc import Sequence
 
-from bert_jax import cli
+from bert_jax import cli, storage
 
 FILE = "manifest.json"
 VERSION = 2
@@ -59,15 +58,13 @@ class ManifestError(cli.UserError):
     """A manifest that cannot be read or does not describe its directory; says what to do."""
 
 
-def _open_local(path: str):
-    return open(path, "rb")
-
-
 def file_md5(path: str, open_binary=None) -> str:
-    """The md5 of a file, read in 1 MiB blocks; `open_binary` opens remote paths (Beam's
-    FileSystems)."""
+    """The md5 of a file (local or in a bucket), read in 1 MiB blocks; `open_binary` opens remote
+    paths (Beam's FileSystems). A GCS object's md5 is the one the server keeps (no download)."""
+    if open_binary is None:
+        return storage.md5(path)
     digest = hashlib.md5()
-    with (open_binary or _open_local)(path) as f:
+    with open_binary(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -103,11 +100,10 @@ def read(path: str) -> dict:
     """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
     to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
     has no `size` or `special_ids` (None)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, FILE)
+    if storage.isdir(path):
+        path = storage.join(path, FILE)
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
+        raw = json.loads(storage.read_text(path))
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
@@ -138,7 +134,7 @@ def read(path: str) -> dict:
         shards = check_shards(raw.get("shards"), path)
         out = {
             "path": path,
-            "dir": os.path.dirname(os.path.abspath(path)),
+            "dir": storage.dirname(path),
             "manifest_version": version,
             "mode": raw.get("mode"),
             "format": raw.get("format"),
@@ -238,19 +234,18 @@ class Shards:
     instances: list[int] | None
     md5: list[str] | None
     manifests: list[dict]
+    nbytes: list[int | None] | None = None  # each file's size as listed (older manifests: None)
 
 
 def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
     if isinstance(patterns, str):
         patterns = patterns.split(",")
-    return [os.path.expanduser(p.strip()) for p in patterns if p and p.strip()]
+    return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
 
 
 def _unfinished(directory: str, names: list[str]) -> bool:
     """Whether `directory` looks like a data_prep output whose job has not finished."""
-    return os.path.isdir(os.path.join(directory, WORK_DIR)) or any(
-        SHARD_NAME.match(n) or TEMPORARY.search(n) for n in names
-    )
+    return WORK_DIR in names or any(SHARD_NAME.match(n) or TEMPORARY.search(n) for n in names)
 
 
 def _unfinished_error(directory: str) -> cli.UserError:
@@ -271,45 +266,48 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             "no record files given: set config.data.train_files to a data_prep --output_dir "
             "(or to globs of TFRecord files)"
         )
-    files, instances, md5s, manifests = [], [], [], {}
+    files, instances, md5s, nbytes, manifests = [], [], [], [], {}
+    listed = []  # the files a manifest names, which must be there
     described = True
     for item in items:
-        is_dir = os.path.isdir(item)
-        directory = item if is_dir else (os.path.dirname(item) or ".")
-        path = os.path.join(directory, FILE)
-        if os.path.isfile(path):
+        is_dir = storage.isdir(item)
+        directory = item if is_dir else storage.dirname(item)
+        path = storage.join(directory, FILE)
+        if storage.isfile(path):
             m = manifests.setdefault(path, read(path))
             for entry in _listed(item, m, split, is_dir):
-                files.append(os.path.join(m["dir"], entry["file"]))
+                listed.append(storage.join(m["dir"], entry["file"]))
+                files.append(listed[-1])
                 instances.append(int(entry["instances"]))
                 md5s.append(entry["md5"])
+                nbytes.append(entry.get("bytes"))
             continue
         described = False
         if is_dir:
-            if _unfinished(item, os.listdir(item)):
+            if _unfinished(item, storage.listdir(item)):
                 raise _unfinished_error(item)
             raise cli.UserError(
                 f"{item} has no {FILE}: point config.data.train_files at a data_prep "
                 "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
             )
-        matches = sorted(glob.glob(item))
-        if os.path.isdir(directory) and _unfinished(
-            directory, [os.path.basename(p) for p in matches] + os.listdir(directory)
+        matches = storage.glob(item)
+        if storage.isdir(directory) and _unfinished(
+            directory, [storage.basename(p) for p in matches] + storage.listdir(directory)
         ):
             raise _unfinished_error(directory)
-        matches = [p for p in matches if os.path.isfile(p)]
+        matches = [p for p in matches if storage.isfile(p)]
         if not matches:
-            if os.path.exists(item):  # a pipe, a device: named as what it is
+            if not storage.is_url(item) and os.path.exists(item):  # a pipe, a device: say so
                 raise cli.UserError(f"{item} {cli.not_a_file(item)}")
             raise FileNotFoundError(f"no record files match {item!r}")
         files += matches
-    for f in files:
-        if not os.path.isfile(f):
-            raise cli.UserError(
-                f"{f} is listed in {os.path.join(os.path.dirname(f), FILE)} but missing: "
-                "the data_prep output is incomplete; rerun its data_prep command to rewrite the "
-                "shard, or restore the file"
-            )
+    missing = _missing(listed)
+    if missing:
+        raise cli.UserError(
+            f"{missing[0]} is listed in {storage.join(storage.dirname(missing[0]), FILE)} but "
+            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
+            "the shard, or restore the file"
+        )
     if len(set(files)) < len(files):
         raise cli.UserError(f"{patterns!r} names some record files twice")
     return Shards(
@@ -317,7 +315,21 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         instances if described else None,
         md5s if described else None,
         list(manifests.values()),
+        nbytes if described else None,
     )
+
+
+def _missing(files: list[str]) -> list[str]:
+    """The files that are not there; in a bucket by one listing per directory, not one request
+    per shard."""
+    listed: dict[str, set[str]] = {}
+    for f in files:
+        directory = storage.dirname(f)
+        if directory not in listed:
+            listed[directory] = (
+                set(storage.listdir(directory)) if storage.isdir(directory) else set()
+            )
+    return [f for f in files if storage.basename(f) not in listed[storage.dirname(f)]]
 
 
 def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
@@ -330,14 +342,14 @@ def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
                 + (" (the job ran with --eval_fraction=0)" if split == "eval" else "")
             )
         return entries
-    pattern = os.path.basename(item)
+    pattern = storage.basename(item)
     chosen = {
         s: [e for e in m["shards"][s] if fnmatch.fnmatch(e["file"], pattern)] for s in m["shards"]
     }
     if chosen["train"] and chosen["eval"]:
         raise cli.UserError(
             f"{item!r} matches both train and eval shards of {m['path']}; name the directory "
-            f"for its {split} split, or a glob such as {os.path.join(m['dir'], split + '-*')!r}"
+            f"for its {split} split, or a glob such as {storage.join(m['dir'], split + '-*')!r}"
         )
     entries = chosen["train"] or chosen["eval"]
     if not entries:
@@ -362,9 +374,13 @@ def verify_md5(shards: Shards) -> None:
 def check_disjoint(train: Shards, evals: Shards) -> None:
     """Train and eval shards may not share a file (also by another name: a link, another
     spelling of the path): a run would report held-out figures on what it trained on."""
-    seen = {os.path.realpath(f): f for f in train.files}
+
+    def same(f: str) -> str:
+        return f if storage.is_url(f) else os.path.realpath(f)
+
+    seen = {same(f): f for f in train.files}
     for f in evals.files:
-        if os.path.realpath(f) in seen:
+        if same(f) in seen:
             raise cli.UserError(
                 f"{f} is both a training and an eval shard (config.data.train_files and "
                 "eval_files name it): the eval would score the model on data it trained on; "

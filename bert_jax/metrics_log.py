@@ -5,23 +5,38 @@
 first drops the lines past the step it resumes from, so the log reads as one uninterrupted run.
 TensorBoard event files go to `<workdir>/tensorboard` (tags `train/loss`, `eval/mlm_accuracy`...).
 Only process 0 writes; the other processes' writers do nothing.
+
+A workdir in a bucket (gs://...): an object cannot be appended to, so the log is kept whole in
+memory and published whole (bert_jax.storage.write_text: the new object replaces the old one at
+once, never half a file) at most every PUBLISH_EVERY_S seconds, at every checkpoint (`flush`) and
+at the end; TensorBoard writes its event file to a local staging directory and each publish
+uploads it whole beside the log. A process killed between publishes loses the lines since the
+last one, which all come after the last checkpoint: the resumed run redoes those steps and logs
+them again, so the log still reads as one run.
 """
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Mapping
 
+from bert_jax import storage
+
 JSONL_NAME = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+PUBLISH_EVERY_S = 30.0  # a workdir in a bucket: the longest the published log lags behind
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """All records of a metrics.jsonl (a directory means its metrics.jsonl)."""
-    if os.path.isdir(path):
-        path = os.path.join(path, JSONL_NAME)
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    """All records of a metrics.jsonl, local or in a bucket (a directory means its
+    metrics.jsonl)."""
+    if storage.isdir(path):
+        path = storage.join(path, JSONL_NAME)
+    lines = [line for line in storage.read_text(path).splitlines() if line.strip()]
     records = []
     for i, line in enumerate(lines):
         try:
@@ -36,34 +51,80 @@ def read_jsonl(path: str) -> list[dict]:
 class MetricsLog:
     """Appends scalars to metrics.jsonl and TensorBoard; a no-op unless `enabled`."""
 
-    def __init__(self, workdir: str, enabled: bool = True, resume_step: int = 0):
+    def __init__(
+        self,
+        workdir: str,
+        enabled: bool = True,
+        resume_step: int = 0,
+        publish_every_s: float = PUBLISH_EVERY_S,
+    ):
         self.enabled = enabled
         self._tb = None
         if not enabled:
             return
-        os.makedirs(workdir, exist_ok=True)
-        self.path = os.path.join(workdir, JSONL_NAME)
-        if os.path.exists(self.path):
+        storage.makedirs(workdir)
+        self.workdir = workdir
+        self.path = storage.join(workdir, JSONL_NAME)
+        self._remote = storage.is_url(workdir)
+        kept, existed = [], storage.exists(self.path)
+        if existed:
             # Lines past resume_step come from steps the resumed run will redo.
             kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
-            with open(self.path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
-        self._file = open(self.path, "a")
+        if self._remote:
+            self._lines = [json.dumps(r) + "\n" for r in kept]
+            self._every, self._published = publish_every_s, time.monotonic()
+            self._staging = tempfile.mkdtemp(prefix="bert_jax-tensorboard-")
+            tb_dir = self._staging
+            if existed:
+                self.flush()  # the dropped lines go now, before any new step is logged
+        else:
+            if existed:
+                with open(self.path, "w") as f:
+                    f.writelines(json.dumps(r) + "\n" for r in kept)
+            self._file = open(self.path, "a")
+            tb_dir = os.path.join(workdir, TENSORBOARD_DIR)
         from tensorboardX import SummaryWriter  # imported here: workers that never log skip it
 
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        # In a bucket each run's events file is uploaded whole under its own name: the suffix
+        # keeps two writers started within one second (the name's timestamp) apart.
+        suffix = f".{uuid.uuid4().hex[:8]}" if self._remote else ""
+        self._tb = SummaryWriter(tb_dir, filename_suffix=suffix)
 
     def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
             return
         record = {"step": int(step), "split": split, **{k: float(v) for k, v in scalars.items()}}
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
         for name, value in scalars.items():
             self._tb.add_scalar(f"{split}/{name}", float(value), int(step))
+        if not self._remote:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+            return
+        self._lines.append(json.dumps(record) + "\n")
+        if time.monotonic() - self._published >= self._every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Publishes what was logged so far (a workdir in a bucket; local files are written as
+        they go)."""
+        if not (self.enabled and self._remote):
+            return
+        storage.write_text(self.path, "".join(self._lines))
+        if self._tb is not None:
+            self._tb.flush()
+            for name in os.listdir(self._staging):
+                with open(os.path.join(self._staging, name), "rb") as f:
+                    storage.write_bytes(storage.join(self.workdir, TENSORBOARD_DIR, name), f.read())
+        self._published = time.monotonic()
 
     def close(self) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        if self._remote:
+            self._tb.close()
+            self.flush()
+            shutil.rmtree(self._staging, ignore_errors=True)
+        else:
             self._file.close()
             self._tb.close()
 

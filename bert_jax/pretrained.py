@@ -26,7 +26,7 @@ from typing import Any
 
 from flax import nnx
 
-from bert_jax import checkpointing, cli, data_contract, hf, tokenization
+from bert_jax import checkpointing, cli, data_contract, hf, storage, tokenization
 from bert_jax import model as model_lib
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
@@ -58,7 +58,7 @@ class Pretrained:
 
 
 def is_workdir(path: str) -> bool:
-    return os.path.isdir(checkpointing.checkpoint_dir(path))
+    return storage.isdir(checkpointing.checkpoint_dir(path))
 
 
 def load(
@@ -81,7 +81,7 @@ def load(
         raise cli.UserError(
             "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
         )
-    if not os.path.isdir(path):
+    if not storage.isdir(path):
         raise cli.UserError(
             f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
             "weights) or a training workdir (it has checkpoints/)"
@@ -115,13 +115,23 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
-    config = hf.load_bert_config(path, **overrides)
-    model, report = hf.load_hf(path, config)
+    if storage.is_url(path) and not any(
+        storage.isfile(storage.join(path, n)) for n in ("config.json", "bert_config.json")
+    ):
+        raise hf.CheckpointError(
+            f"{path!r} has no config.json: not a model directory, or an export to it was cut "
+            "short (config.json is published last); rerun the export"
+        )
+    local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
+    config = hf.load_bert_config(local, **overrides)
+    model, report = hf.load_hf(local, config)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    own_vocab, own_lower, derived = _hf_vocabulary(path)
+    own_vocab, own_lower, derived = _hf_vocabulary(local)
     vocab = vocab_file or own_vocab
     lower = do_lower_case if do_lower_case is not None else own_lower
-    record = vocab_file or ("" if derived else own_vocab or "")
+    # What a saved config names: the directory's own file (in the bucket), not a local copy.
+    own = own_vocab and storage.join(path, storage.basename(own_vocab))
+    record = vocab_file or ("" if derived else own or "")
     return _finish(config, params, str(report), vocab, lower, record=record)
 
 
@@ -129,9 +139,11 @@ def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
     lower = True if lower is None else bool(lower)
     tokenizer = None
     if vocab:
-        if not os.path.isfile(vocab):
-            raise cli.UserError(f"vocab file {vocab!r} {cli.not_a_file(vocab)}")
+        why = storage.not_a_file(vocab)
+        if why:
+            raise cli.UserError(f"vocab file {vocab!r} {why}")
         tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
+        vocab = tokenizer.vocab_file  # a vocabulary in a bucket: its local copy, to export
         if not data_contract.fits_table(tokenizer.vocab_size, config.vocab_size):
             raise cli.UserError(
                 f"the vocabulary {vocab!r} has {tokenizer.vocab_size} entries but the model "

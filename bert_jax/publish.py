@@ -20,6 +20,11 @@ another model's files, on any disk, readable by the people the umask lets read i
     it is ours, and the next export replaces it whole.
   * Modes: files 0666 and directories 0777, less the umask (as `open` and `mkdir` would make
     them; a scratch directory from tempfile is 0700, and its files must not keep that).
+  * A bucket (gs://, s3://) has no rename: the files are written to a local scratch directory
+    and uploaded one by one under the same rules (`_publish_remote`), the file a reader opens
+    first (a Hugging Face model's config.json) deleted first and uploaded last, so an export cut
+    short is a directory transformers refuses, never two models' files under a complete-looking
+    one; the next export replaces it whole.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 
-from bert_jax import cli, workdir_lock
+from bert_jax import cli, storage, workdir_lock
 
 MARKER = ".bert_jax_export.json"
 _SCRATCH = ".export-tmp-"
@@ -48,19 +54,17 @@ def check_target(output_dir: str, flag: str = "--output_dir") -> None:
     """Refuses an `output_dir` that is a file, lies under one, or holds files that are not an
     export of ours, before any work is done (`directory` checks again, holding the lock)."""
     workdir_lock.refuse_a_file(output_dir, flag)
-    if os.path.isdir(output_dir):
+    if storage.isdir(output_dir):
         previous_export(output_dir, flag)
 
 
 def previous_export(output_dir: str, flag: str = "--output_dir") -> list[str]:
     """The files of the export of ours that `output_dir` holds ([] if it is empty); refuses a
-    directory holding anything else."""
-    names = sorted(n for n in os.listdir(output_dir) if not _ours(n))
+    directory holding anything else. Local or a bucket."""
+    names = sorted(n for n in storage.listdir(output_dir) if not _ours(n))
     listed: list[str] = []
-    if os.path.isfile(os.path.join(output_dir, MARKER)):
-        with contextlib.suppress(OSError, ValueError):
-            with open(os.path.join(output_dir, MARKER)) as f:
-                listed = list(json.load(f)["files"])
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        listed = list(json.loads(storage.read_text(storage.join(output_dir, MARKER)))["files"])
     foreign = [n for n in names if n not in listed]
     if foreign:
         shown = ", ".join(foreign[:5]) + (
@@ -95,9 +99,13 @@ def _remove(path: str) -> None:
 
 
 def _write_marker(output_dir: str, files: list[str], complete: bool) -> None:
+    record = {"files": sorted(files), "complete": complete, "written": time.time()}
+    if storage.is_url(output_dir):
+        storage.write_text(storage.join(output_dir, MARKER), json.dumps(record))
+        return
     tmp = os.path.join(output_dir, MARKER + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"files": sorted(files), "complete": complete, "written": time.time()}, f)
+        json.dump(record, f)
     os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, os.path.join(output_dir, MARKER))
 
@@ -108,12 +116,19 @@ def directory(
     *,
     what: str = "bert_jax.export",
     flag: str = "--output_dir",
+    last: str = "config.json",
 ) -> list[str]:
     """Runs `write(scratch)`, which fills an empty directory, and publishes what it wrote as
-    `output_dir` (the module docstring's rules). Returns the names published."""
+    `output_dir` (the module docstring's rules; `last` is the file a reader opens first, published
+    last to a bucket). Returns the names published."""
     check_target(output_dir, flag)
     # The lock makes `output_dir` if it is new, and removes it again if nothing was published.
     with workdir_lock.hold(output_dir, what, flag=flag):
+        if storage.is_url(output_dir):
+            with tempfile.TemporaryDirectory(prefix="bert_jax-publish-") as scratch:
+                with cli.disk_full_is_oserror(scratch):
+                    write(scratch)
+                return _publish_remote(scratch, output_dir, last, flag)
         old = previous_export(output_dir, flag)
         for name in os.listdir(output_dir):
             if name.startswith(_SCRATCH):  # a killed export's: we hold the lock, it is dead
@@ -135,3 +150,30 @@ def directory(
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return new
+
+
+def _publish_remote(local: str, path: str, last: str, flag: str) -> list[str]:
+    """The files of the local directory `local` published as the bucket directory `path`: the
+    marker first lists both versions' files as incomplete; `path/last` is deleted, the new files
+    uploaded, the old version's other files deleted, `last` uploaded, the marker rewritten."""
+    names = sorted(os.listdir(local))
+    if last not in names:
+        raise ValueError(f"{local} has no {last} to publish last")  # a bug of the writer
+    old = previous_export(path, flag)
+    _write_marker(path, sorted(set(old) | set(names)), complete=False)
+    storage.remove(storage.join(path, last))
+
+    def upload(name: str) -> None:
+        with open(os.path.join(local, name), "rb") as f:
+            with storage.open_write(storage.join(path, name)) as out:
+                shutil.copyfileobj(f, out, 1 << 20)
+
+    for name in names:
+        if name != last:
+            upload(name)
+    for name in sorted(set(old) - set(names)):
+        storage.rmtree(storage.join(path, name))  # a directory's objects
+        storage.remove(storage.join(path, name))  # or one object
+    upload(last)
+    _write_marker(path, names, complete=True)
+    return names

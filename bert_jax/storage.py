@@ -14,7 +14,9 @@ What an object store lacks, and what stands in for it here:
     object to a local temporary file and uploads it when the writer's block ends without an
     error (nothing is uploaded when it raises), as one operation that can be tried again.
     "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
-    commit marker), never by a name appearing.
+    commit marker), never by a name appearing (a directory of files, an export: see
+    bert_jax.publish). `move` copies and deletes, so its callers first delete what marks the
+    source finished.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
     created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and
     `delete_if_version` compare-and-delete by generation (S3: ETag, check then delete), for
@@ -23,7 +25,10 @@ What an object store lacks, and what stands in for it here:
     name changes.
   * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
     `local_copy` fetches a file once into a cache directory, checked against the size and md5
-    the caller expects, under a temporary name renamed when whole.
+    the caller expects, under a temporary name renamed when whole (`local_copies`: many at once;
+    `local_dir`: a directory's files under their own names, for transformers and safetensors).
+  * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
+    for a reader that lists through another library (Orbax's step listing).
 
 Credentials: Application Default Credentials, as every Google client library: on a Cloud TPU or
 GCE VM the VM's service account, elsewhere `gcloud auth application-default login` or
@@ -37,7 +42,9 @@ gets no answer within REQUEST_TIMEOUT_S (a stalled server or proxy), and a serve
 minute outlasts its retries. So every operation of this module is tried again, whole, on such
 a transient error (`_transient`), with backoff up to 30 s, until BERT_JAX_STORAGE_RETRY_S
 (default RETRY_S) have passed since its first try; a write is an upload of a local temporary
-file, so it too is one operation that can be tried again. When the retries are spent,
+file, so it too is one operation that can be tried again. TensorStore, which writes Orbax's
+arrays, retries by itself, held to gcsfs' budget (TENSORSTORE_RETRIES, applied by
+bert_jax.checkpointing). When the retries are spent,
 `unavailable_message` turns the error into one `error:` line (cli.run asks it), never a
 traceback. Nothing half-written is trusted afterwards: see above.
 
@@ -66,6 +73,10 @@ REQUEST_TIMEOUT_S = 60
 # BERT_JAX_STORAGE_RETRY_S): long enough for a server restarting or a network blip, short enough
 # that a bucket that is really gone ends the job with its error line within minutes.
 RETRY_S = 300.0
+# TensorStore's GCS retries (its context resource gcs_request_retries), set to gcsfs' budget:
+# TensorStore's own default (32 tries, up to 32 s apart) keeps a save waiting ~15 minutes on a
+# bucket that is gone, long after gcsfs has given up on the same save's metadata files.
+TENSORSTORE_RETRIES = {"max_retries": 6, "initial_delay": "1s", "max_delay": "32s"}
 _CHUNK = 1 << 20
 
 
@@ -212,6 +223,14 @@ class _Retrying:
         return f
 
 
+def forget_listings(path: str) -> None:
+    """Drops what this process's client remembers of the listings under `path` (gcsfs caches
+    them): for a reader about to list what another process may have written since, such as
+    Orbax listing a workdir's steps. Nothing for a local path."""
+    if is_url(path):
+        _fs(path).invalidate_cache()
+
+
 def _bucket_and_key(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("://")[2].partition("/")
     return bucket, key
@@ -220,15 +239,17 @@ def _bucket_and_key(path: str) -> tuple[str, str]:
 # --- Reading --------------------------------------------------------------------------------
 
 
-def open_read(path: str, mode: str = "rb", block_size: int | None = None):
+def open_read(path: str, mode: str = "rb", block_size: int | None = None, encoding: str = "utf-8"):
     """A file object for reading, local or remote (remote ones read ahead in blocks and seek;
-    `block_size`: how far past a read, the client's default, 5 MB for GCS, when None). A
-    remote binary file is an io.BufferedReader, as a local one: fsspec's own file has a
-    readline() without a size limit, that scans its blocks a piece at a time."""
+    `block_size`: how far past a read, the client's default, 5 MB for GCS, when None); text
+    mode decodes with `encoding`. A remote binary file is an io.BufferedReader, as a local one:
+    fsspec's own file has a readline() without a size limit, that scans its blocks a piece at a
+    time."""
+    encoding = None if "b" in mode else encoding
     if not is_url(path):
-        return open(path, mode, encoding=None if "b" in mode else "utf-8")
+        return open(path, mode, encoding=encoding)
     sized = {"block_size": block_size} if block_size else {}
-    f = _fs(path).open(path, mode, encoding=None if "b" in mode else "utf-8", **sized)
+    f = _fs(path).open(path, mode, encoding=encoding, **sized)
     return io.BufferedReader(f, _CHUNK) if mode == "rb" else f
 
 
@@ -282,6 +303,21 @@ def glob(pattern: str) -> list[str]:
     fs = _fs(pattern)
     fs.invalidate_cache()
     return sorted(f"{scheme}://{p}" for p in fs.glob(pattern))
+
+
+def not_a_file(path: str) -> str | None:
+    """Why `path` is not a file to read, as words that follow its name (a local path: missing, a
+    directory, a pipe, ...: cli.not_a_file; a URL: no such object), or None when it is one."""
+    if is_url(path):
+        return None if isfile(path) else "does not exist (no such object)"
+    return None if os.path.isfile(path) else cli.not_a_file(path)
+
+
+def check_file(path: str, what: str) -> None:
+    """Raises FileNotFoundError "`what` 'path' <why>" unless `path` is a file to read."""
+    why = not_a_file(path)
+    if why:
+        raise FileNotFoundError(f"{what} {path!r} {why}")
 
 
 def size(path: str) -> int:
@@ -395,6 +431,19 @@ def remove(path: str, missing_ok: bool = True) -> None:
     except FileNotFoundError:
         if not missing_ok:
             raise
+
+
+def move(src: str, dst: str) -> None:
+    """Renames a file or directory. In a bucket there is no rename: every object is copied, then
+    the originals deleted, so a move cut short leaves objects under both names (callers first
+    take away what marks `src` finished, see bert_jax.checkpointing)."""
+    if not is_url(src):
+        os.rename(src, dst)
+        return
+    fs = _fs(src)
+    fs.invalidate_cache()
+    fs.copy(src.rstrip("/"), dst.rstrip("/"), recursive=True)
+    rmtree(src)
 
 
 def rmtree(path: str) -> None:
@@ -569,6 +618,59 @@ def local_copy(
     return target
 
 
+def local_copies(
+    paths: list[str],
+    md5s: list[str] | None = None,
+    nbytes: list[int | None] | None = None,
+    cache_dir: str | None = None,
+    threads: int = 8,
+) -> list[str]:
+    """`local_copy` of each path (local ones as they are), `threads` fetches at a time: a bucket
+    serves one object at tens of MB/s but many at once at the link's rate."""
+    md5s = md5s or [None] * len(paths)
+    nbytes = nbytes or [None] * len(paths)
+    if not any(is_url(p) for p in paths):
+        return list(paths)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+        return list(
+            pool.map(lambda a: local_copy(a[0], cache_dir, a[1], a[2]), zip(paths, md5s, nbytes))
+        )
+
+
+def local_dir(path: str, cache_dir: str | None = None) -> str:
+    """A local directory holding the files directly under `path` (a Hugging Face model directory
+    in a bucket, for transformers and safetensors, which open local files): `path` itself if it
+    is local, else each file's `local_copy` linked under its own name into
+    `<cache_dir>/<bucket>/<key>.dir/`. Files that are no longer under `path` are unlinked."""
+    if not is_url(path):
+        return path
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
+    scheme = path.partition("://")[0]
+    copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
+    bucket, key = _bucket_and_key(path.rstrip("/"))
+    target = os.path.join(cache_dir or default_cache_dir(), bucket, f"{key}.dir")
+    os.makedirs(target, exist_ok=True)
+    names = {basename(e["name"]) for e in entries}
+    for name in set(os.listdir(target)) - names:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(target, name))
+    for name, copy in zip((basename(e["name"]) for e in entries), copies):
+        link = os.path.join(target, name)
+        if os.path.exists(link) and os.path.samefile(link, copy):
+            continue
+        tmp = _local_tmp(link)
+        try:
+            os.link(copy, tmp)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(copy, tmp)
+        os.replace(tmp, link)
+    return target
+
+
 # --- Errors ---------------------------------------------------------------------------------
 
 
@@ -612,7 +714,12 @@ def unavailable_message(error: BaseException) -> str | None:
     chain, seen = error, set()
     while chain is not None and id(chain) not in seen:
         seen.add(id(chain))
-        if isinstance(chain, tuple(kinds)):
+        # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
+        # the server restarted, or the session expired) as FileNotFoundError naming that URL.
+        lost_upload = isinstance(chain, FileNotFoundError) and "upload_id=" in str(chain)
+        # TensorStore (Orbax's array writes) raises ValueError once its retries are spent.
+        tensorstore = isinstance(chain, ValueError) and "retry attempts failed" in str(chain)
+        if lost_upload or tensorstore or isinstance(chain, tuple(kinds)):
             detail = " ".join(str(chain).split()) or type(chain).__name__
             return (
                 f"the storage server did not serve the request after its retries ({detail}); "

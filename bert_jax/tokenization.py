@@ -529,7 +529,15 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
 
 
 def make_tokenizer(vocab_file: str, do_lower_case: bool = True):
-    """A SentencePiece tokenizer for a .model file, WordPiece for anything else (vocab.txt)."""
+    """A SentencePiece tokenizer for a .model file, WordPiece for anything else (vocab.txt).
+    A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
+    tokenizer's vocab_file is then that copy."""
+    from bert_jax import storage
+
+    if storage.is_url(vocab_file):
+        if not storage.isfile(vocab_file):
+            raise VocabError(f"vocabulary file {vocab_file!r} does not exist")
+        vocab_file = storage.local_copy(vocab_file)
     if vocab_file.endswith(".model"):
         return SentencePieceTokenizer(vocab_file, do_lower_case=do_lower_case)
     return WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)

@@ -19,7 +19,6 @@ count), so the summed gradients are exactly those of the full batch.
 import dataclasses
 import functools
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +45,7 @@ from bert_jax import (
     optim,
     packing,
     sharding,
+    storage,
 )
 from bert_jax import features as F
 from bert_jax import model as model_lib
@@ -449,11 +449,11 @@ def evaluate(
 
 def initial_params(path: str, setup: Setup) -> dict:
     """Parameters from another run's workdir or a Hugging Face BERT directory, on this mesh."""
-    if os.path.isfile(os.path.join(path, "config.json")):
+    if storage.isfile(storage.join(path, "config.json")):
         from bert_jax import hf
 
         params, report = hf.load_hf_params(
-            path, setup.model_config, shardings=setup.param_shardings
+            storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
         )
         if report.initialized and jax.process_index() == 0:
             print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)

@@ -52,6 +52,10 @@ def get_config() -> ml_collections.ConfigDict:
     # train metrics, kept in checkpoints) and ends the run when more than max_bad_records were.
     d.bad_records = "error"
     d.max_bad_records = 100
+    # Record files in a bucket (gs://...) are read from local copies kept here, fetched once and
+    # checked against the manifest's md5 and size (each host holds all shards: the global
+    # shuffle reads every one). "": $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax.
+    d.cache_dir = ""
     d.max_seq_length = 0  # tokens per record; 0: from the manifest
     # Masked positions per record (the original: 20 at L=128, 76-80 at 512); with dynamic masking
     # the most positions masked per record. 0: from the manifest.

@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli, storage
+from bert_jax import storage
 from data_prep import sniff
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
@@ -77,9 +77,10 @@ def match_files(spec: str) -> list[str]:
     """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
     paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
     for path in paths:
-        if not storage.isfile(path):
-            why = "is not an object in its bucket" if storage.is_url(path) else cli.not_a_file(path)
-            raise InputError(f"input {path!r} {why}")
+        try:
+            storage.check_file(path, "input")
+        except FileNotFoundError as e:
+            raise InputError(str(e)) from None
     return paths
 
 

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from bert_jax import cli
+from bert_jax import storage
 from bert_jax.finetune.encode import FormatError
 
 DOCSTART = "-DOCSTART-"
@@ -27,8 +27,7 @@ class TaggedSentence:
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     """Reads a CoNLL file; `tag_column` indexes the whitespace-split columns (-1: the last)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
+    storage.check_file(path, "data file")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -44,7 +43,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
             words.clear()
             tags.clear()
 
-    with open(path, encoding="utf-8") as f:
+    with storage.open_read(path, "r") as f:
         for n, line in enumerate(f, start=1):
             cols = line.split()
             if not cols:
@@ -88,8 +87,8 @@ def write_predictions(
     """`word [gold] predicted` per line, a blank line between sentences: conlleval's input."""
     if len(sentences) != len(predictions):
         raise ValueError(f"{len(sentences)} sentences but {len(predictions)} predictions")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    storage.makedirs(storage.dirname(path))
+    with storage.open_write(path, "w") as f:
         for sentence, tags in zip(sentences, predictions):
             gold = sentence.tags or [None] * len(sentence.words)
             for word, g, p in zip(sentence.words, gold, tags):

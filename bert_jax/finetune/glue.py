@@ -28,7 +28,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from bert_jax import cli
+from bert_jax import storage
 from bert_jax.finetune.encode import FormatError
 
 
@@ -89,9 +89,8 @@ def get_layout(name: str) -> Layout:
 
 
 def _lines(path: str) -> list[list[str]]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
-    with open(path, encoding="utf-8-sig") as f:  # -sig: tolerate a byte-order mark
+    storage.check_file(path, "data file")
+    with storage.open_read(path, "r", encoding="utf-8-sig") as f:  # -sig: tolerate a BOM
         return [line.rstrip("\r\n").split("\t") for line in f]
 
 
@@ -179,8 +178,8 @@ def write_predictions(path: str, examples: Sequence[TextExample], predictions: S
     """GLUE submission format: a header `index<TAB>prediction`, then one line per example."""
     if len(examples) != len(predictions):
         raise ValueError(f"{len(examples)} examples but {len(predictions)} predictions")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    storage.makedirs(storage.dirname(path))
+    with storage.open_write(path, "w") as f:
         f.write("index\tprediction\n")
         for example, pred in zip(examples, predictions):
             value = f"{pred:.4f}" if isinstance(pred, float) else str(pred)

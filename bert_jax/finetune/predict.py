@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, packing, sharding
+from bert_jax import checkpointing, packing, sharding, storage
 from bert_jax import features as F
 from bert_jax.finetune import packed, runs, tasks
 
@@ -95,7 +95,7 @@ def evaluate(
 
 def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
     name = os.path.splitext(os.path.basename(test_file))[0]
-    return os.path.join(workdir, PREDICTIONS_DIR, name + _EXTENSIONS[data_format])
+    return storage.join(workdir, PREDICTIONS_DIR, name + _EXTENSIONS[data_format])
 
 
 def write_predictions(

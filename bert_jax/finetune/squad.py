@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax import cli, tokenization
 from bert_jax import features as F
+from bert_jax import storage, tokenization
 from bert_jax.finetune.encode import FormatError, pack
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
@@ -67,9 +67,8 @@ class Window:
 
 def read_squad(path: str) -> list[QAExample]:
     """All questions of a SQuAD v1.1 or v2.0 file (answers optional, for test files)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} {cli.not_a_file(path)}")
-    with open(path, encoding="utf-8") as f:
+    storage.check_file(path, "data file")
+    with storage.open_read(path, "r") as f:
         try:
             doc = json.load(f)
         except json.JSONDecodeError as e:
@@ -299,9 +298,9 @@ def gold_answers(ex: QAExample) -> list[str]:
 
 def write_predictions(path: str, answers: dict[str, str], null_diffs: dict[str, float]) -> None:
     """predictions.json ({qid: text}, the official scripts' input) and, for v2.0, null_odds.json."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    storage.makedirs(storage.dirname(path))
+    with storage.open_write(path, "w") as f:
         json.dump(answers, f, indent=2, ensure_ascii=False)
     if null_diffs:
-        with open(os.path.splitext(path)[0] + "_null_odds.json", "w") as f:
+        with storage.open_write(os.path.splitext(path)[0] + "_null_odds.json", "w") as f:
             json.dump(null_diffs, f, indent=2)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 
 import grain
 import jax
@@ -20,7 +19,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, loop, metrics_log
+from bert_jax import checkpointing, faults, loop, metrics_log, storage
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
@@ -224,12 +223,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     if config.export:
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:
-            result["export"] = os.path.join(workdir, EXPORT_DIR)
+            result["export"] = storage.join(workdir, EXPORT_DIR)
             hf_export.export_hf(
-                model,
-                run.labels,
-                result["export"],
-                run.vocab_file,
-                config.data.do_lower_case,
+                model, run.labels, result["export"], run.vocab_file, config.data.do_lower_case
             )
     return result
