@@ -8,8 +8,11 @@ train loss alone does not show it (it sits at the unigram entropy, which looks l
 The check is one jitted forward pass over one eval batch at each eval: the mean cosine between
 the final hidden states of real tokens of *different* sequences (`hidden_cosine`, logged with the
 eval figures). Healthy encoders give different words in different contexts different vectors
-(a BERT at init or trained: well under 0.9); a collapsed one gives ~1.0 (0.999999 measured on a
-configs/mini.py run stuck at the plateau). Above THRESHOLD the trainer prints `warning`.
+(0.22 for the tiny test model at init, 0.27-0.46 for the demo's model after a few hundred
+steps); a collapsed one gives ~1.0 (0.999999 measured on a configs/mini.py run stuck at the
+plateau). On the way there a run can pass close to it: 0.984-0.991 at step 100 of demo-sized
+runs that then went on to 0.3-0.5 (docs/training.md). So THRESHOLD is 0.999, above the passing
+phase and below a dead run; above it the trainer prints `warning`.
 
 A final layer whose outputs are all exactly zero has no direction and reads 0 here; a LayerNorm
 output (every BERT's last op) is zero only if its scale and bias both are.
@@ -26,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import features as F
 from bert_jax import input_pipeline, packing, sharding
 
-THRESHOLD = 0.99
+THRESHOLD = 0.999
 
 
 def cross_row_cosine(sequence: jax.Array, weights: jax.Array) -> jax.Array:
@@ -88,8 +91,8 @@ def warning(cosine: float, step: int) -> str | None:
         f"warning: collapsed representations at step {step}: the final hidden states of different "
         f"tokens in different sequences are nearly the same vector (mean cosine {cosine:.6f} > "
         f"{THRESHOLD}), so the model predicts the same words at every position and held-out "
-        "accuracy stays at the most-frequent-token rate. Such runs rarely recover. Try a lower "
-        "learning rate or a longer warmup if the loss jumped or stalled early, a higher rate if "
-        "it has crept down from the start; check that the records' text is varied (not mostly "
-        "[UNK]: the vocabulary fits the text)."
+        "accuracy stays at the most-frequent-token rate. If it stays so for several evals the "
+        "run is dead: try a lower learning rate or a longer warmup if the loss jumped or stalled "
+        "early, a higher rate if it has crept down from the start; check that the records' text "
+        "is varied (not mostly [UNK]: the vocabulary fits the text)."
     )

@@ -67,7 +67,7 @@ def test_a_collapsed_model_is_flagged_and_a_healthy_one_is_not(model_and_batch, 
     norm["scale"] = np.full_like(norm["scale"], scale)
     norm["bias"] = np.random.default_rng(0).normal(size=norm["bias"].shape).astype(np.float32)
     cosine = check(collapsed, batch)
-    assert cosine > 0.999
+    assert cosine > collapse.THRESHOLD
     line = collapse.warning(cosine, 10)
     assert line.startswith("warning: collapsed representations at step 10")
     assert "learning rate" in line and f"{cosine:.6f}" in line
