@@ -60,3 +60,12 @@ def test_each_sentence_has_one_mask_and_a_one_piece_answer_in_the_demo_vocabular
     assert len(answers) % 2 == 0
     for i in range(0, len(answers), 2):
         assert answers[i] != answers[i + 1]
+
+
+def test_the_demo_config_fits_the_records_the_demo_writes():
+    from configs import demo as demo_config
+
+    config = demo_config.get_config()
+    # Position embeddings for exactly the records' length: longer would be rows never trained.
+    assert config.model.max_position_embeddings == demo.SEQ_LENGTH
+    assert config.optim.warmup_steps < config.train.num_train_steps
