@@ -243,7 +243,8 @@ def main(argv):
         rest = times[side] - first[side]
         per_step = rest / max(step - 1, 1)
         print(
-            f"{side:>12}: first step {first[side]:.1f} s (ours: compiling), then "
+            f"{side:>12}: first step {first[side]:.1f} s"
+            f"{' (compiling)' if side == 'ours' else ''}, then "
             f"{per_step * 1000:.0f} ms a step"
         )
         if side in reached:
