@@ -11,9 +11,11 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     input_pipeline.py  record shards -> Grain -> host batches (masking.py: dynamic masking,
                        packing.py + packed_records.py: several sequences a row)
     model.py           BERT in Flax NNX (attention.py: the kernels, dropout.py: the masks)
-    losses.py, optim.py   the pre-training losses; BERT's AdamW and LAMB with their schedules
+    losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
+                       position); BERT's AdamW and LAMB with their schedules
     sharding.py        the device mesh and every sharding rule
-    train.py           the train state, the jitted steps, train_and_evaluate
+    train.py           the train state, the jitted steps, train_and_evaluate (collapse.py:
+                       the eval-time warning for a run whose outputs are all the same)
     loop.py            the loop skeleton both trainers run: when to log, eval, save and stop
     faults.py          SIGTERM and non-finite steps; checkpointing.py (+ checksums.py): Orbax
                        checkpoints that resume exactly and refuse damaged files

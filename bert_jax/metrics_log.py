@@ -4,6 +4,8 @@
 "eval", <name>: float, ...}. It is the file to plot from (examples/demo.py does). A resumed run
 first drops the lines past the step it resumes from, so the log reads as one uninterrupted run.
 TensorBoard event files go to `<workdir>/tensorboard` (tags `train/loss`, `eval/mlm_accuracy`...).
+The names are losses.summarize's: `mlm_accuracy` is held-out accuracy at [MASK] positions,
+`mlm_accuracy_kept` / `_random` / `_all` at the other kinds of masked position and over all.
 Only process 0 writes; the other processes' writers do nothing.
 
 A workdir in a bucket (gs://...): an object cannot be appended to, so the log is kept whole in
@@ -136,6 +138,25 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
+# The figures shown in brackets after a headline one, so that it is never read alone: MLM
+# accuracy at [MASK] positions beside the kept/random/all ones, NSP accuracy beside its chance line.
+_BESIDE = {
+    "mlm_accuracy": (
+        ("kept", "mlm_accuracy_kept"),
+        ("random", "mlm_accuracy_random"),
+        ("all", "mlm_accuracy_all"),
+    ),
+    "nsp_accuracy": (("majority", "nsp_majority"),),
+}
+
+
+def _beside(name: str, scalars: Mapping[str, float]) -> str:
+    shown = [
+        f"{label} {scalars[key]:.3f}" for label, key in _BESIDE.get(name, ()) if key in scalars
+    ]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
 class Progress:
     """One line per logging interval on process 0: step, figures, speed and ETA."""
 
@@ -155,12 +176,13 @@ class Progress:
         for name, fmt in (
             ("loss", ".3f"),
             ("mlm_accuracy", ".3f"),
+            ("mlm_accuracy_all", ".3f"),  # alone when the kinds are unknown (no [MASK] id)
             ("nsp_accuracy", ".3f"),
             ("learning_rate", ".2e"),
             ("grad_norm", ".2f"),
         ):
-            if name in scalars:
-                parts.append(f"{name} {scalars[name]:{fmt}}")
+            if name in scalars and not (name == "mlm_accuracy_all" and "mlm_accuracy" in scalars):
+                parts.append(f"{name} {scalars[name]:{fmt}}{_beside(name, scalars)}")
         if "tokens_per_sec" in scalars:
             parts.append(f"{scalars['tokens_per_sec'] / 1000:.1f}k tok/s")
         if "examples_per_sec" in scalars:  # fine-tuning

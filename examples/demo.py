@@ -1,19 +1,25 @@
-"""`make demo`: raw text to a Hugging Face model that fills in [MASK], in a few minutes on a CPU.
+"""`make demo`: raw text to a Hugging Face model that fills in [MASK], in minutes on a CPU.
 
     python -m examples.demo --out_dir=demo_out
 
-1. data_prep turns examples/data/pydocs.txt (3.6 MB of Python documentation) into masked
-   MLM/NSP records with a held-out split of whole documents;
-2. the most-frequent-token baseline: the held-out accuracy of always predicting the masked
-   token that is most common in the training records;
-3. bert_jax.main pre-trains configs/demo.py (2 layers, 64 wide: 2.1M parameters), evaluating
-   held-out MLM and NSP accuracy as it goes;
-4. the last checkpoint is exported to Hugging Face format, reloaded with transformers and asked
-   to fill in a [MASK];
-5. demo_out/curves.png plots the training loss and the held-out accuracy against the baseline.
+1. data_prep.vocab trains a WordPiece vocabulary on examples/data/pydocs.txt (3.6 MB of Python
+   documentation): VOCAB_SIZE entries instead of bert-base-uncased's 30,522, so a 64-wide
+   model spends its steps on the encoder instead of a vocabulary projection it cannot fill;
+2. data_prep turns the text into unmasked MLM-only records of 64 tokens, 40% of which the trainer
+   masks (anew every epoch), with a held-out split of whole documents;
+3. the most-frequent-token baseline: the accuracy, at the [MASK] positions of the held-out set
+   the trainer scores, of always predicting the commonest token of the training text;
+4. bert_jax.main pre-trains configs/demo.py, evaluating held-out MLM accuracy by kind of masked
+   position as it goes ([MASK], kept, random replacement: copying the kept tokens is no
+   evidence of learning, so the headline is the [MASK] figure);
+5. the last checkpoint is exported to Hugging Face format, reloaded with transformers, and asked
+   to fill in the [MASK] of hand-written sentences (pairs whose context decides the answer) and
+   of held-out records;
+6. demo_out/curves.png plots the losses and held-out accuracies against the baseline.
 
-The demo fails (exit status 1) if held-out MLM accuracy does not end clearly above the baseline.
-Rerunning it resumes: finished stages are skipped, a killed training run continues.
+The demo fails (exit status 1) unless held-out [MASK]-position accuracy ends at BAR_FACTOR times
+the baseline or more (`verdict`). Rerunning it resumes: finished stages are skipped, a killed
+training run continues.
 """
 
 import collections
@@ -24,6 +30,8 @@ import time
 
 from absl import app, flags, logging
 
+from examples import demo_report
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out_dir", "demo_out", "Where the records, run, exported model and plot go.")
 flags.DEFINE_string("config", "configs/demo.py", "Training config.")
@@ -33,7 +41,12 @@ flags.DEFINE_integer(
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "examples", "data", "pydocs.txt")
-VOCAB = os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt")
+# Measured on this corpus (docs/training.md, "What makes the demo learn"): 8,000 entries train in
+# about 2 s, so the demo trains its own rather than shipping one.
+VOCAB_SIZE = 8000
+SEQ_LENGTH, MASKED_LM_PROB = 64, 0.4  # configs/demo.py's max_position_embeddings is SEQ_LENGTH
+# Held-out [MASK]-position accuracy must end at this multiple of the baseline.
+BAR_FACTOR = 3.0
 
 
 def banner(text: str) -> None:
@@ -46,7 +59,23 @@ def run(cmd: list[str], env: dict | None = None) -> None:
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
 
 
-def prepare_data(data_dir: str) -> None:
+def train_vocab(vocab_file: str) -> None:
+    if os.path.exists(vocab_file):
+        print(f"vocabulary already in {vocab_file}", flush=True)
+        return
+    run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.vocab",
+            f"--input={CORPUS}",
+            f"--output={vocab_file}",
+            f"--vocab_size={VOCAB_SIZE}",
+        ]
+    )
+
+
+def prepare_data(data_dir: str, vocab_file: str) -> None:
     if os.path.exists(os.path.join(data_dir, "manifest.json")):
         print(f"records already in {data_dir}", flush=True)
         return
@@ -56,9 +85,17 @@ def prepare_data(data_dir: str) -> None:
             "-m",
             "data_prep.main",
             f"--input={CORPUS}",
-            f"--vocab_file={VOCAB}",
+            f"--vocab_file={vocab_file}",
             f"--output_dir={data_dir}",
-            "--dupe_factor=5",
+            "--nsp=false",  # MLM only: NSP did not learn in the demo's minutes (docs/training.md)
+            "--dynamic_masking",  # new masks every epoch: the run sees the corpus several times
+            # Many predictions per step is what gets a small model off the most-frequent-token
+            # plateau fast (docs/training.md): 40% of the tokens masked (Wettig et al. 2023, "Should
+            # You Mask 15% in Masked Language Modeling?"), of short sequences.
+            f"--max_seq_length={SEQ_LENGTH}",
+            f"--masked_lm_prob={MASKED_LM_PROB}",
+            f"--max_predictions_per_seq={round(MASKED_LM_PROB * SEQ_LENGTH)}",
+            "--dupe_factor=1",
             "--eval_fraction=0.05",
             "--num_workers=2",
             "--noprogress",
@@ -66,23 +103,52 @@ def prepare_data(data_dir: str) -> None:
     )
 
 
-def masked_labels(data_dir: str, split: str) -> collections.Counter:
-    from bert_jax import features, manifest, record_io
+def resolved_config(data_dir: str):
+    """configs/demo.py with the data's facts filled in, as the trainer resolves it."""
+    import importlib.util
 
+    from bert_jax import data_contract
+
+    spec = importlib.util.spec_from_file_location("demo_config", os.path.join(REPO, FLAGS.config))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    config.data.train_files = config.data.eval_files = data_dir
+    return data_contract.resolve(config)
+
+
+def baseline(config) -> tuple[float, int]:
+    """(held-out accuracy at [MASK] positions of always predicting the commonest token of the
+    training text, that token). Scored on the very eval set the trainer scores (its records,
+    masks and count), so the line on the plot is the one its figures must beat."""
+    import numpy as np
+
+    from bert_jax import features, input_pipeline, manifest, record_io
+
+    d = config.data
+    special = {d.cls_token_id, d.sep_token_id, d.mask_token_id, 0}  # 0: [PAD]
     counts = collections.Counter()
-    for path in manifest.find_shards(data_dir, split).files:
+    for path in manifest.find_shards(d.train_files, "train").files:
         for record in record_io.read_records(path):
             ex = features.decode_example(record)
-            counts.update(ex[features.MASKED_LM_IDS][ex[features.MASKED_LM_WEIGHTS] > 0].tolist())
-    return counts
-
-
-def baseline(data_dir: str) -> tuple[float, int]:
-    """Held-out accuracy of always predicting the commonest masked training token, and that
-    token."""
-    top, _ = masked_labels(data_dir, "train").most_common(1)[0]
-    held_out = masked_labels(data_dir, "eval")
-    return held_out[top] / sum(held_out.values()), top
+            counts.update(ex[features.INPUT_IDS][ex[features.INPUT_MASK] > 0].tolist())
+    top = next(t for t, _ in counts.most_common() if t not in special)
+    batches = input_pipeline.eval_batches(
+        d,
+        d.eval_files,
+        config.model.vocab_size,
+        config.eval.batch_size,
+        config.eval.num_examples,
+        config.train.seed,
+    )
+    right = total = 0.0
+    for b in batches:
+        shown = np.take_along_axis(b[features.INPUT_IDS], b[features.MASKED_LM_POSITIONS], 1)
+        w = b[features.MASKED_LM_WEIGHTS] * b[input_pipeline.EXAMPLE_WEIGHT][:, None]
+        at_mask = w * (shown == d.mask_token_id)
+        right += float((at_mask * (b[features.MASKED_LM_IDS] == top)).sum())
+        total += float(at_mask.sum())
+    return right / total, top
 
 
 def train(workdir: str, data_dir: str) -> None:
@@ -104,101 +170,19 @@ def train(workdir: str, data_dir: str) -> None:
     run(cmd, env)
 
 
-def fill_mask(hf_dir: str, data_dir: str, num_records: int = 2) -> None:
-    """Reloads the export with transformers and fills the [MASK]s of held-out records.
-
-    The records are shaped as in training (two segments, ~15% of the tokens masked): a model
-    this small and this briefly trained has learnt little beyond frequent words and where
-    punctuation goes, and shows it best on inputs like the ones it saw.
-    """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local directory: never touch the network
-    import numpy as np
-    import torch
-    import transformers
-
-    from bert_jax import features, manifest, record_io
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    model = transformers.BertForMaskedLM.from_pretrained(hf_dir, local_files_only=True).eval()
-    tokenizer = transformers.BertTokenizer.from_pretrained(hf_dir, local_files_only=True)
-    path = manifest.find_shards(data_dir, "eval").files[0]
-    right = total = 0
-    for n, record in enumerate(record_io.read_records(path)):
-        if n == num_records:
-            break
-        ex = features.decode_example(record)
-        length = int(ex[features.INPUT_MASK].sum())
-        ids = ex[features.INPUT_IDS][:length]
-        with torch.no_grad():
-            logits = model(
-                input_ids=torch.tensor(ids[None]).long(),
-                token_type_ids=torch.tensor(ex[features.SEGMENT_IDS][None, :length]).long(),
-            ).logits[0]
-        guesses = logits.argmax(-1).numpy()
-        truth = dict(
-            zip(ex[features.MASKED_LM_POSITIONS].tolist(), ex[features.MASKED_LM_IDS].tolist())
+def verdict(evals: list[dict], base: float, factor: float = BAR_FACTOR) -> str | None:
+    """Why the demo failed, or None when it passed: the last eval's held-out [MASK]-position
+    accuracy must be at least `factor` x the most-frequent-token baseline. The all-positions
+    figure cannot pass it: copying the kept tokens lifts that one with no language learnt."""
+    if not evals or "mlm_accuracy" not in evals[-1]:
+        return "no held-out [MASK]-position accuracy was logged"
+    last = evals[-1]["mlm_accuracy"]
+    if last < factor * base:
+        return (
+            f"held-out [MASK]-position accuracy {last:.3f} is below {factor:g}x the "
+            f"most-frequent-token baseline ({factor * base:.3f})"
         )
-        tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
-        for p in np.flatnonzero(ids == tokenizer.mask_token_id):
-            guess, want = tokenizer.convert_ids_to_tokens([int(guesses[p]), truth[int(p)]])
-            right += guess == want
-            total += 1
-            tokens[p] = f"[{guess}{'' if guess == want else ' (' + want + ')'}]"
-        print(
-            "  "
-            + tokenizer.convert_tokens_to_string(tokens[1:])
-            .replace(" [SEP]", "\n  ", 1)
-            .replace(" [SEP]", "")
-        )
-    print(
-        f"[guess (answer)]: {right} of {total} [MASK]s filled right by transformers.BertForMaskedLM"
-    )
-
-
-def plot(records: list[dict], base: float, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    train_recs = [r for r in records if r["split"] == "train"]
-    eval_recs = [r for r in records if r["split"] == "eval"]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot(
-        [r["step"] for r in train_recs],
-        [r["loss"] for r in train_recs],
-        label="train loss (MLM + NSP)",
-    )
-    ax_loss.plot(
-        [r["step"] for r in eval_recs], [r["loss"] for r in eval_recs], "o-", label="held-out loss"
-    )
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("loss")
-    ax_loss.legend()
-    ax_acc.plot(
-        [r["step"] for r in eval_recs],
-        [r["mlm_accuracy"] for r in eval_recs],
-        "o-",
-        label="held-out MLM accuracy",
-    )
-    ax_acc.plot(
-        [r["step"] for r in eval_recs],
-        [r["nsp_accuracy"] for r in eval_recs],
-        "s--",
-        label="held-out NSP accuracy",
-    )
-    ax_acc.axhline(
-        base, color="gray", linestyle=":", label=f"most-frequent-token baseline ({base:.3f})"
-    )
-    ax_acc.set_xlabel("step")
-    ax_acc.set_ylabel("accuracy")
-    ax_acc.set_ylim(0, 1)
-    ax_acc.legend()
-    fig.suptitle("bert-jax demo: a 2-layer BERT (H=64) pre-trained on Python docs")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return None
 
 
 def main(argv):
@@ -208,55 +192,58 @@ def main(argv):
     start = time.time()
     out = os.path.abspath(FLAGS.out_dir)
     data_dir, workdir, hf_dir = (os.path.join(out, d) for d in ("data", "run", "hf_model"))
+    vocab_file = os.path.join(out, "vocab.txt")
 
-    banner("1/5 data prep: pydocs.txt -> masked MLM/NSP records (95% train, 5% held-out documents)")
-    prepare_data(data_dir)
+    banner(f"1/6 vocabulary: {VOCAB_SIZE:,} WordPiece entries trained on pydocs.txt")
+    train_vocab(vocab_file)
 
-    banner("2/5 baseline")
-    base, top = baseline(data_dir)
-    vocab = open(VOCAB, encoding="utf-8").read().split("\n")
+    banner("2/6 data prep: pydocs.txt -> MLM records (95% train, 5% held-out documents)")
+    prepare_data(data_dir, vocab_file)
+
+    banner("3/6 baseline")
+    config = resolved_config(data_dir)
+    base, top = baseline(config)
+    vocab = open(vocab_file, encoding="utf-8").read().split("\n")
     print(
-        f"always predicting {vocab[top]!r}, the commonest masked token in training, scores "
-        f"{base:.3f} held-out MLM accuracy",
+        f"always predicting {vocab[top]!r}, the commonest token of the training text, scores "
+        f"{base:.3f} at the held-out [MASK] positions; the demo passes at {BAR_FACTOR:g}x that, "
+        f"{BAR_FACTOR * base:.3f}",
         flush=True,
     )
 
-    banner("3/5 pre-training (configs/demo.py); rerun to resume")
+    banner("4/6 pre-training (configs/demo.py); rerun to resume")
     train(workdir, data_dir)
 
     from bert_jax import export, metrics_log
 
     records = metrics_log.read_jsonl(workdir)
     evals = [r for r in records if r["split"] == "eval"]
-    print(f"\nheld-out MLM accuracy by step (baseline {base:.3f}):")
-    for r in evals:
-        print(
-            f"  step {r['step']:>5}  {r['mlm_accuracy']:.3f}  "
-            f"{'#' * round(100 * r['mlm_accuracy'])}"
-        )
+    demo_report.print_curve(evals, base)
 
-    banner("4/5 export to Hugging Face; transformers fills in the [MASK]s of held-out records")
+    banner("5/6 export to Hugging Face; transformers fills in [MASK]s")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)  # Orbax warns that a read-only manager saves nothing
     info = export.export(workdir, hf_dir)  # the vocabulary the run's data recorded
     print(f"exported step {info['step']} ({info['num_params']:,} parameters) to {hf_dir}")
-    fill_mask(hf_dir, data_dir)
+    model, tokenizer = demo_report.load_hf(hf_dir)
+    demo_report.fill_sentences(model, tokenizer)
+    demo_report.fill_held_out(model, tokenizer, config)
 
-    banner("5/5 plot")
+    banner("6/6 plot")
     png = os.path.join(out, "curves.png")
-    plot(records, base, png)
+    demo_report.plot(records, base, BAR_FACTOR * base, png)
     print(f"wrote {png}")
 
-    first, last = evals[0]["mlm_accuracy"], evals[-1]["mlm_accuracy"]
+    first, last = evals[0], evals[-1]
     print(
-        f"\nheld-out MLM accuracy {first:.3f} (step {evals[0]['step']}) -> {last:.3f} "
-        f"(step {evals[-1]['step']}); baseline {base:.3f}. Demo took {time.time() - start:.0f} s."
+        f"\nheld-out [MASK]-position accuracy {first['mlm_accuracy']:.3f} (step {first['step']})"
+        f" -> {last['mlm_accuracy']:.3f} (step {last['step']}): "
+        f"{last['mlm_accuracy'] / base:.1f}x the baseline {base:.3f}. "
+        f"Demo took {time.time() - start:.0f} s."
     )
-    if last < 1.5 * base or last <= first:
-        print(
-            "FAILED: held-out MLM accuracy did not end clearly above the baseline and rising",
-            file=sys.stderr,
-        )
+    failed = verdict(evals, base)
+    if failed:
+        print(f"FAILED: {failed}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -113,14 +113,37 @@ def test_eval_figures_match_a_direct_computation(testdata):
         rows[F.INPUT_IDS], rows[F.INPUT_MASK], rows[F.SEGMENT_IDS], rows[F.MASKED_LM_POSITIONS]
     )
     w = rows[F.MASKED_LM_WEIGHTS]
+    labels = rows[F.MASKED_LM_IDS]
     lp = jax.nn.log_softmax(np.asarray(mlm_logits, np.float64))
-    nll = -np.take_along_axis(np.asarray(lp), rows[F.MASKED_LM_IDS][..., None], -1)[..., 0]
-    right = np.asarray(mlm_logits).argmax(-1) == rows[F.MASKED_LM_IDS]
-    assert got["mlm_loss"] == pytest.approx((nll * w).sum() / w.sum(), rel=1e-4)
-    assert got["mlm_accuracy"] == pytest.approx((right * w).sum() / w.sum(), abs=1e-9)
-    nsp_right = np.asarray(nsp_logits).argmax(-1) == rows[F.NEXT_SENTENCE_LABELS]
+    nll = -np.take_along_axis(np.asarray(lp), labels[..., None], -1)[..., 0]
+    right = np.asarray(mlm_logits).argmax(-1) == labels
+    # What the model saw at each masked position: [MASK] (103), the answer, or another token.
+    shown = np.take_along_axis(rows[F.INPUT_IDS], rows[F.MASKED_LM_POSITIONS], 1)
+    kinds = {
+        "": shown == 103,
+        "_kept": shown == labels,
+        "_random": (shown != 103) & (shown != labels),
+    }
+    kinds["_all"] = np.ones_like(w, bool)
+    for suffix, where in kinds.items():
+        kw = w * where
+        assert kw.sum() > 0, suffix  # the golden records hold every kind
+        assert got["mlm_loss" + suffix] == pytest.approx((nll * kw).sum() / kw.sum(), rel=1e-4)
+        assert got["mlm_accuracy" + suffix] == pytest.approx(
+            (right * kw).sum() / kw.sum(), abs=1e-9
+        )
+    nsp_labels = rows[F.NEXT_SENTENCE_LABELS].reshape(-1)
+    nsp_right = np.asarray(nsp_logits).argmax(-1) == nsp_labels
     assert got["nsp_accuracy"] == pytest.approx(nsp_right.mean(), abs=1e-9)
-    assert got.keys() == {"mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "loss"}
+    assert got["nsp_majority"] == pytest.approx(max(nsp_labels.mean(), 1 - nsp_labels.mean()))
+    assert got.keys() == {
+        *(f"mlm_{fig}{suffix}" for fig in ("loss", "accuracy") for suffix in kinds),
+        "nsp_loss",
+        "nsp_accuracy",
+        "nsp_majority",
+        "loss",
+    }
+    assert got["loss"] == pytest.approx(got["mlm_loss_all"] + got["nsp_loss"])
     assert losses.summarize  # the figures are losses.summarize's
 
 
@@ -235,18 +258,50 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
         train.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
 
 
-def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path):
+def _tensorboard_tags(workdir) -> set[str]:
+    from tensorboardX.proto import event_pb2
+
+    from bert_jax import record_io
+
+    tags = set()
+    for name in os.listdir(os.path.join(workdir, "tensorboard")):
+        path = os.path.join(workdir, "tensorboard", name)
+        for data in record_io.read_records(path, record_io.TFRECORD):
+            tags.update(v.tag for v in event_pb2.Event.FromString(data).summary.value)
+    return tags
+
+
+def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path, monkeypatch, capsys):
+    """Also: the eval figures by kind of masked position, the NSP majority rate and the collapse
+    check reach metrics.jsonl, TensorBoard and the progress line."""
+    from bert_jax import collapse
+
+    monkeypatch.setattr(collapse, "THRESHOLD", -1.0)  # every eval "collapsed": the warning's path
     config = small_config(testdata, num_train_steps=50)
     config.eval.every_steps = 2
     config.eval.target_mlm_accuracy = 0.01  # "the" alone beats this after a few steps
     config.optim.learning_rate = 5e-3
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["stopped"] == "target_reached"
-    assert result["eval"]["mlm_accuracy"] >= 0.01 and result["step"] < 50
+    # The target is MLPerf's metric: accuracy over all masked positions.
+    assert result["eval"]["mlm_accuracy_all"] >= 0.01 and result["step"] < 50
     assert checkpointing.saved_steps(str(tmp_path))[-1] == result["step"]  # saved on stop
     evals = [r for r in metrics_log.read_jsonl(str(tmp_path)) if r["split"] == "eval"]
     assert evals[-1]["step"] == result["step"]
     assert all(0 <= r["nsp_accuracy"] <= 1 for r in evals)
+    by_kind = {
+        f"mlm_{f}{k}" for f in ("loss", "accuracy") for k in ("", "_kept", "_random", "_all")
+    }
+    eval_keys = by_kind | {"nsp_accuracy", "nsp_majority", "hidden_cosine"}
+    assert all(eval_keys <= r.keys() for r in evals)
+    assert all(0.5 <= r["nsp_majority"] <= 1 and -1 <= r["hidden_cosine"] <= 1 for r in evals)
+    train_lines = [r for r in metrics_log.read_jsonl(str(tmp_path)) if r["split"] == "train"]
+    assert by_kind <= train_lines[-1].keys()
+    tags = _tensorboard_tags(str(tmp_path))
+    assert {f"eval/{k}" for k in eval_keys} | {f"train/{k}" for k in by_kind} <= tags
+    out = capsys.readouterr().out
+    assert out.count("warning: collapsed representations at step") == len(evals)
+    assert "eval  step 2/50" in out and " (kept " in out and "(majority " in out
 
 
 def test_config_errors_say_what_to_fix(testdata):
