@@ -136,7 +136,13 @@ def devices(topology: Topology) -> list:
     device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX).
 
     Raises RuntimeError when libtpu is not installed (`pip install -e '.[tpu]'`)."""
+    import os
+
     from jax.experimental import topologies
+
+    # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) so that two processes never drive
+    # one TPU; a described slice is only compiled for, so plans may compile side by side.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
     kwargs = {"chip_config_name": "megacore"} if topology.chip.cores_per_chip == 2 else {}
     if topology.num_slices > 1:

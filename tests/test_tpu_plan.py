@@ -11,10 +11,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO
 
-pytestmark = pytest.mark.skipif(
+from bench import tpu_chips, tpu_plan
+
+needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
     reason="libtpu is not installed (pip install -e '.[tpu]', which make install does)",
 )
@@ -48,6 +51,7 @@ def _by(plans, **want):
     return match
 
 
+@needs_libtpu
 def test_v5e_plans_grow_with_the_batch_and_fsdp_splits_the_state(tmp_path):
     plans = _plan(
         tmp_path,
@@ -85,6 +89,7 @@ def test_v5e_plans_grow_with_the_batch_and_fsdp_splits_the_state(tmp_path):
     assert fsdp["ici_bytes"].get("all-gather", 0) > 0
 
 
+@needs_libtpu
 def test_v4_megacore_slice_compiles_all_three_steps_and_marks_what_does_not_fit(tmp_path):
     plans = _plan(
         tmp_path,
@@ -117,6 +122,7 @@ def test_v4_megacore_slice_compiles_all_three_steps_and_marks_what_does_not_fit(
     assert p["peak_bytes"] > p["hbm_bytes"] and not p["fits"]
 
 
+@needs_libtpu
 def test_trainer_mesh_follows_ici_rings_and_puts_data_across_slices():
     """No compile: the slices' device descriptions from libtpu, in a subprocess."""
     code = """
@@ -151,3 +157,84 @@ print(json.dumps(out))
     assert all(len(set(row)) == 1 for row in out["slices"])
     assert {row[0] for row in out["slices"]} == {0, 1}
     assert "multiple of the slice count" in out["error"]
+
+
+def test_replica_groups_read_the_same_in_all_three_spellings():
+    """XLA writes a collective's groups as lists, as an iota (optionally transposed) or over a
+    named mesh; each spelling of one grouping reads back as the same groups."""
+    ids = np.arange(8).reshape(2, 4)  # a 2 x 4 mesh, devices in order
+    along_rows = [[0, 1, 2, 3], [4, 5, 6, 7]]  # groups over the second axis
+    along_cols = [[0, 4], [1, 5], [2, 6], [3, 7]]  # groups over the first
+    read = tpu_plan.replica_groups
+    assert read("replica_groups={{0,1,2,3},{4,5,6,7}}, x", 8) == along_rows
+    assert read("replica_groups=[2,4]<=[8], x", 8) == along_rows
+    assert read("replica_groups=mesh['a'=2,'b'=4] {'b'}, x", 8) == along_rows
+    assert read("replica_groups={{0,4},{1,5},{2,6},{3,7}}", 8) == along_cols
+    assert read("replica_groups=[4,2]<=[2,4]T(1,0), x", 8) == along_cols
+    assert read("replica_groups=mesh['a'=2,'b'=4] {'a'}, x", 8) == along_cols
+    assert read("replica_groups=mesh['a'=2,'b'=4] {'a','b'}", 8) == [ids.ravel().tolist()]
+    assert read("replica_groups={}, to_apply=%add", 8) == [list(range(8))]
+    assert read("channel_id=1, to_apply=%add", 8) is None
+
+
+def test_collective_bytes_follow_ring_algorithms_and_split_ici_from_dcn():
+    hlo = "\n".join(
+        [
+            # 4 MB of bf16 gradients all-reduced over 4 devices: 2 x 3/4 of it per device.
+            "  %ar = bf16[1024,2048]{1,0} all-reduce(%g), replica_groups={{0,1,2,3}}, x",
+            # A tuple (two buffers, one op) counts both.
+            "  %ar2 = (f32[256]{0}, f32[256]{0}) all-reduce(%a, %b), replica_groups=[1,4]<=[4]",
+            # all-gather's result is the whole buffer: 3/4 of it arrives from the others.
+            "  %ag = f32[4,1024]{1,0} all-gather(%p), replica_groups=mesh['x'=4] {'x'}, x",
+            # An async start holds operand and result: the larger buffer, once.
+            "  %ags = (f32[1,1024]{1,0}, f32[4,1024]{1,0}) all-gather-start(%p), "
+            "replica_groups={{0,1,2,3}}",
+            "  %agd = f32[4,1024]{1,0} all-gather-done(%ags)",
+            # reduce-scatter's result is 1/4 of the buffer.
+            "  %rs = f32[256]{0} reduce-scatter(%q), replica_groups={{0,1,2,3}}, dimensions={0}",
+            "  %cp = f32[100]{0} collective-permute(%r), source_target_pairs={{0,1},{1,0}}",
+        ]
+    )
+    one_slice = tpu_plan.collectives(hlo, [0, 0, 0, 0])
+    mb = 1024 * 2048 * 2
+    assert one_slice.ici_bytes["all-reduce"] == pytest.approx(1.5 * (mb + 2 * 256 * 4))
+    assert one_slice.ici_bytes["all-gather"] == pytest.approx(2 * 0.75 * 4 * 1024 * 4)
+    assert one_slice.ici_bytes["reduce-scatter"] == pytest.approx(0.75 * 1024 * 4)
+    assert one_slice.ici_bytes["collective-permute"] == 400
+    assert one_slice.counts == {
+        "all-reduce": 2,
+        "all-gather": 2,
+        "reduce-scatter": 1,
+        "collective-permute": 1,
+    }
+    assert one_slice.dcn_bytes == 0 and one_slice.unread == 0
+    # Devices 0, 1 on one slice and 2, 3 on another: each all-reduce runs within a slice (a ring
+    # of 2) and across the 2 slices over DCN with half the buffer per chip.
+    two = tpu_plan.collectives(hlo.splitlines()[0], [0, 0, 1, 1])
+    assert two.ici_bytes["all-reduce"] == pytest.approx(2 * 0.5 * mb)
+    assert two.dcn_bytes == pytest.approx(2 * 0.5 * mb / 2)
+
+
+def test_roofline_is_used_only_where_the_compiler_gives_no_estimate():
+    chip = tpu_chips.CHIPS["v5e"]
+    none = tpu_plan.Collectives({"all-reduce": 0.0}, 0.0, {}, 0)
+    cost = {"flops": 197e12, "bytes accessed": 819e9 / 2, "optimal_seconds": -3.0}
+    est = tpu_plan.estimate(cost, none, chip)
+    assert (est.source, est.bound, est.seconds) == ("roofline", "compute", pytest.approx(1.0))
+    ici = tpu_plan.Collectives({"all-reduce": 400e9}, 3.125e9, {}, 0)
+    est = tpu_plan.estimate(cost, ici, chip)
+    # One direction of 400 GB/s bidirectional ICI: 2 s; DCN 3.125 GB/s per chip: 1 s.
+    assert est.seconds == pytest.approx(1.0 + 2.0 + 1.0) and est.bound == "ICI"
+    assert tpu_plan.estimate({**cost, "optimal_seconds": 0.25}, ici, chip).source == "compiler"
+
+
+def test_topology_names_map_to_documented_slices():
+    assert tpu_chips.parse("v5p-64").shape == "2x4x4"  # TensorCores: 32 chips
+    assert tpu_chips.parse("v4-32").num_chips == 16
+    assert tpu_chips.parse("v5e-256").shape == "16x16"  # chips
+    assert tpu_chips.parse("v5litepod-16").shape == "4x4"
+    assert tpu_chips.parse("v5e:2x4").num_chips == 8
+    assert tpu_chips.parse("v5e-16", num_slices=2).num_chips == 32
+    for bad in ("v5p-63", "v3-8", "v5e:2x2x2", "tpu"):
+        with pytest.raises(ValueError, match=r"v5p|v5e|slice|topology"):
+            tpu_chips.parse(bad)
