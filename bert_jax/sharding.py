@@ -63,10 +63,11 @@ def make_mesh(
 ) -> Mesh:
     """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all devices of all processes).
 
-    Within a slice, jax.make_mesh orders TPU devices along the slice's physical ICI rings (on
-    CPU and GPU it keeps their order). Across slices the links are DCN, an order of magnitude
-    slower, so only 'data' spans slices there (its gradient all-reduce is the one collective
-    per step); fsdp's gathers and tensor's all-reduces stay on ICI: jax's hybrid device mesh,
+    Within a slice, TPU devices are ordered along the slice's physical ICI rings (jax's
+    create_device_mesh, as jax.make_mesh; CPU devices keep their order, GPUs go by device id).
+    Across slices the links are DCN, an order of magnitude slower, so only 'data' spans slices
+    there (its gradient all-reduce is the one collective per step); fsdp's gathers and tensor's
+    all-reduces stay on ICI: jax's hybrid device mesh,
     `data` = slices x data within a slice.
     """
     devices = list(jax.devices() if devices is None else devices)
@@ -76,7 +77,10 @@ def make_mesh(
     axis_types = (AxisType.Auto,) * 3
     slices = num_slices(devices)
     if slices == 1:
-        return jax.make_mesh(shape, MESH_AXES, axis_types=axis_types, devices=devices)
+        # What jax.make_mesh does, and where a mesh axis is not a product of the slice's
+        # physical axes (data=8 on a 4x4x4 v5p) it splits one rather than failing.
+        grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
+        return Mesh(grid, MESH_AXES, axis_types=axis_types)
     if shape[0] % slices:
         raise ValueError(
             f"mesh {dict(zip(MESH_AXES, shape))} on {slices} TPU slices: 'data' must be a "

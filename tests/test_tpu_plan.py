@@ -32,7 +32,7 @@ def _plan(tmp_path, name: str, *flags: str) -> list[dict]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,  # minutes on a loaded machine; seconds per plan when idle
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "compiled by the TPU compiler" in run.stdout
@@ -53,16 +53,10 @@ def _by(plans, **want):
 
 @needs_libtpu
 def test_v5e_plans_grow_with_the_batch_and_fsdp_splits_the_state(tmp_path):
-    plans = _plan(
-        tmp_path,
-        "v5e",
-        "--topology=v5e:2x2",
-        "--meshes=4x1x1,2x2x1",
-        "--global_batch_sizes=8,64",
-        "--steps=train",
-    )
-    assert len(plans) == 4
-    for p in plans:
+    data = "--topology=v5e:2x2", "--steps=train"
+    small, large = _plan(tmp_path, "d", *data, "--meshes=4x1x1", "--global_batch_sizes=8,64")
+    (fsdp,) = _plan(tmp_path, "f", *data, "--meshes=2x2x1", "--global_batch_sizes=8")
+    for p in (small, large, fsdp):
         assert p["chips"] == 4 and p["hbm_bytes"] == 16 * GIB  # v5e, from Google's docs
         # The donated state is updated in place, and the state is the bulk of the arguments.
         assert p["alias_bytes"] >= 0.99 * p["state_bytes"]
@@ -71,45 +65,44 @@ def test_v5e_plans_grow_with_the_batch_and_fsdp_splits_the_state(tmp_path):
         assert p["step_source"] in ("compiler", "roofline") and p["step_s"] > 0
         assert p["seq_per_s"] == pytest.approx(p["global_batch"] / p["step_s"])
         assert 0 < p["mfu"] < 1
-    for mesh in ("4x1x1", "2x2x1"):
-        small, large = _by(plans, mesh=mesh, global_batch=8), _by(plans, mesh=mesh, global_batch=64)
-        # 8x the rows: more activations and more FLOPs per chip, the same state.
-        assert large["temp_bytes"] > small["temp_bytes"]
-        assert large["peak_bytes"] > small["peak_bytes"]
-        assert 4 < large["cost"]["flops"] / small["cost"]["flops"] <= 8.5
-        assert large["state_bytes"] == small["state_bytes"]
-    data, fsdp = _by(plans, mesh="4x1x1", global_batch=8), _by(plans, mesh="2x2x1", global_batch=8)
+    # 8x the rows: more activations and more FLOPs per chip, the same state.
+    assert large["temp_bytes"] > small["temp_bytes"]
+    assert large["peak_bytes"] > small["peak_bytes"]
+    assert 4 < large["cost"]["flops"] / small["cost"]["flops"] <= 8.5
+    assert large["state_bytes"] == small["state_bytes"]
     # fsdp=2 holds half of every split weight and Adam moment; LayerNorm parameters and biases
     # stay whole (a larger share of a tiny model than of BERT-Base).
-    assert 1.8 < data["state_bytes"] / fsdp["state_bytes"] <= 2
-    assert data["state_bytes"] == data["total_state_bytes"]  # data parallelism replicates
+    assert 1.8 < small["state_bytes"] / fsdp["state_bytes"] <= 2
+    assert small["state_bytes"] == small["total_state_bytes"]  # data parallelism replicates
     # The data-parallel step all-reduces the gradients: 2(n-1)/n of them per chip, at least the
-    # bf16 size of the split parameters; fsdp gathers weights instead.
-    assert data["ici_bytes"]["all-reduce"] > 0.5 * data["total_state_bytes"] / 3 / 2
+    # bf16 size of the parameters (a third of the state, in float32); fsdp gathers weights.
+    assert small["ici_bytes"]["all-reduce"] > small["total_state_bytes"] / 3 / 2
     assert fsdp["ici_bytes"].get("all-gather", 0) > 0
 
 
 @needs_libtpu
-def test_v4_megacore_slice_compiles_all_three_steps_and_marks_what_does_not_fit(tmp_path):
+def test_v4_megacore_slice_compiles_eval_and_finetuning_and_a_plan_past_hbm_is_marked(tmp_path):
     plans = _plan(
         tmp_path,
         "v4",
         "--topology=v4:2x2x1",
         "--meshes=4x1x1",
         "--global_batch_sizes=8",
-        "--steps=train,eval,finetune",
+        "--steps=eval,finetune",
     )
-    assert [p["step"] for p in plans] == ["train", "eval", "finetune"]
+    assert [p["step"] for p in plans] == ["eval", "finetune"]
     for p in plans:
         assert p["chips"] == 4  # one JAX device per chip (megacore), as a v4 VM shows them
         assert p["hbm_bytes"] == 32 * GIB and p["fits"]
-    train, evaluate, finetune = plans
-    assert evaluate["cost"]["flops"] < train["cost"]["flops"]  # forward only
-    assert evaluate["state_bytes"] < train["state_bytes"] / 2  # parameters, no Adam moments
+    evaluate, finetune = plans
+    assert evaluate["alias_bytes"] == 0  # eval donates nothing
+    # Parameters only, no Adam moments; fine-tuning trains them all, with moments.
+    assert evaluate["state_bytes"] < finetune["state_bytes"] / 2
     assert finetune["global_batch"] == 32  # configs/finetune/sst2.py's batch
+    assert finetune["alias_bytes"] >= 0.99 * finetune["state_bytes"]  # the state, donated
     # 40M vocabulary rows of 32: parameters and Adam moments 14.3 GiB replicated on each chip,
     # plus the MLM logits: past a v5e's 16 GiB, marked, and no flags offered for it.
-    big = _plan(
+    (big,) = _plan(
         tmp_path,
         "big",
         "--topology=v5e-4",
@@ -118,8 +111,7 @@ def test_v4_megacore_slice_compiles_all_three_steps_and_marks_what_does_not_fit(
         "--steps=train",
         "--vocab_size=40000000",
     )
-    (p,) = big
-    assert p["peak_bytes"] > p["hbm_bytes"] and not p["fits"]
+    assert big["peak_bytes"] > big["hbm_bytes"] and not big["fits"]
 
 
 @needs_libtpu
