@@ -54,7 +54,18 @@ flags.DEFINE_integer("seq_len", 0, "Sequence length; 0: the config's (512 for ph
 flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
 flags.DEFINE_integer("vocab_size", 30522, "Word-embedding rows (bert-base-uncased's 30522).")
 flags.DEFINE_string("dtype", "bfloat16", "Computation dtype: bfloat16 or float32.")
+flags.DEFINE_float(
+    "attention_dropout",
+    -1.0,
+    "config.model.attention_probs_dropout_prob; -1: the config's. 0 (as MLPerf) lets GPU use "
+    "cuDNN's fused attention (attention_impl='auto').",
+)
 flags.DEFINE_string("json_out", "", "Also write every plan's figures as JSON to this path.")
+flags.DEFINE_string(
+    "hlo_dir",
+    "",
+    "Also write each plan's compiled HLO here (to see fusions, layouts, collectives).",
+)
 
 GIB = 1024**3
 
@@ -127,11 +138,12 @@ def main(argv):
     if FLAGS.topology.startswith("cpu"):
         count = int(FLAGS.topology.partition(":")[2] or FLAGS.num_devices)
         note = "fake CPU devices (XLA:CPU's plan, no chip figures)"
-    elif not tpu_chips.libtpu_installed():
+    elif not tpu_chips.compiler_installed(FLAGS.topology):
         count = FLAGS.num_devices
+        extra = "cuda" if FLAGS.topology.lower() == "h100" else "tpu"
         note = (
-            f"fake CPU devices: libtpu is not installed, so {FLAGS.topology} cannot be compiled "
-            "for (pip install -e '.[tpu]'); XLA:CPU's plan, no chip figures"
+            f"fake CPU devices: {FLAGS.topology}'s compiler is not installed "
+            f"(pip install -e '.[{extra}]'); XLA:CPU's plan, no chip figures"
         )
     else:
         try:
@@ -139,7 +151,9 @@ def main(argv):
         except ValueError as e:
             raise app.UsageError(str(e)) from None
         count = topology.num_chips
-        note = "the TPU compiler (libtpu), compile only"
+        gpu = topology.chip.name == "h100"
+        note = "the CUDA compiler (XLA:GPU)" if gpu else "the TPU compiler (libtpu)"
+        note += ", compile only"
     use_cpu_devices(count if topology is None else 1)
     import jax
 
@@ -148,6 +162,8 @@ def main(argv):
     devices = jax.devices() if topology is None else tpu_chips.devices(topology)
     base = load_config(FLAGS.config)
     plan_steps.override_model(base, FLAGS.vocab_size, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
+    if FLAGS.attention_dropout >= 0:
+        base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
     heads = base.model.num_attention_heads
     slices = 1 if topology is None else topology.num_slices
     meshes = [parse_mesh(m) for m in FLAGS.meshes] or default_meshes(len(devices), slices, heads)
@@ -175,7 +191,7 @@ def main(argv):
         config = pretrain_config(base, mesh, remat, batch)
         for step in FLAGS.steps:
             try:
-                r = plan_steps.compile_plan(step, config, ft_base, devices, chip)
+                r = plan_steps.compile_plan(step, config, ft_base, devices, chip, FLAGS.hlo_dir)
             except (ValueError, TypeError) as e:  # a mesh the model cannot take
                 print(f"{'x'.join(map(str, mesh))} remat={remat} batch {batch} {step}: {e}")
                 continue

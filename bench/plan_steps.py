@@ -8,6 +8,8 @@ slice's compile-only descriptions.
 """
 
 import math
+import os
+import re
 import time
 
 import jax
@@ -113,9 +115,10 @@ def _finetune(config, ft_base, devices):
     return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
 
 
-def compile_plan(step: str, config, ft_base, devices, chip) -> dict:
+def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -> dict:
     """Lowers and compiles one step on one mesh; returns its figures (bench/tpu_plan.py says where
-    each comes from). `chip` (bench/tpu_chips.Chip) is None for fake CPU devices."""
+    each comes from). `chip` (bench/tpu_chips.Chip) is None for fake CPU devices. With `hlo_dir`
+    the compiled HLO is written there too."""
     start = time.perf_counter()
     if step == "finetune":
         fn, args, setup, batch, model_flops = _finetune(config, ft_base, devices)
@@ -126,7 +129,14 @@ def compile_plan(step: str, config, ft_base, devices, chip) -> dict:
     with setup.activate():
         lowered = fn.lower(*args)
     lowered_at = time.perf_counter()
-    compiled = lowered.compile()
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+        # The TPU compiler refuses a program past HBM ("Ran out of memory on HBM, the total
+        # memory required for HLO temporaries (100.74G) exceeds available HBM (15.75G)").
+        if chip is None or "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        compiled, refusal = None, str(e).splitlines()[0]
     done = time.perf_counter()
     state = args[0] if step != "finetune" else (args[0], args[1])
     chips = setup.mesh.devices.size
@@ -142,16 +152,31 @@ def compile_plan(step: str, config, ft_base, devices, chip) -> dict:
         "compile_s": done - lowered_at,
         "state_bytes": _state_bytes(state),
         "total_state_bytes": _total_bytes(args[0]),
-        **tpu_plan.memory(compiled),
-        "cost": tpu_plan.cost(compiled),
         "model_flops_per_chip": model_flops / chips,
     }
+    if compiled is None:
+        return {**r, **_refused(refusal, chip)}
+    r = {
+        **r,
+        **tpu_plan.memory(compiled),
+        "cost": tpu_plan.cost(compiled),
+    }
+    hlo = compiled.as_text()
+    if hlo_dir:
+        os.makedirs(hlo_dir, exist_ok=True)
+        mesh = "x".join(str(v) for v in r["mesh"].values())
+        name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
+        with open(os.path.join(hlo_dir, name), "w") as f:
+            f.write(hlo)
     if chip is None:
         return r
+    # cuDNN's fused attention on GPU (model.attention_impl='auto' picks it where it can).
+    r["cudnn_attention_calls"] = hlo.count('custom_call_target="__cudnn$fmha')
     slices = [getattr(d, "slice_index", 0) for d in setup.mesh.devices.flat]
-    coll = tpu_plan.collectives(compiled.as_text(), slices)
+    coll = tpu_plan.collectives(hlo, slices)
     est = tpu_plan.estimate(r["cost"], coll, chip)
     r.update(
+        chip=chip.name,
         hbm_bytes=chip.hbm_bytes,
         fits=r["peak_bytes"] <= chip.hbm_bytes,
         ici_bytes=coll.ici_bytes,
@@ -161,10 +186,32 @@ def compile_plan(step: str, config, ft_base, devices, chip) -> dict:
         step_s=est.seconds,
         step_source=est.source,
         bound=est.bound,
-        seq_per_s=batch / est.seconds,
-        mfu=model_flops / chips / est.seconds / chip.bf16_flops,
     )
+    if est.seconds > 0:
+        r.update(
+            seq_per_s=batch / est.seconds,
+            mfu=model_flops / chips / est.seconds / chip.bf16_flops,
+        )
+    else:  # no figures to estimate from (XLA:GPU's deviceless compile may report none)
+        r.update(step_s=None, step_source="none", seq_per_s=None, mfu=None)
     return r
+
+
+def _refused(message: str, chip) -> dict:
+    """A plan the TPU compiler would not compile for lack of HBM: what it said it needed."""
+    need = re.search(r"required for (.*?) \(([\d.]+)([KMGT])\)", message)
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    return {
+        "chip": chip.name,
+        "hbm_bytes": chip.hbm_bytes,
+        "fits": False,
+        "refused": message,
+        # The compiler's own figure (temporaries alone, or all it names): a lower bound on peak.
+        "peak_bytes": int(float(need[2]) * units[need[3]]) if need else None,
+        "step_s": None,
+        "seq_per_s": None,
+        "mfu": None,
+    }
 
 
 HEADER = (
@@ -186,23 +233,34 @@ def row(r: dict) -> str:
         f"{r['state_bytes'] / GIB:6.2f} {r['argument_bytes'] / GIB:6.2f} "
         f"{r['temp_bytes'] / GIB:6.2f} "
     )
+    if r.get("refused"):
+        need = f"{r['peak_bytes'] / GIB:.2f}" if r["peak_bytes"] else "?"
+        return (
+            f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
+            f"{r['state_bytes'] / GIB:6.2f}   NO: the TPU compiler refused it, {need} GiB needed "
+            f"past {r['hbm_bytes'] / GIB:.0f} GiB of HBM ({r['compile_s']:.0f} s)"
+        )
     if "hbm_bytes" not in r:
         return line + f"{r['peak_bytes'] / GIB:13.2f} {'':>4} {r['compile_s']:7.0f}"
-    est = (
-        f"{r['step_s'] * 1e3:.1f} ({r['step_source'][:4]}{', ' + r['bound'] if r['bound'] else ''})"
-    )
+    if r["step_s"] is None:
+        est, speed = "no estimate", f"{'-':>8} {'-':>5}"
+    else:
+        bound = f", {r['bound']}" if r["bound"] else ""
+        est = f"{r['step_s'] * 1e3:.1f} ({r['step_source'][:4]}{bound})"
+        speed = f"{r['seq_per_s']:8.0f} {100 * r['mfu']:4.0f}%"
     return line + (
         f"{r['peak_bytes'] / GIB:6.2f}/{r['hbm_bytes'] / GIB:<6.0f} "
         f"{'yes' if r['fits'] else 'NO':>4} "
         f"{r['compile_s']:7.0f} {r['cost'].get('flops', 0) / 1e12:6.2f} {est:>16} "
-        f"{r['seq_per_s']:8.0f} {100 * r['mfu']:4.0f}% "
+        f"{speed} "
         f"{sum(r['ici_bytes'].values()) / MB:7.0f} {r['dcn_bytes'] / MB:7.1f}"
+        + (f"  cuDNN attention: {r['cudnn_attention_calls']} calls" if r["chip"] == "h100" else "")
     )
 
 
 def verdict(results: list[dict], config_path: str, chip) -> str:
     """The fastest pre-training plan that fits, as the trainer's flags."""
-    fits = [r for r in results if r["step"] == "train" and r["fits"]]
+    fits = [r for r in results if r["step"] == "train" and r["fits"] and r["seq_per_s"]]
     if not fits:
         return "no train-step plan fits the chip's HBM: add fsdp, remat or a smaller batch"
     best = max(fits, key=lambda r: r["seq_per_s"])

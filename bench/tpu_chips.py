@@ -23,6 +23,11 @@ take v5e's 3.125 GB/s (labelled an assumption wherever it is used).
 
 Accelerator types (v5p-64, v4-32: TensorCores for v4/v5p, chips for v5e/v6e) map to the slice
 shapes of the same pages' configuration tables.
+
+One GPU, `h100`, for the same question on CUDA (jax's deviceless compile, with the CUDA plugin
+installed: `pip install -e '.[cuda]'`): NVIDIA's H100 SXM datasheet, 989 TFLOP/s dense bf16,
+80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s; the compile target is the description XLA's own
+tests use for it (H100_TARGET below: 132 SMs, 84,929,347,584 bytes of memory, compute 9.0).
 """
 
 import dataclasses
@@ -50,7 +55,23 @@ CHIPS = {
     "v5e": Chip("v5e", "v5e", 16 * GIB, 197e12, 819e9, 400e9, 3.125e9, True, 1, 2),
     "v5p": Chip("v5p", "v5p", 95 * GIB, 459e12, 2765e9, 1200e9, 6.25e9, True, 2, 3),
     "v6e": Chip("v6e", "v6e", 32 * GIB, 918e12, 1638e9, 800e9, 3.125e9, False, 1, 2),
+    "h100": Chip("h100", "", 84_929_347_584, 989e12, 3350e9, 900e9, 50e9, False, 1, 1),
 }
+H100_TARGET = """
+gpu_device_info {
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: 3352320000000 l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: 84929347584 shared_memory_per_block_optin: 232448
+  cuda_compute_capability { major: 9 } registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}
+platform_name: "CUDA"
+dnn_version_info { major: 9 minor: 8 }
+runtime_version { major: 13 minor: 0 }
+device_description_str: "NVIDIA H100 80GB HBM3"
+"""
 
 # Slice shapes by chip count, from the pages' configuration tables (v4 and v5p share theirs,
 # v5e and v6e theirs).
@@ -95,6 +116,8 @@ class Topology:
 
     @property
     def name(self) -> str:
+        if self.chip.name == "h100":
+            return "one H100 80GB (deviceless CUDA compile)"
         cores = self.chips_per_slice * self.chip.cores_per_chip
         one = f"{self.chip.name}-{cores} ({self.shape})"
         return one if self.num_slices == 1 else f"{self.num_slices} x {one}"
@@ -107,6 +130,10 @@ def parse(name: str, num_slices: int = 1) -> Topology:
     text = name.strip().lower().replace("v5litepod", "v5e")
     if num_slices < 1:
         raise ValueError(f"--num_slices must be at least 1, got {num_slices}")
+    if text == "h100":
+        if num_slices != 1:
+            raise ValueError("h100 is one GPU: --num_slices must be 1")
+        return Topology(CHIPS["h100"], "1")
     m = re.fullmatch(r"(v4|v5e|v5p|v6e)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
     if not m:
         raise ValueError(
@@ -140,6 +167,18 @@ def devices(topology: Topology) -> list:
 
     from jax.experimental import topologies
 
+    if topology.chip.name == "h100":
+        try:
+            desc = topologies.get_topology_desc(
+                platform="cuda", target_config=H100_TARGET, topology="1x1x1"
+            )
+        except (NotImplementedError, RuntimeError) as e:
+            raise RuntimeError(
+                f"cannot describe an H100 without jax's CUDA plugin ({e}); install the cuda "
+                "extra: pip install -e '.[cuda]'"
+            ) from e
+        return list(desc.devices)
+
     # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) so that two processes never drive
     # one TPU; a described slice is only compiled for, so plans may compile side by side.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -159,7 +198,13 @@ def devices(topology: Topology) -> list:
     return list(desc.devices)
 
 
-def libtpu_installed() -> bool:
+def compiler_installed(name: str) -> bool:
+    """Whether the compiler for topology `name` is installed: libtpu, or the CUDA plugin."""
     import importlib.util
 
+    if name.strip().lower() == "h100":
+        try:
+            return importlib.util.find_spec("jax_plugins.xla_cuda13") is not None
+        except ModuleNotFoundError:
+            return False
     return importlib.util.find_spec("libtpu") is not None
