@@ -45,6 +45,9 @@ EXTRAS = {
 # trainer's steps for a Cloud TPU slice on a machine without one (jax.experimental.topologies).
 # jax[tpu] pins the libtpu release built for that JAX, so it names JAX's exact version.
 EXTRAS["tpu"] = ["jax[tpu]==0.10.2"]
+# The same check for one H100 (bench/aot_compile.py --topology=h100): jax's CUDA plugin and
+# NVIDIA's libraries, several GB, so not part of make install.
+EXTRAS["cuda"] = ["jax[cuda13]==0.10.2"]
 # Tests cover the Beam job on the DirectRunner and the TPU planner too, so the test extra
 # includes both.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.

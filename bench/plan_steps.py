@@ -175,6 +175,8 @@ def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -
     slices = [getattr(d, "slice_index", 0) for d in setup.mesh.devices.flat]
     coll = tpu_plan.collectives(hlo, slices)
     est = tpu_plan.estimate(r["cost"], coll, chip)
+    roof = tpu_plan.roofline(r["cost"], coll, chip)
+    r["roofline_s"], r["roofline_bound"] = roof.seconds, roof.bound
     r.update(
         chip=chip.name,
         hbm_bytes=chip.hbm_bytes,

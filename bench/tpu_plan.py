@@ -133,6 +133,11 @@ def estimate(cost: dict, coll: Collectives, chip) -> StepEstimate:
     optimal = float(cost.get("optimal_seconds", -1.0))
     if optimal > 0:
         return StepEstimate(optimal, "compiler", "")
+    return roofline(cost, coll, chip)
+
+
+def roofline(cost: dict, coll: Collectives, chip) -> StepEstimate:
+    """max(FLOPs / peak, HBM bytes / bandwidth) + ICI and DCN bytes / their bandwidths."""
     parts = {
         "compute": float(cost.get("flops", 0.0)) / chip.bf16_flops,
         "HBM": float(cost.get("bytes accessed", 0.0)) / chip.hbm_bytes_per_s,
