@@ -230,11 +230,6 @@ def row(r: dict) -> str:
     mesh = "x".join(str(v) for v in r["mesh"].values())
     per_chip = r["global_batch"] / (r["mesh"]["data"] * r["mesh"]["fsdp"])
     batch = f"{r['global_batch']} ({per_chip:g})"
-    line = (
-        f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
-        f"{r['state_bytes'] / GIB:6.2f} {r['argument_bytes'] / GIB:6.2f} "
-        f"{r['temp_bytes'] / GIB:6.2f} "
-    )
     if r.get("refused"):
         need = f"{r['peak_bytes'] / GIB:.2f}" if r["peak_bytes"] else "?"
         return (
@@ -242,6 +237,11 @@ def row(r: dict) -> str:
             f"{r['state_bytes'] / GIB:6.2f}   NO: the TPU compiler refused it, {need} GiB needed "
             f"past {r['hbm_bytes'] / GIB:.0f} GiB of HBM ({r['compile_s']:.0f} s)"
         )
+    line = (
+        f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
+        f"{r['state_bytes'] / GIB:6.2f} {r['argument_bytes'] / GIB:6.2f} "
+        f"{r['temp_bytes'] / GIB:6.2f} "
+    )
     if "hbm_bytes" not in r:
         return line + f"{r['peak_bytes'] / GIB:13.2f} {'':>4} {r['compile_s']:7.0f}"
     if r["step_s"] is None:
