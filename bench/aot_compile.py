@@ -137,12 +137,12 @@ def main(argv):
     topology = None
     if FLAGS.topology.startswith("cpu"):
         count = int(FLAGS.topology.partition(":")[2] or FLAGS.num_devices)
-        note = "fake CPU devices (XLA:CPU's plan, no chip figures)"
+        note = "XLA:CPU for fake CPU devices (its plan; no chip figures)"
     elif not tpu_chips.compiler_installed(FLAGS.topology):
         count = FLAGS.num_devices
         extra = "cuda" if FLAGS.topology.lower() == "h100" else "tpu"
         note = (
-            f"fake CPU devices: {FLAGS.topology}'s compiler is not installed "
+            f"XLA:CPU for fake CPU devices: {FLAGS.topology}'s compiler is not installed "
             f"(pip install -e '.[{extra}]'); XLA:CPU's plan, no chip figures"
         )
     else:
@@ -177,7 +177,7 @@ def main(argv):
     remats = [r.lower() in ("true", "1", "yes") for r in FLAGS.remat]
     ft_base = load_config(FLAGS.finetune_config) if "finetune" in FLAGS.steps else None
     m = base.model
-    where = topology.name if topology else f"{len(devices)} {note}"
+    where = topology.name if topology else f"{len(devices)} devices"
     print(
         f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={heads} "
         f"V={m.vocab_size}, {m.dtype}, seq {base.data.max_seq_length}; {where}; "
