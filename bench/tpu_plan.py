@@ -8,7 +8,10 @@ Where each comes from (the planner's output labels them the same way):
     hlo          bytes each collective moves per chip, read from the compiled HLO (ops, shapes,
                  replica groups): ring algorithms, an all-reduce moves 2(n-1)/n of its buffer, an
                  all-gather or reduce-scatter (n-1)/n of the whole buffer, a collective-permute
-                 all of it. A group that spans TPU slices is modelled as XLA's hierarchical
+                 all of it. Multi-slice programs keep collectives within a slice and hand what
+                 crosses slices to the megascale runtime as host-transfer sends: those are the
+                 DCN bytes (an all-reduce over s slices: 2(s-1)/s of each send's buffer). A
+                 group that spans slices in the HLO itself is modelled as a hierarchical
                  all-reduce: within each slice, then across slices over DCN with 1/(n/s) of it.
                  Ops inside loops (gradient accumulation's scan) are counted once.
     roofline     where the compiler gives no estimate: max(FLOPs / bf16 peak, HBM bytes / HBM
@@ -28,6 +31,12 @@ import numpy as np
 _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _INSTRUCTION = re.compile(
     r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(_COLLECTIVES) + r")(-start)?\((.*)$"
+)
+# Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
+# sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
+# _xla_megascale_transfer_type="ALL_REDUCE"
+_MEGASCALE_SEND = re.compile(
+    r'^\s*(?:ROOT )?%\S+ = \((.*?)\) send\(.*_xla_megascale_transfer_type="([A-Z_]+)"'
 )
 _SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([0-9,]*)\]")
 _BYTES = {"pred": 1, "bf16": 2}
@@ -87,7 +96,15 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}
     dcn, unread = 0.0, 0
+    slices = len(set(slice_of_device))
     for line in hlo_text.splitlines():
+        dcn_send = _MEGASCALE_SEND.match(line)
+        if dcn_send:  # multi-slice: what crosses DCN is a send to the megascale runtime
+            kind, size = dcn_send[2], _shape_bytes(dcn_send[1])[0]
+            counts[f"DCN {kind}"] = counts.get(f"DCN {kind}", 0) + 1
+            ring = 2.0 if kind == "ALL_REDUCE" else 1.0
+            dcn += ring * (slices - 1) / max(slices, 1) * size
+            continue
         m = _INSTRUCTION.match(line)
         if not m:
             continue

@@ -205,6 +205,17 @@ def test_collective_bytes_follow_ring_algorithms_and_split_ici_from_dcn():
     two = tpu_plan.collectives(hlo.splitlines()[0], [0, 0, 1, 1])
     assert two.ici_bytes["all-reduce"] == pytest.approx(2 * 0.5 * mb)
     assert two.dcn_bytes == pytest.approx(2 * 0.5 * mb / 2)
+    # What libtpu writes for two slices: the all-reduce stays within the slice and its result
+    # goes to the megascale runtime, which all-reduces it across slices over DCN.
+    megascale = (
+        "  %send = (f32[1,1,128]{2,1,0:T(1,128)}, u32[], token[]) send(%all-reduce.69, "
+        "%after-all), channel_id=3, is_host_transfer=true, frontend_attributes={_xla_host_"
+        'transfer_handler_name="xla_megascale_runtime",_xla_megascale_reduce_operation="SUM",'
+        '_xla_megascale_transfer_type="ALL_REDUCE"}'
+    )
+    dcn = tpu_plan.collectives(megascale, [0, 0, 1, 1])
+    assert dcn.dcn_bytes == pytest.approx(2 * 0.5 * 128 * 4) and dcn.ici_bytes == {}
+    assert dcn.counts == {"DCN ALL_REDUCE": 1}
 
 
 def test_roofline_is_used_only_where_the_compiler_gives_no_estimate():
