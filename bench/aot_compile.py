@@ -54,6 +54,12 @@ flags.DEFINE_integer("seq_len", 0, "Sequence length; 0: the config's (512 for ph
 flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
 flags.DEFINE_integer("vocab_size", 30522, "Word-embedding rows (bert-base-uncased's 30522).")
 flags.DEFINE_string("dtype", "bfloat16", "Computation dtype: bfloat16 or float32.")
+flags.DEFINE_string(
+    "attention_impl",
+    "",
+    "config.model.attention_impl; '': the config's. 'auto' decides by the backend JAX runs on "
+    "(CPU here), so to compile what 'auto' picks on a GPU host pass cudnn.",
+)
 flags.DEFINE_float(
     "attention_dropout",
     -1.0,
@@ -162,6 +168,8 @@ def main(argv):
     devices = jax.devices() if topology is None else tpu_chips.devices(topology)
     base = load_config(FLAGS.config)
     plan_steps.override_model(base, FLAGS.vocab_size, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
+    if FLAGS.attention_impl:
+        base.model.attention_impl = FLAGS.attention_impl
     if FLAGS.attention_dropout >= 0:
         base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
     heads = base.model.num_attention_heads

@@ -264,6 +264,8 @@ def verdict(results: list[dict], config_path: str, chip) -> str:
     """The fastest pre-training plan that fits, as the trainer's flags."""
     fits = [r for r in results if r["step"] == "train" and r["fits"] and r["seq_per_s"]]
     if not fits:
+        if any(r["step"] == "train" and r["fits"] for r in results):
+            return "train-step plans fit; no step-time estimate to rank them (no cost figures)"
         return "no train-step plan fits the chip's HBM: add fsdp, remat or a smaller batch"
     best = max(fits, key=lambda r: r["seq_per_s"])
     m = best["mesh"]
