@@ -161,7 +161,7 @@ def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -
         **tpu_plan.memory(compiled),
         "cost": tpu_plan.cost(compiled),
     }
-    hlo = compiled.as_text()
+    hlo = compiled.as_text() if hlo_dir or chip is not None else ""
     if hlo_dir:
         os.makedirs(hlo_dir, exist_ok=True)
         mesh = "x".join(str(v) for v in r["mesh"].values())
