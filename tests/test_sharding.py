@@ -24,6 +24,16 @@ def test_mesh_shape_fills_one_axis_and_checks_the_product():
         sharding.mesh_shape(-1, 3, 1, 8)
 
 
+def test_trainer_mesh_on_cpu_devices_keeps_their_order():
+    """The ICI-ring and multi-slice layouts are for TPU devices: on CPU (and GPU) the trainer's
+    mesh is the devices in order, reshaped, as before them (tests/test_tpu_plan.py has TPU's)."""
+    for shape in [(8, 1, 1), (2, 2, 2), (4, 2, 1), (1, 1, 8)]:
+        mesh = sharding.make_mesh(*shape)
+        assert mesh.devices.shape == shape
+        assert [d.id for d in mesh.devices.flat] == [d.id for d in jax.devices()]
+    assert sharding.num_slices(jax.devices()) == 1
+
+
 def test_logical_rules_respect_divisibility_and_axis_reuse():
     mesh = sharding.make_mesh(2, 2, 2)
     assert mesh.axis_names == ("data", "fsdp", "tensor")

@@ -148,12 +148,21 @@ class Setup(train_lib.Setup):
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
     """-> (Setup, trainable params, frozen params), the parameters placed on the mesh; the mesh and
     the train state layout are pre-training's (sharding.mesh_from_config, train.state_layout)."""
+    setup, trainable, frozen = layout(config, model, total_steps, devices)
+    trainable = jax.device_put(trainable, setup.param_shardings)
+    frozen = jax.device_put(frozen, setup.frozen_shardings)
+    return setup, trainable, frozen
+
+
+def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
+    """make_setup without placing anything: (Setup, trainable, frozen) as pure dicts of the
+    model's leaves. With an abstract model (nnx.eval_shape) this is what compiling the step ahead
+    of time needs (bench/aot_compile.py), on devices that hold no data."""
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
     trainable_shardings = sharding.param_shardings(trainable, mesh, rules)
     frozen_shardings = sharding.param_shardings(frozen, mesh, rules)
-    trainable = jax.device_put(nnx.to_pure_dict(trainable), trainable_shardings)
-    frozen = jax.device_put(nnx.to_pure_dict(frozen), frozen_shardings)
+    trainable, frozen = nnx.to_pure_dict(trainable), nnx.to_pure_dict(frozen)
 
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)

@@ -1,0 +1,197 @@
+"""The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time estimate.
+
+Where each comes from (the planner's output labels them the same way):
+    compiler     compiled.memory_analysis(): argument, output, aliased (donated) and temporary bytes
+                 per chip; compiled.cost_analysis(): FLOPs and HBM bytes accessed per chip, and
+                 the TPU compiler's own step-time estimate ('optimal_seconds'), which it leaves
+                 negative where it has none (so far: every BERT step tried)
+    hlo          bytes each collective moves per chip, read from the compiled HLO (ops, shapes,
+                 replica groups): ring algorithms, an all-reduce moves 2(n-1)/n of its buffer, an
+                 all-gather or reduce-scatter (n-1)/n of the whole buffer, a collective-permute
+                 all of it. Multi-slice programs keep collectives within a slice and hand what
+                 crosses slices to the megascale runtime as host-transfer sends: those are the
+                 DCN bytes (an all-reduce over s slices: 2(s-1)/s of each send's buffer). A
+                 group that spans slices in the HLO itself is modelled as a hierarchical
+                 all-reduce: within each slice, then across slices over DCN with 1/(n/s) of it.
+                 Ops inside loops (gradient accumulation's scan) are counted once.
+    roofline     where the compiler gives no estimate: max(FLOPs / bf16 peak, HBM bytes / HBM
+                 bandwidth) + ICI bytes / ICI bandwidth + DCN bytes / DCN bandwidth, with the
+                 documented chip figures (bench/tpu_chips.py). It assumes the MXUs run at peak
+                 and that no collective overlaps compute: a bound, not a measurement.
+    model        MFU's numerator: the model FLOPs of bench/flops.py (the PaLM convention;
+                 recomputation by remat is not counted), per chip.
+"""
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(_COLLECTIVES) + r")(-start)?\((.*)$"
+)
+# Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
+# sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
+# _xla_megascale_transfer_type="ALL_REDUCE"
+_MEGASCALE_SEND = re.compile(
+    r'^\s*(?:ROOT )?%\S+ = \((.*?)\) send\(.*_xla_megascale_transfer_type="([A-Z_]+)"'
+)
+_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([0-9,]*)\]")
+_BYTES = {"pred": 1, "bf16": 2}
+
+
+def _shape_bytes(text: str) -> list[int]:
+    sizes = []
+    for dtype, dims in _SHAPE.findall(text):
+        bits = int(dtype[1:]) if dtype[1:].isdigit() else None
+        size = _BYTES.get(dtype, (bits or 8) // 8)
+        sizes.append(size * math.prod(int(d) for d in dims.split(",") if d))
+    return sizes
+
+
+def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
+    """The device groups of one collective's attributes, in any of XLA's three spellings:
+    {{0,1},{2,3}}, iota [2,2]<=[4] (optionally transposed, [2,2]<=[2,2]T(1,0)), and
+    mesh['a'=4,'b'=2] {'a'}. None when absent or unreadable."""
+    m = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}", attrs)
+    if m:
+        return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m[1])]
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attrs)
+    if m:
+        ids = np.arange(math.prod(int(d) for d in m[3].split(","))).reshape(
+            [int(d) for d in m[3].split(",")]
+        )
+        if m[4]:
+            ids = ids.transpose([int(p) for p in m[4].split(",")])
+        return ids.reshape(int(m[1]), int(m[2])).tolist()
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
+    if m:
+        axes = re.findall(r"'([^']+)'=(\d+)", m[1])
+        names, sizes = [a for a, _ in axes], [int(s) for _, s in axes]
+        grouped = [names.index(a) for a in re.findall(r"'([^']+)'", m[2])]
+        rest = [i for i in range(len(names)) if i not in grouped]
+        ids = np.arange(math.prod(sizes)).reshape(sizes).transpose(rest + grouped)
+        return ids.reshape(-1, math.prod(sizes[i] for i in grouped) or 1).tolist()
+    if "replica_groups={}" in attrs:  # every device in one group
+        return [list(range(num_devices))]
+    return None
+
+
+@dataclasses.dataclass
+class Collectives:
+    ici_bytes: dict  # op name -> bytes sent per chip over ICI
+    dcn_bytes: float  # bytes sent per chip over DCN (multi-slice)
+    counts: dict  # op name -> number of ops in the program
+    unread: int  # ops whose replica groups could not be read (counted as one-group rings)
+
+
+def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
+    """Bytes each chip sends per step, by collective (module docstring: 'hlo').
+
+    `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
+    devices in order)."""
+    n_dev = len(slice_of_device)
+    ici: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    dcn, unread = 0.0, 0
+    slices = len(set(slice_of_device))
+    for line in hlo_text.splitlines():
+        dcn_send = _MEGASCALE_SEND.match(line)
+        if dcn_send:  # multi-slice: what crosses DCN is a send to the megascale runtime
+            kind, size = dcn_send[2], _shape_bytes(dcn_send[1])[0]
+            counts[f"DCN {kind}"] = counts.get(f"DCN {kind}", 0) + 1
+            ring = 2.0 if kind == "ALL_REDUCE" else 1.0
+            dcn += ring * (slices - 1) / max(slices, 1) * size
+            continue
+        m = _INSTRUCTION.match(line)
+        if not m:
+            continue
+        result, op, start, rest = m.groups()
+        sizes = _shape_bytes(result)
+        if not sizes:
+            continue
+        # An async start's result holds its operand beside its output: take the buffer once.
+        size = max(sizes) if start and op != "all-reduce" else sum(sizes)
+        counts[op] = counts.get(op, 0) + 1
+        if op == "collective-permute":
+            ici[op] = ici.get(op, 0.0) + size
+            continue
+        groups = replica_groups(rest, n_dev)
+        if groups is None:
+            unread += 1
+            groups = [list(range(n_dev))]
+        group = groups[0]
+        n = len(group)
+        if n <= 1:
+            continue
+        s = len({slice_of_device[d] for d in group if d < n_dev}) or 1
+        k = n // s  # members within one slice
+        ring = {"all-reduce": 2.0, "all-to-all": 1.0}.get(op, 1.0)
+        # all-gather's result is the whole buffer; reduce-scatter's is 1/n of it.
+        whole = size * n if op == "reduce-scatter" else size
+        if k > 1:
+            ici[op] = ici.get(op, 0.0) + ring * (k - 1) / k * whole
+        if s > 1:
+            dcn += ring * (s - 1) / s * whole / k
+    return Collectives(ici, dcn, counts, unread)
+
+
+@dataclasses.dataclass
+class StepEstimate:
+    seconds: float
+    source: str  # "compiler" or "roofline"
+    bound: str  # roofline: what dominates (compute, HBM, ICI, DCN)
+
+
+def estimate(cost: dict, coll: Collectives, chip) -> StepEstimate:
+    """The compiler's step time where it gives one, else the roofline bound (module docstring)."""
+    optimal = float(cost.get("optimal_seconds", -1.0))
+    if optimal > 0:
+        return StepEstimate(optimal, "compiler", "")
+    return roofline(cost, coll, chip)
+
+
+def roofline(cost: dict, coll: Collectives, chip) -> StepEstimate:
+    """max(FLOPs / peak, HBM bytes / bandwidth) + ICI and DCN bytes / their bandwidths."""
+    parts = {
+        "compute": float(cost.get("flops", 0.0)) / chip.bf16_flops,
+        "HBM": float(cost.get("bytes accessed", 0.0)) / chip.hbm_bytes_per_s,
+    }
+    # One direction of the documented bidirectional ICI bandwidth carries what a chip sends.
+    ici = sum(coll.ici_bytes.values()) / (chip.ici_bytes_per_s / 2)
+    dcn = coll.dcn_bytes / chip.dcn_bytes_per_s
+    local = max(parts.values())
+    seconds = local + ici + dcn
+    terms = {max(parts, key=parts.get): local, "ICI": ici, "DCN": dcn}
+    return StepEstimate(seconds, "roofline", max(terms, key=terms.get))
+
+
+def memory(compiled) -> dict:
+    """memory_analysis() per chip; peak = arguments + outputs - aliased (donated) + temporaries
+    (+ the program's code, which TPU keeps in HBM)."""
+    mem = compiled.memory_analysis()
+    figures = {
+        "argument_bytes": mem.argument_size_in_bytes,
+        "output_bytes": mem.output_size_in_bytes,
+        "alias_bytes": mem.alias_size_in_bytes,
+        "temp_bytes": mem.temp_size_in_bytes,
+        "code_bytes": mem.generated_code_size_in_bytes,
+    }
+    figures["peak_bytes"] = (
+        figures["argument_bytes"]
+        + figures["output_bytes"]
+        - figures["alias_bytes"]
+        + figures["temp_bytes"]
+        + figures["code_bytes"]
+    )
+    return figures
+
+
+def cost(compiled) -> dict:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):  # older JAX: one dict per program
+        analysis = analysis[0]
+    keys = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
+    return {k: float(analysis[k]) for k in keys if k in (analysis or {})}
