@@ -156,7 +156,11 @@ def check_writable_dir(path: str, flag: str) -> None:
 
 
 def fail(text: str, status: int = 2) -> None:
+    """The one line, then the exit. What the libraries still print while the process ends (the
+    other writes of a failed checkpoint finishing, TensorStore's callbacks into a closing event
+    loop, coroutines never awaited: the same failure again, as tracebacks) is dropped."""
     print(f"error: {text}", file=sys.stderr, flush=True)
+    _drop_later_reports()
     sys.exit(status)
 
 
@@ -253,20 +257,13 @@ def run(main: Callable[[list[str]], int | None]) -> None:
                 raise
             if FLAGS.verbosity >= 1:
                 raise
-            if text is not None:
-                print(f"error: {text}", file=sys.stderr, flush=True)
-                _drop_later_reports()
-                sys.exit(2)
-            fail(message(e))
+            fail(text or message(e))
 
     app.run(wrapped, flags_parser=_parse_flags)
 
 
 def _drop_later_reports() -> None:
-    """After the one line for an unreachable bucket, the storage clients' background work (the
-    other writes of the failed checkpoint, TensorStore's callbacks into an event loop that is
-    closing) still ends, each with a traceback on stderr as the interpreter exits: the same
-    failure again. stderr goes to /dev/null from here on."""
+    """stderr goes to /dev/null from here on (see fail)."""
     import os
 
     sys.stderr.flush()

@@ -33,11 +33,19 @@ from absl import app, flags, logging
 from examples import demo_report
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out_dir", "demo_out", "Where the records, run, exported model and plot go.")
-flags.DEFINE_string("config", "configs/demo.py", "Training config.")
-flags.DEFINE_integer(
-    "num_train_steps", None, "Override the config's step count (e.g. for a quick look)."
-)
+
+
+def define_flags() -> None:
+    """Defined when run as a program only: tests import this module beside the binaries' own
+    flags (--config is bert_jax.main's too)."""
+    flags.DEFINE_string(
+        "out_dir", "demo_out", "Where the records, run, exported model and plot go."
+    )
+    flags.DEFINE_string("config", "configs/demo.py", "Training config.")
+    flags.DEFINE_integer(
+        "num_train_steps", None, "Override the config's step count (e.g. for a quick look)."
+    )
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(REPO, "examples", "data", "pydocs.txt")
@@ -248,4 +256,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

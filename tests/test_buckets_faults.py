@@ -62,7 +62,10 @@ def start(workdir, data_url, cache_dir, *flags, env=None):
     return subprocess.Popen(
         cmd,
         cwd=REPO,
-        env={**os.environ, **(env or {})},
+        # The whole-operation retries' deadline (storage.RETRY_S, 5 minutes) is what a lasting
+        # outage waits out before its error line; gcsfs' own ~31 s of retries are what a short
+        # one (4 s here) rides through, with or without it.
+        env={**os.environ, "BERT_JAX_STORAGE_RETRY_S": "5", **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
