@@ -88,6 +88,13 @@ def interrupted_message(step: int) -> str:
     return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
 
 
+# The exit status of a run stopped by SIGTERM (preemption) after saving: 128 + SIGTERM, as a shell
+# reports a process the signal ended. Not 0: the run has not finished, and a scheduler or script
+# that restarts failed jobs (a Kubernetes Job with restartPolicy OnFailure, a retry loop) must
+# restart it; the rerun resumes from the saved step.
+PREEMPTED_STATUS = 128 + signal.SIGTERM
+
+
 def one_run_per_workdir(what: str):
     """Decorates a function with a `workdir` argument: it runs holding the workdir's lock
     (bert_jax.workdir_lock), taken by process 0 for the whole job; a second run on the same

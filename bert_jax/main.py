@@ -58,6 +58,8 @@ def main(argv):
     result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
         cli.fail(faults.interrupted_message(result["step"]), 130)
+    if result["stopped"] == "preempted":
+        sys.exit(faults.PREEMPTED_STATUS)  # saved, not finished: train.py said so
     if jax.process_index() == 0:
         print(
             f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}",

@@ -90,7 +90,7 @@ def main(argv):
     )
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     if result["stopped"] == "preempted":
-        return  # train.finetune said so; exit 0 as pre-training does
+        sys.exit(faults.PREEMPTED_STATUS)  # saved, not finished: train.finetune said so
     if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
         cli.fail(faults.interrupted_message(result["step"]), 130)
     if result["stopped"] == "nonfinite":
