@@ -24,7 +24,9 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
                        one loader behind export.py, embed.py and finetune/ (hf.py: the weights'
                        names both ways)
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
-    cli.py             how every binary reports a mistake: one `error:` line, exit status 2
+    cli.py             how every binary reports a mistake (a cli.UserError: one `error:` line,
+                       exit status 2), a bug (its traceback and a request to report it, exit
+                       1) and a warning (cli.warn)
 
 Importing the package imports nothing heavy: `bert_jax.features` and
 `bert_jax.tokenization` are JAX-free so that data_prep can use them.

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import grain
 import numpy as np
-from absl import logging
 
 from bert_jax import cli
 
@@ -47,7 +46,7 @@ class _Iterator(grain.DatasetIterator):
                     "the damaged shards from a good copy or rerun the data_prep command that "
                     "wrote them; checkpoints so far are kept"
                 )
-            logging.warning("skipped damaged record %s (%d so far)", where, self.bad_records)
+            cli.warn(f"skipped damaged record {where} ({self.bad_records} so far)")
         return batch
 
     def get_state(self) -> dict:
@@ -83,10 +82,10 @@ def check_eval(skipped: list[str], limit: int) -> None:
     """The eval set's damaged records (weighed 0 in its figures): warned about, and an error
     past `limit`."""
     if len(skipped) <= limit:
-        logging.warning(
-            "the eval set holds %d damaged records, left out of its figures: %s",
-            len(skipped),
-            ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""),
+        cli.warn(
+            f"the eval set holds {len(skipped)} damaged records, left out of its figures: "
+            + ", ".join(skipped[:5])
+            + (", ..." if len(skipped) > 5 else "")
         )
         return
     raise TooManyBadRecords(

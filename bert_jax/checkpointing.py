@@ -233,7 +233,7 @@ def _restore_items(
             items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
         out = manager.restore(step, args=ocp.args.Composite(**items))
     except Exception as e:  # TensorStore raises plain Exceptions for damaged files
-        raise ValueError(
+        raise cli.UserError(
             f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match "
             f"this run's model or optimizer ({str(e)[:500]}). Resume with the config it was "
             "written with (its config/ item), or use a new --workdir"
@@ -326,7 +326,7 @@ def restore_latest(
             _move_aside(manager, failures, step)
         return step, restored
     if failures:
-        raise ValueError(
+        raise cli.UserError(
             f"no checkpoint under {manager.directory} can be restored:\n"
             + "\n".join(f"  step {s}: {e}" for s, e in failures)
         )
@@ -400,14 +400,9 @@ def _move_aside(
         while dst.exists():  # damaged twice at the same step: keep both
             dst, n = src.parent / f"{src.name}{CORRUPT_SUFFIX}-{n}", n + 1
         cause = error.__cause__ or error
-        logging.warning(
-            "checkpoint %s is damaged and was moved to %s; resuming from the older step %d "
-            "instead. The error: %s: %s",
-            src,
-            dst,
-            good,
-            type(cause).__name__,
-            str(cause)[:300],
+        cli.warn(
+            f"checkpoint {src} is damaged and was moved to {dst}; resuming from the older step "
+            f"{good} instead. The error: {type(cause).__name__}: {str(cause)[:300]}"
         )
         if jax.process_index() == 0:
             if storage.is_url(str(src)):
@@ -448,13 +443,11 @@ def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.C
 def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
     steps = manager.all_steps()
     if not steps:
-        raise FileNotFoundError(
-            f"no checkpoints under {checkpoint_dir(workdir)}; train there first"
-        )
+        raise cli.UserError(f"no checkpoints under {checkpoint_dir(workdir)}; train there first")
     if step is None:
         return max(steps)
     if step not in steps:
-        raise ValueError(
+        raise cli.UserError(
             f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are {sorted(steps)}"
         )
     return step

@@ -1,22 +1,36 @@
-"""How every binary meets its user: one `error: ...` line and exit status 2 for a mistake.
+"""How every binary meets its user: one `error: ...` line and exit status 2 for a mistake, a
+traceback and a request to report it for a bug.
 
 Every absl binary of the project (data_prep.main, data_prep.decode, data_prep.vocab,
 bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
-`cli.run(main)` instead of `app.run(main)`. Then:
+`cli.run(main)` instead of `app.run(main)`. The convention:
 
+  * every mistake a user can fix (a bad flag or config value, a missing, unreadable or damaged
+    file, a file that is not what it claims to be) is raised as a `UserError` (or a subclass,
+    where a caller must tell it apart: manifest.ManifestError, readers.InputError, ...), with a
+    message that names the file or flag and says what to fix. Library code converts the
+    errors of the libraries it calls (json, safetensors, absl, an OSError from a path the user
+    named: `user_path`) where they arise, so that the file or flag can be named;
   * a flag that does not parse, a required flag left out: `error: <what absl says>` on stderr,
     exit 2, no usage dump; an unknown `--config.x.y` override: `error: --config.x.y: no such
     config field; did you mean --config.x.z?` (the nearest valid name);
-  * an exception of a type in USER_ERRORS escaping `main` (a bad path, a bad value, a file
-    that is not what it claims to be): `error: <its message>`, exit 2, no traceback. Library
-    code raises these with a message that names the file or flag and says what to fix;
+  * a UserError (or absl's app.UsageError) escaping `main`: `error: <its message>`, exit 2, no
+    traceback; so is a bucket that stayed unreachable through the retries
+    (storage.unavailable_message);
   * a full disk (ENOSPC) or a quota: `error: no space left ...`, exit 2; writers keep finished
     work and never leave a partial file under a final name, so a rerun after freeing space
-    goes on;
+    goes on; no permission or a read-only file system (EACCES, EPERM, EROFS) is one line
+    naming the path too: these are the machine's state, never a bug's wrong path;
   * Ctrl-C (KeyboardInterrupt) where nothing catches it: `error: interrupted ...`, exit 130
     (the trainers turn a first Ctrl-C into a save, bert_jax.faults.Preemption);
-  * anything else is a bug: the traceback is printed as usual. With --verbosity=1 or more a
-    user error prints its traceback too, for a bug report.
+  * anything else (a plain ValueError, KeyError, OSError, ...) is a bug in our code: its
+    traceback, then `error: ... this is a bug in bert_jax: please report it with the
+    traceback above`, exit 1. A plain ValueError is never taken for a user mistake: that hid
+    the traceback of our own bugs. With --verbosity=1 or more a user error prints its
+    traceback too, for a bug report.
+
+A notice that does not stop the run (a vocabulary smaller than asked, skipped records, a
+damaged checkpoint moved aside) is `warn(text)`: one `warning: ...` line on stderr.
 
 Library INFO logs (absl, Orbax, Grain, JAX) stay off unless the user passes --verbosity
 (e.g. --verbosity=0 for INFO), so an error is not buried under a screen of progress lines.
@@ -32,6 +46,7 @@ import os
 import stat
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 
 from absl import app, flags
@@ -41,22 +56,17 @@ FLAGS = flags.FLAGS
 
 
 class UserError(ValueError):
-    """A mistake the user can fix; the message says what to fix. Raise it (or a subclass, or one
-    of USER_ERRORS) from library code; binaries turn it into one `error:` line."""
+    """A mistake the user can fix; the message says what to fix. Raise it (or a subclass) from
+    library code; binaries turn it into one `error:` line. A ValueError, so the checks that
+    catch ValueError (and tests' pytest.raises(ValueError)) still see it."""
 
 
-# Exception types that mean "bad input or setting", never "bug". ValueError covers the many
-# validation errors in library code (ConfigDict, BertConfig, data_prep's JobSpec, ...); OSError
-# covers missing files and permissions. KeyError and TypeError stay bugs.
-USER_ERRORS = (
-    UserError,
-    ValueError,
-    FileNotFoundError,
-    NotADirectoryError,
-    IsADirectoryError,
-    PermissionError,
-    OSError,
-)
+BUG = "this is a bug in bert_jax: please report it with the traceback above"
+
+
+def warn(text: str) -> None:
+    """A notice for the user that does not stop the run: one `warning: ...` line on stderr."""
+    print(f"warning: {text}", file=sys.stderr, flush=True)
 
 
 NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT", "os error 28")
@@ -92,6 +102,39 @@ def disk_full_is_oserror(where: str) -> Iterator[None]:
         if not full:
             raise
         raise OSError(errno.ENOSPC, "No space left on device", where) from e
+
+
+@contextlib.contextmanager
+def user_path(flag: str, path: str) -> Iterator[None]:
+    """An OSError making, opening, reading or writing the path the user gave as `flag` (a
+    read-only file system, no permission, a part of it missing) re-raised as the UserError
+    naming both: converted where the path is used, so that an OSError elsewhere (a path of our
+    own) stays a bug with its traceback. A full disk stays the OSError `message` reports, an
+    unreachable bucket storage.unavailable_message's."""
+    from bert_jax import storage
+
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) or storage.unavailable_message(e):
+            raise
+        where = f" ({e.filename})" if e.filename and str(e.filename) != path else ""
+        raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e
+
+
+# OSErrors that are the machine's state, never a wrong path of our making: a full disk or quota,
+# no permission, a read-only file system. Reported in one line wherever they come from (Orbax's
+# or TensorStore's writes included); any other OSError (a missing file, ...) that reaches
+# cli.run is a bug: the paths a user names are checked, or converted by `user_path`, where used.
+ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether `error` is the user's to fix (the module docstring): a UserError, absl's
+    UsageError, or an OSError of ENVIRONMENT_ERRNOS."""
+    if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
+        return True
+    return isinstance(error, (UserError, app.UsageError))
 
 
 def message(error: BaseException) -> str:
@@ -166,10 +209,12 @@ def fail(text: str, status: int = 2) -> None:
 
 def _parse_flags(argv: list[str]) -> list[str]:
     try:
-        return FLAGS(argv)
+        rest = FLAGS(argv)
+        _check_config_files()
+        return rest
     except flags.Error as e:
         fail(message(e))
-    except USER_ERRORS as e:  # a --config file that does not load, say
+    except (ValueError, OSError) as e:  # a --config file that does not load: the user's file
         fail(message(e))
     except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
         fail(
@@ -183,6 +228,22 @@ def _parse_flags(argv: list[str]) -> list[str]:
         if problem is None:
             raise
         fail(problem)
+
+
+def _check_config_files() -> None:
+    """ml_collections defers a --config file that does not load (missing, unreadable) to the
+    config's first use, deep in `main`, as an OSError: reported here, as the flag's mistake."""
+    for name, flag in _config_flags().items():
+        if type(flag.value).__name__ != "_ErrorConfig":
+            continue
+        path = (getattr(flag, "_config_filename", "") or "").split(":")[0]
+        error = object.__getattribute__(flag.value, "_error")
+        if path and not os.path.isfile(path):
+            raise UserError(
+                f"--{name}={path} {not_a_file(path)}; pass a configs/*.py file defining "
+                "get_config()"
+            ) from error
+        raise UserError(f"--{name}: {message(error)}") from error
 
 
 def _config_flags() -> dict[str, object]:
@@ -253,8 +314,9 @@ def run(main: Callable[[list[str]], int | None]) -> None:
             from bert_jax import storage  # a bucket that stayed unreachable through the retries
 
             text = storage.unavailable_message(e)
-            if text is None and not isinstance(e, (app.UsageError, *USER_ERRORS)):
-                raise
+            if text is None and not is_user_error(e):
+                traceback.print_exc()
+                fail(f"{type(e).__name__}: {BUG}", 1)
             if FLAGS.verbosity >= 1:
                 raise
             fail(text or message(e))

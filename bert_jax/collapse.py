@@ -84,11 +84,12 @@ def make_check(setup):
 
 
 def warning(cosine: float, step: int) -> str | None:
-    """The line to print when `cosine` (hidden_cosine) says the representations collapsed."""
+    """The warning (for cli.warn) when `cosine` (hidden_cosine) says the representations
+    collapsed."""
     if not cosine > THRESHOLD:
         return None
     return (
-        f"warning: collapsed representations at step {step}: the final hidden states of different "
+        f"collapsed representations at step {step}: the final hidden states of different "
         f"tokens in different sequences are nearly the same vector (mean cosine {cosine:.6f} > "
         f"{THRESHOLD}), so the model predicts the same words at every position and held-out "
         "accuracy stays at the most-frequent-token rate. If it stays so for several evals the "

@@ -88,7 +88,7 @@ def tokenize(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(input_ids [T, N], attention_mask [T, N], how many texts were cut) for [CLS] text [SEP]."""
     if max_seq_length < 2:
-        raise ValueError(
+        raise cli.UserError(
             f"max_seq_length must be at least 2 ([CLS] and [SEP]), got {max_seq_length}"
         )
     flat, per_text = tokenizer.encode_batch(list(texts))
@@ -119,19 +119,16 @@ def embed_texts(
     """
     bert = getattr(model, "bert", model)
     if max_seq_length > bert.config.max_position_embeddings:
-        raise ValueError(
+        raise cli.UserError(
             f"max_seq_length {max_seq_length} exceeds the model's "
             f"max_position_embeddings {bert.config.max_position_embeddings}"
         )
     if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}")
+        raise cli.UserError(f"batch_size must be positive, got {batch_size}")
     ids, mask, cut = tokenize(tokenizer, texts, max_seq_length)
     if cut:
-        logging.warning(
-            "%d of %d texts were longer than %d tokens and were cut",
-            cut,
-            len(texts),
-            max_seq_length,
+        cli.warn(
+            f"{cut} of {len(texts)} texts were longer than {max_seq_length} tokens and were cut"
         )
     hidden = bert.config.hidden_size
     last = np.zeros((len(texts), max_seq_length, hidden), np.float32)
@@ -185,7 +182,8 @@ def _save_npz(path: str, arrays: dict) -> None:
             np.savez(f, **arrays)
         return
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+    with cli.user_path("--output", path):  # a read-only directory, say
+        fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)

@@ -7,7 +7,6 @@ workdir, and non-finite steps.
 import contextlib
 import functools
 import inspect
-import logging
 import os
 import signal
 import sys
@@ -16,7 +15,7 @@ import threading
 import jax
 import numpy as np
 
-from bert_jax import workdir_lock
+from bert_jax import cli, workdir_lock
 
 NONFINITE_MODES = ("stop", "skip")
 
@@ -166,12 +165,9 @@ class NonfiniteWatch:
         )
         new, self.seen = count - self.seen, count
         if self.mode == "skip":
-            logging.warning(
-                "skipped %d update(s) with a non-finite loss or gradients since step %d "
-                "(%d in this run's history)",
-                new,
-                first,
-                count,
+            cli.warn(
+                f"skipped {new} update(s) with a non-finite loss or gradients since step {first} "
+                f"({count} in this run's history)"
             )
             return False
         if self.is_primary:

@@ -6,6 +6,8 @@ MLPerf's BERT data. No JAX import here: data_prep depends on this module.
 
 import dataclasses
 
+from bert_jax import cli
+
 INPUT_IDS = "input_ids"
 INPUT_MASK = "input_mask"
 SEGMENT_IDS = "segment_ids"
@@ -96,7 +98,7 @@ def decode_example(data: bytes) -> dict:
         elif kind == "int64_list":
             out[name] = np.asarray(feature.int64_list.value, dtype=np.int64)
         else:
-            raise ValueError(f"feature {name!r} holds {kind}; BERT records hold only numbers")
+            raise cli.UserError(f"feature {name!r} holds {kind}; BERT records hold only numbers")
     return out
 
 
@@ -123,9 +125,9 @@ def check_example(features: dict, schema: Schema) -> None:
     """Raises ValueError naming the first feature that does not fit `schema`."""
     for name, length in schema.lengths().items():
         if name not in features:
-            raise ValueError(f"record lacks feature {name!r}; has {sorted(features)}")
+            raise cli.UserError(f"record lacks feature {name!r}; has {sorted(features)}")
         if len(features[name]) != length:
-            raise ValueError(
+            raise cli.UserError(
                 f"feature {name!r} has length {len(features[name])}, schema says {length} "
                 f"(max_seq_length={schema.max_seq_length}, "
                 f"max_predictions_per_seq={schema.max_predictions_per_seq})"

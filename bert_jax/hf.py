@@ -175,11 +175,11 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
     try:
         num_layers = len(params["bert"]["layers"])
     except (KeyError, TypeError) as e:
-        raise ValueError(
+        raise cli.UserError(
             "the parameters have no bert/layers; are they a BertForPreTraining's?"
         ) from e
     if config is not None and config.num_hidden_layers != num_layers:
-        raise ValueError(
+        raise cli.UserError(
             f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
         )
     out = {}
@@ -187,7 +187,7 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
         try:
             value = np.asarray(_get(params, path), dtype=np.float32)
         except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(
+            raise cli.UserError(
                 f"the parameters lack {'/'.join(map(str, path))}; are they a BertForPreTraining's?"
             ) from e
         out[name] = np.ascontiguousarray(value.T if transpose else value)
@@ -281,7 +281,7 @@ def save_tokenizer(
     """vocab.txt and tokenizer_config.json, what transformers' BertTokenizer loads, into
     `output_dir` (a pre-training export and a fine-tuned task model alike)."""
     if not os.path.isfile(vocab_file):
-        raise FileNotFoundError(
+        raise cli.UserError(
             f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
             "the training data was tokenized with"
         )
@@ -309,6 +309,8 @@ def read_json(path: str) -> dict:
             f"{path} is not valid JSON ({e}): the file is damaged or cut short; copy it again "
             "from the model's source"
         ) from None
+    except OSError as e:  # a file the model directory names but lacks, or cannot be read
+        raise CheckpointError(cli.message(e)) from e
     if not isinstance(value, dict):
         raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
     return value
@@ -348,8 +350,10 @@ def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
             with safe_open(path, framework="numpy") as f:
                 for key in f.keys():
                     out[key] = f.get_tensor(key)
-        except (OSError, ValueError):
-            raise  # a missing file (named by its OSError) or one of ours
+        except OSError as e:  # a weight file the index names but the directory lacks
+            raise CheckpointError(cli.message(e)) from e
+        except ValueError:
+            raise  # one of ours
         except Exception as e:  # safetensors' SafetensorError: a cut or damaged header or data
             raise CheckpointError(
                 f"{path} is not a readable safetensors file ({' '.join(str(e).split())}): it is "
@@ -362,7 +366,7 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
     try:
         import torch
     except ImportError as e:
-        raise ImportError(
+        raise cli.UserError(
             f"reading {path} needs PyTorch: pip install torch (the CPU build is "
             "enough), or convert the checkpoint to model.safetensors"
         ) from e
@@ -412,7 +416,7 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
     try:
         import tensorflow as tf
     except ImportError as e:
-        raise ImportError(
+        raise cli.UserError(
             f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
             "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
             "format where TensorFlow is installed)"

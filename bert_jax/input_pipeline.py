@@ -31,6 +31,7 @@ import numpy as np
 
 from bert_jax import (
     bad_records,
+    cli,
     data_contract,
     features,
     manifest,
@@ -155,7 +156,7 @@ def make_source(
     replaced) is an error naming it."""
     formats = {record_io.format_of(f) for f in files}
     if len(formats) > 1:
-        raise ValueError(
+        raise cli.UserError(
             f"mixed record formats {sorted(formats)} in one file list; convert them to one"
         )
     if formats == {record_io.ARRAYRECORD}:
@@ -166,7 +167,7 @@ def make_source(
         counts = source.counts()
     for path, got, want in zip(files, counts, expected or []):
         if got != want:
-            raise ValueError(
+            raise cli.UserError(
                 f"{path} holds {got} records, its manifest lists {want}: the shard is "
                 "incomplete or was replaced; rerun its data_prep command to rewrite it"
             )
@@ -245,13 +246,13 @@ class ParseRecord(grain.transforms.MapWithIndex):
     def _check(self, index: int, example: dict) -> None:
         """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
-            raise ValueError(
+            raise cli.UserError(
                 f"dynamic masking needs unmasked records, but {self._where(index)} is already "
                 "masked: set config.data.dynamic_masking=False"
             )
         missing = features.missing_feature(example, masked=False)
         if missing:
-            raise ValueError(
+            raise cli.UserError(
                 f"{self._where(index)} has no {missing!r} feature (it has "
                 f"{sorted(example) or 'none of the BERT features'}): not a BERT pre-training "
                 "record; point config.data.train_files / eval_files at data_prep's output"
@@ -260,11 +261,11 @@ class ParseRecord(grain.transforms.MapWithIndex):
             features.check_example(example, self.schema)
         except ValueError as e:
             if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
-                raise ValueError(
+                raise cli.UserError(
                     f"{self._where(index)} is unmasked (no masked_lm_* features): set "
                     "config.data.dynamic_masking=True to mask them while training"
                 ) from e
-            raise ValueError(
+            raise cli.UserError(
                 f"{self._where(index)}: {e}; set config.data.max_seq_length / "
                 "max_predictions_per_seq to the values the records were written with"
             ) from e
@@ -272,7 +273,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             ids = example.get(name)
             if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
                 bad = ids[(ids >= self.vocab_size) | (ids < 0)][0]
-                raise ValueError(
+                raise cli.UserError(
                     f"{self._where(index)}: {name} holds token id {bad}, outside the vocabulary "
                     f"of {self.vocab_size} ids: the records were tokenized with another "
                     "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
@@ -384,13 +385,13 @@ def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[Dra
             data.vocab_file, True if data.do_lower_case is None else bool(data.do_lower_case)
         )
         if max(vocab.random_ids) >= limit:
-            raise ValueError(
+            raise cli.UserError(
                 f"config.data.vocab_file={data.vocab_file!r} has ids up to "
                 f"{max(vocab.random_ids)}, beyond the vocabulary size {limit}; set "
                 "config.model.vocab_size to the vocabulary the records were written with"
             )
     elif opts.whole_word_mask:
-        raise ValueError(
+        raise cli.UserError(
             "config.data.whole_word_mask needs the vocabulary's word pieces: set "
             "config.data.vocab_file to the vocab.txt (or .model) the records were written with"
         )
@@ -419,7 +420,7 @@ def train_dataset(
     on the number of processes.
     """
     if global_batch_size % process_count:
-        raise ValueError(
+        raise cli.UserError(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
@@ -427,7 +428,7 @@ def train_dataset(
         data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
     )
     if len(ds) < global_batch_size:
-        raise ValueError(
+        raise cli.UserError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
         )
     ds = ds.shuffle(seed=seed)
@@ -473,7 +474,7 @@ def eval_batches(
     fixed masking (seeded by `seed`), so every evaluation sees the same masked positions.
     """
     if global_batch_size % process_count:
-        raise ValueError(
+        raise cli.UserError(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
@@ -485,7 +486,7 @@ def eval_batches(
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:
-        raise ValueError(f"eval files {files!r} hold no records")
+        raise cli.UserError(f"eval files {files!r} hold no records")
     local = global_batch_size // process_count
     num_batches = -(-total // global_batch_size)
     batches, skipped = [], []

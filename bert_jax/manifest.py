@@ -299,7 +299,7 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         if not matches:
             if not storage.is_url(item) and os.path.exists(item):  # a pipe, a device: say so
                 raise cli.UserError(f"{item} {cli.not_a_file(item)}")
-            raise FileNotFoundError(f"no record files match {item!r}")
+            raise cli.UserError(f"no record files match {item!r}")
         files += matches
     missing = _missing(listed)
     if missing:

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax import cli
+
 _CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries
 
 
@@ -38,9 +40,9 @@ class Options:
 
     def __post_init__(self):
         if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError(f"masked_lm_prob={self.masked_lm_prob} must be in (0, 1]")
+            raise cli.UserError(f"masked_lm_prob={self.masked_lm_prob} must be in (0, 1]")
         if self.max_predictions_per_seq < 1:
-            raise ValueError("max_predictions_per_seq must be at least 1 for masked records")
+            raise cli.UserError("max_predictions_per_seq must be at least 1 for masked records")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from bert_jax import storage
+from bert_jax import cli, storage
 
 JSONL_NAME = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -45,7 +45,7 @@ def read_jsonl(path: str) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             if i < len(lines) - 1:
-                raise ValueError(f"{path}, line {i + 1}, is not JSON: {line[:80]!r}") from None
+                raise cli.UserError(f"{path}, line {i + 1}, is not JSON: {line[:80]!r}") from None
             # A process killed mid-write leaves half a last line; the resumed run rewrites the file.
     return records
 

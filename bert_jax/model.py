@@ -51,7 +51,7 @@ import numpy as np
 from flax import nnx
 from flax.core import spmd as flax_spmd
 
-from bert_jax import attention, sharding
+from bert_jax import attention, cli, sharding
 from bert_jax.dropout import dropout as _dropout
 
 LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
@@ -115,7 +115,7 @@ class BertConfig:
                 f"attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}"
             )
         if problems:
-            raise ValueError("invalid model config: " + "; ".join(problems))
+            raise cli.UserError("invalid model config: " + "; ".join(problems))
 
     @classmethod
     def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
@@ -125,14 +125,14 @@ class BertConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise ValueError(
+            raise cli.UserError(
                 f"unknown config.model fields {unknown}; known fields: {sorted(fields)}"
             )
         missing = sorted(
             n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
         )
         if missing:
-            raise ValueError(f"config.model lacks the fields {missing}")
+            raise cli.UserError(f"config.model lacks the fields {missing}")
         return cls(**values)
 
     @property
@@ -372,7 +372,7 @@ def _check_inputs(
             f"for input_ids {shapes['input_ids']}"
         )
     if shapes["input_ids"][1] > cfg.max_position_embeddings:
-        raise ValueError(
+        raise cli.UserError(
             f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
             f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)"
         )
@@ -534,7 +534,7 @@ def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining
     }
     if want != got:
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-        raise ValueError(
+        raise cli.UserError(
             f"the parameters do not fit this config at {diff[:4]} "
             f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
             f"got {[got.get(k) for k in diff[:4]]}"

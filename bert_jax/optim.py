@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from bert_jax import cli
+
 SCHEDULES = ("linear", "polynomial", "constant")
 # Where the decay after warmup is measured from (optim.decay_from): "start", step 0, as the original
 # BERT and MLPerf (the peak is never quite reached: at the end of warmup the rate is already
@@ -42,14 +44,14 @@ def learning_rate_schedule(
     `polynomial` with power 1. The value at step s is the rate of the s-th update (0-based).
     """
     if optim.schedule not in SCHEDULES:
-        raise ValueError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
+        raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
     decay_from = optim.get("decay_from", "start")
     if decay_from not in DECAY_FROM:
-        raise ValueError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
+        raise cli.UserError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
     if num_train_steps <= 0:
-        raise ValueError(f"train.num_train_steps must be positive, got {num_train_steps}")
+        raise cli.UserError(f"train.num_train_steps must be positive, got {num_train_steps}")
     if not 0 <= optim.warmup_steps <= num_train_steps:
-        raise ValueError(
+        raise cli.UserError(
             f"optim.warmup_steps={optim.warmup_steps} must lie in [0, train.num_train_steps="
             f"{num_train_steps}]"
         )
@@ -141,7 +143,7 @@ def make_optimizer(
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optimizer named by `optim.optimizer`, and its learning-rate schedule."""
     if optim.optimizer not in OPTIMIZERS:
-        raise ValueError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
+        raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
     schedule = learning_rate_schedule(optim, num_train_steps)
     parts = []
     if optim.max_grad_norm > 0:

@@ -33,8 +33,8 @@ from __future__ import annotations
 import grain
 import numpy as np
 
+from bert_jax import cli, packing
 from bert_jax import features as F
-from bert_jax import packing
 
 
 def pack_window(
@@ -58,7 +58,9 @@ def pack_window(
         real = window[F.MASKED_LM_WEIGHTS] > 0
         counts = real.sum(axis=1)
         if (real != (np.arange(real.shape[1]) < counts[:, None])).any():
-            raise ValueError("masked_lm_weights must be 1 on a record's first predictions, then 0")
+            raise cli.UserError(
+                "masked_lm_weights must be 1 on a record's first predictions, then 0"
+            )
         max_items = real.shape[1]
     return packing.pack(
         token,
@@ -109,7 +111,7 @@ def packed_batches(
     holds windows, as many as cover that many records. `prepare` maps each window (a batch of
     records) before it is packed: dynamic masking's ApplyMasks."""
     if window < 1 or max_examples < 1:
-        raise ValueError(
+        raise cli.UserError(
             f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "
             "be positive"
         )

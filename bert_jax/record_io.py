@@ -26,7 +26,7 @@ _MASK_DELTA = 0xA282EAD8
 
 def suffix(fmt: str) -> str:
     if fmt not in _SUFFIX:
-        raise ValueError(f"unknown record format {fmt!r}; choose one of {FORMATS}")
+        raise cli.UserError(f"unknown record format {fmt!r}; choose one of {FORMATS}")
     return _SUFFIX[fmt]
 
 
@@ -146,8 +146,6 @@ def _check_file(path: str) -> None:
     """A record file must be a regular file: a named pipe would block the open (and its records
     cannot be read twice), a directory is no file."""
     if not os.path.isfile(path):
-        if not os.path.exists(path):
-            raise FileNotFoundError(2, "No such file or directory", path)
         raise cli.UserError(f"{path} {cli.not_a_file(path)}")
 
 
@@ -217,8 +215,8 @@ def open_arrayrecord(path: str):
         try:
             reader.close()
         except RuntimeError as e:
-            raise ValueError(f"{path}: not a readable ArrayRecord file ({e})") from None
-        raise ValueError(f"{path}: not a readable ArrayRecord file")
+            raise cli.UserError(f"{path}: not a readable ArrayRecord file ({e})") from None
+        raise cli.UserError(f"{path}: not a readable ArrayRecord file")
     return reader
 
 

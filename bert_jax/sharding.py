@@ -24,6 +24,8 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bert_jax import cli
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 
@@ -31,21 +33,21 @@ def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int
     """Resolves one -1 axis to use all devices; checks that the product equals `num_devices`."""
     sizes = [data, fsdp, tensor]
     if sizes.count(-1) > 1:
-        raise ValueError(
+        raise cli.UserError(
             f"at most one mesh axis may be -1, got data={data} fsdp={fsdp} tensor={tensor}"
         )
     if any(s == 0 or s < -1 for s in sizes):
-        raise ValueError(f"mesh axis sizes must be positive or -1, got {sizes}")
+        raise cli.UserError(f"mesh axis sizes must be positive or -1, got {sizes}")
     known = math.prod(s for s in sizes if s != -1)
     if -1 in sizes:
         if num_devices % known:
-            raise ValueError(
+            raise cli.UserError(
                 f"mesh {dict(zip(MESH_AXES, sizes))}: {num_devices} devices are not divisible "
                 f"by {known}"
             )
         sizes[sizes.index(-1)] = num_devices // known
     if math.prod(sizes) != num_devices:
-        raise ValueError(
+        raise cli.UserError(
             f"mesh {dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices, there are "
             f"{num_devices}; set config.mesh.data=-1 to use them all"
         )
@@ -82,7 +84,7 @@ def make_mesh(
         grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
         return Mesh(grid, MESH_AXES, axis_types=axis_types)
     if shape[0] % slices:
-        raise ValueError(
+        raise cli.UserError(
             f"mesh {dict(zip(MESH_AXES, shape))} on {slices} TPU slices: 'data' must be a "
             f"multiple of the slice count (data parallelism spans the slices; fsdp and tensor "
             f"stay within one)"
@@ -108,11 +110,13 @@ def mesh_from_config(
         devices = jax.devices()
         if mesh_config.num_devices:
             if jax.process_count() > 1:
-                raise ValueError("config.mesh.num_devices is for single-process runs; set it to 0")
+                raise cli.UserError(
+                    "config.mesh.num_devices is for single-process runs; set it to 0"
+                )
             devices = devices[: mesh_config.num_devices]
     mesh = make_mesh(mesh_config.data, mesh_config.fsdp, mesh_config.tensor, devices)
     if num_attention_heads % mesh.shape["tensor"]:
-        raise ValueError(
+        raise cli.UserError(
             f"config.mesh.tensor={mesh.shape['tensor']} must divide "
             f"num_attention_heads={num_attention_heads} (the model's)"
         )
@@ -134,7 +138,7 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     out = []
     for rule in rules:
         if len(rule) != 2:
-            raise ValueError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
+            raise cli.UserError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
         logical, mesh_axes = rule
         if mesh_axes is None:
             out.append((logical, None))
@@ -142,7 +146,7 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
         axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
         unknown = [a for a in axes if a not in MESH_AXES]
         if unknown:
-            raise ValueError(
+            raise cli.UserError(
                 f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
                 f"use {MESH_AXES}"
             )

@@ -314,10 +314,10 @@ def not_a_file(path: str) -> str | None:
 
 
 def check_file(path: str, what: str) -> None:
-    """Raises FileNotFoundError "`what` 'path' <why>" unless `path` is a file to read."""
+    """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
     why = not_a_file(path)
     if why:
-        raise FileNotFoundError(f"{what} {path!r} {why}")
+        raise cli.UserError(f"{what} {path!r} {why}")
 
 
 def size(path: str) -> int:

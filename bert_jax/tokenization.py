@@ -57,7 +57,7 @@ _CHINESE_RANGES = (
 _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
 
 
-class VocabError(ValueError):
+class VocabError(cli.UserError):
     """A vocabulary or tokenizer model that cannot be used; the message says what to fix."""
 
 

@@ -490,7 +490,7 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
         return resumed[1]
     if t.init_optimizer_state:
         if not t.init_checkpoint:
-            raise ValueError(
+            raise cli.UserError(
                 "train.init_optimizer_state needs train.init_checkpoint: the workdir "
                 "of the run to continue (e.g. phase 1's)"
             )
@@ -498,12 +498,12 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
         try:
             latest = source.latest_step()
             if latest is None:
-                raise FileNotFoundError(
+                raise cli.UserError(
                     f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}"
                 )
             if latest >= t.num_train_steps:
                 # The loop would end before its first step, with phase 1's parameters as "done".
-                raise ValueError(
+                raise cli.UserError(
                     f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
                     f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from "
                     f"step {latest}, so num_train_steps counts both phases "
@@ -605,7 +605,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         last_eval["hidden_cosine"] = check_collapse(state["params"], eval_batches[0])
         warning = collapse.warning(last_eval["hidden_cosine"], step)
         if warning and is_primary:
-            print(warning, flush=True)
+            cli.warn(warning)
         log.write(step, "eval", last_eval)
         progress.report(step, last_eval, prefix="eval  ", eta=False)
         # MLPerf's target (0.720) is over all masked positions of its eval set: so is this check.

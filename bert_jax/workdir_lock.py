@@ -137,7 +137,8 @@ class _Lock:
         self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(
             self.directory
         )
-        storage.makedirs(self.directory)
+        with cli.user_path(directory_flag, self.directory):  # a read-only file system, say
+            storage.makedirs(self.directory)
         for _ in range(20):  # each round ends in a lock of ours or a live holder; rarely repeats
             if storage.create_exclusive(self.path, self._content()):
                 return
@@ -158,9 +159,7 @@ class _Lock:
                     f"is gone, or its heartbeat is over {STALE_AFTER_S:.0f} s old)"
                 )
             if self._take_over(version):
-                logging.warning(
-                    "took over the lock %s left by %s: %s", self.path, describe(holder), reason
-                )
+                cli.warn(f"took over the lock {self.path} left by {describe(holder)}: {reason}")
                 return
             time.sleep(0.05)  # another taker is replacing it: read it again
         raise Busy(f"{self.path}: could not take the lock (it keeps changing); rerun")

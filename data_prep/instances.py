@@ -20,8 +20,8 @@ import random
 
 import numpy as np
 
+from bert_jax import cli, masking
 from bert_jax import features as F
-from bert_jax import masking
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +39,9 @@ class InstanceOptions:
     def __post_init__(self):
         min_length = 5 if self.nsp else 3  # special tokens plus one token per segment
         if self.max_seq_length < min_length:
-            raise ValueError(f"max_seq_length={self.max_seq_length} leaves no room for text")
+            raise cli.UserError(f"max_seq_length={self.max_seq_length} leaves no room for text")
         if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"short_seq_prob={self.short_seq_prob} must be in [0, 1]")
+            raise cli.UserError(f"short_seq_prob={self.short_seq_prob} must be in [0, 1]")
         if self.mask:
             _ = self.masking  # masking.Options checks masked_lm_prob and max_predictions_per_seq
 

@@ -23,9 +23,9 @@ import random
 
 import numpy as np
 
+from bert_jax import cli, masking, record_io, storage, tokenization
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from bert_jax import masking, record_io, storage, tokenization
 from data_prep import content, example_encoder, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
@@ -36,7 +36,7 @@ _SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a 
 _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
-class JobMismatch(ValueError):
+class JobMismatch(cli.UserError):
     """An output directory holding (part of) a job with other settings; the message says what
     differs."""
 
@@ -79,7 +79,7 @@ class JobSpec:
         except ValueError as e:
             problems.append(f"language: {e}")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise cli.UserError("; ".join(problems))
 
     @property
     def schema(self) -> F.Schema:
@@ -291,7 +291,7 @@ def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) ->
     asked = spec.num_shards if split == "train" else spec.num_eval_shards
     if asked > instances:
         flag = "--num_shards" if split == "train" else "--num_eval_shards"
-        raise ValueError(
+        raise cli.UserError(
             f"{flag}={asked} but the {split} split has only {instances} instances; "
             f"rerun with {flag} <= {instances} (finished work units are reused)"
         )
@@ -348,14 +348,14 @@ def input_bytes(planned: list[units_lib.Unit]) -> int:
     return sum(unit.size for unit in planned if unit.kind != "tfds")
 
 
-def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> ValueError:
+def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:
     """The error of a job whose input gave no training instances, with what the reads saw."""
     documents = sum(r.documents for r in read)
     bad_json = sum(r.bad_json_lines for r in read)
     seen = f"{documents} documents read from --input={','.join(spec.inputs)}"
     if bad_json:
         seen += f"; {bad_json} JSON lines were not objects with a string field {spec.text_field!r}"
-    return ValueError(
+    return cli.UserError(
         f"the input gave no training instances ({seen}); check --input and --text_field"
     )
 

@@ -20,7 +20,6 @@ Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output direct
 """
 
 import os
-import sys
 
 from absl import flags
 
@@ -224,13 +223,12 @@ def _summary(manifest: dict) -> None:
     if manifest.get("nsp") and stats["instances"] >= 20 and stats["random_next_fraction"] > 0.9:
         # The original draws a random next segment half the time; far more means most documents
         # hold one sentence (or one segment's worth), so their pairs can only be random.
-        print(
-            f"warning: {stats['random_next_fraction']:.0%} of next-sentence pairs are random (the "
+        cli.warn(
+            f"{stats['random_next_fraction']:.0%} of next-sentence pairs are random (the "
             "original's rate is about half): most documents hold a single sentence, so "
             "next-sentence prediction has nothing to learn from them. For a corpus of one "
             "sentence per row or line (Hugging Face's bookcorpus), pass --nsp=false, or use whole "
             "books as text files with --document_per_file",
-            file=sys.stderr,
         )
     if read.get("pages"):
         print(

@@ -16,11 +16,11 @@ import os
 import shutil
 import tempfile
 
+from bert_jax import cli, record_io, storage
 from bert_jax import manifest as contract
-from bert_jax import record_io, storage
 
 
-class OutputError(OSError):
+class OutputError(cli.UserError):
     """An output directory that cannot be written; the message says what to fix."""
 
 

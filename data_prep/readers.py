@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from data_prep import sniff
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
@@ -64,7 +64,7 @@ class Source:
     encoding: str = ""  # a dump in UTF-16/32 (sniff.Content.encoding); "" for UTF-8
 
 
-class InputError(ValueError):
+class InputError(cli.UserError):
     """An input that names nothing readable; the message says what to fix."""
 
 
@@ -79,7 +79,7 @@ def match_files(spec: str) -> list[str]:
     for path in paths:
         try:
             storage.check_file(path, "input")
-        except FileNotFoundError as e:
+        except cli.UserError as e:  # storage.check_file: missing, a directory, a pipe
             raise InputError(str(e)) from None
     return paths
 

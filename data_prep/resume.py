@@ -33,12 +33,11 @@ naming the change) for an unfinished job, and a changed input for a finished one
 """
 
 import contextlib
-import logging
 import os
 import re
 
+from bert_jax import cli, storage, workdir_lock
 from bert_jax import manifest as contract
-from bert_jax import storage, workdir_lock
 from data_prep import content, job, output
 
 WORK_DIR = "_work"
@@ -114,10 +113,9 @@ class WorkDir:
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
         shards' markers first, then the manifest goes; the units are computed again."""
-        logging.warning(
-            "%s: %s; rebuilding them (the units are computed again)",
-            self.output_dir,
-            "; ".join(sorted(damaged.values())),
+        cli.warn(
+            f"{self.output_dir}: {'; '.join(sorted(damaged.values()))}; rebuilding them (the "
+            "units are computed again)"
         )
         output.write_json_atomic(storage.join(self.path, "job.json"), finished["fingerprint"])
         for split, entries in finished["shards"].items():
@@ -160,11 +158,10 @@ class WorkDir:
             storage.remove(marker_path)  # unfinished from here on
             storage.remove(records)
         if changed:
-            logging.warning(
-                "the input changed since this unfinished job began (%s): %d unit(s) are redone "
-                "and every shard is written again",
-                ", ".join(sorted({u.path for u in changed})),
-                len(changed),
+            cli.warn(
+                f"the input changed since this unfinished job began "
+                f"({', '.join(sorted({u.path for u in changed}))}): {len(changed)} unit(s) are "
+                "redone and every shard is written again"
             )
         shards = storage.sizes(self.output_dir)
         for name in storage.sizes(self.shards):

@@ -18,6 +18,8 @@ import re
 
 import sentencex
 
+from bert_jax import cli
+
 DEFAULT_LANGUAGE = "en"
 # A Wikimedia language code: "en", "de", "zh-min-nan", "be-tarask", "simple" (Simple English).
 _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{1,8})*|simple")
@@ -28,7 +30,7 @@ def language_code(code: str) -> str:
     not a code."""
     code = code.strip().lower().replace("_", "-")
     if not _LANGUAGE_CODE.fullmatch(code):
-        raise ValueError(
+        raise cli.UserError(
             f"{code!r} is not a language code: pass an ISO 639 / Wikimedia code such as en, de, "
             "fr, zh or zh-min-nan"
         )

@@ -17,6 +17,8 @@ import re
 import zlib
 from typing import BinaryIO
 
+from bert_jax import cli
+
 MAX_LINE_BYTES = 8 << 20  # a longer "line" is binary junk or a file without newlines: skipped
 HEAD_BYTES = 1 << 16  # bytes sniffed (decompressed bytes for gzip and bz2)
 _BZ2_READ_LIMIT = 1 << 21  # a bz2 block is at most 900 kB of text: its first ~2 MB give output
@@ -51,7 +53,7 @@ _WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
 )
 
 
-class NotText(ValueError):
+class NotText(cli.UserError):
     """Bytes that are not UTF-8 text; the message, a clause after the file's name, says what they
     look like and what to do."""
 

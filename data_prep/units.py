@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from data_prep import parquet, readers, sniff, wiki
 from data_prep.sentences import DEFAULT_LANGUAGE
 
@@ -56,7 +56,7 @@ def plan_units(
 ) -> list[Unit]:
     """Cuts every source into units, in source order; depends on nothing but the inputs."""
     if block_bytes < 1 or tfds_examples_per_unit < 1:
-        raise ValueError(
+        raise cli.UserError(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="
             f"{tfds_examples_per_unit} must be positive"
         )

@@ -16,7 +16,6 @@ as --vocab_file of data_prep.main.
 import itertools
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 
@@ -164,12 +163,11 @@ def main(argv):
     if tokenizer.vocab_size < FLAGS.vocab_size:
         # Both trainers stop when the corpus has no more pieces to add: the vocabulary (and the
         # model's embedding table, sized by it) is smaller than asked, which is easy to miss.
-        print(
-            f"warning: the corpus filled only {tokenizer.vocab_size} of the "
+        cli.warn(
+            f"the corpus filled only {tokenizer.vocab_size} of the "
             f"--vocab_size={FLAGS.vocab_size} entries asked for: it has too few distinct words "
             "to learn more pieces; train on a larger corpus for that many, or pass "
             f"--vocab_size={tokenizer.vocab_size} to say what you get",
-            file=sys.stderr,
         )
     return 0
 

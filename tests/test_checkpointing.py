@@ -146,7 +146,7 @@ def test_a_checkpoint_from_before_checksums_restores_with_a_finite_check(tmp_pat
 
 def test_errors_say_what_to_do(testdata, saved, tmp_path):
     workdir, _, _, _ = saved
-    with pytest.raises(FileNotFoundError, match="no checkpoints under"):
+    with pytest.raises(cli.UserError, match="no checkpoints under"):
         checkpointing.restore_params(str(tmp_path))
     with pytest.raises(ValueError, match=r"no checkpoint at step 5 .* there are \[7\]"):
         checkpointing.restore_params(workdir, step=5)

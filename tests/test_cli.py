@@ -1,10 +1,16 @@
-"""bert_jax.cli: a user mistake is one `error:` line and exit 2; a bug keeps its traceback."""
+"""bert_jax.cli: a user mistake is one `error:` line and exit 2; a bug (any exception that is not
+a cli.UserError, a plain ValueError included) keeps its traceback and asks to be reported."""
 
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from bert_jax import cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAM = textwrap.dedent("""
     from absl import flags
@@ -13,7 +19,9 @@ PROGRAM = textwrap.dedent("""
     flags.DEFINE_integer("n", 1, "a number")
     def main(argv):
         if flags.FLAGS.x == "bad":
-            raise ValueError("vocabulary 'q' is not a vocab.txt;\\n pass --vocab_file")
+            raise cli.UserError("vocabulary 'q' is not a vocab.txt;\\n pass --vocab_file")
+        if flags.FLAGS.x == "value":
+            raise ValueError("an invariant of ours broke")
         if flags.FLAGS.x == "disk":
             raise OSError(28, "No space left on device", "/out/shard")
         if flags.FLAGS.x == "bug":
@@ -45,11 +53,47 @@ def test_user_mistake_is_one_error_line(tmp_path, args, line):
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(line), proc.stderr
 
 
-def test_success_and_bugs_are_untouched(tmp_path):
+def test_success_is_untouched_and_a_bug_shows_its_traceback_and_asks_for_a_report(tmp_path):
     ok = _run(tmp_path)
     assert (ok.returncode, ok.stdout) == (0, "done\n")
-    bug = _run(tmp_path, "--x=bug")
-    assert bug.returncode == 1 and "Traceback" in bug.stderr and "KeyError" in bug.stderr
+    for flag, kind in (("--x=bug", "KeyError"), ("--x=value", "ValueError")):
+        bug = _run(tmp_path, flag)
+        assert bug.returncode == 1 and bug.stdout == "", bug
+        assert bug.stderr.startswith("Traceback") and f"{kind}: " in bug.stderr, bug.stderr
+        assert bug.stderr.splitlines()[-1] == f"error: {kind}: {cli.BUG}", bug.stderr
+
+
+# A real binary (data_prep.decode, run as `python -m` runs it) whose storage.local_copy, which
+# its main calls, raises: a plain ValueError is a bug of ours, a cli.UserError the user's.
+BINARY = textwrap.dedent("""
+    import runpy, sys
+    from bert_jax import cli, storage
+    def local_copy(path, *args, **kwargs):
+        raise {error}("{{}}: the error raised".format(path))
+    storage.local_copy = local_copy
+    sys.argv = ["data_prep.decode", "--input=shard.tfrecord", "--vocab_file={vocab}"]
+    runpy.run_module("data_prep.decode", run_name="__main__", alter_sys=True)
+""")
+
+
+@pytest.mark.parametrize("error", ["ValueError", "cli.UserError"])
+def test_a_binary_reports_a_plain_value_error_as_a_bug_and_a_user_error_in_one_line(
+    tmp_path, testdata, error
+):
+    program = BINARY.format(error=error, vocab=testdata / "bert-base-uncased-vocab.txt")
+    proc = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    lines = proc.stderr.splitlines()
+    if error == "ValueError":
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        assert lines[0] == "Traceback (most recent call last):", proc.stderr
+        assert 'data_prep/decode.py", line' in proc.stderr, proc.stderr  # where it came from
+        assert "ValueError: shard.tfrecord: the error raised" in lines, proc.stderr
+        assert lines[-1] == f"error: ValueError: {cli.BUG}", proc.stderr
+    else:
+        assert (proc.returncode, proc.stdout) == (2, ""), proc
+        assert lines == ["error: shard.tfrecord: the error raised"], proc.stderr
 
 
 def test_verbosity_shows_the_traceback_of_a_user_error(tmp_path):

@@ -69,7 +69,7 @@ def test_a_collapsed_model_is_flagged_and_a_healthy_one_is_not(model_and_batch, 
     cosine = check(collapsed, batch)
     assert cosine > collapse.THRESHOLD
     line = collapse.warning(cosine, 10)
-    assert line.startswith("warning: collapsed representations at step 10")
+    assert line.startswith("collapsed representations at step 10")
     assert "learning rate" in line and f"{cosine:.6f}" in line
 
 

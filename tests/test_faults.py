@@ -169,7 +169,7 @@ def finished_run(testdata, tmp_path_factory):
 
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
-    finished_run, damage, tmp_path, caplog, flip_bytes
+    finished_run, damage, tmp_path, capsys, flip_bytes
 ):
     pristine, config = finished_run
     workdir = str(tmp_path / "run")
@@ -177,7 +177,9 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     DAMAGE[damage](os.path.join(workdir, "checkpoints", "8"), flip_bytes)
 
     result = train.train_and_evaluate(config, workdir)  # the same command again
-    warning = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    warning = "\n".join(
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")
+    )
     assert "checkpoints/8 is damaged" in warning and "resuming from the older step 6" in warning, (
         warning
     )

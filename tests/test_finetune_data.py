@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from bert_jax import cli, tokenization
 from bert_jax import features as F
-from bert_jax import tokenization
 from bert_jax.finetune import conll, encode, glue, squad
 
 
@@ -102,7 +102,7 @@ def test_glue_errors_say_what_to_fix(tmp_path):
         )
     with pytest.raises(ValueError, match="unknown GLUE layout 'sst'"):
         glue.get_layout("sst")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(cli.UserError, match=r"missing\.tsv' does not exist"):
         glue.read_tsv(str(tmp_path / "missing.tsv"), glue.LAYOUTS["sst2"])
 
 

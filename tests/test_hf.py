@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import export, hf
+from bert_jax import cli, export, hf
 from bert_jax import model as M
 from bert_jax.tokenization import WordPieceTokenizer
 
@@ -270,7 +270,7 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
         import tensorflow as tf
     except ImportError:
         (tmp_path / "bert_model.ckpt.index").write_bytes(b"")
-        with pytest.raises(ImportError, match="needs TensorFlow: pip install tensorflow"):
+        with pytest.raises(cli.UserError, match="needs TensorFlow: pip install tensorflow"):
             hf.load_hf(str(tmp_path))
         return
     names, values = [], []

@@ -4,9 +4,9 @@
 import numpy as np
 import pytest
 
+from bert_jax import cli, manifest, record_io
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
-from bert_jax import manifest, record_io
 from configs import default
 
 GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 records, L=128, P=20
@@ -127,7 +127,7 @@ def test_eval_batches_pad_the_last_batch(files):
 
 
 def test_clear_errors(files, tmp_path):
-    with pytest.raises(FileNotFoundError, match="no record files match"):
+    with pytest.raises(cli.UserError, match="no record files match"):
         manifest.find_shards(str(tmp_path / "missing-*.arrayrecord"))
     with pytest.raises(ValueError, match="dynamic_masking=True"):
         take(ip.train_dataset(data_config(files["unmasked"]), VOCAB, 8, seed=0), 1)

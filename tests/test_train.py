@@ -299,8 +299,8 @@ def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path, mon
     assert by_kind <= train_lines[-1].keys()
     tags = _tensorboard_tags(str(tmp_path))
     assert {f"eval/{k}" for k in eval_keys} | {f"train/{k}" for k in by_kind} <= tags
-    out = capsys.readouterr().out
-    assert out.count("warning: collapsed representations at step") == len(evals)
+    out, err = capsys.readouterr()
+    assert err.count("warning: collapsed representations at step") == len(evals)
     assert "eval  step 2/50" in out and " (kept " in out and "(majority " in out
 
 

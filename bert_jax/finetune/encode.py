@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax import cli
 from bert_jax import features as F
 
 LABEL = "label"  # [examples]: class id or regression target
@@ -25,7 +26,7 @@ LABEL_IDS = "label_ids"  # [examples, length]: tag id at the first piece of each
 LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids counts
 
 
-class FormatError(ValueError):
+class FormatError(cli.UserError):
     """A data file that does not have the expected layout; the message says where and what to
     fix."""
 
@@ -60,7 +61,7 @@ def pack(
 
 def check_length(max_seq_length: int, minimum: int) -> None:
     if max_seq_length < minimum:
-        raise ValueError(
+        raise cli.UserError(
             f"max_seq_length={max_seq_length} leaves no room for text (at least {minimum} needed)"
         )
 

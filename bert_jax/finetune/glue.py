@@ -28,7 +28,7 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from bert_jax.finetune.encode import FormatError
 
 
@@ -82,7 +82,7 @@ LAYOUTS = {
 
 def get_layout(name: str) -> Layout:
     if name not in LAYOUTS:
-        raise ValueError(
+        raise cli.UserError(
             f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} (config.data.layout)"
         )
     return LAYOUTS[name]

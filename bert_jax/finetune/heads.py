@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax import cli, packing
 from bert_jax import features as F
-from bert_jax import packing
 from bert_jax.finetune import encode, squad
 from bert_jax.model import BertConfig, BertModel
 
@@ -27,9 +27,9 @@ KINDS = ("classification", "regression", "tagging", "span")
 
 def num_outputs(kind: str, num_labels: int) -> int:
     if kind not in KINDS:
-        raise ValueError(f"unknown task kind {kind!r}; choose one of {KINDS}")
+        raise cli.UserError(f"unknown task kind {kind!r}; choose one of {KINDS}")
     if kind in ("classification", "tagging") and num_labels < 2:
-        raise ValueError(f"a {kind} task needs at least 2 labels, got {num_labels}")
+        raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
     return {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}[kind]
 
 

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax import cli
+
 # target name -> attribute path inside an EncoderLayer
 TARGETS = {
     "query": ("attention", "query"),
@@ -67,13 +69,13 @@ class Adapted(nnx.Module):
 def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or not targets:
-        raise ValueError(
+        raise cli.UserError(
             f"LoRA targets {list(targets)}: choose from {list(TARGETS)} (config.lora.targets)"
         )
     if rank < 1:
-        raise ValueError(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
+        raise cli.UserError(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
     if alpha <= 0:
-        raise ValueError(f"LoRA alpha must be positive, got {alpha} (config.lora.alpha)")
+        raise cli.UserError(f"LoRA alpha must be positive, got {alpha} (config.lora.alpha)")
 
 
 def _parent_and_name(layer, path: tuple[str, ...]):
@@ -91,7 +93,7 @@ def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs:
             parent, name = _parent_and_name(layer, TARGETS[target])
             base = getattr(parent, name)
             if isinstance(base, Adapted):
-                raise ValueError(f"{target} already has a LoRA adapter")
+                raise cli.UserError(f"{target} already has a LoRA adapter")
             setattr(parent, name, Adapted(base, rank, alpha, rngs=rngs))
 
 

@@ -23,8 +23,8 @@ import math
 import grain
 import numpy as np
 
+from bert_jax import cli, packing
 from bert_jax import features as F
-from bert_jax import packing
 from bert_jax.finetune import encode, squad
 
 TOKEN_FEATURES = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)
@@ -98,7 +98,9 @@ def index_batches(num_examples: int, global_batch: int, seed: int, index: int, c
     global batch): a new random order every epoch, batches running across epoch boundaries.
     Both unpacked (finetune.train.train_batches) and packed steps read this order."""
     if global_batch % count:
-        raise ValueError(f"train.batch_size={global_batch} is not divisible by {count} processes")
+        raise cli.UserError(
+            f"train.batch_size={global_batch} is not divisible by {count} processes"
+        )
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
     return ds[index::count].batch(global_batch // count, drop_remainder=True)
 

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, packing, sharding, storage
+from bert_jax import checkpointing, cli, packing, sharding, storage
 from bert_jax import features as F
 from bert_jax.finetune import packed, runs, tasks
 
@@ -56,7 +56,7 @@ def infer(
     n = len(arrays[F.INPUT_IDS])
     procs, index = jax.process_count(), jax.process_index()
     if batch_size % (setup.data_parallel() * procs):
-        raise ValueError(
+        raise cli.UserError(
             f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
             f"data-parallel devices and the {procs} processes"
         )

@@ -24,8 +24,8 @@ import jax
 import ml_collections
 from flax import nnx
 
+from bert_jax import cli, optim, packing, pretrained, sharding
 from bert_jax import features as F
-from bert_jax import optim, packing, pretrained, sharding
 from bert_jax import train as train_lib
 from bert_jax.finetune import encode, heads, lora, tasks
 
@@ -56,10 +56,10 @@ def prepare(
     examples = None
     if with_train:  # first: a bad training file is named at once, not after the model loads
         if not config.data.train_file:
-            raise ValueError("config.data.train_file is empty: point it at the training file")
+            raise cli.UserError("config.data.train_file is empty: point it at the training file")
         examples = tasks.read_examples(task, config.data.train_file)
     if not init:
-        raise ValueError(
+        raise cli.UserError(
             "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
             "pre-training workdir of ours)"
         )
@@ -71,10 +71,12 @@ def prepare(
     )
     logging.info("encoder from %s", encoder.source)
     if encoder.tokenizer is None:
-        raise ValueError(f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt")
+        raise cli.UserError(
+            f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt"
+        )
     tok = encoder.tokenizer
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
-        raise ValueError(
+        raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
             f"max_position_embeddings={encoder.config.max_position_embeddings}"
         )
@@ -83,7 +85,7 @@ def prepare(
     if examples is not None:
         train = _encode(task, tok, config.data.train_file, examples, labels, training=True)
         if not train.has_labels:
-            raise ValueError(f"{config.data.train_file} has no labels; it cannot be trained on")
+            raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     with config.unlocked():
         config.init, config.data.do_lower_case = init, encoder.do_lower_case
         config.data.vocab_file = encoder.vocab_to_record  # "": --init's own, found again on resume
@@ -128,7 +130,7 @@ def _decay_mask(params):
 def num_train_steps(config, num_examples: int) -> int:
     t = config.train
     if t.num_epochs <= 0 or t.batch_size < 1:
-        raise ValueError(
+        raise cli.UserError(
             f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
             "must be positive"
         )
@@ -224,7 +226,7 @@ def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
     for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
         ds = encode_file(run, path)
         if not ds.has_labels:
-            raise ValueError(
+            raise cli.UserError(
                 f"eval file {path} has no labels; put it in data.test_file to predict it"
             )
         sets[name] = ds

@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import re
 from collections.abc import Sequence
 
 import numpy as np
 
+from bert_jax import cli, storage, tokenization
 from bert_jax import features as F
-from bert_jax import storage, tokenization
 from bert_jax.finetune.encode import FormatError, pack
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
@@ -107,7 +106,7 @@ def read_squad(path: str) -> list[QAExample]:
 def tokenize_context(tok, context: str) -> ContextPieces:
     """Context -> word pieces with character spans (the ids of tokenizing word by word)."""
     if not isinstance(tok, tokenization.WordPieceTokenizer):
-        raise ValueError(
+        raise cli.UserError(
             "span extraction needs a WordPiece vocab.txt (character offsets of "
             "SentencePiece pieces are not supported)"
         )
@@ -168,12 +167,12 @@ def encode_squad(
     text is not at its offset in the context are dropped (logged), as run_squad.py does.
     """
     if max_seq_length < max_query_length + 4:
-        raise ValueError(
+        raise cli.UserError(
             f"max_seq_length={max_seq_length} must exceed max_query_length="
             f"{max_query_length} + 3 special tokens"
         )
     if doc_stride < 1:
-        raise ValueError(f"doc_stride must be positive, got {doc_stride}")
+        raise cli.UserError(f"doc_stride must be positive, got {doc_stride}")
     rows: dict[str, list] = {
         k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, START_POSITIONS, END_POSITIONS)
     }
@@ -229,9 +228,7 @@ def encode_squad(
             )
             windows.append(Window(ex_i, offset, doc_start, length, max_ctx))
     if skipped:
-        logging.warning(
-            "skipped %d training questions whose answer text is not at answer_start", skipped
-        )
+        cli.warn(f"skipped {skipped} training questions whose answer text is not at answer_start")
     if not windows:
         raise FormatError(
             "no usable questions: every answer's text differs from the context at its answer_start"

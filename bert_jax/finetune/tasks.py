@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from bert_jax import cli
 from bert_jax.finetune import conll, encode, glue, metrics, squad
 
 
@@ -84,7 +85,7 @@ class TaggingTask:
         if self.data.labels:
             return label_names(self.data.labels)
         if train_examples is None:
-            raise ValueError(
+            raise cli.UserError(
                 "config.data.labels is empty and there is no training file to take the tag set from"
             )
         return conll.label_set(train_examples)
@@ -178,7 +179,7 @@ def read_examples(task, path: str) -> list:
 def make_task(data):
     """The task for `config.data.format`."""
     if data.format not in FORMATS:
-        raise ValueError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
+        raise cli.UserError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
     return FORMATS[data.format](data)
 
 

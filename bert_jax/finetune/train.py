@@ -19,7 +19,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, loop, metrics_log, storage
+from bert_jax import checkpointing, cli, faults, loop, metrics_log, storage
 from bert_jax import features as F
 from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
@@ -96,7 +96,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     if config.train.batch_size % setup.data_parallel():
-        raise ValueError(
+        raise cli.UserError(
             f"train.batch_size={config.train.batch_size} must be divisible by the "
             f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)"
         )
