@@ -19,9 +19,8 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, loop, metrics_log, storage
+from bert_jax import checkpointing, faults, loop, metrics_log, storage, train_state
 from bert_jax import features as F
-from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
@@ -30,7 +29,7 @@ EXPORT_DIR = "export"
 def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     """One optimizer step on the trainable parameters; the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
-    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients).
+    with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
     The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
@@ -40,7 +39,7 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     grads = heads.without_pad_gradient(grads)
-    new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx)
     return new_state, {
         "loss": loss,
         "grad_norm": grad_norm,
