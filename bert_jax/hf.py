@@ -318,8 +318,12 @@ def read_hf_config(hf_dir: str) -> dict:
     return read_json(_config_path(hf_dir))
 
 
+# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
+CONFIG_FILES = ("config.json", "bert_config.json")
+
+
 def _config_path(hf_dir: str) -> str:
-    for name in ("config.json", "bert_config.json"):
+    for name in CONFIG_FILES:
         path = os.path.join(hf_dir, name)
         if os.path.isfile(path):
             return path

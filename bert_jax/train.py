@@ -351,10 +351,11 @@ def evaluate(
 
 
 def initial_params(path: str, setup: Setup) -> dict:
-    """Parameters from another run's workdir or a Hugging Face BERT directory, on this mesh."""
-    if storage.isfile(storage.join(path, "config.json")):
-        from bert_jax import hf
+    """Parameters from another run's workdir or a Hugging Face BERT directory (pretrained.kind
+    tells which), on this mesh."""
+    from bert_jax import hf, pretrained  # here: hf's imports are only needed with init_checkpoint
 
+    if pretrained.kind(path) == pretrained.HF_DIR:
         params, report = hf.load_hf_params(
             storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
         )
