@@ -6,6 +6,8 @@ MLPerf's BERT data. No JAX import here: data_prep depends on this module.
 
 import dataclasses
 
+from bert_jax import cli
+
 INPUT_IDS = "input_ids"
 INPUT_MASK = "input_mask"
 SEGMENT_IDS = "segment_ids"
@@ -19,6 +21,22 @@ UNMASKED_FEATURES = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS, NEXT_SENTENCE_LABELS)
 MASKED_FEATURES = (MASKED_LM_POSITIONS, MASKED_LM_IDS, MASKED_LM_WEIGHTS)
 ALL_FEATURES = UNMASKED_FEATURES + MASKED_FEATURES
 FLOAT_FEATURES = frozenset({MASKED_LM_WEIGHTS})
+
+
+def min_seq_length(segments: int) -> int:
+    """The shortest max_seq_length that leaves room for text: [CLS], then for each of `segments`
+    segments (2: a sentence pair) at least one token and its [SEP]."""
+    return 1 + 2 * segments
+
+
+def check_seq_length(max_seq_length: int, segments: int, name: str = "max_seq_length") -> None:
+    """The one minimum-length rule of pre-training records, fine-tuning inputs and embed."""
+    need = min_seq_length(segments)
+    if max_seq_length < need:
+        raise cli.UserError(
+            f"{name}={max_seq_length} leaves no room for text: at least {need} needed ([CLS], "
+            f"and a token and a [SEP] for each of {segments} segment{'s' * (segments > 1)})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -380,9 +380,7 @@ def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[Dra
     )
     limit = facts.vocab_size or vocab_size
     if data.vocab_file:
-        vocab = masking.Vocab.from_file(
-            data.vocab_file, True if data.do_lower_case is None else bool(data.do_lower_case)
-        )
+        vocab = masking.Vocab.from_file(data.vocab_file, data.do_lower_case)
         if max(vocab.random_ids) >= limit:
             raise ValueError(
                 f"config.data.vocab_file={data.vocab_file!r} has ids up to "

@@ -153,7 +153,7 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
 
 
 def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
-    lower = True if lower is None else bool(lower)
+    lower = tokenization.lower_case(lower)
     tokenizer = None
     if vocab:
         why = storage.not_a_file(vocab)
