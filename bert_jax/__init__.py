@@ -3,7 +3,8 @@
 Data flows one way, records -> batches -> steps -> checkpoints -> exports:
 
     main.py            the binary: python -m bert_jax.main --config=configs/... --workdir=DIR
-    config_check.py    a config's mistakes, all named before anything compiles
+    config_check.py    each binary's one validation pass: a config's mistakes, all named
+                       before anything compiles
     data_contract.py   config + the data's manifest.json -> the facts every stage uses
     manifest.py        manifest.json's fields (data_prep writes it, everything else reads it)
     features.py        the record schema; record_io.py reads and writes TFRecord/ArrayRecord

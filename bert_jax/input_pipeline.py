@@ -371,7 +371,9 @@ def _skip_damaged(data) -> bool:
     return data.get("bad_records", "error") == "skip"
 
 
-def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[DrawMasks, ApplyMasks]:
+def masking_steps(
+    facts: data_contract.DataFacts, data, vocab_size: int
+) -> tuple[DrawMasks, ApplyMasks]:
     """The two dynamic masking steps. Random replacements come from every entry of the records'
     vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
     one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
@@ -430,7 +432,7 @@ def train_dataset(
         )
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
-        draw, apply = _masking(facts, data, vocab_size)
+        draw, apply = masking_steps(facts, data, vocab_size)
         # Before the per-process slice: Grain seeds the generator by the position in the global
         # stream, so no two processes (or epochs) share a masking stream.
         ds = ds.random_map(draw, seed=seed + 1)
@@ -479,7 +481,7 @@ def eval_batches(
         files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
     )
     if facts.dynamic_masking:
-        draw, apply = _masking(facts, data, vocab_size)
+        draw, apply = masking_steps(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:

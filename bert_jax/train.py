@@ -380,12 +380,7 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
     if resumed is not None:
         say(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
         return resumed[1]
-    if t.init_optimizer_state:
-        if not t.init_checkpoint:
-            raise ValueError(
-                "train.init_optimizer_state needs train.init_checkpoint: the workdir "
-                "of the run to continue (e.g. phase 1's)"
-            )
+    if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
         source = checkpointing.make_manager(t.init_checkpoint, read_only=True)
         try:
             latest = source.latest_step()
@@ -420,17 +415,16 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
-    figures. The config is checked (config_check) and its data facts resolved from the data's
-    manifest (data_contract) before anything compiles; the resolved config is what the
-    checkpoints record.
+    figures. The config is checked and its data facts resolved from the data's manifest
+    (config_check.pretraining, the one validation pass) before anything compiles; the resolved
+    config is what the checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
     'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted',
     'interrupted' (Ctrl-C: saved, as 'preempted') or
     'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
     """
-    config_check.check_pretraining(config, jax.device_count(), jax.process_count())
-    config = data_contract.resolve(config)
+    config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)
     t = config.train
     is_primary = jax.process_index() == 0

@@ -125,12 +125,8 @@ def _decay_mask(params):
 
 
 def num_train_steps(config, num_examples: int) -> int:
+    """Steps of the run (config_check.check_finetuning has seen num_epochs and batch_size)."""
     t = config.train
-    if t.num_epochs <= 0 or t.batch_size < 1:
-        raise ValueError(
-            f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
-            "must be positive"
-        )
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 

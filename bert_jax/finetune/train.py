@@ -19,7 +19,7 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, faults, loop, metrics_log, storage, train_state
+from bert_jax import checkpointing, config_check, faults, loop, metrics_log, storage, train_state
 from bert_jax import features as F
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 
@@ -87,6 +87,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     next step and returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final
     eval, predictions and export; rerunning the same command resumes.
     """
+    config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
     # Every input file is read (and refused if bad) before the workdir exists or training starts.
@@ -94,11 +95,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
-    if config.train.batch_size % setup.data_parallel():
-        raise ValueError(
-            f"train.batch_size={config.train.batch_size} must be divisible by the "
-            f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)"
-        )
     counts = {
         **lora.summary(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
