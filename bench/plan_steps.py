@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from bench import flops, tpu_plan
-from bert_jax import data_contract, input_pipeline, train
+from bert_jax import data_contract, input_pipeline, masking, train
 from bert_jax import model as model_lib
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
@@ -37,7 +37,9 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     # MLPerf's and the original's masked positions: 20 at 128 tokens, 76 at 512 (0.15 x L).
     length = config.data.max_seq_length or 128
     config.data.max_seq_length = length
-    config.data.max_predictions_per_seq = 20 if length <= 128 else round(0.15 * length)
+    config.data.max_predictions_per_seq = (
+        masking.MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(masking.MASKED_LM_PROB * length)
+    )
     config.data.dynamic_masking = False
 
 

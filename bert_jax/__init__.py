@@ -3,7 +3,8 @@
 Data flows one way, records -> batches -> steps -> checkpoints -> exports:
 
     main.py            the binary: python -m bert_jax.main --config=configs/... --workdir=DIR
-    config_check.py    a config's mistakes, all named before anything compiles
+    config_check.py    each binary's one validation pass: a config's mistakes, all named
+                       before anything compiles
     data_contract.py   config + the data's manifest.json -> the facts every stage uses
     manifest.py        manifest.json's fields (data_prep writes it, everything else reads it)
     features.py        the record schema; record_io.py reads and writes TFRecord/ArrayRecord
@@ -14,8 +15,10 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
                        position); BERT's AdamW and LAMB with their schedules
     sharding.py        the device mesh and every sharding rule
-    train.py           the train state, the jitted steps, train_and_evaluate (collapse.py:
-                       the eval-time warning for a run whose outputs are all the same)
+    train_state.py     the train state both trainers share: Setup, its layout on the mesh,
+                       step 0, one optimizer step that keeps NaNs out of the parameters
+    train.py           pre-training's jitted steps and train_and_evaluate (collapse.py: the
+                       eval-time warning for a run whose outputs are all the same)
     loop.py            the loop skeleton both trainers run: when to log, eval, save and stop
     faults.py          SIGTERM and non-finite steps; checkpointing.py (+ checksums.py): Orbax
                        checkpoints that resume exactly and refuse damaged files

@@ -69,7 +69,7 @@ def hidden_cosine(graphdef, params, batch: dict[str, jax.Array]) -> jax.Array:
 
 def make_check(setup):
     """(params, host-local batch) -> hidden_cosine as a float, jitted on `setup`'s mesh (a
-    train.Setup)."""
+    train_state.Setup)."""
     fn = jax.jit(
         functools.partial(hidden_cosine, setup.graphdef),
         in_shardings=(setup.param_shardings, setup.batch_sharding),

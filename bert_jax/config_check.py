@@ -1,10 +1,14 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
-`check_pretraining` runs first in train.train_and_evaluate (so in bert_jax.main too) and
-`check_common` in the fine-tuning binary, before the mesh, the model or a jitted step exists:
-a negative learning rate, a batch that does not split over the mesh or a mesh that does not
-match the devices is one `error:` line in a second, not a traceback from deep inside jit (or,
-worse, a run that trains with exit 0: a negative learning rate climbs the loss).
+Each binary has one validation pass, run first, before the mesh, the model or a jitted step
+exists: `pretraining` in train.train_and_evaluate (so in bert_jax.main too), `check_finetuning` in
+finetune.train.finetune (so in bert_jax.finetune too). A negative learning rate, a batch that does
+not split over the mesh, a mesh that does not match the devices, an init directory of the wrong
+kind or a data contract the config contradicts is one `error:` line naming every problem, in a
+second, not a traceback from deep inside jit (or, worse, a run that trains with exit 0: a negative
+learning rate climbs the loss). The rules stay in their homes (sharding.py's mesh rules,
+masking.py's, pretrained.kind, lora.problems, features.check_seq_length); this module asks them
+all and collects the answers.
 
 Unknown config keys are answered at flag parsing, by bert_jax.cli (the nearest valid name).
 No JAX import at module level: the binaries import this before JAX starts.
@@ -25,6 +29,19 @@ def _mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, 
     except ValueError as e:
         problems.append(str(e))
         return None
+
+
+def _ask(problems: list[str], rule, *args) -> None:
+    """Runs a rule that raises ValueError (cli.UserError is one); its message becomes a problem."""
+    try:
+        rule(*args)
+    except ValueError as e:
+        problems.append(str(e))
+
+
+def _raise(problems: list[str]) -> None:
+    if problems:
+        raise cli.UserError("config: " + "; ".join(problems))
 
 
 def check_common(
@@ -83,6 +100,7 @@ def check_common(
         if process_count > 1:
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
+    _ask(problems, sharding.normalize_rules, m.rules)
     sizes = _mesh_sizes(m, num_devices, problems)
     if sizes is not None:
         tensor = sizes[2]
@@ -99,7 +117,11 @@ def check_common(
 
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
-    layout) on `num_devices` devices in `process_count` processes."""
+    layout) on `num_devices` devices in `process_count` processes, without reading its data."""
+    _raise(pretraining_problems(config, num_devices, process_count))
+
+
+def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
     t, e = config.train, config.eval
     problems = []
     if t.num_train_steps < 1:
@@ -129,12 +151,12 @@ def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     devices = config.mesh.num_devices or num_devices
     sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
     if sizes is not None:
-        dp = sizes[0] * sizes[1]
+        dp, axes = _data_parallel(sizes, config.mesh.rules)
         if t.global_batch_size % (t.grad_accum_steps * dp):
             problems.append(
                 f"train.global_batch_size={t.global_batch_size} must be divisible by "
                 f"train.grad_accum_steps ({t.grad_accum_steps}) x the data-parallel devices "
-                f"({dp} = mesh data {sizes[0]} x fsdp {sizes[1]})"
+                f"({dp} = {axes})"
             )
         if t.global_batch_size % process_count:
             problems.append(
@@ -146,5 +168,111 @@ def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
                 f"eval.batch_size={e.batch_size} must be divisible by the {dp} data-parallel "
                 f"devices and the {process_count} processes"
             )
-    if problems:
-        raise cli.UserError("config: " + "; ".join(problems))
+    if d.get("masked_lm_prob") is not None and not 0.0 < d.masked_lm_prob <= 1.0:
+        problems.append(f"data.masked_lm_prob={d.masked_lm_prob} must be in (0, 1]")
+    return problems + _init_problems(t)
+
+
+def _data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
+    """(how many ways a batch is split, which mesh axes: "mesh data 8 x fsdp 1")."""
+    axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
+    return math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
+
+
+def _init_problems(t) -> list[str]:
+    """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
+    (pretrained.kind, the one rule), checked before the run builds anything."""
+    if not t.init_checkpoint:
+        if t.init_optimizer_state:
+            return [
+                "train.init_optimizer_state needs train.init_checkpoint: the workdir of the run "
+                "to continue (e.g. phase 1's)"
+            ]
+        return []
+    from bert_jax import pretrained  # here: a config without init_checkpoint needs no model code
+
+    try:
+        kind = pretrained.kind(t.init_checkpoint)
+    except ValueError as e:
+        return [f"train.init_checkpoint: {e}"]
+    if t.init_optimizer_state and kind != pretrained.WORKDIR:
+        return [
+            f"train.init_optimizer_state needs a training workdir of ours, but "
+            f"train.init_checkpoint={t.init_checkpoint!r} is a Hugging Face directory (no "
+            "optimizer state): drop init_optimizer_state to start from its weights"
+        ]
+    return []
+
+
+def pretraining(config, num_devices: int, process_count: int = 1):
+    """bert_jax.main's one validation pass: check_pretraining's problems, the data contract's
+    (data_contract.resolve: the manifests against the config) and what only the resolved data
+    can tell (dynamic masking's settings and vocabulary), all in one cli.UserError. Returns the
+    resolved config."""
+    from bert_jax import data_contract, input_pipeline  # here: they need the data's files
+
+    problems = pretraining_problems(config, num_devices, process_count)
+    try:
+        resolved = data_contract.resolve(config)
+        if resolved.data.dynamic_masking:
+            facts = data_contract.DataFacts.from_data(resolved.data)
+            input_pipeline.masking_steps(facts, resolved.data, resolved.model.vocab_size)
+    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+        if not problems:
+            raise  # the data's own error, as it is
+        problems.append(str(e))
+    _raise(problems)
+    return resolved
+
+
+def check_finetuning(
+    config, num_devices: int, process_count: int = 1, init: str | None = None
+) -> None:
+    """bert_jax.finetune's one validation pass (a configs/finetune/base.py config; `init`, else
+    config.init, the pre-trained model): every problem found before the model is loaded or a
+    file read, in one cli.UserError."""
+    from bert_jax import features
+    from bert_jax.finetune import lora, squad, tasks  # here: pre-training needs none of them
+
+    t, d = config.train, config.data
+    problems = check_common(config, num_devices, process_count)
+    if not d.train_file:
+        problems.append("data.train_file is empty: point it at the training file")
+    if not (init or config.init):
+        problems.append(
+            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
+            "pre-training workdir of ours)"
+        )
+    if d.format not in tasks.FORMATS:
+        problems.append(f"data.format={d.format!r}; choose one of {sorted(tasks.FORMATS)}")
+    elif d.format == "squad":
+        problems += squad.length_problems(d.max_seq_length, d.doc_stride, d.max_query_length)
+    else:  # glue: sentence pairs or single texts (a pair's room); conll: one sentence
+        segments = 2 if d.format == "glue" else 1
+        _ask(problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length")
+    if t.num_epochs <= 0 or t.batch_size < 1:
+        problems.append(
+            f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
+            "must be positive"
+        )
+    if config.eval.batch_size < 1:
+        problems.append(f"eval.batch_size={config.eval.batch_size} must be >= 1")
+    if config.lora.rank < 0:
+        problems.append(f"lora.rank={config.lora.rank} must be >= 0 (0: full fine-tuning)")
+    elif config.lora.rank:
+        problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
+    devices = config.mesh.num_devices or num_devices
+    sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
+    if sizes is not None:
+        dp, axes = _data_parallel(sizes, config.mesh.rules)
+        if t.batch_size % dp:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {dp} data-parallel "
+                f"devices ({axes})"
+            )
+        if t.batch_size % process_count:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
+                "processes"
+            )
+    _raise(problems)

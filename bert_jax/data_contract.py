@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from bert_jax import cli, features, manifest, storage
+from bert_jax import cli, features, manifest, masking, storage, tokenization
 
-DEFAULT_MASKED_LM_PROB = 0.15  # the original's, for dynamic masking when nothing says otherwise
 SPECIAL = ("cls", "sep", "mask")  # the ids the trainer needs: dynamic masking never masks [CLS]...
 
 
@@ -71,7 +70,7 @@ class DataFacts:
             int(d.max_predictions_per_seq),
             bool(d.dynamic_masking),
             True if d.nsp is None else bool(d.nsp),
-            DEFAULT_MASKED_LM_PROB if d.masked_lm_prob is None else float(d.masked_lm_prob),
+            masking.MASKED_LM_PROB if d.masked_lm_prob is None else float(d.masked_lm_prob),
             int(d.get("vocab_size") or 0),
             {name: d.get(f"{name}_token_id") for name in SPECIAL},
             int(d.get("pack_max_examples") or 0) if d.get("pack") else 0,
@@ -132,9 +131,7 @@ def _described(manifests: list[dict]) -> tuple[dict, dict]:
 
 def _vocabulary(vocab_file: str, do_lower_case) -> dict:
     """size, md5 and special ids of a vocabulary file, as data_prep's manifest records them."""
-    from bert_jax import tokenization
-
-    tok = tokenization.make_tokenizer(vocab_file, True if do_lower_case is None else do_lower_case)
+    tok = tokenization.make_tokenizer(vocab_file, tokenization.lower_case(do_lower_case))
     entry = manifest.vocab_entry(tok)
     return {
         "vocab_size": entry["size"],
@@ -197,7 +194,7 @@ def resolve(config):
         else _first(d.max_predictions_per_seq, described.get("budget"))
     )
     values["masked_lm_prob"] = _first(
-        d.masked_lm_prob, described.get("masked_lm_prob"), DEFAULT_MASKED_LM_PROB
+        d.masked_lm_prob, described.get("masked_lm_prob"), masking.MASKED_LM_PROB
     )
     values["vocab_file"] = vocab_file
     if not manifests:  # the original generator's records: masked, with NSP, unless told otherwise
@@ -302,8 +299,6 @@ def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | 
     the one its data was tokenized with; checked against what the run recorded (md5, else size),
     or for a run from before the data contract against the model's vocab_size (allowing a table
     padded by up to 127 rows). Used by export and embed."""
-    from bert_jax import tokenization
-
     d = config.get("data") or {}
     given = bool(vocab_file)
     vocab_file = vocab_file or d.get("vocab_file") or ""
@@ -319,8 +314,7 @@ def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | 
             + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
             "tokenized with"
         )
-    lower = _first(do_lower_case, d.get("do_lower_case"))
-    lower = True if lower is None else bool(lower)
+    lower = tokenization.lower_case(_first(do_lower_case, d.get("do_lower_case")))
     size = tokenization.make_tokenizer(vocab_file, do_lower_case=lower).vocab_size
     recorded_md5, recorded_size = d.get("vocab_md5") or "", int(d.get("vocab_size") or 0)
     model_size = int(config.model.vocab_size)

@@ -31,6 +31,7 @@ from absl import flags, logging
 from flax import nnx
 
 from bert_jax import cli, pretrained, storage
+from bert_jax import features as F
 
 FLAGS = flags.FLAGS
 
@@ -87,10 +88,7 @@ def tokenize(
     tokenizer, texts: Sequence[str], max_seq_length: int
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """(input_ids [T, N], attention_mask [T, N], how many texts were cut) for [CLS] text [SEP]."""
-    if max_seq_length < 2:
-        raise cli.UserError(
-            f"max_seq_length must be at least 2 ([CLS] and [SEP]), got {max_seq_length}"
-        )
+    F.check_seq_length(max_seq_length, 1)
     flat, per_text = tokenizer.encode_batch(list(texts))
     ids = np.full((len(texts), max_seq_length), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(texts), max_seq_length), np.int32)
@@ -200,8 +198,7 @@ def main(argv):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")
     # Mistakes a user can see without the model: before loading and embedding, not after.
-    if FLAGS.max_seq_length < 2:
-        raise cli.UserError(f"--max_seq_length={FLAGS.max_seq_length}: [CLS] and [SEP] need 2")
+    F.check_seq_length(FLAGS.max_seq_length, 1, "--max_seq_length")
     if FLAGS.batch_size < 1:
         raise cli.UserError(f"--batch_size={FLAGS.batch_size} must be 1 or more")
     _output_path(FLAGS.output)

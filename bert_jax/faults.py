@@ -142,10 +142,10 @@ class NonfiniteWatch:
     """The host side of config.train.on_nonfinite.
 
     The train step itself drops a non-finite update and counts it in the state's
-    'nonfinite_steps' (train.apply_gradients). Reading that count waits for the step, so the loop
-    asks `stop` only where it waits anyway (a log line, a save), never per step: the host keeps
-    running ahead of the device. In 'stop' mode the steps between a bad one and the check have
-    trained on, but the loop then ends without saving, so none of them reaches a checkpoint.
+    'nonfinite_steps' (train_state.apply_gradients). Reading that count waits for the step, so
+    the loop asks `stop` only where it waits anyway (a log line, a save), never per step: the host
+    keeps running ahead of the device. In 'stop' mode the steps between a bad one and the check
+    have trained on, but the loop then ends without saving, so none of them reaches a checkpoint.
     """
 
     def __init__(self, mode: str, state: dict, is_primary: bool):

@@ -23,6 +23,22 @@ ALL_FEATURES = UNMASKED_FEATURES + MASKED_FEATURES
 FLOAT_FEATURES = frozenset({MASKED_LM_WEIGHTS})
 
 
+def min_seq_length(segments: int) -> int:
+    """The shortest max_seq_length that leaves room for text: [CLS], then for each of `segments`
+    segments (2: a sentence pair) at least one token and its [SEP]."""
+    return 1 + 2 * segments
+
+
+def check_seq_length(max_seq_length: int, segments: int, name: str = "max_seq_length") -> None:
+    """The one minimum-length rule of pre-training records, fine-tuning inputs and embed."""
+    need = min_seq_length(segments)
+    if max_seq_length < need:
+        raise cli.UserError(
+            f"{name}={max_seq_length} leaves no room for text: at least {need} needed ([CLS], "
+            f"and a token and a [SEP] for each of {segments} segment{'s' * (segments > 1)})"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class Schema:
     """Names and fixed lengths of one kind of record. All features are int64 but the weights."""

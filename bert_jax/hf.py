@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from flax import nnx
 
-from bert_jax import cli
+from bert_jax import cli, tokenization
 from bert_jax.model import BertConfig, BertForPreTraining, model_from_params
 
 # config.json fields that are BertConfig fields under the same name.
@@ -261,7 +261,7 @@ def save_hf(
     vocab_file: str | None,
     output_dir: str,
     *,
-    do_lower_case: bool = True,
+    do_lower_case: bool = tokenization.DO_LOWER_CASE,
 ) -> None:
     """Writes a Hugging Face BertForPreTraining directory (float32 safetensors)."""
     from safetensors.numpy import save_file
@@ -320,8 +320,12 @@ def read_hf_config(hf_dir: str) -> dict:
     return read_json(_config_path(hf_dir))
 
 
+# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
+CONFIG_FILES = ("config.json", "bert_config.json")
+
+
 def _config_path(hf_dir: str) -> str:
-    for name in ("config.json", "bert_config.json"):
+    for name in CONFIG_FILES:
         path = os.path.join(hf_dir, name)
         if os.path.isfile(path):
             return path

@@ -372,7 +372,9 @@ def _skip_damaged(data) -> bool:
     return data.get("bad_records", "error") == "skip"
 
 
-def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[DrawMasks, ApplyMasks]:
+def masking_steps(
+    facts: data_contract.DataFacts, data, vocab_size: int
+) -> tuple[DrawMasks, ApplyMasks]:
     """The two dynamic masking steps. Random replacements come from every entry of the records'
     vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
     one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
@@ -381,9 +383,7 @@ def _masking(facts: data_contract.DataFacts, data, vocab_size: int) -> tuple[Dra
     )
     limit = facts.vocab_size or vocab_size
     if data.vocab_file:
-        vocab = masking.Vocab.from_file(
-            data.vocab_file, True if data.do_lower_case is None else bool(data.do_lower_case)
-        )
+        vocab = masking.Vocab.from_file(data.vocab_file, data.do_lower_case)
         if max(vocab.random_ids) >= limit:
             raise cli.UserError(
                 f"config.data.vocab_file={data.vocab_file!r} has ids up to "
@@ -433,7 +433,7 @@ def train_dataset(
         )
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
-        draw, apply = _masking(facts, data, vocab_size)
+        draw, apply = masking_steps(facts, data, vocab_size)
         # Before the per-process slice: Grain seeds the generator by the position in the global
         # stream, so no two processes (or epochs) share a masking stream.
         ds = ds.random_map(draw, seed=seed + 1)
@@ -482,7 +482,7 @@ def eval_batches(
         files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
     )
     if facts.dynamic_masking:
-        draw, apply = _masking(facts, data, vocab_size)
+        draw, apply = masking_steps(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:

@@ -114,7 +114,7 @@ def run(
     eval_at_last_step: bool = True,
 ) -> Outcome:
     """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
-    train.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
+    train_state.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
     the caller restored them. Both trainers' configs name the periodic actions alike:
     train.log_every_steps, eval.every_steps, checkpoint.every_steps and train.on_nonfinite.
 

@@ -27,6 +27,10 @@ import numpy as np
 
 from bert_jax import cli
 
+# The original create_pretraining_data.py's share of tokens to predict: data_prep's
+# --masked_lm_prob default and dynamic masking's when neither the config nor the manifest says.
+MASKED_LM_PROB = 0.15
+MAX_PREDICTIONS_PER_SEQ = 20  # the original's flag default, for 128-token records
 _CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries
 
 
@@ -34,8 +38,8 @@ _CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries
 class Options:
     """How many positions are predicted, and whether words are masked whole."""
 
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = MAX_PREDICTIONS_PER_SEQ
+    masked_lm_prob: float = MASKED_LM_PROB
     whole_word_mask: bool = False
 
     def __post_init__(self):
@@ -70,11 +74,13 @@ class Vocab:
         )
 
     @classmethod
-    def from_file(cls, vocab_file: str, do_lower_case: bool = True) -> "Vocab":
-        """From a vocab.txt or a SentencePiece .model (the file data_prep tokenized with)."""
+    def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
+        """From a vocab.txt or a SentencePiece .model (the file data_prep tokenized with);
+        do_lower_case None: tokenization.DO_LOWER_CASE."""
         from bert_jax import tokenization  # no JAX either; loaded only when a file is named
 
-        return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, do_lower_case))
+        lower = tokenization.lower_case(do_lower_case)
+        return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))
 
     @functools.cached_property
     def _random_ids(self) -> np.ndarray:

@@ -1,6 +1,7 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
-`load(path)` takes either kind of directory:
+`load(path)` takes either kind of directory (`kind(path)` is the one rule telling them apart, also
+for pre-training's train.init_checkpoint):
   * a training workdir of ours (it has `checkpoints/`): one step (the latest unless `step` is
     given) restored with its checksums and a finite check (a damaged step is refused:
     checkpointing.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
@@ -57,8 +58,40 @@ class Pretrained:
         return model_lib.model_from_params(self.config, self.params)
 
 
+WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
+HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
+
+
 def is_workdir(path: str) -> bool:
     return storage.isdir(checkpointing.checkpoint_dir(path))
+
+
+def kind(path: str) -> str:
+    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
+    (local or in a bucket), behind load(), export and pre-training's train.init_checkpoint.
+
+    A directory with checkpoints/ is a workdir (whatever else it holds); one with config.json or
+    bert_config.json is a Hugging Face directory; anything else is refused by name. An export cut
+    short in a bucket has no config.json (it is published last), so it is refused, not half read.
+    """
+    if not path:
+        raise cli.UserError(
+            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
+        )
+    if not storage.isdir(path):
+        raise cli.UserError(
+            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
+            "weights) or a training workdir (it has checkpoints/)"
+        )
+    if is_workdir(path):
+        return WORKDIR
+    if any(storage.isfile(storage.join(path, name)) for name in hf.CONFIG_FILES):
+        return HF_DIR
+    raise hf.CheckpointError(
+        f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
+        "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
+        "cut short (config.json is published last); rerun the export"
+    )
 
 
 def load(
@@ -77,16 +110,7 @@ def load(
         raise cli.UserError(
             f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
         )
-    if not path:
-        raise cli.UserError(
-            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
-        )
-    if not storage.isdir(path):
-        raise cli.UserError(
-            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
-            "weights) or a training workdir (it has checkpoints/)"
-        )
-    if is_workdir(path):
+    if kind(path) == WORKDIR:
         return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
     if step is not None:
         raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")
@@ -115,13 +139,6 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
-    if storage.is_url(path) and not any(
-        storage.isfile(storage.join(path, n)) for n in ("config.json", "bert_config.json")
-    ):
-        raise hf.CheckpointError(
-            f"{path!r} has no config.json: not a model directory, or an export to it was cut "
-            "short (config.json is published last); rerun the export"
-        )
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
     config = hf.load_bert_config(local, **overrides)
     model, report = hf.load_hf(local, config)
@@ -136,7 +153,7 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
 
 
 def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
-    lower = True if lower is None else bool(lower)
+    lower = tokenization.lower_case(lower)
     tokenizer = None
     if vocab:
         why = storage.not_a_file(vocab)

@@ -237,7 +237,13 @@ def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
 
 def data_parallel_size(mesh: Mesh, rules) -> int:
     """How many ways the batch dimension is split."""
-    return math.prod(mesh.shape[a] for a in _rules_dict(rules).get("batch", ()))
+    return math.prod(data_parallel_axes(dict(mesh.shape), rules).values())
+
+
+def data_parallel_axes(shape: dict[str, int], rules) -> dict[str, int]:
+    """{mesh axis: size} of the axes a batch is split over, from a mesh's {axis: size} (before
+    the mesh exists: config_check's batch divisibility)."""
+    return {a: shape[a] for a in _rules_dict(rules).get("batch", ())}
 
 
 def host_to_global(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:

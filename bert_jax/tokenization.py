@@ -174,10 +174,22 @@ def basic_tokenize_with_offsets(
     return out
 
 
+# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
+# uncased, the original's flag default. Every flag default and every None is resolved from here.
+DO_LOWER_CASE = True
+
+
+def lower_case(value: bool | None) -> bool:
+    """do_lower_case as given, DO_LOWER_CASE where it is unset (None)."""
+    return DO_LOWER_CASE if value is None else bool(value)
+
+
 class WordPieceTokenizer:
     """Text -> WordPiece tokens/ids, identical to google-research/bert's FullTokenizer."""
 
-    def __init__(self, vocab_file: str, do_lower_case: bool = True, max_chars_per_word: int = 200):
+    def __init__(
+        self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE, max_chars_per_word: int = 200
+    ):
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
         self.max_chars_per_word = max_chars_per_word
@@ -528,7 +540,7 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     return vocab
 
 
-def make_tokenizer(vocab_file: str, do_lower_case: bool = True):
+def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
     """A SentencePiece tokenizer for a .model file, WordPiece for anything else (vocab.txt).
     A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
     tokenizer's vocab_file is then that copy."""

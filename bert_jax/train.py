@@ -1,9 +1,7 @@
 """Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
 
-The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
-    {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state),
-     'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key,
-     'nonfinite_steps': int32 scalar, the steps whose update was dropped for a NaN/inf}
+The train state (its layout, step 0 and the optimizer step) is bert_jax/train_state.py's, shared
+with fine-tuning; this module is the pre-training run alone (nothing in finetune/ imports it).
 The model is rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
 fold_in(rng, step), so a resumed run draws the same dropout masks as an uninterrupted one.
 
@@ -16,19 +14,16 @@ micro-batch's loss is normalised by the whole batch's denominators (masked-token
 count), so the summed gradients are exactly those of the full batch.
 """
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import (
@@ -47,84 +42,13 @@ from bert_jax import (
     packing,
     sharding,
     storage,
+    train_state,
 )
 from bert_jax import features as F
 from bert_jax import model as model_lib
+from bert_jax.train_state import Setup
 
 Batch = dict[str, jax.Array]
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """Everything the steps need that is not an array: model structure, mesh, shardings,
-    optimizer. Fine-tuning's (finetune.runs.Setup) adds the task and its frozen parameters."""
-
-    model_config: model_lib.BertConfig
-    graphdef: Any
-    mesh: Mesh
-    rules: tuple
-    param_shardings: Any  # pure dict of NamedSharding, like params
-    state_shardings: dict  # like the train state
-    abstract_state: dict  # jax.ShapeDtypeStruct leaves carrying state_shardings
-    batch_sharding: NamedSharding
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
-    nsp: bool = True  # next-sentence prediction in the loss (records written with --nsp)
-    # The vocabulary's [MASK] id (config.data.mask_token_id): with it the MLM figures are also
-    # kept by kind of masked position (losses.position_kinds); None: over all positions only.
-    mask_id: int | None = None
-
-    def activate(self):
-        """The mesh and logical rules under which the model adds activation sharding constraints."""
-        return sharding.activate(self.mesh, self.rules)
-
-    def data_parallel(self) -> int:
-        """How many ways a batch is split (the mesh's data x fsdp axes)."""
-        return sharding.data_parallel_size(self.mesh, self.rules)
-
-
-def state_layout(
-    abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
-) -> tuple[dict, dict]:
-    """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng',
-    'nonfinite_steps'}.
-
-    Optimizer moments take their parameter's sharding, scalars are replicated; the abstract state's
-    jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering want them.
-    Fine-tuning uses the same layout for its trainable parameters.
-    """
-    replicated = NamedSharding(mesh, P())
-    abstract_opt = jax.eval_shape(tx.init, abstract_params)
-    shardings = {
-        "params": param_shardings,
-        "opt_state": sharding.tree_shardings_like_params(abstract_opt, param_shardings, mesh),
-        "step": replicated,
-        "rng": replicated,
-        "nonfinite_steps": replicated,
-    }
-    shapes = {
-        "params": jax.eval_shape(lambda x: x, abstract_params),
-        "opt_state": abstract_opt,
-        "step": jax.ShapeDtypeStruct((), jnp.int32),
-        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
-        "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32),
-    }
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings
-    )
-    return shardings, abstract
-
-
-def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
-    """The train state at step 0 (both trainers; fine-tuning's params are its trainable ones).
-    Call it under jit with out_shardings=state_layout(...)[0] to build it on the mesh."""
-    return {
-        "params": params,
-        "opt_state": tx.init(params),
-        "step": jnp.zeros([], jnp.int32),
-        "rng": rng,
-        "nonfinite_steps": jnp.zeros([], jnp.int32),
-    }
 
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
@@ -143,7 +67,7 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
     graphdef, param_state = nnx.split(abstract_model, nnx.Param)
     param_shardings = sharding.param_shardings(param_state, mesh, rules)
     tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
-    state_shardings, abstract_state = state_layout(
+    state_shardings, abstract_state = train_state.state_layout(
         nnx.to_pure_dict(param_state), param_shardings, tx, mesh
     )
     return Setup(
@@ -260,39 +184,6 @@ def loss_and_grads(
     return loss, sums, grads
 
 
-def apply_gradients(
-    state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
-) -> tuple[dict, jax.Array]:
-    """(the state after one optimizer step, the gradients' global norm before clipping).
-
-    A step whose loss or gradient norm is not finite leaves 'params' and 'opt_state' as they were
-    and adds one to 'nonfinite_steps': a NaN never reaches the parameters or the Adam moments.
-    'step' advances either way, so it keeps counting the batches consumed (the data position and
-    the learning-rate schedule stay in step with it). The choice is made on the device; the host
-    decides about stopping later (train_and_evaluate), without a sync per step.
-    """
-    grad_norm = optax.global_norm(grads)  # inf/NaN iff some gradient is (or their squares overflow)
-    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-
-    def update(params, opt_state):
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
-
-    # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
-    # kept both versions alive, +0.8 GiB of temporaries per device for BERT-Large on 256
-    # data-parallel devices (6.6 -> 7.4 GiB, bench/aot_compile.py); the conditional adds none.
-    params, opt_state = jax.lax.cond(
-        finite, update, lambda p, o: (p, o), state["params"], state["opt_state"]
-    )
-    return {
-        "params": params,
-        "opt_state": opt_state,
-        "step": state["step"] + 1,
-        "rng": state["rng"],
-        "nonfinite_steps": state["nonfinite_steps"] + jnp.where(finite, 0, 1).astype(jnp.int32),
-    }, grad_norm
-
-
 def train_step(
     state: dict,
     batch: Batch,
@@ -318,7 +209,7 @@ def train_step(
         nsp=nsp,
         mask_id=mask_id,
     )
-    new_state, grad_norm = apply_gradients(state, grads, loss, tx)
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx)
     metrics = {
         "loss": loss,
         **losses.train_ratios(sums),  # mlm_accuracy: at [MASK] positions
@@ -379,7 +270,7 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
         key = jax.random.PRNGKey(seed)
         init_key, rng = jax.random.split(key)
         model = model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
-        return new_state(nnx.to_pure_dict(nnx.state(model, nnx.Param)), tx, rng)
+        return train_state.new_state(nnx.to_pure_dict(nnx.state(model, nnx.Param)), tx, rng)
 
     return jax.jit(init, out_shardings=setup.state_shardings)
 
@@ -460,10 +351,11 @@ def evaluate(
 
 
 def initial_params(path: str, setup: Setup) -> dict:
-    """Parameters from another run's workdir or a Hugging Face BERT directory, on this mesh."""
-    if storage.isfile(storage.join(path, "config.json")):
-        from bert_jax import hf
+    """Parameters from another run's workdir or a Hugging Face BERT directory (pretrained.kind
+    tells which), on this mesh."""
+    from bert_jax import hf, pretrained  # here: hf's imports are only needed with init_checkpoint
 
+    if pretrained.kind(path) == pretrained.HF_DIR:
         params, report = hf.load_hf_params(
             storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
         )
@@ -488,12 +380,7 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
     if resumed is not None:
         say(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
         return resumed[1]
-    if t.init_optimizer_state:
-        if not t.init_checkpoint:
-            raise cli.UserError(
-                "train.init_optimizer_state needs train.init_checkpoint: the workdir "
-                "of the run to continue (e.g. phase 1's)"
-            )
+    if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
         source = checkpointing.make_manager(t.init_checkpoint, read_only=True)
         try:
             latest = source.latest_step()
@@ -528,17 +415,16 @@ def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
-    figures. The config is checked (config_check) and its data facts resolved from the data's
-    manifest (data_contract) before anything compiles; the resolved config is what the
-    checkpoints record.
+    figures. The config is checked and its data facts resolved from the data's manifest
+    (config_check.pretraining, the one validation pass) before anything compiles; the resolved
+    config is what the checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
     'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted',
     'interrupted' (Ctrl-C: saved, as 'preempted') or
     'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
     """
-    config_check.check_pretraining(config, jax.device_count(), jax.process_count())
-    config = data_contract.resolve(config)
+    config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)
     t = config.train
     is_primary = jax.process_index() == 0

@@ -10,7 +10,7 @@ import itertools
 from absl import flags
 from google.protobuf.message import DecodeError
 
-from bert_jax import cli, record_io, storage
+from bert_jax import cli, record_io, storage, tokenization
 from bert_jax import features as F
 from data_prep import job
 
@@ -18,7 +18,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("input", None, "A .tfrecord or .arrayrecord file (local, gs:// or s3://).")
 flags.DEFINE_string("vocab_file", None, "The vocabulary the records were written with.")
 flags.DEFINE_bool(
-    "do_lower_case", True, "As when the records were written (only matters for .model files)."
+    "do_lower_case",
+    tokenization.DO_LOWER_CASE,
+    "As when the records were written (only matters for .model files).",
 )
 flags.DEFINE_integer("limit", 5, "Records to print; 0 prints all.")
 flags.DEFINE_integer("skip", 0, "Records to skip first.")

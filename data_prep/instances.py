@@ -26,20 +26,19 @@ from bert_jax import features as F
 
 @dataclasses.dataclass(frozen=True)
 class InstanceOptions:
-    """How instances are built; the defaults are the original generator's flag defaults."""
+    """How instances are built; the defaults are the original generator's flag defaults (and
+    data_prep's: its flags take them from here; masking.py holds the masking ones)."""
 
     max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = masking.MAX_PREDICTIONS_PER_SEQ
+    masked_lm_prob: float = masking.MASKED_LM_PROB
     short_seq_prob: float = 0.1
-    do_whole_word_mask: bool = False
+    whole_word_mask: bool = False  # data_prep's --do_whole_word_mask (the original's flag)
     nsp: bool = True  # False: MLM-only, one segment of contiguous sentences filled to full length
     mask: bool = True  # False: unmasked records; the trainer masks on the fly (dynamic masking)
 
     def __post_init__(self):
-        min_length = 5 if self.nsp else 3  # special tokens plus one token per segment
-        if self.max_seq_length < min_length:
-            raise cli.UserError(f"max_seq_length={self.max_seq_length} leaves no room for text")
+        F.check_seq_length(self.max_seq_length, 2 if self.nsp else 1)
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise cli.UserError(f"short_seq_prob={self.short_seq_prob} must be in [0, 1]")
         if self.mask:
@@ -48,7 +47,7 @@ class InstanceOptions:
     @property
     def masking(self) -> masking.Options:
         return masking.Options(
-            self.max_predictions_per_seq, self.masked_lm_prob, self.do_whole_word_mask
+            self.max_predictions_per_seq, self.masked_lm_prob, self.whole_word_mask
         )
 
     @property

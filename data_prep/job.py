@@ -121,9 +121,13 @@ def fingerprint(
         key = content.source_key(unit)
         # A dump's size and its index's, a Parquet file's size and row groups: as the plan saw.
         sources[key] = unit.extent or max(sources.get(key, 0), unit.stop)
+    opts = dataclasses.asdict(spec.opts)
+    # Under the flag's name, as job.json files written before the option took its one name
+    # (whole_word_mask) record it: a rerun of such a job still reuses its finished work.
+    opts["do_whole_word_mask"] = opts.pop("whole_word_mask")
     return {
         "units": {
-            **dataclasses.asdict(spec.opts),
+            **opts,
             "dupe_factor": spec.dupe_factor,
             "seed": spec.seed,
             "eval_fraction": spec.eval_fraction,
@@ -401,7 +405,7 @@ def manifest(
         max_predictions_per_seq=opts.max_predictions_per_seq,
         masked=opts.mask,  # False: unmasked records (dynamic masking in the trainer)
         nsp=opts.nsp,
-        whole_word_mask=opts.do_whole_word_mask,
+        whole_word_mask=opts.whole_word_mask,
         vocab=vocab,
         shards=shards,
     )

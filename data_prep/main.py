@@ -23,7 +23,7 @@ import os
 
 from absl import flags
 
-from bert_jax import cli, record_io
+from bert_jax import cli, record_io, tokenization
 from data_prep import instances, job, output, reference, sentences
 
 FLAGS = flags.FLAGS
@@ -43,12 +43,25 @@ flags.DEFINE_string(
     None,
     "WordPiece vocab.txt, or a SentencePiece .model file; may be gs:// or s3://.",
 )
-flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents (uncased models).")
-flags.DEFINE_bool("do_whole_word_mask", False, "Mask all pieces of a word together.")
-flags.DEFINE_integer("max_seq_length", 128, "Tokens per instance, [CLS]/[SEP] included.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Most masked positions per instance.")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
-flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter-than-maximum instance.")
+flags.DEFINE_bool(
+    "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case and strip accents (uncased models)."
+)
+_DEFAULT = instances.InstanceOptions()  # the home of the instance flags' defaults
+flags.DEFINE_bool(
+    "do_whole_word_mask", _DEFAULT.whole_word_mask, "Mask all pieces of a word together."
+)
+flags.DEFINE_integer(
+    "max_seq_length", _DEFAULT.max_seq_length, "Tokens per instance, [CLS]/[SEP] included."
+)
+flags.DEFINE_integer(
+    "max_predictions_per_seq",
+    _DEFAULT.max_predictions_per_seq,
+    "Most masked positions per instance.",
+)
+flags.DEFINE_float("masked_lm_prob", _DEFAULT.masked_lm_prob, "Fraction of tokens to mask.")
+flags.DEFINE_float(
+    "short_seq_prob", _DEFAULT.short_seq_prob, "Probability of a shorter-than-maximum instance."
+)
 flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
 flags.DEFINE_integer("random_seed", 12345, "Seed of every random choice.", lower_bound=0)
 flags.DEFINE_enum("format", record_io.ARRAYRECORD, record_io.FORMATS, "Record file format.")
@@ -148,7 +161,7 @@ def options_from_flags() -> instances.InstanceOptions:
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         masked_lm_prob=FLAGS.masked_lm_prob,
         short_seq_prob=FLAGS.short_seq_prob,
-        do_whole_word_mask=FLAGS.do_whole_word_mask,
+        whole_word_mask=FLAGS.do_whole_word_mask,
         nsp=FLAGS.nsp,
         mask=not FLAGS.dynamic_masking,
     )

@@ -58,7 +58,7 @@ def create_masked_lm_predictions(
     for i, token in enumerate(tokens):
         if token == vocab.cls_id or token == vocab.sep_id:
             continue
-        if opts.do_whole_word_mask and cand_indexes and token in vocab.continuation:
+        if opts.whole_word_mask and cand_indexes and token in vocab.continuation:
             cand_indexes[-1].append(i)
         else:
             cand_indexes.append([i])
@@ -301,7 +301,7 @@ def run(
         max_predictions_per_seq=opts.max_predictions_per_seq,
         masked=opts.mask,
         nsp=opts.nsp,
-        whole_word_mask=opts.do_whole_word_mask,
+        whole_word_mask=opts.whole_word_mask,
         vocab=contract.vocab_entry(tokenizer, file=vocab_file),
         shards={"train": [shard], "eval": []},
     )

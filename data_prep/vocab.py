@@ -34,7 +34,9 @@ flags.DEFINE_string("text_field", "text", "Text field of JSONL records, Parquet 
 flags.DEFINE_string("output", None, "vocab.txt path (wordpiece) or model prefix (sentencepiece).")
 flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Kind of vocabulary.")
 flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
-flags.DEFINE_bool("do_lower_case", True, "Lower-case (and strip accents, for WordPiece).")
+flags.DEFINE_bool(
+    "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case (and strip accents, for WordPiece)."
+)
 flags.DEFINE_string(
     "language", "en", "Sentence rules of running text, as data_prep.main's --language."
 )

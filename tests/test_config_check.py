@@ -68,6 +68,76 @@ def test_train_and_evaluate_checks_before_anything_else(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)  # no workdir content either
 
 
+def assert_names_all(check, *parts):
+    """`check` raises one cli.UserError, one line, that names every one of `parts`."""
+    with pytest.raises(cli.UserError) as e:
+        check()
+    message = str(e.value)
+    assert "\n" not in message
+    for part in parts:
+        assert part in message, (part, message)
+
+
+def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
+    """config_check.pretraining, bert_main's one pass: the fields, the mesh rules (sharding.py's
+    rule), init_checkpoint's kind (pretrained.kind) and the data contract, in one error."""
+    config = tiny_config(optim__learning_rate=-1e-3, train__init_optimizer_state=True)
+    config.mesh.rules = (("batch", ("data", "pipeline")),)
+    config.data.masked_lm_prob = 1.5
+    config.data.train_files = str(tmp_path / "nope")
+    assert_names_all(
+        lambda: config_check.pretraining(config, num_devices=8),
+        "learning_rate=-0.001 must be positive",
+        "names unknown mesh axes ['pipeline']",
+        "init_optimizer_state needs train.init_checkpoint",
+        "data.masked_lm_prob=1.5 must be in (0, 1]",
+        "no record files match",
+    )
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for init, says in (
+        ("hf", r"init_optimizer_state needs a training workdir of ours, but .* is a Hugging Face"),
+        ("empty", r"train.init_checkpoint: .* has no config.json .* and no checkpoints/"),
+    ):
+        config = tiny_config(train__init_checkpoint=str(tmp_path / init))
+        config.train.init_optimizer_state = init == "hf"
+        with pytest.raises(cli.UserError, match=says):
+            config_check.check_pretraining(config, num_devices=8)
+
+
+def test_the_finetuning_pass_names_every_problem_at_once():
+    """config_check.check_finetuning, bert_jax.finetune's one pass (finetune.train.finetune runs
+    it first): before, these were found one at a time, the later ones after the model loaded."""
+    from configs.finetune import base
+
+    config = base.get_config()
+    config.data.update(train_file="", max_seq_length=4)
+    config.optim.learning_rate = -1.0
+    config.lora.update(rank=4, targets=("queries",))
+    assert_names_all(
+        lambda: config_check.check_finetuning(config, num_devices=8),
+        "data.train_file is empty",
+        "no pre-trained model: pass --init=DIR",
+        "data.max_seq_length=4 leaves no room for text: at least 5 needed",
+        "optim.learning_rate=-1.0 must be positive",
+        "LoRA targets ['queries']",
+    )
+    config = base.get_config()
+    config.data.update(train_file="train.tsv", format="squad", max_seq_length=64)
+    with pytest.raises(cli.UserError, match=r"max_seq_length=64 must exceed max_query_length=64"):
+        config_check.check_finetuning(config, num_devices=8, init="model")
+    config = base.get_config()
+    config.data.train_file, config.train.batch_size = "train.tsv", 12
+    with pytest.raises(
+        cli.UserError,
+        match=r"batch_size=12 must be divisible by the 8 data-parallel devices \(mesh data 8 x",
+    ):
+        config_check.check_finetuning(config, num_devices=8, init="model")
+    config.train.batch_size = 16
+    config_check.check_finetuning(config, num_devices=8, init="model")
+
+
 def run_main(tmp_path, *args):
     return subprocess.run(
         [

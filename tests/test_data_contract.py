@@ -236,6 +236,29 @@ def test_version_1_manifests_still_read(testdata, tmp_path):
     assert (d.vocab_size, d.cls_token_id, d.mask_token_id) == (30522, 101, 103)
 
 
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_whole_word_masking_under_its_old_name_still_reads(testdata, tmp_path, whole_word_mask):
+    """Version 1 recorded whole-word masking only as data_prep's flag (`do_whole_word_mask` in
+    `flags`); it reads as the one name, `whole_word_mask`, and becomes the run's default for
+    dynamic masking. A version-2 manifest's top-level field wins over its flags."""
+    directory = write_dir(tmp_path / "v1", testdata, version=1, masked=False)
+    with open(os.path.join(directory, manifest.FILE)) as f:
+        body = json.load(f)
+    body["flags"]["do_whole_word_mask"] = whole_word_mask
+    with open(os.path.join(directory, manifest.FILE), "w") as f:
+        json.dump(body, f)
+    assert manifest.read(directory)["whole_word_mask"] is whole_word_mask
+    resolved = data_contract.resolve(config_for(directory)).data
+    assert resolved.whole_word_mask is whole_word_mask
+    v2 = write_dir(tmp_path / "v2", testdata, masked=False, whole_word_mask=whole_word_mask)
+    with open(os.path.join(v2, manifest.FILE)) as f:
+        body = json.load(f)
+    body["flags"]["do_whole_word_mask"] = not whole_word_mask  # the flag a v2 writer also kept
+    with open(os.path.join(v2, manifest.FILE), "w") as f:
+        json.dump(body, f)
+    assert manifest.read(v2)["whole_word_mask"] is whole_word_mask
+
+
 def test_records_without_a_manifest_need_the_config_values(testdata):
     golden = str(testdata / GOLDEN)
     with pytest.raises(

@@ -42,10 +42,12 @@ def write(mode, opts, tok, testdata, out):
 
 
 @pytest.mark.parametrize("mode", ["reference", "scaled"])
-@pytest.mark.parametrize("masked, wwm", [(True, True), (False, False)])
-def test_every_mode_writes_the_contract(tmp_path, testdata, tok, vocab_file, mode, masked, wwm):
+@pytest.mark.parametrize("masked, whole_word_mask", [(True, True), (False, False)])
+def test_every_mode_writes_the_contract(
+    tmp_path, testdata, tok, vocab_file, mode, masked, whole_word_mask
+):
     opts = instances.InstanceOptions(
-        max_seq_length=64, max_predictions_per_seq=10, do_whole_word_mask=wwm, mask=masked
+        max_seq_length=64, max_predictions_per_seq=10, whole_word_mask=whole_word_mask, mask=masked
     )
     manifest = write(mode, opts, tok, testdata, tmp_path)
     assert json.loads((tmp_path / contract.FILE).read_text()) == manifest
@@ -57,7 +59,7 @@ def test_every_mode_writes_the_contract(tmp_path, testdata, tok, vocab_file, mod
         "max_seq_length": 64,
         "max_predictions_per_seq": 10 if masked else 0,
     }
-    assert manifest["masked"] is masked and manifest["whole_word_mask"] is wwm
+    assert manifest["masked"] is masked and manifest["whole_word_mask"] is whole_word_mask
     assert manifest["vocab"] == {
         "file": vocab_file,
         "md5": contract.file_md5(vocab_file),

@@ -69,7 +69,9 @@ def check_masks(before, lengths, out, opts, vocab) -> collections.Counter:
         candidates = sum(1 for t in row[:n] if t not in specials)
         budget = min(opts.max_predictions_per_seq, max(1, round(n * opts.masked_lm_prob)))
         budget = min(budget, candidates)
-        assert m <= budget if opts.whole_word_mask else m == budget, i  # wwm skips big words
+        assert m <= budget if opts.whole_word_mask else m == budget, (
+            i
+        )  # whole-word masking skips big words
         assert out.labels[i, :m].tolist() == [row[p] for p in positions]
         untouched = np.ones(len(row), bool)
         untouched[positions] = False
@@ -100,10 +102,10 @@ def assert_80_10_10(kinds, tolerance=0.02):
 
 
 @pytest.mark.parametrize("use", ["data_prep", "trainer"])
-@pytest.mark.parametrize("wwm", [False, True])
-def test_the_rule_holds_in_both_uses(rows, vocab, use, wwm):
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_the_rule_holds_in_both_uses(rows, vocab, use, whole_word_mask):
     tokens, lengths = rows[0][:400], rows[1][:400]
-    opts = masking.Options(whole_word_mask=wwm)
+    opts = masking.Options(whole_word_mask=whole_word_mask)
     if use == "data_prep":
         out = masking.mask(tokens, lengths, opts, vocab, np.random.default_rng(0))
     else:
@@ -113,13 +115,13 @@ def test_the_rule_holds_in_both_uses(rows, vocab, use, wwm):
     np.testing.assert_array_equal(out.weights() > 0, np.arange(20) < out.num_masked[:, None])
 
 
-@pytest.mark.parametrize("wwm", [False, True])
-def test_masked_counts_match_the_reference(rows, vocab, wwm):
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_masked_counts_match_the_reference(rows, vocab, whole_word_mask):
     # Differential: the reference's create_masked_lm_predictions on the same rows. Without
     # whole words the count is a function of the row; with them it depends on which words come
     # first, so the averages are compared.
     tokens, lengths = rows
-    opts = inst.InstanceOptions(do_whole_word_mask=wwm)
+    opts = inst.InstanceOptions(whole_word_mask=whole_word_mask)
     rng = random.Random(0)
     theirs = np.array(
         [
@@ -128,7 +130,7 @@ def test_masked_counts_match_the_reference(rows, vocab, wwm):
         ]
     )
     ours = masking.mask(tokens, lengths, opts.masking, vocab, np.random.default_rng(0)).num_masked
-    if wwm:
+    if whole_word_mask:
         budget = masking.mask(tokens, lengths, masking.Options(), vocab, np.random.default_rng(0))
         short_ours, short_theirs = ours < budget.num_masked, theirs < budget.num_masked
         assert short_ours.mean() == pytest.approx(short_theirs.mean(), abs=0.02)
@@ -180,13 +182,15 @@ def unmask_batch(batch):
     return before, batch[F.INPUT_MASK].sum(axis=1), masking.Masked(ids, positions, labels, num)
 
 
-@pytest.mark.parametrize("wwm", [False, True])
-def test_the_trainers_dynamic_masking_follows_the_rule(unmasked, vocab_file, vocab, wwm):
-    config = dynamic(unmasked, whole_word_mask=wwm, vocab_file=vocab_file)
+@pytest.mark.parametrize("whole_word_mask", [False, True])
+def test_the_trainers_dynamic_masking_follows_the_rule(
+    unmasked, vocab_file, vocab, whole_word_mask
+):
+    config = dynamic(unmasked, whole_word_mask=whole_word_mask, vocab_file=vocab_file)
     batches = iter(ip.train_dataset(config, VOCAB_SIZE, 64, seed=0))
     kinds = collections.Counter()
     masks_seen = collections.defaultdict(list)
-    opts = masking.Options(whole_word_mask=wwm)
+    opts = masking.Options(whole_word_mask=whole_word_mask)
     for _ in range(12):  # 768 rows: more than an epoch
         before, lengths, out = unmask_batch(next(batches))
         kinds += check_masks(before, lengths, out, opts, vocab)

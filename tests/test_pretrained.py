@@ -79,3 +79,41 @@ def test_mistakes_are_one_clear_error(dirs, tmp_path):
     big.write_text("\n".join(VOCAB + [f"x{i}" for i in range(200)]) + "\n")
     with pytest.raises(cli.UserError, match=f"has {len(VOCAB) + 200} entries but the model"):
         pretrained.load(dirs["vocab_txt"], vocab_file=str(big))
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_one_rule_tells_the_kinds_of_directory_apart(where, tmp_path, request):
+    """pretrained.kind, behind load(), export, and pre-training's train.init_checkpoint (which
+    used its own config.json test before): checkpoints/ makes a workdir whatever else is there;
+    config.json or Google's bert_config.json a Hugging Face directory; anything else is refused
+    by name, in a bucket as on disk."""
+    from bert_jax import storage
+
+    root = str(tmp_path) if where == "local" else request.getfixturevalue("bucket")
+    layouts = {
+        "workdir": ["checkpoints/4/params/x"],
+        "both": ["checkpoints/4/params/x", "config.json"],
+        "hf": ["config.json", "model.safetensors"],
+        "tf": ["bert_config.json", "bert_model.ckpt.index"],
+        "neither": ["vocab.txt"],
+    }
+    for name, files in layouts.items():
+        for f in files:
+            path = storage.join(root, name, f)
+            storage.makedirs(storage.dirname(path))  # nothing to make in a bucket
+            storage.write_bytes(path, b"{}")
+    kinds = {
+        name: pretrained.kind(storage.join(root, name)) for name in layouts if name != "neither"
+    }
+    assert kinds == {
+        "workdir": pretrained.WORKDIR,
+        "both": pretrained.WORKDIR,
+        "hf": pretrained.HF_DIR,
+        "tf": pretrained.HF_DIR,
+    }
+    with pytest.raises(cli.UserError, match=r"has no config.json .* and no checkpoints/"):
+        pretrained.kind(storage.join(root, "neither"))
+    with pytest.raises(cli.UserError, match="is not a directory"):
+        pretrained.kind(storage.join(root, "neither", "vocab.txt"))
+    with pytest.raises(cli.UserError, match="no pre-trained model given"):
+        pretrained.kind("")

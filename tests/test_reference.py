@@ -69,7 +69,7 @@ def test_masking_rules(documents, vocab):
 
 
 def test_whole_word_masking_masks_every_piece_of_a_word(documents, vocab, tok):
-    opts = instances.InstanceOptions(do_whole_word_mask=True)
+    opts = instances.InstanceOptions(whole_word_mask=True)
     words_seen = 0
     for instance in _all_instances(documents, opts, vocab):
         original = list(instance.tokens)

@@ -26,15 +26,15 @@ def _records(path):
 
 @pytest.mark.parametrize("fmt", [record_io.TFRECORD, record_io.ARRAYRECORD])
 @pytest.mark.parametrize(
-    "source, golden, seq, preds, dupe, wwm", GOLDEN, ids=[g[1] for g in GOLDEN]
+    "source, golden, seq, preds, dupe, whole_word_mask", GOLDEN, ids=[g[1] for g in GOLDEN]
 )
 def test_reference_mode_matches_original(
-    tmp_path, testdata, tok, source, golden, seq, preds, dupe, wwm, fmt
+    tmp_path, testdata, tok, source, golden, seq, preds, dupe, whole_word_mask, fmt
 ):
     if fmt == record_io.ARRAYRECORD and "pydocs" in source:
         pytest.skip("the format does not change the instances; one small case per format is enough")
     opts = instances.InstanceOptions(
-        max_seq_length=seq, max_predictions_per_seq=preds, do_whole_word_mask=wwm
+        max_seq_length=seq, max_predictions_per_seq=preds, whole_word_mask=whole_word_mask
     )
     manifest = reference.run(
         [str(testdata / source)],

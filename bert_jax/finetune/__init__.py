@@ -15,6 +15,8 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     packed.py                     several examples a row (bert_jax/packing.py): the step plan,
                                   packed batches, outputs unpacked
     predict.py                    inference, evaluation, prediction files
-    train.py                      the fine-tuning run (its loop is bert_jax/loop.py's)
+    train.py                      the fine-tuning run (its loop is bert_jax/loop.py's, its train
+                                  state bert_jax/train_state.py's; config_check.check_finetuning
+                                  first)
     __main__.py                   the absl binary: python -m bert_jax.finetune
 """

@@ -78,12 +78,8 @@ def main(argv):
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
     cli.check_writable_dir(FLAGS.workdir, "--workdir")
-    from bert_jax import config_check, faults
-    from bert_jax.finetune import train
-
-    problems = config_check.check_common(FLAGS.config, jax.device_count(), jax.process_count())
-    if problems:
-        raise cli.UserError("config: " + "; ".join(problems))
+    from bert_jax import faults
+    from bert_jax.finetune import train  # its finetune() checks the config first (config_check)
 
     logging.info(
         "process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count()

@@ -59,13 +59,6 @@ def pack(
     return out[0], out[1], out[2]
 
 
-def check_length(max_seq_length: int, minimum: int) -> None:
-    if max_seq_length < minimum:
-        raise cli.UserError(
-            f"max_seq_length={max_seq_length} leaves no room for text (at least {minimum} needed)"
-        )
-
-
 def encode_texts(
     tok, examples, max_seq_length: int, labels: Sequence[str]
 ) -> dict[str, np.ndarray]:
@@ -73,7 +66,7 @@ def encode_texts(
 
     Examples without a label (test files) get label 0 and are only for prediction.
     """
-    check_length(max_seq_length, 5)
+    F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
     arrays = {
@@ -131,7 +124,7 @@ def encode_tagged(
     weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them
     "O", evaluation counts them as missed).
     """
-    check_length(max_seq_length, 3)
+    F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)
     arrays = {

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import hf, publish
+from bert_jax import hf, publish, tokenization
 from bert_jax import model as model_lib
 from bert_jax.finetune import lora
 
@@ -68,7 +68,7 @@ def export_hf(
     labels: Sequence[str],
     output_dir: str,
     vocab_file: str | None,
-    do_lower_case: bool = True,
+    do_lower_case: bool = tokenization.DO_LOWER_CASE,
 ) -> dict[str, Any]:
     """Writes `model` (a heads.TaskModel, with or without LoRA adapters) as a transformers task
     model directory; adapters are merged into a copy first. Returns the config.json written."""

@@ -66,16 +66,25 @@ class Adapted(nnx.Module):
         return self.base(x) + self.lora(x) * jnp.asarray(self.scale, x.dtype)
 
 
-def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
+def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
+    """What is wrong with LoRA's settings (config_check asks before the run starts)."""
+    out = []
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or not targets:
-        raise cli.UserError(
+        out.append(
             f"LoRA targets {list(targets)}: choose from {list(TARGETS)} (config.lora.targets)"
         )
     if rank < 1:
-        raise cli.UserError(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
+        out.append(f"LoRA rank must be a positive integer, got {rank} (config.lora.rank)")
     if alpha <= 0:
-        raise cli.UserError(f"LoRA alpha must be positive, got {alpha} (config.lora.alpha)")
+        out.append(f"LoRA alpha must be positive, got {alpha} (config.lora.alpha)")
+    return out
+
+
+def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
+    found = problems(targets, rank, alpha)
+    if found:
+        raise cli.UserError("; ".join(found))
 
 
 def _parent_and_name(layer, path: tuple[str, ...]):

@@ -24,9 +24,8 @@ import jax
 import ml_collections
 from flax import nnx
 
-from bert_jax import cli, optim, packing, pretrained, sharding
+from bert_jax import cli, optim, packing, pretrained, sharding, train_state
 from bert_jax import features as F
-from bert_jax import train as train_lib
 from bert_jax.finetune import encode, heads, lora, tasks
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
@@ -128,20 +127,16 @@ def _decay_mask(params):
 
 
 def num_train_steps(config, num_examples: int) -> int:
+    """Steps of the run (config_check.check_finetuning has seen num_epochs and batch_size)."""
     t = config.train
-    if t.num_epochs <= 0 or t.batch_size < 1:
-        raise cli.UserError(
-            f"train.num_epochs ({t.num_epochs}) and train.batch_size ({t.batch_size}) "
-            "must be positive"
-        )
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Setup(train_lib.Setup):
-    """Pre-training's Setup for a task model: its params and param_shardings are the trainable
-    ones (the whole model, or LoRA's adapters and the head); the frozen rest is placed by
-    frozen_shardings and only read."""
+class Setup(train_state.Setup):
+    """The shared Setup (bert_jax/train_state.py) for a task model: its params and
+    param_shardings are the trainable ones (the whole model, or LoRA's adapters and the head);
+    the frozen rest is placed by frozen_shardings and only read."""
 
     kind: str  # the task family (tasks.py)
     frozen_shardings: Any
@@ -149,7 +144,8 @@ class Setup(train_lib.Setup):
 
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
     """-> (Setup, trainable params, frozen params), the parameters placed on the mesh; the mesh and
-    the train state layout are pre-training's (sharding.mesh_from_config, train.state_layout)."""
+    the train state layout are pre-training's (sharding.mesh_from_config,
+    train_state.state_layout)."""
     setup, trainable, frozen = layout(config, model, total_steps, devices)
     trainable = jax.device_put(trainable, setup.param_shardings)
     frozen = jax.device_put(frozen, setup.frozen_shardings)
@@ -169,7 +165,7 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
     tx, schedule = optim.make_optimizer(o, total_steps, _decay_mask)
-    state_shardings, abstract_state = train_lib.state_layout(
+    state_shardings, abstract_state = train_state.state_layout(
         trainable, trainable_shardings, tx, mesh
     )
     setup = Setup(
@@ -191,7 +187,7 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
     init = jax.jit(
-        lambda p: train_lib.new_state(p, setup.tx, jax.random.PRNGKey(seed + 2)),
+        lambda p: train_state.new_state(p, setup.tx, jax.random.PRNGKey(seed + 2)),
         out_shardings=setup.state_shardings,
     )
     return init(trainable)

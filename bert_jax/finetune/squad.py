@@ -153,6 +153,20 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
     return best_index == span_index
 
 
+def length_problems(max_seq_length: int, doc_stride: int, max_query_length: int) -> list[str]:
+    """What is wrong with a window's lengths (config_check asks before the run starts)."""
+    problems = []
+    # The pair rule (features.min_seq_length) with the question taking max_query_length pieces.
+    if max_seq_length < F.min_seq_length(2) + max_query_length - 1:
+        problems.append(
+            f"max_seq_length={max_seq_length} must exceed max_query_length="
+            f"{max_query_length} + 3 special tokens"
+        )
+    if doc_stride < 1:
+        problems.append(f"doc_stride must be positive, got {doc_stride}")
+    return problems
+
+
 def encode_squad(
     tok,
     examples: Sequence[QAExample],
@@ -166,13 +180,9 @@ def encode_squad(
     With `is_training`, answers become start/end labels and training questions whose answer
     text is not at its offset in the context are dropped (logged), as run_squad.py does.
     """
-    if max_seq_length < max_query_length + 4:
-        raise cli.UserError(
-            f"max_seq_length={max_seq_length} must exceed max_query_length="
-            f"{max_query_length} + 3 special tokens"
-        )
-    if doc_stride < 1:
-        raise cli.UserError(f"doc_stride must be positive, got {doc_stride}")
+    problems = length_problems(max_seq_length, doc_stride, max_query_length)
+    if problems:
+        raise cli.UserError("; ".join(problems))
     rows: dict[str, list] = {
         k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, START_POSITIONS, END_POSITIONS)
     }

@@ -19,9 +19,8 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, cli, faults, loop, metrics_log, storage
+from bert_jax import checkpointing, config_check, faults, loop, metrics_log, storage, train_state
 from bert_jax import features as F
-from bert_jax import train as train_lib
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
@@ -30,7 +29,7 @@ EXPORT_DIR = "export"
 def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
     """One optimizer step on the trainable parameters; the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
-    with a non-finite loss or gradients changes nothing but its count (train.apply_gradients).
+    with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
     The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
@@ -40,7 +39,7 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     grads = heads.without_pad_gradient(grads)
-    new_state, grad_norm = train_lib.apply_gradients(state, grads, loss, tx)
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx)
     return new_state, {
         "loss": loss,
         "grad_norm": grad_norm,
@@ -88,6 +87,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     next step and returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final
     eval, predictions and export; rerunning the same command resumes.
     """
+    config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
     # Every input file is read (and refused if bad) before the workdir exists or training starts.
@@ -95,11 +95,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
-    if config.train.batch_size % setup.data_parallel():
-        raise cli.UserError(
-            f"train.batch_size={config.train.batch_size} must be divisible by the "
-            f"{setup.data_parallel()} data-parallel devices (mesh data x fsdp)"
-        )
     counts = {
         **lora.summary(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
