@@ -74,9 +74,9 @@ def _pipeline_rate(data_config, batch: int, batches: int) -> tuple[float, float]
 
 def _ranged_reads(tfrecord: str, url: str, count: int) -> tuple[float, float]:
     """(records/s by one ranged GET each from the bucket, records/s by pread from disk)."""
-    from bert_jax import input_pipeline, storage
+    from bert_jax import record_sources, storage
 
-    source = input_pipeline.TFRecordSource([tfrecord])
+    source = record_sources.TFRecordSource([tfrecord])
     order = random.Random(0).sample(range(len(source)), min(count, len(source)))
     start = time.perf_counter()
     for i in order:
@@ -100,7 +100,7 @@ def tpu_host_sequences_per_s(mfu: float) -> float:
 
 
 def compare(local_dir: str, batch: int, batches: int, mfu: float, rounds: int = 3) -> None:
-    from bert_jax import data_contract, manifest, storage
+    from bert_jax import data_contract, shard_files, storage
     from configs import default
 
     def data_config(files: str, cache: str):
@@ -112,7 +112,7 @@ def compare(local_dir: str, batch: int, batches: int, mfu: float, rounds: int = 
     try:
         url = server.create_bucket("bench-records") + "/records"
         nbytes = _upload(local_dir, url)
-        shards = manifest.find_shards(url, "train")
+        shards = shard_files.find_shards(url, "train")
         _pipeline_rate(data_config(local_dir, ""), batch, batches)  # imports, first-use costs
         rows = {"local": [], "bucket, cold cache": [], "bucket, warm cache": []}
         fetches = []

@@ -92,21 +92,21 @@ def record_checks(config, vocab: int, setup) -> None:
     the trainer does) and with that check bypassed (bench only: record_io._check_data replaced by
     a pass-through), side by side in interleaved rounds."""
     from bench.runners import write_shards
-    from bert_jax import data_contract, input_pipeline, manifest, record_io
+    from bert_jax import data_contract, record_io, record_sources, shard_files
 
     config.data.dynamic_masking, config.data.pack = False, False
     config.data.train_files = write_shards(
         FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions, fmt="tfrecord"
     )
     resolved = data_contract.resolve(config)
-    files = manifest.find_shards(resolved.data.train_files).files
+    files = shard_files.find_shards(resolved.data.train_files).files
     checked = record_io._check_data
 
     def unchecked(path, index, offset, data, footer):
         return data
 
     def read_all() -> tuple[int, float]:
-        source = input_pipeline.TFRecordSource(files)
+        source = record_sources.TFRecordSource(files)
         start = time.perf_counter()
         for i in range(len(source)):
             source[i]

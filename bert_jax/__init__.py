@@ -6,10 +6,16 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     config_check.py    each binary's one validation pass: a config's mistakes, all named
                        before anything compiles
     data_contract.py   config + the data's manifest.json -> the facts every stage uses
-    manifest.py        manifest.json's fields (data_prep writes it, everything else reads it)
+    manifest.py        manifest.json: its fields, its one reader (load), data_prep's file names
+    shard_files.py     the shards a manifest lists (find_shards) and the one shard check
+                       (shard_problem: data_prep's reruns and --verify, and the trainer)
     features.py        the record schema; record_io.py reads and writes TFRecord/ArrayRecord
+                       (the one TFRecord parser)
+    storage/           files by name, local or in a bucket (gs://, s3://): paths, remote
+                       (clients, retries, the unreachable-bucket line), files, exclusive, cache
     tokenization.py    WordPiece (the original's rules, exactly) and SentencePiece
-    input_pipeline.py  record shards -> Grain -> host batches (masking.py: dynamic masking,
+    record_sources.py  record files as Grain sources (TFRecordSource, CheckedSource)
+    input_pipeline.py  record sources -> Grain -> host batches (masking.py: dynamic masking,
                        packing.py + packed_records.py: several sequences a row)
     model.py           BERT in Flax NNX (attention.py: the kernels, dropout.py: the masks)
     losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
@@ -25,7 +31,7 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     metrics_log.py     TensorBoard, metrics.jsonl and the progress line
     pretrained.py      a trained model read back (a workdir or a Hugging Face directory): the
                        one loader behind export.py, embed.py and finetune/ (hf.py: the weights'
-                       names both ways)
+                       names both ways); its vocabulary loaded and checked once
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
     cli.py             how every binary reports a mistake (a cli.UserError: one `error:` line,
                        exit status 2), a bug (its traceback and a request to report it, exit

@@ -299,6 +299,18 @@ def _quiet_libraries() -> None:
         logging.getLogger().setLevel(logging.WARNING)
 
 
+# Functions error -> its one line, or None if it is not theirs, for errors of libraries that are
+# not ours: bert_jax.storage adds the one for a bucket that stayed unreachable through the
+# retries (registered there, so that this module imports nothing of ours).
+_ERROR_REPORTERS: list[Callable[[BaseException], str | None]] = []
+
+
+def add_error_reporter(report: Callable[[BaseException], str | None]) -> None:
+    """Has `run` report an error that `report` has a line for as that line (_ERROR_REPORTERS)."""
+    if report not in _ERROR_REPORTERS:
+        _ERROR_REPORTERS.append(report)
+
+
 def run(main: Callable[[list[str]], int | None]) -> None:
     """app.run(main) with the behaviour in the module docstring."""
 
@@ -311,9 +323,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
                 raise
             fail(INTERRUPTED, 130)
         except Exception as e:
-            from bert_jax import storage  # a bucket that stayed unreachable through the retries
-
-            text = storage.unavailable_message(e)
+            # a bucket that stayed unreachable through the retries (storage registers it)
+            text = next(filter(None, (report(e) for report in _ERROR_REPORTERS)), None)
             if text is None and not is_user_error(e):
                 traceback.print_exc()
                 fail(f"{type(e).__name__}: {BUG}", 1)

@@ -5,12 +5,13 @@ lists its fields). Here it is read, once, by `resolve`, which trains, evaluates 
 take their data shapes from (as flax's lm1b example takes its vocabulary size from the tokenizer
 its input pipeline returns), instead of facts a user retyped into a config:
 
-  * files (manifest.find_shards): `config.data.train_files` / `eval_files` name a data_prep
+  * files (shard_files.find_shards): `config.data.train_files` / `eval_files` name a data_prep
     --output_dir or globs in it. Beside a manifest the shards come from the manifest (the train
     or eval split, or the listed shards whose names the glob matches), never from the disk: a
     `.tmp-PID` file or a stray file is never read, and a listed shard that is missing is an
     error naming it. A directory with data_prep shards but no manifest is an unfinished job: an
-    error that says to rerun it. `config.data.verify_md5` re-checks every shard's md5 first.
+    error that says to rerun it. `config.data.verify_md5` re-checks every shard's size, md5 and
+    record count first (shard_files.verify: data_prep --verify's check).
   * facts: sequence length, predictions per sequence, masked or not (unmasked -> dynamic
     masking), NSP or not, the vocabulary (file, md5, size, lower-casing, special ids) come from
     the manifest where the config leaves them unset (0, "" or None); a config value that
@@ -20,7 +21,8 @@ its input pipeline returns), instead of facts a user retyped into a config:
     from config values, which are then required: the error says which to set.
 
 The resolved config (every fact filled in) is what a run saves with its checkpoints, so export,
-embed and fine-tuning read the vocabulary and its special ids from there (`run_vocabulary`).
+embed and fine-tuning read the vocabulary and its special ids from there (bert_jax/pretrained.py
+checks a vocabulary against it).
 No JAX import.
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bert_jax import cli, features, manifest, masking, storage, tokenization
+from bert_jax import cli, features, manifest, masking, shard_files, storage, tokenization
 
 SPECIAL = ("cls", "sep", "mask")  # the ids the trainer needs: dynamic masking never masks [CLS]...
 
@@ -145,15 +147,15 @@ def resolve(config):
     (see the module docstring), and config.model.vocab_size from the data when it is 0. Raises
     cli.UserError naming the field for a conflict, a missing fact or missing files."""
     d = config.data
-    train = manifest.find_shards(d.train_files, "train")
-    evals = manifest.find_shards(d.eval_files, "eval") if d.eval_files else None
+    train = shard_files.find_shards(d.train_files, "train")
+    evals = shard_files.find_shards(d.eval_files, "eval") if d.eval_files else None
     if evals is not None:
-        manifest.check_disjoint(train, evals)
+        shard_files.check_disjoint(train, evals)
     manifests = {m["path"]: m for m in train.manifests + (evals.manifests if evals else [])}
     if d.verify_md5:
         for shards in (train, evals):
             if shards is not None:
-                manifest.verify_md5(shards)
+                shard_files.verify(shards)
     described, where = _described(list(manifests.values()))
     why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
     if why:
@@ -282,54 +284,3 @@ def _model_vocab_size(configured: int, data_size: int | None, where: dict) -> in
             "0 to take the data's size, or larger to pad the embedding table"
         )
     return int(configured)
-
-
-# --- A trained run's vocabulary ---------------------------------------------------------------
-
-
-def fits_table(vocab_size: int, rows: int) -> bool:
-    """Whether a vocabulary of `vocab_size` entries is plausibly the one a word-embedding table of
-    `rows` rows was built for: no more entries than rows, and a table padded by 127 rows at most
-    (padding to a multiple of 128 is the common case)."""
-    return rows - 128 < vocab_size <= rows
-
-
-def run_vocabulary(config, vocab_file: str | None = None, do_lower_case: bool | None = None):
-    """(vocabulary file, do_lower_case) for a run's saved `config`: `vocab_file` if given, else
-    the one its data was tokenized with; checked against what the run recorded (md5, else size),
-    or for a run from before the data contract against the model's vocab_size (allowing a table
-    padded by up to 127 rows). Used by export and embed."""
-    d = config.get("data") or {}
-    given = bool(vocab_file)
-    vocab_file = vocab_file or d.get("vocab_file") or ""
-    if not vocab_file:
-        raise cli.UserError(
-            "pass --vocab_file=PATH/vocab.txt (the vocabulary the training data was tokenized "
-            "with); the run's config does not name one"
-        )
-    if not storage.isfile(vocab_file):
-        raise cli.UserError(
-            f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}"
-            + ("" if given else " (the one the run's data recorded)")
-            + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
-            "tokenized with"
-        )
-    lower = tokenization.lower_case(_first(do_lower_case, d.get("do_lower_case")))
-    size = tokenization.make_tokenizer(vocab_file, do_lower_case=lower).vocab_size
-    recorded_md5, recorded_size = d.get("vocab_md5") or "", int(d.get("vocab_size") or 0)
-    model_size = int(config.model.vocab_size)
-    problem = None
-    if recorded_md5:
-        md5 = manifest.file_md5(vocab_file)
-        if md5 != recorded_md5:
-            problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
-    elif recorded_size and size != recorded_size:
-        problem = f"{size} entries; the run's data had {recorded_size}"
-    elif not recorded_size and not fits_table(size, model_size):
-        problem = f"{size} entries; the model's word-embedding table has {model_size} rows"
-    if problem:
-        raise cli.UserError(
-            f"vocab file {vocab_file!r} is not the vocabulary this run was trained with "
-            f"({problem}); pass the vocab.txt its training data was tokenized with"
-        )
-    return vocab_file, lower

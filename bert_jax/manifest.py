@@ -28,22 +28,21 @@ Version 1 (data_prep before the contract; no `manifest_version`) lacks `vocab` (
 (and leaves the vocabulary's size and special ids to the reader, bert_jax.data_contract, which
 loads the vocabulary file the flags name).
 
-The readers' side: `read` (one manifest, any version, as version 2), `find_shards` (the shard
-files that config.data.train_files / eval_files name: the manifest's list, never a directory
-listing) and `verify_md5`; bert_jax.data_contract turns them into the facts a run uses.
+The readers' side: `load` (the one reader of manifest.json: fields as written, checked as every
+reader needs) and `read` (one manifest, any version, as version 2); bert_jax/shard_files.py finds
+the shards a manifest lists and checks them, and bert_jax.data_contract turns both into the facts
+a run uses. The names of data_prep's shards, work directory and temporary files (SHARD_NAME,
+WORK_DIR, TEMPORARY) are here too: the trainer tells an unfinished job by them.
 
 No JAX import: data_prep (the writer) imports this module too.
 """
 
-import dataclasses
-import fnmatch
 import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
 
-from bert_jax import cli, storage
+from bert_jax import cli, storage, tokenization
 
 FILE = "manifest.json"
 VERSION = 2
@@ -55,7 +54,12 @@ TEMPORARY = re.compile(r"\.tmp-\d+$")
 
 
 class ManifestError(cli.UserError):
-    """A manifest that cannot be read or does not describe its directory; says what to do."""
+    """A manifest that cannot be read or does not describe its directory; says what to do.
+    `problem`: what is wrong, without the advice (the whole message unless told)."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        super().__init__(message)
+        self.problem = message if problem is None else problem
 
 
 def file_md5(path: str, open_binary=None) -> str:
@@ -73,8 +77,6 @@ def file_md5(path: str, open_binary=None) -> str:
 def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
     """The manifest's "vocab" block for a bert_jax.tokenization tokenizer; `file` and `md5` when
     the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
-    from bert_jax import tokenization  # no import cycle at module load
-
     kind = (
         "sentencepiece"
         if isinstance(tokenizer, tokenization.SentencePieceTokenizer)
@@ -96,6 +98,27 @@ def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> d
     }
 
 
+def load(path: str, missing_ok: bool = False) -> dict | None:
+    """manifest.json's fields as written (any version), checked as far as every reader needs: a
+    JSON object whose shards are files beside it (check_shards). None for no such file with
+    `missing_ok` (data_prep: an unfinished job). Raises ManifestError, whose `problem` says what
+    is wrong without advice (each caller adds its own); other OSErrors (a server that does not
+    answer) are left to the caller. The one reader of manifest.json: `read` (the trainer's) and
+    data_prep's reruns and --verify (data_prep/output.py) go through it."""
+    try:
+        raw = json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+    except ValueError as e:
+        raise ManifestError(f"{path} is not JSON ({e})", problem=str(e)) from e
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{path} is not a JSON object", problem="not a JSON object")
+    check_shards(raw.get("shards"), path)
+    return raw
+
+
 def read(path: str) -> dict:
     """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
     to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
@@ -103,10 +126,15 @@ def read(path: str) -> dict:
     if storage.isdir(path):
         path = storage.join(path, FILE)
     try:
-        raw = json.loads(storage.read_text(path))
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as e:
+        raw = load(path)
+    except ManifestError as e:
+        if e.problem == str(e):  # its shards: the message already says what to do
+            raise
+        raise ManifestError(
+            f"{path} cannot be read ({e.problem}); rerun the data_prep job that wrote it to "
+            "rewrite it"
+        ) from e
+    except OSError as e:
         raise ManifestError(
             f"{path} cannot be read ({e}); rerun the data_prep job that wrote it to rewrite it"
         ) from e
@@ -131,7 +159,7 @@ def read(path: str) -> dict:
             "do_lower_case": flags.get("do_lower_case"),
             "special_ids": None,
         }
-        shards = check_shards(raw.get("shards"), path)
+        shards = {split: list(raw["shards"].get(split, [])) for split in SPLITS}
         out = {
             "path": path,
             "dir": storage.dirname(path),
@@ -221,172 +249,6 @@ def plain_name(name: str) -> bool:
         and "\\" not in name
         and "\0" not in name
     )
-
-
-# --- Where the shards are ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Shards:
-    """Record files of one split, with what their manifest says about each (None without)."""
-
-    files: list[str]
-    instances: list[int] | None
-    md5: list[str] | None
-    manifests: list[dict]
-    nbytes: list[int | None] | None = None  # each file's size as listed (older manifests: None)
-
-
-def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
-    if isinstance(patterns, str):
-        patterns = patterns.split(",")
-    return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
-
-
-def _unfinished(directory: str, names: list[str]) -> bool:
-    """Whether `directory` looks like a data_prep output whose job has not finished."""
-    return WORK_DIR in names or any(SHARD_NAME.match(n) or TEMPORARY.search(n) for n in names)
-
-
-def _unfinished_error(directory: str) -> cli.UserError:
-    return cli.UserError(
-        f"{directory} holds data_prep shards but no {FILE}: its data_prep job has not "
-        f"finished (killed, or still running), so its shards are not all there. Rerun the same "
-        f"`python -m data_prep.main ... --output_dir={directory}` command to finish it (or copy "
-        f"the job's {FILE} beside copied shards)"
-    )
-
-
-def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
-    """The record files that `patterns` (comma-separated directories or globs) name; see the
-    module docstring. `split` is the manifest split a bare directory stands for."""
-    items = _split_patterns(patterns)
-    if not items:
-        raise cli.UserError(
-            "no record files given: set config.data.train_files to a data_prep --output_dir "
-            "(or to globs of TFRecord files)"
-        )
-    files, instances, md5s, nbytes, manifests = [], [], [], [], {}
-    listed = []  # the files a manifest names, which must be there
-    described = True
-    for item in items:
-        is_dir = storage.isdir(item)
-        directory = item if is_dir else storage.dirname(item)
-        path = storage.join(directory, FILE)
-        if storage.isfile(path):
-            m = manifests.setdefault(path, read(path))
-            for entry in _listed(item, m, split, is_dir):
-                listed.append(storage.join(m["dir"], entry["file"]))
-                files.append(listed[-1])
-                instances.append(int(entry["instances"]))
-                md5s.append(entry["md5"])
-                nbytes.append(entry.get("bytes"))
-            continue
-        described = False
-        if is_dir:
-            if _unfinished(item, storage.listdir(item)):
-                raise _unfinished_error(item)
-            raise cli.UserError(
-                f"{item} has no {FILE}: point config.data.train_files at a data_prep "
-                "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
-            )
-        matches = storage.glob(item)
-        if storage.isdir(directory) and _unfinished(
-            directory, [storage.basename(p) for p in matches] + storage.listdir(directory)
-        ):
-            raise _unfinished_error(directory)
-        matches = [p for p in matches if storage.isfile(p)]
-        if not matches:
-            if not storage.is_url(item) and os.path.exists(item):  # a pipe, a device: say so
-                raise cli.UserError(f"{item} {cli.not_a_file(item)}")
-            raise cli.UserError(f"no record files match {item!r}")
-        files += matches
-    missing = _missing(listed)
-    if missing:
-        raise cli.UserError(
-            f"{missing[0]} is listed in {storage.join(storage.dirname(missing[0]), FILE)} but "
-            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
-            "the shard, or restore the file"
-        )
-    if len(set(files)) < len(files):
-        raise cli.UserError(f"{patterns!r} names some record files twice")
-    return Shards(
-        files,
-        instances if described else None,
-        md5s if described else None,
-        list(manifests.values()),
-        nbytes if described else None,
-    )
-
-
-def _missing(files: list[str]) -> list[str]:
-    """The files that are not there; in a bucket by one listing per directory, not one request
-    per shard."""
-    listed: dict[str, set[str]] = {}
-    for f in files:
-        directory = storage.dirname(f)
-        if directory not in listed:
-            listed[directory] = (
-                set(storage.listdir(directory)) if storage.isdir(directory) else set()
-            )
-    return [f for f in files if storage.basename(f) not in listed[storage.dirname(f)]]
-
-
-def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
-    """The manifest entries `item` (the directory, or a glob in it) selects."""
-    if is_dir:
-        entries = m["shards"][split]
-        if not entries:
-            raise cli.UserError(
-                f"{m['path']} lists no {split} shards"
-                + (" (the job ran with --eval_fraction=0)" if split == "eval" else "")
-            )
-        return entries
-    pattern = storage.basename(item)
-    chosen = {
-        s: [e for e in m["shards"][s] if fnmatch.fnmatch(e["file"], pattern)] for s in m["shards"]
-    }
-    if chosen["train"] and chosen["eval"]:
-        raise cli.UserError(
-            f"{item!r} matches both train and eval shards of {m['path']}; name the directory "
-            f"for its {split} split, or a glob such as {storage.join(m['dir'], split + '-*')!r}"
-        )
-    entries = chosen["train"] or chosen["eval"]
-    if not entries:
-        names = [e["file"] for s in m["shards"] for e in m["shards"][s]]
-        raise cli.UserError(
-            f"{item!r} matches none of the shards {m['path']} lists ({', '.join(names[:4])}"
-            f"{', ...' if len(names) > 4 else ''}); name the directory {m['dir']!r} instead"
-        )
-    return entries
-
-
-def verify_md5(shards: Shards) -> None:
-    """Re-checks every shard against its manifest md5 (config.data.verify_md5)."""
-    for path, md5 in zip(shards.files, shards.md5 or []):
-        if file_md5(path) != md5:
-            raise cli.UserError(
-                f"{path} differs from the md5 its manifest records (damaged or changed since "
-                "data_prep wrote it); rerun data_prep to rewrite it"
-            )
-
-
-def check_disjoint(train: Shards, evals: Shards) -> None:
-    """Train and eval shards may not share a file (also by another name: a link, another
-    spelling of the path): a run would report held-out figures on what it trained on."""
-
-    def same(f: str) -> str:
-        return f if storage.is_url(f) else os.path.realpath(f)
-
-    seen = {same(f): f for f in train.files}
-    for f in evals.files:
-        if same(f) in seen:
-            raise cli.UserError(
-                f"{f} is both a training and an eval shard (config.data.train_files and "
-                "eval_files name it): the eval would score the model on data it trained on; "
-                "point eval_files at held-out records (a data_prep --output_dir names its eval "
-                "split)"
-            )
 
 
 def contract_fields(

@@ -6,13 +6,14 @@ for pre-training's train.init_checkpoint):
     given) restored with its checksums and a finite check (a damaged step is refused:
     checkpointing.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
     run's data was tokenized with (recorded in that config from the data's manifest), or the one
-    passed, checked against what the run recorded (data_contract.run_vocabulary).
+    passed, checked against what the run recorded (its md5, else its size).
   * a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin, or
     Google's original TF checkpoint) through bert_jax.hf. The vocabulary is its vocab.txt or, for
     a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
     lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer.
 An explicit `vocab_file` or `do_lower_case` wins over what the directory says; a vocabulary with
-more entries than the model has word embeddings is refused (data_contract.fits_table).
+more entries than the model has word embeddings is refused (`fits_table`). Either way the
+tokenizer is built once and its size checked once, in `_tokenizer`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 
 from flax import nnx
 
-from bert_jax import checkpointing, cli, data_contract, hf, storage, tokenization
+from bert_jax import checkpointing, cli, hf, manifest, storage, tokenization
 from bert_jax import model as model_lib
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
@@ -120,20 +121,21 @@ def load(
 def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
     run_config, step = checkpointing.load_config(path, step)  # pins "latest" to one step
     data = run_config.get("data") or {}
-    vocab, lower = None, do_lower_case
-    if vocab_file or data.get("vocab_file"):
-        vocab, lower = data_contract.run_vocabulary(run_config, vocab_file, do_lower_case)
-    elif lower is None:
-        lower = data.get("do_lower_case")
+    lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")
+    vocab = vocab_file or data.get("vocab_file") or ""
+    # Before the weights are restored: a wrong vocabulary is refused at once.
+    tokenizer = vocab and _tokenizer(
+        vocab, lower, int(run_config.model.vocab_size), run_data=data, given=bool(vocab_file)
+    )
     params, run_config = checkpointing.restore_params(path, step)
     config = model_lib.BertConfig.from_config_dict({**run_config.model.to_dict(), **overrides})
     loaded = _finish(
         config,
         params,
         f"step {step} of {checkpointing.checkpoint_dir(path)}",
-        vocab,
+        tokenizer or None,
         lower,
-        record=vocab or "",
+        record=vocab,
     )
     return dataclasses.replace(loaded, step=step)
 
@@ -149,24 +151,65 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    return _finish(config, params, str(report), vocab, lower, record=record)
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
+    return _finish(config, params, str(report), tokenizer or None, lower, record=record)
 
 
-def _finish(config, params, source, vocab, lower, *, record) -> Pretrained:
+def _finish(config, params, source, tokenizer, lower, *, record) -> Pretrained:
     lower = tokenization.lower_case(lower)
-    tokenizer = None
-    if vocab:
-        why = storage.not_a_file(vocab)
-        if why:
-            raise cli.UserError(f"vocab file {vocab!r} {why}")
-        tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
-        vocab = tokenizer.vocab_file  # a vocabulary in a bucket: its local copy, to export
-        if not data_contract.fits_table(tokenizer.vocab_size, config.vocab_size):
-            raise cli.UserError(
-                f"the vocabulary {vocab!r} has {tokenizer.vocab_size} entries but the model "
-                f"{config.vocab_size} word embeddings: pass the model's own vocab.txt"
-            )
+    # A vocabulary in a bucket: the tokenizer's file is its local copy, to export.
+    vocab = tokenizer.vocab_file if tokenizer is not None else None
     return Pretrained(config, params, source, vocab, lower, tokenizer, record)
+
+
+def fits_table(vocab_size: int, rows: int) -> bool:
+    """Whether a vocabulary of `vocab_size` entries is plausibly the one a word-embedding table of
+    `rows` rows was built for: no more entries than rows, and a table padded by 127 rows at most
+    (padding to a multiple of 128 is the common case)."""
+    return rows - 128 < vocab_size <= rows
+
+
+def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = True):
+    """The tokenizer of `vocab`, built once, its size checked once: for a training run
+    (`run_data`: its saved config.data), against the vocabulary the run's data recorded (md5,
+    else size; a run from before the data contract recorded neither); then against the model's
+    `rows` word embeddings (fits_table). `given`: the user named `vocab` (else the run did)."""
+    lower = tokenization.lower_case(lower)
+    why = storage.not_a_file(vocab)
+    if why and run_data is not None:
+        raise cli.UserError(
+            f"vocab file {vocab!r} {why}"
+            + ("" if given else " (the one the run's data recorded)")
+            + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
+            "tokenized with"
+        )
+    if why:
+        raise cli.UserError(f"vocab file {vocab!r} {why}")
+    tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
+    size = tokenizer.vocab_size
+    if run_data is not None:
+        recorded_md5 = run_data.get("vocab_md5") or ""
+        recorded_size = int(run_data.get("vocab_size") or 0)
+        problem = None
+        if recorded_md5:
+            md5 = manifest.file_md5(vocab)
+            if md5 != recorded_md5:
+                problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
+        elif recorded_size and size != recorded_size:
+            problem = f"{size} entries; the run's data had {recorded_size}"
+        elif not recorded_size and not fits_table(size, rows):
+            problem = f"{size} entries; the model's word-embedding table has {rows} rows"
+        if problem:
+            raise cli.UserError(
+                f"vocab file {vocab!r} is not the vocabulary this run was trained with "
+                f"({problem}); pass the vocab.txt its training data was tokenized with"
+            )
+    if not fits_table(size, rows):
+        raise cli.UserError(
+            f"the vocabulary {tokenizer.vocab_file!r} has {size} entries but the model "
+            f"{rows} word embeddings: pass the model's own vocab.txt"
+        )
+    return tokenizer
 
 
 def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:

@@ -25,7 +25,7 @@ import unicodedata
 
 import numpy as np
 
-from bert_jax import cli
+from bert_jax import cli, storage
 
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 
@@ -544,8 +544,6 @@ def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
     """A SentencePiece tokenizer for a .model file, WordPiece for anything else (vocab.txt).
     A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
     tokenizer's vocab_file is then that copy."""
-    from bert_jax import storage
-
     if storage.is_url(vocab_file):
         if not storage.isfile(vocab_file):
             raise VocabError(f"vocabulary file {vocab_file!r} does not exist")

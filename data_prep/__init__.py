@@ -3,9 +3,13 @@
 Data flows one way, text -> units -> instances -> records -> shards + manifest.json:
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
-    readers.py         corpora -> documents: BERT-format text, JSONL, TFDS datasets; opens and
-                       lists every input file, local or in a bucket (bert_jax/storage.py)
-    sniff.py           what an input file holds, by its first bytes
+    readers.py         --input -> sources (what each file is: sniff.py, by its first bytes), and a
+                       whole source's documents; lists every input file, local or in a bucket
+    kinds.py           the one table of input kinds: how each is planned into units, how a unit
+                       and a whole input are read (used by units.py and readers.py)
+    inputs.py          what every reader shares: Source, ReadStats, InputError, open_input, lines
+    lines.py           BERT-format text, books and JSONL, whole or by byte blocks
+    tfds_input.py      TFDS datasets, by example ranges
     wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose;
                        templates.py: the inline templates rendered as their words)
     parquet.py         Parquet files -> documents, by row groups
@@ -14,8 +18,9 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
     instances.py       the default path: NSP pairs or MLM-only segments as [N, L] arrays, masked
                        by bert_jax/masking.py (the one masking rule, shared with the trainer)
     example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
-    job.py             the scaled job's pure parts: a unit's records, the shard plan, the manifest,
-                       the settings' fingerprint; shared by the local and the Beam runner
+    job.py             the scaled job's spec, plan, settings' fingerprint and manifest; its pure
+                       parts, shared by the local and the Beam runner, are also job_units.py (a
+                       unit's records) and job_shards.py (the shard plan and shuffle)
     content.py         input content hashes: how a rerun knows the input is what it was
     scaled.py          the local runner: worker processes, progress
     resume.py          its work directory (_work): what makes it resumable, what a rerun checks,
@@ -23,12 +28,13 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
     beam_pipeline.py   the same job on Apache Beam (Dataflow, Flink, Spark)
     reference.py       google-research/bert's create_pretraining_data.py step for step: the
                        specification the default path is tested against, and --mode=reference
-    output.py          the output directory: shard names, atomic writes, statistics, the checks
-                       of a finished output (--verify)
+    output.py          the output directory: shard names, atomic writes, statistics, --verify
+                       (bert_jax/manifest.py's reader, bert_jax/shard_files.py's shard check)
     decode.py          python -m data_prep.decode: records as readable text
     vocab.py           python -m data_prep.vocab: trains a WordPiece or SentencePiece vocabulary
 
 Record files themselves are read and written by bert_jax/record_io.py, their schema is
-bert_jax/features.py, and the manifest's fields are bert_jax/manifest.py: the contract the trainer
+bert_jax/features.py, the manifest's fields, its reader and the output's file names are
+bert_jax/manifest.py, and the shard check is bert_jax/shard_files.py: the contract the trainer
 reads.
 """

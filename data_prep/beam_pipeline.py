@@ -28,7 +28,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax import manifest as contract
 from bert_jax import record_io, storage
-from data_prep import content, job, output
+from data_prep import content, job, job_shards, job_units, kinds, output
 
 
 class _ProcessUnit(beam.DoFn):
@@ -38,7 +38,7 @@ class _ProcessUnit(beam.DoFn):
         self.spec, self.vocab_file, self.do_lower_case = spec, vocab_file, do_lower_case
 
     def setup(self):
-        self.processor = job.UnitProcessor(
+        self.processor = job_units.UnitProcessor(
             self.spec, job.load_tokenizer(self.vocab_file, self.do_lower_case)
         )
 
@@ -61,13 +61,16 @@ def _summary(result, stats: dict) -> dict:
 
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job.plan_shards, also indexed by unit: unit -> [(split, shard, count, rank,
+    """The shard plan of job_shards.plan_shards, also indexed by unit: unit -> [(split, shard,
+    count, rank,
     a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit, shards = {}, {}
     for split in job.SPLITS:
         counts = [s[split][0] for s in summaries]
-        shards[split] = job.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
+        shards[split] = job_shards.plan_shards(
+            spec, split, counts, sum(s[split][1] for s in summaries)
+        )
         if split == "train" and not shards[split]:
             raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
         for shard, pieces in enumerate(shards[split]):
@@ -92,10 +95,10 @@ def _pieces(result, plan: dict):
 def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     (split, shard, count), pieces = keyed
     records = [record for _, part in sorted(pieces, key=lambda p: p[0]) for record in part]
-    path = storage.join(output_dir, job.shard_file(spec, split, shard, count))
+    path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, count))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, spec.fmt) as writer:
-            for j in job.shard_order(spec, split, shard, len(records)).tolist():
+            for j in job_shards.shard_order(spec, split, shard, len(records)).tolist():
                 writer.write(records[j])
         info = output.shard_entry(local, len(records))
     return split, shard, info
@@ -140,7 +143,9 @@ def run(
         # half-rebuilt output.
         storage.remove(storage.join(output_dir, contract.FILE))
     output.prepare_output_dir(output_dir)
-    stats = {unit.path: content.file_stat(unit.path) for unit in planned if unit.kind != "tfds"}
+    stats = {
+        unit.path: content.file_stat(unit.path) for unit in planned if kinds.is_file(unit.kind)
+    }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)

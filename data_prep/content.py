@@ -22,7 +22,7 @@ import os
 import time
 
 from bert_jax import storage
-from data_prep import readers
+from data_prep import inputs, kinds
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE
 
@@ -32,7 +32,7 @@ RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file 
 def source_key(unit: units_lib.Unit) -> str:
     """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
     absolute."""
-    if unit.kind == "tfds":
+    if not kinds.is_file(unit.kind):
         return f"tfds:{unit.path}:{unit.split}"
     return unit.path if "://" in unit.path else os.path.abspath(unit.path)
 
@@ -103,7 +103,7 @@ class _Hashing:
 
 def read_documents(
     unit: units_lib.Unit,
-    stats: readers.ReadStats,
+    stats: inputs.ReadStats,
     text_field: str,
     tfds_data_dir: str | None,
     language: str = DEFAULT_LANGUAGE,
@@ -114,7 +114,7 @@ def read_documents(
 
     def hashing_open(path):
         opened.append(path)
-        return _Hashing(readers.open_input(path), digest)
+        return _Hashing(inputs.open_input(path), digest)
 
     documents = list(
         units_lib.read_unit(
@@ -170,7 +170,7 @@ def unit_changed(
     trusted = _trusted(recorded, now)
     if trusted is not None:
         return not trusted
-    reread = read_documents(unit, readers.ReadStats(), text_field, tfds_data_dir)
+    reread = read_documents(unit, inputs.ReadStats(), text_field, tfds_data_dir)
     return reread[1] != recorded["blake2b"]
 
 
@@ -218,7 +218,7 @@ def changed_inputs(
         trusted = _trusted(entry, now)
         if trusted is None:
             hashes = (
-                read_documents(u, readers.ReadStats(), text_field, tfds_data_dir)[1] for u in units
+                read_documents(u, inputs.ReadStats(), text_field, tfds_data_dir)[1] for u in units
             )
             trusted = _combined(hashes) == entry["blake2b"]
         if not trusted:

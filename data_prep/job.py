@@ -1,7 +1,10 @@
-"""The scaled data_prep job, its pure parts: what a unit becomes, how shards are cut, the manifest.
+"""The scaled data_prep job, its pure parts: the job's spec, its plan, fingerprint and manifest.
 
-  inputs --plan--> units --UnitProcessor--> records per unit and split
-         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
+  inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
+         --job_shards.plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
+
+job_units.py holds the per-unit work, job_shards.py how records are cut into shards; both take
+the JobSpec from here.
 
 Everything here is a function of the job's settings and the input, never of the worker count or the
 runner: the local runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so
@@ -16,23 +19,16 @@ Every unit's content hash is taken as it is read (content.py): what a rerun rech
 """
 
 import dataclasses
-import gc
-import hashlib
-import math
-import random
 
-import numpy as np
-
-from bert_jax import cli, masking, record_io, storage, tokenization
+from bert_jax import cli, record_io, storage, tokenization
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from data_prep import content, example_encoder, output, readers
+from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
 SPLITS = ("train", "eval")
-_SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
 _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
@@ -188,168 +184,15 @@ def check_finished(
     return output.damaged_shards(output_dir, finished)
 
 
-def _seed(spec: JobSpec, stream: str, *keys) -> list[int]:
+def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
+    """The seed of one of the job's random streams (_STREAM), for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]
-
-
-def is_eval(document: list[str], eval_fraction: float) -> bool:
-    """Held out by a hash of the text: the same document lands on the same side in every run and
-    unit."""
-    if eval_fraction <= 0:
-        return False
-    digest = hashlib.blake2b(
-        "\n".join(document).encode("utf-8", "surrogatepass"), digest_size=8
-    ).digest()
-    return int.from_bytes(digest, "little") < eval_fraction * 2.0**64
-
-
-@dataclasses.dataclass
-class SplitRecords:
-    """One unit's serialized records of one split, back to back, and their statistics."""
-
-    data: bytes
-    offsets: np.ndarray  # [instances + 1] int64: record i is data[offsets[i]:offsets[i + 1]]
-    stats: output.InstanceStats
-    documents: int
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
-
-@dataclasses.dataclass
-class UnitResult:
-    unit: units_lib.Unit
-    splits: dict  # "train"/"eval" -> SplitRecords
-    read: readers.ReadStats
-    content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
-
-
-class UnitProcessor:
-    """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""
-
-    def __init__(self, spec: JobSpec, tokenizer):
-        self.spec = spec
-        self.tokenizer = tokenizer
-        self.vocab = masking.Vocab.from_tokenizer(tokenizer)
-        self.encoder = example_encoder.ExampleEncoder(spec.schema)
-
-    def process(self, unit: units_lib.Unit) -> UnitResult:
-        # A unit allocates a million short-lived strings and lists but makes no reference cycles:
-        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
-        # end.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return self._process(unit)
-        finally:
-            if collecting:
-                gc.enable()
-
-    def _process(self, unit: units_lib.Unit) -> UnitResult:
-        read = readers.ReadStats()
-        docs = {split: [] for split in SPLITS}
-        documents, digest = content.read_documents(
-            unit, read, self.spec.text_field, self.spec.tfds_data_dir, self.spec.language
-        )
-        for document in documents:
-            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
-        splits = {split: self._split(unit, split, docs[split]) for split in SPLITS}
-        return UnitResult(unit, splits, read, digest)
-
-    def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
-        spec, opts = self.spec, self.spec.opts
-        split_id = SPLITS.index(split)
-        ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
-        docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
-        rng = random.Random(
-            repr(_seed(spec, "structure", unit.index, split_id))
-        )  # str seeds: sha512, stable
-        spans: list = []
-        make_spans = inst.nsp_spans if opts.nsp else inst.mlm_spans
-        for _ in range(
-            spec.dupe_factor if split == "train" else 1
-        ):  # eval: one pass, no duplicates
-            for index in range(len(docs.bounds)):
-                make_spans(docs, index, opts, rng, spans)
-        mask_rng = np.random.default_rng(_seed(spec, "mask", unit.index, split_id))
-        stats, chunks = output.InstanceStats(), []
-        for start in range(0, len(spans), _SPAN_CHUNK):
-            batch = inst.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
-            if opts.mask:
-                inst.mask(batch, opts, self.vocab, mask_rng)
-            chunks.extend(self.encoder.encode(batch))
-            stats.instances += len(batch)
-            stats.tokens += int(batch.length.sum())
-            stats.masked += int(batch.num_masked.sum()) if opts.mask else 0
-            stats.random_next += int(batch.random_next.sum())
-        offsets = np.zeros(len(chunks) + 1, np.int64)
-        np.cumsum([len(r) for r in chunks], out=offsets[1:])
-        return SplitRecords(b"".join(chunks), offsets, stats, len(docs.bounds))
-
-
-def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) -> int:
-    """Shards of a split: as asked, or enough that none holds much more than shard_size_mb."""
-    if instances == 0:
-        return 0
-    asked = spec.num_shards if split == "train" else spec.num_eval_shards
-    if asked > instances:
-        flag = "--num_shards" if split == "train" else "--num_eval_shards"
-        raise cli.UserError(
-            f"{flag}={asked} but the {split} split has only {instances} instances; "
-            f"rerun with {flag} <= {instances} (finished work units are reused)"
-        )
-    return asked or max(
-        1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB)))
-    )
-
-
-def plan_shards(
-    spec: JobSpec, split: str, counts: list[int], record_bytes: int
-) -> list[list[tuple]]:
-    """Per shard, its pieces (unit index, first record, end record) in the order they are
-    concatenated.
-
-    Units are put in a seeded random order and the instances, in that order, are cut into equal
-    contiguous ranges: shard sizes differ by at most one, each shard reads a few units sequentially,
-    and each draws its documents from all over the corpus.
-    """
-    total = sum(counts)
-    num = shard_count(spec, split, total, record_bytes)
-    order = np.random.default_rng(_seed(spec, "unit_order", SPLITS.index(split))).permutation(
-        len(counts)
-    )
-    ends = np.cumsum([counts[u] for u in order]).tolist()
-    shards, position, k = [], 0, 0
-    for shard in range(num):
-        stop, pieces = total * (shard + 1) // num, []
-        while position < stop:
-            unit = int(order[k])
-            unit_start = ends[k] - counts[unit]
-            take_to = min(stop, ends[k])
-            pieces.append((unit, position - unit_start, take_to - unit_start))
-            position = take_to
-            if position == ends[k]:
-                k += 1
-        shards.append(pieces)
-    return shards
-
-
-def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
-    """The seeded shuffle of a shard: output record j is concatenated record order[j]."""
-    return np.random.default_rng(_seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(
-        count
-    )
-
-
-def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
-    return output.shard_name(split, shard, num, spec.fmt)
 
 
 def input_bytes(planned: list[units_lib.Unit]) -> int:
     """Bytes of the file inputs as stored (compressed for gzip, bz2 dumps and Parquet): the MB/s
     figures' numerator."""
-    return sum(unit.size for unit in planned if unit.kind != "tfds")
+    return sum(unit.size for unit in planned if kinds.is_file(unit.kind))
 
 
 def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 
-from bert_jax import cli, record_io, storage
+from bert_jax import cli, record_io, shard_files, storage
 from bert_jax import manifest as contract
 
 
@@ -117,67 +117,21 @@ class InstanceStats:
 
 
 def read_manifest(output_dir: str) -> dict | None:
-    """The finished job's manifest, or None when the directory holds none (unfinished)."""
+    """The finished job's manifest as written (bert_jax.manifest.load), or None when the
+    directory holds none (unfinished)."""
     path = storage.join(output_dir, contract.FILE)
     try:
-        manifest = read_json(path)
-        if manifest is None:
-            return None
-    except ValueError as e:
-        problem = str(e)
-    else:
-        if not isinstance(manifest, dict):
-            problem = "not a JSON object"
-        else:
-            try:
-                contract.check_shards(manifest.get("shards"), path)  # names inside output_dir
-            except contract.ManifestError as e:
-                problem = str(e)
-            else:
-                return manifest
-    raise OutputError(
-        f"{path} is unreadable ({problem}); delete it and rerun the job to rebuild the output"
-    )
-
-
-def shard_problem(
-    output_dir: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
-) -> str | None:
-    """What is wrong with a finished shard (a `shard_entry`, its name checked by
-    contract.check_shards), naming it: missing, another size than recorded, or (with check_md5)
-    another md5 or another record count than the manifest's `instances`; None when nothing is.
-    `sizes` is storage.sizes(output_dir), when the caller has listed it already."""
-    path = storage.join(output_dir, entry["file"])
-    size = (storage.sizes(output_dir) if sizes is None else sizes).get(entry["file"])
-    if size is None:
-        return f"{entry['file']}: missing"
-    if "bytes" in entry and size != entry["bytes"]:
-        return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
-    if check_md5:
-        # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
-        if storage.md5(path) != entry["md5"]:
-            return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
-        try:  # counting reads every record: a shard in a bucket is fetched into the local cache
-            count = record_io.count_records(storage.local_copy(path, md5_hex=entry["md5"]))
-        except ValueError as e:
-            return f"{entry['file']}: {e}"
-        if count != entry["instances"]:
-            return (
-                f"{entry['file']}: holds {count} records, the manifest lists "
-                f"{entry['instances']} (the manifest is wrong or was edited)"
-            )
-    return None
+        return contract.load(path, missing_ok=True)
+    except contract.ManifestError as e:
+        raise OutputError(
+            f"{path} is unreadable ({e.problem}); delete it and rerun the job to rebuild the output"
+        ) from e
 
 
 def damaged_shards(output_dir: str, manifest: dict, check_md5: bool = False) -> dict[str, str]:
-    """{file: shard_problem} of the manifest's shards that have one."""
-    sizes = storage.sizes(output_dir)  # one listing, not a request per shard
-    problems = (
-        (entry["file"], shard_problem(output_dir, entry, check_md5, sizes))
-        for entries in manifest["shards"].values()
-        for entry in entries
-    )
-    return {name: problem for name, problem in problems if problem}
+    """{file: problem} of the manifest's shards that have one (shard_files.shard_problem)."""
+    entries = [entry for entries in manifest["shards"].values() for entry in entries]
+    return shard_files.damaged_shards(output_dir, entries, check_md5)
 
 
 def verify(output_dir: str) -> list[str]:

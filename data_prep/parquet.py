@@ -9,7 +9,7 @@ bounded by a row group's column chunk, never the file. A unit is a run of whole 
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from data_prep import readers
+from data_prep import inputs
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _BATCH_ROWS = 256
@@ -22,7 +22,7 @@ def _open(path: str, f: BinaryIO):
     try:
         return pq.ParquetFile(f)
     except (pyarrow.ArrowException, OSError) as e:
-        raise readers.InputError(f"input {path!r} is not a readable Parquet file ({e})") from None
+        raise inputs.InputError(f"input {path!r} is not a readable Parquet file ({e})") from None
 
 
 def _is_text(kind) -> bool:
@@ -45,14 +45,14 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
     documents at all."""
     schema = parquet.schema_arrow
     if text_field not in schema.names:
-        raise readers.InputError(
+        raise inputs.InputError(
             f"Parquet file {path!r} has no column {text_field!r}; columns: {schema.names}; "
             "set --text_field"
         )
     kind = schema.field(text_field).type
     if not _is_text(kind):
         text_columns = [f.name for f in schema if _is_text(f.type)]
-        raise readers.InputError(
+        raise inputs.InputError(
             f"Parquet file {path!r}: column {text_field!r} holds {kind}, not text; "
             f"text columns: {text_columns}; set --text_field"
         )
@@ -85,8 +85,8 @@ def documents(
     start: int,
     stop: int,
     text_field: str,
-    stats: readers.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = readers.open_input,
+    stats: inputs.ReadStats,
+    open_binary: Callable[[str], BinaryIO] = inputs.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
@@ -104,21 +104,21 @@ def documents(
             for batch in batches:
                 for text in batch.column(0).to_pylist():
                     if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
-                        text = readers.decode_line(text, stats)
+                        text = inputs.decode_line(text, stats)
                     sentences = split_sentences(text, language) if isinstance(text, str) else []
                     if sentences:
                         stats.documents += 1
                         yield sentences
         except (pyarrow.ArrowException, OSError) as e:
-            raise readers.truncated(path, e) from None
+            raise inputs.truncated(path, e) from None
 
 
 def file_documents(
-    path: str, text_field: str, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
+    path: str, text_field: str, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
 ) -> Iterator[list[str]]:
     """Every document of a Parquet file (local or a bucket object)."""
     stats.files += 1
-    with readers.open_input(path) as f:
+    with inputs.open_input(path) as f:
         parquet = _open(path, f)
         _check_text_column(path, parquet, text_field)
         groups = parquet.metadata.num_row_groups

@@ -1,4 +1,4 @@
-"""Corpora -> documents (lists of sentence strings).
+"""Corpora -> documents (lists of sentence strings): which inputs there are, and their documents.
 
 Sources, chosen per input by `parse_input` from the file's content (data_prep/sniff.py) and name:
   * BERT-format text: one sentence per line, a blank line between documents; plain or gzip; files
@@ -17,55 +17,38 @@ An input that is not UTF-8 text or one of those formats (UTF-16, binary, a bz2 f
 dump) is an InputError naming it, and so is a truncated compressed file. Within text, readers never
 raise: undecodable bytes are replaced (and the tokenizer drops them), lines over MAX_LINE_BYTES are
 skipped, and every such line, empty document and unreadable JSON line is counted in `ReadStats`.
+
+Here: what each --input is (`parse_input`, `source_of`: the file's content, data_prep/sniff.py,
+and its name) and a whole source's documents (`documents`, through its kind's entry in
+data_prep/kinds.py). The readers themselves are data_prep/lines.py, tfds_input.py, wiki.py and
+parquet.py, on the shared pieces in data_prep/inputs.py (ReadStats, Source, InputError and
+open_input are re-exported here: the names callers use).
 """
 
-import dataclasses
 import glob
-import gzip
-import json
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import BinaryIO
 
 from bert_jax import cli, storage
-from data_prep import sniff
-from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
+from data_prep import kinds, sniff, wiki
+from data_prep.inputs import (  # re-exported: the readers' API
+    InputError,
+    ReadStats,
+    Source,
+    open_input,
+)
+from data_prep.sentences import DEFAULT_LANGUAGE
 
-MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
-READ_AHEAD = 1 << 20  # bytes a bucket object is read ahead of the reader (open_input)
-
-
-@dataclasses.dataclass
-class ReadStats:
-    files: int = 0
-    lines: int = 0
-    documents: int = 0
-    bad_utf8_lines: int = 0  # lines with bytes that are not UTF-8; those bytes are dropped
-    bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
-    long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
-    empty_files: int = 0
-    pages: int = 0  # pages of MediaWiki dumps
-    skipped_pages: int = 0  # of which not articles: other namespaces, redirects, disambiguation
-    # Sentences of dump articles that removed markup (math, a list, templates) left broken:
-    repaired_sentences: int = 0  # a leading "," taken off
-    dropped_sentences: int = 0  # lost words that cannot be put back (data_prep/wikitext.py)
-
-    def add(self, other: "ReadStats") -> None:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-    kind: str  # "text" | "book" | "jsonl" | "wiki" | "parquet" | "tfds"
-    path: str  # a file path, or the TFDS dataset name
-    split: str = "train"
-    compression: str = ""  # "" | "gzip" | "bz2", from the file's first bytes
-    encoding: str = ""  # a dump in UTF-16/32 (sniff.Content.encoding); "" for UTF-8
-
-
-class InputError(cli.UserError):
-    """An input that names nothing readable; the message says what to fix."""
+__all__ = [
+    "InputError",
+    "ReadStats",
+    "Source",
+    "documents",
+    "match_files",
+    "open_input",
+    "parse_input",
+    "source_of",
+]
 
 
 def _is_jsonl(path: str) -> bool:
@@ -82,16 +65,6 @@ def match_files(spec: str) -> list[str]:
         except cli.UserError as e:  # storage.check_file: missing, a directory, a pipe
             raise InputError(str(e)) from None
     return paths
-
-
-def open_input(path: str) -> BinaryIO:
-    """An input file's bytes, with seek: a local file by open(), a bucket object through
-    bert_jax.storage (a seek to a unit's start fetches from there). Read ahead 1 MB: a unit
-    reads a range of about --block_size_mb (pyarrow a row group's exact bytes), and the client's
-    default (5 MB past each read) fetched several times what a 1 MB unit needs."""
-    if storage.is_url(path):
-        return storage.open_read(path, block_size=READ_AHEAD)
-    return open(path, "rb")
 
 
 def source_of(path: str, open_binary=open_input, document_per_file: bool = False) -> Source:
@@ -141,8 +114,6 @@ def _without_dump_indexes(sources: list[Source]) -> list[Source]:
     """A glob over a dump's directory ('enwiki/*.bz2') also names its multistream index: that one
     is the dump's, found beside it by name, and is not read as a corpus. An index without its dump
     among the inputs is an error."""
-    from data_prep import wiki  # here, not at the top: wiki imports this module
-
     indexes_in_use = {wiki.index_path(s.path) for s in sources if s.kind == "wiki"}
     for source in sources:
         if source.kind == "index" and source.path not in indexes_in_use:
@@ -154,172 +125,6 @@ def _without_dump_indexes(sources: list[Source]) -> list[Source]:
     return [s for s in sources if s.kind != "index"]
 
 
-def open_text(f: BinaryIO, path: str) -> BinaryIO:
-    """A text file's bytes, gunzipped when its first bytes say gzip (whatever its name)."""
-    position = f.tell()
-    magic = f.read(2)
-    f.seek(position)
-    return gzip.GzipFile(fileobj=f, mode="rb") if magic == sniff.GZIP_MAGIC else f
-
-
-def truncated(path: str, error: Exception) -> InputError:
-    """The error for a compressed file that ends early or holds damaged data."""
-    return InputError(
-        f"input {path!r} is damaged or truncated ({type(error).__name__}: {error}); "
-        "fetch or decompress it again"
-    )
-
-
-def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
-    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES, read in
-    pieces (so memory stays bounded) and skipped. A damaged gzip stream raises InputError."""
-    limit = MAX_LINE_BYTES
-    try:
-        for raw in iter(lambda: f.readline(limit), b""):
-            if len(raw) < limit or raw.endswith(b"\n"):
-                yield raw, len(raw)
-                continue
-            length = len(raw)
-            while not raw.endswith(b"\n"):
-                raw = f.readline(limit)
-                if not raw:
-                    break
-                length += len(raw)
-            yield None, length
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise truncated(path, e) from None
-
-
-def decode_line(raw: bytes | None, stats: ReadStats) -> str:
-    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
-    counted; an over-long line (None) is counted and read as ""."""
-    if raw is None:
-        stats.long_lines += 1
-        return ""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.bad_utf8_lines += 1
-        line = raw.decode("utf-8", errors="replace")
-    return line.strip()
-
-
-def read_lines(path: str, stats: ReadStats, open_binary=open_input) -> Iterator[str]:
-    """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
-    GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
-    stats.files += 1
-    empty = True
-    with open_binary(path) as raw_file, open_text(raw_file, path) as f:
-        for raw, _ in raw_lines(f, path):
-            if empty and raw is not None:
-                raw = raw.removeprefix(sniff.UTF8_BOM)
-            empty = False
-            stats.lines += 1
-            line = decode_line(raw, stats)
-            if line or raw is not None:
-                yield line
-    if empty:
-        stats.empty_files += 1
-
-
-def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
-    """Groups BERT-format lines into documents at blank lines."""
-    document: list[str] = []
-    for line in lines:
-        if line:
-            document.append(line)
-        elif document:
-            stats.documents += 1
-            yield document
-            document = []
-    if document:
-        stats.documents += 1
-        yield document
-
-
-def book_document(
-    lines: Iterator[str], stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """All lines of a file as one document, each line a paragraph split into sentences."""
-    document = [s for line in lines if line for s in split_sentences(line, language)]
-    if document:
-        stats.documents += 1
-        yield document
-
-
-def json_document(
-    line: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> list[str]:
-    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
-    (counted)."""
-    if not line:
-        return []
-    try:
-        record = json.loads(line)
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise TypeError
-    except (ValueError, KeyError, TypeError):
-        stats.bad_json_lines += 1
-        return []
-    return split_sentences(text, language)
-
-
-def jsonl_documents(
-    path: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    for line in read_lines(path, stats):
-        sentences = json_document(line, text_field, stats, language)
-        if sentences:
-            stats.documents += 1
-            yield sentences
-
-
-def open_tfds(name: str, split: str, data_dir: str | None):
-    """A random-access TFDS data source (len() and indexing), or an InputError that says what to
-    do."""
-    import tensorflow_datasets as tfds
-
-    try:
-        return tfds.data_source(name, split=split, data_dir=data_dir)
-    except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
-        raise InputError(
-            f"cannot open TFDS dataset {name!r} split {split!r}: {e}. "
-            "Prepare it first in ArrayRecord "
-            f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir"
-        ) from e
-
-
-def tfds_documents(
-    name: str,
-    split: str,
-    text_field: str,
-    data_dir: str | None,
-    stats: ReadStats,
-    start: int = 0,
-    stop: int | None = None,
-    language: str = DEFAULT_LANGUAGE,
-) -> Iterator[list[str]]:
-    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts
-    the file."""
-    source = open_tfds(name, split, data_dir)
-    if start == 0:
-        stats.files += 1
-    for index in range(start, len(source) if stop is None else min(stop, len(source))):
-        example = source[index]
-        if text_field not in example:
-            raise InputError(
-                f"TFDS dataset {name!r} has no field {text_field!r}; fields: {sorted(example)}; "
-                "set --text_field"
-            )
-        text = example[text_field]
-        text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
-        sentences = split_sentences(text, language)
-        if sentences:
-            stats.documents += 1
-            yield sentences
-
-
 def documents(
     source: Source,
     stats: ReadStats,
@@ -329,18 +134,5 @@ def documents(
 ):
     """The documents of one whole source; running text is split into sentences by `language`'s
     rules (a dump's own language overrides it)."""
-    from data_prep import parquet, wiki  # they build on this module
-
-    if source.kind == "text":
-        return text_documents(read_lines(source.path, stats), stats)
-    if source.kind == "book":
-        return book_document(read_lines(source.path, stats), stats, language)
-    if source.kind == "jsonl":
-        return jsonl_documents(source.path, text_field, stats, language)
-    if source.kind == "wiki":
-        return wiki.dump_documents(source, stats, language)
-    if source.kind == "parquet":
-        return parquet.file_documents(source.path, text_field, stats, language)
-    return tfds_documents(
-        source.path, source.split, text_field, tfds_data_dir, stats, language=language
-    )
+    reading = kinds.Reading(text_field, tfds_data_dir, language=language)
+    return kinds.KINDS[source.kind].read_whole(source, stats, reading)

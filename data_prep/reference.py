@@ -22,7 +22,7 @@ from bert_jax import features as F
 from bert_jax import manifest as contract
 from bert_jax import record_io, storage
 from bert_jax.masking import Vocab
-from data_prep import output, readers
+from data_prep import inputs, lines, output, readers
 from data_prep.instances import InstanceOptions
 
 
@@ -265,10 +265,10 @@ def run(
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
     text_lines = itertools.chain.from_iterable(
-        readers.read_lines(s.path, read_stats) for s in sources if s.kind == "text"
+        inputs.read_lines(s.path, read_stats) for s in sources if s.kind == "text"
     )
     raw_docs = itertools.chain(
-        readers.text_documents(text_lines, read_stats),
+        lines.text_documents(text_lines, read_stats),
         *(
             readers.documents(s, read_stats, text_field, tfds_data_dir)
             for s in sources

@@ -1,5 +1,9 @@
 """The scaled job's work directory: what makes it resumable, and what a rerun trusts.
 
+Its names (_work, the shards', the writers' temporary files) are the data contract's
+(bert_jax/manifest.py: WORK_DIR, SHARD_NAME, TEMPORARY): the trainer tells an unfinished job by
+them.
+
 <output_dir>/.lock while a job runs (bert_jax.workdir_lock: a second job is refused, naming the
 first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
 has finished:
@@ -36,13 +40,10 @@ import contextlib
 import os
 import re
 
-from bert_jax import cli, storage, workdir_lock
+from bert_jax import cli, shard_files, storage, workdir_lock
 from bert_jax import manifest as contract
-from data_prep import content, job, output
+from data_prep import content, job, kinds, output
 
-WORK_DIR = "_work"
-SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
-_TMP_NAME = re.compile(r"\.tmp-\d+$")
 _SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
 
 
@@ -56,7 +57,7 @@ def shard_marker(work_dir: str, split: str, shard: int) -> str:
 
 def stat(unit) -> dict | None:
     """The unit's file as it is before the unit reads it (None for TFDS and other non-files)."""
-    if unit.kind == "tfds":
+    if not kinds.is_file(unit.kind):
         return None
     try:
         return content.file_stat(unit.path)
@@ -67,7 +68,7 @@ def stat(unit) -> dict | None:
 class WorkDir:
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
-        self.path = storage.join(output_dir, WORK_DIR)
+        self.path = storage.join(output_dir, contract.WORK_DIR)
         self.units = storage.join(self.path, "units")
         self.shards = storage.join(self.path, "shards")
 
@@ -97,7 +98,7 @@ class WorkDir:
                     f"to finish it, or use another --output_dir (or delete {self.path} to start "
                     "over)"
                 )
-        elif any(SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
+        elif any(contract.SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
             raise job.JobMismatch(
                 f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
                 "job state; use an empty --output_dir"
@@ -107,7 +108,7 @@ class WorkDir:
             return  # an unfinished upload leaves no object behind: nothing to clean up
         for folder in (self.output_dir, self.units, self.shards):
             for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
-                if _TMP_NAME.search(name):
+                if contract.TEMPORARY.search(name):
                     os.remove(os.path.join(folder, name))
 
     def reopen(self, finished: dict, damaged: dict) -> None:
@@ -128,7 +129,7 @@ class WorkDir:
         """Removes shard files of this job that its final plan does not name (an earlier plan's,
         when the input changed between runs and a kill came between a shard and its marker)."""
         for name in storage.sizes(self.output_dir):
-            if SHARD_NAME.match(name) and name not in keep:
+            if contract.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))
 
     def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
@@ -169,7 +170,7 @@ class WorkDir:
             entry = output.read_json(marker_path)
             if entry is None:
                 continue
-            if changed or output.shard_problem(self.output_dir, entry, sizes=shards):
+            if changed or shard_files.shard_problem(self.output_dir, entry, sizes=shards):
                 storage.remove(marker_path)
                 if changed:
                     # Its name may not be in the new plan.

@@ -35,7 +35,7 @@ import tqdm
 
 from bert_jax import cli, record_io, storage, workdir_lock
 from bert_jax import manifest as contract
-from data_prep import content, job, output, readers, resume
+from data_prep import content, job, job_shards, job_units, output, readers, resume
 
 
 class WorkerDied(cli.UserError):
@@ -75,7 +75,7 @@ def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, mai
             signal.SIGINT, signal.SIG_IGN
         )  # Ctrl-C goes to the parent, which stops the pool
         _die_with_parent(main_pid)
-    _worker["processor"] = job.UnitProcessor(spec, tokenizer)
+    _worker["processor"] = job_units.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
 
@@ -166,7 +166,7 @@ def _shard_task(task) -> tuple[str, int, dict]:
 
 
 def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple[str, int, dict]:
-    path = storage.join(output_dir, job.shard_file(spec, split, shard, num))
+    path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, num))
     starts, lengths = [], []
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
         for fd, data_at, offsets_at, first, end in files:
@@ -177,7 +177,7 @@ def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple
             lengths.append(np.diff(offsets))
         which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
         starts, lengths = np.concatenate(starts), np.concatenate(lengths)
-        order = job.shard_order(spec, split, shard, len(starts))
+        order = job_shards.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
                 chunk = order[lo : lo + 4096]
@@ -346,7 +346,9 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
         tasks, shards = [], {}
         for split in job.SPLITS:
             counts = [m[split]["instances"] for m in markers]
-            plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
+            plan = job_shards.plan_shards(
+                spec, split, counts, sum(m[split]["bytes"] for m in markers)
+            )
             shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
             for shard, pieces in enumerate(plan):
                 if shards[split][shard] is not None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from bert_jax import storage
-from data_prep import readers, wikitext
+from data_prep import inputs, wikitext
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
 _READ = 1 << 20  # compressed bytes read at a time
@@ -100,14 +100,14 @@ def stream_offsets(path: str, open_binary: Callable[[str], BinaryIO]) -> tuple[l
                 try:
                     text = tail + decompressor.decompress(chunk)
                 except OSError as e:
-                    raise readers.truncated(path, e) from None
+                    raise inputs.truncated(path, e) from None
                 chunk = decompressor.unused_data if decompressor.eof else b""
                 lines = text.split(b"\n")
                 tail = lines.pop()
                 for line in lines:
                     _add_offset(offsets, line, path)
     if not decompressor.eof:
-        raise readers.truncated(path, EOFError("the index ends inside a bz2 stream"))
+        raise inputs.truncated(path, EOFError("the index ends inside a bz2 stream"))
     _add_offset(offsets, tail, path)
     return offsets, size
 
@@ -117,18 +117,18 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
         return
     head = line.split(b":", 1)[0]
     if not head.isdigit():
-        raise readers.InputError(
+        raise inputs.InputError(
             f"multistream index {path!r}: line {line[:80]!r} is not offset:page_id:title"
         )
     offset = int(head)
     if not offsets or offset > offsets[-1]:
         offsets.append(offset)
     elif offset < offsets[-1]:
-        raise readers.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
+        raise inputs.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
 
 
 def plan(
-    source: readers.Source,
+    source: inputs.Source,
     size: int,
     block_bytes: int,
     open_binary: Callable[[str], BinaryIO],
@@ -144,7 +144,7 @@ def plan(
     if not offsets:
         return [(0, size)], f"{size} bytes, no index"
     if offsets[-1] >= size:
-        raise readers.InputError(
+        raise inputs.InputError(
             f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
             f"{size} bytes: the index belongs to another dump"
         )
@@ -173,13 +173,13 @@ def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes
             try:
                 out = decompressor.decompress(data)
             except OSError as e:
-                raise readers.truncated(path, e) from None
+                raise inputs.truncated(path, e) from None
             pending = not decompressor.eof
             if out:
                 yield out
             data = decompressor.unused_data if decompressor.eof else b""
     if pending or remaining > 0:
-        raise readers.truncated(path, EOFError("the dump ends inside a bz2 stream"))
+        raise inputs.truncated(path, EOFError("the dump ends inside a bz2 stream"))
 
 
 def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
@@ -191,7 +191,7 @@ def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> I
     try:
         yield from iter(lambda: stream.read(_READ), b"")
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise readers.truncated(path, e) from None
+        raise inputs.truncated(path, e) from None
 
 
 def _local(tag: str) -> str:
@@ -268,13 +268,13 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
             if root is not None:
                 root.clear()  # finished pages are yielded: the tree keeps none of them
     except ET.ParseError as e:
-        raise readers.InputError(
+        raise inputs.InputError(
             f"input {path!r} is not a well-formed MediaWiki XML export ({e})"
         ) from None
 
 
 def article(
-    page: Page, language: str = DEFAULT_LANGUAGE, stats: readers.ReadStats | None = None
+    page: Page, language: str = DEFAULT_LANGUAGE, stats: inputs.ReadStats | None = None
 ) -> list[str]:
     """An article's sentences; [] for pages that are not articles or hold no prose. Sentences
     repaired or dropped for what removed markup left are counted in `stats`."""
@@ -311,7 +311,7 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
             try:
                 head += decompressor.decompress(block, _HEAD_LIMIT - len(head))
             except OSError as e:
-                raise readers.truncated(path, e) from None
+                raise inputs.truncated(path, e) from None
             if decompressor.eof or _SITEINFO_END in head or len(head) >= _HEAD_LIMIT:
                 break
         return head
@@ -324,7 +324,7 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
                 break
             head += block
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise readers.truncated(path, e) from None
+        raise inputs.truncated(path, e) from None
     return head
 
 
@@ -333,8 +333,8 @@ def documents(
     compression: str,
     start: int,
     stop: int,
-    stats: readers.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = readers.open_input,
+    stats: inputs.ReadStats,
+    open_binary: Callable[[str], BinaryIO] = inputs.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The articles of the dump bytes [start, stop), one document each, split into sentences by
@@ -353,7 +353,7 @@ def documents(
 
 
 def dump_documents(
-    source: readers.Source, stats: readers.ReadStats, language: str = DEFAULT_LANGUAGE
+    source: inputs.Source, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
 ) -> Iterator[list[str]]:
     """Every article of a dump (a local file or a bucket object), read sequentially."""
     stats.files += 1

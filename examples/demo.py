@@ -131,12 +131,12 @@ def baseline(config) -> tuple[float, int]:
     masks and count), so the line on the plot is the one its figures must beat."""
     import numpy as np
 
-    from bert_jax import features, input_pipeline, manifest, record_io
+    from bert_jax import features, input_pipeline, record_io, shard_files
 
     d = config.data
     special = {d.cls_token_id, d.sep_token_id, d.mask_token_id, 0}  # 0: [PAD]
     counts = collections.Counter()
-    for path in manifest.find_shards(d.train_files, "train").files:
+    for path in shard_files.find_shards(d.train_files, "train").files:
         for record in record_io.read_records(path):
             ex = features.decode_example(record)
             counts.update(ex[features.INPUT_IDS][ex[features.INPUT_MASK] > 0].tolist())

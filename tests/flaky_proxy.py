@@ -127,7 +127,7 @@ def proxied(server_url: str, monkeypatch, request_timeout: float | None = None, 
     from bert_jax import storage
 
     proxy = FlakyProxy(server_url, seed)
-    monkeypatch.setattr(storage, "_configured", False)
+    monkeypatch.setattr(storage.remote, "_configured", False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
     if request_timeout:
         gcs = fsspec.config.conf.setdefault("gcs", {})

@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from bert_jax import cli, record_io, storage, tokenization, workdir_lock
+from bert_jax import cli, record_io, shard_files, storage, tokenization, workdir_lock
 from bert_jax import features as F
 from bert_jax import manifest as contract
-from data_prep import job, output, resume, scaled
+from data_prep import job, job_units, output, scaled
 from data_prep.testdata import make_wiki_dump
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +45,7 @@ def shards(directory: str) -> dict[str, bytes]:
     return {
         name: storage.read_bytes(storage.join(directory, name))
         for name in storage.sizes(directory)
-        if resume.SHARD_NAME.match(name)
+        if contract.SHARD_NAME.match(name)
     }
 
 
@@ -217,12 +217,12 @@ def test_an_unfinished_job_in_a_bucket_resumes_from_its_units(
     with pytest.raises(KeyboardInterrupt):
         scaled.run(small, tok, out, progress=False)
     assert not storage.exists(storage.join(out, contract.FILE))
-    assert contract._unfinished(out, storage.listdir(out))
+    assert shard_files._unfinished(out, storage.listdir(out))
     monkeypatch.setattr(scaled, "_shard_task", shard_task)
     processed = []
-    process = job.UnitProcessor.process
+    process = job_units.UnitProcessor.process
     monkeypatch.setattr(
-        job.UnitProcessor, "process", lambda self, u: processed.append(u) or process(self, u)
+        job_units.UnitProcessor, "process", lambda self, u: processed.append(u) or process(self, u)
     )
     assert scaled.run(small, tok, out, progress=False)["shards"] == clean["shards"]
     assert processed == [] and shards(out) == shards(str(tmp_path / "clean"))
@@ -383,9 +383,9 @@ def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes
     _wait_for(session_ended, "end of the killed job's workers", timeout=15)
     assert not storage.exists(storage.join(out, contract.FILE))
     assert storage.exists(storage.join(out, workdir_lock.LOCK_NAME))  # the dead job's
-    assert contract._unfinished(out, storage.listdir(out))
+    assert shard_files._unfinished(out, storage.listdir(out))
     with pytest.raises((cli.UserError, FileNotFoundError)):
-        contract.find_shards(out)
+        shard_files.find_shards(out)
     rerun = _run(_cli_args(url, vocab_file, out))
     assert rerun.returncode == 0, rerun.stderr
     assert "took over the lock" in rerun.stderr and "is not running" in rerun.stderr

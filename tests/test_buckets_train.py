@@ -20,6 +20,7 @@ from bert_jax import (
     manifest,
     metrics_log,
     record_io,
+    shard_files,
     storage,
     tokenization,
     train,
@@ -118,7 +119,7 @@ def bucket_config(testdata, data_dir, eval_dir="", **train_overrides):
 
 def test_shards_in_a_bucket_come_from_its_manifest_and_read_as_the_local_ones(data, cache):
     url, local = data
-    shards = manifest.find_shards(url, "train")
+    shards = shard_files.find_shards(url, "train")
     assert shards.files == [
         f"{url}/train-00000-of-00002.arrayrecord",
         f"{url}/train-00001-of-00002.arrayrecord",
@@ -127,7 +128,7 @@ def test_shards_in_a_bucket_come_from_its_manifest_and_read_as_the_local_ones(da
         os.path.getsize(os.path.join(local, storage.basename(f))) for f in shards.files
     ]
     # A glob in the bucket picks among the listed shards, as on disk.
-    assert manifest.find_shards(f"{url}/train-00001-*", "train").files == shards.files[1:]
+    assert shard_files.find_shards(f"{url}/train-00001-*", "train").files == shards.files[1:]
 
     def batches(files):
         cfg = data_contract.resolve(_config(files))
@@ -189,7 +190,7 @@ def test_a_shard_replaced_after_its_manifest_or_missing_is_refused_by_name(
     assert not any(".part-" in n for n in cached_files(cache))  # nothing half-fetched is kept
     storage.remove(victim)
     with pytest.raises(cli.UserError, match=f"{victim} is listed in .* but missing"):
-        manifest.find_shards(copy, "train")
+        shard_files.find_shards(copy, "train")
 
 
 def test_shards_in_a_bucket_without_a_manifest_are_an_unfinished_job(gcs, data, cache):
@@ -200,9 +201,9 @@ def test_shards_in_a_bucket_without_a_manifest_are_an_unfinished_job(gcs, data, 
         open(os.path.join(local, "train-00000-of-00002.arrayrecord"), "rb").read(),
     )
     with pytest.raises(cli.UserError, match="its data_prep job has not finished"):
-        manifest.find_shards(half, "train")
+        shard_files.find_shards(half, "train")
     with pytest.raises(cli.UserError, match="its data_prep job has not finished"):
-        manifest.find_shards(f"{half}/train-*", "train")
+        shard_files.find_shards(f"{half}/train-*", "train")
 
 
 # --- The metrics log -------------------------------------------------------------------------

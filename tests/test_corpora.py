@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from bert_jax import features as F
+from bert_jax import manifest as contract
 from bert_jax import record_io, tokenization
-from data_prep import job, resume, scaled
+from data_prep import job, job_units, scaled
 from data_prep.testdata import make_wiki_dump
 
 pytest.importorskip("pyarrow")
@@ -124,7 +125,7 @@ def test_a_stopped_job_resumes_to_the_same_output(
 ):
     d, _ = corpora
     out, manifest = uninterrupted
-    process, done = job.UnitProcessor.process, []
+    process, done = job_units.UnitProcessor.process, []
 
     def stop_after_three(self, unit, *args):
         if len(done) == 3:
@@ -132,11 +133,11 @@ def test_a_stopped_job_resumes_to_the_same_output(
         done.append(unit.index)
         return process(self, unit, *args)
 
-    monkeypatch.setattr(job.UnitProcessor, "process", stop_after_three)
+    monkeypatch.setattr(job_units.UnitProcessor, "process", stop_after_three)
     with pytest.raises(KeyboardInterrupt):
         scaled.run(_spec(d), tok, str(tmp_path), progress=False)
-    monkeypatch.setattr(job.UnitProcessor, "process", process)
-    assert len(os.listdir(tmp_path / resume.WORK_DIR / "units")) == 6  # 3 units' records, markers
+    monkeypatch.setattr(job_units.UnitProcessor, "process", process)
+    assert len(os.listdir(tmp_path / contract.WORK_DIR / "units")) == 6  # 3 units' records, markers
     resumed = scaled.run(_spec(d), tok, str(tmp_path), progress=False)
     assert _shards(tmp_path) == _shards(out) and resumed["stats"] == manifest["stats"]
     # The fingerprint holds what the plan saw of the dump (and its index) and the Parquet file.

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import cli, data_contract, manifest, record_io
+from bert_jax import cli, data_contract, manifest, record_io, shard_files
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 from configs import default
@@ -116,7 +116,7 @@ def test_a_data_prep_directory_is_all_the_config_needs(data_dir, testdata):
         True,
     )
     assert d.manifests == os.path.join(data_dir, manifest.FILE)
-    train = manifest.find_shards(data_dir, "train")
+    train = shard_files.find_shards(data_dir, "train")
     assert [os.path.basename(f) for f in train.files] == [
         "train-00000-of-00002.arrayrecord",
         "train-00001-of-00002.arrayrecord",
@@ -135,18 +135,18 @@ def test_stray_and_temporary_files_are_never_read(data_dir, tmp_path):
     for pattern in ("train-*", "train-*.arrayrecord", "*"):
         if pattern == "*":
             with pytest.raises(cli.UserError, match="matches both train and eval shards"):
-                manifest.find_shards(str(work / pattern))
+                shard_files.find_shards(str(work / pattern))
             continue
-        shards = manifest.find_shards(str(work / pattern))
+        shards = shard_files.find_shards(str(work / pattern))
         assert [os.path.basename(f) for f in shards.files] == [
             "train-00000-of-00002.arrayrecord",
             "train-00001-of-00002.arrayrecord",
         ]
         assert shards.instances == [10, 10]
-    one = manifest.find_shards(str(work / "train-00001-*"))  # a glob picks listed shards
+    one = shard_files.find_shards(str(work / "train-00001-*"))  # a glob picks listed shards
     assert [os.path.basename(f) for f in one.files] == ["train-00001-of-00002.arrayrecord"]
     with pytest.raises(cli.UserError, match="matches none of the shards"):
-        manifest.find_shards(str(work / "wiki-*"))
+        shard_files.find_shards(str(work / "wiki-*"))
 
 
 def test_an_unfinished_data_prep_job_is_an_error_that_says_to_rerun_it(data_dir, tmp_path):
@@ -171,8 +171,11 @@ def test_a_missing_or_cut_shard_is_an_error_naming_it(data_dir, tmp_path, testda
     d = data_contract.resolve(config_for(work)).data
     with pytest.raises(ValueError, match=r"train-00001-of-00002.arrayrecord holds 3 records, its"):
         ip.train_dataset(d, 30522, 4, seed=0)
+    # verify_md5 runs data_prep --verify's check (shard_files.shard_problem), naming the shard.
     with pytest.raises(
-        cli.UserError, match=r"train-00001-of-00002.arrayrecord differs from the md5"
+        cli.UserError,
+        match=r"/train-00001-of-00002.arrayrecord: md5 differs from the manifest \(corrupt or "
+        r"changed\); rerun data_prep",
     ):
         data_contract.resolve(config_for(work, verify_md5=True))
 

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from bert_jax import cli, manifest, record_io
+from bert_jax import cli, record_io, record_sources, shard_files
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 from configs import default
@@ -128,7 +128,7 @@ def test_eval_batches_pad_the_last_batch(files):
 
 def test_clear_errors(files, tmp_path):
     with pytest.raises(cli.UserError, match="no record files match"):
-        manifest.find_shards(str(tmp_path / "missing-*.arrayrecord"))
+        shard_files.find_shards(str(tmp_path / "missing-*.arrayrecord"))
     with pytest.raises(ValueError, match="dynamic_masking=True"):
         take(ip.train_dataset(data_config(files["unmasked"]), VOCAB, 8, seed=0), 1)
     with pytest.raises(ValueError, match="dynamic_masking=False"):
@@ -139,8 +139,8 @@ def test_clear_errors(files, tmp_path):
             1,
         )
     with pytest.raises(ValueError, match="mixed record formats"):
-        ip.make_source([files["tfrecord"], files["arrayrecord"]])
+        record_sources.make_source([files["tfrecord"], files["arrayrecord"]])
     not_tfrecord = tmp_path / "text.tfrecord"
     not_tfrecord.write_text("hello, this is not a TFRecord file at all\n" * 3)
     with pytest.raises(ValueError, match="is it a TFRecord file"):
-        ip.make_source([str(not_tfrecord)])
+        record_sources.make_source([str(not_tfrecord)])

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from data_prep import readers
+from data_prep import inputs, readers
+from data_prep.sentences import split_sentences
 
 
 def _docs(spec_list, **kwargs):
@@ -83,7 +84,7 @@ def test_jsonl_documents_are_split_into_sentences(tmp_path):
     ],
 )
 def test_split_sentences(text, sentences):
-    assert readers.split_sentences(text) == sentences
+    assert split_sentences(text) == sentences
 
 
 def test_running_text_is_split_by_the_language_asked(tmp_path):
@@ -122,13 +123,13 @@ def test_split_sentences_merges_lower_case_pieces_in_linear_time():
     """A piece starting in lower case joins the sentence before it (a split after an
     abbreviation); 200,000 of them in a row (2.8 MB) took 8 s when each merge copied the sentence
     so far, and take a tenth of a second now: 10 s leaves room for a loaded machine."""
-    assert readers.split_sentences("He ran. then he went. Yes.") == [
+    assert split_sentences("He ran. then he went. Yes.") == [
         "He ran. then he went.",
         "Yes.",
     ]
     text = "He ran. " + "then he went. " * 200_000
     start = time.perf_counter()
-    (sentence,) = readers.split_sentences(text)
+    (sentence,) = split_sentences(text)
     assert time.perf_counter() - start < 10 and sentence == text.strip()
 
 
@@ -334,7 +335,7 @@ def test_dumps_and_parquet_are_recognised_by_content_whatever_the_name(tmp_path)
 
 
 def test_over_long_lines_are_skipped_and_counted(tmp_path, monkeypatch):
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 64)
     path = tmp_path / "long.txt"
     path.write_bytes(b"short one.\n" + b"x" * 500 + b"\nafter it.\n\n" + b"y" * 100)
     docs, stats = _docs([str(path)])
@@ -359,5 +360,5 @@ def test_the_sentence_splitter_on_the_labelled_set():
     the comparison with other segmenters): a regression here is a worse splitter."""
     from bench import sentence_bench
 
-    scores = sentence_bench.score(readers.split_sentences, sentence_bench.labelled_paragraphs())
+    scores = sentence_bench.score(split_sentences, sentence_bench.labelled_paragraphs())
     assert scores["f1"] > 0.96 and scores["exact"] > 0.9, scores

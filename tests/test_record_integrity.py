@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_input_pipeline import GOLDEN, VOCAB, data_config, take
 
-from bert_jax import bad_records, record_io
+from bert_jax import bad_records, record_io, record_sources
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 
@@ -39,7 +39,7 @@ def _damage_record(path, k):
 def test_a_flipped_bit_in_a_tfrecord_is_an_error_naming_shard_and_record(golden):
     clean = list(record_io.read_records(golden))
     _damage_record(golden, 7)
-    source = ip.TFRecordSource([golden])
+    source = record_sources.TFRecordSource([golden])
     assert [source[i] for i in range(7)] == clean[:7]  # the others read as before
     with pytest.raises(
         record_io.DamagedRecord,
@@ -59,7 +59,7 @@ def test_a_damaged_length_is_found_when_the_shard_is_indexed(golden):
     offsets, _ = record_io.tfrecord_index(golden)
     _flip(golden, int(offsets[5]) - 12)  # record 5's length field
     with pytest.raises(record_io.DamagedRecord, match=r"record 5 is damaged .*length's CRC"):
-        ip.TFRecordSource([golden])
+        record_sources.TFRecordSource([golden])
     with pytest.raises(record_io.DamagedRecord, match="record 5"):
         record_io.count_records(golden)
 
@@ -83,7 +83,7 @@ def test_a_damaged_arrayrecord_chunk_names_the_shard_and_record(golden, tmp_path
         for r in record_io.read_records(golden):
             w.write(r)
     _flip(path, 2000)  # inside a chunk: Riegeli's chunk hash differs
-    source, counts = ip.make_source([path])
+    source, counts = record_sources.make_source([path])
     errors = []
     for i in range(counts[0]):
         try:

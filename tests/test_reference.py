@@ -7,7 +7,8 @@ import random
 import pytest
 
 from bert_jax import masking
-from data_prep import instances, reference
+from data_prep import inputs, instances, reference
+from data_prep.lines import text_documents
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +21,8 @@ def documents(tok, testdata):
     from data_prep import readers
 
     stats = readers.ReadStats()
-    lines = readers.read_lines(str(testdata / "pydocs_small.txt"), stats)
-    return [reference.tokenize_document(d, tok) for d in readers.text_documents(lines, stats)][:40]
+    lines = inputs.read_lines(str(testdata / "pydocs_small.txt"), stats)
+    return [reference.tokenize_document(d, tok) for d in text_documents(lines, stats)][:40]
 
 
 def _all_instances(documents, opts, vocab, seed=0):

@@ -8,7 +8,8 @@ import shutil
 import pytest
 
 from bert_jax import cli, record_io
-from data_prep import content, job, output, resume, scaled
+from bert_jax import manifest as contract
+from data_prep import content, job, job_units, output, scaled
 
 OLD = 1_000_000_000  # an mtime long past (2001): the stat alone is trusted
 
@@ -35,7 +36,7 @@ def shards(directory):
     return {
         name: (directory / name).read_bytes()
         for name in sorted(os.listdir(directory))
-        if resume.SHARD_NAME.match(name)
+        if contract.SHARD_NAME.match(name)
     }
 
 
@@ -96,7 +97,7 @@ def test_input_edited_after_some_shards_were_written_is_redone(corpus, tok, tmp_
     # One clear line for the user; every finished unit and shard kept, no partial file.
     assert cli.message(failed.value).startswith("no space left on the device writing ")
     assert len(shards(tmp_path / "out")) == 1
-    units = os.listdir(tmp_path / "out" / resume.WORK_DIR / "units")
+    units = os.listdir(tmp_path / "out" / contract.WORK_DIR / "units")
     assert len(units) >= 10 and not [n for n in units if ".tmp-" in n]
     assert not [n for n in os.listdir(tmp_path / "out") if ".tmp-" in n]
 
@@ -109,7 +110,7 @@ def test_input_edited_after_some_shards_were_written_is_redone(corpus, tok, tmp_
 def test_a_full_disk_keeps_finished_work_and_the_rerun_finishes(corpus, tok, tmp_path, monkeypatch):
     run(corpus, tok, tmp_path / "clean")
     processed = []
-    process = job.UnitProcessor.process
+    process = job_units.UnitProcessor.process
 
     def full_disk_on_the_third_unit(self, unit, *args):
         processed.append(unit.index)
@@ -117,11 +118,13 @@ def test_a_full_disk_keeps_finished_work_and_the_rerun_finishes(corpus, tok, tmp
             raise OSError(errno.ENOSPC, "No space left on device")
         return process(self, unit, *args)
 
-    monkeypatch.setattr(job.UnitProcessor, "process", full_disk_on_the_third_unit)
+    monkeypatch.setattr(job_units.UnitProcessor, "process", full_disk_on_the_third_unit)
     with pytest.raises(OSError, match="No space left"):
         run(corpus, tok, tmp_path / "out")
-    monkeypatch.setattr(job.UnitProcessor, "process", process)
-    markers = [n for n in os.listdir(tmp_path / "out" / resume.WORK_DIR / "units") if ".json" in n]
+    monkeypatch.setattr(job_units.UnitProcessor, "process", process)
+    markers = [
+        n for n in os.listdir(tmp_path / "out" / contract.WORK_DIR / "units") if ".json" in n
+    ]
     assert len(markers) == 2  # the two finished units survive
     run(corpus, tok, tmp_path / "out")
     assert shards(tmp_path / "out") == shards(tmp_path / "clean")
@@ -129,7 +132,7 @@ def test_a_full_disk_keeps_finished_work_and_the_rerun_finishes(corpus, tok, tmp
 
 def test_a_missing_or_cut_unit_file_is_redone(corpus, tok, tmp_path):
     interrupted_after_units(corpus, tok, tmp_path / "out")
-    units = tmp_path / "out" / resume.WORK_DIR / "units"
+    units = tmp_path / "out" / contract.WORK_DIR / "units"
     os.remove(units / "00001.bin")
     with open(units / "00002.bin", "r+b") as f:
         f.truncate(10)
@@ -156,7 +159,7 @@ def test_unchanged_input_is_trusted_by_its_stat(corpus, tok, tmp_path, monkeypat
     reads = []
     read = content.read_documents
     monkeypatch.setattr(content, "read_documents", lambda *a: reads.append(a) or read(*a))
-    monkeypatch.setattr(job.UnitProcessor, "process", lambda *a: pytest.fail("unit redone"))
+    monkeypatch.setattr(job_units.UnitProcessor, "process", lambda *a: pytest.fail("unit redone"))
     run(corpus, tok, tmp_path / "out")  # unfinished: the units are trusted and reused
     run(corpus, tok, tmp_path / "done")  # finished: nothing to do
     assert reads == []

@@ -15,7 +15,7 @@ import pytest
 from bert_jax import features as F
 from bert_jax import manifest as contract
 from bert_jax import record_io, tokenization, workdir_lock
-from data_prep import job, resume, scaled
+from data_prep import job, job_units, scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +36,7 @@ def shard_files(directory):
     return {
         name: (directory / name).read_bytes()
         for name in sorted(os.listdir(directory))
-        if resume.SHARD_NAME.match(name)
+        if contract.SHARD_NAME.match(name)
     }
 
 
@@ -92,7 +92,7 @@ def test_eval_documents_never_appear_in_training_and_records_can_be_unmasked(tmp
                 assert F.MASKED_LM_IDS not in record and tok.mask_id not in record[F.INPUT_IDS]
                 seen[split] |= _documents_of(record, tok.vocab_words)
     assert seen["eval"] and seen["train"] and not seen["eval"] & seen["train"]
-    expected_eval = {f"d{i}" for i in range(300) if job.is_eval(_doc_text(marked, i), 0.2)}
+    expected_eval = {f"d{i}" for i in range(300) if job_units.is_eval(_doc_text(marked, i), 0.2)}
     assert seen["eval"] == expected_eval and 30 < len(expected_eval) < 90
     assert manifest["eval"]["documents"] == len(expected_eval) + (
         "d7" in expected_eval
@@ -178,7 +178,7 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
         manifest["read"]["documents"] == manifest["documents"] == 65
         and manifest["eval"]["documents"] > 0
     )
-    assert not os.path.exists(tmp_path / resume.WORK_DIR)  # removed once the manifest is written
+    assert not os.path.exists(tmp_path / contract.WORK_DIR)  # removed once the manifest is written
 
 
 def test_reruns_reuse_finished_work_and_refuse_other_settings(
@@ -193,7 +193,7 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
             str(tmp_path),
             progress=False,
         )
-    units_done = len(os.listdir(tmp_path / resume.WORK_DIR / "units"))
+    units_done = len(os.listdir(tmp_path / contract.WORK_DIR / "units"))
     assert units_done >= 8  # five units' records and markers, kept
     with pytest.raises(
         job.JobMismatch, match=r"unfinished job with other settings \(dupe_factor: 2 -> 3\)"
@@ -208,7 +208,7 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
     def fail(*args):
         raise AssertionError("a finished unit was processed again")
 
-    monkeypatch.setattr(job.UnitProcessor, "process", fail)
+    monkeypatch.setattr(job_units.UnitProcessor, "process", fail)
     manifest = scaled.run(
         spec, tok, str(tmp_path), progress=False
     )  # the shard count may change: no shard yet
@@ -237,7 +237,7 @@ def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab
             workdir_lock.Busy, match=r"--output_dir=.* is in use by data_prep.main --input=first"
         ):
             scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
-    assert not (tmp_path / resume.WORK_DIR).exists()  # the refused job wrote nothing
+    assert not (tmp_path / contract.WORK_DIR).exists()  # the refused job wrote nothing
     scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
     names = os.listdir(tmp_path)  # and the lock went with the job that held it
     assert "manifest.json" in names and workdir_lock.LOCK_NAME not in names, names
@@ -347,7 +347,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(tmp_path, testdata, vo
             assert data == expected[name], name
         assert not (out / "manifest.json").exists()
 
-    units_dir = out / resume.WORK_DIR / "units"
+    units_dir = out / contract.WORK_DIR / "units"
     run_until(
         lambda: units_dir.is_dir() and sum(n.endswith(".json") for n in os.listdir(units_dir)) >= 3
     )

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from data_prep import readers, units
+from data_prep import inputs, readers, units
 
 
 def _whole(path, kind):
@@ -29,7 +29,7 @@ def test_text_blocks_partition_documents_at_every_cut(tmp_path, monkeypatch):
     # Blank and whitespace-only lines, CRLF, a non-breaking-space line (blank after strip), bad
     # UTF-8, over-long lines, no final newline: every block boundary position is tried on many
     # such files (a UTF-8 byte-order mark at the start of some).
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 12)
+    monkeypatch.setattr(inputs, "MAX_LINE_BYTES", 12)
     pieces = [
         b"a line too long to keep\n",
         b"a b\n",

@@ -1,0 +1,116 @@
+"""Files by name, on a local disk or in a bucket: the one package that opens, lists and publishes
+them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
+(S3, with `s3fs` installed) as well as a local path.
+
+Local paths go to the os module, exactly as before. URLs go to fsspec's `gcsfs` (`s3fs`) through
+etils.epath: the layer Orbax itself uses for a checkpoint's metadata files, so our files and
+Orbax's share one client, one set of credentials and one retry policy (Orbax writes the arrays
+through TensorStore, which this module points at the same endpoint).
+
+What an object store lacks, and what stands in for it here:
+  * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
+    `open_write`); an object becomes visible only when its upload is finalized, so an upload
+    that dies (kill -9, a lost connection) leaves nothing under the name. `open_write` writes an
+    object to a local temporary file and uploads it when the writer's block ends without an
+    error (nothing is uploaded when it raises), as one operation that can be tried again.
+    "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
+    commit marker), never by a name appearing (a directory of files, an export: see
+    bert_jax.publish). `move` copies and deletes, so its callers first delete what marks the
+    source finished.
+  * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
+    created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and
+    `delete_if_version` compare-and-delete by generation (S3: ETag, check then delete), for
+    taking over a stale lock.
+  * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
+    name changes.
+  * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
+    `local_copy` fetches a file once into a cache directory, checked against the size and md5
+    the caller expects, under a temporary name renamed when whole (`local_copies`: many at once;
+    `local_dir`: a directory's files under their own names, for transformers and safetensors).
+  * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
+    for a reader that lists through another library (Orbax's step listing).
+
+Credentials: Application Default Credentials, as every Google client library: on a Cloud TPU or
+GCE VM the VM's service account, elsewhere `gcloud auth application-default login` or
+GOOGLE_APPLICATION_CREDENTIALS. Another endpoint (an emulator such as fake-gcs-server, a
+proxy): set STORAGE_EMULATOR_HOST=http://host:port; gcsfs reads it, and `configure` hands it to
+TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is set already.
+
+Faults: gcsfs retries server errors (5xx, 408, 429) and refused or dropped connections 6 times
+with exponential backoff (about 1, 2, 4, 8, 16 s plus jitter: ~31 s), but not a request that
+gets no answer within REQUEST_TIMEOUT_S (a stalled server or proxy), and a server gone for a
+minute outlasts its retries. So every operation of this module is tried again, whole, on such
+a transient error (`_transient`), with backoff up to 30 s, until BERT_JAX_STORAGE_RETRY_S
+(default RETRY_S) have passed since its first try; a write is an upload of a local temporary
+file, so it too is one operation that can be tried again. TensorStore, which writes Orbax's
+arrays, retries by itself, held to gcsfs' budget (TENSORSTORE_RETRIES, applied by
+bert_jax.checkpointing). When the retries are spent,
+`unavailable_message` turns the error into one `error:` line (cli.run asks it), never a
+traceback. Nothing half-written is trusted afterwards: see above.
+
+No JAX import: data_prep uses this module.
+
+Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
+modules, by concern:
+    paths.py      local path or URL; join, dirname, basename
+    remote.py     the bucket clients: settings, retries, the error line for an unreachable bucket
+    files.py      reading, listing and writing (published whole or not at all)
+    exclusive.py  create-if-absent and delete-if-unchanged, for locks
+    cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
+"""
+
+from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
+    default_cache_dir,
+    local_copies,
+    local_copy,
+    local_dir,
+)
+from bert_jax.storage.exclusive import (  # noqa: F401 (the package's names)
+    create_exclusive,
+    delete_if_version,
+    read_versioned,
+)
+from bert_jax.storage.files import (  # noqa: F401 (the package's names)
+    check_file,
+    exists,
+    glob,
+    isdir,
+    isfile,
+    listdir,
+    makedirs,
+    md5,
+    move,
+    not_a_file,
+    open_read,
+    open_write,
+    read_bytes,
+    read_text,
+    remove,
+    rmtree,
+    size,
+    sizes,
+    version,
+    write_bytes,
+    write_text,
+)
+from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
+    SCHEMES,
+    StorageError,
+    basename,
+    dirname,
+    expand,
+    is_url,
+    join,
+)
+from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
+    REQUEST_TIMEOUT_S,
+    RETRY_S,
+    TENSORSTORE_RETRIES,
+    Unavailable,
+    _fs,
+    configure,
+    forget_listings,
+    retry_seconds,
+    unavailable_as_user_error,
+    unavailable_message,
+)

@@ -1,0 +1,127 @@
+"""Local copies of bucket files, for readers that open local files only (ArrayRecord's C++ reader,
+transformers): fetched once into a cache directory, checked against the size and md5 expected,
+published under their name when whole."""
+
+import base64
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+
+from bert_jax.storage.files import _CHUNK, _local_tmp
+from bert_jax.storage.paths import StorageError, basename, is_url
+from bert_jax.storage.remote import _bucket_and_key, _fs
+
+# --- Local copies ---------------------------------------------------------------------------
+
+
+def default_cache_dir() -> str:
+    return os.environ.get(
+        "BERT_JAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
+    )
+
+
+def local_copy(
+    path: str, cache_dir: str | None = None, md5_hex: str | None = None, nbytes: int | None = None
+) -> str:
+    """A local file with `path`'s content: `path` itself if it is local, else a copy under
+    `cache_dir` (default BERT_JAX_CACHE_DIR or ~/.cache/bert_jax) fetched once and reused while
+    the object's md5 is the same. The copy is written under a temporary name and renamed when
+    whole and checked against `nbytes` and `md5_hex` (the manifest's figures) when given."""
+    if not is_url(path):
+        return path
+    fs = _fs(path)
+    info = fs.info(path)
+    remote_md5 = base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else None
+    want = md5_hex or remote_md5
+    if md5_hex and remote_md5 and md5_hex != remote_md5:
+        raise StorageError(
+            f"{path} has md5 {remote_md5} but its manifest says {md5_hex}: the object was "
+            "replaced or damaged after its manifest was written; rerun the job that wrote it"
+        )
+    bucket, key = _bucket_and_key(path)
+    tag = want or str(info.get("generation") or info.get("ETag") or info["size"])
+    # The version is a directory, so the copy keeps the object's name: readers tell a
+    # SentencePiece .model from a vocab.txt by it.
+    target = os.path.join(cache_dir or default_cache_dir(), bucket, tag.strip('"')[:16], key)
+    if os.path.exists(target) and os.path.getsize(target) == int(info["size"]):
+        return target
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    digest = hashlib.md5()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out, fs.open(path, "rb", block_size=8 * _CHUNK) as f:
+            for block in iter(lambda: f.read(8 * _CHUNK), b""):
+                digest.update(block)
+                out.write(block)
+        got = os.path.getsize(tmp)
+        if nbytes is not None and got != nbytes:
+            raise StorageError(
+                f"{path}: {got} bytes fetched, its manifest says {nbytes}; the object was "
+                "replaced or cut after its manifest was written"
+            )
+        if want and digest.hexdigest() != want:
+            raise StorageError(
+                f"{path}: the copy fetched has md5 {digest.hexdigest()}, expected {want}; "
+                "rerun (a transfer error) or rewrite the file"
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return target
+
+
+def local_copies(
+    paths: list[str],
+    md5s: list[str] | None = None,
+    nbytes: list[int | None] | None = None,
+    cache_dir: str | None = None,
+    threads: int = 8,
+) -> list[str]:
+    """`local_copy` of each path (local ones as they are), `threads` fetches at a time: a bucket
+    serves one object at tens of MB/s but many at once at the link's rate."""
+    md5s = md5s or [None] * len(paths)
+    nbytes = nbytes or [None] * len(paths)
+    if not any(is_url(p) for p in paths):
+        return list(paths)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+        return list(
+            pool.map(lambda a: local_copy(a[0], cache_dir, a[1], a[2]), zip(paths, md5s, nbytes))
+        )
+
+
+def local_dir(path: str, cache_dir: str | None = None) -> str:
+    """A local directory holding the files directly under `path` (a Hugging Face model directory
+    in a bucket, for transformers and safetensors, which open local files): `path` itself if it
+    is local, else each file's `local_copy` linked under its own name into
+    `<cache_dir>/<bucket>/<key>.dir/`. Files that are no longer under `path` are unlinked."""
+    if not is_url(path):
+        return path
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
+    scheme = path.partition("://")[0]
+    copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
+    bucket, key = _bucket_and_key(path.rstrip("/"))
+    target = os.path.join(cache_dir or default_cache_dir(), bucket, f"{key}.dir")
+    os.makedirs(target, exist_ok=True)
+    names = {basename(e["name"]) for e in entries}
+    for name in set(os.listdir(target)) - names:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(target, name))
+    for name, copy in zip((basename(e["name"]) for e in entries), copies):
+        link = os.path.join(target, name)
+        if os.path.exists(link) and os.path.samefile(link, copy):
+            continue
+        tmp = _local_tmp(link)
+        try:
+            os.link(copy, tmp)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(copy, tmp)
+        os.replace(tmp, link)
+    return target

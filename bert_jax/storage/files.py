@@ -1,0 +1,237 @@
+"""Reading, listing and writing files by name, local or in a bucket: each published whole or not at
+all (`open_write`, `write_bytes`). See the package docstring."""
+
+import base64
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+
+from bert_jax import cli
+from bert_jax.storage.paths import basename, is_url
+from bert_jax.storage.remote import _fs
+
+_CHUNK = 1 << 20
+
+# --- Reading --------------------------------------------------------------------------------
+
+
+def open_read(path: str, mode: str = "rb", block_size: int | None = None, encoding: str = "utf-8"):
+    """A file object for reading, local or remote (remote ones read ahead in blocks and seek;
+    `block_size`: how far past a read, the client's default, 5 MB for GCS, when None); text
+    mode decodes with `encoding`. A remote binary file is an io.BufferedReader, as a local one:
+    fsspec's own file has a readline() without a size limit, that scans its blocks a piece at a
+    time."""
+    encoding = None if "b" in mode else encoding
+    if not is_url(path):
+        return open(path, mode, encoding=encoding)
+    sized = {"block_size": block_size} if block_size else {}
+    f = _fs(path).open(path, mode, encoding=encoding, **sized)
+    return io.BufferedReader(f, _CHUNK) if mode == "rb" else f
+
+
+def read_bytes(path: str) -> bytes:
+    if not is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    return _fs(path).cat_file(path)
+
+
+def read_text(path: str) -> str:
+    return read_bytes(path).decode("utf-8")
+
+
+def exists(path: str) -> bool:
+    if not is_url(path):
+        return os.path.exists(path)
+    return _fs(path).exists(path)
+
+
+def isdir(path: str) -> bool:
+    """A local directory, or a bucket prefix under which some object lies (a bucket has no empty
+    directories) or a bucket itself."""
+    if not is_url(path):
+        return os.path.isdir(path)
+    return _fs(path).isdir(path)
+
+
+def isfile(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    return _fs(path).isfile(path)
+
+
+def listdir(path: str) -> list[str]:
+    """The names directly under `path`, sorted (a bucket prefix's objects and sub-prefixes)."""
+    if not is_url(path):
+        return sorted(os.listdir(path))
+    fs = _fs(path)
+    fs.invalidate_cache(path)  # another process may have written since (a rerun, other hosts)
+    return sorted(basename(p) for p in fs.ls(path, detail=False) if basename(p))
+
+
+def glob(pattern: str) -> list[str]:
+    """The paths that match `pattern`, sorted; URLs come back as URLs."""
+    if not is_url(pattern):
+        import glob as glob_lib
+
+        return sorted(glob_lib.glob(pattern))
+    scheme = pattern.partition("://")[0]
+    fs = _fs(pattern)
+    fs.invalidate_cache()
+    return sorted(f"{scheme}://{p}" for p in fs.glob(pattern))
+
+
+def not_a_file(path: str) -> str | None:
+    """Why `path` is not a file to read, as words that follow its name (a local path: missing, a
+    directory, a pipe, ...: cli.not_a_file; a URL: no such object), or None when it is one."""
+    if is_url(path):
+        return None if isfile(path) else "does not exist (no such object)"
+    return None if os.path.isfile(path) else cli.not_a_file(path)
+
+
+def check_file(path: str, what: str) -> None:
+    """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
+    why = not_a_file(path)
+    if why:
+        raise cli.UserError(f"{what} {path!r} {why}")
+
+
+def size(path: str) -> int:
+    if not is_url(path):
+        return os.path.getsize(path)
+    return int(_fs(path).info(path)["size"])
+
+
+def version(path: str) -> tuple[int, str]:
+    """(size, version) of a bucket object, asked of the server now: the version is GCS's
+    generation (a number the server gives each write of a name, never reused) or S3's ETag; a
+    rewrite of the object gives another version."""
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    info = fs.info(path)
+    found = info.get("generation") or info.get("VersionId") or info.get("ETag")
+    return int(info["size"]), str(found).strip('"')
+
+
+def sizes(path: str) -> dict[str, int]:
+    """{name: size} of the files directly under the directory or prefix `path` ({} when there is
+    none): one listing request for a bucket, where a size per file would be one request each."""
+    if not is_url(path):
+        try:
+            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
+        except FileNotFoundError:
+            return {}
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    try:
+        listed = fs.ls(path, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {basename(e["name"]): int(e["size"]) for e in listed if e.get("type") == "file"}
+
+
+def md5(path: str) -> str:
+    """The md5 of a file in hex; for a GCS object the md5 the server computed at upload (no
+    download), unless it has none (composite objects), then by reading it."""
+    if is_url(path):
+        info = _fs(path).info(path)
+        stored = info.get("md5Hash")
+        if stored:
+            return base64.b64decode(stored).hex()
+    digest = hashlib.md5()
+    with open_read(path) as f:
+        for block in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --- Writing --------------------------------------------------------------------------------
+
+
+def makedirs(path: str) -> None:
+    """A local directory and its parents; nothing for a URL (a bucket prefix exists once an
+    object is under it)."""
+    if not is_url(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def _local_tmp(path: str) -> str:
+    return f"{path}.tmp-{os.getpid()}"
+
+
+@contextlib.contextmanager
+def open_write(path: str, mode: str = "wb") -> Iterator:
+    """A file object whose content appears under `path` whole when the block ends without an
+    error, and never otherwise: a local file is written under a temporary name (see
+    bert_jax.manifest.TEMPORARY) and renamed; an object is written to a local temporary file
+    and uploaded when the block ends without an error, an upload that is tried again whole on
+    transient errors and that a killed process never finalizes."""
+    encoding = None if "b" in mode else "utf-8"
+    if not is_url(path):
+        tmp = _local_tmp(path)
+        try:
+            with open(tmp, mode, encoding=encoding) as f:
+                yield f
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
+        return
+    with tempfile.TemporaryDirectory(prefix="bert_jax_upload_") as local_dir:
+        local = os.path.join(local_dir, basename(path))
+        with open(local, mode, encoding=encoding) as f:
+            yield f
+        _fs(path).put_file(local, path)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """`data` under `path`, published whole (see open_write)."""
+    if not is_url(path):
+        with open_write(path) as f:
+            f.write(data)
+        return
+    _fs(path).pipe_file(path, data)
+
+
+def write_text(path: str, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def remove(path: str, missing_ok: bool = True) -> None:
+    try:
+        if not is_url(path):
+            os.remove(path)
+        else:
+            _fs(path).rm_file(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def move(src: str, dst: str) -> None:
+    """Renames a file or directory. In a bucket there is no rename: every object is copied, then
+    the originals deleted, so a move cut short leaves objects under both names (callers first
+    take away what marks `src` finished, see bert_jax.checkpointing)."""
+    if not is_url(src):
+        os.rename(src, dst)
+        return
+    fs = _fs(src)
+    fs.invalidate_cache()
+    fs.copy(src.rstrip("/"), dst.rstrip("/"), recursive=True)
+    rmtree(src)
+
+
+def rmtree(path: str) -> None:
+    """`path` and everything under it; nothing if it is not there."""
+    if not is_url(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    fs = _fs(path)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(path, recursive=True)
+    fs.invalidate_cache()

@@ -1,0 +1,131 @@
+"""What every input reader shares: a source and a unit's statistics, the input error, opening a
+file (local or in a bucket) and reading its lines.
+
+The readers of each kind of input build on this module (lines.py: BERT text, books, JSONL;
+tfds_input.py; wiki.py; parquet.py); kinds.py puts them in one table, which planning (units.py)
+and reading whole inputs (readers.py) both use. Nothing here imports those modules: the import
+graph stays a tree (tests/test_import_graph.py).
+"""
+
+import dataclasses
+import gzip
+import zlib
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from bert_jax import cli, storage
+from data_prep import sniff
+
+MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
+READ_AHEAD = 1 << 20  # bytes a bucket object is read ahead of the reader (open_input)
+
+
+@dataclasses.dataclass
+class ReadStats:
+    files: int = 0
+    lines: int = 0
+    documents: int = 0
+    bad_utf8_lines: int = 0  # lines with bytes that are not UTF-8; those bytes are dropped
+    bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
+    long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
+    empty_files: int = 0
+    pages: int = 0  # pages of MediaWiki dumps
+    skipped_pages: int = 0  # of which not articles: other namespaces, redirects, disambiguation
+    # Sentences of dump articles that removed markup (math, a list, templates) left broken:
+    repaired_sentences: int = 0  # a leading "," taken off
+    dropped_sentences: int = 0  # lost words that cannot be put back (data_prep/wikitext.py)
+
+    def add(self, other: "ReadStats") -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    kind: str  # "text" | "book" | "jsonl" | "wiki" | "parquet" | "tfds"
+    path: str  # a file path, or the TFDS dataset name
+    split: str = "train"
+    compression: str = ""  # "" | "gzip" | "bz2", from the file's first bytes
+    encoding: str = ""  # a dump in UTF-16/32 (sniff.Content.encoding); "" for UTF-8
+
+
+class InputError(cli.UserError):
+    """An input that names nothing readable; the message says what to fix."""
+
+
+def open_input(path: str) -> BinaryIO:
+    """An input file's bytes, with seek: a local file by open(), a bucket object through
+    bert_jax.storage (a seek to a unit's start fetches from there). Read ahead 1 MB: a unit
+    reads a range of about --block_size_mb (pyarrow a row group's exact bytes), and the client's
+    default (5 MB past each read) fetched several times what a 1 MB unit needs."""
+    if storage.is_url(path):
+        return storage.open_read(path, block_size=READ_AHEAD)
+    return open(path, "rb")
+
+
+def open_text(f: BinaryIO, path: str) -> BinaryIO:
+    """A text file's bytes, gunzipped when its first bytes say gzip (whatever its name)."""
+    position = f.tell()
+    magic = f.read(2)
+    f.seek(position)
+    return gzip.GzipFile(fileobj=f, mode="rb") if magic == sniff.GZIP_MAGIC else f
+
+
+def truncated(path: str, error: Exception) -> InputError:
+    """The error for a compressed file that ends early or holds damaged data."""
+    return InputError(
+        f"input {path!r} is damaged or truncated ({type(error).__name__}: {error}); "
+        "fetch or decompress it again"
+    )
+
+
+def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
+    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES, read in
+    pieces (so memory stays bounded) and skipped. A damaged gzip stream raises InputError."""
+    limit = MAX_LINE_BYTES
+    try:
+        for raw in iter(lambda: f.readline(limit), b""):
+            if len(raw) < limit or raw.endswith(b"\n"):
+                yield raw, len(raw)
+                continue
+            length = len(raw)
+            while not raw.endswith(b"\n"):
+                raw = f.readline(limit)
+                if not raw:
+                    break
+                length += len(raw)
+            yield None, length
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise truncated(path, e) from None
+
+
+def decode_line(raw: bytes | None, stats: ReadStats) -> str:
+    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
+    counted; an over-long line (None) is counted and read as ""."""
+    if raw is None:
+        stats.long_lines += 1
+        return ""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_utf8_lines += 1
+        line = raw.decode("utf-8", errors="replace")
+    return line.strip()
+
+
+def read_lines(path: str, stats: ReadStats, open_binary=open_input) -> Iterator[str]:
+    """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
+    GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
+    stats.files += 1
+    empty = True
+    with open_binary(path) as raw_file, open_text(raw_file, path) as f:
+        for raw, _ in raw_lines(f, path):
+            if empty and raw is not None:
+                raw = raw.removeprefix(sniff.UTF8_BOM)
+            empty = False
+            stats.lines += 1
+            line = decode_line(raw, stats)
+            if line or raw is not None:
+                yield line
+    if empty:
+        stats.empty_files += 1

@@ -1,0 +1,119 @@
+"""The scaled job's per-unit work: a unit's documents -> its train and eval records.
+
+`UnitProcessor.process(unit)` reads the unit (content.read_documents: its content hash taken as it
+is read), sends each document to train or eval by a hash of its text (`is_eval`), cuts NSP pairs or
+MLM-only segments seeded by (seed, unit, split), masks them and encodes them as serialized
+tf.train.Example records. A pure function of the JobSpec and the unit: the local runner
+(scaled.py) and the Beam job call it alike.
+"""
+
+import dataclasses
+import gc
+import hashlib
+import random
+
+import numpy as np
+
+from bert_jax import masking
+from data_prep import content, example_encoder, output, readers
+from data_prep import instances as inst
+from data_prep import units as units_lib
+from data_prep.job import SPLITS, JobSpec, seed
+
+_SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
+
+
+def is_eval(document: list[str], eval_fraction: float) -> bool:
+    """Held out by a hash of the text: the same document lands on the same side in every run and
+    unit."""
+    if eval_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(
+        "\n".join(document).encode("utf-8", "surrogatepass"), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "little") < eval_fraction * 2.0**64
+
+
+@dataclasses.dataclass
+class SplitRecords:
+    """One unit's serialized records of one split, back to back, and their statistics."""
+
+    data: bytes
+    offsets: np.ndarray  # [instances + 1] int64: record i is data[offsets[i]:offsets[i + 1]]
+    stats: output.InstanceStats
+    documents: int
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) - 1
+
+
+@dataclasses.dataclass
+class UnitResult:
+    unit: units_lib.Unit
+    splits: dict  # "train"/"eval" -> SplitRecords
+    read: readers.ReadStats
+    content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
+
+
+class UnitProcessor:
+    """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""
+
+    def __init__(self, spec: JobSpec, tokenizer):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.vocab = masking.Vocab.from_tokenizer(tokenizer)
+        self.encoder = example_encoder.ExampleEncoder(spec.schema)
+
+    def process(self, unit: units_lib.Unit) -> UnitResult:
+        # A unit allocates a million short-lived strings and lists but makes no reference cycles:
+        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
+        # end.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._process(unit)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _process(self, unit: units_lib.Unit) -> UnitResult:
+        read = readers.ReadStats()
+        docs = {split: [] for split in SPLITS}
+        documents, digest = content.read_documents(
+            unit, read, self.spec.text_field, self.spec.tfds_data_dir, self.spec.language
+        )
+        for document in documents:
+            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
+        splits = {split: self._split(unit, split, docs[split]) for split in SPLITS}
+        return UnitResult(unit, splits, read, digest)
+
+    def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
+        spec, opts = self.spec, self.spec.opts
+        split_id = SPLITS.index(split)
+        ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
+        docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
+        rng = random.Random(
+            repr(seed(spec, "structure", unit.index, split_id))
+        )  # str seeds: sha512, stable
+        spans: list = []
+        make_spans = inst.nsp_spans if opts.nsp else inst.mlm_spans
+        for _ in range(
+            spec.dupe_factor if split == "train" else 1
+        ):  # eval: one pass, no duplicates
+            for index in range(len(docs.bounds)):
+                make_spans(docs, index, opts, rng, spans)
+        mask_rng = np.random.default_rng(seed(spec, "mask", unit.index, split_id))
+        stats, chunks = output.InstanceStats(), []
+        for start in range(0, len(spans), _SPAN_CHUNK):
+            batch = inst.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
+            if opts.mask:
+                inst.mask(batch, opts, self.vocab, mask_rng)
+            chunks.extend(self.encoder.encode(batch))
+            stats.instances += len(batch)
+            stats.tokens += int(batch.length.sum())
+            stats.masked += int(batch.num_masked.sum()) if opts.mask else 0
+            stats.random_next += int(batch.random_next.sum())
+        offsets = np.zeros(len(chunks) + 1, np.int64)
+        np.cumsum([len(r) for r in chunks], out=offsets[1:])
+        return SplitRecords(b"".join(chunks), offsets, stats, len(docs.bounds))

@@ -1,0 +1,125 @@
+"""The one table of input kinds: for each, how its units are planned, how a unit is read and how a
+whole input is read. Planning (units.plan_units), the scaled and Beam jobs' unit reading
+(units.read_unit) and whole-input reading (readers.documents: vocab training, --mode=reference)
+all look a kind up here; no other module branches on a kind's name.
+
+A source's kind comes from its content (sniff.sniff: "text", "jsonl", "wiki", "parquet", or a
+dump's "index", which is never read as a corpus), refined by readers.source_of: text in a
+.jsonl/.json file is "jsonl", and with --document_per_file text is "book"; a `tfds:` input is
+"tfds".
+"""
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from bert_jax import storage
+from data_prep import lines, parquet, tfds_input, wiki
+from data_prep.inputs import ReadStats, Source, open_input, read_lines
+from data_prep.sentences import DEFAULT_LANGUAGE
+
+
+@dataclasses.dataclass(frozen=True)
+class Planning:
+    """What planning a source's units takes besides the source."""
+
+    block_bytes: int
+    tfds_examples_per_unit: int
+    tfds_data_dir: str | None = None
+    size_of: Callable[[str], int] = storage.size
+    open_binary: Callable[[str], BinaryIO] = open_input
+    text_field: str = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What reading a unit or a whole source takes besides it."""
+
+    text_field: str = "text"
+    tfds_data_dir: str | None = None
+    open_binary: Callable[[str], BinaryIO] = open_input
+    language: str = DEFAULT_LANGUAGE
+
+
+# A plan: the units of one source, each (start, stop, the Unit's other fields).
+Plan = list[tuple[int, int, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    plan: Callable[[Source, Planning], Plan]
+    read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
+    read_whole: Callable[[Source, ReadStats, Reading], Iterator[list[str]]]
+    # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
+    # False: a TFDS dataset, trusted by its name and extent.
+    is_file: bool = True
+
+
+def _plan_lines(source: Source, p: Planning) -> Plan:
+    return [(a, b, {}) for a, b in lines.plan(source, p.size_of(source.path), p.block_bytes)]
+
+
+def _plan_wiki(source: Source, p: Planning) -> Plan:
+    spans, extent = wiki.plan(source, p.size_of(source.path), p.block_bytes, p.open_binary)
+    return [(a, b, {"extent": extent}) for a, b in spans]
+
+
+def _plan_parquet(source: Source, p: Planning) -> Plan:
+    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field, p.open_binary)
+    return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
+
+
+def _plan_tfds(source: Source, p: Planning) -> Plan:
+    count = len(tfds_input.open_tfds(source.path, source.split, p.tfds_data_dir))
+    return [
+        (start, min(start + p.tfds_examples_per_unit, count), {"split": source.split})
+        for start in range(0, max(count, 1), p.tfds_examples_per_unit)
+    ]
+
+
+KINDS: dict[str, Kind] = {
+    "text": Kind(
+        _plan_lines,
+        lines.opened(lines.text_unit),
+        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats), stats),
+    ),
+    "book": Kind(
+        _plan_lines,
+        lines.opened(lines.book_unit),
+        lambda s, stats, r: lines.book_document(read_lines(s.path, stats), stats, r.language),
+    ),
+    "jsonl": Kind(
+        _plan_lines,
+        lines.opened(lines.jsonl_unit),
+        lambda s, stats, r: lines.jsonl_documents(s.path, r.text_field, stats, r.language),
+    ),
+    "wiki": Kind(
+        _plan_wiki,
+        lambda u, stats, r: wiki.documents(
+            u.path, u.compression, u.start, u.stop, stats, r.open_binary, r.language
+        ),
+        lambda s, stats, r: wiki.dump_documents(s, stats, r.language),
+    ),
+    "parquet": Kind(
+        _plan_parquet,
+        lambda u, stats, r: parquet.documents(
+            u.path, u.start, u.stop, r.text_field, stats, r.open_binary, r.language
+        ),
+        lambda s, stats, r: parquet.file_documents(s.path, r.text_field, stats, r.language),
+    ),
+    "tfds": Kind(
+        _plan_tfds,
+        lambda u, stats, r: tfds_input.tfds_documents(
+            u.path, u.split, r.text_field, r.tfds_data_dir, stats, u.start, u.stop, r.language
+        ),
+        lambda s, stats, r: tfds_input.tfds_documents(
+            s.path, s.split, r.text_field, r.tfds_data_dir, stats, language=r.language
+        ),
+        is_file=False,
+    ),
+}
+
+
+def is_file(kind: str) -> bool:
+    """Whether a unit or source of `kind` is a file (see Kind.is_file)."""
+    return KINDS[kind].is_file

@@ -1,0 +1,183 @@
+"""Line-based inputs: BERT-format text (a sentence a line, a blank line between documents), books
+(a file one document, its lines split into sentences) and JSONL (a JSON object a line, its text
+field split into sentences); read whole (`*_whole`) or as a unit, a byte block (`*_unit`).
+
+Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
+(a file's first document is anchored at byte 0). A unit seeks to its block, skips the tail of a
+document anchored earlier, and reads on past the block end until its last document ends. So every
+document is read by exactly one unit, and together the units give the documents of reading the file
+from start to end; every line is counted by the unit whose block holds its first byte.
+JSONL blocks: the lines that start inside the block, one document each. A gzip file (gzip cannot
+seek) and a book are one unit each.
+"""
+
+import json
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from data_prep import inputs, sniff
+from data_prep.inputs import (
+    ReadStats,
+    decode_line,
+    open_text,
+    raw_lines,
+    read_lines,
+)
+from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
+
+
+def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
+    """(start, stop) byte blocks of a text or JSONL file; one for a compressed file or a book."""
+    if source.compression or source.kind == "book" or size == 0:
+        return [(0, size)]
+    return [(start, min(start + block_bytes, size)) for start in range(0, size, block_bytes)]
+
+
+def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
+    """Groups BERT-format lines into documents at blank lines."""
+    document: list[str] = []
+    for line in lines:
+        if line:
+            document.append(line)
+        elif document:
+            stats.documents += 1
+            yield document
+            document = []
+    if document:
+        stats.documents += 1
+        yield document
+
+
+def book_document(
+    lines: Iterator[str], stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
+    """All lines of a file as one document, each line a paragraph split into sentences."""
+    document = [s for line in lines if line for s in split_sentences(line, language)]
+    if document:
+        stats.documents += 1
+        yield document
+
+
+def json_document(
+    line: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> list[str]:
+    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
+    (counted)."""
+    if not line:
+        return []
+    try:
+        record = json.loads(line)
+        text = record[text_field]
+        if not isinstance(text, str):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        stats.bad_json_lines += 1
+        return []
+    return split_sentences(text, language)
+
+
+def jsonl_documents(
+    path: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
+) -> Iterator[list[str]]:
+    for line in read_lines(path, stats):
+        sentences = json_document(line, text_field, stats, language)
+        if sentences:
+            stats.documents += 1
+            yield sentences
+
+
+def _seek_to_line(f: BinaryIO, start: int) -> int:
+    """Positions f at the first line that starts at or after `start`; returns that offset."""
+    if start == 0:
+        return 0
+    f.seek(start - 1)
+    offset = start - 1
+    while True:  # the rest of the line holding byte start-1, in bounded pieces
+        piece = f.readline(inputs.MAX_LINE_BYTES)
+        offset += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return offset
+
+
+def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, int]]:
+    """A unit's raw lines (and lengths) from its first line on; a file's BOM is dropped."""
+    lines = raw_lines(f, unit.path)
+    if unit.start == 0:
+        for raw, length in lines:
+            yield (raw.removeprefix(sniff.UTF8_BOM) if raw else raw), length
+            break
+    yield from lines
+
+
+def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
+    stop = float("inf") if unit.compression else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    anchored = unit.start == 0  # the previous line was blank (or this is the file start)
+    document: list[str] = []
+    elsewhere = ReadStats()  # lines of another block are counted there, not here
+    for raw, length in _lines(f, unit):
+        line_start, offset = offset, offset + length
+        counted = stats if line_start < stop else elsewhere
+        counted.lines += 1
+        line = decode_line(raw, counted)
+        if raw is None:
+            continue  # an over-long line, skipped: as if it were not there
+        if not line:
+            if document:
+                stats.documents += 1
+                yield document
+                document = []
+            if line_start >= stop:
+                return  # a document after this blank line is anchored in a later block
+            anchored = True
+        elif document:
+            document.append(line)
+        elif anchored:
+            document = [line]
+            anchored = False
+        elif line_start >= stop:
+            return
+        # else: the tail of a document anchored in an earlier block
+    if document:
+        stats.documents += 1
+        yield document
+
+
+def jsonl_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
+    text_field, language = reading.text_field, reading.language
+    stop = float("inf") if unit.compression else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    for raw, length in _lines(f, unit):
+        if offset >= stop:
+            return
+        offset += length
+        stats.lines += 1
+        line = decode_line(raw, stats)
+        sentences = json_document(line, text_field, stats, language)
+        if sentences:
+            stats.documents += 1
+            yield sentences
+
+
+def _decoded(lines, stats: ReadStats) -> Iterator[str]:
+    for raw, _ in lines:
+        stats.lines += 1
+        yield decode_line(raw, stats)
+
+
+def book_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
+    return book_document(_decoded(_lines(f, unit), stats), stats, reading.language)
+
+
+def opened(read):
+    """A unit reader of a text file from `read(f, unit, stats, reading)`: the file opened with
+    reading.open_binary (gunzipped when it is gzip), an empty compressed file counted."""
+
+    def read_unit(unit, stats: ReadStats, reading) -> Iterator[list[str]]:
+        lines_before = stats.lines
+        with reading.open_binary(unit.path) as raw_file, open_text(raw_file, unit.path) as f:
+            yield from read(f, unit, stats, reading)
+        if unit.compression and stats.lines == lines_before:
+            stats.empty_files += 1  # an empty file compressed: its size is not 0
+
+    return read_unit
