@@ -110,13 +110,11 @@ def user_path(flag: str, path: str) -> Iterator[None]:
     read-only file system, no permission, a part of it missing) re-raised as the UserError
     naming both: converted where the path is used, so that an OSError elsewhere (a path of our
     own) stays a bug with its traceback. A full disk stays the OSError `message` reports, an
-    unreachable bucket storage.unavailable_message's."""
-    from bert_jax import storage
-
+    unreachable bucket its reporter's (add_error_reporter: storage registers one)."""
     try:
         yield
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT) or storage.unavailable_message(e):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) or any(r(e) for r in _ERROR_REPORTERS):
             raise
         where = f" ({e.filename})" if e.filename and str(e.filename) != path else ""
         raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e

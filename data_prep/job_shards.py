@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from bert_jax import cli
 from data_prep import output
 from data_prep import units as units_lib
 from data_prep.job import SPLITS, JobSpec, seed
