@@ -6,8 +6,8 @@ no usage dump, no screen of logs). Where the right answer is to go on (a UTF-8 b
 CRLF line ends, a gzip file without .gz), the case must exit 0 with the right result, checked.
 
 The binaries run in children forked from one process that imported the heavy libraries once
-(tests/forkrun.py): a process start per case would cost ~8 minutes of CI; the first tests check
-that a forked child answers exactly as `python -m` does.
+(tests/support/forkrun.py): a process start per case would cost ~8 minutes of CI; the first
+tests check that a forked child answers exactly as `python -m` does.
 """
 
 import bz2
@@ -20,13 +20,12 @@ import subprocess
 import sys
 
 import pytest
-import sweep_inputs
-import sweep_integrity
-from forkrun import Server
 
 from bert_jax import manifest
+from support import sweep_inputs, sweep_integrity
+from support.forkrun import Server
+from support.golden import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD_FLAGS = ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"]
 
 

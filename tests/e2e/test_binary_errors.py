@@ -4,14 +4,13 @@ as tracebacks (bad paths, damaged or foreign files) for the binaries of this pac
 is a process start, so the list keeps to those that fail before a model compiles."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.golden import REPO
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """data_prep with its inputs, vocabulary and output in a bucket, against a real GCS API server
-(fake-gcs-server, tests/fake_gcs.py): the same records as from and to a local disk, for every
-input kind; the promises of the local output directory kept without rename (nothing half-written
-is ever trusted, a rerun finishes only what is missing); and faults: the server stopped mid-job,
-503s and stalls, kill -9, two jobs on one directory."""
+(fake-gcs-server, tests/support/fake_gcs.py): the same records as from and to a local disk, for
+every input kind; the promises of the local output directory kept without rename (nothing
+half-written is ever trusted, a rerun finishes only what is missing); and faults: the server stopped
+mid-job, 503s and stalls, kill -9, two jobs on one directory."""
 
 import gzip
 import json
@@ -22,8 +22,7 @@ from bert_jax import features as F
 from bert_jax import manifest as contract
 from data_prep import job, output, resume, scaled
 from data_prep.testdata import make_wiki_dump
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.golden import REPO
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,8 @@
 """Training with its data and workdir in a bucket while the bucket misbehaves, on a real GCS
 server (fake-gcs-server): the server stopped for a few seconds, stopped for good, answering 503s
-and stalling (tests/flaky_proxy.py), and the trainer killed with SIGKILL during a save. Every run
-must end with the parameters of a run that saw none of it, or stop with one `error:` line and
-resume from the last finished checkpoint when rerun.
+and stalling (tests/support/flaky_proxy.py), and the trainer killed with SIGKILL during a save.
+Every run must end with the parameters of a run that saw none of it, or stop with one `error:` line
+and resume from the last finished checkpoint when rerun.
 
 Each test starts the trainer as a binary (the faults hit a process that does not know about
 them), sharing the session's compilation cache; 9 steps of configs/tiny.py, saved every 3.
@@ -22,12 +22,12 @@ import threading
 import time
 
 import pytest
-from flaky_proxy import FlakyProxy
-from test_buckets_train import upload, write_records
-from test_faults import assert_same_params
-from test_train import REPO
 
 from bert_jax import checkpointing, metrics_log, storage
+from support.buckets import upload, write_records
+from support.checkpoints import assert_same_params
+from support.flaky_proxy import FlakyProxy
+from support.golden import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
 """The trainer's side of buckets (issue 21), against a real GCS server (fake-gcs-server, see
-tests/fake_gcs.py): records and manifest read from gs://, a workdir in gs:// (checkpoints,
+tests/support/fake_gcs.py): records and manifest read from gs://, a workdir in gs:// (checkpoints,
 data positions, config, metrics.jsonl, TensorBoard), resume, a damaged step moved aside,
 export / embed / --init from and to gs://. The runs under faults (the server stopped, 503s and
-stalls, kill -9 during a save) are in tests/test_buckets_faults.py."""
+stalls, kill -9 during a save) are in tests/e2e/test_buckets_faults.py."""
 
 import json
 import os
@@ -10,7 +10,6 @@ import os
 import jax
 import numpy as np
 import pytest
-from test_train import GOLDEN_128, small_config
 
 from bert_jax import (
     checkpointing,
@@ -19,61 +18,11 @@ from bert_jax import (
     input_pipeline,
     manifest,
     metrics_log,
-    record_io,
     storage,
-    tokenization,
     train,
 )
-
-VOCAB = "bert-base-uncased-vocab.txt"
-
-
-def write_records(directory, testdata, vocab_path: str, shards=(2, 1)) -> str:
-    """A finished data_prep output made of the golden pydocs records: `shards` (train, eval)
-    ArrayRecord shards and a version-2 manifest whose vocabulary file is `vocab_path`."""
-    os.makedirs(directory, exist_ok=True)
-    records = list(record_io.read_records(str(testdata / GOLDEN_128)))
-    vocab = str(testdata / VOCAB)
-    per_shard = len(records) // sum(shards)
-    entries, start = {"train": [], "eval": []}, 0
-    for split, count in zip(("train", "eval"), shards):
-        for i in range(count):
-            name = f"{split}-{i:05d}-of-{count:05d}.arrayrecord"
-            part = records[start : start + per_shard]
-            start += per_shard
-            path = os.path.join(directory, name)
-            with record_io.RecordWriter(path) as w:
-                for r in part:
-                    w.write(r)
-            entries[split].append(
-                {
-                    "file": name,
-                    "instances": len(part),
-                    "md5": manifest.file_md5(path),
-                    "bytes": os.path.getsize(path),
-                }
-            )
-    body = manifest.contract_fields(
-        mode="scaled",
-        fmt="arrayrecord",
-        max_seq_length=128,
-        max_predictions_per_seq=20,
-        masked=True,
-        nsp=True,
-        whole_word_mask=False,
-        vocab=manifest.vocab_entry(tokenization.make_tokenizer(vocab), file=vocab_path),
-        shards=entries,
-    )
-    with open(os.path.join(directory, manifest.FILE), "w") as f:
-        json.dump(body, f)
-    return str(directory)
-
-
-def upload(local_dir: str, url: str) -> str:
-    for name in sorted(os.listdir(local_dir)):
-        with open(os.path.join(local_dir, name), "rb") as f:
-            storage.write_bytes(storage.join(url, name), f.read())
-    return url
+from support.buckets import VOCAB, upload, write_records
+from support.golden import small_config
 
 
 @pytest.fixture(scope="module")
@@ -366,9 +315,9 @@ def test_fine_tuning_from_and_into_buckets(gcs, tmp_path):
     """--init, the data files, the workdir (checkpoints, metrics, predictions, export) all in a
     bucket: the same predictions and exported weights as the same run on local files."""
     from safetensors.numpy import load_file
-    from test_finetune_train import make_config, save_tiny_hf, sst2_file
 
     from bert_jax.finetune import train as finetune
+    from support.finetune_data import make_config, save_tiny_hf, sst2_file
 
     local_hf = save_tiny_hf(tmp_path)
     files = {

@@ -15,10 +15,10 @@ from bert_jax import features as F
 from bert_jax import record_io, tokenization
 from data_prep import job, resume, scaled
 from data_prep.testdata import make_wiki_dump
+from support.golden import REPO
 
 pytest.importorskip("pyarrow")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTICLES = 30
 
 

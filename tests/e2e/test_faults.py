@@ -14,20 +14,11 @@ import time
 import jax
 import numpy as np
 import pytest
-from test_train import GOLDEN_128, GOLDEN_FLAGS, REPO, small_config
 
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F
-
-
-def assert_same_params(got_dir: str, want_dir: str) -> None:
-    got, _ = checkpointing.restore_params(got_dir)
-    want, _ = checkpointing.restore_params(want_dir)
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
-        np.testing.assert_array_equal(
-            np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
-        )
-
+from support.checkpoints import assert_same_params
+from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, small_config
 
 # --- kill -9 ---------------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ import sys
 
 import numpy as np
 import pytest
-from test_finetune_train import TINY, VOCAB, squad_file, sst2_file
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.finetune_data import TINY, VOCAB, squad_file, sst2_file
+from support.golden import REPO
+
 pytestmark = pytest.mark.slow  # each command starts JAX and compiles in a fresh process
 
 

@@ -4,9 +4,9 @@ full disks (a real one: a small tmpfs) and export directories that are mount poi
 
 Each case asserts the exit status, exactly one `error:` line (naming the file or flag and the
 cause) and no traceback, and that the work is resumable: the rerun of the same command finishes,
-from where the interrupted one saved. tests/test_bad_input_sweep.py can fold these cases in:
-the cheap ones run in its fork server (tests/forkrun.py); the ones that need a signal, a real
-process or a mount are real processes and marked slow.
+from where the interrupted one saved. tests/e2e/test_bad_input_sweep.py can fold these cases
+in: the cheap ones run in its fork server (tests/support/forkrun.py); the ones that need a signal, a
+real process or a mount are real processes and marked slow.
 
 Full disks and mount points need a mount: the command runs in its own user and mount namespace
 (`unshare --mount --map-root-user`) over a tmpfs of a few MB; where the system refuses that (no
@@ -25,11 +25,11 @@ import sys
 import time
 
 import pytest
-from forkrun import Server
 
 from bert_jax import checkpointing, manifest, publish, workdir_lock
+from support.forkrun import Server
+from support.golden import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(REPO, "data_prep", "testdata", "pydocs_small.L128.P20.dupe2.tfrecord")
 
 

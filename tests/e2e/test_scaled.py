@@ -16,8 +16,7 @@ from bert_jax import features as F
 from bert_jax import manifest as contract
 from bert_jax import record_io, tokenization, workdir_lock
 from data_prep import job, resume, scaled
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.golden import REPO
 
 
 def cli(*args, timeout=600):
@@ -263,7 +262,7 @@ def test_verify_detects_a_corrupted_shard(tmp_path, testdata, vocab_file):
     assert rc == 2 and "train-00000-of-00001.arrayrecord: md5 differs" in err and "FAILED" in err
     assert err.count("\n") == 1, err  # one `error:` line
     # docs/data_prep.md says so (it said 1 before).
-    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "data_prep.md")).read()
+    doc = open(os.path.join(REPO, "docs", "data_prep.md")).read()
     said = " ".join(doc.split("`--verify` recomputes each shard's size")[1].split()[:90])
     assert "exits with status 0 when all match" in said and "exits with status 2" in said
 

@@ -13,9 +13,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO
 
 from bench import tpu_chips, tpu_plan
+from support.golden import REPO
 
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,

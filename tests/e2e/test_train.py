@@ -14,9 +14,7 @@ import pytest
 from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
 from bert_jax import features as F
 from configs import tiny
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOLDEN_128 = "pydocs_small.L128.P20.dupe2.tfrecord"
+from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, golden_data, small_config
 
 
 @pytest.fixture(scope="module")
@@ -26,38 +24,6 @@ def unmasked_records(testdata, tmp_path_factory, unmask_records):
     # half-written job's output (test_data_contract).
     path = tmp_path_factory.mktemp("unmasked") / "unmasked.arrayrecord"
     return unmask_records(testdata / "pydocs_small.L128.P20.dupe2.tfrecord", path)
-
-
-def golden_data(config, testdata):
-    """The data facts of the original generator's golden TFRecords (no manifest.json): L=128,
-    P=20, masked, with NSP, bert-base-uncased's vocabulary (its special ids for dynamic masking)."""
-    config.data.max_seq_length, config.data.max_predictions_per_seq = 128, 20
-    config.data.dynamic_masking = False
-    config.data.vocab_file = str(testdata / "bert-base-uncased-vocab.txt")
-    config.data.cls_token_id, config.data.sep_token_id, config.data.mask_token_id = 101, 102, 103
-    return config
-
-
-# Command-line flags for the same (tests of the binaries).
-GOLDEN_FLAGS = ["--config.data.max_seq_length=128", "--config.data.max_predictions_per_seq=20"]
-
-
-def small_config(testdata, **train_overrides):
-    config = golden_data(tiny.get_config(), testdata)
-    config.data.train_files = str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")
-    config.data.eval_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
-    config.data.read_threads = 1
-    config.train.global_batch_size = 8
-    config.train.num_train_steps = 8
-    config.train.log_every_steps = 2
-    config.train.update(train_overrides)
-    config.optim.warmup_steps = 2
-    config.optim.learning_rate = 1e-3
-    config.eval.every_steps = 0
-    config.eval.batch_size = 16
-    config.checkpoint.every_steps = 3
-    config.mesh.num_devices = 1
-    return config
 
 
 def test_gradient_accumulation_equals_the_large_batch(testdata):

@@ -9,7 +9,7 @@ sys.argv and runs the module with runpy as `python -m` does, runs the atexit han
 with the status the interpreter would give. The server is its own process, not the pytest one,
 because pytest's JAX may hold threads (a fork of a threaded process can deadlock).
 
-tests/test_bad_input_sweep.py checks that a child answers like a real `python -m` process.
+tests/e2e/test_bad_input_sweep.py checks that a child answers like a real `python -m` process.
 """
 
 import contextlib

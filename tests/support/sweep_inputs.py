@@ -1,10 +1,10 @@
-"""Issue 23's cases for the bad-input sweep (tests/test_bad_input_sweep.py): the other inputs.
+"""Issue 23's cases for the bad-input sweep (tests/e2e/test_bad_input_sweep.py): the other inputs.
 
 Damaged model directories (config.json, tokenizer files, safetensors headers and data, pickles
 torch refuses, weight indexes that leave --model) through embed and fine-tuning; MediaWiki dumps
 in UTF-16/32; over-long lines; directories and named pipes where files belong; negative seeds;
 outputs that cannot be written; resumes with another model size. The command lines and helpers
-are tests/sweep_integrity.py's; `make_files(d)` writes this module's files.
+are tests/support/sweep_integrity.py's; `make_files(d)` writes this module's files.
 """
 
 import bz2
@@ -16,7 +16,9 @@ import os
 import random
 import shutil
 
-from sweep_integrity import (
+from bert_jax import manifest
+from support.golden import REPO
+from support.sweep_integrity import (
     DECODE,
     EMBED,
     EXPORT,
@@ -28,8 +30,6 @@ from sweep_integrity import (
     _id,
     _write,
 )
-
-from bert_jax import manifest
 
 # --- model directories -----------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ def make_files(d) -> None:
     _model_dirs(d, str(d / "hf"))
     os.mkfifo(d / "pipe")
     _long_lines(d, (d / "corpus.txt").read_bytes())
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     _wiki_files(d, f"{repo}/examples/data/enwiki-sample-pages-articles-multistream.xml.bz2")
     for name in RESIZED:
         shutil.copytree(d / "run", d / f"resume_{name}")
@@ -244,7 +244,7 @@ def _embeds_as_hf(ctx, o, stdout):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
-# --- the cases: see TRAINER_RUNS in tests/sweep_integrity.py ----------------------------------
+# --- the cases: see TRAINER_RUNS in tests/support/sweep_integrity.py --------------------------
 
 MODELS_FINETUNED = (
     "config not JSON",

@@ -1,12 +1,12 @@
-"""Issue 23's cases for the bad-input sweep (tests/test_bad_input_sweep.py): the record data.
+"""Issue 23's cases for the bad-input sweep (tests/e2e/test_bad_input_sweep.py): the record data.
 
 Damaged records (TFRecord CRCs, ArrayRecord chunk hashes) through the trainer, decode and
 --verify; records with extra or missing features; manifests whose shard paths leave their
 directory, whose counts are false or whose fields are malformed; train and eval sharing a shard.
-Model directories, text inputs, paths, seeds and outputs: tests/sweep_inputs.py, which shares
-this module's command lines. `make_files(d, server, vocab)` writes the files under the sweep's
-directory; `CASES` are (id, command line, expected) as the sweep's own: expected is the text (or
-tuple of texts) the one error line must hold, or a check(ctx, o, stdout) of an input that must
+Model directories, text inputs, paths, seeds and outputs: tests/support/sweep_inputs.py, which
+shares this module's command lines. `make_files(d, server, vocab)` writes the files under the
+sweep's directory; `CASES` are (id, command line, expected) as the sweep's own: expected is the text
+(or tuple of texts) the one error line must hold, or a check(ctx, o, stdout) of an input that must
 work.
 """
 

@@ -2,10 +2,11 @@
 
 `FullTokenizerOracle` transcribes the rules of google-research/bert `tokenization.py` (commit
 eedf571, the one GOLDEN.md's records come from) without its TensorFlow import, so the differential
-tests (tests/test_tokenization_differential.py) can compare bert_jax.tokenization with the original
-on every code point in `make test`. It is written for being read next to the original, not for
-speed; it was checked once against the real tokenization.py on every code point in three contexts,
-cased and uncased (docs/data_prep.md, "Tokenizer parity", says how and what came out).
+tests (tests/unit/bert_jax/test_tokenization_differential.py) can compare bert_jax.tokenization
+with the original on every code point in `make test`. It is written for being read next to the
+original, not for speed; it was checked once against the real tokenization.py on every code point in
+three contexts, cased and uncased (docs/data_prep.md, "Tokenizer parity", says how and what came
+out).
 
 The rules, as the original has them (and as bert_jax.tokenization must reproduce):
 - _clean_text deletes U+0000, U+FFFD and "control" characters, which are categories Cc and Cf only
@@ -22,7 +23,6 @@ The rules, as the original has them (and as bert_jax.tokenization must reproduce
   no match.
 """
 
-import os
 import unicodedata
 
 
@@ -174,139 +174,3 @@ class FullTokenizerOracle:
 
 
 # The oracle on the original's own unit tests (tokenization_test.py at eedf571).
-
-
-def test_oracle_on_the_originals_unit_tests():
-    assert basic_tokenize(" \tHeLLo!how  \n Are yoU?  ", True) == [
-        "hello",
-        "!",
-        "how",
-        "are",
-        "you",
-        "?",
-    ]
-    assert basic_tokenize("H\u00e9llo", True) == ["hello"]
-    assert basic_tokenize(" \tHeLLo!how  \n Are yoU?  ", False) == [
-        "HeLLo",
-        "!",
-        "how",
-        "Are",
-        "yoU",
-        "?",
-    ]
-    assert basic_tokenize("ah\u535a\u63a8zz", True) == ["ah", "\u535a", "\u63a8", "zz"]
-    vocab = {
-        t: i
-        for i, t in enumerate(
-            ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing"]
-        )
-    }
-    assert FullTokenizerOracle(vocab).tokenize("") == []
-    oracle = FullTokenizerOracle({**vocab, ",": 10})
-    assert oracle.tokenize("UNwant\u00e9d,running") == [
-        "un",
-        "##want",
-        "##ed",
-        ",",
-        "runn",
-        "##ing",
-    ]
-    assert oracle.encode("UNwant\u00e9d,running") == [7, 4, 5, 10, 8, 9]
-    assert wordpiece_tokenize("unwanted running", vocab) == [
-        "un",
-        "##want",
-        "##ed",
-        "runn",
-        "##ing",
-    ]
-    assert wordpiece_tokenize("unwantedX running", vocab) == ["[UNK]", "runn", "##ing"]
-    assert [is_whitespace(c) for c in " \t\r\n\u00a0A-"] == [True] * 5 + [False] * 2
-    assert [is_control(c) for c in "\u0005A \t\r\U0001f4a9"] == [True] + [False] * 5
-    assert [is_punctuation(c) for c in "-$`.A "] == [True] * 4 + [False] * 2
-
-
-def test_oracle_keeps_private_use_and_unassigned_characters():
-    """The case of issue 13: Co and Cn are not "control" to the original, so they stay in words."""
-    assert basic_tokenize("a\uf8ffb \U000f0000 \u0378", True) == [
-        "a\uf8ffb",
-        "\U000f0000",
-        "\u0378",
-    ]
-    assert basic_tokenize("a\u200bb\x0bc\x00d\ufffde", True) == ["abcde"]  # Cf, Cc, NUL, U+FFFD
-
-
-def verify_against_original(bert_dir, work_dir, every=1):
-    """Runs the real tokenization.py (google-research/bert, in bert_dir) and this oracle on the
-    differential test's inputs and prints what differs: every code point but the surrogates in
-    three contexts, cased and uncased, through BasicTokenizer; every distinct word that gives
-    through WordpieceTokenizer with both of the test's vocabularies; its random mixed strings
-    through FullTokenizer; and load_vocab on both vocabularies and on one with odd line ends.
-    Needs TensorFlow (its tf.compat.v1 API stands in for the TF1 the original imports). every=N
-    takes every Nth code point only (a quick look)."""
-    import sys
-
-    import tensorflow.compat.v1
-    import test_tokenization_differential as diff
-
-    sys.modules["tensorflow"] = tensorflow.compat.v1
-    code_points = diff.CODE_POINTS[::every]
-    sys.path.insert(0, bert_dir)
-    import tokenization as original
-
-    odd_lines = os.path.join(work_dir, "odd-lines-vocab.txt")
-    with open(odd_lines, "wb") as f:
-        f.write("[UNK]\n[CLS]\r\na\rb\nc\x85d\ne\u2028f\n g\x0bh \n\n\u3000x\u3000\nlast".encode())
-    vocabs = {
-        "real": os.path.join(
-            os.path.dirname(__file__), "..", "data_prep", "testdata", "bert-base-uncased-vocab.txt"
-        ),
-    }
-    vocabs["odd"] = diff.write_odd_vocab(vocabs["real"], os.path.join(work_dir, "odd-vocab.txt"))
-    for name, path in [*vocabs.items(), ("odd line ends", odd_lines)]:
-        same = dict(original.load_vocab(path)) == load_vocab(path)
-        print(f"load_vocab, {name}: {'same' if same else 'DIFFERENT'}")
-    for do_lower_case in (True, False):
-        basic = original.BasicTokenizer(do_lower_case=do_lower_case)
-        words, compared, differing = set(), 0, []
-        for context in diff.CONTEXTS.values():
-            for block in diff._blocks(code_points):
-                text = " ".join(context.format(chr(cp)) for cp in block)
-                theirs, ours = basic.tokenize(text), basic_tokenize(text, do_lower_case)
-                compared += len(block)
-                words.update(theirs)
-                if theirs != ours:
-                    differing += [
-                        hex(cp)
-                        for cp in block
-                        if basic.tokenize(context.format(chr(cp)))
-                        != basic_tokenize(context.format(chr(cp)), do_lower_case)
-                    ]
-        print(
-            f"BasicTokenizer, do_lower_case={do_lower_case}: {compared} code-point texts, "
-            f"{len(differing)} differ {differing[:20]}"
-        )
-        for name, path in vocabs.items():
-            vocab = original.load_vocab(path)
-            wordpiece = original.WordpieceTokenizer(vocab=vocab)
-            bad = [w for w in words if wordpiece.tokenize(w) != wordpiece_tokenize(w, vocab)]
-            texts = diff.fuzz_texts(seed=int(do_lower_case), count=3000)
-            full = original.FullTokenizer(path, do_lower_case=do_lower_case)
-            mine = FullTokenizerOracle(path, do_lower_case)
-            fuzz = [t for t in texts if full.tokenize(t) != mine.tokenize(t)]
-            print(
-                f"  {name} vocab: WordpieceTokenizer on {len(words)} distinct words, "
-                f"{len(bad)} differ {bad[:5]!r}; FullTokenizer on {len(texts)} random "
-                f"strings, {len(fuzz)} differ {fuzz[:3]!r}"
-            )
-
-
-if __name__ == "__main__":
-    import argparse
-    import tempfile
-
-    parser = argparse.ArgumentParser(description=verify_against_original.__doc__)
-    parser.add_argument("bert_dir", help="a checkout of google-research/bert")
-    parser.add_argument("--every", type=int, default=1, help="every Nth code point only")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as work:
-        verify_against_original(args.bert_dir, work, args.every)

@@ -5,10 +5,10 @@ import functools
 import jax
 import numpy as np
 import pytest
-from test_train import golden_data
 
 from bert_jax import checkpointing, cli, input_pipeline, train
 from configs import tiny
+from support.golden import golden_data
 
 
 def _config(testdata, data, fsdp, tensor, num_devices):

@@ -38,7 +38,7 @@ def test_cross_row_cosine_matches_the_pairwise_mean(seed):
 
 @pytest.fixture(scope="module")
 def model_and_batch(testdata):
-    from tests.test_train import small_config
+    from support.golden import small_config
 
     config = small_config(testdata)
     setup = train.make_setup(config)

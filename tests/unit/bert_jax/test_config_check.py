@@ -10,8 +10,7 @@ import pytest
 
 from bert_jax import cli, config_check, train
 from configs import tiny
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.golden import REPO
 
 
 def tiny_config(**changes):

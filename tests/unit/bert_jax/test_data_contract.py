@@ -18,9 +18,9 @@ from bert_jax import cli, data_contract, manifest, record_io
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 from configs import default
+from support.golden import REPO
 
 GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 masked records, L=128, P=20
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def unmask(example):

@@ -12,11 +12,11 @@ from flax import nnx
 from bert_jax import embed
 from bert_jax import model as M
 from configs import tiny
+from support.golden import REPO
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = [
     "Hello, world!",
     "",

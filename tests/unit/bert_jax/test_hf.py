@@ -13,6 +13,7 @@ from flax import nnx
 from bert_jax import export, hf
 from bert_jax import model as M
 from bert_jax.tokenization import WordPieceTokenizer
+from support.golden import REPO
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -26,7 +27,6 @@ TINY = dict(
     max_position_embeddings=64,
     type_vocab_size=2,
 )
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS = [
     "cls.predictions.transform.dense.weight",
     "cls.predictions.transform.dense.bias",

@@ -7,22 +7,9 @@ import pytest
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 from bert_jax import manifest, record_io
-from configs import default
-
-GOLDEN = "sample_text.L128.P20.dupe5.tfrecord"  # 60 records, L=128, P=20
-CLS, SEP, MASK, VOCAB = 101, 102, 103, 30522
-
-
-def data_config(files, dynamic=False, **kw):
-    """The golden records' facts (no manifest.json): what data_contract.resolve would fill in."""
-    d = default.get_config().data
-    d.train_files = str(files)
-    d.dynamic_masking = dynamic
-    d.max_seq_length, d.max_predictions_per_seq = 128, 20
-    d.cls_token_id, d.sep_token_id, d.mask_token_id = CLS, SEP, MASK
-    d.read_threads = 1
-    d.update(kw)
-    return d
+from support.golden import SAMPLE_128 as GOLDEN
+from support.golden import VOCAB_SIZE as VOCAB
+from support.golden import data_config, take
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +27,6 @@ def files(testdata, tmp_path_factory, unmask_records):
             w.write(r)
     unmask_records(golden, out["unmasked"])
     return out
-
-
-def take(ds_or_it, n):
-    it = iter(ds_or_it)
-    return [next(it) for _ in range(n)]
 
 
 def test_both_formats_give_the_same_batches(files):

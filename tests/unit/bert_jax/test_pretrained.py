@@ -1,17 +1,17 @@
 """bert_jax.pretrained.load, the one loader behind embed, export and fine-tuning's --init, on each
 kind of directory: a Hugging Face one with vocab.txt, one transformers 5 saved with tokenizer.json
-only, and a training workdir (its recorded vocabulary; tests/test_embed.py and
-tests/test_finetune_lora.py cover its damaged steps). Fine-tuning and embed read the same
-vocabulary and lower-casing from each, which they did not before the two loaders became one."""
+only, and a training workdir (its recorded vocabulary; tests/unit/bert_jax/test_embed.py and
+tests/unit/finetune/test_finetune_lora.py cover its damaged steps). Fine-tuning and embed read the
+same vocabulary and lower-casing from each, which they did not before the two loaders became one."""
 
 import os
 import shutil
 
 import pytest
-from test_finetune_train import VOCAB, make_config, save_tiny_hf, sst2_file
 
 from bert_jax import cli, embed, pretrained
 from bert_jax.finetune import runs
+from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,18 +1,20 @@
 """Issue 23: every record read is checked by what its format carries, a damaged one is an error
 naming the shard and record (or, with data.bad_records='skip', counted and bounded), and a valid
 Example with extra features is read as the clean one. The binaries' side is the bad-input sweep
-(tests/sweep_integrity.py)."""
+(tests/support/sweep_integrity.py)."""
 
 import pickle
 import shutil
 
 import numpy as np
 import pytest
-from test_input_pipeline import GOLDEN, VOCAB, data_config, take
 
 from bert_jax import bad_records, record_io
 from bert_jax import features as F
 from bert_jax import input_pipeline as ip
+from support.golden import SAMPLE_128 as GOLDEN
+from support.golden import VOCAB_SIZE as VOCAB
+from support.golden import data_config, take
 
 
 def _flip(path, offset):

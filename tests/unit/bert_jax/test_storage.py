@@ -109,7 +109,7 @@ def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch):
 
 def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
     """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
-    import flaky_proxy
+    from support import flaky_proxy
 
     with flaky_proxy.proxied(gcs.url, monkeypatch) as proxy:
         path = storage.join(bucket, "through-proxy.bin")
@@ -125,7 +125,7 @@ def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
 def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatch):
     """gcsfs gives up at once on a request that times out (it retries 5xx and lost connections
     only): storage tries the whole operation again, reads and writes alike."""
-    import flaky_proxy
+    from support import flaky_proxy
 
     with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=1) as proxy:
         path = storage.join(bucket, "stalled.bin")

@@ -1,6 +1,6 @@
 """WordPieceTokenizer against the original FullTokenizer's rules on every Unicode code point.
 
-The reference is tests/test_tokenization_oracle.py, a transcription of google-research/bert's
+The reference is tests/support/tokenizer_oracle.py, a transcription of google-research/bert's
 tokenization.py (checked once against the real one; docs/data_prep.md, "Tokenizer parity"). Every
 code point but the surrogates (UTF-8 input cannot hold them) is tried alone, inside a word
 ("ab{c}cd") and between words ("ab {c} cd"), cased and uncased, through all three of our code paths:
@@ -20,18 +20,20 @@ are cut into runs of neighbours that every rule of the original treats alike (Un
 the original's control, whitespace, punctuation and CJK tests, whether lower-casing or NFD changes
 them, whether they are combining, str.isspace, whether bert-base-uncased has them), and each run
 is tried at both ends (where an off-by-one range or table would show) and every 127th code point
-inside (tests/unicode_sample.py): about 20,000 code points, in well under a minute.
+inside (tests/support/unicode_sample.py): about 20,000 code points, in well under a minute.
 """
 
 import itertools
+import os
 import random
 import unicodedata
 
 import pytest
-import test_tokenization_oracle as oracle
-import unicode_sample
 
 from bert_jax import tokenization
+from support import tokenizer_oracle as oracle
+from support import unicode_sample
+from support.golden import TESTDATA
 
 CONTEXTS = {"alone": "{}", "inside": "ab{}cd", "between": "ab {} cd"}
 BLOCK = 1024
@@ -268,3 +270,80 @@ def test_the_default_selection_holds_every_range_end(code_points):
     ends += (0xE000, 0xF8FF, 0xF900, 0xFAFF, 0x20000, 0x2A6DF, 0x2F800, 0x2FA1F, 0x10FFFF)
     assert not [hex(cp) for cp in ends if cp not in chosen]
     assert 15_000 < len(chosen) < 60_000 or len(chosen) == len(CODE_POINTS)
+
+
+# --- Checking the oracle against the original (by hand, with TensorFlow) ---------------------
+
+
+def verify_against_original(bert_dir, work_dir, every=1):
+    """Runs the real tokenization.py (google-research/bert, in bert_dir) and this oracle on the
+    differential test's inputs and prints what differs: every code point but the surrogates in
+    three contexts, cased and uncased, through BasicTokenizer; every distinct word that gives
+    through WordpieceTokenizer with both of the test's vocabularies; its random mixed strings
+    through FullTokenizer; and load_vocab on both vocabularies and on one with odd line ends.
+    Needs TensorFlow (its tf.compat.v1 API stands in for the TF1 the original imports). every=N
+    takes every Nth code point only (a quick look)."""
+    import sys
+
+    import tensorflow.compat.v1
+
+    sys.modules["tensorflow"] = tensorflow.compat.v1
+    code_points = CODE_POINTS[::every]
+    sys.path.insert(0, bert_dir)
+    import tokenization as original
+
+    odd_lines = os.path.join(work_dir, "odd-lines-vocab.txt")
+    with open(odd_lines, "wb") as f:
+        f.write("[UNK]\n[CLS]\r\na\rb\nc\x85d\ne\u2028f\n g\x0bh \n\n\u3000x\u3000\nlast".encode())
+    vocabs = {
+        "real": os.path.join(os.path.join(TESTDATA, "bert-base-uncased-vocab.txt")),
+    }
+    vocabs["odd"] = write_odd_vocab(vocabs["real"], os.path.join(work_dir, "odd-vocab.txt"))
+    for name, path in [*vocabs.items(), ("odd line ends", odd_lines)]:
+        same = dict(original.load_vocab(path)) == oracle.load_vocab(path)
+        print(f"load_vocab, {name}: {'same' if same else 'DIFFERENT'}")
+    for do_lower_case in (True, False):
+        basic = original.BasicTokenizer(do_lower_case=do_lower_case)
+        words, compared, differing = set(), 0, []
+        for context in CONTEXTS.values():
+            for block in _blocks(code_points):
+                text = " ".join(context.format(chr(cp)) for cp in block)
+                theirs, ours = basic.tokenize(text), oracle.basic_tokenize(text, do_lower_case)
+                compared += len(block)
+                words.update(theirs)
+                if theirs != ours:
+                    differing += [
+                        hex(cp)
+                        for cp in block
+                        if basic.tokenize(context.format(chr(cp)))
+                        != oracle.basic_tokenize(context.format(chr(cp)), do_lower_case)
+                    ]
+        print(
+            f"BasicTokenizer, do_lower_case={do_lower_case}: {compared} code-point texts, "
+            f"{len(differing)} differ {differing[:20]}"
+        )
+        for name, path in vocabs.items():
+            vocab = original.load_vocab(path)
+            wordpiece = original.WordpieceTokenizer(vocab=vocab)
+            bad = [w for w in words if wordpiece.tokenize(w) != oracle.wordpiece_tokenize(w, vocab)]
+            texts = fuzz_texts(seed=int(do_lower_case), count=3000)
+            full = original.FullTokenizer(path, do_lower_case=do_lower_case)
+            mine = oracle.FullTokenizerOracle(path, do_lower_case)
+            fuzz = [t for t in texts if full.tokenize(t) != mine.tokenize(t)]
+            print(
+                f"  {name} vocab: WordpieceTokenizer on {len(words)} distinct words, "
+                f"{len(bad)} differ {bad[:5]!r}; FullTokenizer on {len(texts)} random "
+                f"strings, {len(fuzz)} differ {fuzz[:3]!r}"
+            )
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description=verify_against_original.__doc__)
+    parser.add_argument("bert_dir", help="a checkout of google-research/bert")
+    parser.add_argument("--every", type=int, default=1, help="every Nth code point only")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        verify_against_original(args.bert_dir, work, args.every)

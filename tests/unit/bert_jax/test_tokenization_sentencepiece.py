@@ -12,10 +12,10 @@ import unicodedata
 import numpy as np
 import pytest
 import sentencepiece as spm
-import unicode_sample
 
 from bert_jax import tokenization
 from data_prep import vocab
+from support import unicode_sample
 
 CONTEXTS = ("{}", "ab{}cd", "ab {} cd")
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from bert_jax import storage, workdir_lock
-from tests.conftest import REPO
+from support.golden import REPO
 
 
 def _stale_holder(**changes) -> bytes:

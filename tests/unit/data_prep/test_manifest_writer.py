@@ -1,5 +1,5 @@
 """Every data_prep mode writes the whole data contract: manifest version 2, bert_jax/manifest.py.
-(The Beam job writes the local scaled job's manifest: tests/test_beam.py.)"""
+(The Beam job writes the local scaled job's manifest: tests/unit/data_prep/test_beam.py.)"""
 
 import json
 import os

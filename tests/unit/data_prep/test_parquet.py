@@ -9,8 +9,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from data_prep import readers, units  # noqa: E402
+from support.golden import REPO  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample.parquet")
 
 

@@ -10,10 +10,10 @@ import re
 import pytest
 
 from data_prep import templates, wiki, wikitext
+from support.golden import REPO
 
 mwparserfromhell = pytest.importorskip("mwparserfromhell")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample-pages-articles-multistream.xml.bz2")
 _WORDS = ["a", "b c", "x_y", " d ", "Ünï", "1", "2015", "e=f", "=", "-", "ɑ", "''g''", "h.i"]
 

@@ -12,8 +12,8 @@ import pytest
 
 from data_prep import readers, units, wiki, wikitext
 from data_prep.testdata import make_wiki_dump
+from support.golden import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample-pages-articles-multistream.xml.bz2")
 MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|</?[a-z]+[ >/]|\{\||\|\}|==|''|&[a-z]+;|__[A-Z]+__")
 

@@ -7,14 +7,9 @@ import os
 import sys
 
 import pytest
-from test_finetune_train import make_config, save_tiny_hf, sst2_file, stsb_file
 
 from bert_jax.finetune import train
-
-
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    return save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
+from support.finetune_data import make_config, sst2_file, stsb_file
 
 
 def sst2_config(tmp_path, train_file, **data):

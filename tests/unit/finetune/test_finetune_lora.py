@@ -226,16 +226,9 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file, flip_byte
 # --- The whole LoRA path: train, merge, export, reload with transformers ---------------------
 
 
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    from test_finetune_train import save_tiny_hf
-
-    return save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
-
-
 def _task_files(kind, tmp_path):
     """(config.data fields, the AutoModel class) with small synthetic train and test files."""
-    import test_finetune_train as data
+    from support import finetune_data as data
 
     if kind == "classification":
         make, fields = data.sst2_file, {"format": "glue", "layout": "sst2"}
@@ -258,9 +251,9 @@ def test_lora_run_exports_a_model_that_predicts_like_ours(tiny_hf, tmp_path, kin
     file's inputs and put through the same post-processing, writes our prediction file."""
     import transformers
     from safetensors.numpy import load_file
-    from test_finetune_train import make_config
 
     from bert_jax.finetune import runs, train
+    from support.finetune_data import make_config
 
     config = make_config(**_task_files(kind, tmp_path))
     config.lora.rank = 2

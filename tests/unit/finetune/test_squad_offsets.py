@@ -7,17 +7,17 @@ _improve_answer_span to the pieces that spell the tokenized answer when some do.
 squad.tokenize_context keeps each piece's character span instead (tokenization's
 basic_tokenize_with_offsets). The two must give the same piece ids, every piece must lie inside the
 word run_squad.py maps it to, and an answer run_squad.py can spell exactly must get the same piece
-span. The tokenizer is the plain-Python oracle of the original (test_tokenization_oracle.py).
+span. The tokenizer is the plain-Python oracle of the original (tests/support/tokenizer_oracle.py).
 """
 
 import unicodedata
 
 import pytest
-import test_tokenization_oracle as oracle
-import unicode_sample
 
 from bert_jax import tokenization
 from bert_jax.finetune import squad
+from support import tokenizer_oracle as oracle
+from support import unicode_sample
 
 # Where a code point x sits: alone, at a word's start, inside, at its end, next to punctuation.
 CONTEXT = "The {x}alpha be{x}ta gamma{x} {x} (delta{x}), epsilon.{x}"
