@@ -6,8 +6,8 @@ no usage dump, no screen of logs). Where the right answer is to go on (a UTF-8 b
 CRLF line ends, a gzip file without .gz), the case must exit 0 with the right result, checked.
 
 The binaries run in children forked from one process that imported the heavy libraries once
-(tests/support/forkrun.py): a process start per case would cost ~8 minutes of CI; the first
-tests check that a forked child answers exactly as `python -m` does.
+(tests/support/forkrun.py): a process start per case would cost ~8 minutes of CI; the first tests
+check that a forked child answers exactly as `python -m` does.
 """
 
 import bz2
@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from bert_jax import manifest
-from support import sweep_inputs, sweep_integrity
+from support import sweep_inputs, sweep_integrity, sweep_runs
 from support.forkrun import Server
 from support.golden import REPO
 
@@ -99,7 +99,7 @@ def _records_variants(d) -> None:
     records = d / "records"
     m = manifest.read(str(records / "manifest.json"))
     shard = m["shards"]["train"][0]["file"]
-    for name in ("missing", "tmp", "badmd5", "nomanifest", "cut", "morevocab"):
+    for name in ("missing", "tmp", "badmd5", "nomanifest", "cut", "morevocab", "noeval"):
         shutil.copytree(records, d / f"rec_{name}")
     os.remove(d / "rec_missing" / shard)
     _write(d / "rec_tmp" / f"{shard}.tmp-4242", b"half a shard")
@@ -114,6 +114,9 @@ def _records_variants(d) -> None:
     doc = json.loads((d / "rec_morevocab" / "manifest.json").read_text())
     doc["vocab"]["size"] = 50_000  # data tokenized with a larger vocabulary than tiny's model
     (d / "rec_morevocab" / "manifest.json").write_text(json.dumps(doc))
+    doc = json.loads((d / "rec_noeval" / "manifest.json").read_text())
+    doc["shards"]["eval"] = []  # a training-only output named as the eval data too
+    (d / "rec_noeval" / "manifest.json").write_text(json.dumps(doc))
 
 
 def _finetune_files(d) -> None:
@@ -180,7 +183,8 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     shard = manifest.read(str(d / "records" / "manifest.json"))["shards"]["train"][0]["file"]
     more = sweep_integrity.make_files(d, server, vocab_file)
     sweep_inputs.make_files(d)
-    return {"d": d, "vocab": vocab_file, "shard": shard, **more}
+    runs = sweep_runs.make_files(d, model, config, save_checkpoint, vocab_file)
+    return {"d": d, "vocab": vocab_file, "shard": shard, **more, **runs}
 
 
 # --- the cases ------------------------------------------------------------------------------
@@ -252,10 +256,14 @@ def prep(name, extra=""):
 
 DATA_PREP_MAIN = [
     ("no flags", "data_prep.main", "--output_dir"),
-    ("no output_dir", "data_prep.main --input={d}/corpus.txt --vocab_file={vocab}", "--output_dir"),
+    (
+        "no output_dir",
+        "data_prep.main --input={d}/corpus.txt --vocab_file={vocab}",
+        "pass --output_dir",
+    ),
     ("no vocab_file", "data_prep.main --input={d}/corpus.txt --output_dir={o}/out", "--vocab_file"),
     ("input missing", prep("nope.txt"), "nope.txt"),
-    ("input glob matches nothing", prep("nope-*.txt"), "nope-*.txt"),
+    ("input glob matches nothing", prep("nope-*.txt"), ("nope-*.txt", "matches no file")),
     ("input is a directory", prep("dir"), "dir"),
     ("input empty", prep("empty.txt"), "empty.txt"),
     ("input blank lines only", prep("blank.txt"), "blank.txt"),
@@ -294,15 +302,43 @@ DATA_PREP_MAIN = [
     ("num_shards negative", prep("corpus.txt", "--num_shards=-2"), "num_shards"),
     ("format unknown", prep("corpus.txt", "--format=parquet"), "--format"),
     ("mode unknown", prep("corpus.txt", "--mode=fast"), "--mode"),
-    ("flag typo", prep("corpus.txt", "--max_seq_len=64"), "max_seq_len"),
+    (
+        "flag typo",
+        prep("corpus.txt", "--max_seq_len=64"),
+        "Unknown command line flag 'max_seq_len'",
+    ),
+    (
+        "language not a code",
+        prep("corpus.txt", "--language=en!"),
+        "--language=en!: 'en!' is not a language code",
+    ),
+    (
+        "language in reference mode",
+        prep("corpus.txt", "--mode=reference --language=de"),
+        "--language is for --mode=scaled or beam",
+    ),
     ("stray argument", prep("corpus.txt", "stray.txt"), "stray.txt"),
-    ("vocab missing", prep("corpus.txt", "--vocab_file={d}/nope.txt"), "nope.txt"),
+    (
+        "vocab missing",
+        prep("corpus.txt", "--vocab_file={d}/nope.txt"),
+        ("nope.txt", "does not exist"),
+    ),
+    (
+        "vocab a text file",
+        prep("corpus.txt", "--vocab_file={d}/clean.txt"),
+        ("clean.txt", "lacks the special tokens"),
+    ),
     ("vocab empty", prep("corpus.txt", "--vocab_file={d}/vocab_empty.txt"), "vocab_empty.txt"),
     ("vocab no [MASK]", prep("corpus.txt", "--vocab_file={d}/vocab_nomask.txt"), "vocab_nomask"),
     ("vocab UTF-16", prep("corpus.txt", "--vocab_file={d}/vocab_utf16.txt"), "vocab_utf16.txt"),
     ("vocab random bytes", prep("corpus.txt", "--vocab_file={d}/vocab.bin"), "vocab.bin"),
     ("vocab a directory", prep("corpus.txt", "--vocab_file={d}/dir"), "dir"),
     ("output_dir a file", prep("corpus.txt", "--output_dir={d}/not_a_dir"), "not_a_dir"),
+    (
+        "output_dir under a file",
+        prep("corpus.txt", "--output_dir={d}/not_a_dir/out"),
+        ("not_a_dir", "cannot write to --output_dir"),
+    ),
     ("tfds unknown", prep("corpus.txt", "--input=tfds:no_such_set_xyz"), "no_such_set_xyz"),
     (
         "rerun other flags",
@@ -320,11 +356,15 @@ DATA_PREP_MAIN = [
 
 DEC = "data_prep.decode --input={d}/records/{shard} --vocab_file={vocab}"
 DECODE = [
-    ("decode: no input", "data_prep.decode --vocab_file={vocab}", "--input"),
+    ("decode: no input", "data_prep.decode --vocab_file={vocab}", "pass --input"),
     ("decode: no vocab", "data_prep.decode --input={d}/records/{shard}", "--vocab_file"),
     ("decode: input missing", DEC + " --input={d}/nope.arrayrecord", "nope.arrayrecord"),
     ("decode: text as tfrecord", DEC + " --input={d}/text.tfrecord", "text.tfrecord"),
-    ("decode: text as arrayrecord", DEC + " --input={d}/text.arrayrecord", "text.arrayrecord"),
+    (
+        "decode: text as arrayrecord",
+        DEC + " --input={d}/text.arrayrecord",
+        "text.arrayrecord: not a readable ArrayRecord file",
+    ),
     ("decode: input a directory", DEC + " --input={d}/records", "records"),
     ("decode: empty record file", DEC + " --input={d}/empty.tfrecord", "empty.tfrecord"),
     ("decode: truncated shard", DEC + " --input={d}/rec_cut/{shard} --limit=0", "{shard}"),
@@ -345,14 +385,18 @@ VOCAB = [
     ("vocab: no input", "data_prep.vocab --output={o}/v.txt", "--input"),
     ("vocab: no output", "data_prep.vocab --input={d}/corpus.txt", "--output"),
     ("vocab: input missing", VOC + " --input={d}/nope.txt", "nope.txt"),
-    ("vocab: input empty", VOC + " --input={d}/empty.txt", "empty.txt"),
-    ("vocab: input blank", VOC + " --input={d}/blank.txt", "blank.txt"),
+    ("vocab: input empty", VOC + " --input={d}/empty.txt", ("empty.txt", "holds no text")),
+    ("vocab: input blank", VOC + " --input={d}/blank.txt", ("blank.txt", "holds no text")),
     ("vocab: input UTF-16", VOC + " --input={d}/utf16.txt", "utf16.txt"),
     ("vocab: input random bytes", VOC + " --input={d}/random.bin", "random.bin"),
     ("vocab: input a directory", VOC + " --input={d}/dir", "dir"),
-    ("vocab: size 0", VOC + " --vocab_size=0", "--vocab_size"),
+    ("vocab: size 0", VOC + " --vocab_size=0", "--vocab_size=0 leaves no room for text"),
     ("vocab: size negative", VOC + " --vocab_size=-3", "--vocab_size"),
-    ("vocab: size too small", VOC + " --vocab_size=30", "--vocab_size"),
+    (
+        "vocab: size too small",
+        VOC + " --vocab_size=30",
+        "--vocab_size=30 is smaller than the 100 entries this corpus needs",
+    ),
     ("vocab: size a word", VOC + " --vocab_size=big", "vocab_size"),
     ("vocab: model type unknown", VOC + " --model_type=bpe", "--model_type"),
     ("vocab: output a directory", VOC + " --output={d}/dir --vocab_size=300", "dir"),
@@ -360,7 +404,7 @@ VOCAB = [
     (
         "vocab: sp size too small",
         VOC + " --model_type=sentencepiece --vocab_size=10",
-        "--vocab_size",
+        "--vocab_size=10 is smaller than the",
     ),
     ("vocab: BOM input works", VOC + " --input={d}/bom.txt --vocab_size=300", _vocab_without_bom),
 ]
@@ -374,10 +418,24 @@ BERT_JAX_MAIN = [
     ("train: no workdir", "bert_jax.main --config=configs/tiny.py", "--workdir"),
     ("train: config missing", TRAIN + " --config=configs/nope.py", "configs/nope.py"),
     ("train: config not python", TRAIN + " --config={d}/corpus.txt", "corpus.txt"),
-    ("train: config field typo", TRAIN + " --config.optim.learnin_rate=1e-3", "learning_rate"),
-    ("train: config section typo", TRAIN + " --config.optm.learning_rate=1e-3", "--config.optm"),
+    (
+        "train: config field typo",
+        TRAIN + " --config.optim.learnin_rate=1e-3",
+        "error: --config.optim.learnin_rate: no such config field; did you mean "
+        "--config.optim.learning_rate?",
+    ),
+    (
+        "train: config section typo",
+        TRAIN + " --config.optm.learning_rate=1e-3",
+        "error: --config.optm.learning_rate: no such",
+    ),
     ("train: value a word", TRAIN + " --config.optim.learning_rate=fast", "learning_rate"),
     ("train: lr negative", TRAIN + " --config.optim.learning_rate=-1e-4", "learning_rate"),
+    (  # the config is checked before the data is looked for
+        "train: lr negative and data missing",
+        TRAIN + " --config.optim.learning_rate=-1e-4 --config.data.train_files={d}/nope",
+        "error: config: optim.learning_rate=-0.0001 must be positive",
+    ),
     ("train: lr NaN", TRAIN + " --config.optim.learning_rate=nan", "learning_rate"),
     ("train: lr 0", TRAIN + " --config.optim.learning_rate=0", "learning_rate"),
     ("train: warmup past the end", TRAIN + " --config.optim.warmup_steps=500", "warmup_steps"),
@@ -402,7 +460,21 @@ BERT_JAX_MAIN = [
     ),
     ("train: optimizer unknown", TRAIN + " --config.optim.optimizer=sgd", "optimizer"),
     ("train: train_files unset", TRAIN + " --config.data.train_files=", "train_files"),
-    ("train: train_files missing", TRAIN + " --config.data.train_files={d}/nope", "nope"),
+    (
+        "train: train_files missing",
+        TRAIN + " --config.data.train_files={d}/nope",
+        "error: no record files match '{d}/nope'",
+    ),
+    (
+        "train: a directory of text files",
+        TRAIN + " --config.data.train_files={d}/dir",
+        ("dir", "has no manifest.json"),
+    ),
+    (
+        "train: no eval split",
+        TRAIN + " --config.data.train_files={d}/rec_noeval --config.data.eval_files={d}/rec_noeval",
+        ("rec_noeval", "lists no eval shards"),
+    ),
     (
         "train: half-written data",
         TRAIN + " --config.data.train_files={d}/rec_nomanifest",
@@ -429,7 +501,7 @@ BERT_JAX_MAIN = [
         "train: text as records",
         TRAIN + " --config.data.train_files={d}/corpus.txt --config.data.max_seq_length=64"
         " --config.data.max_predictions_per_seq=10",
-        "corpus.txt",
+        ("corpus.txt", "is it a TFRecord file?"),
     ),
     ("train: a file as workdir", TRAIN + " --workdir={d}/not_a_dir", "not_a_dir"),
     ("train: stray argument", TRAIN + " extra", "extra"),
@@ -439,10 +511,14 @@ EXPORT = "bert_jax.export --workdir={d}/run --output_dir={o}/hf"
 BERT_JAX_EXPORT = [
     ("export: no flags", "bert_jax.export", "--workdir"),
     ("export: no output_dir", "bert_jax.export --workdir={d}/run", "--output_dir"),
-    ("export: workdir missing", EXPORT + " --workdir={d}/nope", "nope"),
+    ("export: workdir missing", EXPORT + " --workdir={d}/nope", ("nope", "holds no checkpoints")),
     ("export: workdir without checkpoints", EXPORT + " --workdir={d}/dir", "dir"),
     ("export: workdir a file", EXPORT + " --workdir={d}/not_a_dir", "not_a_dir"),
-    ("export: output a file", EXPORT + " --output_dir={d}/not_a_dir", "not_a_dir"),
+    (
+        "export: output a file",
+        EXPORT + " --output_dir={d}/not_a_dir",
+        ("not_a_dir", "is a file; pass a directory"),
+    ),
     ("export: output under a file", EXPORT + " --output_dir={d}/not_a_dir/hf", "not_a_dir"),
     ("export: no such step", EXPORT + " --step=99", "99"),
     ("export: step negative", EXPORT + " --step=-1", "-1"),
@@ -457,11 +533,12 @@ EMBED = "bert_jax.embed --model={d}/hf --input={d}/clean.txt --output={o}/e.npz"
 BERT_JAX_EMBED = [
     ("embed: no flags", "bert_jax.embed", "--model"),
     ("embed: no output", "bert_jax.embed --model={d}/hf --input={d}/clean.txt", "--output"),
+    ("embed: no input", "bert_jax.embed --model={d}/hf --output={o}/e.npz", "--input is required"),
     ("embed: model missing", EMBED + " --model={d}/nope", "nope"),
-    ("embed: model not a model", EMBED + " --model={d}/dir", "dir"),
+    ("embed: model not a model", EMBED + " --model={d}/dir", ("dir", "has no config.json")),
     ("embed: model a file", EMBED + " --model={d}/corpus.txt", "corpus.txt"),
     ("embed: input missing", EMBED + " --input={d}/nope.txt", "nope.txt"),
-    ("embed: input latin-1", EMBED + " --input={d}/latin1.txt", "latin1.txt"),
+    ("embed: input latin-1", EMBED + " --input={d}/latin1.txt", "latin1.txt' is not UTF-8 text"),
     ("embed: input UTF-16", EMBED + " --input={d}/utf16.txt", "utf16.txt"),
     ("embed: input random bytes", EMBED + " --input={d}/random.bin", "random.bin"),
     ("embed: input a directory", EMBED + " --input={d}/dir", "dir"),
@@ -581,9 +658,10 @@ FINETUNE = [
     ),
 ]
 
-# Interrupts (SIGTERM/SIGINT, Ctrl-C), concurrent runs on one workdir and mount-point cases: the
-# classes issue 23 gives the `runs` work (its workdir lock, exports, signals); its cases go here.
-RUNS: list = []
+# Interrupts (Ctrl-C once and twice, killed workers), concurrent runs on one directory and
+# mount-point cases (full disks, an export directory that is a mount): issue 23's run faults,
+# each a command line and a scenario that runs it (tests/support/sweep_runs.py).
+RUNS = sweep_runs.CASES
 
 ALL_CASES = [
     *DATA_PREP_MAIN,
@@ -621,11 +699,26 @@ def test_a_forked_child_answers_as_python_dash_m(world, server, tmp_path):
         assert (proc.returncode, proc.stdout, proc.stderr) == server.run(module, args), case
 
 
-@pytest.mark.parametrize("case", list(CASES))
+def _param(case):
+    """Run faults that start real processes (signals, mounts) are slow; mounts need user
+    namespaces."""
+    expected = CASES[case][2]
+    marks = []
+    if isinstance(expected, sweep_runs.Run):
+        marks += [pytest.mark.slow] if expected.real else []
+        if expected.mount and not sweep_runs.can_mount():
+            marks.append(pytest.mark.skip(reason="no user/mount namespaces here"))
+    return pytest.param(case, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(case) for case in CASES])
 def test_bad_input(world, server, tmp_path, case):
     module, args = _command(world, case, tmp_path)
-    status, out, err = server.run(module, args)
     expected = CASES[case][2]
+    if isinstance(expected, sweep_runs.Run):  # a scenario: runs the command itself
+        expected(world | {"server": server}, str(tmp_path), module, args)
+        return
+    status, out, err = server.run(module, args)
     if callable(expected):  # an input that must work
         assert status == 0, err[-3000:]
         expected({**world, "server": server}, str(tmp_path), out)
@@ -640,6 +733,8 @@ def test_bad_input(world, server, tmp_path, case):
     for text in (expected,) if isinstance(expected, str) else expected:
         names = text.format(**world)
         assert names in err, f"the error does not name {names!r}: {err}"
+    if module == "data_prep.vocab":  # no useless vocabulary left behind
+        assert not os.path.exists(os.path.join(tmp_path, "v.txt"))
 
 
 def test_the_sweep_covers_every_binary_with_at_least_300_cases():
@@ -652,5 +747,14 @@ def test_the_sweep_covers_every_binary_with_at_least_300_cases():
         "bert_jax.main",
         "bert_jax.export",
         "bert_jax.embed",
+        "bert_jax.finetune",
+    }
+    # issue 23's run faults: every class, for the binaries that take a workdir or output
+    kinds = {(line.split()[0], run.kind) for _, line, run in RUNS}
+    assert {kind for _, kind in kinds} == {"interrupt", "concurrency", "mount"}
+    assert {module for module, _ in kinds} == {
+        "data_prep.main",
+        "bert_jax.main",
+        "bert_jax.export",
         "bert_jax.finetune",
     }

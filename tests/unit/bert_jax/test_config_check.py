@@ -1,16 +1,14 @@
 """Config mistakes are one clear message before anything compiles, and one `error:` line from the
 binaries: typos (with the nearest valid name), bad values, a batch or model the mesh cannot split,
-a mesh the devices cannot hold."""
+a mesh the devices cannot hold. The binary's one-line errors for the same mistakes are cases of the
+bad-input sweep (tests/e2e/test_bad_input_sweep.py, "train: config field typo" and others)."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from bert_jax import cli, config_check, train
 from configs import tiny
-from support.golden import REPO
 
 
 def tiny_config(**changes):
@@ -65,45 +63,3 @@ def test_train_and_evaluate_checks_before_anything_else(tmp_path, monkeypatch):
     with pytest.raises(cli.UserError, match=r"learning_rate=-0.001 must be positive"):
         train.train_and_evaluate(tiny_config(optim__learning_rate=-1e-3), str(tmp_path))
     assert not os.listdir(tmp_path)  # no workdir content either
-
-
-def run_main(tmp_path, *args):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bert_jax.main",
-            "--config=configs/tiny.py",
-            f"--workdir={tmp_path / 'run'}",
-            *args,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-@pytest.mark.parametrize(
-    "args, line",
-    [
-        (
-            ["--config.optim.learnin_rate=1e-3"],
-            "error: --config.optim.learnin_rate: no such config field; did you mean "
-            "--config.optim.learning_rate?",
-        ),
-        (["--config.optm.learning_rate=1e-3"], "error: --config.optm.learning_rate: no such"),
-        (
-            ["--config.optim.learning_rate=-1e-4", "--config.data.train_files=/nonexistent"],
-            "error: config: optim.learning_rate=-0.0001 must be positive",
-        ),
-        (
-            ["--config.data.train_files=/nonexistent/records"],
-            "error: no record files match '/nonexistent/records'",
-        ),
-    ],
-)
-def test_the_binary_says_one_line(tmp_path, args, line):
-    proc = run_main(tmp_path, *args)
-    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
-    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(line), proc.stderr
