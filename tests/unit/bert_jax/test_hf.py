@@ -13,6 +13,7 @@ from flax import nnx
 from bert_jax import export, hf
 from bert_jax import model as M
 from bert_jax.tokenization import WordPieceTokenizer
+from support import tiny
 from support.golden import REPO
 
 torch = pytest.importorskip("torch")
@@ -20,10 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 TINY = dict(
     vocab_size=30522,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
+    **tiny.SHAPE,  # configs/tiny.py's
     max_position_embeddings=64,
     type_vocab_size=2,
 )

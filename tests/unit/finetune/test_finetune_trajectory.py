@@ -24,16 +24,14 @@ from bert_jax import model as model_lib
 from bert_jax import optim, packing, sharding
 from bert_jax.finetune import encode, heads, hf_export, packed, runs, squad, train
 from configs.finetune import base
+from support import tiny
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 TINY = model_lib.BertConfig(
     vocab_size=60,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=64,
+    **tiny.SHAPE,  # configs/tiny.py's
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
     max_position_embeddings=32,
