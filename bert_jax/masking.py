@@ -2,11 +2,11 @@
 masking both call `mask`. numpy only (no JAX import), so data_prep imports it too.
 
 The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py keeps that
-code step for step as the specification; tests/test_masking.py checks this module against it):
-round(masked_lm_prob x the row's real tokens) positions are predicted, at least 1 and at most
-max_predictions_per_seq; [CLS] and [SEP] are never chosen; 80% of the chosen tokens become [MASK],
-10% stay as they are and 10% become a random entry of the whole vocabulary; positions come out
-sorted. With whole-word masking a word's pieces ("un", "##able") are chosen together, words in
+code step for step as the specification; tests/unit/bert_jax/test_masking.py checks this module
+against it): round(masked_lm_prob x the row's real tokens) positions are predicted, at least 1 and
+at most max_predictions_per_seq; [CLS] and [SEP] are never chosen; 80% of the chosen tokens become
+[MASK], 10% stay as they are and 10% become a random entry of the whole vocabulary; positions come
+out sorted. With whole-word masking a word's pieces ("un", "##able") are chosen together, words in
 random order, and a word that would overshoot the budget is skipped, not split.
 
 The random stream differs from the reference's (one numpy pass over many rows instead of Python

@@ -6,7 +6,7 @@ tail is short, so pydocs at L=128 is 11% padding (data_prep's padding_fraction, 
 manifest). Packing (bert_jax.packing: first-fit decreasing) puts several records in one row, so
 a step spends its FLOPs on real tokens; the model keeps each record's attention, positions and
 [CLS] to itself (bert_jax.model, packed rows), so every record's logits, loss and gradient are
-those of the record alone (tests/test_packing.py).
+those of the record alone (tests/unit/bert_jax/test_packing.py).
 
 In the Grain pipeline (input_pipeline.train_dataset, config.data.pack), after parsing and
 dynamic masking and after the per-process slice:

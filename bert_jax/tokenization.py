@@ -7,8 +7,8 @@ format; private use Co and unassigned Cn stay, so a word holding U+F8FF is usual
 Python's str.split (which also splits on U+2028, U+2029 and other str.isspace characters); when
 lower-casing, str.lower then NFD and drop Mn; cut punctuation (P* and non-alphanumeric printable
 ASCII) into tokens of their own; greedy longest-match WordPiece with a 200-code-point word limit.
-tests/test_tokenization_differential.py checks every code point against a transcription of the
-original (tests/test_tokenization_oracle.py).
+tests/unit/bert_jax/test_tokenization_differential.py checks every code point against a
+transcription of the original (tests/support/tokenizer_oracle.py).
 
 It is a from-scratch implementation of those rules plus a per-word cache: the full rules run once
 per distinct whitespace-separated word and natural text is Zipfian, so most words are cache hits.

@@ -3,9 +3,9 @@
 This is the specification the default path (instances.py, bert_jax/masking.py) is tested against;
 leave it as it is. Every function follows the original, including the order of every call on the
 random generator, so the same input, vocabulary, seed and flags give the same records
-(tests/test_reference_golden.py compares with files the original wrote). They work on token ids
-rather than strings (faster, and what the records hold). One random.Random is threaded through the
-whole corpus, which is held in memory, as the original does.
+(tests/unit/data_prep/test_reference_golden.py compares with files the original wrote). They work on
+token ids rather than strings (faster, and what the records hold). One random.Random is threaded
+through the whole corpus, which is held in memory, as the original does.
 
 A document is a list of sentences; a sentence is a list of token ids.
 """

@@ -20,7 +20,8 @@ Linear on hostile pages too: no pattern may scan to the end of the page from eac
 (an unclosed "<ref>" or "<math>" repeated, "[http://a b" repeated, a long run of ", " in
 brackets): such a pattern is quadratic, and a 200 KB page of it held a worker for minutes. So
 elements are found by scanning their tags in order, each regex stops at the next bracket, and
-tests/test_wiki.py times every such page (a 10 s bound where linear takes well under one).
+tests/unit/data_prep/test_wiki.py times every such page (a 10 s bound where linear takes well under
+one).
 """
 
 import html

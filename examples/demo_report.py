@@ -12,7 +12,7 @@ import os
 
 # (frame with one [MASK], the right answer); consecutive sentences are a pair sharing a frame.
 # Written for this corpus (the Python documentation) before any model answered them; each answer
-# is one piece of the demo's vocabulary (tests/test_demo.py).
+# is one piece of the demo's vocabulary (tests/e2e/test_demo.py).
 SENTENCES = [
     ("to read a json document, use the [MASK] module.", "json"),
     ("to read a csv file, use the [MASK] module.", "csv"),

@@ -8,8 +8,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-TESTDATA = REPO / "data_prep" / "testdata"
+from support.golden import REPO, TESTDATA  # noqa: F401 (REPO: for conftest readers)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -49,6 +48,15 @@ def tok(vocab_file):
     from bert_jax import tokenization
 
     return tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    """A random tiny BERT saved as a Hugging Face directory (tests/support/finetune_data.py's
+    vocabulary and shape): what the fine-tuning tests start from. Read-only for the tests."""
+    from support import finetune_data
+
+    return finetune_data.save_tiny_hf(tmp_path_factory.mktemp("tiny_bert"))
 
 
 @pytest.fixture(scope="session")
@@ -133,8 +141,9 @@ def flip_bytes():
 @pytest.fixture(scope="session")
 def gcs(tmp_path_factory):
     """fake-gcs-server for this pytest worker, with every GCS client of this process and of the
-    binaries tests start (they inherit the environment) pointed at it: see tests/fake_gcs.py."""
-    import fake_gcs
+    binaries tests start (they inherit the environment) pointed at it: see
+    tests/support/fake_gcs.py."""
+    from support import fake_gcs
 
     server = fake_gcs.Server(str(tmp_path_factory.mktemp("gcs")))
     server.start()

@@ -7,7 +7,7 @@ by bert_jax.packing into a fixed number of rows, fixed for the whole run by `pla
 keeps attention within each example and restarts position ids per example; the classifier reads
 each example's own [CLS] (bert_jax.model's cls_positions) and the losses weigh each example as
 unpacked (finetune.heads.loss), so a packed run trains on the same per-example loss as an
-unpacked one (tests/test_finetune_packing.py).
+unpacked one (tests/unit/finetune/test_finetune_packing.py).
 
 Span tasks (SQuAD) are not packed in training: their windows fill max_seq_length (doc_stride
 windows over long contexts), so packing saves little, and transformers' span loss takes its

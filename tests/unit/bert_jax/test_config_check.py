@@ -1,0 +1,135 @@
+"""Config mistakes are one clear message before anything compiles, and one `error:` line from the
+binaries: typos (with the nearest valid name), bad values, a batch or model the mesh cannot split,
+a mesh the devices cannot hold. The binary's one-line errors for the same mistakes are cases of the
+bad-input sweep (tests/e2e/test_bad_input_sweep.py, "train: config field typo" and others)."""
+
+import os
+
+import pytest
+
+from bert_jax import cli, config_check, train
+from configs import tiny
+
+
+def tiny_config(**changes):
+    config = tiny.get_config()
+    config.mesh.num_devices = 0
+    for dotted, value in changes.items():
+        section, field = dotted.split("__")
+        config[section][field] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        # The issue's silent case: a negative rate trained (the loss rose) with exit 0.
+        ({"optim__learning_rate": -1e-4}, r"optim.learning_rate=-0.0001 must be positive"),
+        ({"optim__learning_rate": 0.0}, r"optim.learning_rate=0.0 must be positive"),
+        ({"optim__warmup_steps": 50}, r"warmup_steps=50 is longer than the schedule .*=20"),
+        ({"optim__b2": 1.0}, r"optim.b2=1.0 must lie in \[0, 1\)"),
+        ({"train__global_batch_size": 12}, r"global_batch_size=12 must be divisible by .*\(8 ="),
+        ({"train__grad_accum_steps": 0}, r"train.grad_accum_steps=0 must be >= 1"),
+        ({"mesh__data": 3}, r"devices are not divisible by 3|needs .* devices, there are 8"),
+        ({"mesh__data": 2, "mesh__fsdp": 2}, r"needs 4 devices, there are 8"),
+        ({"mesh__data": -1, "mesh__tensor": 4}, r"mesh.tensor=4 must divide model.num_attent"),
+        ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
+        ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
+        ({"checkpoint__max_to_keep": -1}, r"checkpoint.max_to_keep=-1 must be >= 0"),
+    ],
+)
+def test_each_mistake_is_named_with_its_field(changes, message):
+    with pytest.raises(cli.UserError, match=message):
+        config_check.check_pretraining(tiny_config(**changes), num_devices=8)
+
+
+def test_widths_the_tensor_axis_cannot_split():
+    config = tiny_config(mesh__data=2, mesh__tensor=4)
+    config.model.num_attention_heads, config.model.hidden_size = 4, 32
+    config.model.intermediate_size = 66
+    with pytest.raises(
+        cli.UserError, match=r"mesh.tensor=4 must divide model.intermediate_size=66"
+    ):
+        config_check.check_pretraining(config, num_devices=8)
+    config.model.intermediate_size = 64
+    config_check.check_pretraining(config, num_devices=8)  # now it splits
+
+
+def test_train_and_evaluate_checks_before_anything_else(tmp_path, monkeypatch):
+    def fail(*_):
+        raise AssertionError("the config check must come first")
+
+    monkeypatch.setattr(train, "make_setup", fail)
+    with pytest.raises(cli.UserError, match=r"learning_rate=-0.001 must be positive"):
+        train.train_and_evaluate(tiny_config(optim__learning_rate=-1e-3), str(tmp_path))
+    assert not os.listdir(tmp_path)  # no workdir content either
+
+
+def assert_names_all(check, *parts):
+    """`check` raises one cli.UserError, one line, that names every one of `parts`."""
+    with pytest.raises(cli.UserError) as e:
+        check()
+    message = str(e.value)
+    assert "\n" not in message
+    for part in parts:
+        assert part in message, (part, message)
+
+
+def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
+    """config_check.pretraining, bert_main's one pass: the fields, the mesh rules (sharding.py's
+    rule), init_checkpoint's kind (pretrained.kind) and the data contract, in one error."""
+    config = tiny_config(optim__learning_rate=-1e-3, train__init_optimizer_state=True)
+    config.mesh.rules = (("batch", ("data", "pipeline")),)
+    config.data.masked_lm_prob = 1.5
+    config.data.train_files = str(tmp_path / "nope")
+    assert_names_all(
+        lambda: config_check.pretraining(config, num_devices=8),
+        "learning_rate=-0.001 must be positive",
+        "names unknown mesh axes ['pipeline']",
+        "init_optimizer_state needs train.init_checkpoint",
+        "data.masked_lm_prob=1.5 must be in (0, 1]",
+        "no record files match",
+    )
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    for init, says in (
+        ("hf", r"init_optimizer_state needs a training workdir of ours, but .* is a Hugging Face"),
+        ("empty", r"train.init_checkpoint: .* has no config.json .* and no checkpoints/"),
+    ):
+        config = tiny_config(train__init_checkpoint=str(tmp_path / init))
+        config.train.init_optimizer_state = init == "hf"
+        with pytest.raises(cli.UserError, match=says):
+            config_check.check_pretraining(config, num_devices=8)
+
+
+def test_the_finetuning_pass_names_every_problem_at_once():
+    """config_check.check_finetuning, bert_jax.finetune's one pass (finetune.train.finetune runs
+    it first): before, these were found one at a time, the later ones after the model loaded."""
+    from configs.finetune import base
+
+    config = base.get_config()
+    config.data.update(train_file="", max_seq_length=4)
+    config.optim.learning_rate = -1.0
+    config.lora.update(rank=4, targets=("queries",))
+    assert_names_all(
+        lambda: config_check.check_finetuning(config, num_devices=8),
+        "data.train_file is empty",
+        "no pre-trained model: pass --init=DIR",
+        "data.max_seq_length=4 leaves no room for text: at least 5 needed",
+        "optim.learning_rate=-1.0 must be positive",
+        "LoRA targets ['queries']",
+    )
+    config = base.get_config()
+    config.data.update(train_file="train.tsv", format="squad", max_seq_length=64)
+    with pytest.raises(cli.UserError, match=r"max_seq_length=64 must exceed max_query_length=64"):
+        config_check.check_finetuning(config, num_devices=8, init="model")
+    config = base.get_config()
+    config.data.train_file, config.train.batch_size = "train.tsv", 12
+    with pytest.raises(
+        cli.UserError,
+        match=r"batch_size=12 must be divisible by the 8 data-parallel devices \(mesh data 8 x",
+    ):
+        config_check.check_finetuning(config, num_devices=8, init="model")
+    config.train.batch_size = 16
+    config_check.check_finetuning(config, num_devices=8, init="model")

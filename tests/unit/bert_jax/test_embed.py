@@ -1,0 +1,148 @@
+"""Contextual embeddings: the same states as transformers' BertModel, from HF dirs and workdirs."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import embed
+from bert_jax import model as M
+from configs import tiny
+from support.golden import REPO
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TEXTS = [
+    "Hello, world!",
+    "",
+    "The naïve café's résumé was unbelievably long " * 3,
+    "BERT",
+    "a b c d",
+    "Zürich",
+]
+N = 16
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory, vocab_file):
+    """A random transformers BertForPreTraining plus its tokenizer files, as a hub download has."""
+    torch.manual_seed(0)
+    ours = M.BertConfig.from_config_dict(tiny.get_config().model)  # bert-base-uncased's vocab
+    shape = {k: getattr(ours, k) for k in M.SHAPE_FIELDS} | {"max_position_embeddings": 64}
+    cfg = transformers.BertConfig(**shape, attn_implementation="eager")
+    model = transformers.BertForPreTraining(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    path = str(tmp_path_factory.mktemp("hf_embed"))
+    model.save_pretrained(path)
+    transformers.BertTokenizer(vocab_file, do_lower_case=True).save_pretrained(path)
+    return path, model.eval()
+
+
+@pytest.fixture(scope="module")
+def ours(hf_dir):
+    model, tokenizer = embed.load_encoder(hf_dir[0])
+    return embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=N, batch_size=4)
+
+
+def test_embeddings_match_transformers(hf_dir, ours):
+    path, model = hf_dir
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    enc = tok(TEXTS, padding="max_length", truncation=True, max_length=N, return_tensors="np")
+    np.testing.assert_array_equal(ours["input_ids"], enc["input_ids"])
+    np.testing.assert_array_equal(ours["attention_mask"], enc["attention_mask"])
+    with torch.no_grad():
+        ref = model.bert(
+            input_ids=torch.tensor(enc["input_ids"]),
+            attention_mask=torch.tensor(enc["attention_mask"]),
+        )
+    real = enc["attention_mask"].astype(bool)
+    assert ours["last_hidden_state"].shape == (len(TEXTS), N, 32)
+    np.testing.assert_allclose(
+        ours["last_hidden_state"][real], ref.last_hidden_state.numpy()[real], atol=1e-4, rtol=0
+    )
+    np.testing.assert_allclose(ours["pooled"], ref.pooler_output.numpy(), atol=1e-4, rtol=0)
+    assert ours["input_ids"][1, :3].tolist() == [101, 102, 0]  # an empty line: [CLS] [SEP]
+    assert ours["attention_mask"][2].all()  # the long line was cut to N tokens
+
+
+def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
+    # The fixture's directory has transformers 5's tokenizer.json only; this one a vocab.txt.
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(hf_dir[0], name), model_dir / name)
+    shutil.copy(vocab_file, model_dir / "vocab.txt")
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "out.npz"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={model_dir}",
+            f"--input={tmp_path / 'in.txt'}",
+            f"--output={out}",
+            f"--max_seq_length={N}",
+            "--batch_size=5",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(out)
+    assert sorted(got.files) == ["attention_mask", "input_ids", "last_hidden_state", "pooled"]
+    for key, value in ours.items():
+        np.testing.assert_allclose(got[key], value, atol=1e-6, err_msg=key)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={hf_dir[0]}",
+            f"--input={tmp_path / 'missing.txt'}",
+            f"--output={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoint, flip_bytes):
+    config = tiny.get_config()
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(4))
+    save_checkpoint(tmp_path, model, config, step=3)
+    with pytest.raises(ValueError, match="pass --vocab_file"):
+        embed.load_encoder(str(tmp_path))
+    loaded, tokenizer = embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
+    out = embed.embed_texts(loaded, tokenizer, TEXTS[:2], max_seq_length=N)
+    seq, pooled = model.bert(
+        out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"])
+    )
+    np.testing.assert_allclose(out["last_hidden_state"], seq, atol=1e-5)
+    np.testing.assert_allclose(out["pooled"], pooled, atol=1e-5)
+    # A damaged step is refused, naming it (the user asked for that model: no fallback).
+    flip_bytes(tmp_path / "checkpoints" / "3")
+    with pytest.raises(ValueError, match=r"checkpoints/3 is damaged: .* no other step is saved"):
+        embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
+
+
+def test_bad_arguments_say_what_to_fix(hf_dir, tmp_path):
+    with pytest.raises(ValueError, match="not a directory"):
+        embed.load_encoder(str(tmp_path / "nope"))
+    model, tokenizer = embed.load_encoder(hf_dir[0])
+    with pytest.raises(ValueError, match="exceeds the model's max_position_embeddings 64"):
+        embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=65)
+    with pytest.raises(ValueError, match="at least 3 needed"):  # room for one token of text
+        embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=2)

@@ -1,0 +1,107 @@
+"""Mesh construction, logical->mesh rules, and the same loss and gradients on every mesh shape."""
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from bert_jax import features as F
+from bert_jax import input_pipeline as ip
+from bert_jax import sharding, train
+from configs import default, tiny
+
+RULES = default.get_config().mesh.rules
+
+
+def test_mesh_shape_fills_one_axis_and_checks_the_product():
+    assert sharding.mesh_shape(-1, 2, 1, 8) == (4, 2, 1)
+    assert sharding.mesh_shape(2, 2, 2, 8) == (2, 2, 2)
+    with pytest.raises(ValueError, match="needs 4 devices, there are 8"):
+        sharding.mesh_shape(2, 2, 1, 8)
+    with pytest.raises(ValueError, match="at most one"):
+        sharding.mesh_shape(-1, -1, 1, 8)
+    with pytest.raises(ValueError, match="not divisible"):
+        sharding.mesh_shape(-1, 3, 1, 8)
+
+
+def test_trainer_mesh_on_cpu_devices_keeps_their_order():
+    """The ICI-ring and multi-slice layouts are for TPU devices: on CPU (and GPU) the trainer's
+    mesh is the devices in order, reshaped, as before them (tests/e2e/test_tpu_plan.py has
+    TPU's)."""
+    for shape in [(8, 1, 1), (2, 2, 2), (4, 2, 1), (1, 1, 8)]:
+        mesh = sharding.make_mesh(*shape)
+        assert mesh.devices.shape == shape
+        assert [d.id for d in mesh.devices.flat] == [d.id for d in jax.devices()]
+    assert sharding.num_slices(jax.devices()) == 1
+
+
+def test_logical_rules_respect_divisibility_and_axis_reuse():
+    mesh = sharding.make_mesh(2, 2, 2)
+    assert mesh.axis_names == ("data", "fsdp", "tensor")
+    spec = sharding.logical_to_mesh_spec
+    assert spec(("vocab", "embed"), (30522, 32), mesh, RULES) == P("tensor", "fsdp")
+    # 30522 rows do not split 4 ways: that dim stays whole instead of failing at compile time.
+    mesh4 = sharding.make_mesh(2, 1, 4)
+    assert spec(("vocab", "embed"), (30522, 32), mesh4, RULES) == P(None, None)
+    assert spec(("embed", "mlp"), (32, 64), mesh4, RULES) == P(
+        None, "tensor"
+    )  # fsdp=1 splits nothing
+    # One mesh axis per array: the second 'heads' dim cannot reuse 'tensor'.
+    assert spec(("heads", "heads"), (8, 8), mesh, RULES) == P("tensor", None)
+    assert sharding.batch_spec(RULES) == P(("data", "fsdp"))
+    with pytest.raises(ValueError, match="unknown mesh axes"):
+        sharding.normalize_rules([("embed", "model")])
+
+
+def _config():
+    config = tiny.get_config()
+    config.model.num_attention_heads = 4  # so a 4-way tensor axis splits whole heads
+    config.train.num_train_steps = 10
+    config.optim.warmup_steps = 1
+    return config
+
+
+@pytest.fixture(scope="module")
+def batch(testdata):
+    d = default.get_config().data
+    d.train_files = str(testdata / "pydocs_small.L128.P20.dupe2.tfrecord")
+    d.max_seq_length, d.max_predictions_per_seq, d.dynamic_masking = 128, 20, False
+    d.read_threads = 1
+    return next(iter(ip.train_dataset(d, 30522, 16, seed=0)))
+
+
+@pytest.fixture(scope="module")
+def reference(batch):
+    config = _config()
+    setup = train.make_setup(config, devices=jax.devices()[:1])
+    params = jax.device_get(train.jit_init(setup, seed=0)()["params"])
+    rng = jax.random.PRNGKey(0)
+    with setup.activate():
+        loss, grads = train.jit_loss_and_grads(setup)(
+            params, sharding.host_to_global(batch, setup.batch_sharding), rng
+        )
+    return params, float(loss), jax.device_get(grads)
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4)])
+def test_loss_and_gradients_match_a_single_device(shape, batch, reference):
+    params, ref_loss, ref_grads = reference
+    config = _config()
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = shape
+    setup = train.make_setup(config)
+    assert dict(setup.mesh.shape) == dict(zip(("data", "fsdp", "tensor"), shape))
+    sharded = jax.device_put(params, setup.param_shardings)
+    with setup.activate():
+        loss, grads = train.jit_loss_and_grads(setup)(
+            sharded, sharding.host_to_global(batch, setup.batch_sharding), jax.random.PRNGKey(0)
+        )
+    # The weights really are split: a layer kernel's shards are smaller than the whole.
+    kernel = grads["bert"]["layers"][0]["intermediate"]["kernel"]
+    if shape[1] * shape[2] > 1:
+        assert kernel.addressable_shards[0].data.size < kernel.size
+    assert float(loss) == pytest.approx(ref_loss, rel=1e-5)
+    for (path, g), r in zip(
+        jax.tree_util.tree_flatten_with_path(jax.device_get(grads))[0], jax.tree.leaves(ref_grads)
+    ):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+    assert batch[F.INPUT_IDS].shape[0] == 16

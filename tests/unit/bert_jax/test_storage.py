@@ -1,0 +1,140 @@
+"""bert_jax.storage against a real GCS API server (fake-gcs-server) and the local disk: the same
+calls, the same results, and the promises an object store cannot make by renaming."""
+
+import gc
+import hashlib
+import os
+
+import pytest
+
+from bert_jax import cli, storage
+
+
+@pytest.fixture(params=["local", "gcs"])
+def root(request, tmp_path):
+    """A directory on the local disk or a bucket prefix: every test runs on both."""
+    if request.param == "local":
+        return str(tmp_path)
+    return storage.join(request.getfixturevalue("bucket"), "root")
+
+
+def test_write_read_list_glob_remove_on_both(root):
+    storage.makedirs(storage.join(root, "a"))
+    storage.write_text(storage.join(root, "a", "x.txt"), "héllo")
+    with storage.open_write(storage.join(root, "a", "y.bin")) as f:
+        f.write(b"\x00\x01" * 1000)
+    assert storage.read_text(storage.join(root, "a", "x.txt")) == "héllo"
+    assert storage.size(storage.join(root, "a", "y.bin")) == 2000
+    assert storage.listdir(storage.join(root, "a")) == ["x.txt", "y.bin"]
+    assert storage.glob(storage.join(root, "a", "*.txt")) == [storage.join(root, "a", "x.txt")]
+    assert storage.isdir(storage.join(root, "a")) and storage.isfile(
+        storage.join(root, "a", "x.txt")
+    )
+    assert (
+        storage.md5(storage.join(root, "a", "y.bin")) == hashlib.md5(b"\x00\x01" * 1000).hexdigest()
+    )
+    with storage.open_read(storage.join(root, "a", "y.bin")) as f:
+        f.seek(1001)
+        assert f.read(3) == b"\x01\x00\x01"
+    storage.remove(storage.join(root, "a", "x.txt"))
+    assert not storage.exists(storage.join(root, "a", "x.txt"))
+    storage.rmtree(storage.join(root, "a"))
+    assert not storage.exists(storage.join(root, "a", "y.bin"))
+
+
+@pytest.mark.parametrize("nbytes", [100, 20 << 20])  # one request, and a resumable upload
+def test_a_writer_that_fails_leaves_nothing_under_the_name(root, nbytes):
+    path = storage.join(root, "half.bin")
+    with pytest.raises(RuntimeError):
+        with storage.open_write(path) as f:
+            f.write(b"x" * nbytes)
+            raise RuntimeError("the writer died")
+    gc.collect()  # gcsfs would finish an abandoned upload when the file object is collected
+    assert not storage.exists(path)
+    assert [n for n in (storage.listdir(root) if storage.isdir(root) else [])] == []
+
+
+def test_exclusive_creation_and_compare_and_delete(root):
+    lock = storage.join(root, "lock")
+    storage.makedirs(root)
+    assert storage.create_exclusive(lock, b"first")
+    assert not storage.create_exclusive(lock, b"second")
+    content, version = storage.read_versioned(lock)
+    assert content == b"first"
+    if not storage.is_url(lock):
+        # fake-gcs-server checks ifGenerationMatch=0 on uploads (create_exclusive above) but
+        # ignores it on DELETE; the real service checks both.
+        assert not storage.delete_if_version(lock, version + "0")  # someone else's version
+        assert storage.exists(lock)
+    assert storage.delete_if_version(lock, version)
+    assert storage.read_versioned(lock) is None
+    assert storage.create_exclusive(lock, b"third")
+
+
+def test_local_copy_is_fetched_once_and_checked(bucket, tmp_path):
+    path = storage.join(bucket, "shard.arrayrecord")
+    data = os.urandom(3 << 20)
+    storage.write_bytes(path, data)
+    want = hashlib.md5(data).hexdigest()
+    copy = storage.local_copy(path, str(tmp_path), md5_hex=want, nbytes=len(data))
+    assert open(copy, "rb").read() == data
+    assert storage.local_copy(path, str(tmp_path), md5_hex=want) == copy
+    with pytest.raises(storage.StorageError, match="manifest says"):
+        storage.local_copy(path, str(tmp_path / "other"), md5_hex="0" * 32)
+    assert storage.local_copy(str(tmp_path / "x"), "unused") == str(tmp_path / "x")
+
+
+def test_unknown_schemes_are_a_user_error():
+    with pytest.raises(cli.UserError, match="http:// paths are not supported"):
+        storage.exists("http://example.com/x")
+
+
+def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch):
+    """What cli.run prints when the retries are spent: not a traceback."""
+    path = storage.join(bucket, "x")
+    storage.write_bytes(path, b"1")
+    fs = storage._fs(path)._fs  # the client under storage's own retries
+    monkeypatch.setattr(type(fs), "retries", 1, raising=False)
+    monkeypatch.setenv("BERT_JAX_STORAGE_RETRY_S", "0")
+    gcs.stop()
+    try:
+        with pytest.raises(Exception) as info:
+            storage.read_bytes(storage.join(bucket, "y"))
+    finally:
+        gcs.start()
+    text = storage.unavailable_message(info.value)
+    assert text and "rerun the same command" in text
+    assert storage.unavailable_message(ValueError("x")) is None
+
+
+def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
+    """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
+    from support import flaky_proxy
+
+    with flaky_proxy.proxied(gcs.url, monkeypatch) as proxy:
+        path = storage.join(bucket, "through-proxy.bin")
+        data = os.urandom(1 << 20)
+        proxy.fail_next(3)
+        storage.write_bytes(path, data)
+        proxy.stall_next(1, seconds=1.0)
+        proxy.fail_next(2)
+        assert storage.read_bytes(path) == data
+        assert proxy.injected == 6
+
+
+def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatch):
+    """gcsfs gives up at once on a request that times out (it retries 5xx and lost connections
+    only): storage tries the whole operation again, reads and writes alike."""
+    from support import flaky_proxy
+
+    with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=1) as proxy:
+        path = storage.join(bucket, "stalled.bin")
+        data = os.urandom(3 << 20)
+        proxy.stall_next(1, seconds=3)
+        with storage.open_write(path) as f:
+            f.write(data)
+        proxy.stall_next(2, seconds=3)
+        with storage.open_read(path) as f:
+            f.seek(1 << 20)
+            assert f.read() == data[1 << 20 :]
+        assert proxy.injected == 3

@@ -1,0 +1,564 @@
+"""MediaWiki dumps: every layout and any unit size give the generated articles' exact sentences,
+with no markup left; damaged dumps and indexes are errors naming the file."""
+
+import bz2
+import gzip
+import os
+import re
+import time
+import tracemalloc
+
+import pytest
+
+from data_prep import readers, units, wiki, wikitext
+from data_prep.testdata import make_wiki_dump
+from support.golden import REPO
+
+SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample-pages-articles-multistream.xml.bz2")
+MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|</?[a-z]+[ >/]|\{\||\|\}|==|''|&[a-z]+;|__[A-Z]+__")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    pages, expected = make_wiki_dump.build(40)
+    d = tmp_path_factory.mktemp("wiki")
+    return d, pages, expected
+
+
+def _read_whole(path):
+    stats = readers.ReadStats()
+    (source,) = readers.parse_input([str(path)])
+    return list(readers.documents(source, stats)), stats, source
+
+
+def _read_units(path, block_bytes):
+    stats = readers.ReadStats()
+    planned = units.plan_units(readers.parse_input([str(path)]), block_bytes, 10)
+    return [d for u in planned for d in units.read_unit(u, stats)], stats, planned
+
+
+def test_every_article_exactly_and_nothing_else(generated):
+    d, pages, expected = generated
+    path = d / "gen-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), pages_per_stream=7)
+    docs, stats, source = _read_whole(path)
+    assert (source.kind, source.compression) == ("wiki", "bz2")
+    assert docs == list(expected.values())  # every article, in order, its sentences exactly
+    assert stats.pages == len(pages) and stats.skipped_pages == len(pages) - 40
+    # Each article's display formula, list introduction and sentence holding <math> are dropped,
+    # and counted.
+    assert (stats.dropped_sentences, stats.repaired_sentences) == (120, 0)
+    assert stats.documents == 40 and stats.files == 1
+    assert not [s for doc in docs for s in doc if MARKUP.search(s)]
+
+
+def test_units_at_stream_offsets_give_the_sequential_read(generated):
+    d, pages, _ = generated
+    path = d / "units-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    whole, whole_stats, _ = _read_whole(path)
+    offsets, _ = wiki.stream_offsets(index, readers.open_input)
+    for block in (1, 3000, 20_000, 1 << 30):
+        docs, stats, planned = _read_units(path, block)
+        assert docs == whole and stats == whole_stats, block
+        assert {u.start for u in planned} <= {0, *offsets}
+        assert planned[-1].stop == os.path.getsize(path)
+    assert len(_read_units(path, 1)[2]) == len(offsets) + 1 > 10  # one unit per stream
+    assert len(_read_units(path, 1 << 30)[2]) == 1
+    # The parts big wikis are published in, each with its own index, named as Wikimedia names them.
+    part = d / "enwiki-20231101-pages-articles-multistream3.xml-p151574p311329.bz2"
+    os.link(path, part)
+    os.link(index, d / "enwiki-20231101-pages-articles-multistream-index3.txt-p151574p311329.bz2")
+    docs, stats, planned = _read_units(part, 1)
+    assert docs == whole and len(planned) == len(offsets) + 1
+
+
+def test_a_glob_over_the_dump_directory_leaves_the_index_to_its_dump(generated, tmp_path):
+    """'enwiki/*.bz2' names the dump and its index: the index is the dump's (found by name), not a
+    corpus; an index given without its dump is an error that says to pass the dump."""
+    _, pages, expected = generated
+    path = tmp_path / "enwiki-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    sources = readers.parse_input([str(tmp_path / "*.bz2")])
+    assert [(s.kind, s.path) for s in sources] == [("wiki", str(path))]
+    assert _read_units(tmp_path / "*.bz2", 3000)[0] == list(expected.values())
+    with pytest.raises(readers.InputError, match=r"index of a multistream Wikipedia dump.*pass"):
+        readers.parse_input([index])
+    (tmp_path / "notes.txt.bz2").write_bytes(bz2.compress(b"10:30:45 it began.\nIt ended.\n"))
+    with pytest.raises(readers.InputError, match=r"notes.txt.bz2.*not a MediaWiki XML dump"):
+        readers.parse_input([str(tmp_path / "notes.txt.bz2")])
+
+
+@pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2", "no-index.xml.bz2"])
+def test_other_layouts_are_one_sequential_unit(generated, layout):
+    d, pages, expected = generated
+    path = d / f"layout.{layout}"
+    if layout == "xml.gz":
+        make_wiki_dump.write_dump(pages, str(d / "plain.xml"))
+        path.write_bytes(gzip.compress((d / "plain.xml").read_bytes()))
+    else:
+        make_wiki_dump.write_dump(
+            pages, str(path), multistream=layout != "one-stream.xml.bz2", index=False
+        )
+    docs, stats, planned = _read_units(path, 1000)
+    assert len(planned) == 1 and docs == list(expected.values()) and stats.documents == 40
+
+
+def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
+    d, pages, _ = generated
+    path = d / "cut-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(readers.InputError, match=r"cut-pages.*damaged or truncated"):
+        _read_whole(path)
+    with pytest.raises(readers.InputError, match="the index belongs to another dump"):
+        _read_units(path, 1000)
+    path.write_bytes(data)
+    index_data = open(index, "rb").read()
+    open(index, "wb").write(index_data[:-20])
+    with pytest.raises(readers.InputError, match=r"index.txt.bz2.*damaged or truncated"):
+        _read_units(path, 1000)
+    open(index, "wb").write(bz2.compress(b"12:34:Title\nnot an index line\n"))
+    with pytest.raises(readers.InputError, match="is not offset:page_id:title"):
+        _read_units(path, 1000)
+    (d / "broken.xml").write_text("<mediawiki><page><title>x</title></mediawiki>")
+    with pytest.raises(readers.InputError, match=r"broken.xml.*not a well-formed"):
+        _read_whole(d / "broken.xml")
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("A {{tpl|x={{inner|{{deep}}}}}}b.", ["A b."]),
+        # A template not in data_prep/templates.py's table leaves its sentence without it.
+        ("Born {{birth place|x}} in {{lang|fr|Draguignan}}.", ["Born in Draguignan."]),
+        ("It is {{convert|5|km|mi}} long.", ["It is 5 kilometres long."]),
+        ("Text.<ref name=a>{{cite web|url=http://x}}</ref> More.<ref name=a/>", ["Text.", "More."]),
+        ("X (; born 1947) and (ANSI, ) and ( ).", ["X (born 1947) and (ANSI) and."]),
+        (
+            "[[Paris|the capital]], [[Lyon]] and [[:Category:Cities|cities]].",
+            ["the capital, Lyon and cities."],
+        ),
+        ("[[File:A.jpg|thumb|A [[cat]] on a {{mat}}.]]Prose.", ["Prose."]),
+        ("Prose.[[Category:X]][[de:Paris]][[zh-min-nan:Paris]]", ["Prose."]),
+        (
+            "A <!-- hidden\nlines --> b &amp; c&nbsp;d <span style='x'>e</span><br/>f.",
+            ["A b & c d e f."],
+        ),
+        ("Intro.\n== Section ==\nBody.\n=== Sub ===\nMore.", ["Intro.", "Body.", "More."]),
+        ("Intro.\n* item\n# numbered\n: indented\n; term\nAfter.", ["Intro.", "After."]),
+        (
+            "Body.\n== See also ==\nLinks.\n=== Sub ===\nMore links.\n== History ==\nOld.",
+            ["Body.", "Old."],
+        ),
+        ('{| class="wikitable"\n| a || b\n|-\n| c\n|}\nAfter the table.', ["After the table."]),
+        ("<gallery>\nFile:A.jpg|[[x]]\n</gallery>After. <math>x^2</math>", ["After."]),
+        (
+            "'''Bold''' and ''italic'' [https://e.org label] [https://e.org].__NOTOC__",
+            ["Bold and italic label."],
+        ),
+        ("An {{unclosed template stays as text.", ["An {{unclosed template stays as text."]),
+        # MediaWiki's closing tags have no attributes: "</ref name=x>" closes nothing.
+        ("A<ref>x</ref name=a>y</ref> b.", ["A b."]),
+        ("An <ref>unclosed ref keeps its text.", ["An unclosed ref keeps its text."]),
+        ("A <ref>x<math>y</math>z</ref> b. <gallery>q<ref>r</ref></gallery>", ["A b."]),
+        ("Intro.\n==Sub=\nBody.\n= Top =\nMore.", ["Intro.", "Body.", "More."]),
+        ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
+        # Other languages' file and category namespaces; a file link of a namespace not listed
+        # (Catalan "Fitxer") is known by its parameters.
+        (
+            "[[Datei:Berlin.jpg|mini|Das [[Rathaus]].]]Berlin ist [[Hauptstadt|die Hauptstadt]]."
+            "\n[[Kategorie:Stadt]]\n[[Категория:Города]][[Fichier:a.png|vignette|x]]",
+            ["Berlin ist die Hauptstadt."],
+        ),
+        (
+            "[[Fitxer:A.jpg|miniatura|Un [[gat]].]]Text [[Fitxer:B.jpg|esquerra|200px]] aquí.",
+            ["Text aquí."],
+        ),
+        (
+            "[[文件:A.png|缩略图|说明]]北京是[[中华人民共和国|中国]]的首都。[[分类:城市]]",
+            ["北京是中国的首都。"],
+        ),
+    ],
+)
+def test_wikitext_constructs(source, expected):
+    assert _sentences(source) == expected
+
+
+def _sentences(source, language="en"):
+    return [s for p in wikitext.prose(source, language).paragraphs for s in p]
+
+
+# Real constructs, from the pages of examples/data's sample: templates that carry words are
+# rendered as MediaWiki shows them; they left holes before (", , ,", "such as,, or.").
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            "However, {{vr|a}} occurs in [[List of Latin-script digraphs|many common digraphs]], "
+            "all with their own sound or sounds, particularly {{vr|ai}}, {{vr|au}}, {{vr|aw}}, "
+            "{{vr|ay}}, {{vr|ea}} and {{vr|oa}}.",
+            "However, ⟨a⟩ occurs in many common digraphs, all with their own sound or sounds, "
+            "particularly ⟨ai⟩, ⟨au⟩, ⟨aw⟩, ⟨ay⟩, ⟨ea⟩ and ⟨oa⟩.",
+        ),
+        (
+            "In most languages that use the Latin alphabet, {{angbr|a}} denotes an open unrounded "
+            "vowel, such as {{IPA|/[[Open front unrounded vowel|a]]/}}, {{IPA|/[[Open central "
+            "unrounded vowel|ä]]/}}, or {{IPA|/[[Open back unrounded vowel|ɑ]]/}}.",
+            "In most languages that use the Latin alphabet, ⟨a⟩ denotes an open unrounded vowel, "
+            "such as /a/, /ä/, or /ɑ/.",
+        ),
+        (
+            "{{as of|2015|6|30}} when the last [[leap second]] was added,<ref name=b>{{cite web|"
+            "url=http://x|title=Bulletin C 49}}</ref> TAI is exactly 36 seconds ahead of UTC.",
+            "As of 30 June 2015 when the last leap second was added, TAI is exactly 36 seconds "
+            "ahead of UTC.",
+        ),
+        ("{{as of|2010|lc=y}}, {{As of|2013|June|8}}.", "as of 2010, As of 8 June 2013."),
+        (
+            "The aardwolf is about {{convert|55|to|80|cm|in}} long, excluding its tail, which is "
+            "about {{convert|20|-|30|cm|in}} long. It weighs {{convert|7|–|10|kg|lb}}, sometimes "
+            "{{convert|15|kg|lb|abbr=on}}.",
+            "The aardwolf is about 55 to 80 centimetres long, excluding its tail, which is about "
+            "20–30 centimetres long. It weighs 7–10 kilograms, sometimes 15 kg.",
+        ),
+        (
+            "The ampere is one [[coulomb]] (roughly {{val|6.241|e=18}} times the [[elementary "
+            "charge]]) per second; the charge is {{val|30000|u=C}}.",
+            "The ampere is one coulomb (roughly 6.241×10^18 times the elementary charge) per "
+            "second; the charge is 30000 C.",
+        ),
+        (
+            "In general, charge ''Q'' is determined by steady current ''I'' flowing for a time "
+            "''t'' as {{nowrap|1=''Q'' = ''It''}}.",
+            "In general, charge Q is determined by steady current I flowing for a time t as "
+            "Q = It.",
+        ),
+        (
+            "The '''American National Standards Institute''' ('''ANSI''', {{IPAc-en|ˈ|æ|n|s|i}} "
+            "{{respell|AN|see}}) is a private [[non-profit organization]].",
+            "The American National Standards Institute (ANSI, /ˈænsi/ AN-see) is a private "
+            "non-profit organization.",
+        ),
+        (
+            "Caesium forms {{chem|Cs|7|O}} and {{chem|Cs|11|O|3}}; {{transl|ar|ALA|''Allāh''}}; "
+            "{{lang-sq|Shqipëria}}; {{Nihongo|[[bayonet]]|銃剣|jūken}}; {{IPA-fr|alɛ̃ kɔn|lang}}.",
+            "Caesium forms Cs7O and Cs11O3; Allāh; Shqipëria; bayonet (銃剣, jūken); [alɛ̃ kɔn].",
+        ),
+        (
+            "He was born {{birth date|1947|4|1}}, died {{death date and age|2001|12|2|1947|4|1|"
+            "df=y}} and wrote {{nowrap|x {{=}} 1}}{{'s}} rule.",
+            "He was born April 1, 1947, died 2 December 2001 and wrote x = 1's rule.",
+        ),
+        (
+            "He stepped off ''Eagle''{{'s}} footpad near a {{convert|5|mi|km|adj=on}}-wide "
+            "crater, {{convert|1|km|mi}} away.",
+            "He stepped off Eagle's footpad near a 5-mile-wide crater, 1 kilometre away.",
+        ),
+        # Superscript notes render no words: dropped as before.
+        (
+            "It rose.{{citation needed|date=May 2015}} It fell.{{sfn|Barnes|1995|p=9}}{{rp|xxi}}",
+            "It rose. It fell.",
+        ),
+    ],
+)
+def test_templates_that_carry_words_are_rendered(source, expected):
+    assert " ".join(_sentences(source)) == expected
+
+
+def test_a_single_newline_inside_a_paragraph_is_a_space():
+    """Hard-wrapped articles (gensim's sample's ANOVA article is wrapped at 70 columns): MediaWiki
+    joins the lines of a paragraph, so a sentence goes on across a line end; blank lines,
+    headings, list items, tables and block tags end a paragraph, and a line that starts with a
+    space (preformatted: code, pseudocode) is one of its own. Before, each line was a paragraph
+    and 117 sentences of that sample were cut in two ("... is a major advantage of multiple" /
+    "factor ANOVA.")."""
+    source = (
+        "The ability to detect interactions is a major advantage of multiple\n"
+        "factor ANOVA. Testing one factor at a time hides interactions, but\n"
+        "produces apparently inconsistent experimental results.\n"
+        "The\nmixed-effects model would compare texts.\n\n"
+        "Following this he made contributions which culminated in the\n"
+        "[[Baum–Connes conjecture]].\n* a list item\nAfter the list.\n"
+        "== Heading ==\nHe writes: <blockquote>If the reader.</blockquote>\nEnd.\n"
+        " Input: a list L.\n Output: its largest number.\nA line that starts with a space is "
+        "preformatted:\nit is a paragraph of its own."
+    )
+    assert wikitext.paragraphs(source) == [
+        "The ability to detect interactions is a major advantage of multiple factor ANOVA. "
+        "Testing one factor at a time hides interactions, but produces apparently inconsistent "
+        "experimental results. The mixed-effects model would compare texts.",
+        "Following this he made contributions which culminated in the Baum–Connes conjecture.",
+        "After the list.",
+        "He writes:",
+        "If the reader.",
+        "End.",
+        "Input: a list L.",
+        "Output: its largest number.",
+        "A line that starts with a space is preformatted: it is a paragraph of its own.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "source, expected, repaired, dropped",
+    [
+        # A list's introduction whose list is removed (and a table's, a formula's): dropped; one
+        # that introduces prose (a quotation) stays.
+        ("Intro.\nIt includes:\n* a\n* b\nAfter.", ["Intro.", "After."], 0, 1),
+        ("They were:\n\n{| class=wikitable\n| a\n|}\nAfter.", ["After."], 0, 1),
+        ("Albedo is given as:\n:<math>x</math>\nEnd.", ["End."], 0, 1),
+        (
+            "Knox wrote:\n\n{{quote|We are here.}}\nEnd.",
+            ["Knox wrote:", "We are here.", "End."],
+            0,
+            0,
+        ),
+        ("The last words:", [], 0, 1),
+        # Text that goes on in a removed block (code, a list) without a sentence's end: dropped.
+        (
+            "They had to write something such as\n\n:<code>ä aÄiÜ</code>\n\ninstead of\n\n"
+            ":<code>{ a }</code>\n\nTrigraphs came later.",
+            ["Trigraphs came later."],
+            0,
+            2,
+        ),
+        # A sentence that held math has lost words ("Thus,.", "where is the albedo"): dropped.
+        ("Thus, <math>a = b</math>. Then it ends.", ["Then it ends."], 0, 1),
+        ("It is\n<math>p = 1</math>\nwhere <math>p</math> is the albedo. Yes.", ["Yes."], 0, 1),
+        ("A formula <chem>H2O</chem> here. Ok.", ["Ok."], 0, 1),
+        # A list's items removed with their templates: dropped; a leading comma: taken off.
+        ("Forms such as {{x|a}}, {{x|b}}, or {{x|c}}. Ok.", ["Ok."], 0, 1),
+        ("{{x|2015}}, the population was 5. Ok.", ["The population was 5.", "Ok."], 1, 0),
+        # A one-word line: a column header or a caption's word, not a sentence.
+        ("ANOVA\n\nText here.", ["Text here."], 0, 1),
+        ("It went on.\n\n...\n\nEnd.", ["It went on.", "End."], 0, 1),
+    ],
+)
+def test_sentences_a_removal_left_broken_are_dropped_or_repaired(
+    source, expected, repaired, dropped
+):
+    prose = wikitext.prose(source, "en")
+    assert [s for p in prose.paragraphs for s in p] == expected
+    assert (prose.repaired, prose.dropped) == (repaired, dropped)
+
+
+@pytest.mark.parametrize(
+    "head, language",
+    [
+        (b"<siteinfo><dbname>dewiki</dbname><base>https://de.wikipedia.org/</base>", "de"),
+        (b"<siteinfo><dbname>zh_min_nanwiki</dbname>", "zh-min-nan"),
+        (b"<siteinfo><dbname>frwiktionary</dbname>", "fr"),
+        (b"<siteinfo><dbname>simplewiki</dbname>", "en"),
+        (b"<siteinfo><base>https://ja.wikipedia.org/wiki/Main</base>", "ja"),
+        (b'<mediawiki xml:lang="it" version="0.11"><siteinfo><sitename>W</sitename>', "it"),
+        (b"<siteinfo><dbname>commonswiki</dbname><base>https://commons.wikimedia.org/", None),
+        # Wikidata's host is www: not a language; its xml:lang is.
+        (
+            b'<mediawiki xml:lang="en"><siteinfo><dbname>wikidatawiki</dbname>'
+            b"<base>https://www.wikidata.org/wiki/Main</base>",
+            "en",
+        ),
+        (b"<mediawiki><siteinfo><sitename>W</sitename></siteinfo>", None),
+    ],
+)
+def test_a_dumps_language_is_read_from_its_siteinfo(head, language):
+    assert wiki.site_language(head) == language
+
+
+def test_a_dump_is_split_by_its_own_language_in_every_unit(tmp_path):
+    """German rules keep "Am 3. Mai" in one sentence where English rules split it: a dump whose
+    <siteinfo> says dewiki is split by them in every unit (a unit that starts at a later bz2
+    stream reads the dump's head for it), whatever the job's language; an English dump by English
+    rules."""
+    german = "Am 3. Mai kam er mit dem Zug. Dann ging er."
+    pages = [
+        (10 * i + 10, f"Seite {i}", make_wiki_dump._page(10 * i + 10, f"Seite {i}", german))
+        for i in range(12)
+    ]
+    header = make_wiki_dump.HEADER.replace("enwiki", "dewiki").replace("en.wikipedia", "de.x")
+    for dbname, expected in (
+        ("dewiki", ["Am 3. Mai kam er mit dem Zug.", "Dann ging er."]),
+        ("enwiki", ["Am 3.", "Mai kam er mit dem Zug.", "Dann ging er."]),
+    ):
+        path = tmp_path / f"{dbname}-pages-articles-multistream.xml.bz2"
+        make_wiki_dump.write_dump(
+            pages,
+            str(path),
+            pages_per_stream=3,
+            header=header if dbname == "dewiki" else make_wiki_dump.HEADER,
+        )
+        planned = units.plan_units(readers.parse_input([str(path)]), 1, 10)
+        assert len(planned) > 3
+        for language in ("en", "de"):
+            stats = readers.ReadStats()
+            docs = [d for u in planned for d in units.read_unit(u, stats, language=language)]
+            assert docs == [expected] * 12, (dbname, language)
+
+
+def _hostile_pages():
+    """Pages built to make a backtracking pattern quadratic: each was minutes of one worker's time
+    before the cleaner scanned tags in order and its patterns stopped at brackets (an unclosed
+    <ref> repeated: 32 s at 100 KB; "[http://a b " repeated: 160 s at 240 KB)."""
+    n = 20_000
+    return {
+        "unclosed refs": "<ref>" * n,
+        "unclosed comments": "<!--" * n,
+        "unclosed math": "<math>" * n,
+        "unclosed tables": "<table>" * n,
+        "external links without ]": "[http://a b " * n,
+        "a run of commas in brackets": "(x" + ", " * n,
+        "a template name that goes on": "{{" + "disambig" * n,
+        "a heading with a long gap": "=a" + " " * (5 * n) + "b\n",
+        "stray closing tags": "</ref>" * n + "<ref>" * n,
+        "nested templates": "{{a|" * n + "}}" * n,
+        "nested file links": "[[File:a|" * n + "]]" * n,
+        # Rendered templates: each nesting level is expanded once, to a bounded depth.
+        "nested rendered templates": "{{nowrap|" * n + "x" + "}}" * n,
+        "nested rendered templates with text": "{{lang|fr|a " * n + "}}" * n,
+        "a rendered template's parameters": "{{convert|1|to" + "|to|1" * n + "}}",
+        "a parameter's open links": "{{nowrap|" + "[[a|" * n + "}}",
+        "numbered parameters": "{{nowrap|" + "|99999=x" * n + "}}",
+        "hard-wrapped lines": "a b\n" * (5 * n),
+        "introductions without end": "It includes:\n\n" * n + "* x",
+        "math in one sentence": "It is <math>x</math>, " * n + ".",
+        "empty list slots": "Such as " + ", " * n + "or .",
+        "block tags": "<blockquote>a " * n,
+    }
+
+
+@pytest.mark.parametrize("name", list(_hostile_pages()))
+def test_hostile_pages_clean_in_linear_time(name):
+    """Not a speed target (bench/wiki_bench.py measures that): a page of 100-800 KB must not hold
+    a worker for minutes. Linear cleaning takes well under a second here; 10 s is room for a
+    loaded machine, and each of these took 15-160 s before."""
+    page = _hostile_pages()[name]
+    start = time.perf_counter()
+    wikitext.is_disambiguation("T", page)
+    paragraphs = [" ".join(p) for p in wikitext.prose(page, "en").paragraphs]
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10, f"{name}: {len(page)} characters took {elapsed:.1f} s"
+    assert not [p for p in paragraphs if re.search(r"<ref|<math|<table|\{\{|[\x01\x02]", p)]
+
+
+def test_redirects_disambiguation_and_other_namespaces_are_not_articles():
+    def article(title="T", text="Prose here. More prose.", namespace="0", redirect=False):
+        return wiki.article(wiki.Page(title, namespace, redirect, text))
+
+    assert article() == ["Prose here.", "More prose."]
+    assert article(namespace="1") == [] and article(redirect=True) == []
+    assert article(text="#REDIRECT [[Other]]") == [] and article(text="#redirect[[x]]") == []
+    assert article(title="Mercury (disambiguation)") == []
+    assert article(text="Mercury may be:\n* a planet\n{{Disambiguation|geo}}") == []
+    assert article(text="Springfield is:\n{{geodis}}") == []
+    assert article(text="{{Infobox}}\n* only a list") == []
+    for template in (
+        "{{Hospital disambiguation}}",
+        "{{Begriffsklärung}}",
+        "{{Homonymie}}",
+        "{{Неоднозначность}}",
+        "{{aimai}}",
+        "{{消歧义}}",
+        "{{ Dab |x}}",
+    ):
+        assert article(text=f"Mercury may be a planet.\n{template}") == [], template
+    # Articles carry cleanup tags and hatnotes that share the stem: they stay articles.
+    for template in (
+        "{{Disambiguation needed|date=May 2020}}",
+        "{{Begriffsklärungshinweis}}",
+        "{{Voir homonymes|Mercure}}",
+        "{{Other uses}}",
+    ):
+        text = f"Mercury is a planet.{template} It is small."
+        assert article(text=text) == ["Mercury is a planet.", "It is small."], template
+
+
+def test_exports_without_ns_take_the_namespace_from_the_title(tmp_path):
+    """Schema 0.3/0.4 exports (before 2010) have no <ns>: "Talk:X" is a talk page by the dump's
+    <siteinfo> (here a German wiki's names), or by MediaWiki's English names without one."""
+
+    def page(title):
+        text = f"{title} is the page. It has prose."
+        return f"<page><title>{title}</title><revision><text>{text}</text></revision></page>"
+
+    siteinfo = (
+        "<siteinfo><sitename>Wikipedia</sitename><namespaces>"
+        '<namespace key="0" /><namespace key="1">Diskussion</namespace>'
+        '<namespace key="14">Kategorie</namespace></namespaces></siteinfo>'
+    )
+    titles = ["Berlin", "Diskussion:Berlin", "Kategorie:Stadt", "Star Wars: A New Hope", "Talk:X"]
+    xml = '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.3/" version="0.3">'
+    (tmp_path / "de.xml").write_text(xml + siteinfo + "".join(map(page, titles)) + "</mediawiki>")
+    docs, stats, _ = _read_whole(tmp_path / "de.xml")
+    assert [d[0] for d in docs] == [
+        "Berlin is the page.",
+        "Star Wars: A New Hope is the page.",
+        "Talk:X is the page.",
+    ]
+    assert stats.pages == 5 and stats.skipped_pages == 2
+    (tmp_path / "en.xml").write_text(xml + "".join(map(page, titles)) + "</mediawiki>")
+    docs, stats, _ = _read_whole(tmp_path / "en.xml")
+    assert [d[0] for d in docs] == [
+        "Berlin is the page.",
+        "Diskussion:Berlin is the page.",
+        "Kategorie:Stadt is the page.",
+        "Star Wars: A New Hope is the page.",
+    ]
+
+
+def test_history_dumps_keep_the_latest_revision_and_only_it_in_memory():
+    """A pages-meta-history page holds every revision: the article is the latest one, and memory
+    holds one revision at a time (300 revisions of 38 KB: 14 MB at the peak when the page kept
+    them all, 4 MB now)."""
+    revisions = "".join(
+        f"<revision><id>{i}</id><text>{f'Revision {i} text. ' * 2000}</text></revision>"
+        for i in range(300)
+    )
+    xml = f"<mediawiki><page><title>H</title><ns>0</ns><id>1</id>{revisions}</page></mediawiki>"
+    data = xml.encode()
+    tracemalloc.start()
+    try:
+        chunks = (data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20))
+        (page,) = wiki.pages(chunks, "history.xml", inside_root=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert page.text.startswith("Revision 299 text.") and len(page.text) == 38_000
+    assert peak < 0.7 * len(data), f"{peak / 1e6:.1f} MB for an {len(data) / 1e6:.1f} MB page"
+
+
+def test_the_real_sample_dump(tmp_path):
+    """examples/data's sample: real enwiki pages (redirects, disambiguation pages, articles)."""
+    docs, stats, planned = _read_units(SAMPLE, 20_000)
+    assert len(planned) > 5 and stats.pages == 141 and stats.documents == len(docs) == 32
+    sentences = [s for doc in docs for s in doc]
+    assert len(sentences) > 1000 and not [s for s in sentences if MARKUP.search(s)]
+    assert docs[0][0].startswith("A (named /ˈeɪ/, plural As")
+    # What removed markup left: no empty list slot, no introduction of a removed list, no
+    # hard-wrap fragment; the sentences that lost words are dropped and counted. (Two sentences
+    # end in ":" and stay: what they introduce is the prose that follows.)
+    assert not [s for s in sentences if re.search(r"[,;:]\s*[,;:.]|^[,;:]", s)]
+    assert "In phonetic and phonemic notation:" not in sentences
+    assert not [s for s in sentences if " " not in s and not s.endswith(".")]
+    assert stats.dropped_sentences == 40 and stats.repaired_sentences == 0
+    assert (
+        "However, ⟨a⟩ occurs in many common digraphs, all with their own sound or sounds, "
+        "particularly ⟨ai⟩, ⟨au⟩, ⟨aw⟩, ⟨ay⟩, ⟨ea⟩ and ⟨oa⟩." in sentences
+    )
+    assert "Austin is the capital of Texas in the United States." not in sentences  # its dab page
+
+
+def test_the_sentence_checks_hold_in_other_scripts():
+    """The one-word rule (a column header is no sentence) does not apply where words have no
+    spaces between them (a Thai or Chinese sentence is one "word"); a paragraph with no sentence's
+    end before a removed block is whole where sentences end with no mark (Thai); sentence ends are
+    known in other scripts (Hindi's danda)."""
+    thai = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย"
+    # Thai and Lao end sentences with no mark: a paragraph before a heading or a list is whole.
+    assert _sentences(f"{thai}\n== ประวัติ ==\n{thai}\n* x", "th") == [thai, thai]
+    assert _sentences(f"{thai}:\n* x", "th") == []  # a list's introduction still
+    assert _sentences("北京是中国的首都。", "zh") == ["北京是中国的首都。"]
+    assert _sentences("दिल्ली भारत की राजधानी है।", "hi") == ["दिल्ली भारत की राजधानी है।"]
+    assert _sentences("Hauptstadt\n\nBerlin ist groß.", "de") == ["Berlin ist groß."]
+    assert _sentences("Er schrieb:\n* a\n* b\nEnde.", "de") == ["Ende."]
+    assert _sentences("他写道：\n* 一\n北京。", "zh") == ["北京。"]
