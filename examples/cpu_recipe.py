@@ -46,6 +46,7 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # as the demo: no probing for a TPU
     out = os.path.abspath(FLAGS.out_dir)
     data_dir, workdir = os.path.join(out, "data"), os.path.join(out, "run")
     vocab_file = os.path.join(out, "vocab.txt")

@@ -212,6 +212,9 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO
+    # A CPU demo: the export in this process would otherwise probe for a TPU (libtpu comes with
+    # the test extra) and print screens of warnings about one it cannot find.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     start = time.time()
     out = os.path.abspath(FLAGS.out_dir)
     data_dir, workdir, hf_dir = (os.path.join(out, d) for d in ("data", "run", "hf_model"))
