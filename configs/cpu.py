@@ -1,5 +1,7 @@
-"""A CPU recipe: a small BERT that gets past the most-frequent-token plateau within an hour on 2
-cores, on records written for it (docs/training.md, "A CPU recipe"):
+"""A CPU recipe: a small BERT that gets past the most-frequent-token plateau on held-out Wikipedia
+text within an hour on 2 cores (docs/training.md, "A CPU recipe"). `python -m examples.cpu_recipe`
+runs it on the bundled excerpt (examples/data/enwiki-excerpt-*.xml.bz2, 97 articles); on other
+text:
 
     python -m data_prep.vocab --input=CORPUS --output=vocab.txt --vocab_size=8000
     python -m data_prep.main --input=CORPUS --vocab_file=vocab.txt --output_dir=records \
@@ -9,8 +11,8 @@ cores, on records written for it (docs/training.md, "A CPU recipe"):
         --config.data.train_files=records --config.data.eval_files=records
 
 It is configs/demo.py's recipe (what made that model learn in minutes: many predictions per step)
-run longer, with dropout for a corpus small enough to be seen many times over (the bundled
-Wikipedia sample is 25k tokens).
+with dropout, for a corpus seen many times over (the excerpt's 6,956 records: 18 epochs in 2000
+steps of 64), and every held-out record evaluated.
 """
 
 from configs import demo
@@ -20,7 +22,7 @@ def get_config():
     config = demo.get_config()
     config.model.hidden_dropout_prob = 0.1
     config.model.attention_probs_dropout_prob = 0.1
-    config.train.num_train_steps = 3000
+    config.train.num_train_steps = 2000
     config.train.log_every_steps = 100
     config.eval.every_steps = 100
     config.eval.num_examples = 0  # all held-out records

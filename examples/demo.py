@@ -67,7 +67,7 @@ def run(cmd: list[str], env: dict | None = None) -> None:
     subprocess.run(cmd, cwd=REPO, env=env, check=True)
 
 
-def train_vocab(vocab_file: str) -> None:
+def train_vocab(vocab_file: str, corpus: str = CORPUS) -> None:
     if os.path.exists(vocab_file):
         print(f"vocabulary already in {vocab_file}", flush=True)
         return
@@ -76,14 +76,18 @@ def train_vocab(vocab_file: str) -> None:
             sys.executable,
             "-m",
             "data_prep.vocab",
-            f"--input={CORPUS}",
+            f"--input={corpus}",
             f"--output={vocab_file}",
             f"--vocab_size={VOCAB_SIZE}",
         ]
     )
 
 
-def prepare_data(data_dir: str, vocab_file: str) -> None:
+def prepare_data(
+    data_dir: str, vocab_file: str, corpus: str = CORPUS, eval_fraction: float = 0.05
+) -> None:
+    """MLM-only records of SEQ_LENGTH tokens, unmasked, with eval_fraction of the documents held
+    out (the eval split is by document: no held-out sentence's neighbours were trained on)."""
     if os.path.exists(os.path.join(data_dir, "manifest.json")):
         print(f"records already in {data_dir}", flush=True)
         return
@@ -92,7 +96,7 @@ def prepare_data(data_dir: str, vocab_file: str) -> None:
             sys.executable,
             "-m",
             "data_prep.main",
-            f"--input={CORPUS}",
+            f"--input={corpus}",
             f"--vocab_file={vocab_file}",
             f"--output_dir={data_dir}",
             "--nsp=false",  # MLM only: NSP did not learn in the demo's minutes (docs/training.md)
@@ -104,20 +108,21 @@ def prepare_data(data_dir: str, vocab_file: str) -> None:
             f"--masked_lm_prob={MASKED_LM_PROB}",
             f"--max_predictions_per_seq={round(MASKED_LM_PROB * SEQ_LENGTH)}",
             "--dupe_factor=1",
-            "--eval_fraction=0.05",
+            f"--eval_fraction={eval_fraction}",
             "--num_workers=2",
             "--noprogress",
         ]
     )
 
 
-def resolved_config(data_dir: str):
-    """configs/demo.py with the data's facts filled in, as the trainer resolves it."""
+def resolved_config(data_dir: str, config_file: str):
+    """The config file (configs/demo.py) with the data's facts filled in, as the trainer resolves
+    it."""
     import importlib.util
 
     from bert_jax import data_contract
 
-    spec = importlib.util.spec_from_file_location("demo_config", os.path.join(REPO, FLAGS.config))
+    spec = importlib.util.spec_from_file_location("demo_config", os.path.join(REPO, config_file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config()
@@ -125,10 +130,12 @@ def resolved_config(data_dir: str):
     return data_contract.resolve(config)
 
 
-def baseline(config) -> tuple[float, int]:
+def baseline(config) -> tuple[float, int, float]:
     """(held-out accuracy at [MASK] positions of always predicting the commonest token of the
-    training text, that token). Scored on the very eval set the trainer scores (its records,
-    masks and count), so the line on the plot is the one its figures must beat."""
+    training text, that token, the cross-entropy there of the training text's unigram
+    distribution). Scored on the very eval set the trainer scores (its records, masks and count),
+    so the lines on the plot are the ones its figures must beat: a model on the plateau scores
+    the first and its [MASK] loss sits at the last."""
     import numpy as np
 
     from bert_jax import features, input_pipeline, record_io, shard_files
@@ -141,6 +148,12 @@ def baseline(config) -> tuple[float, int]:
             ex = features.decode_example(record)
             counts.update(ex[features.INPUT_IDS][ex[features.INPUT_MASK] > 0].tolist())
     top = next(t for t, _ in counts.most_common() if t not in special)
+    # Add-one smoothing: a held-out word the training text lacks costs log(V + N), not infinity.
+    unigram = np.ones(config.model.vocab_size)
+    for t, c in counts.items():
+        if t not in special:
+            unigram[t] += c
+    log_p = np.log(unigram / unigram.sum())
     batches = input_pipeline.eval_batches(
         d,
         d.eval_files,
@@ -149,30 +162,32 @@ def baseline(config) -> tuple[float, int]:
         config.eval.num_examples,
         config.train.seed,
     )
-    right = total = 0.0
+    right = total = loss = 0.0
     for b in batches:
         shown = np.take_along_axis(b[features.INPUT_IDS], b[features.MASKED_LM_POSITIONS], 1)
         w = b[features.MASKED_LM_WEIGHTS] * b[input_pipeline.EXAMPLE_WEIGHT][:, None]
         at_mask = w * (shown == d.mask_token_id)
-        right += float((at_mask * (b[features.MASKED_LM_IDS] == top)).sum())
+        answers = b[features.MASKED_LM_IDS]
+        right += float((at_mask * (answers == top)).sum())
+        loss -= float((at_mask * log_p[answers]).sum())
         total += float(at_mask.sum())
-    return right / total, top
+    return right / total, top, loss / total
 
 
-def train(workdir: str, data_dir: str) -> None:
+def train(workdir: str, data_dir: str, config_file: str, num_train_steps: int | None) -> None:
     # The data directory is all the trainer needs to know about the data: its manifest.json
     # gives the lengths, the masking and the vocabulary (and its train and eval splits).
     cmd = [
         sys.executable,
         "-m",
         "bert_jax.main",
-        f"--config={FLAGS.config}",
+        f"--config={config_file}",
         f"--workdir={workdir}",
         f"--config.data.train_files={data_dir}",
         f"--config.data.eval_files={data_dir}",
     ]
-    if FLAGS.num_train_steps:
-        cmd.append(f"--config.train.num_train_steps={FLAGS.num_train_steps}")
+    if num_train_steps:
+        cmd.append(f"--config.train.num_train_steps={num_train_steps}")
     # One CPU device uses every core; the test suite's fake 8-device split would only add overhead.
     env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
     run(cmd, env)
@@ -197,6 +212,9 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every restore at INFO
+    # A CPU demo: the export in this process would otherwise probe for a TPU (libtpu comes with
+    # the test extra) and print screens of warnings about one it cannot find.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     start = time.time()
     out = os.path.abspath(FLAGS.out_dir)
     data_dir, workdir, hf_dir = (os.path.join(out, d) for d in ("data", "run", "hf_model"))
@@ -209,8 +227,8 @@ def main(argv):
     prepare_data(data_dir, vocab_file)
 
     banner("3/6 baseline")
-    config = resolved_config(data_dir)
-    base, top = baseline(config)
+    config = resolved_config(data_dir, FLAGS.config)
+    base, top, unigram_loss = baseline(config)
     vocab = open(vocab_file, encoding="utf-8").read().split("\n")
     print(
         f"always predicting {vocab[top]!r}, the commonest token of the training text, scores "
@@ -220,7 +238,7 @@ def main(argv):
     )
 
     banner("4/6 pre-training (configs/demo.py); rerun to resume")
-    train(workdir, data_dir)
+    train(workdir, data_dir, FLAGS.config, FLAGS.num_train_steps)
 
     from bert_jax import export, metrics_log
 
@@ -239,7 +257,14 @@ def main(argv):
 
     banner("6/6 plot")
     png = os.path.join(out, "curves.png")
-    demo_report.plot(records, base, BAR_FACTOR * base, png)
+    demo_report.plot(
+        records,
+        base,
+        BAR_FACTOR * base,
+        png,
+        unigram_loss=unigram_loss,
+        vocab_size=config.model.vocab_size,
+    )
     print(f"wrote {png}")
 
     first, last = evals[0], evals[-1]

@@ -10,16 +10,23 @@ at a random one it shows a wrong word, so only the [MASK] positions test what wa
 
 import os
 
-# (frame with one [MASK], the right answer); consecutive sentences are a pair sharing a frame.
-# Written for this corpus (the Python documentation) before any model answered them; each answer
-# is one piece of the demo's vocabulary (tests/e2e/test_demo.py).
+# (frame with one [MASK], the right answer); consecutive sentences are a pair sharing a frame whose
+# context decides a word this corpus uses often (tests/e2e/test_demo.py: each answer is one piece of
+# the demo's vocabulary). Chosen from 30 candidate pairs scored with a 1500-step demo model
+# (docs/training.md, "What the fill-mask shows"): the kinds of context a 2-layer model reads first
+# are grammatical (a verb agreeing with its subject's number, "a" or "an" before the next word)
+# and the word a phrase pairs with; pairs that need a fact ("a [MASK] is raised if the key is
+# missing": keyerror) or an opposite (true/false, read/write, minimum/maximum) it answered with
+# the same word both times, so they are not shown.
 SENTENCES = [
-    ("to read a json document, use the [MASK] module.", "json"),
-    ("to read a csv file, use the [MASK] module.", "csv"),
-    ("the function returns true if the path exists and [MASK] otherwise.", "false"),
-    ("the function returns false if the path exists and [MASK] otherwise.", "true"),
-    ("a [MASK] is raised if the key is not found in the dictionary.", "keyerror"),
-    ("a [MASK] is raised if the argument is of the wrong type.", "typeerror"),
+    ("this object [MASK] immutable.", "is"),
+    ("these objects [MASK] immutable.", "are"),
+    ("the argument [MASK] passed to the function.", "is"),
+    ("the arguments [MASK] passed to the function.", "are"),
+    ("the function returns [MASK] list.", "a"),
+    ("the function returns [MASK] object.", "an"),
+    ("positional and [MASK] arguments", "keyword"),
+    ("keyword and [MASK] arguments", "positional"),
 ]
 
 
@@ -116,7 +123,21 @@ def fill_held_out(model, tokenizer, config, num_records: int = 2) -> None:
     print(f"{right} of {total} [MASK]s in these records filled right", flush=True)
 
 
-def plot(records: list[dict], base: float, bar: float, path: str) -> None:
+def plot(
+    records: list[dict],
+    base: float,
+    bar: float | None,
+    path: str,
+    title: str = "bert-jax demo: a small BERT pre-trained on the Python docs, held-out accuracy",
+    unigram_loss: float | None = None,
+    vocab_size: int | None = None,
+) -> None:
+    """Losses (left) and held-out accuracies by kind of masked position (right) against the
+    most-frequent-token baseline, the pass bar (None: none), and where given the plateau's loss
+    (the unigram cross-entropy at held-out [MASK] positions) and chance (uniform over
+    vocab_size: loss log V, accuracy 1/V)."""
+    import math
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,6 +151,21 @@ def plot(records: list[dict], base: float, bar: float, path: str) -> None:
         [r["step"] for r in train_recs], [r["loss"] for r in train_recs], label="train loss"
     )
     ax_loss.plot(steps, [r["mlm_loss"] for r in evals], "o-", label="held-out loss at [MASK]")
+    if unigram_loss is not None:
+        ax_loss.axhline(
+            unigram_loss,
+            color="gray",
+            linestyle=":",
+            label=f"plateau: unigram cross-entropy at [MASK] ({unigram_loss:.2f})",
+        )
+    if vocab_size:
+        ax_loss.axhline(
+            math.log(vocab_size),
+            color="black",
+            linestyle="-.",
+            linewidth=0.8,
+            label=f"chance: uniform over {vocab_size:,} ({math.log(vocab_size):.2f})",
+        )
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("cross-entropy")
     ax_loss.legend()
@@ -144,14 +180,25 @@ def plot(records: list[dict], base: float, bar: float, path: str) -> None:
     ax_acc.axhline(
         base, color="gray", linestyle=":", label=f"most-frequent-token baseline ({base:.3f})"
     )
-    ax_acc.axhline(bar, color="red", linestyle="--", linewidth=0.8, label=f"pass bar ({bar:.3f})")
+    if bar is not None:
+        ax_acc.axhline(
+            bar, color="red", linestyle="--", linewidth=0.8, label=f"pass bar ({bar:.3f})"
+        )
+    if vocab_size:
+        ax_acc.axhline(
+            1 / vocab_size,
+            color="black",
+            linestyle="-.",
+            linewidth=0.8,
+            label=f"chance (1/{vocab_size:,})",
+        )
     if "nsp_majority" in evals[-1]:
         ax_acc.axhline(evals[-1]["nsp_majority"], color="black", linestyle="-.", label="NSP chance")
     ax_acc.set_xlabel("step")
     ax_acc.set_ylabel("held-out accuracy")
     ax_acc.set_ylim(0, 1)
     ax_acc.legend(fontsize=8)
-    fig.suptitle("bert-jax demo: a small BERT pre-trained on the Python docs, held-out accuracy")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

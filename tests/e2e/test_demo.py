@@ -69,3 +69,19 @@ def test_the_demo_config_fits_the_records_the_demo_writes():
     # Position embeddings for exactly the records' length: longer would be rows never trained.
     assert config.model.max_position_embeddings == demo.SEQ_LENGTH
     assert config.optim.warmup_steps < config.train.num_train_steps
+
+
+def test_the_cpu_recipe_reads_a_bundled_multistream_dump_its_config_fits():
+    """examples/cpu_recipe.py's corpus ships with the repo (its index beside it, which the dump
+    reader uses to split work) and configs/cpu.py fits the records it writes."""
+    import os
+
+    from configs import cpu as cpu_config
+    from examples import cpu_recipe
+
+    assert os.path.exists(cpu_recipe.CORPUS)
+    assert os.path.exists(cpu_recipe.CORPUS.replace(".xml.bz2", "-index.txt.bz2"))
+    config = cpu_config.get_config()
+    assert config.model.max_position_embeddings == demo.SEQ_LENGTH
+    assert config.optim.warmup_steps < config.train.num_train_steps
+    assert config.eval.num_examples == 0  # every held-out record: the figures are the split's
