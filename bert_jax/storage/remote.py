@@ -15,6 +15,12 @@ from bert_jax.storage.paths import StorageError, is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
+# A metadata call (info, ls, exists, ...) not back after this long is tried again, whatever held
+# it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine never ends
+# (seen once in the test suite: an isdir waiting with no request open). Transfers have no such
+# bound: their time grows with the object.
+CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
+_METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists", "ls", "glob", "find"))
 # How long an operation is tried again while the server fails it transiently (env
 # BERT_JAX_STORAGE_RETRY_S): long enough for a server restarting or a network blip, short enough
 # that a bucket that is really gone ends the job with its error line within minutes.
@@ -122,6 +128,12 @@ class _Retrying:
         attribute = getattr(self._fs, name)
         if not callable(attribute) or name in ("invalidate_cache", "open"):
             return attribute
+        if name in _METADATA_CALLS and hasattr(attribute, "__wrapped__"):
+            # fsspec's sync wrapper of an async call takes `timeout` for itself (FSTimeoutError,
+            # a TimeoutError, so tried again).
+            return lambda *args, **kwargs: _retrying(
+                attribute, *args, **{"timeout": CALL_TIMEOUT_S, **kwargs}
+            )
         return lambda *args, **kwargs: _retrying(attribute, *args, **kwargs)
 
     def open(self, path, mode="rb", **kwargs):

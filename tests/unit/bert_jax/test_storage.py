@@ -138,3 +138,28 @@ def test_a_stall_past_the_request_timeout_is_tried_again(gcs, bucket, monkeypatc
             f.seek(1 << 20)
             assert f.read() == data[1 << 20 :]
         assert proxy.injected == 3
+
+
+def test_a_metadata_call_that_never_returns_is_tried_again(gcs, bucket, monkeypatch):
+    """A call whose coroutine never finishes, with no request open for gcsfs' request timeout to
+    end (seen once: a suite worker waited in isdir for 15 minutes), is cut at CALL_TIMEOUT_S and
+    tried again like any transient fault."""
+    import asyncio
+
+    from bert_jax.storage import remote
+
+    path = storage.join(bucket, "hang", "x")
+    storage.write_bytes(path, b"1")
+    fs = storage._fs(path)._fs
+    real, calls = type(fs)._info, []
+
+    async def hangs_once(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.Event().wait()  # never set
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(fs), "_info", hangs_once)
+    monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1)
+    assert storage.isfile(path)
+    assert len(calls) >= 2
