@@ -16,9 +16,10 @@ from bert_jax.storage.paths import StorageError, is_url
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
 # A metadata call (info, ls, exists, ...) not back after this long is tried again, whatever held
-# it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine never ends
-# (seen once in the test suite: an isdir waiting with no request open). Transfers have no such
-# bound: their time grows with the object.
+# it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine waits on
+# something else (seen in the test suite: gcsfs' experimental client, imported before
+# `configure`, waited in isdir with no request open). Transfers have no such bound: their time
+# grows with the object.
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists", "ls", "glob", "find"))
 # How long an operation is tried again while the server fails it transiently (env
@@ -48,6 +49,15 @@ def configure() -> None:
     # waits 60 s per bucket and every operation then falls back to the JSON API we use anyway.
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import fsspec
+
+    with contextlib.suppress(ImportError):
+        import gcsfs.core
+
+        # The variable is read once, when gcsfs is first imported; imported earlier (by anything)
+        # without it, gs:// would resolve to gcsfs' experimental client, whose first call to an
+        # endpoint without that API was seen waiting forever. Name the JSON-API client here.
+        for protocol in ("gs", "gcs"):
+            fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
 
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)

@@ -4,6 +4,8 @@ calls, the same results, and the promises an object store cannot make by renamin
 import gc
 import hashlib
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -163,3 +165,18 @@ def test_a_metadata_call_that_never_returns_is_tried_again(gcs, bucket, monkeypa
     monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1)
     assert storage.isfile(path)
     assert len(calls) >= 2
+
+
+def test_gs_urls_use_gcsfs_json_api_client_whatever_imported_it_first():
+    """gcsfs picks its experimental client (a gRPC control-plane lookup first, which waited
+    forever in a suite worker) when it is imported without GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false;
+    storage names the JSON-API client for gs:// itself, so import order cannot change it."""
+    code = (
+        "import gcsfs, fsspec\n"
+        "from bert_jax import storage\n"
+        "assert type(storage._fs('gs://b/x')._fs) is gcsfs.core.GCSFileSystem\n"
+        "assert fsspec.get_filesystem_class('gs') is gcsfs.core.GCSFileSystem\n"
+    )
+    env = {**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "true"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
