@@ -414,7 +414,7 @@ def test_a_second_job_on_the_same_bucket_directory_is_refused(bucket, job_input,
 def test_503s_and_stalls_give_the_clean_output(gcs, bucket, small, tok, tmp_path, monkeypatch):
     """Through a proxy that answers 3% of the requests with 503 and stalls two past the request
     timeout: the retries carry the job through; the output is byte-identical to a clean run's."""
-    import flaky_proxy
+    from support import flaky_proxy
 
     clean = scaled.run(small, tok, str(tmp_path / "clean"), progress=False)
     with flaky_proxy.proxied(gcs.url, monkeypatch, request_timeout=2, seed=1) as proxy:
