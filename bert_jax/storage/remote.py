@@ -15,13 +15,13 @@ from bert_jax.storage.paths import StorageError, is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
-# A metadata call (info, ls, exists, ...) not back after this long is tried again, whatever held
-# it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine waits on
-# something else (seen in the test suite: gcsfs' experimental client, imported before
-# `configure`, waited in isdir with no request open). Transfers have no such bound: their time
-# grows with the object.
+# A call about one object (info, isdir, isfile, exists) not back after this long is tried again,
+# whatever held it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine
+# waits on something else (seen in the test suite: gcsfs' experimental client, imported before
+# `configure`, waited in isdir with no request open). Listings and transfers have no such bound:
+# their time grows with the bucket or the object.
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
-_METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists", "ls", "glob", "find"))
+_METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
 # How long an operation is tried again while the server fails it transiently (env
 # BERT_JAX_STORAGE_RETRY_S): long enough for a server restarting or a network blip, short enough
 # that a bucket that is really gone ends the job with its error line within minutes.
