@@ -114,7 +114,7 @@ def user_path(flag: str, path: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT) or any(r(e) for r in _ERROR_REPORTERS):
+        if e.errno in (errno.ENOSPC, errno.EDQUOT) or reported(e):
             raise
         where = f" ({e.filename})" if e.filename and str(e.filename) != path else ""
         raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e
@@ -309,6 +309,11 @@ def add_error_reporter(report: Callable[[BaseException], str | None]) -> None:
         _ERROR_REPORTERS.append(report)
 
 
+def reported(error: BaseException) -> str | None:
+    """The line a registered reporter has for `error`, or None when none claims it."""
+    return next(filter(None, (report(error) for report in _ERROR_REPORTERS)), None)
+
+
 def run(main: Callable[[list[str]], int | None]) -> None:
     """app.run(main) with the behaviour in the module docstring."""
 
@@ -321,8 +326,7 @@ def run(main: Callable[[list[str]], int | None]) -> None:
                 raise
             fail(INTERRUPTED, 130)
         except Exception as e:
-            # a bucket that stayed unreachable through the retries (storage registers it)
-            text = next(filter(None, (report(e) for report in _ERROR_REPORTERS)), None)
+            text = reported(e)  # e.g. a bucket unreachable through the retries (storage's)
             if text is None and not is_user_error(e):
                 traceback.print_exc()
                 fail(f"{type(e).__name__}: {BUG}", 1)
