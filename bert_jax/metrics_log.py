@@ -50,6 +50,23 @@ def read_jsonl(path: str) -> list[dict]:
     return records
 
 
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported without PyTorch: tensorboardX imports torch, where
+    it is installed (the [hf] extra), only to accept torch tensors, which we never log, and that
+    import is 2-3 s of every trainer's start (half of a short run's imports). torch is hidden
+    from that one import unless something already imported it."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX expects
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
+
+
 class MetricsLog:
     """Appends scalars to metrics.jsonl and TensorBoard; a no-op unless `enabled`."""
 
@@ -85,8 +102,7 @@ class MetricsLog:
                     f.writelines(json.dumps(r) + "\n" for r in kept)
             self._file = open(self.path, "a")
             tb_dir = os.path.join(workdir, TENSORBOARD_DIR)
-        from tensorboardX import SummaryWriter  # imported here: workers that never log skip it
-
+        SummaryWriter = _summary_writer_class()  # imported here: workers that never log skip it
         # In a bucket each run's events file is uploaded whole under its own name: the suffix
         # keeps two writers started within one second (the name's timestamp) apart.
         suffix = f".{uuid.uuid4().hex[:8]}" if self._remote else ""

@@ -26,3 +26,30 @@ def test_a_damaged_line_before_the_end_is_an_error_naming_it(tmp_path):
     )
     with pytest.raises(ValueError, match="line 2"):
         metrics_log.read_jsonl(str(tmp_path))
+
+
+def test_tensorboard_logging_does_not_import_torch(tmp_path):
+    """tensorboardX imports PyTorch where it is installed (2-3 s of every trainer's start, for
+    torch tensors we never log): the log must write its events without it, and a process that
+    did import torch must still get a working writer."""
+    import subprocess
+    import sys
+
+    from support.golden import REPO
+
+    script = """
+import sys
+from bert_jax import metrics_log
+log = metrics_log.MetricsLog(sys.argv[1])
+log.write(1, "train", {"loss": 2.5})
+log.close()
+assert "torch" not in sys.modules, "tensorboardX imported torch"
+import torch  # still importable afterwards: nothing of the hiding is left behind
+assert torch.zeros(1).shape == (1,)
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [r["loss"] for r in metrics_log.read_jsonl(str(tmp_path))] == [2.5]
+    assert len(list((tmp_path / metrics_log.TENSORBOARD_DIR).iterdir())) == 1
