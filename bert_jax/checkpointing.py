@@ -235,7 +235,7 @@ def _restore_items(
     except Exception as e:  # TensorStore raises plain Exceptions for damaged files
         raise cli.UserError(
             f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match "
-            f"this run's model or optimizer ({str(e)[:500]}). Resume with the config it was "
+            f"this run's model or optimizer ({_root_cause(e)}). Resume with the config it was "
             "written with (its config/ item), or use a new --workdir"
         ) from e
     zeros = {
@@ -243,6 +243,16 @@ def _restore_items(
         for k in missing
     }
     return {"params": out[PARAMS], **out[TRAIN], **zeros}
+
+
+def _root_cause(error: BaseException) -> str:
+    """'Type: text' of the innermost cause of `error`: what TensorStore found ("ZSTD_decompress
+    Stream() failed: Data corruption detected", a missing file), not the wrapper Orbax raises
+    around it ("Encountered error while reading array index ...")."""
+    cause = error
+    while cause.__cause__ is not None:  # `raise ... from`: the explicit chain only
+        cause = cause.__cause__
+    return f"{type(cause).__name__}: {str(cause)[:500]}"
 
 
 def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
@@ -399,10 +409,9 @@ def _move_aside(
         n = 1
         while dst.exists():  # damaged twice at the same step: keep both
             dst, n = src.parent / f"{src.name}{CORRUPT_SUFFIX}-{n}", n + 1
-        cause = error.__cause__ or error
         cli.warn(
             f"checkpoint {src} is damaged and was moved to {dst}; resuming from the older step "
-            f"{good} instead. The error: {type(cause).__name__}: {str(cause)[:300]}"
+            f"{good} instead. The error: {_root_cause(error)}"
         )
         if jax.process_index() == 0:
             if storage.is_url(str(src)):
@@ -482,6 +491,19 @@ def restore_params(
     return restore_saved_params(workdir, target, step)[0], config
 
 
+def _not_used(manager: ocp.CheckpointManager, step: int, damage: str) -> DamagedCheckpoint:
+    """The error for a damaged step asked for by export, embed, --init or predict: what is wrong
+    with it and which other step to pass instead."""
+    others = [s for s in sorted(manager.all_steps()) if s != step]
+    hint = (
+        f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
+        "and embed), or move the damaged step aside"
+        if others
+        else "no other step is saved; train again from an earlier run"
+    )
+    return DamagedCheckpoint(f"{damage}; it was not used: {hint}")
+
+
 def restore_saved_params(
     workdir: str, abstract_params: Any, step: int | None = None
 ) -> tuple[Any, int]:
@@ -494,20 +516,26 @@ def restore_saved_params(
     manager = make_manager(workdir, read_only=True)
     try:
         step = _pick_step(manager, workdir, step)
-        out = manager.restore(
-            step, args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)})
-        )
+        try:
+            out = manager.restore(
+                step,
+                args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}),
+            )
+        except cli.UserError:
+            raise  # ours already says what to do (a bucket that stayed away, say)
+        except Exception as e:  # TensorStore raises plain Exceptions for damaged files
+            # A flipped byte inside a compressed chunk fails here (zstd: "Data corruption
+            # detected"); one elsewhere restores and fails the checksums below: both are damage.
+            raise _not_used(
+                manager,
+                step,
+                f"checkpoint {manager.directory}/{step} is damaged: its params item does not "
+                f"read ({_root_cause(e)})",
+            ) from e
         try:
             verify(manager, step, {"params": out[PARAMS]})
         except DamagedCheckpoint as e:
-            others = [s for s in sorted(manager.all_steps()) if s != step]
-            hint = (
-                f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
-                "and embed), or move the damaged step aside"
-                if others
-                else "no other step is saved; train again from an earlier run"
-            )
-            raise DamagedCheckpoint(f"{e}; it was not used: {hint}") from None
+            raise _not_used(manager, step, str(e)) from None
     finally:
         manager.close()
     return out[PARAMS], step

@@ -8,6 +8,7 @@ import pytest
 
 from bert_jax import checkpointing, cli, input_pipeline, train
 from configs import tiny
+from support.checkpoints import FLIPPED_EMBEDDINGS
 from support.golden import golden_data
 
 
@@ -118,10 +119,28 @@ def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path,
     flip_bytes(f"{workdir}/checkpoints/7")
     with pytest.raises(
         checkpointing.DamagedCheckpoint,
-        match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
-        r"differs from the checksum recorded when it was saved.*no other step is saved",
+        match=rf"checkpoints/7 is damaged: {FLIPPED_EMBEDDINGS}.*no other step is saved",
     ):
         checkpointing.restore_params(workdir)
+
+
+def test_array_files_that_do_not_read_are_damage_naming_what_tensorstore_found(saved, tmp_path):
+    """Export, embed, --init and predict: a params item TensorStore cannot read (here its array
+    files cut short) is a DamagedCheckpoint naming the step and TensorStore's own finding, not
+    the wrapper Orbax raises around it."""
+    import pathlib
+    import shutil
+
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    for f in pathlib.Path(workdir, "checkpoints", "7", "params").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:16])
+    with pytest.raises(checkpointing.DamagedCheckpoint) as caught:
+        checkpointing.restore_params(workdir)
+    message = str(caught.value)
+    assert "checkpoints/7 is damaged: its params item does not read (" in message, message
+    assert "no other step is saved" in message and "Encountered error" not in message, message
 
 
 def test_a_checkpoint_from_before_checksums_restores_with_a_finite_check(tmp_path, save_checkpoint):
