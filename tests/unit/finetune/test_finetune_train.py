@@ -168,7 +168,7 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
 
 class _PreemptAfter(faults.Preemption):
     """A SIGTERM that arrives during step `n`: the loop polls `requested` once per step.
-    (The signal handler itself is exercised by tests/e2e/test_train.py's real SIGTERM.)"""
+    (The signal handler itself gets a real SIGTERM in tests/e2e/test_faults.py's kill test.)"""
 
     def __init__(self, n):
         super().__init__()
