@@ -123,6 +123,25 @@ def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path,
     ):
         checkpointing.restore_params(workdir)
 
+    # Where the flip lands decides which refusal comes (FLIPPED_EMBEDDINGS); arrays that read
+    # back other than they were saved always meet the checksum: here the recorded one changed.
+    import json
+    import pathlib
+
+    recorded = pathlib.Path(tmp_path, "recorded")
+    shutil.copytree(saved[0], recorded)
+    metadata = recorded / "checkpoints" / "7" / checkpointing.CHECKSUMS / "metadata"
+    sums = json.loads(metadata.read_text())
+    embedding = "bert/embeddings/word_embeddings/embedding"
+    sums["items"]["params"][embedding] = f"{int(sums['items']['params'][embedding], 16) ^ 1:08x}"
+    metadata.write_text(json.dumps(sums))
+    with pytest.raises(
+        checkpointing.DamagedCheckpoint,
+        match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
+        r"differs from the checksum recorded when it was saved.*no other step is saved",
+    ):
+        checkpointing.restore_params(str(recorded))
+
 
 def test_array_files_that_do_not_read_are_damage_naming_what_tensorstore_found(saved, tmp_path):
     """Export, embed, --init and predict: a params item TensorStore cannot read (here its array
