@@ -61,8 +61,10 @@ def configure() -> None:
 
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)
-    # gcsfs logs a traceback of every request it gives up on; unavailable_message reports it.
-    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+    # gcsfs, and fsspec's prefetcher that gcsfs reads files through, log a traceback of every
+    # request they give up on and then raise the same error, which unavailable_message reports.
+    for name in ("gcsfs", "fsspec.prefetcher"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
         gcs.setdefault("token", "anon")
