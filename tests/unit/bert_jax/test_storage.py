@@ -121,7 +121,7 @@ def test_an_unreachable_server_is_one_line(gcs, bucket, monkeypatch, no_gcsfs_ba
     assert storage.unavailable_message(ValueError("x")) is None
 
 
-def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch):
+def test_503s_and_stalls_are_retried_through(gcs, bucket, monkeypatch, no_gcsfs_backoff):
     """Through a proxy that answers 503 and stalls: gcsfs' retries carry the calls through."""
     from support import flaky_proxy
 
