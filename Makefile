@@ -22,7 +22,8 @@ lint: install
 # 3 workers on 2 cores: the bucket and signal tests spend much of their time waiting (retries,
 # a stopped server, a process start), and a third worker fills those gaps; worksteal hands a
 # worker that ran dry half of another's queue, so the slow tests do not end on one worker alone.
-# Measured on 2 cores: -n 2 --dist load 21-22 min (one worker idle the last 8), this 15 min.
+# Measured on 2 cores: -n 2 --dist load 18-22 min (one worker idle the last 8), this 15-20 min
+# (docs/testing.md: the machine's speed varies by a third between runs).
 test: lint
 	$(PY) -m pytest -q -ra -n 3 --dist worksteal --durations=30 $(PYTEST_ARGS) tests
 
