@@ -385,7 +385,7 @@ def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp
             "--steps=train",
             "--dtype=float32",
             "--num_layers=2",
-            "--meshes=32x8x1,256x1x1,32x4x2",
+            "--meshes=32x8x1,32x4x2",
             f"--json_out={out}",
         ],
         cwd=REPO,
@@ -394,19 +394,18 @@ def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    fsdp8, data_only, tensor2 = json.loads(out.read_text())
+    fsdp8, tensor2 = json.loads(out.read_text())
     assert fsdp8["mesh"] == {"data": 32, "fsdp": 8, "tensor": 1}
-    for r in (fsdp8, data_only, tensor2):
+    for r in (fsdp8, tensor2):
         # XLA's own plan agrees with the shardings: the state is the bulk of the arguments, and
         # the donated state is updated in place (aliased), not copied.
         assert r["state_bytes"] <= r["argument_bytes"] < 1.01 * r["state_bytes"]
         assert r["alias_bytes"] >= 0.99 * r["state_bytes"]
         assert r["temp_bytes"] > 0
-    assert data_only["state_bytes"] == data_only["total_state_bytes"]  # all replicated
-    # Only LayerNorm parameters and biases stay whole: the rest is split 8 ways, by fsdp alone
-    # or by fsdp x tensor (4 x 2).
-    assert 7.5 < data_only["argument_bytes"] / fsdp8["argument_bytes"] <= 8
-    assert 7 < data_only["argument_bytes"] / tensor2["argument_bytes"] <= 8
+        # Only LayerNorm parameters and biases stay whole: the rest is split 8 ways, by fsdp
+        # alone or by fsdp x tensor (4 x 2). (A data-parallel mesh holds the whole state on every
+        # device: tests/e2e/test_tpu_plan.py checks that one.)
+        assert 7.5 < r["total_state_bytes"] / r["state_bytes"] <= 8
 
 
 # --- Signals: the save starts at the step after the signal -----------------------------------
