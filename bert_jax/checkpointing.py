@@ -249,9 +249,7 @@ def _root_cause(error: BaseException) -> str:
     """'Type: text' of the innermost cause of `error`: what TensorStore found ("ZSTD_decompress
     Stream() failed: Data corruption detected", a missing file), not the wrapper Orbax raises
     around it ("Encountered error while reading array index ...")."""
-    cause = error
-    while cause.__cause__ is not None:  # `raise ... from`: the explicit chain only
-        cause = cause.__cause__
+    cause = cli.causes(error, explicit=True)[-1]
     return f"{type(cause).__name__}: {str(cause)[:500]}"
 
 

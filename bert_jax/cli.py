@@ -75,12 +75,14 @@ NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT"
 INTERRUPTED = "interrupted (Ctrl-C); finished work is kept: rerun the same command to go on"
 
 
-def causes(error: BaseException | None) -> list[BaseException]:
-    """`error` and its causes and contexts, outermost first (at most 10)."""
+def causes(error: BaseException | None, explicit: bool = False) -> list[BaseException]:
+    """`error` and its causes and contexts, outermost first (at most 10). `explicit`: the
+    `raise ... from` chain only, not the exceptions that were being handled when one was raised
+    (those can be unrelated to it)."""
     chain: list[BaseException] = []
     while error is not None and len(chain) < 10 and error not in chain:
         chain.append(error)
-        error = error.__cause__ or error.__context__
+        error = error.__cause__ if explicit else error.__cause__ or error.__context__
     return chain
 
 

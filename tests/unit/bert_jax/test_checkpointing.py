@@ -1,6 +1,9 @@
 """Orbax checkpoints: restore onto another mesh, iterator position, retention, restore_params."""
 
 import functools
+import json
+import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -112,8 +115,6 @@ def test_keeps_the_last_n(testdata, saved, tmp_path):
 def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path, flip_bytes):
     """The issue's case: a few flipped bytes inside a params file restore without an error in
     Orbax (NaNs and 3e38s in the word embeddings); the checksums refuse the step, naming it."""
-    import shutil
-
     workdir = str(tmp_path / "run")
     shutil.copytree(saved[0], workdir)
     flip_bytes(f"{workdir}/checkpoints/7")
@@ -125,9 +126,6 @@ def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path,
 
     # Where the flip lands decides which refusal comes (FLIPPED_EMBEDDINGS); arrays that read
     # back other than they were saved always meet the checksum: here the recorded one changed.
-    import json
-    import pathlib
-
     recorded = pathlib.Path(tmp_path, "recorded")
     shutil.copytree(saved[0], recorded)
     metadata = recorded / "checkpoints" / "7" / checkpointing.CHECKSUMS / "metadata"
@@ -147,9 +145,6 @@ def test_array_files_that_do_not_read_are_damage_naming_what_tensorstore_found(s
     """Export, embed, --init and predict: a params item TensorStore cannot read (here its array
     files cut short) is a DamagedCheckpoint naming the step and TensorStore's own finding, not
     the wrapper Orbax raises around it."""
-    import pathlib
-    import shutil
-
     workdir = str(tmp_path / "run")
     shutil.copytree(saved[0], workdir)
     for f in pathlib.Path(workdir, "checkpoints", "7", "params").rglob("*"):
