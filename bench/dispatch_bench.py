@@ -39,7 +39,7 @@ def timed(setup, step_fn, state, host_batches, steps: int, bounded: bool):
             batch = sharding.host_to_global(
                 host_batches[i % len(host_batches)], setup.batch_sharding
             )
-            state, metrics = step_fn(state, batch)
+            state, metrics = step_fn(state, batch, setup.lr)
             if bounded and previous is not None:
                 jax.block_until_ready(previous)
             previous = metrics

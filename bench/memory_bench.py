@@ -56,7 +56,7 @@ def compiled_memory(config, grad_accum_steps: int):
     with setup.activate():
         compiled = (
             train.jit_train_step(setup, grad_accum_steps)
-            .lower(setup.abstract_state, batch)
+            .lower(setup.abstract_state, batch, setup.abstract_lr())
             .compile()
         )
     return compiled.memory_analysis(), setup
@@ -79,7 +79,7 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
     with setup.activate():
         state = train.jit_init(setup, 0)()
         batch = sharding.host_to_global(host, setup.batch_sharding)
-        state, metrics = train.jit_train_step(setup, grad_accum_steps)(state, batch)
+        state, metrics = train.jit_train_step(setup, grad_accum_steps)(state, batch, setup.lr)
         jax.block_until_ready((state, metrics))
     stats = jax.devices()[0].memory_stats()
     return stats.get("peak_bytes_in_use") if stats else None

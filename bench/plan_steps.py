@@ -72,7 +72,7 @@ def _pretrain(step: str, config, devices):
     model_flops = flops.train_flops_per_step(m, b, d.max_seq_length, d.max_predictions_per_seq)
     if step == "train":
         fn = train.jit_train_step(setup, config.train.grad_accum_steps)
-        return fn, (setup.abstract_state, batch), setup, b, model_flops
+        return fn, (setup.abstract_state, batch, setup.abstract_lr()), setup, b, model_flops
     # Eval batches carry a weight per example (input_pipeline.eval_batches pads the last one).
     batch[input_pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
         (b,), jnp.float32, sharding=setup.batch_sharding
@@ -113,7 +113,7 @@ def _finetune(config, ft_base, devices):
     per_seq = flops.forward_flops_per_sequence(
         m.hidden_size, m.num_hidden_layers, m.intermediate_size, m.vocab_size, length, 0
     )
-    args = (setup.abstract_state, frozen, batch)
+    args = (setup.abstract_state, frozen, batch, setup.abstract_lr())
     return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
 
 

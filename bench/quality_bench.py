@@ -78,7 +78,7 @@ class Ours:
         start = time.perf_counter()
         with self.setup.activate():
             batch = sharding.host_to_global(host_batch, self.setup.batch_sharding)
-            self.state, metrics = self.step_fn(self.state, batch)
+            self.state, metrics = self.step_fn(self.state, batch, self.setup.lr)
             self.jax.block_until_ready((self.state, metrics))
         return time.perf_counter() - start
 

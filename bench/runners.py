@@ -155,7 +155,7 @@ class OursRunner:
             cpu, start = time.process_time(), time.perf_counter()
             for _ in range(steps):
                 batch = self.batches[self.steps_run % len(self.batches)]
-                self.state, metrics = self.step_fn(self.state, batch)
+                self.state, metrics = self.step_fn(self.state, batch, self.setup.lr)
                 self.steps_run += 1
             self.jax.block_until_ready((self.state, metrics))
             return time.perf_counter() - start, time.process_time() - cpu

@@ -13,12 +13,14 @@ Fine-tuning (configs/finetune/base.py) uses textbook AdamW and transformers' sch
 see docs/finetuning.md for why.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from bert_jax import cli
@@ -32,16 +34,20 @@ DECAY_FROM = ("start", "warmup_end")
 OPTIMIZERS = ("adamw", "lamb")
 
 
-def learning_rate_schedule(
-    optim: ml_collections.ConfigDict, num_train_steps: int
-) -> optax.Schedule:
-    """Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
+def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
+    """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
+    {'peak', 'end', 'warmup', 'total', 'span', 'power'}.
 
+    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
     `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
     MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
     values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
     peak. A config without the field (one saved before it existed) means "start". `linear` is
-    `polynomial` with power 1. The value at step s is the rate of the s-th update (0-based).
+    `polynomial` with power 1, `constant` power 0 (the peak throughout, after warmup).
+
+    The train steps take these values as arguments instead of baking them in as constants: runs
+    that differ only in their rate, warmup or step count run one compiled step (a persistent
+    compilation cache hit), which is what a rerun with another step count wants.
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
@@ -55,27 +61,42 @@ def learning_rate_schedule(
             f"optim.warmup_steps={optim.warmup_steps} must lie in [0, train.num_train_steps="
             f"{num_train_steps}]"
         )
-    peak = float(optim.learning_rate)
-    end = float(optim.end_learning_rate)
     warmup = int(optim.warmup_steps)
-    power = 1.0 if optim.schedule == "linear" else float(optim.power)
+    constant = optim.schedule == "constant"
     origin = warmup if decay_from == "warmup_end" else 0
-    # warmup == num_train_steps (with "warmup_end"): no decay steps, the rate after warmup is
-    # `end` (transformers gives 0 there); max() only keeps the division defined.
-    span = max(num_train_steps - origin, 1)
+    values = {
+        "peak": optim.learning_rate,
+        # constant: (peak - 0) * 1 + 0 is the peak exactly in float32
+        "end": 0.0 if constant else optim.end_learning_rate,
+        "warmup": warmup,
+        "total": num_train_steps,
+        # warmup == num_train_steps (with "warmup_end"): no decay steps, the rate after warmup
+        # is `end` (transformers gives 0 there); max() only keeps the division defined.
+        "span": max(num_train_steps - origin, 1),
+        "power": 0.0 if constant else 1.0 if optim.schedule == "linear" else optim.power,
+    }
+    return {k: np.float32(v) for k, v in values.items()}
 
-    def schedule(step):
-        step = jnp.asarray(step, jnp.float32)
-        if optim.schedule == "constant":
-            decayed = jnp.full_like(step, peak)
-        else:
-            frac = jnp.clip((num_train_steps - step) / span, 0, 1)
-            decayed = (peak - end) * frac**power + end
-        if warmup == 0:
-            return decayed
-        return jnp.where(step < warmup, peak * step / warmup, decayed)
 
-    return schedule
+def rate(values: dict[str, Any], step) -> jax.Array:
+    """The learning rate of the `step`-th update (0-based) under `schedule_values`' numbers,
+    which may be traced (arguments of a jitted step)."""
+    v = {k: jnp.asarray(x, jnp.float32) for k, x in values.items()}
+    step = jnp.asarray(step, jnp.float32)
+    frac = jnp.clip((v["total"] - step) / v["span"], 0, 1)
+    # power 1 (linear) as frac itself: a traced exponent goes through pow(), which need not
+    # return frac exactly; 0 (constant) gives 1 from pow(0, 0) too.
+    scaled = jnp.where(v["power"] == 1, frac, frac ** v["power"])
+    decayed = (v["peak"] - v["end"]) * scaled + v["end"]
+    warming = v["peak"] * step / jnp.maximum(v["warmup"], 1)
+    return jnp.where(step < v["warmup"], warming, decayed)
+
+
+def learning_rate_schedule(
+    optim: ml_collections.ConfigDict, num_train_steps: int
+) -> optax.Schedule:
+    """step -> learning rate, the config's schedule (`schedule_values`) with its numbers fixed."""
+    return functools.partial(rate, schedule_values(optim, num_train_steps))
 
 
 def decays(path: tuple) -> bool:
@@ -138,13 +159,15 @@ def scale_by_adam(
 
 def make_optimizer(
     optim: ml_collections.ConfigDict,
-    num_train_steps: int,
+    schedule: optax.Schedule,
     mask_fn: Callable[[Any], Any] = weight_decay_mask,
-) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """The optimizer named by `optim.optimizer`, and its learning-rate schedule."""
+) -> optax.GradientTransformation:
+    """The optimizer named by `optim.optimizer`, stepping at `schedule`'s rates.
+
+    Its state does not depend on the schedule, so a train step can build it again around rates
+    it takes as arguments (`rate` over traced `schedule_values`) and update a state made here."""
     if optim.optimizer not in OPTIMIZERS:
         raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
-    schedule = learning_rate_schedule(optim, num_train_steps)
     parts = []
     if optim.max_grad_norm > 0:
         parts.append(optax.clip_by_global_norm(optim.max_grad_norm))
@@ -156,4 +179,4 @@ def make_optimizer(
         # reference we exempt the same tensors as weight decay (LayerNorm, biases).
         parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
     parts.append(optax.scale_by_learning_rate(schedule))
-    return optax.chain(*parts), schedule
+    return optax.chain(*parts)

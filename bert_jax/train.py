@@ -66,9 +66,13 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
     )
     graphdef, param_state = nnx.split(abstract_model, nnx.Param)
     param_shardings = sharding.param_shardings(param_state, mesh, rules)
-    tx, schedule = optim.make_optimizer(config.optim, config.train.num_train_steps)
+    optimizer = functools.partial(optim.make_optimizer, config.optim)
+    lr = optim.schedule_values(config.optim, config.train.num_train_steps)
     state_shardings, abstract_state = train_state.state_layout(
-        nnx.to_pure_dict(param_state), param_shardings, tx, mesh
+        nnx.to_pure_dict(param_state),
+        param_shardings,
+        optimizer(functools.partial(optim.rate, lr)),
+        mesh,
     )
     return Setup(
         model_config,
@@ -79,8 +83,8 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
         state_shardings,
         abstract_state,
         sharding.batch_sharding(mesh, rules),
-        tx,
-        schedule,
+        optimizer,
+        lr,
         config.data.get("nsp") is not False,
         config.data.get("mask_token_id"),
     )
@@ -187,16 +191,17 @@ def loss_and_grads(
 def train_step(
     state: dict,
     batch: Batch,
+    lr: dict,
     *,
     graphdef,
-    tx,
-    schedule,
+    tx_at,
     grad_accum_steps: int,
     batch_axes=None,
     nsp: bool = True,
     mask_id: int | None = None,
 ) -> tuple[dict, dict]:
-    """One optimizer step. Returns the new state and scalar metrics of this step."""
+    """One optimizer step at the learning rates `lr` (optim.schedule_values; `tx_at(lr)` is the
+    optimizer). Returns the new state and scalar metrics of this step."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(
@@ -209,12 +214,12 @@ def train_step(
         nsp=nsp,
         mask_id=mask_id,
     )
-    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx)
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx_at(lr))
     metrics = {
         "loss": loss,
         **losses.train_ratios(sums),  # mlm_accuracy: at [MASK] positions
         "grad_norm": grad_norm,  # before clipping
-        "learning_rate": schedule(step),
+        "learning_rate": optim.rate(lr, step),
         "tokens": jnp.sum(batch[F.INPUT_MASK]),
         "nonfinite_steps": new_state["nonfinite_steps"],  # cumulative over the run
     }
@@ -276,12 +281,13 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
 
 
 def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
-    """train_step jitted with in/out shardings; the state argument is donated (updated in place)."""
+    """(state, batch, lr) -> (state, metrics): train_step jitted with in/out shardings; the state
+    argument is donated (updated in place). Pass `setup.lr` (or `setup.lr` put on the mesh once,
+    replicated) as `lr`."""
     fn = functools.partial(
         train_step,
         graphdef=setup.graphdef,
-        tx=setup.tx,
-        schedule=setup.schedule,
+        tx_at=setup.tx_at,
         grad_accum_steps=grad_accum_steps,
         batch_axes=batch_axes(setup),
         nsp=setup.nsp,
@@ -290,7 +296,7 @@ def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
     replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
         fn,
-        in_shardings=(setup.state_shardings, setup.batch_sharding),
+        in_shardings=(setup.state_shardings, setup.batch_sharding, replicated),
         out_shardings=(setup.state_shardings, replicated),
         donate_argnums=(0,),
     )
@@ -458,7 +464,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             jax.process_index(),
             jax.process_count(),
         )
-    p_train_step = jit_train_step(setup, t.grad_accum_steps)
+    jitted_step = jit_train_step(setup, t.grad_accum_steps)
+    lr = jax.device_put(setup.lr, NamedSharding(setup.mesh, P()))  # once, not every step
+
+    def p_train_step(state, batch):
+        return jitted_step(state, batch, lr)
+
     p_eval_step = jit_eval_step(setup) if eval_batches else None
     check_collapse = collapse.make_check(setup) if eval_batches else None
 

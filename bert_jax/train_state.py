@@ -7,9 +7,15 @@ The train state is a plain pytree, so jit, optax and Orbax all see ordinary arra
                its trainable ones),
      'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key,
      'nonfinite_steps': int32 scalar, the steps whose update was dropped for a NaN/inf}
+
+The learning-rate schedule's numbers (Setup.lr, optim.schedule_values) are a separate argument of
+the train steps, neither in the state (checkpoints keep their layout) nor compiled into the
+steps (runs that differ only in their schedule share one compiled step).
 """
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -19,7 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import model as model_lib
-from bert_jax import sharding
+from bert_jax import optim, sharding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +41,34 @@ class Setup:
     state_shardings: dict  # like the train state
     abstract_state: dict  # jax.ShapeDtypeStruct leaves carrying state_shardings
     batch_sharding: NamedSharding
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
+    # schedule -> the optimizer (optim.make_optimizer with the config's settings and decay mask)
+    optimizer: Callable[[optax.Schedule], optax.GradientTransformation]
+    # The learning-rate schedule's numbers (optim.schedule_values): the train steps take them as an
+    # argument, so runs that differ only in them share one compiled step.
+    lr: dict
     nsp: bool = True  # next-sentence prediction in the loss (records written with --nsp)
     # The vocabulary's [MASK] id (config.data.mask_token_id): with it the MLM figures are also
     # kept by kind of masked position (losses.position_kinds); None: over all positions only.
     mask_id: int | None = None
+
+    def tx_at(self, lr: dict) -> optax.GradientTransformation:
+        """The optimizer stepping at the rates `lr` (optim.schedule_values, traced in a step)."""
+        return self.optimizer(functools.partial(optim.rate, lr))
+
+    @property
+    def tx(self) -> optax.GradientTransformation:
+        """The optimizer at the run's own rates (for its state's layout and step 0)."""
+        return self.tx_at(self.lr)
+
+    def abstract_lr(self) -> dict:
+        """`lr` as replicated abstract scalars, for lowering a train step ahead of time."""
+        replicated = NamedSharding(self.mesh, P())
+        return {k: jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for k in self.lr}
+
+    @property
+    def schedule(self) -> optax.Schedule:
+        """step -> the run's learning rate."""
+        return functools.partial(optim.rate, self.lr)
 
     def activate(self):
         """The mesh and logical rules under which the model adds activation sharding constraints."""

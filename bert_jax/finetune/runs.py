@@ -16,6 +16,7 @@ pre-training; the optimizer is bert_jax.optim's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from typing import Any
@@ -164,9 +165,10 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
 
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
-    tx, schedule = optim.make_optimizer(o, total_steps, _decay_mask)
+    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=_decay_mask)
+    lr = optim.schedule_values(o, total_steps)
     state_shardings, abstract_state = train_state.state_layout(
-        trainable, trainable_shardings, tx, mesh
+        trainable, trainable_shardings, optimizer(functools.partial(optim.rate, lr)), mesh
     )
     setup = Setup(
         model_config=model.config,
@@ -177,8 +179,8 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
         state_shardings=state_shardings,
         abstract_state=abstract_state,
         batch_sharding=sharding.batch_sharding(mesh, rules),
-        tx=tx,
-        schedule=schedule,
+        optimizer=optimizer,
+        lr=lr,
         kind=model.kind,
         frozen_shardings=frozen_shardings,
     )

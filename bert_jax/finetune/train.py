@@ -19,15 +19,25 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, config_check, faults, loop, metrics_log, storage, train_state
+from bert_jax import (
+    checkpointing,
+    config_check,
+    faults,
+    loop,
+    metrics_log,
+    optim,
+    storage,
+    train_state,
+)
 from bert_jax import features as F
 from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
 
 
-def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
-    """One optimizer step on the trainable parameters; the frozen ones only take part in the
+def train_step(state, frozen, batch, lr, *, graphdef, kind, tx_at):
+    """One optimizer step on the trainable parameters, at the learning rates `lr`
+    (optim.schedule_values; `tx_at(lr)` is the optimizer); the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
     with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
     The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
@@ -39,23 +49,29 @@ def train_step(state, frozen, batch, *, graphdef, kind, tx, schedule):
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     grads = heads.without_pad_gradient(grads)
-    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx)
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx_at(lr))
     return new_state, {
         "loss": loss,
         "grad_norm": grad_norm,
-        "learning_rate": schedule(step),
+        "learning_rate": optim.rate(lr, step),
         "nonfinite_steps": new_state["nonfinite_steps"],  # cumulative over the run
     }
 
 
 def jit_train_step(setup: runs.Setup):
-    fn = functools.partial(
-        train_step, graphdef=setup.graphdef, kind=setup.kind, tx=setup.tx, schedule=setup.schedule
-    )
+    """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or it
+    put on the mesh once, replicated) as `lr`."""
+    fn = functools.partial(train_step, graphdef=setup.graphdef, kind=setup.kind, tx_at=setup.tx_at)
+    replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
         fn,
-        in_shardings=(setup.state_shardings, setup.frozen_shardings, setup.batch_sharding),
-        out_shardings=(setup.state_shardings, NamedSharding(setup.mesh, P())),
+        in_shardings=(
+            setup.state_shardings,
+            setup.frozen_shardings,
+            setup.batch_sharding,
+            replicated,
+        ),
+        out_shardings=(setup.state_shardings, replicated),
         donate_argnums=(0,),
     )
 
@@ -139,6 +155,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
     infer_fn = predict.jit_infer(setup)
     p_train_step = jit_train_step(setup)
+    lr = jax.device_put(setup.lr, NamedSharding(setup.mesh, P()))  # once, not every step
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     primary = tasks.primary_metric(run.task, config.data)
@@ -187,7 +204,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         last_step=total,
         total=total,
         setup=setup,
-        train_step=lambda state, batch: p_train_step(state, frozen, batch),
+        train_step=lambda state, batch: p_train_step(state, frozen, batch, lr),
         data_iter=data_iter,
         manager=manager,
         config=config,

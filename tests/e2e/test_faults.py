@@ -434,8 +434,8 @@ def _signal_on_the_device_at(monkeypatch, signum: int, at: int, seconds_per_step
             out = io_callback(callback, jax.ShapeDtypeStruct((), np.float32), state_step)
             return loss + 0.0 * out
 
-        def fn(state, batch):
-            state, metrics = step_fn(state, batch)
+        def fn(state, batch, lr):
+            state, metrics = step_fn(state, batch, lr)
             return state, {**metrics, "loss": tap(state["step"], metrics["loss"])}
 
         return fn

@@ -44,13 +44,50 @@ def test_schedule_polynomial_and_constant():
     assert [float(const(s)) for s in (2, 4, 9)] == pytest.approx([1.0, 2.0, 2.0])
 
 
+def _reference_rate(schedule, decay_from, peak, end, power, warmup, total, step):
+    """The schedule in float64, written from its definition (optim.schedule_values' docstring)."""
+    if step < warmup:
+        return peak * step / warmup
+    if schedule == "constant":
+        return peak
+    origin = warmup if decay_from == "warmup_end" else 0
+    frac = min(max((total - step) / max(total - origin, 1), 0.0), 1.0)
+    return (peak - end) * frac ** (1.0 if schedule == "linear" else power) + end
+
+
+def test_the_rate_with_traced_numbers_is_the_schedule_on_a_sweep_of_configs():
+    """The train steps take the schedule's numbers as traced arguments: the rate computed from
+    them equals the definition for every kind, origin and warmup, at every step of short runs."""
+    rate = jax.jit(optim.rate)
+    rng = np.random.default_rng(0)
+    for schedule in optim.SCHEDULES:
+        for decay_from in optim.DECAY_FROM:
+            for total, warmup in [(1, 0), (1, 1), (7, 0), (10, 3), (5, 5), (100, 10)]:
+                peak, end = float(rng.uniform(1e-5, 1e-2)), float(rng.choice([0.0, 1e-6]))
+                cfg = optim_config(
+                    schedule=schedule,
+                    decay_from=decay_from,
+                    learning_rate=peak,
+                    end_learning_rate=end,
+                    power=float(rng.choice([0.5, 2.0])),
+                    warmup_steps=warmup,
+                )
+                values = optim.schedule_values(cfg, total)
+                for step in range(total + 2):
+                    want = _reference_rate(
+                        schedule, decay_from, peak, end, cfg.power, warmup, total, step
+                    )
+                    got = float(rate(values, step))
+                    assert got == pytest.approx(want, rel=2e-6, abs=1e-12), (cfg, total, step)
+
+
 def test_bad_settings_name_the_field():
     with pytest.raises(ValueError, match=r"optim.schedule"):
         optim.learning_rate_schedule(optim_config(schedule="cosine"), 10)
     with pytest.raises(ValueError, match="warmup_steps"):
         optim.learning_rate_schedule(optim_config(warmup_steps=20), 10)
     with pytest.raises(ValueError, match=r"optim.optimizer"):
-        optim.make_optimizer(optim_config(optimizer="sgd"), 10)
+        optim.make_optimizer(optim_config(optimizer="sgd"), optax.constant_schedule(0.1))
 
 
 def test_decay_mask_on_the_bert_parameter_tree():
@@ -119,7 +156,7 @@ def _hand(lamb: bool, bias_correction: bool, lr=0.1, wd=0.01, b1=0.9, b2=0.999, 
 
 
 def _run(cfg):
-    tx, _ = optim.make_optimizer(cfg, num_train_steps=10)
+    tx = optim.make_optimizer(cfg, optim.learning_rate_schedule(cfg, num_train_steps=10))
     params = jax.tree.map(jnp.asarray, PARAMS)
     state = tx.init(params)
     for g in GRADS:
