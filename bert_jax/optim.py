@@ -159,13 +159,14 @@ def scale_by_adam(
 
 def make_optimizer(
     optim: ml_collections.ConfigDict,
-    schedule: optax.Schedule,
+    lr: dict[str, Any],
     mask_fn: Callable[[Any], Any] = weight_decay_mask,
 ) -> optax.GradientTransformation:
-    """The optimizer named by `optim.optimizer`, stepping at `schedule`'s rates.
+    """The optimizer named by `optim.optimizer`, stepping at the rates of `lr` (`schedule_values`,
+    concrete or traced).
 
-    Its state does not depend on the schedule, so a train step can build it again around rates
-    it takes as arguments (`rate` over traced `schedule_values`) and update a state made here."""
+    Its state does not depend on the rates, so a train step can build it again around the numbers
+    it takes as arguments and update a state made with the run's own."""
     if optim.optimizer not in OPTIMIZERS:
         raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
     parts = []
@@ -178,5 +179,5 @@ def make_optimizer(
         # LAMB (You et al. 2019) scales each tensor's update by ||w|| / ||update||; like MLPerf's
         # reference we exempt the same tensors as weight decay (LayerNorm, biases).
         parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
-    parts.append(optax.scale_by_learning_rate(schedule))
+    parts.append(optax.scale_by_learning_rate(functools.partial(rate, lr)))
     return optax.chain(*parts)

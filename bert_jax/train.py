@@ -71,7 +71,7 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
     state_shardings, abstract_state = train_state.state_layout(
         nnx.to_pure_dict(param_state),
         param_shardings,
-        optimizer(functools.partial(optim.rate, lr)),
+        optimizer(lr),
         mesh,
     )
     return Setup(
@@ -194,14 +194,14 @@ def train_step(
     lr: dict,
     *,
     graphdef,
-    tx_at,
+    optimizer,
     grad_accum_steps: int,
     batch_axes=None,
     nsp: bool = True,
     mask_id: int | None = None,
 ) -> tuple[dict, dict]:
-    """One optimizer step at the learning rates `lr` (optim.schedule_values; `tx_at(lr)` is the
-    optimizer). Returns the new state and scalar metrics of this step."""
+    """One optimizer step at the learning rates `lr` (optim.schedule_values; `optimizer(lr)` is
+    the optimizer). Returns the new state and scalar metrics of this step."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(
@@ -214,7 +214,7 @@ def train_step(
         nsp=nsp,
         mask_id=mask_id,
     )
-    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx_at(lr))
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     metrics = {
         "loss": loss,
         **losses.train_ratios(sums),  # mlm_accuracy: at [MASK] positions
@@ -282,12 +282,11 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
 
 def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
     """(state, batch, lr) -> (state, metrics): train_step jitted with in/out shardings; the state
-    argument is donated (updated in place). Pass `setup.lr` (or `setup.lr` put on the mesh once,
-    replicated) as `lr`."""
+    argument is donated (updated in place). Pass `setup.lr` (or `setup.lr_on_mesh()`) as `lr`."""
     fn = functools.partial(
         train_step,
         graphdef=setup.graphdef,
-        tx_at=setup.tx_at,
+        optimizer=setup.optimizer,
         grad_accum_steps=grad_accum_steps,
         batch_axes=batch_axes(setup),
         nsp=setup.nsp,
@@ -465,7 +464,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             jax.process_count(),
         )
     jitted_step = jit_train_step(setup, t.grad_accum_steps)
-    lr = jax.device_put(setup.lr, NamedSharding(setup.mesh, P()))  # once, not every step
+    lr = setup.lr_on_mesh()
 
     def p_train_step(state, batch):
         return jitted_step(state, batch, lr)

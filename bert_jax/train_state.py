@@ -41,8 +41,9 @@ class Setup:
     state_shardings: dict  # like the train state
     abstract_state: dict  # jax.ShapeDtypeStruct leaves carrying state_shardings
     batch_sharding: NamedSharding
-    # schedule -> the optimizer (optim.make_optimizer with the config's settings and decay mask)
-    optimizer: Callable[[optax.Schedule], optax.GradientTransformation]
+    # lr -> the optimizer at those rates (optim.make_optimizer with the config's settings and
+    # decay mask); a train step calls it on the `lr` it is given
+    optimizer: Callable[[dict], optax.GradientTransformation]
     # The learning-rate schedule's numbers (optim.schedule_values): the train steps take them as an
     # argument, so runs that differ only in them share one compiled step.
     lr: dict
@@ -51,14 +52,15 @@ class Setup:
     # kept by kind of masked position (losses.position_kinds); None: over all positions only.
     mask_id: int | None = None
 
-    def tx_at(self, lr: dict) -> optax.GradientTransformation:
-        """The optimizer stepping at the rates `lr` (optim.schedule_values, traced in a step)."""
-        return self.optimizer(functools.partial(optim.rate, lr))
-
     @property
     def tx(self) -> optax.GradientTransformation:
         """The optimizer at the run's own rates (for its state's layout and step 0)."""
-        return self.tx_at(self.lr)
+        return self.optimizer(self.lr)
+
+    def lr_on_mesh(self) -> dict:
+        """`lr` put on the mesh, replicated: what a training loop passes every step (put once,
+        not copied from the host at each step)."""
+        return jax.device_put(self.lr, NamedSharding(self.mesh, P()))
 
     def abstract_lr(self) -> dict:
         """`lr` as replicated abstract scalars, for lowering a train step ahead of time."""

@@ -168,7 +168,7 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
     optimizer = functools.partial(optim.make_optimizer, o, mask_fn=_decay_mask)
     lr = optim.schedule_values(o, total_steps)
     state_shardings, abstract_state = train_state.state_layout(
-        trainable, trainable_shardings, optimizer(functools.partial(optim.rate, lr)), mesh
+        trainable, trainable_shardings, optimizer(lr), mesh
     )
     setup = Setup(
         model_config=model.config,

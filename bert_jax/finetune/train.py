@@ -41,9 +41,9 @@ EXPORT_DIR = "export"
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 
 
-def train_step(state, frozen, batch, lr, *, graphdef, kind, tx_at):
+def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer):
     """One optimizer step on the trainable parameters, at the learning rates `lr`
-    (optim.schedule_values; `tx_at(lr)` is the optimizer); the frozen ones only take part in the
+    (optim.schedule_values; `optimizer(lr)` is the optimizer); the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
     with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
     The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
@@ -55,7 +55,7 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, tx_at):
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
     grads = heads.without_pad_gradient(grads)
-    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, tx_at(lr))
+    new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     return new_state, {
         "loss": loss,
         "grad_norm": grad_norm,
@@ -65,9 +65,11 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, tx_at):
 
 
 def jit_train_step(setup: runs.Setup):
-    """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or it
-    put on the mesh once, replicated) as `lr`."""
-    fn = functools.partial(train_step, graphdef=setup.graphdef, kind=setup.kind, tx_at=setup.tx_at)
+    """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or
+    `setup.lr_on_mesh()`) as `lr`."""
+    fn = functools.partial(
+        train_step, graphdef=setup.graphdef, kind=setup.kind, optimizer=setup.optimizer
+    )
     replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
         fn,
@@ -163,7 +165,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
     infer_fn = predict.jit_infer(setup)
     p_train_step = jit_train_step(setup)
-    lr = jax.device_put(setup.lr, NamedSharding(setup.mesh, P()))  # once, not every step
+    lr = setup.lr_on_mesh()
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     primary = tasks.primary_metric(run.task, config.data)

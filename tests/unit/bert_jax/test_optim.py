@@ -86,8 +86,9 @@ def test_bad_settings_name_the_field():
         optim.learning_rate_schedule(optim_config(schedule="cosine"), 10)
     with pytest.raises(ValueError, match="warmup_steps"):
         optim.learning_rate_schedule(optim_config(warmup_steps=20), 10)
+    lr = optim.schedule_values(optim_config(warmup_steps=1), 10)
     with pytest.raises(ValueError, match=r"optim.optimizer"):
-        optim.make_optimizer(optim_config(optimizer="sgd"), optax.constant_schedule(0.1))
+        optim.make_optimizer(optim_config(optimizer="sgd"), lr)
 
 
 def test_decay_mask_on_the_bert_parameter_tree():
@@ -156,7 +157,7 @@ def _hand(lamb: bool, bias_correction: bool, lr=0.1, wd=0.01, b1=0.9, b2=0.999, 
 
 
 def _run(cfg):
-    tx = optim.make_optimizer(cfg, optim.learning_rate_schedule(cfg, num_train_steps=10))
+    tx = optim.make_optimizer(cfg, optim.schedule_values(cfg, num_train_steps=10))
     params = jax.tree.map(jnp.asarray, PARAMS)
     state = tx.init(params)
     for g in GRADS:
