@@ -16,10 +16,12 @@ Full disks and mount points need a mount: the command runs in its own user and m
 user namespaces), those cases skip.
 """
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -354,27 +356,54 @@ def _clean_records(ctx, module, args) -> dict[str, bytes]:
     return cache["clean_records"]
 
 
+def _stopped_mid_job(module, args, out):
+    """(process, its workers): a data_prep job frozen (SIGSTOP, its worker processes too) after
+    its first finished unit and before its manifest: the moment a fault is sent; `_resume` lets
+    it go on. The whole job takes a fraction of a second, less than a loaded machine may take to
+    schedule this test, so the job is frozen rather than raced; a job that finished first is
+    started again (up to 3 times)."""
+    units = os.path.join(out, "_work", "units")
+    for _ in range(3):
+        shutil.rmtree(out, ignore_errors=True)
+        proc = start(module, args, stdout=subprocess.DEVNULL)
+        while proc.poll() is None and not (
+            os.path.isdir(units) and any(n.endswith(".json") for n in os.listdir(units))
+        ):
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGSTOP)
+            workers = children(proc.pid)
+            for pid in workers:
+                os.kill(pid, signal.SIGSTOP)
+            if not os.path.exists(os.path.join(out, "manifest.json")):
+                return proc, workers
+            _resume(proc, workers)
+        proc.communicate(timeout=600)
+    raise AssertionError("the data_prep job finished three times before it could be stopped")
+
+
+def _resume(proc, workers) -> None:
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    proc.send_signal(signal.SIGCONT)
+
+
 def _data_prep_interrupted(fault):
     def scenario(ctx, o, module, args):
         """The issue's cases: Ctrl-C, and a worker killed by the OOM killer (BrokenProcessPool
-        traceback)."""
+        traceback), sent while the job is frozen mid-way (`_stopped_mid_job`)."""
         clean = _clean_records(ctx, module, args)
         out = flag_value(args, "--output_dir")
-        proc = start(module, args, stdout=subprocess.DEVNULL)
-        units = os.path.join(out, "_work", "units")
-        while proc.poll() is None and not (
-            os.path.isdir(units) and sum(n.endswith(".json") for n in os.listdir(units)) >= 2
-        ):
-            time.sleep(0.01)
-        assert proc.poll() is None, "finished before the fault"
+        proc, workers = _stopped_mid_job(module, args, out)
         if fault == "ctrl-c":
             proc.send_signal(signal.SIGINT)
             want, names = 130, "interrupted (Ctrl-C)"
         else:
-            workers = children(proc.pid)
             assert workers
             os.kill(workers[0], signal.SIGKILL)
             want, names = 2, ["worker process of data_prep died", "rerun the same command"]
+        _resume(proc, workers)
         err = proc.communicate(timeout=600)[1]
         one_error_line(proc.returncode, err, want, names)
         assert not os.path.exists(os.path.join(out, "manifest.json"))
