@@ -15,21 +15,35 @@ from support.golden import REPO, TESTDATA  # noqa: F401 (REPO: for conftest read
 def jax_compilation_cache(tmp_path_factory):
     """One persistent compilation cache per pytest worker, for this process and every binary a
     test starts (they inherit the environment): most tests compile the same few tiny-BERT
-    programs, and on CPU compiling is about half of a short run. Per worker, so no two processes
-    of different tests write one entry at once; a test that kills its processes mid-run passes
-    its own directory (test_faults)."""
+    programs, and on CPU compiling is about half of a short run. Each worker writes only its own
+    directory and adopts the others' finished entries before each test (support/jax_cache.py);
+    a test that kills its processes mid-run gives them a seeded directory of their own
+    (test_faults)."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache as cc
 
+    from support import jax_cache
+
+    mine = tmp_path_factory.getbasetemp() / "jax_cache"
     settings = {
-        "jax_compilation_cache_dir": str(tmp_path_factory.getbasetemp() / "jax_cache"),
+        "jax_compilation_cache_dir": str(mine),
         "jax_persistent_cache_min_compile_time_secs": 0,
         "jax_persistent_cache_min_entry_size_bytes": -1,
+        # By default JAX points XLA's GPU autotuning cache into the cache directory, and that path
+        # is part of every entry's key: the same program had another key in each directory, so no
+        # directory could serve another's processes. XLA's GPU caches do nothing on CPU.
+        "jax_persistent_cache_enable_xla_caches": "none",
     }
     for name, value in settings.items():
         jax.config.update(name, value)
         os.environ[name.upper()] = str(value)
     cc.reset_cache()
+    return jax_cache.Adopter(mine, lambda: jax_cache.worker_dirs(mine))
+
+
+@pytest.fixture(autouse=True)
+def _adopt_other_workers_cache_entries(jax_compilation_cache):
+    jax_compilation_cache.adopt()
 
 
 @pytest.fixture(scope="session")

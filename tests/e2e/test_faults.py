@@ -18,6 +18,7 @@ import pytest
 
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F
+from support import jax_cache
 from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, small_config
 
@@ -59,7 +60,9 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
         "--config.eval.every_steps=0",
         *GOLDEN_FLAGS,
     ]
-    # The reruns compile the same step: share one persistent compilation cache between them.
+    # The reruns compile the same step: share one persistent compilation cache between them, their
+    # own (a kill can cut an entry), seeded with the suite's finished entries.
+    jax_cache.seed(tmp_path / "jax_cache", os.environ["JAX_COMPILATION_CACHE_DIR"])
     env = {
         **os.environ,
         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),

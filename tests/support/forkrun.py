@@ -127,6 +127,11 @@ class Server:
     def __init__(self, cwd: str):
         self.cwd = cwd
         self.scratch = tempfile.mkdtemp(prefix="forkrun-")
+        cache = os.path.join(self.scratch, "jax_cache")
+        from support import jax_cache  # here: the server side runs this file as a script
+
+        if os.environ.get("JAX_COMPILATION_CACHE_DIR"):  # the suite's (conftest.py): a head start
+            jax_cache.seed(cache, os.environ["JAX_COMPILATION_CACHE_DIR"])
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__)],
             cwd=cwd,
@@ -138,7 +143,7 @@ class Server:
                 "PYTHONPATH": cwd,
                 # The children compile the same small programs (a model's initialisers, say):
                 # the first one compiles, the others read them from this cache.
-                "JAX_COMPILATION_CACHE_DIR": os.path.join(self.scratch, "jax_cache"),
+                "JAX_COMPILATION_CACHE_DIR": cache,
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
             },
