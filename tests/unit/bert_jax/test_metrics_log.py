@@ -28,10 +28,11 @@ def test_a_damaged_line_before_the_end_is_an_error_naming_it(tmp_path):
         metrics_log.read_jsonl(str(tmp_path))
 
 
-def test_tensorboard_logging_does_not_import_torch(tmp_path):
+def test_tensorboard_logging_does_not_import_torch_or_cloud_clients(tmp_path):
     """tensorboardX imports PyTorch where it is installed (2-3 s of every trainer's start, for
-    torch tensors we never log): the log must write its events without it, and a process that
-    did import torch must still get a working writer."""
+    torch tensors we never log) and boto3 and google-cloud-storage (0.5 s, for event files it
+    would write to buckets itself): the log must write its events without them, and a process
+    that imports them afterwards must get working modules."""
     import subprocess
     import sys
 
@@ -43,9 +44,13 @@ from bert_jax import metrics_log
 log = metrics_log.MetricsLog(sys.argv[1])
 log.write(1, "train", {"loss": 2.5})
 log.close()
-assert "torch" not in sys.modules, "tensorboardX imported torch"
+for name in ("torch", "boto3", "google.cloud.storage"):
+    assert name not in sys.modules, f"tensorboardX imported {name}"
 import torch  # still importable afterwards: nothing of the hiding is left behind
 assert torch.zeros(1).shape == (1,)
+import boto3
+from google.cloud import storage
+assert callable(boto3.client) and callable(storage.Client)
 """
     run = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)], cwd=REPO, capture_output=True, text=True
