@@ -8,7 +8,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest
 
-from support.golden import REPO, TESTDATA  # noqa: F401 (REPO: for conftest readers)
+from support.golden import REPO, TESTDATA
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -44,6 +44,17 @@ def jax_compilation_cache(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _adopt_other_workers_cache_entries(jax_compilation_cache):
     jax_compilation_cache.adopt()
+
+
+@pytest.fixture(scope="session")
+def forkserver():
+    """Runs binaries as forked children of one process that imported the heavy libraries
+    (support/forkrun.py): a process start's 2-3 CPU-s of imports paid once per worker."""
+    from support.forkrun import Server
+
+    server = Server(str(REPO))
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -23,17 +23,14 @@ import pytest
 
 from bert_jax import manifest
 from support import sweep_inputs, sweep_integrity, sweep_runs
-from support.forkrun import Server
 from support.golden import REPO
 
 RECORD_FLAGS = ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"]
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server(REPO)
-    yield s
-    s.close()
+def server(forkserver):
+    return forkserver
 
 
 def _write(path, data) -> str:

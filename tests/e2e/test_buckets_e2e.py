@@ -6,15 +6,12 @@ transformers (same predictions as our model), and fine-tune from the bucket expo
 files, the workdir and the fine-tuned export in the bucket. Against fake-gcs-server (conftest)."""
 
 import signal
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from bert_jax import checkpointing, storage
-from support.golden import REPO
 from support.processes import finish
 
 STEPS, EVERY = 12, 4
@@ -23,15 +20,14 @@ pytestmark = pytest.mark.slow
 
 
 def command(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+    return [module, *args]
 
 
-def run(cmd: list[str], kill_at: str | None = None) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `cmd`; with `kill_at`, SIGKILL as soon as a stdout line
-    starts with it."""
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def run(server, cmd: list[str], kill_at: str | None = None) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `python -m cmd...`, a real process forked by the suite's
+    fork server (support/forkrun.py); with `kill_at`, SIGKILL as soon as a stdout line starts
+    with it."""
+    proc = server.start(cmd[0], cmd[1:])
 
     def on_line(line):
         if kill_at and line.startswith(kill_at):
@@ -69,7 +65,7 @@ def train(workdir: str, records: str, cache: str) -> list[str]:
 
 
 def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
-    bucket, testdata, tmp_path
+    bucket, testdata, tmp_path, forkserver
 ):
     import transformers
 
@@ -81,6 +77,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
     records = f"{bucket}/records"
     ok(
         run(
+            forkserver,
             command(
                 "data_prep.main",
                 f"--input={bucket}/corpus/*.txt",
@@ -88,19 +85,21 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
                 f"--output_dir={records}",
                 "--dupe_factor=1",
                 "--eval_fraction=0.05",
-            )
+            ),
         )
     )
-    assert "verify: OK" in ok(run(command("data_prep.main", "--verify", f"--output_dir={records}")))
+    assert "verify: OK" in ok(
+        run(forkserver, command("data_prep.main", "--verify", f"--output_dir={records}"))
+    )
 
     # The same run uninterrupted (its workdir in the bucket too) and killed after a save.
     cache = str(tmp_path / "cache")
-    ok(run(train(f"{bucket}/reference", records, cache)))
+    ok(run(forkserver, train(f"{bucket}/reference", records, cache)))
     workdir = f"{bucket}/run"
-    status, out, _ = run(train(workdir, records, cache), kill_at=f"step {EVERY + 2}/")
+    status, out, _ = run(forkserver, train(workdir, records, cache), kill_at=f"step {EVERY + 2}/")
     assert status == -signal.SIGKILL and f"step {STEPS}/" not in out
     assert checkpointing.saved_steps(workdir) == [EVERY]
-    out = ok(run(train(workdir, records, cache)))
+    out = ok(run(forkserver, train(workdir, records, cache)))
     assert f"resuming from {workdir}/checkpoints/{EVERY}" in out and f"step {STEPS}/{STEPS}" in out
     got, _ = checkpointing.restore_params(workdir)
     want, _ = checkpointing.restore_params(f"{bucket}/reference")
@@ -109,7 +108,11 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
 
     # Export from the bucket workdir to the bucket; transformers loads it and predicts as we do.
     export = f"{bucket}/export"
-    ok(run(command("bert_jax.export", f"--workdir={workdir}", f"--output_dir={export}")))
+    ok(
+        run(
+            forkserver, command("bert_jax.export", f"--workdir={workdir}", f"--output_dir={export}")
+        )
+    )
     theirs = transformers.BertForPreTraining.from_pretrained(storage.local_dir(export)).eval()
     ours = pretrained.load(workdir)
     ids = np.array([[101, 7592, 2088, 103, 1012, 102]])
@@ -135,6 +138,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
     storage.write_text(f"{bucket}/sst2/train.tsv", "\n".join(lines) + "\n")
     ok(
         run(
+            forkserver,
             command(
                 "bert_jax.finetune",
                 "--config=configs/finetune/sst2.py",
@@ -146,7 +150,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
                 "--config.train.batch_size=16",
                 "--config.train.num_epochs=1",
                 "--config.mesh.num_devices=1",
-            )
+            ),
         )
     )
     fine_tuned = f"{bucket}/sst2-run/export"

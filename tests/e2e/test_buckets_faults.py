@@ -16,8 +16,6 @@ middle of uploads are the proxy test's.
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -26,7 +24,6 @@ from bert_jax import checkpointing, metrics_log, storage
 from support.buckets import upload, write_records
 from support.checkpoints import assert_same_params
 from support.flaky_proxy import FlakyProxy
-from support.golden import REPO
 from support.processes import finish
 
 pytestmark = pytest.mark.slow
@@ -42,34 +39,32 @@ def data_url(gcs, testdata, tmp_path_factory):
     return upload(write_records(tmp_path_factory.mktemp("records"), testdata, vocab_url), url)
 
 
-def start(workdir, data_url, cache_dir, *flags, env=None):
-    cmd = [
-        sys.executable,
-        "-m",
-        "bert_jax.main",
-        "--config=configs/tiny.py",
-        f"--config.data.train_files={data_url}",
-        f"--config.data.cache_dir={cache_dir}",
-        f"--config.train.num_train_steps={STEPS}",
-        "--config.train.global_batch_size=8",
-        "--config.train.log_every_steps=1",
-        f"--config.checkpoint.every_steps={EVERY}",
-        "--config.mesh.num_devices=1",
-        "--config.eval.every_steps=0",
-        f"--workdir={workdir}",
-        *flags,
-    ]
-    return subprocess.Popen(
-        cmd,
-        cwd=REPO,
+@pytest.fixture(scope="module")
+def trainer(forkserver):
+    """start(workdir, data_url, cache_dir, *flags, env=None) -> the running trainer (a Child of
+    the suite's fork server, support/forkrun.py: a real process without the imports' start)."""
+
+    def trainer(workdir, data_url, cache_dir, *flags, env=None):
+        args = [
+            "--config=configs/tiny.py",
+            f"--config.data.train_files={data_url}",
+            f"--config.data.cache_dir={cache_dir}",
+            f"--config.train.num_train_steps={STEPS}",
+            "--config.train.global_batch_size=8",
+            "--config.train.log_every_steps=1",
+            f"--config.checkpoint.every_steps={EVERY}",
+            "--config.mesh.num_devices=1",
+            "--config.eval.every_steps=0",
+            f"--workdir={workdir}",
+            *flags,
+        ]
         # The whole-operation retries' deadline (storage.RETRY_S, 5 minutes) is what a lasting
         # outage waits out before its error line; gcsfs' own ~31 s of retries are what a short
         # one (4 s here) rides through, with or without it.
-        env={**os.environ, "BERT_JAX_STORAGE_RETRY_S": "5", **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+        env = {**os.environ, "BERT_JAX_STORAGE_RETRY_S": "5", **(env or {})}
+        return forkserver.start("bert_jax.main", args, env=env)
+
+    return trainer
 
 
 def at_step(n: int, action):
@@ -85,10 +80,10 @@ def at_step(n: int, action):
 
 
 @pytest.fixture(scope="module")
-def reference(gcs, data_url, tmp_path_factory):
+def reference(gcs, data_url, tmp_path_factory, trainer):
     """A run that saw no fault (data and workdir in the bucket)."""
     workdir = gcs.create_bucket("faults-reference") + "/run"
-    out, err = finish(start(workdir, data_url, tmp_path_factory.mktemp("cache")))
+    out, err = finish(trainer(workdir, data_url, tmp_path_factory.mktemp("cache")))
     assert f"step {STEPS}/{STEPS}" in out, err[-3000:]
     return workdir
 
@@ -99,7 +94,7 @@ def assert_one_run_logged(workdir):
 
 
 def test_an_outage_is_waited_out_and_a_lasting_one_is_one_error_line_then_a_rerun_resumes(
-    gcs, bucket, data_url, reference, tmp_path
+    gcs, bucket, data_url, reference, tmp_path, trainer
 ):
     workdir = f"{bucket}/run"
     cache = tmp_path / "cache"
@@ -115,7 +110,7 @@ def test_an_outage_is_waited_out_and_a_lasting_one_is_one_error_line_then_a_reru
         elif line.startswith("step 8/"):
             gcs.stop()  # and not started again: retries spent, the run must stop cleanly
 
-    proc = start(workdir, data_url, cache, "--config.checkpoint.async_save=false")
+    proc = trainer(workdir, data_url, cache, "--config.checkpoint.async_save=false")
     try:
         out, err = finish(proc, on_line)
     finally:
@@ -128,7 +123,7 @@ def test_an_outage_is_waited_out_and_a_lasting_one_is_one_error_line_then_a_reru
     assert "Traceback" not in err, err[-3000:]
     # The rerun goes on from the last finished save (6: it was made during the first outage).
     assert checkpointing.saved_steps(workdir) == [3, 6]
-    out, err = finish(start(workdir, data_url, cache))
+    out, err = finish(trainer(workdir, data_url, cache))
     assert f"resuming from {workdir}/checkpoints/6\n" in out, err[-3000:]
     assert f"step {STEPS}/{STEPS}" in out
     assert_same_params(workdir, reference)
@@ -136,14 +131,14 @@ def test_an_outage_is_waited_out_and_a_lasting_one_is_one_error_line_then_a_reru
 
 
 def test_503s_and_stalls_are_retried_through_and_change_nothing(
-    gcs, bucket, data_url, reference, tmp_path
+    gcs, bucket, data_url, reference, tmp_path, trainer
 ):
     proxy = FlakyProxy(gcs.url, seed=7)
     proxy.fail_rate = 0.05  # every request: the shard fetches, uploads, Orbax's and ours
     workdir = f"{bucket}/run"
     env = {"STORAGE_EMULATOR_HOST": proxy.url, "TENSORSTORE_GCS_HTTP_URL": proxy.url}
     try:
-        proc = start(workdir, data_url, tmp_path / "cache", env=env)
+        proc = trainer(workdir, data_url, tmp_path / "cache", env=env)
         _, err = finish(proc, at_step(4, lambda: proxy.stall_next(3, seconds=3)))
     finally:
         proxy.close()
@@ -156,11 +151,11 @@ def test_503s_and_stalls_are_retried_through_and_change_nothing(
 
 
 def test_kill_9_during_a_save_to_a_bucket_resumes_from_the_last_finished_step(
-    bucket, data_url, reference, tmp_path
+    bucket, data_url, reference, tmp_path, trainer
 ):
     workdir = f"{bucket}/run"
     cache = tmp_path / "cache"
-    proc = start(workdir, data_url, cache, "--config.checkpoint.async_save=true")
+    proc = trainer(workdir, data_url, cache, "--config.checkpoint.async_save=true")
     # A save here takes seconds, a step a fraction of one: save(6) first waits for step 3's
     # save to finish, then starts its own in the background, and step 7 runs while it writes.
     out, _ = finish(proc, at_step(7, lambda: proc.send_signal(signal.SIGKILL)))
@@ -171,7 +166,7 @@ def test_kill_9_during_a_save_to_a_bucket_resumes_from_the_last_finished_step(
         f"killed with steps {finished} finished; under checkpoints/: "
         f"{storage.listdir(workdir + '/checkpoints')}"
     )
-    out, err = finish(start(workdir, data_url, cache))
+    out, err = finish(trainer(workdir, data_url, cache))
     assert f"resuming from {workdir}/checkpoints/{finished[-1]}\n" in out, err[-3000:]
     assert "damaged" not in out + err
     assert f"step {STEPS}/{STEPS}" in out
@@ -180,7 +175,7 @@ def test_kill_9_during_a_save_to_a_bucket_resumes_from_the_last_finished_step(
 
 
 def test_a_lasting_outage_during_asynchronous_saves_is_one_error_line(
-    gcs, bucket, data_url, tmp_path
+    gcs, bucket, data_url, tmp_path, trainer
 ):
     """Every request answered 503 from step 7 on, while step 6 is being saved in the background
     (the default): Orbax's writer threads log each failure with its traceback, which must not
@@ -189,7 +184,7 @@ def test_a_lasting_outage_during_asynchronous_saves_is_one_error_line(
     workdir = f"{bucket}/run"
     env = {"STORAGE_EMULATOR_HOST": proxy.url, "TENSORSTORE_GCS_HTTP_URL": proxy.url}
     try:
-        proc = start(workdir, data_url, tmp_path / "cache", env=env)
+        proc = trainer(workdir, data_url, tmp_path / "cache", env=env)
         out, err = finish(proc, at_step(7, lambda: setattr(proxy, "fail_rate", 1.0)))
     finally:
         proxy.close()

@@ -38,17 +38,16 @@ KILLS = 3  # each costs a process start: ~15 s on 2 busy cores
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(testdata, tmp_path):
+def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(
+    testdata, tmp_path, forkserver
+):
     """SIGKILL at seeded-random moments (some right as a periodic async save starts), rerun each
     time: every rerun resumes from the newest finished step on disk, never from an unfinished
     save, and the run ends with the parameters of a run that was never killed. The first stop is
     a SIGTERM instead (a preemption notice, through the real signal handler): the run saves the
     step it is at, though no periodic save falls there, and exits 143."""
     steps, every = 30, 2
-    cmd = [
-        sys.executable,
-        "-m",
-        "bert_jax.main",
+    args = [
         "--config=configs/tiny.py",
         f"--config.data.train_files={testdata / GOLDEN_128}",
         f"--config.train.num_train_steps={steps}",
@@ -70,14 +69,13 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(test
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
     }
 
-    def start(workdir):
-        return subprocess.Popen(
-            cmd + [f"--workdir={workdir}"],
-            cwd=REPO,
+    def start(workdir):  # a real process, forked from one that has the imports done
+        return forkserver.start(
+            "bert_jax.main",
+            [*args, f"--workdir={workdir}"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
         )
 
     reference = start(tmp_path / "reference")
@@ -454,6 +452,7 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     queued every step up to the next log line. Now the save is at step N or N+1 for a signal
     while the device runs step N, with log, eval and checkpoint periods far away."""
     at = 4
+    before = signal.getsignal(signal.SIGINT)  # Python's, or ignored (a suite started with `&`)
     config = small_config(testdata, num_train_steps=40, log_every_steps=40)
     config.checkpoint.every_steps = 40
     config.eval.every_steps = 40
@@ -462,4 +461,4 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
     assert checkpointing.saved_steps(str(tmp_path)) == [out["step"]]
     assert out["step"] in (at, at + 1), out["step"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored

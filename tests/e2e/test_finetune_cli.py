@@ -8,14 +8,11 @@ predicts what our prediction file says.
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from support.finetune_data import TINY, VOCAB, squad_file, sst2_file
-from support.golden import REPO
 
 pytestmark = pytest.mark.slow  # each command starts JAX and compiles in a fresh process
 
@@ -35,11 +32,17 @@ def transformers_bert(tmp_path_factory):
     return str(path)
 
 
-def finetune(*args):
-    cmd = [sys.executable, "-m", "bert_jax.finetune", *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return proc.stdout
+@pytest.fixture
+def finetune(forkserver):
+    """finetune(*args) -> stdout of `python -m bert_jax.finetune *args`, which must succeed (a
+    real process, forked by the suite's fork server: support/forkrun.py)."""
+
+    def run(*args):
+        status, out, err = forkserver.run("bert_jax.finetune", list(args), timeout=900)
+        assert status == 0, f"{' '.join(args)}\n{out[-3000:]}\n{err[-5000:]}"
+        return out
+
+    return run
 
 
 COMMON = [
@@ -53,7 +56,7 @@ COMMON = [
 ]
 
 
-def test_squad_v2_train_then_predict(transformers_bert, tmp_path):
+def test_squad_v2_train_then_predict(transformers_bert, tmp_path, finetune):
     train_file = squad_file(tmp_path / "train.json", 256, 0, v2=True)
     test_file = squad_file(tmp_path / "test.json", 32, 1, v2=True)
     workdir = str(tmp_path / "work")
@@ -93,7 +96,9 @@ def test_squad_v2_train_then_predict(transformers_bert, tmp_path):
         assert json.load(f) == at_end
 
 
-def test_sst2_prediction_file_and_export_agree_with_transformers(transformers_bert, tmp_path):
+def test_sst2_prediction_file_and_export_agree_with_transformers(
+    transformers_bert, tmp_path, finetune
+):
     import torch
     import transformers
 

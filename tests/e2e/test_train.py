@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
 from bert_jax import features as F
 from configs import tiny
-from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, golden_data, small_config
+from support.golden import GOLDEN_128, GOLDEN_FLAGS, golden_data, small_config
 
 
 @pytest.fixture(scope="module")
@@ -283,11 +282,8 @@ def test_config_errors_say_what_to_fix(testdata):
         train.make_setup(config)
 
 
-def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "bert_jax.main",
+def test_absl_main_runs_with_config_overrides(testdata, tmp_path, forkserver):
+    args = [
         "--config=configs/tiny.py",
         f"--workdir={tmp_path}",
         f"--config.data.train_files={testdata / 'sample_text.L128.P20.dupe5.tfrecord'}",
@@ -300,16 +296,16 @@ def test_absl_main_runs_with_config_overrides(testdata, tmp_path):
         "--config.optim.schedule=constant",
         *GOLDEN_FLAGS,
     ]
-    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "finished at step 3 (done)" in out.stdout
+    status, out, err = forkserver.run("bert_jax.main", args, timeout=300)
+    assert status == 0, err[-3000:]
+    assert "finished at step 3 (done)" in out
     records = metrics_log.read_jsonl(str(tmp_path))
     assert [r["learning_rate"] for r in records] == [0.25, 0.25, 0.25]  # the override took effect
     assert os.listdir(tmp_path / "tensorboard")
 
 
 @pytest.mark.slow
-def test_two_processes_train_like_one(testdata, tmp_path):
+def test_two_processes_train_like_one(testdata, tmp_path, forkserver):
     """jax.distributed on localhost (gloo): 2 processes x 2 CPU devices == 1 process x 4 devices,
     with a SIGTERM to one process midway: both save the same step, and the rerun resumes."""
     import signal
@@ -336,22 +332,18 @@ def test_two_processes_train_like_one(testdata, tmp_path):
 
     def launch(sigterm_at_line=None):
         procs = [
-            subprocess.Popen(
+            forkserver.start(
+                "bert_jax.main",
                 [
-                    sys.executable,
-                    "-m",
-                    "bert_jax.main",
                     "--distributed",
                     f"--coordinator_address=localhost:{port}",
                     "--num_processes=2",
                     f"--process_id={i}",
                     *flags,
                 ],
-                cwd=REPO,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                text=True,
             )
             for i in range(2)
         ]

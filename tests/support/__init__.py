@@ -10,6 +10,8 @@ conftest), so every test module, in tests/unit/* or tests/e2e, imports these by 
   tokenizer_oracle  a plain-Python transcription of google-research/bert's FullTokenizer
   unicode_sample    which code points the tokenizer tests try by default
   forkrun           a fork server: a binary's main() in a forked child, without the imports
+                    (conftest.py's `forkserver` fixture: one per pytest worker)
+  jax_cache         the workers' compilation caches adopting each other's finished entries
   fake_gcs          fake-gcs-server on localhost, flaky_proxy: 503s and stalls in front of it
   sweep_integrity, sweep_inputs   the bad-input sweep's cases (tests/e2e/test_bad_input_sweep.py)
 """

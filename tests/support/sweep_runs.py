@@ -247,20 +247,15 @@ def _export_into_a_mount_point(ctx, o, module, args):
 # --- Ctrl-C and killed workers (real processes, real signals) --------------------------------
 
 
-def start(module: str, args: list[str], stdout=subprocess.PIPE) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        cwd=REPO,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start(ctx, module: str, args: list[str]):
+    """The binary begun as a real process (signals, exit statuses), forked by the sweep's fork
+    server (support/forkrun.py): a Popen-like Child."""
+    return ctx["server"].start(module, args)
 
 
-def run_again(module: str, args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=600
-    )
+def run_again(ctx, module: str, args: list[str]) -> subprocess.CompletedProcess:
+    status, out, err = ctx["server"].run(module, args, timeout=600)
+    return subprocess.CompletedProcess([module, *args], status, out, err)
 
 
 def signal_at_line(proc, pattern: str, *signals, gap=0.0) -> tuple[str, str]:
@@ -282,13 +277,13 @@ def signal_at_line(proc, pattern: str, *signals, gap=0.0) -> tuple[str, str]:
 def _ctrl_c_in_pre_training(ctx, o, module, args):
     """The issue's case: Ctrl-C printed a KeyboardInterrupt traceback and saved nothing."""
     workdir = flag_value(args, "--workdir")
-    proc = start(module, args)
+    proc = start(ctx, module, args)
     out, err = signal_at_line(proc, r"step 3/", signal.SIGINT)
     saved = checkpointing.saved_steps(workdir)
     line = one_error_line(proc.returncode, err, 130, "interrupted (Ctrl-C)", alone=False)
     assert len(saved) == 1 and 3 <= saved[0] <= 5 and f"saving step {saved[0]}" in line, out
     assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_NAME))
-    rerun = run_again(module, args)
+    rerun = run_again(ctx, module, args)
     assert rerun.returncode == 0 and f"resuming from {workdir}/checkpoints/{saved[0]}" in (
         rerun.stdout
     ), rerun.stderr[-3000:]
@@ -298,11 +293,11 @@ def _ctrl_c_in_pre_training(ctx, o, module, args):
 def _second_ctrl_c(ctx, o, module, args):
     """A second Ctrl-C stops at once (no save) and the rerun finishes."""
     workdir = flag_value(args, "--workdir")
-    proc = start(module, args)
+    proc = start(ctx, module, args)
     _, err = signal_at_line(proc, r"step 3/", signal.SIGINT, signal.SIGINT, gap=0.05)
     one_error_line(proc.returncode, err, 130, "interrupted", alone=False)
     assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_NAME))
-    rerun = run_again(module, args)
+    rerun = run_again(ctx, module, args)
     assert rerun.returncode == 0 and "finished at step 12" in rerun.stdout, rerun.stderr[-3000:]
 
 
@@ -310,14 +305,14 @@ def _ctrl_c_in_fine_tuning(ctx, o, module, args):
     """The issue's case: the in-flight async save was left as a tmp directory and the rerun
     started from step 0."""
     workdir = flag_value(args, "--workdir")
-    proc = start(module, args)
+    proc = start(ctx, module, args)
     _, err = signal_at_line(proc, r"step 3/", signal.SIGINT)
     line = one_error_line(proc.returncode, err, 130, "interrupted (Ctrl-C)", alone=False)
     names = os.listdir(os.path.join(workdir, "checkpoints"))
     assert not [n for n in names if "tmp" in n], names  # the save in flight was finished
     last = max(int(n) for n in names if n.isdigit())
     assert 3 <= last < 8 and f"saving step {last}" in line
-    rerun = run_again(module, [*args, "--verbosity=0"])
+    rerun = run_again(ctx, module, [*args, "--verbosity=0"])
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"at step {last}" in rerun.stderr and "finished at step 8" in rerun.stdout
 
@@ -356,7 +351,7 @@ def _clean_records(ctx, module, args) -> dict[str, bytes]:
     return cache["clean_records"]
 
 
-def _stopped_mid_job(module, args, out):
+def _stopped_mid_job(ctx, module, args, out):
     """(process, its workers): a data_prep job frozen (SIGSTOP, its worker processes too) after
     its first finished unit and before its manifest: the moment a fault is sent; `_resume` lets
     it go on. The whole job takes a fraction of a second, less than a loaded machine may take to
@@ -365,7 +360,7 @@ def _stopped_mid_job(module, args, out):
     units = os.path.join(out, "_work", "units")
     for _ in range(3):
         shutil.rmtree(out, ignore_errors=True)
-        proc = start(module, args, stdout=subprocess.DEVNULL)
+        proc = start(ctx, module, args)
         while proc.poll() is None and not (
             os.path.isdir(units) and any(n.endswith(".json") for n in os.listdir(units))
         ):
@@ -395,7 +390,7 @@ def _data_prep_interrupted(fault):
         traceback), sent while the job is frozen mid-way (`_stopped_mid_job`)."""
         clean = _clean_records(ctx, module, args)
         out = flag_value(args, "--output_dir")
-        proc, workers = _stopped_mid_job(module, args, out)
+        proc, workers = _stopped_mid_job(ctx, module, args, out)
         if fault == "ctrl-c":
             proc.send_signal(signal.SIGINT)
             want, names = 130, "interrupted (Ctrl-C)"
@@ -404,7 +399,8 @@ def _data_prep_interrupted(fault):
             os.kill(workers[0], signal.SIGKILL)
             want, names = 2, ["worker process of data_prep died", "rerun the same command"]
         _resume(proc, workers)
-        err = proc.communicate(timeout=600)[1]
+        out_text, err = proc.communicate(timeout=600)
+        assert proc.returncode == want, (proc.returncode, out_text[-2000:], err[-2000:])
         one_error_line(proc.returncode, err, want, names)
         assert not os.path.exists(os.path.join(out, "manifest.json"))
         status, _, err = ctx["server"].run(module, args)
