@@ -202,6 +202,7 @@ class _Output:
 
     def close(self) -> None:
         self.file.close()
+        os.remove(self.file.name)  # one server serves a worker's whole session
 
 
 class Child:

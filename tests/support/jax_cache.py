@@ -44,11 +44,9 @@ class Adopter:
 
     def __init__(self, mine, sources):
         self.mine = pathlib.Path(mine)
-        self.sources = (
-            sources  # a callable -> directories, re-listed each time (workers start late)
-        )
+        # A callable -> directories, listed again each time: workers start at different moments.
+        self.sources = sources
         self.done: set[str] = set()
-        self.adopted = 0
 
     def adopt(self) -> int:
         now, count = time.time(), 0
@@ -78,7 +76,6 @@ class Adopter:
                     count += 1
                 except OSError:  # written here meanwhile, or another file system
                     pass
-        self.adopted += count
         return count
 
 

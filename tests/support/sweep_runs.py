@@ -399,8 +399,7 @@ def _data_prep_interrupted(fault):
             os.kill(workers[0], signal.SIGKILL)
             want, names = 2, ["worker process of data_prep died", "rerun the same command"]
         _resume(proc, workers)
-        out_text, err = proc.communicate(timeout=600)
-        assert proc.returncode == want, (proc.returncode, out_text[-2000:], err[-2000:])
+        err = proc.communicate(timeout=600)[1]
         one_error_line(proc.returncode, err, want, names)
         assert not os.path.exists(os.path.join(out, "manifest.json"))
         status, _, err = ctx["server"].run(module, args)
