@@ -49,6 +49,7 @@ def position_kinds(inputs: jax.Array, label_ids: jax.Array, mask_id: int) -> jax
     return jnp.where(inputs == mask_id, 0, jnp.where(inputs == label_ids, 1, 2))
 
 
+@jax.named_scope("mlm_loss")
 def mlm_sums(
     mlm_logits: jax.Array,
     label_ids: jax.Array,
@@ -73,6 +74,7 @@ def mlm_sums(
     return sums
 
 
+@jax.named_scope("nsp_loss")
 def nsp_sums(
     nsp_logits: jax.Array, labels: jax.Array, example_weights: jax.Array | None = None
 ) -> dict[str, jax.Array]:

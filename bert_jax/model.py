@@ -60,6 +60,11 @@ _ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_d
 _ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+# jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
+# backward pass keeps them under transpose(jvp(...))), where the planner's byte attribution
+# (bert_jax.plan) reads which part of the model an op belongs to.
+SCOPES = ("embeddings", "attention", "ffn", "norm_residual", "mlm_head", "nsp_head")
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 
 
@@ -255,6 +260,7 @@ class SelfAttention(nnx.Module):
         )  # [batch, length, 3, heads*kv]
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
+    @jax.named_scope("attention")
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None):
         cfg = self.cfg
         batch, length, _ = x.shape
@@ -307,11 +313,15 @@ class EncoderLayer(nnx.Module):
             jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
         )
         attn = self.attention(x, input_mask, k_attn, example_ids)
-        x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
-        x = constrain(x, *_ACT_EMBED)
-        h = constrain(_gelu(self.intermediate(x)), *_ACT_MLP)
-        x = self.output_norm(x + _dropout(self.output(h), rate, k_ffn))
-        return constrain(x, *_ACT_EMBED)
+        with jax.named_scope("norm_residual"):
+            x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
+            x = constrain(x, *_ACT_EMBED)
+        with jax.named_scope("ffn"):
+            h = constrain(_gelu(self.intermediate(x)), *_ACT_MLP)
+            h = _dropout(self.output(h), rate, k_ffn)
+        with jax.named_scope("norm_residual"):
+            x = self.output_norm(x + h)
+            return constrain(x, *_ACT_EMBED)
 
 
 def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng, example_ids):
@@ -336,6 +346,7 @@ class Embeddings(nnx.Module):
         self.token_type_embeddings = _embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
         self.layer_norm = _layer_norm(cfg, rngs)
 
+    @jax.named_scope("embeddings")
     def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None):
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
@@ -447,6 +458,7 @@ class MaskedLMHead(nnx.Module):
         self.transform_norm = _layer_norm(cfg, rngs)
         self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **_axes("vocab"))
 
+    @jax.named_scope("mlm_head")
     def __call__(self, x, word_embeddings: jax.Array):
         x = self.transform_norm(_gelu(self.transform(x)))  # [batch, predictions, hidden]
         logits = jnp.einsum(
@@ -505,9 +517,11 @@ class BertForPreTraining(nnx.Module):
             dropout_rng=dropout_rng,
         )
         # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
-        gathered = gather(sequence, masked_lm_positions)
+        with jax.named_scope("mlm_head"):
+            gathered = gather(sequence, masked_lm_positions)
         mlm_logits = self.mlm(gathered, self.bert.embeddings.word_embeddings.embedding[...])
-        nsp_logits = self.nsp(pooled).astype(jnp.float32)
+        with jax.named_scope("nsp_head"):
+            nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return mlm_logits, nsp_logits
 
 

@@ -136,9 +136,12 @@ def apply_gradients(
     the learning-rate schedule stay in step with it). The choice is made on the device; the host
     decides about stopping later (bert_jax/loop.py), without a sync per step.
     """
-    grad_norm = optax.global_norm(grads)  # inf/NaN iff some gradient is (or their squares overflow)
+    with jax.named_scope("grad_norm"):
+        # inf/NaN iff some gradient is (or their squares overflow)
+        grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
+    @jax.named_scope("optimizer")
     def update(params, opt_state):
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
