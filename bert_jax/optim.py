@@ -108,6 +108,11 @@ def decays(path: tuple) -> bool:
     return bool(path) and str(path[-1]) in ("kernel", "embedding")
 
 
+def is_kernel(key_path) -> bool:
+    """Whether a tree_util key path names a matmul kernel (nnx.Linear's 'kernel')."""
+    return bool(key_path) and getattr(key_path[-1], "key", None) == "kernel"
+
+
 def weight_decay_mask(params: Any) -> Any:
     """A pytree of bools shaped like `params`: True where weight decay applies."""
 
@@ -157,6 +162,23 @@ def scale_by_adam(
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
+    """optax.clip_by_global_norm's arithmetic, with the norm passed in when the caller has it
+    (`tx.update(..., grad_norm=n)`, as train_state.apply_gradients does): one pass over the
+    gradients instead of two."""
+
+    def update_fn(updates, state, params=None, *, grad_norm=None, **extra_args):
+        del params, extra_args
+        norm = optax.global_norm(updates) if grad_norm is None else grad_norm
+        keep = norm < max_norm
+        updates = jax.tree.map(
+            lambda t: jax.lax.select(keep, t, (t / norm.astype(t.dtype)) * max_norm), updates
+        )
+        return updates, state
+
+    return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update_fn)
+
+
 def make_optimizer(
     optim: ml_collections.ConfigDict,
     lr: dict[str, Any],
@@ -171,7 +193,7 @@ def make_optimizer(
         raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
     parts = []
     if optim.max_grad_norm > 0:
-        parts.append(optax.clip_by_global_norm(optim.max_grad_norm))
+        parts.append(clip_by_global_norm(optim.max_grad_norm))
     parts.append(scale_by_adam(optim.b1, optim.b2, optim.eps, optim.bias_correction))
     if optim.weight_decay > 0:
         parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))

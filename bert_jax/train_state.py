@@ -51,6 +51,11 @@ class Setup:
     # The vocabulary's [MASK] id (config.data.mask_token_id): with it the MLM figures are also
     # kept by kind of masked position (losses.position_kinds); None: over all positions only.
     mask_id: int | None = None
+    # Where the model uses the parameters (its logical axes' layout), like param_shardings, when
+    # that is not where they are stored: with weight-update sharding (sharding.update_sharding)
+    # the state keeps each parameter split over the batch's axes and the step gathers it here.
+    # None: the same as param_shardings.
+    compute_shardings: Any = None
 
     @property
     def tx(self) -> optax.GradientTransformation:
@@ -143,7 +148,11 @@ def apply_gradients(
 
     @jax.named_scope("optimizer")
     def update(params, opt_state):
-        updates, opt_state = tx.update(grads, opt_state, params)
+        # The norm goes to the clipping (optim.clip_by_global_norm) rather than being summed
+        # over every gradient a second time.
+        updates, opt_state = optax.with_extra_args_support(tx).update(
+            grads, opt_state, params, grad_norm=grad_norm
+        )
         return optax.apply_updates(params, updates), opt_state
 
     # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
