@@ -25,10 +25,44 @@ import jax.numpy as jnp
 _MLM_DENOMINATOR_EPS = 1e-5
 
 
+@jax.custom_vjp
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Per-item negative log-likelihood, computed in float32. logits [..., C], labels [...]."""
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-    return -jnp.take_along_axis(log_probs, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    """Per-item negative log-likelihood, computed in float32. logits [..., C] (any float dtype),
+    labels [...].
+
+    The arithmetic of -log_softmax(logits.astype(float32))[label], forward and backward, with one
+    difference in what is kept: autodiff of log_softmax keeps a float32 copy of the logits for
+    the backward pass (the MLM head's [batch, predictions, vocabulary], read again by several
+    fusions); this keeps the logits as they came (bfloat16 under mixed precision) and two float32
+    numbers per item (max and log-sum-exp), and the backward pass writes the logits' gradient in
+    their own dtype in one pass. In float32 it is exactly autodiff's computation.
+    """
+    return _cross_entropy_fwd(logits, labels)[0]
+
+
+def _shifted_lse(logits):
+    x = logits.astype(jnp.float32)
+    m = jnp.max(x, axis=-1, keepdims=True)
+    s = jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
+    return x, m, s
+
+
+def _cross_entropy_fwd(logits, labels):
+    x, m, s = _shifted_lse(logits)
+    picked = jnp.take_along_axis(x, labels[..., None].astype(jnp.int32), axis=-1)
+    nll = -((picked - m) - s)[..., 0]  # as log_softmax: (x - max) - log(sum(exp(x - max)))
+    return nll, (logits, labels, m, s)
+
+
+def _cross_entropy_bwd(residuals, g):
+    logits, labels, m, s = residuals
+    probs = jnp.exp((logits.astype(jnp.float32) - m) - s)  # softmax, as log_softmax's VJP has it
+    onehot = labels[..., None] == jnp.arange(logits.shape[-1], dtype=labels.dtype)
+    grad = g[..., None] * (probs - onehot.astype(jnp.float32))
+    return grad.astype(logits.dtype), None
+
+
+cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
 # Kinds of masked position, in the order of position_kinds' codes.

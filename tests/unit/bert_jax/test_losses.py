@@ -193,3 +193,39 @@ def test_nsp_majority_rate_is_the_commoner_labels_share(labels, weights, majorit
     assert out["nsp_majority"] == pytest.approx(majority)
     # A constant answer scores at most the majority rate: argmax of zeros is label 0.
     assert out["nsp_accuracy"] <= out["nsp_majority"] + 1e-9
+
+
+def _reference_nll(logits, labels):
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 97), (2, 20, 30522), (4, 2), (7,)])
+@pytest.mark.parametrize("scale", [0.1, 10.0, 300.0])
+def test_cross_entropy_is_autodiffs_log_softmax_in_float32(shape, scale):
+    """The hand-written VJP (which keeps the logits in their own dtype) against autodiff of the
+    plain definition: the same loss and gradient in float32, across widths and logit scales
+    (300: exp underflows for all but the largest logit)."""
+    keys = jax.random.split(jax.random.PRNGKey(shape[-1]), 3)
+    logits = jax.random.normal(keys[0], shape) * scale
+    labels = jax.random.randint(keys[1], shape[:-1], 0, shape[-1])
+    g = jax.random.uniform(keys[2], shape[:-1])  # per-item weights, as the loss sums them
+    ours = jax.value_and_grad(lambda x: jnp.sum(losses.cross_entropy(x, labels) * g))(logits)
+    ref = jax.value_and_grad(lambda x: jnp.sum(_reference_nll(x, labels) * g))(logits)
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(ours[1], ref[1], rtol=1e-5, atol=1e-7)
+
+
+def test_cross_entropy_of_bfloat16_logits_is_within_bfloat16_of_float32():
+    """bfloat16 logits (the MLM head's under mixed precision): the loss is taken in float32 from
+    them, the gradient comes back bfloat16 and within bfloat16 rounding of the float32 one."""
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    logits = (jax.random.normal(keys[0], (4, 20, 30522)) * 3).astype(jnp.bfloat16)
+    labels = jax.random.randint(keys[1], (4, 20), 0, 30522)
+    loss16, grad16 = jax.value_and_grad(lambda x: jnp.sum(losses.cross_entropy(x, labels)))(logits)
+    loss32, grad32 = jax.value_and_grad(lambda x: jnp.sum(_reference_nll(x, labels)))(
+        logits.astype(jnp.float32)
+    )
+    assert grad16.dtype == jnp.bfloat16 and loss16.dtype == jnp.float32
+    np.testing.assert_allclose(loss16, loss32, rtol=1e-6)  # same inputs, float32 arithmetic
+    np.testing.assert_allclose(grad16.astype(jnp.float32), grad32, rtol=2**-7, atol=1e-8)
