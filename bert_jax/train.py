@@ -17,6 +17,7 @@ count), so the summed gradients are exactly those of the full batch.
 import functools
 import math
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,14 +66,19 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
         lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
     )
     graphdef, param_state = nnx.split(abstract_model, nnx.Param)
-    param_shardings = sharding.param_shardings(param_state, mesh, rules)
+    compute_shardings = sharding.param_shardings(param_state, mesh, rules)
+    abstract_params = nnx.to_pure_dict(param_state)
+    # Weight-update sharding: the state keeps parameters and moments split over the batch axes
+    # (sharding.update_sharding); the step gathers the parameters (loss_and_grads).
+    param_shardings = (
+        sharding.update_shardings(compute_shardings, abstract_params, rules)
+        if config.mesh.shard_update
+        else compute_shardings
+    )
     optimizer = functools.partial(optim.make_optimizer, config.optim)
     lr = optim.schedule_values(config.optim, config.train.num_train_steps)
     state_shardings, abstract_state = train_state.state_layout(
-        nnx.to_pure_dict(param_state),
-        param_shardings,
-        optimizer(lr),
-        mesh,
+        abstract_params, param_shardings, optimizer(lr), mesh
     )
     return Setup(
         model_config,
@@ -87,6 +93,7 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
         lr,
         config.data.get("nsp") is not False,
         config.data.get("mask_token_id"),
+        compute_shardings,
     )
 
 
@@ -135,6 +142,45 @@ def nsp_weights_of(batch: Batch) -> jax.Array:
     return weights.astype(jnp.float32)
 
 
+class ParamLayout(NamedTuple):
+    """Weight-update sharding's two places of the parameters (Setup.compute_shardings)."""
+
+    stored: Any  # where the state keeps them (and the gradients go): Setup.param_shardings
+    compute: Any  # where the model uses them: its logical axes' layout
+    dtype: Any  # the computation dtype
+
+
+def param_layout(setup: Setup) -> ParamLayout | None:
+    if setup.compute_shardings is None:
+        return None
+    return ParamLayout(
+        setup.param_shardings, setup.compute_shardings, setup.model_config.compute_dtype
+    )
+
+
+def for_compute(params, layout: ParamLayout | None):
+    """The parameters as the model uses them: gathered from their stored shards, the matmul
+    kernels cast to the computation dtype first. nnx.Linear casts its kernel anyway, so the
+    values are the same; cast before the gather, a bfloat16 run all-gathers half the bytes, and
+    the kernels' gradients come back in bfloat16, to be reduce-scattered as such (`to_stored`)
+    rather than all-reduced. Embedding tables, biases and norms keep their float32."""
+    if layout is None:
+        return params
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, p: p.astype(layout.dtype) if optim.is_kernel(path) else p, params
+    )
+    return jax.lax.with_sharding_constraint(params, layout.compute)
+
+
+def to_stored(grads, layout: ParamLayout | None):
+    """Gradients of `for_compute`'s parameters (partial sums over the batch axes) -> summed onto
+    the stored shards (a reduce-scatter), in float32."""
+    if layout is None:
+        return grads
+    grads = jax.lax.with_sharding_constraint(grads, layout.stored)
+    return jax.tree.map(lambda g: g.astype(jnp.float32), grads)
+
+
 def loss_and_grads(
     graphdef,
     params,
@@ -146,16 +192,24 @@ def loss_and_grads(
     batch_axes=None,
     nsp: bool = True,
     mask_id: int | None = None,
+    layout: ParamLayout | None = None,
 ):
-    """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches."""
+    """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches;
+    with a `layout` (weight-update sharding) the gradients are on its stored shards."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
     nsp_denominator = jnp.sum(nsp_weights_of(batch))  # NSP pairs in the batch
+    params = for_compute(params, layout)
 
     def micro_loss(p, micro, key):
         sums = forward_sums(graphdef, p, micro, key if dropout else None, nsp, mask_id)
         return losses.pretraining_loss(sums, mlm_denominator, nsp_denominator), sums
 
-    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+    value_and_grad = jax.value_and_grad(micro_loss, has_aux=True)
+
+    def grad_fn(p, micro, key):
+        (loss, sums), grads = value_and_grad(p, micro, key)
+        return (loss, sums), to_stored(grads, layout)
+
     if grad_accum_steps == 1:
         (loss, sums), grads = grad_fn(params, batch, rng)
         return loss, sums, grads
@@ -179,10 +233,11 @@ def loss_and_grads(
             graphdef, params, jax.tree.map(lambda x: x[0], micro_batches), None, nsp, mask_id
         )
     )
+    zero_grads = jax.eval_shape(lambda: to_stored(params, layout))
     init = (
         jnp.zeros([], jnp.float32),
         jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zero_sums),
-        jax.tree.map(jnp.zeros_like, params),
+        jax.tree.map(lambda g: jnp.zeros(g.shape, jnp.float32), zero_grads),
     )
     (loss, sums, grads), _ = jax.lax.scan(body, init, (micro_batches, jnp.arange(grad_accum_steps)))
     return loss, sums, grads
@@ -199,6 +254,7 @@ def train_step(
     batch_axes=None,
     nsp: bool = True,
     mask_id: int | None = None,
+    layout: ParamLayout | None = None,
 ) -> tuple[dict, dict]:
     """One optimizer step at the learning rates `lr` (optim.schedule_values; `optimizer(lr)` is
     the optimizer). Returns the new state and scalar metrics of this step."""
@@ -213,6 +269,7 @@ def train_step(
         batch_axes=batch_axes,
         nsp=nsp,
         mask_id=mask_id,
+        layout=layout,
     )
     new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     metrics = {
@@ -291,6 +348,7 @@ def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
         batch_axes=batch_axes(setup),
         nsp=setup.nsp,
         mask_id=setup.mask_id,
+        layout=param_layout(setup),
     )
     replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
@@ -315,6 +373,7 @@ def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = 
             batch_axes=batch_axes(setup),
             nsp=setup.nsp,
             mask_id=setup.mask_id,
+            layout=param_layout(setup),
         )
         return loss, grads
 
@@ -328,7 +387,12 @@ def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = 
 
 def jit_eval_step(setup: Setup):
     """(params, batch) -> sums over the batch, replicated."""
-    fn = functools.partial(forward_sums, setup.graphdef, nsp=setup.nsp, mask_id=setup.mask_id)
+    layout = param_layout(setup)
+
+    def fn(params, batch):
+        params = for_compute(params, layout)
+        return forward_sums(setup.graphdef, params, batch, nsp=setup.nsp, mask_id=setup.mask_id)
+
     return jax.jit(
         fn,
         in_shardings=(setup.param_shardings, setup.batch_sharding),
