@@ -25,12 +25,21 @@ implementation='cudnn')` (JAX 0.10) takes the masking in one of two forms:
 The public API has no segment ids; cuDNN's packed "THD" layout (per-row segment offsets, the
 one NVIDIA's BERT uses) is only reachable through the private jax._src.cudnn module and needs a
 Hopper GPU, so it is not used. Unpacked rows keep the lengths form, packed rows take the mask.
+
+On TPU, `splash_attention` runs the Pallas splash-attention kernel (jax.experimental.pallas.ops.tpu,
+as MaxText does): flash attention with segment ids, so both forms are one: a row's real tokens
+are segment 1 (or each packed example its own id) and padding segment 0, and no [L, L] mask or
+probability matrix is ever written to HBM. Mosaic kernels cannot be partitioned automatically,
+so it runs under jax.shard_map over the batch (and heads) axes of the mesh in effect; on CPU it
+runs in Pallas' interpret mode (tests check it against `einsum_attention`).
 """
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from bert_jax.dropout import dropout
 
@@ -70,13 +79,88 @@ def fused_attention(q, k, v, input_mask, *, example_ids=None, implementation: st
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
 
 
+def platform() -> str:
+    """The platform the computation is for: the mesh in effect's devices ('tpu' when compiling
+    for a TPU slice from a CPU host, as the planner does), else JAX's default backend."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else mesh.abstract_device
+    return device.platform if device is not None else jax.default_backend()
+
+
 def cudnn_usable(dtype, head_dim: int, length: int) -> bool:
     """Whether cuDNN's fused kernel takes these shapes (bfloat16 on a GPU; JAX checks the rest
     and raises when forced with attention_impl='cudnn')."""
     return (
-        jax.default_backend() == "gpu"
+        platform() == "gpu"
         and dtype == jnp.bfloat16
         and head_dim % 8 == 0
         and head_dim <= 128
         and length % 2 == 0
     )
+
+
+# Splash attention's tiles: the sequence is cut into blocks of this many queries and keys
+# (MaxText's default is 512; BERT's 128-token rows are one block).
+_SPLASH_BLOCK = 512
+
+
+def splash_usable(length: int) -> bool:
+    """Whether the splash kernel runs here and takes this sequence length (whole 128-row tiles)."""
+    return platform() == "tpu" and length % 128 == 0
+
+
+@functools.cache
+def _splash_kernel(heads: int, length: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    block = math.gcd(length, _SPLASH_BLOCK)
+    sizes = sk.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    mask = sm.MultiHeadMask([sm.FullMask((length, length))] * heads)
+    # Concrete even when first asked for inside a trace: the kernel holds arrays (its mask's
+    # block tables) and is cached across traces.
+    with jax.ensure_compile_time_eval():
+        return sk.make_splash_mha(
+            mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+        )
+
+
+def splash_attention(q, k, v, input_mask, *, example_ids=None, batch_axes=None, head_axes=None):
+    """softmax(QK^T/sqrt(d)) V by the Pallas splash kernel, the keys a query may read given as
+    segment ids (module docstring). q, k, v [batch, length, heads, kv]; `batch_axes`/`head_axes`:
+    the mesh axes the batch and the heads are split over (the kernel runs on each device's
+    share; None: not split)."""
+    length, head_dim = q.shape[1], q.shape[3]
+    segments = (input_mask if example_ids is None else example_ids).astype(jnp.int32)
+    scale = 1.0 / math.sqrt(head_dim)
+    interpret = platform() != "tpu"
+
+    def local(q, k, v, segments):
+        from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+        kernel = _splash_kernel(q.shape[2], length, interpret)
+        t = lambda x: jnp.swapaxes(x, 1, 2)  # [batch, length, heads, kv] <-> [batch, heads, ...]
+        ids = sk.SegmentIds(q=segments, kv=segments)
+        out = jax.vmap(kernel)(t(q * jnp.asarray(scale, q.dtype)), t(k), t(v), segment_ids=ids)
+        return t(out)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return local(q, k, v, segments)
+    qkv = P(batch_axes, None, head_axes, None)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(qkv, qkv, qkv, P(batch_axes, None)),
+        out_specs=qkv,
+        check_vma=False,
+    )(q, k, v, segments)

@@ -3,7 +3,9 @@
 Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
 the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
 before the vocabulary projection. Parameters are always float32; `BertConfig.dtype` only sets the
-computation dtype ("bfloat16" for mixed precision). Logits come back float32.
+computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM logits in the
+computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic of a
+float32 one; losses.cross_entropy takes its log-sum-exp in float32).
 
 Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
 checkpoint of `nnx.state(model)` is the parameters and nothing else.
@@ -31,9 +33,11 @@ as in the original optimizer.
 
 Attention (bert_jax/attention.py): `jax.nn.dot_product_attention` with the padding mask, or with
 the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
-bert_jax.packing). `attention_impl='auto'` uses cuDNN's fused kernel on GPU when the computation
-is bfloat16 and the shapes allow it (it then relies on the padding being on the right, as in
-every BERT record), XLA otherwise. JAX's fused attention has no dropout, so while
+bert_jax.packing). `attention_impl='auto'` uses the Pallas splash-attention kernel on TPU (the
+platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
+whole 128-token tiles, cuDNN's fused kernel on GPU when the computation is bfloat16 and the
+shapes allow it (it then relies on the padding being on the right, as in every BERT record), XLA
+otherwise. The fused kernels have no dropout, so while
 attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
 explicit einsum attention with dropout runs instead.
 """
@@ -65,7 +69,7 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # backward pass keeps them under transpose(jvp(...))), where the planner's byte attribution
 # (bert_jax.plan) reads which part of the model an op belongs to.
 SCOPES = ("embeddings", "attention", "ffn", "norm_residual", "mlm_head", "nsp_head")
-_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
+_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
 
 
 # The fields that fix the parameters' shapes (transformers' BertConfig has the same names).
@@ -97,7 +101,12 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     dtype: str = "float32"  # computation dtype; parameters are always float32
     remat: bool = False  # jax.checkpoint each encoder layer (nnx.remat)
-    attention_impl: str = "auto"  # "auto", "xla", "cudnn" or "einsum" (see the module docstring)
+    # Run the encoder layers as one lax.scan over their stacked parameters (`run_layers`): the
+    # compiler sees one layer instead of num_hidden_layers. The parameters keep their per-layer
+    # layout (checkpoints, exports and fine-tuning see no difference).
+    scan_layers: bool = False
+    # "auto", "xla", "cudnn", "splash" or "einsum" (see the module docstring)
+    attention_impl: str = "auto"
 
     def __post_init__(self):
         problems = []
@@ -159,14 +168,19 @@ def _axes(*names: str | None) -> dict[str, Any]:
     return {"out_sharding": names, "eager_sharding": False}
 
 
-def constrain(x: jax.Array, *names: str | None) -> jax.Array:
-    """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
+def _mesh_spec(names, shape):
+    """The PartitionSpec of an activation by logical names, or None without a mesh and rules."""
     mesh = jax.sharding.get_abstract_mesh()
     rules = flax_spmd.get_logical_axis_rules()
     if mesh.empty or not rules:
-        return x
-    spec = sharding.logical_to_mesh_spec(names, x.shape, mesh, rules)
-    return jax.lax.with_sharding_constraint(x, spec)
+        return None
+    return sharding.logical_to_mesh_spec(names, shape, mesh, rules)
+
+
+def constrain(x: jax.Array, *names: str | None) -> jax.Array:
+    """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
+    spec = _mesh_spec(names, x.shape)
+    return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
 
 
 # --- Building blocks -------------------------------------------------------------------------
@@ -274,9 +288,24 @@ class SelfAttention(nnx.Module):
         if dropout_rng is not None and cfg.attention_probs_dropout_prob > 0:
             impl = "einsum"  # the fused kernels have no attention dropout
         elif impl == "auto":
-            usable = attention.cudnn_usable(cfg.compute_dtype, cfg.head_dim, length)
-            impl = "cudnn" if usable else "xla"
-        if impl == "einsum":
+            if attention.splash_usable(length):
+                impl = "splash"
+            elif attention.cudnn_usable(cfg.compute_dtype, cfg.head_dim, length):
+                impl = "cudnn"
+            else:
+                impl = "xla"
+        if impl == "splash":
+            spec = _mesh_spec(_ACT_HEADS, q.shape)
+            ctx = attention.splash_attention(
+                q,
+                k,
+                v,
+                input_mask,
+                example_ids=example_ids,
+                batch_axes=spec[0] if spec else None,
+                head_axes=spec[2] if spec else None,
+            )
+        elif impl == "einsum":
             ctx = attention.einsum_attention(
                 q,
                 k,
@@ -328,14 +357,74 @@ def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng, example_ids):
     return layer(x, input_mask, dropout_rng, example_ids)
 
 
+def run_layers(layers, x, input_mask, dropout_rng, example_ids, *, remat: bool, scan: bool):
+    """x through `layers` in order; layer i's dropout key is fold_in(dropout_rng, i).
+
+    scan=True: one jax.lax.scan whose body is one layer, over the layers' parameters stacked
+    along a new leading axis (MaxText's scan_layers): the compiler sees and optimizes one layer
+    instead of num_hidden_layers copies (BERT-Large's TPU compile ~20x faster). The stack is
+    built inside the step from the per-layer parameters, so nothing outside sees another layout,
+    and the keys are the same fold_in(dropout_rng, i), so the result is the unrolled loop's.
+    Layers whose structure differs (none in BERT) run unrolled.
+    """
+    run = nnx.remat(_run_layer) if remat else _run_layer
+    splits = [nnx.split(layer) for layer in layers]
+    if not scan or len(layers) < 2 or any(g != splits[0][0] for g, _ in splits[1:]):
+        for i, layer in enumerate(layers):
+            key = jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
+            x = run(layer, x, input_mask, key, example_ids)
+        return x
+    graphdef = splits[0][0]
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(state for _, state in splits))
+
+    def body(x, xs):
+        state, i = xs
+        key = jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
+        return _run_layer(nnx.merge(graphdef, state), x, input_mask, key, example_ids), None
+
+    if remat:
+        body = jax.checkpoint(body)
+    x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(len(layers))))
+    return x
+
+
 def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
-    """embed(ids) with the table's 'embed' dimension gathered first (FSDP: weights are gathered
-    where they are used). Looked up in an fsdp-split table, the rows come out split along 'embed',
-    and in the backward pass XLA then cannot move the batch-split gradient there except by
-    replicating it ("involuntary full rematerialization"); from a whole table, the gradient is
-    scattered locally and reduce-scattered onto the table's sharding like any other weight's."""
-    table = constrain(embed.embedding[...], rows, None)
-    return jnp.take(table, ids, axis=0).astype(embed.dtype)
+    """embed(ids) with the table's 'embed' dimension gathered first (`_whole_rows`)."""
+    return jnp.take(_whole_rows(embed, rows), ids, axis=0).astype(embed.dtype)
+
+
+def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
+    """The table with its 'embed' dimension gathered (FSDP: weights are gathered where they are
+    used). Looked up in an fsdp-split table, the rows come out split along 'embed', and in the
+    backward pass XLA then cannot move the batch-split gradient there except by replicating it
+    ("involuntary full rematerialization"); from a whole table, the gradient is scattered
+    locally and reduce-scattered onto the table's sharding like any other weight's."""
+    return constrain(embed.embedding[...], rows, None)
+
+
+@jax.custom_vjp
+def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(table, table[ids]): the word-embedding table as the MLM decoder uses it, and the rows the
+    input looks up, with one gradient for both uses.
+
+    Autodiff would give the lookup's gradient as a scatter into a zero table of its own (a
+    30,522-row float32 pass to write the zeros, another to scatter, a third to add it to the
+    decoder's), each summed over the data-parallel devices by a collective of its own. Here the
+    looked-up rows' gradients are added into the decoder's gradient in place: one dense table,
+    one reduction. The arithmetic is autodiff's but for the order of the additions."""
+    return table, jnp.take(table, ids, axis=0)
+
+
+def _tied_lookup_fwd(table, ids):
+    return tied_lookup(table, ids), ids
+
+
+def _tied_lookup_bwd(ids, cotangents):
+    ct_table, ct_rows = cotangents
+    return ct_table.at[ids].add(ct_rows.astype(ct_table.dtype)), None
+
+
+tied_lookup.defvjp(_tied_lookup_fwd, _tied_lookup_bwd)
 
 
 class Embeddings(nnx.Module):
@@ -347,11 +436,15 @@ class Embeddings(nnx.Module):
         self.layer_norm = _layer_norm(cfg, rngs)
 
     @jax.named_scope("embeddings")
-    def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None):
+    def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None, word_rows=None):
+        """`word_rows`: input_ids' rows of the word-embedding table, already looked up
+        (BertForPreTraining's tied_lookup); None: looked up here."""
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
+        if word_rows is None:
+            word_rows = _lookup(self.word_embeddings, input_ids, "vocab")
         x = (
-            _lookup(self.word_embeddings, input_ids, "vocab")
+            word_rows.astype(self.word_embeddings.dtype)
             + _lookup(self.position_embeddings, position_ids)
             + _lookup(self.token_type_embeddings, segment_ids)
         )
@@ -410,6 +503,7 @@ class BertModel(nnx.Module):
         position_ids=None,
         cls_positions=None,
         dropout_rng=None,
+        word_rows=None,
     ):
         """(sequence [B, L, H], pooled [B, H]: the pooler on position 0's state).
 
@@ -418,7 +512,8 @@ class BertModel(nnx.Module):
         (restarting at 0 for each example), and, where the pooled output is wanted,
         `cls_positions` [B, E] (each example's [CLS] position; empty slots any position < L):
         pooled is then [B, E, H], one per example. Without packing inputs the computation is
-        exactly the unpacked one.
+        exactly the unpacked one. `word_rows`: the word embeddings of input_ids, already looked
+        up (BertForPreTraining ties them to its decoder).
         """
         _check_inputs(
             self.config,
@@ -432,11 +527,16 @@ class BertModel(nnx.Module):
         k_embed, k_layers = (
             jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
         )
-        x = self.embeddings(input_ids, segment_ids, k_embed, position_ids)
-        run = nnx.remat(_run_layer) if self.config.remat else _run_layer
-        for i, layer in enumerate(self.layers):
-            key = jax.random.fold_in(k_layers, i) if k_layers is not None else None
-            x = run(layer, x, input_mask, key, example_ids)
+        x = self.embeddings(input_ids, segment_ids, k_embed, position_ids, word_rows)
+        x = run_layers(
+            self.layers,
+            x,
+            input_mask,
+            k_layers,
+            example_ids,
+            remat=self.config.remat,
+            scan=self.config.scan_layers,
+        )
         if cls_positions is None:
             first = x[:, 0]  # [batch, hidden]
         else:
@@ -464,7 +564,10 @@ class MaskedLMHead(nnx.Module):
         logits = jnp.einsum(
             "bph,vh->bpv", x, word_embeddings.astype(x.dtype), preferred_element_type=jnp.float32
         )
-        return constrain(logits + self.bias[...], "batch", None, "vocab")
+        # The bias is added to the float32 accumulator, then rounded once to the computation
+        # dtype (XLA fuses both into the matmul's output).
+        logits = (logits + self.bias[...]).astype(x.dtype)
+        return constrain(logits, "batch", None, "vocab")
 
 
 class BertForPreTraining(nnx.Module):
@@ -507,6 +610,9 @@ class BertForPreTraining(nnx.Module):
                 f"masked_lm_positions must be [batch, predictions], got shape "
                 f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}"
             )
+        with jax.named_scope("embeddings"):
+            table = _whole_rows(self.bert.embeddings.word_embeddings, "vocab")
+            decoder_table, word_rows = tied_lookup(table, input_ids)
         sequence, pooled = self.bert(
             input_ids,
             input_mask,
@@ -515,11 +621,12 @@ class BertForPreTraining(nnx.Module):
             position_ids=position_ids,
             cls_positions=cls_positions,
             dropout_rng=dropout_rng,
+            word_rows=word_rows,
         )
         # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
         with jax.named_scope("mlm_head"):
             gathered = gather(sequence, masked_lm_positions)
-        mlm_logits = self.mlm(gathered, self.bert.embeddings.word_embeddings.embedding[...])
+        mlm_logits = self.mlm(gathered, decoder_table)
         with jax.named_scope("nsp_head"):
             nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return mlm_logits, nsp_logits

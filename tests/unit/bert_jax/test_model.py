@@ -120,6 +120,62 @@ def test_fused_attention_matches_einsum_attention():
     )
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_splash_attention_matches_einsum_attention(packed):
+    """The Pallas splash kernel (interpret mode on CPU) against the plain attention: outputs at
+    real positions and all three input gradients, right-padded rows (one of them all padding)
+    and packed rows of several examples."""
+    rng = np.random.default_rng(2)
+    batch, length, heads, head_dim = 3, 128, 2, 16
+    q, k, v = (jnp.asarray(rng.normal(size=(batch, length, heads, head_dim))) for _ in range(3))
+    lengths = np.array([128, 70, 0])
+    mask = jnp.asarray((np.arange(length)[None] < lengths[:, None]).astype(np.int32))
+    example_ids = None
+    if packed:  # examples of 40, 50 and 38 tokens in row 0, two in row 1, padding in row 2
+        bounds = np.cumsum([0, 40, 50, 38])
+        row0 = np.searchsorted(bounds, np.arange(length), side="right")
+        row1 = np.where(np.arange(length) < 30, 1, 2) * np.asarray(mask[1])
+        example_ids = jnp.asarray(np.stack([row0, row1, np.zeros(length, int)]), jnp.int32)
+    real = np.asarray(mask, bool)[..., None, None]
+
+    def run(fn):
+        def loss(q, k, v):
+            out = fn(q, k, v, mask, example_ids=example_ids)
+            return jnp.sum(jnp.where(real, out, 0) ** 2), out
+
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+
+    (_, splash), grads = run(attention.splash_attention)
+    (_, plain), ref_grads = run(attention.einsum_attention)
+    np.testing.assert_allclose(np.where(real, splash, 0), np.where(real, plain, 0), atol=1e-5)
+    for g, r in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, r, atol=1e-4)
+
+
+def test_splash_attention_in_the_model_on_a_mesh():
+    """attention_impl='splash' inside the model on a data x tensor mesh (the kernel under
+    shard_map on each device's rows and heads): the forward equals the XLA path's at every real
+    position."""
+    from bert_jax import sharding
+
+    cfg = dataclasses.replace(TINY, max_position_embeddings=128, num_attention_heads=2)
+    model = M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))
+    ids, mask, seg, pos = make_batch(batch=4, length=128, vocab=cfg.vocab_size)
+    mesh = sharding.make_mesh(4, 1, 2)
+    rules = sharding.normalize_rules(default.get_config().mesh.rules)
+    out = {}
+    for impl in ("xla", "splash"):
+        m = M.BertForPreTraining(dataclasses.replace(cfg, attention_impl=impl), rngs=nnx.Rngs(1))
+        nnx.update(m, nnx.state(model, nnx.Param))
+        with sharding.activate(mesh, rules):
+            out[impl] = nnx.jit(lambda m, *b: m(*b))(m, ids, mask, seg, pos)
+    # Padding queries read the padding keys in the kernel (segment 0) and the real ones in XLA's:
+    # compare the predictions at real positions (the only ones a loss weighs).
+    real = np.take_along_axis(mask, pos, axis=1).astype(bool)
+    np.testing.assert_allclose(out["splash"][0][real], out["xla"][0][real], atol=1e-4)
+    np.testing.assert_allclose(out["splash"][1], out["xla"][1], atol=1e-4)
+
+
 def test_model_attention_paths_agree(model, forward):
     batch = make_batch()
     base, _ = forward(model, *batch)
@@ -150,7 +206,10 @@ def test_bfloat16_compute_keeps_float32_params(model, forward):
     dtypes = {x.dtype for x in jax.tree.leaves(nnx.state(half, nnx.Param))}
     assert dtypes == {jnp.dtype(jnp.float32)}
     out, nsp = forward(half, *batch)
-    assert out.dtype == jnp.float32 and nsp.dtype == jnp.float32
+    # MLM logits in the computation dtype (losses.cross_entropy takes them to float32), NSP's
+    # two per example in float32.
+    assert out.dtype == jnp.bfloat16 and nsp.dtype == jnp.float32
+    out = out.astype(jnp.float32)
     scale = float(np.abs(ref).max())
     assert float(np.abs(out - ref).max()) < 0.05 * scale
     np.testing.assert_allclose(nsp, ref_nsp, atol=0.05 * float(np.abs(ref_nsp).max()) + 1e-3)
@@ -170,6 +229,51 @@ def test_remat_gives_the_same_gradients(model):
     g2 = jax.tree.leaves(grads(with_config(model, remat=True)))
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def _packed_inputs(batch):
+    """The batch's rows as packed rows of two examples each (first and second half)."""
+    mask = batch[1]
+    half = L // 2
+    example = np.where(np.arange(L) < half, 1, 2)[None, :] * mask
+    position = np.where(np.arange(L) < half, np.arange(L), np.arange(L) - half)[None, :]
+    cls = np.tile(np.array([[0, half]], np.int32), (B, 1))
+    return dict(
+        example_ids=jnp.asarray(example, jnp.int32),
+        position_ids=jnp.asarray(np.tile(position, (B, 1)), jnp.int32),
+        cls_positions=jnp.asarray(cls),
+    )
+
+
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_scanned_layers_give_the_unrolled_loss_and_gradients(model, remat, packed, dtype):
+    """scan_layers runs the same layers with the same dropout keys: loss and gradients equal to
+    the unrolled stack (to float rounding), with dropout, remat, packed rows and bfloat16."""
+    batch = make_batch()
+    extra = _packed_inputs(batch) if packed else {}
+    layers = dataclasses.replace(TINY, num_hidden_layers=3, dtype=dtype, remat=remat)
+    unrolled = M.BertForPreTraining(layers, rngs=nnx.Rngs(0))
+
+    def value_and_grads(m):
+        def loss(m):
+            mlm, nsp = m(*batch, **extra, dropout_rng=jax.random.key(3))
+            return jnp.mean(mlm.astype(jnp.float32) ** 2) + jnp.mean(nsp**2)
+
+        return nnx.jit(nnx.value_and_grad(loss))(m)
+
+    scanned = M.BertForPreTraining(dataclasses.replace(layers, scan_layers=True), rngs=nnx.Rngs(1))
+    nnx.update(scanned, nnx.state(unrolled, nnx.Param))
+    (l1, g1), (l2, g2) = value_and_grads(unrolled), value_and_grads(scanned)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(l2, l1, rtol=tol)
+    for (path, a), b in zip(
+        jax.tree_util.tree_flatten_with_path(nnx.state(g1, nnx.Param))[0],
+        jax.tree.leaves(nnx.state(g2, nnx.Param)),
+    ):
+        scale = float(np.abs(a).max()) + 1e-6
+        np.testing.assert_allclose(b, a, atol=tol * scale, err_msg=jax.tree_util.keystr(path))
 
 
 def test_bad_inputs_get_clear_errors(model):
@@ -233,3 +337,22 @@ def test_published_sizes_match_transformers(module, approx):
         theirs = sum(p.numel() for p in transformers.BertForPreTraining(hf_cfg).parameters())
     assert ours == theirs
     assert abs(ours - approx) < 0.05 * approx
+
+
+def test_tied_lookup_gradient_is_autodiffs():
+    """One table used twice (decoder and lookup, ids repeating as words do): the hand-written
+    gradient, the decoder's with the looked-up rows' added in place, equals autodiff's."""
+    rng = np.random.default_rng(3)
+    table = jnp.asarray(rng.normal(size=(50, 8)), jnp.float32)
+    ids = jnp.asarray(
+        rng.integers(0, 50, size=(4, 30)), jnp.int32
+    )  # repeats within and across rows
+    x = jnp.asarray(rng.normal(size=(4, 30, 8)), jnp.float32)
+
+    def loss(table, tied):
+        decoder, rows = M.tied_lookup(table, ids) if tied else (table, jnp.take(table, ids, 0))
+        logits = jnp.einsum("blh,vh->blv", jnp.tanh(rows + x), decoder)
+        return jnp.sum(jax.nn.log_softmax(logits) ** 2)
+
+    ours, ref = (jax.grad(loss)(table, tied) for tied in (True, False))
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
