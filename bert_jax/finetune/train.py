@@ -110,8 +110,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
 
     On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
-    next step and returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final
-    eval, predictions and export; rerunning the same command resumes.
+    next step, or after the current batch of a periodic eval (the step that eval was for), and
+    returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final eval,
+    predictions and export; rerunning the same command resumes.
     """
     config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
@@ -170,8 +171,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     primary = tasks.primary_metric(run.task, config.data)
 
-    def run_eval(step: int, state: dict) -> dict:
-        figures = predict.evaluate(run, setup, infer_fn, state["params"], frozen, eval_sets)
+    def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
+        figures = predict.evaluate(
+            run, setup, infer_fn, state["params"], frozen, eval_sets, between_batches
+        )
         log.write(step, "eval", _flatten(figures))
         if is_primary:
             print(
@@ -205,8 +208,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             means.update(step_time=step_time, examples_per_sec=config.train.batch_size / step_time)
         return means
 
-    def evaluate_now(step: int, state: dict) -> None:
-        result["eval"] = run_eval(step, state)
+    def evaluate_now(step: int, state: dict, between_batches) -> None:
+        result["eval"] = run_eval(step, state, between_batches)
 
     out = loop.run(
         state,
