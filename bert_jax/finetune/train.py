@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax import (
     checkpointing,
+    cli,
     config_check,
     faults,
     loop,
@@ -121,6 +122,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     eval_sets = runs.eval_datasets(run)
     test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
+    if config.optim.warmup_steps > total:  # the schedule would name a num_train_steps nobody set
+        raise cli.UserError(
+            f"config: optim.warmup_steps={config.optim.warmup_steps} is longer than this run "
+            f"({total} steps: {len(run.train)} training rows, train.num_epochs="
+            f"{config.train.num_epochs}); warm up over part of it, or set optim.warmup_steps=0 "
+            "to use optim.warmup_proportion"
+        )
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     counts = {
         **lora.summary(run.model),
