@@ -32,9 +32,8 @@ class Abandoned(Exception):
 class Preemption:
     """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
     log, eval or checkpoint period: after each step, and after each batch of an eval (an eval of
-    a large set runs for minutes; a signal waiting for its end was ignored for over 300 s, and a
-    spot VM's grace period is shorter). A second Ctrl-C stops at once (Interrupted), saving
-    nothing more.
+    a large set runs for minutes, longer than a spot VM's notice). A second Ctrl-C stops at once
+    (Interrupted), saving nothing more.
 
     Used as a context manager around a training loop, which calls `poll` after each step and
     hands `between_batches` to its eval. The loop keeps at most one step in flight ahead of the
