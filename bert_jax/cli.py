@@ -192,9 +192,14 @@ def check_writable_dir(path: str, flag: str) -> None:
     try:  # os.access is not enough: root passes it where the file system refuses (sysfs)
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=ancestor))
     except OSError as e:
+        why = {
+            errno.EROFS: "a read-only file system",
+            errno.EACCES: "no permission",
+            errno.EPERM: "no permission",
+        }.get(e.errno, "no files can be made there: a virtual file system such as /proc?")
         raise UserError(
-            f"{flag}={path!r}: {ancestor} cannot be written ({e.strerror or e}: a read-only "
-            "file system, or no permission); pass a directory you can write"
+            f"{flag}={path!r}: {ancestor} cannot be written ({e.strerror or e}: {why}); pass a "
+            "directory you can write"
         ) from None
 
 

@@ -24,28 +24,48 @@ class Interrupted(KeyboardInterrupt):
     """A second Ctrl-C: stop at once, without a save (cli.run prints one line, exit 130)."""
 
 
-class Preemption:
-    """SIGTERM or Ctrl-C (SIGINT) -> save and stop after the next step, whatever the log, eval or
-    checkpoint period. A second Ctrl-C stops at once (Interrupted), saving nothing more.
+class Abandoned(Exception):
+    """Raised between two eval batches (Preemption.between_batches) when a signal asked the run
+    to stop: the loop drops the eval and saves the step it evaluated."""
 
-    Used as a context manager around a training loop, which polls `due` after each step. The loop
-    keeps at most one step in flight ahead of the device (loop.run), so "the next step" is the
-    one after the step the device was running when the signal came, not one the host queued
-    dozens of steps ahead (a SIGTERM at step 355 of a CPU run was once saved at step 390).
+
+class Preemption:
+    """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
+    log, eval or checkpoint period: after each step, and after each batch of an eval (an eval of
+    a large set runs for minutes, longer than a spot VM's notice). A second Ctrl-C stops at once
+    (Interrupted), saving nothing more.
+
+    Used as a context manager around a training loop, which calls `poll` after each step and
+    hands `between_batches` to its eval. The loop keeps at most one step in flight ahead of the
+    device (loop.run), so "the next step" is the one after the step the device was running when
+    the signal came, not one the host queued dozens of steps ahead (a SIGTERM at step 355 of a
+    CPU run was once saved at step 390). A signal during a data wait or a checkpoint save is
+    seen at the poll that follows that step.
 
     With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
-    would replace its handler, and the signal would be lost); it tells every process, and
-    Orbax's `reached_preemption(step)` turns true on all of them at the same step, which `due`
-    asks. A Ctrl-C there is turned into that SIGTERM (sent to this process), so every process
-    saves the same step too.
+    would replace its handler, and the signal would be lost); it tells every process, and its
+    sync point (`reached_preemption(n)`) turns true on all of them at the same poll. Its counter
+    is the number of polls so far, not the step: eval batches are polls too, and every process
+    makes the same polls (each runs every eval batch). Orbax's own save asks the service with the
+    step number, which would set the counter back (the service records the last number asked,
+    and a sync point computed from it would never be reached): while the loop runs, the manager's
+    own question answers False. A Ctrl-C there is turned into that SIGTERM (sent to this
+    process), so every process saves at the same point too.
     """
 
-    def __init__(self):
+    def __init__(self, manager=None):
         self.requested = False
         self.signal_name: str | None = None
+        self._manager = manager
+        self._sync_point = None  # the preemption service's question, with several processes
+        self._polls = 0
+        self._stop = False
         self._previous: dict = {}
 
     def __enter__(self):
+        if jax.process_count() > 1 and self._manager is not None:
+            self._sync_point = self._manager.reached_preemption
+            self._manager.reached_preemption = lambda step: False
         if threading.current_thread() is not threading.main_thread():
             return self
         if jax.process_count() == 1:
@@ -61,7 +81,7 @@ class Preemption:
             return  # a repeated SIGTERM changes nothing
         self.signal_name = name
         print(
-            f"{name}: saving a checkpoint after the next step and stopping"
+            f"{name}: saving a checkpoint after this step (or eval batch) and stopping"
             + (" (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""),
             file=sys.stderr,
             flush=True,
@@ -71,15 +91,29 @@ class Preemption:
             return
         self.requested = True
 
-    def due(self, manager, step: int) -> bool:
-        """Whether to save and stop after `step`: a signal here (one process), or Orbax's
-        `manager.reached_preemption(step)`, true on every process of a multi-host job at once."""
-        return manager.reached_preemption(step) or self.requested
+    def poll(self) -> bool:
+        """Whether to save and stop now: a signal here (one process), or the preemption service's
+        sync point (several processes: true on all of them at the same poll). Stays true once
+        true."""
+        self._polls += 1
+        if not self._stop:
+            self._stop = bool(self.requested) or (
+                self._sync_point is not None and self._sync_point(self._polls)
+            )
+        return self._stop
+
+    def between_batches(self) -> None:
+        """An eval's poll after each batch: raises Abandoned when the run is to stop."""
+        if self.poll():
+            raise Abandoned()
 
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous = {}
+        if self._sync_point is not None:
+            del self._manager.reached_preemption  # the class's method again
+            self._sync_point = None
 
 
 def interrupted_message(step: int) -> str:

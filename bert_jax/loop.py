@@ -110,7 +110,7 @@ def run(
     log: metrics_log.MetricsLog,
     progress: metrics_log.Progress,
     train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
-    evaluate: Callable[[int, dict], str | None] | None = None,
+    evaluate: Callable[[int, dict, Callable[[], None]], str | None] | None = None,
     eval_at_last_step: bool = True,
 ) -> Outcome:
     """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
@@ -120,9 +120,11 @@ def run(
 
     After each step: at log lines (and the last step) the steps' mean metrics go through
     `train_figures(means, seconds per step)` to the metrics log and the progress line;
-    `evaluate(step, state)` runs at its steps (and at the last if `eval_at_last_step`) and may
-    return a reason to stop; then `decide` says whether to save (checkpointing.save: state, data
-    position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
+    `evaluate(step, state, between_batches)` runs at its steps (and at the last if
+    `eval_at_last_step`) and may return a reason to stop; it calls `between_batches()` after each
+    of its batches, which raises faults.Abandoned once a signal asks the run to stop (the eval is
+    dropped and the step saved). Then `decide` says whether to save (checkpointing.save: state,
+    data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
     where the loop waits for the device anyway: at log lines and before a save, which it then
     skips.
     """
@@ -136,7 +138,7 @@ def run(
     timer = StepTimer()
     last_saved = manager.latest_step()
     previous = None  # the metrics of the step before the one just dispatched
-    with faults.Preemption() as preemption, setup.activate():
+    with faults.Preemption(manager) as preemption, setup.activate():
         while stopped is None and step < last_step:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = train_step(state, batch)
@@ -159,13 +161,20 @@ def run(
                 if bad:
                     stopped = "nonfinite"
                     break
-            asked = None
-            if evaluate is not None and (
-                itstime(step, eval_every, last_step)
-                if eval_at_last_step
-                else step < last_step and itstime(step, eval_every)
+            asked, preempted = None, preemption.poll()
+            if (
+                not preempted
+                and evaluate is not None
+                and (
+                    itstime(step, eval_every, last_step)
+                    if eval_at_last_step
+                    else step < last_step and itstime(step, eval_every)
+                )
             ):
-                asked = evaluate(step, state)
+                try:
+                    asked = evaluate(step, state, preemption.between_batches)
+                except faults.Abandoned:  # a signal during the eval: save this step now
+                    preempted = True
                 timer.pause()
             stopped, save_now = decide(
                 step,
@@ -173,7 +182,7 @@ def run(
                 total=total,
                 checkpoint_every=config.checkpoint.every_steps,
                 asked=asked,
-                preempted=asked is None and preemption.due(manager, step),
+                preempted=preempted,
             )
             if save_now:
                 if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN

@@ -60,8 +60,10 @@ def check_target(output_dir: str, flag: str = "--output_dir") -> None:
 
 def previous_export(output_dir: str, flag: str = "--output_dir") -> list[str]:
     """The files of the export of ours that `output_dir` holds ([] if it is empty); refuses a
-    directory holding anything else. Local or a bucket."""
-    names = sorted(n for n in storage.listdir(output_dir) if not _ours(n))
+    directory holding anything else. Hidden files (a repository's .gitkeep, .DS_Store) are no
+    model's: a directory holding only them counts as empty, and they are kept. Local or a
+    bucket."""
+    names = sorted(n for n in storage.listdir(output_dir) if not (_ours(n) or n.startswith(".")))
     listed: list[str] = []
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         listed = list(json.loads(storage.read_text(storage.join(output_dir, MARKER)))["files"])

@@ -401,10 +401,16 @@ def jit_eval_step(setup: Setup):
 
 
 def evaluate(
-    setup: Setup, eval_step, params, batches: list[dict[str, np.ndarray]]
+    setup: Setup,
+    eval_step,
+    params,
+    batches: list[dict[str, np.ndarray]],
+    between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
     """Held-out figures over all `batches` (host-local rows): losses.summarize's MLM loss and
-    accuracy by kind of masked position, NSP loss, accuracy and majority-class rate."""
+    accuracy by kind of masked position, NSP loss, accuracy and majority-class rate.
+    `between_batches()` runs after each batch (the loop's signal poll: it may raise
+    faults.Abandoned)."""
     totals: dict[str, float] = {}
     with setup.activate():
         for host_batch in batches:
@@ -413,6 +419,7 @@ def evaluate(
             )
             for k, v in sums.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
+            between_batches()
     return losses.summarize(totals)
 
 
@@ -559,9 +566,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     last_eval: dict[str, float] = {}
 
-    def evaluate_now(step: int, state: dict) -> str | None:
-        last_eval.clear()
-        last_eval.update(evaluate(setup, p_eval_step, state["params"], eval_batches))
+    def evaluate_now(step: int, state: dict, between_batches: Callable[[], None]) -> str | None:
+        figures = evaluate(setup, p_eval_step, state["params"], eval_batches, between_batches)
+        last_eval.clear()  # an eval a signal cut short (faults.Abandoned) leaves the last one
+        last_eval.update(figures)
         last_eval["hidden_cosine"] = check_collapse(state["params"], eval_batches[0])
         warning = collapse.warning(last_eval["hidden_cosine"], step)
         if warning and is_primary:

@@ -129,7 +129,7 @@ def run(
     """Builds and runs the pipeline (waiting for it); returns the manifest written next to the
     shards."""
     started = time.time()
-    planned = job.plan(spec)
+    planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     tokenizer = job.load_tokenizer(vocab_file, do_lower_case)
     vocab = contract.vocab_entry(tokenizer, file=vocab_file)

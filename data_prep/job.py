@@ -19,6 +19,9 @@ Every unit's content hash is taken as it is read (content.py): what a rerun rech
 """
 
 import dataclasses
+import glob
+import os
+from collections.abc import Callable
 
 from bert_jax import cli, record_io, storage, tokenization
 from bert_jax import features as F
@@ -82,9 +85,14 @@ class JobSpec:
         return self.opts.schema
 
 
-def plan(spec: JobSpec) -> list[units_lib.Unit]:
-    """The job's units, from its inputs (local files, bucket objects, TFDS splits)."""
-    sources = readers.parse_input(list(spec.inputs), document_per_file=spec.document_per_file)
+def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
+    """The job's units, from its inputs (local files, bucket objects, TFDS splits); never the
+    files in `output_dir`, the job's own output (`outside`)."""
+    sources = readers.parse_input(
+        list(spec.inputs),
+        match=outside(output_dir) if output_dir else readers.match_files,
+        document_per_file=spec.document_per_file,
+    )
     return units_lib.plan_units(
         sources,
         max(1, int(spec.block_size_mb * units_lib.MB)),
@@ -92,6 +100,44 @@ def plan(spec: JobSpec) -> list[units_lib.Unit]:
         spec.tfds_data_dir,
         text_field=spec.text_field,
     )
+
+
+def outside(output_dir: str) -> Callable[[str], list[str]]:
+    """readers.match_files less the job's own output. On a rerun a glob over the corpus's
+    directory (--input='data/*/*' --output_dir=data/out) matches the first run's shards too, and
+    they were read as input ("UTF-16 text without a byte-order mark", from their binary bytes):
+    they are skipped with a warning naming them, and an input that is nothing but the job's own
+    output is refused."""
+    out = output_dir.rstrip("/")
+    real_out = out if storage.is_url(out) else os.path.realpath(out)
+
+    def inside(path: str) -> bool:
+        real = path if storage.is_url(path) else os.path.realpath(path)
+        return real == real_out or real.startswith(real_out + "/")
+
+    def match(spec: str) -> list[str]:
+        paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
+        own = [p for p in paths if inside(p)]
+        if own and len(own) == len(paths):
+            raise readers.InputError(
+                f"--input={spec!r} names this job's own output (--output_dir={output_dir!r}: "
+                f"{own[0]}{' ...' if len(own) > 1 else ''}), not a corpus: pass the text the "
+                "records are made from"
+            )
+        if own:
+            cli.warn(
+                f"--input={spec!r} also matches {len(own)} path(s) of this job's own output "
+                f"(--output_dir={output_dir!r}, e.g. {own[0]}): skipped, they are not input"
+            )
+        kept = [p for p in paths if not inside(p)]
+        for path in kept:
+            try:
+                storage.check_file(path, "input")
+            except cli.UserError as e:  # as readers.match_files: missing, a directory, a pipe
+                raise readers.InputError(str(e)) from None
+        return kept
+
+    return match
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool):

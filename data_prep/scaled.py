@@ -271,7 +271,7 @@ def run(
     copy of it."""
     started = time.time()
     output.prepare_output_dir(output_dir)
-    planned = job.plan(spec)
+    planned = job.plan(spec, output_dir)
     fp = job.fingerprint(
         spec, planned, contract.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
     )

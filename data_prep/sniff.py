@@ -153,9 +153,10 @@ def _wide_encoding(head: bytes) -> str | None:
     return next((codec for start, codec in _WIDE_XML_STARTS if head.startswith(start)), None)
 
 
-def _as_utf8(head: bytes) -> tuple[bytes, str]:
+def as_utf8(head: bytes) -> tuple[bytes, str]:
     """(the head as UTF-8 bytes, its encoding: "" for UTF-8, else a UTF-16/32 codec name), for
-    finding an XML root in a dump written in UTF-16 or UTF-32."""
+    finding an XML root, or a dump's <siteinfo> (data_prep/wiki.py), in a dump written in UTF-16
+    or UTF-32."""
     codec = _wide_encoding(head)
     if codec is None:
         return head, ""
@@ -200,7 +201,7 @@ def sniff(f: BinaryIO) -> Content:
     if head.startswith(BZ2_MAGIC):
         f.seek(0)
         unzipped = _bunzip_head(f)
-        xml, encoding = _as_utf8(unzipped)
+        xml, encoding = as_utf8(unzipped)
         if _is_mediawiki(xml):
             return _wiki("bz2", encoding)
         lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
@@ -213,7 +214,7 @@ def sniff(f: BinaryIO) -> Content:
     compression = ""
     if head.startswith(GZIP_MAGIC):
         head, compression = _gunzip_head(head), "gzip"
-    xml, encoding = _as_utf8(head)
+    xml, encoding = as_utf8(head)
     root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
         return _wiki(compression, encoding)

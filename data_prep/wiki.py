@@ -7,9 +7,9 @@ namespace 0 (by <ns>, or by the title's prefix in exports older than schema 0.5)
 redirect nor a disambiguation page; its wikitext becomes prose paragraphs (data_prep/wikitext.py)
 and then sentences, and one article is one document. Sentences are split by the rules of the
 dump's language, read from its <siteinfo> (<dbname>dewiki</dbname>, else the <base> URL's host,
-else the root's xml:lang): every unit reads the head of the dump for it (the first bz2 stream of a
-multistream dump, a few KB), so a unit that starts at a later stream knows it too. A dump whose
-head names no language is split by the job's --language.
+else the root's xml:lang), in a UTF-16 dump as in a UTF-8 one: every unit reads the head of the
+dump for it (the first bz2 stream of a multistream dump, a few KB), so a unit that starts at a
+later stream knows it too. A dump whose head names no language is split by the job's --language.
 
 Multistream layout: the dump is bz2 streams concatenated; the first holds `<mediawiki ...>` and
 `<siteinfo>`, each later one about 100 pages. The index beside it
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from bert_jax import storage
-from data_prep import inputs, wikitext
+from data_prep import inputs, sniff, wikitext
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
 _READ = 1 << 20  # compressed bytes read at a time
@@ -302,30 +302,36 @@ def site_language(head: bytes) -> str | None:
 
 
 def _head(f: BinaryIO, compression: str, path: str) -> bytes:
-    """A dump's first bytes, decompressed, up to the end of its <siteinfo> (or _HEAD_LIMIT)."""
+    """A dump's first bytes, decompressed and as UTF-8 (sniff.as_utf8: a UTF-16 dump's too, or
+    its <siteinfo> would go unread and its language with it), up to the end of its <siteinfo>
+    (or _HEAD_LIMIT)."""
     f.seek(0)
+    head = b""
+
+    def done() -> bool:
+        return _SITEINFO_END in sniff.as_utf8(head)[0] or len(head) >= _HEAD_LIMIT
+
     if compression == "bz2":  # the first stream: a multistream dump's holds only the siteinfo
         data = iter(lambda: f.read(1 << 16), b"")
-        decompressor, head = bz2.BZ2Decompressor(), b""
+        decompressor = bz2.BZ2Decompressor()
         for block in data:
             try:
                 head += decompressor.decompress(block, _HEAD_LIMIT - len(head))
             except OSError as e:
                 raise inputs.truncated(path, e) from None
-            if decompressor.eof or _SITEINFO_END in head or len(head) >= _HEAD_LIMIT:
+            if decompressor.eof or done():
                 break
-        return head
+        return sniff.as_utf8(head)[0]
     stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
-    head = b""
     try:
-        while _SITEINFO_END not in head and len(head) < _HEAD_LIMIT:
+        while not done():
             block = stream.read(1 << 16)
             if not block:
                 break
             head += block
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise inputs.truncated(path, e) from None
-    return head
+    return sniff.as_utf8(head)[0]
 
 
 def documents(

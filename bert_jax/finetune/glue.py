@@ -89,9 +89,16 @@ def get_layout(name: str) -> Layout:
 
 
 def _lines(path: str) -> list[list[str]]:
+    """The file's lines split at tabs. Lines end at "\n" (or "\r\n") only: a lone carriage
+    return inside a field (text pasted from an old Mac file or a spreadsheet cell) is part of its
+    text, not a line break that cuts the row in two (and was reported as a missing field)."""
     storage.check_file(path, "data file")
-    with storage.open_read(path, "r", encoding="utf-8-sig") as f:  # -sig: tolerate a BOM
-        return [line.rstrip("\r\n").split("\t") for line in f]
+    with storage.open_read(path, "rb") as f:
+        text = f.read().decode("utf-8-sig")  # -sig: tolerate a BOM
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the file's last line break
+    return [line.removesuffix("\r").split("\t") for line in lines]
 
 
 def read_tsv(path: str, layout: Layout) -> list[TextExample]:

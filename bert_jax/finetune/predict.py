@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -43,15 +44,25 @@ def jit_infer(setup: runs.Setup):
 
 
 def infer(
-    setup: runs.Setup, infer_fn, params, frozen, arrays: dict, batch_size: int, pack: bool = False
+    setup: runs.Setup,
+    infer_fn,
+    params,
+    frozen,
+    arrays: dict,
+    batch_size: int,
+    pack: bool = False,
+    between_batches: Callable[[], None] = lambda: None,
 ):
     """Outputs for every row of `arrays` ([rows, ...] numpy), in order: numpy [rows, ...] (span: a
     (start, end) pair). Every process passes the same rows and gets all the outputs. With `pack`,
     the examples run packed (finetune/packed.py), `batch_size` packed rows at a time, and come
-    back laid out as unpacked."""
+    back laid out as unpacked. `between_batches()` runs after each batch (the training loop's
+    signal poll during an eval: it may raise faults.Abandoned)."""
     if pack:
         p = packed.pack_for_inference(arrays)
-        outputs = infer(setup, infer_fn, params, frozen, p.arrays, batch_size)
+        outputs = infer(
+            setup, infer_fn, params, frozen, p.arrays, batch_size, between_batches=between_batches
+        )
         return packed.unpack_outputs(setup.kind, p, outputs, arrays[F.INPUT_IDS].shape[1])
     n = len(arrays[F.INPUT_IDS])
     procs, index = jax.process_count(), jax.process_index()
@@ -73,22 +84,46 @@ def infer(
                 {k: arrays[k][rows] for k in inputs}, setup.batch_sharding
             )
             outs.append(jax.device_get(infer_fn(params, frozen, batch)))
+            between_batches()
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
 
 
-def _infer_dataset(run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, ds: tasks.Dataset):
+def _infer_dataset(
+    run: runs.Run,
+    setup: runs.Setup,
+    infer_fn,
+    params,
+    frozen,
+    ds: tasks.Dataset,
+    between_batches: Callable[[], None] = lambda: None,
+):
     """`infer` over an encoded dataset with the run's eval batch size, packed as it trains."""
     pack = packed.trains_packed(run.config, setup.kind)
-    return infer(setup, infer_fn, params, frozen, ds.arrays, run.config.eval.batch_size, pack)
+    return infer(
+        setup,
+        infer_fn,
+        params,
+        frozen,
+        ds.arrays,
+        run.config.eval.batch_size,
+        pack,
+        between_batches,
+    )
 
 
 def evaluate(
-    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, eval_sets: dict[str, tasks.Dataset]
+    run: runs.Run,
+    setup: runs.Setup,
+    infer_fn,
+    params,
+    frozen,
+    eval_sets: dict[str, tasks.Dataset],
+    between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, dict[str, float]]:
-    """{file name: metrics} over the encoded eval files."""
+    """{file name: metrics} over the encoded eval files; `between_batches` as in `infer`."""
     out = {}
     for name, ds in eval_sets.items():
-        outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds)
+        outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds, between_batches)
         out[name] = run.task.metrics(ds, outputs, run.labels)
     return out
 

@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax import (
     checkpointing,
+    cli,
     config_check,
     faults,
     loop,
@@ -110,8 +111,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
 
     On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
-    next step and returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final
-    eval, predictions and export; rerunning the same command resumes.
+    next step, or after the current batch of a periodic eval (the step that eval was for), and
+    returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final eval,
+    predictions and export; rerunning the same command resumes.
     """
     config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
@@ -120,6 +122,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     eval_sets = runs.eval_datasets(run)
     test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
     total = runs.num_train_steps(config, len(run.train))
+    if config.optim.warmup_steps > total:  # the schedule would name a num_train_steps nobody set
+        raise cli.UserError(
+            f"config: optim.warmup_steps={config.optim.warmup_steps} is longer than this run "
+            f"({total} steps: {len(run.train)} training rows, train.num_epochs="
+            f"{config.train.num_epochs}); warm up over part of it, or set optim.warmup_steps=0 "
+            "to use optim.warmup_proportion"
+        )
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     counts = {
         **lora.summary(run.model),
@@ -170,8 +179,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     progress = metrics_log.Progress(total, step, enabled=is_primary)
     primary = tasks.primary_metric(run.task, config.data)
 
-    def run_eval(step: int, state: dict) -> dict:
-        figures = predict.evaluate(run, setup, infer_fn, state["params"], frozen, eval_sets)
+    def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
+        figures = predict.evaluate(
+            run, setup, infer_fn, state["params"], frozen, eval_sets, between_batches
+        )
         log.write(step, "eval", _flatten(figures))
         if is_primary:
             print(
@@ -205,8 +216,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             means.update(step_time=step_time, examples_per_sec=config.train.batch_size / step_time)
         return means
 
-    def evaluate_now(step: int, state: dict) -> None:
-        result["eval"] = run_eval(step, state)
+    def evaluate_now(step: int, state: dict, between_batches) -> None:
+        result["eval"] = run_eval(step, state, between_batches)
 
     out = loop.run(
         state,

@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from bert_jax import manifest
-from support import sweep_inputs, sweep_integrity, sweep_runs
+from support import sweep_inputs, sweep_integrity, sweep_runs, sweep_signals
 from support.golden import REPO
 
 RECORD_FLAGS = ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"]
@@ -181,6 +181,7 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     more = sweep_integrity.make_files(d, server, vocab_file)
     sweep_inputs.make_files(d)
     runs = sweep_runs.make_files(d, model, config, save_checkpoint, vocab_file)
+    runs.update(sweep_signals.make_files(d))
     return {"d": d, "vocab": vocab_file, "shard": shard, **more, **runs}
 
 
@@ -671,6 +672,7 @@ ALL_CASES = [
     *sweep_integrity.CASES,  # issue 23: damaged records, manifests, features
     *sweep_inputs.CASES,  # issue 23: model files, dumps, pipes, seeds, outputs, resumes
     *RUNS,
+    *sweep_signals.CASES,  # issue 34: signals, config fields, a UTF-16 dump's language, ...
 ]
 CASES = {case[0]: case for case in ALL_CASES}
 assert len(CASES) == len(ALL_CASES), "a case id twice"

@@ -20,7 +20,7 @@ from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, trai
 from bert_jax import features as F
 from support import jax_cache
 from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params
-from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, small_config
+from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, SAMPLE_128, small_config
 
 # --- kill -9 ---------------------------------------------------------------------------------
 
@@ -457,3 +457,102 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     assert checkpointing.saved_steps(str(tmp_path)) == [out["step"]]
     assert out["step"] in (at, at + 1), out["step"]
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+
+
+# --- Signals during an eval, a data wait and a checkpoint save -------------------------------
+
+
+def _eval_batches_signal(monkeypatch, signum: int, at: int) -> list[int]:
+    """Sends `signum` to this process from inside the `at`-th eval batch (counting from 1) of the
+    run; returns the list the eval batches are counted in."""
+    real, calls = train.jit_eval_step, []
+
+    def counted(setup):
+        step = real(setup)
+
+        def fn(params, batch):
+            calls.append(1)
+            if len(calls) == at:
+                os.kill(os.getpid(), signum)
+            return step(params, batch)
+
+        return fn
+
+    monkeypatch.setattr(train, "jit_eval_step", counted)
+    return calls
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
+    finished_run, testdata, tmp_path, monkeypatch, signum
+):
+    """The issue's case: a SIGTERM (or a first Ctrl-C) during an eval of a large set was ignored
+    until the eval ended (over 300 s), and the step's checkpoint came after the eval. Now the
+    eval stops after the batch the signal came in, the step it evaluated is saved, and the
+    rerun resumes from it to the parameters of a run never stopped (`finished_run`: the same
+    training without eval)."""
+    pristine, config = finished_run
+    config = config.copy_and_resolve_references()
+    config.data.eval_files = str(testdata / SAMPLE_128)  # 60 records
+    config.eval.batch_size, config.eval.num_examples = 2, 0  # 30 batches an eval
+    config.eval.every_steps = 4
+    at = 5  # of the 30 batches of step 4's eval
+    calls = _eval_batches_signal(monkeypatch, signum, at)
+    workdir = str(tmp_path / "run")
+    out = train.train_and_evaluate(config, workdir)
+    assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
+    assert out["step"] == 4 and checkpointing.saved_steps(workdir) == [3, 4]
+    assert len(calls) == at  # not one batch more after the signal's
+    assert not [r for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
+    monkeypatch.undo()
+    config.eval.every_steps = 0
+    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert_same_params(workdir, pristine)
+
+
+def test_a_signal_during_a_data_wait_saves_the_step_the_data_was_for(
+    finished_run, tmp_path, monkeypatch
+):
+    """A slow input (a bucket, a busy disk): the SIGTERM comes while the loop waits for step 5's
+    batch; step 5 runs when its batch arrives, is saved, and the run stops."""
+    pristine, config = finished_run
+    real, served = input_pipeline.train_dataset, []
+
+    def slow(*args, **kwargs):
+        def wait(batch):
+            served.append(1)
+            if len(served) == 5:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.5)  # the handler runs first, inside this wait
+            return batch
+
+        return real(*args, **kwargs).map(wait)
+
+    monkeypatch.setattr(input_pipeline, "train_dataset", slow)
+    workdir = str(tmp_path / "run")
+    out = train.train_and_evaluate(config, workdir)
+    assert out["stopped"] == "preempted" and out["step"] == 5
+    assert checkpointing.saved_steps(workdir) == [3, 5]
+    monkeypatch.undo()
+    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert_same_params(workdir, pristine)
+
+
+def test_a_signal_during_a_checkpoint_save_saves_the_next_step(finished_run, tmp_path, monkeypatch):
+    """The SIGTERM arrives while step 3's checkpoint is being written: that save finishes, step
+    4 runs and is saved, and the run stops."""
+    pristine, config = finished_run
+    real = checkpointing.save
+
+    def signalled(manager, step, *args):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        real(manager, step, *args)
+
+    monkeypatch.setattr(checkpointing, "save", signalled)
+    workdir = str(tmp_path / "run")
+    out = train.train_and_evaluate(config, workdir)
+    assert out["stopped"] == "preempted" and checkpointing.saved_steps(workdir) == [3, 4]
+    monkeypatch.undo()
+    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert_same_params(workdir, pristine)

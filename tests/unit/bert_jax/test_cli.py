@@ -99,3 +99,14 @@ def test_a_binary_reports_a_plain_value_error_as_a_bug_and_a_user_error_in_one_l
 def test_verbosity_shows_the_traceback_of_a_user_error(tmp_path):
     proc = _run(tmp_path, "--x=bad", "--verbosity=1")
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_an_unwritable_directory_is_described_by_why_it_cannot_be_written(tmp_path):
+    """The issue's case: /proc/self/... (no files can be made there: ENOENT) was called a
+    read-only file system."""
+    with pytest.raises(cli.UserError) as e:
+        cli.check_writable_dir("/proc/self/out", "--output_dir")
+    message = str(e.value)
+    assert message.startswith("--output_dir='/proc/self/out': /proc/self cannot be written (")
+    assert "read-only" not in message and "a virtual file system such as /proc" in message
+    cli.check_writable_dir(str(tmp_path / "new" / "out"), "--output_dir")  # makeable: fine

@@ -24,18 +24,18 @@ def tiny_config(**changes):
     "changes, message",
     [
         # The issue's silent case: a negative rate trained (the loss rose) with exit 0.
-        ({"optim__learning_rate": -1e-4}, r"optim.learning_rate=-0.0001 must be positive"),
+        ({"optim__learning_rate": -1e-4}, r"optim.learning_rate=-0.0001 must be positive \(a neg"),
         ({"optim__learning_rate": 0.0}, r"optim.learning_rate=0.0 must be positive"),
         ({"optim__warmup_steps": 50}, r"warmup_steps=50 is longer than the schedule .*=20"),
-        ({"optim__b2": 1.0}, r"optim.b2=1.0 must lie in \[0, 1\)"),
+        ({"optim__b2": 1.0}, r"optim.b2=1.0 must be a number in \[0, 1\)"),
         ({"train__global_batch_size": 12}, r"global_batch_size=12 must be divisible by .*\(8 ="),
-        ({"train__grad_accum_steps": 0}, r"train.grad_accum_steps=0 must be >= 1"),
+        ({"train__grad_accum_steps": 0}, r"train.grad_accum_steps=0 must be a whole number >= 1"),
         ({"mesh__data": 3}, r"devices are not divisible by 3|needs .* devices, there are 8"),
         ({"mesh__data": 2, "mesh__fsdp": 2}, r"needs 4 devices, there are 8"),
         ({"mesh__data": -1, "mesh__tensor": 4}, r"mesh.tensor=4 must divide model.num_attent"),
         ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
         ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
-        ({"checkpoint__max_to_keep": -1}, r"checkpoint.max_to_keep=-1 must be >= 0"),
+        ({"checkpoint__max_to_keep": -1}, r"max_to_keep=-1 must be a whole number >= 0 \(0 keeps"),
     ],
 )
 def test_each_mistake_is_named_with_its_field(changes, message):
@@ -76,18 +76,26 @@ def assert_names_all(check, *parts):
 
 
 def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
-    """config_check.pretraining, bert_main's one pass: the fields, the mesh rules (sharding.py's
-    rule), init_checkpoint's kind (pretrained.kind) and the data contract, in one error."""
+    """config_check.pretraining, bert_main's one pass: the mesh rules (sharding.py's rule),
+    init_checkpoint's kind (pretrained.kind) and the data contract, in one error; fields out of
+    their ranges before and alone (the data is not read)."""
     config = tiny_config(optim__learning_rate=-1e-3, train__init_optimizer_state=True)
     config.mesh.rules = (("batch", ("data", "pipeline")),)
     config.data.masked_lm_prob = 1.5
     config.data.train_files = str(tmp_path / "nope")
     assert_names_all(
         lambda: config_check.pretraining(config, num_devices=8),
-        "learning_rate=-0.001 must be positive",
+        "optim.learning_rate=-0.001 must be positive",
+        "data.masked_lm_prob=1.5 must be a number in (0, 1]",
+    )
+    with pytest.raises(cli.UserError) as e:
+        config_check.pretraining(config, num_devices=8)
+    assert "pipeline" not in str(e.value) and "no record files" not in str(e.value)
+    config.optim.learning_rate, config.data.masked_lm_prob = 1e-3, None
+    assert_names_all(
+        lambda: config_check.pretraining(config, num_devices=8),
         "names unknown mesh axes ['pipeline']",
         "init_optimizer_state needs train.init_checkpoint",
-        "data.masked_lm_prob=1.5 must be in (0, 1]",
         "no record files match",
     )
     (tmp_path / "hf").mkdir()
@@ -110,16 +118,19 @@ def test_the_finetuning_pass_names_every_problem_at_once():
 
     config = base.get_config()
     config.data.update(train_file="", max_seq_length=4)
-    config.optim.learning_rate = -1.0
     config.lora.update(rank=4, targets=("queries",))
+    config.data.labels = ("neg", "pos", "neg")
     assert_names_all(
         lambda: config_check.check_finetuning(config, num_devices=8),
         "data.train_file is empty",
         "no pre-trained model: pass --init=DIR",
         "data.max_seq_length=4 leaves no room for text: at least 5 needed",
-        "optim.learning_rate=-1.0 must be positive",
         "LoRA targets ['queries']",
+        "data.labels names 'neg' more than once",
     )
+    config.optim.learning_rate = -1.0  # a field out of its range: named alone
+    with pytest.raises(cli.UserError, match=r"^config: optim.learning_rate=-1.0 must be positi"):
+        config_check.check_finetuning(config, num_devices=8)
     config = base.get_config()
     config.data.update(train_file="train.tsv", format="squad", max_seq_length=64)
     with pytest.raises(cli.UserError, match=r"max_seq_length=64 must exceed max_query_length=64"):
@@ -133,3 +144,117 @@ def test_the_finetuning_pass_names_every_problem_at_once():
         config_check.check_finetuning(config, num_devices=8, init="model")
     config.train.batch_size = 16
     config_check.check_finetuning(config, num_devices=8, init="model")
+
+
+# --- The numeric fields' table, swept --------------------------------------------------------
+
+
+def pretraining_config():
+    return tiny_config()
+
+
+def finetuning_config():
+    from configs.finetune import base
+
+    config = base.get_config()
+    config.data.train_file = "train.tsv"
+    return config
+
+
+def check_pretraining(config):
+    config_check.pretraining(config, num_devices=8)  # fields out of range: before the data
+
+
+def check_finetuning(config):
+    config_check.check_finetuning(config, num_devices=8, init="model")
+
+
+TRAINERS = {
+    "pretraining": (pretraining_config, check_pretraining),
+    "finetuning": (finetuning_config, check_finetuning),
+}
+
+
+def numeric_fields(config) -> list[str]:
+    """Every field of `config` that holds (or, a placeholder, is typed to hold) a number."""
+    out = []
+    for section, fields in config.items():
+        if not hasattr(fields, "items"):
+            continue
+        for name, value in fields.items():
+            kind = fields.get_type(name)
+            if kind in (int, float) or (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+            ):
+                out.append(f"{section}.{name}")
+    return out
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_numeric_field_has_a_range_and_the_configs_keep_them(trainer):
+    make, _ = TRAINERS[trainer]
+    fields = numeric_fields(make())
+    assert set(fields) <= set(config_check.NUMERIC_FIELDS), sorted(
+        set(fields) - set(config_check.NUMERIC_FIELDS)
+    )
+    from configs import bert_base, bert_large, cpu, default, demo, mini, tiny
+    from configs.finetune import conll, mnli, squad, squad_v2, sst2, sst2_lora, stsb
+
+    for module in (default, tiny, mini, cpu, demo, bert_base, bert_large):
+        assert config_check.range_problems(module.get_config()) == [], module.__name__
+    for module in (sst2, sst2_lora, mnli, stsb, conll, squad, squad_v2):
+        assert config_check.range_problems(module.get_config()) == [], module.__name__
+
+
+def bad_values(rule: config_check.Range) -> list:
+    """NaN, the infinities, a negative number, zero, a value past the upper bound and (for whole
+    numbers) one with a fraction and a bool (a float field holds True as 1.0): those of them
+    `rule` refuses."""
+    past = [rule.high + 1] if rule.high is not None else []
+    whole = [2.5, True] if rule.whole else []
+    values = [float("nan"), float("inf"), float("-inf"), -3, -0.5, 0, *past, *whole]
+    return [v for v in values if v not in rule]
+
+
+SWEEP = [
+    (trainer, field, value)
+    for trainer, (make, _) in TRAINERS.items()
+    for field in numeric_fields(make())
+    for value in bad_values(config_check.NUMERIC_FIELDS[field])
+]
+
+
+@pytest.mark.parametrize(
+    "trainer, field, value", SWEEP, ids=[f"{t}-{f}={v!r}" for t, f, v in SWEEP]
+)
+def test_a_field_out_of_its_range_is_the_one_error_naming_it(trainer, field, value):
+    """The issue's cases among them: optim.weight_decay=nan trained as weight decay 0,
+    fine-tuning took eval.every_steps=-3, a warmup_proportion of 2 was reported as a warmup_steps
+    nobody set, a negative max_grad_norm named weight_decay too, a negative num_train_steps came
+    with a clause about a num_train_steps of 1, a negative dropout blamed the --init config.json."""
+    make, check = TRAINERS[trainer]
+    config = make()
+    section, name = field.split(".")
+    with config.unlocked(), config[section].ignore_type():
+        config[section][name] = value
+    value = config[section][name]  # as the config holds it: a float field makes -3 a -3.0
+    with pytest.raises(cli.UserError) as e:
+        check(config)
+    message = str(e.value)
+    assert message.startswith(f"config: {field}={value!r} "), message
+    assert ";" not in message, message  # one problem
+    others = [f for f in config_check.NUMERIC_FIELDS if f != field and f"{f}=" in message]
+    assert not others, message
+
+
+def test_the_sweep_covers_the_issues_cases():
+    cases = {(t, f, repr(v)) for t, f, v in SWEEP}
+    for case in [
+        ("pretraining", "optim.weight_decay", "nan"),
+        ("finetuning", "eval.every_steps", "-3"),
+        ("finetuning", "model.hidden_dropout_prob", "-0.5"),
+        ("finetuning", "optim.warmup_proportion", "2"),
+        ("pretraining", "optim.max_grad_norm", "-3"),
+        ("pretraining", "train.num_train_steps", "-3"),
+    ]:
+        assert case in cases, case

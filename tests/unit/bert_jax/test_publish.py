@@ -74,6 +74,16 @@ def test_files_we_did_not_write_are_refused_and_kept(tmp_path, foreign):
     assert contents(out) == {foreign: "theirs", "model.safetensors": "ours"}
 
 
+def test_hidden_files_are_kept_and_a_directory_of_only_them_counts_as_empty(tmp_path):
+    """The issue's case: an output directory kept in a repository by its .gitkeep was refused."""
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / ".gitkeep").write_text("")
+    publish.directory(str(out), writer({"model.safetensors": "first"}))
+    publish.directory(str(out), writer({"model.safetensors": "second"}))  # replaced, kept
+    assert contents(out) == {".gitkeep": "", "model.safetensors": "second"}
+
+
 def test_an_output_dir_that_is_a_mount_point_works(tmp_path, monkeypatch):
     """A rename from outside a mount point into it fails with EXDEV (a Docker volume, NFS): the
     scratch directory used to be made beside the target."""

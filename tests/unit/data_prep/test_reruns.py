@@ -163,3 +163,24 @@ def test_unchanged_input_is_trusted_by_its_stat(corpus, tok, tmp_path, monkeypat
     run(corpus, tok, tmp_path / "out")  # unfinished: the units are trusted and reused
     run(corpus, tok, tmp_path / "done")  # finished: nothing to do
     assert reads == []
+
+
+def test_an_input_glob_that_matches_the_jobs_own_output_skips_it(corpus, tok, tmp_path, capsys):
+    """The issue's case: --input='data/*/*' with --output_dir=data/out matched the first run's
+    shards on the rerun, which were read as input and refused as "UTF-16 text without a
+    byte-order mark". The rerun skips them, says so, and finds its finished job; an input that is
+    only the job's own output is refused, naming it."""
+    data = tmp_path / "data"
+    (data / "text").mkdir(parents=True)
+    shutil.copy(corpus, data / "text" / "corpus.txt")
+    pattern = str(data / "*" / "*")
+    first = run(pattern, tok, data / "out")
+    expected = shards(data / "out")
+    capsys.readouterr()
+    assert run(pattern, tok, data / "out") == first  # found finished: nothing redone
+    assert shards(data / "out") == expected
+    warning = capsys.readouterr().err
+    assert f"warning: --input={pattern!r} also matches " in warning
+    assert "of this job's own output (--output_dir=" in warning
+    with pytest.raises(cli.UserError, match=r"names this job's own output .*: pass the text"):
+        run(str(data / "out" / "*.arrayrecord"), tok, data / "out")

@@ -93,6 +93,15 @@ def test_cola_headerless_train_and_headed_test(tmp_path):
     ]
 
 
+def test_a_lone_carriage_return_is_text_and_crlf_a_line_end(tmp_path):
+    """The issue's case: a lone CR inside a field cut the row in two, reported as a missing
+    field. Windows line ends (CRLF) still end lines."""
+    path = tmp_path / "cr.tsv"
+    path.write_bytes(b"sentence\tlabel\r\ngood\rmovie\t1\r\nbad one\t0\n")
+    examples = glue.read_tsv(str(path), glue.LAYOUTS["sst2"])
+    assert [(e.text_a, e.label) for e in examples] == [("good\rmovie", "1"), ("bad one", "0")]
+
+
 def test_glue_errors_say_what_to_fix(tmp_path):
     with pytest.raises(encode.FormatError, match="no column 'sentence'"):
         glue.read_tsv(write(tmp_path / "a.tsv", "text\tlabel\nx\t1\n"), glue.LAYOUTS["sst2"])

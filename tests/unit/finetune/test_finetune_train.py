@@ -14,6 +14,7 @@ partition each double the train step's compile time on CPU, which dominates thes
 
 import os
 import shutil
+import signal
 
 import jax
 import numpy as np
@@ -21,7 +22,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax import faults
-from bert_jax.finetune import packed, train
+from bert_jax.finetune import packed, predict, train
 from support.finetune_data import (
     TINY,
     conll_file,
@@ -181,8 +182,8 @@ def test_lora_trains_adapters_and_head_only_and_resumes_exactly(tiny_hf, tmp_pat
 
 
 class _PreemptAfter(faults.Preemption):
-    """A SIGTERM that arrives during step `n`: the loop polls `requested` once per step.
-    (The signal handler itself gets a real SIGTERM in tests/e2e/test_faults.py's kill test.)"""
+    """A SIGTERM that arrives during step `n`: the loop polls `requested` once per step (and
+    eval batch; this test's first run has no periodic eval)."""
 
     def __init__(self, n):
         super().__init__()
@@ -213,11 +214,35 @@ def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(
     whole = train.finetune(config, str(tmp_path / "whole"), tiny_hf)
 
     workdir = str(tmp_path / "cut")
-    monkeypatch.setattr(faults, "Preemption", lambda: _PreemptAfter(3))
+    monkeypatch.setattr(faults, "Preemption", lambda manager=None: _PreemptAfter(3))
     cut = train.finetune(config, workdir, tiny_hf)
     assert cut["stopped"] == "preempted" and cut["step"] == 3 and not cut["eval"]
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3"]
     monkeypatch.undo()
+
+    # Resumed, then a real SIGTERM during the eval of step 6 (an eval every 6 steps, in batches
+    # of 2): the eval stops after the signal's batch and step 6 is saved.
+    config.eval.every_steps, config.eval.batch_size = 6, 2
+    real_infer, batches = predict.jit_infer, []
+
+    def signalled(setup):
+        infer = real_infer(setup)
+
+        def fn(*args):
+            batches.append(1)
+            if len(batches) == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return infer(*args)
+
+        return fn
+
+    monkeypatch.setattr(predict, "jit_infer", signalled)
+    cut = train.finetune(config, workdir, tiny_hf)
+    assert cut["stopped"] == "preempted" and cut["step"] == 6 and not cut["eval"]
+    assert len(batches) == 2  # not one batch more after the signal's
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["6"]
+    monkeypatch.undo()
+    config.eval.every_steps, config.eval.batch_size = 0, 32
     resumed = train.finetune(config, workdir, tiny_hf)
     assert resumed["stopped"] == "done" and resumed["step"] == whole["step"] == 8
     assert resumed["eval"] == whole["eval"]
