@@ -14,7 +14,8 @@ record exactly once per epoch, each a different random part every epoch, and the
 function of (seed, step): resuming from a saved iterator position replays the same batches.
 
 Dynamic masking (`data.dynamic_masking`) masks unmasked records with bert_jax/masking.py, the
-rule data_prep's static masks follow (`data.whole_word_mask` included), in two Grain steps: each
+rule data_prep's static masks follow (`data.whole_word_mask` included; the rate is
+`data.masked_lm_prob` in training and `data.eval_masked_lm_prob` in eval), in two Grain steps: each
 record draws its random numbers from a generator Grain seeds by (seed, the record's place in the
 global stream), before the stream is split between processes; each batch is then masked at once
 with those numbers. So a record is masked differently in every epoch, identically when a run is
@@ -269,6 +270,7 @@ def masking_steps(
     limit = facts.vocab_size or vocab_size
     if data.vocab_file:
         vocab = masking.Vocab.from_file(data.vocab_file, data.do_lower_case)
+        vocab.check_whole_word(opts.whole_word_mask, f"config.data.vocab_file={data.vocab_file!r}")
         if max(vocab.random_ids) >= limit:
             raise cli.UserError(
                 f"config.data.vocab_file={data.vocab_file!r} has ids up to "
@@ -278,7 +280,8 @@ def masking_steps(
     elif opts.whole_word_mask:
         raise cli.UserError(
             "config.data.whole_word_mask needs the vocabulary's word pieces: set "
-            "config.data.vocab_file to the vocab.txt (or .model) the records were written with"
+            "config.data.vocab_file to the vocab.txt (.model, tokenizer.json) the records were "
+            "written with"
         )
     else:
         vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
@@ -356,7 +359,9 @@ def eval_batches(
 
     The first `num_examples` records (0: all) in file order; the last batch is padded with
     EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
-    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions.
+    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
+    `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
+    train at other rates compare; None: the training rate).
     """
     if global_batch_size % process_count:
         raise cli.UserError(
@@ -367,6 +372,9 @@ def eval_batches(
         files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
     )
     if facts.dynamic_masking:
+        rate = data.get("eval_masked_lm_prob")  # None (a config from before it): the training's
+        if rate is not None:
+            facts = dataclasses.replace(facts, masked_lm_prob=float(rate))
         draw, apply = masking_steps(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))

@@ -68,7 +68,13 @@ def get_config() -> ml_collections.ConfigDict:
     # None: from the manifest.
     d.nsp = config_dict.placeholder(bool)
     # Dynamic masking only: share of tokens to predict. None: data_prep's --masked_lm_prob, 0.15.
+    # BERT's 0.15; ModernBERT's and MosaicBERT's recipes train at 0.30 (configs/modern.py).
     d.masked_lm_prob = config_dict.placeholder(float)
+    # Dynamic masking only: the share masked in the eval records, whatever masked_lm_prob, so
+    # that held-out MLM accuracy means the same for recipes that train at other rates (ModernBERT
+    # evaluates at 0.15 while it trains at 0.30; data_prep's --eval_masked_lm_prob does the same
+    # for statically masked eval records). None: masked_lm_prob.
+    d.eval_masked_lm_prob = 0.15
     # The vocabulary the records were tokenized with: not read in training, but saved with every
     # checkpoint (with its md5 and size) so that export and embed use and check it. "": from the
     # manifest.

@@ -63,6 +63,9 @@ class UnitProcessor:
         self.spec = spec
         self.tokenizer = tokenizer
         self.vocab = masking.Vocab.from_tokenizer(tokenizer)
+        self.vocab.check_whole_word(
+            spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
+        )
         self.encoder = example_encoder.ExampleEncoder(spec.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
@@ -89,9 +92,16 @@ class UnitProcessor:
         return UnitResult(unit, splits, read, digest)
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
-        spec, opts = self.spec, self.spec.opts
+        spec, opts = self.spec, self.spec.split_opts(split)
         split_id = SPLITS.index(split)
-        ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
+        # A document's later sentences follow the one before as running text does (a space
+        # before them, for a tokenizer.json whose pieces carry spaces: its sentence_joiner).
+        joiner = getattr(self.tokenizer, "sentence_joiner", "")
+        ids, per_line = self.tokenizer.encode_batch(
+            [joiner + line if i else line for doc in documents for i, line in enumerate(doc)]
+            if joiner
+            else [line for doc in documents for line in doc]
+        )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
         rng = random.Random(
             repr(seed(spec, "structure", unit.index, split_id))
