@@ -35,7 +35,15 @@ from bert_jax import cli, tokenizer_json
 # --masked_lm_prob default and dynamic masking's when neither the config nor the manifest says.
 MASKED_LM_PROB = 0.15
 MAX_PREDICTIONS_PER_SEQ = 20  # the original's flag default, for 128-token records
-_CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries
+_CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries...
+_CHUNK_TOKENS = _CHUNK * 512  # ...to this many tokens (fewer rows past L=512: 256 at L=8192)
+
+
+def chunk_rows(length: int) -> int:
+    """Rows masked (and data_prep's rows assembled) at once at sequence length `length`: _CHUNK
+    up to L=512 (the random stream of every shorter record is as it was), fewer beyond, so that
+    8,192-token rows do not take gigabytes of temporaries."""
+    return max(1, min(_CHUNK, _CHUNK_TOKENS // max(length, 1)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,11 +197,12 @@ def mask(
     real, drawing from `rng` a chunk of rows at a time; `tokens` itself is left as it is."""
     tokens, lengths = np.asarray(tokens), np.asarray(lengths)
     n, length_cap = tokens.shape
+    rows = chunk_rows(length_cap)
     parts = [
         apply(
             tokens[lo:hi], lengths[lo:hi], opts, vocab, draw(rng, hi - lo, length_cap, opts, vocab)
         )
-        for lo, hi in ((lo, min(lo + _CHUNK, n)) for lo in range(0, max(n, 1), _CHUNK))
+        for lo, hi in ((lo, min(lo + rows, n)) for lo in range(0, max(n, 1), rows))
     ]
     fields = [f.name for f in dataclasses.fields(Masked)]
     return Masked(*(np.concatenate([getattr(part, f) for part in parts]) for f in fields))

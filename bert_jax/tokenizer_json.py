@@ -160,6 +160,9 @@ class JsonTokenizer:
     def is_continuation(self, token: str) -> bool:
         """Whether `token` continues the word of the piece before it; for "bytelevel" marks
         only as far as the piece itself says (masking.Vocab adds the character kinds)."""
+        if self.word_marks == "metaspace" and token == self.special_tokens.get("unk"):
+            # An unknown character: "▁" before it is a piece of its own, so it continues.
+            return True
         if token not in self.vocab or self.vocab[token] in self._special_ids:
             return False
         if self.word_marks == "prefix":

@@ -20,8 +20,6 @@ from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.job import SPLITS, JobSpec, seed
 
-_SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
-
 
 def is_eval(document: list[str], eval_fraction: float) -> bool:
     """Held out by a hash of the text: the same document lands on the same side in every run and
@@ -115,8 +113,10 @@ class UnitProcessor:
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(seed(spec, "mask", unit.index, split_id))
         stats, chunks = output.InstanceStats(), []
-        for start in range(0, len(spans), _SPAN_CHUNK):
-            batch = inst.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
+        # Instances assembled, masked and encoded at once: bounds a unit's temporaries.
+        chunk = masking.chunk_rows(opts.max_seq_length)
+        for start in range(0, len(spans), chunk):
+            batch = inst.assemble(docs, spans[start : start + chunk], opts, self.vocab)
             if opts.mask:
                 inst.mask(batch, opts, self.vocab, mask_rng)
             chunks.extend(self.encoder.encode(batch))
