@@ -34,6 +34,7 @@ from bert_jax import (
     cli,
     data_contract,
     features,
+    growing_batches,
     masking,
     packed_records,
     record_io,
@@ -298,6 +299,7 @@ def train_dataset(
     seed: int,
     process_index: int = 0,
     process_count: int = 1,
+    batch_warmup=None,
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
@@ -305,7 +307,8 @@ def train_dataset(
     with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
     it through grain.checkpoint). With data.pack a row holds one or more records
     (bert_jax/packed_records.py); each process packs its own part, so the global batches depend
-    on the number of processes.
+    on the number of processes. `batch_warmup` (an optim.BatchWarmup): batches of
+    count(step) / final of that many rows, grown from micro-batches (bert_jax/growing_batches.py).
     """
     if global_batch_size % process_count:
         raise cli.UserError(
@@ -327,6 +330,13 @@ def train_dataset(
         ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     rows = global_batch_size // process_count
+    if batch_warmup is not None:  # micro-batches, grouped per step at the end of the stream
+        if rows % batch_warmup.final:
+            raise cli.UserError(
+                f"global batch {global_batch_size} over {process_count} processes is not "
+                f"divisible into train.grad_accum_steps={batch_warmup.final} micro-batches"
+            )
+        rows //= batch_warmup.final
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
@@ -342,6 +352,8 @@ def train_dataset(
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
+    if batch_warmup is not None:
+        it_ds = growing_batches.GrowingBatches(it_ds, batch_warmup.count)
     return it_ds
 
 
