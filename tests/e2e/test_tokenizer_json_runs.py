@@ -1,8 +1,8 @@
 """A tokenizer.json (byte-level BPE) through the trainer and fine-tuning: pre-training on records
 data_prep wrote with it (the vocabulary size and special ids from the manifest, dynamic masking
-with its [MASK]), fine-tuning from that workdir and from a Hugging Face directory that has only a
-tokenizer.json; its files for an export (tokenizer.json + tokenizer_config.json) load in
-transformers with the same ids."""
+with its [MASK]), fine-tuning from a Hugging Face directory that has only a tokenizer.json; its
+files for an export (tokenizer.json + tokenizer_config.json) load in transformers with the same
+ids."""
 
 import pytest
 
@@ -12,7 +12,7 @@ from configs import tiny
 from data_prep import instances, job, scaled
 from support import finetune_data, tokenizer_files
 
-pytestmark = pytest.mark.slow  # a pre-training run and two fine-tuning runs
+pytestmark = pytest.mark.slow  # a pre-training run and a fine-tuning run
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,9 @@ def pretrained_run(bpe, testdata, tmp_path_factory):
     opts = instances.InstanceOptions(
         max_seq_length=64, max_predictions_per_seq=20, nsp=False, mask=False, masked_lm_prob=0.3
     )
-    spec = job.JobSpec((str(testdata / "pydocs_small.txt"),), opts, dupe_factor=1, eval_fraction=0.2)
+    spec = job.JobSpec(
+        (str(testdata / "pydocs_small.txt"),), opts, dupe_factor=1, eval_fraction=0.2
+    )
     records = str(d / "records")
     scaled.run(spec, tokenizer_json.JsonTokenizer(bpe), records, progress=False)
     config = tiny.get_config()
@@ -63,13 +65,10 @@ def test_pretraining_on_tokenizer_json_records(pretrained_run, bpe):
     assert loaded.vocab_file == bpe and loaded.config.vocab_size == 600
 
 
-def test_fine_tuning_from_our_workdir_and_from_a_tokenizer_json_directory(
-    pretrained_run, bpe, tmp_path
-):
+def test_fine_tuning_from_a_directory_with_only_a_tokenizer_json(pretrained_run, bpe, tmp_path):
+    """A Hugging Face directory with a tokenizer.json and no vocab.txt (as ModernBERT's); our
+    workdir's tokenizer is the same JsonTokenizer (test_pretraining_on_tokenizer_json_records)."""
     workdir, _ = pretrained_run
-    ours = ft_train.finetune(sst2_config(tmp_path), str(tmp_path / "ft"), workdir)
-    assert ours["stopped"] == "done" and "accuracy" in ours["eval"]["dev"]
-    # A Hugging Face directory with a tokenizer.json and no vocab.txt (as ModernBERT's).
     hf_dir = tmp_path / "hf"
     hf.save_hf(pretrained.load(workdir).model(), None, str(hf_dir))
     names = tokenizer_json.JsonTokenizer(bpe).hf_files(str(hf_dir), 64)
