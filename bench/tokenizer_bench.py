@@ -1,6 +1,7 @@
-r"""WordPiece tokenizer throughput: encode_batch (data prep's path), encode and tokenize.
+r"""Tokenizer throughput: encode_batch (data prep's path), encode and tokenize.
 
   python -m bench.tokenizer_bench   # pydocs.txt and the odd-Unicode corpus, bert-base-uncased
+  python -m bench.tokenizer_bench --vocab_file=tokenizer.json   # a Hugging Face tokenizer.json
 
 encode_batch is timed cold (a fresh tokenizer: every distinct word is a cache miss, as each data
 prep worker starts) and warm (the same lines again: all hits), over the lines in batches of
@@ -63,7 +64,7 @@ def _row(path: str) -> str:
     sample_mb = sum(map(len, map(str.encode, sample))) / 1e6
 
     def fresh():  # a cold cache; loading the vocabulary is not timed
-        return tokenization.WordPieceTokenizer(FLAGS.vocab_file, do_lower_case=True)
+        return tokenization.make_tokenizer(FLAGS.vocab_file, do_lower_case=True)
 
     def batch(tok):
         for lines_ in batches:

@@ -13,13 +13,16 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
                        (the one TFRecord parser)
     storage/           files by name, local or in a bucket (gs://, s3://): paths, remote
                        (clients, retries, the unreachable-bucket line), files, exclusive, cache
-    tokenization.py    WordPiece (the original's rules, exactly) and SentencePiece
+    tokenization.py    WordPiece (the original's rules, exactly) and SentencePiece;
+                       tokenizer_json.py: any Hugging Face tokenizer.json (BPE, Unigram, WordPiece)
     record_sources.py  record files as Grain sources (TFRecordSource, CheckedSource)
     input_pipeline.py  record sources -> Grain -> host batches (masking.py: dynamic masking,
-                       packing.py + packed_records.py: several sequences a row)
+                       packing.py + packed_records.py: several sequences a row,
+                       growing_batches.py: batch-size warmup)
     model.py           BERT in Flax NNX (attention.py: the kernels, dropout.py: the masks)
     losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
-                       position); BERT's AdamW and LAMB with their schedules
+                       position); BERT's AdamW and LAMB with their schedules (warmup-stable-
+                       decay too) and batch-size warmup
     sharding.py        the device mesh and every sharding rule
     train_state.py     the train state both trainers share: Setup, its layout on the mesh,
                        step 0, one optimizer step that keeps NaNs out of the parameters

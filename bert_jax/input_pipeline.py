@@ -14,7 +14,8 @@ record exactly once per epoch, each a different random part every epoch, and the
 function of (seed, step): resuming from a saved iterator position replays the same batches.
 
 Dynamic masking (`data.dynamic_masking`) masks unmasked records with bert_jax/masking.py, the
-rule data_prep's static masks follow (`data.whole_word_mask` included), in two Grain steps: each
+rule data_prep's static masks follow (`data.whole_word_mask` included; the rate is
+`data.masked_lm_prob` in training and `data.eval_masked_lm_prob` in eval), in two Grain steps: each
 record draws its random numbers from a generator Grain seeds by (seed, the record's place in the
 global stream), before the stream is split between processes; each batch is then masked at once
 with those numbers. So a record is masked differently in every epoch, identically when a run is
@@ -33,6 +34,7 @@ from bert_jax import (
     cli,
     data_contract,
     features,
+    growing_batches,
     masking,
     packed_records,
     record_io,
@@ -269,6 +271,7 @@ def masking_steps(
     limit = facts.vocab_size or vocab_size
     if data.vocab_file:
         vocab = masking.Vocab.from_file(data.vocab_file, data.do_lower_case)
+        vocab.check_whole_word(opts.whole_word_mask, f"config.data.vocab_file={data.vocab_file!r}")
         if max(vocab.random_ids) >= limit:
             raise cli.UserError(
                 f"config.data.vocab_file={data.vocab_file!r} has ids up to "
@@ -278,7 +281,8 @@ def masking_steps(
     elif opts.whole_word_mask:
         raise cli.UserError(
             "config.data.whole_word_mask needs the vocabulary's word pieces: set "
-            "config.data.vocab_file to the vocab.txt (or .model) the records were written with"
+            "config.data.vocab_file to the vocab.txt (.model, tokenizer.json) the records were "
+            "written with"
         )
     else:
         vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
@@ -295,6 +299,7 @@ def train_dataset(
     seed: int,
     process_index: int = 0,
     process_count: int = 1,
+    batch_warmup=None,
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
@@ -302,7 +307,8 @@ def train_dataset(
     with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
     it through grain.checkpoint). With data.pack a row holds one or more records
     (bert_jax/packed_records.py); each process packs its own part, so the global batches depend
-    on the number of processes.
+    on the number of processes. `batch_warmup` (an optim.BatchWarmup): batches of
+    count(step) / final of that many rows, grown from micro-batches (bert_jax/growing_batches.py).
     """
     if global_batch_size % process_count:
         raise cli.UserError(
@@ -324,6 +330,13 @@ def train_dataset(
         ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     rows = global_batch_size // process_count
+    if batch_warmup is not None:  # micro-batches, grouped per step at the end of the stream
+        if rows % batch_warmup.final:
+            raise cli.UserError(
+                f"global batch {global_batch_size} over {process_count} processes is not "
+                f"divisible into train.grad_accum_steps={batch_warmup.final} micro-batches"
+            )
+        rows //= batch_warmup.final
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
@@ -339,6 +352,8 @@ def train_dataset(
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
+    if batch_warmup is not None:
+        it_ds = growing_batches.GrowingBatches(it_ds, batch_warmup.count)
     return it_ds
 
 
@@ -356,7 +371,9 @@ def eval_batches(
 
     The first `num_examples` records (0: all) in file order; the last batch is padded with
     EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
-    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions.
+    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
+    `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
+    train at other rates compare; None: the training rate).
     """
     if global_batch_size % process_count:
         raise cli.UserError(
@@ -367,6 +384,9 @@ def eval_batches(
         files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
     )
     if facts.dynamic_masking:
+        rate = data.get("eval_masked_lm_prob")  # None (a config from before it): the training's
+        if rate is not None:
+            facts = dataclasses.replace(facts, masked_lm_prob=float(rate))
         draw, apply = masking_steps(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))

@@ -12,8 +12,10 @@ user to retype the data's facts into a config. Fields (version 2; every writer s
     whole_word_mask    bool: how the masks in the records were drawn (unmasked records: how the
                        job was asked to mask, a default for the trainer's dynamic masking)
     vocab              {"file": the path as given, "md5", "size": ids 0..size-1,
-                        "kind": "wordpiece" | "sentencepiece", "do_lower_case": bool,
-                        "special_ids": {"pad", "unk", "cls", "sep", "mask"}}
+                        "kind": "wordpiece" | "sentencepiece" | "tokenizer_json",
+                        "do_lower_case": bool, "special_ids": {"pad", "unk", "cls", "sep", "mask"};
+                        a tokenizer.json adds "special_tokens" {role: token} and "model"
+                        ("BPE", "Unigram", "WordPiece")}
     vocab_md5          = vocab.md5 (what version-1 manifests had)
     shards             {"train": [{"file": name beside the manifest, "instances", "md5",
                                    "bytes": its size, checked when a job is rerun}],
@@ -77,16 +79,11 @@ def file_md5(path: str, open_binary=None) -> str:
 def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
     """The manifest's "vocab" block for a bert_jax.tokenization tokenizer; `file` and `md5` when
     the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
-    kind = (
-        "sentencepiece"
-        if isinstance(tokenizer, tokenization.SentencePieceTokenizer)
-        else "wordpiece"
-    )
-    return {
+    entry = {
         "file": file or tokenizer.vocab_file,
         "md5": md5 or file_md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
-        "kind": kind,
+        "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
         "special_ids": {
             "pad": int(tokenizer.pad_id),
@@ -96,6 +93,10 @@ def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> d
             "mask": int(tokenizer.mask_id),
         },
     }
+    if tokenizer.kind == tokenization.tokenizer_json.KIND:  # which tokens the file's ids are
+        entry["special_tokens"] = dict(tokenizer.special_tokens)
+        entry["model"] = tokenizer.model_type
+    return entry
 
 
 def load(path: str, missing_ok: bool = False) -> dict | None:

@@ -7,7 +7,11 @@ against it): round(masked_lm_prob x the row's real tokens) positions are predict
 at most max_predictions_per_seq; [CLS] and [SEP] are never chosen; 80% of the chosen tokens become
 [MASK], 10% stay as they are and 10% become a random entry of the whole vocabulary; positions come
 out sorted. With whole-word masking a word's pieces ("un", "##able") are chosen together, words in
-random order, and a word that would overshoot the budget is skipped, not split.
+random order, and a word that would overshoot the budget is skipped, not split. Where a piece
+continues a word is the vocabulary's to say (Vocab): "##" pieces, SentencePiece pieces without "▁",
+and for byte-level BPE (a tokenizer.json) pieces without a leading space whose first character is
+of the kind the piece before ended with (bert_jax/tokenizer_json.py: letters, digits, whitespace,
+other).
 
 The random stream differs from the reference's (one numpy pass over many rows instead of Python
 draws per token), so the same seed gives other masks with the same distribution.
@@ -25,13 +29,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax import cli
+from bert_jax import cli, tokenizer_json
 
 # The original create_pretraining_data.py's share of tokens to predict: data_prep's
 # --masked_lm_prob default and dynamic masking's when neither the config nor the manifest says.
 MASKED_LM_PROB = 0.15
 MAX_PREDICTIONS_PER_SEQ = 20  # the original's flag default, for 128-token records
-_CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries
+_CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries...
+_CHUNK_TOKENS = _CHUNK * 512  # ...to this many tokens (fewer rows past L=512: 256 at L=8192)
+
+
+def chunk_rows(length: int) -> int:
+    """Rows masked (and data_prep's rows assembled) at once at sequence length `length`: _CHUNK
+    up to L=512 (the random stream of every shorter record is as it was), fewer beyond, so that
+    8,192-token rows do not take gigabytes of temporaries."""
+    return max(1, min(_CHUNK, _CHUNK_TOKENS // max(length, 1)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +70,20 @@ class Vocab:
     mask_id: int
     random_ids: Sequence[int]  # the original draws random replacements from every vocab entry
     continuation: frozenset  # ids of pieces that continue a word ("##ing"), for whole-word masking
+    # Byte-level BPE only (tokenizer_json.JsonTokenizer.character_kinds): per id, the kind of its
+    # first and of its last character. A continuation piece then joins the word before it only
+    # when its first kind is that piece's last kind, or either is tokenizer_json.JOIN. None:
+    # every continuation piece joins (WordPiece, SentencePiece).
+    first_kind: bytes | None = None
+    last_kind: bytes | None = None
+    # False: the vocabulary marks no word boundaries, and whole-word masking is refused.
+    word_marks: bool = True
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocab":
-        """From a bert_jax.tokenization tokenizer (WordPiece or SentencePiece)."""
+        """From a bert_jax.tokenization tokenizer (WordPiece, SentencePiece or tokenizer.json)."""
         words = tokenizer.vocab_words
+        kinds = getattr(tokenizer, "character_kinds", lambda: None)() or (None, None)
         return cls(
             cls_id=tokenizer.cls_id,
             sep_id=tokenizer.sep_id,
@@ -71,7 +92,21 @@ class Vocab:
             continuation=frozenset(
                 tokenizer.vocab[w] for w in words if tokenizer.is_continuation(w)
             ),
+            first_kind=kinds[0],
+            last_kind=kinds[1],
+            word_marks=getattr(tokenizer, "word_marks", True) is not None,
         )
+
+    def check_whole_word(self, whole_word_mask: bool, what: str = "the vocabulary") -> None:
+        """Raises cli.UserError when whole-word masking is asked of a vocabulary that cannot tell
+        where words start."""
+        if whole_word_mask and not self.word_marks:
+            raise cli.UserError(
+                f"whole-word masking needs word boundaries, but {what} marks none in its pieces "
+                "(no ## prefix, no Ġ or ▁ space marks): mask pieces one by one (no "
+                "--do_whole_word_mask / config.data.whole_word_mask=False), or use a tokenizer "
+                "whose pieces mark words"
+            )
 
     @classmethod
     def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
@@ -94,6 +129,39 @@ class Vocab:
         table = np.zeros(top + 2, bool)
         table[list(self.continuation)] = True
         return table
+
+    @functools.cached_property
+    def _kind_tables(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """[max id + 2] uint8 first and last kinds (0 past the vocabulary: joins nothing)."""
+        if self.first_kind is None or self.last_kind is None:
+            return None
+        size = len(self._continuation_table)
+        out = []
+        for kinds in (self.first_kind, self.last_kind):
+            table = np.zeros(size, np.uint8)
+            known = np.frombuffer(kinds, np.uint8)[: size - 1]
+            table[: len(known)] = known
+            out.append(table)
+        return out[0], out[1]
+
+    def continues(self, tokens: np.ndarray) -> np.ndarray:
+        """[n, L] bool: whether each piece of `tokens` continues the word of the piece before it
+        (as far as the pieces say; masking joins it to the previous candidate)."""
+        continuation = np.take(self._continuation_table, tokens, mode="clip")
+        kinds = self._kind_tables
+        if kinds is None:
+            return continuation
+        first = np.take(kinds[0], tokens, mode="clip")
+        last = np.take(kinds[1], tokens, mode="clip")
+        before = np.zeros_like(last)
+        before[:, 1:] = last[:, :-1]
+        # A piece that only ends a character begun before it has that character's kind.
+        inherited = np.zeros_like(last)
+        inherited[:, 2:] = last[:, :-2]
+        before = np.where(before == tokenizer_json.INHERIT, inherited, before)
+        join = tokenizer_json.JOIN
+        same = (first == before) & (first != 0)
+        return continuation & (same | (first == join) | (before == join))
 
 
 @dataclasses.dataclass
@@ -129,11 +197,12 @@ def mask(
     real, drawing from `rng` a chunk of rows at a time; `tokens` itself is left as it is."""
     tokens, lengths = np.asarray(tokens), np.asarray(lengths)
     n, length_cap = tokens.shape
+    rows = chunk_rows(length_cap)
     parts = [
         apply(
             tokens[lo:hi], lengths[lo:hi], opts, vocab, draw(rng, hi - lo, length_cap, opts, vocab)
         )
-        for lo, hi in ((lo, min(lo + _CHUNK, n)) for lo in range(0, max(n, 1), _CHUNK))
+        for lo, hi in ((lo, min(lo + rows, n)) for lo in range(0, max(n, 1), rows))
     ]
     fields = [f.name for f in dataclasses.fields(Masked)]
     return Masked(*(np.concatenate([getattr(part, f) for part in parts]) for f in fields))
@@ -162,8 +231,8 @@ def apply(
     )
     k = _num_to_predict(lengths, candidate.sum(axis=1), opts)
     if opts.whole_word_mask:
-        continuation = np.take(vocab._continuation_table, tokens, mode="clip")
-        chosen = _choose_words(draws.keys, candidate, continuation, k)
+        vocab.check_whole_word(True)
+        chosen = _choose_words(draws.keys, candidate, vocab.continues(tokens), k)
         positions = np.sort(np.where(chosen, np.arange(length_cap)[None, :], length_cap), axis=1)
         positions = positions[:, :p]
     else:

@@ -1,4 +1,5 @@
-"""Learning-rate schedules and the two BERT optimizers (AdamW as the original, and LAMB).
+"""Learning-rate schedules, batch-size warmup, and the two BERT optimizers (AdamW as the
+original, and LAMB).
 
 Both optimizers are optax chains over a pytree of plain arrays (nested dicts, as
 `nnx.to_pure_dict` gives): global-norm clipping, the Adam moments, decoupled weight decay on
@@ -13,6 +14,7 @@ Fine-tuning (configs/finetune/base.py) uses textbook AdamW and transformers' sch
 see docs/finetuning.md for why.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -25,7 +27,11 @@ import optax
 
 from bert_jax import cli
 
-SCHEDULES = ("linear", "polynomial", "constant")
+SCHEDULES = ("linear", "polynomial", "constant", "wsd")
+# The shape of a warmup-stable-decay schedule's decay (optim.decay_shape): "linear" (ModernBERT's
+# WarmupStableDecayScheduler) or "1-sqrt" (Hagele et al. 2024, what ModernBERT's final decay
+# used): the rate falls as 1 - sqrt(x) over the decay's share x of its steps.
+DECAY_SHAPES = ("linear", "1-sqrt")
 # Where the decay after warmup is measured from (optim.decay_from): "start", step 0, as the original
 # BERT and MLPerf (the peak is never quite reached: at the end of warmup the rate is already
 # peak * (1 - warmup / total)); "warmup_end", as transformers' get_linear_schedule_with_warmup
@@ -36,7 +42,7 @@ OPTIMIZERS = ("adamw", "lamb")
 
 def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
     """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
-    {'peak', 'end', 'warmup', 'total', 'span', 'power'}.
+    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}.
 
     Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
     `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
@@ -45,15 +51,28 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     peak. A config without the field (one saved before it existed) means "start". `linear` is
     `polynomial` with power 1, `constant` power 0 (the peak throughout, after warmup).
 
+    "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
+    the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
+    `num_train_steps`, linearly or as 1 - sqrt (`optim.decay_shape`). It is the linear decay
+    measured from the decay's first step (span = the decay's steps), or its 1 - sqrt(1 - frac)
+    ('sqrt' 1); decay_from does not apply. decay_fraction 0: the peak to the last step (a stage
+    whose decay a later stage runs, as ModernBERT's 1,024-token stage).
+
     The train steps take these values as arguments instead of baking them in as constants: runs
-    that differ only in their rate, warmup or step count run one compiled step (a persistent
-    compilation cache hit), which is what a rerun with another step count wants.
+    that differ only in their rate, warmup, step count or kind of schedule run one compiled step
+    (a persistent compilation cache hit), which is what a rerun with another step count wants.
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
     decay_from = optim.get("decay_from", "start")
     if decay_from not in DECAY_FROM:
         raise cli.UserError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
+    shape = optim.get("decay_shape", "linear")
+    if shape not in DECAY_SHAPES:
+        raise cli.UserError(f"optim.decay_shape={shape!r}; choose one of {DECAY_SHAPES}")
+    fraction = float(optim.get("decay_fraction", 0.1))
+    if not 0.0 <= fraction <= 1.0:
+        raise cli.UserError(f"optim.decay_fraction={fraction} must lie in [0, 1]")
     if num_train_steps <= 0:
         raise cli.UserError(f"train.num_train_steps must be positive, got {num_train_steps}")
     if not 0 <= optim.warmup_steps <= num_train_steps:
@@ -63,6 +82,14 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
         )
     warmup = int(optim.warmup_steps)
     constant = optim.schedule == "constant"
+    wsd = optim.schedule == "wsd"
+    decay_steps = round(fraction * num_train_steps)
+    if wsd and warmup + decay_steps > num_train_steps:
+        raise cli.UserError(
+            f"optim.warmup_steps={warmup} and the decay's {decay_steps} steps "
+            f"(optim.decay_fraction={fraction} of {num_train_steps}) overlap: lower either, or "
+            "raise train.num_train_steps"
+        )
     origin = warmup if decay_from == "warmup_end" else 0
     values = {
         "peak": optim.learning_rate,
@@ -72,8 +99,9 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
         "total": num_train_steps,
         # warmup == num_train_steps (with "warmup_end"): no decay steps, the rate after warmup
         # is `end` (transformers gives 0 there); max() only keeps the division defined.
-        "span": max(num_train_steps - origin, 1),
-        "power": 0.0 if constant else 1.0 if optim.schedule == "linear" else optim.power,
+        "span": max(decay_steps if wsd else num_train_steps - origin, 1),
+        "power": 0.0 if constant else 1.0 if optim.schedule in ("linear", "wsd") else optim.power,
+        "sqrt": 1.0 if wsd and shape == "1-sqrt" else 0.0,
     }
     return {k: np.float32(v) for k, v in values.items()}
 
@@ -87,9 +115,55 @@ def rate(values: dict[str, Any], step) -> jax.Array:
     # power 1 (linear) as frac itself: a traced exponent goes through pow(), which need not
     # return frac exactly; 0 (constant) gives 1 from pow(0, 0) too.
     scaled = jnp.where(v["power"] == 1, frac, frac ** v["power"])
+    if "sqrt" in v:  # values saved before the field: none
+        # 1 - sqrt(x), x = 1 - frac, as frac / (1 + sqrt(x)): no cancellation near the end.
+        scaled = jnp.where(v["sqrt"] == 1, frac / (1 + jnp.sqrt(1 - frac)), scaled)
     decayed = (v["peak"] - v["end"]) * scaled + v["end"]
     warming = v["peak"] * step / jnp.maximum(v["warmup"], 1)
     return jnp.where(step < v["warmup"], warming, decayed)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchWarmup:
+    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*).
+
+    A step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows:
+    `start` at step 0, one micro-batch more after every steps / (final - start) steps, `final`
+    (grad_accum_steps, the full batch) from step `steps` on. Equal steps at each size, as
+    ModernBERT's BatchSizeWarmupScheduler grows its batch (by sequences, in equal shares of its
+    warmup tokens). Each count is its own compiled step (the batch's shape is part of a
+    program): at most `final - start + 1` programs, compiled once each, never one per step.
+    """
+
+    final: int  # train.grad_accum_steps
+    start: int  # train.batch_warmup_start_accum
+    steps: int  # train.batch_warmup_steps
+
+    def count(self, step: int) -> int:
+        """Micro-batches in the batch of step `step` (0-based)."""
+        if step >= self.steps:
+            return self.final
+        return self.start + (max(step, 0) * (self.final - self.start)) // self.steps
+
+
+def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
+    """The run's BatchWarmup, checked; None when train.batch_warmup_steps is 0 (or absent: a
+    config saved before the field)."""
+    steps = int(train.get("batch_warmup_steps", 0) or 0)
+    if steps == 0:
+        return None
+    final, start = int(train.grad_accum_steps), int(train.get("batch_warmup_start_accum", 1))
+    problems = []
+    if steps < 0:
+        problems.append(f"train.batch_warmup_steps={steps} must be 0 (off) or positive")
+    if not 1 <= start <= final:
+        problems.append(
+            f"train.batch_warmup_start_accum={start} must lie in [1, train.grad_accum_steps="
+            f"{final}]: the batch grows from that many micro-batches to grad_accum_steps"
+        )
+    if problems:
+        raise cli.UserError("; ".join(problems))
+    return BatchWarmup(final, start, steps)
 
 
 def learning_rate_schedule(

@@ -10,7 +10,9 @@ for pre-training's train.init_checkpoint):
   * a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin, or
     Google's original TF checkpoint) through bert_jax.hf. The vocabulary is its vocab.txt or, for
     a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
-    lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer.
+    lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer. A
+    tokenizer.json of another kind (BPE, Unigram) is the tokenizer itself
+    (bert_jax.tokenizer_json).
 An explicit `vocab_file` or `do_lower_case` wins over what the directory says; a vocabulary with
 more entries than the model has word embeddings is refused (`fits_table`). Either way the
 tokenizer is built once and its size checked once, in `_tokenizer`.
@@ -224,14 +226,19 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
     if not os.path.isfile(tokenizer_json):
         return None, lower, False
-    # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON.
+    # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
+    # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
+    # ModernBERT's, RoBERTa's) is used as it is (bert_jax.tokenizer_json).
     spec = hf.read_json(tokenizer_json)
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    if model_spec.get("type") != "WordPiece":
+        return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
-    if model_spec.get("type") != "WordPiece" or ids != list(range(len(table))):
+    if ids != list(range(len(table))):
         raise cli.UserError(
-            f"{tokenizer_json} is not a WordPiece tokenizer; pass the model's vocab.txt"
+            f"{tokenizer_json}'s WordPiece vocabulary does not number its entries 0, 1, 2, ...; "
+            "pass the model's vocab.txt"
         )
     vocab = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-vocab.txt")
     with open(vocab, "w", encoding="utf-8") as f:

@@ -1,4 +1,5 @@
-"""Tokenizers behind one interface: WordPiece (BERT vocab.txt) and SentencePiece (ALBERT-style).
+"""Tokenizers behind one interface: WordPiece (BERT vocab.txt), SentencePiece (ALBERT-style) and
+any Hugging Face tokenizer.json (bert_jax/tokenizer_json.py: BPE, Unigram, WordPiece).
 
 WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly, on any text. Its
 rules (tokenization.py at eedf571): delete U+0000, U+FFFD and categories Cc and Cf (control and
@@ -25,7 +26,7 @@ import unicodedata
 
 import numpy as np
 
-from bert_jax import cli, storage
+from bert_jax import cli, storage, tokenizer_json
 
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 
@@ -57,8 +58,8 @@ _CHINESE_RANGES = (
 _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
 
 
-class VocabError(cli.UserError):
-    """A vocabulary or tokenizer model that cannot be used; the message says what to fix."""
+# A vocabulary or tokenizer model that cannot be used; the message says what to fix.
+VocabError = tokenizer_json.VocabError
 
 
 def _is_whitespace(ch: str) -> bool:
@@ -186,6 +187,9 @@ def lower_case(value: bool | None) -> bool:
 
 class WordPieceTokenizer:
     """Text -> WordPiece tokens/ids, identical to google-research/bert's FullTokenizer."""
+
+    kind = "wordpiece"  # the manifest's vocab.kind
+    sentence_joiner = ""  # data_prep encodes a document's sentences apart (see JsonTokenizer)
 
     def __init__(
         self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE, max_chars_per_word: int = 200
@@ -452,6 +456,9 @@ class SentencePieceTokenizer:
     """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK] (ALBERT
     does)."""
 
+    kind = "sentencepiece"
+    sentence_joiner = ""  # every sentence gets its own "▁" prefix
+
     def __init__(self, model_file: str, do_lower_case: bool = False):
         import sentencepiece as spm
 
@@ -541,7 +548,9 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
 
 
 def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
-    """A SentencePiece tokenizer for a .model file, WordPiece for anything else (vocab.txt).
+    """A SentencePiece tokenizer for a .model file, a Hugging Face tokenizer.json for a .json file
+    (bert_jax.tokenizer_json: its own normalizer decides lower-casing), WordPiece for anything
+    else (vocab.txt).
     A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
     tokenizer's vocab_file is then that copy."""
     if storage.is_url(vocab_file):
@@ -550,4 +559,6 @@ def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
         vocab_file = storage.local_copy(vocab_file)
     if vocab_file.endswith(".model"):
         return SentencePieceTokenizer(vocab_file, do_lower_case=do_lower_case)
+    if vocab_file.endswith(".json"):
+        return tokenizer_json.JsonTokenizer(vocab_file, do_lower_case)
     return WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)

@@ -35,6 +35,7 @@ from bert_jax import (
     config_check,
     data_contract,
     faults,
+    growing_batches,
     input_pipeline,
     loop,
     losses,
@@ -507,6 +508,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     total = t.num_train_steps
     last_step = min(total, t.stop_at_step) if t.stop_at_step else total
 
+    warmup = optim.batch_warmup(t)  # None unless train.batch_warmup_steps
     train_ds = input_pipeline.train_dataset(
         config.data,
         setup.model_config.vocab_size,
@@ -514,6 +516,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         t.seed,
         jax.process_index(),
         jax.process_count(),
+        batch_warmup=warmup,
     )
     data_iter = iter(train_ds)
     manager = checkpointing.make_manager(
@@ -521,6 +524,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     )
     state = initial_state(config, setup, manager, data_iter)
     step = int(jax.device_get(state["step"]))
+    growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 
     eval_batches = []
     if config.data.eval_files:
@@ -534,11 +538,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             jax.process_index(),
             jax.process_count(),
         )
-    jitted_step = jit_train_step(setup, t.grad_accum_steps)
+    # One compiled step per gradient-accumulation count: grad_accum_steps, and with batch warmup
+    # each smaller count its growing batches hold (optim.BatchWarmup), compiled on first use.
+    jitted_steps = {t.grad_accum_steps: jit_train_step(setup, t.grad_accum_steps)}
     lr = setup.lr_on_mesh()
 
     def p_train_step(state, batch):
-        return jitted_step(state, batch, lr)
+        accum = growing_batches.accumulation(
+            batch[F.INPUT_IDS].shape[0], t.global_batch_size, t.grad_accum_steps
+        )
+        if accum not in jitted_steps:
+            jitted_steps[accum] = jit_train_step(setup, accum)
+        return jitted_steps[accum](state, batch, lr)
 
     p_eval_step = jit_eval_step(setup) if eval_batches else None
     check_collapse = collapse.make_check(setup) if eval_batches else None

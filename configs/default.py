@@ -73,7 +73,13 @@ def get_config() -> ml_collections.ConfigDict:
     # None: from the manifest.
     d.nsp = config_dict.placeholder(bool)
     # Dynamic masking only: share of tokens to predict. None: data_prep's --masked_lm_prob, 0.15.
+    # BERT's 0.15; ModernBERT's and MosaicBERT's recipes train at 0.30 (configs/modern.py).
     d.masked_lm_prob = config_dict.placeholder(float)
+    # Dynamic masking only: the share masked in the eval records, whatever masked_lm_prob, so
+    # that held-out MLM accuracy means the same for recipes that train at other rates (ModernBERT
+    # evaluates at 0.15 while it trains at 0.30; data_prep's --eval_masked_lm_prob does the same
+    # for statically masked eval records). None: masked_lm_prob.
+    d.eval_masked_lm_prob = 0.15
     # The vocabulary the records were tokenized with: not read in training, but saved with every
     # checkpoint (with its md5 and size) so that export and embed use and check it. "": from the
     # manifest.
@@ -108,8 +114,17 @@ def get_config() -> ml_collections.ConfigDict:
     o.learning_rate = 1e-4  # peak learning rate, reached at the end of warmup
     o.warmup_steps = 10_000  # linear warmup from 0
     # After warmup: "linear" or "polynomial" (with `power`) decay to end_learning_rate at the
-    # last step, measured from step 0 as the original does; or "constant".
+    # last step, measured from step 0 as the original does; or "constant"; or "wsd"
+    # (warmup-stable-decay, the trapezoid ModernBERT used: the peak until the last
+    # decay_fraction of the steps, then decay_shape down to end_learning_rate).
     o.schedule = "linear"
+    # "wsd" only: the share of train.num_train_steps spent decaying at the end. 0.1 is
+    # Composer's WarmupStableDecayScheduler default (t_decay=0.1dur); 0 keeps the peak to the last
+    # step (a stage whose decay a later stage runs, as ModernBERT's 1,024-token stage).
+    o.decay_fraction = 0.1
+    # "wsd" only: "linear", or "1-sqrt" (rate x (1 - sqrt(x)) at the decay's share x of its
+    # steps: Hagele et al. 2024, ModernBERT's final decay).
+    o.decay_shape = "linear"
     # Decay measured from "start" (step 0: the original's; the peak is never quite reached) or from
     # "warmup_end" (transformers': the peak is reached). Fine-tuning's default is "warmup_end".
     o.decay_from = "start"
@@ -128,6 +143,13 @@ def get_config() -> ml_collections.ConfigDict:
     # Split each step's batch into this many micro-batches whose gradients are summed: the same
     # update as the whole batch at once, in 1/N of the activation memory.
     t.grad_accum_steps = 1
+    # Batch-size warmup: over the first batch_warmup_steps steps the batch grows from
+    # batch_warmup_start_accum micro-batches (of global_batch_size / grad_accum_steps rows) to
+    # grad_accum_steps, one micro-batch at a time, equal steps at each size (ModernBERT grows its
+    # batch from 768 to 4,608 sequences over its first 50B tokens, linearly in steps). Each size
+    # compiles its own step once (bert_jax/growing_batches.py). 0: off.
+    t.batch_warmup_steps = 0
+    t.batch_warmup_start_accum = 1
     t.num_train_steps = 1_000_000  # optimizer steps (the paper: 1M at batch 256)
     t.seed = 0  # parameter init, data order, dropout and dynamic masking all derive from it
     t.log_every_steps = 100  # train metrics to TensorBoard/JSONL and a progress line

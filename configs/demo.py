@@ -28,6 +28,9 @@ def get_config():
     m.attention_probs_dropout_prob = 0.0
 
     config.data.read_threads = 1  # decoding 64 short records a step is not the bottleneck
+    # Held-out records masked at the training rate (0.4), as the figures in docs/training.md
+    # were measured, not at the 0.15 that recipes are compared at.
+    config.data.eval_masked_lm_prob = None
 
     o = config.optim
     o.learning_rate = 2e-3  # small models take a high rate

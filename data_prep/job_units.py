@@ -20,8 +20,6 @@ from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.job import SPLITS, JobSpec, seed
 
-_SPAN_CHUNK = 4096  # instances assembled, masked and encoded at once: bounds a unit's temporaries
-
 
 def is_eval(document: list[str], eval_fraction: float) -> bool:
     """Held out by a hash of the text: the same document lands on the same side in every run and
@@ -63,6 +61,9 @@ class UnitProcessor:
         self.spec = spec
         self.tokenizer = tokenizer
         self.vocab = masking.Vocab.from_tokenizer(tokenizer)
+        self.vocab.check_whole_word(
+            spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
+        )
         self.encoder = example_encoder.ExampleEncoder(spec.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
@@ -89,9 +90,16 @@ class UnitProcessor:
         return UnitResult(unit, splits, read, digest)
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
-        spec, opts = self.spec, self.spec.opts
+        spec, opts = self.spec, self.spec.split_opts(split)
         split_id = SPLITS.index(split)
-        ids, per_line = self.tokenizer.encode_batch([line for doc in documents for line in doc])
+        # A document's later sentences follow the one before as running text does (a space
+        # before them, for a tokenizer.json whose pieces carry spaces: its sentence_joiner).
+        joiner = getattr(self.tokenizer, "sentence_joiner", "")
+        ids, per_line = self.tokenizer.encode_batch(
+            [joiner + line if i else line for doc in documents for i, line in enumerate(doc)]
+            if joiner
+            else [line for doc in documents for line in doc]
+        )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
         rng = random.Random(
             repr(seed(spec, "structure", unit.index, split_id))
@@ -105,8 +113,10 @@ class UnitProcessor:
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(seed(spec, "mask", unit.index, split_id))
         stats, chunks = output.InstanceStats(), []
-        for start in range(0, len(spans), _SPAN_CHUNK):
-            batch = inst.assemble(docs, spans[start : start + _SPAN_CHUNK], opts, self.vocab)
+        # Instances assembled, masked and encoded at once: bounds a unit's temporaries.
+        chunk = masking.chunk_rows(opts.max_seq_length)
+        for start in range(0, len(spans), chunk):
+            batch = inst.assemble(docs, spans[start : start + chunk], opts, self.vocab)
             if opts.mask:
                 inst.mask(batch, opts, self.vocab, mask_rng)
             chunks.extend(self.encoder.encode(batch))

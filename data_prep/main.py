@@ -23,7 +23,7 @@ import os
 
 from absl import flags
 
-from bert_jax import cli, record_io, tokenization
+from bert_jax import cli, masking, record_io, tokenization
 from data_prep import instances, job, output, reference, sentences
 
 FLAGS = flags.FLAGS
@@ -41,7 +41,9 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "vocab_file",
     None,
-    "WordPiece vocab.txt, or a SentencePiece .model file; may be gs:// or s3://.",
+    "WordPiece vocab.txt, a SentencePiece .model file, or a Hugging Face tokenizer.json (BPE, "
+    "Unigram, WordPiece; python -m data_prep.vocab --model_type=bpe trains one); may be gs:// "
+    "or s3://.",
 )
 flags.DEFINE_bool(
     "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case and strip accents (uncased models)."
@@ -58,7 +60,17 @@ flags.DEFINE_integer(
     _DEFAULT.max_predictions_per_seq,
     "Most masked positions per instance.",
 )
-flags.DEFINE_float("masked_lm_prob", _DEFAULT.masked_lm_prob, "Fraction of tokens to mask.")
+flags.DEFINE_float(
+    "masked_lm_prob",
+    _DEFAULT.masked_lm_prob,
+    "Fraction of tokens to mask (0.15: BERT's; ModernBERT's recipe: 0.3).",
+)
+flags.DEFINE_float(
+    "eval_masked_lm_prob",
+    masking.MASKED_LM_PROB,
+    "Fraction of tokens masked in the eval split, whatever --masked_lm_prob, so that held-out "
+    "accuracies of recipes that train at other rates compare. Scaled and Beam modes.",
+)
 flags.DEFINE_float(
     "short_seq_prob", _DEFAULT.short_seq_prob, "Probability of a shorter-than-maximum instance."
 )
@@ -147,6 +159,7 @@ _SCALED_FLAGS = (
     "document_per_file",
     "language",
     "eval_fraction",
+    "eval_masked_lm_prob",
     "block_size_mb",
     "tfds_examples_per_unit",
     "num_shards",
@@ -174,6 +187,7 @@ def spec_from_flags() -> job.JobSpec:
         dupe_factor=FLAGS.dupe_factor,
         seed=FLAGS.random_seed,
         eval_fraction=FLAGS.eval_fraction,
+        eval_masked_lm_prob=FLAGS.eval_masked_lm_prob,
         block_size_mb=FLAGS.block_size_mb,
         tfds_examples_per_unit=FLAGS.tfds_examples_per_unit,
         fmt=FLAGS.format,
@@ -271,11 +285,15 @@ def _check_flags(argv) -> None:
         sentences.language_code(FLAGS.language)
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
-    for name in ("document_per_file", "language"):
+    for name in ("document_per_file", "language", "eval_masked_lm_prob"):
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
             raise cli.UserError(
-                f"--{name} is for --mode=scaled or beam; reference mode reads "
-                "BERT-format text as the original does"
+                f"--{name} is for --mode=scaled or beam; reference mode "
+                + (
+                    "writes no eval split"
+                    if name == "eval_masked_lm_prob"
+                    else "reads BERT-format text as the original does"
+                )
             )
 
 
@@ -322,6 +340,9 @@ def main(argv):
 
             job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+            masking.Vocab.from_tokenizer(tokenizer).check_whole_word(
+                FLAGS.do_whole_word_mask and not FLAGS.dynamic_masking, "--vocab_file"
+            )
             manifest = scaled.run(
                 spec_from_flags(),
                 tokenizer,

@@ -1,7 +1,9 @@
-r"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt) or SentencePiece (a .model).
+r"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt), SentencePiece (a .model) or
+byte-level BPE (a Hugging Face tokenizer.json, as ModernBERT's and RoBERTa's).
 
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/sp --model_type=sentencepiece
+  python -m data_prep.vocab --input=corpus.txt --output=/tmp/tokenizer.json --model_type=bpe
   python -m data_prep.vocab --input=enwiki-latest-pages-articles-multistream.xml.bz2 ...
 
 The corpus is read as data_prep.main reads it (every --input kind: BERT-format text, JSONL, a
@@ -9,8 +11,12 @@ Wikipedia dump, Parquet, tfds:NAME), and the trainers see its sentences: the pro
 will hold, not markup or JSON.
 
 WordPiece training uses Hugging Face `tokenizers` with BERT's normalisation; SentencePiece training
-uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols, so either result works
-as --vocab_file of data_prep.main.
+uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols; BPE training uses
+`tokenizers` with GPT-2's byte-level pre-tokenizer (no unknown pieces, case kept unless
+--do_lower_case: then a Lowercase normalizer), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4 and a
+"[CLS] $A [SEP]" post-processor, as ModernBERT's tokenizer.json has them. It learns from whole
+documents (sentences joined by a space), as data_prep encodes them (tokenizer_json.JsonTokenizer's
+sentence_joiner). Every result works as --vocab_file of data_prep.main.
 """
 
 import itertools
@@ -31,8 +37,18 @@ flags.DEFINE_list(
     "Inputs as data_prep.main takes them: text, JSONL, Wikipedia dumps, Parquet, tfds:NAME.",
 )
 flags.DEFINE_string("text_field", "text", "Text field of JSONL records, Parquet columns and TFDS.")
-flags.DEFINE_string("output", None, "vocab.txt path (wordpiece) or model prefix (sentencepiece).")
-flags.DEFINE_enum("model_type", "wordpiece", ["wordpiece", "sentencepiece"], "Kind of vocabulary.")
+flags.DEFINE_string(
+    "output",
+    None,
+    "vocab.txt path (wordpiece), model prefix (sentencepiece) or tokenizer.json path (bpe).",
+)
+flags.DEFINE_enum(
+    "model_type",
+    "wordpiece",
+    ["wordpiece", "sentencepiece", "bpe"],
+    "Kind of vocabulary: wordpiece (vocab.txt), sentencepiece (unigram .model), bpe (byte-level "
+    "tokenizer.json).",
+)
 flags.DEFINE_integer("vocab_size", 30522, "Entries, special tokens included.")
 flags.DEFINE_bool(
     "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case (and strip accents, for WordPiece)."
@@ -60,6 +76,16 @@ def corpus_sentences(
             yield from document
 
 
+def corpus_documents(
+    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
+) -> Iterator[str]:
+    """Every document of the inputs as one text, its sentences joined by a space."""
+    stats = readers.ReadStats()
+    for source in readers.parse_input(inputs):
+        for document in readers.documents(source, stats, text_field, language=language):
+            yield " ".join(document)
+
+
 def train_wordpiece(
     sentences: Iterable[str], output_path: str, vocab_size: int, do_lower_case: bool
 ) -> str:
@@ -81,6 +107,44 @@ def train_wordpiece(
     storage.makedirs(storage.dirname(output_path))
     with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
         f.write("".join(piece + "\n" for piece in pieces))
+    return output_path
+
+
+def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_case: bool) -> str:
+    """Writes a byte-level BPE tokenizer.json: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the 256
+    byte pieces, then learnt merges; "[CLS] $A [SEP]" ("[CLS] $A [SEP] $B [SEP]" for pairs)."""
+    import tokenizers
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    if do_lower_case:
+        tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    needed = len(SPECIAL) + len(alphabet)
+    if vocab_size < needed:
+        raise cli.UserError(
+            f"--vocab_size={vocab_size} is smaller than the {needed} entries byte-level BPE needs "
+            f"at least (the {len(SPECIAL)} special tokens and the 256 bytes); pass "
+            f"--vocab_size={needed} or more"
+        )
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=alphabet,
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    cls_id, sep_id = tok.token_to_id(tokenization.CLS), tok.token_to_id(tokenization.SEP)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{tokenization.CLS} $A {tokenization.SEP}",
+        pair=f"{tokenization.CLS} $A {tokenization.SEP} $B:1 {tokenization.SEP}:1",
+        special_tokens=[(tokenization.CLS, cls_id), (tokenization.SEP, sep_id)],
+    )
+    storage.makedirs(storage.dirname(output_path))
+    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
+        f.write(tok.to_str(pretty=True))
     return output_path
 
 
@@ -149,14 +213,19 @@ def main(argv):
         language = sentences.language_code(FLAGS.language)
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
-    corpus = corpus_sentences(FLAGS.input, FLAGS.text_field, language)
+    read = corpus_documents if FLAGS.model_type == "bpe" else corpus_sentences
+    corpus = read(FLAGS.input, FLAGS.text_field, language)
     first = next(corpus, None)  # parses every input: a missing or unreadable one fails here
     if first is None:
         raise readers.InputError(
             f"--input={','.join(FLAGS.input)} holds no text (empty or blank files, or no "
             "documents in the --text_field); pass the corpus the vocabulary is for"
         )
-    train = train_wordpiece if FLAGS.model_type == "wordpiece" else train_sentencepiece
+    train = {
+        "wordpiece": train_wordpiece,
+        "sentencepiece": train_sentencepiece,
+        "bpe": train_bpe,
+    }[FLAGS.model_type]
     path = train(
         itertools.chain([first], corpus), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
     )

@@ -19,4 +19,7 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
                                   state bert_jax/train_state.py's; config_check.check_finetuning
                                   first)
     __main__.py                   the absl binary: python -m bert_jax.finetune
+    glue_table.py                 one command, one GLUE score table: every task of a GLUE
+                                  directory fine-tuned in turn (python -m
+                                  bert_jax.finetune.glue_table)
 """

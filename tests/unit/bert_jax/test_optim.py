@@ -1,5 +1,8 @@
 """Schedules, the weight-decay mask, and AdamW / LAMB steps against hand-computed numpy."""
 
+import itertools
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,15 +47,31 @@ def test_schedule_polynomial_and_constant():
     assert [float(const(s)) for s in (2, 4, 9)] == pytest.approx([1.0, 2.0, 2.0])
 
 
-def _reference_rate(schedule, decay_from, peak, end, power, warmup, total, step):
+def _reference_rate(schedule, decay_from, peak, end, power, warmup, total, step, **wsd):
     """The schedule in float64, written from its definition (optim.schedule_values' docstring)."""
     if step < warmup:
         return peak * step / warmup
     if schedule == "constant":
         return peak
+    if schedule == "wsd":
+        return _reference_wsd(peak, end, total, step, **wsd)
     origin = warmup if decay_from == "warmup_end" else 0
     frac = min(max((total - step) / max(total - origin, 1), 0.0), 1.0)
     return (peak - end) * frac ** (1.0 if schedule == "linear" else power) + end
+
+
+def _reference_wsd(peak, end, total, step, decay_fraction, decay_shape):
+    """After warmup, as Composer's WarmupStableDecayScheduler (ModernBERT's src/scheduler.py):
+    the peak until `total - decay` steps, then the decay's share x of its steps takes the rate
+    to end: 1 - x of the way (linear), or 1 - sqrt(x) (Hagele et al.'s cooldown)."""
+    decay = round(decay_fraction * total)
+    if step >= total:  # past the last step (decay_fraction 0 too): the end value
+        return end
+    if step < total - decay:
+        return peak
+    x = min((step - (total - decay)) / max(decay, 1), 1.0)
+    left = 1 - x if decay_shape == "linear" else 1 - math.sqrt(x)
+    return end + (peak - end) * left
 
 
 def test_the_rate_with_traced_numbers_is_the_schedule_on_a_sweep_of_configs():
@@ -60,25 +79,57 @@ def test_the_rate_with_traced_numbers_is_the_schedule_on_a_sweep_of_configs():
     them equals the definition for every kind, origin and warmup, at every step of short runs."""
     rate = jax.jit(optim.rate)
     rng = np.random.default_rng(0)
+    checked = 0
     for schedule in optim.SCHEDULES:
         for decay_from in optim.DECAY_FROM:
             for total, warmup in [(1, 0), (1, 1), (7, 0), (10, 3), (5, 5), (100, 10)]:
-                peak, end = float(rng.uniform(1e-5, 1e-2)), float(rng.choice([0.0, 1e-6]))
-                cfg = optim_config(
-                    schedule=schedule,
-                    decay_from=decay_from,
-                    learning_rate=peak,
-                    end_learning_rate=end,
-                    power=float(rng.choice([0.5, 2.0])),
-                    warmup_steps=warmup,
-                )
-                values = optim.schedule_values(cfg, total)
-                for step in range(total + 2):
-                    want = _reference_rate(
-                        schedule, decay_from, peak, end, cfg.power, warmup, total, step
+                for fraction, shape in itertools.product((0.0, 0.1, 0.35, 0.5), optim.DECAY_SHAPES):
+                    if schedule != "wsd" and (fraction, shape) != (0.1, "linear"):
+                        continue  # the fields are the "wsd" schedule's only
+                    if schedule == "wsd" and warmup + round(fraction * total) > total:
+                        continue  # refused: test_bad_settings_name_the_field
+                    peak, end = float(rng.uniform(1e-5, 1e-2)), float(rng.choice([0.0, 1e-6]))
+                    cfg = optim_config(
+                        schedule=schedule,
+                        decay_from=decay_from,
+                        learning_rate=peak,
+                        end_learning_rate=end,
+                        power=float(rng.choice([0.5, 2.0])),
+                        warmup_steps=warmup,
+                        decay_fraction=fraction,
+                        decay_shape=shape,
                     )
-                    got = float(rate(values, step))
-                    assert got == pytest.approx(want, rel=2e-6, abs=1e-12), (cfg, total, step)
+                    values = optim.schedule_values(cfg, total)
+                    for step in range(total + 2):
+                        want = _reference_rate(
+                            schedule,
+                            decay_from,
+                            peak,
+                            end,
+                            cfg.power,
+                            warmup,
+                            total,
+                            step,
+                            decay_fraction=fraction,
+                            decay_shape=shape,
+                        )
+                        got = float(rate(values, step))
+                        assert got == pytest.approx(want, rel=2e-6, abs=1e-12), (cfg, step)
+                        checked += 1
+    assert checked > 1000
+
+
+def test_wsd_is_a_trapezoid_and_1_sqrt_decays_later():
+    """ModernBERT's shape: warmup, a long stage at the peak, the decay at the end; 1 - sqrt stays
+    above linear through the decay."""
+    cfg = dict(schedule="wsd", learning_rate=8e-4, warmup_steps=10, decay_fraction=0.2)
+    linear = optim.learning_rate_schedule(optim_config(**cfg), 100)
+    sqrt = optim.learning_rate_schedule(optim_config(**cfg, decay_shape="1-sqrt"), 100)
+    assert float(linear(5)) == pytest.approx(4e-4)
+    assert [float(linear(s)) for s in range(10, 81)] == pytest.approx([8e-4] * 71)
+    assert float(linear(90)) == pytest.approx(4e-4) and float(linear(100)) == 0.0
+    assert float(sqrt(90)) == pytest.approx(8e-4 * (1 - math.sqrt(0.5)))
+    assert all(float(sqrt(s)) <= float(linear(s)) + 1e-9 for s in range(80, 101))
 
 
 def test_bad_settings_name_the_field():
@@ -86,6 +137,14 @@ def test_bad_settings_name_the_field():
         optim.learning_rate_schedule(optim_config(schedule="cosine"), 10)
     with pytest.raises(ValueError, match="warmup_steps"):
         optim.learning_rate_schedule(optim_config(warmup_steps=20), 10)
+    with pytest.raises(ValueError, match=r"optim.decay_shape"):
+        optim.learning_rate_schedule(optim_config(schedule="wsd", decay_shape="cosine"), 10)
+    with pytest.raises(ValueError, match=r"optim.decay_fraction=1.5"):
+        optim.learning_rate_schedule(optim_config(schedule="wsd", decay_fraction=1.5), 10)
+    with pytest.raises(ValueError, match="overlap"):
+        optim.learning_rate_schedule(
+            optim_config(schedule="wsd", warmup_steps=8, decay_fraction=0.5), 10
+        )
     lr = optim.schedule_values(optim_config(warmup_steps=1), 10)
     with pytest.raises(ValueError, match=r"optim.optimizer"):
         optim.make_optimizer(optim_config(optimizer="sgd"), lr)

@@ -17,6 +17,16 @@ SCHEDULES = [
     dict(num_train_steps=300, learning_rate=5e-3, warmup_steps=30, schedule="linear"),
     dict(num_train_steps=7, learning_rate=2e-5, warmup_steps=0, schedule="constant"),
     dict(num_train_steps=50, learning_rate=1e-3, warmup_steps=50, schedule="polynomial"),
+    # Warmup-stable-decay (ModernBERT's trapezoid), linear or 1-sqrt: the same program.
+    dict(num_train_steps=40, learning_rate=8e-4, warmup_steps=4, schedule="wsd"),
+    dict(
+        num_train_steps=90,
+        learning_rate=8e-4,
+        warmup_steps=9,
+        schedule="wsd",
+        decay_fraction=0.0,
+        decay_shape="1-sqrt",
+    ),
 ]
 
 
@@ -66,7 +76,8 @@ def _finetuning_hlo(num_train_steps, **optim) -> str:
 )
 def test_runs_that_differ_only_in_their_schedule_share_one_train_step(hlo):
     """Before, the rate, warmup and step count were constants of the program: every test (and a
-    user's rerun with another step count) compiled its own train step."""
+    user's rerun with another step count) compiled its own train step. The kind of schedule and
+    warmup-stable-decay's decay fraction and shape are numbers of the step too."""
     programs = {hlo(**s) for s in SCHEDULES}
     assert len(programs) == 1
     # What does change the program still does.

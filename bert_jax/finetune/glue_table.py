@@ -1,0 +1,266 @@
+r"""One command, one GLUE score table: fine-tunes a pre-trained model on each task of a directory in
+GLUE's layout and prints the dev-set figures side by side.
+
+    python -m bert_jax.finetune.glue_table --init=DIR --glue_dir=glue --workdir=runs/glue \
+        [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli] \
+        [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
+
+--init is what `python -m bert_jax.finetune` takes: a Hugging Face BERT directory or a pre-training
+workdir of ours. --glue_dir holds the tasks as GLUE's download script lays them out (CoLA/,
+SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, each with train.tsv and dev.tsv; MNLI with
+dev_matched.tsv and dev_mismatched.tsv); without --tasks every task found there runs. Each task
+runs with its configs/finetune/<task>.py (configs/finetune/base.py with the task's layout where
+there is none), --overrides applied to every one, in <workdir>/<task>, one after another. The
+figures are GLUE's per task (CoLA: Matthews correlation; MRPC and QQP: F1 and accuracy; STS-B:
+Pearson and Spearman; MNLI: matched and mismatched accuracy; the rest accuracy); `average` is the
+mean over tasks of each task's mean figure, as GLUE's score averages. The table is also written to
+<workdir>/glue_table.md and the figures to <workdir>/glue_results.json.
+
+Running the same command again resumes: a finished task's figures are read back from
+<workdir>/<task>/glue_result.json, an unfinished one resumes from its checkpoint. Settings that
+differ from that run's (--init, --overrides) are an error: use another --workdir.
+
+TFDS's glue datasets are not read: their builder needs TensorFlow, which this project does not
+install. Export is off (--overrides=export=True writes each task's model).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import sys
+
+from absl import flags
+
+from bert_jax import cli, storage
+
+FLAGS = flags.FLAGS
+RESULT = "glue_result.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A GLUE task: its directory, layout, dev files and the figures GLUE reports for it."""
+
+    name: str
+    directory: str
+    evals: tuple[str, ...] = ("dev",)  # dev file stems
+    figures: tuple[tuple[str, str, str], ...] = (
+        ("acc", "dev", "accuracy"),
+    )  # column, file, metric
+
+
+TASKS = {
+    t.name: t
+    for t in (
+        Task("cola", "CoLA", figures=(("mcc", "dev", "mcc"),)),
+        Task("sst2", "SST-2"),
+        Task("mrpc", "MRPC", figures=(("f1", "dev", "f1"), ("acc", "dev", "accuracy"))),
+        Task(
+            "stsb",
+            "STS-B",
+            figures=(("pearson", "dev", "pearson"), ("spearman", "dev", "spearman")),
+        ),
+        Task("qqp", "QQP", figures=(("f1", "dev", "f1"), ("acc", "dev", "accuracy"))),
+        Task(
+            "mnli",
+            "MNLI",
+            evals=("dev_matched", "dev_mismatched"),
+            figures=(("m", "dev_matched", "accuracy"), ("mm", "dev_mismatched", "accuracy")),
+        ),
+        Task("qnli", "QNLI"),
+        Task("rte", "RTE"),
+        Task("wnli", "WNLI"),
+    )
+}
+
+
+def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
+    """The tasks to run: `names` (each directory must be there), else every task whose directory
+    `glue_dir` holds, in GLUE's order."""
+    if not storage.isdir(glue_dir):
+        raise cli.UserError(f"--glue_dir={glue_dir!r} is not a directory")
+    if names:
+        unknown = [n for n in names if n not in TASKS]
+        if unknown:
+            raise cli.UserError(f"--tasks: unknown {unknown}; choose from {list(TASKS)}")
+        missing = [
+            storage.join(glue_dir, TASKS[n].directory)
+            for n in names
+            if not storage.isdir(storage.join(glue_dir, TASKS[n].directory))
+        ]
+        if missing:
+            raise cli.UserError(f"--tasks: no task directory {missing} in --glue_dir")
+        return [TASKS[n] for n in names]
+    found = [t for t in TASKS.values() if storage.isdir(storage.join(glue_dir, t.directory))]
+    if not found:
+        raise cli.UserError(
+            f"--glue_dir={glue_dir!r} holds none of the GLUE task directories "
+            f"{[t.directory for t in TASKS.values()]}"
+        )
+    return found
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """["optim.learning_rate=3e-5", ...] -> {"optim.learning_rate": 3e-5}: values are Python
+    literals where they parse as one, else text."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise cli.UserError(f"--overrides: {item!r} is not FIELD=VALUE")
+        try:
+            out[key.strip()] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[key.strip()] = text
+    return out
+
+
+def task_config(task: Task, glue_dir: str, overrides: dict):
+    """The fine-tuning config of `task` on the files of `glue_dir`, `overrides` applied."""
+    try:
+        module = importlib.import_module(f"configs.finetune.{task.name}")
+    except ModuleNotFoundError:
+        module = importlib.import_module("configs.finetune.base")
+    config = module.get_config()
+    config.data.format, config.data.layout = "glue", task.name
+    folder = storage.join(glue_dir, task.directory)
+    config.data.train_file = storage.join(folder, "train.tsv")
+    config.data.eval_files = ",".join(storage.join(folder, f"{e}.tsv") for e in task.evals)
+    config.data.test_file = ""
+    config.export = False
+    for key, value in overrides.items():
+        *path, field = key.split(".")
+        node = config
+        try:
+            for part in path:
+                node = node[part]
+            if field not in node:
+                raise KeyError(field)
+            node[field] = value
+        except (KeyError, TypeError, AttributeError) as e:
+            raise cli.UserError(
+                f"--overrides: {key}={value!r} cannot be set on configs/finetune ({e})"
+            ) from None
+    return config
+
+
+def figures(task: Task, evals: dict) -> dict[str, float]:
+    """{column: value} of a task's run's eval figures ({file stem: {metric: value}})."""
+    out = {}
+    for column, stem, metric in task.figures:
+        value = (evals.get(stem) or {}).get(metric)
+        if value is None:
+            raise cli.UserError(f"{task.name}: the run has no {metric!r} on {stem}.tsv")
+        out[column] = float(value)
+    return out
+
+
+def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dict:
+    """Fine-tunes (or resumes) one task in `workdir`; returns its result ({"figures", "step",
+    "stopped"}), written to <workdir>/glue_result.json once the run is done."""
+    path = storage.join(workdir, RESULT)
+    if storage.isfile(path):
+        saved = json.loads(storage.read_text(path))
+        if saved.get("settings") != settings:
+            raise cli.UserError(
+                f"{path} holds {task.name}'s result with other settings ({saved.get('settings')}"
+                f", now {settings}): use another --workdir"
+            )
+        return saved
+    from bert_jax.finetune import train  # JAX: after the flags are read
+
+    result = train.finetune(config, workdir, init)
+    out = {"task": task.name, "step": result["step"], "stopped": result["stopped"]}
+    if result["stopped"] != "done":
+        return out
+    out.update(figures=figures(task, result["eval"]), settings=settings)
+    storage.write_text(path, json.dumps(out, indent=2))
+    return out
+
+
+def table(results: dict[str, dict]) -> str:
+    """The score table (Markdown): one row per task, its figures, and the average."""
+    lines = ["| task | figures | score |", "| --- | --- | ---: |"]
+    scores = []
+    for name, result in results.items():
+        values = result["figures"]
+        score = 100 * sum(values.values()) / len(values)
+        scores.append(score)
+        shown = " / ".join(f"{column} {100 * v:.2f}" for column, v in values.items())
+        lines.append(f"| {name} | {shown} | {score:.2f} |")
+    if scores:
+        lines.append(f"| average | {len(scores)} tasks | {sum(scores) / len(scores):.2f} |")
+    return "\n".join(lines)
+
+
+def run(init: str, glue_dir: str, workdir: str, names=None, overrides=None) -> dict:
+    """Every task in turn, then the table; returns {"results", "table", "stopped"} ("stopped":
+    the first task's reason that did not finish, else "done")."""
+    overrides = dict(overrides or {})
+    tasks = pick_tasks(glue_dir, names)
+    configs = {t.name: task_config(t, glue_dir, overrides) for t in tasks}  # mistakes first
+    cli.check_writable_dir(workdir, "--workdir")
+    settings = {"init": init, "overrides": {k: repr(v) for k, v in sorted(overrides.items())}}
+    results, stopped = {}, "done"
+    for task in tasks:
+        result = run_task(
+            task, configs[task.name], storage.join(workdir, task.name), init, settings
+        )
+        if result["stopped"] != "done":
+            stopped = result["stopped"]
+            break
+        results[task.name] = result
+    text = table(results)
+    storage.makedirs(workdir)
+    storage.write_text(storage.join(workdir, "glue_table.md"), text + "\n")
+    storage.write_text(
+        storage.join(workdir, "glue_results.json"),
+        json.dumps({n: r["figures"] for n, r in results.items()}, indent=2),
+    )
+    return {"results": results, "table": text, "stopped": stopped}
+
+
+def define_flags() -> None:
+    """Defined when run as a program only, so importing this module defines no flags."""
+    flags.DEFINE_string(
+        "init", None, "Pre-trained model: a Hugging Face BERT directory or our workdir."
+    )
+    flags.DEFINE_string(
+        "glue_dir", None, "The GLUE tasks in their download layout (CoLA/, SST-2/, ...)."
+    )
+    flags.DEFINE_string(
+        "workdir", None, "Where each task's run goes (<workdir>/<task>) and the table."
+    )
+    flags.DEFINE_list("tasks", None, f"Tasks to run, of {list(TASKS)}; default: all found.")
+    flags.DEFINE_list(
+        "overrides", [], "FIELD=VALUE settings of configs/finetune for every task, comma-separated."
+    )
+    flags.mark_flags_as_required(["init", "glue_dir", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    out = run(
+        FLAGS.init, FLAGS.glue_dir, FLAGS.workdir, FLAGS.tasks, parse_overrides(FLAGS.overrides)
+    )
+    import jax
+
+    if jax.process_index() == 0:
+        print(out["table"], flush=True)
+    if out["stopped"] != "done":
+        from bert_jax import faults
+
+        if out["stopped"] == "preempted":
+            sys.exit(faults.PREEMPTED_STATUS)
+        if out["stopped"] == "interrupted":
+            cli.fail("interrupted: rerun the same command to resume", 130)
+        sys.exit(1)  # nonfinite: the run said why
+
+
+if __name__ == "__main__":
+    define_flags()
+    cli.run(main)

@@ -1,0 +1,71 @@
+"""Batch-size warmup on the input side: fixed-size micro-batches grouped into growing batches.
+
+With config.train.batch_warmup_steps (optim.BatchWarmup) the train stream is batched in
+micro-batches of global_batch_size / grad_accum_steps rows (per process: its share), and this
+last step of the stream concatenates `count(step)` of them into the batch of each step. The
+records and their order are the unwarmed stream's; only how many make a step changes. The
+trainer runs a batch of k micro-batches with grad_accum_steps=k (one compiled step per count).
+
+The step a batch is for is counted here, saved with the iterator's position (so a resumed run
+goes on with the right size) and set by the trainer once it knows the run's first step (`align`:
+a run that continues another's schedule, train.init_optimizer_state, starts its fresh data
+stream at that step, past the warmup).
+
+numpy and Grain only (no JAX): `count` is optim.BatchWarmup.count, passed in.
+"""
+
+from collections.abc import Callable
+
+import grain
+import numpy as np
+
+STATE_KEY = "batch_warmup_step"  # beside the parent iterator's own state
+
+
+class _Iterator(grain.DatasetIterator):
+    def __init__(self, parent, count: Callable[[int], int]):
+        super().__init__(parent)
+        self._count = count
+        self.step = 0  # the step whose batch comes next
+
+    def __next__(self) -> dict:
+        parts = [next(self._parent) for _ in range(self._count(self.step))]
+        self.step += 1
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    @property
+    def bad_records(self):  # bad_records.count reads the outermost iterator
+        return getattr(self._parent, "bad_records", None)
+
+    def get_state(self) -> dict:
+        return {**self._parent.get_state(), STATE_KEY: self.step}
+
+    def set_state(self, state: dict) -> None:
+        state = dict(state)
+        self.step = int(state.pop(STATE_KEY, 0))
+        self._parent.set_state(state)
+
+
+class GrowingBatches(grain.IterDataset):
+    """`parent`'s micro-batches, `count(step)` of them concatenated per step."""
+
+    def __init__(self, parent: grain.IterDataset, count: Callable[[int], int]):
+        super().__init__(parent)
+        self._count = count
+
+    def __iter__(self) -> _Iterator:
+        return _Iterator(self._parent.__iter__(), self._count)
+
+    def __str__(self) -> str:
+        return f"GrowingBatches({self._count})"
+
+
+def align(data_iter, step: int) -> None:
+    """Tells a train iterator the step its next batch is for (no-op without batch warmup)."""
+    if isinstance(data_iter, _Iterator):
+        data_iter.step = step
+
+
+def accumulation(rows: int, global_batch_size: int, grad_accum_steps: int) -> int:
+    """The gradient-accumulation count of a global batch of `rows` rows (its micro-batches)."""
+    return rows * grad_accum_steps // global_batch_size
