@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 
 from bert_jax import cli
+from bert_jax.storage.errors import NotFound, missing
 from bert_jax.storage.paths import basename, is_url
 from bert_jax.storage.remote import _fs
 
@@ -44,10 +45,21 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
+def _kind(path: str) -> str | None:
+    """ "file", "directory" (a bucket, or a prefix under which some object lies) or None for
+    nothing at `path`. fsspec's own isfile and isdir answer False for any error, so a bucket
+    that refused the request (no credentials) or stayed unreachable looked like a missing file;
+    those errors are raised here."""
+    try:
+        return _fs(path).info(path).get("type")
+    except NotFound:
+        return None
+
+
 def exists(path: str) -> bool:
     if not is_url(path):
         return os.path.exists(path)
-    return _fs(path).exists(path)
+    return _kind(path) is not None
 
 
 def isdir(path: str) -> bool:
@@ -55,13 +67,13 @@ def isdir(path: str) -> bool:
     directories) or a bucket itself."""
     if not is_url(path):
         return os.path.isdir(path)
-    return _fs(path).isdir(path)
+    return _kind(path) == "directory"
 
 
 def isfile(path: str) -> bool:
     if not is_url(path):
         return os.path.isfile(path)
-    return _fs(path).isfile(path)
+    return _kind(path) == "file"
 
 
 def listdir(path: str) -> list[str]:
@@ -86,11 +98,16 @@ def glob(pattern: str) -> list[str]:
 
 
 def not_a_file(path: str) -> str | None:
-    """Why `path` is not a file to read, as words that follow its name (a local path: missing, a
-    directory, a pipe, ...: cli.not_a_file; a URL: no such object), or None when it is one."""
-    if is_url(path):
-        return None if isfile(path) else "does not exist (no such object)"
-    return None if os.path.isfile(path) else cli.not_a_file(path)
+    """Why `path` is not a file to read, as words that follow its name, the same for both kinds
+    (a local path: missing, a directory, a pipe, ...: cli.not_a_file; a URL: no such object, no
+    such bucket, a prefix: errors.missing), or None when it is one. A refusal (no credentials)
+    or an unreachable server is raised, never taken for a missing file."""
+    if not is_url(path):
+        return None if os.path.isfile(path) else cli.not_a_file(path)
+    kind = _kind(path)
+    if kind is None:
+        return missing(path)
+    return None if kind == "file" else "is a directory (a prefix of objects), not a file"
 
 
 def check_file(path: str, what: str) -> None:
@@ -115,6 +132,22 @@ def version(path: str) -> tuple[int, str]:
     info = fs.info(path)
     found = info.get("generation") or info.get("VersionId") or info.get("ETag")
     return int(info["size"]), str(found).strip('"')
+
+
+def modified(path: str) -> float:
+    """When `path` was last written, in seconds since the epoch (a local file's mtime; the time
+    the server gave the object's last write)."""
+    if not is_url(path):
+        return os.stat(path).st_mtime
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    info = fs.info(path)
+    when = info.get("mtime") or info.get("LastModified")
+    if isinstance(when, str):
+        import datetime
+
+        when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+    return when.timestamp()
 
 
 def sizes(path: str) -> dict[str, int]:
