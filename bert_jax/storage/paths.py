@@ -156,7 +156,7 @@ def is_url(path: str) -> bool:
     """Whether `path` names an object in a bucket (gs://, s3://) rather than a local file; a path
     that is neither (see `parse`) is a StorageError."""
     path = str(path)
-    if "://" not in path and ":" not in path[:6]:
+    if "://" not in path and ":" not in path[:6] and "\x00" not in path:
         return False  # the common case, a plain local path: no pattern to match
     problem = _problem(path)
     if problem:

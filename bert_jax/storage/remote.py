@@ -20,7 +20,7 @@ import logging
 import os
 import time
 
-from bert_jax.storage.errors import NotFound, convert, transient
+from bert_jax.storage.errors import AccessDenied, NotFound, convert, transient
 from bert_jax.storage.paths import StorageError, bucket_and_key, is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
@@ -151,6 +151,18 @@ def _budgeted_gcs():
     return BudgetedGCSFileSystem
 
 
+@functools.cache  # one class, however often `configure` runs
+def _once_s3():
+    """s3fs' client trying each call once: its own 5 tries (and botocore's inside each) took
+    ~3.6 s per try of ours against a refused connection; the budget does the trying again."""
+    import s3fs
+
+    class OnceS3FileSystem(s3fs.S3FileSystem):
+        retries = 1
+
+    return OnceS3FileSystem
+
+
 def configure() -> None:
     """Settings for the bucket clients, read from the environment once, before the first URL is
     touched (gcsfs reads GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT when it is imported)."""
@@ -174,10 +186,11 @@ def configure() -> None:
 
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)
-    # s3fs: botocore's and s3fs' own retries kept short (the budget above does the waiting).
-    s3 = fsspec.config.conf.setdefault("s3", {})
-    s3.setdefault("retries", 2)
-    s3.setdefault("config_kwargs", {"retries": {"max_attempts": 2, "mode": "standard"}})
+    with contextlib.suppress(ImportError):
+        fsspec.register_implementation("s3", _once_s3(), clobber=True)
+        # botocore tries each call again too (up to 5 times): once here.
+        s3 = fsspec.config.conf.setdefault("s3", {})
+        s3.setdefault("config_kwargs", {"retries": {"max_attempts": 1, "mode": "standard"}})
     # gcsfs, and fsspec's prefetcher that gcsfs reads files through, log a traceback of every
     # request they give up on and then raise the same error, which the binaries report.
     for name in ("gcsfs", "fsspec.prefetcher"):
@@ -206,12 +219,13 @@ def _subject(name: str, args: tuple) -> str | None:
     return path if isinstance(path, str) and "://" in path else None
 
 
-def _named(call, url: str | None):
-    """`call`, tried on the budget, its errors converted to those naming `url` (errors.convert)."""
+def _named(call, url: str | None, tries: bool = True):
+    """`call`, tried on the budget (unless not `tries`), its errors converted to those naming
+    `url` (errors.convert)."""
 
     def run(*args, **kwargs):
         try:
-            return _retrying(call, *args, **kwargs)
+            return _retrying(call, *args, **kwargs) if tries else call(*args, **kwargs)
         except Exception as e:
             converted = convert(e, url) if url else None
             if converted is None:
@@ -243,9 +257,16 @@ class _Retrying:
 
     def open(self, path, mode="rb", **kwargs):
         f = _named(self._fs.open, path)(path, mode, **kwargs)
-        cache = getattr(f, "buffer", f).cache if "r" in mode else None
-        if cache is not None and getattr(cache, "fetcher", None) is not None:
+        if "r" not in mode:
+            return f
+        raw = getattr(f, "buffer", f)
+        cache = raw.cache
+        if getattr(cache, "fetcher", None) is not None:
             cache.fetcher = _named(cache.fetcher, path)
+        # gcsfs reads ahead in a background prefetcher with its own copy of the fetcher: its
+        # errors (an object deleted meanwhile) reach the reader here, named by the request.
+        for name in ("read", "readinto"):
+            setattr(raw, name, _named(getattr(raw, name), path, tries=False))
         return f
 
 
@@ -275,7 +296,13 @@ def bucket_exists(url: str) -> bool:
 def check_bucket(url: str, flag: str) -> None:
     """Raises StorageError naming `flag` when `url`'s bucket is not there: before a binary writes
     anything into it (an upload into a missing bucket fails only at the end)."""
-    if is_url(url) and not bucket_exists(url):
+    if not is_url(url):
+        return
+    try:
+        there = bucket_exists(url)
+    except AccessDenied as e:  # the flag named too, as cli.user_path names a local one
+        raise StorageError(f"{flag}={url!r}: {e.strerror}") from e
+    if not there:
         raise StorageError(
             f"{flag}={url!r} does not exist: there is no bucket {bucket_and_key(url)[0]!r} "
             "(create it, or fix the name)"

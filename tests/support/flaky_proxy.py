@@ -5,6 +5,7 @@ shows under load: 503 answers and stalls (a request that gets no answer for a wh
     proxy.fail_next(5)                   # the next 5 requests get 503 Service Unavailable
     proxy.fail_rate = 0.2                # or each request fails with this probability
     proxy.stall_next(2, seconds=3)       # the next 2 requests wait 3 s before being forwarded
+    proxy.fail_status = 401              # what the injected failures answer (default 503)
     proxy.requests, proxy.injected       # counts, for the test's assertions
 
 Runs in a thread of the test process; binaries started by the test reach it through the
@@ -13,18 +14,27 @@ environment like the server itself. `proxied` points this process's bert_jax.sto
 
 import contextlib
 import http.server
+import json
 import random
 import threading
 import time
 import urllib.error
 import urllib.request
 
+# What GCS answers a request without credentials for a bucket that is not public, and one whose
+# credentials lack the permission.
+_MESSAGES = {
+    401: "Anonymous caller does not have storage.objects.get access to the Google Cloud Storage "
+    "object. Permission 'storage.objects.get' denied on resource (or it may not exist).",
+    403: "caller does not have storage.objects.get access to the Google Cloud Storage object.",
+}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
 class FlakyProxy:
     def __init__(self, upstream: str, seed: int = 0):
         self.upstream = upstream.rstrip("/")
+        self.fail_status = 503
         self.fail_rate = 0.0
         self.stall_seconds = 0.0
         self.requests = 0
@@ -45,8 +55,10 @@ class FlakyProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 fault = proxy._draw()
                 if fault == "fail":
-                    message = b'{"error": {"code": 503, "message": "injected 503"}}'
-                    self.send_response(503)
+                    code = proxy.fail_status
+                    text = _MESSAGES.get(code, f"injected {code}")
+                    message = json.dumps({"error": {"code": code, "message": text}}).encode()
+                    self.send_response(code)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(message)))
                     self.end_headers()
