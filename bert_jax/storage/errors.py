@@ -178,7 +178,7 @@ def missing(url: str) -> str:
         bucket = bucket_and_key(url)[0]
         if not bucket_exists(url):
             return f"does not exist: there is no bucket {bucket!r} (create it, or fix the name)"
-        if _fs(url)._fs.ls(url.rstrip("/"), detail=False):
+        if _fs(url)._fs.info(url.rstrip("/")).get("type") == "directory":
             return "is a directory (a prefix of objects), not a file"
     return "does not exist"
 
@@ -187,6 +187,8 @@ def report(error: BaseException) -> str | None:
     """The one line for an error of the bucket clients (cli.run asks it): a NotFound refined by
     `missing`, an AccessDenied, the outage line, a refusal that reached us unconverted (through
     Orbax), or None if `error` is none of them."""
+    if isinstance(error, cli.UserError) and not isinstance(error, (_PathError, Unavailable)):
+        return None  # a line of its own (one that names the flag, say), whatever its cause
     chain = cli.causes(error)
     for e in chain:
         if isinstance(e, NotFound):

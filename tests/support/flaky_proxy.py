@@ -6,6 +6,7 @@ shows under load: 503 answers and stalls (a request that gets no answer for a wh
     proxy.fail_rate = 0.2                # or each request fails with this probability
     proxy.stall_next(2, seconds=3)       # the next 2 requests wait 3 s before being forwarded
     proxy.fail_status = 401              # what the injected failures answer (default 503)
+    proxy.missing_downloads = "name"     # downloads of objects so named: 404 (deleted meanwhile)
     proxy.requests, proxy.injected       # counts, for the test's assertions
 
 Runs in a thread of the test process; binaries started by the test reach it through the
@@ -35,6 +36,7 @@ class FlakyProxy:
     def __init__(self, upstream: str, seed: int = 0):
         self.upstream = upstream.rstrip("/")
         self.fail_status = 503
+        self.missing_downloads = ""
         self.fail_rate = 0.0
         self.stall_seconds = 0.0
         self.requests = 0
@@ -54,8 +56,12 @@ class FlakyProxy:
             def _relay(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 fault = proxy._draw()
-                if fault == "fail":
+                gone = proxy.missing_downloads
+                if gone and "alt=media" in self.path and gone in self.path.partition("?")[0]:
+                    fault, code = "fail", 404  # its metadata still answers: deleted meanwhile
+                else:
                     code = proxy.fail_status
+                if fault == "fail":
                     text = _MESSAGES.get(code, f"injected {code}")
                     message = json.dumps({"error": {"code": code, "message": text}}).encode()
                     self.send_response(code)
