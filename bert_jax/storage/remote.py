@@ -37,6 +37,7 @@ _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
 # really gone ends the job with its error line in about a minute.
 RETRY_S = 60.0
 MAX_DELAY_S = 30.0
+_LOG = logging.getLogger("bert_jax.storage")
 # The mark of an error whose call spent the budget: an enclosing retry loop raises it at once.
 _SPENT = "_bert_jax_retries_spent"
 
@@ -68,7 +69,9 @@ class _Budget:
                 setattr(error, _SPENT, True)
             return None
         delay, self.delay = min(self.delay, left), min(2 * self.delay, MAX_DELAY_S)
-        logging.warning(
+        # INFO: an outage the budget rides out changes nothing the user must see; one it does
+        # not is the one `error:` line (--verbosity=0 shows each try).
+        _LOG.info(
             "storage: %s (%s); trying again in %.0f s",
             type(error).__name__,
             " ".join(str(error).split())[:200],

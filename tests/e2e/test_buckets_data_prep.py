@@ -337,7 +337,7 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
     the rerun (server back) finishes only what is missing, and the output is a clean run's."""
     url, clean = job_input
     out = storage.join(bucket, "records")
-    # gcsfs' own retries (~31 s), then no more: the default (storage.RETRY_S) waits minutes.
+    # A 1 s retry budget: the default (storage.RETRY_S) waits a minute.
     proc = _start(_cli_args(url, vocab_file, out), BERT_JAX_STORAGE_RETRY_S="1")
     _wait_for(lambda: _units_done(out) >= 2, "finished units", proc)
     gcs.stop()

@@ -172,7 +172,7 @@ def through_proxy(status_code: int, *names):
 def server_down(*names, s3=False):
     """The server down from the start (a closed port: every connection refused): one line naming
     the path, within the retry budget (it took 298-375 s with the default budget before: gcsfs'
-    ~31 s of retries inside each of ours); the only other lines are the retries' warnings."""
+    ~31 s of retries inside each of ours)."""
 
     def scenario(ctx, o, module, args):
         _servers(ctx)
@@ -183,11 +183,7 @@ def server_down(*names, s3=False):
         else:
             env.update(STORAGE_EMULATOR_HOST=closed, TENSORSTORE_GCS_HTTP_URL=closed)
         status, _, err, seconds = _run(ctx, o, module, args, **env)
-        one_error_line(
-            status, err, 2, ["did not serve the request after its retries", *names], alone=False
-        )
-        others = [line for line in err.splitlines() if not line.startswith("error: ")]
-        assert all("storage: " in line and "trying again" in line for line in others), others
+        one_error_line(status, err, 2, ["did not serve the request after its retries", *names])
         assert seconds <= BUDGET_S + SLACK_S, seconds
 
     return Run("buckets", scenario)
