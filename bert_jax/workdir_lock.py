@@ -223,7 +223,11 @@ class _Lock:
                 cli.warn(f"took over the lock {self.path} left by {left_by}: {reason}")
                 return
             time.sleep(0.05)  # another taker is replacing it: read it again
-        raise Busy(f"{self.path}: could not take the lock (it keeps changing); rerun")
+        raise Busy(
+            f"{where}: could not take its lock {self.path}: it kept changing, or another run "
+            f"was taking it over ({self.path}.takeover-*: left by a run killed as it took the "
+            "lock over, if it stays; delete it then); rerun"
+        )
 
     def _unreadable_reason(self, why: str, where: str) -> str:
         """Why a lock that cannot be read (`why`) may be taken over, or Busy: only when it was
