@@ -60,6 +60,8 @@ modules, by concern:
     paths.py      local path or URL, parsed once (parse, check_paths); join, dirname, basename
     remote.py     the bucket clients: settings, the one retry budget, whether a bucket exists
     errors.py     the clients' errors in a local path's words: NotFound, AccessDenied, Unavailable
+    checks.py     what is wrong with a path, before anything is read or written (check_paths,
+                  not_a_file) and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
@@ -70,6 +72,13 @@ from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
     local_copies,
     local_copy,
     local_dir,
+)
+from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
+    bucket_exists,
+    check_bucket,
+    check_file,
+    check_paths,
+    not_a_file,
 )
 from bert_jax.storage.errors import (  # noqa: F401 (the package's names)
     AccessDenied,
@@ -84,7 +93,6 @@ from bert_jax.storage.exclusive import (  # noqa: F401 (the package's names)
     read_versioned,
 )
 from bert_jax.storage.files import (  # noqa: F401 (the package's names)
-    check_file,
     exists,
     glob,
     isdir,
@@ -94,7 +102,6 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
     md5,
     modified,
     move,
-    not_a_file,
     open_read,
     open_write,
     read_bytes,
@@ -113,7 +120,6 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     StorageError,
     basename,
     bucket_and_key,
-    check_paths,
     checkpoints_refused,
     dirname,
     expand,
@@ -125,8 +131,6 @@ from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
     REQUEST_TIMEOUT_S,
     RETRY_S,
     _fs,
-    bucket_exists,
-    check_bucket,
     configure,
     forget_listings,
     retry_seconds,

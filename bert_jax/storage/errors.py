@@ -13,8 +13,8 @@ The first two words are a local path's (cli.not_a_file, an EACCES OSError). NotF
 AccessDenied are also FileNotFoundError and PermissionError (with errno and filename), so
 callers that catch those still do; all three are StorageErrors (cli.UserError), so a binary
 prints them as one `error:` line. `convert` makes them from a client's error where a call about
-a path fails (remote._Retrying); `report` (registered with cli) refines a NotFound when the
-line is printed (is the bucket there? is the path a prefix?), and gives the outage line for
+a path fails (remote._Retrying); checks.report (registered with cli) refines a NotFound when
+the line is printed (is the bucket there? is the path a prefix?), and gives the outage line for
 the errors that reach it unconverted (`unavailable_message`: Orbax's, TensorStore's).
 """
 
@@ -23,13 +23,12 @@ import errno
 import sys
 from collections.abc import Iterator
 
-from bert_jax import cli
-from bert_jax.storage.paths import StorageError, bucket_and_key
+from bert_jax.storage.paths import StorageError
 
 # --- The errors -----------------------------------------------------------------------------
 
 
-class _PathError(StorageError):
+class PathError(StorageError):
     """A StorageError that is also an OSError of `errno` about `url` (see the subclasses)."""
 
     errno_ = 0
@@ -46,7 +45,7 @@ class _PathError(StorageError):
         return type(self), (self.url, self.strerror)
 
 
-class NotFound(_PathError, FileNotFoundError):
+class NotFound(PathError, FileNotFoundError):
     """No object (or no bucket) at `url`."""
 
     errno_ = errno.ENOENT
@@ -55,7 +54,7 @@ class NotFound(_PathError, FileNotFoundError):
         super().__init__(url, strerror)
 
 
-class AccessDenied(_PathError, PermissionError):
+class AccessDenied(PathError, PermissionError):
     """The server refused the request: no credentials, or credentials without the permission."""
 
     errno_ = errno.EACCES
@@ -74,7 +73,7 @@ def transient(error: BaseException) -> bool:
     """An error a later try may not meet: a timeout, a refused or dropped connection, a 5xx,
     408 or 429 answer, an expired token (what the clients retry, and the timeouts they do
     not)."""
-    if isinstance(error, _PathError):
+    if isinstance(error, PathError):
         return False
     if isinstance(error, (TimeoutError, ConnectionError)):  # fsspec's FSTimeoutError too
         return True
@@ -105,7 +104,7 @@ def _http_code(error: BaseException) -> int | None:
     return None
 
 
-def _denied(error: BaseException) -> str | None:
+def refusal(error: BaseException) -> str | None:
     """The reason for a refused request (401, 403, no credentials), else None."""
     code = _http_code(error)
     name = type(error).__name__
@@ -145,11 +144,11 @@ def _anonymous() -> bool:
 def convert(error: BaseException, url: str) -> BaseException | None:
     """A NotFound, AccessDenied or Unavailable naming `url` (the path the call was about) for a
     client's error that means one, else None (the error stays as it is)."""
-    if isinstance(error, _PathError):
+    if isinstance(error, PathError):
         return None
     if isinstance(error, FileNotFoundError) and "upload_id=" not in str(error):
         return NotFound(url)  # a lost upload session is an outage (unavailable_message)
-    reason = _denied(error)
+    reason = refusal(error)
     if reason is not None and not transient(error):
         return AccessDenied(url, f"Permission denied ({reason})")
     outage = unavailable_message(error)
@@ -170,42 +169,6 @@ def naming(url: str) -> Iterator[None]:
         raise converted from e
 
 
-def missing(url: str) -> str:
-    """Why nothing is at `url`, as words that follow it: no bucket, a prefix, or no object."""
-    from bert_jax.storage.remote import _fs, bucket_exists
-
-    with contextlib.suppress(Exception):  # only a finer line; the plain one is right too
-        bucket = bucket_and_key(url)[0]
-        if not bucket_exists(url):
-            return f"does not exist: there is no bucket {bucket!r} (create it, or fix the name)"
-        if _fs(url)._fs.info(url.rstrip("/")).get("type") == "directory":
-            return "is a directory (a prefix of objects), not a file"
-    return "does not exist"
-
-
-def report(error: BaseException) -> str | None:
-    """The one line for an error of the bucket clients (cli.run asks it): a NotFound refined by
-    `missing`, an AccessDenied, the outage line, a refusal that reached us unconverted (through
-    Orbax), or None if `error` is none of them."""
-    if isinstance(error, cli.UserError) and not isinstance(error, (_PathError, Unavailable)):
-        return None  # a line of its own (one that names the flag, say), whatever its cause
-    chain = cli.causes(error)
-    for e in chain:
-        if isinstance(e, NotFound):
-            return f"{e.url} {missing(e.url)}"
-        if isinstance(e, _PathError):
-            return str(e)
-    outage = unavailable_message(error)
-    if outage is not None:
-        return outage
-    for e in chain:
-        # A plain PermissionError is a local file's (cli reports it); the clients' own only.
-        reason = None if type(e) is PermissionError else _denied(e)
-        if reason is not None:
-            return f"the storage server refused a request: Permission denied ({reason})"
-    return None
-
-
 # --- The outage line ------------------------------------------------------------------------
 
 
@@ -219,15 +182,15 @@ def unavailable_message(error: BaseException) -> str | None:
     chain, seen = error, set()
     while chain is not None and id(chain) not in seen:
         seen.add(id(chain))
-        if isinstance(chain, _PathError):
+        if isinstance(chain, PathError):
             return None
         # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
         # the server restarted, or the session expired) as FileNotFoundError naming that URL.
         lost_upload = isinstance(chain, FileNotFoundError) and "upload_id=" in str(chain)
         # TensorStore (Orbax's array writes) raises ValueError once its retries are spent.
         tensorstore = isinstance(chain, ValueError) and "retry attempts failed" in str(chain)
-        if _denied(chain) is not None and not transient(chain):
-            return None  # a refusal, not an outage: `report` says so
+        if refusal(chain) is not None and not transient(chain):
+            return None  # a refusal, not an outage: checks.report says so
         if lost_upload or tensorstore or transient(chain) or _http_code(chain) is not None:
             detail = " ".join(str(chain).split())[:300] or type(chain).__name__
             return (
@@ -250,6 +213,3 @@ def unavailable_as_user_error() -> Iterator[None]:
         if text is None or isinstance(e, Unavailable):
             raise
         raise Unavailable(text) from None
-
-
-cli.add_error_reporter(report)

@@ -10,8 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
-from bert_jax import cli
-from bert_jax.storage.errors import NotFound, missing
+from bert_jax.storage.errors import NotFound
 from bert_jax.storage.paths import basename, is_url
 from bert_jax.storage.remote import _fs
 
@@ -45,7 +44,7 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
-def _kind(path: str) -> str | None:
+def url_kind(path: str) -> str | None:
     """ "file", "directory" (a bucket, or a prefix under which some object lies) or None for
     nothing at `path`. fsspec's own isfile and isdir answer False for any error, so a bucket
     that refused the request (no credentials) or stayed unreachable looked like a missing file;
@@ -59,7 +58,7 @@ def _kind(path: str) -> str | None:
 def exists(path: str) -> bool:
     if not is_url(path):
         return os.path.exists(path)
-    return _kind(path) is not None
+    return url_kind(path) is not None
 
 
 def isdir(path: str) -> bool:
@@ -67,13 +66,13 @@ def isdir(path: str) -> bool:
     directories) or a bucket itself."""
     if not is_url(path):
         return os.path.isdir(path)
-    return _kind(path) == "directory"
+    return url_kind(path) == "directory"
 
 
 def isfile(path: str) -> bool:
     if not is_url(path):
         return os.path.isfile(path)
-    return _kind(path) == "file"
+    return url_kind(path) == "file"
 
 
 def listdir(path: str) -> list[str]:
@@ -95,26 +94,6 @@ def glob(pattern: str) -> list[str]:
     fs = _fs(pattern)
     fs.invalidate_cache()
     return sorted(f"{scheme}://{p}" for p in fs.glob(pattern))
-
-
-def not_a_file(path: str) -> str | None:
-    """Why `path` is not a file to read, as words that follow its name, the same for both kinds
-    (a local path: missing, a directory, a pipe, ...: cli.not_a_file; a URL: no such object, no
-    such bucket, a prefix: errors.missing), or None when it is one. A refusal (no credentials)
-    or an unreachable server is raised, never taken for a missing file."""
-    if not is_url(path):
-        return None if os.path.isfile(path) else cli.not_a_file(path)
-    kind = _kind(path)
-    if kind is None:
-        return missing(path)
-    return None if kind == "file" else "is a directory (a prefix of objects), not a file"
-
-
-def check_file(path: str, what: str) -> None:
-    """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
-    why = not_a_file(path)
-    if why:
-        raise cli.UserError(f"{what} {path!r} {why}")
 
 
 def size(path: str) -> int:

@@ -15,7 +15,6 @@ A trailing slash is allowed; a local path is anything else (`..` in it is the fi
 import os
 import posixpath
 import re
-from collections.abc import Iterable, Mapping, Sequence
 
 from bert_jax import cli
 
@@ -109,36 +108,6 @@ def parse(path: str, flag: str | None = None) -> str:
         scheme, rest = path.split("://", 1)
         return f"{scheme}://{rest.rstrip('/')}"
     return os.path.expanduser(path)
-
-
-def check_paths(
-    paths: Mapping[str, str | Sequence[str] | None],
-    *,
-    outputs: Iterable[str] = (),
-    local: Iterable[str] = (),
-    checkpoints: Iterable[str] = (),
-) -> None:
-    """A binary's path flags, parsed before it reads or writes anything: `paths` maps each flag
-    (or config field) to its value (None or "" for unset, a list for a list flag). The flags in
-    `outputs` are written: a bucket there must exist (asked of the server now, not found at the
-    first upload); those in `local` must name local paths (a cache directory), those in
-    `checkpoints` a place Orbax can write (CHECKPOINT_SCHEMES). Raises the first problem as a
-    StorageError naming its flag."""
-    from bert_jax.storage.remote import check_bucket
-
-    outputs, local, checkpoints = set(outputs), set(local), set(checkpoints)
-    for flag, value in paths.items():
-        for path in [value] if isinstance(value, str) else (value or []):
-            if not path:
-                continue
-            parsed = parse(path, flag)
-            if flag in local and is_url(parsed):
-                raise StorageError(f"{flag}={path!r} must be a local directory, not a bucket")
-            scheme = parsed.partition("://")[0] if is_url(parsed) else ""
-            if flag in checkpoints and scheme and scheme not in CHECKPOINT_SCHEMES:
-                raise StorageError(checkpoints_refused(path, flag))
-            if flag in outputs and scheme:
-                check_bucket(parsed, flag)
 
 
 def checkpoints_refused(path: str, flag: str | None = None) -> str:

@@ -20,8 +20,8 @@ import logging
 import os
 import time
 
-from bert_jax.storage.errors import AccessDenied, NotFound, convert, transient
-from bert_jax.storage.paths import StorageError, bucket_and_key, is_url
+from bert_jax.storage.errors import convert, transient
+from bert_jax.storage.paths import is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
@@ -279,34 +279,3 @@ def forget_listings(path: str) -> None:
     Orbax listing a workdir's steps. Nothing for a local path."""
     if is_url(path):
         _fs(path).invalidate_cache()
-
-
-def bucket_exists(url: str) -> bool:
-    """Whether the bucket of `url` is there (asked of the server; tried on the budget, a refusal
-    is AccessDenied naming `url`)."""
-    fs, bucket = _fs(url), bucket_and_key(url)[0]
-    call = fs._fs.call if url.startswith("gs://") else fs._fs.call_s3
-    try:
-        if url.startswith("gs://"):
-            _named(call, url)("GET", "b/{}", bucket, json_out=True)
-        else:
-            _named(call, url)("head_bucket", Bucket=bucket)
-    except NotFound:
-        return False
-    return True
-
-
-def check_bucket(url: str, flag: str) -> None:
-    """Raises StorageError naming `flag` when `url`'s bucket is not there: before a binary writes
-    anything into it (an upload into a missing bucket fails only at the end)."""
-    if not is_url(url):
-        return
-    try:
-        there = bucket_exists(url)
-    except AccessDenied as e:  # the flag named too, as cli.user_path names a local one
-        raise StorageError(f"{flag}={url!r}: {e.strerror}") from e
-    if not there:
-        raise StorageError(
-            f"{flag}={url!r} does not exist: there is no bucket {bucket_and_key(url)[0]!r} "
-            "(create it, or fix the name)"
-        )
