@@ -358,6 +358,25 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
 
 
 @pytest.mark.slow
+def test_an_input_deleted_mid_job_is_one_error_line_naming_it(gcs, bucket, job_input, vocab_file):
+    """The input object deleted while its units are read (a traceback before): one `error:` line
+    naming the gs:// path the user gave; put back, the rerun finishes as a clean run."""
+    url, clean = job_input
+    data = storage.read_bytes(url)
+    out = storage.join(bucket, "records")
+    proc = _start(_cli_args(url, vocab_file, out, workers=1))
+    _wait_for(lambda: _units_done(out) >= 1, "finished unit", proc)
+    storage.remove(url)
+    stdout, stderr = proc.communicate(timeout=300)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    _assert_one_error_line(result, f"{url} does not exist")
+    storage.write_bytes(url, data)
+    rerun = _run(_cli_args(url, vocab_file, out))
+    assert rerun.returncode == 0, rerun.stderr
+    assert shards(out) == clean and output.verify(out) == []
+
+
+@pytest.mark.slow
 def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes(
     bucket, job_input, vocab_file
 ):
