@@ -62,7 +62,7 @@ def check_paths(
 def not_a_file(path: str) -> str | None:
     """Why `path` is not a file to read, as words that follow its name, the same for both kinds
     (a local path: missing, a directory, a pipe, ...: cli.not_a_file; a URL: no such object, no
-    such bucket, a prefix: errors.missing), or None when it is one. A refusal (no credentials)
+    such bucket, a prefix: `missing`), or None when it is one. A refusal (no credentials)
     or an unreachable server is raised, never taken for a missing file."""
     if not is_url(path):
         return None if os.path.isfile(path) else cli.not_a_file(path)
