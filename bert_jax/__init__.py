@@ -11,8 +11,9 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
                        (shard_problem: data_prep's reruns and --verify, and the trainer)
     features.py        the record schema; record_io.py reads and writes TFRecord/ArrayRecord
                        (the one TFRecord parser)
-    storage/           files by name, local or in a bucket (gs://, s3://): paths, remote
-                       (clients, retries, the unreachable-bucket line), files, exclusive, cache
+    storage/           files by name, local or in a bucket (gs://, s3://): paths (each binary's
+                       path flags parsed once), remote (clients, the one retry budget), errors
+                       (a bucket's failures in a local path's words), files, exclusive, cache
     tokenization.py    WordPiece (the original's rules, exactly) and SentencePiece;
                        tokenizer_json.py: any Hugging Face tokenizer.json (BPE, Unigram, WordPiece)
     record_sources.py  record files as Grain sources (TFRecordSource, CheckedSource)

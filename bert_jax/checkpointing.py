@@ -71,7 +71,7 @@ def _bound_tensorstore_retries() -> None:
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
     for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
-        context.setdefault("gcs_request_retries", dict(storage.TENSORSTORE_RETRIES))
+        context.setdefault("gcs_request_retries", storage.tensorstore_retries())
 
 
 def make_manager(
@@ -79,6 +79,8 @@ def make_manager(
 ) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     if storage.is_url(workdir):
+        if workdir.partition("://")[0] not in storage.CHECKPOINT_SCHEMES:  # s3://: Orbax refuses
+            raise storage.StorageError(storage.checkpoints_refused(workdir))
         _bound_tensorstore_retries()
     options = ocp.CheckpointManagerOptions(
         # Read-only: the values Orbax would force anyway (it warns about each one it changes).

@@ -141,10 +141,9 @@ def embed_texts(
 
 
 def read_lines(path: str) -> list[str]:
-    if not storage.isfile(path):
-        raise cli.UserError(
-            f"--input={path!r} {cli.not_a_file(path)}; pass a text file with one text per line"
-        )
+    why = storage.not_a_file(path)
+    if why:
+        raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
     try:
         with storage.open_read(path, "r", "utf-8-sig") as f:  # -sig: a byte-order mark is no text
             lines = f.read().splitlines()
@@ -197,6 +196,10 @@ def main(argv):
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")
+    storage.check_paths(  # parsed once, before anything is read or written
+        {f"--{name}": FLAGS[name].value for name in ("model", "input", "output", "vocab_file")},
+        outputs=["--output"],
+    )
     # Mistakes a user can see without the model: before loading and embedding, not after.
     F.check_seq_length(FLAGS.max_seq_length, 1, "--max_seq_length")
     if FLAGS.batch_size < 1:

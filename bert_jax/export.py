@@ -84,6 +84,17 @@ def export(
 def main(argv):
     if len(argv) > 1:
         raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    from bert_jax import storage
+
+    storage.check_paths(  # parsed once, before anything is read or written
+        {
+            "--workdir": FLAGS.workdir,
+            "--output_dir": FLAGS.output_dir,
+            "--vocab_file": FLAGS.vocab_file,
+        },
+        outputs=["--output_dir"],
+        checkpoints=["--workdir"],
+    )
     out = export(
         FLAGS.workdir,
         FLAGS.output_dir,

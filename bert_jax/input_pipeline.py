@@ -245,7 +245,7 @@ def _records(
     # a ranged read per record would be a request per record): each process fetches all of them,
     # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
     local = storage.local_copies(shards.files, shards.md5, shards.nbytes, cache_dir or None)
-    source, counts = record_sources.make_source(local, shards.instances, skip_damaged)
+    source, counts = record_sources.make_source(local, shards.instances, skip_damaged, shards.files)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
     special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))

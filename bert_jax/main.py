@@ -40,6 +40,22 @@ def main(argv):
         raise cli.UserError(
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
+    from bert_jax import storage
+
+    data, train_config = FLAGS.config.data, FLAGS.config.train
+    storage.check_paths(  # every path parsed once, before anything is read or written
+        {
+            "--workdir": FLAGS.workdir,
+            "config.data.train_files": data.train_files.split(","),
+            "config.data.eval_files": data.eval_files.split(","),
+            "config.data.vocab_file": data.vocab_file,
+            "config.data.cache_dir": data.get("cache_dir", ""),
+            "config.train.init_checkpoint": train_config.init_checkpoint,
+        },
+        outputs=["--workdir"],
+        local=["config.data.cache_dir"],
+        checkpoints=["--workdir"],
+    )
     import jax  # after flag parsing, so --help stays fast
 
     if FLAGS.distributed:

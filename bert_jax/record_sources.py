@@ -105,13 +105,18 @@ class CheckedSource:
 
 
 def make_source(
-    files: Sequence[str], expected: Sequence[int] | None = None, skip_damaged: bool = False
+    files: Sequence[str],
+    expected: Sequence[int] | None = None,
+    skip_damaged: bool = False,
+    names: Sequence[str] | None = None,
 ):
     """(a Grain random-access source over files of one format, the record count of each file).
 
     Every record read is checked by what its format carries (see CheckedSource).
     `expected`: the counts a manifest lists; a file holding another count (a shard cut short or
-    replaced) is an error naming it."""
+    replaced) is an error naming it. `names`: what the errors call the files (the user's paths,
+    where `files` are local copies of shards in a bucket); default `files`."""
+    names = list(names or files)
     formats = {record_io.format_of(f) for f in files}
     if len(formats) > 1:
         raise cli.UserError(
@@ -123,10 +128,10 @@ def make_source(
     else:
         source = TFRecordSource(files)
         counts = source.counts()
-    for path, got, want in zip(files, counts, expected or []):
+    for path, got, want in zip(names, counts, expected or []):
         if got != want:
             raise cli.UserError(
                 f"{path} holds {got} records, its manifest lists {want}: the shard is "
                 "incomplete or was replaced; rerun its data_prep command to rewrite it"
             )
-    return CheckedSource(source, files, counts, skip_damaged), counts
+    return CheckedSource(source, names, counts, skip_damaged), counts

@@ -25,6 +25,14 @@ local inode and mtime), checks that the lock is still that version and only then
 Of several takers racing for one stale lock only one creates that marker; a taker that reads
 the lock after it was replaced sees a new version, and a live holder.
 
+A lock that cannot be read (empty, not JSON, not a lock of ours) is read again for a moment (a
+run that has just created its local lock is writing it), then taken over only if it was last
+written over STALE_AFTER_S ago, as a heartbeat that old is: its writer may be alive (a run
+starting, one whose lock was damaged), and taking it at once let two starting runs both pass.
+A younger one is refused saying when it will be taken over. A `.lock` that is a directory, or
+one this user may not read, is refused naming it: nobody can take it over. Every refusal and
+every takeover states its reason.
+
 Multi-host runs: process 0 takes the lock for the whole job (`primary=True` there, False
 elsewhere; bert_jax.faults.hold_workdir tells every process the outcome).
 
@@ -110,6 +118,54 @@ def stale_reason(holder: dict, now: float | None = None) -> str | None:
     return None
 
 
+_FIELDS = {"host": str, "pid": int, "started": (int, float), "heartbeat": (int, float)}
+_SETTLE_S = 1.0  # how long an unreadable lock is read again before it counts as unreadable
+
+
+def _holder_of(content: bytes) -> dict | str:
+    """A lock's content as its holder, or why it is no lock of ours (words)."""
+    if not content.strip():
+        return "it is empty"
+    try:
+        holder = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        return "it is not JSON"
+    if not isinstance(holder, dict):
+        return "it is not a lock of bert_jax"
+    wrong = [k for k, kind in _FIELDS.items() if not isinstance(holder.get(k), kind)]
+    if wrong or isinstance(holder.get("pid"), bool):
+        return f"it is not a lock of bert_jax (no valid {', '.join(wrong) or 'pid'})"
+    return holder
+
+
+def _read(path: str, where: str) -> tuple[dict | str, str] | None:
+    """(holder, or why it cannot be read; its version) of the lock at `path`, None if there is
+    none. Read again for up to _SETTLE_S while it cannot be read: a run that has just created
+    its (local) lock is writing it. A lock that is a directory, or that this user may not read,
+    is a Busy naming it: nobody could take it over."""
+    if not storage.is_url(path) and os.path.isdir(path):
+        raise Busy(
+            f"{where}: {path} is a directory, not a lock file; remove it if no run uses this "
+            "directory (the lock is a file naming the run that holds the directory)"
+        )
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        try:
+            found = storage.read_versioned(path)
+        except PermissionError as e:
+            raise Busy(
+                f"{where}: its lock {path} cannot be read ({e.strerror or e}), so whether a run "
+                "holds the directory is unknown; fix its permissions or delete it if no run uses "
+                "the directory"
+            ) from None
+        if found is None:
+            return None
+        holder = _holder_of(found[0])
+        if not isinstance(holder, str) or time.monotonic() > deadline:
+            return holder, found[1]
+        time.sleep(0.05)
+
+
 class _Lock:
     def __init__(self, directory: str, what: str):
         self.path = storage.join(directory, LOCK_NAME)
@@ -131,7 +187,10 @@ class _Lock:
         return json.dumps(self.holder, sort_keys=True).encode()
 
     def acquire(self, directory_flag: str) -> None:
+        storage.parse(self.directory, directory_flag)  # `gs://` alone, `gs:/x`: one line
         refuse_a_file(self.directory, directory_flag)
+        if storage.is_url(self.directory):  # before the lock's upload says "404" at the end
+            storage.check_bucket(self.directory, directory_flag)
         # A directory made only to hold the lock goes with it: a run refused before it wrote
         # anything (a bad flag, a bad input file) leaves no empty workdir behind.
         self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(
@@ -139,30 +198,54 @@ class _Lock:
         )
         with cli.user_path(directory_flag, self.directory):  # a read-only file system, say
             storage.makedirs(self.directory)
+        where = f"{directory_flag}={self.directory!r}"
         for _ in range(20):  # each round ends in a lock of ours or a live holder; rarely repeats
-            if storage.create_exclusive(self.path, self._content()):
-                return
-            found = storage.read_versioned(self.path)
+            with cli.user_path(directory_flag, self.directory):
+                if storage.create_exclusive(self.path, self._content()):
+                    return
+            found = _read(self.path, where)
             if found is None:
                 continue  # released meanwhile
-            content, version = found
-            try:
-                holder = json.loads(content)
-            except ValueError:  # a lock cut by a full disk, an empty file: nobody can hold it
-                holder = {}
-            reason = stale_reason(holder) if holder else "it is unreadable"
-            if reason is None:
-                raise Busy(
-                    f"{directory_flag}={self.directory!r} is in use by {describe(holder)}: one "
-                    "run per directory. Wait for it to end or use another directory (a lock "
-                    f"left by a killed run is taken over when {self.path} is stale: its process "
-                    f"is gone, or its heartbeat is over {STALE_AFTER_S:.0f} s old)"
-                )
+            holder, version = found
+            if isinstance(holder, str):  # unreadable: stale only once nobody rewrote it
+                reason = self._unreadable_reason(holder, where)
+            else:
+                reason = stale_reason(holder)
+                if reason is None:
+                    raise Busy(
+                        f"{where} is in use by {describe(holder)}: one run per directory. Wait "
+                        "for it to end or use another directory (a lock left by a killed run is "
+                        f"taken over when {self.path} is stale: its process is gone, or its "
+                        f"heartbeat is over {STALE_AFTER_S:.0f} s old)"
+                    )
             if self._take_over(version):
-                cli.warn(f"took over the lock {self.path} left by {describe(holder)}: {reason}")
+                left_by = "a run" if isinstance(holder, str) else describe(holder)
+                cli.warn(f"took over the lock {self.path} left by {left_by}: {reason}")
                 return
             time.sleep(0.05)  # another taker is replacing it: read it again
-        raise Busy(f"{self.path}: could not take the lock (it keeps changing); rerun")
+        raise Busy(
+            f"{where}: could not take its lock {self.path}: it kept changing, or another run "
+            f"was taking it over ({self.path}.takeover-*: left by a run killed as it took the "
+            "lock over, if it stays; delete it then); rerun"
+        )
+
+    def _unreadable_reason(self, why: str, where: str) -> str:
+        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only when it was
+        last written over STALE_AFTER_S ago. Its writer may be a run starting this instant (a
+        local lock is empty between its creation and its first write) or a live one whose lock
+        was damaged; a holder rewrites its lock every HEARTBEAT_S, so an old one has none."""
+        age = time.time() - storage.modified(self.path)
+        if age > STALE_AFTER_S:
+            return (
+                f"it cannot be read ({why}) and was last written {age:.0f} s ago (a live holder "
+                f"rewrites it every {HEARTBEAT_S:.0f} s)"
+            )
+        raise Busy(
+            f"{where}: its lock {self.path} cannot be read ({why}): a run may be starting there "
+            f"right now, or one was killed as it wrote the lock. It is taken over once it is "
+            f"{STALE_AFTER_S:.0f} s old (in {STALE_AFTER_S - age:.0f} s); if no run uses the "
+            "directory, delete the lock and rerun"
+        )
 
     def _take_over(self, version: str) -> bool:
         marker = f"{self.path}.takeover-{version.replace(':', '-')}"
@@ -194,10 +277,8 @@ class _Lock:
         found = storage.read_versioned(self.path)
         if found is None:
             return False
-        try:
-            return json.loads(found[0]).get("token") == self.holder["token"]
-        except ValueError:
-            return False
+        holder = _holder_of(found[0])
+        return not isinstance(holder, str) and holder.get("token") == self.holder["token"]
 
     def release(self, reachable: bool = True) -> None:
         """`reachable` False: the run ended because its bucket stayed unreachable; releasing
@@ -246,7 +327,5 @@ def holder(directory: str) -> dict | None:
     found = storage.read_versioned(storage.join(directory, LOCK_NAME))
     if found is None:
         return None
-    try:
-        return json.loads(found[0])
-    except ValueError:
-        return {}
+    holder = _holder_of(found[0])
+    return {} if isinstance(holder, str) else holder

@@ -62,6 +62,11 @@ def main(argv):
             raise cli.UserError(f"pass --{name}")
     if FLAGS.limit < 0 or FLAGS.skip < 0:
         raise cli.UserError("--limit and --skip must be 0 or more")
+    storage.check_paths({"--input": FLAGS.input, "--vocab_file": FLAGS.vocab_file})
+    # A bucket's, in the words record_io gives a local path that is no file (cli.not_a_file).
+    why = storage.not_a_file(FLAGS.input) if storage.is_url(FLAGS.input) else None
+    if why:
+        raise cli.UserError(f"--input={FLAGS.input!r} {why}")
     tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
     # Every record's checksums are checked as it is read.

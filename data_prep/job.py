@@ -156,9 +156,10 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
     cache (storage.local_copy; the tokenizers read local files). Manifests name the vocabulary as
     the user gave it (`contract.vocab_entry(tokenizer, file=vocab_file)`), never the copy."""
     if storage.is_url(vocab_file):
-        if not storage.isfile(vocab_file):
+        why = storage.not_a_file(vocab_file)  # the words a local path gets (cli.not_a_file)
+        if why:
             raise tokenization.VocabError(
-                f"vocabulary file {vocab_file!r} does not exist; pass --vocab_file"
+                f"vocabulary file {vocab_file!r} {why}; pass --vocab_file"
             )
         return tokenization.make_tokenizer(storage.local_copy(vocab_file), do_lower_case)
     return tokenization.make_tokenizer(vocab_file, do_lower_case)

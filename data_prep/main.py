@@ -23,7 +23,7 @@ import os
 
 from absl import flags
 
-from bert_jax import cli, masking, record_io, tokenization
+from bert_jax import cli, masking, record_io, storage, tokenization
 from data_prep import instances, job, output, reference, sentences
 
 FLAGS = flags.FLAGS
@@ -299,6 +299,15 @@ def _check_flags(argv) -> None:
 
 def main(argv):
     _check_flags(argv)
+    storage.check_paths(  # parsed once, before anything is read or written
+        {
+            "--input": FLAGS.input,
+            "--vocab_file": FLAGS.vocab_file,
+            "--output_dir": FLAGS.output_dir,
+            "--tfds_data_dir": FLAGS.tfds_data_dir,
+        },
+        outputs=[] if FLAGS.verify else ["--output_dir"],
+    )
     if FLAGS.verify:
         return _verify()
     job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}

@@ -204,6 +204,7 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
         )
+    storage.check_paths({"--input": FLAGS.input, "--output": FLAGS.output}, outputs=["--output"])
     if storage.isdir(FLAGS.output):
         raise cli.UserError(f"--output={FLAGS.output!r} is a directory; name the file to write")
     # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be

@@ -59,6 +59,7 @@ def main(argv):
         raise cli.UserError(
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
+    _check_paths()
     import jax  # after flag parsing, so --help stays fast
 
     if FLAGS.distributed:
@@ -96,6 +97,20 @@ def main(argv):
         for key in ("predictions", "export"):
             if result[key]:
                 print(f"{key}: {result[key]}", flush=True)
+
+
+def _check_paths() -> None:
+    """Every path flag and config field parsed once, before anything is read or written."""
+    from bert_jax import storage
+
+    paths = {"--workdir": FLAGS.workdir, "--init": FLAGS.init, "--test_file": FLAGS.test_file}
+    paths["--output"] = FLAGS.output
+    if FLAGS.config is not None:
+        data = FLAGS.config.data
+        for field in ("train_file", "eval_files", "test_file", "vocab_file"):
+            paths[f"config.data.{field}"] = str(data.get(field) or "").split(",")
+    written = ["--workdir"] if FLAGS.mode == "train" else ["--output"]
+    storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
 
 
 if __name__ == "__main__":

@@ -36,24 +36,32 @@ GOOGLE_APPLICATION_CREDENTIALS. Another endpoint (an emulator such as fake-gcs-s
 proxy): set STORAGE_EMULATOR_HOST=http://host:port; gcsfs reads it, and `configure` hands it to
 TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is set already.
 
-Faults: gcsfs retries server errors (5xx, 408, 429) and refused or dropped connections 6 times
-with exponential backoff (about 1, 2, 4, 8, 16 s plus jitter: ~31 s), but not a request that
-gets no answer within REQUEST_TIMEOUT_S (a stalled server or proxy), and a server gone for a
-minute outlasts its retries. So every operation of this module is tried again, whole, on such
-a transient error (`_transient`), with backoff up to 30 s, until BERT_JAX_STORAGE_RETRY_S
-(default RETRY_S) have passed since its first try; a write is an upload of a local temporary
-file, so it too is one operation that can be tried again. TensorStore, which writes Orbax's
-arrays, retries by itself, held to gcsfs' budget (TENSORSTORE_RETRIES, applied by
-bert_jax.checkpointing). When the retries are spent,
-`unavailable_message` turns the error into one `error:` line (cli.run asks it), never a
-traceback. Nothing half-written is trusted afterwards: see above.
+Paths: every binary parses its path flags once, before it reads or writes anything
+(`check_paths`): a scheme we do not serve, `gs:/x` (one slash), `gs://` alone, a `..` part in a
+bucket path, ... are one `error:` line naming the flag (paths.py says which).
+
+Faults: every call to a bucket, ours and Orbax's (its metadata files go through the same gcsfs
+client; TensorStore, which writes its arrays, is given the same budget), is tried again on a
+transient error (a refused or dropped connection, a 5xx, 408 or 429 answer, no answer within
+REQUEST_TIMEOUT_S) with backoff up to 30 s until BERT_JAX_STORAGE_RETRY_S (default RETRY_S, 60
+s) have passed since its first failure: one budget, never the clients' retries inside ours
+(remote.py). A write is an upload of a local temporary file, so it too is one operation that can
+be tried again. When the budget is spent the binary ends with one `error:` line
+(`unavailable_message`, which cli.run asks), never a traceback. The other errors of the clients
+get the words a local path gets for the same situation, naming the path the user gave
+(errors.py): "does not exist" (no object; "there is no bucket ..."), "is a directory (a prefix
+of objects), not a file", "Permission denied (no credentials ...)". Nothing half-written is
+trusted afterwards: see above.
 
 No JAX import: data_prep uses this module.
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
-    paths.py      local path or URL; join, dirname, basename
-    remote.py     the bucket clients: settings, retries, the error line for an unreachable bucket
+    paths.py      local path or URL, parsed once (parse, check_paths); join, dirname, basename
+    remote.py     the bucket clients: settings, the one retry budget, whether a bucket exists
+    errors.py     the clients' errors in a local path's words: NotFound, AccessDenied, Unavailable
+    checks.py     what is wrong with a path, before anything is read or written (check_paths,
+                  not_a_file) and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
@@ -65,13 +73,26 @@ from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
     local_copy,
     local_dir,
 )
+from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
+    bucket_exists,
+    check_bucket,
+    check_file,
+    check_paths,
+    not_a_file,
+)
+from bert_jax.storage.errors import (  # noqa: F401 (the package's names)
+    AccessDenied,
+    NotFound,
+    Unavailable,
+    unavailable_as_user_error,
+    unavailable_message,
+)
 from bert_jax.storage.exclusive import (  # noqa: F401 (the package's names)
     create_exclusive,
     delete_if_version,
     read_versioned,
 )
 from bert_jax.storage.files import (  # noqa: F401 (the package's names)
-    check_file,
     exists,
     glob,
     isdir,
@@ -79,8 +100,8 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
     listdir,
     makedirs,
     md5,
+    modified,
     move,
-    not_a_file,
     open_read,
     open_write,
     read_bytes,
@@ -94,23 +115,24 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
     write_text,
 )
 from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
+    CHECKPOINT_SCHEMES,
     SCHEMES,
     StorageError,
     basename,
+    bucket_and_key,
+    checkpoints_refused,
     dirname,
     expand,
     is_url,
     join,
+    parse,
 )
 from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
     REQUEST_TIMEOUT_S,
     RETRY_S,
-    TENSORSTORE_RETRIES,
-    Unavailable,
     _fs,
     configure,
     forget_listings,
     retry_seconds,
-    unavailable_as_user_error,
-    unavailable_message,
+    tensorstore_retries,
 )

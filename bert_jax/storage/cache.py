@@ -10,8 +10,8 @@ import shutil
 import tempfile
 
 from bert_jax.storage.files import _CHUNK, _local_tmp
-from bert_jax.storage.paths import StorageError, basename, is_url
-from bert_jax.storage.remote import _bucket_and_key, _fs
+from bert_jax.storage.paths import StorageError, basename, bucket_and_key, is_url
+from bert_jax.storage.remote import _fs
 
 # --- Local copies ---------------------------------------------------------------------------
 
@@ -40,7 +40,7 @@ def local_copy(
             f"{path} has md5 {remote_md5} but its manifest says {md5_hex}: the object was "
             "replaced or damaged after its manifest was written; rerun the job that wrote it"
         )
-    bucket, key = _bucket_and_key(path)
+    bucket, key = bucket_and_key(path)
     tag = want or str(info.get("generation") or info.get("ETag") or info["size"])
     # The version is a directory, so the copy keeps the object's name: readers tell a
     # SentencePiece .model from a vocab.txt by it.
@@ -107,7 +107,7 @@ def local_dir(path: str, cache_dir: str | None = None) -> str:
     entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
     scheme = path.partition("://")[0]
     copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
-    bucket, key = _bucket_and_key(path.rstrip("/"))
+    bucket, key = bucket_and_key(path.rstrip("/"))
     target = os.path.join(cache_dir or default_cache_dir(), bucket, f"{key}.dir")
     os.makedirs(target, exist_ok=True)
     names = {basename(e["name"]) for e in entries}

@@ -4,9 +4,10 @@ on."""
 
 import os
 
+from bert_jax.storage.errors import naming
 from bert_jax.storage.files import remove, version
-from bert_jax.storage.paths import StorageError, is_url
-from bert_jax.storage.remote import _bucket_and_key, _fs, _retrying
+from bert_jax.storage.paths import StorageError, bucket_and_key, is_url
+from bert_jax.storage.remote import _fs, _retrying
 
 # --- Exclusive creation, for locks ----------------------------------------------------------
 
@@ -22,8 +23,12 @@ def create_exclusive(path: str, data: bytes) -> bool:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:  # a full disk: no empty file left for others to puzzle over
+            os.remove(path)
+            raise
         return True
     if path.startswith("s3://"):
         _check_conditional_writes(path)
@@ -34,7 +39,8 @@ def create_exclusive(path: str, data: bytes) -> bool:
         fs.pipe_file(path, data, mode="create")
 
     try:
-        _retrying(create)
+        with naming(path):  # no bucket, no credentials: named by path
+            _retrying(create)
     except FileExistsError:
         # A try that timed out may have created the object before the next one found it there.
         found = read_versioned(path) if len(tries) > 1 else None
@@ -48,11 +54,12 @@ _CONDITIONAL_WRITES: dict[str, bool] = {}
 def _check_conditional_writes(path: str) -> None:
     """Refuses an S3 store that ignores If-None-Match (it would let two writers both create):
     a probe object is created twice, once per bucket and process."""
-    bucket = _bucket_and_key(path)[0]
+    bucket = bucket_and_key(path)[0]
     if bucket not in _CONDITIONAL_WRITES:
         fs = _fs(path)
         probe = f"s3://{bucket}/.bert_jax-conditional-write-probe-{os.getpid()}"
-        _retrying(fs._fs.pipe_file, probe, b"1", mode="create")
+        with naming(path):
+            _retrying(fs._fs.pipe_file, probe, b"1", mode="create")
         try:
             fs._fs.pipe_file(probe, b"2", mode="create")
             _CONDITIONAL_WRITES[bucket] = False
@@ -95,7 +102,7 @@ def delete_if_version(path: str, version: str) -> bool:
         remove(path)
         return True
     fs = _fs(path)
-    bucket, key = _bucket_and_key(path)
+    bucket, key = bucket_and_key(path)
     try:
         fs.call("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=version, json_out=False)
     except (FileNotFoundError, FileExistsError):

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
-from bert_jax import cli
+from bert_jax.storage.errors import NotFound
 from bert_jax.storage.paths import basename, is_url
 from bert_jax.storage.remote import _fs
 
@@ -44,10 +44,21 @@ def read_text(path: str) -> str:
     return read_bytes(path).decode("utf-8")
 
 
+def url_kind(path: str) -> str | None:
+    """ "file", "directory" (a bucket, or a prefix under which some object lies) or None for
+    nothing at `path`. fsspec's own isfile and isdir answer False for any error, so a bucket
+    that refused the request (no credentials) or stayed unreachable looked like a missing file;
+    those errors are raised here."""
+    try:
+        return _fs(path).info(path).get("type")
+    except NotFound:
+        return None
+
+
 def exists(path: str) -> bool:
     if not is_url(path):
         return os.path.exists(path)
-    return _fs(path).exists(path)
+    return url_kind(path) is not None
 
 
 def isdir(path: str) -> bool:
@@ -55,13 +66,13 @@ def isdir(path: str) -> bool:
     directories) or a bucket itself."""
     if not is_url(path):
         return os.path.isdir(path)
-    return _fs(path).isdir(path)
+    return url_kind(path) == "directory"
 
 
 def isfile(path: str) -> bool:
     if not is_url(path):
         return os.path.isfile(path)
-    return _fs(path).isfile(path)
+    return url_kind(path) == "file"
 
 
 def listdir(path: str) -> list[str]:
@@ -85,21 +96,6 @@ def glob(pattern: str) -> list[str]:
     return sorted(f"{scheme}://{p}" for p in fs.glob(pattern))
 
 
-def not_a_file(path: str) -> str | None:
-    """Why `path` is not a file to read, as words that follow its name (a local path: missing, a
-    directory, a pipe, ...: cli.not_a_file; a URL: no such object), or None when it is one."""
-    if is_url(path):
-        return None if isfile(path) else "does not exist (no such object)"
-    return None if os.path.isfile(path) else cli.not_a_file(path)
-
-
-def check_file(path: str, what: str) -> None:
-    """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
-    why = not_a_file(path)
-    if why:
-        raise cli.UserError(f"{what} {path!r} {why}")
-
-
 def size(path: str) -> int:
     if not is_url(path):
         return os.path.getsize(path)
@@ -115,6 +111,22 @@ def version(path: str) -> tuple[int, str]:
     info = fs.info(path)
     found = info.get("generation") or info.get("VersionId") or info.get("ETag")
     return int(info["size"]), str(found).strip('"')
+
+
+def modified(path: str) -> float:
+    """When `path` was last written, in seconds since the epoch (a local file's mtime; the time
+    the server gave the object's last write)."""
+    if not is_url(path):
+        return os.stat(path).st_mtime
+    fs = _fs(path)
+    fs.invalidate_cache(path)
+    info = fs.info(path)
+    when = info.get("mtime") or info.get("LastModified")
+    if isinstance(when, str):
+        import datetime
+
+        when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+    return when.timestamp()
 
 
 def sizes(path: str) -> dict[str, int]:

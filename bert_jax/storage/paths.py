@@ -1,28 +1,141 @@
-"""Paths, local or in a bucket (gs://, s3://): which a path is, and joining and splitting them as
-its kind does. The package docstring (bert_jax/storage/__init__.py) says what stands for what."""
+"""Paths, local or in a bucket (gs://, s3://): what a user's path is, parsed once (`parse`,
+`check_paths`: every binary's path flags before anything is read or written), and joining and
+splitting them as their kind does. The package docstring (bert_jax/storage/__init__.py) says
+what stands for what.
+
+A path is a URL when it starts `<scheme>://`; the schemes served are SCHEMES. Refused, each as
+one StorageError naming the flag: a scheme we do not serve (http://, file://, GS://), a storage
+scheme without its two slashes (`gs:/x` and `gs:x` would otherwise be a local directory named
+`gs:`), no bucket (`gs://`, `gs:///x`), a bucket name the service would refuse, and in the key
+an empty part (`a//b`), a `.` or `..` part (an object store does not resolve them: `gs://b/../x`
+would name objects literally called `../x/...`), a control character or more than 1,024 bytes.
+A trailing slash is allowed; a local path is anything else (`..` in it is the file system's).
+"""
 
 import os
 import posixpath
+import re
 
 from bert_jax import cli
 
 SCHEMES = ("gs", "s3")
+# Schemes whose paths may hold Orbax checkpoints (Orbax 0.12 writes local and gs:// paths only:
+# an s3:// workdir fails inside Orbax, see docs/scaling.md#buckets-gs-and-s3).
+CHECKPOINT_SCHEMES = ("gs",)
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+# A storage (or web) scheme written without its two slashes: `gs:/x`, `gs:x`, `s3:`. Checked
+# before the URL pattern, so a local file really named like that needs a `./` in front.
+_HALF_URL = re.compile(
+    r"(gs|s3|gcs|s3a|s3n|https?|file|hdfs|az|abfss?|hf):(?!//)(/?)(.*)", re.IGNORECASE | re.DOTALL
+)
+# GCS: 3-63 characters (222 with dots) of a-z 0-9 - _ . beginning and ending with a letter or
+# digit; S3 the same without `_` (older buckets may hold capitals and `_`: allowed).
+_BUCKET = {
+    "gs": re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]"),
+    "s3": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{1,253}[A-Za-z0-9]"),
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_KEY_BYTES = 1024
 
 
 class StorageError(cli.UserError):
-    """A bucket path that cannot be used as given (unknown scheme, a bucket that is not there)."""
+    """A path that cannot be used as given (a malformed URL, a bucket that is not there, no
+    credentials for it), named in the message."""
+
+
+def _problem(path: str) -> str | None:
+    """What is wrong with `path` as a path (words that follow it), or None."""
+    if "\x00" in path:
+        return "holds a NUL byte"
+    half = _HALF_URL.match(path)
+    if half:
+        scheme, slash, rest = half.group(1).lower(), half.group(2), half.group(3)
+        fixed = f"{scheme}://{rest}" if scheme in SCHEMES else f"a local path or {SCHEMES[0]}://"
+        given = "one" if slash else "none"
+        return (
+            f"is not a bucket URL: {half.group(1)}: needs two slashes, {given} given (did you "
+            f"mean {fixed!r}? a local file of that name: write ./{path})"
+        )
+    url = _URL.match(path)
+    if not url:
+        return None
+    scheme = url.group(1)
+    if scheme not in SCHEMES:
+        hint = (
+            f"write {scheme.lower()}:// in lower case"
+            if scheme.lower() in SCHEMES
+            else "pass the local path itself"
+            if scheme.lower() == "file"
+            else f"pass a local path, {' or '.join(s + '://bucket/...' for s in SCHEMES)}"
+        )
+        return f"{scheme}:// paths are not supported; {hint}"
+    bucket, _, key = path[url.end() :].partition("/")
+    if not bucket:
+        return f"names no bucket; write {scheme}://BUCKET/PATH"
+    if not _BUCKET[scheme].fullmatch(bucket):
+        return (
+            f"{bucket!r} is not a valid bucket name (3 to 63 lower-case letters, digits, '-', "
+            "'_' or '.', beginning and ending with a letter or digit)"
+        )
+    parts = key.rstrip("/").split("/") if key.rstrip("/") else []
+    if "" in parts:
+        return "has an empty part ('//'); an object store keeps it as part of the name"
+    dots = [p for p in parts if p in (".", "..")]
+    if dots:
+        return (
+            f"has a {dots[0]!r} part; an object store does not resolve it (it would be part of "
+            "the objects' names): write the path without it"
+        )
+    if _CONTROL.search(key):
+        return "holds a control character (a line break, a tab); object names cannot"
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        return f"is longer than the {MAX_KEY_BYTES} bytes an object name may have"
+    return None
+
+
+def parse(path: str, flag: str | None = None) -> str:
+    """`path` checked (the module docstring) and in the form the package takes it: a URL without
+    trailing slashes, a local path with `~` expanded. Raises StorageError naming `flag` (or the
+    path alone) for a path that is neither a valid bucket URL nor a local path."""
+    path = str(path)
+    if not path.strip():
+        raise StorageError(f"{flag} is empty; pass a path" if flag else "an empty path")
+    problem = _problem(path)
+    if problem:
+        raise StorageError(f"{flag}={path!r} {problem}" if flag else f"{path!r} {problem}")
+    if _URL.match(path):
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{rest.rstrip('/')}"
+    return os.path.expanduser(path)
+
+
+def checkpoints_refused(path: str, flag: str | None = None) -> str:
+    """The line for checkpoints in a bucket Orbax cannot write (s3://)."""
+    where = f"{flag}={path!r}" if flag else repr(path)
+    served = ", ".join(s + "://" for s in CHECKPOINT_SCHEMES)
+    return (
+        f"{where}: checkpoints cannot be kept in {path.partition('://')[0]}:// (Orbax, which "
+        f"writes them, serves local paths and {served} only); "
+        "use a gs:// or local directory for the run (its records and exports may stay in s3://)"
+    )
 
 
 def is_url(path: str) -> bool:
-    """Whether `path` names an object in a bucket (gs://, s3://) rather than a local file."""
-    scheme, sep, _ = str(path).partition("://")
-    if not sep:
-        return False
-    if scheme not in SCHEMES:
-        raise StorageError(
-            f"{path}: {scheme}:// paths are not supported; use a local path, gs:// or s3://"
-        )
-    return True
+    """Whether `path` names an object in a bucket (gs://, s3://) rather than a local file; a path
+    that is neither (see `parse`) is a StorageError."""
+    path = str(path)
+    if "://" not in path and ":" not in path[:6] and "\x00" not in path:
+        return False  # the common case, a plain local path: no pattern to match
+    problem = _problem(path)
+    if problem:
+        raise StorageError(f"{path!r} {problem}")
+    return _URL.match(path) is not None
+
+
+def bucket_and_key(path: str) -> tuple[str, str]:
+    bucket, _, key = path.partition("://")[2].partition("/")
+    return bucket, key.rstrip("/")
 
 
 def join(base: str, *parts: str) -> str:

@@ -1,17 +1,27 @@
-"""The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the
-faults: every call tried again on transient errors (`_retrying`, until retry_seconds()), and the
-one error line for a bucket that stayed unreachable (`unavailable_message`, which cli.run asks
-through cli.add_error_reporter). See the package docstring, "Faults"."""
+"""The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
+retry budget every call to a bucket spends (see the package docstring, "Faults").
 
+One budget, not retries stacked on retries: a call that fails transiently (a refused or dropped
+connection, a 5xx, 408 or 429 answer, a request that gets no answer for REQUEST_TIMEOUT_S) is
+tried again after 1, 2, 4, ... 30 s until retry_seconds() have passed since its first failure,
+then its error is raised. gcsfs' own retries (6 tries per request, ~31 s of backoff) are
+replaced by this budget in the gs:// client every caller gets, Orbax's metadata files included
+(`_budgeted_gcs`), and whole operations (an upload, a read) are tried again on the same budget
+(`_retrying`) unless a request inside already spent it, so a server down from the start ends a
+job retry_seconds() after its first refused connection (it took 298-375 s when gcsfs' 31 s of
+retries ran inside a 300 s loop). TensorStore, which writes Orbax's arrays, gets the same budget
+as its own retry count (`tensorstore_retries`).
+"""
+
+import asyncio
 import contextlib
+import functools
 import logging
 import os
-import sys
 import time
-from collections.abc import Iterator
 
-from bert_jax import cli
-from bert_jax.storage.paths import StorageError, is_url
+from bert_jax.storage.errors import convert, transient
+from bert_jax.storage.paths import is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
@@ -22,20 +32,138 @@ REQUEST_TIMEOUT_S = 60
 # their time grows with the bucket or the object.
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
-# How long an operation is tried again while the server fails it transiently (env
-# BERT_JAX_STORAGE_RETRY_S): long enough for a server restarting or a network blip, short enough
-# that a bucket that is really gone ends the job with its error line within minutes.
-RETRY_S = 300.0
-# TensorStore's GCS retries (its context resource gcs_request_retries), set to gcsfs' budget:
-# TensorStore's own default (32 tries, up to 32 s apart) keeps a save waiting ~15 minutes on a
-# bucket that is gone, long after gcsfs has given up on the same save's metadata files.
-TENSORSTORE_RETRIES = {"max_retries": 6, "initial_delay": "1s", "max_delay": "32s"}
+# How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S), from its first failure:
+# long enough for a server restarting or a network blip, short enough that a bucket that is
+# really gone ends the job with its error line in about a minute.
+RETRY_S = 60.0
+MAX_DELAY_S = 30.0
+_LOG = logging.getLogger("bert_jax.storage")
+# The mark of an error whose call spent the budget: an enclosing retry loop raises it at once.
+_SPENT = "_bert_jax_retries_spent"
 
 
-# --- The remote side ------------------------------------------------------------------------
+# --- The budget -----------------------------------------------------------------------------
 
+
+def retry_seconds() -> float:
+    return float(os.environ.get("BERT_JAX_STORAGE_RETRY_S", RETRY_S))
+
+
+class _Budget:
+    """The tries of one call: how long to wait before the next, until the budget is spent."""
+
+    def __init__(self):
+        self.first_failure: float | None = None
+        self.delay = 1.0
+
+    def next_delay(self, error: BaseException) -> float | None:
+        """Seconds to wait before trying again after `error`, or None: raise it."""
+        if not transient(error) or _spent(error):
+            return None
+        now = time.monotonic()
+        if self.first_failure is None:
+            self.first_failure = now
+        left = self.first_failure + retry_seconds() - now
+        if left <= 0:
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(error, _SPENT, True)
+            return None
+        delay, self.delay = min(self.delay, left), min(2 * self.delay, MAX_DELAY_S)
+        # INFO: an outage the budget rides out changes nothing the user must see; one it does
+        # not is the one `error:` line (--verbosity=0 shows each try).
+        _LOG.info(
+            "storage: %s (%s); trying again in %.0f s",
+            type(error).__name__,
+            " ".join(str(error).split())[:200],
+            delay,
+        )
+        return delay
+
+
+def _spent(error: BaseException | None) -> bool:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if getattr(error, _SPENT, False):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _retrying(call, *args, **kwargs):
+    """call(*args, **kwargs), tried again on transient errors within the budget."""
+    budget = _Budget()
+    while True:
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:
+            delay = budget.next_delay(e)
+            if delay is None:
+                raise
+            time.sleep(delay)
+
+
+async def _retrying_async(call, *args, **kwargs):
+    budget = _Budget()
+    while True:
+        try:
+            return await call(*args, **kwargs)
+        except Exception as e:
+            delay = budget.next_delay(e)
+            if delay is None:
+                raise
+            await asyncio.sleep(delay)
+
+
+def tensorstore_retries() -> dict:
+    """TensorStore's GCS retry settings (its context resource gcs_request_retries) for the same
+    budget: its own default (32 tries, up to 32 s apart) kept a save waiting ~15 minutes on a
+    bucket that was gone."""
+    delays, delay = [], 1
+    while sum(delays) < retry_seconds():
+        delays.append(min(delay, 32))
+        delay *= 2
+    return {
+        "max_retries": max(1, len(delays)),
+        "initial_delay": "1s",
+        "max_delay": f"{max(delays, default=1)}s",
+    }
+
+
+# --- The clients ----------------------------------------------------------------------------
 
 _configured = False
+
+
+@functools.cache  # one class, however often `configure` runs (tests reconfigure)
+def _budgeted_gcs():
+    """gcsfs' JSON-API client with each request tried on the budget instead of gcsfs' fixed 6
+    tries (its `_request` and `_get_file_request` undecorated and decorated again)."""
+    import gcsfs.core
+
+    base = gcsfs.core.GCSFileSystem
+
+    class BudgetedGCSFileSystem(base):
+        async def _request(self, *args, **kwargs):
+            return await _retrying_async(base._request.__wrapped__, self, *args, **kwargs)
+
+        async def _get_file_request(self, *args, **kwargs):
+            request = base._get_file_request.__wrapped__
+            return await _retrying_async(request, self, *args, **kwargs)
+
+    return BudgetedGCSFileSystem
+
+
+@functools.cache  # one class, however often `configure` runs
+def _once_s3():
+    """s3fs' client trying each call once: its own 5 tries (and botocore's inside each) took
+    ~3.6 s per try of ours against a refused connection; the budget does the trying again."""
+    import s3fs
+
+    class OnceS3FileSystem(s3fs.S3FileSystem):
+        retries = 1
+
+    return OnceS3FileSystem
 
 
 def configure() -> None:
@@ -51,18 +179,23 @@ def configure() -> None:
     import fsspec
 
     with contextlib.suppress(ImportError):
-        import gcsfs.core
-
         # The variable is read once, when gcsfs is first imported; imported earlier (by anything)
         # without it, gs:// would resolve to gcsfs' experimental client, whose first call to an
-        # endpoint without that API was seen waiting forever. Name the JSON-API client here.
+        # endpoint without that API was seen waiting forever. Name the JSON-API client here,
+        # with the budget (etils.epath, and so Orbax, asks fsspec for the same class).
+        budgeted = _budgeted_gcs()
         for protocol in ("gs", "gcs"):
-            fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
+            fsspec.register_implementation(protocol, budgeted, clobber=True)
 
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)
+    with contextlib.suppress(ImportError):
+        fsspec.register_implementation("s3", _once_s3(), clobber=True)
+        # botocore tries each call again too (up to 5 times): once here.
+        s3 = fsspec.config.conf.setdefault("s3", {})
+        s3.setdefault("config_kwargs", {"retries": {"max_attempts": 1, "mode": "standard"}})
     # gcsfs, and fsspec's prefetcher that gcsfs reads files through, log a traceback of every
-    # request they give up on and then raise the same error, which unavailable_message reports.
+    # request they give up on and then raise the same error, which the binaries report.
     for name in ("gcsfs", "fsspec.prefetcher"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -76,62 +209,38 @@ def configure() -> None:
 
 def _fs(path: str):
     """The fsspec file system of a URL (the instance etils.epath, and so Orbax, uses too), with
-    every method call tried again on transient errors (`_Retrying`)."""
+    every method call tried on the budget and its errors named by path (`_Retrying`)."""
     configure()
     from etils.epath import backend
 
     return _Retrying(backend.fsspec_backend.fs(path))
 
 
-def retry_seconds() -> float:
-    return float(os.environ.get("BERT_JAX_STORAGE_RETRY_S", RETRY_S))
+def _subject(name: str, args: tuple) -> str | None:
+    """The URL a file-system call is about (put_file's is its second argument)."""
+    path = args[1] if name == "put_file" and len(args) > 1 else args[0] if args else None
+    return path if isinstance(path, str) and "://" in path else None
 
 
-def _transient(error: BaseException) -> bool:
-    """An error a later try may not meet: a timeout, a refused or dropped connection, a 5xx,
-    408 or 429 answer (what gcsfs retries, and the timeouts it does not)."""
-    if isinstance(error, (TimeoutError, ConnectionError)):  # fsspec's FSTimeoutError too
-        return True
-    with contextlib.suppress(ImportError):
-        import aiohttp
+def _named(call, url: str | None, tries: bool = True):
+    """`call`, tried on the budget (unless not `tries`), its errors converted to those naming
+    `url` (errors.convert)."""
 
-        if isinstance(error, aiohttp.ClientResponseError):
-            return error.status >= 500 or error.status in (408, 429)
-        if isinstance(error, aiohttp.ClientError):
-            return True
-    with contextlib.suppress(ImportError):
-        from gcsfs.retry import HttpError
-
-        if isinstance(error, HttpError):
-            return error.code in (408, 429) or 500 <= (error.code or 0) < 600
-    return False
-
-
-def _retrying(call, *args, **kwargs):
-    """call(*args, **kwargs), tried again on transient errors until retry_seconds() have passed
-    (the clients' own retries come first: each try may take ~31 s against a server that is
-    down)."""
-    deadline = time.monotonic() + retry_seconds()
-    delay = 1.0
-    while True:
+    def run(*args, **kwargs):
         try:
-            return call(*args, **kwargs)
+            return _retrying(call, *args, **kwargs) if tries else call(*args, **kwargs)
         except Exception as e:
-            if not _transient(e) or time.monotonic() + delay > deadline:
+            converted = convert(e, url) if url else None
+            if converted is None:
                 raise
-            logging.warning(
-                "storage: %s (%s); trying again in %.0f s",
-                type(e).__name__,
-                " ".join(str(e).split())[:200],
-                delay,
-            )
-            time.sleep(delay)
-            delay = min(2 * delay, 30.0)
+            raise converted from e
+
+    return run
 
 
 class _Retrying:
-    """A file system whose method calls are `_retrying`; files opened for reading fetch their
-    blocks through `_retrying` too."""
+    """A file system whose method calls are tried on the budget, their errors naming their path;
+    files opened for reading fetch their blocks the same way."""
 
     def __init__(self, fs):
         self._fs = fs
@@ -143,17 +252,24 @@ class _Retrying:
         if name in _METADATA_CALLS and hasattr(attribute, "__wrapped__"):
             # fsspec's sync wrapper of an async call takes `timeout` for itself (FSTimeoutError,
             # a TimeoutError, so tried again).
-            return lambda *args, **kwargs: _retrying(
-                attribute, *args, **{"timeout": CALL_TIMEOUT_S, **kwargs}
-            )
-        return lambda *args, **kwargs: _retrying(attribute, *args, **kwargs)
+            def call(*args, **kwargs):
+                return attribute(*args, **{"timeout": CALL_TIMEOUT_S, **kwargs})
+
+            return lambda *args, **kwargs: _named(call, _subject(name, args))(*args, **kwargs)
+        return lambda *args, **kwargs: _named(attribute, _subject(name, args))(*args, **kwargs)
 
     def open(self, path, mode="rb", **kwargs):
-        f = _retrying(self._fs.open, path, mode, **kwargs)
-        cache = getattr(f, "buffer", f).cache if "r" in mode else None
-        if cache is not None and getattr(cache, "fetcher", None) is not None:
-            fetch = cache.fetcher
-            cache.fetcher = lambda start, end: _retrying(fetch, start, end)
+        f = _named(self._fs.open, path)(path, mode, **kwargs)
+        if "r" not in mode:
+            return f
+        raw = getattr(f, "buffer", f)
+        cache = raw.cache
+        if getattr(cache, "fetcher", None) is not None:
+            cache.fetcher = _named(cache.fetcher, path)
+        # gcsfs reads ahead in a background prefetcher with its own copy of the fetcher: its
+        # errors (an object deleted meanwhile) reach the reader here, named by the request.
+        for name in ("read", "readinto"):
+            setattr(raw, name, _named(getattr(raw, name), path, tries=False))
         return f
 
 
@@ -163,70 +279,3 @@ def forget_listings(path: str) -> None:
     Orbax listing a workdir's steps. Nothing for a local path."""
     if is_url(path):
         _fs(path).invalidate_cache()
-
-
-def _bucket_and_key(path: str) -> tuple[str, str]:
-    bucket, _, key = path.partition("://")[2].partition("/")
-    return bucket, key
-
-
-# --- Errors ---------------------------------------------------------------------------------
-
-
-class Unavailable(StorageError):
-    """A bucket that stayed unreachable through the retries, as one picklable error whose message
-    is `unavailable_message`'s line (the clients' own errors do not all survive being sent from a
-    worker process to its parent)."""
-
-
-@contextlib.contextmanager
-def unavailable_as_user_error() -> Iterator[None]:
-    """Turns an error of the bucket clients that the retries could not get past into
-    `Unavailable` (for worker processes, whose errors are pickled to the parent)."""
-    try:
-        yield
-    except Exception as e:
-        text = unavailable_message(e)
-        if text is None or isinstance(e, Unavailable):
-            raise
-        raise Unavailable(text) from None
-
-
-def unavailable_message(error: BaseException) -> str | None:
-    """The one line for an error of the bucket clients that retries could not get past (the
-    server down, 5xx answers, stalls, refused credentials), or None if `error` is not one."""
-    if isinstance(error, Unavailable):
-        return str(error)
-    if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:
-        return None
-    import asyncio
-
-    kinds = [asyncio.TimeoutError, TimeoutError, ConnectionError]
-    with contextlib.suppress(ImportError):
-        import aiohttp
-
-        kinds.append(aiohttp.ClientError)
-    with contextlib.suppress(ImportError):
-        from gcsfs.retry import HttpError
-
-        kinds.append(HttpError)
-    chain, seen = error, set()
-    while chain is not None and id(chain) not in seen:
-        seen.add(id(chain))
-        # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
-        # the server restarted, or the session expired) as FileNotFoundError naming that URL.
-        lost_upload = isinstance(chain, FileNotFoundError) and "upload_id=" in str(chain)
-        # TensorStore (Orbax's array writes) raises ValueError once its retries are spent.
-        tensorstore = isinstance(chain, ValueError) and "retry attempts failed" in str(chain)
-        if lost_upload or tensorstore or isinstance(chain, tuple(kinds)):
-            detail = " ".join(str(chain).split()) or type(chain).__name__
-            return (
-                f"the storage server did not serve the request after its retries ({detail}); "
-                "finished work is kept and nothing half-written is used: rerun the same "
-                "command when the bucket is reachable"
-            )
-        chain = chain.__cause__ or chain.__context__
-    return None
-
-
-cli.add_error_reporter(unavailable_message)

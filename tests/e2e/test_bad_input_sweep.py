@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from bert_jax import manifest
-from support import sweep_inputs, sweep_integrity, sweep_runs, sweep_signals
+from support import sweep_buckets, sweep_inputs, sweep_integrity, sweep_runs, sweep_signals
 from support.golden import REPO
 
 RECORD_FLAGS = ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"]
@@ -673,6 +673,7 @@ ALL_CASES = [
     *sweep_inputs.CASES,  # issue 23: model files, dumps, pipes, seeds, outputs, resumes
     *RUNS,
     *sweep_signals.CASES,  # issue 34: signals, config fields, a UTF-16 dump's language, ...
+    *sweep_buckets.CASES,  # issue 34: bucket paths and outages, workdir locks
 ]
 CASES = {case[0]: case for case in ALL_CASES}
 assert len(CASES) == len(ALL_CASES), "a case id twice"

@@ -337,7 +337,7 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
     the rerun (server back) finishes only what is missing, and the output is a clean run's."""
     url, clean = job_input
     out = storage.join(bucket, "records")
-    # gcsfs' own retries (~31 s), then no more: the default (storage.RETRY_S) waits minutes.
+    # A 1 s retry budget: the default (storage.RETRY_S) waits a minute.
     proc = _start(_cli_args(url, vocab_file, out), BERT_JAX_STORAGE_RETRY_S="1")
     _wait_for(lambda: _units_done(out) >= 2, "finished units", proc)
     gcs.stop()
@@ -352,6 +352,25 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
     assert not storage.exists(storage.join(out, contract.FILE))
     done = _units_done(out)
     assert done >= 2
+    rerun = _run(_cli_args(url, vocab_file, out))
+    assert rerun.returncode == 0, rerun.stderr
+    assert shards(out) == clean and output.verify(out) == []
+
+
+@pytest.mark.slow
+def test_an_input_deleted_mid_job_is_one_error_line_naming_it(gcs, bucket, job_input, vocab_file):
+    """The input object deleted while its units are read (a traceback before): one `error:` line
+    naming the gs:// path the user gave; put back, the rerun finishes as a clean run."""
+    url, clean = job_input
+    data = storage.read_bytes(url)
+    out = storage.join(bucket, "records")
+    proc = _start(_cli_args(url, vocab_file, out, workers=1))
+    _wait_for(lambda: _units_done(out) >= 1, "finished unit", proc)
+    storage.remove(url)
+    stdout, stderr = proc.communicate(timeout=300)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    _assert_one_error_line(result, f"{url} does not exist")
+    storage.write_bytes(url, data)
     rerun = _run(_cli_args(url, vocab_file, out))
     assert rerun.returncode == 0, rerun.stderr
     assert shards(out) == clean and output.verify(out) == []

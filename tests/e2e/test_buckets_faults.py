@@ -58,9 +58,8 @@ def trainer(forkserver):
             f"--workdir={workdir}",
             *flags,
         ]
-        # The whole-operation retries' deadline (storage.RETRY_S, 5 minutes) is what a lasting
-        # outage waits out before its error line; gcsfs' own ~31 s of retries are what a short
-        # one (4 s here) rides through, with or without it.
+        # The retry budget (storage.RETRY_S, a minute) is what a lasting outage waits out before
+        # its error line: 5 s here, which a short outage (4 s) still rides through.
         env = {**os.environ, "BERT_JAX_STORAGE_RETRY_S": "5", **(env or {})}
         return forkserver.start("bert_jax.main", args, env=env)
 

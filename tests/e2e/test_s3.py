@@ -122,3 +122,19 @@ def test_a_data_prep_job_in_an_s3_bucket(bucket, testdata, vocab_file, tok, tmp_
     )
     assert output.verify(out) == []
     assert scaled.run(spec, tokenizer, out, progress=False) == manifest  # nothing to do
+
+
+def test_s3_errors_are_named_as_gs_and_local_ones_are(bucket):
+    """The same words as a local path and gs:// for the same situation (storage.errors)."""
+    from bert_jax import cli
+
+    storage.write_text(storage.join(bucket, "dir", "x.txt"), "x")
+    assert storage.not_a_file(storage.join(bucket, "nope.txt")) == "does not exist"
+    assert storage.not_a_file(storage.join(bucket, "dir")).startswith("is a directory")
+    missing = "s3://no-such-bucket-for-this/x.txt"
+    assert storage.not_a_file(missing).startswith("does not exist: there is no bucket")
+    with pytest.raises(FileNotFoundError) as info:
+        storage.read_bytes(storage.join(bucket, "nope.txt"))
+    assert cli.reported(info.value) == f"{bucket}/nope.txt does not exist"
+    with pytest.raises(storage.StorageError, match="there is no bucket"):
+        storage.check_paths({"--output_dir": missing}, outputs=["--output_dir"])

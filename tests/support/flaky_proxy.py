@@ -5,6 +5,8 @@ shows under load: 503 answers and stalls (a request that gets no answer for a wh
     proxy.fail_next(5)                   # the next 5 requests get 503 Service Unavailable
     proxy.fail_rate = 0.2                # or each request fails with this probability
     proxy.stall_next(2, seconds=3)       # the next 2 requests wait 3 s before being forwarded
+    proxy.fail_status = 401              # what the injected failures answer (default 503)
+    proxy.missing_downloads = "name"     # downloads of objects so named: 404 (deleted meanwhile)
     proxy.requests, proxy.injected       # counts, for the test's assertions
 
 Runs in a thread of the test process; binaries started by the test reach it through the
@@ -13,18 +15,28 @@ environment like the server itself. `proxied` points this process's bert_jax.sto
 
 import contextlib
 import http.server
+import json
 import random
 import threading
 import time
 import urllib.error
 import urllib.request
 
+# What GCS answers a request without credentials for a bucket that is not public, and one whose
+# credentials lack the permission.
+_MESSAGES = {
+    401: "Anonymous caller does not have storage.objects.get access to the Google Cloud Storage "
+    "object. Permission 'storage.objects.get' denied on resource (or it may not exist).",
+    403: "caller does not have storage.objects.get access to the Google Cloud Storage object.",
+}
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
 class FlakyProxy:
     def __init__(self, upstream: str, seed: int = 0):
         self.upstream = upstream.rstrip("/")
+        self.fail_status = 503
+        self.missing_downloads = ""
         self.fail_rate = 0.0
         self.stall_seconds = 0.0
         self.requests = 0
@@ -44,9 +56,15 @@ class FlakyProxy:
             def _relay(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 fault = proxy._draw()
+                gone = proxy.missing_downloads
+                if gone and "alt=media" in self.path and gone in self.path.partition("?")[0]:
+                    fault, code = "fail", 404  # its metadata still answers: deleted meanwhile
+                else:
+                    code = proxy.fail_status
                 if fault == "fail":
-                    message = b'{"error": {"code": 503, "message": "injected 503"}}'
-                    self.send_response(503)
+                    text = _MESSAGES.get(code, f"injected {code}")
+                    message = json.dumps({"error": {"code": code, "message": text}}).encode()
+                    self.send_response(code)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(message)))
                     self.end_headers()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from unittest import mock
 
 import pytest
 
@@ -95,10 +96,71 @@ def test_what_counts_as_stale(tmp_path, changes, stale):
     assert os.listdir(tmp_path) == []  # neither the lock nor a takeover marker is left
 
 
-def test_an_unreadable_lock_is_taken_over(tmp_path):
-    storage.write_bytes(str(tmp_path / ".lock"), b"")  # a full disk cut it
-    with workdir_lock.hold(str(tmp_path), "x"):
-        assert workdir_lock.holder(str(tmp_path))["pid"] == os.getpid()
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"", "it is empty"),  # killed between creating the lock and writing it
+        (b'{"host": "h", "pi', "it is not JSON"),
+        (b"[1, 2]", "it is not a lock of bert_jax"),
+        (b'{"host": "h", "pid": "7", "started": 0, "heartbeat": 0}', "no valid pid"),
+    ],
+    ids=["empty", "cut", "a list", "pid a word"],
+)
+def test_an_unreadable_lock_is_taken_over_only_when_old(root, content, why):
+    """Taken over at once, an unreadable lock let two starting runs both pass (the first's lock
+    is empty until it writes it): it is refused, saying when it will be taken over, until it
+    was last written STALE_AFTER_S ago."""
+    workdir = storage.join(root, "run")
+    storage.makedirs(workdir)
+    lock = storage.join(workdir, workdir_lock.LOCK_NAME)
+    storage.write_bytes(lock, content)
+    with pytest.raises(workdir_lock.Busy) as refused:
+        with workdir_lock.hold(workdir, "x"):
+            pytest.fail("took an unreadable lock written just now")
+    text = str(refused.value)
+    assert f"{lock} cannot be read (" in text and why in text
+    assert "taken over once it is 600 s old" in text
+    assert storage.read_bytes(lock) == content  # left as it was
+    old = time.time() + workdir_lock.STALE_AFTER_S + 5
+    with mock.patch.object(workdir_lock.time, "time", return_value=old):
+        with workdir_lock.hold(workdir, "x"):
+            assert workdir_lock.holder(workdir)["pid"] == os.getpid()
+
+
+def test_a_lock_being_written_as_it_is_read_is_its_writers(tmp_path):
+    """The window the old rule left open: a run finds the lock another run has just created and
+    not yet written; it reads again, sees the holder, and is refused."""
+    lock = tmp_path / workdir_lock.LOCK_NAME
+    lock.write_bytes(b"")
+    content = _stale_holder(pid=1, heartbeat=time.time())  # a live pid on this host
+
+    def write_soon():
+        time.sleep(0.3)
+        lock.write_bytes(content)
+
+    writer = threading.Thread(target=write_soon)
+    writer.start()
+    try:
+        with pytest.raises(workdir_lock.Busy, match=r"is in use by bert_jax\.main"):
+            with workdir_lock.hold(str(tmp_path), "x"):
+                pytest.fail("two holders")
+    finally:
+        writer.join()
+    assert lock.read_bytes() == content
+
+
+def test_a_lock_that_is_a_directory_or_unreadable_is_refused_naming_it(tmp_path):
+    os.mkdir(tmp_path / ".lock")
+    with pytest.raises(workdir_lock.Busy, match=r"\.lock is a directory, not a lock file"):
+        with workdir_lock.hold(str(tmp_path), "x", flag="--output_dir"):
+            pass
+    assert os.path.isdir(tmp_path / ".lock")
+    os.rmdir(tmp_path / ".lock")
+    (tmp_path / ".lock").write_bytes(_stale_holder())
+    with mock.patch.object(storage, "read_versioned", side_effect=PermissionError(13, "no")):
+        with pytest.raises(workdir_lock.Busy, match=r"\.lock cannot be read \(no\)"):
+            with workdir_lock.hold(str(tmp_path), "x"):
+                pass
 
 
 def test_the_heartbeat_keeps_a_live_lock_fresh(tmp_path, monkeypatch):

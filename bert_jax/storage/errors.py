@@ -1,0 +1,215 @@
+"""What the bucket clients' errors mean, in the words a local path gets for the same situation,
+naming the path the user gave (never a request URL or a local cache copy):
+
+    no such object           NotFound       "<path> does not exist"
+    no such bucket           NotFound       "<path> does not exist: there is no bucket 'b'"
+    a prefix, not an object  NotFound       "<path> is a directory (a prefix of objects), not a
+                                            file"
+    no credentials, refused  AccessDenied   "<path>: Permission denied (no credentials ...)"
+    server unreachable       Unavailable    "<path>: the storage server did not serve the
+                                            request after its retries (...)"
+
+The first two words are a local path's (cli.not_a_file, an EACCES OSError). NotFound and
+AccessDenied are also FileNotFoundError and PermissionError (with errno and filename), so
+callers that catch those still do; all three are StorageErrors (cli.UserError), so a binary
+prints them as one `error:` line. `convert` makes them from a client's error where a call about
+a path fails (remote._Retrying); checks.report (registered with cli) refines a NotFound when
+the line is printed (is the bucket there? is the path a prefix?), and gives the outage line for
+the errors that reach it unconverted (`unavailable_message`: Orbax's, TensorStore's).
+"""
+
+import contextlib
+import errno
+import sys
+from collections.abc import Iterator
+
+from bert_jax.storage.paths import StorageError
+
+# --- The errors -----------------------------------------------------------------------------
+
+
+class PathError(StorageError):
+    """A StorageError that is also an OSError of `errno` about `url` (see the subclasses)."""
+
+    errno_ = 0
+
+    def __init__(self, url: str, strerror: str):
+        super().__init__(f"{url}: {strerror}")
+        self.errno, self.strerror, self.filename = self.errno_, strerror, url
+        self.url = url
+
+    def __str__(self) -> str:  # OSError's would be "[Errno 2] ...: 'url'"
+        return f"{self.url}: {self.strerror}"
+
+    def __reduce__(self):  # a worker process's error reaches its parent whole
+        return type(self), (self.url, self.strerror)
+
+
+class NotFound(PathError, FileNotFoundError):
+    """No object (or no bucket) at `url`."""
+
+    errno_ = errno.ENOENT
+
+    def __init__(self, url: str, strerror: str = "does not exist"):
+        super().__init__(url, strerror)
+
+
+class AccessDenied(PathError, PermissionError):
+    """The server refused the request: no credentials, or credentials without the permission."""
+
+    errno_ = errno.EACCES
+
+
+class Unavailable(StorageError):
+    """A bucket that stayed unreachable through the retries, as one picklable error whose message
+    is `unavailable_message`'s line (the clients' own errors do not all survive being sent from a
+    worker process to its parent)."""
+
+
+# --- The clients' errors, classified --------------------------------------------------------
+
+
+def transient(error: BaseException) -> bool:
+    """An error a later try may not meet: a timeout, a refused or dropped connection, a 5xx,
+    408 or 429 answer, an expired token (what the clients retry, and the timeouts they do
+    not)."""
+    if isinstance(error, PathError):
+        return False
+    if isinstance(error, (TimeoutError, ConnectionError)):  # fsspec's FSTimeoutError too
+        return True
+    name = type(error).__name__
+    if name in ("ProxyError", "ConnectionError", "ChunkedEncodingError", "ReadTimeout"):
+        return True  # requests' exceptions, which gcsfs raises for a 502 (a proxy's answer)
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
+        return True  # botocore's (s3fs)
+    with contextlib.suppress(ImportError):
+        import aiohttp
+
+        if isinstance(error, aiohttp.ClientResponseError):
+            return error.status >= 500 or error.status in (408, 429)
+        if isinstance(error, aiohttp.ClientError):
+            return True
+    code = _http_code(error)
+    if code is not None:
+        # gcsfs' rule: a 401 saying "Invalid Credentials" is an expired token, renewed next try.
+        expired = code == 401 and "Invalid Credentials" in str(error)
+        return expired or code in (408, 429) or 500 <= code < 600
+    return False
+
+
+def _http_code(error: BaseException) -> int | None:
+    """The HTTP status of a gcsfs HttpError, else None."""
+    if type(error).__name__ == "HttpError" and isinstance(getattr(error, "code", None), int):
+        return error.code
+    return None
+
+
+def refusal(error: BaseException) -> str | None:
+    """The reason for a refused request (401, 403, no credentials), else None."""
+    code = _http_code(error)
+    name = type(error).__name__
+    forbidden = type(error) is OSError and str(error).startswith("Forbidden")  # gcsfs' 403
+    if not (code in (401, 403) or forbidden or isinstance(error, PermissionError)):
+        if name not in ("NoCredentialsError", "PartialCredentialsError", "RefreshError"):
+            return None
+    detail = " ".join(str(error).split("\n")[-1].split())[:200] or name
+    if name in ("NoCredentialsError", "PartialCredentialsError"):
+        return (
+            f"no credentials ({detail}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+            "AWS_PROFILE, or run on a machine with an instance role"
+        )
+    if name == "RefreshError":
+        return f"the credentials could not be used ({detail}): {_GOOGLE_HINT}"
+    if code == 401 and _anonymous():
+        return f"no credentials were found ({detail}): {_GOOGLE_HINT}"
+    return f"the server refused the credentials in use ({detail}); give them access to the bucket"
+
+
+_GOOGLE_HINT = (
+    "on a Cloud VM give its service account access to the bucket; elsewhere run `gcloud auth "
+    "application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+)
+
+
+def _anonymous() -> bool:
+    """Whether gs:// requests go without credentials (gcsfs found none, or was told so)."""
+    if "gcsfs" not in sys.modules:
+        return False
+    import fsspec
+
+    instances = list(getattr(fsspec.get_filesystem_class("gs"), "_cache", {}).values())
+    return any(getattr(fs.credentials, "method", None) == "anon" for fs in instances)
+
+
+def convert(error: BaseException, url: str) -> BaseException | None:
+    """A NotFound, AccessDenied or Unavailable naming `url` (the path the call was about) for a
+    client's error that means one, else None (the error stays as it is)."""
+    if isinstance(error, PathError):
+        return None
+    if isinstance(error, FileNotFoundError) and "upload_id=" not in str(error):
+        return NotFound(url)  # a lost upload session is an outage (unavailable_message)
+    reason = refusal(error)
+    if reason is not None and not transient(error):
+        return AccessDenied(url, f"Permission denied ({reason})")
+    outage = unavailable_message(error)
+    if outage is not None and not isinstance(error, Unavailable):
+        return Unavailable(f"{url}: {outage}")
+    return None
+
+
+@contextlib.contextmanager
+def naming(url: str) -> Iterator[None]:
+    """Turns a client's error about `url` into NotFound / AccessDenied naming it (`convert`)."""
+    try:
+        yield
+    except Exception as e:
+        converted = convert(e, url)
+        if converted is None:
+            raise
+        raise converted from e
+
+
+# --- The outage line ------------------------------------------------------------------------
+
+
+def unavailable_message(error: BaseException) -> str | None:
+    """The one line for an error of the bucket clients that retries could not get past (the
+    server down, 5xx answers, stalls), or None if `error` is not one."""
+    if isinstance(error, Unavailable):
+        return str(error)
+    if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:
+        return None
+    chain, seen = error, set()
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if isinstance(chain, PathError):
+            return None
+        # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
+        # the server restarted, or the session expired) as FileNotFoundError naming that URL.
+        lost_upload = isinstance(chain, FileNotFoundError) and "upload_id=" in str(chain)
+        # TensorStore (Orbax's array writes) raises ValueError once its retries are spent.
+        tensorstore = isinstance(chain, ValueError) and "retry attempts failed" in str(chain)
+        if refusal(chain) is not None and not transient(chain):
+            return None  # a refusal, not an outage: checks.report says so
+        if lost_upload or tensorstore or transient(chain) or _http_code(chain) is not None:
+            detail = " ".join(str(chain).split())[:300] or type(chain).__name__
+            return (
+                f"the storage server did not serve the request after its retries ({detail}); "
+                "finished work is kept and nothing half-written is used: rerun the same "
+                "command when the bucket is reachable"
+            )
+        chain = chain.__cause__ or chain.__context__
+    return None
+
+
+@contextlib.contextmanager
+def unavailable_as_user_error() -> Iterator[None]:
+    """Turns an error of the bucket clients that the retries could not get past into
+    `Unavailable` (for worker processes, whose errors are pickled to the parent)."""
+    try:
+        yield
+    except Exception as e:
+        text = unavailable_message(e)
+        if text is None or isinstance(e, Unavailable):
+            raise
+        raise Unavailable(text) from None
