@@ -135,9 +135,9 @@ def main(argv):
     from bert_jax.plan import chips, options
 
     base = FLAGS.config
+    req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
     base.train.init_checkpoint, base.train.init_optimizer_state = "", False
-    req = options.request(FLAGS, base, FLAGS.num_slices)
     ft_base = load_config(FLAGS.finetune_config) if "finetune" in req.steps else None
     topology = req.topology
     if topology is None:

@@ -11,22 +11,28 @@ the copy that brought it on chip counted them.
 Refinements the HLO states itself:
   * an async pair (copy-start / copy-done, all-gather-start / -done, ...) is counted once, at its
     start, without the operand that the start's result tuple repeats;
+  * a slice, dynamic slice or gather (top-level, or inside a fusion as the only use of one of its
+    parameters) reads as much of its operand as it keeps, not the whole;
   * an in-place update (dynamic-update-slice, scatter, and fusions whose result is one: the
     buffer it updates is its operand 0, a fusion's parameter) moves the part it updates, not the
     buffer: a dynamic-update-slice writes its update, a scatter reads and writes the rows it
     touches (2x its updates), besides reading its other operands;
-  * a `while` counts its body `known_trip_count` times (the compiler's backend_config), else the
-    bound its condition compares the counter with (a loop from 0 by 1, as lax.scan's), else once,
-    and says so in the notes;
-  * a `conditional` counts its largest branch (for the train step, the optimizer update under
-    lax.cond, taken on every finite step) and says which;
+  * hlo.runs: a `while` counts its body `known_trip_count` times (the compiler's
+    backend_config), else the bound its condition compares the counter with, else once; a
+    `conditional` counts its costliest branch (for the train step, the optimizer update under
+    lax.cond, taken on every finite step); the notes say how each was counted;
   * bitcasts, parameters, tuples, get-tuple-element, constants and the like move nothing.
 
 Each instruction is grouped by the jax.named_scope names in its op_name metadata (bert_jax.model
-SCOPES, the losses', train_state's grad_norm and optimizer; GROUPS below).
+SCOPES, the losses', train_state's grad_norm and optimizer; GROUPS below); collectives by their
+op. What the compiler adds without an op_name (prefetches into VMEM, layout copies, async
+slices) goes to the group of the instructions that use what it moved (_groups). The tied word
+embedding's gradient from the MLM projection is computed in the MLM head's scope, so it counts
+there; "embedding gradient" is the lookup's (the scatter into the table and what feeds it).
 """
 
 import dataclasses
+import functools
 import re
 
 from bert_jax.plan import hlo
@@ -68,13 +74,17 @@ OTHER = "other"
 
 
 def group_of(instruction: hlo.Instruction) -> str:
-    base = instruction.opcode.removesuffix("-start")
+    return _group(instruction.opcode, instruction.op_name)
+
+
+@functools.lru_cache(maxsize=65536)
+def _group(opcode: str, op_name: str) -> str:
+    base = opcode.removesuffix("-start")
     if base in _COLLECTIVES:
         return f"collectives: {base}"
-    if instruction.opcode == "rng-bit-generator":
+    if opcode == "rng-bit-generator":
         return "dropout bits (RNG)"
-    name = instruction.op_name
-    return next((group for group, pattern in GROUPS if pattern.search(name)), OTHER)
+    return next((group for group, pattern in GROUPS if pattern.search(op_name)), OTHER)
 
 
 @dataclasses.dataclass
@@ -162,6 +172,7 @@ def _groups(computation, module) -> dict[str, str]:
         for name in i.operands:
             users.setdefault(name, []).append(i)
     by_name = computation.by_name
+    called: dict[str, str] = {}  # a conditional's, while's or call's group (_called_group)
 
     def nearest(start: hlo.Instruction, step) -> str:
         queue, seen = list(step(start)), set()
@@ -172,7 +183,9 @@ def _groups(computation, module) -> dict[str, str]:
             seen.add(ins.name)
             group = group_of(ins)
             if group == OTHER and ins.opcode in ("conditional", "while", "call"):
-                group = _called_group(ins, module)
+                if ins.name not in called:
+                    called[ins.name] = _called_group(ins, module)
+                group = called[ins.name]
             if group != OTHER:
                 return group
             if not ins.op_name:
@@ -224,7 +237,7 @@ def _traffic(run: hlo.Run, module) -> tuple[int, int]:
     """(HBM bytes, on-chip bytes) one run of an instruction reads and writes (module
     docstring)."""
     ins = run.instruction
-    shapes = {i.name: i.shape for i in run.computation.instructions}
+    shapes = run.computation.shapes
     operands = [hlo.arrays(shapes.get(name, "")) for name in ins.operands]
     results: list = hlo.arrays(ins.shape)
     if ins.opcode.endswith("-start"):  # its result tuple repeats its operands: drop them

@@ -15,6 +15,7 @@ scalar memories (openxla.org/xla/shapes, "memory space identifiers").
 """
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -81,7 +82,7 @@ class Instruction:
     args: str = ""  # the operand list as written (a parameter's number, a constant's value)
     line: str = ""  # as it stood in the text
 
-    @property
+    @functools.cached_property
     def op_name(self) -> str:
         m = _OP_NAME.search(self.attrs)
         return m[1] if m else ""
@@ -101,6 +102,7 @@ class Computation:
 
     def __post_init__(self):
         self.by_name = {i.name: i for i in self.instructions}
+        self.shapes = {i.name: i.shape for i in self.instructions}
 
     @property
     def root(self) -> Instruction:

@@ -99,6 +99,7 @@ def request(flags, config, num_slices: int) -> Request:
     """The plans `flags` (the binary's flag values, as attributes) ask for on `config` (the
     --config ConfigDict, its overrides applied). Every mistake is a cli.UserError naming its
     flag, raised before anything is built."""
+    _check_pretraining_config(config)
     unknown = sorted(set(flags.steps) - set(STEPS))
     if unknown or not flags.steps:
         raise cli.UserError(f"--steps={','.join(flags.steps)}: choose from {', '.join(STEPS)}")
@@ -145,6 +146,32 @@ def request(flags, config, num_slices: int) -> Request:
                     + f"; give a multiple of {dp * accum}"
                 )
     return Request(slice_, count, meshes, remats, batches, list(flags.steps))
+
+
+# Fields the planner reads from --config: a pre-training config (configs/default.py's layout) has
+# them all; a fine-tuning one lacks some.
+_NEEDED = (
+    "model.num_attention_heads",
+    "model.intermediate_size",
+    "model.max_position_embeddings",
+    "train.global_batch_size",
+    "train.grad_accum_steps",
+    "train.num_train_steps",
+    "data.max_seq_length",
+    "mesh.rules",
+)
+
+
+def _check_pretraining_config(config) -> None:
+    for dotted in _NEEDED:
+        node = config
+        for key in dotted.split("."):
+            if not hasattr(node, "keys") or key not in node:
+                raise cli.UserError(
+                    f"--config has no {dotted}: not a pre-training config (configs/bert_base.py "
+                    "and the like; a fine-tuning config goes to --finetune_config)"
+                )
+            node = node[key]
 
 
 def _scalar_checks(flags, config) -> None:

@@ -69,6 +69,11 @@ CASES = [
     ("plan: top negative", PLAN + " --top=-3", "--top"),
     ("plan: config missing", PLAN + " --config=configs/nope.py", "configs/nope.py"),
     (
+        "plan: config a fine-tuning one",
+        PLAN + " --config=configs/finetune/sst2.py",
+        ("--config", "not a pre-training config"),
+    ),
+    (
         "plan: config field typo",
         PLAN + " --config.model.hiden_size=64",
         "did you mean --config.model.hidden_size?",
