@@ -5,8 +5,8 @@ body trip-count times, a `conditional`'s branch, a `call`'s computation) reads i
 HBM and writes its result there; a fusion's inside stays on chip. So its HBM traffic is the bytes
 of its operands plus those of its result, counted as the chip stores them (hlo.Array.nbytes:
 padded to whole tiles) and only where they live in HBM: an operand or result that the compiler
-placed in VMEM or another on-chip memory (memory space S(1) and up) moves no HBM bytes there;
-the copy that brought it on chip counted them.
+placed in VMEM or another on-chip memory (memory space S(1) and up: hlo.py) moves no HBM bytes
+there; the copy that brought it on chip counted them.
 
 Refinements the HLO states itself:
   * an async pair (copy-start / copy-done, all-gather-start / -done, ...) is counted once, at its
@@ -94,7 +94,7 @@ class OpBytes:
     result: str  # its result's arrays, "bf16[16,128,768]"
     operands: str
     bytes: int  # HBM bytes read + written, over all its runs
-    onchip: int  # the same in on-chip memory (VMEM): not in `bytes`
+    onchip: int  # the same in on-chip memory (VMEM, v4's CMEM): not in `bytes`
     times: int  # runs per step (a loop body's trip count)
     group: str
 
@@ -102,7 +102,7 @@ class OpBytes:
 @dataclasses.dataclass
 class Attribution:
     total_bytes: int
-    onchip_bytes: int  # operand and result bytes in VMEM or other on-chip memory: not counted
+    onchip_bytes: int  # operand and result bytes in on-chip memory (VMEM, v4's CMEM): not counted
     groups: dict[str, int]  # group -> HBM bytes, largest first
     onchip_groups: dict[str, int]  # group -> on-chip bytes
     ops: list[OpBytes]  # every counted instruction, most bytes first

@@ -10,8 +10,10 @@ where SHAPE is an array `bf16[16,128,768]{2,1,0:T(8,128)(2,1)S(1)}` or a tuple o
 parentheses. Inside the layout braces, after the minor-to-major dimension order: `T(8,128)` is
 the first tiling (the array is stored in whole 8 x 128 tiles of its two most minor dimensions, so
 its bytes are those of the padded shape; further tiles such as `(2,1)` pack within a tile), and
-`S(n)` its memory space: none or S(0) is HBM, S(1) the TensorCore's VMEM, others on-chip
-scalar memories (openxla.org/xla/shapes, "memory space identifiers").
+`S(n)` its memory space: none or S(0) is HBM (openxla.org/xla/shapes, "memory space
+identifiers"), S(1) the TensorCore's VMEM; the TPU compiler also writes S(3) on v4, for arrays
+up to the size of v4's 128 MiB on-chip CMEM, and S(2) and S(6) for scalars and sync flags. All
+but S(0) are on chip.
 """
 
 import dataclasses

@@ -68,12 +68,25 @@ def traffic(r: dict, top: int) -> str:
     lines = [
         f"  where the HBM bytes of {r['step']} {_mesh(r)} batch {r['global_batch']} go (hlo, "
         f"per chip and step): {t['total_bytes'] / GB:.3f} GB read and written; "
-        f"{t['onchip_bytes'] / GB:.3f} GB more in on-chip memory (VMEM), not counted"
+        f"{t['onchip_bytes'] / GB:.3f} GB more in on-chip memory (VMEM; v4's CMEM), not counted"
     ]
+    roof = r.get("hlo_roofline")
+    if roof and roof["mfu"] is not None:
+        lines.append(
+            "  the roofline on these HBM bytes (the compiler's 'bytes accessed' counts on-chip "
+            f"memory too): serial {roof['serial_s'] * 1e3:.1f} ms ({roof['serial_bound']}), "
+            f"overlapped {roof['overlapped_s'] * 1e3:.1f} ms ({roof['overlapped_bound']}); "
+            f"MFU est. {100 * roof['mfu']:.0f}% / {100 * roof['mfu_overlapped']:.0f}%"
+        )
+    lines.append(f"    {'group':<30} {'HBM GB':>8} {'share':>6} {'on-chip GB':>10}")
     for group, size in t["groups"].items():
-        lines.append(f"    {group:<30} {size / GB:8.3f} GB {100 * size / total:5.1f}%")
+        onchip = t["onchip_groups"].get(group, 0)
+        lines.append(
+            f"    {group:<30} {size / GB:8.3f} {100 * size / total:5.1f}% {onchip / GB:10.3f}"
+        )
     lines.append(
-        f"    {'top ' + str(top) + ' instructions':<30} {'GB':>8}  group; result <- operands"
+        f"    {'top ' + str(top) + ' instructions':<30} {'HBM GB':>8}  kind, group; result <- "
+        "operands"
     )
     for op in t["top"][:top]:
         times = f" x{op['times']}" if op["times"] > 1 else ""

@@ -133,8 +133,15 @@ def test_estimates_are_the_compilers_where_it_gives_one_and_both_rooflines_are_l
         assert p["mfu_overlapped"] == pytest.approx(
             p["model_flops_per_chip"] / 197e12 / p["overlapped_s"]
         )
+        # The same bounds on the HLO's HBM bytes alone: the compiler's "bytes accessed" also
+        # counts what it keeps on chip, so these are the tighter pair.
+        hlo = p["hlo_roofline"]
+        assert p["hbm_traffic"]["total_bytes"] < p["cost"]["bytes accessed"]
+        assert hlo["terms"]["HBM"] == pytest.approx(p["hbm_traffic"]["total_bytes"] / 819e9)
+        assert hlo["overlapped_s"] <= hlo["serial_s"] <= p["roofline_s"]
     header = v5e["stdout"].splitlines()[1:3]
     assert "overlap ms" in header[0] and "(roofline)" in header[1] and "ovl." in header[1]
+    assert v5e["stdout"].count("the roofline on these HBM bytes") == 2
 
 
 @needs_libtpu
