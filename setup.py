@@ -47,11 +47,12 @@ EXTRAS = {
     # s3:// paths, through the same fsspec layer as gs://.
     "s3": ["s3fs>=2024.2"],
 }
-# The TPU compiler (libtpu, about 700 MB installed) for bench/aot_compile.py: it compiles the
-# trainer's steps for a Cloud TPU slice on a machine without one (jax.experimental.topologies).
+# The TPU compiler (libtpu, about 700 MB installed) for the planner, python -m bert_jax.plan: it
+# compiles the trainer's steps for a Cloud TPU slice on a machine without one
+# (jax.experimental.topologies).
 # jax[tpu] pins the libtpu release built for that JAX, so it names JAX's exact version.
 EXTRAS["tpu"] = ["jax[tpu]==0.10.2"]
-# The same check for one H100 (bench/aot_compile.py --topology=h100): jax's CUDA plugin and
+# The same check for one H100 (python -m bert_jax.plan --topology=h100): jax's CUDA plugin and
 # NVIDIA's libraries, several GB, so not part of make install.
 EXTRAS["cuda"] = ["jax[cuda13]==0.10.2"]
 # Tests cover the Beam job on the DirectRunner and the TPU planner too, so the test extra

@@ -18,7 +18,7 @@ Timed, each over the same data_prep shards:
 
 tokens/s counts every position of a row (batch x max_seq_length): what the train step consumes.
 The last line is what a BERT-Large phase-1 step (L=128, P=20) eats on one TPU host: model FLOPs
-per sequence (bench/flops.py, the PaLM-paper count) against the host's chips at a given MFU.
+per sequence (bert_jax/plan/flops.py, the PaLM-paper count) against the host's chips at a given MFU.
 """
 
 import os
@@ -93,7 +93,7 @@ def _ranged_reads(tfrecord: str, url: str, count: int) -> tuple[float, float]:
 
 def tpu_host_sequences_per_s(mfu: float) -> float:
     """BERT-Large phase-1 sequences/s one TPU v4 host's chips consume at `mfu`."""
-    from bench import flops
+    from bert_jax.plan import flops
 
     per_sequence = 3 * flops.forward_flops_per_sequence(1024, 24, 4096, 30522, 128, 20)
     return TPU_V4_HOST_CHIPS * TPU_V4_PEAK_FLOPS * mfu / per_sequence

@@ -259,7 +259,8 @@ class TorchRunner:
 
 
 class TorchMatmulPeak:
-    """flops.MatmulPeak's n x n x n float32 matmul in PyTorch (torch.mm: MKL or oneDNN on x86).
+    """matmul_peak.MatmulPeak's n x n x n float32 matmul in PyTorch (torch.mm: MKL or oneDNN on
+    x86).
 
     Timed in the same rounds as XLA's, it shows how fast each side's matrix library is on this
     machine: a train step's speed is bounded by its library's matmul rate.

@@ -16,7 +16,8 @@ Timing: each case runs --rounds rounds; a round times the matmul peak, ours x --
 --steps (the two alternate who goes first), then the peak again, all in one process, so load from
 other work hits both sides alike. Figures are medians over rounds; ratios are medians of per-round
 ratios (PyTorch step time / ours: above 1 means ours is faster). MFU is model FLOPs per step
-(bench/flops.py states the formula) over step time, divided by the matmul peak of the same round.
+(bert_jax/plan/flops.py states the formula) over step time, divided by the matmul peak of the same
+round.
 "cpu-time" figures divide by this process's CPU seconds instead of wall seconds: they move much
 less when other processes share the cores. Compilation and two warm steps are excluded.
 
@@ -63,8 +64,9 @@ flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON l
 def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> dict:
     import jax
 
-    from bench import flops, runners
+    from bench import runners
     from bert_jax.model import BertConfig
+    from bert_jax.plan import flops
 
     num_predictions = FLAGS.num_predictions or (20 if seq_len <= 128 else 80)
     batch = FLAGS.batch_size or runners.DEFAULT_BATCH[(model, seq_len)]
@@ -185,7 +187,7 @@ def main(argv):
     import jax
     import jax.numpy as jnp
 
-    from bench import flops
+    from bench import matmul_peak
 
     cores = len(os.sched_getaffinity(0))
     if FLAGS.torch:
@@ -201,7 +203,7 @@ def main(argv):
         f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul",
         flush=True,
     )
-    peak = flops.MatmulPeak(n, jnp.dtype(peak_dtype))
+    peak = matmul_peak.MatmulPeak(n, jnp.dtype(peak_dtype))
     torch_peak = None
     if FLAGS.torch and peak_dtype == "float32":
         from bench import runners

@@ -37,6 +37,8 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
                        one loader behind export.py, embed.py and finetune/ (hf.py: the weights'
                        names both ways); its vocabulary loaded and checked once
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
+    plan/              the planner, python -m bert_jax.plan: the steps compiled for a TPU slice
+                       without one, what fits and where the HBM bytes go (its own map)
     cli.py             how every binary reports a mistake (a cli.UserError: one `error:` line,
                        exit status 2), a bug (its traceback and a request to report it, exit
                        1) and a warning (cli.warn)

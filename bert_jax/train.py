@@ -298,7 +298,7 @@ def abstract_batch(
 ) -> dict[str, jax.ShapeDtypeStruct]:
     """The global train batch as the input pipeline delivers it (the data's lengths,
     `global_batch_size` rows; packed rows with config.data.pack), as abstract arrays on the batch
-    sharding: for lowering and compiling the step ahead of time (bench/aot_compile.py)."""
+    sharding: for lowering and compiling the step ahead of time (bert_jax.plan)."""
     b = global_batch_size
     lengths = facts.batch_schema().lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}

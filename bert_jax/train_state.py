@@ -157,7 +157,7 @@ def apply_gradients(
 
     # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
     # kept both versions alive, +0.8 GiB of temporaries per device for BERT-Large on 256
-    # data-parallel devices (6.6 -> 7.4 GiB, bench/aot_compile.py); the conditional adds none.
+    # data-parallel devices (6.6 -> 7.4 GiB, python -m bert_jax.plan); the conditional adds none.
     params, opt_state = jax.lax.cond(
         finite, update, lambda p, o: (p, o), state["params"], state["opt_state"]
     )

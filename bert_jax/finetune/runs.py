@@ -156,7 +156,7 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
 def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
     """make_setup without placing anything: (Setup, trainable, frozen) as pure dicts of the
     model's leaves. With an abstract model (nnx.eval_shape) this is what compiling the step ahead
-    of time needs (bench/aot_compile.py), on devices that hold no data."""
+    of time needs (the planner, bert_jax/plan/steps.py), on devices that hold no data."""
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
     trainable_shardings = sharding.param_shardings(trainable, mesh, rules)

@@ -1,4 +1,4 @@
-"""Issues 12 and 23's sweep: over 300 hostile or careless inputs across all seven binaries.
+"""Issues 12, 23 and 34's sweep: over 300 hostile or careless inputs across all eight binaries.
 
 Each case is a command line as a user types it. A mistake must give exit status 2, nothing on
 stdout and exactly one stderr line, `error: ...`, naming the file or flag at fault (no traceback,
@@ -22,7 +22,14 @@ import sys
 import pytest
 
 from bert_jax import manifest
-from support import sweep_buckets, sweep_inputs, sweep_integrity, sweep_runs, sweep_signals
+from support import (
+    sweep_buckets,
+    sweep_inputs,
+    sweep_integrity,
+    sweep_plan,
+    sweep_runs,
+    sweep_signals,
+)
 from support.golden import REPO
 
 RECORD_FLAGS = ["--max_seq_length=64", "--max_predictions_per_seq=10", "--dupe_factor=1"]
@@ -671,6 +678,7 @@ ALL_CASES = [
     *FINETUNE,
     *sweep_integrity.CASES,  # issue 23: damaged records, manifests, features
     *sweep_inputs.CASES,  # issue 23: model files, dumps, pipes, seeds, outputs, resumes
+    *sweep_plan.CASES,  # issue 34: the planner's flags
     *RUNS,
     *sweep_signals.CASES,  # issue 34: signals, config fields, a UTF-16 dump's language, ...
     *sweep_buckets.CASES,  # issue 34: bucket paths and outages, workdir locks
@@ -748,6 +756,7 @@ def test_the_sweep_covers_every_binary_with_at_least_300_cases():
         "bert_jax.export",
         "bert_jax.embed",
         "bert_jax.finetune",
+        "bert_jax.plan",
     }
     # issue 23's run faults: every class, for the binaries that take a workdir or output
     kinds = {(line.split()[0], run.kind) for _, line, run in RUNS}

@@ -368,15 +368,15 @@ def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(
 
 @pytest.mark.slow
 def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp_path):
-    """BERT-Large's widths with 2 of its 24 layers (the whole model: bench/aot_compile.py, about a
-    minute per mesh), on 256 fake devices: fsdp=8 holds 1/8 of the split weights per device."""
+    """BERT-Large's widths with 2 of its 24 layers (the whole model: python -m bert_jax.plan, about
+    a minute per mesh), on 256 fake devices: fsdp=8 holds 1/8 of the split weights per device."""
     out = tmp_path / "aot.json"
     # XLA_FLAGS asks for 8 devices here: the script must replace that with its 256.
     run = subprocess.run(
         [
             sys.executable,
             "-m",
-            "bench.aot_compile",
+            "bert_jax.plan",
             "--topology=cpu:256",
             "--steps=train",
             "--dtype=float32",
@@ -400,7 +400,7 @@ def test_bert_large_shapes_compile_for_256_devices_and_fsdp_splits_the_state(tmp
         assert r["temp_bytes"] > 0
         # Only LayerNorm parameters and biases stay whole: the rest is split 8 ways, by fsdp
         # alone or by fsdp x tensor (4 x 2). (A data-parallel mesh holds the whole state on every
-        # device: tests/e2e/test_tpu_plan.py checks that one.)
+        # device: tests/e2e/test_plan.py checks that one.)
         assert 7.5 < r["total_state_bytes"] / r["state_bytes"] <= 8
 
 

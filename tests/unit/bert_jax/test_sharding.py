@@ -29,7 +29,7 @@ def test_mesh_shape_fills_one_axis_and_checks_the_product():
 
 def test_trainer_mesh_on_cpu_devices_keeps_their_order():
     """The ICI-ring and multi-slice layouts are for TPU devices: on CPU (and GPU) the trainer's
-    mesh is the devices in order, reshaped, as before them (tests/e2e/test_tpu_plan.py has
+    mesh is the devices in order, reshaped, as before them (tests/e2e/test_plan.py has
     TPU's)."""
     for shape in [(8, 1, 1), (2, 2, 2), (4, 2, 1), (1, 1, 8)]:
         mesh = sharding.make_mesh(*shape)

@@ -1,7 +1,7 @@
 """Cloud TPU chips and slice shapes, from Google's public Cloud TPU documentation.
 
 Every figure below is the documented one (the page is named beside it); none is measured here.
-The planner (bench/aot_compile.py) uses them to judge the TPU compiler's plan: HBM against the
+The planner (python -m bert_jax.plan) uses them to judge the TPU compiler's plan: HBM against the
 plan's peak bytes, bf16 peak against the step's FLOPs (MFU), HBM and ICI bandwidth for the
 roofline estimate where the compiler gives none.
 
@@ -22,7 +22,8 @@ much margin less than it shows). DCN per chip is documented for v5e and v5p only
 take v5e's 3.125 GB/s (labelled an assumption wherever it is used).
 
 Accelerator types (v5p-64, v4-32: TensorCores for v4/v5p, chips for v5e/v6e) map to the slice
-shapes of the same pages' configuration tables.
+shapes of the same pages' configuration tables; `DOCUMENTED` lists every one, and each is
+described by libtpu (tests/e2e/test_plan.py).
 
 One GPU, `h100`, for the same question on CUDA (jax's deviceless compile, with the CUDA plugin
 installed: `pip install -e '.[cuda]'`): NVIDIA's H100 SXM datasheet, 989 TFLOP/s dense bf16,
@@ -30,8 +31,14 @@ installed: `pip install -e '.[cuda]'`): NVIDIA's H100 SXM datasheet, 989 TFLOP/s
 tests use for it (H100_TARGET below: 132 SMs, 84,929,347,584 bytes of memory, compute 9.0).
 """
 
+import contextlib
 import dataclasses
+import os
 import re
+import sys
+import tempfile
+
+from bert_jax import cli
 
 GIB = 1024**3
 
@@ -97,6 +104,15 @@ _SHAPES_2D = {
 }
 
 
+# Every accelerator type the tables above give, as a user names them (v4-32, v5e-16, ...).
+DOCUMENTED = tuple(
+    f"{chip.name}-{chips * chip.cores_per_chip}"
+    for chip in CHIPS.values()
+    if chip.name != "h100"
+    for chips in (_SHAPES_3D if chip.dims == 3 else _SHAPES_2D)
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Topology:
     chip: Chip
@@ -126,31 +142,38 @@ class Topology:
 def parse(name: str, num_slices: int = 1) -> Topology:
     """'v5p-64' (an accelerator type) or 'v5p:2x4x4' (a slice shape) -> Topology.
 
-    Raises ValueError naming the accepted forms."""
+    Raises cli.UserError naming the flag and the accepted forms."""
     text = name.strip().lower().replace("v5litepod", "v5e")
     if num_slices < 1:
-        raise ValueError(f"--num_slices must be at least 1, got {num_slices}")
+        raise cli.UserError(f"--num_slices={num_slices}: must be at least 1")
     if text == "h100":
         if num_slices != 1:
-            raise ValueError("h100 is one GPU: --num_slices must be 1")
+            raise cli.UserError(f"--num_slices={num_slices}: h100 is one GPU; pass 1")
         return Topology(CHIPS["h100"], "1")
     m = re.fullmatch(r"(v4|v5e|v5p|v6e)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
     if not m:
-        raise ValueError(
-            f"unknown TPU topology {name!r}: give an accelerator type (v4-32, v5e-16, v5p-64, "
-            f"v6e-256) or a slice shape (v5e:4x4, v5p:2x4x4) of {', '.join(CHIPS)}"
+        raise cli.UserError(
+            f"--topology={name}: unknown topology; give an accelerator type (v4-32, v5e-16, "
+            "v5p-64, v6e-256), a slice shape (v5e:4x4, v5p:2x4x4), h100, or cpu:N for N fake "
+            "CPU devices"
         )
     chip = CHIPS[m.group(1)]
     if m.group(2):
         if len(m.group(2).split("x")) != chip.dims:
-            raise ValueError(f"{chip.name} slices are {chip.dims}D: e.g. {_example(chip)}")
+            raise cli.UserError(
+                f"--topology={name}: {chip.name} slices are {chip.dims}D, e.g. {_example(chip)}"
+            )
+        if any(int(d) == 0 for d in m.group(2).split("x")):
+            raise cli.UserError(f"--topology={name}: a slice has at least one chip a side")
         return Topology(chip, m.group(2), num_slices)
     count = int(m.group(3))
     shapes = _SHAPES_3D if chip.dims == 3 else _SHAPES_2D
     chips, rest = divmod(count, chip.cores_per_chip)
     if rest or chips not in shapes:
         sizes = ", ".join(f"{chip.name}-{n * chip.cores_per_chip}" for n in shapes)
-        raise ValueError(f"no {chip.name} slice {name!r}; the documented ones: {sizes}")
+        raise cli.UserError(
+            f"--topology={name}: no such {chip.name} slice; the documented ones: {sizes}"
+        )
     return Topology(chip, shapes[chips], num_slices)
 
 
@@ -160,23 +183,14 @@ def _example(chip: Chip) -> str:
 
 def devices(topology: Topology) -> list:
     """The slice's devices for compiling without a TPU: libtpu's topology description (one
-    device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX).
-
-    Raises RuntimeError when libtpu is not installed (`pip install -e '.[tpu]'`)."""
-    import os
-
+    device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX), or the H100's from
+    jax's CUDA plugin. Needs that compiler (compiler_installed)."""
     from jax.experimental import topologies
 
     if topology.chip.name == "h100":
-        try:
-            desc = topologies.get_topology_desc(
-                platform="cuda", target_config=H100_TARGET, topology="1x1x1"
-            )
-        except (NotImplementedError, RuntimeError) as e:
-            raise RuntimeError(
-                f"cannot describe an H100 without jax's CUDA plugin ({e}); install the cuda "
-                "extra: pip install -e '.[cuda]'"
-            ) from e
+        desc = topologies.get_topology_desc(
+            platform="cuda", target_config=H100_TARGET, topology="1x1x1"
+        )
         return list(desc.devices)
 
     # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) so that two processes never drive
@@ -186,16 +200,34 @@ def devices(topology: Topology) -> list:
     kwargs = {"chip_config_name": "megacore"} if topology.chip.cores_per_chip == 2 else {}
     if topology.num_slices > 1:
         kwargs["num_slices"] = topology.num_slices
-    try:
+    if topology.chips_per_slice == 1:
+        # libtpu's default host is 2x2 chips, which a 1x1 slice (v5litepod-1) does not divide.
+        kwargs["chips_per_host_bounds"] = [1, 1, 1]
+    with _libtpu_notices_kept_back():
         desc = topologies.get_topology_desc(
             f"{topology.chip.topology_prefix}:{topology.shape}", platform="tpu", **kwargs
         )
-    except RuntimeError as e:
-        raise RuntimeError(
-            f"cannot describe {topology.name} without libtpu ({e}); install the TPU extra: "
-            "pip install -e '.[tpu]' (make install does)"
-        ) from e
     return list(desc.devices)
+
+
+@contextlib.contextmanager
+def _libtpu_notices_kept_back():
+    """libtpu's start on a machine that is no TPU VM writes a screen of warnings to stderr (no
+    TPU_ACCELERATOR_TYPE, no TPU_WORKER_HOSTNAMES: harmless for a compile): kept back, and
+    written out only if the description fails."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            held.seek(0)
+            os.write(saved, held.read())
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def compiler_installed(name: str) -> bool:

@@ -13,12 +13,24 @@ Where each comes from (the planner's output labels them the same way):
                  DCN bytes (an all-reduce over s slices: 2(s-1)/s of each send's buffer). A
                  group that spans slices in the HLO itself is modelled as a hierarchical
                  all-reduce: within each slice, then across slices over DCN with 1/(n/s) of it.
-                 Ops inside loops (gradient accumulation's scan) are counted once.
-    roofline     where the compiler gives no estimate: max(FLOPs / bf16 peak, HBM bytes / HBM
-                 bandwidth) + ICI bytes / ICI bandwidth + DCN bytes / DCN bandwidth, with the
-                 documented chip figures (bench/tpu_chips.py). It assumes the MXUs run at peak
-                 and that no collective overlaps compute: a bound, not a measurement.
-    model        MFU's numerator: the model FLOPs of bench/flops.py (the PaLM convention;
+                 Ops inside loops (a scan over layers or micro-batches) count once per trip,
+                 those of a conditional's costliest branch once (hbm.runs).
+    roofline     with the documented chip figures (chips.py), two bounds from the same terms:
+                 compute = FLOPs / bf16 peak, HBM = HBM bytes accessed / HBM bandwidth, ICI =
+                 the hlo ICI bytes / one direction of the ICI bandwidth, DCN = DCN bytes / DCN
+                 bandwidth. "serial": max(compute, HBM) + ICI + DCN, as if no collective
+                 overlapped compute; "overlapped": max(compute, HBM, ICI) + DCN, as when the
+                 compiler's asynchronous collectives run under compute (the TPU compiler
+                 schedules them so) and the cross-slice transfers do not. Both assume the MXUs
+                 at peak: bounds, not measurements. The bytes are the compiler's "bytes
+                 accessed", which counts operands and results the compiler placed in on-chip
+                 memory too (VMEM; v4's CMEM): on BERT-Base and -Large it is 1.03-1.09 times
+                 hbm.py's HBM + on-chip bytes, 3-4 times the HBM bytes alone. So the planner
+                 also gives both bounds with hbm.py's HBM-only total ("hlo_roofline"),
+                 labelled apart.
+    estimate     the step time seq/s and MFU use: the compiler's where it gives one, else the
+                 serial roofline (the cautious one); the overlapped bound's MFU is printed too.
+    model        MFU's numerator: the model FLOPs of flops.py (the PaLM convention;
                  recomputation by remat is not counted), per chip.
 """
 
@@ -27,6 +39,8 @@ import math
 import re
 
 import numpy as np
+
+from bert_jax.plan import hbm, hlo
 
 _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _INSTRUCTION = re.compile(
@@ -92,18 +106,23 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
 
     `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
     devices in order)."""
+    module = hlo.parse_module(hlo_text)
+    if any(c.entry for c in module.values()):
+        lines = [(r.instruction.line, r.times) for r in hbm.runs(module)[0]]
+    else:  # lines without their program around them (tests): each once
+        lines = [(line, 1) for line in hlo_text.splitlines()]
     n_dev = len(slice_of_device)
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}
     dcn, unread = 0.0, 0
     slices = len(set(slice_of_device))
-    for line in hlo_text.splitlines():
+    for line, times in lines:
         dcn_send = _MEGASCALE_SEND.match(line)
         if dcn_send:  # multi-slice: what crosses DCN is a send to the megascale runtime
             kind, size = dcn_send[2], _shape_bytes(dcn_send[1])[0]
-            counts[f"DCN {kind}"] = counts.get(f"DCN {kind}", 0) + 1
+            counts[f"DCN {kind}"] = counts.get(f"DCN {kind}", 0) + times
             ring = 2.0 if kind == "ALL_REDUCE" else 1.0
-            dcn += ring * (slices - 1) / max(slices, 1) * size
+            dcn += times * ring * (slices - 1) / max(slices, 1) * size
             continue
         m = _INSTRUCTION.match(line)
         if not m:
@@ -114,13 +133,13 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
             continue
         # An async start's result holds its operand beside its output: take the buffer once.
         size = max(sizes) if start and op != "all-reduce" else sum(sizes)
-        counts[op] = counts.get(op, 0) + 1
+        counts[op] = counts.get(op, 0) + times
         if op == "collective-permute":
-            ici[op] = ici.get(op, 0.0) + size
+            ici[op] = ici.get(op, 0.0) + times * size
             continue
         groups = replica_groups(rest, n_dev)
         if groups is None:
-            unread += 1
+            unread += times
             groups = [list(range(n_dev))]
         group = groups[0]
         n = len(group)
@@ -132,40 +151,47 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
         # all-gather's result is the whole buffer; reduce-scatter's is 1/n of it.
         whole = size * n if op == "reduce-scatter" else size
         if k > 1:
-            ici[op] = ici.get(op, 0.0) + ring * (k - 1) / k * whole
+            ici[op] = ici.get(op, 0.0) + times * ring * (k - 1) / k * whole
         if s > 1:
-            dcn += ring * (s - 1) / s * whole / k
+            dcn += times * ring * (s - 1) / s * whole / k
     return Collectives(ici, dcn, counts, unread)
 
 
 @dataclasses.dataclass
-class StepEstimate:
-    seconds: float
-    source: str  # "compiler" or "roofline"
-    bound: str  # roofline: what dominates (compute, HBM, ICI, DCN)
+class Roofline:
+    terms: dict  # "compute", "HBM", "ICI", "DCN" -> seconds
+    serial_s: float  # max(compute, HBM) + ICI + DCN
+    serial_bound: str  # the largest of the serial sum's terms
+    overlapped_s: float  # max(compute, HBM, ICI) + DCN
+    overlapped_bound: str
 
 
-def estimate(cost: dict, coll: Collectives, chip) -> StepEstimate:
-    """The compiler's step time where it gives one, else the roofline bound (module docstring)."""
-    optimal = float(cost.get("optimal_seconds", -1.0))
-    if optimal > 0:
-        return StepEstimate(optimal, "compiler", "")
-    return roofline(cost, coll, chip)
-
-
-def roofline(cost: dict, coll: Collectives, chip) -> StepEstimate:
-    """max(FLOPs / peak, HBM bytes / bandwidth) + ICI and DCN bytes / their bandwidths."""
-    parts = {
+def roofline(cost: dict, coll: Collectives, chip) -> Roofline:
+    """Both roofline bounds of one step (module docstring)."""
+    # One direction of the documented bidirectional ICI bandwidth carries what a chip sends.
+    terms = {
         "compute": float(cost.get("flops", 0.0)) / chip.bf16_flops,
         "HBM": float(cost.get("bytes accessed", 0.0)) / chip.hbm_bytes_per_s,
+        "ICI": sum(coll.ici_bytes.values()) / (chip.ici_bytes_per_s / 2),
+        "DCN": coll.dcn_bytes / chip.dcn_bytes_per_s,
     }
-    # One direction of the documented bidirectional ICI bandwidth carries what a chip sends.
-    ici = sum(coll.ici_bytes.values()) / (chip.ici_bytes_per_s / 2)
-    dcn = coll.dcn_bytes / chip.dcn_bytes_per_s
-    local = max(parts.values())
-    seconds = local + ici + dcn
-    terms = {max(parts, key=parts.get): local, "ICI": ici, "DCN": dcn}
-    return StepEstimate(seconds, "roofline", max(terms, key=terms.get))
+    local = max(("compute", "HBM"), key=terms.get)
+    serial = {local: terms[local], "ICI": terms["ICI"], "DCN": terms["DCN"]}
+    overlapped = max(("compute", "HBM", "ICI"), key=terms.get)
+    return Roofline(
+        terms,
+        sum(serial.values()),
+        max(serial, key=serial.get),
+        terms[overlapped] + terms["DCN"],
+        overlapped if terms[overlapped] >= terms["DCN"] else "DCN",
+    )
+
+
+def compiler_seconds(cost: dict) -> float | None:
+    """The TPU compiler's own step estimate ('optimal_seconds'), None where it gives none (it
+    writes a negative number then)."""
+    optimal = float(cost.get("optimal_seconds", -1.0))
+    return optimal if optimal > 0 else None
 
 
 def memory(compiled) -> dict:

@@ -1,4 +1,4 @@
-"""The trainer's steps lowered for abstract inputs and compiled for a topology (aot_compile.py).
+"""The trainer's steps lowered for abstract inputs and compiled for a topology, and their figures.
 
 Nothing here re-implements a step: the train and eval steps are bert_jax.train's jit_train_step
 (state donated) and jit_eval_step on train.make_setup's mesh and shardings, fine-tuning's is
@@ -17,11 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bench import flops, tpu_plan
 from bert_jax import data_contract, input_pipeline, masking, train
 from bert_jax import model as model_lib
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
+from bert_jax.plan import figures, flops, hbm
 
 GIB, MB = 1024**3, 1e6
 
@@ -37,10 +37,16 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     # MLPerf's and the original's masked positions: 20 at 128 tokens, 76 at 512 (0.15 x L).
     length = config.data.max_seq_length or 128
     config.data.max_seq_length = length
-    config.data.max_predictions_per_seq = (
+    predictions = (
         masking.MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(masking.MASKED_LM_PROB * length)
     )
+    config.data.max_predictions_per_seq = min(predictions, length)
     config.data.dynamic_masking = False
+
+
+def model_config(config) -> model_lib.BertConfig:
+    """The model the plan builds, checked (a cli.UserError naming its fields)."""
+    return model_lib.BertConfig.from_config_dict(config.model)
 
 
 def _abstract(tree, shardings):
@@ -117,10 +123,13 @@ def _finetune(config, ft_base, devices):
     return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
 
 
-def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -> dict:
-    """Lowers and compiles one step on one mesh; returns its figures (bench/tpu_plan.py says where
-    each comes from). `chip` (bench/tpu_chips.Chip) is None for fake CPU devices. With `hlo_dir`
-    the compiled HLO is written there too."""
+def compile_plan(
+    step: str, config, ft_base, devices, chip, hlo_dir: str = "", top: int = 10
+) -> dict:
+    """Lowers and compiles one step on one mesh; returns its figures (figures.py says where each
+    comes from) and where its HBM bytes go (hbm.py: the `top` instructions and the groups).
+    `chip` (chips.Chip) is None for fake CPU devices. With `hlo_dir` the compiled HLO is written
+    there too."""
     start = time.perf_counter()
     if step == "finetune":
         fn, args, setup, batch, model_flops = _finetune(config, ft_base, devices)
@@ -158,27 +167,24 @@ def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -
     }
     if compiled is None:
         return {**r, **_refused(refusal, chip)}
-    r = {
-        **r,
-        **tpu_plan.memory(compiled),
-        "cost": tpu_plan.cost(compiled),
-    }
-    hlo = compiled.as_text() if hlo_dir or chip is not None else ""
+    r = {**r, **figures.memory(compiled), "cost": figures.cost(compiled)}
+    hlo_text = compiled.as_text()
     if hlo_dir:
         os.makedirs(hlo_dir, exist_ok=True)
         mesh = "x".join(str(v) for v in r["mesh"].values())
         name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
         with open(os.path.join(hlo_dir, name), "w") as f:
-            f.write(hlo)
+            f.write(hlo_text)
+    traffic = hbm.attribute(hlo_text)
+    r["hbm_traffic"] = traffic.to_json(top)
     if chip is None:
         return r
     # cuDNN's fused attention on GPU (model.attention_impl='auto' picks it where it can).
-    r["cudnn_attention_calls"] = hlo.count('custom_call_target="__cudnn$fmha')
-    slices = [getattr(d, "slice_index", 0) for d in setup.mesh.devices.flat]
-    coll = tpu_plan.collectives(hlo, slices)
-    est = tpu_plan.estimate(r["cost"], coll, chip)
-    roof = tpu_plan.roofline(r["cost"], coll, chip)
-    r["roofline_s"], r["roofline_bound"] = roof.seconds, roof.bound
+    r["cudnn_attention_calls"] = hlo_text.count('custom_call_target="__cudnn$fmha')
+    slices = [getattr(d, "slice_index", 0) or 0 for d in setup.mesh.devices.flat]
+    coll = figures.collectives(hlo_text, slices)
+    roof = figures.roofline(r["cost"], coll, chip)
+    compiler_s = figures.compiler_seconds(r["cost"])
     r.update(
         chip=chip.name,
         hbm_bytes=chip.hbm_bytes,
@@ -187,17 +193,38 @@ def compile_plan(step: str, config, ft_base, devices, chip, hlo_dir: str = "") -
         dcn_bytes=coll.dcn_bytes,
         collective_counts=coll.counts,
         unread_groups=coll.unread,
-        step_s=est.seconds,
-        step_source=est.source,
-        bound=est.bound,
+        compiler_s=compiler_s,
+        roofline_terms=roof.terms,
+        roofline_s=roof.serial_s,
+        roofline_bound=roof.serial_bound,
+        overlapped_s=roof.overlapped_s,
+        overlapped_bound=roof.overlapped_bound,
     )
-    if est.seconds > 0:
-        r.update(
-            seq_per_s=batch / est.seconds,
-            mfu=model_flops / chips / est.seconds / chip.bf16_flops,
-        )
+    # The estimate seq/s and MFU use: the compiler's, else the serial (cautious) roofline.
+    if compiler_s is not None:
+        r.update(step_s=compiler_s, step_source="compiler", bound="")
+    else:
+        r.update(step_s=roof.serial_s, step_source="roofline", bound=roof.serial_bound)
+    per_chip = model_flops / chips / chip.bf16_flops
+    # The same bounds with the HBM term from hbm.py's HBM-only bytes: "bytes accessed" counts
+    # operands in VMEM too (figures.py), so this pair is the tighter one; labelled apart.
+    hlo_roof = figures.roofline({**r["cost"], "bytes accessed": traffic.total_bytes}, coll, chip)
+    r["hlo_roofline"] = {
+        "terms": hlo_roof.terms,
+        "serial_s": hlo_roof.serial_s,
+        "serial_bound": hlo_roof.serial_bound,
+        "overlapped_s": hlo_roof.overlapped_s,
+        "overlapped_bound": hlo_roof.overlapped_bound,
+        "mfu": per_chip / hlo_roof.serial_s if hlo_roof.serial_s > 0 else None,
+        "mfu_overlapped": per_chip / hlo_roof.overlapped_s if hlo_roof.overlapped_s > 0 else None,
+    }
+    if r["step_s"] > 0:
+        r.update(seq_per_s=batch / r["step_s"], mfu=per_chip / r["step_s"])
+        r.update(seq_per_s_overlapped=batch / roof.overlapped_s)
+        r.update(mfu_overlapped=per_chip / roof.overlapped_s)
     else:  # no figures to estimate from (XLA:GPU's deviceless compile may report none)
         r.update(step_s=None, step_source="none", seq_per_s=None, mfu=None)
+        r.update(seq_per_s_overlapped=None, mfu_overlapped=None)
     return r
 
 
@@ -216,67 +243,3 @@ def _refused(message: str, chip) -> dict:
         "seq_per_s": None,
         "mfu": None,
     }
-
-
-HEADER = (
-    f"{'step':>8} {'mesh':>9} {'remat':>5} {'batch':>10} {'state':>6} {'args':>6} {'temp':>6} "
-    f"{'peak/HBM GiB':>13} {'fits':>4} {'compile':>7} {'TFLOP':>6} {'step ms':>16} "
-    f"{'seq/s':>8} {'MFU':>5} {'ICI MB':>7} {'DCN MB':>7}\n"
-    f"{'':>8} {'d x f x t':>9} {'':>5} {'(per chip)':>10} {'GiB':>6} {'GiB':>6} {'GiB':>6} "
-    f"{'(compiler)':>13} {'':>4} {'s':>7} {'/chip':>6} {'(source, bound)':>16} "
-    f"{'(est.)':>8} {'est.':>5} {'(hlo)':>7} {'(hlo)':>7}"
-)
-
-
-def row(r: dict) -> str:
-    mesh = "x".join(str(v) for v in r["mesh"].values())
-    per_chip = r["global_batch"] / (r["mesh"]["data"] * r["mesh"]["fsdp"])
-    batch = f"{r['global_batch']} ({per_chip:g})"
-    if r.get("refused"):
-        need = f"{r['peak_bytes'] / GIB:.2f}" if r["peak_bytes"] else "?"
-        return (
-            f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
-            f"{r['state_bytes'] / GIB:6.2f}   NO: the TPU compiler refused it, {need} GiB needed "
-            f"past {r['hbm_bytes'] / GIB:.0f} GiB of HBM ({r['compile_s']:.0f} s)"
-        )
-    line = (
-        f"{r['step']:>8} {mesh:>9} {r['remat']!s:>5} {batch:>10} "
-        f"{r['state_bytes'] / GIB:6.2f} {r['argument_bytes'] / GIB:6.2f} "
-        f"{r['temp_bytes'] / GIB:6.2f} "
-    )
-    if "hbm_bytes" not in r:
-        return line + f"{r['peak_bytes'] / GIB:13.2f} {'':>4} {r['compile_s']:7.0f}"
-    if r["step_s"] is None:
-        est, speed = "no estimate", f"{'-':>8} {'-':>5}"
-    else:
-        bound = f", {r['bound']}" if r["bound"] else ""
-        est = f"{r['step_s'] * 1e3:.1f} ({r['step_source'][:4]}{bound})"
-        speed = f"{r['seq_per_s']:8.0f} {100 * r['mfu']:4.0f}%"
-    return line + (
-        f"{r['peak_bytes'] / GIB:6.2f}/{r['hbm_bytes'] / GIB:<6.0f} "
-        f"{'yes' if r['fits'] else 'NO':>4} "
-        f"{r['compile_s']:7.0f} {r['cost'].get('flops', 0) / 1e12:6.2f} {est:>16} "
-        f"{speed} "
-        f"{sum(r['ici_bytes'].values()) / MB:7.0f} {r['dcn_bytes'] / MB:7.1f}"
-        + (f"  cuDNN attention: {r['cudnn_attention_calls']} calls" if r["chip"] == "h100" else "")
-    )
-
-
-def verdict(results: list[dict], config_path: str, chip) -> str:
-    """The fastest pre-training plan that fits, as the trainer's flags."""
-    fits = [r for r in results if r["step"] == "train" and r["fits"] and r["seq_per_s"]]
-    if not fits:
-        if any(r["step"] == "train" and r["fits"] for r in results):
-            return "train-step plans fit; no step-time estimate to rank them (no cost figures)"
-        return "no train-step plan fits the chip's HBM: add fsdp, remat or a smaller batch"
-    best = max(fits, key=lambda r: r["seq_per_s"])
-    m = best["mesh"]
-    return (
-        f"best plan that fits ({best['seq_per_s']:.0f} sequences/s, {100 * best['mfu']:.0f}% MFU, "
-        f"{best['step_source']} estimate, not a measurement):\n"
-        f"  python -m bert_jax.main --distributed --config={config_path} "
-        f"--config.mesh.data={m['data']} --config.mesh.fsdp={m['fsdp']} "
-        f"--config.mesh.tensor={m['tensor']} --config.model.remat={best['remat']} "
-        f"--config.model.dtype={best['dtype']} "
-        f"--config.train.global_batch_size={best['global_batch']}"
-    )

@@ -1,0 +1,209 @@
+r"""Does it fit, and how fast will it be: the trainer's steps compiled for a TPU slice, anywhere.
+
+  python -m bert_jax.plan --config=configs/bert_large.py --topology=v5p-64 \
+      --meshes=32x1x1,8x4x1 --remat=false,true
+  python -m bert_jax.plan --config=configs/bert_base.py --topology=v5e-16 --num_slices=2
+  python -m bert_jax.plan --topology=cpu:256 --num_layers=2 --meshes=32x8x1  # XLA:CPU's plan
+
+With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler itself
+compiles the trainer's steps for the slice's devices (jax.experimental.topologies: no TPU
+needed): pre-training's train step (bert_jax.train.jit_train_step, state donated), its eval step
+(jit_eval_step) and fine-tuning's train step (a classification head), each on the trainer's own
+mesh. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per chip what
+figures.py says and where each figure comes from, where the step's HBM bytes go (hbm.py: the
+groups and the --top instructions), marks plans that do not fit the chip's HBM, and ends with the
+flags of the fastest plan that fits. Any --config.<field>=<value> override applies, as in the
+trainer.
+
+`--topology=cpu:N` compiles for N fake CPU devices instead, and so does any topology when its
+compiler is not installed (a warning says so): the shardings partition the same way, but memory
+and fusions are XLA:CPU's, not a TPU's, and there is no chip to judge them against. A mistake in
+the flags is one `error:` line and exit status 2, told before anything compiles. docs/scaling.md
+has the table, the commands and what each column means.
+"""
+
+import itertools
+import json
+import os
+import re
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+
+from bert_jax import cli
+
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file(
+    "config", "configs/bert_large.py", "A configs/*.py pre-training config.", lock_config=False
+)
+flags.DEFINE_string(
+    "topology",
+    "v5e-256",
+    "Cloud TPU accelerator type (v4-32, v5e-16, v5p-64, v6e-256) or slice shape (v5e:4x4); "
+    "h100 for one GPU; cpu:N for N fake CPU devices.",
+)
+flags.DEFINE_integer("num_slices", 1, "TPU slices joined by DCN (multi-slice).")
+flags.DEFINE_integer("num_devices", 256, "Fake CPU devices for --topology=cpu.")
+flags.DEFINE_list(
+    "meshes",
+    [],
+    "data x fsdp x tensor shapes (e.g. 16x1x1,4x4x1); default: every split with fsdp and tensor "
+    "powers of two that divides the chips (tensor dividing the heads, at most 4).",
+)
+flags.DEFINE_list("remat", ["false"], "Activation checkpointing choices to compile: false,true.")
+flags.DEFINE_list(
+    "global_batch_sizes", ["0"], "Sequences per step over all chips; 0: the config's."
+)
+flags.DEFINE_list("steps", ["train", "eval", "finetune"], "Which steps to compile.")
+flags.DEFINE_string(
+    "finetune_config", "configs/finetune/sst2.py", "Fine-tuning config (its batch, optimizer)."
+)
+flags.DEFINE_integer("seq_len", 0, "Sequence length; 0: the config's (512 for phase 2).")
+flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
+flags.DEFINE_integer("vocab_size", 30522, "Word-embedding rows (bert-base-uncased's 30522).")
+flags.DEFINE_string("dtype", "bfloat16", "Computation dtype: bfloat16 or float32.")
+flags.DEFINE_string(
+    "attention_impl",
+    "",
+    "config.model.attention_impl; '': the config's. 'auto' decides by the backend JAX runs on "
+    "(CPU here), so to compile what 'auto' picks on a GPU host pass cudnn.",
+)
+flags.DEFINE_float(
+    "attention_dropout",
+    -1.0,
+    "config.model.attention_probs_dropout_prob; -1: the config's. 0 (as MLPerf) lets GPU use "
+    "cuDNN's fused attention (attention_impl='auto').",
+)
+flags.DEFINE_string("json_out", "", "Also write every plan's figures as JSON to this path.")
+flags.DEFINE_string(
+    "hlo_dir", "", "Also write each plan's compiled HLO here (fusions, layouts, collectives)."
+)
+flags.DEFINE_integer(
+    "top", 10, "Instructions to list by HBM bytes per plan (0: none; the groups still in JSON)."
+)
+
+GIB = 1024**3
+
+
+def use_cpu_devices(count: int) -> None:
+    """`count` fake CPU devices whatever XLA_FLAGS said, and JAX on its CPU backend also on a TPU
+    or GPU host: the chips are described, never used. Before JAX's first device use."""
+    xla_flags = re.sub(
+        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
+    )
+    # XLA:CPU's memory-minimizing scheduler (as bench/memory_bench.py): closer to a TPU's plan.
+    xla_flags += f" --xla_force_host_platform_device_count={count}"
+    xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    os.environ["XLA_FLAGS"] = xla_flags.strip()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")  # read at import: JAX may be imported already
+
+
+def load_config(path: str):
+    """--finetune_config's ConfigDict (read only when a fine-tuning step is planned)."""
+    import importlib.util
+
+    if not os.path.isfile(path):
+        raise cli.UserError(f"--finetune_config={path} {cli.not_a_file(path)}")
+    spec = importlib.util.spec_from_file_location("plan_finetune_config", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise cli.UserError(f"--finetune_config={path}: not a Python config file ({e.msg})") from e
+    if not hasattr(module, "get_config"):
+        raise cli.UserError(f"--finetune_config={path} defines no get_config()")
+    return module.get_config()
+
+
+def pretrain_config(base, mesh, remat: bool, batch: int):
+    c = base.copy_and_resolve_references()
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    c.mesh.num_devices = 0
+    c.model.remat = remat
+    c.train.global_batch_size = batch
+    return c
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    from bert_jax import config_check
+    from bert_jax.plan import chips, options
+
+    base = FLAGS.config
+    req = options.request(FLAGS, base, FLAGS.num_slices)
+    # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
+    base.train.init_checkpoint, base.train.init_optimizer_state = "", False
+    ft_base = load_config(FLAGS.finetune_config) if "finetune" in req.steps else None
+    topology = req.topology
+    if topology is None:
+        note = "XLA:CPU for fake CPU devices (its plan; no chip figures)"
+    elif not chips.compiler_installed(FLAGS.topology):
+        extra = "cuda" if topology.chip.name == "h100" else "tpu"
+        cli.warn(
+            f"--topology={FLAGS.topology}: its compiler is not installed (pip install -e "
+            f"'.[{extra}]'); planning for {topology.num_chips} fake CPU devices instead"
+        )
+        note = f"XLA:CPU for {topology.num_chips} fake CPU devices standing in for {topology.name}"
+        topology = None
+    else:
+        gpu = topology.chip.name == "h100"
+        note = "the CUDA compiler (XLA:GPU)" if gpu else "the TPU compiler (libtpu)"
+        note += ", compile only"
+    use_cpu_devices(req.num_devices if topology is None else 1)
+
+    from bert_jax.plan import report, steps
+
+    steps.override_model(base, FLAGS.vocab_size, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
+    if FLAGS.attention_impl:
+        base.model.attention_impl = FLAGS.attention_impl
+    if FLAGS.attention_dropout >= 0:
+        base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
+    plans = [
+        (mesh, remat, batch, pretrain_config(base, mesh, remat, batch))
+        for mesh, remat, batch in itertools.product(req.meshes, req.remats, req.batches)
+    ]
+    for *_, config in plans:  # the trainer's own checks, before anything compiles
+        config_check.check_pretraining(config, req.num_devices)
+        steps.model_config(config)
+    import jax
+
+    devices = jax.devices() if topology is None else chips.devices(topology)
+    m = base.model
+    config_path = config_flags.get_config_filename(FLAGS["config"])
+    where = topology.name if topology else f"{len(devices)} devices"
+    print(
+        f"{config_path}: L={m.num_hidden_layers} H={m.hidden_size} "
+        f"A={m.num_attention_heads} V={m.vocab_size}, {m.dtype}, seq "
+        f"{base.data.max_seq_length}; {where}; compiled by {note}",
+        flush=True,
+    )
+    chip = topology.chip if topology else None
+    print(report.HEADER, flush=True)
+    results = []
+    for *_, config in plans:
+        for step in req.steps:
+            r = steps.compile_plan(step, config, ft_base, devices, chip, FLAGS.hlo_dir, FLAGS.top)
+            results.append(r)
+            print(report.row(r), flush=True)
+            if FLAGS.top and (text := report.traffic(r, FLAGS.top)):
+                print(text, flush=True)
+            if FLAGS.json_out:  # after every plan: a long run killed midway keeps what it did
+                with cli.user_path("--json_out", FLAGS.json_out), open(FLAGS.json_out, "w") as f:
+                    json.dump(results, f, indent=1)
+    if chip is not None:
+        overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+        print(report.verdict(results, config_path, overrides), flush=True)
+    print(
+        "whole train state (parameters + Adam moments): "
+        f"{results[0]['total_state_bytes'] / GIB:.2f} GiB",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    cli.run(main)

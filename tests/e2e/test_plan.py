@@ -1,0 +1,285 @@
+"""The planner (python -m bert_jax.plan): a tiny BERT compiled by the TPU compiler for small slices,
+no TPU needed; where its HBM bytes go; the trainer's mesh on TPU slices; every documented
+topology; the fallback to fake CPU devices where libtpu is missing. (Its usage mistakes, one
+`error:` line each: tests/support/sweep_plan.py, in the bad-input sweep.)
+
+The compiles run in subprocesses: the planner starts libtpu's compiler there and this process stays
+on the CPU backend (conftest.py). Each compile of the tiny config costs about 10 CPU-s, so one
+module fixture's plans serve several tests. Skipped where libtpu is not installed (the `tpu`
+extra), but for the fallback test, which hides it.
+"""
+
+import importlib.util
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.plan import hbm
+from support.golden import REPO
+
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason="libtpu is not installed (pip install -e '.[tpu]', which make install does)",
+)
+GIB = 1024**3
+# tiny's shape with a width of 128 (its 32 leave every buffer in VMEM, so the HBM groups would be
+# empty) and two accumulation steps: the step then holds a loop (lax.scan) to count per trip.
+WIDER = (
+    "--config.model.hidden_size=128",
+    "--config.model.intermediate_size=512",
+    "--config.train.grad_accum_steps=2",
+)
+
+
+def _run(*args: str, prelude: str = "", timeout=1800) -> subprocess.CompletedProcess:
+    """`python -m bert_jax.plan --config=configs/tiny.py *args`; `prelude` (Python) first."""
+    command = [sys.executable, "-m", "bert_jax.plan"]
+    if prelude:  # the same, as runpy runs it, after the prelude
+        command[1:] = [
+            "-c",
+            f"import runpy, sys; {prelude}; sys.argv[0] = 'bert_jax.plan'; "
+            "runpy.run_module('bert_jax.plan', run_name='__main__', alter_sys=True)",
+        ]
+    return subprocess.run(
+        [*command, "--config=configs/tiny.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,  # minutes on a loaded machine; seconds per plan when idle
+    )
+
+
+def _plan(out_dir, name: str, *flags: str) -> tuple[list[dict], str]:
+    out = os.path.join(out_dir, f"{name}.json")
+    run = _run(*flags, f"--json_out={out}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr == "", run.stderr[-3000:]  # libtpu's start-up notices kept back
+    assert "compiled by the TPU compiler" in run.stdout
+    with open(out) as f:
+        return json.load(f), run.stdout
+
+
+def _by(plans, **want):
+    (match,) = [
+        p
+        for p in plans
+        if all(
+            ("x".join(map(str, p["mesh"].values())) if k == "mesh" else p[k]) == v
+            for k, v in want.items()
+        )
+    ]
+    return match
+
+
+@pytest.fixture(scope="module")
+def v5e(tmp_path_factory):
+    """Three train-step plans on v5e:2x2: 8 and 64 sequences data-parallel, 8 with fsdp=2; the
+    compiled HLO of each under hlo/."""
+    d = tmp_path_factory.mktemp("plan")
+    common = ("--topology=v5e:2x2", "--steps=train", f"--hlo_dir={d / 'hlo'}", *WIDER)
+    data, out = _plan(d, "d", *common, "--meshes=4x1x1", "--global_batch_sizes=8,64", "--top=5")
+    fsdp, _ = _plan(d, "f", *common, "--meshes=2x2x1", "--global_batch_sizes=8")
+    return {"plans": data + fsdp, "stdout": out, "hlo": d / "hlo"}
+
+
+@needs_libtpu
+def test_v5e_plans_grow_with_the_batch_and_fsdp_splits_the_state(v5e):
+    small = _by(v5e["plans"], mesh="4x1x1", global_batch=8)
+    large = _by(v5e["plans"], mesh="4x1x1", global_batch=64)
+    fsdp = _by(v5e["plans"], mesh="2x2x1")
+    for p in (small, large, fsdp):
+        assert p["chips"] == 4 and p["hbm_bytes"] == 16 * GIB  # v5e, from Google's docs
+        # The donated state is updated in place, and the state is the bulk of the arguments.
+        assert p["alias_bytes"] >= 0.99 * p["state_bytes"]
+        assert p["state_bytes"] <= p["argument_bytes"]
+        assert p["fits"] and p["peak_bytes"] <= p["hbm_bytes"]
+        assert p["step_s"] > 0 and p["seq_per_s"] == pytest.approx(p["global_batch"] / p["step_s"])
+        assert 0 < p["mfu"] < 1
+    # 8x the rows: more activations and more FLOPs per chip, the same state.
+    assert large["temp_bytes"] > small["temp_bytes"]
+    assert large["peak_bytes"] > small["peak_bytes"]
+    assert 4 < large["cost"]["flops"] / small["cost"]["flops"] <= 8.5
+    assert large["state_bytes"] == small["state_bytes"]
+    # fsdp=2 holds half of every split weight and Adam moment; LayerNorm parameters and biases
+    # stay whole (a larger share of a tiny model than of BERT-Base).
+    assert 1.8 < small["state_bytes"] / fsdp["state_bytes"] <= 2
+    assert small["state_bytes"] == small["total_state_bytes"]  # data parallelism replicates
+    # The data-parallel step all-reduces the gradients: 2(n-1)/n of them per chip, at least the
+    # bf16 size of the parameters (a third of the state, in float32); fsdp gathers weights.
+    assert small["ici_bytes"]["all-reduce"] > small["total_state_bytes"] / 3 / 2
+    assert fsdp["ici_bytes"].get("all-gather", 0) > 0
+
+
+@needs_libtpu
+def test_estimates_are_the_compilers_where_it_gives_one_and_both_rooflines_are_labelled(v5e):
+    for p in v5e["plans"]:
+        terms = p["roofline_terms"]
+        assert set(terms) == {"compute", "HBM", "ICI", "DCN"}
+        assert p["roofline_s"] == pytest.approx(
+            max(terms["compute"], terms["HBM"]) + terms["ICI"] + terms["DCN"]
+        )
+        assert p["overlapped_s"] == pytest.approx(
+            max(terms["compute"], terms["HBM"], terms["ICI"]) + terms["DCN"]
+        )
+        assert p["overlapped_s"] <= p["roofline_s"]
+        if p["compiler_s"] is not None:
+            assert (p["step_source"], p["step_s"]) == ("compiler", p["compiler_s"])
+        else:
+            assert (p["step_source"], p["step_s"]) == ("roofline", p["roofline_s"])
+        assert p["mfu_overlapped"] == pytest.approx(
+            p["model_flops_per_chip"] / 197e12 / p["overlapped_s"]
+        )
+        # The same bounds on the HLO's HBM bytes alone: the compiler's "bytes accessed" also
+        # counts what it keeps on chip, so these are the tighter pair.
+        hlo = p["hlo_roofline"]
+        assert p["hbm_traffic"]["total_bytes"] < p["cost"]["bytes accessed"]
+        assert hlo["terms"]["HBM"] == pytest.approx(p["hbm_traffic"]["total_bytes"] / 819e9)
+        assert hlo["overlapped_s"] <= hlo["serial_s"] <= p["roofline_s"]
+    header = v5e["stdout"].splitlines()[1:3]
+    assert "overlap ms" in header[0] and "(roofline)" in header[1] and "ovl." in header[1]
+    assert v5e["stdout"].count("the roofline on these HBM bytes") == 2
+
+
+@needs_libtpu
+def test_where_the_hbm_bytes_go_adds_up_and_names_the_parts(v5e):
+    for p in v5e["plans"]:
+        t = p["hbm_traffic"]
+        assert sum(t["groups"].values()) == t["total_bytes"] > 0
+        assert sum(t["onchip_groups"].values()) == t["onchip_bytes"]
+        # The optimizer updates the whole float32 state, the MLM head projects onto the whole
+        # vocabulary, the embedding gradient is a table's worth (in VMEM at this size).
+        assert t["groups"]["optimizer update"] > 0.3 * t["total_bytes"]
+        assert t["groups"]["MLM head and loss"] > 0
+        embedding = t["groups"].get("embedding gradient", 0)
+        assert embedding + t["onchip_groups"].get("embedding gradient", 0) > 0
+        assert t["groups"].get("other", 0) < 0.02 * t["total_bytes"]
+        assert any("counted 2 times" in note for note in t["notes"])  # grad accumulation's scan
+        assert any(note.startswith("conditional") for note in t["notes"])  # the optimizer's
+    # The JSON is the attribution of the HLO the compiler wrote: recomputed, the same.
+    small = _by(v5e["plans"], mesh="4x1x1", global_batch=8)
+    text = (v5e["hlo"] / "train_4x1x1_b8_remat0.hlo.txt").read_text()
+    assert hbm.attribute(text).to_json(top=5) == small["hbm_traffic"]
+    assert len(small["hbm_traffic"]["top"]) == 5
+    out = v5e["stdout"]
+    assert out.count("where the HBM bytes of train 4x1x1") == 2
+    assert "optimizer update" in out and "top 5 instructions" in out
+    top = small["hbm_traffic"]["top"][0]
+    assert f"{top['name'][:30]:<30} {top['bytes'] / 1e9:8.3f}" in out
+
+
+@needs_libtpu
+def test_v4_megacore_slice_compiles_eval_and_finetuning_and_a_plan_past_hbm_is_marked(tmp_path):
+    plans, _ = _plan(
+        tmp_path,
+        "v4",
+        "--topology=v4:2x2x1",
+        "--meshes=4x1x1",
+        "--global_batch_sizes=8",
+        "--steps=eval,finetune",
+        "--top=0",
+    )
+    assert [p["step"] for p in plans] == ["eval", "finetune"]
+    for p in plans:
+        assert p["chips"] == 4  # one JAX device per chip (megacore), as a v4 VM shows them
+        assert p["hbm_bytes"] == 32 * GIB and p["fits"]
+    evaluate, finetune = plans
+    assert evaluate["alias_bytes"] == 0  # eval donates nothing
+    # Parameters only, no Adam moments; fine-tuning trains them all, with moments.
+    assert evaluate["state_bytes"] < finetune["state_bytes"] / 2
+    assert finetune["global_batch"] == 32  # configs/finetune/sst2.py's batch
+    assert finetune["alias_bytes"] >= 0.99 * finetune["state_bytes"]  # the state, donated
+    # 40M vocabulary rows of 32: parameters and Adam moments 14.3 GiB replicated on each chip,
+    # plus the MLM logits: past a v5e's 16 GiB, marked, and no flags offered for it.
+    (big,), out = _plan(
+        tmp_path,
+        "big",
+        "--topology=v5e-4",
+        "--meshes=4x1x1",
+        "--global_batch_sizes=4",
+        "--steps=train",
+        "--vocab_size=40000000",
+        "--top=0",
+    )
+    assert big["peak_bytes"] > big["hbm_bytes"] and not big["fits"]
+    assert "no train-step plan fits the chip's HBM" in out
+
+
+@needs_libtpu
+def test_a_one_chip_v5e_plans():
+    """v5litepod-1: libtpu's default host of 2x2 chips does not divide it (chips.devices)."""
+    run = _run("--topology=v5e-1", "--steps=eval", "--global_batch_sizes=8", "--top=0")
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
+    assert "v5e-1 (1x1); compiled by the TPU compiler" in run.stdout
+    assert "    eval     1x1x1 False      8 (8)" in run.stdout
+
+
+@needs_libtpu
+def test_every_documented_topology_is_described_and_the_trainer_mesh_follows_ici_rings():
+    """No compile: the slices' device descriptions from libtpu, in a subprocess."""
+    code = """
+import json
+from bert_jax import sharding
+from bert_jax.plan import chips
+out = {"chips": {}}
+for name in chips.DOCUMENTED:
+    out["chips"][name] = len(chips.devices(chips.parse(name)))
+out["two slices of one"] = len(chips.devices(chips.parse("v5e-1", num_slices=2)))
+one = chips.devices(chips.parse("v5e:4x4"))
+mesh = sharding.make_mesh(4, 4, 1, one)
+out["rows"] = [[d.coords[:2] for d in row] for row in mesh.devices[:, :, 0]]
+two = chips.devices(chips.parse("v5e:2x2", num_slices=2))
+mesh = sharding.make_mesh(4, 2, 1, two)
+out["slices"] = [[d.slice_index for d in row] for row in mesh.devices[:, :, 0]]
+out["num_slices"] = sharding.num_slices(two)
+try:
+    sharding.make_mesh(1, 8, 1, two)
+except ValueError as e:
+    out["error"] = str(e)
+print(json.dumps(out))
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    from bert_jax.plan import chips
+
+    assert out["chips"] == {n: chips.parse(n).num_chips for n in chips.DOCUMENTED}
+    assert out["two slices of one"] == 2
+    # 4 x 4 chips: each fsdp group (a row) is a physical ring of neighbours, one ICI hop apart.
+    for row in out["rows"]:
+        for a, b in itertools.pairwise(row):
+            assert abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1
+    # Two slices: every fsdp group lies in one slice; data parallelism crosses them.
+    assert out["num_slices"] == 2
+    assert all(len(set(row)) == 1 for row in out["slices"])
+    assert {row[0] for row in out["slices"]} == {0, 1}
+    assert "multiple of the slice count" in out["error"]
+
+
+def test_without_libtpu_it_plans_for_fake_cpu_devices_and_says_so(tmp_path):
+    """libtpu hidden from the process (import fails, find_spec finds nothing): the documented
+    fallback, one warning line, XLA:CPU's plan for as many devices as the slice has chips."""
+    out = tmp_path / "p.json"
+    run = _run(
+        "--topology=v5e-4",
+        "--meshes=4x1x1",
+        "--global_batch_sizes=8",
+        "--steps=eval",
+        f"--json_out={out}",
+        prelude="sys.modules['libtpu'] = None",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.splitlines() == [
+        "warning: --topology=v5e-4: its compiler is not installed (pip install -e '.[tpu]'); "
+        "planning for 4 fake CPU devices instead"
+    ]
+    assert "compiled by XLA:CPU for 4 fake CPU devices standing in for v5e-4 (2x2)" in run.stdout
+    (plan,) = json.loads(out.read_text())
+    assert plan["chips"] == 4 and "hbm_bytes" not in plan  # no chip to judge it against
+    assert plan["hbm_traffic"]["total_bytes"] > 0
