@@ -42,6 +42,16 @@ def main(argv):
         )
     from bert_jax import storage
 
+    if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:
+        fine_tuning = "init" in FLAGS.config and "train_file" in FLAGS.config.get("data", {})
+        raise cli.UserError(
+            "--config is not a pre-training config (it has no config.data.train_files)"
+            + (
+                "; it is a fine-tuning config: run python -m bert_jax.finetune"
+                if fine_tuning
+                else ""
+            )
+        )
     data, train_config = FLAGS.config.data, FLAGS.config.train
     storage.check_paths(  # every path parsed once, before anything is read or written
         {

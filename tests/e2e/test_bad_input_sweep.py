@@ -421,6 +421,11 @@ TRAIN = (
 BERT_JAX_MAIN = [
     ("train: no flags", "bert_jax.main", "--config"),
     ("train: no workdir", "bert_jax.main --config=configs/tiny.py", "--workdir"),
+    (
+        "train: a fine-tuning config",
+        "bert_jax.main --config=configs/finetune/sst2.py --workdir={o}/run",
+        "it is a fine-tuning config: run python -m bert_jax.finetune",
+    ),
     ("train: config missing", TRAIN + " --config=configs/nope.py", "configs/nope.py"),
     ("train: config not python", TRAIN + " --config={d}/corpus.txt", "corpus.txt"),
     (
