@@ -268,32 +268,53 @@ _SLICES = ("slice", "dynamic-slice", "slice-start", "gather")
 def _partial_reads(ins: hlo.Instruction, results: list, module) -> dict[int, int]:
     """operand index -> bytes read, for operands read only in part: a slice's or a gather's
     operand 0 (as much as the result holds), a fusion's parameters that only slices and gathers
-    use."""
+    use (also inside a fusion nested in it: a scanned layer's stacked weights and saved
+    activations reach the body's fusions whole and are sliced one layer deep inside)."""
     if ins.opcode in _SLICES and results:
         return {0: results[0].nbytes}
     if ins.opcode != "fusion" or not ins.called("calls"):
         return {}
     fused = module[ins.called("calls")[0]]
+    out = {}
+    for param in (i for i in fused.instructions if i.opcode == "parameter"):
+        if param.args.strip().isdigit():
+            read = _sliced_bytes(param, fused, module)
+            if read:
+                out[int(param.args)] = read
+    return out
+
+
+def _sliced_bytes(param: hlo.Instruction, fused: hlo.Computation, module) -> int | None:
+    """Bytes a fused computation reads of its parameter `param` when every use slices it
+    (through bitcasts and nested fusions), else None (read whole)."""
     users: dict[str, list] = {}
     for i in fused.instructions:
         for k, name in enumerate(i.operands):
             users.setdefault(name, []).append((k, i))
-    out = {}
-    for param in (i for i in fused.instructions if i.opcode == "parameter"):
-        if not param.args.strip().isdigit():
-            continue
-        read, pending, partial = 0, [param.name], True
-        while pending and partial:
-            for k, user in users.get(pending.pop(), []):
-                if user.opcode == "bitcast":
-                    pending.append(user.name)
-                elif user.opcode in _SLICES and k == 0:
-                    read += sum(a.nbytes for a in hlo.arrays(user.shape))
-                else:
-                    partial = False
-        if partial and read:
-            out[int(param.args)] = read
-    return out
+    read, pending = 0, [param.name]
+    while pending:
+        for k, user in users.get(pending.pop(), []):
+            if user.opcode == "bitcast":
+                pending.append(user.name)
+            elif user.opcode in _SLICES and k == 0:
+                read += sum(a.nbytes for a in hlo.arrays(user.shape))
+            elif user.opcode == "fusion" and user.called("calls"):
+                nested = module[user.called("calls")[0]]
+                inner = next(
+                    (
+                        i
+                        for i in nested.instructions
+                        if i.opcode == "parameter" and i.args.strip() == str(k)
+                    ),
+                    None,
+                )
+                part = _sliced_bytes(inner, nested, module) if inner is not None else None
+                if not part:
+                    return None
+                read += part
+            else:
+                return None
+    return read or None
 
 
 _UPDATES = ("dynamic-update-slice", "scatter")
@@ -321,6 +342,8 @@ def _in_place(ins: hlo.Instruction, shapes: dict, module) -> list[tuple[int, int
     out = []
     for k, name in enumerate(elements):
         update = fused.by_name[name]
+        while update.opcode == "bitcast" and update.operands:  # a scan's stacked buffer
+            update = fused.by_name[update.operands[0]]
         if update.opcode not in _UPDATES or len(update.operands) < 2:
             continue
         buffer = fused.by_name[update.operands[0]]
