@@ -34,7 +34,6 @@ so it runs under jax.shard_map over the batch (and heads) axes of the mesh in ef
 runs in Pallas' interpret mode (tests check it against `einsum_attention`).
 """
 
-import functools
 import math
 
 import jax
@@ -109,7 +108,6 @@ def splash_usable(length: int) -> bool:
     return platform() == "tpu" and length % 128 == 0
 
 
-@functools.cache
 def _splash_kernel(heads: int, length: int, interpret: bool):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
@@ -126,12 +124,13 @@ def _splash_kernel(heads: int, length: int, interpret: bool):
         block_kv_dq=block,
     )
     mask = sm.MultiHeadMask([sm.FullMask((length, length))] * heads)
-    # Concrete even when first asked for inside a trace: the kernel holds arrays (its mask's
-    # block tables) and is cached across traces.
-    with jax.ensure_compile_time_eval():
-        return sk.make_splash_mha(
-            mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
-        )
+    # Made inside the trace that uses it (its mask's block tables become constants of that
+    # program): not cached across traces, where it would hold another trace's values, nor made
+    # eagerly, which would place them on the mesh's devices (a planner's TPU chips, described
+    # but not present).
+    return sk.make_splash_mha(
+        mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
 
 
 def splash_attention(q, k, v, input_mask, *, example_ids=None, batch_axes=None, head_axes=None):
