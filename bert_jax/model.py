@@ -362,7 +362,7 @@ def run_layers(layers, x, input_mask, dropout_rng, example_ids, *, remat: bool, 
 
     scan=True: one jax.lax.scan whose body is one layer, over the layers' parameters stacked
     along a new leading axis (MaxText's scan_layers): the compiler sees and optimizes one layer
-    instead of num_hidden_layers copies (BERT-Large's TPU compile ~20x faster). The stack is
+    instead of num_hidden_layers copies (docs/scaling.md: compile times). The stack is
     built inside the step from the per-layer parameters, so nothing outside sees another layout,
     and the keys are the same fold_in(dropout_rng, i), so the result is the unrolled loop's.
     Layers whose structure differs (none in BERT) run unrolled.
@@ -382,8 +382,13 @@ def run_layers(layers, x, input_mask, dropout_rng, example_ids, *, remat: bool, 
         key = jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
         return _run_layer(nnx.merge(graphdef, state), x, input_mask, key, example_ids), None
 
-    if remat:
-        body = jax.checkpoint(body)
+    # What the backward pass keeps of each layer: with remat nothing (recomputed), else the
+    # matmuls' outputs, the cheap elementwise work (dropout masks from their hash, GELU,
+    # softmax, norms) recomputed. Without a policy a scan saves every intermediate of its body
+    # into stacked [layers, ...] buffers (dropout masks included), what an unrolled stack lets
+    # XLA fuse away (docs/scaling.md has the bytes).
+    policy = None if remat else jax.checkpoint_policies.checkpoint_dots
+    body = jax.checkpoint(body, policy=policy)
     x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(len(layers))))
     return x
 

@@ -108,6 +108,11 @@ class Attribution:
     ops: list[OpBytes]  # every counted instruction, most bytes first
     notes: list[str]  # loops and conditionals: how they were counted
 
+    @property
+    def repeats(self) -> bool:
+        """Whether some instruction runs more than once a step (a loop body)."""
+        return any(op.times > 1 for op in self.ops)
+
     def to_json(self, top: int) -> dict:
         return {
             "total_bytes": self.total_bytes,

@@ -70,6 +70,8 @@ def traffic(r: dict, top: int) -> str:
         f"per chip and step): {t['total_bytes'] / GB:.3f} GB read and written; "
         f"{t['onchip_bytes'] / GB:.3f} GB more in on-chip memory (VMEM; v4's CMEM), not counted"
     ]
+    if r.get("cost_source", "compiler") != "compiler":
+        lines.append(f"  TFLOP and 'bytes accessed' above: {r['cost_source']}")
     roof = r.get("hlo_roofline")
     if roof and roof["mfu"] is not None:
         lines.append(
