@@ -207,6 +207,12 @@ def main(argv):
     storage.check_paths({"--input": FLAGS.input, "--output": FLAGS.output}, outputs=["--output"])
     if storage.isdir(FLAGS.output):
         raise cli.UserError(f"--output={FLAGS.output!r} is a directory; name the file to write")
+    if FLAGS.model_type == "bpe" and not FLAGS.output.endswith(".json"):
+        # Every reader tells a tokenizer.json from a vocab.txt by its name.
+        raise cli.UserError(
+            f"--output={FLAGS.output!r}: a BPE tokenizer is written as a Hugging Face "
+            "tokenizer.json; name the file ....json (e.g. tokenizer.json)"
+        )
     # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
     # written is an error now, not a trainer's traceback at the end.
     output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")

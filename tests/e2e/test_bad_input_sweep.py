@@ -403,7 +403,8 @@ VOCAB = [
         "--vocab_size=30 is smaller than the 100 entries this corpus needs",
     ),
     ("vocab: size a word", VOC + " --vocab_size=big", "vocab_size"),
-    ("vocab: model type unknown", VOC + " --model_type=bpe", "--model_type"),
+    ("vocab: model type unknown", VOC + " --model_type=wordpeace", "--model_type"),
+    ("vocab: a BPE tokenizer into a .txt", VOC + " --model_type=bpe", "--output"),
     ("vocab: output a directory", VOC + " --output={d}/dir --vocab_size=300", "dir"),
     ("vocab: output under a file", VOC + " --output={d}/not_a_dir/v.txt", "not_a_dir"),
     (
