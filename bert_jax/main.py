@@ -68,6 +68,10 @@ def main(argv):
     )
     import jax  # after flag parsing, so --help stays fast
 
+    from bert_jax import sharding
+
+    sharding.use_tpu_compiler_flags()
+
     if FLAGS.distributed:
         # CPU processes need a collectives backend to talk to each other (GPU/TPU ignore this).
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

@@ -62,6 +62,10 @@ def main(argv):
     _check_paths()
     import jax  # after flag parsing, so --help stays fast
 
+    from bert_jax import sharding
+
+    sharding.use_tpu_compiler_flags()
+
     if FLAGS.distributed:
         jax.distributed.initialize()
     if FLAGS.mode == "predict":

@@ -172,6 +172,10 @@ def main(argv):
         steps.model_config(config)
     import jax
 
+    from bert_jax import sharding
+
+    sharding.use_tpu_compiler_flags()  # the trainer's own TPU compiler settings
+
     devices = jax.devices() if topology is None else chips.devices(topology)
     m = base.model
     config_path = config_flags.get_config_filename(FLAGS["config"])

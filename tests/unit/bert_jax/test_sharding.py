@@ -159,3 +159,13 @@ def test_sharded_weight_update_equals_the_replicated_one_over_20_steps(shape, ba
         jax.tree_util.tree_flatten_with_path(params)[0], jax.tree.leaves(ref_params)
     ):
         np.testing.assert_allclose(p, r, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def test_tpu_compiler_flags_join_libtpu_init_args_unless_the_user_set_them():
+    env = {}
+    sharding.use_tpu_compiler_flags(env)
+    assert env["LIBTPU_INIT_ARGS"].split() == list(sharding.TPU_COMPILER_FLAGS)
+    mine = "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=true --xla_foo=1"
+    env = {"LIBTPU_INIT_ARGS": mine}
+    sharding.use_tpu_compiler_flags(env)
+    assert env["LIBTPU_INIT_ARGS"].split() == [*mine.split(), sharding.TPU_COMPILER_FLAGS[1]]
