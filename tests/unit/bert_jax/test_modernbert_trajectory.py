@@ -20,7 +20,7 @@ from configs import modernbert_base
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-STEPS, BATCH, LENGTH, PREDICTIONS, VOCAB = 100, 8, 24, 5, 64
+STEPS, BATCH, LENGTH, PREDICTIONS, VOCAB, PERIOD, MASK_ID = 100, 8, 24, 4, 64, 6, 2
 LOSS_TOL = 1e-4
 
 
@@ -48,21 +48,25 @@ def config():
 
 
 def batches() -> list[dict]:
-    """STEPS batches of random ids; rows 6 and 7 padded; masked positions distinct per row. The
-    labels are the ids themselves (left in place, not [MASK]ed), so that training has something to
-    learn and the two sides' losses move far from where they started."""
+    """STEPS batches; rows 6 and 7 padded; PREDICTIONS distinct positions a row replaced by
+    [MASK] (id 2). Each row repeats PERIOD random ids, so a masked id can be read PERIOD
+    positions away: training has something to learn, through attention, and a sliding window
+    of 4 either side cannot see it where a global layer or a wider window can."""
     rng = np.random.default_rng(0)
     out = []
     lengths = np.array([LENGTH] * 6 + [17, 9])
     mask = (np.arange(LENGTH)[None] < lengths[:, None]).astype(np.int32)
     for _ in range(STEPS):
-        ids = (rng.integers(3, VOCAB, (BATCH, LENGTH)) * mask).astype(np.int32)
+        pattern = rng.integers(3, VOCAB, (BATCH, PERIOD))
+        ids = (np.tile(pattern, LENGTH // PERIOD + 1)[:, :LENGTH] * mask).astype(np.int32)
         positions = np.sort(
             np.stack([rng.choice(n, PREDICTIONS, replace=False) for n in lengths]), axis=1
         ).astype(np.int32)
+        masked = ids.copy()
+        np.put_along_axis(masked, positions, MASK_ID, axis=1)
         out.append(
             {
-                F.INPUT_IDS: ids,
+                F.INPUT_IDS: masked,
                 F.INPUT_MASK: mask,
                 F.SEGMENT_IDS: np.zeros_like(ids),
                 F.MASKED_LM_POSITIONS: positions,
@@ -74,7 +78,8 @@ def batches() -> list[dict]:
     return out
 
 
-def ours(cfg) -> tuple[list[float], dict]:
+def ours(cfg) -> tuple[list[float], dict, dict]:
+    """(losses, initial parameters, final parameters) of our train step over batches()."""
     setup = train.make_setup(cfg)
     step_fn = train.jit_train_step(setup)
     losses = []
@@ -86,10 +91,12 @@ def ours(cfg) -> tuple[list[float], dict]:
                 state, sharding.host_to_global(b, setup.batch_sharding), setup.lr
             )
             losses.append(float(metrics["loss"]))
-    return losses, initial
+        final = jax.device_get(state["params"])
+    return losses, initial, final
 
 
-def theirs(cfg, params, **hf_changes) -> list[float]:
+def theirs(cfg, params, steps=STEPS, **hf_changes) -> list[float]:
+    """transformers' losses over the first `steps` of batches(), from `params`."""
     model_config = BertConfig.from_config_dict(cfg.model)
     hf_config = {**hf.hf_config_from_bert(model_config), **hf_changes}
     model = transformers.ModernBertForMaskedLM(
@@ -114,7 +121,9 @@ def theirs(cfg, params, **hf_changes) -> list[float]:
     )
     lr = optim.schedule_values(o, cfg.train.num_train_steps)
     losses = []
-    for step, b in enumerate(batches()):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model: one thread is faster, and leaves a core to others
+    for step, b in enumerate(batches()[:steps]):
         for group in opt.param_groups:
             group["lr"] = float(optim.rate(lr, step))
         labels = np.full(b[F.INPUT_IDS].shape, -100, np.int64)
@@ -129,6 +138,7 @@ def theirs(cfg, params, **hf_changes) -> list[float]:
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))
+    torch.set_num_threads(threads)
     return losses
 
 
@@ -140,12 +150,15 @@ def trained():
 
 
 def test_pretraining_follows_transformers_modernbert_step_for_step(trained):
-    cfg, our_losses, initial = trained
+    cfg, our_losses, initial, final = trained
     their_losses = theirs(cfg, initial)
     diff = np.abs(np.subtract(our_losses, their_losses))
     print(f"largest loss difference over {STEPS} steps: {diff.max():.2e} (step {diff.argmax()})")
-    assert our_losses[-1] < our_losses[0] - 1.0  # it learned (to copy its input)
     assert diff.max() < LOSS_TOL, diff.max()
+    # The weights went far from where they started (initialized with stddev 0.02 or less), so
+    # the agreement is not that of two models standing still.
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(*map(jax.tree.leaves, (final, initial))))
+    assert moved > 0.1, moved
 
 
 @pytest.mark.parametrize(
@@ -157,9 +170,13 @@ def test_pretraining_follows_transformers_modernbert_step_for_step(trained):
     ids=["window", "rope_theta"],
 )
 def test_a_different_model_is_caught(trained, change):
-    cfg, our_losses, initial = trained
+    """The comparison has teeth: transformers with a wider window, or RoPE's global base at the
+    local one's, leaves the tolerance far behind (the base shows once the attention has
+    sharpened: at initialization attention is nearly uniform, whatever the rotation)."""
+    cfg, our_losses, initial, _ = trained
     if "rope_parameters" in change:
         written = hf.hf_config_from_bert(BertConfig.from_config_dict(cfg.model))
         change["rope_parameters"] = {**written["rope_parameters"], **change["rope_parameters"]}
     diff = np.abs(np.subtract(our_losses, theirs(cfg, initial, **change)))
-    assert diff.max() > 20 * LOSS_TOL, diff.max()
+    print(f"{change}: largest loss difference {diff.max():.2e}")
+    assert diff.max() > 10 * LOSS_TOL, diff.max()
