@@ -13,9 +13,14 @@ import numpy as np
 
 
 def inverse_frequencies(theta: float, head_dim: int) -> np.ndarray:
-    """theta^(-2j/head_dim) for j < head_dim/2, float32 as transformers computes it."""
-    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-    return (1.0 / (np.float32(theta) ** exponents)).astype(np.float32)
+    """theta^(-2j/head_dim) for j < head_dim/2 in float32, as transformers computes it: the
+    power rounded once to float32 (torch's float32 pow is; numpy's float32 pow is off by an ulp
+    in a few entries, which at position 8,191 moves an angle by 1e-3), then 1/x in float32."""
+    exponents = (np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)).astype(
+        np.float64
+    )
+    powers = (np.float64(theta) ** exponents).astype(np.float32)
+    return (np.float32(1.0) / powers).astype(np.float32)
 
 
 def tables(position_ids: jax.Array, theta: float, head_dim: int) -> tuple[jax.Array, jax.Array]:

@@ -109,9 +109,10 @@ def test_the_scan_runs_groups_of_alternating_layers():
     assert layer_stack.scan_plan(["a", "b", "c"]) == (0, 0, 0)
 
 
-@pytest.mark.parametrize("remat", [False, True])
-@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("remat, pack", [(False, False), (True, True)])
 def test_scanned_modern_layers_give_the_unrolled_loss_and_gradients(remat, pack):
+    """Scanned groups of (sliding, sliding, global) layers after the first: the unrolled stack's
+    loss and gradients, with dropout (the same keys), remat and packed rows."""
     cfg = dataclasses.replace(MODERN, hidden_dropout_prob=0.1, remat=remat)
     unrolled = build(cfg)
     scanned = same_params(unrolled, dataclasses.replace(cfg, scan_layers=True))
@@ -277,4 +278,4 @@ def test_rope_equals_transformers_out_to_8192_positions():
         ours = rope.rotate(
             jnp.swapaxes(x, 1, 2), *rope.tables(jnp.asarray(positions), theta, head_dim)
         )
-        np.testing.assert_allclose(np.swapaxes(ours, 1, 2), theirs.numpy(), atol=2e-4)
+        np.testing.assert_allclose(np.swapaxes(ours, 1, 2), theirs.numpy(), atol=1e-5)
