@@ -87,7 +87,7 @@ class TorchModernRunner:
         self.model = transformers.ModernBertForMaskedLM(hf_config)
         state = hf.to_hf_state_dict(params, model_config)
         missing, unexpected = self.model.load_state_dict(
-            {k: torch.from_numpy(v) for k, v in state.items()}, strict=False
+            {k: torch.tensor(v) for k, v in state.items()}, strict=False
         )
         if unexpected or missing != ["decoder.weight"]:  # the tied decoder
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")

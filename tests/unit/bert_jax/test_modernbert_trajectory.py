@@ -102,7 +102,7 @@ def theirs(cfg, params, steps=STEPS, **hf_changes) -> list[float]:
     model = transformers.ModernBertForMaskedLM(
         transformers.ModernBertConfig(**hf_config, attn_implementation="eager")
     )
-    state = {k: torch.from_numpy(v) for k, v in hf.to_hf_state_dict(params, model_config).items()}
+    state = {k: torch.tensor(v) for k, v in hf.to_hf_state_dict(params, model_config).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and missing == ["decoder.weight"], (missing, unexpected)  # tied
     model.train()
