@@ -4,8 +4,8 @@
 
 DIR is a Hugging Face BERT or ModernBERT directory (or Google's original TF one) or a training
 --workdir (its latest checkpoint, or --step; a damaged step is refused, and the vocabulary
-defaults to the one the run's data was tokenized with, checked against what the run recorded). The .npz holds, for
-T lines and N = max_seq_length:
+defaults to the one the run's data was tokenized with, checked against what the run recorded).
+The .npz holds, for T lines and N = max_seq_length:
     input_ids          [T, N] int32   [CLS] text [SEP], truncated to N, padded with [PAD]
     attention_mask     [T, N] int32   1 for real tokens
     last_hidden_state  [T, N, hidden] float32
