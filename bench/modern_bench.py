@@ -17,7 +17,7 @@ one process; figures are medians over rounds, the ratio the median of per-round 
 step time / ours: above 1 means ours is faster). "cpu" figures divide by this process's CPU
 seconds instead of wall seconds: they move less when other processes share the cores.
 Compilation and one warm block per side are excluded. PyTorch gets as many threads as this
-process has cores (XLA's CPU pool size).
+process has cores (XLA's CPU pool size), or --torch_threads.
 """
 
 import json
@@ -35,6 +35,7 @@ flags.DEFINE_integer("batch_size", 0, "Rows per step; 0: DEFAULT_BATCH's (sized 
 flags.DEFINE_integer("steps", 1, "Steps per timed block.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds per case.")
 flags.DEFINE_bool("sparse", True, "transformers' sparse_prediction (decoder on masked positions).")
+flags.DEFINE_integer("torch_threads", 0, "PyTorch's threads; 0: this process's cores.")
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
 
 # Shapes of the small cases; base and large are configs/modernbert_{base,large}.py's.
@@ -194,10 +195,10 @@ def main(argv):
     import torch
 
     cores = len(os.sched_getaffinity(0))
-    torch.set_num_threads(cores)
+    torch.set_num_threads(FLAGS.torch_threads or cores)
     print(
         f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), "
-        f"torch {torch.__version__} with {cores} threads",
+        f"{cores} cores; torch {torch.__version__} with {torch.get_num_threads()} threads",
         flush=True,
     )
     for model in FLAGS.models:
