@@ -450,6 +450,16 @@ def load_hf(
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     if config is None:
         config = load_bert_config(hf_dir)
+    else:  # a run's own config: its block must be the directory's
+        theirs = read_json(_config_path(hf_dir)).get("model_type") == modernbert.MODEL_TYPE
+        ours = architecture(config) == MODERNBERT
+        if theirs != ours:
+            names = {True: "ModernBERT", False: "BERT"}
+            raise CheckpointError(
+                f"{hf_dir} holds a {names[theirs]} model but the config.model given is "
+                f"{names[ours]}'s block: use a config of the same block (configs/"
+                f"{'modernbert_base.py' if theirs else 'bert_base.py'}, ...)"
+            )
     tensors, source = read_hf_weights(hf_dir)
     return from_hf_state_dict(tensors, config, seed=seed, source=source)
 

@@ -14,6 +14,7 @@ from flax import nnx
 from bert_jax import cli, embed, hf, pretrained
 from bert_jax import model as M
 from bert_jax.finetune import runs
+from support import tiny
 from support.finetune_data import VOCAB, make_config, sst2_file
 
 torch = pytest.importorskip("torch")
@@ -30,6 +31,13 @@ SHAPE = dict(
     local_attention=8,
 )
 LENGTH = 40
+BERT_REST = dict(
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.02,
+)
 
 
 def hf_model(seed=0, **changes):
@@ -236,6 +244,9 @@ def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tm
     params, report = hf.load_hf_params(path, run_config)
     assert report.initialized == []
     assert_parity(M.model_from_params(run_config, params), theirs)
+    bert = M.BertConfig(vocab_size=len(VOCAB), **tiny.SHAPE, **BERT_REST)
+    with pytest.raises(hf.CheckpointError, match="holds a ModernBERT model but the config"):
+        hf.load_hf_params(path, bert)
     # Embed: the encoder's states are transformers' ModernBertModel's; pooled is the [CLS] state.
     model, tokenizer = embed.load_encoder(path)
     texts = ["good w1 alice", "w3 " * 30 + "paris"]  # the second longer than the window
