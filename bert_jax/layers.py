@@ -136,7 +136,7 @@ class SelfAttention(nnx.Module):
         self.output = dense(cfg, h, h, ("heads", "embed"), rngs, bias=b, output=True)
 
     def _project_qkv(self, x):
-        """The query, key and value projections as one matmul (_stacked_dense): [batch, length,
+        """The query, key and value projections as one matmul (stacked_dense): [batch, length,
         hidden] -> 3 x same."""
         dtype = self.cfg.compute_dtype
         projections = (self.query, self.key, self.value)
