@@ -20,7 +20,10 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     input_pipeline.py  record sources -> Grain -> host batches (masking.py: dynamic masking,
                        packing.py + packed_records.py: several sequences a row,
                        growing_batches.py: batch-size warmup)
-    model.py           BERT in Flax NNX (attention.py: the kernels, dropout.py: the masks)
+    model.py           BERT or the ModernBERT block in Flax NNX, field by field
+                       (model_config.py: BertConfig; layers.py: the blocks and the encoder
+                       layer; layer_stack.py: the layers run or scanned in groups; rope.py;
+                       attention.py: the kernels, dropout.py: the masks)
     losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
                        position); BERT's AdamW and LAMB with their schedules (warmup-stable-
                        decay too) and batch-size warmup
@@ -35,7 +38,8 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     metrics_log.py     TensorBoard, metrics.jsonl and the progress line
     pretrained.py      a trained model read back (a workdir or a Hugging Face directory): the
                        one loader behind export.py, embed.py and finetune/ (hf.py: the weights'
-                       names both ways); its vocabulary loaded and checked once
+                       names both ways, hf_modernbert.py ModernBERT's, hf_files.py the files);
+                       its vocabulary loaded and checked once
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
     plan/              the planner, python -m bert_jax.plan: the steps compiled for a TPU slice
                        without one, what fits and where the HBM bytes go (its own map)

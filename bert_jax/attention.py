@@ -26,6 +26,12 @@ The public API has no segment ids; cuDNN's packed "THD" layout (per-row segment 
 one NVIDIA's BERT uses) is only reachable through the private jax._src.cudnn module and needs a
 Hopper GPU, so it is not used. Unpacked rows keep the lengths form, packed rows take the mask.
 
+Sliding windows (ModernBERT's local layers, `window` = how far a query reads on either side):
+the einsum and XLA paths AND a band |query - key| <= window into the boolean mask; cuDNN's
+fused kernel only takes a left (causal) window, so a windowed layer gives it the mask too;
+splash attention takes the band as its LocalMask, which also skips the key blocks outside it.
+In packed rows the band and the block diagonal together keep a query inside its own example.
+
 On TPU, `splash_attention` runs the Pallas splash-attention kernel (jax.experimental.pallas.ops.tpu,
 as MaxText does): flash attention with segment ids, so both forms are one: a row's real tokens
 are segment 1 (or each packed example its own id) and padding segment 0, and no [L, L] mask or
@@ -43,38 +49,58 @@ from jax.sharding import PartitionSpec as P
 from bert_jax.dropout import dropout
 
 
-def attention_mask(input_mask: jax.Array, example_ids: jax.Array | None = None) -> jax.Array:
+def attention_mask(
+    input_mask: jax.Array, example_ids: jax.Array | None = None, window: int | None = None
+) -> jax.Array:
     """Boolean mask, True where a query may read a key: [batch, 1 (heads), 1 or length (query),
-    length (key)]. The key padding from `input_mask`, or the block diagonal of `example_ids`."""
+    length (key)]. The key padding from `input_mask`, or the block diagonal of `example_ids`;
+    with a `window`, only keys at most that many positions away (then [batch, 1, length,
+    length])."""
     if example_ids is None:
-        return input_mask[:, None, None, :].astype(bool)
-    return (example_ids[:, :, None] == example_ids[:, None, :])[:, None]
+        mask = input_mask[:, None, None, :].astype(bool)
+    else:
+        mask = (example_ids[:, :, None] == example_ids[:, None, :])[:, None]
+    if window is None:
+        return mask
+    positions = jnp.arange(input_mask.shape[-1])
+    band = jnp.abs(positions[:, None] - positions[None, :]) <= window  # [query, key]
+    return mask & band[None, None]
 
 
 def einsum_attention(
-    q, k, v, input_mask, *, example_ids=None, dropout_rate: float = 0.0, dropout_rng=None
+    q,
+    k,
+    v,
+    input_mask,
+    *,
+    example_ids=None,
+    window=None,
+    dropout_rate: float = 0.0,
+    dropout_rng=None,
 ):
     """Plain softmax(QK^T/sqrt(d)) V under `attention_mask`, with dropout on the probabilities."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
-    mask = attention_mask(input_mask, example_ids)
+    mask = attention_mask(input_mask, example_ids, window)
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1)
     probs = dropout(probs, dropout_rate, dropout_rng)
     return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
 
 
-def fused_attention(q, k, v, input_mask, *, example_ids=None, implementation: str = "xla"):
+def fused_attention(
+    q, k, v, input_mask, *, example_ids=None, window=None, implementation: str = "xla"
+):
     """jax.nn.dot_product_attention under `attention_mask` ('xla' or 'cudnn'; see the module
     docstring for what the cuDNN path is given)."""
-    if implementation == "cudnn" and example_ids is None:
+    if implementation == "cudnn" and example_ids is None and window is None:
         # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
         # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
         lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
         return jax.nn.dot_product_attention(
             q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
         )
-    mask = attention_mask(input_mask, example_ids)
+    mask = attention_mask(input_mask, example_ids, window)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
 
 
@@ -108,7 +134,7 @@ def splash_usable(length: int) -> bool:
     return platform() == "tpu" and length % 128 == 0
 
 
-def _splash_kernel(heads: int, length: int, interpret: bool):
+def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None = None):
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
@@ -123,7 +149,11 @@ def _splash_kernel(heads: int, length: int, interpret: bool):
         block_q_dq=block,
         block_kv_dq=block,
     )
-    mask = sm.MultiHeadMask([sm.FullMask((length, length))] * heads)
+    if window is None:
+        one = sm.FullMask((length, length))
+    else:  # the keys at most `window` away on either side; key blocks outside are skipped
+        one = sm.LocalMask((length, length), window_size=(window, window), offset=0)
+    mask = sm.MultiHeadMask([one] * heads)
     # Made inside the trace that uses it (its mask's block tables become constants of that
     # program): not cached across traces, where it would hold another trace's values, nor made
     # eagerly, which would place them on the mesh's devices (a planner's TPU chips, described
@@ -133,11 +163,13 @@ def _splash_kernel(heads: int, length: int, interpret: bool):
     )
 
 
-def splash_attention(q, k, v, input_mask, *, example_ids=None, batch_axes=None, head_axes=None):
+def splash_attention(
+    q, k, v, input_mask, *, example_ids=None, window=None, batch_axes=None, head_axes=None
+):
     """softmax(QK^T/sqrt(d)) V by the Pallas splash kernel, the keys a query may read given as
-    segment ids (module docstring). q, k, v [batch, length, heads, kv]; `batch_axes`/`head_axes`:
-    the mesh axes the batch and the heads are split over (the kernel runs on each device's
-    share; None: not split)."""
+    segment ids (module docstring) and, with a `window`, a local mask. q, k, v [batch, length,
+    heads, kv]; `batch_axes`/`head_axes`: the mesh axes the batch and the heads are split over
+    (the kernel runs on each device's share; None: not split)."""
     length, head_dim = q.shape[1], q.shape[3]
     segments = (input_mask if example_ids is None else example_ids).astype(jnp.int32)
     scale = 1.0 / math.sqrt(head_dim)
@@ -146,7 +178,7 @@ def splash_attention(q, k, v, input_mask, *, example_ids=None, batch_axes=None, 
     def local(q, k, v, segments):
         from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
 
-        kernel = _splash_kernel(q.shape[2], length, interpret)
+        kernel = _splash_kernel(q.shape[2], length, interpret, window)
         t = lambda x: jnp.swapaxes(x, 1, 2)  # [batch, length, heads, kv] <-> [batch, heads, ...]
         ids = sk.SegmentIds(q=segments, kv=segments)
         out = jax.vmap(kernel)(t(q * jnp.asarray(scale, q.dtype)), t(k), t(v), segment_ids=ids)

@@ -333,6 +333,11 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     problems = pretraining_problems(config, num_devices, process_count)
     try:
         resolved = data_contract.resolve(config)
+        if resolved.data.nsp and not resolved.model.get("nsp_head", True):
+            problems.append(
+                "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
+                "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
+            )
         if resolved.data.dynamic_masking:
             facts = data_contract.DataFacts.from_data(resolved.data)
             input_pipeline.masking_steps(facts, resolved.data, resolved.model.vocab_size)

@@ -2,14 +2,16 @@
 
     python -m bert_jax.embed --model=DIR --input=texts.txt --output=out.npz --max_seq_length=128
 
-DIR is a Hugging Face BERT directory (or Google's original TF one) or a training --workdir (its
-latest checkpoint, or --step; a damaged step is refused, and the vocabulary defaults to the one
-the run's data was tokenized with, checked against what the run recorded). The .npz holds, for
-T lines and N = max_seq_length:
+DIR is a Hugging Face BERT or ModernBERT directory (or Google's original TF one) or a training
+--workdir (its latest checkpoint, or --step; a damaged step is refused, and the vocabulary
+defaults to the one the run's data was tokenized with, checked against what the run recorded).
+The .npz holds, for T lines and N = max_seq_length:
     input_ids          [T, N] int32   [CLS] text [SEP], truncated to N, padded with [PAD]
     attention_mask     [T, N] int32   1 for real tokens
     last_hidden_state  [T, N, hidden] float32
     pooled             [T, hidden] float32   tanh(dense([CLS] state)), BERT's pooler output
+                                             (a model without a pooler, ModernBERT: the [CLS]
+                                             state itself)
 Row i is line i of the input; an empty line gives [CLS] [SEP]; a UTF-8 byte-order mark is
 skipped. An empty file, a --output that is a directory and bad flag values are errors before the
 model loads.

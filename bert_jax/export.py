@@ -1,9 +1,12 @@
-"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory.
+"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory, or a
+ModernBertForMaskedLM one for a model of the modern block (bert_jax.hf.architecture).
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
-OUT then holds config.json, model.safetensors (float32), vocab.txt and tokenizer_config.json;
-`transformers.BertForPreTraining.from_pretrained(OUT)` loads it, and so does `bert_jax.hf.load_hf`.
+OUT then holds config.json, model.safetensors (float32) and the tokenizer's files (vocab.txt and
+tokenizer_config.json, or the run's tokenizer.json as it is);
+`transformers.AutoModelForMaskedLM.from_pretrained(OUT)` loads it (BertForPreTraining's heads
+with `transformers.BertForPreTraining`), and so does `bert_jax.hf.load_hf`.
 The vocabulary defaults to the one the run's data was tokenized with (recorded with its md5 in
 the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
 error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
@@ -68,10 +71,17 @@ def export(
             "with); the run's config does not name one"
         )
     model = loaded.model()
+    hf.architecture(model.config)  # a model no transformers class holds: refused before writing
+    tok = loaded.tokenizer
+    special = {"pad": tok.pad_id, "cls": tok.cls_id, "sep": tok.sep_id}
     publish.directory(
         output_dir,
         lambda scratch: hf.save_hf(
-            model, loaded.vocab_file, scratch, do_lower_case=loaded.do_lower_case
+            model,
+            loaded.vocab_file,
+            scratch,
+            do_lower_case=loaded.do_lower_case,
+            special_ids=special,
         ),
     )
     return {

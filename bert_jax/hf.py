@@ -1,8 +1,13 @@
-"""Our BERT parameters <-> Hugging Face BertForPreTraining (and the original TensorFlow BERT).
+"""Our BERT parameters <-> Hugging Face BertForPreTraining (and the original TensorFlow BERT),
+or ModernBertForMaskedLM for a model of the modern block (bert_jax/hf_modernbert.py: its names
+and config; the config decides which, `architecture`).
 
-Export writes a directory that `transformers.BertForPreTraining.from_pretrained` loads with no
-missing or unexpected keys: config.json, model.safetensors (float32, the same tensor names and
-set as transformers' own save: the tied decoder is left out), vocab.txt, tokenizer_config.json.
+Export writes a directory that `transformers.BertForPreTraining.from_pretrained` (or
+ModernBertForMaskedLM's) loads with no missing or unexpected keys: config.json,
+model.safetensors (float32, the same tensor names and set as transformers' own save: the tied
+decoder is left out), and the tokenizer's files: vocab.txt and tokenizer_config.json, or a
+tokenizer.json passed through as it is (with its directory's tokenizer_config.json and
+special_tokens_map.json when it has them).
 
 Import reads a Hugging Face BERT directory (BertModel or BertForPreTraining; model.safetensors,
 a sharded model.safetensors.index.json, or pytorch_model.bin) or Google's original TensorFlow
@@ -14,10 +19,8 @@ in the report, so pre-training can continue from any public BERT.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
-import pickle
 import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,6 +29,8 @@ import numpy as np
 from flax import nnx
 
 from bert_jax import cli, tokenization
+from bert_jax import hf_modernbert as modernbert
+from bert_jax.hf_files import CheckpointError, read_hf_weights, read_json
 from bert_jax.model import BertConfig, BertForPreTraining, model_from_params
 
 # config.json fields that are BertConfig fields under the same name.
@@ -44,10 +49,6 @@ _SHARED_FIELDS = (
 )
 _EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 _BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
-
-
-class CheckpointError(cli.UserError):
-    """A checkpoint that cannot be imported; the message says what to fix."""
 
 
 @dataclasses.dataclass
@@ -70,8 +71,49 @@ class ImportReport:
 # --- Configs ---------------------------------------------------------------------------------
 
 
+BERT, MODERNBERT = "bert", "modernbert"
+
+
+def architecture(config: BertConfig) -> str:
+    """BERT or MODERNBERT: the transformers model `config`'s model is (its weights' names); a mix
+    of the two blocks' fields that neither class has is an error naming them."""
+    if modernbert.is_modernbert(config):
+        wrong = modernbert.problems(config)
+        what = "ModernBertForMaskedLM"
+    else:
+        wrong = [
+            f"{name}={getattr(config, name)!r}"
+            for name, bert in _BERT_BLOCK.items()
+            if getattr(config, name) != bert
+        ]
+        wrong += ["type_vocab_size=0"] if config.type_vocab_size == 0 else []
+        what = "BertForPreTraining"
+    if wrong:
+        raise cli.UserError(
+            f"this model has no Hugging Face class: as a {what} it has {', '.join(wrong)}"
+        )
+    return MODERNBERT if modernbert.is_modernbert(config) else BERT
+
+
+# The modern block's fields where BertForPreTraining has no choice.
+_BERT_BLOCK = {
+    "mlp_type": "gelu",
+    "attention_bias": True,
+    "mlp_bias": True,
+    "norm_bias": True,
+    "head_bias": True,
+    "decoder_bias": True,
+    "local_attention": 0,
+    "pooler": True,
+    "nsp_head": True,
+}
+
+
 def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
-    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win."""
+    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win. A
+    ModernBERT config.json (model_type 'modernbert') gives the modern block."""
+    if hf.get("model_type") == modernbert.MODEL_TYPE:
+        return modernbert.bert_config_from_modernbert(hf, **overrides)
     act = hf.get("hidden_act", "gelu")
     if act not in _EXACT_GELU:
         raise CheckpointError(
@@ -90,8 +132,13 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
     return BertConfig(**{**values, **overrides})
 
 
-def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
-    """BertConfig -> the config.json of a transformers BertForPreTraining."""
+def hf_config_from_bert(
+    config: BertConfig, special_ids: Mapping[str, int | None] | None = None
+) -> dict[str, Any]:
+    """BertConfig -> the config.json of a transformers BertForPreTraining, or of a
+    ModernBertForMaskedLM (`special_ids`: its tokenizer's 'pad', 'cls', 'sep' ids)."""
+    if architecture(config) == MODERNBERT:
+        return modernbert.modernbert_config(config, special_ids)
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
     out.update(
         architectures=["BertForPreTraining"],
@@ -108,9 +155,20 @@ def hf_config_from_bert(config: BertConfig) -> dict[str, Any]:
 # --- Name and layout mapping ------------------------------------------------------------------
 
 
-def _param_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
-    """(our parameter path, Hugging Face name, transpose?) for every parameter we have."""
+def _param_table(
+    num_layers: int, config: BertConfig | None = None
+) -> Iterator[tuple[tuple[tuple, ...], str, bool]]:
+    """(our parameter paths, Hugging Face name, transpose?) for every parameter we have: BERT's
+    (`num_layers` layers), or ModernBERT's when `config` is of the modern block. A name with
+    several paths holds them concatenated along torch's first axis."""
+    if config is not None and architecture(config) == MODERNBERT:
+        yield from modernbert.param_table(config)
+        return
+    for path, name, transpose in _bert_table(num_layers):
+        yield (path,), name, transpose
 
+
+def _bert_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
     def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
         yield ours + ("kernel",), hf + ".weight", True
         yield ours + ("bias",), hf + ".bias", False
@@ -166,11 +224,14 @@ def _pure_params(model_or_state) -> dict:
 
 def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
     """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32
-    array}.
+    array}, or ModernBertForMaskedLM's for a config of the modern block (a model's own config
+    counts; a state or dict without `config` is taken for BERT).
 
-    The tied decoder (cls.predictions.decoder.*) is left out, as transformers' own save does.
-    `config`, when given, is checked against the parameters' layer count.
+    The tied decoder (cls.predictions.decoder.*, decoder.weight) is left out, as transformers'
+    own save does. `config`, when given, is checked against the parameters' layer count.
     """
+    if config is None and isinstance(model_or_state, BertForPreTraining):
+        config = model_or_state.config
     params = _pure_params(model_or_state)
     try:
         num_layers = len(params["bert"]["layers"])
@@ -183,14 +244,18 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
             f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
         )
     out = {}
-    for path, name, transpose in _param_table(num_layers):
-        try:
-            value = np.asarray(_get(params, path), dtype=np.float32)
-        except (KeyError, IndexError, TypeError) as e:
-            raise cli.UserError(
-                f"the parameters lack {'/'.join(map(str, path))}; are they a BertForPreTraining's?"
-            ) from e
-        out[name] = np.ascontiguousarray(value.T if transpose else value)
+    for paths, name, transpose in _param_table(num_layers, config):
+        parts = []
+        for path in paths:
+            try:
+                value = np.asarray(_get(params, path), dtype=np.float32)
+            except (KeyError, IndexError, TypeError) as e:
+                raise cli.UserError(
+                    f"the parameters lack {'/'.join(map(str, path))}; are they a "
+                    "BertForPreTraining's of this config?"
+                ) from e
+            parts.append(value.T if transpose else value)
+        out[name] = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts))
     return out
 
 
@@ -207,46 +272,61 @@ def _normalize_hf_name(name: str) -> str:
 def from_hf_state_dict(
     tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0, source: str = "a state dict"
 ) -> tuple[BertForPreTraining, ImportReport]:
-    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized."""
-    by_name = {_normalize_hf_name(k): v for k, v in tensors.items()}
+    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
+    The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
+    block."""
+    modern = architecture(config) == MODERNBERT
+    normalize = modernbert.normalize_name if modern else _normalize_hf_name
+    body = modernbert.BODY_PREFIXES if modern else _BODY_PREFIXES
+    by_name = {normalize(k): v for k, v in tensors.items()}
     # Shapes first (no random init: on CPU its small programs take longer to compile than the
     # whole import); a real init only when the file lacks some weights (fresh heads).
     abstract = nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(seed)))
     params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
     loaded, initialized, absent_body = {}, [], []
-    for path, name, transpose in _param_table(config.num_hidden_layers):
+    for paths, name, transpose in _param_table(config.num_hidden_layers, config):
         if name not in by_name:
-            (absent_body if name.startswith(_BODY_PREFIXES) else initialized).append(name)
+            (absent_body if name.startswith(body) else initialized).append(name)
             continue
         value = np.asarray(by_name[name], dtype=np.float32)
-        ours = tuple(_get(params, path).shape)
-        expected = ours[::-1] if transpose else ours
-        if value.shape != expected:
+        shapes = [tuple(_get(params, path).shape) for path in paths]
+        expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
+        whole = (sum(s[0] for s in expected), *expected[0][1:])
+        if value.shape != whole:
             raise CheckpointError(
                 f"{source}: {name} has shape {value.shape}, the config needs "
-                f"{expected}; does its config.json describe this checkpoint?"
+                f"{whole}; does its config.json describe this checkpoint?"
             )
-        loaded[name] = (path, value.T if transpose else value)
+        parts = (
+            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
+        )
+        for path, part in zip(paths, parts):
+            loaded[path] = (name, part.T if transpose else part)
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
         raise CheckpointError(
             f"{source} lacks encoder weights {absent_body[:4]}{more} "
-            f"({len(absent_body)} in all): not a BERT checkpoint, or "
-            "num_hidden_layers in its config is wrong"
+            f"({len(absent_body)} in all): not a {'ModernBERT' if modern else 'BERT'} "
+            "checkpoint, or num_hidden_layers in its config is wrong"
         )
     # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
-    unused = sorted(k for k in by_name if k not in loaded and k not in tied)
+    tied = (
+        modernbert.TIED
+        if modern
+        else {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    )
+    used = {name for name, _ in loaded.values()}
+    unused = sorted(k for k in by_name if k not in used and k not in tied)
     report = ImportReport(source=source, initialized=initialized, unused=unused)
     if not initialized:
-        for path, value in loaded.values():
+        for path, (_, value) in loaded.items():
             _set(params, path, value)
         return model_from_params(config, params), report
     model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
     state = nnx.state(model, nnx.Param)
     params = nnx.to_pure_dict(state)
-    for path, value in loaded.values():
+    for path, (_, value) in loaded.items():
         _set(params, path, value)
     nnx.replace_by_pure_dict(state, params)
     nnx.update(model, state)
@@ -262,29 +342,42 @@ def save_hf(
     output_dir: str,
     *,
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
+    special_ids: Mapping[str, int | None] | None = None,
 ) -> None:
-    """Writes a Hugging Face BertForPreTraining directory (float32 safetensors)."""
+    """Writes a Hugging Face BertForPreTraining (or ModernBertForMaskedLM) directory, float32
+    safetensors; `special_ids`: the tokenizer's 'pad', 'cls', 'sep' ids for a ModernBERT
+    config.json (BERT's says pad 0, its vocabularies' [PAD])."""
     from safetensors.numpy import save_file
 
     os.makedirs(output_dir, exist_ok=True)
-    tensors = to_hf_state_dict(model)
+    tensors = to_hf_state_dict(model, model.config)
+    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
     save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(output_dir, "config.json"), "w") as f:
-        json.dump(hf_config_from_bert(model.config), f, indent=2, sort_keys=True)
+        json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
+
+
+# Files beside a tokenizer.json that transformers reads with it, copied along when present.
+TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
 def save_tokenizer(
     vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
 ) -> None:
-    """vocab.txt and tokenizer_config.json, what transformers' BertTokenizer loads, into
-    `output_dir` (a pre-training export and a fine-tuned task model alike)."""
+    """The tokenizer's files into `output_dir` (a pre-training export and a fine-tuned task model
+    alike): a vocab.txt with the tokenizer_config.json transformers' BertTokenizer loads it by,
+    or a Hugging Face tokenizer.json passed through as it is, with its directory's
+    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast)."""
     if not os.path.isfile(vocab_file):
         raise cli.UserError(
             f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
             "the training data was tokenized with"
         )
+    if vocab_file.endswith(".json"):
+        _save_tokenizer_json(vocab_file, output_dir, model_max_length)
+        return
     shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
     with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
         json.dump(
@@ -298,22 +391,22 @@ def save_tokenizer(
         )
 
 
-def read_json(path: str) -> dict:
-    """A JSON object from a model directory (config.json, an index, tokenizer files); an error
-    names the file and what is wrong with it."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"{path} is not valid JSON ({e}): the file is damaged or cut short; copy it again "
-            "from the model's source"
-        ) from None
-    except OSError as e:  # a file the model directory names but lacks, or cannot be read
-        raise CheckpointError(cli.message(e)) from e
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
-    return value
+def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> None:
+    shutil.copyfile(path, os.path.join(output_dir, "tokenizer.json"))
+    source = os.path.dirname(os.path.abspath(path))
+    for name in TOKENIZER_JSON_COMPANIONS:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
+    if not os.path.isfile(os.path.join(output_dir, "tokenizer_config.json")):
+        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
+            json.dump(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "model_max_length": model_max_length,
+                },
+                f,
+                indent=2,
+            )
 
 
 def read_hf_config(hf_dir: str) -> dict:
@@ -345,154 +438,6 @@ def load_bert_config(hf_dir: str, **overrides) -> BertConfig:
         raise CheckpointError(text if path in text else f"{path}: {text}") from None
 
 
-def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
-    from safetensors import safe_open
-
-    out = {}
-    for path in paths:
-        try:
-            with safe_open(path, framework="numpy") as f:
-                for key in f.keys():
-                    out[key] = f.get_tensor(key)
-        except OSError as e:  # a weight file the index names but the directory lacks
-            raise CheckpointError(cli.message(e)) from e
-        except ValueError:
-            raise  # one of ours
-        except Exception as e:  # safetensors' SafetensorError: a cut or damaged header or data
-            raise CheckpointError(
-                f"{path} is not a readable safetensors file ({' '.join(str(e).split())}): it is "
-                "damaged or cut short; copy it again from the model's source"
-            ) from None
-    return out
-
-
-def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
-    try:
-        import torch
-    except ImportError as e:
-        raise cli.UserError(
-            f"reading {path} needs PyTorch: pip install torch (the CPU build is "
-            "enough), or convert the checkpoint to model.safetensors"
-        ) from e
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
-        # weights_only refuses pickles that would run code (or name unknown classes); a cut or
-        # non-zip file fails to open. Neither is a bug of ours.
-        raise CheckpointError(
-            f"{path} is not a PyTorch state dict that loads safely ({_first_line(e)}): it is "
-            "damaged, or pickles objects other than tensors; convert it to model.safetensors "
-            "where it was made"
-        ) from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
-
-
-def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
-    """Original TF BERT variable name -> (HF name, transpose?); None for optimizer slots."""
-    parts = name.split("/")
-    if (
-        parts[-1] in ("adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1")
-        or name == "global_step"
-    ):
-        return None
-    out, transpose = [], False
-    for part in parts:
-        if part.startswith("layer_") and part[6:].isdigit():
-            out += ["layer", part[6:]]
-        elif part in ("kernel", "gamma", "output_weights"):
-            out.append("weight")
-            transpose = (
-                part == "kernel"
-            )  # TF dense kernels are [in, out]; output_weights is [out, in]
-        elif part in ("beta", "output_bias"):
-            out.append("bias")
-        else:
-            out.append(part)
-    hf = ".".join(out)
-    if hf.endswith("_embeddings"):
-        hf += ".weight"
-    return hf, transpose
-
-
-def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
-    try:
-        import tensorflow as tf
-    except ImportError as e:
-        raise cli.UserError(
-            f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
-            "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
-            "format where TensorFlow is installed)"
-        ) from e
-    reader = tf.train.load_checkpoint(prefix)
-    out = {}
-    for name in reader.get_variable_to_shape_map():
-        mapped = _tf_to_hf_name(name)
-        if mapped is None:
-            continue
-        hf_name, transpose = mapped
-        value = reader.get_tensor(name)
-        out[hf_name] = value.T if transpose else value
-    return out
-
-
-def indexed_files(index: str, hf_dir: str) -> list[str]:
-    """The weight files a sharded checkpoint's index (its weight_map) names, each checked to lie
-    inside `hf_dir`: an index must not send a reader elsewhere (an absolute path, `..`)."""
-    weight_map = read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{index} has no weight_map object naming the weight files")
-    root = os.path.realpath(hf_dir)
-    out = []
-    for name in sorted(set(weight_map.values())):
-        target = os.path.realpath(os.path.join(hf_dir, name)) if isinstance(name, str) else ""
-        if (
-            not isinstance(name, str)
-            or os.path.isabs(name)
-            or os.path.commonpath([root, target]) != root
-        ):
-            raise CheckpointError(
-                f"{index} names the weight file {name!r}, outside {hf_dir!r}: an index may only "
-                "name files in its own directory"
-            )
-        out.append(os.path.join(hf_dir, name))
-    return out
-
-
-def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
-
-
-def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
-    """All weight tensors of a model directory, HF-named, and a description of what was read."""
-
-    def path(name):
-        return os.path.join(hf_dir, name)
-
-    if os.path.isfile(path("model.safetensors")):
-        return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
-    if os.path.isfile(path("model.safetensors.index.json")):
-        index = path("model.safetensors.index.json")
-        return _read_safetensors(indexed_files(index, hf_dir)), index
-    if os.path.isfile(path("pytorch_model.bin")):
-        return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
-    indexes = sorted(glob.glob(path("*.ckpt*.index")))
-    if len(indexes) == 1:
-        prefix = indexes[0][: -len(".index")]
-        return _read_tf_checkpoint(prefix), prefix + " (TensorFlow)"
-    if len(indexes) > 1:
-        raise CheckpointError(
-            f"{hf_dir!r} holds several TensorFlow checkpoints {indexes}; keep one"
-        )
-    listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
-    raise CheckpointError(
-        f"no weights in {hf_dir!r}: expected model.safetensors, "
-        f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
-        f"bert_model.ckpt; found {listing}"
-    )
-
-
 def load_hf(
     hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
 ) -> tuple[BertForPreTraining, ImportReport]:
@@ -505,6 +450,16 @@ def load_hf(
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     if config is None:
         config = load_bert_config(hf_dir)
+    else:  # a run's own config: its block must be the directory's
+        theirs = read_json(_config_path(hf_dir)).get("model_type") == modernbert.MODEL_TYPE
+        ours = architecture(config) == MODERNBERT
+        if theirs != ours:
+            names = {True: "ModernBERT", False: "BERT"}
+            raise CheckpointError(
+                f"{hf_dir} holds a {names[theirs]} model but the config.model given is "
+                f"{names[ours]}'s block: use a config of the same block (configs/"
+                f"{'modernbert_base.py' if theirs else 'bert_base.py'}, ...)"
+            )
     tensors, source = read_hf_weights(hf_dir)
     return from_hf_state_dict(tensors, config, seed=seed, source=source)
 

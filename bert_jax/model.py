@@ -1,8 +1,17 @@
-"""BERT in Flax NNX: embeddings, the post-LN encoder, the pooler, and the MLM and NSP heads.
+"""BERT in Flax NNX: embeddings, the encoder, the pooler, and the MLM and NSP heads.
+
+The config (bert_jax.model_config.BertConfig) selects the 2018 BERT or the ModernBERT block
+field by field: absolute positions or RoPE (a base per layer kind), post-norm or pre-norm (with a
+final norm, none before the first layer's attention), GELU or GeGLU feed-forward, each group of
+biases on or off, full attention or a sliding window with a global layer every N, no token
+types, no pooler, no NSP head. The building blocks and the encoder layer are bert_jax/layers.py's;
+bert_jax/layer_stack.py runs the layers (scanned in groups where they alternate). Packed rows keep
+every document to itself in every layer kind.
 
 Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
 the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
-before the vocabulary projection. Parameters are always float32; `BertConfig.dtype` only sets the
+before the vocabulary projection; the modern block's are transformers' ModernBertForMaskedLM's
+(RoPE in float32, bert_jax/rope.py). Parameters are always float32; `BertConfig.dtype` only sets the
 computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM logits in the
 computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic of a
 float32 one; losses.cross_entropy takes its log-sum-exp in float32).
@@ -37,360 +46,44 @@ bert_jax.packing). `attention_impl='auto'` uses the Pallas splash-attention kern
 platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
 whole 128-token tiles, cuDNN's fused kernel on GPU when the computation is bfloat16 and the
 shapes allow it (it then relies on the padding being on the right, as in every BERT record), XLA
-otherwise. The fused kernels have no dropout, so while
+otherwise; a sliding-window layer gives each of them its window (bert_jax/attention.py). The
+fused kernels have no dropout, so while
 attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
 explicit einsum attention with dropout runs instead.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from flax.core import spmd as flax_spmd
 
-from bert_jax import attention, cli, sharding
+from bert_jax import cli, rope
+from bert_jax import layers as L
 from bert_jax.dropout import dropout as _dropout
+from bert_jax.layer_stack import run_layers
+from bert_jax.layers import LOGICAL_AXIS_NAMES, EncoderLayer, constrain
+from bert_jax.model_config import SHAPE_FIELDS, BertConfig
 
-LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
-_ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
-_ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_dim]
-_ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
+__all__ = [
+    "LOGICAL_AXIS_NAMES",
+    "SHAPE_FIELDS",
+    "BertConfig",
+    "BertForPreTraining",
+    "BertModel",
+    "constrain",
+    "run_layers",
+]
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 # jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
 # backward pass keeps them under transpose(jvp(...))), where the planner's byte attribution
 # (bert_jax.plan) reads which part of the model an op belongs to.
 SCOPES = ("embeddings", "attention", "ffn", "norm_residual", "mlm_head", "nsp_head")
-_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
-
-
-# The fields that fix the parameters' shapes (transformers' BertConfig has the same names).
-SHAPE_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
-    """Model hyper-parameters; field names are those of configs/default.py's `config.model`."""
-
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    hidden_dropout_prob: float
-    attention_probs_dropout_prob: float
-    max_position_embeddings: int
-    type_vocab_size: int
-    initializer_range: float
-    layer_norm_eps: float = 1e-12
-    dtype: str = "float32"  # computation dtype; parameters are always float32
-    remat: bool = False  # jax.checkpoint each encoder layer (nnx.remat)
-    # Run the encoder layers as one lax.scan over their stacked parameters (`run_layers`): the
-    # compiler sees one layer instead of num_hidden_layers. The parameters keep their per-layer
-    # layout (checkpoints, exports and fine-tuning see no difference).
-    scan_layers: bool = False
-    # "auto", "xla", "cudnn", "splash" or "einsum" (see the module docstring)
-    attention_impl: str = "auto"
-
-    def __post_init__(self):
-        problems = []
-        for name in SHAPE_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                problems.append(f"{name} must be a positive integer, got {value!r}")
-        if not problems and self.hidden_size % self.num_attention_heads:
-            problems.append(
-                f"hidden_size ({self.hidden_size}) must be a multiple of "
-                f"num_attention_heads ({self.num_attention_heads})"
-            )
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if self.dtype not in _DTYPES:
-            problems.append(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        if self.attention_impl not in _ATTENTION_IMPLS:
-            problems.append(
-                f"attention_impl must be one of {_ATTENTION_IMPLS}, got {self.attention_impl!r}"
-            )
-        if problems:
-            raise cli.UserError("invalid model config: " + "; ".join(problems))
-
-    @classmethod
-    def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
-        """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are
-        errors."""
-        values = dict(cd.to_dict() if hasattr(cd, "to_dict") else cd)
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise cli.UserError(
-                f"unknown config.model fields {unknown}; known fields: {sorted(fields)}"
-            )
-        missing = sorted(
-            n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
-        )
-        if missing:
-            raise cli.UserError(f"config.model lacks the fields {missing}")
-        return cls(**values)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def compute_dtype(self):
-        return _DTYPES[self.dtype]
-
-
-# --- Sharding annotations --------------------------------------------------------------------
-
-
-def _axes(*names: str | None) -> dict[str, Any]:
-    """Variable metadata naming the logical axes of a parameter."""
-    # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
-    # a model for a test or an import; bert_jax.sharding places the parameters instead.
-    return {"out_sharding": names, "eager_sharding": False}
-
-
-def _mesh_spec(names, shape):
-    """The PartitionSpec of an activation by logical names, or None without a mesh and rules."""
-    mesh = jax.sharding.get_abstract_mesh()
-    rules = flax_spmd.get_logical_axis_rules()
-    if mesh.empty or not rules:
-        return None
-    return sharding.logical_to_mesh_spec(names, shape, mesh, rules)
-
-
-def constrain(x: jax.Array, *names: str | None) -> jax.Array:
-    """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
-    spec = _mesh_spec(names, x.shape)
-    return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
-
-
-# --- Building blocks -------------------------------------------------------------------------
-
-
-def _truncated_normal(stddev: float):
-    # As the original BERT: N(0, stddev) truncated at two standard deviations.
-    def init(key, shape, dtype=jnp.float32):
-        return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(
-            dtype
-        )
-
-    return init
-
-
-def _dense(cfg: BertConfig, d_in: int, d_out: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Linear:
-    return nnx.Linear(
-        d_in,
-        d_out,
-        dtype=cfg.compute_dtype,
-        param_dtype=jnp.float32,
-        kernel_init=_truncated_normal(cfg.initializer_range),
-        kernel_metadata=_axes(*axes),
-        bias_metadata=_axes(axes[1]),
-        rngs=rngs,
-    )
-
-
-def _layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    # Two-pass variance, as HF and the original compute it: E[x^2]-E[x]^2 cancels badly when a
-    # feature vector's mean is large next to its spread.
-    return nnx.LayerNorm(
-        cfg.hidden_size,
-        epsilon=cfg.layer_norm_eps,
-        dtype=cfg.compute_dtype,
-        param_dtype=jnp.float32,
-        use_fast_variance=False,
-        scale_metadata=_axes("norm"),
-        bias_metadata=_axes("norm"),
-        rngs=rngs,
-    )
-
-
-def _embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
-    return nnx.Embed(
-        num,
-        cfg.hidden_size,
-        dtype=cfg.compute_dtype,
-        param_dtype=jnp.float32,
-        embedding_init=_truncated_normal(cfg.initializer_range),
-        embedding_metadata=_axes(*axes),
-        rngs=rngs,
-    )
-
-
-def _gelu(x: jax.Array) -> jax.Array:
-    return jax.nn.gelu(x, approximate=False)
-
-
-# --- Modules ---------------------------------------------------------------------------------
-
-
-class SelfAttention(nnx.Module):
-    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        self.cfg = cfg
-        h = cfg.hidden_size
-        self.query = _dense(cfg, h, h, ("embed", "heads"), rngs)
-        self.key = _dense(cfg, h, h, ("embed", "heads"), rngs)
-        self.value = _dense(cfg, h, h, ("embed", "heads"), rngs)
-        self.output = _dense(cfg, h, h, ("heads", "embed"), rngs)
-
-    def _project_qkv(self, x):
-        """The query, key and value projections as one matmul: [batch, length, hidden] -> 3 x same.
-
-        One [hidden, 3*hidden] product uses the matrix units better than three [hidden, hidden]
-        ones (measured 1.1x on the whole BERT-Base train step on CPU), and its backward pass sums
-        no partial input gradients. The kernels are stacked, not concatenated, so a 'heads'
-        (tensor) sharding of each stays local; the parameters keep their own names.
-        """
-        dtype = self.cfg.compute_dtype
-        projections = (self.query, self.key, self.value)
-        if not all(type(p) is nnx.Linear for p in projections):
-            # Wrapped projections (LoRA adapters in fine-tuning) compute their own outputs.
-            return tuple(p(x) for p in projections)
-        kernel = jnp.stack([p.kernel[...] for p in projections], axis=1).astype(
-            dtype
-        )  # [hidden, 3, heads*kv]
-        bias = jnp.stack([p.bias[...] for p in projections]).astype(dtype)  # [3, heads*kv]
-        qkv = (
-            jnp.einsum("blm,mtn->bltn", x.astype(dtype), kernel) + bias
-        )  # [batch, length, 3, heads*kv]
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-
-    @jax.named_scope("attention")
-    def __call__(self, x, input_mask, dropout_rng=None, example_ids=None):
-        cfg = self.cfg
-        batch, length, _ = x.shape
-
-        def heads(t):  # [batch, length, hidden] -> [batch, length, heads, kv]
-            t = t.reshape(batch, length, cfg.num_attention_heads, cfg.head_dim)
-            return constrain(t, *_ACT_HEADS)
-
-        q, k, v = (heads(t) for t in self._project_qkv(x))
-        impl = cfg.attention_impl
-        if dropout_rng is not None and cfg.attention_probs_dropout_prob > 0:
-            impl = "einsum"  # the fused kernels have no attention dropout
-        elif impl == "auto":
-            if attention.splash_usable(length):
-                impl = "splash"
-            elif attention.cudnn_usable(cfg.compute_dtype, cfg.head_dim, length):
-                impl = "cudnn"
-            else:
-                impl = "xla"
-        if impl == "splash":
-            spec = _mesh_spec(_ACT_HEADS, q.shape)
-            ctx = attention.splash_attention(
-                q,
-                k,
-                v,
-                input_mask,
-                example_ids=example_ids,
-                batch_axes=spec[0] if spec else None,
-                head_axes=spec[2] if spec else None,
-            )
-        elif impl == "einsum":
-            ctx = attention.einsum_attention(
-                q,
-                k,
-                v,
-                input_mask,
-                example_ids=example_ids,
-                dropout_rate=cfg.attention_probs_dropout_prob,
-                dropout_rng=dropout_rng,
-            )
-        else:
-            ctx = attention.fused_attention(
-                q, k, v, input_mask, example_ids=example_ids, implementation=impl
-            )
-        ctx = constrain(ctx, *_ACT_HEADS)
-        return self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
-
-
-class EncoderLayer(nnx.Module):
-    """Post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
-
-    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        self.cfg = cfg
-        self.attention = SelfAttention(cfg, rngs=rngs)
-        self.attention_norm = _layer_norm(cfg, rngs)
-        self.intermediate = _dense(
-            cfg, cfg.hidden_size, cfg.intermediate_size, ("embed", "mlp"), rngs
-        )
-        self.output = _dense(cfg, cfg.intermediate_size, cfg.hidden_size, ("mlp", "embed"), rngs)
-        self.output_norm = _layer_norm(cfg, rngs)
-
-    def __call__(self, x, input_mask, dropout_rng=None, example_ids=None):
-        rate = self.cfg.hidden_dropout_prob
-        k_attn, k_attn_out, k_ffn = (
-            jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
-        )
-        attn = self.attention(x, input_mask, k_attn, example_ids)
-        with jax.named_scope("norm_residual"):
-            x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
-            x = constrain(x, *_ACT_EMBED)
-        with jax.named_scope("ffn"):
-            h = constrain(_gelu(self.intermediate(x)), *_ACT_MLP)
-            h = _dropout(self.output(h), rate, k_ffn)
-        with jax.named_scope("norm_residual"):
-            x = self.output_norm(x + h)
-            return constrain(x, *_ACT_EMBED)
-
-
-def _run_layer(layer: EncoderLayer, x, input_mask, dropout_rng, example_ids):
-    return layer(x, input_mask, dropout_rng, example_ids)
-
-
-def run_layers(layers, x, input_mask, dropout_rng, example_ids, *, remat: bool, scan: bool):
-    """x through `layers` in order; layer i's dropout key is fold_in(dropout_rng, i).
-
-    scan=True: one jax.lax.scan whose body is one layer, over the layers' parameters stacked
-    along a new leading axis (MaxText's scan_layers): the compiler sees and optimizes one layer
-    instead of num_hidden_layers copies (docs/scaling.md: compile times). The stack is
-    built inside the step from the per-layer parameters, so nothing outside sees another layout,
-    and the keys are the same fold_in(dropout_rng, i), so the result is the unrolled loop's.
-    Layers whose structure differs (none in BERT) run unrolled.
-    """
-    run = nnx.remat(_run_layer) if remat else _run_layer
-    splits = [nnx.split(layer) for layer in layers]
-    if not scan or len(layers) < 2 or any(g != splits[0][0] for g, _ in splits[1:]):
-        for i, layer in enumerate(layers):
-            key = jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
-            x = run(layer, x, input_mask, key, example_ids)
-        return x
-    graphdef = splits[0][0]
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *(state for _, state in splits))
-
-    def body(x, xs):
-        state, i = xs
-        key = jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
-        return _run_layer(nnx.merge(graphdef, state), x, input_mask, key, example_ids), None
-
-    # What the backward pass keeps of each layer: with remat nothing (recomputed), else the
-    # matmuls' outputs, the cheap elementwise work (dropout masks from their hash, GELU,
-    # softmax, norms) recomputed. Without a policy a scan saves every intermediate of its body
-    # into stacked [layers, ...] buffers (dropout masks included), what an unrolled stack lets
-    # XLA fuse away (docs/scaling.md has the bytes).
-    policy = None if remat else jax.checkpoint_policies.checkpoint_dots
-    body = jax.checkpoint(body, policy=policy)
-    x, _ = jax.lax.scan(body, x, (stacked, jnp.arange(len(layers))))
-    return x
 
 
 def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
@@ -404,7 +97,7 @@ def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
     backward pass XLA then cannot move the batch-split gradient there except by replicating it
     ("involuntary full rematerialization"); from a whole table, the gradient is scattered
     locally and reduce-scattered onto the table's sharding like any other weight's."""
-    return constrain(embed.embedding[...], rows, None)
+    return L.constrain(embed.embedding[...], rows, None)
 
 
 @jax.custom_vjp
@@ -433,12 +126,23 @@ tied_lookup.defvjp(_tied_lookup_fwd, _tied_lookup_bwd)
 
 
 class Embeddings(nnx.Module):
+    """Word + position (absolute only) + token type (type_vocab_size > 0) embeddings, then
+    LayerNorm and dropout; ModernBERT's is the word embeddings and the norm."""
+
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
-        self.word_embeddings = _embed(cfg, cfg.vocab_size, ("vocab", "embed"), rngs)
-        self.position_embeddings = _embed(cfg, cfg.max_position_embeddings, (None, "embed"), rngs)
-        self.token_type_embeddings = _embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
-        self.layer_norm = _layer_norm(cfg, rngs)
+        self.word_embeddings = L.embed(cfg, cfg.vocab_size, ("vocab", "embed"), rngs)
+        self.position_embeddings = (
+            L.embed(cfg, cfg.max_position_embeddings, (None, "embed"), rngs)
+            if cfg.position_embedding_type == "absolute"
+            else None
+        )
+        self.token_type_embeddings = (
+            L.embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
+            if cfg.type_vocab_size
+            else None
+        )
+        self.layer_norm = L.layer_norm(cfg, rngs)
 
     @jax.named_scope("embeddings")
     def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None, word_rows=None):
@@ -448,13 +152,13 @@ class Embeddings(nnx.Module):
             position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
         if word_rows is None:
             word_rows = _lookup(self.word_embeddings, input_ids, "vocab")
-        x = (
-            word_rows.astype(self.word_embeddings.dtype)
-            + _lookup(self.position_embeddings, position_ids)
-            + _lookup(self.token_type_embeddings, segment_ids)
-        )
+        x = word_rows.astype(self.word_embeddings.dtype)
+        if self.position_embeddings is not None:
+            x = x + _lookup(self.position_embeddings, position_ids)
+        if self.token_type_embeddings is not None:
+            x = x + _lookup(self.token_type_embeddings, segment_ids)
         x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
-        return constrain(x, *_ACT_EMBED)
+        return L.constrain(x, *L.ACT_EMBED)
 
 
 def _check_inputs(
@@ -488,15 +192,31 @@ def _check_inputs(
 
 
 class BertModel(nnx.Module):
-    """Embeddings, encoder and pooler; returns (sequence_output [B,L,H], pooled [B,H])."""
+    """Embeddings, encoder (pre-norm: and a final norm) and pooler; returns (sequence_output
+    [B,L,H], pooled [B,H]). Without the pooler (config.pooler=False, ModernBERT) `pooled` is the
+    first token's final state itself."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.embeddings = Embeddings(config, rngs=rngs)
         self.layers = nnx.List(
-            [EncoderLayer(config, rngs=rngs) for _ in range(config.num_hidden_layers)]
+            [EncoderLayer(config, i, rngs=rngs) for i in range(config.num_hidden_layers)]
         )
-        self.pooler = _dense(config, config.hidden_size, config.hidden_size, ("embed", None), rngs)
+        self.final_norm = L.layer_norm(config, rngs) if config.norm_position == "pre" else None
+        h = config.hidden_size
+        self.pooler = L.dense(config, h, h, ("embed", None), rngs) if config.pooler else None
+
+    def _rope_tables(self, length: int, position_ids) -> dict | None:
+        """RoPE's (cos, sin) per layer kind, computed once for all layers; None: absolute."""
+        cfg = self.config
+        if cfg.position_embedding_type != "rope":
+            return None
+        if position_ids is None:
+            position_ids = jnp.arange(length)[None, :]  # [1, length]
+        tables = {"global": rope.tables(position_ids, cfg.global_rope_theta, cfg.head_dim)}
+        if cfg.local_attention:
+            tables["local"] = rope.tables(position_ids, cfg.local_rope_theta, cfg.head_dim)
+        return tables
 
     def __call__(
         self,
@@ -539,14 +259,18 @@ class BertModel(nnx.Module):
             input_mask,
             k_layers,
             example_ids,
+            self._rope_tables(input_ids.shape[1], position_ids),
             remat=self.config.remat,
             scan=self.config.scan_layers,
         )
+        if self.final_norm is not None:
+            with jax.named_scope("norm_residual"):
+                x = L.constrain(self.final_norm(x), *L.ACT_EMBED)
         if cls_positions is None:
             first = x[:, 0]  # [batch, hidden]
         else:
             first = gather(x, cls_positions)  # [batch, examples, hidden]
-        return x, jnp.tanh(self.pooler(first))
+        return x, first if self.pooler is None else jnp.tanh(self.pooler(first))
 
 
 def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
@@ -556,33 +280,46 @@ def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
 
 
 class MaskedLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias."""
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
+    config.head_bias, norm_bias and decoder_bias say)."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        self.transform = _dense(cfg, cfg.hidden_size, cfg.hidden_size, ("embed", None), rngs)
-        self.transform_norm = _layer_norm(cfg, rngs)
-        self.bias = nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **_axes("vocab"))
+        h = cfg.hidden_size
+        self.transform = L.dense(cfg, h, h, ("embed", None), rngs, bias=cfg.head_bias, output=True)
+        self.transform_norm = L.layer_norm(cfg, rngs)
+        self.bias = (
+            nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **L.axis_names("vocab"))
+            if cfg.decoder_bias
+            else None
+        )
 
     @jax.named_scope("mlm_head")
     def __call__(self, x, word_embeddings: jax.Array):
-        x = self.transform_norm(_gelu(self.transform(x)))  # [batch, predictions, hidden]
+        x = self.transform_norm(L.gelu(self.transform(x)))  # [batch, predictions, hidden]
         logits = jnp.einsum(
             "bph,vh->bpv", x, word_embeddings.astype(x.dtype), preferred_element_type=jnp.float32
         )
         # The bias is added to the float32 accumulator, then rounded once to the computation
         # dtype (XLA fuses both into the matmul's output).
-        logits = (logits + self.bias[...]).astype(x.dtype)
-        return constrain(logits, "batch", None, "vocab")
+        if self.bias is not None:
+            logits = logits + self.bias[...]
+        logits = logits.astype(x.dtype)
+        return L.constrain(logits, "batch", None, "vocab")
 
 
 class BertForPreTraining(nnx.Module):
-    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`)."""
+    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`; None with
+    config.nsp_head=False, whose NSP logits are then zeros: MLM-only training weighs them 0)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.mlm = MaskedLMHead(config, rngs=rngs)
-        self.nsp = _dense(config, config.hidden_size, 2, ("embed", None), rngs)
+        self.nsp = (
+            L.dense(config, config.hidden_size, 2, ("embed", None), rngs)
+            if config.nsp_head
+            else None
+        )
 
     def __call__(
         self,
@@ -632,6 +369,8 @@ class BertForPreTraining(nnx.Module):
         with jax.named_scope("mlm_head"):
             gathered = gather(sequence, masked_lm_positions)
         mlm_logits = self.mlm(gathered, decoder_table)
+        if self.nsp is None:
+            return mlm_logits, jnp.zeros((*pooled.shape[:-1], 2), jnp.float32)
         with jax.named_scope("nsp_head"):
             nsp_logits = self.nsp(pooled).astype(jnp.float32)
         return mlm_logits, nsp_logits

@@ -7,8 +7,9 @@ for pre-training's train.init_checkpoint):
     checkpointing.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
     run's data was tokenized with (recorded in that config from the data's manifest), or the one
     passed, checked against what the run recorded (its md5, else its size).
-  * a Hugging Face BERT directory (config.json + model.safetensors or pytorch_model.bin, or
-    Google's original TF checkpoint) through bert_jax.hf. The vocabulary is its vocab.txt or, for
+  * a Hugging Face BERT or ModernBERT directory (config.json + model.safetensors or
+    pytorch_model.bin, or Google's original TF checkpoint) through bert_jax.hf (its config.json's
+    model_type picks the names). The vocabulary is its vocab.txt or, for
     a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
     lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer. A
     tokenizer.json of another kind (BPE, Unigram) is the tokenizer itself

@@ -23,7 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
     m.hidden_dropout_prob = 0.1
     m.attention_probs_dropout_prob = 0.1
     m.max_position_embeddings = 512
-    m.type_vocab_size = 2
+    m.type_vocab_size = 2  # token-type (segment) embeddings; 0: none (ModernBERT)
     m.initializer_range = 0.02  # truncated-normal stddev, as the original
     m.layer_norm_eps = 1e-12  # BERT's (Flax's default 1e-6 breaks HF parity)
     m.dtype = "float32"  # computation dtype: "float32" or "bfloat16" (params stay float32)
@@ -37,6 +37,45 @@ def get_config() -> ml_collections.ConfigDict:
     # kernel has dropout. attention_probs_dropout_prob=0 (as MLPerf, ModernBERT, MosaicBERT) lets
     # training use the fused kernels.
     m.attention_impl = "auto"
+    # The encoder block, field by field: BERT's (Devlin et al. 2019) by default, or the modern
+    # block of ModernBERT (Warner et al. 2024; transformers' ModernBertConfig has the same
+    # fields) as configs/modernbert_base.py sets them; docs/model.md says where each comes from.
+    # "absolute": a learned position table of max_position_embeddings rows; "rope": rotary
+    # embeddings on queries and keys (no table; max_position_embeddings is then only the longest
+    # row allowed, 8,192 for ModernBERT).
+    m.position_embedding_type = "absolute"
+    # RoPE's base in the global layers and in the sliding-window ones (ModernBERT: 160,000 and
+    # 10,000; its 1,024-token stage trained the global one at 10,000 and raised it for 8,192).
+    m.global_rope_theta = 160_000.0
+    m.local_rope_theta = 10_000.0
+    # "post": LN(x + sublayer(x)) (BERT); "pre": x + sublayer(LN(x)), with a final norm after the
+    # last layer and none before the first layer's attention (the embedding norm precedes it).
+    m.norm_position = "post"
+    # "gelu": dense, GELU, dense (BERT); "geglu": GELU(x W) * (x V), then the output dense
+    # (ModernBERT: W and V are its Wi, 2 x intermediate_size wide).
+    m.mlp_type = "gelu"
+    # Biases (ModernBERT has none but the decoder's): query/key/value and attention output; the
+    # feed-forward layer's; every LayerNorm's; the MLM head's transform dense (transformers'
+    # classifier_bias); the MLM output bias over the vocabulary.
+    m.attention_bias = True
+    m.mlp_bias = True
+    m.norm_bias = True
+    m.head_bias = True
+    m.decoder_bias = True
+    # Sliding-window attention: a query of a local layer reads the keys at most
+    # local_attention // 2 positions away on either side (transformers' meaning: the total
+    # window; ModernBERT: 128); layer i is global (the whole row) iff i % every_n == 0
+    # (ModernBERT: 3). 0: every layer global (BERT). Packed rows keep each document to itself
+    # either way.
+    m.local_attention = 0
+    m.global_attn_every_n_layers = 3
+    # BERT's pooler (tanh(dense([CLS] state))) and next-sentence head; ModernBERT has neither
+    # (MLM only; fine-tuning then reads the [CLS] state itself). The NSP head needs the pooler.
+    m.pooler = True
+    m.nsp_head = True
+    # Output projections (attention output, feed-forward output, MLM transform) initialized with
+    # stddev initializer_range / sqrt(2 * num_hidden_layers), as ModernBERT (and GPT-2) do.
+    m.scale_init_by_depth = False
 
     # --- Data (bert_jax/data_contract.py, bert_jax/input_pipeline.py) ---
     # Fields marked "from the manifest" are read from the manifest.json data_prep writes beside

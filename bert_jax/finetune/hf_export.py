@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import hf, publish, tokenization
+from bert_jax import cli, hf, publish, tokenization
 from bert_jax import model as model_lib
 from bert_jax.finetune import lora
 
@@ -45,6 +45,16 @@ def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict
     params["bert"] = jax.device_get(bert_params)
     tensors = hf.to_hf_state_dict(params, config)
     return {k: v for k, v in tensors.items() if k.startswith("bert.")}
+
+
+def check_exportable(config: model_lib.BertConfig) -> None:
+    """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
+    refused (before training, by runs.prepare)."""
+    if hf.architecture(config) != hf.BERT:
+        raise cli.UserError(
+            "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "
+            "(this export writes BERT's task classes): set --config.export=False"
+        )
 
 
 def hf_tensors(model) -> dict[str, np.ndarray]:
@@ -74,6 +84,7 @@ def export_hf(
     model directory; adapters are merged into a copy first. Returns the config.json written."""
     from safetensors.numpy import save_file
 
+    check_exportable(model.config)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]
     hf_config = hf.hf_config_from_bert(model.config)

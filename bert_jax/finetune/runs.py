@@ -27,7 +27,7 @@ from flax import nnx
 
 from bert_jax import cli, optim, packing, pretrained, sharding, train_state
 from bert_jax import features as F
-from bert_jax.finetune import encode, heads, lora, tasks
+from bert_jax.finetune import encode, heads, hf_export, lora, tasks
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 
@@ -75,6 +75,8 @@ def prepare(
             f"{init} has no vocab.txt: pass --config.data.vocab_file=PATH/vocab.txt"
         )
     tok = encoder.tokenizer
+    if config.get("export"):
+        hf_export.check_exportable(encoder.config)
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "

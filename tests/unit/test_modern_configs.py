@@ -3,7 +3,6 @@
 global RoPE theta raised from 10,000 to 160,000)."""
 
 import math
-import re
 
 import pytest
 
@@ -61,17 +60,15 @@ def test_the_two_stages_are_one_warmup_stable_decay_schedule():
     assert two.optim.learning_rate * two.optim.weight_decay == pytest.approx(1e-5)
 
 
-def test_the_rope_theta_fields_are_the_ones_the_model_is_to_read():
+def test_the_rope_theta_fields_are_the_ones_the_model_reads():
     one, two = modernbert_base.get_config(), modernbert_base_8192.get_config()
     assert (one.model.global_rope_theta, one.model.local_rope_theta) == (10_000.0, 10_000.0)
     assert (two.model.global_rope_theta, two.model.local_rope_theta) == (160_000.0, 10_000.0)
-    assert "global_rope_theta" not in default.get_config().model  # BERT's config is unchanged
-    # Until the ModernBERT block reads them, they are all a BERT model refuses.
-    try:
-        model_lib.BertConfig.from_config_dict(one.model)
-    except ValueError as e:
-        unknown = re.search(r"unknown config.model fields \[(.*?)\]", str(e))
-        assert unknown and set(re.findall(r"'(\w+)'", unknown[1])) <= {
-            "global_rope_theta",
-            "local_rope_theta",
-        }, e
+    # BERT's config keeps absolute positions: the thetas are there but unused.
+    assert default.get_config().model.position_embedding_type == "absolute"
+    for config in (one, two):
+        built = model_lib.BertConfig.from_config_dict(config.model)
+        assert (built.global_rope_theta, built.position_embedding_type) == (
+            config.model.global_rope_theta,
+            "rope",
+        )
