@@ -43,6 +43,8 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
     plan/              the planner, python -m bert_jax.plan: the steps compiled for a TPU slice
                        without one, what fits and where the HBM bytes go (its own map)
+    cpu_malloc.py      glibc malloc settings the binaries apply on a CPU host, so XLA:CPU
+                       reuses a step's memory instead of faulting it in every step
     cli.py             how every binary reports a mistake (a cli.UserError: one `error:` line,
                        exit status 2), a bug (its traceback and a request to report it, exit
                        1) and a warning (cli.warn)

@@ -66,6 +66,11 @@ def main(argv):
         local=["config.data.cache_dir"],
         checkpoints=["--workdir"],
     )
+
+    from bert_jax import cpu_malloc
+
+    # Before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory.
+    cpu_malloc.configure_for_cpu_training()
     import jax  # after flag parsing, so --help stays fast
 
     from bert_jax import sharding

@@ -60,6 +60,10 @@ def main(argv):
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
     _check_paths()
+    from bert_jax import cpu_malloc
+
+    # Before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory.
+    cpu_malloc.configure_for_cpu_training()
     import jax  # after flag parsing, so --help stays fast
 
     from bert_jax import sharding
