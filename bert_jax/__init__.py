@@ -23,7 +23,8 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     model.py           BERT or the ModernBERT block in Flax NNX, field by field
                        (model_config.py: BertConfig; layers.py: the blocks and the encoder
                        layer; layer_stack.py: the layers run or scanned in groups; rope.py;
-                       attention.py: the kernels, dropout.py: the masks)
+                       attention.py: the kernels, dropout.py: the masks, mixed_matmul.py:
+                       bfloat16 matmuls at a CPU's bf16 instruction speed)
     losses.py, optim.py   the pre-training losses (and held-out accuracy by kind of masked
                        position); BERT's AdamW and LAMB with their schedules (warmup-stable-
                        decay too) and batch-size warmup

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.core import spmd as flax_spmd
 
-from bert_jax import attention, rope, sharding
+from bert_jax import attention, mixed_matmul, rope, sharding
 from bert_jax.dropout import dropout as _dropout
 from bert_jax.model_config import BertConfig
 
@@ -87,6 +87,7 @@ def dense(
         kernel_init=truncated_normal(stddev),
         kernel_metadata=axis_names(*axes),
         bias_metadata=axis_names(axes[1]),
+        dot_general=mixed_matmul.dot_general,  # bfloat16 at the CPU's bf16 matmul speed
         rngs=rngs,
     )
 
@@ -286,7 +287,7 @@ def stacked_dense(x, denses, dtype):
     (tensor) sharding of each stays local; the parameters keep their own names.
     """
     kernel = jnp.stack([d.kernel[...] for d in denses], axis=1).astype(dtype)  # [in, n, out]
-    y = jnp.einsum("blm,mtn->bltn", x.astype(dtype), kernel)
+    y = mixed_matmul.einsum("blm,mtn->bltn", x.astype(dtype), kernel)
     if denses[0].bias is None:
         return y
     return y + jnp.stack([d.bias[...] for d in denses]).astype(dtype)  # [n, out]

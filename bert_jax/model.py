@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bert_jax import cli, rope
+from bert_jax import cli, mixed_matmul, rope
 from bert_jax import layers as L
 from bert_jax.dropout import dropout as _dropout
 from bert_jax.layer_stack import run_layers
@@ -296,9 +296,7 @@ class MaskedLMHead(nnx.Module):
     @jax.named_scope("mlm_head")
     def __call__(self, x, word_embeddings: jax.Array):
         x = self.transform_norm(L.gelu(self.transform(x)))  # [batch, predictions, hidden]
-        logits = jnp.einsum(
-            "bph,vh->bpv", x, word_embeddings.astype(x.dtype), preferred_element_type=jnp.float32
-        )
+        logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
         # The bias is added to the float32 accumulator, then rounded once to the computation
         # dtype (XLA fuses both into the matmul's output).
         if self.bias is not None:
