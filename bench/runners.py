@@ -125,26 +125,122 @@ def synthetic_batch(
     }
 
 
+# The vector and matrix extensions that decide a CPU's matmul speed in float32 and bfloat16, as
+# /proc/cpuinfo names them: AVX2, AVX-512, AVX-512 with bf16 dot products, AMX tiles.
+CPU_EXTENSIONS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def cpu_info() -> dict:
+    """{'cpu': model name, 'cpu_extensions': those of CPU_EXTENSIONS it has} from /proc/cpuinfo
+    (Linux); the platform's processor string and no extensions elsewhere."""
+    import platform
+
+    model, present = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    present = set(value.split())
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cpu_extensions": [x for x in CPU_EXTENSIONS if x in present]}
+
+
+def extensions_text(extensions: list[str]) -> str:
+    return " ".join(extensions) or "none of " + ", ".join(CPU_EXTENSIONS)
+
+
+def cpu_summary() -> str:
+    """'CPU: <model> (<extensions>)', the line the benchmarks print first."""
+    info = cpu_info()
+    return f"CPU: {info['cpu']} ({extensions_text(info['cpu_extensions'])})"
+
+
+def parse_variant(spec: str) -> tuple[str, dict, dict, list[str]]:
+    """'NAME:SETTING;SETTING...' -> (NAME, config overrides, XLA compiler options, patch names).
+
+    A SETTING is `section.field=VALUE` (a config override, e.g. model.scan_layers=true),
+    `xla_...=VALUE` (an XLA option for this step's compilation, e.g. xla_cpu_use_onednn=true) or
+    `patch=NAME` (bench/step_variants.py's PATCHES). VALUEs true/false, integers and floats are
+    parsed as such, anything else is a string."""
+    name, sep, settings = spec.partition(":")
+    if not sep or not name:
+        raise ValueError(f"variant {spec!r}: expected NAME:SETTING[;SETTING...]")
+    overrides, options, patches = {}, {}, []
+    for setting in filter(None, settings.split(";")):
+        key, eq, text = setting.partition("=")
+        if not eq:
+            raise ValueError(f"variant {spec!r}: setting {setting!r} lacks '='")
+        value = {"true": True, "false": False}.get(text.lower(), text)
+        for kind in (int, float):
+            if isinstance(value, str):
+                try:
+                    value = kind(text)
+                except ValueError:
+                    pass
+        if key == "patch":
+            patches.append(text)
+        elif key.startswith("xla_"):
+            options[key] = value
+        elif "." in key:
+            overrides[key] = value
+        else:
+            raise ValueError(f"variant {spec!r}: {key!r} is no section.field, xla_ option or patch")
+    return name, overrides, options, patches
+
+
+def apply_overrides(config, overrides: dict):
+    """A copy of `config` with `section.field` overrides set (existing fields only)."""
+    config = config.copy_and_resolve_references()
+    for path, value in overrides.items():
+        section, field = path.rsplit(".", 1)
+        node = config
+        for part in section.split("."):
+            node = node[part]
+        # config.model may gain a BertConfig field the config file leaves at its default
+        # (BertConfig.from_config_dict rejects any other).
+        if field not in node and section != "model":
+            raise ValueError(f"config has no field {path}")
+        node[field] = value
+    return config
+
+
 class OursRunner:
     """bert_jax.train's jitted, donated train step on a fixed device batch (or a few, taken in
-    turn: real batches of varying content)."""
+    turn: real batches of varying content).
 
-    def __init__(self, config, host_batch: dict | list[dict]):
+    `compiler_options`: XLA options for this step's compilation only (e.g.
+    {"xla_cpu_use_onednn": True}), so steps compiled differently run side by side in one
+    process. `patch`: a context manager in effect while the step is traced (bench/step_variants.py:
+    the same step with one piece of the model computed another way)."""
+
+    def __init__(self, config, host_batch: dict | list[dict], compiler_options=None, patch=None):
+        import contextlib
+
         import jax
 
         from bert_jax import sharding, train
 
         self.jax = jax
         self.setup = train.make_setup(config)
-        self.step_fn = train.jit_train_step(self.setup)
         with self.setup.activate():
             self.state = train.jit_init(self.setup, 0)()
             self.batches = [
                 sharding.host_to_global(b, self.setup.batch_sharding)
                 for b in (host_batch if isinstance(host_batch, list) else [host_batch])
             ]
+            start = time.perf_counter()
+            with patch if patch is not None else contextlib.nullcontext():
+                lowered = train.jit_train_step(self.setup).lower(
+                    self.state, self.batches[0], self.setup.lr
+                )
+            self.step_fn = lowered.compile(compiler_options or None)
         self.steps_run = 0
-        self.compile_seconds = self.run(1)[0]  # traces and compiles
+        self.compile_seconds = time.perf_counter() - start + self.run(1)[0]
 
     def params_numpy(self) -> dict:
         return self.jax.device_get(self.state["params"])

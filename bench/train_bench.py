@@ -21,6 +21,12 @@ round.
 "cpu-time" figures divide by this process's CPU seconds instead of wall seconds: they move much
 less when other processes share the cores. Compilation and two warm steps are excluded.
 
+--variant adds sides of ours computed another way, in the same rounds (runners.parse_variant: a
+config override, an XLA option for that step's compilation, or a bench/step_variants.py patch):
+an A/B of a change in one process, e.g. --variant=scan:model.scan_layers=true. Process-wide
+settings (XLA_FLAGS, --reuse_freed_memory) need two processes instead. Every case prints the
+CPU's model and its vector extensions (AVX2, AVX-512, AVX512-BF16, AMX) and the load average.
+
 PyTorch gets torch.set_num_threads(N), N = the cores this process may use, which is also the size
 of XLA's CPU thread pool. The batch is synthetic: random ids, no padding, sorted masked positions.
 The peak is an --matmul_n cube in --peak_dtype (defaults: 2048 fp32 on CPU, 8192 bf16 on GPU);
@@ -32,6 +38,8 @@ import os
 import statistics
 
 from absl import app, flags
+
+from bench import runners
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["mini", "base"], "Model configs: tiny, mini, base, large.")
@@ -59,6 +67,19 @@ flags.DEFINE_float(
     "spec_peak_tflops", 0.0, "A datasheet peak to print MFU against as well (0: none)."
 )
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
+flags.DEFINE_bool(
+    "reuse_freed_memory",
+    True,
+    "Apply bert_jax.cpu_malloc.configure_for_cpu_training() first, as the trainer does "
+    "(false: glibc's defaults, for an A/B of that setting in two processes).",
+)
+flags.DEFINE_multi_string(
+    "variant",
+    [],
+    "NAME:SETTING[;SETTING...]: one more side of ours, timed in the same rounds (runners."
+    "parse_variant: config overrides such as model.scan_layers=true, XLA options such as "
+    "xla_cpu_use_onednn=true, patch=NAME of bench/step_variants.py). Repeatable.",
+)
 
 
 def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> dict:
@@ -76,6 +97,16 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
     model_config = BertConfig.from_config_dict(config.model)
     host_batch = runners.synthetic_batch(batch, seq_len, num_predictions, model_config.vocab_size)
     sides = {"ours": runners.OursRunner(config, host_batch)}
+    for spec in FLAGS.variant:
+        name, overrides, options, patch_names = runners.parse_variant(spec)
+        from bench import step_variants
+
+        sides[f"ours[{name}]"] = runners.OursRunner(
+            runners.apply_overrides(config, overrides),
+            host_batch,
+            compiler_options=options,
+            patch=step_variants.patches(patch_names),
+        )
     params = sides["ours"].params_numpy() if FLAGS.torch else None
     if FLAGS.torch:
         sides["torch"] = runners.TorchRunner(config, host_batch, params)
@@ -110,7 +141,13 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
         "batch": batch,
         "predictions": num_predictions,
         "device": jax.devices()[0].device_kind,
+        **runners.cpu_info(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "reuse_freed_memory": FLAGS.reuse_freed_memory,
+        "load_average": os.getloadavg()[0],
         "rounds": len(rounds),
+        "variants": [n for n in sides if n.startswith("ours[")],
+        "variant_specs": list(FLAGS.variant),
         "compile_s": sides["ours"].compile_seconds,
         "step_gflop": step_flops / 1e9,
         "peak_gflops": med([r["peak"] for r in rounds]) / 1e9,
@@ -137,7 +174,15 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
                 * step_flops
                 / (FLAGS.spec_peak_tflops * 1e12)
             )
-        if name != "ours":
+        if name.startswith("ours["):
+            # Against ours as configured: above 1 means the variant is faster.
+            result[f"{name}_speedup"] = med([r["ours"] / r[name] for r in rounds])
+            result[f"{name}_speedup_rounds"] = [r["ours"] / r[name] for r in rounds]
+            result[f"{name}_speedup_cpu"] = med([r["ours_cpu"] / r[name + "_cpu"] for r in rounds])
+            for other in ("torch", "torch_gather"):
+                if other in sides:
+                    result[f"{name}_ratio_{other}"] = med([r[other] / r[name] for r in rounds])
+        elif name != "ours":
             # Against its own library's matmul rate: how well each side uses what it has.
             result[f"{name}_mfu_own_peak"] = med(
                 [step_flops * n / r[name] / r["torch_peak"] for r in rounds]
@@ -155,13 +200,16 @@ def _print_case(r: dict) -> None:
         f"{r['rounds']} rounds)",
         flush=True,
     )
+    extensions = runners.extensions_text(r["cpu_extensions"])
+    print(f"  on {r['cpu']} ({extensions}); load average {r['load_average']:.1f}", flush=True)
     if "torch_peak_gflops" in r:
         print(
             f"  PyTorch's matmul peak {r['torch_peak_gflops']:.0f} GFLOP/s: XLA's matmul runs at "
             f"{r['matmul_ratio']:.2f}x PyTorch's on this machine",
             flush=True,
         )
-    for name in ("ours", "torch", "torch_gather"):
+    names = ["ours", *r.get("variants", []), "torch", "torch_gather"]
+    for name in names:
         if f"{name}_step_s" not in r:
             continue
         line = (
@@ -172,7 +220,16 @@ def _print_case(r: dict) -> None:
         )
         if f"{name}_mfu_spec" in r:
             line += f"  MFU vs spec {100 * r[f'{name}_mfu_spec']:5.1f}%"
-        if name != "ours":
+        if name.startswith("ours["):
+            rounds = ", ".join(f"{x:.2f}" for x in r[f"{name}_speedup_rounds"])
+            line += (
+                f"  | {r[f'{name}_speedup']:.2f}x ours' speed (rounds {rounds}; cpu-time "
+                f"{r[f'{name}_speedup_cpu']:.2f}x)"
+            )
+            for other in ("torch", "torch_gather"):
+                if f"{name}_ratio_{other}" in r:
+                    line += f"; {r[f'{name}_ratio_{other}']:.2f}x {other}"
+        elif name != "ours":
             line += f" (MFU vs PyTorch's own matmul peak {100 * r[f'{name}_mfu_own_peak']:4.1f}%)"
             rounds = ", ".join(f"{x:.2f}" for x in r[f"ratio_{name}_rounds"])
             line += (
@@ -184,6 +241,10 @@ def _print_case(r: dict) -> None:
 
 def main(argv):
     del argv
+    from bert_jax import cpu_malloc
+
+    # Before JAX starts its threads (bert_jax/cpu_malloc.py says why).
+    malloc = FLAGS.reuse_freed_memory and cpu_malloc.configure_for_cpu_training()
     import jax
     import jax.numpy as jnp
 
@@ -197,17 +258,17 @@ def main(argv):
     on_cpu = jax.default_backend() == "cpu"
     n = FLAGS.matmul_n or (2048 if on_cpu else 8192)
     peak_dtype = FLAGS.peak_dtype or ("float32" if on_cpu else "bfloat16")
+    print(runners.cpu_summary(), flush=True)
     print(
         f"JAX {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}), "
         f"{cores} cores, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; torch threads "
-        f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul",
+        f"{cores if FLAGS.torch else '-'}; peak: {n}^3 {peak_dtype} matmul; malloc: "
+        f"{'reuse freed memory' if malloc else 'glibc defaults'}",
         flush=True,
     )
     peak = matmul_peak.MatmulPeak(n, jnp.dtype(peak_dtype))
     torch_peak = None
     if FLAGS.torch and peak_dtype == "float32":
-        from bench import runners
-
         torch_peak = runners.TorchMatmulPeak(n)
     for model in FLAGS.models:
         for seq_len in map(int, FLAGS.seq_lens):
