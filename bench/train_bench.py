@@ -159,6 +159,7 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
         result.update(
             {
                 f"{name}_step_s": med([r[name] / n for r in rounds]),
+                f"{name}_cpu_s": med([r[name + "_cpu"] / n for r in rounds]),
                 f"{name}_tokens_per_s": med([tokens * n / r[name] for r in rounds]),
                 f"{name}_seqs_per_s": med([batch * n / r[name] for r in rounds]),
                 f"{name}_mfu": med([step_flops * n / r[name] / r["peak"] for r in rounds]),
