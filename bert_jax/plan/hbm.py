@@ -69,6 +69,12 @@ GROUPS = (
     ("attention", _scope("attention")),
     ("feed-forward", _scope("ffn")),
     ("layer norms and residuals", _scope("norm_residual")),
+    # A scanned layer's unnamed loop plumbing: what the forward saves for the backward pass into
+    # the stacked [layers, ...] buffers and the backward reads back, one layer a trip.
+    (
+        "scanned layers: saved activations",
+        re.compile(r"/while/.*(?:dynamic_slice|dynamic_update_slice|squeeze)[^/]*$"),
+    ),
 )
 OTHER = "other"
 

@@ -214,3 +214,38 @@ def test_an_instruction_line_with_a_tuple_shape_reads_whole():
 def test_named_scopes_pick_the_group(op_name, group):
     ins = hlo.Instruction("x", "f32[4]", "add", [], f'metadata={{op_name="{op_name}"}}')
     assert hbm.group_of(ins) == group
+
+
+SCANNED = """HloModule step, entry_computation_layout={()->()}
+
+%fused_slice (param_0: f32[12,64,256], param_1: s32[]) -> f32[64,256] {
+  %param_0 = f32[12,64,256]{2,1,0} parameter(0)
+  %param_1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %inner = f32[1,64,256]{2,1,0} fusion(%param_0, %param_1), kind=kLoop, calls=%fused_inner
+  ROOT %b = f32[64,256]{1,0} bitcast(%inner)
+}
+
+%fused_inner (param_0.1: f32[12,64,256], param_1.1: s32[]) -> f32[1,64,256] {
+  %param_0.1 = f32[12,64,256]{2,1,0} parameter(0)
+  %param_1.1 = s32[] parameter(1)
+  %zero.1 = s32[] constant(0)
+  ROOT %ds = f32[1,64,256]{2,1,0} dynamic-slice(%param_0.1, %param_1.1, %zero.1, %zero.1), dynamic_slice_sizes={1,64,256}
+}
+
+ENTRY %main () -> f32[64,256] {
+  %buffer = f32[12,64,256]{2,1,0} custom-call(), custom_call_target="AllocateBuffer"
+  %i = s32[] constant(3)
+  ROOT %one = f32[64,256]{1,0} fusion(%buffer, %i), kind=kLoop, calls=%fused_slice, metadata={op_name="jit(step)/transpose(jvp())/while/body/dynamic_slice"}
+}
+"""
+
+
+def test_a_scanned_layers_stacked_buffer_counts_the_layer_read_not_the_stack():
+    """A scan's saved activations: the buffer's allocation moves nothing, and a fusion that
+    slices one layer out of the stacked buffer inside a nested fusion reads that layer only."""
+    a = hbm.attribute(SCANNED)
+    layer = 64 * 256 * 4
+    # the layer read, the layer written, and the s32 index (4 bytes)
+    assert a.total_bytes == 2 * layer + 4
+    assert a.groups == {"scanned layers: saved activations": 2 * layer + 4}
