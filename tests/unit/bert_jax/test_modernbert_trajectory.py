@@ -35,6 +35,7 @@ def config():
         intermediate_size=48,
         local_attention=8,  # 4 either side, in 24-token rows
         max_position_embeddings=64,
+        global_rope_theta=160_000.0,  # the block's (stage 1 trains both at 10,000)
     )
     config.data.update(max_seq_length=LENGTH, max_predictions_per_seq=PREDICTIONS)
     config.data.dynamic_masking = False  # the batches below carry their masks
