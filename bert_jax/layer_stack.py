@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from bert_jax import attention
+
 
 def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
@@ -43,7 +45,7 @@ def scan_plan(graphdefs) -> tuple[int, int, int]:
 
 
 def run_layers(
-    layers, x, input_mask, dropout_rng, example_ids, rope=None, *, remat: bool, scan: bool
+    layers, x, input_mask, dropout_rng, example_ids, rope=None, *, remat: bool, scan: bool | None
 ):
     """x through `layers` in order (each called as layer(x, input_mask, key, example_ids,
     rope)); layer i's dropout key is fold_in(dropout_rng, i).
@@ -52,6 +54,8 @@ def run_layers(
     stacked along a new leading axis inside the step (MaxText's scan_layers), so nothing outside
     sees another layout; the other layers run unrolled. remat: jax.checkpoint per layer.
     """
+    if scan is None:  # config.model.scan_layers' default: scanned where a compile costs most
+        scan = attention.platform() != "cpu"
     run = nnx.remat(_run_layer) if remat else _run_layer
 
     def key_of(i):

@@ -82,8 +82,9 @@ class BertConfig:
     remat: bool = False  # jax.checkpoint each encoder layer (nnx.remat)
     # Run the encoder layers as lax.scan over their stacked parameters (bert_jax.layer_stack):
     # the compiler sees one layer (one group of layers where they alternate) instead of
-    # num_hidden_layers. The parameters keep their per-layer layout.
-    scan_layers: bool = False
+    # num_hidden_layers. The parameters keep their per-layer layout. None: scanned on TPU and
+    # GPU, unrolled on CPU (docs/scaling.md, docs/performance.md).
+    scan_layers: bool | None = None
     # "auto", "xla", "cudnn", "splash" or "einsum" (see bert_jax.model's docstring)
     attention_impl: str = "auto"
     # --- the modern block, field by field (configs/default.py; BERT's values by default) ---
