@@ -175,6 +175,9 @@ def main(argv):
     from bert_jax import sharding
 
     sharding.use_tpu_compiler_flags()  # the trainer's own TPU compiler settings
+    # A persistent compilation cache (JAX_COMPILATION_CACHE_DIR) cannot serve a deviceless
+    # compile: reading back a TPU executable needs a TPU client, and JAX warns on every hit.
+    jax.config.update("jax_enable_compilation_cache", False)
 
     devices = jax.devices() if topology is None else chips.devices(topology)
     m = base.model
