@@ -58,7 +58,7 @@ class JobSpec:
     num_shards: int = 0  # training shards; 0: as many as shard_size_mb asks for
     num_eval_shards: int = 0
     shard_size_mb: float = 128.0  # target record bytes per shard when the count is not given
-    text_field: str = "text"
+    text_field: str = readers.TEXT_FIELD
     tfds_data_dir: str | None = None
     document_per_file: bool = False  # BookCorpus-style text: each file one document
     language: str = DEFAULT_LANGUAGE  # sentence rules of running text; a dump's own overrides it

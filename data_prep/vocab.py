@@ -36,7 +36,9 @@ flags.DEFINE_list(
     None,
     "Inputs as data_prep.main takes them: text, JSONL, Wikipedia dumps, Parquet, tfds:NAME.",
 )
-flags.DEFINE_string("text_field", "text", "Text field of JSONL records, Parquet columns and TFDS.")
+flags.DEFINE_string(
+    "text_field", readers.TEXT_FIELD, "Text field of JSONL records, Parquet columns and TFDS."
+)
 flags.DEFINE_string(
     "output",
     None,
@@ -67,7 +69,9 @@ SPECIAL = [
 
 
 def corpus_sentences(
-    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
+    inputs: list[str],
+    text_field: str = readers.TEXT_FIELD,
+    language: str = sentences.DEFAULT_LANGUAGE,
 ) -> Iterator[str]:
     """Every sentence of the inputs (files, globs, tfds:NAME), whatever their kind."""
     stats = readers.ReadStats()
@@ -77,7 +81,9 @@ def corpus_sentences(
 
 
 def corpus_documents(
-    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
+    inputs: list[str],
+    text_field: str = readers.TEXT_FIELD,
+    language: str = sentences.DEFAULT_LANGUAGE,
 ) -> Iterator[str]:
     """Every document of the inputs as one text, its sentences joined by a space."""
     stats = readers.ReadStats()
