@@ -230,7 +230,7 @@ def check_common(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
-    mode = config.train.get("on_nonfinite", "stop")
+    mode = config.train.on_nonfinite
     if mode not in NONFINITE_MODES:
         problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
 
@@ -272,7 +272,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
         return problems
     t, e, d = config.train, config.eval, config.data
     problems = check_common(config, num_devices, process_count, t.num_train_steps)
-    if d.get("bad_records", "error") not in BAD_RECORD_MODES:
+    if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
     devices = config.mesh.num_devices or num_devices
     sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
@@ -339,7 +339,7 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     problems = pretraining_problems(config, num_devices, process_count)
     try:
         resolved = data_contract.resolve(config)
-        if resolved.data.nsp and not resolved.model.get("nsp_head", True):
+        if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
                 "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
