@@ -22,7 +22,6 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import (
     checkpointing,
     cli,
-    config_check,
     faults,
     loop,
     metrics_log,
@@ -31,7 +30,7 @@ from bert_jax import (
     train_state,
 )
 from bert_jax import features as F
-from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
 # How far the training batches are read ahead of the device. Each element is a whole step's
