@@ -45,7 +45,6 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from etils import epath
 from flax import nnx
 
 from bert_jax import checksums, cli, storage
@@ -425,17 +424,6 @@ def _move_aside(
 
         multihost_utils.sync_global_devices("bert_jax.checkpointing.move_aside")
     manager.reload()  # forget the moved steps, so that saving them again is allowed
-
-
-def saved_steps(workdir: str) -> list[int]:
-    """Steps of the checkpoints in `workdir`, oldest first ([] if none)."""
-    if not epath.Path(checkpoint_dir(workdir)).is_dir():
-        return []
-    manager = make_manager(workdir, read_only=True)
-    try:
-        return sorted(manager.all_steps())
-    finally:
-        manager.close()
 
 
 def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:

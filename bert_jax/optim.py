@@ -165,13 +165,6 @@ def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
     return BatchWarmup(final, start, steps)
 
 
-def learning_rate_schedule(
-    optim: ml_collections.ConfigDict, num_train_steps: int
-) -> optax.Schedule:
-    """step -> learning rate, the config's schedule (`schedule_values`) with its numbers fixed."""
-    return functools.partial(rate, schedule_values(optim, num_train_steps))
-
-
 def decays(path: tuple) -> bool:
     """Whether weight decay applies to the parameter at `path` (its pure-dict keys).
 

@@ -18,8 +18,9 @@ import os
 import shutil
 import signal
 
-from bert_jax import checkpointing, config_check, metrics_log
+from bert_jax import config_check, metrics_log
 from data_prep.testdata import make_wiki_dump
+from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, SAMPLE_128, TESTDATA
 from support.sweep_inputs import _prep_as
 from support.sweep_integrity import EXPORT, FINETUNE, PREP, TRAIN, _write
@@ -122,7 +123,7 @@ def _sigterm_during_a_save(ctx, o, module, args):
     rerun = run_again(ctx, module, args)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {workdir}/checkpoints/{last}" in rerun.stdout
-    assert checkpointing.saved_steps(workdir)[-1] == 8
+    assert saved_steps(workdir)[-1] == 8
 
 
 LONG_EVAL = (
