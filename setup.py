@@ -31,7 +31,7 @@ INSTALL_REQUIRES = [
     "pyarrow>=14",
     # gs:// paths everywhere (records, workdirs, exports, corpora): fsspec's GCS file system, the
     # backend etils.epath (and so Orbax) uses for bucket paths when TensorFlow is absent; one
-    # client and one retry policy for our files and Orbax's (bert_jax/storage.py).
+    # client and one retry policy for our files and Orbax's (bert_jax/storage/remote.py).
     "gcsfs>=2024.2",
 ]
 

@@ -16,7 +16,7 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 finished output directory against the md5 checksums in its manifest.
 
 Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output directory
-(docs/data_prep.md, "Buckets"); all go through bert_jax/storage.py.
+(docs/data_prep.md, "Buckets"); all go through bert_jax/storage/.
 """
 
 import dataclasses

@@ -5,7 +5,7 @@ them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage)
 Local paths go to the os module, exactly as before. URLs go to fsspec's `gcsfs` (`s3fs`) through
 etils.epath: the layer Orbax itself uses for a checkpoint's metadata files, so our files and
 Orbax's share one client, one set of credentials and one retry policy (Orbax writes the arrays
-through TensorStore, which this module points at the same endpoint).
+through TensorStore, which this package points at the same endpoint).
 
 What an object store lacks, and what stands in for it here:
   * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
@@ -53,7 +53,7 @@ get the words a local path gets for the same situation, naming the path the user
 of objects), not a file", "Permission denied (no credentials ...)". Nothing half-written is
 trusted afterwards: see above.
 
-No JAX import: data_prep uses this module.
+No JAX import: data_prep uses this package.
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
