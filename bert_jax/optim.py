@@ -48,8 +48,8 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
     MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
     values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
-    peak. A config without the field (one saved before it existed) means "start". `linear` is
-    `polynomial` with power 1, `constant` power 0 (the peak throughout, after warmup).
+    peak. `linear` is `polynomial` with power 1, `constant` power 0 (the peak throughout, after
+    warmup).
 
     "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
     the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
