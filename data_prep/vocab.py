@@ -68,16 +68,22 @@ SPECIAL = [
 ]
 
 
+def _documents(inputs: list[str], text_field: str, language: str) -> Iterator[list[str]]:
+    """Every document (its sentences) of the inputs (files, globs, tfds:NAME), whatever their
+    kind."""
+    stats = readers.ReadStats()
+    for source in readers.parse_input(inputs):
+        yield from readers.documents(source, stats, text_field, language=language)
+
+
 def corpus_sentences(
     inputs: list[str],
     text_field: str = readers.TEXT_FIELD,
     language: str = sentences.DEFAULT_LANGUAGE,
 ) -> Iterator[str]:
-    """Every sentence of the inputs (files, globs, tfds:NAME), whatever their kind."""
-    stats = readers.ReadStats()
-    for source in readers.parse_input(inputs):
-        for document in readers.documents(source, stats, text_field, language=language):
-            yield from document
+    """Every sentence of the inputs."""
+    for document in _documents(inputs, text_field, language):
+        yield from document
 
 
 def corpus_documents(
@@ -86,10 +92,8 @@ def corpus_documents(
     language: str = sentences.DEFAULT_LANGUAGE,
 ) -> Iterator[str]:
     """Every document of the inputs as one text, its sentences joined by a space."""
-    stats = readers.ReadStats()
-    for source in readers.parse_input(inputs):
-        for document in readers.documents(source, stats, text_field, language=language):
-            yield " ".join(document)
+    for document in _documents(inputs, text_field, language):
+        yield " ".join(document)
 
 
 def train_wordpiece(
