@@ -56,7 +56,9 @@ flags.DEFINE_bool(
     "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case (and strip accents, for WordPiece)."
 )
 flags.DEFINE_string(
-    "language", "en", "Sentence rules of running text, as data_prep.main's --language."
+    "language",
+    sentences.DEFAULT_LANGUAGE,
+    "Sentence rules of running text, as data_prep.main's --language.",
 )
 
 SPECIAL = [
