@@ -5,8 +5,9 @@ best boundary F1 on the labelled set in data_prep/testdata/sentences_labelled.tx
 of the segmenters tried (docs/data_prep.md; bench/sentence_bench.py). It splits after an
 abbreviation followed by a lower-case word ("approx. 20 ml", "pop. of 4,000"); no English
 sentence starts in lower case except brand names (iPhone, eBay), so such a piece is merged back
-(a better F1 on the same set). Not in lower-cased text (BookCorpus as distributed), where every sentence starts in lower case. BERT
-needs boundaries for its next-sentence pairs, not perfect ones.
+(a better F1 on the same set). Not in lower-cased text (BookCorpus as distributed), where every
+sentence starts in lower case. BERT needs boundaries for its next-sentence pairs, not perfect
+ones.
 
 The rules are the language's: sentencex knows the abbreviations of each language (German "Am 3.
 Mai" is one sentence, English splits it) and falls back along MediaWiki's language chain for a
