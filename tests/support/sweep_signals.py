@@ -125,6 +125,42 @@ def _sigterm_during_a_save(ctx, o, module, args):
     assert checkpointing.saved_steps(workdir)[-1] == 8
 
 
+def _ctrl_c_in_the_eval_at_start(ctx, o, module, args):
+    """Issue 34's leftover: fine-tuning's eval at start (eval.at_start) ran outside the signal
+    handling: a SIGTERM there killed the run unannounced, a Ctrl-C was a bare interrupt after
+    the whole eval. A Ctrl-C as the run starts now stops that eval after its first batch with one
+    line saying nothing was saved (no step was trained), exit 130; the rerun trains and
+    finishes."""
+    workdir = flag_value(args, "--workdir")
+    proc = start(ctx, module, args)
+    out, err = signal_at_line(proc, r"fine-tuning ", signal.SIGINT)
+    one_error_line(
+        proc.returncode, err, 130, "interrupted (Ctrl-C) before the first step", alone=False
+    )
+    assert checkpointing.saved_steps(workdir) == [] and 0 not in _evals(workdir), out[-3000:]
+    rerun = run_again(ctx, module, [*args, "--config.eval.at_start=false"])
+    assert rerun.returncode == 0 and "finished at step" in rerun.stdout, rerun.stderr[-3000:]
+
+
+def _sigterm_in_the_final_eval(ctx, o, module, args):
+    """Issue 34's leftover: fine-tuning's final eval (and its predictions) ran outside the signal
+    handling, so a SIGTERM there killed the run. A SIGTERM at the last step's progress line now
+    stops the run (the loop's save of that step, or the final eval after one batch), the last
+    step saved and nothing exported, exit 143; the rerun resumes at that step, trains nothing,
+    evaluates and exports."""
+    workdir = flag_value(args, "--workdir")
+    proc = start(ctx, module, args)
+    out, err = signal_at_line(proc, r"step (\d+)/\1 ", signal.SIGTERM)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-3000:]
+    last = checkpointing.saved_steps(workdir)
+    assert len(last) == 1 and f"saved step {last[0]};" in out, (last, out[-3000:])
+    assert not _evals(workdir) and not os.path.exists(f"{workdir}/export"), out[-3000:]
+    rerun = run_again(ctx, module, args)
+    assert rerun.returncode == 0 and f"finished at step {last[0]};" in rerun.stdout, rerun.stderr
+    assert _evals(workdir) == last and os.path.isdir(f"{workdir}/export")
+    assert checkpointing.saved_steps(workdir) == last
+
+
 LONG_EVAL = (
     "bert_jax.main --config=configs/tiny.py --workdir={o}/run --config.mesh.num_devices=1 "
     "--config.data.train_files={sample_records} --config.data.eval_files={golden_records} "
@@ -137,6 +173,14 @@ LONG_FT_EVAL = finetune(
     extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.every_steps=2 "
     "--config.eval.batch_size=2 --config.eval.at_start=false --config.train.batch_size=16 "
     "--config.train.log_every_steps=1 --config.checkpoint.every_steps=100 --config.export=false"
+)
+FT_EVAL_AT_START = finetune(
+    extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.batch_size=2 "
+    "--config.eval.at_start=true --config.train.batch_size=16 --config.export=false"
+)
+FT_FINAL_EVAL = finetune(
+    extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.batch_size=2 "
+    "--config.train.batch_size=16 --config.train.log_every_steps=1 --config.export=true"
 )
 SAVING = (
     "bert_jax.main --config=configs/tiny.py --workdir={o}/run --config.mesh.num_devices=1 "
@@ -158,6 +202,16 @@ SIGNALS = [
         "signals: SIGTERM during a long fine-tuning eval saves its step, the rerun resumes",
         LONG_FT_EVAL,
         Run("interrupt", _sigterm_in_a_long_eval("finetune"), real=True),
+    ),
+    (
+        "signals: Ctrl-C during fine-tuning's eval at start stops it, nothing to save",
+        FT_EVAL_AT_START,
+        Run("interrupt", _ctrl_c_in_the_eval_at_start, real=True),
+    ),
+    (
+        "signals: SIGTERM during fine-tuning's final eval keeps the last step, the rerun finishes",
+        FT_FINAL_EVAL,
+        Run("interrupt", _sigterm_in_the_final_eval, real=True),
     ),
     (
         "signals: SIGTERM during a checkpoint save, the rerun resumes",
