@@ -145,8 +145,9 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
-    config = hf.load_bert_config(local, **overrides)
-    model, report = hf.load_hf(local, config)
+    with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
+        config = hf.load_bert_config(local, **overrides)
+        model, report = hf.load_hf(local, config)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(local)
     vocab = vocab_file or own_vocab

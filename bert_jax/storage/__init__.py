@@ -64,7 +64,8 @@ modules, by concern:
                   not_a_file) and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
-    cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
+    cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
+                  their errors in the user's path (reported_as)
 """
 
 from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
@@ -72,6 +73,8 @@ from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
     local_copies,
     local_copy,
     local_dir,
+    rename_in_error,
+    reported_as,
 )
 from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
     bucket_exists,
