@@ -494,6 +494,31 @@ def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.C
     return config, step
 
 
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+    """Whether a saved config is a fine-tuning run's (bert_jax.finetune: a task model, its
+    `init` and `data.train_file`), not pre-training's."""
+    return "init" in config and "train_file" in (config.get("data") or {})
+
+
+def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool) -> None:
+    """Refuses a workdir of the other trainer by name (each was an AttributeError "bug" deep in
+    the reader: a fine-tuning workdir given to export, embed or --init, a pre-training one to
+    fine-tuning's predict)."""
+    if is_finetuning(config) == finetuning:
+        return
+    if finetuning:
+        raise cli.UserError(
+            f"{workdir!r} holds a pre-training run, not a fine-tuning one: predict with the "
+            "workdir python -m bert_jax.finetune trained (or export this run and fine-tune it "
+            "with --init)"
+        )
+    raise cli.UserError(
+        f"{workdir!r} holds a fine-tuning run (python -m bert_jax.finetune's), not a "
+        f"pre-training one: pass its export, {storage.join(workdir, 'export')} (a Hugging Face "
+        "directory, written when config.export is on), or the pre-training workdir"
+    )
+
+
 def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
     steps = manager.all_steps()
     if not steps:
@@ -520,6 +545,7 @@ def restore_params(
     from bert_jax import model as model_lib  # the model defines the parameter tree
 
     config, step = load_config(workdir, step)
+    check_kind(config, workdir, finetuning=False)
     bert_config = model_lib.BertConfig.from_config_dict(config.model)
     abstract = nnx.to_pure_dict(
         nnx.state(

@@ -123,6 +123,7 @@ def load(
 
 def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
     run_config, step = checkpointing.load_config(path, step)  # pins "latest" to one step
+    checkpointing.check_kind(run_config, path, finetuning=False)
     data = run_config.get("data") or {}
     lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")
     vocab = vocab_file or data.get("vocab_file") or ""

@@ -162,6 +162,7 @@ def predict_from_workdir(
     config fields to values (e.g. {"eval.batch_size": 16}).
     """
     config, _ = checkpointing.load_config(workdir)
+    checkpointing.check_kind(config, workdir, finetuning=True)
     with config.unlocked():
         for key, value in (overrides or {}).items():
             parent = config

@@ -8,8 +8,9 @@ a damaged step's missing file was named by a raw request URL; a garbled or missi
 was a KeyError or JSONDecodeError traceback "bug". Now each is one `error:` line naming the
 object (as the user's gs:// path) and the cause, and a step is called damaged only for damage.
 
-`make_files(d)` writes the local damaged workdirs; the bucket cases use sweep_buckets' servers,
-with FlakyProxy refusing only the objects under one prefix.
+`make_files(d)` writes the local damaged workdirs (and a fine-tuning run's, for the cases in
+sweep_signals.py that give it where a pre-training run belongs); the bucket cases use
+sweep_buckets' servers, with FlakyProxy refusing only the objects under one prefix.
 """
 
 import json
@@ -33,7 +34,13 @@ def make_files(d) -> dict:
         f.write(b'{"model": {"hidden_size": 3')  # cut short
     shutil.copytree(d / "run", d / "run_config_gone")
     shutil.rmtree(d / "run_config_gone" / step / "config")
-    return {}
+    # A fine-tuning run's workdir, as far as its readers look first: its saved config.
+    from configs.finetune import sst2
+
+    shutil.copytree(d / "run", d / "ft_run")
+    with open(d / "ft_run" / step / "config" / "metadata", "w") as f:
+        f.write(sst2.get_config().to_json_best_effort())
+    return {"ftrun": str(d / "ft_run")}
 
 
 def _upload_tree(local, prefix: str) -> None:

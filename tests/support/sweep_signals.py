@@ -334,6 +334,19 @@ def _not_read_only(where: str):
     return Run("paths", scenario)
 
 
+def _output_is_input(ctx, o, module, args):
+    """An output flag naming the input file itself (data_prep.vocab and embed replaced the
+    user's corpus and exited 0): refused naming both flags, the file left as it was. The input
+    is a copy under the case's directory: a regression must not destroy the sweep's own."""
+    os.makedirs(f"{o}/in", exist_ok=True)
+    shutil.copy(ctx["d"] / "clean.txt", f"{o}/in/text.txt")
+    before = open(f"{o}/in/text.txt", "rb").read()
+    status, _, err = ctx["server"].run(module, args)
+    out_flag = "--output_dir" if module == "data_prep.main" else "--output"
+    one_error_line(status, err, 2, [f"{out_flag}='{o}/in/text.txt' is also read", "--input="])
+    assert open(f"{o}/in/text.txt", "rb").read() == before
+
+
 def _dump_as(reference: str, other: str):
     """data_prep's records from this dump are those from `reference`, and not those from
     `other` (the same pages split by another language's rules)."""
@@ -387,6 +400,46 @@ SMALLER = [
         "export: a directory of only .gitkeep works",
         EXPORT.replace("{d}/run", "{run24}") + " --step=2",
         Run("paths", _export_beside_gitkeep),
+    ),
+    (
+        "vocab: output is its input",
+        "data_prep.vocab --input={o}/in/text.txt --output={o}/in/text.txt --vocab_size=300",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "embed: output is its input",
+        "bert_jax.embed --model={d}/hf --input={o}/in/text.txt --output={o}/in/text.txt",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "vocab: output matched by the input glob",
+        "data_prep.vocab --input={o}/in/*.txt --output={o}/in/text.txt --vocab_size=300",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "output_dir is the input file",
+        PREP + " --input={o}/in/text.txt --output_dir={o}/in/text.txt",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "finetune: predict with a pre-training workdir",
+        "bert_jax.finetune --mode=predict --workdir={d}/run --test_file={d}/ft/sst_good.tsv",
+        ("/run'", "holds a pre-training run, not a fine-tuning one"),
+    ),
+    (
+        "export: a fine-tuning workdir",
+        "bert_jax.export --workdir={ftrun} --output_dir={o}/hf",
+        ("holds a fine-tuning run", "not a pre-training one", "/ft_run/export"),
+    ),
+    (
+        "embed: a fine-tuning workdir",
+        "bert_jax.embed --model={ftrun} --input={d}/clean.txt --output={o}/e.npz",
+        ("holds a fine-tuning run", "not a pre-training one"),
+    ),
+    (
+        "finetune: init a fine-tuning workdir",
+        FINETUNE + " --init={ftrun}",
+        ("holds a fine-tuning run", "not a pre-training one"),
     ),
     ("export: output_dir under /proc/self", EXPORT + " --output_dir=/proc/self/hf", None),
     ("finetune: workdir under /proc/self", FINETUNE + " --workdir=/proc/self/ft", None),
