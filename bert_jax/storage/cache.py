@@ -18,7 +18,8 @@ from bert_jax.storage.remote import _fs
 
 def rename_in_error(error: BaseException, local: str, path: str) -> bool:
     """Rewrites `error` in place so that where it names `local` it names `path`: its message
-    arguments and a `path` attribute (record_io.DamagedRecord's). True if it named `local`."""
+    arguments, a `path` attribute (record_io.DamagedRecord's) and an OSError's `filename`. True
+    if it named `local`."""
     if local == path:
         return False
     named = False
@@ -29,8 +30,10 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
                 arg, named = arg.replace(local, path), True
             args.append(arg)
         error.args = tuple(args)
-        if getattr(error, "path", None) == local:
-            error.path, named = path, True
+        for attr in ("path", "filename"):  # DamagedRecord's, an OSError's
+            if getattr(error, attr, None) == local:
+                setattr(error, attr, path)
+                named = True
     except (AttributeError, TypeError):  # an exception type that keeps its message elsewhere
         return named
     return named
