@@ -204,11 +204,6 @@ CASES = [
         _save_refused_mid_run(True),
     ),
     (
-        "checkpoints: train, saves refused mid-run (sync)",
-        MID_RUN.replace("ck_mid", "ck_mid_sync"),
-        _save_refused_mid_run(False),
-    ),
-    (
         "checkpoints: export, config item cut short",
         "bert_jax.export --workdir={d}/run_config_garbled --output_dir={o}/hf",
         Run("checkpoints", _damaged_config),
