@@ -334,6 +334,12 @@ def _not_read_only(where: str):
     return Run("paths", scenario)
 
 
+def _finished(ctx, o, stdout):
+    """An empty --config.data.labels= is no override (the layout's label set): before, it was
+    the one label '' and every example was refused as not one of it."""
+    assert "finished at step" in stdout, stdout[-2000:]
+
+
 def _output_is_input(ctx, o, module, args):
     """An output flag naming the input file itself (data_prep.vocab and embed replaced the
     user's corpus and exited 0): refused naming both flags, the file left as it was. The input
@@ -390,6 +396,11 @@ SMALLER = [
         "finetune: TSV lone CR is text, the ragged line is named",
         FINETUNE + " --config.data.train_file={d}/ft/sst_cr.tsv",
         "sst_cr.tsv:4: 1 tab-separated fields",
+    ),
+    (
+        "finetune: labels empty is the layout's set",
+        FINETUNE + " --config.data.labels=",
+        _finished,
     ),
     (
         "finetune: labels twice",
