@@ -17,6 +17,7 @@ Why a loop ended ('stopped' in both trainers' results):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -112,6 +113,7 @@ def run(
     train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
     evaluate: Callable[[int, dict, Callable[[], None]], str | None] | None = None,
     eval_at_last_step: bool = True,
+    preemption: faults.Preemption | None = None,
 ) -> Outcome:
     """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
     train_state.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
@@ -126,7 +128,8 @@ def run(
     dropped and the step saved). Then `decide` says whether to save (checkpointing.save: state,
     data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
     where the loop waits for the device anyway: at log lines and before a save, which it then
-    skips.
+    skips. The signals are `preemption`'s, one the caller holds entered (its handler then also
+    covers what the caller does before and after the loop), else the loop's own.
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(
@@ -138,7 +141,8 @@ def run(
     timer = StepTimer()
     last_saved = manager.latest_step()
     previous = None  # the metrics of the step before the one just dispatched
-    with faults.Preemption(manager) as preemption, setup.activate():
+    own = faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
+    with own as preemption, setup.activate():
         while stopped is None and step < last_step:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = train_step(state, batch)

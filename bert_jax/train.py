@@ -599,23 +599,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             )
         return "target_reached"
 
-    out = loop.run(
-        state,
-        step,
-        last_step=last_step,
-        total=total,
-        setup=setup,
-        train_step=p_train_step,
-        data_iter=data_iter,
-        manager=manager,
-        config=config,
-        log=log,
-        progress=progress,
-        train_figures=train_figures,
-        evaluate=evaluate_now if eval_batches else None,
-    )
-    del state  # donated to the steps: out.state is the live one
-    checkpointing.finish(manager)
+    # The loop's signal handler also covers the wait for the last save: a signal there is
+    # taken (the run ends as it would), not the process killed with that save half-written.
+    with faults.Preemption(manager) as preemption:
+        out = loop.run(
+            state,
+            step,
+            last_step=last_step,
+            total=total,
+            setup=setup,
+            train_step=p_train_step,
+            data_iter=data_iter,
+            manager=manager,
+            config=config,
+            log=log,
+            progress=progress,
+            train_figures=train_figures,
+            evaluate=evaluate_now if eval_batches else None,
+            preemption=preemption,
+        )
+        del state  # donated to the steps: out.state is the live one
+        checkpointing.finish(manager)
     log.close()
     if out.stopped in ("preempted", "stop_at_step") and is_primary:
         print(f"{out.stopped}: saved step {out.step}; rerun the same command to resume", flush=True)

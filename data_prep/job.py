@@ -161,7 +161,9 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
             raise tokenization.VocabError(
                 f"vocabulary file {vocab_file!r} {why}; pass --vocab_file"
             )
-        return tokenization.make_tokenizer(storage.local_copy(vocab_file), do_lower_case)
+        local = storage.local_copy(vocab_file)
+        with storage.reported_as(local, vocab_file):  # its errors name the bucket's file
+            return tokenization.make_tokenizer(local, do_lower_case)
     return tokenization.make_tokenizer(vocab_file, do_lower_case)
 
 

@@ -63,8 +63,10 @@ modules, by concern:
     checks.py     what is wrong with a path, before anything is read or written (check_paths,
                   not_a_file) and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all)
+    checkpoint_errors.py  Orbax's and TensorStore's errors in those words (checkpoint_errors)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
-    cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
+    cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
+                  their errors in the user's path (reported_as)
 """
 
 from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
@@ -72,6 +74,14 @@ from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
     local_copies,
     local_copy,
     local_dir,
+    rename_in_error,
+    reported_as,
+)
+from bert_jax.storage.checkpoint_errors import (  # noqa: F401 (the package's names)
+    checkpoint_errors,
+    classify,
+    looks_like_storage,
+    readable,
 )
 from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
     bucket_exists,
