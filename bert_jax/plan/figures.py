@@ -221,3 +221,23 @@ def cost(compiled) -> dict:
         analysis = analysis[0]
     keys = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
     return {k: float(analysis[k]) for k in keys if k in (analysis or {})}
+
+
+def splash_kernels(hlo_text: str) -> dict[str, int]:
+    """The Pallas splash-attention kernels (Mosaic `tpu_custom_call`s named splash_mha_*) in a
+    compiled program, forward and backward calls each counted once: {"global": n, "local": n}.
+    A sliding-window layer's kernel computes its mask inside the kernel (splash's LocalMask is a
+    computable mask), so it takes one operand more than a global layer's: the query positions,
+    an s32 [length, lanes] array of rank 2; the segment ids both take are of rank 3 under the
+    vmap over the batch (bert_jax.attention.splash_attention)."""
+    module = hlo.parse_module(hlo_text)
+    shapes = {i.name: i.shape for c in module.values() for i in c.instructions}
+    counts = {"global": 0, "local": 0}
+    for c in module.values():
+        for ins in c.instructions:
+            if not ins.name.startswith("splash_mha") or "tpu_custom_call" not in ins.attrs:
+                continue
+            operands = [a for name in ins.operands for a in hlo.arrays(shapes.get(name, ""))]
+            local = any(a.dtype == "s32" and len(a.dims) == 2 for a in operands)
+            counts["local" if local else "global"] += 1
+    return counts
