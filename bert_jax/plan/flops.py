@@ -8,8 +8,8 @@ implementation spends; a multiply-add is 2 FLOPs; only matmuls are counted):
     N layers, V vocabulary:
         encoder    sum over layers of
                      L * 2 * (4*H*H + 2*H*I)     Q, K, V, output projections and the FFN
-                                                 (GeGLU: 2*H*I + H*I + H*I -> 4*H*H + 3*H*I:
-                                                 the input projection is 2 x I wide)
+                                                 (GeGLU: 4*H*H + 3*H*I, its input
+                                                 projection H -> 2*I, its output I -> H)
                    + 2 * 2 * pairs * H           Q K^T and probs V over all heads, `pairs` the
                                                  query-key pairs the layer scores (below)
         pooler     2*H*H + 2*H*2                 [CLS] dense and the NSP classifier (each only
@@ -28,7 +28,7 @@ skips only whole tiles outside it), `attention_pairs(..., block=...)`; the plann
 takes its compute from those kernel FLOPs (steps.py), MFU from the model FLOPs, so a windowed
 layer's wasted tiles show as lower MFU, not as faster steps. At ModernBERT's window (64 on
 either side) and splash's 512-token tiles a 1,024-token row's band touches all four tiles (the
-kernel does full attention's work for 13% of it) and an 8,192-token row's 46 of 256.
+kernel does full attention's work for a band of 12% of it) and an 8,192-token row's 46 of 256.
 
 Embedding lookups, LayerNorm, softmax, GELU, RoPE's rotations, dropout and the optimizer update
 are not counted (they are memory-bound and small next to the matmuls). The MLM head is counted on

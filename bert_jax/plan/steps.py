@@ -204,7 +204,11 @@ def compile_plan(
             "flops": spent_flops / chips * recompute,
             "bytes accessed": float(traffic.total_bytes + traffic.onchip_bytes),
         }
-        r["cost_source"] = "hlo bytes and model FLOPs (the compiler counts loop bodies once)"
+        r["cost_source"] = (
+            "hlo bytes and model FLOPs"
+            + (", the windowed layers' at the kernel's tiles" if spent_flops != model_flops else "")
+            + " (the compiler counts loop bodies once)"
+        )
     else:
         r["cost_source"] = "compiler"
     if chip is None:
