@@ -61,7 +61,12 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer("seq_len", 0, "Sequence length; 0: the config's (512 for phase 2).")
 flags.DEFINE_integer("num_layers", 0, "Override the number of encoder layers (0: the config's).")
-flags.DEFINE_integer("vocab_size", 30522, "Word-embedding rows (bert-base-uncased's 30522).")
+flags.DEFINE_integer(
+    "vocab_size",
+    None,
+    "Word-embedding rows; default: the config's model.vocab_size, bert-base-uncased's 30522 where "
+    "that is 0 (read from the data's manifest).",
+)
 flags.DEFINE_string("dtype", "bfloat16", "Computation dtype: bfloat16 or float32.")
 flags.DEFINE_string(
     "attention_impl",
@@ -158,7 +163,8 @@ def main(argv):
 
     from bert_jax.plan import report, steps
 
-    steps.override_model(base, FLAGS.vocab_size, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
+    vocab = FLAGS.vocab_size or base.model.vocab_size or 30522
+    steps.override_model(base, vocab, FLAGS.dtype, FLAGS.num_layers, FLAGS.seq_len)
     if FLAGS.attention_impl:
         base.model.attention_impl = FLAGS.attention_impl
     if FLAGS.attention_dropout >= 0:

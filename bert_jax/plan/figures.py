@@ -221,3 +221,24 @@ def cost(compiled) -> dict:
         analysis = analysis[0]
     keys = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
     return {k: float(analysis[k]) for k in keys if k in (analysis or {})}
+
+
+def splash_kernels(hlo_text: str) -> dict[str, int]:
+    """The Pallas splash-attention kernels (Mosaic `tpu_custom_call`s named splash_mha_*) in a
+    compiled program, forward and backward calls each counted once: {"global": n, "local": n}.
+    Every call reads two int32 arrays, the query and key segment ids; a sliding-window layer's
+    reads a third, the positions its mask is computed from inside the kernel (splash's LocalMask
+    is a computable mask, so it has no mask blocks in HBM). The kernel's block tables are int8
+    while they index fewer than 128 tiles (65,536 tokens in 512-token tiles), so they do not
+    count here."""
+    module = hlo.parse_module(hlo_text)
+    shapes = {i.name: i.shape for c in module.values() for i in c.instructions}
+    counts = {"global": 0, "local": 0}
+    for c in module.values():
+        for ins in c.instructions:
+            if not ins.name.startswith("splash_mha") or "tpu_custom_call" not in ins.attrs:
+                continue
+            operands = [a for name in ins.operands for a in hlo.arrays(shapes.get(name, ""))]
+            local = sum(a.dtype == "s32" for a in operands) >= 3
+            counts["local" if local else "global"] += 1
+    return counts

@@ -147,11 +147,44 @@ def parse_instruction(line: str) -> Instruction | None:
     )
 
 
+def _statements(text: str):
+    """The module's lines, an instruction written over several lines joined into one. A Pallas
+    (Mosaic) kernel's custom call, and every instruction that reads its result, carries
+    frontend_attributes={kernel_metadata=...} whose JSON holds a newline: the lines after it
+    (one starts with "}}") belong to the instruction until its brackets close."""
+    pending = ""
+    for line in text.splitlines():
+        pending = f"{pending}\n{line}" if pending else line
+        if " = " in pending and _unclosed(pending):
+            continue
+        yield pending
+        pending = ""
+    if pending:
+        yield pending
+
+
+def _unclosed(text: str) -> bool:
+    """Whether brackets outside quoted strings stay open at the end of `text`."""
+    if text.count("{") + text.count("(") <= text.count("}") + text.count(")"):
+        return False  # the common case, decided without walking the characters
+    depth, quoted, escaped = 0, False, False
+    for ch in text:
+        if quoted:
+            quoted, escaped = (ch != '"' or escaped), (ch == "\\" and not escaped)
+        elif ch == '"':
+            quoted = True
+        elif ch in "{(":
+            depth += 1
+        elif ch in "})":
+            depth -= 1
+    return depth > 0
+
+
 def parse_module(text: str) -> dict[str, Computation]:
     """name -> Computation of every computation in an HLO module's text."""
     out: dict[str, Computation] = {}
     current: tuple[str, bool, list] | None = None
-    for line in text.splitlines():
+    for line in _statements(text):
         if current is None:
             m = _COMPUTATION.match(line)
             if m:

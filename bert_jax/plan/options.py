@@ -177,7 +177,7 @@ def _check_pretraining_config(config) -> None:
 def _scalar_checks(flags, config) -> None:
     for name, low in (("seq_len", 0), ("num_layers", 0), ("vocab_size", 1), ("top", 0)):
         value = getattr(flags, name)
-        if value < low:
+        if value is not None and value < low:  # None: the config's
             raise cli.UserError(f"--{name}={value} must be at least {low}")
     if flags.seq_len:
         features.check_seq_length(flags.seq_len, 2, "--seq_len")

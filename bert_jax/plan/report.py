@@ -56,7 +56,15 @@ def row(r: dict) -> str:
         f"{est:>17} {overlap:>13} {speed} "
         f"{sum(r['ici_bytes'].values()) / MB:7.0f} {r['dcn_bytes'] / MB:7.1f}"
         + (f"  cuDNN attention: {r['cudnn_attention_calls']} calls" if r["chip"] == "h100" else "")
+        + _splash(r)
     )
+
+
+def _splash(r: dict) -> str:
+    calls = r.get("splash_attention_calls") or {}
+    if not any(calls.values()):
+        return ""
+    return f"  splash attention: {calls['global']} global, {calls['local']} local-window calls"
 
 
 def traffic(r: dict, top: int) -> str:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bert_jax import data_contract, input_pipeline, masking, train
+from bert_jax import attention, data_contract, input_pipeline, masking, train
 from bert_jax import model as model_lib
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
@@ -40,6 +40,13 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     predictions = (
         masking.MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(masking.MASKED_LM_PROB * length)
     )
+    d = config.data
+    if d.get("masked_lm_prob") is not None:
+        # A recipe with its own masking rate (configs/modern.py: 30%) sizes its rows as its
+        # configs do (modern.predictions_per_row): the rate's share of the row, and one more per
+        # packed record, which rounds its share on its own.
+        extra = (d.get("pack_max_examples") or 0) if d.get("pack") else 0
+        predictions = math.ceil(d.masked_lm_prob * length) + extra
     config.data.max_predictions_per_seq = min(predictions, length)
     config.data.dynamic_masking = False
 
@@ -115,10 +122,7 @@ def _finetune(config, ft_base, devices):
         for k, s in ints.items()
     }
     frozen = _abstract(frozen, setup.frozen_shardings)
-    m = model_config
-    per_seq = flops.forward_flops_per_sequence(
-        m.hidden_size, m.num_hidden_layers, m.intermediate_size, m.vocab_size, length, 0
-    )
+    per_seq = flops.model_forward_flops(model_config, length, 0)
     args = (setup.abstract_state, frozen, batch, setup.abstract_lr())
     return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
 
@@ -177,18 +181,34 @@ def compile_plan(
             f.write(hlo_text)
     traffic = hbm.attribute(hlo_text)
     r["hbm_traffic"] = traffic.to_json(top)
+    r["splash_attention_calls"] = figures.splash_kernels(hlo_text)
+    # The FLOPs the program spends: the model's, but a sliding-window layer's splash kernel
+    # scores every tile its band touches (flops.py), more than the band the model needs.
+    spent_flops = model_flops
+    if r["splash_attention_calls"]["local"] and step != "finetune":
+        m, d = setup.model_config, config.data
+        block = math.gcd(length, attention._SPLASH_BLOCK)  # the kernel's tile (attention.py)
+        spent_flops = flops.train_flops_per_step(
+            m, batch, length, d.max_predictions_per_seq, attention_block=block
+        ) / (3 if step == "eval" else 1)
+        r["kernel_flops_per_chip"] = spent_flops / chips
     if traffic.repeats:
         # The compiler's cost analysis counts a loop's body once (a scanned stack of 24 layers as
         # one), so for a program with loops the roofline takes its bytes from the HLO, each loop
         # body counted per trip (HBM and on-chip, as 'bytes accessed' counts them), and its FLOPs
-        # from the model (remat: each layer's forward once more), with no compiler estimate.
+        # from the model (remat: each layer's forward once more; a windowed layer's splash
+        # tiles as the kernel computes them), with no compiler estimate.
         recompute = 4 / 3 if config.model.remat and step != "eval" else 1.0
         r["cost_reported"] = r["cost"]
         r["cost"] = {
-            "flops": model_flops / chips * recompute,
+            "flops": spent_flops / chips * recompute,
             "bytes accessed": float(traffic.total_bytes + traffic.onchip_bytes),
         }
-        r["cost_source"] = "hlo bytes and model FLOPs (the compiler counts loop bodies once)"
+        r["cost_source"] = (
+            "hlo bytes and model FLOPs"
+            + (", the windowed layers' at the kernel's tiles" if spent_flops != model_flops else "")
+            + " (the compiler counts loop bodies once)"
+        )
     else:
         r["cost_source"] = "compiler"
     if chip is None:

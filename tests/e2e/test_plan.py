@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from bert_jax.plan import hbm
+from bert_jax.plan import hbm, hlo
 from support.golden import REPO
 
 needs_libtpu = pytest.mark.skipif(
@@ -35,8 +35,10 @@ WIDER = (
 )
 
 
-def _run(*args: str, prelude: str = "", timeout=1800) -> subprocess.CompletedProcess:
-    """`python -m bert_jax.plan --config=configs/tiny.py *args`; `prelude` (Python) first."""
+def _run(
+    *args: str, prelude: str = "", timeout=1800, config="configs/tiny.py"
+) -> subprocess.CompletedProcess:
+    """`python -m bert_jax.plan --config=CONFIG *args`; `prelude` (Python) first."""
     command = [sys.executable, "-m", "bert_jax.plan"]
     if prelude:  # the same, as runpy runs it, after the prelude
         command[1:] = [
@@ -45,7 +47,7 @@ def _run(*args: str, prelude: str = "", timeout=1800) -> subprocess.CompletedPro
             "runpy.run_module('bert_jax.plan', run_name='__main__', alter_sys=True)",
         ]
     return subprocess.run(
-        [*command, "--config=configs/tiny.py", *args],
+        [*command, f"--config={config}", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -53,9 +55,9 @@ def _run(*args: str, prelude: str = "", timeout=1800) -> subprocess.CompletedPro
     )
 
 
-def _plan(out_dir, name: str, *flags: str) -> tuple[list[dict], str]:
+def _plan(out_dir, name: str, *flags: str, **run) -> tuple[list[dict], str]:
     out = os.path.join(out_dir, f"{name}.json")
-    run = _run(*flags, f"--json_out={out}")
+    run = _run(*flags, f"--json_out={out}", **run)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stderr == "", run.stderr[-3000:]  # libtpu's start-up notices kept back
     assert "compiled by the TPU compiler" in run.stdout
@@ -211,6 +213,57 @@ def test_v4_megacore_slice_compiles_eval_and_finetuning_and_a_plan_past_hbm_is_m
     )
     assert big["peak_bytes"] > big["hbm_bytes"] and not big["fits"]
     assert "no train-step plan fits the chip's HBM" in out
+
+
+@needs_libtpu
+def test_a_modernbert_shaped_step_runs_splash_attention_with_windows_and_no_score_matrix(tmp_path):
+    """ModernBERT's block at a tiny width (configs/modernbert_base.py: RoPE, GeGLU, pre-norm,
+    packed rows with segment ids, 30% masking) with 4 layers, global, sliding, sliding, global,
+    on v5e:2x2: the step calls the splash kernel for both layer kinds, forward and backward, and
+    no [L, L] array (scores, probabilities, a mask) is anywhere in the program."""
+    length = 512
+    plans, out = _plan(
+        tmp_path,
+        "modern",
+        "--topology=v5e:2x2",
+        "--steps=train",
+        "--meshes=4x1x1",
+        "--global_batch_sizes=16",
+        "--num_layers=4",
+        f"--seq_len={length}",
+        "--vocab_size=1024",
+        "--config.model.hidden_size=128",
+        "--config.model.num_attention_heads=2",
+        "--config.model.intermediate_size=256",
+        "--config.train.grad_accum_steps=2",
+        "--config.train.batch_warmup_steps=0",
+        f"--hlo_dir={tmp_path / 'hlo'}",
+        "--top=3",
+        config="configs/modernbert_base.py",
+    )
+    (p,) = plans
+    assert "L=4 H=128 A=2 V=1024" in out
+    # Layers 0 and 3 global, 1 and 2 windowed; each layer calls the kernel forward, again in
+    # the backward pass (the scan's saved matmul outputs leave attention to recompute), and for
+    # its dq and dkv.
+    calls = p["splash_attention_calls"]
+    assert calls["global"] >= 6 and calls["local"] >= 4, calls
+    assert f"splash attention: {calls['global']} global, {calls['local']} local-window" in out
+    (program,) = (tmp_path / "hlo").iterdir()
+    module = hlo.parse_module(program.read_text())
+    squares = {
+        str(a)
+        for c in module.values()
+        for i in c.instructions
+        for a in hlo.arrays(i.shape)
+        if list(a.dims).count(length) >= 2
+    }
+    assert not squares, squares
+    # The plan is reported with both MFU figures; the model FLOPs count the windows' bands, the
+    # roofline the kernel's whole 512-token tiles (all of a 512-token row).
+    assert p["fits"] and 0 < p["mfu"] <= p["mfu_overlapped"] < 1
+    assert p["kernel_flops_per_chip"] > p["model_flops_per_chip"]
+    assert p["hbm_traffic"]["groups"]["attention"] > 0
 
 
 @needs_libtpu

@@ -7,7 +7,7 @@ count with an in-place update in its body, a call, and the optimizer's condition
 
 import pytest
 
-from bert_jax.plan import hbm, hlo
+from bert_jax.plan import figures, hbm, hlo
 
 MODULE = """HloModule step, entry_computation_layout={()->()}
 
@@ -249,3 +249,56 @@ def test_a_scanned_layers_stacked_buffer_counts_the_layer_read_not_the_stack():
     # the layer read, the layer written, and the s32 index (4 bytes)
     assert a.total_bytes == 2 * layer + 4
     assert a.groups == {"scanned layers: saved activations": 2 * layer + 4}
+
+
+# Two splash kernels as the TPU compiler writes them (shapes cut down): a Mosaic call's
+# frontend_attributes hold JSON over three lines, and so does every instruction that reads its
+# result. The first takes the query positions too (a sliding window's LocalMask is computed in
+# the kernel); the second, a global layer's, only the segment ids.
+MOSAIC = """HloModule step, entry_computation_layout={()->()}
+
+ENTRY %main (q: bf16[2,2,512,64], seg: s32[2,512,128], kvseg: s32[2,8,512]) -> f32[2,512,64] {
+  %q = bf16[2,2,512,64]{3,2,1,0} parameter(0)
+  %seg = s32[2,512,128]{2,1,0} parameter(1)
+  %kvseg = s32[2,8,512]{2,1,0} parameter(2)
+  %iota.1 = s32[512,128]{1,0} iota(), iota_dimension=0
+  %splash_mha_fwd_segmented_residuals.6 = (f32[2,512,64]{2,1,0}, bf16[2,2,512,64]{3,2,1,0}) custom-call(%q, %q, %q, %seg, %kvseg, /*index=5*/%iota.1), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 512, \\"mask\\": \\"(local)\\"}"
+}}, metadata={op_name="jit(step)/attention/shard_map/pallas_call"}
+  %gte.1 = bf16[2,2,512,64]{3,2,1,0} get-tuple-element(%splash_mha_fwd_segmented_residuals.6), index=1, frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 512}"
+}}, metadata={op_name="jit(step)/attention/shard_map/pallas_call"}
+  %splash_mha_fwd_segmented_residuals.4 = (f32[2,512,64]{2,1,0}, bf16[2,2,512,64]{3,2,1,0}) custom-call(%gte.1, %q, %q, %seg, %kvseg), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={
+"xprof_metadata":"{\\"block_q\\": 512}"
+}}, metadata={op_name="jit(step)/attention/shard_map/pallas_call"}
+  ROOT %out = f32[2,512,64]{2,1,0} get-tuple-element(%splash_mha_fwd_segmented_residuals.4), index=0
+}
+"""
+
+
+def test_instructions_written_over_several_lines_are_read_whole():
+    """A Mosaic kernel's attributes span lines, one starting with "}}": the computation goes on
+    after it (it used to end there, and the rest of the step's bytes went uncounted)."""
+    module = hlo.parse_module(MOSAIC)
+    names = [i.name for i in module["main"].instructions]
+    assert names == [
+        "q",
+        "seg",
+        "kvseg",
+        "iota.1",
+        "splash_mha_fwd_segmented_residuals.6",
+        "gte.1",
+        "splash_mha_fwd_segmented_residuals.4",
+        "out",
+    ]
+    second = module["main"].instructions[6]
+    assert second.operands == ["gte.1", "q", "q", "seg", "kvseg"]
+    assert 'op_name="jit(step)/attention' in second.attrs
+    # A bracket inside a quoted string neither opens nor closes an instruction.
+    assert hlo._unclosed('%a = f32[] custom-call(), backend_config="(" {') is True
+    assert hlo._unclosed('%a = f32[] custom-call(), backend_config="((" ') is False
+
+
+def test_splash_kernels_tell_local_window_calls_from_global_ones():
+    assert figures.splash_kernels(MOSAIC) == {"global": 1, "local": 1}
+    assert figures.splash_kernels(MODULE) == {"global": 0, "local": 0}
