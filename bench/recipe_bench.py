@@ -33,7 +33,8 @@ while its step ran, the input pipeline's background threads included) are printe
 Compilation (each program timed apart) and evals are outside both clocks. The budget: the BERT
 side runs --bert_steps steps; the modern side runs at its peak rate until its clock reaches
 (1 - DECAY_SHARE) of the BERT side's projected total, then decays over the steps that fit in the
-rest (its last 50 steps' mean time tells how many), so the two end at about the same time.
+rest (its last 50 steps' mean time tells how many), re-planned after each of its steps as the
+load moves both sides' step times, so the two end at about the same time.
 
 Both are evaluated every --eval_every of their own steps and at their last: held-out [MASK]
 accuracy (losses.position_kinds: the positions shown as [MASK], not the kept or replaced ones)
@@ -156,11 +157,11 @@ def modern_config(data_dir: str, size: Size, steps: int, eval_every: int):
     d.max_predictions_per_seq = modern.predictions_per_row(SEQ_LENGTH, d.pack_max_examples)
     d.pack_window = 256
     config.optim.weight_decay = 1e-5 / FLAGS.learning_rate  # configs/modern.py's rule
-    config.optim.decay_fraction = 0.0  # the decay is placed by time (Side.decay_now)
+    config.optim.decay_fraction = 0.0  # the decay is placed by time (Side.decay_for)
     t = config.train
     t.grad_accum_steps, t.batch_warmup_start_accum = size.accum, 1
     t.batch_warmup_steps = max(1, steps // 10)
-    t.num_train_steps = 10**7  # the stable phase lasts until decay_now ends it
+    t.num_train_steps = 10**7  # the stable phase lasts until decay_for ends it
     return config
 
 
@@ -221,11 +222,15 @@ class Side:
         self.recent = (self.recent + [seconds])[-50:]
         self.step += 1
 
-    def decay_now(self, steps: int) -> None:
-        """WSD: from the next step, a 1-sqrt decay to 0 over `steps` steps, ending the run."""
+    def decay_for(self, steps: int) -> None:
+        """WSD: a 1-sqrt decay to 0 that ends `steps` steps from now. Called again during the
+        decay (the time left, and so the steps, move with the load) it stretches or shrinks the
+        rest of the decay from where it is: the rate goes on from its present value."""
+        v = {k: float(x) for k, x in self.lr.items()}
+        left = max(0.0, min(1.0, (v["total"] - self.step) / v["span"]))  # 1: not yet decaying
         self.last_step = self.step + steps
-        self.lr.update(total=self.jax.numpy.float32(self.last_step), span=float(steps))
-        self.lr = {k: self.jax.numpy.float32(v) for k, v in self.lr.items()}
+        v.update(total=self.last_step, span=steps / max(left, 1e-6))
+        self.lr = {k: self.jax.numpy.float32(x) for k, x in v.items()}
 
     def evaluate(self, batches) -> dict:
         from bert_jax import train
@@ -320,12 +325,14 @@ def main(argv):
         side.train_step()
         if side.step % eval_every == 0 or side.step == side.last_step:
             record(side)
-        if not decaying and bert.step > 0 and modern.step > modern.config.train.batch_warmup_steps:
-            projected = bert.seconds * bert.last_step / bert.step
-            if modern.seconds >= (1 - DECAY_SHARE) * projected or bert.step >= bert.last_step:
-                per_step = sum(modern.recent) / len(modern.recent)  # at the full batch
-                modern.decay_now(max(1, round((projected - modern.seconds) / per_step)))
-                decaying = True
+        if bert.step == 0 or modern.step <= modern.config.train.batch_warmup_steps:
+            continue
+        projected = bert.seconds * bert.last_step / bert.step  # the BERT side's total
+        decaying = decaying or modern.seconds >= (1 - DECAY_SHARE) * projected
+        decaying = decaying or bert.step >= bert.last_step
+        if decaying and side is modern and modern.step < modern.last_step:
+            per_step = sum(modern.recent) / len(modern.recent)  # at the full batch
+            modern.decay_for(max(1, round((projected - modern.seconds) / per_step)))
     summarize(bert, modern, curves, plateau)
 
 
