@@ -129,9 +129,17 @@ def cudnn_usable(dtype, head_dim: int, length: int) -> bool:
 _SPLASH_BLOCK = 512
 
 
+# 'auto' takes the splash kernel for rows at least this long. A 128-token row is one tile, and
+# the kernel's fixed costs (float32 residuals per query row, layout copies) outweigh the [L, L]
+# probabilities it keeps out of HBM: the planner puts BERT's 128-token steps 1-3 MFU points below
+# XLA's fused attention, and phase 2's 512-token step 26 points above it (docs/scaling.md).
+SPLASH_MIN_LENGTH = 512
+
+
 def splash_usable(length: int) -> bool:
-    """Whether the splash kernel runs here and takes this sequence length (whole 128-row tiles)."""
-    return platform() == "tpu" and length % 128 == 0
+    """Whether 'auto' runs the splash kernel: on a TPU, for whole 128-row tiles, in rows of at
+    least SPLASH_MIN_LENGTH tokens (attention_impl='splash' forces it at any multiple of 128)."""
+    return platform() == "tpu" and length % 128 == 0 and length >= SPLASH_MIN_LENGTH
 
 
 def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None = None):

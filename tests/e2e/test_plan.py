@@ -267,6 +267,28 @@ def test_a_modernbert_shaped_step_runs_splash_attention_with_windows_and_no_scor
 
 
 @needs_libtpu
+@pytest.mark.parametrize("length, splash", [(128, False), (512, True)])
+def test_without_attention_dropout_auto_takes_splash_for_long_rows_only(tmp_path, length, splash):
+    """attention_impl='auto' on TPU: XLA's fused attention for BERT's 128-token rows (one kernel
+    tile, where splash's fixed costs lose), the splash kernel from 512 tokens."""
+    (p,), out = _plan(
+        tmp_path,
+        "auto",
+        "--topology=v5e:2x2",
+        "--steps=train",
+        "--meshes=4x1x1",
+        "--global_batch_sizes=8",
+        "--num_layers=2",
+        f"--seq_len={length}",
+        f"--config.model.max_position_embeddings={length}",
+        "--attention_dropout=0",
+    )
+    calls = p["splash_attention_calls"]
+    assert (calls["global"] > 0) == splash, calls
+    assert ("splash attention:" in out) == splash
+
+
+@needs_libtpu
 def test_a_one_chip_v5e_plans():
     """v5litepod-1: libtpu's default host of 2x2 chips does not divide it (chips.devices)."""
     run = _run("--topology=v5e-1", "--steps=eval", "--global_batch_sizes=8", "--top=0")
