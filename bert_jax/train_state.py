@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -31,7 +32,7 @@ from bert_jax import optim, sharding
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """Everything the steps need that is not an array: model structure, mesh, shardings,
-    optimizer. Fine-tuning's (finetune.runs.Setup) adds the task and its frozen parameters."""
+    optimizer; `build_setup` makes it for both trainers."""
 
     model_config: model_lib.BertConfig
     graphdef: Any
@@ -56,6 +57,10 @@ class Setup:
     # the state keeps each parameter split over the batch's axes and the step gathers it here.
     # None: the same as param_shardings.
     compute_shardings: Any = None
+    # Fine-tuning's: the task family (finetune/tasks.py), and where the parameters it does not
+    # train (LoRA's frozen encoder; {} otherwise) are placed: they are only read.
+    kind: str = ""
+    frozen_shardings: Any = None
 
     @property
     def tx(self) -> optax.GradientTransformation:
@@ -84,6 +89,57 @@ class Setup:
     def data_parallel(self) -> int:
         """How many ways a batch is split (the mesh's data x fsdp axes)."""
         return sharding.data_parallel_size(self.mesh, self.rules)
+
+
+def build_setup(
+    config,
+    model,
+    total_steps: int,
+    *,
+    trainable=nnx.Param,
+    optim_config=None,
+    mask_fn=optim.weight_decay_mask,
+    shard_update: bool = False,
+    devices=None,
+    **fields,
+) -> tuple[Setup, dict, dict]:
+    """Both trainers' Setup (as MaxText's get_abstract_state): the mesh (config.mesh), the
+    shardings of `model`'s `trainable` parameters and of the rest, the optimizer (`optim_config`,
+    default config.optim, decaying what `mask_fn` says) with its schedule over `total_steps`, and
+    the train state's layout. Returns (Setup, trainable, rest) as pure dicts of the model's
+    leaves, placed nowhere: with an abstract model (nnx.eval_shape) that is what compiling a step
+    ahead of time needs. `shard_update`: weight-update sharding (sharding.update_shardings), the
+    state keeps the parameters and moments split over the batch axes and the step gathers them
+    (Setup.compute_shardings). `fields`: the Setup's task fields (nsp, mask_id, kind)."""
+    mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
+    graphdef, params, rest = nnx.split(model, trainable, ...)
+    compute_shardings = sharding.param_shardings(params, mesh, rules)
+    params, frozen = nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
+    param_shardings = (
+        sharding.update_shardings(compute_shardings, params, rules)
+        if shard_update
+        else compute_shardings
+    )
+    o = optim_config or config.optim
+    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
+    lr = optim.schedule_values(o, total_steps)
+    state_shardings, abstract_state = state_layout(params, param_shardings, optimizer(lr), mesh)
+    setup = Setup(
+        model.config,
+        graphdef,
+        mesh,
+        rules,
+        param_shardings,
+        state_shardings,
+        abstract_state,
+        sharding.batch_sharding(mesh, rules),
+        optimizer,
+        lr,
+        compute_shardings=compute_shardings,
+        frozen_shardings=sharding.param_shardings(rest, mesh, rules),
+        **fields,
+    )
+    return setup, params, frozen
 
 
 def state_layout(
