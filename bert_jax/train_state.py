@@ -1,6 +1,7 @@
 """The train state both trainers share (pre-training's bert_jax/train.py and fine-tuning's
-bert_jax/finetune/train.py): what a step needs besides arrays (Setup), the state's layout on the
-mesh, the state at step 0 and one optimizer step that never lets a NaN into the parameters.
+bert_jax/finetune/train.py): what a step needs besides arrays (Setup) and its one builder
+(build_setup), the state's layout on the mesh, the state at step 0 and one optimizer step that
+never lets a NaN into the parameters.
 
 The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
     {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state; fine-tuning's:
@@ -103,14 +104,12 @@ def build_setup(
     devices=None,
     **fields,
 ) -> tuple[Setup, dict, dict]:
-    """Both trainers' Setup (as MaxText's get_abstract_state): the mesh (config.mesh), the
-    shardings of `model`'s `trainable` parameters and of the rest, the optimizer (`optim_config`,
-    default config.optim, decaying what `mask_fn` says) with its schedule over `total_steps`, and
-    the train state's layout. Returns (Setup, trainable, rest) as pure dicts of the model's
-    leaves, placed nowhere: with an abstract model (nnx.eval_shape) that is what compiling a step
-    ahead of time needs. `shard_update`: weight-update sharding (sharding.update_shardings), the
-    state keeps the parameters and moments split over the batch axes and the step gathers them
-    (Setup.compute_shardings). `fields`: the Setup's task fields (nsp, mask_id, kind)."""
+    """Both trainers' Setup (as MaxText's get_abstract_state): the mesh (config.mesh), where
+    `model`'s `trainable` parameters and the rest go, the optimizer (`optim_config`, default
+    config.optim; `mask_fn` says what decays) over `total_steps`, the state's layout; and the two
+    parameter trees as pure dicts of the model's leaves (abstract with an nnx.eval_shape model),
+    placed nowhere. `shard_update`: weight-update sharding (Setup.compute_shardings). `fields`:
+    the Setup's task fields (nsp, mask_id, kind)."""
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     graphdef, params, rest = nnx.split(model, trainable, ...)
     compute_shardings = sharding.param_shardings(params, mesh, rules)

@@ -139,20 +139,13 @@ def num_train_steps(config, num_examples: int) -> int:
 Setup = train_state.Setup
 
 
-def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
-    """-> (Setup, trainable params, frozen params), the parameters placed on the mesh."""
-    setup, trainable, frozen = layout(config, model, total_steps, devices)
-    trainable = jax.device_put(trainable, setup.param_shardings)
-    frozen = jax.device_put(frozen, setup.frozen_shardings)
-    return setup, trainable, frozen
-
-
-def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
-    """make_setup without placing anything (train_state.build_setup), as the planner compiles
-    the step ahead of time (bert_jax/plan/steps.py) with an abstract model (nnx.eval_shape)."""
+def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, place=True):
+    """-> (Setup, trainable params, frozen params) (train_state.build_setup), the parameters
+    placed on the mesh unless `place` is False: with an abstract model (nnx.eval_shape), what
+    compiling the step ahead of time needs (the planner, bert_jax/plan/steps.py)."""
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
-    return train_state.build_setup(
+    setup, trainable, frozen = train_state.build_setup(
         config,
         model,
         total_steps,
@@ -162,6 +155,10 @@ def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
         devices=devices,
         kind=model.kind,
     )
+    if place:
+        trainable = jax.device_put(trainable, setup.param_shardings)
+        frozen = jax.device_put(frozen, setup.frozen_shardings)
+    return setup, trainable, frozen
 
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
