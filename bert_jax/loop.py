@@ -120,13 +120,15 @@ def run(
 
     After each step: at log lines (and the last step) the steps' mean metrics go through
     `train_figures(means, seconds per step)` to the metrics log and the progress line;
-    `evaluate(step, state, between_batches)` runs at its steps (and at the last if
-    `eval_at_last_step`) and may return a reason to stop; it calls `between_batches()` after each
+    `evaluate(step, state, between_batches)` runs at its steps and at the last (or, without
+    `eval_at_last_step`, after the loop's last save, in every run that ends 'done', one resumed
+    at its end included) and may return a reason to stop; it calls `between_batches()` after each
     of its batches, which raises faults.Abandoned once a signal asks the run to stop (the eval is
     dropped and the step saved). Then `decide` says whether to save (checkpointing.save: state,
     data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
     where the loop waits for the device anyway: at log lines and before a save, which it then
-    skips.
+    skips. At the end the last save is committed (checkpointing.finish), `log` closed, and a run
+    that stopped before its end with its step saved says so.
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(
@@ -193,6 +195,14 @@ def run(
                 log.flush()
                 checkpointing.save(manager, step, state, data_iter, config)
                 last_saved = step
+    stopped = stopped or "done"
     if stopped == "preempted" and preemption.signal_name == "SIGINT":
         stopped = "interrupted"
-    return Outcome(state, step, stopped or "done", last_train)
+    # The tail both trainers share: the last save committed, the final eval, the log closed.
+    checkpointing.finish(manager)
+    if stopped == "done" and evaluate is not None and not eval_at_last_step:
+        evaluate(step, state, lambda: None)
+    log.close()
+    if stopped in ("preempted", "stop_at_step") and jax.process_index() == 0:
+        print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
+    return Outcome(state, step, stopped, last_train)

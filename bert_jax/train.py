@@ -284,15 +284,9 @@ def abstract_batch(
     floats = {*F.FLOAT_FEATURES, input_pipeline.NEXT_SENTENCE_WEIGHTS}
     if facts.pack_max_examples:  # packed_records.py: per-record fields are [rows, examples]
         e, length = facts.pack_max_examples, facts.max_seq_length
-        shapes.update(
-            {F.NEXT_SENTENCE_LABELS: (b, e), input_pipeline.NEXT_SENTENCE_WEIGHTS: (b, e)}
-        )
-        shapes.update(
-            {
-                packing.EXAMPLE_IDS: (b, length),
-                packing.POSITION_IDS: (b, length),
-            }
-        )
+        for k in (F.NEXT_SENTENCE_LABELS, input_pipeline.NEXT_SENTENCE_WEIGHTS):
+            shapes[k] = (b, e)
+        shapes.update({packing.EXAMPLE_IDS: (b, length), packing.POSITION_IDS: (b, length)})
         shapes.update({packing.CLS_POSITIONS: (b, e), packing.EXAMPLE_WEIGHTS: (b, e)})
         floats.add(packing.EXAMPLE_WEIGHTS)
     return {
@@ -566,9 +560,4 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         train_figures=train_figures,
         evaluate=evaluate_now if eval_batches else None,
     )
-    del state  # donated to the steps: out.state is the live one
-    checkpointing.finish(manager)
-    log.close()
-    if out.stopped in ("preempted", "stop_at_step") and is_primary:
-        print(f"{out.stopped}: saved step {out.step}; rerun the same command to resume", flush=True)
     return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -233,22 +233,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         progress=progress,
         train_figures=train_figures,
         evaluate=evaluate_now if eval_sets else None,
-        eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
+        eval_at_last_step=False,  # the final eval follows the last save, unless it stopped early
     )
-    checkpointing.finish(manager)
     state, step = out.state, out.step  # the state passed in was donated to the steps
     result.update(step=step, train=out.train, stopped=out.stopped)
-    if result["stopped"] in ("preempted", "interrupted", "nonfinite"):
-        log.close()
-        if result["stopped"] == "nonfinite":
-            return result  # NonfiniteWatch printed why and where
-        if is_primary and result["stopped"] == "preempted":  # the binary reports the others
-            print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
+    if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
         return result
-    if eval_sets:
-        result["eval"] = run_eval(step, state)
-    log.close()
-
     if test_set is not None:
         output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
         predict.write_predictions(run, setup, infer_fn, state["params"], frozen, test_set, output)
