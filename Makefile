@@ -37,11 +37,21 @@ test-unicode: install
 	BERT_JAX_EVERY_CODE_POINT=1 $(PY) -m pytest -q -n 2 tests/unit/bert_jax/test_tokenization_differential.py \
 		tests/unit/bert_jax/test_tokenization_sentencepiece.py
 
-demo: install
+# The demo draws its plots with matplotlib: the demo extra.
+$(VENV)/.demo: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[demo]'
+	touch $@
+
+demo: $(VENV)/.demo
 	$(PY) -m examples.demo --out_dir=demo_out
 
 # Benchmarks print their figures (never run by the tests); see bench/README.md for all of them.
-bench: install
+# data_prep_bench measures peak memory with psutil: the bench extra.
+$(VENV)/.bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) -m bench.data_prep_bench
 
 clean:

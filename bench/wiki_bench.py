@@ -11,8 +11,6 @@ directory. Then, one process, one core:
     MB/s are bytes of uncompressed wikitext (Parquet: of the text column) per CPU second, best
     of --repeats (the flag of bench/data_prep_bench.py, imported here). The target: 5 MB/s per
     worker.
-  * the same articles through mwparserfromhell and wikiextractor, where installed (speed, and how
-    many output paragraphs still hold markup).
   * the whole job (data_prep.main, 1 worker, bert-base-uncased, L=128, dupe_factor=1) on the dump,
     the Parquet file and, for scale, examples/data/pydocs.txt (BERT-format text): tokenizing and
     building instances dominate it.
@@ -26,7 +24,6 @@ largest real sample found offline: gensim's test dump enwiki-latest-pages-articl
 
 import bz2
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -48,8 +45,6 @@ flags.DEFINE_string(
 flags.DEFINE_float("block_size_mb", 1.0, "Unit size of the timed reads and the job.")
 flags.DEFINE_bool("job", True, "Also time the whole job (data_prep.main, 1 worker).")
 flags.DEFINE_bool("memory", False, "Peak memory of the job on the dump at 1x and 10x.")
-# Markup left in a paragraph: the residue measure of the cleaners' comparison.
-_MARKUP = re.compile(r"\{\{|\}\}|\[\[|\]\]|<ref|</?[a-z]+[ >/]|\{\||\|\}|==|''|&[a-z]+;|thumb\|")
 
 
 def _row(*cells) -> None:
@@ -78,47 +73,6 @@ def _parse_only(dump):
     with open(dump, "rb") as f:
         chunks = wiki.chunks(f, "bz2", 0, os.path.getsize(dump), dump)
         return sum(1 for _ in wiki.pages(chunks, dump, False))
-
-
-def _mwparserfromhell_cleaner():
-    try:
-        import mwparserfromhell
-    except ImportError:
-        return None
-
-    def clean(text):
-        code = mwparserfromhell.parse(text)
-        return [p for p in code.strip_code(normalize=True, collapse=True).split("\n") if p.strip()]
-
-    return clean
-
-
-def _wikiextractor_cleaner():
-    try:
-        from wikiextractor.clean import clean_markup
-    except ImportError:
-        return None
-    return lambda text: list(clean_markup(text))
-
-
-def _cleaners_table(articles, size, repeats):
-    print("\n| cleaner | MB/s (CPU) | paragraphs | with markup left |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, clean in (
-        ("data_prep.wikitext (chosen)", wikitext.paragraphs),
-        ("mwparserfromhell 0.7 strip_code", _mwparserfromhell_cleaner()),
-        ("wikiextractor 3.1 clean_markup", _wikiextractor_cleaner()),
-    ):
-        if clean is None:
-            print(f"| {name} | not installed | | |")
-            continue
-        seconds, out = _best(
-            lambda c=clean: [c(t) for t in articles], 1 if "data_prep" not in name else repeats
-        )
-        paragraphs = [p for page in out for p in page]
-        dirty = sum(1 for p in paragraphs if _MARKUP.search(p))
-        share = dirty / max(len(paragraphs), 1)
-        _row(name, f"{size / seconds / 1e6:.2f}", len(paragraphs), f"{dirty} ({share:.1%})")
 
 
 def main(argv):
@@ -175,7 +129,6 @@ def main(argv):
             f"{seconds:.2f}",
             f"{text_bytes / seconds / 1e6:.2f} (of text)",
         )
-        _cleaners_table(articles, size, FLAGS.repeats)
         vocab = os.path.join(REPO, "data_prep", "testdata", "bert-base-uncased-vocab.txt")
         common = [
             f"--vocab_file={vocab}",

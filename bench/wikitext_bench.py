@@ -4,8 +4,7 @@ r"""What a reader of the records notices in sentences cleaned from real Wikipedi
   python -m bench.wikitext_bench --dumps=a.xml.bz2,b.xml.bz2 --templates=40
 
 Each dump is read as the job reads it (data_prep.readers: articles, cleaned, split into
-sentences) and every sentence is checked for the faults a reader of the records notices, beyond
-markup left in the text (bench/wiki_bench.py's measure):
+sentences) and every sentence is checked for the faults a reader of the records notices:
 
   * hard-wrap fragment: a sentence that ends without punctuation and is followed, in its
     document, by one that starts in lower case ("... is a major advantage of multiple" /

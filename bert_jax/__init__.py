@@ -3,8 +3,9 @@
 Data flows one way, records -> batches -> steps -> checkpoints -> exports:
 
     main.py            the binary: python -m bert_jax.main --config=configs/... --workdir=DIR
-    config_check.py    each binary's one validation pass: a config's mistakes, all named
-                       before anything compiles
+    config_check.py    pre-training's one validation pass (fine-tuning's, finetune/config_check.py,
+                       is built from its parts): a config's mistakes, all named before anything
+                       compiles
     data_contract.py   config + the data's manifest.json -> the facts every stage uses
     manifest.py        manifest.json: its fields, its one reader (load), data_prep's file names
     shard_files.py     the shards a manifest lists (find_shards) and the one shard check

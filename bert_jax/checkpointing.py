@@ -45,7 +45,6 @@ import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
-from etils import epath
 from flax import nnx
 
 from bert_jax import checksums, cli, storage
@@ -107,7 +106,10 @@ def make_manager(
     }
     # A bucket: the steps another process saved since this one last listed them count too.
     storage.forget_listings(checkpoint_dir(workdir))
-    return ocp.CheckpointManager(checkpoint_dir(workdir), options=options, item_handlers=handlers)
+    with storage.checkpoint_errors(checkpoint_dir(workdir)):
+        return ocp.CheckpointManager(
+            checkpoint_dir(workdir), options=options, item_handlers=handlers
+        )
 
 
 def save(
@@ -126,7 +128,7 @@ def save(
     """
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
-    with cli.disk_full_is_oserror(str(manager.directory)):
+    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
         manager.save(
             step,
             force=True,
@@ -144,9 +146,16 @@ def save(
 
 def finish(manager: ocp.CheckpointManager) -> None:
     """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
-    with cli.disk_full_is_oserror(str(manager.directory)):
+    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
         manager.wait_until_finished()
     manager.close()
+
+
+def _orbax_errors(manager: ocp.CheckpointManager):
+    """An Orbax call's error that is a storage one (refused, its bucket gone, the server away)
+    as the storage layer's line naming the object and the cause (storage.checkpoint_errors);
+    checkpoint damage and anything else stay as they are."""
+    return storage.checkpoint_errors(str(manager.directory))
 
 
 # What Orbax's and TensorStore's background threads say after a write failed: the writer's
@@ -156,13 +165,18 @@ def finish(manager: ocp.CheckpointManager) -> None:
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 
 
+# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
+_REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
+
+
 class _DropOrbaxNoise(logging.Filter):
     """Orbax's writer threads log a failed write (a full disk) at ERROR with its traceback, once
     per thread that saw it (a screen of text each), and asyncio logs the same error again as
     "exception was never retrieved", before the save reports it; cli.disk_full_is_oserror turns
     that report into the one line a user sees. So do they a bucket that stayed unreachable
     through the retries (three tracebacks per failed save), which the save then raises and
-    cli.run reports in one line (storage.unavailable_message). And every read-only manager
+    cli.run reports in one line (storage.unavailable_message), and a refused request or a bucket
+    gone (storage.checkpoint_errors). And every read-only manager
     (export, embed, --init) warns that its directory is read only, which is what was asked
     for."""
 
@@ -170,9 +184,11 @@ class _DropOrbaxNoise(logging.Filter):
         if not ("orbax" in record.pathname or record.name == "asyncio"):
             return True
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and storage.unavailable_message(exc):
-            return False
+        if exc is not None and storage.looks_like_storage(exc):
+            return False  # the main thread reports it in one line (storage.checkpoint_errors)
         text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
+        if any(t in text for t in _REFUSED):  # a metadata read refused: the restore reports it
+            return False
         return not any(
             t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
         )
@@ -223,17 +239,24 @@ def _restore_items(
 ) -> dict:
     train = {k: v for k, v in abstract_state.items() if k != "params"}
     try:
-        saved = manager.item_metadata(step)[TRAIN]
-        missing = [
-            k for k in COUNTERS_ADDED_LATER if k in train and saved is not None and k not in saved
-        ]
-        items = {
-            PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
-            TRAIN: ocp.args.StandardRestore({k: v for k, v in train.items() if k not in missing}),
-        }
-        if data_iter is not None:
-            items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
-        out = manager.restore(step, args=ocp.args.Composite(**items))
+        with _orbax_errors(manager):
+            saved = manager.item_metadata(step)[TRAIN]
+            missing = [
+                k
+                for k in COUNTERS_ADDED_LATER
+                if k in train and saved is not None and k not in saved
+            ]
+            items = {
+                PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
+                TRAIN: ocp.args.StandardRestore(
+                    {k: v for k, v in train.items() if k not in missing}
+                ),
+            }
+            if data_iter is not None:
+                items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
+            out = manager.restore(step, args=ocp.args.Composite(**items))
+    except storage.StorageError:
+        raise  # not damage: the bucket refused or stayed away (never moved aside for it)
     except Exception as e:  # TensorStore raises plain Exceptions for damaged files
         raise cli.UserError(
             f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match "
@@ -252,7 +275,9 @@ def _root_cause(error: BaseException) -> str:
     Stream() failed: Data corruption detected", a missing file), not the wrapper Orbax raises
     around it ("Encountered error while reading array index ...")."""
     cause = cli.causes(error, explicit=True)[-1]
-    return f"{type(cause).__name__}: {str(cause)[:500]}"
+    # A request URL names the object in a bucket as its path.
+    text = storage.readable(str(cause)).split(" [tensorstore_spec=")[0]
+    return f"{type(cause).__name__}: {text[:500]}"
 
 
 def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
@@ -260,9 +285,12 @@ def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
     if not (manager.directory / str(step) / CHECKSUMS).exists():
         return None
     try:
-        return manager.restore(
-            step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
-        )[CHECKSUMS]
+        with _orbax_errors(manager):
+            return manager.restore(
+                step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
+            )[CHECKSUMS]
+    except storage.StorageError:
+        raise
     except Exception as e:  # a truncated or garbled JSON file
         raise DamagedCheckpoint(
             f"checkpoint {manager.directory}/{step} is damaged: its checksums item does not "
@@ -318,6 +346,8 @@ def restore_latest(
         try:
             restored = _restore_items(manager, step, abstract_state, data_iter)
             ok = True
+        except storage.StorageError:
+            raise  # the bucket's state, not the step's: an older step would not fix it
         except ValueError as e:
             failures.append((step, e))
             ok = False
@@ -427,26 +457,54 @@ def _move_aside(
     manager.reload()  # forget the moved steps, so that saving them again is allowed
 
 
-def saved_steps(workdir: str) -> list[int]:
-    """Steps of the checkpoints in `workdir`, oldest first ([] if none)."""
-    if not epath.Path(checkpoint_dir(workdir)).is_dir():
-        return []
-    manager = make_manager(workdir, read_only=True)
-    try:
-        return sorted(manager.all_steps())
-    finally:
-        manager.close()
-
-
 def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
     """(the config saved with a checkpoint, its step); the latest step by default."""
     manager = make_manager(workdir, read_only=True)
     try:
         step = _pick_step(manager, workdir, step)
-        saved = manager.restore(step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()}))
+        try:
+            with _orbax_errors(manager):
+                saved = manager.restore(
+                    step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
+                )
+            config = ml_collections.ConfigDict(saved[CONFIG])
+        except storage.StorageError:
+            raise
+        except Exception as e:  # a config item missing, cut short or garbled
+            raise _not_used(
+                manager,
+                step,
+                f"checkpoint {manager.directory}/{step} is damaged: its config item does not "
+                f"read ({_root_cause(e)})",
+            ) from e
     finally:
         manager.close()
-    return ml_collections.ConfigDict(saved[CONFIG]), step
+    return config, step
+
+
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+    """Whether a saved config is a fine-tuning run's (bert_jax.finetune: a task model, its
+    `init` and `data.train_file`), not pre-training's."""
+    return "init" in config and "train_file" in (config.get("data") or {})
+
+
+def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool) -> None:
+    """Refuses a workdir of the other trainer by name (each was an AttributeError "bug" deep in
+    the reader: a fine-tuning workdir given to export, embed or --init, a pre-training one to
+    fine-tuning's predict)."""
+    if is_finetuning(config) == finetuning:
+        return
+    if finetuning:
+        raise cli.UserError(
+            f"{workdir!r} holds a pre-training run, not a fine-tuning one: predict with the "
+            "workdir python -m bert_jax.finetune trained (or export this run and fine-tune it "
+            "with --init)"
+        )
+    raise cli.UserError(
+        f"{workdir!r} holds a fine-tuning run (python -m bert_jax.finetune's), not a "
+        f"pre-training one: pass its export, {storage.join(workdir, 'export')} (a Hugging Face "
+        "directory, written when config.export is on), or the pre-training workdir"
+    )
 
 
 def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
@@ -475,6 +533,7 @@ def restore_params(
     from bert_jax import model as model_lib  # the model defines the parameter tree
 
     config, step = load_config(workdir, step)
+    check_kind(config, workdir, finetuning=False)
     bert_config = model_lib.BertConfig.from_config_dict(config.model)
     abstract = nnx.to_pure_dict(
         nnx.state(
@@ -517,10 +576,11 @@ def restore_saved_params(
     try:
         step = _pick_step(manager, workdir, step)
         try:
-            out = manager.restore(
-                step,
-                args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}),
-            )
+            with _orbax_errors(manager):
+                out = manager.restore(
+                    step,
+                    args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}),
+                )
         except cli.UserError:
             raise  # ours already says what to do (a bucket that stayed away, say)
         except Exception as e:  # TensorStore raises plain Exceptions for damaged files

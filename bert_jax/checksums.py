@@ -18,13 +18,11 @@ value does not depend on the sharding, mesh or process count: each process sums 
 holds (replica 0 of each shard, so every element counts once), and with several processes one
 allgather adds the partial sums. A run that resumes on another mesh recomputes the same values.
 
-Computed on the host, with numpy, not on device as a jitted reduction: the device version was
-the first one tried, and XLA compiled one program per distinct leaf shape (about a dozen for
-BERT) in 4-17 s each on the project's shared 2-core machine (a single program over the whole
-tree: 91 s), once per process, which every test that saves a checkpoint would pay. On the host
-it costs one read of the state, in 1M-element chunks on up to 8 threads (numpy releases the GIL):
-bench/checkpoint_bench.py prints the rate. Arrays are copied to the host for it (Orbax copies them
-too, for its own write).
+Computed on the host, with numpy, not on device as a jitted reduction: on device XLA compiles
+one program per distinct leaf shape, once per process, which every run and every test that saves
+a checkpoint would pay (docs/scaling.md, "What survives which fault": the figures). On the host
+it costs one read of the state, in 1M-element chunks on up to 8 threads (numpy releases the GIL).
+Arrays are copied to the host for it (Orbax copies them too, for its own write).
 
 The same pass says whether every floating-point leaf is finite: parameters holding a NaN or inf
 are damaged too, even in a checkpoint saved before fingerprints existed.

@@ -1,15 +1,15 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
 Each binary has one validation pass, run first, before the mesh, the model or a jitted step
-exists: `pretraining` in train.train_and_evaluate (so in bert_jax.main too), `check_finetuning` in
-finetune.train.finetune (so in bert_jax.finetune too). A negative learning rate, a batch that does
-not split over the mesh, a mesh that does not match the devices, an init directory of the wrong
-kind or a data contract the config contradicts is one `error:` line naming every problem, in a
-second, not a traceback from deep inside jit (or, worse, a run that trains with exit 0: a negative
-learning rate climbs the loss). The rules stay in their homes (sharding.py's mesh rules,
-masking.py's, pretrained.kind, lora.problems, features.check_seq_length); this module asks them
-all and collects the answers, and only cli.UserErrors: any other error is a bug and keeps its
-traceback.
+exists: `pretraining` in train.train_and_evaluate (so in bert_jax.main too), and fine-tuning's,
+built from this module's parts, in finetune.train.finetune (bert_jax/finetune/config_check.py).
+A negative learning rate, a batch that does not split over the mesh, a mesh that does not match
+the devices, an init directory of the wrong kind or a data contract the config contradicts is
+one `error:` line naming every problem, in a second, not a traceback from deep inside jit (or,
+worse, a run that trains with exit 0: a negative learning rate climbs the loss). The rules stay
+in their homes (sharding.py's mesh rules, masking.py's, pretrained.kind, lora.problems,
+features.check_seq_length); these passes ask them all and collect the answers, and only
+cli.UserErrors: any other error is a bug and keeps its traceback.
 
 Every numeric field's own range (NaN and infinities refused) is one table, NUMERIC_FIELDS, the same
 for both trainers; it is asked first and alone, so a field out of range is named by itself, not
@@ -192,7 +192,7 @@ def range_problems(config) -> list[str]:
     return problems
 
 
-def _mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, int] | None:
+def mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, int] | None:
     try:
         return sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, num_devices)
     except cli.UserError as e:
@@ -200,7 +200,7 @@ def _mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, 
         return None
 
 
-def _ask(problems: list[str], rule, *args) -> None:
+def ask(problems: list[str], rule, *args) -> None:
     """Runs a rule that raises cli.UserError; its message becomes a problem. Any other error (a
     plain ValueError included) is a bug of ours and keeps its traceback."""
     try:
@@ -209,7 +209,7 @@ def _ask(problems: list[str], rule, *args) -> None:
         problems.append(str(e))
 
 
-def _raise(problems: list[str]) -> None:
+def raise_problems(problems: list[str]) -> None:
     if problems:
         raise cli.UserError("config: " + "; ".join(problems))
 
@@ -230,7 +230,7 @@ def check_common(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
-    mode = config.train.get("on_nonfinite", "stop")
+    mode = config.train.on_nonfinite
     if mode not in NONFINITE_MODES:
         problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
 
@@ -244,8 +244,8 @@ def check_common(
         if process_count > 1:
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
-    _ask(problems, sharding.normalize_rules, m.rules)
-    sizes = _mesh_sizes(m, num_devices, problems)
+    ask(problems, sharding.normalize_rules, m.rules)
+    sizes = mesh_sizes(m, num_devices, problems)
     if sizes is not None:
         tensor = sizes[2]
         model = config.model
@@ -262,7 +262,7 @@ def check_common(
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
     layout) on `num_devices` devices in `process_count` processes, without reading its data."""
-    _raise(pretraining_problems(config, num_devices, process_count))
+    raise_problems(pretraining_problems(config, num_devices, process_count))
 
 
 def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
@@ -272,12 +272,12 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
         return problems
     t, e, d = config.train, config.eval, config.data
     problems = check_common(config, num_devices, process_count, t.num_train_steps)
-    if d.get("bad_records", "error") not in BAD_RECORD_MODES:
+    if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
     devices = config.mesh.num_devices or num_devices
-    sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
+    sizes = None if problems else mesh_sizes(config.mesh, devices, problems)
     if sizes is not None:
-        dp, axes = _data_parallel(sizes, config.mesh.rules)
+        dp, axes = data_parallel(sizes, config.mesh.rules)
         if t.global_batch_size % (t.grad_accum_steps * dp):
             problems.append(
                 f"train.global_batch_size={t.global_batch_size} must be divisible by "
@@ -297,7 +297,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     return problems + _init_problems(t)
 
 
-def _data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
+def data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
     """(how many ways a batch is split, which mesh axes: "mesh data 8 x fsdp 1")."""
     axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
     return math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
@@ -335,11 +335,11 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     resolved config. A field out of its range is reported alone, before the data is read."""
     from bert_jax import data_contract, input_pipeline  # here: they need the data's files
 
-    _raise(range_problems(config))
+    raise_problems(range_problems(config))
     problems = pretraining_problems(config, num_devices, process_count)
     try:
         resolved = data_contract.resolve(config)
-        if resolved.data.nsp and not resolved.model.get("nsp_head", True):
+        if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
                 "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
@@ -351,57 +351,5 @@ def pretraining(config, num_devices: int, process_count: int = 1):
         if not problems:
             raise  # the data's own error, as it is
         problems.append(str(e))
-    _raise(problems)
+    raise_problems(problems)
     return resolved
-
-
-def check_finetuning(
-    config, num_devices: int, process_count: int = 1, init: str | None = None
-) -> None:
-    """bert_jax.finetune's one validation pass (a configs/finetune/base.py config; `init`, else
-    config.init, the pre-trained model): every problem found before the model is loaded or a
-    file read, in one cli.UserError; a field out of its range alone."""
-    from bert_jax import features
-    from bert_jax.finetune import lora, squad, tasks  # here: pre-training needs none of them
-
-    _raise(range_problems(config))
-    t, d = config.train, config.data
-    problems = check_common(config, num_devices, process_count)
-    if not d.train_file:
-        problems.append("data.train_file is empty: point it at the training file")
-    if not (init or config.init):
-        problems.append(
-            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
-            "pre-training workdir of ours)"
-        )
-    if d.format not in tasks.FORMATS:
-        problems.append(f"data.format={d.format!r}; choose one of {sorted(tasks.FORMATS)}")
-    elif d.format == "squad":
-        problems += squad.length_problems(d.max_seq_length, d.doc_stride, d.max_query_length)
-    else:  # glue: sentence pairs or single texts (a pair's room); conll: one sentence
-        segments = 2 if d.format == "glue" else 1
-        _ask(problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length")
-    labels = tasks.label_names(d.labels)
-    twice = sorted({label for label in labels if labels.count(label) > 1})
-    if twice:
-        problems.append(
-            f"data.labels names {', '.join(map(repr, twice))} more than once: each label once "
-            "(its place in the list is its id)"
-        )
-    if config.lora.rank:
-        problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
-    devices = config.mesh.num_devices or num_devices
-    sizes = None if problems else _mesh_sizes(config.mesh, devices, problems)
-    if sizes is not None:
-        dp, axes = _data_parallel(sizes, config.mesh.rules)
-        if t.batch_size % dp:
-            problems.append(
-                f"train.batch_size={t.batch_size} must be divisible by the {dp} data-parallel "
-                f"devices ({axes})"
-            )
-        if t.batch_size % process_count:
-            problems.append(
-                f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
-                "processes"
-            )
-    _raise(problems)

@@ -107,6 +107,11 @@ class Preemption:
         if self.poll():
             raise Abandoned()
 
+    def stopped(self) -> str:
+        """The loops' word for a stop this asked for: 'interrupted' after a Ctrl-C, else
+        'preempted'."""
+        return "interrupted" if self.signal_name == "SIGINT" else "preempted"
+
     def __exit__(self, *exc):
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
@@ -116,8 +121,11 @@ class Preemption:
             self._sync_point = None
 
 
-def interrupted_message(step: int) -> str:
-    """The binaries' last line (exit 130) after a Ctrl-C that saved `step`."""
+def interrupted_message(step: int | None) -> str:
+    """The binaries' last line (exit 130) after a Ctrl-C that saved `step` (None: stopped before
+    the first step, with nothing to save)."""
+    if step is None:
+        return "interrupted (Ctrl-C) before the first step, nothing saved: rerun the same command"
     return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
 
 

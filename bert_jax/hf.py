@@ -409,10 +409,6 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
             )
 
 
-def read_hf_config(hf_dir: str) -> dict:
-    return read_json(_config_path(hf_dir))
-
-
 # A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
 CONFIG_FILES = ("config.json", "bert_config.json")
 

@@ -256,7 +256,7 @@ def _records(
 
 
 def _skip_damaged(data) -> bool:
-    return data.get("bad_records", "error") == "skip"
+    return data.bad_records == "skip"
 
 
 def masking_steps(
@@ -316,7 +316,7 @@ def train_dataset(
         )
     facts = data_contract.DataFacts.from_data(data)
     ds, parse = _records(
-        data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
+        data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.cache_dir
     )
     if len(ds) < global_batch_size:
         raise cli.UserError(
@@ -380,11 +380,9 @@ def eval_batches(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
     facts = data_contract.DataFacts.from_data(data)
-    ds, parse = _records(
-        files, "eval", facts, vocab_size, _skip_damaged(data), data.get("cache_dir", "")
-    )
+    ds, parse = _records(files, "eval", facts, vocab_size, _skip_damaged(data), data.cache_dir)
     if facts.dynamic_masking:
-        rate = data.get("eval_masked_lm_prob")  # None (a config from before it): the training's
+        rate = data.eval_masked_lm_prob  # None: the training's
         if rate is not None:
             facts = dataclasses.replace(facts, masked_lm_prob=float(rate))
         draw, apply = masking_steps(facts, data, vocab_size)

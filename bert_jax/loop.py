@@ -17,6 +17,7 @@ Why a loop ended ('stopped' in both trainers' results):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -112,6 +113,7 @@ def run(
     train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
     evaluate: Callable[[int, dict, Callable[[], None]], str | None] | None = None,
     eval_at_last_step: bool = True,
+    preemption: faults.Preemption | None = None,
 ) -> Outcome:
     """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
     train_state.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
@@ -120,15 +122,19 @@ def run(
 
     After each step: at log lines (and the last step) the steps' mean metrics go through
     `train_figures(means, seconds per step)` to the metrics log and the progress line;
-    `evaluate(step, state, between_batches)` runs at its steps and at the last (or, without
-    `eval_at_last_step`, after the loop's last save, in every run that ends 'done', one resumed
-    at its end included) and may return a reason to stop; it calls `between_batches()` after each
+    `evaluate(step, state, between_batches)` runs at its steps (and at the last if
+    `eval_at_last_step`) and may return a reason to stop; it calls `between_batches()` after each
     of its batches, which raises faults.Abandoned once a signal asks the run to stop (the eval is
     dropped and the step saved). Then `decide` says whether to save (checkpointing.save: state,
     data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
     where the loop waits for the device anyway: at log lines and before a save, which it then
-    skips. At the end the last save is committed (checkpointing.finish), `log` closed, and a run
-    that stopped before its end with its step saved says so.
+    skips. The signals are `preemption`'s, one the caller holds entered (its handler then also
+    covers what the caller does before and after the loop), else the loop's own.
+
+    The tail both trainers share: the last save committed (checkpointing.finish) under the signal
+    handler, so that a signal then is taken (the run ends as it would), not the process killed
+    with that save half-written; and a run that stopped before its end with its step saved says
+    so. The caller closes `log` (fine-tuning logs its final eval after the loop).
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(
@@ -140,7 +146,8 @@ def run(
     timer = StepTimer()
     last_saved = manager.latest_step()
     previous = None  # the metrics of the step before the one just dispatched
-    with faults.Preemption(manager) as preemption, setup.activate():
+    own = faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
+    with own as preemption, setup.activate():
         while stopped is None and step < last_step:
             batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
             state, metrics = train_step(state, batch)
@@ -195,14 +202,10 @@ def run(
                 log.flush()
                 checkpointing.save(manager, step, state, data_iter, config)
                 last_saved = step
+        checkpointing.finish(manager)
     stopped = stopped or "done"
-    if stopped == "preempted" and preemption.signal_name == "SIGINT":
-        stopped = "interrupted"
-    # The tail both trainers share: the last save committed, the final eval, the log closed.
-    checkpointing.finish(manager)
-    if stopped == "done" and evaluate is not None and not eval_at_last_step:
-        evaluate(step, state, lambda: None)
-    log.close()
+    if stopped == "preempted":
+        stopped = preemption.stopped()  # 'interrupted' after a Ctrl-C
     if stopped in ("preempted", "stop_at_step") and jax.process_index() == 0:
         print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
     return Outcome(state, step, stopped, last_train)

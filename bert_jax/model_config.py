@@ -42,26 +42,6 @@ SHAPE_FIELDS = (
     "type_vocab_size",
 )
 
-# The modern block's fields (BERT's values are their defaults); docs/model.md says where each
-# comes from.
-MODERN_FIELDS = (
-    "position_embedding_type",
-    "global_rope_theta",
-    "local_rope_theta",
-    "norm_position",
-    "mlp_type",
-    "attention_bias",
-    "mlp_bias",
-    "norm_bias",
-    "head_bias",
-    "decoder_bias",
-    "local_attention",
-    "global_attn_every_n_layers",
-    "pooler",
-    "nsp_head",
-    "scale_init_by_depth",
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class BertConfig:
@@ -189,6 +169,3 @@ class BertConfig:
     def attention_window(self, layer: int) -> int | None:
         """How far a query of layer `layer` reads on either side; None: the whole row."""
         return None if self.is_global(layer) else self.local_attention // 2
-
-    def rope_theta(self, layer: int) -> float:
-        return self.global_rope_theta if self.is_global(layer) else self.local_rope_theta

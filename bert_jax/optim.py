@@ -48,8 +48,8 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
     MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
     values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
-    peak. A config without the field (one saved before it existed) means "start". `linear` is
-    `polynomial` with power 1, `constant` power 0 (the peak throughout, after warmup).
+    peak. `linear` is `polynomial` with power 1, `constant` power 0 (the peak throughout, after
+    warmup).
 
     "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
     the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
@@ -64,13 +64,13 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
-    decay_from = optim.get("decay_from", "start")
+    decay_from = optim.decay_from
     if decay_from not in DECAY_FROM:
         raise cli.UserError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
-    shape = optim.get("decay_shape", "linear")
+    shape = optim.decay_shape
     if shape not in DECAY_SHAPES:
         raise cli.UserError(f"optim.decay_shape={shape!r}; choose one of {DECAY_SHAPES}")
-    fraction = float(optim.get("decay_fraction", 0.1))
+    fraction = float(optim.decay_fraction)
     if not 0.0 <= fraction <= 1.0:
         raise cli.UserError(f"optim.decay_fraction={fraction} must lie in [0, 1]")
     if num_train_steps <= 0:
@@ -147,12 +147,11 @@ class BatchWarmup:
 
 
 def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
-    """The run's BatchWarmup, checked; None when train.batch_warmup_steps is 0 (or absent: a
-    config saved before the field)."""
-    steps = int(train.get("batch_warmup_steps", 0) or 0)
+    """The run's BatchWarmup, checked; None when train.batch_warmup_steps is 0."""
+    steps = int(train.batch_warmup_steps or 0)
     if steps == 0:
         return None
-    final, start = int(train.grad_accum_steps), int(train.get("batch_warmup_start_accum", 1))
+    final, start = int(train.grad_accum_steps), int(train.batch_warmup_start_accum)
     problems = []
     if steps < 0:
         problems.append(f"train.batch_warmup_steps={steps} must be 0 (off) or positive")
@@ -164,13 +163,6 @@ def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
     if problems:
         raise cli.UserError("; ".join(problems))
     return BatchWarmup(final, start, steps)
-
-
-def learning_rate_schedule(
-    optim: ml_collections.ConfigDict, num_train_steps: int
-) -> optax.Schedule:
-    """step -> learning rate, the config's schedule (`schedule_values`) with its numbers fixed."""
-    return functools.partial(rate, schedule_values(optim, num_train_steps))
 
 
 def decays(path: tuple) -> bool:

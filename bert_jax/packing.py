@@ -143,15 +143,6 @@ class Packed:
         out[ex, t] = per_token[self.row[ex], self.offset[ex] + t]
         return out
 
-    def item_values(self, per_item: np.ndarray, num_items: int) -> np.ndarray:
-        """[R, max_items, ...] (e.g. masked-LM logits) -> [N, num_items, ...], each example's
-        items from index 0 as unpacked, zeros after them."""
-        per_item = np.asarray(per_item)
-        ex, j = _spans(self.item_counts)
-        out = np.zeros((len(self.row), num_items, *per_item.shape[2:]), per_item.dtype)
-        out[ex, j] = per_item[self.row[ex], self.item_start[ex] + j]
-        return out
-
 
 def _spans(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(example index, index within the example) of every element of ragged runs of `counts`."""

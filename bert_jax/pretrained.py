@@ -123,6 +123,7 @@ def load(
 
 def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
     run_config, step = checkpointing.load_config(path, step)  # pins "latest" to one step
+    checkpointing.check_kind(run_config, path, finetuning=False)
     data = run_config.get("data") or {}
     lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")
     vocab = vocab_file or data.get("vocab_file") or ""
@@ -145,8 +146,9 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
-    config = hf.load_bert_config(local, **overrides)
-    model, report = hf.load_hf(local, config)
+    with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
+        config = hf.load_bert_config(local, **overrides)
+        model, report = hf.load_hf(local, config)
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(local)
     vocab = vocab_file or own_vocab

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from bert_jax import cli, record_io
+from bert_jax import cli, record_io, storage
 
 
 class TFRecordSource:
@@ -28,13 +28,15 @@ class TFRecordSource:
     use os.pread, safe from Grain's reader threads.
     """
 
-    def __init__(self, paths: Sequence[str]):
+    def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
         self._paths = list(paths)
+        self._names = list(names or paths)  # what errors call the files: see make_source
         self._offsets = []  # per file: int64 [records] offset of each record's data
         self._lengths = []
         self._starts = [0]  # global index of each file's first record
-        for path in self._paths:
-            offsets, lengths = record_io.tfrecord_index(path)
+        for path, name in zip(self._paths, self._names):
+            with storage.reported_as(path, name):
+                offsets, lengths = record_io.tfrecord_index(path)
             self._offsets.append(offsets)
             self._lengths.append(lengths)
             self._starts.append(self._starts[-1] + len(offsets))
@@ -55,8 +57,8 @@ class TFRecordSource:
         fd = self._fds.get(file_i)
         if fd is None:
             fd = self._fds[file_i] = os.open(self._paths[file_i], os.O_RDONLY)
-        return record_io.read_tfrecord_at(
-            fd, self._paths[file_i], j, int(self._offsets[file_i][j]), int(self._lengths[file_i][j])
+        return record_io.read_tfrecord_at(  # its path is only what its errors call the file
+            fd, self._names[file_i], j, int(self._offsets[file_i][j]), int(self._lengths[file_i][j])
         )
 
     def __getstate__(self):
@@ -75,8 +77,16 @@ class CheckedSource:
     with `skip` (config.data.bad_records='skip'), are handed on as that error object for
     ParseRecord to replace and count instead of ending the run."""
 
-    def __init__(self, source, files: Sequence[str], counts: Sequence[int], skip: bool = False):
+    def __init__(
+        self,
+        source,
+        files: Sequence[str],
+        counts: Sequence[int],
+        skip: bool = False,
+        local: Sequence[str] | None = None,
+    ):
         self.source, self.files, self.skip = source, list(files), skip
+        self.local = list(local or files)  # the files `source` reads: copies of `files`
         self.starts = np.cumsum([0, *counts]).tolist()
 
     def __len__(self) -> int:
@@ -90,6 +100,7 @@ class CheckedSource:
         except RuntimeError as e:  # ArrayRecord/Riegeli: a chunk whose hash or framing fails
             index = int(index) % self.starts[-1]
             i = bisect.bisect_right(self.starts, index) - 1
+            storage.rename_in_error(e, self.local[i], self.files[i])
             error = record_io.damaged(self.files[i], index - self.starts[i], f"ArrayRecord: {e}")
         if self.skip:
             return error
@@ -123,10 +134,13 @@ def make_source(
             f"mixed record formats {sorted(formats)} in one file list; convert them to one"
         )
     if formats == {record_io.ARRAYRECORD}:
+        counts = []
+        for path, name in zip(files, names):  # each file opened and checked, named as given
+            with storage.reported_as(path, name):
+                counts.append(record_io.count_records(path))
         source = grain.sources.ArrayRecordDataSource(list(files))
-        counts = [record_io.count_records(f) for f in files]
     else:
-        source = TFRecordSource(files)
+        source = TFRecordSource(files, names)
         counts = source.counts()
     for path, got, want in zip(names, counts, expected or []):
         if got != want:
@@ -134,4 +148,4 @@ def make_source(
                 f"{path} holds {got} records, its manifest lists {want}: the shard is "
                 "incomplete or was replaced; rerun its data_prep command to rewrite it"
             )
-    return CheckedSource(source, names, counts, skip_damaged), counts
+    return CheckedSource(source, names, counts, skip_damaged, files), counts

@@ -178,7 +178,9 @@ def shard_problem(
         if manifest.file_md5(path) != entry["md5"]:
             return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
         try:  # counting reads every record: a shard in a bucket is fetched into the local cache
-            count = record_io.count_records(storage.local_copy(path, md5_hex=entry["md5"]))
+            local = storage.local_copy(path, md5_hex=entry["md5"])
+            with storage.reported_as(local, path):
+                count = record_io.count_records(local)
         except ValueError as e:
             return f"{entry['file']}: {e}"
         if count != entry["instances"]:

@@ -556,7 +556,9 @@ def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
     if storage.is_url(vocab_file):
         if not storage.isfile(vocab_file):
             raise VocabError(f"vocabulary file {vocab_file!r} does not exist")
-        vocab_file = storage.local_copy(vocab_file)
+        local = storage.local_copy(vocab_file)
+        with storage.reported_as(local, vocab_file):  # its errors name the bucket's file
+            return make_tokenizer(local, do_lower_case)
     if vocab_file.endswith(".model"):
         return SentencePieceTokenizer(vocab_file, do_lower_case=do_lower_case)
     if vocab_file.endswith(".json"):

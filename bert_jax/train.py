@@ -560,4 +560,5 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         train_figures=train_figures,
         evaluate=evaluate_now if eval_batches else None,
     )
+    log.close()
     return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -70,7 +70,8 @@ def main(argv):
     tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
     # Every record's checksums are checked as it is read.
-    stream = record_io.read_records(storage.local_copy(FLAGS.input))
+    local = storage.local_copy(FLAGS.input)
+    stream = _reported_as(record_io.read_records(local), local, FLAGS.input)
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
     index = FLAGS.skip - 1
     for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
@@ -100,6 +101,12 @@ def main(argv):
             + (f" after the first --skip={FLAGS.skip}" if FLAGS.skip else "")
         )
     return 0
+
+
+def _reported_as(records, local: str, path: str):
+    """`records`, whose errors (a damaged record of a local copy) name `path`, the user's."""
+    with storage.reported_as(local, path):
+        yield from records
 
 
 def _check_ids(features: dict, tokenizer, index: int) -> None:

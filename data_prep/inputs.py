@@ -18,6 +18,9 @@ from data_prep import sniff
 
 MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
 READ_AHEAD = 1 << 20  # bytes a bucket object is read ahead of the reader (open_input)
+# The field of a JSONL record, the Parquet column and the TFDS feature that hold the text
+# (--text_field's default).
+TEXT_FIELD = "text"
 
 
 @dataclasses.dataclass

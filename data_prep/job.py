@@ -58,7 +58,7 @@ class JobSpec:
     num_shards: int = 0  # training shards; 0: as many as shard_size_mb asks for
     num_eval_shards: int = 0
     shard_size_mb: float = 128.0  # target record bytes per shard when the count is not given
-    text_field: str = "text"
+    text_field: str = readers.TEXT_FIELD
     tfds_data_dir: str | None = None
     document_per_file: bool = False  # BookCorpus-style text: each file one document
     language: str = DEFAULT_LANGUAGE  # sentence rules of running text; a dump's own overrides it
@@ -161,7 +161,9 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
             raise tokenization.VocabError(
                 f"vocabulary file {vocab_file!r} {why}; pass --vocab_file"
             )
-        return tokenization.make_tokenizer(storage.local_copy(vocab_file), do_lower_case)
+        local = storage.local_copy(vocab_file)
+        with storage.reported_as(local, vocab_file):  # its errors name the bucket's file
+            return tokenization.make_tokenizer(local, do_lower_case)
     return tokenization.make_tokenizer(vocab_file, do_lower_case)
 
 

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from bert_jax import storage
 from data_prep import lines, parquet, tfds_input, wiki
-from data_prep.inputs import ReadStats, Source, open_input, read_lines
+from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input, read_lines
 from data_prep.sentences import DEFAULT_LANGUAGE
 
 
@@ -28,14 +28,14 @@ class Planning:
     tfds_data_dir: str | None = None
     size_of: Callable[[str], int] = storage.size
     open_binary: Callable[[str], BinaryIO] = open_input
-    text_field: str = "text"
+    text_field: str = TEXT_FIELD
 
 
 @dataclasses.dataclass(frozen=True)
 class Reading:
     """What reading a unit or a whole source takes besides it."""
 
-    text_field: str = "text"
+    text_field: str = TEXT_FIELD
     tfds_data_dir: str | None = None
     open_binary: Callable[[str], BinaryIO] = open_input
     language: str = DEFAULT_LANGUAGE

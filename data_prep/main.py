@@ -16,9 +16,10 @@ command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline opt
 finished output directory against the md5 checksums in its manifest.
 
 Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output directory
-(docs/data_prep.md, "Buckets"); all go through bert_jax/storage.py.
+(docs/data_prep.md, "Buckets"); all go through bert_jax/storage/.
 """
 
+import dataclasses
 import os
 
 from absl import flags
@@ -48,7 +49,9 @@ flags.DEFINE_string(
 flags.DEFINE_bool(
     "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case and strip accents (uncased models)."
 )
-_DEFAULT = instances.InstanceOptions()  # the home of the instance flags' defaults
+# The homes of the flags' defaults: the instance options' and the job spec's fields.
+_DEFAULT = instances.InstanceOptions()
+_SPEC = {f.name: f.default for f in dataclasses.fields(job.JobSpec)}
 flags.DEFINE_bool(
     "do_whole_word_mask", _DEFAULT.whole_word_mask, "Mask all pieces of a word together."
 )
@@ -67,16 +70,18 @@ flags.DEFINE_float(
 )
 flags.DEFINE_float(
     "eval_masked_lm_prob",
-    masking.MASKED_LM_PROB,
+    _SPEC["eval_masked_lm_prob"],
     "Fraction of tokens masked in the eval split, whatever --masked_lm_prob, so that held-out "
     "accuracies of recipes that train at other rates compare. Scaled and Beam modes.",
 )
 flags.DEFINE_float(
     "short_seq_prob", _DEFAULT.short_seq_prob, "Probability of a shorter-than-maximum instance."
 )
-flags.DEFINE_integer("dupe_factor", 10, "Passes over the corpus, each with different masks.")
-flags.DEFINE_integer("random_seed", 12345, "Seed of every random choice.", lower_bound=0)
-flags.DEFINE_enum("format", record_io.ARRAYRECORD, record_io.FORMATS, "Record file format.")
+flags.DEFINE_integer(
+    "dupe_factor", _SPEC["dupe_factor"], "Passes over the corpus, each with different masks."
+)
+flags.DEFINE_integer("random_seed", _SPEC["seed"], "Seed of every random choice.", lower_bound=0)
+flags.DEFINE_enum("format", _SPEC["fmt"], record_io.FORMATS, "Record file format.")
 flags.DEFINE_enum(
     "mode",
     "scaled",
@@ -85,26 +90,32 @@ flags.DEFINE_enum(
     "reference: the original generator's exact output, whole corpus in memory.",
 )
 flags.DEFINE_bool(
-    "nsp", True, "Next-sentence-prediction pairs; false gives MLM-only full-length segments."
+    "nsp",
+    _DEFAULT.nsp,
+    "Next-sentence-prediction pairs; false gives MLM-only full-length segments.",
 )
-flags.DEFINE_bool("dynamic_masking", False, "Write unmasked records; the trainer masks on the fly.")
+flags.DEFINE_bool(
+    "dynamic_masking", not _DEFAULT.mask, "Write unmasked records; the trainer masks on the fly."
+)
 flags.DEFINE_string(
-    "text_field", "text", "Text field of JSONL records, Parquet columns and TFDS examples."
+    "text_field",
+    _SPEC["text_field"],
+    "Text field of JSONL records, Parquet columns and TFDS examples.",
 )
 flags.DEFINE_bool(
     "document_per_file",
-    False,
+    _SPEC["document_per_file"],
     "Each text file is one document, its lines paragraphs split into sentences (BookCorpus-style "
     "books: no blank lines between documents). Scaled and Beam modes.",
 )
 flags.DEFINE_string(
     "language",
-    "en",
+    _SPEC["language"],
     "Language of the corpus (ISO 639 / Wikimedia code: en, de, fr, zh, ...): the rules that split "
     "JSONL, Parquet, TFDS and book text into sentences. A Wikipedia dump's own language (its "
     "<siteinfo>) overrides it. Scaled and Beam modes.",
 )
-flags.DEFINE_string("tfds_data_dir", None, "data_dir of TFDS datasets.")
+flags.DEFINE_string("tfds_data_dir", _SPEC["tfds_data_dir"], "data_dir of TFDS datasets.")
 # Scaled and Beam modes.
 flags.DEFINE_integer(
     "num_workers",
@@ -112,23 +123,33 @@ flags.DEFINE_integer(
     "Worker processes (scaled mode); the output does not depend on it.",
 )
 flags.DEFINE_float(
-    "eval_fraction", 0.01, "Fraction of documents held out as the eval split (0: none)."
+    "eval_fraction",
+    _SPEC["eval_fraction"],
+    "Fraction of documents held out as the eval split (0: none).",
 )
 flags.DEFINE_float(
     "block_size_mb",
-    1.0,
+    _SPEC["block_size_mb"],
     "Text and JSONL files are cut into work units of this size; multistream dumps (by their "
     "index) and Parquet files (by row groups) into units of about this many stored bytes.",
 )
-flags.DEFINE_integer("tfds_examples_per_unit", 1000, "TFDS examples per work unit.")
 flags.DEFINE_integer(
-    "num_shards", 0, "Training shards; 0 picks enough for about --shard_size_mb each."
+    "tfds_examples_per_unit", _SPEC["tfds_examples_per_unit"], "TFDS examples per work unit."
 )
 flags.DEFINE_integer(
-    "num_eval_shards", 0, "Eval shards; 0 picks enough for about --shard_size_mb each."
+    "num_shards",
+    _SPEC["num_shards"],
+    "Training shards; 0 picks enough for about --shard_size_mb each.",
+)
+flags.DEFINE_integer(
+    "num_eval_shards",
+    _SPEC["num_eval_shards"],
+    "Eval shards; 0 picks enough for about --shard_size_mb each.",
 )
 flags.DEFINE_float(
-    "shard_size_mb", 128.0, "Target record bytes per shard when the count is not given."
+    "shard_size_mb",
+    _SPEC["shard_size_mb"],
+    "Target record bytes per shard when the count is not given.",
 )
 flags.DEFINE_bool("progress", True, "Show a progress bar (scaled mode).")
 flags.DEFINE_bool(

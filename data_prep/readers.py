@@ -32,6 +32,7 @@ from typing import BinaryIO
 from bert_jax import cli, storage
 from data_prep import kinds, sniff, wiki
 from data_prep.inputs import (  # re-exported: the readers' API
+    TEXT_FIELD,
     InputError,
     ReadStats,
     Source,
@@ -128,7 +129,7 @@ def _without_dump_indexes(sources: list[Source]) -> list[Source]:
 def documents(
     source: Source,
     stats: ReadStats,
-    text_field: str = "text",
+    text_field: str = TEXT_FIELD,
     tfds_data_dir: str | None = None,
     language: str = DEFAULT_LANGUAGE,
 ):

@@ -252,7 +252,7 @@ def run(
     output_dir: str,
     fmt: str,
     flags: dict,
-    text_field: str = "text",
+    text_field: str = inputs.TEXT_FIELD,
     tfds_data_dir: str | None = None,
     vocab_file: str | None = None,
 ) -> dict:

@@ -1,13 +1,13 @@
 """Running text -> sentences, for every input that is not already one sentence per line.
 
-The segmenter is Wikimedia's sentencex (Rust, maintained, rule-based, no model to download), chosen
-on the labelled set in data_prep/testdata/sentences_labelled.txt against pysbd, blingfire, syntok
-and the regex this project used before (table and figures: docs/data_prep.md, measured by
-bench/sentence_bench.py). It splits after an abbreviation followed by a lower-case word
-("approx. 20 ml", "pop. of 4,000"); no English sentence starts in lower case except brand names
-(iPhone, eBay), so such a piece is merged back, which raised boundary F1 from 0.961 to 0.969. Not
-in lower-cased text (BookCorpus as distributed), where every sentence starts in lower case. BERT
-needs boundaries for its next-sentence pairs, not perfect ones.
+The segmenter is Wikimedia's sentencex (Rust, maintained, rule-based, no model to download): the
+best boundary F1 on the labelled set in data_prep/testdata/sentences_labelled.txt and the fastest
+of the segmenters tried (docs/data_prep.md; bench/sentence_bench.py). It splits after an
+abbreviation followed by a lower-case word ("approx. 20 ml", "pop. of 4,000"); no English
+sentence starts in lower case except brand names (iPhone, eBay), so such a piece is merged back
+(a better F1 on the same set). Not in lower-cased text (BookCorpus as distributed), where every
+sentence starts in lower case. BERT needs boundaries for its next-sentence pairs, not perfect
+ones.
 
 The rules are the language's: sentencex knows the abbreviations of each language (German "Am 3.
 Mai" is one sentence, English splits it) and falls back along MediaWiki's language chain for a

@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from bert_jax import cli, storage
 from data_prep import kinds
-from data_prep.inputs import ReadStats, Source, open_input
+from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE
 
 MB = 1 << 20
@@ -48,7 +48,7 @@ def plan_units(
     tfds_data_dir: str | None = None,
     size_of: Callable[[str], int] = storage.size,
     open_binary: Callable[[str], BinaryIO] = open_input,
-    text_field: str = "text",
+    text_field: str = TEXT_FIELD,
 ) -> list[Unit]:
     """Cuts every source into units, in source order; depends on nothing but the inputs."""
     if block_bytes < 1 or tfds_examples_per_unit < 1:
@@ -80,7 +80,7 @@ def plan_units(
 def read_unit(
     unit: Unit,
     stats: ReadStats,
-    text_field: str = "text",
+    text_field: str = TEXT_FIELD,
     tfds_data_dir: str | None = None,
     open_binary: Callable[[str], BinaryIO] = open_input,
     language: str = DEFAULT_LANGUAGE,

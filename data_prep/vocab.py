@@ -36,7 +36,9 @@ flags.DEFINE_list(
     None,
     "Inputs as data_prep.main takes them: text, JSONL, Wikipedia dumps, Parquet, tfds:NAME.",
 )
-flags.DEFINE_string("text_field", "text", "Text field of JSONL records, Parquet columns and TFDS.")
+flags.DEFINE_string(
+    "text_field", readers.TEXT_FIELD, "Text field of JSONL records, Parquet columns and TFDS."
+)
 flags.DEFINE_string(
     "output",
     None,
@@ -54,7 +56,9 @@ flags.DEFINE_bool(
     "do_lower_case", tokenization.DO_LOWER_CASE, "Lower-case (and strip accents, for WordPiece)."
 )
 flags.DEFINE_string(
-    "language", "en", "Sentence rules of running text, as data_prep.main's --language."
+    "language",
+    sentences.DEFAULT_LANGUAGE,
+    "Sentence rules of running text, as data_prep.main's --language.",
 )
 
 SPECIAL = [
@@ -66,24 +70,32 @@ SPECIAL = [
 ]
 
 
-def corpus_sentences(
-    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
-) -> Iterator[str]:
-    """Every sentence of the inputs (files, globs, tfds:NAME), whatever their kind."""
+def _documents(inputs: list[str], text_field: str, language: str) -> Iterator[list[str]]:
+    """Every document (its sentences) of the inputs (files, globs, tfds:NAME), whatever their
+    kind."""
     stats = readers.ReadStats()
     for source in readers.parse_input(inputs):
-        for document in readers.documents(source, stats, text_field, language=language):
-            yield from document
+        yield from readers.documents(source, stats, text_field, language=language)
+
+
+def corpus_sentences(
+    inputs: list[str],
+    text_field: str = readers.TEXT_FIELD,
+    language: str = sentences.DEFAULT_LANGUAGE,
+) -> Iterator[str]:
+    """Every sentence of the inputs."""
+    for document in _documents(inputs, text_field, language):
+        yield from document
 
 
 def corpus_documents(
-    inputs: list[str], text_field: str = "text", language: str = sentences.DEFAULT_LANGUAGE
+    inputs: list[str],
+    text_field: str = readers.TEXT_FIELD,
+    language: str = sentences.DEFAULT_LANGUAGE,
 ) -> Iterator[str]:
     """Every document of the inputs as one text, its sentences joined by a space."""
-    stats = readers.ReadStats()
-    for source in readers.parse_input(inputs):
-        for document in readers.documents(source, stats, text_field, language=language):
-            yield " ".join(document)
+    for document in _documents(inputs, text_field, language):
+        yield " ".join(document)
 
 
 def train_wordpiece(

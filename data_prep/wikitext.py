@@ -12,9 +12,10 @@ then splits paragraphs into sentences and drops (or repairs) each sentence that 
 its markup, counting them: what a reader of the records would notice (bench/wikitext_bench.py).
 
 Why not mwparserfromhell (the maintained parser) or wikiextractor: on real enwiki pages they clean
-0.1-0.2 and 0.45 MB/s (bench/wiki_bench.py), 25-50x short of the 5 MB/s per worker the job needs;
-wikiextractor is also AGPL. Every construct here is removed by a regex or a linear scan of
-bracket tokens (nesting handled by a stack, an unclosed opener left as text, as MediaWiki does).
+an order of magnitude short of the 5 MB/s per worker the job needs (docs/data_prep.md, "Why not
+a maintained wikitext parser"); wikiextractor is also AGPL. Every construct here is removed by
+a regex or a linear scan of bracket tokens (nesting handled by a stack, an unclosed opener left
+as text, as MediaWiki does).
 
 Linear on hostile pages too: no pattern may scan to the end of the page from each of many starts
 (an unclosed "<ref>" or "<math>" repeated, "[http://a b" repeated, a long run of ", " in

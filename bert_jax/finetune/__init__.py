@@ -15,6 +15,7 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     packed.py                     several examples a row (bert_jax/packing.py): the step plan,
                                   packed batches, outputs unpacked
     predict.py                    inference, evaluation, prediction files
+    config_check.py               the config's one validation pass, before anything loads
     train.py                      the fine-tuning run (its loop is bert_jax/loop.py's, its train
                                   state bert_jax/train_state.py's; config_check.check_finetuning
                                   first)

@@ -36,8 +36,6 @@ TARGETS = {
     "intermediate": ("intermediate",),
     "output": ("output",),
 }
-ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
-FEED_FORWARD_TARGETS = ("intermediate", "output")
 
 # What a LoRA run trains: the adapters and the task head (heads.TaskModel.head).
 TRAINABLE = nnx.Any(nnx.LoRAParam, nnx.PathContains("head"))

@@ -35,7 +35,7 @@ POSITIONS = (squad.START_POSITIONS, squad.END_POSITIONS)  # token positions: shi
 def trains_packed(config, kind: str) -> bool:
     """Whether a run packs its training steps (and inference): config.train.packing, for every
     task kind but span (see the module docstring)."""
-    return bool(config.train.get("packing", False)) and kind != "span"
+    return bool(config.train.packing) and kind != "span"
 
 
 def lengths(arrays: dict) -> np.ndarray:

@@ -134,11 +134,18 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
 
 
 def write_predictions(
-    run: runs.Run, setup: runs.Setup, infer_fn, params, frozen, ds: tasks.Dataset, output: str
+    run: runs.Run,
+    setup: runs.Setup,
+    infer_fn,
+    params,
+    frozen,
+    ds: tasks.Dataset,
+    output: str,
+    between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, float] | None:
     """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
-    labels."""
-    outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds)
+    labels. `between_batches` as in `infer`: nothing is written when it raises."""
+    outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds, between_batches)
     if jax.process_index() == 0:
         run.task.write(output, ds, outputs, run.labels)
     logging.info("wrote predictions to %s", output)
@@ -155,6 +162,7 @@ def predict_from_workdir(
     config fields to values (e.g. {"eval.batch_size": 16}).
     """
     config, _ = checkpointing.load_config(workdir)
+    checkpointing.check_kind(config, workdir, finetuning=True)
     with config.unlocked():
         for key, value in (overrides or {}).items():
             parent = config

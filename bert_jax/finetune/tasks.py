@@ -82,7 +82,7 @@ class TaggingTask:
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
         """Tag names in id order: config.data.labels, else the tags of the training file."""
-        if self.data.labels:
+        if label_names(self.data.labels):
             return label_names(self.data.labels)
         if train_examples is None:
             raise cli.UserError(
@@ -198,9 +198,13 @@ def label_names(labels) -> tuple[str, ...]:
     """config.data.labels as label names. ml_collections reads a tuple field's override as a
     Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
     arrives as the one name 'neg,neutral,pos', and --config.data.labels=0,1 as integers: the
-    first is split at its commas, and every name is a string (labels are read as text)."""
+    first is split at its commas, and every name is a string (labels are read as text). An empty
+    override (--config.data.labels=) is no labels: the layout's set, as for any list flag left
+    empty (it was the one label '', and every example's label was refused as not one of it)."""
     if isinstance(labels, str):
         labels = (labels,)
+    if tuple(labels) == ("",):
+        return ()
     if len(labels) == 1 and isinstance(labels[0], str) and "," in labels[0]:
         labels = split_files(labels[0])
     return tuple(str(label) for label in labels)

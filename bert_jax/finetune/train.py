@@ -22,7 +22,6 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import (
     checkpointing,
     cli,
-    config_check,
     faults,
     loop,
     metrics_log,
@@ -31,7 +30,7 @@ from bert_jax import (
     train_state,
 )
 from bert_jax import features as F
-from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
 
 EXPORT_DIR = "export"
 # How far the training batches are read ahead of the device. Each element is a whole step's
@@ -113,7 +112,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
     next step, or after the current batch of a periodic eval (the step that eval was for), and
     returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final eval,
-    predictions and export; rerunning the same command resumes.
+    predictions and export; rerunning the same command resumes. A signal during the final eval
+    or the predictions stops them after the current batch (the last step is saved already); one
+    during the eval at start (eval.at_start) stops it the same way and returns step=None:
+    nothing was trained, nothing saved.
     """
     config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
@@ -134,115 +136,164 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         **lora.summary(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
     }
-    is_primary = jax.process_index() == 0
-    if is_primary:
-        print(
-            f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
-            f"({100 * counts['trainable'] / counts['total']:.2f}%; "
-            f"{f'LoRA rank {config.lora.rank:d}' if config.lora.rank else 'full'}) "
-            f"for {total} steps "
-            f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}",
-            flush=True,
-        )
-
-    batch, seed = config.train.batch_size, config.train.seed
-    if packed.trains_packed(config, setup.kind):
-        procs, index = jax.process_count(), jax.process_index()
-        plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
-        if is_primary:
-            print(
-                f"packed: {plan.examples_per_row:.1f} examples a row on average, "
-                f"{plan.rows * procs} rows a step for {batch} examples "
-                "(--config.train.packing=false to turn off)",
-                flush=True,
-            )
-        batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
-        data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
-    else:
-        data_iter = iter(train_batches(run.train.arrays, batch, seed))
     manager = checkpointing.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
-    if resumed is not None:
-        logging.info("resuming from %s at step %d", manager.directory, resumed[0])
-        state = resumed[1]
-    else:
-        state = runs.initial_state(setup, trainable, config.train.seed)
-    del trainable
-    step = int(jax.device_get(state["step"]))
-
-    infer_fn = predict.jit_infer(setup)
-    p_train_step = jit_train_step(setup)
-    lr = setup.lr_on_mesh()
-    log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
-    progress = metrics_log.Progress(total, step, enabled=is_primary)
-    primary = tasks.primary_metric(run.task, config.data)
-
-    def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
-        figures = predict.evaluate(
-            run, setup, infer_fn, state["params"], frozen, eval_sets, between_batches
-        )
-        log.write(step, "eval", _flatten(figures))
+    # One signal handler from here to the export, the loop's included: a signal while the run
+    # starts (a restore, a compile), during the eval at start, the wait for the last save, the
+    # final eval or the predictions stops the run after the step or batch it came in, never with
+    # the process killed unannounced.
+    with faults.Preemption(manager) as preemption:
+        is_primary = jax.process_index() == 0
         if is_primary:
             print(
-                f"eval  step {step:d}  "
-                + "  ".join(
-                    f"{name} {metric} {values[metric]:.4f}"
-                    for name, values in figures.items()
-                    for metric in dict.fromkeys((primary, "macro_f1"))
-                    if metric in values
-                ),
+                f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
+                f"({100 * counts['trainable'] / counts['total']:.2f}%; "
+                f"{f'LoRA rank {config.lora.rank:d}' if config.lora.rank else 'full'}) "
+                f"for {total} steps "
+                f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}",
                 flush=True,
             )
-        return figures
 
-    result = {
-        "step": step,
-        "total": counts["total"],
-        "trainable": counts["trainable"],
-        "train": {},
-        "eval": {},
-        "eval_at_start": {},
-        "predictions": None,
-        "export": None,
-        "stopped": "done",
-    }
-    if eval_sets and config.eval.at_start and step == 0:
-        result["eval_at_start"] = run_eval(step, state)
+        batch, seed = config.train.batch_size, config.train.seed
+        if packed.trains_packed(config, setup.kind):
+            procs, index = jax.process_count(), jax.process_index()
+            plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
+            if is_primary:
+                print(
+                    f"packed: {plan.examples_per_row:.1f} examples a row on average, "
+                    f"{plan.rows * procs} rows a step for {batch} examples "
+                    "(--config.train.packing=false to turn off)",
+                    flush=True,
+                )
+            batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
+            data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
+        else:
+            data_iter = iter(train_batches(run.train.arrays, batch, seed))
+        resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
+        if resumed is not None:
+            logging.info("resuming from %s at step %d", manager.directory, resumed[0])
+            state = resumed[1]
+        else:
+            state = runs.initial_state(setup, trainable, config.train.seed)
+        del trainable
+        step = int(jax.device_get(state["step"]))
 
-    def train_figures(means: dict, step_time: float | None) -> dict:
-        if step_time:
-            means.update(step_time=step_time, examples_per_sec=config.train.batch_size / step_time)
-        return means
+        infer_fn = predict.jit_infer(setup)
+        p_train_step = jit_train_step(setup)
+        lr = setup.lr_on_mesh()
+        log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
+        progress = metrics_log.Progress(total, step, enabled=is_primary)
+        primary = tasks.primary_metric(run.task, config.data)
 
-    def evaluate_now(step: int, state: dict, between_batches) -> None:
-        result["eval"] = run_eval(step, state, between_batches)
+        def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
+            figures = predict.evaluate(
+                run, setup, infer_fn, state["params"], frozen, eval_sets, between_batches
+            )
+            log.write(step, "eval", _flatten(figures))
+            if is_primary:
+                print(
+                    f"eval  step {step:d}  "
+                    + "  ".join(
+                        f"{name} {metric} {values[metric]:.4f}"
+                        for name, values in figures.items()
+                        for metric in dict.fromkeys((primary, "macro_f1"))
+                        if metric in values
+                    ),
+                    flush=True,
+                )
+            return figures
 
-    out = loop.run(
-        state,
-        step,
-        last_step=total,
-        total=total,
-        setup=setup,
-        train_step=lambda state, batch: p_train_step(state, frozen, batch, lr),
-        data_iter=data_iter,
-        manager=manager,
-        config=config,
-        log=log,
-        progress=progress,
-        train_figures=train_figures,
-        evaluate=evaluate_now if eval_sets else None,
-        eval_at_last_step=False,  # the final eval follows the last save, unless it stopped early
-    )
-    state, step = out.state, out.step  # the state passed in was donated to the steps
-    result.update(step=step, train=out.train, stopped=out.stopped)
-    if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
+        result = {
+            "step": step,
+            "total": counts["total"],
+            "trainable": counts["trainable"],
+            "train": {},
+            "eval": {},
+            "eval_at_start": {},
+            "predictions": None,
+            "export": None,
+            "stopped": "done",
+        }
+
+        def train_figures(means: dict, step_time: float | None) -> dict:
+            if step_time:
+                means.update(
+                    step_time=step_time, examples_per_sec=config.train.batch_size / step_time
+                )
+            return means
+
+        def evaluate_now(step: int, state: dict, between_batches) -> None:
+            result["eval"] = run_eval(step, state, between_batches)
+
+        if eval_sets and config.eval.at_start and step == 0:
+            try:
+                result["eval_at_start"] = run_eval(step, state, preemption.between_batches)
+            except faults.Abandoned:  # nothing trained yet: nothing to save, a rerun starts over
+                log.close()
+                checkpointing.finish(manager)
+                result.update(step=None, stopped=preemption.stopped())
+                if is_primary and result["stopped"] == "preempted":
+                    print(
+                        "preempted during the eval at start, before the first step: nothing to "
+                        "save; rerun the same command to start",
+                        flush=True,
+                    )
+                return result
+
+        out = loop.run(
+            state,
+            step,
+            last_step=total,
+            total=total,
+            setup=setup,
+            train_step=lambda state, batch: p_train_step(state, frozen, batch, lr),
+            data_iter=data_iter,
+            manager=manager,
+            config=config,
+            log=log,
+            progress=progress,
+            train_figures=train_figures,
+            evaluate=evaluate_now if eval_sets else None,
+            eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
+            preemption=preemption,
+        )
+        state, step = out.state, out.step  # the state passed in was donated to the steps
+        result.update(step=step, train=out.train, stopped=out.stopped)
+        if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
+            log.close()
+            return result
+        # The last step is saved (the loop saves where it ends): a signal now stops the final
+        # eval or the predictions after the batch it came in, or comes before the export, and a
+        # rerun resumes at that step and does them again.
+        try:
+            if eval_sets:
+                result["eval"] = run_eval(step, state, preemption.between_batches)
+            if test_set is not None:
+                output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
+                predict.write_predictions(
+                    run,
+                    setup,
+                    infer_fn,
+                    state["params"],
+                    frozen,
+                    test_set,
+                    output,
+                    preemption.between_batches,
+                )
+                result["predictions"] = output
+            preemption.between_batches()  # a signal during the last save, with nothing after it
+        except faults.Abandoned:
+            result.update(stopped=preemption.stopped(), eval={}, predictions=None)
+        log.close()
+    if result["stopped"] != "done":
+        if is_primary and result["stopped"] == "preempted":
+            print(
+                f"preempted after the last step, before its eval, predictions or export were "
+                f"done: saved step {step}; rerun the same command to finish",
+                flush=True,
+            )
         return result
-    if test_set is not None:
-        output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-        predict.write_predictions(run, setup, infer_fn, state["params"], frozen, test_set, output)
-        result["predictions"] = output
     if config.export:
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:

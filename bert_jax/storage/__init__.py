@@ -5,7 +5,7 @@ them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage)
 Local paths go to the os module, exactly as before. URLs go to fsspec's `gcsfs` (`s3fs`) through
 etils.epath: the layer Orbax itself uses for a checkpoint's metadata files, so our files and
 Orbax's share one client, one set of credentials and one retry policy (Orbax writes the arrays
-through TensorStore, which this module points at the same endpoint).
+through TensorStore, which this package points at the same endpoint).
 
 What an object store lacks, and what stands in for it here:
   * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
@@ -53,7 +53,7 @@ get the words a local path gets for the same situation, naming the path the user
 of objects), not a file", "Permission denied (no credentials ...)". Nothing half-written is
 trusted afterwards: see above.
 
-No JAX import: data_prep uses this module.
+No JAX import: data_prep uses this package.
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
@@ -63,8 +63,10 @@ modules, by concern:
     checks.py     what is wrong with a path, before anything is read or written (check_paths,
                   not_a_file) and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all)
+    checkpoint_errors.py  Orbax's and TensorStore's errors in those words (checkpoint_errors)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
-    cache.py      local copies of bucket files (local_copy, local_copies, local_dir)
+    cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
+                  their errors in the user's path (reported_as)
 """
 
 from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
@@ -72,6 +74,14 @@ from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
     local_copies,
     local_copy,
     local_dir,
+    rename_in_error,
+    reported_as,
+)
+from bert_jax.storage.checkpoint_errors import (  # noqa: F401 (the package's names)
+    checkpoint_errors,
+    classify,
+    looks_like_storage,
+    readable,
 )
 from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
     bucket_exists,

@@ -16,6 +16,42 @@ from bert_jax.storage.remote import _fs
 # --- Local copies ---------------------------------------------------------------------------
 
 
+def rename_in_error(error: BaseException, local: str, path: str) -> bool:
+    """Rewrites `error` in place so that where it names `local` it names `path`: its message
+    arguments, a `path` attribute (record_io.DamagedRecord's) and an OSError's `filename`. True
+    if it named `local`."""
+    if local == path:
+        return False
+    named = False
+    try:
+        args = []
+        for arg in error.args:
+            if isinstance(arg, str) and local in arg:
+                arg, named = arg.replace(local, path), True
+            args.append(arg)
+        error.args = tuple(args)
+        for attr in ("path", "filename"):  # DamagedRecord's, an OSError's
+            if getattr(error, attr, None) == local:
+                setattr(error, attr, path)
+                named = True
+    except (AttributeError, TypeError):  # an exception type that keeps its message elsewhere
+        return named
+    return named
+
+
+@contextlib.contextmanager
+def reported_as(local: str, path: str):
+    """Errors raised inside that name `local` (`local_copy`'s copy of `path`) name `path`, the
+    path the user gave, instead: a damaged record of a shard in a bucket is reported as the
+    bucket's file, never as a file in a cache directory the user never named. The error keeps
+    its type (a record_io.DamagedRecord stays one) and its traceback."""
+    try:
+        yield
+    except Exception as e:
+        rename_in_error(e, local, path)
+        raise
+
+
 def default_cache_dir() -> str:
     return os.environ.get(
         "BERT_JAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")

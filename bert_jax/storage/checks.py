@@ -5,6 +5,7 @@ local path gets: cli.not_a_file), and the one line for a bucket client's error w
 ends on it (`report`, which cli.run asks)."""
 
 import contextlib
+import fnmatch
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -57,6 +58,37 @@ def check_paths(
                 raise StorageError(checkpoints_refused(path, flag))
             if flag in outputs and scheme:
                 check_bucket(parsed, flag)
+    for flag in outputs:
+        _not_an_input(flag, paths)
+
+
+def _values(value) -> list[str]:
+    return [v for v in ([value] if isinstance(value, str) else (value or [])) if v]
+
+
+def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) -> None:
+    """Refuses an output that is a file another flag reads (`--output` = `--input`, or matched
+    by its glob): writing it would replace the input (data_prep.vocab and embed overwrote
+    their corpus and exited 0)."""
+    for out in _values(paths.get(flag)):
+        local = not is_url(out)
+        if local and not os.path.isfile(out):
+            continue  # a new file or a directory: nothing read is replaced
+        here = os.path.realpath(out) if local else out
+        for other, value in paths.items():
+            if other == flag:
+                continue
+            for path in _values(value):
+                if is_url(path) != (not local):
+                    continue
+                there = os.path.realpath(path) if local else path
+                if here == there or (
+                    any(c in path for c in "*?[") and fnmatch.fnmatchcase(here, there)
+                ):
+                    raise StorageError(
+                        f"{flag}={out!r} is also read, as {other}={path!r}: writing it would "
+                        "replace that input; name another file"
+                    )
 
 
 def not_a_file(path: str) -> str | None:

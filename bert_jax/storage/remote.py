@@ -8,8 +8,8 @@ then its error is raised. gcsfs' own retries (6 tries per request, ~31 s of back
 replaced by this budget in the gs:// client every caller gets, Orbax's metadata files included
 (`_budgeted_gcs`), and whole operations (an upload, a read) are tried again on the same budget
 (`_retrying`) unless a request inside already spent it, so a server down from the start ends a
-job retry_seconds() after its first refused connection (it took 298-375 s when gcsfs' 31 s of
-retries ran inside a 300 s loop). TensorStore, which writes Orbax's arrays, gets the same budget
+job retry_seconds() after its first refused connection (docs/faults.md: what stacked retries
+cost). TensorStore, which writes Orbax's arrays, gets the same budget
 as its own retry count (`tensorstore_retries`).
 """
 

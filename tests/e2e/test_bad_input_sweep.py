@@ -24,6 +24,7 @@ import pytest
 from bert_jax import manifest
 from support import (
     sweep_buckets,
+    sweep_checkpoints,
     sweep_inputs,
     sweep_integrity,
     sweep_plan,
@@ -189,6 +190,7 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     sweep_inputs.make_files(d)
     runs = sweep_runs.make_files(d, model, config, save_checkpoint, vocab_file)
     runs.update(sweep_signals.make_files(d))
+    runs.update(sweep_checkpoints.make_files(d))
     return {"d": d, "vocab": vocab_file, "shard": shard, **more, **runs}
 
 
@@ -688,6 +690,7 @@ ALL_CASES = [
     *RUNS,
     *sweep_signals.CASES,  # issue 34: signals, config fields, a UTF-16 dump's language, ...
     *sweep_buckets.CASES,  # issue 34: bucket paths and outages, workdir locks
+    *sweep_checkpoints.CASES,  # issue 34: Orbax's errors in the storage layer's words
 ]
 CASES = {case[0]: case for case in ALL_CASES}
 assert len(CASES) == len(ALL_CASES), "a case id twice"

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpointing, storage
+from support.checkpoints import saved_steps
 from support.processes import finish
 
 STEPS, EVERY = 12, 4
@@ -98,7 +99,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
     workdir = f"{bucket}/run"
     status, out, _ = run(forkserver, train(workdir, records, cache), kill_at=f"step {EVERY + 2}/")
     assert status == -signal.SIGKILL and f"step {STEPS}/" not in out
-    assert checkpointing.saved_steps(workdir) == [EVERY]
+    assert saved_steps(workdir) == [EVERY]
     out = ok(run(forkserver, train(workdir, records, cache)))
     assert f"resuming from {workdir}/checkpoints/{EVERY}" in out and f"step {STEPS}/{STEPS}" in out
     got, _ = checkpointing.restore_params(workdir)

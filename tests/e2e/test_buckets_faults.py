@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from bert_jax import checkpointing, metrics_log, storage
+from bert_jax import metrics_log, storage
 from support.buckets import upload, write_records
-from support.checkpoints import assert_same_params
+from support.checkpoints import assert_same_params, saved_steps
 from support.flaky_proxy import FlakyProxy
 from support.processes import finish
 
@@ -121,7 +121,7 @@ def test_an_outage_is_waited_out_and_a_lasting_one_is_one_error_line_then_a_reru
     assert len(errors) == 1 and "did not serve the request after its retries" in errors[0], err
     assert "Traceback" not in err, err[-3000:]
     # The rerun goes on from the last finished save (6: it was made during the first outage).
-    assert checkpointing.saved_steps(workdir) == [3, 6]
+    assert saved_steps(workdir) == [3, 6]
     out, err = finish(trainer(workdir, data_url, cache))
     assert f"resuming from {workdir}/checkpoints/6\n" in out, err[-3000:]
     assert f"step {STEPS}/{STEPS}" in out
@@ -159,7 +159,7 @@ def test_kill_9_during_a_save_to_a_bucket_resumes_from_the_last_finished_step(
     # save to finish, then starts its own in the background, and step 7 runs while it writes.
     out, _ = finish(proc, at_step(7, lambda: proc.send_signal(signal.SIGKILL)))
     assert proc.returncode == -signal.SIGKILL
-    finished = checkpointing.saved_steps(workdir)
+    finished = saved_steps(workdir)
     assert finished in ([3], [3, 6])
     print(
         f"killed with steps {finished} finished; under checkpoints/: "
@@ -192,4 +192,4 @@ def test_a_lasting_outage_during_asynchronous_saves_is_one_error_line(
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "after its retries" in errors[0], err[-3000:]
     assert "Traceback" not in err, err[-5000:]
-    assert checkpointing.saved_steps(workdir) == [3]
+    assert saved_steps(workdir) == [3]

@@ -22,6 +22,7 @@ from bert_jax import (
     train,
 )
 from support.buckets import VOCAB, upload, write_records
+from support.checkpoints import saved_steps
 from support.golden import small_config
 
 
@@ -196,7 +197,7 @@ def test_a_run_in_a_bucket_resumes_and_matches_a_local_run(data, bucket, cache, 
     config.eval.num_examples = 16
     out = train.train_and_evaluate(config, workdir)
     assert (out["step"], out["stopped"]) == (4, "stop_at_step")
-    assert checkpointing.saved_steps(workdir) == [2, 4]
+    assert saved_steps(workdir) == [2, 4]
     config.train.stop_at_step = 0
     assert train.train_and_evaluate(config, workdir)["step"] == 6
     names = storage.listdir(f"{workdir}/checkpoints/6")
@@ -246,7 +247,7 @@ def test_a_damaged_step_in_a_bucket_is_moved_aside_and_the_run_goes_on(gcs, buck
     assert {"2", "4", "6", "4.corrupt"} <= set(names)
     # What was moved aside carries no commit marker: it can never pass for a finished step.
     assert "commit_success.txt" not in storage.listdir(f"{workdir}/checkpoints/4.corrupt")
-    assert checkpointing.saved_steps(workdir) == [2, 4, 6]
+    assert saved_steps(workdir) == [2, 4, 6]
 
 
 def test_export_embed_and_init_read_a_bucket_and_export_to_one(bucket_run, tmp_path, monkeypatch):

@@ -19,7 +19,7 @@ import pytest
 from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
 from bert_jax import features as F
 from support import jax_cache
-from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params
+from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params, saved_steps
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, SAMPLE_128, small_config
 
 # --- kill -9 ---------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_kill_9_at_random_moments_always_resumes_from_a_complete_checkpoint(
             break
     out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 143 and "preempted: saved step" in out, out[-3000:]  # 128 + 15
-    preempted = checkpointing.saved_steps(workdir)[-1]
+    preempted = saved_steps(workdir)[-1]
     assert 3 <= preempted < steps and f"preempted: saved step {preempted};" in out, out[-3000:]
 
     while True:
@@ -165,7 +165,7 @@ def finished_run(testdata, tmp_path_factory):
     config = small_config(testdata)
     config.data.eval_files = ""
     assert train.train_and_evaluate(config, workdir)["step"] == 8
-    assert checkpointing.saved_steps(workdir) == [3, 6, 8]
+    assert saved_steps(workdir) == [3, 6, 8]
     return workdir, config
 
 
@@ -189,7 +189,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
         assert re.search(FLIPPED_EMBEDDINGS, warning), warning
     # Steps 7 and 8 were redone and step 8 saved again, with what the first run had at step 8;
     # the damaged files are kept aside for a post-mortem.
-    assert result["step"] == 8 and checkpointing.saved_steps(workdir) == [3, 6, 8]
+    assert result["step"] == 8 and saved_steps(workdir) == [3, 6, 8]
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "8" + checkpointing.CORRUPT_SUFFIX))
     assert_same_params(workdir, pristine)
 
@@ -243,7 +243,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_checkpoints(
         f"no space left on the device writing {workdir}/checkpoints: free some space and rerun "
         "the same command; finished work is kept"
     )
-    assert checkpointing.saved_steps(workdir) == [3, 6]  # the earlier checkpoints are kept
+    assert saved_steps(workdir) == [3, 6]  # the earlier checkpoints are kept
     monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed: rerun
     assert train.train_and_evaluate(config, workdir)["step"] == 8
     assert_same_params(workdir, pristine)
@@ -358,7 +358,7 @@ def test_stop_keeps_the_last_good_checkpoint_and_exits_nonzero(
         "checkpoint is step 3)" in out
     ), out
     assert "finished at step 4 (nonfinite)" in out
-    assert checkpointing.saved_steps(str(tmp_path)) == [3]  # nothing saved after the bad step
+    assert saved_steps(str(tmp_path)) == [3]  # nothing saved after the bad step
     last = metrics_log.read_jsonl(str(tmp_path))[-1]
     assert last["step"] == BAD_STEP and last["nonfinite_steps"] == 1
 
@@ -454,7 +454,7 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     _signal_on_the_device_at(monkeypatch, signum, at, seconds_per_step=0.05)
     out = train.train_and_evaluate(config, str(tmp_path))
     assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
-    assert checkpointing.saved_steps(str(tmp_path)) == [out["step"]]
+    assert saved_steps(str(tmp_path)) == [out["step"]]
     assert out["step"] in (at, at + 1), out["step"]
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
 
@@ -501,7 +501,7 @@ def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
     workdir = str(tmp_path / "run")
     out = train.train_and_evaluate(config, workdir)
     assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
-    assert out["step"] == 4 and checkpointing.saved_steps(workdir) == [3, 4]
+    assert out["step"] == 4 and saved_steps(workdir) == [3, 4]
     assert len(calls) == at  # not one batch more after the signal's
     assert not [r for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
     monkeypatch.undo()
@@ -532,7 +532,7 @@ def test_a_signal_during_a_data_wait_saves_the_step_the_data_was_for(
     workdir = str(tmp_path / "run")
     out = train.train_and_evaluate(config, workdir)
     assert out["stopped"] == "preempted" and out["step"] == 5
-    assert checkpointing.saved_steps(workdir) == [3, 5]
+    assert saved_steps(workdir) == [3, 5]
     monkeypatch.undo()
     assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
     assert_same_params(workdir, pristine)
@@ -552,7 +552,7 @@ def test_a_signal_during_a_checkpoint_save_saves_the_next_step(finished_run, tmp
     monkeypatch.setattr(checkpointing, "save", signalled)
     workdir = str(tmp_path / "run")
     out = train.train_and_evaluate(config, workdir)
-    assert out["stopped"] == "preempted" and checkpointing.saved_steps(workdir) == [3, 4]
+    assert out["stopped"] == "preempted" and saved_steps(workdir) == [3, 4]
     monkeypatch.undo()
     assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
     assert_same_params(workdir, pristine)

@@ -1,6 +1,7 @@
 """The training loop: accumulation, eval figures, exact resume, early stop, phase 2, the absl
 main."""
 
+import functools
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from bert_jax import checkpointing, input_pipeline, losses, metrics_log, train
 from bert_jax import features as F
 from configs import tiny
 from support import gradients
+from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, golden_data, small_config
 
 
@@ -138,7 +140,7 @@ def test_killed_and_resumed_run_ends_bit_identical(
         resume_config(testdata, unmasked_records, stop_at_step=5), workdir
     )
     assert stopped["stopped"] == "stop_at_step" and stopped["step"] == 5
-    assert checkpointing.saved_steps(workdir) == [3, 5]
+    assert saved_steps(workdir) == [3, 5]
     # A kill after step 5 but before its save: the rerun must redo steps 4 and 5 from step 3.
     shutil.rmtree(os.path.join(workdir, "checkpoints", "5"))
     resumed = train.train_and_evaluate(resume_config(testdata, unmasked_records), workdir)
@@ -194,7 +196,7 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
 
     # The schedule goes on where phase 1 left it, neither restarted nor one step off: step s's
     # line shows the rate used for that update, schedule(s - 1).
-    schedule = optim.learning_rate_schedule(config_for(1).optim, 8)
+    schedule = functools.partial(optim.rate, optim.schedule_values(config_for(1).optim, 8))
     lines = [
         r
         for r in metrics_log.read_jsonl(phase1) + metrics_log.read_jsonl(phase2)
@@ -246,7 +248,7 @@ def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path, mon
     assert result["stopped"] == "target_reached"
     # The target is MLPerf's metric: accuracy over all masked positions.
     assert result["eval"]["mlm_accuracy_all"] >= 0.01 and result["step"] < 50
-    assert checkpointing.saved_steps(str(tmp_path))[-1] == result["step"]  # saved on stop
+    assert saved_steps(str(tmp_path))[-1] == result["step"]  # saved on stop
     evals = [r for r in metrics_log.read_jsonl(str(tmp_path)) if r["split"] == "eval"]
     assert evals[-1]["step"] == result["step"]
     assert all(0 <= r["nsp_accuracy"] <= 1 for r in evals)
@@ -358,7 +360,7 @@ def test_two_processes_train_like_one(testdata, tmp_path, forkserver):
 
     outs = launch(sigterm_at_line="step 2/")
     assert "preempted: saved step" in outs[0], outs[0][-2000:]
-    saved = checkpointing.saved_steps(str(tmp_path / "two"))
+    saved = saved_steps(str(tmp_path / "two"))
     assert len(saved) == 1 and 2 <= saved[0] < steps  # one step, the same for both processes
     outs = launch()
     assert f"resuming from {tmp_path / 'two'}/checkpoints/{saved[0]}" in outs[0]

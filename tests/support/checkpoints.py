@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+from etils import epath
 
 from bert_jax import checkpointing
 
@@ -23,3 +24,14 @@ def assert_same_params(got_dir: str, want_dir: str) -> None:
         np.testing.assert_array_equal(
             np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
         )
+
+
+def saved_steps(workdir: str) -> list[int]:
+    """Steps of the checkpoints in `workdir`, oldest first ([] if none), as a resume finds them."""
+    if not epath.Path(checkpointing.checkpoint_dir(workdir)).is_dir():
+        return []
+    manager = checkpointing.make_manager(workdir, read_only=True)
+    try:
+        return sorted(manager.all_steps())
+    finally:
+        manager.close()

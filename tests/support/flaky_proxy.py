@@ -7,6 +7,8 @@ shows under load: 503 answers and stalls (a request that gets no answer for a wh
     proxy.stall_next(2, seconds=3)       # the next 2 requests wait 3 s before being forwarded
     proxy.fail_status = 401              # what the injected failures answer (default 503)
     proxy.missing_downloads = "name"     # downloads of objects so named: 404 (deleted meanwhile)
+    proxy.only = "checkpoints/"          # inject the failures only into requests for objects
+                                         # whose name holds this (a prefix refused, say)
     proxy.requests, proxy.injected       # counts, for the test's assertions
 
 Runs in a thread of the test process; binaries started by the test reach it through the
@@ -20,6 +22,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 # What GCS answers a request without credentials for a bucket that is not public, and one whose
@@ -37,6 +40,7 @@ class FlakyProxy:
         self.upstream = upstream.rstrip("/")
         self.fail_status = 503
         self.missing_downloads = ""
+        self.only = ""
         self.fail_rate = 0.0
         self.stall_seconds = 0.0
         self.requests = 0
@@ -55,9 +59,12 @@ class FlakyProxy:
 
             def _relay(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                fault = proxy._draw()
+                target = urllib.parse.unquote(self.path.partition("?")[0])
+                if "name=" in self.path:  # an upload names its object in the query
+                    target += urllib.parse.unquote(self.path.partition("name=")[2])
+                fault = proxy._draw() if proxy.only in target else None
                 gone = proxy.missing_downloads
-                if gone and "alt=media" in self.path and gone in self.path.partition("?")[0]:
+                if gone and "alt=media" in self.path and gone in target:
                     fault, code = "fail", 404  # its metadata still answers: deleted meanwhile
                 else:
                     code = proxy.fail_status

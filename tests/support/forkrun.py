@@ -160,6 +160,9 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 _child(**request)
+            # PIDs wrap (pid_max is 32768 here and every JAX thread takes one): a new child may
+            # have the PID of one reaped earlier, whose exit code must not answer for it.
+            ended.pop(pid, None)
             reply = {"pid": pid}
         elif op == "poll":
             reply = {"code": reap(request["pid"], block=False)}

@@ -29,7 +29,8 @@ import subprocess
 import sys
 import time
 
-from bert_jax import checkpointing, publish, workdir_lock
+from bert_jax import publish, workdir_lock
+from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, REPO, TESTDATA
 
 
@@ -279,7 +280,7 @@ def _ctrl_c_in_pre_training(ctx, o, module, args):
     workdir = flag_value(args, "--workdir")
     proc = start(ctx, module, args)
     out, err = signal_at_line(proc, r"step 3/", signal.SIGINT)
-    saved = checkpointing.saved_steps(workdir)
+    saved = saved_steps(workdir)
     line = one_error_line(proc.returncode, err, 130, "interrupted (Ctrl-C)", alone=False)
     assert len(saved) == 1 and 3 <= saved[0] <= 5 and f"saving step {saved[0]}" in line, out
     assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_NAME))

@@ -18,8 +18,9 @@ import os
 import shutil
 import signal
 
-from bert_jax import checkpointing, config_check, metrics_log
+from bert_jax import config_check, metrics_log
 from data_prep.testdata import make_wiki_dump
+from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, SAMPLE_128, TESTDATA
 from support.sweep_inputs import _prep_as
 from support.sweep_integrity import EXPORT, FINETUNE, PREP, TRAIN, _write
@@ -122,7 +123,50 @@ def _sigterm_during_a_save(ctx, o, module, args):
     rerun = run_again(ctx, module, args)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resuming from {workdir}/checkpoints/{last}" in rerun.stdout
-    assert checkpointing.saved_steps(workdir)[-1] == 8
+    assert saved_steps(workdir)[-1] == 8
+
+
+def _steps(workdir: str) -> list[int]:
+    """The finished steps under <workdir>/checkpoints, as on disk ([] if none)."""
+    directory = f"{workdir}/checkpoints"
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def _ctrl_c_in_the_eval_at_start(ctx, o, module, args):
+    """Issue 34's leftover: fine-tuning's eval at start (eval.at_start) ran outside the signal
+    handling: a SIGTERM there killed the run unannounced, a Ctrl-C was a bare interrupt after
+    the whole eval. A Ctrl-C as the run starts now stops that eval after its first batch with one
+    line saying nothing was saved (no step was trained), exit 130; the rerun trains and
+    finishes."""
+    workdir = flag_value(args, "--workdir")
+    proc = start(ctx, module, args)
+    out, err = signal_at_line(proc, r"fine-tuning ", signal.SIGINT)
+    one_error_line(
+        proc.returncode, err, 130, "interrupted (Ctrl-C) before the first step", alone=False
+    )
+    assert _steps(workdir) == [] and 0 not in _evals(workdir), out[-3000:]
+    rerun = run_again(ctx, module, [*args, "--config.eval.at_start=false"])
+    assert rerun.returncode == 0 and "finished at step" in rerun.stdout, rerun.stderr[-3000:]
+
+
+def _sigterm_in_the_final_eval(ctx, o, module, args):
+    """Issue 34's leftover: fine-tuning's final eval (and its predictions) ran outside the signal
+    handling, so a SIGTERM there killed the run. A SIGTERM at the last step's progress line now
+    stops the run (the loop's save of that step, or the final eval after one batch), the last
+    step saved and nothing exported, exit 143; the rerun resumes at that step, trains nothing,
+    evaluates and exports."""
+    workdir = flag_value(args, "--workdir")
+    proc = start(ctx, module, args)
+    out, err = signal_at_line(proc, r"step (\d+)/\1 ", signal.SIGTERM)
+    assert proc.returncode == 143 and "Traceback" not in err, err[-3000:]
+    last = _steps(workdir)
+    assert len(last) == 1 and f"saved step {last[0]};" in out, (last, out[-3000:])
+    assert not _evals(workdir) and not os.path.exists(f"{workdir}/export"), out[-3000:]
+    rerun = run_again(ctx, module, args)
+    assert rerun.returncode == 0 and f"finished at step {last[0]};" in rerun.stdout, rerun.stderr
+    assert _evals(workdir) == last and os.path.isdir(f"{workdir}/export")
+    assert _steps(workdir) == last
 
 
 LONG_EVAL = (
@@ -137,6 +181,14 @@ LONG_FT_EVAL = finetune(
     extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.every_steps=2 "
     "--config.eval.batch_size=2 --config.eval.at_start=false --config.train.batch_size=16 "
     "--config.train.log_every_steps=1 --config.checkpoint.every_steps=100 --config.export=false"
+)
+FT_EVAL_AT_START = finetune(
+    extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.batch_size=2 "
+    "--config.eval.at_start=true --config.train.batch_size=16 --config.export=false"
+)
+FT_FINAL_EVAL = finetune(
+    extra="--config.data.eval_files={d}/ft/sst_long_dev.tsv --config.eval.batch_size=2 "
+    "--config.train.batch_size=16 --config.train.log_every_steps=1 --config.export=true"
 )
 SAVING = (
     "bert_jax.main --config=configs/tiny.py --workdir={o}/run --config.mesh.num_devices=1 "
@@ -158,6 +210,16 @@ SIGNALS = [
         "signals: SIGTERM during a long fine-tuning eval saves its step, the rerun resumes",
         LONG_FT_EVAL,
         Run("interrupt", _sigterm_in_a_long_eval("finetune"), real=True),
+    ),
+    (
+        "signals: Ctrl-C during fine-tuning's eval at start stops it, nothing to save",
+        FT_EVAL_AT_START,
+        Run("interrupt", _ctrl_c_in_the_eval_at_start, real=True),
+    ),
+    (
+        "signals: SIGTERM during fine-tuning's final eval keeps the last step, the rerun finishes",
+        FT_FINAL_EVAL,
+        Run("interrupt", _sigterm_in_the_final_eval, real=True),
     ),
     (
         "signals: SIGTERM during a checkpoint save, the rerun resumes",
@@ -280,6 +342,25 @@ def _not_read_only(where: str):
     return Run("paths", scenario)
 
 
+def _finished(ctx, o, stdout):
+    """An empty --config.data.labels= is no override (the layout's label set): before, it was
+    the one label '' and every example was refused as not one of it."""
+    assert "finished at step" in stdout, stdout[-2000:]
+
+
+def _output_is_input(ctx, o, module, args):
+    """An output flag naming the input file itself (data_prep.vocab and embed replaced the
+    user's corpus and exited 0): refused naming both flags, the file left as it was. The input
+    is a copy under the case's directory: a regression must not destroy the sweep's own."""
+    os.makedirs(f"{o}/in", exist_ok=True)
+    shutil.copy(ctx["d"] / "clean.txt", f"{o}/in/text.txt")
+    before = open(f"{o}/in/text.txt", "rb").read()
+    status, _, err = ctx["server"].run(module, args)
+    out_flag = "--output_dir" if module == "data_prep.main" else "--output"
+    one_error_line(status, err, 2, [f"{out_flag}='{o}/in/text.txt' is also read", "--input="])
+    assert open(f"{o}/in/text.txt", "rb").read() == before
+
+
 def _dump_as(reference: str, other: str):
     """data_prep's records from this dump are those from `reference`, and not those from
     `other` (the same pages split by another language's rules)."""
@@ -325,6 +406,11 @@ SMALLER = [
         "sst_cr.tsv:4: 1 tab-separated fields",
     ),
     (
+        "finetune: labels empty is the layout's set",
+        FINETUNE + " --config.data.labels=",
+        _finished,
+    ),
+    (
         "finetune: labels twice",
         FINETUNE + " --config.data.labels=0,1,0",
         "data.labels names '0' more than once",
@@ -333,6 +419,46 @@ SMALLER = [
         "export: a directory of only .gitkeep works",
         EXPORT.replace("{d}/run", "{run24}") + " --step=2",
         Run("paths", _export_beside_gitkeep),
+    ),
+    (
+        "vocab: output is its input",
+        "data_prep.vocab --input={o}/in/text.txt --output={o}/in/text.txt --vocab_size=300",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "embed: output is its input",
+        "bert_jax.embed --model={d}/hf --input={o}/in/text.txt --output={o}/in/text.txt",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "vocab: output matched by the input glob",
+        "data_prep.vocab --input={o}/in/*.txt --output={o}/in/text.txt --vocab_size=300",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "output_dir is the input file",
+        PREP + " --input={o}/in/text.txt --output_dir={o}/in/text.txt",
+        Run("paths", _output_is_input),
+    ),
+    (
+        "finetune: predict with a pre-training workdir",
+        "bert_jax.finetune --mode=predict --workdir={d}/run --test_file={d}/ft/sst_good.tsv",
+        ("/run'", "holds a pre-training run, not a fine-tuning one"),
+    ),
+    (
+        "export: a fine-tuning workdir",
+        "bert_jax.export --workdir={ftrun} --output_dir={o}/hf",
+        ("holds a fine-tuning run", "not a pre-training one", "/ft_run/export"),
+    ),
+    (
+        "embed: a fine-tuning workdir",
+        "bert_jax.embed --model={ftrun} --input={d}/clean.txt --output={o}/e.npz",
+        ("holds a fine-tuning run", "not a pre-training one"),
+    ),
+    (
+        "finetune: init a fine-tuning workdir",
+        FINETUNE + " --init={ftrun}",
+        ("holds a fine-tuning run", "not a pre-training one"),
     ),
     ("export: output_dir under /proc/self", EXPORT + " --output_dir=/proc/self/hf", None),
     ("finetune: workdir under /proc/self", FINETUNE + " --workdir=/proc/self/ft", None),

@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import checkpointing, cli, input_pipeline, train
 from configs import tiny
-from support.checkpoints import FLIPPED_EMBEDDINGS
+from support.checkpoints import FLIPPED_EMBEDDINGS, saved_steps
 from support.golden import golden_data
 
 
@@ -109,7 +109,7 @@ def test_keeps_the_last_n(testdata, saved, tmp_path):
         checkpointing.save(manager, step, small, it, config)
     manager.wait_until_finished()
     manager.close()
-    assert checkpointing.saved_steps(str(tmp_path)) == [3, 4]
+    assert saved_steps(str(tmp_path)) == [3, 4]
 
 
 def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path, flip_bytes):

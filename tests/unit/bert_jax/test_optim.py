@@ -1,5 +1,6 @@
 """Schedules, the weight-decay mask, and AdamW / LAMB steps against hand-computed numpy."""
 
+import functools
 import itertools
 import math
 
@@ -21,15 +22,20 @@ def optim_config(**overrides):
     return cfg
 
 
+def schedule(cfg, num_train_steps: int):
+    """step -> learning rate, as the train steps compute it."""
+    return functools.partial(optim.rate, optim.schedule_values(cfg, num_train_steps))
+
+
 def test_schedule_warmup_then_linear_decay_from_step_zero():
-    sched = optim.learning_rate_schedule(optim_config(learning_rate=1.0, warmup_steps=10), 100)
+    sched = schedule(optim_config(learning_rate=1.0, warmup_steps=10), 100)
     values = {s: float(sched(s)) for s in (0, 5, 9, 10, 55, 100, 120)}
     # Warmup 0 -> peak, then the original's decay measured from step 0: 1 - step/total.
     assert values == pytest.approx({0: 0.0, 5: 0.5, 9: 0.9, 10: 0.9, 55: 0.45, 100: 0.0, 120: 0.0})
 
 
 def test_schedule_polynomial_and_constant():
-    poly = optim.learning_rate_schedule(
+    poly = schedule(
         optim_config(
             learning_rate=1.0,
             warmup_steps=0,
@@ -41,9 +47,7 @@ def test_schedule_polynomial_and_constant():
     )
     assert float(poly(50)) == pytest.approx(0.9 * 0.25 + 0.1)
     assert float(poly(100)) == pytest.approx(0.1)
-    const = optim.learning_rate_schedule(
-        optim_config(learning_rate=2.0, warmup_steps=4, schedule="constant"), 10
-    )
+    const = schedule(optim_config(learning_rate=2.0, warmup_steps=4, schedule="constant"), 10)
     assert [float(const(s)) for s in (2, 4, 9)] == pytest.approx([1.0, 2.0, 2.0])
 
 
@@ -123,8 +127,8 @@ def test_wsd_is_a_trapezoid_and_1_sqrt_decays_later():
     """ModernBERT's shape: warmup, a long stage at the peak, the decay at the end; 1 - sqrt stays
     above linear through the decay."""
     cfg = dict(schedule="wsd", learning_rate=8e-4, warmup_steps=10, decay_fraction=0.2)
-    linear = optim.learning_rate_schedule(optim_config(**cfg), 100)
-    sqrt = optim.learning_rate_schedule(optim_config(**cfg, decay_shape="1-sqrt"), 100)
+    linear = schedule(optim_config(**cfg), 100)
+    sqrt = schedule(optim_config(**cfg, decay_shape="1-sqrt"), 100)
     assert float(linear(5)) == pytest.approx(4e-4)
     assert [float(linear(s)) for s in range(10, 81)] == pytest.approx([8e-4] * 71)
     assert float(linear(90)) == pytest.approx(4e-4) and float(linear(100)) == 0.0
@@ -134,17 +138,15 @@ def test_wsd_is_a_trapezoid_and_1_sqrt_decays_later():
 
 def test_bad_settings_name_the_field():
     with pytest.raises(ValueError, match=r"optim.schedule"):
-        optim.learning_rate_schedule(optim_config(schedule="cosine"), 10)
+        schedule(optim_config(schedule="cosine"), 10)
     with pytest.raises(ValueError, match="warmup_steps"):
-        optim.learning_rate_schedule(optim_config(warmup_steps=20), 10)
+        schedule(optim_config(warmup_steps=20), 10)
     with pytest.raises(ValueError, match=r"optim.decay_shape"):
-        optim.learning_rate_schedule(optim_config(schedule="wsd", decay_shape="cosine"), 10)
+        schedule(optim_config(schedule="wsd", decay_shape="cosine"), 10)
     with pytest.raises(ValueError, match=r"optim.decay_fraction=1.5"):
-        optim.learning_rate_schedule(optim_config(schedule="wsd", decay_fraction=1.5), 10)
+        schedule(optim_config(schedule="wsd", decay_fraction=1.5), 10)
     with pytest.raises(ValueError, match="overlap"):
-        optim.learning_rate_schedule(
-            optim_config(schedule="wsd", warmup_steps=8, decay_fraction=0.5), 10
-        )
+        schedule(optim_config(schedule="wsd", warmup_steps=8, decay_fraction=0.5), 10)
     lr = optim.schedule_values(optim_config(warmup_steps=1), 10)
     with pytest.raises(ValueError, match=r"optim.optimizer"):
         optim.make_optimizer(optim_config(optimizer="sgd"), lr)

@@ -17,6 +17,18 @@ L, P, E = 32, 6, 4
 VOCAB = tiny.get_config().model.vocab_size
 
 
+def item_values(packed: packing.Packed, per_item, num_items: int) -> np.ndarray:
+    """[R, max_items, ...] (e.g. masked-LM logits) -> [N, num_items, ...], each example's items
+    from index 0 as unpacked, zeros after them: what the packed rows' items were."""
+    per_item = np.asarray(per_item)
+    out = np.zeros((len(packed.row), num_items, *per_item.shape[2:]), per_item.dtype)
+    for n, (row, start, count) in enumerate(
+        zip(packed.row, packed.item_start, packed.item_counts, strict=True)
+    ):
+        out[n, :count] = per_item[row, start : start + count]
+    return out
+
+
 def test_first_fit_decreasing_by_hand():
     # Longest first: 6 opens row 0, 5 opens row 1, 4 fills row 0, 3 and 2 go to row 1.
     assert packing.first_fit_decreasing([6, 5, 4, 3, 2], 10, 3) == [[0, 2], [1, 3, 4]]
@@ -80,11 +92,11 @@ def test_packed_layout_maps_back_to_every_example():
     for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS):
         np.testing.assert_array_equal(packed.token_values(a[name], L), ex[name], err_msg=name)
     for name in (F.MASKED_LM_IDS, F.MASKED_LM_WEIGHTS):
-        np.testing.assert_array_equal(packed.item_values(a[name], P), ex[name], err_msg=name)
+        np.testing.assert_array_equal(item_values(packed, a[name], P), ex[name], err_msg=name)
     for name in (F.NEXT_SENTENCE_LABELS, input_pipeline.NEXT_SENTENCE_WEIGHTS):
         np.testing.assert_array_equal(packed.example_values(a[name]), ex[name], err_msg=name)
     # Positions point at the same tokens inside the row; each example's [CLS] is its first token.
-    shifted = packed.item_values(a[F.MASKED_LM_POSITIONS], P)
+    shifted = item_values(packed, a[F.MASKED_LM_POSITIONS], P)
     real = ex[F.MASKED_LM_WEIGHTS] > 0
     np.testing.assert_array_equal(
         (shifted - packed.offset[:, None])[real], ex[F.MASKED_LM_POSITIONS][real]
@@ -142,7 +154,7 @@ def test_packed_rows_give_each_example_its_unpacked_logits(model, impl):
     assert packed_nsp.shape == (packed.num_rows, E, 2)
     real = ex[F.MASKED_LM_WEIGHTS] > 0
     np.testing.assert_allclose(
-        packed.item_values(packed_mlm, P)[real], np.asarray(mlm)[real], atol=1e-5
+        item_values(packed, packed_mlm, P)[real], np.asarray(mlm)[real], atol=1e-5
     )
     np.testing.assert_allclose(packed.example_values(packed_nsp), nsp, atol=1e-5)
     mask = ex[F.INPUT_MASK].astype(bool)

@@ -137,3 +137,63 @@ def test_tensorstore_is_given_the_same_budget(monkeypatch):
         monkeypatch.setenv("BERT_JAX_STORAGE_RETRY_S", str(budget_s))
         retries = storage.tensorstore_retries()
         assert retries["max_retries"] == tries, (budget_s, retries)
+
+
+# --- Errors read from local copies, and Orbax's errors ----------------------------------------
+
+
+def test_an_error_about_a_local_copy_names_the_path_the_user_gave(tmp_path):
+    """A damaged record found in a shard's local copy (~/.cache/bert_jax/...) is reported as the
+    gs:// shard: message, DamagedRecord.path and an OSError's filename; its type is kept; an
+    error that does not name the copy is left alone."""
+    from bert_jax import record_io
+
+    local, url = str(tmp_path / "cache" / "b" / "x.tfrecord"), "gs://b/x.tfrecord"
+    with pytest.raises(record_io.DamagedRecord) as caught:
+        with storage.reported_as(local, url):
+            raise record_io.damaged(local, 3, "the data's CRC-32C differs")
+    assert str(caught.value).startswith(f"{url}: record 3 is damaged") and local not in str(
+        caught.value
+    )
+    assert (caught.value.path, caught.value.index) == (url, 3)
+    with pytest.raises(FileNotFoundError) as missing:
+        with storage.reported_as(local, url):
+            open(local, "rb")
+    assert missing.value.filename == url
+    with pytest.raises(ValueError, match=r"^other$"):
+        with storage.reported_as(local, url):
+            raise ValueError("other")
+
+
+# TensorStore's text for a write the server refused and for an outage, as Orbax passes it on
+# (shortened spec), and gcsfs' request URL for a download.
+_TS_REFUSED = (
+    'PERMISSION_DENIED: Error writing "x/.zarray" in OCDBT database at gs://bkt/run/checkpoints/'
+    "2/params/ocdbt.process_0/: Error writing gs://bkt/run/checkpoints/2/params/manifest.ocdbt "
+    '[tensorstore_spec=\'{"driver":"zarr"}\'] [http_response_body=\'{"error": {"code": 403,'
+    ' "message": "caller does not have storage.objects.create access."}}\'] '
+    "[http_response_code='403']"
+)
+_REQUEST = (
+    "http://127.0.0.1:4443/download/storage/v1/b/bkt/o/run%2Fcheckpoints%2F2%2Fparams%2F_METADATA"
+    "?alt=media"
+)
+
+
+def test_orbax_errors_are_classified_naming_the_object():
+    refused = storage.classify(RuntimeError("save failed"), "gs://bkt/run/checkpoints")
+    assert refused is None  # not a storage error: left as it is
+    wrapped = RuntimeError("Orbax's save failed")
+    wrapped.__cause__ = ValueError(_TS_REFUSED)
+    found = storage.classify(wrapped, "gs://bkt/run/checkpoints")
+    assert isinstance(found, storage.AccessDenied) and isinstance(found, cli.UserError)
+    assert str(found).startswith("gs://bkt/run/checkpoints/2/params/ocdbt.process_0/: Permission")
+    assert "caller does not have storage.objects.create access." in str(found)
+    assert "tensorstore_spec" not in str(found)
+    outage = storage.classify(ValueError("UNAVAILABLE: Error reading gs://bkt/run/x"), "gs://bkt")
+    assert isinstance(outage, storage.Unavailable) and "gs://bkt/run/x" in str(outage)
+    with pytest.raises(storage.AccessDenied):
+        with storage.checkpoint_errors("gs://bkt/run/checkpoints"):
+            raise ValueError(_TS_REFUSED)
+    text = storage.readable(f"FileNotFoundError: {_REQUEST}")
+    assert text == "FileNotFoundError: gs://bkt/run/checkpoints/2/params/_METADATA"

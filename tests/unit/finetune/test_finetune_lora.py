@@ -26,7 +26,8 @@ TINY = model_lib.BertConfig(
     type_vocab_size=2,
     initializer_range=0.2,
 )
-ALL_TARGETS = lora.ATTENTION_TARGETS + lora.FEED_FORWARD_TARGETS
+ATTENTION_TARGETS = ("query", "key", "value", "attention_output")
+ALL_TARGETS = tuple(lora.TARGETS)
 
 
 def inputs(batch=3, length=10, seed=0):
@@ -63,7 +64,7 @@ def test_fresh_adapters_change_nothing():
 
 
 def test_trainable_parameter_counts():
-    model = adapted_model(targets=lora.ATTENTION_TARGETS, rank=4)
+    model = adapted_model(targets=ATTENTION_TARGETS, rank=4)
     counts = lora.summary(model)
     h, layers = TINY.hidden_size, TINY.num_hidden_layers
     assert counts["adapters"] == layers * 4 * 4 * (h + h)  # 4 projections, r * (in + out)
@@ -92,7 +93,7 @@ def test_bert_base_rank8_counts():
 
     def build():
         model = heads.TaskModel(base, "classification", 2, rngs=nnx.Rngs(0))
-        lora.add_adapters(model.bert, lora.ATTENTION_TARGETS, 8, 16.0, rngs=nnx.Rngs(1))
+        lora.add_adapters(model.bert, ATTENTION_TARGETS, 8, 16.0, rngs=nnx.Rngs(1))
         return model
 
     counts = lora.summary(nnx.eval_shape(build))

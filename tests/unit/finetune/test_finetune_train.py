@@ -255,6 +255,85 @@ def test_preempted_fine_tuning_saves_and_resumes_to_the_uninterrupted_result(
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def _signal_in_eval_batch(monkeypatch, signum: int, at: int) -> list[int]:
+    """Sends `signum` to this process from inside the `at`-th inference batch (eval or
+    predictions, counting from 1); returns the list the batches are counted in."""
+    real_infer, batches = predict.jit_infer, []
+
+    def signalled(setup):
+        infer = real_infer(setup)
+
+        def fn(*args):
+            batches.append(1)
+            if len(batches) == at:
+                os.kill(os.getpid(), signum)
+            return infer(*args)
+
+        return fn
+
+    monkeypatch.setattr(predict, "jit_infer", signalled)
+    return batches
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_during_the_eval_at_start_stops_it_after_one_batch(
+    tiny_hf, tmp_path, monkeypatch, signum
+):
+    """Issue 34: the eval at start (eval.at_start) ran outside the loop's signal handling, so a
+    SIGTERM killed the process unannounced and a first Ctrl-C was a bare KeyboardInterrupt. Now
+    it stops after the batch the signal came in, with nothing to save (no step was trained)."""
+    config = make_config(
+        format="glue",
+        layout="sst2",
+        train_file=sst2_file(tmp_path / "train.tsv", 32, 0),
+        eval_files=sst2_file(tmp_path / "dev.tsv", 32, 1),
+    )
+    config.eval.batch_size = 2  # 16 batches
+    before = signal.getsignal(signal.SIGINT)
+    batches = _signal_in_eval_batch(monkeypatch, signum, 3)
+    workdir = str(tmp_path / "run")
+    out = train.finetune(config, workdir, tiny_hf)
+    assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
+    assert out["step"] is None and not out["eval_at_start"] and not out["export"]
+    assert len(batches) == 3  # not one batch more after the signal's
+    assert not os.listdir(os.path.join(workdir, "checkpoints"))
+    assert signal.getsignal(signal.SIGINT) is before  # handlers restored
+    assert faults.interrupted_message(None).startswith("interrupted (Ctrl-C) before the first")
+
+
+def test_a_signal_during_the_final_eval_keeps_the_last_step_and_the_rerun_finishes(
+    tiny_hf, tmp_path, monkeypatch
+):
+    """Issue 34: the final eval (and the predictions after it) ran outside the loop's signal
+    handling. Now a SIGTERM there stops it after one batch; the last step is saved, nothing is
+    exported, and the same command again resumes at that step, evaluates, predicts and
+    exports, training nothing more."""
+    config = make_config(
+        format="glue",
+        layout="sst2",
+        train_file=sst2_file(tmp_path / "train.tsv", 32, 0),
+        eval_files=sst2_file(tmp_path / "dev.tsv", 32, 1),
+        test_file=sst2_file(tmp_path / "test.tsv", 8, 2),
+    )
+    config.train.num_epochs = 1.0  # 2 steps
+    config.eval.at_start = False
+    config.eval.batch_size = 2
+    config.export = True
+    batches = _signal_in_eval_batch(monkeypatch, signal.SIGTERM, 4)
+    workdir = str(tmp_path / "run")
+    out = train.finetune(config, workdir, tiny_hf)
+    assert out["stopped"] == "preempted" and out["step"] == 2, out
+    assert not out["eval"] and not out["predictions"] and not out["export"]
+    assert len(batches) == 4
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2"]
+    assert not os.path.exists(os.path.join(workdir, train.EXPORT_DIR))
+    monkeypatch.undo()
+    again = train.finetune(config, workdir, tiny_hf)
+    assert again["stopped"] == "done" and again["step"] == 2 and again["eval"]
+    assert again["predictions"] and os.path.exists(again["predictions"]) and again["export"]
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2"]
+
+
 def test_a_nonfinite_step_stops_the_run_without_saving_or_exporting(tiny_hf, tmp_path, capsys):
     """A learning rate of 1e30: step 1 throws the weights to ~1e30, step 2's loss overflows to NaN.
     'stop' (the default) ends the run at the next log line with nothing saved after step 1 and

@@ -279,13 +279,13 @@ def test_the_defaults_are_transformers_not_pretrainings():
 def test_decay_from_warmup_end_is_transformers_schedule(total, warmup):
     cfg = base.get_config().optim
     cfg.update(learning_rate=1.0, warmup_steps=warmup)
-    ours_ = optim.learning_rate_schedule(cfg, total)
+    ours_ = functools.partial(optim.rate, optim.schedule_values(cfg, total))
     lam = transformers.get_linear_schedule_with_warmup(
         torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0), warmup, total
     ).lr_lambdas[0]
     for step in range(total + 2):
         assert float(ours_(step)) == pytest.approx(lam(step), abs=1e-7), step
     cfg.decay_from = "start"  # the original: the decay runs from step 0, the peak never reached
-    start = optim.learning_rate_schedule(cfg, total)
+    start = functools.partial(optim.rate, optim.schedule_values(cfg, total))
     if warmup:
         assert float(start(warmup)) == pytest.approx(1 - warmup / total)

@@ -1,0 +1,58 @@
+"""The fine-tuning config's one validation pass (bert_jax/config_check.py says what such a pass
+does): the shared sections' problems (config_check.check_common, the numeric fields' ranges
+first and alone) and fine-tuning's own: its data, its --init, LoRA and the batch on the mesh.
+"""
+
+from bert_jax import config_check, features
+from bert_jax.finetune import lora, squad, tasks
+
+
+def check_finetuning(
+    config, num_devices: int, process_count: int = 1, init: str | None = None
+) -> None:
+    """bert_jax.finetune's one validation pass (a configs/finetune/base.py config; `init`, else
+    config.init, the pre-trained model): every problem found before the model is loaded or a
+    file read, in one cli.UserError; a field out of its range alone."""
+    config_check.raise_problems(config_check.range_problems(config))
+    t, d = config.train, config.data
+    problems = config_check.check_common(config, num_devices, process_count)
+    if not d.train_file:
+        problems.append("data.train_file is empty: point it at the training file")
+    if not (init or config.init):
+        problems.append(
+            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
+            "pre-training workdir of ours)"
+        )
+    if d.format not in tasks.FORMATS:
+        problems.append(f"data.format={d.format!r}; choose one of {sorted(tasks.FORMATS)}")
+    elif d.format == "squad":
+        problems += squad.length_problems(d.max_seq_length, d.doc_stride, d.max_query_length)
+    else:  # glue: sentence pairs or single texts (a pair's room); conll: one sentence
+        segments = 2 if d.format == "glue" else 1
+        config_check.ask(
+            problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length"
+        )
+    labels = tasks.label_names(d.labels)
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        problems.append(
+            f"data.labels names {', '.join(map(repr, twice))} more than once: each label once "
+            "(its place in the list is its id)"
+        )
+    if config.lora.rank:
+        problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
+    devices = config.mesh.num_devices or num_devices
+    sizes = None if problems else config_check.mesh_sizes(config.mesh, devices, problems)
+    if sizes is not None:
+        dp, axes = config_check.data_parallel(sizes, config.mesh.rules)
+        if t.batch_size % dp:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {dp} data-parallel "
+                f"devices ({axes})"
+            )
+        if t.batch_size % process_count:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
+                "processes"
+            )
+    config_check.raise_problems(problems)
