@@ -30,8 +30,9 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
                        position); BERT's AdamW and LAMB with their schedules (warmup-stable-
                        decay too) and batch-size warmup
     sharding.py        the device mesh and every sharding rule
-    train_state.py     the train state both trainers share: Setup, its layout on the mesh,
-                       step 0, one optimizer step that keeps NaNs out of the parameters
+    train_state.py     the train state both trainers share: Setup and its one builder, its
+                       layout on the mesh, step 0, one optimizer step that keeps NaNs out of
+                       the parameters
     train.py           pre-training's jitted steps and train_and_evaluate (collapse.py: the
                        eval-time warning for a run whose outputs are all the same)
     loop.py            the loop skeleton both trainers run: when to log, eval, save and stop
@@ -45,8 +46,9 @@ Data flows one way, records -> batches -> steps -> checkpoints -> exports:
     finetune/          classification, pairs, tagging, SQuAD and LoRA on top (its own map)
     plan/              the planner, python -m bert_jax.plan: the steps compiled for a TPU slice
                        without one, what fits and where the HBM bytes go (its own map)
-    cpu_malloc.py      glibc malloc settings the binaries apply on a CPU host, so XLA:CPU
-                       reuses a step's memory instead of faulting it in every step
+    runtime.py         how every binary starts JAX (cpu_malloc.py: glibc malloc settings
+                       that let XLA:CPU reuse a step's memory; the TPU compiler flags; the
+                       trainers' --distributed) and how a run a signal stopped exits
     cli.py             how every binary reports a mistake (a cli.UserError: one `error:` line,
                        exit status 2), a bug (its traceback and a request to report it, exit
                        1) and a warning (cli.warn)

@@ -147,8 +147,7 @@ def message(error: BaseException) -> str:
         )
     if isinstance(error, OSError) and error.strerror and error.filename:
         return f"{error.filename}: {error.strerror}"
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def not_a_file(path: str) -> str:
@@ -346,8 +345,6 @@ def run(main: Callable[[list[str]], int | None]) -> None:
 
 def _drop_later_reports() -> None:
     """stderr goes to /dev/null from here on (see fail)."""
-    import os
-
     sys.stderr.flush()
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)

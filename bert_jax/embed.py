@@ -32,7 +32,7 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import cli, pretrained, storage
+from bert_jax import cli, pretrained, runtime, storage
 from bert_jax import features as F
 
 FLAGS = flags.FLAGS
@@ -208,6 +208,7 @@ def main(argv):
         raise cli.UserError(f"--batch_size={FLAGS.batch_size} must be 1 or more")
     _output_path(FLAGS.output)
     texts = read_lines(FLAGS.input)
+    runtime.start()
     model, tokenizer = load_encoder(
         FLAGS.model,
         step=FLAGS.step,

@@ -22,7 +22,7 @@ never a mix of two models' files.
 
 from absl import flags
 
-from bert_jax import cli, publish
+from bert_jax import cli, publish, runtime
 
 FLAGS = flags.FLAGS
 
@@ -105,6 +105,7 @@ def main(argv):
         outputs=["--output_dir"],
         checkpoints=["--workdir"],
     )
+    runtime.start()
     out = export(
         FLAGS.workdir,
         FLAGS.output_dir,

@@ -130,6 +130,11 @@ def run(
     where the loop waits for the device anyway: at log lines and before a save, which it then
     skips. The signals are `preemption`'s, one the caller holds entered (its handler then also
     covers what the caller does before and after the loop), else the loop's own.
+
+    The tail both trainers share: the last save committed (checkpointing.finish) under the signal
+    handler, so that a signal then is taken (the run ends as it would), not the process killed
+    with that save half-written; and a run that stopped before its end with its step saved says
+    so. The caller closes `log` (fine-tuning logs its final eval after the loop).
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(
@@ -197,6 +202,10 @@ def run(
                 log.flush()
                 checkpointing.save(manager, step, state, data_iter, config)
                 last_saved = step
-    if stopped == "preempted" and preemption.signal_name == "SIGINT":
-        stopped = "interrupted"
-    return Outcome(state, step, stopped or "done", last_train)
+        checkpointing.finish(manager)
+    stopped = stopped or "done"
+    if stopped == "preempted":
+        stopped = preemption.stopped()  # 'interrupted' after a Ctrl-C
+    if stopped in ("preempted", "stop_at_step") and jax.process_index() == 0:
+        print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
+    return Outcome(state, step, stopped, last_train)

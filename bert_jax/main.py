@@ -10,28 +10,17 @@ config field that does not exist, a bad value, data that does not match the conf
 
 import sys
 
-from absl import flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from bert_jax import cli
+from bert_jax import cli, runtime
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Path to a configs/*.py file.", lock_config=True)
 flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints, metrics.jsonl and TensorBoard logs."
 )
-flags.DEFINE_bool(
-    "distributed",
-    False,
-    "Call jax.distributed.initialize() first: needed with more than one process (TPU pod "
-    "slices, multi-node GPU). TPU, SLURM, Open MPI and Kubernetes set the rest "
-    "themselves; elsewhere pass the three flags below.",
-)
-flags.DEFINE_string(
-    "coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS)."
-)
-flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
-flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1.")
+runtime.define_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -44,13 +33,11 @@ def main(argv):
 
     if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:
         fine_tuning = "init" in FLAGS.config and "train_file" in FLAGS.config.get("data", {})
+        hint = (
+            "; it is a fine-tuning config: run python -m bert_jax.finetune" if fine_tuning else ""
+        )
         raise cli.UserError(
-            "--config is not a pre-training config (it has no config.data.train_files)"
-            + (
-                "; it is a fine-tuning config: run python -m bert_jax.finetune"
-                if fine_tuning
-                else ""
-            )
+            f"--config is not a pre-training config (it has no config.data.train_files){hint}"
         )
     data, train_config = FLAGS.config.data, FLAGS.config.train
     storage.check_paths(  # every path parsed once, before anything is read or written
@@ -67,34 +54,13 @@ def main(argv):
         checkpoints=["--workdir"],
     )
 
-    from bert_jax import cpu_malloc
+    runtime.start(FLAGS)
+    import jax
 
-    # Before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory.
-    cpu_malloc.configure_for_cpu_training()
-    import jax  # after flag parsing, so --help stays fast
+    from bert_jax import train
 
-    from bert_jax import sharding
-
-    sharding.use_tpu_compiler_flags()
-
-    if FLAGS.distributed:
-        # CPU processes need a collectives backend to talk to each other (GPU/TPU ignore this).
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
-    from bert_jax import faults, train
-
-    logging.info(
-        "process %d of %d, %d local devices of %d",
-        jax.process_index(),
-        jax.process_count(),
-        jax.local_device_count(),
-        jax.device_count(),
-    )
     result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
-    if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
-        cli.fail(faults.interrupted_message(result["step"]), 130)
-    if result["stopped"] == "preempted":
-        sys.exit(faults.PREEMPTED_STATUS)  # saved, not finished: train.py said so
+    runtime.exit_if_signalled(result)
     if jax.process_index() == 0:
         print(
             f"finished at step {result['step']} ({result['stopped']}); eval: {result['eval']}",

@@ -62,40 +62,18 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
             "bert_jax.data_contract.resolve first, or set it"
         )
     model_config = model_lib.BertConfig.from_config_dict(config.model)
-    mesh, rules = sharding.mesh_from_config(config.mesh, model_config.num_attention_heads, devices)
     abstract_model = nnx.eval_shape(
         lambda: model_lib.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
     )
-    graphdef, param_state = nnx.split(abstract_model, nnx.Param)
-    compute_shardings = sharding.param_shardings(param_state, mesh, rules)
-    abstract_params = nnx.to_pure_dict(param_state)
-    # Weight-update sharding: the state keeps parameters and moments split over the batch axes
-    # (sharding.update_sharding); the step gathers the parameters (loss_and_grads).
-    param_shardings = (
-        sharding.update_shardings(compute_shardings, abstract_params, rules)
-        if config.mesh.shard_update
-        else compute_shardings
-    )
-    optimizer = functools.partial(optim.make_optimizer, config.optim)
-    lr = optim.schedule_values(config.optim, config.train.num_train_steps)
-    state_shardings, abstract_state = train_state.state_layout(
-        abstract_params, param_shardings, optimizer(lr), mesh
-    )
-    return Setup(
-        model_config,
-        graphdef,
-        mesh,
-        rules,
-        param_shardings,
-        state_shardings,
-        abstract_state,
-        sharding.batch_sharding(mesh, rules),
-        optimizer,
-        lr,
-        config.data.get("nsp") is not False,
-        config.data.get("mask_token_id"),
-        compute_shardings,
-    )
+    return train_state.build_setup(
+        config,
+        abstract_model,
+        config.train.num_train_steps,
+        shard_update=config.mesh.shard_update,
+        devices=devices,
+        nsp=config.data.get("nsp") is not False,
+        mask_id=config.data.get("mask_token_id"),
+    )[0]
 
 
 # --- Pure functions of arrays ----------------------------------------------------------------
@@ -306,15 +284,9 @@ def abstract_batch(
     floats = {*F.FLOAT_FEATURES, input_pipeline.NEXT_SENTENCE_WEIGHTS}
     if facts.pack_max_examples:  # packed_records.py: per-record fields are [rows, examples]
         e, length = facts.pack_max_examples, facts.max_seq_length
-        shapes.update(
-            {F.NEXT_SENTENCE_LABELS: (b, e), input_pipeline.NEXT_SENTENCE_WEIGHTS: (b, e)}
-        )
-        shapes.update(
-            {
-                packing.EXAMPLE_IDS: (b, length),
-                packing.POSITION_IDS: (b, length),
-            }
-        )
+        for k in (F.NEXT_SENTENCE_LABELS, input_pipeline.NEXT_SENTENCE_WEIGHTS):
+            shapes[k] = (b, e)
+        shapes.update({packing.EXAMPLE_IDS: (b, length), packing.POSITION_IDS: (b, length)})
         shapes.update({packing.CLS_POSITIONS: (b, e), packing.EXAMPLE_WEIGHTS: (b, e)})
         floats.add(packing.EXAMPLE_WEIGHTS)
     return {
@@ -357,32 +329,6 @@ def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
         in_shardings=(setup.state_shardings, setup.batch_sharding, replicated),
         out_shardings=(setup.state_shardings, replicated),
         donate_argnums=(0,),
-    )
-
-
-def jit_loss_and_grads(setup: Setup, grad_accum_steps: int = 1, dropout: bool = False):
-    """(params, batch, rng) -> (loss, grads) on the mesh; grads come back sharded like params."""
-
-    def fn(params, batch, rng):
-        loss, _, grads = loss_and_grads(
-            setup.graphdef,
-            params,
-            batch,
-            rng,
-            grad_accum_steps=grad_accum_steps,
-            dropout=dropout,
-            batch_axes=batch_axes(setup),
-            nsp=setup.nsp,
-            mask_id=setup.mask_id,
-            layout=param_layout(setup),
-        )
-        return loss, grads
-
-    replicated = NamedSharding(setup.mesh, P())
-    return jax.jit(
-        fn,
-        in_shardings=(setup.param_shardings, setup.batch_sharding, replicated),
-        out_shardings=(replicated, setup.param_shardings),
     )
 
 
@@ -599,28 +545,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             )
         return "target_reached"
 
-    # The loop's signal handler also covers the wait for the last save: a signal there is
-    # taken (the run ends as it would), not the process killed with that save half-written.
-    with faults.Preemption(manager) as preemption:
-        out = loop.run(
-            state,
-            step,
-            last_step=last_step,
-            total=total,
-            setup=setup,
-            train_step=p_train_step,
-            data_iter=data_iter,
-            manager=manager,
-            config=config,
-            log=log,
-            progress=progress,
-            train_figures=train_figures,
-            evaluate=evaluate_now if eval_batches else None,
-            preemption=preemption,
-        )
-        del state  # donated to the steps: out.state is the live one
-        checkpointing.finish(manager)
+    out = loop.run(
+        state,
+        step,
+        last_step=last_step,
+        total=total,
+        setup=setup,
+        train_step=p_train_step,
+        data_iter=data_iter,
+        manager=manager,
+        config=config,
+        log=log,
+        progress=progress,
+        train_figures=train_figures,
+        evaluate=evaluate_now if eval_batches else None,
+    )
     log.close()
-    if out.stopped in ("preempted", "stop_at_step") and is_primary:
-        print(f"{out.stopped}: saved step {out.step}; rerun the same command to resume", flush=True)
     return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -1,6 +1,7 @@
 """The train state both trainers share (pre-training's bert_jax/train.py and fine-tuning's
-bert_jax/finetune/train.py): what a step needs besides arrays (Setup), the state's layout on the
-mesh, the state at step 0 and one optimizer step that never lets a NaN into the parameters.
+bert_jax/finetune/train.py): what a step needs besides arrays (Setup) and its one builder
+(build_setup), the state's layout on the mesh, the state at step 0 and one optimizer step that
+never lets a NaN into the parameters.
 
 The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
     {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state; fine-tuning's:
@@ -21,6 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -31,7 +33,7 @@ from bert_jax import optim, sharding
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """Everything the steps need that is not an array: model structure, mesh, shardings,
-    optimizer. Fine-tuning's (finetune.runs.Setup) adds the task and its frozen parameters."""
+    optimizer; `build_setup` makes it for both trainers."""
 
     model_config: model_lib.BertConfig
     graphdef: Any
@@ -56,6 +58,10 @@ class Setup:
     # the state keeps each parameter split over the batch's axes and the step gathers it here.
     # None: the same as param_shardings.
     compute_shardings: Any = None
+    # Fine-tuning's: the task family (finetune/tasks.py), and where the parameters it does not
+    # train (LoRA's frozen encoder; {} otherwise) are placed: they are only read.
+    kind: str = ""
+    frozen_shardings: Any = None
 
     @property
     def tx(self) -> optax.GradientTransformation:
@@ -84,6 +90,55 @@ class Setup:
     def data_parallel(self) -> int:
         """How many ways a batch is split (the mesh's data x fsdp axes)."""
         return sharding.data_parallel_size(self.mesh, self.rules)
+
+
+def build_setup(
+    config,
+    model,
+    total_steps: int,
+    *,
+    trainable=nnx.Param,
+    optim_config=None,
+    mask_fn=optim.weight_decay_mask,
+    shard_update: bool = False,
+    devices=None,
+    **fields,
+) -> tuple[Setup, dict, dict]:
+    """Both trainers' Setup (as MaxText's get_abstract_state): the mesh (config.mesh), where
+    `model`'s `trainable` parameters and the rest go, the optimizer (`optim_config`, default
+    config.optim; `mask_fn` says what decays) over `total_steps`, the state's layout; and the two
+    parameter trees as pure dicts of the model's leaves (abstract with an nnx.eval_shape model),
+    placed nowhere. `shard_update`: weight-update sharding (Setup.compute_shardings). `fields`:
+    the Setup's task fields (nsp, mask_id, kind)."""
+    mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
+    graphdef, params, rest = nnx.split(model, trainable, ...)
+    compute_shardings = sharding.param_shardings(params, mesh, rules)
+    params, frozen = nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
+    param_shardings = (
+        sharding.update_shardings(compute_shardings, params, rules)
+        if shard_update
+        else compute_shardings
+    )
+    o = optim_config or config.optim
+    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
+    lr = optim.schedule_values(o, total_steps)
+    state_shardings, abstract_state = state_layout(params, param_shardings, optimizer(lr), mesh)
+    setup = Setup(
+        model.config,
+        graphdef,
+        mesh,
+        rules,
+        param_shardings,
+        state_shardings,
+        abstract_state,
+        sharding.batch_sharding(mesh, rules),
+        optimizer,
+        lr,
+        compute_shardings=compute_shardings,
+        frozen_shardings=sharding.param_shardings(rest, mesh, rules),
+        **fields,
+    )
+    return setup, params, frozen
 
 
 def state_layout(

@@ -18,10 +18,10 @@ loss (config.train.on_nonfinite="stop") exits 1.
 
 import sys
 
-from absl import flags, logging
+from absl import flags
 from ml_collections import config_flags
 
-from bert_jax import cli
+from bert_jax import cli, runtime
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -50,7 +50,7 @@ flags.DEFINE_string(
     "predict mode: the predictions file (default: <workdir>/predictions/<test file name>).",
 )
 flags.DEFINE_integer("eval_batch_size", None, "predict mode: replaces the saved eval.batch_size.")
-flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first (multi-host).")
+runtime.define_flags()
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -60,18 +60,9 @@ def main(argv):
             f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
         )
     _check_paths()
-    from bert_jax import cpu_malloc
+    runtime.start(FLAGS)
+    import jax
 
-    # Before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory.
-    cpu_malloc.configure_for_cpu_training()
-    import jax  # after flag parsing, so --help stays fast
-
-    from bert_jax import sharding
-
-    sharding.use_tpu_compiler_flags()
-
-    if FLAGS.distributed:
-        jax.distributed.initialize()
     if FLAGS.mode == "predict":
         if not FLAGS.test_file:
             raise cli.UserError("--mode=predict needs --test_file")
@@ -87,17 +78,10 @@ def main(argv):
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
     cli.check_writable_dir(FLAGS.workdir, "--workdir")
-    from bert_jax import faults
     from bert_jax.finetune import train  # its finetune() checks the config first (config_check)
 
-    logging.info(
-        "process %d of %d, %d devices", jax.process_index(), jax.process_count(), jax.device_count()
-    )
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
-    if result["stopped"] == "preempted":
-        sys.exit(faults.PREEMPTED_STATUS)  # saved, not finished: train.finetune said so
-    if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
-        cli.fail(faults.interrupted_message(result["step"]), 130)
+    runtime.exit_if_signalled(result)
     if result["stopped"] == "nonfinite":
         sys.exit(1)  # train.finetune said why; a script must not take this run for a finished one
     if jax.process_index() == 0:

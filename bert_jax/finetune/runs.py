@@ -9,14 +9,13 @@ adapters, the head and their optimizer moments. Frozen weights come from `--init
 run starts (training, resuming or predicting), which is why the init directory is saved in the
 run's config together with the vocabulary and the label names.
 
-Mesh, parameter and batch shardings are bert_jax.sharding's, from `config.mesh` as in
-pre-training; the optimizer is bert_jax.optim's.
+The Setup (mesh, shardings, optimizer, the state's layout) is pre-training's, from the same
+builder (train_state.build_setup).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 from typing import Any
@@ -25,7 +24,7 @@ import jax
 import ml_collections
 from flax import nnx
 
-from bert_jax import cli, optim, packing, pretrained, sharding, train_state
+from bert_jax import cli, optim, packing, pretrained, train_state
 from bert_jax import features as F
 from bert_jax.finetune import encode, heads, hf_export, lora, tasks
 
@@ -135,57 +134,30 @@ def num_train_steps(config, num_examples: int) -> int:
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Setup(train_state.Setup):
-    """The shared Setup (bert_jax/train_state.py) for a task model: its params and
-    param_shardings are the trainable ones (the whole model, or LoRA's adapters and the head);
-    the frozen rest is placed by frozen_shardings and only read."""
-
-    kind: str  # the task family (tasks.py)
-    frozen_shardings: Any
+# The shared Setup: its params and param_shardings are the trainable ones (the whole model, or
+# LoRA's adapters and the head); the frozen rest is placed by frozen_shardings and only read.
+Setup = train_state.Setup
 
 
-def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None):
-    """-> (Setup, trainable params, frozen params), the parameters placed on the mesh; the mesh and
-    the train state layout are pre-training's (sharding.mesh_from_config,
-    train_state.state_layout)."""
-    setup, trainable, frozen = layout(config, model, total_steps, devices)
-    trainable = jax.device_put(trainable, setup.param_shardings)
-    frozen = jax.device_put(frozen, setup.frozen_shardings)
-    return setup, trainable, frozen
-
-
-def layout(config, model: heads.TaskModel, total_steps: int, devices=None):
-    """make_setup without placing anything: (Setup, trainable, frozen) as pure dicts of the
-    model's leaves. With an abstract model (nnx.eval_shape) this is what compiling the step ahead
-    of time needs (the planner, bert_jax/plan/steps.py), on devices that hold no data."""
-    mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
-    graphdef, trainable, frozen = nnx.split(model, trainable_filter(config), ...)
-    trainable_shardings = sharding.param_shardings(trainable, mesh, rules)
-    frozen_shardings = sharding.param_shardings(frozen, mesh, rules)
-    trainable, frozen = nnx.to_pure_dict(trainable), nnx.to_pure_dict(frozen)
-
+def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, place=True):
+    """-> (Setup, trainable params, frozen params) (train_state.build_setup), the parameters
+    placed on the mesh unless `place` is False: with an abstract model (nnx.eval_shape), what
+    compiling the step ahead of time needs (the planner, bert_jax/plan/steps.py)."""
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
-    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=_decay_mask)
-    lr = optim.schedule_values(o, total_steps)
-    state_shardings, abstract_state = train_state.state_layout(
-        trainable, trainable_shardings, optimizer(lr), mesh
-    )
-    setup = Setup(
-        model_config=model.config,
-        graphdef=graphdef,
-        mesh=mesh,
-        rules=rules,
-        param_shardings=trainable_shardings,
-        state_shardings=state_shardings,
-        abstract_state=abstract_state,
-        batch_sharding=sharding.batch_sharding(mesh, rules),
-        optimizer=optimizer,
-        lr=lr,
+    setup, trainable, frozen = train_state.build_setup(
+        config,
+        model,
+        total_steps,
+        trainable=trainable_filter(config),
+        optim_config=o,
+        mask_fn=_decay_mask,
+        devices=devices,
         kind=model.kind,
-        frozen_shardings=frozen_shardings,
     )
+    if place:
+        trainable = jax.device_put(trainable, setup.param_shardings)
+        frozen = jax.device_put(frozen, setup.frozen_shardings)
     return setup, trainable, frozen
 
 

@@ -258,15 +258,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
             preemption=preemption,
         )
-        checkpointing.finish(manager)
         state, step = out.state, out.step  # the state passed in was donated to the steps
         result.update(step=step, train=out.train, stopped=out.stopped)
-        if result["stopped"] in ("preempted", "interrupted", "nonfinite"):
+        if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
             log.close()
-            if result["stopped"] == "nonfinite":
-                return result  # NonfiniteWatch printed why and where
-            if is_primary and result["stopped"] == "preempted":  # the binary reports the others
-                print(f"preempted: saved step {step}; rerun the same command to resume", flush=True)
             return result
         # The last step is saved (the loop saves where it ends): a signal now stops the final
         # eval or the predictions after the batch it came in, or comes before the export, and a

@@ -25,13 +25,12 @@ has the table, the commands and what each column means.
 import itertools
 import json
 import os
-import re
 import sys
 
 from absl import flags
 from ml_collections import config_flags
 
-from bert_jax import cli
+from bert_jax import cli, runtime
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -91,22 +90,6 @@ flags.DEFINE_integer(
 GIB = 1024**3
 
 
-def use_cpu_devices(count: int) -> None:
-    """`count` fake CPU devices whatever XLA_FLAGS said, and JAX on its CPU backend also on a TPU
-    or GPU host: the chips are described, never used. Before JAX's first device use."""
-    xla_flags = re.sub(
-        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
-    )
-    # XLA:CPU's memory-minimizing scheduler (as bench/memory_bench.py): closer to a TPU's plan.
-    xla_flags += f" --xla_force_host_platform_device_count={count}"
-    xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
-    os.environ["XLA_FLAGS"] = xla_flags.strip()
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    import jax
-
-    jax.config.update("jax_platforms", "cpu")  # read at import: JAX may be imported already
-
-
 def load_config(path: str):
     """--finetune_config's ConfigDict (read only when a fine-tuning step is planned)."""
     import importlib.util
@@ -159,7 +142,9 @@ def main(argv):
         gpu = topology.chip.name == "h100"
         note = "the CUDA compiler (XLA:GPU)" if gpu else "the TPU compiler (libtpu)"
         note += ", compile only"
-    use_cpu_devices(req.num_devices if topology is None else 1)
+    # JAX on fake CPU devices (the chips are described, never used), the trainer's own TPU
+    # compiler settings, no persistent compilation cache (runtime.start).
+    runtime.start(cpu_devices=req.num_devices if topology is None else 1)
 
     from bert_jax.plan import report, steps
 
@@ -177,13 +162,6 @@ def main(argv):
         config_check.check_pretraining(config, req.num_devices)
         steps.model_config(config)
     import jax
-
-    from bert_jax import sharding
-
-    sharding.use_tpu_compiler_flags()  # the trainer's own TPU compiler settings
-    # A persistent compilation cache (JAX_COMPILATION_CACHE_DIR) cannot serve a deviceless
-    # compile: reading back a TPU executable needs a TPU client, and JAX warns on every hit.
-    jax.config.update("jax_enable_compilation_cache", False)
 
     devices = jax.devices() if topology is None else chips.devices(topology)
     m = base.model

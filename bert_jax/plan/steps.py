@@ -2,9 +2,9 @@
 
 Nothing here re-implements a step: the train and eval steps are bert_jax.train's jit_train_step
 (state donated) and jit_eval_step on train.make_setup's mesh and shardings, fine-tuning's is
-bert_jax.finetune.train.jit_train_step on finetune.runs.layout's. Inputs are jax.ShapeDtypeStruct
-leaves carrying the trainer's shardings, so no array is ever made and the devices may be a TPU
-slice's compile-only descriptions.
+bert_jax.finetune.train.jit_train_step on finetune.runs.make_setup's. Inputs are
+jax.ShapeDtypeStruct leaves carrying the trainer's shardings, so no array is ever made and the
+devices may be a TPU slice's compile-only descriptions.
 """
 
 import math
@@ -113,7 +113,7 @@ def _finetune(config, ft_base, devices):
     model = nnx.eval_shape(
         lambda: heads.TaskModel(model_config, "classification", 2, rngs=nnx.Rngs(0))
     )
-    setup, _, frozen = runs.layout(ftc, model, total_steps=1000, devices=devices)
+    setup, _, frozen = runs.make_setup(ftc, model, 1000, devices, place=False)
     dp, length = setup.data_parallel(), ftc.data.max_seq_length
     b = math.ceil(ftc.train.batch_size / dp) * dp
     ints = {k: (b, length) for k in runs.INPUTS} | {encode.LABEL: (b,)}

@@ -140,3 +140,61 @@ def test_sst2_prediction_file_and_export_agree_with_transformers(
         "1" if any(w in s.split() for w in ("good", "great", "fine")) else "0" for s in sentences
     ]
     assert np.mean([a == b for a, b in zip(ours, expected)]) > 0.85
+
+
+def test_two_processes_fine_tune_like_one(transformers_bert, tmp_path, forkserver, finetune):
+    """--distributed on localhost, as pre-training's (runtime.start: gloo, the coordinator
+    flags): 2 processes x 1 CPU device fine-tune as 1 process x 2 devices, to the same loss and
+    eval figures."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    args = [
+        "--config=configs/finetune/sst2.py",
+        f"--init={transformers_bert}",
+        f"--config.data.train_file={sst2_file(tmp_path / 'train.tsv', 64, 0)}",
+        f"--config.data.eval_files={sst2_file(tmp_path / 'dev.tsv', 32, 1)}",
+        "--config.train.num_epochs=2",
+        "--config.train.log_every_steps=1",
+        "--config.train.packing=false",  # rows packed per process would differ from one's
+        "--config.export=False",
+        *COMMON,
+    ]
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    procs = [
+        forkserver.start(
+            "bert_jax.finetune",
+            [
+                "--distributed",
+                f"--coordinator_address=localhost:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+                f"--workdir={tmp_path / 'two'}",
+                *args,
+                "--config.mesh.num_devices=0",  # all: one device in each process
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    assert "finished at step 8" in outs[0] and "finished at step" not in outs[1]
+    finetune(f"--workdir={tmp_path / 'one'}", *args)
+
+    def figures(workdir):
+        lines = (tmp_path / workdir / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: v for k, v in json.loads(line).items() if "time" not in k and "per_sec" not in k}
+            for line in lines
+        ]
+
+    two, one = figures("two"), figures("one")
+    assert [r.pop("split") for r in two] == [r.pop("split") for r in one]
+    for a, b in zip(two, one, strict=True):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6)

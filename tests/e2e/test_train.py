@@ -11,9 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, input_pipeline, losses, metrics_log, sharding, train
+from bert_jax import checkpointing, input_pipeline, losses, metrics_log, train
 from bert_jax import features as F
 from configs import tiny
+from support import gradients
 from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, golden_data, small_config
 
@@ -34,10 +35,8 @@ def test_gradient_accumulation_equals_the_large_batch(testdata):
     params = train.jit_init(setup, seed=0)()["params"]
     batch = next(iter(input_pipeline.train_dataset(config.data, 30522, 16, seed=0)))
     rng = jax.random.PRNGKey(1)
-    with setup.activate():
-        g_batch = sharding.host_to_global(batch, setup.batch_sharding)
-        full_loss, full = train.jit_loss_and_grads(setup, 1)(params, g_batch, rng)
-        acc_loss, acc = train.jit_loss_and_grads(setup, 4)(params, g_batch, rng)
+    full_loss, full = gradients.loss_and_grads(setup, params, batch, rng, 1)
+    acc_loss, acc = gradients.loss_and_grads(setup, params, batch, rng, 4)
     assert float(acc_loss) == pytest.approx(float(full_loss), rel=1e-5)
     for g, r in zip(jax.tree.leaves(acc), jax.tree.leaves(full)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
@@ -53,10 +52,7 @@ def test_bfloat16_compute_keeps_float32_parameters_and_gradients(testdata):
     rng = jax.random.PRNGKey(0)
     losses_ = {}
     for name, s in (("f32", setup), ("bf16", bf16)):
-        with s.activate():
-            loss, grads = train.jit_loss_and_grads(s)(
-                params, sharding.host_to_global(batch, s.batch_sharding), rng
-            )
+        loss, grads = gradients.loss_and_grads(s, params, batch, rng)
         assert {g.dtype for g in jax.tree.leaves(grads)} == {np.dtype("float32")}
         losses_[name] = float(loss)
     assert losses_["bf16"] == pytest.approx(losses_["f32"], rel=2e-2)

@@ -12,6 +12,7 @@ from bert_jax import features as F
 from bert_jax import input_pipeline as ip
 from bert_jax import sharding, train
 from configs import default, tiny
+from support import gradients
 
 RULES = default.get_config().mesh.rules
 
@@ -78,11 +79,7 @@ def reference(batch):
     config = _config()
     setup = train.make_setup(config, devices=jax.devices()[:1])
     params = jax.device_get(train.jit_init(setup, seed=0)()["params"])
-    rng = jax.random.PRNGKey(0)
-    with setup.activate():
-        loss, grads = train.jit_loss_and_grads(setup)(
-            params, sharding.host_to_global(batch, setup.batch_sharding), rng
-        )
+    loss, grads = gradients.loss_and_grads(setup, params, batch, jax.random.PRNGKey(0))
     return params, float(loss), jax.device_get(grads)
 
 
@@ -94,10 +91,7 @@ def test_loss_and_gradients_match_a_single_device(shape, batch, reference):
     setup = train.make_setup(config)
     assert dict(setup.mesh.shape) == dict(zip(("data", "fsdp", "tensor"), shape))
     sharded = jax.device_put(params, setup.param_shardings)
-    with setup.activate():
-        loss, grads = train.jit_loss_and_grads(setup)(
-            sharded, sharding.host_to_global(batch, setup.batch_sharding), jax.random.PRNGKey(0)
-        )
+    loss, grads = gradients.loss_and_grads(setup, sharded, batch, jax.random.PRNGKey(0))
     # The weights really are split: a layer kernel's shards are smaller than the whole.
     kernel = grads["bert"]["layers"][0]["intermediate"]["kernel"]
     if shape[1] * shape[2] > 1:

@@ -60,7 +60,9 @@ def _finetuning_hlo(num_train_steps, **optim) -> str:
             rngs=nnx.Rngs(0),
         )
     )
-    setup, _, frozen = runs.layout(config, model, num_train_steps, devices=jax.devices()[:1])
+    setup, _, frozen = runs.make_setup(
+        config, model, num_train_steps, jax.devices()[:1], place=False
+    )
     batch = {k: jax.ShapeDtypeStruct((4, 16), "int32") for k in runs.INPUTS}
     batch[encode.LABEL] = jax.ShapeDtypeStruct((4,), "int32")
     frozen = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), frozen)

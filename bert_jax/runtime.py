@@ -1,0 +1,95 @@
+"""How every bert_jax binary starts JAX, and how a trainer's run a signal stopped exits: once,
+so that the binaries cannot drift apart (they had: only pre-training set up CPU collectives and
+the coordinator flags).
+
+`start`, after flag parsing (--help stays fast) and before JAX's first device use, sets
+  * the platform: a CPU host's malloc settings (cpu_malloc) for binaries that run steps, or the
+    planner's `cpu_devices` fake CPU devices whatever the host has;
+  * the compiler: the TPU compiler flags (sharding.use_tpu_compiler_flags); the planner turns
+    the persistent compilation cache off (a deviceless compile cannot be served from it: a TPU
+    executable read back needs a TPU client, and JAX warns at every hit);
+  * --distributed (define_flags): gloo for CPU processes' collectives, then
+    jax.distributed.initialize with the coordinator flags.
+"""
+
+import os
+import re
+import sys
+
+from absl import flags, logging
+
+from bert_jax import cli, cpu_malloc
+
+
+def define_flags() -> None:
+    """The trainers' multi-process flags; defined by the binaries that run several processes."""
+    flags.DEFINE_bool(
+        "distributed",
+        False,
+        "Call jax.distributed.initialize() first: needed with more than one process (TPU pod "
+        "slices, multi-node GPU). TPU, SLURM, Open MPI and Kubernetes set the rest "
+        "themselves; elsewhere pass the three flags below.",
+    )
+    flags.DEFINE_string(
+        "coordinator_address", None, "host:port of process 0 (default: $JAX_COORDINATOR_ADDRESS)."
+    )
+    flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
+    flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1.")
+
+
+def start(flag_values=None, *, cpu_devices: int = 0) -> None:
+    """Starts JAX for a binary (the module docstring). `flag_values`: the binary's parsed flags
+    when it defined define_flags'; `cpu_devices` > 0: the planner's fake CPU devices."""
+    if cpu_devices:
+        _use_cpu_devices(cpu_devices)
+    else:  # before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory
+        cpu_malloc.configure_for_cpu_training()
+    import jax
+
+    from bert_jax import sharding
+
+    sharding.use_tpu_compiler_flags()
+    if flag_values is None:
+        return
+    if flag_values.distributed:
+        # CPU processes need a collectives backend to talk to each other (GPU/TPU ignore this).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            flag_values.coordinator_address, flag_values.num_processes, flag_values.process_id
+        )
+    logging.info(
+        "process %d of %d, %d local devices of %d",
+        jax.process_index(),
+        jax.process_count(),
+        jax.local_device_count(),
+        jax.device_count(),
+    )
+
+
+def _use_cpu_devices(count: int) -> None:
+    """`count` fake CPU devices whatever XLA_FLAGS said, and JAX on its CPU backend also on a TPU
+    or GPU host (the chips are described, never used), without the compilation cache."""
+    xla_flags = re.sub(
+        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
+    )
+    # XLA:CPU's memory-minimizing scheduler (as bench/memory_bench.py): closer to a TPU's plan.
+    xla_flags += f" --xla_force_host_platform_device_count={count}"
+    xla_flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    os.environ["XLA_FLAGS"] = xla_flags.strip()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_platforms", "cpu")  # read at import: JAX may be imported already
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+def exit_if_signalled(result: dict) -> None:
+    """A trainer's run that a signal stopped (saved, not finished) exits as a script must see
+    it: 130 after one line for a Ctrl-C, faults.PREEMPTED_STATUS (the trainer printed where it
+    saved) for a SIGTERM or a preemption notice. Returns otherwise."""
+    from bert_jax import faults
+
+    if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
+        cli.fail(faults.interrupted_message(result["step"]), 130)
+    if result["stopped"] == "preempted":
+        sys.exit(faults.PREEMPTED_STATUS)

@@ -1,0 +1,72 @@
+"""bert_jax.runtime: every binary's JAX start, one function, so the trainers cannot drift."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+# Runs a binary with runtime.start replaced by a probe that prints what it was given and exits.
+PROBE = """
+import runpy, sys
+from bert_jax import runtime
+
+def start(flag_values=None, **kw):
+    names = ("distributed", "coordinator_address", "num_processes", "process_id")
+    print("start", [getattr(flag_values, n) for n in names], kw)
+    sys.exit(0)
+
+runtime.start = start
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+DISTRIBUTED = [
+    "--distributed",
+    "--coordinator_address=localhost:1234",
+    "--num_processes=2",
+    "--process_id=1",
+]
+
+
+@pytest.mark.parametrize(
+    "binary",
+    [
+        ["bert_jax.main", "--config=configs/tiny.py"],
+        ["bert_jax.finetune", "--config=configs/finetune/sst2.py"],
+        ["bert_jax.finetune", "--mode=predict", "--test_file=test.tsv"],
+    ],
+)
+def test_both_trainers_start_jax_through_runtime_with_the_same_flags(binary, tmp_path):
+    """Pre-training and fine-tuning (both modes) hand the same four multi-process flags to the
+    one start: a binary that defined its own, or started JAX itself, fails here."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *binary, f"--workdir={tmp_path}", *DISTRIBUTED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "start [True, 'localhost:1234', 2, 1] {}"
+
+
+def test_the_planner_runs_on_fake_cpu_devices_without_the_cache(tmp_path):
+    """cpu_devices: that many CPU devices whatever XLA_FLAGS asked, the TPU compiler flags, and
+    no persistent compilation cache (a fresh process: JAX reads its platform once)."""
+    code = (
+        "from bert_jax import runtime\n"
+        "runtime.start(cpu_devices=3)\n"
+        "import jax, os\n"
+        "print(jax.device_count(), jax.devices()[0].platform, "
+        "jax.config.jax_enable_compilation_cache, os.environ['LIBTPU_INIT_ARGS'] != '')"
+    )
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["3", "cpu", "False", "True"]
