@@ -34,10 +34,10 @@ def get_config() -> ml_collections.ConfigDict:
     # CPU, fewer HBM bytes), unrolled on CPU, where the scanned step ran at 0.92x.
     m.scan_layers = config_dict.placeholder(bool)
     # "auto": the Pallas splash-attention kernel on TPU for rows of 512 tokens and more, cuDNN's
-    # fused attention on GPU in bfloat16, XLA otherwise; or "xla", "cudnn", "splash", "einsum". While attention dropout is
-    # active (training, attention_probs_dropout_prob > 0) the einsum path runs regardless: no fused
-    # kernel has dropout. attention_probs_dropout_prob=0 (as MLPerf, ModernBERT, MosaicBERT) lets
-    # training use the fused kernels.
+    # fused attention on GPU in bfloat16, XLA otherwise; or "xla", "cudnn", "splash", "einsum".
+    # While attention dropout is active (training, attention_probs_dropout_prob > 0) the einsum
+    # path runs regardless: no fused kernel has dropout. attention_probs_dropout_prob=0 (as
+    # MLPerf, ModernBERT, MosaicBERT) lets training use the fused kernels.
     m.attention_impl = "auto"
     # The encoder block, field by field: BERT's (Devlin et al. 2019) by default, or the modern
     # block of ModernBERT (Warner et al. 2024; transformers' ModernBertConfig has the same
