@@ -120,7 +120,8 @@ flags.DEFINE_string("tfds_data_dir", _SPEC["tfds_data_dir"], "data_dir of TFDS d
 flags.DEFINE_integer(
     "num_workers",
     os.cpu_count() or 1,
-    "Worker processes (scaled mode); the output does not depend on it.",
+    "Worker processes (scaled mode; 0 or 1: in this process); the output does not depend on it.",
+    lower_bound=0,
 )
 flags.DEFINE_float(
     "eval_fraction",

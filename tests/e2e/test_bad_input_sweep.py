@@ -304,6 +304,7 @@ DATA_PREP_MAIN = [
     ("short_seq_prob negative", prep("corpus.txt", "--short_seq_prob=-0.1"), "short_seq_prob"),
     ("dupe_factor 0", prep("corpus.txt", "--dupe_factor=0"), "dupe_factor"),
     ("num_workers 0 works in process", prep("corpus.txt", "--num_workers=0"), _same_records),
+    ("num_workers negative", prep("corpus.txt", "--num_workers=-1"), "num_workers"),
     ("eval_fraction 1", prep("corpus.txt", "--eval_fraction=1"), "eval_fraction"),
     ("block_size_mb 0", prep("corpus.txt", "--block_size_mb=0"), "block_size_mb"),
     ("num_shards negative", prep("corpus.txt", "--num_shards=-2"), "num_shards"),
