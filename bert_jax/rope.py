@@ -1,9 +1,12 @@
 """Rotary position embeddings (Su et al. 2021) as transformers' ModernBERT computes them.
 
 The rotation pairs feature j with feature j + head_dim/2 ("rotate_half", not interleaved
-pairs), with frequencies theta^(-2j/head_dim); angles, cos, sin and the rotation itself are
-float32 whatever the computation dtype, the result cast back (transformers' order, so float32
-logits agree to rounding). Positions are the model's position_ids: 0, 1, ... per row, or per
+pairs), with frequencies theta^(-2j/head_dim); angles, cos and sin are float32, and the rotation
+runs in q's and k's dtype with the tables cast to it, as transformers' ModernBERT does
+(`ModernBertRotaryEmbedding` returns cos and sin in x's dtype): float32 logits agree to rounding,
+and under bfloat16 the rotation's inputs, outputs and their gradients move at half the bytes (a
+float32 rotation was half of attention's HBM bytes in the planner's ModernBERT plans,
+docs/scaling.md). Positions are the model's position_ids: 0, 1, ... per row, or per
 example in packed rows, so a packed example is rotated as it would be alone.
 """
 
@@ -35,7 +38,6 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """x [batch, length, heads, head_dim] rotated by the angles of (cos, sin) [batch or 1,
     length, head_dim]; in x's dtype."""
     half = x.shape[-1] // 2
-    xf = x.astype(jnp.float32)
-    rotated_half = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
-    out = xf * cos[:, :, None, :] + rotated_half * sin[:, :, None, :]
-    return out.astype(x.dtype)
+    cos, sin = (t[:, :, None, :].astype(x.dtype) for t in (cos, sin))
+    rotated_half = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated_half * sin

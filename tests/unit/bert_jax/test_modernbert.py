@@ -335,3 +335,39 @@ def test_rope_equals_transformers_out_to_8192_positions():
             jnp.swapaxes(x, 1, 2), *rope.tables(jnp.asarray(positions), theta, head_dim)
         )
         np.testing.assert_allclose(np.swapaxes(ours, 1, 2), theirs.numpy(), atol=1e-5)
+
+
+def test_rope_in_bfloat16_is_transformers_bfloat16_rotation_and_its_gradient_rotates_back():
+    """Under bfloat16 the rotation takes and gives bfloat16 with the tables cast to it, as
+    transformers' ModernBERT does (its rotary embedding returns cos and sin in x's dtype), and
+    agrees with its rotation within bfloat16's rounding (XLA rounds a fused rotation once, torch
+    each product); the gradient is the rotation by the opposite angles."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from transformers.models.modernbert import modeling_modernbert as mb
+
+    head_dim, heads, theta = 64, 2, 160_000.0
+    config = transformers.ModernBertConfig(
+        hidden_size=head_dim * heads, num_attention_heads=heads, max_position_embeddings=8192
+    )
+    positions = np.array([[0, 1, 2, 127, 128, 4095, 8191]])
+    x = np.random.default_rng(6).normal(size=(1, heads, positions.shape[1], head_dim))
+    x_bf16 = torch.tensor(x, dtype=torch.bfloat16)
+    cos, sin = mb.ModernBertRotaryEmbedding(config)(
+        x_bf16, torch.tensor(positions), "full_attention"
+    )
+    assert cos.dtype == torch.bfloat16
+    theirs, _ = mb.apply_rotary_pos_emb(x_bf16, x_bf16, cos, sin)
+    tables = rope.tables(jnp.asarray(positions), theta, head_dim)
+    xs = jnp.swapaxes(jnp.asarray(x, jnp.bfloat16), 1, 2)
+    ours = rope.rotate(xs, *tables)
+    assert ours.dtype == jnp.bfloat16
+    np.testing.assert_allclose(
+        np.swapaxes(np.asarray(ours, np.float32), 1, 2),
+        theirs.float().numpy(),
+        rtol=1e-2,
+        atol=1e-2,
+    )
+    g = jnp.asarray(np.random.default_rng(7).normal(size=xs.shape), jnp.float32)
+    (grad,) = jax.vjp(lambda t: rope.rotate(t, *tables), xs.astype(jnp.float32))[1](g)
+    np.testing.assert_allclose(grad, rope.rotate(g, tables[0], -tables[1]), atol=1e-5)
