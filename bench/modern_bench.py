@@ -31,6 +31,8 @@ import time
 
 from absl import app, flags
 
+from bench import runners
+
 FLAGS = flags.FLAGS
 flags.DEFINE_list("models", ["mini", "base"], "tiny, mini, base or large (ModernBERT's shapes).")
 flags.DEFINE_list("seq_lens", ["512"], "Sequence lengths (the sliding window is 128).")
@@ -96,22 +98,12 @@ class TorchModernRunner:
         if unexpected or missing != ["decoder.weight"]:  # the tied decoder
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
         self.model.train()
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=o.learning_rate,
-            betas=(o.b1, o.b2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
-        labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
-        np.put_along_axis(
-            labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1
-        )
+        self.optimizer = runners.torch_adamw(torch, self.model, config.optim)
+        self.max_grad_norm = config.optim.max_grad_norm
         self.inputs = {
             "input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
             "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
-            "labels": torch.from_numpy(labels),
+            "labels": torch.from_numpy(runners.mlm_labels(host_batch)),
         }
         self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
 
@@ -122,16 +114,12 @@ class TorchModernRunner:
         for _ in range(steps):
             loss = self.model(**self.inputs).loss
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            runners.torch_update(torch, self.model, self.optimizer, self.max_grad_norm)
         loss.item()
         return time.perf_counter() - start, time.process_time() - cpu
 
 
 def bench_case(model: str, seq_len: int) -> dict:
-    from bench import runners
-
     batch = FLAGS.batch_size or DEFAULT_BATCH[model]
     predictions = math.ceil(MASKED_LM_PROB * seq_len)
     config = make_config(model, seq_len, batch, predictions)

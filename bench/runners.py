@@ -257,6 +257,39 @@ class OursRunner:
             return time.perf_counter() - start, time.process_time() - cpu
 
 
+def torch_adamw(torch, model, optim):
+    """torch.optim.AdamW over `model` with config.optim's rate, betas, epsilon and weight decay
+    (the PyTorch side of every bench that trains beside ours)."""
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=optim.learning_rate,
+        betas=(optim.b1, optim.b2),
+        eps=optim.eps,
+        weight_decay=optim.weight_decay,
+    )
+
+
+def torch_update(torch, model, optimizer, max_grad_norm: float) -> None:
+    """Clip the global gradient norm as our step does (0: no clipping), step, clear."""
+    if max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def mlm_labels(host_batch: dict):
+    """transformers' MLM labels for a batch: the masked ids at their positions, -100 elsewhere."""
+    import numpy as np
+
+    from bert_jax import features as F
+
+    labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
+    np.put_along_axis(
+        labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1
+    )
+    return labels
+
+
 class TorchRunner:
     """transformers' BertForPreTraining with loss, backward, clip_grad_norm_ and AdamW.
 
@@ -288,28 +321,17 @@ class TorchRunner:
         if unexpected or any(not k.startswith("cls.predictions.decoder") for k in missing):
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
         self.model.train()
-        o = config.optim
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=o.learning_rate,
-            betas=(o.b1, o.b2),
-            eps=o.eps,
-            weight_decay=o.weight_decay,
-        )
-        self.max_grad_norm = o.max_grad_norm
+        self.optimizer = torch_adamw(torch, self.model, config.optim)
+        self.max_grad_norm = config.optim.max_grad_norm
         self.autocast = config.model.dtype == "bfloat16"
         self.gather_masked = gather_masked
         self.positions = torch.from_numpy(host_batch[F.MASKED_LM_POSITIONS].astype(np.int64))
         self.masked_ids = torch.from_numpy(host_batch[F.MASKED_LM_IDS].astype(np.int64))
-        labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
-        np.put_along_axis(
-            labels, host_batch[F.MASKED_LM_POSITIONS], host_batch[F.MASKED_LM_IDS], axis=1
-        )
         self.inputs = {
             "input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
             "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
             "token_type_ids": torch.from_numpy(host_batch[F.SEGMENT_IDS].astype(np.int64)),
-            "labels": torch.from_numpy(labels),
+            "labels": torch.from_numpy(mlm_labels(host_batch)),
             "next_sentence_label": torch.from_numpy(
                 host_batch[F.NEXT_SENTENCE_LABELS].astype(np.int64)
             ),
@@ -324,9 +346,7 @@ class TorchRunner:
             else:
                 loss = self.model(**self.inputs).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        torch_update(torch, self.model, self.optimizer, self.max_grad_norm)
         return loss
 
     def _gathered_loss(self):
