@@ -4,10 +4,10 @@ The rotation pairs feature j with feature j + head_dim/2 ("rotate_half", not int
 pairs), with frequencies theta^(-2j/head_dim); angles, cos and sin are float32, and the rotation
 runs in q's and k's dtype with the tables cast to it, as transformers' ModernBERT does
 (`ModernBertRotaryEmbedding` returns cos and sin in x's dtype): float32 logits agree to rounding,
-and under bfloat16 the rotation's inputs, outputs and their gradients move at half the bytes (a
-float32 rotation was half of attention's HBM bytes in the planner's ModernBERT plans,
-docs/scaling.md). Positions are the model's position_ids: 0, 1, ... per row, or per
-example in packed rows, so a packed example is rotated as it would be alone.
+and under bfloat16 the rotation's inputs, outputs and their gradients move at half the bytes of a
+float32 rotation (docs/scaling.md has the planner's figures). Positions are the model's
+position_ids: 0, 1, ... per row, or per example in packed rows, so a packed example is rotated
+as it would be alone.
 """
 
 import jax
