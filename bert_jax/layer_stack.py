@@ -24,6 +24,20 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
+# The fused attention kernels' forward primitives (splash's Pallas call, cuDNN's custom call):
+# their outputs include the softmax statistics the kernel's backward pass reads.
+_FUSED_ATTENTION = frozenset({"pallas_call", "dot_product_attention_fwd_wrapper"})
+
+
+def _keep_for_backward(prim, *args, **params) -> bool:
+    """A scanned layer's checkpoint policy: the matmuls' outputs and the fused attention
+    kernels' outputs are kept; the cheap elementwise work is recomputed. Without the second
+    part the backward pass runs each attention kernel's forward again for its statistics."""
+    return prim.name in _FUSED_ATTENTION or jax.checkpoint_policies.checkpoint_dots(
+        prim, *args, **params
+    )
+
+
 def scan_plan(graphdefs) -> tuple[int, int, int]:
     """(start, period, blocks): layers start .. start + period * blocks - 1 form `blocks` groups
     of `period` layers whose structures repeat; blocks == 0: nothing repeats (all unrolled).
@@ -81,11 +95,11 @@ def run_layers(
     ]  # per position in the group: its parameters, [blocks, ...]
 
     # What the backward pass keeps of each scanned layer: with remat nothing (recomputed), else
-    # the matmuls' outputs, the cheap elementwise work (dropout masks from their hash, GELU,
-    # softmax, norms) recomputed. Without a policy a scan saves every intermediate of its body
+    # the matmuls' and the fused attention kernels' outputs (_keep_for_backward), the cheap
+    # elementwise work (dropout masks from their hash, GELU, softmax, norms) recomputed. Without a policy a scan saves every intermediate of its body
     # into stacked [layers, ...] buffers, dropout masks included, which an unrolled stack lets
     # XLA fuse away (docs/scaling.md has the bytes).
-    policy = None if remat else jax.checkpoint_policies.checkpoint_dots
+    policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):
         def apply(state, x, key):

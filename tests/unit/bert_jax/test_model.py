@@ -356,3 +356,44 @@ def test_tied_lookup_gradient_is_autodiffs():
 
     ours, ref = (jax.grad(loss)(table, tied) for tied in (True, False))
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def _pallas_kernels(jaxpr, found):
+    """The names of the Pallas kernels `jaxpr` calls, nested jaxprs (scan, remat, shard_map,
+    custom VJPs) included."""
+    from jax.extend import core as jcore
+
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            found.append(str(eqn.params["name"]))
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    _pallas_kernels(sub.jaxpr, found)
+                elif isinstance(sub, jcore.Jaxpr):
+                    _pallas_kernels(sub, found)
+    return found
+
+
+def test_scanned_layers_run_the_splash_forward_kernel_once():
+    """The scanned layers' checkpoint policy keeps the fused kernel's outputs (its softmax
+    statistics) for the backward pass: the gradient calls the forward kernel once, not again
+    in the backward pass (a second forward at 512+ tokens per layer)."""
+    cfg = dataclasses.replace(
+        TINY,
+        max_position_embeddings=128,
+        attention_impl="splash",
+        scan_layers=True,
+        num_hidden_layers=3,
+        attention_probs_dropout_prob=0.0,
+    )
+    graphdef, params = nnx.split(M.BertForPreTraining(cfg, rngs=nnx.Rngs(0)))
+    ids, mask, seg, pos = make_batch(batch=2, length=128, vocab=cfg.vocab_size)
+
+    def loss(params):
+        mlm, _ = nnx.merge(graphdef, params)(ids, mask, seg, pos, dropout_rng=jax.random.key(0))
+        return jnp.mean(mlm.astype(jnp.float32) ** 2)
+
+    kernels = _pallas_kernels(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, [])
+    forward = [k for k in kernels if "_fwd" in k]
+    assert len(forward) == 1 and len(kernels) == 3, kernels
