@@ -75,6 +75,9 @@ EXTRAS["test"] = (
 # data_prep/wikitext.py) is the reference tests/unit/data_prep/test_templates.py checks template
 # parsing against.
 EXTRAS["test"] += ["mwparserfromhell>=0.7,<0.8"]
+# torch-optimi: the StableAdamW ModernBERT trained with (pure Python on the test extra's torch), the
+# reference tests/unit/bert_jax/test_optim.py checks optim.py's against.
+EXTRAS["test"] += ["torch-optimi>=0.3,<0.4"]
 
 setuptools.setup(
     name="bert-jax",

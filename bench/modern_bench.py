@@ -67,6 +67,7 @@ def make_config(model: str, seq_len: int, batch: int, predictions: int):
     )
     config.train.global_batch_size = batch
     config.optim.warmup_steps = 10  # a nonzero learning rate from the first timed step
+    config.optim.optimizer = "adamw"  # the config's StableAdamW; transformers' side runs AdamW
     config.mesh.num_devices = 1  # one device: PyTorch runs on one too
     return config
 

@@ -1,7 +1,7 @@
-"""Learning-rate schedules, batch-size warmup, and the two BERT optimizers (AdamW as the
-original, and LAMB).
+"""Learning-rate schedules, batch-size warmup, and the optimizers: the two BERT ones (AdamW as
+the original, and LAMB) and ModernBERT's StableAdamW.
 
-Both optimizers are optax chains over a pytree of plain arrays (nested dicts, as
+The BERT optimizers are optax chains over a pytree of plain arrays (nested dicts, as
 `nnx.to_pure_dict` gives): global-norm clipping, the Adam moments, decoupled weight decay on
 every parameter but LayerNorm parameters and biases, (LAMB only) the layer-wise trust ratio, and
 the learning rate.
@@ -37,7 +37,8 @@ DECAY_SHAPES = ("linear", "1-sqrt")
 # peak * (1 - warmup / total)); "warmup_end", as transformers' get_linear_schedule_with_warmup
 # (the peak is reached at the end of warmup, then decays to the end value at the last step).
 DECAY_FROM = ("start", "warmup_end")
-OPTIMIZERS = ("adamw", "lamb")
+# "stable_adamw": StableAdamW (Wortsman et al. 2023), what ModernBERT trained with.
+OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
 
 def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
@@ -245,6 +246,37 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
     return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update_fn)
 
 
+def scale_by_stable_adamw(
+    b1: float, b2: float, eps: float, weight_decay: float, mask_fn: Callable[[Any], Any]
+) -> optax.GradientTransformation:
+    """StableAdamW's update before the learning rate (Wortsman et al. 2023, "Stable and
+    low-precision training for large-scale vision-language models", Algorithm 2; optimi's
+    StableAdamW, which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam,
+    then decoupled weight decay where `mask_fn` says), each tensor's update divided by
+    max(1, RMS(g^2 / max(v_hat, eps^2))), the gradient against its second-moment estimate. An
+    update that grew faster than the moment's history says (a loss spike) is shrunk, as
+    Adafactor clips its updates, per tensor instead of by one global gradient norm. Where the
+    ratio is at most 1 the update is optax.adamw's, bit for bit."""
+    parts = [optax.scale_by_adam(b1, b2, eps)]
+    if weight_decay > 0:
+        parts.append(optax.add_decayed_weights(weight_decay, mask=mask_fn))
+    adamw = optax.chain(*parts)
+
+    def update_fn(updates, state, params=None):
+        direction, state = adamw.update(updates, state, params)
+        moments = state[0]  # scale_by_adam's: count already advanced to this step
+        v_hat = optax.tree.bias_correction(moments.nu, b2, moments.count)
+
+        def clip(d, g, v):
+            g = g.astype(jnp.float32)
+            rms = jnp.sqrt(jnp.mean(jnp.square(g) / jnp.maximum(v, eps * eps)))
+            return d / jnp.maximum(1.0, rms).astype(d.dtype)
+
+        return jax.tree.map(clip, direction, updates, v_hat), state
+
+    return optax.GradientTransformation(adamw.init, update_fn)
+
+
 def make_optimizer(
     optim: ml_collections.ConfigDict,
     lr: dict[str, Any],
@@ -260,6 +292,16 @@ def make_optimizer(
     parts = []
     if optim.max_grad_norm > 0:
         parts.append(clip_by_global_norm(optim.max_grad_norm))
+    if optim.optimizer == "stable_adamw":
+        if not optim.bias_correction:
+            raise cli.UserError(
+                "optim.optimizer='stable_adamw' corrects its moments for their zero start, as "
+                "optimi's StableAdamW; set optim.bias_correction=True"
+            )
+        decay = optim.weight_decay
+        parts.append(scale_by_stable_adamw(optim.b1, optim.b2, optim.eps, decay, mask_fn))
+        parts.append(optax.scale_by_learning_rate(functools.partial(rate, lr)))
+        return optax.chain(*parts)
     parts.append(scale_by_adam(optim.b1, optim.b2, optim.eps, optim.bias_correction))
     if optim.weight_decay > 0:
         parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))

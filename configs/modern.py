@@ -1,8 +1,9 @@
 """The modern pre-training recipe (ModernBERT's, Warner et al. 2024) on configs/default.py's model:
 MLM only on documents packed into rows, 30% dynamic masking (15% on the eval set), a
-warmup-stable-decay schedule, AdamW with ModernBERT's betas, epsilon and decoupled weight decay,
-and batch-size warmup. It runs with the 2018 BERT model as it is; configs/modernbert_base.py puts
-it on the ModernBERT block. Where each number comes from: docs/training.md, "The modern recipe".
+warmup-stable-decay schedule, StableAdamW with ModernBERT's betas, epsilon and decoupled weight
+decay, and batch-size warmup. It runs with the 2018 BERT model as it is;
+configs/modernbert_base.py puts it on the ModernBERT block. Where each number comes from:
+docs/training.md, "The modern recipe".
 
 The numbers are ModernBERT-base's stage 1 (yamls/modernbert/modernbert-base-pretrain.yaml in
 github.com/AnswerDotAI/ModernBERT): 1,024-token rows, 4,608 of them a step (4.7M tokens), 1.719T
@@ -50,7 +51,9 @@ def get_config():
     d.pack_window = 1024
 
     o = config.optim
-    o.optimizer = "adamw"
+    # The yaml's optimizer (decoupled_stableadamw: optimi's StableAdamW, decouple_lr=True): AdamW
+    # with each tensor's update divided by max(1, RMS(g^2 / v_hat)) (bert_jax/optim.py).
+    o.optimizer = "stable_adamw"
     o.learning_rate = 8e-4  # ModernBERT-base's peak (large: 5e-4)
     o.b1, o.b2 = 0.9, 0.98
     o.eps = 1e-6
@@ -60,8 +63,8 @@ def get_config():
     # lr_t x weight_decay x weight, the same when weight_decay = 1e-5 / peak. Not on LayerNorm
     # parameters or biases (filter_bias_norm_wd), as BERT's.
     o.weight_decay = 1e-5 / o.learning_rate
-    # StableAdamW replaces gradient clipping by its per-tensor update clipping, which this AdamW
-    # does not have (docs/training.md); ModernBERT runs without clipping.
+    # StableAdamW replaces gradient clipping by its per-tensor update clipping; ModernBERT runs
+    # without clipping.
     o.max_grad_norm = 0.0
     o.schedule = "wsd"
     # Warmup: 3B tokens. Under the batch warmup below a step holds 8/48 of the full batch at

@@ -19,10 +19,9 @@ documents (sentences joined by a space), as data_prep encodes them (tokenizer_js
 sentence_joiner). Every result works as --vocab_file of data_prep.main.
 """
 
-import itertools
-import os
+import collections
+import io
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 
 from absl import flags
@@ -98,15 +97,65 @@ def corpus_documents(
         yield " ".join(document)
 
 
+class Corpus:
+    """The inputs' sentences (or documents, `read=corpus_documents`), read afresh by every
+    iter(): the WordPiece trainer passes over them twice."""
+
+    def __init__(
+        self,
+        read,
+        inputs: list[str],
+        text_field: str = readers.TEXT_FIELD,
+        language: str = sentences.DEFAULT_LANGUAGE,
+    ):
+        self._read, self._args = read, (inputs, text_field, language)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._read(*self._args)
+
+
+# The WordPiece trainer's default cap on the alphabet (single characters kept).
+LIMIT_ALPHABET = 1000
+
+
 def train_wordpiece(
-    sentences: Iterable[str], output_path: str, vocab_size: int, do_lower_case: bool
+    sentences: Iterable[str],
+    output_path: str,
+    vocab_size: int,
+    do_lower_case: bool,
+    limit_alphabet: int = LIMIT_ALPHABET,
 ) -> str:
-    """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, then learnt pieces."""
+    """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the alphabet, the ##
+    characters, then learnt pieces. The same corpus gives the same file, byte for byte.
+
+    `sentences` is read twice (a list, or an iterable that starts afresh on each iter(), as
+    `Corpus`): Hugging Face's trainer (tokenizers 0.23, issue 1794, unfixed) numbers the ##
+    characters in the order it meets them in a hash map seeded per process, and those ids break
+    ties between pairs of equal count, so two runs could learn other pieces. The first pass
+    finds the alphabet and the ## characters the trainer would start from; the second lets the
+    trainer learn from them, numbered in code-point order (as it numbers the alphabet itself).
+    """
     import tokenizers
 
-    tok = tokenizers.BertWordPieceTokenizer(lowercase=do_lower_case, strip_accents=do_lower_case)
+    if iter(sentences) is sentences:  # a generator: the second pass would see nothing
+        raise TypeError("train_wordpiece reads the corpus twice: pass a list or a Corpus")
+
+    def tokenizer():
+        return tokenizers.BertWordPieceTokenizer(
+            lowercase=do_lower_case, strip_accents=do_lower_case
+        )
+
+    alphabet, continuing = _wordpiece_start(tokenizer(), sentences, limit_alphabet)
+    tok = tokenizer()
     tok.train_from_iterator(
-        sentences, vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False
+        sentences,
+        vocab_size=vocab_size,
+        # Registered first, in this order, they keep the ids given here; the alphabet cap (ties
+        # at the cut broken by code point here, in hash order by the trainer) is kept exactly.
+        special_tokens=SPECIAL + alphabet + continuing,
+        initial_alphabet=alphabet,
+        limit_alphabet=len(alphabet),
+        show_progress=False,
     )
     vocab = tok.get_vocab()  # piece -> id, ids dense from 0
     if len(vocab) > vocab_size:  # the alphabet alone did not fit: the trainer kept it anyway
@@ -120,6 +169,25 @@ def train_wordpiece(
     with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
         f.write("".join(piece + "\n" for piece in pieces))
     return output_path
+
+
+def _wordpiece_start(tok, sentences: Iterable[str], limit_alphabet: int):
+    """The alphabet (the `limit_alphabet` most frequent characters, ties by code point) and its
+    ## characters (those that occur inside a word), each in code-point order: what the trainer
+    starts from, from the words it will see (its own normalizer and pre-tokenizer)."""
+    normalize, split = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
+    words = collections.Counter()
+    for text in sentences:
+        words.update(word for word, _ in split(normalize(text)))
+    chars = collections.Counter()
+    inside = set()
+    for word, count in words.items():
+        for char in word:
+            chars[char] += count
+        inside.update(word[1:])
+    kept = sorted(chars, key=lambda c: (-chars[c], c))[:limit_alphabet]
+    alphabet = sorted(kept)
+    return alphabet, ["##" + c for c in alphabet if c in inside]
 
 
 def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_case: bool) -> str:
@@ -163,28 +231,33 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
 def train_sentencepiece(
     sentences: Iterable[str], output_prefix: str, vocab_size: int, do_lower_case: bool
 ) -> str:
-    """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]."""
-    remote = storage.is_url(output_prefix)
+    """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK].
+
+    The trainer gives the model's bytes, written here: trained to a file, the .model would
+    record that file's path (its trainer_spec.model_prefix), so one corpus would give other
+    bytes at another path or through a temporary directory (a bucket's). The .vocab is
+    written as sentencepiece writes it (piece, tab, score)."""
+    import sentencepiece as spm
+
+    model = _train_sentencepiece(sentences, vocab_size, do_lower_case)
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    pieces = "".join(
+        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
+    )
     storage.makedirs(storage.dirname(output_prefix))
-    with tempfile.TemporaryDirectory(prefix="bert_jax_sp_") as local_dir:
-        # The trainer writes local files: a bucket's are uploaded after, the .model last.
-        prefix = (
-            os.path.join(local_dir, storage.basename(output_prefix)) if remote else output_prefix
-        )
-        _train_sentencepiece(sentences, prefix, vocab_size, do_lower_case)
-        for suffix in (".vocab", ".model") if remote else ():
-            with open(prefix + suffix, "rb") as f:
-                storage.write_bytes(output_prefix + suffix, f.read())
+    storage.write_text(output_prefix + ".vocab", pieces)
+    storage.write_bytes(output_prefix + ".model", model)  # last: the file readers ask for
     return output_prefix + ".model"
 
 
-def _train_sentencepiece(sentences, prefix: str, vocab_size: int, do_lower_case: bool) -> None:
+def _train_sentencepiece(sentences, vocab_size: int, do_lower_case: bool) -> bytes:
     import sentencepiece as spm
 
+    model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
-            model_prefix=prefix,
+            model_writer=model,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -206,6 +279,7 @@ def _train_sentencepiece(sentences, prefix: str, vocab_size: int, do_lower_case:
                 f"--vocab_size={needed[1]} or more"
             ) from None
         raise
+    return model.getvalue()
 
 
 def main(argv):
@@ -233,9 +307,9 @@ def main(argv):
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
     read = corpus_documents if FLAGS.model_type == "bpe" else corpus_sentences
-    corpus = read(FLAGS.input, FLAGS.text_field, language)
-    first = next(corpus, None)  # parses every input: a missing or unreadable one fails here
-    if first is None:
+    corpus = Corpus(read, FLAGS.input, FLAGS.text_field, language)
+    # Parses every input: a missing or unreadable one fails here.
+    if next(iter(corpus), None) is None:
         raise readers.InputError(
             f"--input={','.join(FLAGS.input)} holds no text (empty or blank files, or no "
             "documents in the --text_field); pass the corpus the vocabulary is for"
@@ -245,9 +319,7 @@ def main(argv):
         "sentencepiece": train_sentencepiece,
         "bpe": train_bpe,
     }[FLAGS.model_type]
-    path = train(
-        itertools.chain([first], corpus), FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case
-    )
+    path = train(corpus, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
     tokenizer = job.load_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     if tokenizer.vocab_size < FLAGS.vocab_size:

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax import data_contract, optim
 from bert_jax import model as model_lib
-from configs import default, modern, modernbert_base, modernbert_base_8192
+from configs import default, modern, modernbert_base, modernbert_base_8192, modernbert_large
 
 
 def rate(config, step) -> float:
@@ -22,6 +22,11 @@ def test_the_recipe_is_modernberts_and_runs_on_the_bert_model():
     assert (d.nsp, d.dynamic_masking, d.pack) == (False, True, True)
     assert (d.masked_lm_prob, d.eval_masked_lm_prob) == (0.3, 0.15)
     assert (o.learning_rate, o.b1, o.b2, o.eps, o.max_grad_norm) == (8e-4, 0.9, 0.98, 1e-6, 0.0)
+    # The yaml's decoupled_stableadamw, in every ModernBERT config; it builds.
+    for module in (modern, modernbert_base, modernbert_base_8192, modernbert_large):
+        one = module.get_config()
+        assert (one.optim.optimizer, one.optim.bias_correction) == ("stable_adamw", True)
+        optim.make_optimizer(one.optim, optim.schedule_values(one.optim, one.train.num_train_steps))
     # Fully decoupled weight decay 1e-5: lr_t x weight_decay = (lr_t / peak) x 1e-5.
     assert o.learning_rate * o.weight_decay == pytest.approx(1e-5)
     assert t.global_batch_size == 4608 and t.global_batch_size // t.grad_accum_steps == 96

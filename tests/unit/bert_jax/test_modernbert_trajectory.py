@@ -42,6 +42,7 @@ def config():
     o = config.optim
     o.update(learning_rate=3e-3, warmup_steps=10, b1=0.9, b2=0.98, eps=1e-6)
     o.update(bias_correction=True, weight_decay=0.01, max_grad_norm=1.0)
+    o.optimizer = "adamw"  # torch.optim.AdamW's (the config's StableAdamW: test_optim.py)
     config.train.num_train_steps = STEPS
     config.train.global_batch_size = BATCH
     config.mesh.num_devices = 1

@@ -1,4 +1,5 @@
-"""Schedules, the weight-decay mask, and AdamW / LAMB steps against hand-computed numpy."""
+"""Schedules, the weight-decay mask, AdamW / LAMB steps against hand-computed numpy, and
+StableAdamW against the paper's formula in numpy and optimi's (torch-optimi) implementation."""
 
 import functools
 import itertools
@@ -261,3 +262,185 @@ def test_bias_correction_false_differs_from_textbook_adamw():
     step_plain = np.abs(plain["dense/bias"] - PARAMS["dense"]["bias"]).sum()
     step_textbook = np.abs(textbook["dense/bias"] - PARAMS["dense"]["bias"]).sum()
     assert step_plain > 2 * step_textbook
+
+
+# StableAdamW (optim.optimizer="stable_adamw") on random tensors: kernels and embeddings decay,
+# biases and LayerNorm scales do not.
+STABLE_SHAPES = {
+    "dense/kernel": (8, 16),
+    "dense/bias": (16,),
+    "norm/scale": (16,),
+    "emb/embedding": (32, 8),
+}
+STABLE_STEPS = 20
+SPIKES = (6, 12, 17)  # steps whose gradients jump 30x: the update ratio goes over 1
+
+
+def _nest(flat):
+    out = {}
+    for key, value in flat.items():
+        a, b = key.split("/")
+        out.setdefault(a, {})[b] = value
+    return out
+
+
+def _flat(tree):
+    return {f"{a}/{b}": np.asarray(v) for a, d in tree.items() for b, v in d.items()}
+
+
+def _stable_case(seed=0, grad_scale=1.0):
+    rng = np.random.default_rng(seed)
+    params = {k: rng.normal(size=s).astype(np.float32) for k, s in STABLE_SHAPES.items()}
+    grads = []
+    for step in range(STABLE_STEPS):
+        jump = 30.0 if step in SPIKES else 1.0
+        grads.append(
+            {
+                k: (grad_scale * jump * rng.normal(size=s)).astype(np.float32)
+                for k, s in STABLE_SHAPES.items()
+            }
+        )
+    return params, grads
+
+
+def _stable_config(**overrides):
+    cfg = optim_config(
+        optimizer="stable_adamw",
+        learning_rate=1e-2,
+        warmup_steps=5,
+        schedule="linear",
+        decay_from="warmup_end",
+        b1=0.9,
+        b2=0.98,
+        eps=1e-6,
+        bias_correction=True,
+        weight_decay=0.1,
+        max_grad_norm=0.0,
+    )
+    cfg.update(overrides)
+    return cfg
+
+
+def _rates(cfg):
+    return [float(r) for r in map(schedule(cfg, STABLE_STEPS), range(STABLE_STEPS))]
+
+
+def _run_tx(tx, params, grads):
+    params = jax.tree.map(jnp.asarray, _nest(params))
+    state = tx.init(params)
+    for g in grads:
+        updates, state = tx.update(jax.tree.map(jnp.asarray, _nest(g)), state, params)
+        params = optax.apply_updates(params, updates)
+    return _flat(params)
+
+
+def _stable_adamw_numpy(params, grads, rates, b1, b2, eps, weight_decay):
+    """The paper's StableAdamW (Wortsman et al. 2023, Algorithm 2, with optimi's decoupled decay)
+    in float64: Adam's bias-corrected moments; RMS = sqrt(mean(g^2 / max(v_hat, eps^2))) per
+    tensor; eta = lr / max(1, RMS); w <- w - eta * (m_hat / (sqrt(v_hat) + eps) + wd * w), the
+    decay only on kernels and embeddings. Returns the parameters and how many (step, tensor)
+    updates were clipped."""
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    clipped = 0
+    for t, (g, lr) in enumerate(zip(grads, rates), start=1):
+        for k in p:
+            gk = g[k].astype(np.float64)
+            m[k] = b1 * m[k] + (1 - b1) * gk
+            v[k] = b2 * v[k] + (1 - b2) * gk**2
+            m_hat, v_hat = m[k] / (1 - b1**t), v[k] / (1 - b2**t)
+            rms = np.sqrt(np.mean(gk**2 / np.maximum(v_hat, eps**2)))
+            clipped += rms > 1
+            eta = lr / max(1.0, rms)
+            decay = weight_decay * p[k] if k.endswith(("kernel", "embedding")) else 0.0
+            p[k] = p[k] - eta * (m_hat / (np.sqrt(v_hat) + eps) + decay)
+    return p, clipped
+
+
+def test_stable_adamw_matches_the_papers_formula_in_numpy():
+    cfg = _stable_config()
+    params, grads = _stable_case()
+    got = _run_tx(
+        optim.make_optimizer(cfg, optim.schedule_values(cfg, STABLE_STEPS)), params, grads
+    )
+    want, clipped = _stable_adamw_numpy(
+        params, grads, _rates(cfg), cfg.b1, cfg.b2, cfg.eps, cfg.weight_decay
+    )
+    assert clipped >= len(SPIKES) * len(STABLE_SHAPES) // 2  # the clipping is exercised
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=2e-6, err_msg=k)
+    # and it is not AdamW: the spikes' updates were shrunk
+    adamw = _run_tx(
+        optim.make_optimizer(
+            _stable_config(optimizer="adamw"), optim.schedule_values(cfg, STABLE_STEPS)
+        ),
+        params,
+        grads,
+    )
+    assert max(np.abs(adamw[k] - want[k]).max() for k in want) > 1e-3
+
+
+# optimi warns that decay 1e-3 is high for decouple_lr: the comparison wants it visible.
+@pytest.mark.filterwarnings("ignore:You are using weight_decay")
+def test_stable_adamw_matches_optimi():
+    """optimi's StableAdamW (torch-optimi, what ModernBERT's decoupled_stableadamw runs) with
+    decouple_lr=True: its decay is (lr_t / max_lr) x wd, ours lr_t x wd / peak."""
+    torch = pytest.importorskip("torch")
+    optimi = pytest.importorskip("optimi")
+    cfg = _stable_config()
+    params, grads = _stable_case(seed=1)
+    got = _run_tx(
+        optim.make_optimizer(cfg, optim.schedule_values(cfg, STABLE_STEPS)), params, grads
+    )
+    tensors = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in params.items()}
+    decayed = [t for k, t in tensors.items() if k.endswith(("kernel", "embedding"))]
+    rest = [t for k, t in tensors.items() if not k.endswith(("kernel", "embedding"))]
+    peak = cfg.learning_rate
+    opt = optimi.StableAdamW(
+        [
+            {"params": decayed, "weight_decay": cfg.weight_decay * peak},
+            {"params": rest, "weight_decay": 0.0},
+        ],
+        lr=peak,
+        betas=(cfg.b1, cfg.b2),
+        eps=cfg.eps,
+        decouple_lr=True,
+        max_lr=peak,
+        kahan_sum=False,
+        foreach=False,
+        triton=False,
+    )
+    for g, lr in zip(grads, _rates(cfg)):
+        for group in opt.param_groups:
+            group["lr"] = lr
+        for k, t in tensors.items():
+            t.grad = torch.tensor(g[k])
+        opt.step()
+    for k, t in tensors.items():
+        np.testing.assert_allclose(got[k], t.detach().numpy(), rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_stable_adamw_with_small_update_ratios_is_optax_adamw_exactly():
+    # Gradients far below eps: g^2 / max(v_hat, eps^2) <= (4e-4 / 1e-2)^2, never clipped.
+    cfg = _stable_config(eps=1e-2)
+    params, grads = _stable_case(seed=2, grad_scale=1e-4)
+    values = optim.schedule_values(cfg, STABLE_STEPS)
+    got = _run_tx(optim.make_optimizer(cfg, values), params, grads)
+    adamw = optax.adamw(
+        functools.partial(optim.rate, values),
+        b1=cfg.b1,
+        b2=cfg.b2,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        mask=optim.weight_decay_mask,
+    )
+    want = _run_tx(adamw, params, grads)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_stable_adamw_asks_for_bias_correction():
+    cfg = _stable_config(bias_correction=False)
+    with pytest.raises(ValueError, match="bias_correction=True"):
+        optim.make_optimizer(cfg, optim.schedule_values(cfg, STABLE_STEPS))

@@ -1,0 +1,99 @@
+"""data_prep.vocab gives the same files from the same corpus and flags, byte for byte, in
+separate processes (each with its own hash seeds, as reruns or several hosts preparing one data
+set): Hugging Face's WordPiece trainer numbers its ## characters in per-process hash order, and
+a SentencePiece .model trained to a file records that file's path."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_prep import vocab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+TESTDATA = os.path.join(ROOT, "data_prep", "testdata")
+CORPUS = os.path.join(TESTDATA, "sample_text.txt")
+
+# output name per kind, extra flags, the files it writes
+KINDS = {
+    "wordpiece": ("vocab.txt", [], ["vocab.txt"]),
+    "bpe": ("tokenizer.json", ["--vocab_size=400"], ["tokenizer.json"]),
+    "sentencepiece": ("sp", ["--vocab_size=200"], ["sp.model", "sp.vocab"]),
+}
+
+
+def _run(args: list[str], seed: int) -> None:
+    env = dict(os.environ, PYTHONHASHSEED=str(seed), PYTHONPATH=ROOT)
+    done = subprocess.run(
+        [sys.executable, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def _files(directory: str, names: list[str]) -> dict[str, bytes]:
+    out = {}
+    for name in names:
+        with open(os.path.join(directory, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_three_processes_write_identical_files(tmp_path, kind):
+    output, flags, names = KINDS[kind]
+    runs = []
+    for seed in (1, 2, 3):  # each its own directory: the path must not reach the bytes
+        out = tmp_path / f"run{seed}"
+        args = [f"--input={CORPUS}", f"--output={out / output}", f"--model_type={kind}", *flags]
+        _run(["-m", "data_prep.vocab", "--vocab_size=400", *args], seed)
+        runs.append(_files(str(out), names))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_wordpiece_alphabet_cut_in_ties_is_deterministic(tmp_path):
+    """A corpus with more characters than the alphabet holds (Wikipedia has thousands): the
+    characters tied in count at the cut are chosen the same way in every process."""
+    corpus = [os.path.join(TESTDATA, "odd_unicode.txt"), CORPUS]
+    code = (
+        "import sys; from data_prep import vocab; "
+        f"vocab.train_wordpiece(vocab.Corpus(vocab.corpus_sentences, {corpus!r}), "
+        "sys.argv[1], 600, True, limit_alphabet=60)"
+    )
+    runs = []
+    for seed in (1, 2, 3):
+        path = str(tmp_path / f"vocab{seed}.txt")
+        _run(["-c", code, path], seed)
+        with open(path, "rb") as f:
+            runs.append(f.read())
+    assert runs[0] == runs[1] == runs[2]
+    pieces = runs[0].decode().splitlines()
+    singles = [p for p in pieces[len(vocab.SPECIAL) :] if len(p) == 1]
+    assert len(singles) == 60  # the cap holds, ties and all
+
+
+def test_wordpiece_keeps_what_the_trainer_learns(tmp_path):
+    """The fixed numbering changes only the order of the ## characters and the ties: the same
+    specials, alphabet and size as the library's own run, and nearly all the same pieces."""
+    import tokenizers
+
+    sentences = list(vocab.corpus_sentences([os.path.join(TESTDATA, "pydocs_small.txt")]))
+    path = vocab.train_wordpiece(sentences, str(tmp_path / "vocab.txt"), 1500, True)
+    ours = open(path, encoding="utf-8").read().splitlines()
+    tok = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=True)
+    tok.train_from_iterator(
+        sentences, vocab_size=1500, special_tokens=vocab.SPECIAL, show_progress=False
+    )
+    theirs = [p for p, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+    assert len(ours) == len(theirs) == 1500 and ours[:5] == vocab.SPECIAL
+
+    def singles(pieces):  # the alphabet and its ## characters
+        return {p for p in pieces if len(p) == 1 or (p.startswith("##") and len(p) == 3)}
+
+    assert singles(ours) == singles(theirs)
+    assert len(set(ours) ^ set(theirs)) <= len(theirs) // 50
+
+
+def test_wordpiece_refuses_a_one_pass_iterator(tmp_path):
+    with pytest.raises(TypeError, match="twice"):
+        vocab.train_wordpiece(iter(["a b"]), str(tmp_path / "v.txt"), 100, True)
