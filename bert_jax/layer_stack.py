@@ -24,16 +24,18 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
-# The fused attention kernels' forward primitives (splash's Pallas call, cuDNN's custom call):
-# their outputs include the softmax statistics the kernel's backward pass reads.
-_FUSED_ATTENTION = frozenset({"pallas_call", "dot_product_attention_fwd_wrapper"})
+# cuDNN's fused attention forward (a custom call): its outputs include the softmax statistics
+# its backward pass reads, so keeping them spares the backward pass a second forward, for fewer
+# HBM bytes than that forward moves. The splash kernel's (a Pallas call) are recomputed: its
+# lane-wide float32 statistics cost more to keep than its forward costs to rerun
+# (docs/scaling.md, "The fused kernels' forward").
+_KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 
 
 def _keep_for_backward(prim, *args, **params) -> bool:
-    """A scanned layer's checkpoint policy: the matmuls' outputs and the fused attention
-    kernels' outputs are kept; the cheap elementwise work is recomputed. Without the second
-    part the backward pass runs each attention kernel's forward again for its statistics."""
-    return prim.name in _FUSED_ATTENTION or jax.checkpoint_policies.checkpoint_dots(
+    """A scanned layer's checkpoint policy: the matmuls' outputs and cuDNN attention's are kept
+    for the backward pass; the cheap elementwise work is recomputed."""
+    return prim.name in _KEPT_KERNELS or jax.checkpoint_policies.checkpoint_dots(
         prim, *args, **params
     )
 
@@ -95,10 +97,10 @@ def run_layers(
     ]  # per position in the group: its parameters, [blocks, ...]
 
     # What the backward pass keeps of each scanned layer: with remat nothing (recomputed), else
-    # the matmuls' and the fused attention kernels' outputs (_keep_for_backward), the cheap
-    # elementwise work (dropout masks from their hash, GELU, softmax, norms) recomputed. Without a policy a scan saves every intermediate of its body
-    # into stacked [layers, ...] buffers, dropout masks included, which an unrolled stack lets
-    # XLA fuse away (docs/scaling.md has the bytes).
+    # the matmuls' and cuDNN attention's outputs (_keep_for_backward); the cheap elementwise
+    # work (dropout masks from their hash, GELU, softmax, norms) is recomputed. Without a policy
+    # a scan saves every intermediate of its body into stacked [layers, ...] buffers, dropout
+    # masks included, which an unrolled stack lets XLA fuse away (docs/scaling.md has the bytes).
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):

@@ -375,10 +375,17 @@ def _pallas_kernels(jaxpr, found):
     return found
 
 
-def test_scanned_layers_run_the_splash_forward_kernel_once():
-    """The scanned layers' checkpoint policy keeps the fused kernel's outputs (its softmax
-    statistics) for the backward pass: the gradient calls the forward kernel once, not again
-    in the backward pass (a second forward at 512+ tokens per layer)."""
+def test_scanned_layers_keep_cudnn_attention_and_recompute_splash():
+    """The scanned layers' checkpoint policy: the gradient of a splash stack calls the kernel's
+    forward twice (recomputed in the backward pass: its statistics cost more to keep), and
+    cuDNN's forward primitive, which a CPU cannot trace, is the one the policy keeps (a JAX
+    that renames it fails here rather than silently recomputing)."""
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+
+    from bert_jax import layer_stack
+
+    kept = cudnn_attention._dot_product_attention_fwd_p_wrapper
+    assert layer_stack._keep_for_backward(kept)
     cfg = dataclasses.replace(
         TINY,
         max_position_embeddings=128,
@@ -396,4 +403,4 @@ def test_scanned_layers_run_the_splash_forward_kernel_once():
 
     kernels = _pallas_kernels(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, [])
     forward = [k for k in kernels if "_fwd" in k]
-    assert len(forward) == 1 and len(kernels) == 3, kernels
+    assert len(forward) == 2 and len(kernels) == 4, kernels
