@@ -266,6 +266,41 @@ def test_a_modernbert_shaped_step_runs_splash_attention_with_windows_and_no_scor
     assert p["hbm_traffic"]["groups"]["attention"] > 0
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax_cuda13_plugin") is None,
+    reason="jax's CUDA plugin is not installed (pip install -e '.[cuda]'; make install does not)",
+)
+def test_a_modernbert_shaped_step_compiles_for_an_h100_with_cudnn_attention(tmp_path):
+    """The same tiny ModernBERT (global, sliding, sliding, global; packed rows) compiled for one
+    H100 with attention_impl='cudnn': every layer's attention, global and windowed, is cuDNN's
+    fused kernel, forward and backward, and its forward is not run again in the backward pass
+    (layer_stack keeps cuDNN's outputs): layers 0 and 3 unrolled, the two sliding ones scanned,
+    a forward and a backward call site each; 7 if the scan's backward ran the forward again."""
+    out = tmp_path / "h100.json"
+    run = _run(
+        "--topology=h100",
+        "--steps=train",
+        "--meshes=1x1x1",
+        "--global_batch_sizes=4",
+        "--num_layers=4",
+        "--seq_len=512",
+        "--vocab_size=1024",
+        "--config.model.hidden_size=128",
+        "--config.model.num_attention_heads=2",
+        "--config.model.intermediate_size=256",
+        "--config.train.grad_accum_steps=1",
+        "--config.train.batch_warmup_steps=0",
+        "--attention_impl=cudnn",
+        f"--json_out={out}",
+        config="configs/modernbert_base.py",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "compiled by the CUDA compiler" in run.stdout
+    ((p,),) = [json.loads(out.read_text())]
+    assert p["fits"] and p["cudnn_attention_calls"] == 6, p["cudnn_attention_calls"]
+    assert "cuDNN attention: 6 calls" in run.stdout
+
+
 @needs_libtpu
 @pytest.mark.parametrize("length, splash", [(128, False), (512, True)])
 def test_without_attention_dropout_auto_takes_splash_for_long_rows_only(tmp_path, length, splash):
