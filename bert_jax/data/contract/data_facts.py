@@ -68,7 +68,8 @@ class DataFacts:
         if missing:
             raise cli.UserError(
                 f"{', '.join(missing)} unset: pass the config through "
-                "bert_jax.data.contract.data_facts.resolve (it reads them from the data's manifest.json), "
+                "bert_jax.data.contract.data_facts.resolve (it reads them from the data's "
+                "manifest.json), "
                 "or set them"
             )
         return cls(
