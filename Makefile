@@ -34,8 +34,8 @@ test-fast: install
 # The tokenizer tests on all 1,112,064 code points, not a sample of every kind (about 4 min on 2
 # cores); run when a tokenizer changes. docs/data_prep.md, "Tokenizer parity".
 test-unicode: install
-	BERT_JAX_EVERY_CODE_POINT=1 $(PY) -m pytest -q -n 2 tests/unit/bert_jax/test_tokenization_differential.py \
-		tests/unit/bert_jax/test_tokenization_sentencepiece.py
+	BERT_JAX_EVERY_CODE_POINT=1 $(PY) -m pytest -q -n 2 tests/unit/bert_jax/text/tokenization/test_differential.py \
+		tests/unit/bert_jax/text/tokenization/test_sentencepiece.py
 
 # The demo draws its plots with matplotlib: the demo extra.
 $(VENV)/.demo: $(VENV)/.installed

@@ -7,7 +7,7 @@ between a TPU VM and GCS adds; the fetch rate printed is this server's, and a re
 VM is the figure to put beside the consumption rate printed last.
 
 Timed, each over the same data_prep shards:
-  local        input_pipeline.train_dataset over the local directory: build, then `batches`
+  local        pipeline.train_dataset over the local directory: build, then `batches`
   bucket cold  the same over gs://: the first build fetches every shard into an empty cache
                (storage.local_copies, checked against the manifest's md5 and size), then reads
   bucket warm  again, the cache filled: the build checks each copy against the object's md5
@@ -60,10 +60,10 @@ def _upload(local_dir: str, url: str) -> int:
 
 def _pipeline_rate(data_config, batch: int, batches: int) -> tuple[float, float]:
     """(seconds to build the dataset and read its first batch, sequences/s after that)."""
-    from bert_jax import input_pipeline
+    from bert_jax.data.input import pipeline
 
     start = time.perf_counter()
-    iterator = iter(input_pipeline.train_dataset(data_config, 30522, batch, seed=0))
+    iterator = iter(pipeline.train_dataset(data_config, 30522, batch, seed=0))
     next(iterator)
     ready = time.perf_counter() - start
     start = time.perf_counter()
@@ -74,9 +74,10 @@ def _pipeline_rate(data_config, batch: int, batches: int) -> tuple[float, float]
 
 def _ranged_reads(tfrecord: str, url: str, count: int) -> tuple[float, float]:
     """(records/s by one ranged GET each from the bucket, records/s by pread from disk)."""
-    from bert_jax import record_sources, storage
+    from bert_jax import storage
+    from bert_jax.data.input import sources
 
-    source = record_sources.TFRecordSource([tfrecord])
+    source = sources.TFRecordSource([tfrecord])
     order = random.Random(0).sample(range(len(source)), min(count, len(source)))
     start = time.perf_counter()
     for i in order:
@@ -100,13 +101,14 @@ def tpu_host_sequences_per_s(mfu: float) -> float:
 
 
 def compare(local_dir: str, batch: int, batches: int, mfu: float, rounds: int = 3) -> None:
-    from bert_jax import data_contract, shard_files, storage
+    from bert_jax import storage
+    from bert_jax.data.contract import data_facts, shard_files
     from configs import default
 
     def data_config(files: str, cache: str):
         config = default.get_config()
         config.data.train_files, config.data.cache_dir = files, cache
-        return data_contract.resolve(config).data
+        return data_facts.resolve(config).data
 
     server = _server()
     try:

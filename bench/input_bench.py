@@ -6,17 +6,17 @@ machine.
       --models=base --batch_size=32
   python -m bench.input_bench --bucket   # the same records on local disk and in a bucket
 
-The pipeline timed is the trainer's own (bert_jax.input_pipeline.train_dataset, then
+The pipeline timed is the trainer's own (bert_jax.data.input.pipeline.train_dataset, then
 sharding.host_to_global as the training loop does), over data_prep's ArrayRecord shards: decoding
 tf.train.Examples, the global shuffle, batching and, with --dynamic_masking, masking in numpy.
 Without --train_files the script first writes shards of examples/data/pydocs.txt with
 `python -m data_prep.main` (dupe_factor 1), once per masking mode, into --work_dir.
 
-The train step (bert_jax.train.jit_train_step, as bench/train_bench.py times it) runs at the same
-batch size in the same process, in rounds interleaved with the pipeline's. Printed: batches/s of the
-pipeline alone, steps/s of the step alone, and their ratio (headroom: how many times faster the
-pipeline feeds than the step eats; above 1 it never starves the step, as long as it has a core's
-slice to run on).
+The train step (bert_jax.training.pretrain.jit_train_step, as bench/train_bench.py times it) runs at
+the same batch size in the same process, in rounds interleaved with the pipeline's. Printed:
+batches/s of the pipeline alone, steps/s of the step alone, and their ratio (headroom: how many
+times faster the pipeline feeds than the step eats; above 1 it never starves the step, as long as it
+has a core's slice to run on).
 """
 
 import os
@@ -69,11 +69,12 @@ class PipelineRunner:
     """The trainer's input: Grain batches of this process, put on the batch sharding."""
 
     def __init__(self, data_config, vocab_size: int, setup):
-        from bert_jax import input_pipeline, sharding
+        from bert_jax.data.input import pipeline
+        from bert_jax.training import sharding
 
         self.sharding, self.host_to_global = setup.batch_sharding, sharding.host_to_global
         self.iterator = iter(
-            input_pipeline.train_dataset(data_config, vocab_size, FLAGS.batch_size, seed=0)
+            pipeline.train_dataset(data_config, vocab_size, FLAGS.batch_size, seed=0)
         )
         self.run(5)  # start the reader threads and fill the prefetch buffer
 
@@ -92,13 +93,14 @@ def record_checks(config, vocab: int, setup) -> None:
     the trainer does) and with that check bypassed (bench only: record_io._check_data replaced by
     a pass-through), side by side in interleaved rounds."""
     from bench.runners import write_shards
-    from bert_jax import data_contract, record_io, record_sources, shard_files
+    from bert_jax.data.contract import data_facts, record_io, shard_files
+    from bert_jax.data.input import sources
 
     config.data.dynamic_masking, config.data.pack = False, False
     config.data.train_files = write_shards(
         FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions, fmt="tfrecord"
     )
-    resolved = data_contract.resolve(config)
+    resolved = data_facts.resolve(config)
     files = shard_files.find_shards(resolved.data.train_files).files
     checked = record_io._check_data
 
@@ -106,7 +108,7 @@ def record_checks(config, vocab: int, setup) -> None:
         return data
 
     def read_all() -> tuple[int, float]:
-        source = record_sources.TFRecordSource(files)
+        source = sources.TFRecordSource(files)
         start = time.perf_counter()
         for i in range(len(source)):
             source[i]
@@ -148,8 +150,8 @@ def record_checks(config, vocab: int, setup) -> None:
 def main(argv):
     del argv
     from bench.runners import OursRunner, make_config, synthetic_batch, write_shards
-    from bert_jax import data_contract
-    from bert_jax.model import BertConfig
+    from bert_jax.data.contract import data_facts
+    from bert_jax.model.encoder import BertConfig
 
     if FLAGS.bucket:
         from bench import bucket_input
@@ -185,7 +187,7 @@ def main(argv):
             config.data.train_files = FLAGS.train_files or write_shards(
                 FLAGS.work_dir, FLAGS.seq_len, FLAGS.num_predictions, config.data.dynamic_masking
             )
-            resolved = data_contract.resolve(config)  # the special ids etc. from the manifest
+            resolved = data_facts.resolve(config)  # the special ids etc. from the manifest
             pipeline = PipelineRunner(resolved.data, vocab, step.setup)
             step.run(1)
             input_rates, step_rates = [], []

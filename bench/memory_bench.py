@@ -4,8 +4,8 @@ r"""Peak memory per device of the train step, with and without activation checkp
   python -m bench.memory_bench --models=large --batch_size=64 --seq_len=512 --dtype=bfloat16
   python -m bench.memory_bench --num_devices=8 --fsdp=8   # ZeRO-3 style: parameters split 8 ways
 
-Nothing is run: the real step (bert_jax.train.jit_train_step, state donated) is lowered and compiled
-for abstract inputs, and XLA's buffer assignment gives, per device,
+Nothing is run: the real step (bert_jax.training.pretrain.jit_train_step, state donated) is lowered
+and compiled for abstract inputs, and XLA's buffer assignment gives, per device,
     peak = arguments + outputs - aliased (the donated state written in place) + temporaries.
 On CPU, --num_devices > 1 makes that many host devices (--xla_force_host_platform_device_count), so
 a mesh can be compiled for without the hardware. The figure is the compiler's plan for this backend:
@@ -48,14 +48,15 @@ GIB = 1024**3
 
 def compiled_memory(config, grad_accum_steps: int):
     """(memory_analysis, train setup) of the compiled train step for `config`'s shapes."""
-    from bert_jax import data_contract, train
+    from bert_jax.data.contract import data_facts
+    from bert_jax.training import pretrain
 
-    setup = train.make_setup(config)
-    facts = data_contract.DataFacts.from_data(config.data)
-    batch = train.abstract_batch(facts, config.train.global_batch_size, setup)
+    setup = pretrain.make_setup(config)
+    facts = data_facts.DataFacts.from_data(config.data)
+    batch = pretrain.abstract_batch(facts, config.train.global_batch_size, setup)
     with setup.activate():
         compiled = (
-            train.jit_train_step(setup, grad_accum_steps)
+            pretrain.jit_train_step(setup, grad_accum_steps)
             .lower(setup.abstract_state, batch, setup.abstract_lr())
             .compile()
         )
@@ -68,7 +69,7 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
     import jax
 
     from bench.runners import synthetic_batch
-    from bert_jax import sharding, train
+    from bert_jax.training import pretrain, sharding
 
     host = synthetic_batch(
         config.train.global_batch_size,
@@ -77,9 +78,9 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
         config.model.vocab_size,
     )
     with setup.activate():
-        state = train.jit_init(setup, 0)()
+        state = pretrain.jit_init(setup, 0)()
         batch = sharding.host_to_global(host, setup.batch_sharding)
-        state, metrics = train.jit_train_step(setup, grad_accum_steps)(state, batch, setup.lr)
+        state, metrics = pretrain.jit_train_step(setup, grad_accum_steps)(state, batch, setup.lr)
         jax.block_until_ready((state, metrics))
     stats = jax.devices()[0].memory_stats()
     return stats.get("peak_bytes_in_use") if stats else None

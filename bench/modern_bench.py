@@ -4,7 +4,7 @@ ModernBertForMaskedLM, same config, weights, batch, loss and AdamW, on this mach
   python -m bench.modern_bench                      # mini and base at L=512 (minutes on 2 cores)
   python -m bench.modern_bench --models=base --seq_lens=1024 --batch_size=1 --rounds=5
 
-Ours is the real pre-training step (bench/runners.py's OursRunner: bert_jax.train's
+Ours is the real pre-training step (bench/runners.py's OursRunner: bert_jax.training.pretrain's
 jit_train_step over configs/modernbert_base.py's block, layers scanned in groups, MLM only, masked
 positions gathered before the vocabulary projection). Theirs is ModernBertForMaskedLM with SDPA
 attention and `sparse_prediction=True` (ModernBERT's own training setting: the decoder runs on
@@ -80,19 +80,19 @@ class TorchModernRunner:
         import torch
         import transformers
 
-        from bert_jax import features as F
-        from bert_jax import hf
-        from bert_jax.model import BertConfig
+        from bert_jax.data.contract import features as F
+        from bert_jax.hf import bert
+        from bert_jax.model.encoder import BertConfig
 
         self.torch = torch
         model_config = BertConfig.from_config_dict(config.model)
         hf_config = transformers.ModernBertConfig(
-            **hf.hf_config_from_bert(model_config),
+            **bert.hf_config_from_bert(model_config),
             attn_implementation="sdpa",
             sparse_prediction=sparse,
         )
         self.model = transformers.ModernBertForMaskedLM(hf_config)
-        state = hf.to_hf_state_dict(params, model_config)
+        state = bert.to_hf_state_dict(params, model_config)
         missing, unexpected = self.model.load_state_dict(
             {k: torch.tensor(v) for k, v in state.items()}, strict=False
         )

@@ -8,7 +8,7 @@ Records are data_prep's from examples/data/pydocs.txt at L=128 (written once int
 dupe_factor 1): NSP pairs (google-research/bert's recipe: 10% short on purpose) and MLM-only
 segments (--nsp=false). For each kind the script prints the padding (the manifest's
 padding_fraction), the records per row the trainer's packed pipeline gives
-(bert_jax.input_pipeline.train_dataset with config.data.pack) against one record per row, and
+(bert_jax.data.input.pipeline.train_dataset with config.data.pack) against one record per row, and
 the token bound (real tokens / L).
 
 Then the train step (bench/runners.py's OursRunner: jit_train_step, dropout on) runs on real
@@ -38,14 +38,14 @@ flags.DEFINE_integer("steps", 2, "Steps per timed block.")
 
 
 def take(data, vocab: int, n: int) -> list[dict]:
-    from bert_jax import input_pipeline
+    from bert_jax.data.input import pipeline
 
-    it = iter(input_pipeline.train_dataset(data, vocab, FLAGS.batch_size, seed=0))
+    it = iter(pipeline.train_dataset(data, vocab, FLAGS.batch_size, seed=0))
     return [next(it) for _ in range(n)]
 
 
 def records_in(batch: dict) -> int:
-    from bert_jax import packing
+    from bert_jax.data.input import packing
 
     weights = batch.get(packing.EXAMPLE_WEIGHTS)
     return len(batch["input_ids"]) if weights is None else int(weights.sum())
@@ -54,7 +54,7 @@ def records_in(batch: dict) -> int:
 def main(argv):
     del argv
     from bench.runners import OursRunner, make_config, write_shards
-    from bert_jax.model import BertConfig
+    from bert_jax.model.encoder import BertConfig
 
     print(
         f"{len(os.sched_getaffinity(0))} cores; L={FLAGS.seq_len}, P={FLAGS.num_predictions}, "

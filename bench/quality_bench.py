@@ -6,7 +6,7 @@ BertForMaskedLM, side by side in one run: steps and wall time to the same held-o
         [--target=0.2] [--num_train_steps=N] [--eval_every=100]
 
 --data_dir is a data_prep output with an eval split (`make demo` writes one: demo_out/data).
-Both sides start from the same weights (ours at init, mapped by bert_jax.hf), see the same
+Both sides start from the same weights (ours at init, mapped by bert_jax.hf.bert), see the same
 batches in the same order (bert_jax's input pipeline: dynamic masks included, drawn once and
 fed to both), follow the same learning-rate schedule (the config's, read step by step from
 optim.make_optimizer's schedule) and the same AdamW: the config's betas, eps and weight decay
@@ -39,7 +39,8 @@ FLAGS = flags.FLAGS
 def load_config():
     import importlib.util
 
-    from bert_jax import cli, data_contract
+    from bert_jax import cli
+    from bert_jax.data.contract import data_facts
 
     spec = importlib.util.spec_from_file_location("bench_config", FLAGS.config)
     module = importlib.util.module_from_spec(spec)
@@ -50,7 +51,7 @@ def load_config():
         config.train.num_train_steps = FLAGS.num_train_steps
     config.optim.bias_correction = True  # torch.optim.AdamW always corrects
     config.mesh.num_devices = 1
-    config = data_contract.resolve(config)
+    config = data_facts.resolve(config)
     if config.data.nsp:
         raise cli.UserError(
             f"{FLAGS.data_dir} holds NSP pairs; the transformers side is BertForMaskedLM: "
@@ -63,17 +64,17 @@ class Ours:
     def __init__(self, config):
         import jax
 
-        from bert_jax import train
+        from bert_jax.training import pretrain
 
         self.jax = jax
-        self.setup = train.make_setup(config)
-        self.step_fn = train.jit_train_step(self.setup, config.train.grad_accum_steps)
-        self.eval_fn = train.jit_eval_step(self.setup)
-        self.state = train.jit_init(self.setup, config.train.seed)()
+        self.setup = pretrain.make_setup(config)
+        self.step_fn = pretrain.jit_train_step(self.setup, config.train.grad_accum_steps)
+        self.eval_fn = pretrain.jit_eval_step(self.setup)
+        self.state = pretrain.jit_init(self.setup, config.train.seed)()
         self.params_at_init = jax.device_get(self.state["params"])
 
     def step(self, host_batch) -> float:
-        from bert_jax import sharding
+        from bert_jax.training import sharding
 
         start = time.perf_counter()
         with self.setup.activate():
@@ -83,9 +84,9 @@ class Ours:
         return time.perf_counter() - start
 
     def accuracy(self, eval_batches) -> float:
-        from bert_jax import train
+        from bert_jax.training import pretrain
 
-        figures = train.evaluate(self.setup, self.eval_fn, self.state["params"], eval_batches)
+        figures = pretrain.evaluate(self.setup, self.eval_fn, self.state["params"], eval_batches)
         return figures["mlm_accuracy"]
 
 
@@ -97,17 +98,17 @@ class Theirs:
         import torch
         import transformers
 
-        from bert_jax import hf
-        from bert_jax.model import BertConfig
+        from bert_jax.hf import bert
+        from bert_jax.model.encoder import BertConfig
 
         torch.manual_seed(config.train.seed)  # dropout draws, when the config has dropout
         self.torch, self.schedule, self.step_count = torch, schedule, 0
         model_config = BertConfig.from_config_dict(config.model)
-        hf_config = transformers.BertConfig(**hf.hf_config_from_bert(model_config))
+        hf_config = transformers.BertConfig(**bert.hf_config_from_bert(model_config))
         self.model = transformers.BertForMaskedLM(hf_config)
         state = {
             k: torch.from_numpy(np.array(v))
-            for k, v in hf.to_hf_state_dict(params, model_config).items()
+            for k, v in bert.to_hf_state_dict(params, model_config).items()
             if not k.startswith(("bert.pooler", "cls.seq_relationship"))  # no NSP here
         }
         missing, unexpected = self.model.load_state_dict(state, strict=False)
@@ -130,7 +131,7 @@ class Theirs:
         self.max_grad_norm = o.max_grad_norm
 
     def _mlm_logits(self, batch):
-        from bert_jax import features as F
+        from bert_jax.data.contract import features as F
 
         torch = self.torch
         sequence = self.model.bert(
@@ -144,7 +145,7 @@ class Theirs:
         return self.model.cls(torch.gather(sequence, 1, index))  # [batch, predictions, vocab]
 
     def step(self, batch) -> float:
-        from bert_jax import features as F
+        from bert_jax.data.contract import features as F
 
         torch = self.torch
         start = time.perf_counter()
@@ -169,8 +170,9 @@ class Theirs:
     def accuracy(self, eval_batches, mask_id: int) -> float:
         import numpy as np
 
-        from bert_jax import features as F
-        from bert_jax import input_pipeline, losses
+        from bert_jax.data.contract import features as F
+        from bert_jax.data.input import pipeline
+        from bert_jax.training import losses
 
         self.model.eval()
         right = total = 0.0
@@ -179,7 +181,7 @@ class Theirs:
                 guess = self._mlm_logits(b).argmax(-1).numpy()
                 shown = np.take_along_axis(b[F.INPUT_IDS], b[F.MASKED_LM_POSITIONS], 1)
                 kinds = np.asarray(losses.position_kinds(shown, b[F.MASKED_LM_IDS], mask_id))
-                w = b[F.MASKED_LM_WEIGHTS] * b[input_pipeline.EXAMPLE_WEIGHT][:, None]
+                w = b[F.MASKED_LM_WEIGHTS] * b[pipeline.EXAMPLE_WEIGHT][:, None]
                 w = w * (kinds == 0)
                 right += float((w * (guess == b[F.MASKED_LM_IDS])).sum())
                 total += float(w.sum())
@@ -190,7 +192,7 @@ class Theirs:
 def main(argv):
     del argv
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from bert_jax import input_pipeline
+    from bert_jax.data.input import pipeline
 
     config = load_config()
     t = config.train
@@ -199,9 +201,9 @@ def main(argv):
     theirs = Theirs(config, ours.params_at_init, ours.setup.schedule)
     d = config.data
     train_iter = iter(
-        input_pipeline.train_dataset(d, config.model.vocab_size, t.global_batch_size, t.seed)
+        pipeline.train_dataset(d, config.model.vocab_size, t.global_batch_size, t.seed)
     )
-    eval_batches = input_pipeline.eval_batches(
+    eval_batches = pipeline.eval_batches(
         d,
         d.eval_files,
         config.model.vocab_size,

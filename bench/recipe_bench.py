@@ -171,14 +171,16 @@ class Side:
     def __init__(self, name: str, config):
         import jax
 
-        from bert_jax import data_contract, input_pipeline, optim, train
+        from bert_jax.data.contract import data_facts
+        from bert_jax.data.input import pipeline
+        from bert_jax.training import optim, pretrain
 
         self.name, self.jax = name, jax
-        self.config = config = data_contract.resolve(config)
-        self.setup = train.make_setup(config)
+        self.config = config = data_facts.resolve(config)
+        self.setup = pretrain.make_setup(config)
         t = config.train
         self.data = iter(
-            input_pipeline.train_dataset(
+            pipeline.train_dataset(
                 config.data,
                 self.setup.model_config.vocab_size,
                 t.global_batch_size,
@@ -189,16 +191,18 @@ class Side:
         self.lr = dict(self.setup.lr)
         self.last_step = t.num_train_steps
         with self.setup.activate():
-            self.state = train.jit_init(self.setup, t.seed)()
+            self.state = pretrain.jit_init(self.setup, t.seed)()
         self.steps = {}  # accumulation count -> compiled step
-        self.eval_fn = train.jit_eval_step(self.setup)
+        self.eval_fn = pretrain.jit_eval_step(self.setup)
         self.step = 0
         self.seconds = self.cpu = self.compile_seconds = 0.0
         self.recent = []  # the last 50 steps' seconds
         self.num_params = sum(x.size for x in jax.tree.leaves(self.state["params"]))
 
     def train_step(self) -> None:
-        from bert_jax import features, growing_batches, sharding, train
+        from bert_jax.data.contract import features
+        from bert_jax.data.input import growing_batches
+        from bert_jax.training import pretrain, sharding
 
         host = next(self.data)
         t = self.config.train
@@ -209,7 +213,9 @@ class Side:
             if accum not in self.steps:  # compiled apart, outside the clock
                 start = time.perf_counter()
                 batch = sharding.host_to_global(host, self.setup.batch_sharding)
-                lowered = train.jit_train_step(self.setup, accum).lower(self.state, batch, self.lr)
+                lowered = pretrain.jit_train_step(self.setup, accum).lower(
+                    self.state, batch, self.lr
+                )
                 self.steps[accum] = lowered.compile()
                 self.compile_seconds += time.perf_counter() - start
             cpu, start = time.process_time(), time.perf_counter()
@@ -233,10 +239,10 @@ class Side:
         self.lr = {k: self.jax.numpy.float32(x) for k, x in v.items()}
 
     def evaluate(self, batches) -> dict:
-        from bert_jax import train
+        from bert_jax.training import pretrain
 
         start = time.perf_counter()
-        figures = train.evaluate(self.setup, self.eval_fn, self.state["params"], batches)
+        figures = pretrain.evaluate(self.setup, self.eval_fn, self.state["params"], batches)
         return {**figures, "eval_seconds": time.perf_counter() - start}
 
 
@@ -248,8 +254,9 @@ def baseline(data, batches) -> float:
 
     import numpy as np
 
-    from bert_jax import features as F
-    from bert_jax import input_pipeline, record_io, shard_files
+    from bert_jax.data.contract import features as F
+    from bert_jax.data.contract import record_io, shard_files
+    from bert_jax.data.input import pipeline
 
     counts = collections.Counter()
     for path in shard_files.find_shards(data.train_files, "train").files:
@@ -261,7 +268,7 @@ def baseline(data, batches) -> float:
     right = total = 0.0
     for b in batches:
         shown = np.take_along_axis(b[F.INPUT_IDS], b[F.MASKED_LM_POSITIONS], 1)
-        w = b[F.MASKED_LM_WEIGHTS] * b[input_pipeline.EXAMPLE_WEIGHT][:, None]
+        w = b[F.MASKED_LM_WEIGHTS] * b[pipeline.EXAMPLE_WEIGHT][:, None]
         w = w * (shown == data.mask_token_id)
         right += float((w * (b[F.MASKED_LM_IDS] == top)).sum())
         total += float(w.sum())
@@ -275,7 +282,8 @@ def first_reaching(curve: list[dict], key: str, target: float, better) -> dict |
 def main(argv):
     del argv
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from bert_jax import data_contract, input_pipeline
+    from bert_jax.data.contract import data_facts
+    from bert_jax.data.input import pipeline
 
     size = QUICK if FLAGS.quick else FULL
     bert_steps = FLAGS.bert_steps or (6 if FLAGS.quick else 1200)
@@ -284,12 +292,12 @@ def main(argv):
     bert = Side("bert", bert_config(dirs["bert"], size, bert_steps, eval_every))
     modern = Side("modern", modern_config(dirs["modern"], size, bert_steps, eval_every))
     eval_config = bert_config(dirs["eval"], size, bert_steps, eval_every)
-    eval_config = data_contract.resolve(eval_config)
+    eval_config = data_facts.resolve(eval_config)
     e = eval_config.eval
-    batches = input_pipeline.eval_batches(
+    batches = pipeline.eval_batches(
         eval_config.data, dirs["eval"], eval_config.model.vocab_size, e.batch_size, e.num_examples
     )
-    rows = sum(int(b[input_pipeline.EXAMPLE_WEIGHT].sum()) for b in batches)
+    rows = sum(int(b[pipeline.EXAMPLE_WEIGHT].sum()) for b in batches)
     plateau = baseline(modern.config.data, batches)
     print(
         f"models: H={size.hidden} L={size.layers} A={size.heads}, rows of {SEQ_LENGTH}, "

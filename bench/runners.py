@@ -1,10 +1,10 @@
 """The two timed sides of bench/train_bench.py, and what they share with the other benchmarks.
 
-OursRunner is the real train step: bert_jax.train.make_setup + jit_init + jit_train_step (forward,
-loss, backward, global-norm clip, AdamW; the state donated), dropout on as in pre-training.
-TorchRunner is transformers' BertForPreTraining with the same config, weights (via bert_jax.hf),
-batch, loss and optimizer settings. Both time blocks of steps with one sync at the end and
-report wall and CPU seconds (CPU: this process, all threads).
+OursRunner is the real train step: bert_jax.training.pretrain.make_setup + jit_init + jit_train_step
+(forward, loss, backward, global-norm clip, AdamW; the state donated), dropout on as in
+pre-training. TorchRunner is transformers' BertForPreTraining with the same config, weights (via
+bert_jax.hf.bert), batch, loss and optimizer settings. Both time blocks of steps with one sync at
+the end and report wall and CPU seconds (CPU: this process, all threads).
 """
 
 import importlib
@@ -97,10 +97,10 @@ def write_shards(
 def synthetic_batch(
     batch: int, seq_len: int, num_predictions: int, vocab: int, seed: int = 0
 ) -> dict:
-    """A pre-training batch of numpy arrays in bert_jax.features' names."""
+    """A pre-training batch of numpy arrays in bert_jax.data.contract.features' names."""
     import numpy as np
 
-    from bert_jax import features as F
+    from bert_jax.data.contract import features as F
 
     rng = np.random.default_rng(seed)
     positions = np.sort(
@@ -210,8 +210,8 @@ def apply_overrides(config, overrides: dict):
 
 
 class OursRunner:
-    """bert_jax.train's jitted, donated train step on a fixed device batch (or a few, taken in
-    turn: real batches of varying content).
+    """bert_jax.training.pretrain's jitted, donated train step on a fixed device batch (or a few,
+    taken in turn: real batches of varying content).
 
     `compiler_options`: XLA options for this step's compilation only (e.g.
     {"xla_cpu_use_onednn": True}), so steps compiled differently run side by side in one
@@ -223,19 +223,19 @@ class OursRunner:
 
         import jax
 
-        from bert_jax import sharding, train
+        from bert_jax.training import pretrain, sharding
 
         self.jax = jax
-        self.setup = train.make_setup(config)
+        self.setup = pretrain.make_setup(config)
         with self.setup.activate():
-            self.state = train.jit_init(self.setup, 0)()
+            self.state = pretrain.jit_init(self.setup, 0)()
             self.batches = [
                 sharding.host_to_global(b, self.setup.batch_sharding)
                 for b in (host_batch if isinstance(host_batch, list) else [host_batch])
             ]
             start = time.perf_counter()
             with patch if patch is not None else contextlib.nullcontext():
-                lowered = train.jit_train_step(self.setup).lower(
+                lowered = pretrain.jit_train_step(self.setup).lower(
                     self.state, self.batches[0], self.setup.lr
                 )
             self.step_fn = lowered.compile(compiler_options or None)
@@ -281,7 +281,7 @@ def mlm_labels(host_batch: dict):
     """transformers' MLM labels for a batch: the masked ids at their positions, -100 elsewhere."""
     import numpy as np
 
-    from bert_jax import features as F
+    from bert_jax.data.contract import features as F
 
     labels = np.full(host_batch[F.INPUT_IDS].shape, -100, np.int64)
     np.put_along_axis(
@@ -304,18 +304,18 @@ class TorchRunner:
         import torch
         import transformers
 
-        from bert_jax import features as F
-        from bert_jax import hf
-        from bert_jax.model import BertConfig
+        from bert_jax.data.contract import features as F
+        from bert_jax.hf import bert
+        from bert_jax.model.encoder import BertConfig
 
         self.torch = torch
         model_config = BertConfig.from_config_dict(config.model)
         hf_config = transformers.BertConfig(
-            **hf.hf_config_from_bert(model_config), attn_implementation="sdpa"
+            **bert.hf_config_from_bert(model_config), attn_implementation="sdpa"
         )
         self.model = transformers.BertForPreTraining(hf_config)
         state = {
-            k: torch.from_numpy(v) for k, v in hf.to_hf_state_dict(params, model_config).items()
+            k: torch.from_numpy(v) for k, v in bert.to_hf_state_dict(params, model_config).items()
         }
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("cls.predictions.decoder") for k in missing):

@@ -61,7 +61,7 @@ KINDS = (
     "other",
     "control flow, runtime",
 )
-# MurmurHash3's finalizer multipliers (bert_jax/dropout.py's _mix32), as HLO prints uint32s.
+# MurmurHash3's finalizer multipliers (bert_jax/model/dropout.py's _mix32), as HLO prints uint32s.
 _HASH_CONSTANTS = ("2246822507", "3266489909")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) ([a-z][a-z0-9\-]*)\((.*)$")
 _CALLS = re.compile(r"(?:calls|body|condition|to_apply|branch_computations)=\{?([%\w.,\- ]+)\}?")
@@ -198,7 +198,7 @@ def profile(
     import jax
 
     from bench import runners
-    from bert_jax.model import BertConfig
+    from bert_jax.model.encoder import BertConfig
 
     num_predictions = 20 if seq_len <= 128 else 80
     batch = batch or runners.DEFAULT_BATCH[(model, seq_len)]

@@ -30,35 +30,35 @@ def _replace(owner, name: str, value):
 
 def gelu_erfc():
     """Exact GELU as jax.nn.gelu(approximate=False) computes it: 0.5 x erfc(-x / sqrt 2)."""
-    from bert_jax import model
+    from bert_jax.model import encoder
 
-    return _replace(model, "_gelu", lambda x: jax.nn.gelu(x, approximate=False))
+    return _replace(encoder, "_gelu", lambda x: jax.nn.gelu(x, approximate=False))
 
 
 def gelu_erf():
     """Exact GELU as HF and google-research/bert write it: 0.5 x (1 + erf(x / sqrt 2))."""
-    from bert_jax import model
+    from bert_jax.model import encoder
 
     def gelu(x):
         return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
-    return _replace(model, "_gelu", gelu)
+    return _replace(encoder, "_gelu", gelu)
 
 
 def qkv_separate():
     """Query, key and value as three matmuls of their own (no stacked kernel)."""
-    from bert_jax import model
+    from bert_jax.model import encoder
 
     def project(self, x):
         return tuple(p(x) for p in (self.query, self.key, self.value))
 
-    return _replace(model.SelfAttention, "_project_qkv", project)
+    return _replace(encoder.SelfAttention, "_project_qkv", project)
 
 
 def bf16_dots_xla():
     """bfloat16 matmuls as XLA:CPU compiles a plain bfloat16 einsum: both operands converted to
-    float32, a float32 matmul (bert_jax/mixed_matmul.py's CPU path off)."""
-    from bert_jax import mixed_matmul
+    float32, a float32 matmul (bert_jax/model/mixed_matmul.py's CPU path off)."""
+    from bert_jax.model import mixed_matmul
 
     return _replace(mixed_matmul, "_on_cpu", lambda: False)
 

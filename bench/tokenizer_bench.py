@@ -17,7 +17,7 @@ import time
 
 from absl import app, flags
 
-from bert_jax import tokenization
+from bert_jax.text import tokenization
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, "data_prep", "testdata")

@@ -5,11 +5,11 @@ r"""Training throughput and MFU: our jitted train step against transformers' Ber
   python -m bench.train_bench --models=large --dtypes=bfloat16 --batch_size=64 \
       --torch=false   # on a GPU
 
-Ours is the real step (bench/runners.py: bert_jax.train's jit_train_step, state donated, dropout
-on). The reference is transformers' BertForPreTraining in PyTorch with the same config, initial
-weights, batch, loss, clip_grad_norm_(1.0) and AdamW settings; bf16 is torch.autocast on its forward
-pass and config.model.dtype='bfloat16' on ours (parameters stay fp32 in both). It is used the
-standard way, so its vocabulary projection covers all L positions; --torch_gather adds a second
+Ours is the real step (bench/runners.py: bert_jax.training.pretrain's jit_train_step, state donated,
+dropout on). The reference is transformers' BertForPreTraining in PyTorch with the same config,
+initial weights, batch, loss, clip_grad_norm_(1.0) and AdamW settings; bf16 is torch.autocast on its
+forward pass and config.model.dtype='bfloat16' on ours (parameters stay fp32 in both). It is used
+the standard way, so its vocabulary projection covers all L positions; --torch_gather adds a second
 PyTorch side that gathers the masked positions first, as NVIDIA's BERT does (the stronger baseline).
 
 Timing: each case runs --rounds rounds; a round times the matmul peak, ours x --steps, PyTorch x
@@ -86,7 +86,7 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
     import jax
 
     from bench import runners
-    from bert_jax.model import BertConfig
+    from bert_jax.model.encoder import BertConfig
     from bert_jax.plan import flops
 
     num_predictions = FLAGS.num_predictions or (20 if seq_len <= 128 else 80)

@@ -22,7 +22,7 @@ bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
     goes on; no permission or a read-only file system (EACCES, EPERM, EROFS) is one line
     naming the path too: these are the machine's state, never a bug's wrong path;
   * Ctrl-C (KeyboardInterrupt) where nothing catches it: `error: interrupted ...`, exit 130
-    (the trainers turn a first Ctrl-C into a save, bert_jax.faults.Preemption);
+    (the trainers turn a first Ctrl-C into a save, bert_jax.training.faults.Preemption);
   * anything else (a plain ValueError, KeyError, OSError, ...) is a bug in our code: its
     traceback, then `error: ... this is a bug in bert_jax: please report it with the
     traceback above`, exit 1. A plain ValueError is never taken for a user mistake: that hid

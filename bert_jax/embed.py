@@ -32,8 +32,9 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import cli, pretrained, runtime, storage
-from bert_jax import features as F
+from bert_jax import cli, runtime, storage
+from bert_jax.data.contract import features as F
+from bert_jax.hf import pretrained
 
 FLAGS = flags.FLAGS
 
@@ -69,7 +70,7 @@ def load_encoder(
     dtype: str = "float32",
 ):
     """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir
-    (bert_jax.pretrained.load)."""
+    (bert_jax.hf.pretrained.load)."""
     loaded = pretrained.load(
         path,
         step=step,

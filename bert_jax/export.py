@@ -1,17 +1,17 @@
 """Exports a training checkpoint as a Hugging Face BertForPreTraining directory, or a
-ModernBertForMaskedLM one for a model of the modern block (bert_jax.hf.architecture).
+ModernBertForMaskedLM one for a model of the modern block (bert_jax.hf.bert.architecture).
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
 OUT then holds config.json, model.safetensors (float32) and the tokenizer's files (vocab.txt and
 tokenizer_config.json, or the run's tokenizer.json as it is);
 `transformers.AutoModelForMaskedLM.from_pretrained(OUT)` loads it (BertForPreTraining's heads
-with `transformers.BertForPreTraining`), and so does `bert_jax.hf.load_hf`.
+with `transformers.BertForPreTraining`), and so does `bert_jax.hf.bert.load_hf`.
 The vocabulary defaults to the one the run's data was tokenized with (recorded with its md5 in
 the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
-error, and so is a damaged checkpoint (bert_jax.checkpointing's checksums).
+error, and so is a damaged checkpoint (bert_jax.training.checkpoints's checksums).
 
-OUT is written by bert_jax.publish: it must be new, empty or an earlier export of ours (which
+OUT is written by bert_jax.hf.publish: it must be new, empty or an earlier export of ours (which
 is replaced whole, never mixed with the new files); the files are written into a scratch
 directory inside OUT (so OUT may be a mount point) and renamed into place when all are written,
 so a failed export (a full disk, a damaged step) leaves OUT as it was. OUT may be a bucket
@@ -22,7 +22,8 @@ never a mix of two models' files.
 
 from absl import flags
 
-from bert_jax import cli, publish, runtime
+from bert_jax import cli, runtime
+from bert_jax.hf import publish
 
 FLAGS = flags.FLAGS
 
@@ -55,8 +56,8 @@ def export(
     do_lower_case: bool | None = None,
 ) -> dict:
     """Checkpoint -> Hugging Face directory; returns {'step', 'num_params', 'output_dir'}."""
-    from bert_jax import hf, pretrained  # here, not at the top: --help is fast
-    from bert_jax import model as model_lib
+    from bert_jax.hf import bert, pretrained  # here, not at the top: --help is fast
+    from bert_jax.model import encoder
 
     publish.check_target(output_dir)
     cli.check_writable_dir(output_dir, "--output_dir")
@@ -71,12 +72,12 @@ def export(
             "with); the run's config does not name one"
         )
     model = loaded.model()
-    hf.architecture(model.config)  # a model no transformers class holds: refused before writing
+    bert.architecture(model.config)  # a model no transformers class holds: refused before writing
     tok = loaded.tokenizer
     special = {"pad": tok.pad_id, "cls": tok.cls_id, "sep": tok.sep_id}
     publish.directory(
         output_dir,
-        lambda scratch: hf.save_hf(
+        lambda scratch: bert.save_hf(
             model,
             loaded.vocab_file,
             scratch,
@@ -86,7 +87,7 @@ def export(
     )
     return {
         "step": loaded.step,
-        "num_params": model_lib.count_params(model),
+        "num_params": encoder.count_params(model),
         "output_dir": output_dir,
     }
 

@@ -57,9 +57,9 @@ def main(argv):
     runtime.start(FLAGS)
     import jax
 
-    from bert_jax import train
+    from bert_jax.training import pretrain
 
-    result = train.train_and_evaluate(FLAGS.config, FLAGS.workdir)
+    result = pretrain.train_and_evaluate(FLAGS.config, FLAGS.workdir)
     runtime.exit_if_signalled(result)
     if jax.process_index() == 0:
         print(

@@ -46,7 +46,7 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
         cpu_malloc.configure_for_cpu_training()
     import jax
 
-    from bert_jax import sharding
+    from bert_jax.training import sharding
 
     sharding.use_tpu_compiler_flags()
     if flag_values is None:
@@ -87,7 +87,7 @@ def exit_if_signalled(result: dict) -> None:
     """A trainer's run that a signal stopped (saved, not finished) exits as a script must see
     it: 130 after one line for a Ctrl-C, faults.PREEMPTED_STATUS (the trainer printed where it
     saved) for a SIGTERM or a preemption notice. Returns otherwise."""
-    from bert_jax import faults
+    from bert_jax.training import faults
 
     if result["stopped"] == "interrupted":  # saved, but not finished: a script must know
         cli.fail(faults.interrupted_message(result["step"]), 130)

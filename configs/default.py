@@ -11,7 +11,7 @@ from ml_collections import config_dict
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
 
-    # --- Model (becomes a frozen bert_jax.model.BertConfig at one boundary) ---
+    # --- Model (becomes a frozen bert_jax.model.encoder.BertConfig at one boundary) ---
     m = config.model = ml_collections.ConfigDict()
     # Rows of the word-embedding table. 0: the data's vocabulary size (from the manifest); a
     # larger value pads the table (e.g. to a multiple of 128), a smaller one is an error.
@@ -79,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
     # stddev initializer_range / sqrt(2 * num_hidden_layers), as ModernBERT (and GPT-2) do.
     m.scale_init_by_depth = False
 
-    # --- Data (bert_jax/data_contract.py, bert_jax/input_pipeline.py) ---
+    # --- Data (bert_jax/data/contract/data_facts.py, bert_jax/data/input/pipeline.py) ---
     # Fields marked "from the manifest" are read from the manifest.json data_prep writes beside
     # its shards when they are left unset; a value set here must agree with it (an error names
     # both). Records without a manifest (google-research/bert's generator) need them set.
@@ -140,8 +140,8 @@ def get_config() -> ml_collections.ConfigDict:
     d.num_workers = 0  # Grain worker processes decoding records (0: in the training process)
     d.read_threads = 4  # threads reading records per process
     d.prefetch_buffer_size = 256  # records read ahead per process
-    # Pack several records into each row (bert_jax/packed_records.py): a step computes on real
-    # tokens instead of padding, with every record's loss and gradient as unpacked. Pays
+    # Pack several records into each row (bert_jax/data/input/packed_records.py): a step computes on
+    # real tokens instead of padding, with every record's loss and gradient as unpacked. Pays
     # whenever records carry padding (the manifest's padding_fraction; 11-15% for pydocs at
     # L=128: 12% fewer rows, docs/performance.md), so configs/bert_base.py (hence the BERT-Base
     # and -Large recipes) turns it on. A batch is then global_batch_size rows of ~1.1 records.
@@ -149,7 +149,7 @@ def get_config() -> ml_collections.ConfigDict:
     d.pack_max_examples = 4  # records per row at most
     d.pack_window = 1024  # records packed together (first-fit decreasing) per process
 
-    # --- Optimizer (bert_jax/optim.py); defaults are the original BERT's ---
+    # --- Optimizer (bert_jax/training/optim.py); defaults are the original BERT's ---
     o = config.optim = ml_collections.ConfigDict()
     o.optimizer = "adamw"  # "adamw" (the original's AdamWeightDecay) or "lamb" (You et al. 2019)
     o.learning_rate = 1e-4  # peak learning rate, reached at the end of warmup
@@ -178,7 +178,7 @@ def get_config() -> ml_collections.ConfigDict:
     o.bias_correction = False  # the original Adam skips it; True gives textbook Adam/AdamW
     o.max_grad_norm = 1.0  # clip the global gradient norm; 0 turns clipping off
 
-    # --- Training loop (bert_jax/train.py) ---
+    # --- Training loop (bert_jax/training/pretrain.py) ---
     t = config.train = ml_collections.ConfigDict()
     t.global_batch_size = 256  # sequences per optimizer step, over all devices and processes
     # Split each step's batch into this many micro-batches whose gradients are summed: the same
@@ -188,7 +188,7 @@ def get_config() -> ml_collections.ConfigDict:
     # batch_warmup_start_accum micro-batches (of global_batch_size / grad_accum_steps rows) to
     # grad_accum_steps, one micro-batch at a time, equal steps at each size (ModernBERT grows its
     # batch from 768 to 4,608 sequences over its first 50B tokens, linearly in steps). Each size
-    # compiles its own step once (bert_jax/growing_batches.py). 0: off.
+    # compiles its own step once (bert_jax/data/input/growing_batches.py). 0: off.
     t.batch_warmup_steps = 0
     t.batch_warmup_start_accum = 1
     t.num_train_steps = 1_000_000  # optimizer steps (the paper: 1M at batch 256)
@@ -221,13 +221,13 @@ def get_config() -> ml_collections.ConfigDict:
     # MLPerf's metric) reaches this; MLPerf's BERT target is 0.720. 0 turns it off.
     e.target_mlm_accuracy = 0.0
 
-    # --- Checkpoints (bert_jax/checkpointing.py), under <workdir>/checkpoints ---
+    # --- Checkpoints (bert_jax/training/checkpoints.py), under <workdir>/checkpoints ---
     c = config.checkpoint = ml_collections.ConfigDict()
     c.every_steps = 5_000  # a run killed in between resumes from the last one, bit-exactly
     c.max_to_keep = 3  # older checkpoints are deleted; 0 keeps all
     c.async_save = True  # write in a background thread while training goes on
 
-    # --- Device mesh (bert_jax/sharding.py) ---
+    # --- Device mesh (bert_jax/training/sharding.py) ---
     s = config.mesh = ml_collections.ConfigDict()
     # Sizes of the ('data', 'fsdp', 'tensor') axes; their product is the device count, and one
     # of them may be -1 to take the rest. data: replicate the model, split the batch. fsdp:
@@ -242,7 +242,7 @@ def get_config() -> ml_collections.ConfigDict:
     # parameters, which are all-gathered back. Same result; N-fold less optimizer work and
     # moment memory per device. False: every device updates every parameter.
     s.shard_update = True
-    # Logical axis (named by model.py) -> mesh axes; see bert_jax/sharding.py.
+    # Logical axis (named by model.py) -> mesh axes; see bert_jax/training/sharding.py.
     s.rules = (
         ("batch", ("data", "fsdp")),
         ("vocab", "tensor"),

@@ -17,7 +17,7 @@ no pooler and no NSP head. Records: MLM-only from ModernBERT's own tokenizer.jso
         --config.data.train_files=records1k --config.data.eval_files=records1k
 
 Start from the published weights with --config.train.init_checkpoint=DIR (a ModernBERT
-directory: bert_jax.hf reads transformers' names).
+directory: bert_jax.hf.bert reads transformers' names).
 """
 
 from configs import modern

@@ -16,7 +16,8 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
     sentences.py       running text -> sentences (dumps, Parquet, JSONL, books)
     units.py           inputs cut into work units that are read independently
     instances.py       the default path: NSP pairs or MLM-only segments as [N, L] arrays, masked
-                       by bert_jax/masking.py (the one masking rule, shared with the trainer)
+                       by bert_jax/data/input/masking.py (the one masking rule, shared with the
+                       trainer)
     example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
     job.py             the scaled job's spec, plan, settings' fingerprint and manifest; its pure
                        parts, shared by the local and the Beam runner, are also job_units.py (a
@@ -29,12 +30,13 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
     reference.py       google-research/bert's create_pretraining_data.py step for step: the
                        specification the default path is tested against, and --mode=reference
     output.py          the output directory: shard names, atomic writes, statistics, --verify
-                       (bert_jax/manifest.py's reader, bert_jax/shard_files.py's shard check)
+                       (bert_jax/data/contract/manifest.py's reader,
+                       bert_jax/data/contract/shard_files.py's shard check)
     decode.py          python -m data_prep.decode: records as readable text
     vocab.py           python -m data_prep.vocab: trains a WordPiece or SentencePiece vocabulary
 
-Record files themselves are read and written by bert_jax/record_io.py, their schema is
-bert_jax/features.py, the manifest's fields, its reader and the output's file names are
-bert_jax/manifest.py, and the shard check is bert_jax/shard_files.py: the contract the trainer
-reads.
+Record files themselves are read and written by bert_jax/data/contract/record_io.py, their schema is
+bert_jax/data/contract/features.py, the manifest's fields, its reader and the output's file names
+are bert_jax/data/contract/manifest.py, and the shard check is
+bert_jax/data/contract/shard_files.py: the contract the trainer reads.
 """

@@ -26,8 +26,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from bert_jax import manifest as contract
-from bert_jax import record_io, storage
+from bert_jax import storage
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
 from data_prep import content, job, job_shards, job_units, kinds, output
 
 

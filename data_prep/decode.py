@@ -10,8 +10,10 @@ import itertools
 from absl import flags
 from google.protobuf.message import DecodeError
 
-from bert_jax import cli, record_io, storage, tokenization
-from bert_jax import features as F
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io
+from bert_jax.text import tokenization
 from data_prep import job
 
 FLAGS = flags.FLAGS

@@ -1,7 +1,7 @@
 """The default path's record encoder: instances.Batch ([N, L] arrays) -> serialized
 tf.train.Example bytes, written directly: ~10x faster than building protobuf messages. (Files of
-such bytes are bert_jax/record_io.py's; reference mode encodes one Instance at a time with
-protobuf, reference.instance_to_features.)
+such bytes are bert_jax/data/contract/record_io.py's; reference mode encodes one Instance at a time
+with protobuf, reference.instance_to_features.)
 
 The bytes are what protobuf's SerializeToString(deterministic=True) gives for the same features
 (tests check byte equality): map entries sorted by key, each value list packed. Every record has the
@@ -18,7 +18,7 @@ import struct
 
 import numpy as np
 
-from bert_jax import features as F
+from bert_jax.data.contract import features as F
 from data_prep.instances import Batch
 
 _ONE_FLOAT = struct.pack("<f", 1.0)

@@ -1,5 +1,5 @@
 """Training instances, the default path (scaled and Beam jobs): NSP pairs or MLM-only segments
-from tokenized documents, assembled as fixed-size arrays and masked by bert_jax.masking.
+from tokenized documents, assembled as fixed-size arrays and masked by bert_jax.data.input.masking.
 
 The semantics are google-research/bert's (data_prep/reference.py holds its algorithm step for step,
 the specification these functions are tested against): NSP pairs with a random next segment half
@@ -20,8 +20,9 @@ import random
 
 import numpy as np
 
-from bert_jax import cli, masking
-from bert_jax import features as F
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import masking
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +199,7 @@ def assemble(docs: Documents, spans: list, opts: InstanceOptions, vocab: masking
 def mask(
     batch: Batch, opts: InstanceOptions, vocab: masking.Vocab, rng: np.random.Generator
 ) -> None:
-    """Masks every row of `batch` (bert_jax.masking.mask), in place."""
+    """Masks every row of `batch` (bert_jax.data.input.masking.mask), in place."""
     masked = masking.mask(batch.tokens, batch.length, opts.masking, vocab, rng)
     batch.tokens, batch.positions, batch.labels = masked.tokens, masked.positions, masked.labels
     batch.num_masked = masked.num_masked

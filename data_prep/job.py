@@ -23,9 +23,12 @@ import glob
 import os
 from collections.abc import Callable
 
-from bert_jax import cli, masking, record_io, storage, tokenization
-from bert_jax import features as F
-from bert_jax import manifest as contract
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
+from bert_jax.data.input import masking
+from bert_jax.text import tokenization
 from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
@@ -293,8 +296,8 @@ def manifest(
     seconds: float,
     runner: str,
 ) -> dict:
-    """manifest.json: the data contract (bert_jax/manifest.py), then this job's report: settings,
-    input fingerprint, statistics. `units[i]` is unit i's UnitSummary."""
+    """manifest.json: the data contract (bert_jax/data/contract/manifest.py), then this job's
+    report: settings, input fingerprint, statistics. `units[i]` is unit i's UnitSummary."""
     read = readers.ReadStats()
     split_stats = {split: output.InstanceStats() for split in SPLITS}
     split_documents = dict.fromkeys(SPLITS, 0)

@@ -14,7 +14,7 @@ import random
 
 import numpy as np
 
-from bert_jax import masking
+from bert_jax.data.input import masking
 from data_prep import content, example_encoder, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib

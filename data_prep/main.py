@@ -24,7 +24,10 @@ import os
 
 from absl import flags
 
-from bert_jax import cli, masking, record_io, storage, tokenization
+from bert_jax import cli, storage
+from bert_jax.data.contract import record_io
+from bert_jax.data.input import masking
+from bert_jax.text import tokenization
 from data_prep import instances, job, output, reference, sentences
 
 FLAGS = flags.FLAGS

@@ -5,8 +5,8 @@ The directory may be a bucket prefix (gs://, s3://): every file goes through ber
 which publishes a file whole or not at all (a local file under a temporary name, renamed; an
 object when its upload is finalized), so no name ever holds half a file, here or there.
 
-The manifest's file name, its fields and file_md5 live in bert_jax/manifest.py (the contract the
-trainer reads); this module is data_prep's side of writing and checking it.
+The manifest's file name, its fields and file_md5 live in bert_jax/data/contract/manifest.py (the
+contract the trainer reads); this module is data_prep's side of writing and checking it.
 """
 
 import contextlib
@@ -16,8 +16,9 @@ import os
 import shutil
 import tempfile
 
-from bert_jax import cli, record_io, shard_files, storage
-from bert_jax import manifest as contract
+from bert_jax import cli, storage
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io, shard_files
 
 
 class OutputError(cli.UserError):
@@ -117,8 +118,8 @@ class InstanceStats:
 
 
 def read_manifest(output_dir: str) -> dict | None:
-    """The finished job's manifest as written (bert_jax.manifest.load), or None when the
-    directory holds none (unfinished)."""
+    """The finished job's manifest as written (bert_jax.data.contract.manifest.load), or None when
+    the directory holds none (unfinished)."""
     path = storage.join(output_dir, contract.FILE)
     try:
         return contract.load(path, missing_ok=True)

@@ -1,8 +1,8 @@
 """Reference mode: google-research/bert's create_pretraining_data.py, step for step.
 
-This is the specification the default path (instances.py, bert_jax/masking.py) is tested against;
-leave it as it is. Every function follows the original, including the order of every call on the
-random generator, so the same input, vocabulary, seed and flags give the same records
+This is the specification the default path (instances.py, bert_jax/data/input/masking.py) is tested
+against; leave it as it is. Every function follows the original, including the order of every call
+on the random generator, so the same input, vocabulary, seed and flags give the same records
 (tests/unit/data_prep/test_reference_golden.py compares with files the original wrote). They work on
 token ids rather than strings (faster, and what the records hold). One random.Random is threaded
 through the whole corpus, which is held in memory, as the original does.
@@ -18,10 +18,11 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from bert_jax import features as F
-from bert_jax import manifest as contract
-from bert_jax import record_io, storage
-from bert_jax.masking import Vocab
+from bert_jax import storage
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
+from bert_jax.data.input.masking import Vocab
 from data_prep import inputs, lines, output, readers
 from data_prep.instances import InstanceOptions
 

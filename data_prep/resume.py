@@ -1,11 +1,11 @@
 """The scaled job's work directory: what makes it resumable, and what a rerun trusts.
 
 Its names (_work, the shards', the writers' temporary files) are the data contract's
-(bert_jax/manifest.py: WORK_DIR, SHARD_NAME, TEMPORARY): the trainer tells an unfinished job by
-them.
+(bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME, TEMPORARY): the trainer tells an
+unfinished job by them.
 
-<output_dir>/.lock while a job runs (bert_jax.workdir_lock: a second job is refused, naming the
-first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
+<output_dir>/.lock while a job runs (bert_jax.training.workdir_lock: a second job is refused, naming
+the first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
 has finished:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
   units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
@@ -40,8 +40,9 @@ import contextlib
 import os
 import re
 
-from bert_jax import cli, shard_files, storage, workdir_lock
-from bert_jax import manifest as contract
+from bert_jax import cli, storage
+from bert_jax.data.contract import manifest, shard_files
+from bert_jax.training import workdir_lock
 from data_prep import content, job, kinds, output
 
 _SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
@@ -68,15 +69,15 @@ def stat(unit) -> dict | None:
 class WorkDir:
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
-        self.path = storage.join(output_dir, contract.WORK_DIR)
+        self.path = storage.join(output_dir, manifest.WORK_DIR)
         self.units = storage.join(self.path, "units")
         self.shards = storage.join(self.path, "shards")
 
     @contextlib.contextmanager
     def locked(self):
         """One job per output directory, local or a bucket: the trainers' lock
-        (bert_jax.workdir_lock), which names the job holding it and is taken over from a killed
-        one."""
+        (bert_jax.training.workdir_lock), which names the job holding it and is taken over from a
+        killed one."""
         with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
             for sub in (self.units, self.shards):
                 storage.makedirs(sub)
@@ -98,7 +99,7 @@ class WorkDir:
                     f"to finish it, or use another --output_dir (or delete {self.path} to start "
                     "over)"
                 )
-        elif any(contract.SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
+        elif any(manifest.SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
             raise job.JobMismatch(
                 f"--output_dir={self.output_dir!r} holds record shards but no manifest or "
                 "job state; use an empty --output_dir"
@@ -108,7 +109,7 @@ class WorkDir:
             return  # an unfinished upload leaves no object behind: nothing to clean up
         for folder in (self.output_dir, self.units, self.shards):
             for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
-                if contract.TEMPORARY.search(name):
+                if manifest.TEMPORARY.search(name):
                     os.remove(os.path.join(folder, name))
 
     def reopen(self, finished: dict, damaged: dict) -> None:
@@ -123,13 +124,13 @@ class WorkDir:
             for shard, entry in enumerate(entries):
                 if entry["file"] not in damaged:
                     output.write_json_atomic(shard_marker(self.path, split, shard), entry)
-        storage.remove(storage.join(self.output_dir, contract.FILE))
+        storage.remove(storage.join(self.output_dir, manifest.FILE))
 
     def remove_other_shards(self, keep: set) -> None:
         """Removes shard files of this job that its final plan does not name (an earlier plan's,
         when the input changed between runs and a kill came between a shard and its marker)."""
         for name in storage.sizes(self.output_dir):
-            if contract.SHARD_NAME.match(name) and name not in keep:
+            if manifest.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))
 
     def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:

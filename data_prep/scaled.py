@@ -33,8 +33,9 @@ from concurrent import futures
 import numpy as np
 import tqdm
 
-from bert_jax import cli, record_io, storage, workdir_lock
-from bert_jax import manifest as contract
+from bert_jax import cli, storage
+from bert_jax.data.contract import manifest, record_io
+from bert_jax.training import workdir_lock
 from data_prep import content, job, job_shards, job_units, output, readers, resume
 
 
@@ -273,7 +274,7 @@ def run(
     output.prepare_output_dir(output_dir)
     planned = job.plan(spec, output_dir)
     fp = job.fingerprint(
-        spec, planned, contract.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
+        spec, planned, manifest.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
     )
     finished, damaged = output.read_manifest(output_dir), {}
     if finished is not None:
@@ -305,13 +306,13 @@ def run(
             shards,
             planned,
             units,
-            vocab=contract.vocab_entry(tokenizer, file=vocab_file),
+            vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
             flags=flags or {},
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
         )
         work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
-        output.write_json_atomic(storage.join(output_dir, contract.FILE), result)
+        output.write_json_atomic(storage.join(output_dir, manifest.FILE), result)
     storage.rmtree(work.path)
     return result
 

@@ -26,7 +26,8 @@ from collections.abc import Iterable, Iterator
 
 from absl import flags
 
-from bert_jax import cli, storage, tokenization
+from bert_jax import cli, storage
+from bert_jax.text import tokenization
 from data_prep import job, output, readers, sentences
 
 FLAGS = flags.FLAGS

@@ -77,7 +77,7 @@ def main(argv):
         flush=True,
     )
 
-    from bert_jax import metrics_log
+    from bert_jax.training import metrics_log
 
     records = metrics_log.read_jsonl(workdir)
     evals = [r for r in records if r["split"] == "eval"]

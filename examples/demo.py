@@ -120,14 +120,14 @@ def resolved_config(data_dir: str, config_file: str):
     it."""
     import importlib.util
 
-    from bert_jax import data_contract
+    from bert_jax.data.contract import data_facts
 
     spec = importlib.util.spec_from_file_location("demo_config", os.path.join(REPO, config_file))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config()
     config.data.train_files = config.data.eval_files = data_dir
-    return data_contract.resolve(config)
+    return data_facts.resolve(config)
 
 
 def baseline(config) -> tuple[float, int, float]:
@@ -138,7 +138,8 @@ def baseline(config) -> tuple[float, int, float]:
     the first and its [MASK] loss sits at the last."""
     import numpy as np
 
-    from bert_jax import features, input_pipeline, record_io, shard_files
+    from bert_jax.data.contract import features, record_io, shard_files
+    from bert_jax.data.input import pipeline
 
     d = config.data
     special = {d.cls_token_id, d.sep_token_id, d.mask_token_id, 0}  # 0: [PAD]
@@ -154,7 +155,7 @@ def baseline(config) -> tuple[float, int, float]:
         if t not in special:
             unigram[t] += c
     log_p = np.log(unigram / unigram.sum())
-    batches = input_pipeline.eval_batches(
+    batches = pipeline.eval_batches(
         d,
         d.eval_files,
         config.model.vocab_size,
@@ -165,7 +166,7 @@ def baseline(config) -> tuple[float, int, float]:
     right = total = loss = 0.0
     for b in batches:
         shown = np.take_along_axis(b[features.INPUT_IDS], b[features.MASKED_LM_POSITIONS], 1)
-        w = b[features.MASKED_LM_WEIGHTS] * b[input_pipeline.EXAMPLE_WEIGHT][:, None]
+        w = b[features.MASKED_LM_WEIGHTS] * b[pipeline.EXAMPLE_WEIGHT][:, None]
         at_mask = w * (shown == d.mask_token_id)
         answers = b[features.MASKED_LM_IDS]
         right += float((at_mask * (answers == top)).sum())
@@ -240,7 +241,8 @@ def main(argv):
     banner("4/6 pre-training (configs/demo.py); rerun to resume")
     train(workdir, data_dir, FLAGS.config, FLAGS.num_train_steps)
 
-    from bert_jax import export, metrics_log
+    from bert_jax import export
+    from bert_jax.training import metrics_log
 
     records = metrics_log.read_jsonl(workdir)
     evals = [r for r in records if r["split"] == "eval"]

@@ -87,10 +87,11 @@ def fill_sentences(model, tokenizer, sentences=SENTENCES, k: int = 5) -> int:
 def fill_held_out(model, tokenizer, config, num_records: int = 2) -> None:
     """Fills every masked position of the first held-out records, masked as the trainer's eval
     masks them, marking each position's kind."""
-    from bert_jax import features, input_pipeline
+    from bert_jax.data.contract import features
+    from bert_jax.data.input import pipeline
 
     d = config.data
-    batch = input_pipeline.eval_batches(
+    batch = pipeline.eval_batches(
         d, d.eval_files, config.model.vocab_size, num_records, num_records, config.train.seed
     )[0]
     print(

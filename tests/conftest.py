@@ -70,7 +70,7 @@ def vocab_file():
 @pytest.fixture(scope="session")
 def tok(vocab_file):
     """bert-base-uncased's WordPiece tokenizer, lower-casing."""
-    from bert_jax import tokenization
+    from bert_jax.text import tokenization
 
     return tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
 
@@ -93,8 +93,8 @@ def unmask_records():
     def unmask(golden, path, limit=None):
         import itertools
 
-        from bert_jax import features as F
-        from bert_jax import record_io
+        from bert_jax.data.contract import features as F
+        from bert_jax.data.contract import record_io
 
         with record_io.RecordWriter(str(path)) as w:
             for r in itertools.islice(record_io.read_records(str(golden)), limit):
@@ -111,7 +111,7 @@ def unmask_records():
 @pytest.fixture(scope="session")
 def save_checkpoint():
     """save_checkpoint(workdir, model, config, step, with_checksums=True): a training checkpoint
-    of an nnx model as bert_jax.checkpointing lays it out (the params, config and checksums
+    of an nnx model as bert_jax.training.checkpoints lays it out (the params, config and checksums
     items), for export/embed tests. with_checksums=False: as written before checksums existed."""
 
     def save(workdir, model, config, step, with_checksums=True):
@@ -120,18 +120,18 @@ def save_checkpoint():
         import orbax.checkpoint as ocp
         from flax import nnx
 
-        from bert_jax import checkpointing, checksums
+        from bert_jax.training import checkpoints, checksums
 
         params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
         items = {
-            checkpointing.PARAMS: ocp.args.StandardSave(params),
-            checkpointing.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+            checkpoints.PARAMS: ocp.args.StandardSave(params),
+            checkpoints.CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
         }
         if with_checksums:
-            items[checkpointing.CHECKSUMS] = ocp.args.JsonSave(
-                checksums.record({checkpointing.PARAMS: params})
+            items[checkpoints.CHECKSUMS] = ocp.args.JsonSave(
+                checksums.record({checkpoints.PARAMS: params})
             )
-        manager = checkpointing.make_manager(str(workdir), async_save=False)
+        manager = checkpoints.make_manager(str(workdir), async_save=False)
         manager.save(step, args=ocp.args.Composite(**items))
         manager.wait_until_finished()
 

@@ -1,10 +1,11 @@
-"""The fine-tuning config's one validation pass (bert_jax/config_check.py says what such a pass
-does): the shared sections' problems (config_check.check_common, the numeric fields' ranges
+"""The fine-tuning config's one validation pass (bert_jax/training/config_check.py says what such a
+pass does): the shared sections' problems (config_check.check_common, the numeric fields' ranges
 first and alone) and fine-tuning's own: its data, its --init, LoRA and the batch on the mesh.
 """
 
-from bert_jax import config_check, features
+from bert_jax.data.contract import features
 from bert_jax.finetune import lora, squad, tasks
+from bert_jax.training import config_check
 
 
 def check_finetuning(

@@ -2,7 +2,7 @@
 
 Inputs are google-research/bert's: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment id 0 up to
 and including the first [SEP] and 1 after it, zero padding on the right. Every function returns a
-dict of numpy arrays keyed by bert_jax.features' names plus the labels:
+dict of numpy arrays keyed by bert_jax.data.contract.features' names plus the labels:
 
     input_ids, input_mask, segment_ids   int32 [examples, max_seq_length]
     label                                int32 [examples] (classes) or float32 (regression)
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import cli
-from bert_jax import features as F
+from bert_jax.data.contract import features as F
 
 LABEL = "label"  # [examples]: class id or regression target
 LABEL_IDS = "label_ids"  # [examples, length]: tag id at the first piece of each word

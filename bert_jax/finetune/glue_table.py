@@ -252,7 +252,7 @@ def main(argv):
     if jax.process_index() == 0:
         print(out["table"], flush=True)
     if out["stopped"] != "done":
-        from bert_jax import faults
+        from bert_jax.training import faults
 
         if out["stopped"] == "preempted":
             sys.exit(faults.PREEMPTED_STATUS)

@@ -8,7 +8,7 @@
 These are Hugging Face's BertForSequenceClassification (num_labels=1 for regression),
 BertForTokenClassification and BertForQuestionAnswering, so an exported model loads there. The
 head is the attribute `head` (LoRA training selects it by that name). Dropout is active iff a
-`dropout_rng` is passed, as in bert_jax.model.
+`dropout_rng` is passed, as in bert_jax.model.encoder.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax import cli, packing
-from bert_jax import features as F
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing
 from bert_jax.finetune import encode, squad
-from bert_jax.model import BertConfig, BertModel
+from bert_jax.model.encoder import BertConfig, BertModel
 
 KINDS = ("classification", "regression", "tagging", "span")
 
@@ -56,7 +57,7 @@ class TaskModel(nnx.Module):
         """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
         span a pair ([batch, length], [batch, length]).
 
-        Packed rows (finetune/packed.py) pass `packed`: bert_jax.packing's MODEL_INPUTS
+        Packed rows (finetune/packed.py) pass `packed`: bert_jax.data.input.packing's MODEL_INPUTS
         (example_ids, position_ids, cls_positions [rows, slots]); classification and regression
         outputs are then per slot, [rows, slots, classes] and [rows, slots]; token outputs keep
         their shape."""

@@ -1,10 +1,10 @@
 """A fine-tuned model out as a transformers task model (the pre-trained one comes in through
-bert_jax.pretrained).
+bert_jax.hf.pretrained).
 
 `export_hf` writes the fine-tuned model, LoRA adapters merged, as a transformers directory for
 the matching task class (BertForSequenceClassification, BertForTokenClassification or
 BertForQuestionAnswering): `AutoModelFor...from_pretrained(dir)` loads it with the same outputs.
-Tensor names and layouts come from bert_jax.hf; only the head's names are added here.
+Tensor names and layouts come from bert_jax.hf.bert; only the head's names are added here.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import jax
 import numpy as np
 from flax import nnx
 
-from bert_jax import cli, hf, publish, tokenization
-from bert_jax import model as model_lib
+from bert_jax import cli
 from bert_jax.finetune import lora
+from bert_jax.hf import bert, publish
+from bert_jax.model import encoder
+from bert_jax.text import tokenization
 
 # Hugging Face class and head tensor name per task kind.
 _HF_HEADS = {
@@ -31,11 +33,11 @@ _HF_HEADS = {
 }
 
 
-def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict[str, np.ndarray]:
-    """HF `bert.*` tensors of a BertModel's parameters, named and laid out by bert_jax.hf."""
+def _encoder_hf_tensors(bert_params: dict, config: encoder.BertConfig) -> dict[str, np.ndarray]:
+    """HF `bert.*` tensors of a BertModel's parameters, named and laid out by bert_jax.hf.bert."""
     # hf.to_hf_state_dict maps a whole BertForPreTraining; give it zero pre-training heads of
     # the right shapes and keep only the encoder's tensors.
-    abstract = nnx.eval_shape(lambda: model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)))
+    abstract = nnx.eval_shape(lambda: encoder.BertForPreTraining(config, rngs=nnx.Rngs(0)))
     shapes = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
     params = {
         name: jax.tree.map(lambda s: np.zeros(s.shape, np.float32), tree)
@@ -43,14 +45,14 @@ def _encoder_hf_tensors(bert_params: dict, config: model_lib.BertConfig) -> dict
         if name != "bert"
     }
     params["bert"] = jax.device_get(bert_params)
-    tensors = hf.to_hf_state_dict(params, config)
+    tensors = bert.to_hf_state_dict(params, config)
     return {k: v for k, v in tensors.items() if k.startswith("bert.")}
 
 
-def check_exportable(config: model_lib.BertConfig) -> None:
+def check_exportable(config: encoder.BertConfig) -> None:
     """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
     refused (before training, by runs.prepare)."""
-    if hf.architecture(config) != hf.BERT:
+    if bert.architecture(config) != bert.BERT:
         raise cli.UserError(
             "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "
             "(this export writes BERT's task classes): set --config.export=False"
@@ -87,7 +89,7 @@ def export_hf(
     check_exportable(model.config)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]
-    hf_config = hf.hf_config_from_bert(model.config)
+    hf_config = bert.hf_config_from_bert(model.config)
     hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
     hf_config["architectures"] = [cls_name]
     if model.kind == "regression":
@@ -105,10 +107,10 @@ def export_hf(
         with open(os.path.join(scratch, "config.json"), "w") as f:
             json.dump(hf_config, f, indent=2, sort_keys=True)
         if vocab_file:
-            hf.save_tokenizer(
+            bert.save_tokenizer(
                 vocab_file, scratch, do_lower_case, model.config.max_position_embeddings
             )
 
-    # Whole or not at all, never mixed with an earlier model's files (bert_jax.publish).
+    # Whole or not at all, never mixed with an earlier model's files (bert_jax.hf.publish).
     publish.directory(output_dir, write, what="bert_jax.finetune export")
     return hf_config

@@ -9,9 +9,9 @@ A starts He-uniform and B at zero, so an adapted model starts out computing exac
 pre-trained one did. The adapters are `nnx.LoRAParam`s; `TRAINABLE` selects them and the task head,
 which is all a LoRA run trains, optimizes and checkpoints. `merge_adapters` folds A @ B * scale
 into W and puts the plain nnx.Linear back, so the merged model has the pre-trained model's
-structure (and exports with bert_jax.hf's names) and computes what the adapted one did.
+structure (and exports with bert_jax.hf.bert's names) and computes what the adapted one did.
 
-Targets (names of the layers in bert_jax.model.EncoderLayer):
+Targets (names of the layers in bert_jax.model.encoder.EncoderLayer):
     query, key, value      attention projections        attention_output  attention's output dense
     intermediate, output   the feed-forward layer's two denses
 """

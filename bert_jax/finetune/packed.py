@@ -3,11 +3,11 @@
 GLUE-style sentences are mostly 10-30 word pieces, padded to max_seq_length=128: unpacked, most
 of a step's FLOPs are spent on padding. With config.train.packing (the default), each step's
 examples (the same ones, in the same order, as an unpacked step's: `index_batches`) are packed
-by bert_jax.packing into a fixed number of rows, fixed for the whole run by `plan`. The model
-keeps attention within each example and restarts position ids per example; the classifier reads
-each example's own [CLS] (bert_jax.model's cls_positions) and the losses weigh each example as
-unpacked (finetune.heads.loss), so a packed run trains on the same per-example loss as an
-unpacked one (tests/unit/finetune/test_finetune_packing.py).
+by bert_jax.data.input.packing into a fixed number of rows, fixed for the whole run by `plan`. The
+model keeps attention within each example and restarts position ids per example; the classifier
+reads each example's own [CLS] (bert_jax.model.encoder's cls_positions) and the losses weigh each
+example as unpacked (finetune.heads.loss), so a packed run trains on the same per-example loss as an
+unpacked one (tests/unit/bert_jax/finetune/test_packed.py).
 
 Span tasks (SQuAD) are not packed in training: their windows fill max_seq_length (doc_stride
 windows over long contexts), so packing saves little, and transformers' span loss takes its
@@ -23,8 +23,9 @@ import math
 import grain
 import numpy as np
 
-from bert_jax import cli, packing
-from bert_jax import features as F
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing
 from bert_jax.finetune import encode, squad
 
 TOKEN_FEATURES = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)

@@ -21,9 +21,11 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpointing, cli, packing, sharding, storage
-from bert_jax import features as F
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing
 from bert_jax.finetune import packed, runs, tasks
+from bert_jax.training import checkpoints, sharding
 
 PREDICTIONS_DIR = "predictions"
 _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
@@ -161,8 +163,8 @@ def predict_from_workdir(
     `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
     config fields to values (e.g. {"eval.batch_size": 16}).
     """
-    config, _ = checkpointing.load_config(workdir)
-    checkpointing.check_kind(config, workdir, finetuning=True)
+    config, _ = checkpoints.load_config(workdir)
+    checkpoints.check_kind(config, workdir, finetuning=True)
     with config.unlocked():
         for key, value in (overrides or {}).items():
             parent = config
@@ -172,7 +174,7 @@ def predict_from_workdir(
             parent[last] = value
     run = runs.prepare(config, init or None, with_train=False)
     setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
-    params, step = checkpointing.restore_saved_params(workdir, setup.abstract_state["params"])
+    params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     ds = runs.encode_file(run, test_file)
     figures = write_predictions(run, setup, jit_infer(setup), params, frozen, ds, output)

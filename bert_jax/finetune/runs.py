@@ -4,7 +4,7 @@ The model's parameters are split in two pytrees (pure dicts, as the pre-training
 them): `trainable` (everything in full fine-tuning; the LoRA adapters and the head with LoRA) and
 `frozen` (the rest). The train state is the trainer's layout,
     {'params': trainable, 'opt_state', 'step', 'rng', 'nonfinite_steps'},
-so bert_jax.checkpointing saves and restores it as it is: a LoRA checkpoint holds only the
+so bert_jax.training.checkpoints saves and restores it as it is: a LoRA checkpoint holds only the
 adapters, the head and their optimizer moments. Frozen weights come from `--init` every time a
 run starts (training, resuming or predicting), which is why the init directory is saved in the
 run's config together with the vocabulary and the label names.
@@ -24,9 +24,12 @@ import jax
 import ml_collections
 from flax import nnx
 
-from bert_jax import cli, optim, packing, pretrained, train_state
-from bert_jax import features as F
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, hf_export, lora, tasks
+from bert_jax.hf import pretrained
+from bert_jax.training import optim, train_state
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 
@@ -119,7 +122,7 @@ def trainable_filter(config):
 
 
 def _decay_mask(params):
-    """bert_jax.optim's rule (kernels and embeddings), plus the LoRA matrices."""
+    """bert_jax.training.optim's rule (kernels and embeddings), plus the LoRA matrices."""
 
     def leaf(path, _):
         names = tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)

@@ -27,9 +27,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax import cli, storage, tokenization
-from bert_jax import features as F
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
 from bert_jax.finetune.encode import FormatError, pack
+from bert_jax.text import tokenization
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
 END_POSITIONS = "end_positions"  # int32 [windows]: answer's last piece

@@ -1,11 +1,11 @@
 """The fine-tuning loop: a jitted train step over the mesh, periodic eval, checkpoints, export.
 
 `finetune(config, workdir, init)` trains config.train.num_epochs over the training file, resuming
-from the latest checkpoint in `workdir` if there is one (bert_jax.checkpointing: the trained
+from the latest checkpoint in `workdir` if there is one (bert_jax.training.checkpoints: the trained
 parameters, optimizer state, step, rng and the Grain iterator position), scores every eval file at
 the end (and every eval.every_steps), writes predictions for data.test_file and exports the model
 to <workdir>/export. Figures go to <workdir>/metrics.jsonl and TensorBoard via
-bert_jax.metrics_log, as in pre-training.
+bert_jax.training.metrics_log, as in pre-training.
 """
 
 from __future__ import annotations
@@ -19,18 +19,10 @@ import ml_collections
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import (
-    checkpointing,
-    cli,
-    faults,
-    loop,
-    metrics_log,
-    optim,
-    storage,
-    train_state,
-)
-from bert_jax import features as F
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
 from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
 EXPORT_DIR = "export"
 # How far the training batches are read ahead of the device. Each element is a whole step's
@@ -136,7 +128,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         **lora.summary(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
     }
-    manager = checkpointing.make_manager(
+    manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
     # One signal handler from here to the export, the loop's included: a signal while the run
@@ -170,7 +162,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
         else:
             data_iter = iter(train_batches(run.train.arrays, batch, seed))
-        resumed = checkpointing.restore_latest(manager, setup.abstract_state, data_iter)
+        resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
             logging.info("resuming from %s at step %d", manager.directory, resumed[0])
             state = resumed[1]
@@ -231,7 +223,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 result["eval_at_start"] = run_eval(step, state, preemption.between_batches)
             except faults.Abandoned:  # nothing trained yet: nothing to save, a rerun starts over
                 log.close()
-                checkpointing.finish(manager)
+                checkpoints.finish(manager)
                 result.update(step=None, stopped=preemption.stopped())
                 if is_primary and result["stopped"] == "preempted":
                     print(

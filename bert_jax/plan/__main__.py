@@ -7,12 +7,12 @@ r"""Does it fit, and how fast will it be: the trainer's steps compiled for a TPU
 
 With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler itself
 compiles the trainer's steps for the slice's devices (jax.experimental.topologies: no TPU
-needed): pre-training's train step (bert_jax.train.jit_train_step, state donated), its eval step
-(jit_eval_step) and fine-tuning's train step (a classification head), each on the trainer's own
-mesh. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per chip what
-figures.py says and where each figure comes from, where the step's HBM bytes go (hbm.py: the
-groups and the --top instructions), marks plans that do not fit the chip's HBM, and ends with the
-flags of the fastest plan that fits. Any --config.<field>=<value> override applies, as in the
+needed): pre-training's train step (bert_jax.training.pretrain.jit_train_step, state donated), its
+eval step (jit_eval_step) and fine-tuning's train step (a classification head), each on the
+trainer's own mesh. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per
+chip what figures.py says and where each figure comes from, where the step's HBM bytes go (hbm.py:
+the groups and the --top instructions), marks plans that do not fit the chip's HBM, and ends with
+the flags of the fastest plan that fits. Any --config.<field>=<value> override applies, as in the
 trainer.
 
 `--topology=cpu:N` compiles for N fake CPU devices instead, and so does any topology when its
@@ -119,8 +119,8 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
 def main(argv):
     if len(argv) > 1:
         raise cli.UserError(f"unexpected arguments {argv[1:]}")
-    from bert_jax import config_check
     from bert_jax.plan import chips, options
+    from bert_jax.training import config_check
 
     base = FLAGS.config
     req = options.request(FLAGS, base, FLAGS.num_slices)

@@ -23,12 +23,12 @@ Refinements the HLO states itself:
     lax.cond, taken on every finite step); the notes say how each was counted;
   * bitcasts, parameters, tuples, get-tuple-element, constants and the like move nothing.
 
-Each instruction is grouped by the jax.named_scope names in its op_name metadata (bert_jax.model
-SCOPES, the losses', train_state's grad_norm and optimizer; GROUPS below); collectives by their
-op. What the compiler adds without an op_name (prefetches into VMEM, layout copies, async
-slices) goes to the group of the instructions that use what it moved (_groups). The tied word
-embedding's gradient from the MLM projection is computed in the MLM head's scope, so it counts
-there; "embedding gradient" is the lookup's (the scatter into the table and what feeds it).
+Each instruction is grouped by the jax.named_scope names in its op_name metadata
+(bert_jax.model.encoder SCOPES, the losses', train_state's grad_norm and optimizer; GROUPS below);
+collectives by their op. What the compiler adds without an op_name (prefetches into VMEM, layout
+copies, async slices) goes to the group of the instructions that use what it moved (_groups). The
+tied word embedding's gradient from the MLM projection is computed in the MLM head's scope, so it
+counts there; "embedding gradient" is the lookup's (the scatter into the table and what feeds it).
 """
 
 import dataclasses

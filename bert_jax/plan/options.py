@@ -9,8 +9,10 @@ import dataclasses
 import math
 import os
 
-from bert_jax import cli, features, sharding
+from bert_jax import cli
+from bert_jax.data.contract import features
 from bert_jax.plan import chips
+from bert_jax.training import sharding
 
 STEPS = ("train", "eval", "finetune")
 DTYPES = ("bfloat16", "float32")

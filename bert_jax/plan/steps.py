@@ -1,8 +1,8 @@
 """The trainer's steps lowered for abstract inputs and compiled for a topology, and their figures.
 
-Nothing here re-implements a step: the train and eval steps are bert_jax.train's jit_train_step
-(state donated) and jit_eval_step on train.make_setup's mesh and shardings, fine-tuning's is
-bert_jax.finetune.train.jit_train_step on finetune.runs.make_setup's. Inputs are
+Nothing here re-implements a step: the train and eval steps are bert_jax.training.pretrain's
+jit_train_step (state donated) and jit_eval_step on train.make_setup's mesh and shardings,
+fine-tuning's is bert_jax.finetune.train.jit_train_step on finetune.runs.make_setup's. Inputs are
 jax.ShapeDtypeStruct leaves carrying the trainer's shardings, so no array is ever made and the
 devices may be a TPU slice's compile-only descriptions.
 """
@@ -17,11 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bert_jax import attention, data_contract, input_pipeline, masking, train
-from bert_jax import model as model_lib
+from bert_jax.data.contract import data_facts
+from bert_jax.data.input import masking, pipeline
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
+from bert_jax.model import attention, encoder
 from bert_jax.plan import figures, flops, hbm
+from bert_jax.training import pretrain
 
 GIB, MB = 1024**3, 1e6
 
@@ -51,9 +53,9 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     config.data.dynamic_masking = False
 
 
-def model_config(config) -> model_lib.BertConfig:
+def model_config(config) -> encoder.BertConfig:
     """The model the plan builds, checked (a cli.UserError naming its fields)."""
-    return model_lib.BertConfig.from_config_dict(config.model)
+    return encoder.BertConfig.from_config_dict(config.model)
 
 
 def _abstract(tree, shardings):
@@ -77,21 +79,21 @@ def _total_bytes(abstract_tree) -> int:
 def _pretrain(step: str, config, devices):
     """(jitted fn, abstract args, setup, global batch, model FLOPs per step) of a pre-training
     step."""
-    setup = train.make_setup(config, devices)
-    facts = data_contract.DataFacts.from_data(config.data)
+    setup = pretrain.make_setup(config, devices)
+    facts = data_facts.DataFacts.from_data(config.data)
     b = config.train.global_batch_size
-    batch = train.abstract_batch(facts, b, setup)
+    batch = pretrain.abstract_batch(facts, b, setup)
     m, d = setup.model_config, config.data
     model_flops = flops.train_flops_per_step(m, b, d.max_seq_length, d.max_predictions_per_seq)
     if step == "train":
-        fn = train.jit_train_step(setup, config.train.grad_accum_steps)
+        fn = pretrain.jit_train_step(setup, config.train.grad_accum_steps)
         return fn, (setup.abstract_state, batch, setup.abstract_lr()), setup, b, model_flops
-    # Eval batches carry a weight per example (input_pipeline.eval_batches pads the last one).
-    batch[input_pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
+    # Eval batches carry a weight per example (pipeline.eval_batches pads the last one).
+    batch[pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
         (b,), jnp.float32, sharding=setup.batch_sharding
     )
     return (
-        train.jit_eval_step(setup),
+        pretrain.jit_eval_step(setup),
         (setup.abstract_state["params"], batch),
         setup,
         b,
@@ -107,7 +109,7 @@ def _finetune(config, ft_base, devices):
     ftc.mesh = config.mesh
     ftc.model.dtype, ftc.model.remat = config.model.dtype, config.model.remat
     fields = {**config.model.to_dict(), **ftc.model.to_dict()}
-    model_config = model_lib.BertConfig.from_config_dict(
+    model_config = encoder.BertConfig.from_config_dict(
         {k: v for k, v in fields.items() if k in config.model}
     )
     model = nnx.eval_shape(

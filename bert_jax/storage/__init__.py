@@ -15,7 +15,7 @@ What an object store lacks, and what stands in for it here:
     error (nothing is uploaded when it raises), as one operation that can be tried again.
     "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
     commit marker), never by a name appearing (a directory of files, an export: see
-    bert_jax.publish). `move` copies and deletes, so its callers first delete what marks the
+    bert_jax.hf.publish). `move` copies and deletes, so its callers first delete what marks the
     source finished.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
     created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and

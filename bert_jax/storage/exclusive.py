@@ -1,6 +1,6 @@
 """Creating a file only if it is absent and deleting it only if it is the version read, local or in
-a bucket (GCS generation preconditions, S3 conditional writes): what bert_jax.workdir_lock builds
-on."""
+a bucket (GCS generation preconditions, S3 conditional writes): what bert_jax.training.workdir_lock
+builds on."""
 
 import os
 

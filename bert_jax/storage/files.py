@@ -179,9 +179,9 @@ def _local_tmp(path: str) -> str:
 def open_write(path: str, mode: str = "wb") -> Iterator:
     """A file object whose content appears under `path` whole when the block ends without an
     error, and never otherwise: a local file is written under a temporary name (see
-    bert_jax.manifest.TEMPORARY) and renamed; an object is written to a local temporary file
-    and uploaded when the block ends without an error, an upload that is tried again whole on
-    transient errors and that a killed process never finalizes."""
+    bert_jax.data.contract.manifest.TEMPORARY) and renamed; an object is written to a local
+    temporary file and uploaded when the block ends without an error, an upload that is tried again
+    whole on transient errors and that a killed process never finalizes."""
     encoding = None if "b" in mode else "utf-8"
     if not is_url(path):
         tmp = _local_tmp(path)
@@ -228,7 +228,7 @@ def remove(path: str, missing_ok: bool = True) -> None:
 def move(src: str, dst: str) -> None:
     """Renames a file or directory. In a bucket there is no rename: every object is copied, then
     the originals deleted, so a move cut short leaves objects under both names (callers first
-    take away what marks `src` finished, see bert_jax.checkpointing)."""
+    take away what marks `src` finished, see bert_jax.training.checkpoints)."""
     if not is_url(src):
         os.rename(src, dst)
         return

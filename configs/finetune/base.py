@@ -68,7 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
     # add intermediate, output for the feed-forward layer.
     lo.targets = ("query", "key", "value", "attention_output")
 
-    # --- Optimizer (bert_jax/optim.py): the pre-training fields, fine-tuning values ---
+    # --- Optimizer (bert_jax/training/optim.py): the pre-training fields, fine-tuning values ---
     o = config.optim = pretrain.optim
     o.learning_rate = 2e-5  # the paper's grid: 5e-5, 3e-5, 2e-5 (LoRA: about 1e-3)
     o.warmup_steps = 0  # > 0: warmup steps; 0: warmup_proportion of the run
@@ -99,7 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
     e.at_start = False  # also evaluate before the first step (the pre-trained baseline)
     e.batch_size = 64  # global eval batch; the last one is padded
 
-    # --- Checkpoints (bert_jax/checkpointing.py): only trained parameters are saved ---
+    # --- Checkpoints (bert_jax/training/checkpoints.py): only trained parameters are saved ---
     c = config.checkpoint = ml_collections.ConfigDict()
     c.every_steps = 1000  # a killed run resumes from the last one
     c.max_to_keep = 1
@@ -108,6 +108,6 @@ def get_config() -> ml_collections.ConfigDict:
     # Write the final model (LoRA merged) as a transformers task model to <workdir>/export.
     config.export = True
 
-    # --- Device mesh (bert_jax/sharding.py), as pre-training ---
+    # --- Device mesh (bert_jax/training/sharding.py), as pre-training ---
     config.mesh = pretrain.mesh
     return config

@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-from bert_jax import manifest
+from bert_jax.data.contract import manifest
 from support import (
     sweep_buckets,
     sweep_checkpoints,
@@ -150,8 +150,8 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     """Every file the cases name, under one directory; placeholders for the case arguments."""
     from flax import nnx
 
-    from bert_jax import hf
-    from bert_jax import model as M
+    from bert_jax.hf import bert
+    from bert_jax.model import encoder as M
     from configs import tiny
 
     d = tmp_path_factory.mktemp("sweep")
@@ -184,7 +184,7 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
     save_checkpoint(d / "run", model, config, step=4)
     shutil.copytree(d / "run", d / "run_damaged")
     flip_bytes(d / "run_damaged" / "checkpoints" / "4")
-    hf.save_hf(model, vocab_file, str(d / "hf"))
+    bert.save_hf(model, vocab_file, str(d / "hf"))
     shard = manifest.read(str(d / "records" / "manifest.json"))["shards"]["train"][0]["file"]
     more = sweep_integrity.make_files(d, server, vocab_file)
     sweep_inputs.make_files(d)
@@ -229,13 +229,13 @@ def _vocab_without_bom(ctx, o, stdout):
 
 
 def _exported(ctx, o, stdout):
-    from bert_jax import hf
+    from bert_jax.hf import bert
 
     assert stdout.startswith("exported step 4 ")
     config = json.loads(open(os.path.join(o, "hf", "config.json")).read())
     assert config["vocab_size"] == 30522 and config["hidden_size"] == 32
     assert open(os.path.join(o, "hf", "vocab.txt")).read() == open(ctx["vocab"]).read()
-    assert hf.load_hf(os.path.join(o, "hf")) is not None
+    assert bert.load_hf(os.path.join(o, "hf")) is not None
 
 
 def _same_embeddings(ctx, o, stdout):

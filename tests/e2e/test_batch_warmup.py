@@ -5,8 +5,9 @@ each size with its own compiled step, once per size, the right size after a resu
 import numpy as np
 import pytest
 
-from bert_jax import features as F
-from bert_jax import growing_batches, input_pipeline, optim, train
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import growing_batches, pipeline
+from bert_jax.training import optim, pretrain
 from support.golden import small_config
 
 
@@ -36,8 +37,8 @@ def test_batch_warmup_settings_are_checked():
 def test_growing_batches_hold_the_unwarmed_stream_and_resume_exactly(testdata):
     config = small_config(testdata)
     warmup = optim.BatchWarmup(final=4, start=1, steps=6)
-    plain = iter(input_pipeline.train_dataset(config.data, 30522, 2, seed=3))
-    warmed = input_pipeline.train_dataset(config.data, 30522, 8, seed=3, batch_warmup=warmup)
+    plain = iter(pipeline.train_dataset(config.data, 30522, 2, seed=3))
+    warmed = pipeline.train_dataset(config.data, 30522, 8, seed=3, batch_warmup=warmup)
     it = iter(warmed)
     batches = [next(it) for _ in range(8)]
     assert [len(b[F.INPUT_IDS]) for b in batches] == [2 * warmup.count(s) for s in range(8)]
@@ -61,7 +62,7 @@ def test_a_run_steps_each_size_with_its_own_step_and_resumes_at_the_right_size(
     testdata, tmp_path, monkeypatch
 ):
     compiled, stepped = [], []
-    jit = train.jit_train_step
+    jit = pretrain.jit_train_step
 
     def recording(setup, grad_accum_steps=1):
         compiled.append(grad_accum_steps)
@@ -73,7 +74,7 @@ def test_a_run_steps_each_size_with_its_own_step_and_resumes_at_the_right_size(
 
         return run
 
-    monkeypatch.setattr(train, "jit_train_step", recording)
+    monkeypatch.setattr(pretrain, "jit_train_step", recording)
 
     def config(**overrides):
         c = small_config(testdata, grad_accum_steps=2, batch_warmup_steps=2, **overrides)
@@ -84,9 +85,9 @@ def test_a_run_steps_each_size_with_its_own_step_and_resumes_at_the_right_size(
         return c
 
     warmup = optim.batch_warmup(config().train)
-    first = train.train_and_evaluate(config(stop_at_step=3), str(tmp_path))
+    first = pretrain.train_and_evaluate(config(stop_at_step=3), str(tmp_path))
     assert first["stopped"] == "stop_at_step" and first["step"] == 3
-    resumed = train.train_and_evaluate(config(), str(tmp_path))
+    resumed = pretrain.train_and_evaluate(config(), str(tmp_path))
     assert resumed["stopped"] == "done" and resumed["step"] == 6
     sizes = [warmup.count(s) for s in range(6)]
     assert sizes == [1, 1, 2, 2, 2, 2]

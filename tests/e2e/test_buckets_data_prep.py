@@ -17,9 +17,12 @@ import time
 
 import pytest
 
-from bert_jax import cli, record_io, shard_files, storage, tokenization, workdir_lock
-from bert_jax import features as F
-from bert_jax import manifest as contract
+from bert_jax import cli, storage
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io, shard_files
+from bert_jax.text import tokenization
+from bert_jax.training import workdir_lock
 from data_prep import job, job_units, output, scaled
 from data_prep.testdata import make_wiki_dump
 from support.golden import REPO

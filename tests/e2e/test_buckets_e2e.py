@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, storage
+from bert_jax import storage
+from bert_jax.training import checkpoints
 from support.checkpoints import saved_steps
 from support.processes import finish
 
@@ -70,7 +71,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
 ):
     import transformers
 
-    from bert_jax import pretrained
+    from bert_jax.hf import pretrained
 
     corpus, vocab = f"{bucket}/corpus/pydocs_small.txt", f"{bucket}/vocab.txt"
     storage.write_bytes(corpus, (testdata / "pydocs_small.txt").read_bytes())
@@ -102,8 +103,8 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
     assert saved_steps(workdir) == [EVERY]
     out = ok(run(forkserver, train(workdir, records, cache)))
     assert f"resuming from {workdir}/checkpoints/{EVERY}" in out and f"step {STEPS}/{STEPS}" in out
-    got, _ = checkpointing.restore_params(workdir)
-    want, _ = checkpointing.restore_params(f"{bucket}/reference")
+    got, _ = checkpoints.restore_params(workdir)
+    want, _ = checkpoints.restore_params(f"{bucket}/reference")
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), jax.tree_util.keystr(path))
 

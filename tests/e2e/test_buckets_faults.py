@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from bert_jax import metrics_log, storage
+from bert_jax import storage
+from bert_jax.training import metrics_log
 from support.buckets import upload, write_records
 from support.checkpoints import assert_same_params, saved_steps
 from support.flaky_proxy import FlakyProxy

@@ -11,16 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import (
-    checkpointing,
-    cli,
-    data_contract,
-    input_pipeline,
-    metrics_log,
-    shard_files,
-    storage,
-    train,
-)
+from bert_jax import cli, storage
+from bert_jax.data.contract import data_facts, shard_files
+from bert_jax.data.input import pipeline
+from bert_jax.training import checkpoints, metrics_log, pretrain
 from support.buckets import VOCAB, upload, write_records
 from support.checkpoints import saved_steps
 from support.golden import small_config
@@ -80,8 +74,8 @@ def test_shards_in_a_bucket_come_from_its_manifest_and_read_as_the_local_ones(da
     assert shard_files.find_shards(f"{url}/train-00001-*", "train").files == shards.files[1:]
 
     def batches(files):
-        cfg = data_contract.resolve(_config(files))
-        it = iter(input_pipeline.train_dataset(cfg.data, 30522, 8, seed=3))
+        cfg = data_facts.resolve(_config(files))
+        it = iter(pipeline.train_dataset(cfg.data, 30522, 8, seed=3))
         return [next(it) for _ in range(3)]
 
     remote, there = batches(url), batches(local)
@@ -113,7 +107,7 @@ def _config(files, eval_files=""):
 
 def test_the_vocabulary_in_a_bucket_is_the_runs_and_is_checked(data, cache):
     url, _ = data
-    resolved = data_contract.resolve(_config(url, url))
+    resolved = data_facts.resolve(_config(url, url))
     assert resolved.data.vocab_file == f"{url}/vocab.txt"  # what the checkpoints will record
     assert resolved.data.vocab_size == 30522
     # An explicit vocabulary in the bucket that is not the records' is refused by md5.
@@ -122,7 +116,7 @@ def test_the_vocabulary_in_a_bucket_is_the_runs_and_is_checked(data, cache):
     config = _config(url)
     config.data.vocab_file = other
     with pytest.raises(cli.UserError, match="not the vocabulary the records were tokenized with"):
-        data_contract.resolve(config)
+        data_facts.resolve(config)
 
 
 def test_a_shard_replaced_after_its_manifest_or_missing_is_refused_by_name(
@@ -133,9 +127,9 @@ def test_a_shard_replaced_after_its_manifest_or_missing_is_refused_by_name(
     upload(local, copy)
     victim = f"{copy}/train-00001-of-00002.arrayrecord"
     storage.write_bytes(victim, storage.read_bytes(victim)[:-100])  # cut short, then published
-    config = data_contract.resolve(_config(copy))
+    config = data_facts.resolve(_config(copy))
     with pytest.raises(cli.UserError, match=f"{victim} has md5 .* its manifest says"):
-        input_pipeline.train_dataset(config.data, 30522, 8, seed=0)
+        pipeline.train_dataset(config.data, 30522, 8, seed=0)
     assert not any(".part-" in n for n in cached_files(cache))  # nothing half-fetched is kept
     storage.remove(victim)
     with pytest.raises(cli.UserError, match=f"{victim} is listed in .* but missing"):
@@ -184,7 +178,7 @@ def test_metrics_in_a_bucket_are_published_whole_and_a_resume_drops_redone_steps
 
 
 def params_of(workdir):
-    params, _ = checkpointing.restore_params(workdir)
+    params, _ = checkpoints.restore_params(workdir)
     return jax.tree.leaves(jax.tree.map(np.asarray, params))
 
 
@@ -195,16 +189,16 @@ def test_a_run_in_a_bucket_resumes_and_matches_a_local_run(data, bucket, cache, 
     config.checkpoint.every_steps = 2
     config.eval.every_steps = 4
     config.eval.num_examples = 16
-    out = train.train_and_evaluate(config, workdir)
+    out = pretrain.train_and_evaluate(config, workdir)
     assert (out["step"], out["stopped"]) == (4, "stop_at_step")
     assert saved_steps(workdir) == [2, 4]
     config.train.stop_at_step = 0
-    assert train.train_and_evaluate(config, workdir)["step"] == 6
+    assert pretrain.train_and_evaluate(config, workdir)["step"] == 6
     names = storage.listdir(f"{workdir}/checkpoints/6")
     assert {"params", "train", "data_iter", "config", "checksums", "commit_success.txt"} <= set(
         names
     )
-    saved, _ = checkpointing.load_config(workdir)
+    saved, _ = checkpoints.load_config(workdir)
     assert saved.data.vocab_file == f"{url}/vocab.txt"
     logged = [r["step"] for r in metrics_log.read_jsonl(workdir) if r["split"] == "train"]
     assert logged == [2, 4, 6]  # one run's log, though it ran twice
@@ -215,7 +209,7 @@ def test_a_run_in_a_bucket_resumes_and_matches_a_local_run(data, bucket, cache, 
     config.checkpoint.every_steps = 2
     config.eval.every_steps = 4
     config.eval.num_examples = 16
-    train.train_and_evaluate(config, str(tmp_path / "local"))
+    pretrain.train_and_evaluate(config, str(tmp_path / "local"))
     for a, b in zip(params_of(workdir), params_of(str(tmp_path / "local"))):
         np.testing.assert_array_equal(a, b)
 
@@ -228,7 +222,7 @@ def bucket_run(gcs, data, testdata, tmp_path_factory):
     workdir = gcs.create_bucket("bucket-run") + "/run"
     config = bucket_config(testdata, url, num_train_steps=4)
     config.checkpoint.every_steps = 2
-    assert train.train_and_evaluate(config, workdir)["step"] == 4
+    assert pretrain.train_and_evaluate(config, workdir)["step"] == 4
     return workdir, config
 
 
@@ -239,7 +233,7 @@ def test_a_damaged_step_in_a_bucket_is_moved_aside_and_the_run_goes_on(gcs, buck
     storage.remove(f"{workdir}/checkpoints/4/params/_METADATA")  # a copy cut short
     config = config.copy_and_resolve_references()
     config.train.num_train_steps = 6
-    assert train.train_and_evaluate(config, workdir)["step"] == 6
+    assert pretrain.train_and_evaluate(config, workdir)["step"] == 6
     out, err = capsys.readouterr()
     assert f"resuming from {workdir}/checkpoints/2\n" in out
     assert "warning: checkpoint " in err and "is damaged and was moved to" in err
@@ -253,7 +247,8 @@ def test_a_damaged_step_in_a_bucket_is_moved_aside_and_the_run_goes_on(gcs, buck
 def test_export_embed_and_init_read_a_bucket_and_export_to_one(bucket_run, tmp_path, monkeypatch):
     import transformers
 
-    from bert_jax import embed, export, pretrained, publish
+    from bert_jax import embed, export
+    from bert_jax.hf import pretrained, publish
 
     workdir, _ = bucket_run
     out = f"{workdir}-export"

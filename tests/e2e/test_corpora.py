@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from bert_jax import features as F
-from bert_jax import manifest as contract
-from bert_jax import record_io, tokenization
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
+from bert_jax.text import tokenization
 from data_prep import job, job_units, scaled
 from data_prep.testdata import make_wiki_dump
 from support.golden import REPO

@@ -11,8 +11,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from bert_jax import features as F
-from bert_jax import record_io
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io
 
 
 def run(module, *args):
@@ -75,7 +75,7 @@ def test_a_full_disk_is_one_error_line_and_finished_work_is_kept(tmp_path, testd
     # The binary as users run it, with a disk that fills up while the second shard is written.
     program = textwrap.dedent("""
         import errno, runpy
-        from bert_jax import record_io
+        from bert_jax.data.contract import record_io
         write = record_io.RecordWriter.write
         def full_disk(self, record):
             if "train-00001-of-" in self.path:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tokenizers
 
-from bert_jax import features as F
-from bert_jax import record_io
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io
 from support import tokenizer_files
 
 

@@ -16,8 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, input_pipeline, metrics_log, record_io, train
-from bert_jax import features as F
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io
+from bert_jax.data.input import pipeline
+from bert_jax.training import checkpoints, metrics_log, pretrain
 from support import jax_cache
 from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params, saved_steps
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, SAMPLE_128, small_config
@@ -164,7 +166,7 @@ def finished_run(testdata, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("finished"))
     config = small_config(testdata)
     config.data.eval_files = ""
-    assert train.train_and_evaluate(config, workdir)["step"] == 8
+    assert pretrain.train_and_evaluate(config, workdir)["step"] == 8
     assert saved_steps(workdir) == [3, 6, 8]
     return workdir, config
 
@@ -178,7 +180,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     shutil.copytree(pristine, workdir)
     DAMAGE[damage](os.path.join(workdir, "checkpoints", "8"), flip_bytes)
 
-    result = train.train_and_evaluate(config, workdir)  # the same command again
+    result = pretrain.train_and_evaluate(config, workdir)  # the same command again
     warning = "\n".join(
         line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")
     )
@@ -190,7 +192,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
     # Steps 7 and 8 were redone and step 8 saved again, with what the first run had at step 8;
     # the damaged files are kept aside for a post-mortem.
     assert result["step"] == 8 and saved_steps(workdir) == [3, 6, 8]
-    assert os.path.isdir(os.path.join(workdir, "checkpoints", "8" + checkpointing.CORRUPT_SUFFIX))
+    assert os.path.isdir(os.path.join(workdir, "checkpoints", "8" + checkpoints.CORRUPT_SUFFIX))
     assert_same_params(workdir, pristine)
 
 
@@ -203,7 +205,7 @@ def test_no_readable_checkpoint_is_a_clear_error_and_moves_nothing(finished_run,
     with pytest.raises(
         ValueError, match=r"(?s)no checkpoint under .* can be restored.*step 8.*step 6.*step 3"
     ):
-        train.train_and_evaluate(config, workdir)
+        pretrain.train_and_evaluate(config, workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6", "8"]
 
 
@@ -238,14 +240,14 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_checkpoints(
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", disk_full)
     with pytest.raises(OSError) as failure:
-        train.train_and_evaluate(config, workdir)
+        pretrain.train_and_evaluate(config, workdir)
     assert cli.message(failure.value) == (
         f"no space left on the device writing {workdir}/checkpoints: free some space and rerun "
         "the same command; finished work is kept"
     )
     assert saved_steps(workdir) == [3, 6]  # the earlier checkpoints are kept
     monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed: rerun
-    assert train.train_and_evaluate(config, workdir)["step"] == 8
+    assert pretrain.train_and_evaluate(config, workdir)["step"] == 8
     assert_same_params(workdir, pristine)
 
 
@@ -259,7 +261,7 @@ def poisoned_records(testdata, tmp_path_factory):
     """The golden records, one of them with NaN masked-LM weights (a NaN loss): the one that the
     input pipeline (seed 0, batches of 8) puts into step BAD_STEP's batch."""
     config = small_config(testdata)
-    clean = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    clean = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
     victim = [next(clean) for _ in range(BAD_STEP)][-1][F.INPUT_IDS][0]
     path = str(tmp_path_factory.mktemp("poisoned") / "train.arrayrecord")
     with record_io.RecordWriter(path) as w:
@@ -269,7 +271,7 @@ def poisoned_records(testdata, tmp_path_factory):
                 ex[F.MASKED_LM_WEIGHTS] = np.full_like(ex[F.MASKED_LM_WEIGHTS], np.nan)
             w.write(F.encode_example(ex))
     config.data.train_files = path
-    poisoned = iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    poisoned = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
     bad = [np.isnan(next(poisoned)[F.MASKED_LM_WEIGHTS]).any() for _ in range(8)]
     assert bad == [i == BAD_STEP - 1 for i in range(8)]  # exactly that step's batch
     return path
@@ -286,13 +288,12 @@ def test_skip_drops_the_bad_update_counts_it_and_goes_on(testdata, poisoned_reco
     workdir = str(tmp_path)
     config = nonfinite_config(testdata, poisoned_records, on_nonfinite="skip", stop_at_step=6)
     config.checkpoint.every_steps, config.checkpoint.max_to_keep = 1, 0  # a state after every step
-    assert train.train_and_evaluate(config, workdir)["stopped"] == "stop_at_step"
+    assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "stop_at_step"
 
-    manager = checkpointing.make_manager(workdir, read_only=True)
-    setup = train.make_setup(config)
+    manager = checkpoints.make_manager(workdir, read_only=True)
+    setup = pretrain.make_setup(config)
     states = {
-        s: jax.device_get(checkpointing.restore(manager, s, setup.abstract_state))
-        for s in (3, 4, 5)
+        s: jax.device_get(checkpoints.restore(manager, s, setup.abstract_state)) for s in (3, 4, 5)
     }
     manager.close()
     # Step 4's update was dropped: parameters and Adam moments as after step 3, the step counted.
@@ -316,7 +317,7 @@ def test_skip_drops_the_bad_update_counts_it_and_goes_on(testdata, poisoned_reco
 
     # The count survives a resume, and is in the metrics.
     config.train.stop_at_step = 0
-    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "done"
     records = [r for r in metrics_log.read_jsonl(workdir) if r["split"] == "train"]
     assert [(r["step"], r["nonfinite_steps"]) for r in records] == [(2, 0), (4, 1), (6, 1), (8, 1)]
     assert np.isnan(records[1]["loss"])  # the window with the bad step says so
@@ -414,7 +415,7 @@ def _signal_on_the_device_at(monkeypatch, signum: int, at: int, seconds_per_step
     CPU run or a TPU."""
     from jax.experimental import io_callback
 
-    real = train.jit_train_step
+    real = pretrain.jit_train_step
 
     def callback(step):
         time.sleep(seconds_per_step)
@@ -436,7 +437,7 @@ def _signal_on_the_device_at(monkeypatch, signum: int, at: int, seconds_per_step
 
         return fn
 
-    monkeypatch.setattr(train, "jit_train_step", slow_step)
+    monkeypatch.setattr(pretrain, "jit_train_step", slow_step)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -452,7 +453,7 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     config.checkpoint.every_steps = 40
     config.eval.every_steps = 40
     _signal_on_the_device_at(monkeypatch, signum, at, seconds_per_step=0.05)
-    out = train.train_and_evaluate(config, str(tmp_path))
+    out = pretrain.train_and_evaluate(config, str(tmp_path))
     assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
     assert saved_steps(str(tmp_path)) == [out["step"]]
     assert out["step"] in (at, at + 1), out["step"]
@@ -465,7 +466,7 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
 def _eval_batches_signal(monkeypatch, signum: int, at: int) -> list[int]:
     """Sends `signum` to this process from inside the `at`-th eval batch (counting from 1) of the
     run; returns the list the eval batches are counted in."""
-    real, calls = train.jit_eval_step, []
+    real, calls = pretrain.jit_eval_step, []
 
     def counted(setup):
         step = real(setup)
@@ -478,7 +479,7 @@ def _eval_batches_signal(monkeypatch, signum: int, at: int) -> list[int]:
 
         return fn
 
-    monkeypatch.setattr(train, "jit_eval_step", counted)
+    monkeypatch.setattr(pretrain, "jit_eval_step", counted)
     return calls
 
 
@@ -499,14 +500,14 @@ def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
     at = 5  # of the 30 batches of step 4's eval
     calls = _eval_batches_signal(monkeypatch, signum, at)
     workdir = str(tmp_path / "run")
-    out = train.train_and_evaluate(config, workdir)
+    out = pretrain.train_and_evaluate(config, workdir)
     assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
     assert out["step"] == 4 and saved_steps(workdir) == [3, 4]
     assert len(calls) == at  # not one batch more after the signal's
     assert not [r for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
     monkeypatch.undo()
     config.eval.every_steps = 0
-    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "done"
     assert_same_params(workdir, pristine)
 
 
@@ -516,7 +517,7 @@ def test_a_signal_during_a_data_wait_saves_the_step_the_data_was_for(
     """A slow input (a bucket, a busy disk): the SIGTERM comes while the loop waits for step 5's
     batch; step 5 runs when its batch arrives, is saved, and the run stops."""
     pristine, config = finished_run
-    real, served = input_pipeline.train_dataset, []
+    real, served = pipeline.train_dataset, []
 
     def slow(*args, **kwargs):
         def wait(batch):
@@ -528,13 +529,13 @@ def test_a_signal_during_a_data_wait_saves_the_step_the_data_was_for(
 
         return real(*args, **kwargs).map(wait)
 
-    monkeypatch.setattr(input_pipeline, "train_dataset", slow)
+    monkeypatch.setattr(pipeline, "train_dataset", slow)
     workdir = str(tmp_path / "run")
-    out = train.train_and_evaluate(config, workdir)
+    out = pretrain.train_and_evaluate(config, workdir)
     assert out["stopped"] == "preempted" and out["step"] == 5
     assert saved_steps(workdir) == [3, 5]
     monkeypatch.undo()
-    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "done"
     assert_same_params(workdir, pristine)
 
 
@@ -542,17 +543,17 @@ def test_a_signal_during_a_checkpoint_save_saves_the_next_step(finished_run, tmp
     """The SIGTERM arrives while step 3's checkpoint is being written: that save finishes, step
     4 runs and is saved, and the run stops."""
     pristine, config = finished_run
-    real = checkpointing.save
+    real = checkpoints.save
 
     def signalled(manager, step, *args):
         if step == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         real(manager, step, *args)
 
-    monkeypatch.setattr(checkpointing, "save", signalled)
+    monkeypatch.setattr(checkpoints, "save", signalled)
     workdir = str(tmp_path / "run")
-    out = train.train_and_evaluate(config, workdir)
+    out = pretrain.train_and_evaluate(config, workdir)
     assert out["stopped"] == "preempted" and saved_steps(workdir) == [3, 4]
     monkeypatch.undo()
-    assert train.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "done"
     assert_same_params(workdir, pristine)

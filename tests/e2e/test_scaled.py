@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from bert_jax import features as F
-from bert_jax import manifest as contract
-from bert_jax import record_io, tokenization, workdir_lock
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
+from bert_jax.text import tokenization
+from bert_jax.training import workdir_lock
 from data_prep import job, job_units, scaled
 from support.golden import REPO
 

@@ -6,8 +6,10 @@ ids."""
 
 import pytest
 
-from bert_jax import hf, pretrained, tokenizer_json, train
 from bert_jax.finetune import train as ft_train
+from bert_jax.hf import bert, pretrained
+from bert_jax.text import tokenizer_json
+from bert_jax.training import pretrain
 from configs import tiny
 from data_prep import instances, job, scaled
 from support import finetune_data, tokenizer_files
@@ -42,7 +44,7 @@ def pretrained_run(bpe, testdata, tmp_path_factory):
     config.checkpoint.every_steps = 4
     config.mesh.num_devices = 1
     workdir = str(d / "workdir")
-    result = train.train_and_evaluate(config, workdir)
+    result = pretrain.train_and_evaluate(config, workdir)
     return workdir, result
 
 
@@ -70,7 +72,7 @@ def test_fine_tuning_from_a_directory_with_only_a_tokenizer_json(pretrained_run,
     workdir's tokenizer is the same JsonTokenizer (test_pretraining_on_tokenizer_json_records)."""
     workdir, _ = pretrained_run
     hf_dir = tmp_path / "hf"
-    hf.save_hf(pretrained.load(workdir).model(), None, str(hf_dir))
+    bert.save_hf(pretrained.load(workdir).model(), None, str(hf_dir))
     names = tokenizer_json.JsonTokenizer(bpe).hf_files(str(hf_dir), 64)
     assert names == ["tokenizer.json", "tokenizer_config.json"]
     loaded = pretrained.load(str(hf_dir))

@@ -11,8 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpointing, input_pipeline, losses, metrics_log, train
-from bert_jax import features as F
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import pipeline
+from bert_jax.training import checkpoints, losses, metrics_log, pretrain
 from configs import tiny
 from support import gradients
 from support.checkpoints import saved_steps
@@ -23,7 +24,7 @@ from support.golden import GOLDEN_128, GOLDEN_FLAGS, golden_data, small_config
 def unmasked_records(testdata, tmp_path_factory, unmask_records):
     """The golden pydocs records with their masks undone: input for dynamic masking."""
     # Not named like a data_prep shard: a shard without its manifest.json is refused as a
-    # half-written job's output (test_data_contract).
+    # half-written job's output (data/contract/test_data_facts).
     path = tmp_path_factory.mktemp("unmasked") / "unmasked.arrayrecord"
     return unmask_records(testdata / "pydocs_small.L128.P20.dupe2.tfrecord", path)
 
@@ -31,9 +32,9 @@ def unmasked_records(testdata, tmp_path_factory, unmask_records):
 def test_gradient_accumulation_equals_the_large_batch(testdata):
     config = small_config(testdata)
     config.mesh.num_devices, config.mesh.data = 2, 2  # micro-batches split over a sharded batch
-    setup = train.make_setup(config)
-    params = train.jit_init(setup, seed=0)()["params"]
-    batch = next(iter(input_pipeline.train_dataset(config.data, 30522, 16, seed=0)))
+    setup = pretrain.make_setup(config)
+    params = pretrain.jit_init(setup, seed=0)()["params"]
+    batch = next(iter(pipeline.train_dataset(config.data, 30522, 16, seed=0)))
     rng = jax.random.PRNGKey(1)
     full_loss, full = gradients.loss_and_grads(setup, params, batch, rng, 1)
     acc_loss, acc = gradients.loss_and_grads(setup, params, batch, rng, 4)
@@ -44,11 +45,11 @@ def test_gradient_accumulation_equals_the_large_batch(testdata):
 
 def test_bfloat16_compute_keeps_float32_parameters_and_gradients(testdata):
     config = small_config(testdata)
-    setup = train.make_setup(config)
+    setup = pretrain.make_setup(config)
     config.model.dtype = "bfloat16"
-    bf16 = train.make_setup(config)
-    params = train.jit_init(setup, seed=0)()["params"]
-    batch = next(iter(input_pipeline.train_dataset(config.data, 30522, 8, seed=0)))
+    bf16 = pretrain.make_setup(config)
+    params = pretrain.jit_init(setup, seed=0)()["params"]
+    batch = next(iter(pipeline.train_dataset(config.data, 30522, 8, seed=0)))
     rng = jax.random.PRNGKey(0)
     losses_ = {}
     for name, s in (("f32", setup), ("bf16", bf16)):
@@ -60,13 +61,11 @@ def test_bfloat16_compute_keeps_float32_parameters_and_gradients(testdata):
 
 def test_eval_figures_match_a_direct_computation(testdata):
     config = small_config(testdata)
-    setup = train.make_setup(config)
-    params = train.jit_init(setup, seed=0)()["params"]
+    setup = pretrain.make_setup(config)
+    params = pretrain.jit_init(setup, seed=0)()["params"]
     # 20 examples in batches of 16: the second batch is 4 real rows and 12 padding rows.
-    batches = input_pipeline.eval_batches(
-        config.data, config.data.eval_files, 30522, 16, num_examples=20
-    )
-    got = train.evaluate(setup, train.jit_eval_step(setup), params, batches)
+    batches = pipeline.eval_batches(config.data, config.data.eval_files, 30522, 16, num_examples=20)
+    got = pretrain.evaluate(setup, pretrain.jit_eval_step(setup), params, batches)
 
     import flax.nnx as nnx
 
@@ -115,7 +114,7 @@ def uninterrupted(testdata, unmasked_records, tmp_path_factory):
     """8 steps on a 2x2x2 mesh with dropout and dynamic masking, never stopped."""
     workdir = str(tmp_path_factory.mktemp("uninterrupted"))
     config = resume_config(testdata, unmasked_records)
-    result = train.train_and_evaluate(config, workdir)
+    result = pretrain.train_and_evaluate(config, workdir)
     return workdir, result
 
 
@@ -136,18 +135,18 @@ def test_killed_and_resumed_run_ends_bit_identical(
     reference_dir, reference = uninterrupted
     assert reference["stopped"] == "done" and reference["step"] == 8
     workdir = str(tmp_path)
-    stopped = train.train_and_evaluate(
+    stopped = pretrain.train_and_evaluate(
         resume_config(testdata, unmasked_records, stop_at_step=5), workdir
     )
     assert stopped["stopped"] == "stop_at_step" and stopped["step"] == 5
     assert saved_steps(workdir) == [3, 5]
     # A kill after step 5 but before its save: the rerun must redo steps 4 and 5 from step 3.
     shutil.rmtree(os.path.join(workdir, "checkpoints", "5"))
-    resumed = train.train_and_evaluate(resume_config(testdata, unmasked_records), workdir)
+    resumed = pretrain.train_and_evaluate(resume_config(testdata, unmasked_records), workdir)
     assert resumed["step"] == 8 and resumed["stopped"] == "done"
 
-    got, _ = checkpointing.restore_params(workdir)
-    want, _ = checkpointing.restore_params(reference_dir)
+    got, _ = checkpoints.restore_params(workdir)
+    want, _ = checkpoints.restore_params(reference_dir)
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
         np.testing.assert_array_equal(
             np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
@@ -163,10 +162,10 @@ def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, 
     # Warmup's first step has rate 0 (a rate of 0 itself is a config error): the step leaves the
     # parameters as loaded.
     config.optim.learning_rate, config.optim.warmup_steps = 1e-3, 1
-    result = train.train_and_evaluate(config, str(tmp_path))
+    result = pretrain.train_and_evaluate(config, str(tmp_path))
     assert result["step"] == 1  # a fresh step count, not the source's 8
-    got, _ = checkpointing.restore_params(str(tmp_path))
-    want, _ = checkpointing.restore_params(source)
+    got, _ = checkpoints.restore_params(str(tmp_path))
+    want, _ = checkpoints.restore_params(source)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
@@ -174,7 +173,7 @@ def test_phase_two_starts_from_another_runs_parameters(testdata, uninterrupted, 
 def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, capsys):
     """The paper recipe: phase 1 (L=128) stops at step 5 of an 8-step schedule; phase 2 (L=512,
     its own records) takes phase 1's parameters, Adam moments and step, and runs steps 6-8."""
-    from bert_jax import optim
+    from bert_jax.training import optim
 
     def config_for(phase: int, **overrides):
         config = small_config(testdata, log_every_steps=1, **overrides)
@@ -187,10 +186,10 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
         return config
 
     phase1, phase2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
-    assert train.train_and_evaluate(config_for(1, stop_at_step=5), phase1)["step"] == 5
+    assert pretrain.train_and_evaluate(config_for(1, stop_at_step=5), phase1)["step"] == 5
     # Preempted in phase 2 after its first step and rerun: it resumes from its own checkpoint.
-    assert train.train_and_evaluate(config_for(2, stop_at_step=6), phase2)["step"] == 6
-    result = train.train_and_evaluate(config_for(2), phase2)
+    assert pretrain.train_and_evaluate(config_for(2, stop_at_step=6), phase2)["step"] == 6
+    result = pretrain.train_and_evaluate(config_for(2), phase2)
     assert result["step"] == 8 and result["stopped"] == "done"
     assert f"resuming from {phase2}/checkpoints/6" in capsys.readouterr().out
 
@@ -218,13 +217,13 @@ def test_phase_two_continues_phase_ones_step_and_schedule(testdata, tmp_path, ca
     with pytest.raises(
         ValueError, match=r"ends at step 5, but train.num_train_steps=4.*counts both phases"
     ):
-        train.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
+        pretrain.train_and_evaluate(config_for(2, num_train_steps=4), str(tmp_path / "short"))
 
 
 def _tensorboard_tags(workdir) -> set[str]:
     from tensorboardX.proto import event_pb2
 
-    from bert_jax import record_io
+    from bert_jax.data.contract import record_io
 
     tags = set()
     for name in os.listdir(os.path.join(workdir, "tensorboard")):
@@ -237,14 +236,14 @@ def _tensorboard_tags(workdir) -> set[str]:
 def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path, monkeypatch, capsys):
     """Also: the eval figures by kind of masked position, the NSP majority rate and the collapse
     check reach metrics.jsonl, TensorBoard and the progress line."""
-    from bert_jax import collapse
+    from bert_jax.training import collapse
 
     monkeypatch.setattr(collapse, "THRESHOLD", -1.0)  # every eval "collapsed": the warning's path
     config = small_config(testdata, num_train_steps=50)
     config.eval.every_steps = 2
     config.eval.target_mlm_accuracy = 0.01  # "the" alone beats this after a few steps
     config.optim.learning_rate = 5e-3
-    result = train.train_and_evaluate(config, str(tmp_path))
+    result = pretrain.train_and_evaluate(config, str(tmp_path))
     assert result["stopped"] == "target_reached"
     # The target is MLPerf's metric: accuracy over all masked positions.
     assert result["eval"]["mlm_accuracy_all"] >= 0.01 and result["step"] < 50
@@ -268,7 +267,7 @@ def test_stops_when_held_out_accuracy_reaches_the_target(testdata, tmp_path, mon
 
 
 def test_config_errors_say_what_to_fix(testdata):
-    from bert_jax import config_check
+    from bert_jax.training import config_check
 
     config = small_config(testdata, global_batch_size=9)
     config.mesh.num_devices = 2
@@ -277,7 +276,7 @@ def test_config_errors_say_what_to_fix(testdata):
     config = small_config(testdata)
     config.mesh.num_devices, config.mesh.tensor = 4, 4  # tiny has 2 heads
     with pytest.raises(ValueError, match="must divide num_attention_heads"):
-        train.make_setup(config)
+        pretrain.make_setup(config)
 
 
 def test_absl_main_runs_with_config_overrides(testdata, tmp_path, forkserver):
@@ -374,7 +373,7 @@ def test_two_processes_train_like_one(testdata, tmp_path, forkserver):
         "process_1-of-2.json",
     ]
     # Each process read only its own part: a batch per step of its slice of the record stream
-    # (positions p, p+2, ... of the one global order: test_input_pipeline), half a global batch
+    # (positions p, p+2, ... of the one global order: data/input/test_pipeline), half a global batch
     # each; the halves make the single process's batches, or the parameters below would differ.
     for p in range(2):
         assert json.loads((data_iter / f"process_{p}-of-2.json").read_text()) == {
@@ -386,8 +385,8 @@ def test_two_processes_train_like_one(testdata, tmp_path, forkserver):
     config.train.num_train_steps, config.checkpoint.every_steps = steps, 100
     config.mesh.num_devices = 4
     config.model.hidden_dropout_prob = config.model.attention_probs_dropout_prob = 0.0
-    train.train_and_evaluate(config, str(tmp_path / "one"))
-    got, _ = checkpointing.restore_params(str(tmp_path / "two"))
-    want, _ = checkpointing.restore_params(str(tmp_path / "one"))
+    pretrain.train_and_evaluate(config, str(tmp_path / "one"))
+    got, _ = checkpoints.restore_params(str(tmp_path / "two"))
+    want, _ = checkpoints.restore_params(str(tmp_path / "one"))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

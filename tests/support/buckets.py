@@ -4,7 +4,9 @@ records, and a local directory copied into a bucket."""
 import json
 import os
 
-from bert_jax import manifest, record_io, storage, tokenization
+from bert_jax import storage
+from bert_jax.data.contract import manifest, record_io
+from bert_jax.text import tokenization
 from support.golden import GOLDEN_128
 
 VOCAB = "bert-base-uncased-vocab.txt"

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from bert_jax import checkpointing
+from bert_jax.training import checkpoints
 
 # What a step damaged by conftest's flip_bytes is refused with. Where the flipped bytes land in
 # the largest array file depends on the order Orbax's writers finished in: inside compressed
@@ -18,8 +18,8 @@ FLIPPED_EMBEDDINGS = (
 
 def assert_same_params(got_dir: str, want_dir: str) -> None:
     """The latest parameters under two workdirs are bit-identical (a failure names the leaf)."""
-    got, _ = checkpointing.restore_params(got_dir)
-    want, _ = checkpointing.restore_params(want_dir)
+    got, _ = checkpoints.restore_params(got_dir)
+    want, _ = checkpoints.restore_params(want_dir)
     for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
         np.testing.assert_array_equal(
             np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
@@ -28,9 +28,9 @@ def assert_same_params(got_dir: str, want_dir: str) -> None:
 
 def saved_steps(workdir: str) -> list[int]:
     """Steps of the checkpoints in `workdir`, oldest first ([] if none), as a resume finds them."""
-    if not epath.Path(checkpointing.checkpoint_dir(workdir)).is_dir():
+    if not epath.Path(checkpoints.checkpoint_dir(workdir)).is_dir():
         return []
-    manager = checkpointing.make_manager(workdir, read_only=True)
+    manager = checkpoints.make_manager(workdir, read_only=True)
     try:
         return sorted(manager.all_steps())
     finally:

@@ -2,15 +2,16 @@
 Hugging Face directory (the `tiny_hf` fixture of tests/conftest.py). Each task's label is learnable
 from the text: sentiment from a keyword, a pair's label from which of its sentences holds a
 keyword, a score from counting keywords, tags from word identity, the answer span from what the
-word is. See tests/unit/finetune/test_finetune_train.py for why initializer_range is 0.2."""
+word is. See tests/unit/bert_jax/finetune/train/test_synthetic.py for why initializer_range is
+0.2."""
 
 import json
 import random
 
 from flax import nnx
 
-from bert_jax import hf
-from bert_jax import model as model_lib
+from bert_jax.hf import bert
+from bert_jax.model import encoder
 from configs.finetune import base
 from support import tiny
 
@@ -46,8 +47,8 @@ def save_tiny_hf(root) -> str:
     """A random tiny BERT as a Hugging Face directory (config.json, safetensors, vocab.txt)."""
     vocab = root / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n")
-    config = model_lib.BertConfig(vocab_size=len(VOCAB), **TINY)
-    hf.save_hf(model_lib.BertForPreTraining(config, rngs=nnx.Rngs(0)), str(vocab), str(root / "hf"))
+    config = encoder.BertConfig(vocab_size=len(VOCAB), **TINY)
+    bert.save_hf(encoder.BertForPreTraining(config, rngs=nnx.Rngs(0)), str(vocab), str(root / "hf"))
     return str(root / "hf")
 
 

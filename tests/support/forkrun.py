@@ -45,12 +45,12 @@ HEAVY = (
     "safetensors.numpy",
     "torch",  # pytorch_model.bin files (hf.py): 3-4 s a case otherwise
     "tensorflow_datasets.proto",  # tf.train.Example: every case that reads records, 1-2 s
-    "bert_jax.checkpointing",
-    "bert_jax.data_contract",
-    "bert_jax.config_check",
+    "bert_jax.training.checkpoints",
+    "bert_jax.data.contract.data_facts",
+    "bert_jax.training.config_check",
     "bert_jax.embed",
-    "bert_jax.hf",
-    "bert_jax.train",
+    "bert_jax.hf.bert",
+    "bert_jax.training.pretrain",
     "bert_jax.finetune.train",
     "bert_jax.finetune.predict",
     "data_prep.scaled",

@@ -48,7 +48,7 @@ def small_config(testdata=TESTDATA, **train_overrides):
 
 def data_config(files, dynamic=False, **kw):
     """configs/default.py's data section on the golden records' facts (no manifest.json): what
-    data_contract.resolve would fill in."""
+    data_facts.resolve would fill in."""
     from configs import default
 
     d = default.get_config().data

@@ -5,20 +5,20 @@ import functools
 
 import jax
 
-from bert_jax import sharding, train
+from bert_jax.training import pretrain, sharding
 
 
 def loss_and_grads(setup, params, batch, rng, grad_accum_steps: int = 1):
     """(loss, gradients on the state's parameter shards) of the host batch `batch`."""
     fn = functools.partial(
-        train.loss_and_grads,
+        pretrain.loss_and_grads,
         setup.graphdef,
         grad_accum_steps=grad_accum_steps,
         dropout=False,
-        batch_axes=train.batch_axes(setup),
+        batch_axes=pretrain.batch_axes(setup),
         nsp=setup.nsp,
         mask_id=setup.mask_id,
-        layout=train.param_layout(setup),
+        layout=pretrain.param_layout(setup),
     )
     with setup.activate():
         batch = sharding.host_to_global(batch, setup.batch_sharding)

@@ -16,7 +16,7 @@ import os
 import random
 import shutil
 
-from bert_jax import manifest
+from bert_jax.data.contract import manifest
 from support.golden import REPO
 from support.sweep_integrity import (
     DECODE,

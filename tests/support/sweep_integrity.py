@@ -16,8 +16,8 @@ import os
 import re
 import shutil
 
-from bert_jax import features as F
-from bert_jax import manifest, record_io
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest, record_io
 
 RECORD_FLAGS = "--max_seq_length=64 --max_predictions_per_seq=10 --dupe_factor=1"
 PREP_FLAGS = (

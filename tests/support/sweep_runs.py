@@ -29,7 +29,8 @@ import subprocess
 import sys
 import time
 
-from bert_jax import publish, workdir_lock
+from bert_jax.hf import publish
+from bert_jax.training import workdir_lock
 from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, REPO, TESTDATA
 

@@ -2,13 +2,13 @@
 
 `FullTokenizerOracle` transcribes the rules of google-research/bert `tokenization.py` (commit
 eedf571, the one GOLDEN.md's records come from) without its TensorFlow import, so the differential
-tests (tests/unit/bert_jax/test_tokenization_differential.py) can compare bert_jax.tokenization
-with the original on every code point in `make test`. It is written for being read next to the
-original, not for speed; it was checked once against the real tokenization.py on every code point in
-three contexts, cased and uncased (docs/data_prep.md, "Tokenizer parity", says how and what came
-out).
+tests (tests/unit/bert_jax/text/tokenization/test_differential.py) can compare
+bert_jax.text.tokenization with the original on every code point in `make test`. It is written for
+being read next to the original, not for speed; it was checked once against the real tokenization.py
+on every code point in three contexts, cased and uncased (docs/data_prep.md, "Tokenizer parity",
+says how and what came out).
 
-The rules, as the original has them (and as bert_jax.tokenization must reproduce):
+The rules, as the original has them (and as bert_jax.text.tokenization must reproduce):
 - _clean_text deletes U+0000, U+FFFD and "control" characters, which are categories Cc and Cf only
   (not Co private use, Cn unassigned or Cs): tab, newline and carriage return count as whitespace,
   not control. Whitespace (" ", "\\t", "\\n", "\\r" and category Zs) becomes a space.

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from bert_jax import embed
-from bert_jax import model as M
+from bert_jax.model import encoder as M
 from configs import tiny
 from support.golden import REPO
 

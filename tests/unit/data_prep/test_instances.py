@@ -6,8 +6,9 @@ import random
 import numpy as np
 import pytest
 
-from bert_jax import features as F
-from bert_jax import masking, tokenization
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import masking
+from bert_jax.text import tokenization
 from data_prep import example_encoder, readers, reference
 from data_prep import instances as inst
 

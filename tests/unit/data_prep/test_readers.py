@@ -196,7 +196,7 @@ def test_utf16_and_utf32_text_is_refused_naming_the_file(tmp_path, encoding, sai
 def test_a_stray_nul_in_utf8_text_is_read_as_the_original_reads_it(tmp_path, vocab_file):
     """U+0000 is a code point like any other to the original generator (its _clean_text drops it):
     a UTF-8 file holding one or two is read, where UTF-16 (a NUL per ASCII character) is refused."""
-    from bert_jax import tokenization
+    from bert_jax.text import tokenization
 
     (tmp_path / "nul.txt").write_bytes(b"A NUL\x00here.\nNext one.\n\nSecond doc.\n")
     docs, _ = _docs([str(tmp_path / "nul.txt")])

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bert_jax import masking
+from bert_jax.data.input import masking
 from data_prep import inputs, instances, reference
 from data_prep.lines import text_documents
 

@@ -7,8 +7,8 @@ flags); records are compared by parsed features in file order.
 import numpy as np
 import pytest
 
-from bert_jax import features as F
-from bert_jax import record_io
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io
 from data_prep import instances, reference
 
 GOLDEN = [

@@ -1,0 +1,285 @@
+"""manifest.json: the data contract between data_prep and every stage that reads records.
+
+data_prep writes it beside the shards when a job has finished (never before: a directory without
+one is unfinished). The trainer, eval, export, embed and fine-tuning read it instead of asking the
+user to retype the data's facts into a config. Fields (version 2; every writer sets all of them):
+
+    manifest_version   2
+    mode, format       how the job ran ("scaled" | "reference"), "arrayrecord" | "tfrecord"
+    schema             {"max_seq_length": L, "max_predictions_per_seq": P}; P is 0 for unmasked
+                       records (written for dynamic masking)
+    masked, nsp        bool, bool
+    whole_word_mask    bool: how the masks in the records were drawn (unmasked records: how the
+                       job was asked to mask, a default for the trainer's dynamic masking)
+    vocab              {"file": the path as given, "md5", "size": ids 0..size-1,
+                        "kind": "wordpiece" | "sentencepiece" | "tokenizer_json",
+                        "do_lower_case": bool, "special_ids": {"pad", "unk", "cls", "sep", "mask"};
+                        a tokenizer.json adds "special_tokens" {role: token} and "model"
+                        ("BPE", "Unigram", "WordPiece")}
+    vocab_md5          = vocab.md5 (what version-1 manifests had)
+    shards             {"train": [{"file": name beside the manifest, "instances", "md5",
+                                   "bytes": its size, checked when a job is rerun}],
+                        "eval": [...]}
+    stats, read, documents, seconds, flags, ...: the job's report; scaled and Beam jobs add
+                       fingerprint (the settings a rerun must match) and inputs (per input file
+                       its size, mtime_ns and a content hash, rechecked when a job is rerun)
+
+Version 1 (data_prep before the contract; no `manifest_version`) lacks `vocab` (only
+`vocab_md5`; the vocabulary file, do_lower_case and the masking flags are in `flags`),
+`whole_word_mask`, and, in reference mode, `schema` and `nsp`. `read` fills them in from `flags`
+(and leaves the vocabulary's size and special ids to the reader, bert_jax.data.contract.data_facts,
+which loads the vocabulary file the flags name).
+
+The readers' side: `load` (the one reader of manifest.json: fields as written, checked as every
+reader needs) and `read` (one manifest, any version, as version 2);
+bert_jax/data/contract/shard_files.py finds the shards a manifest lists and checks them, and
+bert_jax.data.contract.data_facts turns both into the facts a run uses. The names of data_prep's
+shards, work directory and temporary files (SHARD_NAME, WORK_DIR, TEMPORARY) are here too: the
+trainer tells an unfinished job by them.
+
+No JAX import: data_prep (the writer) imports this module too.
+"""
+
+import hashlib
+import json
+import os
+import re
+
+from bert_jax import cli, storage
+from bert_jax.text import tokenization
+
+FILE = "manifest.json"
+VERSION = 2
+SPLITS = ("train", "eval")
+# data_prep's shard names, its unfinished-job state and its writers' temporary files.
+SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
+WORK_DIR = "_work"
+TEMPORARY = re.compile(r"\.tmp-\d+$")
+
+
+class ManifestError(cli.UserError):
+    """A manifest that cannot be read or does not describe its directory; says what to do.
+    `problem`: what is wrong, without the advice (the whole message unless told)."""
+
+    def __init__(self, message: str, problem: str | None = None):
+        super().__init__(message)
+        self.problem = message if problem is None else problem
+
+
+def file_md5(path: str, open_binary=None) -> str:
+    """The md5 of a file (local or in a bucket), read in 1 MiB blocks; `open_binary` opens remote
+    paths (Beam's FileSystems). A GCS object's md5 is the one the server keeps (no download)."""
+    if open_binary is None:
+        return storage.md5(path)
+    digest = hashlib.md5()
+    with open_binary(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
+    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file` and `md5`
+    when the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
+    entry = {
+        "file": file or tokenizer.vocab_file,
+        "md5": md5 or file_md5(tokenizer.vocab_file),
+        "size": int(tokenizer.vocab_size),
+        "kind": tokenizer.kind,
+        "do_lower_case": bool(tokenizer.do_lower_case),
+        "special_ids": {
+            "pad": int(tokenizer.pad_id),
+            "unk": int(tokenizer.unk_id),
+            "cls": int(tokenizer.cls_id),
+            "sep": int(tokenizer.sep_id),
+            "mask": int(tokenizer.mask_id),
+        },
+    }
+    if tokenizer.kind == tokenization.tokenizer_json.KIND:  # which tokens the file's ids are
+        entry["special_tokens"] = dict(tokenizer.special_tokens)
+        entry["model"] = tokenizer.model_type
+    return entry
+
+
+def load(path: str, missing_ok: bool = False) -> dict | None:
+    """manifest.json's fields as written (any version), checked as far as every reader needs: a
+    JSON object whose shards are files beside it (check_shards). None for no such file with
+    `missing_ok` (data_prep: an unfinished job). Raises ManifestError, whose `problem` says what
+    is wrong without advice (each caller adds its own); other OSErrors (a server that does not
+    answer) are left to the caller. The one reader of manifest.json: `read` (the trainer's) and
+    data_prep's reruns and --verify (data_prep/output.py) go through it."""
+    try:
+        raw = json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+    except ValueError as e:
+        raise ManifestError(f"{path} is not JSON ({e})", problem=str(e)) from e
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{path} is not a JSON object", problem="not a JSON object")
+    check_shards(raw.get("shards"), path)
+    return raw
+
+
+def read(path: str) -> dict:
+    """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
+    to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
+    has no `size` or `special_ids` (None)."""
+    if storage.isdir(path):
+        path = storage.join(path, FILE)
+    try:
+        raw = load(path)
+    except ManifestError as e:
+        if e.problem == str(e):  # its shards: the message already says what to do
+            raise
+        raise ManifestError(
+            f"{path} cannot be read ({e.problem}); rerun the data_prep job that wrote it to "
+            "rewrite it"
+        ) from e
+    except OSError as e:
+        raise ManifestError(
+            f"{path} cannot be read ({e}); rerun the data_prep job that wrote it to rewrite it"
+        ) from e
+    version = raw.get("manifest_version", 1)
+    if not isinstance(version, int) or version > VERSION:
+        raise ManifestError(
+            f"{path} has manifest_version {version!r}; this bert_jax reads versions 1 to "
+            f"{VERSION}: update bert_jax"
+        )
+    flags = raw.get("flags") or {}
+    try:
+        masked = bool(raw["masked"])
+        schema = raw.get("schema") or {
+            "max_seq_length": flags["max_seq_length"],
+            "max_predictions_per_seq": flags["max_predictions_per_seq"] if masked else 0,
+        }
+        vocab = raw.get("vocab") or {
+            "file": flags.get("vocab_file"),
+            "md5": raw["vocab_md5"],
+            "size": None,
+            "kind": None,
+            "do_lower_case": flags.get("do_lower_case"),
+            "special_ids": None,
+        }
+        shards = {split: list(raw["shards"].get(split, [])) for split in SPLITS}
+        out = {
+            "path": path,
+            "dir": storage.dirname(path),
+            "manifest_version": version,
+            "mode": raw.get("mode"),
+            "format": raw.get("format"),
+            "masked": masked,
+            "nsp": bool(raw.get("nsp", flags.get("nsp", True))),
+            "whole_word_mask": bool(
+                raw.get("whole_word_mask", flags.get("do_whole_word_mask", False))
+            ),
+            "schema": {
+                "max_seq_length": int(schema["max_seq_length"]),
+                "max_predictions_per_seq": int(schema["max_predictions_per_seq"]),
+            },
+            "vocab": vocab,
+            "masked_lm_prob": flags.get("masked_lm_prob"),
+            # The masking budget data_prep was given: dynamic masking's default.
+            "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
+            "shards": shards,
+        }
+    except ManifestError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise ManifestError(
+            f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
+            "one; rerun the data_prep job that wrote it"
+        ) from e
+    return out
+
+
+def check_shards(shards, path: str) -> dict[str, list[dict]]:
+    """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
+    beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
+    reader outside its directory), a record count and an md5; no file under two splits (a run
+    would train on its own held-out data). Raises ManifestError naming `path` and the field.
+    data_prep's --verify and reruns and the trainer's find_shards all read shards through it."""
+
+    def bad(field: str, problem: str) -> ManifestError:
+        return ManifestError(
+            f"{path}: {field} {problem}; rerun the data_prep job that wrote it to rewrite it"
+        )
+
+    if not isinstance(shards, dict):
+        raise bad("shards", f"is {type(shards).__name__}, not an object of splits")
+    out, seen = {}, {}
+    for split in SPLITS:
+        entries = shards.get(split, [])
+        if not isinstance(entries, list):
+            raise bad(f"shards.{split}", f"is {type(entries).__name__}, not a list")
+        for i, entry in enumerate(entries):
+            field = f"shards.{split}[{i}]"
+            if not isinstance(entry, dict):
+                raise bad(field, f"is {type(entry).__name__}, not an object")
+            for key in ("file", "instances", "md5"):
+                if key not in entry:
+                    raise bad(field, f"lacks {key!r}")
+            name = entry["file"]
+            if not isinstance(name, str) or not plain_name(name):
+                raise bad(
+                    f"{field}.file",
+                    f"is {name!r}: a shard must be a file name beside the manifest (no "
+                    "directory, no `..`, not absolute)",
+                )
+            count = entry["instances"]
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise bad(f"{field}.instances", f"is {count!r}, not a record count")
+            if not isinstance(entry["md5"], str):
+                raise bad(f"{field}.md5", f"is {entry['md5']!r}, not an md5")
+            if seen.setdefault(name, split) != split:
+                raise bad(
+                    f"{field}.file",
+                    f"{name!r} is listed under both {seen[name]} and {split}: a run would "
+                    "train on its own held-out data",
+                )
+        out[split] = list(entries)
+    return out
+
+
+def plain_name(name: str) -> bool:
+    """Whether `name` is a file name that stays in the directory it is joined to."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and "/" not in name
+        and os.sep not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
+
+
+def contract_fields(
+    *,
+    mode: str,
+    fmt: str,
+    max_seq_length: int,
+    max_predictions_per_seq: int,
+    masked: bool,
+    nsp: bool,
+    whole_word_mask: bool,
+    vocab: dict,
+    shards: dict,
+) -> dict:
+    """The fields every writer sets (version 2, as the module docstring lists them); a job adds
+    its report (stats, read, documents, seconds, flags, ...) to this dict."""
+    return {
+        "manifest_version": VERSION,
+        "mode": mode,
+        "format": fmt,
+        "schema": {
+            "max_seq_length": max_seq_length,
+            "max_predictions_per_seq": max_predictions_per_seq if masked else 0,
+        },
+        "masked": masked,
+        "nsp": nsp,
+        "whole_word_mask": whole_word_mask,
+        "vocab": vocab,
+        "vocab_md5": vocab["md5"],
+        "shards": shards,
+    }

@@ -1,0 +1,237 @@
+"""The shard files of a run's data: which files config.data.train_files / eval_files name, and
+whether each is the file its manifest describes.
+
+`find_shards` turns comma-separated directories or globs into files: beside a manifest.json, the
+shards it lists (the train or eval split, or the listed shards a glob matches), never a directory
+listing; a listed shard that is missing, or a directory with data_prep shards but no manifest (an
+unfinished job), is an error naming it. `shard_problem` is the one check of a finished shard
+(missing, another size, and with check_md5 another md5 or record count): data_prep's reruns and
+--verify (data_prep/output.py) and the trainer's config.data.verify_md5 (`verify`) all use it.
+`check_disjoint` keeps a run's eval shards out of its training shards.
+
+No JAX import: data_prep uses this module.
+"""
+
+import dataclasses
+import fnmatch
+import os
+from collections.abc import Sequence
+
+from bert_jax import cli, storage
+from bert_jax.data.contract import manifest, record_io
+
+
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """Record files of one split, with what their manifest says about each (None without)."""
+
+    files: list[str]
+    instances: list[int] | None
+    md5: list[str] | None
+    manifests: list[dict]
+    nbytes: list[int | None] | None = None  # each file's size as listed (older manifests: None)
+
+
+def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
+    if isinstance(patterns, str):
+        patterns = patterns.split(",")
+    return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
+
+
+def _unfinished(directory: str, names: list[str]) -> bool:
+    """Whether `directory` looks like a data_prep output whose job has not finished."""
+    return manifest.WORK_DIR in names or any(
+        manifest.SHARD_NAME.match(n) or manifest.TEMPORARY.search(n) for n in names
+    )
+
+
+def _unfinished_error(directory: str) -> cli.UserError:
+    return cli.UserError(
+        f"{directory} holds data_prep shards but no {manifest.FILE}: its data_prep job has not "
+        f"finished (killed, or still running), so its shards are not all there. Rerun the same "
+        f"`python -m data_prep.main ... --output_dir={directory}` command to finish it (or copy "
+        f"the job's {manifest.FILE} beside copied shards)"
+    )
+
+
+def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
+    """The record files that `patterns` (comma-separated directories or globs) name; see the
+    module docstring. `split` is the manifest split a bare directory stands for."""
+    items = _split_patterns(patterns)
+    if not items:
+        raise cli.UserError(
+            "no record files given: set config.data.train_files to a data_prep --output_dir "
+            "(or to globs of TFRecord files)"
+        )
+    files, instances, md5s, nbytes, manifests = [], [], [], [], {}
+    listed = []  # the files a manifest names, which must be there
+    described = True
+    for item in items:
+        is_dir = storage.isdir(item)
+        directory = item if is_dir else storage.dirname(item)
+        path = storage.join(directory, manifest.FILE)
+        if storage.isfile(path):
+            m = manifests.setdefault(path, manifest.read(path))
+            for entry in _listed(item, m, split, is_dir):
+                listed.append(storage.join(m["dir"], entry["file"]))
+                files.append(listed[-1])
+                instances.append(int(entry["instances"]))
+                md5s.append(entry["md5"])
+                nbytes.append(entry.get("bytes"))
+            continue
+        described = False
+        if is_dir:
+            if _unfinished(item, storage.listdir(item)):
+                raise _unfinished_error(item)
+            raise cli.UserError(
+                f"{item} has no {manifest.FILE}: point config.data.train_files at a data_prep "
+                "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
+            )
+        matches = storage.glob(item)
+        if storage.isdir(directory) and _unfinished(
+            directory, [storage.basename(p) for p in matches] + storage.listdir(directory)
+        ):
+            raise _unfinished_error(directory)
+        matches = [p for p in matches if storage.isfile(p)]
+        if not matches:
+            if not storage.is_url(item) and os.path.exists(item):  # a pipe, a device: say so
+                raise cli.UserError(f"{item} {cli.not_a_file(item)}")
+            raise cli.UserError(f"no record files match {item!r}")
+        files += matches
+    missing = _missing(listed)
+    if missing:
+        raise cli.UserError(
+            f"{missing[0]} is listed in "
+            f"{storage.join(storage.dirname(missing[0]), manifest.FILE)} but "
+            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
+            "the shard, or restore the file"
+        )
+    if len(set(files)) < len(files):
+        raise cli.UserError(f"{patterns!r} names some record files twice")
+    return Shards(
+        files,
+        instances if described else None,
+        md5s if described else None,
+        list(manifests.values()),
+        nbytes if described else None,
+    )
+
+
+def _missing(files: list[str]) -> list[str]:
+    """The files that are not there; in a bucket by one listing per directory, not one request
+    per shard."""
+    listed: dict[str, set[str]] = {}
+    for f in files:
+        directory = storage.dirname(f)
+        if directory not in listed:
+            listed[directory] = (
+                set(storage.listdir(directory)) if storage.isdir(directory) else set()
+            )
+    return [f for f in files if storage.basename(f) not in listed[storage.dirname(f)]]
+
+
+def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
+    """The manifest entries `item` (the directory, or a glob in it) selects."""
+    if is_dir:
+        entries = m["shards"][split]
+        if not entries:
+            raise cli.UserError(
+                f"{m['path']} lists no {split} shards"
+                + (" (the job ran with --eval_fraction=0)" if split == "eval" else "")
+            )
+        return entries
+    pattern = storage.basename(item)
+    chosen = {
+        s: [e for e in m["shards"][s] if fnmatch.fnmatch(e["file"], pattern)] for s in m["shards"]
+    }
+    if chosen["train"] and chosen["eval"]:
+        raise cli.UserError(
+            f"{item!r} matches both train and eval shards of {m['path']}; name the directory "
+            f"for its {split} split, or a glob such as {storage.join(m['dir'], split + '-*')!r}"
+        )
+    entries = chosen["train"] or chosen["eval"]
+    if not entries:
+        names = [e["file"] for s in m["shards"] for e in m["shards"][s]]
+        raise cli.UserError(
+            f"{item!r} matches none of the shards {m['path']} lists ({', '.join(names[:4])}"
+            f"{', ...' if len(names) > 4 else ''}); name the directory {m['dir']!r} instead"
+        )
+    return entries
+
+
+def shard_problem(
+    directory: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
+) -> str | None:
+    """What is wrong with a finished shard (a manifest entry, its name checked by check_shards),
+    naming it: missing, another size than recorded, or (with check_md5) another md5 or another
+    record count than the entry's `instances`; None when nothing is. `sizes` is
+    storage.sizes(directory), when the caller has listed it already. The one shard check:
+    data_prep's reruns (sizes) and --verify (everything), and the trainer's
+    config.data.verify_md5 (`verify`)."""
+    path = storage.join(directory, entry["file"])
+    size = (storage.sizes(directory) if sizes is None else sizes).get(entry["file"])
+    if size is None:
+        return f"{entry['file']}: missing"
+    if entry.get("bytes") is not None and size != entry["bytes"]:
+        return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
+    if check_md5:
+        # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
+        if manifest.file_md5(path) != entry["md5"]:
+            return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
+        try:  # counting reads every record: a shard in a bucket is fetched into the local cache
+            local = storage.local_copy(path, md5_hex=entry["md5"])
+            with storage.reported_as(local, path):
+                count = record_io.count_records(local)
+        except ValueError as e:
+            return f"{entry['file']}: {e}"
+        if count != entry["instances"]:
+            return (
+                f"{entry['file']}: holds {count} records, the manifest lists "
+                f"{entry['instances']} (the manifest is wrong or was edited)"
+            )
+    return None
+
+
+def damaged_shards(directory: str, entries: list[dict], check_md5: bool = False) -> dict[str, str]:
+    """{file: shard_problem} of the `entries` (all in `directory`) that have one."""
+    sizes = storage.sizes(directory)  # one listing, not a request per shard
+    problems = ((e["file"], shard_problem(directory, e, check_md5, sizes)) for e in entries)
+    return {name: problem for name, problem in problems if problem}
+
+
+def verify(shards: Shards) -> None:
+    """Re-checks every shard a manifest lists against its size, md5 and record count
+    (config.data.verify_md5): shard_problem, as data_prep's --verify does."""
+    by_dir: dict[str, list[dict]] = {}
+    for i, path in enumerate(shards.files if shards.md5 is not None else []):
+        by_dir.setdefault(storage.dirname(path), []).append(
+            {
+                "file": storage.basename(path),
+                "instances": shards.instances[i],
+                "md5": shards.md5[i],
+                "bytes": shards.nbytes[i] if shards.nbytes else None,
+            }
+        )
+    for directory, entries in by_dir.items():
+        for problem in damaged_shards(directory, entries, check_md5=True).values():
+            raise cli.UserError(
+                f"{storage.join(directory, problem)}; rerun data_prep to rewrite it"
+            )
+
+
+def check_disjoint(train: Shards, evals: Shards) -> None:
+    """Train and eval shards may not share a file (also by another name: a link, another
+    spelling of the path): a run would report held-out figures on what it trained on."""
+
+    def same(f: str) -> str:
+        return f if storage.is_url(f) else os.path.realpath(f)
+
+    seen = {same(f): f for f in train.files}
+    for f in evals.files:
+        if same(f) in seen:
+            raise cli.UserError(
+                f"{f} is both a training and an eval shard (config.data.train_files and "
+                "eval_files name it): the eval would score the model on data it trained on; "
+                "point eval_files at held-out records (a data_prep --output_dir names its eval "
+                "split)"
+            )

@@ -1,0 +1,301 @@
+"""Masked-LM masking, the one implementation: data_prep's static masks and the trainer's dynamic
+masking both call `mask`. numpy only (no JAX import), so data_prep imports it too.
+
+The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py keeps that
+code step for step as the specification; tests/unit/bert_jax/data/input/test_masking.py checks this
+module against it): round(masked_lm_prob x the row's real tokens) positions are predicted, at least
+1 and at most max_predictions_per_seq; [CLS] and [SEP] are never chosen; 80% of the chosen tokens
+become [MASK], 10% stay as they are and 10% become a random entry of the whole vocabulary; positions
+come out sorted. With whole-word masking a word's pieces ("un", "##able") are chosen together, words
+in random order, and a word that would overshoot the budget is skipped, not split. Where a piece
+continues a word is the vocabulary's to say (Vocab): "##" pieces, SentencePiece pieces without "▁",
+and for byte-level BPE (a tokenizer.json) pieces without a leading space whose first character is
+of the kind the piece before ended with (bert_jax/text/tokenizer_json.py: letters, digits,
+whitespace, other).
+
+The random stream differs from the reference's (one numpy pass over many rows instead of Python
+draws per token), so the same seed gives other masks with the same distribution.
+
+    vocab = masking.Vocab.from_tokenizer(tokenizer)      # or masking.Vocab.from_file(vocab_txt)
+    opts = masking.Options(max_predictions_per_seq=20, masked_lm_prob=0.15, whole_word_mask=True)
+    out = masking.mask(tokens, lengths, opts, vocab, np.random.default_rng(seed))
+
+Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from bert_jax import cli
+from bert_jax.text import tokenizer_json
+
+# The original create_pretraining_data.py's share of tokens to predict: data_prep's
+# --masked_lm_prob default and dynamic masking's when neither the config nor the manifest says.
+MASKED_LM_PROB = 0.15
+MAX_PREDICTIONS_PER_SEQ = 20  # the original's flag default, for 128-token records
+_CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries...
+_CHUNK_TOKENS = _CHUNK * 512  # ...to this many tokens (fewer rows past L=512: 256 at L=8192)
+
+
+def chunk_rows(length: int) -> int:
+    """Rows masked (and data_prep's rows assembled) at once at sequence length `length`: _CHUNK
+    up to L=512 (the random stream of every shorter record is as it was), fewer beyond, so that
+    8,192-token rows do not take gigabytes of temporaries."""
+    return max(1, min(_CHUNK, _CHUNK_TOKENS // max(length, 1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How many positions are predicted, and whether words are masked whole."""
+
+    max_predictions_per_seq: int = MAX_PREDICTIONS_PER_SEQ
+    masked_lm_prob: float = MASKED_LM_PROB
+    whole_word_mask: bool = False
+
+    def __post_init__(self):
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            raise cli.UserError(f"masked_lm_prob={self.masked_lm_prob} must be in (0, 1]")
+        if self.max_predictions_per_seq < 1:
+            raise cli.UserError("max_predictions_per_seq must be at least 1 for masked records")
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocab:
+    """What masking needs to know about the vocabulary, as ids."""
+
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    random_ids: Sequence[int]  # the original draws random replacements from every vocab entry
+    continuation: frozenset  # ids of pieces that continue a word ("##ing"), for whole-word masking
+    # Byte-level BPE only (tokenizer_json.JsonTokenizer.character_kinds): per id, the kind of its
+    # first and of its last character. A continuation piece then joins the word before it only
+    # when its first kind is that piece's last kind, or either is tokenizer_json.JOIN. None:
+    # every continuation piece joins (WordPiece, SentencePiece).
+    first_kind: bytes | None = None
+    last_kind: bytes | None = None
+    # False: the vocabulary marks no word boundaries, and whole-word masking is refused.
+    word_marks: bool = True
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "Vocab":
+        """From a bert_jax.text.tokenization tokenizer (WordPiece, SentencePiece or
+        tokenizer.json)."""
+        words = tokenizer.vocab_words
+        kinds = getattr(tokenizer, "character_kinds", lambda: None)() or (None, None)
+        return cls(
+            cls_id=tokenizer.cls_id,
+            sep_id=tokenizer.sep_id,
+            mask_id=tokenizer.mask_id,
+            random_ids=[tokenizer.vocab[w] for w in words],
+            continuation=frozenset(
+                tokenizer.vocab[w] for w in words if tokenizer.is_continuation(w)
+            ),
+            first_kind=kinds[0],
+            last_kind=kinds[1],
+            word_marks=getattr(tokenizer, "word_marks", True) is not None,
+        )
+
+    def check_whole_word(self, whole_word_mask: bool, what: str = "the vocabulary") -> None:
+        """Raises cli.UserError when whole-word masking is asked of a vocabulary that cannot tell
+        where words start."""
+        if whole_word_mask and not self.word_marks:
+            raise cli.UserError(
+                f"whole-word masking needs word boundaries, but {what} marks none in its pieces "
+                "(no ## prefix, no Ġ or ▁ space marks): mask pieces one by one (no "
+                "--do_whole_word_mask / config.data.whole_word_mask=False), or use a tokenizer "
+                "whose pieces mark words"
+            )
+
+    @classmethod
+    def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
+        """From a vocab.txt or a SentencePiece .model (the file data_prep tokenized with);
+        do_lower_case None: tokenization.DO_LOWER_CASE."""
+        from bert_jax.text import tokenization  # no JAX either; loaded only when a file is named
+
+        lower = tokenization.lower_case(do_lower_case)
+        return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))
+
+    @functools.cached_property
+    def _random_ids(self) -> np.ndarray:
+        return np.asarray(self.random_ids, np.int32)
+
+    @functools.cached_property
+    def _continuation_table(self) -> np.ndarray:
+        """[max id + 2] bool, True at continuation pieces. The last entry is always False: ids
+        beyond the vocabulary, clipped to it, count as word starts."""
+        top = max(max(self.random_ids), self.mask_id, self.cls_id, self.sep_id)
+        table = np.zeros(top + 2, bool)
+        table[list(self.continuation)] = True
+        return table
+
+    @functools.cached_property
+    def _kind_tables(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """[max id + 2] uint8 first and last kinds (0 past the vocabulary: joins nothing)."""
+        if self.first_kind is None or self.last_kind is None:
+            return None
+        size = len(self._continuation_table)
+        out = []
+        for kinds in (self.first_kind, self.last_kind):
+            table = np.zeros(size, np.uint8)
+            known = np.frombuffer(kinds, np.uint8)[: size - 1]
+            table[: len(known)] = known
+            out.append(table)
+        return out[0], out[1]
+
+    def continues(self, tokens: np.ndarray) -> np.ndarray:
+        """[n, L] bool: whether each piece of `tokens` continues the word of the piece before it
+        (as far as the pieces say; masking joins it to the previous candidate)."""
+        continuation = np.take(self._continuation_table, tokens, mode="clip")
+        kinds = self._kind_tables
+        if kinds is None:
+            return continuation
+        first = np.take(kinds[0], tokens, mode="clip")
+        last = np.take(kinds[1], tokens, mode="clip")
+        before = np.zeros_like(last)
+        before[:, 1:] = last[:, :-1]
+        # A piece that only ends a character begun before it has that character's kind.
+        inherited = np.zeros_like(last)
+        inherited[:, 2:] = last[:, :-2]
+        before = np.where(before == tokenizer_json.INHERIT, inherited, before)
+        join = tokenizer_json.JOIN
+        same = (first == before) & (first != 0)
+        return continuation & (same | (first == join) | (before == join))
+
+
+@dataclasses.dataclass
+class Draws:
+    """The random numbers masking consumes for n rows, all drawn before any token is looked at, so
+    a caller may draw them per chunk of rows (data_prep) or per record (the trainer, keyed by the
+    record's place in the stream) and apply them to a batch later. p = min(P, L)."""
+
+    keys: np.ndarray  # [n, L] float64 in [0, 1): candidates (or words) are taken by smallest key
+    choice: np.ndarray  # [n, 2, p] float64: [:, 0] < 0.8 -> [MASK]; else [:, 1] < 0.5 -> kept
+    random: np.ndarray  # [n, p] int64: index into vocab.random_ids, for the remaining 10%
+
+
+@dataclasses.dataclass
+class Masked:
+    """The result: the rows with their masks applied, and the prediction targets."""
+
+    tokens: np.ndarray  # [N, L] int32: chosen positions replaced ([MASK], kept or random)
+    positions: np.ndarray  # [N, P] int32: chosen positions, ascending, then 0-padded
+    labels: np.ndarray  # [N, P] int32: the original ids there, 0-padded
+    num_masked: np.ndarray  # [N] int64: how many of the P slots are real
+
+    def weights(self) -> np.ndarray:
+        """[N, P] float32: 1.0 for a real prediction, 0.0 for padding (masked_lm_weights)."""
+        p = self.positions.shape[1]
+        return (np.arange(p)[None, :] < self.num_masked[:, None]).astype(np.float32)
+
+
+def mask(
+    tokens: np.ndarray, lengths: np.ndarray, opts: Options, vocab: Vocab, rng: np.random.Generator
+) -> Masked:
+    """Masks every row of `tokens` ([N, L] ids, [CLS] first) whose first `lengths[i]` entries are
+    real, drawing from `rng` a chunk of rows at a time; `tokens` itself is left as it is."""
+    tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+    n, length_cap = tokens.shape
+    rows = chunk_rows(length_cap)
+    parts = [
+        apply(
+            tokens[lo:hi], lengths[lo:hi], opts, vocab, draw(rng, hi - lo, length_cap, opts, vocab)
+        )
+        for lo, hi in ((lo, min(lo + rows, n)) for lo in range(0, max(n, 1), rows))
+    ]
+    fields = [f.name for f in dataclasses.fields(Masked)]
+    return Masked(*(np.concatenate([getattr(part, f) for part in parts]) for f in fields))
+
+
+def draw(rng: np.random.Generator, n: int, length_cap: int, opts: Options, vocab: Vocab) -> Draws:
+    """The random numbers for n rows of length_cap tokens, in mask()'s order."""
+    p = min(opts.max_predictions_per_seq, length_cap)  # no more masks than positions
+    keys = rng.random((n, length_cap))
+    choice = rng.random((2, n, p)).transpose(1, 0, 2)
+    return Draws(keys, choice, rng.integers(0, len(vocab.random_ids), (n, p)))
+
+
+def apply(
+    tokens: np.ndarray, lengths: np.ndarray, opts: Options, vocab: Vocab, draws: Draws
+) -> Masked:
+    """Masks the rows of `tokens` ([n, L]) with `draws` (one row of draws per row of tokens)."""
+    tokens = np.array(tokens, np.int32)  # a copy: the masked rows
+    lengths = np.asarray(lengths)
+    n, length_cap = tokens.shape
+    p = draws.random.shape[1]
+    candidate = (
+        (np.arange(length_cap)[None, :] < lengths[:, None])
+        & (tokens != vocab.cls_id)
+        & (tokens != vocab.sep_id)
+    )
+    k = _num_to_predict(lengths, candidate.sum(axis=1), opts)
+    if opts.whole_word_mask:
+        vocab.check_whole_word(True)
+        chosen = _choose_words(draws.keys, candidate, vocab.continues(tokens), k)
+        positions = np.sort(np.where(chosen, np.arange(length_cap)[None, :], length_cap), axis=1)
+        positions = positions[:, :p]
+    else:
+        positions = _choose_tokens(draws.keys, candidate, k, p)
+    valid = positions < length_cap  # chosen positions ascending, then padding
+    positions = np.where(valid, positions, 0)
+    labels = np.take_along_axis(tokens, positions, axis=1)
+    random_words = vocab._random_ids[draws.random]
+    replacement = np.where(
+        draws.choice[:, 0] < 0.8,
+        vocab.mask_id,
+        np.where(draws.choice[:, 1] < 0.5, labels, random_words),
+    )
+    rows = np.broadcast_to(np.arange(n)[:, None], positions.shape)
+    tokens[rows[valid], positions[valid]] = replacement[valid]
+    slots = opts.max_predictions_per_seq
+    out_positions = np.zeros((n, slots), np.int32)
+    out_labels = np.zeros((n, slots), np.int32)
+    out_positions[:, :p] = positions
+    out_labels[:, :p] = np.where(valid, labels, 0)
+    return Masked(tokens, out_positions, out_labels, valid.sum(axis=1).astype(np.int64))
+
+
+def _num_to_predict(length: np.ndarray, candidates: np.ndarray, opts: Options) -> np.ndarray:
+    # Python's round() and np.rint both round half to even on the same double: the original's count.
+    wanted = np.maximum(1, np.rint(length * opts.masked_lm_prob).astype(np.int64))
+    return np.minimum(np.minimum(wanted, opts.max_predictions_per_seq), candidates)
+
+
+def _choose_tokens(keys, candidate, k, p):
+    """[n, p] sorted positions of the k candidates with the smallest keys (a uniformly random
+    subset), then padding positions L."""
+    length_cap = candidate.shape[1]
+    keys = np.where(candidate, keys, 2.0)
+    smallest = np.argpartition(keys, p - 1, axis=1)[:, :p]  # the p smallest keys, in no order
+    by_key = np.argsort(np.take_along_axis(keys, smallest, axis=1), axis=1, kind="stable")
+    order = np.take_along_axis(smallest, by_key, axis=1)
+    return np.sort(np.where(np.arange(p)[None, :] < k[:, None], order, length_cap), axis=1)
+
+
+def _choose_words(keys, candidate, continuation, k):
+    """Whole-word masking: words in random order, each taken whole if it fits the budget, until
+    full."""
+    # A continuation piece joins the previous candidate (across [SEP], as in the original).
+    earlier = (np.cumsum(candidate, axis=1) - candidate) > 0
+    starts = candidate & ~(continuation & earlier)
+    word = np.where(candidate, np.cumsum(starts, axis=1) - 1, -1)  # word number per position
+    size = np.zeros(candidate.shape, np.int64)  # size[row, w]: pieces of word w
+    rows, cols = np.nonzero(candidate)
+    np.add.at(size, (rows, word[rows, cols]), 1)
+    order = np.argsort(np.where(starts, keys, 2.0), axis=1, kind="stable")
+    taken = np.zeros(candidate.shape, bool)  # taken[row, w]
+    words_per_row = starts.sum(axis=1).tolist()
+    for row, (budget, n_words) in enumerate(zip(k.tolist(), words_per_row)):
+        count = 0
+        row_word, row_size = word[row], size[row]
+        for position in order[row, :n_words].tolist():
+            if count >= budget:
+                break
+            w = row_word[position]
+            if count + row_size[w] <= budget:  # a word that would overshoot is skipped, not split
+                taken[row, w] = True
+                count += row_size[w]
+    return candidate & np.take_along_axis(taken, np.maximum(word, 0), axis=1)

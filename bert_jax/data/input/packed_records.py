@@ -1,0 +1,128 @@
+"""Packed pre-training batches: windows of parsed (and masked) records packed into rows.
+
+Records carry padding wherever an example is shorter than max_seq_length: google-research/bert's
+generator makes 10% of its NSP pairs short on purpose (short_seq_prob), and every document's
+tail is short, so pydocs at L=128 is 11% padding (data_prep's padding_fraction, in every
+manifest). Packing (bert_jax.data.input.packing: first-fit decreasing) puts several records in one
+row, so a step spends its FLOPs on real tokens; the model keeps each record's attention, positions
+and [CLS] to itself (bert_jax.model.encoder, packed rows), so every record's logits, loss and
+gradient are those of the record alone (tests/unit/bert_jax/data/input/test_packing.py).
+
+In the Grain pipeline (pipeline.train_dataset, config.data.pack), after parsing and
+dynamic masking and after the per-process slice:
+
+    records -> batch(window) -> PackWindow (random_map: seeded by the window's index)
+            -> to_iter_dataset -> flat map to rows -> batch(rows per process)
+
+so the stream of rows is a pure function of (seed, position), and a checkpointed iterator
+resumes exactly (Grain's flat map saves the window it is in and the rows it has given). The
+batch is `global_batch_size` rows, each holding one or more records: a step sees more examples
+than unpacked, and the loss stays the mean over its masked tokens and its examples (train.py).
+
+A packed row has the record's features plus bert_jax.data.input.packing's EXAMPLE_IDS, POSITION_IDS,
+CLS_POSITIONS, EXAMPLE_WEIGHTS; per-record scalars (next_sentence_labels, the NSP weight)
+become [max_examples] vectors, one per record, and the masked-LM lists hold the row's records'
+predictions one after another, their positions shifted to the row, in the records' own
+max_predictions_per_seq slots: 15% of a row's tokens fit them as they fit one record's (the
+packer never cuts a record; it opens a new row rather than overflow one, which on pydocs it
+never had to).
+"""
+
+from __future__ import annotations
+
+import grain
+import numpy as np
+
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing
+
+
+def pack_window(
+    window: dict[str, np.ndarray], max_examples: int, seed: int | None = None
+) -> packing.Packed:
+    """Packs a window of parsed records (dict of [W, ...] arrays, as input_pipeline batches
+    them) into rows of the same length. Token features are the [W, L] arrays, item features the
+    masked-LM lists, example features every per-record scalar."""
+    length = window[F.INPUT_IDS].shape[1]
+    token, items, examples = {}, {}, {}
+    for name, a in window.items():
+        if name in F.MASKED_FEATURES:
+            items[name] = a
+        elif a.ndim == 1:
+            examples[name] = a
+        else:
+            token[name] = a
+    counts = None
+    max_items = 0
+    if items:
+        real = window[F.MASKED_LM_WEIGHTS] > 0
+        counts = real.sum(axis=1)
+        if (real != (np.arange(real.shape[1]) < counts[:, None])).any():
+            raise cli.UserError(
+                "masked_lm_weights must be 1 on a record's first predictions, then 0"
+            )
+        max_items = real.shape[1]
+    return packing.pack(
+        token,
+        window[F.INPUT_MASK].sum(axis=1),
+        length,
+        max_examples,
+        example_features=examples,
+        item_features=items,
+        item_counts=counts,
+        max_items=max_items,
+        positions=(F.MASKED_LM_POSITIONS,) if items else (),
+        seed=seed,
+    )
+
+
+class PackWindow(grain.transforms.RandomMap):
+    """A window of records ([W, ...] arrays) -> the list of its packed rows, in a seeded order."""
+
+    def __init__(self, max_examples: int):
+        self.max_examples = max_examples
+
+    def random_map(self, window: dict, rng: np.random.Generator) -> list[dict]:
+        packed = pack_window(window, self.max_examples, int(rng.integers(1 << 31)))
+        return [{k: v[r] for k, v in packed.arrays.items()} for r in range(packed.num_rows)]
+
+
+class _Rows(grain.experimental.FlatMapTransform):
+    """The list PackWindow made -> its rows, one element each."""
+
+    def __init__(self, max_rows: int):
+        self.max_fan_out = max_rows
+
+    def flat_map(self, rows: list) -> list:
+        return rows
+
+
+def packed_batches(
+    ds: grain.MapDataset,
+    rows_per_batch: int,
+    window: int,
+    max_examples: int,
+    seed: int,
+    read_options: grain.ReadOptions,
+    prepare: grain.transforms.Map | None = None,
+) -> grain.IterDataset:
+    """Batches of `rows_per_batch` packed rows from `ds`, this process's stream of parsed
+    records (see the module docstring). `read_options` counts records; Grain's buffer then
+    holds windows, as many as cover that many records. `prepare` maps each window (a batch of
+    records) before it is packed: dynamic masking's ApplyMasks."""
+    if window < 1 or max_examples < 1:
+        raise cli.UserError(
+            f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "
+            "be positive"
+        )
+    windows = ds.batch(window, drop_remainder=True)
+    if prepare is not None:
+        windows = windows.map(prepare)
+    windows = windows.random_map(PackWindow(max_examples), seed=seed)
+    read = grain.ReadOptions(
+        num_threads=read_options.num_threads,
+        prefetch_buffer_size=max(1, -(-read_options.prefetch_buffer_size // window)),
+    )
+    rows = grain.experimental.FlatMapIterDataset(windows.to_iter_dataset(read), _Rows(window))
+    return rows.batch(rows_per_batch, drop_remainder=True)

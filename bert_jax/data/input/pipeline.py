@@ -1,0 +1,409 @@
+"""Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
+
+Files are data_prep's ArrayRecord shards or TFRecord files written by google-research/bert's
+generator (the format follows each file's name, see record_io.format_of), found by
+shard_files.find_shards: beside a manifest.json, the shards it lists. `data` arguments are a
+config.data that data_facts.resolve filled in (lengths, masking, special ids). Records are
+decoded with features.decode_example, so any file in the original schema works; each is checked
+against the schema and its token ids against the vocabulary size (an error names the file and
+record: an id past the embedding table would otherwise show up as a NaN loss much later).
+
+Train order: one global permutation of all records per epoch (seeded by epoch), then process p
+of n takes positions p, p+n, p+2n, ... of the permuted stream. Together the processes read each
+record exactly once per epoch, each a different random part every epoch, and the order is a pure
+function of (seed, step): resuming from a saved iterator position replays the same batches.
+
+Dynamic masking (`data.dynamic_masking`) masks unmasked records with bert_jax/data/input/masking.py,
+the rule data_prep's static masks follow (`data.whole_word_mask` included; the rate is
+`data.masked_lm_prob` in training and `data.eval_masked_lm_prob` in eval), in two Grain steps: each
+record draws its random numbers from a generator Grain seeds by (seed, the record's place in the
+global stream), before the stream is split between processes; each batch is then masked at once
+with those numbers. So a record is masked differently in every epoch, identically when a run is
+resumed and whatever the number of processes, and the numpy work is done a batch at a time.
+"""
+
+import bisect
+import dataclasses
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+from bert_jax import cli, storage
+from bert_jax.data.contract import data_facts, features, record_io, shard_files
+from bert_jax.data.input import bad_records, growing_batches, masking, packed_records, sources
+
+INT_FEATURES = (
+    features.INPUT_IDS,
+    features.INPUT_MASK,
+    features.SEGMENT_IDS,
+    features.MASKED_LM_POSITIONS,
+    features.MASKED_LM_IDS,
+)
+# Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
+EXAMPLE_WEIGHT = "example_weight"
+# Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
+# (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
+NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
+# With config.data.bad_records='skip', added to every record: 0, or for a damaged record (which
+# ParseRecord replaced by a blank one: [CLS] [SEP], every loss weight 0) its source index + 1.
+# bad_records.CountBadRecords takes it out of the batches, counts it and names the record.
+BAD_RECORD = bad_records.BAD_RECORD
+
+
+def _import_proto() -> None:
+    # decode_example imports tf.train.Example from tensorflow_datasets on first use. Done first by
+    # several Grain reader threads at once, tfds' lazy imports deadlock (Python 3.11's
+    # cached_property lock against the import lock), so import it here, in one thread.
+    features.encode_example({})
+
+
+class ParseRecord(grain.transforms.MapWithIndex):
+    """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
+    schema and the vocabulary size.
+
+    Applied to the source's own index (before the shuffle), so an error names the file and the
+    record in it."""
+
+    def __init__(
+        self,
+        schema: features.Schema,
+        vocab_size: int,
+        files: Sequence[str],
+        counts: Sequence[int],
+        nsp: bool = True,
+        skip_damaged: bool = False,
+        special: tuple[int, int] = (0, 0),
+    ):
+        self.schema = schema
+        self.nsp = nsp
+        self.vocab_size = vocab_size
+        self.files = list(files)
+        self.starts = np.cumsum([0, *counts]).tolist()  # global index of each file's first record
+        self.skip_damaged = skip_damaged
+        self.special = special  # ([CLS], [SEP]) ids: the blank record that stands for a bad one
+        _import_proto()
+
+    def __setstate__(self, state):  # in a Grain worker process
+        self.__dict__.update(state)
+        _import_proto()
+
+    def _where(self, index: int) -> str:
+        i = bisect.bisect_right(self.starts, index) - 1
+        return f"{self.files[i]} (record {index - self.starts[i]})"
+
+    def map_with_index(self, index: int, record) -> dict[str, np.ndarray]:
+        # Past the first epoch Grain passes the index in the repeated stream: the record's own
+        # index is that modulo the records.
+        index %= self.starts[-1]
+        if isinstance(record, record_io.DamagedRecord):  # CheckedSource, with skip_damaged
+            return self._blank(index)
+        try:
+            example = features.decode_example(record)
+        except Exception as e:  # protobuf's DecodeError: a damaged record
+            if self.skip_damaged:
+                return self._blank(index)
+            raise record_io.DamagedRecord(
+                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged",
+                self.files[bisect.bisect_right(self.starts, index) - 1],
+                index,
+            ) from e
+        self._check(index, example)
+        out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
+        if self.schema.masked:
+            out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
+        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
+            np.int32
+        )[0]
+        out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
+        if self.skip_damaged:
+            out[BAD_RECORD] = np.int64(0)
+        return out
+
+    def _check(self, index: int, example: dict) -> None:
+        """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
+        if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
+            raise cli.UserError(
+                f"dynamic masking needs unmasked records, but {self._where(index)} is already "
+                "masked: set config.data.dynamic_masking=False"
+            )
+        missing = features.missing_feature(example, masked=False)
+        if missing:
+            raise cli.UserError(
+                f"{self._where(index)} has no {missing!r} feature (it has "
+                f"{sorted(example) or 'none of the BERT features'}): not a BERT pre-training "
+                "record; point config.data.train_files / eval_files at data_prep's output"
+            )
+        try:
+            features.check_example(example, self.schema)
+        except ValueError as e:
+            if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
+                raise cli.UserError(
+                    f"{self._where(index)} is unmasked (no masked_lm_* features): set "
+                    "config.data.dynamic_masking=True to mask them while training"
+                ) from e
+            raise cli.UserError(
+                f"{self._where(index)}: {e}; set config.data.max_seq_length / "
+                "max_predictions_per_seq to the values the records were written with"
+            ) from e
+        for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
+            ids = example.get(name)
+            if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
+                bad = ids[(ids >= self.vocab_size) | (ids < 0)][0]
+                raise cli.UserError(
+                    f"{self._where(index)}: {name} holds token id {bad}, outside the vocabulary "
+                    f"of {self.vocab_size} ids: the records were tokenized with another "
+                    "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
+                    "the file is damaged"
+                )
+
+    def _blank(self, index: int) -> dict[str, np.ndarray]:
+        """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
+        weight 0 (so it adds nothing to a loss, and packs and masks like any record), and its
+        index in BAD_RECORD."""
+        length, predictions = self.schema.max_seq_length, self.schema.max_predictions_per_seq
+        ids, mask = np.zeros(length, np.int32), np.zeros(length, np.int32)
+        ids[:2], mask[:2] = self.special, 1
+        out = {
+            features.INPUT_IDS: ids,
+            features.INPUT_MASK: mask,
+            features.SEGMENT_IDS: np.zeros(length, np.int32),
+            features.NEXT_SENTENCE_LABELS: np.int32(0),
+            NEXT_SENTENCE_WEIGHTS: np.float32(0),
+            BAD_RECORD: np.int64(index + 1),
+        }
+        if self.schema.masked:
+            out[features.MASKED_LM_POSITIONS] = np.zeros(predictions, np.int32)
+            out[features.MASKED_LM_IDS] = np.zeros(predictions, np.int32)
+            out[features.MASKED_LM_WEIGHTS] = np.zeros(predictions, np.float32)
+        return out
+
+    def name(self, index: int) -> str:
+        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
+        return self._where(index)
+
+
+# The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
+_DRAWS = ("_mask_keys", "_mask_choice", "_mask_random")
+
+
+class DrawMasks(grain.transforms.RandomMap):
+    """Per record: the random numbers of its masking (masking.draw for one row)."""
+
+    def __init__(self, opts: masking.Options, vocab: masking.Vocab, max_seq_length: int):
+        self.opts, self.vocab, self.max_seq_length = opts, vocab, max_seq_length
+
+    def random_map(self, example: dict, rng: np.random.Generator) -> dict:
+        draws = masking.draw(rng, 1, self.max_seq_length, self.opts, self.vocab)
+        return {**example, **dict(zip(_DRAWS, (draws.keys[0], draws.choice[0], draws.random[0])))}
+
+
+class ApplyMasks(grain.transforms.Map):
+    """Per batch (or per record): masks input_ids with the drawn numbers and adds the
+    masked_lm_* features, as data_prep writes them."""
+
+    def __init__(self, opts: masking.Options, vocab: masking.Vocab):
+        self.opts, self.vocab = opts, vocab
+
+    def map(self, batch: dict) -> dict:
+        one = batch[features.INPUT_IDS].ndim == 1  # a record: a batch of one
+        rows = {k: v[None] if one else v for k, v in batch.items()}
+        draws = masking.Draws(*(rows.pop(name) for name in _DRAWS))
+        lengths = rows[features.INPUT_MASK].sum(axis=-1)
+        out = masking.apply(rows[features.INPUT_IDS], lengths, self.opts, self.vocab, draws)
+        rows.update(
+            {
+                features.INPUT_IDS: out.tokens,
+                features.MASKED_LM_POSITIONS: out.positions,
+                features.MASKED_LM_IDS: out.labels,
+                features.MASKED_LM_WEIGHTS: out.weights(),
+            }
+        )
+        return {k: v[0] for k, v in rows.items()} if one else rows
+
+
+def _records(
+    patterns,
+    split: str,
+    facts: data_facts.DataFacts,
+    vocab_size: int,
+    skip_damaged: bool,
+    cache_dir: str = "",
+) -> tuple[grain.MapDataset, ParseRecord]:
+    shards = shard_files.find_shards(patterns, split)
+    # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
+    # a ranged read per record would be a request per record): each process fetches all of them,
+    # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
+    local = storage.local_copies(shards.files, shards.md5, shards.nbytes, cache_dir or None)
+    source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
+    # The data's own vocabulary when known (an id past it is damage even below the table size).
+    limit = facts.vocab_size or vocab_size
+    special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))
+    parse = ParseRecord(
+        facts.record_schema(), limit, shards.files, counts, facts.nsp, skip_damaged, special
+    )
+    return grain.MapDataset.source(source).map_with_index(parse), parse
+
+
+def _skip_damaged(data) -> bool:
+    return data.bad_records == "skip"
+
+
+def masking_steps(
+    facts: data_facts.DataFacts, data, vocab_size: int
+) -> tuple[DrawMasks, ApplyMasks]:
+    """The two dynamic masking steps. Random replacements come from every entry of the records'
+    vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
+    one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
+    opts = masking.Options(
+        facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
+    )
+    limit = facts.vocab_size or vocab_size
+    if data.vocab_file:
+        vocab = masking.Vocab.from_file(data.vocab_file, data.do_lower_case)
+        vocab.check_whole_word(opts.whole_word_mask, f"config.data.vocab_file={data.vocab_file!r}")
+        if max(vocab.random_ids) >= limit:
+            raise cli.UserError(
+                f"config.data.vocab_file={data.vocab_file!r} has ids up to "
+                f"{max(vocab.random_ids)}, beyond the vocabulary size {limit}; set "
+                "config.model.vocab_size to the vocabulary the records were written with"
+            )
+    elif opts.whole_word_mask:
+        raise cli.UserError(
+            "config.data.whole_word_mask needs the vocabulary's word pieces: set "
+            "config.data.vocab_file to the vocab.txt (.model, tokenizer.json) the records were "
+            "written with"
+        )
+    else:
+        vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
+    # The special ids of the data contract (manifest or config) win over the file's.
+    special = {f"{k}_id": v for k, v in facts.special_ids.items() if v is not None}
+    vocab = dataclasses.replace(vocab, **special)
+    return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
+
+
+def train_dataset(
+    data,
+    vocab_size: int,
+    global_batch_size: int,
+    seed: int,
+    process_index: int = 0,
+    process_count: int = 1,
+    batch_warmup=None,
+) -> grain.IterDataset:
+    """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
+
+    `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
+    with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
+    it through grain.checkpoint). With data.pack a row holds one or more records
+    (bert_jax/data/input/packed_records.py); each process packs its own part, so the global batches
+    depend on the number of processes. `batch_warmup` (an optim.BatchWarmup): batches of
+    count(step) / final of that many rows, grown from micro-batches
+    (bert_jax/data/input/growing_batches.py).
+    """
+    if global_batch_size % process_count:
+        raise cli.UserError(
+            f"global batch {global_batch_size} is not divisible by {process_count} processes"
+        )
+    facts = data_facts.DataFacts.from_data(data)
+    ds, parse = _records(
+        data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.cache_dir
+    )
+    if len(ds) < global_batch_size:
+        raise cli.UserError(
+            f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
+        )
+    ds = ds.shuffle(seed=seed)
+    if facts.dynamic_masking:
+        draw, apply = masking_steps(facts, data, vocab_size)
+        # Before the per-process slice: Grain seeds the generator by the position in the global
+        # stream, so no two processes (or epochs) share a masking stream.
+        ds = ds.random_map(draw, seed=seed + 1)
+    ds = ds.repeat(None)[process_index::process_count]
+    rows = global_batch_size // process_count
+    if batch_warmup is not None:  # micro-batches, grouped per step at the end of the stream
+        if rows % batch_warmup.final:
+            raise cli.UserError(
+                f"global batch {global_batch_size} over {process_count} processes is not "
+                f"divisible into train.grad_accum_steps={batch_warmup.final} micro-batches"
+            )
+        rows //= batch_warmup.final
+    read = grain.ReadOptions(
+        num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
+    )
+    masks = apply if facts.dynamic_masking else None
+    if data.pack:  # rows of several records each: bert_jax/data/input/packed_records.py
+        it_ds = packed_records.packed_batches(
+            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks
+        )
+    else:
+        ds = ds.batch(rows, drop_remainder=True)
+        it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
+    if data.num_workers > 0:
+        it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
+    if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
+        it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
+    if batch_warmup is not None:
+        it_ds = growing_batches.GrowingBatches(it_ds, batch_warmup.count)
+    return it_ds
+
+
+def eval_batches(
+    data,
+    files: str | Sequence[str],
+    vocab_size: int,
+    global_batch_size: int,
+    num_examples: int = 0,
+    seed: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> list[dict[str, np.ndarray]]:
+    """The eval set as this process's rows of every global batch, in memory for reuse.
+
+    The first `num_examples` records (0: all) in file order; the last batch is padded with
+    EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
+    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
+    `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
+    train at other rates compare; None: the training rate).
+    """
+    if global_batch_size % process_count:
+        raise cli.UserError(
+            f"eval batch {global_batch_size} is not divisible by {process_count} processes"
+        )
+    facts = data_facts.DataFacts.from_data(data)
+    ds, parse = _records(files, "eval", facts, vocab_size, _skip_damaged(data), data.cache_dir)
+    if facts.dynamic_masking:
+        rate = data.eval_masked_lm_prob  # None: the training's
+        if rate is not None:
+            facts = dataclasses.replace(facts, masked_lm_prob=float(rate))
+        draw, apply = masking_steps(facts, data, vocab_size)
+        ds = ds.random_map(draw, seed=seed).map(apply)
+    total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
+    if total == 0:
+        raise cli.UserError(f"eval files {files!r} hold no records")
+    local = global_batch_size // process_count
+    num_batches = -(-total // global_batch_size)
+    batches, skipped = [], []
+    for b in range(num_batches):
+        # Process p owns rows [p*local, (p+1)*local) of each global batch.
+        start = b * global_batch_size + process_index * local
+        rows = [ds[i] for i in range(start, min(start + local, total))]
+        weights = np.zeros(local, np.float32)
+        weights[: len(rows)] = 1.0
+        # Padding repeats a real record with its masked-LM weights zeroed, so the model sees
+        # well-formed input (no all-padding attention row) and the metrics ignore it.
+        pad = {
+            **ds[0],
+            features.MASKED_LM_WEIGHTS: np.zeros(facts.max_predictions_per_seq, np.float32),
+        }
+        rows += [pad] * (local - len(rows))
+        batch = {k: np.stack([r[k] for r in rows]) for k in pad}
+        if parse.skip_damaged:  # a damaged record's blank stand-in weighs nothing in the eval
+            marks = batch.pop(BAD_RECORD) * (weights > 0)  # padding rows are no records
+            weights[marks > 0] = 0.0
+            skipped += [parse.name(int(m) - 1) for m in marks[marks > 0]]
+        batch[EXAMPLE_WEIGHT] = weights
+        batches.append(batch)
+    if skipped:
+        bad_records.check_eval(skipped, data.max_bad_records)
+    return batches

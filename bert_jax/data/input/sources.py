@@ -1,0 +1,152 @@
+"""Record files as Grain random-access sources: the first stage of bert_jax/data/input/pipeline.py.
+
+`make_source` takes a list of shards of one format (record_io.format_of): ArrayRecord through
+Grain's own ArrayRecordDataSource, TFRecord through `TFRecordSource` (record_io's index and
+checked reads: the one TFRecord parser). Each is wrapped in `CheckedSource`, which names the shard
+and record of a damaged one, and the files' record counts are checked against the counts their
+manifest lists.
+"""
+
+import bisect
+import os
+from collections.abc import Sequence
+
+import grain
+import numpy as np
+
+from bert_jax import cli, storage
+from bert_jax.data.contract import record_io
+
+
+class TFRecordSource:
+    """Random access to the records of TFRecord files, for Grain.
+
+    TFRecord has no index, so the constructor scans each file's 12-byte length headers once
+    (record_io.tfrecord_index: each length checked against its CRC, the data never read) and
+    keeps one offset per record: 8 bytes per record in memory, the data stays on disk. Loading
+    whole files instead would cost the dataset's size in RAM on every host. Each read checks the
+    record's data CRC (record_io.read_tfrecord_at), so the cost is paid per record read; reads
+    use os.pread, safe from Grain's reader threads.
+    """
+
+    def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
+        self._paths = list(paths)
+        self._names = list(names or paths)  # what errors call the files: see make_source
+        self._offsets = []  # per file: int64 [records] offset of each record's data
+        self._lengths = []
+        self._starts = [0]  # global index of each file's first record
+        for path, name in zip(self._paths, self._names):
+            with storage.reported_as(path, name):
+                offsets, lengths = record_io.tfrecord_index(path)
+            self._offsets.append(offsets)
+            self._lengths.append(lengths)
+            self._starts.append(self._starts[-1] + len(offsets))
+        self._fds: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def counts(self) -> list[int]:
+        return [len(offsets) for offsets in self._offsets]
+
+    def __getitem__(self, index) -> bytes:
+        index = int(index)
+        if not 0 <= index < len(self):
+            raise IndexError(f"record {index} out of range [0, {len(self)})")
+        file_i = bisect.bisect_right(self._starts, index) - 1
+        j = index - self._starts[file_i]
+        fd = self._fds.get(file_i)
+        if fd is None:
+            fd = self._fds[file_i] = os.open(self._paths[file_i], os.O_RDONLY)
+        return record_io.read_tfrecord_at(  # its path is only what its errors call the file
+            fd, self._names[file_i], j, int(self._offsets[file_i][j]), int(self._lengths[file_i][j])
+        )
+
+    def __getstate__(self):
+        # File descriptors do not survive pickling into Grain worker processes; reopen there.
+        state = dict(self.__dict__)
+        state["_fds"] = {}
+        return state
+
+    def __repr__(self) -> str:
+        return f"TFRecordSource({len(self._paths)} files, {len(self)} records)"
+
+
+class CheckedSource:
+    """A record source whose damaged records are record_io.DamagedRecord naming the shard and
+    the record (ArrayRecord: Riegeli's chunk-hash error, which names neither, is translated), and,
+    with `skip` (config.data.bad_records='skip'), are handed on as that error object for
+    ParseRecord to replace and count instead of ending the run."""
+
+    def __init__(
+        self,
+        source,
+        files: Sequence[str],
+        counts: Sequence[int],
+        skip: bool = False,
+        local: Sequence[str] | None = None,
+    ):
+        self.source, self.files, self.skip = source, list(files), skip
+        self.local = list(local or files)  # the files `source` reads: copies of `files`
+        self.starts = np.cumsum([0, *counts]).tolist()
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index):
+        try:
+            return self.source[index]
+        except record_io.DamagedRecord as e:
+            error = e
+        except RuntimeError as e:  # ArrayRecord/Riegeli: a chunk whose hash or framing fails
+            index = int(index) % self.starts[-1]
+            i = bisect.bisect_right(self.starts, index) - 1
+            storage.rename_in_error(e, self.local[i], self.files[i])
+            error = record_io.damaged(self.files[i], index - self.starts[i], f"ArrayRecord: {e}")
+        if self.skip:
+            return error
+        raise record_io.DamagedRecord(
+            f"{error}; or set config.data.bad_records=skip to train around such records (up to "
+            "config.data.max_bad_records)",
+            error.path,
+            error.index,
+        ) from None
+
+    def __repr__(self) -> str:
+        return f"CheckedSource({self.source!r})"
+
+
+def make_source(
+    files: Sequence[str],
+    expected: Sequence[int] | None = None,
+    skip_damaged: bool = False,
+    names: Sequence[str] | None = None,
+):
+    """(a Grain random-access source over files of one format, the record count of each file).
+
+    Every record read is checked by what its format carries (see CheckedSource).
+    `expected`: the counts a manifest lists; a file holding another count (a shard cut short or
+    replaced) is an error naming it. `names`: what the errors call the files (the user's paths,
+    where `files` are local copies of shards in a bucket); default `files`."""
+    names = list(names or files)
+    formats = {record_io.format_of(f) for f in files}
+    if len(formats) > 1:
+        raise cli.UserError(
+            f"mixed record formats {sorted(formats)} in one file list; convert them to one"
+        )
+    if formats == {record_io.ARRAYRECORD}:
+        counts = []
+        for path, name in zip(files, names):  # each file opened and checked, named as given
+            with storage.reported_as(path, name):
+                counts.append(record_io.count_records(path))
+        source = grain.sources.ArrayRecordDataSource(list(files))
+    else:
+        source = TFRecordSource(files, names)
+        counts = source.counts()
+    for path, got, want in zip(names, counts, expected or []):
+        if got != want:
+            raise cli.UserError(
+                f"{path} holds {got} records, its manifest lists {want}: the shard is "
+                "incomplete or was replaced; rerun its data_prep command to rewrite it"
+            )
+    return CheckedSource(source, names, counts, skip_damaged, files), counts

@@ -1,0 +1,479 @@
+"""Our BERT parameters <-> Hugging Face BertForPreTraining (and the original TensorFlow BERT),
+or ModernBertForMaskedLM for a model of the modern block (bert_jax/hf/modernbert.py: its names
+and config; the config decides which, `architecture`).
+
+Export writes a directory that `transformers.BertForPreTraining.from_pretrained` (or
+ModernBertForMaskedLM's) loads with no missing or unexpected keys: config.json,
+model.safetensors (float32, the same tensor names and set as transformers' own save: the tied
+decoder is left out), and the tokenizer's files: vocab.txt and tokenizer_config.json, or a
+tokenizer.json passed through as it is (with its directory's tokenizer_config.json and
+special_tokens_map.json when it has them).
+
+Import reads a Hugging Face BERT directory (BertModel or BertForPreTraining; model.safetensors,
+a sharded model.safetensors.index.json, or pytorch_model.bin) or Google's original TensorFlow
+checkpoint directory (bert_config.json + bert_model.ckpt.*; needs TensorFlow installed). Weights
+the file lacks (the MLM/NSP heads of a BertModel, the pooler) are freshly initialized and named
+in the report, so pre-training can continue from any public BERT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from bert_jax import cli
+from bert_jax.hf import modernbert
+from bert_jax.hf.files import CheckpointError, read_hf_weights, read_json
+from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
+from bert_jax.text import tokenization
+
+# config.json fields that are BertConfig fields under the same name.
+_SHARED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+)
+_EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
+_BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
+
+
+@dataclasses.dataclass
+class ImportReport:
+    """What `load_hf` did: the source, weights it initialized, and file entries it did not use."""
+
+    source: str
+    initialized: list[str]  # Hugging Face names of weights absent from the file (fresh init)
+    unused: list[str]  # names in the file that map to nothing of ours (buffers, optimizer slots)
+
+    def __str__(self) -> str:
+        lines = [f"imported {self.source}"]
+        if self.initialized:
+            lines.append(f"  initialized (absent from the file): {', '.join(self.initialized)}")
+        if self.unused:
+            lines.append(f"  not used from the file: {', '.join(self.unused)}")
+        return "\n".join(lines)
+
+
+# --- Configs ---------------------------------------------------------------------------------
+
+
+BERT, MODERNBERT = "bert", "modernbert"
+
+
+def architecture(config: BertConfig) -> str:
+    """BERT or MODERNBERT: the transformers model `config`'s model is (its weights' names); a mix
+    of the two blocks' fields that neither class has is an error naming them."""
+    if modernbert.is_modernbert(config):
+        wrong = modernbert.problems(config)
+        what = "ModernBertForMaskedLM"
+    else:
+        wrong = [
+            f"{name}={getattr(config, name)!r}"
+            for name, bert in _BERT_BLOCK.items()
+            if getattr(config, name) != bert
+        ]
+        wrong += ["type_vocab_size=0"] if config.type_vocab_size == 0 else []
+        what = "BertForPreTraining"
+    if wrong:
+        raise cli.UserError(
+            f"this model has no Hugging Face class: as a {what} it has {', '.join(wrong)}"
+        )
+    return MODERNBERT if modernbert.is_modernbert(config) else BERT
+
+
+# The modern block's fields where BertForPreTraining has no choice.
+_BERT_BLOCK = {
+    "mlp_type": "gelu",
+    "attention_bias": True,
+    "mlp_bias": True,
+    "norm_bias": True,
+    "head_bias": True,
+    "decoder_bias": True,
+    "local_attention": 0,
+    "pooler": True,
+    "nsp_head": True,
+}
+
+
+def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
+    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win. A
+    ModernBERT config.json (model_type 'modernbert') gives the modern block."""
+    if hf.get("model_type") == modernbert.MODEL_TYPE:
+        return modernbert.bert_config_from_modernbert(hf, **overrides)
+    act = hf.get("hidden_act", "gelu")
+    if act not in _EXACT_GELU:
+        raise CheckpointError(
+            f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
+            f"GELU, transformers' {_EXACT_GELU}"
+        )
+    pos_type = hf.get("position_embedding_type", "absolute")
+    if pos_type != "absolute":
+        raise CheckpointError(
+            f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
+        )
+    missing = [f for f in _SHARED_FIELDS if f not in hf and f != "layer_norm_eps"]
+    if missing:
+        raise CheckpointError(f"the BERT config lacks {missing}; is this a BERT config.json?")
+    values = {f: hf[f] for f in _SHARED_FIELDS if f in hf}  # bert_config.json has no eps: 1e-12
+    return BertConfig(**{**values, **overrides})
+
+
+def hf_config_from_bert(
+    config: BertConfig, special_ids: Mapping[str, int | None] | None = None
+) -> dict[str, Any]:
+    """BertConfig -> the config.json of a transformers BertForPreTraining, or of a
+    ModernBertForMaskedLM (`special_ids`: its tokenizer's 'pad', 'cls', 'sep' ids)."""
+    if architecture(config) == MODERNBERT:
+        return modernbert.modernbert_config(config, special_ids)
+    out = {f: getattr(config, f) for f in _SHARED_FIELDS}
+    out.update(
+        architectures=["BertForPreTraining"],
+        model_type="bert",
+        hidden_act="gelu",
+        position_embedding_type="absolute",
+        pad_token_id=0,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
+    return out
+
+
+# --- Name and layout mapping ------------------------------------------------------------------
+
+
+def _param_table(
+    num_layers: int, config: BertConfig | None = None
+) -> Iterator[tuple[tuple[tuple, ...], str, bool]]:
+    """(our parameter paths, Hugging Face name, transpose?) for every parameter we have: BERT's
+    (`num_layers` layers), or ModernBERT's when `config` is of the modern block. A name with
+    several paths holds them concatenated along torch's first axis."""
+    if config is not None and architecture(config) == MODERNBERT:
+        yield from modernbert.param_table(config)
+        return
+    for path, name, transpose in _bert_table(num_layers):
+        yield (path,), name, transpose
+
+
+def _bert_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
+    def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
+        yield ours + ("kernel",), hf + ".weight", True
+        yield ours + ("bias",), hf + ".bias", False
+
+    def norm(ours, hf):
+        yield ours + ("scale",), hf + ".weight", False
+        yield ours + ("bias",), hf + ".bias", False
+
+    emb = ("bert", "embeddings")
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        yield emb + (name, "embedding"), f"bert.embeddings.{name}.weight", False
+    yield from norm(emb + ("layer_norm",), "bert.embeddings.LayerNorm")
+    for i in range(num_layers):
+        ours, hf = ("bert", "layers", i), f"bert.encoder.layer.{i}"
+        for name in ("query", "key", "value"):
+            yield from linear(ours + ("attention", name), f"{hf}.attention.self.{name}")
+        yield from linear(ours + ("attention", "output"), f"{hf}.attention.output.dense")
+        yield from norm(ours + ("attention_norm",), f"{hf}.attention.output.LayerNorm")
+        yield from linear(ours + ("intermediate",), f"{hf}.intermediate.dense")
+        yield from linear(ours + ("output",), f"{hf}.output.dense")
+        yield from norm(ours + ("output_norm",), f"{hf}.output.LayerNorm")
+    yield from linear(("bert", "pooler"), "bert.pooler.dense")
+    yield from linear(("mlm", "transform"), "cls.predictions.transform.dense")
+    yield from norm(("mlm", "transform_norm"), "cls.predictions.transform.LayerNorm")
+    yield ("mlm", "bias"), "cls.predictions.bias", False
+    yield from linear(("nsp",), "cls.seq_relationship")
+
+
+def _get(tree: Mapping, path: tuple):
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
+def _set(tree: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        tree = tree[key]
+    tree[path[-1]] = value
+
+
+def _pure_params(model_or_state) -> dict:
+    if isinstance(model_or_state, BertForPreTraining):
+        return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param))
+    if isinstance(model_or_state, nnx.State):
+        return nnx.to_pure_dict(model_or_state)
+    if isinstance(model_or_state, Mapping):
+        return dict(model_or_state)
+    raise TypeError(
+        f"expected a BertForPreTraining, an nnx.State or a dict of its parameters, "
+        f"got {type(model_or_state).__name__}"
+    )
+
+
+def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
+    """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32
+    array}, or ModernBertForMaskedLM's for a config of the modern block (a model's own config
+    counts; a state or dict without `config` is taken for BERT).
+
+    The tied decoder (cls.predictions.decoder.*, decoder.weight) is left out, as transformers'
+    own save does. `config`, when given, is checked against the parameters' layer count.
+    """
+    if config is None and isinstance(model_or_state, BertForPreTraining):
+        config = model_or_state.config
+    params = _pure_params(model_or_state)
+    try:
+        num_layers = len(params["bert"]["layers"])
+    except (KeyError, TypeError) as e:
+        raise cli.UserError(
+            "the parameters have no bert/layers; are they a BertForPreTraining's?"
+        ) from e
+    if config is not None and config.num_hidden_layers != num_layers:
+        raise cli.UserError(
+            f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
+        )
+    out = {}
+    for paths, name, transpose in _param_table(num_layers, config):
+        parts = []
+        for path in paths:
+            try:
+                value = np.asarray(_get(params, path), dtype=np.float32)
+            except (KeyError, IndexError, TypeError) as e:
+                raise cli.UserError(
+                    f"the parameters lack {'/'.join(map(str, path))}; are they a "
+                    "BertForPreTraining's of this config?"
+                ) from e
+            parts.append(value.T if transpose else value)
+        out[name] = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts))
+    return out
+
+
+def _normalize_hf_name(name: str) -> str:
+    """Checkpoint name variants -> transformers' current BertForPreTraining names."""
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel
+        name = "bert." + name
+    for old, new in ((".gamma", ".weight"), (".beta", ".bias")):  # pre-2019 transformers
+        if name.endswith(old) and "LayerNorm" in name:
+            name = name[: -len(old)] + new
+    return name
+
+
+def from_hf_state_dict(
+    tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0, source: str = "a state dict"
+) -> tuple[BertForPreTraining, ImportReport]:
+    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
+    The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
+    block."""
+    modern = architecture(config) == MODERNBERT
+    normalize = modernbert.normalize_name if modern else _normalize_hf_name
+    body = modernbert.BODY_PREFIXES if modern else _BODY_PREFIXES
+    by_name = {normalize(k): v for k, v in tensors.items()}
+    # Shapes first (no random init: on CPU its small programs take longer to compile than the
+    # whole import); a real init only when the file lacks some weights (fresh heads).
+    abstract = nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(seed)))
+    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
+    loaded, initialized, absent_body = {}, [], []
+    for paths, name, transpose in _param_table(config.num_hidden_layers, config):
+        if name not in by_name:
+            (absent_body if name.startswith(body) else initialized).append(name)
+            continue
+        value = np.asarray(by_name[name], dtype=np.float32)
+        shapes = [tuple(_get(params, path).shape) for path in paths]
+        expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
+        whole = (sum(s[0] for s in expected), *expected[0][1:])
+        if value.shape != whole:
+            raise CheckpointError(
+                f"{source}: {name} has shape {value.shape}, the config needs "
+                f"{whole}; does its config.json describe this checkpoint?"
+            )
+        parts = (
+            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
+        )
+        for path, part in zip(paths, parts):
+            loaded[path] = (name, part.T if transpose else part)
+    if absent_body:
+        more = " ..." if len(absent_body) > 4 else ""
+        raise CheckpointError(
+            f"{source} lacks encoder weights {absent_body[:4]}{more} "
+            f"({len(absent_body)} in all): not a {'ModernBERT' if modern else 'BERT'} "
+            "checkpoint, or num_hidden_layers in its config is wrong"
+        )
+    # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
+    # (position_ids buffers, optimizer slots) has no counterpart here.
+    tied = (
+        modernbert.TIED
+        if modern
+        else {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    )
+    used = {name for name, _ in loaded.values()}
+    unused = sorted(k for k in by_name if k not in used and k not in tied)
+    report = ImportReport(source=source, initialized=initialized, unused=unused)
+    if not initialized:
+        for path, (_, value) in loaded.items():
+            _set(params, path, value)
+        return model_from_params(config, params), report
+    model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
+    state = nnx.state(model, nnx.Param)
+    params = nnx.to_pure_dict(state)
+    for path, (_, value) in loaded.items():
+        _set(params, path, value)
+    nnx.replace_by_pure_dict(state, params)
+    nnx.update(model, state)
+    return model, report
+
+
+# --- Files -----------------------------------------------------------------------------------
+
+
+def save_hf(
+    model: BertForPreTraining,
+    vocab_file: str | None,
+    output_dir: str,
+    *,
+    do_lower_case: bool = tokenization.DO_LOWER_CASE,
+    special_ids: Mapping[str, int | None] | None = None,
+) -> None:
+    """Writes a Hugging Face BertForPreTraining (or ModernBertForMaskedLM) directory, float32
+    safetensors; `special_ids`: the tokenizer's 'pad', 'cls', 'sep' ids for a ModernBERT
+    config.json (BERT's says pad 0, its vocabularies' [PAD])."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(output_dir, exist_ok=True)
+    tensors = to_hf_state_dict(model, model.config)
+    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
+    save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(output_dir, "config.json"), "w") as f:
+        json.dump(hf_config, f, indent=2, sort_keys=True)
+    if vocab_file:
+        save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
+
+
+# Files beside a tokenizer.json that transformers reads with it, copied along when present.
+TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
+
+
+def save_tokenizer(
+    vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
+) -> None:
+    """The tokenizer's files into `output_dir` (a pre-training export and a fine-tuned task model
+    alike): a vocab.txt with the tokenizer_config.json transformers' BertTokenizer loads it by,
+    or a Hugging Face tokenizer.json passed through as it is, with its directory's
+    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast)."""
+    if not os.path.isfile(vocab_file):
+        raise cli.UserError(
+            f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
+            "the training data was tokenized with"
+        )
+    if vocab_file.endswith(".json"):
+        _save_tokenizer_json(vocab_file, output_dir, model_max_length)
+        return
+    shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
+    with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
+        json.dump(
+            {
+                "tokenizer_class": "BertTokenizer",
+                "do_lower_case": do_lower_case,
+                "model_max_length": model_max_length,
+            },
+            f,
+            indent=2,
+        )
+
+
+def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> None:
+    shutil.copyfile(path, os.path.join(output_dir, "tokenizer.json"))
+    source = os.path.dirname(os.path.abspath(path))
+    for name in TOKENIZER_JSON_COMPANIONS:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
+    if not os.path.isfile(os.path.join(output_dir, "tokenizer_config.json")):
+        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
+            json.dump(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "model_max_length": model_max_length,
+                },
+                f,
+                indent=2,
+            )
+
+
+# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
+CONFIG_FILES = ("config.json", "bert_config.json")
+
+
+def _config_path(hf_dir: str) -> str:
+    for name in CONFIG_FILES:
+        path = os.path.join(hf_dir, name)
+        if os.path.isfile(path):
+            return path
+    raise CheckpointError(
+        f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
+        "(original TensorFlow BERT); pass the model's directory"
+    )
+
+
+def load_bert_config(hf_dir: str, **overrides) -> BertConfig:
+    """The BertConfig of a model directory's config.json; an error names the file."""
+    path = _config_path(hf_dir)
+    try:
+        return bert_config_from_hf(read_json(path), **overrides)
+    except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
+        text = " ".join(str(e).split())
+        raise CheckpointError(text if path in text else f"{path}: {text}") from None
+
+
+def load_hf(
+    hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
+) -> tuple[BertForPreTraining, ImportReport]:
+    """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
+
+    `config` defaults to the directory's config.json / bert_config.json; pass one to change what
+    the weights do not fix (dtype, dropout, remat). `seed` initializes weights the file lacks.
+    """
+    if not os.path.isdir(hf_dir):
+        raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
+    if config is None:
+        config = load_bert_config(hf_dir)
+    else:  # a run's own config: its block must be the directory's
+        theirs = read_json(_config_path(hf_dir)).get("model_type") == modernbert.MODEL_TYPE
+        ours = architecture(config) == MODERNBERT
+        if theirs != ours:
+            names = {True: "ModernBERT", False: "BERT"}
+            raise CheckpointError(
+                f"{hf_dir} holds a {names[theirs]} model but the config.model given is "
+                f"{names[ours]}'s block: use a config of the same block (configs/"
+                f"{'modernbert_base.py' if theirs else 'bert_base.py'}, ...)"
+            )
+    tensors, source = read_hf_weights(hf_dir)
+    return from_hf_state_dict(tensors, config, seed=seed, source=source)
+
+
+def load_hf_params(
+    hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
+) -> tuple[dict, ImportReport]:
+    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
+
+    The dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so
+    a run can start from a public checkpoint; `config` is the run's (its shapes must match the
+    file).
+    """
+    import jax
+
+    model, report = load_hf(hf_dir, config, seed=seed)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    if shardings is not None:
+        params = jax.device_put(params, shardings)
+    return params, report

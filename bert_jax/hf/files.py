@@ -1,0 +1,188 @@
+"""A Hugging Face (or original TensorFlow BERT) model directory's files read back: its JSON files
+and its weights (model.safetensors, a sharded model.safetensors.index.json, pytorch_model.bin, or
+Google's bert_model.ckpt), each damaged or missing file one CheckpointError naming it. What the
+weights mean is bert_jax.hf.bert's (and hf_modernbert's) business.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pickle
+
+import numpy as np
+
+from bert_jax import cli
+
+__all__ = ["CheckpointError", "indexed_files", "read_hf_weights", "read_json"]
+
+
+class CheckpointError(cli.UserError):
+    """A checkpoint that cannot be imported; the message says what to fix."""
+
+
+def read_json(path: str) -> dict:
+    """A JSON object from a model directory (config.json, an index, tokenizer files); an error
+    names the file and what is wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({e}): the file is damaged or cut short; copy it again "
+            "from the model's source"
+        ) from None
+    except OSError as e:  # a file the model directory names but lacks, or cannot be read
+        raise CheckpointError(cli.message(e)) from e
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
+    from safetensors import safe_open
+
+    out = {}
+    for path in paths:
+        try:
+            with safe_open(path, framework="numpy") as f:
+                for key in f.keys():
+                    out[key] = f.get_tensor(key)
+        except OSError as e:  # a weight file the index names but the directory lacks
+            raise CheckpointError(cli.message(e)) from e
+        except ValueError:
+            raise  # one of ours
+        except Exception as e:  # safetensors' SafetensorError: a cut or damaged header or data
+            raise CheckpointError(
+                f"{path} is not a readable safetensors file ({' '.join(str(e).split())}): it is "
+                "damaged or cut short; copy it again from the model's source"
+            ) from None
+    return out
+
+
+def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError as e:
+        raise cli.UserError(
+            f"reading {path} needs PyTorch: pip install torch (the CPU build is "
+            "enough), or convert the checkpoint to model.safetensors"
+        ) from e
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
+        # weights_only refuses pickles that would run code (or name unknown classes); a cut or
+        # non-zip file fails to open. Neither is a bug of ours.
+        raise CheckpointError(
+            f"{path} is not a PyTorch state dict that loads safely ({_first_line(e)}): it is "
+            "damaged, or pickles objects other than tensors; convert it to model.safetensors "
+            "where it was made"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
+
+
+def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
+    """Original TF BERT variable name -> (HF name, transpose?); None for optimizer slots."""
+    parts = name.split("/")
+    if (
+        parts[-1] in ("adam_m", "adam_v", "AdamWeightDecayOptimizer", "AdamWeightDecayOptimizer_1")
+        or name == "global_step"
+    ):
+        return None
+    out, transpose = [], False
+    for part in parts:
+        if part.startswith("layer_") and part[6:].isdigit():
+            out += ["layer", part[6:]]
+        elif part in ("kernel", "gamma", "output_weights"):
+            out.append("weight")
+            transpose = (
+                part == "kernel"
+            )  # TF dense kernels are [in, out]; output_weights is [out, in]
+        elif part in ("beta", "output_bias"):
+            out.append("bias")
+        else:
+            out.append(part)
+    hf = ".".join(out)
+    if hf.endswith("_embeddings"):
+        hf += ".weight"
+    return hf, transpose
+
+
+def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
+    try:
+        import tensorflow as tf
+    except ImportError as e:
+        raise cli.UserError(
+            f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
+            "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
+            "format where TensorFlow is installed)"
+        ) from e
+    reader = tf.train.load_checkpoint(prefix)
+    out = {}
+    for name in reader.get_variable_to_shape_map():
+        mapped = _tf_to_hf_name(name)
+        if mapped is None:
+            continue
+        hf_name, transpose = mapped
+        value = reader.get_tensor(name)
+        out[hf_name] = value.T if transpose else value
+    return out
+
+
+def indexed_files(index: str, hf_dir: str) -> list[str]:
+    """The weight files a sharded checkpoint's index (its weight_map) names, each checked to lie
+    inside `hf_dir`: an index must not send a reader elsewhere (an absolute path, `..`)."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index} has no weight_map object naming the weight files")
+    root = os.path.realpath(hf_dir)
+    out = []
+    for name in sorted(set(weight_map.values())):
+        target = os.path.realpath(os.path.join(hf_dir, name)) if isinstance(name, str) else ""
+        if (
+            not isinstance(name, str)
+            or os.path.isabs(name)
+            or os.path.commonpath([root, target]) != root
+        ):
+            raise CheckpointError(
+                f"{index} names the weight file {name!r}, outside {hf_dir!r}: an index may only "
+                "name files in its own directory"
+            )
+        out.append(os.path.join(hf_dir, name))
+    return out
+
+
+def _first_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
+def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
+    """All weight tensors of a model directory, HF-named, and a description of what was read."""
+
+    def path(name):
+        return os.path.join(hf_dir, name)
+
+    if os.path.isfile(path("model.safetensors")):
+        return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
+    if os.path.isfile(path("model.safetensors.index.json")):
+        index = path("model.safetensors.index.json")
+        return _read_safetensors(indexed_files(index, hf_dir)), index
+    if os.path.isfile(path("pytorch_model.bin")):
+        return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
+    indexes = sorted(glob.glob(path("*.ckpt*.index")))
+    if len(indexes) == 1:
+        prefix = indexes[0][: -len(".index")]
+        return _read_tf_checkpoint(prefix), prefix + " (TensorFlow)"
+    if len(indexes) > 1:
+        raise CheckpointError(
+            f"{hf_dir!r} holds several TensorFlow checkpoints {indexes}; keep one"
+        )
+    listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
+    raise CheckpointError(
+        f"no weights in {hf_dir!r}: expected model.safetensors, "
+        f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
+        f"bert_model.ckpt; found {listing}"
+    )

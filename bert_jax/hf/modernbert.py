@@ -1,0 +1,264 @@
+"""Our ModernBERT-block parameters <-> transformers' ModernBertForMaskedLM: configs and names.
+
+bert_jax.hf.bert reads and writes the files and picks this mapping for a config of the modern block
+(`is_modernbert`); what transformers' ModernBertForMaskedLM has, ours has under these names
+(torch Linear weights are [out, in], our kernels [in, out]):
+
+    model.embeddings.tok_embeddings     bert/embeddings/word_embeddings (tied to the decoder)
+    model.embeddings.norm               bert/embeddings/layer_norm
+    model.layers.i.attn_norm            bert/layers/i/attention_norm (none in layer 0)
+    model.layers.i.attn.Wqkv            bert/layers/i/attention/{query,key,value}, concatenated
+    model.layers.i.attn.Wo              bert/layers/i/attention/output
+    model.layers.i.mlp_norm             bert/layers/i/output_norm
+    model.layers.i.mlp.Wi               bert/layers/i/{intermediate,gate}, concatenated (GeGLU's
+                                        input half, then its gate half)
+    model.layers.i.mlp.Wo               bert/layers/i/output
+    model.final_norm                    bert/final_norm
+    head.dense, head.norm               mlm/transform, mlm/transform_norm
+    decoder.bias                        mlm/bias
+
+Config fields: norm_eps is layer_norm_eps, classifier_bias head_bias; attention_dropout is
+attention_probs_dropout_prob, mlp_dropout (and embedding_dropout on export) hidden_dropout_prob.
+Layer kinds come from `layer_types` (transformers 5) or `global_attn_every_n_layers`
+(transformers 4 and the Hub's config.json files), RoPE bases from `rope_parameters` or
+`global_rope_theta`/`local_rope_theta`; export writes both spellings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from bert_jax import cli
+from bert_jax.model.bert_config import BertConfig
+
+MODEL_TYPE = "modernbert"
+_EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
+FULL, SLIDING = "full_attention", "sliding_attention"
+# ModernBertConfig's defaults, for fields a config.json leaves out.
+_DEFAULTS = {
+    "max_position_embeddings": 8192,
+    "initializer_range": 0.02,
+    "norm_eps": 1e-5,
+    "norm_bias": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "decoder_bias": True,
+    "classifier_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_dropout": 0.0,
+    "local_attention": 128,
+    "global_attn_every_n_layers": 3,
+    "global_rope_theta": 160_000.0,
+    "local_rope_theta": 10_000.0,
+}
+_SHAPES = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+# The fields that make our model ModernBertForMaskedLM, and their values.
+BLOCK = {
+    "position_embedding_type": "rope",
+    "norm_position": "pre",
+    "mlp_type": "geglu",
+    "type_vocab_size": 0,
+    "pooler": False,
+    "nsp_head": False,
+}
+
+
+class ConfigError(cli.UserError):
+    """A ModernBERT config.json this model cannot represent."""
+
+
+def is_modernbert(config: BertConfig) -> bool:
+    """Whether `config` is the modern block (transformers' ModernBertForMaskedLM holds it)."""
+    return config.position_embedding_type == "rope" or config.norm_position == "pre"
+
+
+def problems(config: BertConfig) -> list[str]:
+    """Why `config`'s model is no ModernBertForMaskedLM ([] if it is)."""
+    return [
+        f"{name}={getattr(config, name)!r} (ModernBERT: {want!r})"
+        for name, want in BLOCK.items()
+        if getattr(config, name) != want
+    ]
+
+
+def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
+    """(local_attention, global_attn_every_n_layers) of a config.json."""
+    window = int(hf.get("local_attention", _DEFAULTS["local_attention"]))
+    types = hf.get("layer_types")
+    if types is None:
+        return window, int(hf.get("global_attn_every_n_layers", 3))
+    if len(types) != layers or set(types) - {FULL, SLIDING}:
+        raise ConfigError(
+            f"layer_types {types} is not {layers} of {FULL!r} and {SLIDING!r} (num_hidden_layers)"
+        )
+    if SLIDING not in types:
+        return 0, 1
+    every = next((i for i in range(1, layers) if types[i] == FULL), layers)
+    if types != [FULL if i % every == 0 else SLIDING for i in range(layers)]:
+        raise ConfigError(
+            f"layer_types {types} is not a global layer every N layers from layer 0, the only "
+            "pattern this model has (global_attn_every_n_layers)"
+        )
+    return window, every
+
+
+def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
+    rope = hf.get("rope_parameters") or {}
+    thetas = []
+    for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
+        params = rope.get(kind) or {}
+        if params.get("rope_type", "default") != "default":
+            raise ConfigError(
+                f"rope_parameters[{kind!r}] has rope_type {params['rope_type']!r}; only "
+                "'default' (unscaled) RoPE is supported"
+            )
+        thetas.append(float(params.get("rope_theta", hf.get(old_name, _DEFAULTS[old_name]))))
+    return thetas[0], thetas[1]
+
+
+def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfig:
+    """A ModernBERT config.json dict -> BertConfig of the modern block; `overrides` win."""
+    for name in ("hidden_activation", "classifier_activation"):
+        if hf.get(name, "gelu") not in _EXACT_GELU:
+            raise ConfigError(
+                f"{name} {hf[name]!r} is not supported: this model uses the exact (erf) GELU, "
+                f"transformers' {_EXACT_GELU}"
+            )
+    missing = [f for f in _SHAPES if f not in hf]
+    if missing:
+        raise ConfigError(f"the ModernBERT config lacks {missing}")
+    if hf.get("head_dim") not in (None, hf["hidden_size"] // hf["num_attention_heads"]):
+        raise ConfigError(f"head_dim {hf['head_dim']} is not hidden_size / num_attention_heads")
+    window, every = _layer_pattern(hf, hf["num_hidden_layers"])
+    global_theta, local_theta = _thetas(hf)
+
+    def get(name):
+        return hf.get(name, _DEFAULTS[name])
+
+    values = {f: hf[f] for f in _SHAPES}
+    values.update(
+        BLOCK,
+        max_position_embeddings=get("max_position_embeddings"),
+        initializer_range=get("initializer_range"),
+        layer_norm_eps=get("norm_eps"),
+        hidden_dropout_prob=float(get("mlp_dropout")),
+        attention_probs_dropout_prob=float(get("attention_dropout")),
+        norm_bias=bool(get("norm_bias")),
+        attention_bias=bool(get("attention_bias")),
+        mlp_bias=bool(get("mlp_bias")),
+        decoder_bias=bool(get("decoder_bias")),
+        head_bias=bool(get("classifier_bias")),
+        local_attention=window,
+        global_attn_every_n_layers=every,
+        global_rope_theta=global_theta,
+        local_rope_theta=local_theta,
+        scale_init_by_depth=True,
+    )
+    return BertConfig(**{**values, **overrides})
+
+
+def modernbert_config(
+    config: BertConfig, special_ids: Mapping[str, int | None] | None = None
+) -> dict[str, Any]:
+    """BertConfig of the modern block -> the config.json of a transformers
+    ModernBertForMaskedLM. `special_ids` ('pad', 'cls', 'sep'): the tokenizer's; unknown ones
+    are written as null (ModernBertConfig's defaults are ModernBERT's own vocabulary's)."""
+    wrong = problems(config)
+    if wrong:
+        raise cli.UserError(
+            f"this model is no ModernBertForMaskedLM: {', '.join(wrong)}; transformers has no "
+            "class for this mix of BERT and ModernBERT fields"
+        )
+    ids = dict(special_ids or {})
+    layers = config.num_hidden_layers
+    every = config.global_attn_every_n_layers if config.local_attention else 1
+    out = {f: getattr(config, f) for f in _SHAPES}
+    out.update(
+        architectures=["ModernBertForMaskedLM"],
+        model_type=MODEL_TYPE,
+        hidden_activation="gelu",
+        classifier_activation="gelu",
+        max_position_embeddings=config.max_position_embeddings,
+        initializer_range=config.initializer_range,
+        norm_eps=config.layer_norm_eps,
+        norm_bias=config.norm_bias,
+        attention_bias=config.attention_bias,
+        mlp_bias=config.mlp_bias,
+        decoder_bias=config.decoder_bias,
+        classifier_bias=config.head_bias,
+        attention_dropout=config.attention_probs_dropout_prob,
+        embedding_dropout=config.hidden_dropout_prob,
+        mlp_dropout=config.hidden_dropout_prob,
+        local_attention=config.local_attention or _DEFAULTS["local_attention"],
+        layer_types=[FULL if config.is_global(i) else SLIDING for i in range(layers)],
+        rope_parameters={
+            FULL: {"rope_type": "default", "rope_theta": config.global_rope_theta},
+            SLIDING: {"rope_type": "default", "rope_theta": config.local_rope_theta},
+        },
+        # transformers 4's spellings of the same (5 reads layer_types and rope_parameters).
+        global_attn_every_n_layers=every,
+        global_rope_theta=config.global_rope_theta,
+        local_rope_theta=config.local_rope_theta,
+        pad_token_id=ids.get("pad"),
+        cls_token_id=ids.get("cls"),
+        bos_token_id=ids.get("cls"),
+        sep_token_id=ids.get("sep"),
+        eos_token_id=ids.get("sep"),
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
+    return out
+
+
+def param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
+    """(our parameter paths, Hugging Face name, transpose?) for every ModernBertForMaskedLM
+    weight; several paths are concatenated along torch's first axis."""
+
+    def linear(ours, hf, bias):
+        yield tuple(p + ("kernel",) for p in ours), hf + ".weight", True
+        if bias:
+            yield tuple(p + ("bias",) for p in ours), hf + ".bias", False
+
+    def norm(ours, hf):
+        yield (ours + ("scale",),), hf + ".weight", False
+        if config.norm_bias:
+            yield (ours + ("bias",),), hf + ".bias", False
+
+    emb = ("bert", "embeddings")
+    yield (emb + ("word_embeddings", "embedding"),), "model.embeddings.tok_embeddings.weight", False
+    yield from norm(emb + ("layer_norm",), "model.embeddings.norm")
+    for i in range(config.num_hidden_layers):
+        ours, hf = ("bert", "layers", i), f"model.layers.{i}"
+        attn = ours + ("attention",)
+        if i > 0:
+            yield from norm(ours + ("attention_norm",), f"{hf}.attn_norm")
+        qkv = tuple(attn + (name,) for name in ("query", "key", "value"))
+        yield from linear(qkv, f"{hf}.attn.Wqkv", config.attention_bias)
+        yield from linear((attn + ("output",),), f"{hf}.attn.Wo", config.attention_bias)
+        yield from norm(ours + ("output_norm",), f"{hf}.mlp_norm")
+        wi = (ours + ("intermediate",), ours + ("gate",))
+        yield from linear(wi, f"{hf}.mlp.Wi", config.mlp_bias)
+        yield from linear((ours + ("output",),), f"{hf}.mlp.Wo", config.mlp_bias)
+    yield from norm(("bert", "final_norm"), "model.final_norm")
+    yield from linear((("mlm", "transform"),), "head.dense", config.head_bias)
+    yield from norm(("mlm", "transform_norm"), "head.norm")
+    if config.decoder_bias:
+        yield (("mlm", "bias"),), "decoder.bias", False
+
+
+BODY_PREFIXES = ("model.",)  # must come from the file; the heads may not (fresh init)
+TIED = frozenset({"decoder.weight"})  # the word embeddings again
+
+
+def normalize_name(name: str) -> str:
+    """A bare ModernBertModel's names -> ModernBertForMaskedLM's."""
+    if name.startswith(("embeddings.", "layers.", "final_norm.")):
+        return "model." + name
+    return name

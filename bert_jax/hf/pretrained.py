@@ -1,0 +1,266 @@
+"""A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
+
+`load(path)` takes either kind of directory (`kind(path)` is the one rule telling them apart, also
+for pre-training's train.init_checkpoint):
+  * a training workdir of ours (it has `checkpoints/`): one step (the latest unless `step` is
+    given) restored with its checksums and a finite check (a damaged step is refused:
+    checkpoints.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
+    run's data was tokenized with (recorded in that config from the data's manifest), or the one
+    passed, checked against what the run recorded (its md5, else its size).
+  * a Hugging Face BERT or ModernBERT directory (config.json + model.safetensors or
+    pytorch_model.bin, or Google's original TF checkpoint) through bert_jax.hf.bert (its
+    config.json's model_type picks the names). The vocabulary is its vocab.txt or, for
+    a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
+    lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer. A
+    tokenizer.json of another kind (BPE, Unigram) is the tokenizer itself
+    (bert_jax.text.tokenizer_json).
+An explicit `vocab_file` or `do_lower_case` wins over what the directory says; a vocabulary with
+more entries than the model has word embeddings is refused (`fits_table`). Either way the
+tokenizer is built once and its size checked once, in `_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from flax import nnx
+
+from bert_jax import cli, storage
+from bert_jax.data.contract import manifest
+from bert_jax.hf import bert
+from bert_jax.model import encoder
+from bert_jax.text import tokenization
+from bert_jax.training import checkpoints
+
+# Model config fields a user may change on a pre-trained model (they do not change its weights'
+# shapes); everything else comes from the checkpoint.
+OVERRIDABLE = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dtype",
+    "remat",
+    "attention_impl",
+)
+
+
+@dataclasses.dataclass
+class Pretrained:
+    config: encoder.BertConfig
+    params: dict  # a BertForPreTraining's parameters, nnx.to_pure_dict layout; ["bert"]: encoder
+    source: str  # what was read (a checkpoint step, a weights file), for the log
+    vocab_file: str | None  # None: the directory names none (the caller asks for one)
+    do_lower_case: bool
+    tokenizer: Any  # tokenization.make_tokenizer(vocab_file, ...), None without a vocabulary
+    # vocab_file as a saved config should record it: "" where it was derived from tokenizer.json
+    # into a scratch file that lives only as long as this process (the next run derives it again).
+    vocab_to_record: str = ""
+    step: int | None = None  # the checkpoint step, for a training workdir
+
+    def model(self) -> encoder.BertForPreTraining:
+        return encoder.model_from_params(self.config, self.params)
+
+
+WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
+HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
+
+
+def is_workdir(path: str) -> bool:
+    return storage.isdir(checkpoints.checkpoint_dir(path))
+
+
+def kind(path: str) -> str:
+    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
+    (local or in a bucket), behind load(), export and pre-training's train.init_checkpoint.
+
+    A directory with checkpoints/ is a workdir (whatever else it holds); one with config.json or
+    bert_config.json is a Hugging Face directory; anything else is refused by name. An export cut
+    short in a bucket has no config.json (it is published last), so it is refused, not half read.
+    """
+    if not path:
+        raise cli.UserError(
+            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
+        )
+    if not storage.isdir(path):
+        raise cli.UserError(
+            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
+            "weights) or a training workdir (it has checkpoints/)"
+        )
+    if is_workdir(path):
+        return WORKDIR
+    if any(storage.isfile(storage.join(path, name)) for name in bert.CONFIG_FILES):
+        return HF_DIR
+    raise bert.CheckpointError(
+        f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
+        "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
+        "cut short (config.json is published last); rerun the export"
+    )
+
+
+def load(
+    path: str,
+    *,
+    step: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    vocab_file: str | None = None,
+    do_lower_case: bool | None = None,
+) -> Pretrained:
+    """The pre-trained model in `path` (see the module docstring); `overrides` (fields of
+    OVERRIDABLE) replace the saved model config's."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise cli.UserError(
+            f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
+        )
+    if kind(path) == WORKDIR:
+        return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
+    if step is not None:
+        raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")
+    return _from_hf(path, overrides, vocab_file, do_lower_case)
+
+
+def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
+    run_config, step = checkpoints.load_config(path, step)  # pins "latest" to one step
+    checkpoints.check_kind(run_config, path, finetuning=False)
+    data = run_config.get("data") or {}
+    lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")
+    vocab = vocab_file or data.get("vocab_file") or ""
+    # Before the weights are restored: a wrong vocabulary is refused at once.
+    tokenizer = vocab and _tokenizer(
+        vocab, lower, int(run_config.model.vocab_size), run_data=data, given=bool(vocab_file)
+    )
+    params, run_config = checkpoints.restore_params(path, step)
+    config = encoder.BertConfig.from_config_dict({**run_config.model.to_dict(), **overrides})
+    loaded = _finish(
+        config,
+        params,
+        f"step {step} of {checkpoints.checkpoint_dir(path)}",
+        tokenizer or None,
+        lower,
+        record=vocab,
+    )
+    return dataclasses.replace(loaded, step=step)
+
+
+def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
+    local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
+    with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
+        config = bert.load_bert_config(local, **overrides)
+        model, report = bert.load_hf(local, config)
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    own_vocab, own_lower, derived = _hf_vocabulary(local)
+    vocab = vocab_file or own_vocab
+    lower = do_lower_case if do_lower_case is not None else own_lower
+    # What a saved config names: the directory's own file (in the bucket), not a local copy.
+    own = own_vocab and storage.join(path, storage.basename(own_vocab))
+    record = vocab_file or ("" if derived else own or "")
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
+    return _finish(config, params, str(report), tokenizer or None, lower, record=record)
+
+
+def _finish(config, params, source, tokenizer, lower, *, record) -> Pretrained:
+    lower = tokenization.lower_case(lower)
+    # A vocabulary in a bucket: the tokenizer's file is its local copy, to export.
+    vocab = tokenizer.vocab_file if tokenizer is not None else None
+    return Pretrained(config, params, source, vocab, lower, tokenizer, record)
+
+
+def fits_table(vocab_size: int, rows: int) -> bool:
+    """Whether a vocabulary of `vocab_size` entries is plausibly the one a word-embedding table of
+    `rows` rows was built for: no more entries than rows, and a table padded by 127 rows at most
+    (padding to a multiple of 128 is the common case)."""
+    return rows - 128 < vocab_size <= rows
+
+
+def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = True):
+    """The tokenizer of `vocab`, built once, its size checked once: for a training run
+    (`run_data`: its saved config.data), against the vocabulary the run's data recorded (md5,
+    else size; a run from before the data contract recorded neither); then against the model's
+    `rows` word embeddings (fits_table). `given`: the user named `vocab` (else the run did)."""
+    lower = tokenization.lower_case(lower)
+    why = storage.not_a_file(vocab)
+    if why and run_data is not None:
+        raise cli.UserError(
+            f"vocab file {vocab!r} {why}"
+            + ("" if given else " (the one the run's data recorded)")
+            + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
+            "tokenized with"
+        )
+    if why:
+        raise cli.UserError(f"vocab file {vocab!r} {why}")
+    tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
+    size = tokenizer.vocab_size
+    if run_data is not None:
+        recorded_md5 = run_data.get("vocab_md5") or ""
+        recorded_size = int(run_data.get("vocab_size") or 0)
+        problem = None
+        if recorded_md5:
+            md5 = manifest.file_md5(vocab)
+            if md5 != recorded_md5:
+                problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
+        elif recorded_size and size != recorded_size:
+            problem = f"{size} entries; the run's data had {recorded_size}"
+        elif not recorded_size and not fits_table(size, rows):
+            problem = f"{size} entries; the model's word-embedding table has {rows} rows"
+        if problem:
+            raise cli.UserError(
+                f"vocab file {vocab!r} is not the vocabulary this run was trained with "
+                f"({problem}); pass the vocab.txt its training data was tokenized with"
+            )
+    if not fits_table(size, rows):
+        raise cli.UserError(
+            f"the vocabulary {tokenizer.vocab_file!r} has {size} entries but the model "
+            f"{rows} word embeddings: pass the model's own vocab.txt"
+        )
+    return tokenizer
+
+
+def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
+    """(vocab.txt, do_lower_case or None, whether the file was derived from tokenizer.json)."""
+    lower = None
+    tok_config = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.isfile(tok_config):
+        lower = bert.read_json(tok_config).get("do_lower_case")
+    vocab = os.path.join(model_dir, "vocab.txt")
+    if os.path.isfile(vocab):
+        return vocab, lower, False
+    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    if not os.path.isfile(tokenizer_json):
+        return None, lower, False
+    # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
+    # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
+    # ModernBERT's, RoBERTa's) is used as it is (bert_jax.text.tokenizer_json).
+    spec = bert.read_json(tokenizer_json)
+    model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
+    if model_spec.get("type") != "WordPiece":
+        return tokenizer_json, lower, False
+    table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
+    ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
+    if ids != list(range(len(table))):
+        raise cli.UserError(
+            f"{tokenizer_json}'s WordPiece vocabulary does not number its entries 0, 1, 2, ...; "
+            "pass the model's vocab.txt"
+        )
+    vocab = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-vocab.txt")
+    with open(vocab, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in sorted(table, key=table.get))
+    if lower is None:
+        lower = (spec.get("normalizer") or {}).get("lowercase")
+    return vocab, lower, True
+
+
+_SCRATCH: list[str] = []
+
+
+def _scratch_dir() -> str:
+    """A directory for this process's derived vocabularies, removed when the process exits."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.mkdtemp(prefix="bert_jax-vocab-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]

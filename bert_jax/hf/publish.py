@@ -1,0 +1,182 @@
+"""Writing a model directory for others to load (a Hugging Face export): whole, never mixed with
+another model's files, on any disk, readable by the people the umask lets read it.
+
+    publish.directory(output_dir, lambda scratch: hf.save_hf(model, vocab, scratch))
+
+  * One writer at a time: the directory's lock (bert_jax.training.workdir_lock) is held throughout.
+  * Never mixed: `output_dir` must be new, empty, or a previous export of ours, recognised by the
+    MARKER file we write last, which lists the files that export wrote. A previous export is
+    replaced whole: its files are removed before the new ones move in, so a stale
+    tokenizer.json of another model cannot sit beside the new weights (transformers would load
+    it without a word). Anything else in the directory (files we did not write, a model saved
+    by another tool) is refused with one line naming them; nothing is deleted that we did not
+    write.
+  * Any disk: the files are written into a scratch directory inside `output_dir` and renamed
+    from there, so a directory that is itself a mount point (a Docker volume, an NFS export)
+    works (a scratch directory beside it would be on another file system: EXDEV).
+  * A failed write (a full disk, a damaged checkpoint) leaves the previous export as it was:
+    nothing of it is touched until every new file is written. Only a crash during the final
+    renames (milliseconds) can leave the directory between the two; its marker then still says
+    it is ours, and the next export replaces it whole.
+  * Modes: files 0666 and directories 0777, less the umask (as `open` and `mkdir` would make
+    them; a scratch directory from tempfile is 0700, and its files must not keep that).
+  * A bucket (gs://, s3://) has no rename: the files are written to a local scratch directory
+    and uploaded one by one under the same rules (`_publish_remote`), the file a reader opens
+    first (a Hugging Face model's config.json) deleted first and uploaded last, so an export cut
+    short is a directory transformers refuses, never two models' files under a complete-looking
+    one; the next export replaces it whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+
+from bert_jax import cli, storage
+from bert_jax.training import workdir_lock
+
+MARKER = ".bert_jax_export.json"
+_SCRATCH = ".export-tmp-"
+
+
+def _ours(name: str) -> bool:
+    """Names we keep in an export directory besides the model's files."""
+    return name in (MARKER, workdir_lock.LOCK_NAME) or name.startswith(
+        (_SCRATCH, workdir_lock.LOCK_NAME + ".")
+    )
+
+
+def check_target(output_dir: str, flag: str = "--output_dir") -> None:
+    """Refuses an `output_dir` that is a file, lies under one, or holds files that are not an
+    export of ours, before any work is done (`directory` checks again, holding the lock)."""
+    workdir_lock.refuse_a_file(output_dir, flag)
+    if storage.isdir(output_dir):
+        previous_export(output_dir, flag)
+
+
+def previous_export(output_dir: str, flag: str = "--output_dir") -> list[str]:
+    """The files of the export of ours that `output_dir` holds ([] if it is empty); refuses a
+    directory holding anything else. Hidden files (a repository's .gitkeep, .DS_Store) are no
+    model's: a directory holding only them counts as empty, and they are kept. Local or a
+    bucket."""
+    names = sorted(n for n in storage.listdir(output_dir) if not (_ours(n) or n.startswith(".")))
+    listed: list[str] = []
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        listed = list(json.loads(storage.read_text(storage.join(output_dir, MARKER)))["files"])
+    foreign = [n for n in names if n not in listed]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise cli.UserError(
+            f"{flag}={output_dir!r} holds files that are not an export of ours ({shown}); "
+            "pass a new or empty directory (an earlier export of ours there is replaced whole)"
+        )
+    return names
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _open_modes(root: str) -> None:
+    mask = _umask()
+    for folder, _, files in os.walk(root):
+        os.chmod(folder, 0o777 & ~mask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o666 & ~mask)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def _write_marker(output_dir: str, files: list[str], complete: bool) -> None:
+    record = {"files": sorted(files), "complete": complete, "written": time.time()}
+    if storage.is_url(output_dir):
+        storage.write_text(storage.join(output_dir, MARKER), json.dumps(record))
+        return
+    tmp = os.path.join(output_dir, MARKER + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, os.path.join(output_dir, MARKER))
+
+
+def directory(
+    output_dir: str,
+    write: Callable[[str], None],
+    *,
+    what: str = "bert_jax.export",
+    flag: str = "--output_dir",
+    last: str = "config.json",
+) -> list[str]:
+    """Runs `write(scratch)`, which fills an empty directory, and publishes what it wrote as
+    `output_dir` (the module docstring's rules; `last` is the file a reader opens first, published
+    last to a bucket). Returns the names published."""
+    check_target(output_dir, flag)
+    # The lock makes `output_dir` if it is new, and removes it again if nothing was published.
+    with workdir_lock.hold(output_dir, what, flag=flag):
+        if storage.is_url(output_dir):
+            with tempfile.TemporaryDirectory(prefix="bert_jax-publish-") as scratch:
+                with cli.disk_full_is_oserror(scratch):
+                    write(scratch)
+                return _publish_remote(scratch, output_dir, last, flag)
+        old = previous_export(output_dir, flag)
+        for name in os.listdir(output_dir):
+            if name.startswith(_SCRATCH):  # a killed export's: we hold the lock, it is dead
+                _remove(os.path.join(output_dir, name))
+        scratch = os.path.join(output_dir, f"{_SCRATCH}{os.getpid()}")
+        os.mkdir(scratch)
+        try:
+            with cli.disk_full_is_oserror(output_dir):  # safetensors says so in its own type
+                write(scratch)
+            _open_modes(scratch)
+            new = sorted(os.listdir(scratch))
+            # From here the directory is between two exports: the marker says so first.
+            _write_marker(output_dir, sorted(set(old) | set(new)), complete=False)
+            for name in old:
+                _remove(os.path.join(output_dir, name))
+            for name in new:
+                os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
+            _write_marker(output_dir, new, complete=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return new
+
+
+def _publish_remote(local: str, path: str, last: str, flag: str) -> list[str]:
+    """The files of the local directory `local` published as the bucket directory `path`: the
+    marker first lists both versions' files as incomplete; `path/last` is deleted, the new files
+    uploaded, the old version's other files deleted, `last` uploaded, the marker rewritten."""
+    names = sorted(os.listdir(local))
+    if last not in names:
+        raise ValueError(f"{local} has no {last} to publish last")  # a bug of the writer
+    old = previous_export(path, flag)
+    _write_marker(path, sorted(set(old) | set(names)), complete=False)
+    storage.remove(storage.join(path, last))
+
+    def upload(name: str) -> None:
+        with open(os.path.join(local, name), "rb") as f:
+            with storage.open_write(storage.join(path, name)) as out:
+                shutil.copyfileobj(f, out, 1 << 20)
+
+    for name in names:
+        if name != last:
+            upload(name)
+    for name in sorted(set(old) - set(names)):
+        storage.rmtree(storage.join(path, name))  # a directory's objects
+        storage.remove(storage.join(path, name))  # or one object
+    upload(last)
+    _write_marker(path, names, complete=True)
+    return names

@@ -1,0 +1,11 @@
+"""The model: BERT or the ModernBERT block in Flax NNX.
+
+encoder.py       the encoder and its pre-training heads, field by field
+bert_config.py   BertConfig: the encoder's hyper-parameters
+layers.py        the blocks and the encoder layer
+layer_stack.py   the layers run or scanned in groups
+rope.py          rotary position embeddings
+attention.py     the attention kernels
+dropout.py       the dropout masks
+mixed_matmul.py  bfloat16 matmuls at a CPU's bf16 instruction speed
+"""

@@ -1,0 +1,205 @@
+"""Self-attention kernels and masks: the fused `jax.nn.dot_product_attention` paths and the
+explicit einsum path (the one with attention-probability dropout).
+
+q, k, v are [batch, length, heads, kv]. Which keys a query may read:
+
+- Unpacked rows (one example per row, right-padded): every real key, never a padded one; the
+  mask comes from `input_mask` [batch, length] (1 on real tokens).
+- Packed rows (several examples per row, see bert_jax.packing): `example_ids` [batch, length]
+  (1, 2, ... for the examples of the row, 0 on padding) gives a block-diagonal mask: a query
+  reads only the keys of its own example. Padding queries read the padding keys, so no row of
+  the mask is empty; their outputs are never used.
+
+Why packed rows reach cuDNN as a boolean mask. On GPU `jax.nn.dot_product_attention(...,
+implementation='cudnn')` (JAX 0.10) takes the masking in one of two forms:
+
+- `query_seq_lengths` / `key_value_seq_lengths`: one [batch] length per row, i.e. one segment
+  starting at position 0 with the padding on its right. Unpacked rows use it (no mask tensor is
+  read at all), but it cannot say "three examples in this row".
+- `mask`: a boolean [batch, 1, length, length]; JAX turns it into an additive bias (0 or a
+  large negative number) that the fused flash kernel adds to the logits. This expresses any
+  block-diagonal pattern and keeps the fused kernel. The cost is reading a [B, 1, L, L] bias
+  per layer (32 KiB per row at L=128 in bfloat16, next to 768 KiB of BERT-Large's q, k and v)
+  and, in the backward pass, writing a bias gradient of that shape that nothing uses.
+
+The public API has no segment ids; cuDNN's packed "THD" layout (per-row segment offsets, the
+one NVIDIA's BERT uses) is only reachable through the private jax._src.cudnn module and needs a
+Hopper GPU, so it is not used. Unpacked rows keep the lengths form, packed rows take the mask.
+
+Sliding windows (ModernBERT's local layers, `window` = how far a query reads on either side):
+the einsum and XLA paths AND a band |query - key| <= window into the boolean mask; cuDNN's
+fused kernel only takes a left (causal) window, so a windowed layer gives it the mask too;
+splash attention takes the band as its LocalMask, which also skips the key blocks outside it.
+In packed rows the band and the block diagonal together keep a query inside its own example.
+
+On TPU, `splash_attention` runs the Pallas splash-attention kernel (jax.experimental.pallas.ops.tpu,
+as MaxText does): flash attention with segment ids, so both forms are one: a row's real tokens
+are segment 1 (or each packed example its own id) and padding segment 0, and no [L, L] mask or
+probability matrix is ever written to HBM. Mosaic kernels cannot be partitioned automatically,
+so it runs under jax.shard_map over the batch (and heads) axes of the mesh in effect; on CPU it
+runs in Pallas' interpret mode (tests check it against `einsum_attention`).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from bert_jax.model.dropout import dropout
+
+
+def attention_mask(
+    input_mask: jax.Array, example_ids: jax.Array | None = None, window: int | None = None
+) -> jax.Array:
+    """Boolean mask, True where a query may read a key: [batch, 1 (heads), 1 or length (query),
+    length (key)]. The key padding from `input_mask`, or the block diagonal of `example_ids`;
+    with a `window`, only keys at most that many positions away (then [batch, 1, length,
+    length])."""
+    if example_ids is None:
+        mask = input_mask[:, None, None, :].astype(bool)
+    else:
+        mask = (example_ids[:, :, None] == example_ids[:, None, :])[:, None]
+    if window is None:
+        return mask
+    positions = jnp.arange(input_mask.shape[-1])
+    band = jnp.abs(positions[:, None] - positions[None, :]) <= window  # [query, key]
+    return mask & band[None, None]
+
+
+def einsum_attention(
+    q,
+    k,
+    v,
+    input_mask,
+    *,
+    example_ids=None,
+    window=None,
+    dropout_rate: float = 0.0,
+    dropout_rng=None,
+):
+    """Plain softmax(QK^T/sqrt(d)) V under `attention_mask`, with dropout on the probabilities."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
+    mask = attention_mask(input_mask, example_ids, window)
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    probs = dropout(probs, dropout_rate, dropout_rng)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+
+
+def fused_attention(
+    q, k, v, input_mask, *, example_ids=None, window=None, implementation: str = "xla"
+):
+    """jax.nn.dot_product_attention under `attention_mask` ('xla' or 'cudnn'; see the module
+    docstring for what the cuDNN path is given)."""
+    if implementation == "cudnn" and example_ids is None and window is None:
+        # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
+        # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
+        lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
+        return jax.nn.dot_product_attention(
+            q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
+        )
+    mask = attention_mask(input_mask, example_ids, window)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def platform() -> str:
+    """The platform the computation is for: the mesh in effect's devices ('tpu' when compiling
+    for a TPU slice from a CPU host, as the planner does), else JAX's default backend."""
+    mesh = jax.sharding.get_abstract_mesh()
+    device = None if mesh.empty else mesh.abstract_device
+    return device.platform if device is not None else jax.default_backend()
+
+
+def cudnn_usable(dtype, head_dim: int, length: int) -> bool:
+    """Whether cuDNN's fused kernel takes these shapes (bfloat16 on a GPU; JAX checks the rest
+    and raises when forced with attention_impl='cudnn')."""
+    return (
+        platform() == "gpu"
+        and dtype == jnp.bfloat16
+        and head_dim % 8 == 0
+        and head_dim <= 128
+        and length % 2 == 0
+    )
+
+
+# Splash attention's tiles: the sequence is cut into blocks of this many queries and keys
+# (MaxText's default is 512; BERT's 128-token rows are one block).
+_SPLASH_BLOCK = 512
+
+
+# 'auto' takes the splash kernel for rows at least this long. A 128-token row is one tile, and
+# the kernel's fixed costs (float32 residuals per query row, layout copies) outweigh the [L, L]
+# probabilities it keeps out of HBM: the planner puts BERT's 128-token steps 1-3 MFU points below
+# XLA's fused attention, and phase 2's 512-token step 26 points above it (docs/scaling.md).
+SPLASH_MIN_LENGTH = 512
+
+
+def splash_usable(length: int) -> bool:
+    """Whether 'auto' runs the splash kernel: on a TPU, for whole 128-row tiles, in rows of at
+    least SPLASH_MIN_LENGTH tokens (attention_impl='splash' forces it at any multiple of 128)."""
+    return platform() == "tpu" and length % 128 == 0 and length >= SPLASH_MIN_LENGTH
+
+
+def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None = None):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    block = math.gcd(length, _SPLASH_BLOCK)
+    sizes = sk.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
+    if window is None:
+        one = sm.FullMask((length, length))
+    else:  # the keys at most `window` away on either side; key blocks outside are skipped
+        one = sm.LocalMask((length, length), window_size=(window, window), offset=0)
+    mask = sm.MultiHeadMask([one] * heads)
+    # Made inside the trace that uses it (its mask's block tables become constants of that
+    # program): not cached across traces, where it would hold another trace's values, nor made
+    # eagerly, which would place them on the mesh's devices (a planner's TPU chips, described
+    # but not present).
+    return sk.make_splash_mha(
+        mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
+    )
+
+
+def splash_attention(
+    q, k, v, input_mask, *, example_ids=None, window=None, batch_axes=None, head_axes=None
+):
+    """softmax(QK^T/sqrt(d)) V by the Pallas splash kernel, the keys a query may read given as
+    segment ids (module docstring) and, with a `window`, a local mask. q, k, v [batch, length,
+    heads, kv]; `batch_axes`/`head_axes`: the mesh axes the batch and the heads are split over
+    (the kernel runs on each device's share; None: not split)."""
+    length, head_dim = q.shape[1], q.shape[3]
+    segments = (input_mask if example_ids is None else example_ids).astype(jnp.int32)
+    scale = 1.0 / math.sqrt(head_dim)
+    interpret = platform() != "tpu"
+
+    def local(q, k, v, segments):
+        from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+
+        kernel = _splash_kernel(q.shape[2], length, interpret, window)
+        t = lambda x: jnp.swapaxes(x, 1, 2)  # [batch, length, heads, kv] <-> [batch, heads, ...]
+        ids = sk.SegmentIds(q=segments, kv=segments)
+        out = jax.vmap(kernel)(t(q * jnp.asarray(scale, q.dtype)), t(k), t(v), segment_ids=ids)
+        return t(out)
+
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return local(q, k, v, segments)
+    qkv = P(batch_axes, None, head_axes, None)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(qkv, qkv, qkv, P(batch_axes, None)),
+        out_specs=qkv,
+        check_vma=False,
+    )(q, k, v, segments)

@@ -1,0 +1,407 @@
+"""BERT in Flax NNX: embeddings, the encoder, the pooler, and the MLM and NSP heads.
+
+The config (bert_jax.model_config.BertConfig) selects the 2018 BERT or the ModernBERT block
+field by field: absolute positions or RoPE (a base per layer kind), post-norm or pre-norm (with a
+final norm, none before the first layer's attention), GELU or GeGLU feed-forward, each group of
+biases on or off, full attention or a sliding window with a global layer every N, no token
+types, no pooler, no NSP head. The building blocks and the encoder layer are bert_jax/layers.py's;
+bert_jax/layer_stack.py runs the layers (scanned in groups where they alternate). Packed rows keep
+every document to itself in every layer kind.
+
+Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
+the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
+before the vocabulary projection; the modern block's are transformers' ModernBertForMaskedLM's
+(RoPE in float32, bert_jax/rope.py). Parameters are always float32; `BertConfig.dtype` only sets the
+computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM logits in the
+computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic of a
+float32 one; losses.cross_entropy takes its log-sum-exp in float32).
+
+Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
+checkpoint of `nnx.state(model)` is the parameters and nothing else.
+
+Logical axis names; bert_jax.sharding maps them to mesh axes (a name it does not map is not
+split; a mesh axis already used by an earlier dimension of the same array is skipped, so the
+activations' 'embed' stays whole when 'batch' takes the 'fsdp' axis that weights' 'embed' uses):
+
+    parameters   'vocab'  vocabulary rows of the word embeddings and the MLM output bias
+                 'embed'  the hidden size (model width) wherever a weight touches it
+                 'heads'  the fused heads*head_dim output of query/key/value, input of the
+                          attention output projection (shard it only by a divisor of num_heads)
+                 'mlp'    the feed-forward width (intermediate_size)
+                 'norm'   LayerNorm scale and bias
+    activations  'batch', 'length', 'embed', 'heads', 'kv' (head_dim), 'mlp', 'vocab'
+
+Parameters carry the names as `out_sharding` metadata (read them with `nnx.get_partition_spec`;
+variables are never sharded eagerly, the trainer places them). Activations get
+`with_sharding_constraint` when the code runs under `jax.set_mesh(mesh)` and
+`nnx.logical_axis_rules(rules)`; otherwise the constraints are no-ops.
+
+Weight-decay rule: decay a parameter iff the last element of its path is 'kernel' or
+'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
+as in the original optimizer.
+
+Attention (bert_jax/attention.py): `jax.nn.dot_product_attention` with the padding mask, or with
+the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
+bert_jax.packing). `attention_impl='auto'` uses the Pallas splash-attention kernel on TPU (the
+platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
+whole 128-token tiles, cuDNN's fused kernel on GPU when the computation is bfloat16 and the
+shapes allow it (it then relies on the padding being on the right, as in every BERT record), XLA
+otherwise; a sliding-window layer gives each of them its window (bert_jax/attention.py). The
+fused kernels have no dropout, so while
+attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
+explicit einsum attention with dropout runs instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bert_jax import cli
+from bert_jax.model import layers as L
+from bert_jax.model import mixed_matmul, rope
+from bert_jax.model.bert_config import SHAPE_FIELDS, BertConfig
+from bert_jax.model.dropout import dropout as _dropout
+from bert_jax.model.layer_stack import run_layers
+from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer, constrain
+
+__all__ = [
+    "LOGICAL_AXIS_NAMES",
+    "SHAPE_FIELDS",
+    "BertConfig",
+    "BertForPreTraining",
+    "BertModel",
+    "constrain",
+    "run_layers",
+]
+
+
+# jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
+# backward pass keeps them under transpose(jvp(...))), where the planner's byte attribution
+# (bert_jax.plan) reads which part of the model an op belongs to.
+SCOPES = ("embeddings", "attention", "ffn", "norm_residual", "mlm_head", "nsp_head")
+
+
+def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
+    """embed(ids) with the table's 'embed' dimension gathered first (`_whole_rows`)."""
+    return jnp.take(_whole_rows(embed, rows), ids, axis=0).astype(embed.dtype)
+
+
+def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
+    """The table with its 'embed' dimension gathered (FSDP: weights are gathered where they are
+    used). Looked up in an fsdp-split table, the rows come out split along 'embed', and in the
+    backward pass XLA then cannot move the batch-split gradient there except by replicating it
+    ("involuntary full rematerialization"); from a whole table, the gradient is scattered
+    locally and reduce-scattered onto the table's sharding like any other weight's."""
+    return L.constrain(embed.embedding[...], rows, None)
+
+
+@jax.custom_vjp
+def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(table, table[ids]): the word-embedding table as the MLM decoder uses it, and the rows the
+    input looks up, with one gradient for both uses.
+
+    Autodiff would give the lookup's gradient as a scatter into a zero table of its own (a
+    30,522-row float32 pass to write the zeros, another to scatter, a third to add it to the
+    decoder's), each summed over the data-parallel devices by a collective of its own. Here the
+    looked-up rows' gradients are added into the decoder's gradient in place: one dense table,
+    one reduction. The arithmetic is autodiff's but for the order of the additions."""
+    return table, jnp.take(table, ids, axis=0)
+
+
+def _tied_lookup_fwd(table, ids):
+    return tied_lookup(table, ids), ids
+
+
+def _tied_lookup_bwd(ids, cotangents):
+    ct_table, ct_rows = cotangents
+    return ct_table.at[ids].add(ct_rows.astype(ct_table.dtype)), None
+
+
+tied_lookup.defvjp(_tied_lookup_fwd, _tied_lookup_bwd)
+
+
+class Embeddings(nnx.Module):
+    """Word + position (absolute only) + token type (type_vocab_size > 0) embeddings, then
+    LayerNorm and dropout; ModernBERT's is the word embeddings and the norm."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.word_embeddings = L.embed(cfg, cfg.vocab_size, ("vocab", "embed"), rngs)
+        self.position_embeddings = (
+            L.embed(cfg, cfg.max_position_embeddings, (None, "embed"), rngs)
+            if cfg.position_embedding_type == "absolute"
+            else None
+        )
+        self.token_type_embeddings = (
+            L.embed(cfg, cfg.type_vocab_size, (None, "embed"), rngs)
+            if cfg.type_vocab_size
+            else None
+        )
+        self.layer_norm = L.layer_norm(cfg, rngs)
+
+    @jax.named_scope("embeddings")
+    def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None, word_rows=None):
+        """`word_rows`: input_ids' rows of the word-embedding table, already looked up
+        (BertForPreTraining's tied_lookup); None: looked up here."""
+        if position_ids is None:
+            position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
+        if word_rows is None:
+            word_rows = _lookup(self.word_embeddings, input_ids, "vocab")
+        x = word_rows.astype(self.word_embeddings.dtype)
+        if self.position_embeddings is not None:
+            x = x + _lookup(self.position_embeddings, position_ids)
+        if self.token_type_embeddings is not None:
+            x = x + _lookup(self.token_type_embeddings, segment_ids)
+        x = _dropout(self.layer_norm(x), self.cfg.hidden_dropout_prob, dropout_rng)
+        return L.constrain(x, *L.ACT_EMBED)
+
+
+def _check_inputs(
+    cfg: BertConfig, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
+):
+    shapes = {
+        "input_ids": np.shape(input_ids),
+        "input_mask": np.shape(input_mask),
+        "segment_ids": np.shape(segment_ids),
+    }
+    if (example_ids is None) != (position_ids is None):
+        raise ValueError(
+            "packed rows need both example_ids and position_ids (bert_jax.packing makes them)"
+        )
+    if example_ids is not None:
+        shapes.update(example_ids=np.shape(example_ids), position_ids=np.shape(position_ids))
+    if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
+        raise ValueError(f"{', '.join(shapes)} must all be [batch, length]; got {shapes}")
+    if cls_positions is not None and (
+        np.ndim(cls_positions) != 2 or np.shape(cls_positions)[0] != shapes["input_ids"][0]
+    ):
+        raise ValueError(
+            f"cls_positions must be [batch, examples per row], got {np.shape(cls_positions)} "
+            f"for input_ids {shapes['input_ids']}"
+        )
+    if shapes["input_ids"][1] > cfg.max_position_embeddings:
+        raise cli.UserError(
+            f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
+            f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)"
+        )
+
+
+class BertModel(nnx.Module):
+    """Embeddings, encoder (pre-norm: and a final norm) and pooler; returns (sequence_output
+    [B,L,H], pooled [B,H]). Without the pooler (config.pooler=False, ModernBERT) `pooled` is the
+    first token's final state itself."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embeddings = Embeddings(config, rngs=rngs)
+        self.layers = nnx.List(
+            [EncoderLayer(config, i, rngs=rngs) for i in range(config.num_hidden_layers)]
+        )
+        self.final_norm = L.layer_norm(config, rngs) if config.norm_position == "pre" else None
+        h = config.hidden_size
+        self.pooler = L.dense(config, h, h, ("embed", None), rngs) if config.pooler else None
+
+    def _rope_tables(self, length: int, position_ids) -> dict | None:
+        """RoPE's (cos, sin) per layer kind, computed once for all layers; None: absolute."""
+        cfg = self.config
+        if cfg.position_embedding_type != "rope":
+            return None
+        if position_ids is None:
+            position_ids = jnp.arange(length)[None, :]  # [1, length]
+        tables = {"global": rope.tables(position_ids, cfg.global_rope_theta, cfg.head_dim)}
+        if cfg.local_attention:
+            tables["local"] = rope.tables(position_ids, cfg.local_rope_theta, cfg.head_dim)
+        return tables
+
+    def __call__(
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        *,
+        example_ids=None,
+        position_ids=None,
+        cls_positions=None,
+        dropout_rng=None,
+        word_rows=None,
+    ):
+        """(sequence [B, L, H], pooled [B, H]: the pooler on position 0's state).
+
+        Packed rows (bert_jax.packing) pass `example_ids` [B, L] (1, 2, ... for the examples of
+        a row, 0 on padding: attention stays within an example) and `position_ids` [B, L]
+        (restarting at 0 for each example), and, where the pooled output is wanted,
+        `cls_positions` [B, E] (each example's [CLS] position; empty slots any position < L):
+        pooled is then [B, E, H], one per example. Without packing inputs the computation is
+        exactly the unpacked one. `word_rows`: the word embeddings of input_ids, already looked
+        up (BertForPreTraining ties them to its decoder).
+        """
+        _check_inputs(
+            self.config,
+            input_ids,
+            input_mask,
+            segment_ids,
+            example_ids,
+            position_ids,
+            cls_positions,
+        )
+        k_embed, k_layers = (
+            jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
+        )
+        x = self.embeddings(input_ids, segment_ids, k_embed, position_ids, word_rows)
+        x = run_layers(
+            self.layers,
+            x,
+            input_mask,
+            k_layers,
+            example_ids,
+            self._rope_tables(input_ids.shape[1], position_ids),
+            remat=self.config.remat,
+            scan=self.config.scan_layers,
+        )
+        if self.final_norm is not None:
+            with jax.named_scope("norm_residual"):
+                x = L.constrain(self.final_norm(x), *L.ACT_EMBED)
+        if cls_positions is None:
+            first = x[:, 0]  # [batch, hidden]
+        else:
+            first = gather(x, cls_positions)  # [batch, examples, hidden]
+        return x, first if self.pooler is None else jnp.tanh(self.pooler(first))
+
+
+def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
+    """sequence [B, L, H] at positions [B, K] -> [B, K, H]. Out-of-range positions are clipped
+    (records and packed rows always hold positions < L)."""
+    return jnp.take_along_axis(sequence, positions[..., None], axis=1, mode="clip")
+
+
+class MaskedLMHead(nnx.Module):
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
+    config.head_bias, norm_bias and decoder_bias say)."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        h = cfg.hidden_size
+        self.transform = L.dense(cfg, h, h, ("embed", None), rngs, bias=cfg.head_bias, output=True)
+        self.transform_norm = L.layer_norm(cfg, rngs)
+        self.bias = (
+            nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **L.axis_names("vocab"))
+            if cfg.decoder_bias
+            else None
+        )
+
+    @jax.named_scope("mlm_head")
+    def __call__(self, x, word_embeddings: jax.Array):
+        x = self.transform_norm(L.gelu(self.transform(x)))  # [batch, predictions, hidden]
+        logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
+        # The bias is added to the float32 accumulator, then rounded once to the computation
+        # dtype (XLA fuses both into the matmul's output).
+        if self.bias is not None:
+            logits = logits + self.bias[...]
+        logits = logits.astype(x.dtype)
+        return L.constrain(logits, "batch", None, "vocab")
+
+
+class BertForPreTraining(nnx.Module):
+    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`; None with
+    config.nsp_head=False, whose NSP logits are then zeros: MLM-only training weighs them 0)."""
+
+    def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.bert = BertModel(config, rngs=rngs)
+        self.mlm = MaskedLMHead(config, rngs=rngs)
+        self.nsp = (
+            L.dense(config, config.hidden_size, 2, ("embed", None), rngs)
+            if config.nsp_head
+            else None
+        )
+
+    def __call__(
+        self,
+        input_ids,
+        input_mask,
+        segment_ids,
+        masked_lm_positions,
+        *,
+        example_ids=None,
+        position_ids=None,
+        cls_positions=None,
+        dropout_rng=None,
+    ):
+        """(MLM logits [B, P, vocab], NSP logits [B, 2]), float32.
+
+        Packed rows: `example_ids`, `position_ids` and `cls_positions` as BertModel takes them
+        (all three), `masked_lm_positions` index the row (already shifted by each example's
+        offset); the NSP logits are then [B, E, 2], one per example slot.
+        """
+        if (example_ids is None) != (cls_positions is None):
+            raise ValueError(
+                "packed pre-training rows need example_ids, position_ids and cls_positions "
+                "(the NSP head reads each example's [CLS])"
+            )
+        if (
+            np.ndim(masked_lm_positions) != 2
+            or np.shape(masked_lm_positions)[0] != np.shape(input_ids)[0]
+        ):
+            raise ValueError(
+                f"masked_lm_positions must be [batch, predictions], got shape "
+                f"{np.shape(masked_lm_positions)} for input_ids {np.shape(input_ids)}"
+            )
+        with jax.named_scope("embeddings"):
+            table = _whole_rows(self.bert.embeddings.word_embeddings, "vocab")
+            decoder_table, word_rows = tied_lookup(table, input_ids)
+        sequence, pooled = self.bert(
+            input_ids,
+            input_mask,
+            segment_ids,
+            example_ids=example_ids,
+            position_ids=position_ids,
+            cls_positions=cls_positions,
+            dropout_rng=dropout_rng,
+            word_rows=word_rows,
+        )
+        # Gather before projecting: the vocabulary matmul then costs P, not L, rows per example.
+        with jax.named_scope("mlm_head"):
+            gathered = gather(sequence, masked_lm_positions)
+        mlm_logits = self.mlm(gathered, decoder_table)
+        if self.nsp is None:
+            return mlm_logits, jnp.zeros((*pooled.shape[:-1], 2), jnp.float32)
+        with jax.named_scope("nsp_head"):
+            nsp_logits = self.nsp(pooled).astype(jnp.float32)
+        return mlm_logits, nsp_logits
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of parameters (tied weights once); works on abstract models from nnx.eval_shape."""
+    params = nnx.state(model, nnx.Param)
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
+    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param).
+
+    What checkpointing.restore_params returns; no random initialization is spent on it.
+    """
+    graphdef, state = nnx.split(
+        nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
+    )
+    expected = nnx.to_pure_dict(state)  # abstract: shapes only
+    want = {
+        jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(expected)
+    }
+    got = {
+        jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(params)
+    }
+    if want != got:
+        diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        raise cli.UserError(
+            f"the parameters do not fit this config at {diff[:4]} "
+            f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
+            f"got {[got.get(k) for k in diff[:4]]}"
+        )
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state)

@@ -1,0 +1,567 @@
+"""Tokenizers behind one interface: WordPiece (BERT vocab.txt), SentencePiece (ALBERT-style) and
+any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py: BPE, Unigram, WordPiece).
+
+WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly, on any text. Its
+rules (tokenization.py at eedf571): delete U+0000, U+FFFD and categories Cc and Cf (control and
+format; private use Co and unassigned Cn stay, so a word holding U+F8FF is usually [UNK]); map
+" ", tab, newline, carriage return and Zs to spaces; put spaces around CJK ideographs; split with
+Python's str.split (which also splits on U+2028, U+2029 and other str.isspace characters); when
+lower-casing, str.lower then NFD and drop Mn; cut punctuation (P* and non-alphanumeric printable
+ASCII) into tokens of their own; greedy longest-match WordPiece with a 200-code-point word limit.
+tests/unit/bert_jax/text/tokenization/test_differential.py checks every code point against a
+transcription of the original (tests/support/tokenizer_oracle.py).
+
+It is a from-scratch implementation of those rules plus a per-word cache: the full rules run once
+per distinct whitespace-separated word and natural text is Zipfian, so most words are cache hits.
+That is what makes data prep fast.
+
+No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
+"""
+
+import array
+import itertools
+import os
+import re
+import unicodedata
+
+import numpy as np
+
+from bert_jax import cli, storage
+from bert_jax.text import tokenizer_json
+
+CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
+
+# Characters Python's str.split() treats as whitespace but FullTokenizer deletes as controls, so a
+# word containing one ("a\x0bb") is one word to FullTokenizer ("ab") and two to str.split. Lines
+# that contain any of them take the exact path as a whole.
+_SPLIT_DISAGREES_CHARS = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
+_SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
+# An ASCII word (no whitespace inside: it comes from str.split) needs none of the Unicode rules:
+# NFD and accent stripping change nothing and every non-alphanumeric printable character is
+# punctuation (a piece of its own). That makes a cache miss several times cheaper than the general
+# path, which matters because every worker of a parallel job meets every distinct word of the
+# corpus once. ASCII control characters are deleted, which joins their neighbours ("a\x01b" is
+# the word "ab"), so words holding one take the general path.
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
+_ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
+_CHINESE_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+_CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
+
+
+# A vocabulary or tokenizer model that cannot be used; the message says what to fix.
+VocabError = tokenizer_json.VocabError
+
+
+def _is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _is_control(ch: str) -> bool:
+    # Cc and Cf only: the original keeps private-use (Co) and unassigned (Cn) characters.
+    if ch in "\t\n\r":
+        return False
+    return unicodedata.category(ch) in ("Cc", "Cf")
+
+
+def _is_punctuation(ch: str) -> bool:
+    # All non-alphanumeric ASCII counts as punctuation ("$", "^", "`"), as in BERT.
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def _is_chinese(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _CHINESE_RANGES)
+
+
+class _CharMap(dict):
+    """A str.translate table that works out a character's entry on first sight and keeps it.
+
+    The per-character rules then cost one Python call per distinct character instead of one per
+    character of text. Bounded: cleared when full (only text covering most of Unicode gets there).
+    """
+
+    def __init__(self, rule):
+        super().__init__()
+        self.rule = rule
+
+    def __missing__(self, cp: int):
+        if len(self) >= 1 << 16:
+            self.clear()
+        value = self[cp] = self.rule(chr(cp))
+        return value
+
+
+def _clean(ch: str):
+    """_clean_text and _tokenize_chinese_chars of the original, for one character."""
+    if ch in "\x00\ufffd" or _is_control(ch):
+        return None
+    if _is_whitespace(ch):
+        return " "
+    return f" {ch} " if _is_chinese(ord(ch)) else ord(ch)
+
+
+_CLEAN = _CharMap(_clean)
+_DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord(ch))
+_SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
+
+
+def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
+    """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
+    punctuation.
+
+    The original does the last three word by word after a whitespace split; doing them on the
+    whole text gives the same words: no rule looks across whitespace (str.lower's one
+    context rule, the final sigma, stops at a space, U+2028 or U+2029, the only whitespace
+    left after cleaning, and NFD never reorders across them), no step turns a space into
+    something else, and the final split of the original is this one.
+    """
+    text = text.translate(_CLEAN)
+    if do_lower_case:
+        text = text.lower()
+        if not text.isascii():
+            text = unicodedata.normalize("NFD", text).translate(_DROP_MN)
+    return text.translate(_SPACE_PUNCTUATION).split()
+
+
+def basic_tokenize_with_offsets(
+    text: str, do_lower_case: bool
+) -> list[tuple[str, list[tuple[int, int]]]]:
+    """basic_tokenize(text), each token with the [start, end) span in `text` of each of its
+    characters: how a span of tokens or word pieces maps back to the text as written (SQuAD's
+    answers).
+
+    The spans come from the same rules as the tokens, applied to one character at a time
+    (_CLEAN, lower-casing, NFD and dropping Mn): the tokens are then substrings of that
+    per-character text in order, since splitting on whitespace and punctuation only cuts it. Two
+    rules look beyond one character: str.lower's final sigma (matched as σ), and NFD's canonical
+    reordering of combining marks that are not dropped (a few Mc characters); a token the latter
+    changes is not found, and its characters span from where it starts to the end of `text`,
+    which callers give one word at a time.
+    """
+    norm, back = [], []
+    for j, ch in enumerate(text):
+        c = ch.translate(_CLEAN)
+        if do_lower_case:
+            c = c.lower()
+            if not c.isascii():
+                c = unicodedata.normalize("NFD", c).translate(_DROP_MN)
+        norm.append(c)
+        back.extend([j] * len(c))
+    flat, cursor, out = "".join(norm), 0, []
+    # str.lower's one context rule: a final capital sigma becomes ς, alone σ (same length).
+    unsigma = flat.replace("ς", "σ")
+    for token in basic_tokenize(text, do_lower_case):
+        k = flat.find(token, cursor)
+        if k < 0:
+            k = unsigma.find(token.replace("ς", "σ"), cursor)
+        if k < 0:
+            lo = back[cursor] if cursor < len(back) else len(text)
+            out.append((token, [(lo, len(text))] * len(token)))
+            continue
+        cursor = k + len(token)
+        out.append((token, [(back[i], back[i] + 1) for i in range(k, cursor)]))
+    return out
+
+
+# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
+# uncased, the original's flag default. Every flag default and every None is resolved from here.
+DO_LOWER_CASE = True
+
+
+def lower_case(value: bool | None) -> bool:
+    """do_lower_case as given, DO_LOWER_CASE where it is unset (None)."""
+    return DO_LOWER_CASE if value is None else bool(value)
+
+
+class WordPieceTokenizer:
+    """Text -> WordPiece tokens/ids, identical to google-research/bert's FullTokenizer."""
+
+    kind = "wordpiece"  # the manifest's vocab.kind
+    sentence_joiner = ""  # data_prep encodes a document's sentences apart (see JsonTokenizer)
+
+    def __init__(
+        self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE, max_chars_per_word: int = 200
+    ):
+        self.vocab_file = vocab_file
+        self.do_lower_case = do_lower_case
+        self.max_chars_per_word = max_chars_per_word
+        self.vocab = load_vocab(vocab_file)
+        # Tokens in file order; the original draws its 10% random replacements from this list.
+        self.vocab_words = list(self.vocab)
+        self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        self.unk_id = self.vocab[UNK]
+        self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
+        self.pad_id = self.vocab.get(PAD, 0)
+        self._longest_entry = max(len(t[2:] if t.startswith("##") else t) for t in self.vocab)
+        # Characters of any entry ("#" of "##" included): a word holding another one is [UNK].
+        self._vocab_chars = frozenset().union(*self.vocab)
+        self._rust_model = None  # built on first use by encode_batch's miss path
+        self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
+        # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
+        # _table[_table_start[row]:][:_table_len[row]].
+        self._word_index: dict[str, int] = {}
+        self._table = array.array("i")
+        self._table_start = array.array("q")
+        self._table_len = array.array("q")
+        # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n"
+        # separates words in the batched miss path and has no ids.
+        self._piece_cache: dict[str, tuple[int, ...]] = {}
+        self._clear_batch_cache()
+
+    @property
+    def vocab_size(self) -> int:
+        return max(self.vocab.values()) + 1
+
+    def is_continuation(self, token: str) -> bool:
+        """True for a piece that continues a word ("##ing"): whole-word masking keeps words
+        together."""
+        return token.startswith("##")
+
+    def _wordpiece(self, word: str) -> list[str]:
+        if len(word) > self.max_chars_per_word or not self._vocab_chars.issuperset(word):
+            return [UNK]
+        out, start = [], 0
+        while start < len(word):
+            rest = word[start:] if start == 0 else "##" + word[start:]
+            skip = 0 if start == 0 else 2
+            # No entry is longer than the longest one: starting there gives the same longest match.
+            end = min(len(rest), skip + self._longest_entry)
+            while end > skip:
+                piece = rest[:end]
+                if piece in self.vocab:
+                    break
+                end -= 1
+            else:
+                return [UNK]  # some part of the word is in no vocabulary entry
+            out.append(piece)
+            start += end - skip
+        return out
+
+    def _rust_wordpiece(self):
+        if self._rust_model is None:
+            import tokenizers
+
+            self._rust_model = tokenizers.models.WordPiece(
+                self.vocab, unk_token=UNK, max_input_chars_per_word=self.max_chars_per_word
+            )
+        return self._rust_model
+
+    def tokenize(self, text: str) -> list[str]:
+        """Exact FullTokenizer.tokenize, uncached."""
+        out = []
+        for word in basic_tokenize(text, self.do_lower_case):
+            out.extend(self._wordpiece(word))
+        return out
+
+    def _piece_ids(self, piece: str) -> tuple[int, ...]:
+        hit = self._piece_cache.get(piece)
+        if hit is None:
+            hit = self.vocab.get(piece) if len(piece) <= self.max_chars_per_word else None
+            # Most pieces are whole vocabulary entries; the rest take the greedy longest match.
+            hit = (
+                (hit,)
+                if hit is not None
+                else tuple(self.convert_tokens_to_ids(self._wordpiece(piece)))
+            )
+            self._piece_cache[piece] = hit
+        return hit
+
+    def _encode_ascii(self, word: str) -> tuple[int, ...]:
+        """An ASCII word without control characters -> ids, exactly as tokenize(word)."""
+        if self.do_lower_case:
+            word = word.lower()
+        pieces = _ASCII_PIECES.findall(word)
+        if len(pieces) == 1:
+            return self._piece_ids(pieces[0])
+        return tuple(itertools.chain.from_iterable(map(self._piece_ids, pieces)))
+
+    def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
+        """Cache keys -> ids, each exactly as tokenize(key): the general cache-miss path.
+
+        A key is a whitespace-free word, or (from encode_batch) a whole line holding a character on
+        which str.split and FullTokenizer disagree. The keys go through basic_tokenize as one text
+        with a noncharacter word between them, which marks where each key's tokens end: no rule of
+        basic_tokenize looks across whitespace, so each key gets the tokens it would get alone
+        (keys holding the noncharacter go alone). Each distinct token takes WordPiece once.
+        """
+        together = [key for key in keys if _LINE_END not in key]
+        tokens = basic_tokenize(f" {_LINE_END} ".join(together), self.do_lower_case)
+        tokens.append(_LINE_END)
+        ends = itertools.compress(itertools.count(), map(_LINE_END.__eq__, tokens))
+        out, start, chain = {}, 0, itertools.chain.from_iterable
+        for key, end in zip(together, ends):
+            out[key] = tuple(chain(map(self._piece_ids, tokens[start:end])))
+            start = end + 1
+        for key in keys:
+            if _LINE_END in key:
+                out[key] = tuple(self.convert_tokens_to_ids(self.tokenize(key)))
+        return out
+
+    def _encode_keys(self, keys) -> dict[str, tuple[int, ...]]:
+        """Cache keys -> ids: ASCII words without controls by regex, the rest by _encode_words."""
+        plain = [key for key in keys if key.isascii() and not _ASCII_CONTROL.search(key)]
+        out = self._encode_words(list(set(keys).difference(plain)))
+        out.update(zip(plain, map(self._encode_ascii, plain)))
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids (no [CLS]/[SEP]); cached per whitespace-separated word."""
+        if _SPLIT_DISAGREES.search(text):
+            return self.convert_tokens_to_ids(self.tokenize(text))
+        cache = self._cache
+        words = text.split()
+        hits = list(map(cache.get, words))
+        if None in hits:
+            if len(cache) + len(words) > _CACHE_LIMIT:  # bounded memory: start afresh when full
+                cache.clear()
+                self._piece_cache = {"\n": ()}
+            cache.update(self._encode_keys(set(words).difference(cache)))
+            hits = map(cache.__getitem__, words)
+        return list(itertools.chain.from_iterable(hits))
+
+    def _clear_batch_cache(self) -> None:
+        self._word_index.clear()
+        self._word_index[_LINE_END] = -1  # marks line ends in encode_batch's word list
+        del self._table[:], self._table_start[:], self._table_len[:]
+        self._piece_cache = {"\n": ()}
+
+    def _add_words(self, words: list[str]) -> None:
+        """Encodes distinct uncached words into the batch cache: the batched cache-miss path.
+
+        ASCII words are lower-cased and cut into pieces by one regex pass over all of them, and each
+        distinct piece is looked up once; other words take _encode_words.
+        """
+        simple = [word for word in words if word.isascii()]
+        other = [word for word in words if not word.isascii()]
+        joined = "\n".join(simple)
+        if _ASCII_CONTROL.search(joined):  # rare: such words take the general path
+            other += [word for word in simple if _ASCII_CONTROL.search(word)]
+            simple = [word for word in simple if not _ASCII_CONTROL.search(word)]
+            joined = "\n".join(simple)
+        pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
+        piece_cache = self._piece_cache
+        new = list(set(pieces).difference(piece_cache))
+        greedy = []
+        for piece, whole in zip(
+            new, map(self.vocab.get, new)
+        ):  # most pieces are whole vocabulary entries
+            if whole is None or len(piece) > self.max_chars_per_word:
+                greedy.append(piece)
+            else:
+                piece_cache[piece] = (whole,)
+        if greedy:
+            # The same greedy longest match as _wordpiece, run by Hugging Face tokenizers' WordPiece
+            # model in Rust: 3x faster for the pieces that are not whole entries.
+            model = self._rust_wordpiece()
+            piece_cache.update(
+                (piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy
+            )
+        piece_ids = list(map(piece_cache.__getitem__, pieces))
+        # A word's ids are those of its pieces up to the next "\n" (a word of control characters has
+        # none).
+        word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
+        piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
+        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
+            np.int64
+        )
+        encoded = self._encode_words(other)
+        other_ids = [encoded[word] for word in other]
+        first = len(self._table_len)  # the new words' rows follow the existing ones
+        word_len = np.concatenate(
+            [word_len, np.fromiter(map(len, other_ids), np.int64, len(other))]
+        )
+        self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
+        self._table_len.extend(word_len.tolist())
+        self._table.extend(itertools.chain.from_iterable(piece_ids))
+        self._table.extend(itertools.chain.from_iterable(other_ids))
+        self._word_index.update(
+            zip(itertools.chain(simple, other), range(first, first + len(words)))
+        )
+
+    def _rows(self, words: list[str]) -> np.ndarray:
+        """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
+        index = self._word_index
+        try:  # every word cached, the common case once a corpus is under way
+            return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
+        except KeyError:
+            pass
+        # Rows are internal: the order in which missing words get them does not change any ids.
+        missing = set(words).difference(index)
+        if len(index) + len(missing) > _CACHE_LIMIT:  # bounded memory: start afresh when full
+            self._clear_batch_cache()
+            missing = set(words).difference(index)
+        self._add_words(list(missing))
+        return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
+
+    def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Many lines at once -> (the ids of all lines concatenated, int32; ids per line, int64).
+
+        The same ids as encode() line by line, with the per-token work done by numpy: the words of
+        all lines go through the cache in one pass, then a gather expands rows into ids.
+        """
+        if not lines:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        joined = "\n".join(
+            lines
+        )  # seven substring tests are ten times faster than one regex search
+        if _LINE_END not in joined and not any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):
+            # One split of all lines, with a marker word between lines (row -1) to find their ends.
+            rows = self._rows(f" {_LINE_END} ".join(lines).split())
+            ends = np.flatnonzero(rows < 0)
+            words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
+            rows = np.delete(rows, ends)
+        else:
+            # Lines that str.split would cut wrongly become one cache key each (see _encode_words);
+            # the trailing space keeps such a key apart from every word and from the line-end
+            # marker.
+            words_per_line = [
+                [line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
+                for line in lines
+            ]
+            words_in_line = np.fromiter(map(len, words_per_line), np.int64, len(lines))
+            rows = self._rows(list(itertools.chain.from_iterable(words_per_line)))
+        starts = np.frombuffer(self._table_start, np.int64)[rows]
+        lengths = np.frombuffer(self._table_len, np.int64)[rows]
+        ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output
+        # Output position p of word w reads table[starts[w] + p - (ends[w] - lengths[w])].
+        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(
+            ends[-1] if len(ends) else 0
+        )
+        ids = np.frombuffer(self._table, np.int32)[source]
+        word_ends = np.cumsum(words_in_line)
+        token_ends = np.concatenate([[0], ends])[word_ends]
+        per_line = np.diff(token_ends, prepend=0)
+        return ids, per_line
+
+    def convert_tokens_to_ids(self, tokens) -> list[int]:
+        return [self.vocab[t] for t in tokens]
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.inv_vocab.get(int(i), UNK) for i in ids]
+
+
+class SentencePieceTokenizer:
+    """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK] (ALBERT
+    does)."""
+
+    kind = "sentencepiece"
+    sentence_joiner = ""  # every sentence gets its own "▁" prefix
+
+    def __init__(self, model_file: str, do_lower_case: bool = False):
+        import sentencepiece as spm
+
+        if not os.path.isfile(model_file):
+            raise VocabError(f"SentencePiece model {model_file!r} {cli.not_a_file(model_file)}")
+        self.vocab_file = model_file
+        self.do_lower_case = do_lower_case
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=model_file)
+        except (RuntimeError, OSError) as e:
+            raise VocabError(f"{model_file!r} is not a SentencePiece model ({e})") from e
+        # A model whose normalizer case-folds (data_prep.vocab's uncased ones: nmt_nfkc_cf) does
+        # its own lower-casing, and str.lower first would change what it sees ("İ" becomes "i" and
+        # a combining dot): only a model that keeps case gets lower-cased text, ALBERT's way.
+        self._lower = do_lower_case and self.sp.normalize("ABC") != self.sp.normalize("abc")
+        self.vocab_words = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
+        self.vocab = {p: i for i, p in enumerate(self.vocab_words)}
+        self.inv_vocab = dict(enumerate(self.vocab_words))
+        missing = [t for t in (CLS, SEP, MASK) if t not in self.vocab]
+        if missing:
+            raise VocabError(
+                f"SentencePiece model {model_file!r} lacks {missing}; train it with "
+                f"user_defined_symbols=[CLS],[SEP],[MASK] (python -m data_prep.vocab does)"
+            )
+        self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
+        self.unk_id = self.sp.unk_id()
+        self.pad_id = self.sp.pad_id() if self.sp.pad_id() >= 0 else 0
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab_words)
+
+    def is_continuation(self, token: str) -> bool:
+        return not token.startswith("\u2581")  # "▁" starts a word
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.sp.encode(text.lower() if self._lower else text, out_type=str)
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text.lower() if self._lower else text, out_type=int)
+
+    def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line,
+        int64)."""
+        encoded = self.sp.encode(
+            [line.lower() for line in lines] if self._lower else list(lines), out_type=int
+        )
+        per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        return np.fromiter(
+            itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum())
+        ), per_line
+
+    def convert_tokens_to_ids(self, tokens) -> list[int]:
+        return [self.vocab.get(t, self.unk_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids) -> list[str]:
+        return [self.inv_vocab.get(int(i), "<unk>") for i in ids]
+
+
+def load_vocab(vocab_file: str) -> dict[str, int]:
+    """Reads a BERT vocab.txt (one token a line; its line number is its id) as the original does."""
+    if not os.path.isfile(vocab_file):
+        raise VocabError(
+            f"vocabulary file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass "
+            "--vocab_file=PATH/vocab.txt"
+        )
+    try:
+        with open(vocab_file, encoding="utf-8", newline="") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise VocabError(f"{vocab_file!r} is not UTF-8 text ({e}); is it a vocab.txt?") from e
+    # The original reads with TensorFlow's GFile, whose readline ends lines at "\n" only and drops
+    # every "\r" (so "a\rb" is the entry "ab"); each line is then str.strip()ped.
+    lines = text.replace("\r", "").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    vocab: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        vocab[line.strip()] = index
+    missing = [t for t in (UNK, CLS, SEP, MASK) if t not in vocab]
+    if missing:
+        raise VocabError(
+            f"vocabulary {vocab_file!r} ({len(vocab)} entries) lacks the special tokens {missing}; "
+            "a BERT vocab.txt has one token per line including [PAD], [UNK], [CLS], [SEP], [MASK]"
+        )
+    return vocab
+
+
+def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
+    """A SentencePiece tokenizer for a .model file, a Hugging Face tokenizer.json for a .json file
+    (bert_jax.text.tokenizer_json: its own normalizer decides lower-casing), WordPiece for anything
+    else (vocab.txt).
+    A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
+    tokenizer's vocab_file is then that copy."""
+    if storage.is_url(vocab_file):
+        if not storage.isfile(vocab_file):
+            raise VocabError(f"vocabulary file {vocab_file!r} does not exist")
+        local = storage.local_copy(vocab_file)
+        with storage.reported_as(local, vocab_file):  # its errors name the bucket's file
+            return make_tokenizer(local, do_lower_case)
+    if vocab_file.endswith(".model"):
+        return SentencePieceTokenizer(vocab_file, do_lower_case=do_lower_case)
+    if vocab_file.endswith(".json"):
+        return tokenizer_json.JsonTokenizer(vocab_file, do_lower_case)
+    return WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)

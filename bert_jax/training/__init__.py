@@ -1,0 +1,18 @@
+"""Training: the steps, the loop both trainers run, and what keeps a run safe to stop.
+
+pretrain.py      pre-training's jitted steps and train_and_evaluate
+train_state.py   the train state both trainers share: Setup and its one builder, its layout
+                 on the mesh, step 0, one optimizer step that keeps NaNs out of the parameters
+loop.py          the loop skeleton both trainers run: when to log, eval, save and stop
+optim.py         BERT's AdamW and LAMB with their schedules and batch-size warmup
+losses.py        the pre-training losses (and held-out accuracy by kind of masked position)
+checkpoints.py   Orbax checkpoints that resume exactly and refuse damaged files
+                 (checksums.py: their files' checksums)
+workdir_lock.py  one run per workdir
+faults.py        SIGTERM and non-finite steps
+metrics_log.py   TensorBoard, metrics.jsonl and the progress line
+collapse.py      the eval-time warning for a run whose outputs are all the same
+sharding.py      the device mesh and every sharding rule
+config_check.py  pre-training's one validation pass: a config's mistakes, all named before
+                 anything compiles
+"""

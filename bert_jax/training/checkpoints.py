@@ -1,0 +1,603 @@
+"""Orbax checkpoints of a training run: what a step directory holds, and how it comes back.
+
+`<workdir>/checkpoints/<step>/` holds five items, so that each reader loads only what it needs:
+  params     the model parameters (a pure dict, as nnx.to_pure_dict gives), float32
+  train      {'opt_state', 'step', 'rng', 'nonfinite_steps'}: the rest of the train state
+  data_iter  the Grain iterator position, one JSON file per process
+  config     the run's ml_collections config, as JSON, with the data facts it trained on
+             (bert_jax.data.contract.data_facts: lengths, vocabulary file, size, md5 and special
+             ids)
+  checksums  a fingerprint of every array of params and train (bert_jax.training.checksums), JSON
+
+Saves are asynchronous: `save` copies the arrays to host memory before it returns (so the train
+step may donate and overwrite them) and writes them in a background thread. Restoring passes
+abstract arrays that carry the *current* mesh's shardings, so a run can resume on a different
+mesh shape or device count than it was saved from.
+
+What a crash leaves behind: Orbax writes a step to `<step>.orbax-checkpoint-tmp-<time>/` and
+renames it to `<step>/` once every item is written, so a process killed mid-save leaves only a
+temporary directory, which is never restored (the next manager deletes it). In a bucket
+(a gs:// workdir) there is no rename: Orbax writes the step in place and `commit_success.txt`
+last, and a step without it is unfinished (never restored, removed by the next manager). A
+finished step that is damaged later (a truncated or deleted file) fails to restore:
+`restore_latest` then moves it aside to `<step>.corrupt` (in a bucket: its commit marker
+deleted first, then copied and deleted) and resumes from the newest step that does restore.
+
+Damage that still restores (flipped bytes inside an array file: Orbax checks no array data) is
+caught by the checksums item: after every restore the arrays are fingerprinted again and
+compared, and parameters must be finite. A mismatch is a damaged step, handled as above when
+resuming; `restore_params` / `restore_saved_params` (export, embed, fine-tuning's --init and
+predict) refuse it with DamagedCheckpoint instead, naming the step: the user asked for that one.
+A checkpoint written before checksums existed restores with the finite check only.
+
+A full disk during a save (reported by the background write at the next save or at the end) is
+one OSError(ENOSPC) naming the step; the unfinished step is never restored and older ones are
+kept, so a rerun after freeing space resumes from the last complete one.
+"""
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from bert_jax import cli, storage
+from bert_jax.training import checksums
+
+PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
+CHECKSUMS = "checksums"
+
+
+class DamagedCheckpoint(cli.UserError):
+    """A step whose arrays differ from what was saved, or whose parameters are not finite."""
+
+
+def checkpoint_dir(workdir: str) -> str:
+    if storage.is_url(workdir):  # a bucket (gs://...): Orbax writes there directly
+        return workdir.rstrip("/") + "/checkpoints"
+    return os.path.join(os.path.abspath(workdir), "checkpoints")
+
+
+def _bound_tensorstore_retries() -> None:
+    """Orbax opens every TensorStore with a context built from these module dicts (deep-copied
+    per save and restore; Orbax has no option for it): the GCS retries join them, so a bucket
+    that stays unreachable fails a save within gcsfs' budget instead of ~15 minutes."""
+    from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
+
+    for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context.setdefault("gcs_request_retries", storage.tensorstore_retries())
+
+
+def make_manager(
+    workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
+) -> ocp.CheckpointManager:
+    """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
+    if storage.is_url(workdir):
+        if workdir.partition("://")[0] not in storage.CHECKPOINT_SCHEMES:  # s3://: Orbax refuses
+            raise storage.StorageError(storage.checkpoints_refused(workdir))
+        _bound_tensorstore_retries()
+    options = ocp.CheckpointManagerOptions(
+        # Read-only: the values Orbax would force anyway (it warns about each one it changes).
+        max_to_keep=max_to_keep if max_to_keep > 0 and not read_only else None,
+        save_interval_steps=0 if read_only else 1,
+        enable_async_checkpointing=async_save,
+        read_only=read_only,
+        create=not read_only,
+        # Leftovers of a save that was killed midway; never a restorable step.
+        cleanup_tmp_directories=not read_only,
+        # A bucket has no rename: a step is written in place and finished by its commit marker
+        # (Orbax's default for gs:// already; s3:// would otherwise get a rename, which s3fs
+        # does by copying, so a killed save could leave a step that looks finished).
+        atomicity_options=ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
+        if storage.is_url(workdir)
+        else None,
+    )
+    handlers = {
+        PARAMS: ocp.StandardCheckpointHandler(),
+        TRAIN: ocp.StandardCheckpointHandler(),
+        DATA_ITER: grain.checkpoint.CheckpointHandler(),
+        CONFIG: ocp.JsonCheckpointHandler(),
+        CHECKSUMS: ocp.JsonCheckpointHandler(),
+    }
+    # A bucket: the steps another process saved since this one last listed them count too.
+    storage.forget_listings(checkpoint_dir(workdir))
+    with storage.checkpoint_errors(checkpoint_dir(workdir)):
+        return ocp.CheckpointManager(
+            checkpoint_dir(workdir), options=options, item_handlers=handlers
+        )
+
+
+def save(
+    manager: ocp.CheckpointManager,
+    step: int,
+    state: dict,
+    data_iter: Any,
+    config: ml_collections.ConfigDict,
+) -> None:
+    """Saves `state` (train.py's layout: 'params' and the rest) as checkpoint `step`, now.
+
+    The caller decides when (train.py: every checkpoint.every_steps, at the end, on SIGTERM);
+    Orbax's own interval logic would also save the first step of every run, which costs a save
+    for nothing on each resume. `data_iter` is the Grain iterator positioned just after the last
+    batch the step consumed.
+    """
+    train = {k: v for k, v in state.items() if k != "params"}
+    fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
+    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
+        manager.save(
+            step,
+            force=True,
+            args=ocp.args.Composite(
+                **{
+                    PARAMS: ocp.args.StandardSave(state["params"]),
+                    TRAIN: ocp.args.StandardSave(train),
+                    DATA_ITER: grain.checkpoint.CheckpointSave(data_iter),
+                    CONFIG: ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+                    CHECKSUMS: ocp.args.JsonSave(fingerprints),
+                }
+            ),
+        )
+
+
+def finish(manager: ocp.CheckpointManager) -> None:
+    """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
+    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
+        manager.wait_until_finished()
+    manager.close()
+
+
+def _orbax_errors(manager: ocp.CheckpointManager):
+    """An Orbax call's error that is a storage one (refused, its bucket gone, the server away)
+    as the storage layer's line naming the object and the cause (storage.checkpoint_errors);
+    checkpoint damage and anything else stay as they are."""
+    return storage.checkpoint_errors(str(manager.directory))
+
+
+# What Orbax's and TensorStore's background threads say after a write failed: the writer's
+# asyncio loop is closed under TensorStore futures still pending ("Event loop is closed", once
+# per array), and the threads left cannot start new work. The failure itself reaches the main
+# thread at the next save or wait (cli.disk_full_is_oserror), which reports it once.
+_AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
+
+
+# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
+_REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
+
+
+class _DropOrbaxNoise(logging.Filter):
+    """Orbax's writer threads log a failed write (a full disk) at ERROR with its traceback, once
+    per thread that saw it (a screen of text each), and asyncio logs the same error again as
+    "exception was never retrieved", before the save reports it; cli.disk_full_is_oserror turns
+    that report into the one line a user sees. So do they a bucket that stayed unreachable
+    through the retries (three tracebacks per failed save), which the save then raises and
+    cli.run reports in one line (storage.unavailable_message), and a refused request or a bucket
+    gone (storage.checkpoint_errors). And every read-only manager
+    (export, embed, --init) warns that its directory is read only, which is what was asked
+    for."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not ("orbax" in record.pathname or record.name == "asyncio"):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and storage.looks_like_storage(exc):
+            return False  # the main thread reports it in one line (storage.checkpoint_errors)
+        text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
+        if any(t in text for t in _REFUSED):  # a metadata read refused: the restore reports it
+            return False
+        return not any(
+            t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
+        )
+
+
+for _name in ("absl", "asyncio"):
+    logging.getLogger(_name).addFilter(_DropOrbaxNoise())
+
+
+def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
+    """The aftermath of a failed save or restore, reported as unraisable errors: TensorStore's
+    "Event loop is closed" for each future that completes after Orbax closed the event loop (up
+    to 1,581 lines buried the one error line), and Orbax's read coroutines abandoned mid-read
+    ("Encountered error while reading array index", raised as the coroutine is closed). Other
+    unraisable errors are printed."""
+    error = unraisable.exc_value
+    if isinstance(error, RuntimeError) and str(error) in _AFTERMATH:
+        return
+    code = getattr(unraisable.object, "cr_code", None)  # a coroutine's
+    if code is not None and "orbax" in code.co_filename and error is not None:
+        if isinstance(error.__cause__, GeneratorExit):
+            return
+    previous(unraisable)
+
+
+sys.unraisablehook = _drop_closed_loop_noise
+
+
+# Train-state counters newer than some checkpoints: restored as 0 from a checkpoint without them.
+COUNTERS_ADDED_LATER = ("nonfinite_steps",)
+
+
+def restore(
+    manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None
+) -> dict:
+    """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
+    (a Grain iterator) unless it is None. Checks it against its checksums (see the module doc).
+
+    `abstract_state` mirrors the state with jax.ShapeDtypeStruct leaves that carry shardings.
+    """
+    state = _restore_items(manager, step, abstract_state, data_iter)
+    verify(manager, step, state)
+    return state
+
+
+def _restore_items(
+    manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any
+) -> dict:
+    train = {k: v for k, v in abstract_state.items() if k != "params"}
+    try:
+        with _orbax_errors(manager):
+            saved = manager.item_metadata(step)[TRAIN]
+            missing = [
+                k
+                for k in COUNTERS_ADDED_LATER
+                if k in train and saved is not None and k not in saved
+            ]
+            items = {
+                PARAMS: ocp.args.StandardRestore(abstract_state["params"]),
+                TRAIN: ocp.args.StandardRestore(
+                    {k: v for k, v in train.items() if k not in missing}
+                ),
+            }
+            if data_iter is not None:
+                items[DATA_ITER] = grain.checkpoint.CheckpointRestore(data_iter)
+            out = manager.restore(step, args=ocp.args.Composite(**items))
+    except storage.StorageError:
+        raise  # not damage: the bucket refused or stayed away (never moved aside for it)
+    except Exception as e:  # TensorStore raises plain Exceptions for damaged files
+        raise cli.UserError(
+            f"cannot resume from {manager.directory}/{step}: it is damaged, or it does not match "
+            f"this run's model or optimizer ({_root_cause(e)}). Resume with the config it was "
+            "written with (its config/ item), or use a new --workdir"
+        ) from e
+    zeros = {
+        k: jax.device_put(np.zeros(train[k].shape, train[k].dtype), train[k].sharding)
+        for k in missing
+    }
+    return {"params": out[PARAMS], **out[TRAIN], **zeros}
+
+
+def _root_cause(error: BaseException) -> str:
+    """'Type: text' of the innermost cause of `error`: what TensorStore found ("ZSTD_decompress
+    Stream() failed: Data corruption detected", a missing file), not the wrapper Orbax raises
+    around it ("Encountered error while reading array index ...")."""
+    cause = cli.causes(error, explicit=True)[-1]
+    # A request URL names the object in a bucket as its path.
+    text = storage.readable(str(cause)).split(" [tensorstore_spec=")[0]
+    return f"{type(cause).__name__}: {text[:500]}"
+
+
+def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
+    """The step's checksums item, or None for a checkpoint written before they existed."""
+    if not (manager.directory / str(step) / CHECKSUMS).exists():
+        return None
+    try:
+        with _orbax_errors(manager):
+            return manager.restore(
+                step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
+            )[CHECKSUMS]
+    except storage.StorageError:
+        raise
+    except Exception as e:  # a truncated or garbled JSON file
+        raise DamagedCheckpoint(
+            f"checkpoint {manager.directory}/{step} is damaged: its checksums item does not "
+            f"read ({type(e).__name__}: {str(e)[:200]})"
+        ) from e
+
+
+def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
+    """Raises DamagedCheckpoint unless the restored `state` (all of it, or {'params': ...} only)
+    matches the checksums saved with `step` and its parameters are finite. With several
+    processes every process must call it (the fingerprints are combined across them)."""
+    saved = _saved_checksums(manager, step)
+    problems = checksums.problems(saved, PARAMS, state["params"])
+    train = {k: v for k, v in state.items() if k != "params"}
+    if train:
+        problems += checksums.problems(saved, TRAIN, train)
+    if problems:
+        raise DamagedCheckpoint(
+            f"checkpoint {manager.directory}/{step} is damaged: " + "; ".join(problems)
+        )
+
+
+CORRUPT_SUFFIX = ".corrupt"
+# What says a step in a bucket is finished: Orbax writes a step there in place (a bucket has no
+# rename) and this file last (orbax.checkpoint's AtomicityMode.COMMIT_FILE).
+COMMIT_MARKER = "commit_success.txt"
+
+
+def restore_latest(
+    manager: ocp.CheckpointManager,
+    abstract_state: dict,
+    data_iter: Any = None,
+    model_config: dict | None = None,
+) -> tuple[int, dict] | None:
+    """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
+    are none.
+
+    A newer step that fails to restore while an older one succeeds is damaged (a truncated or
+    missing file, unreadable metadata, arrays that differ from their checksums): it is renamed
+    to `<step>.corrupt` (kept for a post-mortem, and out of Orbax's way so the run can save that
+    step again) with a warning. If no step
+    restores, nothing is moved and the error names every step's failure: then the likely cause is
+    a config that does not match the checkpoints, which an older step cannot fix.
+
+    `model_config` (this run's config.model as a dict): when the newest step's parameters have
+    other shapes than this run's, the error names the config.model fields that differ from the
+    config saved with it, before any restore is tried.
+    """
+    if model_config is not None and manager.all_steps():
+        check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
+    failures: list[tuple[int, Exception]] = []
+    for step in sorted(manager.all_steps(), reverse=True):
+        try:
+            restored = _restore_items(manager, step, abstract_state, data_iter)
+            ok = True
+        except storage.StorageError:
+            raise  # the bucket's state, not the step's: an older step would not fix it
+        except ValueError as e:
+            failures.append((step, e))
+            ok = False
+        # With several processes each reads its own shards, so one may fail where another does
+        # not: all fall back together or none does.
+        if not _all_processes(ok):
+            if ok:
+                failures.append((step, RuntimeError("another process could not read this step")))
+            continue
+        try:  # the same verdict on every process: the fingerprints are combined across them
+            verify(manager, step, restored)
+        except DamagedCheckpoint as e:
+            failures.append((step, e))
+            continue
+        if failures:
+            _move_aside(manager, failures, step)
+        return step, restored
+    if failures:
+        raise cli.UserError(
+            f"no checkpoint under {manager.directory} can be restored:\n"
+            + "\n".join(f"  step {s}: {e}" for s, e in failures)
+        )
+    return None
+
+
+def _shapes(tree) -> dict[str, tuple]:
+    """{'bert/layers/0/attention/key/bias': shape} of a tree of arrays or array metadata. Keys
+    as text: Orbax's metadata names a layer '0' where the parameters' tree has the integer 0."""
+
+    def name(entry) -> str:
+        for attr in ("key", "idx", "name"):
+            if hasattr(entry, attr):
+                return str(getattr(entry, attr))
+        return str(entry)
+
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_same_model(
+    manager: ocp.CheckpointManager, step: int, abstract_params: Any, model_config: dict
+) -> None:
+    """Raises cli.UserError naming the config.model fields that differ from the checkpoint's own
+    when the parameters saved at `step` have other shapes (or names) than `abstract_params`.
+    Unreadable metadata is left to the restore, which treats the step as damaged."""
+    try:
+        saved = _shapes(manager.item_metadata(step)[PARAMS])
+    except Exception:  # damaged metadata: restore_latest's fallback handles the step
+        return
+    ours = _shapes(abstract_params)
+    if not saved or saved == ours:
+        return
+    try:
+        restored = manager.restore(
+            step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
+        )
+        theirs = dict(restored[CONFIG].get("model", {}))
+    except Exception:
+        theirs = {}
+    fields = [
+        f"config.model.{k}={model_config.get(k)!r} (the checkpoint's: {theirs.get(k)!r})"
+        for k in sorted(set(theirs) | set(model_config))
+        if theirs.get(k) != model_config.get(k)
+    ]
+    if not fields:  # no saved config to compare: name an array instead
+        key = next(k for k in sorted(set(saved) | set(ours)) if saved.get(k) != ours.get(k))
+        fields = [f"params/{key} has shape {ours.get(key)} here, {saved.get(key)} there"]
+    raise cli.UserError(
+        f"cannot resume from {manager.directory}/{step}: this run's model differs from the one "
+        f"it saved: {'; '.join(fields)}. Resume with the checkpoint's model config, or train "
+        "this model in a new --workdir"
+    )
+
+
+def _all_processes(ok: bool) -> bool:
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.process_allgather(np.int32(ok)).all())
+
+
+def _move_aside(
+    manager: ocp.CheckpointManager, failures: list[tuple[int, Exception]], good: int
+) -> None:
+    for step, error in failures:
+        src = manager.directory / str(step)  # an epath.Path: a local directory or a bucket
+        dst = src.parent / (src.name + CORRUPT_SUFFIX)
+        n = 1
+        while dst.exists():  # damaged twice at the same step: keep both
+            dst, n = src.parent / f"{src.name}{CORRUPT_SUFFIX}-{n}", n + 1
+        cli.warn(
+            f"checkpoint {src} is damaged and was moved to {dst}; resuming from the older step "
+            f"{good} instead. The error: {_root_cause(error)}"
+        )
+        if jax.process_index() == 0:
+            if storage.is_url(str(src)):
+                # No rename in a bucket: Orbax calls a step finished by its commit marker, so the
+                # marker goes first; a move cut short then leaves an unfinished step, which is
+                # never restored (and Orbax removes it), not a damaged one that looks whole.
+                storage.remove(str(src / COMMIT_MARKER))
+            storage.move(str(src), str(dst))
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("bert_jax.training.checkpoints.move_aside")
+    manager.reload()  # forget the moved steps, so that saving them again is allowed
+
+
+def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
+    """(the config saved with a checkpoint, its step); the latest step by default."""
+    manager = make_manager(workdir, read_only=True)
+    try:
+        step = _pick_step(manager, workdir, step)
+        try:
+            with _orbax_errors(manager):
+                saved = manager.restore(
+                    step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
+                )
+            config = ml_collections.ConfigDict(saved[CONFIG])
+        except storage.StorageError:
+            raise
+        except Exception as e:  # a config item missing, cut short or garbled
+            raise _not_used(
+                manager,
+                step,
+                f"checkpoint {manager.directory}/{step} is damaged: its config item does not "
+                f"read ({_root_cause(e)})",
+            ) from e
+    finally:
+        manager.close()
+    return config, step
+
+
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+    """Whether a saved config is a fine-tuning run's (bert_jax.finetune: a task model, its
+    `init` and `data.train_file`), not pre-training's."""
+    return "init" in config and "train_file" in (config.get("data") or {})
+
+
+def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool) -> None:
+    """Refuses a workdir of the other trainer by name (each was an AttributeError "bug" deep in
+    the reader: a fine-tuning workdir given to export, embed or --init, a pre-training one to
+    fine-tuning's predict)."""
+    if is_finetuning(config) == finetuning:
+        return
+    if finetuning:
+        raise cli.UserError(
+            f"{workdir!r} holds a pre-training run, not a fine-tuning one: predict with the "
+            "workdir python -m bert_jax.finetune trained (or export this run and fine-tune it "
+            "with --init)"
+        )
+    raise cli.UserError(
+        f"{workdir!r} holds a fine-tuning run (python -m bert_jax.finetune's), not a "
+        f"pre-training one: pass its export, {storage.join(workdir, 'export')} (a Hugging Face "
+        "directory, written when config.export is on), or the pre-training workdir"
+    )
+
+
+def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
+    steps = manager.all_steps()
+    if not steps:
+        raise cli.UserError(f"no checkpoints under {checkpoint_dir(workdir)}; train there first")
+    if step is None:
+        return max(steps)
+    if step not in steps:
+        raise cli.UserError(
+            f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are {sorted(steps)}"
+        )
+    return step
+
+
+def restore_params(
+    workdir: str, step: int | None = None, shardings: Any = None
+) -> tuple[dict, ml_collections.ConfigDict]:
+    """(parameters, config) of a run's checkpoint: the latest one unless `step` is given.
+
+    The parameters come back as the pure dict of nnx.to_pure_dict(nnx.state(model, nnx.Param));
+    `nnx.update(model, params)` or `nnx.merge(graphdef, params)` puts them into a model built
+    from `BertConfig.from_config_dict(config.model)`. They land on the first local device, or
+    on `shardings` (a matching pytree of shardings, e.g. a new mesh's).
+    """
+    from bert_jax.model import encoder  # the model defines the parameter tree
+
+    config, step = load_config(workdir, step)
+    check_kind(config, workdir, finetuning=False)
+    bert_config = encoder.BertConfig.from_config_dict(config.model)
+    abstract = nnx.to_pure_dict(
+        nnx.state(
+            nnx.eval_shape(lambda: encoder.BertForPreTraining(bert_config, rngs=nnx.Rngs(0))),
+            nnx.Param,
+        )
+    )
+    if shardings is None:
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        shardings = jax.tree.map(lambda _: device, abstract)
+    target = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+    )
+    return restore_saved_params(workdir, target, step)[0], config
+
+
+def _not_used(manager: ocp.CheckpointManager, step: int, damage: str) -> DamagedCheckpoint:
+    """The error for a damaged step asked for by export, embed, --init or predict: what is wrong
+    with it and which other step to pass instead."""
+    others = [s for s in sorted(manager.all_steps()) if s != step]
+    hint = (
+        f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
+        "and embed), or move the damaged step aside"
+        if others
+        else "no other step is saved; train again from an earlier run"
+    )
+    return DamagedCheckpoint(f"{damage}; it was not used: {hint}")
+
+
+def restore_saved_params(
+    workdir: str, abstract_params: Any, step: int | None = None
+) -> tuple[Any, int]:
+    """(the `params` item of checkpoint `step` (default: the latest), its step), restored onto
+    `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on.
+
+    Any run's parameters: pre-training's BertForPreTraining (restore_params builds the target for
+    it) or a fine-tuning run's trainable parameters.
+    """
+    manager = make_manager(workdir, read_only=True)
+    try:
+        step = _pick_step(manager, workdir, step)
+        try:
+            with _orbax_errors(manager):
+                out = manager.restore(
+                    step,
+                    args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}),
+                )
+        except cli.UserError:
+            raise  # ours already says what to do (a bucket that stayed away, say)
+        except Exception as e:  # TensorStore raises plain Exceptions for damaged files
+            # A flipped byte inside a compressed chunk fails here (zstd: "Data corruption
+            # detected"); one elsewhere restores and fails the checksums below: both are damage.
+            raise _not_used(
+                manager,
+                step,
+                f"checkpoint {manager.directory}/{step} is damaged: its params item does not "
+                f"read ({_root_cause(e)})",
+            ) from e
+        try:
+            verify(manager, step, {"params": out[PARAMS]})
+        except DamagedCheckpoint as e:
+            raise _not_used(manager, step, str(e)) from None
+    finally:
+        manager.close()
+    return out[PARAMS], step

@@ -1,0 +1,100 @@
+"""Collapsed representations: a run whose encoder gives every token the same final hidden state.
+
+Such a model predicts the same distribution at every masked position (in practice the commonest
+tokens: "the , . of and" for every sentence), its held-out accuracy sits exactly at the
+most-frequent-token rate, and it rarely recovers: a user can wait an hour on a dead run. The
+train loss alone does not show it (it sits at the unigram entropy, which looks like a plateau).
+
+The check is one jitted forward pass over one eval batch at each eval: the mean cosine between
+the final hidden states of real tokens of *different* sequences (`hidden_cosine`, logged with the
+eval figures). Healthy encoders give different words in different contexts different vectors
+(0.22 for the tiny test model at init, 0.27-0.46 for the demo's model after a few hundred
+steps); a collapsed one gives ~1.0 (0.999999 measured on a configs/mini.py run stuck at the
+plateau). On the way there a run can pass close to it: 0.984-0.991 at step 100 of demo-sized
+runs that then went on to 0.3-0.5 (docs/training.md). So THRESHOLD is 0.999, above the passing
+phase and below a dead run; above it the trainer prints `warning`.
+
+A final layer whose outputs are all exactly zero has no direction and reads 0 here; a LayerNorm
+output (every BERT's last op) is zero only if its scale and bias both are.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from bert_jax.data.contract import features as F
+from bert_jax.data.input import packing, pipeline
+from bert_jax.training import sharding
+
+THRESHOLD = 0.999
+
+
+def cross_row_cosine(sequence: jax.Array, weights: jax.Array) -> jax.Array:
+    """Mean cosine over all pairs of weighted vectors in different rows. sequence [B, L, H],
+    weights [B, L] (1 for a token that counts, 0 otherwise).
+
+    Exact without the [N, N] matrix: with unit vectors u, the sum over pairs in different rows is
+    |sum of all u|^2 - sum over rows of |the row's sum of u|^2.
+    """
+    x = sequence.astype(jnp.float32)
+    w = weights.astype(jnp.float32)
+    u = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12) * w[..., None]
+    rows = u.sum(axis=1)  # [B, H]
+    total = rows.sum(axis=0)  # [H]
+    counts = w.sum(axis=1)  # [B]
+    pair_sum = total @ total - jnp.sum(rows * rows)
+    pairs = jnp.sum(counts) ** 2 - jnp.sum(counts**2)
+    return pair_sum / jnp.maximum(pairs, 1.0)
+
+
+def hidden_cosine(graphdef, params, batch: dict[str, jax.Array]) -> jax.Array:
+    """`cross_row_cosine` of the encoder's final hidden states over the batch's real tokens,
+    leaving out each row's first ([CLS]) and eval padding rows (copies of a real row)."""
+    model = nnx.merge(graphdef, params)
+    sequence, _ = model.bert(
+        batch[F.INPUT_IDS],
+        batch[F.INPUT_MASK],
+        batch[F.SEGMENT_IDS],
+        **{k: batch[k] for k in packing.MODEL_INPUTS if k in batch},
+    )
+    weights = batch[F.INPUT_MASK].astype(jnp.float32).at[:, 0].set(0.0)
+    example_weight = batch.get(pipeline.EXAMPLE_WEIGHT)
+    if example_weight is not None:
+        weights = weights * example_weight[:, None]
+    return cross_row_cosine(sequence, weights)
+
+
+def make_check(setup):
+    """(params, host-local batch) -> hidden_cosine as a float, jitted on `setup`'s mesh (a
+    train_state.Setup)."""
+    fn = jax.jit(
+        functools.partial(hidden_cosine, setup.graphdef),
+        in_shardings=(setup.param_shardings, setup.batch_sharding),
+        out_shardings=NamedSharding(setup.mesh, P()),
+    )
+
+    def check(params, host_batch) -> float:
+        with setup.activate():
+            return float(fn(params, sharding.host_to_global(host_batch, setup.batch_sharding)))
+
+    return check
+
+
+def warning(cosine: float, step: int) -> str | None:
+    """The warning (for cli.warn) when `cosine` (hidden_cosine) says the representations
+    collapsed."""
+    if not cosine > THRESHOLD:
+        return None
+    return (
+        f"collapsed representations at step {step}: the final hidden states of different "
+        f"tokens in different sequences are nearly the same vector (mean cosine {cosine:.6f} > "
+        f"{THRESHOLD}), so the model predicts the same words at every position and held-out "
+        "accuracy stays at the most-frequent-token rate. If it stays so for several evals the "
+        "run is dead: try a lower learning rate or a longer warmup if the loss jumped or stalled "
+        "early, a higher rate if it has crept down from the start; check that the records' text "
+        "is varied (not mostly [UNK]: the vocabulary fits the text)."
+    )

@@ -1,0 +1,358 @@
+"""A config checked before anything compiles: every mistake found is named, with its field.
+
+Each binary has one validation pass, run first, before the mesh, the model or a jitted step
+exists: `pretraining` in train.train_and_evaluate (so in bert_jax.main too), and fine-tuning's,
+built from this module's parts, in finetune.train.finetune (bert_jax/finetune/config_check.py).
+A negative learning rate, a batch that does not split over the mesh, a mesh that does not match
+the devices, an init directory of the wrong kind or a data contract the config contradicts is
+one `error:` line naming every problem, in a second, not a traceback from deep inside jit (or,
+worse, a run that trains with exit 0: a negative learning rate climbs the loss). The rules stay
+in their homes (sharding.py's mesh rules, masking.py's, pretrained.kind, lora.problems,
+features.check_seq_length); these passes ask them all and collect the answers, and only
+cli.UserErrors: any other error is a bug and keeps its traceback.
+
+Every numeric field's own range (NaN and infinities refused) is one table, NUMERIC_FIELDS, the same
+for both trainers; it is asked first and alone, so a field out of range is named by itself, not
+through a value derived from it (fine-tuning's warmup steps from warmup_proportion), a file (the
+--init model's config.json for a dropout) or a second field of the same rule.
+
+Unknown config keys are answered at flag parsing, by bert_jax.cli (the nearest valid name).
+No JAX import at module level: the binaries import this before JAX starts.
+"""
+
+import dataclasses
+import math
+
+from bert_jax import cli
+from bert_jax.training import sharding
+from bert_jax.training.faults import NONFINITE_MODES
+
+BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
+MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Where a numeric config field's values may lie: [low, high] (None: unbounded; `open_low`,
+    `open_high` leave the bound out), a whole number or any finite one, and the values `also`
+    allowed outside it (None for a field the data fills in, -1 for "the rest"); `note` says
+    what they or a bound mean."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    whole: bool = False
+    also: tuple = ()
+    note: str = ""
+
+    def __contains__(self, value) -> bool:
+        if value in self.also and (value is None or type(value) is int):
+            return True
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else (int, float)):
+            return False
+        if not math.isfinite(value):
+            return False
+        return not (
+            (self.low is not None and (value <= self.low if self.open_low else value < self.low))
+            or (
+                self.high is not None
+                and (value >= self.high if self.open_high else value > self.high)
+            )
+        )
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        if self.low == 0 and self.open_low and self.high is None and not self.whole:
+            return "positive" + (f" ({self.note})" if self.note else "")
+        if self.low is not None and self.high is not None:
+            left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+            where = f" in {left}{_number(self.low)}, {_number(self.high)}{right}"
+        elif self.low is not None:
+            where = f" {'>' if self.open_low else '>='} {_number(self.low)}"
+        elif self.high is not None:
+            where = f" {'<' if self.open_high else '<='} {_number(self.high)}"
+        else:
+            where = " (finite)"
+        also = "".join(f", or {v!r}" for v in self.also)
+        return kind + where + also + (f" ({self.note})" if self.note else "")
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else repr(bound)
+
+
+_WHOLE_1 = Range(1, whole=True)
+_PROBABILITY = Range(0, 1, open_high=True)
+_POSITIVE = Range(0, open_low=True)
+_TOKEN_ID = Range(0, whole=True, also=(None,), note="None: from the manifest")
+_MESH_AXIS = Range(1, whole=True, also=(-1,), note="-1 takes the devices the other axes leave")
+
+# Every numeric field of both trainers' configs (configs/default.py, configs/finetune/base.py),
+# with one rule each: a field both configs have is checked the same way in both. Checked first
+# and alone: a field out of its range is named by itself, never through a value derived from it
+# or a rule relating it to another field (tests/unit/bert_jax/training/test_config_check.py sweeps
+# it).
+NUMERIC_FIELDS = {
+    "model.vocab_size": Range(0, whole=True, note="0: the data's vocabulary size"),
+    "model.hidden_size": _WHOLE_1,
+    "model.num_hidden_layers": _WHOLE_1,
+    "model.num_attention_heads": _WHOLE_1,
+    "model.intermediate_size": _WHOLE_1,
+    "model.hidden_dropout_prob": _PROBABILITY,
+    "model.attention_probs_dropout_prob": _PROBABILITY,
+    "model.max_position_embeddings": _WHOLE_1,
+    "model.type_vocab_size": Range(0, whole=True, note="0: no token types (ModernBERT)"),
+    "model.global_rope_theta": _POSITIVE,
+    "model.local_rope_theta": _POSITIVE,
+    "model.local_attention": Range(0, whole=True, note="0: full attention in every layer"),
+    "model.global_attn_every_n_layers": _WHOLE_1,
+    "model.initializer_range": _POSITIVE,
+    "model.layer_norm_eps": _POSITIVE,
+    "data.max_bad_records": Range(0, whole=True),
+    "data.max_seq_length": Range(0, whole=True, note="0: pre-training takes it from the manifest"),
+    "data.max_predictions_per_seq": Range(0, whole=True, note="0: from the manifest"),
+    "data.masked_lm_prob": Range(0, 1, open_low=True, also=(None,), note="None: 0.15"),
+    "data.eval_masked_lm_prob": Range(
+        0, 1, open_low=True, also=(None,), note="None: the training's rate"
+    ),
+    "data.vocab_size": Range(0, whole=True, note="0: from the manifest"),
+    "data.cls_token_id": _TOKEN_ID,
+    "data.sep_token_id": _TOKEN_ID,
+    "data.mask_token_id": _TOKEN_ID,
+    "data.num_workers": Range(0, whole=True, note="0: in the training process"),
+    "data.read_threads": _WHOLE_1,
+    "data.prefetch_buffer_size": Range(0, whole=True),
+    "data.pack_max_examples": _WHOLE_1,
+    "data.pack_window": _WHOLE_1,
+    "data.tag_column": Range(whole=True, note="a column index, -1 the last"),
+    "data.doc_stride": _WHOLE_1,
+    "data.max_query_length": _WHOLE_1,
+    "data.max_answer_length": _WHOLE_1,
+    "data.n_best_size": _WHOLE_1,
+    "data.null_score_diff_threshold": Range(),
+    "optim.learning_rate": Range(
+        0, open_low=True, note="a negative rate climbs the loss, the paper's BERT-Base used 1e-4"
+    ),
+    "optim.warmup_steps": Range(0, whole=True),
+    "optim.warmup_proportion": Range(0, 1, note="the share of the run spent warming up"),
+    "optim.power": Range(0, note="0: constant after warmup"),
+    "optim.decay_fraction": Range(0, 1, note="the share of a wsd schedule spent decaying"),
+    "optim.end_learning_rate": Range(0),
+    "optim.weight_decay": Range(0, note="0 turns it off"),
+    "optim.b1": _PROBABILITY,
+    "optim.b2": _PROBABILITY,
+    "optim.eps": _POSITIVE,
+    "optim.max_grad_norm": Range(0, note="0 turns clipping off"),
+    "train.global_batch_size": _WHOLE_1,
+    "train.batch_size": _WHOLE_1,
+    "train.grad_accum_steps": _WHOLE_1,
+    "train.batch_warmup_steps": Range(0, whole=True, note="0 turns batch-size warmup off"),
+    "train.batch_warmup_start_accum": _WHOLE_1,
+    "train.num_train_steps": _WHOLE_1,
+    "train.num_epochs": _POSITIVE,
+    "train.seed": Range(
+        0,
+        MAX_SEED,
+        open_high=True,
+        whole=True,
+        note="numpy's and Grain's generators take no negative seed",
+    ),
+    "train.log_every_steps": _WHOLE_1,
+    "train.stop_at_step": Range(0, whole=True, note="0 turns it off"),
+    "eval.every_steps": Range(0, whole=True, note="0: only at the end"),
+    "eval.num_examples": Range(0, whole=True, note="0: all"),
+    "eval.batch_size": _WHOLE_1,
+    "eval.target_mlm_accuracy": Range(0, 1, note="0 turns it off"),
+    "checkpoint.every_steps": Range(0, whole=True, note="0: only at the end"),
+    "checkpoint.max_to_keep": Range(0, whole=True, note="0 keeps all"),
+    "mesh.data": _MESH_AXIS,
+    "mesh.fsdp": _MESH_AXIS,
+    "mesh.tensor": _MESH_AXIS,
+    "mesh.num_devices": Range(0, whole=True, note="0: all of them"),
+    "lora.rank": Range(0, whole=True, note="0: full fine-tuning"),
+    "lora.alpha": _POSITIVE,
+}
+
+
+def range_problems(config) -> list[str]:
+    """One problem for each field of NUMERIC_FIELDS that `config` has and holds a value out of its
+    range (NaN and infinities included), naming that field alone."""
+    problems = []
+    for path, rule in NUMERIC_FIELDS.items():
+        section, name = path.split(".")
+        if section in config and name in config[section]:
+            value = config[section][name]
+            if value in rule:
+                continue
+            nonfinite = isinstance(value, float) and not math.isfinite(value)
+            problems.append(
+                f"{path}={value!r} "
+                + ("is not a finite number: it must be " if nonfinite else "must be ")
+                + rule.describe()
+            )
+    return problems
+
+
+def mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, int] | None:
+    try:
+        return sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, num_devices)
+    except cli.UserError as e:
+        problems.append(str(e))
+        return None
+
+
+def ask(problems: list[str], rule, *args) -> None:
+    """Runs a rule that raises cli.UserError; its message becomes a problem. Any other error (a
+    plain ValueError included) is a bug of ours and keeps its traceback."""
+    try:
+        rule(*args)
+    except cli.UserError as e:
+        problems.append(str(e))
+
+
+def raise_problems(problems: list[str]) -> None:
+    if problems:
+        raise cli.UserError("config: " + "; ".join(problems))
+
+
+def check_common(
+    config, num_devices: int, process_count: int = 1, num_train_steps: int | None = None
+) -> list[str]:
+    """Problems with the optimizer, non-finite mode and mesh sections (shared by pre-training and
+    fine-tuning) that relate fields to each other or to the machine; the fields' own ranges are
+    range_problems', asked first.
+
+    `num_train_steps` is None where it is not known yet (fine-tuning counts the data first).
+    """
+    problems = []
+    o = config.optim
+    if num_train_steps is not None and o.warmup_steps > num_train_steps:
+        problems.append(
+            f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
+            f"(train.num_train_steps={num_train_steps}); warm up over part of it"
+        )
+    mode = config.train.on_nonfinite
+    if mode not in NONFINITE_MODES:
+        problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
+
+    m = config.mesh
+    if m.num_devices > num_devices:
+        problems.append(
+            f"mesh.num_devices={m.num_devices}, but there are {num_devices} devices; "
+            "0 uses them all"
+        )
+    elif m.num_devices:
+        if process_count > 1:
+            problems.append("mesh.num_devices is for single-process runs; set it to 0")
+        num_devices = m.num_devices
+    ask(problems, sharding.normalize_rules, m.rules)
+    sizes = mesh_sizes(m, num_devices, problems)
+    if sizes is not None:
+        tensor = sizes[2]
+        model = config.model
+        for name in ("num_attention_heads", "intermediate_size"):
+            value = model.get(name)
+            if value is not None and value % tensor:
+                problems.append(
+                    f"mesh.tensor={tensor} must divide model.{name}={value}: the tensor axis "
+                    "splits attention heads and the MLP width"
+                )
+    return problems
+
+
+def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
+    """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
+    layout) on `num_devices` devices in `process_count` processes, without reading its data."""
+    raise_problems(pretraining_problems(config, num_devices, process_count))
+
+
+def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
+    """A field out of its range (range_problems) alone, else what relates the fields."""
+    problems = range_problems(config)
+    if problems:
+        return problems
+    t, e, d = config.train, config.eval, config.data
+    problems = check_common(config, num_devices, process_count, t.num_train_steps)
+    if d.bad_records not in BAD_RECORD_MODES:
+        problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
+    devices = config.mesh.num_devices or num_devices
+    sizes = None if problems else mesh_sizes(config.mesh, devices, problems)
+    if sizes is not None:
+        dp, axes = data_parallel(sizes, config.mesh.rules)
+        if t.global_batch_size % (t.grad_accum_steps * dp):
+            problems.append(
+                f"train.global_batch_size={t.global_batch_size} must be divisible by "
+                f"train.grad_accum_steps ({t.grad_accum_steps}) x the data-parallel devices "
+                f"({dp} = {axes})"
+            )
+        if t.global_batch_size % process_count:
+            problems.append(
+                f"train.global_batch_size={t.global_batch_size} must be divisible by the "
+                f"{process_count} processes"
+            )
+        if config.data.eval_files and e.batch_size % math.lcm(dp, process_count):
+            problems.append(
+                f"eval.batch_size={e.batch_size} must be divisible by the {dp} data-parallel "
+                f"devices and the {process_count} processes"
+            )
+    return problems + _init_problems(t)
+
+
+def data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
+    """(how many ways a batch is split, which mesh axes: "mesh data 8 x fsdp 1")."""
+    axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
+    return math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
+
+
+def _init_problems(t) -> list[str]:
+    """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
+    (pretrained.kind, the one rule), checked before the run builds anything."""
+    if not t.init_checkpoint:
+        if t.init_optimizer_state:
+            return [
+                "train.init_optimizer_state needs train.init_checkpoint: the workdir of the run "
+                "to continue (e.g. phase 1's)"
+            ]
+        return []
+    from bert_jax.hf import pretrained  # here: a config without init_checkpoint needs no model code
+
+    try:
+        kind = pretrained.kind(t.init_checkpoint)
+    except cli.UserError as e:
+        return [f"train.init_checkpoint: {e}"]
+    if t.init_optimizer_state and kind != pretrained.WORKDIR:
+        return [
+            f"train.init_optimizer_state needs a training workdir of ours, but "
+            f"train.init_checkpoint={t.init_checkpoint!r} is a Hugging Face directory (no "
+            "optimizer state): drop init_optimizer_state to start from its weights"
+        ]
+    return []
+
+
+def pretraining(config, num_devices: int, process_count: int = 1):
+    """bert_jax.main's one validation pass: check_pretraining's problems, the data contract's
+    (data_facts.resolve: the manifests against the config) and what only the resolved data
+    can tell (dynamic masking's settings and vocabulary), all in one cli.UserError. Returns the
+    resolved config. A field out of its range is reported alone, before the data is read."""
+    from bert_jax.data.contract import data_facts
+    from bert_jax.data.input import pipeline  # here: they need the data's files
+
+    raise_problems(range_problems(config))
+    problems = pretraining_problems(config, num_devices, process_count)
+    try:
+        resolved = data_facts.resolve(config)
+        if resolved.data.nsp and not resolved.model.nsp_head:
+            problems.append(
+                "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
+                "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
+            )
+        if resolved.data.dynamic_masking:
+            facts = data_facts.DataFacts.from_data(resolved.data)
+            pipeline.masking_steps(facts, resolved.data, resolved.model.vocab_size)
+    except cli.UserError as e:
+        if not problems:
+            raise  # the data's own error, as it is
+        problems.append(str(e))
+    raise_problems(problems)
+    return resolved

@@ -1,0 +1,229 @@
+"""What the training loops do about faults they can see: SIGTERM, Ctrl-C, a second run on the same
+workdir, and non-finite steps.
+
+(What the checkpoints do about crashes and damaged files is bert_jax/training/checkpoints.py's.)
+"""
+
+import contextlib
+import functools
+import inspect
+import os
+import signal
+import sys
+import threading
+
+import jax
+import numpy as np
+
+from bert_jax import cli
+from bert_jax.training import workdir_lock
+
+NONFINITE_MODES = ("stop", "skip")
+
+
+class Interrupted(KeyboardInterrupt):
+    """A second Ctrl-C: stop at once, without a save (cli.run prints one line, exit 130)."""
+
+
+class Abandoned(Exception):
+    """Raised between two eval batches (Preemption.between_batches) when a signal asked the run
+    to stop: the loop drops the eval and saves the step it evaluated."""
+
+
+class Preemption:
+    """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
+    log, eval or checkpoint period: after each step, and after each batch of an eval (an eval of
+    a large set runs for minutes, longer than a spot VM's notice). A second Ctrl-C stops at once
+    (Interrupted), saving nothing more.
+
+    Used as a context manager around a training loop, which calls `poll` after each step and
+    hands `between_batches` to its eval. The loop keeps at most one step in flight ahead of the
+    device (loop.run), so "the next step" is the one after the step the device was running when
+    the signal came, not one the host queued dozens of steps ahead (a SIGTERM at step 355 of a
+    CPU run was once saved at step 390). A signal during a data wait or a checkpoint save is
+    seen at the poll that follows that step.
+
+    With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
+    would replace its handler, and the signal would be lost); it tells every process, and its
+    sync point (`reached_preemption(n)`) turns true on all of them at the same poll. Its counter
+    is the number of polls so far, not the step: eval batches are polls too, and every process
+    makes the same polls (each runs every eval batch). Orbax's own save asks the service with the
+    step number, which would set the counter back (the service records the last number asked,
+    and a sync point computed from it would never be reached): while the loop runs, the manager's
+    own question answers False. A Ctrl-C there is turned into that SIGTERM (sent to this
+    process), so every process saves at the same point too.
+    """
+
+    def __init__(self, manager=None):
+        self.requested = False
+        self.signal_name: str | None = None
+        self._manager = manager
+        self._sync_point = None  # the preemption service's question, with several processes
+        self._polls = 0
+        self._stop = False
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if jax.process_count() > 1 and self._manager is not None:
+            self._sync_point = self._manager.reached_preemption
+            self._manager.reached_preemption = lambda step: False
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        if jax.process_count() == 1:
+            self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._handle)
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        name = signal.Signals(signum).name
+        if self.requested or self.signal_name is not None:
+            if signum == signal.SIGINT:
+                raise Interrupted(f"{name} again: stopped at once, without saving this step")
+            return  # a repeated SIGTERM changes nothing
+        self.signal_name = name
+        print(
+            f"{name}: saving a checkpoint after this step (or eval batch) and stopping"
+            + (" (Ctrl-C again stops at once, without it)" if signum == signal.SIGINT else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        if signum == signal.SIGINT and jax.process_count() > 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the preemption service tells every process
+            return
+        self.requested = True
+
+    def poll(self) -> bool:
+        """Whether to save and stop now: a signal here (one process), or the preemption service's
+        sync point (several processes: true on all of them at the same poll). Stays true once
+        true."""
+        self._polls += 1
+        if not self._stop:
+            self._stop = bool(self.requested) or (
+                self._sync_point is not None and self._sync_point(self._polls)
+            )
+        return self._stop
+
+    def between_batches(self) -> None:
+        """An eval's poll after each batch: raises Abandoned when the run is to stop."""
+        if self.poll():
+            raise Abandoned()
+
+    def stopped(self) -> str:
+        """The loops' word for a stop this asked for: 'interrupted' after a Ctrl-C, else
+        'preempted'."""
+        return "interrupted" if self.signal_name == "SIGINT" else "preempted"
+
+    def __exit__(self, *exc):
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+        if self._sync_point is not None:
+            del self._manager.reached_preemption  # the class's method again
+            self._sync_point = None
+
+
+def interrupted_message(step: int | None) -> str:
+    """The binaries' last line (exit 130) after a Ctrl-C that saved `step` (None: stopped before
+    the first step, with nothing to save)."""
+    if step is None:
+        return "interrupted (Ctrl-C) before the first step, nothing saved: rerun the same command"
+    return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
+
+
+# The exit status of a run stopped by SIGTERM (preemption) after saving: 128 + SIGTERM, as a shell
+# reports a process the signal ended. Not 0: the run has not finished, and a scheduler or script
+# that restarts failed jobs (a Kubernetes Job with restartPolicy OnFailure, a retry loop) must
+# restart it; the rerun resumes from the saved step.
+PREEMPTED_STATUS = 128 + signal.SIGTERM
+
+
+def one_run_per_workdir(what: str):
+    """Decorates a function with a `workdir` argument: it runs holding the workdir's lock
+    (bert_jax.training.workdir_lock), taken by process 0 for the whole job; a second run on the same
+    workdir stops with one line naming the holder, on every process."""
+
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            workdir = signature.bind(*args, **kwargs).arguments["workdir"]
+            with hold_workdir(workdir, what):
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+@contextlib.contextmanager
+def hold_workdir(directory: str, what: str, flag: str = "--workdir"):
+    """workdir_lock.hold on process 0; every process learns whether it got the lock, so the
+    other processes of a refused job stop with the same line instead of waiting in a collective."""
+    primary = jax.process_index() == 0
+    with contextlib.ExitStack() as stack:
+        refused = None
+        if primary:
+            try:
+                stack.enter_context(workdir_lock.hold(directory, what, flag=flag))
+            except workdir_lock.Busy as e:
+                refused = e
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            got = multihost_utils.broadcast_one_to_all(np.int32(refused is None))
+            if not int(got) and refused is None:
+                refused = workdir_lock.Busy(
+                    f"{flag}={directory!r} is in use by another run (process 0 found its lock)"
+                )
+        if refused is not None:
+            raise refused
+        yield
+
+
+class NonfiniteWatch:
+    """The host side of config.train.on_nonfinite.
+
+    The train step itself drops a non-finite update and counts it in the state's
+    'nonfinite_steps' (train_state.apply_gradients). Reading that count waits for the step, so
+    the loop asks `stop` only where it waits anyway (a log line, a save), never per step: the host
+    keeps running ahead of the device. In 'stop' mode the steps between a bad one and the check
+    have trained on, but the loop then ends without saving, so none of them reaches a checkpoint.
+    """
+
+    def __init__(self, mode: str, state: dict, is_primary: bool):
+        self.mode = mode
+        self.is_primary = is_primary
+        self.seen = int(jax.device_get(state["nonfinite_steps"]))
+
+    def stop(self, state: dict, history: list[dict], step: int, last_saved: int | None) -> bool:
+        """Whether the loop should end now without saving. `history` holds the metrics of the
+        steps up to `step` since the last log line (each with the running 'nonfinite_steps')."""
+        count = int(jax.device_get(state["nonfinite_steps"]))
+        if count == self.seen:
+            return False
+        counts = jax.device_get([h["nonfinite_steps"] for h in history])
+        first = next(
+            (step - len(history) + 1 + i for i, c in enumerate(counts) if c > self.seen), step
+        )
+        new, self.seen = count - self.seen, count
+        if self.mode == "skip":
+            cli.warn(
+                f"skipped {new} update(s) with a non-finite loss or gradients since step {first} "
+                f"({count} in this run's history)"
+            )
+            return False
+        if self.is_primary:
+            where = (
+                f"the last checkpoint is step {last_saved}"
+                if last_saved is not None
+                else "no checkpoint yet"
+            )
+            print(
+                f"non-finite loss or gradients at step {first}: stopping without saving ({where}). "
+                "A rerun resumes from that checkpoint and meets the same batches: lower "
+                "optim.learning_rate, check the data, or set --config.train.on_nonfinite=skip to "
+                "drop such updates",
+                flush=True,
+            )
+        return True

@@ -1,0 +1,211 @@
+"""The training loop both trainers run: pre-training (bert_jax.training.pretrain) and fine-tuning
+(bert_jax.finetune.train).
+
+Each step is followed by the periodic actions and then one decision on saving and stopping.
+What a trainer reports at a log line or scores at an eval is its own (callbacks); when each
+action is due (`itstime`), how fast the steps are (`StepTimer`), and when to save and stop
+(`decide`) are written once, here.
+
+Why a loop ended ('stopped' in both trainers' results):
+    'done'            the schedule's last step; saved
+    'stop_at_step'    train.stop_at_step, before the schedule's end; saved, a rerun goes on
+    'target_reached'  the eval callback asked to stop (eval.target_mlm_accuracy); saved
+    'preempted'       SIGTERM, or a multi-host job's preemption notice; saved, a rerun resumes
+    'interrupted'     Ctrl-C (SIGINT): as 'preempted', but the binaries exit 130, not 0
+    'nonfinite'       train.on_nonfinite='stop' saw a NaN/inf step; nothing saved after it
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax.training import checkpoints, faults, metrics_log, sharding
+
+
+def itstime(step: int, every: int, last_step: int | None = None) -> bool:
+    """Whether an action done every `every` steps (0: never) is due after `step`; always at
+    `last_step` when one is given (a run's last step is always logged and saved)."""
+    return (every > 0 and step % every == 0) or step == last_step
+
+
+def decide(
+    step: int,
+    *,
+    last_step: int,
+    total: int,
+    checkpoint_every: int,
+    asked: str | None,
+    preempted: bool,
+) -> tuple[str | None, bool]:
+    """(why to stop after `step`, or None to go on; whether to save now). `asked` is a stop the
+    eval callback asked for. Every stop but 'nonfinite' (which never gets here) saves first, so
+    a rerun of the same command resumes where this one ended."""
+    stopped = asked or ("preempted" if preempted else None)
+    if stopped is None and step == last_step:
+        stopped = "done" if step == total else "stop_at_step"
+    return stopped, stopped is not None or itstime(step, checkpoint_every)
+
+
+def mean_metrics(history: list[dict]) -> dict[str, float]:
+    """The steps' metrics averaged, but for running counts, which take the last step's value."""
+    values = jax.device_get(history)
+    out = {k: float(np.mean([h[k] for h in values])) for k in values[0]}
+    out["nonfinite_steps"] = float(values[-1]["nonfinite_steps"])
+    return out
+
+
+class StepTimer:
+    """Seconds per training step since the last `lap`, leaving out the run's first step (it
+    compiles) and the time between `pause` and the next step (an eval is not step time)."""
+
+    def __init__(self):
+        self._start: float | None = None
+        self._steps = 0
+
+    def stepped(self, metrics) -> bool:
+        """Counts a step; True after the run's first, which it waits for."""
+        if self._start is None:
+            jax.block_until_ready(metrics)
+            self._start = time.time()
+            return True
+        self._steps += 1
+        return False
+
+    def lap(self) -> float | None:
+        """Mean seconds per timed step since the last lap (None if none); starts a new lap."""
+        per_step = (time.time() - self._start) / self._steps if self._steps else None
+        self.pause()
+        return per_step
+
+    def pause(self) -> None:
+        if self._start is not None:
+            self._start, self._steps = time.time(), 0
+
+
+@dataclasses.dataclass
+class Outcome:
+    state: dict
+    step: int
+    stopped: str
+    train: dict[str, float]  # the last log line's figures
+
+
+def run(
+    state: dict,
+    step: int,
+    *,
+    last_step: int,
+    total: int,
+    setup,
+    train_step: Callable[[dict, dict], tuple[dict, dict]],
+    data_iter: Iterator,
+    manager,
+    config: ml_collections.ConfigDict,
+    log: metrics_log.MetricsLog,
+    progress: metrics_log.Progress,
+    train_figures: Callable[[dict, float | None], dict] = lambda means, step_time: means,
+    evaluate: Callable[[int, dict, Callable[[], None]], str | None] | None = None,
+    eval_at_last_step: bool = True,
+    preemption: faults.Preemption | None = None,
+) -> Outcome:
+    """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
+    train_state.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
+    the caller restored them. Both trainers' configs name the periodic actions alike:
+    train.log_every_steps, eval.every_steps, checkpoint.every_steps and train.on_nonfinite.
+
+    After each step: at log lines (and the last step) the steps' mean metrics go through
+    `train_figures(means, seconds per step)` to the metrics log and the progress line;
+    `evaluate(step, state, between_batches)` runs at its steps (and at the last if
+    `eval_at_last_step`) and may return a reason to stop; it calls `between_batches()` after each
+    of its batches, which raises faults.Abandoned once a signal asks the run to stop (the eval is
+    dropped and the step saved). Then `decide` says whether to save (checkpoints.save: state,
+    data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
+    where the loop waits for the device anyway: at log lines and before a save, which it then
+    skips. The signals are `preemption`'s, one the caller holds entered (its handler then also
+    covers what the caller does before and after the loop), else the loop's own.
+
+    The tail both trainers share: the last save committed (checkpoints.finish) under the signal
+    handler, so that a signal then is taken (the run ends as it would), not the process killed
+    with that save half-written; and a run that stopped before its end with its step saved says
+    so. The caller closes `log` (fine-tuning logs its final eval after the loop).
+    """
+    log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
+    nonfinite = faults.NonfiniteWatch(
+        config.train.get("on_nonfinite", "stop"), state, jax.process_index() == 0
+    )
+    history: list[dict] = []  # device metrics of the steps since the last log line
+    last_train: dict[str, float] = {}
+    stopped = None
+    timer = StepTimer()
+    last_saved = manager.latest_step()
+    previous = None  # the metrics of the step before the one just dispatched
+    own = faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
+    with own as preemption, setup.activate():
+        while stopped is None and step < last_step:
+            batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
+            state, metrics = train_step(state, batch)
+            step += 1
+            if previous is not None:
+                # At most this step in flight: the host waits for the one before it (the device
+                # stays busy with this one). Unbounded, the host queued steps up to the next log
+                # line, and a SIGTERM was saved only after all of them (35 steps, 235 s, on CPU).
+                jax.block_until_ready(previous)
+            previous = metrics
+            history.append(metrics)
+            if timer.stepped(metrics):
+                progress.start(step)
+            if itstime(step, log_every, last_step):
+                bad = nonfinite.stop(state, history, step, last_saved)  # reads `history`
+                last_train = train_figures(mean_metrics(history), timer.lap())
+                log.write(step, "train", last_train)
+                progress.report(step, last_train)
+                history = []
+                if bad:
+                    stopped = "nonfinite"
+                    break
+            asked, preempted = None, preemption.poll()
+            if (
+                not preempted
+                and evaluate is not None
+                and (
+                    itstime(step, eval_every, last_step)
+                    if eval_at_last_step
+                    else step < last_step and itstime(step, eval_every)
+                )
+            ):
+                try:
+                    asked = evaluate(step, state, preemption.between_batches)
+                except faults.Abandoned:  # a signal during the eval: save this step now
+                    preempted = True
+                timer.pause()
+            stopped, save_now = decide(
+                step,
+                last_step=last_step,
+                total=total,
+                checkpoint_every=config.checkpoint.every_steps,
+                asked=asked,
+                preempted=preempted,
+            )
+            if save_now:
+                if nonfinite.stop(state, history, step, last_saved):  # nothing saved after a NaN
+                    stopped = "nonfinite"
+                    break
+                # A bucket's log is published whole: through this step before the step is saved,
+                # so a saved step is never ahead of the published log.
+                log.flush()
+                checkpoints.save(manager, step, state, data_iter, config)
+                last_saved = step
+        checkpoints.finish(manager)
+    stopped = stopped or "done"
+    if stopped == "preempted":
+        stopped = preemption.stopped()  # 'interrupted' after a Ctrl-C
+    if stopped in ("preempted", "stop_at_step") and jax.process_index() == 0:
+        print(f"{stopped}: saved step {step}; rerun the same command to resume", flush=True)
+    return Outcome(state, step, stopped, last_train)

@@ -1,0 +1,331 @@
+"""One run per directory: the lock that pre-training, fine-tuning and export take on the directory
+they write (a --workdir, an export's --output_dir) before they write anything.
+
+    with workdir_lock.hold(workdir, "bert_jax.main"):
+        ...  # nobody else writes here until the block ends
+
+`<dir>/.lock` is a small JSON file naming its holder: host, pid, start time, the command line,
+a random token, and a heartbeat time. A second run on the same directory finds it and stops
+with one line naming the holder (cli.UserError). The file is created exclusively
+(storage.create_exclusive: O_CREAT|O_EXCL on a local or NFS disk, ifGenerationMatch=0 in a GCS
+bucket), so of two runs starting at once exactly one gets it. The holder removes it when the
+block ends: normally, on an exception, on SIGTERM/SIGINT (the trainers turn both into a save and
+a normal return, bert_jax.training.faults).
+
+A lock left behind by a run that was killed (kill -9, OOM, a lost VM) is stale:
+  * same host, and its pid is not running (or is this very process: a container restarted
+    with the same host name reuses small pids): stale at once;
+  * otherwise (another host: NFS, a bucket) its heartbeat is older than STALE_AFTER_S. The
+    holder rewrites the lock every HEARTBEAT_S from a daemon thread, so a live run's lock is
+    never older than that, give or take a stalled file server.
+A stale lock is taken over safely, resting on exclusive creation alone (fake-gcs-server, the
+GCS server the tests use, ignores preconditions on deletes): the taker exclusively creates
+`<dir>/.lock.takeover-<version>`, named after the stale lock's version (a GCS generation, a
+local inode and mtime), checks that the lock is still that version and only then replaces it.
+Of several takers racing for one stale lock only one creates that marker; a taker that reads
+the lock after it was replaced sees a new version, and a live holder.
+
+A lock that cannot be read (empty, not JSON, not a lock of ours) is read again for a moment (a
+run that has just created its local lock is writing it), then taken over only if it was last
+written over STALE_AFTER_S ago, as a heartbeat that old is: its writer may be alive (a run
+starting, one whose lock was damaged), and taking it at once let two starting runs both pass.
+A younger one is refused saying when it will be taken over. A `.lock` that is a directory, or
+one this user may not read, is refused naming it: nobody can take it over. Every refusal and
+every takeover states its reason.
+
+Multi-host runs: process 0 takes the lock for the whole job (`primary=True` there, False
+elsewhere; bert_jax.training.faults.hold_workdir tells every process the outcome).
+
+No JAX import: data_prep can use this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+from bert_jax import cli, storage
+
+LOCK_NAME = ".lock"
+HEARTBEAT_S = 60.0
+STALE_AFTER_S = 600.0  # ten missed heartbeats
+# The name of the heartbeat's thread. It is safe to fork beside (data_prep's workers): it waits
+# on an Event and, once a minute, rewrites one small file; a child holds none of its state.
+HEARTBEAT_THREAD = "workdir-lock-heartbeat"
+_HELD: set[str] = set()  # tokens of the locks this process holds now
+
+
+class Busy(cli.UserError):
+    """Another live run holds the directory's lock."""
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def refuse_a_file(directory: str, flag: str) -> None:
+    """A local `directory` that is a file, or lies under one: a UserError naming it (makedirs
+    would say only "File exists" or "Not a directory")."""
+    if storage.is_url(directory):
+        return
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise cli.UserError(f"{flag}={directory!r} is a file; pass a directory")
+    ancestor = os.path.dirname(os.path.abspath(directory))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise cli.UserError(f"{flag}={directory!r}: {ancestor} is a file, not a directory")
+
+
+def describe(holder: dict) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
+    return (
+        f"{holder.get('command', '?')} (pid {holder.get('pid', '?')} on "
+        f"{holder.get('host', '?')}, since {started})"
+    )
+
+
+def stale_reason(holder: dict, now: float | None = None) -> str | None:
+    """Why the run named by `holder` (a lock's content) is gone, or None if it may be running."""
+    now = time.time() if now is None else now
+    if holder.get("host") == socket.gethostname():
+        pid = holder.get("pid")
+        if pid == os.getpid():
+            if holder.get("token") not in _HELD:  # an earlier process with our pid
+                return f"its process {pid} on this host is not running"
+        elif not isinstance(pid, int) or not _pid_running(pid):
+            return f"its process {pid} on this host is not running"
+    age = now - float(holder.get("heartbeat", 0))
+    if age > STALE_AFTER_S:
+        return (
+            f"its heartbeat is {age:.0f} s old (a live holder refreshes it every "
+            f"{HEARTBEAT_S:.0f} s)"
+        )
+    return None
+
+
+_FIELDS = {"host": str, "pid": int, "started": (int, float), "heartbeat": (int, float)}
+_SETTLE_S = 1.0  # how long an unreadable lock is read again before it counts as unreadable
+
+
+def _holder_of(content: bytes) -> dict | str:
+    """A lock's content as its holder, or why it is no lock of ours (words)."""
+    if not content.strip():
+        return "it is empty"
+    try:
+        holder = json.loads(content)
+    except (ValueError, UnicodeDecodeError):
+        return "it is not JSON"
+    if not isinstance(holder, dict):
+        return "it is not a lock of bert_jax"
+    wrong = [k for k, kind in _FIELDS.items() if not isinstance(holder.get(k), kind)]
+    if wrong or isinstance(holder.get("pid"), bool):
+        return f"it is not a lock of bert_jax (no valid {', '.join(wrong) or 'pid'})"
+    return holder
+
+
+def _read(path: str, where: str) -> tuple[dict | str, str] | None:
+    """(holder, or why it cannot be read; its version) of the lock at `path`, None if there is
+    none. Read again for up to _SETTLE_S while it cannot be read: a run that has just created
+    its (local) lock is writing it. A lock that is a directory, or that this user may not read,
+    is a Busy naming it: nobody could take it over."""
+    if not storage.is_url(path) and os.path.isdir(path):
+        raise Busy(
+            f"{where}: {path} is a directory, not a lock file; remove it if no run uses this "
+            "directory (the lock is a file naming the run that holds the directory)"
+        )
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        try:
+            found = storage.read_versioned(path)
+        except PermissionError as e:
+            raise Busy(
+                f"{where}: its lock {path} cannot be read ({e.strerror or e}), so whether a run "
+                "holds the directory is unknown; fix its permissions or delete it if no run uses "
+                "the directory"
+            ) from None
+        if found is None:
+            return None
+        holder = _holder_of(found[0])
+        if not isinstance(holder, str) or time.monotonic() > deadline:
+            return holder, found[1]
+        time.sleep(0.05)
+
+
+class _Lock:
+    def __init__(self, directory: str, what: str):
+        self.path = storage.join(directory, LOCK_NAME)
+        self.directory = directory
+        now = time.time()
+        self.holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": now,
+            "heartbeat": now,
+            "command": " ".join([what, *sys.argv[1:]]),
+            "token": uuid.uuid4().hex,
+        }
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.made_directory = False
+
+    def _content(self) -> bytes:
+        return json.dumps(self.holder, sort_keys=True).encode()
+
+    def acquire(self, directory_flag: str) -> None:
+        storage.parse(self.directory, directory_flag)  # `gs://` alone, `gs:/x`: one line
+        refuse_a_file(self.directory, directory_flag)
+        if storage.is_url(self.directory):  # before the lock's upload says "404" at the end
+            storage.check_bucket(self.directory, directory_flag)
+        # A directory made only to hold the lock goes with it: a run refused before it wrote
+        # anything (a bad flag, a bad input file) leaves no empty workdir behind.
+        self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(
+            self.directory
+        )
+        with cli.user_path(directory_flag, self.directory):  # a read-only file system, say
+            storage.makedirs(self.directory)
+        where = f"{directory_flag}={self.directory!r}"
+        for _ in range(20):  # each round ends in a lock of ours or a live holder; rarely repeats
+            with cli.user_path(directory_flag, self.directory):
+                if storage.create_exclusive(self.path, self._content()):
+                    return
+            found = _read(self.path, where)
+            if found is None:
+                continue  # released meanwhile
+            holder, version = found
+            if isinstance(holder, str):  # unreadable: stale only once nobody rewrote it
+                reason = self._unreadable_reason(holder, where)
+            else:
+                reason = stale_reason(holder)
+                if reason is None:
+                    raise Busy(
+                        f"{where} is in use by {describe(holder)}: one run per directory. Wait "
+                        "for it to end or use another directory (a lock left by a killed run is "
+                        f"taken over when {self.path} is stale: its process is gone, or its "
+                        f"heartbeat is over {STALE_AFTER_S:.0f} s old)"
+                    )
+            if self._take_over(version):
+                left_by = "a run" if isinstance(holder, str) else describe(holder)
+                cli.warn(f"took over the lock {self.path} left by {left_by}: {reason}")
+                return
+            time.sleep(0.05)  # another taker is replacing it: read it again
+        raise Busy(
+            f"{where}: could not take its lock {self.path}: it kept changing, or another run "
+            f"was taking it over ({self.path}.takeover-*: left by a run killed as it took the "
+            "lock over, if it stays; delete it then); rerun"
+        )
+
+    def _unreadable_reason(self, why: str, where: str) -> str:
+        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only when it was
+        last written over STALE_AFTER_S ago. Its writer may be a run starting this instant (a
+        local lock is empty between its creation and its first write) or a live one whose lock
+        was damaged; a holder rewrites its lock every HEARTBEAT_S, so an old one has none."""
+        age = time.time() - storage.modified(self.path)
+        if age > STALE_AFTER_S:
+            return (
+                f"it cannot be read ({why}) and was last written {age:.0f} s ago (a live holder "
+                f"rewrites it every {HEARTBEAT_S:.0f} s)"
+            )
+        raise Busy(
+            f"{where}: its lock {self.path} cannot be read ({why}): a run may be starting there "
+            f"right now, or one was killed as it wrote the lock. It is taken over once it is "
+            f"{STALE_AFTER_S:.0f} s old (in {STALE_AFTER_S - age:.0f} s); if no run uses the "
+            "directory, delete the lock and rerun"
+        )
+
+    def _take_over(self, version: str) -> bool:
+        marker = f"{self.path}.takeover-{version.replace(':', '-')}"
+        if not storage.create_exclusive(marker, self._content()):
+            return False  # another taker won this version
+        try:
+            found = storage.read_versioned(self.path)
+            if found is not None and found[1] != version:
+                return False  # replaced since we read it (its holder's heartbeat, a taker)
+            storage.write_bytes(self.path, self._content())
+            return True
+        finally:
+            storage.remove(marker)
+
+    def start_heartbeat(self) -> None:
+        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(Exception):  # a refresh missed is retried next time
+                if not self._still_ours():
+                    logging.error("the lock %s was taken over by another run", self.path)
+                    return
+                self.holder["heartbeat"] = time.time()
+                storage.write_bytes(self.path, self._content())
+
+    def _still_ours(self) -> bool:
+        found = storage.read_versioned(self.path)
+        if found is None:
+            return False
+        holder = _holder_of(found[0])
+        return not isinstance(holder, str) and holder.get("token") == self.holder["token"]
+
+    def release(self, reachable: bool = True) -> None:
+        """`reachable` False: the run ended because its bucket stayed unreachable; releasing
+        would wait out the storage retries again (minutes), so the lock is left to be taken
+        over (its pid is gone) by the rerun."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(None if reachable else 0)
+        if not reachable:
+            return
+        with contextlib.suppress(Exception):  # never hide the error that ended the run
+            if self._still_ours():
+                storage.remove(self.path)
+        if self.made_directory:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.directory)  # only if empty
+
+
+@contextlib.contextmanager
+def hold(
+    directory: str, what: str, *, primary: bool = True, flag: str = "--workdir"
+) -> Iterator[None]:
+    """Holds `directory`'s lock for the block (see the module docstring); `what` names the
+    program in the lock (shown to a second run), `flag` the flag that named the directory. Only
+    the `primary` process of a multi-host job takes it; the others hold nothing."""
+    if not primary:
+        yield
+        return
+    lock = _Lock(directory, what)
+    lock.acquire(flag)
+    _HELD.add(lock.holder["token"])
+    lock.start_heartbeat()
+    reachable = True
+    try:
+        yield
+    except Exception as e:
+        reachable = storage.unavailable_message(e) is None
+        raise
+    finally:
+        lock.release(reachable)
+        _HELD.discard(lock.holder["token"])
+
+
+def holder(directory: str) -> dict | None:
+    """The content of `directory`'s lock, or None if nobody holds it."""
+    found = storage.read_versioned(storage.join(directory, LOCK_NAME))
+    if found is None:
+        return None
+    holder = _holder_of(found[0])
+    return {} if isinstance(holder, str) else holder

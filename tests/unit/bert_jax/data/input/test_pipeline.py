@@ -1,0 +1,130 @@
+"""Grain input pipeline: both record formats, global shuffle, per-process parts, resumption
+(dynamic masking: test_masking.py)."""
+
+import numpy as np
+import pytest
+
+from bert_jax import cli
+from bert_jax.data.contract import features as F
+from bert_jax.data.contract import record_io, shard_files
+from bert_jax.data.input import pipeline as ip
+from bert_jax.data.input import sources
+from support.golden import SAMPLE_128 as GOLDEN
+from support.golden import VOCAB_SIZE as VOCAB
+from support.golden import data_config, take
+
+
+@pytest.fixture(scope="module")
+def files(testdata, tmp_path_factory, unmask_records):
+    tmp = tmp_path_factory.mktemp("records")
+    golden = str(testdata / GOLDEN)
+    records = list(record_io.read_records(golden))
+    out = {
+        "tfrecord": golden,
+        "arrayrecord": str(tmp / "golden.arrayrecord"),
+        "unmasked": str(tmp / "unmasked.arrayrecord"),
+    }
+    with record_io.RecordWriter(out["arrayrecord"]) as w:
+        for r in records:
+            w.write(r)
+    unmask_records(golden, out["unmasked"])
+    return out
+
+
+def test_both_formats_give_the_same_batches(files):
+    a = take(ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 8, seed=3), 4)
+    b = take(ip.train_dataset(data_config(files["arrayrecord"]), VOCAB, 8, seed=3), 4)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+    assert a[0][F.INPUT_IDS].shape == (8, 128) and a[0][F.INPUT_IDS].dtype == np.int32
+    assert a[0][F.MASKED_LM_WEIGHTS].shape == (8, 20) and a[0][F.NEXT_SENTENCE_LABELS].shape == (8,)
+
+
+def _keys(batches):
+    # Records are told apart by their token ids (the 60 golden records are distinct).
+    return [row.tobytes() for b in batches for row in b[F.INPUT_IDS]]
+
+
+def test_global_shuffle_reads_each_record_once_per_epoch(files):
+    all_keys = {
+        ex[F.INPUT_IDS].astype(np.int32).tobytes()
+        for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))
+    }
+    assert len(all_keys) == 60
+    epochs = _keys(take(ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 10, seed=0), 12))
+    first, second = epochs[:60], epochs[60:]
+    assert set(first) == all_keys and len(set(first)) == 60
+    assert set(second) == all_keys
+    assert first != second  # reshuffled every epoch
+    in_file_order = [
+        ex[F.INPUT_IDS].astype(np.int32).tobytes()
+        for ex in map(F.decode_example, record_io.read_records(files["tfrecord"]))
+    ]
+    assert first != in_file_order
+
+
+def test_each_process_reads_its_own_part(files):
+    cfg = data_config(files["arrayrecord"])
+    parts = [
+        _keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0, process_index=p, process_count=2), 6))
+        for p in (0, 1)
+    ]
+    assert all(len(p) == 30 for p in parts)  # 6 batches of 10/2 rows = one epoch each
+    assert not set(parts[0]) & set(parts[1])  # disjoint...
+    assert len(set(parts[0]) | set(parts[1])) == 60  # ...and together every record once
+    single = _keys(take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 6))
+    # Process p takes positions p, p+2, ... of the one global order.
+    assert single[0::2] == parts[0] and single[1::2] == parts[1]
+
+
+def test_iterator_state_resumes_exactly(files):
+    ds = ip.train_dataset(data_config(files["unmasked"], dynamic=True), VOCAB, 8, seed=1)
+    it = iter(ds)
+    take(it, 3)
+    state = it.get_state()
+    expected = take(it, 4)
+    fresh = iter(ds)
+    fresh.set_state(state)
+    for x, y in zip(expected, take(fresh, 4)):
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_eval_batches_pad_the_last_batch(files):
+    cfg = data_config(files["tfrecord"])
+    batches = ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, num_examples=50)
+    assert len(batches) == 4
+    weights = np.concatenate([b[ip.EXAMPLE_WEIGHT] for b in batches])
+    assert weights.sum() == 50 and (weights[50:] == 0).all()
+    assert (batches[-1][F.MASKED_LM_WEIGHTS][2:] == 0).all()  # padding rows predict nothing
+    # Two processes split every global batch between them.
+    halves = [
+        ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, 50, process_index=p, process_count=2)
+        for p in (0, 1)
+    ]
+    np.testing.assert_array_equal(
+        np.concatenate([halves[0][1][F.INPUT_IDS], halves[1][1][F.INPUT_IDS]]),
+        batches[1][F.INPUT_IDS],
+    )
+
+
+def test_clear_errors(files, tmp_path):
+    with pytest.raises(cli.UserError, match="no record files match"):
+        shard_files.find_shards(str(tmp_path / "missing-*.arrayrecord"))
+    with pytest.raises(ValueError, match="dynamic_masking=True"):
+        take(ip.train_dataset(data_config(files["unmasked"]), VOCAB, 8, seed=0), 1)
+    with pytest.raises(ValueError, match="dynamic_masking=False"):
+        take(ip.train_dataset(data_config(files["tfrecord"], dynamic=True), VOCAB, 8, seed=0), 1)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        take(
+            ip.train_dataset(data_config(files["tfrecord"], max_seq_length=512), VOCAB, 8, seed=0),
+            1,
+        )
+    with pytest.raises(ValueError, match="mixed record formats"):
+        sources.make_source([files["tfrecord"], files["arrayrecord"]])
+    not_tfrecord = tmp_path / "text.tfrecord"
+    not_tfrecord.write_text("hello, this is not a TFRecord file at all\n" * 3)
+    with pytest.raises(ValueError, match="is it a TFRecord file"):
+        sources.make_source([str(not_tfrecord)])

@@ -1,0 +1,138 @@
+"""SQuAD's context pieces and answer spans against google-research/bert's run_squad.py, with a
+character of every kind of code point in the context.
+
+run_squad.py cuts a paragraph into words at " \\t\\r\\n" and U+202F, tokenizes each word with
+FullTokenizer, and labels an answer by the pieces of the words its characters fall in, narrowed by
+_improve_answer_span to the pieces that spell the tokenized answer when some do. bert_jax's
+squad.tokenize_context keeps each piece's character span instead (tokenization's
+basic_tokenize_with_offsets). The two must give the same piece ids, every piece must lie inside the
+word run_squad.py maps it to, and an answer run_squad.py can spell exactly must get the same piece
+span. The tokenizer is the plain-Python oracle of the original (tests/support/tokenizer_oracle.py).
+"""
+
+import unicodedata
+
+import pytest
+
+from bert_jax.finetune import squad
+from bert_jax.text import tokenization
+from support import tokenizer_oracle as oracle
+from support import unicode_sample
+
+# Where a code point x sits: alone, at a word's start, inside, at its end, next to punctuation.
+CONTEXT = "The {x}alpha be{x}ta gamma{x} {x} (delta{x}), epsilon.{x}"
+ANSWERS = ("alpha", "be", "gamma", "delta", "epsilon", "The", "(delta")
+
+
+def _kind(cp):
+    ch = chr(cp)
+    lower = ch.lower()
+    return (
+        unicodedata.category(ch),
+        oracle.is_whitespace(ch),
+        oracle.is_punctuation(ch),
+        oracle.is_chinese_char(cp),
+        ch in " \t\r\n\u202f",
+        ch.isspace(),
+        lower != ch,
+        unicodedata.normalize("NFD", lower) != lower,
+        unicodedata.combining(ch) > 0,
+    )
+
+
+def run_squad_mapping(context, full):
+    """run_squad.py's read_squad_examples and convert_examples_to_features, for one paragraph:
+    its words' character spans, the pieces, each piece's word and each word's first piece."""
+    words, spans, prev_space = [], [], True
+    for i, c in enumerate(context):
+        if c in " \t\r\n" or ord(c) == 0x202F:
+            prev_space = True
+            continue
+        if prev_space:
+            words.append(c)
+            spans.append([i, i + 1])
+        else:
+            words[-1] += c
+            spans[-1][1] = i + 1
+        prev_space = False
+    pieces, piece_word, word_first = [], [], []
+    for k, word in enumerate(words):
+        word_first.append(len(pieces))
+        for piece in full.tokenize(word):
+            pieces.append(piece)
+            piece_word.append(k)
+    return spans, pieces, piece_word, word_first
+
+
+def run_squad_label(answer, answer_start, spans, pieces, word_first, full):
+    """The answer's (first, last) piece as run_squad.py trains on it, and whether
+    _improve_answer_span found pieces that spell it exactly."""
+    end_char = answer_start + len(answer) - 1
+    first_word = next(k for k, (s, e) in enumerate(spans) if s <= answer_start < e)
+    last_word = next(k for k, (s, e) in enumerate(spans) if s <= end_char < e)
+    start = word_first[first_word]
+    end = word_first[last_word + 1] - 1 if last_word + 1 < len(spans) else len(pieces) - 1
+    target = " ".join(full.tokenize(answer))
+    for new_start in range(start, end + 1):
+        for new_end in range(end, new_start - 1, -1):
+            if " ".join(pieces[new_start : new_end + 1]) == target:
+                return (new_start, new_end), True
+    return (start, end), False
+
+
+@pytest.fixture(scope="module")
+def tokenizers(vocab_file):
+    out = {}
+    for lower in (True, False):
+        vocab = oracle.load_vocab(vocab_file)
+        out[lower] = (
+            tokenization.WordPieceTokenizer(vocab_file, do_lower_case=lower),
+            oracle.FullTokenizerOracle(vocab_file, do_lower_case=lower),
+            vocab,
+        )
+    return out
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False], ids=["uncased", "cased"])
+def test_pieces_and_answer_spans_match_run_squad_on_every_kind_of_code_point(
+    tokenizers, do_lower_case
+):
+    tok, full, vocab = tokenizers[do_lower_case]
+    problems, exact_labels = [], 0
+    for cp in unicode_sample.sample(_kind):
+        context = CONTEXT.format(x=chr(cp))
+        spans, pieces, piece_word, word_first = run_squad_mapping(context, full)
+        ours = squad.tokenize_context(tok, context)
+        if ours.ids != [vocab[p] for p in pieces]:
+            problems.append(f"U+{cp:04X}: piece ids differ")
+            continue
+        for i, (s, e) in enumerate(zip(ours.starts, ours.ends)):
+            ws, we = spans[piece_word[i]]
+            if not ws <= s < e <= we:
+                problems.append(
+                    f"U+{cp:04X}: piece {i} {pieces[i]!r} spans {s}:{e}, word {ws}:{we}"
+                )
+        for answer in ANSWERS:
+            answer_start = context.index(answer)
+            want, exact = run_squad_label(answer, answer_start, spans, pieces, word_first, full)
+            got = squad._answer_pieces(ours, answer_start, answer_start + len(answer))
+            if exact:
+                exact_labels += 1
+                if got != want:
+                    problems.append(f"U+{cp:04X}: answer {answer!r} at pieces {got}, {want} there")
+    assert not problems, f"{len(problems)} differences, e.g. " + "; ".join(problems[:10])
+    assert exact_labels > 1000  # the comparison is not vacuous
+
+
+def test_offsets_cover_each_token_character_by_character():
+    """Private-use and unassigned characters are kept by the tokenizer (only Cc and Cf are
+    dropped), so their spans are their own, not "the rest of the word"; a final sigma keeps its
+    own span too."""
+    text = "Caf\u00e9\u00ad\ue000x \u0378y \u200bz"
+    tokens = tokenization.basic_tokenize_with_offsets(text, do_lower_case=True)
+    assert [t for t, _ in tokens] == tokenization.basic_tokenize(text, True)
+    assert tokens[0] == ("cafe\ue000x", [(0, 1), (1, 2), (2, 3), (3, 4), (5, 6), (6, 7)])
+    assert tokens[1] == ("\u0378y", [(8, 9), (9, 10)])
+    assert tokens[2] == ("z", [(12, 13)])
+    sigma = tokenization.basic_tokenize_with_offsets("ΟΔΟΣ x", do_lower_case=True)
+    assert sigma == [("οδος", [(0, 1), (1, 2), (2, 3), (3, 4)]), ("x", [(5, 6)])]

@@ -1,0 +1,448 @@
+"""Hugging Face import/export: parity with a random transformers BertForPreTraining, both ways."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import cli, export
+from bert_jax.hf import bert
+from bert_jax.model import encoder as M
+from bert_jax.text.tokenization import WordPieceTokenizer
+from support import tiny
+from support.golden import REPO
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(
+    vocab_size=30522,
+    **tiny.SHAPE,  # configs/tiny.py's
+    max_position_embeddings=64,
+    type_vocab_size=2,
+)
+HEADS = [
+    "cls.predictions.transform.dense.weight",
+    "cls.predictions.transform.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight",
+    "cls.predictions.transform.LayerNorm.bias",
+    "cls.predictions.bias",
+    "cls.seq_relationship.weight",
+    "cls.seq_relationship.bias",
+]
+
+
+def padded_batch(seed=0, batch=4, length=24, predictions=6):
+    """Right-padded random ids; one row is all padding, one is full."""
+    rng = np.random.default_rng(seed)
+    lengths = np.array([length, 11, 3, 0][:batch])
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(1000, TINY["vocab_size"], size=(batch, length)).astype(np.int32) * mask
+    segments = ((np.arange(length)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32)
+    positions = np.sort(rng.integers(0, length, size=(batch, predictions)), axis=1).astype(np.int32)
+    return ids, mask, segments, positions
+
+
+def hf_logits(hf_model, ids, mask, segments, positions):
+    with torch.no_grad():
+        out = hf_model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            token_type_ids=torch.tensor(segments, dtype=torch.long),
+        )
+    mlm = out.prediction_logits.numpy()[np.arange(len(ids))[:, None], positions]
+    return mlm, out.seq_relationship_logits.numpy()
+
+
+def ours_logits(model, ids, mask, segments, positions):
+    mlm, nsp = nnx.jit(lambda m, *a: m(*a))(model, ids, mask, segments, positions)
+    return np.asarray(mlm), np.asarray(nsp)
+
+
+def params_of(model):
+    return jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+
+
+def perturb(model, seed):
+    """Noise on every parameter, so zero biases and unit LayerNorm scales cannot hide a mix-up."""
+    state = nnx.state(model, nnx.Param)
+    leaves, treedef = jax.tree.flatten(nnx.to_pure_dict(state))
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    noisy = [x + 0.05 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)]
+    nnx.replace_by_pure_dict(state, jax.tree.unflatten(treedef, noisy))
+    nnx.update(model, state)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A randomly initialized transformers BertForPreTraining saved as safetensors (eager
+    attention)."""
+    torch.manual_seed(0)
+    # Eager attention: the reference math, also on an all-padding row (SDPA zeroes that row).
+    model = transformers.BertForPreTraining(
+        transformers.BertConfig(**TINY, attn_implementation="eager")
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    path = str(tmp_path_factory.mktemp("hf_random"))
+    model.save_pretrained(path)
+    return path, model.eval()
+
+
+@pytest.fixture(scope="module")
+def imported(hf_dir):
+    return bert.load_hf(hf_dir[0])
+
+
+def test_import_matches_transformers(hf_dir, imported):
+    model, report = imported
+    assert report.initialized == [] and report.unused == []
+    batch = padded_batch()
+    ref_mlm, ref_nsp = hf_logits(hf_dir[1], *batch)
+    mlm, nsp = ours_logits(model, *batch)
+    np.testing.assert_allclose(mlm, ref_mlm, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(nsp, ref_nsp, atol=1e-4, rtol=0)
+    # transformers' default SDPA attention agrees too on every row that has a real token.
+    sdpa = transformers.BertForPreTraining.from_pretrained(hf_dir[0]).eval()
+    sdpa_mlm, sdpa_nsp = hf_logits(sdpa, *batch)
+    np.testing.assert_allclose(mlm[:3], sdpa_mlm[:3], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(nsp[:3], sdpa_nsp[:3], atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, vocab_file):
+    cfg = bert.bert_config_from_hf(
+        TINY
+        | {
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.1,
+            "initializer_range": 0.02,
+        }
+    )
+    model = M.BertForPreTraining(cfg, rngs=nnx.Rngs(7))
+    perturb(model, 1)
+    out = str(tmp_path_factory.mktemp("export"))
+    bert.save_hf(model, vocab_file, out)
+    return model, out
+
+
+def test_export_loads_in_transformers_and_matches(exported):
+    model, out = exported
+    assert sorted(os.listdir(out)) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    loaded, info = transformers.BertForPreTraining.from_pretrained(
+        out, output_loading_info=True, attn_implementation="eager"
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    batch = padded_batch(seed=1)
+    ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
+    mlm, nsp = ours_logits(model, *batch)
+    np.testing.assert_allclose(mlm, ref_mlm, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(nsp, ref_nsp, atol=1e-4, rtol=0)
+
+
+def test_exported_tokenizer_gives_our_ids(exported, vocab_file):
+    text = "The quick brown fox's naïve résumé, unbelievably, jumped."
+    tok = transformers.AutoTokenizer.from_pretrained(exported[1])
+    ours = WordPieceTokenizer(vocab_file, do_lower_case=True)
+    assert tok(text)["input_ids"] == [ours.cls_id] + ours.encode(text) + [ours.sep_id]
+
+
+def test_export_then_import_is_bit_exact(exported):
+    model, out = exported
+    again, report = bert.load_hf(out)
+    assert report.initialized == [] and report.unused == []
+    assert again.config == model.config
+    for a, b in zip(params_of(model), params_of(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_pytorch_model_bin_imports_like_safetensors(hf_dir, imported, tmp_path):
+    path, hf_model = hf_dir
+    # The full state dict, as old checkpoints hold it: tied decoder and position_ids included.
+    torch.save(hf_model.state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(open(os.path.join(path, "config.json")).read())
+    model, report = bert.load_hf(str(tmp_path))
+    assert report.initialized == [] and report.source.endswith("pytorch_model.bin")
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_bert_model_checkpoint_gets_fresh_heads(hf_dir, imported, tmp_path):
+    torch.manual_seed(1)
+    body = transformers.BertModel(transformers.BertConfig(**TINY))
+    body.save_pretrained(str(tmp_path))  # names without "bert.", no cls.* heads
+    model, report = bert.load_hf(str(tmp_path))
+    assert sorted(report.initialized) == sorted(HEADS)
+    assert "initialized (absent from the file)" in str(report)
+    ours = bert.to_hf_state_dict(model)  # torch layout and names
+    for name, value in body.state_dict().items():
+        if name != "embeddings.position_ids":
+            np.testing.assert_array_equal(ours["bert." + name], value.numpy(), err_msg=name)
+    assert np.isfinite(ours["cls.seq_relationship.weight"]).all()
+
+
+def test_configs_round_trip():
+    cfg = bert.bert_config_from_hf(
+        TINY
+        | {
+            "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.0,
+            "initializer_range": 0.02,
+            "hidden_act": "gelu",
+        }
+    )
+    assert bert.bert_config_from_hf(bert.hf_config_from_bert(cfg)) == cfg
+    hf_cfg = transformers.BertConfig(**bert.hf_config_from_bert(cfg))
+    assert hf_cfg.hidden_size == cfg.hidden_size and hf_cfg.layer_norm_eps == 1e-12
+
+
+def test_import_errors_say_what_to_fix(hf_dir, tmp_path):
+    with pytest.raises(bert.CheckpointError, match="not a directory"):
+        bert.load_hf(str(tmp_path / "nope"))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            TINY
+            | {
+                "hidden_dropout_prob": 0.1,
+                "attention_probs_dropout_prob": 0.1,
+                "initializer_range": 0.02,
+            }
+        )
+    )
+    with pytest.raises(
+        bert.CheckpointError, match=r"no weights in .*model.safetensors.*config.json"
+    ):
+        bert.load_hf(str(tmp_path))
+    with pytest.raises(bert.CheckpointError, match="hidden_act 'relu' is not supported"):
+        bert.bert_config_from_hf(TINY | {"hidden_act": "relu"})
+    cfg = bert.bert_config_from_hf(
+        json.load(open(os.path.join(hf_dir[0], "config.json"))),
+        hidden_size=48,
+        num_attention_heads=3,
+    )
+    with pytest.raises(
+        bert.CheckpointError, match=r"word_embeddings.weight has shape \(30522, 32\)"
+    ):
+        bert.load_hf(hf_dir[0], cfg)
+    with pytest.raises(bert.CheckpointError, match="lacks encoder weights"):
+        bert.from_hf_state_dict({}, cfg)
+
+
+def _hf_to_tf_name(name):
+    """transformers name -> the original TF BERT variable name, and whether the value transposes."""
+    tf_name = name.replace("bert.encoder.layer.", "bert/encoder/layer_").replace(".", "/")
+    transpose = False
+    if tf_name.endswith("_embeddings/weight"):
+        tf_name = tf_name[: -len("/weight")]
+    elif tf_name == "cls/seq_relationship/weight":
+        tf_name = "cls/seq_relationship/output_weights"
+    elif tf_name == "cls/seq_relationship/bias":
+        tf_name = "cls/seq_relationship/output_bias"
+    elif tf_name == "cls/predictions/bias":
+        tf_name = "cls/predictions/output_bias"
+    elif "LayerNorm" in tf_name:
+        tf_name = tf_name.replace("/weight", "/gamma").replace("/bias", "/beta")
+    elif tf_name.endswith("/weight"):
+        tf_name, transpose = tf_name[: -len("/weight")] + "/kernel", True
+    return tf_name, transpose
+
+
+def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
+    path, _ = hf_dir
+    (tmp_path / "bert_config.json").write_text(
+        json.dumps(
+            {
+                k: v
+                for k, v in json.load(open(os.path.join(path, "config.json"))).items()
+                if k in bert._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"
+            }
+        )
+    )
+    try:
+        import tensorflow as tf
+    except ImportError:
+        (tmp_path / "bert_model.ckpt.index").write_bytes(b"")
+        with pytest.raises(cli.UserError, match="needs TensorFlow: pip install tensorflow"):
+            bert.load_hf(str(tmp_path))
+        return
+    names, values = [], []
+    for name, value in bert.to_hf_state_dict(imported[0]).items():
+        tf_name, transpose = _hf_to_tf_name(name)
+        names.append(tf_name)
+        values.append(value.T.copy() if transpose else value)
+        if tf_name.endswith("kernel"):  # optimizer slots, as in Google's released checkpoints
+            names += [tf_name + "/adam_m", tf_name + "/adam_v"]
+            values += [np.zeros_like(values[-1])] * 2
+    names.append("global_step")
+    values.append(np.array(1000, np.int64))
+    tf.raw_ops.SaveV2(
+        prefix=str(tmp_path / "bert_model.ckpt"),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=values,
+    )
+    model, report = bert.load_hf(str(tmp_path))
+    assert report.initialized == [] and report.unused == [] and "TensorFlow" in report.source
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_export_command(tmp_path, vocab_file, save_checkpoint):
+    from configs import tiny
+
+    config = tiny.get_config()
+    models = {}
+    for step in (2, 5):
+        models[step] = M.BertForPreTraining(
+            M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(step)
+        )
+        perturb(models[step], step)
+        save_checkpoint(tmp_path / "run", models[step], config, step)
+    with pytest.raises(ValueError, match="pass --vocab_file"):
+        export.export(str(tmp_path / "run"), str(tmp_path / "hf"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.export",
+            f"--workdir={tmp_path / 'run'}",
+            "--step=2",
+            f"--output_dir={tmp_path / 'hf'}",
+            f"--vocab_file={vocab_file}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "exported step 2" in proc.stdout
+    loaded = transformers.BertForPreTraining.from_pretrained(
+        str(tmp_path / "hf"), attn_implementation="eager"
+    )
+    batch = padded_batch(seed=2)
+    ref_mlm, ref_nsp = hf_logits(loaded.eval(), *batch)
+    mlm, nsp = ours_logits(models[2], *batch)
+    np.testing.assert_allclose(mlm, ref_mlm, atol=1e-4, rtol=0)
+    np.testing.assert_allclose(nsp, ref_nsp, atol=1e-4, rtol=0)
+
+
+def test_params_for_a_training_run(hf_dir, imported):
+    """A run's config (other dropout, bf16 compute) takes the file's weights as its initial
+    params."""
+    from bert_jax.training import sharding
+
+    run_config = bert.bert_config_from_hf(
+        json.load(open(os.path.join(hf_dir[0], "config.json"))),
+        hidden_dropout_prob=0.0,
+        dtype="bfloat16",
+    )
+    mesh = sharding.make_mesh(data=4, fsdp=2, tensor=1)
+    abstract = nnx.state(
+        nnx.eval_shape(lambda: M.BertForPreTraining(run_config, rngs=nnx.Rngs(0))), nnx.Param
+    )
+    shardings = sharding.param_shardings(abstract, mesh, (("embed", "fsdp"),))
+    params, report = bert.load_hf_params(hf_dir[0], run_config, shardings=shardings)
+    assert report.initialized == []
+    word = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert word.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
+    for a, b in zip(jax.tree.leaves(params), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_training_run_starts_from_a_hugging_face_directory(testdata, vocab_file, tmp_path):
+    """train.init_checkpoint=<HF dir>: continue pre-training a public model from its weights."""
+    from bert_jax.training import checkpoints, pretrain
+    from configs import tiny
+
+    config = tiny.get_config()
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(7))
+    perturb(model, seed=1)
+    bert.save_hf(model, vocab_file, str(tmp_path / "hf"))
+    config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.data.max_seq_length, config.data.max_predictions_per_seq = 128, 20  # no manifest
+    config.train.update(
+        num_train_steps=1, global_batch_size=4, init_checkpoint=str(tmp_path / "hf")
+    )
+    # Warmup's first step has rate 0 (a rate of 0 itself is a config error): the step keeps the
+    # weights.
+    config.optim.learning_rate, config.optim.warmup_steps = 1e-3, 1
+    config.mesh.num_devices = 2
+    result = pretrain.train_and_evaluate(config, str(tmp_path / "run"))
+    assert result["step"] == 1
+    got, _ = checkpoints.restore_params(str(tmp_path / "run"))
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], params_of(model)):
+        np.testing.assert_array_equal(
+            np.asarray(a), np.asarray(b), err_msg=jax.tree_util.keystr(path)
+        )
+
+
+def test_export_checks_the_vocabulary_and_the_checkpoint(
+    tmp_path, vocab_file, save_checkpoint, flip_bytes
+):
+    """The issue's cases: a 200-entry vocabulary for a 30,522-word model exported with exit 0,
+    and a damaged checkpoint exported its NaN weights. Both are errors now, and a failed export
+    leaves no directory behind."""
+    from bert_jax.data.contract import manifest
+    from bert_jax.training import checkpoints
+    from configs import tiny
+
+    config = tiny.get_config()
+    # What data_facts.resolve records from the data's manifest.
+    config.data.update(vocab_file=vocab_file, vocab_md5=manifest.file_md5(vocab_file))
+    config.data.vocab_size = 30522
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(0))
+    run = tmp_path / "run"
+    for step in (2, 5):
+        save_checkpoint(run, model, config, step)
+    small = tmp_path / "small_vocab.txt"
+    small.write_text("".join(line + "\n" for line in open(vocab_file).read().split("\n")[:200]))
+
+    out = tmp_path / "hf"
+    assert export.export(str(run), str(out))["step"] == 5  # the vocabulary the run recorded
+    assert open(out / "vocab.txt").read() == open(vocab_file).read()
+    with pytest.raises(ValueError, match=r"small_vocab.txt' is not the vocabulary this run was"):
+        export.export(str(run), str(tmp_path / "hf2"), vocab_file=str(small))
+    old = tmp_path / "old_run"  # a run from before the contract: the model's size decides
+    save_checkpoint(old, model, tiny.get_config(), 1)
+    with pytest.raises(
+        ValueError, match=r"200 entries; the model's word-embedding table has 30522"
+    ):
+        export.export(str(old), str(tmp_path / "hf2"), vocab_file=str(small))
+
+    flip_bytes(run / "checkpoints" / "5")
+    with pytest.raises(
+        checkpoints.DamagedCheckpoint,
+        match=r"checkpoints/5 is damaged: .* the other saved steps are \[2\]: pass one \(--step=2",
+    ):
+        export.export(str(run), str(tmp_path / "hf2"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "old_run", "run", "small_vocab.txt"]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.export",
+            f"--workdir={run}",
+            f"--output_dir={tmp_path / 'hf2'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-2000:]
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: checkpoint "), (
+        proc.stderr
+    )
+    assert not (tmp_path / "hf2").exists()

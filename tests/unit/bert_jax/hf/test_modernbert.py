@@ -1,0 +1,297 @@
+"""ModernBERT in and out: parity with a random transformers ModernBertForMaskedLM both ways, on
+padded and packed rows, with sliding windows that bite (rows longer than the window); its
+directories read by pre-training, fine-tuning's --init and embed; tokenizer files passed through."""
+
+import dataclasses
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from bert_jax import cli, embed
+from bert_jax.finetune import runs
+from bert_jax.hf import bert as hf
+from bert_jax.hf import pretrained
+from bert_jax.model import encoder as M
+from support import tiny
+from support.finetune_data import VOCAB, make_config, sst2_file
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# Four layers: global, sliding, sliding, global. A window of 8 (4 either side) in 40-token rows.
+SHAPE = dict(
+    vocab_size=len(VOCAB),
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=4,
+    num_attention_heads=2,
+    max_position_embeddings=64,
+    local_attention=8,
+)
+LENGTH = 40
+BERT_REST = dict(
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    initializer_range=0.02,
+)
+
+
+def hf_model(seed=0, **changes):
+    """A random ModernBertForMaskedLM (eager attention, the reference math) with noise on every
+    weight, so unit norms and zero biases cannot hide a mix-up."""
+    torch.manual_seed(seed)
+    config = transformers.ModernBertConfig(
+        **{**SHAPE, **changes},
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        cls_token_id=2,
+        sep_token_id=3,
+        attn_implementation="eager",
+    )
+    model = transformers.ModernBertForMaskedLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def their_logits(model, ids, mask=None):
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=None if mask is None else torch.tensor(mask, dtype=torch.long),
+        )
+    return out.logits.numpy()
+
+
+@nnx.jit
+def _forward(model, ids, mask, positions, packed):
+    return model(ids, mask, ids * 0, positions, **packed)[0]
+
+
+def our_logits(model, ids, mask, **packed):
+    """Logits at every position of every row (the MLM head gathers them all)."""
+    positions = np.tile(np.arange(ids.shape[1], dtype=np.int32), (ids.shape[0], 1))
+    return np.asarray(_forward(model, ids, mask, positions, packed))
+
+
+def padded_batch(seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = np.array([LENGTH, 29, 11])  # longer and shorter than the window
+    mask = (np.arange(LENGTH)[None] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(5, len(VOCAB), (3, LENGTH)).astype(np.int32) * mask
+    return ids, mask
+
+
+def packed_rows(seed=1):
+    """Two rows of documents (lengths 14 + 17 + padding, 25 + 11 + padding) and the documents."""
+    rng = np.random.default_rng(seed)
+    docs = [[14, 17], [25, 11]]
+    ids = np.zeros((2, LENGTH), np.int32)
+    example = np.zeros((2, LENGTH), np.int32)
+    position = np.zeros((2, LENGTH), np.int32)
+    cls = np.zeros((2, 2), np.int32)
+    pieces = []
+    for r, lengths in enumerate(docs):
+        at = 0
+        for e, n in enumerate(lengths):
+            doc = rng.integers(5, len(VOCAB), n).astype(np.int32)
+            ids[r, at : at + n] = doc
+            example[r, at : at + n] = e + 1
+            position[r, at : at + n] = np.arange(n)
+            cls[r, e] = at
+            pieces.append((r, at, doc))
+            at += n
+    packed = dict(example_ids=example, position_ids=position, cls_positions=cls)
+    return ids, (example > 0).astype(np.int32), packed, pieces
+
+
+def assert_parity(ours, theirs):
+    ids, mask = padded_batch()
+    ref = their_logits(theirs, ids, mask)
+    got = our_logits(ours, ids, mask)
+    for row, n in enumerate(mask.sum(1)):
+        np.testing.assert_allclose(got[row, :n], ref[row, :n], atol=1e-4, rtol=0)
+    # Packed rows against each document run alone by transformers.
+    ids, mask, packed, pieces = packed_rows()
+    got = our_logits(ours, ids, mask, **packed)
+    for row, at, doc in pieces:
+        ref = their_logits(theirs, doc[None])[0]
+        np.testing.assert_allclose(got[row, at : at + len(doc)], ref, atol=1e-4, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    model = hf_model()
+    path = tmp_path_factory.mktemp("modernbert")
+    model.save_pretrained(str(path))
+    (path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    return str(path), model
+
+
+def test_import_matches_transformers_padded_and_packed(hf_dir):
+    path, theirs = hf_dir
+    ours, report = hf.load_hf(path)
+    assert report.initialized == [] and report.unused == []
+    cfg = ours.config
+    assert (cfg.position_embedding_type, cfg.norm_position, cfg.mlp_type) == (
+        "rope",
+        "pre",
+        "geglu",
+    )
+    assert [cfg.attention_window(i) for i in range(4)] == [None, 4, 4, None]
+    assert hf.architecture(cfg) == hf.MODERNBERT
+    assert_parity(ours, theirs)
+    # The window bites: full attention everywhere gives other logits.
+    ids, mask = padded_batch()
+    full = M.model_from_params(
+        dataclasses.replace(cfg, local_attention=0),
+        nnx.to_pure_dict(nnx.state(ours, nnx.Param)),
+    )
+    assert np.abs(our_logits(full, ids, mask) - our_logits(ours, ids, mask)).max() > 1e-2
+
+
+def test_export_loads_in_transformers_and_matches(tmp_path):
+    theirs = hf_model(seed=3, norm_bias=True, attention_bias=True, mlp_bias=True)
+    ours, _ = hf.from_hf_state_dict(
+        theirs.state_dict(), hf.bert_config_from_hf(theirs.config.to_dict())
+    )
+    for i in range(ours.config.num_hidden_layers):  # biases on: concatenated parts too
+        assert ours.bert.layers[i].gate.bias is not None
+    out = str(tmp_path / "export")
+    hf.save_hf(ours, None, out, special_ids={"pad": 0, "cls": 2, "sep": 3})
+    loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        out, attn_implementation="eager", output_loading_info=True
+    )
+    assert type(loaded).__name__ == "ModernBertForMaskedLM"
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    assert loaded.config.layer_types == theirs.config.layer_types
+    assert loaded.config.pad_token_id == 0 and loaded.config.cls_token_id == 2
+    assert_parity(ours, loaded.eval())
+    again, _ = hf.load_hf(out)  # export, then import: the same numbers
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(ours, nnx.Param)), jax.tree.leaves(nnx.state(again, nnx.Param))
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_configs_round_trip_and_read_transformers_4s_spelling():
+    cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
+    written = hf.hf_config_from_bert(cfg)
+    assert hf.bert_config_from_hf(written) == cfg
+    theirs = transformers.ModernBertConfig(**written)
+    assert theirs.layer_types == [
+        "full_attention",
+        "sliding_attention",
+        "sliding_attention",
+        "full_attention",
+    ]
+    assert theirs.rope_parameters["sliding_attention"]["rope_theta"] == 10_000.0
+    assert theirs.sliding_window == 4  # transformers' half window is ours
+    # A config.json from the Hub (transformers 4): the pattern and thetas by their old names.
+    old = {k: v for k, v in written.items() if k not in ("layer_types", "rope_parameters")}
+    old.update(global_attn_every_n_layers=2, global_rope_theta=1e5, local_rope_theta=5e3)
+    got = hf.bert_config_from_hf(old)
+    assert [got.is_global(i) for i in range(4)] == [True, False, True, False]
+    assert (got.global_rope_theta, got.local_rope_theta) == (1e5, 5e3)
+
+
+def test_mistakes_are_named():
+    cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
+    written = hf.hf_config_from_bert(cfg)
+    odd = written | {"layer_types": ["sliding_attention", "full_attention"] * 2}
+    with pytest.raises(cli.UserError, match="not a global layer every N layers"):
+        hf.bert_config_from_hf(odd)
+    scaled = json.loads(json.dumps(written))
+    scaled["rope_parameters"]["full_attention"]["rope_type"] = "linear"
+    with pytest.raises(cli.UserError, match="only 'default'"):
+        hf.bert_config_from_hf(scaled)
+    with pytest.raises(cli.UserError, match="hidden_activation 'silu'"):
+        hf.bert_config_from_hf(written | {"hidden_activation": "silu"})
+    mixed = dataclasses.replace(cfg, mlp_type="gelu")
+    with pytest.raises(cli.UserError, match=r"no Hugging Face class.*mlp_type='gelu'"):
+        hf.hf_config_from_bert(mixed)
+    with pytest.raises(hf.CheckpointError, match=r"lacks encoder weights.*not a ModernBERT"):
+        hf.from_hf_state_dict({}, cfg)
+
+
+def test_a_bare_modernbert_model_gets_a_fresh_head(hf_dir):
+    _, theirs = hf_dir
+    body = {k: v for k, v in theirs.model.state_dict().items()}  # ModernBertModel's names
+    ours, report = hf.from_hf_state_dict(body, hf.bert_config_from_hf(theirs.config.to_dict()))
+    assert report.initialized == ["head.dense.weight", "head.norm.weight", "decoder.bias"]
+    ids, mask = padded_batch()
+    ref = theirs.model(input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask))
+    seq, _ = nnx.jit(lambda m, *a: m(*a))(ours.bert, ids, mask, ids * 0)
+    n = mask.sum(1)
+    for row in range(len(ids)):
+        np.testing.assert_allclose(
+            np.asarray(seq)[row, : n[row]],
+            ref.last_hidden_state.detach().numpy()[row, : n[row]],
+            atol=1e-4,
+        )
+
+
+def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tmp_path):
+    path, theirs = hf_dir
+    # Pre-training's train.init_checkpoint: the run's own config, the directory's weights.
+    run_config = hf.bert_config_from_hf(theirs.config.to_dict(), scan_layers=True)
+    params, report = hf.load_hf_params(path, run_config)
+    assert report.initialized == []
+    assert_parity(M.model_from_params(run_config, params), theirs)
+    bert = M.BertConfig(vocab_size=len(VOCAB), **tiny.SHAPE, **BERT_REST)
+    with pytest.raises(hf.CheckpointError, match="holds a ModernBERT model but the config"):
+        hf.load_hf_params(path, bert)
+    # Embed: the encoder's states are transformers' ModernBertModel's; pooled is the [CLS] state.
+    model, tokenizer = embed.load_encoder(path)
+    texts = ["good w1 alice", "w3 " * 30 + "paris"]  # the second longer than the window
+    out = embed.embed_texts(model, tokenizer, texts, max_seq_length=48, batch_size=2)
+    ref = theirs.model(
+        input_ids=torch.tensor(out["input_ids"]).long(),
+        attention_mask=torch.tensor(out["attention_mask"]),
+    ).last_hidden_state.detach()
+    for row, n in enumerate(out["attention_mask"].sum(1)):
+        np.testing.assert_allclose(out["last_hidden_state"][row, :n], ref[row, :n], atol=1e-4)
+    np.testing.assert_array_equal(out["pooled"], out["last_hidden_state"][:, 0])
+    # Fine-tuning's --init: the task model's encoder holds the directory's weights.
+    config = make_config(format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t", 8, 0))
+    run = runs.prepare(config, path)
+    got = nnx.to_pure_dict(nnx.state(run.model.bert, nnx.Param))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(params["bert"])):
+        np.testing.assert_array_equal(a, b)
+    config.export = True  # a ModernBERT task model has no transformers export yet: said at once
+    with pytest.raises(cli.UserError, match="cannot be exported to transformers yet"):
+        runs.prepare(config, path)
+    loaded = pretrained.load(path)
+    assert set(loaded.params) == {"bert", "mlm"} and loaded.vocab_file.endswith("vocab.txt")
+
+
+def test_a_tokenizer_json_passes_through_the_export(tmp_path):
+    """The run's tokenizer.json (BPE here) is copied as it is, with its tokenizer_config.json;
+    transformers' fast tokenizer from the export gives the library's ids."""
+    tokenizers = pytest.importorskip("tokenizers")
+    source = tmp_path / "tok"
+    source.mkdir()
+    bpe = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
+    bpe.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=60, special_tokens=["[PAD]", "[UNK]"])
+    bpe.train_from_iterator(["good w1 alice paris rome", "bad w2 bob oslo"] * 20, trainer)
+    bpe.save(str(source / "tokenizer.json"))
+    (source / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]"})
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    hf.save_tokenizer(str(source / "tokenizer.json"), str(out), False, 64)
+    assert sorted(os.listdir(out)) == ["tokenizer.json", "tokenizer_config.json"]
+    assert (out / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    theirs = transformers.AutoTokenizer.from_pretrained(str(out))
+    text = "good alice w2 oslo"
+    assert theirs(text, add_special_tokens=False)["input_ids"] == bpe.encode(text).ids

@@ -1,0 +1,121 @@
+"""bert_jax.hf.pretrained.load, the one loader behind embed, export and fine-tuning's --init, on
+each kind of directory: a Hugging Face one with vocab.txt, one transformers 5 saved with
+tokenizer.json only, and a training workdir (its recorded vocabulary;
+tests/unit/bert_jax/test_embed.py and tests/unit/bert_jax/finetune/test_lora.py cover its damaged
+steps). Fine-tuning and embed read the same vocabulary and lower-casing from each, which they did
+not before the two loaders became one."""
+
+import os
+import shutil
+
+import pytest
+
+from bert_jax import cli, embed
+from bert_jax.finetune import runs
+from bert_jax.hf import pretrained
+from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    """{'vocab_txt': our tiny HF export, 'tokenizer_json': the same weights with transformers'
+    tokenizer.json (cased) instead of vocab.txt}."""
+    root = tmp_path_factory.mktemp("pretrained")
+    with_vocab = save_tiny_hf(root)
+    only_json = str(root / "tokenizer_json")
+    os.makedirs(only_json)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(with_vocab, name), only_json)
+    tok = transformers.BertTokenizer(os.path.join(with_vocab, "vocab.txt"), do_lower_case=False)
+    tok.save_pretrained(only_json)
+    if os.path.exists(os.path.join(only_json, "vocab.txt")):  # transformers 4 wrote one too
+        os.remove(os.path.join(only_json, "vocab.txt"))
+    assert os.path.isfile(os.path.join(only_json, "tokenizer.json"))
+    return {"vocab_txt": with_vocab, "tokenizer_json": only_json}
+
+
+def test_a_hugging_face_directory_with_vocab_txt(dirs):
+    loaded = pretrained.load(dirs["vocab_txt"], overrides={"dtype": "bfloat16"})
+    assert loaded.config.dtype == "bfloat16" and loaded.config.hidden_size == 32
+    assert loaded.vocab_file == os.path.join(dirs["vocab_txt"], "vocab.txt")
+    assert loaded.vocab_to_record == loaded.vocab_file and loaded.do_lower_case is True
+    assert loaded.tokenizer.vocab_size == len(VOCAB)
+    assert set(loaded.params) == {"bert", "mlm", "nsp"}  # the whole BertForPreTraining
+
+
+def test_a_tokenizer_json_only_directory_gives_the_same_vocabulary(dirs):
+    loaded = pretrained.load(dirs["tokenizer_json"])
+    with open(loaded.vocab_file, encoding="utf-8") as f:
+        assert f.read().splitlines() == VOCAB  # in id order
+    assert loaded.do_lower_case is False  # tokenizer_config.json says so
+    assert loaded.vocab_to_record == ""  # a scratch file: a resumed run derives it again
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs["tokenizer_json"])
+    for text in ("GOOD w1 Alice", "good w1 alice ?"):  # cased: GOOD and Alice are [UNK]
+        want = theirs(text, add_special_tokens=False)["input_ids"]
+        assert loaded.tokenizer.encode(text) == want, text
+
+
+def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
+    config = make_config(
+        format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
+    )
+    run = runs.prepare(config, dirs["tokenizer_json"])
+    _, tokenizer = embed.load_encoder(dirs["tokenizer_json"])
+    assert run.config.data.vocab_file == "" and run.config.data.do_lower_case is False
+    with open(run.vocab_file, encoding="utf-8") as f:
+        assert f.read().splitlines() == VOCAB
+    for text in ("Good w1 alice", "good w1 alice"):
+        assert tokenizer.encode(text) == run.tok.encode(text), text
+
+
+def test_mistakes_are_one_clear_error(dirs, tmp_path):
+    with pytest.raises(cli.UserError, match="is not a directory"):
+        pretrained.load(str(tmp_path / "nope"))
+    with pytest.raises(cli.UserError, match="has no steps"):
+        pretrained.load(dirs["vocab_txt"], step=3)
+    with pytest.raises(cli.UserError, match=r"model fields \['hidden_size'\] cannot be changed"):
+        pretrained.load(dirs["vocab_txt"], overrides={"hidden_size": 64})
+    big = tmp_path / "big_vocab.txt"
+    big.write_text("\n".join(VOCAB + [f"x{i}" for i in range(200)]) + "\n")
+    with pytest.raises(cli.UserError, match=f"has {len(VOCAB) + 200} entries but the model"):
+        pretrained.load(dirs["vocab_txt"], vocab_file=str(big))
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_one_rule_tells_the_kinds_of_directory_apart(where, tmp_path, request):
+    """pretrained.kind, behind load(), export, and pre-training's train.init_checkpoint (which
+    used its own config.json test before): checkpoints/ makes a workdir whatever else is there;
+    config.json or Google's bert_config.json a Hugging Face directory; anything else is refused
+    by name, in a bucket as on disk."""
+    from bert_jax import storage
+
+    root = str(tmp_path) if where == "local" else request.getfixturevalue("bucket")
+    layouts = {
+        "workdir": ["checkpoints/4/params/x"],
+        "both": ["checkpoints/4/params/x", "config.json"],
+        "hf": ["config.json", "model.safetensors"],
+        "tf": ["bert_config.json", "bert_model.ckpt.index"],
+        "neither": ["vocab.txt"],
+    }
+    for name, files in layouts.items():
+        for f in files:
+            path = storage.join(root, name, f)
+            storage.makedirs(storage.dirname(path))  # nothing to make in a bucket
+            storage.write_bytes(path, b"{}")
+    kinds = {
+        name: pretrained.kind(storage.join(root, name)) for name in layouts if name != "neither"
+    }
+    assert kinds == {
+        "workdir": pretrained.WORKDIR,
+        "both": pretrained.WORKDIR,
+        "hf": pretrained.HF_DIR,
+        "tf": pretrained.HF_DIR,
+    }
+    with pytest.raises(cli.UserError, match=r"has no config.json .* and no checkpoints/"):
+        pretrained.kind(storage.join(root, "neither"))
+    with pytest.raises(cli.UserError, match="is not a directory"):
+        pretrained.kind(storage.join(root, "neither", "vocab.txt"))
+    with pytest.raises(cli.UserError, match="no pre-trained model given"):
+        pretrained.kind("")

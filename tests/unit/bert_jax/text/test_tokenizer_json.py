@@ -1,0 +1,173 @@
+"""Hugging Face tokenizer.json files behind our tokenizer interface: the library's ids exactly on a
+sweep of texts, the file's special tokens, and whole-word masking's word boundaries against the
+library's own word_ids (tokenizer files made from the bundled corpus: support/tokenizer_files.py).
+"""
+
+import json
+import unicodedata
+
+import numpy as np
+import pytest
+import tokenizers
+
+from bert_jax import cli
+from bert_jax.data.contract import manifest
+from bert_jax.data.input import masking
+from bert_jax.text import tokenization, tokenizer_json
+from support import tokenizer_files, unicode_sample
+
+SPECIAL = {  # what each file defines, as its author wrote it
+    "bpe": {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "pad": "[PAD]", "unk": "[UNK]"},
+    "roberta": {"cls": "<s>", "sep": "</s>", "mask": "<mask>", "pad": "<pad>", "unk": "<unk>"},
+    "unigram": {"cls": "<s>", "sep": "</s>", "mask": "<mask>", "pad": "<pad>", "unk": "<unk>"},
+    "wordpiece": {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]", "pad": "[PAD]", "unk": "[UNK]"},
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tokenizers")
+    return {
+        kind: tokenizer_files.make(kind, d / f"{kind}.json")
+        for kind in (*tokenizer_files.KINDS, "plain")
+    }
+
+
+def _unicode_texts() -> list[str]:
+    """The every-code-point sample (one code point of each run of neighbours of one category),
+    as lines of 40 code points run together and as lines of them separated by spaces."""
+    points = unicode_sample.sample(lambda cp: unicodedata.category(chr(cp)))
+    chunks = [points[i : i + 40] for i in range(0, len(points), 40)]
+    return ["".join(map(chr, c)) for c in chunks] + [" ".join(map(chr, c)) for c in chunks]
+
+
+@pytest.fixture(scope="module")
+def texts(testdata):
+    odd = (testdata / "odd_unicode.txt").read_text(encoding="utf-8").split("\n")
+    return [*tokenizer_files.corpus_lines(), *odd, *_unicode_texts(), "", " ", "[MASK] x <mask>"]
+
+
+@pytest.mark.parametrize("kind", tokenizer_files.KINDS)
+def test_our_ids_are_the_librarys_on_a_sweep_of_texts(files, texts, kind):
+    ours = tokenization.make_tokenizer(files[kind])
+    theirs = tokenizers.Tokenizer.from_file(files[kind])
+    assert isinstance(ours, tokenizer_json.JsonTokenizer)
+    mismatched = [
+        t for t in texts if ours.encode(t) != theirs.encode(t, add_special_tokens=False).ids
+    ]
+    assert not mismatched, mismatched[:3]
+    ids, per_line = ours.encode_batch(texts)
+    want = [theirs.encode(t, add_special_tokens=False).ids for t in texts]
+    assert per_line.tolist() == [len(w) for w in want]
+    assert ids.tolist() == [i for w in want for i in w]
+    assert ours.tokenize(texts[0]) == theirs.encode(texts[0], add_special_tokens=False).tokens
+
+
+@pytest.mark.parametrize("kind", tokenizer_files.KINDS)
+def test_special_tokens_are_the_files_and_go_into_the_manifest(files, texts, kind):
+    ours = tokenization.make_tokenizer(files[kind])
+    assert ours.special_tokens == SPECIAL[kind]
+    theirs = tokenizers.Tokenizer.from_file(files[kind])
+    if kind != "wordpiece":  # the others have a post-processor: ours puts [CLS]/[SEP] where it does
+        for text in texts[:200]:
+            assert [ours.cls_id, *ours.encode(text), ours.sep_id] == theirs.encode(text).ids
+    entry = manifest.vocab_entry(ours)
+    assert entry["kind"] == "tokenizer_json" and entry["special_tokens"] == SPECIAL[kind]
+    assert entry["special_ids"] == {
+        role: theirs.token_to_id(token) for role, token in SPECIAL[kind].items()
+    }
+    assert entry["size"] == theirs.get_vocab_size() and entry["md5"] == manifest.file_md5(
+        files[kind]
+    )
+    assert entry["do_lower_case"] is (kind == "wordpiece")  # the file's normalizer says
+
+
+def _word_starts(tok, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(ours, the library's): whether each piece after the first of a line starts a word."""
+    library = tokenizers.Tokenizer.from_file(tok.vocab_file)
+    vocab = masking.Vocab.from_tokenizer(tok)
+    ours, theirs = [], []
+    for text in lines:
+        encoding = library.encode(text, add_special_tokens=False)
+        ids = np.asarray([[tok.cls_id, *encoding.ids, tok.sep_id]])
+        ours.append(~vocab.continues(ids)[0, 2:-1])
+        words = np.asarray([-1 if w is None else w for w in encoding.word_ids])
+        theirs.append(words[1:] != words[:-1])
+    return np.concatenate(ours), np.concatenate(theirs)
+
+
+@pytest.mark.parametrize("kind", tokenizer_files.KINDS)
+def test_word_starts_follow_the_pre_tokenizer(files, texts, kind):
+    """Whole-word masking's words, from the ids alone, against the library's word_ids: exact for
+    "##" and "▁" marks; for byte-level BPE a rule on the pieces' characters (tokenizer_json's
+    docstring) that differs on contractions after punctuation and on characters split between
+    pieces."""
+    tok = tokenization.make_tokenizer(files[kind])
+    prose = list(tokenizer_files.corpus_lines())
+    spaced = _unicode_texts()[len(_unicode_texts()) // 2 :]
+    for name, lines, floor in (("prose", prose, 0.999), ("spaced unicode", spaced, 0.999)):
+        ours, theirs = _word_starts(tok, lines)
+        agree = float((ours == theirs).mean())
+        if tok.word_marks in ("prefix", "metaspace"):
+            assert agree == 1.0, (name, kind)
+        assert agree >= floor, (name, kind, agree)
+
+
+def test_whole_word_masking_masks_words_whole(files):
+    """On byte-level BPE rows, every word (by the library's word_ids) is masked whole or not at
+    all, but for the few where the id rule and the pre-tokenizer differ."""
+    tok = tokenization.make_tokenizer(files["bpe"])
+    vocab = masking.Vocab.from_tokenizer(tok)
+    theirs = tokenizers.Tokenizer.from_file(files["bpe"])
+    lines = [line for line in tokenizer_files.corpus_lines() if len(line) > 40][:400]
+    encodings = [theirs.encode(line, add_special_tokens=False) for line in lines]
+    length = max(len(e.ids) for e in encodings) + 2
+    tokens = np.zeros((len(lines), length), np.int32)
+    for row, e in enumerate(encodings):
+        tokens[row, : len(e.ids) + 2] = [tok.cls_id, *e.ids, tok.sep_id]
+    lengths = np.asarray([len(e.ids) + 2 for e in encodings])
+    opts = masking.Options(max_predictions_per_seq=length, masked_lm_prob=0.3, whole_word_mask=True)
+    out = masking.mask(tokens, lengths, opts, vocab, np.random.default_rng(0))
+    split = words = 0
+    for row, e in enumerate(encodings):
+        chosen = set(out.positions[row, : out.num_masked[row]].tolist())
+        word_of = np.asarray([w for w in e.word_ids])
+        for w in set(word_of.tolist()):
+            where = {int(p) + 1 for p in np.flatnonzero(word_of == w)}
+            words += 1
+            split += 0 < len(where & chosen) < len(where)
+    assert out.num_masked.sum() >= 0.25 * (lengths - 2).sum()
+    assert split <= 0.002 * words, (split, words)
+
+
+def test_a_file_without_word_marks_refuses_whole_word_masking(files):
+    tok = tokenization.make_tokenizer(files["plain"])
+    assert tok.word_marks is None
+    vocab = masking.Vocab.from_tokenizer(tok)
+    vocab.check_whole_word(False)  # masking piece by piece is fine
+    with pytest.raises(cli.UserError, match="marks none"):
+        vocab.check_whole_word(True, "plain.json")
+
+
+def test_a_file_without_a_mask_token_is_one_error(tmp_path, files):
+    spec = json.loads(open(files["roberta"], encoding="utf-8").read())
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["content"] != "<mask>"]
+    del spec["model"]["vocab"]["<mask>"]
+    path = tmp_path / "no_mask.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(tokenization.VocabError, match=r"no mask \(\[MASK\] or <mask>\)"):
+        tokenization.make_tokenizer(str(path))
+    (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(tokenization.VocabError, match=r"not a Hugging Face tokenizer\.json"):
+        tokenization.make_tokenizer(str(tmp_path / "bad.json"))
+
+
+def test_truncation_and_padding_in_the_file_are_ignored(tmp_path, files):
+    theirs = tokenizers.Tokenizer.from_file(files["bpe"])
+    theirs.enable_truncation(8)
+    theirs.enable_padding(length=64)
+    theirs.save(str(tmp_path / "cut.json"))
+    ours = tokenization.make_tokenizer(str(tmp_path / "cut.json"))
+    text = " ".join(tokenizer_files.corpus_lines()[:3])
+    assert len(ours.encode(text)) > 64
+    assert ours.encode(text) == tokenization.make_tokenizer(files["bpe"]).encode(text)

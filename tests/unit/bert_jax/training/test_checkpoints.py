@@ -1,0 +1,247 @@
+"""Orbax checkpoints: restore onto another mesh, iterator position, retention, restore_params."""
+
+import functools
+import json
+import pathlib
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import cli
+from bert_jax.data.input import pipeline
+from bert_jax.training import checkpoints, pretrain
+from configs import tiny
+from support.checkpoints import FLIPPED_EMBEDDINGS, saved_steps
+from support.golden import golden_data
+
+
+def _config(testdata, data, fsdp, tensor, num_devices):
+    config = golden_data(tiny.get_config(), testdata)
+    config.data.train_files = str(testdata / "sample_text.L128.P20.dupe5.tfrecord")
+    config.data.read_threads = 1
+    config.train.num_train_steps = 10
+    config.optim.warmup_steps = 1
+    config.mesh.data, config.mesh.fsdp, config.mesh.tensor = data, fsdp, tensor
+    config.mesh.num_devices = num_devices
+    return config
+
+
+@pytest.fixture(scope="module")
+def saved(testdata, tmp_path_factory):
+    """A state made on 8 devices as a 4x2 (data x fsdp) mesh, saved at step 7 with the data 3
+    batches in."""
+    workdir = str(tmp_path_factory.mktemp("run"))
+    config = _config(testdata, 4, 2, 1, 8)
+    setup = pretrain.make_setup(config)
+    state = pretrain.jit_init(setup, seed=0)()
+    it = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    for _ in range(3):
+        next(it)
+    manager = checkpoints.make_manager(workdir, max_to_keep=2)
+    checkpoints.save(manager, 7, state, it, config)
+    manager.wait_until_finished()
+    manager.close()
+    return workdir, config, jax.device_get(state), next(it)
+
+
+@pytest.mark.parametrize(
+    "data, fsdp, tensor, num_devices",
+    [
+        (2, 4, 1, 8),  # the same devices as 2x4: each weight split 4 ways instead of 2
+        (1, 2, 2, 4),  # half the devices, and the tensor axis now splits weights too
+        (2, 1, 1, 2),  # two devices, everything replicated
+    ],
+)
+def test_restores_onto_a_different_mesh_with_the_data_position(
+    testdata, saved, data, fsdp, tensor, num_devices
+):
+    workdir, _, state, next_batch = saved
+    config = _config(testdata, data, fsdp, tensor, num_devices)
+    setup = pretrain.make_setup(config)
+    it = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    manager = checkpoints.make_manager(workdir)
+    restored = checkpoints.restore(manager, 7, setup.abstract_state, it)
+    manager.close()
+    for (path, got), want, sharding in zip(
+        jax.tree_util.tree_flatten_with_path(restored)[0],
+        jax.tree.leaves(state),
+        jax.tree.leaves(setup.state_shardings),
+    ):
+        assert got.sharding == sharding, jax.tree_util.keystr(path)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=jax.tree_util.keystr(path))
+    for k, v in next(it).items():  # the iterator continues where the saved run was
+        np.testing.assert_array_equal(v, next_batch[k])
+
+
+def test_restores_a_checkpoint_written_before_the_nonfinite_count(testdata, saved, tmp_path):
+    _, config, state, _ = saved
+    older = {k: v for k, v in state.items() if k != "nonfinite_steps"}  # the layout before it
+    manager = checkpoints.make_manager(str(tmp_path))
+    checkpoints.save(
+        manager, 7, older, iter(pipeline.train_dataset(config.data, 30522, 8, seed=0)), config
+    )
+    manager.wait_until_finished()
+    restored = checkpoints.restore(manager, 7, pretrain.make_setup(config).abstract_state)
+    manager.close()
+    assert int(restored["nonfinite_steps"]) == 0 and int(restored["step"]) == int(state["step"])
+    for got, want in zip(
+        jax.tree.leaves(restored["opt_state"]), jax.tree.leaves(state["opt_state"])
+    ):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_restore_params_gives_parameters_and_config(saved):
+    workdir, config, state, _ = saved
+    params, saved_config = checkpoints.restore_params(workdir)
+    assert saved_config.model.to_dict() == config.model.to_dict()
+    assert saved_config.data.train_files == config.data.train_files
+    for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(state["params"])):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    assert jax.tree.leaves(params)[0].sharding.device_set == {jax.local_devices()[0]}
+
+
+def test_keeps_the_last_n(testdata, saved, tmp_path):
+    _, config, state, _ = saved
+    manager = checkpoints.make_manager(str(tmp_path), max_to_keep=2, async_save=True)
+    it = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    small = {**state, "params": state["params"]}
+    for step in (1, 2, 3, 4):
+        checkpoints.save(manager, step, small, it, config)
+    manager.wait_until_finished()
+    manager.close()
+    assert saved_steps(str(tmp_path)) == [3, 4]
+
+
+def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path, flip_bytes):
+    """The issue's case: a few flipped bytes inside a params file restore without an error in
+    Orbax (NaNs and 3e38s in the word embeddings); the checksums refuse the step, naming it."""
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    flip_bytes(f"{workdir}/checkpoints/7")
+    with pytest.raises(
+        checkpoints.DamagedCheckpoint,
+        match=rf"checkpoints/7 is damaged: {FLIPPED_EMBEDDINGS}.*no other step is saved",
+    ):
+        checkpoints.restore_params(workdir)
+
+    # Where the flip lands decides which refusal comes (FLIPPED_EMBEDDINGS); arrays that read
+    # back other than they were saved always meet the checksum: here the recorded one changed.
+    recorded = pathlib.Path(tmp_path, "recorded")
+    shutil.copytree(saved[0], recorded)
+    metadata = recorded / "checkpoints" / "7" / checkpoints.CHECKSUMS / "metadata"
+    sums = json.loads(metadata.read_text())
+    embedding = "bert/embeddings/word_embeddings/embedding"
+    sums["items"]["params"][embedding] = f"{int(sums['items']['params'][embedding], 16) ^ 1:08x}"
+    metadata.write_text(json.dumps(sums))
+    with pytest.raises(
+        checkpoints.DamagedCheckpoint,
+        match=r"checkpoints/7 is damaged: params/bert/embeddings/word_embeddings/embedding "
+        r"differs from the checksum recorded when it was saved.*no other step is saved",
+    ):
+        checkpoints.restore_params(str(recorded))
+
+
+def test_array_files_that_do_not_read_are_damage_naming_what_tensorstore_found(saved, tmp_path):
+    """Export, embed, --init and predict: a params item TensorStore cannot read (here its array
+    files cut short) is a DamagedCheckpoint naming the step and TensorStore's own finding, not
+    the wrapper Orbax raises around it."""
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    for f in pathlib.Path(workdir, "checkpoints", "7", "params").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(f.read_bytes()[:16])
+    with pytest.raises(checkpoints.DamagedCheckpoint) as caught:
+        checkpoints.restore_params(workdir)
+    message = str(caught.value)
+    assert "checkpoints/7 is damaged: its params item does not read (" in message, message
+    assert "no other step is saved" in message and "Encountered error" not in message, message
+
+
+def test_a_checkpoint_from_before_checksums_restores_with_a_finite_check(tmp_path, save_checkpoint):
+    from flax import nnx
+
+    from bert_jax.model import encoder as M
+
+    config = tiny.get_config()
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(1))
+    save_checkpoint(tmp_path / "old", model, config, 4, with_checksums=False)
+    params, _ = checkpoints.restore_params(str(tmp_path / "old"))
+    want = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    model.bert.pooler.bias.value = model.bert.pooler.bias.value.at[3].set(np.nan)
+    save_checkpoint(tmp_path / "nan", model, config, 4, with_checksums=False)
+    with pytest.raises(
+        checkpoints.DamagedCheckpoint, match=r"params/bert/pooler/bias holds NaN or inf values"
+    ):
+        checkpoints.restore_params(str(tmp_path / "nan"))
+
+
+def test_errors_say_what_to_do(testdata, saved, tmp_path):
+    workdir, _, _, _ = saved
+    with pytest.raises(cli.UserError, match="no checkpoints under"):
+        checkpoints.restore_params(str(tmp_path))
+    with pytest.raises(ValueError, match=r"no checkpoint at step 5 .* there are \[7\]"):
+        checkpoints.restore_params(workdir, step=5)
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    setup = pretrain.make_setup(bigger)
+    it = iter(pipeline.train_dataset(bigger.data, 30522, 8, seed=0))
+    manager = checkpoints.make_manager(workdir)
+    with pytest.raises(ValueError, match="does not match this run's model"):
+        checkpoints.restore(manager, 7, setup.abstract_state, it)
+    manager.close()
+
+
+def test_the_aftermath_of_a_failed_save_or_restore_is_not_printed(monkeypatch):
+    """What Orbax and TensorStore leave behind a failed write or read reaches sys.unraisablehook
+    (up to 1,581 lines of it under one error line); checkpointing's hook drops exactly that."""
+    import types
+
+    printed = []
+    hook = functools.partial(checkpoints._drop_closed_loop_noise, previous=printed.append)
+
+    async def orbax_read():  # stands in for orbax's _read_array_index_and_device_put
+        pass
+
+    orbax_code = orbax_read.__code__.replace(co_filename="/site-packages/orbax/serialization.py")
+    abandoned = Exception("Encountered error while reading array index")
+    abandoned.__cause__ = GeneratorExit()
+    cases = [
+        (RuntimeError("Event loop is closed"), None, False),
+        (abandoned, types.SimpleNamespace(cr_code=orbax_code), False),
+        (abandoned, types.SimpleNamespace(cr_code=orbax_read.__code__), True),  # not orbax's
+        (RuntimeError("something else"), None, True),
+        (ValueError("Event loop is closed too"), None, True),
+    ]
+    for error, obj, shown in cases:
+        printed.clear()
+        hook(types.SimpleNamespace(exc_value=error, object=obj))
+        assert bool(printed) == shown, error
+
+
+def test_resume_names_the_model_fields_that_changed(testdata, saved):
+    """restore_latest with the run's config.model: the same model (on another mesh) resumes; a
+    wider one is one error naming each config.model field that differs, before any restore."""
+    workdir, _, state, _ = saved
+    same = _config(testdata, 2, 1, 1, 2)
+    manager = checkpoints.make_manager(workdir)
+    step, restored = checkpoints.restore_latest(
+        manager, pretrain.make_setup(same).abstract_state, None, same.model.to_dict()
+    )
+    assert step == 7
+    np.testing.assert_array_equal(
+        np.asarray(restored["step"]), state["step"]
+    )  # Orbax's metadata names layer '0' where the parameters' tree has 0: still the same model
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    with pytest.raises(cli.UserError) as error:
+        checkpoints.restore_latest(
+            manager, pretrain.make_setup(bigger).abstract_state, None, bigger.model.to_dict()
+        )
+    manager.close()
+    assert "config.model.hidden_size=64 (the checkpoint's: 32)" in str(error.value)
+    assert "config.model.intermediate_size=128 (the checkpoint's: 64)" in str(error.value)
+    assert "num_hidden_layers" not in str(error.value)

@@ -1,0 +1,132 @@
+"""The Beam job (DirectRunner) writes exactly the local scaled job's shards."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip(
+    "apache_beam", reason="the Beam job needs the [beam] extra: pip install -e '.[beam]'"
+)
+
+from bert_jax.text import tokenization
+from data_prep import beam_pipeline, job, scaled
+
+
+def _shards(directory):
+    return {
+        name: (directory / name).read_bytes()
+        for name in sorted(os.listdir(directory))
+        if name.startswith(("train-", "eval-"))
+    }
+
+
+@pytest.fixture(scope="module")
+def wiki_and_parquet(tmp_path_factory):
+    """A multistream dump with its index (units seek to stream offsets through FileSystems) and a
+    Parquet file of several row groups."""
+    pytest.importorskip("pyarrow")
+    from data_prep.testdata import make_wiki_dump
+
+    d = tmp_path_factory.mktemp("beam_inputs")
+    pages, _ = make_wiki_dump.build(12, seed=5)
+    dump = d / "b-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(dump), pages_per_stream=3)
+    make_wiki_dump.write_parquet(pages, str(d / "b.parquet"), row_group_rows=3)
+    return str(dump), str(d / "b.parquet")
+
+
+@pytest.mark.parametrize("fmt, masked", [("arrayrecord", True), ("tfrecord", False)])
+def test_beam_output_equals_the_local_scaled_output(
+    tmp_path, testdata, vocab_file, fmt, masked, wiki_and_parquet
+):
+    spec = job.JobSpec(
+        inputs=(str(testdata / "pydocs_small.txt"), str(testdata / "sample_text.txt"))
+        + (wiki_and_parquet if masked else ()),
+        opts=job.inst.InstanceOptions(mask=masked),
+        dupe_factor=2,
+        eval_fraction=0.05,
+        block_size_mb=0.05,
+        num_shards=3,
+        fmt=fmt,
+    )
+    local = scaled.run(
+        spec, tokenization.WordPieceTokenizer(vocab_file), str(tmp_path / "local"), progress=False
+    )
+    beam = beam_pipeline.run(
+        spec, vocab_file, True, str(tmp_path / "beam"), pipeline_args=["--runner=DirectRunner"]
+    )
+    assert (
+        _shards(tmp_path / "beam") == _shards(tmp_path / "local")
+        and len(_shards(tmp_path / "local")) == 4
+    )
+    for key in (
+        "manifest_version",
+        "mode",
+        "schema",
+        "nsp",
+        "whole_word_mask",
+        "vocab",
+        "shards",
+        "stats",
+        "eval",
+        "read",
+        "documents",
+        "fingerprint",
+        "masked",
+        "input_bytes",
+    ):
+        assert beam[key] == local[key], key
+    # The same content hashes (mtimes come from each runner's file system API).
+    assert {k: (v["size"], v["blake2b"]) for k, v in beam["inputs"].items()} == {
+        k: (v["size"], v["blake2b"]) for k, v in local["inputs"].items()
+    }
+    assert beam["runner"] == "beam: DirectRunner"
+    if masked:  # the dump and the Parquet file were read, in units of their own kinds
+        assert {u.kind for u in job.plan(spec)} >= {"wiki", "parquet"}
+        assert beam["read"]["pages"] > 12 and beam["documents"] > 24
+    assert json.loads((tmp_path / "beam" / "manifest.json").read_text()) == beam
+    assert not [name for name in os.listdir(tmp_path / "beam") if ".tmp-" in name]
+    # A finished output is recognised; other settings are refused.
+    assert beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "beam")) == beam
+    with pytest.raises(job.JobMismatch, match="finished job with other settings"):
+        beam_pipeline.run(
+            job.JobSpec(inputs=spec.inputs, seed=1), vocab_file, True, str(tmp_path / "beam")
+        )
+
+
+def test_beam_errors_are_clear_before_the_pipeline_starts(tmp_path, testdata, vocab_file):
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),))
+    with pytest.raises(tokenization.VocabError, match="does not exist"):
+        beam_pipeline.run(spec, str(tmp_path / "nope.txt"), True, str(tmp_path / "out"))
+    with pytest.raises(job.readers.InputError, match="matches no file"):
+        beam_pipeline.run(
+            job.JobSpec(inputs=(str(tmp_path / "*.txt"),)), vocab_file, True, str(tmp_path / "out")
+        )
+
+
+def test_an_input_with_no_instances_is_one_error_line(tmp_path, vocab_file):
+    """The error is raised inside the pipeline: main prints it as one `error:` line, with what the
+    reads saw, and the in-process runner logs no traceback of it first."""
+    (tmp_path / "k.jsonl").write_text('{"body": "the text is under another name."}\n' * 3)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_prep.main",
+            "--mode=beam",
+            f"--input={tmp_path}/k.jsonl",
+            f"--vocab_file={vocab_file}",
+            f"--output_dir={tmp_path}/out",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stderr.splitlines() if not re.match(r"[IW]\d{4} ", line)]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: the input gave no training instances (0 documents")
+    assert "3 JSON lines were not objects with a string field 'text'" in lines[0]

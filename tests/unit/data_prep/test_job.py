@@ -1,0 +1,79 @@
+"""Every data_prep mode writes the whole data contract: manifest version 2,
+bert_jax/data/contract/manifest.py. (The Beam job writes the local scaled job's manifest:
+tests/unit/data_prep/test_beam_pipeline.py.)"""
+
+import json
+import os
+
+import pytest
+
+from bert_jax.data.contract import manifest as contract
+from bert_jax.data.contract import record_io
+from data_prep import instances, job, reference, scaled
+
+CONTRACT = {
+    "manifest_version",
+    "mode",
+    "format",
+    "schema",
+    "masked",
+    "nsp",
+    "whole_word_mask",
+    "vocab",
+    "vocab_md5",
+    "shards",
+}
+
+
+def write(mode, opts, tok, testdata, out):
+    inputs = (str(testdata / "sample_text.txt"),)
+    if mode == "reference":
+        return reference.run(
+            list(inputs),
+            tok,
+            opts,
+            dupe_factor=1,
+            seed=1,
+            output_dir=str(out),
+            fmt="tfrecord",
+            flags={},
+        )
+    spec = job.JobSpec(inputs=inputs, opts=opts, dupe_factor=1, fmt="tfrecord")
+    return scaled.run(spec, tok, str(out), progress=False)
+
+
+@pytest.mark.parametrize("mode", ["reference", "scaled"])
+@pytest.mark.parametrize("masked, whole_word_mask", [(True, True), (False, False)])
+def test_every_mode_writes_the_contract(
+    tmp_path, testdata, tok, vocab_file, mode, masked, whole_word_mask
+):
+    opts = instances.InstanceOptions(
+        max_seq_length=64, max_predictions_per_seq=10, whole_word_mask=whole_word_mask, mask=masked
+    )
+    manifest = write(mode, opts, tok, testdata, tmp_path)
+    assert json.loads((tmp_path / contract.FILE).read_text()) == manifest
+    assert CONTRACT <= manifest.keys()
+    assert manifest["manifest_version"] == contract.VERSION == 2
+    assert manifest["mode"] == ("reference" if mode == "reference" else "scaled")
+    assert manifest["format"] == "tfrecord" and manifest["nsp"] is True
+    assert manifest["schema"] == {
+        "max_seq_length": 64,
+        "max_predictions_per_seq": 10 if masked else 0,
+    }
+    assert manifest["masked"] is masked and manifest["whole_word_mask"] is whole_word_mask
+    assert manifest["vocab"] == {
+        "file": vocab_file,
+        "md5": contract.file_md5(vocab_file),
+        "size": 30522,
+        "kind": "wordpiece",
+        "do_lower_case": True,
+        "special_ids": {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103},
+    }
+    assert manifest["vocab_md5"] == manifest["vocab"]["md5"]
+    for split in ("train", "eval"):
+        for entry in manifest["shards"][split]:
+            path = str(tmp_path / entry["file"])
+            assert entry["bytes"] == os.path.getsize(path)
+            assert entry["md5"] == contract.file_md5(path)
+            assert entry["instances"] == record_io.count_records(path)
+    assert manifest["shards"]["train"]
