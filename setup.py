@@ -76,7 +76,7 @@ EXTRAS["test"] = (
 # parsing against.
 EXTRAS["test"] += ["mwparserfromhell>=0.7,<0.8"]
 # torch-optimi: the StableAdamW ModernBERT trained with (pure Python on the test extra's torch), the
-# reference tests/unit/bert_jax/test_optim.py checks optim.py's against.
+# reference tests/unit/bert_jax/training/test_optim.py checks optim.py's against.
 EXTRAS["test"] += ["torch-optimi>=0.3,<0.4"]
 
 setuptools.setup(

@@ -52,7 +52,7 @@ def get_config():
 
     o = config.optim
     # The yaml's optimizer (decoupled_stableadamw: optimi's StableAdamW, decouple_lr=True): AdamW
-    # with each tensor's update divided by max(1, RMS(g^2 / v_hat)) (bert_jax/optim.py).
+    # with each tensor's update divided by max(1, RMS(g^2 / v_hat)) (bert_jax/training/optim.py).
     o.optimizer = "stable_adamw"
     o.learning_rate = 8e-4  # ModernBERT-base's peak (large: 5e-4)
     o.b1, o.b2 = 0.9, 0.98

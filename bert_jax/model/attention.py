@@ -5,8 +5,8 @@ q, k, v are [batch, length, heads, kv]. Which keys a query may read:
 
 - Unpacked rows (one example per row, right-padded): every real key, never a padded one; the
   mask comes from `input_mask` [batch, length] (1 on real tokens).
-- Packed rows (several examples per row, see bert_jax.packing): `example_ids` [batch, length]
-  (1, 2, ... for the examples of the row, 0 on padding) gives a block-diagonal mask: a query
+- Packed rows (several examples per row, see bert_jax.data.input.packing): `example_ids` [batch,
+  length] (1, 2, ... for the examples of the row, 0 on padding) gives a block-diagonal mask: a query
   reads only the keys of its own example. Padding queries read the padding keys, so no row of
   the mask is empty; their outputs are never used.
 

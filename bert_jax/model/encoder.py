@@ -1,25 +1,25 @@
 """BERT in Flax NNX: embeddings, the encoder, the pooler, and the MLM and NSP heads.
 
-The config (bert_jax.model_config.BertConfig) selects the 2018 BERT or the ModernBERT block
+The config (bert_jax.model.bert_config.BertConfig) selects the 2018 BERT or the ModernBERT block
 field by field: absolute positions or RoPE (a base per layer kind), post-norm or pre-norm (with a
 final norm, none before the first layer's attention), GELU or GeGLU feed-forward, each group of
 biases on or off, full attention or a sliding window with a global layer every N, no token
-types, no pooler, no NSP head. The building blocks and the encoder layer are bert_jax/layers.py's;
-bert_jax/layer_stack.py runs the layers (scanned in groups where they alternate). Packed rows keep
-every document to itself in every layer kind.
+types, no pooler, no NSP head. The building blocks and the encoder layer are
+bert_jax/model/layers.py's; bert_jax/model/layer_stack.py runs the layers (scanned in groups where
+they alternate). Packed rows keep every document to itself in every layer kind.
 
 Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
 the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
 before the vocabulary projection; the modern block's are transformers' ModernBertForMaskedLM's
-(RoPE in float32, bert_jax/rope.py). Parameters are always float32; `BertConfig.dtype` only sets the
-computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM logits in the
-computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic of a
-float32 one; losses.cross_entropy takes its log-sum-exp in float32).
+(RoPE in float32, bert_jax/model/rope.py). Parameters are always float32; `BertConfig.dtype` only
+sets the computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM
+logits in the computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic
+of a float32 one; losses.cross_entropy takes its log-sum-exp in float32).
 
 Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
 checkpoint of `nnx.state(model)` is the parameters and nothing else.
 
-Logical axis names; bert_jax.sharding maps them to mesh axes (a name it does not map is not
+Logical axis names; bert_jax.training.sharding maps them to mesh axes (a name it does not map is not
 split; a mesh axis already used by an earlier dimension of the same array is skipped, so the
 activations' 'embed' stays whole when 'batch' takes the 'fsdp' axis that weights' 'embed' uses):
 
@@ -40,13 +40,13 @@ Weight-decay rule: decay a parameter iff the last element of its path is 'kernel
 'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
 as in the original optimizer.
 
-Attention (bert_jax/attention.py): `jax.nn.dot_product_attention` with the padding mask, or with
-the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
-bert_jax.packing). `attention_impl='auto'` uses the Pallas splash-attention kernel on TPU (the
-platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
+Attention (bert_jax/model/attention.py): `jax.nn.dot_product_attention` with the padding mask, or
+with the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
+bert_jax.data.input.packing). `attention_impl='auto'` uses the Pallas splash-attention kernel on TPU
+(the platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
 whole 128-token tiles, cuDNN's fused kernel on GPU when the computation is bfloat16 and the
 shapes allow it (it then relies on the padding being on the right, as in every BERT record), XLA
-otherwise; a sliding-window layer gives each of them its window (bert_jax/attention.py). The
+otherwise; a sliding-window layer gives each of them its window (bert_jax/model/attention.py). The
 fused kernels have no dropout, so while
 attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
 explicit einsum attention with dropout runs instead.
@@ -172,7 +172,8 @@ def _check_inputs(
     }
     if (example_ids is None) != (position_ids is None):
         raise ValueError(
-            "packed rows need both example_ids and position_ids (bert_jax.packing makes them)"
+            "packed rows need both example_ids and position_ids "
+            "(bert_jax.data.input.packing makes them)"
         )
     if example_ids is not None:
         shapes.update(example_ids=np.shape(example_ids), position_ids=np.shape(position_ids))
@@ -233,9 +234,9 @@ class BertModel(nnx.Module):
     ):
         """(sequence [B, L, H], pooled [B, H]: the pooler on position 0's state).
 
-        Packed rows (bert_jax.packing) pass `example_ids` [B, L] (1, 2, ... for the examples of
-        a row, 0 on padding: attention stays within an example) and `position_ids` [B, L]
-        (restarting at 0 for each example), and, where the pooled output is wanted,
+        Packed rows (bert_jax.data.input.packing) pass `example_ids` [B, L] (1, 2, ... for the
+        examples of a row, 0 on padding: attention stays within an example) and `position_ids` [B,
+        L] (restarting at 0 for each example), and, where the pooled output is wanted,
         `cls_positions` [B, E] (each example's [CLS] position; empty slots any position < L):
         pooled is then [B, E, H], one per example. Without packing inputs the computation is
         exactly the unpacked one. `word_rows`: the word embeddings of input_ids, already looked
@@ -384,7 +385,7 @@ def count_params(model: nnx.Module) -> int:
 def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
     """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param).
 
-    What checkpointing.restore_params returns; no random initialization is spent on it.
+    What checkpoints.restore_params returns; no random initialization is spent on it.
     """
     graphdef, state = nnx.split(
         nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))

@@ -1,8 +1,8 @@
 """The encoder's building blocks: logical-axis annotations and activation constraints, Dense,
 LayerNorm and Embed initialized as BERT's, self-attention and the encoder layer (post-norm BERT or
 pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE).
-bert_jax.model puts them together (its docstring: the axis names, numerics and attention paths);
-bert_jax.layer_stack runs the layers in order.
+bert_jax.model.encoder puts them together (its docstring: the axis names, numerics and attention
+paths); bert_jax.model.layer_stack runs the layers in order.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
 def axis_names(*names: str | None) -> dict[str, Any]:
     """Variable metadata naming the logical axes of a parameter."""
     # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
-    # a model for a test or an import; bert_jax.sharding places the parameters instead.
+    # a model for a test or an import; bert_jax.training.sharding places the parameters instead.
     return {"out_sharding": names, "eager_sharding": False}
 
 
@@ -154,7 +154,7 @@ class SelfAttention(nnx.Module):
 
     @jax.named_scope("attention")
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rotary=None, window=None):
-        """`rotary`: the (cos, sin) tables of this layer's RoPE (bert_jax.rope), None for
+        """`rotary`: the (cos, sin) tables of this layer's RoPE (bert_jax.model.rope), None for
         absolute positions; `window`: how far a query reads on either side, None: all keys."""
         cfg = self.cfg
         batch, length, _ = x.shape
@@ -217,7 +217,7 @@ class EncoderLayer(nnx.Module):
     FFN is output(gelu(intermediate(x))), or with mlp_type='geglu' output(gelu(intermediate(x))
     * gate(x)) (ModernBERT's Wi holds intermediate and gate side by side). Hidden dropout is on
     the attention and FFN outputs in both orders. `window` (static: alike layers share one
-    graphdef, bert_jax.layer_stack) is None on global layers, else how far a query reads.
+    graphdef, bert_jax.model.layer_stack) is None on global layers, else how far a query reads.
     """
 
     def __init__(self, cfg: BertConfig, index: int = 0, *, rngs: nnx.Rngs):
@@ -244,8 +244,8 @@ class EncoderLayer(nnx.Module):
         return gelu(self.intermediate(x)) * self.gate(x)  # wrapped (LoRA) denses
 
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rope_tables=None):
-        """`rope_tables`: {'global': (cos, sin), 'local': (cos, sin)} (bert_jax.rope.tables) for
-        RoPE, None for absolute positions."""
+        """`rope_tables`: {'global': (cos, sin), 'local': (cos, sin)} (bert_jax.model.rope.tables)
+        for RoPE, None for absolute positions."""
         rate = self.cfg.hidden_dropout_prob
         k_attn, k_attn_out, k_ffn = (
             jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)

@@ -382,7 +382,7 @@ def test_scanned_layers_keep_cudnn_attention_and_recompute_splash():
     that renames it fails here rather than silently recomputing)."""
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
 
-    from bert_jax import layer_stack
+    from bert_jax.model import layer_stack
 
     kept = cudnn_attention._dot_product_attention_fwd_p_wrapper
     assert layer_stack._keep_for_backward(kept)
