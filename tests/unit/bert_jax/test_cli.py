@@ -1,7 +1,6 @@
 """bert_jax.cli: a user mistake is one `error:` line and exit 2; a bug (any exception that is not
 a cli.UserError, a plain ValueError included) keeps its traceback and asks to be reported."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -9,8 +8,7 @@ import textwrap
 import pytest
 
 from bert_jax import cli
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support.golden import REPO
 
 PROGRAM = textwrap.dedent("""
     from absl import flags
