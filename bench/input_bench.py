@@ -70,7 +70,7 @@ class PipelineRunner:
 
     def __init__(self, data_config, vocab_size: int, setup):
         from bert_jax.data.input import pipeline
-        from bert_jax.training import sharding
+        from bert_jax.model import sharding
 
         self.sharding, self.host_to_global = setup.batch_sharding, sharding.host_to_global
         self.iterator = iter(

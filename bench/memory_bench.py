@@ -69,7 +69,8 @@ def measured_peak(setup, config, grad_accum_steps: int) -> float | None:
     import jax
 
     from bench.runners import synthetic_batch
-    from bert_jax.training import pretrain, sharding
+    from bert_jax.model import sharding
+    from bert_jax.training import pretrain
 
     host = synthetic_batch(
         config.train.global_batch_size,

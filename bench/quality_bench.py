@@ -74,7 +74,7 @@ class Ours:
         self.params_at_init = jax.device_get(self.state["params"])
 
     def step(self, host_batch) -> float:
-        from bert_jax.training import sharding
+        from bert_jax.model import sharding
 
         start = time.perf_counter()
         with self.setup.activate():

@@ -202,7 +202,8 @@ class Side:
     def train_step(self) -> None:
         from bert_jax.data.contract import features
         from bert_jax.data.input import growing_batches
-        from bert_jax.training import pretrain, sharding
+        from bert_jax.model import sharding
+        from bert_jax.training import pretrain
 
         host = next(self.data)
         t = self.config.train

@@ -223,7 +223,8 @@ class OursRunner:
 
         import jax
 
-        from bert_jax.training import pretrain, sharding
+        from bert_jax.model import sharding
+        from bert_jax.training import pretrain
 
         self.jax = jax
         self.setup = pretrain.make_setup(config)

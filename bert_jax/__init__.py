@@ -20,11 +20,12 @@ __init__.py maps its modules.
                     masking (dynamic), packing + packed_records, growing_batches
     text/           WordPiece and SentencePiece (tokenization), any tokenizer.json (tokenizer_json)
     model/          BERT or the ModernBERT block in Flax NNX: encoder, bert_config, layers,
-                    layer_stack, rope, attention, dropout, mixed_matmul
+                    layer_stack, rope, attention, dropout, mixed_matmul, sharding (the mesh and
+                    every sharding rule: the model's logical axes on it)
     training/       pre-training's steps (pretrain), the train state both trainers share
                     (train_state), the loop, optim, losses, checkpoints (+ checksums),
-                    workdir_lock, faults, metrics_log, collapse, sharding (the mesh and every
-                    sharding rule), config_check (pre-training's one validation pass)
+                    workdir_lock, faults, metrics_log, collapse, config_check (pre-training's
+                    one validation pass)
     hf/             Hugging Face in and out: pretrained (the one loader behind export, embed and
                     finetune/), bert and modernbert (the weights' names both ways), files,
                     publish

@@ -46,7 +46,7 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
         cpu_malloc.configure_for_cpu_training()
     import jax
 
-    from bert_jax.training import sharding
+    from bert_jax.model import sharding
 
     sharding.use_tpu_compiler_flags()
     if flag_values is None:

@@ -227,7 +227,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.max_to_keep = 3  # older checkpoints are deleted; 0 keeps all
     c.async_save = True  # write in a background thread while training goes on
 
-    # --- Device mesh (bert_jax/training/sharding.py) ---
+    # --- Device mesh (bert_jax/model/sharding.py) ---
     s = config.mesh = ml_collections.ConfigDict()
     # Sizes of the ('data', 'fsdp', 'tensor') axes; their product is the device count, and one
     # of them may be -1 to take the rest. data: replicate the model, split the batch. fsdp:
@@ -242,7 +242,7 @@ def get_config() -> ml_collections.ConfigDict:
     # parameters, which are all-gathered back. Same result; N-fold less optimizer work and
     # moment memory per device. False: every device updates every parameter.
     s.shard_update = True
-    # Logical axis (named by model.py) -> mesh axes; see bert_jax/training/sharding.py.
+    # Logical axis (named by model.py) -> mesh axes; see bert_jax/model/sharding.py.
     s.rules = (
         ("batch", ("data", "fsdp")),
         ("vocab", "tensor"),

@@ -22,6 +22,7 @@ import numpy as np
 
 from bert_jax import cli
 from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest
 from bert_jax.data.input import masking
 
 
@@ -31,8 +32,8 @@ class InstanceOptions:
     data_prep's: its flags take them from here; masking.py holds the masking ones)."""
 
     max_seq_length: int = 128
-    max_predictions_per_seq: int = masking.MAX_PREDICTIONS_PER_SEQ
-    masked_lm_prob: float = masking.MASKED_LM_PROB
+    max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
+    masked_lm_prob: float = manifest.MASKED_LM_PROB
     short_seq_prob: float = 0.1
     whole_word_mask: bool = False  # data_prep's --do_whole_word_mask (the original's flag)
     nsp: bool = True  # False: MLM-only, one segment of contiguous sentences filled to full length

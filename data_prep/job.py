@@ -27,7 +27,6 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest as contract
 from bert_jax.data.contract import record_io
-from bert_jax.data.input import masking
 from bert_jax.text import tokenization
 from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
@@ -54,7 +53,7 @@ class JobSpec:
     eval_fraction: float = 0.01  # of documents, held out (one pass, no dupes)
     # Share of tokens masked in the eval split, whatever opts.masked_lm_prob: a held-out accuracy
     # that recipes with other training rates share (ModernBERT trains at 30%, evaluates at 15%).
-    eval_masked_lm_prob: float = masking.MASKED_LM_PROB
+    eval_masked_lm_prob: float = contract.MASKED_LM_PROB
     block_size_mb: float = 1.0  # text/JSONL files are cut into units of this many MB
     tfds_examples_per_unit: int = 1000
     fmt: str = record_io.ARRAYRECORD

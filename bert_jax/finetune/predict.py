@@ -25,7 +25,8 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import packed, runs, tasks
-from bert_jax.training import checkpoints, sharding
+from bert_jax.model import sharding
+from bert_jax.training import checkpoints
 
 PREDICTIONS_DIR = "predictions"
 _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}

@@ -8,4 +8,5 @@ rope.py          rotary position embeddings
 attention.py     the attention kernels
 dropout.py       the dropout masks
 mixed_matmul.py  bfloat16 matmuls at a CPU's bf16 instruction speed
+sharding.py      the device mesh and every sharding rule (the model's logical axes on it)
 """

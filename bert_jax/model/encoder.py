@@ -19,7 +19,7 @@ of a float32 one; losses.cross_entropy takes its log-sum-exp in float32).
 Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
 checkpoint of `nnx.state(model)` is the parameters and nothing else.
 
-Logical axis names; bert_jax.training.sharding maps them to mesh axes (a name it does not map is not
+Logical axis names; bert_jax.model.sharding maps them to mesh axes (a name it does not map is not
 split; a mesh axis already used by an earlier dimension of the same array is skipped, so the
 activations' 'embed' stays whole when 'batch' takes the 'fsdp' axis that weights' 'embed' uses):
 

@@ -15,10 +15,9 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.core import spmd as flax_spmd
 
-from bert_jax.model import attention, mixed_matmul, rope
+from bert_jax.model import attention, mixed_matmul, rope, sharding
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.dropout import dropout as _dropout
-from bert_jax.training import sharding
 
 LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
@@ -32,7 +31,7 @@ ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
 def axis_names(*names: str | None) -> dict[str, Any]:
     """Variable metadata naming the logical axes of a parameter."""
     # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
-    # a model for a test or an import; bert_jax.training.sharding places the parameters instead.
+    # a model for a test or an import; bert_jax.model.sharding places the parameters instead.
     return {"out_sharding": names, "eager_sharding": False}
 
 

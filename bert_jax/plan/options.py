@@ -11,8 +11,8 @@ import os
 
 from bert_jax import cli
 from bert_jax.data.contract import features
+from bert_jax.model import sharding
 from bert_jax.plan import chips
-from bert_jax.training import sharding
 
 STEPS = ("train", "eval", "finetune")
 DTYPES = ("bfloat16", "float32")

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bert_jax.data.contract import data_facts
-from bert_jax.data.input import masking, pipeline
+from bert_jax.data.contract import data_facts, manifest
+from bert_jax.data.input import pipeline
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
 from bert_jax.model import attention, encoder
@@ -40,7 +40,9 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     length = config.data.max_seq_length or 128
     config.data.max_seq_length = length
     predictions = (
-        masking.MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(masking.MASKED_LM_PROB * length)
+        manifest.MAX_PREDICTIONS_PER_SEQ
+        if length <= 128
+        else round(manifest.MASKED_LM_PROB * length)
     )
     d = config.data
     if d.get("masked_lm_prob") is not None:

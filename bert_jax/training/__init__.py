@@ -12,7 +12,6 @@ workdir_lock.py  one run per workdir
 faults.py        SIGTERM and non-finite steps
 metrics_log.py   TensorBoard, metrics.jsonl and the progress line
 collapse.py      the eval-time warning for a run whose outputs are all the same
-sharding.py      the device mesh and every sharding rule
 config_check.py  pre-training's one validation pass: a config's mistakes, all named before
                  anything compiles
 """

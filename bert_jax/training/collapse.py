@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing, pipeline
-from bert_jax.training import sharding
+from bert_jax.model import sharding
 
 THRESHOLD = 0.999
 

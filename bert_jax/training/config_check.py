@@ -24,7 +24,7 @@ import dataclasses
 import math
 
 from bert_jax import cli
-from bert_jax.training import sharding
+from bert_jax.model import sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)

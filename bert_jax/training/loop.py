@@ -26,7 +26,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax.training import checkpoints, faults, metrics_log, sharding
+from bert_jax.model import sharding
+from bert_jax.training import checkpoints, faults, metrics_log
 
 
 def itstime(step: int, every: int, last_step: int | None = None) -> bool:

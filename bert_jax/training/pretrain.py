@@ -31,7 +31,7 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import data_facts
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import bad_records, growing_batches, packing, pipeline
-from bert_jax.model import encoder
+from bert_jax.model import encoder, sharding
 from bert_jax.training import (
     checkpoints,
     collapse,
@@ -41,7 +41,6 @@ from bert_jax.training import (
     losses,
     metrics_log,
     optim,
-    sharding,
     train_state,
 )
 from bert_jax.training.train_state import Setup

@@ -26,8 +26,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.model import encoder
-from bert_jax.training import optim, sharding
+from bert_jax.model import encoder, sharding
+from bert_jax.training import optim
 
 
 @dataclasses.dataclass(frozen=True)

@@ -108,6 +108,6 @@ def get_config() -> ml_collections.ConfigDict:
     # Write the final model (LoRA merged) as a transformers task model to <workdir>/export.
     config.export = True
 
-    # --- Device mesh (bert_jax/training/sharding.py), as pre-training ---
+    # --- Device mesh (bert_jax/model/sharding.py), as pre-training ---
     config.mesh = pretrain.mesh
     return config

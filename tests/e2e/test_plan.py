@@ -337,7 +337,7 @@ def test_every_documented_topology_is_described_and_the_trainer_mesh_follows_ici
     """No compile: the slices' device descriptions from libtpu, in a subprocess."""
     code = """
 import json
-from bert_jax.training import sharding
+from bert_jax.model import sharding
 from bert_jax.plan import chips
 out = {"chips": {}}
 for name in chips.DOCUMENTED:

@@ -5,7 +5,8 @@ import functools
 
 import jax
 
-from bert_jax.training import pretrain, sharding
+from bert_jax.model import sharding
+from bert_jax.training import pretrain
 
 
 def loss_and_grads(setup, params, batch, rng, grad_accum_steps: int = 1):

@@ -95,13 +95,10 @@ LAYERS = (
     ("bert_jax.finetune", "bert_jax.plan", "bert_jax.main", "bert_jax.embed", "bert_jax.export"),
     ("bert_jax", "data_prep"),
 )
-# Upward imports the layout has today (issue 36 leaves them to a later change): the data's facts
-# name dynamic masking's special tokens, the model's layers place parameters by the mesh rules,
-# and pre-training reads a Hugging Face checkpoint to start from (its config check asks what kind
-# of directory init_checkpoint is).
+# Upward imports the layout has today (issue 36 leaves them to a later change): pre-training
+# reads a Hugging Face checkpoint to start from (its config check asks what kind of directory
+# init_checkpoint is).
 KNOWN_UPWARD = {
-    ("bert_jax.data.contract.data_facts", "bert_jax.data.input.masking"),
-    ("bert_jax.model.layers", "bert_jax.training.sharding"),
     ("bert_jax.training.config_check", "bert_jax.hf.pretrained"),
     ("bert_jax.training.pretrain", "bert_jax.hf.bert"),
     ("bert_jax.training.pretrain", "bert_jax.hf.pretrained"),

@@ -33,7 +33,6 @@ import dataclasses
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import features, manifest, shard_files
-from bert_jax.data.input import masking
 from bert_jax.text import tokenization
 
 SPECIAL = ("cls", "sep", "mask")  # the ids the trainer needs: dynamic masking never masks [CLS]...
@@ -77,7 +76,7 @@ class DataFacts:
             int(d.max_predictions_per_seq),
             bool(d.dynamic_masking),
             True if d.nsp is None else bool(d.nsp),
-            masking.MASKED_LM_PROB if d.masked_lm_prob is None else float(d.masked_lm_prob),
+            manifest.MASKED_LM_PROB if d.masked_lm_prob is None else float(d.masked_lm_prob),
             int(d.get("vocab_size") or 0),
             {name: d.get(f"{name}_token_id") for name in SPECIAL},
             int(d.get("pack_max_examples") or 0) if d.get("pack") else 0,
@@ -201,7 +200,7 @@ def resolve(config):
         else _first(d.max_predictions_per_seq, described.get("budget"))
     )
     values["masked_lm_prob"] = _first(
-        d.masked_lm_prob, described.get("masked_lm_prob"), masking.MASKED_LM_PROB
+        d.masked_lm_prob, described.get("masked_lm_prob"), manifest.MASKED_LM_PROB
     )
     values["vocab_file"] = vocab_file
     if not manifests:  # the original generator's records: masked, with NSP, unless told otherwise

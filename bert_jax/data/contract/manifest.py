@@ -55,6 +55,11 @@ SPLITS = ("train", "eval")
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 WORK_DIR = "_work"
 TEMPORARY = re.compile(r"\.tmp-\d+$")
+# The original create_pretraining_data.py's share of tokens to predict and its predictions per
+# 128-token record: data_prep's defaults, and dynamic masking's when neither the config nor the
+# manifest says.
+MASKED_LM_PROB = 0.15
+MAX_PREDICTIONS_PER_SEQ = 20
 
 
 class ManifestError(cli.UserError):

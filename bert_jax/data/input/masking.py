@@ -30,12 +30,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from bert_jax import cli
+from bert_jax.data.contract import manifest
 from bert_jax.text import tokenizer_json
 
-# The original create_pretraining_data.py's share of tokens to predict: data_prep's
-# --masked_lm_prob default and dynamic masking's when neither the config nor the manifest says.
-MASKED_LM_PROB = 0.15
-MAX_PREDICTIONS_PER_SEQ = 20  # the original's flag default, for 128-token records
 _CHUNK = 4096  # rows masked at once: bounds the [chunk, L] float temporaries...
 _CHUNK_TOKENS = _CHUNK * 512  # ...to this many tokens (fewer rows past L=512: 256 at L=8192)
 
@@ -51,8 +48,8 @@ def chunk_rows(length: int) -> int:
 class Options:
     """How many positions are predicted, and whether words are masked whole."""
 
-    max_predictions_per_seq: int = MAX_PREDICTIONS_PER_SEQ
-    masked_lm_prob: float = MASKED_LM_PROB
+    max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
+    masked_lm_prob: float = manifest.MASKED_LM_PROB
     whole_word_mask: bool = False
 
     def __post_init__(self):

@@ -341,7 +341,7 @@ def test_export_command(tmp_path, vocab_file, save_checkpoint):
 def test_params_for_a_training_run(hf_dir, imported):
     """A run's config (other dropout, bf16 compute) takes the file's weights as its initial
     params."""
-    from bert_jax.training import sharding
+    from bert_jax.model import sharding
 
     run_config = bert.bert_config_from_hf(
         json.load(open(os.path.join(hf_dir[0], "config.json"))),

@@ -156,7 +156,7 @@ def test_splash_attention_in_the_model_on_a_mesh():
     """attention_impl='splash' inside the model on a data x tensor mesh (the kernel under
     shard_map on each device's rows and heads): the forward equals the XLA path's at every real
     position."""
-    from bert_jax.training import sharding
+    from bert_jax.model import sharding
 
     cfg = dataclasses.replace(TINY, max_position_embeddings=128, num_attention_heads=2)
     model = M.BertForPreTraining(cfg, rngs=nnx.Rngs(0))
@@ -302,7 +302,7 @@ def test_every_param_has_logical_axes_and_the_decay_rule_holds(model):
 
 
 def test_sharded_forward_matches_single_device(model, forward):
-    from bert_jax.training import sharding
+    from bert_jax.model import sharding
 
     batch = make_batch(batch=8)
     ref, ref_nsp = forward(model, *batch)

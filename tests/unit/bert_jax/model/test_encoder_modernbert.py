@@ -265,7 +265,7 @@ def test_every_param_has_logical_axes_and_the_decay_rule_holds():
 def test_sharded_forward_matches_single_device():
     """The modern block on a data x fsdp x tensor mesh (GeGLU's two halves and the heads split
     over 'tensor'), packed rows, windows: the single device's outputs."""
-    from bert_jax.training import sharding
+    from bert_jax.model import sharding
     from configs import default
 
     model = build()

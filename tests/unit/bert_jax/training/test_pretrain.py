@@ -14,8 +14,9 @@ import pytest
 
 from bert_jax.data.contract import features as F
 from bert_jax.hf import bert
+from bert_jax.model import sharding
 from bert_jax.model.encoder import BertConfig
-from bert_jax.training import optim, pretrain, sharding
+from bert_jax.training import optim, pretrain
 from configs import modernbert_base
 
 torch = pytest.importorskip("torch")

@@ -22,8 +22,8 @@ from flax import nnx
 
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, hf_export, packed, runs, squad, train
-from bert_jax.model import encoder
-from bert_jax.training import optim, sharding
+from bert_jax.model import encoder, sharding
+from bert_jax.training import optim
 from configs.finetune import base
 from support import tiny
 

@@ -10,7 +10,8 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import pipeline as ip
-from bert_jax.training import pretrain, sharding
+from bert_jax.model import sharding
+from bert_jax.training import pretrain
 from configs import default, tiny
 from support import gradients
 
