@@ -34,9 +34,10 @@ __init__.py maps its modules.
     plan/           python -m bert_jax.plan: the steps compiled for a TPU slice without one, what
                     fits and where the HBM bytes go
 
-Layers, lowest first: cli and storage; text and data/contract; data/input; model; training; hf;
-runtime; finetune, plan and the binaries. A module imports from its own layer and those below
-(tests/unit/test_import_graph.py holds the rule and the few exceptions left).
+Layers, lowest first: cli and storage; text and data/contract; data/input; model; hf's weight
+names and files (hf/bert, hf/modernbert, hf/files); training; the rest of hf (pretrained,
+publish); runtime; finetune, plan and the binaries. A module imports only from its own layer and
+those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no cycles).
 
 Importing the package imports nothing heavy: bert_jax.data.contract (and bert_jax.data) and
 bert_jax.text are JAX-free so that data_prep can use them.

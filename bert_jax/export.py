@@ -24,6 +24,7 @@ from absl import flags
 
 from bert_jax import cli, runtime
 from bert_jax.hf import publish
+from bert_jax.training import checkpoints
 
 FLAGS = flags.FLAGS
 
@@ -61,7 +62,7 @@ def export(
 
     publish.check_target(output_dir)
     cli.check_writable_dir(output_dir, "--output_dir")
-    if not pretrained.is_workdir(workdir):
+    if not checkpoints.is_workdir(workdir):
         raise cli.UserError(
             f"--workdir={workdir!r} holds no checkpoints/: pass the workdir a training run wrote"
         )

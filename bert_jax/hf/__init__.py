@@ -1,4 +1,5 @@
-"""Hugging Face in and out.
+"""Hugging Face in and out. bert, modernbert and files map and read the weights (below
+training, which starts from them); pretrained and publish read and write trained runs (above it).
 
 pretrained.py  a trained model read back (a workdir or a Hugging Face directory): the one
                loader behind export, embed and finetune/; its vocabulary loaded and checked once

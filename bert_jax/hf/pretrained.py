@@ -1,7 +1,7 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
-`load(path)` takes either kind of directory (`kind(path)` is the one rule telling them apart, also
-for pre-training's train.init_checkpoint):
+`load(path)` takes either kind of directory (`checkpoints.model_dir_kind(path)` is the one rule
+telling them apart, also for pre-training's train.init_checkpoint):
   * a training workdir of ours (it has `checkpoints/`): one step (the latest unless `step` is
     given) restored with its checksums and a finite check (a damaged step is refused:
     checkpoints.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
@@ -66,42 +66,6 @@ class Pretrained:
         return encoder.model_from_params(self.config, self.params)
 
 
-WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
-HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
-
-
-def is_workdir(path: str) -> bool:
-    return storage.isdir(checkpoints.checkpoint_dir(path))
-
-
-def kind(path: str) -> str:
-    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
-    (local or in a bucket), behind load(), export and pre-training's train.init_checkpoint.
-
-    A directory with checkpoints/ is a workdir (whatever else it holds); one with config.json or
-    bert_config.json is a Hugging Face directory; anything else is refused by name. An export cut
-    short in a bucket has no config.json (it is published last), so it is refused, not half read.
-    """
-    if not path:
-        raise cli.UserError(
-            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
-        )
-    if not storage.isdir(path):
-        raise cli.UserError(
-            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
-            "weights) or a training workdir (it has checkpoints/)"
-        )
-    if is_workdir(path):
-        return WORKDIR
-    if any(storage.isfile(storage.join(path, name)) for name in bert.CONFIG_FILES):
-        return HF_DIR
-    raise bert.CheckpointError(
-        f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
-        "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
-        "cut short (config.json is published last); rerun the export"
-    )
-
-
 def load(
     path: str,
     *,
@@ -118,7 +82,7 @@ def load(
         raise cli.UserError(
             f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
         )
-    if kind(path) == WORKDIR:
+    if checkpoints.model_dir_kind(path) == checkpoints.WORKDIR:
         return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
     if step is not None:
         raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")

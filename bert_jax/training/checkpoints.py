@@ -49,6 +49,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from bert_jax import cli, storage
+from bert_jax.hf import bert as hf_bert
 from bert_jax.training import checksums
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
@@ -63,6 +64,42 @@ def checkpoint_dir(workdir: str) -> str:
     if storage.is_url(workdir):  # a bucket (gs://...): Orbax writes there directly
         return workdir.rstrip("/") + "/checkpoints"
     return os.path.join(os.path.abspath(workdir), "checkpoints")
+
+
+WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
+HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
+
+
+def is_workdir(path: str) -> bool:
+    return storage.isdir(checkpoint_dir(path))
+
+
+def model_dir_kind(path: str) -> str:
+    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
+    (local or in a bucket), behind load(), export and pre-training's train.init_checkpoint.
+
+    A directory with checkpoints/ is a workdir (whatever else it holds); one with config.json or
+    bert_config.json is a Hugging Face directory; anything else is refused by name. An export cut
+    short in a bucket has no config.json (it is published last), so it is refused, not half read.
+    """
+    if not path:
+        raise cli.UserError(
+            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
+        )
+    if not storage.isdir(path):
+        raise cli.UserError(
+            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
+            "weights) or a training workdir (it has checkpoints/)"
+        )
+    if is_workdir(path):
+        return WORKDIR
+    if any(storage.isfile(storage.join(path, name)) for name in hf_bert.CONFIG_FILES):
+        return HF_DIR
+    raise hf_bert.CheckpointError(
+        f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
+        "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
+        "cut short (config.json is published last); rerun the export"
+    )
 
 
 def _bound_tensorstore_retries() -> None:

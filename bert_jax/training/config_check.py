@@ -7,7 +7,7 @@ A negative learning rate, a batch that does not split over the mesh, a mesh that
 the devices, an init directory of the wrong kind or a data contract the config contradicts is
 one `error:` line naming every problem, in a second, not a traceback from deep inside jit (or,
 worse, a run that trains with exit 0: a negative learning rate climbs the loss). The rules stay
-in their homes (sharding.py's mesh rules, masking.py's, pretrained.kind, lora.problems,
+in their homes (sharding.py's mesh rules, masking.py's, checkpoints.model_dir_kind, lora.problems,
 features.check_seq_length); these passes ask them all and collect the answers, and only
 cli.UserErrors: any other error is a bug and keeps its traceback.
 
@@ -307,7 +307,7 @@ def data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
 
 def _init_problems(t) -> list[str]:
     """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
-    (pretrained.kind, the one rule), checked before the run builds anything."""
+    (checkpoints.model_dir_kind, the one rule), checked before the run builds anything."""
     if not t.init_checkpoint:
         if t.init_optimizer_state:
             return [
@@ -315,13 +315,13 @@ def _init_problems(t) -> list[str]:
                 "to continue (e.g. phase 1's)"
             ]
         return []
-    from bert_jax.hf import pretrained  # here: a config without init_checkpoint needs no model code
+    from bert_jax.training import checkpoints  # here: without init_checkpoint, no Orbax import
 
     try:
-        kind = pretrained.kind(t.init_checkpoint)
+        kind = checkpoints.model_dir_kind(t.init_checkpoint)
     except cli.UserError as e:
         return [f"train.init_checkpoint: {e}"]
-    if t.init_optimizer_state and kind != pretrained.WORKDIR:
+    if t.init_optimizer_state and kind != checkpoints.WORKDIR:
         return [
             f"train.init_optimizer_state needs a training workdir of ours, but "
             f"train.init_checkpoint={t.init_checkpoint!r} is a Hugging Face directory (no "

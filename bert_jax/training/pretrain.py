@@ -369,14 +369,11 @@ def evaluate(
 
 
 def initial_params(path: str, setup: Setup) -> dict:
-    """Parameters from another run's workdir or a Hugging Face BERT directory (pretrained.kind
-    tells which), on this mesh."""
-    from bert_jax.hf import (  # here: hf's imports are only needed with init_checkpoint
-        bert,
-        pretrained,
-    )
+    """Parameters from another run's workdir or a Hugging Face BERT directory
+    (checkpoints.model_dir_kind tells which), on this mesh."""
+    from bert_jax.hf import bert  # here: the names' mapping is only needed with init_checkpoint
 
-    if pretrained.kind(path) == pretrained.HF_DIR:
+    if checkpoints.model_dir_kind(path) == checkpoints.HF_DIR:
         params, report = bert.load_hf_params(
             storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
         )

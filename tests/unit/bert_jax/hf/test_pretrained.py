@@ -85,11 +85,12 @@ def test_mistakes_are_one_clear_error(dirs, tmp_path):
 
 @pytest.mark.parametrize("where", ["local", "bucket"])
 def test_one_rule_tells_the_kinds_of_directory_apart(where, tmp_path, request):
-    """pretrained.kind, behind load(), export, and pre-training's train.init_checkpoint (which
-    used its own config.json test before): checkpoints/ makes a workdir whatever else is there;
-    config.json or Google's bert_config.json a Hugging Face directory; anything else is refused
-    by name, in a bucket as on disk."""
+    """checkpoints.model_dir_kind, behind pretrained.load(), export, and pre-training's
+    train.init_checkpoint (which used its own config.json test before): checkpoints/ makes a workdir
+    whatever else is there; config.json or Google's bert_config.json a Hugging Face directory;
+    anything else is refused by name, in a bucket as on disk."""
     from bert_jax import storage
+    from bert_jax.training import checkpoints
 
     root = str(tmp_path) if where == "local" else request.getfixturevalue("bucket")
     layouts = {
@@ -105,17 +106,19 @@ def test_one_rule_tells_the_kinds_of_directory_apart(where, tmp_path, request):
             storage.makedirs(storage.dirname(path))  # nothing to make in a bucket
             storage.write_bytes(path, b"{}")
     kinds = {
-        name: pretrained.kind(storage.join(root, name)) for name in layouts if name != "neither"
+        name: checkpoints.model_dir_kind(storage.join(root, name))
+        for name in layouts
+        if name != "neither"
     }
     assert kinds == {
-        "workdir": pretrained.WORKDIR,
-        "both": pretrained.WORKDIR,
-        "hf": pretrained.HF_DIR,
-        "tf": pretrained.HF_DIR,
+        "workdir": checkpoints.WORKDIR,
+        "both": checkpoints.WORKDIR,
+        "hf": checkpoints.HF_DIR,
+        "tf": checkpoints.HF_DIR,
     }
     with pytest.raises(cli.UserError, match=r"has no config.json .* and no checkpoints/"):
-        pretrained.kind(storage.join(root, "neither"))
+        checkpoints.model_dir_kind(storage.join(root, "neither"))
     with pytest.raises(cli.UserError, match="is not a directory"):
-        pretrained.kind(storage.join(root, "neither", "vocab.txt"))
+        checkpoints.model_dir_kind(storage.join(root, "neither", "vocab.txt"))
     with pytest.raises(cli.UserError, match="no pre-trained model given"):
-        pretrained.kind("")
+        checkpoints.model_dir_kind("")
