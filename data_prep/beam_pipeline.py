@@ -27,8 +27,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax import storage
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from data_prep import content, job, job_shards, job_units, kinds, output
 
 
@@ -113,10 +112,10 @@ def _write_manifest(
         for split in job.SPLITS
     }
     units = [s["summary"] for s in sorted(summaries, key=lambda s: s["unit"])]
-    manifest = job.manifest(
+    fields = job.manifest_fields(
         spec, fp, shards, planned, units, seconds=time.time() - started, **report
     )
-    output.write_json_atomic(storage.join(output_dir, contract.FILE), manifest)
+    output.write_json_atomic(storage.join(output_dir, manifest.FILE), fields)
 
 
 def run(
@@ -133,7 +132,7 @@ def run(
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     tokenizer = job.load_tokenizer(vocab_file, do_lower_case)
-    vocab = contract.vocab_entry(tokenizer, file=vocab_file)
+    vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab["md5"], do_lower_case)
     finished = output.read_manifest(output_dir)
     if finished is not None:
@@ -142,7 +141,7 @@ def run(
             return finished
         # Rebuilt whole (no work directory); the manifest goes first, so that none describes a
         # half-rebuilt output.
-        storage.remove(storage.join(output_dir, contract.FILE))
+        storage.remove(storage.join(output_dir, manifest.FILE))
     output.prepare_output_dir(output_dir)
     stats = {
         unit.path: content.file_stat(unit.path) for unit in planned if kinds.is_file(unit.kind)

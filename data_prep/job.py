@@ -25,8 +25,7 @@ from collections.abc import Callable
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
@@ -53,7 +52,7 @@ class JobSpec:
     eval_fraction: float = 0.01  # of documents, held out (one pass, no dupes)
     # Share of tokens masked in the eval split, whatever opts.masked_lm_prob: a held-out accuracy
     # that recipes with other training rates share (ModernBERT trains at 30%, evaluates at 15%).
-    eval_masked_lm_prob: float = contract.MASKED_LM_PROB
+    eval_masked_lm_prob: float = manifest.MASKED_LM_PROB
     block_size_mb: float = 1.0  # text/JSONL files are cut into units of this many MB
     tfds_examples_per_unit: int = 1000
     fmt: str = record_io.ARRAYRECORD
@@ -156,7 +155,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
 def load_tokenizer(vocab_file: str, do_lower_case: bool):
     """The tokenizer of --vocab_file: a local file, or a bucket object fetched once into the local
     cache (storage.local_copy; the tokenizers read local files). Manifests name the vocabulary as
-    the user gave it (`contract.vocab_entry(tokenizer, file=vocab_file)`), never the copy."""
+    the user gave it (`manifest.vocab_entry(tokenizer, file=vocab_file)`), never the copy."""
     if storage.is_url(vocab_file):
         why = storage.not_a_file(vocab_file)  # the words a local path gets (cli.not_a_file)
         if why:
@@ -283,7 +282,7 @@ class UnitSummary:
     content: dict  # content.record: the unit's content hash and its file's size and mtime
 
 
-def manifest(
+def manifest_fields(
     spec: JobSpec,
     fp: dict,
     shards: dict,
@@ -307,7 +306,7 @@ def manifest(
             split_documents[split] += unit.documents[split]
     train, held_out = split_stats["train"], split_stats["eval"]
     opts = spec.opts
-    out = contract.contract_fields(
+    out = manifest.contract_fields(
         mode="scaled",
         fmt=spec.fmt,
         max_seq_length=opts.max_seq_length,

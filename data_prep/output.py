@@ -17,8 +17,7 @@ import shutil
 import tempfile
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io, shard_files
+from bert_jax.data.contract import manifest, record_io, shard_files
 
 
 class OutputError(cli.UserError):
@@ -64,7 +63,7 @@ def shard_entry(path: str, instances: int) -> dict:
     return {
         "file": os.path.basename(path),
         "instances": instances,
-        "md5": contract.file_md5(path),
+        "md5": manifest.file_md5(path),
         "bytes": os.path.getsize(path),
     }
 
@@ -120,18 +119,19 @@ class InstanceStats:
 def read_manifest(output_dir: str) -> dict | None:
     """The finished job's manifest as written (bert_jax.data.contract.manifest.load), or None when
     the directory holds none (unfinished)."""
-    path = storage.join(output_dir, contract.FILE)
+    path = storage.join(output_dir, manifest.FILE)
     try:
-        return contract.load(path, missing_ok=True)
-    except contract.ManifestError as e:
+        return manifest.load(path, missing_ok=True)
+    except manifest.ManifestError as e:
         raise OutputError(
             f"{path} is unreadable ({e.problem}); delete it and rerun the job to rebuild the output"
         ) from e
 
 
-def damaged_shards(output_dir: str, manifest: dict, check_md5: bool = False) -> dict[str, str]:
-    """{file: problem} of the manifest's shards that have one (shard_files.shard_problem)."""
-    entries = [entry for entries in manifest["shards"].values() for entry in entries]
+def damaged_shards(output_dir: str, written: dict, check_md5: bool = False) -> dict[str, str]:
+    """{file: problem} of the shards a written manifest lists that have one
+    (shard_files.shard_problem)."""
+    entries = [entry for entries in written["shards"].values() for entry in entries]
     return shard_files.damaged_shards(output_dir, entries, check_md5)
 
 
@@ -139,11 +139,11 @@ def verify(output_dir: str) -> list[str]:
     """Re-checks every shard listed in the manifest against its size, md5 and record count;
     returns the problems found."""
     try:
-        manifest = read_manifest(output_dir)
-        if manifest is not None:
-            contract.read(output_dir)  # every field, as the trainer will read them
-    except (OutputError, contract.ManifestError) as e:
+        written = read_manifest(output_dir)
+        if written is not None:
+            manifest.read(output_dir)  # every field, as the trainer will read them
+    except (OutputError, manifest.ManifestError) as e:
         return [str(e)]
-    if manifest is None:
-        return [f"no {contract.FILE} in {output_dir!r}: the job has not finished there"]
-    return list(damaged_shards(output_dir, manifest, check_md5=True).values())
+    if written is None:
+        return [f"no {manifest.FILE} in {output_dir!r}: the job has not finished there"]
+    return list(damaged_shards(output_dir, written, check_md5=True).values())

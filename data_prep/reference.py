@@ -20,8 +20,7 @@ from typing import NamedTuple
 
 from bert_jax import storage
 from bert_jax.data.contract import features as F
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from bert_jax.data.input.masking import Vocab
 from data_prep import inputs, lines, output, readers
 from data_prep.instances import InstanceOptions
@@ -287,7 +286,7 @@ def run(
     path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
     # A finished output is replaced as a whole: its manifest goes first, so that no manifest
     # ever describes shards of another run.
-    manifest_path = storage.join(output_dir, contract.FILE)
+    manifest_path = storage.join(output_dir, manifest.FILE)
     storage.remove(manifest_path)
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, fmt) as writer:
@@ -295,7 +294,7 @@ def run(
                 writer.write(F.encode_example(instance_to_features(instance, schema)))
                 stats.add_instance(instance)
         shard = output.shard_entry(local, stats.instances)
-    manifest = contract.contract_fields(
+    fields = manifest.contract_fields(
         mode="reference",
         fmt=fmt,
         max_seq_length=opts.max_seq_length,
@@ -303,15 +302,15 @@ def run(
         masked=opts.mask,
         nsp=opts.nsp,
         whole_word_mask=opts.whole_word_mask,
-        vocab=contract.vocab_entry(tokenizer, file=vocab_file),
+        vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
         shards={"train": [shard], "eval": []},
     )
-    manifest.update(
+    fields.update(
         flags=flags,
         read=dataclasses.asdict(read_stats),
         documents=sum(1 for d in documents if d),
         stats=stats.summary(opts.max_seq_length),
         seconds=round(time.time() - start, 3),
     )
-    output.write_json_atomic(manifest_path, manifest)
-    return manifest
+    output.write_json_atomic(manifest_path, fields)
+    return fields

@@ -300,7 +300,7 @@ def run(
             )
             for m in markers
         ]
-        result = job.manifest(
+        result = job.manifest_fields(
             spec,
             fp,
             shards,
