@@ -32,7 +32,7 @@ from bert_jax import cli
 from bert_jax.hf import modernbert
 from bert_jax.hf.files import CheckpointError, read_hf_weights, read_json
 from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
-from bert_jax.text import tokenization
+from bert_jax.text import tokenization, tokenizer_json
 
 # config.json fields that are BertConfig fields under the same name.
 _SHARED_FIELDS = (
@@ -399,11 +399,14 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
         if os.path.isfile(os.path.join(source, name)):
             shutil.copyfile(os.path.join(source, name), os.path.join(output_dir, name))
     if not os.path.isfile(os.path.join(output_dir, "tokenizer_config.json")):
+        # Named, or AutoTokenizer loads a tokenizer with no [MASK] or [PAD] (fill-mask fails).
+        roles = tokenizer_json.JsonTokenizer(path).special_tokens
         with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
             json.dump(
                 {
                     "tokenizer_class": "PreTrainedTokenizerFast",
                     "model_max_length": model_max_length,
+                    **{f"{role}_token": token for role, token in roles.items()},
                 },
                 f,
                 indent=2,

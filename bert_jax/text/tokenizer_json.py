@@ -218,22 +218,6 @@ class JsonTokenizer:
         unk = self.special_tokens.get("unk", "")
         return [self.inv_vocab.get(int(i), unk) for i in ids]
 
-    def hf_files(self, output_dir: str, model_max_length: int) -> list[str]:
-        """Writes tokenizer.json and a tokenizer_config.json naming its special tokens (what
-        transformers' AutoTokenizer loads) into `output_dir`; returns the names written. For an
-        export beside the model's config.json and weights."""
-        os.makedirs(output_dir, exist_ok=True)
-        with open(os.path.join(output_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
-            f.write(self._tok.to_str())
-        config = {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": model_max_length,
-            **{f"{role}_token": token for role, token in self.special_tokens.items()},
-        }
-        with open(os.path.join(output_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        return ["tokenizer.json", "tokenizer_config.json"]
-
 
 def _find(spec, kind: str) -> dict | None:
     """The first component of type `kind` in a pre-tokenizer, decoder or post-processor spec

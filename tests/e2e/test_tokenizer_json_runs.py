@@ -4,6 +4,8 @@ with its [MASK]), fine-tuning from a Hugging Face directory that has only a toke
 files for an export (tokenizer.json + tokenizer_config.json) load in transformers with the same
 ids."""
 
+import os
+
 import pytest
 
 from bert_jax.finetune import train as ft_train
@@ -73,8 +75,8 @@ def test_fine_tuning_from_a_directory_with_only_a_tokenizer_json(pretrained_run,
     workdir, _ = pretrained_run
     hf_dir = tmp_path / "hf"
     bert.save_hf(pretrained.load(workdir).model(), None, str(hf_dir))
-    names = tokenizer_json.JsonTokenizer(bpe).hf_files(str(hf_dir), 64)
-    assert names == ["tokenizer.json", "tokenizer_config.json"]
+    bert.save_tokenizer(bpe, str(hf_dir), do_lower_case=False, model_max_length=64)
+    assert {"tokenizer.json", "tokenizer_config.json"} <= set(os.listdir(hf_dir))
     loaded = pretrained.load(str(hf_dir))
     assert isinstance(loaded.tokenizer, tokenizer_json.JsonTokenizer)
     theirs = ft_train.finetune(sst2_config(tmp_path), str(tmp_path / "ft_hf"), str(hf_dir))
@@ -83,8 +85,11 @@ def test_fine_tuning_from_a_directory_with_only_a_tokenizer_json(pretrained_run,
 
 def test_the_export_files_load_in_transformers_with_the_same_ids(bpe, tmp_path):
     transformers = pytest.importorskip("transformers")
+    """The export's tokenizer files for a tokenizer.json with no companions of its own (as
+    data_prep.vocab trains one): transformers' AutoTokenizer loads them with our special tokens
+    named and the same ids."""
     ours = tokenizer_json.JsonTokenizer(bpe)
-    ours.hf_files(str(tmp_path), 8192)
+    bert.save_tokenizer(bpe, str(tmp_path), do_lower_case=False, model_max_length=8192)
     theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     assert theirs.mask_token == "[MASK]" and theirs.cls_token_id == ours.cls_id
     assert theirs.pad_token_id == ours.pad_id and theirs.model_max_length == 8192
