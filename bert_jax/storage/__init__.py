@@ -18,9 +18,9 @@ What an object store lacks, and what stands in for it here:
     bert_jax.hf.publish). `move` copies and deletes, so its callers first delete what marks the
     source finished.
   * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
-    created only if no live object has that name), S3's If-None-Match: *; `read_versioned` and
-    `delete_if_version` compare-and-delete by generation (S3: ETag, check then delete), for
-    taking over a stale lock.
+    created only if no live object has that name), S3's If-None-Match: *; `read_versioned`
+    returns an object with its generation (S3: ETag), for taking over a stale lock
+    (bert_jax.training.workdir_lock).
   * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
     name changes.
   * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
@@ -99,7 +99,6 @@ from bert_jax.storage.errors import (  # noqa: F401 (the package's names)
 )
 from bert_jax.storage.exclusive import (  # noqa: F401 (the package's names)
     create_exclusive,
-    delete_if_version,
     read_versioned,
 )
 from bert_jax.storage.files import (  # noqa: F401 (the package's names)

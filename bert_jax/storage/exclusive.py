@@ -5,7 +5,7 @@ builds on."""
 import os
 
 from bert_jax.storage.errors import naming
-from bert_jax.storage.files import remove, version
+from bert_jax.storage.files import version
 from bert_jax.storage.paths import StorageError, bucket_and_key, is_url
 from bert_jax.storage.remote import _fs, _retrying
 
@@ -83,33 +83,7 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 return f.read(), f"{st.st_ino}:{st.st_mtime_ns}"
-        found = version(path)[1]  # first: a replacement in between fails the compare-and-delete
+        found = version(path)[1]  # first: a replacement in between shows as a newer version
         return _fs(path).cat_file(path), found
     except FileNotFoundError:
         return None
-
-
-def delete_if_version(path: str, version: str) -> bool:
-    """Deletes `path` only if it is still the version `read_versioned` returned: True if this
-    call deleted it. On GCS the server checks (ifGenerationMatch; fake-gcs-server ignores that
-    precondition on deletes, so a protocol must not rest on this call alone: create_exclusive is
-    the one primitive every server checks); locally and on S3 the check and the delete are two
-    steps, which is as good as a local file system offers."""
-    if not path.startswith("gs://"):
-        current = read_versioned(path)
-        if current is None or current[1] != version:
-            return False
-        remove(path)
-        return True
-    fs = _fs(path)
-    bucket, key = bucket_and_key(path)
-    try:
-        fs.call("DELETE", "b/{}/o/{}", bucket, key, ifGenerationMatch=version, json_out=False)
-    except (FileNotFoundError, FileExistsError):
-        return False  # gone already, or replaced (412 Precondition Failed)
-    except Exception as e:  # gcsfs raises HttpError for a 412 on DELETE
-        if getattr(e, "code", None) == 412:
-            return False
-        raise
-    fs.invalidate_cache(path)
-    return True
