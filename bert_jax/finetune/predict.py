@@ -11,12 +11,14 @@ restores the trained parameters and writes predictions for a file:
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
 from collections.abc import Callable
 
 import jax
+import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -155,6 +157,20 @@ def write_predictions(
     return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
 
 
+def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.ConfigDict) -> None:
+    """Adds to a saved run's config every field it lacks, at `defaults`' value: a workdir saved
+    before a field existed (train.packing, 2026-11-25) predicts with the field's default rather
+    than failing on it. Fields the run saved are kept as they are."""
+    with saved.unlocked():
+        for key, value in defaults.items():
+            if key not in saved:
+                saved[key] = copy.deepcopy(value)
+            elif isinstance(value, ml_collections.ConfigDict) and isinstance(
+                saved[key], ml_collections.ConfigDict
+            ):
+                fill_missing(saved[key], value)
+
+
 def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
@@ -166,6 +182,9 @@ def predict_from_workdir(
     """
     config, _ = checkpoints.load_config(workdir)
     checkpoints.check_kind(config, workdir, finetuning=True)
+    from configs.finetune import base  # the fields' defaults have one home: the config file
+
+    fill_missing(config, base.get_config())
     with config.unlocked():
         for key, value in (overrides or {}).items():
             parent = config

@@ -6,6 +6,7 @@ predicts what our prediction file says.
 """
 
 import csv
+import glob
 import json
 import os
 
@@ -93,6 +94,26 @@ def test_squad_v2_train_then_predict(transformers_bert, tmp_path, finetune):
     )
     assert "wrote" in out and "'exact'" in out  # the test file has answers, so it is scored too
     with open(tmp_path / "again.json") as f:
+        assert json.load(f) == at_end
+
+    # A workdir saved before train.packing existed (2026-11-25) predicts with today's default.
+    (saved,) = [
+        f
+        for f in glob.glob(os.path.join(workdir, "checkpoints", "*", "config", "*"))
+        if '"packing"' in open(f).read()
+    ]
+    with open(saved) as f:
+        old = json.load(f)
+    del old["train"]["packing"]
+    with open(saved, "w") as f:
+        json.dump(old, f)
+    finetune(
+        "--mode=predict",
+        f"--workdir={workdir}",
+        f"--test_file={test_file}",
+        f"--output={tmp_path / 'old.json'}",
+    )
+    with open(tmp_path / "old.json") as f:
         assert json.load(f) == at_end
 
 
