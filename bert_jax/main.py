@@ -46,7 +46,7 @@ def main(argv):
             "config.data.train_files": data.train_files.split(","),
             "config.data.eval_files": data.eval_files.split(","),
             "config.data.vocab_file": data.vocab_file,
-            "config.data.cache_dir": data.get("cache_dir", ""),
+            "config.data.cache_dir": data.cache_dir,
             "config.train.init_checkpoint": train_config.init_checkpoint,
         },
         outputs=["--workdir"],

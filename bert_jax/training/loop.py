@@ -139,7 +139,7 @@ def run(
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(
-        config.train.get("on_nonfinite", "stop"), state, jax.process_index() == 0
+        config.train.on_nonfinite, state, jax.process_index() == 0
     )
     history: list[dict] = []  # device metrics of the steps since the last log line
     last_train: dict[str, float] = {}
