@@ -32,7 +32,9 @@ def main(argv):
     from bert_jax import storage
 
     if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:
-        fine_tuning = "init" in FLAGS.config and "train_file" in FLAGS.config.get("data", {})
+        from bert_jax.training import checkpoints  # the one rule for a fine-tuning config
+
+        fine_tuning = checkpoints.is_finetuning(FLAGS.config)
         hint = (
             "; it is a fine-tuning config: run python -m bert_jax.finetune" if fine_tuning else ""
         )

@@ -300,14 +300,13 @@ def make_optimizer(
             )
         decay = optim.weight_decay
         parts.append(scale_by_stable_adamw(optim.b1, optim.b2, optim.eps, decay, mask_fn))
-        parts.append(optax.scale_by_learning_rate(functools.partial(rate, lr)))
-        return optax.chain(*parts)
-    parts.append(scale_by_adam(optim.b1, optim.b2, optim.eps, optim.bias_correction))
-    if optim.weight_decay > 0:
-        parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))
-    if optim.optimizer == "lamb":
-        # LAMB (You et al. 2019) scales each tensor's update by ||w|| / ||update||; like MLPerf's
-        # reference we exempt the same tensors as weight decay (LayerNorm, biases).
-        parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
+    else:
+        parts.append(scale_by_adam(optim.b1, optim.b2, optim.eps, optim.bias_correction))
+        if optim.weight_decay > 0:
+            parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))
+        if optim.optimizer == "lamb":
+            # LAMB (You et al. 2019) scales each tensor's update by ||w|| / ||update||; like
+            # MLPerf's reference we exempt the same tensors as weight decay (LayerNorm, biases).
+            parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
     parts.append(optax.scale_by_learning_rate(functools.partial(rate, lr)))
     return optax.chain(*parts)
