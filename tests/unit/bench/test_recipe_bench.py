@@ -13,7 +13,12 @@ from bench import recipe_bench
 
 @pytest.fixture
 def bench_flags(tmp_path):
-    flags.FLAGS(["recipe_bench", "--quick", f"--out_dir={tmp_path}"])
+    # Set, not parsed: parsing validates every flag in the process's registry, and a binary an
+    # earlier test imported in this worker may have a required one (--config).
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS["quick"].value = True
+    flags.FLAGS["out_dir"].value = str(tmp_path)
+    flags.FLAGS.mark_as_parsed()
     yield
     flags.FLAGS.unparse_flags()
 
