@@ -40,13 +40,15 @@ so it runs under jax.shard_map over the batch (and heads) axes of the mesh in ef
 runs in Pallas' interpret mode (tests check it against `einsum_attention`).
 """
 
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.model.dropout import dropout
+from bert_jax.model.dropout import dropout, keep_mask
 
 
 def attention_mask(
@@ -83,9 +85,46 @@ def einsum_attention(
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * scale
     mask = attention_mask(input_mask, example_ids, window)
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    probs = dropout(probs, dropout_rate, dropout_rng)
-    return jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v)
+    probs = softmax_dropout(logits, dropout_rng, dropout_rate, v.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+# The name under which softmax_dropout's probabilities are kept for the backward pass (the
+# scanned layers' checkpoint policy keeps it, bert_jax.model.layer_stack).
+PROBS = "attention_probs"
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def softmax_dropout(logits, rng, rate: float, dtype):
+    """dropout(softmax(logits)) over the last axis, in float32, cast to `dtype` (the
+    computation's) for the product with the values. Autodiff's backward pass would keep the
+    float32 logits or probabilities, [batch, heads, length, length] per layer, the largest
+    array a BERT layer saves; this one keeps the probabilities in `dtype` (half the bytes in
+    bfloat16), and the dropout mask is recomputed from its counter-based hash. Exact in float32;
+    in bfloat16 the probabilities are rounded before the dropout's scaling (the product with
+    the values reads them rounded anyway), and the softmax's backward reads them so.
+    `rng` None or `rate` 0: no dropout."""
+    return _softmax_dropout_fwd(logits, rng, rate, dtype)[0]
+
+
+def _softmax_dropout_fwd(logits, rng, rate, dtype):
+    kept = checkpoint_name(jax.nn.softmax(logits, axis=-1).astype(dtype), PROBS)
+    # Dropped out from the kept probabilities, so that a backward pass that keeps only them
+    # recomputes this output from them, not the softmax from the logits.
+    return dropout(kept.astype(jnp.float32), rate, rng).astype(dtype), (kept, rng)
+
+
+def _softmax_dropout_bwd(rate, dtype, residuals, g):
+    probs, rng = residuals
+    g = g.astype(jnp.float32)
+    if rng is not None and rate > 0:
+        keep, scale = keep_mask(rng, g.shape, rate)
+        g = jnp.where(keep, g * scale, 0)
+    probs = probs.astype(jnp.float32)
+    return probs * (g - jnp.sum(g * probs, axis=-1, keepdims=True)), None
+
+
+softmax_dropout.defvjp(_softmax_dropout_fwd, _softmax_dropout_bwd)
 
 
 def fused_attention(

@@ -46,6 +46,12 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
     expectation is unchanged."""
     if rng is None or rate == 0.0:
         return x
+    keep, scale = keep_mask(rng, x.shape, rate)
+    return jnp.where(keep, x * scale, 0).astype(x.dtype)
+
+
+def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> tuple[jax.Array, float]:
+    """(keep, scale): which elements of `shape` dropout at `rate` keeps (boolean), and the factor
+    it scales them by. Recomputing it from `rng` gives the same mask (for a backward pass)."""
     threshold = round(rate * 65536)
-    keep = dropout_bits(rng, x.shape) >= threshold
-    return jnp.where(keep, x * (65536 / (65536 - threshold)), 0).astype(x.dtype)
+    return dropout_bits(rng, shape) >= threshold, 65536 / (65536 - threshold)

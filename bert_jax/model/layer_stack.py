@@ -32,11 +32,19 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 
 
+# The attention probabilities in the computation's dtype (attention.softmax_dropout): kept
+# instead of the float32 logits they come from, which then need not be.
+_kept_names = jax.checkpoint_policies.save_only_these_names(attention.PROBS)
+
+
 def _keep_for_backward(prim, *args, **params) -> bool:
-    """A scanned layer's checkpoint policy: the matmuls' outputs and cuDNN attention's are kept
-    for the backward pass; the cheap elementwise work is recomputed."""
-    return prim.name in _KEPT_KERNELS or jax.checkpoint_policies.checkpoint_dots(
-        prim, *args, **params
+    """A scanned layer's checkpoint policy: the matmuls' outputs, cuDNN attention's and the
+    attention probabilities are kept for the backward pass; the cheap elementwise work is
+    recomputed."""
+    return (
+        prim.name in _KEPT_KERNELS
+        or jax.checkpoint_policies.checkpoint_dots(prim, *args, **params)
+        or _kept_names(prim, *args, **params)
     )
 
 

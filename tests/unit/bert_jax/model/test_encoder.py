@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax.model import attention
 from bert_jax.model import encoder as M
 from configs import bert_base, bert_large, default, mini, tiny
 
@@ -103,53 +102,6 @@ def test_mlm_logits_are_the_gathered_positions(model, forward):
     pos = np.array([[3, 0, 9, 9, 15]] * B, np.int32)
     some, _ = forward(model, ids, mask, seg, pos)
     np.testing.assert_allclose(some, np.asarray(full)[np.arange(B)[:, None], pos], atol=1e-5)
-
-
-def test_fused_attention_matches_einsum_attention():
-    rng = np.random.default_rng(1)
-    q, k, v = (jnp.asarray(rng.normal(size=(B, L, 4, 8)), jnp.float32) for _ in range(3))
-    _, mask, _, _ = make_batch()
-    fused = attention.fused_attention(q, k, v, mask, implementation="xla")
-    plain = attention.einsum_attention(q, k, v, mask)
-    real = mask.astype(bool)
-    np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(plain)[real], atol=1e-5)
-    # A query never reads a padded key: scrambling padded keys/values changes nothing.
-    k2 = jnp.where(mask[..., None, None] == 1, k, 100.0)
-    np.testing.assert_allclose(
-        attention.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5
-    )
-
-
-@pytest.mark.parametrize("packed", [False, True])
-def test_splash_attention_matches_einsum_attention(packed):
-    """The Pallas splash kernel (interpret mode on CPU) against the plain attention: outputs at
-    real positions and all three input gradients, right-padded rows (one of them all padding)
-    and packed rows of several examples."""
-    rng = np.random.default_rng(2)
-    batch, length, heads, head_dim = 3, 128, 2, 16
-    q, k, v = (jnp.asarray(rng.normal(size=(batch, length, heads, head_dim))) for _ in range(3))
-    lengths = np.array([128, 70, 0])
-    mask = jnp.asarray((np.arange(length)[None] < lengths[:, None]).astype(np.int32))
-    example_ids = None
-    if packed:  # examples of 40, 50 and 38 tokens in row 0, two in row 1, padding in row 2
-        bounds = np.cumsum([0, 40, 50, 38])
-        row0 = np.searchsorted(bounds, np.arange(length), side="right")
-        row1 = np.where(np.arange(length) < 30, 1, 2) * np.asarray(mask[1])
-        example_ids = jnp.asarray(np.stack([row0, row1, np.zeros(length, int)]), jnp.int32)
-    real = np.asarray(mask, bool)[..., None, None]
-
-    def run(fn):
-        def loss(q, k, v):
-            out = fn(q, k, v, mask, example_ids=example_ids)
-            return jnp.sum(jnp.where(real, out, 0) ** 2), out
-
-        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-
-    (_, splash), grads = run(attention.splash_attention)
-    (_, plain), ref_grads = run(attention.einsum_attention)
-    np.testing.assert_allclose(np.where(real, splash, 0), np.where(real, plain, 0), atol=1e-5)
-    for g, r in zip(grads, ref_grads):
-        np.testing.assert_allclose(g, r, atol=1e-4)
 
 
 def test_splash_attention_in_the_model_on_a_mesh():
