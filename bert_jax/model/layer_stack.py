@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from bert_jax.model import attention
+from bert_jax.model import attention, layers
 
 
 def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
@@ -32,20 +32,13 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 
 
-# The attention probabilities in the computation's dtype (attention.softmax_dropout): kept
-# instead of the float32 logits they come from, which then need not be.
-_kept_names = jax.checkpoint_policies.save_only_these_names(attention.PROBS)
+_kept_names = jax.checkpoint_policies.save_only_these_names(*layers.KEPT_FOR_BACKWARD)
 
 
 def _keep_for_backward(prim, *args, **params) -> bool:
-    """A scanned layer's checkpoint policy: the matmuls' outputs, cuDNN attention's and the
-    attention probabilities are kept for the backward pass; the cheap elementwise work is
-    recomputed."""
-    return (
-        prim.name in _KEPT_KERNELS
-        or jax.checkpoint_policies.checkpoint_dots(prim, *args, **params)
-        or _kept_names(prim, *args, **params)
-    )
+    """A scanned layer's checkpoint policy: what layers.KEPT_FOR_BACKWARD names and cuDNN
+    attention's outputs are kept for the backward pass; the rest is recomputed."""
+    return prim.name in _KEPT_KERNELS or _kept_names(prim, *args, **params)
 
 
 def scan_plan(graphdefs) -> tuple[int, int, int]:
@@ -105,10 +98,11 @@ def run_layers(
     ]  # per position in the group: its parameters, [blocks, ...]
 
     # What the backward pass keeps of each scanned layer: with remat nothing (recomputed), else
-    # the matmuls' and cuDNN attention's outputs (_keep_for_backward); the cheap elementwise
-    # work (dropout masks from their hash, GELU, softmax, norms) is recomputed. Without a policy
-    # a scan saves every intermediate of its body into stacked [layers, ...] buffers, dropout
-    # masks included, which an unrolled stack lets XLA fuse away (docs/scaling.md has the bytes).
+    # the named activations and cuDNN attention's outputs (_keep_for_backward); the rest (the
+    # query/key/value matmul, dropout masks from their hash, GELU, norms) is recomputed.
+    # Without a policy a scan saves every intermediate of its body into stacked [layers, ...]
+    # buffers, dropout masks included, which an unrolled stack lets XLA fuse away
+    # (docs/scaling.md has the bytes).
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from flax.core import spmd as flax_spmd
+from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax.model import attention, mixed_matmul, rope, sharding
 from bert_jax.model.bert_config import BertConfig
@@ -128,6 +129,16 @@ def gelu(x: jax.Array) -> jax.Array:
     return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
 
+# What a scanned layer keeps for its backward pass (bert_jax.model.layer_stack's checkpoint
+# policy), by the names checkpoint_name gives them: the attention probabilities
+# (attention.PROBS), the attention's context and output, the feed-forward's hidden activation
+# before GELU and its output. Everything else is recomputed, the query/key/value projection
+# included: redoing that matmul from the layer's input (kept anyway) moves fewer HBM bytes than
+# stacking its output for the backward pass and reading it back (docs/scaling.md).
+CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT = "context", "attention_out", "ffn_hidden", "ffn_out"
+KEPT_FOR_BACKWARD = (attention.PROBS, CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT)
+
+
 # --- Modules ---------------------------------------------------------------------------------
 
 
@@ -202,8 +213,9 @@ class SelfAttention(nnx.Module):
             ctx = attention.fused_attention(
                 q, k, v, input_mask, example_ids=example_ids, window=window, implementation=impl
             )
-        ctx = constrain(ctx, *ACT_HEADS)
-        return self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
+        ctx = checkpoint_name(constrain(ctx, *ACT_HEADS), CONTEXT)
+        out = self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
+        return checkpoint_name(out, ATTENTION_OUT)
 
 
 class EncoderLayer(nnx.Module):
@@ -234,13 +246,18 @@ class EncoderLayer(nnx.Module):
         self.output_norm = layer_norm(cfg, rngs)
 
     def _ffn(self, x):
+        """The feed-forward block before its hidden dropout: output(activation(...))."""
         if self.gate is None:
-            return gelu(self.intermediate(x))
-        denses = (self.intermediate, self.gate)
-        if all(type(d) is nnx.Linear for d in denses):
-            both = stacked_dense(x, denses, self.cfg.compute_dtype)  # [batch, length, 2, mlp]
-            return gelu(both[:, :, 0]) * both[:, :, 1]
-        return gelu(self.intermediate(x)) * self.gate(x)  # wrapped (LoRA) denses
+            h = gelu(checkpoint_name(self.intermediate(x), FFN_HIDDEN))
+        elif all(type(d) is nnx.Linear for d in (self.intermediate, self.gate)):
+            both = stacked_dense(x, (self.intermediate, self.gate), self.cfg.compute_dtype)
+            both = checkpoint_name(both, FFN_HIDDEN)  # [batch, length, 2, mlp]
+            h = gelu(both[:, :, 0]) * both[:, :, 1]
+        else:  # wrapped (LoRA) denses
+            h = gelu(checkpoint_name(self.intermediate(x), FFN_HIDDEN))
+            h = h * checkpoint_name(self.gate(x), FFN_HIDDEN)
+        h = constrain(h, *ACT_MLP)
+        return checkpoint_name(self.output(h), FFN_OUT)
 
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rope_tables=None):
         """`rope_tables`: {'global': (cos, sin), 'local': (cos, sin)} (bert_jax.model.rope.tables)
@@ -261,8 +278,7 @@ class EncoderLayer(nnx.Module):
             x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
             x = constrain(x, *ACT_EMBED)
         with jax.named_scope("ffn"):
-            h = constrain(self._ffn(x), *ACT_MLP)
-            h = _dropout(self.output(h), rate, k_ffn)
+            h = _dropout(self._ffn(x), rate, k_ffn)
         with jax.named_scope("norm_residual"):
             x = self.output_norm(x + h)
             return constrain(x, *ACT_EMBED)
@@ -275,8 +291,7 @@ class EncoderLayer(nnx.Module):
             x = constrain(x + _dropout(attn, rate, k_attn_out), *ACT_EMBED)
             h = self.output_norm(x)
         with jax.named_scope("ffn"):
-            h = constrain(self._ffn(h), *ACT_MLP)
-            h = _dropout(self.output(h), rate, k_ffn)
+            h = _dropout(self._ffn(h), rate, k_ffn)
         with jax.named_scope("norm_residual"):
             return constrain(x + h, *ACT_EMBED)
 

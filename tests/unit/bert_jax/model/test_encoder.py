@@ -356,3 +356,39 @@ def test_scanned_layers_keep_cudnn_attention_and_recompute_splash():
     kernels = _pallas_kernels(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, [])
     forward = [k for k in kernels if "_fwd" in k]
     assert len(forward) == 2 and len(kernels) == 4, kernels
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", ["bert", "modernbert"])
+def test_a_scanned_layer_keeps_the_named_activations_and_recomputes_the_rest(shape, dtype, capsys):
+    """The scanned layers' checkpoint policy keeps what layers.KEPT_FOR_BACKWARD names (the
+    attention probabilities in the computation's dtype, the context, the attention and
+    feed-forward outputs, the feed-forward's hidden activation) and no other matmul's output:
+    the query/key/value projection and the float32 attention logits are recomputed
+    (docs/scaling.md has the bytes). float32 runs the matmuls as XLA's dot_general, as a TPU
+    does (bfloat16 on a CPU takes mixed_matmul's own product)."""
+    from bert_jax.model import layer_stack, layers
+
+    changes = dict(dtype=dtype, attention_probs_dropout_prob=0.1)
+    if shape == "modernbert":
+        changes.update(mlp_type="geglu", norm_position="pre")
+    cfg = dataclasses.replace(TINY, **changes)
+    graphdef, state = nnx.split(layers.EncoderLayer(cfg, 1, rngs=nnx.Rngs(0)))
+    _, mask, _, _ = make_batch()
+    x = np.random.default_rng(0).normal(size=(B, L, cfg.hidden_size))
+    x = jnp.asarray(x, cfg.compute_dtype)
+
+    def loss(state, x):
+        out = nnx.merge(graphdef, state)(x, mask, jax.random.key(0))
+        return jnp.sum(out.astype(jnp.float32) ** 2)
+
+    jax.ad_checkpoint.print_saved_residuals(
+        jax.checkpoint(loss, policy=layer_stack._keep_for_backward), state, x
+    )
+    saved = [s for s in capsys.readouterr().out.splitlines() if "from the argument" not in s]
+    named = {n for n in layers.KEPT_FOR_BACKWARD for s in saved if f"named '{n}'" in s}
+    assert named == set(layers.KEPT_FOR_BACKWARD), saved
+    assert not [s for s in saved if "dot_general" in s], saved
+    square = f"[{B},{cfg.num_attention_heads},{L},{L}]"
+    short = {"float32": "f32", "bfloat16": "bf16"}[dtype]
+    assert [s[: s.index("[")] for s in saved if square in s] == [short], saved
