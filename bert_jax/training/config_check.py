@@ -344,7 +344,7 @@ def pretraining(config, num_devices: int, process_count: int = 1):
             )
         if resolved.data.dynamic_masking:
             facts = data_facts.DataFacts.from_data(resolved.data)
-            pipeline.masking_steps(facts, resolved.data, resolved.model.vocab_size)
+            pipeline.masking_rule(facts, resolved.data, resolved.model.vocab_size)
     except cli.UserError as e:
         if not problems:
             raise  # the data's own error, as it is

@@ -249,12 +249,13 @@ def _skip_damaged(data) -> bool:
     return data.bad_records == "skip"
 
 
-def masking_steps(
+def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
-) -> tuple[DrawMasks, ApplyMasks]:
-    """The two dynamic masking steps. Random replacements come from every entry of the records'
-    vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
-    one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
+) -> tuple[masking.Options, masking.Vocab]:
+    """Dynamic masking's options and vocabulary, checked. Random replacements come from every
+    entry of the records' vocabulary (data.vocab_file, from the manifest when unset), as data_prep
+    draws them (without one: ids 0..vocab_size-1); whole-word masking needs the file, for its
+    continuation pieces."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -278,7 +279,14 @@ def masking_steps(
         vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
     # The special ids of the data contract (manifest or config) win over the file's.
     special = {f"{k}_id": v for k, v in facts.special_ids.items() if v is not None}
-    vocab = dataclasses.replace(vocab, **special)
+    return opts, dataclasses.replace(vocab, **special)
+
+
+def masking_steps(
+    facts: data_facts.DataFacts, data, vocab_size: int
+) -> tuple[DrawMasks, ApplyMasks]:
+    """The two dynamic masking steps (Grain transforms) of `masking_rule`."""
+    opts, vocab = masking_rule(facts, data, vocab_size)
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
