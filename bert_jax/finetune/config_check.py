@@ -16,7 +16,7 @@ def check_finetuning(
     file read, in one cli.UserError; a field out of its range alone."""
     config_check.raise_problems(config_check.range_problems(config))
     t, d = config.train, config.data
-    problems = config_check.check_common(config, num_devices, process_count)
+    problems, split = config_check.check_common(config, num_devices, process_count)
     if not d.train_file:
         problems.append("data.train_file is empty: point it at the training file")
     if not (init or config.init):
@@ -42,10 +42,8 @@ def check_finetuning(
         )
     if config.lora.rank:
         problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
-    devices = config.mesh.num_devices or num_devices
-    sizes = None if problems else config_check.mesh_sizes(config.mesh, devices, problems)
-    if sizes is not None:
-        dp, axes = config_check.data_parallel(sizes, config.mesh.rules)
+    if split is not None and not problems:
+        dp, axes = split
         if t.batch_size % dp:
             problems.append(
                 f"train.batch_size={t.batch_size} must be divisible by the {dp} data-parallel "

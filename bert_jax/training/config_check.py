@@ -194,14 +194,6 @@ def range_problems(config) -> list[str]:
     return problems
 
 
-def mesh_sizes(mesh, num_devices: int, problems: list[str]) -> tuple[int, int, int] | None:
-    try:
-        return sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, num_devices)
-    except cli.UserError as e:
-        problems.append(str(e))
-        return None
-
-
 def ask(problems: list[str], rule, *args) -> None:
     """Runs a rule that raises cli.UserError; its message becomes a problem. Any other error (a
     plain ValueError included) is a bug of ours and keeps its traceback."""
@@ -218,10 +210,11 @@ def raise_problems(problems: list[str]) -> None:
 
 def check_common(
     config, num_devices: int, process_count: int = 1, num_train_steps: int | None = None
-) -> list[str]:
+) -> tuple[list[str], tuple[int, str] | None]:
     """Problems with the optimizer, non-finite mode and mesh sections (shared by pre-training and
     fine-tuning) that relate fields to each other or to the machine; the fields' own ranges are
-    range_problems', asked first.
+    range_problems', asked first. With them, how a batch splits over the mesh: (ways, which mesh
+    axes: "mesh data 8 x fsdp 1"), None where the mesh section has a problem.
 
     `num_train_steps` is None where it is not known yet (fine-tuning counts the data first).
     """
@@ -246,19 +239,29 @@ def check_common(
         if process_count > 1:
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
-    ask(problems, sharding.normalize_rules, m.rules)
-    sizes = mesh_sizes(m, num_devices, problems)
-    if sizes is not None:
-        tensor = sizes[2]
-        model = config.model
-        for name in ("num_attention_heads", "intermediate_size"):
-            value = model.get(name)
-            if value is not None and value % tensor:
-                problems.append(
-                    f"mesh.tensor={tensor} must divide model.{name}={value}: the tensor axis "
-                    "splits attention heads and the MLP width"
-                )
-    return problems
+    try:
+        rules = sharding.normalize_rules(m.rules)
+    except cli.UserError as e:
+        problems.append(str(e))
+        rules = None
+    try:
+        sizes = sharding.mesh_shape(m.data, m.fsdp, m.tensor, num_devices)
+    except cli.UserError as e:
+        problems.append(str(e))
+        return problems, None
+    tensor = sizes[2]
+    for name in ("num_attention_heads", "intermediate_size"):
+        value = config.model.get(name)
+        if value is not None and value % tensor:
+            problems.append(
+                f"mesh.tensor={tensor} must divide model.{name}={value}: the tensor axis "
+                "splits attention heads and the MLP width"
+            )
+    if rules is None:
+        return problems, None
+    axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
+    split = math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
+    return problems, split
 
 
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
@@ -273,13 +276,11 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     if problems:
         return problems
     t, e, d = config.train, config.eval, config.data
-    problems = check_common(config, num_devices, process_count, t.num_train_steps)
+    problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
-    devices = config.mesh.num_devices or num_devices
-    sizes = None if problems else mesh_sizes(config.mesh, devices, problems)
-    if sizes is not None:
-        dp, axes = data_parallel(sizes, config.mesh.rules)
+    if split is not None and not problems:
+        dp, axes = split
         if t.global_batch_size % (t.grad_accum_steps * dp):
             problems.append(
                 f"train.global_batch_size={t.global_batch_size} must be divisible by "
@@ -297,12 +298,6 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
                 f"devices and the {process_count} processes"
             )
     return problems + _init_problems(t)
-
-
-def data_parallel(sizes: tuple[int, int, int], rules) -> tuple[int, str]:
-    """(how many ways a batch is split, which mesh axes: "mesh data 8 x fsdp 1")."""
-    axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
-    return math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
 
 
 def _init_problems(t) -> list[str]:
@@ -349,7 +344,7 @@ def pretraining(config, num_devices: int, process_count: int = 1):
             )
         if resolved.data.dynamic_masking:
             facts = data_facts.DataFacts.from_data(resolved.data)
-            pipeline.masking_steps(facts, resolved.data, resolved.model.vocab_size)
+            pipeline.masking_rule(facts, resolved.data, resolved.model.vocab_size)
     except cli.UserError as e:
         if not problems:
             raise  # the data's own error, as it is

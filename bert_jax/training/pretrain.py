@@ -371,33 +371,29 @@ def evaluate(
 def initial_params(path: str, setup: Setup) -> dict:
     """Parameters from another run's workdir or a Hugging Face BERT directory
     (checkpoints.model_dir_kind tells which), on this mesh."""
+    if checkpoints.model_dir_kind(path) == checkpoints.WORKDIR:
+        params, config = checkpoints.restore_params(path, shardings=setup.param_shardings)
+        changed = sorted(
+            k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
+        )
+        if changed and jax.process_index() == 0:  # e.g. dropout or dtype: allowed, worth a line
+            print(f"note: {path} was trained with other model settings: {changed}", flush=True)
+        return params
     from bert_jax.hf import bert  # here: the names' mapping is only needed with init_checkpoint
 
-    if checkpoints.model_dir_kind(path) == checkpoints.HF_DIR:
-        params, report = bert.load_hf_params(
-            storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
-        )
-        if report.initialized and jax.process_index() == 0:
-            print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
-        return params
-    params, config = checkpoints.restore_params(path, shardings=setup.param_shardings)
-    changed = sorted(k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v)
-    if changed and jax.process_index() == 0:  # e.g. dropout or dtype: allowed, worth a line
-        print(f"note: {path} was trained with other model settings: {changed}", flush=True)
+    params, report = bert.load_hf_params(
+        storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
+    )
+    if report.initialized and jax.process_index() == 0:
+        print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
     return params
 
 
-def initial_state(config: ml_collections.ConfigDict, setup: Setup, manager, data_iter) -> dict:
-    """The run's own latest checkpoint (with the data position) if any, else a fresh state,
-    optionally seeded from train.init_checkpoint."""
-    t = config.train
+def initial_state(t: ml_collections.ConfigDict, setup: Setup) -> dict:
+    """A new run's state (config.train `t`): with init_optimizer_state, the state of the run in
+    the workdir train.init_checkpoint (phase 1); else a fresh one, its parameters optionally from
+    train.init_checkpoint."""
     say = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    resumed = checkpoints.restore_latest(
-        manager, setup.abstract_state, data_iter, config.model.to_dict()
-    )
-    if resumed is not None:
-        say(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
-        return resumed[1]
     if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
         source = checkpoints.make_manager(t.init_checkpoint, read_only=True)
         try:
@@ -463,7 +459,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    state = initial_state(config, setup, manager, data_iter)
+    # The run's own latest checkpoint (with the data position), else a new start.
+    resumed = checkpoints.restore_latest(
+        manager, setup.abstract_state, data_iter, config.model.to_dict()
+    )
+    if resumed is not None and is_primary:
+        print(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
+    state = initial_state(t, setup) if resumed is None else resumed[1]
     step = int(jax.device_get(state["step"]))
     growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 

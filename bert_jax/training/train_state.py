@@ -104,25 +104,48 @@ def build_setup(
     devices=None,
     **fields,
 ) -> tuple[Setup, dict, dict]:
-    """Both trainers' Setup (as MaxText's get_abstract_state): the mesh (config.mesh), where
-    `model`'s `trainable` parameters and the rest go, the optimizer (`optim_config`, default
-    config.optim; `mask_fn` says what decays) over `total_steps`, the state's layout; and the two
-    parameter trees as pure dicts of the model's leaves (abstract with an nnx.eval_shape model),
-    placed nowhere. `shard_update`: weight-update sharding (Setup.compute_shardings). `fields`:
-    the Setup's task fields (nsp, mask_id, kind)."""
+    """Both trainers' Setup (as MaxText's get_abstract_state): the optimizer (`optim_config`,
+    default config.optim; `mask_fn` says what decays) over `total_steps`; the mesh (config.mesh)
+    and where `model`'s `trainable` parameters, the rest and the batch go; the train state's
+    layout; and the two parameter trees as pure dicts of the model's leaves (abstract with an
+    nnx.eval_shape model), placed nowhere. `shard_update`: weight-update sharding
+    (Setup.compute_shardings). `fields`: the Setup's task fields (nsp, mask_id, kind).
+
+    The train state {'params', 'opt_state', 'step', 'rng', 'nonfinite_steps'} is laid out with
+    the optimizer moments on their parameter's sharding and the scalars replicated; the abstract
+    state's jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering
+    want them.
+    """
+    o = optim_config or config.optim
+    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
+    lr = optim.schedule_values(o, total_steps)
+    graphdef, trained, rest = nnx.split(model, trainable, ...)
+    params = nnx.to_pure_dict(trained)
+    abstract = {
+        "params": params,
+        "opt_state": jax.eval_shape(optimizer(lr).init, params),
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
+        "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32),
+    }
+
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
-    graphdef, params, rest = nnx.split(model, trainable, ...)
-    compute_shardings = sharding.param_shardings(params, mesh, rules)
-    params, frozen = nnx.to_pure_dict(params), nnx.to_pure_dict(rest)
+    compute_shardings = sharding.param_shardings(trained, mesh, rules)
     param_shardings = (
         sharding.update_shardings(compute_shardings, params, rules)
         if shard_update
         else compute_shardings
     )
-    o = optim_config or config.optim
-    optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
-    lr = optim.schedule_values(o, total_steps)
-    state_shardings, abstract_state = state_layout(params, param_shardings, optimizer(lr), mesh)
+    replicated = NamedSharding(mesh, P())
+    state_shardings = {
+        "params": param_shardings,
+        "opt_state": sharding.tree_shardings_like_params(
+            abstract["opt_state"], param_shardings, mesh
+        ),
+        "step": replicated,
+        "rng": replicated,
+        "nonfinite_steps": replicated,
+    }
     setup = Setup(
         model.config,
         graphdef,
@@ -130,7 +153,11 @@ def build_setup(
         rules,
         param_shardings,
         state_shardings,
-        abstract_state,
+        jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            abstract,
+            state_shardings,
+        ),
         sharding.batch_sharding(mesh, rules),
         optimizer,
         lr,
@@ -138,44 +165,12 @@ def build_setup(
         frozen_shardings=sharding.param_shardings(rest, mesh, rules),
         **fields,
     )
-    return setup, params, frozen
-
-
-def state_layout(
-    abstract_params, param_shardings, tx: optax.GradientTransformation, mesh: Mesh
-) -> tuple[dict, dict]:
-    """(shardings, abstract state) of a train state {'params', 'opt_state', 'step', 'rng',
-    'nonfinite_steps'}.
-
-    Optimizer moments take their parameter's sharding, scalars are replicated; the abstract state's
-    jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering want them.
-    Fine-tuning uses the same layout for its trainable parameters.
-    """
-    replicated = NamedSharding(mesh, P())
-    abstract_opt = jax.eval_shape(tx.init, abstract_params)
-    shardings = {
-        "params": param_shardings,
-        "opt_state": sharding.tree_shardings_like_params(abstract_opt, param_shardings, mesh),
-        "step": replicated,
-        "rng": replicated,
-        "nonfinite_steps": replicated,
-    }
-    shapes = {
-        "params": jax.eval_shape(lambda x: x, abstract_params),
-        "opt_state": abstract_opt,
-        "step": jax.ShapeDtypeStruct((), jnp.int32),
-        "rng": jax.ShapeDtypeStruct((2,), jnp.uint32),
-        "nonfinite_steps": jax.ShapeDtypeStruct((), jnp.int32),
-    }
-    abstract = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, shardings
-    )
-    return shardings, abstract
+    return setup, params, nnx.to_pure_dict(rest)
 
 
 def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
     """The train state at step 0 (both trainers; fine-tuning's params are its trainable ones).
-    Call it under jit with out_shardings=state_layout(...)[0] to build it on the mesh."""
+    Call it under jit with out_shardings=Setup.state_shardings to build it on the mesh."""
     return {
         "params": params,
         "opt_state": tx.init(params),

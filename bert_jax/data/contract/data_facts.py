@@ -135,15 +135,34 @@ def _described(manifests: list[dict]) -> tuple[dict, dict]:
     return values, where
 
 
-def _vocabulary(vocab_file: str, do_lower_case) -> dict:
-    """size, md5 and special ids of a vocabulary file, as data_prep's manifest records them."""
-    tok = tokenization.make_tokenizer(vocab_file, tokenization.lower_case(do_lower_case))
-    entry = manifest.vocab_entry(tok)
-    return {
-        "vocab_size": entry["size"],
-        "vocab_md5": entry["md5"],
-        **{f"{name}_token_id": entry["special_ids"][name] for name in SPECIAL},
-    }
+def _vocabulary(d, described: dict, where: dict) -> str:
+    """The vocabulary file of config.data `d` (its own, else the manifest's; "" if neither), checked
+    against the one the data was made with (its md5). Version-1 manifests (and records without
+    one) record no vocabulary size or special ids: `described` gets them from the file, when it is
+    there and is the data's, as data_prep's manifest records them."""
+    vocab_file = d.vocab_file or described.get("vocab_file") or ""
+    lower = _first(d.do_lower_case, described.get("do_lower_case"))
+    why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
+    if why:
+        raise cli.UserError(f"config.data.vocab_file={d.vocab_file!r} {why}")
+    if vocab_file and storage.isfile(vocab_file) and "vocab_size" not in described:
+        tok = tokenization.make_tokenizer(vocab_file, tokenization.lower_case(lower))
+        entry = manifest.vocab_entry(tok)
+        if described.get("vocab_md5", entry["md5"]) == entry["md5"]:
+            from_file = {"vocab_size": entry["size"], "vocab_md5": entry["md5"]}
+            from_file.update({f"{n}_token_id": entry["special_ids"][n] for n in SPECIAL})
+            for key, value in from_file.items():
+                described.setdefault(key, value)
+                where.setdefault(key, vocab_file)
+    if d.vocab_file and described.get("vocab_md5"):
+        md5 = manifest.file_md5(d.vocab_file)
+        if md5 != described["vocab_md5"]:
+            raise cli.UserError(
+                f"config.data.vocab_file={d.vocab_file!r} (md5 {md5}) is not the vocabulary the "
+                f"records were tokenized with ({where['vocab_md5']}: md5 "
+                f"{described['vocab_md5']}); leave config.data.vocab_file unset"
+            )
+    return vocab_file
 
 
 def resolve(config):
@@ -161,26 +180,7 @@ def resolve(config):
             if shards is not None:
                 shard_files.verify(shards)
     described, where = _described(list(manifests.values()))
-    why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
-    if why:
-        raise cli.UserError(f"config.data.vocab_file={d.vocab_file!r} {why}")
-    # Version-1 manifests (and records without one) record no vocabulary size or special ids:
-    # read them from the vocabulary file, when it is there and is the one the data was made with.
-    vocab_file = d.vocab_file or described.get("vocab_file") or ""
-    if vocab_file and storage.isfile(vocab_file) and "vocab_size" not in described:
-        from_file = _vocabulary(vocab_file, _first(d.do_lower_case, described.get("do_lower_case")))
-        if described.get("vocab_md5", from_file["vocab_md5"]) == from_file["vocab_md5"]:
-            for key, value in from_file.items():
-                described.setdefault(key, value)
-                where.setdefault(key, vocab_file)
-    if d.vocab_file and described.get("vocab_md5"):
-        md5 = manifest.file_md5(d.vocab_file)
-        if md5 != described["vocab_md5"]:
-            raise cli.UserError(
-                f"config.data.vocab_file={d.vocab_file!r} (md5 {md5}) is not the vocabulary the "
-                f"records were tokenized with ({where['vocab_md5']}: md5 "
-                f"{described['vocab_md5']}); leave config.data.vocab_file unset"
-            )
+    vocab_file = _vocabulary(d, described, where)
 
     values = {}
     for key in (

@@ -223,38 +223,33 @@ class ApplyMasks(grain.transforms.Map):
 
 
 def _records(
-    patterns,
-    split: str,
-    facts: data_facts.DataFacts,
-    vocab_size: int,
-    skip_damaged: bool,
-    cache_dir: str = "",
-) -> tuple[grain.MapDataset, ParseRecord]:
-    shards = shard_files.find_shards(patterns, split)
+    data, files, split: str, vocab_size: int
+) -> tuple[grain.MapDataset, ParseRecord, data_facts.DataFacts]:
+    """The parsed records of `files` as config.data `data` reads them, the parser (it names a
+    damaged record) and the data's facts."""
+    facts = data_facts.DataFacts.from_data(data)
+    schema = facts.record_schema()
+    shards = shard_files.find_shards(files, split)
     # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
     # a ranged read per record would be a request per record): each process fetches all of them,
     # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
-    local = storage.local_copies(shards.files, shards.md5, shards.nbytes, cache_dir or None)
+    local = storage.local_copies(shards.files, shards.md5, shards.nbytes, data.cache_dir or None)
+    skip_damaged = data.bad_records == "skip"
     source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
     special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))
-    parse = ParseRecord(
-        facts.record_schema(), limit, shards.files, counts, facts.nsp, skip_damaged, special
-    )
-    return grain.MapDataset.source(source).map_with_index(parse), parse
+    parse = ParseRecord(schema, limit, shards.files, counts, facts.nsp, skip_damaged, special)
+    return grain.MapDataset.source(source).map_with_index(parse), parse, facts
 
 
-def _skip_damaged(data) -> bool:
-    return data.bad_records == "skip"
-
-
-def masking_steps(
+def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
-) -> tuple[DrawMasks, ApplyMasks]:
-    """The two dynamic masking steps. Random replacements come from every entry of the records'
-    vocabulary (data.vocab_file, from the manifest when unset), as data_prep draws them (without
-    one: ids 0..vocab_size-1); whole-word masking needs the file, for its continuation pieces."""
+) -> tuple[masking.Options, masking.Vocab]:
+    """Dynamic masking's options and vocabulary, checked. Random replacements come from every
+    entry of the records' vocabulary (data.vocab_file, from the manifest when unset), as data_prep
+    draws them (without one: ids 0..vocab_size-1); whole-word masking needs the file, for its
+    continuation pieces."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -278,7 +273,14 @@ def masking_steps(
         vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
     # The special ids of the data contract (manifest or config) win over the file's.
     special = {f"{k}_id": v for k, v in facts.special_ids.items() if v is not None}
-    vocab = dataclasses.replace(vocab, **special)
+    return opts, dataclasses.replace(vocab, **special)
+
+
+def masking_steps(
+    facts: data_facts.DataFacts, data, vocab_size: int
+) -> tuple[DrawMasks, ApplyMasks]:
+    """The two dynamic masking steps (Grain transforms) of `masking_rule`."""
+    opts, vocab = masking_rule(facts, data, vocab_size)
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
@@ -305,10 +307,7 @@ def train_dataset(
         raise cli.UserError(
             f"global batch {global_batch_size} is not divisible by {process_count} processes"
         )
-    facts = data_facts.DataFacts.from_data(data)
-    ds, parse = _records(
-        data.train_files, "train", facts, vocab_size, _skip_damaged(data), data.cache_dir
-    )
+    ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
     if len(ds) < global_batch_size:
         raise cli.UserError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -370,8 +369,7 @@ def eval_batches(
         raise cli.UserError(
             f"eval batch {global_batch_size} is not divisible by {process_count} processes"
         )
-    facts = data_facts.DataFacts.from_data(data)
-    ds, parse = _records(files, "eval", facts, vocab_size, _skip_damaged(data), data.cache_dir)
+    ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:
         rate = data.eval_masked_lm_prob  # None: the training's
         if rate is not None:

@@ -66,7 +66,7 @@ def test_each_record_is_a_piece_of_one_document_up_to_8192_tokens(data, testdata
     assert manifest["schema"] == {"max_seq_length": L, "max_predictions_per_seq": 0}
     docs = b"|".join(d.tobytes() for d in documents(testdata, vocab))
     config = config_for(out, pack=False, dynamic_masking=True)
-    ds, _ = ip._records(out, "train", data_facts.DataFacts.from_data(config.data), 2000, False)
+    ds, _, _ = ip._records(config.data, out, "train", 2000)
     lengths = []
     for i in range(len(ds)):
         r = ds[i]
