@@ -30,29 +30,29 @@ def _replace(owner, name: str, value):
 
 def gelu_erfc():
     """Exact GELU as jax.nn.gelu(approximate=False) computes it: 0.5 x erfc(-x / sqrt 2)."""
-    from bert_jax.model import encoder
+    from bert_jax.model import layers
 
-    return _replace(encoder, "_gelu", lambda x: jax.nn.gelu(x, approximate=False))
+    return _replace(layers, "gelu", lambda x: jax.nn.gelu(x, approximate=False))
 
 
 def gelu_erf():
     """Exact GELU as HF and google-research/bert write it: 0.5 x (1 + erf(x / sqrt 2))."""
-    from bert_jax.model import encoder
+    from bert_jax.model import layers
 
     def gelu(x):
         return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
-    return _replace(encoder, "_gelu", gelu)
+    return _replace(layers, "gelu", gelu)
 
 
 def qkv_separate():
     """Query, key and value as three matmuls of their own (no stacked kernel)."""
-    from bert_jax.model import encoder
+    from bert_jax.model import layers
 
     def project(self, x):
         return tuple(p(x) for p in (self.query, self.key, self.value))
 
-    return _replace(encoder.SelfAttention, "_project_qkv", project)
+    return _replace(layers.SelfAttention, "_project_qkv", project)
 
 
 def bf16_dots_xla():
@@ -63,11 +63,24 @@ def bf16_dots_xla():
     return _replace(mixed_matmul, "_on_cpu", lambda: False)
 
 
+def softmax_autodiff():
+    """The attention's softmax and dropout differentiated by autodiff (which keeps the float32
+    logits for the backward pass) instead of attention.softmax_dropout's own backward pass."""
+    from bert_jax.model import attention
+    from bert_jax.model.dropout import dropout
+
+    def softmax_dropout(logits, rng, rate, dtype):
+        return dropout(jax.nn.softmax(logits, axis=-1), rate, rng).astype(dtype)
+
+    return _replace(attention, "softmax_dropout", softmax_dropout)
+
+
 PATCHES = {
     "gelu_erfc": gelu_erfc,
     "gelu_erf": gelu_erf,
     "qkv_separate": qkv_separate,
     "bf16_dots_xla": bf16_dots_xla,
+    "softmax_autodiff": softmax_autodiff,
 }
 
 
