@@ -249,7 +249,9 @@ def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) ->
 def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedSharding:
     """Where one chip's share of a parameter's optimizer update lives: the parameter's own
     sharding, further split over the batch's mesh axes (data, and fsdp where the parameter does
-    not use it already) along its largest dimension those axes divide.
+    not use it already) along its first dimension those axes divide. A share that is a block of
+    whole rows is contiguous; split along an inner dimension, the TPU compiler adds layout
+    copies around the update and the all-gathers (docs/scaling.md, "Round two").
 
     Weight-update sharding (MLPerf's TPU BERT: "automatic cross-replica sharding of weight
     update"; ZeRO stage 1): the Adam moments live in these shardings, the gradients are
@@ -268,18 +270,14 @@ def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedS
         if not axes:
             break
         ways = math.prod(mesh.shape[a] for a in axes)
-        dims = []
         for d, size in enumerate(shape):
             entry = spec[d]
             have = (entry,) if isinstance(entry, str) else tuple(entry or ())
-            split = math.prod(mesh.shape[a] for a in have)
-            if (size // split) % ways == 0 and size // split >= ways:
-                dims.append((size // split, d, have))
-        if dims:
-            _, d, have = max(dims)
-            new = have + axes
-            spec[d] = new[0] if len(new) == 1 else new
-            return NamedSharding(mesh, P(*spec))
+            share = size // math.prod(mesh.shape[a] for a in have)
+            if share % ways == 0 and share >= ways:
+                new = have + axes
+                spec[d] = new[0] if len(new) == 1 else new
+                return NamedSharding(mesh, P(*spec))
     return param
 
 

@@ -111,9 +111,13 @@ def test_update_sharding_splits_each_parameter_over_the_free_batch_axes():
     whole = NamedSharding(mesh, P())
     # A replicated [30522, 32] table: 30522 rows do not divide 8, its 32 columns do.
     assert sharding.update_sharding(whole, (30522, 32), rules).spec == P(None, ("data", "fsdp"))
-    # fsdp already splits 'embed': only data is free, on the larger remaining dimension.
+    # The first dimension the free axes divide, whole rows: [32, 128] splits its 32 rows.
+    assert sharding.update_sharding(whole, (32, 128), rules).spec == P(("data", "fsdp"), None)
+    # fsdp already splits the rows 4 ways; data splits them further where 8 rows remain.
     fsdp = NamedSharding(mesh, P("fsdp", None))
-    assert sharding.update_sharding(fsdp, (32, 128), rules).spec == P("fsdp", "data")
+    assert sharding.update_sharding(fsdp, (32, 128), rules).spec == P(("fsdp", "data"), None)
+    # ... and takes the next dimension where the rows do not divide.
+    assert sharding.update_sharding(fsdp, (4, 128), rules).spec == P("fsdp", "data")
     # Nothing divides: the parameter keeps its sharding (updated whole on every device).
     assert sharding.update_sharding(whole, (3,), rules) is whole
     # A dimension that takes only one of the free axes gets the larger one.
