@@ -25,6 +25,7 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 
@@ -297,21 +298,30 @@ def from_hf_state_dict(
     """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
     The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
     block."""
-    return _from_tensors(tensors, config, _names(config), seed, source)
+    params, report = _params(tensors, config, _names(config), seed, source)
+    return model_from_params(config, params), report
 
 
-def _from_tensors(
+def _params(
     tensors: Mapping[str, Any], config: BertConfig, names: _Names, seed: int, source: str
-) -> tuple[BertForPreTraining, ImportReport]:
+) -> tuple[dict, ImportReport]:
+    """The pure parameter dict of a `config` model holding `tensors` (named by `names`), and the
+    report; absent heads/pooler are initialized (`seed`)."""
     by_name = {names.normalize(k): v for k, v in tensors.items()}
-    # Shapes first (no random init: on CPU its small programs take longer to compile than the
-    # whole import); a real init only when the file lacks some weights (fresh heads).
-    abstract = nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(seed)))
-    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    loaded, initialized, absent_body = {}, [], []
+    ours = [name for _, name, _ in names.table]
+    missing = [name for name in ours if name not in by_name]
+    initialized = [name for name in missing if not name.startswith(names.body)]
+
+    def build():
+        return BertForPreTraining(config, rngs=nnx.Rngs(seed))
+
+    # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
+    # init's small programs take longer to compile than the whole import.
+    params = nnx.to_pure_dict(
+        nnx.state(build() if initialized else nnx.eval_shape(build), nnx.Param)
+    )
     for paths, name, transpose in names.table:
         if name not in by_name:
-            (absent_body if name.startswith(names.body) else initialized).append(name)
             continue
         value = np.asarray(by_name[name], dtype=np.float32)
         shapes = [tuple(_get(params, path).shape) for path in paths]
@@ -326,7 +336,8 @@ def _from_tensors(
             np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
         )
         for path, part in zip(paths, parts):
-            loaded[path] = (name, part.T if transpose else part)
+            _set(params, path, part.T if transpose else part)
+    absent_body = [name for name in missing if name.startswith(names.body)]
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
         raise CheckpointError(
@@ -336,15 +347,8 @@ def _from_tensors(
         )
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    used = {name for name, _ in loaded.values()}
-    unused = sorted(k for k in by_name if k not in used and k not in names.tied)
-    report = ImportReport(source=source, initialized=initialized, unused=unused)
-    if initialized:  # the file's weights over a fresh model's
-        model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
-        params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    for path, (_, value) in loaded.items():
-        _set(params, path, value)
-    return model_from_params(config, params), report
+    unused = sorted(set(by_name) - set(ours) - names.tied)
+    return params, ImportReport(source=source, initialized=initialized, unused=unused)
 
 
 # --- Files -----------------------------------------------------------------------------------
@@ -439,6 +443,26 @@ def load_hf(
     (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
     remat). `seed` initializes weights the file lacks.
     """
+    config, params, report = _load(hf_dir, config, seed, overrides)
+    return model_from_params(config, params), report
+
+
+def load_hf_params(
+    hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
+) -> tuple[dict, ImportReport]:
+    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
+
+    The dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so
+    a run can start from a public checkpoint; `config` is the run's (its shapes must match the
+    file).
+    """
+    _, params, report = _load(hf_dir, config, seed, None)
+    return jax.device_put(params, shardings), report
+
+
+def _load(
+    hf_dir: str, config: BertConfig | None, seed: int, overrides: Mapping[str, Any] | None
+) -> tuple[BertConfig, dict, ImportReport]:
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
@@ -456,22 +480,4 @@ def load_hf(
             f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
         )
     tensors, source = read_hf_weights(hf_dir)
-    return _from_tensors(tensors, config, names, seed, source)
-
-
-def load_hf_params(
-    hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
-) -> tuple[dict, ImportReport]:
-    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
-
-    The dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so
-    a run can start from a public checkpoint; `config` is the run's (its shapes must match the
-    file).
-    """
-    import jax
-
-    model, report = load_hf(hf_dir, config, seed=seed)
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    if shardings is not None:
-        params = jax.device_put(params, shardings)
-    return params, report
+    return config, *_params(tensors, config, names, seed, source)
