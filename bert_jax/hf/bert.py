@@ -463,6 +463,8 @@ def load_hf_params(
 def _load(
     hf_dir: str, config: BertConfig | None, seed: int, overrides: Mapping[str, Any] | None
 ) -> tuple[BertConfig, dict, ImportReport]:
+    """(config, parameters, report): the config file read once, the names decided once (a
+    wrong block is refused before the weights are read), then the weights mapped."""
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
@@ -480,4 +482,5 @@ def _load(
             f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
         )
     tensors, source = read_hf_weights(hf_dir)
-    return config, *_params(tensors, config, names, seed, source)
+    params, report = _params(tensors, config, names, seed, source)
+    return config, params, report
