@@ -22,15 +22,16 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 
 from bert_jax import cli
 from bert_jax.hf import modernbert
-from bert_jax.hf.files import CheckpointError, read_hf_weights, read_json
+from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
 from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
 from bert_jax.text import tokenization, tokenizer_json
 
@@ -49,7 +50,6 @@ _SHARED_FIELDS = (
     "layer_norm_eps",
 )
 _EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
-_BODY_PREFIXES = ("bert.embeddings.", "bert.encoder.")  # must come from the file; the rest may not
 
 
 @dataclasses.dataclass
@@ -78,7 +78,8 @@ BERT, MODERNBERT = "bert", "modernbert"
 def architecture(config: BertConfig) -> str:
     """BERT or MODERNBERT: the transformers model `config`'s model is (its weights' names); a mix
     of the two blocks' fields that neither class has is an error naming them."""
-    if modernbert.is_modernbert(config):
+    modern = modernbert.is_modernbert(config)
+    if modern:
         wrong = modernbert.problems(config)
         what = "ModernBertForMaskedLM"
     else:
@@ -93,7 +94,7 @@ def architecture(config: BertConfig) -> str:
         raise cli.UserError(
             f"this model has no Hugging Face class: as a {what} it has {', '.join(wrong)}"
         )
-    return MODERNBERT if modernbert.is_modernbert(config) else BERT
+    return MODERNBERT if modern else BERT
 
 
 # The modern block's fields where BertForPreTraining has no choice.
@@ -156,31 +157,51 @@ def hf_config_from_bert(
 # --- Name and layout mapping ------------------------------------------------------------------
 
 
-def _param_table(
-    num_layers: int, config: BertConfig | None = None
-) -> Iterator[tuple[tuple[tuple, ...], str, bool]]:
-    """(our parameter paths, Hugging Face name, transpose?) for every parameter we have: BERT's
-    (`num_layers` layers), or ModernBERT's when `config` is of the modern block. A name with
-    several paths holds them concatenated along torch's first axis."""
-    if config is not None and architecture(config) == MODERNBERT:
-        yield from modernbert.param_table(config)
-        return
-    for path, name, transpose in _bert_table(num_layers):
-        yield (path,), name, transpose
+@dataclasses.dataclass(frozen=True)
+class _Names:
+    """How one transformers class names our parameters, decided once per config by `_names`."""
+
+    label: str  # "BERT" or "ModernBERT"
+    # (our parameter paths, its name, transpose?); a name with several paths holds them
+    # concatenated along torch's first axis.
+    table: tuple[tuple[tuple[tuple, ...], str, bool], ...]
+    normalize: Callable[[str], str]  # a checkpoint's name variants -> the table's names
+    body: tuple[str, ...]  # prefixes of the names a file must hold; the heads may be absent
+    tied: frozenset[str]  # names a file may hold that repeat another weight (the decoder)
 
 
-def _bert_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
+def _names(config: BertConfig) -> _Names:
+    if architecture(config) == MODERNBERT:
+        return _Names(
+            "ModernBERT",
+            tuple(modernbert.param_table(config)),
+            modernbert.normalize_name,
+            modernbert.BODY_PREFIXES,
+            modernbert.TIED,
+        )
+    return _Names(
+        "BERT",
+        tuple(_bert_table(config.num_hidden_layers)),
+        _normalize_hf_name,
+        ("bert.embeddings.", "bert.encoder."),
+        frozenset({"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}),
+    )
+
+
+def _bert_table(num_layers: int) -> Iterator[tuple[tuple[tuple, ...], str, bool]]:
+    """BertForPreTraining's rows of the table (one path each)."""
+
     def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
-        yield ours + ("kernel",), hf + ".weight", True
-        yield ours + ("bias",), hf + ".bias", False
+        yield (ours + ("kernel",),), hf + ".weight", True
+        yield (ours + ("bias",),), hf + ".bias", False
 
     def norm(ours, hf):
-        yield ours + ("scale",), hf + ".weight", False
-        yield ours + ("bias",), hf + ".bias", False
+        yield (ours + ("scale",),), hf + ".weight", False
+        yield (ours + ("bias",),), hf + ".bias", False
 
     emb = ("bert", "embeddings")
     for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-        yield emb + (name, "embedding"), f"bert.embeddings.{name}.weight", False
+        yield (emb + (name, "embedding"),), f"bert.embeddings.{name}.weight", False
     yield from norm(emb + ("layer_norm",), "bert.embeddings.LayerNorm")
     for i in range(num_layers):
         ours, hf = ("bert", "layers", i), f"bert.encoder.layer.{i}"
@@ -194,7 +215,7 @@ def _bert_table(num_layers: int) -> Iterator[tuple[tuple, str, bool]]:
     yield from linear(("bert", "pooler"), "bert.pooler.dense")
     yield from linear(("mlm", "transform"), "cls.predictions.transform.dense")
     yield from norm(("mlm", "transform_norm"), "cls.predictions.transform.LayerNorm")
-    yield ("mlm", "bias"), "cls.predictions.bias", False
+    yield (("mlm", "bias"),), "cls.predictions.bias", False
     yield from linear(("nsp",), "cls.seq_relationship")
 
 
@@ -244,8 +265,9 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
         raise cli.UserError(
             f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
         )
+    table = _bert_table(num_layers) if config is None else _names(config).table
     out = {}
-    for paths, name, transpose in _param_table(num_layers, config):
+    for paths, name, transpose in table:
         parts = []
         for path in paths:
             try:
@@ -276,18 +298,30 @@ def from_hf_state_dict(
     """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
     The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
     block."""
-    modern = architecture(config) == MODERNBERT
-    normalize = modernbert.normalize_name if modern else _normalize_hf_name
-    body = modernbert.BODY_PREFIXES if modern else _BODY_PREFIXES
-    by_name = {normalize(k): v for k, v in tensors.items()}
-    # Shapes first (no random init: on CPU its small programs take longer to compile than the
-    # whole import); a real init only when the file lacks some weights (fresh heads).
-    abstract = nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(seed)))
-    params = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    loaded, initialized, absent_body = {}, [], []
-    for paths, name, transpose in _param_table(config.num_hidden_layers, config):
+    params, report = _params(tensors, config, _names(config), seed, source)
+    return model_from_params(config, params), report
+
+
+def _params(
+    tensors: Mapping[str, Any], config: BertConfig, names: _Names, seed: int, source: str
+) -> tuple[dict, ImportReport]:
+    """The pure parameter dict of a `config` model holding `tensors` (named by `names`), and the
+    report; absent heads/pooler are initialized (`seed`)."""
+    by_name = {names.normalize(k): v for k, v in tensors.items()}
+    ours = [name for _, name, _ in names.table]
+    missing = [name for name in ours if name not in by_name]
+    initialized = [name for name in missing if not name.startswith(names.body)]
+
+    def build():
+        return BertForPreTraining(config, rngs=nnx.Rngs(seed))
+
+    # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
+    # init's small programs take longer to compile than the whole import.
+    params = nnx.to_pure_dict(
+        nnx.state(build() if initialized else nnx.eval_shape(build), nnx.Param)
+    )
+    for paths, name, transpose in names.table:
         if name not in by_name:
-            (absent_body if name.startswith(body) else initialized).append(name)
             continue
         value = np.asarray(by_name[name], dtype=np.float32)
         shapes = [tuple(_get(params, path).shape) for path in paths]
@@ -302,36 +336,19 @@ def from_hf_state_dict(
             np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
         )
         for path, part in zip(paths, parts):
-            loaded[path] = (name, part.T if transpose else part)
+            _set(params, path, part.T if transpose else part)
+    absent_body = [name for name in missing if name.startswith(names.body)]
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
         raise CheckpointError(
             f"{source} lacks encoder weights {absent_body[:4]}{more} "
-            f"({len(absent_body)} in all): not a {'ModernBERT' if modern else 'BERT'} "
+            f"({len(absent_body)} in all): not a {names.label} "
             "checkpoint, or num_hidden_layers in its config is wrong"
         )
-    # The tied decoder is the word embeddings and cls.predictions.bias again; anything else
+    # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    tied = (
-        modernbert.TIED
-        if modern
-        else {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
-    )
-    used = {name for name, _ in loaded.values()}
-    unused = sorted(k for k in by_name if k not in used and k not in tied)
-    report = ImportReport(source=source, initialized=initialized, unused=unused)
-    if not initialized:
-        for path, (_, value) in loaded.items():
-            _set(params, path, value)
-        return model_from_params(config, params), report
-    model = BertForPreTraining(config, rngs=nnx.Rngs(seed))
-    state = nnx.state(model, nnx.Param)
-    params = nnx.to_pure_dict(state)
-    for path, (_, value) in loaded.items():
-        _set(params, path, value)
-    nnx.replace_by_pure_dict(state, params)
-    nnx.update(model, state)
-    return model, report
+    unused = sorted(set(by_name) - set(ours) - names.tied)
+    return params, ImportReport(source=source, initialized=initialized, unused=unused)
 
 
 # --- Files -----------------------------------------------------------------------------------
@@ -413,55 +430,21 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
             )
 
 
-# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
-CONFIG_FILES = ("config.json", "bert_config.json")
-
-
-def _config_path(hf_dir: str) -> str:
-    for name in CONFIG_FILES:
-        path = os.path.join(hf_dir, name)
-        if os.path.isfile(path):
-            return path
-    raise CheckpointError(
-        f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
-        "(original TensorFlow BERT); pass the model's directory"
-    )
-
-
-def load_bert_config(hf_dir: str, **overrides) -> BertConfig:
-    """The BertConfig of a model directory's config.json; an error names the file."""
-    path = _config_path(hf_dir)
-    try:
-        return bert_config_from_hf(read_json(path), **overrides)
-    except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
-        text = " ".join(str(e).split())
-        raise CheckpointError(text if path in text else f"{path}: {text}") from None
-
-
 def load_hf(
-    hf_dir: str, config: BertConfig | None = None, *, seed: int = 0
+    hf_dir: str,
+    config: BertConfig | None = None,
+    *,
+    seed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
 ) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
 
-    `config` defaults to the directory's config.json / bert_config.json; pass one to change what
-    the weights do not fix (dtype, dropout, remat). `seed` initializes weights the file lacks.
+    `config` defaults to the directory's config.json / bert_config.json, with `overrides`
+    (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
+    remat). `seed` initializes weights the file lacks.
     """
-    if not os.path.isdir(hf_dir):
-        raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
-    if config is None:
-        config = load_bert_config(hf_dir)
-    else:  # a run's own config: its block must be the directory's
-        theirs = read_json(_config_path(hf_dir)).get("model_type") == modernbert.MODEL_TYPE
-        ours = architecture(config) == MODERNBERT
-        if theirs != ours:
-            names = {True: "ModernBERT", False: "BERT"}
-            raise CheckpointError(
-                f"{hf_dir} holds a {names[theirs]} model but the config.model given is "
-                f"{names[ours]}'s block: use a config of the same block (configs/"
-                f"{'modernbert_base.py' if theirs else 'bert_base.py'}, ...)"
-            )
-    tensors, source = read_hf_weights(hf_dir)
-    return from_hf_state_dict(tensors, config, seed=seed, source=source)
+    config, params, report = _load(hf_dir, config, seed, overrides)
+    return model_from_params(config, params), report
 
 
 def load_hf_params(
@@ -473,10 +456,31 @@ def load_hf_params(
     a run can start from a public checkpoint; `config` is the run's (its shapes must match the
     file).
     """
-    import jax
+    _, params, report = _load(hf_dir, config, seed, None)
+    return jax.device_put(params, shardings), report
 
-    model, report = load_hf(hf_dir, config, seed=seed)
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    if shardings is not None:
-        params = jax.device_put(params, shardings)
-    return params, report
+
+def _load(
+    hf_dir: str, config: BertConfig | None, seed: int, overrides: Mapping[str, Any] | None
+) -> tuple[BertConfig, dict, ImportReport]:
+    """(config, parameters, report): the config file read once, the names decided once (a
+    wrong block is refused before the weights are read), then the weights mapped."""
+    if not os.path.isdir(hf_dir):
+        raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
+    path, hf_config = read_config(hf_dir)
+    if config is None:
+        try:
+            config = bert_config_from_hf(hf_config, **(overrides or {}))
+        except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
+            text = " ".join(str(e).split())
+            raise CheckpointError(text if path in text else f"{path}: {text}") from None
+    names = _names(config)
+    theirs = "ModernBERT" if hf_config.get("model_type") == modernbert.MODEL_TYPE else "BERT"
+    if names.label != theirs:  # a run's own config: its block must be the directory's
+        raise CheckpointError(
+            f"{hf_dir} holds a {theirs} model but the config.model given is {names.label}'s "
+            f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
+        )
+    tensors, source = read_hf_weights(hf_dir)
+    params, report = _params(tensors, config, names, seed, source)
+    return config, params, report

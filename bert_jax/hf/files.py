@@ -15,7 +15,14 @@ import numpy as np
 
 from bert_jax import cli
 
-__all__ = ["CheckpointError", "indexed_files", "read_hf_weights", "read_json"]
+__all__ = [
+    "CONFIG_FILES",
+    "CheckpointError",
+    "indexed_files",
+    "read_config",
+    "read_hf_weights",
+    "read_json",
+]
 
 
 class CheckpointError(cli.UserError):
@@ -38,6 +45,22 @@ def read_json(path: str) -> dict:
     if not isinstance(value, dict):
         raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
     return value
+
+
+# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
+CONFIG_FILES = ("config.json", "bert_config.json")
+
+
+def read_config(hf_dir: str) -> tuple[str, dict]:
+    """(path, contents) of a model directory's config file, the first of CONFIG_FILES it has."""
+    for name in CONFIG_FILES:
+        path = os.path.join(hf_dir, name)
+        if os.path.isfile(path):
+            return path, read_json(path)
+    raise CheckpointError(
+        f"{hf_dir!r} has no config.json (Hugging Face) or bert_config.json "
+        "(original TensorFlow BERT); pass the model's directory"
+    )
 
 
 def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:

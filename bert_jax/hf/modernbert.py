@@ -169,13 +169,8 @@ def modernbert_config(
 ) -> dict[str, Any]:
     """BertConfig of the modern block -> the config.json of a transformers
     ModernBertForMaskedLM. `special_ids` ('pad', 'cls', 'sep'): the tokenizer's; unknown ones
-    are written as null (ModernBertConfig's defaults are ModernBERT's own vocabulary's)."""
-    wrong = problems(config)
-    if wrong:
-        raise cli.UserError(
-            f"this model is no ModernBertForMaskedLM: {', '.join(wrong)}; transformers has no "
-            "class for this mix of BERT and ModernBERT fields"
-        )
+    are written as null (ModernBertConfig's defaults are ModernBERT's own vocabulary's). The
+    config is one bert_jax.hf.bert.architecture accepts (it names what else is wrong)."""
     ids = dict(special_ids or {})
     layers = config.num_hidden_layers
     every = config.global_attn_every_n_layers if config.local_attention else 1

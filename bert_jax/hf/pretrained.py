@@ -33,7 +33,7 @@ from flax import nnx
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest
-from bert_jax.hf import bert
+from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
 from bert_jax.training import checkpoints
@@ -115,8 +115,8 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
     with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
-        config = bert.load_bert_config(local, **overrides)
-        model, report = bert.load_hf(local, config)
+        model, report = bert.load_hf(local, overrides=overrides)
+    config = model.config
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(local)
     vocab = vocab_file or own_vocab
@@ -190,7 +190,7 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     lower = None
     tok_config = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(tok_config):
-        lower = bert.read_json(tok_config).get("do_lower_case")
+        lower = files.read_json(tok_config).get("do_lower_case")
     vocab = os.path.join(model_dir, "vocab.txt")
     if os.path.isfile(vocab):
         return vocab, lower, False
@@ -200,7 +200,7 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
     # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
     # ModernBERT's, RoBERTa's) is used as it is (bert_jax.text.tokenizer_json).
-    spec = bert.read_json(tokenizer_json)
+    spec = files.read_json(tokenizer_json)
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False

@@ -49,7 +49,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from bert_jax import cli, storage
-from bert_jax.hf import bert as hf_bert
+from bert_jax.hf import files as hf_files
 from bert_jax.training import checksums
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
@@ -93,9 +93,9 @@ def model_dir_kind(path: str) -> str:
         )
     if is_workdir(path):
         return WORKDIR
-    if any(storage.isfile(storage.join(path, name)) for name in hf_bert.CONFIG_FILES):
+    if any(storage.isfile(storage.join(path, name)) for name in hf_files.CONFIG_FILES):
         return HF_DIR
-    raise hf_bert.CheckpointError(
+    raise hf_files.CheckpointError(
         f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
         "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
         "cut short (config.json is published last); rerun the export"
