@@ -24,8 +24,11 @@ def _loss_and_grads(graphdef, params, batch):
     return jax.value_and_grad(loss)(params)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("name", sorted(step_variants.PATCHES))
+@pytest.mark.parametrize(
+    "name, dtype",
+    [(name, "float32") for name in sorted(step_variants.PATCHES)]
+    + [("bf16_dots_xla", "bfloat16"), ("softmax_autodiff", "bfloat16")],
+)
 def test_each_patch_keeps_the_loss_and_gradients(name, dtype):
     cfg = encoder.BertConfig.from_config_dict(tiny.get_config().model)
     cfg = dataclasses.replace(cfg, vocab_size=101, max_position_embeddings=32, dtype=dtype)

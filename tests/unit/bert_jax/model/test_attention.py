@@ -70,10 +70,11 @@ def einsum(q, k, v, mask, example_ids=None, window=None, rate=0.0, rng=None):
     )
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(6))
 def test_softmax_dropout_is_autodiff_in_float32(seed):
     """The einsum path's own backward pass (probabilities kept, dropout mask recomputed) gives
-    autodiff's loss and gradients in float32: padded and packed rows, windows, dropout 0-0.5."""
+    autodiff's loss and gradients in float32: padded and packed rows, windows, dropout 0-0.5
+    (seeds 0-5 cover each of packed x windowed)."""
     qkv, mask, kwargs, weights = case(seed)
     ours, ours_grads = value_and_grads(einsum, qkv, mask, kwargs, weights, jnp.float32)
     ref, ref_grads = value_and_grads(reference, qkv, mask, kwargs, weights, jnp.float32)
@@ -82,7 +83,7 @@ def test_softmax_dropout_is_autodiff_in_float32(seed):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(6))
 def test_softmax_dropout_in_bfloat16_is_within_autodiffs_rounding(seed):
     """In bfloat16 the kept probabilities are rounded; the loss and gradients stay as close to
     float32's as autodiff's own bfloat16 ones are (at most twice their error, plus 1e-3 of the
