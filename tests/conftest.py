@@ -143,7 +143,7 @@ def flip_bytes():
     """flip_bytes(step_dir): inverts 4 bytes at a third, half and two thirds of the largest array
     file of the step's params item, as a failing disk or a bad copy does. Orbax usually restores
     such a step without an error (the word embeddings come back with NaNs and huge values): only
-    the checksums catch it (support.checkpoints.FLIPPED_EMBEDDINGS: what the refusal says)."""
+    the checksums catch it (support.checkpoints.FLIPPED_PARAMS: what the refusal says)."""
 
     def flip(step_dir):
         files = [

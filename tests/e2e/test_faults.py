@@ -21,7 +21,7 @@ from bert_jax.data.contract import record_io
 from bert_jax.data.input import pipeline
 from bert_jax.training import checkpoints, metrics_log, pretrain
 from support import jax_cache
-from support.checkpoints import FLIPPED_EMBEDDINGS, assert_same_params, saved_steps
+from support.checkpoints import FLIPPED_PARAMS, assert_same_params, saved_steps
 from support.golden import GOLDEN_128, GOLDEN_FLAGS, REPO, SAMPLE_128, small_config
 
 # --- kill -9 ---------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
         warning
     )
     if damage == "flipped bytes in an array file":
-        assert re.search(FLIPPED_EMBEDDINGS, warning), warning
+        assert re.search(FLIPPED_PARAMS, warning), warning
     # Steps 7 and 8 were redone and step 8 saved again, with what the first run had at step 8;
     # the damaged files are kept aside for a post-mortem.
     assert result["step"] == 8 and saved_steps(workdir) == [3, 6, 8]

@@ -8,11 +8,12 @@ from bert_jax.training import checkpoints
 
 # What a step damaged by conftest's flip_bytes is refused with. Where the flipped bytes land in
 # the largest array file depends on the order Orbax's writers finished in: inside compressed
-# data, the embeddings restore as garbage and the checksums refuse them (the usual case, and the
-# one Orbax alone would let through); on a zstd frame's header, the read itself fails.
-FLIPPED_EMBEDDINGS = (
-    r"(params/bert/embeddings/word_embeddings/embedding differs from the checksum recorded when "
-    r"it was saved|.*ZSTD_decompressStream\(\) failed: Data corruption detected)"
+# data, an array (usually the word embeddings, the largest; another one when the writers packed
+# it there) restores as garbage and the checksums refuse it by name (the case Orbax alone would
+# let through); on a zstd frame's header, the read itself fails.
+FLIPPED_PARAMS = (
+    r"(params/[\w/]+ differs from the checksum recorded when it was saved"
+    r"|.*ZSTD_decompressStream\(\) failed: Data corruption detected)"
 )
 
 

@@ -12,7 +12,7 @@ from flax import nnx
 from bert_jax.finetune import heads, hf_export, lora
 from bert_jax.hf import pretrained
 from bert_jax.model import encoder
-from support.checkpoints import FLIPPED_EMBEDDINGS
+from support.checkpoints import FLIPPED_PARAMS
 
 TINY = encoder.BertConfig(
     vocab_size=64,
@@ -218,7 +218,7 @@ def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file, flip_byte
     flip_bytes(tmp_path / "pretrain" / "checkpoints" / "7")
     with pytest.raises(
         checkpoints.DamagedCheckpoint,
-        match=rf"checkpoints/7 is damaged: {FLIPPED_EMBEDDINGS}",
+        match=rf"checkpoints/7 is damaged: {FLIPPED_PARAMS}",
     ):
         pretrained.load(str(tmp_path / "pretrain"))
 

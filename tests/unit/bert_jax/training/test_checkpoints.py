@@ -13,7 +13,7 @@ from bert_jax import cli
 from bert_jax.data.input import pipeline
 from bert_jax.training import checkpoints, pretrain
 from configs import tiny
-from support.checkpoints import FLIPPED_EMBEDDINGS, saved_steps
+from support.checkpoints import FLIPPED_PARAMS, saved_steps
 from support.golden import golden_data
 
 
@@ -122,11 +122,11 @@ def test_checksums_catch_what_orbax_restores_silently(testdata, saved, tmp_path,
     flip_bytes(f"{workdir}/checkpoints/7")
     with pytest.raises(
         checkpoints.DamagedCheckpoint,
-        match=rf"checkpoints/7 is damaged: {FLIPPED_EMBEDDINGS}.*no other step is saved",
+        match=rf"checkpoints/7 is damaged: {FLIPPED_PARAMS}.*no other step is saved",
     ):
         checkpoints.restore_params(workdir)
 
-    # Where the flip lands decides which refusal comes (FLIPPED_EMBEDDINGS); arrays that read
+    # Where the flip lands decides which refusal comes (FLIPPED_PARAMS); arrays that read
     # back other than they were saved always meet the checksum: here the recorded one changed.
     recorded = pathlib.Path(tmp_path, "recorded")
     shutil.copytree(saved[0], recorded)
