@@ -15,13 +15,14 @@ from configs import tiny
 
 
 def _loss_and_grads(graphdef, params, batch):
-    """Traced afresh on every call (no jit cache), so a patch in effect is the one traced."""
+    """Jitted afresh on every call (a new function, so no cached trace): a patch in effect is
+    the one traced."""
 
     def loss(params):
         mlm, nsp = nnx.merge(graphdef, params)(*batch, dropout_rng=jax.random.key(1))
         return jnp.sum(mlm.astype(jnp.float32) ** 2) + jnp.sum(nsp.astype(jnp.float32) ** 2)
 
-    return jax.value_and_grad(loss)(params)
+    return jax.jit(jax.value_and_grad(loss))(params)
 
 
 @pytest.mark.parametrize(
