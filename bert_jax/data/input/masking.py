@@ -25,11 +25,12 @@ Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 
 import dataclasses
 import functools
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from bert_jax import cli
+from bert_jax import cli, storage
 from bert_jax.data.contract import manifest
 from bert_jax.text import tokenizer_json
 
@@ -109,12 +110,17 @@ class Vocab:
 
     @classmethod
     def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
-        """From a vocab.txt or a SentencePiece .model (the file data_prep tokenized with);
-        do_lower_case None: tokenization.DO_LOWER_CASE."""
+        """From a vocab.txt, a SentencePiece .model or a tokenizer.json (the file data_prep
+        tokenized with); do_lower_case None: tokenization.DO_LOWER_CASE. Read once a process
+        while the file stays the same: a run's config check, train and eval input all ask."""
         from bert_jax.text import tokenization  # no JAX either; loaded only when a file is named
 
         lower = tokenization.lower_case(do_lower_case)
-        return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))
+        try:
+            stamp = _file_stamp(vocab_file)
+        except (OSError, storage.StorageError):  # unreadable: make_tokenizer says why
+            return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))
+        return _vocab_from_file(vocab_file, lower, stamp)
 
     @functools.cached_property
     def _random_ids(self) -> np.ndarray:
@@ -296,3 +302,19 @@ def _choose_words(keys, candidate, continuation, k):
                 taken[row, w] = True
                 count += row_size[w]
     return candidate & np.take_along_axis(taken, np.maximum(word, 0), axis=1)
+
+
+def _file_stamp(path: str) -> tuple:
+    """What changes when the file at `path` is rewritten: a bucket object's version, a local
+    file's size, mtime and inode."""
+    if storage.is_url(path):
+        return storage.version(path)
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_from_file(vocab_file: str, lower: bool, stamp: tuple) -> Vocab:
+    from bert_jax.text import tokenization
+
+    return Vocab.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))

@@ -238,3 +238,28 @@ def test_random_replacements_follow_the_vocabulary_file(unmasked, vocab_file):
 def test_whole_word_masking_needs_the_vocabulary(unmasked):
     with pytest.raises(ValueError, match=r"config\.data\.vocab_file"):
         ip.train_dataset(dynamic(unmasked, whole_word_mask=True), VOCAB_SIZE, 8, seed=0)
+
+
+def test_the_vocabulary_file_is_read_once_while_it_stays_the_same(
+    unmasked, vocab_file, tmp_path, monkeypatch
+):
+    # A run asks for the masking vocabulary three times (config check, train input, eval input).
+    from bert_jax.text import tokenization
+
+    reads = []
+    real = tokenization.make_tokenizer
+    monkeypatch.setattr(
+        tokenization, "make_tokenizer", lambda path, *a: reads.append(path) or real(path, *a)
+    )
+    own = tmp_path / "vocab.txt"
+    own.write_bytes(open(vocab_file, "rb").read())
+    config = dynamic(unmasked, whole_word_mask=True, vocab_file=str(own))
+    ip.train_dataset(config, VOCAB_SIZE, 8, seed=0)
+    ip.eval_batches(config, unmasked, VOCAB_SIZE, 8, 8, seed=0)
+    first = masking.Vocab.from_file(str(own))
+    assert reads == [str(own)]
+    # Rewritten (one more entry): read again, and the new entry is a replacement candidate.
+    own.write_text(own.read_text() + "zzznewpiece\n")
+    again = masking.Vocab.from_file(str(own))
+    assert reads == [str(own)] * 2
+    assert len(again.random_ids) == len(first.random_ids) + 1
