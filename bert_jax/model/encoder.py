@@ -64,7 +64,7 @@ from flax import nnx
 
 from bert_jax import cli
 from bert_jax.model import layers as L
-from bert_jax.model import mixed_matmul, rope
+from bert_jax.model import rope
 from bert_jax.model.bert_config import SHAPE_FIELDS, BertConfig
 from bert_jax.model.dropout import dropout as _dropout
 from bert_jax.model.layer_stack import run_layers
@@ -281,32 +281,6 @@ def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
     return jnp.take_along_axis(sequence, positions[..., None], axis=1, mode="clip")
 
 
-class MaskedLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
-    config.head_bias, norm_bias and decoder_bias say)."""
-
-    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
-        h = cfg.hidden_size
-        self.transform = L.dense(cfg, h, h, ("embed", None), rngs, bias=cfg.head_bias, output=True)
-        self.transform_norm = L.layer_norm(cfg, rngs)
-        self.bias = (
-            nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **L.axis_names("vocab"))
-            if cfg.decoder_bias
-            else None
-        )
-
-    @jax.named_scope("mlm_head")
-    def __call__(self, x, word_embeddings: jax.Array):
-        x = self.transform_norm(L.gelu(self.transform(x)))  # [batch, predictions, hidden]
-        logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
-        # The bias is added to the float32 accumulator, then rounded once to the computation
-        # dtype (XLA fuses both into the matmul's output).
-        if self.bias is not None:
-            logits = logits + self.bias[...]
-        logits = logits.astype(x.dtype)
-        return L.constrain(logits, "batch", None, "vocab")
-
-
 class BertForPreTraining(nnx.Module):
     """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`; None with
     config.nsp_head=False, whose NSP logits are then zeros: MLM-only training weighs them 0)."""
@@ -314,7 +288,7 @@ class BertForPreTraining(nnx.Module):
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
-        self.mlm = MaskedLMHead(config, rngs=rngs)
+        self.mlm = L.MaskedLMHead(config, rngs=rngs)
         self.nsp = (
             L.dense(config, config.hidden_size, 2, ("embed", None), rngs)
             if config.nsp_head

@@ -1,6 +1,7 @@
 """The encoder's building blocks: logical-axis annotations and activation constraints, Dense,
 LayerNorm and Embed initialized as BERT's, self-attention and the encoder layer (post-norm BERT or
-pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE).
+pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE), and the
+MLM head.
 bert_jax.model.encoder puts them together (its docstring: the axis names, numerics and attention
 paths); bert_jax.model.layer_stack runs the layers in order.
 """
@@ -293,6 +294,32 @@ class EncoderLayer(nnx.Module):
             h = _dropout(self._ffn(h), rate, k_ffn)
         with jax.named_scope("norm_residual"):
             return constrain(x + h, *ACT_EMBED)
+
+
+class MaskedLMHead(nnx.Module):
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
+    config.head_bias, norm_bias and decoder_bias say)."""
+
+    def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
+        h = cfg.hidden_size
+        self.transform = dense(cfg, h, h, ("embed", None), rngs, bias=cfg.head_bias, output=True)
+        self.transform_norm = layer_norm(cfg, rngs)
+        self.bias = (
+            nnx.Param(jnp.zeros((cfg.vocab_size,), jnp.float32), **axis_names("vocab"))
+            if cfg.decoder_bias
+            else None
+        )
+
+    @jax.named_scope("mlm_head")
+    def __call__(self, x, word_embeddings: jax.Array):
+        x = self.transform_norm(gelu(self.transform(x)))  # [batch, predictions, hidden]
+        logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
+        # The bias is added to the float32 accumulator, then rounded once to the computation
+        # dtype (XLA fuses both into the matmul's output).
+        if self.bias is not None:
+            logits = logits + self.bias[...]
+        logits = logits.astype(x.dtype)
+        return constrain(logits, "batch", None, "vocab")
 
 
 def stacked_dense(x, denses, dtype):

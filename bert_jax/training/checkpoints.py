@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import grain
@@ -638,3 +639,57 @@ def restore_saved_params(
     finally:
         manager.close()
     return out[PARAMS], step
+
+
+def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
+    """A new run's state (config.train `t`, a train_state.Setup): with init_optimizer_state, the
+    state of the run in the workdir train.init_checkpoint (phase 1); else `fresh()`, its
+    parameters optionally from train.init_checkpoint (another run's workdir or a Hugging Face
+    directory: model_dir_kind), placed on the setup's mesh."""
+    say = print if jax.process_index() == 0 else (lambda *a, **k: None)
+    if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
+        source = make_manager(t.init_checkpoint, read_only=True)
+        try:
+            latest = source.latest_step()
+            if latest is None:
+                raise cli.UserError(
+                    f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}"
+                )
+            if latest >= t.num_train_steps:
+                # The loop would end before its first step, with phase 1's parameters as "done".
+                raise cli.UserError(
+                    f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
+                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from "
+                    f"step {latest}, so num_train_steps counts both phases "
+                    "(the paper's phase 2: 900k -> 1M)"
+                )
+            say(
+                f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True
+            )
+            # The data position stays fresh: phase 2 reads other records. The step (and with it the
+            # learning rate) continues: phase 2's first step is step `latest`, as the next step of
+            # phase 1 would have been.
+            return restore(source, latest, setup.abstract_state)
+        finally:
+            source.close()
+    state = fresh()
+    if not t.init_checkpoint:
+        return state
+    path = t.init_checkpoint
+    if model_dir_kind(path) == WORKDIR:
+        state["params"], config = restore_params(path, shardings=setup.param_shardings)
+        changed = sorted(
+            k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
+        )
+        if changed:  # e.g. dropout or dtype: allowed, worth a line
+            say(f"note: {path} was trained with other model settings: {changed}", flush=True)
+    else:
+        from bert_jax.hf import bert  # here: the names' mapping is only needed for this
+
+        state["params"], report = bert.load_hf_params(
+            storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
+        )
+        if report.initialized:
+            say(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
+    say(f"initial parameters from {path}", flush=True)
+    return state

@@ -27,7 +27,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import cli, storage
+from bert_jax import cli
 from bert_jax.data.contract import data_facts
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import bad_records, growing_batches, packing, pipeline
@@ -368,64 +368,6 @@ def evaluate(
 # --- The loop --------------------------------------------------------------------------------
 
 
-def initial_params(path: str, setup: Setup) -> dict:
-    """Parameters from another run's workdir or a Hugging Face BERT directory
-    (checkpoints.model_dir_kind tells which), on this mesh."""
-    if checkpoints.model_dir_kind(path) == checkpoints.WORKDIR:
-        params, config = checkpoints.restore_params(path, shardings=setup.param_shardings)
-        changed = sorted(
-            k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
-        )
-        if changed and jax.process_index() == 0:  # e.g. dropout or dtype: allowed, worth a line
-            print(f"note: {path} was trained with other model settings: {changed}", flush=True)
-        return params
-    from bert_jax.hf import bert  # here: the names' mapping is only needed with init_checkpoint
-
-    params, report = bert.load_hf_params(
-        storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
-    )
-    if report.initialized and jax.process_index() == 0:
-        print(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
-    return params
-
-
-def initial_state(t: ml_collections.ConfigDict, setup: Setup) -> dict:
-    """A new run's state (config.train `t`): with init_optimizer_state, the state of the run in
-    the workdir train.init_checkpoint (phase 1); else a fresh one, its parameters optionally from
-    train.init_checkpoint."""
-    say = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
-        source = checkpoints.make_manager(t.init_checkpoint, read_only=True)
-        try:
-            latest = source.latest_step()
-            if latest is None:
-                raise cli.UserError(
-                    f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}"
-                )
-            if latest >= t.num_train_steps:
-                # The loop would end before its first step, with phase 1's parameters as "done".
-                raise cli.UserError(
-                    f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
-                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from "
-                    f"step {latest}, so num_train_steps counts both phases "
-                    "(the paper's phase 2: 900k -> 1M)"
-                )
-            say(
-                f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True
-            )
-            # The data position stays fresh: phase 2 reads other records. The step (and with it the
-            # learning rate) continues: phase 2's first step is step `latest`, as the next step of
-            # phase 1 would have been.
-            return checkpoints.restore(source, latest, setup.abstract_state)
-        finally:
-            source.close()
-    state = jit_init(setup, t.seed)()
-    if t.init_checkpoint:
-        state["params"] = initial_params(t.init_checkpoint, setup)
-        say(f"initial parameters from {t.init_checkpoint}", flush=True)
-    return state
-
-
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
@@ -465,7 +407,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     )
     if resumed is not None and is_primary:
         print(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
-    state = initial_state(t, setup) if resumed is None else resumed[1]
+    if resumed is None:
+        state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
+    else:
+        state = resumed[1]
     step = int(jax.device_get(state["step"]))
     growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 

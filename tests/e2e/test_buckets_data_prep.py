@@ -19,8 +19,7 @@ import pytest
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io, shard_files
+from bert_jax.data.contract import manifest, record_io, shard_files
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
 from data_prep import job, job_units, output, scaled
@@ -47,7 +46,7 @@ def shards(directory: str) -> dict[str, bytes]:
     return {
         name: storage.read_bytes(storage.join(directory, name))
         for name in storage.sizes(directory)
-        if contract.SHARD_NAME.match(name)
+        if manifest.SHARD_NAME.match(name)
     }
 
 
@@ -163,20 +162,20 @@ def test_the_scaled_job_writes_to_a_bucket(small, bucket, tmp_path, tok):
     does nothing; a shard deleted or replaced is found (rerun, --verify) and rewritten alone."""
     out = storage.join(bucket, "records")
     local = scaled.run(small, tok, str(tmp_path / "l"), progress=False)
-    manifest = scaled.run(small, tok, out, num_workers=2, progress=False)
+    written = scaled.run(small, tok, out, num_workers=2, progress=False)
     assert shards(out) == shards(str(tmp_path / "l")) and len(shards(out)) == 4
-    assert manifest["shards"] == local["shards"]
-    assert sorted(storage.listdir(out)) == sorted([*shards(out), contract.FILE])  # no _work
-    assert output.read_manifest(out) == manifest and output.verify(out) == []
+    assert written["shards"] == local["shards"]
+    assert sorted(storage.listdir(out)) == sorted([*shards(out), manifest.FILE])  # no _work
+    assert output.read_manifest(out) == written and output.verify(out) == []
 
-    first = storage.join(out, manifest["shards"]["train"][0]["file"])
+    first = storage.join(out, written["shards"]["train"][0]["file"])
     data = storage.read_bytes(first)
     storage.write_bytes(first, data[:100] + bytes([data[100] ^ 1]) + data[101:])  # same size
     assert output.verify(out) == [
         f"{storage.basename(first)}: md5 differs from the manifest (corrupt or changed)"
     ]
-    storage.remove(storage.join(out, manifest["shards"]["train"][1]["file"]))
-    assert scaled.run(small, tok, out, progress=False)["shards"] == manifest["shards"]
+    storage.remove(storage.join(out, written["shards"]["train"][1]["file"]))
+    assert scaled.run(small, tok, out, progress=False)["shards"] == written["shards"]
     # The size check of a rerun finds the deleted shard, not the flipped byte: --verify does.
     assert output.verify(out) != []
     storage.write_bytes(first, data)
@@ -218,7 +217,7 @@ def test_an_unfinished_job_in_a_bucket_resumes_from_its_units(
     monkeypatch.setattr(scaled, "_shard_task", die_after_one_shard)
     with pytest.raises(KeyboardInterrupt):
         scaled.run(small, tok, out, progress=False)
-    assert not storage.exists(storage.join(out, contract.FILE))
+    assert not storage.exists(storage.join(out, manifest.FILE))
     assert shard_files._unfinished(out, storage.listdir(out))
     monkeypatch.setattr(scaled, "_shard_task", shard_task)
     processed = []
@@ -243,11 +242,11 @@ def test_the_beam_job_reads_and_writes_a_bucket(small, bucket, tmp_path, tok, te
     spec = _spec([url], block_size_mb=0.05, eval_fraction=0.05)
     out = storage.join(bucket, "beam")
     local = scaled.run(small, tok, str(tmp_path / "l"), progress=False)
-    manifest = beam_pipeline.run(spec, remote_vocab, True, out, ["--runner=DirectRunner"])
+    written = beam_pipeline.run(spec, remote_vocab, True, out, ["--runner=DirectRunner"])
     assert shards(out) == shards(str(tmp_path / "l")) and len(shards(out)) == 4
-    assert manifest["shards"] == local["shards"] and manifest["vocab"]["file"] == remote_vocab
+    assert written["shards"] == local["shards"] and written["vocab"]["file"] == remote_vocab
     assert output.verify(out) == []
-    assert beam_pipeline.run(spec, remote_vocab, True, out, ["--runner=DirectRunner"]) == manifest
+    assert beam_pipeline.run(spec, remote_vocab, True, out, ["--runner=DirectRunner"]) == written
 
 
 # --- Faults, on the server: the binary as users run it ------------------------------------------
@@ -352,7 +351,7 @@ def test_a_server_that_stays_away_is_one_error_line_and_the_rerun_finishes(
         subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
         "the storage server did not serve the request after its retries",
     )
-    assert not storage.exists(storage.join(out, contract.FILE))
+    assert not storage.exists(storage.join(out, manifest.FILE))
     done = _units_done(out)
     assert done >= 2
     rerun = _run(_cli_args(url, vocab_file, out))
@@ -402,7 +401,7 @@ def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes
         return False
 
     _wait_for(session_ended, "end of the killed job's workers", timeout=15)
-    assert not storage.exists(storage.join(out, contract.FILE))
+    assert not storage.exists(storage.join(out, manifest.FILE))
     assert storage.exists(storage.join(out, workdir_lock.LOCK_NAME))  # the dead job's
     assert shard_files._unfinished(out, storage.listdir(out))
     with pytest.raises((cli.UserError, FileNotFoundError)):
@@ -443,9 +442,9 @@ def test_503s_and_stalls_give_the_clean_output(gcs, bucket, small, tok, tmp_path
         out = storage.join(bucket, "records")
         proxy.fail_rate = 0.03
         proxy.stall_next(2, seconds=4)
-        manifest = scaled.run(small, tok, out, progress=False)
+        written = scaled.run(small, tok, out, progress=False)
         assert proxy.injected >= 5 and proxy.requests > 100
-    assert manifest["shards"] == clean["shards"]
+    assert written["shards"] == clean["shards"]
     assert shards(out) == shards(str(tmp_path / "clean"))
 
 

@@ -12,8 +12,7 @@ import sys
 import pytest
 
 from bert_jax.data.contract import features as F
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from data_prep import job, job_units, scaled
 from data_prep.testdata import make_wiki_dump
@@ -48,9 +47,9 @@ def _spec(d, **kwargs):
     )
 
 
-def _records(directory, manifest):
+def _records(directory, written):
     for split in ("train", "eval"):
-        for entry in manifest["shards"][split]:
+        for entry in written["shards"][split]:
             yield from record_io.read_records(str(directory / entry["file"]))
 
 
@@ -74,13 +73,13 @@ def uninterrupted(corpora, tok, tmp_path_factory):
 
 def test_records_decode_back_to_every_article_with_no_markup(corpora, uninterrupted, tok):
     d, expected = corpora
-    out, manifest = uninterrupted
-    read = manifest["read"]
-    assert read["documents"] == manifest["documents"] == 2 * ARTICLES  # dump + Parquet rows
+    out, written = uninterrupted
+    read = written["read"]
+    assert read["documents"] == written["documents"] == 2 * ARTICLES  # dump + Parquet rows
     assert read["pages"] > ARTICLES and read["skipped_pages"] == read["pages"] - ARTICLES
     assert len(job.plan(_spec(d))) > 4
     seen, words = set(), []
-    for raw in _records(out, manifest):
+    for raw in _records(out, written):
         record = F.decode_example(raw)
         ids = record[F.INPUT_IDS][: int(record[F.INPUT_MASK].sum())]
         pieces = [tok.vocab_words[i] for i in ids if i not in (tok.cls_id, tok.sep_id)]
@@ -97,7 +96,7 @@ def test_records_decode_back_to_every_article_with_no_markup(corpora, uninterrup
 
 def test_worker_count_does_not_change_the_output(corpora, uninterrupted, tmp_path, vocab_file):
     d, _ = corpora
-    out, manifest = uninterrupted
+    out, written = uninterrupted
     spec = _spec(d)
     rc, printed = _cli(
         f"--input={','.join(spec.inputs)}",
@@ -113,10 +112,10 @@ def test_worker_count_does_not_change_the_output(corpora, uninterrupted, tmp_pat
     )
     assert rc == 0, printed
     assert _shards(tmp_path) == _shards(out)
-    assert f"wiki pages: {manifest['read']['pages']} read" in printed
+    assert f"wiki pages: {written['read']['pages']} read" in printed
     # The sentences removed markup left broken (three an article: a display formula, a list's
     # introduction, a sentence holding <math>) are counted in the manifest and the summary.
-    assert manifest["read"]["dropped_sentences"] == 3 * ARTICLES
+    assert written["read"]["dropped_sentences"] == 3 * ARTICLES
     assert f"0 repaired (a leading comma), {3 * ARTICLES} dropped" in printed
     assert json.load(open(tmp_path / "manifest.json"))["flags"]["language"] == "en"
 
@@ -125,7 +124,7 @@ def test_a_stopped_job_resumes_to_the_same_output(
     corpora, uninterrupted, tmp_path, tok, monkeypatch
 ):
     d, _ = corpora
-    out, manifest = uninterrupted
+    out, written = uninterrupted
     process, done = job_units.UnitProcessor.process, []
 
     def stop_after_three(self, unit, *args):
@@ -138,11 +137,11 @@ def test_a_stopped_job_resumes_to_the_same_output(
     with pytest.raises(KeyboardInterrupt):
         scaled.run(_spec(d), tok, str(tmp_path), progress=False)
     monkeypatch.setattr(job_units.UnitProcessor, "process", process)
-    assert len(os.listdir(tmp_path / contract.WORK_DIR / "units")) == 6  # 3 units' records, markers
+    assert len(os.listdir(tmp_path / manifest.WORK_DIR / "units")) == 6  # 3 units' records, markers
     resumed = scaled.run(_spec(d), tok, str(tmp_path), progress=False)
-    assert _shards(tmp_path) == _shards(out) and resumed["stats"] == manifest["stats"]
+    assert _shards(tmp_path) == _shards(out) and resumed["stats"] == written["stats"]
     # The fingerprint holds what the plan saw of the dump (and its index) and the Parquet file.
-    inputs = manifest["fingerprint"]["units"]["inputs"]
+    inputs = written["fingerprint"]["units"]["inputs"]
     dump = d / "gen-pages-articles-multistream.xml.bz2"
     index = d / "gen-pages-articles-multistream-index.txt.bz2"
     size = os.path.getsize
@@ -156,8 +155,8 @@ def test_books_are_one_document_per_file(corpora, tmp_path, tok):
         inputs=(str(d / "book-*.txt"),), document_per_file=True, dupe_factor=1, eval_fraction=0
     )
     assert [u.kind for u in job.plan(spec)] == ["book", "book"]
-    manifest = scaled.run(spec, tok, str(tmp_path), progress=False)
-    assert manifest["documents"] == 2 and manifest["read"]["lines"] == 3
+    written = scaled.run(spec, tok, str(tmp_path), progress=False)
+    assert written["documents"] == 2 and written["read"]["lines"] == 3
 
 
 def _cli(*args):

@@ -13,8 +13,7 @@ import time
 import pytest
 
 from bert_jax.data.contract import features as F
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
 from data_prep import job, job_units, scaled
@@ -37,7 +36,7 @@ def shard_files(directory):
     return {
         name: (directory / name).read_bytes()
         for name in sorted(os.listdir(directory))
-        if contract.SHARD_NAME.match(name)
+        if manifest.SHARD_NAME.match(name)
     }
 
 
@@ -79,12 +78,12 @@ def _documents_of(record, vocab_words):
 def test_eval_documents_never_appear_in_training_and_records_can_be_unmasked(tmp_path, marked):
     tok = tokenization.WordPieceTokenizer(str(marked / "vocab.txt"))
     opts = job.inst.InstanceOptions(mask=False)
-    manifest = scaled.run(
+    written = scaled.run(
         _spec(marked / "corpus.txt", opts=opts, num_shards=3), tok, str(tmp_path), progress=False
     )
-    assert manifest["masked"] is False and manifest["schema"]["max_predictions_per_seq"] == 0
+    assert written["masked"] is False and written["schema"]["max_predictions_per_seq"] == 0
     seen = {}
-    for split, entries in manifest["shards"].items():
+    for split, entries in written["shards"].items():
         seen[split] = set()
         for entry in entries:
             for raw in record_io.read_records(str(tmp_path / entry["file"])):
@@ -95,7 +94,7 @@ def test_eval_documents_never_appear_in_training_and_records_can_be_unmasked(tmp
     assert seen["eval"] and seen["train"] and not seen["eval"] & seen["train"]
     expected_eval = {f"d{i}" for i in range(300) if job_units.is_eval(_doc_text(marked, i), 0.2)}
     assert seen["eval"] == expected_eval and 30 < len(expected_eval) < 90
-    assert manifest["eval"]["documents"] == len(expected_eval) + (
+    assert written["eval"]["documents"] == len(expected_eval) + (
         "d7" in expected_eval
     )  # d7's copy too
 
@@ -123,9 +122,9 @@ def test_any_worker_count_gives_identical_output_and_balanced_shards(tmp_path, m
         assert rc == 0, err
         outputs[workers] = shard_files(tmp_path / str(workers))
     assert outputs[1] == outputs[2] == outputs[3] and len(outputs[1]) == 7 + 1
-    manifest = json.loads((tmp_path / "2" / "manifest.json").read_text())
-    counts = [entry["instances"] for entry in manifest["shards"]["train"]]
-    assert max(counts) - min(counts) <= 1 and sum(counts) == manifest["stats"]["instances"]
+    written = json.loads((tmp_path / "2" / "manifest.json").read_text())
+    counts = [entry["instances"] for entry in written["shards"]["train"]]
+    assert max(counts) - min(counts) <= 1 and sum(counts) == written["stats"]["instances"]
     assert (
         "docs/s" in err
         and "MB/s of text" in out
@@ -144,19 +143,19 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
         num_shards=2,
         fmt=record_io.ARRAYRECORD,
     )
-    manifest = scaled.run(spec, tok, str(tmp_path), flags={"note": "kept"}, progress=False)
+    written = scaled.run(spec, tok, str(tmp_path), flags={"note": "kept"}, progress=False)
     assert (
-        manifest["mode"] == "scaled"
-        and manifest["masked"] is True
-        and manifest["flags"] == {"note": "kept"}
+        written["mode"] == "scaled"
+        and written["masked"] is True
+        and written["flags"] == {"note": "kept"}
     )
-    assert manifest["vocab_md5"] == hashlib.md5(open(vocab_file, "rb").read()).hexdigest()
-    assert manifest["schema"] == {"max_seq_length": 128, "max_predictions_per_seq": 20}
+    assert written["vocab_md5"] == hashlib.md5(open(vocab_file, "rb").read()).hexdigest()
+    assert written["schema"] == {"max_seq_length": 128, "max_predictions_per_seq": 20}
     tokens = masked = random_next = 0
     for split in ("train", "eval"):
-        for entry in manifest["shards"][split]:
+        for entry in written["shards"][split]:
             path = str(tmp_path / entry["file"])
-            assert entry["md5"] == contract.file_md5(path) and entry[
+            assert entry["md5"] == manifest.file_md5(path) and entry[
                 "instances"
             ] == record_io.count_records(path)
             for raw in record_io.read_records(path):
@@ -165,7 +164,7 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
                     tokens += record[F.INPUT_MASK].sum()
                     masked += record[F.MASKED_LM_WEIGHTS].sum()
                     random_next += record[F.NEXT_SENTENCE_LABELS][0]
-    stats, n = manifest["stats"], manifest["stats"]["instances"]
+    stats, n = written["stats"], written["stats"]["instances"]
     assert stats["tokens"] == tokens and abs(stats["mask_rate"] - masked / tokens) < 1e-9
     assert (
         abs(stats["random_next_fraction"] - random_next / n) < 1e-9
@@ -176,10 +175,10 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
         and 0.14 < stats["mask_rate"] < 0.16
     )
     assert (
-        manifest["read"]["documents"] == manifest["documents"] == 65
-        and manifest["eval"]["documents"] > 0
+        written["read"]["documents"] == written["documents"] == 65
+        and written["eval"]["documents"] > 0
     )
-    assert not os.path.exists(tmp_path / contract.WORK_DIR)  # removed once the manifest is written
+    assert not os.path.exists(tmp_path / manifest.WORK_DIR)  # removed once the manifest is written
 
 
 def test_reruns_reuse_finished_work_and_refuse_other_settings(
@@ -194,7 +193,7 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
             str(tmp_path),
             progress=False,
         )
-    units_done = len(os.listdir(tmp_path / contract.WORK_DIR / "units"))
+    units_done = len(os.listdir(tmp_path / manifest.WORK_DIR / "units"))
     assert units_done >= 8  # five units' records and markers, kept
     with pytest.raises(
         job.JobMismatch, match=r"unfinished job with other settings \(dupe_factor: 2 -> 3\)"
@@ -210,10 +209,10 @@ def test_reruns_reuse_finished_work_and_refuse_other_settings(
         raise AssertionError("a finished unit was processed again")
 
     monkeypatch.setattr(job_units.UnitProcessor, "process", fail)
-    manifest = scaled.run(
+    written = scaled.run(
         spec, tok, str(tmp_path), progress=False
     )  # the shard count may change: no shard yet
-    assert scaled.run(spec, tok, str(tmp_path), progress=False) == manifest
+    assert scaled.run(spec, tok, str(tmp_path), progress=False) == written
     with pytest.raises(job.JobMismatch, match="finished job with other settings"):
         scaled.run(
             _spec(testdata / "sample_text.txt", block_size_mb=0.001, seed=1),
@@ -238,7 +237,7 @@ def test_a_second_job_on_the_same_directory_is_refused(tmp_path, testdata, vocab
             workdir_lock.Busy, match=r"--output_dir=.* is in use by data_prep.main --input=first"
         ):
             scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
-    assert not (tmp_path / contract.WORK_DIR).exists()  # the refused job wrote nothing
+    assert not (tmp_path / manifest.WORK_DIR).exists()  # the refused job wrote nothing
     scaled.run(_spec(testdata / "sample_text.txt"), tok, str(tmp_path), progress=False)
     names = os.listdir(tmp_path)  # and the lock went with the job that held it
     assert "manifest.json" in names and workdir_lock.LOCK_NAME not in names, names
@@ -308,13 +307,13 @@ def test_tfds_splits_are_cut_into_example_ranges(tmp_path, vocab_file):
         dupe_factor=1,
     )
     assert [(u.start, u.stop) for u in job.plan(spec)] == [(0, 2), (2, 4), (4, 6), (6, 7)]
-    manifest = scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
+    written = scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
     assert (
-        manifest["documents"] == 7
-        and manifest["read"]["files"] == 1
-        and manifest["stats"]["instances"] >= 7
+        written["documents"] == 7
+        and written["read"]["files"] == 1
+        and written["stats"]["instances"] >= 7
     )
-    assert manifest["shards"]["eval"] == []
+    assert written["shards"]["eval"] == []
 
 
 @pytest.mark.slow
@@ -348,7 +347,7 @@ def test_resume_after_kill_gives_the_uninterrupted_output(tmp_path, testdata, vo
             assert data == expected[name], name
         assert not (out / "manifest.json").exists()
 
-    units_dir = out / contract.WORK_DIR / "units"
+    units_dir = out / manifest.WORK_DIR / "units"
     run_until(
         lambda: units_dir.is_dir() and sum(n.endswith(".json") for n in os.listdir(units_dir)) >= 3
     )

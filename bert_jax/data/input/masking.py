@@ -113,14 +113,11 @@ class Vocab:
         """From a vocab.txt, a SentencePiece .model or a tokenizer.json (the file data_prep
         tokenized with); do_lower_case None: tokenization.DO_LOWER_CASE. Read once a process
         while the file stays the same: a run's config check, train and eval input all ask."""
-        from bert_jax.text import tokenization  # no JAX either; loaded only when a file is named
-
-        lower = tokenization.lower_case(do_lower_case)
         try:
             stamp = _file_stamp(vocab_file)
-        except (OSError, storage.StorageError):  # unreadable: make_tokenizer says why
-            return cls.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))
-        return _vocab_from_file(vocab_file, lower, stamp)
+        except (OSError, storage.StorageError):  # unreadable: the tokenizer's load says why
+            stamp = None
+        return _vocab_from_file(vocab_file, do_lower_case, stamp)
 
     @functools.cached_property
     def _random_ids(self) -> np.ndarray:
@@ -314,7 +311,8 @@ def _file_stamp(path: str) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def _vocab_from_file(vocab_file: str, lower: bool, stamp: tuple) -> Vocab:
-    from bert_jax.text import tokenization
+def _vocab_from_file(vocab_file: str, do_lower_case: bool | None, stamp: tuple | None) -> Vocab:
+    from bert_jax.text import tokenization  # no JAX either; loaded only when a file is named
 
+    lower = tokenization.lower_case(do_lower_case)
     return Vocab.from_tokenizer(tokenization.make_tokenizer(vocab_file, lower))

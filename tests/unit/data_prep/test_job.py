@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from bert_jax.data.contract import manifest as contract
-from bert_jax.data.contract import record_io
+from bert_jax.data.contract import manifest, record_io
 from data_prep import instances, job, reference, scaled
 
 CONTRACT = {
@@ -50,30 +49,30 @@ def test_every_mode_writes_the_contract(
     opts = instances.InstanceOptions(
         max_seq_length=64, max_predictions_per_seq=10, whole_word_mask=whole_word_mask, mask=masked
     )
-    manifest = write(mode, opts, tok, testdata, tmp_path)
-    assert json.loads((tmp_path / contract.FILE).read_text()) == manifest
-    assert CONTRACT <= manifest.keys()
-    assert manifest["manifest_version"] == contract.VERSION == 2
-    assert manifest["mode"] == ("reference" if mode == "reference" else "scaled")
-    assert manifest["format"] == "tfrecord" and manifest["nsp"] is True
-    assert manifest["schema"] == {
+    written = write(mode, opts, tok, testdata, tmp_path)
+    assert json.loads((tmp_path / manifest.FILE).read_text()) == written
+    assert CONTRACT <= written.keys()
+    assert written["manifest_version"] == manifest.VERSION == 2
+    assert written["mode"] == ("reference" if mode == "reference" else "scaled")
+    assert written["format"] == "tfrecord" and written["nsp"] is True
+    assert written["schema"] == {
         "max_seq_length": 64,
         "max_predictions_per_seq": 10 if masked else 0,
     }
-    assert manifest["masked"] is masked and manifest["whole_word_mask"] is whole_word_mask
-    assert manifest["vocab"] == {
+    assert written["masked"] is masked and written["whole_word_mask"] is whole_word_mask
+    assert written["vocab"] == {
         "file": vocab_file,
-        "md5": contract.file_md5(vocab_file),
+        "md5": manifest.file_md5(vocab_file),
         "size": 30522,
         "kind": "wordpiece",
         "do_lower_case": True,
         "special_ids": {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103},
     }
-    assert manifest["vocab_md5"] == manifest["vocab"]["md5"]
+    assert written["vocab_md5"] == written["vocab"]["md5"]
     for split in ("train", "eval"):
-        for entry in manifest["shards"][split]:
+        for entry in written["shards"][split]:
             path = str(tmp_path / entry["file"])
             assert entry["bytes"] == os.path.getsize(path)
-            assert entry["md5"] == contract.file_md5(path)
+            assert entry["md5"] == manifest.file_md5(path)
             assert entry["instances"] == record_io.count_records(path)
-    assert manifest["shards"]["train"]
+    assert written["shards"]["train"]
