@@ -1,8 +1,8 @@
 """The model: BERT or the ModernBERT block in Flax NNX.
 
-encoder.py       the encoder and its pre-training heads, field by field
+encoder.py       the encoder and the pre-training model, field by field
 bert_config.py   BertConfig: the encoder's hyper-parameters
-layers.py        the blocks and the encoder layer
+layers.py        the blocks, the encoder layer and the MLM head
 layer_stack.py   the layers run or scanned in groups
 rope.py          rotary position embeddings
 attention.py     the attention kernels

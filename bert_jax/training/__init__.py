@@ -7,7 +7,8 @@ loop.py          the loop skeleton both trainers run: when to log, eval, save an
 optim.py         BERT's AdamW and LAMB with their schedules and batch-size warmup
 losses.py        the pre-training losses (and held-out accuracy by kind of masked position)
 checkpoints.py   Orbax checkpoints that resume exactly and refuse damaged files
-                 (checksums.py: their files' checksums)
+                 (checksums.py: their files' checksums), and where a new run starts from
+                 (train.init_checkpoint: phase 1's workdir, another run's, a Hugging Face one)
 workdir_lock.py  one run per workdir
 faults.py        SIGTERM and non-finite steps
 metrics_log.py   TensorBoard, metrics.jsonl and the progress line

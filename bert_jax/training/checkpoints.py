@@ -33,6 +33,10 @@ A checkpoint written before checksums existed restores with the finite check onl
 A full disk during a save (reported by the background write at the next save or at the end) is
 one OSError(ENOSPC) naming the step; the unfinished step is never restored and older ones are
 kept, so a rerun after freeing space resumes from the last complete one.
+
+A new run's first state (`initial_state`) comes from here too: phase 1's workdir whole
+(train.init_optimizer_state), or the parameters of another run's workdir or of a Hugging Face
+directory (train.init_checkpoint; `model_dir_kind` tells which).
 """
 
 import json
