@@ -1,4 +1,5 @@
-"""BERT in Flax NNX: embeddings, the encoder, the pooler, and the MLM and NSP heads.
+"""BERT in Flax NNX: embeddings, the encoder, the pooler, and the pre-training model (the MLM head
+is layers.py's, the NSP head one Dense).
 
 The config (bert_jax.model.bert_config.BertConfig) selects the 2018 BERT or the ModernBERT block
 field by field: absolute positions or RoPE (a base per layer kind), post-norm or pre-norm (with a
