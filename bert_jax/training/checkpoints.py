@@ -39,6 +39,7 @@ A new run's first state (`initial_state`) comes from here too: phase 1's workdir
 directory (train.init_checkpoint; `model_dir_kind` tells which).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -503,27 +504,37 @@ def _move_aside(
 
 def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
     """(the config saved with a checkpoint, its step); the latest step by default."""
+    with _step_to_read(workdir, step) as (manager, step):
+        # A config item missing, cut short or garbled is damage; a bucket's failure is not.
+        saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore(), storage.StorageError)
+        return ml_collections.ConfigDict(saved), step
+
+
+@contextlib.contextmanager
+def _step_to_read(workdir: str, step: int | None):
+    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards."""
     manager = make_manager(workdir, read_only=True)
     try:
-        step = _pick_step(manager, workdir, step)
-        try:
-            with _orbax_errors(manager):
-                saved = manager.restore(
-                    step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
-                )
-            config = ml_collections.ConfigDict(saved[CONFIG])
-        except storage.StorageError:
-            raise
-        except Exception as e:  # a config item missing, cut short or garbled
-            raise _not_used(
-                manager,
-                step,
-                f"checkpoint {manager.directory}/{step} is damaged: its config item does not "
-                f"read ({_root_cause(e)})",
-            ) from e
+        yield manager, _pick_step(manager, workdir, step)
     finally:
         manager.close()
-    return config, step
+
+
+def _read_item(manager: ocp.CheckpointManager, step: int, item: str, args, passes: type):
+    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage, refused
+    naming the step (_not_used)."""
+    try:
+        with _orbax_errors(manager):
+            return manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
+    except passes:
+        raise
+    except Exception as e:  # TensorStore and Orbax raise plain Exceptions for damaged files
+        raise _not_used(
+            manager,
+            step,
+            f"checkpoint {manager.directory}/{step} is damaged: its {item} item does not read "
+            f"({_root_cause(e)})",
+        ) from e
 
 
 def is_finetuning(config: ml_collections.ConfigDict) -> bool:
@@ -616,33 +627,18 @@ def restore_saved_params(
     Any run's parameters: pre-training's BertForPreTraining (restore_params builds the target for
     it) or a fine-tuning run's trainable parameters.
     """
-    manager = make_manager(workdir, read_only=True)
-    try:
-        step = _pick_step(manager, workdir, step)
+    with _step_to_read(workdir, step) as (manager, step):
+        # Ours (a bucket that stayed away, say) already says what to do. A flipped byte inside
+        # a compressed chunk fails the read (zstd: "Data corruption detected"); one elsewhere
+        # reads and fails the checksums: both are damage.
+        params = _read_item(
+            manager, step, PARAMS, ocp.args.StandardRestore(abstract_params), cli.UserError
+        )
         try:
-            with _orbax_errors(manager):
-                out = manager.restore(
-                    step,
-                    args=ocp.args.Composite(**{PARAMS: ocp.args.StandardRestore(abstract_params)}),
-                )
-        except cli.UserError:
-            raise  # ours already says what to do (a bucket that stayed away, say)
-        except Exception as e:  # TensorStore raises plain Exceptions for damaged files
-            # A flipped byte inside a compressed chunk fails here (zstd: "Data corruption
-            # detected"); one elsewhere restores and fails the checksums below: both are damage.
-            raise _not_used(
-                manager,
-                step,
-                f"checkpoint {manager.directory}/{step} is damaged: its params item does not "
-                f"read ({_root_cause(e)})",
-            ) from e
-        try:
-            verify(manager, step, {"params": out[PARAMS]})
+            verify(manager, step, {"params": params})
         except DamagedCheckpoint as e:
             raise _not_used(manager, step, str(e)) from None
-    finally:
-        manager.close()
-    return out[PARAMS], step
+        return params, step
 
 
 def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
