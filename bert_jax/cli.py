@@ -11,7 +11,8 @@ bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
     message that names the file or flag and says what to fix. Library code converts the
     errors of the libraries it calls (json, safetensors, absl, an OSError from a path the user
     named: `user_path`) where they arise, so that the file or flag can be named;
-  * a flag that does not parse, a required flag left out: `error: <what absl says>` on stderr,
+  * a flag that does not parse, a required flag left out, an argument after the flags (only
+    `--mode=beam` takes some): `error: <what absl says>` on stderr,
     exit 2, no usage dump; an unknown `--config.x.y` override: `error: --config.x.y: no such
     config field; did you mean --config.x.z?` (the nearest valid name);
   * a UserError (or absl's app.UsageError) escaping `main`: `error: <its message>`, exit 2, no
@@ -320,12 +321,16 @@ def reported(error: BaseException) -> str | None:
     return next(filter(None, (report(error) for report in _ERROR_REPORTERS)), None)
 
 
-def run(main: Callable[[list[str]], int | None]) -> None:
-    """app.run(main) with the behaviour in the module docstring."""
+def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) -> None:
+    """app.run(main) with the behaviour in the module docstring. Arguments after the flags are
+    refused unless the binary `takes_args` (one line, not silently ignored)."""
 
     def wrapped(argv):
         _quiet_libraries()
         try:
+            if len(argv) > 1 and not takes_args:
+                hint = "; use --config.<field>=<value> overrides" if _config_flags() else ""
+                raise UserError(f"unexpected arguments {argv[1:]}{hint}")
             return main(argv)
         except KeyboardInterrupt:  # Ctrl-C where no save is due (the trainers save on the first)
             if FLAGS.verbosity >= 1:

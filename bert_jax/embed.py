@@ -194,8 +194,7 @@ def _save_npz(path: str, arrays: dict) -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    del argv  # cli.run refuses arguments after the flags
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")

@@ -94,8 +94,7 @@ def export(
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    del argv  # cli.run refuses arguments after the flags
     from bert_jax import storage
 
     storage.check_paths(  # parsed once, before anything is read or written

@@ -25,10 +25,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(
-            f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
-        )
+    del argv  # cli.run refuses arguments after the flags
     from bert_jax import storage
 
     if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:

@@ -42,6 +42,7 @@ def _run(tmp_path, *args):
         (["--n=abc"], "error: flag --n=abc: invalid literal for int() with base 10: 'abc'"),
         (["--nope=1"], "error: Unknown command line flag 'nope'"),
         (["--x=disk"], "error: no space left on the device writing /out/shard"),
+        (["corpus.txt"], "error: unexpected arguments ['corpus.txt']"),  # not silently ignored
     ],
 )
 def test_user_mistake_is_one_error_line(tmp_path, args, line):
