@@ -79,7 +79,10 @@ def encode_example(features: dict) -> bytes:
     """Serializes {name: sequence of numbers} as a tf.train.Example.
 
     Float features (the weights) go into a FloatList, all others into an Int64List, exactly as
-    google-research/bert's create_pretraining_data.py writes them.
+    google-research/bert's create_pretraining_data.py writes them. The feature map is written
+    sorted by name (protobuf's deterministic serialization): its default order differs from
+    process to process, and the same job must write the same bytes (data_prep's encoder writes
+    these bytes too).
     """
     pb = _example_pb2()
     example = pb.Example()
@@ -89,7 +92,7 @@ def encode_example(features: dict) -> bytes:
             feature.float_list.value.extend(float(v) for v in values)
         else:
             feature.int64_list.value.extend(int(v) for v in values)
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)
 
 
 def decode_example(data: bytes) -> dict:

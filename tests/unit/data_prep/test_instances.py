@@ -154,6 +154,8 @@ def test_encoder_bytes_equal_protobuf_deterministic_serialization(corpus, tok, s
             == records[index]
         )
         features = F.decode_example(records[index])
+        # Reference mode's protobuf path writes the same bytes, in every process (map order).
+        assert F.encode_example(features) == records[index]
         F.check_example(features, schema)
         n = int(batch.length[index])
         assert features[F.INPUT_IDS].tolist() == batch.tokens[index].tolist()
