@@ -141,13 +141,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
                 f"--input={spec!r} also matches {len(own)} path(s) of this job's own output "
                 f"(--output_dir={output_dir!r}, e.g. {own[0]}): skipped, they are not input"
             )
-        kept = [p for p in paths if not inside(p)]
-        for path in kept:
-            try:
-                storage.check_file(path, "input")
-            except cli.UserError as e:  # as readers.match_files: missing, a directory, a pipe
-                raise readers.InputError(str(e)) from None
-        return kept
+        return readers.checked([p for p in paths if not inside(p)])
 
     return match
 

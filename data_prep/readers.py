@@ -40,17 +40,6 @@ from data_prep.inputs import (  # re-exported: the readers' API
 )
 from data_prep.sentences import DEFAULT_LANGUAGE
 
-__all__ = [
-    "InputError",
-    "ReadStats",
-    "Source",
-    "documents",
-    "match_files",
-    "open_input",
-    "parse_input",
-    "source_of",
-]
-
 
 def _is_jsonl(path: str) -> bool:
     name = path[:-3] if path.endswith(".gz") else path
@@ -59,11 +48,16 @@ def _is_jsonl(path: str) -> bool:
 
 def match_files(spec: str) -> list[str]:
     """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
-    paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
+    return checked(storage.glob(spec) if glob.has_magic(spec) else [spec])
+
+
+def checked(paths: list[str]) -> list[str]:
+    """`paths`, each checked to be an input file (an InputError for one missing, a directory,
+    a pipe: storage.check_file's words)."""
     for path in paths:
         try:
             storage.check_file(path, "input")
-        except cli.UserError as e:  # storage.check_file: missing, a directory, a pipe
+        except cli.UserError as e:
             raise InputError(str(e)) from None
     return paths
 
