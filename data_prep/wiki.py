@@ -89,25 +89,14 @@ def index_path(dump_path: str) -> str | None:
 def stream_offsets(path: str, open_binary: Callable[[str], BinaryIO]) -> tuple[list[int], int]:
     """The distinct stream offsets an index lists, ascending, and the index's size in bytes."""
     offsets: list[int] = []
-    size, tail = 0, b""
-    decompressor = bz2.BZ2Decompressor()
+    tail = b""
     with open_binary(path) as f:
-        for chunk in iter(lambda: f.read(_READ), b""):
-            size += len(chunk)
-            while chunk:
-                if decompressor.eof:
-                    decompressor = bz2.BZ2Decompressor()
-                try:
-                    text = tail + decompressor.decompress(chunk)
-                except OSError as e:
-                    raise inputs.truncated(path, e) from None
-                chunk = decompressor.unused_data if decompressor.eof else b""
-                lines = text.split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    _add_offset(offsets, line, path)
-    if not decompressor.eof:
-        raise inputs.truncated(path, EOFError("the index ends inside a bz2 stream"))
+        for text in _bz2_chunks(f, 0, None, path, "index"):
+            lines = (tail + text).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                _add_offset(offsets, line, path)
+        size = f.tell()
     _add_offset(offsets, tail, path)
     return offsets, size
 
@@ -158,10 +147,14 @@ def plan(
     return spans, f"{size} bytes, index {index_size} bytes"
 
 
-def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes]:
-    """Decompressed bytes of the bz2 streams in [start, stop), stream after stream."""
+def _bz2_chunks(
+    f: BinaryIO, start: int, stop: int | None, path: str, what: str = "dump"
+) -> Iterator[bytes]:
+    """Decompressed bytes of the bz2 streams in [start, stop) (None: to the end), stream after
+    stream; an InputError when they end inside a stream (or there is none)."""
     f.seek(start)
-    remaining, decompressor, pending = stop - start, bz2.BZ2Decompressor(), False
+    remaining = float("inf") if stop is None else stop - start
+    decompressor, pending = bz2.BZ2Decompressor(), True
     while remaining > 0:
         data = f.read(min(_READ, remaining))
         if not data:
@@ -178,8 +171,8 @@ def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes
             if out:
                 yield out
             data = decompressor.unused_data if decompressor.eof else b""
-    if pending or remaining > 0:
-        raise inputs.truncated(path, EOFError("the dump ends inside a bz2 stream"))
+    if pending or (stop is not None and remaining > 0):
+        raise inputs.truncated(path, EOFError(f"the {what} ends inside a bz2 stream"))
 
 
 def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
