@@ -262,8 +262,12 @@ def _render_link(source: str) -> str:
     if "|" in label:  # parameters and a caption: a file link of a namespace not listed
         return ""
     text = label if bar else target.lstrip(":")
-    if "[[" in text:  # a link inside a link's label
-        text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
+    return _links(text) if "[[" in text else text  # a link inside a link's label
+
+
+def _links(text: str) -> str:
+    """Every link rendered: those without nested brackets by substitution, then the rest."""
+    text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
         text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
@@ -301,10 +305,7 @@ def paragraphs(wikitext: str) -> list[str]:
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
     text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n{|\n")
-    text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
-    if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
-        text = _NOT_TEXT_LINK.sub("", text)
-        text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
+    text = _links(text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
     text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
