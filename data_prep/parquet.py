@@ -58,11 +58,9 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
         )
 
 
-def plan(
-    path: str, block_bytes: int, text_field: str, open_binary: Callable[[str], BinaryIO]
-) -> tuple[list[tuple[int, int, int]], str]:
+def plan(path: str, block_bytes: int, text_field: str) -> tuple[list[tuple[int, int, int]], str]:
     """(first row group, end row group, compressed bytes) of each unit, and what the plan saw."""
-    with open_binary(path) as f:
+    with inputs.open_input(path) as f:
         parquet = _open(path, f)
         _check_text_column(path, parquet, text_field)
         meta = parquet.metadata

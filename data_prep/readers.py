@@ -26,8 +26,6 @@ open_input are re-exported here: the names callers use).
 """
 
 import glob
-from collections.abc import Callable
-from typing import BinaryIO
 
 from bert_jax import cli, storage
 from data_prep import kinds, sniff, wiki
@@ -62,10 +60,10 @@ def checked(paths: list[str]) -> list[str]:
     return paths
 
 
-def source_of(path: str, open_binary=open_input, document_per_file: bool = False) -> Source:
+def source_of(path: str, document_per_file: bool = False) -> Source:
     """The source a file is, by its content (and, for text, by its name: .jsonl/.json)."""
     try:
-        with open_binary(path) as f:
+        with open_input(path) as f:
             content = sniff.sniff(f)
     except sniff.NotText as e:
         raise InputError(f"input {path!r} {e}") from None
@@ -78,14 +76,10 @@ def source_of(path: str, open_binary=open_input, document_per_file: bool = False
 def parse_input(
     specs: list[str],
     match=match_files,
-    open_binary: Callable[[str], BinaryIO] = open_input,
     document_per_file: bool = False,
 ) -> list[Source]:
-    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted).
-
-    `match(spec)` lists the files a file spec names and `open_binary` opens one; the defaults read
-    local files and bucket objects (gs://, s3://) alike.
-    """
+    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted);
+    `match(spec)` lists the files a file spec names (local files and bucket objects alike)."""
     sources = []
     for spec in specs:
         spec = spec.strip()
@@ -98,7 +92,7 @@ def parse_input(
         paths = match(spec)
         if not paths:
             raise InputError(f"--input pattern {spec!r} matches no file")
-        sources.extend(source_of(path, open_binary, document_per_file) for path in paths)
+        sources.extend(source_of(path, document_per_file) for path in paths)
     sources = _without_dump_indexes(sources)
     if not sources:
         raise InputError("no input given: pass --input=FILE[,GLOB,tfds:NAME:SPLIT]")

@@ -120,14 +120,13 @@ def plan(
     source: inputs.Source,
     size: int,
     block_bytes: int,
-    open_binary: Callable[[str], BinaryIO],
 ) -> tuple[list[tuple[int, int]], str]:
     """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
     the job's fingerprint)."""
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
-        offsets, index_size = stream_offsets(index, open_binary) if index else ([], 0)
+        offsets, index_size = stream_offsets(index, inputs.open_input) if index else ([], 0)
     except OSError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
     if not offsets:
