@@ -72,21 +72,16 @@ def _die_with_parent(main_pid: int) -> None:
 
 def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, main_pid: int) -> None:
     if in_pool:
-        signal.signal(
-            signal.SIGINT, signal.SIG_IGN
-        )  # Ctrl-C goes to the parent, which stops the pool
+        # Ctrl-C goes to the parent, which stops the pool.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _die_with_parent(main_pid)
     _worker["processor"] = job_units.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
 
+@storage.unavailable_as_user_error()
 def _unit_task(unit) -> dict:
     """Processes one unit and saves it: records file first, marker last; returns the marker."""
-    with storage.unavailable_as_user_error():
-        return _save_unit(unit)
-
-
-def _save_unit(unit) -> dict:
     stat = resume.stat(unit)  # before reading: a write after this shows as another version
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
@@ -159,14 +154,11 @@ def _unit_files(work_dir: str, pieces: list):
         yield located
 
 
+@storage.unavailable_as_user_error()
 def _shard_task(task) -> tuple[str, int, dict]:
     """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
     time; returns its split, index and manifest entry."""
-    with storage.unavailable_as_user_error():
-        return _write_shard(*task)
-
-
-def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple[str, int, dict]:
+    spec, work_dir, output_dir, split, shard, num, pieces = task
     path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, num))
     starts, lengths = [], []
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
