@@ -44,21 +44,11 @@ OPEN_END = "\x02"
 # the same or a higher level.
 SKIPPED_SECTIONS = frozenset(
     {
-        "see also",
-        "references",
-        "external links",
-        "further reading",
-        "notes",
-        "bibliography",
-        "sources",
-        "citations",
-        "footnotes",
-        "works cited",
-        "notes and references",
-        "references and notes",
-        "gallery",
+        "see also", "references", "external links", "further reading", "notes", "bibliography",
+        "sources", "citations", "footnotes", "works cited", "notes and references",
+        "references and notes", "gallery",
     }
-)
+)  # fmt: skip
 # Elements dropped whole, content included; every other tag is removed but its content kept (<b>,
 # <span>, <small>, <sup>, ...). References are most of them, and go first: a <ref> may hold any
 # of the others.
