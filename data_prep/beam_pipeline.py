@@ -62,8 +62,7 @@ def _summary(result, stats: dict) -> dict:
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
     """The shard plan of job_shards.plan_shards, also indexed by unit: unit -> [(split, shard,
-    count, rank,
-    a, b)]."""
+    count, rank, a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit, shards = {}, {}
     for split in job.SPLITS:

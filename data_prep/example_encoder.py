@@ -48,9 +48,8 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
         more = values >= (1 << (7 * (k + 1))) if k + 1 < planes else np.zeros(values.shape, bool)
         if k + 1 < planes:
             keep[..., k + 1] = more
-        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | (
-            more.view(np.uint8) << 7
-        )  # high bit: more
+        high = more.view(np.uint8) << 7  # the high bit: more bytes follow
+        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | high
     data = np.compress(keep.reshape(-1), out.reshape(-1)).tobytes()  # row by row, value by value
     return data, np.concatenate([[0], np.cumsum(keep.sum(axis=(1, 2)))]).tolist()
 

@@ -64,9 +64,8 @@ class Documents:
     it."""
 
     ids: np.ndarray  # [tokens] int32
-    bounds: (
-        list  # per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences)
-    )
+    # Per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences).
+    bounds: list
 
     @classmethod
     def from_lines(
