@@ -145,8 +145,7 @@ def train_wordpiece(
         )
     pieces = [piece for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     storage.makedirs(storage.dirname(output_path))
-    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
-        f.write("".join(piece + "\n" for piece in pieces))
+    storage.write_text(output_path, "".join(piece + "\n" for piece in pieces))  # published whole
     return output_path
 
 
@@ -202,8 +201,7 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
         special_tokens=[(tokenization.CLS, cls_id), (tokenization.SEP, sep_id)],
     )
     storage.makedirs(storage.dirname(output_path))
-    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
-        f.write(tok.to_str(pretty=True))
+    storage.write_text(output_path, tok.to_str(pretty=True))  # published whole
     return output_path
 
 
@@ -218,25 +216,11 @@ def train_sentencepiece(
     written as sentencepiece writes it (piece, tab, score)."""
     import sentencepiece as spm
 
-    model = _train_sentencepiece(sentences, vocab_size, do_lower_case)
-    sp = spm.SentencePieceProcessor(model_proto=model)
-    pieces = "".join(
-        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
-    )
-    storage.makedirs(storage.dirname(output_prefix))
-    storage.write_text(output_prefix + ".vocab", pieces)
-    storage.write_bytes(output_prefix + ".model", model)  # last: the file readers ask for
-    return output_prefix + ".model"
-
-
-def _train_sentencepiece(sentences, vocab_size: int, do_lower_case: bool) -> bytes:
-    import sentencepiece as spm
-
-    model = io.BytesIO()
+    written = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
-            model_writer=model,
+            model_writer=written,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -258,7 +242,15 @@ def _train_sentencepiece(sentences, vocab_size: int, do_lower_case: bool) -> byt
                 f"--vocab_size={needed[1]} or more"
             ) from None
         raise
-    return model.getvalue()
+    model = written.getvalue()
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    pieces = "".join(
+        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
+    )
+    storage.makedirs(storage.dirname(output_prefix))
+    storage.write_text(output_prefix + ".vocab", pieces)
+    storage.write_bytes(output_prefix + ".model", model)  # last: the file readers ask for
+    return output_prefix + ".model"
 
 
 def main(argv):
