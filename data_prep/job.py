@@ -248,12 +248,6 @@ def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     return [spec.seed, _STREAM[stream], *keys]
 
 
-def input_bytes(planned: list[units_lib.Unit]) -> int:
-    """Bytes of the file inputs as stored (compressed for gzip, bz2 dumps and Parquet): the MB/s
-    figures' numerator."""
-    return sum(unit.size for unit in planned if kinds.is_file(unit.kind))
-
-
 def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:
     """The error of a job whose input gave no training instances, with what the reads saw."""
     documents = sum(r.documents for r in read)
@@ -317,7 +311,8 @@ def manifest_fields(
         fingerprint=fp,
         inputs=content.input_files(planned, [unit.content for unit in units]),
         read=dataclasses.asdict(read),
-        input_bytes=input_bytes(planned),
+        # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
+        input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
         documents=split_documents["train"] + split_documents["eval"],
         stats=train.summary(opts.max_seq_length),
         eval={
