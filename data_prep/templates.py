@@ -2,16 +2,12 @@
 is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}} of a page.
 
 The table (`_RENDER`: template name -> how to render) holds the templates that occur inside prose
-lines of real enwiki pages, by frequency (counts in docs/data_prep.md, over examples/data's sample
-and gensim's 206-page enwiki sample: bench/wikitext_bench.py --templates): {{convert}} 366,
-{{lang}} 183, {{IPAc-en}} 91, {{respell}} 57, {{transl}} 43, {{lang-xx}} 41, {{nowrap}} 26,
-{{as of}} 23, {{IPA-xx}} 22, {{chem}} 22, {{IPA}} 17, {{vr}} 14, {{nihongo}} 13, {{val}} 12,
-{{angbr}} 8, ... The rest of the top of that list are notes that
-render a superscript, not words ({{citation needed}} 124, {{rp}} 103, {{sfn}} 97, {{sfnp}} 89,
-{{refn}} 23, {{clarify}} 13, ...): dropping them is what MediaWiki's text shows. Templates whose
-output depends on the day they are rendered ({{birth date and age}}'s age, {{CURRENTYEAR}},
-{{inflation}}) render only their fixed part or nothing: the records must not change with the
-date they are made.
+lines of real enwiki pages (counted by bench/wikitext_bench.py --templates; the counts are in
+docs/data_prep.md). The other frequent ones are notes that render a superscript, not words
+({{citation needed}}, {{rp}}, {{sfn}}, ...): dropping them is what MediaWiki's text shows.
+Templates whose output depends on the day they are rendered ({{birth date and age}}'s age,
+{{CURRENTYEAR}}, {{inflation}}) render only their fixed part or nothing: the records must not
+change with the date they are made.
 
 Parameters are split as MediaWiki splits them, at the "|"s outside nested templates and links,
 before the nested templates are expanded ({{nowrap|x {{=}} 1}} has one parameter, "x = 1"); a
