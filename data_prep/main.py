@@ -249,17 +249,11 @@ def _summary(manifest: dict) -> None:
             f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
             f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s"
         )
-        shards = manifest["shards"]
-        sizes = {
-            split: shards[split][0]["instances"] if shards[split] else 0
-            for split in ("train", "eval")
-        }
-        print(
-            "shards: "
-            + ", ".join(
-                f"{split} {len(shards[split])} x {sizes[split]}" for split in ("train", "eval")
-            )
-        )
+        counts = []
+        for split in ("train", "eval"):
+            entries = manifest["shards"][split]
+            counts.append(f"{split} {len(entries)} x {entries[0]['instances'] if entries else 0}")
+        print("shards: " + ", ".join(counts))
     print(
         f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, "
         f"padding {stats['padding_fraction']:.3f}, "
