@@ -56,6 +56,8 @@ _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
+# Linear: each match ends at the first "-->" after it, or the page's end; the next starts there.
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 _SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
 # An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
@@ -156,15 +158,7 @@ def is_disambiguation(title: str, text: str) -> bool:
 
 def _drop_comments(text: str) -> str:
     """<!-- ... --> removed; an unclosed comment hides the rest of the page, as in MediaWiki."""
-    out, position = [], 0
-    while (start := text.find("<!--", position)) >= 0:
-        out.append(text[position:start])
-        end = text.find("-->", start + 4)
-        if end < 0:
-            return "".join(out)
-        position = end + 3
-    out.append(text[position:])
-    return "".join(out)
+    return _COMMENT.sub("", text)
 
 
 def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
