@@ -39,11 +39,6 @@ from data_prep.inputs import (  # re-exported: the readers' API
 from data_prep.sentences import DEFAULT_LANGUAGE
 
 
-def _is_jsonl(path: str) -> bool:
-    name = path[:-3] if path.endswith(".gz") else path
-    return name.endswith((".jsonl", ".json"))
-
-
 def match_files(spec: str) -> list[str]:
     """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
     return checked(storage.glob(spec) if glob.has_magic(spec) else [spec])
@@ -69,7 +64,8 @@ def source_of(path: str, document_per_file: bool = False) -> Source:
         raise InputError(f"input {path!r} {e}") from None
     kind = content.kind
     if kind == "text":  # JSON lines by content (sniff) or by name (a first line that is not JSON)
-        kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
+        jsonl = path.removesuffix(".gz").endswith((".jsonl", ".json"))
+        kind = "jsonl" if jsonl else "book" if document_per_file else "text"
     return Source(kind, path, compression=content.compression, encoding=content.encoding)
 
 
