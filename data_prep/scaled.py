@@ -159,7 +159,7 @@ def _shard_task(task) -> tuple[str, int, dict]:
     """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
     time; returns its split, index and manifest entry."""
     spec, work_dir, output_dir, split, shard, num, pieces = task
-    path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, num))
+    path = storage.join(output_dir, output.shard_name(split, shard, num, spec.fmt))
     starts, lengths = [], []
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
         for fd, data_at, offsets_at, first, end in files:
