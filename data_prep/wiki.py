@@ -191,31 +191,24 @@ def _local(tag: str) -> str:
 
 
 def _page(element) -> Page:
-    title = text = ""
-    namespace = None  # no <ns>: an export older than schema 0.5
-    redirect = False
-    for child in element:
-        name = _local(child.tag)
-        if name == "title":
-            title = child.text or ""
-        elif name == "ns":
-            namespace = (child.text or "").strip()
-        elif name == "redirect":
-            redirect = True
-        elif name == "revision":
-            for part in child:
-                if _local(part.tag) == "text":
-                    text = part.text or ""
-    return Page(title, namespace, redirect, text)
+    """A <page> element (of any export schema's namespace) as a Page; its one <revision> left
+    (`pages`) holds the text."""
+    namespace = element.findtext("{*}ns")  # None: no <ns>, an export older than schema 0.5
+    return Page(
+        element.findtext("{*}title", ""),
+        None if namespace is None else namespace.strip(),
+        element.find("{*}redirect") is not None,
+        element.findtext("{*}revision/{*}text", ""),
+    )
 
 
 def _namespaces(siteinfo) -> dict[str, str]:
     """<siteinfo>'s namespace names (lower-cased) -> their keys: "talk" -> "1", "" -> "0"."""
-    names = {}
-    for element in siteinfo.iter():
-        if _local(element.tag) == "namespace" and element.get("key") is not None:
-            names[(element.text or "").strip().lower()] = element.get("key")
-    return names
+    return {
+        (element.text or "").strip().lower(): element.get("key")
+        for element in siteinfo.iterfind(".//{*}namespace")
+        if element.get("key") is not None
+    }
 
 
 def _namespace_from_title(title: str, namespaces: dict[str, str]) -> str:
