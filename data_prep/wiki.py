@@ -174,14 +174,17 @@ def _bz2_chunks(
         raise inputs.truncated(path, EOFError(f"the {what} ends inside a bz2 stream"))
 
 
-def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
-    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file), decompressed."""
+def chunks(
+    f: BinaryIO, compression: str, start: int, stop: int, path: str, size: int = _READ
+) -> Iterator[bytes]:
+    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file from where `f`
+    is), decompressed; those of gzip and plain dumps `size` at a time."""
     if compression == "bz2":
         yield from _bz2_chunks(f, start, stop, path)
         return
     stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
     try:
-        yield from iter(lambda: stream.read(_READ), b"")
+        yield from iter(lambda: stream.read(size), b"")
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise inputs.truncated(path, e) from None
 
@@ -297,9 +300,8 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
         return _SITEINFO_END in sniff.as_utf8(head)[0] or len(head) >= _HEAD_LIMIT
 
     if compression == "bz2":  # the first stream: a multistream dump's holds only the siteinfo
-        data = iter(lambda: f.read(1 << 16), b"")
         decompressor = bz2.BZ2Decompressor()
-        for block in data:
+        for block in iter(lambda: f.read(1 << 16), b""):
             try:
                 head += decompressor.decompress(block, _HEAD_LIMIT - len(head))
             except OSError as e:
@@ -307,15 +309,10 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
             if decompressor.eof or done():
                 break
         return sniff.as_utf8(head)[0]
-    stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
-    try:
-        while not done():
-            block = stream.read(1 << 16)
-            if not block:
-                break
-            head += block
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise inputs.truncated(path, e) from None
+    for block in chunks(f, compression, 0, 0, path, size=1 << 16):
+        head += block
+        if done():
+            break
     return sniff.as_utf8(head)[0]
 
 
