@@ -38,11 +38,6 @@ from bert_jax.data.contract import manifest, record_io
 from bert_jax.training import workdir_lock
 from data_prep import content, job, job_shards, job_units, output, readers, resume
 
-
-class WorkerDied(cli.UserError):
-    """A worker process was killed; the message says what survives and what to do."""
-
-
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
@@ -221,7 +216,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
             for done in futures.as_completed(batch):
                 yield done.result()
         except futures.process.BrokenProcessPool:
-            raise WorkerDied(
+            raise cli.UserError(
                 f"a worker process of data_prep died (killed: the system's out-of-memory killer, "
                 f"or a signal); the finished units and shards are kept: rerun the same command "
                 f"to go on (with fewer --num_workers than {num_workers} if memory ran out)"
