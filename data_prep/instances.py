@@ -162,7 +162,7 @@ def nsp_spans(
 def mlm_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """MLM-only packing (instances._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
+    """MLM-only packing (reference._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
     False)."""
     bounds = docs.bounds[index]
     max_num_tokens = opts.max_seq_length - 2
