@@ -62,8 +62,7 @@ def _summary(result, stats: dict) -> dict:
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
     """The shard plan of job_shards.plan_shards, also indexed by unit: unit -> [(split, shard,
-    count, rank,
-    a, b)]."""
+    count, rank, a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit, shards = {}, {}
     for split in job.SPLITS:
@@ -95,7 +94,7 @@ def _pieces(result, plan: dict):
 def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     (split, shard, count), pieces = keyed
     records = [record for _, part in sorted(pieces, key=lambda p: p[0]) for record in part]
-    path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, count))
+    path = storage.join(output_dir, output.shard_name(split, shard, count, spec.fmt))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for j in job_shards.shard_order(spec, split, shard, len(records)).tolist():

@@ -39,13 +39,11 @@ def source_key(unit: units_lib.Unit) -> str:
 
 class _Hashing:
     """A binary file that hashes every byte its reader consumes, in order: what read() and
-    readline() return as they return it, and the lines of an iteration, hashed when the file is
-    closed by reading their byte range again (from the page cache; a Python step per line would
-    cost ~3% of a unit)."""
+    readline() return as they return it. It offers no other way of reading (iteration, readinto,
+    a file descriptor): a reader that tried one would fail, never bypass the hash."""
 
     def __init__(self, f, digest):
         self._f, self._digest = f, digest
-        self._lines_from = None  # where iteration began
 
     def read(self, size=-1):
         data = self._f.read(size)
@@ -57,12 +55,7 @@ class _Hashing:
         self._digest.update(line)
         return line
 
-    def __iter__(self):
-        self._lines_from = self._f.tell()
-        return iter(self._f)
-
-    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell; any
-    # other way of reading (readinto, a file descriptor) is absent, so nothing bypasses the hash.
+    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell.
     @property
     def closed(self):
         return self._f.closed
@@ -80,19 +73,7 @@ class _Hashing:
         return self._f.tell()
 
     def close(self):
-        try:
-            if self._lines_from is not None:
-                remaining = self._f.tell() - self._lines_from
-                self._f.seek(self._lines_from)
-                while remaining > 0:
-                    block = self._f.read(min(remaining, 1 << 20))
-                    if not block:
-                        break
-                    self._digest.update(block)
-                    remaining -= len(block)
-                self._lines_from = None
-        finally:
-            self._f.close()
+        self._f.close()
 
     def __enter__(self):
         return self

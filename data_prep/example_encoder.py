@@ -13,6 +13,7 @@ Wire format, outermost first (field number << 3 | wire type 2 = length-delimited
   Feature.float_list (2) | int64_list (3) -> FloatList/Int64List.value (1, packed).
 """
 
+import functools
 import itertools
 import struct
 
@@ -47,9 +48,8 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
         more = values >= (1 << (7 * (k + 1))) if k + 1 < planes else np.zeros(values.shape, bool)
         if k + 1 < planes:
             keep[..., k + 1] = more
-        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | (
-            more.view(np.uint8) << 7
-        )  # high bit: more
+        high = more.view(np.uint8) << 7  # the high bit: more bytes follow
+        out[..., k] = ((values >> (7 * k)) & 0x7F).astype(np.uint8) | high
     data = np.compress(keep.reshape(-1), out.reshape(-1)).tobytes()  # row by row, value by value
     return data, np.concatenate([[0], np.cumsum(keep.sum(axis=(1, 2)))]).tolist()
 
@@ -66,18 +66,6 @@ def entry(name: str, packed: bytes) -> bytes:
     return _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, feature))
 
 
-class _Entries(dict):
-    """variant -> bytes, built by `build(variant)` on first use."""
-
-    def __init__(self, build):
-        super().__init__()
-        self._build = build
-
-    def __missing__(self, key):
-        value = self[key] = self._build(key)
-        return value
-
-
 class ExampleEncoder:
     """Batch -> serialized tf.train.Example records of one schema."""
 
@@ -85,29 +73,28 @@ class ExampleEncoder:
         self.schema = schema
         length_cap, predictions = schema.max_seq_length, schema.max_predictions_per_seq
         self._length_cap = length_cap
-        # Whole entries of the features with few variants, keyed by an int per variant.
-        self._mask = _Entries(
+        # Whole entries of the features with few variants, built once per variant (an int).
+        self._mask = functools.cache(
             lambda n: entry(F.INPUT_MASK, b"\x01" * n + b"\x00" * (length_cap - n))
         )
-        self._segments = _Entries(
+        self._segments = functools.cache(
             lambda key: entry(F.SEGMENT_IDS, _segments(*divmod(key, length_cap + 1), length_cap))
         )
-        self._weights = _Entries(
+        self._weights = functools.cache(
             lambda m: entry(F.MASKED_LM_WEIGHTS, _ONE_FLOAT * m + _ZERO_FLOAT * (predictions - m))
         )
-        self._labels = _Entries(lambda label: entry(F.NEXT_SENTENCE_LABELS, bytes([label])))
-        # For varint features, all of an entry but its packed payload, keyed by the payload's
-        # length.
+        self._labels = functools.cache(lambda label: entry(F.NEXT_SENTENCE_LABELS, bytes([label])))
+        # For varint features, all of an entry but its packed payload, by the payload's length.
         self._prefix = {
-            name: _Entries(lambda size, name=name: entry(name, b"\x00" * size)[:-size])
+            name: functools.cache(lambda size, name=name: entry(name, b"\x00" * size)[:-size])
             for name in (F.INPUT_IDS, F.MASKED_LM_IDS, F.MASKED_LM_POSITIONS)
         }
-        self._lengths = _Entries(varint)  # the Example's own length field
+        self._lengths = functools.cache(varint)  # the Example's own length field
 
     def _varint_entries(self, name: str, values: np.ndarray) -> list[bytes]:
         data, offsets = varint_rows(values)
         prefix = self._prefix[name]
-        return [prefix[end - start] + data[start:end] for start, end in itertools.pairwise(offsets)]
+        return [prefix(end - start) + data[start:end] for start, end in itertools.pairwise(offsets)]
 
     def encode(self, batch: Batch) -> list[bytes]:
         """Serialized records, features in sorted order as deterministic serialization writes
@@ -116,21 +103,20 @@ class ExampleEncoder:
         segment_keys = (batch.segment_start * (self._length_cap + 1) + batch.length).tolist()
         columns = [
             self._varint_entries(F.INPUT_IDS, batch.tokens),
-            list(map(self._mask.__getitem__, lengths)),
+            list(map(self._mask, lengths)),
         ]
         if self.schema.masked:
             columns += [
                 self._varint_entries(F.MASKED_LM_IDS, batch.labels),
                 self._varint_entries(F.MASKED_LM_POSITIONS, batch.positions),
-                list(map(self._weights.__getitem__, batch.num_masked.tolist())),
+                list(map(self._weights, batch.num_masked.tolist())),
             ]
         columns += [
-            list(map(self._labels.__getitem__, batch.random_next.astype(int).tolist())),
-            list(map(self._segments.__getitem__, segment_keys)),
+            list(map(self._labels, batch.random_next.astype(int).tolist())),
+            list(map(self._segments, segment_keys)),
         ]
         features = list(map(b"".join, zip(*columns)))
-        header = self._lengths
-        return [b"\x0a" + header[len(f)] + f for f in features]
+        return [b"\x0a" + self._lengths(len(f)) + f for f in features]
 
 
 def _segments(segment_start: int, n: int, length_cap: int) -> bytes:

@@ -116,12 +116,12 @@ def decode_line(raw: bytes | None, stats: ReadStats) -> str:
     return line.strip()
 
 
-def read_lines(path: str, stats: ReadStats, open_binary=open_input) -> Iterator[str]:
+def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
     """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
     GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
     stats.files += 1
     empty = True
-    with open_binary(path) as raw_file, open_text(raw_file, path) as f:
+    with open_input(path) as raw_file, open_text(raw_file, path) as f:
         for raw, _ in raw_lines(f, path):
             if empty and raw is not None:
                 raw = raw.removeprefix(sniff.UTF8_BOM)

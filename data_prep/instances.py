@@ -64,9 +64,8 @@ class Documents:
     it."""
 
     ids: np.ndarray  # [tokens] int32
-    bounds: (
-        list  # per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences)
-    )
+    # Per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences).
+    bounds: list
 
     @classmethod
     def from_lines(
@@ -163,7 +162,7 @@ def nsp_spans(
 def mlm_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """MLM-only packing (instances._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
+    """MLM-only packing (reference._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
     False)."""
     bounds = docs.bounds[index]
     max_num_tokens = opts.max_seq_length - 2

@@ -141,13 +141,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
                 f"--input={spec!r} also matches {len(own)} path(s) of this job's own output "
                 f"(--output_dir={output_dir!r}, e.g. {own[0]}): skipped, they are not input"
             )
-        kept = [p for p in paths if not inside(p)]
-        for path in kept:
-            try:
-                storage.check_file(path, "input")
-            except cli.UserError as e:  # as readers.match_files: missing, a directory, a pipe
-                raise readers.InputError(str(e)) from None
-        return kept
+        return readers.checked([p for p in paths if not inside(p)])
 
     return match
 
@@ -254,12 +248,6 @@ def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     return [spec.seed, _STREAM[stream], *keys]
 
 
-def input_bytes(planned: list[units_lib.Unit]) -> int:
-    """Bytes of the file inputs as stored (compressed for gzip, bz2 dumps and Parquet): the MB/s
-    figures' numerator."""
-    return sum(unit.size for unit in planned if kinds.is_file(unit.kind))
-
-
 def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:
     """The error of a job whose input gave no training instances, with what the reads saw."""
     documents = sum(r.documents for r in read)
@@ -323,7 +311,8 @@ def manifest_fields(
         fingerprint=fp,
         inputs=content.input_files(planned, [unit.content for unit in units]),
         read=dataclasses.asdict(read),
-        input_bytes=input_bytes(planned),
+        # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
+        input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
         documents=split_documents["train"] + split_documents["eval"],
         stats=train.summary(opts.max_seq_length),
         eval={

@@ -11,7 +11,6 @@ import math
 import numpy as np
 
 from bert_jax import cli
-from data_prep import output
 from data_prep import units as units_lib
 from data_prep.job import SPLITS, JobSpec, seed
 
@@ -68,7 +67,3 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
     return np.random.default_rng(seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(
         count
     )
-
-
-def shard_file(spec: JobSpec, split: str, shard: int, num: int) -> str:
-    return output.shard_name(split, shard, num, spec.fmt)

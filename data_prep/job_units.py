@@ -101,14 +101,11 @@ class UnitProcessor:
             else [line for doc in documents for line in doc]
         )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
-        rng = random.Random(
-            repr(seed(spec, "structure", unit.index, split_id))
-        )  # str seeds: sha512, stable
+        # A str seed: hashed by sha512, stable across processes and versions.
+        rng = random.Random(repr(seed(spec, "structure", unit.index, split_id)))
         spans: list = []
         make_spans = inst.nsp_spans if opts.nsp else inst.mlm_spans
-        for _ in range(
-            spec.dupe_factor if split == "train" else 1
-        ):  # eval: one pass, no duplicates
+        for _ in range(spec.dupe_factor if split == "train" else 1):  # eval: one pass, no dupes
             for index in range(len(docs.bounds)):
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(seed(spec, "mask", unit.index, split_id))

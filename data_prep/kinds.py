@@ -26,8 +26,6 @@ class Planning:
     block_bytes: int
     tfds_examples_per_unit: int
     tfds_data_dir: str | None = None
-    size_of: Callable[[str], int] = storage.size
-    open_binary: Callable[[str], BinaryIO] = open_input
     text_field: str = TEXT_FIELD
 
 
@@ -56,16 +54,16 @@ class Kind:
 
 
 def _plan_lines(source: Source, p: Planning) -> Plan:
-    return [(a, b, {}) for a, b in lines.plan(source, p.size_of(source.path), p.block_bytes)]
+    return [(a, b, {}) for a, b in lines.plan(source, storage.size(source.path), p.block_bytes)]
 
 
 def _plan_wiki(source: Source, p: Planning) -> Plan:
-    spans, extent = wiki.plan(source, p.size_of(source.path), p.block_bytes, p.open_binary)
+    spans, extent = wiki.plan(source, storage.size(source.path), p.block_bytes)
     return [(a, b, {"extent": extent}) for a, b in spans]
 
 
 def _plan_parquet(source: Source, p: Planning) -> Plan:
-    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field, p.open_binary)
+    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field)
     return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
 
 

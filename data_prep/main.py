@@ -21,6 +21,7 @@ Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output direct
 
 import dataclasses
 import os
+import sys
 
 from absl import flags
 
@@ -163,23 +164,9 @@ flags.DEFINE_bool(
     "all match, else one error line naming the bad files and status 2.",
 )
 
-_JOB_FLAGS = (
-    "input",
-    "vocab_file",
-    "do_lower_case",
-    "do_whole_word_mask",
-    "max_seq_length",
-    "max_predictions_per_seq",
-    "masked_lm_prob",
-    "short_seq_prob",
-    "dupe_factor",
-    "random_seed",
-    "format",
-    "mode",
-    "nsp",
-    "dynamic_masking",
-    "text_field",
-)
+# Flags that do not shape the records; the manifest's "flags" records every other one.
+_NOT_RECORDED = ("output_dir", "tfds_data_dir", "num_workers", "progress", "verify")
+# Flags only the scaled and Beam modes read: a reference manifest leaves them out.
 _SCALED_FLAGS = (
     "document_per_file",
     "language",
@@ -193,37 +180,43 @@ _SCALED_FLAGS = (
 )
 
 
+def _from_flags(cls, **renamed):
+    """A `cls` from the flags named as its fields; `renamed`: the fields whose flags are not."""
+    return cls(
+        **{
+            f.name: renamed[f.name] if f.name in renamed else FLAGS[f.name].value
+            for f in dataclasses.fields(cls)
+        }
+    )
+
+
 def options_from_flags() -> instances.InstanceOptions:
-    return instances.InstanceOptions(
-        max_seq_length=FLAGS.max_seq_length,
-        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-        masked_lm_prob=FLAGS.masked_lm_prob,
-        short_seq_prob=FLAGS.short_seq_prob,
+    return _from_flags(
+        instances.InstanceOptions,
         whole_word_mask=FLAGS.do_whole_word_mask,
-        nsp=FLAGS.nsp,
         mask=not FLAGS.dynamic_masking,
     )
 
 
 def spec_from_flags() -> job.JobSpec:
-    return job.JobSpec(
+    return _from_flags(
+        job.JobSpec,
         inputs=tuple(FLAGS.input),
         opts=options_from_flags(),
-        dupe_factor=FLAGS.dupe_factor,
         seed=FLAGS.random_seed,
-        eval_fraction=FLAGS.eval_fraction,
-        eval_masked_lm_prob=FLAGS.eval_masked_lm_prob,
-        block_size_mb=FLAGS.block_size_mb,
-        tfds_examples_per_unit=FLAGS.tfds_examples_per_unit,
         fmt=FLAGS.format,
-        num_shards=FLAGS.num_shards,
-        num_eval_shards=FLAGS.num_eval_shards,
-        shard_size_mb=FLAGS.shard_size_mb,
-        text_field=FLAGS.text_field,
-        tfds_data_dir=FLAGS.tfds_data_dir,
-        document_per_file=FLAGS.document_per_file,
         language=sentences.language_code(FLAGS.language),
     )
+
+
+def _recorded_flags() -> dict:
+    """The flags a manifest records, by name (this module's: absl knows where each was defined)."""
+    return {
+        flag.name: flag.value
+        for flag in FLAGS.get_flags_for_module(sys.modules[__name__])
+        if flag.name not in _NOT_RECORDED
+        and (FLAGS.mode != "reference" or flag.name not in _SCALED_FLAGS)
+    }
 
 
 def _verify() -> int:
@@ -256,17 +249,11 @@ def _summary(manifest: dict) -> None:
             f"in {seconds:.1f}s: {manifest['input_bytes'] / seconds / 1e6:.2f} MB/s of text, "
             f"{(stats['instances'] + held_out['stats']['instances']) / seconds:.0f} instances/s"
         )
-        shards = manifest["shards"]
-        sizes = {
-            split: shards[split][0]["instances"] if shards[split] else 0
-            for split in ("train", "eval")
-        }
-        print(
-            "shards: "
-            + ", ".join(
-                f"{split} {len(shards[split])} x {sizes[split]}" for split in ("train", "eval")
-            )
-        )
+        counts = []
+        for split in ("train", "eval"):
+            entries = manifest["shards"][split]
+            counts.append(f"{split} {len(entries)} x {entries[0]['instances'] if entries else 0}")
+        print("shards: " + ", ".join(counts))
     print(
         f"{stats['mean_tokens_per_instance']:.1f} tokens/instance, "
         f"padding {stats['padding_fraction']:.3f}, "
@@ -335,7 +322,7 @@ def main(argv):
     )
     if FLAGS.verify:
         return _verify()
-    job_flags = {name: FLAGS[name].value for name in _JOB_FLAGS}
+    job_flags = _recorded_flags()
     try:
         if FLAGS.mode == "reference":
             tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
@@ -360,7 +347,6 @@ def main(argv):
                     f"--mode=beam needs Apache Beam ({e}); pip install -e '.[beam]'"
                 ) from None
 
-            job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             manifest = beam_pipeline.run(
                 spec_from_flags(),
                 FLAGS.vocab_file,
@@ -372,7 +358,6 @@ def main(argv):
         else:
             from data_prep import scaled
 
-            job_flags.update({name: FLAGS[name].value for name in _SCALED_FLAGS})
             tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
             masking.Vocab.from_tokenizer(tokenizer).check_whole_word(
                 FLAGS.do_whole_word_mask and not FLAGS.dynamic_masking, "--vocab_file"

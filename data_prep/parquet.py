@@ -30,14 +30,9 @@ def _is_text(kind) -> bool:
     import pyarrow as pa
 
     value = kind.value_type if pa.types.is_dictionary(kind) else kind
-    return (
-        pa.types.is_string(value)
-        or pa.types.is_large_string(value)
-        or pa.types.is_binary(value)
-        or pa.types.is_large_binary(value)
-        or getattr(pa.types, "is_string_view", lambda _: False)(value)
-        or getattr(pa.types, "is_binary_view", lambda _: False)(value)
-    )
+    kinds = ("string", "large_string", "binary", "large_binary", "string_view", "binary_view")
+    # The views only in newer pyarrows.
+    return any(getattr(pa.types, f"is_{name}", lambda _: False)(value) for name in kinds)
 
 
 def _check_text_column(path: str, parquet, text_field: str) -> None:
@@ -58,11 +53,9 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
         )
 
 
-def plan(
-    path: str, block_bytes: int, text_field: str, open_binary: Callable[[str], BinaryIO]
-) -> tuple[list[tuple[int, int, int]], str]:
+def plan(path: str, block_bytes: int, text_field: str) -> tuple[list[tuple[int, int, int]], str]:
     """(first row group, end row group, compressed bytes) of each unit, and what the plan saw."""
-    with open_binary(path) as f:
+    with inputs.open_input(path) as f:
         parquet = _open(path, f)
         _check_text_column(path, parquet, text_field)
         meta = parquet.metadata

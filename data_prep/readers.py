@@ -26,8 +26,6 @@ open_input are re-exported here: the names callers use).
 """
 
 import glob
-from collections.abc import Callable
-from typing import BinaryIO
 
 from bert_jax import cli, storage
 from data_prep import kinds, sniff, wiki
@@ -40,58 +38,44 @@ from data_prep.inputs import (  # re-exported: the readers' API
 )
 from data_prep.sentences import DEFAULT_LANGUAGE
 
-__all__ = [
-    "InputError",
-    "ReadStats",
-    "Source",
-    "documents",
-    "match_files",
-    "open_input",
-    "parse_input",
-    "source_of",
-]
-
-
-def _is_jsonl(path: str) -> bool:
-    name = path[:-3] if path.endswith(".gz") else path
-    return name.endswith((".jsonl", ".json"))
-
 
 def match_files(spec: str) -> list[str]:
     """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
-    paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
+    return checked(storage.glob(spec) if glob.has_magic(spec) else [spec])
+
+
+def checked(paths: list[str]) -> list[str]:
+    """`paths`, each checked to be an input file (an InputError for one missing, a directory,
+    a pipe: storage.check_file's words)."""
     for path in paths:
         try:
             storage.check_file(path, "input")
-        except cli.UserError as e:  # storage.check_file: missing, a directory, a pipe
+        except cli.UserError as e:
             raise InputError(str(e)) from None
     return paths
 
 
-def source_of(path: str, open_binary=open_input, document_per_file: bool = False) -> Source:
+def source_of(path: str, document_per_file: bool = False) -> Source:
     """The source a file is, by its content (and, for text, by its name: .jsonl/.json)."""
     try:
-        with open_binary(path) as f:
+        with open_input(path) as f:
             content = sniff.sniff(f)
     except sniff.NotText as e:
         raise InputError(f"input {path!r} {e}") from None
     kind = content.kind
     if kind == "text":  # JSON lines by content (sniff) or by name (a first line that is not JSON)
-        kind = "jsonl" if _is_jsonl(path) else "book" if document_per_file else "text"
+        jsonl = path.removesuffix(".gz").endswith((".jsonl", ".json"))
+        kind = "jsonl" if jsonl else "book" if document_per_file else "text"
     return Source(kind, path, compression=content.compression, encoding=content.encoding)
 
 
 def parse_input(
     specs: list[str],
     match=match_files,
-    open_binary: Callable[[str], BinaryIO] = open_input,
     document_per_file: bool = False,
 ) -> list[Source]:
-    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted).
-
-    `match(spec)` lists the files a file spec names and `open_binary` opens one; the defaults read
-    local files and bucket objects (gs://, s3://) alike.
-    """
+    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted);
+    `match(spec)` lists the files a file spec names (local files and bucket objects alike)."""
     sources = []
     for spec in specs:
         spec = spec.strip()
@@ -104,7 +88,7 @@ def parse_input(
         paths = match(spec)
         if not paths:
             raise InputError(f"--input pattern {spec!r} matches no file")
-        sources.extend(source_of(path, open_binary, document_per_file) for path in paths)
+        sources.extend(source_of(path, document_per_file) for path in paths)
     sources = _without_dump_indexes(sources)
     if not sources:
         raise InputError("no input given: pass --input=FILE[,GLOB,tfds:NAME:SPLIT]")

@@ -38,11 +38,6 @@ from bert_jax.data.contract import manifest, record_io
 from bert_jax.training import workdir_lock
 from data_prep import content, job, job_shards, job_units, output, readers, resume
 
-
-class WorkerDied(cli.UserError):
-    """A worker process was killed; the message says what survives and what to do."""
-
-
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
@@ -72,21 +67,16 @@ def _die_with_parent(main_pid: int) -> None:
 
 def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, main_pid: int) -> None:
     if in_pool:
-        signal.signal(
-            signal.SIGINT, signal.SIG_IGN
-        )  # Ctrl-C goes to the parent, which stops the pool
+        # Ctrl-C goes to the parent, which stops the pool.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _die_with_parent(main_pid)
     _worker["processor"] = job_units.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
 
 
+@storage.unavailable_as_user_error()
 def _unit_task(unit) -> dict:
     """Processes one unit and saves it: records file first, marker last; returns the marker."""
-    with storage.unavailable_as_user_error():
-        return _save_unit(unit)
-
-
-def _save_unit(unit) -> dict:
     stat = resume.stat(unit)  # before reading: a write after this shows as another version
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
@@ -159,15 +149,12 @@ def _unit_files(work_dir: str, pieces: list):
         yield located
 
 
+@storage.unavailable_as_user_error()
 def _shard_task(task) -> tuple[str, int, dict]:
     """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
     time; returns its split, index and manifest entry."""
-    with storage.unavailable_as_user_error():
-        return _write_shard(*task)
-
-
-def _write_shard(spec, work_dir, output_dir, split, shard, num, pieces) -> tuple[str, int, dict]:
-    path = storage.join(output_dir, job_shards.shard_file(spec, split, shard, num))
+    spec, work_dir, output_dir, split, shard, num, pieces = task
+    path = storage.join(output_dir, output.shard_name(split, shard, num, spec.fmt))
     starts, lengths = [], []
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
         for fd, data_at, offsets_at, first, end in files:
@@ -229,7 +216,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
             for done in futures.as_completed(batch):
                 yield done.result()
         except futures.process.BrokenProcessPool:
-            raise WorkerDied(
+            raise cli.UserError(
                 f"a worker process of data_prep died (killed: the system's out-of-memory killer, "
                 f"or a signal); the finished units and shards are kept: rerun the same command "
                 f"to go on (with fewer --num_workers than {num_workers} if memory ran out)"

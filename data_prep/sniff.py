@@ -148,16 +148,11 @@ _WIDE_XML_STARTS = tuple((bom, name.lower()) for bom, name in _WIDE_BOMS) + (
 )
 
 
-def _wide_encoding(head: bytes) -> str | None:
-    """The codec of UTF-16/32 XML (see _WIDE_XML_STARTS); None for anything else."""
-    return next((codec for start, codec in _WIDE_XML_STARTS if head.startswith(start)), None)
-
-
 def as_utf8(head: bytes) -> tuple[bytes, str]:
     """(the head as UTF-8 bytes, its encoding: "" for UTF-8, else a UTF-16/32 codec name), for
     finding an XML root, or a dump's <siteinfo> (data_prep/wiki.py), in a dump written in UTF-16
     or UTF-32."""
-    codec = _wide_encoding(head)
+    codec = next((codec for start, codec in _WIDE_XML_STARTS if head.startswith(start)), None)
     if codec is None:
         return head, ""
     text = head.decode(codec, errors="ignore")  # the head may end inside a character
@@ -175,11 +170,6 @@ def _wiki(compression: str, encoding: str) -> Content:
             'change its XML declaration to encoding="UTF-8"'
         )
     return Content("wiki", compression, encoding)
-
-
-def _is_mediawiki(head: bytes) -> bool:
-    root = _root(head)
-    return root is not None and root.startswith(b"<mediawiki")
 
 
 def _has_line_break(stream: BinaryIO, limit: int) -> bool:
@@ -202,7 +192,7 @@ def sniff(f: BinaryIO) -> Content:
         f.seek(0)
         unzipped = _bunzip_head(f)
         xml, encoding = as_utf8(unzipped)
-        if _is_mediawiki(xml):
+        if (_root(xml) or b"").startswith(b"<mediawiki"):
             return _wiki("bz2", encoding)
         lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
         if lines and all(_MULTISTREAM_INDEX_LINE.fullmatch(line) for line in lines):

@@ -2,16 +2,12 @@
 is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}} of a page.
 
 The table (`_RENDER`: template name -> how to render) holds the templates that occur inside prose
-lines of real enwiki pages, by frequency (counts in docs/data_prep.md, over examples/data's sample
-and gensim's 206-page enwiki sample: bench/wikitext_bench.py --templates): {{convert}} 366,
-{{lang}} 183, {{IPAc-en}} 91, {{respell}} 57, {{transl}} 43, {{lang-xx}} 41, {{nowrap}} 26,
-{{as of}} 23, {{IPA-xx}} 22, {{chem}} 22, {{IPA}} 17, {{vr}} 14, {{nihongo}} 13, {{val}} 12,
-{{angbr}} 8, ... The rest of the top of that list are notes that
-render a superscript, not words ({{citation needed}} 124, {{rp}} 103, {{sfn}} 97, {{sfnp}} 89,
-{{refn}} 23, {{clarify}} 13, ...): dropping them is what MediaWiki's text shows. Templates whose
-output depends on the day they are rendered ({{birth date and age}}'s age, {{CURRENTYEAR}},
-{{inflation}}) render only their fixed part or nothing: the records must not change with the
-date they are made.
+lines of real enwiki pages (counted by bench/wikitext_bench.py --templates; the counts are in
+docs/data_prep.md). The other frequent ones are notes that render a superscript, not words
+({{citation needed}}, {{rp}}, {{sfn}}, ...): dropping them is what MediaWiki's text shows.
+Templates whose output depends on the day they are rendered ({{birth date and age}}'s age,
+{{CURRENTYEAR}}, {{inflation}}) render only their fixed part or nothing: the records must not
+change with the date they are made.
 
 Parameters are split as MediaWiki splits them, at the "|"s outside nested templates and links,
 before the nested templates are expanded ({{nowrap|x {{=}} 1}} has one parameter, "x = 1"); a
@@ -183,39 +179,26 @@ _DATES = (
     "death date and age", "start date and age", "end date and age", "birth year and age",
     "death year and age", "film date", "dob",
 )  # fmt: skip
+# Templates shown as their first parameter: formatting, a formula, a transcription.
+_PLAIN = (
+    "nowrap", "nobr", "small", "smaller", "big", "large", "sc", "smallcaps", "math", "mvar",
+    "not a typo", "chem2", "ipa",
+)  # fmt: skip
 _RENDER: dict[str, Callable[[Arguments], str]] = {
-    "convert": _convert,
-    "cvt": _convert,
-    "lang": _text(2),
-    "rtl-lang": _text(2),
-    "transl": _last,
-    "transliteration": _last,
+    **dict.fromkeys(("convert", "cvt"), _convert),
+    **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
+    **dict.fromkeys(("transl", "transliteration"), _last),
+    **dict.fromkeys(_PLAIN, _text(1)),
+    **dict.fromkeys(("angbr", "vr"), _wrapped("⟨", "⟩")),
+    **dict.fromkeys(("quote", "blockquote", "quotation", "cquote"), _quote),
+    **dict.fromkeys(_DATES, _date_template),
     "ipac-en": _ipac,
-    "ipa": _text(1),
     "respell": lambda a: "-".join(a.positional),
     "as of": _as_of,
     "chem": lambda a: "".join(a.positional),
-    "chem2": _text(1),
-    "angbr": _wrapped("⟨", "⟩"),
-    "vr": _wrapped("⟨", "⟩"),
     "nihongo": _nihongo,
-    "quote": _quote,
-    "blockquote": _quote,
-    "quotation": _quote,
-    "cquote": _quote,
     "val": _val,
     "e": lambda a: f"×10^{a[1]}",
-    "nowrap": _text(1),
-    "nobr": _text(1),
-    "small": _text(1),
-    "smaller": _text(1),
-    "big": _text(1),
-    "large": _text(1),
-    "sc": _text(1),
-    "smallcaps": _text(1),
-    "math": _text(1),
-    "mvar": _text(1),
-    "not a typo": _text(1),
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
     # as italics or bold (''Eagle''{{'s}} is "Eagle's").
     "'s": _constant("&#39;s"),
@@ -225,13 +208,10 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "=": _constant("="),
     "!": _constant("|"),
     "nbsp": _constant(" "),
-    "snd": _constant(" – "),
-    "spaced ndash": _constant(" – "),
+    **dict.fromkeys(("snd", "spaced ndash"), _constant(" – ")),
     "ndash": _constant("–"),
-    "mdash": _constant("—"),
-    "mdashb": _constant("—"),
+    **dict.fromkeys(("mdash", "mdashb"), _constant("—")),
     "music": lambda a: {"flat": "♭", "sharp": "♯", "natural": "♮"}.get(a[1].lower(), ""),
-    **dict.fromkeys(_DATES, _date_template),
 }
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli, storage
+from bert_jax import cli
 from data_prep import kinds
 from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE
@@ -46,8 +46,6 @@ def plan_units(
     block_bytes: int,
     tfds_examples_per_unit: int,
     tfds_data_dir: str | None = None,
-    size_of: Callable[[str], int] = storage.size,
-    open_binary: Callable[[str], BinaryIO] = open_input,
     text_field: str = TEXT_FIELD,
 ) -> list[Unit]:
     """Cuts every source into units, in source order; depends on nothing but the inputs."""
@@ -56,9 +54,7 @@ def plan_units(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="
             f"{tfds_examples_per_unit} must be positive"
         )
-    planning = kinds.Planning(
-        block_bytes, tfds_examples_per_unit, tfds_data_dir, size_of, open_binary, text_field
-    )
+    planning = kinds.Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
     units: list[Unit] = []
     for source in sources:
         for start, stop, fields in kinds.KINDS[source.kind].plan(source, planning):

@@ -20,6 +20,7 @@ sentence_joiner). Every result works as --vocab_file of data_prep.main.
 """
 
 import collections
+import dataclasses
 import io
 import re
 from collections.abc import Iterable, Iterator
@@ -70,49 +71,26 @@ SPECIAL = [
 ]
 
 
-def _documents(inputs: list[str], text_field: str, language: str) -> Iterator[list[str]]:
-    """Every document (its sentences) of the inputs (files, globs, tfds:NAME), whatever their
-    kind."""
-    stats = readers.ReadStats()
-    for source in readers.parse_input(inputs):
-        yield from readers.documents(source, stats, text_field, language=language)
-
-
-def corpus_sentences(
-    inputs: list[str],
-    text_field: str = readers.TEXT_FIELD,
-    language: str = sentences.DEFAULT_LANGUAGE,
-) -> Iterator[str]:
-    """Every sentence of the inputs."""
-    for document in _documents(inputs, text_field, language):
-        yield from document
-
-
-def corpus_documents(
-    inputs: list[str],
-    text_field: str = readers.TEXT_FIELD,
-    language: str = sentences.DEFAULT_LANGUAGE,
-) -> Iterator[str]:
-    """Every document of the inputs as one text, its sentences joined by a space."""
-    for document in _documents(inputs, text_field, language):
-        yield " ".join(document)
-
-
+@dataclasses.dataclass
 class Corpus:
-    """The inputs' sentences (or documents, `read=corpus_documents`), read afresh by every
-    iter(): the WordPiece trainer passes over them twice."""
+    """The inputs' sentences, whatever the inputs' kinds, read afresh by every iter(): the
+    WordPiece trainer passes over them twice."""
 
-    def __init__(
-        self,
-        read,
-        inputs: list[str],
-        text_field: str = readers.TEXT_FIELD,
-        language: str = sentences.DEFAULT_LANGUAGE,
-    ):
-        self._read, self._args = read, (inputs, text_field, language)
+    inputs: list[str]
+    text_field: str = readers.TEXT_FIELD
+    language: str = sentences.DEFAULT_LANGUAGE
+    documents: bool = False  # each document as one text instead, its sentences joined by a space
 
     def __iter__(self) -> Iterator[str]:
-        return self._read(*self._args)
+        stats = readers.ReadStats()
+        for source in readers.parse_input(self.inputs):
+            for document in readers.documents(
+                source, stats, self.text_field, language=self.language
+            ):
+                if self.documents:
+                    yield " ".join(document)
+                else:
+                    yield from document
 
 
 # The WordPiece trainer's default cap on the alphabet (single characters kept).
@@ -167,8 +145,7 @@ def train_wordpiece(
         )
     pieces = [piece for piece, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     storage.makedirs(storage.dirname(output_path))
-    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
-        f.write("".join(piece + "\n" for piece in pieces))
+    storage.write_text(output_path, "".join(piece + "\n" for piece in pieces))  # published whole
     return output_path
 
 
@@ -224,8 +201,7 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
         special_tokens=[(tokenization.CLS, cls_id), (tokenization.SEP, sep_id)],
     )
     storage.makedirs(storage.dirname(output_path))
-    with storage.open_write(output_path, "w") as f:  # whole or not at all, local or a bucket
-        f.write(tok.to_str(pretty=True))
+    storage.write_text(output_path, tok.to_str(pretty=True))  # published whole
     return output_path
 
 
@@ -240,25 +216,11 @@ def train_sentencepiece(
     written as sentencepiece writes it (piece, tab, score)."""
     import sentencepiece as spm
 
-    model = _train_sentencepiece(sentences, vocab_size, do_lower_case)
-    sp = spm.SentencePieceProcessor(model_proto=model)
-    pieces = "".join(
-        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
-    )
-    storage.makedirs(storage.dirname(output_prefix))
-    storage.write_text(output_prefix + ".vocab", pieces)
-    storage.write_bytes(output_prefix + ".model", model)  # last: the file readers ask for
-    return output_prefix + ".model"
-
-
-def _train_sentencepiece(sentences, vocab_size: int, do_lower_case: bool) -> bytes:
-    import sentencepiece as spm
-
-    model = io.BytesIO()
+    written = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sentences),
-            model_writer=model,
+            model_writer=written,
             vocab_size=vocab_size,
             model_type="unigram",
             pad_id=0,
@@ -280,7 +242,15 @@ def _train_sentencepiece(sentences, vocab_size: int, do_lower_case: bool) -> byt
                 f"--vocab_size={needed[1]} or more"
             ) from None
         raise
-    return model.getvalue()
+    model = written.getvalue()
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    pieces = "".join(
+        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
+    )
+    storage.makedirs(storage.dirname(output_prefix))
+    storage.write_text(output_prefix + ".vocab", pieces)
+    storage.write_bytes(output_prefix + ".model", model)  # last: the file readers ask for
+    return output_prefix + ".model"
 
 
 def main(argv):
@@ -307,8 +277,7 @@ def main(argv):
         language = sentences.language_code(FLAGS.language)
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
-    read = corpus_documents if FLAGS.model_type == "bpe" else corpus_sentences
-    corpus = Corpus(read, FLAGS.input, FLAGS.text_field, language)
+    corpus = Corpus(FLAGS.input, FLAGS.text_field, language, documents=FLAGS.model_type == "bpe")
     # Parses every input: a missing or unreadable one fails here.
     if next(iter(corpus), None) is None:
         raise readers.InputError(

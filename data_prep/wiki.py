@@ -89,25 +89,14 @@ def index_path(dump_path: str) -> str | None:
 def stream_offsets(path: str, open_binary: Callable[[str], BinaryIO]) -> tuple[list[int], int]:
     """The distinct stream offsets an index lists, ascending, and the index's size in bytes."""
     offsets: list[int] = []
-    size, tail = 0, b""
-    decompressor = bz2.BZ2Decompressor()
+    tail = b""
     with open_binary(path) as f:
-        for chunk in iter(lambda: f.read(_READ), b""):
-            size += len(chunk)
-            while chunk:
-                if decompressor.eof:
-                    decompressor = bz2.BZ2Decompressor()
-                try:
-                    text = tail + decompressor.decompress(chunk)
-                except OSError as e:
-                    raise inputs.truncated(path, e) from None
-                chunk = decompressor.unused_data if decompressor.eof else b""
-                lines = text.split(b"\n")
-                tail = lines.pop()
-                for line in lines:
-                    _add_offset(offsets, line, path)
-    if not decompressor.eof:
-        raise inputs.truncated(path, EOFError("the index ends inside a bz2 stream"))
+        for text in _bz2_chunks(f, 0, None, path, "index"):
+            lines = (tail + text).split(b"\n")
+            tail = lines.pop()
+            for line in lines:
+                _add_offset(offsets, line, path)
+        size = f.tell()
     _add_offset(offsets, tail, path)
     return offsets, size
 
@@ -131,14 +120,13 @@ def plan(
     source: inputs.Source,
     size: int,
     block_bytes: int,
-    open_binary: Callable[[str], BinaryIO],
 ) -> tuple[list[tuple[int, int]], str]:
     """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
     the job's fingerprint)."""
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
-        offsets, index_size = stream_offsets(index, open_binary) if index else ([], 0)
+        offsets, index_size = stream_offsets(index, inputs.open_input) if index else ([], 0)
     except OSError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
     if not offsets:
@@ -158,10 +146,14 @@ def plan(
     return spans, f"{size} bytes, index {index_size} bytes"
 
 
-def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes]:
-    """Decompressed bytes of the bz2 streams in [start, stop), stream after stream."""
+def _bz2_chunks(
+    f: BinaryIO, start: int, stop: int | None, path: str, what: str = "dump"
+) -> Iterator[bytes]:
+    """Decompressed bytes of the bz2 streams in [start, stop) (None: to the end), stream after
+    stream; an InputError when they end inside a stream (or there is none)."""
     f.seek(start)
-    remaining, decompressor, pending = stop - start, bz2.BZ2Decompressor(), False
+    remaining = float("inf") if stop is None else stop - start
+    decompressor, pending = bz2.BZ2Decompressor(), True
     while remaining > 0:
         data = f.read(min(_READ, remaining))
         if not data:
@@ -178,18 +170,21 @@ def _bz2_chunks(f: BinaryIO, start: int, stop: int, path: str) -> Iterator[bytes
             if out:
                 yield out
             data = decompressor.unused_data if decompressor.eof else b""
-    if pending or remaining > 0:
-        raise inputs.truncated(path, EOFError("the dump ends inside a bz2 stream"))
+    if pending or (stop is not None and remaining > 0):
+        raise inputs.truncated(path, EOFError(f"the {what} ends inside a bz2 stream"))
 
 
-def chunks(f: BinaryIO, compression: str, start: int, stop: int, path: str) -> Iterator[bytes]:
-    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file), decompressed."""
+def chunks(
+    f: BinaryIO, compression: str, start: int, stop: int, path: str, size: int = _READ
+) -> Iterator[bytes]:
+    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file from where `f`
+    is), decompressed; those of gzip and plain dumps `size` at a time."""
     if compression == "bz2":
         yield from _bz2_chunks(f, start, stop, path)
         return
     stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
     try:
-        yield from iter(lambda: stream.read(_READ), b"")
+        yield from iter(lambda: stream.read(size), b"")
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise inputs.truncated(path, e) from None
 
@@ -199,31 +194,24 @@ def _local(tag: str) -> str:
 
 
 def _page(element) -> Page:
-    title = text = ""
-    namespace = None  # no <ns>: an export older than schema 0.5
-    redirect = False
-    for child in element:
-        name = _local(child.tag)
-        if name == "title":
-            title = child.text or ""
-        elif name == "ns":
-            namespace = (child.text or "").strip()
-        elif name == "redirect":
-            redirect = True
-        elif name == "revision":
-            for part in child:
-                if _local(part.tag) == "text":
-                    text = part.text or ""
-    return Page(title, namespace, redirect, text)
+    """A <page> element (of any export schema's namespace) as a Page; its one <revision> left
+    (`pages`) holds the text."""
+    namespace = element.findtext("{*}ns")  # None: no <ns>, an export older than schema 0.5
+    return Page(
+        element.findtext("{*}title", ""),
+        None if namespace is None else namespace.strip(),
+        element.find("{*}redirect") is not None,
+        element.findtext("{*}revision/{*}text", ""),
+    )
 
 
 def _namespaces(siteinfo) -> dict[str, str]:
     """<siteinfo>'s namespace names (lower-cased) -> their keys: "talk" -> "1", "" -> "0"."""
-    names = {}
-    for element in siteinfo.iter():
-        if _local(element.tag) == "namespace" and element.get("key") is not None:
-            names[(element.text or "").strip().lower()] = element.get("key")
-    return names
+    return {
+        (element.text or "").strip().lower(): element.get("key")
+        for element in siteinfo.iterfind(".//{*}namespace")
+        if element.get("key") is not None
+    }
 
 
 def _namespace_from_title(title: str, namespaces: dict[str, str]) -> str:
@@ -312,9 +300,8 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
         return _SITEINFO_END in sniff.as_utf8(head)[0] or len(head) >= _HEAD_LIMIT
 
     if compression == "bz2":  # the first stream: a multistream dump's holds only the siteinfo
-        data = iter(lambda: f.read(1 << 16), b"")
         decompressor = bz2.BZ2Decompressor()
-        for block in data:
+        for block in iter(lambda: f.read(1 << 16), b""):
             try:
                 head += decompressor.decompress(block, _HEAD_LIMIT - len(head))
             except OSError as e:
@@ -322,15 +309,10 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
             if decompressor.eof or done():
                 break
         return sniff.as_utf8(head)[0]
-    stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
-    try:
-        while not done():
-            block = stream.read(1 << 16)
-            if not block:
-                break
-            head += block
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise inputs.truncated(path, e) from None
+    for block in chunks(f, compression, 0, 0, path, size=1 << 16):
+        head += block
+        if done():
+            break
     return sniff.as_utf8(head)[0]
 
 

@@ -44,21 +44,11 @@ OPEN_END = "\x02"
 # the same or a higher level.
 SKIPPED_SECTIONS = frozenset(
     {
-        "see also",
-        "references",
-        "external links",
-        "further reading",
-        "notes",
-        "bibliography",
-        "sources",
-        "citations",
-        "footnotes",
-        "works cited",
-        "notes and references",
-        "references and notes",
-        "gallery",
+        "see also", "references", "external links", "further reading", "notes", "bibliography",
+        "sources", "citations", "footnotes", "works cited", "notes and references",
+        "references and notes", "gallery",
     }
-)
+)  # fmt: skip
 # Elements dropped whole, content included; every other tag is removed but its content kept (<b>,
 # <span>, <small>, <sup>, ...). References are most of them, and go first: a <ref> may hold any
 # of the others.
@@ -66,6 +56,8 @@ _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
+# Linear: each match ends at the first "-->" after it, or the page's end; the next starts there.
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 _SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
 # An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
@@ -166,15 +158,7 @@ def is_disambiguation(title: str, text: str) -> bool:
 
 def _drop_comments(text: str) -> str:
     """<!-- ... --> removed; an unclosed comment hides the rest of the page, as in MediaWiki."""
-    out, position = [], 0
-    while (start := text.find("<!--", position)) >= 0:
-        out.append(text[position:start])
-        end = text.find("-->", start + 4)
-        if end < 0:
-            return "".join(out)
-        position = end + 3
-    out.append(text[position:])
-    return "".join(out)
+    return _COMMENT.sub("", text)
 
 
 def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
@@ -262,8 +246,12 @@ def _render_link(source: str) -> str:
     if "|" in label:  # parameters and a caption: a file link of a namespace not listed
         return ""
     text = label if bar else target.lstrip(":")
-    if "[[" in text:  # a link inside a link's label
-        text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
+    return _links(text) if "[[" in text else text  # a link inside a link's label
+
+
+def _links(text: str) -> str:
+    """Every link rendered: those without nested brackets by substitution, then the rest."""
+    text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
         text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
@@ -301,10 +289,7 @@ def paragraphs(wikitext: str) -> list[str]:
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
     text = _replace_pairs(text, _matched_pairs(text, _TABLE_TOKEN, "{|"), lambda _: "\n{|\n")
-    text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
-    if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
-        text = _NOT_TEXT_LINK.sub("", text)
-        text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
+    text = _links(text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
     text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))

@@ -15,73 +15,21 @@ import random
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+# By category, in the order the seeded draws index them.
 INSERTS = [
-    "\ue000",
-    "\uf8ff",
-    "\U000f0001",
-    "\U00100000",
-    "\uf8ffx\uf8ff",  # private use
-    "\u0378",
-    "\ufdd0",
-    "\U0003fffe",
-    "\U000e0fff",  # unassigned
-    "\u200b",
-    "\u200c",
-    "\u200d",
-    "\u200e",
-    "\u2060",
-    "\ufeff",
-    "\u00ad",
-    "\U000e0001",  # format
-    "\x01",
-    "\x07",
-    "\x7f",
-    "\x9f",
-    "\x0b",
-    "\x0c",
-    "\x1c",
-    "\x85",  # control
-    "\ufffd",
-    "\u00a0",
-    "\u3000",
-    "\u2009",
-    "\u2028",
-    "\u2029",  # replacement char, spaces
-    "e\u0301",
-    "a\u0308",
-    "\u0301",
-    "n\u0303o",  # combining marks
-    "中文字符",
-    "日本語のテキスト",
-    "한국어",
-    "\U00020000\U0002a6d6",
-    "\uf900",
-    "क्षि",
-    "ที่",
-    "שָׁלוֹם",
-    "مَرْحَبًا",
-    "ΟΔΟΣ",
-    "Σίσυφος",
-    "İstanbul",
-    "Straße",
-    "ﬁne",
-    "ǅ",  # scripts, cases
-    "ＡＢＣ１２３！",
-    "ｶﾀｶﾅ",
-    "𝐀𝐁𝐂",
-    "ℌ",  # fullwidth, halfwidth, math letters
-    "👩\u200d💻",
-    "👍🏽",
-    "🇯🇵",  # emoji sequences
-    "Ã©",
-    "Ã¨",
-    "â€™",
-    "â€œquotedâ€\x9d",
-    "Ã¼ber",
-    "cafÃ©",
-    "Ã\x83Â©",  # mojibake
-    "Жx",
-    "pаypаl",  # mixed scripts (Cyrillic а)
+    *["\ue000", "\uf8ff", "\U000f0001", "\U00100000", "\uf8ffx\uf8ff"],  # private use
+    *["\u0378", "\ufdd0", "\U0003fffe", "\U000e0fff"],  # unassigned
+    *["\u200b", "\u200c", "\u200d", "\u200e", "\u2060", "\ufeff", "\u00ad", "\U000e0001"],  # format
+    *["\x01", "\x07", "\x7f", "\x9f", "\x0b", "\x0c", "\x1c", "\x85"],  # control
+    *["\ufffd", "\u00a0", "\u3000", "\u2009", "\u2028", "\u2029"],  # replacement char, spaces
+    *["e\u0301", "a\u0308", "\u0301", "n\u0303o"],  # combining marks
+    *["中文字符", "日本語のテキスト", "한국어", "\U00020000\U0002a6d6", "\uf900"],  # CJK
+    *["क्षि", "ที่"],  # scripts
+    *["שָׁלוֹם", "مَرْحَبًا", "ΟΔΟΣ", "Σίσυφος", "İstanbul", "Straße", "ﬁne", "ǅ"],  # scripts, cases
+    *["ＡＢＣ１２３！", "ｶﾀｶﾅ", "𝐀𝐁𝐂", "ℌ"],  # fullwidth, halfwidth, math letters
+    *["👩\u200d💻", "👍🏽", "🇯🇵"],  # emoji sequences
+    *["Ã©", "Ã¨", "â€™", "â€œquotedâ€\x9d", "Ã¼ber", "cafÃ©", "Ã\x83Â©"],  # mojibake
+    *["Жx", "pаypаl"],  # mixed scripts (Cyrillic а)
 ]
 WHOLE_LINES = ["\u200b\u200d", "\ufeff", "\x01\x02", "\u00ad \u200b"]
 

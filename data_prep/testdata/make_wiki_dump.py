@@ -162,49 +162,25 @@ def build(articles: int, seed: int = 0) -> tuple[list[tuple[int, str, str]], dic
     title's expected sentences."""
     rng = random.Random(seed)
     pages, expected = [], {}
+
+    def add(page_id: int, title: str, text: str, ns: int = 0, redirect: str | None = None):
+        pages.append((page_id, title, _page(page_id, title, text, ns, redirect)))
+
     for i in range(articles):
         title, text, sentences = article(i, rng)
         page_id = 10 * i + 10
-        pages.append((page_id, title, _page(page_id, title, text)))
+        add(page_id, title, text)
         expected[title] = sentences
         if i % 7 == 3:
-            pages.append(
-                (
-                    page_id + 1,
-                    f"Art {i}",
-                    _page(page_id + 1, f"Art {i}", f"#REDIRECT [[{title}]]", redirect=title),
-                )
-            )
+            add(page_id + 1, f"Art {i}", f"#REDIRECT [[{title}]]", redirect=title)
         if i % 11 == 5:
-            dab = f"Article {i} (disambiguation)"
-            pages.append(
-                (
-                    page_id + 2,
-                    dab,
-                    _page(
-                        page_id + 2,
-                        dab,
-                        f"'''Article {i}''' may refer to:\n* [[{title}]]\n\n{{{{disambiguation}}}}",
-                    ),
-                )
-            )
-            other = f"Place {i}"
-            pages.append(
-                (
-                    page_id + 3,
-                    other,
-                    _page(
-                        page_id + 3,
-                        other,
-                        f"'''Place {i}''' may mean a place of article {i}.\n{{{{Geodis}}}}",
-                    ),
-                )
-            )
+            dab = f"'''Article {i}''' may refer to:\n* [[{title}]]\n\n{{{{disambiguation}}}}"
+            add(page_id + 2, f"Article {i} (disambiguation)", dab)
+            place = f"'''Place {i}''' may mean a place of article {i}.\n{{{{Geodis}}}}"
+            add(page_id + 3, f"Place {i}", place)
         if i % 13 == 7:
-            talk = f"Talk:{title}"
-            pages.append((page_id + 4, talk, _page(page_id + 4, talk, "The talk of article.", 1)))
-            template = f"Template:Box {i}"
-            pages.append((page_id + 5, template, _page(page_id + 5, template, "{{{1}}} box.", 10)))
+            add(page_id + 4, f"Talk:{title}", "The talk of article.", 1)
+            add(page_id + 5, f"Template:Box {i}", "{{{1}}} box.", 10)
     return pages, expected
 
 
@@ -219,13 +195,10 @@ def write_dump(
     """Writes pages as a dump: multistream (header stream, page streams, footer stream) with its
     index, or one bz2 stream, or plain XML (a path not ending in .bz2). Returns the index path.
     `header`: <mediawiki> and <siteinfo> (HEADER: enwiki's)."""
-    if not path.endswith(".bz2"):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(header + "".join(xml for *_, xml in pages) + FOOTER)
-        return None
-    if not multistream:
+    if not path.endswith(".bz2") or not multistream:
+        xml = (header + "".join(x for *_, x in pages) + FOOTER).encode()
         with open(path, "wb") as f:
-            f.write(bz2.compress((header + "".join(x for *_, x in pages) + FOOTER).encode()))
+            f.write(bz2.compress(xml) if path.endswith(".bz2") else xml)
         return None
     lines = []
     with open(path, "wb") as f:

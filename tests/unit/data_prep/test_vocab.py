@@ -57,7 +57,7 @@ def test_wordpiece_alphabet_cut_in_ties_is_deterministic(tmp_path):
     corpus = [os.path.join(TESTDATA, "odd_unicode.txt"), CORPUS]
     code = (
         "import sys; from data_prep import vocab; "
-        f"vocab.train_wordpiece(vocab.Corpus(vocab.corpus_sentences, {corpus!r}), "
+        f"vocab.train_wordpiece(vocab.Corpus({corpus!r}), "
         "sys.argv[1], 600, True, limit_alphabet=60)"
     )
     runs = []
@@ -77,7 +77,7 @@ def test_wordpiece_keeps_what_the_trainer_learns(tmp_path):
     specials, alphabet and size as the library's own run, and nearly all the same pieces."""
     import tokenizers
 
-    sentences = list(vocab.corpus_sentences([os.path.join(TESTDATA, "pydocs_small.txt")]))
+    sentences = list(vocab.Corpus([os.path.join(TESTDATA, "pydocs_small.txt")]))
     path = vocab.train_wordpiece(sentences, str(tmp_path / "vocab.txt"), 1500, True)
     ours = open(path, encoding="utf-8").read().splitlines()
     tok = tokenizers.BertWordPieceTokenizer(lowercase=True, strip_accents=True)

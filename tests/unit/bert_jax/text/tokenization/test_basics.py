@@ -107,7 +107,7 @@ def test_sentencepiece_tokenizer(tmp_path, testdata):
     from data_prep import vocab
 
     model = vocab.train_sentencepiece(
-        vocab.corpus_sentences([str(testdata / "pydocs_small.txt")]),
+        vocab.Corpus([str(testdata / "pydocs_small.txt")]),
         str(tmp_path / "sp"),
         1000,
         True,

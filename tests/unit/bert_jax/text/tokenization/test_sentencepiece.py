@@ -26,7 +26,7 @@ def models(testdata, tmp_path_factory):
     corpus = [str(testdata / "pydocs_small.txt"), str(testdata / "odd_unicode.txt")]
     return {
         lower: vocab.train_sentencepiece(
-            vocab.corpus_sentences(corpus), str(work / f"lower{lower}"), 800, lower
+            vocab.Corpus(corpus), str(work / f"lower{lower}"), 800, lower
         )
         for lower in (True, False)
     }
