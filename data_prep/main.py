@@ -378,4 +378,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, takes_args=True)  # --mode=beam: pipeline options after --
