@@ -175,13 +175,12 @@ def not_a_file(path: str) -> str:
     return "is a file"
 
 
-def check_writable_dir(path: str, flag: str) -> None:
-    """Raises UserError naming `flag` unless `path` is, or can be made as, a directory this
-    process may write: before any work, so an output on a read-only file system or under a file
-    is one line at once, not a traceback (or a lost hour) at the end. A bucket URL has no
-    directories to probe: its permissions show at the first write."""
+def refuse_a_file(path: str, flag: str) -> str:
+    """A local directory `path` that is a file, or lies under one: a UserError naming `flag`
+    (makedirs would say only "File exists" or "Not a directory"). Returns its nearest existing
+    ancestor (`path` itself when it exists); a bucket URL is returned as it is."""
     if "://" in path:
-        return
+        return path
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{flag}={path!r} is a file; pass a directory")
     ancestor = os.path.abspath(path)
@@ -189,6 +188,17 @@ def check_writable_dir(path: str, flag: str) -> None:
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
         raise UserError(f"{flag}={path!r}: {ancestor} is a file, not a directory")
+    return ancestor
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Raises UserError naming `flag` unless `path` is, or can be made as, a directory this
+    process may write: before any work, so an output on a read-only file system or under a file
+    is one line at once, not a traceback (or a lost hour) at the end. A bucket URL has no
+    directories to probe: its permissions show at the first write."""
+    if "://" in path:
+        return
+    ancestor = refuse_a_file(path, flag)
     try:  # os.access is not enough: root passes it where the file system refuses (sysfs)
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=ancestor))
     except OSError as e:

@@ -78,17 +78,7 @@ def _pid_running(pid: int) -> bool:
 
 
 def refuse_a_file(directory: str, flag: str) -> None:
-    """A local `directory` that is a file, or lies under one: a UserError naming it (makedirs
-    would say only "File exists" or "Not a directory")."""
-    if storage.is_url(directory):
-        return
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise cli.UserError(f"{flag}={directory!r} is a file; pass a directory")
-    ancestor = os.path.dirname(os.path.abspath(directory))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise cli.UserError(f"{flag}={directory!r}: {ancestor} is a file, not a directory")
+    cli.refuse_a_file(directory, flag)
 
 
 def describe(holder: dict) -> str:
@@ -188,7 +178,7 @@ class _Lock:
 
     def acquire(self, directory_flag: str) -> None:
         storage.parse(self.directory, directory_flag)  # `gs://` alone, `gs:/x`: one line
-        refuse_a_file(self.directory, directory_flag)
+        cli.refuse_a_file(self.directory, directory_flag)
         if storage.is_url(self.directory):  # before the lock's upload says "404" at the end
             storage.check_bucket(self.directory, directory_flag)
         # A directory made only to hold the lock goes with it: a run refused before it wrote
