@@ -225,12 +225,6 @@ def _get(tree: Mapping, path: tuple):
     return tree
 
 
-def _set(tree: dict, path: tuple, value) -> None:
-    for key in path[:-1]:
-        tree = tree[key]
-    tree[path[-1]] = value
-
-
 def _pure_params(model_or_state) -> dict:
     if isinstance(model_or_state, BertForPreTraining):
         return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param))
@@ -292,16 +286,6 @@ def _normalize_hf_name(name: str) -> str:
     return name
 
 
-def from_hf_state_dict(
-    tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0, source: str = "a state dict"
-) -> tuple[BertForPreTraining, ImportReport]:
-    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
-    The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
-    block."""
-    params, report = _params(tensors, config, _names(config), seed, source)
-    return model_from_params(config, params), report
-
-
 def _params(
     tensors: Mapping[str, Any], config: BertConfig, names: _Names, seed: int, source: str
 ) -> tuple[dict, ImportReport]:
@@ -336,7 +320,7 @@ def _params(
             np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
         )
         for path, part in zip(paths, parts):
-            _set(params, path, part.T if transpose else part)
+            _get(params, path[:-1])[path[-1]] = part.T if transpose else part
     absent_body = [name for name in missing if name.startswith(names.body)]
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
