@@ -2,10 +2,10 @@
 them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
 (S3, with `s3fs` installed) as well as a local path.
 
-Local paths go to the os module, exactly as before. URLs go to fsspec's `gcsfs` (`s3fs`) through
-etils.epath: the layer Orbax itself uses for a checkpoint's metadata files, so our files and
-Orbax's share one client, one set of credentials and one retry policy (Orbax writes the arrays
-through TensorStore, which this package points at the same endpoint).
+Local paths go to the os module. URLs go to fsspec's `gcsfs` (`s3fs`) through etils.epath: the layer
+Orbax itself uses for a checkpoint's metadata files, so our files and Orbax's share one client, one
+set of credentials and one retry policy (Orbax writes the arrays through TensorStore, which this
+package points at the same endpoint).
 
 What an object store lacks, and what stands in for it here:
   * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
@@ -30,28 +30,10 @@ What an object store lacks, and what stands in for it here:
   * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
     for a reader that lists through another library (Orbax's step listing).
 
-Credentials: Application Default Credentials, as every Google client library: on a Cloud TPU or
-GCE VM the VM's service account, elsewhere `gcloud auth application-default login` or
-GOOGLE_APPLICATION_CREDENTIALS. Another endpoint (an emulator such as fake-gcs-server, a
-proxy): set STORAGE_EMULATOR_HOST=http://host:port; gcsfs reads it, and `configure` hands it to
-TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is set already.
-
-Paths: every binary parses its path flags once, before it reads or writes anything
-(`check_paths`): a scheme we do not serve, `gs:/x` (one slash), `gs://` alone, a `..` part in a
-bucket path, ... are one `error:` line naming the flag (paths.py says which).
-
-Faults: every call to a bucket, ours and Orbax's (its metadata files go through the same gcsfs
-client; TensorStore, which writes its arrays, is given the same budget), is tried again on a
-transient error (a refused or dropped connection, a 5xx, 408 or 429 answer, no answer within
-REQUEST_TIMEOUT_S) with backoff up to 30 s until BERT_JAX_STORAGE_RETRY_S (default RETRY_S, 60
-s) have passed since its first failure: one budget, never the clients' retries inside ours
-(remote.py). A write is an upload of a local temporary file, so it too is one operation that can
-be tried again. When the budget is spent the binary ends with one `error:` line
-(`unavailable_message`, which cli.run asks), never a traceback. The other errors of the clients
-get the words a local path gets for the same situation, naming the path the user gave
-(errors.py): "does not exist" (no object; "there is no bucket ..."), "is a directory (a prefix
-of objects), not a file", "Permission denied (no credentials ...)". Nothing half-written is
-trusted afterwards: see above.
+Credentials, another endpoint (STORAGE_EMULATOR_HOST), the path checks (`check_paths`), the
+errors in a local path's words (errors.py) and the one retry budget (remote.py) are described
+for users in docs/scaling.md ("Credentials", "Paths", "Errors", "Faults"). Nothing half-written
+is trusted afterwards: see above.
 
 No JAX import: data_prep uses this package.
 

@@ -23,7 +23,8 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
     if local == path:
         return False
     named = False
-    try:
+    # An exception type that keeps its message elsewhere is left as it is.
+    with contextlib.suppress(AttributeError, TypeError):
         args = []
         for arg in error.args:
             if isinstance(arg, str) and local in arg:
@@ -34,8 +35,6 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
             if getattr(error, attr, None) == local:
                 setattr(error, attr, path)
                 named = True
-    except (AttributeError, TypeError):  # an exception type that keeps its message elsewhere
-        return named
     return named
 
 

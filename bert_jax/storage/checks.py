@@ -47,9 +47,7 @@ def check_paths(
     StorageError naming its flag."""
     outputs, local, checkpoints = set(outputs), set(local), set(checkpoints)
     for flag, value in paths.items():
-        for path in [value] if isinstance(value, str) else (value or []):
-            if not path:
-                continue
+        for path in _values(value):
             parsed = parse(path, flag)
             if flag in local and is_url(parsed):
                 raise StorageError(f"{flag}={path!r} must be a local directory, not a bucket")
