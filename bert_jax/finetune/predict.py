@@ -186,12 +186,7 @@ def predict_from_workdir(
 
     fill_missing(config, base.get_config())
     with config.unlocked():
-        for key, value in (overrides or {}).items():
-            parent = config
-            *path, last = key.split(".")
-            for part in path:
-                parent = parent[part]
-            parent[last] = value
+        config.update_from_flattened_dict(overrides or {})
     run = runs.prepare(config, init or None, with_train=False)
     setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
     params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])
