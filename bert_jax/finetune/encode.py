@@ -158,13 +158,10 @@ def encode_tagged(
 
 
 def word_predictions(
-    token_preds: np.ndarray,
-    starts: Sequence[np.ndarray],
-    labels: Sequence[str],
-    fallback: str = "O",
+    token_preds: np.ndarray, starts: Sequence[np.ndarray], labels: Sequence[str]
 ) -> list[list[str]]:
-    """Per-token predicted ids [examples, length] -> per-word tag names (cut words: `fallback`)."""
+    """Per-token predicted ids [examples, length] -> per-word tag names (cut words: "O")."""
     return [
-        [labels[int(row[p])] if p >= 0 else fallback for p in first]
+        [labels[int(row[p])] if p >= 0 else "O" for p in first]
         for row, first in zip(token_preds, starts)
     ]

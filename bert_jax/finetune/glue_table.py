@@ -47,9 +47,8 @@ class Task:
     name: str
     directory: str
     evals: tuple[str, ...] = ("dev",)  # dev file stems
-    figures: tuple[tuple[str, str, str], ...] = (
-        ("acc", "dev", "accuracy"),
-    )  # column, file, metric
+    # (column, file stem, metric) of each figure GLUE reports
+    figures: tuple[tuple[str, str, str], ...] = (("acc", "dev", "accuracy"),)
 
 
 TASKS = {
@@ -86,11 +85,8 @@ def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
         unknown = [n for n in names if n not in TASKS]
         if unknown:
             raise cli.UserError(f"--tasks: unknown {unknown}; choose from {list(TASKS)}")
-        missing = [
-            storage.join(glue_dir, TASKS[n].directory)
-            for n in names
-            if not storage.isdir(storage.join(glue_dir, TASKS[n].directory))
-        ]
+        folders = [storage.join(glue_dir, TASKS[n].directory) for n in names]
+        missing = [folder for folder in folders if not storage.isdir(folder)]
         if missing:
             raise cli.UserError(f"--tasks: no task directory {missing} in --glue_dir")
         return [TASKS[n] for n in names]
