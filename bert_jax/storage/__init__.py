@@ -7,33 +7,17 @@ Orbax itself uses for a checkpoint's metadata files, so our files and Orbax's sh
 set of credentials and one retry policy (Orbax writes the arrays through TensorStore, which this
 package points at the same endpoint).
 
-What an object store lacks, and what stands in for it here:
-  * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
-    `open_write`); an object becomes visible only when its upload is finalized, so an upload
-    that dies (kill -9, a lost connection) leaves nothing under the name. `open_write` writes an
-    object to a local temporary file and uploads it when the writer's block ends without an
-    error (nothing is uploaded when it raises), as one operation that can be tried again.
-    "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
-    commit marker), never by a name appearing (a directory of files, an export: see
-    bert_jax.hf.publish). `move` copies and deletes, so its callers first delete what marks the
-    source finished.
-  * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
-    created only if no live object has that name), S3's If-None-Match: *; `read_versioned`
-    returns an object with its generation (S3: ETag), for taking over a stale lock
-    (bert_jax.training.workdir_lock).
-  * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
-    name changes.
-  * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
-    `local_copy` fetches a file once into a cache directory, checked against the size and md5
-    the caller expects, under a temporary name renamed when whole (`local_copies`: many at once;
-    `local_dir`: a directory's files under their own names, for transformers and safetensors).
-  * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
-    for a reader that lists through another library (Orbax's step listing).
+What an object store lacks, and what stands in for it (docs/scaling.md, "What a bucket lacks",
+says how each works): no rename (`open_write`, `write_bytes`: published whole or not at all;
+"finished" is said by a small object written last; `move` copies, then deletes), no O_EXCL
+(`create_exclusive`, `read_versioned`), no mtime to trust (`version`), no random access for C++
+readers (`local_copy`, `local_copies`, `local_dir`), listings cached per process (`listdir` and
+`glob` refresh them; `forget_listings`).
 
 Credentials, another endpoint (STORAGE_EMULATOR_HOST), the path checks (`check_paths`), the
 errors in a local path's words (errors.py) and the one retry budget (remote.py) are described
 for users in docs/scaling.md ("Credentials", "Paths", "Errors", "Faults"). Nothing half-written
-is trusted afterwards: see above.
+is trusted afterwards.
 
 No JAX import: data_prep uses this package.
 
@@ -52,7 +36,6 @@ modules, by concern:
 """
 
 from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
-    default_cache_dir,
     local_copies,
     local_copy,
     local_dir,
@@ -66,7 +49,6 @@ from bert_jax.storage.checkpoint_errors import (  # noqa: F401 (the package's na
     readable,
 )
 from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
-    bucket_exists,
     check_bucket,
     check_file,
     check_paths,
@@ -107,10 +89,8 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
 )
 from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     CHECKPOINT_SCHEMES,
-    SCHEMES,
     StorageError,
     basename,
-    bucket_and_key,
     checkpoints_refused,
     dirname,
     expand,
@@ -119,11 +99,8 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     parse,
 )
 from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
-    REQUEST_TIMEOUT_S,
     RETRY_S,
     _fs,
-    configure,
     forget_listings,
-    retry_seconds,
     tensorstore_retries,
 )

@@ -66,8 +66,7 @@ def _values(value) -> list[str]:
 
 def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) -> None:
     """Refuses an output that is a file another flag reads (`--output` = `--input`, or matched
-    by its glob): writing it would replace the input (data_prep.vocab and embed overwrote
-    their corpus and exited 0)."""
+    by its glob): writing it would replace the input (docs/faults.md)."""
     for out in _values(paths.get(flag)):
         local = not is_url(out)
         if local and not os.path.isfile(out):
