@@ -186,6 +186,13 @@ def roofline(cost: dict, coll: Collectives, chip) -> Roofline:
     )
 
 
+def compiler_seconds(cost: dict) -> float | None:
+    """The TPU compiler's own step estimate ('optimal_seconds'), None where it gives none (it
+    writes a negative number then)."""
+    optimal = float(cost.get("optimal_seconds", -1.0))
+    return optimal if optimal > 0 else None
+
+
 def memory(compiled) -> dict:
     """memory_analysis() per chip; peak = arguments + outputs - aliased (donated) + temporaries
     (+ the program's code, which TPU keeps in HBM)."""

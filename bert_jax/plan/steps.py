@@ -215,8 +215,7 @@ def compile_plan(
     slices = [getattr(d, "slice_index", 0) or 0 for d in setup.mesh.devices.flat]
     coll = figures.collectives(hlo_text, slices)
     roof = figures.roofline(r["cost"], coll, chip)
-    # The TPU compiler's own step estimate; it writes a negative number where it has none.
-    compiler_s = r["cost"]["optimal_seconds"] if r["cost"].get("optimal_seconds", -1) > 0 else None
+    compiler_s = figures.compiler_seconds(r["cost"])
     r.update(
         chip=chip.name,
         hbm_bytes=chip.hbm_bytes,
