@@ -421,9 +421,7 @@ def _load(
     missing = [name for name in ours if name not in by_name]
     initialized = [name for name in missing if not name.startswith(names.body)]
 
-    def build():
-        return BertForPreTraining(config, rngs=nnx.Rngs(0))
-
+    build = lambda: BertForPreTraining(config, rngs=nnx.Rngs(0))
     # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
     # init's small programs take longer to compile than the whole import.
     params = nnx.to_pure_dict(

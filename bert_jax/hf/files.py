@@ -150,11 +150,10 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
     out = {}
     for name in reader.get_variable_to_shape_map():
         mapped = _tf_to_hf_name(name)
-        if mapped is None:
-            continue
-        hf_name, transpose = mapped
-        value = reader.get_tensor(name)
-        out[hf_name] = value.T if transpose else value
+        if mapped is not None:
+            hf_name, transpose = mapped
+            value = reader.get_tensor(name)
+            out[hf_name] = value.T if transpose else value
     return out
 
 
@@ -188,9 +187,7 @@ def _first_line(error: BaseException) -> str:
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     """All weight tensors of a model directory, HF-named, and a description of what was read."""
 
-    def path(name):
-        return os.path.join(hf_dir, name)
-
+    path = lambda name: os.path.join(hf_dir, name)
     if os.path.isfile(path("model.safetensors")):
         return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
     if os.path.isfile(path("model.safetensors.index.json")):

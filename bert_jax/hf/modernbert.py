@@ -139,9 +139,7 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
     global_theta, local_theta = _thetas(hf)
 
-    def get(name):
-        return hf.get(name, _DEFAULTS[name])
-
+    get = lambda name: hf.get(name, _DEFAULTS[name])
     values = {f: hf[f] for f in _SHAPES}
     values.update(
         BLOCK,

@@ -59,14 +59,13 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
 def default_meshes(chip_count: int, num_slices: int, heads: int) -> list[tuple[int, int, int]]:
     """Every data x fsdp x tensor with fsdp, tensor powers of two, tensor <= 4 dividing the
     heads, fsdp x tensor within one slice, data a multiple of the slices."""
-    out = []
     per_slice = chip_count // num_slices
-    for tensor in (1, 2, 4):
-        for fsdp in (2**i for i in range(12)):
-            if heads % tensor or per_slice % (fsdp * tensor) or fsdp * tensor > per_slice:
-                continue
-            out.append((chip_count // (fsdp * tensor), fsdp, tensor))
-    return out
+    return [
+        (chip_count // (fsdp * tensor), fsdp, tensor)
+        for tensor in (1, 2, 4)
+        for fsdp in (2**i for i in range(12))
+        if not (heads % tensor or per_slice % (fsdp * tensor) or fsdp * tensor > per_slice)
+    ]
 
 
 def _ints(flag: str, values: list[str]) -> list[int]:

@@ -83,13 +83,8 @@ def _pretrain(step: str, config, devices):
     batch[pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
         (b,), jnp.float32, sharding=setup.batch_sharding
     )
-    return (
-        pretrain.jit_eval_step(setup),
-        (setup.abstract_state["params"], batch),
-        setup,
-        b,
-        model_flops / 3,
-    )
+    args = (setup.abstract_state["params"], batch)
+    return pretrain.jit_eval_step(setup), args, setup, b, model_flops / 3
 
 
 def _finetune(config, ft_base, devices):
