@@ -12,14 +12,12 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     hf_export.py                  the fine-tuned model out as a transformers task model
                                   (--init is read by bert_jax/hf/pretrained.py, the one loader)
     runs.py                       config + --init -> task, tokenizer, model, mesh, optimizer
-    packed.py                     several examples a row (bert_jax/data/input/packing.py): the step
-    plan,
-                                  packed batches, outputs unpacked
+    packed.py                     several examples a row (bert_jax/data/input/packing.py): the
+                                  step plan, packed batches, outputs unpacked
     predict.py                    inference, evaluation, prediction files
     config_check.py               the config's one validation pass, before anything loads
-    train.py                      the fine-tuning run (its loop is bert_jax/training/loop.py's, its
-    train
-                                  state bert_jax/training/train_state.py's;
+    train.py                      the fine-tuning run (its loop is bert_jax/training/loop.py's,
+                                  its train state bert_jax/training/train_state.py's;
                                   config_check.check_finetuning first)
     __main__.py                   the absl binary: python -m bert_jax.finetune
     glue_table.py                 one command, one GLUE score table: every task of a GLUE

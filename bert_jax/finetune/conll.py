@@ -46,10 +46,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     with storage.open_read(path, "r") as f:
         for n, line in enumerate(f, start=1):
             cols = line.split()
-            if not cols:
-                flush()
-                continue
-            if cols[0] == DOCSTART:
+            if not cols or cols[0] == DOCSTART:
                 flush()
                 continue
             if has_tags is None:

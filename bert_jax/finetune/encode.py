@@ -109,11 +109,6 @@ def _label_value(ex, label_map):
     return label_map[ex.label]
 
 
-def word_pieces(tok, word: str) -> list[int]:
-    """A word's piece ids; never empty (a word of deleted characters becomes [UNK])."""
-    return tok.encode(word) or [tok.unk_id]
-
-
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
@@ -136,7 +131,7 @@ def encode_tagged(
     for i, sentence in enumerate(sentences):
         ids, first = [], np.full(len(sentence.words), -1, np.int64)
         for w, word in enumerate(sentence.words):
-            pieces = word_pieces(tok, word)
+            pieces = tok.encode(word) or [tok.unk_id]  # a word of deleted characters: [UNK]
             if 1 + len(ids) >= max_seq_length - 1:
                 break  # no room for this word's first piece before [SEP]
             first[w] = 1 + len(ids)  # +1 for [CLS]
@@ -163,13 +158,10 @@ def encode_tagged(
 
 
 def word_predictions(
-    token_preds: np.ndarray,
-    starts: Sequence[np.ndarray],
-    labels: Sequence[str],
-    fallback: str = "O",
+    token_preds: np.ndarray, starts: Sequence[np.ndarray], labels: Sequence[str]
 ) -> list[list[str]]:
-    """Per-token predicted ids [examples, length] -> per-word tag names (cut words: `fallback`)."""
-    out = []
-    for row, first in zip(token_preds, starts):
-        out.append([labels[int(row[p])] if p >= 0 else fallback for p in first])
-    return out
+    """Per-token predicted ids [examples, length] -> per-word tag names (cut words: "O")."""
+    return [
+        [labels[int(row[p])] if p >= 0 else "O" for p in first]
+        for row, first in zip(token_preds, starts)
+    ]

@@ -8,20 +8,12 @@ GLUE's layout and prints the dev-set figures side by side.
 --init is what `python -m bert_jax.finetune` takes: a Hugging Face BERT directory or a pre-training
 workdir of ours. --glue_dir holds the tasks as GLUE's download script lays them out (CoLA/,
 SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, each with train.tsv and dev.tsv; MNLI with
-dev_matched.tsv and dev_mismatched.tsv); without --tasks every task found there runs. Each task
-runs with its configs/finetune/<task>.py (configs/finetune/base.py with the task's layout where
-there is none), --overrides applied to every one, in <workdir>/<task>, one after another. The
-figures are GLUE's per task (CoLA: Matthews correlation; MRPC and QQP: F1 and accuracy; STS-B:
-Pearson and Spearman; MNLI: matched and mismatched accuracy; the rest accuracy); `average` is the
-mean over tasks of each task's mean figure, as GLUE's score averages. The table is also written to
-<workdir>/glue_table.md and the figures to <workdir>/glue_results.json.
-
-Running the same command again resumes: a finished task's figures are read back from
-<workdir>/<task>/glue_result.json, an unfinished one resumes from its checkpoint. Settings that
-differ from that run's (--init, --overrides) are an error: use another --workdir.
-
-TFDS's glue datasets are not read: their builder needs TensorFlow, which this project does not
-install. Export is off (--overrides=export=True writes each task's model).
+dev_matched.tsv and dev_mismatched.tsv); without --tasks every task found there runs, each with
+its configs/finetune/<task>.py and --overrides, in <workdir>/<task>. The table (GLUE's figures per
+task, `average` the mean of the tasks' means) is also written to <workdir>/glue_table.md and the
+figures to <workdir>/glue_results.json. The same command again resumes; other --init or
+--overrides in that workdir are an error. Export is off (--overrides=export=True writes each
+task's model). docs/finetuning.md ("All of GLUE in one command") says the rest.
 """
 
 from __future__ import annotations
@@ -47,9 +39,8 @@ class Task:
     name: str
     directory: str
     evals: tuple[str, ...] = ("dev",)  # dev file stems
-    figures: tuple[tuple[str, str, str], ...] = (
-        ("acc", "dev", "accuracy"),
-    )  # column, file, metric
+    # (column, file stem, metric) of each figure GLUE reports
+    figures: tuple[tuple[str, str, str], ...] = (("acc", "dev", "accuracy"),)
 
 
 TASKS = {
@@ -86,11 +77,8 @@ def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
         unknown = [n for n in names if n not in TASKS]
         if unknown:
             raise cli.UserError(f"--tasks: unknown {unknown}; choose from {list(TASKS)}")
-        missing = [
-            storage.join(glue_dir, TASKS[n].directory)
-            for n in names
-            if not storage.isdir(storage.join(glue_dir, TASKS[n].directory))
-        ]
+        folders = [storage.join(glue_dir, TASKS[n].directory) for n in names]
+        missing = [folder for folder in folders if not storage.isdir(folder)]
         if missing:
             raise cli.UserError(f"--tasks: no task directory {missing} in --glue_dir")
         return [TASKS[n] for n in names]

@@ -85,11 +85,11 @@ def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
         raise cli.UserError("; ".join(found))
 
 
-def _parent_and_name(layer, path: tuple[str, ...]):
-    parent = layer
-    for name in path[:-1]:
-        parent = getattr(parent, name)
-    return parent, path[-1]
+def _parent(root, path: tuple):
+    """The module holding `path` (attribute names, or indices into a list of layers) in `root`."""
+    for key in path[:-1]:
+        root = root[key] if isinstance(key, int) else getattr(root, key)
+    return root
 
 
 def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs: nnx.Rngs) -> None:
@@ -97,7 +97,7 @@ def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs:
     _check(targets, rank, alpha)
     for layer in bert.layers:
         for target in targets:
-            parent, name = _parent_and_name(layer, TARGETS[target])
+            parent, name = _parent(layer, TARGETS[target]), TARGETS[target][-1]
             base = getattr(parent, name)
             if isinstance(base, Adapted):
                 raise cli.UserError(f"{target} already has a LoRA adapter")
@@ -119,10 +119,7 @@ def merge_adapters(model) -> int:
         # A new array, not an in-place write: parameters gathered to the host (runs.host_model's
         # jax.device_get) are read-only numpy arrays.
         base.kernel.value = base.kernel[...] + delta.astype(base.kernel[...].dtype)
-        parent = model
-        for key in path[:-1]:
-            parent = parent[key] if isinstance(key, int) else getattr(parent, key)
-        setattr(parent, path[-1], base)
+        setattr(_parent(model, path), path[-1], base)
         merged += 1
     return merged
 

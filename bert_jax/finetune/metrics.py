@@ -83,41 +83,29 @@ def correlations(preds, labels) -> dict[str, float]:
     }
 
 
-def per_class(preds, labels, num_classes: int) -> dict[str, np.ndarray]:
-    """{'precision', 'recall', 'f1', 'support', 'predicted'}: [num_classes] arrays over class ids
-    0..n-1 (support: gold count; predicted: prediction count)."""
-    preds, labels = _pair(preds, labels)
-    ids = np.arange(num_classes)[:, None]
-    tp = np.sum((preds == ids) & (labels == ids), axis=1).astype(np.float64)
-    predicted = np.sum(preds == ids, axis=1)
-    support = np.sum(labels == ids, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precision = np.where(predicted > 0, tp / predicted, 0.0)
-        recall = np.where(support > 0, tp / support, 0.0)
-        f1 = np.where(tp > 0, 2 * tp / (predicted + support), 0.0)
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "support": support,
-        "predicted": predicted,
-    }
-
-
 def classification_metrics(preds, labels, label_names: Sequence[str]) -> dict[str, float]:
     """accuracy and Matthews correlation; plus F1 of class 1 for two classes; for more, macro
     precision/recall/F1 and each class's (`precision/<name>`, `recall/<name>`, `f1/<name>`)."""
     out = {"accuracy": accuracy(preds, labels), "mcc": matthews_corrcoef(preds, labels)}
     if len(label_names) == 2:
         out["f1"] = f1_binary(preds, labels)
-    elif len(label_names) > 2:
-        scores = per_class(preds, labels, len(label_names))
-        seen = (scores["support"] > 0) | (scores["predicted"] > 0)
-        for name in ("precision", "recall", "f1"):
-            out[f"macro_{name}"] = float(np.mean(scores[name][seen]))
+    elif len(label_names) > 2:  # per class id 0..n-1, then the means over the classes seen
+        preds, labels = _pair(preds, labels)
+        ids = np.arange(len(label_names))[:, None]
+        tp = np.sum((preds == ids) & (labels == ids), axis=1).astype(np.float64)
+        predicted, support = np.sum(preds == ids, axis=1), np.sum(labels == ids, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scores = {
+                "precision": np.where(predicted > 0, tp / predicted, 0.0),
+                "recall": np.where(support > 0, tp / support, 0.0),
+                "f1": np.where(tp > 0, 2 * tp / (predicted + support), 0.0),
+            }
+        seen = (support > 0) | (predicted > 0)
+        for name, values in scores.items():
+            out[f"macro_{name}"] = float(np.mean(values[seen]))
         for i, label in enumerate(label_names):
-            for name in ("precision", "recall", "f1"):
-                out[f"{name}/{label}"] = float(scores[name][i])
+            for name, values in scores.items():
+                out[f"{name}/{label}"] = float(values[i])
     return out
 
 

@@ -12,10 +12,12 @@ restores the trained parameters and writes predictions for a file:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import ml_collections
@@ -93,44 +95,38 @@ def infer(
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
 
 
-def _infer_dataset(
-    run: runs.Run,
-    setup: runs.Setup,
-    infer_fn,
-    params,
-    frozen,
-    ds: tasks.Dataset,
-    between_batches: Callable[[], None] = lambda: None,
-):
-    """`infer` over an encoded dataset with the run's eval batch size, packed as it trains."""
-    pack = packed.trains_packed(run.config, setup.kind)
-    return infer(
-        setup,
-        infer_fn,
-        params,
-        frozen,
-        ds.arrays,
-        run.config.eval.batch_size,
-        pack,
-        between_batches,
-    )
+@dataclasses.dataclass
+class Inference:
+    """A run's inference over its encoded datasets: the run, its Setup, the jitted forward
+    (`jit_infer`) and the frozen parameters; the trainable ones are passed per call."""
+
+    run: runs.Run
+    setup: runs.Setup
+    infer_fn: Callable
+    frozen: Any
+
+    def outputs(self, params, ds: tasks.Dataset, between_batches=lambda: None):
+        """`infer` over `ds` with the run's eval batch size, packed as it trains."""
+        run, setup = self.run, self.setup
+        pack = packed.trains_packed(run.config, setup.kind)
+        batch = run.config.eval.batch_size
+        return infer(
+            setup, self.infer_fn, params, self.frozen, ds.arrays, batch, pack, between_batches
+        )
 
 
 def evaluate(
-    run: runs.Run,
-    setup: runs.Setup,
-    infer_fn,
+    inference: Inference,
     params,
-    frozen,
     eval_sets: dict[str, tasks.Dataset],
     between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, dict[str, float]]:
     """{file name: metrics} over the encoded eval files; `between_batches` as in `infer`."""
-    out = {}
-    for name, ds in eval_sets.items():
-        outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds, between_batches)
-        out[name] = run.task.metrics(ds, outputs, run.labels)
-    return out
+    run = inference.run
+    return {
+        name: run.task.metrics(ds, inference.outputs(params, ds, between_batches), run.labels)
+        for name, ds in eval_sets.items()
+    }
 
 
 def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
@@ -139,18 +135,16 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
 
 
 def write_predictions(
-    run: runs.Run,
-    setup: runs.Setup,
-    infer_fn,
+    inference: Inference,
     params,
-    frozen,
     ds: tasks.Dataset,
     output: str,
     between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, float] | None:
     """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
     labels. `between_batches` as in `infer`: nothing is written when it raises."""
-    outputs = _infer_dataset(run, setup, infer_fn, params, frozen, ds, between_batches)
+    run = inference.run
+    outputs = inference.outputs(params, ds, between_batches)
     if jax.process_index() == 0:
         run.task.write(output, ds, outputs, run.labels)
     logging.info("wrote predictions to %s", output)
@@ -186,17 +180,12 @@ def predict_from_workdir(
 
     fill_missing(config, base.get_config())
     with config.unlocked():
-        for key, value in (overrides or {}).items():
-            parent = config
-            *path, last = key.split(".")
-            for part in path:
-                parent = parent[part]
-            parent[last] = value
+        config.update_from_flattened_dict(overrides or {})
     run = runs.prepare(config, init or None, with_train=False)
     setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
     params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     ds = runs.encode_file(run, test_file)
-    figures = write_predictions(run, setup, jit_infer(setup), params, frozen, ds, output)
+    figures = write_predictions(Inference(run, setup, jit_infer(setup), frozen), params, ds, output)
     logging.info("predicted %s with step %d of %s", test_file, step, workdir)
     return output, figures

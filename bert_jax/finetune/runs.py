@@ -51,20 +51,15 @@ def prepare(
     config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True
 ) -> Run:
     """Resolves the run: loads the encoder from `init` (else config.init), reads and encodes the
-    training file, builds the task model (with LoRA adapters when config.lora.rank > 0)."""
+    training file, builds the task model (with LoRA adapters when config.lora.rank > 0). A
+    training run's config has passed config_check.check_finetuning (a training file and an init
+    are named); a saved run's config names the init it trained from."""
     config = config.copy_and_resolve_references()
     init = init or config.init
     task = tasks.make_task(config.data)
     examples = None
     if with_train:  # first: a bad training file is named at once, not after the model loads
-        if not config.data.train_file:
-            raise cli.UserError("config.data.train_file is empty: point it at the training file")
         examples = tasks.read_examples(task, config.data.train_file)
-    if not init:
-        raise cli.UserError(
-            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
-            "pre-training workdir of ours)"
-        )
     encoder = pretrained.load(
         init,
         overrides=config.model.to_dict(),
@@ -165,11 +160,10 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, p
 
 
 def initial_state(setup: Setup, trainable, seed: int) -> dict:
-    init = jax.jit(
+    return jax.jit(
         lambda p: train_state.new_state(p, setup.tx, jax.random.PRNGKey(seed + 2)),
         out_shardings=setup.state_shardings,
-    )
-    return init(trainable)
+    )(trainable)
 
 
 def forward(graphdef, params, frozen, batch, dropout_rng=None):

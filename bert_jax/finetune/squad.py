@@ -226,13 +226,7 @@ def encode_squad(
             s_pos = e_pos = 0
             if answer is not None and doc_start <= answer[0] and answer[1] < doc_start + length:
                 s_pos, e_pos = answer[0] - doc_start + offset, answer[1] - doc_start + offset
-            for key, value in (
-                (F.INPUT_IDS, input_ids),
-                (F.INPUT_MASK, mask),
-                (F.SEGMENT_IDS, segments),
-                (START_POSITIONS, s_pos),
-                (END_POSITIONS, e_pos),
-            ):
+            for key, value in zip(rows, (input_ids, mask, segments, s_pos, e_pos)):
                 rows[key].append(value)
             max_ctx = np.array(
                 [_max_context(spans, s_i, doc_start + j) for j in range(length)], bool

@@ -199,8 +199,7 @@ def label_names(labels) -> tuple[str, ...]:
     Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
     arrives as the one name 'neg,neutral,pos', and --config.data.labels=0,1 as integers: the
     first is split at its commas, and every name is a string (labels are read as text). An empty
-    override (--config.data.labels=) is no labels: the layout's set, as for any list flag left
-    empty (it was the one label '', and every example's label was refused as not one of it)."""
+    override (--config.data.labels=) is no labels: the layout's set, as for any list flag."""
     if isinstance(labels, str):
         labels = (labels,)
     if tuple(labels) == ("",):

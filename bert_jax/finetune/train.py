@@ -25,11 +25,8 @@ from bert_jax.finetune import config_check, heads, hf_export, lora, packed, pred
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
 EXPORT_DIR = "export"
-# How far the training batches are read ahead of the device. Each element is a whole step's
-# batch, cut (and packed) from arrays already in memory, so one thread a few steps ahead keeps
-# the device fed. Grain's default (16 threads, 500 elements) built 500 steps ahead: 580 batches
-# for an 80-step run, about 5 of the 30 CPU-seconds of an 8-step tiny one, in threads that also
-# take the GIL from the loop.
+# Each element is a whole step's batch cut from arrays in memory: one thread a few steps ahead
+# keeps the device fed (Grain's default builds 500 steps ahead; docs/testing.md says what it cost).
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 
 
@@ -86,10 +83,6 @@ def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDatas
     return indices.map(lambda rows: {k: v[rows] for k, v in arrays.items()}).to_iter_dataset(
         READ_AHEAD
     )
-
-
-def _flatten(figures: dict[str, dict[str, float]]) -> dict[str, float]:
-    return {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
@@ -171,7 +164,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         del trainable
         step = int(jax.device_get(state["step"]))
 
-        infer_fn = predict.jit_infer(setup)
+        inference = predict.Inference(run, setup, predict.jit_infer(setup), frozen)
         p_train_step = jit_train_step(setup)
         lr = setup.lr_on_mesh()
         log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
@@ -179,10 +172,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         primary = tasks.primary_metric(run.task, config.data)
 
         def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
-            figures = predict.evaluate(
-                run, setup, infer_fn, state["params"], frozen, eval_sets, between_batches
-            )
-            log.write(step, "eval", _flatten(figures))
+            figures = predict.evaluate(inference, state["params"], eval_sets, between_batches)
+            flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
+            log.write(step, "eval", flat)
             if is_primary:
                 print(
                     f"eval  step {step:d}  "
@@ -264,14 +256,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             if test_set is not None:
                 output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
                 predict.write_predictions(
-                    run,
-                    setup,
-                    infer_fn,
-                    state["params"],
-                    frozen,
-                    test_set,
-                    output,
-                    preemption.between_batches,
+                    inference, state["params"], test_set, output, preemption.between_batches
                 )
                 result["predictions"] = output
             preemption.between_batches()  # a signal during the last save, with nothing after it

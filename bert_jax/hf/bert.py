@@ -49,7 +49,6 @@ _SHARED_FIELDS = (
     "initializer_range",
     "layer_norm_eps",
 )
-_EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 
 
 @dataclasses.dataclass
@@ -117,10 +116,10 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
     if hf.get("model_type") == modernbert.MODEL_TYPE:
         return modernbert.bert_config_from_modernbert(hf, **overrides)
     act = hf.get("hidden_act", "gelu")
-    if act not in _EXACT_GELU:
+    if act not in modernbert.EXACT_GELU:
         raise CheckpointError(
             f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
-            f"GELU, transformers' {_EXACT_GELU}"
+            f"GELU, transformers' {modernbert.EXACT_GELU}"
         )
     pos_type = hf.get("position_embedding_type", "absolute")
     if pos_type != "absolute":
@@ -225,12 +224,6 @@ def _get(tree: Mapping, path: tuple):
     return tree
 
 
-def _set(tree: dict, path: tuple, value) -> None:
-    for key in path[:-1]:
-        tree = tree[key]
-    tree[path[-1]] = value
-
-
 def _pure_params(model_or_state) -> dict:
     if isinstance(model_or_state, BertForPreTraining):
         return nnx.to_pure_dict(nnx.state(model_or_state, nnx.Param))
@@ -290,65 +283,6 @@ def _normalize_hf_name(name: str) -> str:
         if name.endswith(old) and "LayerNorm" in name:
             name = name[: -len(old)] + new
     return name
-
-
-def from_hf_state_dict(
-    tensors: Mapping[str, Any], config: BertConfig, *, seed: int = 0, source: str = "a state dict"
-) -> tuple[BertForPreTraining, ImportReport]:
-    """{HF name: array} -> (BertForPreTraining, report); absent heads/pooler are initialized.
-    The names are BertForPreTraining's, or ModernBertForMaskedLM's for a config of the modern
-    block."""
-    params, report = _params(tensors, config, _names(config), seed, source)
-    return model_from_params(config, params), report
-
-
-def _params(
-    tensors: Mapping[str, Any], config: BertConfig, names: _Names, seed: int, source: str
-) -> tuple[dict, ImportReport]:
-    """The pure parameter dict of a `config` model holding `tensors` (named by `names`), and the
-    report; absent heads/pooler are initialized (`seed`)."""
-    by_name = {names.normalize(k): v for k, v in tensors.items()}
-    ours = [name for _, name, _ in names.table]
-    missing = [name for name in ours if name not in by_name]
-    initialized = [name for name in missing if not name.startswith(names.body)]
-
-    def build():
-        return BertForPreTraining(config, rngs=nnx.Rngs(seed))
-
-    # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
-    # init's small programs take longer to compile than the whole import.
-    params = nnx.to_pure_dict(
-        nnx.state(build() if initialized else nnx.eval_shape(build), nnx.Param)
-    )
-    for paths, name, transpose in names.table:
-        if name not in by_name:
-            continue
-        value = np.asarray(by_name[name], dtype=np.float32)
-        shapes = [tuple(_get(params, path).shape) for path in paths]
-        expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
-        whole = (sum(s[0] for s in expected), *expected[0][1:])
-        if value.shape != whole:
-            raise CheckpointError(
-                f"{source}: {name} has shape {value.shape}, the config needs "
-                f"{whole}; does its config.json describe this checkpoint?"
-            )
-        parts = (
-            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
-        )
-        for path, part in zip(paths, parts):
-            _set(params, path, part.T if transpose else part)
-    absent_body = [name for name in missing if name.startswith(names.body)]
-    if absent_body:
-        more = " ..." if len(absent_body) > 4 else ""
-        raise CheckpointError(
-            f"{source} lacks encoder weights {absent_body[:4]}{more} "
-            f"({len(absent_body)} in all): not a {names.label} "
-            "checkpoint, or num_hidden_layers in its config is wrong"
-        )
-    # The tied decoder is the word embeddings and the MLM bias again; anything else
-    # (position_ids buffers, optimizer slots) has no counterpart here.
-    unused = sorted(set(by_name) - set(ours) - names.tied)
-    return params, ImportReport(source=source, initialized=initialized, unused=unused)
 
 
 # --- Files -----------------------------------------------------------------------------------
@@ -434,21 +368,20 @@ def load_hf(
     hf_dir: str,
     config: BertConfig | None = None,
     *,
-    seed: int = 0,
     overrides: Mapping[str, Any] | None = None,
 ) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
 
     `config` defaults to the directory's config.json / bert_config.json, with `overrides`
     (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
-    remat). `seed` initializes weights the file lacks.
+    remat). Weights the file lacks (the heads, the pooler) are freshly initialized.
     """
-    config, params, report = _load(hf_dir, config, seed, overrides)
+    config, params, report = _load(hf_dir, config, overrides)
     return model_from_params(config, params), report
 
 
 def load_hf_params(
-    hf_dir: str, config: BertConfig, *, seed: int = 0, shardings: Any = None
+    hf_dir: str, config: BertConfig, *, shardings: Any = None
 ) -> tuple[dict, ImportReport]:
     """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
 
@@ -456,12 +389,12 @@ def load_hf_params(
     a run can start from a public checkpoint; `config` is the run's (its shapes must match the
     file).
     """
-    _, params, report = _load(hf_dir, config, seed, None)
+    _, params, report = _load(hf_dir, config, None)
     return jax.device_put(params, shardings), report
 
 
 def _load(
-    hf_dir: str, config: BertConfig | None, seed: int, overrides: Mapping[str, Any] | None
+    hf_dir: str, config: BertConfig | None, overrides: Mapping[str, Any] | None
 ) -> tuple[BertConfig, dict, ImportReport]:
     """(config, parameters, report): the config file read once, the names decided once (a
     wrong block is refused before the weights are read), then the weights mapped."""
@@ -482,5 +415,44 @@ def _load(
             f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
         )
     tensors, source = read_hf_weights(hf_dir)
-    params, report = _params(tensors, config, names, seed, source)
-    return config, params, report
+    # The weights mapped; heads or a pooler the file lacks are freshly initialized.
+    by_name = {names.normalize(k): v for k, v in tensors.items()}
+    ours = [name for _, name, _ in names.table]
+    missing = [name for name in ours if name not in by_name]
+    initialized = [name for name in missing if not name.startswith(names.body)]
+
+    build = lambda: BertForPreTraining(config, rngs=nnx.Rngs(0))
+    # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
+    # init's small programs take longer to compile than the whole import.
+    params = nnx.to_pure_dict(
+        nnx.state(build() if initialized else nnx.eval_shape(build), nnx.Param)
+    )
+    for paths, name, transpose in names.table:
+        if name not in by_name:
+            continue
+        value = np.asarray(by_name[name], dtype=np.float32)
+        shapes = [tuple(_get(params, path).shape) for path in paths]
+        expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
+        whole = (sum(s[0] for s in expected), *expected[0][1:])
+        if value.shape != whole:
+            raise CheckpointError(
+                f"{source}: {name} has shape {value.shape}, the config needs "
+                f"{whole}; does its config.json describe this checkpoint?"
+            )
+        parts = (
+            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
+        )
+        for path, part in zip(paths, parts):
+            _get(params, path[:-1])[path[-1]] = part.T if transpose else part
+    absent_body = [name for name in missing if name.startswith(names.body)]
+    if absent_body:
+        more = " ..." if len(absent_body) > 4 else ""
+        raise CheckpointError(
+            f"{source} lacks encoder weights {absent_body[:4]}{more} "
+            f"({len(absent_body)} in all): not a {names.label} "
+            "checkpoint, or num_hidden_layers in its config is wrong"
+        )
+    # The tied decoder is the word embeddings and the MLM bias again; anything else
+    # (position_ids buffers, optimizer slots) has no counterpart here.
+    unused = sorted(set(by_name) - set(ours) - names.tied)
+    return config, params, ImportReport(source=source, initialized=initialized, unused=unused)

@@ -7,6 +7,7 @@ weights mean is bert_jax.hf.bert's (and hf_modernbert's) business.
 from __future__ import annotations
 
 import glob
+import importlib
 import json
 import os
 import pickle
@@ -84,14 +85,20 @@ def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+def _import(module: str, missing: str):
+    """`module`, or a UserError saying how to install it (`missing`)."""
     try:
-        import torch
+        return importlib.import_module(module)
     except ImportError as e:
-        raise cli.UserError(
-            f"reading {path} needs PyTorch: pip install torch (the CPU build is "
-            "enough), or convert the checkpoint to model.safetensors"
-        ) from e
+        raise cli.UserError(missing) from e
+
+
+def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+    torch = _import(
+        "torch",
+        f"reading {path} needs PyTorch: pip install torch (the CPU build is enough), or convert "
+        "the checkpoint to model.safetensors",
+    )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
@@ -121,9 +128,7 @@ def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
             out += ["layer", part[6:]]
         elif part in ("kernel", "gamma", "output_weights"):
             out.append("weight")
-            transpose = (
-                part == "kernel"
-            )  # TF dense kernels are [in, out]; output_weights is [out, in]
+            transpose = part == "kernel"  # TF kernels are [in, out]; output_weights [out, in]
         elif part in ("beta", "output_bias"):
             out.append("bias")
         else:
@@ -135,23 +140,20 @@ def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
 
 
 def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
-    try:
-        import tensorflow as tf
-    except ImportError as e:
-        raise cli.UserError(
-            f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs "
-            "TensorFlow: pip install tensorflow-cpu (or convert it to Hugging Face "
-            "format where TensorFlow is installed)"
-        ) from e
+    tf = _import(
+        "tensorflow",
+        f"{prefix} is an original TensorFlow BERT checkpoint; reading it needs TensorFlow: pip "
+        "install tensorflow-cpu (or convert it to Hugging Face format where TensorFlow is "
+        "installed)",
+    )
     reader = tf.train.load_checkpoint(prefix)
     out = {}
     for name in reader.get_variable_to_shape_map():
         mapped = _tf_to_hf_name(name)
-        if mapped is None:
-            continue
-        hf_name, transpose = mapped
-        value = reader.get_tensor(name)
-        out[hf_name] = value.T if transpose else value
+        if mapped is not None:
+            hf_name, transpose = mapped
+            value = reader.get_tensor(name)
+            out[hf_name] = value.T if transpose else value
     return out
 
 
@@ -185,9 +187,7 @@ def _first_line(error: BaseException) -> str:
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     """All weight tensors of a model directory, HF-named, and a description of what was read."""
 
-    def path(name):
-        return os.path.join(hf_dir, name)
-
+    path = lambda name: os.path.join(hf_dir, name)
     if os.path.isfile(path("model.safetensors")):
         return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
     if os.path.isfile(path("model.safetensors.index.json")):

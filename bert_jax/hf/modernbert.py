@@ -33,7 +33,7 @@ from bert_jax import cli
 from bert_jax.model.bert_config import BertConfig
 
 MODEL_TYPE = "modernbert"
-_EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
+EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 FULL, SLIDING = "full_attention", "sliding_attention"
 # ModernBertConfig's defaults, for fields a config.json leaves out.
 _DEFAULTS = {
@@ -126,10 +126,10 @@ def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
 def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfig:
     """A ModernBERT config.json dict -> BertConfig of the modern block; `overrides` win."""
     for name in ("hidden_activation", "classifier_activation"):
-        if hf.get(name, "gelu") not in _EXACT_GELU:
+        if hf.get(name, "gelu") not in EXACT_GELU:
             raise ConfigError(
                 f"{name} {hf[name]!r} is not supported: this model uses the exact (erf) GELU, "
-                f"transformers' {_EXACT_GELU}"
+                f"transformers' {EXACT_GELU}"
             )
     missing = [f for f in _SHAPES if f not in hf]
     if missing:
@@ -139,9 +139,7 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
     global_theta, local_theta = _thetas(hf)
 
-    def get(name):
-        return hf.get(name, _DEFAULTS[name])
-
+    get = lambda name: hf.get(name, _DEFAULTS[name])
     values = {f: hf[f] for f in _SHAPES}
     values.update(
         BLOCK,

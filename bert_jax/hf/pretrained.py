@@ -149,14 +149,12 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
     `rows` word embeddings (fits_table). `given`: the user named `vocab` (else the run did)."""
     lower = tokenization.lower_case(lower)
     why = storage.not_a_file(vocab)
-    if why and run_data is not None:
-        raise cli.UserError(
-            f"vocab file {vocab!r} {why}"
-            + ("" if given else " (the one the run's data recorded)")
-            + "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
-            "tokenized with"
-        )
     if why:
+        if run_data is not None:
+            why += ("" if given else " (the one the run's data recorded)") + (
+                "; pass --vocab_file=PATH/vocab.txt, the vocabulary the training data was "
+                "tokenized with"
+            )
         raise cli.UserError(f"vocab file {vocab!r} {why}")
     tokenizer = tokenization.make_tokenizer(vocab, do_lower_case=lower)
     size = tokenizer.vocab_size

@@ -87,8 +87,6 @@ flags.DEFINE_integer(
     "top", 10, "Instructions to list by HBM bytes per plan (0: none; the groups still in JSON)."
 )
 
-GIB = 1024**3
-
 
 def load_config(path: str):
     """--finetune_config's ConfigDict (read only when a fine-tuning step is planned)."""
@@ -191,7 +189,7 @@ def main(argv):
         print(report.verdict(results, config_path, overrides), flush=True)
     print(
         "whole train state (parameters + Adam moments): "
-        f"{results[0]['total_state_bytes'] / GIB:.2f} GiB",
+        f"{results[0]['total_state_bytes'] / report.GIB:.2f} GiB",
         flush=True,
     )
 

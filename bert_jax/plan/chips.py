@@ -33,6 +33,7 @@ tests use for it (H100_TARGET below: 132 SMs, 84,929,347,584 bytes of memory, co
 
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -121,10 +122,7 @@ class Topology:
 
     @property
     def chips_per_slice(self) -> int:
-        n = 1
-        for d in self.shape.split("x"):
-            n *= int(d)
-        return n
+        return math.prod(int(d) for d in self.shape.split("x"))
 
     @property
     def num_chips(self) -> int:
@@ -161,7 +159,8 @@ def parse(name: str, num_slices: int = 1) -> Topology:
     if m.group(2):
         if len(m.group(2).split("x")) != chip.dims:
             raise cli.UserError(
-                f"--topology={name}: {chip.name} slices are {chip.dims}D, e.g. {_example(chip)}"
+                f"--topology={name}: {chip.name} slices are {chip.dims}D, e.g. {chip.name}:"
+                + ("2x2x1" if chip.dims == 3 else "2x2")
             )
         if any(int(d) == 0 for d in m.group(2).split("x")):
             raise cli.UserError(f"--topology={name}: a slice has at least one chip a side")
@@ -175,10 +174,6 @@ def parse(name: str, num_slices: int = 1) -> Topology:
             f"--topology={name}: no such {chip.name} slice; the documented ones: {sizes}"
         )
     return Topology(chip, shapes[chips], num_slices)
-
-
-def _example(chip: Chip) -> str:
-    return f"{chip.name}:2x2x1" if chip.dims == 3 else f"{chip.name}:2x2"
 
 
 def devices(topology: Topology) -> list:

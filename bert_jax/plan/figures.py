@@ -24,8 +24,7 @@ Where each comes from (the planner's output labels them the same way):
                  schedules them so) and the cross-slice transfers do not. Both assume the MXUs
                  at peak: bounds, not measurements. The bytes are the compiler's "bytes
                  accessed", which counts operands and results the compiler placed in on-chip
-                 memory too (VMEM; v4's CMEM): on BERT-Base and -Large it is 1.03-1.09 times
-                 hbm.py's HBM + on-chip bytes, 3-4 times the HBM bytes alone. So the planner
+                 memory too (VMEM; v4's CMEM; docs/scaling.md compares the two), so the planner
                  also gives both bounds with hbm.py's HBM-only total ("hlo_roofline"),
                  labelled apart.
     estimate     the step time seq/s and MFU use: the compiler's where it gives one, else the

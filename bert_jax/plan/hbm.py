@@ -203,39 +203,25 @@ def _groups(computation, module) -> dict[str, str]:
                 queue.extend(step(ins))
         return OTHER
 
-    def consumers(ins):
-        return users.get(ins.name, [])
-
-    def producers(ins):
-        return [by_name[n] for n in ins.operands if n in by_name]
-
     out = {}
     for ins in computation.instructions:
         group = group_of(ins)
         if group == OTHER and not ins.op_name:
-            group = nearest(ins, consumers)
-            if group == OTHER:
-                group = nearest(ins, producers)
+            group = nearest(ins, lambda i: users.get(i.name, []))  # its consumers
+            if group == OTHER:  # its producers
+                group = nearest(ins, lambda i: [by_name[n] for n in i.operands if n in by_name])
         out[ins.name] = group
     return out
+
+
+_CALLS = ("branch_computations", "true_computation", "false_computation", "body", "to_apply")
 
 
 def _called_group(ins: hlo.Instruction, module) -> str:
     """The group most instructions of what a conditional, while or call runs belong to: where
     the data handed to it is used (the optimizer's conditional takes the whole state)."""
     count: dict[str, int] = {}
-    names = [
-        n
-        for attr in (
-            "branch_computations",
-            "true_computation",
-            "false_computation",
-            "body",
-            "to_apply",
-        )
-        for n in ins.called(attr)
-    ]
-    for name in names:
+    for name in (n for attr in _CALLS for n in ins.called(attr)):
         for i in module[name].instructions:
             if i.op_name:
                 group = group_of(i)

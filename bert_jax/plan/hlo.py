@@ -200,10 +200,6 @@ def parse_module(text: str) -> dict[str, Computation]:
     return out
 
 
-def entry(module: dict[str, Computation]) -> Computation:
-    return next(c for c in module.values() if c.entry)
-
-
 # Instructions that move no bytes: views, bookkeeping, and what other instructions carry.
 FREE = {
     "parameter",
@@ -235,14 +231,17 @@ def runs(module: dict[str, Computation], cost) -> tuple[list[Run], list[str]]:
     times, a `conditional`'s costliest branch by `cost(run) -> number`, a `call`'s computation
     as if inline. Instructions in FREE and the `-done` halves of async pairs are left out."""
     notes: list[str] = []
-    return _runs(module, entry(module), 1, cost, notes), notes
+    entry = next(c for c in module.values() if c.entry)
+    return _runs(module, entry, 1, cost, notes), notes
 
 
 def _runs(module, computation: Computation, times: int, cost, notes: list) -> list[Run]:
     out = []
     for ins in computation.instructions:
         op = ins.opcode
-        if op in FREE or op.endswith("-done") or _allocation(ins):
+        # A custom call that only reserves a buffer (a loop's stacked outputs) moves no bytes.
+        allocation = op == "custom-call" and 'custom_call_target="AllocateBuffer"' in ins.attrs
+        if op in FREE or op.endswith("-done") or allocation:
             continue
         if op == "while":
             (body,) = ins.called("body")
@@ -265,11 +264,6 @@ def _runs(module, computation: Computation, times: int, cost, notes: list) -> li
         else:
             out.append(Run(ins, times, computation))
     return out
-
-
-def _allocation(ins: Instruction) -> bool:
-    """A custom call that only reserves a buffer (the loop's stacked outputs), moving no bytes."""
-    return ins.opcode == "custom-call" and 'custom_call_target="AllocateBuffer"' in ins.attrs
 
 
 def trip_count(ins: Instruction, module: dict[str, Computation]) -> tuple[int, str]:

@@ -29,8 +29,8 @@ class Request:
     steps: list[str]
 
 
-def topology(name: str, num_slices: int, num_devices: int) -> chips.Topology | None:
-    """The slice to plan for, or None for `cpu`/`cpu:N` (fake CPU devices)."""
+def topology(name: str, num_slices: int, num_devices: int) -> tuple[chips.Topology | None, int]:
+    """(the slice to plan for, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`."""
     if name.strip().lower().startswith("cpu"):
         _, colon, count = name.partition(":")
         if colon and not (count.isdigit() and int(count) >= 1):
@@ -39,14 +39,9 @@ def topology(name: str, num_slices: int, num_devices: int) -> chips.Topology | N
             raise cli.UserError(f"--num_slices={num_slices} is for TPU topologies; drop it")
         if not colon and num_devices < 1:
             raise cli.UserError(f"--num_devices={num_devices} must be at least 1")
-        return None
-    return chips.parse(name, num_slices)
-
-
-def cpu_devices(name: str, num_devices: int) -> int:
-    """The fake CPU devices `--topology=cpu[:N]` asks for."""
-    _, colon, count = name.partition(":")
-    return int(count) if colon else num_devices
+        return None, int(count) if colon else num_devices
+    slice_ = chips.parse(name, num_slices)
+    return slice_, slice_.num_chips
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:
@@ -64,14 +59,13 @@ def parse_mesh(text: str) -> tuple[int, int, int]:
 def default_meshes(chip_count: int, num_slices: int, heads: int) -> list[tuple[int, int, int]]:
     """Every data x fsdp x tensor with fsdp, tensor powers of two, tensor <= 4 dividing the
     heads, fsdp x tensor within one slice, data a multiple of the slices."""
-    out = []
     per_slice = chip_count // num_slices
-    for tensor in (1, 2, 4):
-        for fsdp in (2**i for i in range(12)):
-            if heads % tensor or per_slice % (fsdp * tensor) or fsdp * tensor > per_slice:
-                continue
-            out.append((chip_count // (fsdp * tensor), fsdp, tensor))
-    return out
+    return [
+        (chip_count // (fsdp * tensor), fsdp, tensor)
+        for tensor in (1, 2, 4)
+        for fsdp in (2**i for i in range(12))
+        if not (heads % tensor or per_slice % (fsdp * tensor) or fsdp * tensor > per_slice)
+    ]
 
 
 def _ints(flag: str, values: list[str]) -> list[int]:
@@ -119,8 +113,7 @@ def request(flags, config, num_slices: int) -> Request:
         cli.check_writable_dir(flags.hlo_dir, "--hlo_dir")
         os.makedirs(flags.hlo_dir, exist_ok=True)
 
-    slice_ = topology(flags.topology, num_slices, flags.num_devices)
-    count = slice_.num_chips if slice_ else cpu_devices(flags.topology, flags.num_devices)
+    slice_, count = topology(flags.topology, num_slices, flags.num_devices)
     heads = config.model.num_attention_heads
     slices = slice_.num_slices if slice_ else 1
     meshes = [parse_mesh(m) for m in flags.meshes] or default_meshes(count, slices, heads)
@@ -138,7 +131,8 @@ def request(flags, config, num_slices: int) -> Request:
         raise cli.UserError("--global_batch_sizes: give at least one (0: the config's)")
     accum = config.train.grad_accum_steps
     for mesh in meshes:
-        dp = math.prod(sharding.data_parallel_axes(_axes(mesh), config.mesh.rules).values())
+        axes = dict(zip(("data", "fsdp", "tensor"), mesh, strict=True))
+        dp = math.prod(sharding.data_parallel_axes(axes, config.mesh.rules).values())
         for b in batches:
             if accum >= 1 and b % (dp * accum):
                 raise cli.UserError(
@@ -194,10 +188,6 @@ def _scalar_checks(flags, config) -> None:
     p = flags.attention_dropout
     if p != -1 and not 0 <= p < 1:  # NaN fails both
         raise cli.UserError(f"--attention_dropout={p} must be in [0, 1) (or -1: the config's)")
-
-
-def _axes(mesh) -> dict[str, int]:
-    return dict(zip(("data", "fsdp", "tensor"), mesh, strict=True))
 
 
 def _name(mesh) -> str:

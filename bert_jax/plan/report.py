@@ -42,6 +42,7 @@ def row(r: dict) -> str:
             f"{r['peak_bytes'] / GIB:13.2f} {'':>4} {r['compile_s']:7.0f} "
             f"{r['cost'].get('flops', 0) / 1e12:6.2f} {traffic:6.2f}"
         )
+    splash = r.get("splash_attention_calls") or {}
     if r["step_s"] is None:
         est, overlap, speed = "no estimate", "-", f"{'-':>8} {'-':>4} {'-':>4}"
     else:
@@ -56,15 +57,12 @@ def row(r: dict) -> str:
         f"{est:>17} {overlap:>13} {speed} "
         f"{sum(r['ici_bytes'].values()) / MB:7.0f} {r['dcn_bytes'] / MB:7.1f}"
         + (f"  cuDNN attention: {r['cudnn_attention_calls']} calls" if r["chip"] == "h100" else "")
-        + _splash(r)
+        + (
+            f"  splash attention: {splash['global']} global, {splash['local']} local-window calls"
+            if any(splash.values())
+            else ""
+        )
     )
-
-
-def _splash(r: dict) -> str:
-    calls = r.get("splash_attention_calls") or {}
-    if not any(calls.values()):
-        return ""
-    return f"  splash attention: {calls['global']} global, {calls['local']} local-window calls"
 
 
 def traffic(r: dict, top: int) -> str:

@@ -7,6 +7,7 @@ jax.ShapeDtypeStruct leaves carrying the trainer's shardings, so no array is eve
 devices may be a TPU slice's compile-only descriptions.
 """
 
+import dataclasses
 import math
 import os
 import re
@@ -24,8 +25,6 @@ from bert_jax.finetune import train as ft_train
 from bert_jax.model import attention, encoder
 from bert_jax.plan import figures, flops, hbm
 from bert_jax.training import pretrain
-
-GIB, MB = 1024**3, 1e6
 
 
 def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len: int) -> None:
@@ -60,22 +59,12 @@ def model_config(config) -> encoder.BertConfig:
     return encoder.BertConfig.from_config_dict(config.model)
 
 
-def _abstract(tree, shardings):
-    return jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
-    )
-
-
 def _state_bytes(abstract_tree) -> int:
     """Bytes one device holds of `abstract_tree` under its leaves' shardings."""
     return sum(
         int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
         for x in jax.tree.leaves(abstract_tree)
     )
-
-
-def _total_bytes(abstract_tree) -> int:
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(abstract_tree))
 
 
 def _pretrain(step: str, config, devices):
@@ -94,13 +83,8 @@ def _pretrain(step: str, config, devices):
     batch[pipeline.EXAMPLE_WEIGHT] = jax.ShapeDtypeStruct(
         (b,), jnp.float32, sharding=setup.batch_sharding
     )
-    return (
-        pretrain.jit_eval_step(setup),
-        (setup.abstract_state["params"], batch),
-        setup,
-        b,
-        model_flops / 3,
-    )
+    args = (setup.abstract_state["params"], batch)
+    return pretrain.jit_eval_step(setup), args, setup, b, model_flops / 3
 
 
 def _finetune(config, ft_base, devices):
@@ -125,7 +109,11 @@ def _finetune(config, ft_base, devices):
         k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=setup.batch_sharding)
         for k, s in ints.items()
     }
-    frozen = _abstract(frozen, setup.frozen_shardings)
+    frozen = jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+        frozen,
+        setup.frozen_shardings,
+    )
     per_seq = flops.model_forward_flops(model_config, length, 0)
     args = (setup.abstract_state, frozen, batch, setup.abstract_lr())
     return ft_train.jit_train_step(setup), args, setup, b, 3 * b * per_seq
@@ -170,7 +158,7 @@ def compile_plan(
         "lower_s": lowered_at - start,
         "compile_s": done - lowered_at,
         "state_bytes": _state_bytes(state),
-        "total_state_bytes": _total_bytes(args[0]),
+        "total_state_bytes": sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(args[0])),
         "model_flops_per_chip": model_flops / chips,
     }
     if compiled is None:
@@ -248,11 +236,7 @@ def compile_plan(
     # operands in VMEM too (figures.py), so this pair is the tighter one; labelled apart.
     hlo_roof = figures.roofline({**r["cost"], "bytes accessed": traffic.total_bytes}, coll, chip)
     r["hlo_roofline"] = {
-        "terms": hlo_roof.terms,
-        "serial_s": hlo_roof.serial_s,
-        "serial_bound": hlo_roof.serial_bound,
-        "overlapped_s": hlo_roof.overlapped_s,
-        "overlapped_bound": hlo_roof.overlapped_bound,
+        **dataclasses.asdict(hlo_roof),
         "mfu": per_chip / hlo_roof.serial_s if hlo_roof.serial_s > 0 else None,
         "mfu_overlapped": per_chip / hlo_roof.overlapped_s if hlo_roof.overlapped_s > 0 else None,
     }

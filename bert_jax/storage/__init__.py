@@ -2,56 +2,22 @@
 them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
 (S3, with `s3fs` installed) as well as a local path.
 
-Local paths go to the os module, exactly as before. URLs go to fsspec's `gcsfs` (`s3fs`) through
-etils.epath: the layer Orbax itself uses for a checkpoint's metadata files, so our files and
-Orbax's share one client, one set of credentials and one retry policy (Orbax writes the arrays
-through TensorStore, which this package points at the same endpoint).
+Local paths go to the os module. URLs go to fsspec's `gcsfs` (`s3fs`) through etils.epath: the layer
+Orbax itself uses for a checkpoint's metadata files, so our files and Orbax's share one client, one
+set of credentials and one retry policy (Orbax writes the arrays through TensorStore, which this
+package points at the same endpoint).
 
-What an object store lacks, and what stands in for it here:
-  * no rename. A local file is written under a temporary name and renamed (`write_bytes`,
-    `open_write`); an object becomes visible only when its upload is finalized, so an upload
-    that dies (kill -9, a lost connection) leaves nothing under the name. `open_write` writes an
-    object to a local temporary file and uploads it when the writer's block ends without an
-    error (nothing is uploaded when it raises), as one operation that can be tried again.
-    "Finished" is then said by a small object written last (data_prep's manifest.json, Orbax's
-    commit marker), never by a name appearing (a directory of files, an export: see
-    bert_jax.hf.publish). `move` copies and deletes, so its callers first delete what marks the
-    source finished.
-  * no O_EXCL. `create_exclusive` uses GCS's ifGenerationMatch=0 precondition (the object is
-    created only if no live object has that name), S3's If-None-Match: *; `read_versioned`
-    returns an object with its generation (S3: ETag), for taking over a stale lock
-    (bert_jax.training.workdir_lock).
-  * no mtime to trust: `version` is an object's generation (S3: ETag), which every write of the
-    name changes.
-  * no random access for C++ readers (ArrayRecord's Riegeli reader opens local files only):
-    `local_copy` fetches a file once into a cache directory, checked against the size and md5
-    the caller expects, under a temporary name renamed when whole (`local_copies`: many at once;
-    `local_dir`: a directory's files under their own names, for transformers and safetensors).
-  * listings cached per process by gcsfs: `listdir` and `glob` refresh them; `forget_listings`
-    for a reader that lists through another library (Orbax's step listing).
+What an object store lacks, and what stands in for it (docs/scaling.md, "What a bucket lacks",
+says how each works): no rename (`open_write`, `write_bytes`: published whole or not at all;
+"finished" is said by a small object written last; `move` copies, then deletes), no O_EXCL
+(`create_exclusive`, `read_versioned`), no mtime to trust (`version`), no random access for C++
+readers (`local_copy`, `local_copies`, `local_dir`), listings cached per process (`listdir` and
+`glob` refresh them; `forget_listings`).
 
-Credentials: Application Default Credentials, as every Google client library: on a Cloud TPU or
-GCE VM the VM's service account, elsewhere `gcloud auth application-default login` or
-GOOGLE_APPLICATION_CREDENTIALS. Another endpoint (an emulator such as fake-gcs-server, a
-proxy): set STORAGE_EMULATOR_HOST=http://host:port; gcsfs reads it, and `configure` hands it to
-TensorStore as TENSORSTORE_GCS_HTTP_URL (with anonymous access) unless that is set already.
-
-Paths: every binary parses its path flags once, before it reads or writes anything
-(`check_paths`): a scheme we do not serve, `gs:/x` (one slash), `gs://` alone, a `..` part in a
-bucket path, ... are one `error:` line naming the flag (paths.py says which).
-
-Faults: every call to a bucket, ours and Orbax's (its metadata files go through the same gcsfs
-client; TensorStore, which writes its arrays, is given the same budget), is tried again on a
-transient error (a refused or dropped connection, a 5xx, 408 or 429 answer, no answer within
-REQUEST_TIMEOUT_S) with backoff up to 30 s until BERT_JAX_STORAGE_RETRY_S (default RETRY_S, 60
-s) have passed since its first failure: one budget, never the clients' retries inside ours
-(remote.py). A write is an upload of a local temporary file, so it too is one operation that can
-be tried again. When the budget is spent the binary ends with one `error:` line
-(`unavailable_message`, which cli.run asks), never a traceback. The other errors of the clients
-get the words a local path gets for the same situation, naming the path the user gave
-(errors.py): "does not exist" (no object; "there is no bucket ..."), "is a directory (a prefix
-of objects), not a file", "Permission denied (no credentials ...)". Nothing half-written is
-trusted afterwards: see above.
+Credentials, another endpoint (STORAGE_EMULATOR_HOST), the path checks (`check_paths`), the
+errors in a local path's words (errors.py) and the one retry budget (remote.py) are described
+for users in docs/scaling.md ("Credentials", "Paths", "Errors", "Faults"). Nothing half-written
+is trusted afterwards.
 
 No JAX import: data_prep uses this package.
 
@@ -70,7 +36,6 @@ modules, by concern:
 """
 
 from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
-    default_cache_dir,
     local_copies,
     local_copy,
     local_dir,
@@ -84,7 +49,6 @@ from bert_jax.storage.checkpoint_errors import (  # noqa: F401 (the package's na
     readable,
 )
 from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
-    bucket_exists,
     check_bucket,
     check_file,
     check_paths,
@@ -125,10 +89,8 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
 )
 from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     CHECKPOINT_SCHEMES,
-    SCHEMES,
     StorageError,
     basename,
-    bucket_and_key,
     checkpoints_refused,
     dirname,
     expand,
@@ -137,11 +99,8 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     parse,
 )
 from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
-    REQUEST_TIMEOUT_S,
     RETRY_S,
     _fs,
-    configure,
     forget_listings,
-    retry_seconds,
     tensorstore_retries,
 )

@@ -23,7 +23,8 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
     if local == path:
         return False
     named = False
-    try:
+    # An exception type that keeps its message elsewhere is left as it is.
+    with contextlib.suppress(AttributeError, TypeError):
         args = []
         for arg in error.args:
             if isinstance(arg, str) and local in arg:
@@ -34,8 +35,6 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
             if getattr(error, attr, None) == local:
                 setattr(error, attr, path)
                 named = True
-    except (AttributeError, TypeError):  # an exception type that keeps its message elsewhere
-        return named
     return named
 
 
@@ -115,17 +114,16 @@ def local_copies(
     md5s: list[str] | None = None,
     nbytes: list[int | None] | None = None,
     cache_dir: str | None = None,
-    threads: int = 8,
 ) -> list[str]:
-    """`local_copy` of each path (local ones as they are), `threads` fetches at a time: a bucket
-    serves one object at tens of MB/s but many at once at the link's rate."""
+    """`local_copy` of each path (local ones as they are), 8 fetches at a time: a bucket serves
+    one object at tens of MB/s but many at once at the link's rate."""
     md5s = md5s or [None] * len(paths)
     nbytes = nbytes or [None] * len(paths)
     if not any(is_url(p) for p in paths):
         return list(paths)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
+    with ThreadPoolExecutor(max(1, min(8, len(paths)))) as pool:
         return list(
             pool.map(lambda a: local_copy(a[0], cache_dir, a[1], a[2]), zip(paths, md5s, nbytes))
         )

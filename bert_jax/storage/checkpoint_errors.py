@@ -21,6 +21,7 @@ import re
 import urllib.parse
 from collections.abc import Iterator
 
+from bert_jax import cli
 from bert_jax.storage.errors import (
     _GOOGLE_HINT,
     AccessDenied,
@@ -122,10 +123,7 @@ def classify(error: BaseException, directory: str) -> BaseException | None:
     """A NotFound (the checkpoint's bucket gone), AccessDenied or Unavailable naming the object
     (or `directory`, the checkpoint directory, where the error names none) for an error of Orbax
     that means one, else None. The error's whole chain is searched: Orbax wraps TensorStore's."""
-    seen: set[int] = set()
-    chain = error
-    while chain is not None and id(chain) not in seen:
-        seen.add(id(chain))
+    for chain in cli.causes(error):
         if isinstance(chain, (PathError, Unavailable)):
             return chain
         found = _tensorstore(chain, directory)
@@ -138,7 +136,6 @@ def classify(error: BaseException, directory: str) -> BaseException | None:
                 return converted
         elif is_url(url) and not _bucket_there(url):  # a metadata file's: is the bucket gone?
             return NotFound(url)
-        chain = chain.__cause__ or chain.__context__
     return None
 
 
@@ -146,16 +143,12 @@ def looks_like_storage(error: BaseException) -> bool:
     """Whether `error` (or a cause) is a storage error by its text alone, asking no server: for
     the filter that keeps Orbax's background threads from logging a screen of tracebacks for
     an error the main thread then reports in one line."""
-    seen: set[int] = set()
-    chain = error
-    while chain is not None and id(chain) not in seen:
-        seen.add(id(chain))
+    for chain in cli.causes(error):
         if isinstance(chain, (PathError, Unavailable)) or unavailable_message(chain):
             return True
         status = _STATUS.match(str(chain))
         if isinstance(chain, ValueError) and status and status.group(1) in _STORAGE_STATUSES:
             return True
-        chain = chain.__cause__ or chain.__context__
     return False
 
 

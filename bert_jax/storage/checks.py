@@ -47,9 +47,7 @@ def check_paths(
     StorageError naming its flag."""
     outputs, local, checkpoints = set(outputs), set(local), set(checkpoints)
     for flag, value in paths.items():
-        for path in [value] if isinstance(value, str) else (value or []):
-            if not path:
-                continue
+        for path in _values(value):
             parsed = parse(path, flag)
             if flag in local and is_url(parsed):
                 raise StorageError(f"{flag}={path!r} must be a local directory, not a bucket")
@@ -68,8 +66,7 @@ def _values(value) -> list[str]:
 
 def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) -> None:
     """Refuses an output that is a file another flag reads (`--output` = `--input`, or matched
-    by its glob): writing it would replace the input (data_prep.vocab and embed overwrote
-    their corpus and exited 0)."""
+    by its glob): writing it would replace the input (docs/faults.md)."""
     for out in _values(paths.get(flag)):
         local = not is_url(out)
         if local and not os.path.isfile(out):

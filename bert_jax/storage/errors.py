@@ -23,6 +23,7 @@ import errno
 import sys
 from collections.abc import Iterator
 
+from bert_jax import cli
 from bert_jax.storage.paths import StorageError
 
 # --- The errors -----------------------------------------------------------------------------
@@ -179,9 +180,7 @@ def unavailable_message(error: BaseException) -> str | None:
         return str(error)
     if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:
         return None
-    chain, seen = error, set()
-    while chain is not None and id(chain) not in seen:
-        seen.add(id(chain))
+    for chain in cli.causes(error):
         if isinstance(chain, PathError):
             return None
         # gcsfs reports an upload session the server no longer knows (404 on its upload_id:
@@ -198,7 +197,6 @@ def unavailable_message(error: BaseException) -> str | None:
                 "finished work is kept and nothing half-written is used: rerun the same "
                 "command when the bucket is reachable"
             )
-        chain = chain.__cause__ or chain.__context__
     return None
 
 

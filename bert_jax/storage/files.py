@@ -56,23 +56,17 @@ def url_kind(path: str) -> str | None:
 
 
 def exists(path: str) -> bool:
-    if not is_url(path):
-        return os.path.exists(path)
-    return url_kind(path) is not None
+    return url_kind(path) is not None if is_url(path) else os.path.exists(path)
 
 
 def isdir(path: str) -> bool:
     """A local directory, or a bucket prefix under which some object lies (a bucket has no empty
     directories) or a bucket itself."""
-    if not is_url(path):
-        return os.path.isdir(path)
-    return url_kind(path) == "directory"
+    return url_kind(path) == "directory" if is_url(path) else os.path.isdir(path)
 
 
 def isfile(path: str) -> bool:
-    if not is_url(path):
-        return os.path.isfile(path)
-    return url_kind(path) == "file"
+    return url_kind(path) == "file" if is_url(path) else os.path.isfile(path)
 
 
 def listdir(path: str) -> list[str]:
@@ -97,9 +91,7 @@ def glob(pattern: str) -> list[str]:
 
 
 def size(path: str) -> int:
-    if not is_url(path):
-        return os.path.getsize(path)
-    return int(_fs(path).info(path)["size"])
+    return int(_fs(path).info(path)["size"]) if is_url(path) else os.path.getsize(path)
 
 
 def version(path: str) -> tuple[int, str]:

@@ -20,6 +20,7 @@ import logging
 import os
 import time
 
+from bert_jax import cli
 from bert_jax.storage.errors import convert, transient
 from bert_jax.storage.paths import is_url
 
@@ -58,7 +59,7 @@ class _Budget:
 
     def next_delay(self, error: BaseException) -> float | None:
         """Seconds to wait before trying again after `error`, or None: raise it."""
-        if not transient(error) or _spent(error):
+        if not transient(error) or any(getattr(e, _SPENT, False) for e in cli.causes(error)):
             return None
         now = time.monotonic()
         if self.first_failure is None:
@@ -78,16 +79,6 @@ class _Budget:
             delay,
         )
         return delay
-
-
-def _spent(error: BaseException | None) -> bool:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if getattr(error, _SPENT, False):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def _retrying(call, *args, **kwargs):
@@ -252,10 +243,7 @@ class _Retrying:
         if name in _METADATA_CALLS and hasattr(attribute, "__wrapped__"):
             # fsspec's sync wrapper of an async call takes `timeout` for itself (FSTimeoutError,
             # a TimeoutError, so tried again).
-            def call(*args, **kwargs):
-                return attribute(*args, **{"timeout": CALL_TIMEOUT_S, **kwargs})
-
-            return lambda *args, **kwargs: _named(call, _subject(name, args))(*args, **kwargs)
+            attribute = functools.partial(attribute, timeout=CALL_TIMEOUT_S)
         return lambda *args, **kwargs: _named(attribute, _subject(name, args))(*args, **kwargs)
 
     def open(self, path, mode="rb", **kwargs):

@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from safetensors.numpy import save_file
 
 from bert_jax import cli, export
 from bert_jax.hf import bert
@@ -235,8 +236,9 @@ def test_import_errors_say_what_to_fix(hf_dir, tmp_path):
         bert.CheckpointError, match=r"word_embeddings.weight has shape \(30522, 32\)"
     ):
         bert.load_hf(hf_dir[0], cfg)
+    save_file({"unrelated": np.zeros(1, np.float32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(bert.CheckpointError, match="lacks encoder weights"):
-        bert.from_hf_state_dict({}, cfg)
+        bert.load_hf(str(tmp_path))
 
 
 def _hf_to_tf_name(name):

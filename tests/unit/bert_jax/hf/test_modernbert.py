@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from safetensors.numpy import save_file
 
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
@@ -160,9 +161,8 @@ def test_import_matches_transformers_padded_and_packed(hf_dir):
 
 def test_export_loads_in_transformers_and_matches(tmp_path):
     theirs = hf_model(seed=3, norm_bias=True, attention_bias=True, mlp_bias=True)
-    ours, _ = hf.from_hf_state_dict(
-        theirs.state_dict(), hf.bert_config_from_hf(theirs.config.to_dict())
-    )
+    theirs.save_pretrained(str(tmp_path / "theirs"))
+    ours, _ = hf.load_hf(str(tmp_path / "theirs"))
     for i in range(ours.config.num_hidden_layers):  # biases on: concatenated parts too
         assert ours.bert.layers[i].gate.bias is not None
     out = str(tmp_path / "export")
@@ -203,7 +203,7 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     assert (got.global_rope_theta, got.local_rope_theta) == (1e5, 5e3)
 
 
-def test_mistakes_are_named():
+def test_mistakes_are_named(tmp_path):
     cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
     written = hf.hf_config_from_bert(cfg)
     odd = written | {"layer_types": ["sliding_attention", "full_attention"] * 2}
@@ -218,14 +218,16 @@ def test_mistakes_are_named():
     mixed = dataclasses.replace(cfg, mlp_type="gelu")
     with pytest.raises(cli.UserError, match=r"no Hugging Face class.*mlp_type='gelu'"):
         hf.hf_config_from_bert(mixed)
+    (tmp_path / "config.json").write_text(json.dumps(written))
+    save_file({"unrelated": np.zeros(1, np.float32)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(hf.CheckpointError, match=r"lacks encoder weights.*not a ModernBERT"):
-        hf.from_hf_state_dict({}, cfg)
+        hf.load_hf(str(tmp_path))
 
 
-def test_a_bare_modernbert_model_gets_a_fresh_head(hf_dir):
+def test_a_bare_modernbert_model_gets_a_fresh_head(hf_dir, tmp_path):
     _, theirs = hf_dir
-    body = {k: v for k, v in theirs.model.state_dict().items()}  # ModernBertModel's names
-    ours, report = hf.from_hf_state_dict(body, hf.bert_config_from_hf(theirs.config.to_dict()))
+    theirs.model.save_pretrained(str(tmp_path))  # ModernBertModel's names
+    ours, report = hf.load_hf(str(tmp_path))
     assert report.initialized == ["head.dense.weight", "head.norm.weight", "decoder.bias"]
     ids, mask = padded_batch()
     ref = theirs.model(input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask))
