@@ -55,10 +55,7 @@ flags.mark_flags_as_required(["workdir"])
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(
-            f"unexpected arguments {argv[1:]}; use --config.<field>=<value> overrides"
-        )
+    del argv  # cli.run refuses arguments after the flags
     _check_paths()
     runtime.start(FLAGS)
     import jax

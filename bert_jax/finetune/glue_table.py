@@ -230,8 +230,7 @@ def define_flags() -> None:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    del argv  # cli.run refuses arguments after the flags
     out = run(
         FLAGS.init, FLAGS.glue_dir, FLAGS.workdir, FLAGS.tasks, parse_overrides(FLAGS.overrides)
     )

@@ -54,7 +54,7 @@ def _ours(name: str) -> bool:
 def check_target(output_dir: str, flag: str = "--output_dir") -> None:
     """Refuses an `output_dir` that is a file, lies under one, or holds files that are not an
     export of ours, before any work is done (`directory` checks again, holding the lock)."""
-    workdir_lock.refuse_a_file(output_dir, flag)
+    cli.refuse_a_file(output_dir, flag)
     if storage.isdir(output_dir):
         previous_export(output_dir, flag)
 

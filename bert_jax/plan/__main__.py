@@ -115,8 +115,7 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise cli.UserError(f"unexpected arguments {argv[1:]}")
+    del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
     from bert_jax.training import config_check
 

@@ -77,10 +77,6 @@ def _pid_running(pid: int) -> bool:
     return True
 
 
-def refuse_a_file(directory: str, flag: str) -> None:
-    cli.refuse_a_file(directory, flag)
-
-
 def describe(holder: dict) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
     return (
