@@ -40,7 +40,6 @@ trainer tells an unfinished job by them.
 No JAX import: data_prep (the writer) imports this module too.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -71,24 +70,18 @@ class ManifestError(cli.UserError):
         self.problem = message if problem is None else problem
 
 
-def file_md5(path: str, open_binary=None) -> str:
-    """The md5 of a file (local or in a bucket), read in 1 MiB blocks; `open_binary` opens remote
-    paths (Beam's FileSystems). A GCS object's md5 is the one the server keeps (no download)."""
-    if open_binary is None:
-        return storage.md5(path)
-    digest = hashlib.md5()
-    with open_binary(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def file_md5(path: str) -> str:
+    """The md5 of a file (local or in a bucket); a GCS object's is the one the server keeps (no
+    download)."""
+    return storage.md5(path)
 
 
-def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
-    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file` and `md5`
-    when the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
+def vocab_entry(tokenizer, file: str | None = None) -> dict:
+    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
+    as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
     entry = {
         "file": file or tokenizer.vocab_file,
-        "md5": md5 or file_md5(tokenizer.vocab_file),
+        "md5": file_md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
         "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
@@ -199,7 +192,7 @@ def read(path: str) -> dict:
     return out
 
 
-def check_shards(shards, path: str) -> dict[str, list[dict]]:
+def check_shards(shards, path: str) -> None:
     """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
     beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
     reader outside its directory), a record count and an md5; no file under two splits (a run
@@ -213,7 +206,7 @@ def check_shards(shards, path: str) -> dict[str, list[dict]]:
 
     if not isinstance(shards, dict):
         raise bad("shards", f"is {type(shards).__name__}, not an object of splits")
-    out, seen = {}, {}
+    seen = {}
     for split in SPLITS:
         entries = shards.get(split, [])
         if not isinstance(entries, list):
@@ -243,8 +236,6 @@ def check_shards(shards, path: str) -> dict[str, list[dict]]:
                     f"{name!r} is listed under both {seen[name]} and {split}: a run would "
                     "train on its own held-out data",
                 )
-        out[split] = list(entries)
-    return out
 
 
 def plain_name(name: str) -> bool:
