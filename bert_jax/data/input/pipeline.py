@@ -88,7 +88,8 @@ class ParseRecord(grain.transforms.MapWithIndex):
         self.__dict__.update(state)
         _import_proto()
 
-    def _where(self, index: int) -> str:
+    def name(self, index: int) -> str:
+        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
         i = bisect.bisect_right(self.starts, index) - 1
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
@@ -104,7 +105,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             if self.skip_damaged:
                 return self._blank(index)
             raise record_io.DamagedRecord(
-                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged",
+                f"{self.name(index)} is not a tf.train.Example ({e}); the file is damaged",
                 self.files[bisect.bisect_right(self.starts, index) - 1],
                 index,
             ) from e
@@ -124,13 +125,13 @@ class ParseRecord(grain.transforms.MapWithIndex):
         """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise cli.UserError(
-                f"dynamic masking needs unmasked records, but {self._where(index)} is already "
+                f"dynamic masking needs unmasked records, but {self.name(index)} is already "
                 "masked: set config.data.dynamic_masking=False"
             )
         missing = features.missing_feature(example, masked=False)
         if missing:
             raise cli.UserError(
-                f"{self._where(index)} has no {missing!r} feature (it has "
+                f"{self.name(index)} has no {missing!r} feature (it has "
                 f"{sorted(example) or 'none of the BERT features'}): not a BERT pre-training "
                 "record; point config.data.train_files / eval_files at data_prep's output"
             )
@@ -139,11 +140,11 @@ class ParseRecord(grain.transforms.MapWithIndex):
         except ValueError as e:
             if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
                 raise cli.UserError(
-                    f"{self._where(index)} is unmasked (no masked_lm_* features): set "
+                    f"{self.name(index)} is unmasked (no masked_lm_* features): set "
                     "config.data.dynamic_masking=True to mask them while training"
                 ) from e
             raise cli.UserError(
-                f"{self._where(index)}: {e}; set config.data.max_seq_length / "
+                f"{self.name(index)}: {e}; set config.data.max_seq_length / "
                 "max_predictions_per_seq to the values the records were written with"
             ) from e
         for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
@@ -151,7 +152,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
                 bad = ids[(ids >= self.vocab_size) | (ids < 0)][0]
                 raise cli.UserError(
-                    f"{self._where(index)}: {name} holds token id {bad}, outside the vocabulary "
+                    f"{self.name(index)}: {name} holds token id {bad}, outside the vocabulary "
                     f"of {self.vocab_size} ids: the records were tokenized with another "
                     "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
                     "the file is damaged"
@@ -177,10 +178,6 @@ class ParseRecord(grain.transforms.MapWithIndex):
             out[features.MASKED_LM_IDS] = np.zeros(predictions, np.int32)
             out[features.MASKED_LM_WEIGHTS] = np.zeros(predictions, np.float32)
         return out
-
-    def name(self, index: int) -> str:
-        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
-        return self._where(index)
 
 
 # The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
