@@ -64,9 +64,6 @@ class Schema:
         out[NEXT_SENTENCE_LABELS] = 1
         return out
 
-    def dtype(self, name: str) -> str:
-        return "float32" if name in FLOAT_FEATURES else "int64"
-
 
 def _example_pb2():
     # Imported lazily: the tf.train.Example proto ships with tensorflow-datasets, no TensorFlow.

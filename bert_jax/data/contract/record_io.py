@@ -231,11 +231,7 @@ def _arrayrecord_damage(path, reader, start: int, stop: int, error) -> DamagedRe
             break
     else:
         index = start
-    return damaged(path, index, f"ArrayRecord: {_first_line(error)}")
-
-
-def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
+    return damaged(path, index, f"ArrayRecord: {' '.join(str(error).split())[:300]}")
 
 
 def count_records(path: str) -> int:

@@ -38,7 +38,7 @@ def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
     return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
 
 
-def _unfinished(directory: str, names: list[str]) -> bool:
+def _unfinished(names: list[str]) -> bool:
     """Whether `directory` looks like a data_prep output whose job has not finished."""
     return manifest.WORK_DIR in names or any(
         manifest.SHARD_NAME.match(n) or manifest.TEMPORARY.search(n) for n in names
@@ -81,16 +81,15 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             continue
         described = False
         if is_dir:
-            if _unfinished(item, storage.listdir(item)):
+            if _unfinished(storage.listdir(item)):
                 raise _unfinished_error(item)
             raise cli.UserError(
                 f"{item} has no {manifest.FILE}: point config.data.train_files at a data_prep "
                 "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
             )
         matches = storage.glob(item)
-        if storage.isdir(directory) and _unfinished(
-            directory, [storage.basename(p) for p in matches] + storage.listdir(directory)
-        ):
+        names = [storage.basename(p) for p in matches]
+        if storage.isdir(directory) and _unfinished(names + storage.listdir(directory)):
             raise _unfinished_error(directory)
         matches = [p for p in matches if storage.isfile(p)]
         if not matches:
