@@ -112,12 +112,6 @@ class BertConfig:
         ):
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        problems += self._modern_problems()
-        if problems:
-            raise cli.UserError("invalid model config: " + "; ".join(problems))
-
-    def _modern_problems(self) -> list[str]:
-        problems = []
         for name in ("local_attention", "global_attn_every_n_layers"):
             value = getattr(self, name)
             least = 0 if name == "local_attention" else 1
@@ -134,7 +128,8 @@ class BertConfig:
             problems.append(f"RoPE needs an even head size, got {self.head_dim}")
         if self.nsp_head and not self.pooler:
             problems.append("nsp_head needs the pooler (pooler=True), as BERT's NSP reads it")
-        return problems
+        if problems:
+            raise cli.UserError("invalid model config: " + "; ".join(problems))
 
     @classmethod
     def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
