@@ -182,8 +182,6 @@ def read(path: str) -> dict:
             "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
             "shards": shards,
         }
-    except ManifestError:
-        raise
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(
             f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
