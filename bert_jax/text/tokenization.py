@@ -191,13 +191,11 @@ class WordPieceTokenizer:
 
     kind = "wordpiece"  # the manifest's vocab.kind
     sentence_joiner = ""  # data_prep encodes a document's sentences apart (see JsonTokenizer)
+    max_chars_per_word = 200  # the original's: a longer word is [UNK]
 
-    def __init__(
-        self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE, max_chars_per_word: int = 200
-    ):
+    def __init__(self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
-        self.max_chars_per_word = max_chars_per_word
         self.vocab = load_vocab(vocab_file)
         # Tokens in file order; the original draws its 10% random replacements from this list.
         self.vocab_words = list(self.vocab)

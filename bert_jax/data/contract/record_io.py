@@ -175,11 +175,10 @@ def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -
     return _check_data(path, index, offset - 12, chunk[:length], chunk[length:])
 
 
-def read_records(path: str, fmt: str | None = None, verify: bool = True) -> Iterator[bytes]:
+def read_records(path: str, verify: bool = True) -> Iterator[bytes]:
     """Yields the serialized records of one file, in order. With `verify` (the default) each
     TFRecord's CRCs are checked; ArrayRecord's chunk hashes always are (by Riegeli)."""
-    fmt = fmt or format_of(path)
-    if fmt == ARRAYRECORD:
+    if format_of(path) == ARRAYRECORD:
         reader = open_arrayrecord(path)
         try:
             for start in range(0, reader.num_records(), 1024):
