@@ -109,13 +109,9 @@ def packed_batches(
 ) -> grain.IterDataset:
     """Batches of `rows_per_batch` packed rows from `ds`, this process's stream of parsed
     records (see the module docstring). `read_options` counts records; Grain's buffer then
-    holds windows, as many as cover that many records. `prepare` maps each window (a batch of
+    holds windows, as many as cover that many records. `window` and `max_examples` are positive
+    (config_check). `prepare` maps each window (a batch of
     records) before it is packed: dynamic masking's ApplyMasks."""
-    if window < 1 or max_examples < 1:
-        raise cli.UserError(
-            f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "
-            "be positive"
-        )
     windows = ds.batch(window, drop_remainder=True)
     if prepare is not None:
         windows = windows.map(prepare)
