@@ -1,4 +1,4 @@
-"""Dropout from a counter-based hash: the masks of model.py's hidden and attention dropout."""
+"""Dropout from a counter-based hash: the masks of the model's hidden and attention dropout."""
 
 import jax
 import jax.numpy as jnp

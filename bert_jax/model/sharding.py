@@ -6,7 +6,7 @@ The mesh has three axes:
           the batch is split over data x fsdp, each weight over fsdp along its 'embed' dim.
   tensor  Megatron-style model parallelism: attention heads, the MLP width and the vocabulary.
 
-Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; model.py lists them); the rules
+Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; layers.py lists them); the rules
 in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
 applies them, so changing a parallelism strategy is a config change.
 """

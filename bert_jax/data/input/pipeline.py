@@ -113,9 +113,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
         if self.schema.masked:
             out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
-        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
-            np.int32
-        )[0]
+        out[features.NEXT_SENTENCE_LABELS] = np.int32(example[features.NEXT_SENTENCE_LABELS][0])
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         if self.skip_damaged:
             out[BAD_RECORD] = np.int64(0)
