@@ -81,8 +81,7 @@ def encode_example(features: dict) -> bytes:
     process to process, and the same job must write the same bytes (data_prep's encoder writes
     these bytes too).
     """
-    pb = _example_pb2()
-    example = pb.Example()
+    example = _example_pb2().Example()
     for name, values in features.items():
         feature = example.features.feature[name]
         if name in FLOAT_FEATURES:

@@ -41,7 +41,6 @@ No JAX import: data_prep (the writer) imports this module too.
 """
 
 import json
-import os
 import re
 
 from bert_jax import cli, storage
@@ -238,14 +237,8 @@ def check_shards(shards, path: str) -> None:
 
 def plain_name(name: str) -> bool:
     """Whether `name` is a file name that stays in the directory it is joined to."""
-    return (
-        bool(name)
-        and name not in (".", "..")
-        and "/" not in name
-        and os.sep not in name
-        and "\\" not in name
-        and "\0" not in name
-    )
+    # "/" and "\\" cover os.sep on every platform.
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
 def contract_fields(
