@@ -52,15 +52,9 @@ class Schema:
 
     def lengths(self) -> dict[str, int]:
         """Feature name -> fixed length, in the order the original generator lists them."""
-        out = {
-            INPUT_IDS: self.max_seq_length,
-            INPUT_MASK: self.max_seq_length,
-            SEGMENT_IDS: self.max_seq_length,
-        }
+        out = dict.fromkeys((INPUT_IDS, INPUT_MASK, SEGMENT_IDS), self.max_seq_length)
         if self.masked:
-            out[MASKED_LM_POSITIONS] = self.max_predictions_per_seq
-            out[MASKED_LM_IDS] = self.max_predictions_per_seq
-            out[MASKED_LM_WEIGHTS] = self.max_predictions_per_seq
+            out.update(dict.fromkeys(MASKED_FEATURES, self.max_predictions_per_seq))
         out[NEXT_SENTENCE_LABELS] = 1
         return out
 

@@ -49,6 +49,7 @@ from bert_jax.text import tokenization
 FILE = "manifest.json"
 VERSION = 2
 SPLITS = ("train", "eval")
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # vocab.special_ids, in this order
 # data_prep's shard names, its unfinished-job state and its writers' temporary files.
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 WORK_DIR = "_work"
@@ -84,13 +85,7 @@ def vocab_entry(tokenizer, file: str | None = None) -> dict:
         "size": int(tokenizer.vocab_size),
         "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
-        "special_ids": {
-            "pad": int(tokenizer.pad_id),
-            "unk": int(tokenizer.unk_id),
-            "cls": int(tokenizer.cls_id),
-            "sep": int(tokenizer.sep_id),
-            "mask": int(tokenizer.mask_id),
-        },
+        "special_ids": {k: int(getattr(tokenizer, f"{k}_id")) for k in SPECIAL_ROLES},
     }
     if tokenizer.kind == tokenization.tokenizer_json.KIND:  # which tokens the file's ids are
         entry["special_tokens"] = dict(tokenizer.special_tokens)
