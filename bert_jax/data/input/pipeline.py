@@ -206,14 +206,10 @@ class ApplyMasks(grain.transforms.Map):
         draws = masking.Draws(*(rows.pop(name) for name in _DRAWS))
         lengths = rows[features.INPUT_MASK].sum(axis=-1)
         out = masking.apply(rows[features.INPUT_IDS], lengths, self.opts, self.vocab, draws)
-        rows.update(
-            {
-                features.INPUT_IDS: out.tokens,
-                features.MASKED_LM_POSITIONS: out.positions,
-                features.MASKED_LM_IDS: out.labels,
-                features.MASKED_LM_WEIGHTS: out.weights(),
-            }
-        )
+        rows[features.INPUT_IDS] = out.tokens
+        rows[features.MASKED_LM_POSITIONS] = out.positions
+        rows[features.MASKED_LM_IDS] = out.labels
+        rows[features.MASKED_LM_WEIGHTS] = out.weights()
         return {k: v[0] for k, v in rows.items()} if one else rows
 
 
