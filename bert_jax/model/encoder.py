@@ -66,13 +66,7 @@ from bert_jax.model.dropout import dropout as _dropout
 from bert_jax.model.layer_stack import run_layers
 from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer
 
-__all__ = [
-    "LOGICAL_AXIS_NAMES",
-    "SHAPE_FIELDS",
-    "BertConfig",
-    "BertForPreTraining",
-    "BertModel",
-]
+__all__ = ["LOGICAL_AXIS_NAMES", "SHAPE_FIELDS", "BertConfig", "BertForPreTraining", "BertModel"]
 
 
 # jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
