@@ -362,9 +362,8 @@ def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining
     if want != got:
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise cli.UserError(
-            f"the parameters do not fit this config at {diff[:4]} "
-            f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
-            f"got {[got.get(k) for k in diff[:4]]}"
+            f"the parameters do not fit this config at {diff[:4]} ({len(diff)} in all): expected "
+            f"{[want.get(k) for k in diff[:4]]}, got {[got.get(k) for k in diff[:4]]}"
         )
     nnx.replace_by_pure_dict(state, params)
     return nnx.merge(graphdef, state)

@@ -68,8 +68,7 @@ class DataFacts:
             raise cli.UserError(
                 f"{', '.join(missing)} unset: pass the config through "
                 "bert_jax.data.contract.data_facts.resolve (it reads them from the data's "
-                "manifest.json), "
-                "or set them"
+                "manifest.json), or set them"
             )
         return cls(
             int(d.max_seq_length),

@@ -122,16 +122,13 @@ def read(path: str) -> dict:
         path = storage.join(path, FILE)
     try:
         raw = load(path)
-    except ManifestError as e:
-        if e.problem == str(e):  # its shards: the message already says what to do
+    except (ManifestError, OSError) as e:
+        problem = getattr(e, "problem", e)  # an OSError (a server that does not answer): itself
+        if problem == str(e):  # its shards: the message already says what to do
             raise
         raise ManifestError(
-            f"{path} cannot be read ({e.problem}); rerun the data_prep job that wrote it to "
+            f"{path} cannot be read ({problem}); rerun the data_prep job that wrote it to "
             "rewrite it"
-        ) from e
-    except OSError as e:
-        raise ManifestError(
-            f"{path} cannot be read ({e}); rerun the data_prep job that wrote it to rewrite it"
         ) from e
     version = raw.get("manifest_version", 1)
     if not isinstance(version, int) or version > VERSION:

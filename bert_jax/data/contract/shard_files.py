@@ -100,10 +100,9 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
     missing = _missing(listed)
     if missing:
         raise cli.UserError(
-            f"{missing[0]} is listed in "
-            f"{storage.join(storage.dirname(missing[0]), manifest.FILE)} but "
-            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
-            "the shard, or restore the file"
+            f"{missing[0]} is listed in {storage.join(storage.dirname(missing[0]), manifest.FILE)} "
+            "but missing: the data_prep output is incomplete; rerun its data_prep command to "
+            "rewrite the shard, or restore the file"
         )
     if len(set(files)) < len(files):
         raise cli.UserError(f"{patterns!r} names some record files twice")
@@ -229,8 +228,7 @@ def check_disjoint(train: Shards, evals: Shards) -> None:
     for f in evals.files:
         if same(f) in seen:
             raise cli.UserError(
-                f"{f} is both a training and an eval shard (config.data.train_files and "
-                "eval_files name it): the eval would score the model on data it trained on; "
-                "point eval_files at held-out records (a data_prep --output_dir names its eval "
-                "split)"
+                f"{f} is both a training and an eval shard (config.data.train_files and eval_files "
+                "name it): the eval would score the model on data it trained on; point eval_files "
+                "at held-out records (a data_prep --output_dir names its eval split)"
             )
