@@ -45,9 +45,8 @@ EXAMPLE_WEIGHT = "example_weight"
 # Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
 # (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
-# With config.data.bad_records='skip', added to every record: 0, or for a damaged record (which
-# ParseRecord replaced by a blank one: [CLS] [SEP], every loss weight 0) its source index + 1.
-# bad_records.CountBadRecords takes it out of the batches, counts it and names the record.
+# With config.data.bad_records='skip', added to every record: 0, or for the blank record that
+# stands for a damaged one its source index + 1 (bad_records' docstring says what happens next).
 BAD_RECORD = bad_records.BAD_RECORD
 
 
