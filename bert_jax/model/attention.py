@@ -170,8 +170,7 @@ _SPLASH_BLOCK = 512
 
 # 'auto' takes the splash kernel for rows at least this long. A 128-token row is one tile, and
 # the kernel's fixed costs (float32 residuals per query row, layout copies) outweigh the [L, L]
-# probabilities it keeps out of HBM: the planner puts BERT's 128-token steps 1-3 MFU points below
-# XLA's fused attention, and phase 2's 512-token step 26 points above it (docs/scaling.md).
+# probabilities it keeps out of HBM; at 512 tokens it is far ahead (docs/scaling.md).
 SPLASH_MIN_LENGTH = 512
 
 

@@ -60,13 +60,8 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     dtype: str = "float32"  # computation dtype; parameters are always float32
     remat: bool = False  # jax.checkpoint each encoder layer (nnx.remat)
-    # Run the encoder layers as lax.scan over their stacked parameters (bert_jax.model.layer_stack):
-    # the compiler sees one layer (one group of layers where they alternate) instead of
-    # num_hidden_layers. The parameters keep their per-layer layout. None: scanned on TPU and
-    # GPU, unrolled on CPU (docs/scaling.md, docs/performance.md).
-    scan_layers: bool | None = None
-    # "auto", "xla", "cudnn", "splash" or "einsum" (see bert_jax.model.encoder's docstring)
-    attention_impl: str = "auto"
+    scan_layers: bool | None = None  # lax.scan over the layers (layer_stack); None: not on CPU
+    attention_impl: str = "auto"  # one of ATTENTION_IMPLS (layers.SelfAttention picks for auto)
     # --- the modern block, field by field (configs/default.py; BERT's values by default) ---
     position_embedding_type: str = "absolute"  # "absolute" (a learned table) or "rope"
     global_rope_theta: float = 160_000.0  # RoPE base of the global layers
@@ -82,9 +77,7 @@ class BertConfig:
     global_attn_every_n_layers: int = 3  # with local_attention: layer i global iff i % n == 0
     pooler: bool = True  # BERT's tanh(dense) pooler; False: pooled = the first token's state
     nsp_head: bool = True  # the next-sentence head (needs the pooler)
-    # Output projections (attention output, feed-forward output, MLM transform) initialized with
-    # initializer_range / sqrt(2 * num_hidden_layers), as ModernBERT (and GPT-2) do.
-    scale_init_by_depth: bool = False
+    scale_init_by_depth: bool = False  # output projections' init / sqrt(2 * layers) (ModernBERT)
 
     def __post_init__(self):
         problems = []
@@ -112,12 +105,6 @@ class BertConfig:
         ):
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        problems += self._modern_problems()
-        if problems:
-            raise cli.UserError("invalid model config: " + "; ".join(problems))
-
-    def _modern_problems(self) -> list[str]:
-        problems = []
         for name in ("local_attention", "global_attn_every_n_layers"):
             value = getattr(self, name)
             least = 0 if name == "local_attention" else 1
@@ -134,7 +121,8 @@ class BertConfig:
             problems.append(f"RoPE needs an even head size, got {self.head_dim}")
         if self.nsp_head and not self.pooler:
             problems.append("nsp_head needs the pooler (pooler=True), as BERT's NSP reads it")
-        return problems
+        if problems:
+            raise cli.UserError("invalid model config: " + "; ".join(problems))
 
     @classmethod
     def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:

@@ -1,4 +1,4 @@
-"""Dropout from a counter-based hash: the masks of model.py's hidden and attention dropout."""
+"""Dropout from a counter-based hash: the masks of the model's hidden and attention dropout."""
 
 import jax
 import jax.numpy as jnp
@@ -19,11 +19,10 @@ def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     A counter-based hash: two key words from jax.random (threefry), then per element
     mix32(mix32(index within the row ^ k0) ^ (row * golden ratio + k1)), the row being the
     first dimension. It is elementwise, so XLA fuses it into the dropout multiply and never
-    writes the bits out; threefry on CPU runs as a rolled loop over materialised arrays and
-    took 4.5x (jax.random.bits) to 10x (jax.random.bernoulli) longer for the same mask. Like
-    threefry's, the bits depend only on (key, element index), so any sharding draws the same
-    mask. Not for cryptography or Monte Carlo: a dropout mask needs independent-looking bits,
-    which two avalanche rounds give.
+    writes the bits out; threefry on CPU runs as a rolled loop over materialised arrays
+    (docs/performance.md). Like threefry's, the bits depend only on (key, element index), so
+    any sharding draws the same mask. Not for cryptography or Monte Carlo: a dropout mask needs
+    independent-looking bits, which two avalanche rounds give.
     """
     k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
     if len(shape) < 2:

@@ -41,16 +41,11 @@ Weight-decay rule: decay a parameter iff the last element of its path is 'kernel
 'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
 as in the original optimizer.
 
-Attention (bert_jax/model/attention.py): `jax.nn.dot_product_attention` with the padding mask, or
-with the block-diagonal mask of packed rows (several examples per row, `example_ids`; see
-bert_jax.data.input.packing). `attention_impl='auto'` uses the Pallas splash-attention kernel on TPU
-(the platform of the mesh's devices: also when compiling for a slice from a CPU host) for lengths of
-whole 128-token tiles, cuDNN's fused kernel on GPU when the computation is bfloat16 and the
-shapes allow it (it then relies on the padding being on the right, as in every BERT record), XLA
-otherwise; a sliding-window layer gives each of them its window (bert_jax/model/attention.py). The
-fused kernels have no dropout, so while
-attention-probability dropout is active (training with attention_probs_dropout_prob > 0) the
-explicit einsum attention with dropout runs instead.
+Attention (bert_jax/model/attention.py, which says what each kernel is given): the padding mask,
+or the block-diagonal mask of packed rows (`example_ids`, bert_jax.data.input.packing), and a
+sliding-window layer's band. `attention_impl='auto'` takes the Pallas splash kernel on TPU, cuDNN's
+on GPU in bfloat16 (attention.splash_usable, cudnn_usable), XLA's otherwise; while
+attention-probability dropout is active the einsum path runs (the fused kernels have no dropout).
 """
 
 from __future__ import annotations
@@ -69,17 +64,9 @@ from bert_jax.model import rope
 from bert_jax.model.bert_config import SHAPE_FIELDS, BertConfig
 from bert_jax.model.dropout import dropout as _dropout
 from bert_jax.model.layer_stack import run_layers
-from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer, constrain
+from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer
 
-__all__ = [
-    "LOGICAL_AXIS_NAMES",
-    "SHAPE_FIELDS",
-    "BertConfig",
-    "BertForPreTraining",
-    "BertModel",
-    "constrain",
-    "run_layers",
-]
+__all__ = ["LOGICAL_AXIS_NAMES", "SHAPE_FIELDS", "BertConfig", "BertForPreTraining", "BertModel"]
 
 
 # jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
@@ -375,9 +362,8 @@ def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining
     if want != got:
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise cli.UserError(
-            f"the parameters do not fit this config at {diff[:4]} "
-            f"({len(diff)} in all): expected {[want.get(k) for k in diff[:4]]}, "
-            f"got {[got.get(k) for k in diff[:4]]}"
+            f"the parameters do not fit this config at {diff[:4]} ({len(diff)} in all): expected "
+            f"{[want.get(k) for k in diff[:4]]}, got {[got.get(k) for k in diff[:4]]}"
         )
     nnx.replace_by_pure_dict(state, params)
     return nnx.merge(graphdef, state)

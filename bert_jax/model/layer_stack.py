@@ -79,16 +79,13 @@ def run_layers(
         return jax.random.fold_in(dropout_rng, i) if dropout_rng is not None else None
 
     splits = [nnx.split(layer) for layer in layers]
-    start, period, blocks = (
-        scan_plan([g for g, _ in splits]) if scan and len(layers) >= 2 else (0, 0, 0)
-    )
-    if not blocks:
-        for i, layer in enumerate(layers):
-            x = run(layer, x, input_mask, key_of(i), example_ids, rope)
-        return x
+    start, period, blocks = scan_plan([g for g, _ in splits]) if scan else (0, 0, 0)
+    if not blocks:  # nothing repeats: every layer unrolled
+        start = len(layers)
     for i in range(start):
         x = run(layers[i], x, input_mask, key_of(i), example_ids, rope)
-    graphdefs = [splits[start + j][0] for j in range(period)]
+    if not blocks:
+        return x
     stacked = [
         jax.tree.map(
             lambda *leaves: jnp.stack(leaves),
@@ -111,7 +108,7 @@ def run_layers(
 
         return jax.checkpoint(apply, policy=policy)
 
-    applies = [layer_fn(g) for g in graphdefs]
+    applies = [layer_fn(splits[start + j][0]) for j in range(period)]
 
     def body(x, xs):
         states, indices = xs

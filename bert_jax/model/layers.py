@@ -269,31 +269,19 @@ class EncoderLayer(nnx.Module):
         rotary = None
         if rope_tables is not None:
             rotary = rope_tables["global" if self.window is None else "local"]
-        if self.cfg.norm_position == "pre":
-            return self._pre_norm(
-                x, input_mask, example_ids, rotary, rate, k_attn, k_attn_out, k_ffn
-            )
-        attn = self.attention(x, input_mask, k_attn, example_ids, rotary, self.window)
+        pre = self.cfg.norm_position == "pre"
         with jax.named_scope("norm_residual"):
-            x = self.attention_norm(x + _dropout(attn, rate, k_attn_out))
-            x = constrain(x, *ACT_EMBED)
-        with jax.named_scope("ffn"):
-            h = _dropout(self._ffn(x), rate, k_ffn)
-        with jax.named_scope("norm_residual"):
-            x = self.output_norm(x + h)
-            return constrain(x, *ACT_EMBED)
-
-    def _pre_norm(self, x, input_mask, example_ids, rotary, rate, k_attn, k_attn_out, k_ffn):
-        with jax.named_scope("norm_residual"):
-            h = x if self.attention_norm is None else self.attention_norm(x)
+            h = self.attention_norm(x) if pre and self.attention_norm is not None else x
         attn = self.attention(h, input_mask, k_attn, example_ids, rotary, self.window)
         with jax.named_scope("norm_residual"):
-            x = constrain(x + _dropout(attn, rate, k_attn_out), *ACT_EMBED)
-            h = self.output_norm(x)
+            x = x + _dropout(attn, rate, k_attn_out)
+            x = constrain(x if pre else self.attention_norm(x), *ACT_EMBED)
+            h = self.output_norm(x) if pre else x
         with jax.named_scope("ffn"):
             h = _dropout(self._ffn(h), rate, k_ffn)
         with jax.named_scope("norm_residual"):
-            return constrain(x + h, *ACT_EMBED)
+            x = x + h
+            return constrain(x if pre else self.output_norm(x), *ACT_EMBED)
 
 
 class MaskedLMHead(nnx.Module):
@@ -326,13 +314,12 @@ def stacked_dense(x, denses, dtype):
     """Several Dense layers of one input as one matmul: [batch, length, in] -> [len(denses),
     batch, length, out].
 
-    One [in, n*out] product uses the matrix units better than n [in, out] ones (measured 1.1x on
-    the whole BERT-Base train step on CPU for query/key/value), and its backward pass sums no
-    partial input gradients. The layers' axis comes first so that taking one layer's output
-    is a contiguous slice, not a copy (one pass over q, k and v less in the forward pass and
-    in the backward's recomputation, docs/scaling.md). The kernels are stacked, not
-    concatenated, so a 'heads' or 'mlp' (tensor) sharding of each stays local; the parameters
-    keep their own names.
+    One [in, n*out] product uses the matrix units better than n [in, out] ones
+    (docs/performance.md), and its backward pass sums no partial input gradients. The layers'
+    axis comes first so that taking one layer's output is a contiguous slice, not a copy (one
+    pass over q, k and v less in the forward pass and in the backward's recomputation,
+    docs/scaling.md). The kernels are stacked, not concatenated, so a 'heads' or 'mlp' (tensor)
+    sharding of each stays local; the parameters keep their own names.
     """
     kernel = jnp.stack([d.kernel[...] for d in denses], axis=1).astype(dtype)  # [in, n, out]
     y = mixed_matmul.einsum("blm,mtn->tbln", x.astype(dtype), kernel)

@@ -6,7 +6,7 @@ The mesh has three axes:
           the batch is split over data x fsdp, each weight over fsdp along its 'embed' dim.
   tensor  Megatron-style model parallelism: attention heads, the MLP width and the vocabulary.
 
-Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; model.py lists them); the rules
+Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; layers.py lists them); the rules
 in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
 applies them, so changing a parallelism strategy is a config change.
 """
@@ -31,9 +31,8 @@ MESH_AXES = ("data", "fsdp", "tensor")
 
 # The TPU compiler's "windowed einsum" turns a matmul whose output is reduce-scattered (the
 # weight gradients under weight-update sharding) or whose input is all-gathered into a loop of
-# collective-permutes and partial matmuls, each reading the whole activation again: on the
-# planner's compiles of BERT-Large at 64 sequences per chip 67 GB of HBM traffic a step against
-# 61 GB without it, and the bound on the compiler's bytes 238 ms against 134 (docs/scaling.md).
+# collective-permutes and partial matmuls, each reading the whole activation again: more HBM
+# traffic and a slower step than without it on the planner's BERT-Large (docs/scaling.md).
 # The binaries turn it off unless LIBTPU_INIT_ARGS already names the flag.
 TPU_COMPILER_FLAGS = (
     "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false",

@@ -191,13 +191,11 @@ class WordPieceTokenizer:
 
     kind = "wordpiece"  # the manifest's vocab.kind
     sentence_joiner = ""  # data_prep encodes a document's sentences apart (see JsonTokenizer)
+    max_chars_per_word = 200  # the original's: a longer word is [UNK]
 
-    def __init__(
-        self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE, max_chars_per_word: int = 200
-    ):
+    def __init__(self, vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
-        self.max_chars_per_word = max_chars_per_word
         self.vocab = load_vocab(vocab_file)
         # Tokens in file order; the original draws its 10% random replacements from this list.
         self.vocab_words = list(self.vocab)
@@ -355,9 +353,8 @@ class WordPieceTokenizer:
         piece_cache = self._piece_cache
         new = list(set(pieces).difference(piece_cache))
         greedy = []
-        for piece, whole in zip(
-            new, map(self.vocab.get, new)
-        ):  # most pieces are whole vocabulary entries
+        # Most pieces are whole vocabulary entries.
+        for piece, whole in zip(new, map(self.vocab.get, new)):
             if whole is None or len(piece) > self.max_chars_per_word:
                 greedy.append(piece)
             else:
@@ -414,9 +411,8 @@ class WordPieceTokenizer:
         """
         if not lines:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        joined = "\n".join(
-            lines
-        )  # seven substring tests are ten times faster than one regex search
+        joined = "\n".join(lines)
+        # Seven substring tests are ten times faster than one regex search.
         if _LINE_END not in joined and not any(ch in joined for ch in _SPLIT_DISAGREES_CHARS):
             # One split of all lines, with a marker word between lines (row -1) to find their ends.
             rows = self._rows(f" {_LINE_END} ".join(lines).split())
@@ -504,13 +500,8 @@ class SentencePieceTokenizer:
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line,
         int64)."""
-        encoded = self.sp.encode(
-            [line.lower() for line in lines] if self._lower else list(lines), out_type=int
-        )
-        per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        return np.fromiter(
-            itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum())
-        ), per_line
+        lines = [line.lower() for line in lines] if self._lower else list(lines)
+        return tokenizer_json.concatenated(self.sp.encode(lines, out_type=int))
 
     def convert_tokens_to_ids(self, tokens) -> list[int]:
         return [self.vocab.get(t, self.unk_id) for t in tokens]
@@ -536,9 +527,7 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     lines = text.replace("\r", "").split("\n")
     if lines[-1] == "":
         lines.pop()
-    vocab: dict[str, int] = {}
-    for index, line in enumerate(lines):
-        vocab[line.strip()] = index
+    vocab = {line.strip(): index for index, line in enumerate(lines)}
     missing = [t for t in (UNK, CLS, SEP, MASK) if t not in vocab]
     if missing:
         raise VocabError(

@@ -206,10 +206,9 @@ class JsonTokenizer:
         """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line, int64).
         Line by line in this thread: the library's batch call runs a thread pool, which a
         data_prep worker process forked from a parent that used it would have to give up."""
-        encoded = [self._tok.encode(line, add_special_tokens=False).ids for line in lines]
-        per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
-        ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum()))
-        return ids, per_line
+        return concatenated(
+            [self._tok.encode(line, add_special_tokens=False).ids for line in lines]
+        )
 
     def convert_tokens_to_ids(self, tokens) -> list[int]:
         return [self.vocab.get(t, self.unk_id) for t in tokens]
@@ -217,6 +216,13 @@ class JsonTokenizer:
     def convert_ids_to_tokens(self, ids) -> list[str]:
         unk = self.special_tokens.get("unk", "")
         return [self.inv_vocab.get(int(i), unk) for i in ids]
+
+
+def concatenated(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Ids per line -> encode_batch's (all ids concatenated, int32; ids per line, int64)."""
+    per_line = np.fromiter(map(len, encoded), np.int64, len(encoded))
+    ids = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(per_line.sum()))
+    return ids, per_line
 
 
 def _find(spec, kind: str) -> dict | None:

@@ -6,13 +6,9 @@ trains, evaluates and benchmarks take their data shapes from (as flax's lm1b exa
 vocabulary size from the tokenizer its input pipeline returns), instead of facts a user retyped into
 a config:
 
-  * files (shard_files.find_shards): `config.data.train_files` / `eval_files` name a data_prep
-    --output_dir or globs in it. Beside a manifest the shards come from the manifest (the train
-    or eval split, or the listed shards whose names the glob matches), never from the disk: a
-    `.tmp-PID` file or a stray file is never read, and a listed shard that is missing is an
-    error naming it. A directory with data_prep shards but no manifest is an unfinished job: an
-    error that says to rerun it. `config.data.verify_md5` re-checks every shard's size, md5 and
-    record count first (shard_files.verify: data_prep --verify's check).
+  * files: `config.data.train_files` / `eval_files` name a data_prep --output_dir or globs in
+    it; shard_files.find_shards says which shards that is (those its manifest lists), and with
+    `config.data.verify_md5` shard_files.verify re-checks them first (data_prep --verify's check).
   * facts: sequence length, predictions per sequence, masked or not (unmasked -> dynamic
     masking), NSP or not, the vocabulary (file, md5, size, lower-casing, special ids) come from
     the manifest where the config leaves them unset (0, "" or None); a config value that
@@ -68,8 +64,7 @@ class DataFacts:
             raise cli.UserError(
                 f"{', '.join(missing)} unset: pass the config through "
                 "bert_jax.data.contract.data_facts.resolve (it reads them from the data's "
-                "manifest.json), "
-                "or set them"
+                "manifest.json), or set them"
             )
         return cls(
             int(d.max_seq_length),
@@ -243,15 +238,15 @@ def _take(key: str, configured, described: dict, where: dict):
 def _require(values: dict, d, described: bool) -> None:
     """Facts that neither the config nor a manifest gave: the config must (records without a
     manifest, or a version-1 manifest whose vocabulary file is gone)."""
-    needed = [("max_seq_length", "the records' sequence length, e.g. 128")]
-    needed.append(
-        (
-            "max_predictions_per_seq",
-            "dynamic masking's positions per sequence, e.g. 20"
-            if values["dynamic_masking"]
-            else "the records' masked positions, e.g. 20",
-        )
+    budget = (
+        "dynamic masking's positions per sequence"
+        if values["dynamic_masking"]
+        else "the records' masked positions"
     )
+    needed = [
+        ("max_seq_length", "the records' sequence length, e.g. 128"),
+        ("max_predictions_per_seq", f"{budget}, e.g. 20"),
+    ]
     if values["dynamic_masking"]:
         needed += [(f"{n}_token_id", f"the vocabulary's [{n.upper()}] id") for n in SPECIAL]
     missing = [

@@ -52,20 +52,11 @@ class Schema:
 
     def lengths(self) -> dict[str, int]:
         """Feature name -> fixed length, in the order the original generator lists them."""
-        out = {
-            INPUT_IDS: self.max_seq_length,
-            INPUT_MASK: self.max_seq_length,
-            SEGMENT_IDS: self.max_seq_length,
-        }
+        out = dict.fromkeys((INPUT_IDS, INPUT_MASK, SEGMENT_IDS), self.max_seq_length)
         if self.masked:
-            out[MASKED_LM_POSITIONS] = self.max_predictions_per_seq
-            out[MASKED_LM_IDS] = self.max_predictions_per_seq
-            out[MASKED_LM_WEIGHTS] = self.max_predictions_per_seq
+            out.update(dict.fromkeys(MASKED_FEATURES, self.max_predictions_per_seq))
         out[NEXT_SENTENCE_LABELS] = 1
         return out
-
-    def dtype(self, name: str) -> str:
-        return "float32" if name in FLOAT_FEATURES else "int64"
 
 
 def _example_pb2():
@@ -84,8 +75,7 @@ def encode_example(features: dict) -> bytes:
     process to process, and the same job must write the same bytes (data_prep's encoder writes
     these bytes too).
     """
-    pb = _example_pb2()
-    example = pb.Example()
+    example = _example_pb2().Example()
     for name, values in features.items():
         feature = example.features.feature[name]
         if name in FLOAT_FEATURES:

@@ -40,9 +40,7 @@ trainer tells an unfinished job by them.
 No JAX import: data_prep (the writer) imports this module too.
 """
 
-import hashlib
 import json
-import os
 import re
 
 from bert_jax import cli, storage
@@ -51,6 +49,7 @@ from bert_jax.text import tokenization
 FILE = "manifest.json"
 VERSION = 2
 SPLITS = ("train", "eval")
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # vocab.special_ids, in this order
 # data_prep's shard names, its unfinished-job state and its writers' temporary files.
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 WORK_DIR = "_work"
@@ -71,34 +70,22 @@ class ManifestError(cli.UserError):
         self.problem = message if problem is None else problem
 
 
-def file_md5(path: str, open_binary=None) -> str:
-    """The md5 of a file (local or in a bucket), read in 1 MiB blocks; `open_binary` opens remote
-    paths (Beam's FileSystems). A GCS object's md5 is the one the server keeps (no download)."""
-    if open_binary is None:
-        return storage.md5(path)
-    digest = hashlib.md5()
-    with open_binary(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def file_md5(path: str) -> str:
+    """The md5 of a file (local or in a bucket); a GCS object's is the one the server keeps (no
+    download)."""
+    return storage.md5(path)
 
 
-def vocab_entry(tokenizer, file: str | None = None, md5: str | None = None) -> dict:
-    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file` and `md5`
-    when the tokenizer was loaded from a local copy of a remote vocabulary (the Beam job)."""
+def vocab_entry(tokenizer, file: str | None = None) -> dict:
+    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
+    as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
     entry = {
         "file": file or tokenizer.vocab_file,
-        "md5": md5 or file_md5(tokenizer.vocab_file),
+        "md5": file_md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
         "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
-        "special_ids": {
-            "pad": int(tokenizer.pad_id),
-            "unk": int(tokenizer.unk_id),
-            "cls": int(tokenizer.cls_id),
-            "sep": int(tokenizer.sep_id),
-            "mask": int(tokenizer.mask_id),
-        },
+        "special_ids": {k: int(getattr(tokenizer, f"{k}_id")) for k in SPECIAL_ROLES},
     }
     if tokenizer.kind == tokenization.tokenizer_json.KIND:  # which tokens the file's ids are
         entry["special_tokens"] = dict(tokenizer.special_tokens)
@@ -135,16 +122,13 @@ def read(path: str) -> dict:
         path = storage.join(path, FILE)
     try:
         raw = load(path)
-    except ManifestError as e:
-        if e.problem == str(e):  # its shards: the message already says what to do
+    except (ManifestError, OSError) as e:
+        problem = getattr(e, "problem", e)  # an OSError (a server that does not answer): itself
+        if problem == str(e):  # its shards: the message already says what to do
             raise
         raise ManifestError(
-            f"{path} cannot be read ({e.problem}); rerun the data_prep job that wrote it to "
+            f"{path} cannot be read ({problem}); rerun the data_prep job that wrote it to "
             "rewrite it"
-        ) from e
-    except OSError as e:
-        raise ManifestError(
-            f"{path} cannot be read ({e}); rerun the data_prep job that wrote it to rewrite it"
         ) from e
     version = raw.get("manifest_version", 1)
     if not isinstance(version, int) or version > VERSION:
@@ -189,8 +173,6 @@ def read(path: str) -> dict:
             "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
             "shards": shards,
         }
-    except ManifestError:
-        raise
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(
             f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
@@ -199,7 +181,7 @@ def read(path: str) -> dict:
     return out
 
 
-def check_shards(shards, path: str) -> dict[str, list[dict]]:
+def check_shards(shards, path: str) -> None:
     """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
     beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
     reader outside its directory), a record count and an md5; no file under two splits (a run
@@ -213,7 +195,7 @@ def check_shards(shards, path: str) -> dict[str, list[dict]]:
 
     if not isinstance(shards, dict):
         raise bad("shards", f"is {type(shards).__name__}, not an object of splits")
-    out, seen = {}, {}
+    seen = {}
     for split in SPLITS:
         entries = shards.get(split, [])
         if not isinstance(entries, list):
@@ -243,20 +225,12 @@ def check_shards(shards, path: str) -> dict[str, list[dict]]:
                     f"{name!r} is listed under both {seen[name]} and {split}: a run would "
                     "train on its own held-out data",
                 )
-        out[split] = list(entries)
-    return out
 
 
 def plain_name(name: str) -> bool:
     """Whether `name` is a file name that stays in the directory it is joined to."""
-    return (
-        bool(name)
-        and name not in (".", "..")
-        and "/" not in name
-        and os.sep not in name
-        and "\\" not in name
-        and "\0" not in name
-    )
+    # "/" and "\\" cover os.sep on every platform.
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
 def contract_fields(

@@ -175,11 +175,10 @@ def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -
     return _check_data(path, index, offset - 12, chunk[:length], chunk[length:])
 
 
-def read_records(path: str, fmt: str | None = None, verify: bool = True) -> Iterator[bytes]:
+def read_records(path: str, verify: bool = True) -> Iterator[bytes]:
     """Yields the serialized records of one file, in order. With `verify` (the default) each
     TFRecord's CRCs are checked; ArrayRecord's chunk hashes always are (by Riegeli)."""
-    fmt = fmt or format_of(path)
-    if fmt == ARRAYRECORD:
+    if format_of(path) == ARRAYRECORD:
         reader = open_arrayrecord(path)
         try:
             for start in range(0, reader.num_records(), 1024):
@@ -231,11 +230,7 @@ def _arrayrecord_damage(path, reader, start: int, stop: int, error) -> DamagedRe
             break
     else:
         index = start
-    return damaged(path, index, f"ArrayRecord: {_first_line(error)}")
-
-
-def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
+    return damaged(path, index, f"ArrayRecord: {' '.join(str(error).split())[:300]}")
 
 
 def count_records(path: str) -> int:

@@ -38,7 +38,7 @@ def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
     return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
 
 
-def _unfinished(directory: str, names: list[str]) -> bool:
+def _unfinished(names: list[str]) -> bool:
     """Whether `directory` looks like a data_prep output whose job has not finished."""
     return manifest.WORK_DIR in names or any(
         manifest.SHARD_NAME.match(n) or manifest.TEMPORARY.search(n) for n in names
@@ -81,16 +81,15 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             continue
         described = False
         if is_dir:
-            if _unfinished(item, storage.listdir(item)):
+            if _unfinished(storage.listdir(item)):
                 raise _unfinished_error(item)
             raise cli.UserError(
                 f"{item} has no {manifest.FILE}: point config.data.train_files at a data_prep "
                 "--output_dir, or name record files with a glob (e.g. '/data/part-*.tfrecord')"
             )
         matches = storage.glob(item)
-        if storage.isdir(directory) and _unfinished(
-            directory, [storage.basename(p) for p in matches] + storage.listdir(directory)
-        ):
+        names = [storage.basename(p) for p in matches]
+        if storage.isdir(directory) and _unfinished(names + storage.listdir(directory)):
             raise _unfinished_error(directory)
         matches = [p for p in matches if storage.isfile(p)]
         if not matches:
@@ -101,10 +100,9 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
     missing = _missing(listed)
     if missing:
         raise cli.UserError(
-            f"{missing[0]} is listed in "
-            f"{storage.join(storage.dirname(missing[0]), manifest.FILE)} but "
-            "missing: the data_prep output is incomplete; rerun its data_prep command to rewrite "
-            "the shard, or restore the file"
+            f"{missing[0]} is listed in {storage.join(storage.dirname(missing[0]), manifest.FILE)} "
+            "but missing: the data_prep output is incomplete; rerun its data_prep command to "
+            "rewrite the shard, or restore the file"
         )
     if len(set(files)) < len(files):
         raise cli.UserError(f"{patterns!r} names some record files twice")
@@ -230,8 +228,7 @@ def check_disjoint(train: Shards, evals: Shards) -> None:
     for f in evals.files:
         if same(f) in seen:
             raise cli.UserError(
-                f"{f} is both a training and an eval shard (config.data.train_files and "
-                "eval_files name it): the eval would score the model on data it trained on; "
-                "point eval_files at held-out records (a data_prep --output_dir names its eval "
-                "split)"
+                f"{f} is both a training and an eval shard (config.data.train_files and eval_files "
+                "name it): the eval would score the model on data it trained on; point eval_files "
+                "at held-out records (a data_prep --output_dir names its eval split)"
             )

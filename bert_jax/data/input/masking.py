@@ -250,11 +250,9 @@ def apply(
     )
     rows = np.broadcast_to(np.arange(n)[:, None], positions.shape)
     tokens[rows[valid], positions[valid]] = replacement[valid]
-    slots = opts.max_predictions_per_seq
-    out_positions = np.zeros((n, slots), np.int32)
-    out_labels = np.zeros((n, slots), np.int32)
-    out_positions[:, :p] = positions
-    out_labels[:, :p] = np.where(valid, labels, 0)
+    pad = ((0, 0), (0, opts.max_predictions_per_seq - p))  # to P slots (p <= P)
+    out_positions = np.pad(positions, pad).astype(np.int32)
+    out_labels = np.pad(np.where(valid, labels, 0), pad).astype(np.int32)
     return Masked(tokens, out_positions, out_labels, valid.sum(axis=1).astype(np.int64))
 
 

@@ -2,11 +2,10 @@
 
 Records carry padding wherever an example is shorter than max_seq_length: google-research/bert's
 generator makes 10% of its NSP pairs short on purpose (short_seq_prob), and every document's
-tail is short, so pydocs at L=128 is 11% padding (data_prep's padding_fraction, in every
-manifest). Packing (bert_jax.data.input.packing: first-fit decreasing) puts several records in one
-row, so a step spends its FLOPs on real tokens; the model keeps each record's attention, positions
-and [CLS] to itself (bert_jax.model.encoder, packed rows), so every record's logits, loss and
-gradient are those of the record alone (tests/unit/bert_jax/data/input/test_packing.py).
+tail is short (docs/performance.md measures it). Packing (bert_jax.data.input.packing: first-fit
+decreasing) puts several records in one row, so a step spends its FLOPs on real tokens; the model
+keeps each record's attention, positions and [CLS] to itself (bert_jax.model.encoder, packed
+rows), so every record's logits, loss and gradient are those of the record alone.
 
 In the Grain pipeline (pipeline.train_dataset, config.data.pack), after parsing and
 dynamic masking and after the per-process slice:
@@ -17,15 +16,14 @@ dynamic masking and after the per-process slice:
 so the stream of rows is a pure function of (seed, position), and a checkpointed iterator
 resumes exactly (Grain's flat map saves the window it is in and the rows it has given). The
 batch is `global_batch_size` rows, each holding one or more records: a step sees more examples
-than unpacked, and the loss stays the mean over its masked tokens and its examples (train.py).
+than unpacked, and the loss stays the mean over its masked tokens and its examples.
 
 A packed row has the record's features plus bert_jax.data.input.packing's EXAMPLE_IDS, POSITION_IDS,
 CLS_POSITIONS, EXAMPLE_WEIGHTS; per-record scalars (next_sentence_labels, the NSP weight)
 become [max_examples] vectors, one per record, and the masked-LM lists hold the row's records'
 predictions one after another, their positions shifted to the row, in the records' own
 max_predictions_per_seq slots: 15% of a row's tokens fit them as they fit one record's (the
-packer never cuts a record; it opens a new row rather than overflow one, which on pydocs it
-never had to).
+packer never cuts a record; it opens a new row rather than overflow one).
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from bert_jax.data.input import packing
 def pack_window(
     window: dict[str, np.ndarray], max_examples: int, seed: int | None = None
 ) -> packing.Packed:
-    """Packs a window of parsed records (dict of [W, ...] arrays, as input_pipeline batches
+    """Packs a window of parsed records (dict of [W, ...] arrays, as pipeline.py batches
     them) into rows of the same length. Token features are the [W, L] arrays, item features the
     masked-LM lists, example features every per-record scalar."""
     length = window[F.INPUT_IDS].shape[1]

@@ -162,21 +162,18 @@ def pack(
     item_counts: Sequence[int] | np.ndarray | None = None,
     max_items: int = 0,
     positions: Sequence[str] = (),
-    pad_values: Mapping[str, int] | None = None,
     seed: int | None = None,
     rows: Sequence[Sequence[int]] | None = None,
 ) -> Packed:
     """Packs N examples into rows (see the module docstring for the feature kinds).
 
     lengths [N]: real tokens per example. item_counts [N]: real items per example (the first
-    ones of each item feature); max_items: the items a row holds. pad_values: a token feature's
-    padding value when not 0 (a SentencePiece vocabulary's pad id). rows: a plan from
-    first_fit_decreasing to use instead of computing one (e.g. the same plan for several
-    feature sets).
+    ones of each item feature); max_items: the items a row holds. rows: a plan from
+    first_fit_decreasing to use instead of computing one (e.g. the same plan for several feature
+    sets).
     """
     example_features = dict(example_features or {})
     item_features = dict(item_features or {})
-    pad_values = dict(pad_values or {})
     lengths = np.asarray(lengths, np.int64)
     n = len(lengths)
     counts = np.zeros(n, np.int64) if item_counts is None else np.asarray(item_counts, np.int64)
@@ -222,7 +219,7 @@ def pack(
     ex, t = _spans(lengths)
     for name, a in token_features.items():
         a = np.asarray(a)
-        out[name] = np.full((num_rows, max_length, *a.shape[2:]), pad_values.get(name, 0), a.dtype)
+        out[name] = np.zeros((num_rows, max_length, *a.shape[2:]), a.dtype)
         out[name][row[ex], offset[ex] + t] = a[ex, t]
     out[EXAMPLE_IDS] = np.zeros((num_rows, max_length), np.int32)
     out[EXAMPLE_IDS][row[ex], offset[ex] + t] = slot[ex] + 1

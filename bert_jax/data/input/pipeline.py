@@ -45,9 +45,8 @@ EXAMPLE_WEIGHT = "example_weight"
 # Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
 # (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
-# With config.data.bad_records='skip', added to every record: 0, or for a damaged record (which
-# ParseRecord replaced by a blank one: [CLS] [SEP], every loss weight 0) its source index + 1.
-# bad_records.CountBadRecords takes it out of the batches, counts it and names the record.
+# With config.data.bad_records='skip', added to every record: 0, or for the blank record that
+# stands for a damaged one its source index + 1 (bad_records' docstring says what happens next).
 BAD_RECORD = bad_records.BAD_RECORD
 
 
@@ -88,7 +87,8 @@ class ParseRecord(grain.transforms.MapWithIndex):
         self.__dict__.update(state)
         _import_proto()
 
-    def _where(self, index: int) -> str:
+    def name(self, index: int) -> str:
+        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
         i = bisect.bisect_right(self.starts, index) - 1
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
@@ -104,7 +104,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             if self.skip_damaged:
                 return self._blank(index)
             raise record_io.DamagedRecord(
-                f"{self._where(index)} is not a tf.train.Example ({e}); the file is damaged",
+                f"{self.name(index)} is not a tf.train.Example ({e}); the file is damaged",
                 self.files[bisect.bisect_right(self.starts, index) - 1],
                 index,
             ) from e
@@ -112,9 +112,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
         if self.schema.masked:
             out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
-        out[features.NEXT_SENTENCE_LABELS] = example[features.NEXT_SENTENCE_LABELS].astype(
-            np.int32
-        )[0]
+        out[features.NEXT_SENTENCE_LABELS] = np.int32(example[features.NEXT_SENTENCE_LABELS][0])
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         if self.skip_damaged:
             out[BAD_RECORD] = np.int64(0)
@@ -124,13 +122,13 @@ class ParseRecord(grain.transforms.MapWithIndex):
         """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise cli.UserError(
-                f"dynamic masking needs unmasked records, but {self._where(index)} is already "
+                f"dynamic masking needs unmasked records, but {self.name(index)} is already "
                 "masked: set config.data.dynamic_masking=False"
             )
         missing = features.missing_feature(example, masked=False)
         if missing:
             raise cli.UserError(
-                f"{self._where(index)} has no {missing!r} feature (it has "
+                f"{self.name(index)} has no {missing!r} feature (it has "
                 f"{sorted(example) or 'none of the BERT features'}): not a BERT pre-training "
                 "record; point config.data.train_files / eval_files at data_prep's output"
             )
@@ -139,11 +137,11 @@ class ParseRecord(grain.transforms.MapWithIndex):
         except ValueError as e:
             if self.schema.masked and features.MASKED_LM_POSITIONS not in example:
                 raise cli.UserError(
-                    f"{self._where(index)} is unmasked (no masked_lm_* features): set "
+                    f"{self.name(index)} is unmasked (no masked_lm_* features): set "
                     "config.data.dynamic_masking=True to mask them while training"
                 ) from e
             raise cli.UserError(
-                f"{self._where(index)}: {e}; set config.data.max_seq_length / "
+                f"{self.name(index)}: {e}; set config.data.max_seq_length / "
                 "max_predictions_per_seq to the values the records were written with"
             ) from e
         for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
@@ -151,7 +149,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
                 bad = ids[(ids >= self.vocab_size) | (ids < 0)][0]
                 raise cli.UserError(
-                    f"{self._where(index)}: {name} holds token id {bad}, outside the vocabulary "
+                    f"{self.name(index)}: {name} holds token id {bad}, outside the vocabulary "
                     f"of {self.vocab_size} ids: the records were tokenized with another "
                     "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
                     "the file is damaged"
@@ -177,10 +175,6 @@ class ParseRecord(grain.transforms.MapWithIndex):
             out[features.MASKED_LM_IDS] = np.zeros(predictions, np.int32)
             out[features.MASKED_LM_WEIGHTS] = np.zeros(predictions, np.float32)
         return out
-
-    def name(self, index: int) -> str:
-        """The shard and record of source index `index` (BAD_RECORD - 1), for a message."""
-        return self._where(index)
 
 
 # The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
@@ -211,14 +205,10 @@ class ApplyMasks(grain.transforms.Map):
         draws = masking.Draws(*(rows.pop(name) for name in _DRAWS))
         lengths = rows[features.INPUT_MASK].sum(axis=-1)
         out = masking.apply(rows[features.INPUT_IDS], lengths, self.opts, self.vocab, draws)
-        rows.update(
-            {
-                features.INPUT_IDS: out.tokens,
-                features.MASKED_LM_POSITIONS: out.positions,
-                features.MASKED_LM_IDS: out.labels,
-                features.MASKED_LM_WEIGHTS: out.weights(),
-            }
-        )
+        rows[features.INPUT_IDS] = out.tokens
+        rows[features.MASKED_LM_POSITIONS] = out.positions
+        rows[features.MASKED_LM_IDS] = out.labels
+        rows[features.MASKED_LM_WEIGHTS] = out.weights()
         return {k: v[0] for k, v in rows.items()} if one else rows
 
 
@@ -295,7 +285,8 @@ def train_dataset(
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
-    `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
+    `data` is a resolved config.data (see the module docstring) that config_check.pretraining
+    passed (the batch divides among the processes); `vocab_size` the model's. Iterate
     with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
     it through grain.checkpoint). With data.pack a row holds one or more records
     (bert_jax/data/input/packed_records.py); each process packs its own part, so the global batches
@@ -303,10 +294,6 @@ def train_dataset(
     count(step) / final of that many rows, grown from micro-batches
     (bert_jax/data/input/growing_batches.py).
     """
-    if global_batch_size % process_count:
-        raise cli.UserError(
-            f"global batch {global_batch_size} is not divisible by {process_count} processes"
-        )
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
     if len(ds) < global_batch_size:
         raise cli.UserError(
@@ -359,16 +346,13 @@ def eval_batches(
 ) -> list[dict[str, np.ndarray]]:
     """The eval set as this process's rows of every global batch, in memory for reuse.
 
+    `global_batch_size` divides among the processes (config_check.pretraining checked it).
     The first `num_examples` records (0: all) in file order; the last batch is padded with
     EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
     fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
     `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
     train at other rates compare; None: the training rate).
     """
-    if global_batch_size % process_count:
-        raise cli.UserError(
-            f"eval batch {global_batch_size} is not divisible by {process_count} processes"
-        )
     ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:
         rate = data.eval_masked_lm_prob  # None: the training's
