@@ -218,7 +218,7 @@ def test_an_unfinished_job_in_a_bucket_resumes_from_its_units(
     with pytest.raises(KeyboardInterrupt):
         scaled.run(small, tok, out, progress=False)
     assert not storage.exists(storage.join(out, manifest.FILE))
-    assert shard_files._unfinished(out, storage.listdir(out))
+    assert shard_files._unfinished(storage.listdir(out))
     monkeypatch.setattr(scaled, "_shard_task", shard_task)
     processed = []
     process = job_units.UnitProcessor.process
@@ -403,7 +403,7 @@ def test_kill_9_mid_job_leaves_nothing_the_trainer_reads_and_the_rerun_completes
     _wait_for(session_ended, "end of the killed job's workers", timeout=15)
     assert not storage.exists(storage.join(out, manifest.FILE))
     assert storage.exists(storage.join(out, workdir_lock.LOCK_NAME))  # the dead job's
-    assert shard_files._unfinished(out, storage.listdir(out))
+    assert shard_files._unfinished(storage.listdir(out))
     with pytest.raises((cli.UserError, FileNotFoundError)):
         shard_files.find_shards(out)
     rerun = _run(_cli_args(url, vocab_file, out))
