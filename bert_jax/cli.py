@@ -90,13 +90,16 @@ def causes(error: BaseException | None, explicit: bool = False) -> list[BaseExce
 @contextlib.contextmanager
 def disk_full_is_oserror(where: str) -> Iterator[None]:
     """Libraries report a full disk in their own types (Orbax and TensorStore a ValueError or
-    RuntimeError whose text says ENOSPC, safetensors a SafetensorError saying "os error 28");
-    re-raised as the OSError(ENOSPC) naming `where` that `message` turns into one line."""
+    RuntimeError whose text says ENOSPC, safetensors a SafetensorError saying "os error 28"), and
+    a file's write or flush as an OSError naming no file; re-raised as the OSError(ENOSPC)
+    naming `where` that `message` turns into one line."""
     try:
         yield
     except Exception as e:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise
+            if e.filename:
+                raise
+            raise OSError(e.errno, e.strerror or "No space left on device", where) from e
         full = any(
             (isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT))
             or any(text in str(c) for text in NO_SPACE)

@@ -119,8 +119,9 @@ class MetricsLog:
         for name, value in scalars.items():
             self._tb.add_scalar(f"{split}/{name}", float(value), int(step))
         if not self._remote:
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
+            with cli.disk_full_is_oserror(self.path):  # a write names no file: this one
+                self._file.write(json.dumps(record) + "\n")
+                self._file.flush()
             return
         self._lines.append(json.dumps(record) + "\n")
         if time.monotonic() - self._published >= self._every:
@@ -147,7 +148,8 @@ class MetricsLog:
             self.flush()
             shutil.rmtree(self._staging, ignore_errors=True)
         else:
-            self._file.close()
+            with cli.disk_full_is_oserror(self.path):
+                self._file.close()
             self._tb.close()
 
 

@@ -1,7 +1,11 @@
-"""metrics.jsonl across a kill: a half-written last line is dropped on resume, never fatal."""
+"""metrics.jsonl across a kill: a half-written last line is dropped on resume, never fatal; a
+full disk names the log."""
+
+import errno
 
 import pytest
 
+from bert_jax import cli
 from bert_jax.training import metrics_log
 
 
@@ -58,3 +62,15 @@ assert callable(boto3.client) and callable(storage.Client)
     assert run.returncode == 0, run.stderr[-3000:]
     assert [r["loss"] for r in metrics_log.read_jsonl(str(tmp_path))] == [2.5]
     assert len(list((tmp_path / metrics_log.TENSORBOARD_DIR).iterdir())) == 1
+
+
+def test_a_full_disk_while_logging_names_the_log(tmp_path):
+    # /dev/full fails every write with ENOSPC, as a full disk does, and the error names no file.
+    log = metrics_log.MetricsLog(str(tmp_path))
+    log._file = open("/dev/full", "a")
+    with pytest.raises(OSError) as raised:
+        log.write(1, "train", {"loss": 1.0})
+    assert raised.value.errno == errno.ENOSPC
+    assert cli.message(raised.value).startswith(
+        f"no space left on the device writing {tmp_path / 'metrics.jsonl'}"
+    )
