@@ -33,22 +33,6 @@ _HF_HEADS = {
 }
 
 
-def _encoder_hf_tensors(bert_params: dict, config: encoder.BertConfig) -> dict[str, np.ndarray]:
-    """HF `bert.*` tensors of a BertModel's parameters, named and laid out by bert_jax.hf.bert."""
-    # hf.to_hf_state_dict maps a whole BertForPreTraining; give it zero pre-training heads of
-    # the right shapes and keep only the encoder's tensors.
-    abstract = nnx.eval_shape(lambda: encoder.BertForPreTraining(config, rngs=nnx.Rngs(0)))
-    shapes = nnx.to_pure_dict(nnx.state(abstract, nnx.Param))
-    params = {
-        name: jax.tree.map(lambda s: np.zeros(s.shape, np.float32), tree)
-        for name, tree in shapes.items()
-        if name != "bert"
-    }
-    params["bert"] = jax.device_get(bert_params)
-    tensors = bert.to_hf_state_dict(params, config)
-    return {k: v for k, v in tensors.items() if k.startswith("bert.")}
-
-
 def check_exportable(config: encoder.BertConfig) -> None:
     """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
     refused (before training, by runs.prepare)."""
@@ -65,7 +49,8 @@ def hf_tensors(model) -> dict[str, np.ndarray]:
     model = nnx.clone(model)
     lora.merge_adapters(model)
     _, head_name = _HF_HEADS[model.kind]
-    tensors = _encoder_hf_tensors(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)), model.config)
+    encoder_params = jax.device_get(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)))
+    tensors = bert.encoder_state_dict(encoder_params, model.config)
     if model.kind in ("tagging", "span"):
         # transformers builds these two without a pooler; a pooler tensor would be "unexpected".
         tensors = {k: v for k, v in tensors.items() if not k.startswith("bert.pooler.")}

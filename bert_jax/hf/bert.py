@@ -258,7 +258,18 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
         raise cli.UserError(
             f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
         )
-    table = _bert_table(num_layers) if config is None else _names(config).table
+    return _tensors(params, _bert_table(num_layers) if config is None else _names(config).table)
+
+
+def encoder_state_dict(bert_params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
+    """A BertModel's parameters alone (a task model's encoder) -> {HF name: float32 array}, the
+    `bert.*` tensors to_hf_state_dict gives for the whole pre-training model."""
+    rows = [row for row in _names(config).table if row[0][0][0] == "bert"]
+    return _tensors({"bert": bert_params}, rows)
+
+
+def _tensors(params: Mapping, table) -> dict[str, np.ndarray]:
+    """{HF name: float32 array} of `params` for the rows of a names table."""
     out = {}
     for paths, name, transpose in table:
         parts = []
