@@ -274,6 +274,15 @@ def masking_steps(
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
+def _check_split(global_batch_size: int, process_count: int) -> None:
+    """A library caller's batch that does not split among the processes would silently lose
+    rows (the binaries' config_check refuses it first, naming the config fields)."""
+    if global_batch_size % process_count:
+        raise cli.UserError(
+            f"a batch of {global_batch_size} is not divisible by {process_count} processes"
+        )
+
+
 def train_dataset(
     data,
     vocab_size: int,
@@ -285,8 +294,7 @@ def train_dataset(
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
-    `data` is a resolved config.data (see the module docstring) that config_check.pretraining
-    passed (the batch divides among the processes); `vocab_size` the model's. Iterate
+    `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
     with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
     it through grain.checkpoint). With data.pack a row holds one or more records
     (bert_jax/data/input/packed_records.py); each process packs its own part, so the global batches
@@ -294,6 +302,7 @@ def train_dataset(
     count(step) / final of that many rows, grown from micro-batches
     (bert_jax/data/input/growing_batches.py).
     """
+    _check_split(global_batch_size, process_count)
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
     if len(ds) < global_batch_size:
         raise cli.UserError(
@@ -346,13 +355,13 @@ def eval_batches(
 ) -> list[dict[str, np.ndarray]]:
     """The eval set as this process's rows of every global batch, in memory for reuse.
 
-    `global_batch_size` divides among the processes (config_check.pretraining checked it).
     The first `num_examples` records (0: all) in file order; the last batch is padded with
     EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
     fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
     `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
     train at other rates compare; None: the training rate).
     """
+    _check_split(global_batch_size, process_count)
     ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:
         rate = data.eval_masked_lm_prob  # None: the training's
