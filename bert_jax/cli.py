@@ -221,7 +221,10 @@ def fail(text: str, status: int = 2) -> None:
     other writes of a failed checkpoint finishing, TensorStore's callbacks into a closing event
     loop, coroutines never awaited: the same failure again, as tracebacks) is dropped."""
     print(f"error: {text}", file=sys.stderr, flush=True)
-    _drop_later_reports()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    sys.stderr = open(os.devnull, "w")
     sys.exit(status)
 
 
@@ -230,9 +233,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
         rest = FLAGS(argv)
         _check_config_files()
         return rest
-    except flags.Error as e:
-        fail(message(e))
-    except (ValueError, OSError) as e:  # a --config file that does not load: the user's file
+    # flags.Error: absl's; ValueError, OSError: a --config file that does not load (the user's)
+    except (flags.Error, ValueError, OSError) as e:
         fail(message(e))
     except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
         fail(
@@ -359,12 +361,3 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
             fail(text or message(e))
 
     app.run(wrapped, flags_parser=_parse_flags)
-
-
-def _drop_later_reports() -> None:
-    """stderr goes to /dev/null from here on (see fail)."""
-    sys.stderr.flush()
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    os.close(null)
-    sys.stderr = open(os.devnull, "w")

@@ -159,10 +159,10 @@ def record(items: dict[str, Any]) -> dict:
     }
 
 
-def problems(saved: dict | None, name: str, tree: Any, check_finite: bool = True) -> list[str]:
+def problems(saved: dict | None, name: str, tree: Any) -> list[str]:
     """What is wrong with restored item `name` (a pytree): leaves whose fingerprint differs from
-    the one `saved` (the JSON item; None for a checkpoint from before fingerprints) recorded, and,
-    with `check_finite`, floating-point leaves that are not finite. [] when it is whole."""
+    the one `saved` (the JSON item; None for a checkpoint from before fingerprints) recorded, and
+    floating-point leaves that are not finite. [] when it is whole."""
     sums, nonfinite = fingerprint(tree)
     out = []
     if saved is not None:
@@ -173,12 +173,13 @@ def problems(saved: dict | None, name: str, tree: Any, check_finite: bool = True
             differ = [k for k, v in sums.items() if recorded.get(k, v) != v]
             if differ:
                 out.append(
-                    f"{name}/{differ[0]} differs from the checksum recorded when it was saved"
-                    + (f" (and {len(differ) - 1} more arrays)" if len(differ) > 1 else "")
+                    _naming(name, differ, "differs from the checksum recorded when it was saved")
                 )
-    if check_finite and nonfinite:
-        out.append(
-            f"{name}/{nonfinite[0]} holds NaN or inf values"
-            + (f" (and {len(nonfinite) - 1} more arrays)" if len(nonfinite) > 1 else "")
-        )
+    if nonfinite:
+        out.append(_naming(name, nonfinite, "holds NaN or inf values"))
     return out
+
+
+def _naming(name: str, paths: list[str], what: str) -> str:
+    more = f" (and {len(paths) - 1} more arrays)" if len(paths) > 1 else ""
+    return f"{name}/{paths[0]} {what}{more}"

@@ -182,10 +182,9 @@ def _beside(name: str, scalars: Mapping[str, float]) -> str:
 class Progress:
     """One line per logging interval on process 0: step, figures, speed and ETA."""
 
-    def __init__(self, total_steps: int, start_step: int, enabled: bool = True, stream=None):
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True):
         self.total = total_steps
         self.enabled = enabled
-        self.stream = stream or sys.stdout
         self._start_step = start_step
         self._start_time = None
 
@@ -218,4 +217,4 @@ class Progress:
         self, step: int, scalars: Mapping[str, float], prefix: str = "", eta: bool = True
     ) -> None:
         if self.enabled:
-            print(prefix + self.line(step, scalars, eta), file=self.stream, flush=True)
+            print(prefix + self.line(step, scalars, eta), flush=True)

@@ -85,9 +85,8 @@ def describe(holder: dict) -> str:
     )
 
 
-def stale_reason(holder: dict, now: float | None = None) -> str | None:
+def stale_reason(holder: dict) -> str | None:
     """Why the run named by `holder` (a lock's content) is gone, or None if it may be running."""
-    now = time.time() if now is None else now
     if holder.get("host") == socket.gethostname():
         pid = holder.get("pid")
         if pid == os.getpid():
@@ -95,7 +94,7 @@ def stale_reason(holder: dict, now: float | None = None) -> str | None:
                 return f"its process {pid} on this host is not running"
         elif not isinstance(pid, int) or not _pid_running(pid):
             return f"its process {pid} on this host is not running"
-    age = now - float(holder.get("heartbeat", 0))
+    age = time.time() - float(holder.get("heartbeat", 0))
     if age > STALE_AFTER_S:
         return (
             f"its heartbeat is {age:.0f} s old (a live holder refreshes it every "
