@@ -49,9 +49,8 @@ class Range:
     def __contains__(self, value) -> bool:
         if value in self.also and (value is None or type(value) is int):
             return True
-        if isinstance(value, bool) or not isinstance(value, int if self.whole else (int, float)):
-            return False
-        if not math.isfinite(value):
+        number = isinstance(value, int if self.whole else (int, float))
+        if isinstance(value, bool) or not number or not math.isfinite(value):
             return False
         return not (
             (self.low is not None and (value <= self.low if self.open_low else value < self.low))

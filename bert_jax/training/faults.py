@@ -39,9 +39,8 @@ class Preemption:
     Used as a context manager around a training loop, which calls `poll` after each step and
     hands `between_batches` to its eval. The loop keeps at most one step in flight ahead of the
     device (loop.run), so "the next step" is the one after the step the device was running when
-    the signal came, not one the host queued dozens of steps ahead (a SIGTERM at step 355 of a
-    CPU run was once saved at step 390). A signal during a data wait or a checkpoint save is
-    seen at the poll that follows that step.
+    the signal came, not one the host queued dozens of steps ahead (docs/faults.md). A signal
+    during a data wait or a checkpoint save is seen at the poll that follows that step.
 
     With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
     would replace its handler, and the signal would be lost); it tells every process, and its
@@ -157,15 +156,14 @@ def one_run_per_workdir(what: str):
 
 
 @contextlib.contextmanager
-def hold_workdir(directory: str, what: str, flag: str = "--workdir"):
+def hold_workdir(directory: str, what: str):
     """workdir_lock.hold on process 0; every process learns whether it got the lock, so the
     other processes of a refused job stop with the same line instead of waiting in a collective."""
-    primary = jax.process_index() == 0
     with contextlib.ExitStack() as stack:
         refused = None
-        if primary:
+        if jax.process_index() == 0:
             try:
-                stack.enter_context(workdir_lock.hold(directory, what, flag=flag))
+                stack.enter_context(workdir_lock.hold(directory, what))
             except workdir_lock.Busy as e:
                 refused = e
         if jax.process_count() > 1:
@@ -174,7 +172,7 @@ def hold_workdir(directory: str, what: str, flag: str = "--workdir"):
             got = multihost_utils.broadcast_one_to_all(np.int32(refused is None))
             if not int(got) and refused is None:
                 refused = workdir_lock.Busy(
-                    f"{flag}={directory!r} is in use by another run (process 0 found its lock)"
+                    f"--workdir={directory!r} is in use by another run (process 0 found its lock)"
                 )
         if refused is not None:
             raise refused

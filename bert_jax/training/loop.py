@@ -153,8 +153,7 @@ def run(
             step += 1
             if previous is not None:
                 # At most this step in flight: the host waits for the one before it (the device
-                # stays busy with this one). Unbounded, the host queued steps up to the next log
-                # line, and a SIGTERM was saved only after all of them (35 steps, 235 s, on CPU).
+                # stays busy with this one), so a signal is saved at once (docs/faults.md).
                 jax.block_until_ready(previous)
             previous = metrics
             history.append(metrics)

@@ -33,8 +33,8 @@ A younger one is refused saying when it will be taken over. A `.lock` that is a 
 one this user may not read, is refused naming it: nobody can take it over. Every refusal and
 every takeover states its reason.
 
-Multi-host runs: process 0 takes the lock for the whole job (`primary=True` there, False
-elsewhere; bert_jax.training.faults.hold_workdir tells every process the outcome).
+Multi-host runs: process 0 takes the lock for the whole job (bert_jax.training.faults.hold_workdir
+tells every process the outcome).
 
 No JAX import: data_prep can use this module.
 """
@@ -283,15 +283,9 @@ class _Lock:
 
 
 @contextlib.contextmanager
-def hold(
-    directory: str, what: str, *, primary: bool = True, flag: str = "--workdir"
-) -> Iterator[None]:
+def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None]:
     """Holds `directory`'s lock for the block (see the module docstring); `what` names the
-    program in the lock (shown to a second run), `flag` the flag that named the directory. Only
-    the `primary` process of a multi-host job takes it; the others hold nothing."""
-    if not primary:
-        yield
-        return
+    program in the lock (shown to a second run), `flag` the flag that named the directory."""
     lock = _Lock(directory, what)
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
