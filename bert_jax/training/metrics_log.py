@@ -58,8 +58,7 @@ _HIDDEN_FROM_TENSORBOARDX = ("torch", "boto3", "google.cloud.storage")
 
 def _summary_writer_class():
     """tensorboardX's SummaryWriter, imported with _HIDDEN_FROM_TENSORBOARDX hidden (those that
-    nothing imported yet): about 3 s of every trainer's start with torch installed, half of a
-    short run's imports, and 0.5 s more for the two cloud clients (measured, -X importtime)."""
+    nothing imported yet): seconds off every trainer's start (docs/testing.md)."""
     hidden = [name for name in _HIDDEN_FROM_TENSORBOARDX if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # `import name` raises ImportError, which tensorboardX expects

@@ -387,7 +387,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     total = t.num_train_steps
     last_step = min(total, t.stop_at_step) if t.stop_at_step else total
 
-    warmup = optim.batch_warmup(t)  # None unless train.batch_warmup_steps
     train_ds = pipeline.train_dataset(
         config.data,
         setup.model_config.vocab_size,
@@ -395,7 +394,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         t.seed,
         jax.process_index(),
         jax.process_count(),
-        batch_warmup=warmup,
+        batch_warmup=optim.batch_warmup(t),  # None unless train.batch_warmup_steps
     )
     data_iter = iter(train_ds)
     manager = checkpoints.make_manager(

@@ -205,9 +205,8 @@ def apply_gradients(
         )
         return optax.apply_updates(params, updates), opt_state
 
-    # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place. The select
-    # kept both versions alive, +0.8 GiB of temporaries per device for BERT-Large on 256
-    # data-parallel devices (6.6 -> 7.4 GiB, python -m bert_jax.plan); the conditional adds none.
+    # A conditional, not a jnp.where(finite, new, old): XLA keeps the update in place, where the
+    # select keeps both versions alive (docs/performance.md, "Memory per device").
     params, opt_state = jax.lax.cond(
         finite, update, lambda p, o: (p, o), state["params"], state["opt_state"]
     )
