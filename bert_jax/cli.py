@@ -133,14 +133,6 @@ def user_path(flag: str, path: str) -> Iterator[None]:
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
-def is_user_error(error: BaseException) -> bool:
-    """Whether `error` is the user's to fix (the module docstring): a UserError, absl's
-    UsageError, or an OSError of ENVIRONMENT_ERRNOS."""
-    if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
-        return True
-    return isinstance(error, (UserError, app.UsageError))
-
-
 def message(error: BaseException) -> str:
     """The one line a user sees for `error`."""
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -313,12 +305,6 @@ def _unknown_config_field(argv: list[str]) -> str | None:
     return None
 
 
-def _quiet_libraries() -> None:
-    if not FLAGS["verbosity"].present:
-        absl_logging.set_verbosity(absl_logging.WARNING)
-        logging.getLogger().setLevel(logging.WARNING)
-
-
 # Functions error -> its one line, or None if it is not theirs, for errors of libraries that are
 # not ours: bert_jax.storage adds the one for a bucket that stayed unreachable through the
 # retries (registered there, so that this module imports nothing of ours).
@@ -341,7 +327,9 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
     refused unless the binary `takes_args` (one line, not silently ignored)."""
 
     def wrapped(argv):
-        _quiet_libraries()
+        if not FLAGS["verbosity"].present:
+            absl_logging.set_verbosity(absl_logging.WARNING)
+            logging.getLogger().setLevel(logging.WARNING)
         try:
             if len(argv) > 1 and not takes_args:
                 hint = "; use --config.<field>=<value> overrides" if _config_flags() else ""
@@ -353,7 +341,10 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
             fail(INTERRUPTED, 130)
         except Exception as e:
             text = reported(e)  # e.g. a bucket unreachable through the retries (storage's)
-            if text is None and not is_user_error(e):
+            users = isinstance(e, (UserError, app.UsageError)) or (
+                isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS
+            )
+            if text is None and not users:
                 traceback.print_exc()
                 fail(f"{type(e).__name__}: {BUG}", 1)
             if FLAGS.verbosity >= 1:

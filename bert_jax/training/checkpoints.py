@@ -515,7 +515,19 @@ def _step_to_read(workdir: str, step: int | None):
     """(a read-only manager, the step to read: `step`, or the latest), closed afterwards."""
     manager = make_manager(workdir, read_only=True)
     try:
-        yield manager, _pick_step(manager, workdir, step)
+        steps = manager.all_steps()
+        if not steps:
+            raise cli.UserError(
+                f"no checkpoints under {checkpoint_dir(workdir)}; train there first"
+            )
+        if step is None:
+            step = max(steps)
+        elif step not in steps:
+            raise cli.UserError(
+                f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are "
+                f"{sorted(steps)}"
+            )
+        yield manager, step
     finally:
         manager.close()
 
@@ -560,19 +572,6 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
         f"pre-training one: pass its export, {storage.join(workdir, 'export')} (a Hugging Face "
         "directory, written when config.export is on), or the pre-training workdir"
     )
-
-
-def _pick_step(manager: ocp.CheckpointManager, workdir: str, step: int | None) -> int:
-    steps = manager.all_steps()
-    if not steps:
-        raise cli.UserError(f"no checkpoints under {checkpoint_dir(workdir)}; train there first")
-    if step is None:
-        return max(steps)
-    if step not in steps:
-        raise cli.UserError(
-            f"no checkpoint at step {step} in {checkpoint_dir(workdir)}; there are {sorted(steps)}"
-        )
-    return step
 
 
 def restore_params(
