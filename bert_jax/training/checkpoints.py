@@ -164,12 +164,11 @@ def save(
     data_iter: Any,
     config: ml_collections.ConfigDict,
 ) -> None:
-    """Saves `state` (train.py's layout: 'params' and the rest) as checkpoint `step`, now.
+    """Saves `state` (train_state's layout: 'params' and the rest) as checkpoint `step`, now.
 
-    The caller decides when (train.py: every checkpoint.every_steps, at the end, on SIGTERM);
-    Orbax's own interval logic would also save the first step of every run, which costs a save
-    for nothing on each resume. `data_iter` is the Grain iterator positioned just after the last
-    batch the step consumed.
+    The caller decides when (loop.run); Orbax's own interval logic would also save the first step
+    of every run, a save for nothing on each resume. `data_iter` is the Grain iterator positioned
+    just after the last batch the step consumed.
     """
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
@@ -215,15 +214,12 @@ _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTIC
 
 
 class _DropOrbaxNoise(logging.Filter):
-    """Orbax's writer threads log a failed write (a full disk) at ERROR with its traceback, once
-    per thread that saw it (a screen of text each), and asyncio logs the same error again as
-    "exception was never retrieved", before the save reports it; cli.disk_full_is_oserror turns
-    that report into the one line a user sees. So do they a bucket that stayed unreachable
-    through the retries (three tracebacks per failed save), which the save then raises and
-    cli.run reports in one line (storage.unavailable_message), and a refused request or a bucket
-    gone (storage.checkpoint_errors). And every read-only manager
-    (export, embed, --init) warns that its directory is read only, which is what was asked
-    for."""
+    """Orbax's writer threads log a failed save at ERROR with its traceback, once per thread (a
+    screen of text each), and asyncio again as "exception was never retrieved", for an error the
+    save then raises and the user sees in one line: a full disk (cli.disk_full_is_oserror), a
+    bucket unreachable through the retries (storage.unavailable_message), a refused request or a
+    bucket gone (storage.checkpoint_errors). And every read-only manager (export, embed, --init)
+    warns that its directory is read only, which is what was asked for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not ("orbax" in record.pathname or record.name == "asyncio"):
@@ -556,9 +552,8 @@ def is_finetuning(config: ml_collections.ConfigDict) -> bool:
 
 
 def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool) -> None:
-    """Refuses a workdir of the other trainer by name (each was an AttributeError "bug" deep in
-    the reader: a fine-tuning workdir given to export, embed or --init, a pre-training one to
-    fine-tuning's predict)."""
+    """Refuses a workdir of the other trainer by name: a fine-tuning workdir given to export,
+    embed or --init, a pre-training one to fine-tuning's predict."""
     if is_finetuning(config) == finetuning:
         return
     if finetuning:
