@@ -1,13 +1,11 @@
 """glibc malloc settings that let XLA:CPU reuse its step's memory instead of faulting it in anew.
 
 XLA:CPU allocates each execution's temporaries as one buffer with posix_memalign on a worker
-thread, and frees it when the step ends (BERT-Base at L=128, batch 8: 1.45 GB a step). glibc
-serves an allocation that large with mmap and returns it with munmap, so every step the kernel
-maps, zero-fills and faults in every page again: 354,000 page faults and 0.6-0.7 s of system
-time per BERT-Base step on a 2-core AMD EPYC, ~15% of the step's CPU time
-(docs/performance.md). Raising the mmap threshold does not help: glibc caps it at 32 MiB, and a
-thread's own arena (a worker thread's malloc) falls back to mmap for anything over 64 MiB
-whatever the settings.
+thread, and frees it when the step ends. glibc serves an allocation that large with mmap and
+returns it with munmap, so every step the kernel maps, zero-fills and faults in every page again
+(~15% of a BERT-Base step's CPU time: docs/performance.md). Raising the mmap threshold does not
+help: glibc caps it at 32 MiB, and a thread's own arena (a worker thread's malloc) falls back to
+mmap for anything over 64 MiB whatever the settings.
 
 `reuse_freed_memory` makes malloc keep such blocks: one arena for all threads (the main one,
 which grows with brk and is not capped), no mmap for large blocks, and no trimming of the heap's

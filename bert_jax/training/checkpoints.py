@@ -241,18 +241,17 @@ for _name in ("absl", "asyncio"):
 
 def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
     """The aftermath of a failed save or restore, reported as unraisable errors: TensorStore's
-    "Event loop is closed" for each future that completes after Orbax closed the event loop (up
-    to 1,581 lines buried the one error line), and Orbax's read coroutines abandoned mid-read
+    "Event loop is closed" for each future that completes after Orbax closed the event loop (a
+    screen of them buried the one error line), and Orbax's read coroutines abandoned mid-read
     ("Encountered error while reading array index", raised as the coroutine is closed). Other
     unraisable errors are printed."""
     error = unraisable.exc_value
     if isinstance(error, RuntimeError) and str(error) in _AFTERMATH:
         return
     code = getattr(unraisable.object, "cr_code", None)  # a coroutine's
-    if code is not None and "orbax" in code.co_filename and error is not None:
-        if isinstance(error.__cause__, GeneratorExit):
-            return
-    previous(unraisable)
+    in_orbax = code is not None and "orbax" in code.co_filename and error is not None
+    if not (in_orbax and isinstance(error.__cause__, GeneratorExit)):
+        previous(unraisable)
 
 
 sys.unraisablehook = _drop_closed_loop_noise

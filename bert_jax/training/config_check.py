@@ -52,13 +52,9 @@ class Range:
         number = isinstance(value, int if self.whole else (int, float))
         if isinstance(value, bool) or not number or not math.isfinite(value):
             return False
-        return not (
-            (self.low is not None and (value <= self.low if self.open_low else value < self.low))
-            or (
-                self.high is not None
-                and (value >= self.high if self.open_high else value > self.high)
-            )
-        )
+        low_ok = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        high_ok = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return low_ok and high_ok
 
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a number"
