@@ -416,15 +416,11 @@ def restore_latest(
 def _shapes(tree) -> dict[str, tuple]:
     """{'bert/layers/0/attention/key/bias': shape} of a tree of arrays or array metadata. Keys
     as text: Orbax's metadata names a layer '0' where the parameters' tree has the integer 0."""
-
-    def name(entry) -> str:
-        for attr in ("key", "idx", "name"):
-            if hasattr(entry, attr):
-                return str(getattr(entry, attr))
-        return str(entry)
-
     leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
-    return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
+    return {
+        jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
+        for path, leaf in leaves
+    }
 
 
 def check_same_model(

@@ -123,10 +123,6 @@ def _partial(x) -> tuple[int, int]:
     return total & _MASK32, finite
 
 
-def _key(path) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path)
-
-
 def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
     """({leaf path: 8 hex digits}, [paths of floating-point leaves that hold a NaN or inf]) of a
     pytree of arrays (jax.Array, sharded or not, or numpy). Waits for the arrays. With several
@@ -146,8 +142,9 @@ def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
             ],
             axis=-1,
         )
-    sums = {_key(path): f"{int(p[0]):08x}" for (path, _), p in zip(flat, partials)}
-    nonfinite = [_key(path) for (path, _), p in zip(flat, partials) if not p[1]]
+    keys = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in flat]
+    sums = {key: f"{int(p[0]):08x}" for key, p in zip(keys, partials)}
+    nonfinite = [key for key, p in zip(keys, partials) if not p[1]]
     return sums, nonfinite
 
 
