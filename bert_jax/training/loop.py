@@ -169,15 +169,10 @@ def run(
                     stopped = "nonfinite"
                     break
             asked, preempted = None, preemption.poll()
-            if (
-                not preempted
-                and evaluate is not None
-                and (
-                    itstime(step, eval_every, last_step)
-                    if eval_at_last_step
-                    else step < last_step and itstime(step, eval_every)
-                )
-            ):
+            eval_due = (eval_at_last_step or step < last_step) and itstime(
+                step, eval_every, last_step if eval_at_last_step else None
+            )
+            if eval_due and not preempted and evaluate is not None:
                 try:
                     asked = evaluate(step, state, preemption.between_batches)
                 except faults.Abandoned:  # a signal during the eval: save this step now
