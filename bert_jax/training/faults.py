@@ -189,9 +189,8 @@ class NonfiniteWatch:
     have trained on, but the loop then ends without saving, so none of them reaches a checkpoint.
     """
 
-    def __init__(self, mode: str, state: dict, is_primary: bool):
+    def __init__(self, mode: str, state: dict):
         self.mode = mode
-        self.is_primary = is_primary
         self.seen = int(jax.device_get(state["nonfinite_steps"]))
 
     def stop(self, state: dict, history: list[dict], step: int, last_saved: int | None) -> bool:
@@ -211,7 +210,7 @@ class NonfiniteWatch:
                 f"({count} in this run's history)"
             )
             return False
-        if self.is_primary:
+        if jax.process_index() == 0:
             where = (
                 f"the last checkpoint is step {last_saved}"
                 if last_saved is not None

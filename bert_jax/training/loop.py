@@ -138,7 +138,7 @@ def run(
     so. The caller closes `log` (fine-tuning logs its final eval after the loop).
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
-    nonfinite = faults.NonfiniteWatch(config.train.on_nonfinite, state, jax.process_index() == 0)
+    nonfinite = faults.NonfiniteWatch(config.train.on_nonfinite, state)
     history: list[dict] = []  # device metrics of the steps since the last log line
     last_train: dict[str, float] = {}
     stopped = None
