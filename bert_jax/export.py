@@ -75,7 +75,6 @@ def export(
     model = loaded.model()
     bert.architecture(model.config)  # a model no transformers class holds: refused before writing
     tok = loaded.tokenizer
-    special = {"pad": tok.pad_id, "cls": tok.cls_id, "sep": tok.sep_id}
     publish.directory(
         output_dir,
         lambda scratch: bert.save_hf(
@@ -83,7 +82,7 @@ def export(
             loaded.vocab_file,
             scratch,
             do_lower_case=loaded.do_lower_case,
-            special_ids=special,
+            special_ids={"pad": tok.pad_id, "cls": tok.cls_id, "sep": tok.sep_id},
         ),
     )
     return {
