@@ -149,12 +149,11 @@ def make_manager(
         CONFIG: ocp.JsonCheckpointHandler(),
         CHECKSUMS: ocp.JsonCheckpointHandler(),
     }
+    directory = checkpoint_dir(workdir)
     # A bucket: the steps another process saved since this one last listed them count too.
-    storage.forget_listings(checkpoint_dir(workdir))
-    with storage.checkpoint_errors(checkpoint_dir(workdir)):
-        return ocp.CheckpointManager(
-            checkpoint_dir(workdir), options=options, item_handlers=handlers
-        )
+    storage.forget_listings(directory)
+    with storage.checkpoint_errors(directory):
+        return ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
 
 def save(
@@ -172,7 +171,8 @@ def save(
     """
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
-    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
+    where = str(manager.directory)
+    with storage.checkpoint_errors(where), cli.disk_full_is_oserror(where):
         manager.save(
             step,
             force=True,
@@ -190,16 +190,10 @@ def save(
 
 def finish(manager: ocp.CheckpointManager) -> None:
     """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
-    with _orbax_errors(manager), cli.disk_full_is_oserror(str(manager.directory)):
+    where = str(manager.directory)
+    with storage.checkpoint_errors(where), cli.disk_full_is_oserror(where):
         manager.wait_until_finished()
     manager.close()
-
-
-def _orbax_errors(manager: ocp.CheckpointManager):
-    """An Orbax call's error that is a storage one (refused, its bucket gone, the server away)
-    as the storage layer's line naming the object and the cause (storage.checkpoint_errors);
-    checkpoint damage and anything else stay as they are."""
-    return storage.checkpoint_errors(str(manager.directory))
 
 
 # What Orbax's and TensorStore's background threads say after a write failed: the writer's
@@ -279,7 +273,7 @@ def _restore_items(
 ) -> dict:
     train = {k: v for k, v in abstract_state.items() if k != "params"}
     try:
-        with _orbax_errors(manager):
+        with storage.checkpoint_errors(str(manager.directory)):
             saved = manager.item_metadata(step)[TRAIN]
             missing = [
                 k
@@ -325,7 +319,7 @@ def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
     if not (manager.directory / str(step) / CHECKSUMS).exists():
         return None
     try:
-        with _orbax_errors(manager):
+        with storage.checkpoint_errors(str(manager.directory)):
             return manager.restore(
                 step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
             )[CHECKSUMS]
@@ -527,7 +521,7 @@ def _read_item(manager: ocp.CheckpointManager, step: int, item: str, args, passe
     """Item `item` of checkpoint `step`; an error that is not a `passes` is damage, refused
     naming the step (_not_used)."""
     try:
-        with _orbax_errors(manager):
+        with storage.checkpoint_errors(str(manager.directory)):
             return manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
     except passes:
         raise
