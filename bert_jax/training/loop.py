@@ -169,9 +169,10 @@ def run(
                     stopped = "nonfinite"
                     break
             asked, preempted = None, preemption.poll()
-            eval_due = (eval_at_last_step or step < last_step) and itstime(
-                step, eval_every, last_step if eval_at_last_step else None
-            )
+            if eval_at_last_step:
+                eval_due = itstime(step, eval_every, last_step)
+            else:  # the caller evaluates after the last step itself
+                eval_due = step < last_step and itstime(step, eval_every)
             if eval_due and not preempted and evaluate is not None:
                 try:
                     asked = evaluate(step, state, preemption.between_batches)
