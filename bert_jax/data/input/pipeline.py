@@ -274,12 +274,12 @@ def masking_steps(
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
-def _check_split(global_batch_size: int, process_count: int) -> None:
+def _check_split(what: str, global_batch_size: int, process_count: int) -> None:
     """A library caller's batch that does not split among the processes would silently lose
     rows (the binaries' config_check refuses it first, naming the config fields)."""
     if global_batch_size % process_count:
         raise cli.UserError(
-            f"a batch of {global_batch_size} is not divisible by {process_count} processes"
+            f"{what} {global_batch_size} is not divisible by {process_count} processes"
         )
 
 
@@ -302,7 +302,7 @@ def train_dataset(
     count(step) / final of that many rows, grown from micro-batches
     (bert_jax/data/input/growing_batches.py).
     """
-    _check_split(global_batch_size, process_count)
+    _check_split("global batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
     if len(ds) < global_batch_size:
         raise cli.UserError(
@@ -361,7 +361,7 @@ def eval_batches(
     `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
     train at other rates compare; None: the training rate).
     """
-    _check_split(global_batch_size, process_count)
+    _check_split("eval batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:
         rate = data.eval_masked_lm_prob  # None: the training's

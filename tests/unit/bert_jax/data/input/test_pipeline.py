@@ -129,9 +129,9 @@ def test_clear_errors(files, tmp_path):
     with pytest.raises(ValueError, match="is it a TFRecord file"):
         sources.make_source([str(not_tfrecord)])
     # A batch that does not split among the processes: refused, not a smaller batch.
-    with pytest.raises(cli.UserError, match="not divisible by 3 processes"):
+    with pytest.raises(cli.UserError, match="global batch 8 is not divisible by 3 processes"):
         ip.train_dataset(data_config(files["tfrecord"]), VOCAB, 8, seed=0, process_count=3)
-    with pytest.raises(cli.UserError, match="not divisible by 3 processes"):
+    with pytest.raises(cli.UserError, match="eval batch 8 is not divisible by 3 processes"):
         ip.eval_batches(
             data_config(files["tfrecord"]), files["tfrecord"], VOCAB, 8, process_count=3
         )
