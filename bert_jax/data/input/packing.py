@@ -1,45 +1,27 @@
 """Sequence packing: several variable-length examples per fixed-length row, no FLOP on padding.
 
-numpy only (no JAX import): the input pipeline and the fine-tuning encoders call it on the host.
+numpy only: the input pipeline and the fine-tuning encoders call it on the host. An example is
+a right-padded row with `lengths[n]` real tokens; `pack()` puts up to `max_examples` of them
+back to back into rows of `max_length` tokens by first-fit decreasing (longest first, ties in
+input order, each into the first row with room for its tokens, its items and one more example).
+Deterministic; `seed` only shuffles the rows, which FFD emits longest examples first. The caller
+names three kinds of features (0 wherever no example's value lands):
 
-An *example* is a right-padded row of token features with `lengths[n]` real tokens, as
-google-research/bert's records and bert_jax.finetune's encoders lay them out. `pack()` puts up
-to `max_examples` of them back to back into rows of `max_length` tokens and returns the arrays
-the model takes for packed rows (bert_jax.model.encoder: `example_ids`, `position_ids`,
-`cls_positions`) plus the examples' own features rearranged, and a `Packed` layout that maps
-any per-row output back to the examples. Three kinds of features, chosen by the caller:
+    token    [N, L, ...] -> [R, max_length, ...]    input_ids, input_mask, segment_ids; tagging
+                                                    labels and weights
+    example  [N, ...]    -> [R, max_examples, ...]  in the example's slot: a class or NSP
+                                                    label and weight, SQuAD's start/end
+    item     [N, K, ...] -> [R, max_items, ...]     the first item_counts[n] of each, the row's
+                                                    examples' one after another (masked-LM lists)
 
-    token features    [N, L, ...] -> [R, max_length, ...]  each example's first lengths[n]
-                      tokens at its offset in its row; padding after the last example
-                      (input_ids, input_mask, segment_ids; tagging labels and weights)
-    example features  [N, ...]    -> [R, max_examples, ...] one value per example, in the slot
-                      the example takes in its row; 0 in empty slots (a class label, the NSP
-                      label and weight; SQuAD's start and end positions)
-    item features     [N, K, ...] -> [R, max_items, ...]   each example's first
-                      item_counts[n] items, the row's examples' items one after another; 0
-                      after them (masked-LM positions, ids and weights)
-
-Features named in `positions` hold token positions within their example; they are shifted by
-the example's offset in its row, so they index the packed row (masked_lm_positions; SQuAD's
-start/end positions, whose 0 for "no answer" becomes the example's own [CLS]).
-
-Added to every packed batch (the names below):
-
-    EXAMPLE_IDS      [R, max_length] int32  slot + 1 of the example a token belongs to; 0 on
-                                            padding. Attention stays within an example.
-    POSITION_IDS     [R, max_length] int32  position within the example (0 at its [CLS])
-    CLS_POSITIONS    [R, max_examples] int32  each example's first token (its [CLS]); 0 in an
-                                            empty slot
-    EXAMPLE_WEIGHTS  [R, max_examples] float32  1 for an example, 0 for an empty slot: weight
-                                            per-example losses and metrics by it (not to be
-                                            confused with pipeline.EXAMPLE_WEIGHT, the
-                                            eval batches' padding-row flag of unpacked rows)
-
-The algorithm is first-fit decreasing: examples sorted by length, longest first (ties in input
-order), each into the first row with room for its tokens, its items and one more example, a new
-row when none has. It is deterministic for a given input; `seed` only shuffles the order of the
-rows (FFD emits the longest examples' rows first, which a training stream should not see in
-order).
+Features named in `positions` are shifted by the example's offset, so they index the packed row
+(SQuAD's 0 for "no answer" becomes the example's own [CLS]). Added to every packed batch:
+EXAMPLE_IDS [R, max_length] int32 (slot + 1, 0 on padding: attention stays within an example),
+POSITION_IDS [R, max_length] int32 (0 at each example's [CLS]), CLS_POSITIONS [R, max_examples]
+int32 (each example's first token; 0 in an empty slot), EXAMPLE_WEIGHTS [R, max_examples]
+float32 (1 an example, 0 an empty slot: weight per-example losses and metrics by it; not
+pipeline.EXAMPLE_WEIGHT, the unpacked eval batches' padding-row flag). `Packed` maps per-row
+outputs back to the examples. docs/training.md, "Packing".
 """
 
 from __future__ import annotations
