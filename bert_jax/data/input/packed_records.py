@@ -1,29 +1,17 @@
 """Packed pre-training batches: windows of parsed (and masked) records packed into rows.
 
-Records carry padding wherever an example is shorter than max_seq_length: google-research/bert's
-generator makes 10% of its NSP pairs short on purpose (short_seq_prob), and every document's
-tail is short (docs/performance.md measures it). Packing (bert_jax.data.input.packing: first-fit
-decreasing) puts several records in one row, so a step spends its FLOPs on real tokens; the model
-keeps each record's attention, positions and [CLS] to itself (bert_jax.model.encoder, packed
-rows), so every record's logits, loss and gradient are those of the record alone.
-
-In the Grain pipeline (pipeline.train_dataset, config.data.pack), after parsing and
-dynamic masking and after the per-process slice:
+In pipeline.train_dataset (config.data.pack), after parsing, dynamic masking and the
+per-process slice:
 
     records -> batch(window) -> PackWindow (random_map: seeded by the window's index)
             -> to_iter_dataset -> flat map to rows -> batch(rows per process)
 
-so the stream of rows is a pure function of (seed, position), and a checkpointed iterator
-resumes exactly (Grain's flat map saves the window it is in and the rows it has given). The
-batch is `global_batch_size` rows, each holding one or more records: a step sees more examples
-than unpacked, and the loss stays the mean over its masked tokens and its examples.
-
-A packed row has the record's features plus bert_jax.data.input.packing's EXAMPLE_IDS, POSITION_IDS,
-CLS_POSITIONS, EXAMPLE_WEIGHTS; per-record scalars (next_sentence_labels, the NSP weight)
-become [max_examples] vectors, one per record, and the masked-LM lists hold the row's records'
-predictions one after another, their positions shifted to the row, in the records' own
-max_predictions_per_seq slots: 15% of a row's tokens fit them as they fit one record's (the
-packer never cuts a record; it opens a new row rather than overflow one).
+so the rows are a pure function of (seed, position) and a checkpointed iterator resumes exactly
+(Grain's flat map saves the window it is in and the rows it has given). A row has the records'
+features plus packing's EXAMPLE_IDS, POSITION_IDS, CLS_POSITIONS, EXAMPLE_WEIGHTS; per-record
+scalars become [max_examples] vectors, and the masked-LM lists hold the row's records'
+predictions one after another, shifted to the row, in one record's max_predictions_per_seq
+slots (never a record cut: the packer opens a new row). docs/training.md, "Packing".
 """
 
 from __future__ import annotations
