@@ -1,8 +1,7 @@
 """manifest.json: the data contract between data_prep and every stage that reads records.
 
 data_prep writes it beside the shards when a job has finished (never before: a directory without
-one is unfinished). The trainer, eval, export, embed and fine-tuning read it instead of asking the
-user to retype the data's facts into a config. Fields (version 2; every writer sets all of them):
+one is unfinished). Fields (version 2; every writer sets all of them):
 
     manifest_version   2
     mode, format       how the job ran ("scaled" | "reference"), "arrayrecord" | "tfrecord"
@@ -24,20 +23,13 @@ user to retype the data's facts into a config. Fields (version 2; every writer s
                        fingerprint (the settings a rerun must match) and inputs (per input file
                        its size, mtime_ns and a content hash, rechecked when a job is rerun)
 
-Version 1 (data_prep before the contract; no `manifest_version`) lacks `vocab` (only
-`vocab_md5`; the vocabulary file, do_lower_case and the masking flags are in `flags`),
-`whole_word_mask`, and, in reference mode, `schema` and `nsp`. `read` fills them in from `flags`
-(and leaves the vocabulary's size and special ids to the reader, bert_jax.data.contract.data_facts,
-which loads the vocabulary file the flags name).
-
-The readers' side: `load` (the one reader of manifest.json: fields as written, checked as every
-reader needs) and `read` (one manifest, any version, as version 2);
-bert_jax/data/contract/shard_files.py finds the shards a manifest lists and checks them, and
-bert_jax.data.contract.data_facts turns both into the facts a run uses. The names of data_prep's
-shards, work directory and temporary files (SHARD_NAME, WORK_DIR, TEMPORARY) are here too: the
-trainer tells an unfinished job by them.
-
-No JAX import: data_prep (the writer) imports this module too.
+Version 1 (no `manifest_version`) lacks `vocab` (only `vocab_md5`; the vocabulary file,
+do_lower_case and the masking flags are in `flags`), `whole_word_mask`, and, in reference mode,
+`schema` and `nsp`. `load` is the one reader of manifest.json (fields as written, checked as
+every reader needs); `read` returns any version as version 2, filled in from `flags` (the
+vocabulary's size and special ids are left to data_facts, which loads the file). SHARD_NAME,
+WORK_DIR and TEMPORARY name data_prep's files: the trainer tells an unfinished job by them. No
+JAX import: data_prep imports this too. docs/data_prep.md, "Manifest".
 """
 
 import json
