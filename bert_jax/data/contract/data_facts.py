@@ -1,26 +1,15 @@
 """The data contract, reading side: config + manifest.json -> the facts every stage uses.
 
-data_prep writes manifest.json beside its shards when a job has finished
-(bert_jax/data/contract/manifest.py lists its fields). Here it is read, once, by `resolve`, which
-trains, evaluates and benchmarks take their data shapes from (as flax's lm1b example takes its
-vocabulary size from the tokenizer its input pipeline returns), instead of facts a user retyped into
-a config:
-
-  * files: `config.data.train_files` / `eval_files` name a data_prep --output_dir or globs in
-    it; shard_files.find_shards says which shards that is (those its manifest lists), and with
-    `config.data.verify_md5` shard_files.verify re-checks them first (data_prep --verify's check).
-  * facts: sequence length, predictions per sequence, masked or not (unmasked -> dynamic
-    masking), NSP or not, the vocabulary (file, md5, size, lower-casing, special ids) come from
-    the manifest where the config leaves them unset (0, "" or None); a config value that
-    disagrees is an error naming both. `config.model.vocab_size` 0 takes the data's vocabulary
-    size; a larger one pads the embedding table, a smaller one is an error.
-  * records without a manifest (google-research/bert's generator, MLPerf's TFRecords) still work
-    from config values, which are then required: the error says which to set.
-
-The resolved config (every fact filled in) is what a run saves with its checkpoints, so export,
-embed and fine-tuning read the vocabulary and its special ids from there (bert_jax/hf/pretrained.py
-checks a vocabulary against it).
-No JAX import.
+`resolve` reads the manifests of config.data.train_files / eval_files once (shard_files finds
+the shards they list; with config.data.verify_md5, shard_files.verify re-checks them first) and
+fills in every data fact the config leaves unset (0, "" or None): sequence length, predictions
+per sequence, masked or not (unmasked -> dynamic masking), NSP, the vocabulary (file, md5, size,
+lower-casing, special ids). A config value that disagrees is an error naming both;
+config.model.vocab_size 0 takes the data's size, a larger one pads the table, a smaller one is
+an error. Records without a manifest need those facts in the config (the error says which). The
+resolved config is what checkpoints save: export, embed and fine-tuning read the vocabulary from
+it (bert_jax/hf/pretrained.py checks one against it). No JAX import.
+docs/training.md, "The data contract".
 """
 
 from __future__ import annotations
