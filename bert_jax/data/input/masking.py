@@ -1,20 +1,14 @@
 """Masked-LM masking, the one implementation: data_prep's static masks and the trainer's dynamic
 masking both call `mask`. numpy only (no JAX import), so data_prep imports it too.
 
-The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py keeps that
-code step for step as the specification; tests/unit/bert_jax/data/input/test_masking.py checks this
-module against it): round(masked_lm_prob x the row's real tokens) positions are predicted, at least
-1 and at most max_predictions_per_seq; [CLS] and [SEP] are never chosen; 80% of the chosen tokens
-become [MASK], 10% stay as they are and 10% become a random entry of the whole vocabulary; positions
-come out sorted. With whole-word masking a word's pieces ("un", "##able") are chosen together, words
-in random order, and a word that would overshoot the budget is skipped, not split. Where a piece
-continues a word is the vocabulary's to say (Vocab): "##" pieces, SentencePiece pieces without "▁",
-and for byte-level BPE (a tokenizer.json) pieces without a leading space whose first character is
-of the kind the piece before ended with (bert_jax/text/tokenizer_json.py: letters, digits,
-whitespace, other).
-
-The random stream differs from the reference's (one numpy pass over many rows instead of Python
-draws per token), so the same seed gives other masks with the same distribution.
+The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py is the
+specification; tests/unit/bert_jax/data/input/test_masking.py checks this module against it):
+round(masked_lm_prob x a row's real tokens) positions, at least 1 and at most
+max_predictions_per_seq, never [CLS] or [SEP]; 80% become [MASK], 10% stay, 10% a random entry
+of the vocabulary; positions come out sorted. Whole-word masking chooses a word's pieces
+together, words in random order, skipping (never splitting) a word that would overshoot the
+budget; `Vocab` says which pieces continue a word. The same seed gives other masks than the
+reference's, of the same distribution. docs/training.md, "Input pipeline".
 
     vocab = masking.Vocab.from_tokenizer(tokenizer)      # or masking.Vocab.from_file(vocab_txt)
     opts = masking.Options(max_predictions_per_seq=20, masked_lm_prob=0.15, whole_word_mask=True)
