@@ -1,25 +1,15 @@
 """Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
 
-Files are data_prep's ArrayRecord shards or TFRecord files written by google-research/bert's
-generator (the format follows each file's name, see record_io.format_of), found by
-shard_files.find_shards: beside a manifest.json, the shards it lists. `data` arguments are a
-config.data that data_facts.resolve filled in (lengths, masking, special ids). Records are
-decoded with features.decode_example, so any file in the original schema works; each is checked
-against the schema and its token ids against the vocabulary size (an error names the file and
-record: an id past the embedding table would otherwise show up as a NaN loss much later).
-
-Train order: one global permutation of all records per epoch (seeded by epoch), then process p
-of n takes positions p, p+n, p+2n, ... of the permuted stream. Together the processes read each
-record exactly once per epoch, each a different random part every epoch, and the order is a pure
-function of (seed, step): resuming from a saved iterator position replays the same batches.
-
-Dynamic masking (`data.dynamic_masking`) masks unmasked records with bert_jax/data/input/masking.py,
-the rule data_prep's static masks follow (`data.whole_word_mask` included; the rate is
-`data.masked_lm_prob` in training and `data.eval_masked_lm_prob` in eval), in two Grain steps: each
-record draws its random numbers from a generator Grain seeds by (seed, the record's place in the
-global stream), before the stream is split between processes; each batch is then masked at once
-with those numbers. So a record is masked differently in every epoch, identically when a run is
-resumed and whatever the number of processes, and the numpy work is done a batch at a time.
+`data` arguments are a config.data that data_facts.resolve filled in. The shards come from
+shard_files.find_shards (ArrayRecord or TFRecord by name: record_io.format_of); records are
+decoded by features.decode_example and checked against the schema and their token ids against
+the vocabulary size (an error names the file and record). Train order: one global permutation of
+all records per epoch (seeded by epoch), process p of n taking positions p, p+n, p+2n, ...: the
+batches are a pure function of (seed, step), so a saved iterator position replays them. Dynamic
+masking (masking.py; rate data.masked_lm_prob, in eval data.eval_masked_lm_prob) is two Grain
+steps: each record draws its numbers from a generator seeded by (seed, its place in the global
+stream), before the stream is split between processes; each batch is then masked at once.
+docs/training.md, "Input pipeline".
 """
 
 import bisect
