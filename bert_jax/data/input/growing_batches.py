@@ -1,17 +1,13 @@
 """Batch-size warmup on the input side: fixed-size micro-batches grouped into growing batches.
 
-With config.train.batch_warmup_steps (optim.BatchWarmup) the train stream is batched in
-micro-batches of global_batch_size / grad_accum_steps rows (per process: its share), and this
-last step of the stream concatenates `count(step)` of them into the batch of each step. The
-records and their order are the unwarmed stream's; only how many make a step changes. The
-trainer runs a batch of k micro-batches with grad_accum_steps=k (one compiled step per count).
-
-The step a batch is for is counted here, saved with the iterator's position (so a resumed run
-goes on with the right size) and set by the trainer once it knows the run's first step (`align`:
-a run that continues another's schedule, train.init_optimizer_state, starts its fresh data
-stream at that step, past the warmup).
-
-numpy and Grain only (no JAX): `count` is optim.BatchWarmup.count, passed in.
+With config.train.batch_warmup_steps the train stream is batched in micro-batches of
+global_batch_size / grad_accum_steps rows (per process: its share), and this last step of the
+stream concatenates `count(step)` of them into each step's batch: the records and their order are
+the unwarmed stream's. The step is counted here, saved with the iterator's position (a resumed
+run goes on at the right size) and set by the trainer with `align` (a run continuing another's
+schedule, train.init_optimizer_state, starts its fresh stream at that step, past the warmup).
+numpy and Grain only: `count` is optim.BatchWarmup.count, passed in. docs/training.md, "The
+modern recipe" (batch-size warmup).
 """
 
 from collections.abc import Callable
