@@ -1,15 +1,11 @@
 """config.data.bad_records='skip': damaged records counted, named and bounded in the train stream.
 
-Every record is checked as it is read (record_io: TFRecord's CRC-32C, ArrayRecord's chunk hashes;
-pipeline.ParseRecord: a tf.train.Example that does not parse). By default a damaged record
-ends the run with one error line naming its shard and index. With 'skip' ParseRecord puts a blank
-record in its place (it adds nothing to the losses) whose BAD_RECORD feature holds the damaged
-record's source index + 1; CountBadRecords, the last step of the train stream (in the training
-process, after any Grain worker processes), takes that feature out of each batch, warns once per
-damaged record naming it, keeps the running count (saved with the iterator's position, so it
-survives a resume) and ends the run once more than `max_bad_records` were skipped: a shard that is
-damaged throughout is not trained around in silence. The trainer reports the count as
-`bad_records` in its train metrics.
+With 'skip', pipeline.ParseRecord puts a blank record (adding nothing to the losses) in place of a
+damaged one, its BAD_RECORD feature holding the damaged record's source index + 1.
+CountBadRecords, the last step of the train stream (in the training process, after any Grain
+workers), takes that feature out of each batch, warns once per record naming it, keeps the
+running count (saved with the iterator's position, so it survives a resume) and ends the run once
+more than `max_bad_records` were skipped. docs/training.md, "The data contract".
 """
 
 from collections.abc import Callable
