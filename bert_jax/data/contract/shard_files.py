@@ -1,15 +1,13 @@
 """The shard files of a run's data: which files config.data.train_files / eval_files name, and
 whether each is the file its manifest describes.
 
-`find_shards` turns comma-separated directories or globs into files: beside a manifest.json, the
-shards it lists (the train or eval split, or the listed shards a glob matches), never a directory
-listing; a listed shard that is missing, or a directory with data_prep shards but no manifest (an
-unfinished job), is an error naming it. `shard_problem` is the one check of a finished shard
-(missing, another size, and with check_md5 another md5 or record count): data_prep's reruns and
---verify (data_prep/output.py) and the trainer's config.data.verify_md5 (`verify`) all use it.
-`check_disjoint` keeps a run's eval shards out of its training shards.
-
-No JAX import: data_prep uses this module.
+`find_shards`: comma-separated directories or globs -> the shards their manifest.json lists (a
+split, or the listed shards a glob matches; never a directory listing); a listed shard missing,
+or data_prep shards without a manifest (an unfinished job), is an error naming it.
+`shard_problem` is the one check of a finished shard (missing, another size; with check_md5
+another md5 or record count), used by data_prep's reruns and --verify (data_prep/output.py) and
+config.data.verify_md5 (`verify`). `check_disjoint` keeps eval shards out of the training ones.
+No JAX import: data_prep uses this module. docs/training.md, "The data contract".
 """
 
 import dataclasses
