@@ -59,8 +59,8 @@ class RecordWriter:
         else:
             from array_record.python import array_record_module
 
-            # group_size:1 keeps every record individually addressable for random access;
-            # snappy costs a third of the default brotli per record for ~2% larger files.
+            # group_size:1: every record addressable for random access; snappy: cheaper than
+            # brotli per record (docs/training.md, "Input pipeline").
             self._file = array_record_module.ArrayRecordWriter(self._tmp, "group_size:1,snappy")
 
     def write(self, record: bytes) -> None:
