@@ -1,25 +1,12 @@
 """GLUE-style TSV files -> text examples, and predictions back to TSV.
 
-Each GLUE task ships its train/dev/test files in its own column layout. A `Layout` names the
-columns to read; files with a header row are read by column *name* (so extra or reordered columns
-do not matter), headerless files (CoLA's train and dev) by position. A file whose header lacks the
-label column (every GLUE test file) is read without labels, for prediction.
-
-Layouts (the label lists keep the order google-research/bert's run_classifier.py uses, so label
-ids agree with its checkpoints):
-
-    sst2   sentence / label                        0, 1
-    cola   (no header) source, label, mark, text   0, 1; test: index / sentence
-    mrpc   #1 String, #2 String / Quality           0, 1
-    mnli   sentence1, sentence2 / gold_label        contradiction, entailment, neutral
-           (dev_matched.tsv and dev_mismatched.tsv are two eval files of the same layout)
-    stsb   sentence1, sentence2 / score             regression, 0-5
-    qqp    question1, question2 / is_duplicate      0, 1
-    qnli   question, sentence / label               entailment, not_entailment
-    rte    sentence1, sentence2 / label             entailment, not_entailment
-    wnli   sentence1, sentence2 / label             0, 1
-
-Quotes are literal text in GLUE files (MNLI has unbalanced ones), so fields split on tabs only.
+A `Layout` (LAYOUTS, one per GLUE task) names the columns to read: files with a header row are
+read by column *name* (so extra or reordered columns do not matter), headerless files (CoLA's
+train and dev) by position. A file whose header lacks the label column (every GLUE test file) is
+read without labels, for prediction. Label lists keep the order google-research/bert's
+run_classifier.py uses, so label ids agree with its checkpoints. Quotes are literal text in GLUE
+files (MNLI has unbalanced ones), so fields split on tabs only. docs/finetuning.md, "Sentence
+pairs: MNLI (and MRPC, QQP, QNLI, RTE, WNLI)".
 """
 
 from __future__ import annotations
