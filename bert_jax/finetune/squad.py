@@ -1,20 +1,14 @@
 """SQuAD v1.1/v2.0 JSON -> windowed model inputs, and span logits -> answer texts.
 
-Encoding follows google-research/bert's run_squad.py: the context is tokenized word by word,
-contexts longer than fit are cut into overlapping windows `doc_stride` pieces apart, and a
-window's input is `[CLS] question [SEP] context window [SEP]`. A window that does not hold the
-whole answer (and every impossible question in v2.0) is labelled start = end = 0, the [CLS]
-position.
-
-Unlike run_squad.py, answers are located by character offsets: every word piece keeps the span of
-context characters it came from, so the answer's character span maps to pieces exactly and a
-predicted piece span maps back to the original context text (case, accents and punctuation as
-written), with no need to re-align a normalized answer.
-
-At inference the best span over all windows of a question is the highest start + end logit among
-pairs inside the context, start <= end, at most `max_answer_length` pieces long, whose start piece
-has its most context in that window. For v2.0 the question gets "" when the best [CLS] score
-(no answer) beats that span by more than `null_score_diff_threshold`.
+Encoding follows google-research/bert's run_squad.py: windows `doc_stride` pieces apart over the
+context, each `[CLS] question [SEP] context window [SEP]`; a window without the whole answer (and
+every v2.0 impossible question) is labelled start = end = 0, the [CLS] position. Unlike
+run_squad.py, every word piece keeps the span of context characters it came from, so answers map
+to pieces and back to the context as written, with no re-alignment of a normalized answer. The
+answer is the best start + end logit over all windows (start <= end, at most `max_answer_length`
+pieces, the start in its window of most context); in v2.0 "" when the [CLS] score beats it by
+more than `null_score_diff_threshold`. docs/finetuning.md, "Extractive question answering:
+SQuAD v1.1 and v2.0".
 """
 
 from __future__ import annotations
