@@ -3,12 +3,12 @@
 Encoding follows google-research/bert's run_squad.py: windows `doc_stride` pieces apart over the
 context, each `[CLS] question [SEP] context window [SEP]`; a window without the whole answer (and
 every v2.0 impossible question) is labelled start = end = 0, the [CLS] position. Unlike
-run_squad.py, every word piece keeps the span of context characters it came from, so answers map
-to pieces and back to the context as written, with no re-alignment of a normalized answer. The
-answer is the best start + end logit over all windows (start <= end, at most `max_answer_length`
-pieces, the start in its window of most context); in v2.0 "" when the [CLS] score beats it by
-more than `null_score_diff_threshold`. docs/finetuning.md, "Extractive question answering:
-SQuAD v1.1 and v2.0".
+run_squad.py, every word piece keeps the span of context characters it came from, so answers map to
+pieces and back to the context as written, with no re-alignment of a normalized answer. The answer
+is the best start + end logit over all windows (inside the context, start <= end, at most
+`max_answer_length` pieces, the start in its window of most context); in v2.0 "" when the [CLS]
+score beats it by more than `null_score_diff_threshold`. docs/finetuning.md, "Extractive question
+answering: SQuAD v1.1 and v2.0".
 """
 
 from __future__ import annotations
