@@ -1,20 +1,14 @@
-"""Metrics as the benchmarks define them.
+"""Metrics as the benchmarks define them; plain Python/numpy values in, floats out.
 
-GLUE: accuracy; F1 of the positive class (label id 1; MRPC, QQP); Matthews correlation (CoLA);
-Pearson and Spearman correlation (STS-B). More than two classes (MNLI, any multi-class task): also
-per-class precision, recall and F1 and their macro average, as scikit-learn's
-precision_recall_fscore_support(average=None / "macro") defines them (a class never gold nor
-predicted is left out of the average; 0 where a ratio has nothing to divide by).
-
-CoNLL-2003: entity-level precision/recall/F1 as the conlleval script counts them (a predicted
-entity counts only with the gold boundaries and type; IOB1, IOB2 and IOBES tags). SQuAD: exact
-match and F1 after the official scripts' normalization (lower case, strip punctuation, drop the
-articles a/an/the, collapse whitespace), the maximum over a question's gold answers; v2.0 also
-splits them over questions with and without an answer, and an unanswerable question is right only
-when the prediction is empty.
-
-All functions take plain Python/numpy values and return floats (SQuAD figures in percent, as the
-official scripts print them).
+GLUE: accuracy, F1 of label id 1 (MRPC, QQP), Matthews correlation (CoLA), Pearson and Spearman
+(STS-B); with more than two classes also per-class and macro precision, recall and F1 as
+scikit-learn's precision_recall_fscore_support defines them (a class never gold nor predicted is
+left out of the average; 0 where a ratio has nothing to divide by). CoNLL-2003: entity-level
+precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES). SQuAD: exact match and F1 in
+percent after the official scripts' normalization (lower case, no punctuation, no a/an/the,
+whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by has/no
+answer, and an unanswerable question is right only when the prediction is empty.
+docs/finetuning.md has each task's figures.
 """
 
 from __future__ import annotations
