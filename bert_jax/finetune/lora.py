@@ -1,19 +1,12 @@
 """LoRA (Hu et al. 2021): rank-r adapters on a BertModel's dense layers, and merging them back.
 
-`add_adapters` replaces each targeted nnx.Linear of every encoder layer by an `Adapted` module that
-keeps the original layer (frozen) and adds flax's `nnx.LoRA` beside it:
-
-    y = x @ W + b + (x @ A @ B) * alpha / rank        A [in, rank], B [rank, out]
-
-A starts He-uniform and B at zero, so an adapted model starts out computing exactly what the
-pre-trained one did. The adapters are `nnx.LoRAParam`s; `TRAINABLE` selects them and the task head,
-which is all a LoRA run trains, optimizes and checkpoints. `merge_adapters` folds A @ B * scale
-into W and puts the plain nnx.Linear back, so the merged model has the pre-trained model's
-structure (and exports with bert_jax.hf.bert's names) and computes what the adapted one did.
-
-Targets (names of the layers in bert_jax.model.encoder.EncoderLayer):
-    query, key, value      attention projections        attention_output  attention's output dense
-    intermediate, output   the feed-forward layer's two denses
+`add_adapters` replaces each targeted nnx.Linear of every encoder layer (EncoderLayer's query,
+key, value, attention_output, intermediate, output) by an `Adapted` module that keeps the layer
+(frozen) and adds flax's `nnx.LoRA`: y = x @ W + b + (x @ A @ B) * alpha / rank, A [in, rank]
+He-uniform, B [rank, out] zero, so it starts out computing what the pre-trained model did.
+`TRAINABLE` selects the `nnx.LoRAParam`s and the task head: all a LoRA run trains, optimizes and
+checkpoints. `merge_adapters` folds A @ B * scale into W and puts the plain nnx.Linear back (the
+pre-trained structure, exported with bert_jax.hf.bert's names). docs/finetuning.md, "LoRA".
 """
 
 from __future__ import annotations
