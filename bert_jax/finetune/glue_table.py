@@ -1,19 +1,15 @@
-r"""One command, one GLUE score table: fine-tunes a pre-trained model on each task of a directory in
+"""One command, one GLUE score table: fine-tunes a pre-trained model on each task of a directory in
 GLUE's layout and prints the dev-set figures side by side.
 
     python -m bert_jax.finetune.glue_table --init=DIR --glue_dir=glue --workdir=runs/glue \
         [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli] \
         [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
 
---init is what `python -m bert_jax.finetune` takes: a Hugging Face BERT directory or a pre-training
-workdir of ours. --glue_dir holds the tasks as GLUE's download script lays them out (CoLA/,
-SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/, RTE/, WNLI/, each with train.tsv and dev.tsv; MNLI with
-dev_matched.tsv and dev_mismatched.tsv); without --tasks every task found there runs, each with
-its configs/finetune/<task>.py and --overrides, in <workdir>/<task>. The table (GLUE's figures per
-task, `average` the mean of the tasks' means) is also written to <workdir>/glue_table.md and the
-figures to <workdir>/glue_results.json. The same command again resumes; other --init or
---overrides in that workdir are an error. Export is off (--overrides=export=True writes each
-task's model). docs/finetuning.md ("All of GLUE in one command") says the rest.
+--init as `python -m bert_jax.finetune` takes it; --glue_dir as GLUE's download script lays it
+out (CoLA/, SST-2/, ..., each with train.tsv and dev.tsv). Each task runs in <workdir>/<task> with
+its configs/finetune/<task>.py and --overrides; the table also goes to <workdir>/glue_table.md,
+the figures to glue_results.json. The same command again resumes. Export is off
+(--overrides=export=True). docs/finetuning.md, "All of GLUE in one command: the score table".
 """
 
 from __future__ import annotations
