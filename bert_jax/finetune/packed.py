@@ -1,18 +1,12 @@
 """Packed fine-tuning: several short examples per row, so no step multiplies padding.
 
-GLUE-style sentences are mostly 10-30 word pieces, padded to max_seq_length=128: unpacked, most
-of a step's FLOPs are spent on padding. With config.train.packing (the default), each step's
-examples (the same ones, in the same order, as an unpacked step's: `index_batches`) are packed
-by bert_jax.data.input.packing into a fixed number of rows, fixed for the whole run by `plan`. The
-model keeps attention within each example and restarts position ids per example; the classifier
-reads each example's own [CLS] (bert_jax.model.encoder's cls_positions) and the losses weigh each
-example as unpacked (finetune.heads.loss), so a packed run trains on the same per-example loss as an
-unpacked one (tests/unit/bert_jax/finetune/test_packed.py).
-
-Span tasks (SQuAD) are not packed in training: their windows fill max_seq_length (doc_stride
-windows over long contexts), so packing saves little, and transformers' span loss takes its
-softmax over the padding too, which a packed row has none of. The model and loss support packed
-span rows all the same (the per-example softmax runs over the example's own tokens).
+With config.train.packing (the default) each step's examples (the same ones, in the same order,
+as an unpacked step's: `index_batches`) are packed by bert_jax.data.input.packing into a number
+of rows that `plan` fixes for the whole run (the step compiles once). Each example keeps its own
+attention, positions and [CLS], and the losses weigh examples as unpacked (finetune.heads.loss),
+so a packed run trains on the same per-example loss (tests/unit/bert_jax/finetune/test_packed.py).
+Span tasks (SQuAD) are not packed in training, though the model and loss support packed span
+rows. docs/finetuning.md, "Packing: no FLOPs on padding".
 """
 
 from __future__ import annotations
