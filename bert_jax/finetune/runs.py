@@ -1,16 +1,13 @@
 """A fine-tuning run resolved: config + --init -> task, tokenizer, labels, model, mesh, optimizer.
 
-The model's parameters are split in two pytrees (pure dicts, as the pre-training trainer keeps
-them): `trainable` (everything in full fine-tuning; the LoRA adapters and the head with LoRA) and
-`frozen` (the rest). The train state is the trainer's layout,
-    {'params': trainable, 'opt_state', 'step', 'rng', 'nonfinite_steps'},
-so bert_jax.training.checkpoints saves and restores it as it is: a LoRA checkpoint holds only the
-adapters, the head and their optimizer moments. Frozen weights come from `--init` every time a
-run starts (training, resuming or predicting), which is why the init directory is saved in the
-run's config together with the vocabulary and the label names.
-
-The Setup (mesh, shardings, optimizer, the state's layout) is pre-training's, from the same
-builder (train_state.build_setup).
+Parameters are two pytrees (pure dicts, as pre-training keeps them): `trainable` (everything in
+full fine-tuning; with LoRA the adapters and the head) and `frozen` (the rest). The train state
+is the trainer's layout, {'params': trainable, 'opt_state', 'step', 'rng', 'nonfinite_steps'},
+which bert_jax.training.checkpoints saves as it is (a LoRA checkpoint: adapters, head and their
+moments). Frozen weights come from --init whenever a run starts (training, resuming or
+predicting), so the run's config saves the init directory with the vocabulary and label names.
+The Setup (mesh, shardings, optimizer, the state's layout) is pre-training's
+train_state.build_setup.
 """
 
 from __future__ import annotations
