@@ -2,11 +2,8 @@
 
 `predict_from_workdir` is the prediction command's work: it rebuilds the model a fine-tuning run
 trained (its config is saved with its checkpoints; frozen weights come from the saved --init),
-restores the trained parameters and writes predictions for a file:
-
-    GLUE    <name>.tsv     `index<TAB>prediction` (label names; scores for regression)
-    CoNLL   <name>.txt     `word [gold] predicted` per line, conlleval's input
-    SQuAD   <name>.json    {id: answer}, the official scripts' input (+ _null_odds.json for v2.0)
+restores the trained parameters and writes the format's prediction file (GLUE .tsv, CoNLL .txt,
+SQuAD .json; docs/finetuning.md, "Prediction", shows each).
 """
 
 from __future__ import annotations
