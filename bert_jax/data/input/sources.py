@@ -21,12 +21,10 @@ from bert_jax.data.contract import record_io
 class TFRecordSource:
     """Random access to the records of TFRecord files, for Grain.
 
-    TFRecord has no index, so the constructor scans each file's 12-byte length headers once
-    (record_io.tfrecord_index: each length checked against its CRC, the data never read) and
-    keeps one offset per record: 8 bytes per record in memory, the data stays on disk. Loading
-    whole files instead would cost the dataset's size in RAM on every host. Each read checks the
-    record's data CRC (record_io.read_tfrecord_at), so the cost is paid per record read; reads
-    use os.pread, safe from Grain's reader threads.
+    The constructor scans each file's length headers once (record_io.tfrecord_index: each length
+    checked against its CRC) and keeps one 8-byte offset per record, the data on disk; each read
+    (os.pread, safe from Grain's reader threads) checks the record's data CRC
+    (record_io.read_tfrecord_at). docs/training.md, "Input pipeline".
     """
 
     def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
