@@ -284,13 +284,11 @@ def train_dataset(
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
-    `data` is a resolved config.data (see the module docstring); `vocab_size` the model's. Iterate
-    with `iter(...)`; the iterator's get_state()/set_state() give the exact position (Orbax saves
-    it through grain.checkpoint). With data.pack a row holds one or more records
-    (bert_jax/data/input/packed_records.py); each process packs its own part, so the global batches
-    depend on the number of processes. `batch_warmup` (an optim.BatchWarmup): batches of
-    count(step) / final of that many rows, grown from micro-batches
-    (bert_jax/data/input/growing_batches.py).
+    `data` is a resolved config.data; `vocab_size` the model's. Iterate with `iter(...)`; the
+    iterator's get_state()/set_state() give the exact position (Orbax saves it through
+    grain.checkpoint). data.pack: rows of one or more records (packed_records.py). `batch_warmup`
+    (an optim.BatchWarmup): batches of count(step) / final of that many rows, grown from
+    micro-batches (growing_batches.py).
     """
     _check_split("global batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
