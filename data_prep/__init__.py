@@ -1,6 +1,7 @@
 """data_prep: raw text -> masked MLM/NSP training records (TFRecord or ArrayRecord) + manifest.
 
-Data flows one way, text -> units -> instances -> records -> shards + manifest.json:
+Data flows one way, text -> units -> instances -> records -> shards + manifest.json
+(docs/data_prep.md says how each step works):
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
     readers.py         --input -> sources (what each file is: sniff.py, by its first bytes), and a
@@ -19,24 +20,22 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
                        by bert_jax/data/input/masking.py (the one masking rule, shared with the
                        trainer)
     example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
-    job.py             the scaled job's spec, plan, settings' fingerprint and manifest; its pure
-                       parts, shared by the local and the Beam runner, are also job_units.py (a
-                       unit's records) and job_shards.py (the shard plan and shuffle)
+    job.py             the scaled job's spec, plan, settings' fingerprint and manifest; with
+                       job_units.py (a unit's records) and job_shards.py (the shard plan and
+                       shuffle), the pure parts shared by the local and the Beam runner
     content.py         input content hashes: how a rerun knows the input is what it was
     scaled.py          the local runner: worker processes, progress
-    resume.py          its work directory (_work): what makes it resumable, what a rerun checks,
-                       on a local disk or in a bucket (its lock there too)
+    resume.py          its work directory (_work) and lock: what a rerun checks, locally or in a
+                       bucket
     beam_pipeline.py   the same job on Apache Beam (Dataflow, Flink, Spark)
     reference.py       google-research/bert's create_pretraining_data.py step for step: the
                        specification the default path is tested against, and --mode=reference
     output.py          the output directory: shard names, atomic writes, statistics, --verify
-                       (bert_jax/data/contract/manifest.py's reader,
-                       bert_jax/data/contract/shard_files.py's shard check)
     decode.py          python -m data_prep.decode: records as readable text
-    vocab.py           python -m data_prep.vocab: trains a WordPiece or SentencePiece vocabulary
+    vocab.py           python -m data_prep.vocab: trains a WordPiece, SentencePiece or BPE
+                       vocabulary
 
-Record files themselves are read and written by bert_jax/data/contract/record_io.py, their schema is
-bert_jax/data/contract/features.py, the manifest's fields, its reader and the output's file names
-are bert_jax/data/contract/manifest.py, and the shard check is
-bert_jax/data/contract/shard_files.py: the contract the trainer reads.
+The contract the trainer reads lives in bert_jax/data/contract/: record_io.py (record files),
+features.py (their schema), manifest.py (the manifest's fields and reader, the output's file
+names) and shard_files.py (the shard check that --verify runs).
 """

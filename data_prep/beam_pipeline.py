@@ -1,20 +1,13 @@
-r"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
-'bert-jax[beam]').
-
-  python -m data_prep.main --mode=beam --input=gs://b/wiki/*.txt --vocab_file=gs://b/vocab.txt \
-      --output_dir=gs://b/records -- --runner=DataflowRunner --project=P --region=R \
-      --temp_location=gs://b/tmp --setup_file=./setup.py
+"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
+'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`: the
+runners' command lines are in docs/data_prep.md, "Beam mode".
 
 The same units, the same UnitProcessor per unit, the same shard plan and shuffles as the local
-runner (job.py), so for the same settings the shards are byte-identical to --mode=scaled. Everything
-after `--` is a Beam pipeline option: DirectRunner by default; DataflowRunner, FlinkRunner or
-SparkRunner for clusters (docs/data_prep.md). All files go through bert_jax.storage, as in the
-scaled job (not Beam's FileSystems, whose gs:// needs apache-beam[gcp]), so inputs, vocabulary and
-output may be local or in a bucket (gs://, s3://); each shard is written to a local temporary file
-and published whole, the manifest last. There is no work directory: a failed pipeline is rerun
-whole (runners retry failed work items themselves). A finished one is recognised from its
-manifest and checked as the local job checks it (job.check_finished): an input changed since is
-an error, a shard that is missing or of another size makes the whole pipeline run again.
+runner (job.py), so for the same settings the shards are byte-identical to --mode=scaled. All
+files go through bert_jax.storage, as in the scaled job (not Beam's FileSystems); each shard is
+written to a local temporary file and published whole, the manifest last. There is no work
+directory: a failed pipeline is rerun whole. A finished one is checked as the local job checks
+it (job.check_finished).
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest

@@ -1,20 +1,14 @@
-"""Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was.
+"""Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was
+(docs/data_prep.md, "Resume": why a file's size and version stand in for rehashing it).
 
 A unit's content hash is the blake2b of every byte its reader reads, in order: `read_documents`
 hands the unit reader (units.read_unit) an `open_binary` whose files hash what they return (the
-lines of an iteration when the file is closed, from the page cache). So any unit kind whose reader
-opens files through `open_binary` gets a hash for free; a kind that reads otherwise returns None
-and is trusted by its name and extent in the job's fingerprint (TFDS units: a dataset's version
-fixes its content).
-
-Hashing every input on every rerun would cost as much as reading a corpus of hundreds of GB again,
-so each hash is kept beside the size and version its file showed *before* the unit was read: a
-local file's mtime, a bucket object's generation (GCS: a number the server gives every write of
-the name, never reused) or ETag (S3). A rerun stats each file (cheap: one request per object) and
-trusts a unit whose file shows the same size and version; only a unit whose file shows another
-version (or a local mtime too recent to trust a coarse clock) is read again, without tokenizing,
-and rehashed. The same hash therefore means the same bytes were read, so the same documents: a
-unit is never reused after its input changed.
+lines of an iteration when the file is closed). Any unit kind whose reader opens files through
+`open_binary` gets a hash for free; one that reads otherwise returns None and is trusted by its
+name and extent in the job's fingerprint (TFDS units: a dataset's version fixes its content).
+Each hash is kept beside the size and version (a local mtime, a GCS generation, an S3 ETag) its
+file showed *before* the unit was read, so the same hash means the same bytes were read: a unit
+is never reused after its input changed.
 """
 
 import hashlib

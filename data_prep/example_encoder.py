@@ -1,7 +1,6 @@
 """The default path's record encoder: instances.Batch ([N, L] arrays) -> serialized
-tf.train.Example bytes, written directly: ~10x faster than building protobuf messages. (Files of
-such bytes are bert_jax/data/contract/record_io.py's; reference mode encodes one Instance at a time
-with protobuf, reference.instance_to_features.)
+tf.train.Example bytes, written directly rather than through protobuf messages
+(docs/data_prep.md, "Performance"). Files of such bytes are bert_jax/data/contract/record_io.py's.
 
 The bytes are what protobuf's SerializeToString(deterministic=True) gives for the same features
 (tests check byte equality): map entries sorted by key, each value list packed. Every record has the

@@ -1,18 +1,13 @@
 """Training instances, the default path (scaled and Beam jobs): NSP pairs or MLM-only segments
-from tokenized documents, assembled as fixed-size arrays and masked by bert_jax.data.input.masking.
+from tokenized documents, assembled as fixed-size arrays and masked by
+bert_jax.data.input.masking. Shapes: N instances, L = max_seq_length, P = max_predictions_per_seq.
 
-The semantics are google-research/bert's (data_prep/reference.py holds its algorithm step for step,
-the specification these functions are tested against): NSP pairs with a random next segment half
-the time (ten tries for another document, unused sentences put back), short sequences with
-probability short_seq_prob, the longer segment trimmed from a random end, and MLM-only packing.
-The random streams differ: instance structure draws from a random.Random (cheap scalar draws) and
-masking is one numpy pass over all instances of a unit, which is what makes it ~50x faster than
-per-token Python.
-
-Truncation draws how many tokens leave the front of a segment as one Binomial(removed, 1/2), the
-same distribution as the original's one coin per removed token.
-
-Shapes: N instances, L = max_seq_length, P = max_predictions_per_seq.
+The semantics are google-research/bert's (data_prep/reference.py holds its algorithm step for
+step, the specification these functions are tested against), the random streams not
+(docs/data_prep.md, "Differences from the original generator"): instance structure draws from a
+random.Random, masking is one numpy pass over all instances of a unit. Truncation draws how many
+tokens leave the front of a segment as one Binomial(removed, 1/2), the same distribution as the
+original's one coin per removed token.
 """
 
 import dataclasses

@@ -3,19 +3,13 @@
   inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
          --job_shards.plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
 
-job_units.py holds the per-unit work, job_shards.py how records are cut into shards; both take
-the JobSpec from here.
-
-Everything here is a function of the job's settings and the input, never of the worker count or the
-runner: the local runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so
-their outputs are identical.
-
-Randomness: a unit's instance structure draws from random.Random and its masking from a numpy
-Generator, both seeded by (seed, unit, split); the order of units over shards and the shuffle inside
-a shard are seeded by (seed, split[, shard]). Documents go to the eval split by a hash of their
-text, so duplicates of a document cannot straddle train and eval.
-
-Every unit's content hash is taken as it is read (content.py): what a rerun rechecks.
+Everything here and in job_units.py / job_shards.py (which take the JobSpec from here) is a
+function of the job's settings and the input, never of the worker count or the runner: the local
+runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so their outputs
+are identical. A unit's instances draw from random.Random and its masks from a numpy Generator,
+both seeded by (seed, unit, split); the units' order over shards and each shard's shuffle by
+(seed, split[, shard]). Documents go to the eval split by a hash of their text. Each unit's
+content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses

@@ -1,22 +1,16 @@
-r"""Raw text -> masked MLM/NSP training records.
+"""Raw text -> masked MLM/NSP training records.
 
   python -m data_prep.main --input='corpus/*.txt' \
       --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --output_dir=/tmp/records
 
 --mode=scaled (the default) streams the input in work units across --num_workers processes, writes
 balanced shards plus a held-out eval split and a manifest, and resumes after a kill (rerun the same
-command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline options follow `--`:
-
-  python -m data_prep.main --mode=beam --input=gs://b/wiki/*.txt --vocab_file=gs://b/vocab.txt \
-      --output_dir=gs://b/records -- --runner=DataflowRunner --project=P --region=R \
-      --temp_location=gs://b/tmp --setup_file=./setup.py
-
---mode=reference reproduces google-research/bert's create_pretraining_data.py record for record
-(same input, vocabulary, seed and flags; flag names follow it). --verify re-checks the shards of a
-finished output directory against the md5 checksums in its manifest.
-
-Every path may be a bucket URL (gs://, s3://): inputs, vocabulary, output directory
-(docs/data_prep.md, "Buckets"); all go through bert_jax/storage/.
+command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline options follow `--`
+(`... -- --runner=DataflowRunner --project=P --region=R`). --mode=reference reproduces
+google-research/bert's create_pretraining_data.py record for record (same input, vocabulary, seed
+and flags; flag names follow it). --verify re-checks the shards of a finished output directory
+against the md5 checksums in its manifest. Every path may be a bucket URL (gs://, s3://).
+docs/data_prep.md says the rest.
 """
 
 import dataclasses

@@ -1,9 +1,6 @@
 """The output directory every data_prep mode writes: shard names, atomic writes, statistics, and
-the checks of a finished output (shard sizes on a rerun, md5s with --verify).
-
-The directory may be a bucket prefix (gs://, s3://): every file goes through bert_jax.storage,
-which publishes a file whole or not at all (a local file under a temporary name, renamed; an
-object when its upload is finalized), so no name ever holds half a file, here or there.
+the checks of a finished output (shard sizes on a rerun, md5s with --verify). Every file goes
+through bert_jax.storage, published whole or not at all, locally or in a bucket.
 
 The manifest's file name, its fields and file_md5 live in bert_jax/data/contract/manifest.py (the
 contract the trainer reads); this module is data_prep's side of writing and checking it.

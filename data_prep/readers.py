@@ -1,28 +1,14 @@
-"""Corpora -> documents (lists of sentence strings): which inputs there are, and their documents.
+"""Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
+`source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
+documents (`documents`, through its kind's entry in data_prep/kinds.py). The kinds, and which
+bad input is an error and which is counted and skipped: docs/data_prep.md, "Input".
 
-Sources, chosen per input by `parse_input` from the file's content (data_prep/sniff.py) and name:
-  * BERT-format text: one sentence per line, a blank line between documents; plain or gzip; files
-    and globs. With document_per_file (BookCorpus-style books: one paragraph or sentence per line,
-    no blank-line breaks), each file is one document and its lines are split into sentences.
-  * JSONL (.jsonl/.json, plain or gzip): one JSON object per line with a text field; its text is
-    split into paragraphs at newlines and into sentences by `sentences.split_sentences`.
-  * MediaWiki XML dumps (.xml, .xml.bz2, multistream or not): one article per document
-    (data_prep/wiki.py).
-  * Parquet files (the Hugging Face hub's format): one row per document, the text field's column
-    (data_prep/parquet.py).
-  * TFDS datasets, written `tfds:NAME[:SPLIT]` (e.g. `tfds:wikipedia/20230601.en:train`), read with
-    `tfds.data_source` (no TensorFlow needed; the dataset must be prepared in ArrayRecord format).
-
-An input that is not UTF-8 text or one of those formats (UTF-16, binary, a bz2 file that is not a
-dump) is an InputError naming it, and so is a truncated compressed file. Within text, readers never
-raise: undecodable bytes are replaced (and the tokenizer drops them), lines over MAX_LINE_BYTES are
-skipped, and every such line, empty document and unreadable JSON line is counted in `ReadStats`.
-
-Here: what each --input is (`parse_input`, `source_of`: the file's content, data_prep/sniff.py,
-and its name) and a whole source's documents (`documents`, through its kind's entry in
-data_prep/kinds.py). The readers themselves are data_prep/lines.py, tfds_input.py, wiki.py and
-parquet.py, on the shared pieces in data_prep/inputs.py (ReadStats, Source, InputError and
-open_input are re-exported here: the names callers use).
+An input that is not UTF-8 text or one of those kinds, and a truncated compressed file, is an
+InputError naming it. Within text, readers never raise: undecodable bytes are replaced, lines
+over MAX_LINE_BYTES skipped, and every such line, empty document and unreadable JSON line is
+counted in `ReadStats`. The readers themselves are lines.py, tfds_input.py, wiki.py and
+parquet.py, on the shared pieces in inputs.py (ReadStats, Source, InputError and open_input are
+re-exported here: the names callers use).
 """
 
 import glob

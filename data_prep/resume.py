@@ -2,38 +2,17 @@
 
 Its names (_work, the shards', the writers' temporary files) are the data contract's
 (bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME, TEMPORARY): the trainer tells an
-unfinished job by them.
-
-<output_dir>/.lock while a job runs (bert_jax.training.workdir_lock: a second job is refused, naming
-the first; a lock left by a killed job is taken over), and <output_dir>/_work, removed when the job
-has finished:
+unfinished job by them. <output_dir>/_work, removed when the job has finished, holds, each file
+published whole and each marker written after what it describes (locally or in a bucket alike):
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, published whole,
-  units/NNNNN.json  then this marker: a unit is finished if and only if its marker exists; it holds
-                    the unit's content hash and its file's size and version before reading
-                    (content.py), and the .bin file's size
+  units/NNNNN.bin   a unit's records (train, eval) and their offsets,
+  units/NNNNN.json  then its marker: the unit is finished iff it exists; it holds the unit's
+                    content hash, its file's size and version before reading (content.py) and
+                    the .bin file's size
   shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
-
-The output directory, and so _work, may be a bucket prefix (gs://, s3://): an object store has no
-rename, but every file here is published whole or not at all all the same (bert_jax.storage: a
-local file under a temporary name and renamed, an object when its upload is finalized; a killed
-writer's upload never is), and each commit is a small file written after what it describes: a
-unit's marker after its records, a shard's marker after the shard, manifest.json after every
-shard. So the same rules hold on a local disk and in a bucket, and a rerun from another machine
-resumes a bucket's job. The lock is created only if absent, locally and in a bucket alike.
-
-A rerun trusts nothing it can check cheaply, and checks the rest only when something changed:
-  * unfinished job: a unit is redone when its records file is missing or of another size, or when
-    its input's content changed (a stat per file; a rehash only of units whose file shows another
-    size or version, content.py). If any input changed, every shard written so far is dropped and
-    written again: the output is then that of a fresh run on the input as it is now. A shard whose
-    file is missing or of another size than recorded is written again.
-  * finished job (a manifest with the same settings): an input whose content changed since is an
-    error naming it (the records describe the old input); a shard that is missing or of another
-    size than the manifest says is rebuilt (the units are computed again, intact shards are kept).
-    Otherwise there is nothing to do. `--verify` also recomputes every shard's md5.
-Input files whose size changed give another plan of units: that is a settings mismatch (an error
-naming the change) for an unfinished job, and a changed input for a finished one.
+One job per directory: <output_dir>/.lock (bert_jax.training.workdir_lock). What a rerun redoes,
+and why a bucket needs no rename for any of it: docs/data_prep.md, "Resume" and "Buckets: gs://
+and s3://".
 """
 
 import contextlib
@@ -134,7 +113,7 @@ class WorkDir:
                 storage.remove(storage.join(self.output_dir, name))
 
     def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
-        """Forgets finished work that a rerun cannot trust (the module docstring's list); returns
+        """Forgets finished work that a rerun cannot trust (docs/data_prep.md, "Resume"); returns
         the markers of the units kept, by unit index."""
         listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
         stats, changed, kept = {}, [], {}

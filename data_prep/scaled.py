@@ -1,20 +1,12 @@
-r"""The scaled data_prep job on one machine: parallel across processes, resumable, with progress.
+"""The scaled data_prep job on one machine: worker processes, progress, and a work directory
+(resume.py) that makes it resumable; the work itself (job.py) is the Beam job's.
 
-  python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=out \
-      --num_workers=8
-
-The work (job.py) is the same as the Beam job's; this module adds worker processes, progress and
-a work directory (resume.py) that makes the job resumable: a kill at any point loses only the units
-and shards in flight; a rerun of the same command does the rest, and the output is identical to an
-uninterrupted run. Every file is published whole (bert_jax.storage: a local file under a temporary
-name and renamed, a bucket object when its upload is finalized), so no file under a final name is
-ever partial; a write that fails (a full disk, a bucket that stays unreachable) leaves every
-finished unit and shard in place. A rerun trusts nothing it can check cheaply: resume.py lists
-what it checks (input content, unit and shard files) and what it does about each.
-
---output_dir may be a bucket (gs://, s3://): the work directory is then there too, so a rerun on
-another machine resumes. A shard is written to a local temporary file (record writers write local
-files) from its units' record ranges, fetched with one ranged read per unit, and uploaded whole.
+A kill at any point loses only the units and shards in flight. Every file is published whole
+(bert_jax.storage), so a write that fails (a full disk, a bucket that stays unreachable) leaves
+every finished unit and shard in place. With --output_dir in a bucket the work directory is there
+too; a shard is written to a local temporary file (record writers write local files) from its
+units' record ranges, fetched with one ranged read per unit, and uploaded whole.
+docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
 """
 
 import contextlib

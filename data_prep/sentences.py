@@ -1,17 +1,12 @@
-"""Running text -> sentences, for every input that is not already one sentence per line.
+"""Running text -> sentences, for every input that is not already one sentence per line: Wikimedia's
+sentencex, with the rules of the text's language (--language; a dump's own <siteinfo> overrides
+it; sentencex falls back along MediaWiki's language chain).
 
-The segmenter is Wikimedia's sentencex (Rust, maintained, rule-based, no model to download): the
-best boundary F1 on the labelled set in data_prep/testdata/sentences_labelled.txt and the fastest
-of the segmenters tried (docs/data_prep.md; bench/sentence_bench.py). It splits after an
-abbreviation followed by a lower-case word ("approx. 20 ml", "pop. of 4,000"); no English
-sentence starts in lower case except brand names (iPhone, eBay), so such a piece is merged back
-(a better F1 on the same set). Not in lower-cased text (BookCorpus as distributed), where every
-sentence starts in lower case. BERT needs boundaries for its next-sentence pairs, not perfect
-ones.
-
-The rules are the language's: sentencex knows the abbreviations of each language (German "Am 3.
-Mai" is one sentence, English splits it) and falls back along MediaWiki's language chain for a
-code it has no rules for. The language is --language (a dump's own <siteinfo> overrides it).
+sentencex splits after an abbreviation followed by a lower-case word ("approx. 20 ml"); no
+English sentence starts in lower case except brand names (iPhone, eBay), so such a piece is
+merged back, except in lower-cased text (BookCorpus as distributed), where every sentence starts
+so. Why sentencex, and the scores on data_prep/testdata/sentences_labelled.txt:
+docs/data_prep.md, "Sentence segmentation".
 """
 
 import re

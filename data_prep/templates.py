@@ -1,19 +1,15 @@
 """Inline templates that carry words, rendered as the text MediaWiki shows; every other template
 is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}} of a page.
+Which templates the table (`_RENDER`: name -> how to render) holds, and why: docs/data_prep.md,
+"Wikipedia dumps" ("Templates that carry words").
 
-The table (`_RENDER`: template name -> how to render) holds the templates that occur inside prose
-lines of real enwiki pages (counted by bench/wikitext_bench.py --templates; the counts are in
-docs/data_prep.md). The other frequent ones are notes that render a superscript, not words
-({{citation needed}}, {{rp}}, {{sfn}}, ...): dropping them is what MediaWiki's text shows.
-Templates whose output depends on the day they are rendered ({{birth date and age}}'s age,
-{{CURRENTYEAR}}, {{inflation}}) render only their fixed part or nothing: the records must not
-change with the date they are made.
-
-Parameters are split as MediaWiki splits them, at the "|"s outside nested templates and links,
-before the nested templates are expanded ({{nowrap|x {{=}} 1}} has one parameter, "x = 1"); a
-parameter with an "=" outside them is named. Nested templates in a rendered parameter are rendered
-in turn, down to _MAX_DEPTH levels: each character is scanned at most that many times, so a page
-of templates nested without end stays linear.
+What the table keeps to: nothing that depends on the day it is rendered ({{birth date and age}}'s
+age, {{CURRENTYEAR}}, {{inflation}}: only their fixed part, or nothing), since the records must
+not change with the date they are made. Parameters are split as MediaWiki splits them, at the
+"|"s outside nested templates and links, before the nested templates are expanded ({{nowrap|x
+{{=}} 1}} has one parameter, "x = 1"); one with an "=" outside them is named. Nested templates in
+a rendered parameter are rendered down to _MAX_DEPTH levels: each character is scanned at most
+that many times, so a page of templates nested without end stays linear.
 """
 
 import re

@@ -1,4 +1,4 @@
-r"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt), SentencePiece (a .model) or
+"""Trains a vocabulary from a corpus: WordPiece (a BERT vocab.txt), SentencePiece (a .model) or
 byte-level BPE (a Hugging Face tokenizer.json, as ModernBERT's and RoBERTa's).
 
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
@@ -6,17 +6,10 @@ byte-level BPE (a Hugging Face tokenizer.json, as ModernBERT's and RoBERTa's).
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/tokenizer.json --model_type=bpe
   python -m data_prep.vocab --input=enwiki-latest-pages-articles-multistream.xml.bz2 ...
 
-The corpus is read as data_prep.main reads it (every --input kind: BERT-format text, JSONL, a
-Wikipedia dump, Parquet, tfds:NAME), and the trainers see its sentences: the prose the records
-will hold, not markup or JSON.
-
-WordPiece training uses Hugging Face `tokenizers` with BERT's normalisation; SentencePiece training
-uses `sentencepiece` (unigram) with [CLS], [SEP] and [MASK] as user symbols; BPE training uses
-`tokenizers` with GPT-2's byte-level pre-tokenizer (no unknown pieces, case kept unless
---do_lower_case: then a Lowercase normalizer), [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4 and a
-"[CLS] $A [SEP]" post-processor, as ModernBERT's tokenizer.json has them. It learns from whole
-documents (sentences joined by a space), as data_prep encodes them (tokenizer_json.JsonTokenizer's
-sentence_joiner). Every result works as --vocab_file of data_prep.main.
+--input is read as data_prep.main reads it (BERT-format text, JSONL, a Wikipedia dump, Parquet,
+tfds:NAME): the trainers see its sentences, not markup or JSON. Every result works as
+data_prep.main's --vocab_file. How each kind is trained: docs/data_prep.md, "Input" and
+"Hugging Face tokenizer.json".
 """
 
 import collections
@@ -108,11 +101,9 @@ def train_wordpiece(
     characters, then learnt pieces. The same corpus gives the same file, byte for byte.
 
     `sentences` is read twice (a list, or an iterable that starts afresh on each iter(), as
-    `Corpus`): Hugging Face's trainer (tokenizers 0.23, issue 1794, unfixed) numbers the ##
-    characters in the order it meets them in a hash map seeded per process, and those ids break
-    ties between pairs of equal count, so two runs could learn other pieces. The first pass
-    finds the alphabet and the ## characters the trainer would start from; the second lets the
-    trainer learn from them, numbered in code-point order (as it numbers the alphabet itself).
+    `Corpus`): the first pass finds the alphabet and the ## characters, which the trainer then
+    learns from numbered in code-point order, since its own numbering is seeded per process
+    (docs/data_prep.md, "Input").
     """
     import tokenizers
 

@@ -1,25 +1,15 @@
 """MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units at stream offsets.
+Which pages are articles, the multistream layout and the language a dump is split by:
+docs/data_prep.md, "Wikipedia dumps".
 
-A dump (`enwiki-YYYYMMDD-pages-articles-multistream.xml.bz2`, the plain `.xml.bz2`, or `.xml`) is
-read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is decompressed:
-memory holds one page at a time, whatever the dump's size. A page is an article when it is in
-namespace 0 (by <ns>, or by the title's prefix in exports older than schema 0.5) and neither a
-redirect nor a disambiguation page; its wikitext becomes prose paragraphs (data_prep/wikitext.py)
-and then sentences, and one article is one document. Sentences are split by the rules of the
-dump's language, read from its <siteinfo> (<dbname>dewiki</dbname>, else the <base> URL's host,
-else the root's xml:lang), in a UTF-16 dump as in a UTF-8 one: every unit reads the head of the
-dump for it (the first bz2 stream of a multistream dump, a few KB), so a unit that starts at a
-later stream knows it too. A dump whose head names no language is split by the job's --language.
-
-Multistream layout: the dump is bz2 streams concatenated; the first holds `<mediawiki ...>` and
-`<siteinfo>`, each later one about 100 pages. The index beside it
-(`...-multistream-index.txt.bz2`, lines `offset:page_id:title`) gives each stream's byte offset.
-With the index, the dump is cut into units of whole streams, about `block_bytes` of compressed
-bytes each; a unit seeks to its first stream and decompresses stream by stream, parsing its pages
-under a stand-in root element. Without the index (or for .xml and one-stream .xml.bz2) the dump is
-one sequential unit. Either way the plan depends only on the dump and its index, so the output does
-not depend on the worker count. A dump that ends inside a stream is an InputError, never silently
-fewer articles.
+A dump is read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is
+decompressed, each finished page dropped: memory holds one page whatever the dump's size. With
+its index a multistream dump is cut into units of whole bz2 streams, about `block_bytes` of
+compressed bytes each (a unit seeks to its first stream and parses its pages under a stand-in
+root element); without it, or for .xml and one-stream .xml.bz2, the dump is one sequential unit.
+The plan depends only on the dump and its index, never on the worker count. Every unit reads
+the dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a
+stream is an InputError, never silently fewer articles.
 """
 
 import bz2

@@ -1,28 +1,16 @@
 """Wikitext -> plain prose paragraphs and sentences, in linear time.
 
-What BERT's authors kept of Wikipedia: "we extract only the text passages and ignore lists, tables,
-and headers". So: templates (infoboxes, citations, navboxes; nested), references, tables, galleries,
-math, file/image links, categories, interlanguage links, comments, HTML tags and magic words are
-removed; link text is kept ([[Paris|the capital]] -> "the capital"), as is the text of external
-links with a label; headings end paragraphs and are dropped, as are list items and the sections
-that hold no prose (See also, References, External links, ...). The inline templates that carry
-words are rendered by data_prep/templates.py's table ({{convert}}, {{lang}}, {{IPA}}, {{as of}},
-...). Lines join into paragraphs as MediaWiki joins them (a single newline is a space). `prose`
-then splits paragraphs into sentences and drops (or repairs) each sentence that lost words with
-its markup, counting them: what a reader of the records would notice (bench/wikitext_bench.py).
+What is removed, what is kept, which templates are rendered (data_prep/templates.py) and which
+sentences are dropped or repaired, and why not a maintained parser: docs/data_prep.md,
+"Wikipedia dumps" ("Wikitext to prose" on). `prose` joins lines into paragraphs as MediaWiki
+does, splits them into sentences and drops (or repairs) each sentence that lost words with its
+markup, counting them.
 
-Why not mwparserfromhell (the maintained parser) or wikiextractor: on real enwiki pages they clean
-an order of magnitude short of the 5 MB/s per worker the job needs (docs/data_prep.md, "Why not
-a maintained wikitext parser"); wikiextractor is also AGPL. Every construct here is removed by
-a regex or a linear scan of bracket tokens (nesting handled by a stack, an unclosed opener left
-as text, as MediaWiki does).
-
-Linear on hostile pages too: no pattern may scan to the end of the page from each of many starts
-(an unclosed "<ref>" or "<math>" repeated, "[http://a b" repeated, a long run of ", " in
-brackets): such a pattern is quadratic, and a 200 KB page of it held a worker for minutes. So
-elements are found by scanning their tags in order, each regex stops at the next bracket, and
-tests/unit/data_prep/test_wiki.py times every such page (a 10 s bound where linear takes well under
-one).
+The invariant every pattern here keeps: linear on hostile pages. No pattern may scan to the end
+of the page from each of many starts (an unclosed "<ref>" or "<math>" repeated, "[http://a b"
+repeated, a long run of ", " in brackets): elements are found by scanning their tags in order,
+each regex stops at the next bracket, and bracket tokens nest by a stack (an unclosed opener
+stays text, as in MediaWiki). tests/unit/data_prep/test_wiki.py times such pages.
 """
 
 import html

@@ -1,25 +1,13 @@
 """Files by name, on a local disk or in a bucket: the one package that opens, lists and publishes
 them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
-(S3, with `s3fs` installed) as well as a local path.
+(S3, with `s3fs` installed) as well as a local path. Local paths go to the os module, URLs to
+fsspec's `gcsfs` (`s3fs`) through etils.epath, the layer Orbax uses for a checkpoint's metadata:
+our files and Orbax's share one client, one set of credentials and one retry budget. What it
+writes is published whole or not at all. No JAX import: data_prep uses this package.
 
-Local paths go to the os module. URLs go to fsspec's `gcsfs` (`s3fs`) through etils.epath: the layer
-Orbax itself uses for a checkpoint's metadata files, so our files and Orbax's share one client, one
-set of credentials and one retry policy (Orbax writes the arrays through TensorStore, which this
-package points at the same endpoint).
-
-What an object store lacks, and what stands in for it (docs/scaling.md, "What a bucket lacks",
-says how each works): no rename (`open_write`, `write_bytes`: published whole or not at all;
-"finished" is said by a small object written last; `move` copies, then deletes), no O_EXCL
-(`create_exclusive`, `read_versioned`), no mtime to trust (`version`), no random access for C++
-readers (`local_copy`, `local_copies`, `local_dir`), listings cached per process (`listdir` and
-`glob` refresh them; `forget_listings`).
-
-Credentials, another endpoint (STORAGE_EMULATOR_HOST), the path checks (`check_paths`), the
-errors in a local path's words (errors.py) and the one retry budget (remote.py) are described
-for users in docs/scaling.md ("Credentials", "Paths", "Errors", "Faults"). Nothing half-written
-is trusted afterwards.
-
-No JAX import: data_prep uses this package.
+What stands in for what a bucket lacks (rename, O_EXCL, an mtime to trust, random access for C++
+readers, fresh listings) and the user's view (credentials, paths, errors, faults):
+docs/scaling.md, "Buckets (gs:// and s3://)".
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:

@@ -1,18 +1,15 @@
-"""Orbax's errors, in the storage layer's words: a checkpoint directory that is refused, whose
-bucket is gone, or whose server stays away, named by its path and cause in one line, as any other
-storage operation's (errors.py), instead of TensorStore's status text with its spec and the
-request URL, or a screen of tracebacks.
+"""Orbax's errors in the storage layer's words (errors.py): a checkpoint directory that is refused,
+whose bucket is gone or whose server stays away, named by its path and cause in one line instead
+of TensorStore's status text with its spec and request URL, or a screen of tracebacks.
 
-Orbax reaches storage two ways: its metadata files through etils.epath (gcsfs: HttpError,
-FileNotFoundError, which errors.convert knows) and its arrays through TensorStore, which raises
-a ValueError whose text starts with an absl status (`PERMISSION_DENIED: Error writing
-gs://b/k: ... [http_response_code='403']`) and names the object. `classify` turns either into
-NotFound / AccessDenied / Unavailable naming that object (or the checkpoint directory, where the
-error names none); `checkpoint_errors` does it around an Orbax call.
-
-What stays unclassified: damage (a NOT_FOUND for one file of a step whose bucket is there, a
-DATA_LOSS, a JSON file that does not parse), which checkpointing reports as a damaged step, and
-anything else, which keeps its traceback.
+Orbax's metadata files fail as etils.epath's (gcsfs: HttpError, FileNotFoundError, which
+errors.convert knows), its arrays as TensorStore's ValueError, whose text starts with an absl
+status and names the object (`PERMISSION_DENIED: Error writing gs://b/k: ...
+[http_response_code='403']`). `classify` turns either into NotFound / AccessDenied / Unavailable
+naming that object (or the checkpoint directory, where the error names none);
+`checkpoint_errors` does it around an Orbax call. Damage (a NOT_FOUND for one file of a step
+whose bucket is there, a DATA_LOSS, a JSON file that does not parse) stays unclassified, for
+checkpointing to report as a damaged step; anything else keeps its traceback.
 """
 
 import contextlib

@@ -1,21 +1,16 @@
 """What the bucket clients' errors mean, in the words a local path gets for the same situation,
-naming the path the user gave (never a request URL or a local cache copy):
+naming the path the user gave (never a request URL or a local cache copy): NotFound ("<path>
+does not exist", "... there is no bucket 'b'", "... is a directory (a prefix of objects), not a
+file"), AccessDenied ("<path>: Permission denied (...)"), Unavailable (the outage line, after
+the retry budget). The list a user sees: docs/scaling.md, "Buckets (gs:// and s3://)": "Errors".
 
-    no such object           NotFound       "<path> does not exist"
-    no such bucket           NotFound       "<path> does not exist: there is no bucket 'b'"
-    a prefix, not an object  NotFound       "<path> is a directory (a prefix of objects), not a
-                                            file"
-    no credentials, refused  AccessDenied   "<path>: Permission denied (no credentials ...)"
-    server unreachable       Unavailable    "<path>: the storage server did not serve the
-                                            request after its retries (...)"
-
-The first two words are a local path's (cli.not_a_file, an EACCES OSError). NotFound and
-AccessDenied are also FileNotFoundError and PermissionError (with errno and filename), so
-callers that catch those still do; all three are StorageErrors (cli.UserError), so a binary
-prints them as one `error:` line. `convert` makes them from a client's error where a call about
-a path fails (remote._Retrying); checks.report (registered with cli) refines a NotFound when
-the line is printed (is the bucket there? is the path a prefix?), and gives the outage line for
-the errors that reach it unconverted (`unavailable_message`: Orbax's, TensorStore's).
+NotFound and AccessDenied are also FileNotFoundError and PermissionError (with errno and
+filename), so callers that catch those still do; all three are StorageErrors (cli.UserError), so
+a binary prints them as one `error:` line. `convert` makes them from a client's error where a
+call about a path fails (remote._Retrying); checks.report (registered with cli) refines a
+NotFound when the line is printed (is the bucket there? is the path a prefix?), and gives the
+outage line for the errors that reach it unconverted (`unavailable_message`: Orbax's,
+TensorStore's).
 """
 
 import contextlib

@@ -1,5 +1,5 @@
 """Reading, listing and writing files by name, local or in a bucket: each published whole or not at
-all (`open_write`, `write_bytes`). See the package docstring."""
+all (`open_write`, `write_bytes`): docs/scaling.md, "Buckets (gs:// and s3://)"."""
 
 import base64
 import contextlib

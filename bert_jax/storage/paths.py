@@ -1,7 +1,6 @@
 """Paths, local or in a bucket (gs://, s3://): what a user's path is, parsed once (`parse`,
 `check_paths`: every binary's path flags before anything is read or written), and joining and
-splitting them as their kind does. The package docstring (bert_jax/storage/__init__.py) says
-what stands for what.
+splitting them as their kind does (docs/scaling.md, "Buckets (gs:// and s3://)": "Paths").
 
 A path is a URL when it starts `<scheme>://`; the schemes served are SCHEMES. Refused, each as
 one StorageError naming the flag: a scheme we do not serve (http://, file://, GS://), a storage

@@ -1,16 +1,13 @@
 """The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
-retry budget every call to a bucket spends (see the package docstring, "Faults").
+retry budget every call to a bucket spends (docs/scaling.md, "Buckets (gs:// and s3://)":
+"Faults", says which failures are transient; docs/faults.md what stacked retries cost).
 
-One budget, not retries stacked on retries: a call that fails transiently (a refused or dropped
-connection, a 5xx, 408 or 429 answer, a request that gets no answer for REQUEST_TIMEOUT_S) is
-tried again after 1, 2, 4, ... 30 s until retry_seconds() have passed since its first failure,
-then its error is raised. gcsfs' own retries (6 tries per request, ~31 s of backoff) are
-replaced by this budget in the gs:// client every caller gets, Orbax's metadata files included
-(`_budgeted_gcs`), and whole operations (an upload, a read) are tried again on the same budget
-(`_retrying`) unless a request inside already spent it, so a server down from the start ends a
-job retry_seconds() after its first refused connection (docs/faults.md: what stacked retries
-cost). TensorStore, which writes Orbax's arrays, gets the same budget
-as its own retry count (`tensorstore_retries`).
+A call that fails transiently is tried again after 1, 2, 4, ... 30 s until retry_seconds() have
+passed since its first failure, then its error is raised. gcsfs' own retries are replaced by
+this budget in the gs:// client every caller gets, Orbax's metadata files included
+(`_budgeted_gcs`); whole operations (an upload, a read) are tried again on the same budget
+(`_retrying`) unless a request inside already spent it; TensorStore, which writes Orbax's
+arrays, gets the same budget as its own retry count (`tensorstore_retries`).
 """
 
 import asyncio
@@ -28,9 +25,8 @@ from bert_jax.storage.paths import is_url
 REQUEST_TIMEOUT_S = 60
 # A call about one object (info, isdir, isfile, exists) not back after this long is tried again,
 # whatever held it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine
-# waits on something else (seen in the test suite: gcsfs' experimental client, imported before
-# `configure`, waited in isdir with no request open). Listings and transfers have no such bound:
-# their time grows with the bucket or the object.
+# waits on something else (docs/scaling.md, "Credentials"). Listings and transfers have no such
+# bound: their time grows with the bucket or the object.
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
 # How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S), from its first failure:
@@ -163,17 +159,14 @@ def configure() -> None:
     global _configured
     if _configured:
         return
-    # gcsfs >= 2026.1 first asks a gRPC control-plane API what kind of bucket it is talking to
-    # (zonal / hierarchical-namespace buckets); against anything but the real service that call
-    # waits 60 s per bucket and every operation then falls back to the JSON API we use anyway.
+    # gcsfs' control-plane probe (zonal / hierarchical-namespace buckets) only stalls against
+    # other endpoints; we use the JSON API anyway (docs/scaling.md, "Credentials").
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import fsspec
 
     with contextlib.suppress(ImportError):
-        # The variable is read once, when gcsfs is first imported; imported earlier (by anything)
-        # without it, gs:// would resolve to gcsfs' experimental client, whose first call to an
-        # endpoint without that API was seen waiting forever. Name the JSON-API client here,
-        # with the budget (etils.epath, and so Orbax, asks fsspec for the same class).
+        # The variable is read once, when gcsfs is first imported (maybe before us): name the
+        # JSON-API client here, with the budget (etils.epath, and so Orbax, asks fsspec for it).
         budgeted = _budgeted_gcs()
         for protocol in ("gs", "gcs"):
             fsspec.register_implementation(protocol, budgeted, clobber=True)
