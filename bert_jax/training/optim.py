@@ -59,9 +59,8 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     ('sqrt' 1); decay_from does not apply. decay_fraction 0: the peak to the last step (a stage
     whose decay a later stage runs, as ModernBERT's 1,024-token stage).
 
-    The train steps take these values as arguments instead of baking them in as constants: runs
-    that differ only in their rate, warmup, step count or kind of schedule run one compiled step
-    (a persistent compilation cache hit), which is what a rerun with another step count wants.
+    Arguments of the train steps, never constants compiled in: runs that differ only in their
+    schedule share one compiled step (docs/training.md, "Configs").
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
