@@ -248,14 +248,11 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
 def scale_by_stable_adamw(
     b1: float, b2: float, eps: float, weight_decay: float, mask_fn: Callable[[Any], Any]
 ) -> optax.GradientTransformation:
-    """StableAdamW's update before the learning rate (Wortsman et al. 2023, "Stable and
-    low-precision training for large-scale vision-language models", Algorithm 2; optimi's
-    StableAdamW, which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam,
-    then decoupled weight decay where `mask_fn` says), each tensor's update divided by
-    max(1, RMS(g^2 / max(v_hat, eps^2))), the gradient against its second-moment estimate. An
-    update that grew faster than the moment's history says (a loss spike) is shrunk, as
-    Adafactor clips its updates, per tensor instead of by one global gradient norm. Where the
-    ratio is at most 1 the update is optax.adamw's, bit for bit."""
+    """StableAdamW's update before the learning rate (Wortsman et al. 2023, Algorithm 2; optimi's,
+    which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam, then decoupled
+    weight decay where `mask_fn` says), each tensor's update divided by
+    max(1, RMS(g^2 / max(v_hat, eps^2))). Where that RMS is at most 1 the update is optax.adamw's,
+    bit for bit. The formula and why: docs/training.md, "The modern recipe" (StableAdamW)."""
     parts = [optax.scale_by_adam(b1, b2, eps)]
     if weight_decay > 0:
         parts.append(optax.add_decayed_weights(weight_decay, mask=mask_fn))

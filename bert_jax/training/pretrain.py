@@ -376,9 +376,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     config is what the checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted',
-    'interrupted' (Ctrl-C: saved, as 'preempted') or
-    'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
+    'stopped': why the loop ended (docs/training.md, "The loop and why it stopped")}.
     """
     config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)
