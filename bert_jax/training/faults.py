@@ -120,10 +120,8 @@ def interrupted_message(step: int | None) -> str:
     return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
 
 
-# The exit status of a run stopped by SIGTERM (preemption) after saving: 128 + SIGTERM, as a shell
-# reports a process the signal ended. Not 0: the run has not finished, and a scheduler or script
-# that restarts failed jobs (a Kubernetes Job with restartPolicy OnFailure, a retry loop) must
-# restart it; the rerun resumes from the saved step.
+# A run SIGTERM stopped after saving exits 128 + SIGTERM, as a shell reports it: not 0, so a
+# scheduler that restarts failed jobs restarts it, and it resumes (docs/faults.md).
 PREEMPTED_STATUS = 128 + signal.SIGTERM
 
 
