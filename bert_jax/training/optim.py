@@ -2,16 +2,11 @@
 the original, and LAMB) and ModernBERT's StableAdamW.
 
 The BERT optimizers are optax chains over a pytree of plain arrays (nested dicts, as
-`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments, decoupled weight decay on
-every parameter but LayerNorm parameters and biases, (LAMB only) the layer-wise trust ratio, and
-the learning rate.
-
-google-research/bert's AdamWeightDecayOptimizer differs from textbook AdamW in two ways, both
-reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates for their zero
-initialisation (`optim.bias_correction = False`).
-
-Fine-tuning (configs/finetune/base.py) uses textbook AdamW and transformers' schedule instead:
-see docs/finetuning.md for why.
+`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments (google-research/bert's: eps
+1e-6 and no bias correction by default), decoupled weight decay on every parameter but LayerNorm
+parameters and biases, (LAMB only) the layer-wise trust ratio, and the learning rate. The fields
+and the recipes: docs/training.md, "Configs" and "The modern recipe"; fine-tuning's textbook
+AdamW and transformers' schedule: docs/finetuning.md.
 """
 
 import dataclasses
