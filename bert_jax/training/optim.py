@@ -40,12 +40,10 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
     {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}.
 
-    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
-    `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
-    MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
-    values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
-    peak. `linear` is `polynomial` with power 1, `constant` power 0 (the peak throughout, after
-    warmup).
+    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`,
+    measured from where `optim.decay_from` says (DECAY_FROM; "start": warmup simply overrides the
+    first `warmup_steps` values). `linear` is `polynomial` with power 1, `constant` power 0 (the
+    peak throughout, after warmup).
 
     "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
     the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
@@ -124,10 +122,9 @@ class BatchWarmup:
 
     A step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows:
     `start` at step 0, one micro-batch more after every steps / (final - start) steps, `final`
-    (grad_accum_steps, the full batch) from step `steps` on. Equal steps at each size, as
-    ModernBERT's BatchSizeWarmupScheduler grows its batch (by sequences, in equal shares of its
-    warmup tokens). Each count is its own compiled step (the batch's shape is part of a
-    program): at most `final - start + 1` programs, compiled once each, never one per step.
+    (grad_accum_steps, the full batch) from step `steps` on. Each count is its own compiled step:
+    at most `final - start + 1` programs, never one per step (docs/training.md, "The modern
+    recipe").
     """
 
     final: int  # train.grad_accum_steps
