@@ -6,12 +6,10 @@ __init__.py maps its modules.
     main.py       the binary: python -m bert_jax.main --config=configs/... --workdir=DIR
     embed.py      python -m bert_jax.embed: a trained model's embeddings of text
     export.py     python -m bert_jax.export: a workdir's checkpoint as a Hugging Face directory
-    cli.py        how every binary reports a mistake (a cli.UserError: one `error:` line, exit
-                  status 2), a bug (its traceback and a request to report it, exit 1) and a
-                  warning (cli.warn)
-    runtime.py    how every binary starts JAX (cpu_malloc.py: glibc malloc settings that let
-                  XLA:CPU reuse a step's memory; the TPU compiler flags; the trainers'
-                  --distributed) and how a run a signal stopped exits
+    cli.py        how every binary reports a mistake (cli.UserError: `error:`, exit 2), a bug
+                  (its traceback, exit 1) and a warning (cli.warn)
+    runtime.py    how every binary starts JAX (the trainers' --distributed, the TPU compiler
+                  flags, cpu_malloc.py's XLA:CPU malloc settings) and how a stopped run exits
 
     data/contract/  what data_prep and the trainer agree on: manifest.json (manifest), the facts
                     a run takes from it (data_facts), the shards it lists (shard_files), the

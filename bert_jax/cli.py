@@ -1,41 +1,19 @@
 """How every binary meets its user: one `error: ...` line and exit status 2 for a mistake, a
 traceback and a request to report it for a bug.
 
-Every absl binary of the project (data_prep.main, data_prep.decode, data_prep.vocab,
-bert_jax.main, bert_jax.export, bert_jax.embed, bert_jax.finetune) starts with
-`cli.run(main)` instead of `app.run(main)`. The convention:
-
-  * every mistake a user can fix (a bad flag or config value, a missing, unreadable or damaged
-    file, a file that is not what it claims to be) is raised as a `UserError` (or a subclass,
-    where a caller must tell it apart: manifest.ManifestError, readers.InputError, ...), with a
-    message that names the file or flag and says what to fix. Library code converts the
-    errors of the libraries it calls (json, safetensors, absl, an OSError from a path the user
-    named: `user_path`) where they arise, so that the file or flag can be named;
-  * a flag that does not parse, a required flag left out, an argument after the flags (only
-    `--mode=beam` takes some): `error: <what absl says>` on stderr,
-    exit 2, no usage dump; an unknown `--config.x.y` override: `error: --config.x.y: no such
-    config field; did you mean --config.x.z?` (the nearest valid name);
-  * a UserError (or absl's app.UsageError) escaping `main`: `error: <its message>`, exit 2, no
-    traceback; so is a bucket that stayed unreachable through the retries
-    (storage.unavailable_message);
-  * a full disk (ENOSPC) or a quota: `error: no space left ...`, exit 2; writers keep finished
-    work and never leave a partial file under a final name, so a rerun after freeing space
-    goes on; no permission or a read-only file system (EACCES, EPERM, EROFS) is one line
-    naming the path too: these are the machine's state, never a bug's wrong path;
-  * Ctrl-C (KeyboardInterrupt) where nothing catches it: `error: interrupted ...`, exit 130
-    (the trainers turn a first Ctrl-C into a save, bert_jax.training.faults.Preemption);
-  * anything else (a plain ValueError, KeyError, OSError, ...) is a bug in our code: its
-    traceback, then `error: ... this is a bug in bert_jax: please report it with the
-    traceback above`, exit 1. A plain ValueError is never taken for a user mistake: that hid
-    the traceback of our own bugs. With --verbosity=1 or more a user error prints its
-    traceback too, for a bug report.
-
-A notice that does not stop the run (a vocabulary smaller than asked, skipped records, a
-damaged checkpoint moved aside) is `warn(text)`: one `warning: ...` line on stderr.
-
-Library INFO logs (absl, Orbax, Grain, JAX) stay off unless the user passes --verbosity
-(e.g. --verbosity=0 for INFO), so an error is not buried under a screen of progress lines.
-No JAX import here: data_prep binaries use this module.
+Every absl binary starts with `cli.run(main)` instead of `app.run(main)`, which answers:
+  * a UserError (or a subclass a caller tells apart) or absl's UsageError escaping `main`, a flag
+    that does not parse, an unknown `--config.x.y` (naming the nearest field), a stray argument,
+    a bucket unreachable through its retries, an OSError that is the machine's state
+    (ENVIRONMENT_ERRNOS: a full disk, no permission, a read-only file system): `error: ...`,
+    exit 2, no traceback (--verbosity=1 or more: the traceback too);
+  * Ctrl-C that nothing catches: `error: interrupted ...`, exit 130;
+  * anything else, a plain ValueError included: a bug, its traceback, then `error: ... this is
+    a bug in bert_jax: please report it ...`, exit 1.
+Library code raises UserError naming the file or flag, converting the errors of the libraries it
+calls where they arise (`user_path`); `warn` prints a notice that does not stop the run. Library
+INFO logs stay off unless --verbosity is passed. The rule, case by case: docs/faults.md. No JAX
+import here: data_prep binaries use this module.
 """
 
 import contextlib

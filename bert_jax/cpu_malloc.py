@@ -1,21 +1,14 @@
 """glibc malloc settings that let XLA:CPU reuse its step's memory instead of faulting it in anew.
 
-XLA:CPU allocates each execution's temporaries as one buffer with posix_memalign on a worker
-thread, and frees it when the step ends. glibc serves an allocation that large with mmap and
-returns it with munmap, so every step the kernel maps, zero-fills and faults in every page again
-(~15% of a BERT-Base step's CPU time: docs/performance.md). Raising the mmap threshold does not
-help: glibc caps it at 32 MiB, and a thread's own arena (a worker thread's malloc) falls back to
-mmap for anything over 64 MiB whatever the settings.
-
-`reuse_freed_memory` makes malloc keep such blocks: one arena for all threads (the main one,
-which grows with brk and is not capped), no mmap for large blocks, and no trimming of the heap's
-top. After the first steps the temporaries land in memory already mapped: no page faults, no
-system time. The cost is that memory freed by the process stays mapped to it (its resident size
-stays at its peak), which a process that runs the same step again and again wants anyway.
-
-It must run before the threads that allocate exist, i.e. before JAX's CPU backend starts (the
-binaries call it before `import jax`), and only changes the process that calls it and the
-children it forks.
+XLA:CPU allocates each step's temporaries as one buffer (posix_memalign on a worker thread) and
+frees it when the step ends; glibc serves that with mmap and returns it with munmap, so every
+step the kernel maps, zero-fills and faults in every page again (the cost: docs/performance.md).
+A higher mmap threshold does not help (glibc caps it at 32 MiB, and a thread's own arena uses
+mmap for anything over 64 MiB). `reuse_freed_memory` sets one arena for all threads (the main
+one, which grows with brk), no mmap for large blocks and no trimming: the process keeps its peak
+resident size, which a process running the same step again and again wants anyway. It must run
+before the threads that allocate exist (the binaries call it before `import jax`), and changes
+only the calling process and the children it forks.
 """
 
 import ctypes

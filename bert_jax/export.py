@@ -11,13 +11,9 @@ The vocabulary defaults to the one the run's data was tokenized with (recorded w
 the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
 error, and so is a damaged checkpoint (bert_jax.training.checkpoints's checksums).
 
-OUT is written by bert_jax.hf.publish: it must be new, empty or an earlier export of ours (which
-is replaced whole, never mixed with the new files); the files are written into a scratch
-directory inside OUT (so OUT may be a mount point) and renamed into place when all are written,
-so a failed export (a full disk, a damaged step) leaves OUT as it was. OUT may be a bucket
-(gs://...): the files are written locally and uploaded one by one, config.json deleted first and
-uploaded last, so an export cut short is a directory transformers refuses (no config.json),
-never a mix of two models' files.
+OUT must be new, empty or an earlier export of ours (replaced whole). A failed export leaves it as
+it was; in a bucket (gs://...), a directory without config.json, which transformers refuses
+(bert_jax.hf.publish; docs/faults.md, the export rows).
 """
 
 from absl import flags

@@ -1,42 +1,17 @@
-"""Orbax checkpoints of a training run: what a step directory holds, and how it comes back.
+"""Orbax checkpoints of a training run: what a step directory holds, how it comes back, and where
+a new run's first state comes from (`initial_state`: phase 1's workdir whole, or the parameters of
+another run's workdir or of a Hugging Face directory; `model_dir_kind` tells which).
 
 `<workdir>/checkpoints/<step>/` holds five items, so that each reader loads only what it needs:
-  params     the model parameters (a pure dict, as nnx.to_pure_dict gives), float32
-  train      {'opt_state', 'step', 'rng', 'nonfinite_steps'}: the rest of the train state
-  data_iter  the Grain iterator position, one JSON file per process
-  config     the run's ml_collections config, as JSON, with the data facts it trained on
-             (bert_jax.data.contract.data_facts: lengths, vocabulary file, size, md5 and special
-             ids)
-  checksums  a fingerprint of every array of params and train (bert_jax.training.checksums), JSON
-
-Saves are asynchronous: `save` copies the arrays to host memory before it returns (so the train
-step may donate and overwrite them) and writes them in a background thread. Restoring passes
-abstract arrays that carry the *current* mesh's shardings, so a run can resume on a different
-mesh shape or device count than it was saved from.
-
-What a crash leaves behind: Orbax writes a step to `<step>.orbax-checkpoint-tmp-<time>/` and
-renames it to `<step>/` once every item is written, so a process killed mid-save leaves only a
-temporary directory, which is never restored (the next manager deletes it). In a bucket
-(a gs:// workdir) there is no rename: Orbax writes the step in place and `commit_success.txt`
-last, and a step without it is unfinished (never restored, removed by the next manager). A
-finished step that is damaged later (a truncated or deleted file) fails to restore:
-`restore_latest` then moves it aside to `<step>.corrupt` (in a bucket: its commit marker
-deleted first, then copied and deleted) and resumes from the newest step that does restore.
-
-Damage that still restores (flipped bytes inside an array file: Orbax checks no array data) is
-caught by the checksums item: after every restore the arrays are fingerprinted again and
-compared, and parameters must be finite. A mismatch is a damaged step, handled as above when
-resuming; `restore_params` / `restore_saved_params` (export, embed, fine-tuning's --init and
-predict) refuse it with DamagedCheckpoint instead, naming the step: the user asked for that one.
-A checkpoint written before checksums existed restores with the finite check only.
-
-A full disk during a save (reported by the background write at the next save or at the end) is
-one OSError(ENOSPC) naming the step; the unfinished step is never restored and older ones are
-kept, so a rerun after freeing space resumes from the last complete one.
-
-A new run's first state (`initial_state`) comes from here too: phase 1's workdir whole
-(train.init_optimizer_state), or the parameters of another run's workdir or of a Hugging Face
-directory (train.init_checkpoint; `model_dir_kind` tells which).
+params (a pure dict, as nnx.to_pure_dict gives, float32), train ({'opt_state', 'step', 'rng',
+'nonfinite_steps'}), data_iter (the Grain position, one JSON file per process), config (the
+resolved config, data facts included) and checksums (a fingerprint of every array of params and
+train: checksums.py). `save` copies the arrays to host memory before it returns, so the step may
+donate them. Restoring places the arrays on the *current* mesh's shardings. A step that fails to
+restore, or to match its checksums and finite parameters, is damaged: `restore_latest` moves it
+aside to `<step>.corrupt` and resumes from an older one; `restore_params` refuses it
+(DamagedCheckpoint), naming the step. What a crash, a bucket or a full disk leaves behind:
+docs/faults.md (the checkpoint rows).
 """
 
 import contextlib

@@ -1,32 +1,15 @@
 """Fingerprints of the arrays in a checkpoint: what was saved is what is restored, or it is
-refused.
-
-Why our own: Orbax 0.12 (the version pinned here) checks no array data on restore. Its Zarr3
-layout puts a crc32c on each shard's chunk index only, and the default Zarr2 + zstd layout has
-none, so a few flipped bytes in a params file restore silently as NaNs and 3e38s (the issue-12
-case; tests/unit/bert_jax/training/test_checkpoints.py reproduces it). Checksums of the written
-files would need every process to read back what TensorStore wrote after the asynchronous save, and
-would say nothing once a run resumes onto another mesh. So the fingerprint is a function of the
-*arrays*:
+refused (Orbax checks no array data on restore).
 
     fingerprint(x) = sum over every element i of fmix32((bits(x[i]) ^ i * golden) + seed)
                      modulo 2^32                   (fmix32: MurmurHash3's finalizer, a bijection)
 
-A change to any one element always changes it (the mix is a bijection of the element's bits for
-a fixed i), a change to several collides with probability about 2^-32, and swapped elements
-change it too (the index is mixed in). The sum is associative and commutative modulo 2^32, so the
-value does not depend on the sharding, mesh or process count: each process sums the blocks it
-holds (replica 0 of each shard, so every element counts once), and with several processes one
-allgather adds the partial sums. A run that resumes on another mesh recomputes the same values.
-
-Computed on the host, with numpy, not on device as a jitted reduction: on device XLA compiles
-one program per distinct leaf shape, once per process, which every run and every test that saves
-a checkpoint would pay (docs/scaling.md, "What survives which fault": the figures). On the host
-it costs one read of the state, in 1M-element chunks on up to 8 threads (numpy releases the GIL).
-Arrays are copied to the host for it (Orbax copies them too, for its own write).
-
-The same pass says whether every floating-point leaf is finite: parameters holding a NaN or inf
-are damaged too, even in a checkpoint saved before fingerprints existed.
+The sum is associative and commutative modulo 2^32, so the value does not depend on the sharding,
+mesh or process count: each process sums the blocks it holds (replica 0 of each shard, so every
+element counts once) and one allgather adds the partial sums. Computed on the host with numpy
+(1M-element chunks, up to 8 threads), never as a jitted reduction (one compile per leaf shape).
+The same pass says whether every floating-point leaf is finite. Why our own, and what it costs:
+docs/training.md, "Checkpoints, resume and preemption".
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
-"""Collapsed representations: a run whose encoder gives every token the same final hidden state.
+"""Collapsed representations: a run whose encoder gives every token the same final hidden state,
+so it predicts the same words at every masked position, and rarely recovers.
 
-Such a model predicts the same distribution at every masked position (in practice the commonest
-tokens: "the , . of and" for every sentence), its held-out accuracy sits exactly at the
-most-frequent-token rate, and it rarely recovers: a user can wait an hour on a dead run. The
-train loss alone does not show it (it sits at the unigram entropy, which looks like a plateau).
-
-The check is one jitted forward pass over one eval batch at each eval: the mean cosine between
-the final hidden states of real tokens of *different* sequences (`hidden_cosine`, logged with the
-eval figures). Healthy encoders give different words in different contexts different vectors
-(0.22 for the tiny test model at init, 0.27-0.46 for the demo's model after a few hundred
-steps); a collapsed one gives ~1.0 (0.999999 measured on a configs/mini.py run stuck at the
-plateau). On the way there a run can pass close to it: 0.984-0.991 at step 100 of demo-sized
-runs that then went on to 0.3-0.5 (docs/training.md). So THRESHOLD is 0.999, above the passing
-phase and below a dead run; above it the trainer prints `warning`.
-
-A final layer whose outputs are all exactly zero has no direction and reads 0 here; a LayerNorm
-output (every BERT's last op) is zero only if its scale and bias both are.
+The check (`hidden_cosine`, logged with the eval figures) is one jitted forward pass over one
+eval batch at each eval: the mean cosine between the final hidden states of real tokens of
+*different* sequences. THRESHOLD (0.999) lies above what healthy runs pass through early on and
+below a dead run's ~1.0; above it the trainer prints a warning. A final layer whose outputs are
+all exactly zero has no direction and reads 0 (a LayerNorm output, every BERT's last op, is zero
+only if its scale and bias both are). The figures behind the threshold: docs/training.md,
+"Evaluation and early stopping".
 """
 
 import functools

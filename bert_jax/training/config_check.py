@@ -1,23 +1,14 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
-Each binary has one validation pass, run first, before the mesh, the model or a jitted step
-exists: `pretraining` in train.train_and_evaluate (so in bert_jax.main too), and fine-tuning's,
-built from this module's parts, in finetune.train.finetune (bert_jax/finetune/config_check.py).
-A negative learning rate, a batch that does not split over the mesh, a mesh that does not match
-the devices, an init directory of the wrong kind or a data contract the config contradicts is
-one `error:` line naming every problem, in a second, not a traceback from deep inside jit (or,
-worse, a run that trains with exit 0: a negative learning rate climbs the loss). The rules stay
-in their homes (sharding.py's mesh rules, masking.py's, checkpoints.model_dir_kind, lora.problems,
-features.check_seq_length); these passes ask them all and collect the answers, and only
-cli.UserErrors: any other error is a bug and keeps its traceback.
-
-Every numeric field's own range (NaN and infinities refused) is one table, NUMERIC_FIELDS, the same
-for both trainers; it is asked first and alone, so a field out of range is named by itself, not
-through a value derived from it (fine-tuning's warmup steps from warmup_proportion), a file (the
---init model's config.json for a dropout) or a second field of the same rule.
-
-Unknown config keys are answered at flag parsing, by bert_jax.cli (the nearest valid name).
-No JAX import at module level: the binaries import this before JAX starts.
+`pretraining` is pre-training's one validation pass (train_and_evaluate runs it before the mesh,
+the model or a jitted step exists); fine-tuning's (bert_jax/finetune/config_check.py) is built
+from this module's parts. The rules stay in their homes (sharding's mesh rules, masking's,
+checkpoints.model_dir_kind, lora.problems, features.check_seq_length): these passes ask them all
+and collect only cli.UserErrors (any other error is a bug and keeps its traceback). Every numeric
+field's range is one table, NUMERIC_FIELDS, the same for both trainers, asked first and alone, so
+a field out of range is named by itself, not through a value, file or field derived from it.
+Unknown config keys are answered at flag parsing (bert_jax.cli). No JAX import at module level:
+the binaries import this before JAX starts. docs/faults.md, the config rows.
 """
 
 import dataclasses

@@ -32,25 +32,16 @@ class Abandoned(Exception):
 
 class Preemption:
     """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
-    log, eval or checkpoint period: after each step, and after each batch of an eval (an eval of
-    a large set runs for minutes, longer than a spot VM's notice). A second Ctrl-C stops at once
-    (Interrupted), saving nothing more.
-
-    Used as a context manager around a training loop, which calls `poll` after each step and
-    hands `between_batches` to its eval. The loop keeps at most one step in flight ahead of the
-    device (loop.run), so "the next step" is the one after the step the device was running when
-    the signal came, not one the host queued dozens of steps ahead (docs/faults.md). A signal
-    during a data wait or a checkpoint save is seen at the poll that follows that step.
+    log, eval or checkpoint period: after each step (`poll`) and after each batch of an eval
+    (`between_batches`). A second Ctrl-C stops at once (Interrupted), saving nothing more. A
+    context manager around a training loop; the loop keeps at most one step in flight, so "the
+    next step" follows the one the device was running when the signal came.
 
     With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
-    would replace its handler, and the signal would be lost); it tells every process, and its
-    sync point (`reached_preemption(n)`) turns true on all of them at the same poll. Its counter
-    is the number of polls so far, not the step: eval batches are polls too, and every process
-    makes the same polls (each runs every eval batch). Orbax's own save asks the service with the
-    step number, which would set the counter back (the service records the last number asked,
-    and a sync point computed from it would never be reached): while the loop runs, the manager's
-    own question answers False. A Ctrl-C there is turned into that SIGTERM (sent to this
-    process), so every process saves at the same point too.
+    would replace its handler) and a Ctrl-C is turned into that SIGTERM. Its sync point
+    (`reached_preemption(n)`) counts polls, not steps, so it turns true on every process at the
+    same poll; Orbax's own save asks it with the step number, which would set that count back,
+    so the manager's question answers False while the loop runs. docs/faults.md, the signal rows.
     """
 
     def __init__(self, manager=None):
@@ -129,10 +120,8 @@ def interrupted_message(step: int | None) -> str:
     return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
 
 
-# The exit status of a run stopped by SIGTERM (preemption) after saving: 128 + SIGTERM, as a shell
-# reports a process the signal ended. Not 0: the run has not finished, and a scheduler or script
-# that restarts failed jobs (a Kubernetes Job with restartPolicy OnFailure, a retry loop) must
-# restart it; the rerun resumes from the saved step.
+# A run SIGTERM stopped after saving exits 128 + SIGTERM, as a shell reports it: not 0, so a
+# scheduler that restarts failed jobs restarts it, and it resumes (docs/faults.md).
 PREEMPTED_STATUS = 128 + signal.SIGTERM
 
 

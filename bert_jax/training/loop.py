@@ -4,15 +4,9 @@
 Each step is followed by the periodic actions and then one decision on saving and stopping.
 What a trainer reports at a log line or scores at an eval is its own (callbacks); when each
 action is due (`itstime`), how fast the steps are (`StepTimer`), and when to save and stop
-(`decide`) are written once, here.
-
-Why a loop ended ('stopped' in both trainers' results):
-    'done'            the schedule's last step; saved
-    'stop_at_step'    train.stop_at_step, before the schedule's end; saved, a rerun goes on
-    'target_reached'  the eval callback asked to stop (eval.target_mlm_accuracy); saved
-    'preempted'       SIGTERM, or a multi-host job's preemption notice; saved, a rerun resumes
-    'interrupted'     Ctrl-C (SIGINT): as 'preempted', but the binaries exit 130, not 0
-    'nonfinite'       train.on_nonfinite='stop' saw a NaN/inf step; nothing saved after it
+(`decide`) are written once, here. Why a loop ended ('stopped' in both trainers' results: done,
+stop_at_step, target_reached, preempted, interrupted, nonfinite) and what each saves:
+docs/training.md, "The loop and why it stopped".
 """
 
 from __future__ import annotations

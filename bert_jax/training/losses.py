@@ -2,17 +2,11 @@
 
 Everything here returns *sums* (numerator and denominator kept apart) as well as ratios, so that
 micro-batches of a gradient-accumulation step and batches of an eval pass add up to exactly the
-figure one big batch would give. The loss is google-research/bert's: the MLM term is the mean
-cross-entropy over real (weight 1) masked positions of the whole global batch, the NSP term the
-mean over examples, and the total is their sum.
-
-Held-out MLM accuracy over all masked positions can be fooled: 10% of them show the model the
-answer (the kept tokens), so a model that copies its input there and guesses one token everywhere
-else scores above the most-frequent-token rate while knowing no language. So the sums are also
-kept by *kind* of masked position, read from the input the model saw (`position_kinds`): [MASK],
-kept, random replacement. The headline `mlm_accuracy` / `mlm_loss` of `summarize` are the [MASK]
-positions' (the task BERT is pre-trained for); `mlm_accuracy_all` / `mlm_loss_all` are over every
-masked position (the training objective, and MLPerf's 0.720 target metric).
+figure one big batch would give. The loss is google-research/bert's: the mean cross-entropy over
+real (weight 1) masked positions of the whole global batch, plus the mean NSP loss over examples.
+The MLM sums are also kept by kind of masked position ([MASK], kept, random: `position_kinds`),
+since copying at kept positions fools the accuracy over all of them; why and what each figure
+means: docs/training.md, "Evaluation and early stopping".
 """
 
 from collections.abc import Mapping

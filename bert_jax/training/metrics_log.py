@@ -1,20 +1,13 @@
 """Where training figures go: TensorBoard scalars, a JSONL log, and a progress line on stdout.
 
 `<workdir>/metrics.jsonl` holds one JSON object per line: {"step": int, "split": "train" |
-"eval", <name>: float, ...}. It is the file to plot from (examples/demo.py does). A resumed run
-first drops the lines past the step it resumes from, so the log reads as one uninterrupted run.
-TensorBoard event files go to `<workdir>/tensorboard` (tags `train/loss`, `eval/mlm_accuracy`...).
-The names are losses.summarize's: `mlm_accuracy` is held-out accuracy at [MASK] positions,
-`mlm_accuracy_kept` / `_random` / `_all` at the other kinds of masked position and over all.
-Only process 0 writes; the other processes' writers do nothing.
-
-A workdir in a bucket (gs://...): an object cannot be appended to, so the log is kept whole in
-memory and published whole (bert_jax.storage.write_text: the new object replaces the old one at
-once, never half a file) at most every PUBLISH_EVERY_S seconds, at every checkpoint (`flush`) and
-at the end; TensorBoard writes its event file to a local staging directory and each publish
-uploads it whole beside the log. A process killed between publishes loses the lines since the
-last one, which all come after the last checkpoint: the resumed run redoes those steps and logs
-them again, so the log still reads as one run.
+"eval", <name>: float, ...}, the names losses.summarize's; TensorBoard event files go to
+`<workdir>/tensorboard`. A resumed run first drops the lines past the step it resumes from, so
+the log reads as one uninterrupted run. Only process 0 writes. In a bucket (no append) the log
+is kept whole in memory and published whole at most every PUBLISH_EVERY_S, at every checkpoint
+(`flush`) and at the end, TensorBoard's event file staged locally and uploaded beside it: lines
+a kill loses all come after the last checkpoint, and the resumed run logs them again.
+docs/training.md, "The workdir".
 """
 
 import json

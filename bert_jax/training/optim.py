@@ -2,16 +2,11 @@
 the original, and LAMB) and ModernBERT's StableAdamW.
 
 The BERT optimizers are optax chains over a pytree of plain arrays (nested dicts, as
-`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments, decoupled weight decay on
-every parameter but LayerNorm parameters and biases, (LAMB only) the layer-wise trust ratio, and
-the learning rate.
-
-google-research/bert's AdamWeightDecayOptimizer differs from textbook AdamW in two ways, both
-reproduced here: epsilon is 1e-6, and it does *not* correct the moment estimates for their zero
-initialisation (`optim.bias_correction = False`).
-
-Fine-tuning (configs/finetune/base.py) uses textbook AdamW and transformers' schedule instead:
-see docs/finetuning.md for why.
+`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments (google-research/bert's: eps
+1e-6 and no bias correction by default), decoupled weight decay on every parameter but LayerNorm
+parameters and biases, (LAMB only) the layer-wise trust ratio, and the learning rate. The fields
+and the recipes: docs/training.md, "Configs" and "The modern recipe"; fine-tuning's textbook
+AdamW and transformers' schedule: docs/finetuning.md.
 """
 
 import dataclasses
@@ -45,12 +40,10 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
     {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}.
 
-    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`.
-    `optim.decay_from` (DECAY_FROM) says where the decay starts. "start" (the original's, and
-    MLPerf's reference): measured from step 0, warmup simply overriding the first `warmup_steps`
-    values. "warmup_end" (transformers'): from the end of warmup, so step `warmup_steps` gets the
-    peak. `linear` is `polynomial` with power 1, `constant` power 0 (the peak throughout, after
-    warmup).
+    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`,
+    measured from where `optim.decay_from` says (DECAY_FROM; "start": warmup simply overrides the
+    first `warmup_steps` values). `linear` is `polynomial` with power 1, `constant` power 0 (the
+    peak throughout, after warmup).
 
     "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
     the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
@@ -59,9 +52,8 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
     ('sqrt' 1); decay_from does not apply. decay_fraction 0: the peak to the last step (a stage
     whose decay a later stage runs, as ModernBERT's 1,024-token stage).
 
-    The train steps take these values as arguments instead of baking them in as constants: runs
-    that differ only in their rate, warmup, step count or kind of schedule run one compiled step
-    (a persistent compilation cache hit), which is what a rerun with another step count wants.
+    Arguments of the train steps, never constants compiled in: runs that differ only in their
+    schedule share one compiled step (docs/training.md, "Configs").
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
@@ -130,10 +122,9 @@ class BatchWarmup:
 
     A step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows:
     `start` at step 0, one micro-batch more after every steps / (final - start) steps, `final`
-    (grad_accum_steps, the full batch) from step `steps` on. Equal steps at each size, as
-    ModernBERT's BatchSizeWarmupScheduler grows its batch (by sequences, in equal shares of its
-    warmup tokens). Each count is its own compiled step (the batch's shape is part of a
-    program): at most `final - start + 1` programs, compiled once each, never one per step.
+    (grad_accum_steps, the full batch) from step `steps` on. Each count is its own compiled step:
+    at most `final - start + 1` programs, never one per step (docs/training.md, "The modern
+    recipe").
     """
 
     final: int  # train.grad_accum_steps
@@ -249,14 +240,11 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
 def scale_by_stable_adamw(
     b1: float, b2: float, eps: float, weight_decay: float, mask_fn: Callable[[Any], Any]
 ) -> optax.GradientTransformation:
-    """StableAdamW's update before the learning rate (Wortsman et al. 2023, "Stable and
-    low-precision training for large-scale vision-language models", Algorithm 2; optimi's
-    StableAdamW, which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam,
-    then decoupled weight decay where `mask_fn` says), each tensor's update divided by
-    max(1, RMS(g^2 / max(v_hat, eps^2))), the gradient against its second-moment estimate. An
-    update that grew faster than the moment's history says (a loss spike) is shrunk, as
-    Adafactor clips its updates, per tensor instead of by one global gradient norm. Where the
-    ratio is at most 1 the update is optax.adamw's, bit for bit."""
+    """StableAdamW's update before the learning rate (Wortsman et al. 2023, Algorithm 2; optimi's,
+    which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam, then decoupled
+    weight decay where `mask_fn` says), each tensor's update divided by
+    max(1, RMS(g^2 / max(v_hat, eps^2))). Where that RMS is at most 1 the update is optax.adamw's,
+    bit for bit. The formula and why: docs/training.md, "The modern recipe" (StableAdamW)."""
     parts = [optax.scale_by_adam(b1, b2, eps)]
     if weight_decay > 0:
         parts.append(optax.add_decayed_weights(weight_decay, mask=mask_fn))

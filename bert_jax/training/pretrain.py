@@ -1,17 +1,12 @@
 """Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
 
-The train state (its layout, step 0 and the optimizer step) is bert_jax/training/train_state.py's,
-shared with fine-tuning; this module is the pre-training run alone (nothing in finetune/ imports
-it). The model is rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
+The train state (its layout, step 0, the optimizer step that drops a non-finite update) is
+train_state.py's, shared with fine-tuning; nothing in finetune/ imports this module. The model is
+rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
 fold_in(rng, step), so a resumed run draws the same dropout masks as an uninterrupted one.
-
-A step whose loss or gradients are not finite changes neither the parameters nor the optimizer
-state (it is counted instead); config.train.on_nonfinite says whether the loop then stops
-('stop', without saving) or goes on ('skip').
-
-Gradient accumulation runs inside one jitted step (lax.scan over micro-batches). Each
-micro-batch's loss is normalised by the whole batch's denominators (masked-token count, example
-count), so the summed gradients are exactly those of the full batch.
+Gradient accumulation runs inside one jitted step (lax.scan over micro-batches), each
+micro-batch's loss normalised by the whole batch's denominators (masked tokens, examples), so the
+summed gradients are exactly the full batch's. docs/training.md, "Configs" and "Python API".
 """
 
 import functools
@@ -376,9 +371,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     config is what the checkpoints record.
 
     Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended: 'done', 'stop_at_step', 'target_reached', 'preempted',
-    'interrupted' (Ctrl-C: saved, as 'preempted') or
-    'nonfinite' (train.on_nonfinite='stop': a NaN/inf loss or gradient; nothing saved after it)}.
+    'stopped': why the loop ended (docs/training.md, "The loop and why it stopped")}.
     """
     config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)

@@ -4,39 +4,13 @@ they write (a --workdir, an export's --output_dir) before they write anything.
     with workdir_lock.hold(workdir, "bert_jax.main"):
         ...  # nobody else writes here until the block ends
 
-`<dir>/.lock` is a small JSON file naming its holder: host, pid, start time, the command line,
-a random token, and a heartbeat time. A second run on the same directory finds it and stops
-with one line naming the holder (cli.UserError). The file is created exclusively
-(storage.create_exclusive: O_CREAT|O_EXCL on a local or NFS disk, ifGenerationMatch=0 in a GCS
-bucket), so of two runs starting at once exactly one gets it. The holder removes it when the
-block ends: normally, on an exception, on SIGTERM/SIGINT (the trainers turn both into a save and
-a normal return, bert_jax.training.faults).
-
-A lock left behind by a run that was killed (kill -9, OOM, a lost VM) is stale:
-  * same host, and its pid is not running (or is this very process: a container restarted
-    with the same host name reuses small pids): stale at once;
-  * otherwise (another host: NFS, a bucket) its heartbeat is older than STALE_AFTER_S. The
-    holder rewrites the lock every HEARTBEAT_S from a daemon thread, so a live run's lock is
-    never older than that, give or take a stalled file server.
-A stale lock is taken over safely, resting on exclusive creation alone (fake-gcs-server, the
-GCS server the tests use, ignores preconditions on deletes): the taker exclusively creates
-`<dir>/.lock.takeover-<version>`, named after the stale lock's version (a GCS generation, a
-local inode and mtime), checks that the lock is still that version and only then replaces it.
-Of several takers racing for one stale lock only one creates that marker; a taker that reads
-the lock after it was replaced sees a new version, and a live holder.
-
-A lock that cannot be read (empty, not JSON, not a lock of ours) is read again for a moment (a
-run that has just created its local lock is writing it), then taken over only if it was last
-written over STALE_AFTER_S ago, as a heartbeat that old is: its writer may be alive (a run
-starting, one whose lock was damaged), and taking it at once let two starting runs both pass.
-A younger one is refused saying when it will be taken over. A `.lock` that is a directory, or
-one this user may not read, is refused naming it: nobody can take it over. Every refusal and
-every takeover states its reason.
-
-Multi-host runs: process 0 takes the lock for the whole job (bert_jax.training.faults.hold_workdir
-tells every process the outcome).
-
-No JAX import: data_prep can use this module.
+`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation
+(storage.create_exclusive), so of two runs starting at once exactly one gets it; a second run is a
+cli.UserError naming the holder. The holder rewrites it every HEARTBEAT_S and removes it when the
+block ends. A stale lock is taken over through a marker created exclusively and named after the
+stale lock's version, never a conditional delete. Multi-host runs: process 0 takes it for the
+job (faults.hold_workdir). What is stale, unreadable or refused, and why: docs/training.md,
+"The workdir". No JAX import: data_prep can use this module.
 """
 
 from __future__ import annotations
