@@ -70,12 +70,11 @@ PROBS = "attention_probs"
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def softmax_dropout(logits, rng, rate: float, dtype):
     """dropout(softmax(logits)) over the last axis, in float32, cast to `dtype` (the
-    computation's) for the product with the values. Autodiff's backward pass would keep the
-    float32 logits or probabilities, [batch, heads, length, length] per layer, the largest
-    array a BERT layer saves; this one keeps the probabilities in `dtype` (half the bytes in
-    bfloat16), and the dropout mask is recomputed from its counter-based hash. Exact in float32;
-    in bfloat16 the probabilities are rounded before the dropout's scaling (the product with
-    the values reads them rounded anyway), and the softmax's backward reads them so.
+    computation's) for the product with the values. The backward pass keeps only the
+    probabilities in `dtype`, not autodiff's float32 [batch, heads, length, length] (the largest
+    array a layer saves), and recomputes the dropout mask from its hash. Exact in float32; in
+    bfloat16 the probabilities are rounded before the dropout's scaling (the product with the
+    values reads them rounded anyway), and the softmax's backward reads them so.
     `rng` None or `rate` 0: no dropout."""
     return _softmax_dropout_fwd(logits, rng, rate, dtype)[0]
 

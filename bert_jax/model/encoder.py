@@ -57,13 +57,9 @@ def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
 @jax.custom_vjp
 def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(table, table[ids]): the word-embedding table as the MLM decoder uses it, and the rows the
-    input looks up, with one gradient for both uses.
-
-    Autodiff would give the lookup's gradient as a scatter into a zero table of its own (a
-    30,522-row float32 pass to write the zeros, another to scatter, a third to add it to the
-    decoder's), each summed over the data-parallel devices by a collective of its own. Here the
-    looked-up rows' gradients are added into the decoder's gradient in place: one dense table,
-    one reduction. The arithmetic is autodiff's but for the order of the additions."""
+    input looks up, with one gradient for both uses: the looked-up rows' gradients are added into
+    the decoder's gradient in place (one dense table, one reduction; autodiff's arithmetic but
+    for the order of the additions; what autodiff would do instead: docs/model.md, "The model")."""
     return table, jnp.take(table, ids, axis=0)
 
 
