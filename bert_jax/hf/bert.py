@@ -1,19 +1,10 @@
-"""Our BERT parameters <-> Hugging Face BertForPreTraining (and the original TensorFlow BERT),
-or ModernBertForMaskedLM for a model of the modern block (bert_jax/hf/modernbert.py: its names
-and config; the config decides which, `architecture`).
+"""Our BERT parameters <-> Hugging Face BertForPreTraining (and Google's original TensorFlow
+BERT), or ModernBertForMaskedLM for a model of the modern block (modernbert.py's names; the
+config decides which: `architecture`). Export writes a directory transformers loads with no
+missing or unexpected keys; import initializes the weights a file lacks (a BertModel's heads, a
+missing pooler) and names them in its report.
 
-Export writes a directory that `transformers.BertForPreTraining.from_pretrained` (or
-ModernBertForMaskedLM's) loads with no missing or unexpected keys: config.json,
-model.safetensors (float32, the same tensor names and set as transformers' own save: the tied
-decoder is left out), and the tokenizer's files: vocab.txt and tokenizer_config.json, or a
-tokenizer.json passed through as it is (with its directory's tokenizer_config.json and
-special_tokens_map.json when it has them).
-
-Import reads a Hugging Face BERT directory (BertModel or BertForPreTraining; model.safetensors,
-a sharded model.safetensors.index.json, or pytorch_model.bin) or Google's original TensorFlow
-checkpoint directory (bert_config.json + bert_model.ckpt.*; needs TensorFlow installed). Weights
-the file lacks (the MLM/NSP heads of a BertModel, the pooler) are freshly initialized and named
-in the report, so pre-training can continue from any public BERT.
+docs/model.md, "Export a training run to Hugging Face" and "Import a public BERT".
 """
 
 from __future__ import annotations

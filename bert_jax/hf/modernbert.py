@@ -1,27 +1,12 @@
 """Our ModernBERT-block parameters <-> transformers' ModernBertForMaskedLM: configs and names.
 
-bert_jax.hf.bert reads and writes the files and picks this mapping for a config of the modern block
-(`is_modernbert`); what transformers' ModernBertForMaskedLM has, ours has under these names
-(torch Linear weights are [out, in], our kernels [in, out]):
+bert_jax.hf.bert reads and writes the files and picks this mapping for a config of the modern
+block (`is_modernbert`). Torch Linear weights are [out, in], our kernels [in, out]; Wqkv and Wi
+are our query/key/value and intermediate/gate kernels concatenated in that order. Layer kinds
+come from `layer_types` (transformers 5) or `global_attn_every_n_layers` (transformers 4 and the
+Hub's config.json files), RoPE bases from `rope_parameters` or `*_rope_theta`; export writes both.
 
-    model.embeddings.tok_embeddings     bert/embeddings/word_embeddings (tied to the decoder)
-    model.embeddings.norm               bert/embeddings/layer_norm
-    model.layers.i.attn_norm            bert/layers/i/attention_norm (none in layer 0)
-    model.layers.i.attn.Wqkv            bert/layers/i/attention/{query,key,value}, concatenated
-    model.layers.i.attn.Wo              bert/layers/i/attention/output
-    model.layers.i.mlp_norm             bert/layers/i/output_norm
-    model.layers.i.mlp.Wi               bert/layers/i/{intermediate,gate}, concatenated (GeGLU's
-                                        input half, then its gate half)
-    model.layers.i.mlp.Wo               bert/layers/i/output
-    model.final_norm                    bert/final_norm
-    head.dense, head.norm               mlm/transform, mlm/transform_norm
-    decoder.bias                        mlm/bias
-
-Config fields: norm_eps is layer_norm_eps, classifier_bias head_bias; attention_dropout is
-attention_probs_dropout_prob, mlp_dropout (and embedding_dropout on export) hidden_dropout_prob.
-Layer kinds come from `layer_types` (transformers 5) or `global_attn_every_n_layers`
-(transformers 4 and the Hub's config.json files), RoPE bases from `rope_parameters` or
-`global_rope_theta`/`local_rope_theta`; export writes both spellings.
+docs/model.md, "ModernBERT in and out of Hugging Face": every name and config field.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
-`load(path)` takes either kind of directory (`checkpoints.model_dir_kind(path)` is the one rule
-telling them apart, also for pre-training's train.init_checkpoint):
-  * a training workdir of ours (it has `checkpoints/`): one step (the latest unless `step` is
-    given) restored with its checksums and a finite check (a damaged step is refused:
-    checkpoints.DamagedCheckpoint), and the config saved with it. The vocabulary is the one the
-    run's data was tokenized with (recorded in that config from the data's manifest), or the one
-    passed, checked against what the run recorded (its md5, else its size).
-  * a Hugging Face BERT or ModernBERT directory (config.json + model.safetensors or
-    pytorch_model.bin, or Google's original TF checkpoint) through bert_jax.hf.bert (its
-    config.json's model_type picks the names). The vocabulary is its vocab.txt or, for
-    a directory transformers 5 saved with only tokenizer.json, that file's WordPiece vocabulary;
-    lower-casing comes from tokenizer_config.json, else tokenizer.json's normalizer. A
-    tokenizer.json of another kind (BPE, Unigram) is the tokenizer itself
-    (bert_jax.text.tokenizer_json).
-An explicit `vocab_file` or `do_lower_case` wins over what the directory says; a vocabulary with
-more entries than the model has word embeddings is refused (`fits_table`). Either way the
-tokenizer is built once and its size checked once, in `_tokenizer`.
+`load(path)` takes a training workdir of ours (one step restored with its checksums and a finite
+check, the config saved with it, the run's own vocabulary) or a Hugging Face BERT or ModernBERT
+directory (through bert_jax.hf.bert; vocab.txt or tokenizer.json); checkpoints.model_dir_kind is
+the one rule telling them apart. An explicit `vocab_file` or `do_lower_case` wins over what the
+directory says; a vocabulary larger than the word-embedding table is refused (`fits_table`); the
+tokenizer is built and its size checked once, in `_tokenizer`.
+
+docs/model.md, "Import a public BERT": each kind of directory, its vocabulary and lower-casing.
 """
 
 from __future__ import annotations

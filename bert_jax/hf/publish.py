@@ -3,28 +3,14 @@ another model's files, on any disk, readable by the people the umask lets read i
 
     publish.directory(output_dir, lambda scratch: hf.save_hf(model, vocab, scratch))
 
-  * One writer at a time: the directory's lock (bert_jax.training.workdir_lock) is held throughout.
-  * Never mixed: `output_dir` must be new, empty, or a previous export of ours, recognised by the
-    MARKER file we write last, which lists the files that export wrote. A previous export is
-    replaced whole: its files are removed before the new ones move in, so a stale
-    tokenizer.json of another model cannot sit beside the new weights (transformers would load
-    it without a word). Anything else in the directory (files we did not write, a model saved
-    by another tool) is refused with one line naming them; nothing is deleted that we did not
-    write.
-  * Any disk: the files are written into a scratch directory inside `output_dir` and renamed
-    from there, so a directory that is itself a mount point (a Docker volume, an NFS export)
-    works (a scratch directory beside it would be on another file system: EXDEV).
-  * A failed write (a full disk, a damaged checkpoint) leaves the previous export as it was:
-    nothing of it is touched until every new file is written. Only a crash during the final
-    renames (milliseconds) can leave the directory between the two; its marker then still says
-    it is ours, and the next export replaces it whole.
-  * Modes: files 0666 and directories 0777, less the umask (as `open` and `mkdir` would make
-    them; a scratch directory from tempfile is 0700, and its files must not keep that).
-  * A bucket (gs://, s3://) has no rename: the files are written to a local scratch directory
-    and uploaded one by one under the same rules (`_publish_remote`), the file a reader opens
-    first (a Hugging Face model's config.json) deleted first and uploaded last, so an export cut
-    short is a directory transformers refuses, never two models' files under a complete-looking
-    one; the next export replaces it whole.
+The directory's lock (bert_jax.training.workdir_lock) is held throughout. `output_dir` must be
+new, empty or a previous export of ours (its MARKER file, written last, lists its files), which
+is replaced whole; other files are refused, and nothing we did not write is deleted. Files are
+written into a scratch directory inside `output_dir` (so a mount point works) and renamed only
+once all are written; modes are 0666 and 0777 less the umask. A bucket has no rename: the files
+are uploaded one by one, the one a reader opens first deleted first and uploaded last.
+
+docs/model.md, "Export a training run to Hugging Face": each rule and why.
 """
 
 from __future__ import annotations

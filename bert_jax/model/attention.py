@@ -1,43 +1,16 @@
-"""Self-attention kernels and masks: the fused `jax.nn.dot_product_attention` paths and the
-explicit einsum path (the one with attention-probability dropout).
+"""Self-attention kernels and masks: the fused `jax.nn.dot_product_attention` paths (XLA,
+cuDNN), the Pallas splash kernel on TPU, and the explicit einsum path (the one with dropout).
 
-q, k, v are [batch, length, heads, kv]. Which keys a query may read:
+q, k, v are [batch, length, heads, kv]. A query reads every real key of its row (unpacked rows,
+right-padded: `input_mask` [batch, length], 1 on real tokens) or, in packed rows, only the keys
+of its own example (`example_ids`: 1, 2, ... per example, 0 on padding; a block-diagonal mask).
+Padding queries read the padding keys, so no mask row is empty; their outputs are never used. A
+sliding-window layer (`window`: how far a query reads on either side) adds the band
+|query - key| <= window. cuDNN gets unpacked, unwindowed rows as per-row lengths and any other
+as a boolean mask; splash gets segment ids and runs under jax.shard_map over the mesh's batch
+(and heads) axes, in Pallas' interpret mode off TPU.
 
-- Unpacked rows (one example per row, right-padded): every real key, never a padded one; the
-  mask comes from `input_mask` [batch, length] (1 on real tokens).
-- Packed rows (several examples per row, see bert_jax.data.input.packing): `example_ids` [batch,
-  length] (1, 2, ... for the examples of the row, 0 on padding) gives a block-diagonal mask: a query
-  reads only the keys of its own example. Padding queries read the padding keys, so no row of
-  the mask is empty; their outputs are never used.
-
-Why packed rows reach cuDNN as a boolean mask. On GPU `jax.nn.dot_product_attention(...,
-implementation='cudnn')` (JAX 0.10) takes the masking in one of two forms:
-
-- `query_seq_lengths` / `key_value_seq_lengths`: one [batch] length per row, i.e. one segment
-  starting at position 0 with the padding on its right. Unpacked rows use it (no mask tensor is
-  read at all), but it cannot say "three examples in this row".
-- `mask`: a boolean [batch, 1, length, length]; JAX turns it into an additive bias (0 or a
-  large negative number) that the fused flash kernel adds to the logits. This expresses any
-  block-diagonal pattern and keeps the fused kernel. The cost is reading a [B, 1, L, L] bias
-  per layer (32 KiB per row at L=128 in bfloat16, next to 768 KiB of BERT-Large's q, k and v)
-  and, in the backward pass, writing a bias gradient of that shape that nothing uses.
-
-The public API has no segment ids; cuDNN's packed "THD" layout (per-row segment offsets, the
-one NVIDIA's BERT uses) is only reachable through the private jax._src.cudnn module and needs a
-Hopper GPU, so it is not used. Unpacked rows keep the lengths form, packed rows take the mask.
-
-Sliding windows (ModernBERT's local layers, `window` = how far a query reads on either side):
-the einsum and XLA paths AND a band |query - key| <= window into the boolean mask; cuDNN's
-fused kernel only takes a left (causal) window, so a windowed layer gives it the mask too;
-splash attention takes the band as its LocalMask, which also skips the key blocks outside it.
-In packed rows the band and the block diagonal together keep a query inside its own example.
-
-On TPU, `splash_attention` runs the Pallas splash-attention kernel (jax.experimental.pallas.ops.tpu,
-as MaxText does): flash attention with segment ids, so both forms are one: a row's real tokens
-are segment 1 (or each packed example its own id) and padding segment 0, and no [L, L] mask or
-probability matrix is ever written to HBM. Mosaic kernels cannot be partitioned automatically,
-so it runs under jax.shard_map over the batch (and heads) axes of the mesh in effect; on CPU it
-runs in Pallas' interpret mode (tests check it against `einsum_attention`).
+docs/model.md, "The model" (`attention_impl`, why packed rows reach cuDNN as a mask).
 """
 
 import functools
@@ -97,12 +70,11 @@ PROBS = "attention_probs"
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
 def softmax_dropout(logits, rng, rate: float, dtype):
     """dropout(softmax(logits)) over the last axis, in float32, cast to `dtype` (the
-    computation's) for the product with the values. Autodiff's backward pass would keep the
-    float32 logits or probabilities, [batch, heads, length, length] per layer, the largest
-    array a BERT layer saves; this one keeps the probabilities in `dtype` (half the bytes in
-    bfloat16), and the dropout mask is recomputed from its counter-based hash. Exact in float32;
-    in bfloat16 the probabilities are rounded before the dropout's scaling (the product with
-    the values reads them rounded anyway), and the softmax's backward reads them so.
+    computation's) for the product with the values. The backward pass keeps only the
+    probabilities in `dtype`, not autodiff's float32 [batch, heads, length, length] (the largest
+    array a layer saves), and recomputes the dropout mask from its hash. Exact in float32; in
+    bfloat16 the probabilities are rounded before the dropout's scaling (the product with the
+    values reads them rounded anyway), and the softmax's backward reads them so.
     `rng` None or `rate` 0: no dropout."""
     return _softmax_dropout_fwd(logits, rng, rate, dtype)[0]
 

@@ -1,17 +1,13 @@
 """BertConfig: the encoder's hyper-parameters, from the 2018 BERT to a ModernBERT block.
 
-The fields are those of configs/default.py's `config.model` (its comments say what each does);
-the ConfigDict becomes this frozen dataclass at one boundary (`from_config_dict`). Every field
-of the modern block has BERT's value as its default, so a config or checkpoint written before
-those fields existed is the same model. Each choice is independent (RoPE with post-norm is a
-valid model); what transformers can load is another matter (bert_jax.hf.bert says which fields
-decide BertForPreTraining or ModernBertForMaskedLM).
+The fields are configs/default.py's `config.model` (its comments say what each does); the
+ConfigDict becomes this frozen dataclass at one boundary (`from_config_dict`). Every modern-block
+field defaults to BERT's value, so older configs and checkpoints are the same model, and each is
+independent of the others (bert_jax.hf.bert.architecture says which transformers class, if any,
+holds a config). With `local_attention` > 0, layer i is global iff
+i % global_attn_every_n_layers == 0, else it reads keys at most local_attention // 2 away.
 
-Layer kinds: with `local_attention` > 0 layer i is a global (full attention) layer iff
-i % global_attn_every_n_layers == 0, else a sliding-window layer whose queries read the keys at
-most local_attention // 2 positions away on either side (transformers' ModernBertConfig: the
-total window, halved). RoPE uses global_rope_theta on global layers and local_rope_theta on
-sliding ones.
+docs/model.md, "The modern block (ModernBERT)".
 """
 
 from __future__ import annotations

@@ -1,51 +1,16 @@
-"""BERT in Flax NNX: embeddings, the encoder, the pooler, and the pre-training model (the MLM head
-is layers.py's, the NSP head one Dense).
+"""BERT in Flax NNX: embeddings, the encoder, the pooler and the pre-training model (MLM head from
+layers.py, NSP head one Dense). The config (bert_config.BertConfig) selects the 2018 BERT or the
+ModernBERT block field by field; layers.py holds the blocks, layer_stack.py runs the layers.
 
-The config (bert_jax.model.bert_config.BertConfig) selects the 2018 BERT or the ModernBERT block
-field by field: absolute positions or RoPE (a base per layer kind), post-norm or pre-norm (with a
-final norm, none before the first layer's attention), GELU or GeGLU feed-forward, each group of
-biases on or off, full attention or a sliding window with a global layer every N, no token
-types, no pooler, no NSP head. The building blocks and the encoder layer are
-bert_jax/model/layers.py's; bert_jax/model/layer_stack.py runs the layers (scanned in groups where
-they alternate). Packed rows keep every document to itself in every layer kind.
+Contract: parameters are always float32 and `BertConfig.dtype` sets only the computation dtype;
+NSP logits come back float32, MLM logits in the computation dtype. Dropout runs iff a
+`dropout_rng` is passed; the modules hold no RNG state (`nnx.state(model)` is the parameters
+only). Parameters carry logical axis names as `out_sharding` metadata and are never sharded
+eagerly (the trainer places them); activation constraints apply only under `jax.set_mesh` and
+`nnx.logical_axis_rules`, else they are no-ops.
 
-Numerics follow google-research/bert and Hugging Face: exact (erf) GELU, LayerNorm eps 1e-12 with
-the two-pass variance, the MLM decoder tied to the word embeddings, masked positions gathered
-before the vocabulary projection; the modern block's are transformers' ModernBertForMaskedLM's
-(RoPE in float32, bert_jax/model/rope.py). Parameters are always float32; `BertConfig.dtype` only
-sets the computation dtype ("bfloat16" for mixed precision). NSP logits come back float32; MLM
-logits in the computation dtype (a bfloat16 [batch, predictions, vocabulary] is half the HBM traffic
-of a float32 one; losses.cross_entropy takes its log-sum-exp in float32).
-
-Dropout is active iff a `dropout_rng` key is passed; the modules hold no RNG state, so a
-checkpoint of `nnx.state(model)` is the parameters and nothing else.
-
-Logical axis names; bert_jax.model.sharding maps them to mesh axes (a name it does not map is not
-split; a mesh axis already used by an earlier dimension of the same array is skipped, so the
-activations' 'embed' stays whole when 'batch' takes the 'fsdp' axis that weights' 'embed' uses):
-
-    parameters   'vocab'  vocabulary rows of the word embeddings and the MLM output bias
-                 'embed'  the hidden size (model width) wherever a weight touches it
-                 'heads'  the fused heads*head_dim output of query/key/value, input of the
-                          attention output projection (shard it only by a divisor of num_heads)
-                 'mlp'    the feed-forward width (intermediate_size)
-                 'norm'   LayerNorm scale and bias
-    activations  'batch', 'length', 'embed', 'heads', 'kv' (head_dim), 'mlp', 'vocab'
-
-Parameters carry the names as `out_sharding` metadata (read them with `nnx.get_partition_spec`;
-variables are never sharded eagerly, the trainer places them). Activations get
-`with_sharding_constraint` when the code runs under `jax.set_mesh(mesh)` and
-`nnx.logical_axis_rules(rules)`; otherwise the constraints are no-ops.
-
-Weight-decay rule: decay a parameter iff the last element of its path is 'kernel' or
-'embedding'; every LayerNorm scale and every bias (path ends in 'scale' or 'bias') is excluded,
-as in the original optimizer.
-
-Attention (bert_jax/model/attention.py, which says what each kernel is given): the padding mask,
-or the block-diagonal mask of packed rows (`example_ids`, bert_jax.data.input.packing), and a
-sliding-window layer's band. `attention_impl='auto'` takes the Pallas splash kernel on TPU, cuDNN's
-on GPU in bfloat16 (attention.splash_usable, cudnn_usable), XLA's otherwise; while
-attention-probability dropout is active the einsum path runs (the fused kernels have no dropout).
+docs/model.md: "The model" (numerics, attention kernels), "Sharding names and the weight-decay
+rule", "The modern block (ModernBERT)".
 """
 
 from __future__ import annotations
@@ -92,13 +57,9 @@ def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
 @jax.custom_vjp
 def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(table, table[ids]): the word-embedding table as the MLM decoder uses it, and the rows the
-    input looks up, with one gradient for both uses.
-
-    Autodiff would give the lookup's gradient as a scatter into a zero table of its own (a
-    30,522-row float32 pass to write the zeros, another to scatter, a third to add it to the
-    decoder's), each summed over the data-parallel devices by a collective of its own. Here the
-    looked-up rows' gradients are added into the decoder's gradient in place: one dense table,
-    one reduction. The arithmetic is autodiff's but for the order of the additions."""
+    input looks up, with one gradient for both uses: the looked-up rows' gradients are added into
+    the decoder's gradient in place (one dense table, one reduction; autodiff's arithmetic but
+    for the order of the additions; what autodiff would do instead: docs/model.md, "The model")."""
     return table, jnp.take(table, ids, axis=0)
 
 
@@ -295,7 +256,7 @@ class BertForPreTraining(nnx.Module):
         cls_positions=None,
         dropout_rng=None,
     ):
-        """(MLM logits [B, P, vocab], NSP logits [B, 2]), float32.
+        """(MLM logits [B, P, vocab] in the computation dtype, NSP logits [B, 2] float32).
 
         Packed rows: `example_ids`, `position_ids` and `cls_positions` as BertModel takes them
         (all three), `masked_lm_positions` index the row (already shifted by each example's

@@ -1,16 +1,12 @@
 """The encoder's layers in order: unrolled, or as one lax.scan over groups of alike layers.
 
-Layers differ in structure when the config mixes kinds: a ModernBERT stack alternates global
-and sliding-window layers (a global one every global_attn_every_n_layers), and its first layer
-has no attention norm (the embedding norm precedes it). A layer's kind is static in its module
-(its window is a Python attribute), so alike layers have equal nnx graphdefs. `scan_plan` finds
-the longest run of repeating groups of graphdefs (the smallest period that covers most layers;
-BERT: period 1 from layer 0, every layer in the scan; ModernBERT-base: layer 0 alone, then 7
-groups of (sliding, sliding, global)); the scan's body runs one group, so the compiler sees
-`period` layers instead of num_hidden_layers, and the layers outside the run go unrolled.
+A layer's kind is static in its module (its window a Python attribute), so alike layers have
+equal nnx graphdefs. `scan_plan` finds the longest run of repeating groups of graphdefs; the
+scan's body runs one group, the layers outside the run go unrolled. Layer i's dropout key is
+fold_in(dropout_rng, i) either way, so scanned and unrolled stacks draw the same masks and give
+the same result.
 
-Layer i's dropout key is fold_in(dropout_rng, i) either way, so scanned and unrolled stacks draw
-the same masks and give the same result.
+docs/model.md, "The modern block (ModernBERT)" (the groups BERT and ModernBERT scan).
 """
 
 import jax

@@ -2,8 +2,8 @@
 LayerNorm and Embed initialized as BERT's, self-attention and the encoder layer (post-norm BERT or
 pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE), and the
 MLM head.
-bert_jax.model.encoder puts them together (its docstring: the axis names, numerics and attention
-paths); bert_jax.model.layer_stack runs the layers in order.
+bert_jax.model.encoder puts them together (docs/model.md, "The model": the axis names, numerics
+and attention paths); bert_jax.model.layer_stack runs the layers in order.
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """Matrix products of bfloat16 operands with float32 accumulation, forward and backward, in the
-form XLA:CPU runs on a CPU's bfloat16 dot-product instructions.
+form XLA:CPU runs on a CPU's bfloat16 dot-product instructions (it runs a dot with a bfloat16
+result as a float32 matmul plus conversions, and so does autodiff's backward pass).
 
-XLA:CPU (JAX 0.10) hands a dot to its matmul library (YNNPACK) in bfloat16 only when the dot's
-result is float32: `einsum(bf16, bf16, preferred_element_type=float32)` runs at over twice the
-speed of a float32 matmul, while a dot with a bfloat16 result is
-rewritten to convert both operands to float32 first and runs as a float32 matmul (plus the
-conversions): bfloat16 then costs more than float32 (docs/performance.md). Autodiff has the same
-problem in the backward pass, whose dots take the bfloat16 cotangent.
+On the CPU, `einsum` of bfloat16 operands is `einsum(..., preferred_element_type=float32)`
+rounded to `out_dtype`, and its gradients the same way (the cotangent rounded to bfloat16, two
+float32-accumulating dots, each rounded to its operand's dtype): XLA's own arithmetic for a
+bfloat16 dot but for the order of the float32 additions. Elsewhere (float32 operands, GPU, TPU)
+it is `jnp.einsum`. The gradients have this form for specs whose every index is in two of the
+three terms or in all three (batch indices); dots with batch indices are still left to XLA on
+the CPU, where some of their bf16 x bf16 -> f32 forms fail at run time.
 
-`einsum` computes `jnp.einsum(spec, a, b)` for bfloat16 `a` and `b` on the CPU as
-`einsum(..., preferred_element_type=float32)` rounded to `out_dtype`, and its gradients the
-same way: the cotangent rounded to bfloat16 (it is bfloat16 already wherever the result is), two
-float32-accumulating dots, each rounded to its operand's dtype. That is the arithmetic XLA does
-for a bfloat16 dot anyway (products of bfloat16 values are exact in float32, sums are float32),
-so values differ from plain autodiff only by the order of the float32 additions. Elsewhere
-(float32 operands, or a GPU or TPU, whose compilers already run bfloat16 dots on their matrix
-units) it is `jnp.einsum` itself.
-
-Only specs where every index appears in exactly two of the three terms or in all three (batch
-indices) have gradients of this form, which is what a matmul is. Dots with batch indices are
-left to XLA on the CPU: some of their bfloat16 x bfloat16 -> float32 forms compile but fail at
-run time ("Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32").
+docs/performance.md, "bfloat16 on a CPU with bf16 instructions".
 """
 
 import functools

@@ -1,13 +1,11 @@
 """Rotary position embeddings (Su et al. 2021) as transformers' ModernBERT computes them.
 
-The rotation pairs feature j with feature j + head_dim/2 ("rotate_half", not interleaved
-pairs), with frequencies theta^(-2j/head_dim); angles, cos and sin are float32, and the rotation
-runs in q's and k's dtype with the tables cast to it, as transformers' ModernBERT does
-(`ModernBertRotaryEmbedding` returns cos and sin in x's dtype): float32 logits agree to rounding,
-and under bfloat16 the rotation's inputs, outputs and their gradients move at half the bytes of a
-float32 rotation (docs/scaling.md has the planner's figures). Positions are the model's
-position_ids: 0, 1, ... per row, or per example in packed rows, so a packed example is rotated
-as it would be alone.
+Feature j pairs with feature j + head_dim/2 ("rotate_half", not interleaved pairs), frequencies
+theta^(-2j/head_dim); angles, cos and sin are float32, and the rotation runs in q's and k's dtype
+with the tables cast to it, as transformers' does. Positions are the model's position_ids (per
+example in packed rows, so a packed example is rotated as it would be alone).
+
+docs/model.md, "The modern block (ModernBERT)"; docs/scaling.md has the planner's bytes.
 """
 
 import jax

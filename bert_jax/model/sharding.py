@@ -1,14 +1,8 @@
-"""The device mesh and every sharding decision: logical axis names -> mesh axes.
+"""The device mesh ('data', 'fsdp', 'tensor') and every sharding decision: logical axis names ->
+mesh axes, by the rules in `config.mesh.rules`. This module is the only place that applies them,
+so changing a parallelism strategy is a config change.
 
-The mesh has three axes:
-  data    pure data parallelism: parameters replicated, the batch split.
-  fsdp    data parallelism that also splits parameters and optimizer state (ZeRO-3 style):
-          the batch is split over data x fsdp, each weight over fsdp along its 'embed' dim.
-  tensor  Megatron-style model parallelism: attention heads, the MLP width and the vocabulary.
-
-Layers name logical axes ('embed', 'mlp', 'heads', 'vocab', ...; layers.py lists them); the rules
-in `config.mesh.rules` say which mesh axes each name maps to. This module is the only place that
-applies them, so changing a parallelism strategy is a config change.
+docs/training.md, "Mesh and sharding"; docs/scaling.md, "Which mesh".
 """
 
 import contextlib
@@ -85,12 +79,10 @@ def make_mesh(
 ) -> Mesh:
     """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all devices of all processes).
 
-    Within a slice, TPU devices are ordered along the slice's physical ICI rings (jax's
-    create_device_mesh, as jax.make_mesh; CPU devices keep their order, GPUs go by device id).
-    Across slices the links are DCN, an order of magnitude slower, so only 'data' spans slices
-    there (its gradient all-reduce is the one collective per step); fsdp's gathers and tensor's
-    all-reduces stay on ICI: jax's hybrid device mesh,
-    `data` = slices x data within a slice.
+    Within a slice, TPU devices follow its physical ICI rings (jax's create_device_mesh; CPU
+    devices keep their order, GPUs go by device id). Across slices only 'data' spans them (jax's
+    hybrid device mesh: `data` = slices x data within a slice), so fsdp and tensor traffic stays
+    off the slower DCN (docs/scaling.md, "Which mesh").
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
@@ -246,19 +238,14 @@ def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) ->
 
 
 def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedSharding:
-    """Where one chip's share of a parameter's optimizer update lives: the parameter's own
-    sharding, further split over the batch's mesh axes (data, and fsdp where the parameter does
-    not use it already) along its first dimension those axes divide. A share that is a block of
-    whole rows is contiguous; split along an inner dimension, the TPU compiler adds layout
-    copies around the update and the all-gathers (docs/scaling.md, "Round two").
-
-    Weight-update sharding (MLPerf's TPU BERT: "automatic cross-replica sharding of weight
-    update"; ZeRO stage 1): the Adam moments live in these shardings, the gradients are
-    reduce-scattered onto them instead of all-reduced, each chip updates its 1/N of the float32
-    parameters and moments, and the parameters are all-gathered back. Per chip, the optimizer's
-    and the gradient norm's HBM traffic and the moments' memory shrink N-fold; the collectives
-    move the same bytes as the all-reduce they replace. A parameter no dimension of which divides
-    keeps its sharding (updated in full on every chip, as before).
+    """Where one chip's share of a parameter's optimizer update lives (weight-update sharding:
+    docs/training.md, "Mesh and sharding"): the parameter's own sharding, further split over the
+    batch's mesh axes (data, and fsdp where the parameter does not use it already) along its
+    first dimension those axes divide; a parameter no dimension of which divides keeps its
+    sharding (updated in full on every chip). A share of whole rows is contiguous; split along an
+    inner dimension, the TPU compiler adds layout copies around the update and the all-gathers
+    (docs/scaling.md, "Round two"). The reduce-scatter and all-gather move the bytes of the
+    all-reduce they replace.
     """
     mesh = param.mesh
     spec = list(param.spec) + [None] * (len(shape) - len(param.spec))

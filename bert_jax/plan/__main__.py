@@ -5,21 +5,15 @@ r"""Does it fit, and how fast will it be: the trainer's steps compiled for a TPU
   python -m bert_jax.plan --config=configs/bert_base.py --topology=v5e-16 --num_slices=2
   python -m bert_jax.plan --topology=cpu:256 --num_layers=2 --meshes=32x8x1  # XLA:CPU's plan
 
-With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler itself
-compiles the trainer's steps for the slice's devices (jax.experimental.topologies: no TPU
-needed): pre-training's train step (bert_jax.training.pretrain.jit_train_step, state donated), its
-eval step (jit_eval_step) and fine-tuning's train step (a classification head), each on the
-trainer's own mesh. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per
-chip what figures.py says and where each figure comes from, where the step's HBM bytes go (hbm.py:
-the groups and the --top instructions), marks plans that do not fit the chip's HBM, and ends with
-the flags of the fastest plan that fits. Any --config.<field>=<value> override applies, as in the
-trainer.
-
-`--topology=cpu:N` compiles for N fake CPU devices instead, and so does any topology when its
-compiler is not installed (a warning says so): the shardings partition the same way, but memory
-and fusions are XLA:CPU's, not a TPU's, and there is no chip to judge them against. A mistake in
-the flags is one `error:` line and exit status 2, told before anything compiles. docs/scaling.md
-has the table, the commands and what each column means.
+With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler compiles
+pre-training's train and eval steps and fine-tuning's train step for the slice's devices, no TPU
+needed. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per chip
+the memory, FLOPs, collectives and step-time estimates, where the HBM bytes go (--top
+instructions), marks plans that do not fit, and ends with the flags of the fastest plan that
+fits. Any --config.<field>=<value> override applies, as in the trainer. `--topology=cpu:N`, or
+any topology whose compiler is not installed (with a warning), compiles for N fake CPU devices:
+the shardings partition the same, but memory and fusions are XLA:CPU's. docs/scaling.md,
+"Planning a TPU run without a TPU", has the table, the commands and what each column means.
 """
 
 import itertools

@@ -1,34 +1,13 @@
-"""Cloud TPU chips and slice shapes, from Google's public Cloud TPU documentation.
+"""Cloud TPU chips (and one H100) with their documented figures, and the slice shapes and
+accelerator types (v5p-64, v5e-16, ...) of Google's public Cloud TPU pages. The planner judges
+a compiled plan by them: HBM against its peak bytes, bf16 peak against its FLOPs (MFU), HBM, ICI
+and DCN bandwidth for the roofline.
 
-Every figure below is the documented one (the page is named beside it); none is measured here.
-The planner (python -m bert_jax.plan) uses them to judge the TPU compiler's plan: HBM against the
-plan's peak bytes, bf16 peak against the step's FLOPs (MFU), HBM and ICI bandwidth for the
-roofline estimate where the compiler gives none.
-
-    https://cloud.google.com/tpu/docs/v4   v4: 275 TFLOP/s bf16, 32 GiB HBM2 at 1200 GB/s, 3D
-        torus/mesh; per-chip ICI is not on the page: the pod's all-reduce bandwidth (1.1 PB/s
-        over 4096 chips) gives 269 GB/s per chip, used here.
-    https://cloud.google.com/tpu/docs/v5e  v5e: 197 TFLOP/s bf16, 16 GB HBM2 at 819 GB/s, ICI
-        400 GB/s per chip (bidirectional), 2D torus; hosts of 8 chips with 2 x 100 Gbps NICs
-        (25 Gbps, 3.125 GB/s of DCN per chip).
-    https://cloud.google.com/tpu/docs/v5p   v5p: 459 TFLOP/s bf16, 95 GiB HBM2e at 2765 GB/s, ICI
-        1200 GB/s per chip (bidirectional), 3D torus; DCN 50 Gbps (6.25 GB/s) per chip.
-    https://cloud.google.com/tpu/docs/v6e   v6e (Trillium): 918 TFLOP/s bf16, 32 GB HBM at
-        1638 GB/s, ICI 800 GB/s per chip (bidirectional), 2D torus.
-
-HBM sizes: the pages write GB for v5e and v6e and GiB for v4 and v5p; HBM comes in powers of two,
-so all are taken as GiB (a v5e reports 15.75 GiB usable to JAX: the planner's "fits" has that
-much margin less than it shows). DCN per chip is documented for v5e and v5p only; v4 and v6e
-take v5e's 3.125 GB/s (labelled an assumption wherever it is used).
-
-Accelerator types (v5p-64, v4-32: TensorCores for v4/v5p, chips for v5e/v6e) map to the slice
-shapes of the same pages' configuration tables; `DOCUMENTED` lists every one, and each is
-described by libtpu (tests/e2e/test_plan.py).
-
-One GPU, `h100`, for the same question on CUDA (jax's deviceless compile, with the CUDA plugin
-installed: `pip install -e '.[cuda]'`): NVIDIA's H100 SXM datasheet, 989 TFLOP/s dense bf16,
-80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s; the compile target is the description XLA's own
-tests use for it (H100_TARGET below: 132 SMs, 84,929,347,584 bytes of memory, compute 9.0).
+Every figure is a documented one, none measured here, except where a page lacks it: v4's ICI
+per chip is the pod's all-reduce bandwidth over its chips, v4's and v6e's DCN per chip are
+v5e's (`dcn_documented=False`), and HBM is taken as GiB throughout. Every type in `DOCUMENTED`
+is described by libtpu (tests/e2e/test_plan.py). docs/scaling.md, "Planning a TPU run without a
+TPU", has the figures with their pages.
 """
 
 import contextlib

@@ -1,36 +1,13 @@
 """The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time estimate.
 
-Where each comes from (the planner's output labels them the same way):
-    compiler     compiled.memory_analysis(): argument, output, aliased (donated) and temporary bytes
-                 per chip; compiled.cost_analysis(): FLOPs and HBM bytes accessed per chip, and
-                 the TPU compiler's own step-time estimate ('optimal_seconds'), which it leaves
-                 negative where it has none (so far: every BERT step tried)
-    hlo          bytes each collective moves per chip, read from the compiled HLO (ops, shapes,
-                 replica groups): ring algorithms, an all-reduce moves 2(n-1)/n of its buffer, an
-                 all-gather or reduce-scatter (n-1)/n of the whole buffer, a collective-permute
-                 all of it. Multi-slice programs keep collectives within a slice and hand what
-                 crosses slices to the megascale runtime as host-transfer sends: those are the
-                 DCN bytes (an all-reduce over s slices: 2(s-1)/s of each send's buffer). A
-                 group that spans slices in the HLO itself is modelled as a hierarchical
-                 all-reduce: within each slice, then across slices over DCN with 1/(n/s) of it.
-                 Ops inside loops (a scan over layers or micro-batches) count once per trip,
-                 those of a conditional's costliest branch once (hbm.runs).
-    roofline     with the documented chip figures (chips.py), two bounds from the same terms:
-                 compute = FLOPs / bf16 peak, HBM = HBM bytes accessed / HBM bandwidth, ICI =
-                 the hlo ICI bytes / one direction of the ICI bandwidth, DCN = DCN bytes / DCN
-                 bandwidth. "serial": max(compute, HBM) + ICI + DCN, as if no collective
-                 overlapped compute; "overlapped": max(compute, HBM, ICI) + DCN, as when the
-                 compiler's asynchronous collectives run under compute (the TPU compiler
-                 schedules them so) and the cross-slice transfers do not. Both assume the MXUs
-                 at peak: bounds, not measurements. The bytes are the compiler's "bytes
-                 accessed", which counts operands and results the compiler placed in on-chip
-                 memory too (VMEM; v4's CMEM; docs/scaling.md compares the two), so the planner
-                 also gives both bounds with hbm.py's HBM-only total ("hlo_roofline"),
-                 labelled apart.
-    estimate     the step time seq/s and MFU use: the compiler's where it gives one, else the
-                 serial roofline (the cautious one); the overlapped bound's MFU is printed too.
-    model        MFU's numerator: the model FLOPs of flops.py (the PaLM convention;
-                 recomputation by remat is not counted), per chip.
+Each is labelled with where it comes from, as the planner's output labels it: compiler
+(memory_analysis, cost_analysis and its own step time, `optimal_seconds`), hlo (each
+collective's bytes per chip from the compiled HLO, ring algorithms, DCN from the cross-slice
+sends), roofline (serial and overlapped bounds from chips.py's documented figures, the MXUs at
+peak: bounds, not measurements), estimate (the compiler's step time where it gives one, else the
+serial roofline) and model (flops.py's model FLOPs, MFU's numerator).
+
+docs/scaling.md, "Planning a TPU run without a TPU": each column and how the bytes are counted.
 """
 
 import dataclasses

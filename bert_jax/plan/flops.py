@@ -1,45 +1,18 @@
-"""Model FLOPs of a pre-training step: MFU's numerator (the planner's, and bench/'s), for the 2018
+"""Model FLOPs of a pre-training step, MFU's numerator (the planner's and bench/'s), for the 2018
 BERT block and the modern one (GeGLU, sliding-window layers, no pooler or NSP head).
 
-The count (model FLOPs, as in the PaLM paper's MFU: what the model needs, not what a given
-implementation spends; a multiply-add is 2 FLOPs; only matmuls are counted):
+The PaLM paper's convention: what the model needs, not what an implementation spends. Only
+matmuls count, a multiply-add is 2 FLOPs, a train step is 3 x forward, the MLM head is counted
+on the P masked positions only, a global layer's attention on all L x L query-key pairs and a
+sliding-window layer's on its band. With a block size, attention counts instead the tiles a
+block-sparse kernel computes (the kernel's FLOPs: the roofline's, not MFU's).
 
-    forward, per sequence of length L with P masked positions, H hidden, I intermediate,
-    N layers, V vocabulary:
-        encoder    sum over layers of
-                     L * 2 * (4*H*H + 2*H*I)     Q, K, V, output projections and the FFN
-                                                 (GeGLU: 4*H*H + 3*H*I, its input
-                                                 projection H -> 2*I, its output I -> H)
-                   + 2 * 2 * pairs * H           Q K^T and probs V over all heads, `pairs` the
-                                                 query-key pairs the layer scores (below)
-        pooler     2*H*H + 2*H*2                 [CLS] dense and the NSP classifier (each only
-                                                 where the model has it: ModernBERT has neither)
-        MLM head   P * (2*H*H + 2*H*V)           transform dense and the tied vocabulary
-                                                 projection, on the P masked positions only
-    train step = 3 * forward * batch             backward = 2x forward (grads of inputs
-                                                 and of weights)
-
-`pairs`: a global layer scores all L x L, padding and the boundaries of packed documents
-included, as the MFU convention does (a step's documents are not known when it is planned). A
-sliding-window layer (a query reads the keys at most w positions away) needs only the band,
-L * (2w + 1) - w * (w + 1) pairs: that is what the model FLOPs count. A block-sparse kernel
-computes more: the splash kernel scores every block x block tile that the band touches (it
-skips only whole tiles outside it), `attention_pairs(..., block=...)`; the planner's roofline
-takes its compute from those kernel FLOPs (steps.py), MFU from the model FLOPs, so a windowed
-layer's wasted tiles show as lower MFU, not as faster steps. At ModernBERT's window (64 on
-either side) and splash's 512-token tiles a 1,024-token row's band touches all four tiles (the
-kernel does full attention's work for a band of 12% of it) and an 8,192-token row's 46 of 256.
-
-Embedding lookups, LayerNorm, softmax, GELU, RoPE's rotations, dropout and the optimizer update
-are not counted (they are memory-bound and small next to the matmuls). The MLM head is counted on
-P positions: an implementation that projects all L positions (transformers' BertForPreTraining
-does) spends more FLOPs than this for the same useful work, so its MFU by this count is lower
-than its hardware utilisation.
+docs/scaling.md, "Planning a TPU run without a TPU": the formula and what it leaves out.
 """
 
 
 def attention_pairs(seq_len: int, window: int | None = None, block: int | None = None) -> int:
-    """Query-key pairs one head of a layer scores per sequence (the module docstring): all
+    """Query-key pairs one head of a layer scores per sequence (docs/scaling.md): all
     L x L for a global layer (window None); the band |q - k| <= window for a sliding-window
     layer; with `block`, the pairs of the block x block tiles the band touches instead (what a
     block-sparse kernel computes; `block` must divide the length)."""
@@ -79,7 +52,7 @@ def forward_flops_per_sequence(
     nsp: bool = True,
     attention_block: int | None = None,
 ) -> int:
-    """Matmul FLOPs of one forward pass over one sequence (see the module docstring). BERT's by
+    """Matmul FLOPs of one forward pass over one sequence (docs/scaling.md). BERT's by
     default; `glu`: a GeGLU feed-forward; `windows`: each layer's window (None entries: global;
     default all global); `pooler`, `nsp`: whether the model has BERT's pooler dense and NSP
     classifier; `attention_block`: count the
@@ -127,7 +100,7 @@ def train_flops_per_step(
     attention_block: int | None = None,
 ) -> int:
     """Model FLOPs of one training step (forward + backward) of a bert_jax BertConfig; with
-    `attention_block`, the FLOPs a block-sparse attention kernel spends instead (the module
-    docstring)."""
+    `attention_block`, the FLOPs a block-sparse attention kernel spends instead (docs/scaling.md,
+    "Planning a TPU run without a TPU")."""
     forward = model_forward_flops(model_config, seq_len, num_predictions, attention_block)
     return 3 * batch_size * forward

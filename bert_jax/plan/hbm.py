@@ -1,34 +1,15 @@
 """Where a compiled step's HBM bytes go, read from its HLO (`compiled.as_text()`), per chip.
 
-The rule: every top-level instruction (of the entry computation, and of what it runs: a `while`
-body trip-count times, a `conditional`'s branch, a `call`'s computation) reads its operands from
-HBM and writes its result there; a fusion's inside stays on chip. So its HBM traffic is the bytes
-of its operands plus those of its result, counted as the chip stores them (hlo.Array.nbytes:
-padded to whole tiles) and only where they live in HBM: an operand or result that the compiler
-placed in VMEM or another on-chip memory (memory space S(1) and up: hlo.py) moves no HBM bytes
-there; the copy that brought it on chip counted them.
+The rule: every top-level instruction (of the entry computation and of what it runs) reads its
+operands from HBM and writes its result there; a fusion's inside stays on chip. Bytes count as
+the chip stores them (hlo.Array.nbytes: whole tiles) and only where they live in HBM (memory
+space S(0): hlo.py); the copy that brought an array on chip counted its bytes. Refinements the
+HLO states: an async pair counts once, a slice or gather what it keeps, an in-place update what
+it updates, a loop per trip and a conditional its costliest branch (hlo.runs); bitcasts, tuples
+and constants move nothing. Instructions are grouped by the jax.named_scope names in their
+op_name (GROUPS); what the compiler adds unnamed goes with the instructions it moves data for.
 
-Refinements the HLO states itself:
-  * an async pair (copy-start / copy-done, all-gather-start / -done, ...) is counted once, at its
-    start, without the operand that the start's result tuple repeats;
-  * a slice, dynamic slice or gather (top-level, or inside a fusion as the only use of one of its
-    parameters) reads as much of its operand as it keeps, not the whole;
-  * an in-place update (dynamic-update-slice, scatter, and fusions whose result is one: the
-    buffer it updates is its operand 0, a fusion's parameter) moves the part it updates, not the
-    buffer: a dynamic-update-slice writes its update, a scatter reads and writes the rows it
-    touches (2x its updates), besides reading its other operands;
-  * hlo.runs: a `while` counts its body `known_trip_count` times (the compiler's
-    backend_config), else the bound its condition compares the counter with, else once; a
-    `conditional` counts its costliest branch (for the train step, the optimizer update under
-    lax.cond, taken on every finite step); the notes say how each was counted;
-  * bitcasts, parameters, tuples, get-tuple-element, constants and the like move nothing.
-
-Each instruction is grouped by the jax.named_scope names in its op_name metadata
-(bert_jax.model.encoder SCOPES, the losses', train_state's grad_norm and optimizer; GROUPS below);
-collectives by their op. What the compiler adds without an op_name (prefetches into VMEM, layout
-copies, async slices) goes to the group of the instructions that use what it moved (_groups). The
-tied word embedding's gradient from the MLM projection is computed in the MLM head's scope, so it
-counts there; "embedding gradient" is the lookup's (the scatter into the table and what feeds it).
+docs/scaling.md, "Where the HBM bytes go": every rule in full.
 """
 
 import dataclasses

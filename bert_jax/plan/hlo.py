@@ -1,19 +1,15 @@
-"""A compiled program's HLO text (`compiled.as_text()`) read into computations and instructions.
-
-Only what the byte attribution (hbm.py) needs: each instruction's name, result shape, opcode,
-operand names, attributes, op_name metadata and the computations it calls; each array's bytes as
-the chip lays it out. No JAX here: the unit tests feed it handwritten text.
+"""A compiled program's HLO text (`compiled.as_text()`) read into computations and instructions:
+only what hbm.py needs (names, result shapes, opcodes, operands, attributes, op_name metadata,
+the computations called) and each array's bytes as the chip lays it out. No JAX here: the unit
+tests feed it handwritten text.
 
 An instruction line looks like
     [ROOT ]%name = SHAPE opcode(%a, %b), attr=..., metadata={op_name="jit(f)/scope/op" ...}
 where SHAPE is an array `bf16[16,128,768]{2,1,0:T(8,128)(2,1)S(1)}` or a tuple of them in
-parentheses. Inside the layout braces, after the minor-to-major dimension order: `T(8,128)` is
-the first tiling (the array is stored in whole 8 x 128 tiles of its two most minor dimensions, so
-its bytes are those of the padded shape; further tiles such as `(2,1)` pack within a tile), and
-`S(n)` its memory space: none or S(0) is HBM (openxla.org/xla/shapes, "memory space
-identifiers"), S(1) the TensorCore's VMEM; the TPU compiler also writes S(3) on v4, for arrays
-up to the size of v4's 128 MiB on-chip CMEM, and S(2) and S(6) for scalars and sync flags. All
-but S(0) are on chip.
+parentheses. In the layout braces, after the minor-to-major order: `T(8,128)` is the first tiling
+(whole 8 x 128 tiles of the two most minor dimensions, so the padded shape's bytes; further tiles
+pack within a tile), `S(n)` the memory space: none or S(0) is HBM, all others are on chip
+(docs/scaling.md, "Where the HBM bytes go").
 """
 
 import dataclasses

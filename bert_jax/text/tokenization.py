@@ -1,21 +1,15 @@
 """Tokenizers behind one interface: WordPiece (BERT vocab.txt), SentencePiece (ALBERT-style) and
-any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py: BPE, Unigram, WordPiece).
+any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py); `make_tokenizer` picks one.
 
-WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer exactly, on any text. Its
-rules (tokenization.py at eedf571): delete U+0000, U+FFFD and categories Cc and Cf (control and
-format; private use Co and unassigned Cn stay, so a word holding U+F8FF is usually [UNK]); map
-" ", tab, newline, carriage return and Zs to spaces; put spaces around CJK ideographs; split with
-Python's str.split (which also splits on U+2028, U+2029 and other str.isspace characters); when
-lower-casing, str.lower then NFD and drop Mn; cut punctuation (P* and non-alphanumeric printable
-ASCII) into tokens of their own; greedy longest-match WordPiece with a 200-code-point word limit.
+WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer (tokenization.py at
+eedf571) exactly, on any text: a from-scratch implementation of its rules plus a per-word cache.
+The full rules run once per distinct whitespace-separated word and natural text is Zipfian, so
+most words are cache hits: that is what makes data prep fast.
 tests/unit/bert_jax/text/tokenization/test_differential.py checks every code point against a
 transcription of the original (tests/support/tokenizer_oracle.py).
 
-It is a from-scratch implementation of those rules plus a per-word cache: the full rules run once
-per distinct whitespace-separated word and natural text is Zipfian, so most words are cache hits.
-That is what makes data prep fast.
-
 No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
+docs/data_prep.md, "Tokenizer parity": the rules one by one, the tests and the throughput.
 """
 
 import array

@@ -1,43 +1,20 @@
 """Any Hugging Face tokenizer.json (BPE, Unigram, WordPiece) behind bert_jax.text.tokenization's
-interface, through the `tokenizers` library.
+interface, through the `tokenizers` library. No JAX import: data_prep uses this module.
 
-    tok = tokenizer_json.JsonTokenizer("tokenizer.json")   # or tokenization.make_tokenizer(path)
-    tok.encode("Hello world")                              # = Tokenizer.encode(text,
-                                                           #   add_special_tokens=False).ids
+`encode(text)` is the library's `Tokenizer.from_file(path).encode(text, add_special_tokens=False)
+.ids`, whatever the file's normalizer, pre-tokenizer and model; the file's truncation and padding
+are off (data_prep cuts and pads). Lower-casing is the normalizer's: `do_lower_case` is only
+reported, never applied (text lower-cased before a normalizer that does not expect it would no
+longer give the library's ids). The special tokens are the file's (around one sequence in its
+post-processor, else by SPECIAL_NAMES); a file without a mask token is refused.
 
-The ids are the library's own: `encode` is `tokenizers.Tokenizer.from_file(path).encode(text,
-add_special_tokens=False).ids`, whatever the file's normalizer, pre-tokenizer and model
-(tests/unit/bert_jax/text/test_tokenizer_json.py checks it on a sweep of texts for a BPE, a Unigram
-and a WordPiece file). The file's own truncation and padding settings are switched off: records are
-cut and padded by data_prep. A special token written in the text ("[MASK]") becomes its id, as the
-library does.
+`word_marks`, how pieces mark word starts for whole-word masking: "prefix" ("##ing" continues),
+"metaspace" (a piece without "▁" continues), "bytelevel" (a piece continues unless it starts
+with a space followed by text or the kind of character changes, as GPT-2's pre-tokenizer
+` ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+` cuts; one that starts inside a UTF-8 character,
+or follows a piece ending in a space, always continues), None (whole-word masking refused).
 
-The special tokens are the file's: [CLS] and [SEP] are the first and last special tokens around
-the sequence in its post-processor (TemplateProcessing "[CLS] $A [SEP]", BertProcessing,
-RobertaProcessing "<s> $A </s>"), or else the first of SPECIAL_NAMES the vocabulary has; [MASK],
-[PAD] and [UNK] come from SPECIAL_NAMES (the model's unk_token and the file's padding token first).
-A file without a mask token is refused: masked-LM pre-training needs one.
-
-Lower-casing is the file's normalizer's business: the do_lower_case argument is not applied (text
-lower-cased before a normalizer that does not expect it would no longer give the library's ids);
-`do_lower_case` reports whether the normalizer lower-cases.
-
-Whole-word masking (bert_jax.data.input.masking) needs to know where words start from the ids alone,
-since records keep no text. `word_marks` says how this file marks them:
-
-    "prefix"    WordPiece, or BPE with a continuing_subword_prefix: "##ing" continues a word
-    "metaspace" SentencePiece-style Metaspace ("▁"): a piece without "▁" continues a word
-    "bytelevel" GPT-2-style ByteLevel ("Ġ" is a space): a piece continues the word before it
-                unless it starts with a space followed by text, and the kind of character
-                (letter, digit, whitespace, other) does not change from the end of the piece before
-                to its start; a piece that starts inside a UTF-8 character always continues, and
-                so does one after a piece that ends in a space. That is how the GPT-2 pre-tokenizer
-                cuts text (` ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+`), with two differences
-                docs/data_prep.md lists (contractions, digit groups).
-    None        no marks (e.g. a Whitespace pre-tokenizer without a prefix): whole-word masking
-                is refused for such a file.
-
-No JAX import: data_prep uses this module.
+docs/data_prep.md, "Hugging Face tokenizer.json".
 """
 
 from __future__ import annotations
