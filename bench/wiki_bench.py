@@ -33,7 +33,7 @@ from absl import app, flags
 from bench import data_prep_bench
 from data_prep import readers, units, wiki, wikitext
 from data_prep.sentences import split_sentences
-from data_prep.testdata import make_wiki_dump
+from tests.support import make_wiki_dump
 
 REPO = data_prep_bench.REPO
 FLAGS = flags.FLAGS

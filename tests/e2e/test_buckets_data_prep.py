@@ -23,7 +23,7 @@ from bert_jax.data.contract import manifest, record_io, shard_files
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
 from data_prep import job, job_units, output, scaled
-from data_prep.testdata import make_wiki_dump
+from support import make_wiki_dump
 from support.golden import REPO
 
 

@@ -15,7 +15,7 @@ from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from data_prep import job, job_units, scaled
-from data_prep.testdata import make_wiki_dump
+from support import make_wiki_dump
 from support.golden import REPO
 
 pytest.importorskip("pyarrow")

@@ -9,6 +9,9 @@ conftest), so every test module, in tests/unit/* or tests/e2e, imports these by 
   buckets           records and uploads for the bucket (gs://) tests
   tokenizer_oracle  a plain-Python transcription of google-research/bert's FullTokenizer
   unicode_sample    which code points the tokenizer tests try by default
+  make_wiki_dump    MediaWiki dumps (and Parquet) with each article's expected text; also
+                    `python -m tests.support.make_wiki_dump` for bench/ and examples/data
+  make_odd_unicode  writes data_prep/testdata/odd_unicode.txt, the golden test's input
   forkrun           a fork server: a binary's main() in a forked child, without the imports
                     (conftest.py's `forkserver` fixture: one per pytest worker)
   jax_cache         the workers' compilation caches adopting each other's finished entries

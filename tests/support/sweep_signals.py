@@ -19,7 +19,7 @@ import shutil
 import signal
 
 from bert_jax.training import config_check, metrics_log
-from data_prep.testdata import make_wiki_dump
+from support import make_wiki_dump
 from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, SAMPLE_128, TESTDATA
 from support.sweep_inputs import _prep_as

@@ -29,7 +29,7 @@ def wiki_and_parquet(tmp_path_factory):
     """A multistream dump with its index (units seek to stream offsets through FileSystems) and a
     Parquet file of several row groups."""
     pytest.importorskip("pyarrow")
-    from data_prep.testdata import make_wiki_dump
+    from support import make_wiki_dump
 
     d = tmp_path_factory.mktemp("beam_inputs")
     pages, _ = make_wiki_dump.build(12, seed=5)

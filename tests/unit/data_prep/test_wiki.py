@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from data_prep import readers, units, wiki, wikitext
-from data_prep.testdata import make_wiki_dump
+from support import make_wiki_dump
 from support.golden import REPO
 
 SAMPLE = os.path.join(REPO, "examples", "data", "enwiki-sample-pages-articles-multistream.xml.bz2")

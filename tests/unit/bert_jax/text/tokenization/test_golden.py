@@ -1,6 +1,6 @@
 """Reference mode on odd Unicode: the original generator's records, record for record.
 
-data_prep/testdata/odd_unicode.txt (made by make_odd_unicode.py there) puts private-use,
+data_prep/testdata/odd_unicode.txt (made by tests/support/make_odd_unicode.py) puts private-use,
 unassigned, format and control characters, U+FFFD, combining marks, CJK and other scripts,
 fullwidth forms, emoji sequences and mojibake into pydocs sentences; the golden file was written
 from it by google-research/bert's create_pretraining_data.py (GOLDEN.md says how). Before the

@@ -1,7 +1,7 @@
 r"""Builds MediaWiki dumps for tests, benchmarks and the README example, with their expected text.
 
-  python -m data_prep.testdata.make_wiki_dump --output=/tmp/gen --articles=120
-  python -m data_prep.testdata.make_wiki_dump --from_dump=enwiki-sample.xml.bz2 \
+  python -m tests.support.make_wiki_dump --output=/tmp/gen --articles=120
+  python -m tests.support.make_wiki_dump --from_dump=enwiki-sample.xml.bz2 \
       --output=examples/data/enwiki-sample --max_page_bytes=25000 --pages_per_stream=10
 
 writes `wiki-pages-articles-multistream.xml.bz2` and `wiki-pages-articles-multistream-index.txt.bz2`
@@ -16,8 +16,9 @@ galleries, file links whose captions hold links, interlanguage links, categories
 tags and entities, bold and italics, headings, lists, external links, magic words, inline
 templates that render words ({{convert}}, {{lang}}, {{as of}}, {{IPAc-en}}, {{chem}}, {{angbr}}),
 hard-wrapped lines, and sentences that lose words with their markup (a list's introduction, a
-sentence holding <math>), which the reader drops. Redirects, disambiguation pages and pages of other namespaces are mixed in. `build`
-returns each article's expected sentences, so tests can check the reader's output exactly.
+sentence holding <math>), which the reader drops. Redirects, disambiguation pages and pages of
+other namespaces are mixed in. `build` returns each article's expected sentences, so tests can
+check the reader's output exactly.
 
 --parquet_output also writes the articles as the Hugging Face hub's `wikimedia/wikipedia` Parquet
 files are laid out (columns id, url, title, text; paragraphs separated by blank lines).
@@ -289,9 +290,8 @@ def main(argv):
     print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(pages)} pages) and {index}")
     if FLAGS.parquet_output:
         rows = write_parquet(pages, FLAGS.parquet_output)
-        print(
-            f"wrote {FLAGS.parquet_output} ({os.path.getsize(FLAGS.parquet_output)} bytes, {rows} rows)"
-        )
+        size = os.path.getsize(FLAGS.parquet_output)
+        print(f"wrote {FLAGS.parquet_output} ({size} bytes, {rows} rows)")
 
 
 if __name__ == "__main__":

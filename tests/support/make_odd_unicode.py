@@ -1,6 +1,6 @@
 """Writes odd_unicode.txt: pydocs_small.txt sentences with odd Unicode put in, for the golden test.
 
-  python data_prep/testdata/make_odd_unicode.py   # deterministic (seeded); rewrites the file
+  python tests/support/make_odd_unicode.py   # deterministic (seeded); rewrites the file
 
 Each line of the first documents of pydocs_small.txt gets a few insertions inside and between
 words: private use (Co) and unassigned (Cn) characters, format characters (Cf: zero-width space and
@@ -13,7 +13,8 @@ original's reader (TensorFlow's GFile) drops the first and fails on the second.
 import os
 import random
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# The golden inputs it reads and writes live with the package's other test data.
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data_prep", "testdata")
 
 # By category, in the order the seeded draws index them.
 INSERTS = [
