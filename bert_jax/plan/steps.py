@@ -1,7 +1,7 @@
 """The trainer's steps lowered for abstract inputs and compiled for a topology, and their figures.
 
 Nothing here re-implements a step: the train and eval steps are bert_jax.training.pretrain's
-jit_train_step (state donated) and jit_eval_step on train.make_setup's mesh and shardings,
+jit_train_step (state donated) and jit_eval_step on pretrain.make_setup's mesh and shardings,
 fine-tuning's is bert_jax.finetune.train.jit_train_step on finetune.runs.make_setup's. Inputs are
 jax.ShapeDtypeStruct leaves carrying the trainer's shardings, so no array is ever made and the
 devices may be a TPU slice's compile-only descriptions.
