@@ -102,18 +102,24 @@ def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
         raise truncated(path, e) from None
 
 
+def decode_text(raw: bytes, stats: ReadStats) -> str:
+    """UTF-8 bytes as text; undecodable bytes become U+FFFD (which tokenizers drop), counted."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_utf8_lines += 1
+        return raw.decode("utf-8", errors="replace")
+
+
 def decode_line(raw: bytes | None, stats: ReadStats) -> str:
-    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
-    counted; an over-long line (None) is counted and read as ""."""
+    """A raw line of a text file as stripped text, read as the original generator reads it:
+    TensorFlow's GFile.readline drops every "\\r" (a lone one inside a line too, so "a\\rb" is
+    the word "ab"); undecodable bytes become U+FFFD, counted; an over-long line (None) is
+    counted and read as ""."""
     if raw is None:
         stats.long_lines += 1
         return ""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.bad_utf8_lines += 1
-        line = raw.decode("utf-8", errors="replace")
-    return line.strip()
+    return decode_text(raw.replace(b"\r", b""), stats).strip()
 
 
 def read_lines(path: str, stats: ReadStats) -> Iterator[str]:

@@ -362,3 +362,48 @@ def test_the_sentence_splitter_on_the_labelled_set():
 
     scores = sentence_bench.score(split_sentences, sentence_bench.labelled_paragraphs())
     assert scores["f1"] > 0.96 and scores["exact"] > 0.9, scores
+
+
+def _gfile_documents(data: bytes) -> list[list[str]]:
+    """The original generator's documents of a UTF-8 text file: it reads lines with TensorFlow's
+    GFile, whose readline ends a line at "\\n" only and drops every "\\r" (buffered_inputstream.cc,
+    ReadLineHelper), then strips each line; a blank line ends a document."""
+    documents = [[]]
+    for line in data.replace(b"\r", b"").decode("utf-8").split("\n"):
+        line = line.strip()
+        if not line:
+            documents.append([])
+        else:
+            documents[-1].append(line)
+    return [d for d in documents if d]
+
+
+def test_carriage_returns_are_dropped_as_the_original_reads_lines(tmp_path):
+    """A lone "\\r" inside a line is no space to the original ("two\\rwords" is one word), and a
+    line of "\\r"s between paragraphs is blank; CRLF files read as LF files. Whole files (reference
+    mode's reader) and every unit cut (scaled mode's) agree with it."""
+    from data_prep import units
+
+    pieces = [
+        "two\rwords",
+        "a\r\rb c",
+        "\r",
+        "\r\r",
+        "",
+        "x \r y",
+        "end.\r",
+        "\rstart",
+        "e\r\u0301",
+    ]
+    rng = random.Random(5)
+    for trial in range(40):
+        lines = [rng.choice(pieces) for _ in range(rng.randint(1, 12))]
+        data = ("\r\n" if trial % 2 else "\n").join(lines).encode()
+        path = tmp_path / "cr.txt"
+        path.write_bytes(data)
+        want = _gfile_documents(data)
+        assert _docs([str(path)])[0] == want, data
+        for block in (1, 3, 1 << 20):
+            planned = units.plan_units([readers.source_of(str(path))], block, 10)
+            got = [d for u in planned for d in units.read_unit(u, readers.ReadStats())]
+            assert got == want, (data, block)
