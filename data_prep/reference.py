@@ -233,10 +233,13 @@ def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
 
 
 def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
-    """Sentences -> ids; sentences with no tokens are dropped (as the original does)."""
+    """Sentences -> ids; sentences with no tokens are dropped (as the original does). Sentences
+    after a document's first are encoded with the tokenizer's sentence_joiner before them (a
+    tokenizer.json's " ": the space running text has there), as scaled mode encodes them."""
+    joiner = getattr(tokenizer, "sentence_joiner", "")
     out = []
-    for sentence in document:
-        ids = tokenizer.encode(sentence)
+    for index, sentence in enumerate(document):
+        ids = tokenizer.encode(joiner + sentence if index and joiner else sentence)
         if ids:
             out.append(ids)
     return out
