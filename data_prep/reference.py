@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from bert_jax import storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
@@ -54,11 +56,14 @@ def create_masked_lm_predictions(
     Returns (output_tokens, positions, labels) with positions sorted. [CLS] and [SEP] are never
     masked; with whole-word masking a word's pieces are masked together or not at all.
     """
+    # Whether a piece continues the word before it: "##" for WordPiece (the original's test),
+    # and for a byte-level BPE also the character kinds (masking.Vocab.continues, the trainer's).
+    joins = vocab.continues(np.asarray([tokens]))[0] if opts.whole_word_mask else None
     cand_indexes: list[list[int]] = []
     for i, token in enumerate(tokens):
         if token == vocab.cls_id or token == vocab.sep_id:
             continue
-        if opts.whole_word_mask and cand_indexes and token in vocab.continuation:
+        if opts.whole_word_mask and cand_indexes and joins[i]:
             cand_indexes[-1].append(i)
         else:
             cand_indexes.append([i])

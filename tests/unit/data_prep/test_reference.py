@@ -2,6 +2,7 @@
 MLM-only and unmasked modes."""
 
 import collections
+import dataclasses
 import random
 
 import pytest
@@ -182,3 +183,41 @@ def test_reference_and_scaled_mode_encode_documents_alike(tmp_path, testdata, vo
     scaled.run(spec, tok, str(tmp_path / "scaled"), progress=False)
     want = _records(tmp_path / "scaled")
     assert sum(want.values()) >= 20 and _records(tmp_path / "ref") == want
+
+
+@pytest.mark.parametrize("kind", tokenizer_files.KINDS)
+def test_whole_word_masking_takes_the_words_masking_takes(tmp_path, testdata, kind):
+    """Reference mode's whole words are masking.Vocab.continues' (the scaled mode's and the
+    trainer's): for a byte-level BPE a piece joins the word before it only when the character
+    kinds allow it ("ĠðĲĢ", a space and the start of a character, starts a word): masked pieces
+    are whole words of that rule, and supplementary-plane text is not one unmaskable word."""
+    import numpy as np
+
+    from bert_jax.text import tokenization
+
+    tok = tokenization.make_tokenizer(tokenizer_files.make(kind, tmp_path / f"{kind}.json"))
+    vocab = masking.Vocab.from_tokenizer(tok)
+    rng = random.Random(3)
+    planes = [chr(rng.randrange(0x10000, 0x10400)) for _ in range(64)]
+    text = testdata.joinpath("sample_text.txt").read_text(encoding="utf-8").split("\n")[:12]
+    lines = text + [" ".join(rng.choice(planes) for _ in range(20)) for _ in range(6)]
+    lines = [line for line in lines if line.strip()]
+    documents = [reference.tokenize_document(lines[i : i + 6], tok) for i in range(0, 18, 6)]
+    opts = instances.InstanceOptions(max_seq_length=48, max_predictions_per_seq=8)
+    opts = dataclasses.replace(opts, whole_word_mask=True)
+    for instance in _all_instances(documents, opts, vocab, seed=1):
+        original = np.array(instance.tokens)
+        original[instance.masked_lm_positions] = instance.masked_lm_labels
+        starts = ~vocab.continues(original[None])[0]
+        special = (original == vocab.cls_id) | (original == vocab.sep_id)
+        word, words = -1, []  # word number per position; [CLS]/[SEP] are in none
+        for is_start, is_special in zip(starts, special):
+            word += bool(is_start and not is_special) or word < 0
+            words.append(-1 if is_special else word)
+        words = np.array(words)
+        chosen = np.zeros(len(original), bool)
+        chosen[instance.masked_lm_positions] = True
+        for w in set(words[chosen].tolist()):
+            assert chosen[words == w].all(), (kind, original, instance.masked_lm_positions)
+        # Words are a few pieces each, the budget 7: every instance has one to mask.
+        assert chosen.any(), (kind, original)
