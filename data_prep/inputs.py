@@ -111,20 +111,21 @@ def decode_text(raw: bytes, stats: ReadStats) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def decode_line(raw: bytes | None, stats: ReadStats) -> str:
-    """A raw line of a text file as stripped text, read as the original generator reads it:
-    TensorFlow's GFile.readline drops every "\\r" (a lone one inside a line too, so "a\\rb" is
-    the word "ab"); undecodable bytes become U+FFFD, counted; an over-long line (None) is
-    counted and read as ""."""
+def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> str:
+    """A raw line as stripped text; undecodable bytes become U+FFFD, counted; an over-long line
+    (None) is counted and read as "". drop_cr: every "\\r" is dropped, as the original generator
+    reads BERT-format text (TensorFlow's GFile.readline drops a lone one inside a line too, so
+    "a\\rb" is the word "ab"); elsewhere a "\\r" is whitespace to the tokenizers."""
     if raw is None:
         stats.long_lines += 1
         return ""
-    return decode_text(raw.replace(b"\r", b""), stats).strip()
+    return decode_text(raw.replace(b"\r", b"") if drop_cr else raw, stats).strip()
 
 
-def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
+def read_lines(path: str, stats: ReadStats, drop_cr: bool = False) -> Iterator[str]:
     """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
-    GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
+    GFile (the original's reader); drop_cr: as decode_line's; a UTF-8 byte-order mark at the start
+    is dropped."""
     stats.files += 1
     empty = True
     with open_input(path) as raw_file, open_text(raw_file, path) as f:
@@ -133,7 +134,7 @@ def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
                 raw = raw.removeprefix(sniff.UTF8_BOM)
             empty = False
             stats.lines += 1
-            line = decode_line(raw, stats)
+            line = decode_line(raw, stats, drop_cr)
             if line or raw is not None:
                 yield line
     if empty:

@@ -119,7 +119,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
         line_start, offset = offset, offset + length
         counted = stats if line_start < stop else elsewhere
         counted.lines += 1
-        line = decode_line(raw, counted)
+        line = decode_line(raw, counted, drop_cr=True)
         if raw is None:
             continue  # an over-long line, skipped: as if it were not there
         if not line:

@@ -97,7 +97,7 @@ def documents(
             for batch in batches:
                 for text in batch.column(0).to_pylist():
                     if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
-                        text = inputs.decode_text(text, stats).strip()
+                        text = inputs.decode_line(text, stats)
                     sentences = split_sentences(text, language) if isinstance(text, str) else []
                     if sentences:
                         stats.documents += 1
