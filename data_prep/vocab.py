@@ -36,7 +36,8 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "output",
     None,
-    "vocab.txt path (wordpiece), model prefix (sentencepiece) or tokenizer.json path (bpe).",
+    "vocab.txt path (wordpiece), model prefix or .model path (sentencepiece: PREFIX.model and "
+    "PREFIX.vocab) or tokenizer.json path (bpe).",
 )
 flags.DEFINE_enum(
     "model_type",
@@ -261,6 +262,17 @@ def main(argv):
             f"--output={FLAGS.output!r}: a BPE tokenizer is written as a Hugging Face "
             "tokenizer.json; name the file ....json (e.g. tokenizer.json)"
         )
+    if FLAGS.model_type == "wordpiece" and FLAGS.output.endswith((".json", ".model")):
+        raise cli.UserError(
+            f"--output={FLAGS.output!r}: a WordPiece vocabulary is a vocab.txt, and readers take "
+            "a .json file for a tokenizer.json and a .model file for a SentencePiece model; name "
+            "the file ....txt (e.g. vocab.txt)"
+        )
+    # SentencePiece's --output is a prefix; "sp.model" names the model file itself, not the
+    # prefix of "sp.model.model".
+    prefix = FLAGS.output
+    if FLAGS.model_type == "sentencepiece":
+        prefix = prefix.removesuffix(".model")
     # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
     # written is an error now, not a trainer's traceback at the end.
     output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")
@@ -280,7 +292,7 @@ def main(argv):
         "sentencepiece": train_sentencepiece,
         "bpe": train_bpe,
     }[FLAGS.model_type]
-    path = train(corpus, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
+    path = train(corpus, prefix, FLAGS.vocab_size, FLAGS.do_lower_case)
     tokenizer = job.load_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     if tokenizer.vocab_size < FLAGS.vocab_size:

@@ -97,3 +97,29 @@ def test_wordpiece_keeps_what_the_trainer_learns(tmp_path):
 def test_wordpiece_refuses_a_one_pass_iterator(tmp_path):
     with pytest.raises(TypeError, match="twice"):
         vocab.train_wordpiece(iter(["a b"]), str(tmp_path / "v.txt"), 100, True)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "vocab.model"])
+def test_a_wordpiece_vocab_is_not_written_under_another_kind_s_name(tmp_path, forkserver, name):
+    """Every reader tells a tokenizer.json and a SentencePiece model from a vocab.txt by its
+    name: a vocab.txt written as tok.json would be read as JSON (the trainer's own check of its
+    file said so, naming the file it had just written, and left it there). One line, before
+    training, and no file."""
+    output = tmp_path / name
+    args = [f"--input={CORPUS}", f"--output={output}", "--vocab_size=400"]
+    status, stdout, stderr = forkserver.run("data_prep.vocab", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.startswith("error: --output=") and "vocab.txt" in stderr, stderr
+    assert len(stderr.splitlines()) == 1 and not output.exists()
+
+
+def test_a_sentencepiece_output_named_model_is_the_model_file(tmp_path, forkserver):
+    """--output is the model's prefix; --output=sp.model names the model file itself (it wrote
+    sp.model.model, and --vocab_file=sp.model then named no file)."""
+    args = [f"--input={CORPUS}", f"--output={tmp_path / 'sp.model'}", "--vocab_size=200"]
+    status, stdout, stderr = forkserver.run(
+        "data_prep.vocab", [*args, "--model_type=sentencepiece"]
+    )
+    assert status == 0, stderr
+    assert sorted(os.listdir(tmp_path)) == ["sp.model", "sp.vocab"]
+    assert stdout.startswith(f"wrote {tmp_path / 'sp.model'}:")
