@@ -28,7 +28,9 @@ class ReadStats:
     files: int = 0
     lines: int = 0
     documents: int = 0
-    bad_utf8_lines: int = 0  # lines with bytes that are not UTF-8; those bytes are dropped
+    # Lines with bytes that are not UTF-8 (or JSON escapes of half a surrogate pair); those
+    # characters become U+FFFD, which the tokenizers drop.
+    bad_utf8_lines: int = 0
     bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
     long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
     empty_files: int = 0

@@ -12,6 +12,7 @@ seek) and a book are one unit each.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -24,6 +25,8 @@ from data_prep.inputs import (
     read_lines,
 )
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
@@ -73,6 +76,9 @@ def json_document(
     except (ValueError, KeyError, TypeError):
         stats.bad_json_lines += 1
         return []
+    if _SURROGATE.search(text):  # an escaped half pair ("\\ud800"): no UTF-8 encoder takes it
+        stats.bad_utf8_lines += 1
+        text = _SURROGATE.sub("\ufffd", text)
     return split_sentences(text, language)
 
 

@@ -407,3 +407,25 @@ def test_carriage_returns_are_dropped_as_the_original_reads_lines(tmp_path):
             planned = units.plan_units([readers.source_of(str(path))], block, 10)
             got = [d for u in planned for d in units.read_unit(u, readers.ReadStats())]
             assert got == want, (data, block)
+
+
+def test_lone_surrogate_escapes_in_jsonl_are_replaced_and_counted(tmp_path, vocab_file):
+    """JSON may escape half a surrogate pair ("\\ud800", scraped text cut inside an emoji):
+    json.loads gives a str no UTF-8 encoder (the sentence splitter, the tokenizers) accepts, and
+    the job died with a UnicodeEncodeError. Such a character is replaced, as undecodable bytes
+    of a text file are, and counted; a whole pair escaped is the character it encodes."""
+    from bert_jax.text import tokenization
+    from data_prep import units
+
+    line = json.dumps({"text": "A lone \ud800 here. A pair \U0001f600 there. End \udfff."})
+    path = tmp_path / "s.jsonl"
+    path.write_text(f"{line}\n" * 3 + json.dumps({"text": "Clean one."}) + "\n")
+    docs, stats = _docs([str(path)])
+    assert docs[0] == ["A lone \ufffd here.", "A pair \U0001f600 there.", "End \ufffd."]
+    assert len(docs) == 4 and stats.bad_utf8_lines == 3
+    planned = units.plan_units([readers.source_of(str(path))], 50, 10)
+    unit_stats = readers.ReadStats()
+    assert [d for u in planned for d in units.read_unit(u, unit_stats)] == docs
+    assert unit_stats.bad_utf8_lines == 3
+    tok = tokenization.make_tokenizer(vocab_file)
+    assert tok.encode_batch(docs[0])[0].tolist() == tok.encode(" ".join(docs[0]))
