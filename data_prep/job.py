@@ -14,6 +14,7 @@ content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mod
 
 import dataclasses
 import glob
+import math
 import os
 from collections.abc import Callable
 
@@ -66,8 +67,10 @@ class JobSpec:
             problems.append(f"eval_fraction={self.eval_fraction} must be in [0, 1)")
         if not 0.0 < self.eval_masked_lm_prob <= 1.0:
             problems.append(f"eval_masked_lm_prob={self.eval_masked_lm_prob} must be in (0, 1]")
-        if self.block_size_mb <= 0 or self.shard_size_mb <= 0:
-            problems.append("block_size_mb and shard_size_mb must be positive")
+        for name in ("block_size_mb", "shard_size_mb"):
+            size = getattr(self, name)
+            if not (size > 0 and math.isfinite(size)):  # nan fails both; inf has no int
+                problems.append(f"{name}={size} must be a positive number")
         if self.num_shards < 0 or self.num_eval_shards < 0 or self.tfds_examples_per_unit < 1:
             problems.append(
                 "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"

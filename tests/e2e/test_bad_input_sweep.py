@@ -307,6 +307,8 @@ DATA_PREP_MAIN = [
     ("num_workers negative", prep("corpus.txt", "--num_workers=-1"), "num_workers"),
     ("eval_fraction 1", prep("corpus.txt", "--eval_fraction=1"), "eval_fraction"),
     ("block_size_mb 0", prep("corpus.txt", "--block_size_mb=0"), "block_size_mb"),
+    ("block_size_mb inf", prep("corpus.txt", "--block_size_mb=inf"), "block_size_mb=inf"),
+    ("shard_size_mb NaN", prep("corpus.txt", "--shard_size_mb=nan"), "shard_size_mb=nan"),
     ("num_shards negative", prep("corpus.txt", "--num_shards=-2"), "num_shards"),
     ("format unknown", prep("corpus.txt", "--format=parquet"), "--format"),
     ("mode unknown", prep("corpus.txt", "--mode=fast"), "--mode"),

@@ -76,3 +76,22 @@ def test_every_mode_writes_the_contract(
             assert entry["md5"] == manifest.file_md5(path)
             assert entry["instances"] == record_io.count_records(path)
     assert written["shards"]["train"]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("block_size_mb", float("inf")),
+        ("block_size_mb", float("nan")),
+        ("shard_size_mb", float("nan")),
+        ("shard_size_mb", float("inf")),
+        ("block_size_mb", -1.0),
+    ],
+)
+def test_sizes_that_are_no_number_of_bytes_are_user_errors(field, value):
+    """--block_size_mb=inf and --shard_size_mb=nan passed the positive check and ended in an
+    OverflowError or ValueError traceback."""
+    from bert_jax import cli
+
+    with pytest.raises(cli.UserError, match=field):
+        job.JobSpec(inputs=("x.txt",), **{field: value})
