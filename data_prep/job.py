@@ -111,6 +111,33 @@ def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
     )
 
 
+def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
+    """Raises readers.InputError when an --input names or matches `vocab_file` (or the .vocab
+    a SentencePiece model has beside it): read as text, a vocabulary's entries become a document
+    of the corpus (--input='data/*.txt' with data/vocab.txt: most of the records), silently."""
+    vocab_files = [vocab_file]
+    if vocab_file.endswith(".model"):
+        vocab_files.append(vocab_file.removesuffix(".model") + ".vocab")
+
+    def real(path: str) -> str:
+        return path if storage.is_url(path) else os.path.realpath(path)
+
+    vocabulary = {real(p): p for p in vocab_files}
+    for spec in specs:
+        spec = spec.strip()
+        if not spec or spec.startswith("tfds:"):
+            continue
+        pattern = glob.has_magic(spec)
+        found = [p for p in (storage.glob(spec) if pattern else [spec]) if real(p) in vocabulary]
+        if found:
+            raise readers.InputError(
+                f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
+                f"{found[0]!r} (--vocab_file={vocab_file!r}): read as text, its entries would "
+                "become a document of the corpus; move the vocabulary out of the corpus's "
+                "directory or narrow the pattern"
+            )
+
+
 def outside(output_dir: str) -> Callable[[str], list[str]]:
     """readers.match_files less the job's own output. On a rerun a glob over the corpus's
     directory (--input='data/*/*' --output_dir=data/out) matches the first run's shards too, and

@@ -316,6 +316,7 @@ def main(argv):
     )
     if FLAGS.verify:
         return _verify()
+    job.check_inputs_are_not_the_vocabulary(FLAGS.input, FLAGS.vocab_file)
     job_flags = _recorded_flags()
     try:
         if FLAGS.mode == "reference":

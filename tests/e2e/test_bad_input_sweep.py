@@ -351,6 +351,11 @@ DATA_PREP_MAIN = [
     ),
     ("tfds unknown", prep("corpus.txt", "--input=tfds:no_such_set_xyz"), "no_such_set_xyz"),
     (
+        "input glob matches the vocab",
+        prep("corpus.txt", "--input={d}/vocab_c*.txt --vocab_file={d}/vocab_crlf.txt"),
+        ("vocab_crlf.txt", "matches the vocabulary"),
+    ),
+    (
         "rerun other flags",
         prep("corpus.txt", "--output_dir={d}/records --dupe_factor=3"),
         "records",

@@ -95,3 +95,31 @@ def test_sizes_that_are_no_number_of_bytes_are_user_errors(field, value):
 
     with pytest.raises(cli.UserError, match=field):
         job.JobSpec(inputs=("x.txt",), **{field: value})
+
+
+def test_an_input_that_names_or_matches_the_vocabulary_is_refused(tmp_path, testdata):
+    """--input='data/*.txt' with --vocab_file=data/vocab.txt read the vocabulary as text: its
+    30,522 entries became a document, most of the records, without a word. So is a
+    tokenizer.json (its lines are text) and a SentencePiece model's .vocab beside it."""
+    import shutil
+
+    from data_prep import readers
+
+    for name in ("corpus.txt", "vocab.txt", "sp.vocab", "tok.json"):
+        shutil.copy(testdata / "sample_text.txt", tmp_path / name)
+    cases = {
+        "vocab.txt": [str(tmp_path / "*.txt"), str(tmp_path / "vocab.txt")],
+        "sp.model": [str(tmp_path / "*.vocab"), str(tmp_path / "sp.vocab")],
+        "tok.json": [str(tmp_path / "*"), str(tmp_path / "tok.json")],
+    }
+    for vocab, specs in cases.items():
+        for spec in specs:
+            with pytest.raises(readers.InputError, match=r"--input=.*--vocab_file") as error:
+                job.check_inputs_are_not_the_vocabulary(
+                    [str(tmp_path / "corpus.txt"), spec], str(tmp_path / vocab)
+                )
+            assert vocab.split(".")[0] in str(error.value)
+    # Other inputs, TFDS names and a pattern that misses the vocabulary are fine.
+    job.check_inputs_are_not_the_vocabulary(
+        [str(tmp_path / "c*.txt"), "tfds:wiki", ""], str(tmp_path / "vocab.txt")
+    )
