@@ -25,6 +25,7 @@ from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.data.input.masking import Vocab
 from data_prep import inputs, lines, output, readers
+from data_prep import job as job_lib
 from data_prep.instances import InstanceOptions
 
 
@@ -289,6 +290,9 @@ def run(
     instances = create_training_instances(
         documents, opts, Vocab.from_tokenizer(tokenizer), dupe_factor, random.Random(seed)
     )
+    if not instances:  # as scaled mode: an empty output only fails later, in the trainer
+        spec = job_lib.JobSpec(inputs=tuple(specs), text_field=text_field)
+        raise job_lib.no_instances_error(spec, [read_stats])
     schema = opts.schema
     stats = output.InstanceStats()
     path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))

@@ -221,3 +221,20 @@ def test_whole_word_masking_takes_the_words_masking_takes(tmp_path, testdata, ki
             assert chosen[words == w].all(), (kind, original, instance.masked_lm_positions)
         # Words are a few pieces each, the budget 7: every instance has one to mask.
         assert chosen.any(), (kind, original)
+
+
+def test_an_input_without_instances_is_an_error_as_in_scaled_mode(tmp_path, tok):
+    """Blank lines only: reference mode wrote an empty shard and a manifest and exited 0, where
+    scaled mode says the input gave no instances; a finished output there is kept."""
+    from bert_jax import cli
+    from bert_jax.data.contract import manifest
+
+    (tmp_path / "blank.txt").write_text("\n \n\t\n")
+    opts = instances.InstanceOptions(max_seq_length=32)
+    out = tmp_path / "out"
+    with pytest.raises(cli.UserError, match=r"no training instances \(0 documents.*blank.txt"):
+        reference.run(
+            [str(tmp_path / "blank.txt")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(out), fmt="tfrecord", flags={},
+        )  # fmt: skip
+    assert not (out / manifest.FILE).exists()
