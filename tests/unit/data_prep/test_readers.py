@@ -429,3 +429,21 @@ def test_lone_surrogate_escapes_in_jsonl_are_replaced_and_counted(tmp_path, voca
     assert unit_stats.bad_utf8_lines == 3
     tok = tokenization.make_tokenizer(vocab_file)
     assert tok.encode_batch(docs[0])[0].tolist() == tok.encode(" ".join(docs[0]))
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u2009", "\u3000", "\u2028", "\u0085", "\u202f"])
+def test_a_capital_and_a_wide_space_before_a_period_do_not_crash_the_splitter(space):
+    """sentencex (Rust) panicked on an ASCII capital, a space of more than one UTF-8 byte and a
+    period ("vitamin B\\u00a0."; a PanicException, which no `except Exception` catches), ending
+    data_prep.main and data_prep.vocab in a traceback on a JSONL, Parquet, TFDS, book or dump
+    corpus. The text is split as if the space were " ", and kept as it was."""
+    text = f"The vitamin B{space}. It is good, says Dr. Smith{space}A. Next one."
+
+    def squeezed(s):
+        return "".join(s.split())
+
+    for language in ("en", "de", "fr", "ja"):
+        sentences = split_sentences(text, language)
+        assert all(sentence in text for sentence in sentences), sentences  # kept as it was
+        assert squeezed("".join(sentences)) == squeezed(text)  # nothing lost
+    assert split_sentences(text)[0] == f"The vitamin B{space}."
