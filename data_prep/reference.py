@@ -251,6 +251,27 @@ def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
     return out
 
 
+def _previous_shards(output_dir: str) -> set[str]:
+    """The shard files of a reference output in `output_dir` (a rerun replaces them); an error
+    for a scaled or Beam job's output, finished or not, which reference mode would leave beside
+    its own shard without a manifest."""
+    finished = output.read_manifest(output_dir)
+    unfinished = storage.exists(storage.join(output_dir, manifest.WORK_DIR))
+    if unfinished or (finished and finished.get("mode") != "reference"):
+        what = (
+            f"an unfinished --mode=scaled or beam job ({manifest.WORK_DIR})"
+            if unfinished
+            else f"a finished --mode={finished.get('mode')} job"
+        )
+        raise output.OutputError(
+            f"--output_dir={output_dir!r} holds {what}; reference mode would leave its shards "
+            "there beside its own: use another --output_dir"
+        )
+    if not finished:
+        return set()
+    return {s["file"] for split in finished["shards"].values() for s in split}
+
+
 def run(
     specs: list[str],
     tokenizer,
@@ -270,6 +291,7 @@ def run(
     `vocab_file`: the vocabulary as the user named it, when the tokenizer reads a local copy."""
     start = time.time()
     output.prepare_output_dir(output_dir)
+    previous = _previous_shards(output_dir)
     sources = readers.parse_input(specs)
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
@@ -300,6 +322,8 @@ def run(
     # ever describes shards of another run.
     manifest_path = storage.join(output_dir, manifest.FILE)
     storage.remove(manifest_path)
+    for name in previous - {storage.basename(path)}:  # another format's: no manifest names it
+        storage.remove(storage.join(output_dir, name))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, fmt) as writer:
             for instance in instances:

@@ -3,6 +3,7 @@ MLM-only and unmasked modes."""
 
 import collections
 import dataclasses
+import os
 import random
 
 import pytest
@@ -238,3 +239,38 @@ def test_an_input_without_instances_is_an_error_as_in_scaled_mode(tmp_path, tok)
             output_dir=str(out), fmt="tfrecord", flags={},
         )  # fmt: skip
     assert not (out / manifest.FILE).exists()
+
+
+def test_an_output_dir_of_another_mode_is_refused_and_a_rerun_leaves_no_stale_shard(
+    tmp_path, testdata, tok
+):
+    """Reference mode wrote its shard and manifest into a finished (or unfinished) scaled
+    output: the scaled job's manifest was lost and its shards stayed beside the new one, for a
+    glob to read. Scaled mode refuses the reverse. A reference rerun in another format leaves
+    only the new shard."""
+    from bert_jax import cli
+    from bert_jax.data.contract import manifest
+    from data_prep import job, scaled
+
+    corpus = [str(testdata / "sample_text.txt")]
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    spec = job.JobSpec(inputs=tuple(corpus), opts=opts, dupe_factor=1, num_shards=2)
+    scaled.run(spec, tok, str(tmp_path / "scaled"), progress=False)
+    before = sorted(os.listdir(tmp_path / "scaled"))
+    (tmp_path / "unfinished" / manifest.WORK_DIR).mkdir(parents=True)
+    for name in ("scaled", "unfinished"):
+        with pytest.raises(cli.UserError, match=rf"--output_dir=.*{name}' holds .*--mode=scaled"):
+            reference.run(
+                corpus, tok, opts, dupe_factor=1, seed=1,
+                output_dir=str(tmp_path / name), fmt="tfrecord", flags={},
+            )  # fmt: skip
+    assert sorted(os.listdir(tmp_path / "scaled")) == before
+    for fmt in ("tfrecord", "arrayrecord"):
+        reference.run(
+            corpus, tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(tmp_path / "ref"), fmt=fmt, flags={},
+        )  # fmt: skip
+    assert sorted(os.listdir(tmp_path / "ref")) == [
+        manifest.FILE,
+        "train-00000-of-00001.arrayrecord",
+    ]
