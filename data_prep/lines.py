@@ -73,7 +73,7 @@ def json_document(
         text = record[text_field]
         if not isinstance(text, str):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # Recursion: nested too deep
         stats.bad_json_lines += 1
         return []
     if _SURROGATE.search(text):  # an escaped half pair ("\\ud800"): no UTF-8 encoder takes it

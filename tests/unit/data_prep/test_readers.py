@@ -447,3 +447,27 @@ def test_a_capital_and_a_wide_space_before_a_period_do_not_crash_the_splitter(sp
         assert all(sentence in text for sentence in sentences), sentences  # kept as it was
         assert squeezed("".join(sentences)) == squeezed(text)  # nothing lost
     assert split_sentences(text)[0] == f"The vitamin B{space}."
+
+
+def test_a_jsonl_line_nested_past_the_recursion_limit_is_a_bad_line(tmp_path):
+    """json.loads raises RecursionError (no ValueError) on "[[[[...]]]]" nested 100,000 deep:
+    one such line, first or later, ended data_prep.main in a traceback. It is a bad JSON line,
+    counted, like any other."""
+    from data_prep import units
+
+    deep = "[" * 100_000 + "]" * 100_000
+    good = json.dumps({"text": "A good sentence here. Another one."})
+    for first in (True, False):
+        lines = [good] * 5 + ['{"text": ' + deep + "}", good]
+        lines.insert(0 if first else 3, deep)
+        path = tmp_path / ("first.jsonl" if first else "later.jsonl")
+        path.write_text("\n".join(lines) + "\n")
+        docs, stats = _docs([str(path)])
+        assert len(docs) == 6 and stats.bad_json_lines == 2
+        planned = units.plan_units([readers.source_of(str(path))], 1 << 20, 10)
+        assert [d for u in planned for d in units.read_unit(u, readers.ReadStats())] == docs
+    (tmp_path / "deep.txt").write_text(deep + "\n" + good + "\n")  # not JSON lines: text
+    assert readers.source_of(str(tmp_path / "deep.txt")).kind == "text"
+    nested = tmp_path / "nested.txt"  # its first line an object nested too deep: not JSON lines
+    nested.write_text('{"text": ' + deep + "}\n" + good + "\n")
+    assert readers.source_of(str(nested)).kind == "text"
