@@ -137,6 +137,8 @@ def read_lines(path: str, stats: ReadStats, drop_cr: bool = False) -> Iterator[s
             empty = False
             stats.lines += 1
             line = decode_line(raw, stats, drop_cr)
+            if drop_cr and raw is not None and not raw.endswith(b"\n") and not raw.strip(b"\r"):
+                continue  # a last line of "\r"s alone is "" to GFile.readline: the file's end
             if line or raw is not None:
                 yield line
     if empty:

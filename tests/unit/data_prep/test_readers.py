@@ -407,6 +407,17 @@ def test_carriage_returns_are_dropped_as_the_original_reads_lines(tmp_path):
             planned = units.plan_units([readers.source_of(str(path))], block, 10)
             got = [d for u in planned for d in units.read_unit(u, readers.ReadStats())]
             assert got == want, (data, block)
+    # Reference mode reads its files as one stream of lines: a last line of "\r"s alone is the
+    # end of the file to GFile (readline gives ""), no blank line, so a document goes on.
+    (tmp_path / "a.txt").write_bytes(b"One.\nTwo.\n\r")
+    (tmp_path / "b.txt").write_bytes(b"Three.\n\nFour.\n")
+    stats = readers.ReadStats()
+    stream = [
+        line
+        for name in "ab"
+        for line in inputs.read_lines(str(tmp_path / f"{name}.txt"), stats, drop_cr=True)
+    ]
+    assert stream == ["One.", "Two.", "Three.", "", "Four."]
 
 
 def test_lone_surrogate_escapes_in_jsonl_are_replaced_and_counted(tmp_path, vocab_file):
