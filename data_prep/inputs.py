@@ -124,19 +124,27 @@ def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> s
     return decode_text(raw.replace(b"\r", b"") if drop_cr else raw, stats).strip()
 
 
-def read_lines(path: str, stats: ReadStats, drop_cr: bool = False) -> Iterator[str]:
+def read_lines(
+    path: str, stats: ReadStats, drop_cr: bool = False, bom_line: bool = False
+) -> Iterator[str]:
     """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
     GFile (the original's reader); drop_cr: as decode_line's; a UTF-8 byte-order mark at the start
-    is dropped."""
+    is dropped. bom_line (reference mode, whose files are one stream of lines): a first line of
+    the mark alone is "\\ufeff", as the original reads it, not blank (str.strip keeps U+FEFF; its
+    tokenizer drops it), so no document ends there."""
     stats.files += 1
     empty = True
     with open_input(path) as raw_file, open_text(raw_file, path) as f:
         for raw, _ in raw_lines(f, path):
+            marked = False
             if empty and raw is not None:
+                marked = raw.startswith(sniff.UTF8_BOM)
                 raw = raw.removeprefix(sniff.UTF8_BOM)
             empty = False
             stats.lines += 1
             line = decode_line(raw, stats, drop_cr)
+            if bom_line and marked and not line:
+                line = "\ufeff"
             if drop_cr and raw is not None and not raw.endswith(b"\n") and not raw.strip(b"\r"):
                 continue  # a last line of "\r"s alone is "" to GFile.readline: the file's end
             if line or raw is not None:

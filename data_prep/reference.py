@@ -296,7 +296,9 @@ def run(
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
     text_lines = itertools.chain.from_iterable(
-        inputs.read_lines(s.path, read_stats, drop_cr=True) for s in sources if s.kind == "text"
+        inputs.read_lines(s.path, read_stats, drop_cr=True, bom_line=True)
+        for s in sources
+        if s.kind == "text"
     )
     raw_docs = itertools.chain(
         lines.text_documents(text_lines, read_stats),

@@ -418,6 +418,10 @@ def test_carriage_returns_are_dropped_as_the_original_reads_lines(tmp_path):
         for line in inputs.read_lines(str(tmp_path / f"{name}.txt"), stats, drop_cr=True)
     ]
     assert stream == ["One.", "Two.", "Three.", "", "Four."]
+    # Nor is a first line of a byte-order mark alone blank to the original.
+    (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbf \r\nThree.\n")
+    lines = list(inputs.read_lines(str(tmp_path / "b.txt"), stats, drop_cr=True, bom_line=True))
+    assert lines == ["\ufeff", "Three."]
 
 
 def test_lone_surrogate_escapes_in_jsonl_are_replaced_and_counted(tmp_path, vocab_file):
