@@ -181,7 +181,8 @@ def _mlm_only_instances(
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:
-        target = rng.randint(2, max_num_tokens)
+        # max_seq_length 3 leaves room for one token: randint(2, 1) has no value.
+        target = rng.randint(min(2, max_num_tokens), max_num_tokens)
     instances, chunk = [], []
     for index, sentence in enumerate(document):
         chunk.extend(sentence)
