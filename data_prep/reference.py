@@ -256,13 +256,15 @@ def _previous_shards(output_dir: str) -> set[str]:
     """The shard files of a reference output in `output_dir` (a rerun replaces them); an error
     for a scaled or Beam job's output, finished or not, which reference mode would leave beside
     its own shard without a manifest."""
-    finished = output.read_manifest(output_dir)
+    finished = output.read_manifest(output_dir) or {}
     unfinished = storage.exists(storage.join(output_dir, manifest.WORK_DIR))
-    if unfinished or (finished and finished.get("mode") != "reference"):
+    # A version-1 manifest named its mode among its flags only.
+    mode = finished.get("mode") or (finished.get("flags") or {}).get("mode", "reference")
+    if unfinished or mode != "reference":
         what = (
             f"an unfinished --mode=scaled or beam job ({manifest.WORK_DIR})"
             if unfinished
-            else f"a finished --mode={finished.get('mode')} job"
+            else f"a finished --mode={mode} job"
         )
         raise output.OutputError(
             f"--output_dir={output_dir!r} holds {what}; reference mode would leave its shards "
