@@ -22,6 +22,7 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
+from bert_jax.training import workdir_lock
 from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
@@ -148,8 +149,23 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
     real_out = out if storage.is_url(out) else os.path.realpath(out)
 
     def inside(path: str) -> bool:
+        """Whether `path` is the output directory or a file the job writes there (shards, the
+        manifest, _work, the lock, temporaries); not any file under it: records may be written
+        into the corpus's own directory."""
         real = path if storage.is_url(path) else os.path.realpath(path)
-        return real == real_out or real.startswith(real_out + "/")
+        if real == real_out:
+            return True
+        if not real.startswith(real_out + "/"):
+            return False
+        name, _, deeper = real[len(real_out) + 1 :].partition("/")
+        if name == manifest.WORK_DIR:
+            return True
+        return not deeper and bool(
+            name in (manifest.FILE, workdir_lock.LOCK_NAME)
+            or manifest.SHARD_NAME.match(name)
+            or manifest.TEMPORARY.search(name)
+            or name.startswith(".write-test-")
+        )
 
     def match(spec: str) -> list[str]:
         paths = storage.glob(spec) if glob.has_magic(spec) else [spec]

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bert_jax.data.contract import manifest, record_io
-from data_prep import instances, job, reference, scaled
+from data_prep import instances, job, readers, reference, scaled
 
 CONTRACT = {
     "manifest_version",
@@ -123,3 +123,28 @@ def test_an_input_that_names_or_matches_the_vocabulary_is_refused(tmp_path, test
     job.check_inputs_are_not_the_vocabulary(
         [str(tmp_path / "c*.txt"), "tfds:wiki", ""], str(tmp_path / "vocab.txt")
     )
+
+
+def test_records_written_into_the_corpus_directory(tmp_path, testdata, tok):
+    """--input='corpus/*.txt' --output_dir=corpus was refused: "names this job's own output
+    (corpus/a.txt)", which it is not. The job's own output is what it writes there (shards,
+    manifest, _work, lock, temporaries), not every file under the directory: the corpus is
+    read, and a rerun over 'corpus/*' skips the shards and finds the job finished."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(testdata / "sample_text.txt", corpus / "a.txt")
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    spec = job.JobSpec(inputs=(str(corpus / "*.txt"),), opts=opts, dupe_factor=1)
+    written = scaled.run(spec, tok, str(corpus), progress=False)
+    files = sorted(os.listdir(corpus))
+    assert "a.txt" in files and written["shards"]["train"]
+    again = job.JobSpec(inputs=(str(corpus / "*"),), opts=opts, dupe_factor=1)
+    assert scaled.run(again, tok, str(corpus), progress=False)["shards"] == written["shards"]
+    assert sorted(os.listdir(corpus)) == files
+    (corpus / "sub").mkdir()  # a text file in a subdirectory is no output of the job's
+    shutil.copy(testdata / "sample_text.txt", corpus / "sub" / "b.txt")
+    assert [u.path for u in job.plan(job.JobSpec(inputs=(str(corpus / "*/*.txt"),)), str(corpus))]
+    with pytest.raises(readers.InputError, match="names this job's own output"):
+        job.plan(job.JobSpec(inputs=(str(corpus / "train-*"),)), str(corpus))
