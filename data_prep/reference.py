@@ -295,7 +295,7 @@ def run(
     start = time.time()
     output.prepare_output_dir(output_dir)
     previous = _previous_shards(output_dir)
-    sources = readers.parse_input(specs)
+    sources = readers.parse_input(specs, match=job_lib.outside(output_dir))
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
     text_lines = itertools.chain.from_iterable(

@@ -274,3 +274,22 @@ def test_an_output_dir_of_another_mode_is_refused_and_a_rerun_leaves_no_stale_sh
         manifest.FILE,
         "train-00000-of-00001.arrayrecord",
     ]
+
+
+def test_a_rerun_whose_input_glob_matches_its_own_output_skips_it(tmp_path, testdata, tok):
+    """As scaled mode: --input='corpus/*' --output_dir=corpus read the first run's shard and
+    manifest as input on the rerun (an error: "holds NUL bytes")."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(testdata / "sample_text.txt", corpus / "a.txt")
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    runs = [
+        reference.run(
+            [str(corpus / "*")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(corpus), fmt="tfrecord", flags={},
+        )["shards"]
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0] == runs[1]
