@@ -87,6 +87,13 @@ class Corpus:
                     yield from document
 
 
+# A corpus whose every character the trainer's normalizer drops: a vocabulary of the special
+# tokens alone, with which every record would be empty.
+_NO_TEXT = (
+    "--input holds no text the vocabulary's normalizer keeps (only NULs, undecodable bytes, "
+    "control or format characters, or combining marks): pass the corpus the vocabulary is for"
+)
+
 # The WordPiece trainer's default cap on the alphabet (single characters kept).
 LIMIT_ALPHABET = 1000
 
@@ -129,6 +136,8 @@ def train_wordpiece(
         show_progress=False,
     )
     vocab = tok.get_vocab()  # piece -> id, ids dense from 0
+    if len(vocab) <= len(SPECIAL):
+        raise cli.UserError(_NO_TEXT)
     if len(vocab) > vocab_size:  # the alphabet alone did not fit: the trainer kept it anyway
         raise cli.UserError(
             f"--vocab_size={vocab_size} is smaller than the {len(vocab)} entries this corpus "
@@ -226,6 +235,8 @@ def train_sentencepiece(
             minloglevel=2,
         )
     except RuntimeError as e:  # sentencepiece reports a too small vocab_size as an internal check
+        if "all_chars_count" in str(e):  # and a corpus left without characters
+            raise cli.UserError(_NO_TEXT) from None
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
         if needed:
             raise cli.UserError(
@@ -236,6 +247,12 @@ def train_sentencepiece(
         raise
     model = written.getvalue()
     sp = spm.SentencePieceProcessor(model_proto=model)
+    symbols = {tokenization.CLS, tokenization.SEP, tokenization.MASK, "▁"}
+    if all(
+        sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) in symbols
+        for i in range(sp.get_piece_size())
+    ):
+        raise cli.UserError(_NO_TEXT)
     pieces = "".join(
         f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
     )

@@ -123,3 +123,31 @@ def test_a_sentencepiece_output_named_model_is_the_model_file(tmp_path, forkserv
     assert status == 0, stderr
     assert sorted(os.listdir(tmp_path)) == ["sp.model", "sp.vocab"]
     assert stdout.startswith(f"wrote {tmp_path / 'sp.model'}:")
+
+
+@pytest.mark.parametrize(
+    "kind, data",
+    [
+        ("wordpiece", b"\x00\n"),
+        ("wordpiece", b"\x80\xff\n\xff\n"),
+        ("wordpiece", "\u200b\u0301\ufeff\n".encode()),  # format, combining: BERT drops both
+        ("sentencepiece", b"\x00\n"),
+        ("sentencepiece", b"\x80\xff\n\xff\n"),
+    ],
+)
+def test_a_corpus_whose_characters_the_normalizer_drops_is_refused(
+    tmp_path, forkserver, kind, data
+):
+    """NULs, undecodable bytes (U+FFFD), and for WordPiece format characters and combining
+    marks, alone: nothing is left to learn. WordPiece wrote a vocab.txt of the five special
+    tokens (sentencepiece those and "▁") with only a warning, or sentencepiece's trainer failed
+    an internal check (a RuntimeError traceback); every record made with it would be empty. As
+    for an input without text: one error line, and no file."""
+    corpus = tmp_path / "junk.txt"
+    corpus.write_bytes(data)
+    output = tmp_path / ("v.txt" if kind == "wordpiece" else "sp")
+    args = [f"--input={corpus}", f"--output={output}", f"--model_type={kind}", "--vocab_size=300"]
+    status, stdout, stderr = forkserver.run("data_prep.vocab", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.startswith("error: ") and "no text" in stderr and len(stderr.splitlines()) == 1
+    assert os.listdir(tmp_path) == ["junk.txt"]
