@@ -22,7 +22,7 @@ from absl import flags
 
 from bert_jax import cli, storage
 from bert_jax.text import tokenization
-from data_prep import job, output, readers, sentences
+from data_prep import inputs, job, output, readers, sentences
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -232,6 +232,9 @@ def train_sentencepiece(
             normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             # A small corpus may not support vocab_size pieces; take what it has.
             hard_vocab_limit=False,
+            # Its default (4,192 bytes) skips longer sentences, quietly: BERT-format lines of a
+            # paragraph each would be left out. Up to the longest line the readers keep.
+            max_sentence_length=inputs.MAX_LINE_BYTES,
             minloglevel=2,
         )
     except RuntimeError as e:  # sentencepiece reports a too small vocab_size as an internal check

@@ -151,3 +151,24 @@ def test_a_corpus_whose_characters_the_normalizer_drops_is_refused(
     assert (status, stdout) == (2, ""), stderr
     assert stderr.startswith("error: ") and "no text" in stderr and len(stderr.splitlines()) == 1
     assert os.listdir(tmp_path) == ["junk.txt"]
+
+
+def test_sentencepiece_learns_from_sentences_longer_than_its_default_limit(tmp_path):
+    """sentencepiece skips, with a log line at the level we silence, every sentence over its
+    max_sentence_length (4,192 bytes by default): a corpus of paragraph-long lines (BERT-format
+    text of one paragraph a line) trained on its few short lines alone, a vocabulary without the
+    long lines' characters. Lines up to what the readers keep (8 MB) are learnt from."""
+    import random
+
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    short = ["alpha beta gamma delta"] * 20
+    long = [" ".join(rng.choice(["xyz", "qvw", "kjb"]) for _ in range(1500)) for _ in range(30)]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(short + long) + "\n")
+    prefix = str(tmp_path / "sp")
+    vocab.train_sentencepiece(vocab.Corpus([str(corpus)]), prefix, 100, True)
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+    assert set("xyzqvwkjb") <= {c for p in pieces for c in p}, sorted(pieces)
