@@ -129,7 +129,7 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
         if not spec or spec.startswith("tfds:"):
             continue
         pattern = glob.has_magic(spec)
-        found = [p for p in (storage.glob(spec) if pattern else [spec]) if real(p) in vocabulary]
+        found = [p for p in readers.expand(spec) if real(p) in vocabulary]
         if found:
             raise readers.InputError(
                 f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
@@ -168,7 +168,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
         )
 
     def match(spec: str) -> list[str]:
-        paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
+        paths = readers.expand(spec)
         own = [p for p in paths if inside(p)]
         if own and len(own) == len(paths):
             raise readers.InputError(

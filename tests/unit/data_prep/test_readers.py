@@ -486,3 +486,16 @@ def test_a_jsonl_line_nested_past_the_recursion_limit_is_a_bad_line(tmp_path):
     nested = tmp_path / "nested.txt"  # its first line an object nested too deep: not JSON lines
     nested.write_text('{"text": ' + deep + "}\n" + good + "\n")
     assert readers.source_of(str(nested)).kind == "text"
+
+
+def test_a_file_whose_name_looks_like_a_pattern_is_read(tmp_path):
+    """ "book [1].txt" is a glob pattern to Python ([1] a class of "1") that matches no file: the
+    file itself was refused ("--input pattern ... matches no file"). As a shell does, a pattern
+    that matches nothing names the file of that name when there is one."""
+    (tmp_path / "book [1].txt").write_text("One.\n\nTwo.\n")
+    (tmp_path / "c[ab].txt").write_text("Three.\n")
+    (tmp_path / "ca.txt").write_text("Four.\n")
+    assert _docs([str(tmp_path / "book [1].txt")])[0] == [["One."], ["Two."]]
+    assert _docs([str(tmp_path / "c[ab].txt")])[0] == [["Four."]]  # the pattern matches ca.txt
+    with pytest.raises(readers.InputError, match="matches no file"):
+        readers.parse_input([str(tmp_path / "book [2].txt")])
