@@ -293,6 +293,8 @@ def run(
     the output again (one core, the whole corpus in memory: reference mode is for checking).
     `vocab_file`: the vocabulary as the user named it, when the tokenizer reads a local copy."""
     start = time.time()
+    vocab = Vocab.from_tokenizer(tokenizer)
+    vocab.check_whole_word(opts.whole_word_mask and opts.mask, "--vocab_file")
     output.prepare_output_dir(output_dir)
     previous = _previous_shards(output_dir)
     sources = readers.parse_input(specs, match=job_lib.outside(output_dir))
@@ -314,9 +316,7 @@ def run(
     documents = [tokenize_document(d, tokenizer) for d in raw_docs]
     logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
 
-    instances = create_training_instances(
-        documents, opts, Vocab.from_tokenizer(tokenizer), dupe_factor, random.Random(seed)
-    )
+    instances = create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
     if not instances:  # as scaled mode: an empty output only fails later, in the trainer
         spec = job_lib.JobSpec(inputs=tuple(specs), text_field=text_field)
         raise job_lib.no_instances_error(spec, [read_stats])

@@ -293,3 +293,23 @@ def test_a_rerun_whose_input_glob_matches_its_own_output_skips_it(tmp_path, test
         for _ in range(2)
     ]  # fmt: skip
     assert runs[0] == runs[1]
+
+
+def test_whole_word_masking_with_a_vocabulary_that_marks_no_words_is_refused(tmp_path, testdata):
+    """Scaled and Beam mode refuse it; reference mode masked piece by piece and wrote
+    whole_word_mask: true in its manifest."""
+    from bert_jax import cli
+    from bert_jax.text import tokenization
+
+    tok = tokenization.make_tokenizer(tokenizer_files.make("plain", tmp_path / "plain.json"))
+    opts = instances.InstanceOptions(max_seq_length=64, whole_word_mask=True)
+    with pytest.raises(cli.UserError, match="whole-word masking needs word boundaries"):
+        reference.run(
+            [str(testdata / "sample_text.txt")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(tmp_path / "out"), fmt="tfrecord", flags={},
+        )  # fmt: skip
+    unmasked = dataclasses.replace(opts, mask=False)  # dynamic masking: the trainer's concern
+    reference.run(
+        [str(testdata / "sample_text.txt")], tok, unmasked, dupe_factor=1, seed=1,
+        output_dir=str(tmp_path / "out"), fmt="tfrecord", flags={},
+    )  # fmt: skip
