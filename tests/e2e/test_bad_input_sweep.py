@@ -327,6 +327,16 @@ DATA_PREP_MAIN = [
         prep("corpus.txt", "--mode=reference --language=de"),
         "--language is for --mode=scaled or beam",
     ),
+    (  # PREP asks for an eval split and two shards: reference mode writes neither
+        "eval split in reference mode",
+        prep("corpus.txt", "--mode=reference"),
+        "--eval_fraction is for --mode=scaled or beam; reference mode writes no eval split",
+    ),
+    (
+        "shards in reference mode",
+        prep("corpus.txt", "--mode=reference --eval_fraction=0.01 --num_eval_shards=0"),
+        "--num_shards is for --mode=scaled or beam; reference mode writes one shard",
+    ),
     ("stray argument", prep("corpus.txt", "stray.txt"), "stray.txt"),
     (
         "vocab missing",
