@@ -66,6 +66,7 @@ def json_document(
 ) -> list[str]:
     """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
     (counted)."""
+    line = line.removeprefix("\ufeff")  # files concatenated with their byte-order marks
     if not line:
         return []
     try:

@@ -499,3 +499,20 @@ def test_a_file_whose_name_looks_like_a_pattern_is_read(tmp_path):
     assert _docs([str(tmp_path / "c[ab].txt")])[0] == [["Four."]]  # the pattern matches ca.txt
     with pytest.raises(readers.InputError, match="matches no file"):
         readers.parse_input([str(tmp_path / "book [2].txt")])
+
+
+def test_jsonl_files_concatenated_with_their_byte_order_marks_are_read_whole(tmp_path):
+    """`cat a.jsonl b.jsonl` of files written with a UTF-8 byte-order mark puts one at the start
+    of a line inside the file: json.loads refuses it ("Unexpected UTF-8 BOM"), and that document
+    was dropped as a bad JSON line. The mark is no part of the object."""
+    from data_prep import units
+
+    one = json.dumps({"text": "First file. Its text."}) + "\n"
+    two = json.dumps({"text": "Second file. More text."}) + "\n"
+    path = tmp_path / "cat.jsonl"
+    path.write_bytes(("\ufeff" + one + "\ufeff" + two).encode())
+    docs, stats = _docs([str(path)])
+    assert docs == [["First file.", "Its text."], ["Second file.", "More text."]]
+    assert stats.bad_json_lines == 0
+    planned = units.plan_units([readers.source_of(str(path))], 30, 10)
+    assert [d for u in planned for d in units.read_unit(u, readers.ReadStats())] == docs
