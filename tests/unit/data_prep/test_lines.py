@@ -1,5 +1,5 @@
-"""Line-based inputs read as the original generator reads them (TensorFlow's GFile: lines end at
-"\\n", every "\\r" dropped) and hostile JSON lines and running text that must not stop a job."""
+"""BERT-format text read as the original generator reads it (TensorFlow's GFile: lines end at
+"\\n", every "\\r" dropped), and hostile JSON lines and running text that must not stop a job."""
 
 import json
 import random
