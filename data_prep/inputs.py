@@ -28,7 +28,9 @@ class ReadStats:
     files: int = 0
     lines: int = 0
     documents: int = 0
-    bad_utf8_lines: int = 0  # lines with bytes that are not UTF-8; those bytes are dropped
+    # Lines with bytes that are not UTF-8 (or JSON escapes of half a surrogate pair); those
+    # characters become U+FFFD, which the tokenizers drop.
+    bad_utf8_lines: int = 0
     bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
     long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
     empty_files: int = 0
@@ -102,32 +104,49 @@ def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
         raise truncated(path, e) from None
 
 
-def decode_line(raw: bytes | None, stats: ReadStats) -> str:
-    """A raw line as stripped text; undecodable bytes become U+FFFD (which tokenizers drop),
-    counted; an over-long line (None) is counted and read as ""."""
+def decode_text(raw: bytes, stats: ReadStats) -> str:
+    """UTF-8 bytes as text; undecodable bytes become U+FFFD (which tokenizers drop), counted."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.bad_utf8_lines += 1
+        return raw.decode("utf-8", errors="replace")
+
+
+def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> str:
+    """A raw line as stripped text; undecodable bytes become U+FFFD, counted; an over-long line
+    (None) is counted and read as "". drop_cr: every "\\r" is dropped, as the original generator
+    reads BERT-format text (TensorFlow's GFile.readline drops a lone one inside a line too, so
+    "a\\rb" is the word "ab"); elsewhere a "\\r" is whitespace to the tokenizers."""
     if raw is None:
         stats.long_lines += 1
         return ""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.bad_utf8_lines += 1
-        line = raw.decode("utf-8", errors="replace")
-    return line.strip()
+    return decode_text(raw.replace(b"\r", b"") if drop_cr else raw, stats).strip()
 
 
-def read_lines(path: str, stats: ReadStats) -> Iterator[str]:
+def read_lines(
+    path: str, stats: ReadStats, drop_cr: bool = False, bom_line: bool = False
+) -> Iterator[str]:
     """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
-    GFile (the original's reader); a UTF-8 byte-order mark at the start is dropped."""
+    GFile (the original's reader); drop_cr: as decode_line's; a UTF-8 byte-order mark at the start
+    is dropped. bom_line (reference mode, whose files are one stream of lines): a first line of
+    the mark alone is "\\ufeff", as the original reads it, not blank (str.strip keeps U+FEFF; its
+    tokenizer drops it), so no document ends there."""
     stats.files += 1
     empty = True
     with open_input(path) as raw_file, open_text(raw_file, path) as f:
         for raw, _ in raw_lines(f, path):
+            marked = False
             if empty and raw is not None:
+                marked = raw.startswith(sniff.UTF8_BOM)
                 raw = raw.removeprefix(sniff.UTF8_BOM)
             empty = False
             stats.lines += 1
-            line = decode_line(raw, stats)
+            line = decode_line(raw, stats, drop_cr)
+            if bom_line and marked and not line:
+                line = "\ufeff"
+            if drop_cr and raw is not None and not raw.endswith(b"\n") and not raw.strip(b"\r"):
+                continue  # a last line of "\r"s alone is "" to GFile.readline: the file's end
             if line or raw is not None:
                 yield line
     if empty:

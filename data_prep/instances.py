@@ -163,7 +163,8 @@ def mlm_spans(
     max_num_tokens = opts.max_seq_length - 2
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:
-        target = rng.randint(2, max_num_tokens)
+        # max_seq_length 3 leaves room for one token: randint(2, 1) has no value.
+        target = rng.randint(min(2, max_num_tokens), max_num_tokens)
     chunk_start = bounds[0]
     for end in bounds[1:]:
         if end - chunk_start >= target or end == bounds[-1]:

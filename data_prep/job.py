@@ -14,6 +14,7 @@ content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mod
 
 import dataclasses
 import glob
+import math
 import os
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
+from bert_jax.training import workdir_lock
 from data_prep import content, kinds, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
@@ -66,8 +68,10 @@ class JobSpec:
             problems.append(f"eval_fraction={self.eval_fraction} must be in [0, 1)")
         if not 0.0 < self.eval_masked_lm_prob <= 1.0:
             problems.append(f"eval_masked_lm_prob={self.eval_masked_lm_prob} must be in (0, 1]")
-        if self.block_size_mb <= 0 or self.shard_size_mb <= 0:
-            problems.append("block_size_mb and shard_size_mb must be positive")
+        for name in ("block_size_mb", "shard_size_mb"):
+            size = getattr(self, name)
+            if not (size > 0 and math.isfinite(size)):  # nan fails both; inf has no int
+                problems.append(f"{name}={size} must be a positive number")
         if self.num_shards < 0 or self.num_eval_shards < 0 or self.tfds_examples_per_unit < 1:
             problems.append(
                 "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"
@@ -108,6 +112,33 @@ def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
     )
 
 
+def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
+    """Raises readers.InputError when an --input names or matches `vocab_file` (or the .vocab
+    a SentencePiece model has beside it): read as text, a vocabulary's entries become a document
+    of the corpus (--input='data/*.txt' with data/vocab.txt: most of the records), silently."""
+    vocab_files = [vocab_file]
+    if vocab_file.endswith(".model"):
+        vocab_files.append(vocab_file.removesuffix(".model") + ".vocab")
+
+    def real(path: str) -> str:
+        return path if storage.is_url(path) else os.path.realpath(path)
+
+    vocabulary = {real(p): p for p in vocab_files}
+    for spec in specs:
+        spec = spec.strip()
+        if not spec or spec.startswith("tfds:"):
+            continue
+        pattern = glob.has_magic(spec)
+        found = [p for p in readers.expand(spec) if real(p) in vocabulary]
+        if found:
+            raise readers.InputError(
+                f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
+                f"{found[0]!r} (--vocab_file={vocab_file!r}): read as text, its entries would "
+                "become a document of the corpus; move the vocabulary out of the corpus's "
+                "directory or narrow the pattern"
+            )
+
+
 def outside(output_dir: str) -> Callable[[str], list[str]]:
     """readers.match_files less the job's own output. On a rerun a glob over the corpus's
     directory (--input='data/*/*' --output_dir=data/out) matches the first run's shards too, and
@@ -118,11 +149,26 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
     real_out = out if storage.is_url(out) else os.path.realpath(out)
 
     def inside(path: str) -> bool:
+        """Whether `path` is the output directory or a file the job writes there (shards, the
+        manifest, _work, the lock, temporaries); not any file under it: records may be written
+        into the corpus's own directory."""
         real = path if storage.is_url(path) else os.path.realpath(path)
-        return real == real_out or real.startswith(real_out + "/")
+        if real == real_out:
+            return True
+        if not real.startswith(real_out + "/"):
+            return False
+        name, _, deeper = real[len(real_out) + 1 :].partition("/")
+        if name == manifest.WORK_DIR:
+            return True
+        return not deeper and bool(
+            name in (manifest.FILE, workdir_lock.LOCK_NAME)
+            or manifest.SHARD_NAME.match(name)
+            or manifest.TEMPORARY.search(name)
+            or name.startswith(".write-test-")
+        )
 
     def match(spec: str) -> list[str]:
-        paths = storage.glob(spec) if glob.has_magic(spec) else [spec]
+        paths = readers.expand(spec)
         own = [p for p in paths if inside(p)]
         if own and len(own) == len(paths):
             raise readers.InputError(

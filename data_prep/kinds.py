@@ -79,7 +79,7 @@ KINDS: dict[str, Kind] = {
     "text": Kind(
         _plan_lines,
         lines.opened(lines.text_unit),
-        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats), stats),
+        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats, drop_cr=True), stats),
     ),
     "book": Kind(
         _plan_lines,

@@ -12,6 +12,7 @@ seek) and a book are one unit each.
 """
 
 import json
+import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -24,6 +25,8 @@ from data_prep.inputs import (
     read_lines,
 )
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
@@ -63,6 +66,7 @@ def json_document(
 ) -> list[str]:
     """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
     (counted)."""
+    line = line.removeprefix("\ufeff")  # files concatenated with their byte-order marks
     if not line:
         return []
     try:
@@ -70,9 +74,12 @@ def json_document(
         text = record[text_field]
         if not isinstance(text, str):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # Recursion: nested too deep
         stats.bad_json_lines += 1
         return []
+    if _SURROGATE.search(text):  # an escaped half pair ("\\ud800"): no UTF-8 encoder takes it
+        stats.bad_utf8_lines += 1
+        text = _SURROGATE.sub("\ufffd", text)
     return split_sentences(text, language)
 
 
@@ -119,7 +126,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
         line_start, offset = offset, offset + length
         counted = stats if line_start < stop else elsewhere
         counted.lines += 1
-        line = decode_line(raw, counted)
+        line = decode_line(raw, counted, drop_cr=True)
         if raw is None:
             continue  # an over-long line, skipped: as if it were not there
         if not line:

@@ -291,16 +291,22 @@ def _check_flags(argv) -> None:
         sentences.language_code(FLAGS.language)
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
-    for name in ("document_per_file", "language", "eval_masked_lm_prob"):
+    # What reference mode would ignore: it writes one training shard and no eval split, and reads
+    # its whole input in one process, as the original does.
+    why = {
+        "document_per_file": "reads BERT-format text as the original does",
+        "language": "reads BERT-format text as the original does",
+        "eval_masked_lm_prob": "writes no eval split",
+        "eval_fraction": "writes no eval split",
+        "num_eval_shards": "writes no eval split",
+        "num_shards": "writes one shard, as the original does",
+        "shard_size_mb": "writes one shard, as the original does",
+        "block_size_mb": "reads its whole input in one process",
+        "tfds_examples_per_unit": "reads its whole input in one process",
+    }
+    for name, reason in why.items():
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
-            raise cli.UserError(
-                f"--{name} is for --mode=scaled or beam; reference mode "
-                + (
-                    "writes no eval split"
-                    if name == "eval_masked_lm_prob"
-                    else "reads BERT-format text as the original does"
-                )
-            )
+            raise cli.UserError(f"--{name} is for --mode=scaled or beam; reference mode {reason}")
 
 
 def main(argv):
@@ -316,6 +322,7 @@ def main(argv):
     )
     if FLAGS.verify:
         return _verify()
+    job.check_inputs_are_not_the_vocabulary(FLAGS.input, FLAGS.vocab_file)
     job_flags = _recorded_flags()
     try:
         if FLAGS.mode == "reference":

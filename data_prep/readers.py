@@ -27,7 +27,15 @@ from data_prep.sentences import DEFAULT_LANGUAGE
 
 def match_files(spec: str) -> list[str]:
     """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
-    return checked(storage.glob(spec) if glob.has_magic(spec) else [spec])
+    return checked(expand(spec))
+
+
+def expand(spec: str) -> list[str]:
+    """A glob's matches, sorted; a spec without magic as it is. A pattern that matches nothing
+    names the file of that name if there is one, as a shell does ("book [1].txt")."""
+    if not glob.has_magic(spec):
+        return [spec]
+    return storage.glob(spec) or ([spec] if storage.exists(spec) else [])
 
 
 def checked(paths: list[str]) -> list[str]:

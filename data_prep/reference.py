@@ -18,11 +18,14 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from bert_jax import storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.data.input.masking import Vocab
 from data_prep import inputs, lines, output, readers
+from data_prep import job as job_lib
 from data_prep.instances import InstanceOptions
 
 
@@ -54,11 +57,14 @@ def create_masked_lm_predictions(
     Returns (output_tokens, positions, labels) with positions sorted. [CLS] and [SEP] are never
     masked; with whole-word masking a word's pieces are masked together or not at all.
     """
+    # Whether a piece continues the word before it: "##" for WordPiece (the original's test),
+    # and for a byte-level BPE also the character kinds (masking.Vocab.continues, the trainer's).
+    joins = vocab.continues(np.asarray([tokens]))[0] if opts.whole_word_mask else None
     cand_indexes: list[list[int]] = []
     for i, token in enumerate(tokens):
         if token == vocab.cls_id or token == vocab.sep_id:
             continue
-        if opts.whole_word_mask and cand_indexes and token in vocab.continuation:
+        if opts.whole_word_mask and cand_indexes and joins[i]:
             cand_indexes[-1].append(i)
         else:
             cand_indexes.append([i])
@@ -175,7 +181,8 @@ def _mlm_only_instances(
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:
-        target = rng.randint(2, max_num_tokens)
+        # max_seq_length 3 leaves room for one token: randint(2, 1) has no value.
+        target = rng.randint(min(2, max_num_tokens), max_num_tokens)
     instances, chunk = [], []
     for index, sentence in enumerate(document):
         chunk.extend(sentence)
@@ -233,13 +240,39 @@ def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
 
 
 def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
-    """Sentences -> ids; sentences with no tokens are dropped (as the original does)."""
+    """Sentences -> ids; sentences with no tokens are dropped (as the original does). Sentences
+    after a document's first are encoded with the tokenizer's sentence_joiner before them (a
+    tokenizer.json's " ": the space running text has there), as scaled mode encodes them."""
+    joiner = getattr(tokenizer, "sentence_joiner", "")
     out = []
-    for sentence in document:
-        ids = tokenizer.encode(sentence)
+    for index, sentence in enumerate(document):
+        ids = tokenizer.encode(joiner + sentence if index and joiner else sentence)
         if ids:
             out.append(ids)
     return out
+
+
+def _previous_shards(output_dir: str) -> set[str]:
+    """The shard files of a reference output in `output_dir` (a rerun replaces them); an error
+    for a scaled or Beam job's output, finished or not, which reference mode would leave beside
+    its own shard without a manifest."""
+    finished = output.read_manifest(output_dir) or {}
+    unfinished = storage.exists(storage.join(output_dir, manifest.WORK_DIR))
+    # A version-1 manifest named its mode among its flags only.
+    mode = finished.get("mode") or (finished.get("flags") or {}).get("mode", "reference")
+    if unfinished or mode != "reference":
+        what = (
+            f"an unfinished --mode=scaled or beam job ({manifest.WORK_DIR})"
+            if unfinished
+            else f"a finished --mode={mode} job"
+        )
+        raise output.OutputError(
+            f"--output_dir={output_dir!r} holds {what}; reference mode would leave its shards "
+            "there beside its own: use another --output_dir"
+        )
+    if not finished:
+        return set()
+    return {s["file"] for split in finished["shards"].values() for s in split}
 
 
 def run(
@@ -260,12 +293,17 @@ def run(
     the output again (one core, the whole corpus in memory: reference mode is for checking).
     `vocab_file`: the vocabulary as the user named it, when the tokenizer reads a local copy."""
     start = time.time()
+    vocab = Vocab.from_tokenizer(tokenizer)
+    vocab.check_whole_word(opts.whole_word_mask and opts.mask, "--vocab_file")
     output.prepare_output_dir(output_dir)
-    sources = readers.parse_input(specs)
+    previous = _previous_shards(output_dir)
+    sources = readers.parse_input(specs, match=job_lib.outside(output_dir))
     read_stats = readers.ReadStats()
     # The original reads all files as one line stream, so a document can run across a file boundary.
     text_lines = itertools.chain.from_iterable(
-        inputs.read_lines(s.path, read_stats) for s in sources if s.kind == "text"
+        inputs.read_lines(s.path, read_stats, drop_cr=True, bom_line=True)
+        for s in sources
+        if s.kind == "text"
     )
     raw_docs = itertools.chain(
         lines.text_documents(text_lines, read_stats),
@@ -278,9 +316,10 @@ def run(
     documents = [tokenize_document(d, tokenizer) for d in raw_docs]
     logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
 
-    instances = create_training_instances(
-        documents, opts, Vocab.from_tokenizer(tokenizer), dupe_factor, random.Random(seed)
-    )
+    instances = create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
+    if not instances:  # as scaled mode: an empty output only fails later, in the trainer
+        spec = job_lib.JobSpec(inputs=tuple(specs), text_field=text_field)
+        raise job_lib.no_instances_error(spec, [read_stats])
     schema = opts.schema
     stats = output.InstanceStats()
     path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
@@ -288,6 +327,8 @@ def run(
     # ever describes shards of another run.
     manifest_path = storage.join(output_dir, manifest.FILE)
     storage.remove(manifest_path)
+    for name in previous - {storage.basename(path)}:  # another format's: no manifest names it
+        storage.remove(storage.join(output_dir, name))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, fmt) as writer:
             for instance in instances:

@@ -43,7 +43,7 @@ def split_sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
             continue
         first = True  # a paragraph's first sentence is never merged into the previous paragraph
         cased = not paragraph.islower()
-        for sentence in sentencex.segment(language, paragraph):
+        for sentence in _segment(language, paragraph):
             sentence = sentence.strip()
             if not sentence:
                 continue
@@ -53,3 +53,27 @@ def split_sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
                 sentences.append([sentence])
             first = False
     return [" ".join(pieces) for pieces in sentences]
+
+
+# Whitespace of more than one UTF-8 byte (what str.isspace calls whitespace beyond ASCII).
+# sentencex (1.0.32) panics (a Rust PanicException, which no `except Exception` catches) on an ASCII
+# capital, such a space and a period ("vitamin B\u00a0."): it slices the text one byte before
+# the period. Segmented with " " in their place, which is one character too, so every piece
+# is cut from the paragraph as it was.
+_WIDE_SPACE = re.compile("[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
+
+
+def _segment(language: str, paragraph: str) -> list[str]:
+    """sentencex's sentences of `paragraph`, as substrings of it."""
+    spaced = _WIDE_SPACE.sub(" ", paragraph)
+    if spaced == paragraph:
+        return list(sentencex.segment(language, paragraph))
+    out, start = [], 0
+    for piece in sentencex.segment(language, spaced):
+        at = spaced.find(piece, start)
+        if at < 0:  # not a substring (never seen): the piece as sentencex gave it
+            out.append(piece)
+            continue
+        out.append(paragraph[at : at + len(piece)])
+        start = at + len(piece)
+    return out

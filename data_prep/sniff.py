@@ -240,5 +240,5 @@ def _is_json_lines(head: bytes) -> bool:
         return False
     try:
         return all(isinstance(json.loads(line), dict) for line in lines)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's limit
         return False

@@ -22,7 +22,7 @@ from absl import flags
 
 from bert_jax import cli, storage
 from bert_jax.text import tokenization
-from data_prep import job, output, readers, sentences
+from data_prep import inputs, job, output, readers, sentences
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -36,7 +36,8 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     "output",
     None,
-    "vocab.txt path (wordpiece), model prefix (sentencepiece) or tokenizer.json path (bpe).",
+    "vocab.txt path (wordpiece), model prefix or .model path (sentencepiece: PREFIX.model and "
+    "PREFIX.vocab) or tokenizer.json path (bpe).",
 )
 flags.DEFINE_enum(
     "model_type",
@@ -86,6 +87,13 @@ class Corpus:
                     yield from document
 
 
+# A corpus whose every character the trainer's normalizer drops: a vocabulary of the special
+# tokens alone, with which every record would be empty.
+_NO_TEXT = (
+    "--input holds no text the vocabulary's normalizer keeps (only NULs, undecodable bytes, "
+    "control or format characters, or combining marks): pass the corpus the vocabulary is for"
+)
+
 # The WordPiece trainer's default cap on the alphabet (single characters kept).
 LIMIT_ALPHABET = 1000
 
@@ -128,6 +136,8 @@ def train_wordpiece(
         show_progress=False,
     )
     vocab = tok.get_vocab()  # piece -> id, ids dense from 0
+    if len(vocab) <= len(SPECIAL):
+        raise cli.UserError(_NO_TEXT)
     if len(vocab) > vocab_size:  # the alphabet alone did not fit: the trainer kept it anyway
         raise cli.UserError(
             f"--vocab_size={vocab_size} is smaller than the {len(vocab)} entries this corpus "
@@ -222,9 +232,14 @@ def train_sentencepiece(
             normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             # A small corpus may not support vocab_size pieces; take what it has.
             hard_vocab_limit=False,
+            # Its default (4,192 bytes) skips longer sentences, quietly: BERT-format lines of a
+            # paragraph each would be left out. Up to the longest line the readers keep.
+            max_sentence_length=inputs.MAX_LINE_BYTES,
             minloglevel=2,
         )
     except RuntimeError as e:  # sentencepiece reports a too small vocab_size as an internal check
+        if "all_chars_count" in str(e):  # and a corpus left without characters
+            raise cli.UserError(_NO_TEXT) from None
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))
         if needed:
             raise cli.UserError(
@@ -235,6 +250,12 @@ def train_sentencepiece(
         raise
     model = written.getvalue()
     sp = spm.SentencePieceProcessor(model_proto=model)
+    symbols = {tokenization.CLS, tokenization.SEP, tokenization.MASK, "▁"}
+    if all(
+        sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) in symbols
+        for i in range(sp.get_piece_size())
+    ):
+        raise cli.UserError(_NO_TEXT)
     pieces = "".join(
         f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size())
     )
@@ -261,6 +282,17 @@ def main(argv):
             f"--output={FLAGS.output!r}: a BPE tokenizer is written as a Hugging Face "
             "tokenizer.json; name the file ....json (e.g. tokenizer.json)"
         )
+    if FLAGS.model_type == "wordpiece" and FLAGS.output.endswith((".json", ".model")):
+        raise cli.UserError(
+            f"--output={FLAGS.output!r}: a WordPiece vocabulary is a vocab.txt, and readers take "
+            "a .json file for a tokenizer.json and a .model file for a SentencePiece model; name "
+            "the file ....txt (e.g. vocab.txt)"
+        )
+    # SentencePiece's --output is a prefix; "sp.model" names the model file itself, not the
+    # prefix of "sp.model.model".
+    prefix = FLAGS.output
+    if FLAGS.model_type == "sentencepiece":
+        prefix = prefix.removesuffix(".model")
     # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
     # written is an error now, not a trainer's traceback at the end.
     output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")
@@ -280,7 +312,7 @@ def main(argv):
         "sentencepiece": train_sentencepiece,
         "bpe": train_bpe,
     }[FLAGS.model_type]
-    path = train(corpus, FLAGS.output, FLAGS.vocab_size, FLAGS.do_lower_case)
+    path = train(corpus, prefix, FLAGS.vocab_size, FLAGS.do_lower_case)
     tokenizer = job.load_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     if tokenizer.vocab_size < FLAGS.vocab_size:

@@ -279,8 +279,15 @@ def _starts_spaced_word(raw: bytes | None) -> bool:
     whitespace alone does not (it continues whitespace before it)."""
     if raw is None:
         return True
+    if raw[:1] != b" ":
+        return False
     text = raw.decode("utf-8", errors="ignore")
-    return raw[:1] == b" " and any(ch not in _WHITE_SPACE for ch in text)
+    if any(ch not in _WHITE_SPACE for ch in text):
+        return True
+    # " " and the first bytes of a character ("ĠðĲĢ", a space and most of a 4-byte letter):
+    # text unless that character is likely whitespace.
+    start = len(raw.rstrip(bytes(range(0x80, 0xC0)))) - 1  # the last character's lead byte
+    return raw[start] >= 0xC0 and _guess(raw[start:]) != SPACE
 
 
 def _kind(ch: str) -> int:

@@ -307,6 +307,8 @@ DATA_PREP_MAIN = [
     ("num_workers negative", prep("corpus.txt", "--num_workers=-1"), "num_workers"),
     ("eval_fraction 1", prep("corpus.txt", "--eval_fraction=1"), "eval_fraction"),
     ("block_size_mb 0", prep("corpus.txt", "--block_size_mb=0"), "block_size_mb"),
+    ("block_size_mb inf", prep("corpus.txt", "--block_size_mb=inf"), "block_size_mb=inf"),
+    ("shard_size_mb NaN", prep("corpus.txt", "--shard_size_mb=nan"), "shard_size_mb=nan"),
     ("num_shards negative", prep("corpus.txt", "--num_shards=-2"), "num_shards"),
     ("format unknown", prep("corpus.txt", "--format=parquet"), "--format"),
     ("mode unknown", prep("corpus.txt", "--mode=fast"), "--mode"),
@@ -324,6 +326,16 @@ DATA_PREP_MAIN = [
         "language in reference mode",
         prep("corpus.txt", "--mode=reference --language=de"),
         "--language is for --mode=scaled or beam",
+    ),
+    (  # PREP asks for an eval split and two shards: reference mode writes neither
+        "eval split in reference mode",
+        prep("corpus.txt", "--mode=reference"),
+        "--eval_fraction is for --mode=scaled or beam; reference mode writes no eval split",
+    ),
+    (
+        "shards in reference mode",
+        prep("corpus.txt", "--mode=reference --eval_fraction=0.01 --num_eval_shards=0"),
+        "--num_shards is for --mode=scaled or beam; reference mode writes one shard",
     ),
     ("stray argument", prep("corpus.txt", "stray.txt"), "stray.txt"),
     (
@@ -348,6 +360,11 @@ DATA_PREP_MAIN = [
         ("not_a_dir", "cannot write to --output_dir"),
     ),
     ("tfds unknown", prep("corpus.txt", "--input=tfds:no_such_set_xyz"), "no_such_set_xyz"),
+    (
+        "input glob matches the vocab",
+        prep("corpus.txt", "--input={d}/vocab_c*.txt --vocab_file={d}/vocab_crlf.txt"),
+        ("vocab_crlf.txt", "matches the vocabulary"),
+    ),
     (
         "rerun other flags",
         prep("corpus.txt", "--output_dir={d}/records --dupe_factor=3"),

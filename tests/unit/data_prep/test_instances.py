@@ -94,10 +94,13 @@ def test_nsp_structure_is_the_originals(corpus, tok, monkeypatch):
     assert len(ours) > 500
 
 
-def test_mlm_only_packing_is_the_originals(corpus, tok):
+@pytest.mark.parametrize("length, short", [(64, 0.1), (3, 0.5), (4, 1.0)])
+def test_mlm_only_packing_is_the_originals(corpus, tok, length, short):
+    """At every length allowed: max_seq_length=3 leaves room for one token, and a short target
+    (randint(2, 1)) raised ValueError in both modes."""
     documents, as_lists = corpus
     vocab = masking.Vocab.from_tokenizer(tok)
-    opts = inst.InstanceOptions(max_seq_length=64, nsp=False, mask=False)
+    opts = inst.InstanceOptions(max_seq_length=length, short_seq_prob=short, nsp=False, mask=False)
     expected, rng = [], random.Random(3)
     for index in range(len(as_lists)):
         expected += reference.create_instances_from_document(as_lists, index, opts, vocab, rng)

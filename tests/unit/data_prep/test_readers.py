@@ -362,3 +362,16 @@ def test_the_sentence_splitter_on_the_labelled_set():
 
     scores = sentence_bench.score(split_sentences, sentence_bench.labelled_paragraphs())
     assert scores["f1"] > 0.96 and scores["exact"] > 0.9, scores
+
+
+def test_a_file_whose_name_looks_like_a_pattern_is_read(tmp_path):
+    """ "book [1].txt" is a glob pattern to Python ([1] a class of "1") that matches no file: the
+    file itself was refused ("--input pattern ... matches no file"). As a shell does, a pattern
+    that matches nothing names the file of that name when there is one."""
+    (tmp_path / "book [1].txt").write_text("One.\n\nTwo.\n")
+    (tmp_path / "c[ab].txt").write_text("Three.\n")
+    (tmp_path / "ca.txt").write_text("Four.\n")
+    assert _docs([str(tmp_path / "book [1].txt")])[0] == [["One."], ["Two."]]
+    assert _docs([str(tmp_path / "c[ab].txt")])[0] == [["Four."]]  # the pattern matches ca.txt
+    with pytest.raises(readers.InputError, match="matches no file"):
+        readers.parse_input([str(tmp_path / "book [2].txt")])

@@ -2,6 +2,8 @@
 MLM-only and unmasked modes."""
 
 import collections
+import dataclasses
+import os
 import random
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from bert_jax.data.input import masking
 from data_prep import inputs, instances, reference
 from data_prep.lines import text_documents
+from support import tokenizer_files
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +138,178 @@ def test_long_lines_are_truncated_not_rejected(vocab):
 def test_bad_options_are_rejected(kwargs):
     with pytest.raises(ValueError):
         instances.InstanceOptions(**kwargs)
+
+
+def _records(directory):
+    import glob
+
+    from bert_jax.data.contract import features as F
+    from bert_jax.data.contract import record_io
+
+    return collections.Counter(
+        tuple(F.decode_example(r)["input_ids"].tolist())
+        for path in sorted(glob.glob(f"{directory}/*.tfrecord"))
+        for r in record_io.read_records(path)
+    )
+
+
+@pytest.mark.parametrize("kind", ["wordpiece.txt", *tokenizer_files.KINDS])
+def test_reference_and_scaled_mode_encode_documents_alike(tmp_path, testdata, vocab_file, kind):
+    """Unmasked MLM-only records filled to full length (no random choice shapes them) are the
+    same in both modes, for every kind of vocabulary: reference mode, too, encodes a
+    tokenizer.json's later sentences with the space running text has before them (a byte-level
+    BPE's "ĠNext", not "Next")."""
+    from bert_jax.text import tokenization
+    from data_prep import job, scaled
+
+    if kind == "wordpiece.txt":
+        tok = tokenization.make_tokenizer(vocab_file)
+    else:
+        tok = tokenization.make_tokenizer(tokenizer_files.make(kind, tmp_path / f"{kind}.json"))
+    opts = instances.InstanceOptions(max_seq_length=32, short_seq_prob=0, nsp=False, mask=False)
+    corpus = [str(testdata / "sample_text.txt")]
+    reference.run(
+        corpus,
+        tok,
+        opts,
+        dupe_factor=1,
+        seed=1,
+        output_dir=str(tmp_path / "ref"),
+        fmt="tfrecord",
+        flags={},
+    )
+    spec = job.JobSpec(
+        inputs=tuple(corpus), opts=opts, dupe_factor=1, eval_fraction=0, fmt="tfrecord"
+    )
+    scaled.run(spec, tok, str(tmp_path / "scaled"), progress=False)
+    want = _records(tmp_path / "scaled")
+    assert sum(want.values()) >= 20 and _records(tmp_path / "ref") == want
+
+
+@pytest.mark.parametrize("kind", tokenizer_files.KINDS)
+def test_whole_word_masking_takes_the_words_masking_takes(tmp_path, testdata, kind):
+    """Reference mode's whole words are masking.Vocab.continues' (the scaled mode's and the
+    trainer's): for a byte-level BPE a piece joins the word before it only when the character
+    kinds allow it ("ĠðĲĢ", a space and the start of a character, starts a word): masked pieces
+    are whole words of that rule, and supplementary-plane text is not one unmaskable word."""
+    import numpy as np
+
+    from bert_jax.text import tokenization
+
+    tok = tokenization.make_tokenizer(tokenizer_files.make(kind, tmp_path / f"{kind}.json"))
+    vocab = masking.Vocab.from_tokenizer(tok)
+    rng = random.Random(3)
+    planes = [chr(rng.randrange(0x10000, 0x10400)) for _ in range(64)]
+    text = testdata.joinpath("sample_text.txt").read_text(encoding="utf-8").split("\n")[:12]
+    lines = text + [" ".join(rng.choice(planes) for _ in range(20)) for _ in range(6)]
+    lines = [line for line in lines if line.strip()]
+    documents = [reference.tokenize_document(lines[i : i + 6], tok) for i in range(0, 18, 6)]
+    opts = instances.InstanceOptions(max_seq_length=48, max_predictions_per_seq=8)
+    opts = dataclasses.replace(opts, whole_word_mask=True)
+    for instance in _all_instances(documents, opts, vocab, seed=1):
+        original = np.array(instance.tokens)
+        original[instance.masked_lm_positions] = instance.masked_lm_labels
+        starts = ~vocab.continues(original[None])[0]
+        special = (original == vocab.cls_id) | (original == vocab.sep_id)
+        word, words = -1, []  # word number per position; [CLS]/[SEP] are in none
+        for is_start, is_special in zip(starts, special):
+            word += bool(is_start and not is_special) or word < 0
+            words.append(-1 if is_special else word)
+        words = np.array(words)
+        chosen = np.zeros(len(original), bool)
+        chosen[instance.masked_lm_positions] = True
+        for w in set(words[chosen].tolist()):
+            assert chosen[words == w].all(), (kind, original, instance.masked_lm_positions)
+        # Words are a few pieces each, the budget 7: every instance has one to mask.
+        assert chosen.any(), (kind, original)
+
+
+def test_an_input_without_instances_is_an_error_as_in_scaled_mode(tmp_path, tok):
+    """Blank lines only: reference mode wrote an empty shard and a manifest and exited 0, where
+    scaled mode says the input gave no instances; a finished output there is kept."""
+    from bert_jax import cli
+    from bert_jax.data.contract import manifest
+
+    (tmp_path / "blank.txt").write_text("\n \n\t\n")
+    opts = instances.InstanceOptions(max_seq_length=32)
+    out = tmp_path / "out"
+    with pytest.raises(cli.UserError, match=r"no training instances \(0 documents.*blank.txt"):
+        reference.run(
+            [str(tmp_path / "blank.txt")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(out), fmt="tfrecord", flags={},
+        )  # fmt: skip
+    assert not (out / manifest.FILE).exists()
+
+
+def test_an_output_dir_of_another_mode_is_refused_and_a_rerun_leaves_no_stale_shard(
+    tmp_path, testdata, tok
+):
+    """Reference mode wrote its shard and manifest into a finished (or unfinished) scaled
+    output: the scaled job's manifest was lost and its shards stayed beside the new one, for a
+    glob to read. Scaled mode refuses the reverse. A reference rerun in another format leaves
+    only the new shard."""
+    from bert_jax import cli
+    from bert_jax.data.contract import manifest
+    from data_prep import job, scaled
+
+    corpus = [str(testdata / "sample_text.txt")]
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    spec = job.JobSpec(inputs=tuple(corpus), opts=opts, dupe_factor=1, num_shards=2)
+    scaled.run(spec, tok, str(tmp_path / "scaled"), progress=False)
+    before = sorted(os.listdir(tmp_path / "scaled"))
+    (tmp_path / "unfinished" / manifest.WORK_DIR).mkdir(parents=True)
+    for name in ("scaled", "unfinished"):
+        with pytest.raises(cli.UserError, match=rf"--output_dir=.*{name}' holds .*--mode=scaled"):
+            reference.run(
+                corpus, tok, opts, dupe_factor=1, seed=1,
+                output_dir=str(tmp_path / name), fmt="tfrecord", flags={},
+            )  # fmt: skip
+    assert sorted(os.listdir(tmp_path / "scaled")) == before
+    for fmt in ("tfrecord", "arrayrecord"):
+        reference.run(
+            corpus, tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(tmp_path / "ref"), fmt=fmt, flags={},
+        )  # fmt: skip
+    assert sorted(os.listdir(tmp_path / "ref")) == [
+        manifest.FILE,
+        "train-00000-of-00001.arrayrecord",
+    ]
+
+
+def test_a_rerun_whose_input_glob_matches_its_own_output_skips_it(tmp_path, testdata, tok):
+    """As scaled mode: --input='corpus/*' --output_dir=corpus read the first run's shard and
+    manifest as input on the rerun (an error: "holds NUL bytes")."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(testdata / "sample_text.txt", corpus / "a.txt")
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+    runs = [
+        reference.run(
+            [str(corpus / "*")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(corpus), fmt="tfrecord", flags={},
+        )["shards"]
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0] == runs[1]
+
+
+def test_whole_word_masking_with_a_vocabulary_that_marks_no_words_is_refused(tmp_path, testdata):
+    """Scaled and Beam mode refuse it; reference mode masked piece by piece and wrote
+    whole_word_mask: true in its manifest."""
+    from bert_jax import cli
+    from bert_jax.text import tokenization
+
+    tok = tokenization.make_tokenizer(tokenizer_files.make("plain", tmp_path / "plain.json"))
+    opts = instances.InstanceOptions(max_seq_length=64, whole_word_mask=True)
+    with pytest.raises(cli.UserError, match="whole-word masking needs word boundaries"):
+        reference.run(
+            [str(testdata / "sample_text.txt")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(tmp_path / "out"), fmt="tfrecord", flags={},
+        )  # fmt: skip
+    unmasked = dataclasses.replace(opts, mask=False)  # dynamic masking: the trainer's concern
+    reference.run(
+        [str(testdata / "sample_text.txt")], tok, unmasked, dupe_factor=1, seed=1,
+        output_dir=str(tmp_path / "out"), fmt="tfrecord", flags={},
+    )  # fmt: skip

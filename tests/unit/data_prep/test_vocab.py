@@ -97,3 +97,78 @@ def test_wordpiece_keeps_what_the_trainer_learns(tmp_path):
 def test_wordpiece_refuses_a_one_pass_iterator(tmp_path):
     with pytest.raises(TypeError, match="twice"):
         vocab.train_wordpiece(iter(["a b"]), str(tmp_path / "v.txt"), 100, True)
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "vocab.model"])
+def test_a_wordpiece_vocab_is_not_written_under_another_kind_s_name(tmp_path, forkserver, name):
+    """Every reader tells a tokenizer.json and a SentencePiece model from a vocab.txt by its
+    name: a vocab.txt written as tok.json would be read as JSON (the trainer's own check of its
+    file said so, naming the file it had just written, and left it there). One line, before
+    training, and no file."""
+    output = tmp_path / name
+    args = [f"--input={CORPUS}", f"--output={output}", "--vocab_size=400"]
+    status, stdout, stderr = forkserver.run("data_prep.vocab", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.startswith("error: --output=") and "vocab.txt" in stderr, stderr
+    assert len(stderr.splitlines()) == 1 and not output.exists()
+
+
+def test_a_sentencepiece_output_named_model_is_the_model_file(tmp_path, forkserver):
+    """--output is the model's prefix; --output=sp.model names the model file itself (it wrote
+    sp.model.model, and --vocab_file=sp.model then named no file)."""
+    args = [f"--input={CORPUS}", f"--output={tmp_path / 'sp.model'}", "--vocab_size=200"]
+    status, stdout, stderr = forkserver.run(
+        "data_prep.vocab", [*args, "--model_type=sentencepiece"]
+    )
+    assert status == 0, stderr
+    assert sorted(os.listdir(tmp_path)) == ["sp.model", "sp.vocab"]
+    assert stdout.startswith(f"wrote {tmp_path / 'sp.model'}:")
+
+
+@pytest.mark.parametrize(
+    "kind, data",
+    [
+        ("wordpiece", b"\x00\n"),
+        ("wordpiece", b"\x80\xff\n\xff\n"),
+        ("wordpiece", "\u200b\u0301\ufeff\n".encode()),  # format, combining: BERT drops both
+        ("sentencepiece", b"\x00\n"),
+        ("sentencepiece", b"\x80\xff\n\xff\n"),
+    ],
+)
+def test_a_corpus_whose_characters_the_normalizer_drops_is_refused(
+    tmp_path, forkserver, kind, data
+):
+    """NULs, undecodable bytes (U+FFFD), and for WordPiece format characters and combining
+    marks, alone: nothing is left to learn. WordPiece wrote a vocab.txt of the five special
+    tokens (sentencepiece those and "▁") with only a warning, or sentencepiece's trainer failed
+    an internal check (a RuntimeError traceback); every record made with it would be empty. As
+    for an input without text: one error line, and no file."""
+    corpus = tmp_path / "junk.txt"
+    corpus.write_bytes(data)
+    output = tmp_path / ("v.txt" if kind == "wordpiece" else "sp")
+    args = [f"--input={corpus}", f"--output={output}", f"--model_type={kind}", "--vocab_size=300"]
+    status, stdout, stderr = forkserver.run("data_prep.vocab", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.startswith("error: ") and "no text" in stderr and len(stderr.splitlines()) == 1
+    assert os.listdir(tmp_path) == ["junk.txt"]
+
+
+def test_sentencepiece_learns_from_sentences_longer_than_its_default_limit(tmp_path):
+    """sentencepiece skips, with a log line at the level we silence, every sentence over its
+    max_sentence_length (4,192 bytes by default): a corpus of paragraph-long lines (BERT-format
+    text of one paragraph a line) trained on its few short lines alone, a vocabulary without the
+    long lines' characters. Lines up to what the readers keep (8 MB) are learnt from."""
+    import random
+
+    import sentencepiece as spm
+
+    rng = random.Random(0)
+    short = ["alpha beta gamma delta"] * 20
+    long = [" ".join(rng.choice(["xyz", "qvw", "kjb"]) for _ in range(1500)) for _ in range(30)]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(short + long) + "\n")
+    prefix = str(tmp_path / "sp")
+    vocab.train_sentencepiece(vocab.Corpus([str(corpus)]), prefix, 100, True)
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+    assert set("xyzqvwkjb") <= {c for p in pieces for c in p}, sorted(pieces)

@@ -171,3 +171,29 @@ def test_truncation_and_padding_in_the_file_are_ignored(tmp_path, files):
     text = " ".join(tokenizer_files.corpus_lines()[:3])
     assert len(ours.encode(text)) > 64
     assert ours.encode(text) == tokenization.make_tokenizer(files["bpe"]).encode(text)
+
+
+def test_a_space_and_the_first_bytes_of_a_letter_start_a_word(tmp_path):
+    """Byte-level BPE merges " " with the first bytes of 4-byte characters ("ĠðĲĲ": a space and
+    most of a Deseret letter) when the characters are many and each rare. Such a piece starts a
+    word (` ?\\p{L}+`), as one with the whole letter does; it was taken for a run of whitespace
+    continuing the word before, so whole-word masking joined words of supplementary-plane text
+    (and reference mode, which looked at continuation pieces alone, made whole lines one word)."""
+    import random
+
+    from bert_jax.text import tokenizer_json
+    from data_prep import vocab as vocab_lib
+
+    rng = random.Random(0)
+    letters = [chr(c) for c in range(0x10400, 0x10450)]
+    lines = [
+        " ".join(rng.choice(letters) + rng.choice(letters) for _ in range(30)) for _ in range(99)
+    ]
+    tok = tokenization.make_tokenizer(
+        vocab_lib.train_bpe(lines, str(tmp_path / "t.json"), 280, False)
+    )
+    partial = [t for t in tok.vocab if (tokenizer_json._byte_text(t) or b"")[:2] == b" \xf0"]
+    assert partial and not any(tok.is_continuation(t) for t in partial)
+    text = "\U00010400\U00010401 \U00010402\U00010403 \U00010404\U00010405"
+    ours, theirs = _word_starts(tok, [text])
+    assert (ours == theirs).all(), tok.convert_ids_to_tokens(tok.encode(text))
