@@ -228,7 +228,9 @@ def train_sentencepiece(
             unk_id=1,
             bos_id=-1,
             eos_id=-1,
-            user_defined_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
+            # Control symbols, as ALBERT trains them: the ids exist, but text never encodes to them
+            # (user-defined symbols would turn a literal "[MASK]" in a corpus into the mask id).
+            control_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
             normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             # A small corpus may not support vocab_size pieces; take what it has.
             hard_vocab_limit=False,

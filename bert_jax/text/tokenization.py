@@ -472,7 +472,7 @@ class SentencePieceTokenizer:
         if missing:
             raise VocabError(
                 f"SentencePiece model {model_file!r} lacks {missing}; train it with "
-                f"user_defined_symbols=[CLS],[SEP],[MASK] (python -m data_prep.vocab does)"
+                f"control_symbols=[CLS],[SEP],[MASK] (python -m data_prep.vocab does, as ALBERT)"
             )
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.unk_id = self.sp.unk_id()

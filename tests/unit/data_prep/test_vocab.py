@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bert_jax.text import tokenization
 from data_prep import vocab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -172,3 +173,16 @@ def test_sentencepiece_learns_from_sentences_longer_than_its_default_limit(tmp_p
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
     pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
     assert set("xyzqvwkjb") <= {c for p in pieces for c in p}, sorted(pieces)
+
+
+def test_a_trained_sentencepiece_model_never_encodes_text_to_its_special_ids(tmp_path):
+    """[CLS], [SEP] and [MASK] are control symbols (as ALBERT trains them): ids 2-4 exist for the
+    pipeline to insert, but a corpus or an input that spells "[MASK]" out gets ordinary pieces,
+    as WordPiece gives it; user-defined symbols turned the literal text into the mask id."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the model reads [MASK] and [CLS] in text\nalpha beta [SEP] gamma\n" * 50)
+    vocab.train_sentencepiece(vocab.Corpus([str(corpus)]), str(tmp_path / "sp"), 80, True)
+    tok = tokenization.SentencePieceTokenizer(str(tmp_path / "sp.model"), True)
+    assert (tok.cls_id, tok.sep_id, tok.mask_id) == (2, 3, 4)
+    ids = tok.convert_tokens_to_ids(tok.tokenize("a [MASK] b [CLS] c [SEP]"))
+    assert not {tok.cls_id, tok.sep_id, tok.mask_id} & set(ids), ids
