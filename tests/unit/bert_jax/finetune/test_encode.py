@@ -110,6 +110,13 @@ def test_glue_errors_say_what_to_fix(tmp_path):
         glue.read_tsv(
             write(tmp_path / "b.tsv", "sentence\tlabel\nx\t1\nbroken line\n"), glue.LAYOUTS["sst2"]
         )
+    # A short row whose missing field is the id column (after the texts and label): the same
+    # line-numbered error, not an IndexError.
+    with pytest.raises(encode.FormatError, match=r"c.tsv:3: 2 tab-separated fields"):
+        glue.read_tsv(
+            write(tmp_path / "c.tsv", "sentence\tlabel\tindex\nx\t1\t7\ny\t0\n"),
+            glue.LAYOUTS["sst2"],
+        )
     with pytest.raises(ValueError, match="unknown GLUE layout 'sst'"):
         glue.get_layout("sst")
     with pytest.raises(cli.UserError, match=r"missing\.tsv' does not exist"):
