@@ -261,6 +261,82 @@ def test_squad_reader_v1_v2_and_errors(tmp_path):
         squad.read_squad(write(tmp_path / "x.json", "{"))
 
 
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([["not an article"]], "article 0: missing or bad field 'paragraphs': missing"),
+        ([{"paragraphs": None}], "missing or bad field 'paragraphs': a NoneType, not a list"),
+        (
+            [{"title": "T", "paragraphs": [{"context": None, "qas": []}]}],
+            "'T' paragraph 0: .*'context'",
+        ),
+        ([{"paragraphs": [{"context": "c", "qas": {"id": "q"}}]}], "'qas': a dict, not a list"),
+        ([{"paragraphs": [{"context": "c", "qas": ["q"]}]}], "missing \\(in a str\\)"),
+        (
+            [{"paragraphs": [{"context": "c", "qas": [{"id": "q", "question": 5}]}]}],
+            "'question': a int",
+        ),
+        (
+            [
+                {
+                    "paragraphs": [
+                        {
+                            "context": "c",
+                            "qas": [
+                                {
+                                    "id": "q",
+                                    "question": "?",
+                                    "answers": [{"text": None, "answer_start": 0}],
+                                }
+                            ],
+                        }
+                    ]
+                }
+            ],
+            "'text': a NoneType, not a str",
+        ),
+        (
+            [
+                {
+                    "paragraphs": [
+                        {
+                            "context": "c",
+                            "qas": [
+                                {"id": 7, "question": "a?"},
+                                {"id": "8", "question": "b?"},
+                                {"id": "7", "question": "c?"},
+                            ],
+                        }
+                    ]
+                }
+            ],
+            "question id '7' appears 2 times",
+        ),
+    ],
+)
+def test_squad_reader_names_a_field_of_the_wrong_type_or_a_repeated_id(tmp_path, data, message):
+    """A null or a number where SQuAD has text or a list is the file's mistake, one FormatError
+    naming the field (not a TypeError in the tokenizer); a repeated question id would drop
+    questions from the predictions and the scores (both keyed by id)."""
+    path = write(tmp_path / "bad.json", json.dumps({"data": data}))
+    with pytest.raises(encode.FormatError, match=message):
+        squad.read_squad(path)
+
+
+def test_squad_answers_null_is_no_answers(tmp_path):
+    doc = {
+        "data": [
+            {
+                "paragraphs": [
+                    {"context": "c", "qas": [{"id": "q", "question": "?", "answers": None}]}
+                ]
+            }
+        ]
+    }
+    (ex,) = squad.read_squad(write(tmp_path / "null.json", json.dumps(doc)))
+    assert ex.answers == ()
+
+
 def test_context_pieces_keep_character_spans(tok):
     context = "The Normans gave their name to Normandy, a région in France in the 1990s."
     ctx = squad.tokenize_context(tok, context)
