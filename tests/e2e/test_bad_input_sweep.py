@@ -670,6 +670,19 @@ FINETUNE = [
         "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv",
         "dir",
     ),
+    # --output is checked before the model loads and predicts, not by a traceback at the write
+    (
+        "finetune: predict output a directory",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--output={d}/dir",
+        "--output='{d}/dir' is a directory",
+    ),
+    (
+        "finetune: predict output under a file",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--output={d}/not_a_dir/p.tsv",
+        "not_a_dir",
+    ),
 ]
 
 # Interrupts (Ctrl-C once and twice, killed workers), concurrent runs on one directory and
