@@ -148,13 +148,18 @@ def read_lines(path: str) -> list[str]:
     if why:
         raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
     try:
-        with storage.open_read(path, "r", "utf-8-sig") as f:  # -sig: a byte-order mark is no text
-            lines = f.read().splitlines()
+        text = storage.read_bytes(path).decode("utf-8-sig")  # -sig: a byte-order mark is no text
     except UnicodeDecodeError as e:
         raise cli.UserError(
             f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
             "(e.g. iconv -t UTF-8)"
         ) from None
+    # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them: str.splitlines() also breaks
+    # at form feeds, U+2028, NEL, a lone "\r" ..., which made extra rows and shifted every later
+    # row against its line.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()  # the last line's end
     if not lines:
         raise cli.UserError(f"--input={path!r} is empty; pass a file with one text per line")
     return lines

@@ -146,3 +146,13 @@ def test_bad_arguments_say_what_to_fix(hf_dir, tmp_path):
         embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=65)
     with pytest.raises(ValueError, match="at least 3 needed"):  # room for one token of text
         embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=2)
+
+
+def test_rows_are_the_lines_wc_counts_whatever_the_text_holds(tmp_path):
+    """Row i is line i: lines end at "\\n" (or "\\r\\n") only. Form feeds, U+2028/U+2029, NEL,
+    a lone carriage return and the other characters str.splitlines() breaks at are text, not
+    extra rows that shift every later row against the input's lines."""
+    texts = ["a\x0cb", "c\u2028d", "e\x85f", "g\rh", "i\x1cj\x1dk\x1el", "m\vn", "", "last"]
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(texts).encode() + b"\n")
+    assert embed.read_lines(str(path)) == texts
