@@ -452,3 +452,26 @@ def test_prediction_writers(tmp_path):
     )
     assert json.loads((tmp_path / "squad.json").read_text()) == {"q1": "Paris", "q2": ""}
     assert json.loads((tmp_path / "squad_null_odds.json").read_text()) == {"q1": -3.0, "q2": 2.0}
+
+
+def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
+    """Columns are separated by ASCII spaces and tabs (conlleval's and the usual readers'
+    rule): a word holding a no-break, thin or ideographic space (or U+2028, NEL) is one word, not
+    a word cut short (and, on the first line of a words-only file, not taken for a tag column)."""
+    words = ["10\u00a0000", "Tokyo\u3000Tower", "a\u2009b", "x\u2028y", "p\x85q", "é"]
+    tagged = write(
+        tmp_path / "tagged.txt",
+        "".join(f"{w}\tNN O\r\n" for w in words) + "\n" + "z O\n",
+    )
+    first, second = conll.read_conll(tagged)
+    assert first.words == tuple(words) and first.tags == ("O",) * len(words)
+    assert (second.words, second.tags) == (("z",), ("O",))
+    (only,) = conll.read_conll(write(tmp_path / "words.txt", "".join(w + "\n" for w in words)))
+    assert (only.words, only.tags) == (tuple(words), None)
+
+
+def test_conll_byte_order_mark_is_not_text(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\nEU NNP B-ORG\n")
+    (sentence,) = conll.read_conll(str(path))
+    assert (sentence.words, sentence.tags) == (("EU",), ("B-ORG",))
