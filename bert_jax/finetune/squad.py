@@ -63,7 +63,7 @@ class Window:
 def read_squad(path: str) -> list[QAExample]:
     """All questions of a SQuAD v1.1 or v2.0 file (answers optional, for test files)."""
     storage.check_file(path, "data file")
-    with storage.open_read(path, "r") as f:
+    with storage.open_read(path, "r", encoding="utf-8-sig") as f:  # -sig: a BOM is no text
         try:
             doc = json.load(f)
         except json.JSONDecodeError as e:

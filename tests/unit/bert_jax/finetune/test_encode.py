@@ -475,3 +475,10 @@ def test_conll_byte_order_mark_is_not_text(tmp_path):
     path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\nEU NNP B-ORG\n")
     (sentence,) = conll.read_conll(str(path))
     assert (sentence.words, sentence.tags) == (("EU",), ("B-ORG",))
+
+
+def test_squad_byte_order_mark_is_not_text(tmp_path):
+    doc = {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "q", "question": "?"}]}]}]}
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    assert [ex.qid for ex in squad.read_squad(str(path))] == ["q"]
