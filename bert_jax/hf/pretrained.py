@@ -27,7 +27,7 @@ from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
-from bert_jax.training import checkpoints
+from bert_jax.training import checkpoints, config_check
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
 # shapes); everything else comes from the checkpoint.
@@ -81,7 +81,8 @@ def load(
 
 
 def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
-    run_config, step = checkpoints.load_config(path, step)  # pins "latest" to one step
+    # Pins "latest" to one step; a saved config no run could have written is damage.
+    run_config, step = checkpoints.load_config(path, step, config_check.range_problems)
     checkpoints.check_kind(run_config, path, finetuning=False)
     data = run_config.get("data") or {}
     lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")

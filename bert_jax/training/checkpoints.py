@@ -462,12 +462,27 @@ def _move_aside(
     manager.reload()  # forget the moved steps, so that saving them again is allowed
 
 
-def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
-    """(the config saved with a checkpoint, its step); the latest step by default."""
+def load_config(
+    workdir: str,
+    step: int | None = None,
+    problems: Callable[[ml_collections.ConfigDict], list[str]] | None = None,
+) -> tuple[ml_collections.ConfigDict, int]:
+    """(the config saved with a checkpoint, its step); the latest step by default. `problems`
+    (config_check.range_problems: that module imports this one) lists what is wrong with its
+    fields; any is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
         saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore(), storage.StorageError)
-        return ml_collections.ConfigDict(saved), step
+        # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
+        # field, not a ValueError or AttributeError wherever the field is first used.
+        where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
+        if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+            raise _not_used(manager, step, f"{where} is not a config (no model section)")
+        config = ml_collections.ConfigDict(saved)
+        found = problems(config) if problems else []
+        if found:
+            raise _not_used(manager, step, f"{where} is out of shape: {'; '.join(found)}")
+        return config, step
 
 
 @contextlib.contextmanager
