@@ -41,7 +41,9 @@ def check_finetuning(
             "(its place in the list is its id)"
         )
     if config.lora.rank:
-        problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
+        problems += lora.problems(
+            lora.target_names(config.lora.targets), config.lora.rank, config.lora.alpha
+        )
     if split is not None and not problems:
         dp, axes = split
         if t.batch_size % dp:

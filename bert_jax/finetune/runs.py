@@ -101,7 +101,7 @@ def build_model(
     if lora_config.rank:
         lora.add_adapters(
             model.bert,
-            tuple(lora_config.targets),
+            lora.target_names(lora_config.targets),
             lora_config.rank,
             lora_config.alpha,
             rngs=nnx.Rngs(seed + 1),
