@@ -448,3 +448,25 @@ def test_export_checks_the_vocabulary_and_the_checkpoint(
         proc.stderr
     )
     assert not (tmp_path / "hf2").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("layer_norm_eps", "1e-12"),
+        ("layer_norm_eps", 0),
+        ("layer_norm_eps", None),
+        ("initializer_range", "0.02"),
+        ("hidden_dropout_prob", None),
+        ("attention_probs_dropout_prob", "0.1"),
+        ("hidden_dropout_prob", True),
+    ],
+)
+def test_a_config_json_number_of_the_wrong_kind_names_the_field(field, value):
+    """A hand-edited config.json with text, null or a bool where a real number belongs: one
+    CheckpointError naming the field (was a TypeError inside the traced LayerNorm for
+    layer_norm_eps, or "'<=' not supported" for a dropout rate)."""
+    hf = TINY | {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    hf |= {"initializer_range": 0.02, field: value}
+    with pytest.raises(cli.UserError, match=f"{field} must be .*got {value!r}"):
+        bert.bert_config_from_hf(hf)
