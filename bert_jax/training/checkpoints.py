@@ -614,6 +614,34 @@ def restore_saved_params(
         return params, step
 
 
+def _shapes(params) -> dict[str, tuple]:
+    return {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree.leaves_with_path(params)}
+
+
+def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
+    """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
+    than this run's, before restoring: its arrays were put on this run's shardings as they were,
+    and the first step failed with a reshape TypeError traceback."""
+    from bert_jax.model import encoder  # the model defines the parameter tree
+
+    saved = encoder.BertConfig.from_config_dict(saved_model)
+    abstract = nnx.eval_shape(lambda: encoder.BertForPreTraining(saved, rngs=nnx.Rngs(0)))
+    theirs = _shapes(nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    ours = _shapes(setup.abstract_state["params"])
+    if theirs == ours:
+        return
+    fields = [
+        f"{f}={getattr(saved, f)!r} (this run: {getattr(setup.model_config, f)!r})"
+        for f in sorted(saved_model.keys())
+        if getattr(saved, f, None) != getattr(setup.model_config, f, None)
+    ]
+    raise cli.UserError(
+        f"train.init_checkpoint={path!r} holds a model with other parameters than this run's "
+        f"config.model: {', '.join(fields) or 'its parameter tree differs'}; start from a run of "
+        "the same model, or set config.model as that run had it"
+    )
+
+
 def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
     """A new run's state (config.train `t`, a train_state.Setup): with init_optimizer_state, the
     state of the run in the workdir train.init_checkpoint (phase 1); else `fresh()`, its
@@ -650,6 +678,7 @@ def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]
         return state
     path = t.init_checkpoint
     if model_dir_kind(path) == WORKDIR:
+        _check_same_parameters(path, load_config(path)[0].model, setup)
         state["params"], config = restore_params(path, shardings=setup.param_shardings)
         changed = sorted(
             k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
