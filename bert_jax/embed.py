@@ -84,6 +84,12 @@ def load_encoder(
             "model's training data was tokenized with)"
         )
     logging.info("loaded %s", loaded.source)
+    if any(".pooler." in name for name in loaded.fresh):
+        # transformers warns too; `pooled` would be a random projection of the [CLS] state.
+        cli.warn(
+            f"{path} has no pooler weights (a token-tagging or QA model saves none): 'pooled' "
+            "comes from a freshly initialized pooler, not a trained one; use last_hidden_state"
+        )
     return loaded.model(), loaded.tokenizer
 
 

@@ -52,6 +52,9 @@ class Pretrained:
     # into a scratch file that lives only as long as this process (the next run derives it again).
     vocab_to_record: str = ""
     step: int | None = None  # the checkpoint step, for a training workdir
+    # Hugging Face names of weights the directory lacked, freshly initialized (a task model's
+    # export has no MLM/NSP heads, and BertForTokenClassification's or QA's no pooler).
+    fresh: tuple[str, ...] = ()
 
     def model(self) -> encoder.BertForPreTraining:
         return encoder.model_from_params(self.config, self.params)
@@ -117,7 +120,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
-    return _finish(config, params, str(report), tokenizer or None, lower, record=record)
+    loaded = _finish(config, params, str(report), tokenizer or None, lower, record=record)
+    return dataclasses.replace(loaded, fresh=tuple(report.initialized))
 
 
 def _finish(config, params, source, tokenizer, lower, *, record) -> Pretrained:

@@ -156,3 +156,20 @@ def test_rows_are_the_lines_wc_counts_whatever_the_text_holds(tmp_path):
     path = tmp_path / "texts.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(texts).encode() + b"\n")
     assert embed.read_lines(str(path)) == texts
+
+
+def test_a_model_saved_without_its_pooler_is_said(hf_dir, tmp_path, vocab_file, capsys):
+    """A task model's directory (BertForTokenClassification, BertForQuestionAnswering: no pooler
+    layer) has no trained pooler: `pooled` then comes from a fresh random one, which transformers
+    warns about and embed said nothing of. One warning line; a BertForPreTraining's, none."""
+    config = transformers.BertConfig.from_pretrained(hf_dir[0])
+    path = str(tmp_path / "tagger")
+    transformers.BertForTokenClassification(config).save_pretrained(path)
+    shutil.copy(vocab_file, os.path.join(path, "vocab.txt"))
+    capsys.readouterr()
+    embed.load_encoder(path)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
+    assert "pooler" in err and "pooled" in err
+    embed.load_encoder(hf_dir[0])
+    assert capsys.readouterr().err == ""
