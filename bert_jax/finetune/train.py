@@ -157,6 +157,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             data_iter = iter(train_batches(run.train.arrays, batch, seed))
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
+            saved, _ = checkpoints.load_config(workdir, resumed[0])
+            runs.check_same_init(
+                saved.get("init_fingerprint"),
+                config.init_fingerprint,
+                saved.get("init"),
+                config.init,
+            )
             logging.info("resuming from %s at step %d", manager.directory, resumed[0])
             state = resumed[1]
         else:

@@ -363,3 +363,37 @@ def test_a_nonfinite_step_stops_the_run_without_saving_or_exporting(tiny_hf, tmp
     result = train.finetune(config, str(tmp_path / "skip"), tiny_hf)
     assert (result["stopped"], result["step"]) == ("done", 6)
     assert result["train"]["nonfinite_steps"] == 5  # steps 2-6 dropped, each counted
+
+
+def test_resuming_or_predicting_with_another_init_is_refused(tiny_hf, tmp_path):
+    """LoRA's frozen weights and every run's vocabulary come from --init whenever a run starts:
+    resuming or predicting with another pre-trained model (the same shapes) combined the
+    adapters with the wrong base model silently. It is refused, naming the saved init; a moved
+    copy of the same model is fine."""
+    from safetensors.numpy import load_file, save_file
+
+    from bert_jax import cli
+
+    other = str(tmp_path / "other")
+    shutil.copytree(tiny_hf, other)
+    weights = os.path.join(other, "model.safetensors")
+    tensors = load_file(weights)
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    tensors[name] = tensors[name] + np.float32(0.01)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    moved = str(tmp_path / "moved")
+    shutil.copytree(tiny_hf, moved)
+
+    test = sst2_file(tmp_path / "train.tsv", 32, 0)
+    config = make_config(format="glue", layout="sst2", train_file=test)
+    config.lora.rank, config.train.num_epochs, config.eval.at_start = 2, 1.0, False
+    config.mesh.num_devices = 1
+    workdir = str(tmp_path / "work")
+    train.finetune(config, workdir, tiny_hf)
+    config.train.num_epochs = 2.0
+    with pytest.raises(cli.UserError, match=f"--init='{other}' is not the pre-trained model"):
+        train.finetune(config, workdir, other)
+    with pytest.raises(cli.UserError, match=f"fine-tuned from \\('{tiny_hf}' when it was saved"):
+        predict.predict_from_workdir(workdir, test, init=other)
+    output, _ = predict.predict_from_workdir(workdir, test, init=moved)
+    assert os.path.isfile(output)
