@@ -24,7 +24,9 @@ From Python:
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -195,13 +197,23 @@ def _save_npz(path: str, arrays: dict) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     with cli.user_path("--output", path):  # a read-only directory, say
         fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+    # A SIGTERM while writing ends the process through `finally` (exit 143 as before): killed
+    # outright it left the hidden half-written .npz, as large as the output, behind.
+    main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv):

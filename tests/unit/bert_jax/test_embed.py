@@ -173,3 +173,23 @@ def test_a_model_saved_without_its_pooler_is_said(hf_dir, tmp_path, vocab_file, 
     assert "pooler" in err and "pooled" in err
     embed.load_encoder(hf_dir[0])
     assert capsys.readouterr().err == ""
+
+
+def test_sigterm_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
+    """SIGTERM in the middle of the .npz write: exit status 143 as a killed process has, and
+    neither the output nor the hidden temporary file (as large as the output) is left."""
+    import signal
+
+    real = np.savez
+
+    def savez_then_terminated(f, **arrays):
+        real(f, **arrays)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(np, "savez", savez_then_terminated)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        embed._save_npz(str(tmp_path / "e.npz"), {"x": np.zeros(3)})
+    assert e.value.code == 143
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) == previous
