@@ -68,7 +68,7 @@ LAYOUTS = {
 
 
 def get_layout(name: str) -> Layout:
-    if name not in LAYOUTS:
+    if not isinstance(name, str) or name not in LAYOUTS:
         raise cli.UserError(
             f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} (config.data.layout)"
         )
