@@ -397,3 +397,25 @@ def test_resuming_or_predicting_with_another_init_is_refused(tiny_hf, tmp_path):
         predict.predict_from_workdir(workdir, test, init=other)
     output, _ = predict.predict_from_workdir(workdir, test, init=moved)
     assert os.path.isfile(output)
+
+
+@pytest.mark.parametrize("blocked", ["predictions", "export"])
+def test_a_blocked_predictions_file_or_export_is_refused_before_training(
+    tiny_hf, tmp_path, blocked
+):
+    """A directory where the predictions file goes, or a file where the export goes: refused
+    before the first step (the first was an IsADirectoryError traceback after training)."""
+    from bert_jax import cli
+
+    test = sst2_file(tmp_path / "test.tsv", 8, 0)
+    config = make_config(format="glue", layout="sst2", train_file=test, test_file=test)
+    config.export, config.mesh.num_devices = True, 1
+    workdir = tmp_path / "work"
+    if blocked == "predictions":
+        (workdir / "predictions" / "test.tsv").mkdir(parents=True)
+    else:
+        workdir.mkdir()
+        (workdir / "export").write_text("a file\n")
+    with pytest.raises(cli.UserError, match=f"{blocked}.* is a (directory|file)"):
+        train.finetune(config, str(workdir), tiny_hf)
+    assert not (workdir / "checkpoints").exists()
