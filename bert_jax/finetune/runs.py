@@ -86,7 +86,7 @@ def prepare(
         if not train.has_labels:
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
-    fingerprint = init_fingerprint(encoder)
+    fingerprint = init_fingerprint(encoder, frozen_weights=bool(config.lora.rank))
     check_same_init(config.get("init_fingerprint"), fingerprint, config.init, init)
     with config.unlocked():
         config.init_fingerprint = fingerprint
@@ -97,15 +97,15 @@ def prepare(
     return Run(config, task, tok, labels, model, train, encoder.vocab_file)
 
 
-def init_fingerprint(encoder: pretrained.Pretrained) -> str:
-    """One digest of the pre-trained encoder's weights and vocabulary: what a resumed or
-    predicting run must find again at --init (LoRA's frozen weights and every run's tokenizer
-    come from there; a moved copy has the same)."""
-    sums, _ = checksums.fingerprint(encoder.params["bert"])
-    digest = hashlib.md5(json.dumps(sums, sort_keys=True).encode())
-    if encoder.vocab_file:
-        digest.update(manifest.file_md5(encoder.vocab_file).encode())
-    return digest.hexdigest()
+def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> str:
+    """What a resumed or predicting run must find again at --init (a moved copy has the same):
+    the vocabulary every run tokenizes with, and with `frozen_weights` (LoRA: the encoder is not
+    in the checkpoints) a digest of the pre-trained encoder's weights."""
+    out = f"vocab {manifest.file_md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
+    if frozen_weights:
+        sums, _ = checksums.fingerprint(encoder.params["bert"])
+        out += f" weights {hashlib.md5(json.dumps(sums, sort_keys=True).encode()).hexdigest()}"
+    return out
 
 
 def check_same_init(saved: str | None, found: str, saved_init: str, init: str) -> None:
@@ -113,10 +113,11 @@ def check_same_init(saved: str | None, found: str, saved_init: str, init: str) -
     on another base model, or ids from another vocabulary, were silently wrong predictions. A run
     saved before fingerprints (`saved` None) is not checked."""
     if saved and saved != found:
+        what = "vocabulary differs" if saved.split()[:2] != found.split()[:2] else "weights differ"
         raise cli.UserError(
             f"--init={init!r} is not the pre-trained model this run was fine-tuned from "
-            f"({saved_init!r} when it was saved): its weights or vocabulary differ; pass that "
-            "model (a moved copy of it is fine)"
+            f"({saved_init!r} when it was saved): its {what}; pass that model (a moved "
+            "copy of it is fine)"
         )
 
 

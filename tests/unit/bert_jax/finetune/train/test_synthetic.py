@@ -369,7 +369,8 @@ def test_resuming_or_predicting_with_another_init_is_refused(tiny_hf, tmp_path):
     """LoRA's frozen weights and every run's vocabulary come from --init whenever a run starts:
     resuming or predicting with another pre-trained model (the same shapes) combined the
     adapters with the wrong base model silently. It is refused, naming the saved init; a moved
-    copy of the same model is fine."""
+    copy of the same model is fine, and so is another encoder under full fine-tuning (its
+    checkpoints hold the whole encoder), but not another vocabulary."""
     from safetensors.numpy import load_file, save_file
 
     from bert_jax import cli
@@ -397,6 +398,23 @@ def test_resuming_or_predicting_with_another_init_is_refused(tiny_hf, tmp_path):
         predict.predict_from_workdir(workdir, test, init=other)
     output, _ = predict.predict_from_workdir(workdir, test, init=moved)
     assert os.path.isfile(output)
+
+    # Full fine-tuning keeps the whole encoder in its checkpoints: another base model's weights
+    # do not matter on resume, another vocabulary does (the ids would mean other words).
+    config.train.num_epochs = 1.0
+    config.lora.rank = 0
+    full = str(tmp_path / "full")
+    train.finetune(config, full, tiny_hf)
+    predict.predict_from_workdir(full, test, init=other)
+    words = str(tmp_path / "words")
+    shutil.copytree(tiny_hf, words)
+    lines = open(os.path.join(words, "vocab.txt")).read().splitlines()
+    lines[-1], lines[-2] = lines[-2], lines[-1]
+    open(os.path.join(words, "vocab.txt"), "w").write("\n".join(lines) + "\n")
+    config.data.vocab_file = os.path.join(words, "vocab.txt")
+    config.train.num_epochs = 3.0
+    with pytest.raises(cli.UserError, match="its vocabulary differs"):
+        train.finetune(config, full, tiny_hf)
 
 
 @pytest.mark.parametrize("blocked", ["predictions", "export"])
