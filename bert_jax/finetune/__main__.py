@@ -57,6 +57,10 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
+    if FLAGS.eval_batch_size is not None and FLAGS.eval_batch_size < 1:
+        # Checked here: 0 was silently the saved size, a negative one a traceback after the
+        # model loaded (no batch ran).
+        raise cli.UserError(f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more")
     _check_paths()
     runtime.start(FLAGS)
     import jax
