@@ -56,4 +56,11 @@ def check_finetuning(
                 f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
                 "processes"
             )
+        # Asked now: found by the first eval, it stopped the run after all its training.
+        eval_batch = config.eval.batch_size
+        if eval_batch % (dp * process_count):
+            problems.append(
+                f"eval.batch_size={eval_batch} must be divisible by the {dp} data-parallel "
+                f"devices ({axes}) and the {process_count} processes"
+            )
     config_check.raise_problems(problems)
