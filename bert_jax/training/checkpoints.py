@@ -614,10 +614,6 @@ def restore_saved_params(
         return params, step
 
 
-def _shapes(params) -> dict[str, tuple]:
-    return {jax.tree_util.keystr(k): tuple(v.shape) for k, v in jax.tree.leaves_with_path(params)}
-
-
 def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
     """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
     than this run's, before restoring: its arrays were put on this run's shardings as they were,
