@@ -24,7 +24,9 @@ From Python:
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Sequence
 
 import jax.numpy as jnp
@@ -84,6 +86,12 @@ def load_encoder(
             "model's training data was tokenized with)"
         )
     logging.info("loaded %s", loaded.source)
+    if any(".pooler." in name for name in loaded.fresh):
+        # transformers warns too; `pooled` would be a random projection of the [CLS] state.
+        cli.warn(
+            f"{path} has no pooler weights (a token-tagging or QA model saves none): 'pooled' "
+            "comes from a freshly initialized pooler, not a trained one; use last_hidden_state"
+        )
     return loaded.model(), loaded.tokenizer
 
 
@@ -148,13 +156,18 @@ def read_lines(path: str) -> list[str]:
     if why:
         raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
     try:
-        with storage.open_read(path, "r", "utf-8-sig") as f:  # -sig: a byte-order mark is no text
-            lines = f.read().splitlines()
+        text = storage.read_bytes(path).decode("utf-8-sig")  # -sig: a byte-order mark is no text
     except UnicodeDecodeError as e:
         raise cli.UserError(
             f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
             "(e.g. iconv -t UTF-8)"
         ) from None
+    # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them: str.splitlines() also breaks
+    # at form feeds, U+2028, NEL, a lone "\r" ..., which made extra rows and shifted every later
+    # row against its line.
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()  # the last line's end
     if not lines:
         raise cli.UserError(f"--input={path!r} is empty; pass a file with one text per line")
     return lines
@@ -184,13 +197,23 @@ def _save_npz(path: str, arrays: dict) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     with cli.user_path("--output", path):  # a read-only directory, say
         fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+    # A SIGTERM while writing ends the process through `finally` (exit 143 as before): killed
+    # outright it left the hidden half-written .npz, as large as the output, behind.
+    main = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
         os.replace(tmp, path)
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _exit_on_signal(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv):

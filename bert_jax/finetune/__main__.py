@@ -16,6 +16,7 @@ A mistake is one `error:` line and exit status 2 (bert_jax.cli); a run stopped b
 loss (config.train.on_nonfinite="stop") exits 1.
 """
 
+import os
 import sys
 
 from absl import flags
@@ -56,6 +57,10 @@ flags.mark_flags_as_required(["workdir"])
 
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
+    if FLAGS.eval_batch_size is not None and FLAGS.eval_batch_size < 1:
+        # Checked here: 0 was silently the saved size, a negative one a traceback after the
+        # model loaded (no batch ran).
+        raise cli.UserError(f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more")
     _check_paths()
     runtime.start(FLAGS)
     import jax
@@ -100,6 +105,15 @@ def _check_paths() -> None:
             paths[f"config.data.{field}"] = str(data.get(field) or "").split(",")
     written = ["--workdir"] if FLAGS.mode == "train" else ["--output"]
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
+    if FLAGS.mode == "predict" and FLAGS.output and "://" not in FLAGS.output:
+        # A file to write, asked now: found at the write, after the model loaded and predicted,
+        # a directory there was an IsADirectoryError traceback.
+        if os.path.isdir(FLAGS.output):
+            raise cli.UserError(
+                f"--output={FLAGS.output!r} is a directory; pass the predictions file's name"
+            )
+        parent = os.path.dirname(os.path.abspath(FLAGS.output))
+        cli.check_writable_dir(parent, f"--output={FLAGS.output!r}: its directory")
 
 
 if __name__ == "__main__":

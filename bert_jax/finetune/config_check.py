@@ -41,7 +41,9 @@ def check_finetuning(
             "(its place in the list is its id)"
         )
     if config.lora.rank:
-        problems += lora.problems(tuple(config.lora.targets), config.lora.rank, config.lora.alpha)
+        problems += lora.problems(
+            lora.target_names(config.lora.targets), config.lora.rank, config.lora.alpha
+        )
     if split is not None and not problems:
         dp, axes = split
         if t.batch_size % dp:
@@ -53,5 +55,12 @@ def check_finetuning(
             problems.append(
                 f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
                 "processes"
+            )
+        # Asked now: found by the first eval, it stopped the run after all its training.
+        eval_batch = config.eval.batch_size
+        if eval_batch % (dp * process_count):
+            problems.append(
+                f"eval.batch_size={eval_batch} must be divisible by the {dp} data-parallel "
+                f"devices ({axes}) and the {process_count} processes"
             )
     config_check.raise_problems(problems)

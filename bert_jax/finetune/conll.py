@@ -43,9 +43,13 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
             words.clear()
             tags.clear()
 
-    with storage.open_read(path, "r") as f:
-        for n, line in enumerate(f, start=1):
-            cols = line.split()
+    with storage.open_read(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            # Columns split at ASCII whitespace only (bytes.split), as conlleval and the usual
+            # readers do: str.split() also cut words at no-break, thin and ideographic spaces.
+            if n == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM is no text (nor -DOCSTART-'s)
+            cols = [c.decode("utf-8") for c in raw.split()]
             if not cols or cols[0] == DOCSTART:
                 flush()
                 continue

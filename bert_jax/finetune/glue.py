@@ -68,7 +68,7 @@ LAYOUTS = {
 
 
 def get_layout(name: str) -> Layout:
-    if name not in LAYOUTS:
+    if not isinstance(name, str) or name not in LAYOUTS:
         raise cli.UserError(
             f"unknown GLUE layout {name!r}; choose one of {sorted(LAYOUTS)} (config.data.layout)"
         )
@@ -117,10 +117,11 @@ def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
             f"{_layout_name(layout)} file needs {layout.text_a!r} and {layout.text_b!r}"
         )
     has_label = layout.label in col
+    # Every column a row is read from, the id column too (it may come after the texts).
     needed = max(
         col[c]
-        for c in (layout.text_a, layout.text_b, layout.label if has_label else None)
-        if c is not None
+        for c in (layout.text_a, layout.text_b, layout.label if has_label else None, layout.guid)
+        if c in col
     )
     out = []
     for n, row in enumerate(rows, start=2):

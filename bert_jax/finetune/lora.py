@@ -57,6 +57,15 @@ class Adapted(nnx.Module):
         return self.base(x) + self.lora(x) * jnp.asarray(self.scale, x.dtype)
 
 
+def target_names(targets) -> tuple[str, ...]:
+    """config.lora.targets as names. ml_collections reads a tuple field's override as a Python
+    literal, so --config.lora.targets=query,value arrives as the one name 'query,value' (refused
+    as unknown while --config.data.labels=a,b worked, tasks.label_names): split at commas."""
+    if isinstance(targets, str):
+        targets = (targets,)
+    return tuple(part.strip() for t in targets for part in str(t).split(",") if part.strip())
+
+
 def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
     """What is wrong with LoRA's settings (config_check asks before the run starts)."""
     out = []

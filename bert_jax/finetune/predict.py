@@ -27,7 +27,7 @@ from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import packed, runs, tasks
 from bert_jax.model import sharding
-from bert_jax.training import checkpoints
+from bert_jax.training import checkpoints, config_check
 
 PREDICTIONS_DIR = "predictions"
 _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
@@ -171,7 +171,7 @@ def predict_from_workdir(
     `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
     config fields to values (e.g. {"eval.batch_size": 16}).
     """
-    config, _ = checkpoints.load_config(workdir)
+    config, _ = checkpoints.load_config(workdir, problems=config_check.range_problems)
     checkpoints.check_kind(config, workdir, finetuning=True)
     from configs.finetune import base  # the fields' defaults have one home: the config file
 

@@ -13,6 +13,8 @@ train_state.build_setup.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 from typing import Any
@@ -23,10 +25,11 @@ from flax import nnx
 
 from bert_jax import cli
 from bert_jax.data.contract import features as F
+from bert_jax.data.contract import manifest
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, hf_export, lora, tasks
 from bert_jax.hf import pretrained
-from bert_jax.training import optim, train_state
+from bert_jax.training import checksums, optim, train_state
 
 INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
 
@@ -82,12 +85,40 @@ def prepare(
         train = _encode(task, tok, config.data.train_file, examples, labels, training=True)
         if not train.has_labels:
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
+    # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
+    fingerprint = init_fingerprint(encoder, frozen_weights=bool(config.lora.rank))
+    check_same_init(config.get("init_fingerprint"), fingerprint, config.init, init)
     with config.unlocked():
+        config.init_fingerprint = fingerprint
         config.init, config.data.do_lower_case = init, encoder.do_lower_case
         config.data.vocab_file = encoder.vocab_to_record  # "": --init's own, found again on resume
         config.data.labels = labels
     model = build_model(task.kind, labels, encoder, config.lora, config.train.seed)
     return Run(config, task, tok, labels, model, train, encoder.vocab_file)
+
+
+def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> str:
+    """What a resumed or predicting run must find again at --init (a moved copy has the same):
+    the vocabulary every run tokenizes with, and with `frozen_weights` (LoRA: the encoder is not
+    in the checkpoints) a digest of the pre-trained encoder's weights."""
+    out = f"vocab {manifest.file_md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
+    if frozen_weights:
+        sums, _ = checksums.fingerprint(encoder.params["bert"])
+        out += f" weights {hashlib.md5(json.dumps(sums, sort_keys=True).encode()).hexdigest()}"
+    return out
+
+
+def check_same_init(saved: str | None, found: str, saved_init: str, init: str) -> None:
+    """Refuses an --init (or vocabulary) other than the one a run was fine-tuned from: adapters
+    on another base model, or ids from another vocabulary, were silently wrong predictions. A run
+    saved before fingerprints (`saved` None) is not checked."""
+    if saved and saved != found:
+        what = "vocabulary differs" if saved.split()[:2] != found.split()[:2] else "weights differ"
+        raise cli.UserError(
+            f"--init={init!r} is not the pre-trained model this run was fine-tuned from "
+            f"({saved_init!r} when it was saved): its {what}; pass that model (a moved "
+            "copy of it is fine)"
+        )
 
 
 def build_model(
@@ -101,7 +132,7 @@ def build_model(
     if lora_config.rank:
         lora.add_adapters(
             model.bert,
-            tuple(lora_config.targets),
+            lora.target_names(lora_config.targets),
             lora_config.rank,
             lora_config.alpha,
             rngs=nnx.Rngs(seed + 1),

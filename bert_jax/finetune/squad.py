@@ -13,6 +13,7 @@ answering: SQuAD v1.1 and v2.0".
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -62,7 +63,7 @@ class Window:
 def read_squad(path: str) -> list[QAExample]:
     """All questions of a SQuAD v1.1 or v2.0 file (answers optional, for test files)."""
     storage.check_file(path, "data file")
-    with storage.open_read(path, "r") as f:
+    with storage.open_read(path, "r", encoding="utf-8-sig") as f:  # -sig: a BOM is no text
         try:
             doc = json.load(f)
         except json.JSONDecodeError as e:
@@ -70,32 +71,67 @@ def read_squad(path: str) -> list[QAExample]:
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         raise FormatError(f"{path}: expected a SQuAD object {{'data': [{{'paragraphs': ...}}]}}")
     out = []
-    for article in doc["data"]:
-        for p, paragraph in enumerate(article.get("paragraphs", ())):
-            try:
-                context = paragraph["context"]
-                for qa in paragraph["qas"]:
+    for a, article in enumerate(doc["data"]):
+        title = article.get("title", a) if isinstance(article, dict) else a
+        # Each level's type is checked: a null or a number where text or a list belongs is the
+        # file's mistake, named here, not a TypeError deep in the tokenizer.
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, path, title, "?", ())):
+            context = _field(paragraph, "context", str, path, title, p)
+            for qa in _field(paragraph, "qas", list, path, title, p):
+                try:
                     answers = tuple(
-                        (a["text"], int(a["answer_start"])) for a in qa.get("answers", ())
+                        (_field(x, "text", str, path, title, p), int(x["answer_start"]))
+                        for x in _field(qa, "answers", (list, type(None)), path, title, p, ()) or ()
                     )
                     out.append(
                         QAExample(
                             str(qa["id"]),
-                            qa["question"],
+                            _field(qa, "question", str, path, title, p),
                             context,
                             answers,
                             bool(qa.get("is_impossible", False)),
                         )
                     )
-            except (KeyError, TypeError, ValueError) as e:
-                raise FormatError(
-                    f"{path}: article {article.get('title', '?')!r} paragraph {p}: "
-                    f"missing or bad field {e}; SQuAD needs context, qas[id, question, "
-                    "answers[text, answer_start]]"
-                ) from None
+                except FormatError:
+                    raise
+                except (KeyError, TypeError, ValueError) as e:
+                    raise FormatError(
+                        f"{path}: article {title!r} paragraph {p}: missing or bad field {e}; "
+                        f"{_FIELDS}"
+                    ) from None
+    # Answers and scores are keyed by id (as the official scripts do): a repeated id would
+    # silently drop questions from the predictions and the metrics.
+    counts = collections.Counter(ex.qid for ex in out)
+    repeated = [qid for qid, n in counts.items() if n > 1]
+    if repeated:
+        raise FormatError(
+            f"{path}: question id {repeated[0]!r} appears {counts[repeated[0]]} times "
+            f"({len(repeated)} ids repeated); ids must be unique (predictions are keyed by id)"
+        )
     if not out:
         raise FormatError(f"{path} holds no questions")
     return out
+
+
+_FIELDS = "SQuAD needs context, qas[id, question, answers[text, answer_start]]"
+_MISSING = object()
+
+
+def _field(obj, key: str, kind, path: str, title, p, default=_MISSING):
+    """obj[key], which must be a `kind` (`default` where it is absent, if given)."""
+    if isinstance(obj, dict) and key not in obj and default is not _MISSING:
+        return default
+    value = obj.get(key, _MISSING) if isinstance(obj, dict) else _MISSING
+    if value is _MISSING or not isinstance(value, kind):
+        wanted = (kind if isinstance(kind, type) else kind[0]).__name__
+        got = (
+            f"a {type(value).__name__}, not a {wanted}"
+            if value is not _MISSING
+            else "missing" + ("" if isinstance(obj, dict) else f" (in a {type(obj).__name__})")
+        )
+        where = f"article {title!r}" + (f" paragraph {p}" if p != "?" else "")
+        raise FormatError(f"{path}: {where}: missing or bad field {key!r}: {got}; {_FIELDS}")
+    return value
 
 
 def tokenize_context(tok, context: str) -> ContextPieces:

@@ -178,7 +178,7 @@ def read_examples(task, path: str) -> list:
 
 def make_task(data):
     """The task for `config.data.format`."""
-    if data.format not in FORMATS:
+    if not isinstance(data.format, str) or data.format not in FORMATS:
         raise cli.UserError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
     return FORMATS[data.format](data)
 
@@ -202,6 +202,8 @@ def label_names(labels) -> tuple[str, ...]:
     override (--config.data.labels=) is no labels: the layout's set, as for any list flag."""
     if isinstance(labels, str):
         labels = (labels,)
+    if not isinstance(labels, (list, tuple)):  # a saved run's config edited by hand, say
+        raise cli.UserError(f"config.data.labels={labels!r}: expected label names, e.g. neg,pos")
     if tuple(labels) == ("",):
         return ()
     if len(labels) == 1 and isinstance(labels[0], str) and "," in labels[0]:

@@ -86,6 +86,21 @@ def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDatas
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
+def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Where the run's last acts write, checked before it trains: a directory in the place of the
+    predictions file was an IsADirectoryError traceback after training, a file in the place of
+    the export an error naming a flag fine-tuning does not have."""
+    if config.data.test_file:
+        path = predict.prediction_path(workdir, config.data.format, config.data.test_file)
+        if storage.isdir(path):
+            raise cli.UserError(
+                f"{path} is a directory, where the predictions for config.data.test_file go: "
+                "move it away"
+            )
+    if config.get("export"):
+        hf_export.check_target(storage.join(workdir, EXPORT_DIR))
+
+
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
     'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
@@ -108,6 +123,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     # Every input file is read (and refused if bad) before the workdir exists or training starts.
     eval_sets = runs.eval_datasets(run)
     test_set = runs.encode_file(run, config.data.test_file) if config.data.test_file else None
+    _check_outputs(config, workdir)
     total = runs.num_train_steps(config, len(run.train))
     if config.optim.warmup_steps > total:  # the schedule would name a num_train_steps nobody set
         raise cli.UserError(
@@ -157,6 +173,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             data_iter = iter(train_batches(run.train.arrays, batch, seed))
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
+            saved, _ = checkpoints.load_config(workdir, resumed[0])
+            runs.check_same_init(
+                saved.get("init_fingerprint"),
+                config.init_fingerprint,
+                saved.get("init"),
+                config.init,
+            )
             logging.info("resuming from %s at step %d", manager.directory, resumed[0])
             state = resumed[1]
         else:

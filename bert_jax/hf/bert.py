@@ -457,4 +457,16 @@ def _load(
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     unused = sorted(set(by_name) - set(ours) - names.tied)
+    # Weights, not buffers (old files' bert.embeddings.position_ids).
+    dropped = [
+        name
+        for name in unused
+        if name.startswith(names.body) and name.endswith((".weight", ".bias"))
+    ]
+    if dropped:  # transformers warns too: a model cut short by its config is easy to miss
+        cli.warn(
+            f"{source} holds {len(dropped)} encoder weights its config leaves out (e.g. "
+            f"{dropped[0]}): the model is built as the config says (num_hidden_layers="
+            f"{config.num_hidden_layers}), without them"
+        )
     return config, params, ImportReport(source=source, initialized=initialized, unused=unused)

@@ -27,7 +27,7 @@ from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
-from bert_jax.training import checkpoints
+from bert_jax.training import checkpoints, config_check
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
 # shapes); everything else comes from the checkpoint.
@@ -52,6 +52,9 @@ class Pretrained:
     # into a scratch file that lives only as long as this process (the next run derives it again).
     vocab_to_record: str = ""
     step: int | None = None  # the checkpoint step, for a training workdir
+    # Hugging Face names of weights the directory lacked, freshly initialized (a task model's
+    # export has no MLM/NSP heads, and BertForTokenClassification's or QA's no pooler).
+    fresh: tuple[str, ...] = ()
 
     def model(self) -> encoder.BertForPreTraining:
         return encoder.model_from_params(self.config, self.params)
@@ -81,7 +84,8 @@ def load(
 
 
 def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretrained:
-    run_config, step = checkpoints.load_config(path, step)  # pins "latest" to one step
+    # Pins "latest" to one step; a saved config no run could have written is damage.
+    run_config, step = checkpoints.load_config(path, step, config_check.range_problems)
     checkpoints.check_kind(run_config, path, finetuning=False)
     data = run_config.get("data") or {}
     lower = do_lower_case if do_lower_case is not None else data.get("do_lower_case")
@@ -116,7 +120,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
-    return _finish(config, params, str(report), tokenizer or None, lower, record=record)
+    loaded = _finish(config, params, str(report), tokenizer or None, lower, record=record)
+    return dataclasses.replace(loaded, fresh=tuple(report.initialized))
 
 
 def _finish(config, params, source, tokenizer, lower, *, record) -> Pretrained:

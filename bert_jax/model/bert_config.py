@@ -88,9 +88,16 @@ class BertConfig:
                 f"hidden_size ({self.hidden_size}) must be a multiple of "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
+        # Real numbers: a hand-edited config.json may hold text, null or a bool here.
+        real = lambda v: isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not real(value) or not 0.0 <= value < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {value!r}")
+        for name in ("layer_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if not real(value) or not 0.0 < value < float("inf"):
+                problems.append(f"{name} must be a positive number, got {value!r}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         for name, choices in (

@@ -462,12 +462,27 @@ def _move_aside(
     manager.reload()  # forget the moved steps, so that saving them again is allowed
 
 
-def load_config(workdir: str, step: int | None = None) -> tuple[ml_collections.ConfigDict, int]:
-    """(the config saved with a checkpoint, its step); the latest step by default."""
+def load_config(
+    workdir: str,
+    step: int | None = None,
+    problems: Callable[[ml_collections.ConfigDict], list[str]] | None = None,
+) -> tuple[ml_collections.ConfigDict, int]:
+    """(the config saved with a checkpoint, its step); the latest step by default. `problems`
+    (config_check.range_problems: that module imports this one) lists what is wrong with its
+    fields; any is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
         saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore(), storage.StorageError)
-        return ml_collections.ConfigDict(saved), step
+        # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
+        # field, not a ValueError or AttributeError wherever the field is first used.
+        where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
+        if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+            raise _not_used(manager, step, f"{where} is not a config (no model section)")
+        config = ml_collections.ConfigDict(saved)
+        found = problems(config) if problems else []
+        if found:
+            raise _not_used(manager, step, f"{where} is out of shape: {'; '.join(found)}")
+        return config, step
 
 
 @contextlib.contextmanager
@@ -599,6 +614,30 @@ def restore_saved_params(
         return params, step
 
 
+def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
+    """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
+    than this run's, before restoring: its arrays were put on this run's shardings as they were,
+    and the first step failed with a reshape TypeError traceback."""
+    from bert_jax.model import encoder  # the model defines the parameter tree
+
+    saved = encoder.BertConfig.from_config_dict(saved_model)
+    abstract = nnx.eval_shape(lambda: encoder.BertForPreTraining(saved, rngs=nnx.Rngs(0)))
+    theirs = _shapes(nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    ours = _shapes(setup.abstract_state["params"])
+    if theirs == ours:
+        return
+    fields = [
+        f"{f}={getattr(saved, f)!r} (this run: {getattr(setup.model_config, f)!r})"
+        for f in sorted(saved_model.keys())
+        if getattr(saved, f, None) != getattr(setup.model_config, f, None)
+    ]
+    raise cli.UserError(
+        f"train.init_checkpoint={path!r} holds a model with other parameters than this run's "
+        f"config.model: {', '.join(fields) or 'its parameter tree differs'}; start from a run of "
+        "the same model, or set config.model as that run had it"
+    )
+
+
 def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
     """A new run's state (config.train `t`, a train_state.Setup): with init_optimizer_state, the
     state of the run in the workdir train.init_checkpoint (phase 1); else `fresh()`, its
@@ -635,6 +674,7 @@ def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]
         return state
     path = t.init_checkpoint
     if model_dir_kind(path) == WORKDIR:
+        _check_same_parameters(path, load_config(path)[0].model, setup)
         state["params"], config = restore_params(path, shardings=setup.param_shardings)
         changed = sorted(
             k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v

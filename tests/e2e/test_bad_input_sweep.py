@@ -687,6 +687,31 @@ FINETUNE = [
         "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv",
         "dir",
     ),
+    # --output is checked before the model loads and predicts, not by a traceback at the write
+    (
+        "finetune: predict output a directory",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--output={d}/dir",
+        "--output='{d}/dir' is a directory",
+    ),
+    (
+        "finetune: predict eval batch negative",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--eval_batch_size=-8",
+        "--eval_batch_size=-8",
+    ),
+    (
+        "finetune: predict eval batch 0",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--eval_batch_size=0",
+        "--eval_batch_size=0",
+    ),
+    (
+        "finetune: predict output under a file",
+        "bert_jax.finetune --mode=predict --workdir={d}/dir --test_file={d}/ft/sst_good.tsv "
+        "--output={d}/not_a_dir/p.tsv",
+        "not_a_dir",
+    ),
 ]
 
 # Interrupts (Ctrl-C once and twice, killed workers), concurrent runs on one directory and

@@ -146,3 +146,50 @@ def test_bad_arguments_say_what_to_fix(hf_dir, tmp_path):
         embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=65)
     with pytest.raises(ValueError, match="at least 3 needed"):  # room for one token of text
         embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=2)
+
+
+def test_rows_are_the_lines_wc_counts_whatever_the_text_holds(tmp_path):
+    """Row i is line i: lines end at "\\n" (or "\\r\\n") only. Form feeds, U+2028/U+2029, NEL,
+    a lone carriage return and the other characters str.splitlines() breaks at are text, not
+    extra rows that shift every later row against the input's lines."""
+    texts = ["a\x0cb", "c\u2028d", "e\x85f", "g\rh", "i\x1cj\x1dk\x1el", "m\vn", "", "last"]
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(texts).encode() + b"\n")
+    assert embed.read_lines(str(path)) == texts
+
+
+def test_a_model_saved_without_its_pooler_is_said(hf_dir, tmp_path, vocab_file, capsys):
+    """A task model's directory (BertForTokenClassification, BertForQuestionAnswering: no pooler
+    layer) has no trained pooler: `pooled` then comes from a fresh random one, which transformers
+    warns about and embed said nothing of. One warning line; a BertForPreTraining's, none."""
+    config = transformers.BertConfig.from_pretrained(hf_dir[0])
+    path = str(tmp_path / "tagger")
+    transformers.BertForTokenClassification(config).save_pretrained(path)
+    shutil.copy(vocab_file, os.path.join(path, "vocab.txt"))
+    capsys.readouterr()
+    embed.load_encoder(path)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
+    assert "pooler" in err and "pooled" in err
+    embed.load_encoder(hf_dir[0])
+    assert capsys.readouterr().err == ""
+
+
+def test_sigterm_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
+    """SIGTERM in the middle of the .npz write: exit status 143 as a killed process has, and
+    neither the output nor the hidden temporary file (as large as the output) is left."""
+    import signal
+
+    real = np.savez
+
+    def savez_then_terminated(f, **arrays):
+        real(f, **arrays)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(np, "savez", savez_then_terminated)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as e:
+        embed._save_npz(str(tmp_path / "e.npz"), {"x": np.zeros(3)})
+    assert e.value.code == 143
+    assert os.listdir(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) == previous

@@ -110,6 +110,13 @@ def test_glue_errors_say_what_to_fix(tmp_path):
         glue.read_tsv(
             write(tmp_path / "b.tsv", "sentence\tlabel\nx\t1\nbroken line\n"), glue.LAYOUTS["sst2"]
         )
+    # A short row whose missing field is the id column (after the texts and label): the same
+    # line-numbered error, not an IndexError.
+    with pytest.raises(encode.FormatError, match=r"c.tsv:3: 2 tab-separated fields"):
+        glue.read_tsv(
+            write(tmp_path / "c.tsv", "sentence\tlabel\tindex\nx\t1\t7\ny\t0\n"),
+            glue.LAYOUTS["sst2"],
+        )
     with pytest.raises(ValueError, match="unknown GLUE layout 'sst'"):
         glue.get_layout("sst")
     with pytest.raises(cli.UserError, match=r"missing\.tsv' does not exist"):
@@ -254,6 +261,82 @@ def test_squad_reader_v1_v2_and_errors(tmp_path):
         squad.read_squad(write(tmp_path / "x.json", "{"))
 
 
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ([["not an article"]], "article 0: missing or bad field 'paragraphs': missing"),
+        ([{"paragraphs": None}], "missing or bad field 'paragraphs': a NoneType, not a list"),
+        (
+            [{"title": "T", "paragraphs": [{"context": None, "qas": []}]}],
+            "'T' paragraph 0: .*'context'",
+        ),
+        ([{"paragraphs": [{"context": "c", "qas": {"id": "q"}}]}], "'qas': a dict, not a list"),
+        ([{"paragraphs": [{"context": "c", "qas": ["q"]}]}], "missing \\(in a str\\)"),
+        (
+            [{"paragraphs": [{"context": "c", "qas": [{"id": "q", "question": 5}]}]}],
+            "'question': a int",
+        ),
+        (
+            [
+                {
+                    "paragraphs": [
+                        {
+                            "context": "c",
+                            "qas": [
+                                {
+                                    "id": "q",
+                                    "question": "?",
+                                    "answers": [{"text": None, "answer_start": 0}],
+                                }
+                            ],
+                        }
+                    ]
+                }
+            ],
+            "'text': a NoneType, not a str",
+        ),
+        (
+            [
+                {
+                    "paragraphs": [
+                        {
+                            "context": "c",
+                            "qas": [
+                                {"id": 7, "question": "a?"},
+                                {"id": "8", "question": "b?"},
+                                {"id": "7", "question": "c?"},
+                            ],
+                        }
+                    ]
+                }
+            ],
+            "question id '7' appears 2 times",
+        ),
+    ],
+)
+def test_squad_reader_names_a_field_of_the_wrong_type_or_a_repeated_id(tmp_path, data, message):
+    """A null or a number where SQuAD has text or a list is the file's mistake, one FormatError
+    naming the field (not a TypeError in the tokenizer); a repeated question id would drop
+    questions from the predictions and the scores (both keyed by id)."""
+    path = write(tmp_path / "bad.json", json.dumps({"data": data}))
+    with pytest.raises(encode.FormatError, match=message):
+        squad.read_squad(path)
+
+
+def test_squad_answers_null_is_no_answers(tmp_path):
+    doc = {
+        "data": [
+            {
+                "paragraphs": [
+                    {"context": "c", "qas": [{"id": "q", "question": "?", "answers": None}]}
+                ]
+            }
+        ]
+    }
+    (ex,) = squad.read_squad(write(tmp_path / "null.json", json.dumps(doc)))
+    assert ex.answers == ()
+
+
 def test_context_pieces_keep_character_spans(tok):
     context = "The Normans gave their name to Normandy, a région in France in the 1990s."
     ctx = squad.tokenize_context(tok, context)
@@ -369,3 +452,33 @@ def test_prediction_writers(tmp_path):
     )
     assert json.loads((tmp_path / "squad.json").read_text()) == {"q1": "Paris", "q2": ""}
     assert json.loads((tmp_path / "squad_null_odds.json").read_text()) == {"q1": -3.0, "q2": 2.0}
+
+
+def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
+    """Columns are separated by ASCII spaces and tabs (conlleval's and the usual readers'
+    rule): a word holding a no-break, thin or ideographic space (or U+2028, NEL) is one word, not
+    a word cut short (and, on the first line of a words-only file, not taken for a tag column)."""
+    words = ["10\u00a0000", "Tokyo\u3000Tower", "a\u2009b", "x\u2028y", "p\x85q", "é"]
+    tagged = write(
+        tmp_path / "tagged.txt",
+        "".join(f"{w}\tNN O\r\n" for w in words) + "\n" + "z O\n",
+    )
+    first, second = conll.read_conll(tagged)
+    assert first.words == tuple(words) and first.tags == ("O",) * len(words)
+    assert (second.words, second.tags) == (("z",), ("O",))
+    (only,) = conll.read_conll(write(tmp_path / "words.txt", "".join(w + "\n" for w in words)))
+    assert (only.words, only.tags) == (tuple(words), None)
+
+
+def test_conll_byte_order_mark_is_not_text(tmp_path):
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\nEU NNP B-ORG\n")
+    (sentence,) = conll.read_conll(str(path))
+    assert (sentence.words, sentence.tags) == (("EU",), ("B-ORG",))
+
+
+def test_squad_byte_order_mark_is_not_text(tmp_path):
+    doc = {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "q", "question": "?"}]}]}]}
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    assert [ex.qid for ex in squad.read_squad(str(path))] == ["q"]

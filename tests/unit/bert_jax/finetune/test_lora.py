@@ -309,3 +309,19 @@ def test_lora_run_exports_a_model_that_predicts_like_ours(tiny_hf, tmp_path, kin
         )
     else:
         assert ours_text == theirs_text
+
+
+@pytest.mark.parametrize(
+    "override, names",
+    [
+        ("query,value", ("query", "value")),  # --config.lora.targets=query,value
+        (("query, value",), ("query", "value")),
+        (("query", "value"), ("query", "value")),
+        ("query", ("query",)),
+        ("", ()),
+    ],
+)
+def test_target_names_split_a_comma_separated_override(override, names):
+    """As --config.data.labels=a,b: the spelling docs/finetuning.md uses for list fields."""
+    assert lora.target_names(override) == names
+    assert not lora.problems(names, 4, 16.0) if names else lora.problems(names, 4, 16.0)

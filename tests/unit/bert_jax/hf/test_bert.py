@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 from bert_jax import cli, export
 from bert_jax.hf import bert
@@ -448,3 +449,49 @@ def test_export_checks_the_vocabulary_and_the_checkpoint(
         proc.stderr
     )
     assert not (tmp_path / "hf2").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("layer_norm_eps", "1e-12"),
+        ("layer_norm_eps", 0),
+        ("layer_norm_eps", None),
+        ("initializer_range", "0.02"),
+        ("hidden_dropout_prob", None),
+        ("attention_probs_dropout_prob", "0.1"),
+        ("hidden_dropout_prob", True),
+    ],
+)
+def test_a_config_json_number_of_the_wrong_kind_names_the_field(field, value):
+    """A hand-edited config.json with text, null or a bool where a real number belongs: one
+    CheckpointError naming the field (was a TypeError inside the traced LayerNorm for
+    layer_norm_eps, or "'<=' not supported" for a dropout rate)."""
+    hf = TINY | {"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
+    hf |= {"initializer_range": 0.02, field: value}
+    with pytest.raises(cli.UserError, match=f"{field} must be .*got {value!r}"):
+        bert.bert_config_from_hf(hf)
+
+
+def test_encoder_weights_the_config_leaves_out_are_a_warning(hf_dir, tmp_path, capsys):
+    """A config.json with fewer layers than its weights (an edit, or a file from another model):
+    the model follows the config as transformers' does, but the layers it drops are said on
+    stderr, not only in the import report's log line nobody sees."""
+    shutil.copytree(hf_dir[0], tmp_path / "cut")
+    path = tmp_path / "cut" / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"num_hidden_layers": 1}))
+    model, report = bert.load_hf(str(tmp_path / "cut"))
+    assert model.config.num_hidden_layers == 1
+    err = capsys.readouterr().err
+    assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
+    assert "num_hidden_layers=1" in err and "bert.encoder.layer.1." in err
+    bert.load_hf(hf_dir[0])  # its own config: no warning
+    assert capsys.readouterr().err == ""
+    # Nor for a buffer older transformers saved (bert-base-uncased's pytorch_model.bin has it).
+    shutil.copytree(hf_dir[0], tmp_path / "buffer")
+    tensors = load_file(str(tmp_path / "buffer" / "model.safetensors"))
+    tensors["bert.embeddings.position_ids"] = np.arange(64)[None]
+    save_file(tensors, str(tmp_path / "buffer" / "model.safetensors"))
+    _, report = bert.load_hf(str(tmp_path / "buffer"))
+    assert report.unused == ["bert.embeddings.position_ids"]
+    assert capsys.readouterr().err == ""

@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.data.input import pipeline
-from bert_jax.training import checkpoints, pretrain
+from bert_jax.training import checkpoints, config_check, pretrain
 from configs import tiny
 from support.checkpoints import FLIPPED_PARAMS, saved_steps
 from support.golden import golden_data
@@ -245,3 +245,51 @@ def test_resume_names_the_model_fields_that_changed(testdata, saved):
     assert "config.model.hidden_size=64 (the checkpoint's: 32)" in str(error.value)
     assert "config.model.intermediate_size=128 (the checkpoint's: 64)" in str(error.value)
     assert "num_hidden_layers" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "edit, names",
+    [
+        (lambda c: c["model"].update(vocab_size="abc"), "model.vocab_size='abc'"),
+        (lambda c: c["model"].update(num_hidden_layers=0), "model.num_hidden_layers=0"),
+        (lambda c: c["model"].update(hidden_dropout_prob=None), "model.hidden_dropout_prob"),
+        (lambda c: c.clear() or c.update(model=[1, 2]), "not a config"),
+    ],
+)
+def test_a_config_item_edited_out_of_shape_is_damage_not_a_traceback(saved, tmp_path, edit, names):
+    """A saved config (a JSON file a user may open and edit) that no run could have written: a
+    field of the wrong type or out of its range, or not a config at all, is refused naming the
+    step and the field, by export, embed, --init and predict alike (all read it here), instead
+    of a ValueError or AttributeError from wherever the field is first used."""
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    path = pathlib.Path(checkpoints.checkpoint_dir(workdir), "7", checkpoints.CONFIG, "metadata")
+    config = json.loads(path.read_text())
+    edit(config)
+    path.write_text(json.dumps(config))
+    with pytest.raises(
+        checkpoints.DamagedCheckpoint, match="checkpoints/7 is damaged: its config"
+    ) as e:
+        checkpoints.load_config(workdir, problems=config_check.range_problems)
+    assert names in str(e.value)
+
+
+def test_init_checkpoint_of_another_model_is_refused_before_restoring(testdata, saved):
+    """train.init_checkpoint = a workdir whose model has other shapes than the run's: one error
+    naming the fields (its arrays were put on the run's shardings as they were, and the first
+    step died in a reshape TypeError); other settings (dropout) only a note."""
+    workdir, _, _, _ = saved
+    bigger = _config(testdata, 1, 1, 1, 1)
+    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
+    bigger.train.init_checkpoint = workdir
+    setup = pretrain.make_setup(bigger)
+    with pytest.raises(cli.UserError, match=r"hidden_size=32 \(this run: 64\), intermediate_size"):
+        checkpoints.initial_state(bigger.train, setup, lambda: {})
+    same = _config(testdata, 1, 1, 1, 1)
+    same.model.hidden_dropout_prob = 0.2
+    same.train.init_checkpoint = workdir
+    setup = pretrain.make_setup(same)
+    state = checkpoints.initial_state(same.train, setup, lambda: {})
+    assert jax.tree.map(np.shape, state["params"]) == jax.tree.map(
+        lambda a: a.shape, setup.abstract_state["params"]
+    )

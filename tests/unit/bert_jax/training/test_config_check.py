@@ -147,6 +147,10 @@ def test_the_finetuning_pass_names_every_problem_at_once():
         finetune_config_check.check_finetuning(config, num_devices=8, init="model")
     config.train.batch_size = 16
     finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+    # The eval's batch splits the same way: found by the first eval, after all the training.
+    config.eval.batch_size = 12
+    with pytest.raises(cli.UserError, match=r"eval.batch_size=12 must be divisible by the 8 data"):
+        finetune_config_check.check_finetuning(config, num_devices=8, init="model")
 
 
 # --- The numeric fields' table, swept --------------------------------------------------------

@@ -363,3 +363,77 @@ def test_a_nonfinite_step_stops_the_run_without_saving_or_exporting(tiny_hf, tmp
     result = train.finetune(config, str(tmp_path / "skip"), tiny_hf)
     assert (result["stopped"], result["step"]) == ("done", 6)
     assert result["train"]["nonfinite_steps"] == 5  # steps 2-6 dropped, each counted
+
+
+def test_resuming_or_predicting_with_another_init_is_refused(tiny_hf, tmp_path):
+    """LoRA's frozen weights and every run's vocabulary come from --init whenever a run starts:
+    resuming or predicting with another pre-trained model (the same shapes) combined the
+    adapters with the wrong base model silently. It is refused, naming the saved init; a moved
+    copy of the same model is fine, and so is another encoder under full fine-tuning (its
+    checkpoints hold the whole encoder), but not another vocabulary."""
+    from safetensors.numpy import load_file, save_file
+
+    from bert_jax import cli
+
+    other = str(tmp_path / "other")
+    shutil.copytree(tiny_hf, other)
+    weights = os.path.join(other, "model.safetensors")
+    tensors = load_file(weights)
+    name = "bert.encoder.layer.0.attention.self.query.weight"
+    tensors[name] = tensors[name] + np.float32(0.01)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    moved = str(tmp_path / "moved")
+    shutil.copytree(tiny_hf, moved)
+
+    test = sst2_file(tmp_path / "train.tsv", 32, 0)
+    config = make_config(format="glue", layout="sst2", train_file=test)
+    config.lora.rank, config.train.num_epochs, config.eval.at_start = 2, 1.0, False
+    config.mesh.num_devices = 1
+    workdir = str(tmp_path / "work")
+    train.finetune(config, workdir, tiny_hf)
+    config.train.num_epochs = 2.0
+    with pytest.raises(cli.UserError, match=f"--init='{other}' is not the pre-trained model"):
+        train.finetune(config, workdir, other)
+    with pytest.raises(cli.UserError, match=f"fine-tuned from \\('{tiny_hf}' when it was saved"):
+        predict.predict_from_workdir(workdir, test, init=other)
+    output, _ = predict.predict_from_workdir(workdir, test, init=moved)
+    assert os.path.isfile(output)
+
+    # Full fine-tuning keeps the whole encoder in its checkpoints: another base model's weights
+    # do not matter on resume, another vocabulary does (the ids would mean other words).
+    config.train.num_epochs = 1.0
+    config.lora.rank = 0
+    full = str(tmp_path / "full")
+    train.finetune(config, full, tiny_hf)
+    predict.predict_from_workdir(full, test, init=other)
+    words = str(tmp_path / "words")
+    shutil.copytree(tiny_hf, words)
+    lines = open(os.path.join(words, "vocab.txt")).read().splitlines()
+    lines[-1], lines[-2] = lines[-2], lines[-1]
+    open(os.path.join(words, "vocab.txt"), "w").write("\n".join(lines) + "\n")
+    config.data.vocab_file = os.path.join(words, "vocab.txt")
+    config.train.num_epochs = 3.0
+    with pytest.raises(cli.UserError, match="its vocabulary differs"):
+        train.finetune(config, full, tiny_hf)
+
+
+@pytest.mark.parametrize("blocked", ["predictions", "export"])
+def test_a_blocked_predictions_file_or_export_is_refused_before_training(
+    tiny_hf, tmp_path, blocked
+):
+    """A directory where the predictions file goes, or a file where the export goes: refused
+    before the first step (the first was an IsADirectoryError traceback after training)."""
+    from bert_jax import cli
+
+    test = sst2_file(tmp_path / "test.tsv", 8, 0)
+    config = make_config(format="glue", layout="sst2", train_file=test, test_file=test)
+    config.export, config.mesh.num_devices = True, 1
+    workdir = tmp_path / "work"
+    if blocked == "predictions":
+        (workdir / "predictions" / "test.tsv").mkdir(parents=True)
+    else:
+        workdir.mkdir()
+        (workdir / "export").write_text("a file\n")
+    with pytest.raises(cli.UserError, match=f"{blocked}.* is a (directory|file)"):
+        train.finetune(config, str(workdir), tiny_hf)
+    assert not (workdir / "checkpoints").exists()
