@@ -89,7 +89,8 @@ def read_squad(path: str) -> list[QAExample]:
                             _field(qa, "question", str, path, title, p),
                             context,
                             answers,
-                            bool(qa.get("is_impossible", False)),
+                            # A string "false" would be true: only JSON booleans (or 0/1).
+                            bool(_field(qa, "is_impossible", (bool, int), path, title, p, False)),
                         )
                     )
                 except FormatError:

@@ -312,6 +312,19 @@ def test_squad_reader_v1_v2_and_errors(tmp_path):
             ],
             "question id '7' appears 2 times",
         ),
+        (
+            [
+                {
+                    "paragraphs": [
+                        {
+                            "context": "c",
+                            "qas": [{"id": "q", "question": "?", "is_impossible": "false"}],
+                        }
+                    ]
+                }
+            ],
+            "'is_impossible': a str, not a bool",
+        ),
     ],
 )
 def test_squad_reader_names_a_field_of_the_wrong_type_or_a_repeated_id(tmp_path, data, message):
