@@ -445,6 +445,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             f"step {step} -> {last_step}",
             flush=True,
         )
+        if step >= last_step:  # a finished run rerun, or num_train_steps lowered below its step
+            print(
+                f"nothing to train: {workdir} is at step {step}, this run ends at step "
+                f"{last_step} (train.num_train_steps / train.stop_at_step); raise it to train on",
+                flush=True,
+            )
 
     def train_figures(means: dict, step_time: float | None) -> dict:
         tokens_per_step = means.pop("tokens")

@@ -59,7 +59,7 @@ def test_growing_batches_hold_the_unwarmed_stream_and_resume_exactly(testdata):
 
 
 def test_a_run_steps_each_size_with_its_own_step_and_resumes_at_the_right_size(
-    testdata, tmp_path, monkeypatch
+    testdata, tmp_path, monkeypatch, capsys
 ):
     compiled, stepped = [], []
     jit = pretrain.jit_train_step
@@ -95,3 +95,11 @@ def test_a_run_steps_each_size_with_its_own_step_and_resumes_at_the_right_size(
     # A step per size, made once per run (2, the full batch's, up front): the resumed run
     # (its data position restored) starts at the full batch.
     assert compiled == [2, 1, 2]
+    # Rerun at its end (or with num_train_steps lowered below its step): no step, and it says so.
+    capsys.readouterr()
+    again = pretrain.train_and_evaluate(config(), str(tmp_path))
+    assert again["step"] == 6 and len(stepped) == 6
+    assert (
+        f"nothing to train: {tmp_path} is at step 6, this run ends at step 6"
+        in capsys.readouterr().out
+    )
