@@ -40,7 +40,7 @@ def get_config():
 
     t = config.train
     t.global_batch_size = 64
-    t.num_train_steps = 1500
+    t.num_train_steps = 2500
     t.log_every_steps = 50
 
     e = config.eval
