@@ -85,7 +85,6 @@ def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDatas
     )
 
 
-@faults.one_run_per_workdir("bert_jax.finetune")
 def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
     """Where the run's last acts write, checked before it trains: a directory in the place of the
     predictions file was an IsADirectoryError traceback after training, a file in the place of
@@ -101,6 +100,7 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
         hf_export.check_target(storage.join(workdir, EXPORT_DIR))
 
 
+@faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
     'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).

@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.finetune import packed, predict, train
-from bert_jax.training import faults
+from bert_jax.training import faults, workdir_lock
 from support.finetune_data import (
     TINY,
     conll_file,
@@ -44,15 +44,19 @@ def test_single_sentence_classification_learns_reading_a_few_steps_ahead(
         eval_files=sst2_file(tmp_path / "dev.tsv", 64, 1),
     )
     built = []  # training steps' packed batches (inference packs without num_rows)
+    holders = []  # the workdir lock's holder while the batches are made: this run, throughout
     pack_examples = packed.pack_examples
+    workdir = str(tmp_path / "work")
 
     def counted(arrays, indices, max_examples, num_rows=None, rows=None):
         if num_rows is not None:
             built.append(len(indices))
+            holders.append((workdir_lock.holder(workdir) or {}).get("pid"))
         return pack_examples(arrays, indices, max_examples, num_rows, rows)
 
     monkeypatch.setattr(packed, "pack_examples", counted)
-    result = train.finetune(config, str(tmp_path / "work"), tiny_hf)
+    result = train.finetune(config, workdir, tiny_hf)
+    assert holders and set(holders) == {os.getpid()}
     before, after = result["eval_at_start"]["dev"]["accuracy"], result["eval"]["dev"]["accuracy"]
     print(f"sst2 accuracy {before:.3f} -> {after:.3f}")
     assert after > 0.85 and after > before + 0.2
