@@ -558,17 +558,11 @@ def restore_params(
     from `BertConfig.from_config_dict(config.model)`. They land on the first local device, or
     on `shardings` (a matching pytree of shardings, e.g. a new mesh's).
     """
-    from bert_jax.model import encoder  # the model defines the parameter tree
+    from bert_jax.model import encoder
 
     config, step = load_config(workdir, step)
     check_kind(config, workdir, finetuning=False)
-    bert_config = encoder.BertConfig.from_config_dict(config.model)
-    abstract = nnx.to_pure_dict(
-        nnx.state(
-            nnx.eval_shape(lambda: encoder.BertForPreTraining(bert_config, rngs=nnx.Rngs(0))),
-            nnx.Param,
-        )
-    )
+    abstract = _param_tree(encoder.BertConfig.from_config_dict(config.model))
     if shardings is None:
         device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         shardings = jax.tree.map(lambda _: device, abstract)
@@ -576,6 +570,15 @@ def restore_params(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
     )
     return restore_saved_params(workdir, target, step)[0], config
+
+
+def _param_tree(bert_config) -> dict:
+    """The pure dict of abstract parameters (shapes and dtypes, no arrays) of the pre-training
+    model `bert_config` (a model.encoder.BertConfig) describes: the model defines the tree."""
+    from bert_jax.model import encoder
+
+    model = nnx.eval_shape(lambda: encoder.BertForPreTraining(bert_config, rngs=nnx.Rngs(0)))
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
 
 def _not_used(manager: ocp.CheckpointManager, step: int, damage: str) -> DamagedCheckpoint:
@@ -618,11 +621,10 @@ def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, se
     """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
     than this run's, before restoring: its arrays were put on this run's shardings as they were,
     and the first step failed with a reshape TypeError traceback."""
-    from bert_jax.model import encoder  # the model defines the parameter tree
+    from bert_jax.model import encoder
 
     saved = encoder.BertConfig.from_config_dict(saved_model)
-    abstract = nnx.eval_shape(lambda: encoder.BertForPreTraining(saved, rngs=nnx.Rngs(0)))
-    theirs = _shapes(nnx.to_pure_dict(nnx.state(abstract, nnx.Param)))
+    theirs = _shapes(_param_tree(saved))
     ours = _shapes(setup.abstract_state["params"])
     if theirs == ours:
         return
