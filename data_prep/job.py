@@ -15,7 +15,6 @@ content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mod
 import dataclasses
 import glob
 import math
-import os
 from collections.abc import Callable
 
 from bert_jax import cli, storage
@@ -119,17 +118,13 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
     vocab_files = [vocab_file]
     if vocab_file.endswith(".model"):
         vocab_files.append(vocab_file.removesuffix(".model") + ".vocab")
-
-    def real(path: str) -> str:
-        return path if storage.is_url(path) else os.path.realpath(path)
-
-    vocabulary = {real(p): p for p in vocab_files}
+    vocabulary = {storage.real_path(p): p for p in vocab_files}
     for spec in specs:
         spec = spec.strip()
         if not spec or spec.startswith("tfds:"):
             continue
         pattern = glob.has_magic(spec)
-        found = [p for p in readers.expand(spec) if real(p) in vocabulary]
+        found = [p for p in readers.expand(spec) if storage.real_path(p) in vocabulary]
         if found:
             raise readers.InputError(
                 f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
@@ -146,13 +141,13 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
     they are skipped with a warning naming them, and an input that is nothing but the job's own
     output is refused."""
     out = output_dir.rstrip("/")
-    real_out = out if storage.is_url(out) else os.path.realpath(out)
+    real_out = storage.real_path(out)
 
     def inside(path: str) -> bool:
         """Whether `path` is the output directory or a file the job writes there (shards, the
         manifest, _work, the lock, temporaries); not any file under it: records may be written
         into the corpus's own directory."""
-        real = path if storage.is_url(path) else os.path.realpath(path)
+        real = storage.real_path(path)
         if real == real_out:
             return True
         if not real.startswith(real_out + "/"):

@@ -85,6 +85,7 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     is_url,
     join,
     parse,
+    real_path,
 )
 from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
     RETRY_S,

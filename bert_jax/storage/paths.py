@@ -132,6 +132,12 @@ def is_url(path: str) -> bool:
     return _URL.match(path) is not None
 
 
+def real_path(path: str) -> str:
+    """One spelling per file, to tell whether two paths name the same one: a local path with its
+    links and ".." resolved (os.path.realpath), a bucket URL as it is."""
+    return path if is_url(path) else os.path.realpath(path)
+
+
 def bucket_and_key(path: str) -> tuple[str, str]:
     bucket, _, key = path.partition("://")[2].partition("/")
     return bucket, key.rstrip("/")

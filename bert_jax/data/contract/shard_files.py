@@ -218,13 +218,9 @@ def verify(shards: Shards) -> None:
 def check_disjoint(train: Shards, evals: Shards) -> None:
     """Train and eval shards may not share a file (also by another name: a link, another
     spelling of the path): a run would report held-out figures on what it trained on."""
-
-    def same(f: str) -> str:
-        return f if storage.is_url(f) else os.path.realpath(f)
-
-    seen = {same(f): f for f in train.files}
+    seen = {storage.real_path(f): f for f in train.files}
     for f in evals.files:
-        if same(f) in seen:
+        if storage.real_path(f) in seen:
             raise cli.UserError(
                 f"{f} is both a training and an eval shard (config.data.train_files and eval_files "
                 "name it): the eval would score the model on data it trained on; point eval_files "
