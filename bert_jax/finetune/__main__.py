@@ -105,7 +105,7 @@ def _check_paths() -> None:
             paths[f"config.data.{field}"] = str(data.get(field) or "").split(",")
     written = ["--workdir"] if FLAGS.mode == "train" else ["--output"]
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
-    if FLAGS.mode == "predict" and FLAGS.output and "://" not in FLAGS.output:
+    if FLAGS.mode == "predict" and FLAGS.output and not storage.is_url(FLAGS.output):
         # A file to write, asked now: found at the write, after the model loaded and predicted,
         # a directory there was an IsADirectoryError traceback.
         if os.path.isdir(FLAGS.output):
