@@ -252,9 +252,9 @@ def train_sentencepiece(
         raise
     model = written.getvalue()
     sp = spm.SentencePieceProcessor(model_proto=model)
-    symbols = {tokenization.CLS, tokenization.SEP, tokenization.MASK, "▁"}
+    # Nothing but <pad>, [CLS], [SEP], [MASK] (control symbols), <unk> and the word mark "▁".
     if all(
-        sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) in symbols
+        sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) == "▁"
         for i in range(sp.get_piece_size())
     ):
         raise cli.UserError(_NO_TEXT)
