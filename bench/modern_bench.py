@@ -41,6 +41,16 @@ flags.DEFINE_integer("steps", 1, "Steps per timed block.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds per case.")
 flags.DEFINE_bool("sparse", True, "transformers' sparse_prediction (decoder on masked positions).")
 flags.DEFINE_integer("torch_threads", 0, "PyTorch's threads; 0: this process's cores.")
+flags.DEFINE_float(
+    "spec_peak_tflops", 0.0, "A datasheet peak to print MFU against (e.g. 989: H100 bf16 dense)."
+)
+flags.DEFINE_enum(
+    "dtype",
+    "float32",
+    ["float32", "bfloat16"],
+    "Computation dtype: config.model.dtype for ours, torch.autocast for transformers (parameters "
+    "stay float32 in both).",
+)
 flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON line.")
 
 # Shapes of the small cases; base and large are configs/modernbert_{base,large}.py's.
@@ -55,13 +65,14 @@ VOCAB = 50_368
 MASKED_LM_PROB = 0.30
 
 
-def make_config(model: str, seq_len: int, batch: int, predictions: int):
+def make_config(model: str, seq_len: int, batch: int, predictions: int, dtype: str = "float32"):
     from configs import modernbert_base, modernbert_large
 
     module = modernbert_large if model == "large" else modernbert_base
     config = module.get_config()
     config.model.update(SHAPES.get(model, {}))
     config.model.vocab_size = VOCAB
+    config.model.dtype = dtype
     config.data.update(
         max_seq_length=seq_len, max_predictions_per_seq=predictions, dynamic_masking=False
     )
@@ -73,9 +84,10 @@ def make_config(model: str, seq_len: int, batch: int, predictions: int):
 
 
 class TorchModernRunner:
-    """transformers' ModernBertForMaskedLM with loss, backward, clip_grad_norm_ and AdamW."""
+    """transformers' ModernBertForMaskedLM with loss, backward, clip_grad_norm_ and AdamW, on
+    `device` ("cpu" or "cuda"; there AdamW is PyTorch's fused kernel)."""
 
-    def __init__(self, config, host_batch: dict, params: dict, sparse: bool):
+    def __init__(self, config, host_batch: dict, params: dict, sparse: bool, device: str = "cpu"):
         import numpy as np
         import torch
         import transformers
@@ -98,37 +110,48 @@ class TorchModernRunner:
         )
         if unexpected or missing != ["decoder.weight"]:  # the tied decoder
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
-        self.model.train()
-        self.optimizer = runners.torch_adamw(torch, self.model, config.optim)
+        self.device = device
+        self.model.to(device).train()
+        self.optimizer = runners.torch_adamw(torch, self.model, config.optim, device == "cuda")
         self.max_grad_norm = config.optim.max_grad_norm
+        self.autocast = config.model.dtype == "bfloat16"
         self.inputs = {
-            "input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
-            "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
-            "labels": torch.from_numpy(runners.mlm_labels(host_batch)),
+            "input_ids": host_batch[F.INPUT_IDS],
+            "attention_mask": host_batch[F.INPUT_MASK],
+            "labels": runners.mlm_labels(host_batch),
+        }
+        self.inputs = {
+            k: torch.from_numpy(v.astype(np.int64)).to(device) for k, v in self.inputs.items()
         }
         self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
 
     def run(self, steps: int) -> tuple[float, float]:
-        """(wall, CPU) seconds for `steps` steps (PyTorch on CPU is synchronous)."""
+        """(wall, CPU) seconds for `steps` steps; loss.item() waits for a GPU's queue."""
         torch = self.torch
         cpu, start = time.process_time(), time.perf_counter()
         for _ in range(steps):
-            loss = self.model(**self.inputs).loss
+            with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
+                loss = self.model(**self.inputs).loss
             loss.backward()
             runners.torch_update(torch, self.model, self.optimizer, self.max_grad_norm)
         loss.item()
         return time.perf_counter() - start, time.process_time() - cpu
 
 
-def bench_case(model: str, seq_len: int) -> dict:
+def bench_case(model: str, seq_len: int, device: str = "cpu") -> dict:
+    import jax
+
+    from bert_jax.model.encoder import BertConfig
+    from bert_jax.plan import flops
+
     batch = FLAGS.batch_size or DEFAULT_BATCH[model]
     predictions = math.ceil(MASKED_LM_PROB * seq_len)
-    config = make_config(model, seq_len, batch, predictions)
+    config = make_config(model, seq_len, batch, predictions, FLAGS.dtype)
     host_batch = runners.synthetic_batch(batch, seq_len, predictions, VOCAB)
     ours = runners.OursRunner(config, host_batch)
     sides = {
         "ours": ours,
-        "torch": TorchModernRunner(config, host_batch, ours.params_numpy(), FLAGS.sparse),
+        "torch": TorchModernRunner(config, host_batch, ours.params_numpy(), FLAGS.sparse, device),
     }
     for runner in sides.values():
         runner.run(FLAGS.steps)  # one more warm block each, untimed
@@ -146,11 +169,20 @@ def bench_case(model: str, seq_len: int) -> dict:
         "batch": batch,
         "predictions": predictions,
         "sparse_prediction": FLAGS.sparse,
+        "dtype": FLAGS.dtype,
+        "device": jax.devices()[0].device_kind,
         "rounds": len(rounds),
         "compile_s": ours.compile_seconds,
     }
+    step_flops = flops.train_flops_per_step(
+        BertConfig.from_config_dict(config.model), batch, seq_len, predictions
+    )
     for name in sides:
         result[f"{name}_step_s"] = med([r[name] / FLAGS.steps for r in rounds])
+        if FLAGS.spec_peak_tflops:
+            result[f"{name}_mfu_spec"] = (
+                step_flops / result[f"{name}_step_s"] / (FLAGS.spec_peak_tflops * 1e12)
+            )
         result[f"{name}_tokens_per_s"] = med([tokens / r[name] for r in rounds])
         result[f"{name}_tokens_per_cpu_s"] = med([tokens / r[name + "_cpu"] for r in rounds])
     result["ratio"] = med([r["torch"] / r["ours"] for r in rounds])
@@ -161,8 +193,9 @@ def bench_case(model: str, seq_len: int) -> dict:
 
 def _print_case(r: dict) -> None:
     print(
-        f"ModernBERT-{r['model']} L={r['seq_len']} batch {r['batch']} ({r['predictions']} "
-        f"predictions a row; transformers sparse_prediction={r['sparse_prediction']}), "
+        f"ModernBERT-{r['model']} L={r['seq_len']} {r['dtype']} batch {r['batch']} "
+        f"({r['predictions']} predictions a row; transformers sparse_prediction="
+        f"{r['sparse_prediction']}), "
         f"median of {r['rounds']} rounds; our compile {r['compile_s']:.1f} s",
         flush=True,
     )
@@ -170,7 +203,12 @@ def _print_case(r: dict) -> None:
         print(
             f"  {label:<13} {r[f'{name}_step_s'] * 1e3:9.1f} ms/step "
             f"{r[f'{name}_tokens_per_s']:9.0f} tokens/s "
-            f"({r[f'{name}_tokens_per_cpu_s']:7.0f} tokens per CPU-second)",
+            f"({r[f'{name}_tokens_per_cpu_s']:7.0f} tokens per CPU-second)"
+            + (
+                f"  MFU vs spec {100 * r[f'{name}_mfu_spec']:5.1f}%"
+                if f"{name}_mfu_spec" in r
+                else ""
+            ),
             flush=True,
         )
     rounds = ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
@@ -195,7 +233,9 @@ def main(argv):
     )
     for model in FLAGS.models:
         for seq_len in FLAGS.seq_lens:
-            result = bench_case(model, int(seq_len))
+            result = bench_case(
+                model, int(seq_len), "cpu" if jax.default_backend() == "cpu" else "cuda"
+            )
             _print_case(result)
             if FLAGS.json_out:
                 with open(FLAGS.json_out, "a") as f:

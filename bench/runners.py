@@ -258,15 +258,17 @@ class OursRunner:
             return time.perf_counter() - start, time.process_time() - cpu
 
 
-def torch_adamw(torch, model, optim):
+def torch_adamw(torch, model, optim, fused: bool = False):
     """torch.optim.AdamW over `model` with config.optim's rate, betas, epsilon and weight decay
-    (the PyTorch side of every bench that trains beside ours)."""
+    (the PyTorch side of every bench that trains beside ours); `fused`: PyTorch's one-kernel
+    CUDA AdamW, its fastest on a GPU."""
     return torch.optim.AdamW(
         model.parameters(),
         lr=optim.learning_rate,
         betas=(optim.b1, optim.b2),
         eps=optim.eps,
         weight_decay=optim.weight_decay,
+        fused=fused or None,
     )
 
 
@@ -298,9 +300,17 @@ class TorchRunner:
     the vocabulary projection runs on all L positions. `gather_masked=True` is the stronger
     baseline NVIDIA's BERT uses: the encoder output is gathered at the masked positions first.
     bf16 (config.model.dtype) is torch.autocast on the forward pass; parameters stay fp32.
+    `device`: "cpu", or "cuda" when ours runs on a GPU (then AdamW is PyTorch's fused kernel).
     """
 
-    def __init__(self, config, host_batch: dict, params: dict, gather_masked: bool = False):
+    def __init__(
+        self,
+        config,
+        host_batch: dict,
+        params: dict,
+        gather_masked: bool = False,
+        device: str = "cpu",
+    ):
         import numpy as np
         import torch
         import transformers
@@ -321,27 +331,30 @@ class TorchRunner:
         missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or any(not k.startswith("cls.predictions.decoder") for k in missing):
             raise RuntimeError(f"weights did not map: missing {missing}, unexpected {unexpected}")
-        self.model.train()
-        self.optimizer = torch_adamw(torch, self.model, config.optim)
+        self.device = device
+        self.model.to(device).train()
+        self.optimizer = torch_adamw(torch, self.model, config.optim, fused=device == "cuda")
         self.max_grad_norm = config.optim.max_grad_norm
         self.autocast = config.model.dtype == "bfloat16"
         self.gather_masked = gather_masked
-        self.positions = torch.from_numpy(host_batch[F.MASKED_LM_POSITIONS].astype(np.int64))
-        self.masked_ids = torch.from_numpy(host_batch[F.MASKED_LM_IDS].astype(np.int64))
+
+        def tensor(array):
+            return torch.from_numpy(array.astype(np.int64)).to(device)
+
+        self.positions = tensor(host_batch[F.MASKED_LM_POSITIONS])
+        self.masked_ids = tensor(host_batch[F.MASKED_LM_IDS])
         self.inputs = {
-            "input_ids": torch.from_numpy(host_batch[F.INPUT_IDS].astype(np.int64)),
-            "attention_mask": torch.from_numpy(host_batch[F.INPUT_MASK].astype(np.int64)),
-            "token_type_ids": torch.from_numpy(host_batch[F.SEGMENT_IDS].astype(np.int64)),
-            "labels": torch.from_numpy(mlm_labels(host_batch)),
-            "next_sentence_label": torch.from_numpy(
-                host_batch[F.NEXT_SENTENCE_LABELS].astype(np.int64)
-            ),
+            "input_ids": tensor(host_batch[F.INPUT_IDS]),
+            "attention_mask": tensor(host_batch[F.INPUT_MASK]),
+            "token_type_ids": tensor(host_batch[F.SEGMENT_IDS]),
+            "labels": tensor(mlm_labels(host_batch)),
+            "next_sentence_label": tensor(host_batch[F.NEXT_SENTENCE_LABELS]),
         }
         self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
 
     def _step(self):
         torch = self.torch
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
+        with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.autocast):
             if self.gather_masked:
                 loss = self._gathered_loss()
             else:
@@ -367,7 +380,7 @@ class TorchRunner:
         )
 
     def run(self, steps: int) -> tuple[float, float]:
-        """(wall, CPU) seconds for `steps` steps (PyTorch on CPU is synchronous)."""
+        """(wall, CPU) seconds for `steps` steps; loss.item() waits for a GPU's queue."""
         cpu, start = time.process_time(), time.perf_counter()
         for _ in range(steps):
             loss = self._step()
@@ -376,21 +389,23 @@ class TorchRunner:
 
 
 class TorchMatmulPeak:
-    """matmul_peak.MatmulPeak's n x n x n float32 matmul in PyTorch (torch.mm: MKL or oneDNN on
-    x86).
+    """matmul_peak.MatmulPeak's n x n x n matmul in PyTorch (torch.mm: MKL or oneDNN on x86,
+    cuBLAS on a GPU).
 
     Timed in the same rounds as XLA's, it shows how fast each side's matrix library is on this
     machine: a train step's speed is bounded by its library's matmul rate.
     """
 
-    def __init__(self, n: int = 2048):
+    def __init__(self, n: int = 2048, dtype: str = "float32", device: str = "cpu"):
         import torch
 
         self.torch, self.n = torch, n
         generator = torch.Generator().manual_seed(0)
-        self.a = torch.randn(n, n, generator=generator)
-        self.b = torch.randn(n, n, generator=generator)
+        self.a = torch.randn(n, n, generator=generator).to(device, getattr(torch, dtype))
+        self.b = torch.randn(n, n, generator=generator).to(device, getattr(torch, dtype))
+        self.sync = torch.cuda.synchronize if device == "cuda" else lambda: None
         torch.mm(self.a, self.b)  # warm-up
+        self.sync()
 
     def measure(self, repeats: int = 3) -> tuple[float, float]:
         """(FLOP/s, FLOP per CPU-second) of the fastest of `repeats` matmuls."""
@@ -398,6 +413,7 @@ class TorchMatmulPeak:
         for _ in range(repeats):
             cpu, start = time.process_time(), time.perf_counter()
             self.torch.mm(self.a, self.b)
+            self.sync()
             wall = time.perf_counter() - start
             if wall < best:
                 best, best_cpu = wall, time.process_time() - cpu

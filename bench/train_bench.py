@@ -74,6 +74,12 @@ flags.DEFINE_bool(
     "(false: glibc's defaults, for an A/B of that setting in two processes).",
 )
 flags.DEFINE_multi_string(
+    "override",
+    [],
+    "section.field=VALUE for every side, PyTorch's too (e.g. model.attention_probs_dropout_prob=0, "
+    "MLPerf's setting, under which ours uses cuDNN's fused attention on a GPU). Repeatable.",
+)
+flags.DEFINE_multi_string(
     "variant",
     [],
     "NAME:SETTING[;SETTING...]: one more side of ours, timed in the same rounds (runners."
@@ -82,7 +88,7 @@ flags.DEFINE_multi_string(
 )
 
 
-def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> dict:
+def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None, device="cpu") -> dict:
     import jax
 
     from bench import runners
@@ -94,6 +100,10 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
     config = runners.make_config(
         model, seq_len, num_predictions, batch, dtype, FLAGS.attention, FLAGS.remat
     )
+    if FLAGS.override:
+        config = runners.apply_overrides(
+            config, runners.parse_variant("override:" + ";".join(FLAGS.override))[1]
+        )
     model_config = BertConfig.from_config_dict(config.model)
     host_batch = runners.synthetic_batch(batch, seq_len, num_predictions, model_config.vocab_size)
     sides = {"ours": runners.OursRunner(config, host_batch)}
@@ -109,9 +119,11 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
         )
     params = sides["ours"].params_numpy() if FLAGS.torch else None
     if FLAGS.torch:
-        sides["torch"] = runners.TorchRunner(config, host_batch, params)
+        sides["torch"] = runners.TorchRunner(config, host_batch, params, device=device)
     if FLAGS.torch and FLAGS.torch_gather:
-        sides["torch_gather"] = runners.TorchRunner(config, host_batch, params, gather_masked=True)
+        sides["torch_gather"] = runners.TorchRunner(
+            config, host_batch, params, gather_masked=True, device=device
+        )
     for runner in sides.values():
         runner.run(FLAGS.steps)  # one more warm block each, untimed
     step_flops = flops.train_flops_per_step(model_config, batch, seq_len, num_predictions)
@@ -141,6 +153,7 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None) -> d
         "batch": batch,
         "predictions": num_predictions,
         "device": jax.devices()[0].device_kind,
+        "overrides": list(FLAGS.override),
         **runners.cpu_info(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "reuse_freed_memory": FLAGS.reuse_freed_memory,
@@ -198,7 +211,7 @@ def _print_case(r: dict) -> None:
     print(
         f"{r['model']} L={r['seq_len']} {r['dtype']} batch {r['batch']} (P={r['predictions']}): "
         f"{r['step_gflop']:.0f} GFLOP/step; matmul peak {r['peak_gflops']:.0f} GFLOP/s (median of "
-        f"{r['rounds']} rounds)",
+        f"{r['rounds']} rounds)" + "".join(f"; {o}" for o in r["overrides"]),
         flush=True,
     )
     extensions = runners.extensions_text(r["cpu_extensions"])
@@ -268,13 +281,12 @@ def main(argv):
         flush=True,
     )
     peak = matmul_peak.MatmulPeak(n, jnp.dtype(peak_dtype))
-    torch_peak = None
-    if FLAGS.torch and peak_dtype == "float32":
-        torch_peak = runners.TorchMatmulPeak(n)
+    device = "cpu" if on_cpu else "cuda"
+    torch_peak = runners.TorchMatmulPeak(n, peak_dtype, device) if FLAGS.torch else None
     for model in FLAGS.models:
         for seq_len in map(int, FLAGS.seq_lens):
             for dtype in FLAGS.dtypes:
-                r = bench_case(model, seq_len, dtype, peak, torch_peak)
+                r = bench_case(model, seq_len, dtype, peak, torch_peak, device)
                 _print_case(r)
                 if FLAGS.json_out:
                     with open(FLAGS.json_out, "a") as f:

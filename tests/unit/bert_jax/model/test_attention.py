@@ -166,3 +166,43 @@ def test_splash_attention_matches_einsum_attention(packed):
     np.testing.assert_allclose(np.where(real, splash, 0), np.where(real, plain, 0), atol=1e-5)
     for g, r in zip(grads, ref_grads):
         np.testing.assert_allclose(g, r, atol=1e-4)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN's fused attention needs a GPU")
+@pytest.mark.parametrize("layout", ["padded", "packed", "window", "packed_window"])
+@pytest.mark.parametrize("length", [128, 512])
+def test_cudnn_attention_matches_einsum_attention_on_a_gpu(layout, length):
+    """cuDNN's kernel as 'auto' runs it on a GPU (bfloat16, BERT's head size), against the
+    float32 einsum attention: outputs at real positions and the three input gradients, for
+    right-padded rows (per-row lengths), packed rows and ModernBERT's band (a mask), each within
+    the error of the bfloat16 einsum path itself (both round to bfloat16; the kernel must not add
+    to it)."""
+    rng = np.random.default_rng(length)
+    batch, heads, head_dim = 4, 12, 64
+    qkv = [rng.normal(size=(batch, length, heads, head_dim)) for _ in range(3)]
+    mask = padded_mask(rng, batch, length)
+    kwargs = {
+        "example_ids": packed_ids(rng, mask) if "packed" in layout else None,
+        "window": 64 if "window" in layout else None,
+    }
+    weights = jnp.asarray(rng.normal(size=(batch, length, heads, head_dim)), jnp.float32)
+    weights = weights * mask[..., None, None]  # padding queries' outputs are never used
+
+    F32, BF16 = jnp.float32, jnp.bfloat16
+
+    def cudnn(q, k, v, mask, **kw):
+        return attention.fused_attention(q, k, v, mask, implementation="cudnn", **kw)
+
+    def outputs(fn, dtype):
+        out = jax.jit(fn)(*(jnp.asarray(x, dtype) for x in qkv), mask, **kwargs)
+        return np.asarray(out, np.float64)[np.asarray(mask, bool)]  # real queries only
+
+    exact, rounded = (
+        value_and_grads(einsum, qkv, mask, kwargs, weights, d)[1] for d in (F32, BF16)
+    )
+    fused = value_and_grads(cudnn, qkv, mask, kwargs, weights, BF16)[1]
+    exact.append(outputs(einsum, F32))
+    rounded.append(outputs(einsum, BF16))
+    fused.append(outputs(cudnn, BF16))
+    for got, ref, bf16 in zip(fused, exact, rounded):  # dq, dk, dv, outputs
+        assert np.abs(got - ref).max() <= 2 * np.abs(bf16 - ref).max() + 1e-3 * np.abs(ref).max()
