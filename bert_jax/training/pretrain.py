@@ -219,26 +219,16 @@ def train_step(
     *,
     graphdef,
     optimizer,
-    grad_accum_steps: int,
-    batch_axes=None,
     nsp: bool = True,
-    mask_id: int | None = None,
-    layout: ParamLayout | None = None,
+    **loss_options,
 ) -> tuple[dict, dict]:
     """One optimizer step at the learning rates `lr` (optim.schedule_values; `optimizer(lr)` is
-    the optimizer). Returns the new state and scalar metrics of this step."""
+    the optimizer); `nsp` and `loss_options` are loss_and_grads' keyword arguments. Returns the
+    new state and scalar metrics of this step."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(
-        graphdef,
-        state["params"],
-        batch,
-        rng,
-        grad_accum_steps=grad_accum_steps,
-        batch_axes=batch_axes,
-        nsp=nsp,
-        mask_id=mask_id,
-        layout=layout,
+        graphdef, state["params"], batch, rng, nsp=nsp, **loss_options
     )
     new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     metrics = {
