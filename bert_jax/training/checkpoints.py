@@ -293,18 +293,7 @@ def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
     """The step's checksums item, or None for a checkpoint written before they existed."""
     if not (manager.directory / str(step) / CHECKSUMS).exists():
         return None
-    try:
-        with storage.checkpoint_errors(str(manager.directory)):
-            return manager.restore(
-                step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
-            )[CHECKSUMS]
-    except storage.StorageError:
-        raise
-    except Exception as e:  # a truncated or garbled JSON file
-        raise DamagedCheckpoint(
-            f"checkpoint {manager.directory}/{step} is damaged: its checksums item does not "
-            f"read ({type(e).__name__}: {str(e)[:200]})"
-        ) from e
+    return _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
 
 
 def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
@@ -472,22 +461,23 @@ def load_config(
     fields; any is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
-        saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore(), storage.StorageError)
+        saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore())
         # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
         # field, not a ValueError or AttributeError wherever the field is first used.
         where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
         if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
-            raise _not_used(manager, step, f"{where} is not a config (no model section)")
+            raise DamagedCheckpoint(f"{where} is not a config (no model section)")
         config = ml_collections.ConfigDict(saved)
         found = problems(config) if problems else []
         if found:
-            raise _not_used(manager, step, f"{where} is out of shape: {'; '.join(found)}")
+            raise DamagedCheckpoint(f"{where} is out of shape: {'; '.join(found)}")
         return config, step
 
 
 @contextlib.contextmanager
 def _step_to_read(workdir: str, step: int | None):
-    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards."""
+    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards. A
+    DamagedCheckpoint inside is refused naming the other steps to pass instead (_not_used)."""
     manager = make_manager(workdir, read_only=True)
     try:
         steps = manager.all_steps()
@@ -503,24 +493,26 @@ def _step_to_read(workdir: str, step: int | None):
                 f"{sorted(steps)}"
             )
         yield manager, step
+    except DamagedCheckpoint as e:
+        raise _not_used(manager, step, str(e)) from e
     finally:
         manager.close()
 
 
-def _read_item(manager: ocp.CheckpointManager, step: int, item: str, args, passes: type):
-    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage, refused
-    naming the step (_not_used)."""
+def _read_item(
+    manager: ocp.CheckpointManager, step: int, item: str, args, passes=storage.StorageError
+):
+    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage
+    (DamagedCheckpoint, naming the step)."""
     try:
         with storage.checkpoint_errors(str(manager.directory)):
             return manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
     except passes:
         raise
     except Exception as e:  # TensorStore and Orbax raise plain Exceptions for damaged files
-        raise _not_used(
-            manager,
-            step,
+        raise DamagedCheckpoint(
             f"checkpoint {manager.directory}/{step} is damaged: its {item} item does not read "
-            f"({_root_cause(e)})",
+            f"({_root_cause(e)})"
         ) from e
 
 
@@ -610,10 +602,7 @@ def restore_saved_params(
         params = _read_item(
             manager, step, PARAMS, ocp.args.StandardRestore(abstract_params), cli.UserError
         )
-        try:
-            verify(manager, step, {"params": params})
-        except DamagedCheckpoint as e:
-            raise _not_used(manager, step, str(e)) from None
+        verify(manager, step, {"params": params})
         return params, step
 
 
