@@ -395,11 +395,8 @@ def check_same_model(
     if not saved or saved == ours:
         return
     try:
-        restored = manager.restore(
-            step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
-        )
-        theirs = dict(restored[CONFIG].get("model", {}))
-    except Exception:
+        theirs = dict(_read_item(manager, step, CONFIG, ocp.args.JsonRestore()).get("model", {}))
+    except Exception:  # no config to compare (a damaged one included)
         theirs = {}
     fields = [
         f"config.model.{k}={model_config.get(k)!r} (the checkpoint's: {theirs.get(k)!r})"
