@@ -178,7 +178,8 @@ def finish(manager: ocp.CheckpointManager) -> None:
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 
 
-# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
+# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses):
+# a metadata read refused, which the restore reports.
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
@@ -197,11 +198,8 @@ class _DropOrbaxNoise(logging.Filter):
         if exc is not None and storage.looks_like_storage(exc):
             return False  # the main thread reports it in one line (storage.checkpoint_errors)
         text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
-        if any(t in text for t in _REFUSED):  # a metadata read refused: the restore reports it
-            return False
-        return not any(
-            t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
-        )
+        noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
+        return not any(t in text for t in noise)
 
 
 for _name in ("absl", "asyncio"):
