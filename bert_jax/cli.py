@@ -251,11 +251,9 @@ def _unknown_config_field(argv: list[str]) -> str | None:
     config_flags = _config_flags()
     loaded = {}
     for arg in argv[1:]:
-        if not arg.startswith("--") or "." not in arg.split("=")[0]:
-            continue
         dotted = arg[2:].split("=")[0]
         name, *path = dotted.split(".")
-        if name not in config_flags:
+        if not arg.startswith("--") or not path or name not in config_flags:
             continue
         if name not in loaded:
             files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]

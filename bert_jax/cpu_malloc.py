@@ -21,12 +21,6 @@ _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 
 
-def accelerator_present() -> bool:
-    """Whether this host has a TPU or an NVIDIA GPU (their device files): the step's
-    temporaries then live in the accelerator's memory and these settings buy nothing."""
-    return any(glob.glob(p) for p in ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*"))
-
-
 def reuse_freed_memory() -> bool:
     """Applies the settings (module docstring) to this process; whether glibc took all three
     (False on other C libraries and platforms, where nothing changes)."""
@@ -47,5 +41,8 @@ def reuse_freed_memory() -> bool:
 
 
 def configure_for_cpu_training() -> bool:
-    """`reuse_freed_memory` on a host without an accelerator; whether it was applied."""
-    return not accelerator_present() and reuse_freed_memory()
+    """`reuse_freed_memory` on a host without a TPU or an NVIDIA GPU (their device files: the
+    step's temporaries then live in the accelerator's memory and these settings buy nothing);
+    whether it was applied."""
+    accelerators = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
+    return not any(glob.glob(p) for p in accelerators) and reuse_freed_memory()

@@ -178,7 +178,8 @@ def finish(manager: ocp.CheckpointManager) -> None:
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 
 
-# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
+# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses):
+# a metadata read refused, which the restore reports.
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
@@ -197,11 +198,8 @@ class _DropOrbaxNoise(logging.Filter):
         if exc is not None and storage.looks_like_storage(exc):
             return False  # the main thread reports it in one line (storage.checkpoint_errors)
         text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
-        if any(t in text for t in _REFUSED):  # a metadata read refused: the restore reports it
-            return False
-        return not any(
-            t in text for t in (*cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
-        )
+        noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
+        return not any(t in text for t in noise)
 
 
 for _name in ("absl", "asyncio"):
@@ -293,18 +291,7 @@ def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
     """The step's checksums item, or None for a checkpoint written before they existed."""
     if not (manager.directory / str(step) / CHECKSUMS).exists():
         return None
-    try:
-        with storage.checkpoint_errors(str(manager.directory)):
-            return manager.restore(
-                step, args=ocp.args.Composite(**{CHECKSUMS: ocp.args.JsonRestore()})
-            )[CHECKSUMS]
-    except storage.StorageError:
-        raise
-    except Exception as e:  # a truncated or garbled JSON file
-        raise DamagedCheckpoint(
-            f"checkpoint {manager.directory}/{step} is damaged: its checksums item does not "
-            f"read ({type(e).__name__}: {str(e)[:200]})"
-        ) from e
+    return _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
 
 
 def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
@@ -406,11 +393,8 @@ def check_same_model(
     if not saved or saved == ours:
         return
     try:
-        restored = manager.restore(
-            step, args=ocp.args.Composite(**{CONFIG: ocp.args.JsonRestore()})
-        )
-        theirs = dict(restored[CONFIG].get("model", {}))
-    except Exception:
+        theirs = dict(_read_item(manager, step, CONFIG, ocp.args.JsonRestore()).get("model", {}))
+    except Exception:  # no config to compare (a damaged one included)
         theirs = {}
     fields = [
         f"config.model.{k}={model_config.get(k)!r} (the checkpoint's: {theirs.get(k)!r})"
@@ -472,22 +456,23 @@ def load_config(
     fields; any is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
-        saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore(), storage.StorageError)
+        saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore())
         # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
         # field, not a ValueError or AttributeError wherever the field is first used.
         where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
         if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
-            raise _not_used(manager, step, f"{where} is not a config (no model section)")
+            raise DamagedCheckpoint(f"{where} is not a config (no model section)")
         config = ml_collections.ConfigDict(saved)
         found = problems(config) if problems else []
         if found:
-            raise _not_used(manager, step, f"{where} is out of shape: {'; '.join(found)}")
+            raise DamagedCheckpoint(f"{where} is out of shape: {'; '.join(found)}")
         return config, step
 
 
 @contextlib.contextmanager
 def _step_to_read(workdir: str, step: int | None):
-    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards."""
+    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards. A
+    DamagedCheckpoint inside is refused naming the other steps to pass instead (_not_used)."""
     manager = make_manager(workdir, read_only=True)
     try:
         steps = manager.all_steps()
@@ -503,24 +488,26 @@ def _step_to_read(workdir: str, step: int | None):
                 f"{sorted(steps)}"
             )
         yield manager, step
+    except DamagedCheckpoint as e:
+        raise _not_used(manager, step, str(e)) from e
     finally:
         manager.close()
 
 
-def _read_item(manager: ocp.CheckpointManager, step: int, item: str, args, passes: type):
-    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage, refused
-    naming the step (_not_used)."""
+def _read_item(
+    manager: ocp.CheckpointManager, step: int, item: str, args, passes=storage.StorageError
+):
+    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage
+    (DamagedCheckpoint, naming the step)."""
     try:
         with storage.checkpoint_errors(str(manager.directory)):
             return manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
     except passes:
         raise
     except Exception as e:  # TensorStore and Orbax raise plain Exceptions for damaged files
-        raise _not_used(
-            manager,
-            step,
+        raise DamagedCheckpoint(
             f"checkpoint {manager.directory}/{step} is damaged: its {item} item does not read "
-            f"({_root_cause(e)})",
+            f"({_root_cause(e)})"
         ) from e
 
 
@@ -610,10 +597,7 @@ def restore_saved_params(
         params = _read_item(
             manager, step, PARAMS, ocp.args.StandardRestore(abstract_params), cli.UserError
         )
-        try:
-            verify(manager, step, {"params": params})
-        except DamagedCheckpoint as e:
-            raise _not_used(manager, step, str(e)) from None
+        verify(manager, step, {"params": params})
         return params, step
 
 

@@ -180,13 +180,15 @@ def range_problems(config) -> list[str]:
     return problems
 
 
-def ask(problems: list[str], rule, *args) -> None:
-    """Runs a rule that raises cli.UserError; its message becomes a problem. Any other error (a
-    plain ValueError included) is a bug of ours and keeps its traceback."""
+def ask(problems: list[str], rule, *args):
+    """`rule(*args)`, a rule that raises cli.UserError: its message becomes a problem (and the
+    result None). Any other error (a plain ValueError included) is a bug of ours and keeps its
+    traceback."""
     try:
-        rule(*args)
+        return rule(*args)
     except cli.UserError as e:
         problems.append(str(e))
+        return None
 
 
 def raise_problems(problems: list[str]) -> None:
@@ -225,15 +227,9 @@ def check_common(
         if process_count > 1:
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
-    try:
-        rules = sharding.normalize_rules(m.rules)
-    except cli.UserError as e:
-        problems.append(str(e))
-        rules = None
-    try:
-        sizes = sharding.mesh_shape(m.data, m.fsdp, m.tensor, num_devices)
-    except cli.UserError as e:
-        problems.append(str(e))
+    rules = ask(problems, sharding.normalize_rules, m.rules)
+    sizes = ask(problems, sharding.mesh_shape, m.data, m.fsdp, m.tensor, num_devices)
+    if sizes is None:
         return problems, None
     tensor = sizes[2]
     for name in ("num_attention_heads", "intermediate_size"):
@@ -253,14 +249,12 @@ def check_common(
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
     layout) on `num_devices` devices in `process_count` processes, without reading its data."""
+    raise_problems(range_problems(config))  # a field out of its range alone
     raise_problems(pretraining_problems(config, num_devices, process_count))
 
 
 def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
-    """A field out of its range (range_problems) alone, else what relates the fields."""
-    problems = range_problems(config)
-    if problems:
-        return problems
+    """What relates the fields of a config whose fields are each in range (range_problems)."""
     t, e, d = config.train, config.eval, config.data
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:

@@ -34,15 +34,10 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return _cross_entropy_fwd(logits, labels)[0]
 
 
-def _shifted_lse(logits):
+def _cross_entropy_fwd(logits, labels):
     x = logits.astype(jnp.float32)
     m = jnp.max(x, axis=-1, keepdims=True)
     s = jnp.log(jnp.sum(jnp.exp(x - m), axis=-1, keepdims=True))
-    return x, m, s
-
-
-def _cross_entropy_fwd(logits, labels):
-    x, m, s = _shifted_lse(logits)
     picked = jnp.take_along_axis(x, labels[..., None].astype(jnp.int32), axis=-1)
     nll = -((picked - m) - s)[..., 0]  # as log_softmax: (x - max) - log(sum(exp(x - max)))
     return nll, (logits, labels, m, s)

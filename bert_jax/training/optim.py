@@ -158,11 +158,8 @@ def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
 
 
 def decays(path: tuple) -> bool:
-    """Whether weight decay applies to the parameter at `path` (its pure-dict keys).
-
-    model.py's rule: decay iff the path ends in 'kernel' or 'embedding'. That is the original's
-    (no decay on "LayerNorm" or "bias" variables): LayerNorm scales and all biases are excluded.
-    """
+    """Whether weight decay applies to the parameter at `path` (its pure-dict keys): the
+    original's rule, no decay on LayerNorm scales and biases."""
     return bool(path) and str(path[-1]) in ("kernel", "embedding")
 
 

@@ -219,26 +219,16 @@ def train_step(
     *,
     graphdef,
     optimizer,
-    grad_accum_steps: int,
-    batch_axes=None,
     nsp: bool = True,
-    mask_id: int | None = None,
-    layout: ParamLayout | None = None,
+    **loss_options,
 ) -> tuple[dict, dict]:
     """One optimizer step at the learning rates `lr` (optim.schedule_values; `optimizer(lr)` is
-    the optimizer). Returns the new state and scalar metrics of this step."""
+    the optimizer); `nsp` and `loss_options` are loss_and_grads' keyword arguments. Returns the
+    new state and scalar metrics of this step."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(
-        graphdef,
-        state["params"],
-        batch,
-        rng,
-        grad_accum_steps=grad_accum_steps,
-        batch_axes=batch_axes,
-        nsp=nsp,
-        mask_id=mask_id,
-        layout=layout,
+        graphdef, state["params"], batch, rng, nsp=nsp, **loss_options
     )
     new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     metrics = {
@@ -255,10 +245,6 @@ def train_step(
 
 
 # --- Jitted, sharded entry points ------------------------------------------------------------
-
-
-def batch_axes(setup: Setup):
-    return sharding.batch_spec(setup.rules)[0]
 
 
 def abstract_batch(
@@ -292,8 +278,7 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
     model_config, tx = setup.model_config, setup.tx
 
     def init():
-        key = jax.random.PRNGKey(seed)
-        init_key, rng = jax.random.split(key)
+        init_key, rng = jax.random.split(jax.random.PRNGKey(seed))
         model = encoder.BertForPreTraining(model_config, rngs=nnx.Rngs(init_key))
         return train_state.new_state(nnx.to_pure_dict(nnx.state(model, nnx.Param)), tx, rng)
 
@@ -308,7 +293,7 @@ def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
         graphdef=setup.graphdef,
         optimizer=setup.optimizer,
         grad_accum_steps=grad_accum_steps,
-        batch_axes=batch_axes(setup),
+        batch_axes=sharding.batch_spec(setup.rules)[0],
         nsp=setup.nsp,
         mask_id=setup.mask_id,
         layout=param_layout(setup),
@@ -397,12 +382,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     resumed = checkpoints.restore_latest(
         manager, setup.abstract_state, data_iter, config.model.to_dict()
     )
-    if resumed is not None and is_primary:
-        print(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
     if resumed is None:
         state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
     else:
         state = resumed[1]
+        if is_primary:
+            print(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
     step = int(jax.device_get(state["step"]))
     growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 

@@ -136,15 +136,12 @@ def build_setup(
         if shard_update
         else compute_shardings
     )
-    replicated = NamedSharding(mesh, P())
     state_shardings = {
         "params": param_shardings,
         "opt_state": sharding.tree_shardings_like_params(
             abstract["opt_state"], param_shardings, mesh
         ),
-        "step": replicated,
-        "rng": replicated,
-        "nonfinite_steps": replicated,
+        **dict.fromkeys(("step", "rng", "nonfinite_steps"), NamedSharding(mesh, P())),
     }
     setup = Setup(
         model.config,

@@ -273,12 +273,3 @@ def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None
     finally:
         lock.release(reachable)
         _HELD.discard(lock.holder["token"])
-
-
-def holder(directory: str) -> dict | None:
-    """The content of `directory`'s lock, or None if nobody holds it."""
-    found = storage.read_versioned(storage.join(directory, LOCK_NAME))
-    if found is None:
-        return None
-    holder = _holder_of(found[0])
-    return {} if isinstance(holder, str) else holder

@@ -16,7 +16,7 @@ def loss_and_grads(setup, params, batch, rng, grad_accum_steps: int = 1):
         setup.graphdef,
         grad_accum_steps=grad_accum_steps,
         dropout=False,
-        batch_axes=pretrain.batch_axes(setup),
+        batch_axes=sharding.batch_spec(setup.rules)[0],
         nsp=setup.nsp,
         mask_id=setup.mask_id,
         layout=pretrain.param_layout(setup),

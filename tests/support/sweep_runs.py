@@ -31,6 +31,7 @@ import time
 
 from bert_jax.hf import publish
 from bert_jax.training import workdir_lock
+from support import locks
 from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, REPO, TESTDATA
 
@@ -111,7 +112,7 @@ def _busy(ctx, o, module, args):
     os.mkdir(busy)
     with workdir_lock.hold(busy, "the-first-run", flag=flag):
         status, _, err = ctx["server"].run(module, args)
-        holder = workdir_lock.holder(busy)
+        holder = locks.holder(busy)
     one_error_line(
         status,
         err,
@@ -136,7 +137,7 @@ def _stale_lock_then_failed_restore(ctx, o, module, args):
     status, out, err = ctx["server"].run(module, args)
     assert status == 0 and "finished at step 2" in out, err[-3000:]
     assert "took over the lock" in err and f"pid {dead.pid}" in err
-    assert workdir_lock.holder(workdir) is None  # released at the end
+    assert locks.holder(workdir) is None  # released at the end
 
     for folder, _, files in os.walk(os.path.join(workdir, "checkpoints")):
         for name in files:

@@ -14,6 +14,7 @@ import pytest
 
 from bert_jax import storage
 from bert_jax.training import workdir_lock
+from support import locks
 from support.golden import REPO
 
 
@@ -43,7 +44,7 @@ def root(request, tmp_path):
 def test_a_second_run_is_refused_naming_the_holder_and_the_lock_goes_at_the_end(root):
     workdir = storage.join(root, "run")
     with workdir_lock.hold(workdir, "bert_jax.main"):
-        holder = workdir_lock.holder(workdir)
+        holder = locks.holder(workdir)
         assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
         assert holder["command"].startswith("bert_jax.main")
         with pytest.raises(workdir_lock.Busy) as refused:
@@ -52,7 +53,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_the_lock_goes_at_the_end(
         text = str(refused.value)
         assert f"--workdir={workdir!r} is in use by bert_jax.main" in text
         assert f"pid {os.getpid()} on {socket.gethostname()}" in text and "\n" not in text
-    assert workdir_lock.holder(workdir) is None  # released
+    assert locks.holder(workdir) is None  # released
     with workdir_lock.hold(workdir, "bert_jax.main"):  # and free again
         pass
 
@@ -60,7 +61,7 @@ def test_a_second_run_is_refused_naming_the_holder_and_the_lock_goes_at_the_end(
 def test_the_lock_is_released_when_the_block_raises(tmp_path):
     with pytest.raises(KeyboardInterrupt), workdir_lock.hold(str(tmp_path), "x"):
         raise KeyboardInterrupt
-    assert workdir_lock.holder(str(tmp_path)) is None
+    assert locks.holder(str(tmp_path)) is None
 
 
 def test_a_directory_made_for_the_lock_alone_is_removed_with_it(tmp_path):
@@ -93,7 +94,7 @@ def test_what_counts_as_stale(tmp_path, changes, stale):
                 pass
         return
     with workdir_lock.hold(str(tmp_path), "bert_jax.main"):
-        assert workdir_lock.holder(str(tmp_path))["pid"] == os.getpid()
+        assert locks.holder(str(tmp_path))["pid"] == os.getpid()
     assert os.listdir(tmp_path) == []  # neither the lock nor a takeover marker is left
 
 
@@ -125,7 +126,7 @@ def test_an_unreadable_lock_is_taken_over_only_when_old(root, content, why):
     old = time.time() + workdir_lock.STALE_AFTER_S + 5
     with mock.patch.object(workdir_lock.time, "time", return_value=old):
         with workdir_lock.hold(workdir, "x"):
-            assert workdir_lock.holder(workdir)["pid"] == os.getpid()
+            assert locks.holder(workdir)["pid"] == os.getpid()
 
 
 def test_a_lock_being_written_as_it_is_read_is_its_writers(tmp_path):
@@ -167,9 +168,9 @@ def test_a_lock_that_is_a_directory_or_unreadable_is_refused_naming_it(tmp_path)
 def test_the_heartbeat_keeps_a_live_lock_fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(workdir_lock, "HEARTBEAT_S", 0.05)
     with workdir_lock.hold(str(tmp_path), "x"):
-        first = workdir_lock.holder(str(tmp_path))["heartbeat"]
+        first = locks.holder(str(tmp_path))["heartbeat"]
         time.sleep(0.5)
-        assert workdir_lock.holder(str(tmp_path))["heartbeat"] > first
+        assert locks.holder(str(tmp_path))["heartbeat"] > first
 
 
 _RACER = """

@@ -22,7 +22,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.finetune import packed, predict, train
-from bert_jax.training import faults, workdir_lock
+from bert_jax.training import faults
+from support import locks
 from support.finetune_data import (
     TINY,
     conll_file,
@@ -51,7 +52,7 @@ def test_single_sentence_classification_learns_reading_a_few_steps_ahead(
     def counted(arrays, indices, max_examples, num_rows=None, rows=None):
         if num_rows is not None:
             built.append(len(indices))
-            holders.append((workdir_lock.holder(workdir) or {}).get("pid"))
+            holders.append((locks.holder(workdir) or {}).get("pid"))
         return pack_examples(arrays, indices, max_examples, num_rows, rows)
 
     monkeypatch.setattr(packed, "pack_examples", counted)
