@@ -18,7 +18,6 @@ import math
 from collections.abc import Callable
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
@@ -83,10 +82,6 @@ class JobSpec:
         if problems:
             raise cli.UserError("; ".join(problems))
 
-    @property
-    def schema(self) -> F.Schema:
-        return self.opts.schema
-
     def split_opts(self, split: str) -> inst.InstanceOptions:
         """The instance options of one split: the eval split's masks at eval_masked_lm_prob."""
         if split == "eval":
@@ -123,11 +118,10 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
         spec = spec.strip()
         if not spec or spec.startswith("tfds:"):
             continue
-        pattern = glob.has_magic(spec)
         found = [p for p in readers.expand(spec) if storage.real_path(p) in vocabulary]
         if found:
             raise readers.InputError(
-                f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
+                f"--input={spec!r} {'matches' if glob.has_magic(spec) else 'is'} the vocabulary "
                 f"{found[0]!r} (--vocab_file={vocab_file!r}): read as text, its entries would "
                 "become a document of the corpus; move the vocabulary out of the corpus's "
                 "directory or narrow the pattern"
@@ -215,17 +209,14 @@ def fingerprint(
         # Only where it changes the records: a job from before the field (its eval split masked
         # at masked_lm_prob) keeps its fingerprint when both rates are the same.
         opts["eval_masked_lm_prob"] = spec.eval_masked_lm_prob
+    unit_fields = (
+        "dupe_factor seed eval_fraction block_size_mb tfds_examples_per_unit text_field "
+        "document_per_file language"
+    ).split()
     return {
         "units": {
             **opts,
-            "dupe_factor": spec.dupe_factor,
-            "seed": spec.seed,
-            "eval_fraction": spec.eval_fraction,
-            "block_size_mb": spec.block_size_mb,
-            "tfds_examples_per_unit": spec.tfds_examples_per_unit,
-            "text_field": spec.text_field,
-            "document_per_file": spec.document_per_file,
-            "language": spec.language,
+            **{name: getattr(spec, name) for name in unit_fields},
             "vocab_md5": vocab_md5,
             "do_lower_case": do_lower_case,
             "inputs": sources,
@@ -253,13 +244,7 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
     return "; ".join(diffs)
 
 
-def check_finished(
-    spec: JobSpec,
-    planned: list,
-    fp: dict,
-    finished: dict,
-    output_dir: str,
-) -> dict:
+def check_finished(spec: JobSpec, planned: list, fp: dict, finished: dict, output_dir: str) -> dict:
     """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
     written with other settings or from input that has changed since."""
     if finished.get("fingerprint") != fp:

@@ -64,7 +64,7 @@ class UnitProcessor:
         self.vocab.check_whole_word(
             spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
         )
-        self.encoder = example_encoder.ExampleEncoder(spec.schema)
+        self.encoder = example_encoder.ExampleEncoder(spec.opts.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:
