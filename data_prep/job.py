@@ -6,10 +6,8 @@
 Everything here and in job_units.py / job_shards.py (which take the JobSpec from here) is a
 function of the job's settings and the input, never of the worker count or the runner: the local
 runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so their outputs
-are identical. A unit's instances draw from random.Random and its masks from a numpy Generator,
-both seeded by (seed, unit, split); the units' order over shards and each shard's shuffle by
-(seed, split[, shard]). Documents go to the eval split by a hash of their text. Each unit's
-content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mode: how it works".
+are identical: every random stream is seeded from the settings (`seed`). docs/data_prep.md,
+"Scaled mode: how it works".
 """
 
 import dataclasses
@@ -312,7 +310,6 @@ def manifest_fields(
         for split in SPLITS:
             split_stats[split].add(unit.stats[split])
             split_documents[split] += unit.documents[split]
-    train, held_out = split_stats["train"], split_stats["eval"]
     opts = spec.opts
     out = manifest.contract_fields(
         mode="scaled",
@@ -333,13 +330,13 @@ def manifest_fields(
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
         input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
-        documents=split_documents["train"] + split_documents["eval"],
-        stats=train.summary(opts.max_seq_length),
+        documents=sum(split_documents.values()),
+        stats=split_stats["train"].summary(opts.max_seq_length),
         eval={
             "fraction": spec.eval_fraction,
             "masked_lm_prob": spec.eval_masked_lm_prob if opts.mask else None,
             "documents": split_documents["eval"],
-            "stats": held_out.summary(opts.max_seq_length),
+            "stats": split_stats["eval"].summary(opts.max_seq_length),
         },
         seconds=round(seconds, 3),
     )
