@@ -114,10 +114,9 @@ def _reported_as(records, local: str, path: str):
 def _check_ids(features: dict, tokenizer, index: int) -> None:
     """An id the vocabulary has no entry for means records and vocabulary do not belong
     together: printing [UNK]s for it would hide that."""
-    ids = [features[F.INPUT_IDS]]
-    if F.MASKED_LM_IDS in features:
-        ids.append(features[F.MASKED_LM_IDS])
-    top = max(int(max(i, default=0)) for i in ids)
+    top = max(
+        int(max(features.get(name, []), default=0)) for name in (F.INPUT_IDS, F.MASKED_LM_IDS)
+    )
     if top >= tokenizer.vocab_size:
         raise cli.UserError(
             f"--input={FLAGS.input}: record {index} holds token id {top} but --vocab_file="

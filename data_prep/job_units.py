@@ -68,8 +68,7 @@ class UnitProcessor:
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:
-        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
-        # end.
+        # the cycle collector's passes over them cost ~10% and free nothing, so it waits.
         collecting = gc.isenabled()
         gc.disable()
         try:
