@@ -158,6 +158,7 @@ flags.DEFINE_bool(
     "all match, else one error line naming the bad files and status 2.",
 )
 
+_PATH_FLAGS = ("input", "vocab_file", "output_dir", "tfds_data_dir")  # local or bucket paths
 # Flags that do not shape the records; the manifest's "flags" records every other one.
 _NOT_RECORDED = ("output_dir", "tfds_data_dir", "num_workers", "progress", "verify")
 # Flags only the scaled and Beam modes read, with why reference mode would ignore them (it writes
@@ -301,12 +302,7 @@ def _check_flags(argv) -> None:
 def main(argv):
     _check_flags(argv)
     storage.check_paths(  # parsed once, before anything is read or written
-        {
-            "--input": FLAGS.input,
-            "--vocab_file": FLAGS.vocab_file,
-            "--output_dir": FLAGS.output_dir,
-            "--tfds_data_dir": FLAGS.tfds_data_dir,
-        },
+        {f"--{name}": FLAGS[name].value for name in _PATH_FLAGS},
         outputs=[] if FLAGS.verify else ["--output_dir"],
     )
     if FLAGS.verify:
