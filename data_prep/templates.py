@@ -49,10 +49,6 @@ def _constant(text: str) -> Callable[[Arguments], str]:
     return lambda a: text
 
 
-def _last(a: Arguments) -> str:
-    return a.positional[-1] if a.positional else ""
-
-
 def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
     return lambda a: f"{left}{a[i]}{right}" if a[i] else ""
 
@@ -183,7 +179,7 @@ _PLAIN = (
 _RENDER: dict[str, Callable[[Arguments], str]] = {
     **dict.fromkeys(("convert", "cvt"), _convert),
     **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
-    **dict.fromkeys(("transl", "transliteration"), _last),
+    **dict.fromkeys(("transl", "transliteration"), lambda a: (a.positional or [""])[-1]),
     **dict.fromkeys(_PLAIN, _text(1)),
     **dict.fromkeys(("angbr", "vr"), _wrapped("⟨", "⟩")),
     **dict.fromkeys(("quote", "blockquote", "quotation", "cquote"), _quote),
