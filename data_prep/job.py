@@ -311,17 +311,7 @@ def manifest_fields(
             split_stats[split].add(unit.stats[split])
             split_documents[split] += unit.documents[split]
     opts = spec.opts
-    out = manifest.contract_fields(
-        mode="scaled",
-        fmt=spec.fmt,
-        max_seq_length=opts.max_seq_length,
-        max_predictions_per_seq=opts.max_predictions_per_seq,
-        masked=opts.mask,  # False: unmasked records (dynamic masking in the trainer)
-        nsp=opts.nsp,
-        whole_word_mask=opts.whole_word_mask,
-        vocab=vocab,
-        shards=shards,
-    )
+    out = opts.contract_fields("scaled", spec.fmt, vocab, shards)
     out.update(
         runner=runner,
         flags=flags,

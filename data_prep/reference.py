@@ -328,17 +328,8 @@ def run(
                 writer.write(F.encode_example(instance_to_features(instance, schema)))
                 stats.add_instance(instance)
         shard = output.shard_entry(local, stats.instances)
-    fields = manifest.contract_fields(
-        mode="reference",
-        fmt=fmt,
-        max_seq_length=opts.max_seq_length,
-        max_predictions_per_seq=opts.max_predictions_per_seq,
-        masked=opts.mask,
-        nsp=opts.nsp,
-        whole_word_mask=opts.whole_word_mask,
-        vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
-        shards={"train": [shard], "eval": []},
-    )
+    vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
+    fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})
     fields.update(
         flags=flags,
         read=dataclasses.asdict(read_stats),
