@@ -263,9 +263,7 @@ def _previous_shards(output_dir: str) -> set[str]:
             f"--output_dir={output_dir!r} holds {what}; reference mode would leave its shards "
             "there beside its own: use another --output_dir"
         )
-    if not finished:
-        return set()
-    return {s["file"] for split in finished["shards"].values() for s in split}
+    return {s["file"] for split in finished.get("shards", {}).values() for s in split}
 
 
 def run(
