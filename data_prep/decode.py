@@ -73,42 +73,37 @@ def main(argv):
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
     # Every record's checksums are checked as it is read.
     local = storage.local_copy(FLAGS.input)
-    stream = _reported_as(record_io.read_records(local), local, FLAGS.input)
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
     index = FLAGS.skip - 1
-    for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
-        try:
-            features = F.decode_example(data)
-        except (DecodeError, ValueError) as e:
-            raise cli.UserError(
-                f"--input={FLAGS.input}: record {index} is not a tf.train.Example of BERT "
-                f"features ({e}); is it a file of pre-training records?"
-            ) from None
-        missing = F.missing_feature(features, masked=F.MASKED_LM_POSITIONS in features)
-        if missing:
-            raise cli.UserError(
-                f"--input={FLAGS.input}: record {index} has no {missing!r} feature (it has "
-                f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
-                "record"
-            )
-        unequal = F.unequal_lengths(features)
-        if unequal:
-            raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
-        _check_ids(features, tokenizer, index)
-        print(f"--- record {index}")
-        print(describe(features, tokenizer))
+    with storage.reported_as(local, FLAGS.input):  # a damaged record names the user's file
+        records = itertools.islice(record_io.read_records(local), FLAGS.skip, stop)
+        for index, data in enumerate(records, start=FLAGS.skip):
+            try:
+                features = F.decode_example(data)
+            except (DecodeError, ValueError) as e:
+                raise cli.UserError(
+                    f"--input={FLAGS.input}: record {index} is not a tf.train.Example of BERT "
+                    f"features ({e}); is it a file of pre-training records?"
+                ) from None
+            missing = F.missing_feature(features, masked=F.MASKED_LM_POSITIONS in features)
+            if missing:
+                raise cli.UserError(
+                    f"--input={FLAGS.input}: record {index} has no {missing!r} feature (it has "
+                    f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
+                    "record"
+                )
+            unequal = F.unequal_lengths(features)
+            if unequal:
+                raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
+            _check_ids(features, tokenizer, index)
+            print(f"--- record {index}")
+            print(describe(features, tokenizer))
     if index < FLAGS.skip:  # nothing printed: say so rather than exit 0 in silence
         raise cli.UserError(
             f"--input={FLAGS.input} holds no records"
             + (f" after the first --skip={FLAGS.skip}" if FLAGS.skip else "")
         )
     return 0
-
-
-def _reported_as(records, local: str, path: str):
-    """`records`, whose errors (a damaged record of a local copy) name `path`, the user's."""
-    with storage.reported_as(local, path):
-        yield from records
 
 
 def _check_ids(features: dict, tokenizer, index: int) -> None:
