@@ -127,11 +127,9 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
 
 
 def outside(output_dir: str) -> Callable[[str], list[str]]:
-    """readers.match_files less the job's own output. On a rerun a glob over the corpus's
-    directory (--input='data/*/*' --output_dir=data/out) matches the first run's shards too, and
-    they were read as input ("UTF-16 text without a byte-order mark", from their binary bytes):
-    they are skipped with a warning naming them, and an input that is nothing but the job's own
-    output is refused."""
+    """readers.match_files less the job's own output: on a rerun a glob over the corpus's directory
+    (--input='data/*/*' --output_dir=data/out) matches the first run's shards too; they are
+    skipped with a warning naming them, and an input that is nothing but them is refused."""
     out = output_dir.rstrip("/")
     real_out = storage.real_path(out)
 
