@@ -179,12 +179,8 @@ _SCALED_FLAGS = {
 
 def _from_flags(cls, **renamed):
     """A `cls` from the flags named as its fields; `renamed`: the fields whose flags are not."""
-    return cls(
-        **{
-            f.name: renamed[f.name] if f.name in renamed else FLAGS[f.name].value
-            for f in dataclasses.fields(cls)
-        }
-    )
+    named = [f.name for f in dataclasses.fields(cls) if f.name not in renamed]
+    return cls(**{name: FLAGS[name].value for name in named}, **renamed)
 
 
 def options_from_flags() -> instances.InstanceOptions:
