@@ -94,8 +94,6 @@ class UnitProcessor:
         joiner = getattr(self.tokenizer, "sentence_joiner", "")
         ids, per_line = self.tokenizer.encode_batch(
             [joiner + line if i else line for doc in documents for i, line in enumerate(doc)]
-            if joiner
-            else [line for doc in documents for line in doc]
         )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
         # A str seed: hashed by sha512, stable across processes and versions.
