@@ -117,8 +117,7 @@ def run(
     started = time.time()
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
-    tokenizer = job.load_tokenizer(vocab_file, do_lower_case)
-    vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
+    vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab["md5"], do_lower_case)
     finished = output.read_manifest(output_dir)
     if finished is not None:
