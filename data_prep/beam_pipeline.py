@@ -54,28 +54,24 @@ def _summary(result, stats: dict) -> dict:
 
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job_shards.plan_shards, also indexed by unit: unit -> [(split, shard,
-    count, rank, a, b)]."""
+    """The shard plan of job_shards.plan_shards, indexed by unit: unit -> [(split, shard, count,
+    rank, a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
-    by_unit, shards = {}, {}
+    by_unit = {}
     for split in job.SPLITS:
         counts = [s[split][0] for s in summaries]
-        shards[split] = job_shards.plan_shards(
-            spec, split, counts, sum(s[split][1] for s in summaries)
-        )
-        if split == "train" and not shards[split]:
+        shards = job_shards.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
+        if split == "train" and not shards:
             raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
-        for shard, pieces in enumerate(shards[split]):
+        for shard, pieces in enumerate(shards):
             for rank, (unit, first, end) in enumerate(pieces):
-                by_unit.setdefault(unit, []).append(
-                    (split, shard, len(shards[split]), rank, first, end)
-                )
-    return {"shards": {split: len(plan) for split, plan in shards.items()}, "by_unit": by_unit}
+                by_unit.setdefault(unit, []).append((split, shard, len(shards), rank, first, end))
+    return by_unit
 
 
 def _pieces(result, plan: dict):
     """A unit's records, cut into the pieces the plan gives each shard."""
-    for split, shard, count, rank, first, end in plan["by_unit"].get(result.unit.index, []):
+    for split, shard, count, rank, first, end in plan.get(result.unit.index, []):
         records = result.splits[split]
         data, offsets = records.data, records.offsets.tolist()
         yield (
@@ -96,9 +92,7 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     return split, shard, info
 
 
-def _write_manifest(
-    infos: list, summaries: list, spec, fp, planned, started: float, report: dict, output_dir
-):
+def _write_manifest(infos: list, summaries: list, spec, fp, planned, started, output_dir, **report):
     shards = {
         split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
         for split in job.SPLITS
@@ -123,8 +117,7 @@ def run(
     started = time.time()
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
-    tokenizer = job.load_tokenizer(vocab_file, do_lower_case)
-    vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
+    vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab["md5"], do_lower_case)
     finished = output.read_manifest(output_dir)
     if finished is not None:
@@ -172,12 +165,10 @@ def run(
                 fp=fp,
                 planned=planned,
                 started=started,
-                report={
-                    "vocab": vocab,
-                    "flags": flags or {},
-                    "runner": f"beam: {runner}",
-                },
                 output_dir=output_dir,
+                vocab=vocab,
+                flags=flags or {},
+                runner=f"beam: {runner}",
             )
         )
     return output.read_manifest(output_dir)

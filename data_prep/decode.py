@@ -73,30 +73,31 @@ def main(argv):
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
     # Every record's checksums are checked as it is read.
     local = storage.local_copy(FLAGS.input)
-    stream = _reported_as(record_io.read_records(local), local, FLAGS.input)
     stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
     index = FLAGS.skip - 1
-    for index, data in enumerate(itertools.islice(stream, FLAGS.skip, stop), start=FLAGS.skip):
-        try:
-            features = F.decode_example(data)
-        except (DecodeError, ValueError) as e:
-            raise cli.UserError(
-                f"--input={FLAGS.input}: record {index} is not a tf.train.Example of BERT "
-                f"features ({e}); is it a file of pre-training records?"
-            ) from None
-        missing = F.missing_feature(features, masked=F.MASKED_LM_POSITIONS in features)
-        if missing:
-            raise cli.UserError(
-                f"--input={FLAGS.input}: record {index} has no {missing!r} feature (it has "
-                f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
-                "record"
-            )
-        unequal = F.unequal_lengths(features)
-        if unequal:
-            raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
-        _check_ids(features, tokenizer, index)
-        print(f"--- record {index}")
-        print(describe(features, tokenizer))
+    with storage.reported_as(local, FLAGS.input):  # a damaged record names the user's file
+        records = itertools.islice(record_io.read_records(local), FLAGS.skip, stop)
+        for index, data in enumerate(records, start=FLAGS.skip):
+            try:
+                features = F.decode_example(data)
+            except (DecodeError, ValueError) as e:
+                raise cli.UserError(
+                    f"--input={FLAGS.input}: record {index} is not a tf.train.Example of BERT "
+                    f"features ({e}); is it a file of pre-training records?"
+                ) from None
+            missing = F.missing_feature(features, masked=F.MASKED_LM_POSITIONS in features)
+            if missing:
+                raise cli.UserError(
+                    f"--input={FLAGS.input}: record {index} has no {missing!r} feature (it has "
+                    f"{sorted(features) or 'none of the BERT features'}): not a BERT pre-training "
+                    "record"
+                )
+            unequal = F.unequal_lengths(features)
+            if unequal:
+                raise cli.UserError(f"--input={FLAGS.input}: record {index} holds {unequal}")
+            _check_ids(features, tokenizer, index)
+            print(f"--- record {index}")
+            print(describe(features, tokenizer))
     if index < FLAGS.skip:  # nothing printed: say so rather than exit 0 in silence
         raise cli.UserError(
             f"--input={FLAGS.input} holds no records"
@@ -105,19 +106,12 @@ def main(argv):
     return 0
 
 
-def _reported_as(records, local: str, path: str):
-    """`records`, whose errors (a damaged record of a local copy) name `path`, the user's."""
-    with storage.reported_as(local, path):
-        yield from records
-
-
 def _check_ids(features: dict, tokenizer, index: int) -> None:
     """An id the vocabulary has no entry for means records and vocabulary do not belong
     together: printing [UNK]s for it would hide that."""
-    ids = [features[F.INPUT_IDS]]
-    if F.MASKED_LM_IDS in features:
-        ids.append(features[F.MASKED_LM_IDS])
-    top = max(int(max(i, default=0)) for i in ids)
+    top = max(
+        int(max(features.get(name, []), default=0)) for name in (F.INPUT_IDS, F.MASKED_LM_IDS)
+    )
     if top >= tokenizer.vocab_size:
         raise cli.UserError(
             f"--input={FLAGS.input}: record {index} holds token id {top} but --vocab_file="

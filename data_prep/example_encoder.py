@@ -98,11 +98,10 @@ class ExampleEncoder:
     def encode(self, batch: Batch) -> list[bytes]:
         """Serialized records, features in sorted order as deterministic serialization writes
         them."""
-        lengths = batch.length.tolist()
         segment_keys = (batch.segment_start * (self._length_cap + 1) + batch.length).tolist()
         columns = [
             self._varint_entries(F.INPUT_IDS, batch.tokens),
-            list(map(self._mask, lengths)),
+            list(map(self._mask, batch.length.tolist())),
         ]
         if self.schema.masked:
             columns += [
@@ -114,8 +113,7 @@ class ExampleEncoder:
             list(map(self._labels, batch.random_next.astype(int).tolist())),
             list(map(self._segments, segment_keys)),
         ]
-        features = list(map(b"".join, zip(*columns)))
-        return [b"\x0a" + self._lengths(len(f)) + f for f in features]
+        return [b"\x0a" + self._lengths(len(f)) + f for f in map(b"".join, zip(*columns))]
 
 
 def _segments(segment_start: int, n: int, length_cap: int) -> bytes:

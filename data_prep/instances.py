@@ -52,6 +52,20 @@ class InstanceOptions:
         """The records' schema: unmasked records have no masked_lm_* features."""
         return F.Schema(self.max_seq_length, self.max_predictions_per_seq if self.mask else 0)
 
+    def contract_fields(self, mode: str, fmt: str, vocab: dict, shards: dict) -> dict:
+        """manifest.json's data contract (manifest.contract_fields) for records of these options."""
+        return manifest.contract_fields(
+            mode=mode,
+            fmt=fmt,
+            max_seq_length=self.max_seq_length,
+            max_predictions_per_seq=self.max_predictions_per_seq,
+            masked=self.mask,  # False: unmasked records (dynamic masking in the trainer)
+            nsp=self.nsp,
+            whole_word_mask=self.whole_word_mask,
+            vocab=vocab,
+            shards=shards,
+        )
+
 
 @dataclasses.dataclass
 class Documents:

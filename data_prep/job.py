@@ -6,10 +6,8 @@
 Everything here and in job_units.py / job_shards.py (which take the JobSpec from here) is a
 function of the job's settings and the input, never of the worker count or the runner: the local
 runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so their outputs
-are identical. A unit's instances draw from random.Random and its masks from a numpy Generator,
-both seeded by (seed, unit, split); the units' order over shards and each shard's shuffle by
-(seed, split[, shard]). Documents go to the eval split by a hash of their text. Each unit's
-content hash is taken as it is read (content.py). docs/data_prep.md, "Scaled mode: how it works".
+are identical: every random stream is seeded from the settings (`seed`). docs/data_prep.md,
+"Scaled mode: how it works".
 """
 
 import dataclasses
@@ -18,7 +16,6 @@ import math
 from collections.abc import Callable
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
@@ -83,10 +80,6 @@ class JobSpec:
         if problems:
             raise cli.UserError("; ".join(problems))
 
-    @property
-    def schema(self) -> F.Schema:
-        return self.opts.schema
-
     def split_opts(self, split: str) -> inst.InstanceOptions:
         """The instance options of one split: the eval split's masks at eval_masked_lm_prob."""
         if split == "eval":
@@ -123,11 +116,10 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
         spec = spec.strip()
         if not spec or spec.startswith("tfds:"):
             continue
-        pattern = glob.has_magic(spec)
         found = [p for p in readers.expand(spec) if storage.real_path(p) in vocabulary]
         if found:
             raise readers.InputError(
-                f"--input={spec!r} {'matches' if pattern else 'is'} the vocabulary "
+                f"--input={spec!r} {'matches' if glob.has_magic(spec) else 'is'} the vocabulary "
                 f"{found[0]!r} (--vocab_file={vocab_file!r}): read as text, its entries would "
                 "become a document of the corpus; move the vocabulary out of the corpus's "
                 "directory or narrow the pattern"
@@ -135,11 +127,9 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
 
 
 def outside(output_dir: str) -> Callable[[str], list[str]]:
-    """readers.match_files less the job's own output. On a rerun a glob over the corpus's
-    directory (--input='data/*/*' --output_dir=data/out) matches the first run's shards too, and
-    they were read as input ("UTF-16 text without a byte-order mark", from their binary bytes):
-    they are skipped with a warning naming them, and an input that is nothing but the job's own
-    output is refused."""
+    """readers.match_files less the job's own output: on a rerun a glob over the corpus's directory
+    (--input='data/*/*' --output_dir=data/out) matches the first run's shards too; they are
+    skipped with a warning naming them, and an input that is nothing but them is refused."""
     out = output_dir.rstrip("/")
     real_out = storage.real_path(out)
 
@@ -215,17 +205,14 @@ def fingerprint(
         # Only where it changes the records: a job from before the field (its eval split masked
         # at masked_lm_prob) keeps its fingerprint when both rates are the same.
         opts["eval_masked_lm_prob"] = spec.eval_masked_lm_prob
+    unit_fields = (
+        "dupe_factor seed eval_fraction block_size_mb tfds_examples_per_unit text_field "
+        "document_per_file language"
+    ).split()
     return {
         "units": {
             **opts,
-            "dupe_factor": spec.dupe_factor,
-            "seed": spec.seed,
-            "eval_fraction": spec.eval_fraction,
-            "block_size_mb": spec.block_size_mb,
-            "tfds_examples_per_unit": spec.tfds_examples_per_unit,
-            "text_field": spec.text_field,
-            "document_per_file": spec.document_per_file,
-            "language": spec.language,
+            **{name: getattr(spec, name) for name in unit_fields},
             "vocab_md5": vocab_md5,
             "do_lower_case": do_lower_case,
             "inputs": sources,
@@ -253,13 +240,7 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
     return "; ".join(diffs)
 
 
-def check_finished(
-    spec: JobSpec,
-    planned: list,
-    fp: dict,
-    finished: dict,
-    output_dir: str,
-) -> dict:
+def check_finished(spec: JobSpec, planned: list, fp: dict, finished: dict, output_dir: str) -> dict:
     """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
     written with other settings or from input that has changed since."""
     if finished.get("fingerprint") != fp:
@@ -327,19 +308,8 @@ def manifest_fields(
         for split in SPLITS:
             split_stats[split].add(unit.stats[split])
             split_documents[split] += unit.documents[split]
-    train, held_out = split_stats["train"], split_stats["eval"]
     opts = spec.opts
-    out = manifest.contract_fields(
-        mode="scaled",
-        fmt=spec.fmt,
-        max_seq_length=opts.max_seq_length,
-        max_predictions_per_seq=opts.max_predictions_per_seq,
-        masked=opts.mask,  # False: unmasked records (dynamic masking in the trainer)
-        nsp=opts.nsp,
-        whole_word_mask=opts.whole_word_mask,
-        vocab=vocab,
-        shards=shards,
-    )
+    out = opts.contract_fields("scaled", spec.fmt, vocab, shards)
     out.update(
         runner=runner,
         flags=flags,
@@ -348,13 +318,13 @@ def manifest_fields(
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
         input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
-        documents=split_documents["train"] + split_documents["eval"],
-        stats=train.summary(opts.max_seq_length),
+        documents=sum(split_documents.values()),
+        stats=split_stats["train"].summary(opts.max_seq_length),
         eval={
             "fraction": spec.eval_fraction,
             "masked_lm_prob": spec.eval_masked_lm_prob if opts.mask else None,
             "documents": split_documents["eval"],
-            "stats": held_out.summary(opts.max_seq_length),
+            "stats": split_stats["eval"].summary(opts.max_seq_length),
         },
         seconds=round(seconds, 3),
     )

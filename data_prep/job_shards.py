@@ -35,12 +35,8 @@ def plan_shards(
     spec: JobSpec, split: str, counts: list[int], record_bytes: int
 ) -> list[list[tuple]]:
     """Per shard, its pieces (unit index, first record, end record) in the order they are
-    concatenated.
-
-    Units are put in a seeded random order and the instances, in that order, are cut into equal
-    contiguous ranges: shard sizes differ by at most one, each shard reads a few units sequentially,
-    and each draws its documents from all over the corpus.
-    """
+    concatenated: shard sizes differ by at most one, each shard reads a few units sequentially,
+    and each draws its documents from all over the corpus."""
     total = sum(counts)
     num = shard_count(spec, split, total, record_bytes)
     order = np.random.default_rng(seed(spec, "unit_order", SPLITS.index(split))).permutation(

@@ -64,30 +64,27 @@ class UnitProcessor:
         self.vocab.check_whole_word(
             spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
         )
-        self.encoder = example_encoder.ExampleEncoder(spec.schema)
+        self.encoder = example_encoder.ExampleEncoder(spec.opts.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:
-        # the cycle collector's passes over them cost ~10% and free nothing, so it waits until the
-        # end.
+        # the cycle collector's passes over them cost ~10% and free nothing, so it waits.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._process(unit)
+            read = readers.ReadStats()
+            docs = {split: [] for split in SPLITS}
+            documents, digest = content.read_documents(
+                unit, read, self.spec.text_field, self.spec.tfds_data_dir, self.spec.language
+            )
+            for document in documents:
+                split = "eval" if is_eval(document, self.spec.eval_fraction) else "train"
+                docs[split].append(document)
+            splits = {split: self._split(unit, split, docs[split]) for split in SPLITS}
+            return UnitResult(unit, splits, read, digest)
         finally:
             if collecting:
                 gc.enable()
-
-    def _process(self, unit: units_lib.Unit) -> UnitResult:
-        read = readers.ReadStats()
-        docs = {split: [] for split in SPLITS}
-        documents, digest = content.read_documents(
-            unit, read, self.spec.text_field, self.spec.tfds_data_dir, self.spec.language
-        )
-        for document in documents:
-            docs["eval" if is_eval(document, self.spec.eval_fraction) else "train"].append(document)
-        splits = {split: self._split(unit, split, docs[split]) for split in SPLITS}
-        return UnitResult(unit, splits, read, digest)
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
         spec, opts = self.spec, self.spec.split_opts(split)
@@ -97,8 +94,6 @@ class UnitProcessor:
         joiner = getattr(self.tokenizer, "sentence_joiner", "")
         ids, per_line = self.tokenizer.encode_batch(
             [joiner + line if i else line for doc in documents for i, line in enumerate(doc)]
-            if joiner
-            else [line for doc in documents for line in doc]
         )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
         # A str seed: hashed by sha512, stable across processes and versions.
@@ -121,6 +116,5 @@ class UnitProcessor:
             stats.tokens += int(batch.length.sum())
             stats.masked += int(batch.num_masked.sum()) if opts.mask else 0
             stats.random_next += int(batch.random_next.sum())
-        offsets = np.zeros(len(chunks) + 1, np.int64)
-        np.cumsum([len(r) for r in chunks], out=offsets[1:])
+        offsets = np.cumsum([0, *map(len, chunks)], dtype=np.int64)
         return SplitRecords(b"".join(chunks), offsets, stats, len(docs.bounds))

@@ -158,30 +158,29 @@ flags.DEFINE_bool(
     "all match, else one error line naming the bad files and status 2.",
 )
 
+_PATH_FLAGS = ("input", "vocab_file", "output_dir", "tfds_data_dir")  # local or bucket paths
 # Flags that do not shape the records; the manifest's "flags" records every other one.
 _NOT_RECORDED = ("output_dir", "tfds_data_dir", "num_workers", "progress", "verify")
-# Flags only the scaled and Beam modes read: a reference manifest leaves them out.
-_SCALED_FLAGS = (
-    "document_per_file",
-    "language",
-    "eval_fraction",
-    "eval_masked_lm_prob",
-    "block_size_mb",
-    "tfds_examples_per_unit",
-    "num_shards",
-    "num_eval_shards",
-    "shard_size_mb",
-)
+# Flags only the scaled and Beam modes read, with why reference mode would ignore them (it writes
+# one training shard and no eval split, and reads its whole input in one process, as the original
+# does): passing one there is an error, and a reference manifest leaves them out.
+_SCALED_FLAGS = {
+    "document_per_file": "reads BERT-format text as the original does",
+    "language": "reads BERT-format text as the original does",
+    "eval_masked_lm_prob": "writes no eval split",
+    "eval_fraction": "writes no eval split",
+    "num_eval_shards": "writes no eval split",
+    "num_shards": "writes one shard, as the original does",
+    "shard_size_mb": "writes one shard, as the original does",
+    "block_size_mb": "reads its whole input in one process",
+    "tfds_examples_per_unit": "reads its whole input in one process",
+}
 
 
 def _from_flags(cls, **renamed):
     """A `cls` from the flags named as its fields; `renamed`: the fields whose flags are not."""
-    return cls(
-        **{
-            f.name: renamed[f.name] if f.name in renamed else FLAGS[f.name].value
-            for f in dataclasses.fields(cls)
-        }
-    )
+    named = [f.name for f in dataclasses.fields(cls) if f.name not in renamed]
+    return cls(**{name: FLAGS[name].value for name in named}, **renamed)
 
 
 def options_from_flags() -> instances.InstanceOptions:
@@ -291,20 +290,7 @@ def _check_flags(argv) -> None:
         sentences.language_code(FLAGS.language)
     except ValueError as e:
         raise cli.UserError(f"--language={FLAGS.language}: {e}") from None
-    # What reference mode would ignore: it writes one training shard and no eval split, and reads
-    # its whole input in one process, as the original does.
-    why = {
-        "document_per_file": "reads BERT-format text as the original does",
-        "language": "reads BERT-format text as the original does",
-        "eval_masked_lm_prob": "writes no eval split",
-        "eval_fraction": "writes no eval split",
-        "num_eval_shards": "writes no eval split",
-        "num_shards": "writes one shard, as the original does",
-        "shard_size_mb": "writes one shard, as the original does",
-        "block_size_mb": "reads its whole input in one process",
-        "tfds_examples_per_unit": "reads its whole input in one process",
-    }
-    for name, reason in why.items():
+    for name, reason in _SCALED_FLAGS.items():
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
             raise cli.UserError(f"--{name} is for --mode=scaled or beam; reference mode {reason}")
 
@@ -312,12 +298,7 @@ def _check_flags(argv) -> None:
 def main(argv):
     _check_flags(argv)
     storage.check_paths(  # parsed once, before anything is read or written
-        {
-            "--input": FLAGS.input,
-            "--vocab_file": FLAGS.vocab_file,
-            "--output_dir": FLAGS.output_dir,
-            "--tfds_data_dir": FLAGS.tfds_data_dir,
-        },
+        {f"--{name}": FLAGS[name].value for name in _PATH_FLAGS},
         outputs=[] if FLAGS.verify else ["--output_dir"],
     )
     if FLAGS.verify:

@@ -52,11 +52,9 @@ def truncate_seq_pair(
 def create_masked_lm_predictions(
     tokens: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
 ):
-    """Masks `masked_lm_prob` of the tokens: 80% [MASK], 10% unchanged, 10% a random vocab entry.
-
-    Returns (output_tokens, positions, labels) with positions sorted. [CLS] and [SEP] are never
-    masked; with whole-word masking a word's pieces are masked together or not at all.
-    """
+    """Masks `masked_lm_prob` of the tokens but [CLS] and [SEP]: 80% [MASK], 10% unchanged, 10% a
+    random vocab entry; whole-word masking masks a word's pieces together or not at all. Returns
+    (output_tokens, positions, labels) with positions sorted."""
     # Whether a piece continues the word before it: "##" for WordPiece (the original's test),
     # and for a byte-level BPE also the character kinds (masking.Vocab.continues, the trainer's).
     joins = vocab.continues(np.asarray([tokens]))[0] if opts.whole_word_mask else None
@@ -198,11 +196,8 @@ def _mlm_only_instances(
 def create_training_instances(
     documents: list, opts: InstanceOptions, vocab: Vocab, dupe_factor: int, rng: random.Random
 ) -> list[Instance]:
-    """The original generator's whole-corpus procedure (reference mode).
-
-    Shuffles the documents, makes `dupe_factor` passes over them (each with fresh random choices),
-    then shuffles all instances. Holds everything in memory, exactly like the original.
-    """
+    """The original's whole-corpus procedure: shuffles the documents, makes `dupe_factor` passes
+    over them (each with fresh random choices), then shuffles all instances."""
     documents = [d for d in documents if d]
     rng.shuffle(documents)
     instances = []
@@ -216,9 +211,7 @@ def create_training_instances(
 
 
 def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
-    """write_instance_to_example_files' features: ids, mask and segments padded with 0 to
-    max_seq_length; masked positions, ids and 1.0 weights padded with 0 to
-    max_predictions_per_seq; next_sentence_labels 1 for a random B. Unmasked schemas
+    """write_instance_to_example_files' features, 0-padded; unmasked schemas
     (max_predictions_per_seq=0) leave out the masked_* features."""
     n, length = len(instance.tokens), schema.max_seq_length
     if n > length:
@@ -270,9 +263,7 @@ def _previous_shards(output_dir: str) -> set[str]:
             f"--output_dir={output_dir!r} holds {what}; reference mode would leave its shards "
             "there beside its own: use another --output_dir"
         )
-    if not finished:
-        return set()
-    return {s["file"] for split in finished["shards"].values() for s in split}
+    return {s["file"] for split in finished.get("shards", {}).values() for s in split}
 
 
 def run(
@@ -335,17 +326,8 @@ def run(
                 writer.write(F.encode_example(instance_to_features(instance, schema)))
                 stats.add_instance(instance)
         shard = output.shard_entry(local, stats.instances)
-    fields = manifest.contract_fields(
-        mode="reference",
-        fmt=fmt,
-        max_seq_length=opts.max_seq_length,
-        max_predictions_per_seq=opts.max_predictions_per_seq,
-        masked=opts.mask,
-        nsp=opts.nsp,
-        whole_word_mask=opts.whole_word_mask,
-        vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
-        shards={"train": [shard], "eval": []},
-    )
+    vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
+    fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})
     fields.update(
         flags=flags,
         read=dataclasses.asdict(read_stats),

@@ -68,8 +68,7 @@ class WorkDir:
         path = storage.join(self.path, "job.json")
         old = output.read_json(path)
         if old is not None:
-            # Shard settings may change until the first shard is written: units do not depend on
-            # them.
+            # Shard settings may change until the first shard is written: units do not use them.
             binding = ("units", "shards") if storage.sizes(self.shards) else ("units",)
             if any(old[part] != fp[part] for part in binding):
                 raise job.JobMismatch(

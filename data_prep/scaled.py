@@ -181,12 +181,11 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver. The
     # output directory's lock heartbeat is fork-safe (workdir_lock.HEARTBEAT_THREAD).
     methods = multiprocessing.get_all_start_methods()
-    others = [
-        t
+    threads = any(
+        t is not threading.current_thread() and t.name != workdir_lock.HEARTBEAT_THREAD
         for t in threading.enumerate()
-        if t is not threading.current_thread() and t.name != workdir_lock.HEARTBEAT_THREAD
-    ]
-    if "fork" in methods and not others:
+    )
+    if "fork" in methods and not threads:
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")

@@ -49,10 +49,6 @@ def _constant(text: str) -> Callable[[Arguments], str]:
     return lambda a: text
 
 
-def _last(a: Arguments) -> str:
-    return a.positional[-1] if a.positional else ""
-
-
 def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
     return lambda a: f"{left}{a[i]}{right}" if a[i] else ""
 
@@ -116,12 +112,6 @@ def _date(year: str, month: str = "", day: str = "", dmy: bool = True) -> str:
     return f"{day} {month} {year}" if dmy else f"{month} {day}, {year}"
 
 
-def _date_template(a: Arguments) -> str:
-    """{{birth date|1947|4|1|df=y}} and kin: the date; an age is left out (it changes with the
-    day the page is rendered)."""
-    return _date(a[1], a[2], a[3], dmy=a.get("df").lower() in _DMY)
-
-
 def _as_of(a: Arguments) -> str:
     """{{as of|2015|6|30}} -> "As of 30 June 2015"; lc=y lower-cases, alt= replaces the text."""
     if a.get("alt"):
@@ -169,7 +159,8 @@ def _val(a: Arguments) -> str:
     return f"{text} {unit}" if unit else text
 
 
-# The date templates: the date is the first three parameters ({{death date and age}}: the death's).
+# The date templates ({{birth date|1947|4|1|df=y}}): the date is the first three parameters
+# ({{death date and age}}: the death's); an age is left out (it changes with the day of rendering).
 _DATES = (
     "birth date", "death date", "start date", "end date", "birth date and age",
     "death date and age", "start date and age", "end date and age", "birth year and age",
@@ -183,11 +174,11 @@ _PLAIN = (
 _RENDER: dict[str, Callable[[Arguments], str]] = {
     **dict.fromkeys(("convert", "cvt"), _convert),
     **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
-    **dict.fromkeys(("transl", "transliteration"), _last),
+    **dict.fromkeys(("transl", "transliteration"), lambda a: (a.positional or [""])[-1]),
     **dict.fromkeys(_PLAIN, _text(1)),
     **dict.fromkeys(("angbr", "vr"), _wrapped("⟨", "⟩")),
     **dict.fromkeys(("quote", "blockquote", "quotation", "cquote"), _quote),
-    **dict.fromkeys(_DATES, _date_template),
+    **dict.fromkeys(_DATES, lambda a: _date(a[1], a[2], a[3], dmy=a.get("df").lower() in _DMY)),
     "ipac-en": _ipac,
     "respell": lambda a: "-".join(a.positional),
     "as of": _as_of,

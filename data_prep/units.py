@@ -82,9 +82,8 @@ def read_unit(
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
     """The documents (lists of sentence strings) of one unit, running text split into sentences
-    by `language`'s rules; `open_binary` opens a path for reading with seek (default: local files
-    and bucket objects, inputs.open_input; the content hash passes one that hashes what is
-    read)."""
+    by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
+    passes one that hashes what is read)."""
     kind = kinds.KINDS[unit.kind]
     if kind.is_file and unit.first:
         stats.files += 1
