@@ -154,9 +154,7 @@ def shard_problem(
     """What is wrong with a finished shard (a manifest entry, its name checked by check_shards),
     naming it: missing, another size than recorded, or (with check_md5) another md5 or another
     record count than the entry's `instances`; None when nothing is. `sizes` is
-    storage.sizes(directory), when the caller has listed it already. The one shard check:
-    data_prep's reruns (sizes) and --verify (everything), and the trainer's
-    config.data.verify_md5 (`verify`)."""
+    storage.sizes(directory), when the caller has listed it already."""
     path = storage.join(directory, entry["file"])
     size = (storage.sizes(directory) if sizes is None else sizes).get(entry["file"])
     if size is None:
