@@ -23,37 +23,25 @@ modules, by concern:
                   their errors in the user's path (reported_as)
 """
 
-from bert_jax.storage.cache import (  # noqa: F401 (the package's names)
-    local_copies,
-    local_copy,
-    local_dir,
-    rename_in_error,
-    reported_as,
-)
-from bert_jax.storage.checkpoint_errors import (  # noqa: F401 (the package's names)
+# The package's names (callers import the package, not its modules).
+# ruff: noqa: F401
+from bert_jax.storage.cache import local_copies, local_copy, local_dir, rename_in_error, reported_as
+from bert_jax.storage.checkpoint_errors import (
     checkpoint_errors,
     classify,
     looks_like_storage,
     readable,
 )
-from bert_jax.storage.checks import (  # noqa: F401 (the package's names)
-    check_bucket,
-    check_file,
-    check_paths,
-    not_a_file,
-)
-from bert_jax.storage.errors import (  # noqa: F401 (the package's names)
+from bert_jax.storage.checks import check_bucket, check_file, check_paths, not_a_file
+from bert_jax.storage.errors import (
     AccessDenied,
     NotFound,
     Unavailable,
     unavailable_as_user_error,
     unavailable_message,
 )
-from bert_jax.storage.exclusive import (  # noqa: F401 (the package's names)
-    create_exclusive,
-    read_versioned,
-)
-from bert_jax.storage.files import (  # noqa: F401 (the package's names)
+from bert_jax.storage.exclusive import create_exclusive, read_versioned
+from bert_jax.storage.files import (
     exists,
     glob,
     isdir,
@@ -75,7 +63,7 @@ from bert_jax.storage.files import (  # noqa: F401 (the package's names)
     write_bytes,
     write_text,
 )
-from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
+from bert_jax.storage.paths import (
     CHECKPOINT_SCHEMES,
     StorageError,
     basename,
@@ -87,9 +75,4 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     parse,
     real_path,
 )
-from bert_jax.storage.remote import (  # noqa: F401 (the package's names)
-    RETRY_S,
-    _fs,
-    forget_listings,
-    tensorstore_retries,
-)
+from bert_jax.storage.remote import RETRY_S, _fs, forget_listings, tensorstore_retries

@@ -13,8 +13,6 @@ from bert_jax.storage.files import _CHUNK, _local_tmp
 from bert_jax.storage.paths import StorageError, basename, bucket_and_key, is_url
 from bert_jax.storage.remote import _fs
 
-# --- Local copies ---------------------------------------------------------------------------
-
 
 def rename_in_error(error: BaseException, local: str, path: str) -> bool:
     """Rewrites `error` in place so that where it names `local` it names `path`: its message

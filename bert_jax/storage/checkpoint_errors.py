@@ -27,6 +27,7 @@ from bert_jax.storage.errors import (
     Unavailable,
     _anonymous,
     convert,
+    outage_line,
     unavailable_message,
 )
 from bert_jax.storage.paths import is_url
@@ -90,18 +91,12 @@ def _tensorstore(error: BaseException, directory: str) -> BaseException | None:
             reason = detail
         return AccessDenied(url, f"Permission denied ({reason})")
     if status.group(1) in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (code or 0) >= 500:
-        return Unavailable(f"{url}: {unavailable_message(error) or _outage(text)}")
+        return Unavailable(
+            f"{url}: {unavailable_message(error) or outage_line(_server_message(text))}"
+        )
     if status.group(1) == "NOT_FOUND" and is_url(url) and not _bucket_there(url):
         return NotFound(url)
     return None
-
-
-def _outage(text: str) -> str:
-    return (
-        f"the storage server did not serve the request after its retries "
-        f"({_server_message(text)}); finished work is kept and nothing half-written is used: "
-        "rerun the same command when the bucket is reachable"
-    )
 
 
 def _bucket_there(url: str) -> bool:

@@ -151,13 +151,12 @@ def report(error: BaseException) -> str | None:
 def bucket_exists(url: str) -> bool:
     """Whether the bucket of `url` is there (asked of the server; tried on the budget, a refusal
     is AccessDenied naming `url`)."""
-    fs, bucket = _fs(url), bucket_and_key(url)[0]
-    call = fs._fs.call if url.startswith("gs://") else fs._fs.call_s3
+    fs, bucket = _fs(url)._fs, bucket_and_key(url)[0]
     try:
         if url.startswith("gs://"):
-            _named(call, url)("GET", "b/{}", bucket, json_out=True)
+            _named(fs.call, url)("GET", "b/{}", bucket, json_out=True)
         else:
-            _named(call, url)("head_bucket", Bucket=bucket)
+            _named(fs.call_s3, url)("head_bucket", Bucket=bucket)
     except NotFound:
         return False
     return True

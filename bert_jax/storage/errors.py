@@ -153,18 +153,6 @@ def convert(error: BaseException, url: str) -> BaseException | None:
     return None
 
 
-@contextlib.contextmanager
-def naming(url: str) -> Iterator[None]:
-    """Turns a client's error about `url` into NotFound / AccessDenied naming it (`convert`)."""
-    try:
-        yield
-    except Exception as e:
-        converted = convert(e, url)
-        if converted is None:
-            raise
-        raise converted from e
-
-
 # --- The outage line ------------------------------------------------------------------------
 
 
@@ -186,13 +174,17 @@ def unavailable_message(error: BaseException) -> str | None:
         if refusal(chain) is not None and not transient(chain):
             return None  # a refusal, not an outage: checks.report says so
         if lost_upload or tensorstore or transient(chain) or _http_code(chain) is not None:
-            detail = " ".join(str(chain).split())[:300] or type(chain).__name__
-            return (
-                f"the storage server did not serve the request after its retries ({detail}); "
-                "finished work is kept and nothing half-written is used: rerun the same "
-                "command when the bucket is reachable"
-            )
+            return outage_line(" ".join(str(chain).split())[:300] or type(chain).__name__)
     return None
+
+
+def outage_line(detail: str) -> str:
+    """The line for a bucket that did not serve a request through the retries (`detail`: why)."""
+    return (
+        f"the storage server did not serve the request after its retries ({detail}); finished "
+        "work is kept and nothing half-written is used: rerun the same command when the bucket "
+        "is reachable"
+    )
 
 
 @contextlib.contextmanager

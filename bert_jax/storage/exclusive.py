@@ -4,12 +4,9 @@ builds on."""
 
 import os
 
-from bert_jax.storage.errors import naming
 from bert_jax.storage.files import version
 from bert_jax.storage.paths import StorageError, bucket_and_key, is_url
-from bert_jax.storage.remote import _fs, _retrying
-
-# --- Exclusive creation, for locks ----------------------------------------------------------
+from bert_jax.storage.remote import _fs, _named
 
 
 def create_exclusive(path: str, data: bytes) -> bool:
@@ -39,8 +36,7 @@ def create_exclusive(path: str, data: bytes) -> bool:
         fs.pipe_file(path, data, mode="create")
 
     try:
-        with naming(path):  # no bucket, no credentials: named by path
-            _retrying(create)
+        _named(create, path)()  # tried on the budget; no bucket, no credentials: named by path
     except FileExistsError:
         # A try that timed out may have created the object before the next one found it there.
         found = read_versioned(path) if len(tries) > 1 else None
@@ -58,8 +54,7 @@ def _check_conditional_writes(path: str) -> None:
     if bucket not in _CONDITIONAL_WRITES:
         fs = _fs(path)
         probe = f"s3://{bucket}/.bert_jax-conditional-write-probe-{os.getpid()}"
-        with naming(path):
-            _retrying(fs._fs.pipe_file, probe, b"1", mode="create")
+        _named(fs._fs.pipe_file, path)(probe, b"1", mode="create")
         try:
             fs._fs.pipe_file(probe, b"2", mode="create")
             _CONDITIONAL_WRITES[bucket] = False

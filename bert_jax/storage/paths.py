@@ -103,10 +103,8 @@ def parse(path: str, flag: str | None = None) -> str:
     problem = _problem(path)
     if problem:
         raise StorageError(f"{flag}={path!r} {problem}" if flag else f"{path!r} {problem}")
-    if _URL.match(path):
-        scheme, rest = path.split("://", 1)
-        return f"{scheme}://{rest.rstrip('/')}"
-    return os.path.expanduser(path)
+    # A valid URL names a bucket: stripping its trailing slashes leaves `scheme://bucket` at least.
+    return path.rstrip("/") if _URL.match(path) else os.path.expanduser(path)
 
 
 def checkpoints_refused(path: str, flag: str | None = None) -> str:

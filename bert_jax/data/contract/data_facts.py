@@ -42,12 +42,8 @@ class DataFacts:
         """The facts of a config.data that `resolve` filled in, or that sets them all itself."""
         missing = [
             f"config.data.{name}"
-            for name, bad in (
-                ("max_seq_length", not d.max_seq_length),
-                ("max_predictions_per_seq", not d.max_predictions_per_seq),
-                ("dynamic_masking", d.dynamic_masking is None),
-            )
-            if bad
+            for name in ("max_seq_length", "max_predictions_per_seq", "dynamic_masking")
+            if _unset(d[name])
         ]
         if missing:
             raise cli.UserError(

@@ -94,20 +94,14 @@ def decode_example(data: bytes) -> dict:
     holds no numbers."""
     import numpy as np
 
-    example = _example_pb2().Example.FromString(data)
+    table = _example_pb2().Example.FromString(data).features.feature
+    dtypes = {"float_list": np.float32, "int64_list": np.int64}
     out = {}
-    table = example.features.feature
-    for name in ALL_FEATURES:
-        if name not in table:
-            continue
-        feature = table[name]
-        kind = feature.WhichOneof("kind")
-        if kind == "float_list":
-            out[name] = np.asarray(feature.float_list.value, dtype=np.float32)
-        elif kind == "int64_list":
-            out[name] = np.asarray(feature.int64_list.value, dtype=np.int64)
-        else:
+    for name in (name for name in ALL_FEATURES if name in table):
+        kind = table[name].WhichOneof("kind")
+        if kind not in dtypes:
             raise cli.UserError(f"feature {name!r} holds {kind}; BERT records hold only numbers")
+        out[name] = np.asarray(getattr(table[name], kind).value, dtype=dtypes[kind])
     return out
 
 

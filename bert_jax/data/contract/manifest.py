@@ -90,8 +90,7 @@ def load(path: str, missing_ok: bool = False) -> dict | None:
     JSON object whose shards are files beside it (check_shards). None for no such file with
     `missing_ok` (data_prep: an unfinished job). Raises ManifestError, whose `problem` says what
     is wrong without advice (each caller adds its own); other OSErrors (a server that does not
-    answer) are left to the caller. The one reader of manifest.json: `read` (the trainer's) and
-    data_prep's reruns and --verify (data_prep/output.py) go through it."""
+    answer) are left to the caller."""
     try:
         raw = json.loads(storage.read_text(path))
     except FileNotFoundError:
@@ -143,8 +142,7 @@ def read(path: str) -> dict:
             "do_lower_case": flags.get("do_lower_case"),
             "special_ids": None,
         }
-        shards = {split: list(raw["shards"].get(split, [])) for split in SPLITS}
-        out = {
+        return {
             "path": path,
             "dir": storage.dirname(path),
             "manifest_version": version,
@@ -163,22 +161,20 @@ def read(path: str) -> dict:
             "masked_lm_prob": flags.get("masked_lm_prob"),
             # The masking budget data_prep was given: dynamic masking's default.
             "flag_max_predictions_per_seq": flags.get("max_predictions_per_seq"),
-            "shards": shards,
+            "shards": {split: list(raw["shards"].get(split, [])) for split in SPLITS},
         }
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(
             f"{path} lacks {e} or holds a malformed value: not a data_prep manifest, or a damaged "
             "one; rerun the data_prep job that wrote it"
         ) from e
-    return out
 
 
 def check_shards(shards, path: str) -> None:
     """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
     beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
     reader outside its directory), a record count and an md5; no file under two splits (a run
-    would train on its own held-out data). Raises ManifestError naming `path` and the field.
-    data_prep's --verify and reruns and the trainer's find_shards all read shards through it."""
+    would train on its own held-out data). Raises ManifestError naming `path` and the field."""
 
     def bad(field: str, problem: str) -> ManifestError:
         return ManifestError(

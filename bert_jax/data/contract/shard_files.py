@@ -27,7 +27,7 @@ class Shards:
     instances: list[int] | None
     md5: list[str] | None
     manifests: list[dict]
-    nbytes: list[int | None] | None = None  # each file's size as listed (older manifests: None)
+    nbytes: list[int | None] | None  # each file's size as listed (None where a manifest has none)
 
 
 def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
@@ -104,25 +104,18 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         )
     if len(set(files)) < len(files):
         raise cli.UserError(f"{patterns!r} names some record files twice")
-    return Shards(
-        files,
-        instances if described else None,
-        md5s if described else None,
-        list(manifests.values()),
-        nbytes if described else None,
-    )
+    if not described:
+        instances = md5s = nbytes = None
+    return Shards(files, instances, md5s, list(manifests.values()), nbytes)
 
 
 def _missing(files: list[str]) -> list[str]:
     """The files that are not there; in a bucket by one listing per directory, not one request
     per shard."""
-    listed: dict[str, set[str]] = {}
-    for f in files:
-        directory = storage.dirname(f)
-        if directory not in listed:
-            listed[directory] = (
-                set(storage.listdir(directory)) if storage.isdir(directory) else set()
-            )
+    listed = {
+        directory: set(storage.listdir(directory)) if storage.isdir(directory) else set()
+        for directory in dict.fromkeys(map(storage.dirname, files))
+    }
     return [f for f in files if storage.basename(f) not in listed[storage.dirname(f)]]
 
 
@@ -161,9 +154,7 @@ def shard_problem(
     """What is wrong with a finished shard (a manifest entry, its name checked by check_shards),
     naming it: missing, another size than recorded, or (with check_md5) another md5 or another
     record count than the entry's `instances`; None when nothing is. `sizes` is
-    storage.sizes(directory), when the caller has listed it already. The one shard check:
-    data_prep's reruns (sizes) and --verify (everything), and the trainer's
-    config.data.verify_md5 (`verify`)."""
+    storage.sizes(directory), when the caller has listed it already."""
     path = storage.join(directory, entry["file"])
     size = (storage.sizes(directory) if sizes is None else sizes).get(entry["file"])
     if size is None:
@@ -198,16 +189,12 @@ def damaged_shards(directory: str, entries: list[dict], check_md5: bool = False)
 def verify(shards: Shards) -> None:
     """Re-checks every shard a manifest lists against its size, md5 and record count
     (config.data.verify_md5): shard_problem, as data_prep's --verify does."""
+    if shards.md5 is None:  # no manifest lists them
+        return
     by_dir: dict[str, list[dict]] = {}
-    for i, path in enumerate(shards.files if shards.md5 is not None else []):
-        by_dir.setdefault(storage.dirname(path), []).append(
-            {
-                "file": storage.basename(path),
-                "instances": shards.instances[i],
-                "md5": shards.md5[i],
-                "bytes": shards.nbytes[i] if shards.nbytes else None,
-            }
-        )
+    for path, count, md5, nbytes in zip(shards.files, shards.instances, shards.md5, shards.nbytes):
+        entry = {"file": storage.basename(path), "instances": count, "md5": md5, "bytes": nbytes}
+        by_dir.setdefault(storage.dirname(path), []).append(entry)
     for directory, entries in by_dir.items():
         for problem in damaged_shards(directory, entries, check_md5=True).values():
             raise cli.UserError(

@@ -131,14 +131,11 @@ class Vocab:
         """[max id + 2] uint8 first and last kinds (0 past the vocabulary: joins nothing)."""
         if self.first_kind is None or self.last_kind is None:
             return None
-        size = len(self._continuation_table)
-        out = []
-        for kinds in (self.first_kind, self.last_kind):
-            table = np.zeros(size, np.uint8)
-            known = np.frombuffer(kinds, np.uint8)[: size - 1]
+        tables = np.zeros((2, len(self._continuation_table)), np.uint8)
+        for table, kinds in zip(tables, (self.first_kind, self.last_kind)):
+            known = np.frombuffer(kinds, np.uint8)[: len(table) - 1]
             table[: len(known)] = known
-            out.append(table)
-        return out[0], out[1]
+        return tables[0], tables[1]
 
     def continues(self, tokens: np.ndarray) -> np.ndarray:
         """[n, L] bool: whether each piece of `tokens` continues the word of the piece before it

@@ -39,8 +39,7 @@ def pack_window(
             examples[name] = a
         else:
             token[name] = a
-    counts = None
-    max_items = 0
+    counts, max_items = None, 0
     if items:
         real = window[F.MASKED_LM_WEIGHTS] > 0
         counts = real.sum(axis=1)

@@ -149,21 +149,14 @@ class ParseRecord(grain.transforms.MapWithIndex):
         """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
         weight 0 (so it adds nothing to a loss, and packs and masks like any record), and its
         index in BAD_RECORD."""
-        length, predictions = self.schema.max_seq_length, self.schema.max_predictions_per_seq
-        ids, mask = np.zeros(length, np.int32), np.zeros(length, np.int32)
-        ids[:2], mask[:2] = self.special, 1
         out = {
-            features.INPUT_IDS: ids,
-            features.INPUT_MASK: mask,
-            features.SEGMENT_IDS: np.zeros(length, np.int32),
-            features.NEXT_SENTENCE_LABELS: np.int32(0),
-            NEXT_SENTENCE_WEIGHTS: np.float32(0),
-            BAD_RECORD: np.int64(index + 1),
+            name: np.zeros(length, np.float32 if name in features.FLOAT_FEATURES else np.int32)
+            for name, length in self.schema.lengths().items()
         }
-        if self.schema.masked:
-            out[features.MASKED_LM_POSITIONS] = np.zeros(predictions, np.int32)
-            out[features.MASKED_LM_IDS] = np.zeros(predictions, np.int32)
-            out[features.MASKED_LM_WEIGHTS] = np.zeros(predictions, np.float32)
+        out[features.INPUT_IDS][:2], out[features.INPUT_MASK][:2] = self.special, 1
+        out[features.NEXT_SENTENCE_LABELS] = np.int32(0)
+        out[NEXT_SENTENCE_WEIGHTS] = np.float32(0)
+        out[BAD_RECORD] = np.int64(index + 1)
         return out
 
 

@@ -19,13 +19,9 @@ from bert_jax.data.contract import record_io
 
 
 class TFRecordSource:
-    """Random access to the records of TFRecord files, for Grain.
-
-    The constructor scans each file's length headers once (record_io.tfrecord_index: each length
-    checked against its CRC) and keeps one 8-byte offset per record, the data on disk; each read
-    (os.pread, safe from Grain's reader threads) checks the record's data CRC
-    (record_io.read_tfrecord_at). docs/training.md, "Input pipeline".
-    """
+    """Random access to the records of TFRecord files, for Grain: each file's headers indexed
+    once (record_io.tfrecord_index; the data stays on disk), each read (os.pread: safe from Grain's
+    reader threads) checked by its data CRC. docs/training.md, "Input pipeline"."""
 
     def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
         self._paths = list(paths)
