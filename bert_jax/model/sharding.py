@@ -86,28 +86,25 @@ def make_mesh(
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
-    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
-    # would default to Explicit axes, which changes how jit treats unannotated values.
-    axis_types = (AxisType.Auto,) * 3
     slices = num_slices(devices)
     if slices == 1:
         # What jax.make_mesh does, and where a mesh axis is not a product of the slice's
         # physical axes (data=8 on a 4x4x4 v5p) it splits one rather than failing.
         grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
-        return Mesh(grid, MESH_AXES, axis_types=axis_types)
-    if shape[0] % slices:
+    elif shape[0] % slices:
         raise cli.UserError(
             f"mesh {dict(zip(MESH_AXES, shape))} on {slices} TPU slices: 'data' must be a "
             f"multiple of the slice count (data parallelism spans the slices; fsdp and tensor "
             f"stay within one)"
         )
-    grid = mesh_utils.create_hybrid_device_mesh(
-        (shape[0] // slices, shape[1], shape[2]),
-        (slices, 1, 1),
-        devices,
-        allow_split_physical_axes=True,
-    )
-    return Mesh(grid, MESH_AXES, axis_types=axis_types)
+    else:
+        within = (shape[0] // slices, shape[1], shape[2])
+        grid = mesh_utils.create_hybrid_device_mesh(
+            within, (slices, 1, 1), devices, allow_split_physical_axes=True
+        )
+    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
+    # would default to Explicit axes, which changes how jit treats unannotated values.
+    return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
 def mesh_from_config(
