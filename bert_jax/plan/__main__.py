@@ -137,6 +137,7 @@ def main(argv):
     # compiler settings, no persistent compilation cache (runtime.start).
     runtime.start(cpu_devices=req.num_devices if topology is None else 1)
 
+    from bert_jax.model.bert_config import BertConfig
     from bert_jax.plan import report, steps
 
     vocab = FLAGS.vocab_size or base.model.vocab_size or 30522
@@ -151,7 +152,7 @@ def main(argv):
     ]
     for *_, config in plans:  # the trainer's own checks, before anything compiles
         config_check.check_pretraining(config, req.num_devices)
-        steps.model_config(config)
+        BertConfig.from_config_dict(config.model)  # a cli.UserError naming its fields
     import jax
 
     devices = jax.devices() if topology is None else chips.devices(topology)

@@ -54,11 +54,6 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     config.data.dynamic_masking = False
 
 
-def model_config(config) -> encoder.BertConfig:
-    """The model the plan builds, checked (a cli.UserError naming its fields)."""
-    return encoder.BertConfig.from_config_dict(config.model)
-
-
 def _state_bytes(abstract_tree) -> int:
     """Bytes one device holds of `abstract_tree` under its leaves' shardings."""
     return sum(
