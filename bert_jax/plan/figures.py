@@ -18,9 +18,8 @@ import numpy as np
 
 from bert_jax.plan import hbm, hlo
 
-_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(_COLLECTIVES) + r")(-start)?\((.*)$"
+    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(hlo.COLLECTIVES) + r")(-start)?\((.*)$"
 )
 # Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
 # sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
@@ -82,11 +81,7 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
 
     `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
     devices in order)."""
-    module = hlo.parse_module(hlo_text)
-    if any(c.entry for c in module.values()):
-        lines = [(r.instruction.line, r.times) for r in hbm.runs(module)[0]]
-    else:  # lines without their program around them (tests): each once
-        lines = [(line, 1) for line in hlo_text.splitlines()]
+    lines = [(r.instruction.line, r.times) for r in hbm.runs(hlo.parse_module(hlo_text))[0]]
     n_dev = len(slice_of_device)
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}
