@@ -300,10 +300,8 @@ def count_params(model: nnx.Module) -> int:
 
 
 def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
-    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param).
-
-    What checkpoints.restore_params returns; no random initialization is spent on it.
-    """
+    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param) (what
+    checkpoints.restore_params returns); no random initialization is spent on it."""
     graphdef, state = nnx.split(
         nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
     )

@@ -111,10 +111,8 @@ def mesh_from_config(
     mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
 ) -> tuple[Mesh, tuple]:
     """(mesh, normalized rules) of a `config.mesh` block (data, fsdp, tensor, num_devices, rules),
-    checked against a model with `num_attention_heads` heads. Pre-training and fine-tuning share it.
-
-    `devices` defaults to all devices, or the first `mesh_config.num_devices` of them.
-    """
+    checked against a model with `num_attention_heads` heads, on `devices` (default: all, or the
+    first `mesh_config.num_devices`). Pre-training and fine-tuning share it."""
     if devices is None:
         devices = jax.devices()
         if mesh_config.num_devices:
@@ -140,10 +138,8 @@ def activate(mesh: Mesh, rules):
 
 
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
-    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules.
-
-    The result is what flax's nnx.logical_axis_rules takes for the model's activations.
-    """
+    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules,
+    as flax's nnx.logical_axis_rules takes them for the model's activations."""
     out = []
     for rule in rules:
         if len(rule) != 2:
@@ -170,12 +166,10 @@ def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
 def logical_to_mesh_spec(
     logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules
 ) -> P:
-    """Maps one array's logical axis names to a PartitionSpec on `mesh`.
-
-    A dimension stays unsplit when its size is not divisible by the mesh axes it maps to (e.g.
-    BERT's 30522-word vocabulary over 4 tensor devices) or when an earlier dimension already
-    uses that mesh axis; a mesh axis of size 1 is dropped as it splits nothing.
-    """
+    """One array's logical axis names -> a PartitionSpec on `mesh`. A dimension stays unsplit when
+    its size is not divisible by the mesh axes it maps to (e.g. BERT's 30522-word vocabulary over
+    4 tensor devices) or when an earlier dimension already uses that mesh axis; a mesh axis of
+    size 1 is dropped as it splits nothing."""
     table = _rules_dict(rules)
     used: set[str] = set()
     spec = []
