@@ -160,8 +160,7 @@ def compile_plan(
         return {**r, **_refused(refusal, chip)}
     r = {**r, **figures.memory(compiled), "cost": figures.cost(compiled)}
     hlo_text = compiled.as_text()
-    if hlo_dir:
-        os.makedirs(hlo_dir, exist_ok=True)
+    if hlo_dir:  # made by options.request
         mesh = "x".join(str(v) for v in r["mesh"].values())
         name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
         with open(os.path.join(hlo_dir, name), "w") as f:
