@@ -49,9 +49,8 @@ def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
         return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m[1])]
     m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attrs)
     if m:
-        ids = np.arange(math.prod(int(d) for d in m[3].split(","))).reshape(
-            [int(d) for d in m[3].split(",")]
-        )
+        dims = [int(d) for d in m[3].split(",")]
+        ids = np.arange(math.prod(dims)).reshape(dims)
         if m[4]:
             ids = ids.transpose([int(p) for p in m[4].split(",")])
         return ids.reshape(int(m[1]), int(m[2])).tolist()
