@@ -156,17 +156,10 @@ def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None 
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
 
-    block = math.gcd(length, _SPLASH_BLOCK)
-    sizes = sk.BlockSizes(
-        block_q=block,
-        block_kv=block,
-        block_kv_compute=block,
-        block_q_dkv=block,
-        block_kv_dkv=block,
-        block_kv_dkv_compute=block,
-        block_q_dq=block,
-        block_kv_dq=block,
-    )
+    # One tile size for the queries and keys of the forward pass and of the backward's dkv and
+    # dq kernels (the *_compute sizes default to their block_kv*).
+    names = ("block_q", "block_kv", "block_q_dkv", "block_kv_dkv", "block_q_dq", "block_kv_dq")
+    sizes = sk.BlockSizes(**dict.fromkeys(names, math.gcd(length, _SPLASH_BLOCK)))
     if window is None:
         one = sm.FullMask((length, length))
     else:  # the keys at most `window` away on either side; key blocks outside are skipped

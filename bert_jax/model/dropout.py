@@ -25,10 +25,9 @@ def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     independent-looking bits, which two avalanche rounds give.
     """
     k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
-    if len(shape) < 2:
-        shape, rows = (1, *shape), False
-    else:
-        rows = True
+    rows = len(shape) >= 2
+    if not rows:
+        shape = (1, *shape)
     inner = jnp.zeros(shape[1:], jnp.uint32)
     stride = 1
     for d in range(len(shape) - 1, 0, -1):  # row-major index within a row

@@ -34,12 +34,6 @@ from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer
 __all__ = ["LOGICAL_AXIS_NAMES", "SHAPE_FIELDS", "BertConfig", "BertForPreTraining", "BertModel"]
 
 
-# jax.named_scope names of the model's parts: they reach the compiled HLO's op_name metadata (the
-# backward pass keeps them under transpose(jvp(...))), where the planner's byte attribution
-# (bert_jax.plan) reads which part of the model an op belongs to.
-SCOPES = ("embeddings", "attention", "ffn", "norm_residual", "mlm_head", "nsp_head")
-
-
 def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Array:
     """embed(ids) with the table's 'embed' dimension gathered first (`_whole_rows`)."""
     return jnp.take(_whole_rows(embed, rows), ids, axis=0).astype(embed.dtype)
@@ -306,20 +300,15 @@ def count_params(model: nnx.Module) -> int:
 
 
 def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
-    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param).
-
-    What checkpoints.restore_params returns; no random initialization is spent on it.
-    """
+    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param) (what
+    checkpoints.restore_params returns); no random initialization is spent on it."""
     graphdef, state = nnx.split(
         nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
     )
-    expected = nnx.to_pure_dict(state)  # abstract: shapes only
-    want = {
-        jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_leaves_with_path(expected)
+    shapes = lambda tree: {
+        jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(tree)
     }
-    got = {
-        jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_leaves_with_path(params)
-    }
+    want, got = shapes(nnx.to_pure_dict(state)), shapes(params)  # `state` is abstract: shapes
     if want != got:
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise cli.UserError(

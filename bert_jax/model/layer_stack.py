@@ -41,9 +41,8 @@ def scan_plan(graphdefs) -> tuple[int, int, int]:
     """(start, period, blocks): layers start .. start + period * blocks - 1 form `blocks` groups
     of `period` layers whose structures repeat; blocks == 0: nothing repeats (all unrolled).
     The plan leaves the fewest layers unrolled, then has the shortest period."""
-    kinds: list[int] = []  # graphdefs as small ints, equal for equal structures
-    for g in graphdefs:
-        kinds.append(next((kinds[i] for i in range(len(kinds)) if graphdefs[i] == g), len(kinds)))
+    # Each layer's kind: the index of its structure's first layer.
+    kinds = [next(i for i, h in enumerate(graphdefs) if h == g) for g in graphdefs]
     n = len(kinds)
     best = (n, 0, 0, 0)  # (unrolled layers, period, start, blocks)
     for period in range(1, n // 2 + 1):

@@ -186,33 +186,19 @@ class SelfAttention(nnx.Module):
                 impl = "cudnn"
             else:
                 impl = "xla"
+        rows = {"example_ids": example_ids, "window": window}  # which keys each query reads
         if impl == "splash":
-            spec = mesh_spec(ACT_HEADS, q.shape)
+            spec = mesh_spec(ACT_HEADS, q.shape) or (None,) * 4
             ctx = attention.splash_attention(
-                q,
-                k,
-                v,
-                input_mask,
-                example_ids=example_ids,
-                window=window,
-                batch_axes=spec[0] if spec else None,
-                head_axes=spec[2] if spec else None,
+                q, k, v, input_mask, **rows, batch_axes=spec[0], head_axes=spec[2]
             )
         elif impl == "einsum":
+            rate = cfg.attention_probs_dropout_prob
             ctx = attention.einsum_attention(
-                q,
-                k,
-                v,
-                input_mask,
-                example_ids=example_ids,
-                window=window,
-                dropout_rate=cfg.attention_probs_dropout_prob,
-                dropout_rng=dropout_rng,
+                q, k, v, input_mask, **rows, dropout_rate=rate, dropout_rng=dropout_rng
             )
         else:
-            ctx = attention.fused_attention(
-                q, k, v, input_mask, example_ids=example_ids, window=window, implementation=impl
-            )
+            ctx = attention.fused_attention(q, k, v, input_mask, **rows, implementation=impl)
         ctx = checkpoint_name(constrain(ctx, *ACT_HEADS), CONTEXT)
         out = self.output(ctx.reshape(batch, length, cfg.hidden_size))  # [batch, length, hidden]
         return checkpoint_name(out, ATTENTION_OUT)

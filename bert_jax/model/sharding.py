@@ -86,38 +86,33 @@ def make_mesh(
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
-    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
-    # would default to Explicit axes, which changes how jit treats unannotated values.
-    axis_types = (AxisType.Auto,) * 3
     slices = num_slices(devices)
     if slices == 1:
         # What jax.make_mesh does, and where a mesh axis is not a product of the slice's
         # physical axes (data=8 on a 4x4x4 v5p) it splits one rather than failing.
         grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
-        return Mesh(grid, MESH_AXES, axis_types=axis_types)
-    if shape[0] % slices:
+    elif shape[0] % slices:
         raise cli.UserError(
             f"mesh {dict(zip(MESH_AXES, shape))} on {slices} TPU slices: 'data' must be a "
             f"multiple of the slice count (data parallelism spans the slices; fsdp and tensor "
             f"stay within one)"
         )
-    grid = mesh_utils.create_hybrid_device_mesh(
-        (shape[0] // slices, shape[1], shape[2]),
-        (slices, 1, 1),
-        devices,
-        allow_split_physical_axes=True,
-    )
-    return Mesh(grid, MESH_AXES, axis_types=axis_types)
+    else:
+        within = (shape[0] // slices, shape[1], shape[2])
+        grid = mesh_utils.create_hybrid_device_mesh(
+            within, (slices, 1, 1), devices, allow_split_physical_axes=True
+        )
+    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
+    # would default to Explicit axes, which changes how jit treats unannotated values.
+    return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
 def mesh_from_config(
     mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
 ) -> tuple[Mesh, tuple]:
     """(mesh, normalized rules) of a `config.mesh` block (data, fsdp, tensor, num_devices, rules),
-    checked against a model with `num_attention_heads` heads. Pre-training and fine-tuning share it.
-
-    `devices` defaults to all devices, or the first `mesh_config.num_devices` of them.
-    """
+    checked against a model with `num_attention_heads` heads, on `devices` (default: all, or the
+    first `mesh_config.num_devices`). Pre-training and fine-tuning share it."""
     if devices is None:
         devices = jax.devices()
         if mesh_config.num_devices:
@@ -143,10 +138,8 @@ def activate(mesh: Mesh, rules):
 
 
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
-    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules.
-
-    The result is what flax's nnx.logical_axis_rules takes for the model's activations.
-    """
+    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules,
+    as flax's nnx.logical_axis_rules takes them for the model's activations."""
     out = []
     for rule in rules:
         if len(rule) != 2:
@@ -173,12 +166,10 @@ def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
 def logical_to_mesh_spec(
     logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules
 ) -> P:
-    """Maps one array's logical axis names to a PartitionSpec on `mesh`.
-
-    A dimension stays unsplit when its size is not divisible by the mesh axes it maps to (e.g.
-    BERT's 30522-word vocabulary over 4 tensor devices) or when an earlier dimension already
-    uses that mesh axis; a mesh axis of size 1 is dropped as it splits nothing.
-    """
+    """One array's logical axis names -> a PartitionSpec on `mesh`. A dimension stays unsplit when
+    its size is not divisible by the mesh axes it maps to (e.g. BERT's 30522-word vocabulary over
+    4 tensor devices) or when an earlier dimension already uses that mesh axis; a mesh axis of
+    size 1 is dropped as it splits nothing."""
     table = _rules_dict(rules)
     used: set[str] = set()
     spec = []

@@ -137,6 +137,7 @@ def main(argv):
     # compiler settings, no persistent compilation cache (runtime.start).
     runtime.start(cpu_devices=req.num_devices if topology is None else 1)
 
+    from bert_jax.model.bert_config import BertConfig
     from bert_jax.plan import report, steps
 
     vocab = FLAGS.vocab_size or base.model.vocab_size or 30522
@@ -145,13 +146,11 @@ def main(argv):
         base.model.attention_impl = FLAGS.attention_impl
     if FLAGS.attention_dropout >= 0:
         base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
-    plans = [
-        (mesh, remat, batch, pretrain_config(base, mesh, remat, batch))
-        for mesh, remat, batch in itertools.product(req.meshes, req.remats, req.batches)
-    ]
-    for *_, config in plans:  # the trainer's own checks, before anything compiles
+    plans = itertools.product(req.meshes, req.remats, req.batches)
+    configs = [pretrain_config(base, *plan) for plan in plans]
+    for config in configs:  # the trainer's own checks, before anything compiles
         config_check.check_pretraining(config, req.num_devices)
-        steps.model_config(config)
+        BertConfig.from_config_dict(config.model)  # a cli.UserError naming its fields
     import jax
 
     devices = jax.devices() if topology is None else chips.devices(topology)
@@ -167,7 +166,7 @@ def main(argv):
     chip = topology.chip if topology else None
     print(report.HEADER, flush=True)
     results = []
-    for *_, config in plans:
+    for config in configs:
         for step in req.steps:
             r = steps.compile_plan(step, config, ft_base, devices, chip, FLAGS.hlo_dir, FLAGS.top)
             results.append(r)

@@ -5,7 +5,7 @@ and DCN bandwidth for the roofline.
 
 Every figure is a documented one, none measured here, except where a page lacks it: v4's ICI
 per chip is the pod's all-reduce bandwidth over its chips, v4's and v6e's DCN per chip are
-v5e's (`dcn_documented=False`), and HBM is taken as GiB throughout. Every type in `DOCUMENTED`
+v5e's, and HBM is taken as GiB throughout. Every type in `DOCUMENTED`
 is described by libtpu (tests/e2e/test_plan.py). docs/scaling.md, "Planning a TPU run without a
 TPU", has the figures with their pages.
 """
@@ -25,24 +25,22 @@ GIB = 1024**3
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-    name: str  # as in topology names: v4, v5e, v5p, v6e
-    topology_prefix: str  # libtpu's name in get_topology_desc("v5e:4x4")
+    name: str  # as in topology names and libtpu's get_topology_desc("v5e:4x4"): v4, v5e, ...
     hbm_bytes: int
     bf16_flops: float  # peak FLOP/s per chip
     hbm_bytes_per_s: float
     ici_bytes_per_s: float  # bidirectional, per chip
     dcn_bytes_per_s: float  # per chip
-    dcn_documented: bool
     cores_per_chip: int  # how the accelerator type counts: v4-32 is 16 chips
     dims: int  # 2D or 3D torus
 
 
 CHIPS = {
-    "v4": Chip("v4", "v4", 32 * GIB, 275e12, 1200e9, 1.1e15 / 4096, 3.125e9, False, 2, 3),
-    "v5e": Chip("v5e", "v5e", 16 * GIB, 197e12, 819e9, 400e9, 3.125e9, True, 1, 2),
-    "v5p": Chip("v5p", "v5p", 95 * GIB, 459e12, 2765e9, 1200e9, 6.25e9, True, 2, 3),
-    "v6e": Chip("v6e", "v6e", 32 * GIB, 918e12, 1638e9, 800e9, 3.125e9, False, 1, 2),
-    "h100": Chip("h100", "", 84_929_347_584, 989e12, 3350e9, 900e9, 50e9, False, 1, 1),
+    "v4": Chip("v4", 32 * GIB, 275e12, 1200e9, 1.1e15 / 4096, 3.125e9, 2, 3),
+    "v5e": Chip("v5e", 16 * GIB, 197e12, 819e9, 400e9, 3.125e9, 1, 2),
+    "v5p": Chip("v5p", 95 * GIB, 459e12, 2765e9, 1200e9, 6.25e9, 2, 3),
+    "v6e": Chip("v6e", 32 * GIB, 918e12, 1638e9, 800e9, 3.125e9, 1, 2),
+    "h100": Chip("h100", 84_929_347_584, 989e12, 3350e9, 900e9, 50e9, 1, 1),
 }
 H100_TARGET = """
 gpu_device_info {
@@ -179,7 +177,7 @@ def devices(topology: Topology) -> list:
         kwargs["chips_per_host_bounds"] = [1, 1, 1]
     with _libtpu_notices_kept_back():
         desc = topologies.get_topology_desc(
-            f"{topology.chip.topology_prefix}:{topology.shape}", platform="tpu", **kwargs
+            f"{topology.chip.name}:{topology.shape}", platform="tpu", **kwargs
         )
     return list(desc.devices)
 

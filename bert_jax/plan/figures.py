@@ -18,9 +18,8 @@ import numpy as np
 
 from bert_jax.plan import hbm, hlo
 
-_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(_COLLECTIVES) + r")(-start)?\((.*)$"
+    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(hlo.COLLECTIVES) + r")(-start)?\((.*)$"
 )
 # Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
 # sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
@@ -50,9 +49,8 @@ def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
         return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m[1])]
     m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", attrs)
     if m:
-        ids = np.arange(math.prod(int(d) for d in m[3].split(","))).reshape(
-            [int(d) for d in m[3].split(",")]
-        )
+        dims = [int(d) for d in m[3].split(",")]
+        ids = np.arange(math.prod(dims)).reshape(dims)
         if m[4]:
             ids = ids.transpose([int(p) for p in m[4].split(",")])
         return ids.reshape(int(m[1]), int(m[2])).tolist()
@@ -82,11 +80,7 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
 
     `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
     devices in order)."""
-    module = hlo.parse_module(hlo_text)
-    if any(c.entry for c in module.values()):
-        lines = [(r.instruction.line, r.times) for r in hbm.runs(module)[0]]
-    else:  # lines without their program around them (tests): each once
-        lines = [(line, 1) for line in hlo_text.splitlines()]
+    lines = [(r.instruction.line, r.times) for r in hbm.runs(hlo.parse_module(hlo_text))[0]]
     n_dev = len(slice_of_device)
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}

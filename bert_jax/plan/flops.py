@@ -11,12 +11,11 @@ docs/scaling.md, "Planning a TPU run without a TPU": the formula and what it lea
 """
 
 
-def attention_pairs(seq_len: int, window: int | None = None, block: int | None = None) -> int:
+def attention_pairs(length: int, window: int | None = None, block: int | None = None) -> int:
     """Query-key pairs one head of a layer scores per sequence (docs/scaling.md): all
     L x L for a global layer (window None); the band |q - k| <= window for a sliding-window
     layer; with `block`, the pairs of the block x block tiles the band touches instead (what a
     block-sparse kernel computes; `block` must divide the length)."""
-    length = seq_len
     if window is None or window >= length - 1:
         return length * length
     if block is None:
@@ -30,12 +29,6 @@ def attention_pairs(seq_len: int, window: int | None = None, block: int | None =
         last = min(blocks - 1, (i * block + block - 1 + window) // block)
         tiles += last - first + 1
     return tiles * block * block
-
-
-def layer_windows(model_config) -> list[int | None]:
-    """Each layer's window (how far a query reads on either side; None: the whole row)."""
-    c = model_config
-    return [c.attention_window(i) for i in range(c.num_hidden_layers)]
 
 
 def forward_flops_per_sequence(
@@ -57,14 +50,12 @@ def forward_flops_per_sequence(
     default all global); `pooler`, `nsp`: whether the model has BERT's pooler dense and NSP
     classifier; `attention_block`: count the
     tiles a block-sparse kernel computes instead of the band (the kernel's FLOPs)."""
-    h, length = hidden, seq_len
-    windows = [None] * layers if windows is None else list(windows)
-    if len(windows) != layers:
-        raise ValueError(f"{len(windows)} windows for {layers} layers")
+    h = hidden
+    windows = [None] * layers if windows is None else windows
     ffn = 3 * h * intermediate if glu else 2 * h * intermediate
-    dense = layers * length * 2 * (4 * h * h + ffn)
+    dense = layers * seq_len * 2 * (4 * h * h + ffn)
     attention = sum(
-        2 * 2 * attention_pairs(length, w, None if w is None else attention_block) * h
+        2 * 2 * attention_pairs(seq_len, w, None if w is None else attention_block) * h
         for w in windows
     )
     heads = (2 * h * h if pooler else 0) + (2 * h * 2 if nsp else 0)
@@ -85,7 +76,7 @@ def model_forward_flops(
         seq_len,
         num_predictions,
         glu=c.mlp_type == "geglu",
-        windows=layer_windows(c),
+        windows=[c.attention_window(i) for i in range(c.num_hidden_layers)],
         pooler=bool(c.pooler),
         nsp=bool(c.nsp_head),
         attention_block=attention_block,

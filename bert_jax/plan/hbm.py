@@ -18,15 +18,7 @@ import re
 
 from bert_jax.plan import hlo
 
-_COLLECTIVES = (
-    "all-reduce",
-    "all-gather",
-    "reduce-scatter",
-    "collective-permute",
-    "all-to-all",
-    "send",
-    "recv",
-)
+_COLLECTIVES = (*hlo.COLLECTIVES, "send", "recv")
 
 
 def _scope(*names: str) -> re.Pattern:
@@ -253,13 +245,8 @@ def _partial_reads(ins: hlo.Instruction, results: list, module) -> dict[int, int
     if ins.opcode != "fusion" or not ins.called("calls"):
         return {}
     fused = module[ins.called("calls")[0]]
-    out = {}
-    for param in (i for i in fused.instructions if i.opcode == "parameter"):
-        if param.args.strip().isdigit():
-            read = _sliced_bytes(param, fused, module)
-            if read:
-                out[int(param.args)] = read
-    return out
+    reads = {k: _sliced_bytes(param, fused, module) for k, param in fused.parameters.items()}
+    return {k: read for k, read in reads.items() if read}
 
 
 def _sliced_bytes(param: hlo.Instruction, fused: hlo.Computation, module) -> int | None:
@@ -278,14 +265,7 @@ def _sliced_bytes(param: hlo.Instruction, fused: hlo.Computation, module) -> int
                 read += sum(a.nbytes for a in hlo.arrays(user.shape))
             elif user.opcode == "fusion" and user.called("calls"):
                 nested = module[user.called("calls")[0]]
-                inner = next(
-                    (
-                        i
-                        for i in nested.instructions
-                        if i.opcode == "parameter" and i.args.strip() == str(k)
-                    ),
-                    None,
-                )
+                inner = nested.parameters.get(k)
                 part = _sliced_bytes(inner, nested, module) if inner is not None else None
                 if not part:
                     return None
@@ -314,7 +294,6 @@ def _in_place(ins: hlo.Instruction, shapes: dict, module) -> list[tuple[int, int
     if ins.opcode != "fusion" or not ins.called("calls"):
         return []
     fused = module[ins.called("calls")[0]]
-    inner = {i.name: i.shape for i in fused.instructions}
     root = fused.root
     elements = root.operands if root.opcode == "tuple" else [root.name]
     out = []
@@ -328,7 +307,7 @@ def _in_place(ins: hlo.Instruction, shapes: dict, module) -> list[tuple[int, int
         while buffer.opcode == "bitcast" and buffer.operands:
             buffer = fused.by_name[buffer.operands[0]]
         if buffer.opcode == "parameter" and buffer.args.strip().isdigit():
-            out.append((int(buffer.args), k, _update_bytes(update, inner)))
+            out.append((int(buffer.args), k, _update_bytes(update, fused.shapes)))
     return out
 
 

@@ -17,6 +17,8 @@ import functools
 import math
 import re
 
+# The collective opcodes (an async one's `-start` half adds the suffix).
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
 _ARRAY = re.compile(r"\b(pred|token|bf16|[fsuc]\d+\w*)\[([0-9,]*)\](?:\{([^}]*)\})?")
 _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\{\s*$")
 _NAME = re.compile(r"%([\w.\-]+)")
@@ -101,6 +103,11 @@ class Computation:
     def __post_init__(self):
         self.by_name = {i.name: i for i in self.instructions}
         self.shapes = {i.name: i.shape for i in self.instructions}
+        self.parameters = {  # number -> parameter (a fused computation's operands, in order)
+            int(i.args): i
+            for i in self.instructions
+            if i.opcode == "parameter" and i.args.strip().isdigit()
+        }
 
     @property
     def root(self) -> Instruction:

@@ -99,11 +99,9 @@ def request(flags, config, num_slices: int) -> Request:
     unknown = sorted(set(flags.steps) - set(STEPS))
     if unknown or not flags.steps:
         raise cli.UserError(f"--steps={','.join(flags.steps)}: choose from {', '.join(STEPS)}")
-    remats = []
-    for r in flags.remat:
-        if r.lower() not in _TRUE + _FALSE:
-            raise cli.UserError(f"--remat={','.join(flags.remat)}: give true or false")
-        remats.append(r.lower() in _TRUE)
+    if any(r.lower() not in _TRUE + _FALSE for r in flags.remat):
+        raise cli.UserError(f"--remat={','.join(flags.remat)}: give true or false")
+    remats = [r.lower() in _TRUE for r in flags.remat]
     if not remats:
         raise cli.UserError("--remat: give true, false or both")
     _scalar_checks(flags, config)

@@ -54,11 +54,6 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     config.data.dynamic_masking = False
 
 
-def model_config(config) -> encoder.BertConfig:
-    """The model the plan builds, checked (a cli.UserError naming its fields)."""
-    return encoder.BertConfig.from_config_dict(config.model)
-
-
 def _state_bytes(abstract_tree) -> int:
     """Bytes one device holds of `abstract_tree` under its leaves' shardings."""
     return sum(
@@ -165,8 +160,7 @@ def compile_plan(
         return {**r, **_refused(refusal, chip)}
     r = {**r, **figures.memory(compiled), "cost": figures.cost(compiled)}
     hlo_text = compiled.as_text()
-    if hlo_dir:
-        os.makedirs(hlo_dir, exist_ok=True)
+    if hlo_dir:  # made by options.request
         mesh = "x".join(str(v) for v in r["mesh"].values())
         name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
         with open(os.path.join(hlo_dir, name), "w") as f:

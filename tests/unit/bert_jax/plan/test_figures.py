@@ -29,25 +29,28 @@ def test_replica_groups_read_the_same_in_all_three_spellings():
     assert read("channel_id=1, to_apply=%add", 8) is None
 
 
+def _program(*lines: str) -> str:
+    """Instruction lines as a compiled program's entry computation."""
+    return "\n".join(["ENTRY %main () -> () {", *lines, "}"])
+
+
 def test_collective_bytes_follow_ring_algorithms_and_split_ici_from_dcn():
-    hlo = "\n".join(
-        [
-            # 4 MB of bf16 gradients all-reduced over 4 devices: 2 x 3/4 of it per device.
-            "  %ar = bf16[1024,2048]{1,0} all-reduce(%g), replica_groups={{0,1,2,3}}, x",
-            # A tuple (two buffers, one op) counts both.
-            "  %ar2 = (f32[256]{0}, f32[256]{0}) all-reduce(%a, %b), replica_groups=[1,4]<=[4]",
-            # all-gather's result is the whole buffer: 3/4 of it arrives from the others.
-            "  %ag = f32[4,1024]{1,0} all-gather(%p), replica_groups=mesh['x'=4] {'x'}, x",
-            # An async start holds operand and result: the larger buffer, once.
-            "  %ags = (f32[1,1024]{1,0}, f32[4,1024]{1,0}) all-gather-start(%p), "
-            "replica_groups={{0,1,2,3}}",
-            "  %agd = f32[4,1024]{1,0} all-gather-done(%ags)",
-            # reduce-scatter's result is 1/4 of the buffer.
-            "  %rs = f32[256]{0} reduce-scatter(%q), replica_groups={{0,1,2,3}}, dimensions={0}",
-            "  %cp = f32[100]{0} collective-permute(%r), source_target_pairs={{0,1},{1,0}}",
-        ]
+    lines = (
+        # 4 MB of bf16 gradients all-reduced over 4 devices: 2 x 3/4 of it per device.
+        "  %ar = bf16[1024,2048]{1,0} all-reduce(%g), replica_groups={{0,1,2,3}}, x",
+        # A tuple (two buffers, one op) counts both.
+        "  %ar2 = (f32[256]{0}, f32[256]{0}) all-reduce(%a, %b), replica_groups=[1,4]<=[4]",
+        # all-gather's result is the whole buffer: 3/4 of it arrives from the others.
+        "  %ag = f32[4,1024]{1,0} all-gather(%p), replica_groups=mesh['x'=4] {'x'}, x",
+        # An async start holds operand and result: the larger buffer, once.
+        "  %ags = (f32[1,1024]{1,0}, f32[4,1024]{1,0}) all-gather-start(%p), "
+        "replica_groups={{0,1,2,3}}",
+        "  %agd = f32[4,1024]{1,0} all-gather-done(%ags)",
+        # reduce-scatter's result is 1/4 of the buffer.
+        "  %rs = f32[256]{0} reduce-scatter(%q), replica_groups={{0,1,2,3}}, dimensions={0}",
+        "  %cp = f32[100]{0} collective-permute(%r), source_target_pairs={{0,1},{1,0}}",
     )
-    one_slice = figures.collectives(hlo, [0, 0, 0, 0])
+    one_slice = figures.collectives(_program(*lines), [0, 0, 0, 0])
     mb = 1024 * 2048 * 2
     assert one_slice.ici_bytes["all-reduce"] == pytest.approx(1.5 * (mb + 2 * 256 * 4))
     assert one_slice.ici_bytes["all-gather"] == pytest.approx(2 * 0.75 * 4 * 1024 * 4)
@@ -62,7 +65,7 @@ def test_collective_bytes_follow_ring_algorithms_and_split_ici_from_dcn():
     assert one_slice.dcn_bytes == 0 and one_slice.unread == 0
     # Devices 0, 1 on one slice and 2, 3 on another: each all-reduce runs within a slice (a ring
     # of 2) and across the 2 slices over DCN with half the buffer per chip.
-    two = figures.collectives(hlo.splitlines()[0], [0, 0, 1, 1])
+    two = figures.collectives(_program(lines[0]), [0, 0, 1, 1])
     assert two.ici_bytes["all-reduce"] == pytest.approx(2 * 0.5 * mb)
     assert two.dcn_bytes == pytest.approx(2 * 0.5 * mb / 2)
     # What libtpu writes for two slices: the all-reduce stays within the slice and its result
@@ -73,7 +76,7 @@ def test_collective_bytes_follow_ring_algorithms_and_split_ici_from_dcn():
         'transfer_handler_name="xla_megascale_runtime",_xla_megascale_reduce_operation="SUM",'
         '_xla_megascale_transfer_type="ALL_REDUCE"}'
     )
-    dcn = figures.collectives(megascale, [0, 0, 1, 1])
+    dcn = figures.collectives(_program(megascale), [0, 0, 1, 1])
     assert dcn.dcn_bytes == pytest.approx(2 * 0.5 * 128 * 4) and dcn.ici_bytes == {}
     assert dcn.counts == {"DCN ALL_REDUCE": 1}
 

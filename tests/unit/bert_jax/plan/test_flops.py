@@ -87,7 +87,7 @@ def test_modern_block_counts_geglu_no_pooler_and_only_the_windows_band(length):
     config = _config(**MODERN)
     predictions = 6
     traced = _traced_flops(config, length, predictions)
-    windows = flops.layer_windows(config)
+    windows = [config.attention_window(i) for i in range(config.num_hidden_layers)]
     assert windows == [None, 4, 4, None]  # a global layer every third, the first one global
     every_pair = flops.forward_flops_per_sequence(
         32, 4, 48, 96, length, predictions, glu=True, pooler=False, nsp=False
