@@ -208,9 +208,10 @@ def _dict_path(key_path) -> tuple:
 def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) -> Any:
     """Shardings for a tree whose sub-trees mirror the parameters (optimizer moments).
 
-    A leaf whose dict-key path ends with a parameter's path, and that has the parameter's
-    shape, gets that parameter's sharding; every other leaf (step counters, scalars) is
-    replicated. This covers any optax state without knowing its layout.
+    A leaf whose dict-key path ends with a parameter's path, and that has at least as many
+    dimensions as that parameter's sharding names, gets the sharding (the optimizers' moments
+    have the parameter's shape); every other leaf (step counters, scalars) is replicated. This
+    covers any optax state without knowing its layout.
     """
     by_path = {
         _dict_path(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
