@@ -91,7 +91,7 @@ def pack_for_inference(arrays: dict) -> packing.Packed:
 def index_batches(num_examples: int, global_batch: int, seed: int, index: int, count: int):
     """Endless batches of example indices for process `index` of `count` (its share of each
     global batch): a new random order every epoch, batches running across epoch boundaries.
-    Both unpacked (finetune.train.train_batches) and packed steps read this order."""
+    Both unpacked and packed steps (train_batches) read this order."""
     if global_batch % count:
         raise cli.UserError(
             f"train.batch_size={global_batch} is not divisible by {count} processes"
@@ -145,10 +145,15 @@ def plan(
     return Plan(rows, filled, local * steps * process_count / max(1, examples))
 
 
-def train_batches(arrays: dict, global_batch: int, seed: int, the_plan: Plan, index, count):
-    """index_batches' examples, each step's packed into the_plan.rows rows."""
+def train_batches(
+    arrays: dict, global_batch: int, seed: int, the_plan: Plan | None, index: int, count: int
+):
+    """index_batches' examples, each step's packed into the_plan.rows rows, or without a plan
+    its rows as they are (unpacked)."""
 
-    def pack(indices):
+    def batch(indices):
+        if the_plan is None:
+            return {k: v[indices] for k, v in arrays.items()}
         return pack_examples(arrays, indices, the_plan.max_examples, the_plan.rows).arrays
 
-    return index_batches(len(arrays[F.INPUT_IDS]), global_batch, seed, index, count).map(pack)
+    return index_batches(len(arrays[F.INPUT_IDS]), global_batch, seed, index, count).map(batch)

@@ -20,7 +20,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import features as F
 from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
@@ -70,18 +69,6 @@ def jit_train_step(setup: runs.Setup):
         ),
         out_shardings=(setup.state_shardings, replicated),
         donate_argnums=(0,),
-    )
-
-
-def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDataset:
-    """Endless unpacked batches of this process's rows, in packed.index_batches' order (the
-    order packed steps read too): a new random order every epoch, batches running across epoch
-    boundaries, so no example is ever dropped."""
-    indices = packed.index_batches(
-        len(arrays[F.INPUT_IDS]), global_batch, seed, jax.process_index(), jax.process_count()
-    )
-    return indices.map(lambda rows: {k: v[rows] for k, v in arrays.items()}).to_iter_dataset(
-        READ_AHEAD
     )
 
 
@@ -157,8 +144,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             )
 
         batch, seed = config.train.batch_size, config.train.seed
+        procs, index, plan = jax.process_count(), jax.process_index(), None
         if packed.trains_packed(config, setup.kind):
-            procs, index = jax.process_count(), jax.process_index()
             plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
             if is_primary:
                 print(
@@ -167,10 +154,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                     "(--config.train.packing=false to turn off)",
                     flush=True,
                 )
-            batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
-            data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
-        else:
-            data_iter = iter(train_batches(run.train.arrays, batch, seed))
+        batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
+        data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
             saved, _ = checkpoints.load_config(workdir, resumed[0])
