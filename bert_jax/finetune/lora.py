@@ -81,12 +81,6 @@ def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
     return out
 
 
-def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
-    found = problems(targets, rank, alpha)
-    if found:
-        raise cli.UserError("; ".join(found))
-
-
 def _parent(root, path: tuple):
     """The module holding `path` (attribute names, or indices into a list of layers) in `root`."""
     for key in path[:-1]:
@@ -96,7 +90,9 @@ def _parent(root, path: tuple):
 
 def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs: nnx.Rngs) -> None:
     """Wraps the `targets` denses of every encoder layer of `bert` (a BertModel) in place."""
-    _check(targets, rank, alpha)
+    found = problems(targets, rank, alpha)
+    if found:
+        raise cli.UserError("; ".join(found))
     for layer in bert.layers:
         for target in targets:
             parent, name = _parent(layer, TARGETS[target]), TARGETS[target][-1]
