@@ -21,6 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
 from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
 EXPORT_DIR = "export"
@@ -84,7 +85,7 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
                 "move it away"
             )
     if config.get("export"):
-        hf_export.check_target(storage.join(workdir, EXPORT_DIR))
+        publish.check_target(storage.join(workdir, EXPORT_DIR), hf_export.FLAG)
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
@@ -179,8 +180,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         progress = metrics_log.Progress(total, step, enabled=is_primary)
         primary = tasks.primary_metric(run.task, config.data)
 
-        def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
-            figures = predict.evaluate(inference, state["params"], eval_sets, between_batches)
+        def run_eval(step: int, state: dict, between_batches) -> dict:
+            figures = inference.evaluate(state["params"], eval_sets, between_batches)
             flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
             log.write(step, "eval", flat)
             if is_primary:
@@ -263,8 +264,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 result["eval"] = run_eval(step, state, preemption.between_batches)
             if test_set is not None:
                 output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-                predict.write_predictions(
-                    inference, state["params"], test_set, output, preemption.between_batches
+                inference.write_predictions(
+                    state["params"], test_set, output, preemption.between_batches
                 )
                 result["predictions"] = output
             preemption.between_batches()  # a signal during the last save, with nothing after it
