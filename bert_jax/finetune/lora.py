@@ -125,14 +125,3 @@ def merge_adapters(model) -> int:
 def count(model, selector=nnx.Param) -> int:
     """Number of parameters of `model` that `selector` (an nnx filter) picks."""
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, selector))))
-
-
-def summary(model) -> dict[str, int]:
-    """{'total', 'trainable', 'adapters', 'head'} parameter counts; 'trainable' is what a LoRA
-    run trains (adapters and head)."""
-    return {
-        "total": count(model),
-        "trainable": count(model, TRAINABLE),
-        "adapters": count(model, nnx.LoRAParam),
-        "head": count(model, nnx.PathContains("head")),
-    }

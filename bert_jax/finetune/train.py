@@ -122,7 +122,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         )
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     counts = {
-        **lora.summary(run.model),
+        "total": lora.count(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
     }
     manager = checkpoints.make_manager(
@@ -199,8 +199,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
         result = {
             "step": step,
-            "total": counts["total"],
-            "trainable": counts["trainable"],
+            **counts,
             "train": {},
             "eval": {},
             "eval_at_start": {},
