@@ -116,12 +116,7 @@ class Plan:
 
 
 def plan(
-    arrays: dict,
-    global_batch: int,
-    seed: int,
-    steps: int,
-    process_count: int,
-    data_parallel: int,
+    arrays: dict, global_batch: int, seed: int, steps: int, process_count: int, data_parallel: int
 ) -> Plan:
     """The rows every step of a `steps`-step run needs: first-fit decreasing over each step's
     examples, for every process, and the most any step needs (rounded up so that the global

@@ -210,9 +210,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
         def train_figures(means: dict, step_time: float | None) -> dict:
             if step_time:
-                means.update(
-                    step_time=step_time, examples_per_sec=config.train.batch_size / step_time
-                )
+                means.update(step_time=step_time, examples_per_sec=batch / step_time)
             return means
 
         def evaluate_now(step: int, state: dict, between_batches) -> None:

@@ -367,10 +367,7 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
 
 
 def load_hf(
-    hf_dir: str,
-    config: BertConfig | None = None,
-    *,
-    overrides: Mapping[str, Any] | None = None,
+    hf_dir: str, config: BertConfig | None = None, *, overrides: Mapping[str, Any] | None = None
 ) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
 
