@@ -40,7 +40,7 @@ class TextTask:
     def __init__(self, data):
         self.data = data
         self.layout = glue.get_layout(data.layout)
-        self.kind = "regression" if self.layout.is_regression else "classification"
+        self.kind = "classification" if self.layout.labels else "regression"
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
         """Label names in id order: config.data.labels, else the layout's."""
