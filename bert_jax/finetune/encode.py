@@ -63,9 +63,7 @@ def encode_texts(
     tok, examples, max_seq_length: int, labels: Sequence[str]
 ) -> dict[str, np.ndarray]:
     """TextExamples -> inputs and labels; `labels` () means a regression target (a float).
-
-    Examples without a label (test files) get label 0 and are only for prediction.
-    """
+    Examples without a label (test files) get label 0 and are only for prediction."""
     F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
@@ -112,13 +110,10 @@ def _label_value(ex, label_map):
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each
-    word).
-
+    """TaggedSentences -> (inputs and tag labels, per sentence each word's first-piece position).
     A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
     weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them
-    "O", evaluation counts them as missed).
-    """
+    "O", evaluation counts them as missed)."""
     F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)

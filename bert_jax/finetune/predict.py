@@ -156,11 +156,8 @@ def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
     """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or
-    None).
-
-    `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
-    config fields to values (e.g. {"eval.batch_size": 16}).
-    """
+    None). `init` replaces the saved --init (moved pre-trained directory); `overrides` maps
+    dotted config fields to values (e.g. {"eval.batch_size": 16})."""
     config, _ = checkpoints.load_config(workdir, problems=config_check.range_problems)
     checkpoints.check_kind(config, workdir, finetuning=True)
     from configs.finetune import base  # the fields' defaults have one home: the config file
