@@ -21,6 +21,7 @@ import numpy as np
 from bert_jax import cli
 from bert_jax.data.contract import features as F
 
+INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)  # the model's: int32 [examples, length]
 LABEL = "label"  # [examples]: class id or regression target
 LABEL_IDS = "label_ids"  # [examples, length]: tag id at the first piece of each word
 LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids counts
@@ -67,10 +68,7 @@ def encode_texts(
     F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
-    arrays = {
-        name: np.zeros((n, max_seq_length), np.int32)
-        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
-    }
+    arrays = {name: np.zeros((n, max_seq_length), np.int32) for name in INPUTS}
     out_labels = np.zeros(n, np.int32 if labels else np.float32)
     for i, ex in enumerate(examples):
         a = tok.encode(ex.text_a)
@@ -79,9 +77,8 @@ def encode_texts(
             del a[max_seq_length - 2 :]
         else:
             truncate_pair(a, b, max_seq_length - 3)
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
-            tok, a, b, max_seq_length
-        )
+        for name, row in zip(INPUTS, pack(tok, a, b, max_seq_length)):
+            arrays[name][i] = row
         if ex.label is not None:
             out_labels[i] = _label_value(ex, label_map)
     arrays[LABEL] = out_labels
@@ -117,10 +114,7 @@ def encode_tagged(
     F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)
-    arrays = {
-        name: np.zeros((n, max_seq_length), np.int32)
-        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, LABEL_IDS)
-    }
+    arrays = {name: np.zeros((n, max_seq_length), np.int32) for name in (*INPUTS, LABEL_IDS)}
     arrays[LABEL_WEIGHTS] = np.zeros((n, max_seq_length), np.float32)
     starts = []
     for i, sentence in enumerate(sentences):
@@ -132,9 +126,8 @@ def encode_tagged(
             first[w] = 1 + len(ids)  # +1 for [CLS]
             ids.extend(pieces)
         del ids[max_seq_length - 2 :]
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
-            tok, ids, None, max_seq_length
-        )
+        for name, row in zip(INPUTS, pack(tok, ids, None, max_seq_length)):
+            arrays[name][i] = row
         starts.append(first)
         if sentence.tags is None:
             continue

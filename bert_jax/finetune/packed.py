@@ -22,7 +22,7 @@ from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, squad
 
-TOKEN_FEATURES = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)
+TOKEN_FEATURES = (*encode.INPUTS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)
 EXAMPLE_FEATURES = (encode.LABEL, squad.START_POSITIONS, squad.END_POSITIONS)
 POSITIONS = (squad.START_POSITIONS, squad.END_POSITIONS)  # token positions: shifted when packed
 

@@ -24,14 +24,13 @@ import ml_collections
 from flax import nnx
 
 from bert_jax import cli
-from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, hf_export, lora, tasks
 from bert_jax.hf import pretrained
 from bert_jax.training import checksums, optim, train_state
 
-INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
+INPUTS = encode.INPUTS
 
 
 @dataclasses.dataclass

@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
-from bert_jax.finetune.encode import FormatError, pack
+from bert_jax.finetune.encode import INPUTS, FormatError, pack
 from bert_jax.text import tokenization
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
@@ -215,9 +215,7 @@ def encode_squad(
     problems = length_problems(max_seq_length, doc_stride, max_query_length)
     if problems:
         raise cli.UserError("; ".join(problems))
-    rows: dict[str, list] = {
-        k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, START_POSITIONS, END_POSITIONS)
-    }
+    rows: dict[str, list] = {k: [] for k in (*INPUTS, START_POSITIONS, END_POSITIONS)}
     windows: list[Window] = []
     contexts: list[ContextPieces] = []
     skipped = 0
