@@ -76,23 +76,18 @@ def read_squad(path: str) -> list[QAExample]:
         # Each level's type is checked: a null or a number where text or a list belongs is the
         # file's mistake, named here, not a TypeError deep in the tokenizer.
         for p, paragraph in enumerate(_field(article, "paragraphs", list, path, title, "?", ())):
-            context = _field(paragraph, "context", str, path, title, p)
-            for qa in _field(paragraph, "qas", list, path, title, p):
+            at = (path, title, p)  # where _field's errors point
+            context = _field(paragraph, "context", str, *at)
+            for qa in _field(paragraph, "qas", list, *at):
                 try:
                     answers = tuple(
-                        (_field(x, "text", str, path, title, p), int(x["answer_start"]))
-                        for x in _field(qa, "answers", (list, type(None)), path, title, p, ()) or ()
+                        (_field(x, "text", str, *at), int(x["answer_start"]))
+                        for x in _field(qa, "answers", (list, type(None)), *at, ()) or ()
                     )
-                    out.append(
-                        QAExample(
-                            str(qa["id"]),
-                            _field(qa, "question", str, path, title, p),
-                            context,
-                            answers,
-                            # A string "false" would be true: only JSON booleans (or 0/1).
-                            bool(_field(qa, "is_impossible", (bool, int), path, title, p, False)),
-                        )
-                    )
+                    qid, question = str(qa["id"]), _field(qa, "question", str, *at)
+                    # A string "false" would be true: only JSON booleans (or 0/1).
+                    impossible = bool(_field(qa, "is_impossible", (bool, int), *at, False))
+                    out.append(QAExample(qid, question, context, answers, impossible))
                 except FormatError:
                     raise
                 except (KeyError, TypeError, ValueError) as e:
