@@ -17,7 +17,6 @@ import math
 import grain
 import numpy as np
 
-from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, squad
@@ -91,11 +90,8 @@ def pack_for_inference(arrays: dict) -> packing.Packed:
 def index_batches(num_examples: int, global_batch: int, seed: int, index: int, count: int):
     """Endless batches of example indices for process `index` of `count` (its share of each
     global batch): a new random order every epoch, batches running across epoch boundaries.
-    Both unpacked and packed steps (train_batches) read this order."""
-    if global_batch % count:
-        raise cli.UserError(
-            f"train.batch_size={global_batch} is not divisible by {count} processes"
-        )
+    Both unpacked and packed steps (train_batches) read this order. `count` divides
+    `global_batch` (config_check.check_finetuning)."""
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
     return ds[index::count].batch(global_batch // count, drop_remainder=True)
 
