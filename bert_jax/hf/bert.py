@@ -431,9 +431,7 @@ def _load(
                 f"{source}: {name} has shape {value.shape}, the config needs "
                 f"{whole}; does its config.json describe this checkpoint?"
             )
-        parts = (
-            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
-        )
+        parts = np.split(value, np.cumsum([s[0] for s in expected])[:-1])  # one per path
         for path, part in zip(paths, parts):
             _get(params, path[:-1])[path[-1]] = part.T if transpose else part
     absent_body = [name for name in missing if name.startswith(names.body)]
