@@ -56,9 +56,8 @@ def prepare(
     config = config.copy_and_resolve_references()
     init = init or config.init
     task = tasks.make_task(config.data)
-    examples = None
-    if with_train:  # first: a bad training file is named at once, not after the model loads
-        examples = tasks.read_examples(task, config.data.train_file)
+    # First: a bad training file is named at once, not after the model loads.
+    examples = tasks.read_examples(task, config.data.train_file) if with_train else None
     encoder = pretrained.load(
         init,
         overrides=config.model.to_dict(),
