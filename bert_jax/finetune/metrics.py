@@ -42,9 +42,8 @@ def f1_binary(preds, labels, positive: int = 1) -> float:
     """F1 of the positive class; 0 when there are no true positives."""
     preds, labels = _pair(preds, labels)
     tp = np.sum((preds == positive) & (labels == positive))
-    fp = np.sum((preds == positive) & (labels != positive))
-    fn = np.sum((preds != positive) & (labels == positive))
-    return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
+    predicted, gold = np.sum(preds == positive), np.sum(labels == positive)  # tp + fp, tp + fn
+    return float(2 * tp / (predicted + gold)) if tp else 0.0
 
 
 def matthews_corrcoef(preds, labels) -> float:
