@@ -32,12 +32,6 @@ class FormatError(cli.UserError):
     fix."""
 
 
-def truncate_pair(a: list, b: list, max_tokens: int) -> None:
-    """Pops from the end of the longer sequence until both fit (run_classifier.py's rule)."""
-    while len(a) + len(b) > max_tokens:
-        (a if len(a) > len(b) else b).pop()
-
-
 def pack(
     tok, ids_a: Sequence[int], ids_b: Sequence[int] | None, max_seq_length: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,7 +70,8 @@ def encode_texts(
         if b is None:
             del a[max_seq_length - 2 :]
         else:
-            truncate_pair(a, b, max_seq_length - 3)
+            while len(a) + len(b) > max_seq_length - 3:  # run_classifier.py's rule
+                (a if len(a) > len(b) else b).pop()  # the longer (b on a tie) loses a piece
         for name, row in zip(INPUTS, pack(tok, a, b, max_seq_length)):
             arrays[name][i] = row
         if ex.label is not None:
