@@ -203,10 +203,8 @@ def encode_squad(
     is_training: bool,
 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
     """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
-
     With `is_training`, answers become start/end labels and training questions whose answer
-    text is not at its offset in the context are dropped (logged), as run_squad.py does.
-    """
+    text is not at its offset in the context are dropped (logged), as run_squad.py does."""
     problems = length_problems(max_seq_length, doc_stride, max_query_length)
     if problems:
         raise cli.UserError("; ".join(problems))
@@ -278,10 +276,8 @@ def best_answers(
     version_2_with_negative: bool = False,
     null_score_diff_threshold: float = 0.0,
 ) -> tuple[dict[str, str], dict[str, float]]:
-    """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score}).
-
-    The second dict (the official script's na_probs input) is only filled for v2.0.
-    """
+    """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score});
+    the second dict (the official script's na_probs input) is only filled for v2.0."""
     best: dict[int, tuple[float, int, int]] = {}  # example -> (score, char start, char end)
     null: dict[int, float] = {}
     for w, window in enumerate(windows):
