@@ -21,6 +21,7 @@ import numpy as np
 from bert_jax import cli
 from bert_jax.data.contract import features as F
 
+INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)  # the model's: int32 [examples, length]
 LABEL = "label"  # [examples]: class id or regression target
 LABEL_IDS = "label_ids"  # [examples, length]: tag id at the first piece of each word
 LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids counts
@@ -29,12 +30,6 @@ LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids count
 class FormatError(cli.UserError):
     """A data file that does not have the expected layout; the message says where and what to
     fix."""
-
-
-def truncate_pair(a: list, b: list, max_tokens: int) -> None:
-    """Pops from the end of the longer sequence until both fit (run_classifier.py's rule)."""
-    while len(a) + len(b) > max_tokens:
-        (a if len(a) > len(b) else b).pop()
 
 
 def pack(
@@ -63,16 +58,11 @@ def encode_texts(
     tok, examples, max_seq_length: int, labels: Sequence[str]
 ) -> dict[str, np.ndarray]:
     """TextExamples -> inputs and labels; `labels` () means a regression target (a float).
-
-    Examples without a label (test files) get label 0 and are only for prediction.
-    """
+    Examples without a label (test files) get label 0 and are only for prediction."""
     F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
-    arrays = {
-        name: np.zeros((n, max_seq_length), np.int32)
-        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
-    }
+    arrays = {name: np.zeros((n, max_seq_length), np.int32) for name in INPUTS}
     out_labels = np.zeros(n, np.int32 if labels else np.float32)
     for i, ex in enumerate(examples):
         a = tok.encode(ex.text_a)
@@ -80,10 +70,10 @@ def encode_texts(
         if b is None:
             del a[max_seq_length - 2 :]
         else:
-            truncate_pair(a, b, max_seq_length - 3)
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
-            tok, a, b, max_seq_length
-        )
+            while len(a) + len(b) > max_seq_length - 3:  # run_classifier.py's rule
+                (a if len(a) > len(b) else b).pop()  # the longer (b on a tie) loses a piece
+        for name, row in zip(INPUTS, pack(tok, a, b, max_seq_length)):
+            arrays[name][i] = row
         if ex.label is not None:
             out_labels[i] = _label_value(ex, label_map)
     arrays[LABEL] = out_labels
@@ -112,20 +102,14 @@ def _label_value(ex, label_map):
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """TaggedSentences -> (inputs and tag labels, per sentence the first-piece position of each
-    word).
-
+    """TaggedSentences -> (inputs and tag labels, per sentence each word's first-piece position).
     A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
     weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them
-    "O", evaluation counts them as missed).
-    """
+    "O", evaluation counts them as missed)."""
     F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)
-    arrays = {
-        name: np.zeros((n, max_seq_length), np.int32)
-        for name in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, LABEL_IDS)
-    }
+    arrays = {name: np.zeros((n, max_seq_length), np.int32) for name in (*INPUTS, LABEL_IDS)}
     arrays[LABEL_WEIGHTS] = np.zeros((n, max_seq_length), np.float32)
     starts = []
     for i, sentence in enumerate(sentences):
@@ -137,9 +121,8 @@ def encode_tagged(
             first[w] = 1 + len(ids)  # +1 for [CLS]
             ids.extend(pieces)
         del ids[max_seq_length - 2 :]
-        (arrays[F.INPUT_IDS][i], arrays[F.INPUT_MASK][i], arrays[F.SEGMENT_IDS][i]) = pack(
-            tok, ids, None, max_seq_length
-        )
+        for name, row in zip(INPUTS, pack(tok, ids, None, max_seq_length)):
+            arrays[name][i] = row
         starts.append(first)
         if sentence.tags is None:
             continue

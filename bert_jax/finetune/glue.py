@@ -37,33 +37,23 @@ class Layout:
     text_b: str | None  # header name of the second text (sentence pairs)
     label: str  # header name of the label / score
     labels: tuple[str, ...]  # label names in id order; () for regression
-    guid: str | None = None  # header name of an id column, if any
+    guid: str | None = "index"  # header name of an id column, if any
     # Headerless files (CoLA train/dev): column positions of (text_a, label).
     positional: tuple[int, int] | None = None
 
-    @property
-    def is_regression(self) -> bool:
-        return not self.labels
-
 
 LAYOUTS = {
-    "sst2": Layout("sentence", None, "label", ("0", "1"), guid="index"),
-    "cola": Layout("sentence", None, "label", ("0", "1"), guid="index", positional=(3, 1)),
-    "mrpc": Layout("#1 String", "#2 String", "Quality", ("0", "1"), guid="index"),
+    "sst2": Layout("sentence", None, "label", ("0", "1")),
+    "cola": Layout("sentence", None, "label", ("0", "1"), positional=(3, 1)),
+    "mrpc": Layout("#1 String", "#2 String", "Quality", ("0", "1")),
     "mnli": Layout(
-        "sentence1",
-        "sentence2",
-        "gold_label",
-        ("contradiction", "entailment", "neutral"),
-        guid="index",
+        "sentence1", "sentence2", "gold_label", ("contradiction", "entailment", "neutral")
     ),
-    "stsb": Layout("sentence1", "sentence2", "score", (), guid="index"),
+    "stsb": Layout("sentence1", "sentence2", "score", ()),
     "qqp": Layout("question1", "question2", "is_duplicate", ("0", "1"), guid="id"),
-    "qnli": Layout("question", "sentence", "label", ("entailment", "not_entailment"), guid="index"),
-    "rte": Layout(
-        "sentence1", "sentence2", "label", ("entailment", "not_entailment"), guid="index"
-    ),
-    "wnli": Layout("sentence1", "sentence2", "label", ("0", "1"), guid="index"),
+    "qnli": Layout("question", "sentence", "label", ("entailment", "not_entailment")),
+    "rte": Layout("sentence1", "sentence2", "label", ("entailment", "not_entailment")),
+    "wnli": Layout("sentence1", "sentence2", "label", ("0", "1")),
 }
 
 

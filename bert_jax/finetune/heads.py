@@ -54,12 +54,10 @@ class TaskModel(nnx.Module):
 
     def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None, **packed):
         """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
-        span a pair ([batch, length], [batch, length]).
-
-        Packed rows (finetune/packed.py) pass `packed`: bert_jax.data.input.packing's MODEL_INPUTS
-        (example_ids, position_ids, cls_positions [rows, slots]); classification and regression
-        outputs are then per slot, [rows, slots, classes] and [rows, slots]; token outputs keep
-        their shape."""
+        span a pair ([batch, length], [batch, length]). Packed rows (finetune/packed.py) pass
+        `packed`: bert_jax.data.input.packing's MODEL_INPUTS (example_ids, position_ids,
+        cls_positions [rows, slots]); classification and regression outputs are then per slot,
+        [rows, slots, classes] and [rows, slots]; token outputs keep their shape."""
         if self.kind not in ("classification", "regression"):
             packed.pop(packing.CLS_POSITIONS, None)  # no pooled output wanted
         k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)

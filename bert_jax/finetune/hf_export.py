@@ -31,6 +31,7 @@ _HF_HEADS = {
     "tagging": ("BertForTokenClassification", "classifier"),
     "span": ("BertForQuestionAnswering", "qa_outputs"),
 }
+FLAG = "<workdir>/export"  # how errors name the export directory: fine-tuning has no flag for it
 
 
 def check_exportable(config: encoder.BertConfig) -> None:
@@ -99,11 +100,3 @@ def export_hf(
     # Whole or not at all, never mixed with an earlier model's files (bert_jax.hf.publish).
     publish.directory(output_dir, write, what="bert_jax.finetune export", flag=FLAG)
     return hf_config
-
-
-FLAG = "<workdir>/export"  # how errors name the export directory: fine-tuning has no flag for it
-
-
-def check_target(output_dir: str) -> None:
-    """publish.check_target for a fine-tuning run's export directory, before the run trains."""
-    publish.check_target(output_dir, FLAG)

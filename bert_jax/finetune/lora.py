@@ -81,12 +81,6 @@ def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
     return out
 
 
-def _check(targets: Sequence[str], rank: int, alpha: float) -> None:
-    found = problems(targets, rank, alpha)
-    if found:
-        raise cli.UserError("; ".join(found))
-
-
 def _parent(root, path: tuple):
     """The module holding `path` (attribute names, or indices into a list of layers) in `root`."""
     for key in path[:-1]:
@@ -96,7 +90,9 @@ def _parent(root, path: tuple):
 
 def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs: nnx.Rngs) -> None:
     """Wraps the `targets` denses of every encoder layer of `bert` (a BertModel) in place."""
-    _check(targets, rank, alpha)
+    found = problems(targets, rank, alpha)
+    if found:
+        raise cli.UserError("; ".join(found))
     for layer in bert.layers:
         for target in targets:
             parent, name = _parent(layer, TARGETS[target]), TARGETS[target][-1]
@@ -129,14 +125,3 @@ def merge_adapters(model) -> int:
 def count(model, selector=nnx.Param) -> int:
     """Number of parameters of `model` that `selector` (an nnx filter) picks."""
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, selector))))
-
-
-def summary(model) -> dict[str, int]:
-    """{'total', 'trainable', 'adapters', 'head'} parameter counts; 'trainable' is what a LoRA
-    run trains (adapters and head)."""
-    return {
-        "total": count(model),
-        "trainable": count(model, TRAINABLE),
-        "adapters": count(model, nnx.LoRAParam),
-        "head": count(model, nnx.PathContains("head")),
-    }

@@ -42,9 +42,8 @@ def f1_binary(preds, labels, positive: int = 1) -> float:
     """F1 of the positive class; 0 when there are no true positives."""
     preds, labels = _pair(preds, labels)
     tp = np.sum((preds == positive) & (labels == positive))
-    fp = np.sum((preds == positive) & (labels != positive))
-    fn = np.sum((preds != positive) & (labels == positive))
-    return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
+    predicted, gold = np.sum(preds == positive), np.sum(labels == positive)  # tp + fp, tp + fn
+    return float(2 * tp / (predicted + gold)) if tp else 0.0
 
 
 def matthews_corrcoef(preds, labels) -> float:
@@ -208,13 +207,11 @@ def token_f1(prediction: str, gold: str) -> float:
 def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]
 ) -> dict[str, float]:
-    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent.
-
-    Gold texts that normalize to "" are dropped and a question left with none is unanswerable
-    (its gold is [""]), as evaluate-v2.0.py does; with such questions present the result also has
-    has_ans_* / no_ans_* figures. A question without a prediction scores 0, as in the official
-    scripts (which also warn about it).
-    """
+    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
+    normalize to "" are dropped and a question left with none is unanswerable (its gold is [""]),
+    as evaluate-v2.0.py does; with such questions present the result also has has_ans_* /
+    no_ans_* figures. A question without a prediction scores 0, as in the official scripts (which
+    also warn about it)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}

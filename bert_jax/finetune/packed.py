@@ -17,12 +17,11 @@ import math
 import grain
 import numpy as np
 
-from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, squad
 
-TOKEN_FEATURES = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)
+TOKEN_FEATURES = (*encode.INPUTS, encode.LABEL_IDS, encode.LABEL_WEIGHTS)
 EXAMPLE_FEATURES = (encode.LABEL, squad.START_POSITIONS, squad.END_POSITIONS)
 POSITIONS = (squad.START_POSITIONS, squad.END_POSITIONS)  # token positions: shifted when packed
 
@@ -91,11 +90,8 @@ def pack_for_inference(arrays: dict) -> packing.Packed:
 def index_batches(num_examples: int, global_batch: int, seed: int, index: int, count: int):
     """Endless batches of example indices for process `index` of `count` (its share of each
     global batch): a new random order every epoch, batches running across epoch boundaries.
-    Both unpacked (finetune.train.train_batches) and packed steps read this order."""
-    if global_batch % count:
-        raise cli.UserError(
-            f"train.batch_size={global_batch} is not divisible by {count} processes"
-        )
+    Both unpacked and packed steps (train_batches) read this order. `count` divides
+    `global_batch` (config_check.check_finetuning)."""
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
     return ds[index::count].batch(global_batch // count, drop_remainder=True)
 
@@ -116,12 +112,7 @@ class Plan:
 
 
 def plan(
-    arrays: dict,
-    global_batch: int,
-    seed: int,
-    steps: int,
-    process_count: int,
-    data_parallel: int,
+    arrays: dict, global_batch: int, seed: int, steps: int, process_count: int, data_parallel: int
 ) -> Plan:
     """The rows every step of a `steps`-step run needs: first-fit decreasing over each step's
     examples, for every process, and the most any step needs (rounded up so that the global
@@ -145,10 +136,15 @@ def plan(
     return Plan(rows, filled, local * steps * process_count / max(1, examples))
 
 
-def train_batches(arrays: dict, global_batch: int, seed: int, the_plan: Plan, index, count):
-    """index_batches' examples, each step's packed into the_plan.rows rows."""
+def train_batches(
+    arrays: dict, global_batch: int, seed: int, the_plan: Plan | None, index: int, count: int
+):
+    """index_batches' examples, each step's packed into the_plan.rows rows, or without a plan
+    its rows as they are (unpacked)."""
 
-    def pack(indices):
+    def batch(indices):
+        if the_plan is None:
+            return {k: v[indices] for k, v in arrays.items()}
         return pack_examples(arrays, indices, the_plan.max_examples, the_plan.rows).arrays
 
-    return index_batches(len(arrays[F.INPUT_IDS]), global_batch, seed, index, count).map(pack)
+    return index_batches(len(arrays[F.INPUT_IDS]), global_batch, seed, index, count).map(batch)

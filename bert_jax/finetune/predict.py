@@ -95,7 +95,8 @@ def infer(
 @dataclasses.dataclass
 class Inference:
     """A run's inference over its encoded datasets: the run, its Setup, the jitted forward
-    (`jit_infer`) and the frozen parameters; the trainable ones are passed per call."""
+    (`jit_infer`) and the frozen parameters; the trainable ones are passed per call.
+    `between_batches` is as in `infer`."""
 
     run: runs.Run
     setup: runs.Setup
@@ -111,41 +112,30 @@ class Inference:
             setup, self.infer_fn, params, self.frozen, ds.arrays, batch, pack, between_batches
         )
 
+    def evaluate(self, params, eval_sets: dict[str, tasks.Dataset], between_batches):
+        """{file name: metrics} over the encoded eval files."""
+        return {
+            name: self.run.task.metrics(
+                ds, self.outputs(params, ds, between_batches), self.run.labels
+            )
+            for name, ds in eval_sets.items()
+        }
 
-def evaluate(
-    inference: Inference,
-    params,
-    eval_sets: dict[str, tasks.Dataset],
-    between_batches: Callable[[], None] = lambda: None,
-) -> dict[str, dict[str, float]]:
-    """{file name: metrics} over the encoded eval files; `between_batches` as in `infer`."""
-    run = inference.run
-    return {
-        name: run.task.metrics(ds, inference.outputs(params, ds, between_batches), run.labels)
-        for name, ds in eval_sets.items()
-    }
+    def write_predictions(
+        self, params, ds: tasks.Dataset, output: str, between_batches=lambda: None
+    ) -> dict[str, float] | None:
+        """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
+        labels. Nothing is written when `between_batches` raises."""
+        outputs = self.outputs(params, ds, between_batches)
+        if jax.process_index() == 0:
+            self.run.task.write(output, ds, outputs, self.run.labels)
+        logging.info("wrote predictions to %s", output)
+        return self.run.task.metrics(ds, outputs, self.run.labels) if ds.has_labels else None
 
 
 def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
     name = os.path.splitext(os.path.basename(test_file))[0]
     return storage.join(workdir, PREDICTIONS_DIR, name + _EXTENSIONS[data_format])
-
-
-def write_predictions(
-    inference: Inference,
-    params,
-    ds: tasks.Dataset,
-    output: str,
-    between_batches: Callable[[], None] = lambda: None,
-) -> dict[str, float] | None:
-    """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
-    labels. `between_batches` as in `infer`: nothing is written when it raises."""
-    run = inference.run
-    outputs = inference.outputs(params, ds, between_batches)
-    if jax.process_index() == 0:
-        run.task.write(output, ds, outputs, run.labels)
-    logging.info("wrote predictions to %s", output)
-    return run.task.metrics(ds, outputs, run.labels) if ds.has_labels else None
 
 
 def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.ConfigDict) -> None:
@@ -166,11 +156,8 @@ def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
     """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or
-    None).
-
-    `init` replaces the saved --init (moved pre-trained directory); `overrides` maps dotted
-    config fields to values (e.g. {"eval.batch_size": 16}).
-    """
+    None). `init` replaces the saved --init (moved pre-trained directory); `overrides` maps
+    dotted config fields to values (e.g. {"eval.batch_size": 16})."""
     config, _ = checkpoints.load_config(workdir, problems=config_check.range_problems)
     checkpoints.check_kind(config, workdir, finetuning=True)
     from configs.finetune import base  # the fields' defaults have one home: the config file
@@ -183,6 +170,6 @@ def predict_from_workdir(
     params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     ds = runs.encode_file(run, test_file)
-    figures = write_predictions(Inference(run, setup, jit_infer(setup), frozen), params, ds, output)
+    figures = Inference(run, setup, jit_infer(setup), frozen).write_predictions(params, ds, output)
     logging.info("predicted %s with step %d of %s", test_file, step, workdir)
     return output, figures

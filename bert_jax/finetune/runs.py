@@ -24,14 +24,13 @@ import ml_collections
 from flax import nnx
 
 from bert_jax import cli
-from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, hf_export, lora, tasks
 from bert_jax.hf import pretrained
 from bert_jax.training import checksums, optim, train_state
 
-INPUTS = (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS)
+INPUTS = encode.INPUTS
 
 
 @dataclasses.dataclass
@@ -57,9 +56,8 @@ def prepare(
     config = config.copy_and_resolve_references()
     init = init or config.init
     task = tasks.make_task(config.data)
-    examples = None
-    if with_train:  # first: a bad training file is named at once, not after the model loads
-        examples = tasks.read_examples(task, config.data.train_file)
+    # First: a bad training file is named at once, not after the model loads.
+    examples = tasks.read_examples(task, config.data.train_file) if with_train else None
     encoder = pretrained.load(
         init,
         overrides=config.model.to_dict(),

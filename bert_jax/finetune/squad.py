@@ -24,7 +24,7 @@ import numpy as np
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
-from bert_jax.finetune.encode import FormatError, pack
+from bert_jax.finetune.encode import INPUTS, FormatError, pack
 from bert_jax.text import tokenization
 
 START_POSITIONS = "start_positions"  # int32 [windows]: answer's first piece (0: no answer here)
@@ -76,23 +76,18 @@ def read_squad(path: str) -> list[QAExample]:
         # Each level's type is checked: a null or a number where text or a list belongs is the
         # file's mistake, named here, not a TypeError deep in the tokenizer.
         for p, paragraph in enumerate(_field(article, "paragraphs", list, path, title, "?", ())):
-            context = _field(paragraph, "context", str, path, title, p)
-            for qa in _field(paragraph, "qas", list, path, title, p):
+            at = (path, title, p)  # where _field's errors point
+            context = _field(paragraph, "context", str, *at)
+            for qa in _field(paragraph, "qas", list, *at):
                 try:
                     answers = tuple(
-                        (_field(x, "text", str, path, title, p), int(x["answer_start"]))
-                        for x in _field(qa, "answers", (list, type(None)), path, title, p, ()) or ()
+                        (_field(x, "text", str, *at), int(x["answer_start"]))
+                        for x in _field(qa, "answers", (list, type(None)), *at, ()) or ()
                     )
-                    out.append(
-                        QAExample(
-                            str(qa["id"]),
-                            _field(qa, "question", str, path, title, p),
-                            context,
-                            answers,
-                            # A string "false" would be true: only JSON booleans (or 0/1).
-                            bool(_field(qa, "is_impossible", (bool, int), path, title, p, False)),
-                        )
-                    )
+                    qid, question = str(qa["id"]), _field(qa, "question", str, *at)
+                    # A string "false" would be true: only JSON booleans (or 0/1).
+                    impossible = bool(_field(qa, "is_impossible", (bool, int), *at, False))
+                    out.append(QAExample(qid, question, context, answers, impossible))
                 except FormatError:
                     raise
                 except (KeyError, TypeError, ValueError) as e:
@@ -208,16 +203,12 @@ def encode_squad(
     is_training: bool,
 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
     """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
-
     With `is_training`, answers become start/end labels and training questions whose answer
-    text is not at its offset in the context are dropped (logged), as run_squad.py does.
-    """
+    text is not at its offset in the context are dropped (logged), as run_squad.py does."""
     problems = length_problems(max_seq_length, doc_stride, max_query_length)
     if problems:
         raise cli.UserError("; ".join(problems))
-    rows: dict[str, list] = {
-        k: [] for k in (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, START_POSITIONS, END_POSITIONS)
-    }
+    rows: dict[str, list] = {k: [] for k in (*INPUTS, START_POSITIONS, END_POSITIONS)}
     windows: list[Window] = []
     contexts: list[ContextPieces] = []
     skipped = 0
@@ -285,10 +276,8 @@ def best_answers(
     version_2_with_negative: bool = False,
     null_score_diff_threshold: float = 0.0,
 ) -> tuple[dict[str, str], dict[str, float]]:
-    """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score}).
-
-    The second dict (the official script's na_probs input) is only filled for v2.0.
-    """
+    """Window logits [windows, length] -> ({qid: answer text}, {qid: null score - best span score});
+    the second dict (the official script's na_probs input) is only filled for v2.0."""
     best: dict[int, tuple[float, int, int]] = {}  # example -> (score, char start, char end)
     null: dict[int, float] = {}
     for w, window in enumerate(windows):

@@ -40,7 +40,7 @@ class TextTask:
     def __init__(self, data):
         self.data = data
         self.layout = glue.get_layout(data.layout)
-        self.kind = "regression" if self.layout.is_regression else "classification"
+        self.kind = "classification" if self.layout.labels else "regression"
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
         """Label names in id order: config.data.labels, else the layout's."""
@@ -63,13 +63,8 @@ class TextTask:
         return metrics.classification_metrics(preds, gold, labels)
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
-        preds = self._predictions(outputs)
-        values = (
-            [float(p) for p in preds]
-            if self.kind == "regression"
-            else [labels[int(p)] for p in preds]
-        )
-        glue.write_predictions(path, ds.examples, values)
+        value = float if self.kind == "regression" else lambda p: labels[int(p)]
+        glue.write_predictions(path, ds.examples, [value(p) for p in self._predictions(outputs)])
 
 
 class TaggingTask:

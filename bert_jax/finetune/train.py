@@ -20,8 +20,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import features as F
 from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
 EXPORT_DIR = "export"
@@ -73,18 +73,6 @@ def jit_train_step(setup: runs.Setup):
     )
 
 
-def train_batches(arrays: dict, global_batch: int, seed: int) -> grain.IterDataset:
-    """Endless unpacked batches of this process's rows, in packed.index_batches' order (the
-    order packed steps read too): a new random order every epoch, batches running across epoch
-    boundaries, so no example is ever dropped."""
-    indices = packed.index_batches(
-        len(arrays[F.INPUT_IDS]), global_batch, seed, jax.process_index(), jax.process_count()
-    )
-    return indices.map(lambda rows: {k: v[rows] for k, v in arrays.items()}).to_iter_dataset(
-        READ_AHEAD
-    )
-
-
 def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
     """Where the run's last acts write, checked before it trains: a directory in the place of the
     predictions file was an IsADirectoryError traceback after training, a file in the place of
@@ -97,7 +85,7 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
                 "move it away"
             )
     if config.get("export"):
-        hf_export.check_target(storage.join(workdir, EXPORT_DIR))
+        publish.check_target(storage.join(workdir, EXPORT_DIR), hf_export.FLAG)
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
@@ -134,7 +122,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         )
     setup, trainable, frozen = runs.make_setup(config, run.model, total)
     counts = {
-        **lora.summary(run.model),
+        "total": lora.count(run.model),
         "trainable": lora.count(run.model, runs.trainable_filter(config)),
     }
     manager = checkpoints.make_manager(
@@ -157,8 +145,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             )
 
         batch, seed = config.train.batch_size, config.train.seed
+        procs, index, plan = jax.process_count(), jax.process_index(), None
         if packed.trains_packed(config, setup.kind):
-            procs, index = jax.process_count(), jax.process_index()
             plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
             if is_primary:
                 print(
@@ -167,10 +155,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                     "(--config.train.packing=false to turn off)",
                     flush=True,
                 )
-            batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
-            data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
-        else:
-            data_iter = iter(train_batches(run.train.arrays, batch, seed))
+        batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
+        data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
             saved, _ = checkpoints.load_config(workdir, resumed[0])
@@ -194,8 +180,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         progress = metrics_log.Progress(total, step, enabled=is_primary)
         primary = tasks.primary_metric(run.task, config.data)
 
-        def run_eval(step: int, state: dict, between_batches=lambda: None) -> dict:
-            figures = predict.evaluate(inference, state["params"], eval_sets, between_batches)
+        def run_eval(step: int, state: dict, between_batches) -> dict:
+            figures = inference.evaluate(state["params"], eval_sets, between_batches)
             flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
             log.write(step, "eval", flat)
             if is_primary:
@@ -213,8 +199,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
         result = {
             "step": step,
-            "total": counts["total"],
-            "trainable": counts["trainable"],
+            **counts,
             "train": {},
             "eval": {},
             "eval_at_start": {},
@@ -225,9 +210,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
 
         def train_figures(means: dict, step_time: float | None) -> dict:
             if step_time:
-                means.update(
-                    step_time=step_time, examples_per_sec=config.train.batch_size / step_time
-                )
+                means.update(step_time=step_time, examples_per_sec=batch / step_time)
             return means
 
         def evaluate_now(step: int, state: dict, between_batches) -> None:
@@ -278,8 +261,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 result["eval"] = run_eval(step, state, preemption.between_batches)
             if test_set is not None:
                 output = predict.prediction_path(workdir, config.data.format, config.data.test_file)
-                predict.write_predictions(
-                    inference, state["params"], test_set, output, preemption.between_batches
+                inference.write_predictions(
+                    state["params"], test_set, output, preemption.between_batches
                 )
                 result["predictions"] = output
             preemption.between_batches()  # a signal during the last save, with nothing after it

@@ -231,11 +231,9 @@ def _pure_params(model_or_state) -> dict:
 def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
     """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32
     array}, or ModernBertForMaskedLM's for a config of the modern block (a model's own config
-    counts; a state or dict without `config` is taken for BERT).
-
-    The tied decoder (cls.predictions.decoder.*, decoder.weight) is left out, as transformers'
-    own save does. `config`, when given, is checked against the parameters' layer count.
-    """
+    counts; a state or dict without `config` is taken for BERT). The tied decoder
+    (cls.predictions.decoder.*, decoder.weight) is left out, as transformers' own save does.
+    `config`, when given, is checked against the parameters' layer count."""
     if config is None and isinstance(model_or_state, BertForPreTraining):
         config = model_or_state.config
     params = _pure_params(model_or_state)
@@ -367,17 +365,12 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
 
 
 def load_hf(
-    hf_dir: str,
-    config: BertConfig | None = None,
-    *,
-    overrides: Mapping[str, Any] | None = None,
+    hf_dir: str, config: BertConfig | None = None, *, overrides: Mapping[str, Any] | None = None
 ) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
-
     `config` defaults to the directory's config.json / bert_config.json, with `overrides`
     (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
-    remat). Weights the file lacks (the heads, the pooler) are freshly initialized.
-    """
+    remat). Weights the file lacks (the heads, the pooler) are freshly initialized."""
     config, params, report = _load(hf_dir, config, overrides)
     return model_from_params(config, params), report
 
@@ -385,12 +378,9 @@ def load_hf(
 def load_hf_params(
     hf_dir: str, config: BertConfig, *, shardings: Any = None
 ) -> tuple[dict, ImportReport]:
-    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`.
-
-    The dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so
-    a run can start from a public checkpoint; `config` is the run's (its shapes must match the
-    file).
-    """
+    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`. The
+    dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so a run
+    can start from a public checkpoint; `config` is the run's (its shapes must match the file)."""
     _, params, report = _load(hf_dir, config, None)
     return jax.device_put(params, shardings), report
 
@@ -441,9 +431,7 @@ def _load(
                 f"{source}: {name} has shape {value.shape}, the config needs "
                 f"{whole}; does its config.json describe this checkpoint?"
             )
-        parts = (
-            np.split(value, np.cumsum([s[0] for s in expected])[:-1]) if len(paths) > 1 else [value]
-        )
+        parts = np.split(value, np.cumsum([s[0] for s in expected])[:-1])  # one per path
         for path, part in zip(paths, parts):
             _get(params, path[:-1])[path[-1]] = part.T if transpose else part
     absent_body = [name for name in missing if name.startswith(names.body)]

@@ -16,15 +16,6 @@ import numpy as np
 
 from bert_jax import cli
 
-__all__ = [
-    "CONFIG_FILES",
-    "CheckpointError",
-    "indexed_files",
-    "read_config",
-    "read_hf_weights",
-    "read_json",
-]
-
 
 class CheckpointError(cli.UserError):
     """A checkpoint that cannot be imported; the message says what to fix."""
@@ -104,8 +95,9 @@ def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
     except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
         # weights_only refuses pickles that would run code (or name unknown classes); a cut or
         # non-zip file fails to open. Neither is a bug of ours.
+        why = " ".join(str(e).split())[:300]
         raise CheckpointError(
-            f"{path} is not a PyTorch state dict that loads safely ({_first_line(e)}): it is "
+            f"{path} is not a PyTorch state dict that loads safely ({why}): it is "
             "damaged, or pickles objects other than tensors; convert it to model.safetensors "
             "where it was made"
         ) from None
@@ -178,10 +170,6 @@ def indexed_files(index: str, hf_dir: str) -> list[str]:
             )
         out.append(os.path.join(hf_dir, name))
     return out
-
-
-def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:300]
 
 
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:

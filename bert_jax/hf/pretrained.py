@@ -96,15 +96,8 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     )
     params, run_config = checkpoints.restore_params(path, step)
     config = encoder.BertConfig.from_config_dict({**run_config.model.to_dict(), **overrides})
-    loaded = _finish(
-        config,
-        params,
-        f"step {step} of {checkpoints.checkpoint_dir(path)}",
-        tokenizer or None,
-        lower,
-        record=vocab,
-    )
-    return dataclasses.replace(loaded, step=step)
+    source = f"step {step} of {checkpoints.checkpoint_dir(path)}"
+    return _finish(config, params, source, tokenizer or None, lower, record=vocab, step=step)
 
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
@@ -120,15 +113,18 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
-    loaded = _finish(config, params, str(report), tokenizer or None, lower, record=record)
-    return dataclasses.replace(loaded, fresh=tuple(report.initialized))
+    fresh = tuple(report.initialized)
+    return _finish(
+        config, params, str(report), tokenizer or None, lower, record=record, fresh=fresh
+    )
 
 
-def _finish(config, params, source, tokenizer, lower, *, record) -> Pretrained:
+def _finish(config, params, source, tokenizer, lower, *, record, **more) -> Pretrained:
+    """`more`: Pretrained's step or fresh."""
     lower = tokenization.lower_case(lower)
     # A vocabulary in a bucket: the tokenizer's file is its local copy, to export.
     vocab = tokenizer.vocab_file if tokenizer is not None else None
-    return Pretrained(config, params, source, vocab, lower, tokenizer, record)
+    return Pretrained(config, params, source, vocab, lower, tokenizer, record, **more)
 
 
 def fits_table(vocab_size: int, rows: int) -> bool:

@@ -63,16 +63,27 @@ def test_fresh_adapters_change_nothing():
     np.testing.assert_allclose(plain(*inputs()), adapted(*inputs()), rtol=0, atol=1e-6)
 
 
+def summary(model) -> dict[str, int]:
+    """{'total', 'trainable', 'adapters', 'head'} parameter counts; 'trainable' is what a LoRA
+    run trains (adapters and head)."""
+    return {
+        "total": lora.count(model),
+        "trainable": lora.count(model, lora.TRAINABLE),
+        "adapters": lora.count(model, nnx.LoRAParam),
+        "head": lora.count(model, nnx.PathContains("head")),
+    }
+
+
 def test_trainable_parameter_counts():
     model = adapted_model(targets=ATTENTION_TARGETS, rank=4)
-    counts = lora.summary(model)
+    counts = summary(model)
     h, layers = TINY.hidden_size, TINY.num_hidden_layers
     assert counts["adapters"] == layers * 4 * 4 * (h + h)  # 4 projections, r * (in + out)
     assert counts["head"] == h * 3 + 3
     assert counts["trainable"] == counts["adapters"] + counts["head"]
     base = lora.count(heads.TaskModel(TINY, "classification", 3, rngs=nnx.Rngs(0)))
     assert counts["total"] == base + counts["adapters"]
-    ffn = lora.summary(adapted_model(targets=("intermediate", "output"), rank=4))["adapters"]
+    ffn = summary(adapted_model(targets=("intermediate", "output"), rank=4))["adapters"]
     assert ffn == layers * 2 * 4 * (h + TINY.intermediate_size)
 
 
@@ -96,7 +107,7 @@ def test_bert_base_rank8_counts():
         lora.add_adapters(model.bert, ATTENTION_TARGETS, 8, 16.0, rngs=nnx.Rngs(1))
         return model
 
-    counts = lora.summary(nnx.eval_shape(build))
+    counts = summary(nnx.eval_shape(build))
     assert counts["adapters"] == 12 * 4 * 8 * (768 + 768) == 589_824
     assert counts["trainable"] == 589_824 + 1_538
     assert counts["total"] == 109_483_778 + 589_824  # BertForSequenceClassification's 109,483,778

@@ -135,6 +135,6 @@ def test_the_plan_holds_every_step_and_its_examples_are_the_unpacked_steps(procs
             rows = stream[s]
             assert rows[F.INPUT_IDS].shape == (plan.rows, L)
             assert rows[packing.CLS_POSITIONS].shape == (plan.rows, plan.max_examples)
-            # The same examples as the unpacked step s (finetune.train.train_batches' order).
+            # The same examples as the unpacked step s (packed.train_batches without a plan).
             labels = rows[encode.LABEL][rows[packing.EXAMPLE_WEIGHTS] > 0]
             assert sorted(labels) == sorted(ex[encode.LABEL][order[s]])
