@@ -49,25 +49,15 @@ class _Hashing:
         self._digest.update(line)
         return line
 
-    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell.
-    @property
-    def closed(self):
-        return self._f.closed
-
     def readable(self):
         return True
 
-    def seekable(self):
-        return self._f.seekable()
-
-    def seek(self, offset, whence=0):
-        return self._f.seek(offset, whence)
-
-    def tell(self):
-        return self._f.tell()
-
-    def close(self):
-        self._f.close()
+    def __getattr__(self, name):
+        # The file's own answers to what consumers such as pyarrow's ParquetFile ask besides
+        # reading; nothing else of the file shows through.
+        if name in ("closed", "seekable", "seek", "tell", "close"):
+            return getattr(self._f, name)
+        raise AttributeError(name)
 
     def __enter__(self):
         return self
