@@ -17,13 +17,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from data_prep import inputs, sniff
-from data_prep.inputs import (
-    ReadStats,
-    decode_line,
-    open_text,
-    raw_lines,
-    read_lines,
-)
+from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines, read_lines
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
