@@ -166,10 +166,7 @@ def input_files(planned: list, records: list) -> dict:
 
 
 def changed_inputs(
-    planned: list,
-    recorded: dict,
-    text_field: str,
-    tfds_data_dir: str | None,
+    planned: list, recorded: dict, text_field: str, tfds_data_dir: str | None
 ) -> list[str]:
     """The files in a finished job's "inputs" whose content is no longer what it recorded; a file
     whose size and version match is trusted without reading it."""
