@@ -58,27 +58,12 @@ _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stay
 VocabError = tokenizer_json.VocabError
 
 
-def _is_whitespace(ch: str) -> bool:
-    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch: str) -> bool:
-    # Cc and Cf only: the original keeps private-use (Co) and unassigned (Cn) characters.
-    if ch in "\t\n\r":
-        return False
-    return unicodedata.category(ch) in ("Cc", "Cf")
-
-
 def _is_punctuation(ch: str) -> bool:
     # All non-alphanumeric ASCII counts as punctuation ("$", "^", "`"), as in BERT.
     cp = ord(ch)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
         return True
     return unicodedata.category(ch).startswith("P")
-
-
-def _is_chinese(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _CHINESE_RANGES)
 
 
 class _CharMap(dict):
@@ -100,12 +85,15 @@ class _CharMap(dict):
 
 
 def _clean(ch: str):
-    """_clean_text and _tokenize_chinese_chars of the original, for one character."""
-    if ch in "\x00\ufffd" or _is_control(ch):
+    """_clean_text and _tokenize_chinese_chars of the original, for one character: NUL, U+FFFD
+    and controls (Cc and Cf only: private-use and unassigned characters are kept) deleted,
+    whitespace (Zs and "\\t\\n\\r") a space, a CJK character spaced."""
+    category = unicodedata.category(ch)
+    if ch in "\x00\ufffd" or (category in ("Cc", "Cf") and ch not in "\t\n\r"):
         return None
-    if _is_whitespace(ch):
+    if ch in " \t\n\r" or category == "Zs":
         return " "
-    return f" {ch} " if _is_chinese(ord(ch)) else ord(ch)
+    return f" {ch} " if any(lo <= ord(ch) <= hi for lo, hi in _CHINESE_RANGES) else ord(ch)
 
 
 _CLEAN = _CharMap(_clean)
