@@ -140,10 +140,7 @@ def unit_changed(
 
 
 def _combined(hashes) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for unit_hash in hashes:
-        digest.update(str(unit_hash).encode())
-    return digest.hexdigest()
+    return hashlib.blake2b("".join(map(str, hashes)).encode(), digest_size=16).hexdigest()
 
 
 def input_files(planned: list, records: list) -> dict:
