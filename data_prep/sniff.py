@@ -67,13 +67,6 @@ class Content:
     encoding: str = ""
 
 
-def _gunzip_head(head: bytes) -> bytes:
-    try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
-    except zlib.error as e:
-        raise NotText(f"starts like gzip but is not valid gzip data ({e})") from None
-
-
 def _bunzip_head(f: BinaryIO) -> bytes:
     decompressor, out = bz2.BZ2Decompressor(), b""
     read = 0
@@ -192,7 +185,11 @@ def sniff(f: BinaryIO) -> Content:
         )
     compression = ""
     if head.startswith(GZIP_MAGIC):
-        head, compression = _gunzip_head(head), "gzip"
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
+        except zlib.error as e:
+            raise NotText(f"starts like gzip but is not valid gzip data ({e})") from None
+        compression = "gzip"
     xml, encoding = as_utf8(head)
     root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
