@@ -172,9 +172,7 @@ def _heading(line: str) -> tuple[int, str] | None:
     lead = len(line) - len(line.lstrip("="))
     trail = len(line) - len(line.rstrip("="))
     level = min(lead, trail, 6, len(line) // 2)
-    if level == 0:
-        return None
-    return level, line[level : len(line) - level].strip()
+    return (level, line[level : len(line) - level].strip()) if level else None
 
 
 def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int, int]]:
