@@ -34,14 +34,9 @@ _SITEINFO_END = b"</siteinfo>"
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
 # Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
 # project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
-_DBNAME = re.compile(
-    rb"<dbname>\s*([a-z_]+?)(?:wiki|wiktionary|wikibooks|wikinews|wikiquote|wikisource|"
-    rb"wikiversity|wikivoyage)\s*</dbname>"
-)
-_BASE = re.compile(
-    rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|wiktionary|wikibooks|wikinews|wikiquote|"
-    rb"wikisource|wikiversity|wikivoyage)\.org"
-)
+_SISTER_PROJECTS = rb"wiktionary|wikibooks|wikinews|wikiquote|wikisource|wikiversity|wikivoyage"
+_DBNAME = re.compile(rb"<dbname>\s*([a-z_]+?)(?:wiki|" + _SISTER_PROJECTS + rb")\s*</dbname>")
+_BASE = re.compile(rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|" + _SISTER_PROJECTS + rb")\.org")
 _XML_LANG = re.compile(rb"<mediawiki\b[^>]*\sxml:lang=[\"']([A-Za-z-]+)")
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
 _DEFAULT_NAMESPACES = dict(
