@@ -49,25 +49,15 @@ class _Hashing:
         self._digest.update(line)
         return line
 
-    # What file-object consumers such as pyarrow's ParquetFile ask besides read/seek/tell.
-    @property
-    def closed(self):
-        return self._f.closed
-
     def readable(self):
         return True
 
-    def seekable(self):
-        return self._f.seekable()
-
-    def seek(self, offset, whence=0):
-        return self._f.seek(offset, whence)
-
-    def tell(self):
-        return self._f.tell()
-
-    def close(self):
-        self._f.close()
+    def __getattr__(self, name):
+        # The file's own answers to what consumers such as pyarrow's ParquetFile ask besides
+        # reading; nothing else of the file shows through.
+        if name in ("closed", "seekable", "seek", "tell", "close"):
+            return getattr(self._f, name)
+        raise AttributeError(name)
 
     def __enter__(self):
         return self
@@ -150,10 +140,7 @@ def unit_changed(
 
 
 def _combined(hashes) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for unit_hash in hashes:
-        digest.update(str(unit_hash).encode())
-    return digest.hexdigest()
+    return hashlib.blake2b("".join(map(str, hashes)).encode(), digest_size=16).hexdigest()
 
 
 def input_files(planned: list, records: list) -> dict:
@@ -176,10 +163,7 @@ def input_files(planned: list, records: list) -> dict:
 
 
 def changed_inputs(
-    planned: list,
-    recorded: dict,
-    text_field: str,
-    tfds_data_dir: str | None,
+    planned: list, recorded: dict, text_field: str, tfds_data_dir: str | None
 ) -> list[str]:
     """The files in a finished job's "inputs" whose content is no longer what it recorded; a file
     whose size and version match is trusted without reading it."""

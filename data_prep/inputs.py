@@ -104,15 +104,6 @@ def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
         raise truncated(path, e) from None
 
 
-def decode_text(raw: bytes, stats: ReadStats) -> str:
-    """UTF-8 bytes as text; undecodable bytes become U+FFFD (which tokenizers drop), counted."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.bad_utf8_lines += 1
-        return raw.decode("utf-8", errors="replace")
-
-
 def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> str:
     """A raw line as stripped text; undecodable bytes become U+FFFD, counted; an over-long line
     (None) is counted and read as "". drop_cr: every "\\r" is dropped, as the original generator
@@ -121,7 +112,13 @@ def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> s
     if raw is None:
         stats.long_lines += 1
         return ""
-    return decode_text(raw.replace(b"\r", b"") if drop_cr else raw, stats).strip()
+    if drop_cr:
+        raw = raw.replace(b"\r", b"")
+    try:
+        return raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        stats.bad_utf8_lines += 1
+        return raw.decode("utf-8", errors="replace").strip()
 
 
 def read_lines(

@@ -11,19 +11,14 @@ JSONL blocks: the lines that start inside the block, one document each. A gzip f
 seek) and a book are one unit each.
 """
 
+import itertools
 import json
 import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from data_prep import inputs, sniff
-from data_prep.inputs import (
-    ReadStats,
-    decode_line,
-    open_text,
-    raw_lines,
-    read_lines,
-)
+from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines, read_lines
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -38,17 +33,11 @@ def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
 
 def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
     """Groups BERT-format lines into documents at blank lines."""
-    document: list[str] = []
-    for line in lines:
-        if line:
-            document.append(line)
-        elif document:
+    for nonblank, group in itertools.groupby(lines, key=bool):
+        if nonblank:
+            document = list(group)
             stats.documents += 1
             yield document
-            document = []
-    if document:
-        stats.documents += 1
-        yield document
 
 
 def book_document(

@@ -64,9 +64,7 @@ def source_of(path: str, document_per_file: bool = False) -> Source:
 
 
 def parse_input(
-    specs: list[str],
-    match=match_files,
-    document_per_file: bool = False,
+    specs: list[str], match=match_files, document_per_file: bool = False
 ) -> list[Source]:
     """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted);
     `match(spec)` lists the files a file spec names (local files and bucket objects alike)."""

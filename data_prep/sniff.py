@@ -67,13 +67,6 @@ class Content:
     encoding: str = ""
 
 
-def _gunzip_head(head: bytes) -> bytes:
-    try:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
-    except zlib.error as e:
-        raise NotText(f"starts like gzip but is not valid gzip data ({e})") from None
-
-
 def _bunzip_head(f: BinaryIO) -> bytes:
     decompressor, out = bz2.BZ2Decompressor(), b""
     read = 0
@@ -172,17 +165,6 @@ def _wiki(compression: str, encoding: str) -> Content:
     return Content("wiki", compression, encoding)
 
 
-def _has_line_break(stream: BinaryIO, limit: int) -> bool:
-    """Whether `stream` holds a line break in its first `limit` bytes (or ends before them)."""
-    read = 0
-    while read <= limit:
-        block = stream.read(1 << 20)
-        if not block or b"\n" in block:
-            return True
-        read += len(block)
-    return False
-
-
 def sniff(f: BinaryIO) -> Content:
     """The content of an open binary file (read from its current position, which is its start)."""
     head = f.read(HEAD_BYTES)
@@ -203,7 +185,11 @@ def sniff(f: BinaryIO) -> Content:
         )
     compression = ""
     if head.startswith(GZIP_MAGIC):
-        head, compression = _gunzip_head(head), "gzip"
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, HEAD_BYTES)
+        except zlib.error as e:
+            raise NotText(f"starts like gzip but is not valid gzip data ({e})") from None
+        compression = "gzip"
     xml, encoding = as_utf8(head)
     root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
@@ -221,10 +207,12 @@ def sniff(f: BinaryIO) -> Content:
     check_text(head)
     if b"\n" not in head and len(head) == HEAD_BYTES:
         # One line as long as the file: the readers skip a line over MAX_LINE_BYTES (and count
-        # it), so it would read as no text after minutes. Say so now.
+        # it), so it would read as no text after minutes. Say so now (a first line that ends
+        # within a megabyte past the limit is skipped, and the lines after it read).
         f.seek(0)
         stream = gzip.GzipFile(fileobj=f, mode="rb") if compression == "gzip" else f
-        if not _has_line_break(stream, MAX_LINE_BYTES):
+        first = stream.readline(MAX_LINE_BYTES + (1 << 20))
+        if len(first) > MAX_LINE_BYTES and not first.endswith(b"\n"):
             raise NotText(
                 f"has no line break in its first {MAX_LINE_BYTES >> 20} MB: a line over the "
                 f"{MAX_LINE_BYTES >> 20} MB limit is skipped, so it would give no text; break it "

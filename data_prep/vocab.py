@@ -22,6 +22,7 @@ from absl import flags
 
 from bert_jax import cli, storage
 from bert_jax.text import tokenization
+from bert_jax.text.tokenization import CLS, MASK, PAD, SEP, UNK
 from data_prep import inputs, job, output, readers, sentences
 
 FLAGS = flags.FLAGS
@@ -56,13 +57,7 @@ flags.DEFINE_string(
     "Sentence rules of running text, as data_prep.main's --language.",
 )
 
-SPECIAL = [
-    tokenization.PAD,
-    tokenization.UNK,
-    tokenization.CLS,
-    tokenization.SEP,
-    tokenization.MASK,
-]
+SPECIAL = [PAD, UNK, CLS, SEP, MASK]
 
 
 @dataclasses.dataclass
@@ -195,11 +190,10 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    cls_id, sep_id = tok.token_to_id(tokenization.CLS), tok.token_to_id(tokenization.SEP)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{tokenization.CLS} $A {tokenization.SEP}",
-        pair=f"{tokenization.CLS} $A {tokenization.SEP} $B:1 {tokenization.SEP}:1",
-        special_tokens=[(tokenization.CLS, cls_id), (tokenization.SEP, sep_id)],
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))],
     )
     storage.makedirs(storage.dirname(output_path))
     storage.write_text(output_path, tok.to_str(pretty=True))  # published whole
@@ -230,7 +224,7 @@ def train_sentencepiece(
             eos_id=-1,
             # Control symbols, as ALBERT trains them: the ids exist, but text never encodes to them
             # (user-defined symbols would turn a literal "[MASK]" in a corpus into the mask id).
-            control_symbols=[tokenization.CLS, tokenization.SEP, tokenization.MASK],
+            control_symbols=[CLS, SEP, MASK],
             normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             # A small corpus may not support vocab_size pieces; take what it has.
             hard_vocab_limit=False,

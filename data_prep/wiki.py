@@ -34,14 +34,9 @@ _SITEINFO_END = b"</siteinfo>"
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
 # Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
 # project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
-_DBNAME = re.compile(
-    rb"<dbname>\s*([a-z_]+?)(?:wiki|wiktionary|wikibooks|wikinews|wikiquote|wikisource|"
-    rb"wikiversity|wikivoyage)\s*</dbname>"
-)
-_BASE = re.compile(
-    rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|wiktionary|wikibooks|wikinews|wikiquote|"
-    rb"wikisource|wikiversity|wikivoyage)\.org"
-)
+_SISTER_PROJECTS = rb"wiktionary|wikibooks|wikinews|wikiquote|wikisource|wikiversity|wikivoyage"
+_DBNAME = re.compile(rb"<dbname>\s*([a-z_]+?)(?:wiki|" + _SISTER_PROJECTS + rb")\s*</dbname>")
+_BASE = re.compile(rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|" + _SISTER_PROJECTS + rb")\.org")
 _XML_LANG = re.compile(rb"<mediawiki\b[^>]*\sxml:lang=[\"']([A-Za-z-]+)")
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
 _DEFAULT_NAMESPACES = dict(
@@ -58,7 +53,7 @@ _DEFAULT_NAMESPACES = dict(
 @dataclasses.dataclass(frozen=True)
 class Page:
     title: str
-    namespace: str | None
+    namespace: str
     redirect: bool
     text: str
 
@@ -106,11 +101,7 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
         raise inputs.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
 
 
-def plan(
-    source: inputs.Source,
-    size: int,
-    block_bytes: int,
-) -> tuple[list[tuple[int, int]], str]:
+def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple[int, int]], str]:
     """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
     the job's fingerprint)."""
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
@@ -183,13 +174,20 @@ def _local(tag: str) -> str:
     return tag.rpartition("}")[2]
 
 
-def _page(element) -> Page:
+def _page(element, namespaces: dict[str, str]) -> Page:
     """A <page> element (of any export schema's namespace) as a Page; its one <revision> left
-    (`pages`) holds the text."""
-    namespace = element.findtext("{*}ns")  # None: no <ns>, an export older than schema 0.5
+    (`pages`) holds the text. Exports before schema 0.5 (2010) have no <ns>: a title's "Prefix:"
+    names its namespace, by the dump's <siteinfo> `namespaces` (or MediaWiki's English names)."""
+    title, namespace = element.findtext("{*}title", ""), element.findtext("{*}ns")
+    if namespace is not None:
+        namespace = namespace.strip()
+    else:
+        prefix, colon, _ = title.partition(":")
+        names = namespaces or _DEFAULT_NAMESPACES
+        namespace = names.get(prefix.strip().lower(), "0") if colon else "0"
     return Page(
-        element.findtext("{*}title", ""),
-        None if namespace is None else namespace.strip(),
+        title,
+        namespace,
         element.find("{*}redirect") is not None,
         element.findtext("{*}revision/{*}text", ""),
     )
@@ -202,15 +200,6 @@ def _namespaces(siteinfo) -> dict[str, str]:
         for element in siteinfo.iterfind(".//{*}namespace")
         if element.get("key") is not None
     }
-
-
-def _namespace_from_title(title: str, namespaces: dict[str, str]) -> str:
-    """Exports before schema 0.5 (2010) have no <ns>: a title's "Prefix:" names its namespace,
-    by the dump's <siteinfo> (or MediaWiki's English names when it has none)."""
-    prefix, colon, _ = title.partition(":")
-    if not colon:
-        return "0"
-    return (namespaces or _DEFAULT_NAMESPACES).get(prefix.strip().lower(), "0")
 
 
 def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Page]:
@@ -237,12 +226,8 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
                 elif _local(element.tag) == "siteinfo":
                     namespaces = _namespaces(element)
                 elif _local(element.tag) == "page":
-                    found = _page(element)
-                    if found.namespace is None:
-                        namespace = _namespace_from_title(found.title, namespaces)
-                        found = dataclasses.replace(found, namespace=namespace)
                     page = revision = None
-                    yield found
+                    yield _page(element, namespaces)
             if root is not None:
                 root.clear()  # finished pages are yielded: the tree keeps none of them
     except ET.ParseError as e:
@@ -336,10 +321,5 @@ def dump_documents(
     """Every article of a dump (a local file or a bucket object), read sequentially."""
     stats.files += 1
     yield from documents(
-        source.path,
-        source.compression,
-        0,
-        storage.size(source.path),
-        stats,
-        language=language,
+        source.path, source.compression, 0, storage.size(source.path), stats, language=language
     )

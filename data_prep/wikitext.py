@@ -13,6 +13,7 @@ each regex stops at the next bracket, and bracket tokens nest by a stack (an unc
 stays text, as in MediaWiki). tests/unit/data_prep/test_wiki.py times such pages.
 """
 
+import bisect
 import html
 import re
 from typing import NamedTuple
@@ -44,7 +45,8 @@ _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
-# Linear: each match ends at the first "-->" after it, or the page's end; the next starts there.
+# Linear: each match ends at the first "-->" after it, or the page's end (an unclosed comment
+# hides the rest of the page, as in MediaWiki); the next starts there.
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 _SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
 # An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
@@ -133,45 +135,31 @@ _NOT_DISAMBIGUATION = frozenset(
 
 def is_disambiguation(title: str, text: str) -> bool:
     """A disambiguation page: by its title or one of the disambiguation templates."""
-    if title.endswith("(disambiguation)"):
-        return True
-    for match in _TEMPLATE_NAME.finditer(text):
-        name = match.group(1).strip().lower()
-        if name in _DISAMBIGUATION_NAMES or (
-            "disambig" in name and name not in _NOT_DISAMBIGUATION
-        ):
-            return True
-    return False
-
-
-def _drop_comments(text: str) -> str:
-    """<!-- ... --> removed; an unclosed comment hides the rest of the page, as in MediaWiki."""
-    return _COMMENT.sub("", text)
+    names = (match.group(1).strip().lower() for match in _TEMPLATE_NAME.finditer(text))
+    return title.endswith("(disambiguation)") or any(
+        name in _DISAMBIGUATION_NAMES or ("disambig" in name and name not in _NOT_DISAMBIGUATION)
+        for name in names
+    )
 
 
 def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
     """Elements whose tags `tag_pattern` finds (group 1: an opening tag's name, 2: a closing one's)
     dropped with their content: each opening tag to the first closing tag of its name after it
     (these elements do not nest); an opening tag never closed is left as text (and later removed as
-    a tag). One pass over the tags, a cursor per name into its closing tags: linear."""
+    a tag). One pass over the tags, a binary search per opening tag into its name's closing tags."""
     tags = list(tag_pattern.finditer(text))
     closes: dict[str, list[re.Match]] = {}
     for tag in tags:
         if tag.group(2):
             closes.setdefault(tag.group(2).lower(), []).append(tag)
-    cursor = dict.fromkeys(closes, 0)
     spans, end = [], 0
     for tag in tags:
-        if not tag.group(1) or tag.start() < end:
-            continue
-        name = tag.group(1).lower()
-        candidates, k = closes.get(name, []), cursor.get(name, 0)
-        while k < len(candidates) and candidates[k].start() < tag.end():
-            k += 1
-        cursor[name] = k
-        if k < len(candidates):
-            end = candidates[k].end()
-            spans.append((tag.start(), end))
+        if tag.group(1) and tag.start() >= end:
+            candidates = closes.get(tag.group(1).lower(), [])
+            k = bisect.bisect_left(candidates, tag.end(), key=re.Match.start)
+            if k < len(candidates):
+                end = candidates[k].end()
+                spans.append((tag.start(), end))
     return _replace_pairs(text, spans, lambda e: HOLE if _INLINE_ELEMENT.match(e) else "")
 
 
@@ -184,9 +172,7 @@ def _heading(line: str) -> tuple[int, str] | None:
     lead = len(line) - len(line.lstrip("="))
     trail = len(line) - len(line.rstrip("="))
     level = min(lead, trail, 6, len(line) // 2)
-    if level == 0:
-        return None
-    return level, line[level : len(line) - level].strip()
+    return (level, line[level : len(line) - level].strip()) if level else None
 
 
 def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int, int]]:
@@ -205,15 +191,11 @@ def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int
 
 
 def _replace_pairs(text: str, spans, render) -> str:
-    if not spans:
-        return text
     out, position = [], 0
     for start, end in spans:
-        out.append(text[position:start])
-        out.append(render(text[start:end]))
+        out += (text[position:start], render(text[start:end]))
         position = end
-    out.append(text[position:])
-    return "".join(out)
+    return "".join(out) + text[position:]
 
 
 def expand_templates(text: str, depth: int = 0) -> str:
@@ -272,7 +254,7 @@ def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
     (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
     paragraph followed by a removed block."""
-    text = _SELF_CLOSED_REF.sub("", _drop_comments(wikitext))
+    text = _SELF_CLOSED_REF.sub("", _COMMENT.sub("", wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.

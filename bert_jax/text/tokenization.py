@@ -13,6 +13,7 @@ docs/data_prep.md, "Tokenizer parity": the rules one by one, the tests and the t
 """
 
 import array
+import functools
 import itertools
 import os
 import re
@@ -57,27 +58,12 @@ _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stay
 VocabError = tokenizer_json.VocabError
 
 
-def _is_whitespace(ch: str) -> bool:
-    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch: str) -> bool:
-    # Cc and Cf only: the original keeps private-use (Co) and unassigned (Cn) characters.
-    if ch in "\t\n\r":
-        return False
-    return unicodedata.category(ch) in ("Cc", "Cf")
-
-
 def _is_punctuation(ch: str) -> bool:
     # All non-alphanumeric ASCII counts as punctuation ("$", "^", "`"), as in BERT.
     cp = ord(ch)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
         return True
     return unicodedata.category(ch).startswith("P")
-
-
-def _is_chinese(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _CHINESE_RANGES)
 
 
 class _CharMap(dict):
@@ -99,12 +85,15 @@ class _CharMap(dict):
 
 
 def _clean(ch: str):
-    """_clean_text and _tokenize_chinese_chars of the original, for one character."""
-    if ch in "\x00\ufffd" or _is_control(ch):
+    """_clean_text and _tokenize_chinese_chars of the original, for one character: NUL, U+FFFD
+    and controls (Cc and Cf only: private-use and unassigned characters are kept) deleted,
+    whitespace (Zs and "\\t\\n\\r") a space, a CJK character spaced."""
+    category = unicodedata.category(ch)
+    if ch in "\x00\ufffd" or (category in ("Cc", "Cf") and ch not in "\t\n\r"):
         return None
-    if _is_whitespace(ch):
+    if ch in " \t\n\r" or category == "Zs":
         return " "
-    return f" {ch} " if _is_chinese(ord(ch)) else ord(ch)
+    return f" {ch} " if any(lo <= ord(ch) <= hi for lo, hi in _CHINESE_RANGES) else ord(ch)
 
 
 _CLEAN = _CharMap(_clean)
@@ -200,7 +189,6 @@ class WordPieceTokenizer:
         self._longest_entry = max(len(t[2:] if t.startswith("##") else t) for t in self.vocab)
         # Characters of any entry ("#" of "##" included): a word holding another one is [UNK].
         self._vocab_chars = frozenset().union(*self.vocab)
-        self._rust_model = None  # built on first use by encode_batch's miss path
         self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
         # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
         # _table[_table_start[row]:][:_table_len[row]].
@@ -242,14 +230,14 @@ class WordPieceTokenizer:
             start += end - skip
         return out
 
+    @functools.cached_property
     def _rust_wordpiece(self):
-        if self._rust_model is None:
-            import tokenizers
+        """Built on first use by encode_batch's miss path."""
+        import tokenizers
 
-            self._rust_model = tokenizers.models.WordPiece(
-                self.vocab, unk_token=UNK, max_input_chars_per_word=self.max_chars_per_word
-            )
-        return self._rust_model
+        return tokenizers.models.WordPiece(
+            self.vocab, unk_token=UNK, max_input_chars_per_word=self.max_chars_per_word
+        )
 
     def tokenize(self, text: str) -> list[str]:
         """Exact FullTokenizer.tokenize, uncached."""
@@ -270,15 +258,6 @@ class WordPieceTokenizer:
             )
             self._piece_cache[piece] = hit
         return hit
-
-    def _encode_ascii(self, word: str) -> tuple[int, ...]:
-        """An ASCII word without control characters -> ids, exactly as tokenize(word)."""
-        if self.do_lower_case:
-            word = word.lower()
-        pieces = _ASCII_PIECES.findall(word)
-        if len(pieces) == 1:
-            return self._piece_ids(pieces[0])
-        return tuple(itertools.chain.from_iterable(map(self._piece_ids, pieces)))
 
     def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
         """Cache keys -> ids, each exactly as tokenize(key): the general cache-miss path.
@@ -306,7 +285,9 @@ class WordPieceTokenizer:
         """Cache keys -> ids: ASCII words without controls by regex, the rest by _encode_words."""
         plain = [key for key in keys if key.isascii() and not _ASCII_CONTROL.search(key)]
         out = self._encode_words(list(set(keys).difference(plain)))
-        out.update(zip(plain, map(self._encode_ascii, plain)))
+        for key in plain:  # exactly as tokenize(key): every piece is a basic token
+            pieces = _ASCII_PIECES.findall(key.lower() if self.do_lower_case else key)
+            out[key] = tuple(itertools.chain.from_iterable(map(self._piece_ids, pieces)))
         return out
 
     def encode(self, text: str) -> list[int]:
@@ -356,7 +337,7 @@ class WordPieceTokenizer:
         if greedy:
             # The same greedy longest match as _wordpiece, run by Hugging Face tokenizers' WordPiece
             # model in Rust: 3x faster for the pieces that are not whole entries.
-            model = self._rust_wordpiece()
+            model = self._rust_wordpiece
             piece_cache.update(
                 (piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy
             )
