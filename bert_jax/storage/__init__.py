@@ -79,6 +79,7 @@ from bert_jax.storage.paths import (  # noqa: F401 (the package's names)
     CHECKPOINT_SCHEMES,
     StorageError,
     basename,
+    checkpoint_problem,
     checkpoints_refused,
     dirname,
     expand,
