@@ -24,7 +24,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from bert_jax import cli, runtime
+from bert_jax import cli, runtime, storage
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -175,8 +175,9 @@ def main(argv):
             if FLAGS.top and (text := report.traffic(r, FLAGS.top)):
                 print(text, flush=True)
             if FLAGS.json_out:  # after every plan: a long run killed midway keeps what it did
-                with cli.user_path("--json_out", FLAGS.json_out), open(FLAGS.json_out, "w") as f:
-                    json.dump(results, f, indent=1)
+                # published whole (a kill mid-write left cut JSON), locally or in a bucket
+                with cli.user_path("--json_out", FLAGS.json_out):
+                    storage.write_text(FLAGS.json_out, json.dumps(results, indent=1))
     if chip is not None:
         overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
         print(report.verdict(results, config_path, overrides), flush=True)

@@ -9,7 +9,6 @@ devices may be a TPU slice's compile-only descriptions.
 
 import dataclasses
 import math
-import os
 import re
 import time
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bert_jax import storage
 from bert_jax.data.contract import data_facts, manifest
 from bert_jax.data.input import pipeline
 from bert_jax.finetune import encode, heads, runs
@@ -165,12 +165,11 @@ def compile_plan(
         return {**r, **_refused(refusal, chip)}
     r = {**r, **figures.memory(compiled), "cost": figures.cost(compiled)}
     hlo_text = compiled.as_text()
-    if hlo_dir:
-        os.makedirs(hlo_dir, exist_ok=True)
+    if hlo_dir:  # a local directory or a bucket prefix (gs://: it was a local 'gs:' directory)
+        storage.makedirs(hlo_dir)
         mesh = "x".join(str(v) for v in r["mesh"].values())
         name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
-        with open(os.path.join(hlo_dir, name), "w") as f:
-            f.write(hlo_text)
+        storage.write_text(storage.join(hlo_dir, name), hlo_text)
     traffic = hbm.attribute(hlo_text)
     r["hbm_traffic"] = traffic.to_json(top)
     r["splash_attention_calls"] = figures.splash_kernels(hlo_text)

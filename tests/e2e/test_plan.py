@@ -398,3 +398,31 @@ def test_without_libtpu_it_plans_for_fake_cpu_devices_and_says_so(tmp_path):
     (plan,) = json.loads(out.read_text())
     assert plan["chips"] == 4 and "hbm_bytes" not in plan  # no chip to judge it against
     assert plan["hbm_traffic"]["total_bytes"] > 0
+
+
+def test_its_report_files_go_to_a_bucket(bucket):
+    """--json_out and --hlo_dir in a bucket (gs://): both were written to a local directory named
+    `gs:` (hlo) or refused as "its directory .../gs:/bkt does not exist" (json); a bucket that is
+    not there is one line before anything compiles."""
+    from bert_jax import storage
+
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--steps=eval")
+    run = _run(
+        *common, "--top=0", f"--json_out={bucket}/plan/p.json", f"--hlo_dir={bucket}/plan/hlo"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (plan,) = json.loads(storage.read_text(f"{bucket}/plan/p.json"))
+    assert plan["step"] == "eval"
+    (hlo_file,) = storage.glob(f"{bucket}/plan/hlo/*")
+    assert hlo_file.endswith("eval_2x1x1_b2_remat0.hlo.txt")
+    assert "HloModule" in storage.read_text(hlo_file)
+    assert not os.path.exists(os.path.join(REPO, "gs:"))
+    for flag in (
+        "--json_out=gs://no-such-bucket-here/p.json",
+        "--hlo_dir=gs://no-such-bucket-here/h",
+    ):
+        run = _run(*common, flag)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {flag.split('=')[0]}="), (
+            run.stderr[-3000:]
+        )
+        assert "there is no bucket 'no-such-bucket-here'" in run.stderr
