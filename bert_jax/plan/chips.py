@@ -159,6 +159,7 @@ def devices(topology: Topology) -> list:
     """The slice's devices for compiling without a TPU: libtpu's topology description (one
     device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX), or the H100's from
     jax's CUDA plugin. Needs that compiler (compiler_installed)."""
+    import jax
     from jax.experimental import topologies
 
     if topology.chip.name == "h100":
@@ -177,9 +178,24 @@ def devices(topology: Topology) -> list:
     if topology.chips_per_slice == 1:
         # libtpu's default host is 2x2 chips, which a 1x1 slice (v5litepod-1) does not divide.
         kwargs["chips_per_host_bounds"] = [1, 1, 1]
+    refused = None
     with _libtpu_notices_kept_back():
-        desc = topologies.get_topology_desc(
-            f"{topology.chip.topology_prefix}:{topology.shape}", platform="tpu", **kwargs
+        try:
+            desc = topologies.get_topology_desc(
+                f"{topology.chip.topology_prefix}:{topology.shape}", platform="tpu", **kwargs
+            )
+        except jax.errors.JaxRuntimeError as e:  # a shape no slice has (v5e:3x3): the user's
+            if "INVALID_ARGUMENT" not in str(e):
+                raise
+            refused = str(e).splitlines()[0].partition("INVALID_ARGUMENT: ")[2]
+    if refused is not None:
+        documented = ", ".join(
+            f"{topology.chip.name}:{s}"
+            for s in (_SHAPES_3D if topology.chip.dims == 3 else _SHAPES_2D).values()
+        )
+        raise cli.UserError(
+            f"--topology={topology.chip.name}:{topology.shape}: libtpu describes no such slice "
+            f"({refused}); give a documented shape ({documented}) or an accelerator type"
         )
     return list(desc.devices)
 

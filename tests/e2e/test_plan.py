@@ -426,3 +426,15 @@ def test_its_report_files_go_to_a_bucket(bucket):
             run.stderr[-3000:]
         )
         assert "there is no bucket 'no-such-bucket-here'" in run.stderr
+
+
+@needs_libtpu
+@pytest.mark.parametrize("shape, chips", [("v5e:3x3", 9), ("v4:3x3x3", 27), ("v6e:1x2", 2)])
+def test_a_slice_shape_libtpu_cannot_describe_is_one_line(shape, chips):
+    """A slice shape no host layout divides: a JaxRuntimeError traceback and "this is a bug"
+    before; now one line naming --topology and the documented shapes, exit 2."""
+    run = _run(f"--topology={shape}", f"--meshes={chips}x1x1", f"--global_batch_sizes={chips}")
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"error: --topology={shape}: libtpu describes no such slice"), line
+    assert "documented shape" in line
