@@ -108,12 +108,33 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
     return c
 
 
+def _take_config_overrides() -> None:
+    """--dtype and --remat set config.model.dtype and .remat in every plan; where only the
+    --config.model override was given, it is taken (the flags' defaults replaced it without a
+    word: a float32 or remat plan asked for that way was planned, and advised, in bf16 without
+    remat). Both given and different: one error line."""
+    given = config_flags.get_override_values(FLAGS["config"])
+    for flag, field in (("dtype", "model.dtype"), ("remat", "model.remat")):
+        if field not in given:
+            continue
+        value = str(given[field]).lower()
+        wanted = value if flag == "dtype" else [value]
+        mine = FLAGS[flag].value if flag == "dtype" else [v.lower() for v in FLAGS[flag].value]
+        if FLAGS[flag].present and mine != wanted:
+            shown = ",".join(FLAGS[flag].value) if flag == "remat" else FLAGS[flag].value
+            raise cli.UserError(
+                f"--{flag}={shown} and --config.{field}={value} disagree; pass one of them"
+            )
+        FLAGS[flag].value = wanted
+
+
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
     from bert_jax.training import config_check
 
     base = FLAGS.config
+    _take_config_overrides()
     req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
     base.train.init_checkpoint, base.train.init_optimizer_state = "", False

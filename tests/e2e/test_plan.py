@@ -438,3 +438,28 @@ def test_a_slice_shape_libtpu_cannot_describe_is_one_line(shape, chips):
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"error: --topology={shape}: libtpu describes no such slice"), line
     assert "documented shape" in line
+
+
+def test_config_overrides_of_dtype_and_remat_are_planned(tmp_path):
+    """--config.model.dtype=float32 and --config.model.remat=true, as the trainer takes them:
+    the --dtype and --remat defaults replaced both without a word (a bf16, no-remat plan and
+    verdict); given with a flag that says otherwise, one line naming both."""
+    out = tmp_path / "p.json"
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--steps=eval")
+    run = _run(
+        *common,
+        "--top=0",
+        "--config.model.dtype=float32",
+        "--config.model.remat=true",
+        f"--json_out={out}",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (plan,) = json.loads(out.read_text())
+    assert (plan["dtype"], plan["remat"]) == ("float32", True)
+    for flags in (
+        ("--dtype=bfloat16", "--config.model.dtype=float32"),
+        ("--remat=false,true", "--config.model.remat=true"),
+    ):
+        run = _run(*common, *flags)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert run.stderr.startswith(f"error: {flags[0]} and {flags[1]} disagree"), run.stderr
