@@ -15,8 +15,10 @@ import dataclasses
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 
 from bert_jax import cli
 
@@ -179,6 +181,10 @@ def devices(topology: Topology) -> list:
         # libtpu's default host is 2x2 chips, which a 1x1 slice (v5litepod-1) does not divide.
         kwargs["chips_per_host_bounds"] = [1, 1, 1]
     refused = None
+    # libtpu's start puts its crash reporter on SIGTERM (a plain `kill` printed a screen of
+    # "*** SIGTERM received ... stack trace ***") and ignores SIGHUP; a plan only compiles, so
+    # both get back what they were (a quiet end, 143 and 129).
+    kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     with _libtpu_notices_kept_back():
         try:
             desc = topologies.get_topology_desc(
@@ -188,6 +194,9 @@ def devices(topology: Topology) -> list:
             if "INVALID_ARGUMENT" not in str(e):
                 raise
             refused = str(e).splitlines()[0].partition("INVALID_ARGUMENT: ")[2]
+    if threading.current_thread() is threading.main_thread():
+        for signum, action in kept.items():
+            signal.signal(signum, signal.SIG_DFL if action is None else action)
     if refused is not None:
         documented = ", ".join(
             f"{topology.chip.name}:{s}"

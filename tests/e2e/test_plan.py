@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -463,3 +464,21 @@ def test_config_overrides_of_dtype_and_remat_are_planned(tmp_path):
         run = _run(*common, *flags)
         assert run.returncode == 2, run.stderr[-3000:]
         assert run.stderr.startswith(f"error: {flags[0]} and {flags[1]} disagree"), run.stderr
+
+
+@needs_libtpu
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_after_libtpu_started_ends_the_planner_as_before(signum):
+    """libtpu's start put its crash reporter on SIGTERM (`kill` printed a screen of "*** SIGTERM
+    received by PID ... stack trace ***" and "Remote crash gathering disabled") and made SIGHUP
+    ignored (a planner in a closed terminal compiled on); both are given back their action."""
+    code = (
+        "import os, signal; from bert_jax.plan import chips; "
+        "chips.devices(chips.parse('v5e-4')); "
+        f"os.kill(os.getpid(), {int(signum)}); print('still running')"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == -signum, (run.returncode, run.stdout, run.stderr[-3000:])
+    assert "received" not in run.stderr and "still running" not in run.stdout
