@@ -113,11 +113,17 @@ def _take_config_overrides() -> None:
     --config.model override was given, it is taken (the flags' defaults replaced it without a
     word: a float32 or remat plan asked for that way was planned, and advised, in bf16 without
     remat). Both given and different: one error line."""
+    from bert_jax.plan import options
+
     given = config_flags.get_override_values(FLAGS["config"])
     for flag, field in (("dtype", "model.dtype"), ("remat", "model.remat")):
         if field not in given:
             continue
         value = str(given[field]).lower()
+        if flag == "dtype" and value not in options.DTYPES:  # named as given, not as --dtype
+            raise cli.UserError(
+                f"--config.{field}={given[field]}: choose {' or '.join(options.DTYPES)}"
+            )
         wanted = value if flag == "dtype" else [value]
         mine = FLAGS[flag].value if flag == "dtype" else [v.lower() for v in FLAGS[flag].value]
         if FLAGS[flag].present and mine != wanted:

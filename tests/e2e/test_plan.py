@@ -457,13 +457,15 @@ def test_config_overrides_of_dtype_and_remat_are_planned(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     (plan,) = json.loads(out.read_text())
     assert (plan["dtype"], plan["remat"]) == ("float32", True)
-    for flags in (
-        ("--dtype=bfloat16", "--config.model.dtype=float32"),
-        ("--remat=false,true", "--config.model.remat=true"),
+    for flags, said in (
+        (("--dtype=bfloat16", "--config.model.dtype=float32"), "disagree"),
+        (("--remat=false,true", "--config.model.remat=true"), "disagree"),
+        (("--config.model.dtype=float16",), "choose bfloat16 or float32"),
     ):
         run = _run(*common, *flags)
         assert run.returncode == 2, run.stderr[-3000:]
-        assert run.stderr.startswith(f"error: {flags[0]} and {flags[1]} disagree"), run.stderr
+        assert run.stderr.startswith(f"error: {' and '.join(flags)}"), run.stderr
+        assert said in run.stderr, run.stderr
 
 
 @needs_libtpu
