@@ -89,6 +89,10 @@ def load_config(path: str):
     if not os.path.isfile(path):
         raise cli.UserError(f"--finetune_config={path} {cli.not_a_file(path)}")
     spec = importlib.util.spec_from_file_location("plan_finetune_config", path)
+    if spec is None:  # no .py name: nothing to load it with (an AttributeError traceback before)
+        raise cli.UserError(
+            f"--finetune_config={path}: not a Python config file (configs/finetune/*.py)"
+        )
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -96,7 +100,14 @@ def load_config(path: str):
         raise cli.UserError(f"--finetune_config={path}: not a Python config file ({e.msg})") from e
     if not hasattr(module, "get_config"):
         raise cli.UserError(f"--finetune_config={path} defines no get_config()")
-    return module.get_config()
+    config = module.get_config()
+    train = config.get("train") if hasattr(config, "keys") else None
+    if "lora" not in config or not hasattr(train, "keys") or "batch_size" not in train:
+        raise cli.UserError(  # a pre-training config failed deep in the plan on its missing 'lora'
+            f"--finetune_config={path} is not a fine-tuning config (configs/finetune/sst2.py and "
+            "the like; a pre-training config goes to --config)"
+        )
+    return config
 
 
 def pretrain_config(base, mesh, remat: bool, batch: int):

@@ -84,6 +84,16 @@ CASES = [
         "num_attention_heads (3)",
     ),
     (
+        "plan: finetune_config a pre-training config",
+        PLAN + " --steps=finetune --finetune_config=configs/tiny.py",
+        ("--finetune_config=configs/tiny.py", "not a fine-tuning config"),
+    ),
+    (
+        "plan: finetune_config not a .py file",
+        PLAN + " --steps=finetune --finetune_config=README.md",
+        ("--finetune_config=README.md", "not a Python config file"),
+    ),
+    (
         "plan: finetune_config missing",
         PLAN + " --steps=finetune --finetune_config={d}/nope.py",
         ("--finetune_config", "nope.py"),
