@@ -145,6 +145,10 @@ def _take_config_overrides() -> None:
         FLAGS[flag].value = wanted
 
 
+def where_to(topology) -> str:
+    return "fake CPU devices" if topology is None else topology.name
+
+
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
@@ -183,6 +187,13 @@ def main(argv):
         base.model.attention_impl = FLAGS.attention_impl
     if FLAGS.attention_dropout >= 0:
         base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
+    if base.model.attention_impl == "cudnn" and (topology is None or topology.chip.name != "h100"):
+        # cuDNN's kernel compiles for a GPU only ("RuntimeError: cuDNN is not detected" before)
+        flag = "--attention_impl" if FLAGS.attention_impl else "--config.model.attention_impl"
+        raise cli.UserError(
+            f"{flag}=cudnn compiles for a GPU only: pass --topology=h100 (with the cuda extra "
+            f"installed), or another attention_impl for {where_to(topology)}"
+        )
     plans = [
         (mesh, remat, batch, pretrain_config(base, mesh, remat, batch))
         for mesh, remat, batch in itertools.product(req.meshes, req.remats, req.batches)

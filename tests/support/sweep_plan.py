@@ -84,6 +84,16 @@ CASES = [
         "num_attention_heads (3)",
     ),
     (
+        "plan: attention_impl cudnn on a TPU",
+        PLAN + " --attention_impl=cudnn",
+        ("--attention_impl=cudnn", "GPU only", "--topology=h100"),
+    ),
+    (
+        "plan: config attention_impl cudnn on fake CPU devices",
+        PLAN + " --topology=cpu:4 --config.model.attention_impl=cudnn",
+        ("--config.model.attention_impl=cudnn", "GPU only", "fake CPU devices"),
+    ),
+    (
         "plan: finetune_config a pre-training config",
         PLAN + " --steps=finetune --finetune_config=configs/tiny.py",
         ("--finetune_config=configs/tiny.py", "not a fine-tuning config"),
