@@ -155,6 +155,14 @@ def main(argv):
     from bert_jax.training import config_check
 
     base = FLAGS.config
+    storage.check_paths(  # --json_out=the config file replaced it with the plan's JSON
+        {
+            "--json_out": FLAGS.json_out,
+            "--config": config_flags.get_config_filename(FLAGS["config"]),
+            "--finetune_config": FLAGS.finetune_config,
+        },
+        outputs=["--json_out"],
+    )
     _take_config_overrides()
     req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.

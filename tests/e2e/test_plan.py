@@ -484,3 +484,23 @@ def test_a_signal_after_libtpu_started_ends_the_planner_as_before(signum):
     )
     assert run.returncode == -signum, (run.returncode, run.stdout, run.stderr[-3000:])
     assert "received" not in run.stderr and "still running" not in run.stdout
+
+
+def test_json_out_naming_a_config_file_is_refused_and_the_file_kept(tmp_path):
+    """--json_out naming the --config or --finetune_config file: the plan's JSON replaced the
+    user's config (exit 0). Refused before anything compiles, as every binary's outputs are."""
+    import shutil
+
+    cfg, ft = tmp_path / "cfg.py", tmp_path / "ft.py"
+    shutil.copy(os.path.join(REPO, "configs", "tiny.py"), cfg)
+    shutil.copy(os.path.join(REPO, "configs", "finetune", "sst2.py"), ft)
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--top=0")
+    for flags, read_as in (
+        (("--steps=eval", f"--json_out={cfg}"), "--config"),
+        (("--steps=finetune", f"--finetune_config={ft}", f"--json_out={ft}"), "--finetune_config"),
+    ):
+        kept = {p: p.read_text() for p in (cfg, ft)}
+        run = _run(*common, *flags, config=str(cfg), timeout=600)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"is also read, as {read_as}=" in run.stderr, run.stderr
+        assert {p: p.read_text() for p in (cfg, ft)} == kept
