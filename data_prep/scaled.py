@@ -222,17 +222,29 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         if storage.unavailable_message(e):
             # A bucket that stays away: the tasks in flight (and those already queued to a
             # worker) would each wait out their retries before the job could end. Nothing they
-            # wrote is trusted half-done, so they are stopped (no public API for it before
-            # Python 3.14's terminate_workers; their futures then fail, uncancelled: 3.11's
-            # pool raises in its own thread when a cancelled one does).
-            for process in list((pool._processes or {}).values()):
-                process.terminate()
+            # wrote is trusted half-done, so they are stopped.
+            _terminate(pool)
         else:
             for future in submitted:
                 future.cancel()
-        pool.shutdown(wait=False)
+        try:
+            # The units in flight finish here, where a second Ctrl-C is ours: one that came
+            # while the interpreter's exit waited for them (shutdown(wait=False) before) cut
+            # that wait short, and the exit then waited forever on workers left waiting for work.
+            pool.shutdown(wait=True)
+        except KeyboardInterrupt:  # stop at once: what a unit in flight wrote is never trusted
+            _terminate(pool)
+            pool.shutdown(wait=True)
         raise
     pool.shutdown()
+
+
+def _terminate(pool) -> None:
+    """Stops the pool's workers (no public API for it before Python 3.14's terminate_workers;
+    their futures then fail, uncancelled: 3.11's pool raises in its own thread when a cancelled
+    one does)."""
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
 
 
 def run(

@@ -24,7 +24,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 
-from bert_jax import cli, runtime
+from bert_jax import cli, runtime, storage
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file(
@@ -89,6 +89,10 @@ def load_config(path: str):
     if not os.path.isfile(path):
         raise cli.UserError(f"--finetune_config={path} {cli.not_a_file(path)}")
     spec = importlib.util.spec_from_file_location("plan_finetune_config", path)
+    if spec is None:  # no .py name: nothing to load it with (an AttributeError traceback before)
+        raise cli.UserError(
+            f"--finetune_config={path}: not a Python config file (configs/finetune/*.py)"
+        )
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
@@ -96,7 +100,14 @@ def load_config(path: str):
         raise cli.UserError(f"--finetune_config={path}: not a Python config file ({e.msg})") from e
     if not hasattr(module, "get_config"):
         raise cli.UserError(f"--finetune_config={path} defines no get_config()")
-    return module.get_config()
+    config = module.get_config()
+    train = config.get("train") if hasattr(config, "keys") else None
+    if "lora" not in config or not hasattr(train, "keys") or "batch_size" not in train:
+        raise cli.UserError(  # a pre-training config failed deep in the plan on its missing 'lora'
+            f"--finetune_config={path} is not a fine-tuning config (configs/finetune/sst2.py and "
+            "the like; a pre-training config goes to --config)"
+        )
+    return config
 
 
 def pretrain_config(base, mesh, remat: bool, batch: int):
@@ -108,12 +119,51 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
     return c
 
 
+def _take_config_overrides() -> None:
+    """--dtype and --remat set config.model.dtype and .remat in every plan; where only the
+    --config.model override was given, it is taken (the flags' defaults replaced it without a
+    word: a float32 or remat plan asked for that way was planned, and advised, in bf16 without
+    remat). Both given and different: one error line."""
+    from bert_jax.plan import options
+
+    given = config_flags.get_override_values(FLAGS["config"])
+    for flag, field in (("dtype", "model.dtype"), ("remat", "model.remat")):
+        if field not in given:
+            continue
+        value = str(given[field]).lower()
+        if flag == "dtype" and value not in options.DTYPES:  # named as given, not as --dtype
+            raise cli.UserError(
+                f"--config.{field}={given[field]}: choose {' or '.join(options.DTYPES)}"
+            )
+        wanted = value if flag == "dtype" else [value]
+        mine = FLAGS[flag].value if flag == "dtype" else [v.lower() for v in FLAGS[flag].value]
+        if FLAGS[flag].present and mine != wanted:
+            shown = ",".join(FLAGS[flag].value) if flag == "remat" else FLAGS[flag].value
+            raise cli.UserError(
+                f"--{flag}={shown} and --config.{field}={value} disagree; pass one of them"
+            )
+        FLAGS[flag].value = wanted
+
+
+def where_to(topology) -> str:
+    return "fake CPU devices" if topology is None else topology.name
+
+
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
     from bert_jax.training import config_check
 
     base = FLAGS.config
+    storage.check_paths(  # --json_out=the config file replaced it with the plan's JSON
+        {
+            "--json_out": FLAGS.json_out,
+            "--config": config_flags.get_config_filename(FLAGS["config"]),
+            "--finetune_config": FLAGS.finetune_config,
+        },
+        outputs=["--json_out"],
+    )
+    _take_config_overrides()
     req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
     base.train.init_checkpoint, base.train.init_optimizer_state = "", False
@@ -146,6 +196,13 @@ def main(argv):
         base.model.attention_impl = FLAGS.attention_impl
     if FLAGS.attention_dropout >= 0:
         base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
+    if base.model.attention_impl == "cudnn" and (topology is None or topology.chip.name != "h100"):
+        # cuDNN's kernel compiles for a GPU only ("RuntimeError: cuDNN is not detected" before)
+        flag = "--attention_impl" if FLAGS.attention_impl else "--config.model.attention_impl"
+        raise cli.UserError(
+            f"{flag}=cudnn compiles for a GPU only: pass --topology=h100 (with the cuda extra "
+            f"installed), or another attention_impl for {where_to(topology)}"
+        )
     plans = itertools.product(req.meshes, req.remats, req.batches)
     configs = [pretrain_config(base, *plan) for plan in plans]
     for config in configs:  # the trainer's own checks, before anything compiles
@@ -174,8 +231,9 @@ def main(argv):
             if FLAGS.top and (text := report.traffic(r, FLAGS.top)):
                 print(text, flush=True)
             if FLAGS.json_out:  # after every plan: a long run killed midway keeps what it did
-                with cli.user_path("--json_out", FLAGS.json_out), open(FLAGS.json_out, "w") as f:
-                    json.dump(results, f, indent=1)
+                # published whole (a kill mid-write left cut JSON), locally or in a bucket
+                with cli.user_path("--json_out", FLAGS.json_out):
+                    storage.write_text(FLAGS.json_out, json.dumps(results, indent=1))
     if chip is not None:
         overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
         print(report.verdict(results, config_path, overrides), flush=True)

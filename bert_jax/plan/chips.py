@@ -15,8 +15,10 @@ import dataclasses
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 
 from bert_jax import cli
 
@@ -157,6 +159,7 @@ def devices(topology: Topology) -> list:
     """The slice's devices for compiling without a TPU: libtpu's topology description (one
     device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX), or the H100's from
     jax's CUDA plugin. Needs that compiler (compiler_installed)."""
+    import jax
     from jax.experimental import topologies
 
     if topology.chip.name == "h100":
@@ -175,9 +178,31 @@ def devices(topology: Topology) -> list:
     if topology.chips_per_slice == 1:
         # libtpu's default host is 2x2 chips, which a 1x1 slice (v5litepod-1) does not divide.
         kwargs["chips_per_host_bounds"] = [1, 1, 1]
+    refused = None
+    # libtpu's start puts its crash reporter on SIGTERM (a plain `kill` printed a screen of
+    # "*** SIGTERM received ... stack trace ***") and ignores SIGHUP; a plan only compiles, so
+    # both get back what they were (a quiet end, 143 and 129).
+    kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     with _libtpu_notices_kept_back():
-        desc = topologies.get_topology_desc(
-            f"{topology.chip.name}:{topology.shape}", platform="tpu", **kwargs
+        try:
+            desc = topologies.get_topology_desc(
+                f"{topology.chip.name}:{topology.shape}", platform="tpu", **kwargs
+            )
+        except jax.errors.JaxRuntimeError as e:  # a shape no slice has (v5e:3x3): the user's
+            if "INVALID_ARGUMENT" not in str(e):
+                raise
+            refused = str(e).splitlines()[0].partition("INVALID_ARGUMENT: ")[2]
+    if threading.current_thread() is threading.main_thread():
+        for signum, action in kept.items():
+            signal.signal(signum, signal.SIG_DFL if action is None else action)
+    if refused is not None:
+        documented = ", ".join(
+            f"{topology.chip.name}:{s}"
+            for s in (_SHAPES_3D if topology.chip.dims == 3 else _SHAPES_2D).values()
+        )
+        raise cli.UserError(
+            f"--topology={topology.chip.name}:{topology.shape}: libtpu describes no such slice "
+            f"({refused}); give a documented shape ({documented}) or an accelerator type"
         )
     return list(desc.devices)
 

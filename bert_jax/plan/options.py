@@ -9,7 +9,7 @@ import dataclasses
 import math
 import os
 
-from bert_jax import cli
+from bert_jax import cli, storage
 from bert_jax.data.contract import features
 from bert_jax.model import sharding
 from bert_jax.plan import chips
@@ -77,7 +77,10 @@ def _ints(flag: str, values: list[str]) -> list[int]:
 
 def check_output_file(flag: str, path: str) -> None:
     """A file this process can write at `path` (made and removed if it was not there), so that a
-    plan's figures are not lost at the end of a long compile."""
+    plan's figures are not lost at the end of a long compile; in a bucket, one that is there."""
+    if storage.is_url(storage.parse(path, f"--{flag}")):
+        storage.check_paths({f"--{flag}": path}, outputs=[f"--{flag}"])
+        return
     if os.path.isdir(path):
         raise cli.UserError(f"--{flag}={path!r} is a directory; pass a file name")
     parent = os.path.dirname(os.path.abspath(path))
@@ -108,8 +111,9 @@ def request(flags, config, num_slices: int) -> Request:
     if flags.json_out:
         check_output_file("json_out", flags.json_out)
     if flags.hlo_dir:
-        cli.check_writable_dir(flags.hlo_dir, "--hlo_dir")
-        os.makedirs(flags.hlo_dir, exist_ok=True)
+        storage.check_paths({"--hlo_dir": flags.hlo_dir}, outputs=["--hlo_dir"])
+        cli.check_writable_dir(flags.hlo_dir, "--hlo_dir")  # nothing to probe in a bucket
+        storage.makedirs(flags.hlo_dir)
 
     slice_, count = topology(flags.topology, num_slices, flags.num_devices)
     heads = config.model.num_attention_heads

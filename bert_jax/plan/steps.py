@@ -9,7 +9,6 @@ devices may be a TPU slice's compile-only descriptions.
 
 import dataclasses
 import math
-import os
 import re
 import time
 
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from bert_jax import storage
 from bert_jax.data.contract import data_facts, manifest
 from bert_jax.data.input import pipeline
 from bert_jax.finetune import encode, heads, runs
@@ -163,8 +163,7 @@ def compile_plan(
     if hlo_dir:  # made by options.request
         mesh = "x".join(str(v) for v in r["mesh"].values())
         name = f"{step}_{mesh}_b{batch}_remat{int(r['remat'])}.hlo.txt"
-        with open(os.path.join(hlo_dir, name), "w") as f:
-            f.write(hlo_text)
+        storage.write_text(storage.join(hlo_dir, name), hlo_text)
     traffic = hbm.attribute(hlo_text)
     r["hbm_traffic"] = traffic.to_json(top)
     r["splash_attention_calls"] = figures.splash_kernels(hlo_text)

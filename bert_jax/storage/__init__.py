@@ -67,6 +67,7 @@ from bert_jax.storage.paths import (
     CHECKPOINT_SCHEMES,
     StorageError,
     basename,
+    checkpoint_problem,
     checkpoints_refused,
     dirname,
     expand,

@@ -20,10 +20,9 @@ from bert_jax.storage.errors import (
 )
 from bert_jax.storage.files import url_kind
 from bert_jax.storage.paths import (
-    CHECKPOINT_SCHEMES,
     StorageError,
     bucket_and_key,
-    checkpoints_refused,
+    checkpoint_problem,
     is_url,
     parse,
 )
@@ -52,8 +51,8 @@ def check_paths(
             if flag in local and is_url(parsed):
                 raise StorageError(f"{flag}={path!r} must be a local directory, not a bucket")
             scheme = parsed.partition("://")[0] if is_url(parsed) else ""
-            if flag in checkpoints and scheme and scheme not in CHECKPOINT_SCHEMES:
-                raise StorageError(checkpoints_refused(path, flag))
+            if flag in checkpoints and scheme and (problem := checkpoint_problem(parsed, flag)):
+                raise StorageError(problem)
             if flag in outputs and scheme:
                 check_bucket(parsed, flag)
     for flag in outputs:

@@ -118,6 +118,28 @@ def checkpoints_refused(path: str, flag: str | None = None) -> str:
     )
 
 
+# TensorStore, which writes a checkpoint's arrays, reads a gs:// path as a URL: '#' and '?' end
+# its path and '%' escapes a byte, so the arrays would go elsewhere than the metadata Orbax writes
+# through gcsfs (a workdir gs://b/w#1 put them under gs://b/w: measured).
+_TENSORSTORE_SPECIAL = "#?%"
+
+
+def checkpoint_problem(path: str, flag: str | None = None) -> str | None:
+    """The line refusing `path` (a URL) as a place for checkpoints, or None where Orbax can keep
+    them there: its scheme is one of CHECKPOINT_SCHEMES and TensorStore reads its name as given."""
+    if path.partition("://")[0] not in CHECKPOINT_SCHEMES:
+        return checkpoints_refused(path, flag)
+    special = sorted({c for c in bucket_and_key(path)[1] if c in _TENSORSTORE_SPECIAL})
+    if special:
+        where = f"{flag}={path!r}" if flag else repr(path)
+        return (
+            f"{where}: checkpoints cannot be kept under a name holding {' or '.join(special)!s} "
+            "(TensorStore, which writes their arrays, reads a bucket path as a URL: they would "
+            "land under another name); name the directory without it"
+        )
+    return None
+
+
 def is_url(path: str) -> bool:
     """Whether `path` names an object in a bucket (gs://, s3://) rather than a local file; a path
     that is neither (see `parse`) is a StorageError."""

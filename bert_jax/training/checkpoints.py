@@ -98,8 +98,8 @@ def make_manager(
 ) -> ocp.CheckpointManager:
     """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     if storage.is_url(workdir):
-        if workdir.partition("://")[0] not in storage.CHECKPOINT_SCHEMES:  # s3://: Orbax refuses
-            raise storage.StorageError(storage.checkpoints_refused(workdir))
+        if problem := storage.checkpoint_problem(workdir):  # s3://, a '#': see there
+            raise storage.StorageError(problem)
         _bound_tensorstore_retries()
     options = ocp.CheckpointManagerOptions(
         # Read-only: the values Orbax would force anyway (it warns about each one it changes).

@@ -259,6 +259,12 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
+    length = d.get("max_seq_length") or 0  # 0: the manifest's, known later
+    if config.model.get("attention_impl") == "splash" and length % 128:
+        problems.append(  # the kernel's tiles are whole 128-row blocks (a ValueError traceback)
+            f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
+            f"{length}: choose 'auto' (splash where it fits) or a multiple of 128"
+        )
     if split is not None and not problems:
         dp, axes = split
         if t.global_batch_size % (t.grad_accum_steps * dp):

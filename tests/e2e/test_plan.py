@@ -13,6 +13,7 @@ import importlib.util
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -398,3 +399,108 @@ def test_without_libtpu_it_plans_for_fake_cpu_devices_and_says_so(tmp_path):
     (plan,) = json.loads(out.read_text())
     assert plan["chips"] == 4 and "hbm_bytes" not in plan  # no chip to judge it against
     assert plan["hbm_traffic"]["total_bytes"] > 0
+
+
+def test_its_report_files_go_to_a_bucket(bucket):
+    """--json_out and --hlo_dir in a bucket (gs://): both were written to a local directory named
+    `gs:` (hlo) or refused as "its directory .../gs:/bkt does not exist" (json); a bucket that is
+    not there is one line before anything compiles."""
+    from bert_jax import storage
+
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--steps=eval")
+    run = _run(
+        *common, "--top=0", f"--json_out={bucket}/plan/p.json", f"--hlo_dir={bucket}/plan/hlo"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (plan,) = json.loads(storage.read_text(f"{bucket}/plan/p.json"))
+    assert plan["step"] == "eval"
+    (hlo_file,) = storage.glob(f"{bucket}/plan/hlo/*")
+    assert hlo_file.endswith("eval_2x1x1_b2_remat0.hlo.txt")
+    assert "HloModule" in storage.read_text(hlo_file)
+    assert not os.path.exists(os.path.join(REPO, "gs:"))
+    for flag in (
+        "--json_out=gs://no-such-bucket-here/p.json",
+        "--hlo_dir=gs://no-such-bucket-here/h",
+    ):
+        run = _run(*common, flag)
+        assert run.returncode == 2 and run.stderr.startswith(f"error: {flag.split('=')[0]}="), (
+            run.stderr[-3000:]
+        )
+        assert "there is no bucket 'no-such-bucket-here'" in run.stderr
+
+
+@needs_libtpu
+@pytest.mark.parametrize("shape, chips", [("v5e:3x3", 9), ("v4:3x3x3", 27), ("v6e:1x2", 2)])
+def test_a_slice_shape_libtpu_cannot_describe_is_one_line(shape, chips):
+    """A slice shape no host layout divides: a JaxRuntimeError traceback and "this is a bug"
+    before; now one line naming --topology and the documented shapes, exit 2."""
+    run = _run(f"--topology={shape}", f"--meshes={chips}x1x1", f"--global_batch_sizes={chips}")
+    assert run.returncode == 2, run.stderr[-3000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"error: --topology={shape}: libtpu describes no such slice"), line
+    assert "documented shape" in line
+
+
+def test_config_overrides_of_dtype_and_remat_are_planned(tmp_path):
+    """--config.model.dtype=float32 and --config.model.remat=true, as the trainer takes them:
+    the --dtype and --remat defaults replaced both without a word (a bf16, no-remat plan and
+    verdict); given with a flag that says otherwise, one line naming both."""
+    out = tmp_path / "p.json"
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--steps=eval")
+    run = _run(
+        *common,
+        "--top=0",
+        "--config.model.dtype=float32",
+        "--config.model.remat=true",
+        f"--json_out={out}",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (plan,) = json.loads(out.read_text())
+    assert (plan["dtype"], plan["remat"]) == ("float32", True)
+    for flags, said in (
+        (("--dtype=bfloat16", "--config.model.dtype=float32"), "disagree"),
+        (("--remat=false,true", "--config.model.remat=true"), "disagree"),
+        (("--config.model.dtype=float16",), "choose bfloat16 or float32"),
+    ):
+        run = _run(*common, *flags)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert run.stderr.startswith(f"error: {' and '.join(flags)}"), run.stderr
+        assert said in run.stderr, run.stderr
+
+
+@needs_libtpu
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_after_libtpu_started_ends_the_planner_as_before(signum):
+    """libtpu's start put its crash reporter on SIGTERM (`kill` printed a screen of "*** SIGTERM
+    received by PID ... stack trace ***" and "Remote crash gathering disabled") and made SIGHUP
+    ignored (a planner in a closed terminal compiled on); both are given back their action."""
+    code = (
+        "import os, signal; from bert_jax.plan import chips; "
+        "chips.devices(chips.parse('v5e-4')); "
+        f"os.kill(os.getpid(), {int(signum)}); print('still running')"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == -signum, (run.returncode, run.stdout, run.stderr[-3000:])
+    assert "received" not in run.stderr and "still running" not in run.stdout
+
+
+def test_json_out_naming_a_config_file_is_refused_and_the_file_kept(tmp_path):
+    """--json_out naming the --config or --finetune_config file: the plan's JSON replaced the
+    user's config (exit 0). Refused before anything compiles, as every binary's outputs are."""
+    import shutil
+
+    cfg, ft = tmp_path / "cfg.py", tmp_path / "ft.py"
+    shutil.copy(os.path.join(REPO, "configs", "tiny.py"), cfg)
+    shutil.copy(os.path.join(REPO, "configs", "finetune", "sst2.py"), ft)
+    common = ("--topology=cpu:2", "--meshes=2x1x1", "--global_batch_sizes=2", "--top=0")
+    for flags, read_as in (
+        (("--steps=eval", f"--json_out={cfg}"), "--config"),
+        (("--steps=finetune", f"--finetune_config={ft}", f"--json_out={ft}"), "--finetune_config"),
+    ):
+        kept = {p: p.read_text() for p in (cfg, ft)}
+        run = _run(*common, *flags, config=str(cfg), timeout=600)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert f"is also read, as {read_as}=" in run.stderr, run.stderr
+        assert {p: p.read_text() for p in (cfg, ft)} == kept

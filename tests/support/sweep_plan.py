@@ -84,6 +84,26 @@ CASES = [
         "num_attention_heads (3)",
     ),
     (
+        "plan: attention_impl cudnn on a TPU",
+        PLAN + " --attention_impl=cudnn",
+        ("--attention_impl=cudnn", "GPU only", "--topology=h100"),
+    ),
+    (
+        "plan: config attention_impl cudnn on fake CPU devices",
+        PLAN + " --topology=cpu:4 --config.model.attention_impl=cudnn",
+        ("--config.model.attention_impl=cudnn", "GPU only", "fake CPU devices"),
+    ),
+    (
+        "plan: finetune_config a pre-training config",
+        PLAN + " --steps=finetune --finetune_config=configs/tiny.py",
+        ("--finetune_config=configs/tiny.py", "not a fine-tuning config"),
+    ),
+    (
+        "plan: finetune_config not a .py file",
+        PLAN + " --steps=finetune --finetune_config=README.md",
+        ("--finetune_config=README.md", "not a Python config file"),
+    ),
+    (
         "plan: finetune_config missing",
         PLAN + " --steps=finetune --finetune_config={d}/nope.py",
         ("--finetune_config", "nope.py"),

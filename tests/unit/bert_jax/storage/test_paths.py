@@ -181,6 +181,25 @@ def test_checkpoints_are_refused_in_s3_up_front():
     storage.check_paths({"--model": "s3://bkt/hf"})  # s3:// for what is no checkpoint: fine
 
 
+@pytest.mark.parametrize("name", ["run#1", "run?x", "run%41", "a#b/run", "p%zz"])
+def test_checkpoints_are_refused_under_a_name_tensorstore_reads_as_a_url(name):
+    """A gs:// workdir whose name holds '#', '?' or '%': TensorStore (the checkpoints' arrays)
+    reads it as a URL, so `gs://b/w#1 ?x%y` had its metadata under `w#1 ?x%y/` and its arrays
+    under `w/` (another run's directory, maybe); a read back found neither. Refused up front, and
+    by the checkpoint manager itself for whatever reaches it; the other odd names work."""
+    path = f"gs://bkt/{name}"
+    with pytest.raises(storage.StorageError, match="TensorStore") as refused:
+        storage.check_paths({"--workdir": path}, checkpoints=["--workdir"])
+    assert str(refused.value).startswith(f"--workdir={path!r}: checkpoints cannot be kept")
+    storage.check_paths({"--output_dir": path})  # data_prep's and export's files: fine there
+    from bert_jax.training import checkpoints
+
+    with pytest.raises(storage.StorageError, match="TensorStore"):
+        checkpoints.make_manager(path)
+    for fine in ("run 1", "run-ü", "run[1]", "run+x", "run=1;a@b"):
+        assert storage.checkpoint_problem(f"gs://bkt/{fine}") is None
+
+
 @pytest.mark.parametrize(
     "base, parts, joined, parent, name",
     [

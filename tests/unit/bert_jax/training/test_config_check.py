@@ -38,6 +38,11 @@ def tiny_config(**changes):
         ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
         ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
         ({"checkpoint__max_to_keep": -1}, r"max_to_keep=-1 must be a whole number >= 0 \(0 keeps"),
+        # The splash kernel's tiles are whole 128-row blocks: a ValueError traceback before.
+        (
+            {"model__attention_impl": "splash", "data__max_seq_length": 64},
+            r"attention_impl='splash' needs data.max_seq_length a multiple of 128, not 64",
+        ),
     ],
 )
 def test_each_mistake_is_named_with_its_field(changes, message):
