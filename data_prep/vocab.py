@@ -261,6 +261,10 @@ def train_sentencepiece(
     return output_prefix + ".model"
 
 
+# --vocab_size=3000000000 made the Rust trainer allocate 141 GB and abort the process.
+MAX_VOCAB_SIZE = 4_000_000
+
+
 def main(argv):
     del argv
     minimum = len(SPECIAL) + 1
@@ -268,6 +272,11 @@ def main(argv):
         raise cli.UserError(
             f"--vocab_size={FLAGS.vocab_size} leaves no room for text: the {len(SPECIAL)} special "
             f"tokens alone take {len(SPECIAL)} entries; pass --vocab_size={minimum} or more"
+        )
+    if FLAGS.vocab_size > MAX_VOCAB_SIZE:  # the trainers size their tables by it up front
+        raise cli.UserError(
+            f"--vocab_size={FLAGS.vocab_size:,} is more than any model's vocabulary; pass at most "
+            f"{MAX_VOCAB_SIZE:,} (Gemma's is 256,000)"
         )
     storage.check_paths({"--input": FLAGS.input, "--output": FLAGS.output}, outputs=["--output"])
     if storage.isdir(FLAGS.output):

@@ -417,6 +417,7 @@ VOCAB = [
     ("vocab: input a directory", VOC + " --input={d}/dir", "dir"),
     ("vocab: size 0", VOC + " --vocab_size=0", "--vocab_size=0 leaves no room for text"),
     ("vocab: size negative", VOC + " --vocab_size=-3", "--vocab_size"),
+    ("vocab: size absurd", VOC + " --vocab_size=3000000000", "is more than any model's vocabulary"),
     (
         "vocab: size too small",
         VOC + " --vocab_size=30",
