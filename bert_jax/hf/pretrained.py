@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 from flax import nnx
 
 from bert_jax import cli, storage
@@ -95,7 +96,10 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
         vocab, lower, int(run_config.model.vocab_size), run_data=data, given=bool(vocab_file)
     )
     params, run_config = checkpoints.restore_params(path, step)
-    config = encoder.BertConfig.from_config_dict({**run_config.model.to_dict(), **overrides})
+    saved = run_config.model.to_dict()
+    if saved.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
+        saved["attention_impl"] = "auto"  # the training GPU's kernel, not a property of the model
+    config = encoder.BertConfig.from_config_dict({**saved, **overrides})
     source = f"step {step} of {checkpoints.checkpoint_dir(path)}"
     return _finish(config, params, source, tokenizer or None, lower, record=vocab, step=step)
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec as P
 
+from bert_jax import cli
 from bert_jax.model.dropout import dropout, keep_mask
 
 
@@ -104,6 +105,11 @@ def fused_attention(
 ):
     """jax.nn.dot_product_attention under `attention_mask` ('xla' or 'cudnn'; see the module
     docstring for what the cuDNN path is given)."""
+    if implementation == "cudnn" and platform() in ("cpu", "tpu"):  # JAX: "cuDNN is not detected"
+        raise cli.UserError(
+            f"model.attention_impl='cudnn' runs on a GPU only, and this step is compiled for "
+            f"{platform()}: use 'auto' (cuDNN on a GPU, XLA's or the splash kernel elsewhere)"
+        )
     if implementation == "cudnn" and example_ids is None and window is None:
         # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
         # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).

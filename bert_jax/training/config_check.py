@@ -321,6 +321,13 @@ def pretraining(config, num_devices: int, process_count: int = 1):
 
     raise_problems(range_problems(config))
     problems = pretraining_problems(config, num_devices, process_count)
+    import jax  # the planner compiles for a GPU from a CPU host: only the trainer asks this
+
+    if config.model.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
+        problems.append(
+            f"model.attention_impl='cudnn' runs on a GPU only, and this run's devices are "
+            f"{jax.default_backend()}: use 'auto' (cuDNN on a GPU, XLA's or splash elsewhere)"
+        )
     try:
         resolved = data_facts.resolve(config)
         if resolved.data.nsp and not resolved.model.nsp_head:

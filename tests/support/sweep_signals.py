@@ -254,6 +254,11 @@ CONFIGS = [
         TRAIN + " --config.optim.weight_decay=nan",
         "optim.weight_decay",
     ),
+    (
+        "config: train attention_impl cudnn on a CPU",
+        TRAIN + " --config.model.attention_impl=cudnn",
+        "model.attention_impl='cudnn' runs on a GPU only, and this run's devices are cpu",
+    ),
     _field(
         "config: train max_grad_norm negative",
         TRAIN + " --config.optim.max_grad_norm=-1",

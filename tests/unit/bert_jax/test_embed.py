@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax import embed
+from bert_jax import cli, embed
 from bert_jax.model import encoder as M
 from configs import tiny
 from support.golden import REPO
@@ -117,6 +117,25 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
         timeout=300,
     )
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_workdir_trained_with_cudnn_attention_embeds_on_a_cpu(
+    tmp_path, vocab_file, save_checkpoint
+):
+    """attention_impl='cudnn' saved by a GPU run is that machine's kernel choice: elsewhere the
+    model loads with 'auto' (it was "cuDNN is not detected", with no flag to change it), and a
+    step forced to cuDNN off a GPU is one error line."""
+    config = tiny.get_config()
+    config.model.attention_impl = "cudnn"
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(4))
+    save_checkpoint(tmp_path, model, config, step=3)
+    loaded, tokenizer = embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
+    out = embed.embed_texts(loaded, tokenizer, TEXTS[:2], max_seq_length=N)
+    assert np.isfinite(out["last_hidden_state"]).all()
+    with pytest.raises(
+        cli.UserError, match="runs on a GPU only, and this step is compiled for cpu"
+    ):
+        model.bert(out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"]))
 
 
 def test_embeddings_from_a_training_workdir(tmp_path, vocab_file, save_checkpoint, flip_bytes):
