@@ -445,6 +445,10 @@ def _load(
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     unused = sorted(set(by_name) - set(ours) - names.tied)
+    untied = names.label == "ModernBERT" and modernbert.untied_decoder(by_name)
+    if untied:  # not silently: the logits of the directory's model are not ours
+        unused.append("decoder.weight")
+        cli.warn(f"{source}: {untied}")
     # Weights, not buffers (old files' bert.embeddings.position_ids).
     dropped = [
         name

@@ -297,3 +297,25 @@ def test_a_tokenizer_json_passes_through_the_export(tmp_path):
     theirs = transformers.AutoTokenizer.from_pretrained(str(out))
     text = "good alice w2 oslo"
     assert theirs(text, add_special_tokens=False)["input_ids"] == bpe.encode(text).ids
+
+
+def test_an_untied_decoder_is_reported_not_silently_replaced(tmp_path, capsys):
+    """tie_word_embeddings=false: the file's decoder.weight is its own; our MLM output is the word
+    embeddings, so the import says it left the decoder out (the encoder is still transformers')."""
+    theirs = hf_model(seed=5, tie_word_embeddings=False)
+    assert not torch.equal(theirs.decoder.weight, theirs.model.embeddings.tok_embeddings.weight)
+    theirs.save_pretrained(str(tmp_path))
+    ours, report = hf.load_hf(str(tmp_path))
+    assert report.unused == ["decoder.weight"]
+    assert "tie_word_embeddings=false" in capsys.readouterr().err
+    ids, mask = padded_batch()
+    ref = theirs.model(input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask))
+    seq, _ = nnx.jit(lambda m, *a: m(*a))(ours.bert, ids, mask, ids * 0)
+    for row, n in enumerate(mask.sum(1)):
+        np.testing.assert_allclose(
+            np.asarray(seq)[row, :n], ref.last_hidden_state.detach().numpy()[row, :n], atol=1e-4
+        )
+    # A tied model (transformers' default) is silent: its decoder is the word embeddings.
+    hf_model(seed=5).save_pretrained(str(tmp_path / "tied"))
+    assert hf.load_hf(str(tmp_path / "tied"))[1].unused == []
+    assert "warning" not in capsys.readouterr().err
