@@ -98,12 +98,15 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
 
 def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
     rope = hf.get("rope_parameters") or {}
+    # transformers 4's spelling of a scaling, which transformers 5 applies to both layer kinds.
+    scaling = hf.get("rope_scaling") or {}
     thetas = []
     for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
-        params = rope.get(kind) or {}
+        params = {**(rope.get(kind) or {}), **scaling}
         if params.get("rope_type", "default") != "default":
+            field = "rope_scaling" if "rope_type" in scaling else f"rope_parameters[{kind!r}]"
             raise ConfigError(
-                f"rope_parameters[{kind!r}] has rope_type {params['rope_type']!r}; only "
+                f"{field} has rope_type {params['rope_type']!r}; only "
                 "'default' (unscaled) RoPE is supported"
             )
         thetas.append(float(params.get("rope_theta", hf.get(old_name, _DEFAULTS[old_name]))))

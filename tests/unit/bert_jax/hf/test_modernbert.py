@@ -213,6 +213,11 @@ def test_mistakes_are_named(tmp_path):
     scaled["rope_parameters"]["full_attention"]["rope_type"] = "linear"
     with pytest.raises(cli.UserError, match="only 'default'"):
         hf.bert_config_from_hf(scaled)
+    # transformers 4's rope_scaling, which transformers 5 applies to both kinds of layer.
+    linear = {"rope_type": "linear", "factor": 2.0}
+    with pytest.raises(cli.UserError, match="rope_scaling has rope_type 'linear'"):
+        hf.bert_config_from_hf(written | {"rope_scaling": linear})
+    assert hf.bert_config_from_hf(written | {"rope_scaling": None}) == cfg
     with pytest.raises(cli.UserError, match="hidden_activation 'silu'"):
         hf.bert_config_from_hf(written | {"hidden_activation": "silu"})
     mixed = dataclasses.replace(cfg, mlp_type="gelu")
