@@ -309,6 +309,8 @@ def save_hf(
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
+        if architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
+            modernbert.save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
 
 
 # Files beside a tokenizer.json that transformers reads with it, copied along when present.

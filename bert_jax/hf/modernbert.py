@@ -11,6 +11,8 @@ docs/model.md, "ModernBERT in and out of Hugging Face": every name and config fi
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 
 from bert_jax import cli
 from bert_jax.model.bert_config import BertConfig
+from bert_jax.text import tokenization
 
 MODEL_TYPE = "modernbert"
 EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
@@ -259,3 +262,43 @@ def normalize_name(name: str) -> str:
     if name.startswith(("embeddings.", "layers.", "final_norm.")):
         return "model." + name
     return name
+
+
+def save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
+    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
+    tokens' roles in its tokenizer_config.json (bert.save_tokenizer wrote both files' others).
+    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
+    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
+    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
+    own, with our FullTokenizer's word length limit."""
+    import tokenizers as tk
+
+    t = tokenization
+    vocab = t.load_vocab(vocab_file)
+    tok = tk.Tokenizer(
+        tk.models.WordPiece(
+            vocab, unk_token=t.UNK, max_input_chars_per_word=t.WordPieceTokenizer.max_chars_per_word
+        )
+    )
+    tok.normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=do_lower_case
+    )
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.decoder = tk.decoders.WordPiece(prefix="##")
+    roles = {"unk": t.UNK, "sep": t.SEP, "pad": t.PAD, "cls": t.CLS, "mask": t.MASK}
+    roles = {role: token for role, token in roles.items() if token in vocab}
+    tok.add_special_tokens([tk.AddedToken(token, special=True) for token in roles.values()])
+    if "cls" in roles and "sep" in roles:
+        cls, sep = t.CLS, t.SEP
+        tok.post_processor = tk.processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0",
+            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
+        )
+    tok.save(os.path.join(output_dir, "tokenizer.json"))
+    path = os.path.join(output_dir, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update({f"{role}_token": token for role, token in roles.items()})
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)

@@ -324,3 +324,18 @@ def test_an_untied_decoder_is_reported_not_silently_replaced(tmp_path, capsys):
     hf_model(seed=5).save_pretrained(str(tmp_path / "tied"))
     assert hf.load_hf(str(tmp_path / "tied"))[1].unused == []
     assert "warning" not in capsys.readouterr().err
+
+
+def test_an_export_with_a_vocab_txt_loads_in_transformers_autotokenizer(hf_dir, tmp_path):
+    """transformers 5 reads a modernbert directory's tokenizer from tokenizer.json only: the
+    export writes one for a vocab.txt, giving our tokenizer's ids, [MASK] named for fill-mask."""
+    path, _ = hf_dir
+    ours, _ = hf.load_hf(path)
+    vocab = os.path.join(path, "vocab.txt")
+    hf.save_hf(ours, vocab, str(tmp_path), special_ids={"pad": 0, "cls": 2, "sep": 3})
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    tok = pretrained.load(path).tokenizer
+    for text in ["Good w1 ALICE, paris!", "bad bob xyzzy oslo", "Alíce  w2\tgood"]:
+        want = [tok.cls_id, *tok.convert_tokens_to_ids(tok.tokenize(text)), tok.sep_id]
+        assert theirs(text)["input_ids"] == want, text
+    assert (theirs.mask_token, theirs.pad_token_id) == ("[MASK]", tok.pad_id)
