@@ -81,6 +81,11 @@ def problems(config: BertConfig) -> list[str]:
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(local_attention, global_attn_every_n_layers) of a config.json."""
     window = int(hf.get("local_attention", _DEFAULTS["local_attention"]))
+    if window < 0:
+        raise ConfigError(f"local_attention {window} is negative: a window is 1 token or more")
+    # transformers' window of 0 is its window of 1 (each token reads only itself); ours of 0
+    # means no window at all (global attention in every layer).
+    window = max(window, 1)
     types = hf.get("layer_types")
     if types is None:
         return window, int(hf.get("global_attn_every_n_layers", 3))

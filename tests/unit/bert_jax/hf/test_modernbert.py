@@ -203,6 +203,18 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     assert (got.global_rope_theta, got.local_rope_theta) == (1e5, 5e3)
 
 
+def test_a_window_of_0_is_transformers_self_only_window(tmp_path):
+    """local_attention 0: transformers' sliding layers read only the token itself (half window
+    0 // 2 + 1 exclusive); ours took 0 for no window at all and attended everywhere."""
+    theirs = hf_model(seed=4, local_attention=0)
+    theirs.save_pretrained(str(tmp_path))
+    ours, _ = hf.load_hf(str(tmp_path))
+    assert [ours.config.attention_window(i) for i in range(4)] == [None, 0, 0, None]
+    assert_parity(ours, theirs)
+    with pytest.raises(cli.UserError, match="local_attention -2 is negative"):
+        hf.bert_config_from_hf(theirs.config.to_dict() | {"local_attention": -2})
+
+
 def test_mistakes_are_named(tmp_path):
     cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
     written = hf.hf_config_from_bert(cfg)
