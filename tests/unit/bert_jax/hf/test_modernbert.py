@@ -258,13 +258,20 @@ def test_a_bare_modernbert_model_gets_a_fresh_head(hf_dir, tmp_path):
         )
 
 
-def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tmp_path):
+def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tmp_path, capsys):
     path, theirs = hf_dir
     # Pre-training's train.init_checkpoint: the run's own config, the directory's weights.
     run_config = hf.bert_config_from_hf(theirs.config.to_dict(), scan_layers=True)
     params, report = hf.load_hf_params(path, run_config)
     assert report.initialized == []
     assert_parity(M.model_from_params(run_config, params), theirs)
+    assert "other model settings" not in capsys.readouterr().err
+    # Another window and RoPE base in the run's config: used, and said.
+    other = dataclasses.replace(run_config, local_attention=16, global_rope_theta=1e4)
+    hf.load_hf_params(path, other)
+    err = capsys.readouterr().err
+    assert "global_rope_theta=160000.0 (this run: 10000.0)" in err
+    assert "attention windows [None, 4, 4, None] (this run: [None, 8, 8, None])" in err
     bert = M.BertConfig(vocab_size=len(VOCAB), **tiny.SHAPE, **BERT_REST)
     with pytest.raises(hf.CheckpointError, match="holds a ModernBERT model but the config"):
         hf.load_hf_params(path, bert)
