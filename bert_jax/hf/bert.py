@@ -309,6 +309,8 @@ def save_hf(
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
+        if architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
+            modernbert.save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
 
 
 # Files beside a tokenizer.json that transformers reads with it, copied along when present.
@@ -382,7 +384,33 @@ def load_hf_params(
     dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so a run
     can start from a public checkpoint; `config` is the run's (its shapes must match the file)."""
     _, params, report = _load(hf_dir, config, None)
+    try:
+        changed = _other_settings(bert_config_from_hf(read_config(hf_dir)[1]), config)
+    except (cli.UserError, ValueError, TypeError):  # the run's config decides (it always did)
+        changed = []
+    if changed:  # allowed (a longer context's RoPE base), but not silently
+        cli.warn(
+            f"{hf_dir} was trained with other model settings than this run's config.model, "
+            f"which the run uses: {', '.join(changed)}"
+        )
     return jax.device_put(params, shardings), report
+
+
+def _other_settings(theirs: BertConfig, ours: BertConfig) -> list[str]:
+    """The settings that change what the same weights compute (not their shapes) on which a
+    directory's config and a run's differ, as 'field=theirs (this run: ours)'."""
+    fields = ["layer_norm_eps"]
+    if ours.position_embedding_type == "rope":
+        fields += ["global_rope_theta", "local_rope_theta"]
+    windows = lambda c: [c.attention_window(i) for i in range(c.num_hidden_layers)]
+    out = [
+        f"{f}={getattr(theirs, f)!r} (this run: {getattr(ours, f)!r})"
+        for f in fields
+        if getattr(theirs, f) != getattr(ours, f)
+    ]
+    if windows(theirs) != windows(ours):  # each layer's reach either side (None: global)
+        out.append(f"attention windows {windows(theirs)} (this run: {windows(ours)})")
+    return out
 
 
 def _load(
@@ -445,6 +473,10 @@ def _load(
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
     unused = sorted(set(by_name) - set(ours) - names.tied)
+    untied = names.label == "ModernBERT" and modernbert.untied_decoder(by_name)
+    if untied:  # not silently: the logits of the directory's model are not ours
+        unused.append("decoder.weight")
+        cli.warn(f"{source}: {untied}")
     # Weights, not buffers (old files' bert.embeddings.position_ids).
     dropped = [
         name

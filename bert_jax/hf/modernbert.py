@@ -11,11 +11,16 @@ docs/model.md, "ModernBERT in and out of Hugging Face": every name and config fi
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from bert_jax import cli
 from bert_jax.model.bert_config import BertConfig
+from bert_jax.text import tokenization
 
 MODEL_TYPE = "modernbert"
 EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
@@ -76,6 +81,11 @@ def problems(config: BertConfig) -> list[str]:
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(local_attention, global_attn_every_n_layers) of a config.json."""
     window = int(hf.get("local_attention", _DEFAULTS["local_attention"]))
+    if window < 0:
+        raise ConfigError(f"local_attention {window} is negative: a window is 1 token or more")
+    # transformers' window of 0 is its window of 1 (each token reads only itself); ours of 0
+    # means no window at all (global attention in every layer).
+    window = max(window, 1)
     types = hf.get("layer_types")
     if types is None:
         return window, int(hf.get("global_attn_every_n_layers", 3))
@@ -96,12 +106,15 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
 
 def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
     rope = hf.get("rope_parameters") or {}
+    # transformers 4's spelling of a scaling, which transformers 5 applies to both layer kinds.
+    scaling = hf.get("rope_scaling") or {}
     thetas = []
     for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
-        params = rope.get(kind) or {}
+        params = {**(rope.get(kind) or {}), **scaling}
         if params.get("rope_type", "default") != "default":
+            field = "rope_scaling" if "rope_type" in scaling else f"rope_parameters[{kind!r}]"
             raise ConfigError(
-                f"rope_parameters[{kind!r}] has rope_type {params['rope_type']!r}; only "
+                f"{field} has rope_type {params['rope_type']!r}; only "
                 "'default' (unscaled) RoPE is supported"
             )
         thetas.append(float(params.get("rope_theta", hf.get(old_name, _DEFAULTS[old_name]))))
@@ -233,6 +246,20 @@ def param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
 
 BODY_PREFIXES = ("model.",)  # must come from the file; the heads may not (fresh init)
 TIED = frozenset({"decoder.weight"})  # the word embeddings again
+WORD_EMBEDDINGS = "model.embeddings.tok_embeddings.weight"
+
+
+def untied_decoder(by_name: Mapping[str, Any]) -> str | None:
+    """Why a file's decoder is not what this model makes of it (None: it is). Our MLM output
+    is the word embeddings (tied); a model saved with tie_word_embeddings=false has a decoder
+    of its own, which is not read: its MLM logits are not transformers', its encoder is."""
+    decoder, words = by_name.get("decoder.weight"), by_name.get(WORD_EMBEDDINGS)
+    if decoder is None or words is None or np.array_equal(decoder, words):
+        return None
+    return (
+        "its decoder.weight is not its word embeddings (tie_word_embeddings=false): this model "
+        "ties them, so the MLM logits are the word embeddings' (the encoder is the file's)"
+    )
 
 
 def normalize_name(name: str) -> str:
@@ -240,3 +267,43 @@ def normalize_name(name: str) -> str:
     if name.startswith(("embeddings.", "layers.", "final_norm.")):
         return "model." + name
     return name
+
+
+def save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
+    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
+    tokens' roles in its tokenizer_config.json (bert.save_tokenizer wrote both files' others).
+    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
+    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
+    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
+    own, with our FullTokenizer's word length limit."""
+    import tokenizers as tk
+
+    t = tokenization
+    vocab = t.load_vocab(vocab_file)
+    tok = tk.Tokenizer(
+        tk.models.WordPiece(
+            vocab, unk_token=t.UNK, max_input_chars_per_word=t.WordPieceTokenizer.max_chars_per_word
+        )
+    )
+    tok.normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=do_lower_case
+    )
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.decoder = tk.decoders.WordPiece(prefix="##")
+    roles = {"unk": t.UNK, "sep": t.SEP, "pad": t.PAD, "cls": t.CLS, "mask": t.MASK}
+    roles = {role: token for role, token in roles.items() if token in vocab}
+    tok.add_special_tokens([tk.AddedToken(token, special=True) for token in roles.values()])
+    if "cls" in roles and "sep" in roles:
+        cls, sep = t.CLS, t.SEP
+        tok.post_processor = tk.processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0",
+            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
+        )
+    tok.save(os.path.join(output_dir, "tokenizer.json"))
+    path = os.path.join(output_dir, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update({f"{role}_token": token for role, token in roles.items()})
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)

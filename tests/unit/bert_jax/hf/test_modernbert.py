@@ -203,6 +203,18 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     assert (got.global_rope_theta, got.local_rope_theta) == (1e5, 5e3)
 
 
+def test_a_window_of_0_is_transformers_self_only_window(tmp_path):
+    """local_attention 0: transformers' sliding layers read only the token itself (half window
+    0 // 2 + 1 exclusive); ours took 0 for no window at all and attended everywhere."""
+    theirs = hf_model(seed=4, local_attention=0)
+    theirs.save_pretrained(str(tmp_path))
+    ours, _ = hf.load_hf(str(tmp_path))
+    assert [ours.config.attention_window(i) for i in range(4)] == [None, 0, 0, None]
+    assert_parity(ours, theirs)
+    with pytest.raises(cli.UserError, match="local_attention -2 is negative"):
+        hf.bert_config_from_hf(theirs.config.to_dict() | {"local_attention": -2})
+
+
 def test_mistakes_are_named(tmp_path):
     cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
     written = hf.hf_config_from_bert(cfg)
@@ -213,6 +225,11 @@ def test_mistakes_are_named(tmp_path):
     scaled["rope_parameters"]["full_attention"]["rope_type"] = "linear"
     with pytest.raises(cli.UserError, match="only 'default'"):
         hf.bert_config_from_hf(scaled)
+    # transformers 4's rope_scaling, which transformers 5 applies to both kinds of layer.
+    linear = {"rope_type": "linear", "factor": 2.0}
+    with pytest.raises(cli.UserError, match="rope_scaling has rope_type 'linear'"):
+        hf.bert_config_from_hf(written | {"rope_scaling": linear})
+    assert hf.bert_config_from_hf(written | {"rope_scaling": None}) == cfg
     with pytest.raises(cli.UserError, match="hidden_activation 'silu'"):
         hf.bert_config_from_hf(written | {"hidden_activation": "silu"})
     mixed = dataclasses.replace(cfg, mlp_type="gelu")
@@ -241,13 +258,20 @@ def test_a_bare_modernbert_model_gets_a_fresh_head(hf_dir, tmp_path):
         )
 
 
-def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tmp_path):
+def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tmp_path, capsys):
     path, theirs = hf_dir
     # Pre-training's train.init_checkpoint: the run's own config, the directory's weights.
     run_config = hf.bert_config_from_hf(theirs.config.to_dict(), scan_layers=True)
     params, report = hf.load_hf_params(path, run_config)
     assert report.initialized == []
     assert_parity(M.model_from_params(run_config, params), theirs)
+    assert "other model settings" not in capsys.readouterr().err
+    # Another window and RoPE base in the run's config: used, and said.
+    other = dataclasses.replace(run_config, local_attention=16, global_rope_theta=1e4)
+    hf.load_hf_params(path, other)
+    err = capsys.readouterr().err
+    assert "global_rope_theta=160000.0 (this run: 10000.0)" in err
+    assert "attention windows [None, 4, 4, None] (this run: [None, 8, 8, None])" in err
     bert = M.BertConfig(vocab_size=len(VOCAB), **tiny.SHAPE, **BERT_REST)
     with pytest.raises(hf.CheckpointError, match="holds a ModernBERT model but the config"):
         hf.load_hf_params(path, bert)
@@ -297,3 +321,40 @@ def test_a_tokenizer_json_passes_through_the_export(tmp_path):
     theirs = transformers.AutoTokenizer.from_pretrained(str(out))
     text = "good alice w2 oslo"
     assert theirs(text, add_special_tokens=False)["input_ids"] == bpe.encode(text).ids
+
+
+def test_an_untied_decoder_is_reported_not_silently_replaced(tmp_path, capsys):
+    """tie_word_embeddings=false: the file's decoder.weight is its own; our MLM output is the word
+    embeddings, so the import says it left the decoder out (the encoder is still transformers')."""
+    theirs = hf_model(seed=5, tie_word_embeddings=False)
+    assert not torch.equal(theirs.decoder.weight, theirs.model.embeddings.tok_embeddings.weight)
+    theirs.save_pretrained(str(tmp_path))
+    ours, report = hf.load_hf(str(tmp_path))
+    assert report.unused == ["decoder.weight"]
+    assert "tie_word_embeddings=false" in capsys.readouterr().err
+    ids, mask = padded_batch()
+    ref = theirs.model(input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask))
+    seq, _ = nnx.jit(lambda m, *a: m(*a))(ours.bert, ids, mask, ids * 0)
+    for row, n in enumerate(mask.sum(1)):
+        np.testing.assert_allclose(
+            np.asarray(seq)[row, :n], ref.last_hidden_state.detach().numpy()[row, :n], atol=1e-4
+        )
+    # A tied model (transformers' default) is silent: its decoder is the word embeddings.
+    hf_model(seed=5).save_pretrained(str(tmp_path / "tied"))
+    assert hf.load_hf(str(tmp_path / "tied"))[1].unused == []
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_an_export_with_a_vocab_txt_loads_in_transformers_autotokenizer(hf_dir, tmp_path):
+    """transformers 5 reads a modernbert directory's tokenizer from tokenizer.json only: the
+    export writes one for a vocab.txt, giving our tokenizer's ids, [MASK] named for fill-mask."""
+    path, _ = hf_dir
+    ours, _ = hf.load_hf(path)
+    vocab = os.path.join(path, "vocab.txt")
+    hf.save_hf(ours, vocab, str(tmp_path), special_ids={"pad": 0, "cls": 2, "sep": 3})
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    tok = pretrained.load(path).tokenizer
+    for text in ["Good w1 ALICE, paris!", "bad bob xyzzy oslo", "Alíce  w2\tgood"]:
+        want = [tok.cls_id, *tok.convert_tokens_to_ids(tok.tokenize(text)), tok.sep_id]
+        assert theirs(text)["input_ids"] == want, text
+    assert (theirs.mask_token, theirs.pad_token_id) == ("[MASK]", tok.pad_id)
