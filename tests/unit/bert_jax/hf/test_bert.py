@@ -180,6 +180,30 @@ def test_pytorch_model_bin_imports_like_safetensors(hf_dir, imported, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_sharded_pytorch_model_bin_imports_like_safetensors(hf_dir, imported, tmp_path):
+    """transformers 4's sharded save: pytorch_model-0000K-of-0000N.bin and the index naming them
+    (it was refused: 'no weights in DIR')."""
+    path, hf_model = hf_dir
+    state = hf_model.state_dict()
+    names = sorted(state)
+    shards = [names[: len(names) // 2], names[len(names) // 2 :]]
+    weight_map = {}
+    for k, shard in enumerate(shards, 1):
+        file = f"pytorch_model-{k:05d}-of-00002.bin"
+        torch.save({name: state[name] for name in shard}, tmp_path / file)
+        weight_map.update(dict.fromkeys(shard, file))
+    index = tmp_path / "pytorch_model.bin.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    shutil.copy(os.path.join(path, "config.json"), tmp_path)
+    model, report = bert.load_hf(str(tmp_path))
+    assert report.initialized == [] and report.source == str(index)
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    os.remove(tmp_path / "pytorch_model-00002-of-00002.bin")
+    with pytest.raises(cli.UserError, match=r"pytorch_model-00002-of-00002\.bin"):
+        bert.load_hf(str(tmp_path))
+
+
 def test_bert_model_checkpoint_gets_fresh_heads(hf_dir, imported, tmp_path):
     torch.manual_seed(1)
     body = transformers.BertModel(transformers.BertConfig(**TINY))
