@@ -444,7 +444,14 @@ def _load(
         )
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    unused = sorted(set(by_name) - set(ours) - names.tied)
+    untied = _untied_decoder(by_name)
+    if untied:  # tie_word_embeddings false: our MLM head always uses the word embeddings
+        cli.warn(
+            f"{source}: {untied} is not the word embeddings (tie_word_embeddings false); this "
+            "model's MLM head ties them, so its MLM logits differ from transformers' (the "
+            "encoder's outputs and fine-tuning are unaffected): it is not used"
+        )
+    unused = sorted(set(by_name) - set(ours) - (names.tied - {untied}))
     # Weights, not buffers (old files' bert.embeddings.position_ids).
     dropped = [
         name
@@ -458,3 +465,19 @@ def _load(
             f"{config.num_hidden_layers}), without them"
         )
     return config, params, ImportReport(source=source, initialized=initialized, unused=unused)
+
+
+# A tied decoder's name -> the word embeddings it repeats (BERT's, ModernBERT's).
+_DECODER_OF = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "decoder.weight": "model.embeddings.tok_embeddings.weight",
+}
+
+
+def _untied_decoder(by_name: Mapping[str, np.ndarray]) -> str | None:
+    """The name of a decoder weight the file holds apart from its word embeddings, else None."""
+    for decoder, embeddings in _DECODER_OF.items():
+        if decoder in by_name and embeddings in by_name:
+            if not np.array_equal(by_name[decoder], by_name[embeddings]):
+                return decoder
+    return None

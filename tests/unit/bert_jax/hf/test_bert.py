@@ -519,3 +519,23 @@ def test_encoder_weights_the_config_leaves_out_are_a_warning(hf_dir, tmp_path, c
     _, report = bert.load_hf(str(tmp_path / "buffer"))
     assert report.unused == ["bert.embeddings.position_ids"]
     assert capsys.readouterr().err == ""
+
+
+def test_an_untied_decoder_is_said_not_dropped_silently(tmp_path, capsys):
+    """A BertForMaskedLM saved with tie_word_embeddings false holds its own decoder weight; our
+    MLM head ties it to the word embeddings, so the loaded model's MLM logits differ from
+    transformers'. That was silent (the decoder counted as a tied repeat); now it is a warning
+    and the decoder is listed as not used. A tied one stays silent."""
+    for tie in (True, False):
+        torch.manual_seed(0)
+        config = transformers.BertConfig(**TINY, tie_word_embeddings=tie)
+        transformers.BertForMaskedLM(config).save_pretrained(str(tmp_path / str(tie)))
+        capsys.readouterr()  # transformers' progress bar
+        _, report = bert.load_hf(str(tmp_path / str(tie)))
+        err = capsys.readouterr().err
+        if tie:
+            assert err == "" and report.unused == []
+        else:
+            assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
+            assert "cls.predictions.decoder.weight" in err and "tie_word_embeddings" in err
+            assert report.unused == ["cls.predictions.decoder.weight"]
