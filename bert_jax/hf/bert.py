@@ -42,6 +42,22 @@ _SHARED_FIELDS = (
 )
 
 
+# transformers' BertConfig defaults (bert-base's), for the fields a config.json leaves out.
+_HF_DEFAULTS = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12,
+}
+
+
 @dataclasses.dataclass
 class ImportReport:
     """What `load_hf` did: the source, weights it initialized, and file entries it did not use."""
@@ -117,10 +133,9 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
         raise CheckpointError(
             f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
         )
-    missing = [f for f in _SHARED_FIELDS if f not in hf and f != "layer_norm_eps"]
-    if missing:
-        raise CheckpointError(f"the BERT config lacks {missing}; is this a BERT config.json?")
-    values = {f: hf[f] for f in _SHARED_FIELDS if f in hf}  # bert_config.json has no eps: 1e-12
+    # A field left out takes transformers' default, as from_pretrained gives it (a shape that
+    # is not the weights' is then refused by name when they are read).
+    values = {f: hf.get(f, _HF_DEFAULTS[f]) for f in _SHARED_FIELDS}
     return BertConfig(**{**values, **overrides})
 
 

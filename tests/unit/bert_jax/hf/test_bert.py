@@ -539,3 +539,32 @@ def test_an_untied_decoder_is_said_not_dropped_silently(tmp_path, capsys):
             assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
             assert "cls.predictions.decoder.weight" in err and "tie_word_embeddings" in err
             assert report.unused == ["cls.predictions.decoder.weight"]
+
+
+def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
+    hf_dir, imported, tmp_path
+):
+    """A hand-written config.json that leaves out fields transformers has defaults for (the
+    dropouts, initializer_range, type_vocab_size, layer_norm_eps, hidden_act) loads as
+    transformers loads it; it was refused ('the BERT config lacks [...]')."""
+    shutil.copytree(hf_dir[0], tmp_path / "short")
+    path = tmp_path / "short" / "config.json"
+    optional = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+    optional += ("type_vocab_size", "layer_norm_eps", "hidden_act")
+    path.write_text(
+        json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in optional})
+    )
+    model, _ = bert.load_hf(str(tmp_path / "short"))
+    theirs = transformers.BertConfig.from_pretrained(str(tmp_path / "short"))
+    for field in optional[:-1]:
+        assert getattr(model.config, field) == getattr(theirs, field), field
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # A shape field left out takes the default too, and the weights say it is not theirs.
+    path.write_text(
+        json.dumps(
+            {k: v for k, v in json.loads(path.read_text()).items() if k != "intermediate_size"}
+        )
+    )
+    with pytest.raises(bert.CheckpointError, match=r"intermediate.dense.weight has shape"):
+        bert.load_hf(str(tmp_path / "short"))
