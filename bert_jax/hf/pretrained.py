@@ -180,23 +180,43 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
 
 
 def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
-    """(vocab.txt, do_lower_case or None, whether the file was derived from tokenizer.json)."""
-    lower = None
+    """(vocab.txt or tokenizer.json, do_lower_case or None, whether the file was derived into
+    this process's scratch directory)."""
+    lower, options = None, {}
     tok_config = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(tok_config):
-        lower = files.read_json(tok_config).get("do_lower_case")
+        spec = files.read_json(tok_config)
+        lower = spec.get("do_lower_case")
+        options = {k: spec[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in spec}
     vocab = os.path.join(model_dir, "vocab.txt")
-    if os.path.isfile(vocab):
-        return vocab, lower, False
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(vocab):
+        if _full_tokenizer_rules(lower, **options):
+            return vocab, lower, False
+        # Options transformers' BertTokenizer honours and our WordPiece has not (it strips
+        # accents exactly when it lower-cases, and spaces CJK characters): the directory's own
+        # tokenizer.json, else one built to transformers' rules.
+        if os.path.isfile(tokenizer_json):
+            return tokenizer_json, lower, False
+        return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
     if not os.path.isfile(tokenizer_json):
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
     # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
-    # ModernBERT's, RoBERTa's) is used as it is (bert_jax.text.tokenizer_json).
+    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer FullTokenizer does not
+    # follow, is used as it is (bert_jax.text.tokenizer_json).
     spec = files.read_json(tokenizer_json)
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
+        return tokenizer_json, lower, False
+    norm = spec.get("normalizer") if isinstance(spec.get("normalizer"), dict) else {}
+    if lower is None:
+        lower = norm.get("lowercase")
+    standard = norm.get("type") == "BertNormalizer" and norm.get("clean_text", True) is True
+    standard = standard and _full_tokenizer_rules(
+        lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
+    )
+    if not standard or (options and not _full_tokenizer_rules(lower, **options)):
         return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
@@ -208,9 +228,42 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     vocab = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-vocab.txt")
     with open(vocab, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in sorted(table, key=table.get))
-    if lower is None:
-        lower = (spec.get("normalizer") or {}).get("lowercase")
     return vocab, lower, True
+
+
+def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:
+    """Whether a BertTokenizer's options are the ones our WordPiece (FullTokenizer) follows:
+    accents stripped exactly when lower-casing (None: the same), CJK characters spaced."""
+    lower = tokenization.lower_case(lower)
+    return strip_accents in (None, lower) and tokenize_chinese_chars in (None, True)
+
+
+def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> str:
+    """A tokenizer.json for `vocab` with transformers' BertTokenizer rules and `options`
+    (tokenizer_config.json's strip_accents, tokenize_chinese_chars), in the scratch directory."""
+    import tokenizers
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    table = tokenization.load_vocab(vocab)
+    unk, cls, sep = tokenization.UNK, tokenization.CLS, tokenization.SEP
+    tok = tokenizers.Tokenizer(models.WordPiece(table, unk_token=unk))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=options.get("tokenize_chinese_chars") is not False,
+        strip_accents=options.get("strip_accents"),
+        lowercase=tokenization.lower_case(lower),
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, table[cls]), (sep, table[sep])],
+    )
+    specials = (tokenization.PAD, unk, cls, sep, tokenization.MASK)
+    tok.add_special_tokens([t for t in specials if t in table])
+    path = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-tokenizer.json")
+    tok.save(path)
+    return path
 
 
 _SCRATCH: list[str] = []

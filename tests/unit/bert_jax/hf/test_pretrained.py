@@ -5,6 +5,7 @@ tests/unit/bert_jax/test_embed.py and tests/unit/bert_jax/finetune/test_lora.py 
 steps). Fine-tuning and embed read the same vocabulary and lower-casing from each, which they did
 not before the two loaders became one."""
 
+import json
 import os
 import shutil
 
@@ -55,6 +56,38 @@ def test_a_tokenizer_json_only_directory_gives_the_same_vocabulary(dirs):
     for text in ("GOOD w1 Alice", "good w1 alice ?"):  # cased: GOOD and Alice are [UNK]
         want = theirs(text, add_special_tokens=False)["input_ids"]
         assert loaded.tokenizer.encode(text) == want, text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"strip_accents": False},
+        {"tokenize_chinese_chars": False},
+        {"do_lower_case": False, "strip_accents": True},
+    ],
+)
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_tokenizer_options_transformers_honours_give_its_ids(dirs, tmp_path, options, kind):
+    """tokenizer_config.json's strip_accents and tokenize_chinese_chars (a tokenizer.json's
+    normalizer) change transformers' ids; they were ignored (our WordPiece strips accents exactly
+    when it lower-cases and always spaces CJK characters): 'café' became 'cafe', '中国' two
+    pieces where transformers has one [UNK]. Now the ids are transformers'."""
+    model_dir = tmp_path / "model"
+    os.makedirs(model_dir)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(dirs["vocab_txt"], name), model_dir)
+    (model_dir / "vocab.txt").write_text("\n".join(VOCAB[:-4] + ["café", "naïve", "中", "e"]))
+    settings = {"do_lower_case": True, **options}
+    if kind == "vocab_txt":
+        (model_dir / "tokenizer_config.json").write_text(json.dumps(settings))
+    else:
+        tok = transformers.BertTokenizer(str(model_dir / "vocab.txt"), **settings)
+        tok.save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    loaded = pretrained.load(str(model_dir))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    for text in ("Café NAÏVE 中国 cafe", "café naive e", "中 GOOD"):
+        assert loaded.tokenizer.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
 
 
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
