@@ -26,7 +26,7 @@ from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
 from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
 from bert_jax.text import tokenization, tokenizer_json
 
-# config.json fields that are BertConfig fields under the same name.
+# config.json fields that are BertConfig fields under the same name; the first five required.
 _SHARED_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -42,13 +42,8 @@ _SHARED_FIELDS = (
 )
 
 
-# transformers' BertConfig defaults (bert-base's), for the fields a config.json leaves out.
+# transformers' BertConfig defaults, for the fields after the sizes a config.json leaves out.
 _HF_DEFAULTS = {
-    "vocab_size": 30522,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
     "hidden_dropout_prob": 0.1,
     "attention_probs_dropout_prob": 0.1,
     "max_position_embeddings": 512,
@@ -133,9 +128,14 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
         raise CheckpointError(
             f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
         )
-    # A field left out takes transformers' default, as from_pretrained gives it (a shape that
-    # is not the weights' is then refused by name when they are read).
-    values = {f: hf.get(f, _HF_DEFAULTS[f]) for f in _SHARED_FIELDS}
+    # The sizes every BERT config.json states: without them it is another model's config.
+    missing = [f for f in _SHARED_FIELDS[:5] if f not in hf]
+    if missing:
+        kind = f" (model_type {hf['model_type']!r})" if "model_type" in hf else ""
+        raise CheckpointError(f"the config{kind} lacks {missing}; is this a BERT config.json?")
+    # Any other field left out takes transformers' default, as from_pretrained gives it (a
+    # max_position_embeddings or type_vocab_size the weights do not have is refused by name).
+    values = {f: hf[f] if f in hf else _HF_DEFAULTS[f] for f in _SHARED_FIELDS}
     return BertConfig(**{**values, **overrides})
 
 

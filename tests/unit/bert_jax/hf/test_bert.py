@@ -560,11 +560,9 @@ def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
         assert getattr(model.config, field) == getattr(theirs, field), field
     for a, b in zip(params_of(model), params_of(imported[0])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    # A shape field left out takes the default too, and the weights say it is not theirs.
-    path.write_text(
-        json.dumps(
-            {k: v for k, v in json.loads(path.read_text()).items() if k != "intermediate_size"}
-        )
-    )
-    with pytest.raises(bert.CheckpointError, match=r"intermediate.dense.weight has shape"):
+    # A size left out is another model's config (DistilBERT's names them dim, n_layers, ...).
+    config = json.loads(path.read_text())
+    del config["intermediate_size"]
+    path.write_text(json.dumps(config | {"model_type": "distilbert"}))
+    with pytest.raises(bert.CheckpointError, match=r"model_type 'distilbert'\) lacks \['inter"):
         bert.load_hf(str(tmp_path / "short"))
