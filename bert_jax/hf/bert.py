@@ -128,6 +128,12 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
         raise CheckpointError(
             f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
         )
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise CheckpointError(
+            f"is_decoder {hf.get('is_decoder')!r}, add_cross_attention "
+            f"{hf.get('add_cross_attention')!r} is not supported: a decoder BERT "
+            "(BertLMHeadModel, an encoder-decoder's) attends causally; this one attends both ways"
+        )
     # The sizes every BERT config.json states: without them it is another model's config.
     missing = [f for f in _SHARED_FIELDS[:5] if f not in hf]
     if missing:

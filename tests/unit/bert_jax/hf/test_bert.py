@@ -566,3 +566,14 @@ def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
     path.write_text(json.dumps(config | {"model_type": "distilbert"}))
     with pytest.raises(bert.CheckpointError, match=r"model_type 'distilbert'\) lacks \['inter"):
         bert.load_hf(str(tmp_path / "short"))
+
+
+@pytest.mark.parametrize("field", ["is_decoder", "add_cross_attention"])
+def test_a_decoder_bert_is_refused_by_name(hf_dir, tmp_path, field):
+    """A BertLMHeadModel's config.json (is_decoder true) makes transformers attend causally; it
+    was loaded as a bidirectional encoder, every output silently different."""
+    shutil.copytree(hf_dir[0], tmp_path / "decoder")
+    path = tmp_path / "decoder" / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {field: True}))
+    with pytest.raises(bert.CheckpointError, match=rf"{field}.*attends causally"):
+        bert.load_hf(str(tmp_path / "decoder"))
