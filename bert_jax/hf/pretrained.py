@@ -117,6 +117,10 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
+        # A word longer than this is [UNK]: transformers' BertTokenizer says 100 where Google's
+        # FullTokenizer (our WordPiece, a bert_config.json directory) says 200.
+        tokenizer.max_chars_per_word = _max_chars_per_word(local, tokenizer.max_chars_per_word)
     fresh = tuple(report.initialized)
     return _finish(
         config, params, str(report), tokenizer or None, lower, record=record, fresh=fresh
@@ -229,6 +233,21 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     with open(vocab, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in sorted(table, key=table.get))
     return vocab, lower, True
+
+
+def _max_chars_per_word(model_dir: str, google: int) -> int:
+    """The longest word a Hugging Face directory's WordPiece splits: its tokenizer.json's
+    max_input_chars_per_word, else transformers' BertTokenizer's 100; `google` for Google's
+    original release (bert_config.json, no config.json)."""
+    if not os.path.isfile(os.path.join(model_dir, files.CONFIG_FILES[0])):
+        return google
+    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(tokenizer_json):
+        model_spec = files.read_json(tokenizer_json).get("model")
+        value = model_spec.get("max_input_chars_per_word") if isinstance(model_spec, dict) else 0
+        if isinstance(value, int) and value > 0:
+            return value
+    return 100
 
 
 def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:

@@ -90,6 +90,39 @@ def test_tokenizer_options_transformers_honours_give_its_ids(dirs, tmp_path, opt
         assert loaded.tokenizer.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
 
 
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json", "bert_config_json"])
+def test_a_long_word_is_unk_where_transformers_makes_it_unk(dirs, tmp_path, kind):
+    """transformers' BertTokenizer makes a word of over 100 characters [UNK]; our WordPiece
+    (Google's FullTokenizer) split words up to 200, so embed and fine-tuning gave other ids
+    than transformers for 101-200 characters. Google's own directory (bert_config.json) keeps
+    FullTokenizer's 200."""
+    model_dir = tmp_path / "model"
+    os.makedirs(model_dir)
+    shutil.copy(os.path.join(dirs["vocab_txt"], "model.safetensors"), model_dir)
+    config = "bert_config.json" if kind == "bert_config_json" else "config.json"
+    shutil.copy(os.path.join(dirs["vocab_txt"], "config.json"), model_dir / config)
+    (model_dir / "vocab.txt").write_text("\n".join(VOCAB[:-2] + ["a", "##a"]))
+    if kind == "tokenizer_json":
+        transformers.BertTokenizer(str(model_dir / "vocab.txt")).save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    tok = pretrained.load(str(model_dir)).tokenizer
+    texts = [f"{'a' * n} good" for n in (100, 101, 150, 200, 201)]
+    got = [tok.encode(text) for text in texts]
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for ids in got for i in ids] and lengths.tolist() == list(
+        map(len, got)
+    )
+    unk = [ids[0] == tok.unk_id for ids in got]
+    assert unk == (
+        [False, False, False, False, True]
+        if config == "bert_config.json"
+        else [False, True, True, True, True]
+    )
+    if config == "config.json":
+        theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+        assert got == [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
