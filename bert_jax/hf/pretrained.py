@@ -116,7 +116,7 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
     if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
         # A word longer than this is [UNK]: transformers' BertTokenizer says 100 where Google's
         # FullTokenizer (our WordPiece, a bert_config.json directory) says 200.
@@ -146,7 +146,8 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
     """The tokenizer of `vocab`, built once, its size checked once: for a training run
     (`run_data`: its saved config.data), against the vocabulary the run's data recorded (md5,
     else size; a run from before the data contract recorded neither); then against the model's
-    `rows` word embeddings (fits_table). `given`: the user named `vocab` (else the run did)."""
+    `rows` word embeddings (fits_table; a model directory's own vocabulary only no larger).
+    `given`: the user named `vocab` (else the run or the directory did)."""
     lower = tokenization.lower_case(lower)
     why = storage.not_a_file(vocab)
     if why:
@@ -175,7 +176,9 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
                 f"vocab file {vocab!r} is not the vocabulary this run was trained with "
                 f"({problem}); pass the vocab.txt its training data was tokenized with"
             )
-    if not fits_table(size, rows):
+    # A directory's own vocabulary may leave table rows unused (transformers embeds with it);
+    # one the user names must look like the table's.
+    if size > rows or (given and not fits_table(size, rows)):
         raise cli.UserError(
             f"the vocabulary {tokenizer.vocab_file!r} has {size} entries but the model "
             f"{rows} word embeddings: pass the model's own vocab.txt"

@@ -123,6 +123,33 @@ def test_a_long_word_is_unk_where_transformers_makes_it_unk(dirs, tmp_path, kind
         assert got == [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
+def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
+    """A model whose word-embedding table has 200 rows more than its own vocab.txt (a table
+    sized for a larger vocabulary): transformers embeds with it; it was refused ('has N entries
+    but the model N+200 word embeddings: pass the model's own vocab.txt'), though it is."""
+    model_dir = str(tmp_path / "model")
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB) + 200,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+    )
+    transformers.BertModel(config).save_pretrained(model_dir)
+    with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    _, tok = embed.load_encoder(model_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    assert (
+        tok.encode("good w1 alice")
+        == theirs("good w1 alice", add_special_tokens=False)["input_ids"]
+    )
+    # A vocabulary the user names must still look like the table's.
+    with pytest.raises(cli.UserError, match="entries but the model"):
+        pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
