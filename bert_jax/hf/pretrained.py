@@ -15,12 +15,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 from bert_jax import cli, storage
@@ -28,6 +30,7 @@ from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
+from bert_jax.text.tokenizer_json import concatenated
 from bert_jax.training import checkpoints, config_check
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
@@ -118,9 +121,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     record = vocab_file or ("" if derived else own or "")
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
     if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
-        # A word longer than this is [UNK]: transformers' BertTokenizer says 100 where Google's
-        # FullTokenizer (our WordPiece, a bert_config.json directory) says 200.
-        tokenizer.max_chars_per_word = _max_chars_per_word(local, tokenizer.max_chars_per_word)
+        if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
+            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(local))
     fresh = tuple(report.initialized)
     return _finish(
         config, params, str(report), tokenizer or None, lower, record=record, fresh=fresh
@@ -238,12 +240,36 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     return vocab, lower, True
 
 
-def _max_chars_per_word(model_dir: str, google: int) -> int:
+class HubWordPiece(tokenization.WordPieceTokenizer):
+    """A Hugging Face directory's WordPiece: FullTokenizer's ids (our WordPiece, which Google's
+    release keeps) where transformers' BertTokenizer gives the same, and its ids where not: a
+    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, and a
+    word longer than `max_chars_per_word` (its 100, not FullTokenizer's 200) is [UNK]."""
+
+    def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
+        super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
+        self.max_chars_per_word = max_chars_per_word
+        specials = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
+        specials = [t for t in (*specials, tokenization.MASK) if t in self.vocab]
+        self._specials = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+
+    def encode(self, text: str) -> list[int]:
+        if not self._specials.search(text):
+            return super().encode(text)
+        out = []
+        for k, part in enumerate(self._specials.split(text)):  # odd k: a special token
+            out.extend([self.vocab[part]] if k % 2 else super().encode(part) if part else [])
+        return out
+
+    def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if not any(map(self._specials.search, lines)):
+            return super().encode_batch(lines)
+        return concatenated([self.encode(line) for line in lines])
+
+
+def _max_chars_per_word(model_dir: str) -> int:
     """The longest word a Hugging Face directory's WordPiece splits: its tokenizer.json's
-    max_input_chars_per_word, else transformers' BertTokenizer's 100; `google` for Google's
-    original release (bert_config.json, no config.json)."""
-    if not os.path.isfile(os.path.join(model_dir, files.CONFIG_FILES[0])):
-        return google
+    max_input_chars_per_word, else transformers' BertTokenizer's 100."""
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
     if os.path.isfile(tokenizer_json):
         model_spec = files.read_json(tokenizer_json).get("model")

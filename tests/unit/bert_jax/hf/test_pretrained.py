@@ -150,6 +150,28 @@ def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
         pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
 
 
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_a_special_token_written_in_the_text_is_that_token(dirs, tmp_path, kind):
+    """transformers' BertTokenizer reads "[MASK]" (or "[SEP]", ...) in a text as the special
+    token; embed and fine-tuning split it into "[", "mask", "]" (FullTokenizer's reading), so
+    "paris is the capital of [MASK]." gave other ids than transformers."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    if kind == "tokenizer_json":
+        tok = transformers.BertTokenizer(str(model_dir / "vocab.txt"))
+        tok.save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    _, tok = embed.load_encoder(str(model_dir))
+    texts = ["good [MASK] w1", "good[SEP]alice [mask] [UNK][PAD]", "[CLS]", "w1 alice", ""]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for ids in want for i in ids]
+    assert lengths.tolist() == list(map(len, want))
+    assert tok.mask_id in want[0]
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
