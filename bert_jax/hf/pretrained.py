@@ -199,22 +199,23 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
         options = {k: spec[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in spec}
     vocab = os.path.join(model_dir, "vocab.txt")
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    spec = files.read_json(tokenizer_json) if os.path.isfile(tokenizer_json) else None
     if os.path.isfile(vocab):
-        if _full_tokenizer_rules(lower, **options):
+        if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
             return vocab, lower, False
         # Options transformers' BertTokenizer honours and our WordPiece has not (it strips
-        # accents exactly when it lower-cases, and spaces CJK characters): the directory's own
-        # tokenizer.json, else one built to transformers' rules.
-        if os.path.isfile(tokenizer_json):
+        # accents exactly when it lower-cases, and spaces CJK characters), or tokens added to
+        # the vocabulary: the directory's own tokenizer.json, else one built to transformers'
+        # rules.
+        if spec is not None:
             return tokenizer_json, lower, False
         return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
-    if not os.path.isfile(tokenizer_json):
+    if spec is None:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
     # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
     # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer FullTokenizer does not
-    # follow, is used as it is (bert_jax.text.tokenizer_json).
-    spec = files.read_json(tokenizer_json)
+    # follow or that adds tokens, is used as it is (bert_jax.text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False
@@ -226,6 +227,8 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
         lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
     )
     if not standard or (options and not _full_tokenizer_rules(lower, **options)):
+        return tokenizer_json, lower, False
+    if _added_tokens(spec):
         return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
@@ -277,6 +280,19 @@ def _max_chars_per_word(model_dir: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 100
+
+
+def _added_tokens(spec: dict | None) -> list[str]:
+    """The tokens a tokenizer.json adds besides BERT's five special ones (entity markers, new
+    words), which transformers reads whole wherever they appear in a text."""
+    five = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
+    five += (tokenization.MASK,)
+    added = (spec or {}).get("added_tokens")
+    return [
+        t.get("content")
+        for t in (added if isinstance(added, list) else [])
+        if isinstance(t, dict) and t.get("content") not in five
+    ]
 
 
 def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:

@@ -172,6 +172,33 @@ def test_a_special_token_written_in_the_text_is_that_token(dirs, tmp_path, kind)
     assert tok.mask_id in want[0]
 
 
+@pytest.mark.parametrize("keep_vocab_txt", [False, True])
+def test_tokens_added_to_the_tokenizer_are_read_whole(dirs, tmp_path, keep_vocab_txt):
+    """A fine-tuned model whose tokenizer had tokens added (entity markers, new words:
+    tokenizer.add_tokens, its embeddings resized): transformers reads them whole; embed and
+    fine-tuning split them into word pieces or [UNK] ('newtok' gave [UNK])."""
+    model_dir = str(tmp_path / "model")
+    tok = transformers.BertTokenizer(os.path.join(dirs["vocab_txt"], "vocab.txt"))
+    tok.add_tokens(["newtok", "<ent>"])
+    tok.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+    config = transformers.BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+    )
+    transformers.BertModel(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    if keep_vocab_txt:  # transformers 4 wrote both
+        shutil.copy(os.path.join(dirs["vocab_txt"], "vocab.txt"), model_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    _, ours = embed.load_encoder(model_dir)
+    for text in ("good newtok w1", "Good <ent> alice [E1] newtoken"):
+        assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"], text
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
