@@ -214,15 +214,20 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
     # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
-    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer FullTokenizer does not
-    # follow or that adds tokens, is used as it is (bert_jax.text.tokenizer_json).
+    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer, pre-tokenizer, "##" or
+    # [UNK] FullTokenizer does not follow, or that adds tokens, is used as it is
+    # (bert_jax.text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False
     norm = spec.get("normalizer") if isinstance(spec.get("normalizer"), dict) else {}
     if lower is None:
         lower = norm.get("lowercase")
+    pre = spec.get("pre_tokenizer") if isinstance(spec.get("pre_tokenizer"), dict) else {}
     standard = norm.get("type") == "BertNormalizer" and norm.get("clean_text", True) is True
+    standard = standard and pre.get("type") == "BertPreTokenizer"
+    standard = standard and model_spec.get("continuing_subword_prefix", "##") == "##"
+    standard = standard and model_spec.get("unk_token", tokenization.UNK) == tokenization.UNK
     standard = standard and _full_tokenizer_rules(
         lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
     )

@@ -199,6 +199,37 @@ def test_tokens_added_to_the_tokenizer_are_read_whole(dirs, tmp_path, keep_vocab
         assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"], text
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pre_tokenizer": {"type": "Whitespace"}},
+        {"model": {"continuing_subword_prefix": "@@"}},
+        {"model": {"unk_token": "[PAD]"}},
+    ],
+)
+def test_a_wordpiece_tokenizer_json_of_other_rules_is_used_as_it_is(dirs, tmp_path, change):
+    """A WordPiece tokenizer.json whose pre-tokenizer, continuation prefix or unknown token is
+    not BERT's: its vocabulary was read with FullTokenizer's rules ("##", [UNK], punctuation
+    split) and gave other ids than the file; now the file tokenizes."""
+    import tokenizers
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["tokenizer_json"], model_dir)
+    path = model_dir / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    for key, value in change.items():
+        spec[key] = spec[key] | value if key == "model" else value
+    if "continuing_subword_prefix" in change.get("model", {}):  # "alice1": alice, @@1
+        spec["model"]["vocab"] = {
+            k.replace("w39", "@@1"): i for k, i in spec["model"]["vocab"].items()
+        }
+    path.write_text(json.dumps(spec))
+    theirs = tokenizers.Tokenizer.from_file(str(path))
+    ours = pretrained.load(str(model_dir)).tokenizer
+    for text in ("good w1 alice?.", "alice1 x"):  # BertPreTokenizer splits "?." apart
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids, text
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
