@@ -114,6 +114,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     config = model.config
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(local)
+    if own_vocab and not vocab_file:
+        _check_tokenizer_class(local, path)
     vocab = vocab_file or own_vocab
     lower = do_lower_case if do_lower_case is not None else own_lower
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
@@ -285,6 +287,27 @@ def _max_chars_per_word(model_dir: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 100
+
+
+# tokenizer_config.json's tokenizer_class values whose text splitting BERT's WordPiece rules do
+# not reproduce (a vocab.txt they read differently).
+_OTHER_SPLITTERS = {
+    "BertJapaneseTokenizer": "MeCab or character word splitting",
+}
+
+
+def _check_tokenizer_class(model_dir: str, shown: str) -> None:
+    """Refuses a directory whose tokenizer_config.json names a tokenizer class we cannot
+    reproduce (its ids would differ silently); the user may pass a vocabulary explicitly."""
+    config = os.path.join(model_dir, "tokenizer_config.json")
+    name = files.read_json(config).get("tokenizer_class") if os.path.isfile(config) else None
+    if name in _OTHER_SPLITTERS:
+        raise cli.UserError(
+            f"{shown}: tokenizer_config.json's tokenizer_class {name!r} is not supported (its "
+            f"{_OTHER_SPLITTERS[name]} is not BERT's WordPiece rules, so the ids would differ "
+            "from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
+            "fine-tuning's --config.data.vocab_file) to tokenize with BERT's rules anyway"
+        )
 
 
 def _added_tokens(spec: dict | None) -> list[str]:

@@ -230,6 +230,20 @@ def test_a_wordpiece_tokenizer_json_of_other_rules_is_used_as_it_is(dirs, tmp_pa
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids, text
 
 
+def test_a_japanese_tokenizer_is_refused_by_name(dirs, tmp_path):
+    """cl-tohoku's Japanese BERTs: vocab.txt read after MeCab word splitting
+    (BertJapaneseTokenizer). BERT's rules gave other ids silently; now one error names the
+    class, and an explicit vocabulary is still taken."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    (model_dir / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab"})
+    )
+    with pytest.raises(cli.UserError, match="tokenizer_class 'BertJapaneseTokenizer'"):
+        embed.load_encoder(str(model_dir))
+    pretrained.load(str(model_dir), vocab_file=str(model_dir / "vocab.txt"))
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
