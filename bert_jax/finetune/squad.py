@@ -134,8 +134,10 @@ def tokenize_context(tok, context: str) -> ContextPieces:
     """Context -> word pieces with character spans (the ids of tokenizing word by word)."""
     if not isinstance(tok, tokenization.WordPieceTokenizer):
         raise cli.UserError(
-            "span extraction needs a WordPiece vocab.txt (character offsets of "
-            "SentencePiece pieces are not supported)"
+            "span extraction needs BERT's WordPiece rules (run_squad.py's word-by-word "
+            f"offsets); this model's tokenizer is a {type(tok).__name__} (SentencePiece, or a "
+            "tokenizer.json whose normalizer, pre-tokenizer or added tokens BERT's rules do not "
+            "give): not supported for SQuAD"
         )
     pieces = ContextPieces([], [], [])
     # Words as run_squad.py cuts a paragraph (doc_tokens): at " \t\r\n" and U+202F only.

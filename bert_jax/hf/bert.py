@@ -26,7 +26,7 @@ from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
 from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
 from bert_jax.text import tokenization, tokenizer_json
 
-# config.json fields that are BertConfig fields under the same name.
+# config.json fields that are BertConfig fields under the same name; the first five required.
 _SHARED_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -40,6 +40,17 @@ _SHARED_FIELDS = (
     "initializer_range",
     "layer_norm_eps",
 )
+
+
+# transformers' BertConfig defaults, for the fields after the sizes a config.json leaves out.
+_HF_DEFAULTS = {
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12,
+}
 
 
 @dataclasses.dataclass
@@ -117,10 +128,20 @@ def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
         raise CheckpointError(
             f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
         )
-    missing = [f for f in _SHARED_FIELDS if f not in hf and f != "layer_norm_eps"]
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise CheckpointError(
+            f"is_decoder {hf.get('is_decoder')!r}, add_cross_attention "
+            f"{hf.get('add_cross_attention')!r} is not supported: a decoder BERT "
+            "(BertLMHeadModel, an encoder-decoder's) attends causally; this one attends both ways"
+        )
+    # The sizes every BERT config.json states: without them it is another model's config.
+    missing = [f for f in _SHARED_FIELDS[:5] if f not in hf]
     if missing:
-        raise CheckpointError(f"the BERT config lacks {missing}; is this a BERT config.json?")
-    values = {f: hf[f] for f in _SHARED_FIELDS if f in hf}  # bert_config.json has no eps: 1e-12
+        kind = f" (model_type {hf['model_type']!r})" if "model_type" in hf else ""
+        raise CheckpointError(f"the config{kind} lacks {missing}; is this a BERT config.json?")
+    # Any other field left out takes transformers' default, as from_pretrained gives it (a
+    # max_position_embeddings or type_vocab_size the weights do not have is refused by name).
+    values = {f: hf[f] if f in hf else _HF_DEFAULTS[f] for f in _SHARED_FIELDS}
     return BertConfig(**{**values, **overrides})
 
 
@@ -472,11 +493,14 @@ def _load(
         )
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    unused = sorted(set(by_name) - set(ours) - names.tied)
-    untied = names.label == "ModernBERT" and modernbert.untied_decoder(by_name)
-    if untied:  # not silently: the logits of the directory's model are not ours
-        unused.append("decoder.weight")
-        cli.warn(f"{source}: {untied}")
+    untied = _untied_decoder(by_name)
+    if untied:  # tie_word_embeddings false: our MLM head always uses the word embeddings
+        cli.warn(
+            f"{source}: {untied} is not the word embeddings (tie_word_embeddings false); this "
+            "model's MLM head ties them, so its MLM logits differ from transformers' (the "
+            "encoder's outputs and fine-tuning are unaffected): it is not used"
+        )
+    unused = sorted(set(by_name) - set(ours) - (names.tied - {untied}))
     # Weights, not buffers (old files' bert.embeddings.position_ids).
     dropped = [
         name
@@ -490,3 +514,19 @@ def _load(
             f"{config.num_hidden_layers}), without them"
         )
     return config, params, ImportReport(source=source, initialized=initialized, unused=unused)
+
+
+# A tied decoder's name -> the word embeddings it repeats (BERT's, ModernBERT's).
+_DECODER_OF = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "decoder.weight": "model.embeddings.tok_embeddings.weight",
+}
+
+
+def _untied_decoder(by_name: Mapping[str, np.ndarray]) -> str | None:
+    """The name of a decoder weight the file holds apart from its word embeddings, else None."""
+    for decoder, embeddings in _DECODER_OF.items():
+        if decoder in by_name and embeddings in by_name:
+            if not np.array_equal(by_name[decoder], by_name[embeddings]):
+                return decoder
+    return None

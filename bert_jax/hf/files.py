@@ -1,5 +1,5 @@
 """A Hugging Face (or original TensorFlow BERT) model directory's files read back: its JSON files
-and its weights (model.safetensors, a sharded model.safetensors.index.json, pytorch_model.bin, or
+and its weights (model.safetensors, pytorch_model.bin, either sharded by an .index.json, or
 Google's bert_model.ckpt), each damaged or missing file one CheckpointError naming it. What the
 weights mean is bert_jax.hf.bert's (and hf_modernbert's) business.
 """
@@ -183,6 +183,14 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
         return _read_safetensors(indexed_files(index, hf_dir)), index
     if os.path.isfile(path("pytorch_model.bin")):
         return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
+    if os.path.isfile(path("pytorch_model.bin.index.json")):  # transformers 4's sharded save
+        index = path("pytorch_model.bin.index.json")
+        out = {}
+        for shard in indexed_files(index, hf_dir):
+            if not os.path.isfile(shard):
+                raise CheckpointError(f"{index} names {shard}, which is not in the directory")
+            out.update(_read_torch_bin(shard))
+        return out, index
     indexes = sorted(glob.glob(path("*.ckpt*.index")))
     if len(indexes) == 1:
         prefix = indexes[0][: -len(".index")]
@@ -194,6 +202,7 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
     raise CheckpointError(
         f"no weights in {hf_dir!r}: expected model.safetensors, "
-        f"model.safetensors.index.json, pytorch_model.bin or a TensorFlow "
+        f"model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json or a "
+        "TensorFlow "
         f"bert_model.ckpt; found {listing}"
     )

@@ -16,8 +16,6 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-
 from bert_jax import cli
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.text import tokenization
@@ -247,19 +245,6 @@ def param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
 BODY_PREFIXES = ("model.",)  # must come from the file; the heads may not (fresh init)
 TIED = frozenset({"decoder.weight"})  # the word embeddings again
 WORD_EMBEDDINGS = "model.embeddings.tok_embeddings.weight"
-
-
-def untied_decoder(by_name: Mapping[str, Any]) -> str | None:
-    """Why a file's decoder is not what this model makes of it (None: it is). Our MLM output
-    is the word embeddings (tied); a model saved with tie_word_embeddings=false has a decoder
-    of its own, which is not read: its MLM logits are not transformers', its encoder is."""
-    decoder, words = by_name.get("decoder.weight"), by_name.get(WORD_EMBEDDINGS)
-    if decoder is None or words is None or np.array_equal(decoder, words):
-        return None
-    return (
-        "its decoder.weight is not its word embeddings (tie_word_embeddings=false): this model "
-        "ties them, so the MLM logits are the word embeddings' (the encoder is the file's)"
-    )
 
 
 def normalize_name(name: str) -> str:

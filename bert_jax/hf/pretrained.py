@@ -15,12 +15,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 from bert_jax import cli, storage
@@ -28,6 +30,7 @@ from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
+from bert_jax.text.tokenizer_json import concatenated
 from bert_jax.training import checkpoints, config_check
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
@@ -111,12 +114,17 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     config = model.config
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     own_vocab, own_lower, derived = _hf_vocabulary(local)
+    if own_vocab and not vocab_file:
+        _check_tokenizer_class(local, path)
     vocab = vocab_file or own_vocab
     lower = do_lower_case if do_lower_case is not None else own_lower
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size)
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
+        if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
+            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(local))
     fresh = tuple(report.initialized)
     return _finish(
         config, params, str(report), tokenizer or None, lower, record=record, fresh=fresh
@@ -142,7 +150,8 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
     """The tokenizer of `vocab`, built once, its size checked once: for a training run
     (`run_data`: its saved config.data), against the vocabulary the run's data recorded (md5,
     else size; a run from before the data contract recorded neither); then against the model's
-    `rows` word embeddings (fits_table). `given`: the user named `vocab` (else the run did)."""
+    `rows` word embeddings (fits_table; a model directory's own vocabulary only no larger).
+    `given`: the user named `vocab` (else the run or the directory did)."""
     lower = tokenization.lower_case(lower)
     why = storage.not_a_file(vocab)
     if why:
@@ -171,7 +180,9 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
                 f"vocab file {vocab!r} is not the vocabulary this run was trained with "
                 f"({problem}); pass the vocab.txt its training data was tokenized with"
             )
-    if not fits_table(size, rows):
+    # A directory's own vocabulary may leave table rows unused (transformers embeds with it);
+    # one the user names must look like the table's.
+    if size > rows or (given and not fits_table(size, rows)):
         raise cli.UserError(
             f"the vocabulary {tokenizer.vocab_file!r} has {size} entries but the model "
             f"{rows} word embeddings: pass the model's own vocab.txt"
@@ -180,23 +191,51 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
 
 
 def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
-    """(vocab.txt, do_lower_case or None, whether the file was derived from tokenizer.json)."""
-    lower = None
+    """(vocab.txt or tokenizer.json, do_lower_case or None, whether the file was derived into
+    this process's scratch directory)."""
+    lower, options = None, {}
     tok_config = os.path.join(model_dir, "tokenizer_config.json")
     if os.path.isfile(tok_config):
-        lower = files.read_json(tok_config).get("do_lower_case")
+        spec = files.read_json(tok_config)
+        lower = spec.get("do_lower_case")
+        options = {k: spec[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in spec}
     vocab = os.path.join(model_dir, "vocab.txt")
-    if os.path.isfile(vocab):
-        return vocab, lower, False
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
-    if not os.path.isfile(tokenizer_json):
+    spec = files.read_json(tokenizer_json) if os.path.isfile(tokenizer_json) else None
+    if os.path.isfile(vocab):
+        if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
+            return vocab, lower, False
+        # Options transformers' BertTokenizer honours and our WordPiece has not (it strips
+        # accents exactly when it lower-cases, and spaces CJK characters), or tokens added to
+        # the vocabulary: the directory's own tokenizer.json, else one built to transformers'
+        # rules.
+        if spec is not None:
+            return tokenizer_json, lower, False
+        return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
+    if spec is None:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
     # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
-    # ModernBERT's, RoBERTa's) is used as it is (bert_jax.text.tokenizer_json).
-    spec = files.read_json(tokenizer_json)
+    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer, pre-tokenizer, "##" or
+    # [UNK] FullTokenizer does not follow, or that adds tokens, is used as it is
+    # (bert_jax.text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
+        return tokenizer_json, lower, False
+    norm = spec.get("normalizer") if isinstance(spec.get("normalizer"), dict) else {}
+    if lower is None:
+        lower = norm.get("lowercase")
+    pre = spec.get("pre_tokenizer") if isinstance(spec.get("pre_tokenizer"), dict) else {}
+    standard = norm.get("type") == "BertNormalizer" and norm.get("clean_text", True) is True
+    standard = standard and pre.get("type") == "BertPreTokenizer"
+    standard = standard and model_spec.get("continuing_subword_prefix", "##") == "##"
+    standard = standard and model_spec.get("unk_token", tokenization.UNK) == tokenization.UNK
+    standard = standard and _full_tokenizer_rules(
+        lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
+    )
+    if not standard or (options and not _full_tokenizer_rules(lower, **options)):
+        return tokenizer_json, lower, False
+    if _added_tokens(spec):
         return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
@@ -208,9 +247,115 @@ def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
     vocab = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-vocab.txt")
     with open(vocab, "w", encoding="utf-8") as f:
         f.writelines(token + "\n" for token in sorted(table, key=table.get))
-    if lower is None:
-        lower = (spec.get("normalizer") or {}).get("lowercase")
     return vocab, lower, True
+
+
+class HubWordPiece(tokenization.WordPieceTokenizer):
+    """A Hugging Face directory's WordPiece: FullTokenizer's ids (our WordPiece, which Google's
+    release keeps) where transformers' BertTokenizer gives the same, and its ids where not: a
+    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, and a
+    word longer than `max_chars_per_word` (its 100, not FullTokenizer's 200) is [UNK]."""
+
+    def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
+        super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
+        self.max_chars_per_word = max_chars_per_word
+        specials = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
+        specials = [t for t in (*specials, tokenization.MASK) if t in self.vocab]
+        self._specials = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
+
+    def encode(self, text: str) -> list[int]:
+        if not self._specials.search(text):
+            return super().encode(text)
+        out = []
+        for k, part in enumerate(self._specials.split(text)):  # odd k: a special token
+            out.extend([self.vocab[part]] if k % 2 else super().encode(part) if part else [])
+        return out
+
+    def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        if not any(map(self._specials.search, lines)):
+            return super().encode_batch(lines)
+        return concatenated([self.encode(line) for line in lines])
+
+
+def _max_chars_per_word(model_dir: str) -> int:
+    """The longest word a Hugging Face directory's WordPiece splits: its tokenizer.json's
+    max_input_chars_per_word, else transformers' BertTokenizer's 100."""
+    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
+    if os.path.isfile(tokenizer_json):
+        model_spec = files.read_json(tokenizer_json).get("model")
+        value = model_spec.get("max_input_chars_per_word") if isinstance(model_spec, dict) else 0
+        if isinstance(value, int) and value > 0:
+            return value
+    return 100
+
+
+# tokenizer_config.json's tokenizer_class values whose text splitting BERT's WordPiece rules do
+# not reproduce (a vocab.txt they read differently).
+_OTHER_SPLITTERS = {
+    "BertJapaneseTokenizer": "MeCab or character word splitting",
+}
+
+
+def _check_tokenizer_class(model_dir: str, shown: str) -> None:
+    """Refuses a directory whose tokenizer_config.json names a tokenizer class we cannot
+    reproduce (its ids would differ silently); the user may pass a vocabulary explicitly."""
+    config = os.path.join(model_dir, "tokenizer_config.json")
+    name = files.read_json(config).get("tokenizer_class") if os.path.isfile(config) else None
+    if name in _OTHER_SPLITTERS:
+        raise cli.UserError(
+            f"{shown}: tokenizer_config.json's tokenizer_class {name!r} is not supported (its "
+            f"{_OTHER_SPLITTERS[name]} is not BERT's WordPiece rules, so the ids would differ "
+            "from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
+            "fine-tuning's --config.data.vocab_file) to tokenize with BERT's rules anyway"
+        )
+
+
+def _added_tokens(spec: dict | None) -> list[str]:
+    """The tokens a tokenizer.json adds besides BERT's five special ones (entity markers, new
+    words), which transformers reads whole wherever they appear in a text."""
+    five = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
+    five += (tokenization.MASK,)
+    added = (spec or {}).get("added_tokens")
+    return [
+        t.get("content")
+        for t in (added if isinstance(added, list) else [])
+        if isinstance(t, dict) and t.get("content") not in five
+    ]
+
+
+def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:
+    """Whether a BertTokenizer's options are the ones our WordPiece (FullTokenizer) follows:
+    accents stripped exactly when lower-casing (None: the same), CJK characters spaced."""
+    lower = tokenization.lower_case(lower)
+    return strip_accents in (None, lower) and tokenize_chinese_chars in (None, True)
+
+
+def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> str:
+    """A tokenizer.json for `vocab` with transformers' BertTokenizer rules and `options`
+    (tokenizer_config.json's strip_accents, tokenize_chinese_chars), in the scratch directory."""
+    import tokenizers
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    table = tokenization.load_vocab(vocab)
+    unk, cls, sep = tokenization.UNK, tokenization.CLS, tokenization.SEP
+    tok = tokenizers.Tokenizer(models.WordPiece(table, unk_token=unk))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=options.get("tokenize_chinese_chars") is not False,
+        strip_accents=options.get("strip_accents"),
+        lowercase=tokenization.lower_case(lower),
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, table[cls]), (sep, table[sep])],
+    )
+    specials = (tokenization.PAD, unk, cls, sep, tokenization.MASK)
+    tok.add_special_tokens([t for t in specials if t in table])
+    path = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-tokenizer.json")
+    tok.save(path)
+    return path
 
 
 _SCRATCH: list[str] = []

@@ -180,6 +180,30 @@ def test_pytorch_model_bin_imports_like_safetensors(hf_dir, imported, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_sharded_pytorch_model_bin_imports_like_safetensors(hf_dir, imported, tmp_path):
+    """transformers 4's sharded save: pytorch_model-0000K-of-0000N.bin and the index naming them
+    (it was refused: 'no weights in DIR')."""
+    path, hf_model = hf_dir
+    state = hf_model.state_dict()
+    names = sorted(state)
+    shards = [names[: len(names) // 2], names[len(names) // 2 :]]
+    weight_map = {}
+    for k, shard in enumerate(shards, 1):
+        file = f"pytorch_model-{k:05d}-of-00002.bin"
+        torch.save({name: state[name] for name in shard}, tmp_path / file)
+        weight_map.update(dict.fromkeys(shard, file))
+    index = tmp_path / "pytorch_model.bin.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    shutil.copy(os.path.join(path, "config.json"), tmp_path)
+    model, report = bert.load_hf(str(tmp_path))
+    assert report.initialized == [] and report.source == str(index)
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    os.remove(tmp_path / "pytorch_model-00002-of-00002.bin")
+    with pytest.raises(cli.UserError, match=r"pytorch_model-00002-of-00002\.bin"):
+        bert.load_hf(str(tmp_path))
+
+
 def test_bert_model_checkpoint_gets_fresh_heads(hf_dir, imported, tmp_path):
     torch.manual_seed(1)
     body = transformers.BertModel(transformers.BertConfig(**TINY))
@@ -495,3 +519,61 @@ def test_encoder_weights_the_config_leaves_out_are_a_warning(hf_dir, tmp_path, c
     _, report = bert.load_hf(str(tmp_path / "buffer"))
     assert report.unused == ["bert.embeddings.position_ids"]
     assert capsys.readouterr().err == ""
+
+
+def test_an_untied_decoder_is_said_not_dropped_silently(tmp_path, capsys):
+    """A BertForMaskedLM saved with tie_word_embeddings false holds its own decoder weight; our
+    MLM head ties it to the word embeddings, so the loaded model's MLM logits differ from
+    transformers'. That was silent (the decoder counted as a tied repeat); now it is a warning
+    and the decoder is listed as not used. A tied one stays silent."""
+    for tie in (True, False):
+        torch.manual_seed(0)
+        config = transformers.BertConfig(**TINY, tie_word_embeddings=tie)
+        transformers.BertForMaskedLM(config).save_pretrained(str(tmp_path / str(tie)))
+        capsys.readouterr()  # transformers' progress bar
+        _, report = bert.load_hf(str(tmp_path / str(tie)))
+        err = capsys.readouterr().err
+        if tie:
+            assert err == "" and report.unused == []
+        else:
+            assert err.startswith("warning: ") and len(err.splitlines()) == 1, err
+            assert "cls.predictions.decoder.weight" in err and "tie_word_embeddings" in err
+            assert report.unused == ["cls.predictions.decoder.weight"]
+
+
+def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
+    hf_dir, imported, tmp_path
+):
+    """A hand-written config.json that leaves out fields transformers has defaults for (the
+    dropouts, initializer_range, type_vocab_size, layer_norm_eps, hidden_act) loads as
+    transformers loads it; it was refused ('the BERT config lacks [...]')."""
+    shutil.copytree(hf_dir[0], tmp_path / "short")
+    path = tmp_path / "short" / "config.json"
+    optional = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+    optional += ("type_vocab_size", "layer_norm_eps", "hidden_act")
+    path.write_text(
+        json.dumps({k: v for k, v in json.loads(path.read_text()).items() if k not in optional})
+    )
+    model, _ = bert.load_hf(str(tmp_path / "short"))
+    theirs = transformers.BertConfig.from_pretrained(str(tmp_path / "short"))
+    for field in optional[:-1]:
+        assert getattr(model.config, field) == getattr(theirs, field), field
+    for a, b in zip(params_of(model), params_of(imported[0])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # A size left out is another model's config (DistilBERT's names them dim, n_layers, ...).
+    config = json.loads(path.read_text())
+    del config["intermediate_size"]
+    path.write_text(json.dumps(config | {"model_type": "distilbert"}))
+    with pytest.raises(bert.CheckpointError, match=r"model_type 'distilbert'\) lacks \['inter"):
+        bert.load_hf(str(tmp_path / "short"))
+
+
+@pytest.mark.parametrize("field", ["is_decoder", "add_cross_attention"])
+def test_a_decoder_bert_is_refused_by_name(hf_dir, tmp_path, field):
+    """A BertLMHeadModel's config.json (is_decoder true) makes transformers attend causally; it
+    was loaded as a bidirectional encoder, every output silently different."""
+    shutil.copytree(hf_dir[0], tmp_path / "decoder")
+    path = tmp_path / "decoder" / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {field: True}))
+    with pytest.raises(bert.CheckpointError, match=rf"{field}.*attends causally"):
+        bert.load_hf(str(tmp_path / "decoder"))

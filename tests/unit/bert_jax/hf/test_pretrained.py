@@ -5,6 +5,7 @@ tests/unit/bert_jax/test_embed.py and tests/unit/bert_jax/finetune/test_lora.py 
 steps). Fine-tuning and embed read the same vocabulary and lower-casing from each, which they did
 not before the two loaders became one."""
 
+import json
 import os
 import shutil
 
@@ -55,6 +56,192 @@ def test_a_tokenizer_json_only_directory_gives_the_same_vocabulary(dirs):
     for text in ("GOOD w1 Alice", "good w1 alice ?"):  # cased: GOOD and Alice are [UNK]
         want = theirs(text, add_special_tokens=False)["input_ids"]
         assert loaded.tokenizer.encode(text) == want, text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"strip_accents": False},
+        {"tokenize_chinese_chars": False},
+        {"do_lower_case": False, "strip_accents": True},
+    ],
+)
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_tokenizer_options_transformers_honours_give_its_ids(dirs, tmp_path, options, kind):
+    """tokenizer_config.json's strip_accents and tokenize_chinese_chars (a tokenizer.json's
+    normalizer) change transformers' ids; they were ignored (our WordPiece strips accents exactly
+    when it lower-cases and always spaces CJK characters): 'café' became 'cafe', '中国' two
+    pieces where transformers has one [UNK]. Now the ids are transformers'."""
+    model_dir = tmp_path / "model"
+    os.makedirs(model_dir)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(dirs["vocab_txt"], name), model_dir)
+    (model_dir / "vocab.txt").write_text("\n".join(VOCAB[:-4] + ["café", "naïve", "中", "e"]))
+    settings = {"do_lower_case": True, **options}
+    if kind == "vocab_txt":
+        (model_dir / "tokenizer_config.json").write_text(json.dumps(settings))
+    else:
+        tok = transformers.BertTokenizer(str(model_dir / "vocab.txt"), **settings)
+        tok.save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    loaded = pretrained.load(str(model_dir))
+    theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    for text in ("Café NAÏVE 中国 cafe", "café naive e", "中 GOOD"):
+        assert loaded.tokenizer.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json", "bert_config_json"])
+def test_a_long_word_is_unk_where_transformers_makes_it_unk(dirs, tmp_path, kind):
+    """transformers' BertTokenizer makes a word of over 100 characters [UNK]; our WordPiece
+    (Google's FullTokenizer) split words up to 200, so embed and fine-tuning gave other ids
+    than transformers for 101-200 characters. Google's own directory (bert_config.json) keeps
+    FullTokenizer's 200."""
+    model_dir = tmp_path / "model"
+    os.makedirs(model_dir)
+    shutil.copy(os.path.join(dirs["vocab_txt"], "model.safetensors"), model_dir)
+    config = "bert_config.json" if kind == "bert_config_json" else "config.json"
+    shutil.copy(os.path.join(dirs["vocab_txt"], "config.json"), model_dir / config)
+    (model_dir / "vocab.txt").write_text("\n".join(VOCAB[:-2] + ["a", "##a"]))
+    if kind == "tokenizer_json":
+        transformers.BertTokenizer(str(model_dir / "vocab.txt")).save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    tok = pretrained.load(str(model_dir)).tokenizer
+    texts = [f"{'a' * n} good" for n in (100, 101, 150, 200, 201)]
+    got = [tok.encode(text) for text in texts]
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for ids in got for i in ids] and lengths.tolist() == list(
+        map(len, got)
+    )
+    unk = [ids[0] == tok.unk_id for ids in got]
+    assert unk == (
+        [False, False, False, False, True]
+        if config == "bert_config.json"
+        else [False, True, True, True, True]
+    )
+    if config == "config.json":
+        theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+        assert got == [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
+    """A model whose word-embedding table has 200 rows more than its own vocab.txt (a table
+    sized for a larger vocabulary): transformers embeds with it; it was refused ('has N entries
+    but the model N+200 word embeddings: pass the model's own vocab.txt'), though it is."""
+    model_dir = str(tmp_path / "model")
+    config = transformers.BertConfig(
+        vocab_size=len(VOCAB) + 200,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+    )
+    transformers.BertModel(config).save_pretrained(model_dir)
+    with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    _, tok = embed.load_encoder(model_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    assert (
+        tok.encode("good w1 alice")
+        == theirs("good w1 alice", add_special_tokens=False)["input_ids"]
+    )
+    # A vocabulary the user names must still look like the table's.
+    with pytest.raises(cli.UserError, match="entries but the model"):
+        pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_a_special_token_written_in_the_text_is_that_token(dirs, tmp_path, kind):
+    """transformers' BertTokenizer reads "[MASK]" (or "[SEP]", ...) in a text as the special
+    token; embed and fine-tuning split it into "[", "mask", "]" (FullTokenizer's reading), so
+    "paris is the capital of [MASK]." gave other ids than transformers."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    if kind == "tokenizer_json":
+        tok = transformers.BertTokenizer(str(model_dir / "vocab.txt"))
+        tok.save_pretrained(str(model_dir))
+        os.remove(model_dir / "vocab.txt")
+    theirs = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    _, tok = embed.load_encoder(str(model_dir))
+    texts = ["good [MASK] w1", "good[SEP]alice [mask] [UNK][PAD]", "[CLS]", "w1 alice", ""]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for ids in want for i in ids]
+    assert lengths.tolist() == list(map(len, want))
+    assert tok.mask_id in want[0]
+
+
+@pytest.mark.parametrize("keep_vocab_txt", [False, True])
+def test_tokens_added_to_the_tokenizer_are_read_whole(dirs, tmp_path, keep_vocab_txt):
+    """A fine-tuned model whose tokenizer had tokens added (entity markers, new words:
+    tokenizer.add_tokens, its embeddings resized): transformers reads them whole; embed and
+    fine-tuning split them into word pieces or [UNK] ('newtok' gave [UNK])."""
+    model_dir = str(tmp_path / "model")
+    tok = transformers.BertTokenizer(os.path.join(dirs["vocab_txt"], "vocab.txt"))
+    tok.add_tokens(["newtok", "<ent>"])
+    tok.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+    config = transformers.BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=16,
+    )
+    transformers.BertModel(config).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    if keep_vocab_txt:  # transformers 4 wrote both
+        shutil.copy(os.path.join(dirs["vocab_txt"], "vocab.txt"), model_dir)
+    theirs = transformers.AutoTokenizer.from_pretrained(model_dir)
+    _, ours = embed.load_encoder(model_dir)
+    for text in ("good newtok w1", "Good <ent> alice [E1] newtoken"):
+        assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"], text
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pre_tokenizer": {"type": "Whitespace"}},
+        {"model": {"continuing_subword_prefix": "@@"}},
+        {"model": {"unk_token": "[PAD]"}},
+    ],
+)
+def test_a_wordpiece_tokenizer_json_of_other_rules_is_used_as_it_is(dirs, tmp_path, change):
+    """A WordPiece tokenizer.json whose pre-tokenizer, continuation prefix or unknown token is
+    not BERT's: its vocabulary was read with FullTokenizer's rules ("##", [UNK], punctuation
+    split) and gave other ids than the file; now the file tokenizes."""
+    import tokenizers
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["tokenizer_json"], model_dir)
+    path = model_dir / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    for key, value in change.items():
+        spec[key] = spec[key] | value if key == "model" else value
+    if "continuing_subword_prefix" in change.get("model", {}):  # "alice1": alice, @@1
+        spec["model"]["vocab"] = {
+            k.replace("w39", "@@1"): i for k, i in spec["model"]["vocab"].items()
+        }
+    path.write_text(json.dumps(spec))
+    theirs = tokenizers.Tokenizer.from_file(str(path))
+    ours = pretrained.load(str(model_dir)).tokenizer
+    for text in ("good w1 alice?.", "alice1 x"):  # BertPreTokenizer splits "?." apart
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids, text
+
+
+def test_a_japanese_tokenizer_is_refused_by_name(dirs, tmp_path):
+    """cl-tohoku's Japanese BERTs: vocab.txt read after MeCab word splitting
+    (BertJapaneseTokenizer). BERT's rules gave other ids silently; now one error names the
+    class, and an explicit vocabulary is still taken."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    (model_dir / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BertJapaneseTokenizer", "word_tokenizer_type": "mecab"})
+    )
+    with pytest.raises(cli.UserError, match="tokenizer_class 'BertJapaneseTokenizer'"):
+        embed.load_encoder(str(model_dir))
+    pretrained.load(str(model_dir), vocab_file=str(model_dir / "vocab.txt"))
 
 
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
