@@ -473,9 +473,12 @@ def test_config_overrides_of_dtype_and_remat_are_planned(tmp_path):
 def test_a_signal_after_libtpu_started_ends_the_planner_as_before(signum):
     """libtpu's start put its crash reporter on SIGTERM (`kill` printed a screen of "*** SIGTERM
     received by PID ... stack trace ***" and "Remote crash gathering disabled") and made SIGHUP
-    ignored (a planner in a closed terminal compiled on); both are given back their action."""
+    ignored (a planner in a closed terminal compiled on); both are given back their action.
+    The child starts with both at their defaults (a test run under nohup inherits SIGHUP
+    ignored, which the planner then rightly keeps)."""
     code = (
-        "import os, signal; from bert_jax.plan import chips; "
+        "import os, signal; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL); from bert_jax.plan import chips; "
         "chips.devices(chips.parse('v5e-4')); "
         f"os.kill(os.getpid(), {int(signum)}); print('still running')"
     )
