@@ -123,19 +123,23 @@ def test_a_long_word_is_unk_where_transformers_makes_it_unk(dirs, tmp_path, kind
         assert got == [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
-def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
-    """A model whose word-embedding table has 200 rows more than its own vocab.txt (a table
-    sized for a larger vocabulary): transformers embeds with it; it was refused ('has N entries
-    but the model N+200 word embeddings: pass the model's own vocab.txt'), though it is."""
-    model_dir = str(tmp_path / "model")
-    config = transformers.BertConfig(
-        vocab_size=len(VOCAB) + 200,
+def tiny_config(vocab_size: int):
+    return transformers.BertConfig(
+        vocab_size=vocab_size,
         hidden_size=32,
         num_hidden_layers=1,
         num_attention_heads=4,
         intermediate_size=37,
         max_position_embeddings=16,
     )
+
+
+def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
+    """A model whose word-embedding table has 200 rows more than its own vocab.txt (a table
+    sized for a larger vocabulary): transformers embeds with it; it was refused ('has N entries
+    but the model N+200 word embeddings: pass the model's own vocab.txt'), though it is."""
+    model_dir = str(tmp_path / "model")
+    config = tiny_config(len(VOCAB) + 200)
     transformers.BertModel(config).save_pretrained(model_dir)
     with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
         f.write("\n".join(VOCAB) + "\n")
@@ -181,14 +185,7 @@ def test_tokens_added_to_the_tokenizer_are_read_whole(dirs, tmp_path, keep_vocab
     tok = transformers.BertTokenizer(os.path.join(dirs["vocab_txt"], "vocab.txt"))
     tok.add_tokens(["newtok", "<ent>"])
     tok.add_special_tokens({"additional_special_tokens": ["[E1]"]})
-    config = transformers.BertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=16,
-    )
+    config = tiny_config(len(tok))
     transformers.BertModel(config).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     if keep_vocab_txt:  # transformers 4 wrote both
