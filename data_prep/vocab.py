@@ -22,7 +22,7 @@ from absl import flags
 
 from bert_jax import cli, storage
 from bert_jax.text import tokenization
-from bert_jax.text.tokenization import CLS, MASK, PAD, SEP, UNK
+from bert_jax.text.tokenization import CLS, MASK, SEP
 from data_prep import inputs, job, output, readers, sentences
 
 FLAGS = flags.FLAGS
@@ -57,7 +57,7 @@ flags.DEFINE_string(
     "Sentence rules of running text, as data_prep.main's --language.",
 )
 
-SPECIAL = [PAD, UNK, CLS, SEP, MASK]
+SPECIAL = list(tokenization.SPECIAL_TOKENS)
 
 
 @dataclasses.dataclass
@@ -168,7 +168,7 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
     """Writes a byte-level BPE tokenizer.json: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the 256
     byte pieces, then learnt merges; "[CLS] $A [SEP]" ("[CLS] $A [SEP] $B [SEP]" for pairs)."""
     import tokenizers
-    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = tokenizers.Tokenizer(models.BPE())
     if do_lower_case:
@@ -190,10 +190,8 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{CLS} $A {SEP}",
-        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
-        special_tokens=[(CLS, tok.token_to_id(CLS)), (SEP, tok.token_to_id(SEP))],
+    tok.post_processor = tokenization.bert_post_processor(
+        tok.token_to_id(CLS), tok.token_to_id(SEP)
     )
     storage.makedirs(storage.dirname(output_path))
     storage.write_text(output_path, tok.to_str(pretty=True))  # published whole

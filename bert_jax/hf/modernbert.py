@@ -261,30 +261,11 @@ def save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_cas
     alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
     export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
     own, with our FullTokenizer's word length limit."""
-    import tokenizers as tk
-
-    t = tokenization
-    vocab = t.load_vocab(vocab_file)
-    tok = tk.Tokenizer(
-        tk.models.WordPiece(
-            vocab, unk_token=t.UNK, max_input_chars_per_word=t.WordPieceTokenizer.max_chars_per_word
-        )
-    )
-    tok.normalizer = tk.normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=do_lower_case
-    )
-    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-    tok.decoder = tk.decoders.WordPiece(prefix="##")
-    roles = {"unk": t.UNK, "sep": t.SEP, "pad": t.PAD, "cls": t.CLS, "mask": t.MASK}
-    roles = {role: token for role, token in roles.items() if token in vocab}
-    tok.add_special_tokens([tk.AddedToken(token, special=True) for token in roles.values()])
-    if "cls" in roles and "sep" in roles:
-        cls, sep = t.CLS, t.SEP
-        tok.post_processor = tk.processors.TemplateProcessing(
-            single=f"{cls}:0 $A:0 {sep}:0",
-            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-            special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
-        )
+    vocab = tokenization.load_vocab(vocab_file)
+    max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
+    tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
+    names = ("pad", "unk", "cls", "sep", "mask")  # the roles of tokenization.SPECIAL_TOKENS
+    roles = {n: token for n, token in zip(names, tokenization.SPECIAL_TOKENS) if token in vocab}
     tok.save(os.path.join(output_dir, "tokenizer.json"))
     path = os.path.join(output_dir, "tokenizer_config.json")
     with open(path) as f:

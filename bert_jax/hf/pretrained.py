@@ -259,8 +259,7 @@ class HubWordPiece(tokenization.WordPieceTokenizer):
     def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
         super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
         self.max_chars_per_word = max_chars_per_word
-        specials = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
-        specials = [t for t in (*specials, tokenization.MASK) if t in self.vocab]
+        specials = [t for t in tokenization.SPECIAL_TOKENS if t in self.vocab]
         self._specials = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
 
     def encode(self, text: str) -> list[int]:
@@ -313,13 +312,11 @@ def _check_tokenizer_class(model_dir: str, shown: str) -> None:
 def _added_tokens(spec: dict | None) -> list[str]:
     """The tokens a tokenizer.json adds besides BERT's five special ones (entity markers, new
     words), which transformers reads whole wherever they appear in a text."""
-    five = (tokenization.PAD, tokenization.UNK, tokenization.CLS, tokenization.SEP)
-    five += (tokenization.MASK,)
     added = (spec or {}).get("added_tokens")
     return [
         t.get("content")
         for t in (added if isinstance(added, list) else [])
-        if isinstance(t, dict) and t.get("content") not in five
+        if isinstance(t, dict) and t.get("content") not in tokenization.SPECIAL_TOKENS
     ]
 
 
@@ -333,26 +330,12 @@ def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True
 def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> str:
     """A tokenizer.json for `vocab` with transformers' BertTokenizer rules and `options`
     (tokenizer_config.json's strip_accents, tokenize_chinese_chars), in the scratch directory."""
-    import tokenizers
-    from tokenizers import models, normalizers, pre_tokenizers, processors
-
-    table = tokenization.load_vocab(vocab)
-    unk, cls, sep = tokenization.UNK, tokenization.CLS, tokenization.SEP
-    tok = tokenizers.Tokenizer(models.WordPiece(table, unk_token=unk))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=options.get("tokenize_chinese_chars") is not False,
+    tok = tokenization.bert_wordpiece(
+        tokenization.load_vocab(vocab),
+        tokenization.lower_case(lower),
         strip_accents=options.get("strip_accents"),
-        lowercase=tokenization.lower_case(lower),
+        tokenize_chinese_chars=options.get("tokenize_chinese_chars") is not False,
     )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}",
-        pair=f"{cls} $A {sep} $B:1 {sep}:1",
-        special_tokens=[(cls, table[cls]), (sep, table[sep])],
-    )
-    specials = (tokenization.PAD, unk, cls, sep, tokenization.MASK)
-    tok.add_special_tokens([t for t in specials if t in table])
     path = os.path.join(_scratch_dir(), f"{abs(hash(os.path.abspath(model_dir)))}-tokenizer.json")
     tok.save(path)
     return path

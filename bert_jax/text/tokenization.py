@@ -25,6 +25,7 @@ from bert_jax import cli, storage
 from bert_jax.text import tokenizer_json
 
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # in the order our vocabularies give them ids 0-4
 
 # Characters Python's str.split() treats as whitespace but FullTokenizer deletes as controls, so a
 # word containing one ("a\x0bb") is one word to FullTokenizer ("ab") and two to str.split. Lines
@@ -529,3 +530,46 @@ def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
     if vocab_file.endswith(".json"):
         return tokenizer_json.JsonTokenizer(vocab_file, do_lower_case)
     return WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+def bert_wordpiece(
+    vocab: dict[str, int],
+    do_lower_case: bool,
+    *,
+    strip_accents: bool | None = None,
+    tokenize_chinese_chars: bool = True,
+    max_chars_per_word: int = 100,
+):
+    """A tokenizers.Tokenizer of a WordPiece vocabulary built as transformers' BertTokenizer
+    builds its own (BertNormalizer with these options, BertPreTokenizer, "##" pieces, the
+    special tokens the vocabulary has, BERT's post-processor when it has [CLS] and [SEP])."""
+    import tokenizers as tk
+
+    tok = tk.Tokenizer(
+        tk.models.WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=max_chars_per_word)
+    )
+    tok.normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=tokenize_chinese_chars,
+        strip_accents=strip_accents,
+        lowercase=do_lower_case,
+    )
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.decoder = tk.decoders.WordPiece(prefix="##")
+    specials = [token for token in SPECIAL_TOKENS if token in vocab]
+    tok.add_special_tokens([tk.AddedToken(token, special=True) for token in specials])
+    if CLS in vocab and SEP in vocab:
+        tok.post_processor = bert_post_processor(vocab[CLS], vocab[SEP])
+    return tok
+
+
+def bert_post_processor(cls_id: int, sep_id: int):
+    """tokenizers' post-processor of BERT's inputs: "[CLS] $A [SEP]", and "[CLS] $A [SEP] $B
+    [SEP]" with the second segment's type id 1."""
+    from tokenizers import processors
+
+    return processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0",
+        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
