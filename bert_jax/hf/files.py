@@ -64,7 +64,7 @@ def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
             with safe_open(path, framework="numpy") as f:
                 for key in f.keys():
                     out[key] = f.get_tensor(key)
-        except OSError as e:  # a weight file the index names but the directory lacks
+        except OSError as e:  # unreadable (permissions, a vanished file)
             raise CheckpointError(cli.message(e)) from e
         except ValueError:
             raise  # one of ours
@@ -151,7 +151,8 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
 
 def indexed_files(index: str, hf_dir: str) -> list[str]:
     """The weight files a sharded checkpoint's index (its weight_map) names, each checked to lie
-    inside `hf_dir`: an index must not send a reader elsewhere (an absolute path, `..`)."""
+    inside `hf_dir` (an index must not send a reader elsewhere: an absolute path, `..`) and to
+    be there."""
     weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index} has no weight_map object naming the weight files")
@@ -168,7 +169,10 @@ def indexed_files(index: str, hf_dir: str) -> list[str]:
                 f"{index} names the weight file {name!r}, outside {hf_dir!r}: an index may only "
                 "name files in its own directory"
             )
-        out.append(os.path.join(hf_dir, name))
+        shard = os.path.join(hf_dir, name)
+        if not os.path.isfile(shard):
+            raise CheckpointError(f"{index} names {shard}, which is not in the directory")
+        out.append(shard)
     return out
 
 
@@ -187,8 +191,6 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
         index = path("pytorch_model.bin.index.json")
         out = {}
         for shard in indexed_files(index, hf_dir):
-            if not os.path.isfile(shard):
-                raise CheckpointError(f"{index} names {shard}, which is not in the directory")
             out.update(_read_torch_bin(shard))
         return out, index
     indexes = sorted(glob.glob(path("*.ckpt*.index")))
