@@ -88,7 +88,6 @@ class TorchModernRunner:
     `device` ("cpu" or "cuda"; there AdamW is PyTorch's fused kernel)."""
 
     def __init__(self, config, host_batch: dict, params: dict, sparse: bool, device: str = "cpu"):
-        import numpy as np
         import torch
         import transformers
 
@@ -115,14 +114,12 @@ class TorchModernRunner:
         self.optimizer = runners.torch_adamw(torch, self.model, config.optim, device == "cuda")
         self.max_grad_norm = config.optim.max_grad_norm
         self.autocast = config.model.dtype == "bfloat16"
-        self.inputs = {
+        arrays = {
             "input_ids": host_batch[F.INPUT_IDS],
             "attention_mask": host_batch[F.INPUT_MASK],
             "labels": runners.mlm_labels(host_batch),
         }
-        self.inputs = {
-            k: torch.from_numpy(v.astype(np.int64)).to(device) for k, v in self.inputs.items()
-        }
+        self.inputs = {k: runners.torch_ids(torch, v, device) for k, v in arrays.items()}
         self.run(1)  # oneDNN primitive creation, allocator warm-up, optimizer state
 
     def run(self, steps: int) -> tuple[float, float]:

@@ -161,20 +161,25 @@ def cpu_summary() -> str:
 
 
 def parse_variant(spec: str) -> tuple[str, dict, dict, list[str]]:
-    """'NAME:SETTING;SETTING...' -> (NAME, config overrides, XLA compiler options, patch names).
-
-    A SETTING is `section.field=VALUE` (a config override, e.g. model.scan_layers=true),
-    `xla_...=VALUE` (an XLA option for this step's compilation, e.g. xla_cpu_use_onednn=true) or
-    `patch=NAME` (bench/step_variants.py's PATCHES). VALUEs true/false, integers and floats are
-    parsed as such, anything else is a string."""
+    """'NAME:SETTING;SETTING...' -> (NAME, config overrides, XLA compiler options, patch names)
+    (parse_settings)."""
     name, sep, settings = spec.partition(":")
     if not sep or not name:
         raise ValueError(f"variant {spec!r}: expected NAME:SETTING[;SETTING...]")
+    return (name, *parse_settings(settings.split(";"), f"variant {spec!r}"))
+
+
+def parse_settings(settings: list[str], where: str) -> tuple[dict, dict, list[str]]:
+    """SETTINGs -> (config overrides, XLA compiler options, patch names). A SETTING is
+    `section.field=VALUE` (a config override, e.g. model.scan_layers=true), `xla_...=VALUE` (an
+    XLA option for this step's compilation, e.g. xla_cpu_use_onednn=true) or `patch=NAME`
+    (bench/step_variants.py's PATCHES). VALUEs true/false, integers and floats are parsed as
+    such, anything else is a string."""
     overrides, options, patches = {}, {}, []
-    for setting in filter(None, settings.split(";")):
+    for setting in filter(None, settings):
         key, eq, text = setting.partition("=")
         if not eq:
-            raise ValueError(f"variant {spec!r}: setting {setting!r} lacks '='")
+            raise ValueError(f"{where}: setting {setting!r} lacks '='")
         value = {"true": True, "false": False}.get(text.lower(), text)
         for kind in (int, float):
             if isinstance(value, str):
@@ -189,8 +194,8 @@ def parse_variant(spec: str) -> tuple[str, dict, dict, list[str]]:
         elif "." in key:
             overrides[key] = value
         else:
-            raise ValueError(f"variant {spec!r}: {key!r} is no section.field, xla_ option or patch")
-    return name, overrides, options, patches
+            raise ValueError(f"{where}: {key!r} is no section.field, xla_ option or patch")
+    return overrides, options, patches
 
 
 def apply_overrides(config, overrides: dict):
@@ -280,6 +285,13 @@ def torch_update(torch, model, optimizer, max_grad_norm: float) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def torch_ids(torch, array, device: str):
+    """An integer batch array as the int64 tensor transformers takes, on `device`."""
+    import numpy as np
+
+    return torch.from_numpy(array.astype(np.int64)).to(device)
+
+
 def mlm_labels(host_batch: dict):
     """transformers' MLM labels for a batch: the masked ids at their positions, -100 elsewhere."""
     import numpy as np
@@ -311,7 +323,6 @@ class TorchRunner:
         gather_masked: bool = False,
         device: str = "cpu",
     ):
-        import numpy as np
         import torch
         import transformers
 
@@ -339,7 +350,7 @@ class TorchRunner:
         self.gather_masked = gather_masked
 
         def tensor(array):
-            return torch.from_numpy(array.astype(np.int64)).to(device)
+            return torch_ids(torch, array, device)
 
         self.positions = tensor(host_batch[F.MASKED_LM_POSITIONS])
         self.masked_ids = tensor(host_batch[F.MASKED_LM_IDS])

@@ -100,10 +100,10 @@ def bench_case(model: str, seq_len: int, dtype: str, peak, torch_peak=None, devi
     config = runners.make_config(
         model, seq_len, num_predictions, batch, dtype, FLAGS.attention, FLAGS.remat
     )
-    if FLAGS.override:
-        config = runners.apply_overrides(
-            config, runners.parse_variant("override:" + ";".join(FLAGS.override))[1]
-        )
+    overrides, options, patches = runners.parse_settings(FLAGS.override, "--override")
+    if options or patches:  # they would change our side only: that is a --variant
+        raise ValueError(f"--override takes section.field=VALUE only, not {options or patches}")
+    config = runners.apply_overrides(config, overrides)
     model_config = BertConfig.from_config_dict(config.model)
     host_batch = runners.synthetic_batch(batch, seq_len, num_predictions, model_config.vocab_size)
     sides = {"ours": runners.OursRunner(config, host_batch)}
