@@ -1,6 +1,6 @@
 """Line-based inputs: BERT-format text (a sentence a line, a blank line between documents), books
 (a file one document, its lines split into sentences) and JSONL (a JSON object a line, its text
-field split into sentences); read whole (`*_whole`) or as a unit, a byte block (`*_unit`).
+field split into sentences), a unit (a byte block) at a time (`*_unit`).
 
 Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
 (a file's first document is anchored at byte 0). A unit seeks to its block, skips the tail of a
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from data_prep import inputs, sniff
-from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines, read_lines
+from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -38,16 +38,6 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
             document = list(group)
             stats.documents += 1
             yield document
-
-
-def book_document(
-    lines: Iterator[str], stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """All lines of a file as one document, each line a paragraph split into sentences."""
-    document = [s for line in lines if line for s in split_sentences(line, language)]
-    if document:
-        stats.documents += 1
-        yield document
 
 
 def json_document(
@@ -70,16 +60,6 @@ def json_document(
         stats.bad_utf8_lines += 1
         text = _SURROGATE.sub("\ufffd", text)
     return split_sentences(text, language)
-
-
-def jsonl_documents(
-    path: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    for line in read_lines(path, stats):
-        sentences = json_document(line, text_field, stats, language)
-        if sentences:
-            stats.documents += 1
-            yield sentences
 
 
 def _seek_to_line(f: BinaryIO, start: int) -> int:
@@ -155,14 +135,17 @@ def jsonl_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[st
             yield sentences
 
 
-def _decoded(lines, stats: ReadStats) -> Iterator[str]:
-    for raw, _ in lines:
-        stats.lines += 1
-        yield decode_line(raw, stats)
-
-
 def book_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
-    return book_document(_decoded(_lines(f, unit), stats), stats, reading.language)
+    """All lines of a file as one document, each line a paragraph split into sentences."""
+    document = []
+    for raw, _ in _lines(f, unit):
+        stats.lines += 1
+        line = decode_line(raw, stats)
+        if line:
+            document += split_sentences(line, reading.language)
+    if document:
+        stats.documents += 1
+        yield document
 
 
 def opened(read):

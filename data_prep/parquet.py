@@ -82,8 +82,8 @@ def documents(
     open_binary: Callable[[str], BinaryIO] = inputs.open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
-    """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
-    checked): each row's text split into sentences."""
+    """The documents of row groups [start, stop) (of a file whose column `plan` checked): each
+    row's text split into sentences."""
     import pyarrow
 
     with open_binary(path) as f:
@@ -104,15 +104,3 @@ def documents(
                         yield sentences
         except (pyarrow.ArrowException, OSError) as e:
             raise inputs.truncated(path, e) from None
-
-
-def file_documents(
-    path: str, text_field: str, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """Every document of a Parquet file (local or a bucket object)."""
-    stats.files += 1
-    with inputs.open_input(path) as f:
-        parquet = _open(path, f)
-        _check_text_column(path, parquet, text_field)
-        groups = parquet.metadata.num_row_groups
-    yield from documents(path, 0, groups, text_field, stats, language=language)

@@ -21,7 +21,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import storage
 from data_prep import inputs, sniff, wikitext
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
@@ -313,13 +312,3 @@ def documents(
                 yield sentences
             else:
                 stats.skipped_pages += 1
-
-
-def dump_documents(
-    source: inputs.Source, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """Every article of a dump (a local file or a bucket object), read sequentially."""
-    stats.files += 1
-    yield from documents(
-        source.path, source.compression, 0, storage.size(source.path), stats, language=language
-    )
