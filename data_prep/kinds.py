@@ -55,20 +55,6 @@ class Kind:
     plan_whole: Callable[[Source, Planning], Plan] | None = None
 
 
-def _plan_lines(source: Source, p: Planning) -> Plan:
-    return [(a, b, {}) for a, b in lines.plan(source, storage.size(source.path), p.block_bytes)]
-
-
-def _plan_wiki(source: Source, p: Planning) -> Plan:
-    spans, extent = wiki.plan(source, storage.size(source.path), p.block_bytes)
-    return [(a, b, {"extent": extent}) for a, b in spans]
-
-
-def _plan_parquet(source: Source, p: Planning) -> Plan:
-    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field)
-    return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
-
-
 def _plan_tfds(source: Source, p: Planning) -> Plan:
     count = len(tfds_input.open_tfds(source.path, source.split, p.tfds_data_dir))
     return [
@@ -78,22 +64,13 @@ def _plan_tfds(source: Source, p: Planning) -> Plan:
 
 
 KINDS: dict[str, Kind] = {
-    "text": Kind(_plan_lines, lines.opened(lines.text_unit)),
-    "book": Kind(_plan_lines, lines.opened(lines.book_unit)),
-    "jsonl": Kind(_plan_lines, lines.opened(lines.jsonl_unit)),
+    "text": Kind(lines.plan, lines.opened(lines.text_unit)),
+    "book": Kind(lines.plan, lines.opened(lines.book_unit)),
+    "jsonl": Kind(lines.plan, lines.opened(lines.jsonl_unit)),
     "wiki": Kind(
-        _plan_wiki,
-        lambda u, stats, r: wiki.documents(
-            u.path, u.compression, u.start, u.stop, stats, r.open_binary, r.language
-        ),
-        plan_whole=lambda s, p: [(0, storage.size(s.path), {})],
+        wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
     ),
-    "parquet": Kind(
-        _plan_parquet,
-        lambda u, stats, r: parquet.documents(
-            u.path, u.start, u.stop, r.text_field, stats, r.open_binary, r.language
-        ),
-    ),
+    "parquet": Kind(parquet.plan, parquet.read_unit),
     "tfds": Kind(
         _plan_tfds,
         lambda u, stats, r: tfds_input.tfds_documents(

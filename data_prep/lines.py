@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from bert_jax import storage
 from data_prep import inputs, sniff
 from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
@@ -24,11 +25,12 @@ from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
-    """(start, stop) byte blocks of a text or JSONL file; one for a compressed file or a book."""
+def plan(source, planning) -> list[tuple[int, int, dict]]:
+    """(start, stop, {}) byte blocks of a text or JSONL file; one for a compressed file, a book."""
+    size, block = storage.size(source.path), planning.block_bytes
     if source.compression or source.kind == "book" or size == 0:
-        return [(0, size)]
-    return [(start, min(start + block_bytes, size)) for start in range(0, size, block_bytes)]
+        return [(0, size, {})]
+    return [(start, min(start + block, size), {}) for start in range(0, size, block)]
 
 
 def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:

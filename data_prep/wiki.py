@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from bert_jax import storage
 from data_prep import inputs, sniff, wikitext
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
@@ -100,9 +101,10 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
         raise inputs.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
 
 
-def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple[int, int]], str]:
-    """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
-    the job's fingerprint)."""
+def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
+    """(start, stop, {"extent": what the plan saw, for the job's fingerprint}) of each of a dump's
+    units, byte ranges of about planning.block_bytes."""
+    size = storage.size(source.path)
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
@@ -110,7 +112,7 @@ def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple
     except OSError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
     if not offsets:
-        return [(0, size)], f"{size} bytes, no index"
+        return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:
         raise inputs.InputError(
             f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
@@ -119,11 +121,12 @@ def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple
     starts = [0, *offsets] if offsets[0] else offsets
     spans, unit_start = [], 0
     for start, stop in zip(starts, [*starts[1:], size]):
-        if start > unit_start and stop - unit_start > block_bytes:
+        if start > unit_start and stop - unit_start > planning.block_bytes:
             spans.append((unit_start, start))
             unit_start = start
     spans.append((unit_start, size))
-    return spans, f"{size} bytes, index {index_size} bytes"
+    extent = f"{size} bytes, index {index_size} bytes"
+    return [(start, stop, {"extent": extent}) for start, stop in spans]
 
 
 def _bz2_chunks(
@@ -290,21 +293,14 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
     return sniff.as_utf8(head)[0]
 
 
-def documents(
-    path: str,
-    compression: str,
-    start: int,
-    stop: int,
-    stats: inputs.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = inputs.open_input,
-    language: str = DEFAULT_LANGUAGE,
-) -> Iterator[list[str]]:
-    """The articles of the dump bytes [start, stop), one document each, split into sentences by
-    the dump's language (`language` when its head names none)."""
-    with open_binary(path) as f:
-        language = site_language(_head(f, compression, path)) or language
+def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
+    """The articles of a unit's dump bytes [start, stop), one document each, split into sentences
+    by the dump's language (reading.language when its head names none)."""
+    path, compression, start = unit.path, unit.compression, unit.start
+    with reading.open_binary(path) as f:
+        language = site_language(_head(f, compression, path)) or reading.language
         f.seek(start)
-        for page in pages(chunks(f, compression, start, stop, path), path, inside_root=start > 0):
+        for page in pages(chunks(f, compression, start, unit.stop, path), path, start > 0):
             stats.pages += 1
             sentences = article(page, language, stats)
             if sentences:
