@@ -1,15 +1,10 @@
-"""MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units at stream offsets.
-Which pages are articles, the multistream layout and the language a dump is split by:
-docs/data_prep.md, "Wikipedia dumps".
+"""MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units of whole bz2
+streams at their index's offsets. How a dump is streamed (one page in memory), planned and split
+by its own language, and which pages are articles: docs/data_prep.md, "Wikipedia dumps".
 
-A dump is read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is
-decompressed, each finished page dropped: memory holds one page whatever the dump's size. With
-its index a multistream dump is cut into units of whole bz2 streams, about `block_bytes` of
-compressed bytes each (a unit seeks to its first stream and parses its pages under a stand-in
-root element); without it, or for .xml and one-stream .xml.bz2, the dump is one sequential unit.
-The plan depends only on the dump and its index, never on the worker count. Every unit reads
-the dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a
-stream is an InputError, never silently fewer articles.
+The plan depends only on the dump and its index, never on the worker count; every unit reads the
+dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a stream is an
+InputError, never silently fewer articles.
 """
 
 import bz2

@@ -2,9 +2,7 @@
 
 What is removed, what is kept, which templates are rendered (data_prep/templates.py) and which
 sentences are dropped or repaired, and why not a maintained parser: docs/data_prep.md,
-"Wikipedia dumps" ("Wikitext to prose" on). `prose` joins lines into paragraphs as MediaWiki
-does, splits them into sentences and drops (or repairs) each sentence that lost words with its
-markup, counting them.
+"Wikipedia dumps" ("Wikitext to prose" on).
 
 The invariant every pattern here keeps: linear on hostile pages. No pattern may scan to the end
 of the page from each of many starts (an unclosed "<ref>" or "<math>" repeated, "[http://a b"
