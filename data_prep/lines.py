@@ -77,25 +77,22 @@ def _seek_to_line(f: BinaryIO, start: int) -> int:
             return offset
 
 
-def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, int]]:
-    """A unit's raw lines (and lengths) from its first line on; a file's BOM is dropped."""
-    lines = raw_lines(f, unit.path)
-    if unit.start == 0:
-        for raw, length in lines:
-            yield (raw.removeprefix(sniff.UTF8_BOM) if raw else raw), length
-            break
-    yield from lines
+def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, bool]]:
+    """A unit's raw lines from its first line on (a file's BOM dropped), each with whether it
+    starts past the unit's block (never in a compressed file: its one unit reads it all)."""
+    stop = float("inf") if unit.compression else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    for raw, length in raw_lines(f, unit.path):
+        yield (raw.removeprefix(sniff.UTF8_BOM) if raw and offset == 0 else raw), offset >= stop
+        offset += length
 
 
 def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
-    stop = float("inf") if unit.compression else unit.stop
-    offset = _seek_to_line(f, unit.start)
     anchored = unit.start == 0  # the previous line was blank (or this is the file start)
     document: list[str] = []
     elsewhere = ReadStats()  # lines of another block are counted there, not here
-    for raw, length in _lines(f, unit):
-        line_start, offset = offset, offset + length
-        counted = stats if line_start < stop else elsewhere
+    for raw, past_block in _lines(f, unit):
+        counted = elsewhere if past_block else stats
         counted.lines += 1
         line = decode_line(raw, counted, drop_cr=True)
         if raw is None:
@@ -105,7 +102,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
                 stats.documents += 1
                 yield document
                 document = []
-            if line_start >= stop:
+            if past_block:
                 return  # a document after this blank line is anchored in a later block
             anchored = True
         elif document:
@@ -113,7 +110,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
         elif anchored:
             document = [line]
             anchored = False
-        elif line_start >= stop:
+        elif past_block:
             return
         # else: the tail of a document anchored in an earlier block
     if document:
@@ -123,12 +120,9 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
 
 def jsonl_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
     text_field, language = reading.text_field, reading.language
-    stop = float("inf") if unit.compression else unit.stop
-    offset = _seek_to_line(f, unit.start)
-    for raw, length in _lines(f, unit):
-        if offset >= stop:
+    for raw, past_block in _lines(f, unit):
+        if past_block:
             return
-        offset += length
         stats.lines += 1
         line = decode_line(raw, stats)
         sentences = json_document(line, text_field, stats, language)
