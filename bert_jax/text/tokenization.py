@@ -2,14 +2,10 @@
 any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py); `make_tokenizer` picks one.
 
 WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer (tokenization.py at
-eedf571) exactly, on any text: a from-scratch implementation of its rules plus a per-word cache.
-The full rules run once per distinct whitespace-separated word and natural text is Zipfian, so
-most words are cache hits: that is what makes data prep fast.
-tests/unit/bert_jax/text/tokenization/test_differential.py checks every code point against a
-transcription of the original (tests/support/tokenizer_oracle.py).
-
-No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
-docs/data_prep.md, "Tokenizer parity": the rules one by one, the tests and the throughput.
+eedf571) exactly, on any text, with a per-word cache: natural text is Zipfian, so the full rules
+run for few words, which is what makes data prep fast. No JAX import: data_prep uses this module.
+The rules one by one, the differential tests against a transcription of the original
+(tests/support/tokenizer_oracle.py) and the throughput: docs/data_prep.md, "Tokenizer parity".
 """
 
 import array
