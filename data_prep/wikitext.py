@@ -304,10 +304,9 @@ def paragraphs(wikitext: str) -> list[str]:
 def _repaired(sentence: str, suspect: bool, spaced: bool) -> str | None:
     """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
     marked by a HOLE; the items of a list, ", , and"; all but a one-word header), else with a
-    leading separator taken off (",
-    the population ..."). `suspect`: its paragraph holds a HOLE or an empty slot (most do not,
-    and then the sentence is not searched for them); `spaced`: its language puts spaces between
-    words (in Chinese or Thai a whole sentence has none)."""
+    leading separator taken off (", the population ..."). `suspect`: its paragraph holds a HOLE or
+    an empty slot (most do not, and then the sentence is not searched for them); `spaced`: its
+    language puts spaces between words (in Chinese or Thai a whole sentence has none)."""
     if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
         return None
     if spaced and " " not in sentence and not _SENTENCE_END.search(sentence):
