@@ -1,9 +1,7 @@
-"""Parquet files (the Hugging Face hub's format) -> documents, one per row, by row groups.
-
-`wikimedia/wikipedia` has columns id/url/title/text, `bookcorpus` has text: the text field's
-column (--text_field) is read with pyarrow, one row group at a time in batches, so memory is
-bounded by a row group's column chunk, never the file. A unit is a run of whole row groups of about
-`block_bytes` compressed bytes; the plan reads only the files' footers.
+"""Parquet files (the Hugging Face hub's format) -> documents, one per row; a unit is a run of
+whole row groups. Only the --text_field column is read, a row group at a time in batches, so memory
+is bounded by a row group's column chunk, never the file; the plan reads only the footers
+(docs/data_prep.md, "Parquet").
 """
 
 from collections.abc import Iterator

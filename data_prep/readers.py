@@ -1,15 +1,9 @@
 """Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
 `source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
 documents (`documents`: the source read as one work unit, data_prep/units.py, by its kind's entry
-in data_prep/kinds.py). The kinds, and which bad input is an error and which is counted and
-skipped: docs/data_prep.md, "Input".
-
-An input that is not UTF-8 text or one of those kinds, and a truncated compressed file, is an
-InputError naming it. Within text, readers never raise: undecodable bytes are replaced, lines
-over MAX_LINE_BYTES skipped, and every such line, empty document and unreadable JSON line is
-counted in `ReadStats`. The readers themselves are lines.py, tfds_input.py, wiki.py and
-parquet.py, on the shared pieces in inputs.py (ReadStats, Source, InputError and open_input are
-re-exported here: the names callers use).
+in data_prep/kinds.py). The kinds, and which bad input is an InputError and which is counted in
+ReadStats and skipped: docs/data_prep.md, "Input". ReadStats, Source, InputError and open_input
+(data_prep/inputs.py) are re-exported here: the names callers use.
 """
 
 import glob
