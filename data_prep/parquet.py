@@ -81,8 +81,6 @@ def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
 
     with reading.open_binary(unit.path) as f:
         parquet = _open(unit.path, f)
-        if unit.start >= unit.stop:
-            return
         try:
             batches = parquet.iter_batches(
                 _BATCH_ROWS, row_groups=range(unit.start, unit.stop), columns=[reading.text_field]
