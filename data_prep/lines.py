@@ -83,7 +83,9 @@ def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, bool]]:
     stop = float("inf") if unit.compression else unit.stop
     offset = _seek_to_line(f, unit.start)
     for raw, length in raw_lines(f, unit.path):
-        yield (raw.removeprefix(sniff.UTF8_BOM) if raw and offset == 0 else raw), offset >= stop
+        if offset == 0 and raw:
+            raw = raw.removeprefix(sniff.UTF8_BOM)
+        yield raw, offset >= stop
         offset += length
 
 
