@@ -38,22 +38,14 @@ OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
 def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
     """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
-    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}.
+    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}; arguments of the train steps,
+    never constants compiled in (docs/training.md, "Configs" and "The modern recipe").
 
     Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`,
     measured from where `optim.decay_from` says (DECAY_FROM; "start": warmup simply overrides the
-    first `warmup_steps` values). `linear` is `polynomial` with power 1, `constant` power 0 (the
-    peak throughout, after warmup).
-
-    "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
-    the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
-    `num_train_steps`, linearly or as 1 - sqrt (`optim.decay_shape`). It is the linear decay
-    measured from the decay's first step (span = the decay's steps), or its 1 - sqrt(1 - frac)
-    ('sqrt' 1); decay_from does not apply. decay_fraction 0: the peak to the last step (a stage
-    whose decay a later stage runs, as ModernBERT's 1,024-token stage).
-
-    Arguments of the train steps, never constants compiled in: runs that differ only in their
-    schedule share one compiled step (docs/training.md, "Configs").
+    first `warmup_steps` values); `linear` is power 1, `constant` power 0. "wsd" is the linear
+    decay measured from the decay's first step (span = the decay's steps, the last
+    `decay_fraction`), or its 1 - sqrt(1 - frac) ('sqrt' 1); decay_from does not apply there.
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")

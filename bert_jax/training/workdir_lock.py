@@ -1,16 +1,12 @@
 """One run per directory: the lock that pre-training, fine-tuning and export take on the directory
-they write (a --workdir, an export's --output_dir) before they write anything.
+they write (a --workdir, an export's --output_dir) before they write anything (`hold`).
 
-    with workdir_lock.hold(workdir, "bert_jax.main"):
-        ...  # nobody else writes here until the block ends
-
-`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation
-(storage.create_exclusive), so of two runs starting at once exactly one gets it; a second run is a
-cli.UserError naming the holder. The holder rewrites it every HEARTBEAT_S and removes it when the
-block ends. A stale lock is taken over through a marker created exclusively and named after the
-stale lock's version, never a conditional delete. Multi-host runs: process 0 takes it for the
-job (faults.hold_workdir). What is stale, unreadable or refused, and why: docs/training.md,
-"The workdir". No JAX import: data_prep can use this module.
+`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation, so of two runs
+starting at once exactly one gets it; a second run is a Busy naming the holder. The holder
+rewrites it every HEARTBEAT_S and removes it when the block ends. A stale lock is taken over
+through a marker created exclusively and named after the stale lock's version, never a
+conditional delete. What is stale, unreadable or refused, and why: docs/training.md, "The
+workdir". No JAX import: data_prep can use this module.
 """
 
 from __future__ import annotations
