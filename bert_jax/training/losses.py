@@ -102,13 +102,9 @@ def nsp_sums(
     nsp_logits: jax.Array, labels: jax.Array, example_weights: jax.Array | None = None
 ) -> dict[str, jax.Array]:
     """Sums over examples. nsp_logits [B, 2] (or [B, E, 2]: packed rows of E record slots);
-    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence).
-
-    example_weights [B] (or [B, E]): 1 for an example that counts, 0 for eval padding rows,
-    empty slots of packed rows and MLM-only records.
-
-    Also nsp_label_sum, the weighted count of label 1, from which `summarize` gives the
-    majority-class rate: the accuracy of always answering the commoner label.
+    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence); example_weights [B] (or
+    [B, E]): 0 for eval padding rows, empty slots of packed rows and MLM-only records. Also
+    nsp_label_sum, the weighted count of label 1, for `summarize`'s majority-class rate.
     """
     labels = labels.reshape(nsp_logits.shape[:-1])
     if example_weights is None:
@@ -136,11 +132,9 @@ def pretraining_loss(
     mlm_denominator: jax.Array | None = None,
     nsp_denominator: jax.Array | None = None,
 ) -> jax.Array:
-    """BERT's loss from `mlm_sums` | `nsp_sums`.
-
-    Pass the denominators of the *whole* global batch when `sums` covers one micro-batch: the
-    micro-batch losses then add up to the full-batch loss, and so do their gradients.
-    """
+    """BERT's loss from `mlm_sums` | `nsp_sums`. Pass the denominators of the *whole* global
+    batch when `sums` covers one micro-batch: the micro-batch losses (and gradients) then add up
+    to the full batch's."""
     if mlm_denominator is None:
         mlm_denominator = sums["mlm_weight_sum"]
     if nsp_denominator is None:

@@ -23,14 +23,10 @@ import optax
 from bert_jax import cli
 
 SCHEDULES = ("linear", "polynomial", "constant", "wsd")
-# The shape of a warmup-stable-decay schedule's decay (optim.decay_shape): "linear" (ModernBERT's
-# WarmupStableDecayScheduler) or "1-sqrt" (Hagele et al. 2024, what ModernBERT's final decay
-# used): the rate falls as 1 - sqrt(x) over the decay's share x of its steps.
+# A wsd schedule's decay (optim.decay_shape; docs/training.md, "The modern recipe").
 DECAY_SHAPES = ("linear", "1-sqrt")
-# Where the decay after warmup is measured from (optim.decay_from): "start", step 0, as the original
-# BERT and MLPerf (the peak is never quite reached: at the end of warmup the rate is already
-# peak * (1 - warmup / total)); "warmup_end", as transformers' get_linear_schedule_with_warmup
-# (the peak is reached at the end of warmup, then decays to the end value at the last step).
+# Where the decay after warmup is measured from (optim.decay_from): step 0, as the original BERT
+# and MLPerf, or the end of warmup, as transformers (docs/finetuning.md).
 DECAY_FROM = ("start", "warmup_end")
 # "stable_adamw": StableAdamW (Wortsman et al. 2023), what ModernBERT trained with.
 OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
@@ -110,14 +106,10 @@ def rate(values: dict[str, Any], step) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class BatchWarmup:
-    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*).
-
-    A step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows:
-    `start` at step 0, one micro-batch more after every steps / (final - start) steps, `final`
-    (grad_accum_steps, the full batch) from step `steps` on. Each count is its own compiled step:
-    at most `final - start + 1` programs, never one per step (docs/training.md, "The modern
-    recipe").
-    """
+    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*):
+    a step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows,
+    from `start` at step 0 to `final` (the full batch) at step `steps`. Each count is its own
+    compiled step (docs/training.md, "The modern recipe")."""
 
     final: int  # train.grad_accum_steps
     start: int  # train.batch_warmup_start_accum
