@@ -511,26 +511,18 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
     )
 
 
-def restore_params(
-    workdir: str, step: int | None = None, shardings: Any = None
-) -> tuple[dict, ml_collections.ConfigDict]:
-    """(parameters, config) of a run's checkpoint: the latest one unless `step` is given.
-
-    The parameters come back as the pure dict of nnx.to_pure_dict(nnx.state(model, nnx.Param));
-    `nnx.update(model, params)` or `nnx.merge(graphdef, params)` puts them into a model built
-    from `BertConfig.from_config_dict(config.model)`. They land on the first local device, or
-    on `shardings` (a matching pytree of shardings, e.g. a new mesh's).
-    """
+def restore_params(workdir: str, step: int | None = None) -> tuple[dict, ml_collections.ConfigDict]:
+    """(parameters, config) of a run's checkpoint (the latest unless `step` is given), on the
+    first local device: the pure dict of nnx.state(model, nnx.Param), which `nnx.update(model,
+    params)` puts into a model built from `BertConfig.from_config_dict(config.model)`."""
     from bert_jax.model import encoder
 
     config, step = load_config(workdir, step)
     check_kind(config, workdir, finetuning=False)
-    abstract = _param_tree(encoder.BertConfig.from_config_dict(config.model))
-    if shardings is None:
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        shardings = jax.tree.map(lambda _: device, abstract)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        _param_tree(encoder.BertConfig.from_config_dict(config.model)),
     )
     return restore_saved_params(workdir, target, step)[0], config
 
