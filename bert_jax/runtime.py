@@ -75,14 +75,10 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
 
 def reuse_freed_memory() -> bool:
     """glibc malloc settings that let XLA:CPU reuse a step's memory; whether glibc took all three
-    (False on other C libraries and platforms, where nothing changes).
-
-    XLA:CPU allocates each step's temporaries as one buffer and frees it when the step ends;
-    glibc serves that with mmap and returns it with munmap, so every step faults in every page
-    anew (docs/performance.md). A higher mmap threshold does not help (glibc caps it at 32 MiB,
-    and a thread's own arena mmaps anything over 64 MiB), so: one arena for all threads (the main
-    one, grown with brk), no mmap for large blocks and no trimming; the process keeps its peak
-    resident size. Call it before the threads that allocate exist (before `import jax`); it
+    (False on other C libraries and platforms, where nothing changes). XLA:CPU frees each step's
+    temporaries, one buffer, when the step ends, and glibc's munmap makes the next step fault in
+    every page anew (docs/performance.md): so one arena for all threads, no mmap for large blocks
+    and no trimming. Call it before the threads that allocate exist (before `import jax`); it
     changes only this process and the children it forks.
     """
     if not sys.platform.startswith("linux"):
