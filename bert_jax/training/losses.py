@@ -54,10 +54,9 @@ def _cross_entropy_bwd(residuals, g):
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
-# Kinds of masked position, in the order of position_kinds' codes.
-KINDS = ("mask", "kept", "random")
-# Kind -> suffix of its figures: the [MASK] positions' are the unsuffixed headline ones.
-_KIND_NAMES = {"mask": "", "kept": "_kept", "random": "_random"}
+# Kinds of masked position, in the order of position_kinds' codes -> the suffix of their figures
+# (the [MASK] positions' are the unsuffixed headline ones).
+KINDS = {"mask": "", "kept": "_kept", "random": "_random"}
 
 
 def position_kinds(inputs: jax.Array, label_ids: jax.Array, mask_id: int) -> jax.Array:
@@ -157,7 +156,7 @@ def train_ratios(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         "mlm_accuracy_all": _ratio(sums["mlm_correct_sum"], sums["mlm_weight_sum"], 1e-5),
         "nsp_accuracy": _ratio(sums["nsp_correct_sum"], sums["nsp_count"], 1.0),
     }
-    for kind, suffix in _KIND_NAMES.items():
+    for kind, suffix in KINDS.items():
         if f"mlm_{kind}_weight_sum" in sums:
             w = sums[f"mlm_{kind}_weight_sum"]
             out["mlm_loss" + suffix] = _ratio(sums[f"mlm_{kind}_nll_sum"], w, 1e-5)
@@ -180,7 +179,7 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
     if sums["mlm_weight_sum"] > 0:
         out["mlm_loss_all"] = sums["mlm_nll_sum"] / sums["mlm_weight_sum"]
         out["mlm_accuracy_all"] = sums["mlm_correct_sum"] / sums["mlm_weight_sum"]
-    for kind, suffix in _KIND_NAMES.items():
+    for kind, suffix in KINDS.items():
         w = sums.get(f"mlm_{kind}_weight_sum", 0.0)
         if w > 0:
             out["mlm_loss" + suffix] = sums[f"mlm_{kind}_nll_sum"] / w
