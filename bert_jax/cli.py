@@ -98,10 +98,8 @@ def user_path(flag: str, path: str) -> Iterator[None]:
         raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e
 
 
-# OSErrors that are the machine's state, never a wrong path of our making: a full disk or quota,
-# no permission, a read-only file system. Reported in one line wherever they come from (Orbax's
-# or TensorStore's writes included); any other OSError (a missing file, ...) that reaches
-# cli.run is a bug: the paths a user names are checked, or converted by `user_path`, where used.
+# OSErrors that are the machine's state, reported in one line wherever they come from; any other
+# that reaches cli.run is a bug: a user's paths are checked, or converted by `user_path`.
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
