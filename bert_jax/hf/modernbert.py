@@ -1,24 +1,18 @@
-"""Our ModernBERT-block parameters <-> transformers' ModernBertForMaskedLM: configs and names.
-
-bert_jax.hf.bert reads and writes the files and picks this mapping for a config of the modern
-block (`is_modernbert`). Torch Linear weights are [out, in], our kernels [in, out]; Wqkv and Wi
-are our query/key/value and intermediate/gate kernels concatenated in that order. Layer kinds
-come from `layer_types` (transformers 5) or `global_attn_every_n_layers` (transformers 4 and the
+"""A ModernBertForMaskedLM's config.json <-> a BertConfig of the modern block
+(bert_jax.hf.architectures.MODERNBERT holds these with its weights' names). Layer kinds come
+from `layer_types` (transformers 5) or `global_attn_every_n_layers` (transformers 4 and the
 Hub's config.json files), RoPE bases from `rope_parameters` or `*_rope_theta`; export writes both.
 
-docs/model.md, "ModernBERT in and out of Hugging Face": every name and config field.
+docs/model.md, "ModernBERT in and out of Hugging Face": every config field.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bert_jax import cli
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.text import tokenization
 
 MODEL_TYPE = "modernbert"
 EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
@@ -60,20 +54,6 @@ BLOCK = {
 
 class ConfigError(cli.UserError):
     """A ModernBERT config.json this model cannot represent."""
-
-
-def is_modernbert(config: BertConfig) -> bool:
-    """Whether `config` is the modern block (transformers' ModernBertForMaskedLM holds it)."""
-    return config.position_embedding_type == "rope" or config.norm_position == "pre"
-
-
-def problems(config: BertConfig) -> list[str]:
-    """Why `config`'s model is no ModernBertForMaskedLM ([] if it is)."""
-    return [
-        f"{name}={getattr(config, name)!r} (ModernBERT: {want!r})"
-        for name, want in BLOCK.items()
-        if getattr(config, name) != want
-    ]
 
 
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
@@ -164,7 +144,7 @@ def modernbert_config(
     """BertConfig of the modern block -> the config.json of a transformers
     ModernBertForMaskedLM. `special_ids` ('pad', 'cls', 'sep'): the tokenizer's; unknown ones
     are written as null (ModernBertConfig's defaults are ModernBERT's own vocabulary's). The
-    config is one bert_jax.hf.bert.architecture accepts (it names what else is wrong)."""
+    config is one bert_jax.hf.architectures.architecture accepts (it names what else is wrong)."""
     ids = dict(special_ids or {})
     layers = config.num_hidden_layers
     every = config.global_attn_every_n_layers if config.local_attention else 1
@@ -204,72 +184,3 @@ def modernbert_config(
         torch_dtype="float32",
     )
     return out
-
-
-def param_table(config: BertConfig) -> Iterator[tuple[tuple, str, bool]]:
-    """(our parameter paths, Hugging Face name, transpose?) for every ModernBertForMaskedLM
-    weight; several paths are concatenated along torch's first axis."""
-
-    def linear(ours, hf, bias):
-        yield tuple(p + ("kernel",) for p in ours), hf + ".weight", True
-        if bias:
-            yield tuple(p + ("bias",) for p in ours), hf + ".bias", False
-
-    def norm(ours, hf):
-        yield (ours + ("scale",),), hf + ".weight", False
-        if config.norm_bias:
-            yield (ours + ("bias",),), hf + ".bias", False
-
-    emb = ("bert", "embeddings")
-    yield (emb + ("word_embeddings", "embedding"),), "model.embeddings.tok_embeddings.weight", False
-    yield from norm(emb + ("layer_norm",), "model.embeddings.norm")
-    for i in range(config.num_hidden_layers):
-        ours, hf = ("bert", "layers", i), f"model.layers.{i}"
-        attn = ours + ("attention",)
-        if i > 0:
-            yield from norm(ours + ("attention_norm",), f"{hf}.attn_norm")
-        qkv = tuple(attn + (name,) for name in ("query", "key", "value"))
-        yield from linear(qkv, f"{hf}.attn.Wqkv", config.attention_bias)
-        yield from linear((attn + ("output",),), f"{hf}.attn.Wo", config.attention_bias)
-        yield from norm(ours + ("output_norm",), f"{hf}.mlp_norm")
-        wi = (ours + ("intermediate",), ours + ("gate",))
-        yield from linear(wi, f"{hf}.mlp.Wi", config.mlp_bias)
-        yield from linear((ours + ("output",),), f"{hf}.mlp.Wo", config.mlp_bias)
-    yield from norm(("bert", "final_norm"), "model.final_norm")
-    yield from linear((("mlm", "transform"),), "head.dense", config.head_bias)
-    yield from norm(("mlm", "transform_norm"), "head.norm")
-    if config.decoder_bias:
-        yield (("mlm", "bias"),), "decoder.bias", False
-
-
-BODY_PREFIXES = ("model.",)  # must come from the file; the heads may not (fresh init)
-TIED = frozenset({"decoder.weight"})  # the word embeddings again
-WORD_EMBEDDINGS = "model.embeddings.tok_embeddings.weight"
-
-
-def normalize_name(name: str) -> str:
-    """A bare ModernBertModel's names -> ModernBertForMaskedLM's."""
-    if name.startswith(("embeddings.", "layers.", "final_norm.")):
-        return "model." + name
-    return name
-
-
-def save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
-    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
-    tokens' roles in its tokenizer_config.json (bert.save_tokenizer wrote both files' others).
-    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
-    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
-    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
-    own, with our FullTokenizer's word length limit."""
-    vocab = tokenization.load_vocab(vocab_file)
-    max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
-    tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
-    names = ("pad", "unk", "cls", "sep", "mask")  # the roles of tokenization.SPECIAL_TOKENS
-    roles = {n: token for n, token in zip(names, tokenization.SPECIAL_TOKENS) if token in vocab}
-    tok.save(os.path.join(output_dir, "tokenizer.json"))
-    path = os.path.join(output_dir, "tokenizer_config.json")
-    with open(path) as f:
-        config = json.load(f)
-    config.update({f"{role}_token": token for role, token in roles.items()})
-    with open(path, "w") as f:
-        json.dump(config, f, indent=2)
