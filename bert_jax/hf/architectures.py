@@ -62,24 +62,14 @@ def _norm(hf: str, ours: tuple, bias: bool = True) -> Iterator[Row]:
 
 # --- BertForPreTraining ----------------------------------------------------------------------
 
-# config.json fields that are BertConfig fields under the same name; the first five required.
-_SHARED_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-)
-
-
-# transformers' BertConfig defaults, for the fields after the sizes a config.json leaves out.
-_HF_DEFAULTS = {
+# config.json fields that are BertConfig fields under the same name, with transformers'
+# BertConfig defaults for a file that leaves them out (None: required, the sizes).
+_SHARED_FIELDS = {
+    "vocab_size": None,
+    "hidden_size": None,
+    "num_hidden_layers": None,
+    "num_attention_heads": None,
+    "intermediate_size": None,
     "hidden_dropout_prob": 0.1,
     "attention_probs_dropout_prob": 0.1,
     "max_position_embeddings": 512,
@@ -108,13 +98,13 @@ def _bert_config(hf: Mapping[str, Any], **overrides) -> BertConfig:
             "(BertLMHeadModel, an encoder-decoder's) attends causally; this one attends both ways"
         )
     # The sizes every BERT config.json states: without them it is another model's config.
-    missing = [f for f in _SHARED_FIELDS[:5] if f not in hf]
+    missing = [f for f, default in _SHARED_FIELDS.items() if default is None and f not in hf]
     if missing:
         kind = f" (model_type {hf['model_type']!r})" if "model_type" in hf else ""
         raise CheckpointError(f"the config{kind} lacks {missing}; is this a BERT config.json?")
     # Any other field left out takes transformers' default, as from_pretrained gives it (a
     # max_position_embeddings or type_vocab_size the weights do not have is refused by name).
-    values = {f: hf[f] if f in hf else _HF_DEFAULTS[f] for f in _SHARED_FIELDS}
+    values = {f: hf.get(f, default) for f, default in _SHARED_FIELDS.items()}
     return BertConfig(**{**values, **overrides})
 
 

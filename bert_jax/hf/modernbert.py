@@ -18,21 +18,19 @@ MODEL_TYPE = "modernbert"
 EXACT_GELU = ("gelu", "gelu_python")  # transformers' names for the erf GELU
 FULL, SLIDING = "full_attention", "sliding_attention"
 # ModernBertConfig's defaults, for fields a config.json leaves out.
-_DEFAULTS = {
-    "max_position_embeddings": 8192,
-    "initializer_range": 0.02,
-    "norm_eps": 1e-5,
-    "norm_bias": False,
-    "attention_bias": False,
-    "mlp_bias": False,
-    "decoder_bias": True,
-    "classifier_bias": False,
-    "attention_dropout": 0.0,
-    "mlp_dropout": 0.0,
-    "local_attention": 128,
-    "global_attn_every_n_layers": 3,
-    "global_rope_theta": 160_000.0,
-    "local_rope_theta": 10_000.0,
+_DEFAULTS = {"local_attention": 128, "global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0}
+# config.json field -> (BertConfig field, ModernBertConfig's default, conversion on import).
+_FIELDS = {
+    "max_position_embeddings": ("max_position_embeddings", 8192, None),
+    "initializer_range": ("initializer_range", 0.02, None),
+    "norm_eps": ("layer_norm_eps", 1e-5, None),
+    "mlp_dropout": ("hidden_dropout_prob", 0.0, float),
+    "attention_dropout": ("attention_probs_dropout_prob", 0.0, float),
+    "norm_bias": ("norm_bias", False, bool),
+    "attention_bias": ("attention_bias", False, bool),
+    "mlp_bias": ("mlp_bias", False, bool),
+    "decoder_bias": ("decoder_bias", True, bool),
+    "classifier_bias": ("head_bias", False, bool),
 }
 _SHAPES = (
     "vocab_size",
@@ -66,7 +64,7 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     window = max(window, 1)
     types = hf.get("layer_types")
     if types is None:
-        return window, int(hf.get("global_attn_every_n_layers", 3))
+        return window, int(hf.get("global_attn_every_n_layers", 3))  # ModernBertConfig's default
     if len(types) != layers or set(types) - {FULL, SLIDING}:
         raise ConfigError(
             f"layer_types {types} is not {layers} of {FULL!r} and {SLIDING!r} (num_hidden_layers)"
@@ -115,20 +113,12 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
     global_theta, local_theta = _thetas(hf)
 
-    get = lambda name: hf.get(name, _DEFAULTS[name])
     values = {f: hf[f] for f in _SHAPES}
+    for theirs, (ours, default, convert) in _FIELDS.items():
+        value = hf.get(theirs, default)
+        values[ours] = convert(value) if convert else value
     values.update(
         BLOCK,
-        max_position_embeddings=get("max_position_embeddings"),
-        initializer_range=get("initializer_range"),
-        layer_norm_eps=get("norm_eps"),
-        hidden_dropout_prob=float(get("mlp_dropout")),
-        attention_probs_dropout_prob=float(get("attention_dropout")),
-        norm_bias=bool(get("norm_bias")),
-        attention_bias=bool(get("attention_bias")),
-        mlp_bias=bool(get("mlp_bias")),
-        decoder_bias=bool(get("decoder_bias")),
-        head_bias=bool(get("classifier_bias")),
         local_attention=window,
         global_attn_every_n_layers=every,
         global_rope_theta=global_theta,
@@ -149,22 +139,13 @@ def modernbert_config(
     layers = config.num_hidden_layers
     every = config.global_attn_every_n_layers if config.local_attention else 1
     out = {f: getattr(config, f) for f in _SHAPES}
+    out.update({theirs: getattr(config, ours) for theirs, (ours, _, _) in _FIELDS.items()})
     out.update(
         architectures=["ModernBertForMaskedLM"],
         model_type=MODEL_TYPE,
         hidden_activation="gelu",
         classifier_activation="gelu",
-        max_position_embeddings=config.max_position_embeddings,
-        initializer_range=config.initializer_range,
-        norm_eps=config.layer_norm_eps,
-        norm_bias=config.norm_bias,
-        attention_bias=config.attention_bias,
-        mlp_bias=config.mlp_bias,
-        decoder_bias=config.decoder_bias,
-        classifier_bias=config.head_bias,
-        attention_dropout=config.attention_probs_dropout_prob,
         embedding_dropout=config.hidden_dropout_prob,
-        mlp_dropout=config.hidden_dropout_prob,
         local_attention=config.local_attention or _DEFAULTS["local_attention"],
         layer_types=[FULL if config.is_global(i) else SLIDING for i in range(layers)],
         rope_parameters={

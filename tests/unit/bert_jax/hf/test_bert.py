@@ -292,7 +292,7 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
             {
                 k: v
                 for k, v in json.load(open(os.path.join(path, "config.json"))).items()
-                if k in architectures._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"
+                if k in (*architectures._SHARED_FIELDS, "hidden_act") and k != "layer_norm_eps"
             }
         )
     )
