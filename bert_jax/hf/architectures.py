@@ -30,7 +30,7 @@ class Architecture:
     block: Mapping[str, Any]  # BertConfig fields the class fixes, and their values
     from_hf: Callable[..., BertConfig]  # (config.json dict, **overrides) -> BertConfig
     to_hf: Callable[..., dict]  # (BertConfig, special_ids) -> config.json dict
-    rows: Callable[[BertConfig | None, int], Iterator[Row]]  # (config, its layers): every weight's
+    rows: Callable[[BertConfig | None, int], Iterator[Row]]  # (config, layer count) -> all
     bare: tuple[str, ...]  # how a bare encoder's names start: `prefix` is put before them
     prefix: str
     body: tuple[str, ...]  # prefixes of the names a file must hold; the heads may be absent

@@ -32,7 +32,7 @@ def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
 
 
 def _unfinished(names: list[str]) -> bool:
-    """Whether `directory` looks like a data_prep output whose job has not finished."""
+    """Whether a directory holding `names` is a data_prep output whose job has not finished."""
     return manifest.WORK_DIR in names or any(
         manifest.SHARD_NAME.match(n) or manifest.TEMPORARY.search(n) for n in names
     )
