@@ -35,8 +35,9 @@ __init__.py maps its modules.
 
 Layers, lowest first: cli and storage; text and data/contract; data/input; model; hf's weight
 names and files (hf/architectures, hf/modernbert, hf/bert, hf/files); training; the rest of hf
-(pretrained, publish); runtime; finetune, plan and the binaries. A module imports only from its own layer and
-those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no cycles).
+(pretrained, publish); runtime; finetune, plan and the binaries. A module imports only from its
+own layer and those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no
+cycles).
 
 Importing the package imports nothing heavy: bert_jax.data.contract (and bert_jax.data) and
 bert_jax.text are JAX-free so that data_prep can use them.
