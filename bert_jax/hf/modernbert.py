@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bert_jax import cli
+from bert_jax.hf.files import CheckpointError
 from bert_jax.model.bert_config import BertConfig
 
 MODEL_TYPE = "modernbert"
@@ -50,15 +50,11 @@ BLOCK = {
 }
 
 
-class ConfigError(cli.UserError):
-    """A ModernBERT config.json this model cannot represent."""
-
-
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(local_attention, global_attn_every_n_layers) of a config.json."""
     window = int(hf.get("local_attention", _DEFAULTS["local_attention"]))
     if window < 0:
-        raise ConfigError(f"local_attention {window} is negative: a window is 1 token or more")
+        raise CheckpointError(f"local_attention {window} is negative: a window is 1 token or more")
     # transformers' window of 0 is its window of 1 (each token reads only itself); ours of 0
     # means no window at all (global attention in every layer).
     window = max(window, 1)
@@ -66,14 +62,14 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     if types is None:
         return window, int(hf.get("global_attn_every_n_layers", 3))  # ModernBertConfig's default
     if len(types) != layers or set(types) - {FULL, SLIDING}:
-        raise ConfigError(
+        raise CheckpointError(
             f"layer_types {types} is not {layers} of {FULL!r} and {SLIDING!r} (num_hidden_layers)"
         )
     if SLIDING not in types:
         return 0, 1
     every = next((i for i in range(1, layers) if types[i] == FULL), layers)
     if types != [FULL if i % every == 0 else SLIDING for i in range(layers)]:
-        raise ConfigError(
+        raise CheckpointError(
             f"layer_types {types} is not a global layer every N layers from layer 0, the only "
             "pattern this model has (global_attn_every_n_layers)"
         )
@@ -89,7 +85,7 @@ def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
         params = {**(rope.get(kind) or {}), **scaling}
         if params.get("rope_type", "default") != "default":
             field = "rope_scaling" if "rope_type" in scaling else f"rope_parameters[{kind!r}]"
-            raise ConfigError(
+            raise CheckpointError(
                 f"{field} has rope_type {params['rope_type']!r}; only "
                 "'default' (unscaled) RoPE is supported"
             )
@@ -101,15 +97,15 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
     """A ModernBERT config.json dict -> BertConfig of the modern block; `overrides` win."""
     for name in ("hidden_activation", "classifier_activation"):
         if hf.get(name, "gelu") not in EXACT_GELU:
-            raise ConfigError(
+            raise CheckpointError(
                 f"{name} {hf[name]!r} is not supported: this model uses the exact (erf) GELU, "
                 f"transformers' {EXACT_GELU}"
             )
     missing = [f for f in _SHAPES if f not in hf]
     if missing:
-        raise ConfigError(f"the ModernBERT config lacks {missing}")
+        raise CheckpointError(f"the ModernBERT config lacks {missing}")
     if hf.get("head_dim") not in (None, hf["hidden_size"] // hf["num_attention_heads"]):
-        raise ConfigError(f"head_dim {hf['head_dim']} is not hidden_size / num_attention_heads")
+        raise CheckpointError(f"head_dim {hf['head_dim']} is not hidden_size / num_attention_heads")
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
     global_theta, local_theta = _thetas(hf)
 
