@@ -92,7 +92,12 @@ LAYERS = (
     # Hugging Face's names and files for the weights: what training needs to start from a
     # Hugging Face directory; the loader of trained models (hf.pretrained) and publishing sit
     # above training, whose checkpoints they read and write.
-    ("bert_jax.hf.bert", "bert_jax.hf.modernbert", "bert_jax.hf.files"),
+    (
+        "bert_jax.hf.architectures",
+        "bert_jax.hf.bert",
+        "bert_jax.hf.modernbert",
+        "bert_jax.hf.files",
+    ),
     ("bert_jax.training",),
     ("bert_jax.hf",),
     ("bert_jax.runtime",),
