@@ -11,13 +11,14 @@ docs/scaling.md, "Buckets (gs:// and s3://)".
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
-    paths.py      local path or URL, parsed once (parse, check_paths); join, dirname, basename
-    remote.py     the bucket clients: settings, the one retry budget, whether a bucket exists
-    errors.py     the clients' errors in a local path's words: NotFound, AccessDenied, Unavailable
+    paths.py      local path or URL, parsed once (parse); join, dirname, basename
+    remote.py     the bucket clients: their settings and the one retry budget
+    errors.py     the clients' and Orbax's errors in a local path's words: NotFound,
+                  AccessDenied, Unavailable (checkpoint_errors: around an Orbax call)
     checks.py     what is wrong with a path, before anything is read or written (check_paths,
-                  not_a_file) and when a binary ends on a bucket's error (report)
+                  not_a_file, whether a bucket is there) and when a binary ends on a bucket's
+                  error (report)
     files.py      reading, listing and writing (published whole or not at all)
-    checkpoint_errors.py  Orbax's and TensorStore's errors in those words (checkpoint_errors)
     exclusive.py  create-if-absent and delete-if-unchanged, for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
                   their errors in the user's path (reported_as)
@@ -26,17 +27,15 @@ modules, by concern:
 # The package's names (callers import the package, not its modules).
 # ruff: noqa: F401
 from bert_jax.storage.cache import local_copies, local_copy, local_dir, rename_in_error, reported_as
-from bert_jax.storage.checkpoint_errors import (
-    checkpoint_errors,
-    classify,
-    looks_like_storage,
-    readable,
-)
 from bert_jax.storage.checks import check_bucket, check_file, check_paths, not_a_file
 from bert_jax.storage.errors import (
     AccessDenied,
     NotFound,
     Unavailable,
+    checkpoint_errors,
+    classify,
+    looks_like_storage,
+    readable,
     unavailable_as_user_error,
     unavailable_message,
 )
