@@ -10,10 +10,6 @@ together, words in random order, skipping (never splitting) a word that would ov
 budget; `Vocab` says which pieces continue a word. The same seed gives other masks than the
 reference's, of the same distribution. docs/training.md, "Input pipeline".
 
-    vocab = masking.Vocab.from_tokenizer(tokenizer)      # or masking.Vocab.from_file(vocab_txt)
-    opts = masking.Options(max_predictions_per_seq=20, masked_lm_prob=0.15, whole_word_mask=True)
-    out = masking.mask(tokens, lengths, opts, vocab, np.random.default_rng(seed))
-
 Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 """
 
