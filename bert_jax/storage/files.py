@@ -95,9 +95,12 @@ def size(path: str) -> int:
 
 
 def version(path: str) -> tuple[int, str]:
-    """(size, version) of a bucket object, asked of the server now: the version is GCS's
-    generation (a number the server gives each write of a name, never reused) or S3's ETag; a
-    rewrite of the object gives another version."""
+    """(size, version) of a file, asked now: the version is GCS's generation (a number the server
+    gives each write of a name, never reused), S3's ETag, a local file's inode and mtime; a
+    rewrite of the file gives another version."""
+    if not is_url(path):
+        st = os.stat(path)
+        return st.st_size, f"{st.st_ino}:{st.st_mtime_ns}"
     fs = _fs(path)
     fs.invalidate_cache(path)
     info = fs.info(path)

@@ -15,7 +15,6 @@ Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 
 import dataclasses
 import functools
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,7 +103,7 @@ class Vocab:
         tokenized with); do_lower_case None: tokenization.DO_LOWER_CASE. Read once a process
         while the file stays the same: a run's config check, train and eval input all ask."""
         try:
-            stamp = _file_stamp(vocab_file)
+            stamp = storage.version(vocab_file)
         except (OSError, storage.StorageError):  # unreadable: the tokenizer's load says why
             stamp = None
         return _vocab_from_file(vocab_file, do_lower_case, stamp)
@@ -284,15 +283,6 @@ def _choose_words(keys, candidate, continuation, k):
                 taken[row, w] = True
                 count += row_size[w]
     return candidate & np.take_along_axis(taken, np.maximum(word, 0), axis=1)
-
-
-def _file_stamp(path: str) -> tuple:
-    """What changes when the file at `path` is rewritten: a bucket object's version, a local
-    file's size, mtime and inode."""
-    if storage.is_url(path):
-        return storage.version(path)
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 @functools.lru_cache(maxsize=8)
