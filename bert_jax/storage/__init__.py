@@ -1,13 +1,9 @@
-"""Files by name, on a local disk or in a bucket: the one package that opens, lists and publishes
-them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
-(S3, with `s3fs` installed) as well as a local path. Local paths go to the os module, URLs to
-fsspec's `gcsfs` (`s3fs`) through etils.epath, the layer Orbax uses for a checkpoint's metadata:
-our files and Orbax's share one client, one set of credentials and one retry budget. What it
-writes is published whole or not at all. No JAX import: data_prep uses this package.
-
-What stands in for what a bucket lacks (rename, O_EXCL, an mtime to trust, random access for C++
-readers, fresh listings) and the user's view (credentials, paths, errors, faults):
-docs/scaling.md, "Buckets (gs:// and s3://)".
+"""Files by name, on a local disk or in a bucket (`gs://bucket/key`, `s3://...` with `s3fs`): the
+one package that opens, lists and publishes them. URLs go to fsspec's gcsfs (s3fs) through
+etils.epath, as Orbax's checkpoint metadata does: one client, one set of credentials and one
+retry budget for both. What it writes is published whole or not at all. No JAX import: data_prep
+uses it. What stands in for what a bucket lacks, and the user's view: docs/scaling.md, "Buckets
+(gs:// and s3://)".
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
@@ -19,7 +15,7 @@ modules, by concern:
                   not_a_file, whether a bucket is there) and when a binary ends on a bucket's
                   error (report)
     files.py      reading, listing and writing (published whole or not at all)
-    exclusive.py  create-if-absent and delete-if-unchanged, for locks
+    exclusive.py  create-if-absent and versioned reads, for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
                   their errors in the user's path (reported_as)
 """

@@ -174,9 +174,8 @@ def _local_tmp(path: str) -> str:
 def open_write(path: str, mode: str = "wb") -> Iterator:
     """A file object whose content appears under `path` whole when the block ends without an
     error, and never otherwise: a local file is written under a temporary name (see
-    bert_jax.data.contract.manifest.TEMPORARY) and renamed; an object is written to a local
-    temporary file and uploaded when the block ends without an error, an upload that is tried again
-    whole on transient errors and that a killed process never finalizes."""
+    bert_jax.data.contract.manifest.TEMPORARY) and renamed; an object to a local temporary file,
+    uploaded then (an upload a killed process never finalizes)."""
     encoding = None if "b" in mode else "utf-8"
     if not is_url(path):
         tmp = _local_tmp(path)
