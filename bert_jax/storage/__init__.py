@@ -14,8 +14,8 @@ modules, by concern:
     checks.py     what is wrong with a path, before anything is read or written (check_paths,
                   not_a_file, whether a bucket is there) and when a binary ends on a bucket's
                   error (report)
-    files.py      reading, listing and writing (published whole or not at all)
-    exclusive.py  create-if-absent and versioned reads, for locks
+    files.py      reading, listing and writing (published whole or not at all), create-if-absent
+                  and versioned reads for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
                   their errors in the user's path (reported_as)
 """
@@ -35,8 +35,8 @@ from bert_jax.storage.errors import (
     unavailable_as_user_error,
     unavailable_message,
 )
-from bert_jax.storage.exclusive import create_exclusive, read_versioned
 from bert_jax.storage.files import (
+    create_exclusive,
     exists,
     glob,
     isdir,
@@ -50,6 +50,7 @@ from bert_jax.storage.files import (
     open_write,
     read_bytes,
     read_text,
+    read_versioned,
     remove,
     rmtree,
     size,
