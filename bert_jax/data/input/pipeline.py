@@ -197,9 +197,8 @@ def _records(
     facts = data_facts.DataFacts.from_data(data)
     schema = facts.record_schema()
     shards = shard_files.find_shards(files, split)
-    # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
-    # a ranged read per record would be a request per record): each process fetches all of them,
-    # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
+    # Shards in a bucket are read from local copies, every one in each process (the global
+    # shuffle reads from all): docs/scaling.md, "Buckets (gs:// and s3://)".
     local = storage.local_copies(shards.files, shards.md5, shards.nbytes, data.cache_dir or None)
     skip_damaged = data.bad_records == "skip"
     source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
