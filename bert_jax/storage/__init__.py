@@ -9,11 +9,11 @@ Callers import the package (`from bert_jax import storage`; `storage.open_read(.
 modules, by concern:
     paths.py      local path or URL, parsed once (parse); join, dirname, basename
     remote.py     the bucket clients: their settings and the one retry budget
-    errors.py     the clients' and Orbax's errors in a local path's words: NotFound,
-                  AccessDenied, Unavailable (checkpoint_errors: around an Orbax call)
-    checks.py     what is wrong with a path, before anything is read or written (check_paths,
-                  not_a_file, whether a bucket is there) and when a binary ends on a bucket's
-                  error (report)
+    errors.py     the clients' errors in a local path's words: NotFound, AccessDenied,
+                  Unavailable
+    checks.py     what is wrong with a path, asking the server: before anything is read or
+                  written (check_paths, not_a_file), around an Orbax call (checkpoint_errors)
+                  and when a binary ends on a bucket's error (report)
     files.py      reading, listing and writing (published whole or not at all), create-if-absent
                   and versioned reads for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
@@ -23,15 +23,20 @@ modules, by concern:
 # The package's names (callers import the package, not its modules).
 # ruff: noqa: F401
 from bert_jax.storage.cache import local_copies, local_copy, local_dir, rename_in_error, reported_as
-from bert_jax.storage.checks import check_bucket, check_file, check_paths, not_a_file
+from bert_jax.storage.checks import (
+    check_bucket,
+    check_file,
+    check_paths,
+    checkpoint_errors,
+    classify,
+    looks_like_storage,
+    not_a_file,
+    readable,
+)
 from bert_jax.storage.errors import (
     AccessDenied,
     NotFound,
     Unavailable,
-    checkpoint_errors,
-    classify,
-    looks_like_storage,
-    readable,
     unavailable_as_user_error,
     unavailable_message,
 )
