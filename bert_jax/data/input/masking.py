@@ -1,14 +1,11 @@
-"""Masked-LM masking, the one implementation: data_prep's static masks and the trainer's dynamic
-masking both call `mask`. numpy only (no JAX import), so data_prep imports it too.
+"""Masked-LM masking, the one implementation: data_prep's static masks (`mask`) and the trainer's
+dynamic masking (`draw`, then `apply`). numpy only (no JAX import), so data_prep imports it too.
 
-The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py is the
-specification; tests/unit/bert_jax/data/input/test_masking.py checks this module against it):
-round(masked_lm_prob x a row's real tokens) positions, at least 1 and at most
-max_predictions_per_seq, never [CLS] or [SEP]; 80% become [MASK], 10% stay, 10% a random entry
-of the vocabulary; positions come out sorted. Whole-word masking chooses a word's pieces
-together, words in random order, skipping (never splitting) a word that would overshoot the
-budget; `Vocab` says which pieces continue a word. The same seed gives other masks than the
-reference's, of the same distribution. docs/training.md, "Input pipeline".
+The rule is google-research/bert's create_masked_lm_predictions, whole-word masking included
+(data_prep/reference.py is the specification; tests/unit/bert_jax/data/input/test_masking.py
+checks this module against it; docs/training.md, "Input pipeline", states it). The draws are
+numpy's, many rows at once: the same seed gives other masks than the reference's, of the same
+distribution. `Vocab` says which pieces continue a word.
 
 Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 """
