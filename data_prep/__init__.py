@@ -20,9 +20,9 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
                        by bert_jax/data/input/masking.py (the one masking rule, shared with the
                        trainer)
     example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
-    job.py             the scaled job's spec, plan, settings' fingerprint and manifest; with
-                       job_units.py (a unit's records) and job_shards.py (the shard plan and
-                       shuffle), the pure parts shared by the local and the Beam runner
+    job.py             the scaled job's spec, plan, shard plan and shuffle, settings' fingerprint
+                       and manifest; with job_units.py (a unit's records), the pure parts shared by
+                       the local and the Beam runner
     content.py         input content hashes: how a rerun knows the input is what it was
     scaled.py          the local runner: worker processes, progress
     resume.py          its work directory (_work) and lock: what a rerun checks, locally or in a

@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax import storage
 from bert_jax.data.contract import manifest, record_io
-from data_prep import content, job, job_shards, job_units, kinds, output
+from data_prep import content, job, job_units, kinds, output
 
 
 class _ProcessUnit(beam.DoFn):
@@ -54,13 +54,13 @@ def _summary(result, stats: dict) -> dict:
 
 
 def _plan(summaries: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job_shards.plan_shards, indexed by unit: unit -> [(split, shard, count,
+    """The shard plan of job.plan_shards, indexed by unit: unit -> [(split, shard, count,
     rank, a, b)]."""
     summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit = {}
     for split in job.SPLITS:
         counts = [s[split][0] for s in summaries]
-        shards = job_shards.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
+        shards = job.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
         if split == "train" and not shards:
             raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
         for shard, pieces in enumerate(shards):
@@ -86,7 +86,7 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     path = storage.join(output_dir, output.shard_name(split, shard, count, spec.fmt))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, spec.fmt) as writer:
-            for j in job_shards.shard_order(spec, split, shard, len(records)).tolist():
+            for j in job.shard_order(spec, split, shard, len(records)).tolist():
                 writer.write(records[j])
         info = output.shard_entry(local, len(records))
     return split, shard, info

@@ -1,19 +1,21 @@
-"""The scaled data_prep job, its pure parts: the job's spec, its plan, fingerprint and manifest.
+"""The scaled data_prep job, its pure parts: the job's spec, its plan, shard plan, fingerprint
+and manifest.
 
   inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
-         --job_shards.plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
+         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
 
-Everything here and in job_units.py / job_shards.py (which take the JobSpec from here) is a
-function of the job's settings and the input, never of the worker count or the runner: the local
-runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so their outputs
-are identical: every random stream is seeded from the settings (`seed`). docs/data_prep.md,
-"Scaled mode: how it works".
+Everything here and in job_units.py (which takes the JobSpec from here) is a function of the job's
+settings and the input, never of the worker count or the runner: the local runner (scaled.py) and
+the Beam job (beam_pipeline.py) call the same functions, so their outputs are identical: every
+random stream is seeded from the settings (`seed`). docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
 import glob
 import math
 from collections.abc import Callable
+
+import numpy as np
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
@@ -262,6 +264,56 @@ def check_finished(spec: JobSpec, planned: list, fp: dict, finished: dict, outpu
 def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     """The seed of one of the job's random streams (_STREAM), for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]
+
+
+def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) -> int:
+    """Shards of a split: as asked, or enough that none holds much more than shard_size_mb."""
+    if instances == 0:
+        return 0
+    asked = spec.num_shards if split == "train" else spec.num_eval_shards
+    if asked > instances:
+        flag = "--num_shards" if split == "train" else "--num_eval_shards"
+        raise cli.UserError(
+            f"{flag}={asked} but the {split} split has only {instances} instances; "
+            f"rerun with {flag} <= {instances} (finished work units are reused)"
+        )
+    return asked or max(
+        1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB)))
+    )
+
+
+def plan_shards(
+    spec: JobSpec, split: str, counts: list[int], record_bytes: int
+) -> list[list[tuple]]:
+    """Per shard, its pieces (unit index, first record, end record) in the order they are
+    concatenated: shard sizes differ by at most one, each shard reads a few units sequentially,
+    and each draws its documents from all over the corpus."""
+    total = sum(counts)
+    num = shard_count(spec, split, total, record_bytes)
+    order = np.random.default_rng(seed(spec, "unit_order", SPLITS.index(split))).permutation(
+        len(counts)
+    )
+    ends = np.cumsum([counts[u] for u in order]).tolist()
+    shards, position, k = [], 0, 0
+    for shard in range(num):
+        stop, pieces = total * (shard + 1) // num, []
+        while position < stop:
+            unit = int(order[k])
+            unit_start = ends[k] - counts[unit]
+            take_to = min(stop, ends[k])
+            pieces.append((unit, position - unit_start, take_to - unit_start))
+            position = take_to
+            if position == ends[k]:
+                k += 1
+        shards.append(pieces)
+    return shards
+
+
+def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
+    """The seeded shuffle of a shard: output record j is concatenated record order[j]."""
+    return np.random.default_rng(seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(
+        count
+    )
 
 
 def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:

@@ -28,7 +28,7 @@ import tqdm
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.training import workdir_lock
-from data_prep import content, job, job_shards, job_units, output, readers, resume
+from data_prep import content, job, job_units, output, readers, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -157,7 +157,7 @@ def _shard_task(task) -> tuple[str, int, dict]:
             lengths.append(np.diff(offsets))
         which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
         starts, lengths = np.concatenate(starts), np.concatenate(lengths)
-        order = job_shards.shard_order(spec, split, shard, len(starts))
+        order = job.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
                 chunk = order[lo : lo + 4096]
@@ -337,9 +337,7 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
         tasks, shards = [], {}
         for split in job.SPLITS:
             counts = [m[split]["instances"] for m in markers]
-            plan = job_shards.plan_shards(
-                spec, split, counts, sum(m[split]["bytes"] for m in markers)
-            )
+            plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
             shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
             for shard, pieces in enumerate(plan):
                 if shards[split][shard] is not None:
