@@ -21,7 +21,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax import storage
 from bert_jax.data.contract import manifest, record_io
-from data_prep import content, job, job_units, kinds, output
+from data_prep import content, job, job_units, output
+from data_prep import units as units_lib
 
 
 class _ProcessUnit(beam.DoFn):
@@ -129,7 +130,7 @@ def run(
         storage.remove(storage.join(output_dir, manifest.FILE))
     output.prepare_output_dir(output_dir)
     stats = {
-        unit.path: content.file_stat(unit.path) for unit in planned if kinds.is_file(unit.kind)
+        unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
     }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.

@@ -21,7 +21,7 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
-from data_prep import content, kinds, output, readers
+from data_prep import content, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
@@ -369,7 +369,7 @@ def manifest_fields(
         inputs=content.input_files(planned, [unit.content for unit in units]),
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
-        input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
+        input_bytes=sum(unit.size for unit in planned if units_lib.is_file(unit.kind)),
         documents=sum(split_documents.values()),
         stats=split_stats["train"].summary(opts.max_seq_length),
         eval={

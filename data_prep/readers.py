@@ -1,12 +1,12 @@
 """Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
 `source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
-documents (`documents`, through its kind's entry in data_prep/kinds.py). The kinds, and which
+documents (`documents`, through its kind's entry in data_prep/units.py). The kinds, and which
 bad input is an error and which is counted and skipped: docs/data_prep.md, "Input".
 
 An input that is not UTF-8 text or one of those kinds, and a truncated compressed file, is an
 InputError naming it. Within text, readers never raise: undecodable bytes are replaced, lines
 over MAX_LINE_BYTES skipped, and every such line, empty document and unreadable JSON line is
-counted in `ReadStats`. The readers themselves are lines.py, tfds_input.py, wiki.py and
+counted in `ReadStats`. The readers themselves are lines.py, units.py (TFDS), wiki.py and
 parquet.py, on the shared pieces in inputs.py (ReadStats, Source, InputError and open_input are
 re-exported here: the names callers use).
 """
@@ -14,7 +14,7 @@ re-exported here: the names callers use).
 import glob
 
 from bert_jax import cli, storage
-from data_prep import kinds, sniff, wiki
+from data_prep import sniff, units, wiki
 from data_prep.inputs import (  # re-exported: the readers' API
     TEXT_FIELD,
     InputError,
@@ -111,5 +111,5 @@ def documents(
 ):
     """The documents of one whole source; running text is split into sentences by `language`'s
     rules (a dump's own language overrides it)."""
-    reading = kinds.Reading(text_field, tfds_data_dir, language=language)
-    return kinds.KINDS[source.kind].read_whole(source, stats, reading)
+    reading = units.Reading(text_field, tfds_data_dir, language=language)
+    return units.KINDS[source.kind].read_whole(source, stats, reading)

@@ -22,7 +22,7 @@ import re
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, shard_files
 from bert_jax.training import workdir_lock
-from data_prep import content, job, kinds, output
+from data_prep import content, job, output, units
 
 _SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
 
@@ -37,7 +37,7 @@ def shard_marker(work_dir: str, split: str, shard: int) -> str:
 
 def stat(unit) -> dict | None:
     """The unit's file as it is before the unit reads it (None for TFDS and other non-files)."""
-    if not kinds.is_file(unit.kind):
+    if not units.is_file(unit.kind):
         return None
     try:
         return content.file_stat(unit.path)

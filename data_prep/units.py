@@ -1,22 +1,29 @@
-"""Work units of the scaled job: the inputs cut into pieces that are read independently.
+"""Work units of the scaled job, and the one table of input kinds (`KINDS`).
 
 A unit is a byte block of a text or JSONL file, a whole gzip file (gzip cannot seek) or book
 (data_prep/lines.py), a run of whole bz2 streams of a multistream Wikipedia dump
 (data_prep/wiki.py), a run of row groups of a Parquet file (data_prep/parquet.py), or an index
-range of a TFDS split. Units are planned from the inputs alone (their content kinds, sizes, a
-dump's index, a Parquet footer, and the block size), so they, and every random choice seeded from
-them, are the same whatever the number of workers. How each kind is planned and read is its entry
-in data_prep/kinds.py.
+range of a TFDS split (`tfds:NAME[:SPLIT]`, read with `tfds.data_source`: no TensorFlow, the
+dataset prepared in ArrayRecord format). Units are planned from the inputs alone (their content
+kinds, sizes, a dump's index, a Parquet footer, and the block size), so they, and every random
+choice seeded from them, are the same whatever the number of workers.
+
+KINDS says how each kind is planned into units, how a unit is read, and how a whole input is read
+(readers.documents: vocab training, --mode=reference): no other module branches on a kind's name.
+A source's kind comes from its content (sniff.sniff: "text", "jsonl", "wiki", "parquet", or a
+dump's "index", which is never read as a corpus), refined by readers.source_of: text in a
+.jsonl/.json file is "jsonl", and with --document_per_file text is "book"; a `tfds:` input is
+"tfds".
 """
 
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli
-from data_prep import kinds
-from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input
-from data_prep.sentences import DEFAULT_LANGUAGE
+from bert_jax import cli, storage
+from data_prep import lines, parquet, wiki
+from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input, read_lines
+from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 MB = 1 << 20
 
@@ -41,6 +48,144 @@ class Unit:
         return self.weight or self.stop - self.start
 
 
+@dataclasses.dataclass(frozen=True)
+class Planning:
+    """What planning a source's units takes besides the source."""
+
+    block_bytes: int
+    tfds_examples_per_unit: int
+    tfds_data_dir: str | None = None
+    text_field: str = TEXT_FIELD
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What reading a unit or a whole source takes besides it."""
+
+    text_field: str = TEXT_FIELD
+    tfds_data_dir: str | None = None
+    open_binary: Callable[[str], BinaryIO] = open_input
+    language: str = DEFAULT_LANGUAGE
+
+
+# A plan: the units of one source, each (start, stop, the Unit's other fields).
+Plan = list[tuple[int, int, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    plan: Callable[[Source, Planning], Plan]
+    read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
+    read_whole: Callable[[Source, ReadStats, Reading], Iterator[list[str]]]
+    # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
+    # False: a TFDS dataset, trusted by its name and extent.
+    is_file: bool = True
+
+
+def _plan_lines(source: Source, p: Planning) -> Plan:
+    return [(a, b, {}) for a, b in lines.plan(source, storage.size(source.path), p.block_bytes)]
+
+
+def _plan_wiki(source: Source, p: Planning) -> Plan:
+    spans, extent = wiki.plan(source, storage.size(source.path), p.block_bytes)
+    return [(a, b, {"extent": extent}) for a, b in spans]
+
+
+def _plan_parquet(source: Source, p: Planning) -> Plan:
+    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field)
+    return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
+
+
+def open_tfds(name: str, split: str, data_dir: str | None):
+    """A random-access TFDS data source (len() and indexing), or an InputError that says what to
+    do."""
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.data_source(name, split=split, data_dir=data_dir)
+    except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
+        raise InputError(
+            f"cannot open TFDS dataset {name!r} split {split!r}: {e}. "
+            "Prepare it first in ArrayRecord "
+            f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir"
+        ) from e
+
+
+def _tfds_documents(
+    name: str, split: str, stats: ReadStats, r: Reading, start: int = 0, stop: int | None = None
+) -> Iterator[list[str]]:
+    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts
+    the file."""
+    source = open_tfds(name, split, r.tfds_data_dir)
+    if start == 0:
+        stats.files += 1
+    for index in range(start, len(source) if stop is None else min(stop, len(source))):
+        example = source[index]
+        if r.text_field not in example:
+            raise InputError(
+                f"TFDS dataset {name!r} has no field {r.text_field!r}; fields: {sorted(example)}; "
+                "set --text_field"
+            )
+        text = example[r.text_field]
+        text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
+        sentences = split_sentences(text, r.language)
+        if sentences:
+            stats.documents += 1
+            yield sentences
+
+
+def _plan_tfds(source: Source, p: Planning) -> Plan:
+    count = len(open_tfds(source.path, source.split, p.tfds_data_dir))
+    return [
+        (start, min(start + p.tfds_examples_per_unit, count), {"split": source.split})
+        for start in range(0, max(count, 1), p.tfds_examples_per_unit)
+    ]
+
+
+KINDS: dict[str, Kind] = {
+    "text": Kind(
+        _plan_lines,
+        lines.opened(lines.text_unit),
+        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats, drop_cr=True), stats),
+    ),
+    "book": Kind(
+        _plan_lines,
+        lines.opened(lines.book_unit),
+        lambda s, stats, r: lines.book_document(read_lines(s.path, stats), stats, r.language),
+    ),
+    "jsonl": Kind(
+        _plan_lines,
+        lines.opened(lines.jsonl_unit),
+        lambda s, stats, r: lines.jsonl_documents(s.path, r.text_field, stats, r.language),
+    ),
+    "wiki": Kind(
+        _plan_wiki,
+        lambda u, stats, r: wiki.documents(
+            u.path, u.compression, u.start, u.stop, stats, r.open_binary, r.language
+        ),
+        lambda s, stats, r: wiki.dump_documents(s, stats, r.language),
+    ),
+    "parquet": Kind(
+        _plan_parquet,
+        lambda u, stats, r: parquet.documents(
+            u.path, u.start, u.stop, r.text_field, stats, r.open_binary, r.language
+        ),
+        lambda s, stats, r: parquet.file_documents(s.path, r.text_field, stats, r.language),
+    ),
+    "tfds": Kind(
+        _plan_tfds,
+        lambda u, stats, r: _tfds_documents(u.path, u.split, stats, r, u.start, u.stop),
+        lambda s, stats, r: _tfds_documents(s.path, s.split, stats, r),
+        is_file=False,
+    ),
+}
+
+
+def is_file(kind: str) -> bool:
+    """Whether a unit or source of `kind` is a file (see Kind.is_file)."""
+    return KINDS[kind].is_file
+
+
 def plan_units(
     sources: list[Source],
     block_bytes: int,
@@ -54,10 +199,10 @@ def plan_units(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="
             f"{tfds_examples_per_unit} must be positive"
         )
-    planning = kinds.Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
+    planning = Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
     units: list[Unit] = []
     for source in sources:
-        for start, stop, fields in kinds.KINDS[source.kind].plan(source, planning):
+        for start, stop, fields in KINDS[source.kind].plan(source, planning):
             units.append(
                 Unit(
                     len(units),
@@ -84,11 +229,11 @@ def read_unit(
     """The documents (lists of sentence strings) of one unit, running text split into sentences
     by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
     passes one that hashes what is read)."""
-    kind = kinds.KINDS[unit.kind]
+    kind = KINDS[unit.kind]
     if kind.is_file and unit.first:
         stats.files += 1
         if unit.stop == 0:
             stats.empty_files += 1
             return
-    reading = kinds.Reading(text_field, tfds_data_dir, open_binary, language)
+    reading = Reading(text_field, tfds_data_dir, open_binary, language)
     yield from kind.read_unit(unit, stats, reading)
