@@ -40,30 +40,15 @@ class _ProcessUnit(beam.DoFn):
         yield self.processor.process(unit)
 
 
-def _summary(result, stats: dict) -> dict:
-    """A unit's counts for the shard plan, and its job.UnitSummary for the manifest."""
-    return {
-        "unit": result.unit.index,
-        **{split: (r.count, len(r.data)) for split, r in result.splits.items()},
-        "summary": job.UnitSummary(
-            result.read,
-            {split: r.stats for split, r in result.splits.items()},
-            {split: r.documents for split, r in result.splits.items()},
-            content.record(result.content, stats.get(result.unit.path)),
-        ),
-    }
+def _in_order(markers: list) -> list:
+    return sorted(markers, key=lambda m: m["unit"]["index"])
 
 
-def _plan(summaries: list, spec: job.JobSpec) -> dict:
+def _plan(markers: list, spec: job.JobSpec) -> dict:
     """The shard plan of job.plan_shards, indexed by unit: unit -> [(split, shard, count,
     rank, a, b)]."""
-    summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit = {}
-    for split in job.SPLITS:
-        counts = [s[split][0] for s in summaries]
-        shards = job.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
-        if split == "train" and not shards:
-            raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
+    for split, shards in job.plan_shards(spec, _in_order(markers)).items():
         for shard, pieces in enumerate(shards):
             for rank, (unit, first, end) in enumerate(pieces):
                 by_unit.setdefault(unit, []).append((split, shard, len(shards), rank, first, end))
@@ -93,14 +78,13 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     return split, shard, info
 
 
-def _write_manifest(infos: list, summaries: list, spec, fp, planned, started, output_dir, **report):
+def _write_manifest(infos: list, markers: list, spec, fp, planned, started, output_dir, **report):
     shards = {
         split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
         for split in job.SPLITS
     }
-    units = [s["summary"] for s in sorted(summaries, key=lambda s: s["unit"])]
     fields = job.manifest_fields(
-        spec, fp, shards, planned, units, seconds=time.time() - started, **report
+        spec, fp, shards, planned, _in_order(markers), seconds=time.time() - started, **report
     )
     output.write_json_atomic(storage.join(output_dir, manifest.FILE), fields)
 
@@ -143,9 +127,11 @@ def run(
             | "Units" >> beam.Create(planned)
             | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case))
         )
-        summaries = results | "Summarize" >> beam.Map(_summary, stats=stats)
+        markers = results | "Summarize" >> beam.Map(
+            lambda result, stats: result.marker(stats.get(result.unit.path)), stats=stats
+        )
         plan = (
-            summaries
+            markers
             | "AllSummaries" >> beam.combiners.ToList()
             | "Plan" >> beam.Map(_plan, spec=spec)
         )
@@ -161,7 +147,7 @@ def run(
             | "Manifest"
             >> beam.Map(
                 _write_manifest,
-                summaries=beam.pvalue.AsList(summaries),
+                markers=beam.pvalue.AsList(markers),
                 spec=spec,
                 fp=fp,
                 planned=planned,

@@ -282,31 +282,35 @@ def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) ->
     )
 
 
-def plan_shards(
-    spec: JobSpec, split: str, counts: list[int], record_bytes: int
-) -> list[list[tuple]]:
-    """Per shard, its pieces (unit index, first record, end record) in the order they are
-    concatenated: shard sizes differ by at most one, each shard reads a few units sequentially,
-    and each draws its documents from all over the corpus."""
-    total = sum(counts)
-    num = shard_count(spec, split, total, record_bytes)
-    order = np.random.default_rng(seed(spec, "unit_order", SPLITS.index(split))).permutation(
-        len(counts)
-    )
-    ends = np.cumsum([counts[u] for u in order]).tolist()
-    shards, position, k = [], 0, 0
-    for shard in range(num):
-        stop, pieces = total * (shard + 1) // num, []
-        while position < stop:
-            unit = int(order[k])
-            unit_start = ends[k] - counts[unit]
-            take_to = min(stop, ends[k])
-            pieces.append((unit, position - unit_start, take_to - unit_start))
-            position = take_to
-            if position == ends[k]:
-                k += 1
-        shards.append(pieces)
-    return shards
+def plan_shards(spec: JobSpec, markers: list[dict]) -> dict[str, list[list[tuple]]]:
+    """Per split, per shard, its pieces (unit index, first record, end record) in the order they
+    are concatenated: shard sizes differ by at most one, each shard reads a few units
+    sequentially, and each draws its documents from all over the corpus. `markers`: every unit's
+    UnitResult.marker, in plan order; an error when there is no training instance."""
+    plans = {}
+    for split in SPLITS:
+        counts = [m[split]["instances"] for m in markers]
+        total = sum(counts)
+        num = shard_count(spec, split, total, sum(m[split]["bytes"] for m in markers))
+        order = np.random.default_rng(seed(spec, "unit_order", SPLITS.index(split))).permutation(
+            len(counts)
+        )
+        ends = np.cumsum([counts[u] for u in order]).tolist()
+        plans[split], position, k = [], 0, 0
+        for shard in range(num):
+            stop, pieces = total * (shard + 1) // num, []
+            while position < stop:
+                unit = int(order[k])
+                unit_start = ends[k] - counts[unit]
+                take_to = min(stop, ends[k])
+                pieces.append((unit, position - unit_start, take_to - unit_start))
+                position = take_to
+                if position == ends[k]:
+                    k += 1
+            plans[split].append(pieces)
+    if not plans["train"]:
+        raise no_instances_error(spec.inputs, spec.text_field, [m["read"] for m in markers])
+    return plans
 
 
 def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
@@ -316,26 +320,17 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
     )
 
 
-def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:
-    """The error of a job whose input gave no training instances, with what the reads saw."""
-    documents = sum(r.documents for r in read)
-    bad_json = sum(r.bad_json_lines for r in read)
-    seen = f"{documents} documents read from --input={','.join(spec.inputs)}"
+def no_instances_error(inputs, text_field: str, reads: list[dict]) -> cli.UserError:
+    """The error of a job whose input gave no training instances, with what the reads (ReadStats
+    as dicts) saw."""
+    documents = sum(r["documents"] for r in reads)
+    bad_json = sum(r["bad_json_lines"] for r in reads)
+    seen = f"{documents} documents read from --input={','.join(inputs)}"
     if bad_json:
-        seen += f"; {bad_json} JSON lines were not objects with a string field {spec.text_field!r}"
+        seen += f"; {bad_json} JSON lines were not objects with a string field {text_field!r}"
     return cli.UserError(
         f"the input gave no training instances ({seen}); check --input and --text_field"
     )
-
-
-@dataclasses.dataclass
-class UnitSummary:
-    """What the manifest needs of one processed unit."""
-
-    read: readers.ReadStats
-    stats: dict  # split -> output.InstanceStats
-    documents: dict  # split -> documents
-    content: dict  # content.record: the unit's content hash and its file's size and mtime
 
 
 def manifest_fields(
@@ -343,7 +338,7 @@ def manifest_fields(
     fp: dict,
     shards: dict,
     planned: list,
-    units: list,
+    markers: list,
     *,
     vocab: dict,
     flags: dict,
@@ -351,22 +346,22 @@ def manifest_fields(
     runner: str,
 ) -> dict:
     """manifest.json: the data contract (bert_jax/data/contract/manifest.py), then this job's
-    report: settings, input fingerprint, statistics. `units[i]` is unit i's UnitSummary."""
+    report: settings, input fingerprint, statistics. `markers[i]`: unit i's UnitResult.marker."""
     read = readers.ReadStats()
     split_stats = {split: output.InstanceStats() for split in SPLITS}
     split_documents = dict.fromkeys(SPLITS, 0)
-    for unit in units:
-        read.add(unit.read)
+    for marker in markers:
+        read.add(readers.ReadStats(**marker["read"]))
         for split in SPLITS:
-            split_stats[split].add(unit.stats[split])
-            split_documents[split] += unit.documents[split]
+            split_stats[split].add(output.InstanceStats(**marker[split]["stats"]))
+            split_documents[split] += marker[split]["documents"]
     opts = spec.opts
     out = opts.contract_fields("scaled", spec.fmt, vocab, shards)
     out.update(
         runner=runner,
         flags=flags,
         fingerprint=fp,
-        inputs=content.input_files(planned, [unit.content for unit in units]),
+        inputs=content.input_files(planned, [marker["content"] for marker in markers]),
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
         input_bytes=sum(unit.size for unit in planned if units_lib.is_file(unit.kind)),

@@ -53,6 +53,25 @@ class UnitResult:
     read: readers.ReadStats
     content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
 
+    def marker(self, stat: dict | None) -> dict:
+        """What the shard plan (job.plan_shards) and the manifest (job.manifest_fields) take of
+        the unit, as JSON: the local runner saves it as the unit's marker. `stat`: its file as
+        it was before it was read (content.file_stat)."""
+        return {
+            "unit": dataclasses.asdict(self.unit),
+            "read": dataclasses.asdict(self.read),
+            "content": content.record(self.content, stat),
+            **{
+                split: {
+                    "instances": records.count,
+                    "bytes": len(records.data),
+                    "documents": records.documents,
+                    "stats": dataclasses.asdict(records.stats),
+                }
+                for split, records in self.splits.items()
+            },
+        }
+
 
 class UnitProcessor:
     """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""

@@ -309,8 +309,7 @@ def run(
 
     instances = create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
     if not instances:  # as scaled mode: an empty output only fails later, in the trainer
-        spec = job_lib.JobSpec(inputs=tuple(specs), text_field=text_field)
-        raise job_lib.no_instances_error(spec, [read_stats])
+        raise job_lib.no_instances_error(specs, text_field, [dataclasses.asdict(read_stats)])
     schema = opts.schema
     stats = output.InstanceStats()
     path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))

@@ -12,7 +12,6 @@ docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
 import contextlib
 import ctypes
 import ctypes.util
-import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,7 +27,7 @@ import tqdm
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.training import workdir_lock
-from data_prep import content, job, job_units, output, readers, resume
+from data_prep import job, job_units, output, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -73,20 +72,10 @@ def _unit_task(unit) -> dict:
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
     path = resume.unit_path(work_dir, unit.index, "bin")
-    marker = {
-        "unit": dataclasses.asdict(unit),
-        "read": dataclasses.asdict(result.read),
-        "content": content.record(result.content, stat),
-    }
+    marker = result.marker(stat)
     with storage.open_write(path) as f:
         for split, records in result.splits.items():
-            marker[split] = {
-                "instances": records.count,
-                "bytes": len(records.data),
-                "documents": records.documents,
-                "stats": dataclasses.asdict(records.stats),
-                "data_at": f.tell(),
-            }
+            marker[split]["data_at"] = f.tell()
             f.write(records.data)
         for split, records in result.splits.items():
             marker[split]["offsets_at"] = f.tell()
@@ -281,21 +270,12 @@ def run(
         markers, shards = _run_tasks(
             spec, tokenizer, output_dir, work, planned, markers, num_workers, progress
         )
-        units = [
-            job.UnitSummary(
-                readers.ReadStats(**m["read"]),
-                {split: output.InstanceStats(**m[split]["stats"]) for split in job.SPLITS},
-                {split: m[split]["documents"] for split in job.SPLITS},
-                m["content"],
-            )
-            for m in markers
-        ]
         result = job.manifest_fields(
             spec,
             fp,
             shards,
             planned,
-            units,
+            markers,
             vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
             flags=flags or {},
             seconds=time.time() - started,
@@ -335,9 +315,7 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
         markers = [markers[u.index] for u in planned]
         written = work.finished_shards()
         tasks, shards = [], {}
-        for split in job.SPLITS:
-            counts = [m[split]["instances"] for m in markers]
-            plan = job.plan_shards(spec, split, counts, sum(m[split]["bytes"] for m in markers))
+        for split, plan in job.plan_shards(spec, markers).items():
             shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
             for shard, pieces in enumerate(plan):
                 if shards[split][shard] is not None:
@@ -347,8 +325,6 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
                     for u, a, b in pieces
                 ]
                 tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
-        if not shards["train"]:
-            raise job.no_instances_error(spec, [readers.ReadStats(**m["read"]) for m in markers])
         shard_bar = tqdm.tqdm(
             total=sum(map(len, shards.values())), desc="shards", disable=not progress
         )
