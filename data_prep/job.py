@@ -82,12 +82,6 @@ class JobSpec:
         if problems:
             raise cli.UserError("; ".join(problems))
 
-    def split_opts(self, split: str) -> inst.InstanceOptions:
-        """The instance options of one split: the eval split's masks at eval_masked_lm_prob."""
-        if split == "eval":
-            return dataclasses.replace(self.opts, masked_lm_prob=self.eval_masked_lm_prob)
-        return self.opts
-
 
 def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
     """The job's units, from its inputs (local files, bucket objects, TFDS splits); never the

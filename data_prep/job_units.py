@@ -106,7 +106,9 @@ class UnitProcessor:
                 gc.enable()
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
-        spec, opts = self.spec, self.spec.split_opts(split)
+        spec, opts = self.spec, self.spec.opts
+        if split == "eval":  # masked at eval_masked_lm_prob, whatever the training rate
+            opts = dataclasses.replace(opts, masked_lm_prob=spec.eval_masked_lm_prob)
         split_id = SPLITS.index(split)
         # A document's later sentences follow the one before as running text does (a space
         # before them, for a tokenizer.json whose pieces carry spaces: its sentence_joiner).
