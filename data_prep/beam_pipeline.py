@@ -1,13 +1,8 @@
 """The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
-'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`: the
-runners' command lines are in docs/data_prep.md, "Beam mode".
-
-The same units, the same UnitProcessor per unit, the same shard plan and shuffles as the local
-runner (job.py), so for the same settings the shards are byte-identical to --mode=scaled. All
-files go through bert_jax.storage, as in the scaled job (not Beam's FileSystems); each shard is
-written to a local temporary file and published whole, the manifest last. There is no work
-directory: a failed pipeline is rerun whole. A finished one is checked as the local job checks
-it (job.check_finished).
+'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
+units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
+byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
+there is no work directory (a failed pipeline is rerun whole). docs/data_prep.md, "Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest

@@ -1,12 +1,9 @@
 """The scaled data_prep job on one machine: worker processes, progress, and a work directory
 (resume.py) that makes it resumable; the work itself (job.py) is the Beam job's.
 
-A kill at any point loses only the units and shards in flight. Every file is published whole
-(bert_jax.storage), so a write that fails (a full disk, a bucket that stays unreachable) leaves
-every finished unit and shard in place. With --output_dir in a bucket the work directory is there
-too; a shard is written to a local temporary file (record writers write local files) from its
-units' record ranges, fetched with one ranged read per unit, and uploaded whole.
-docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
+A kill or a failed write (a full disk, a bucket that stays unreachable) loses only the units and
+shards in flight: every file is published whole (bert_jax.storage). docs/data_prep.md, "Resume"
+and "Buckets: gs:// and s3://" (what is written when, locally and in a bucket).
 """
 
 import contextlib
