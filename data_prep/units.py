@@ -10,10 +10,8 @@ choice seeded from them, are the same whatever the number of workers.
 
 KINDS says how each kind is planned into units, how a unit is read, and how a whole input is read
 (readers.documents: vocab training, --mode=reference): no other module branches on a kind's name.
-A source's kind comes from its content (sniff.sniff: "text", "jsonl", "wiki", "parquet", or a
-dump's "index", which is never read as a corpus), refined by readers.source_of: text in a
-.jsonl/.json file is "jsonl", and with --document_per_file text is "book"; a `tfds:` input is
-"tfds".
+A source's kind comes from its content (sniff.sniff), refined by its name and --document_per_file
+(readers.source_of); a `tfds:` input is "tfds".
 """
 
 import dataclasses
