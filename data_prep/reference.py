@@ -323,7 +323,10 @@ def run(
         with record_io.RecordWriter(local, fmt) as writer:
             for instance in instances:
                 writer.write(F.encode_example(instance_to_features(instance, schema)))
-                stats.add_instance(instance)
+                stats.instances += 1
+                stats.tokens += len(instance.tokens)
+                stats.masked += len(instance.masked_lm_positions)
+                stats.random_next += int(instance.is_random_next)
         shard = output.shard_entry(local, stats.instances)
     vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
     fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})
