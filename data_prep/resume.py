@@ -107,9 +107,10 @@ class WorkDir:
             if manifest.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))
 
-    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
+    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> tuple[dict, dict]:
         """Forgets finished work that a rerun cannot trust (docs/data_prep.md, "Resume"); returns
-        the markers of the units kept, by unit index."""
+        what it keeps: the units' markers by unit index, the shards' manifest entries by (split,
+        shard)."""
         listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
         stats, changed, kept = {}, [], {}
         for unit in planned:
@@ -139,7 +140,7 @@ class WorkDir:
                 f"({', '.join(sorted({u.path for u in changed}))}): {len(changed)} unit(s) are "
                 "redone and every shard is written again"
             )
-        shards = storage.sizes(self.output_dir)
+        shards, kept_shards = storage.sizes(self.output_dir), {}
         for name in storage.sizes(self.shards):
             marker_path = storage.join(self.shards, name)
             entry = output.read_json(marker_path)
@@ -150,14 +151,6 @@ class WorkDir:
                 if changed:
                     # Its name may not be in the new plan.
                     storage.remove(storage.join(self.output_dir, entry["file"]))
-        return kept
-
-    def finished_shards(self) -> dict[tuple[str, int], dict]:
-        """The shards whose markers exist: (split, shard) -> their manifest entries."""
-        found = {}
-        for name in storage.sizes(self.shards):
-            match = _SHARD_MARKER.match(name)
-            entry = output.read_json(storage.join(self.shards, name)) if match else None
-            if entry is not None:
-                found[match[1], int(match[2])] = entry
-        return found
+            elif match := _SHARD_MARKER.match(name):
+                kept_shards[match[1], int(match[2])] = entry
+        return kept, kept_shards

@@ -263,9 +263,8 @@ def run(
         if finished is not None:
             work.reopen(finished, damaged)
         work.check(fp)
-        markers = work.drop_untrusted(spec, planned)
         markers, shards = _run_tasks(
-            spec, tokenizer, output_dir, work, planned, markers, num_workers, progress
+            spec, tokenizer, output_dir, work, planned, num_workers, progress
         )
         result = job.manifest_fields(
             spec,
@@ -284,10 +283,11 @@ def run(
     return result
 
 
-def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers, progress):
-    """Processes the units not yet finished (`markers`: the finished ones' markers, by index),
-    then writes the shards not yet written; returns every unit's marker and every split's shard
-    entries."""
+def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress):
+    """Processes the units not yet finished, then writes the shards not yet written (of those the
+    work directory holds, those a rerun trusts); returns every unit's marker and every split's
+    shard entries."""
+    markers, written = work.drop_untrusted(spec, planned)
     todo = sorted((u for u in planned if u.index not in markers), key=lambda u: -u.size)
     with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
         total = sum(u.size for u in planned)
@@ -310,7 +310,6 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
             unit_bar.update(planned[marker["unit"]["index"]].size)
         unit_bar.close()
         markers = [markers[u.index] for u in planned]
-        written = work.finished_shards()
         tasks, shards = [], {}
         for split, plan in job.plan_shards(spec, markers).items():
             shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
