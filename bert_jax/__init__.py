@@ -9,7 +9,7 @@ __init__.py maps its modules.
     cli.py        how every binary reports a mistake (cli.UserError: `error:`, exit 2), a bug
                   (its traceback, exit 1) and a warning (cli.warn)
     runtime.py    how every binary starts JAX (the trainers' --distributed, the TPU compiler
-                  flags, cpu_malloc.py's XLA:CPU malloc settings) and how a stopped run exits
+                  flags, XLA:CPU's malloc settings) and how a stopped run exits
 
     data/contract/  what data_prep and the trainer agree on: manifest.json (manifest), the facts
                     a run takes from it (data_facts), the shards it lists (shard_files), the

@@ -8,8 +8,9 @@ dataset prepared in ArrayRecord format). Units are planned from the inputs alone
 kinds, sizes, a dump's index, a Parquet footer, and the block size), so they, and every random
 choice seeded from them, are the same whatever the number of workers.
 
-KINDS says how each kind is planned into units, how a unit is read, and how a whole input is read
-(readers.documents: vocab training, --mode=reference): no other module branches on a kind's name.
+KINDS says how each kind is planned into units and how a unit is read, for the jobs and for whole
+inputs (readers.documents, one unit a source: vocab training, --mode=reference); no other module
+branches on a kind's name.
 A source's kind comes from its content (sniff.sniff), refined by its name and --document_per_file
 (readers.source_of); a `tfds:` input is "tfds".
 """
@@ -20,7 +21,7 @@ from typing import BinaryIO
 
 from bert_jax import cli, storage
 from data_prep import lines, parquet, wiki
-from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input, read_lines
+from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 MB = 1 << 20
@@ -74,24 +75,12 @@ Plan = list[tuple[int, int, dict]]
 class Kind:
     plan: Callable[[Source, Planning], Plan]
     read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
-    read_whole: Callable[[Source, ReadStats, Reading], Iterator[list[str]]]
     # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
     # False: a TFDS dataset, trusted by its name and extent.
     is_file: bool = True
-
-
-def _plan_lines(source: Source, p: Planning) -> Plan:
-    return [(a, b, {}) for a, b in lines.plan(source, storage.size(source.path), p.block_bytes)]
-
-
-def _plan_wiki(source: Source, p: Planning) -> Plan:
-    spans, extent = wiki.plan(source, storage.size(source.path), p.block_bytes)
-    return [(a, b, {"extent": extent}) for a, b in spans]
-
-
-def _plan_parquet(source: Source, p: Planning) -> Plan:
-    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field)
-    return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
+    # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
+    # reads its index (and refuses one of another dump), which reading it whole never needs.
+    plan_whole: Callable[[Source, Planning], Plan] | None = None
 
 
 def open_tfds(name: str, split: str, data_dir: str | None):
@@ -109,20 +98,17 @@ def open_tfds(name: str, split: str, data_dir: str | None):
         ) from e
 
 
-def _tfds_documents(
-    name: str, split: str, stats: ReadStats, r: Reading, start: int = 0, stop: int | None = None
-) -> Iterator[list[str]]:
-    """Documents of examples [start, stop) of a TFDS split (all by default); the first range counts
-    the file."""
-    source = open_tfds(name, split, r.tfds_data_dir)
-    if start == 0:
+def _tfds_documents(unit: Unit, stats: ReadStats, r: Reading) -> Iterator[list[str]]:
+    """Documents of a unit's examples of a TFDS split; its first unit counts the dataset."""
+    source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
+    if unit.start == 0:
         stats.files += 1
-    for index in range(start, len(source) if stop is None else min(stop, len(source))):
+    for index in range(unit.start, min(unit.stop, len(source))):
         example = source[index]
         if r.text_field not in example:
             raise InputError(
-                f"TFDS dataset {name!r} has no field {r.text_field!r}; fields: {sorted(example)}; "
-                "set --text_field"
+                f"TFDS dataset {unit.path!r} has no field {r.text_field!r}; fields: "
+                f"{sorted(example)}; set --text_field"
             )
         text = example[r.text_field]
         text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
@@ -141,39 +127,16 @@ def _plan_tfds(source: Source, p: Planning) -> Plan:
 
 
 KINDS: dict[str, Kind] = {
-    "text": Kind(
-        _plan_lines,
-        lines.opened(lines.text_unit),
-        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats, drop_cr=True), stats),
-    ),
-    "book": Kind(
-        _plan_lines,
-        lines.opened(lines.book_unit),
-        lambda s, stats, r: lines.book_document(read_lines(s.path, stats), stats, r.language),
-    ),
-    "jsonl": Kind(
-        _plan_lines,
-        lines.opened(lines.jsonl_unit),
-        lambda s, stats, r: lines.jsonl_documents(s.path, r.text_field, stats, r.language),
-    ),
+    "text": Kind(lines.plan, lines.opened(lines.text_unit)),
+    "book": Kind(lines.plan, lines.opened(lines.book_unit)),
+    "jsonl": Kind(lines.plan, lines.opened(lines.jsonl_unit)),
     "wiki": Kind(
-        _plan_wiki,
-        lambda u, stats, r: wiki.documents(
-            u.path, u.compression, u.start, u.stop, stats, r.open_binary, r.language
-        ),
-        lambda s, stats, r: wiki.dump_documents(s, stats, r.language),
+        wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
     ),
-    "parquet": Kind(
-        _plan_parquet,
-        lambda u, stats, r: parquet.documents(
-            u.path, u.start, u.stop, r.text_field, stats, r.open_binary, r.language
-        ),
-        lambda s, stats, r: parquet.file_documents(s.path, r.text_field, stats, r.language),
-    ),
+    "parquet": Kind(parquet.plan, parquet.read_unit),
     "tfds": Kind(
         _plan_tfds,
-        lambda u, stats, r: _tfds_documents(u.path, u.split, stats, r, u.start, u.stop),
-        lambda s, stats, r: _tfds_documents(s.path, s.split, stats, r),
+        _tfds_documents,
         is_file=False,
     ),
 }
