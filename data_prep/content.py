@@ -12,7 +12,7 @@ import os
 import time
 
 from bert_jax import storage
-from data_prep import inputs, kinds
+from data_prep import inputs
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE
 
@@ -22,7 +22,7 @@ RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file 
 def source_key(unit: units_lib.Unit) -> str:
     """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
     absolute."""
-    if not kinds.is_file(unit.kind):
+    if not units_lib.is_file(unit.kind):
         return f"tfds:{unit.path}:{unit.split}"
     return unit.path if "://" in unit.path else os.path.abspath(unit.path)
 

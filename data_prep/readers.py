@@ -1,7 +1,7 @@
 """Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
 `source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
-documents (`documents`: the source read as one work unit, data_prep/units.py, by its kind's entry
-in data_prep/kinds.py). The kinds, and which bad input is an InputError and which is counted in
+documents (`documents`: the source read as one work unit, by its kind's entry in
+data_prep/units.py). The kinds, and which bad input is an InputError and which is counted in
 ReadStats and skipped: docs/data_prep.md, "Input". ReadStats, Source, InputError and open_input
 (data_prep/inputs.py) are re-exported here: the names callers use.
 """
@@ -10,7 +10,7 @@ import glob
 import sys
 
 from bert_jax import cli, storage
-from data_prep import kinds, sniff, units, wiki
+from data_prep import sniff, units, wiki
 from data_prep.inputs import (  # re-exported: the readers' API
     TEXT_FIELD,
     InputError,
@@ -108,8 +108,8 @@ def documents(
     """The documents of one whole source, read as one unit (as the scaled job's units, cut at any
     size, read it); running text is split into sentences by `language`'s rules (a dump's own
     language overrides it)."""
-    kind = kinds.KINDS[source.kind]
-    planning = kinds.Planning(sys.maxsize, sys.maxsize, tfds_data_dir, text_field)
+    kind = units.KINDS[source.kind]
+    planning = units.Planning(sys.maxsize, sys.maxsize, tfds_data_dir, text_field)
     [(start, stop, fields)] = (kind.plan_whole or kind.plan)(source, planning)
     unit = units.Unit(
         0, source.kind, source.path, start, stop, compression=source.compression, **fields
