@@ -1,11 +1,7 @@
-"""The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time estimate.
-
-Each is labelled with where it comes from, as the planner's output labels it: compiler
-(memory_analysis, cost_analysis and its own step time, `optimal_seconds`), hlo (each
-collective's bytes per chip from the compiled HLO, ring algorithms, DCN from the cross-slice
-sends), roofline (serial and overlapped bounds from chips.py's documented figures, the MXUs at
-peak: bounds, not measurements), estimate (the compiler's step time where it gives one, else the
-serial roofline) and model (flops.py's model FLOPs, MFU's numerator).
+"""The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time
+estimate, each labelled as the planner's output labels it: compiler, hlo (the compiled HLO's
+collectives), roofline (bounds from chips.py's documented figures, not measurements), model
+(flops.py's FLOPs, MFU's numerator).
 
 docs/scaling.md, "Planning a TPU run without a TPU": each column and how the bytes are counted.
 """
@@ -65,7 +61,7 @@ class Collectives:
 
 
 def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
-    """Bytes each chip sends per step, by collective (module docstring: 'hlo').
+    """Bytes each chip sends per step, by collective, as ring algorithms move them.
 
     `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
     devices in order)."""
