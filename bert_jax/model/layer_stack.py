@@ -89,12 +89,9 @@ def run_layers(
         for j in range(period)
     ]  # per position in the group: its parameters, [blocks, ...]
 
-    # What the backward pass keeps of each scanned layer: with remat nothing (recomputed), else
-    # the named activations and cuDNN attention's outputs (_keep_for_backward); the rest (the
-    # query/key/value matmul, dropout masks from their hash, GELU, norms) is recomputed.
-    # Without a policy a scan saves every intermediate of its body into stacked [layers, ...]
-    # buffers, dropout masks included, which an unrolled stack lets XLA fuse away
-    # (docs/scaling.md has the bytes).
+    # With remat a scanned layer keeps nothing for the backward pass, else _keep_for_backward's
+    # choice. Without a policy a scan saves every intermediate of its body, dropout masks
+    # included, into stacked [layers, ...] buffers (docs/scaling.md, "Where the HBM bytes go").
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):
