@@ -47,6 +47,10 @@ def _bf16_einsum_bwd(spec, out_dtype, residuals, g):
 _bf16_einsum.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
 
 
+def _on_cpu() -> bool:  # bench/step_variants.py's bf16_dots_xla patches it
+    return attention.platform() == "cpu"
+
+
 def _batch_free(spec: str) -> bool:
     inputs, out = spec.split("->")
     a, b = inputs.split(",")
@@ -56,7 +60,7 @@ def _batch_free(spec: str) -> bool:
 def einsum(spec: str, a: jax.Array, b: jax.Array, out_dtype=None) -> jax.Array:
     """jnp.einsum(spec, a, b, preferred_element_type=out_dtype) (module docstring). A two-operand
     matmul spec without batch indices ('...' allowed); out_dtype None: the operands' dtype."""
-    if a.dtype == b.dtype == jnp.bfloat16 and _batch_free(spec) and attention.platform() == "cpu":
+    if a.dtype == b.dtype == jnp.bfloat16 and _batch_free(spec) and _on_cpu():
         return _bf16_einsum(spec, a, b, jnp.dtype(out_dtype or jnp.bfloat16))
     return jnp.einsum(spec, a, b, preferred_element_type=out_dtype)
 
@@ -72,7 +76,7 @@ def dot_general(
         and dimension_numbers == (((lhs.ndim - 1,), (0,)), ((), ()))
         and precision is None
         and out_sharding is None
-        and attention.platform() == "cpu"
+        and _on_cpu()
     ):
         out_dtype = jnp.dtype(preferred_element_type or jnp.bfloat16)
         return _bf16_einsum("...k,kn->...n", lhs, rhs, out_dtype)
