@@ -20,11 +20,9 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
-# cuDNN's fused attention forward (a custom call): its outputs include the softmax statistics
-# its backward pass reads, so keeping them spares the backward pass a second forward, for fewer
-# HBM bytes than that forward moves. The splash kernel's (a Pallas call) are recomputed: its
-# lane-wide float32 statistics cost more to keep than its forward costs to rerun
-# (docs/scaling.md, "The fused kernels' forward").
+# cuDNN's fused attention forward (a custom call), kept: its softmax statistics cost fewer HBM
+# bytes than a second forward. The splash kernel's lane-wide float32 ones cost more, so it is
+# recomputed (docs/scaling.md, "The fused kernels' forward").
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 
 
