@@ -80,8 +80,8 @@ def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
             dcn += times * ring * (slices - 1) / max(slices, 1) * size
             continue
         op = ins.opcode.removesuffix("-start")
-        sizes = _logical_bytes(ins.shape)
-        if op not in hlo.COLLECTIVES or not sizes:
+        sizes = _logical_bytes(ins.shape) if op in hlo.COLLECTIVES else []
+        if not sizes:
             continue
         # An async start's result holds its operand beside its output: take the buffer once.
         start = ins.opcode.endswith("-start")
