@@ -225,11 +225,8 @@ class BertForPreTraining(nnx.Module):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.mlm = L.MaskedLMHead(config, rngs=rngs)
-        self.nsp = (
-            L.dense(config, config.hidden_size, 2, ("embed", None), rngs)
-            if config.nsp_head
-            else None
-        )
+        h = config.hidden_size
+        self.nsp = L.dense(config, h, 2, ("embed", None), rngs) if config.nsp_head else None
 
     def __call__(
         self,
