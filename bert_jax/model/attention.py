@@ -44,7 +44,15 @@ def attention_mask(
 
 
 def einsum_attention(
-    q, k, v, input_mask, *, example_ids=None, window=None, dropout_rate=0.0, dropout_rng=None
+    q,
+    k,
+    v,
+    input_mask,
+    *,
+    example_ids=None,
+    window=None,
+    dropout_rate: float = 0.0,
+    dropout_rng=None,
 ):
     """Plain softmax(QK^T/sqrt(d)) V under `attention_mask`, with dropout on the probabilities."""
     scale = 1.0 / math.sqrt(q.shape[-1])

@@ -66,7 +66,14 @@ def truncated_normal(stddev: float):
 
 
 def dense(
-    cfg: BertConfig, d_in: int, d_out: int, axes: tuple, rngs: nnx.Rngs, *, bias=True, output=False
+    cfg: BertConfig,
+    d_in: int,
+    d_out: int,
+    axes: tuple,
+    rngs: nnx.Rngs,
+    *,
+    bias: bool = True,
+    output: bool = False,
 ) -> nnx.Linear:
     """A Dense layer; `output`: a projection back onto the residual stream (initialized smaller
     with config.scale_init_by_depth)."""
