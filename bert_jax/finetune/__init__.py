@@ -2,11 +2,12 @@
 
 Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
 
-    glue.py, conll.py, squad.py   the formats' readers and prediction writers (squad.py also
+    glue.py, squad.py             the formats' readers and prediction writers (squad.py also
                                   windows long contexts and picks answer spans)
     encode.py                     text -> fixed-length inputs for classification and tagging
     metrics.py                    the benchmarks' metrics (GLUE, conlleval, official SQuAD)
-    tasks.py                      the three task families tying a format to a head and metrics
+    tasks.py                      the three task families tying a format to a head and metrics,
+                                  and the CoNLL reader and writer
     heads.py                      TaskModel (BertModel + head) and the losses
     lora.py                       LoRA adapters: add, count, merge
     hf_export.py                  the fine-tuned model out as a transformers task model
