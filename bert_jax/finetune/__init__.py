@@ -12,10 +12,10 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     lora.py                       LoRA adapters: add, count, merge
     hf_export.py                  the fine-tuned model out as a transformers task model
     runs.py                       config + --init (bert_jax/hf/pretrained.py reads it) -> task,
-                                  tokenizer, model, mesh, optimizer
+                                  tokenizer, model, mesh, optimizer; the config's one
+                                  validation pass, before anything loads
     packed.py                     several examples a row: step plan, batches, outputs unpacked
     predict.py                    inference, evaluation, prediction files
-    config_check.py               the config's one validation pass, before anything loads
     train.py                      the run, on bert_jax/training's loop and train state
     __main__.py                   the absl binary: python -m bert_jax.finetune
     glue_table.py                 every task of a GLUE directory in turn, one score table

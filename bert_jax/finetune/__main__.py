@@ -80,7 +80,7 @@ def main(argv):
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
     cli.check_writable_dir(FLAGS.workdir, "--workdir")
-    from bert_jax.finetune import train  # its finetune() checks the config first (config_check)
+    from bert_jax.finetune import train  # its finetune() checks the config first
 
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     runtime.exit_if_signalled(result)

@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
-from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
 from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
@@ -105,7 +105,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     during the eval at start (eval.at_start) stops it the same way and returns step=None:
     nothing was trained, nothing saved.
     """
-    config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
+    runs.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
     # Every input file is read (and refused if bad) before the workdir exists or training starts.

@@ -1,7 +1,7 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
 `pretraining` is pre-training's one validation pass (train_and_evaluate runs it before the mesh,
-the model or a jitted step exists); fine-tuning's (bert_jax/finetune/config_check.py) is built
+the model or a jitted step exists); fine-tuning's (finetune.runs.check_finetuning) is built
 from this module's parts. The rules stay in their homes (sharding's mesh rules, masking's,
 checkpoints.model_dir_kind, lora.problems, features.check_seq_length): these passes ask them all
 and collect only cli.UserErrors (any other error is a bug and keeps its traceback). Every numeric
