@@ -8,9 +8,9 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     metrics.py                    the benchmarks' metrics (GLUE, conlleval, official SQuAD)
     tasks.py                      the three task families tying a format to a head and metrics,
                                   and the CoNLL reader and writer
-    heads.py                      TaskModel (BertModel + head) and the losses
+    heads.py                      TaskModel (BertModel + head), the losses, and the fine-tuned
+                                  model out as a transformers task model
     lora.py                       LoRA adapters: add, count, merge
-    hf_export.py                  the fine-tuned model out as a transformers task model
     runs.py                       config + --init (bert_jax/hf/pretrained.py reads it) -> task,
                                   tokenizer, model, mesh, optimizer; the config's one
                                   validation pass, before anything loads

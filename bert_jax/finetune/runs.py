@@ -27,7 +27,7 @@ from flax import nnx
 from bert_jax import cli
 from bert_jax.data.contract import features, manifest
 from bert_jax.data.input import packing
-from bert_jax.finetune import encode, heads, hf_export, lora, squad, tasks
+from bert_jax.finetune import encode, heads, lora, squad, tasks
 from bert_jax.hf import pretrained
 from bert_jax.training import checksums, config_check, optim, train_state
 
@@ -131,7 +131,7 @@ def prepare(
         )
     tok = encoder.tokenizer
     if config.get("export"):
-        hf_export.check_exportable(encoder.config)
+        heads.check_exportable(encoder.config)
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "

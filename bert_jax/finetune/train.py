@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
-from bert_jax.finetune import heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.finetune import heads, lora, packed, predict, runs, tasks
 from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
@@ -85,7 +85,7 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
                 "move it away"
             )
     if config.get("export"):
-        publish.check_target(storage.join(workdir, EXPORT_DIR), hf_export.FLAG)
+        publish.check_target(storage.join(workdir, EXPORT_DIR), heads.EXPORT_FLAG)
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
@@ -281,7 +281,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:
             result["export"] = storage.join(workdir, EXPORT_DIR)
-            hf_export.export_hf(
+            heads.export_hf(
                 model, run.labels, result["export"], run.vocab_file, config.data.do_lower_case
             )
     return result
