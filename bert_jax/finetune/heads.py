@@ -1,4 +1,4 @@
-"""Task models (a BertModel plus one head) and their losses.
+"""Task models (a BertModel plus one head), their losses, and their export to transformers.
 
     classification  [CLS] pooled output -> dropout -> dense: logits [batch, classes]
     regression      the same with one output: prediction [batch]
@@ -6,12 +6,11 @@
     span            every position -> dense(2): start and end logits [batch, length] each
 
 These are Hugging Face's BertForSequenceClassification (num_labels=1 for regression),
-BertForTokenClassification and BertForQuestionAnswering: `export_hf` writes a fine-tuned model,
-LoRA adapters merged, as a transformers directory of that class, which
-`AutoModelFor...from_pretrained(dir)` loads with the same outputs (tensor names and layouts from
-bert_jax.hf.bert; only the head's are added here). The head is the attribute `head` (LoRA
-training selects it by that name). Dropout is active iff a `dropout_rng` is passed, as in
-bert_jax.model.encoder.
+BertForTokenClassification and BertForQuestionAnswering: `export_hf` writes a directory of that
+class, LoRA adapters merged, that `AutoModelFor...from_pretrained` loads with the same outputs
+(bert_jax.hf.bert's tensor names; only the head's are added here). The head is the attribute
+`head` (LoRA training selects it by that name). Dropout is active iff a `dropout_rng` is passed,
+as in bert_jax.model.encoder.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ is the trainer's layout, {'params': trainable, 'opt_state', 'step', 'rng', 'nonf
 which bert_jax.training.checkpoints saves as it is (a LoRA checkpoint: adapters, head and their
 moments). Frozen weights come from --init whenever a run starts (training, resuming or
 predicting), so the run's config saves the init directory with the vocabulary and label names.
-The Setup (mesh, shardings, optimizer, the state's layout) is pre-training's
-train_state.build_setup.
 """
 
 from __future__ import annotations
@@ -218,8 +216,8 @@ def num_train_steps(config, num_examples: int) -> int:
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
-# The shared Setup: its params and param_shardings are the trainable ones (the whole model, or
-# LoRA's adapters and the head); the frozen rest is placed by frozen_shardings and only read.
+# Pre-training's Setup (mesh, shardings, optimizer, the state's layout): its params are the
+# trainable ones; frozen_shardings place the rest, which is only read.
 Setup = train_state.Setup
 
 

@@ -74,9 +74,7 @@ def jit_train_step(setup: runs.Setup):
 
 
 def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Where the run's last acts write, checked before it trains: a directory in the place of the
-    predictions file was an IsADirectoryError traceback after training, a file in the place of
-    the export an error naming a flag fine-tuning does not have."""
+    """Where the run's last acts write, checked before it trains, not found in the way after."""
     if config.data.test_file:
         path = predict.prediction_path(workdir, config.data.format, config.data.test_file)
         if storage.isdir(path):
@@ -91,19 +89,12 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
 @faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
-    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
-
-    A step with a NaN/inf loss or gradients changes nothing but the 'nonfinite_steps' count; with
-    config.train.on_nonfinite='stop' the run ends at the next log line or save with
-    stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
-
-    On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
-    next step, or after the current batch of a periodic eval (the step that eval was for), and
-    returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final eval,
-    predictions and export; rerunning the same command resumes. A signal during the final eval
-    or the predictions stops them after the current batch (the last step is saved already); one
-    during the eval at start (eval.at_start) stops it the same way and returns step=None:
-    nothing was trained, nothing saved.
+    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name). 'stopped' is
+    'done', or 'nonfinite' (a NaN/inf step with config.train.on_nonfinite='stop'), 'preempted'
+    (SIGTERM, a preemption notice) or 'interrupted' (Ctrl-C): no eval, predictions or export
+    follow such a stop, and after a signal the same command again resumes from the step saved. A
+    signal during the eval at start returns step=None: nothing trained, nothing saved.
+    docs/faults.md says where each stop comes and what it saves.
     """
     runs.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
@@ -128,10 +119,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    # One signal handler from here to the export, the loop's included: a signal while the run
-    # starts (a restore, a compile), during the eval at start, the wait for the last save, the
-    # final eval or the predictions stops the run after the step or batch it came in, never with
-    # the process killed unannounced.
+    # One signal handler from here to the export, the loop's included: a signal anywhere stops
+    # the run after the step or batch it came in (docs/faults.md, a signal outside the loop).
     with faults.Preemption(manager) as preemption:
         is_primary = jax.process_index() == 0
         if is_primary:
