@@ -162,7 +162,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         del trainable
         step = int(jax.device_get(state["step"]))
 
-        inference = predict.Inference(run, setup, predict.jit_infer(setup), frozen)
+        inference = predict.Inference(run, setup, frozen)
         p_train_step = jit_train_step(setup)
         lr = setup.lr_on_mesh()
         log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
