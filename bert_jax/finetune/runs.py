@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 from typing import Any
 
 import jax
@@ -274,15 +275,17 @@ def _encode(task, tok, path: str, examples, labels, training: bool) -> tasks.Dat
 
 
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
-    """config.data.eval_files, encoded, by file name."""
+    """config.data.eval_files, encoded, by file name: the file stem ("dev_matched") for per-file
+    eval figures, or the path where an earlier file has that stem."""
     sets = {}
-    for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
+    for path in tasks.split_files(run.config.data.eval_files):
         ds = encode_file(run, path)
         if not ds.has_labels:
             raise cli.UserError(
                 f"eval file {path} has no labels; put it in data.test_file to predict it"
             )
-        sets[name] = ds
+        name = os.path.splitext(os.path.basename(path))[0]
+        sets[name if name not in sets else path] = ds
     return sets
 
 

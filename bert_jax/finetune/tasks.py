@@ -212,15 +212,6 @@ def split_files(spec: str) -> list[str]:
     return [p.strip() for p in spec.split(",") if p.strip()] if spec else []
 
 
-def named_files(paths: Sequence[str]) -> dict[str, str]:
-    """Paths -> {name: path}, the file stem as name ("dev_matched"), for per-file eval figures."""
-    out = {}
-    for path in paths:
-        name = os.path.splitext(os.path.basename(path))[0]
-        out[name if name not in out else path] = path
-    return out
-
-
 # --- CoNLL-2003 style token files ------------------------------------------------------------
 # One token per line, whitespace-separated columns (CoNLL-2003: `word POS chunk NER`), a blank
 # line between sentences, `-DOCSTART-` lines between documents. The tag to learn is one column
