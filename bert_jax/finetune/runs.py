@@ -144,7 +144,7 @@ def prepare(
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
     fingerprint = init_fingerprint(encoder, frozen_weights=bool(config.lora.rank))
-    check_same_init(config.get("init_fingerprint"), fingerprint, config.init, init)
+    check_same_init(config, fingerprint, init)
     with config.unlocked():
         config.init_fingerprint = fingerprint
         config.init, config.data.do_lower_case = init, encoder.do_lower_case
@@ -165,16 +165,18 @@ def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> st
     return out
 
 
-def check_same_init(saved: str | None, found: str, saved_init: str, init: str) -> None:
-    """Refuses an --init (or vocabulary) other than the one a run was fine-tuned from: adapters
-    on another base model, or ids from another vocabulary, were silently wrong predictions. A run
-    saved before fingerprints (`saved` None) is not checked."""
+def check_same_init(saved_config, found: str, init: str) -> None:
+    """Refuses an --init (or vocabulary) of fingerprint `found` other than the one the run whose
+    config is `saved_config` was fine-tuned from: adapters on another base model, or ids from
+    another vocabulary, were silently wrong predictions. A run saved before fingerprints is not
+    checked."""
+    saved = saved_config.get("init_fingerprint")
     if saved and saved != found:
         what = "vocabulary differs" if saved.split()[:2] != found.split()[:2] else "weights differ"
         raise cli.UserError(
             f"--init={init!r} is not the pre-trained model this run was fine-tuned from "
-            f"({saved_init!r} when it was saved): its {what}; pass that model (a moved "
-            "copy of it is fine)"
+            f"({saved_config.get('init')!r} when it was saved): its {what}; pass that model (a "
+            "moved copy of it is fine)"
         )
 
 

@@ -149,12 +149,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
             saved, _ = checkpoints.load_config(workdir, resumed[0])
-            runs.check_same_init(
-                saved.get("init_fingerprint"),
-                config.init_fingerprint,
-                saved.get("init"),
-                config.init,
-            )
+            runs.check_same_init(saved, config.init_fingerprint, config.init)
             logging.info("resuming from %s at step %d", manager.directory, resumed[0])
             state = resumed[1]
         else:
