@@ -5,11 +5,12 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
     readers.py         --input -> sources (what each file is: sniff.py, by its first bytes), and a
-                       whole source's documents; lists every input file, local or in a bucket
-    kinds.py           the one table of input kinds: how each is planned into units, how a unit
-                       and a whole input are read (used by units.py and readers.py)
+                       whole source's documents (one unit); lists every input file, local or in a
+                       bucket
+    kinds.py           the one table of input kinds: how each is planned into units and how a
+                       unit is read (used by units.py and readers.py)
     inputs.py          what every reader shares: Source, ReadStats, InputError, open_input, lines
-    lines.py           BERT-format text, books and JSONL, whole or by byte blocks
+    lines.py           BERT-format text, books and JSONL, by byte blocks
     tfds_input.py      TFDS datasets, by example ranges
     wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose;
                        templates.py: the inline templates rendered as their words)

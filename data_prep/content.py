@@ -1,14 +1,10 @@
 """Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was
 (docs/data_prep.md, "Resume": why a file's size and version stand in for rehashing it).
 
-A unit's content hash is the blake2b of every byte its reader reads, in order: `read_documents`
-hands the unit reader (units.read_unit) an `open_binary` whose files hash what they return (the
-lines of an iteration when the file is closed). Any unit kind whose reader opens files through
-`open_binary` gets a hash for free; one that reads otherwise returns None and is trusted by its
-name and extent in the job's fingerprint (TFDS units: a dataset's version fixes its content).
-Each hash is kept beside the size and version (a local mtime, a GCS generation, an S3 ETag) its
-file showed *before* the unit was read, so the same hash means the same bytes were read: a unit
-is never reused after its input changed.
+A unit's content hash is the blake2b of every byte its reader reads, in order, through the
+`open_binary` that `read_documents` hands it; a unit read otherwise (TFDS) has None and is trusted
+by its name and extent in the job's fingerprint. Each hash is kept beside the size and version its
+file showed *before* the unit was read: a unit is never reused after its input changed.
 """
 
 import hashlib

@@ -1,6 +1,6 @@
-"""The one table of input kinds: for each, how its units are planned, how a unit is read and how a
-whole input is read. Planning (units.plan_units), the scaled and Beam jobs' unit reading
-(units.read_unit) and whole-input reading (readers.documents: vocab training, --mode=reference)
+"""The one table of input kinds: for each, how its units are planned and how a unit is read.
+Planning (units.plan_units), the scaled and Beam jobs' unit reading (units.read_unit) and
+whole-input reading (readers.documents: vocab training, --mode=reference; one unit a source)
 all look a kind up here; no other module branches on a kind's name.
 
 A source's kind comes from its content (sniff.sniff: "text", "jsonl", "wiki", "parquet", or a
@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from bert_jax import storage
 from data_prep import lines, parquet, tfds_input, wiki
-from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input, read_lines
+from data_prep.inputs import TEXT_FIELD, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE
 
 
@@ -47,24 +47,12 @@ Plan = list[tuple[int, int, dict]]
 class Kind:
     plan: Callable[[Source, Planning], Plan]
     read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
-    read_whole: Callable[[Source, ReadStats, Reading], Iterator[list[str]]]
     # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
     # False: a TFDS dataset, trusted by its name and extent.
     is_file: bool = True
-
-
-def _plan_lines(source: Source, p: Planning) -> Plan:
-    return [(a, b, {}) for a, b in lines.plan(source, storage.size(source.path), p.block_bytes)]
-
-
-def _plan_wiki(source: Source, p: Planning) -> Plan:
-    spans, extent = wiki.plan(source, storage.size(source.path), p.block_bytes)
-    return [(a, b, {"extent": extent}) for a, b in spans]
-
-
-def _plan_parquet(source: Source, p: Planning) -> Plan:
-    spans, extent = parquet.plan(source.path, p.block_bytes, p.text_field)
-    return [(a, b, {"weight": weight, "extent": extent}) for a, b, weight in spans]
+    # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
+    # reads its index (and refuses one of another dump), which reading it whole never needs.
+    plan_whole: Callable[[Source, Planning], Plan] | None = None
 
 
 def _plan_tfds(source: Source, p: Planning) -> Plan:
@@ -76,42 +64,17 @@ def _plan_tfds(source: Source, p: Planning) -> Plan:
 
 
 KINDS: dict[str, Kind] = {
-    "text": Kind(
-        _plan_lines,
-        lines.opened(lines.text_unit),
-        lambda s, stats, r: lines.text_documents(read_lines(s.path, stats, drop_cr=True), stats),
-    ),
-    "book": Kind(
-        _plan_lines,
-        lines.opened(lines.book_unit),
-        lambda s, stats, r: lines.book_document(read_lines(s.path, stats), stats, r.language),
-    ),
-    "jsonl": Kind(
-        _plan_lines,
-        lines.opened(lines.jsonl_unit),
-        lambda s, stats, r: lines.jsonl_documents(s.path, r.text_field, stats, r.language),
-    ),
+    "text": Kind(lines.plan, lines.opened(lines.text_unit)),
+    "book": Kind(lines.plan, lines.opened(lines.book_unit)),
+    "jsonl": Kind(lines.plan, lines.opened(lines.jsonl_unit)),
     "wiki": Kind(
-        _plan_wiki,
-        lambda u, stats, r: wiki.documents(
-            u.path, u.compression, u.start, u.stop, stats, r.open_binary, r.language
-        ),
-        lambda s, stats, r: wiki.dump_documents(s, stats, r.language),
+        wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
     ),
-    "parquet": Kind(
-        _plan_parquet,
-        lambda u, stats, r: parquet.documents(
-            u.path, u.start, u.stop, r.text_field, stats, r.open_binary, r.language
-        ),
-        lambda s, stats, r: parquet.file_documents(s.path, r.text_field, stats, r.language),
-    ),
+    "parquet": Kind(parquet.plan, parquet.read_unit),
     "tfds": Kind(
         _plan_tfds,
         lambda u, stats, r: tfds_input.tfds_documents(
             u.path, u.split, r.text_field, r.tfds_data_dir, stats, u.start, u.stop, r.language
-        ),
-        lambda s, stats, r: tfds_input.tfds_documents(
-            s.path, s.split, r.text_field, r.tfds_data_dir, stats, language=r.language
         ),
         is_file=False,
     ),

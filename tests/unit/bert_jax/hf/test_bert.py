@@ -13,7 +13,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from bert_jax import cli, export
-from bert_jax.hf import bert
+from bert_jax.hf import architectures, bert
 from bert_jax.model import encoder as M
 from bert_jax.text.tokenization import WordPieceTokenizer
 from support import tiny
@@ -292,7 +292,7 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
             {
                 k: v
                 for k, v in json.load(open(os.path.join(path, "config.json"))).items()
-                if k in bert._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"
+                if k in (*architectures._SHARED_FIELDS, "hidden_act") and k != "layer_norm_eps"
             }
         )
     )
