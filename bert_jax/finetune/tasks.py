@@ -213,10 +213,6 @@ def split_files(spec: str) -> list[str]:
 
 
 # --- CoNLL-2003 style token files ------------------------------------------------------------
-# One token per line, whitespace-separated columns (CoNLL-2003: `word POS chunk NER`), a blank
-# line between sentences, `-DOCSTART-` lines between documents. The tag to learn is one column
-# (the last, NER, by default; 1 for POS tags). A file with only the word column is read without
-# tags, for prediction.
 
 DOCSTART = "-DOCSTART-"
 
@@ -229,7 +225,10 @@ class TaggedSentence:
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
-    """Reads a CoNLL file; `tag_column` indexes the whitespace-split columns (-1: the last)."""
+    """Reads a CoNLL file: one token per line, whitespace-separated columns (CoNLL-2003: `word POS
+    chunk NER`), a blank line between sentences, `-DOCSTART-` lines between documents.
+    `tag_column` indexes the columns (-1, the last: NER; 1: POS tags). A file with only the word
+    column is read without tags, for prediction."""
     storage.check_file(path, "data file")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
