@@ -1,7 +1,7 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
-`pretraining` is pre-training's one validation pass; fine-tuning's (finetune/config_check.py) is
-built from this module's parts. The rules stay in their homes (sharding's, masking's,
+`pretraining` is pre-training's one validation pass; fine-tuning's (finetune.runs.check_finetuning)
+is built from this module's parts. The rules stay in their homes (sharding's, masking's,
 checkpoints.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors (any
 other error is a bug and keeps its traceback). Every numeric field's range is one table,
 NUMERIC_FIELDS, for both trainers, asked first and alone, so a field out of range is named by
