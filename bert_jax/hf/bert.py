@@ -136,18 +136,24 @@ def save_hf(
     """Writes a Hugging Face BertForPreTraining (or ModernBertForMaskedLM) directory, float32
     safetensors; `special_ids`: the tokenizer's 'pad', 'cls', 'sep' ids for a ModernBERT
     config.json (BERT's says pad 0, its vocabularies' [PAD])."""
+    tensors = to_hf_state_dict(model, model.config)
+    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
+    write_hf(output_dir, tensors, hf_config, vocab_file, do_lower_case)
+    if vocab_file and architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
+        _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
+
+
+def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_case) -> None:
+    """A Hugging Face model directory's files (a pre-training export's and a task model's):
+    model.safetensors of `tensors`, config.json and, with a `vocab_file`, save_tokenizer's."""
     from safetensors.numpy import save_file
 
     os.makedirs(output_dir, exist_ok=True)
-    tensors = to_hf_state_dict(model, model.config)
-    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
     save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(output_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
-        save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
-        if architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
-            _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
+        save_tokenizer(vocab_file, output_dir, do_lower_case, hf_config["max_position_embeddings"])
 
 
 # Files beside a tokenizer.json that transformers reads with it, copied along when present.
