@@ -100,7 +100,7 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     tokenizer = vocab and _tokenizer(
         vocab, lower, int(run_config.model.vocab_size), run_data=data, given=bool(vocab_file)
     )
-    params, run_config = checkpoints.restore_params(path, step)
+    params, _ = checkpoints.restore_params(path, step, run_config)
     saved = run_config.model.to_dict()
     if saved.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
         saved["attention_impl"] = "auto"  # the training GPU's kernel, not a property of the model
