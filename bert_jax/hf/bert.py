@@ -237,7 +237,7 @@ def load_hf(
     `config` defaults to the directory's config.json / bert_config.json, with `overrides`
     (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
     remat). Weights the file lacks (the heads, the pooler) are freshly initialized."""
-    config, params, report = _load(hf_dir, config, overrides)
+    config, params, report, _ = read_hf(hf_dir, config, overrides)
     return model_from_params(config, params), report
 
 
@@ -247,9 +247,9 @@ def load_hf_params(
     """load_hf for a training run: (pure parameter dict, report), placed on `shardings`. The
     dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so a run
     can start from a public checkpoint; `config` is the run's (its shapes must match the file)."""
-    _, params, report = _load(hf_dir, config, None)
+    _, params, report, hf_config = read_hf(hf_dir, config, None)
     try:
-        changed = _other_settings(bert_config_from_hf(read_config(hf_dir)[1]), config)
+        changed = _other_settings(bert_config_from_hf(hf_config), config)
     except (cli.UserError, ValueError, TypeError):  # the run's config decides (it always did)
         changed = []
     if changed:  # allowed (a longer context's RoPE base), but not silently
@@ -277,11 +277,12 @@ def _other_settings(theirs: BertConfig, ours: BertConfig) -> list[str]:
     return out
 
 
-def _load(
+def read_hf(
     hf_dir: str, config: BertConfig | None, overrides: Mapping[str, Any] | None
-) -> tuple[BertConfig, dict, ImportReport]:
-    """(config, parameters, report): the config file read once, the names decided once (a
-    wrong block is refused before the weights are read), then the weights mapped."""
+) -> tuple[BertConfig, dict, ImportReport, dict]:
+    """load_hf with no model built: (config, its parameters as nnx.to_pure_dict lays them out,
+    report, the config file's dict). The config file is read once, the names decided once (a wrong
+    block is refused before the weights are read), then the weights mapped."""
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
@@ -359,4 +360,4 @@ def _load(
             f"{dropped[0]}): the model is built as the config says (num_hidden_layers="
             f"{config.num_hidden_layers}), without them"
         )
-    return config, params, ImportReport(source=source, initialized=initialized, unused=unused)
+    return config, params, ImportReport(source, initialized, unused), hf_config

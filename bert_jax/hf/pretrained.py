@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest
@@ -113,9 +112,7 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
     with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
-        model, report = bert.load_hf(local, overrides=overrides)
-    config = model.config
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+        config, params, report, _ = bert.read_hf(local, None, overrides)  # no model built
     tok_config = _json_if_any(local, "tokenizer_config.json") or {}
     spec = _json_if_any(local, "tokenizer.json")
     own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
