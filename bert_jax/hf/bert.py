@@ -210,12 +210,11 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
 
 
 def _save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
-    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
-    tokens' roles in its tokenizer_config.json (save_tokenizer wrote both files' others).
-    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
-    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
-    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
-    own, with our FullTokenizer's word length limit."""
+    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir` (built as transformers'
+    BertTokenizer builds its own, with FullTokenizer's word length limit), the special tokens'
+    roles added to save_tokenizer's tokenizer_config.json: transformers 5's AutoTokenizer reads a
+    modernbert directory's tokenizer from tokenizer.json alone (docs/model.md, "ModernBERT in
+    and out of Hugging Face")."""
     vocab = tokenization.load_vocab(vocab_file)
     max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
     tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
