@@ -53,7 +53,7 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer):
     }
 
 
-def jit_train_step(setup: runs.Setup):
+def jit_train_step(setup: train_state.Setup):
     """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or
     `setup.lr_on_mesh()`) as `lr`."""
     fn = functools.partial(
