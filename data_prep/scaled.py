@@ -23,7 +23,7 @@ import tqdm
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 from data_prep import job, job_units, output, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory

@@ -27,8 +27,7 @@ from bert_jax import cli
 from bert_jax.data.contract import features, manifest
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, lora, squad, tasks
-from bert_jax.hf import pretrained
-from bert_jax.training import checksums, config_check, optim, train_state
+from bert_jax.training import checksums, config_check, optim, pretrained, train_state
 
 INPUTS = encode.INPUTS
 

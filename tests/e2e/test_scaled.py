@@ -14,8 +14,8 @@ import pytest
 
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
+from bert_jax.storage import workdir_lock
 from bert_jax.text import tokenization
-from bert_jax.training import workdir_lock
 from data_prep import job, job_units, scaled
 from support.golden import REPO
 
