@@ -1,15 +1,7 @@
-"""How every bert_jax binary starts JAX, and how a trainer's run a signal stopped exits: once,
-so that the binaries cannot drift apart (they had: only pre-training set up CPU collectives and
-the coordinator flags).
-
-`start`, after flag parsing (--help stays fast) and before JAX's first device use, sets
-  * the platform: a CPU host's malloc settings (`reuse_freed_memory`) for binaries that run
-    steps, or the planner's `cpu_devices` fake CPU devices whatever the host has;
-  * the compiler: the TPU compiler flags (sharding.use_tpu_compiler_flags); the planner turns
-    the persistent compilation cache off (a deviceless compile cannot be served from it: a TPU
-    executable read back needs a TPU client, and JAX warns at every hit);
-  * --distributed (define_flags): gloo for CPU processes' collectives, then
-    jax.distributed.initialize with the coordinator flags.
+"""How every bert_jax binary starts JAX (`start`: platform, compiler flags, --distributed) and
+how a trainer's run a signal stopped exits: one place, so that the binaries cannot drift apart.
+`start` runs after flag parsing (--help stays fast) and before JAX's first device use.
+docs/scaling.md, "Multi-host".
 """
 
 import ctypes
@@ -118,6 +110,8 @@ def _use_cpu_devices(count: int) -> None:
     import jax
 
     jax.config.update("jax_platforms", "cpu")  # read at import: JAX may be imported already
+    # A deviceless compile cannot be served from the cache: a TPU executable read back needs a
+    # TPU client, and JAX warns at every hit.
     jax.config.update("jax_enable_compilation_cache", False)
 
 
