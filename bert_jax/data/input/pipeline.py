@@ -17,13 +17,6 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import data_facts, features, record_io, shard_files
 from bert_jax.data.input import bad_records, growing_batches, masking, packed_records, sources
 
-INT_FEATURES = (
-    features.INPUT_IDS,
-    features.INPUT_MASK,
-    features.SEGMENT_IDS,
-    features.MASKED_LM_POSITIONS,
-    features.MASKED_LM_IDS,
-)
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
 # Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
@@ -90,9 +83,10 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 index,
             ) from e
         self._check(index, example)
-        out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
-        if self.schema.masked:
-            out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
+        out = {  # the schema's features, which _check found in the example
+            name: example[name].astype(np.float32 if name in features.FLOAT_FEATURES else np.int32)
+            for name in self.schema.lengths()
+        }
         out[features.NEXT_SENTENCE_LABELS] = np.int32(example[features.NEXT_SENTENCE_LABELS][0])
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         if self.skip_damaged:
