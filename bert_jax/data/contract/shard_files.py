@@ -63,8 +63,8 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         is_dir = storage.isdir(item)
         directory = item if is_dir else storage.dirname(item)
         path = storage.join(directory, manifest.FILE)
-        if storage.isfile(path):
-            m = manifests.setdefault(path, manifest.read(path))
+        if path in manifests or storage.isfile(path):  # each manifest read once
+            m = manifests[path] = manifests.get(path) or manifest.read(path)
             for entry in _listed(item, m, split, is_dir):
                 listed.append(storage.join(m["dir"], entry["file"]))
                 files.append(listed[-1])
