@@ -66,13 +66,10 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
 
 
 def reuse_freed_memory() -> bool:
-    """glibc malloc settings that let XLA:CPU reuse a step's memory; whether glibc took all three
-    (False on other C libraries and platforms, where nothing changes). XLA:CPU frees each step's
-    temporaries, one buffer, when the step ends, and glibc's munmap makes the next step fault in
-    every page anew (docs/performance.md): so one arena for all threads, no mmap for large blocks
-    and no trimming. Call it before the threads that allocate exist (before `import jax`); it
-    changes only this process and the children it forks.
-    """
+    """glibc malloc settings that let XLA:CPU reuse a step's memory rather than fault in every
+    page of the temporaries it frees each step anew (docs/performance.md); whether glibc took all
+    three (False on other C libraries and platforms, where nothing changes). Call it before the
+    threads that allocate exist (before `import jax`); it changes this process and its children."""
     if not sys.platform.startswith("linux"):
         return False
     try:
