@@ -244,12 +244,12 @@ def check_common(
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
     layout) on `num_devices` devices in `process_count` processes, without reading its data."""
-    raise_problems(range_problems(config))  # a field out of its range alone
     raise_problems(pretraining_problems(config, num_devices, process_count))
 
 
 def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
-    """What relates the fields of a config whose fields are each in range (range_problems)."""
+    """What relates the fields of a config; a field out of its range raises first, alone."""
+    raise_problems(range_problems(config))
     t, e, d = config.train, config.eval, config.data
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
@@ -313,7 +313,6 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     from bert_jax.data.contract import data_facts
     from bert_jax.data.input import pipeline  # here: they need the data's files
 
-    raise_problems(range_problems(config))
     problems = pretraining_problems(config, num_devices, process_count)
     import jax  # the planner compiles for a GPU from a CPU host: only the trainer asks this
 

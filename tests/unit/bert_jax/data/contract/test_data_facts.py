@@ -150,6 +150,17 @@ def test_stray_and_temporary_files_are_never_read(data_dir, tmp_path):
         shard_files.find_shards(str(work / "wiki-*"))
 
 
+def test_globs_into_one_directory_read_its_manifest_once(data_dir, monkeypatch):
+    reads, read = [], manifest.read
+    monkeypatch.setattr(manifest, "read", lambda path: reads.append(path) or read(path))
+    shards = shard_files.find_shards(f"{data_dir}/train-00000-*,{data_dir}/train-00001-*")
+    assert [os.path.basename(f) for f in shards.files] == [
+        "train-00000-of-00002.arrayrecord",
+        "train-00001-of-00002.arrayrecord",
+    ]
+    assert reads == [os.path.join(data_dir, manifest.FILE)] and len(shards.manifests) == 1
+
+
 def test_an_unfinished_data_prep_job_is_an_error_that_says_to_rerun_it(data_dir, tmp_path):
     """The issue's case: a killed job's directory, read with `train-*.arrayrecord`, trained on
     the shards that happened to be there, with no warning."""
