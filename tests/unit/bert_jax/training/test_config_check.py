@@ -4,6 +4,8 @@ a mesh the devices cannot hold. The binary's one-line errors for the same mistak
 bad-input sweep (tests/e2e/test_bad_input_sweep.py, "train: config field typo" and others)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +13,7 @@ from bert_jax import cli
 from bert_jax.finetune import runs as finetune_runs
 from bert_jax.training import config_check, pretrain
 from configs import tiny
+from support.golden import REPO
 
 
 def tiny_config(**changes):
@@ -48,6 +51,28 @@ def tiny_config(**changes):
 def test_each_mistake_is_named_with_its_field(changes, message):
     with pytest.raises(cli.UserError, match=message):
         config_check.check_pretraining(tiny_config(**changes), num_devices=8)
+
+
+def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file, tmp_path):
+    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
+    the length the records have (the kernel's ValueError traceback before)."""
+    out = tmp_path / "records"
+    subprocess.run(
+        [sys.executable, "-m", "data_prep.main", f"--input={testdata / 'sample_text.txt'}"]
+        + [f"--vocab_file={vocab_file}", f"--output_dir={out}", "--max_seq_length=64"]
+        + ["--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=1", "--noprogress"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    config = tiny_config(model__attention_impl="splash", data__max_seq_length=0)
+    config.data.train_files, config.data.eval_files = str(out), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    with pytest.raises(cli.UserError, match=r"data.max_seq_length a multiple of 128, not 64"):
+        config_check.pretraining(config, num_devices=8)
+    config.model.attention_impl = "auto"
+    assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
 
 
 def test_widths_the_tensor_axis_cannot_split():
