@@ -254,7 +254,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
-    problems += _splash_problems(config, d.get("max_seq_length") or 0)  # 0: the manifest's
+    problems += splash_problems(config, d.get("max_seq_length") or 0)  # 0: the manifest's
     if split is not None and not problems:
         dp, axes = split
         if t.global_batch_size % (t.grad_accum_steps * dp):
@@ -276,7 +276,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     return problems + _init_problems(t)
 
 
-def _splash_problems(config, length: int) -> list[str]:
+def splash_problems(config, length: int) -> list[str]:
     """The splash kernel's tiles are whole 128-row blocks (a ValueError traceback otherwise)."""
     if config.model.get("attention_impl") != "splash" or not length % 128:
         return []
@@ -329,7 +329,7 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     try:
         resolved = data_facts.resolve(config)
         if not config.data.get("max_seq_length"):  # the manifest's length, known only now
-            problems += _splash_problems(config, resolved.data.max_seq_length)
+            problems += splash_problems(config, resolved.data.max_seq_length)
         if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "

@@ -75,6 +75,15 @@ def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file
     assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
 
 
+def test_fine_tuning_checks_the_splash_length_too():
+    config = finetuning_config()
+    config.model.attention_impl, config.data.max_seq_length = "splash", 200
+    with pytest.raises(cli.UserError, match=r"a multiple of 128, not 200"):
+        check_finetuning(config)
+    config.data.max_seq_length = 256
+    check_finetuning(config)
+
+
 def test_widths_the_tensor_axis_cannot_split():
     config = tiny_config(mesh__data=2, mesh__tensor=4)
     config.model.num_attention_heads, config.model.hidden_size = 4, 32
