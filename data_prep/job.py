@@ -183,11 +183,9 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
     return tokenization.make_tokenizer(vocab_file, do_lower_case)
 
 
-def fingerprint(
-    spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool
-) -> dict:
+def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab: dict) -> dict:
     """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for
-    shards."""
+    shards. `vocab`: the manifest's entry (manifest.vocab_entry)."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
         key = content.source_key(unit)
@@ -209,8 +207,8 @@ def fingerprint(
         "units": {
             **opts,
             **{name: getattr(spec, name) for name in unit_fields},
-            "vocab_md5": vocab_md5,
-            "do_lower_case": do_lower_case,
+            "vocab_md5": vocab["md5"],
+            "do_lower_case": vocab["do_lower_case"],
             "inputs": sources,
         },
         "shards": {
