@@ -53,11 +53,9 @@ class InstanceOptions:
     def contract_fields(self, mode: str, fmt: str, vocab: dict, shards: dict) -> dict:
         """manifest.json's data contract (manifest.contract_fields) for records of these options."""
         return manifest.contract_fields(
-            mode=mode,
-            fmt=fmt,
-            max_seq_length=self.max_seq_length,
-            max_predictions_per_seq=self.max_predictions_per_seq,
-            masked=self.mask,  # False: unmasked records (dynamic masking in the trainer)
+            mode,
+            fmt,
+            self.schema,
             nsp=self.nsp,
             whole_word_mask=self.whole_word_mask,
             vocab=vocab,

@@ -32,10 +32,12 @@ WORK_DIR and TEMPORARY name data_prep's files: the trainer tells an unfinished j
 JAX import: data_prep imports this too. docs/data_prep.md, "Manifest".
 """
 
+import dataclasses
 import json
 import re
 
 from bert_jax import cli, storage
+from bert_jax.data.contract import features
 from bert_jax.text import tokenization
 
 FILE = "manifest.json"
@@ -222,12 +224,10 @@ def plain_name(name: str) -> bool:
 
 
 def contract_fields(
-    *,
     mode: str,
     fmt: str,
-    max_seq_length: int,
-    max_predictions_per_seq: int,
-    masked: bool,
+    schema: features.Schema,
+    *,
     nsp: bool,
     whole_word_mask: bool,
     vocab: dict,
@@ -239,11 +239,8 @@ def contract_fields(
         "manifest_version": VERSION,
         "mode": mode,
         "format": fmt,
-        "schema": {
-            "max_seq_length": max_seq_length,
-            "max_predictions_per_seq": max_predictions_per_seq if masked else 0,
-        },
-        "masked": masked,
+        "schema": dataclasses.asdict(schema),
+        "masked": schema.masked,
         "nsp": nsp,
         "whole_word_mask": whole_word_mask,
         "vocab": vocab,
