@@ -86,6 +86,8 @@ def test_every_mode_writes_the_contract(
         ("shard_size_mb", float("nan")),
         ("shard_size_mb", float("inf")),
         ("block_size_mb", -1.0),
+        ("block_size_mb", 0.0),
+        ("tfds_examples_per_unit", 0),
     ],
 )
 def test_sizes_that_are_no_number_of_bytes_are_user_errors(field, value):
