@@ -107,14 +107,14 @@ def load(path: str, missing_ok: bool = False) -> dict | None:
     return raw
 
 
-def read(path: str) -> dict:
+def read(path: str, raw: dict | None = None) -> dict:
     """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
     to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
-    has no `size` or `special_ids` (None)."""
+    has no `size` or `special_ids` (None). `raw`: its fields, when the caller has loaded them."""
     if storage.isdir(path):
         path = storage.join(path, FILE)
     try:
-        raw = load(path)
+        raw = raw or load(path)
     except (ManifestError, OSError) as e:
         problem = getattr(e, "problem", e)  # an OSError (a server that does not answer): itself
         if problem == str(e):  # its shards: the message already says what to do
