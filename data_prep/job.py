@@ -26,7 +26,7 @@ from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
-SPLITS = ("train", "eval")
+SPLITS = manifest.SPLITS  # a split's place here is part of its random seeds
 _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
