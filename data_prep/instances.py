@@ -22,7 +22,7 @@ from bert_jax.data.input import masking
 @dataclasses.dataclass(frozen=True)
 class InstanceOptions:
     """How instances are built; the defaults are the original generator's flag defaults (and
-    data_prep's: its flags take them from here; masking.py holds the masking ones)."""
+    data_prep's: its flags take them from here; the masking ones are manifest.py's)."""
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
