@@ -75,8 +75,8 @@ class JobSpec:
                 "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"
             )
         record_io.suffix(self.fmt)
-        try:
-            language_code(self.language)
+        try:  # stored as sentencex takes it ("EN", "simple": "en")
+            object.__setattr__(self, "language", language_code(self.language))
         except ValueError as e:
             problems.append(f"language: {e}")
         if problems:

@@ -150,3 +150,10 @@ def test_records_written_into_the_corpus_directory(tmp_path, testdata, tok):
     assert [u.path for u in job.plan(job.JobSpec(inputs=(str(corpus / "*/*.txt"),)), str(corpus))]
     with pytest.raises(readers.InputError, match="names this job's own output"):
         job.plan(job.JobSpec(inputs=(str(corpus / "train-*"),)), str(corpus))
+
+
+def test_the_language_is_stored_as_a_code():
+    """JobSpec takes --language as given (data_prep.main passes the flag's value): the spec, and
+    so the fingerprint, hold the code the sentence splitter takes."""
+    assert job.JobSpec(inputs=("x.txt",), language=" Simple ").language == "en"
+    assert job.JobSpec(inputs=("x.txt",), language="zh_min_nan").language == "zh-min-nan"
