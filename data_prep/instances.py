@@ -26,7 +26,7 @@ from bert_jax.data.input import masking
 @dataclasses.dataclass(frozen=True)
 class InstanceOptions:
     """How instances are built; the defaults are the original generator's flag defaults (and
-    data_prep's: its flags take them from here; masking.py holds the masking ones)."""
+    data_prep's: its flags take them from here; the masking ones are manifest.py's)."""
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
@@ -57,11 +57,9 @@ class InstanceOptions:
     def contract_fields(self, mode: str, fmt: str, vocab: dict, shards: dict) -> dict:
         """manifest.json's data contract (manifest.contract_fields) for records of these options."""
         return manifest.contract_fields(
-            mode=mode,
-            fmt=fmt,
-            max_seq_length=self.max_seq_length,
-            max_predictions_per_seq=self.max_predictions_per_seq,
-            masked=self.mask,  # False: unmasked records (dynamic masking in the trainer)
+            mode,
+            fmt,
+            self.schema,
             nsp=self.nsp,
             whole_word_mask=self.whole_word_mask,
             vocab=vocab,

@@ -131,7 +131,7 @@ def verify(output_dir: str) -> list[str]:
     try:
         written = read_manifest(output_dir)
         if written is not None:
-            manifest.read(output_dir)  # every field, as the trainer will read them
+            manifest.read(output_dir, written)  # every field, as the trainer will read them
     except (OutputError, manifest.ManifestError) as e:
         return [str(e)]
     if written is None:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli, storage
+from bert_jax import storage
 from data_prep import lines, parquet, wiki
 from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
@@ -147,12 +147,8 @@ def plan_units(
     tfds_data_dir: str | None = None,
     text_field: str = TEXT_FIELD,
 ) -> list[Unit]:
-    """Cuts every source into units, in source order; depends on nothing but the inputs."""
-    if block_bytes < 1 or tfds_examples_per_unit < 1:
-        raise cli.UserError(
-            f"block size {block_bytes} bytes and tfds_examples_per_unit="
-            f"{tfds_examples_per_unit} must be positive"
-        )
+    """Cuts every source into units, in source order; depends on nothing but the inputs. Both
+    sizes are positive (JobSpec's check, which names the flags)."""
     planning = Settings(
         text_field,
         tfds_data_dir,
