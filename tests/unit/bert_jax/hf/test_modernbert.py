@@ -358,3 +358,45 @@ def test_an_export_with_a_vocab_txt_loads_in_transformers_autotokenizer(hf_dir, 
         want = [tok.cls_id, *tok.convert_tokens_to_ids(tok.tokenize(text)), tok.sep_id]
         assert theirs(text)["input_ids"] == want, text
     assert (theirs.mask_token, theirs.pad_token_id) == ("[MASK]", tok.pad_id)
+
+
+def test_a_field_of_the_wrong_kind_is_named(tmp_path):
+    """A null, a string or a list where config.json holds a number, a flag or an object: each
+    refused naming the field. Before, `num_attention_heads: 0` and a list for rope_parameters were
+    tracebacks, `decoder_bias: "false"` silently became true, and a null window or pattern was
+    Python's "int() argument must be ..." naming no field."""
+    written = hf.hf_config_from_bert(hf.bert_config_from_hf(hf_model().config.to_dict()))
+    wrong = {  # field -> values of the wrong kind for it
+        "num_attention_heads": [0, -2, "2", 2.0, None],
+        "hidden_size": ["32", None, True],
+        "local_attention": [None, "8", [8], 8.5],
+        "global_attn_every_n_layers": [None, "3"],
+        "layer_types": ["full_attention", 5],
+        "rope_parameters": [[1, 2], "default"],
+        "rope_scaling": ["linear"],
+        "global_rope_theta": ["big", None],
+        "norm_eps": [None, "1e-5"],
+        "mlp_dropout": [None, "0.1"],
+        "decoder_bias": ["false", None, 0],
+        "norm_bias": ["true", 1],
+        "max_position_embeddings": [None, "64"],
+    }
+    for field, values in wrong.items():
+        for value in values:
+            config = json.loads(json.dumps(written)) | {field: value}
+            if field in ("global_attn_every_n_layers", "global_rope_theta"):
+                config.pop({"global_rope_theta": "rope_parameters"}.get(field, "layer_types"))
+            with pytest.raises(cli.UserError, match=field) as e:
+                hf.bert_config_from_hf(config)
+            assert repr(value) in str(e.value) or str(value) in str(e.value), (field, value)
+    nested = json.loads(json.dumps(written))
+    nested["rope_parameters"]["full_attention"] = "x"
+    with pytest.raises(cli.UserError, match="full_attention is 'x'"):
+        hf.bert_config_from_hf(nested)
+    nested["rope_parameters"]["full_attention"] = {"rope_type": "default", "rope_theta": "1e4"}
+    with pytest.raises(cli.UserError, match="rope_theta is '1e4'"):
+        hf.bert_config_from_hf(nested)
+    # Through the import: the directory's config file is named.
+    (tmp_path / "config.json").write_text(json.dumps(written | {"num_attention_heads": 0}))
+    with pytest.raises(cli.UserError, match="num_attention_heads is 0"):
+        hf.load_hf(str(tmp_path))
