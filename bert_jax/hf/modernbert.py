@@ -128,12 +128,19 @@ def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
     scaling = _get(hf, "rope_scaling", dict) or {}
     thetas = []
     for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
-        params = {**(_get(rope, kind, dict) or {}), **scaling}
-        if params.get("rope_type", "default") != "default":
-            field = "rope_scaling" if "rope_type" in scaling else f"rope_parameters[{kind!r}]"
+        own = _get(rope, kind, dict)
+        # As transformers 5 reads them: a kind's absent entry is {"rope_type": "default"}, and
+        # an entry without rope_type takes its older spelling `type`.
+        params = {**({"rope_type": "default"} if own is None else own), **scaling}
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            field = (
+                "rope_scaling"
+                if {"rope_type", "type"} & set(scaling)
+                else f"rope_parameters[{kind!r}]"
+            )
             raise ConfigError(
-                f"{field} has rope_type {params['rope_type']!r}; only "
-                "'default' (unscaled) RoPE is supported"
+                f"{field} has rope_type {rope_type!r}; only 'default' (unscaled) RoPE is supported"
             )
         if "rope_theta" in params:
             theta = _get(params, "rope_theta", float)

@@ -3,6 +3,7 @@ padded and packed rows, with sliding windows that bite (rows longer than the win
 directories read by pre-training, fine-tuning's --init and embed; tokenizer files passed through."""
 
 import dataclasses
+import itertools
 import json
 import os
 
@@ -400,3 +401,36 @@ def test_a_field_of_the_wrong_kind_is_named(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(written | {"num_attention_heads": 0}))
     with pytest.raises(cli.UserError, match="num_attention_heads is 0"):
         hf.load_hf(str(tmp_path))
+
+
+def test_a_scaled_rope_is_refused_wherever_transformers_would_scale_it():
+    """Every spelling of a layer kind's RoPE entry and of transformers 4's rope_scaling: we import
+    exactly the configs transformers 5 runs with unscaled ('default') RoPE in both kinds. An entry
+    spelling its type as `type` (the older key) was imported unscaled where transformers scales."""
+    written = hf.hf_config_from_bert(hf.bert_config_from_hf(hf_model().config.to_dict()))
+    entries = ["absent", {}, {"rope_theta": 5e3}]
+    for spelling in ("rope_type", "type"):
+        entries += [{spelling: "default"}, {spelling: "linear", "factor": 2.0}]
+    entries.append({"rope_type": "default", "type": "linear", "factor": 2.0})
+    scalings = [None, {"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}]
+    for full, sliding, scaling in itertools.product(entries, entries[:3], scalings):
+        config = json.loads(json.dumps(written))
+        kinds = {"full_attention": full, "sliding_attention": sliding}
+        config["rope_parameters"] = {k: v for k, v in kinds.items() if v != "absent"}
+        if scaling is not None:
+            config["rope_scaling"] = scaling
+        try:
+            theirs = transformers.ModernBertConfig(**json.loads(json.dumps(config)))
+        except KeyError:  # rope_scaling with a kind absent from rope_parameters: theirs fails
+            continue
+        unscaled = all(p["rope_type"] == "default" for p in theirs.rope_parameters.values())
+        try:
+            ours = hf.bert_config_from_hf(config)
+        except cli.UserError as e:
+            assert not unscaled, (full, scaling, e)
+            assert "only 'default' (unscaled) RoPE" in str(e)
+            continue
+        assert unscaled, (full, scaling)
+        want = theirs.rope_parameters
+        assert ours.global_rope_theta == want["full_attention"]["rope_theta"]
+        assert ours.local_rope_theta == want["sliding_attention"]["rope_theta"]
