@@ -23,7 +23,12 @@ from flax import nnx
 from bert_jax import cli
 from bert_jax.hf import modernbert
 from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
-from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
+from bert_jax.model.encoder import (
+    SHAPE_FIELDS,
+    BertConfig,
+    BertForPreTraining,
+    model_from_params,
+)
 from bert_jax.text import tokenization, tokenizer_json
 
 # config.json fields that are BertConfig fields under the same name; the first five required.
@@ -442,6 +447,7 @@ def _load(
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
+    run_config = config is not None  # a training run's own config.model, not the directory's
     if config is None:
         try:
             config = bert_config_from_hf(hf_config, **(overrides or {}))
@@ -476,9 +482,11 @@ def _load(
         expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
         whole = (sum(s[0] for s in expected), *expected[0][1:])
         if value.shape != whole:
+            hint = "does its config.json describe this checkpoint?"
+            if run_config:
+                hint = _run_config_hint(hf_config, config, path)
             raise CheckpointError(
-                f"{source}: {name} has shape {value.shape}, the config needs "
-                f"{whole}; does its config.json describe this checkpoint?"
+                f"{source}: {name} has shape {value.shape}, the config needs {whole}; {hint}"
             )
         parts = np.split(value, np.cumsum([s[0] for s in expected])[:-1])  # one per path
         for path, part in zip(paths, parts):
@@ -514,6 +522,32 @@ def _load(
             f"{config.num_hidden_layers}), without them"
         )
     return config, params, ImportReport(source=source, initialized=initialized, unused=unused)
+
+
+def _run_config_hint(hf_config: Mapping[str, Any], config: BertConfig, path: str) -> str:
+    """What to change when a run's config.model does not fit a directory's weights: the shape
+    fields on which it differs from the directory's config.json (the file is not at fault)."""
+    try:
+        theirs = bert_config_from_hf(hf_config)
+    except (cli.UserError, ValueError, TypeError):
+        theirs = None
+    shaping = [f for f in SHAPE_FIELDS if f != "max_position_embeddings"]  # RoPE: no table
+    if config.position_embedding_type == "absolute":
+        shaping.append("max_position_embeddings")
+    fields = [
+        f"{f}={getattr(config, f)} ({path}: {getattr(theirs, f)})"
+        for f in shaping
+        if theirs is not None and getattr(config, f) != getattr(theirs, f)
+    ]
+    if not fields:
+        return "this run's config.model does not describe the directory's model"
+    vocab = (
+        "; with config.model.vocab_size=0 it is the data's vocabulary's: tokenize the data "
+        "with the model's tokenizer"
+        if any(f.startswith("vocab_size=") for f in fields)
+        else ""
+    )
+    return f"this run's config.model has {', '.join(fields)}{vocab}"
 
 
 # A tied decoder's name -> the word embeddings it repeats (BERT's, ModernBERT's).

@@ -577,3 +577,23 @@ def test_a_decoder_bert_is_refused_by_name(hf_dir, tmp_path, field):
     path.write_text(json.dumps(json.loads(path.read_text()) | {field: True}))
     with pytest.raises(bert.CheckpointError, match=rf"{field}.*attends causally"):
         bert.load_hf(str(tmp_path / "decoder"))
+
+
+def test_a_run_config_that_does_not_fit_the_directory_is_named(tiny_hf):
+    """train.init_checkpoint with a run whose config.model (its vocab_size from the data) does
+    not fit the directory: the error said "does its config.json describe this checkpoint?",
+    blaming a file that is right; it names the run's fields that differ, and the data's
+    vocabulary."""
+    theirs = bert.bert_config_from_hf(json.load(open(os.path.join(tiny_hf, "config.json"))))
+    for changes in ({"vocab_size": 30522}, {"hidden_size": 48, "num_attention_heads": 3}):
+        run = M.BertConfig(**{**vars(theirs), **changes})
+        with pytest.raises(bert.CheckpointError) as e:
+            bert.load_hf_params(tiny_hf, run)
+        text = str(e.value)
+        assert "config.json describe" not in text
+        for field, value in changes.items():
+            if field != "num_attention_heads":
+                mine, its = value, getattr(theirs, field)
+                assert f"this run's config.model has {field}={mine} (" in text
+                assert f"config.json: {its})" in text
+        assert ("tokenize the data with the model's tokenizer" in text) == ("vocab_size" in changes)
