@@ -34,9 +34,10 @@ _HF_HEADS = {
 FLAG = "<workdir>/export"  # how errors name the export directory: fine-tuning has no flag for it
 
 
-def check_exportable(config: encoder.BertConfig) -> None:
+def check_exportable(config: encoder.BertConfig, vocab_file: str | None = None) -> None:
     """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
-    refused (before training, by runs.prepare)."""
+    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file`."""
+    bert.check_exportable_vocab(vocab_file)
     if bert.architecture(config) != bert.BERT:
         raise cli.UserError(
             "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "

@@ -343,13 +343,29 @@ def save_hf(
 TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
+def check_exportable_vocab(vocab_file: str | None) -> None:
+    """Refuses a SentencePiece vocabulary (tokenization.make_tokenizer's .model): transformers'
+    BERT and ModernBERT classes have no tokenizer that reads one, and save_tokenizer writes a
+    vocab.txt or a tokenizer.json only."""
+    if vocab_file and vocab_file.endswith(".model"):
+        raise cli.UserError(
+            f"the vocabulary {vocab_file!r} is a SentencePiece model: a Hugging Face export "
+            "holds a WordPiece vocab.txt or a tokenizer.json, and transformers' BERT and "
+            "ModernBERT classes have no tokenizer that reads a SentencePiece model; a model "
+            "trained on SentencePiece ids cannot be exported"
+        )
+
+
 def save_tokenizer(
     vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
 ) -> None:
     """The tokenizer's files into `output_dir` (a pre-training export and a fine-tuned task model
     alike): a vocab.txt with the tokenizer_config.json transformers' BertTokenizer loads it by,
     or a Hugging Face tokenizer.json passed through as it is, with its directory's
-    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast)."""
+    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast).
+    A SentencePiece model is refused (check_exportable_vocab): it was copied as a vocab.txt
+    that transformers cannot read."""
+    check_exportable_vocab(vocab_file)
     if not os.path.isfile(vocab_file):
         raise cli.UserError(
             f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
