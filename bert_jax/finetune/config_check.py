@@ -33,6 +33,11 @@ def check_finetuning(
         config_check.ask(
             problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length"
         )
+    if config.model.get("attention_impl") == "splash" and d.max_seq_length % 128:
+        problems.append(  # as pre-training's check: the eval's forward was a ValueError traceback
+            f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
+            f"{d.max_seq_length}: choose 'auto' (splash where it fits) or a multiple of 128"
+        )
     labels = tasks.label_names(d.labels)
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
