@@ -282,9 +282,9 @@ def _print(r: dict, top: int) -> None:
 
 def main(argv):
     del argv
-    from bert_jax import cpu_malloc
+    from bert_jax import runtime
 
-    cpu_malloc.configure_for_cpu_training()  # as the trainer does, before JAX starts
+    runtime.configure_for_cpu_training()  # as the trainer does, before JAX starts
     r = profile(
         FLAGS.model,
         FLAGS.seq_len,

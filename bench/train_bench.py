@@ -70,7 +70,7 @@ flags.DEFINE_string("json_out", "", "Append each case's figures here as a JSON l
 flags.DEFINE_bool(
     "reuse_freed_memory",
     True,
-    "Apply bert_jax.cpu_malloc.configure_for_cpu_training() first, as the trainer does "
+    "Apply bert_jax.runtime.configure_for_cpu_training() first, as the trainer does "
     "(false: glibc's defaults, for an A/B of that setting in two processes).",
 )
 flags.DEFINE_multi_string(
@@ -255,10 +255,10 @@ def _print_case(r: dict) -> None:
 
 def main(argv):
     del argv
-    from bert_jax import cpu_malloc
+    from bert_jax import runtime
 
-    # Before JAX starts its threads (bert_jax/cpu_malloc.py says why).
-    malloc = FLAGS.reuse_freed_memory and cpu_malloc.configure_for_cpu_training()
+    # Before JAX starts its threads (bert_jax.runtime.reuse_freed_memory says why).
+    malloc = FLAGS.reuse_freed_memory and runtime.configure_for_cpu_training()
     import jax
     import jax.numpy as jnp
 

@@ -9,7 +9,7 @@ __init__.py maps its modules.
     cli.py        how every binary reports a mistake (cli.UserError: `error:`, exit 2), a bug
                   (its traceback, exit 1) and a warning (cli.warn)
     runtime.py    how every binary starts JAX (the trainers' --distributed, the TPU compiler
-                  flags, cpu_malloc.py's XLA:CPU malloc settings) and how a stopped run exits
+                  flags, XLA:CPU's malloc settings) and how a stopped run exits
 
     data/contract/  what data_prep and the trainer agree on: manifest.json (manifest), the facts
                     a run takes from it (data_facts), the shards it lists (shard_files), the
@@ -25,17 +25,19 @@ __init__.py maps its modules.
                     workdir_lock, faults, metrics_log, collapse, config_check (pre-training's
                     one validation pass)
     hf/             Hugging Face in and out: pretrained (the one loader behind export, embed and
-                    finetune/), bert and modernbert (the weights' names both ways), files,
-                    publish
+                    finetune/), architectures (BERT's and ModernBERT's configs
+                    and names both ways; modernbert: its config.json), bert (save_hf, load_hf),
+                    files, publish
     storage/        files by name, local or in a bucket (gs://, s3://)
     finetune/       python -m bert_jax.finetune: classification, pairs, tagging, SQuAD and LoRA
     plan/           python -m bert_jax.plan: the steps compiled for a TPU slice without one, what
                     fits and where the HBM bytes go
 
 Layers, lowest first: cli and storage; text and data/contract; data/input; model; hf's weight
-names and files (hf/bert, hf/modernbert, hf/files); training; the rest of hf (pretrained,
-publish); runtime; finetune, plan and the binaries. A module imports only from its own layer and
-those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no cycles).
+names and files (hf/architectures, hf/modernbert, hf/bert, hf/files); training; the rest of hf
+(pretrained, publish); runtime; finetune, plan and the binaries. A module imports only from its
+own layer and those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no
+cycles).
 
 Importing the package imports nothing heavy: bert_jax.data.contract (and bert_jax.data) and
 bert_jax.text are JAX-free so that data_prep can use them.

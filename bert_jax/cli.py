@@ -1,19 +1,14 @@
 """How every binary meets its user: one `error: ...` line and exit status 2 for a mistake, a
 traceback and a request to report it for a bug.
 
-Every absl binary starts with `cli.run(main)` instead of `app.run(main)`, which answers:
-  * a UserError (or a subclass a caller tells apart) or absl's UsageError escaping `main`, a flag
-    that does not parse, an unknown `--config.x.y` (naming the nearest field), a stray argument,
-    a bucket unreachable through its retries, an OSError that is the machine's state
-    (ENVIRONMENT_ERRNOS: a full disk, no permission, a read-only file system): `error: ...`,
-    exit 2, no traceback (--verbosity=1 or more: the traceback too);
-  * Ctrl-C that nothing catches: `error: interrupted ...`, exit 130;
-  * anything else, a plain ValueError included: a bug, its traceback, then `error: ... this is
-    a bug in bert_jax: please report it ...`, exit 1.
+Every absl binary starts with `cli.run(main)` instead of `app.run(main)`, which answers a
+UserError, absl's UsageError, a bad flag or `--config.x.y`, a stray argument, a bucket
+unreachable through its retries or an OSError that is the machine's state (ENVIRONMENT_ERRNOS)
+with `error: ...`, exit 2; an uncaught Ctrl-C with exit 130; anything else, a plain ValueError
+included, as a bug: its traceback, then `error: ... this is a bug in bert_jax ...`, exit 1.
 Library code raises UserError naming the file or flag, converting the errors of the libraries it
-calls where they arise (`user_path`); `warn` prints a notice that does not stop the run. Library
-INFO logs stay off unless --verbosity is passed. The rule, case by case: docs/faults.md. No JAX
-import here: data_prep binaries use this module.
+calls where they arise (`user_path`). The rule, case by case: docs/faults.md. No JAX import
+here: data_prep binaries use this module.
 """
 
 import contextlib
@@ -35,9 +30,8 @@ FLAGS = flags.FLAGS
 
 
 class UserError(ValueError):
-    """A mistake the user can fix; the message says what to fix. Raise it (or a subclass) from
-    library code; binaries turn it into one `error:` line. A ValueError, so the checks that
-    catch ValueError (and tests' pytest.raises(ValueError)) still see it."""
+    """A mistake the user can fix; the message says what to fix. A ValueError, so the checks
+    that catch ValueError (and tests' pytest.raises(ValueError)) still see it."""
 
 
 BUG = "this is a bug in bert_jax: please report it with the traceback above"
@@ -104,10 +98,8 @@ def user_path(flag: str, path: str) -> Iterator[None]:
         raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e
 
 
-# OSErrors that are the machine's state, never a wrong path of our making: a full disk or quota,
-# no permission, a read-only file system. Reported in one line wherever they come from (Orbax's
-# or TensorStore's writes included); any other OSError (a missing file, ...) that reaches
-# cli.run is a bug: the paths a user names are checked, or converted by `user_path`, where used.
+# OSErrors that are the machine's state, reported in one line wherever they come from; any other
+# that reaches cli.run is a bug: a user's paths are checked, or converted by `user_path`.
 ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 

@@ -197,8 +197,8 @@ def _save_npz(path: str, arrays: dict) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     with cli.user_path("--output", path):  # a read-only directory, say
         fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
-    # A SIGTERM while writing ends the process through `finally` (exit 143 as before): killed
-    # outright it left the hidden half-written .npz, as large as the output, behind.
+    # A SIGTERM while writing exits (status 143) through `finally`, which removes the hidden
+    # half-written .npz (as large as the output).
     main = threading.current_thread() is threading.main_thread()  # only it may set handlers
     previous = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
     try:

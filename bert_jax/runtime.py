@@ -3,8 +3,8 @@ so that the binaries cannot drift apart (they had: only pre-training set up CPU 
 the coordinator flags).
 
 `start`, after flag parsing (--help stays fast) and before JAX's first device use, sets
-  * the platform: a CPU host's malloc settings (cpu_malloc) for binaries that run steps, or the
-    planner's `cpu_devices` fake CPU devices whatever the host has;
+  * the platform: a CPU host's malloc settings (`reuse_freed_memory`) for binaries that run
+    steps, or the planner's `cpu_devices` fake CPU devices whatever the host has;
   * the compiler: the TPU compiler flags (sharding.use_tpu_compiler_flags); the planner turns
     the persistent compilation cache off (a deviceless compile cannot be served from it: a TPU
     executable read back needs a TPU client, and JAX warns at every hit);
@@ -12,13 +12,20 @@ the coordinator flags).
     jax.distributed.initialize with the coordinator flags.
 """
 
+import ctypes
+import glob
 import os
 import re
 import sys
 
 from absl import flags, logging
 
-from bert_jax import cli, cpu_malloc
+from bert_jax import cli
+
+# mallopt(3) parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
 
 
 def define_flags() -> None:
@@ -43,7 +50,7 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
     if cpu_devices:
         _use_cpu_devices(cpu_devices)
     else:  # before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory
-        cpu_malloc.configure_for_cpu_training()
+        configure_for_cpu_training()
     import jax
 
     from bert_jax.model import sharding
@@ -64,6 +71,37 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
         jax.local_device_count(),
         jax.device_count(),
     )
+
+
+def reuse_freed_memory() -> bool:
+    """glibc malloc settings that let XLA:CPU reuse a step's memory; whether glibc took all three
+    (False on other C libraries and platforms, where nothing changes). XLA:CPU frees each step's
+    temporaries, one buffer, when the step ends, and glibc's munmap makes the next step fault in
+    every page anew (docs/performance.md): so one arena for all threads, no mmap for large blocks
+    and no trimming. Call it before the threads that allocate exist (before `import jax`); it
+    changes only this process and the children it forks.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.gnu_get_libc_version  # noqa: B018 (glibc only: musl has mallopt without effect)
+    except (OSError, AttributeError):
+        return False
+    # -1 disables trimming altogether (mallopt(3)); 0 large-block mmaps; 1 arena.
+    results = (
+        libc.mallopt(_M_ARENA_MAX, 1),
+        libc.mallopt(_M_MMAP_MAX, 0),
+        libc.mallopt(_M_TRIM_THRESHOLD, -1),
+    )
+    return all(r == 1 for r in results)
+
+
+def configure_for_cpu_training() -> bool:
+    """`reuse_freed_memory` on a host without a TPU or an NVIDIA GPU (their device files: the
+    step's temporaries then live in the accelerator's memory); whether it was applied."""
+    accelerators = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
+    return not any(glob.glob(p) for p in accelerators) and reuse_freed_memory()
 
 
 def _use_cpu_devices(count: int) -> None:

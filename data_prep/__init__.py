@@ -5,24 +5,24 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
 
     main.py            the binary: python -m data_prep.main (--mode=scaled | beam | reference)
     readers.py         --input -> sources (what each file is: sniff.py, by its first bytes), and a
-                       whole source's documents; lists every input file, local or in a bucket
-    kinds.py           the one table of input kinds: how each is planned into units, how a unit
-                       and a whole input are read (used by units.py and readers.py)
+                       whole source's documents (one unit); lists every input file, local or in a
+                       bucket
     inputs.py          what every reader shares: Source, ReadStats, InputError, open_input, lines
-    lines.py           BERT-format text, books and JSONL, whole or by byte blocks
-    tfds_input.py      TFDS datasets, by example ranges
+    lines.py           BERT-format text, books and JSONL, by byte blocks
     wiki.py            MediaWiki XML dumps -> articles (wikitext.py: wikitext -> prose;
                        templates.py: the inline templates rendered as their words)
     parquet.py         Parquet files -> documents, by row groups
     sentences.py       running text -> sentences (dumps, Parquet, JSONL, books)
-    units.py           inputs cut into work units that are read independently
+    units.py           inputs cut into work units that are read independently, by the one
+                       table of input kinds (how each is planned, how a unit is read; TFDS
+                       datasets by example ranges)
     instances.py       the default path: NSP pairs or MLM-only segments as [N, L] arrays, masked
                        by bert_jax/data/input/masking.py (the one masking rule, shared with the
                        trainer)
     example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
-    job.py             the scaled job's spec, plan, settings' fingerprint and manifest; with
-                       job_units.py (a unit's records) and job_shards.py (the shard plan and
-                       shuffle), the pure parts shared by the local and the Beam runner
+    job.py             the scaled job's spec, plan, shard plan and shuffle, settings' fingerprint
+                       and manifest; with job_units.py (a unit's records), the pure parts shared by
+                       the local and the Beam runner
     content.py         input content hashes: how a rerun knows the input is what it was
     scaled.py          the local runner: worker processes, progress
     resume.py          its work directory (_work) and lock: what a rerun checks, locally or in a

@@ -1,13 +1,8 @@
 """The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
-'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`: the
-runners' command lines are in docs/data_prep.md, "Beam mode".
-
-The same units, the same UnitProcessor per unit, the same shard plan and shuffles as the local
-runner (job.py), so for the same settings the shards are byte-identical to --mode=scaled. All
-files go through bert_jax.storage, as in the scaled job (not Beam's FileSystems); each shard is
-written to a local temporary file and published whole, the manifest last. There is no work
-directory: a failed pipeline is rerun whole. A finished one is checked as the local job checks
-it (job.check_finished).
+'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
+units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
+byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
+there is no work directory (a failed pipeline is rerun whole). docs/data_prep.md, "Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
@@ -21,7 +16,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from bert_jax import storage
 from bert_jax.data.contract import manifest, record_io
-from data_prep import content, job, job_shards, job_units, kinds, output
+from data_prep import content, job, job_units, output
+from data_prep import units as units_lib
 
 
 class _ProcessUnit(beam.DoFn):
@@ -39,30 +35,15 @@ class _ProcessUnit(beam.DoFn):
         yield self.processor.process(unit)
 
 
-def _summary(result, stats: dict) -> dict:
-    """A unit's counts for the shard plan, and its job.UnitSummary for the manifest."""
-    return {
-        "unit": result.unit.index,
-        **{split: (r.count, len(r.data)) for split, r in result.splits.items()},
-        "summary": job.UnitSummary(
-            result.read,
-            {split: r.stats for split, r in result.splits.items()},
-            {split: r.documents for split, r in result.splits.items()},
-            content.record(result.content, stats.get(result.unit.path)),
-        ),
-    }
+def _in_order(markers: list) -> list:
+    return sorted(markers, key=lambda m: m["unit"]["index"])
 
 
-def _plan(summaries: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job_shards.plan_shards, indexed by unit: unit -> [(split, shard, count,
+def _plan(markers: list, spec: job.JobSpec) -> dict:
+    """The shard plan of job.plan_shards, indexed by unit: unit -> [(split, shard, count,
     rank, a, b)]."""
-    summaries = sorted(summaries, key=lambda s: s["unit"])
     by_unit = {}
-    for split in job.SPLITS:
-        counts = [s[split][0] for s in summaries]
-        shards = job_shards.plan_shards(spec, split, counts, sum(s[split][1] for s in summaries))
-        if split == "train" and not shards:
-            raise job.no_instances_error(spec, [s["summary"].read for s in summaries])
+    for split, shards in job.plan_shards(spec, _in_order(markers)).items():
         for shard, pieces in enumerate(shards):
             for rank, (unit, first, end) in enumerate(pieces):
                 by_unit.setdefault(unit, []).append((split, shard, len(shards), rank, first, end))
@@ -86,20 +67,19 @@ def _write_shard(keyed, spec: job.JobSpec, output_dir: str):
     path = storage.join(output_dir, output.shard_name(split, shard, count, spec.fmt))
     with output.local_file(path) as local:
         with record_io.RecordWriter(local, spec.fmt) as writer:
-            for j in job_shards.shard_order(spec, split, shard, len(records)).tolist():
+            for j in job.shard_order(spec, split, shard, len(records)).tolist():
                 writer.write(records[j])
         info = output.shard_entry(local, len(records))
     return split, shard, info
 
 
-def _write_manifest(infos: list, summaries: list, spec, fp, planned, started, output_dir, **report):
+def _write_manifest(infos: list, markers: list, spec, fp, planned, started, output_dir, **report):
     shards = {
         split: [info for s, _, info in sorted(infos, key=lambda i: (i[0], i[1])) if s == split]
         for split in job.SPLITS
     }
-    units = [s["summary"] for s in sorted(summaries, key=lambda s: s["unit"])]
     fields = job.manifest_fields(
-        spec, fp, shards, planned, units, seconds=time.time() - started, **report
+        spec, fp, shards, planned, _in_order(markers), seconds=time.time() - started, **report
     )
     output.write_json_atomic(storage.join(output_dir, manifest.FILE), fields)
 
@@ -129,7 +109,7 @@ def run(
         storage.remove(storage.join(output_dir, manifest.FILE))
     output.prepare_output_dir(output_dir)
     stats = {
-        unit.path: content.file_stat(unit.path) for unit in planned if kinds.is_file(unit.kind)
+        unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
     }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
@@ -142,9 +122,11 @@ def run(
             | "Units" >> beam.Create(planned)
             | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case))
         )
-        summaries = results | "Summarize" >> beam.Map(_summary, stats=stats)
+        markers = results | "Summarize" >> beam.Map(
+            lambda result, stats: result.marker(stats.get(result.unit.path)), stats=stats
+        )
         plan = (
-            summaries
+            markers
             | "AllSummaries" >> beam.combiners.ToList()
             | "Plan" >> beam.Map(_plan, spec=spec)
         )
@@ -160,7 +142,7 @@ def run(
             | "Manifest"
             >> beam.Map(
                 _write_manifest,
-                summaries=beam.pvalue.AsList(summaries),
+                markers=beam.pvalue.AsList(markers),
                 spec=spec,
                 fp=fp,
                 planned=planned,

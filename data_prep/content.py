@@ -1,14 +1,10 @@
 """Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was
 (docs/data_prep.md, "Resume": why a file's size and version stand in for rehashing it).
 
-A unit's content hash is the blake2b of every byte its reader reads, in order: `read_documents`
-hands the unit reader (units.read_unit) an `open_binary` whose files hash what they return (the
-lines of an iteration when the file is closed). Any unit kind whose reader opens files through
-`open_binary` gets a hash for free; one that reads otherwise returns None and is trusted by its
-name and extent in the job's fingerprint (TFDS units: a dataset's version fixes its content).
-Each hash is kept beside the size and version (a local mtime, a GCS generation, an S3 ETag) its
-file showed *before* the unit was read, so the same hash means the same bytes were read: a unit
-is never reused after its input changed.
+A unit's content hash is the blake2b of every byte its reader reads, in order, through the
+`open_binary` that `read_documents` hands it; a unit read otherwise (TFDS) has None and is trusted
+by its name and extent in the job's fingerprint. Each hash is kept beside the size and version its
+file showed *before* the unit was read: a unit is never reused after its input changed.
 """
 
 import hashlib
@@ -16,7 +12,7 @@ import os
 import time
 
 from bert_jax import storage
-from data_prep import inputs, kinds
+from data_prep import inputs
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE
 
@@ -26,7 +22,7 @@ RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file 
 def source_key(unit: units_lib.Unit) -> str:
     """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
     absolute."""
-    if not kinds.is_file(unit.kind):
+    if not units_lib.is_file(unit.kind):
         return f"tfds:{unit.path}:{unit.split}"
     return unit.path if "://" in unit.path else os.path.abspath(unit.path)
 

@@ -1,11 +1,9 @@
 """The default path's record encoder: instances.Batch ([N, L] arrays) -> serialized
 tf.train.Example bytes, written directly rather than through protobuf messages
-(docs/data_prep.md, "Performance"). Files of such bytes are bert_jax/data/contract/record_io.py's.
-
-The bytes are what protobuf's SerializeToString(deterministic=True) gives for the same features
-(tests check byte equality): map entries sorted by key, each value list packed. Every record has the
-same fixed-length features (features.Schema), so most of each record is a cached byte string and
-only the token ids and masked labels are encoded per record, from a table of varints.
+(docs/data_prep.md, "Performance"), byte-identical to protobuf's
+SerializeToString(deterministic=True): map entries sorted by key, each value list packed. Every
+record has the same fixed-length features (features.Schema), so most of each record is a cached
+byte string and only the token ids and masked labels are encoded per record.
 
 Wire format, outermost first (field number << 3 | wire type 2 = length-delimited):
   Example.features (1) -> Features.feature (1, map entry) -> key (1), value (2) -> Feature.

@@ -2,9 +2,9 @@
 file (local or in a bucket) and reading its lines.
 
 The readers of each kind of input build on this module (lines.py: BERT text, books, JSONL;
-tfds_input.py; wiki.py; parquet.py); kinds.py puts them in one table, which planning (units.py)
-and reading whole inputs (readers.py) both use. Nothing here imports those modules: the import
-graph stays a tree (tests/unit/test_import_graph.py).
+wiki.py; parquet.py; TFDS in units.py); units.py puts them in one table, which planning units and
+reading whole inputs (readers.py) both use. Nothing here imports those modules: the import graph
+stays a tree (tests/unit/test_import_graph.py).
 """
 
 import dataclasses

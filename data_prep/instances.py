@@ -3,11 +3,9 @@ from tokenized documents, assembled as fixed-size arrays and masked by
 bert_jax.data.input.masking. Shapes: N instances, L = max_seq_length, P = max_predictions_per_seq.
 
 The semantics are google-research/bert's (data_prep/reference.py holds its algorithm step for
-step, the specification these functions are tested against), the random streams not
-(docs/data_prep.md, "Differences from the original generator"): instance structure draws from a
-random.Random, masking is one numpy pass over all instances of a unit. Truncation draws how many
-tokens leave the front of a segment as one Binomial(removed, 1/2), the same distribution as the
-original's one coin per removed token.
+step, the specification these functions are tested against), the random streams not: instance
+structure draws from a random.Random, masking is one numpy pass over all instances of a unit
+(docs/data_prep.md, "Differences from the original generator").
 """
 
 import dataclasses

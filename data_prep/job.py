@@ -1,13 +1,13 @@
-"""The scaled data_prep job, its pure parts: the job's spec, its plan, fingerprint and manifest.
+"""The scaled data_prep job, its pure parts: the job's spec, its plan, shard plan, fingerprint
+and manifest.
 
   inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
-         --job_shards.plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
+         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
 
-Everything here and in job_units.py / job_shards.py (which take the JobSpec from here) is a
-function of the job's settings and the input, never of the worker count or the runner: the local
-runner (scaled.py) and the Beam job (beam_pipeline.py) call the same functions, so their outputs
-are identical: every random stream is seeded from the settings (`seed`). docs/data_prep.md,
-"Scaled mode: how it works".
+Everything here and in job_units.py (which takes the JobSpec from here) is a function of the job's
+settings and the input, never of the worker count or the runner: the local runner (scaled.py) and
+the Beam job (beam_pipeline.py) call the same functions, so their outputs are identical: every
+random stream is seeded from the settings (`seed`). docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
@@ -15,11 +15,13 @@ import glob
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.text import tokenization
 from bert_jax.training import workdir_lock
-from data_prep import content, kinds, output, readers
+from data_prep import content, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
@@ -79,12 +81,6 @@ class JobSpec:
             problems.append(f"language: {e}")
         if problems:
             raise cli.UserError("; ".join(problems))
-
-    def split_opts(self, split: str) -> inst.InstanceOptions:
-        """The instance options of one split: the eval split's masks at eval_masked_lm_prob."""
-        if split == "eval":
-            return dataclasses.replace(self.opts, masked_lm_prob=self.eval_masked_lm_prob)
-        return self.opts
 
 
 def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
@@ -264,26 +260,71 @@ def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     return [spec.seed, _STREAM[stream], *keys]
 
 
-def no_instances_error(spec: JobSpec, read: list[readers.ReadStats]) -> cli.UserError:
-    """The error of a job whose input gave no training instances, with what the reads saw."""
-    documents = sum(r.documents for r in read)
-    bad_json = sum(r.bad_json_lines for r in read)
-    seen = f"{documents} documents read from --input={','.join(spec.inputs)}"
-    if bad_json:
-        seen += f"; {bad_json} JSON lines were not objects with a string field {spec.text_field!r}"
-    return cli.UserError(
-        f"the input gave no training instances ({seen}); check --input and --text_field"
+def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) -> int:
+    """Shards of a split: as asked, or enough that none holds much more than shard_size_mb."""
+    if instances == 0:
+        return 0
+    asked = spec.num_shards if split == "train" else spec.num_eval_shards
+    if asked > instances:
+        flag = "--num_shards" if split == "train" else "--num_eval_shards"
+        raise cli.UserError(
+            f"{flag}={asked} but the {split} split has only {instances} instances; "
+            f"rerun with {flag} <= {instances} (finished work units are reused)"
+        )
+    return asked or max(
+        1, min(instances, math.ceil(record_bytes / (spec.shard_size_mb * units_lib.MB)))
     )
 
 
-@dataclasses.dataclass
-class UnitSummary:
-    """What the manifest needs of one processed unit."""
+def plan_shards(spec: JobSpec, markers: list[dict]) -> dict[str, list[list[tuple]]]:
+    """Per split, per shard, its pieces (unit index, first record, end record) in the order they
+    are concatenated: shard sizes differ by at most one, each shard reads a few units
+    sequentially, and each draws its documents from all over the corpus. `markers`: every unit's
+    UnitResult.marker, in plan order; an error when there is no training instance."""
+    plans = {}
+    for split in SPLITS:
+        counts = [m[split]["instances"] for m in markers]
+        total = sum(counts)
+        num = shard_count(spec, split, total, sum(m[split]["bytes"] for m in markers))
+        order = np.random.default_rng(seed(spec, "unit_order", SPLITS.index(split))).permutation(
+            len(counts)
+        )
+        ends = np.cumsum([counts[u] for u in order]).tolist()
+        plans[split], position, k = [], 0, 0
+        for shard in range(num):
+            stop, pieces = total * (shard + 1) // num, []
+            while position < stop:
+                unit = int(order[k])
+                unit_start = ends[k] - counts[unit]
+                take_to = min(stop, ends[k])
+                pieces.append((unit, position - unit_start, take_to - unit_start))
+                position = take_to
+                if position == ends[k]:
+                    k += 1
+            plans[split].append(pieces)
+    if not plans["train"]:
+        raise no_instances_error(spec.inputs, spec.text_field, [m["read"] for m in markers])
+    return plans
 
-    read: readers.ReadStats
-    stats: dict  # split -> output.InstanceStats
-    documents: dict  # split -> documents
-    content: dict  # content.record: the unit's content hash and its file's size and mtime
+
+def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray:
+    """The seeded shuffle of a shard: output record j is concatenated record order[j]."""
+    return np.random.default_rng(seed(spec, "shuffle", SPLITS.index(split), shard)).permutation(
+        count
+    )
+
+
+def no_instances_error(inputs, text_field: str, reads: list[dict]) -> cli.UserError:
+    """The error of a job whose input gave no training instances, with what the reads (ReadStats
+    as dicts) saw."""
+    documents = sum(r["documents"] for r in reads)
+    bad_json = sum(r["bad_json_lines"] for r in reads)
+    seen = f"{documents} documents read from --input={','.join(inputs)}"
+    if bad_json:
+        seen += f"; {bad_json} JSON lines were not objects with a string field {text_field!r}"
+    return cli.UserError(
+        f"the input gave no training instances ({seen}); check --input and --text_field"
+    )
 
 
 def manifest_fields(
@@ -291,7 +332,7 @@ def manifest_fields(
     fp: dict,
     shards: dict,
     planned: list,
-    units: list,
+    markers: list,
     *,
     vocab: dict,
     flags: dict,
@@ -299,25 +340,25 @@ def manifest_fields(
     runner: str,
 ) -> dict:
     """manifest.json: the data contract (bert_jax/data/contract/manifest.py), then this job's
-    report: settings, input fingerprint, statistics. `units[i]` is unit i's UnitSummary."""
+    report: settings, input fingerprint, statistics. `markers[i]`: unit i's UnitResult.marker."""
     read = readers.ReadStats()
     split_stats = {split: output.InstanceStats() for split in SPLITS}
     split_documents = dict.fromkeys(SPLITS, 0)
-    for unit in units:
-        read.add(unit.read)
+    for marker in markers:
+        read.add(readers.ReadStats(**marker["read"]))
         for split in SPLITS:
-            split_stats[split].add(unit.stats[split])
-            split_documents[split] += unit.documents[split]
+            split_stats[split].add(output.InstanceStats(**marker[split]["stats"]))
+            split_documents[split] += marker[split]["documents"]
     opts = spec.opts
     out = opts.contract_fields("scaled", spec.fmt, vocab, shards)
     out.update(
         runner=runner,
         flags=flags,
         fingerprint=fp,
-        inputs=content.input_files(planned, [unit.content for unit in units]),
+        inputs=content.input_files(planned, [marker["content"] for marker in markers]),
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
-        input_bytes=sum(unit.size for unit in planned if kinds.is_file(unit.kind)),
+        input_bytes=sum(unit.size for unit in planned if units_lib.is_file(unit.kind)),
         documents=sum(split_documents.values()),
         stats=split_stats["train"].summary(opts.max_seq_length),
         eval={

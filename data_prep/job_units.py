@@ -53,6 +53,25 @@ class UnitResult:
     read: readers.ReadStats
     content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
 
+    def marker(self, stat: dict | None) -> dict:
+        """What the shard plan (job.plan_shards) and the manifest (job.manifest_fields) take of
+        the unit, as JSON: the local runner saves it as the unit's marker. `stat`: its file as
+        it was before it was read (content.file_stat)."""
+        return {
+            "unit": dataclasses.asdict(self.unit),
+            "read": dataclasses.asdict(self.read),
+            "content": content.record(self.content, stat),
+            **{
+                split: {
+                    "instances": records.count,
+                    "bytes": len(records.data),
+                    "documents": records.documents,
+                    "stats": dataclasses.asdict(records.stats),
+                }
+                for split, records in self.splits.items()
+            },
+        }
+
 
 class UnitProcessor:
     """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""
@@ -87,7 +106,9 @@ class UnitProcessor:
                 gc.enable()
 
     def _split(self, unit: units_lib.Unit, split: str, documents: list) -> SplitRecords:
-        spec, opts = self.spec, self.spec.split_opts(split)
+        spec, opts = self.spec, self.spec.opts
+        if split == "eval":  # masked at eval_masked_lm_prob, whatever the training rate
+            opts = dataclasses.replace(opts, masked_lm_prob=spec.eval_masked_lm_prob)
         split_id = SPLITS.index(split)
         # A document's later sentences follow the one before as running text does (a space
         # before them, for a tokenizer.json whose pieces carry spaces: its sentence_joiner).

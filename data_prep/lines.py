@@ -1,6 +1,6 @@
 """Line-based inputs: BERT-format text (a sentence a line, a blank line between documents), books
 (a file one document, its lines split into sentences) and JSONL (a JSON object a line, its text
-field split into sentences); read whole (`*_whole`) or as a unit, a byte block (`*_unit`).
+field split into sentences), a unit (a byte block) at a time (`*_unit`).
 
 Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
 (a file's first document is anchored at byte 0). A unit seeks to its block, skips the tail of a
@@ -17,18 +17,20 @@ import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from bert_jax import storage
 from data_prep import inputs, sniff
-from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines, read_lines
+from data_prep.inputs import ReadStats, decode_line, open_text, raw_lines
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def plan(source, size: int, block_bytes: int) -> list[tuple[int, int]]:
-    """(start, stop) byte blocks of a text or JSONL file; one for a compressed file or a book."""
+def plan(source, planning) -> list[tuple[int, int, dict]]:
+    """(start, stop, {}) byte blocks of a text or JSONL file; one for a compressed file, a book."""
+    size, block = storage.size(source.path), planning.block_bytes
     if source.compression or source.kind == "book" or size == 0:
-        return [(0, size)]
-    return [(start, min(start + block_bytes, size)) for start in range(0, size, block_bytes)]
+        return [(0, size, {})]
+    return [(start, min(start + block, size), {}) for start in range(0, size, block)]
 
 
 def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
@@ -38,16 +40,6 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
             document = list(group)
             stats.documents += 1
             yield document
-
-
-def book_document(
-    lines: Iterator[str], stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """All lines of a file as one document, each line a paragraph split into sentences."""
-    document = [s for line in lines if line for s in split_sentences(line, language)]
-    if document:
-        stats.documents += 1
-        yield document
 
 
 def json_document(
@@ -72,16 +64,6 @@ def json_document(
     return split_sentences(text, language)
 
 
-def jsonl_documents(
-    path: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    for line in read_lines(path, stats):
-        sentences = json_document(line, text_field, stats, language)
-        if sentences:
-            stats.documents += 1
-            yield sentences
-
-
 def _seek_to_line(f: BinaryIO, start: int) -> int:
     """Positions f at the first line that starts at or after `start`; returns that offset."""
     if start == 0:
@@ -95,25 +77,24 @@ def _seek_to_line(f: BinaryIO, start: int) -> int:
             return offset
 
 
-def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, int]]:
-    """A unit's raw lines (and lengths) from its first line on; a file's BOM is dropped."""
-    lines = raw_lines(f, unit.path)
-    if unit.start == 0:
-        for raw, length in lines:
-            yield (raw.removeprefix(sniff.UTF8_BOM) if raw else raw), length
-            break
-    yield from lines
+def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, bool]]:
+    """A unit's raw lines from its first line on (a file's BOM dropped), each with whether it
+    starts past the unit's block (never in a compressed file: its one unit reads it all)."""
+    stop = float("inf") if unit.compression else unit.stop
+    offset = _seek_to_line(f, unit.start)
+    for raw, length in raw_lines(f, unit.path):
+        if offset == 0 and raw:
+            raw = raw.removeprefix(sniff.UTF8_BOM)
+        yield raw, offset >= stop
+        offset += length
 
 
 def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
-    stop = float("inf") if unit.compression else unit.stop
-    offset = _seek_to_line(f, unit.start)
     anchored = unit.start == 0  # the previous line was blank (or this is the file start)
     document: list[str] = []
     elsewhere = ReadStats()  # lines of another block are counted there, not here
-    for raw, length in _lines(f, unit):
-        line_start, offset = offset, offset + length
-        counted = stats if line_start < stop else elsewhere
+    for raw, past_block in _lines(f, unit):
+        counted = elsewhere if past_block else stats
         counted.lines += 1
         line = decode_line(raw, counted, drop_cr=True)
         if raw is None:
@@ -123,7 +104,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
                 stats.documents += 1
                 yield document
                 document = []
-            if line_start >= stop:
+            if past_block:
                 return  # a document after this blank line is anchored in a later block
             anchored = True
         elif document:
@@ -131,7 +112,7 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
         elif anchored:
             document = [line]
             anchored = False
-        elif line_start >= stop:
+        elif past_block:
             return
         # else: the tail of a document anchored in an earlier block
     if document:
@@ -141,12 +122,9 @@ def text_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
 
 def jsonl_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
     text_field, language = reading.text_field, reading.language
-    stop = float("inf") if unit.compression else unit.stop
-    offset = _seek_to_line(f, unit.start)
-    for raw, length in _lines(f, unit):
-        if offset >= stop:
+    for raw, past_block in _lines(f, unit):
+        if past_block:
             return
-        offset += length
         stats.lines += 1
         line = decode_line(raw, stats)
         sentences = json_document(line, text_field, stats, language)
@@ -155,14 +133,17 @@ def jsonl_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[st
             yield sentences
 
 
-def _decoded(lines, stats: ReadStats) -> Iterator[str]:
-    for raw, _ in lines:
-        stats.lines += 1
-        yield decode_line(raw, stats)
-
-
 def book_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str]]:
-    return book_document(_decoded(_lines(f, unit), stats), stats, reading.language)
+    """All lines of a file as one document, each line a paragraph split into sentences."""
+    document = []
+    for raw, _ in _lines(f, unit):
+        stats.lines += 1
+        line = decode_line(raw, stats)
+        if line:
+            document += split_sentences(line, reading.language)
+    if document:
+        stats.documents += 1
+        yield document
 
 
 def opened(read):

@@ -89,13 +89,6 @@ class InstanceStats:
     masked: int = 0
     random_next: int = 0
 
-    def add_instance(self, instance) -> None:
-        """One reference.Instance."""
-        self.instances += 1
-        self.tokens += len(instance.tokens)
-        self.masked += len(instance.masked_lm_positions)
-        self.random_next += int(instance.is_random_next)
-
     def add(self, other: "InstanceStats") -> None:
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))

@@ -1,16 +1,14 @@
-"""Parquet files (the Hugging Face hub's format) -> documents, one per row, by row groups.
-
-`wikimedia/wikipedia` has columns id/url/title/text, `bookcorpus` has text: the text field's
-column (--text_field) is read with pyarrow, one row group at a time in batches, so memory is
-bounded by a row group's column chunk, never the file. A unit is a run of whole row groups of about
-`block_bytes` compressed bytes; the plan reads only the files' footers.
+"""Parquet files (the Hugging Face hub's format) -> documents, one per row; a unit is a run of
+whole row groups. Only the --text_field column is read, a row group at a time in batches, so memory
+is bounded by a row group's column chunk, never the file; the plan reads only the footers
+(docs/data_prep.md, "Parquet").
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from data_prep import inputs
-from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
+from data_prep.sentences import split_sentences
 
 _BATCH_ROWS = 256
 
@@ -53,11 +51,13 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
         )
 
 
-def plan(path: str, block_bytes: int, text_field: str) -> tuple[list[tuple[int, int, int]], str]:
-    """(first row group, end row group, compressed bytes) of each unit, and what the plan saw."""
+def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
+    """(first row group, end row group, {"weight": compressed bytes, "extent": what the plan saw})
+    of each unit, runs of whole row groups of about planning.block_bytes."""
+    path = source.path
     with inputs.open_input(path) as f:
         parquet = _open(path, f)
-        _check_text_column(path, parquet, text_field)
+        _check_text_column(path, parquet, planning.text_field)
         meta = parquet.metadata
         sizes = [
             sum(meta.row_group(g).column(c).total_compressed_size for c in range(meta.num_columns))
@@ -65,54 +65,34 @@ def plan(path: str, block_bytes: int, text_field: str) -> tuple[list[tuple[int, 
         ]
     spans, first, size = [], 0, 0
     for group, group_size in enumerate(sizes):
-        if group > first and size + group_size > block_bytes:
+        if group > first and size + group_size > planning.block_bytes:
             spans.append((first, group, size))
             first, size = group, 0
         size += group_size
     spans.append((first, len(sizes), size))
-    return spans, f"{sum(sizes)} bytes, {len(sizes)} row groups, {meta.num_rows} rows"
+    extent = f"{sum(sizes)} bytes, {len(sizes)} row groups, {meta.num_rows} rows"
+    return [(start, stop, {"weight": weight, "extent": extent}) for start, stop, weight in spans]
 
 
-def documents(
-    path: str,
-    start: int,
-    stop: int,
-    text_field: str,
-    stats: inputs.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = inputs.open_input,
-    language: str = DEFAULT_LANGUAGE,
-) -> Iterator[list[str]]:
-    """The documents of row groups [start, stop) (of a file whose column `plan` or `file_documents`
+def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
+    """The documents of a unit's row groups [start, stop) (of a file whose column `plan`
     checked): each row's text split into sentences."""
     import pyarrow
 
-    with open_binary(path) as f:
-        parquet = _open(path, f)
-        if start >= stop:
-            return
+    with reading.open_binary(unit.path) as f:
+        parquet = _open(unit.path, f)
         try:
             batches = parquet.iter_batches(
-                _BATCH_ROWS, row_groups=range(start, stop), columns=[text_field]
+                _BATCH_ROWS, row_groups=range(unit.start, unit.stop), columns=[reading.text_field]
             )
             for batch in batches:
                 for text in batch.column(0).to_pylist():
                     if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
                         text = inputs.decode_line(text, stats)
-                    sentences = split_sentences(text, language) if isinstance(text, str) else []
+                    is_text = isinstance(text, str)
+                    sentences = split_sentences(text, reading.language) if is_text else []
                     if sentences:
                         stats.documents += 1
                         yield sentences
         except (pyarrow.ArrowException, OSError) as e:
-            raise inputs.truncated(path, e) from None
-
-
-def file_documents(
-    path: str, text_field: str, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """Every document of a Parquet file (local or a bucket object)."""
-    stats.files += 1
-    with inputs.open_input(path) as f:
-        parquet = _open(path, f)
-        _check_text_column(path, parquet, text_field)
-        groups = parquet.metadata.num_row_groups
-    yield from documents(path, 0, groups, text_field, stats, language=language)
+            raise inputs.truncated(unit.path, e) from None

@@ -1,20 +1,16 @@
 """Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
 `source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
-documents (`documents`, through its kind's entry in data_prep/kinds.py). The kinds, and which
-bad input is an error and which is counted and skipped: docs/data_prep.md, "Input".
-
-An input that is not UTF-8 text or one of those kinds, and a truncated compressed file, is an
-InputError naming it. Within text, readers never raise: undecodable bytes are replaced, lines
-over MAX_LINE_BYTES skipped, and every such line, empty document and unreadable JSON line is
-counted in `ReadStats`. The readers themselves are lines.py, tfds_input.py, wiki.py and
-parquet.py, on the shared pieces in inputs.py (ReadStats, Source, InputError and open_input are
-re-exported here: the names callers use).
+documents (`documents`: the source read as one work unit, by its kind's entry in
+data_prep/units.py). The kinds, and which bad input is an InputError and which is counted in
+ReadStats and skipped: docs/data_prep.md, "Input". ReadStats, Source, InputError and open_input
+(data_prep/inputs.py) are re-exported here: the names callers use.
 """
 
 import glob
+import sys
 
 from bert_jax import cli, storage
-from data_prep import kinds, sniff, wiki
+from data_prep import sniff, units, wiki
 from data_prep.inputs import (  # re-exported: the readers' API
     TEXT_FIELD,
     InputError,
@@ -109,7 +105,13 @@ def documents(
     tfds_data_dir: str | None = None,
     language: str = DEFAULT_LANGUAGE,
 ):
-    """The documents of one whole source; running text is split into sentences by `language`'s
-    rules (a dump's own language overrides it)."""
-    reading = kinds.Reading(text_field, tfds_data_dir, language=language)
-    return kinds.KINDS[source.kind].read_whole(source, stats, reading)
+    """The documents of one whole source, read as one unit (as the scaled job's units, cut at any
+    size, read it); running text is split into sentences by `language`'s rules (a dump's own
+    language overrides it)."""
+    kind = units.KINDS[source.kind]
+    planning = units.Planning(sys.maxsize, sys.maxsize, tfds_data_dir, text_field)
+    [(start, stop, fields)] = (kind.plan_whole or kind.plan)(source, planning)
+    unit = units.Unit(
+        0, source.kind, source.path, start, stop, compression=source.compression, **fields
+    )
+    yield from units.read_unit(unit, stats, text_field, tfds_data_dir, language=language)

@@ -309,8 +309,7 @@ def run(
 
     instances = create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
     if not instances:  # as scaled mode: an empty output only fails later, in the trainer
-        spec = job_lib.JobSpec(inputs=tuple(specs), text_field=text_field)
-        raise job_lib.no_instances_error(spec, [read_stats])
+        raise job_lib.no_instances_error(specs, text_field, [dataclasses.asdict(read_stats)])
     schema = opts.schema
     stats = output.InstanceStats()
     path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
@@ -324,7 +323,10 @@ def run(
         with record_io.RecordWriter(local, fmt) as writer:
             for instance in instances:
                 writer.write(F.encode_example(instance_to_features(instance, schema)))
-                stats.add_instance(instance)
+                stats.instances += 1
+                stats.tokens += len(instance.tokens)
+                stats.masked += len(instance.masked_lm_positions)
+                stats.random_next += int(instance.is_random_next)
         shard = output.shard_entry(local, stats.instances)
     vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
     fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})

@@ -1,18 +1,14 @@
-"""The scaled job's work directory: what makes it resumable, and what a rerun trusts.
-
-Its names (_work, the shards', the writers' temporary files) are the data contract's
-(bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME, TEMPORARY): the trainer tells an
-unfinished job by them. <output_dir>/_work, removed when the job has finished, holds, each file
-published whole and each marker written after what it describes (locally or in a bucket alike):
+"""The scaled job's work directory, <output_dir>/_work (removed when the job has finished): what
+makes it resumable, and what a rerun trusts. Its names (_work, the shards', the writers' temporary
+files) are the data contract's (bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME,
+TEMPORARY): the trainer tells an unfinished job by them. Each file is published whole, and each
+marker written after what it describes, locally or in a bucket alike:
   job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets,
-  units/NNNNN.json  then its marker: the unit is finished iff it exists; it holds the unit's
-                    content hash, its file's size and version before reading (content.py) and
-                    the .bin file's size
+  units/NNNNN.bin   a unit's records (train, eval) and their offsets, then
+  units/NNNNN.json  its marker (job_units.UnitResult.marker, and the .bin file's layout and
+                    size): the unit is finished iff it exists
   shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
-One job per directory: <output_dir>/.lock (bert_jax.training.workdir_lock). What a rerun redoes,
-and why a bucket needs no rename for any of it: docs/data_prep.md, "Resume" and "Buckets: gs://
-and s3://".
+What a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
 """
 
 import contextlib
@@ -22,7 +18,7 @@ import re
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, shard_files
 from bert_jax.training import workdir_lock
-from data_prep import content, job, kinds, output
+from data_prep import content, job, output, units
 
 _SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
 
@@ -37,7 +33,7 @@ def shard_marker(work_dir: str, split: str, shard: int) -> str:
 
 def stat(unit) -> dict | None:
     """The unit's file as it is before the unit reads it (None for TFDS and other non-files)."""
-    if not kinds.is_file(unit.kind):
+    if not units.is_file(unit.kind):
         return None
     try:
         return content.file_stat(unit.path)
@@ -111,9 +107,10 @@ class WorkDir:
             if manifest.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))
 
-    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> dict[int, dict]:
+    def drop_untrusted(self, spec: job.JobSpec, planned: list) -> tuple[dict, dict]:
         """Forgets finished work that a rerun cannot trust (docs/data_prep.md, "Resume"); returns
-        the markers of the units kept, by unit index."""
+        what it keeps: the units' markers by unit index, the shards' manifest entries by (split,
+        shard)."""
         listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
         stats, changed, kept = {}, [], {}
         for unit in planned:
@@ -143,7 +140,7 @@ class WorkDir:
                 f"({', '.join(sorted({u.path for u in changed}))}): {len(changed)} unit(s) are "
                 "redone and every shard is written again"
             )
-        shards = storage.sizes(self.output_dir)
+        shards, kept_shards = storage.sizes(self.output_dir), {}
         for name in storage.sizes(self.shards):
             marker_path = storage.join(self.shards, name)
             entry = output.read_json(marker_path)
@@ -154,14 +151,6 @@ class WorkDir:
                 if changed:
                     # Its name may not be in the new plan.
                     storage.remove(storage.join(self.output_dir, entry["file"]))
-        return kept
-
-    def finished_shards(self) -> dict[tuple[str, int], dict]:
-        """The shards whose markers exist: (split, shard) -> their manifest entries."""
-        found = {}
-        for name in storage.sizes(self.shards):
-            match = _SHARD_MARKER.match(name)
-            entry = output.read_json(storage.join(self.shards, name)) if match else None
-            if entry is not None:
-                found[match[1], int(match[2])] = entry
-        return found
+            elif match := _SHARD_MARKER.match(name):
+                kept_shards[match[1], int(match[2])] = entry
+        return kept, kept_shards

@@ -1,18 +1,14 @@
 """The scaled data_prep job on one machine: worker processes, progress, and a work directory
 (resume.py) that makes it resumable; the work itself (job.py) is the Beam job's.
 
-A kill at any point loses only the units and shards in flight. Every file is published whole
-(bert_jax.storage), so a write that fails (a full disk, a bucket that stays unreachable) leaves
-every finished unit and shard in place. With --output_dir in a bucket the work directory is there
-too; a shard is written to a local temporary file (record writers write local files) from its
-units' record ranges, fetched with one ranged read per unit, and uploaded whole.
-docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
+A kill or a failed write (a full disk, a bucket that stays unreachable) loses only the units and
+shards in flight: every file is published whole (bert_jax.storage). docs/data_prep.md, "Resume"
+and "Buckets: gs:// and s3://" (what is written when, locally and in a bucket).
 """
 
 import contextlib
 import ctypes
 import ctypes.util
-import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,7 +24,7 @@ import tqdm
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.training import workdir_lock
-from data_prep import content, job, job_shards, job_units, output, readers, resume
+from data_prep import job, job_units, output, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
@@ -73,20 +69,10 @@ def _unit_task(unit) -> dict:
     result = _worker["processor"].process(unit)
     work_dir = _worker["work_dir"]
     path = resume.unit_path(work_dir, unit.index, "bin")
-    marker = {
-        "unit": dataclasses.asdict(unit),
-        "read": dataclasses.asdict(result.read),
-        "content": content.record(result.content, stat),
-    }
+    marker = result.marker(stat)
     with storage.open_write(path) as f:
         for split, records in result.splits.items():
-            marker[split] = {
-                "instances": records.count,
-                "bytes": len(records.data),
-                "documents": records.documents,
-                "stats": dataclasses.asdict(records.stats),
-                "data_at": f.tell(),
-            }
+            marker[split]["data_at"] = f.tell()
             f.write(records.data)
         for split, records in result.splits.items():
             marker[split]["offsets_at"] = f.tell()
@@ -157,7 +143,7 @@ def _shard_task(task) -> tuple[str, int, dict]:
             lengths.append(np.diff(offsets))
         which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
         starts, lengths = np.concatenate(starts), np.concatenate(lengths)
-        order = job_shards.shard_order(spec, split, shard, len(starts))
+        order = job.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
                 chunk = order[lo : lo + 4096]
@@ -277,25 +263,15 @@ def run(
         if finished is not None:
             work.reopen(finished, damaged)
         work.check(fp)
-        markers = work.drop_untrusted(spec, planned)
         markers, shards = _run_tasks(
-            spec, tokenizer, output_dir, work, planned, markers, num_workers, progress
+            spec, tokenizer, output_dir, work, planned, num_workers, progress
         )
-        units = [
-            job.UnitSummary(
-                readers.ReadStats(**m["read"]),
-                {split: output.InstanceStats(**m[split]["stats"]) for split in job.SPLITS},
-                {split: m[split]["documents"] for split in job.SPLITS},
-                m["content"],
-            )
-            for m in markers
-        ]
         result = job.manifest_fields(
             spec,
             fp,
             shards,
             planned,
-            units,
+            markers,
             vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
             flags=flags or {},
             seconds=time.time() - started,
@@ -307,10 +283,11 @@ def run(
     return result
 
 
-def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers, progress):
-    """Processes the units not yet finished (`markers`: the finished ones' markers, by index),
-    then writes the shards not yet written; returns every unit's marker and every split's shard
-    entries."""
+def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress):
+    """Processes the units not yet finished, then writes the shards not yet written (of those the
+    work directory holds, those a rerun trusts); returns every unit's marker and every split's
+    shard entries."""
+    markers, written = work.drop_untrusted(spec, planned)
     todo = sorted((u for u in planned if u.index not in markers), key=lambda u: -u.size)
     with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:
         total = sum(u.size for u in planned)
@@ -333,13 +310,8 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
             unit_bar.update(planned[marker["unit"]["index"]].size)
         unit_bar.close()
         markers = [markers[u.index] for u in planned]
-        written = work.finished_shards()
         tasks, shards = [], {}
-        for split in job.SPLITS:
-            counts = [m[split]["instances"] for m in markers]
-            plan = job_shards.plan_shards(
-                spec, split, counts, sum(m[split]["bytes"] for m in markers)
-            )
+        for split, plan in job.plan_shards(spec, markers).items():
             shards[split] = [written.get((split, shard)) for shard in range(len(plan))]
             for shard, pieces in enumerate(plan):
                 if shards[split][shard] is not None:
@@ -349,8 +321,6 @@ def _run_tasks(spec, tokenizer, output_dir, work, planned, markers, num_workers,
                     for u, a, b in pieces
                 ]
                 tasks.append((spec, work.path, output_dir, split, shard, len(plan), located))
-        if not shards["train"]:
-            raise job.no_instances_error(spec, [readers.ReadStats(**m["read"]) for m in markers])
         shard_bar = tqdm.tqdm(
             total=sum(map(len, shards.values())), desc="shards", disable=not progress
         )

@@ -1,12 +1,8 @@
 """Running text -> sentences, for every input that is not already one sentence per line: Wikimedia's
 sentencex, with the rules of the text's language (--language; a dump's own <siteinfo> overrides
-it; sentencex falls back along MediaWiki's language chain).
-
-sentencex splits after an abbreviation followed by a lower-case word ("approx. 20 ml"); no
-English sentence starts in lower case except brand names (iPhone, eBay), so such a piece is
-merged back, except in lower-cased text (BookCorpus as distributed), where every sentence starts
-so. Why sentencex, and the scores on data_prep/testdata/sentences_labelled.txt:
-docs/data_prep.md, "Sentence segmentation".
+it). A piece sentencex cut off after an abbreviation ("approx. 20 ml") starts in lower case and is
+merged back, except in lower-cased text. Why sentencex, and its scores: docs/data_prep.md,
+"Sentence segmentation".
 """
 
 import re
@@ -55,11 +51,10 @@ def split_sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
     return [" ".join(pieces) for pieces in sentences]
 
 
-# Whitespace of more than one UTF-8 byte (what str.isspace calls whitespace beyond ASCII).
-# sentencex (1.0.32) panics (a Rust PanicException, which no `except Exception` catches) on an ASCII
-# capital, such a space and a period ("vitamin B\u00a0."): it slices the text one byte before
-# the period. Segmented with " " in their place, which is one character too, so every piece
-# is cut from the paragraph as it was.
+# Whitespace of more than one UTF-8 byte. sentencex (1.0.32) panics (a Rust PanicException, which
+# no `except Exception` catches) on an ASCII capital, such a space and a period ("vitamin
+# B\u00a0."): segmented with " " in their place, one character too, so every piece is cut from
+# the paragraph as it was.
 _WIDE_SPACE = re.compile("[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 

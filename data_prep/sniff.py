@@ -1,12 +1,7 @@
-"""What an input file holds, decided by its first bytes, never by its name alone.
-
-Names lie (a dump saved as .txt, a Parquet file without a suffix, a .gz that is not gzip), and a
-binary file read as text gives records of garbage and a zero exit. So every local or remote file is
-sniffed before it is planned: gzip, bz2, Parquet (PAR1), a MediaWiki XML export (<mediawiki, after
-any XML prolog), or UTF-8 text (JSON lines when its first lines are JSON objects). Other XML, and
-xz, zstd, 7-Zip and zip files, are refused by name. A UTF-16/32 byte-order mark, NUL bytes, mostly
-undecodable bytes or mostly lines with undecodable bytes (Latin-1 prose) are an InputError naming
-the file; a UTF-8 byte-order mark is allowed (and skipped by the text readers).
+"""What an input file holds, decided by its first bytes, never by its name alone: names lie (a dump
+saved as .txt, a .gz that is not gzip), and a binary file read as text gives records of garbage
+and a zero exit. What is read, and what is refused with an InputError saying what to do:
+docs/data_prep.md, "Input".
 """
 
 import bz2

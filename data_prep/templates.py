@@ -3,13 +3,9 @@ is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}
 Which templates the table (`_RENDER`: name -> how to render) holds, and why: docs/data_prep.md,
 "Wikipedia dumps" ("Templates that carry words").
 
-What the table keeps to: nothing that depends on the day it is rendered ({{birth date and age}}'s
-age, {{CURRENTYEAR}}, {{inflation}}: only their fixed part, or nothing), since the records must
-not change with the date they are made. Parameters are split as MediaWiki splits them, at the
-"|"s outside nested templates and links, before the nested templates are expanded ({{nowrap|x
-{{=}} 1}} has one parameter, "x = 1"); one with an "=" outside them is named. Nested templates in
-a rendered parameter are rendered down to _MAX_DEPTH levels: each character is scanned at most
-that many times, so a page of templates nested without end stays linear.
+The table renders nothing that depends on the day ({{birth date and age}}'s age): records must not
+change with the date they are made. Nested templates are rendered down to _MAX_DEPTH levels, so
+each character is scanned at most that many times: a page nested without end stays linear.
 """
 
 import re

@@ -1,22 +1,28 @@
-"""Work units of the scaled job: the inputs cut into pieces that are read independently.
+"""Work units of the scaled job, and the one table of input kinds (`KINDS`).
 
 A unit is a byte block of a text or JSONL file, a whole gzip file (gzip cannot seek) or book
 (data_prep/lines.py), a run of whole bz2 streams of a multistream Wikipedia dump
 (data_prep/wiki.py), a run of row groups of a Parquet file (data_prep/parquet.py), or an index
-range of a TFDS split. Units are planned from the inputs alone (their content kinds, sizes, a
-dump's index, a Parquet footer, and the block size), so they, and every random choice seeded from
-them, are the same whatever the number of workers. How each kind is planned and read is its entry
-in data_prep/kinds.py.
+range of a TFDS split (`tfds:NAME[:SPLIT]`, read with `tfds.data_source`: no TensorFlow, the
+dataset prepared in ArrayRecord format). Units are planned from the inputs alone (their content
+kinds, sizes, a dump's index, a Parquet footer, and the block size), so they, and every random
+choice seeded from them, are the same whatever the number of workers.
+
+KINDS says how each kind is planned into units and how a unit is read, for the jobs and for whole
+inputs (readers.documents, one unit a source: vocab training, --mode=reference); no other module
+branches on a kind's name.
+A source's kind comes from its content (sniff.sniff), refined by its name and --document_per_file
+(readers.source_of); a `tfds:` input is "tfds".
 """
 
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli
-from data_prep import kinds
-from data_prep.inputs import TEXT_FIELD, ReadStats, Source, open_input
-from data_prep.sentences import DEFAULT_LANGUAGE
+from bert_jax import cli, storage
+from data_prep import lines, parquet, wiki
+from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input
+from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
 
 MB = 1 << 20
 
@@ -41,6 +47,106 @@ class Unit:
         return self.weight or self.stop - self.start
 
 
+@dataclasses.dataclass(frozen=True)
+class Planning:
+    """What planning a source's units takes besides the source."""
+
+    block_bytes: int
+    tfds_examples_per_unit: int
+    tfds_data_dir: str | None = None
+    text_field: str = TEXT_FIELD
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """What reading a unit or a whole source takes besides it."""
+
+    text_field: str = TEXT_FIELD
+    tfds_data_dir: str | None = None
+    open_binary: Callable[[str], BinaryIO] = open_input
+    language: str = DEFAULT_LANGUAGE
+
+
+# A plan: the units of one source, each (start, stop, the Unit's other fields).
+Plan = list[tuple[int, int, dict]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    plan: Callable[[Source, Planning], Plan]
+    read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
+    # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
+    # False: a TFDS dataset, trusted by its name and extent.
+    is_file: bool = True
+    # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
+    # reads its index (and refuses one of another dump), which reading it whole never needs.
+    plan_whole: Callable[[Source, Planning], Plan] | None = None
+
+
+def open_tfds(name: str, split: str, data_dir: str | None):
+    """A random-access TFDS data source (len() and indexing), or an InputError that says what to
+    do."""
+    import tensorflow_datasets as tfds
+
+    try:
+        return tfds.data_source(name, split=split, data_dir=data_dir)
+    except Exception as e:  # tfds raises many types for "not prepared" / "unknown name"
+        raise InputError(
+            f"cannot open TFDS dataset {name!r} split {split!r}: {e}. "
+            "Prepare it first in ArrayRecord "
+            f"format (`tfds build {name} --file_format=array_record`) and pass --tfds_data_dir"
+        ) from e
+
+
+def _tfds_documents(unit: Unit, stats: ReadStats, r: Reading) -> Iterator[list[str]]:
+    """Documents of a unit's examples of a TFDS split; its first unit counts the dataset."""
+    source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
+    if unit.start == 0:
+        stats.files += 1
+    for index in range(unit.start, min(unit.stop, len(source))):
+        example = source[index]
+        if r.text_field not in example:
+            raise InputError(
+                f"TFDS dataset {unit.path!r} has no field {r.text_field!r}; fields: "
+                f"{sorted(example)}; set --text_field"
+            )
+        text = example[r.text_field]
+        text = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
+        sentences = split_sentences(text, r.language)
+        if sentences:
+            stats.documents += 1
+            yield sentences
+
+
+def _plan_tfds(source: Source, p: Planning) -> Plan:
+    count = len(open_tfds(source.path, source.split, p.tfds_data_dir))
+    return [
+        (start, min(start + p.tfds_examples_per_unit, count), {"split": source.split})
+        for start in range(0, max(count, 1), p.tfds_examples_per_unit)
+    ]
+
+
+KINDS: dict[str, Kind] = {
+    "text": Kind(lines.plan, lines.opened(lines.text_unit)),
+    "book": Kind(lines.plan, lines.opened(lines.book_unit)),
+    "jsonl": Kind(lines.plan, lines.opened(lines.jsonl_unit)),
+    "wiki": Kind(
+        wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
+    ),
+    "parquet": Kind(parquet.plan, parquet.read_unit),
+    "tfds": Kind(
+        _plan_tfds,
+        _tfds_documents,
+        is_file=False,
+    ),
+}
+
+
+def is_file(kind: str) -> bool:
+    """Whether a unit or source of `kind` is a file (see Kind.is_file)."""
+    return KINDS[kind].is_file
+
+
 def plan_units(
     sources: list[Source],
     block_bytes: int,
@@ -54,10 +160,10 @@ def plan_units(
             f"block size {block_bytes} bytes and tfds_examples_per_unit="
             f"{tfds_examples_per_unit} must be positive"
         )
-    planning = kinds.Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
+    planning = Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
     units: list[Unit] = []
     for source in sources:
-        for start, stop, fields in kinds.KINDS[source.kind].plan(source, planning):
+        for start, stop, fields in KINDS[source.kind].plan(source, planning):
             units.append(
                 Unit(
                     len(units),
@@ -84,11 +190,11 @@ def read_unit(
     """The documents (lists of sentence strings) of one unit, running text split into sentences
     by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
     passes one that hashes what is read)."""
-    kind = kinds.KINDS[unit.kind]
+    kind = KINDS[unit.kind]
     if kind.is_file and unit.first:
         stats.files += 1
         if unit.stop == 0:
             stats.empty_files += 1
             return
-    reading = kinds.Reading(text_field, tfds_data_dir, open_binary, language)
+    reading = Reading(text_field, tfds_data_dir, open_binary, language)
     yield from kind.read_unit(unit, stats, reading)

@@ -101,13 +101,9 @@ def train_wordpiece(
     limit_alphabet: int = LIMIT_ALPHABET,
 ) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the alphabet, the ##
-    characters, then learnt pieces. The same corpus gives the same file, byte for byte.
-
-    `sentences` is read twice (a list, or an iterable that starts afresh on each iter(), as
-    `Corpus`): the first pass finds the alphabet and the ## characters, which the trainer then
-    learns from numbered in code-point order, since its own numbering is seeded per process
-    (docs/data_prep.md, "Input").
-    """
+    characters, then learnt pieces; the same corpus gives the same file, byte for byte, because
+    a first pass over `sentences` (a list or a `Corpus`: read twice) fixes the alphabet's and the
+    ## characters' order, which the trainer seeds per process (docs/data_prep.md, "Input")."""
     import tokenizers
 
     if iter(sentences) is sentences:  # a generator: the second pass would see nothing
@@ -201,12 +197,9 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
 def train_sentencepiece(
     sentences: Iterable[str], output_prefix: str, vocab_size: int, do_lower_case: bool
 ) -> str:
-    """Writes <prefix>.model and <prefix>.vocab; <pad>=0, <unk>=1, then [CLS] [SEP] [MASK].
-
-    The trainer gives the model's bytes, written here: trained to a file, the .model would
-    record that file's path (its trainer_spec.model_prefix), so one corpus would give other
-    bytes at another path or through a temporary directory (a bucket's). The .vocab is
-    written as sentencepiece writes it (piece, tab, score)."""
+    """Writes <prefix>.model and <prefix>.vocab (as sentencepiece writes it: piece, tab, score);
+    <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]. The model's bytes come from the trainer: trained to
+    a file, the .model would record that file's path, and differ from one path to another."""
     import sentencepiece as spm
 
     written = io.BytesIO()

@@ -1,15 +1,10 @@
-"""MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units at stream offsets.
-Which pages are articles, the multistream layout and the language a dump is split by:
-docs/data_prep.md, "Wikipedia dumps".
+"""MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units of whole bz2
+streams at their index's offsets. How a dump is streamed (one page in memory), planned and split
+by its own language, and which pages are articles: docs/data_prep.md, "Wikipedia dumps".
 
-A dump is read as a stream of <page> elements by expat (xml.etree's XMLPullParser), fed as it is
-decompressed, each finished page dropped: memory holds one page whatever the dump's size. With
-its index a multistream dump is cut into units of whole bz2 streams, about `block_bytes` of
-compressed bytes each (a unit seeks to its first stream and parses its pages under a stand-in
-root element); without it, or for .xml and one-stream .xml.bz2, the dump is one sequential unit.
-The plan depends only on the dump and its index, never on the worker count. Every unit reads
-the dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a
-stream is an InputError, never silently fewer articles.
+The plan depends only on the dump and its index, never on the worker count; every unit reads the
+dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a stream is an
+InputError, never silently fewer articles.
 """
 
 import bz2
@@ -101,9 +96,10 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
         raise inputs.InputError(f"multistream index {path!r}: offsets go backwards at {offset}")
 
 
-def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple[int, int]], str]:
-    """(start, stop) byte ranges of a dump's units, and a description of what was planned from (for
-    the job's fingerprint)."""
+def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
+    """(start, stop, {"extent": what the plan saw, for the job's fingerprint}) of each of a dump's
+    units, byte ranges of about planning.block_bytes."""
+    size = storage.size(source.path)
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
@@ -111,7 +107,7 @@ def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple
     except OSError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
     if not offsets:
-        return [(0, size)], f"{size} bytes, no index"
+        return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:
         raise inputs.InputError(
             f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
@@ -120,11 +116,12 @@ def plan(source: inputs.Source, size: int, block_bytes: int) -> tuple[list[tuple
     starts = [0, *offsets] if offsets[0] else offsets
     spans, unit_start = [], 0
     for start, stop in zip(starts, [*starts[1:], size]):
-        if start > unit_start and stop - unit_start > block_bytes:
+        if start > unit_start and stop - unit_start > planning.block_bytes:
             spans.append((unit_start, start))
             unit_start = start
     spans.append((unit_start, size))
-    return spans, f"{size} bytes, index {index_size} bytes"
+    extent = f"{size} bytes, index {index_size} bytes"
+    return [(start, stop, {"extent": extent}) for start, stop in spans]
 
 
 def _bz2_chunks(
@@ -291,21 +288,14 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
     return sniff.as_utf8(head)[0]
 
 
-def documents(
-    path: str,
-    compression: str,
-    start: int,
-    stop: int,
-    stats: inputs.ReadStats,
-    open_binary: Callable[[str], BinaryIO] = inputs.open_input,
-    language: str = DEFAULT_LANGUAGE,
-) -> Iterator[list[str]]:
-    """The articles of the dump bytes [start, stop), one document each, split into sentences by
-    the dump's language (`language` when its head names none)."""
-    with open_binary(path) as f:
-        language = site_language(_head(f, compression, path)) or language
+def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
+    """The articles of a unit's dump bytes [start, stop), one document each, split into sentences
+    by the dump's language (reading.language when its head names none)."""
+    path, compression, start = unit.path, unit.compression, unit.start
+    with reading.open_binary(path) as f:
+        language = site_language(_head(f, compression, path)) or reading.language
         f.seek(start)
-        for page in pages(chunks(f, compression, start, stop, path), path, inside_root=start > 0):
+        for page in pages(chunks(f, compression, start, unit.stop, path), path, start > 0):
             stats.pages += 1
             sentences = article(page, language, stats)
             if sentences:
@@ -313,13 +303,3 @@ def documents(
                 yield sentences
             else:
                 stats.skipped_pages += 1
-
-
-def dump_documents(
-    source: inputs.Source, stats: inputs.ReadStats, language: str = DEFAULT_LANGUAGE
-) -> Iterator[list[str]]:
-    """Every article of a dump (a local file or a bucket object), read sequentially."""
-    stats.files += 1
-    yield from documents(
-        source.path, source.compression, 0, storage.size(source.path), stats, language=language
-    )

@@ -2,9 +2,7 @@
 
 What is removed, what is kept, which templates are rendered (data_prep/templates.py) and which
 sentences are dropped or repaired, and why not a maintained parser: docs/data_prep.md,
-"Wikipedia dumps" ("Wikitext to prose" on). `prose` joins lines into paragraphs as MediaWiki
-does, splits them into sentences and drops (or repairs) each sentence that lost words with its
-markup, counting them.
+"Wikipedia dumps" ("Wikitext to prose" on).
 
 The invariant every pattern here keeps: linear on hostile pages. No pattern may scan to the end
 of the page from each of many starts (an unclosed "<ref>" or "<math>" repeated, "[http://a b"
@@ -306,10 +304,9 @@ def paragraphs(wikitext: str) -> list[str]:
 def _repaired(sentence: str, suspect: bool, spaced: bool) -> str | None:
     """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
     marked by a HOLE; the items of a list, ", , and"; all but a one-word header), else with a
-    leading separator taken off (",
-    the population ..."). `suspect`: its paragraph holds a HOLE or an empty slot (most do not,
-    and then the sentence is not searched for them); `spaced`: its language puts spaces between
-    words (in Chinese or Thai a whole sentence has none)."""
+    leading separator taken off (", the population ..."). `suspect`: its paragraph holds a HOLE or
+    an empty slot (most do not, and then the sentence is not searched for them); `spaced`: its
+    language puts spaces between words (in Chinese or Thai a whole sentence has none)."""
     if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
         return None
     if spaced and " " not in sentence and not _SENTENCE_END.search(sentence):

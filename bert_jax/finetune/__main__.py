@@ -58,8 +58,7 @@ flags.mark_flags_as_required(["workdir"])
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     if FLAGS.eval_batch_size is not None and FLAGS.eval_batch_size < 1:
-        # Checked here: 0 was silently the saved size, a negative one a traceback after the
-        # model loaded (no batch ran).
+        # Here, not after the model loads (and 0 would silently keep the saved size).
         raise cli.UserError(f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more")
     _check_paths()
     runtime.start(FLAGS)
@@ -80,7 +79,7 @@ def main(argv):
     if FLAGS.config is None:
         raise cli.UserError("--config=configs/finetune/<task>.py is required to train")
     cli.check_writable_dir(FLAGS.workdir, "--workdir")
-    from bert_jax.finetune import train  # its finetune() checks the config first (config_check)
+    from bert_jax.finetune import train  # its finetune() checks the config first
 
     result = train.finetune(FLAGS.config, FLAGS.workdir, FLAGS.init)
     runtime.exit_if_signalled(result)
@@ -106,8 +105,7 @@ def _check_paths() -> None:
     written = ["--workdir"] if FLAGS.mode == "train" else ["--output"]
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
     if FLAGS.mode == "predict" and FLAGS.output and not storage.is_url(FLAGS.output):
-        # A file to write, asked now: found at the write, after the model loaded and predicted,
-        # a directory there was an IsADirectoryError traceback.
+        # A file to write, asked now rather than after the model loaded and predicted.
         if os.path.isdir(FLAGS.output):
             raise cli.UserError(
                 f"--output={FLAGS.output!r} is a directory; pass the predictions file's name"

@@ -84,27 +84,27 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     if not rows:
         raise FormatError(f"{path} is empty")
     stem = os.path.splitext(os.path.basename(path))[0]
-    header = rows[0]
-    if layout.text_a in header:
-        return _read_named(path, stem, header, rows[1:], layout)
-    if layout.positional is None:
+    header, name = rows[0], _layout_name(layout)
+    if layout.text_a in header:  # columns by name; data from line 2
+        col = {column: i for i, column in enumerate(header)}
+        if layout.text_b is not None and layout.text_b not in col:
+            raise FormatError(
+                f"{path}: the header has no column {layout.text_b!r}; a "
+                f"{name} file needs {layout.text_a!r} and {layout.text_b!r}"
+            )
+        rows, first = rows[1:], 2
+        short = f"tab-separated fields, the header promises {len(header)}; fix or delete this line"
+    elif layout.positional is None:
         raise FormatError(
             f"{path}: the first line has no column {layout.text_a!r} (header "
-            f"{header[:6]}...); is this a {_layout_name(layout)} file?"
+            f"{header[:6]}...); is this a {name} file?"
         )
-    return _read_positional(path, stem, rows, layout)
-
-
-def _layout_name(layout: Layout) -> str:
-    return next(name for name, value in LAYOUTS.items() if value == layout)
-
-
-def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
-    col = {name: i for i, name in enumerate(header)}
-    if layout.text_b is not None and layout.text_b not in col:
-        raise FormatError(
-            f"{path}: the header has no column {layout.text_b!r}; a "
-            f"{_layout_name(layout)} file needs {layout.text_a!r} and {layout.text_b!r}"
+    else:  # headerless: columns by position; data from line 1
+        text_i, label_i = layout.positional
+        col, first = {layout.text_a: text_i, layout.label: label_i}, 1
+        short = (
+            f"fields; a headerless {name} file has the text in column {text_i} and the label in "
+            f"column {label_i}"
         )
     has_label = layout.label in col
     # Every column a row is read from, the id column too (it may come after the texts).
@@ -114,14 +114,11 @@ def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
         if c in col
     )
     out = []
-    for n, row in enumerate(rows, start=2):
+    for n, row in enumerate(rows, start=first):
         if row == [""]:
             continue  # a trailing blank line
         if len(row) <= needed:
-            raise FormatError(
-                f"{path}:{n}: {len(row)} tab-separated fields, the header promises "
-                f"{len(header)}; fix or delete this line"
-            )
+            raise FormatError(f"{path}:{n}: {len(row)} {short}")
         guid = row[col[layout.guid]] if layout.guid in col else f"{stem}-{n}"
         out.append(
             TextExample(
@@ -134,6 +131,10 @@ def _read_named(path, stem, header, rows, layout) -> list[TextExample]:
     return out
 
 
+def _layout_name(layout: Layout) -> str:
+    return next(name for name, value in LAYOUTS.items() if value == layout)
+
+
 def _label(path: str, n: int, label: str) -> str:
     # "1 " is not the label "1": refuse it here, with the line, rather than as an unknown label.
     if label != label.strip():
@@ -142,21 +143,6 @@ def _label(path: str, n: int, label: str) -> str:
             "exactly against config.data.labels or the layout's label set)"
         )
     return label
-
-
-def _read_positional(path, stem, rows, layout) -> list[TextExample]:
-    text_i, label_i = layout.positional
-    out = []
-    for n, row in enumerate(rows, start=1):
-        if row == [""]:
-            continue
-        if len(row) <= max(text_i, label_i):
-            raise FormatError(
-                f"{path}:{n}: {len(row)} fields; a headerless {_layout_name(layout)} "
-                f"file has the text in column {text_i} and the label in column {label_i}"
-            )
-        out.append(TextExample(f"{stem}-{n}", row[text_i], None, _label(path, n, row[label_i])))
-    return out
 
 
 def write_predictions(path: str, examples: Sequence[TextExample], predictions: Sequence) -> None:

@@ -1,4 +1,4 @@
-"""Task models (a BertModel plus one head) and their losses.
+"""Task models (a BertModel plus one head), their losses, and their export to transformers.
 
     classification  [CLS] pooled output -> dropout -> dense: logits [batch, classes]
     regression      the same with one output: prediction [batch]
@@ -6,22 +6,32 @@
     span            every position -> dense(2): start and end logits [batch, length] each
 
 These are Hugging Face's BertForSequenceClassification (num_labels=1 for regression),
-BertForTokenClassification and BertForQuestionAnswering, so an exported model loads there. The
-head is the attribute `head` (LoRA training selects it by that name). Dropout is active iff a
-`dropout_rng` is passed, as in bert_jax.model.encoder.
+BertForTokenClassification and BertForQuestionAnswering: `export_hf` writes a directory of that
+class, LoRA adapters merged, that `AutoModelFor...from_pretrained` loads with the same outputs
+(bert_jax.hf.bert's tensor names; only the head's are added here). The head is the attribute
+`head` (LoRA training selects it by that name). Dropout is active iff a `dropout_rng` is passed,
+as in bert_jax.model.encoder.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
-from bert_jax.finetune import encode, squad
+from bert_jax.finetune import encode, lora, squad
+from bert_jax.hf import bert, publish
 from bert_jax.model.encoder import BertConfig, BertModel
+from bert_jax.text import tokenization
 
 KINDS = ("classification", "regression", "tagging", "span")
 
@@ -138,3 +148,85 @@ _NEG = -1e9  # a logit no softmax picks, finite so that an empty slot's loss is 
 
 def _weighted_mean(values, weights):
     return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+# --- The transformers task model -------------------------------------------------------------
+
+# Hugging Face class and head tensor name per task kind.
+_HF_HEADS = {
+    "classification": ("BertForSequenceClassification", "classifier"),
+    "regression": ("BertForSequenceClassification", "classifier"),
+    "tagging": ("BertForTokenClassification", "classifier"),
+    "span": ("BertForQuestionAnswering", "qa_outputs"),
+}
+# How errors name the export directory: fine-tuning has no flag for it.
+EXPORT_FLAG = "<workdir>/export"
+
+
+def check_exportable(config: BertConfig, vocab_file: str | None = None) -> None:
+    """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
+    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file`."""
+    bert.check_exportable_vocab(vocab_file)
+    if bert.architecture(config) != bert.BERT:
+        raise cli.UserError(
+            "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "
+            "(this export writes BERT's task classes): set --config.export=False"
+        )
+
+
+def hf_tensors(model) -> dict[str, np.ndarray]:
+    """{transformers name: float32 array} of `model` (a TaskModel) as the task class of its
+    kind names its weights; LoRA adapters are merged into a copy first."""
+    model = nnx.clone(model)
+    lora.merge_adapters(model)
+    _, head_name = _HF_HEADS[model.kind]
+    encoder_params = jax.device_get(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)))
+    tensors = bert.encoder_state_dict(encoder_params, model.config)
+    if model.kind in ("tagging", "span"):
+        # transformers builds these two without a pooler; a pooler tensor would be "unexpected".
+        tensors = {k: v for k, v in tensors.items() if not k.startswith("bert.pooler.")}
+    kernel = np.asarray(jax.device_get(model.head.kernel[...]), np.float32)  # [hidden, outputs]
+    tensors[f"{head_name}.weight"] = np.ascontiguousarray(kernel.T)  # torch: [outputs, hidden]
+    tensors[f"{head_name}.bias"] = np.asarray(jax.device_get(model.head.bias[...]), np.float32)
+    return tensors
+
+
+def export_hf(
+    model,
+    labels: Sequence[str],
+    output_dir: str,
+    vocab_file: str | None,
+    do_lower_case: bool = tokenization.DO_LOWER_CASE,
+) -> dict[str, Any]:
+    """Writes `model` (a TaskModel, with or without LoRA adapters) as a transformers task
+    model directory; adapters are merged into a copy first. Returns the config.json written."""
+    from safetensors.numpy import save_file
+
+    check_exportable(model.config)
+    tensors = hf_tensors(model)
+    cls_name, _ = _HF_HEADS[model.kind]
+    hf_config = bert.hf_config_from_bert(model.config)
+    hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
+    hf_config["architectures"] = [cls_name]
+    if model.kind == "regression":
+        hf_config.update(num_labels=1, problem_type="regression")
+    elif model.kind == "span":
+        hf_config["num_labels"] = 2
+    else:
+        hf_config["id2label"] = {str(i): name for i, name in enumerate(labels)}
+        hf_config["label2id"] = {name: i for i, name in enumerate(labels)}
+        if model.kind == "classification":
+            hf_config["problem_type"] = "single_label_classification"
+
+    def write(scratch: str) -> None:
+        save_file(tensors, os.path.join(scratch, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(scratch, "config.json"), "w") as f:
+            json.dump(hf_config, f, indent=2, sort_keys=True)
+        if vocab_file:
+            bert.save_tokenizer(
+                vocab_file, scratch, do_lower_case, model.config.max_position_embeddings
+            )
+
+    # Whole or not at all, never mixed with an earlier model's files (bert_jax.hf.publish).
+    publish.directory(output_dir, write, what="bert_jax.finetune export", flag=EXPORT_FLAG)
+    return hf_config

@@ -67,7 +67,7 @@ def target_names(targets) -> tuple[str, ...]:
 
 
 def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
-    """What is wrong with LoRA's settings (config_check asks before the run starts)."""
+    """What is wrong with LoRA's settings (runs.check_finetuning asks before the run starts)."""
     out = []
     unknown = [t for t in targets if t not in TARGETS]
     if unknown or not targets:

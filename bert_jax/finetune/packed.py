@@ -91,7 +91,7 @@ def index_batches(num_examples: int, global_batch: int, seed: int, index: int, c
     """Endless batches of example indices for process `index` of `count` (its share of each
     global batch): a new random order every epoch, batches running across epoch boundaries.
     Both unpacked and packed steps (train_batches) read this order. `count` divides
-    `global_batch` (config_check.check_finetuning)."""
+    `global_batch` (runs.check_finetuning)."""
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
     return ds[index::count].batch(global_batch // count, drop_remainder=True)
 

@@ -47,70 +47,54 @@ def jit_infer(setup: runs.Setup):
     )
 
 
-def infer(
-    setup: runs.Setup,
-    infer_fn,
-    params,
-    frozen,
-    arrays: dict,
-    batch_size: int,
-    pack: bool = False,
-    between_batches: Callable[[], None] = lambda: None,
-):
-    """Outputs for every row of `arrays` ([rows, ...] numpy), in order: numpy [rows, ...] (span: a
-    (start, end) pair). Every process passes the same rows and gets all the outputs. With `pack`,
-    the examples run packed (finetune/packed.py), `batch_size` packed rows at a time, and come
-    back laid out as unpacked. `between_batches()` runs after each batch (the training loop's
-    signal poll during an eval: it may raise faults.Abandoned)."""
-    if pack:
-        p = packed.pack_for_inference(arrays)
-        outputs = infer(
-            setup, infer_fn, params, frozen, p.arrays, batch_size, between_batches=between_batches
-        )
-        return packed.unpack_outputs(setup.kind, p, outputs, arrays[F.INPUT_IDS].shape[1])
-    n = len(arrays[F.INPUT_IDS])
-    procs, index = jax.process_count(), jax.process_index()
-    if batch_size % (setup.data_parallel() * procs):
-        raise cli.UserError(
-            f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
-            f"data-parallel devices and the {procs} processes"
-        )
-    local = batch_size // procs
-    outs = []
-    with setup.activate():
-        for start in range(0, n, batch_size):
-            # Process p owns rows [p*local, (p+1)*local) of each global batch; rows past the end
-            # repeat row 0 and their outputs are cut off below.
-            rows = np.arange(start + index * local, start + (index + 1) * local)
-            rows = np.where(rows < n, rows, 0)
-            inputs = [k for k in (*runs.INPUTS, *packing.MODEL_INPUTS) if k in arrays]
-            batch = sharding.host_to_global(
-                {k: arrays[k][rows] for k in inputs}, setup.batch_sharding
-            )
-            outs.append(jax.device_get(infer_fn(params, frozen, batch)))
-            between_batches()
-    return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
-
-
 @dataclasses.dataclass
 class Inference:
-    """A run's inference over its encoded datasets: the run, its Setup, the jitted forward
-    (`jit_infer`) and the frozen parameters; the trainable ones are passed per call.
-    `between_batches` is as in `infer`."""
+    """A run's inference over its encoded datasets: the run, its Setup and the frozen parameters
+    (the trainable ones are passed per call); the forward pass is `jit_infer`'s."""
 
     run: runs.Run
     setup: runs.Setup
-    infer_fn: Callable
     frozen: Any
 
+    def __post_init__(self):
+        self.infer_fn = jit_infer(self.setup)
+
     def outputs(self, params, ds: tasks.Dataset, between_batches=lambda: None):
-        """`infer` over `ds` with the run's eval batch size, packed as it trains."""
-        run, setup = self.run, self.setup
-        pack = packed.trains_packed(run.config, setup.kind)
-        batch = run.config.eval.batch_size
-        return infer(
-            setup, self.infer_fn, params, self.frozen, ds.arrays, batch, pack, between_batches
-        )
+        """Outputs for every row of `ds`, in order: numpy [rows, ...] (span: a (start, end) pair),
+        in batches of eval.batch_size rows. Every process passes the same rows and gets all the
+        outputs. Packed as the run trains (finetune/packed.py), they come back laid out as
+        unpacked. `between_batches()` runs after each batch (the training loop's signal poll
+        during an eval: it may raise faults.Abandoned)."""
+        if not packed.trains_packed(self.run.config, self.setup.kind):
+            return self._infer(params, ds.arrays, between_batches)
+        p = packed.pack_for_inference(ds.arrays)
+        outputs = self._infer(params, p.arrays, between_batches)
+        return packed.unpack_outputs(self.setup.kind, p, outputs, ds.arrays[F.INPUT_IDS].shape[1])
+
+    def _infer(self, params, arrays: dict, between_batches: Callable[[], None]):
+        setup, batch_size = self.setup, self.run.config.eval.batch_size
+        n = len(arrays[F.INPUT_IDS])
+        procs, index = jax.process_count(), jax.process_index()
+        if batch_size % (setup.data_parallel() * procs):
+            raise cli.UserError(
+                f"eval.batch_size={batch_size} must be divisible by the {setup.data_parallel()} "
+                f"data-parallel devices and the {procs} processes"
+            )
+        local = batch_size // procs
+        outs = []
+        with setup.activate():
+            for start in range(0, n, batch_size):
+                # Process p owns rows [p*local, (p+1)*local) of each global batch; rows past the
+                # end repeat row 0 and their outputs are cut off below.
+                rows = np.arange(start + index * local, start + (index + 1) * local)
+                rows = np.where(rows < n, rows, 0)
+                inputs = [k for k in (*runs.INPUTS, *packing.MODEL_INPUTS) if k in arrays]
+                batch = sharding.host_to_global(
+                    {k: arrays[k][rows] for k in inputs}, setup.batch_sharding
+                )
+                outs.append(jax.device_get(self.infer_fn(params, self.frozen, batch)))
+                between_batches()
+        return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *outs)
 
     def evaluate(self, params, eval_sets: dict[str, tasks.Dataset], between_batches):
         """{file name: metrics} over the encoded eval files."""
@@ -170,6 +154,6 @@ def predict_from_workdir(
     params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])
     output = output or prediction_path(workdir, run.config.data.format, test_file)
     ds = runs.encode_file(run, test_file)
-    figures = Inference(run, setup, jit_infer(setup), frozen).write_predictions(params, ds, output)
+    figures = Inference(run, setup, frozen).write_predictions(params, ds, output)
     logging.info("predicted %s with step %d of %s", test_file, step, workdir)
     return output, figures

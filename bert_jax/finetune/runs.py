@@ -1,4 +1,5 @@
-"""A fine-tuning run resolved: config + --init -> task, tokenizer, labels, model, mesh, optimizer.
+"""A fine-tuning run resolved: config (checked first: `check_finetuning`) + --init -> task,
+tokenizer, labels, model, mesh, optimizer.
 
 Parameters are two pytrees (pure dicts, as pre-training keeps them): `trainable` (everything in
 full fine-tuning; with LoRA the adapters and the head) and `frozen` (the rest). The train state
@@ -6,8 +7,6 @@ is the trainer's layout, {'params': trainable, 'opt_state', 'step', 'rng', 'nonf
 which bert_jax.training.checkpoints saves as it is (a LoRA checkpoint: adapters, head and their
 moments). Frozen weights come from --init whenever a run starts (training, resuming or
 predicting), so the run's config saves the init directory with the vocabulary and label names.
-The Setup (mesh, shardings, optimizer, the state's layout) is pre-training's
-train_state.build_setup.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 from typing import Any
 
 import jax
@@ -24,11 +24,11 @@ import ml_collections
 from flax import nnx
 
 from bert_jax import cli
-from bert_jax.data.contract import manifest
+from bert_jax.data.contract import features, manifest
 from bert_jax.data.input import packing
-from bert_jax.finetune import encode, heads, hf_export, lora, tasks
+from bert_jax.finetune import encode, heads, lora, squad, tasks
 from bert_jax.hf import pretrained
-from bert_jax.training import checksums, optim, train_state
+from bert_jax.training import checksums, config_check, optim, train_state
 
 INPUTS = encode.INPUTS
 
@@ -46,12 +46,76 @@ class Run:
     vocab_file: str  # the vocabulary file tokenizing this run (copied into the export)
 
 
+def check_finetuning(
+    config, num_devices: int, process_count: int = 1, init: str | None = None
+) -> None:
+    """bert_jax.finetune's one validation pass of a configs/finetune/base.py config (`init`, else
+    config.init, the pre-trained model): the shared sections' problems (config_check.check_common)
+    and its own, all found before the model is loaded or a file read, in one cli.UserError; a
+    field out of its range alone, first."""
+    config_check.raise_problems(config_check.range_problems(config))
+    t, d = config.train, config.data
+    problems, split = config_check.check_common(config, num_devices, process_count)
+    if not d.train_file:
+        problems.append("data.train_file is empty: point it at the training file")
+    if not (init or config.init):
+        problems.append(
+            "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "
+            "pre-training workdir of ours)"
+        )
+    if d.format not in tasks.FORMATS:
+        problems.append(f"data.format={d.format!r}; choose one of {sorted(tasks.FORMATS)}")
+    elif d.format == "squad":
+        problems += squad.length_problems(d.max_seq_length, d.doc_stride, d.max_query_length)
+    else:  # glue: sentence pairs or single texts (a pair's room); conll: one sentence
+        segments = 2 if d.format == "glue" else 1
+        config_check.ask(
+            problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length"
+        )
+    if config.model.get("attention_impl") == "splash" and d.max_seq_length % 128:
+        problems.append(  # as pre-training's check: the eval's forward was a ValueError traceback
+            f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
+            f"{d.max_seq_length}: choose 'auto' (splash where it fits) or a multiple of 128"
+        )
+    labels = tasks.label_names(d.labels)
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        problems.append(
+            f"data.labels names {', '.join(map(repr, twice))} more than once: each label once "
+            "(its place in the list is its id)"
+        )
+    if config.lora.rank:
+        problems += lora.problems(
+            lora.target_names(config.lora.targets), config.lora.rank, config.lora.alpha
+        )
+    if split is not None and not problems:
+        dp, axes = split
+        if t.batch_size % dp:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {dp} data-parallel "
+                f"devices ({axes})"
+            )
+        if t.batch_size % process_count:
+            problems.append(
+                f"train.batch_size={t.batch_size} must be divisible by the {process_count} "
+                "processes"
+            )
+        # Asked now: found by the first eval, it stopped the run after all its training.
+        eval_batch = config.eval.batch_size
+        if eval_batch % (dp * process_count):
+            problems.append(
+                f"eval.batch_size={eval_batch} must be divisible by the {dp} data-parallel "
+                f"devices ({axes}) and the {process_count} processes"
+            )
+    config_check.raise_problems(problems)
+
+
 def prepare(
     config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True
 ) -> Run:
     """Resolves the run: loads the encoder from `init` (else config.init), reads and encodes the
     training file, builds the task model (with LoRA adapters when config.lora.rank > 0). A
-    training run's config has passed config_check.check_finetuning (a training file and an init
+    training run's config has passed check_finetuning (a training file and an init
     are named); a saved run's config names the init it trained from."""
     config = config.copy_and_resolve_references()
     init = init or config.init
@@ -71,7 +135,7 @@ def prepare(
         )
     tok = encoder.tokenizer
     if config.get("export"):
-        hf_export.check_exportable(encoder.config, encoder.vocab_file)
+        heads.check_exportable(encoder.config, encoder.vocab_file)
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
@@ -85,7 +149,7 @@ def prepare(
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
     fingerprint = init_fingerprint(encoder, frozen_weights=bool(config.lora.rank))
-    check_same_init(config.get("init_fingerprint"), fingerprint, config.init, init)
+    check_same_init(config, fingerprint, init)
     with config.unlocked():
         config.init_fingerprint = fingerprint
         config.init, config.data.do_lower_case = init, encoder.do_lower_case
@@ -106,16 +170,18 @@ def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> st
     return out
 
 
-def check_same_init(saved: str | None, found: str, saved_init: str, init: str) -> None:
-    """Refuses an --init (or vocabulary) other than the one a run was fine-tuned from: adapters
-    on another base model, or ids from another vocabulary, were silently wrong predictions. A run
-    saved before fingerprints (`saved` None) is not checked."""
+def check_same_init(saved_config, found: str, init: str) -> None:
+    """Refuses an --init (or vocabulary) of fingerprint `found` other than the one the run whose
+    config is `saved_config` was fine-tuned from: adapters on another base model, or ids from
+    another vocabulary, were silently wrong predictions. A run saved before fingerprints is not
+    checked."""
+    saved = saved_config.get("init_fingerprint")
     if saved and saved != found:
         what = "vocabulary differs" if saved.split()[:2] != found.split()[:2] else "weights differ"
         raise cli.UserError(
             f"--init={init!r} is not the pre-trained model this run was fine-tuned from "
-            f"({saved_init!r} when it was saved): its {what}; pass that model (a moved "
-            "copy of it is fine)"
+            f"({saved_config.get('init')!r} when it was saved): its {what}; pass that model (a "
+            "moved copy of it is fine)"
         )
 
 
@@ -153,13 +219,13 @@ def _decay_mask(params):
 
 
 def num_train_steps(config, num_examples: int) -> int:
-    """Steps of the run (config_check.check_finetuning has seen num_epochs and batch_size)."""
+    """Steps of the run (check_finetuning has seen num_epochs and batch_size)."""
     t = config.train
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
-# The shared Setup: its params and param_shardings are the trainable ones (the whole model, or
-# LoRA's adapters and the head); the frozen rest is placed by frozen_shardings and only read.
+# Pre-training's Setup (mesh, shardings, optimizer, the state's layout): its params are the
+# trainable ones; frozen_shardings place the rest, which is only read.
 Setup = train_state.Setup
 
 
@@ -216,15 +282,17 @@ def _encode(task, tok, path: str, examples, labels, training: bool) -> tasks.Dat
 
 
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
-    """config.data.eval_files, encoded, by file name."""
+    """config.data.eval_files, encoded, by file name: the file stem ("dev_matched") for per-file
+    eval figures, or the path where an earlier file has that stem."""
     sets = {}
-    for name, path in tasks.named_files(tasks.split_files(run.config.data.eval_files)).items():
+    for path in tasks.split_files(run.config.data.eval_files):
         ds = encode_file(run, path)
         if not ds.has_labels:
             raise cli.UserError(
                 f"eval file {path} has no labels; put it in data.test_file to predict it"
             )
-        sets[name] = ds
+        name = os.path.splitext(os.path.basename(path))[0]
+        sets[name if name not in sets else path] = ds
     return sets
 
 

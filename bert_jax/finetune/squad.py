@@ -183,7 +183,7 @@ def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -
 
 
 def length_problems(max_seq_length: int, doc_stride: int, max_query_length: int) -> list[str]:
-    """What is wrong with a window's lengths (config_check asks before the run starts)."""
+    """What is wrong with a window's lengths (runs.check_finetuning asks before the run starts)."""
     problems = []
     # The pair rule (features.min_seq_length) with the question taking max_query_length pieces.
     if max_seq_length < F.min_seq_length(2) + max_query_length - 1:

@@ -1,7 +1,8 @@
 """The three task families: how each reads its files, encodes them, scores and writes predictions.
 
     TextTask     GLUE-style TSV -> classification or regression ([CLS] head)
-    TaggingTask  CoNLL files    -> token tagging (first word piece of each word)
+    TaggingTask  CoNLL files    -> token tagging (first word piece of each word); CoNLL's
+                                   reader and writer are at the end of this module
     SpanTask     SQuAD JSON     -> span extraction (windows over long contexts)
 
 A task turns a file into a `Dataset`: the examples as read, the model inputs (with labels when
@@ -19,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import cli
-from bert_jax.finetune import conll, encode, glue, metrics, squad
+from bert_jax import cli, storage
+from bert_jax.finetune import encode, glue, metrics, squad
 
 
 @dataclasses.dataclass
@@ -83,10 +84,10 @@ class TaggingTask:
             raise cli.UserError(
                 "config.data.labels is empty and there is no training file to take the tag set from"
             )
-        return conll.label_set(train_examples)
+        return tag_set(train_examples)
 
     def read(self, path: str) -> list:
-        return conll.read_conll(path, self.data.tag_column)
+        return read_conll(path, self.data.tag_column)
 
     def encode(self, tok, examples, labels, training: bool) -> Dataset:
         arrays, starts = encode.encode_tagged(tok, examples, self.data.max_seq_length, labels)
@@ -101,7 +102,7 @@ class TaggingTask:
         )
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
-        conll.write_predictions(path, ds.examples, self._predictions(ds, outputs, labels))
+        write_conll(path, ds.examples, self._predictions(ds, outputs, labels))
 
 
 class SpanTask:
@@ -211,10 +212,88 @@ def split_files(spec: str) -> list[str]:
     return [p.strip() for p in spec.split(",") if p.strip()] if spec else []
 
 
-def named_files(paths: Sequence[str]) -> dict[str, str]:
-    """Paths -> {name: path}, the file stem as name ("dev_matched"), for per-file eval figures."""
-    out = {}
-    for path in paths:
-        name = os.path.splitext(os.path.basename(path))[0]
-        out[name if name not in out else path] = path
-    return out
+# --- CoNLL-2003 style token files ------------------------------------------------------------
+
+DOCSTART = "-DOCSTART-"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggedSentence:
+    guid: str  # "<file stem>-<line number of the first token>"
+    words: tuple[str, ...]
+    tags: tuple[str, ...] | None  # None for files without the tag column
+
+
+def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
+    """Reads a CoNLL file: one token per line, whitespace-separated columns (CoNLL-2003: `word POS
+    chunk NER`), a blank line between sentences, `-DOCSTART-` lines between documents.
+    `tag_column` indexes the columns (-1, the last: NER; 1: POS tags). A file with only the word
+    column is read without tags, for prediction."""
+    storage.check_file(path, "data file")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    has_tags: bool | None = None  # decided by the first token line, then enforced
+
+    def flush():
+        if words:
+            sentences.append(
+                TaggedSentence(f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None)
+            )
+            words.clear()
+            tags.clear()
+
+    with storage.open_read(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            # Columns split at ASCII whitespace only (bytes.split), as conlleval and the usual
+            # readers do: str.split() also cut words at no-break, thin and ideographic spaces.
+            if n == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM is no text (nor -DOCSTART-'s)
+            cols = [c.decode("utf-8") for c in raw.split()]
+            if not cols or cols[0] == DOCSTART:
+                flush()
+                continue
+            if has_tags is None:
+                has_tags = len(cols) > 1
+            if has_tags:
+                if len(cols) < 2 or not -len(cols) <= tag_column < len(cols):
+                    raise encode.FormatError(
+                        f"{path}:{n}: {len(cols)} columns, cannot take tag column "
+                        f"{tag_column} (config.data.tag_column); earlier lines have tags"
+                    )
+                tags.append(cols[tag_column])
+            if not words:
+                start = n
+            words.append(cols[0])
+    flush()
+    if not sentences:
+        raise encode.FormatError(
+            f"{path} holds no sentences: expected one `word ... tag` line per token "
+            "and a blank line between sentences"
+        )
+    return sentences
+
+
+def tag_set(sentences: Sequence[TaggedSentence]) -> tuple[str, ...]:
+    """The tags seen in a training file, sorted, "O" first (the usual id 0)."""
+    seen = {t for s in sentences for t in (s.tags or ())}
+    if not seen:
+        raise encode.FormatError("the training file has no tag column")
+    return tuple(sorted(seen, key=lambda t: (t != "O", t)))
+
+
+def write_conll(
+    path: str, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]
+) -> None:
+    """`word [gold] predicted` per line, a blank line between sentences: conlleval's input."""
+    if len(sentences) != len(predictions):
+        raise ValueError(f"{len(sentences)} sentences but {len(predictions)} predictions")
+    storage.makedirs(storage.dirname(path))
+    with storage.open_write(path, "w") as f:
+        for sentence, tags in zip(sentences, predictions):
+            gold = sentence.tags or [None] * len(sentence.words)
+            for word, g, p in zip(sentence.words, gold, tags):
+                f.write(f"{word} {g} {p}\n" if g is not None else f"{word} {p}\n")
+            f.write("\n")

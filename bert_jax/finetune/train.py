@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from bert_jax import cli, storage
-from bert_jax.finetune import config_check, heads, hf_export, lora, packed, predict, runs, tasks
+from bert_jax.finetune import heads, lora, packed, predict, runs, tasks
 from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
 
@@ -79,9 +79,7 @@ def jit_train_step(setup: runs.Setup, pad_id: int = heads.PAD_ID):
 
 
 def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Where the run's last acts write, checked before it trains: a directory in the place of the
-    predictions file was an IsADirectoryError traceback after training, a file in the place of
-    the export an error naming a flag fine-tuning does not have."""
+    """Where the run's last acts write, checked before it trains, not found in the way after."""
     if config.data.test_file:
         path = predict.prediction_path(workdir, config.data.format, config.data.test_file)
         if storage.isdir(path):
@@ -90,27 +88,20 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
                 "move it away"
             )
     if config.get("export"):
-        publish.check_target(storage.join(workdir, EXPORT_DIR), hf_export.FLAG)
+        publish.check_target(storage.join(workdir, EXPORT_DIR), heads.EXPORT_FLAG)
 
 
 @faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
     """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
-    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name).
-
-    A step with a NaN/inf loss or gradients changes nothing but the 'nonfinite_steps' count; with
-    config.train.on_nonfinite='stop' the run ends at the next log line or save with
-    stopped='nonfinite', saving, scoring, predicting and exporting nothing after it.
-
-    On SIGTERM (or Orbax's preemption notice on a pod) or Ctrl-C it saves a checkpoint after the
-    next step, or after the current batch of a periodic eval (the step that eval was for), and
-    returns with stopped='preempted' ('interrupted' for Ctrl-C), skipping the final eval,
-    predictions and export; rerunning the same command resumes. A signal during the final eval
-    or the predictions stops them after the current batch (the last step is saved already); one
-    during the eval at start (eval.at_start) stops it the same way and returns step=None:
-    nothing was trained, nothing saved.
+    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name). 'stopped' is
+    'done', or 'nonfinite' (a NaN/inf step with config.train.on_nonfinite='stop'), 'preempted'
+    (SIGTERM, a preemption notice) or 'interrupted' (Ctrl-C): no eval, predictions or export
+    follow such a stop, and after a signal the same command again resumes from the step saved. A
+    signal during the eval at start returns step=None: nothing trained, nothing saved.
+    docs/faults.md says where each stop comes and what it saves.
     """
-    config_check.check_finetuning(config, jax.device_count(), jax.process_count(), init)
+    runs.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
     # Every input file is read (and refused if bad) before the workdir exists or training starts.
@@ -133,10 +124,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    # One signal handler from here to the export, the loop's included: a signal while the run
-    # starts (a restore, a compile), during the eval at start, the wait for the last save, the
-    # final eval or the predictions stops the run after the step or batch it came in, never with
-    # the process killed unannounced.
+    # One signal handler from here to the export, the loop's included: a signal anywhere stops
+    # the run after the step or batch it came in (docs/faults.md, a signal outside the loop).
     with faults.Preemption(manager) as preemption:
         is_primary = jax.process_index() == 0
         if is_primary:
@@ -165,12 +154,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
         if resumed is not None:
             saved, _ = checkpoints.load_config(workdir, resumed[0])
-            runs.check_same_init(
-                saved.get("init_fingerprint"),
-                config.init_fingerprint,
-                saved.get("init"),
-                config.init,
-            )
+            runs.check_same_init(saved, config.init_fingerprint, config.init)
             logging.info("resuming from %s at step %d", manager.directory, resumed[0])
             state = resumed[1]
         else:
@@ -178,7 +162,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         del trainable
         step = int(jax.device_get(state["step"]))
 
-        inference = predict.Inference(run, setup, predict.jit_infer(setup), frozen)
+        inference = predict.Inference(run, setup, frozen)
         p_train_step = jit_train_step(setup, run.tok.pad_id)
         lr = setup.lr_on_mesh()
         log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
@@ -286,7 +270,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         model = runs.host_model(setup, state["params"], frozen)
         if is_primary:
             result["export"] = storage.join(workdir, EXPORT_DIR)
-            hf_export.export_hf(
+            heads.export_hf(
                 model, run.labels, result["export"], run.vocab_file, config.data.do_lower_case
             )
     return result

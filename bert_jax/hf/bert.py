@@ -1,8 +1,8 @@
-"""Our BERT parameters <-> Hugging Face BertForPreTraining (and Google's original TensorFlow
-BERT), or ModernBertForMaskedLM for a model of the modern block (modernbert.py's names; the
-config decides which: `architecture`). Export writes a directory transformers loads with no
-missing or unexpected keys; import initializes the weights a file lacks (a BertModel's heads, a
-missing pooler) and names them in its report.
+"""Hugging Face directories written and read: our parameters as a BertForPreTraining (also read
+from Google's original TensorFlow BERT) or a ModernBertForMaskedLM, the class and its names
+bert_jax.hf.architectures'. Export writes a directory transformers loads with no missing or
+unexpected keys; import initializes the weights a file lacks (a BertModel's heads, a missing
+pooler) and names them in its report.
 
 docs/model.md, "Export a training run to Hugging Face" and "Import a public BERT".
 """
@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -21,7 +21,14 @@ import numpy as np
 from flax import nnx
 
 from bert_jax import cli
-from bert_jax.hf import modernbert
+from bert_jax.hf.architectures import (
+    BERT,
+    MODERNBERT,
+    architecture,
+    bert_config_from_hf,
+    hf_config_from_bert,
+    of_hf_config,
+)
 from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
 from bert_jax.model.encoder import (
     SHAPE_FIELDS,
@@ -30,32 +37,6 @@ from bert_jax.model.encoder import (
     model_from_params,
 )
 from bert_jax.text import tokenization, tokenizer_json
-
-# config.json fields that are BertConfig fields under the same name; the first five required.
-_SHARED_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "initializer_range",
-    "layer_norm_eps",
-)
-
-
-# transformers' BertConfig defaults, for the fields after the sizes a config.json leaves out.
-_HF_DEFAULTS = {
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512,
-    "type_vocab_size": 2,
-    "initializer_range": 0.02,
-    "layer_norm_eps": 1e-12,
-}
 
 
 @dataclasses.dataclass
@@ -75,164 +56,7 @@ class ImportReport:
         return "\n".join(lines)
 
 
-# --- Configs ---------------------------------------------------------------------------------
-
-
-BERT, MODERNBERT = "bert", "modernbert"
-
-
-def architecture(config: BertConfig) -> str:
-    """BERT or MODERNBERT: the transformers model `config`'s model is (its weights' names); a mix
-    of the two blocks' fields that neither class has is an error naming them."""
-    modern = modernbert.is_modernbert(config)
-    if modern:
-        wrong = modernbert.problems(config)
-        what = "ModernBertForMaskedLM"
-    else:
-        wrong = [
-            f"{name}={getattr(config, name)!r}"
-            for name, bert in _BERT_BLOCK.items()
-            if getattr(config, name) != bert
-        ]
-        wrong += ["type_vocab_size=0"] if config.type_vocab_size == 0 else []
-        what = "BertForPreTraining"
-    if wrong:
-        raise cli.UserError(
-            f"this model has no Hugging Face class: as a {what} it has {', '.join(wrong)}"
-        )
-    return MODERNBERT if modern else BERT
-
-
-# The modern block's fields where BertForPreTraining has no choice.
-_BERT_BLOCK = {
-    "mlp_type": "gelu",
-    "attention_bias": True,
-    "mlp_bias": True,
-    "norm_bias": True,
-    "head_bias": True,
-    "decoder_bias": True,
-    "local_attention": 0,
-    "pooler": True,
-    "nsp_head": True,
-}
-
-
-def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
-    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win. A
-    ModernBERT config.json (model_type 'modernbert') gives the modern block."""
-    if hf.get("model_type") == modernbert.MODEL_TYPE:
-        return modernbert.bert_config_from_modernbert(hf, **overrides)
-    act = hf.get("hidden_act", "gelu")
-    if act not in modernbert.EXACT_GELU:
-        raise CheckpointError(
-            f"hidden_act {act!r} is not supported: this BERT uses the exact (erf) "
-            f"GELU, transformers' {modernbert.EXACT_GELU}"
-        )
-    pos_type = hf.get("position_embedding_type", "absolute")
-    if pos_type != "absolute":
-        raise CheckpointError(
-            f"position_embedding_type {pos_type!r} is not supported (only 'absolute')"
-        )
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise CheckpointError(
-            f"is_decoder {hf.get('is_decoder')!r}, add_cross_attention "
-            f"{hf.get('add_cross_attention')!r} is not supported: a decoder BERT "
-            "(BertLMHeadModel, an encoder-decoder's) attends causally; this one attends both ways"
-        )
-    # The sizes every BERT config.json states: without them it is another model's config.
-    missing = [f for f in _SHARED_FIELDS[:5] if f not in hf]
-    if missing:
-        kind = f" (model_type {hf['model_type']!r})" if "model_type" in hf else ""
-        raise CheckpointError(f"the config{kind} lacks {missing}; is this a BERT config.json?")
-    # Any other field left out takes transformers' default, as from_pretrained gives it (a
-    # max_position_embeddings or type_vocab_size the weights do not have is refused by name).
-    values = {f: hf[f] if f in hf else _HF_DEFAULTS[f] for f in _SHARED_FIELDS}
-    return BertConfig(**{**values, **overrides})
-
-
-def hf_config_from_bert(
-    config: BertConfig, special_ids: Mapping[str, int | None] | None = None
-) -> dict[str, Any]:
-    """BertConfig -> the config.json of a transformers BertForPreTraining, or of a
-    ModernBertForMaskedLM (`special_ids`: its tokenizer's 'pad', 'cls', 'sep' ids)."""
-    if architecture(config) == MODERNBERT:
-        return modernbert.modernbert_config(config, special_ids)
-    out = {f: getattr(config, f) for f in _SHARED_FIELDS}
-    out.update(
-        architectures=["BertForPreTraining"],
-        model_type="bert",
-        hidden_act="gelu",
-        position_embedding_type="absolute",
-        pad_token_id=0,
-        tie_word_embeddings=True,
-        torch_dtype="float32",
-    )
-    return out
-
-
-# --- Name and layout mapping ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Names:
-    """How one transformers class names our parameters, decided once per config by `_names`."""
-
-    label: str  # "BERT" or "ModernBERT"
-    # (our parameter paths, its name, transpose?); a name with several paths holds them
-    # concatenated along torch's first axis.
-    table: tuple[tuple[tuple[tuple, ...], str, bool], ...]
-    normalize: Callable[[str], str]  # a checkpoint's name variants -> the table's names
-    body: tuple[str, ...]  # prefixes of the names a file must hold; the heads may be absent
-    tied: frozenset[str]  # names a file may hold that repeat another weight (the decoder)
-
-
-def _names(config: BertConfig) -> _Names:
-    if architecture(config) == MODERNBERT:
-        return _Names(
-            "ModernBERT",
-            tuple(modernbert.param_table(config)),
-            modernbert.normalize_name,
-            modernbert.BODY_PREFIXES,
-            modernbert.TIED,
-        )
-    return _Names(
-        "BERT",
-        tuple(_bert_table(config.num_hidden_layers)),
-        _normalize_hf_name,
-        ("bert.embeddings.", "bert.encoder."),
-        frozenset({"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}),
-    )
-
-
-def _bert_table(num_layers: int) -> Iterator[tuple[tuple[tuple, ...], str, bool]]:
-    """BertForPreTraining's rows of the table (one path each)."""
-
-    def linear(ours, hf):  # our kernel is [in, out], torch's weight [out, in]
-        yield (ours + ("kernel",),), hf + ".weight", True
-        yield (ours + ("bias",),), hf + ".bias", False
-
-    def norm(ours, hf):
-        yield (ours + ("scale",),), hf + ".weight", False
-        yield (ours + ("bias",),), hf + ".bias", False
-
-    emb = ("bert", "embeddings")
-    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
-        yield (emb + (name, "embedding"),), f"bert.embeddings.{name}.weight", False
-    yield from norm(emb + ("layer_norm",), "bert.embeddings.LayerNorm")
-    for i in range(num_layers):
-        ours, hf = ("bert", "layers", i), f"bert.encoder.layer.{i}"
-        for name in ("query", "key", "value"):
-            yield from linear(ours + ("attention", name), f"{hf}.attention.self.{name}")
-        yield from linear(ours + ("attention", "output"), f"{hf}.attention.output.dense")
-        yield from norm(ours + ("attention_norm",), f"{hf}.attention.output.LayerNorm")
-        yield from linear(ours + ("intermediate",), f"{hf}.intermediate.dense")
-        yield from linear(ours + ("output",), f"{hf}.output.dense")
-        yield from norm(ours + ("output_norm",), f"{hf}.output.LayerNorm")
-    yield from linear(("bert", "pooler"), "bert.pooler.dense")
-    yield from linear(("mlm", "transform"), "cls.predictions.transform.dense")
-    yield from norm(("mlm", "transform_norm"), "cls.predictions.transform.LayerNorm")
-    yield (("mlm", "bias"),), "cls.predictions.bias", False
-    yield from linear(("nsp",), "cls.seq_relationship")
+# --- Our parameters <-> the file's tensors ----------------------------------------------------
 
 
 def _get(tree: Mapping, path: tuple):
@@ -273,13 +97,15 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
         raise cli.UserError(
             f"the parameters have {num_layers} layers, the config {config.num_hidden_layers}"
         )
-    return _tensors(params, _bert_table(num_layers) if config is None else _names(config).table)
+    arch = BERT if config is None else architecture(config)
+    return _tensors(params, arch.rows(config, num_layers))
 
 
 def encoder_state_dict(bert_params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
     """A BertModel's parameters alone (a task model's encoder) -> {HF name: float32 array}, the
     `bert.*` tensors to_hf_state_dict gives for the whole pre-training model."""
-    rows = [row for row in _names(config).table if row[0][0][0] == "bert"]
+    table = architecture(config).rows(config, config.num_hidden_layers)
+    rows = [row for row in table if row[0][0][0] == "bert"]
     return _tensors({"bert": bert_params}, rows)
 
 
@@ -299,16 +125,6 @@ def _tensors(params: Mapping, table) -> dict[str, np.ndarray]:
             parts.append(value.T if transpose else value)
         out[name] = np.ascontiguousarray(parts[0] if len(parts) == 1 else np.concatenate(parts))
     return out
-
-
-def _normalize_hf_name(name: str) -> str:
-    """Checkpoint name variants -> transformers' current BertForPreTraining names."""
-    if name.startswith(("embeddings.", "encoder.", "pooler.")):  # a bare BertModel
-        name = "bert." + name
-    for old, new in ((".gamma", ".weight"), (".beta", ".bias")):  # pre-2019 transformers
-        if name.endswith(old) and "LayerNorm" in name:
-            name = name[: -len(old)] + new
-    return name
 
 
 # --- Files -----------------------------------------------------------------------------------
@@ -336,7 +152,7 @@ def save_hf(
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
         if architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
-            modernbert.save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
+            _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
 
 
 # Files beside a tokenizer.json that transformers reads with it, copied along when present.
@@ -408,6 +224,27 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
             )
 
 
+def _save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
+    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
+    tokens' roles in its tokenizer_config.json (save_tokenizer wrote both files' others).
+    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
+    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
+    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
+    own, with our FullTokenizer's word length limit."""
+    vocab = tokenization.load_vocab(vocab_file)
+    max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
+    tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
+    names = ("pad", "unk", "cls", "sep", "mask")  # the roles of tokenization.SPECIAL_TOKENS
+    roles = {n: token for n, token in zip(names, tokenization.SPECIAL_TOKENS) if token in vocab}
+    tok.save(os.path.join(output_dir, "tokenizer.json"))
+    path = os.path.join(output_dir, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update({f"{role}_token": token for role, token in roles.items()})
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
 def load_hf(
     hf_dir: str, config: BertConfig | None = None, *, overrides: Mapping[str, Any] | None = None
 ) -> tuple[BertForPreTraining, ImportReport]:
@@ -470,19 +307,19 @@ def _load(
         except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
             text = " ".join(str(e).split())
             raise CheckpointError(text if path in text else f"{path}: {text}") from None
-    names = _names(config)
-    theirs = "ModernBERT" if hf_config.get("model_type") == modernbert.MODEL_TYPE else "BERT"
-    if names.label != theirs:  # a run's own config: its block must be the directory's
+    arch, theirs = architecture(config), of_hf_config(hf_config).label
+    if arch.label != theirs:  # a run's own config: its block must be the directory's
         raise CheckpointError(
-            f"{hf_dir} holds a {theirs} model but the config.model given is {names.label}'s "
+            f"{hf_dir} holds a {theirs} model but the config.model given is {arch.label}'s "
             f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
         )
     tensors, source = read_hf_weights(hf_dir)
     # The weights mapped; heads or a pooler the file lacks are freshly initialized.
-    by_name = {names.normalize(k): v for k, v in tensors.items()}
-    ours = [name for _, name, _ in names.table]
+    by_name = {arch.normalize(k): v for k, v in tensors.items()}
+    table = list(arch.rows(config, config.num_hidden_layers))
+    ours = [name for _, name, _ in table]
     missing = [name for name in ours if name not in by_name]
-    initialized = [name for name in missing if not name.startswith(names.body)]
+    initialized = [name for name in missing if not name.startswith(arch.body)]
 
     build = lambda: BertForPreTraining(config, rngs=nnx.Rngs(0))
     # A random init only for weights the file lacks (fresh heads), else shapes only: on CPU the
@@ -490,7 +327,7 @@ def _load(
     params = nnx.to_pure_dict(
         nnx.state(build() if initialized else nnx.eval_shape(build), nnx.Param)
     )
-    for paths, name, transpose in names.table:
+    for paths, name, transpose in table:
         if name not in by_name:
             continue
         value = np.asarray(by_name[name], dtype=np.float32)
@@ -507,29 +344,32 @@ def _load(
         parts = np.split(value, np.cumsum([s[0] for s in expected])[:-1])  # one per path
         for path, part in zip(paths, parts):
             _get(params, path[:-1])[path[-1]] = part.T if transpose else part
-    absent_body = [name for name in missing if name.startswith(names.body)]
+    absent_body = [name for name in missing if name.startswith(arch.body)]
     if absent_body:
         more = " ..." if len(absent_body) > 4 else ""
         raise CheckpointError(
             f"{source} lacks encoder weights {absent_body[:4]}{more} "
-            f"({len(absent_body)} in all): not a {names.label} "
+            f"({len(absent_body)} in all): not a {arch.label} "
             "checkpoint, or num_hidden_layers in its config is wrong"
         )
     # The tied decoder is the word embeddings and the MLM bias again; anything else
     # (position_ids buffers, optimizer slots) has no counterpart here.
-    untied = _untied_decoder(by_name)
-    if untied:  # tie_word_embeddings false: our MLM head always uses the word embeddings
+    decoder, words = arch.decoder  # the word embeddings are there: the body is
+    tied = arch.tied
+    if decoder in by_name and not np.array_equal(by_name[decoder], by_name[words]):
+        # tie_word_embeddings false: our MLM head always uses the word embeddings
         cli.warn(
-            f"{source}: {untied} is not the word embeddings (tie_word_embeddings false); this "
+            f"{source}: {decoder} is not the word embeddings (tie_word_embeddings false); this "
             "model's MLM head ties them, so its MLM logits differ from transformers' (the "
             "encoder's outputs and fine-tuning are unaffected): it is not used"
         )
-    unused = sorted(set(by_name) - set(ours) - (names.tied - {untied}))
+        tied -= {decoder}
+    unused = sorted(set(by_name) - set(ours) - tied)
     # Weights, not buffers (old files' bert.embeddings.position_ids).
     dropped = [
         name
         for name in unused
-        if name.startswith(names.body) and name.endswith((".weight", ".bias"))
+        if name.startswith(arch.body) and name.endswith((".weight", ".bias"))
     ]
     if dropped:  # transformers warns too: a model cut short by its config is easy to miss
         cli.warn(
@@ -564,19 +404,3 @@ def _run_config_hint(hf_config: Mapping[str, Any], config: BertConfig, path: str
         else ""
     )
     return f"this run's config.model has {', '.join(fields)}{vocab}"
-
-
-# A tied decoder's name -> the word embeddings it repeats (BERT's, ModernBERT's).
-_DECODER_OF = {
-    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-    "decoder.weight": "model.embeddings.tok_embeddings.weight",
-}
-
-
-def _untied_decoder(by_name: Mapping[str, np.ndarray]) -> str | None:
-    """The name of a decoder weight the file holds apart from its word embeddings, else None."""
-    for decoder, embeddings in _DECODER_OF.items():
-        if decoder in by_name and embeddings in by_name:
-            if not np.array_equal(by_name[decoder], by_name[embeddings]):
-                return decoder
-    return None

@@ -84,26 +84,29 @@ def _import(module: str, missing: str):
         raise cli.UserError(missing) from e
 
 
-def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
-    torch = _import(
-        "torch",
-        f"reading {path} needs PyTorch: pip install torch (the CPU build is enough), or convert "
-        "the checkpoint to model.safetensors",
-    )
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
-        # weights_only refuses pickles that would run code (or name unknown classes); a cut or
-        # non-zip file fails to open. Neither is a bug of ours.
-        why = " ".join(str(e).split())[:300]
-        raise CheckpointError(
-            f"{path} is not a PyTorch state dict that loads safely ({why}): it is "
-            "damaged, or pickles objects other than tensors; convert it to model.safetensors "
-            "where it was made"
-        ) from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
-    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")}
+def _read_torch_bin(paths: list[str]) -> dict[str, np.ndarray]:
+    out = {}
+    for path in paths:
+        torch = _import(
+            "torch",
+            f"reading {path} needs PyTorch: pip install torch (the CPU build is enough), or "
+            "convert the checkpoint to model.safetensors",
+        )
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
+            # weights_only refuses pickles that would run code (or name unknown classes); a cut
+            # or non-zip file fails to open. Neither is a bug of ours.
+            why = " ".join(str(e).split())[:300]
+            raise CheckpointError(
+                f"{path} is not a PyTorch state dict that loads safely ({why}): it is "
+                "damaged, or pickles objects other than tensors; convert it to model.safetensors "
+                "where it was made"
+            ) from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{path} holds a {type(state).__name__}, not a state dict")
+        out.update({k: v.float().numpy() for k, v in state.items() if hasattr(v, "float")})
+    return out
 
 
 def _tf_to_hf_name(name: str) -> tuple[str, bool] | None:
@@ -177,23 +180,19 @@ def indexed_files(index: str, hf_dir: str) -> list[str]:
 
 
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
-    """All weight tensors of a model directory, HF-named, and a description of what was read."""
-
-    path = lambda name: os.path.join(hf_dir, name)
-    if os.path.isfile(path("model.safetensors")):
-        return _read_safetensors([path("model.safetensors")]), path("model.safetensors")
-    if os.path.isfile(path("model.safetensors.index.json")):
-        index = path("model.safetensors.index.json")
-        return _read_safetensors(indexed_files(index, hf_dir)), index
-    if os.path.isfile(path("pytorch_model.bin")):
-        return _read_torch_bin(path("pytorch_model.bin")), path("pytorch_model.bin")
-    if os.path.isfile(path("pytorch_model.bin.index.json")):  # transformers 4's sharded save
-        index = path("pytorch_model.bin.index.json")
-        out = {}
-        for shard in indexed_files(index, hf_dir):
-            out.update(_read_torch_bin(shard))
-        return out, index
-    indexes = sorted(glob.glob(path("*.ckpt*.index")))
+    """All weight tensors of a model directory, HF-named, and a description of what was read: the
+    first of these files it holds (an index.json names a sharded save's files), else Google's
+    TensorFlow checkpoint."""
+    for name, read in (
+        ("model.safetensors", _read_safetensors),
+        ("model.safetensors.index.json", _read_safetensors),
+        ("pytorch_model.bin", _read_torch_bin),
+        ("pytorch_model.bin.index.json", _read_torch_bin),  # transformers 4's sharded save
+    ):
+        path = os.path.join(hf_dir, name)
+        if os.path.isfile(path):
+            return read(indexed_files(path, hf_dir) if name.endswith(".json") else [path]), path
+    indexes = sorted(glob.glob(os.path.join(hf_dir, "*.ckpt*.index")))
     if len(indexes) == 1:
         prefix = indexes[0][: -len(".index")]
         return _read_tf_checkpoint(prefix), prefix + " (TensorFlow)"
@@ -204,7 +203,6 @@ def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
     listing = sorted(os.listdir(hf_dir)) if os.path.isdir(hf_dir) else "(not a directory)"
     raise CheckpointError(
         f"no weights in {hf_dir!r}: expected model.safetensors, "
-        f"model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json or a "
-        "TensorFlow "
-        f"bert_model.ckpt; found {listing}"
+        "model.safetensors.index.json, pytorch_model.bin, pytorch_model.bin.index.json or a "
+        f"TensorFlow bert_model.ckpt; found {listing}"
     )

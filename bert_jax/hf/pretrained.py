@@ -1,11 +1,8 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
-`load(path)` takes a training workdir of ours (one step restored with its checksums and a finite
-check, the config saved with it, the run's own vocabulary) or a Hugging Face BERT or ModernBERT
-directory (through bert_jax.hf.bert; vocab.txt or tokenizer.json); checkpoints.model_dir_kind is
-the one rule telling them apart. An explicit `vocab_file` or `do_lower_case` wins over what the
-directory says; a vocabulary larger than the word-embedding table is refused (`fits_table`); the
-tokenizer is built and its size checked once, in `_tokenizer`.
+`load(path)` takes a training workdir of ours or a Hugging Face BERT or ModernBERT directory
+(checkpoints.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case` wins
+over what the directory says; the tokenizer is built and its size checked once (`_tokenizer`).
 
 docs/model.md, "Import a public BERT": each kind of directory, its vocabulary and lower-casing.
 """

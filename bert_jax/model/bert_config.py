@@ -4,8 +4,7 @@ The fields are configs/default.py's `config.model` (its comments say what each d
 ConfigDict becomes this frozen dataclass at one boundary (`from_config_dict`). Every modern-block
 field defaults to BERT's value, so older configs and checkpoints are the same model, and each is
 independent of the others (bert_jax.hf.bert.architecture says which transformers class, if any,
-holds a config). With `local_attention` > 0, layer i is global iff
-i % global_attn_every_n_layers == 0, else it reads keys at most local_attention // 2 away.
+holds a config). Which layers are windowed, and how far: is_global and attention_window.
 
 docs/model.md, "The modern block (ModernBERT)".
 """

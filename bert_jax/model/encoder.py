@@ -105,37 +105,6 @@ class Embeddings(nnx.Module):
         return L.constrain(x, *L.ACT_EMBED)
 
 
-def _check_inputs(
-    cfg: BertConfig, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
-):
-    shapes = {
-        "input_ids": np.shape(input_ids),
-        "input_mask": np.shape(input_mask),
-        "segment_ids": np.shape(segment_ids),
-    }
-    if (example_ids is None) != (position_ids is None):
-        raise ValueError(
-            "packed rows need both example_ids and position_ids "
-            "(bert_jax.data.input.packing makes them)"
-        )
-    if example_ids is not None:
-        shapes.update(example_ids=np.shape(example_ids), position_ids=np.shape(position_ids))
-    if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
-        raise ValueError(f"{', '.join(shapes)} must all be [batch, length]; got {shapes}")
-    if cls_positions is not None and (
-        np.ndim(cls_positions) != 2 or np.shape(cls_positions)[0] != shapes["input_ids"][0]
-    ):
-        raise ValueError(
-            f"cls_positions must be [batch, examples per row], got {np.shape(cls_positions)} "
-            f"for input_ids {shapes['input_ids']}"
-        )
-    if shapes["input_ids"][1] > cfg.max_position_embeddings:
-        raise cli.UserError(
-            f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
-            f"{cfg.max_position_embeddings}; shorten the inputs (max_seq_length)"
-        )
-
-
 class BertModel(nnx.Module):
     """Embeddings, encoder (pre-norm: and a final norm) and pooler; returns (sequence_output
     [B,L,H], pooled [B,H]). Without the pooler (config.pooler=False, ModernBERT) `pooled` is the
@@ -163,6 +132,36 @@ class BertModel(nnx.Module):
             tables["local"] = rope.tables(position_ids, cfg.local_rope_theta, cfg.head_dim)
         return tables
 
+    def _check_inputs(
+        self, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
+    ):
+        shapes = {
+            "input_ids": np.shape(input_ids),
+            "input_mask": np.shape(input_mask),
+            "segment_ids": np.shape(segment_ids),
+        }
+        if (example_ids is None) != (position_ids is None):
+            raise ValueError(
+                "packed rows need both example_ids and position_ids "
+                "(bert_jax.data.input.packing makes them)"
+            )
+        if example_ids is not None:
+            shapes.update(example_ids=np.shape(example_ids), position_ids=np.shape(position_ids))
+        if len(shapes["input_ids"]) != 2 or len(set(shapes.values())) != 1:
+            raise ValueError(f"{', '.join(shapes)} must all be [batch, length]; got {shapes}")
+        if cls_positions is not None and (
+            np.ndim(cls_positions) != 2 or np.shape(cls_positions)[0] != shapes["input_ids"][0]
+        ):
+            raise ValueError(
+                f"cls_positions must be [batch, examples per row], got {np.shape(cls_positions)} "
+                f"for input_ids {shapes['input_ids']}"
+            )
+        if shapes["input_ids"][1] > self.config.max_position_embeddings:
+            raise cli.UserError(
+                f"sequence length {shapes['input_ids'][1]} exceeds max_position_embeddings "
+                f"{self.config.max_position_embeddings}; shorten the inputs (max_seq_length)"
+            )
+
     def __call__(
         self,
         input_ids,
@@ -185,14 +184,8 @@ class BertModel(nnx.Module):
         exactly the unpacked one. `word_rows`: the word embeddings of input_ids, already looked
         up (BertForPreTraining ties them to its decoder).
         """
-        _check_inputs(
-            self.config,
-            input_ids,
-            input_mask,
-            segment_ids,
-            example_ids,
-            position_ids,
-            cls_positions,
+        self._check_inputs(
+            input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
         )
         k_embed, k_layers = (
             jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
@@ -232,11 +225,8 @@ class BertForPreTraining(nnx.Module):
         self.config = config
         self.bert = BertModel(config, rngs=rngs)
         self.mlm = L.MaskedLMHead(config, rngs=rngs)
-        self.nsp = (
-            L.dense(config, config.hidden_size, 2, ("embed", None), rngs)
-            if config.nsp_head
-            else None
-        )
+        h = config.hidden_size
+        self.nsp = L.dense(config, h, 2, ("embed", None), rngs) if config.nsp_head else None
 
     def __call__(
         self,

@@ -20,11 +20,9 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
-# cuDNN's fused attention forward (a custom call): its outputs include the softmax statistics
-# its backward pass reads, so keeping them spares the backward pass a second forward, for fewer
-# HBM bytes than that forward moves. The splash kernel's (a Pallas call) are recomputed: its
-# lane-wide float32 statistics cost more to keep than its forward costs to rerun
-# (docs/scaling.md, "The fused kernels' forward").
+# cuDNN's fused attention forward (a custom call), kept: its softmax statistics cost fewer HBM
+# bytes than a second forward. The splash kernel's lane-wide float32 ones cost more, so it is
+# recomputed (docs/scaling.md, "The fused kernels' forward").
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 
 
@@ -89,12 +87,9 @@ def run_layers(
         for j in range(period)
     ]  # per position in the group: its parameters, [blocks, ...]
 
-    # What the backward pass keeps of each scanned layer: with remat nothing (recomputed), else
-    # the named activations and cuDNN attention's outputs (_keep_for_backward); the rest (the
-    # query/key/value matmul, dropout masks from their hash, GELU, norms) is recomputed.
-    # Without a policy a scan saves every intermediate of its body into stacked [layers, ...]
-    # buffers, dropout masks included, which an unrolled stack lets XLA fuse away
-    # (docs/scaling.md has the bytes).
+    # With remat a scanned layer keeps nothing for the backward pass, else _keep_for_backward's
+    # choice. Without a policy a scan saves every intermediate of its body, dropout masks
+    # included, into stacked [layers, ...] buffers (docs/scaling.md, "Where the HBM bytes go").
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):

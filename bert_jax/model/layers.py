@@ -123,10 +123,8 @@ def embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    # Exact GELU as google-research/bert and Hugging Face write it, x/2 (1 + erf(x / sqrt 2)).
-    # jax.nn.gelu(approximate=False) computes x/2 erfc(-x / sqrt 2) instead: within 5e-7 of
-    # this on N(0, 1) inputs, but XLA:CPU evaluates both branches of its piecewise erfc
-    # (docs/performance.md).
+    # Exact GELU as google-research/bert and Hugging Face write it, x/2 (1 + erf(x / sqrt 2)):
+    # jax.nn.gelu's erfc form is as exact but slower on XLA:CPU (docs/performance.md).
     return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
 
@@ -298,14 +296,11 @@ class MaskedLMHead(nnx.Module):
 
 def stacked_dense(x, denses, dtype):
     """Several Dense layers of one input as one matmul: [batch, length, in] -> [len(denses),
-    batch, length, out].
-
-    One [in, n*out] product uses the matrix units better than n [in, out] ones
-    (docs/performance.md), and its backward pass sums no partial input gradients. The layers'
-    axis comes first so that taking one layer's output is a contiguous slice, not a copy (one
-    pass over q, k and v less in the forward pass and in the backward's recomputation,
-    docs/scaling.md). The kernels are stacked, not concatenated, so a 'heads' or 'mlp' (tensor)
-    sharding of each stays local; the parameters keep their own names.
+    batch, length, out]. One [in, n*out] product uses the matrix units better than n [in, out]
+    ones (docs/performance.md) and its backward pass sums no partial input gradients; the layers'
+    axis comes first so that one layer's output is a contiguous slice, not a copy
+    (docs/scaling.md). The kernels are stacked, not concatenated, so a 'heads' or 'mlp' (tensor)
+    sharding of each stays local; the parameters keep their names.
     """
     kernel = jnp.stack([d.kernel[...] for d in denses], axis=1).astype(dtype)  # [in, n, out]
     y = mixed_matmul.einsum("blm,mtn->tbln", x.astype(dtype), kernel)

@@ -1,14 +1,13 @@
 """Matrix products of bfloat16 operands with float32 accumulation, forward and backward, in the
-form XLA:CPU runs on a CPU's bfloat16 dot-product instructions (it runs a dot with a bfloat16
-result as a float32 matmul plus conversions, and so does autodiff's backward pass).
+form XLA:CPU runs on a CPU's bfloat16 dot-product instructions (a dot with a bfloat16 result,
+autodiff's backward dots included, it runs as a float32 matmul plus conversions).
 
-On the CPU, `einsum` of bfloat16 operands is `einsum(..., preferred_element_type=float32)`
-rounded to `out_dtype`, and its gradients the same way (the cotangent rounded to bfloat16, two
-float32-accumulating dots, each rounded to its operand's dtype): XLA's own arithmetic for a
-bfloat16 dot but for the order of the float32 additions. Elsewhere (float32 operands, GPU, TPU)
-it is `jnp.einsum`. The gradients have this form for specs whose every index is in two of the
-three terms or in all three (batch indices); dots with batch indices are still left to XLA on
-the CPU, where some of their bf16 x bf16 -> f32 forms fail at run time.
+On the CPU, `einsum` of bfloat16 operands is `einsum(..., preferred_element_type=float32)` rounded
+to `out_dtype`, its gradients likewise (the cotangent rounded to bfloat16): XLA's own arithmetic
+for a bfloat16 dot but for the order of the float32 additions. Elsewhere (float32 operands, GPU,
+TPU) it is `jnp.einsum`. The gradient specs hold where every index is in two of the three terms or
+in all three ('...'); dots with batch indices stay with XLA, where some of their bf16 x bf16 -> f32
+forms fail at run time on the CPU.
 
 docs/performance.md, "bfloat16 on a CPU with bf16 instructions".
 """
@@ -17,6 +16,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+
+from bert_jax.model import attention
 
 
 def _operand_grad_specs(spec: str) -> tuple[str, str]:
@@ -46,9 +47,7 @@ def _bf16_einsum_bwd(spec, out_dtype, residuals, g):
 _bf16_einsum.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
 
 
-def _on_cpu() -> bool:
-    from bert_jax.model import attention  # the platform the computation is compiled for
-
+def _on_cpu() -> bool:  # bench/step_variants.py's bf16_dots_xla patches it
     return attention.platform() == "cpu"
 
 

@@ -268,8 +268,7 @@ def update_shardings(param_shardings: Any, abstract_params: Any, rules) -> Any:
 
 def batch_spec(rules) -> P:
     """PartitionSpec of a [batch, ...] input: the batch dim over the mesh axes of 'batch'."""
-    axes = _rules_dict(rules).get("batch", ())
-    return P(axes if axes else None)
+    return P(_rules_dict(rules).get("batch", ()) or None)
 
 
 def batch_sharding(mesh: Mesh, rules) -> NamedSharding:

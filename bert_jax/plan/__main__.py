@@ -121,9 +121,8 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
 
 def _take_config_overrides() -> None:
     """--dtype and --remat set config.model.dtype and .remat in every plan; where only the
-    --config.model override was given, it is taken (the flags' defaults replaced it without a
-    word: a float32 or remat plan asked for that way was planned, and advised, in bf16 without
-    remat). Both given and different: one error line."""
+    --config.model override was given, it is taken, not the flag's default. Both given and
+    different: one error line."""
     from bert_jax.plan import options
 
     given = config_flags.get_override_values(FLAGS["config"])
@@ -143,10 +142,6 @@ def _take_config_overrides() -> None:
                 f"--{flag}={shown} and --config.{field}={value} disagree; pass one of them"
             )
         FLAGS[flag].value = wanted
-
-
-def where_to(topology) -> str:
-    return "fake CPU devices" if topology is None else topology.name
 
 
 def main(argv):
@@ -199,9 +194,10 @@ def main(argv):
     if base.model.attention_impl == "cudnn" and (topology is None or topology.chip.name != "h100"):
         # cuDNN's kernel compiles for a GPU only ("RuntimeError: cuDNN is not detected" before)
         flag = "--attention_impl" if FLAGS.attention_impl else "--config.model.attention_impl"
+        where = topology.name if topology else "fake CPU devices"
         raise cli.UserError(
             f"{flag}=cudnn compiles for a GPU only: pass --topology=h100 (with the cuda extra "
-            f"installed), or another attention_impl for {where_to(topology)}"
+            f"installed), or another attention_impl for {where}"
         )
     plans = itertools.product(req.meshes, req.remats, req.batches)
     configs = [pretrain_config(base, *plan) for plan in plans]

@@ -1,13 +1,9 @@
 """Cloud TPU chips (and one H100) with their documented figures, and the slice shapes and
 accelerator types (v5p-64, v5e-16, ...) of Google's public Cloud TPU pages. The planner judges
 a compiled plan by them: HBM against its peak bytes, bf16 peak against its FLOPs (MFU), HBM, ICI
-and DCN bandwidth for the roofline.
-
-Every figure is a documented one, none measured here, except where a page lacks it: v4's ICI
-per chip is the pod's all-reduce bandwidth over its chips, v4's and v6e's DCN per chip are
-v5e's, and HBM is taken as GiB throughout. Every type in `DOCUMENTED`
-is described by libtpu (tests/e2e/test_plan.py). docs/scaling.md, "Planning a TPU run without a
-TPU", has the figures with their pages.
+and DCN bandwidth for the roofline. Every type in `DOCUMENTED` is described by libtpu
+(tests/e2e/test_plan.py). docs/scaling.md, "Planning a TPU run without a TPU", has the figures
+with their pages, and the few no page gives (v4's ICI, v4's and v6e's DCN) with their sources.
 """
 
 import contextlib

@@ -1,11 +1,7 @@
-"""The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time estimate.
-
-Each is labelled with where it comes from, as the planner's output labels it: compiler
-(memory_analysis, cost_analysis and its own step time, `optimal_seconds`), hlo (each
-collective's bytes per chip from the compiled HLO, ring algorithms, DCN from the cross-slice
-sends), roofline (serial and overlapped bounds from chips.py's documented figures, the MXUs at
-peak: bounds, not measurements), estimate (the compiler's step time where it gives one, else the
-serial roofline) and model (flops.py's model FLOPs, MFU's numerator).
+"""The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time
+estimate, each labelled as the planner's output labels it: compiler, hlo (the compiled HLO's
+collectives), roofline (bounds from chips.py's documented figures, not measurements), model
+(flops.py's FLOPs, MFU's numerator).
 
 docs/scaling.md, "Planning a TPU run without a TPU": each column and how the bytes are counted.
 """
@@ -18,26 +14,15 @@ import numpy as np
 
 from bert_jax.plan import hbm, hlo
 
-_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%\S+ = (.*?) (" + "|".join(hlo.COLLECTIVES) + r")(-start)?\((.*)$"
-)
 # Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
 # sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
 # _xla_megascale_transfer_type="ALL_REDUCE"
-_MEGASCALE_SEND = re.compile(
-    r'^\s*(?:ROOT )?%\S+ = \((.*?)\) send\(.*_xla_megascale_transfer_type="([A-Z_]+)"'
-)
-_SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16|f8\w*)\[([0-9,]*)\]")
-_BYTES = {"pred": 1, "bf16": 2}
+_MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
 
 
-def _shape_bytes(text: str) -> list[int]:
-    sizes = []
-    for dtype, dims in _SHAPE.findall(text):
-        bits = int(dtype[1:]) if dtype[1:].isdigit() else None
-        size = _BYTES.get(dtype, (bits or 8) // 8)
-        sizes.append(size * math.prod(int(d) for d in dims.split(",") if d))
-    return sizes
+def _logical_bytes(shape: str) -> list[int]:
+    """Each array's bytes in a shape text, unpadded (what a collective sends)."""
+    return [hlo.Array(a.dtype, a.dims, "").nbytes for a in hlo.arrays(shape)]
 
 
 def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
@@ -76,38 +61,36 @@ class Collectives:
 
 
 def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
-    """Bytes each chip sends per step, by collective (module docstring: 'hlo').
+    """Bytes each chip sends per step, by collective, as ring algorithms move them.
 
     `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
     devices in order)."""
-    lines = [(r.instruction.line, r.times) for r in hbm.runs(hlo.parse_module(hlo_text))[0]]
     n_dev = len(slice_of_device)
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}
     dcn, unread = 0.0, 0
     slices = len(set(slice_of_device))
-    for line, times in lines:
-        dcn_send = _MEGASCALE_SEND.match(line)
+    for run in hbm.runs(hlo.parse_module(hlo_text))[0]:
+        ins, times = run.instruction, run.times
+        dcn_send = _MEGASCALE.search(ins.attrs) if ins.opcode == "send" else None
         if dcn_send:  # multi-slice: what crosses DCN is a send to the megascale runtime
-            kind, size = dcn_send[2], _shape_bytes(dcn_send[1])[0]
+            kind, size = dcn_send[1], _logical_bytes(ins.shape)[0]
             counts[f"DCN {kind}"] = counts.get(f"DCN {kind}", 0) + times
             ring = 2.0 if kind == "ALL_REDUCE" else 1.0
             dcn += times * ring * (slices - 1) / max(slices, 1) * size
             continue
-        m = _INSTRUCTION.match(line)
-        if not m:
-            continue
-        result, op, start, rest = m.groups()
-        sizes = _shape_bytes(result)
+        op = ins.opcode.removesuffix("-start")
+        sizes = _logical_bytes(ins.shape) if op in hlo.COLLECTIVES else []
         if not sizes:
             continue
         # An async start's result holds its operand beside its output: take the buffer once.
+        start = ins.opcode.endswith("-start")
         size = max(sizes) if start and op != "all-reduce" else sum(sizes)
         counts[op] = counts.get(op, 0) + times
         if op == "collective-permute":
             ici[op] = ici.get(op, 0.0) + times * size
             continue
-        groups = replica_groups(rest, n_dev)
+        groups = replica_groups(ins.attrs, n_dev)
         if groups is None:
             unread += times
             groups = [list(range(n_dev))]

@@ -3,9 +3,8 @@ BERT block and the modern one (GeGLU, sliding-window layers, no pooler or NSP he
 
 The PaLM paper's convention: what the model needs, not what an implementation spends. Only
 matmuls count, a multiply-add is 2 FLOPs, a train step is 3 x forward, the MLM head is counted
-on the P masked positions only, a global layer's attention on all L x L query-key pairs and a
-sliding-window layer's on its band. With a block size, attention counts instead the tiles a
-block-sparse kernel computes (the kernel's FLOPs: the roofline's, not MFU's).
+on the P masked positions only, attention on the query-key pairs each layer scores
+(attention_pairs); with a block size, a block-sparse kernel's FLOPs: the roofline's, not MFU's.
 
 docs/scaling.md, "Planning a TPU run without a TPU": the formula and what it leaves out.
 """
@@ -48,8 +47,7 @@ def forward_flops_per_sequence(
     """Matmul FLOPs of one forward pass over one sequence (docs/scaling.md). BERT's by
     default; `glu`: a GeGLU feed-forward; `windows`: each layer's window (None entries: global;
     default all global); `pooler`, `nsp`: whether the model has BERT's pooler dense and NSP
-    classifier; `attention_block`: count the
-    tiles a block-sparse kernel computes instead of the band (the kernel's FLOPs)."""
+    classifier; `attention_block`: count the tiles a block-sparse kernel computes instead."""
     h = hidden
     windows = [None] * layers if windows is None else windows
     ffn = 3 * h * intermediate if glu else 2 * h * intermediate

@@ -80,7 +80,6 @@ class Instruction:
     attrs: str  # everything after the operand list
     root: bool = False
     args: str = ""  # the operand list as written (a parameter's number, a constant's value)
-    line: str = ""  # as it stood in the text
 
     @functools.cached_property
     def op_name(self) -> str:
@@ -146,7 +145,7 @@ def parse_instruction(line: str) -> Instruction | None:
     args_end = _closing(rest, m.end() - 1)
     args = rest[m.end() : args_end - 1]
     return Instruction(
-        name.lstrip("%"), shape, m[1], _NAME.findall(args), rest[args_end:], root, args, line
+        name.lstrip("%"), shape, m[1], _NAME.findall(args), rest[args_end:], root, args
     )
 
 

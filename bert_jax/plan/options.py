@@ -1,8 +1,5 @@
-"""What the planner is asked to plan, checked before anything compiles: each mistake is one
-cli.UserError naming the flag (the binary prints it as one `error:` line, exit status 2).
-
-Library code: the binary (__main__.py) passes the flags' values in. Nothing is described or
-compiled here, so a mistake is told before libtpu starts or a compile begins.
+"""What the planner is asked to plan (the binary passes the flags' values in), checked before
+libtpu starts or anything compiles: each mistake is one cli.UserError naming the flag.
 """
 
 import dataclasses

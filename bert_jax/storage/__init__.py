@@ -1,24 +1,21 @@
-"""Files by name, on a local disk or in a bucket: the one package that opens, lists and publishes
-them, so every path a user gives may be `gs://bucket/key` (Google Cloud Storage) or `s3://...`
-(S3, with `s3fs` installed) as well as a local path. Local paths go to the os module, URLs to
-fsspec's `gcsfs` (`s3fs`) through etils.epath, the layer Orbax uses for a checkpoint's metadata:
-our files and Orbax's share one client, one set of credentials and one retry budget. What it
-writes is published whole or not at all. No JAX import: data_prep uses this package.
-
-What stands in for what a bucket lacks (rename, O_EXCL, an mtime to trust, random access for C++
-readers, fresh listings) and the user's view (credentials, paths, errors, faults):
-docs/scaling.md, "Buckets (gs:// and s3://)".
+"""Files by name, on a local disk or in a bucket (`gs://bucket/key`, `s3://...` with `s3fs`): the
+one package that opens, lists and publishes them. URLs go to fsspec's gcsfs (s3fs) through
+etils.epath, as Orbax's checkpoint metadata does: one client, one set of credentials and one
+retry budget for both. What it writes is published whole or not at all. No JAX import: data_prep
+uses it. What stands in for what a bucket lacks, and the user's view: docs/scaling.md, "Buckets
+(gs:// and s3://)".
 
 Callers import the package (`from bert_jax import storage`; `storage.open_read(...)`); its
 modules, by concern:
-    paths.py      local path or URL, parsed once (parse, check_paths); join, dirname, basename
-    remote.py     the bucket clients: settings, the one retry budget, whether a bucket exists
-    errors.py     the clients' errors in a local path's words: NotFound, AccessDenied, Unavailable
-    checks.py     what is wrong with a path, before anything is read or written (check_paths,
-                  not_a_file) and when a binary ends on a bucket's error (report)
-    files.py      reading, listing and writing (published whole or not at all)
-    checkpoint_errors.py  Orbax's and TensorStore's errors in those words (checkpoint_errors)
-    exclusive.py  create-if-absent and delete-if-unchanged, for locks
+    paths.py      local path or URL, parsed once (parse); join, dirname, basename
+    remote.py     the bucket clients: their settings and the one retry budget
+    errors.py     the clients' errors in a local path's words: NotFound, AccessDenied,
+                  Unavailable
+    checks.py     what is wrong with a path, asking the server: before anything is read or
+                  written (check_paths, not_a_file), around an Orbax call (checkpoint_errors)
+                  and when a binary ends on a bucket's error (report)
+    files.py      reading, listing and writing (published whole or not at all), create-if-absent
+                  and versioned reads for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
                   their errors in the user's path (reported_as)
 """
@@ -26,13 +23,16 @@ modules, by concern:
 # The package's names (callers import the package, not its modules).
 # ruff: noqa: F401
 from bert_jax.storage.cache import local_copies, local_copy, local_dir, rename_in_error, reported_as
-from bert_jax.storage.checkpoint_errors import (
+from bert_jax.storage.checks import (
+    check_bucket,
+    check_file,
+    check_paths,
     checkpoint_errors,
     classify,
     looks_like_storage,
+    not_a_file,
     readable,
 )
-from bert_jax.storage.checks import check_bucket, check_file, check_paths, not_a_file
 from bert_jax.storage.errors import (
     AccessDenied,
     NotFound,
@@ -40,8 +40,8 @@ from bert_jax.storage.errors import (
     unavailable_as_user_error,
     unavailable_message,
 )
-from bert_jax.storage.exclusive import create_exclusive, read_versioned
 from bert_jax.storage.files import (
+    create_exclusive,
     exists,
     glob,
     isdir,
@@ -55,6 +55,7 @@ from bert_jax.storage.files import (
     open_write,
     read_bytes,
     read_text,
+    read_versioned,
     remove,
     rmtree,
     size,

@@ -1,16 +1,11 @@
 """What the bucket clients' errors mean, in the words a local path gets for the same situation,
-naming the path the user gave (never a request URL or a local cache copy): NotFound ("<path>
-does not exist", "... there is no bucket 'b'", "... is a directory (a prefix of objects), not a
-file"), AccessDenied ("<path>: Permission denied (...)"), Unavailable (the outage line, after
-the retry budget). The list a user sees: docs/scaling.md, "Buckets (gs:// and s3://)": "Errors".
-
-NotFound and AccessDenied are also FileNotFoundError and PermissionError (with errno and
-filename), so callers that catch those still do; all three are StorageErrors (cli.UserError), so
-a binary prints them as one `error:` line. `convert` makes them from a client's error where a
-call about a path fails (remote._Retrying); checks.report (registered with cli) refines a
-NotFound when the line is printed (is the bucket there? is the path a prefix?), and gives the
-outage line for the errors that reach it unconverted (`unavailable_message`: Orbax's,
-TensorStore's).
+naming the path the user gave (never a request URL or a local cache copy), asking no server:
+NotFound, AccessDenied (also FileNotFoundError and PermissionError, with errno and filename, so
+callers that catch those still do) and Unavailable (the outage line, after the retry budget); all
+three are StorageErrors (cli.UserError), printed as one `error:` line. `convert` makes them from
+a client's error where a call about a path fails (remote._Retrying); checks.py refines them
+where that asks the server (`report`, `checkpoint_errors`). The list a user sees:
+docs/scaling.md, "Buckets (gs:// and s3://)": "Errors".
 """
 
 import contextlib

@@ -1,14 +1,8 @@
-"""Paths, local or in a bucket (gs://, s3://): what a user's path is, parsed once (`parse`,
-`check_paths`: every binary's path flags before anything is read or written), and joining and
-splitting them as their kind does (docs/scaling.md, "Buckets (gs:// and s3://)": "Paths").
-
-A path is a URL when it starts `<scheme>://`; the schemes served are SCHEMES. Refused, each as
-one StorageError naming the flag: a scheme we do not serve (http://, file://, GS://), a storage
-scheme without its two slashes (`gs:/x` and `gs:x` would otherwise be a local directory named
-`gs:`), no bucket (`gs://`, `gs:///x`), a bucket name the service would refuse, and in the key
-an empty part (`a//b`), a `.` or `..` part (an object store does not resolve them: `gs://b/../x`
-would name objects literally called `../x/...`), a control character or more than 1,024 bytes.
-A trailing slash is allowed; a local path is anything else (`..` in it is the file system's).
+"""Paths, local or in a bucket (gs://, s3://): what a user's path is, parsed once (`parse`), and
+joining and splitting them as their kind does. A path is a URL when it starts `<scheme>://`
+(SCHEMES served). `_problem` says what is refused, each as one StorageError naming the flag: a
+`..` part, say, which an object store does not resolve, or `gs:x`, which would otherwise be a
+local directory `gs:`. docs/scaling.md, "Buckets (gs:// and s3://)": "Paths".
 """
 
 import os
@@ -94,9 +88,9 @@ def _problem(path: str) -> str | None:
 
 
 def parse(path: str, flag: str | None = None) -> str:
-    """`path` checked (the module docstring) and in the form the package takes it: a URL without
-    trailing slashes, a local path with `~` expanded. Raises StorageError naming `flag` (or the
-    path alone) for a path that is neither a valid bucket URL nor a local path."""
+    """`path` checked (`_problem`) and in the form the package takes it: a URL without trailing
+    slashes, a local path with `~` expanded. Raises StorageError naming `flag` (or the path
+    alone) for a path that is neither a valid bucket URL nor a local path."""
     path = str(path)
     if not path.strip():
         raise StorageError(f"{flag} is empty; pass a path" if flag else "an empty path")

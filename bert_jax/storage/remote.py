@@ -1,13 +1,9 @@
 """The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
-retry budget every call to a bucket spends (docs/scaling.md, "Buckets (gs:// and s3://)":
-"Faults", says which failures are transient; docs/faults.md what stacked retries cost).
-
-A call that fails transiently is tried again after 1, 2, 4, ... 30 s until retry_seconds() have
-passed since its first failure, then its error is raised. gcsfs' own retries are replaced by
-this budget in the gs:// client every caller gets, Orbax's metadata files included
-(`_budgeted_gcs`); whole operations (an upload, a read) are tried again on the same budget
-(`_retrying`) unless a request inside already spent it; TensorStore, which writes Orbax's
-arrays, gets the same budget as its own retry count (`tensorstore_retries`).
+retry budget every call to a bucket spends: a transient failure is tried again after 1, 2, 4, ...
+30 s until retry_seconds() have passed since the first, in place of gcsfs' own retries
+(`_budgeted_gcs`, Orbax's metadata files included), around whole operations (`_retrying`) and as
+TensorStore's retry count (`tensorstore_retries`). docs/scaling.md, "Buckets (gs:// and s3://)":
+"Faults".
 """
 
 import asyncio
@@ -23,15 +19,13 @@ from bert_jax.storage.paths import is_url
 
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
-# A call about one object (info, isdir, isfile, exists) not back after this long is tried again,
-# whatever held it up: gcsfs' request timeout bounds each HTTP request, not a call whose coroutine
-# waits on something else (docs/scaling.md, "Credentials"). Listings and transfers have no such
-# bound: their time grows with the bucket or the object.
+# A call about one object not back after this long is tried again: gcsfs' request timeout bounds
+# each HTTP request, not a call whose coroutine waits on something else (docs/scaling.md,
+# "Credentials"). Listings and transfers have no such bound: their time grows with the bucket.
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
-# How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S), from its first failure:
-# long enough for a server restarting or a network blip, short enough that a bucket that is
-# really gone ends the job with its error line in about a minute.
+# How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S) from its first failure:
+# a server restarting is waited out, a bucket really gone ends the job in about a minute.
 RETRY_S = 60.0
 MAX_DELAY_S = 30.0
 _LOG = logging.getLogger("bert_jax.storage")
@@ -104,8 +98,7 @@ async def _retrying_async(call, *args, **kwargs):
 
 def tensorstore_retries() -> dict:
     """TensorStore's GCS retry settings (its context resource gcs_request_retries) for the same
-    budget: its own default (32 tries, up to 32 s apart) kept a save waiting ~15 minutes on a
-    bucket that was gone."""
+    budget, in place of its own default (docs/scaling.md, "Faults")."""
     delays, delay = [], 1
     while sum(delays) < retry_seconds():
         delays.append(min(delay, 32))
@@ -143,8 +136,8 @@ def _budgeted_gcs():
 
 @functools.cache  # one class, however often `configure` runs
 def _once_s3():
-    """s3fs' client trying each call once: its own 5 tries (and botocore's inside each) took
-    ~3.6 s per try of ours against a refused connection; the budget does the trying again."""
+    """s3fs' client trying each call once (not its own 5 tries, with botocore's inside each): the
+    budget does the trying again."""
     import s3fs
 
     class OnceS3FileSystem(s3fs.S3FileSystem):

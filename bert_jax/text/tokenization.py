@@ -2,14 +2,10 @@
 any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py); `make_tokenizer` picks one.
 
 WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer (tokenization.py at
-eedf571) exactly, on any text: a from-scratch implementation of its rules plus a per-word cache.
-The full rules run once per distinct whitespace-separated word and natural text is Zipfian, so
-most words are cache hits: that is what makes data prep fast.
-tests/unit/bert_jax/text/tokenization/test_differential.py checks every code point against a
-transcription of the original (tests/support/tokenizer_oracle.py).
-
-No JAX import: data_prep uses this module, and so do bert_jax.embed and fine-tuning.
-docs/data_prep.md, "Tokenizer parity": the rules one by one, the tests and the throughput.
+eedf571) exactly, on any text, with a per-word cache: natural text is Zipfian, so the full rules
+run for few words, which is what makes data prep fast. No JAX import: data_prep uses this module.
+The rules one by one, the differential tests against a transcription of the original
+(tests/support/tokenizer_oracle.py) and the throughput: docs/data_prep.md, "Tokenizer parity".
 """
 
 import array
@@ -34,24 +30,17 @@ _SPLIT_DISAGREES_CHARS = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # An ASCII word (no whitespace inside: it comes from str.split) needs none of the Unicode rules:
 # NFD and accent stripping change nothing and every non-alphanumeric printable character is
-# punctuation (a piece of its own). That makes a cache miss several times cheaper than the general
-# path, which matters because every worker of a parallel job meets every distinct word of the
-# corpus once. ASCII control characters are deleted, which joins their neighbours ("a\x01b" is
-# the word "ab"), so words holding one take the general path.
+# punctuation (a piece of its own): a cache miss several times cheaper than the general path
+# (every worker meets every distinct word once). ASCII control characters are deleted, which joins
+# their neighbours ("a\x01b" is the word "ab"), so words holding one take the general path.
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
 _ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
-_CHINESE_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
+_CHINESE_RANGES = (  # the original's _is_chinese_char, in its order
+    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
+)  # fmt: skip
 _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
 
 

@@ -1,20 +1,14 @@
 """Any Hugging Face tokenizer.json (BPE, Unigram, WordPiece) behind bert_jax.text.tokenization's
 interface, through the `tokenizers` library. No JAX import: data_prep uses this module.
 
-`encode(text)` is the library's `Tokenizer.from_file(path).encode(text, add_special_tokens=False)
-.ids`, whatever the file's normalizer, pre-tokenizer and model; the file's truncation and padding
-are off (data_prep cuts and pads). Lower-casing is the normalizer's: `do_lower_case` is only
-reported, never applied (text lower-cased before a normalizer that does not expect it would no
-longer give the library's ids). The special tokens are the file's (around one sequence in its
-post-processor, else by SPECIAL_NAMES); a file without a mask token is refused.
-
-`word_marks`, how pieces mark word starts for whole-word masking: "prefix" ("##ing" continues),
-"metaspace" (a piece without "▁" continues), "bytelevel" (a piece continues unless it starts
-with a space followed by text or the kind of character changes, as GPT-2's pre-tokenizer
-` ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+` cuts; one that starts inside a UTF-8 character,
-or follows a piece ending in a space, always continues), None (whole-word masking refused).
-
-docs/data_prep.md, "Hugging Face tokenizer.json".
+`encode(text)` gives the library's ids exactly, whatever the file's normalizer, pre-tokenizer and
+model (its truncation and padding off: data_prep cuts and pads). Lower-casing is the normalizer's:
+`do_lower_case` is only reported, never applied (text lower-cased before a normalizer that does
+not expect it would no longer give the library's ids). `word_marks` says how pieces mark word
+starts for whole-word masking: "prefix" ("##"), "metaspace" ("▁"), "bytelevel" (a space, or a
+change of the kind of character, as GPT-2's pre-tokenizer cuts) or None (refused). The special
+tokens, the word rules and their agreement with the library: docs/data_prep.md, "Hugging Face
+tokenizer.json".
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
-"""Orbax checkpoints of a training run: what a step directory holds, how it comes back, and where
-a new run's first state comes from (`initial_state`: phase 1's workdir whole, or the parameters of
-another run's workdir or of a Hugging Face directory; `model_dir_kind` tells which).
+"""Orbax checkpoints of a training run, and where a new run's first state comes from
+(`initial_state`: phase 1's workdir whole, or another run's or a Hugging Face directory's
+parameters; `model_dir_kind` tells which).
 
-`<workdir>/checkpoints/<step>/` holds five items, so that each reader loads only what it needs:
-params (a pure dict, as nnx.to_pure_dict gives, float32), train ({'opt_state', 'step', 'rng',
-'nonfinite_steps'}), data_iter (the Grain position, one JSON file per process), config (the
-resolved config, data facts included) and checksums (a fingerprint of every array of params and
-train: checksums.py). `save` copies the arrays to host memory before it returns, so the step may
-donate them. Restoring places the arrays on the *current* mesh's shardings. A step that fails to
-restore, or to match its checksums and finite parameters, is damaged: `restore_latest` moves it
-aside to `<step>.corrupt` and resumes from an older one; `restore_params` refuses it
-(DamagedCheckpoint), naming the step. What a crash, a bucket or a full disk leaves behind:
-docs/faults.md (the checkpoint rows).
+A step holds five items, so that each reader loads only what it needs: params (float32 pure
+dict), train (the rest of the state), data_iter (the Grain position), config (resolved) and
+checksums (checksums.py); docs/training.md, "The workdir". Restoring places the arrays on the
+*current* mesh's shardings. A step that fails to restore, or to match its checksums and finite
+parameters, is damaged: `restore_latest` moves it aside to `<step>.corrupt` and resumes from an
+older one; the readers of one step refuse it (DamagedCheckpoint). docs/faults.md.
 """
 
 import contextlib
@@ -57,12 +53,9 @@ def is_workdir(path: str) -> bool:
 
 def model_dir_kind(path: str) -> str:
     """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
-    (local or in a bucket), behind load(), export and pre-training's train.init_checkpoint.
-
-    A directory with checkpoints/ is a workdir (whatever else it holds); one with config.json or
-    bert_config.json is a Hugging Face directory; anything else is refused by name. An export cut
-    short in a bucket has no config.json (it is published last), so it is refused, not half read.
-    """
+    (local or in a bucket). A directory with checkpoints/ is a workdir (whatever else it holds),
+    one with config.json or bert_config.json a Hugging Face directory; anything else, an export
+    cut short in a bucket included (config.json is published last), is refused by name."""
     if not path:
         raise cli.UserError(
             "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
@@ -138,12 +131,10 @@ def save(
     data_iter: Any,
     config: ml_collections.ConfigDict,
 ) -> None:
-    """Saves `state` (train_state's layout: 'params' and the rest) as checkpoint `step`, now.
-
-    The caller decides when (loop.run); Orbax's own interval logic would also save the first step
-    of every run, a save for nothing on each resume. `data_iter` is the Grain iterator positioned
-    just after the last batch the step consumed.
-    """
+    """Saves `state` (train_state's layout) as checkpoint `step` now (the caller decides when:
+    Orbax's interval logic would also save every resume's first step), with `data_iter` positioned
+    after the step's last batch. The arrays are copied to host memory before it returns, so the
+    step may donate them."""
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
     where = str(manager.directory)
@@ -171,25 +162,18 @@ def finish(manager: ocp.CheckpointManager) -> None:
     manager.close()
 
 
-# What Orbax's and TensorStore's background threads say after a write failed: the writer's
-# asyncio loop is closed under TensorStore futures still pending ("Event loop is closed", once
-# per array), and the threads left cannot start new work. The failure itself reaches the main
-# thread at the next save or wait (cli.disk_full_is_oserror), which reports it once.
+# What Orbax's and TensorStore's background threads say after a write failed (once per pending
+# array); the failure itself reaches the main thread at the next save or wait, reported once.
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
-
-
-# How Orbax's own log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses):
-# a metadata read refused, which the restore reports.
+# How Orbax's log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
 class _DropOrbaxNoise(logging.Filter):
-    """Orbax's writer threads log a failed save at ERROR with its traceback, once per thread (a
-    screen of text each), and asyncio again as "exception was never retrieved", for an error the
-    save then raises and the user sees in one line: a full disk (cli.disk_full_is_oserror), a
-    bucket unreachable through the retries (storage.unavailable_message), a refused request or a
-    bucket gone (storage.checkpoint_errors). And every read-only manager (export, embed, --init)
-    warns that its directory is read only, which is what was asked for."""
+    """Drops Orbax's and asyncio's logged tracebacks (one screen per writer thread) of an error
+    the save or restore then raises and the user sees in one line (a full disk, a bucket
+    unreachable, refused or gone: docs/faults.md), and every read-only manager's warning that
+    its directory is read only, which is what was asked for."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not ("orbax" in record.pathname or record.name == "asyncio"):
@@ -207,11 +191,9 @@ for _name in ("absl", "asyncio"):
 
 
 def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
-    """The aftermath of a failed save or restore, reported as unraisable errors: TensorStore's
-    "Event loop is closed" for each future that completes after Orbax closed the event loop (a
-    screen of them buried the one error line), and Orbax's read coroutines abandoned mid-read
-    ("Encountered error while reading array index", raised as the coroutine is closed). Other
-    unraisable errors are printed."""
+    """Drops the unraisable aftermath of a failed save or restore (TensorStore's "Event loop is
+    closed" per pending future, Orbax's read coroutines closed mid-read), which buried the one
+    error line; other unraisable errors are printed."""
     error = unraisable.exc_value
     if isinstance(error, RuntimeError) and str(error) in _AFTERMATH:
         return
@@ -231,11 +213,9 @@ COUNTERS_ADDED_LATER = ("nonfinite_steps",)
 def restore(
     manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None
 ) -> dict:
-    """Restores the train state onto the shardings in `abstract_state`; repositions `data_iter`
-    (a Grain iterator) unless it is None. Checks it against its checksums (see the module doc).
-
-    `abstract_state` mirrors the state with jax.ShapeDtypeStruct leaves that carry shardings.
-    """
+    """The train state of checkpoint `step`, checked (`verify`), on the shardings that
+    `abstract_state`'s jax.ShapeDtypeStruct leaves carry; repositions `data_iter` (a Grain
+    iterator) unless it is None."""
     state = _restore_items(manager, step, abstract_state, data_iter)
     verify(manager, step, state)
     return state
@@ -287,18 +267,13 @@ def _root_cause(error: BaseException) -> str:
     return f"{type(cause).__name__}: {text[:500]}"
 
 
-def _saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
-    """The step's checksums item, or None for a checkpoint written before they existed."""
-    if not (manager.directory / str(step) / CHECKSUMS).exists():
-        return None
-    return _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
-
-
 def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
     """Raises DamagedCheckpoint unless the restored `state` (all of it, or {'params': ...} only)
     matches the checksums saved with `step` and its parameters are finite. With several
     processes every process must call it (the fingerprints are combined across them)."""
-    saved = _saved_checksums(manager, step)
+    saved = None  # a checkpoint written before checksums existed
+    if (manager.directory / str(step) / CHECKSUMS).exists():
+        saved = _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
     problems = checksums.problems(saved, PARAMS, state["params"])
     train = {k: v for k, v in state.items() if k != "params"}
     if train:
@@ -322,18 +297,11 @@ def restore_latest(
     model_config: dict | None = None,
 ) -> tuple[int, dict] | None:
     """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
-    are none.
-
-    A newer step that fails to restore while an older one succeeds is damaged (a truncated or
-    missing file, unreadable metadata, arrays that differ from their checksums): it is renamed
-    to `<step>.corrupt` (kept for a post-mortem, and out of Orbax's way so the run can save that
-    step again) with a warning. If no step
-    restores, nothing is moved and the error names every step's failure: then the likely cause is
-    a config that does not match the checkpoints, which an older step cannot fix.
-
-    `model_config` (this run's config.model as a dict): when the newest step's parameters have
-    other shapes than this run's, the error names the config.model fields that differ from the
-    config saved with it, before any restore is tried.
+    are none. Newer steps that fail while an older one restores are damaged: moved aside to
+    `<step>.corrupt` (kept for a post-mortem, and out of the way of saving that step again),
+    with a warning. If no step restores nothing is moved (a config that does not match the
+    checkpoints, which an older step cannot fix) and the error names every step's failure.
+    `model_config` (this run's config.model as a dict): check_same_model on the newest step first.
     """
     if model_config is not None and manager.all_steps():
         check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
@@ -472,7 +440,8 @@ def load_config(
 @contextlib.contextmanager
 def _step_to_read(workdir: str, step: int | None):
     """(a read-only manager, the step to read: `step`, or the latest), closed afterwards. A
-    DamagedCheckpoint inside is refused naming the other steps to pass instead (_not_used)."""
+    DamagedCheckpoint inside (export, embed, --init, predict) is refused naming the other steps
+    to pass instead."""
     manager = make_manager(workdir, read_only=True)
     try:
         steps = manager.all_steps()
@@ -489,7 +458,14 @@ def _step_to_read(workdir: str, step: int | None):
             )
         yield manager, step
     except DamagedCheckpoint as e:
-        raise _not_used(manager, step, str(e)) from e
+        others = [s for s in sorted(manager.all_steps()) if s != step]
+        hint = (
+            f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
+            "and embed), or move the damaged step aside"
+            if others
+            else "no other step is saved; train again from an earlier run"
+        )
+        raise DamagedCheckpoint(f"{e}; it was not used: {hint}") from e
     finally:
         manager.close()
 
@@ -535,26 +511,18 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
     )
 
 
-def restore_params(
-    workdir: str, step: int | None = None, shardings: Any = None
-) -> tuple[dict, ml_collections.ConfigDict]:
-    """(parameters, config) of a run's checkpoint: the latest one unless `step` is given.
-
-    The parameters come back as the pure dict of nnx.to_pure_dict(nnx.state(model, nnx.Param));
-    `nnx.update(model, params)` or `nnx.merge(graphdef, params)` puts them into a model built
-    from `BertConfig.from_config_dict(config.model)`. They land on the first local device, or
-    on `shardings` (a matching pytree of shardings, e.g. a new mesh's).
-    """
+def restore_params(workdir: str, step: int | None = None) -> tuple[dict, ml_collections.ConfigDict]:
+    """(parameters, config) of a run's checkpoint (the latest unless `step` is given), on the
+    first local device: the pure dict of nnx.state(model, nnx.Param), which `nnx.update(model,
+    params)` puts into a model built from `BertConfig.from_config_dict(config.model)`."""
     from bert_jax.model import encoder
 
     config, step = load_config(workdir, step)
     check_kind(config, workdir, finetuning=False)
-    abstract = _param_tree(encoder.BertConfig.from_config_dict(config.model))
-    if shardings is None:
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        shardings = jax.tree.map(lambda _: device, abstract)
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        _param_tree(encoder.BertConfig.from_config_dict(config.model)),
     )
     return restore_saved_params(workdir, target, step)[0], config
 
@@ -568,28 +536,12 @@ def _param_tree(bert_config) -> dict:
     return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
 
-def _not_used(manager: ocp.CheckpointManager, step: int, damage: str) -> DamagedCheckpoint:
-    """The error for a damaged step asked for by export, embed, --init or predict: what is wrong
-    with it and which other step to pass instead."""
-    others = [s for s in sorted(manager.all_steps()) if s != step]
-    hint = (
-        f"the other saved steps are {others}: pass one (--step={others[-1]} for export "
-        "and embed), or move the damaged step aside"
-        if others
-        else "no other step is saved; train again from an earlier run"
-    )
-    return DamagedCheckpoint(f"{damage}; it was not used: {hint}")
-
-
 def restore_saved_params(
     workdir: str, abstract_params: Any, step: int | None = None
 ) -> tuple[Any, int]:
     """(the `params` item of checkpoint `step` (default: the latest), its step), restored onto
-    `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on.
-
-    Any run's parameters: pre-training's BertForPreTraining (restore_params builds the target for
-    it) or a fine-tuning run's trainable parameters.
-    """
+    `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on. Any
+    run's parameters: pre-training's or a fine-tuning run's trainable ones."""
     with _step_to_read(workdir, step) as (manager, step):
         # Ours (a bucket that stayed away, say) already says what to do. A flipped byte inside
         # a compressed chunk fails the read (zstd: "Data corruption detected"); one elsewhere
@@ -603,8 +555,7 @@ def restore_saved_params(
 
 def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
     """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
-    than this run's, before restoring: its arrays were put on this run's shardings as they were,
-    and the first step failed with a reshape TypeError traceback."""
+    than this run's, before restoring (the restore would place them as they are)."""
     from bert_jax.model import encoder
 
     saved = encoder.BertConfig.from_config_dict(saved_model)
@@ -660,8 +611,10 @@ def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]
         return state
     path = t.init_checkpoint
     if model_dir_kind(path) == WORKDIR:
-        _check_same_parameters(path, load_config(path)[0].model, setup)
-        state["params"], config = restore_params(path, shardings=setup.param_shardings)
+        config, step = load_config(path)
+        _check_same_parameters(path, config.model, setup)
+        check_kind(config, path, finetuning=False)
+        state["params"] = restore_saved_params(path, setup.abstract_state["params"], step)[0]
         changed = sorted(
             k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
         )

@@ -4,12 +4,11 @@ refused (Orbax checks no array data on restore).
     fingerprint(x) = sum over every element i of fmix32((bits(x[i]) ^ i * golden) + seed)
                      modulo 2^32                   (fmix32: MurmurHash3's finalizer, a bijection)
 
-The sum is associative and commutative modulo 2^32, so the value does not depend on the sharding,
-mesh or process count: each process sums the blocks it holds (replica 0 of each shard, so every
-element counts once) and one allgather adds the partial sums. Computed on the host with numpy
-(1M-element chunks, up to 8 threads), never as a jitted reduction (one compile per leaf shape).
-The same pass says whether every floating-point leaf is finite. Why our own, and what it costs:
-docs/training.md, "Checkpoints, resume and preemption".
+A sum modulo 2^32 does not depend on the sharding, mesh or process count: each process sums the
+blocks it holds (replica 0 of each shard) and one allgather adds the partial sums. On the host
+with numpy, never jitted (one compile per leaf shape); the same pass says whether every float
+leaf is finite. Why our own, and what it costs: docs/training.md, "Checkpoints, resume and
+preemption".
 """
 
 from __future__ import annotations

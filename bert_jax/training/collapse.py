@@ -3,11 +3,8 @@ so it predicts the same words at every masked position, and rarely recovers.
 
 The check (`hidden_cosine`, logged with the eval figures) is one jitted forward pass over one
 eval batch at each eval: the mean cosine between the final hidden states of real tokens of
-*different* sequences. THRESHOLD (0.999) lies above what healthy runs pass through early on and
-below a dead run's ~1.0; above it the trainer prints a warning. A final layer whose outputs are
-all exactly zero has no direction and reads 0 (a LayerNorm output, every BERT's last op, is zero
-only if its scale and bias both are). The figures behind the threshold: docs/training.md,
-"Evaluation and early stopping".
+*different* sequences; above THRESHOLD the trainer warns. All-zero outputs have no direction and
+read 0. The figures behind the threshold: docs/training.md, "Evaluation and early stopping".
 """
 
 import functools

@@ -1,14 +1,12 @@
 """A config checked before anything compiles: every mistake found is named, with its field.
 
-`pretraining` is pre-training's one validation pass (train_and_evaluate runs it before the mesh,
-the model or a jitted step exists); fine-tuning's (bert_jax/finetune/config_check.py) is built
-from this module's parts. The rules stay in their homes (sharding's mesh rules, masking's,
-checkpoints.model_dir_kind, lora.problems, features.check_seq_length): these passes ask them all
-and collect only cli.UserErrors (any other error is a bug and keeps its traceback). Every numeric
-field's range is one table, NUMERIC_FIELDS, the same for both trainers, asked first and alone, so
-a field out of range is named by itself, not through a value, file or field derived from it.
-Unknown config keys are answered at flag parsing (bert_jax.cli). No JAX import at module level:
-the binaries import this before JAX starts. docs/faults.md, the config rows.
+`pretraining` is pre-training's one validation pass; fine-tuning's (finetune.runs.check_finetuning)
+is built from this module's parts. The rules stay in their homes (sharding's, masking's,
+checkpoints.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors (any
+other error is a bug and keeps its traceback). Every numeric field's range is one table,
+NUMERIC_FIELDS, for both trainers, asked first and alone, so a field out of range is named by
+itself, not through a value derived from it. No JAX import at module level: the binaries import
+this before JAX starts. docs/faults.md, the config rows.
 """
 
 import dataclasses
@@ -75,10 +73,7 @@ _TOKEN_ID = Range(0, whole=True, also=(None,), note="None: from the manifest")
 _MESH_AXIS = Range(1, whole=True, also=(-1,), note="-1 takes the devices the other axes leave")
 
 # Every numeric field of both trainers' configs (configs/default.py, configs/finetune/base.py),
-# with one rule each: a field both configs have is checked the same way in both. Checked first
-# and alone: a field out of its range is named by itself, never through a value derived from it
-# or a rule relating it to another field (tests/unit/bert_jax/training/test_config_check.py sweeps
-# it).
+# one rule each (tests/unit/bert_jax/training/test_config_check.py sweeps it).
 NUMERIC_FIELDS = {
     "model.vocab_size": Range(0, whole=True, note="0: the data's vocabulary size"),
     "model.hidden_size": _WHOLE_1,
@@ -313,9 +308,8 @@ def _init_problems(t) -> list[str]:
 
 def pretraining(config, num_devices: int, process_count: int = 1):
     """bert_jax.main's one validation pass: check_pretraining's problems, the data contract's
-    (data_facts.resolve: the manifests against the config) and what only the resolved data
-    can tell (dynamic masking's settings and vocabulary), all in one cli.UserError. Returns the
-    resolved config. A field out of its range is reported alone, before the data is read."""
+    (data_facts.resolve) and what only the resolved data can tell (dynamic masking's settings
+    and vocabulary), all in one cli.UserError. Returns the resolved config."""
     from bert_jax.data.contract import data_facts
     from bert_jax.data.input import pipeline  # here: they need the data's files
 

@@ -1,8 +1,5 @@
 """What the training loops do about faults they can see: SIGTERM, Ctrl-C, a second run on the same
-workdir, and non-finite steps.
-
-(What the checkpoints do about crashes and damaged files is bert_jax/training/checkpoints.py's.)
-"""
+workdir, and non-finite steps (crashes and damaged files: checkpoints.py)."""
 
 import contextlib
 import functools
@@ -32,16 +29,14 @@ class Abandoned(Exception):
 
 class Preemption:
     """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
-    log, eval or checkpoint period: after each step (`poll`) and after each batch of an eval
-    (`between_batches`). A second Ctrl-C stops at once (Interrupted), saving nothing more. A
-    context manager around a training loop; the loop keeps at most one step in flight, so "the
-    next step" follows the one the device was running when the signal came.
+    periods: after each step (`poll`) and each eval batch (`between_batches`). A second Ctrl-C
+    stops at once (Interrupted), saving nothing more. A context manager around a training loop.
 
-    With several processes, jax.distributed's preemption service owns SIGTERM (a Python handler
-    would replace its handler) and a Ctrl-C is turned into that SIGTERM. Its sync point
-    (`reached_preemption(n)`) counts polls, not steps, so it turns true on every process at the
-    same poll; Orbax's own save asks it with the step number, which would set that count back,
-    so the manager's question answers False while the loop runs. docs/faults.md, the signal rows.
+    With several processes jax.distributed's preemption service owns SIGTERM (a Python handler
+    would replace its) and a Ctrl-C is turned into that SIGTERM. Its sync point counts polls, so
+    it turns true on every process at the same poll; Orbax's save asks it with the step number,
+    which would set that count back, so the manager's question answers False while the loop
+    runs. docs/faults.md, the signal rows.
     """
 
     def __init__(self, manager=None):
@@ -127,8 +122,7 @@ PREEMPTED_STATUS = 128 + signal.SIGTERM
 
 def one_run_per_workdir(what: str):
     """Decorates a function with a `workdir` argument: it runs holding the workdir's lock
-    (bert_jax.training.workdir_lock), taken by process 0 for the whole job; a second run on the same
-    workdir stops with one line naming the holder, on every process."""
+    (hold_workdir)."""
 
     def decorate(fn):
         signature = inspect.signature(fn)
@@ -146,8 +140,8 @@ def one_run_per_workdir(what: str):
 
 @contextlib.contextmanager
 def hold_workdir(directory: str, what: str):
-    """workdir_lock.hold on process 0; every process learns whether it got the lock, so the
-    other processes of a refused job stop with the same line instead of waiting in a collective."""
+    """workdir_lock.hold on process 0 for the whole job; every process learns whether it got the
+    lock, so all processes of a refused job stop with the same line, none waits in a collective."""
     with contextlib.ExitStack() as stack:
         refused = None
         if jax.process_index() == 0:
@@ -169,13 +163,10 @@ def hold_workdir(directory: str, what: str):
 
 
 class NonfiniteWatch:
-    """The host side of config.train.on_nonfinite.
-
-    The train step itself drops a non-finite update and counts it in the state's
-    'nonfinite_steps' (train_state.apply_gradients). Reading that count waits for the step, so
-    the loop asks `stop` only where it waits anyway (a log line, a save), never per step: the host
-    keeps running ahead of the device. In 'stop' mode the steps between a bad one and the check
-    have trained on, but the loop then ends without saving, so none of them reaches a checkpoint.
+    """The host side of config.train.on_nonfinite. The train step drops a non-finite update and
+    counts it in the state's 'nonfinite_steps' (train_state.apply_gradients); reading the count
+    waits for the step, so the loop asks `stop` only where it waits anyway (a log line, a save).
+    In 'stop' mode the steps trained since a bad one end without a save, so none is kept.
     """
 
     def __init__(self, mode: str, state: dict):

@@ -1,12 +1,8 @@
-"""The training loop both trainers run: pre-training (bert_jax.training.pretrain) and fine-tuning
-(bert_jax.finetune.train).
-
-Each step is followed by the periodic actions and then one decision on saving and stopping.
-What a trainer reports at a log line or scores at an eval is its own (callbacks); when each
-action is due (`itstime`), how fast the steps are (`StepTimer`), and when to save and stop
-(`decide`) are written once, here. Why a loop ended ('stopped' in both trainers' results: done,
-stop_at_step, target_reached, preempted, interrupted, nonfinite) and what each saves:
-docs/training.md, "The loop and why it stopped".
+"""The training loop both trainers run (pre-training and fine-tuning): after each step the
+periodic actions, then one decision on saving and stopping. What a trainer logs or scores is its
+own (callbacks); when each action is due (`itstime`), step speed (`StepTimer`) and when to save
+and stop (`decide`) are written once, here. Why a loop ended ('stopped') and what each case
+saves: docs/training.md, "The loop and why it stopped".
 """
 
 from __future__ import annotations
@@ -110,26 +106,21 @@ def run(
     eval_at_last_step: bool = True,
     preemption: faults.Preemption | None = None,
 ) -> Outcome:
-    """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh (a
-    train_state.Setup, or fine-tuning's), resuming nothing itself: `state` and `data_iter` are where
-    the caller restored them. Both trainers' configs name the periodic actions alike:
-    train.log_every_steps, eval.every_steps, checkpoint.every_steps and train.on_nonfinite.
+    """Steps from `step` to `last_step` (of a `total`-step schedule) on `setup`'s mesh from where
+    the caller restored `state` and `data_iter`, with the periodic actions config.train's
+    log_every_steps and on_nonfinite, eval.every_steps and checkpoint.every_steps name.
 
-    After each step: at log lines (and the last step) the steps' mean metrics go through
-    `train_figures(means, seconds per step)` to the metrics log and the progress line;
-    `evaluate(step, state, between_batches)` runs at its steps (and at the last if
-    `eval_at_last_step`) and may return a reason to stop; it calls `between_batches()` after each
-    of its batches, which raises faults.Abandoned once a signal asks the run to stop (the eval is
-    dropped and the step saved). Then `decide` says whether to save (checkpoints.save: state,
-    data position, config) and whether to stop. The non-finite check (faults.NonfiniteWatch) runs
-    where the loop waits for the device anyway: at log lines and before a save, which it then
-    skips. The signals are `preemption`'s, one the caller holds entered (its handler then also
-    covers what the caller does before and after the loop), else the loop's own.
+    At log lines (and the last step) the steps' mean metrics go through `train_figures(means,
+    seconds per step)` to `log` and `progress`. `evaluate(step, state, between_batches)` runs at
+    its steps (and at the last if `eval_at_last_step`) and may return a reason to stop;
+    `between_batches()`, called after each of its batches, raises faults.Abandoned once a signal
+    asks the run to stop (the eval is dropped, the step saved). Then `decide`. The non-finite
+    check (faults.NonfiniteWatch) runs where the loop waits for the device anyway: at log lines
+    and before a save, which it then skips. The signals are `preemption`'s (one the caller holds
+    entered, so that its handler covers what the caller does around the loop), else the loop's.
 
-    The tail both trainers share: the last save committed (checkpoints.finish) under the signal
-    handler, so that a signal then is taken (the run ends as it would), not the process killed
-    with that save half-written; and a run that stopped before its end with its step saved says
-    so. The caller closes `log` (fine-tuning logs its final eval after the loop).
+    The last save is committed (checkpoints.finish) under the signal handler, so that a signal
+    then ends the run as it would, not killing the process mid-save. The caller closes `log`.
     """
     log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
     nonfinite = faults.NonfiniteWatch(config.train.on_nonfinite, state)

@@ -54,10 +54,9 @@ def _cross_entropy_bwd(residuals, g):
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
-# Kinds of masked position, in the order of position_kinds' codes.
-KINDS = ("mask", "kept", "random")
-# Kind -> suffix of its figures: the [MASK] positions' are the unsuffixed headline ones.
-_KIND_NAMES = {"mask": "", "kept": "_kept", "random": "_random"}
+# Kinds of masked position, in the order of position_kinds' codes -> the suffix of their figures
+# (the [MASK] positions' are the unsuffixed headline ones).
+KINDS = {"mask": "", "kept": "_kept", "random": "_random"}
 
 
 def position_kinds(inputs: jax.Array, label_ids: jax.Array, mask_id: int) -> jax.Array:
@@ -102,13 +101,9 @@ def nsp_sums(
     nsp_logits: jax.Array, labels: jax.Array, example_weights: jax.Array | None = None
 ) -> dict[str, jax.Array]:
     """Sums over examples. nsp_logits [B, 2] (or [B, E, 2]: packed rows of E record slots);
-    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence).
-
-    example_weights [B] (or [B, E]): 1 for an example that counts, 0 for eval padding rows,
-    empty slots of packed rows and MLM-only records.
-
-    Also nsp_label_sum, the weighted count of label 1, from which `summarize` gives the
-    majority-class rate: the accuracy of always answering the commoner label.
+    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence); example_weights [B] (or
+    [B, E]): 0 for eval padding rows, empty slots of packed rows and MLM-only records. Also
+    nsp_label_sum, the weighted count of label 1, for `summarize`'s majority-class rate.
     """
     labels = labels.reshape(nsp_logits.shape[:-1])
     if example_weights is None:
@@ -136,11 +131,9 @@ def pretraining_loss(
     mlm_denominator: jax.Array | None = None,
     nsp_denominator: jax.Array | None = None,
 ) -> jax.Array:
-    """BERT's loss from `mlm_sums` | `nsp_sums`.
-
-    Pass the denominators of the *whole* global batch when `sums` covers one micro-batch: the
-    micro-batch losses then add up to the full-batch loss, and so do their gradients.
-    """
+    """BERT's loss from `mlm_sums` | `nsp_sums`. Pass the denominators of the *whole* global
+    batch when `sums` covers one micro-batch: the micro-batch losses (and gradients) then add up
+    to the full batch's."""
     if mlm_denominator is None:
         mlm_denominator = sums["mlm_weight_sum"]
     if nsp_denominator is None:
@@ -163,7 +156,7 @@ def train_ratios(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         "mlm_accuracy_all": _ratio(sums["mlm_correct_sum"], sums["mlm_weight_sum"], 1e-5),
         "nsp_accuracy": _ratio(sums["nsp_correct_sum"], sums["nsp_count"], 1.0),
     }
-    for kind, suffix in _KIND_NAMES.items():
+    for kind, suffix in KINDS.items():
         if f"mlm_{kind}_weight_sum" in sums:
             w = sums[f"mlm_{kind}_weight_sum"]
             out["mlm_loss" + suffix] = _ratio(sums[f"mlm_{kind}_nll_sum"], w, 1e-5)
@@ -186,7 +179,7 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
     if sums["mlm_weight_sum"] > 0:
         out["mlm_loss_all"] = sums["mlm_nll_sum"] / sums["mlm_weight_sum"]
         out["mlm_accuracy_all"] = sums["mlm_correct_sum"] / sums["mlm_weight_sum"]
-    for kind, suffix in _KIND_NAMES.items():
+    for kind, suffix in KINDS.items():
         w = sums.get(f"mlm_{kind}_weight_sum", 0.0)
         if w > 0:
             out["mlm_loss" + suffix] = sums[f"mlm_{kind}_nll_sum"] / w

@@ -1,13 +1,9 @@
-"""Where training figures go: TensorBoard scalars, a JSONL log, and a progress line on stdout.
-
-`<workdir>/metrics.jsonl` holds one JSON object per line: {"step": int, "split": "train" |
-"eval", <name>: float, ...}, the names losses.summarize's; TensorBoard event files go to
-`<workdir>/tensorboard`. A resumed run first drops the lines past the step it resumes from, so
-the log reads as one uninterrupted run. Only process 0 writes. In a bucket (no append) the log
-is kept whole in memory and published whole at most every PUBLISH_EVERY_S, at every checkpoint
-(`flush`) and at the end, TensorBoard's event file staged locally and uploaded beside it: lines
-a kill loses all come after the last checkpoint, and the resumed run logs them again.
-docs/training.md, "The workdir".
+"""Where training figures go: TensorBoard scalars (`<workdir>/tensorboard`), `<workdir>/
+metrics.jsonl` (one {"step": int, "split": "train" | "eval", <name>: float, ...} per line) and a
+progress line on stdout; only process 0 writes. A resumed run first drops the lines past its
+step, so the log reads as one run. In a bucket (no append) the log is published whole at most
+every PUBLISH_EVERY_S, at every checkpoint (`flush`) and at the end: the lines a kill loses all
+come after the last checkpoint. docs/training.md, "The workdir".
 """
 
 import json

@@ -23,14 +23,10 @@ import optax
 from bert_jax import cli
 
 SCHEDULES = ("linear", "polynomial", "constant", "wsd")
-# The shape of a warmup-stable-decay schedule's decay (optim.decay_shape): "linear" (ModernBERT's
-# WarmupStableDecayScheduler) or "1-sqrt" (Hagele et al. 2024, what ModernBERT's final decay
-# used): the rate falls as 1 - sqrt(x) over the decay's share x of its steps.
+# A wsd schedule's decay (optim.decay_shape; docs/training.md, "The modern recipe").
 DECAY_SHAPES = ("linear", "1-sqrt")
-# Where the decay after warmup is measured from (optim.decay_from): "start", step 0, as the original
-# BERT and MLPerf (the peak is never quite reached: at the end of warmup the rate is already
-# peak * (1 - warmup / total)); "warmup_end", as transformers' get_linear_schedule_with_warmup
-# (the peak is reached at the end of warmup, then decays to the end value at the last step).
+# Where the decay after warmup is measured from (optim.decay_from): step 0, as the original BERT
+# and MLPerf, or the end of warmup, as transformers (docs/finetuning.md).
 DECAY_FROM = ("start", "warmup_end")
 # "stable_adamw": StableAdamW (Wortsman et al. 2023), what ModernBERT trained with.
 OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
@@ -38,22 +34,14 @@ OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
 def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
     """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
-    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}.
+    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}; arguments of the train steps,
+    never constants compiled in (docs/training.md, "Configs" and "The modern recipe").
 
     Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`,
     measured from where `optim.decay_from` says (DECAY_FROM; "start": warmup simply overrides the
-    first `warmup_steps` values). `linear` is `polynomial` with power 1, `constant` power 0 (the
-    peak throughout, after warmup).
-
-    "wsd" (warmup-stable-decay, the trapezoid ModernBERT trained with): warmup, the peak until
-    the last `optim.decay_fraction` of the steps, then down to `end_learning_rate` at
-    `num_train_steps`, linearly or as 1 - sqrt (`optim.decay_shape`). It is the linear decay
-    measured from the decay's first step (span = the decay's steps), or its 1 - sqrt(1 - frac)
-    ('sqrt' 1); decay_from does not apply. decay_fraction 0: the peak to the last step (a stage
-    whose decay a later stage runs, as ModernBERT's 1,024-token stage).
-
-    Arguments of the train steps, never constants compiled in: runs that differ only in their
-    schedule share one compiled step (docs/training.md, "Configs").
+    first `warmup_steps` values); `linear` is power 1, `constant` power 0. "wsd" is the linear
+    decay measured from the decay's first step (span = the decay's steps, the last
+    `decay_fraction`), or its 1 - sqrt(1 - frac) ('sqrt' 1); decay_from does not apply there.
     """
     if optim.schedule not in SCHEDULES:
         raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
@@ -118,14 +106,10 @@ def rate(values: dict[str, Any], step) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class BatchWarmup:
-    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*).
-
-    A step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows:
-    `start` at step 0, one micro-batch more after every steps / (final - start) steps, `final`
-    (grad_accum_steps, the full batch) from step `steps` on. Each count is its own compiled step:
-    at most `final - start + 1` programs, never one per step (docs/training.md, "The modern
-    recipe").
-    """
+    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*):
+    a step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows,
+    from `start` at step 0 to `final` (the full batch) at step `steps`. Each count is its own
+    compiled step (docs/training.md, "The modern recipe")."""
 
     final: int  # train.grad_accum_steps
     start: int  # train.batch_warmup_start_accum

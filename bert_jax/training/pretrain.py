@@ -1,11 +1,9 @@
-"""Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
+"""Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate(); the
+train state is train_state.py's, shared with fine-tuning.
 
-The train state (its layout, step 0, the optimizer step that drops a non-finite update) is
-train_state.py's, shared with fine-tuning; nothing in finetune/ imports this module. The model is
-rebuilt inside the step with nnx.merge(graphdef, params). Per-step randomness is
-fold_in(rng, step), so a resumed run draws the same dropout masks as an uninterrupted one.
-Gradient accumulation runs inside one jitted step (lax.scan over micro-batches), each
-micro-batch's loss normalised by the whole batch's denominators (masked tokens, examples), so the
+Per-step randomness is fold_in(rng, step), so a resumed run draws the same dropout masks as an
+uninterrupted one. Gradient accumulation runs inside one jitted step (lax.scan over
+micro-batches), each micro-batch's loss normalised by the whole batch's denominators, so the
 summed gradients are exactly the full batch's. docs/training.md, "Configs" and "Python API".
 """
 
@@ -72,11 +70,9 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 def forward_sums(
     graphdef, params, batch: Batch, dropout_rng=None, nsp: bool = True, mask_id: int | None = None
 ) -> dict[str, jax.Array]:
-    """Loss and accuracy sums of one batch (see losses.py). Eval batches may carry
-    EXAMPLE_WEIGHT; packed batches (bert_jax.data.input.packing's fields) give per-record NSP
-    logits. nsp=False (records without sentence pairs): the NSP sums are zero, so the loss is the
-    MLM loss alone. With the [MASK] id, the MLM sums are also kept by kind of masked position, read
-    from the batch's input_ids there (no record field needed)."""
+    """Loss and accuracy sums of one batch (losses.py); eval batches may carry EXAMPLE_WEIGHT,
+    packed ones give per-record NSP logits. nsp=False: zero NSP sums, so the loss is the MLM
+    loss alone. With the [MASK] id the MLM sums are also kept by kind of masked position."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
@@ -329,8 +325,7 @@ def evaluate(
     batches: list[dict[str, np.ndarray]],
     between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """Held-out figures over all `batches` (host-local rows): losses.summarize's MLM loss and
-    accuracy by kind of masked position, NSP loss, accuracy and majority-class rate.
+    """Held-out figures (losses.summarize's) over all `batches` (host-local rows);
     `between_batches()` runs after each batch (the loop's signal poll: it may raise
     faults.Abandoned)."""
     totals: dict[str, float] = {}
@@ -350,18 +345,15 @@ def evaluate(
 
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates; returns final
-    figures. The config is checked and its data facts resolved from the data's manifest
-    (config_check.pretraining, the one validation pass) before anything compiles; the resolved
-    config is what the checkpoints record.
-
-    Returns {'step', 'train': last logged train metrics, 'eval': last eval metrics (or {}),
-    'stopped': why the loop ended (docs/training.md, "The loop and why it stopped")}.
-    """
+    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates, after
+    config_check.pretraining (the one validation pass; the checkpoints record the config it
+    resolves). Returns {'step', 'train': the last logged train metrics, 'eval': the last eval's (or
+    {}), 'stopped': why the loop ended (docs/training.md, "The loop and why it stopped")}."""
     config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)
     t = config.train
     is_primary = jax.process_index() == 0
+    say = functools.partial(print, flush=True) if is_primary else lambda *a: None
     total = t.num_train_steps
     last_step = min(total, t.stop_at_step) if t.stop_at_step else total
 
@@ -386,8 +378,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
     else:
         state = resumed[1]
-        if is_primary:
-            print(f"resuming from {manager.directory}/{resumed[0]}", flush=True)
+        say(f"resuming from {manager.directory}/{resumed[0]}")
     step = int(jax.device_get(state["step"]))
     growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 
@@ -421,21 +412,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
     progress = metrics_log.Progress(total, step, enabled=is_primary)
-    if is_primary:
-        num_params = sum(
-            math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"])
+    num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
+    say(
+        f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+        f"step {step} -> {last_step}"
+    )
+    if step >= last_step:  # a finished run rerun, or num_train_steps lowered below its step
+        say(
+            f"nothing to train: {workdir} is at step {step}, this run ends at step "
+            f"{last_step} (train.num_train_steps / train.stop_at_step); raise it to train on"
         )
-        print(
-            f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
-            f"step {step} -> {last_step}",
-            flush=True,
-        )
-        if step >= last_step:  # a finished run rerun, or num_train_steps lowered below its step
-            print(
-                f"nothing to train: {workdir} is at step {step}, this run ends at step "
-                f"{last_step} (train.num_train_steps / train.stop_at_step); raise it to train on",
-                flush=True,
-            )
 
     def train_figures(means: dict, step_time: float | None) -> dict:
         tokens_per_step = means.pop("tokens")
@@ -462,12 +448,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         target = config.eval.target_mlm_accuracy
         if not (target and last_eval.get("mlm_accuracy_all", 0.0) >= target):
             return None
-        if is_primary:
-            print(
-                f"held-out MLM accuracy (all masked positions) {last_eval['mlm_accuracy_all']:.4f}"
-                f" reached the target {target} at step {step}: stopping",
-                flush=True,
-            )
+        say(
+            f"held-out MLM accuracy (all masked positions) {last_eval['mlm_accuracy_all']:.4f}"
+            f" reached the target {target} at step {step}: stopping"
+        )
         return "target_reached"
 
     out = loop.run(

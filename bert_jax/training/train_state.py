@@ -1,5 +1,4 @@
-"""The train state both trainers share (pre-training's bert_jax/training/pretrain.py and
-fine-tuning's bert_jax/finetune/train.py): what a step needs besides arrays (Setup) and its one
+"""The train state both trainers share: what a step needs besides arrays (Setup) and its one
 builder (build_setup), the state's layout on the mesh, the state at step 0 and one optimizer step
 that never lets a NaN into the parameters.
 
@@ -43,12 +42,9 @@ class Setup:
     state_shardings: dict  # like the train state
     abstract_state: dict  # jax.ShapeDtypeStruct leaves carrying state_shardings
     batch_sharding: NamedSharding
-    # lr -> the optimizer at those rates (optim.make_optimizer with the config's settings and
-    # decay mask); a train step calls it on the `lr` it is given
+    # lr -> the optimizer at those rates; a train step calls it on the `lr` it is given
     optimizer: Callable[[dict], optax.GradientTransformation]
-    # The learning-rate schedule's numbers (optim.schedule_values): the train steps take them as an
-    # argument, so runs that differ only in them share one compiled step.
-    lr: dict
+    lr: dict  # the learning-rate schedule's numbers (optim.schedule_values; module docstring)
     nsp: bool = True  # next-sentence prediction in the loss (records written with --nsp)
     # The vocabulary's [MASK] id (config.data.mask_token_id): with it the MLM figures are also
     # kept by kind of masked position (losses.position_kinds); None: over all positions only.
@@ -104,17 +100,13 @@ def build_setup(
     devices=None,
     **fields,
 ) -> tuple[Setup, dict, dict]:
-    """Both trainers' Setup (as MaxText's get_abstract_state): the optimizer (`optim_config`,
-    default config.optim; `mask_fn` says what decays) over `total_steps`; the mesh (config.mesh)
-    and where `model`'s `trainable` parameters, the rest and the batch go; the train state's
-    layout; and the two parameter trees as pure dicts of the model's leaves (abstract with an
-    nnx.eval_shape model), placed nowhere. `shard_update`: weight-update sharding
-    (Setup.compute_shardings). `fields`: the Setup's task fields (nsp, mask_id, kind).
-
-    The train state {'params', 'opt_state', 'step', 'rng', 'nonfinite_steps'} is laid out with
-    the optimizer moments on their parameter's sharding and the scalars replicated; the abstract
-    state's jax.ShapeDtypeStruct leaves carry the shardings, as Orbax restores and AOT lowering
-    want them.
+    """(Setup, trainable parameters, the rest) for both trainers (as MaxText's
+    get_abstract_state): the optimizer (`optim_config`, default config.optim; `mask_fn` says what
+    decays) over `total_steps`, the mesh (config.mesh), where `model`'s `trainable` parameters,
+    the rest and the batch go, and the train state's layout: the optimizer moments on their
+    parameter's sharding, the scalars replicated. The parameter trees are pure dicts of the
+    model's leaves (abstract with an nnx.eval_shape model), placed nowhere. `shard_update`:
+    weight-update sharding (Setup.compute_shardings). `fields`: the Setup's task fields.
     """
     o = optim_config or config.optim
     optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)

@@ -1,16 +1,12 @@
 """One run per directory: the lock that pre-training, fine-tuning and export take on the directory
-they write (a --workdir, an export's --output_dir) before they write anything.
+they write (a --workdir, an export's --output_dir) before they write anything (`hold`).
 
-    with workdir_lock.hold(workdir, "bert_jax.main"):
-        ...  # nobody else writes here until the block ends
-
-`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation
-(storage.create_exclusive), so of two runs starting at once exactly one gets it; a second run is a
-cli.UserError naming the holder. The holder rewrites it every HEARTBEAT_S and removes it when the
-block ends. A stale lock is taken over through a marker created exclusively and named after the
-stale lock's version, never a conditional delete. Multi-host runs: process 0 takes it for the
-job (faults.hold_workdir). What is stale, unreadable or refused, and why: docs/training.md,
-"The workdir". No JAX import: data_prep can use this module.
+`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation, so of two runs
+starting at once exactly one gets it; a second run is a Busy naming the holder. The holder
+rewrites it every HEARTBEAT_S and removes it when the block ends. A stale lock is taken over
+through a marker created exclusively and named after the stale lock's version, never a
+conditional delete. What is stale, unreadable or refused, and why: docs/training.md, "The
+workdir". No JAX import: data_prep can use this module.
 """
 
 from __future__ import annotations
@@ -99,9 +95,8 @@ def _holder_of(content: bytes) -> dict | str:
 
 def _read(path: str, where: str) -> tuple[dict | str, str] | None:
     """(holder, or why it cannot be read; its version) of the lock at `path`, None if there is
-    none. Read again for up to _SETTLE_S while it cannot be read: a run that has just created
-    its (local) lock is writing it. A lock that is a directory, or that this user may not read,
-    is a Busy naming it: nobody could take it over."""
+    none; read again for up to _SETTLE_S while it cannot be read (a run that has just created it
+    is writing it). A directory, or a lock this user may not read, is a Busy naming it."""
     if not storage.is_url(path) and os.path.isdir(path):
         raise Busy(
             f"{where}: {path} is a directory, not a lock file; remove it if no run uses this "
@@ -189,10 +184,9 @@ class _Lock:
         )
 
     def _unreadable_reason(self, why: str, where: str) -> str:
-        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only when it was
-        last written over STALE_AFTER_S ago. Its writer may be a run starting this instant (a
-        local lock is empty between its creation and its first write) or a live one whose lock
-        was damaged; a holder rewrites its lock every HEARTBEAT_S, so an old one has none."""
+        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only once it was
+        last written over STALE_AFTER_S ago, as a heartbeat that old is (its writer may be a run
+        starting this instant, or a live one whose lock was damaged)."""
         age = time.time() - storage.modified(self.path)
         if age > STALE_AFTER_S:
             return (

@@ -1,5 +1,5 @@
 """The bad-input sweep's checkpoint cases (issue 34): errors raised inside Orbax, through the
-binaries, in the storage layer's words (bert_jax/storage/checkpoint_errors.py).
+binaries, in the storage layer's words (bert_jax/storage/checks.py).
 
 Before, Orbax's errors reached the user as its own text: a checkpoint whose files a bucket
 refuses was called damaged and moved aside (a resume then went on from an older step, or failed

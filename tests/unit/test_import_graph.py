@@ -85,14 +85,19 @@ def test_no_import_cycle(package):
 # bert_jax's layers, lowest first (bert_jax/__init__.py): a module imports only from its own
 # layer and those below. The first prefix that matches a module names its layer.
 LAYERS = (
-    ("bert_jax.cli", "bert_jax.cpu_malloc", "bert_jax.storage"),
+    ("bert_jax.cli", "bert_jax.storage"),
     ("bert_jax.text", "bert_jax.data.contract", "bert_jax.data"),
     ("bert_jax.data.input",),
     ("bert_jax.model",),
     # Hugging Face's names and files for the weights: what training needs to start from a
     # Hugging Face directory; the loader of trained models (hf.pretrained) and publishing sit
     # above training, whose checkpoints they read and write.
-    ("bert_jax.hf.bert", "bert_jax.hf.modernbert", "bert_jax.hf.files"),
+    (
+        "bert_jax.hf.architectures",
+        "bert_jax.hf.bert",
+        "bert_jax.hf.modernbert",
+        "bert_jax.hf.files",
+    ),
     ("bert_jax.training",),
     ("bert_jax.hf",),
     ("bert_jax.runtime",),

@@ -1,15 +1,10 @@
 """The data contract, reading side: config + manifest.json -> the facts every stage uses.
 
-`resolve` reads the manifests of config.data.train_files / eval_files once (shard_files finds
-the shards they list; with config.data.verify_md5, shard_files.verify re-checks them first) and
-fills in every data fact the config leaves unset (0, "" or None): sequence length, predictions
-per sequence, masked or not (unmasked -> dynamic masking), NSP, the vocabulary (file, md5, size,
-lower-casing, special ids). A config value that disagrees is an error naming both;
-config.model.vocab_size 0 takes the data's size, a larger one pads the table, a smaller one is
-an error. Records without a manifest need those facts in the config (the error says which). The
-resolved config is what checkpoints save: export, embed and fine-tuning read the vocabulary from
-it (bert_jax/hf/pretrained.py checks one against it). No JAX import.
-docs/training.md, "The data contract".
+`resolve` reads the manifests of config.data.train_files / eval_files once and fills in every
+data fact the config leaves unset (0, "" or None); a config value that disagrees is an error
+naming both. The resolved config is what checkpoints save (export, embed and fine-tuning read
+the vocabulary from it). No JAX import.
+docs/training.md, "The data contract": each fact, where it comes from, and its errors.
 """
 
 from __future__ import annotations

@@ -67,14 +67,10 @@ def _example_pb2():
 
 
 def encode_example(features: dict) -> bytes:
-    """Serializes {name: sequence of numbers} as a tf.train.Example.
-
-    Float features (the weights) go into a FloatList, all others into an Int64List, exactly as
-    google-research/bert's create_pretraining_data.py writes them. The feature map is written
-    sorted by name (protobuf's deterministic serialization): its default order differs from
-    process to process, and the same job must write the same bytes (data_prep's encoder writes
-    these bytes too).
-    """
+    """Serializes {name: sequence of numbers} as a tf.train.Example, as google-research/bert's
+    create_pretraining_data.py does (the weights a FloatList, all others an Int64List). The
+    feature map is written sorted by name: protobuf's default order differs from process to
+    process, and the same job must write the same bytes (data_prep's encoder writes them too)."""
     example = _example_pb2().Example()
     for name, values in features.items():
         feature = example.features.feature[name]
@@ -86,12 +82,10 @@ def encode_example(features: dict) -> bytes:
 
 
 def decode_example(data: bytes) -> dict:
-    """Parses a serialized tf.train.Example into {name: numpy array} (int64 or float32).
-
-    Only the schema's features (ALL_FEATURES) are decoded: any other feature in the Example is
-    ignored, as tf.io.parse_single_example ignores what its feature spec does not name. Raises
-    protobuf's DecodeError for bytes that are no Example, ValueError for a schema feature that
-    holds no numbers."""
+    """A serialized tf.train.Example -> {name: int64 or float32 array} of ALL_FEATURES; other
+    features are ignored, as tf.io.parse_single_example ignores what its spec does not name.
+    Raises protobuf's DecodeError for bytes that are no Example, ValueError for a schema feature
+    that holds no numbers."""
     import numpy as np
 
     table = _example_pb2().Example.FromString(data).features.feature

@@ -1,13 +1,8 @@
-"""The shard files of a run's data: which files config.data.train_files / eval_files name, and
-whether each is the file its manifest describes.
-
-`find_shards`: comma-separated directories or globs -> the shards their manifest.json lists (a
-split, or the listed shards a glob matches; never a directory listing); a listed shard missing,
-or data_prep shards without a manifest (an unfinished job), is an error naming it.
-`shard_problem` is the one check of a finished shard (missing, another size; with check_md5
-another md5 or record count), used by data_prep's reruns and --verify (data_prep/output.py) and
-config.data.verify_md5 (`verify`). `check_disjoint` keeps eval shards out of the training ones.
-No JAX import: data_prep uses this module. docs/training.md, "The data contract".
+"""The shard files of a run's data: which files config.data.train_files / eval_files name
+(`find_shards`: what their manifest.json lists, never a directory listing), and whether each is
+the file its manifest describes (`shard_problem`, the one check of a finished shard: data_prep's
+reruns and --verify, and config.data.verify_md5). No JAX import: data_prep uses this module.
+docs/training.md, "The data contract".
 """
 
 import dataclasses
@@ -37,7 +32,7 @@ def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
 
 
 def _unfinished(names: list[str]) -> bool:
-    """Whether `directory` looks like a data_prep output whose job has not finished."""
+    """Whether a directory holding `names` is a data_prep output whose job has not finished."""
     return manifest.WORK_DIR in names or any(
         manifest.SHARD_NAME.match(n) or manifest.TEMPORARY.search(n) for n in names
     )

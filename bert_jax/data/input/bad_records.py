@@ -1,11 +1,10 @@
 """config.data.bad_records='skip': damaged records counted, named and bounded in the train stream.
 
-With 'skip', pipeline.ParseRecord puts a blank record (adding nothing to the losses) in place of a
-damaged one, its BAD_RECORD feature holding the damaged record's source index + 1.
-CountBadRecords, the last step of the train stream (in the training process, after any Grain
-workers), takes that feature out of each batch, warns once per record naming it, keeps the
-running count (saved with the iterator's position, so it survives a resume) and ends the run once
-more than `max_bad_records` were skipped. docs/training.md, "The data contract".
+pipeline.ParseRecord puts a blank record in place of a damaged one, its BAD_RECORD feature
+holding the damaged record's source index + 1. CountBadRecords, the last step of the train
+stream (in the training process, after any Grain workers, so one count), takes that feature out
+of each batch, warns naming the record and keeps the count with the iterator's position.
+docs/training.md, "The data contract".
 """
 
 from collections.abc import Callable

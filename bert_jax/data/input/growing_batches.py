@@ -1,13 +1,8 @@
-"""Batch-size warmup on the input side: fixed-size micro-batches grouped into growing batches.
-
-With config.train.batch_warmup_steps the train stream is batched in micro-batches of
-global_batch_size / grad_accum_steps rows (per process: its share), and this last step of the
-stream concatenates `count(step)` of them into each step's batch: the records and their order are
-the unwarmed stream's. The step is counted here, saved with the iterator's position (a resumed
-run goes on at the right size) and set by the trainer with `align` (a run continuing another's
-schedule, train.init_optimizer_state, starts its fresh stream at that step, past the warmup).
-numpy and Grain only: `count` is optim.BatchWarmup.count, passed in. docs/training.md, "The
-modern recipe" (batch-size warmup).
+"""Batch-size warmup on the input side: the last step of the train stream concatenates
+`count(step)` fixed-size micro-batches (optim.BatchWarmup.count, passed in) into each step's
+batch. The step is saved with the iterator's position (a resumed run goes on at the right size)
+and set by the trainer with `align` (a run continuing another's schedule starts its fresh stream
+past the warmup). docs/training.md, "The modern recipe" (batch-size warmup).
 """
 
 from collections.abc import Callable

@@ -1,25 +1,17 @@
-"""Masked-LM masking, the one implementation: data_prep's static masks and the trainer's dynamic
-masking both call `mask`. numpy only (no JAX import), so data_prep imports it too.
+"""Masked-LM masking, the one implementation: data_prep's static masks (`mask`) and the trainer's
+dynamic masking (`draw`, then `apply`). numpy only (no JAX import), so data_prep imports it too.
 
-The rule is google-research/bert's create_masked_lm_predictions (data_prep/reference.py is the
-specification; tests/unit/bert_jax/data/input/test_masking.py checks this module against it):
-round(masked_lm_prob x a row's real tokens) positions, at least 1 and at most
-max_predictions_per_seq, never [CLS] or [SEP]; 80% become [MASK], 10% stay, 10% a random entry
-of the vocabulary; positions come out sorted. Whole-word masking chooses a word's pieces
-together, words in random order, skipping (never splitting) a word that would overshoot the
-budget; `Vocab` says which pieces continue a word. The same seed gives other masks than the
-reference's, of the same distribution. docs/training.md, "Input pipeline".
-
-    vocab = masking.Vocab.from_tokenizer(tokenizer)      # or masking.Vocab.from_file(vocab_txt)
-    opts = masking.Options(max_predictions_per_seq=20, masked_lm_prob=0.15, whole_word_mask=True)
-    out = masking.mask(tokens, lengths, opts, vocab, np.random.default_rng(seed))
+The rule is google-research/bert's create_masked_lm_predictions, whole-word masking included
+(data_prep/reference.py is the specification; tests/unit/bert_jax/data/input/test_masking.py
+checks this module against it; docs/training.md, "Input pipeline", states it). The draws are
+numpy's, many rows at once: the same seed gives other masks than the reference's, of the same
+distribution. `Vocab` says which pieces continue a word.
 
 Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 """
 
 import dataclasses
 import functools
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -108,7 +100,7 @@ class Vocab:
         tokenized with); do_lower_case None: tokenization.DO_LOWER_CASE. Read once a process
         while the file stays the same: a run's config check, train and eval input all ask."""
         try:
-            stamp = _file_stamp(vocab_file)
+            stamp = storage.version(vocab_file)
         except (OSError, storage.StorageError):  # unreadable: the tokenizer's load says why
             stamp = None
         return _vocab_from_file(vocab_file, do_lower_case, stamp)
@@ -288,15 +280,6 @@ def _choose_words(keys, candidate, continuation, k):
                 taken[row, w] = True
                 count += row_size[w]
     return candidate & np.take_along_axis(taken, np.maximum(word, 0), axis=1)
-
-
-def _file_stamp(path: str) -> tuple:
-    """What changes when the file at `path` is rewritten: a bucket object's version, a local
-    file's size, mtime and inode."""
-    if storage.is_url(path):
-        return storage.version(path)
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,11 +7,9 @@ per-process slice:
             -> to_iter_dataset -> flat map to rows -> batch(rows per process)
 
 so the rows are a pure function of (seed, position) and a checkpointed iterator resumes exactly
-(Grain's flat map saves the window it is in and the rows it has given). A row has the records'
-features plus packing's EXAMPLE_IDS, POSITION_IDS, CLS_POSITIONS, EXAMPLE_WEIGHTS; per-record
-scalars become [max_examples] vectors, and the masked-LM lists hold the row's records'
-predictions one after another, shifted to the row, in one record's max_predictions_per_seq
-slots (never a record cut: the packer opens a new row). docs/training.md, "Packing".
+(Grain's flat map saves the window it is in and the rows it has given). Rows as packing.pack
+makes them, the masked-LM lists in one record's max_predictions_per_seq slots (docs/training.md,
+"Packing").
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ def pack_window(
     window: dict[str, np.ndarray], max_examples: int, seed: int | None = None
 ) -> packing.Packed:
     """Packs a window of parsed records (dict of [W, ...] arrays, as pipeline.py batches
-    them) into rows of the same length. Token features are the [W, L] arrays, item features the
-    masked-LM lists, example features every per-record scalar."""
+    them) into rows of the same length."""
     length = window[F.INPUT_IDS].shape[1]
     token, items, examples = {}, {}, {}
     for name, a in window.items():

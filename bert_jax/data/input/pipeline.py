@@ -1,15 +1,9 @@
 """Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
 
-`data` arguments are a config.data that data_facts.resolve filled in. The shards come from
-shard_files.find_shards (ArrayRecord or TFRecord by name: record_io.format_of); records are
-decoded by features.decode_example and checked against the schema and their token ids against
-the vocabulary size (an error names the file and record). Train order: one global permutation of
-all records per epoch (seeded by epoch), process p of n taking positions p, p+n, p+2n, ...: the
-batches are a pure function of (seed, step), so a saved iterator position replays them. Dynamic
-masking (masking.py; rate data.masked_lm_prob, in eval data.eval_masked_lm_prob) is two Grain
-steps: each record draws its numbers from a generator seeded by (seed, its place in the global
-stream), before the stream is split between processes; each batch is then masked at once.
-docs/training.md, "Input pipeline".
+`data` arguments are a config.data that data_facts.resolve filled in. The train batches are a
+pure function of (seed, step), so a saved iterator position replays them: one global permutation
+per epoch, process p of n taking positions p, p+n, ...; dynamic masking draws each record's
+numbers by its place in the global stream, before that split. docs/training.md, "Input pipeline".
 """
 
 import bisect
@@ -203,9 +197,8 @@ def _records(
     facts = data_facts.DataFacts.from_data(data)
     schema = facts.record_schema()
     shards = shard_files.find_shards(files, split)
-    # Shards in a bucket are read from local copies (ArrayRecord's reader opens local files only;
-    # a ranged read per record would be a request per record): each process fetches all of them,
-    # as the global shuffle reads from every shard. Checked against the manifest's md5 and size.
+    # Shards in a bucket are read from local copies, every one in each process (the global
+    # shuffle reads from all): docs/scaling.md, "Buckets (gs:// and s3://)".
     local = storage.local_copies(shards.files, shards.md5, shards.nbytes, data.cache_dir or None)
     skip_damaged = data.bad_records == "skip"
     source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
@@ -218,11 +211,9 @@ def _records(
 
 def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
-) -> tuple[masking.Options, masking.Vocab]:
-    """Dynamic masking's options and vocabulary, checked. Random replacements come from every
-    entry of the records' vocabulary (data.vocab_file, from the manifest when unset), as data_prep
-    draws them (without one: ids 0..vocab_size-1); whole-word masking needs the file, for its
-    continuation pieces."""
+) -> tuple[DrawMasks, ApplyMasks]:
+    """Dynamic masking's two Grain steps, their options and vocabulary (data.vocab_file's entries,
+    as data_prep draws random replacements; without one ids 0..vocab_size-1) checked."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -246,14 +237,7 @@ def masking_rule(
         vocab = masking.Vocab(0, 0, 0, range(limit), frozenset())
     # The special ids of the data contract (manifest or config) win over the file's.
     special = {f"{k}_id": v for k, v in facts.special_ids.items() if v is not None}
-    return opts, dataclasses.replace(vocab, **special)
-
-
-def masking_steps(
-    facts: data_facts.DataFacts, data, vocab_size: int
-) -> tuple[DrawMasks, ApplyMasks]:
-    """The two dynamic masking steps (Grain transforms) of `masking_rule`."""
-    opts, vocab = masking_rule(facts, data, vocab_size)
+    vocab = dataclasses.replace(vocab, **special)
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
@@ -291,7 +275,7 @@ def train_dataset(
         )
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
-        draw, apply = masking_steps(facts, data, vocab_size)
+        draw, apply = masking_rule(facts, data, vocab_size)
         # Before the per-process slice: Grain seeds the generator by the position in the global
         # stream, so no two processes (or epochs) share a masking stream.
         ds = ds.random_map(draw, seed=seed + 1)
@@ -348,7 +332,7 @@ def eval_batches(
         rate = data.eval_masked_lm_prob  # None: the training's
         if rate is not None:
             facts = dataclasses.replace(facts, masked_lm_prob=float(rate))
-        draw, apply = masking_steps(facts, data, vocab_size)
+        draw, apply = masking_rule(facts, data, vocab_size)
         ds = ds.random_map(draw, seed=seed).map(apply)
     total = len(ds) if num_examples <= 0 else min(num_examples, len(ds))
     if total == 0:

@@ -1,10 +1,6 @@
-"""Record files as Grain random-access sources: the first stage of bert_jax/data/input/pipeline.py.
-
-`make_source` takes a list of shards of one format (record_io.format_of): ArrayRecord through
-Grain's own ArrayRecordDataSource, TFRecord through `TFRecordSource` (record_io's index and
-checked reads: the one TFRecord parser). Each is wrapped in `CheckedSource`, which names the shard
-and record of a damaged one, and the files' record counts are checked against the counts their
-manifest lists.
+"""Record files as Grain random-access sources, the first stage of pipeline.py: ArrayRecord
+through Grain's own, TFRecord through `TFRecordSource` (record_io's index and checked reads, the
+one TFRecord parser), each wrapped in `CheckedSource`, which names a damaged record's shard.
 """
 
 import bisect

@@ -130,6 +130,35 @@ def test_a_full_disk_keeps_finished_work_and_the_rerun_finishes(corpus, tok, tmp
     assert shards(tmp_path / "out") == shards(tmp_path / "clean")
 
 
+def test_a_rerun_writes_only_the_shards_without_a_marker(corpus, tok, tmp_path, monkeypatch):
+    clean = run(corpus, tok, tmp_path / "clean", eval_fraction=0.5)
+    assert clean["shards"]["eval"]  # both splits' shards: markers are kept by (split, shard)
+    shard_task, written = scaled._shard_task, []
+
+    def stop_after_two_shards(task):
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        written.append(task[3:5])  # (split, shard)
+        return shard_task(task)
+
+    monkeypatch.setattr(scaled, "_shard_task", stop_after_two_shards)
+    with pytest.raises(KeyboardInterrupt):
+        run(corpus, tok, tmp_path / "out", eval_fraction=0.5)
+    finished = sorted(os.listdir(tmp_path / "out" / manifest.WORK_DIR / "shards"))
+    assert finished == sorted(f"{split}-{shard:05d}.json" for split, shard in written)
+    rewritten = []
+    monkeypatch.setattr(
+        scaled, "_shard_task", lambda task: rewritten.append(task[3:5]) or shard_task(task)
+    )
+    run(corpus, tok, tmp_path / "out", eval_fraction=0.5)
+    assert sorted(written + rewritten) == sorted(
+        (split, shard)
+        for split, entries in clean["shards"].items()
+        for shard in range(len(entries))
+    )
+    assert shards(tmp_path / "out") == shards(tmp_path / "clean")
+
+
 def test_a_missing_or_cut_unit_file_is_redone(corpus, tok, tmp_path):
     interrupted_after_units(corpus, tok, tmp_path / "out")
     units = tmp_path / "out" / manifest.WORK_DIR / "units"

@@ -7,14 +7,29 @@ import random
 
 import pytest
 
-from data_prep import inputs, readers, units
+from data_prep import inputs, lines, readers, units
 
 
 def _whole(path, kind):
+    """The documents and counts of reading the file from start to end, line by line, as the
+    original generator reads text (reference mode's reader), independently of the unit readers."""
     stats = readers.ReadStats()
     source = readers.source_of(str(path))
     assert source.kind == kind
-    return list(readers.documents(source, stats)), stats
+    read = inputs.read_lines(str(path), stats, drop_cr=kind == "text")
+    if kind == "text":
+        return list(lines.text_documents(read, stats)), stats
+    docs = [d for line in read if (d := lines.json_document(line, "text", stats))]
+    stats.documents += len(docs)
+    return docs, stats
+
+
+def test_a_whole_file_is_read_as_one_unit(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\xef\xbb\xbfOne.\r\nTwo.\n\n\nThree \xff.\n\r")
+    stats = readers.ReadStats()
+    docs = list(readers.documents(readers.source_of(str(path)), stats))
+    assert (docs, stats) == _whole(path, "text")
 
 
 def _by_units(path, kind, block_bytes):

@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.data.contract import features as F
-from bert_jax.finetune import conll, encode, glue, squad
+from bert_jax.finetune import encode, glue, squad, tasks
 from bert_jax.text import tokenization
 
 
@@ -180,7 +180,7 @@ BRUSSELS NNP B-NP B-LOC
 
 def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     path = write(tmp_path / "train.txt", CONLL)
-    sentences = conll.read_conll(path)
+    sentences = tasks.read_conll(path)
     assert [s.words for s in sentences] == [
         ("EU", "rejects", "German", "call", "."),
         ("Peter", "Blackburn"),
@@ -188,21 +188,21 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     ]
     assert sentences[1].tags == ("B-PER", "I-PER")
     assert sentences[0].guid == "train-3"
-    assert conll.read_conll(path, tag_column=1)[0].tags == ("NNP", "VBZ", "JJ", "NN", ".")
-    assert conll.label_set(sentences) == ("O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-PER")
-    words_only = conll.read_conll(write(tmp_path / "test.txt", "EU\nrejects\n\nPeter\n"))
+    assert tasks.read_conll(path, tag_column=1)[0].tags == ("NNP", "VBZ", "JJ", "NN", ".")
+    assert tasks.tag_set(sentences) == ("O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-PER")
+    words_only = tasks.read_conll(write(tmp_path / "test.txt", "EU\nrejects\n\nPeter\n"))
     assert [(s.words, s.tags) for s in words_only] == [
         (("EU", "rejects"), None),
         (("Peter",), None),
     ]
     with pytest.raises(encode.FormatError, match="holds no sentences"):
-        conll.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
+        tasks.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
     with pytest.raises(encode.FormatError, match=r"bad.txt:2: 1 columns"):
-        conll.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
+        tasks.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
 
 
 def test_encode_tagged_labels_first_piece_and_cuts(tok):
-    sentence = conll.TaggedSentence(
+    sentence = tasks.TaggedSentence(
         "s", ("Playing", "tokenization", "Paris"), ("O", "B-MISC", "B-LOC")
     )
     labels = ("O", "B-LOC", "B-MISC")
@@ -449,13 +449,13 @@ def test_prediction_writers(tmp_path):
         glue.write_predictions(str(tmp_path / "x.tsv"), examples, ["a"])
 
     sentences = [
-        conll.TaggedSentence("s1", ("EU", "rejects"), ("B-ORG", "O")),
-        conll.TaggedSentence("s2", ("Peter",), ("B-PER",)),
+        tasks.TaggedSentence("s1", ("EU", "rejects"), ("B-ORG", "O")),
+        tasks.TaggedSentence("s2", ("Peter",), ("B-PER",)),
     ]
-    path = str(tmp_path / "conll.txt")
-    conll.write_predictions(path, sentences, [["B-ORG", "B-MISC"], ["B-PER"]])
+    path = str(tmp_path / "tasks.txt")
+    tasks.write_conll(path, sentences, [["B-ORG", "B-MISC"], ["B-PER"]])
     assert open(path).read() == "EU B-ORG B-ORG\nrejects O B-MISC\n\nPeter B-PER B-PER\n\n"
-    assert [s.tags for s in conll.read_conll(path)] == [
+    assert [s.tags for s in tasks.read_conll(path)] == [
         ("B-ORG", "B-MISC"),
         ("B-PER",),
     ]  # conlleval input
@@ -476,17 +476,17 @@ def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
         tmp_path / "tagged.txt",
         "".join(f"{w}\tNN O\r\n" for w in words) + "\n" + "z O\n",
     )
-    first, second = conll.read_conll(tagged)
+    first, second = tasks.read_conll(tagged)
     assert first.words == tuple(words) and first.tags == ("O",) * len(words)
     assert (second.words, second.tags) == (("z",), ("O",))
-    (only,) = conll.read_conll(write(tmp_path / "words.txt", "".join(w + "\n" for w in words)))
+    (only,) = tasks.read_conll(write(tmp_path / "words.txt", "".join(w + "\n" for w in words)))
     assert (only.words, only.tags) == (tuple(words), None)
 
 
 def test_conll_byte_order_mark_is_not_text(tmp_path):
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf-DOCSTART- -X- -X- O\n\nEU NNP B-ORG\n")
-    (sentence,) = conll.read_conll(str(path))
+    (sentence,) = tasks.read_conll(str(path))
     assert (sentence.words, sentence.tags) == (("EU",), ("B-ORG",))
 
 

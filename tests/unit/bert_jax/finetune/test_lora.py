@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from bert_jax.finetune import heads, hf_export, lora
+from bert_jax.finetune import heads, lora
 from bert_jax.hf import pretrained
 from bert_jax.model import encoder
 from support.checkpoints import FLIPPED_PARAMS
@@ -169,7 +169,7 @@ def test_export_merges_and_transformers_gives_the_same_outputs(
     randomize_adapters(model)
     ours = model(*inputs())
     labels = ("x", "y", "z") if kind in ("classification", "tagging") else ()
-    config = hf_export.export_hf(model, labels, str(tmp_path / "export"), vocab_file)
+    config = heads.export_hf(model, labels, str(tmp_path / "export"), vocab_file)
     assert lora.count(model, nnx.LoRAParam) > 0  # exporting merged a copy, not the model itself
     hf_model = getattr(transformers, auto_class).from_pretrained(str(tmp_path / "export")).eval()
     if labels:
@@ -191,7 +191,7 @@ def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
     model = heads.TaskModel(
         dataclasses.replace(TINY, num_hidden_layers=1), "classification", 2, rngs=nnx.Rngs(0)
     )
-    config = hf_export.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
+    config = heads.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert not (tmp_path / "export" / "vocab.txt").exists()
 

@@ -13,7 +13,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from bert_jax import cli, export
-from bert_jax.hf import bert
+from bert_jax.hf import architectures, bert
 from bert_jax.model import encoder as M
 from bert_jax.text.tokenization import WordPieceTokenizer
 from support import tiny
@@ -292,7 +292,7 @@ def test_tensorflow_checkpoint(hf_dir, imported, tmp_path):
             {
                 k: v
                 for k, v in json.load(open(os.path.join(path, "config.json"))).items()
-                if k in bert._SHARED_FIELDS + ("hidden_act",) and k != "layer_norm_eps"
+                if k in (*architectures._SHARED_FIELDS, "hidden_act") and k != "layer_norm_eps"
             }
         )
     )
@@ -605,7 +605,7 @@ def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_p
     load ("stream did not contain valid UTF-8"), and a ModernBERT export failed on it with
     "is it a vocab.txt?". Both are one error naming the file, before anything is written, as is
     a fine-tuning run that would export at its end."""
-    from bert_jax.finetune import hf_export
+    from bert_jax.finetune import heads
 
     sp_model = tmp_path / "sp.model"
     sp_model.write_bytes(b"\n\x0b\n\x05<unk>\x15\x00\x00\x00\x00\xbe\x01")
@@ -617,4 +617,4 @@ def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_p
         bert.save_hf(model, str(sp_model), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "vocab.txt").exists()
     with pytest.raises(cli.UserError, match="SentencePiece"):
-        hf_export.check_exportable(config, str(sp_model))
+        heads.check_exportable(config, str(sp_model))

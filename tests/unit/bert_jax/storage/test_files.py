@@ -80,6 +80,8 @@ def test_exclusive_creation_and_versioned_reads(root):
     storage.write_bytes(lock, b"replaced")  # a rewrite of the name is a new version
     assert storage.read_versioned(lock)[0] == b"replaced"
     assert storage.read_versioned(lock)[1] != version
+    # storage.version: the same version, local or in a bucket (masking's vocabulary cache key).
+    assert storage.version(lock) == (8, storage.read_versioned(lock)[1])
     storage.remove(lock)
     assert storage.read_versioned(lock) is None
     assert storage.create_exclusive(lock, b"third")

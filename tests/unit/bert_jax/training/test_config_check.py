@@ -8,7 +8,7 @@ import os
 import pytest
 
 from bert_jax import cli
-from bert_jax.finetune import config_check as finetune_config_check
+from bert_jax.finetune import runs as finetune_runs
 from bert_jax.training import config_check, pretrain
 from configs import tiny
 
@@ -119,7 +119,7 @@ def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
 
 
 def test_the_finetuning_pass_names_every_problem_at_once():
-    """finetune.config_check.check_finetuning, bert_jax.finetune's one pass
+    """finetune.runs.check_finetuning, bert_jax.finetune's one pass
     (finetune.train.finetune runs it first): before, these were found one at a time, the later
     ones after the model loaded."""
     from configs.finetune import base
@@ -129,7 +129,7 @@ def test_the_finetuning_pass_names_every_problem_at_once():
     config.lora.update(rank=4, targets=("queries",))
     config.data.labels = ("neg", "pos", "neg")
     assert_names_all(
-        lambda: finetune_config_check.check_finetuning(config, num_devices=8),
+        lambda: finetune_runs.check_finetuning(config, num_devices=8),
         "data.train_file is empty",
         "no pre-trained model: pass --init=DIR",
         "data.max_seq_length=4 leaves no room for text: at least 5 needed",
@@ -138,31 +138,31 @@ def test_the_finetuning_pass_names_every_problem_at_once():
     )
     config.optim.learning_rate = -1.0  # a field out of its range: named alone
     with pytest.raises(cli.UserError, match=r"^config: optim.learning_rate=-1.0 must be positi"):
-        finetune_config_check.check_finetuning(config, num_devices=8)
+        finetune_runs.check_finetuning(config, num_devices=8)
     config = base.get_config()
     config.data.update(train_file="train.tsv", format="squad", max_seq_length=64)
     with pytest.raises(cli.UserError, match=r"max_seq_length=64 must exceed max_query_length=64"):
-        finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config = base.get_config()
     config.data.train_file, config.train.batch_size = "train.tsv", 12
     with pytest.raises(
         cli.UserError,
         match=r"batch_size=12 must be divisible by the 8 data-parallel devices \(mesh data 8 x",
     ):
-        finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config.train.batch_size = 16
-    finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
     # The splash kernel takes whole 128-token tiles: a traceback at the first eval before.
     config.model.attention_impl, config.data.max_seq_length = "splash", 48
     with pytest.raises(cli.UserError, match=r"'splash' needs data.max_seq_length a multiple of"):
-        finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config.data.max_seq_length = 128
-    finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config.model.attention_impl = "auto"
     # The eval's batch splits the same way: found by the first eval, after all the training.
     config.eval.batch_size = 12
     with pytest.raises(cli.UserError, match=r"eval.batch_size=12 must be divisible by the 8 data"):
-        finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
 
 
 # --- The numeric fields' table, swept --------------------------------------------------------
@@ -185,7 +185,7 @@ def check_pretraining(config):
 
 
 def check_finetuning(config):
-    finetune_config_check.check_finetuning(config, num_devices=8, init="model")
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
 
 
 TRAINERS = {

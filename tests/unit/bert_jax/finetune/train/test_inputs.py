@@ -104,3 +104,32 @@ def test_a_label_list_on_the_command_line_is_its_names(override, names, monkeypa
     config_flags.DEFINE_config_file("config", None, "", flag_values=flag_values)
     flag_values(argv)
     assert tasks.make_task(flag_values.config.data).labels(None) == names
+
+
+def test_eval_files_are_named_by_stem_and_a_repeated_stem_by_its_path():
+    """The eval figures' keys (runs.eval_datasets): each file's stem, in the config's order; a file
+    whose stem an earlier one has is named by its path instead."""
+    import types
+
+    import ml_collections
+    import numpy as np
+
+    from bert_jax.finetune import runs, tasks
+
+    class Task:
+        def read(self, path):
+            return [path]
+
+        def encode(self, tok, examples, labels, training):
+            return tasks.Dataset(examples, {"input_ids": np.zeros((1, 4))})
+
+    files = "a/dev_matched.tsv, b/dev_matched.tsv,,a/test.tsv"
+    config = ml_collections.ConfigDict({"data": {"eval_files": files}})
+    run = types.SimpleNamespace(config=config, task=Task(), tok=None, labels=())
+    sets = runs.eval_datasets(run)
+    assert list(sets) == ["dev_matched", "b/dev_matched.tsv", "test"]
+    assert [ds.examples for ds in sets.values()] == [
+        ["a/dev_matched.tsv"],
+        ["b/dev_matched.tsv"],
+        ["a/test.tsv"],
+    ]

@@ -21,7 +21,7 @@ import pytest
 from flax import nnx
 
 from bert_jax.data.input import packing
-from bert_jax.finetune import encode, heads, hf_export, packed, runs, squad, train
+from bert_jax.finetune import encode, heads, packed, runs, squad, train
 from bert_jax.model import encoder, sharding
 from bert_jax.training import optim
 from configs.finetune import base
@@ -141,7 +141,7 @@ def ours(head: str, config, pack: bool = False) -> tuple[list[float], dict]:
                 state, frozen, sharding.host_to_global(b, setup.batch_sharding), setup.lr
             )
             losses.append(float(metrics["loss"]))
-    return losses, hf_export.hf_tensors(runs.host_model(setup, state["params"], frozen))
+    return losses, heads.hf_tensors(runs.host_model(setup, state["params"], frozen))
 
 
 @functools.cache
@@ -149,7 +149,7 @@ def theirs(head: str, export_root: str, short: bool = False) -> tuple[tuple[floa
     """transformers' model from our export of the same initial model, trained as its users do
     on batches(head, short)."""
     path = f"{export_root}/{head}{'_short' if short else ''}"
-    hf_export.export_hf(initial_model(head), labels_of(head), path, None)
+    heads.export_hf(initial_model(head), labels_of(head), path, None)
     _, auto_class, _ = HEADS[head]
     model = getattr(transformers, auto_class).from_pretrained(path, attn_implementation="eager")
     model.train()
