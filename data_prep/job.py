@@ -19,8 +19,8 @@ import numpy as np
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
+from bert_jax.storage import workdir_lock
 from bert_jax.text import tokenization
-from bert_jax.training import workdir_lock
 from data_prep import content, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib

@@ -2,7 +2,7 @@
 the checks of a finished output (shard sizes on a rerun, md5s with --verify). Every file goes
 through bert_jax.storage, published whole or not at all, locally or in a bucket.
 
-The manifest's file name, its fields and file_md5 live in bert_jax/data/contract/manifest.py (the
+The manifest's file name and its fields live in bert_jax/data/contract/manifest.py (the
 contract the trainer reads); this module is data_prep's side of writing and checking it.
 """
 
@@ -60,7 +60,7 @@ def shard_entry(path: str, instances: int) -> dict:
     return {
         "file": os.path.basename(path),
         "instances": instances,
-        "md5": manifest.file_md5(path),
+        "md5": storage.md5(path),
         "bytes": os.path.getsize(path),
     }
 

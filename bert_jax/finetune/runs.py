@@ -23,12 +23,11 @@ import jax
 import ml_collections
 from flax import nnx
 
-from bert_jax import cli
-from bert_jax.data.contract import features, manifest
+from bert_jax import cli, storage
+from bert_jax.data.contract import features
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, lora, squad, tasks
-from bert_jax.hf import pretrained
-from bert_jax.training import checksums, config_check, optim, train_state
+from bert_jax.training import checksums, config_check, optim, pretrained, train_state
 
 INPUTS = encode.INPUTS
 
@@ -163,7 +162,7 @@ def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> st
     """What a resumed or predicting run must find again at --init (a moved copy has the same):
     the vocabulary every run tokenizes with, and with `frozen_weights` (LoRA: the encoder is not
     in the checkpoints) a digest of the pre-trained encoder's weights."""
-    out = f"vocab {manifest.file_md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
+    out = f"vocab {storage.md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
     if frozen_weights:
         sums, _ = checksums.fingerprint(encoder.params["bert"])
         out += f" weights {hashlib.md5(json.dumps(sums, sort_keys=True).encode()).hexdigest()}"

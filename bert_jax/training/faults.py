@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from bert_jax import cli
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 
 NONFINITE_MODES = ("stop", "skip")
 

@@ -33,7 +33,7 @@ def write_records(directory, testdata, vocab_path: str, shards=(2, 1)) -> str:
                 {
                     "file": name,
                     "instances": len(part),
-                    "md5": manifest.file_md5(path),
+                    "md5": storage.md5(path),
                     "bytes": os.path.getsize(path),
                 }
             )

@@ -62,18 +62,12 @@ class ManifestError(cli.UserError):
         self.problem = message if problem is None else problem
 
 
-def file_md5(path: str) -> str:
-    """The md5 of a file (local or in a bucket); a GCS object's is the one the server keeps (no
-    download)."""
-    return storage.md5(path)
-
-
 def vocab_entry(tokenizer, file: str | None = None) -> dict:
     """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
     as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
     entry = {
         "file": file or tokenizer.vocab_file,
-        "md5": file_md5(tokenizer.vocab_file),
+        "md5": storage.md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
         "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),

@@ -158,7 +158,7 @@ def shard_problem(
         return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
     if check_md5:
         # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
-        if manifest.file_md5(path) != entry["md5"]:
+        if storage.md5(path) != entry["md5"]:
             return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
         try:  # counting reads every record: a shard in a bucket is fetched into the local cache
             local = storage.local_copy(path, md5_hex=entry["md5"])

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from bert_jax import storage
 from bert_jax.data.contract import manifest, record_io
 from data_prep import instances, job, readers, reference, scaled
 
@@ -62,7 +63,7 @@ def test_every_mode_writes_the_contract(
     assert written["masked"] is masked and written["whole_word_mask"] is whole_word_mask
     assert written["vocab"] == {
         "file": vocab_file,
-        "md5": manifest.file_md5(vocab_file),
+        "md5": storage.md5(vocab_file),
         "size": 30522,
         "kind": "wordpiece",
         "do_lower_case": True,
@@ -73,7 +74,7 @@ def test_every_mode_writes_the_contract(
         for entry in written["shards"][split]:
             path = str(tmp_path / entry["file"])
             assert entry["bytes"] == os.path.getsize(path)
-            assert entry["md5"] == manifest.file_md5(path)
+            assert entry["md5"] == storage.md5(path)
             assert entry["instances"] == record_io.count_records(path)
     assert written["shards"]["train"]
 

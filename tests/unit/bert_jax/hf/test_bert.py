@@ -421,13 +421,13 @@ def test_export_checks_the_vocabulary_and_the_checkpoint(
     """The issue's cases: a 200-entry vocabulary for a 30,522-word model exported with exit 0,
     and a damaged checkpoint exported its NaN weights. Both are errors now, and a failed export
     leaves no directory behind."""
-    from bert_jax.data.contract import manifest
+    from bert_jax import storage
     from bert_jax.training import checkpoints
     from configs import tiny
 
     config = tiny.get_config()
     # What data_facts.resolve records from the data's manifest.
-    config.data.update(vocab_file=vocab_file, vocab_md5=manifest.file_md5(vocab_file))
+    config.data.update(vocab_file=vocab_file, vocab_md5=storage.md5(vocab_file))
     config.data.vocab_size = 30522
     model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(0))
     run = tmp_path / "run"

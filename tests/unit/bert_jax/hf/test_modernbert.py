@@ -16,8 +16,8 @@ from safetensors.numpy import save_file
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
 from bert_jax.hf import bert as hf
-from bert_jax.hf import pretrained
 from bert_jax.model import encoder as M
+from bert_jax.training import pretrained
 from support import tiny
 from support.finetune_data import VOCAB, make_config, sst2_file
 

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import cli
+from bert_jax import cli, storage
 from bert_jax.data.contract import data_facts, manifest, record_io, shard_files
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import pipeline as ip
@@ -52,7 +52,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
                 {
                     "file": name,
                     "instances": len(part),
-                    "md5": manifest.file_md5(os.path.join(directory, name)),
+                    "md5": storage.md5(os.path.join(directory, name)),
                 }
             )
     flags = {"vocab_file": vocab, "do_lower_case": True, "max_seq_length": 128}
@@ -64,7 +64,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
         "nsp": True,
         "schema": {"max_seq_length": 128, "max_predictions_per_seq": 20 if masked else 0},
         "flags": flags,
-        "vocab_md5": manifest.file_md5(vocab),
+        "vocab_md5": storage.md5(vocab),
         "shards": entries,
     }
     if version == 2:
@@ -73,7 +73,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
             whole_word_mask=False,
             vocab={
                 "file": vocab,
-                "md5": manifest.file_md5(vocab),
+                "md5": storage.md5(vocab),
                 "size": 30522,
                 "kind": "wordpiece",
                 "do_lower_case": True,
@@ -109,7 +109,7 @@ def test_a_data_prep_directory_is_all_the_config_needs(data_dir, testdata):
         True,
     )
     assert (d.vocab_size, resolved.model.vocab_size) == (30522, 30522)
-    assert d.vocab_md5 == manifest.file_md5(str(testdata / "bert-base-uncased-vocab.txt"))
+    assert d.vocab_md5 == storage.md5(str(testdata / "bert-base-uncased-vocab.txt"))
     assert (d.cls_token_id, d.sep_token_id, d.mask_token_id, d.do_lower_case) == (
         101,
         102,

@@ -23,7 +23,6 @@ import numpy as np
 from flax import nnx
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
@@ -170,7 +169,7 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
         recorded_size = int(run_data.get("vocab_size") or 0)
         problem = None
         if recorded_md5:
-            md5 = manifest.file_md5(vocab)
+            md5 = storage.md5(vocab)
             if md5 != recorded_md5:
                 problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
         elif recorded_size and size != recorded_size:
