@@ -71,6 +71,7 @@ def export(
         )
     model = loaded.model()
     bert.architecture(model.config)  # a model no transformers class holds: refused before writing
+    bert.check_exportable_vocab(loaded.vocab_file)  # as is a vocabulary transformers cannot read
     tok = loaded.tokenizer
     publish.directory(
         output_dir,

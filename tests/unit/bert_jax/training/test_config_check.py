@@ -186,6 +186,13 @@ def test_the_finetuning_pass_names_every_problem_at_once():
         finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config.train.batch_size = 16
     finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    # The splash kernel takes whole 128-token tiles: a traceback at the first eval before.
+    config.model.attention_impl, config.data.max_seq_length = "splash", 48
+    with pytest.raises(cli.UserError, match=r"'splash' needs data.max_seq_length a multiple of"):
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    config.data.max_seq_length = 128
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    config.model.attention_impl = "auto"
     # The eval's batch splits the same way: found by the first eval, after all the training.
     config.eval.batch_size = 12
     with pytest.raises(cli.UserError, match=r"eval.batch_size=12 must be divisible by the 8 data"):
