@@ -22,20 +22,20 @@ __init__.py maps its modules.
                     every sharding rule: the model's logical axes on it)
     training/       pre-training's steps (pretrain), the train state both trainers share
                     (train_state), the loop, optim, losses, checkpoints (+ checksums),
-                    workdir_lock, faults, metrics_log, collapse, config_check (pre-training's
-                    one validation pass)
-    hf/             Hugging Face in and out: pretrained (the one loader behind export, embed and
-                    finetune/), architectures (BERT's and ModernBERT's configs
+                    faults, metrics_log, collapse, config_check (pre-training's one validation
+                    pass), pretrained (a trained model read back: the one loader behind export,
+                    embed and finetune/)
+    hf/             Hugging Face in and out: architectures (BERT's and ModernBERT's configs
                     and names both ways; modernbert: its config.json), bert (save_hf, load_hf),
-                    files, publish
-    storage/        files by name, local or in a bucket (gs://, s3://)
+                    files, publish (an export's directory written whole)
+    storage/        files by name, local or in a bucket (gs://, s3://); workdir_lock (one run
+                    per directory it writes)
     finetune/       python -m bert_jax.finetune: classification, pairs, tagging, SQuAD and LoRA
     plan/           python -m bert_jax.plan: the steps compiled for a TPU slice without one, what
                     fits and where the HBM bytes go
 
-Layers, lowest first: cli and storage; text and data/contract; data/input; model; hf's weight
-names and files (hf/architectures, hf/modernbert, hf/bert, hf/files); training; the rest of hf
-(pretrained, publish); runtime; finetune, plan and the binaries. A module imports only from its
+Layers, lowest first: cli and storage; text and data/contract; data/input; model; hf; training;
+runtime; finetune, plan and the binaries. A module imports only from its
 own layer and those below (tests/unit/test_import_graph.py holds the rule: no exceptions, no
 cycles).
 

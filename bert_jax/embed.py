@@ -36,7 +36,7 @@ from flax import nnx
 
 from bert_jax import cli, runtime, storage
 from bert_jax.data.contract import features as F
-from bert_jax.hf import pretrained
+from bert_jax.training import pretrained
 
 FLAGS = flags.FLAGS
 
@@ -72,7 +72,7 @@ def load_encoder(
     dtype: str = "float32",
 ):
     """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir
-    (bert_jax.hf.pretrained.load)."""
+    (bert_jax.training.pretrained.load)."""
     loaded = pretrained.load(
         path,
         step=step,

@@ -53,8 +53,9 @@ def export(
     do_lower_case: bool | None = None,
 ) -> dict:
     """Checkpoint -> Hugging Face directory; returns {'step', 'num_params', 'output_dir'}."""
-    from bert_jax.hf import bert, pretrained  # here, not at the top: --help is fast
+    from bert_jax.hf import bert  # here, not at the top: --help is fast
     from bert_jax.model import encoder
+    from bert_jax.training import pretrained
 
     publish.check_target(output_dir)
     cli.check_writable_dir(output_dir, "--output_dir")
@@ -70,6 +71,7 @@ def export(
         )
     model = loaded.model()
     bert.architecture(model.config)  # a model no transformers class holds: refused before writing
+    bert.check_exportable_vocab(loaded.vocab_file)  # as is a vocabulary transformers cannot read
     tok = loaded.tokenizer
     publish.directory(
         output_dir,

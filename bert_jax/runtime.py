@@ -1,15 +1,7 @@
-"""How every bert_jax binary starts JAX, and how a trainer's run a signal stopped exits: once,
-so that the binaries cannot drift apart (they had: only pre-training set up CPU collectives and
-the coordinator flags).
-
-`start`, after flag parsing (--help stays fast) and before JAX's first device use, sets
-  * the platform: a CPU host's malloc settings (`reuse_freed_memory`) for binaries that run
-    steps, or the planner's `cpu_devices` fake CPU devices whatever the host has;
-  * the compiler: the TPU compiler flags (sharding.use_tpu_compiler_flags); the planner turns
-    the persistent compilation cache off (a deviceless compile cannot be served from it: a TPU
-    executable read back needs a TPU client, and JAX warns at every hit);
-  * --distributed (define_flags): gloo for CPU processes' collectives, then
-    jax.distributed.initialize with the coordinator flags.
+"""How every bert_jax binary starts JAX (`start`: platform, compiler flags, --distributed) and
+how a trainer's run a signal stopped exits: one place, so that the binaries cannot drift apart.
+`start` runs after flag parsing (--help stays fast) and before JAX's first device use.
+docs/scaling.md, "Multi-host".
 """
 
 import ctypes
@@ -74,13 +66,10 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
 
 
 def reuse_freed_memory() -> bool:
-    """glibc malloc settings that let XLA:CPU reuse a step's memory; whether glibc took all three
-    (False on other C libraries and platforms, where nothing changes). XLA:CPU frees each step's
-    temporaries, one buffer, when the step ends, and glibc's munmap makes the next step fault in
-    every page anew (docs/performance.md): so one arena for all threads, no mmap for large blocks
-    and no trimming. Call it before the threads that allocate exist (before `import jax`); it
-    changes only this process and the children it forks.
-    """
+    """glibc malloc settings that let XLA:CPU reuse a step's memory rather than fault in every
+    page of the temporaries it frees each step anew (docs/performance.md); whether glibc took all
+    three (False on other C libraries and platforms, where nothing changes). Call it before the
+    threads that allocate exist (before `import jax`); it changes this process and its children."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -118,6 +107,8 @@ def _use_cpu_devices(count: int) -> None:
     import jax
 
     jax.config.update("jax_platforms", "cpu")  # read at import: JAX may be imported already
+    # A deviceless compile cannot be served from the cache: a TPU executable read back needs a
+    # TPU client, and JAX warns at every hit.
     jax.config.update("jax_enable_compilation_cache", False)
 
 

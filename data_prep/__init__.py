@@ -18,8 +18,7 @@ Data flows one way, text -> units -> instances -> records -> shards + manifest.j
                        datasets by example ranges)
     instances.py       the default path: NSP pairs or MLM-only segments as [N, L] arrays, masked
                        by bert_jax/data/input/masking.py (the one masking rule, shared with the
-                       trainer)
-    example_encoder.py those arrays -> serialized tf.train.Example bytes (fast, byte-exact)
+                       trainer), encoded as tf.train.Example bytes (fast, byte-exact)
     job.py             the scaled job's spec, plan, shard plan and shuffle, settings' fingerprint
                        and manifest; with job_units.py (a unit's records), the pure parts shared by
                        the local and the Beam runner

@@ -98,7 +98,7 @@ def run(
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
-    fp = job.fingerprint(spec, planned, vocab["md5"], do_lower_case)
+    fp = job.fingerprint(spec, planned, vocab)
     finished = output.read_manifest(output_dir)
     if finished is not None:
         damaged = job.check_finished(spec, planned, fp, finished, output_dir)

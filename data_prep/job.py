@@ -19,14 +19,14 @@ import numpy as np
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
+from bert_jax.storage import workdir_lock
 from bert_jax.text import tokenization
-from bert_jax.training import workdir_lock
 from data_prep import content, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.sentences import DEFAULT_LANGUAGE, language_code
 
-SPLITS = ("train", "eval")
+SPLITS = manifest.SPLITS  # a split's place here is part of its random seeds
 _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
@@ -75,8 +75,8 @@ class JobSpec:
                 "num_shards and num_eval_shards must be >= 0, tfds_examples_per_unit >= 1"
             )
         record_io.suffix(self.fmt)
-        try:
-            language_code(self.language)
+        try:  # stored as sentencex takes it ("EN", "simple": "en")
+            object.__setattr__(self, "language", language_code(self.language))
         except ValueError as e:
             problems.append(f"language: {e}")
         if problems:
@@ -183,11 +183,9 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
     return tokenization.make_tokenizer(vocab_file, do_lower_case)
 
 
-def fingerprint(
-    spec: JobSpec, planned: list[units_lib.Unit], vocab_md5: str, do_lower_case: bool
-) -> dict:
+def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab: dict) -> dict:
     """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for
-    shards."""
+    shards. `vocab`: the manifest's entry (manifest.vocab_entry)."""
     sources = {}
     for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
         key = content.source_key(unit)
@@ -209,8 +207,8 @@ def fingerprint(
         "units": {
             **opts,
             **{name: getattr(spec, name) for name in unit_fields},
-            "vocab_md5": vocab_md5,
-            "do_lower_case": do_lower_case,
+            "vocab_md5": vocab["md5"],
+            "do_lower_case": vocab["do_lower_case"],
             "inputs": sources,
         },
         "shards": {

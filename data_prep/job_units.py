@@ -15,7 +15,7 @@ import random
 import numpy as np
 
 from bert_jax.data.input import masking
-from data_prep import content, example_encoder, output, readers
+from data_prep import content, output, readers
 from data_prep import instances as inst
 from data_prep import units as units_lib
 from data_prep.job import SPLITS, JobSpec, seed
@@ -83,7 +83,7 @@ class UnitProcessor:
         self.vocab.check_whole_word(
             spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
         )
-        self.encoder = example_encoder.ExampleEncoder(spec.opts.schema)
+        self.encoder = inst.ExampleEncoder(spec.opts.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
         # A unit allocates a million short-lived strings and lists but makes no reference cycles:

@@ -198,7 +198,6 @@ def spec_from_flags() -> job.JobSpec:
         opts=options_from_flags(),
         seed=FLAGS.random_seed,
         fmt=FLAGS.format,
-        language=sentences.language_code(FLAGS.language),
     )
 
 

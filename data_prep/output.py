@@ -2,7 +2,7 @@
 the checks of a finished output (shard sizes on a rerun, md5s with --verify). Every file goes
 through bert_jax.storage, published whole or not at all, locally or in a bucket.
 
-The manifest's file name, its fields and file_md5 live in bert_jax/data/contract/manifest.py (the
+The manifest's file name and its fields live in bert_jax/data/contract/manifest.py (the
 contract the trainer reads); this module is data_prep's side of writing and checking it.
 """
 
@@ -60,7 +60,7 @@ def shard_entry(path: str, instances: int) -> dict:
     return {
         "file": os.path.basename(path),
         "instances": instances,
-        "md5": manifest.file_md5(path),
+        "md5": storage.md5(path),
         "bytes": os.path.getsize(path),
     }
 
@@ -131,7 +131,7 @@ def verify(output_dir: str) -> list[str]:
     try:
         written = read_manifest(output_dir)
         if written is not None:
-            manifest.read(output_dir)  # every field, as the trainer will read them
+            manifest.read(output_dir, written)  # every field, as the trainer will read them
     except (OutputError, manifest.ManifestError) as e:
         return [str(e)]
     if written is None:

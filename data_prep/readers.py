@@ -7,7 +7,6 @@ ReadStats and skipped: docs/data_prep.md, "Input". ReadStats, Source, InputError
 """
 
 import glob
-import sys
 
 from bert_jax import cli, storage
 from data_prep import sniff, units, wiki
@@ -109,7 +108,7 @@ def documents(
     size, read it); running text is split into sentences by `language`'s rules (a dump's own
     language overrides it)."""
     kind = units.KINDS[source.kind]
-    planning = units.Planning(sys.maxsize, sys.maxsize, tfds_data_dir, text_field)
+    planning = units.Settings(text_field, tfds_data_dir)
     [(start, stop, fields)] = (kind.plan_whole or kind.plan)(source, planning)
     unit = units.Unit(
         0, source.kind, source.path, start, stop, compression=source.compression, **fields

@@ -17,7 +17,7 @@ import re
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, shard_files
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 from data_prep import content, job, output, units
 
 _SHARD_MARKER = re.compile(r"^(train|eval)-(\d{5})\.json$")
@@ -51,7 +51,7 @@ class WorkDir:
     @contextlib.contextmanager
     def locked(self):
         """One job per output directory, local or a bucket: the trainers' lock
-        (bert_jax.training.workdir_lock), which names the job holding it and is taken over from a
+        (bert_jax.storage.workdir_lock), which names the job holding it and is taken over from a
         killed one."""
         with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
             for sub in (self.units, self.shards):

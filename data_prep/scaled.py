@@ -23,7 +23,7 @@ import tqdm
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 from data_prep import job, job_units, output, resume
 
 _worker: dict = {}  # per process: the UnitProcessor and the work directory
@@ -249,9 +249,8 @@ def run(
     started = time.time()
     output.prepare_output_dir(output_dir)
     planned = job.plan(spec, output_dir)
-    fp = job.fingerprint(
-        spec, planned, manifest.file_md5(tokenizer.vocab_file), tokenizer.do_lower_case
-    )
+    vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
+    fp = job.fingerprint(spec, planned, vocab)
     finished, damaged = output.read_manifest(output_dir), {}
     if finished is not None:
         damaged = job.check_finished(spec, planned, fp, finished, output_dir)
@@ -272,7 +271,7 @@ def run(
             shards,
             planned,
             markers,
-            vocab=manifest.vocab_entry(tokenizer, file=vocab_file),
+            vocab=vocab,
             flags=flags or {},
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",

@@ -16,10 +16,11 @@ A source's kind comes from its content (sniff.sniff), refined by its name and --
 """
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from bert_jax import cli, storage
+from bert_jax import storage
 from data_prep import lines, parquet, wiki
 from data_prep.inputs import TEXT_FIELD, InputError, ReadStats, Source, open_input
 from data_prep.sentences import DEFAULT_LANGUAGE, split_sentences
@@ -48,23 +49,15 @@ class Unit:
 
 
 @dataclasses.dataclass(frozen=True)
-class Planning:
-    """What planning a source's units takes besides the source."""
-
-    block_bytes: int
-    tfds_examples_per_unit: int
-    tfds_data_dir: str | None = None
-    text_field: str = TEXT_FIELD
-
-
-@dataclasses.dataclass(frozen=True)
-class Reading:
-    """What reading a unit or a whole source takes besides it."""
+class Settings:
+    """What planning a source's units and reading a unit take besides the source or unit."""
 
     text_field: str = TEXT_FIELD
     tfds_data_dir: str | None = None
-    open_binary: Callable[[str], BinaryIO] = open_input
-    language: str = DEFAULT_LANGUAGE
+    open_binary: Callable[[str], BinaryIO] = open_input  # reading
+    language: str = DEFAULT_LANGUAGE  # reading
+    block_bytes: int = sys.maxsize  # planning; the default: a whole source in one unit
+    tfds_examples_per_unit: int = sys.maxsize  # planning
 
 
 # A plan: the units of one source, each (start, stop, the Unit's other fields).
@@ -73,14 +66,14 @@ Plan = list[tuple[int, int, dict]]
 
 @dataclasses.dataclass(frozen=True)
 class Kind:
-    plan: Callable[[Source, Planning], Plan]
-    read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Reading)
+    plan: Callable[[Source, Settings], Plan]
+    read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Settings)
     # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
     # False: a TFDS dataset, trusted by its name and extent.
     is_file: bool = True
     # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
     # reads its index (and refuses one of another dump), which reading it whole never needs.
-    plan_whole: Callable[[Source, Planning], Plan] | None = None
+    plan_whole: Callable[[Source, Settings], Plan] | None = None
 
 
 def open_tfds(name: str, split: str, data_dir: str | None):
@@ -98,7 +91,7 @@ def open_tfds(name: str, split: str, data_dir: str | None):
         ) from e
 
 
-def _tfds_documents(unit: Unit, stats: ReadStats, r: Reading) -> Iterator[list[str]]:
+def _tfds_documents(unit: Unit, stats: ReadStats, r: Settings) -> Iterator[list[str]]:
     """Documents of a unit's examples of a TFDS split; its first unit counts the dataset."""
     source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
     if unit.start == 0:
@@ -118,7 +111,7 @@ def _tfds_documents(unit: Unit, stats: ReadStats, r: Reading) -> Iterator[list[s
             yield sentences
 
 
-def _plan_tfds(source: Source, p: Planning) -> Plan:
+def _plan_tfds(source: Source, p: Settings) -> Plan:
     count = len(open_tfds(source.path, source.split, p.tfds_data_dir))
     return [
         (start, min(start + p.tfds_examples_per_unit, count), {"split": source.split})
@@ -154,13 +147,14 @@ def plan_units(
     tfds_data_dir: str | None = None,
     text_field: str = TEXT_FIELD,
 ) -> list[Unit]:
-    """Cuts every source into units, in source order; depends on nothing but the inputs."""
-    if block_bytes < 1 or tfds_examples_per_unit < 1:
-        raise cli.UserError(
-            f"block size {block_bytes} bytes and tfds_examples_per_unit="
-            f"{tfds_examples_per_unit} must be positive"
-        )
-    planning = Planning(block_bytes, tfds_examples_per_unit, tfds_data_dir, text_field)
+    """Cuts every source into units, in source order; depends on nothing but the inputs. Both
+    sizes are positive (JobSpec's check, which names the flags)."""
+    planning = Settings(
+        text_field,
+        tfds_data_dir,
+        block_bytes=block_bytes,
+        tfds_examples_per_unit=tfds_examples_per_unit,
+    )
     units: list[Unit] = []
     for source in sources:
         for start, stop, fields in KINDS[source.kind].plan(source, planning):
@@ -196,5 +190,5 @@ def read_unit(
         if unit.stop == 0:
             stats.empty_files += 1
             return
-    reading = Reading(text_field, tfds_data_dir, open_binary, language)
+    reading = Settings(text_field, tfds_data_dir, open_binary, language)
     yield from kind.read_unit(unit, stats, reading)

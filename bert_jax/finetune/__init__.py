@@ -11,7 +11,7 @@ Data flows one way, file -> inputs -> model -> outputs -> metrics / predictions:
     heads.py                      TaskModel (BertModel + head), the losses, and the fine-tuned
                                   model out as a transformers task model
     lora.py                       LoRA adapters: add, count, merge
-    runs.py                       config + --init (bert_jax/hf/pretrained.py reads it) -> task,
+    runs.py                       config + --init (training/pretrained.py reads it) -> task,
                                   tokenizer, model, mesh, optimizer; the config's one
                                   validation pass, before anything loads
     packed.py                     several examples a row: step plan, batches, outputs unpacked

@@ -88,14 +88,15 @@ class TaskModel(nnx.Module):
 PAD_ID = 0
 
 
-def without_pad_gradient(grads):
-    """`grads` with the [PAD] word embedding's row zeroed, as transformers' BertEmbeddings
-    (nn.Embedding with padding_idx) trains it: never, beyond weight decay. Only the span loss sees
-    padding positions (its softmax runs over them), so only span training would move that row."""
+def without_pad_gradient(grads, pad_id: int = PAD_ID):
+    """`grads` with the [PAD] word embedding's row (`pad_id`: the tokenizer's, 50,283 in
+    ModernBERT's) zeroed, as transformers' BertEmbeddings and ModernBertEmbeddings (nn.Embedding
+    with padding_idx) train it: never, beyond weight decay. Only the span loss sees padding
+    positions (its softmax runs over them), so only span training would move that row."""
 
     def leaf(path, g):
         names = tuple(getattr(k, "key", k) for k in path)
-        return g.at[PAD_ID].set(0) if names[-2:] == ("word_embeddings", "embedding") else g
+        return g.at[pad_id].set(0) if names[-2:] == ("word_embeddings", "embedding") else g
 
     return jax.tree_util.tree_map_with_path(leaf, grads)
 
@@ -160,9 +161,10 @@ _HF_HEADS = {
 EXPORT_FLAG = "<workdir>/export"
 
 
-def check_exportable(config: BertConfig) -> None:
+def check_exportable(config: BertConfig, vocab_file: str | None = None) -> None:
     """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
-    refused (before training, by runs.prepare)."""
+    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file`."""
+    bert.check_exportable_vocab(vocab_file)
     if bert.architecture(config) != bert.BERT:
         raise cli.UserError(
             "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "

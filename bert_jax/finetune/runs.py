@@ -23,12 +23,11 @@ import jax
 import ml_collections
 from flax import nnx
 
-from bert_jax import cli
-from bert_jax.data.contract import features, manifest
+from bert_jax import cli, storage
+from bert_jax.data.contract import features
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, heads, lora, squad, tasks
-from bert_jax.hf import pretrained
-from bert_jax.training import checksums, config_check, optim, train_state
+from bert_jax.training import checksums, config_check, optim, pretrained, train_state
 
 INPUTS = encode.INPUTS
 
@@ -72,6 +71,7 @@ def check_finetuning(
         config_check.ask(
             problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length"
         )
+    problems += config_check.splash_problems(config, d.max_seq_length)
     labels = tasks.label_names(d.labels)
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:
@@ -130,7 +130,7 @@ def prepare(
         )
     tok = encoder.tokenizer
     if config.get("export"):
-        heads.check_exportable(encoder.config)
+        heads.check_exportable(encoder.config, encoder.vocab_file)
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
@@ -158,7 +158,7 @@ def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> st
     """What a resumed or predicting run must find again at --init (a moved copy has the same):
     the vocabulary every run tokenizes with, and with `frozen_weights` (LoRA: the encoder is not
     in the checkpoints) a digest of the pre-trained encoder's weights."""
-    out = f"vocab {manifest.file_md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
+    out = f"vocab {storage.md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
     if frozen_weights:
         sums, _ = checksums.fingerprint(encoder.params["bert"])
         out += f" weights {hashlib.md5(json.dumps(sums, sort_keys=True).encode()).hexdigest()}"

@@ -30,12 +30,13 @@ EXPORT_DIR = "export"
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 
 
-def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer):
+def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer, pad_id=heads.PAD_ID):
     """One optimizer step on the trainable parameters, at the learning rates `lr`
     (optim.schedule_values; `optimizer(lr)` is the optimizer); the frozen ones only take part in the
     forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
     with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
-    The [PAD] embedding gets no gradient (heads.without_pad_gradient), as in transformers."""
+    The [PAD] embedding (`pad_id`: the tokenizer's) gets no gradient (heads.without_pad_gradient),
+    as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
 
@@ -43,7 +44,7 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer):
         return heads.loss(kind, runs.forward(graphdef, params, frozen, batch, rng), batch)
 
     loss, grads = jax.value_and_grad(loss_fn)(state["params"])
-    grads = heads.without_pad_gradient(grads)
+    grads = heads.without_pad_gradient(grads, pad_id)
     new_state, grad_norm = train_state.apply_gradients(state, grads, loss, optimizer(lr))
     return new_state, {
         "loss": loss,
@@ -53,11 +54,15 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer):
     }
 
 
-def jit_train_step(setup: train_state.Setup):
+def jit_train_step(setup: train_state.Setup, pad_id: int = heads.PAD_ID):
     """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or
-    `setup.lr_on_mesh()`) as `lr`."""
+    `setup.lr_on_mesh()`) as `lr`, and the tokenizer's `pad_id`."""
     fn = functools.partial(
-        train_step, graphdef=setup.graphdef, kind=setup.kind, optimizer=setup.optimizer
+        train_step,
+        graphdef=setup.graphdef,
+        kind=setup.kind,
+        optimizer=setup.optimizer,
+        pad_id=pad_id,
     )
     replicated = NamedSharding(setup.mesh, P())
     return jax.jit(
@@ -158,7 +163,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         step = int(jax.device_get(state["step"]))
 
         inference = predict.Inference(run, setup, frozen)
-        p_train_step = jit_train_step(setup)
+        p_train_step = jit_train_step(setup, run.tok.pad_id)
         lr = setup.lr_on_mesh()
         log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
         progress = metrics_log.Progress(total, step, enabled=is_primary)

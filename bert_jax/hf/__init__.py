@@ -1,9 +1,6 @@
-"""Hugging Face in and out. architectures, modernbert, bert and files map and read the weights
-(below training, which starts from them); pretrained and publish read and write trained runs
-(above it).
+"""Hugging Face in and out: the weights' names and files, below training (which starts from them
+and whose pretrained.py reads either kind of directory back), and an export's directory.
 
-pretrained.py     a trained model read back (a workdir or a Hugging Face directory): the one
-                  loader behind export, embed and finetune/; its vocabulary loaded and checked once
 architectures.py  the two transformers classes as data (BertForPreTraining,
                   ModernBertForMaskedLM): config.json both ways and the weights' names
 modernbert.py     a ModernBERT config.json <-> the modern block's BertConfig

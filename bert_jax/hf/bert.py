@@ -30,7 +30,12 @@ from bert_jax.hf.architectures import (
     of_hf_config,
 )
 from bert_jax.hf.files import CheckpointError, read_config, read_hf_weights
-from bert_jax.model.encoder import BertConfig, BertForPreTraining, model_from_params
+from bert_jax.model.encoder import (
+    SHAPE_FIELDS,
+    BertConfig,
+    BertForPreTraining,
+    model_from_params,
+)
 from bert_jax.text import tokenization, tokenizer_json
 
 
@@ -160,13 +165,29 @@ def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_cas
 TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
 
 
+def check_exportable_vocab(vocab_file: str | None) -> None:
+    """Refuses a SentencePiece vocabulary (tokenization.make_tokenizer's .model): transformers'
+    BERT and ModernBERT classes have no tokenizer that reads one, and save_tokenizer writes a
+    vocab.txt or a tokenizer.json only."""
+    if vocab_file and vocab_file.endswith(".model"):
+        raise cli.UserError(
+            f"the vocabulary {vocab_file!r} is a SentencePiece model: a Hugging Face export "
+            "holds a WordPiece vocab.txt or a tokenizer.json, and transformers' BERT and "
+            "ModernBERT classes have no tokenizer that reads a SentencePiece model; a model "
+            "trained on SentencePiece ids cannot be exported"
+        )
+
+
 def save_tokenizer(
     vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
 ) -> None:
     """The tokenizer's files into `output_dir` (a pre-training export and a fine-tuned task model
     alike): a vocab.txt with the tokenizer_config.json transformers' BertTokenizer loads it by,
     or a Hugging Face tokenizer.json passed through as it is, with its directory's
-    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast)."""
+    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast).
+    A SentencePiece model is refused (check_exportable_vocab): it was copied as a vocab.txt
+    that transformers cannot read."""
+    check_exportable_vocab(vocab_file)
     if not os.path.isfile(vocab_file):
         raise cli.UserError(
             f"vocab file {vocab_file!r} {cli.not_a_file(vocab_file)}; pass the vocab.txt "
@@ -285,6 +306,7 @@ def read_hf(
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
+    run_config = config is not None  # a training run's own config.model, not the directory's
     if config is None:
         try:
             config = bert_config_from_hf(hf_config, **(overrides or {}))
@@ -319,9 +341,11 @@ def read_hf(
         expected = [s[::-1] if transpose else s for s in shapes]  # torch's layout, each part
         whole = (sum(s[0] for s in expected), *expected[0][1:])
         if value.shape != whole:
+            hint = "does its config.json describe this checkpoint?"
+            if run_config:
+                hint = _run_config_hint(hf_config, config, path)
             raise CheckpointError(
-                f"{source}: {name} has shape {value.shape}, the config needs "
-                f"{whole}; does its config.json describe this checkpoint?"
+                f"{source}: {name} has shape {value.shape}, the config needs {whole}; {hint}"
             )
         parts = np.split(value, np.cumsum([s[0] for s in expected])[:-1])  # one per path
         for path, part in zip(paths, parts):
@@ -360,3 +384,29 @@ def read_hf(
             f"{config.num_hidden_layers}), without them"
         )
     return config, params, ImportReport(source, initialized, unused), hf_config
+
+
+def _run_config_hint(hf_config: Mapping[str, Any], config: BertConfig, path: str) -> str:
+    """What to change when a run's config.model does not fit a directory's weights: the shape
+    fields on which it differs from the directory's config.json (the file is not at fault)."""
+    try:
+        theirs = bert_config_from_hf(hf_config)
+    except (cli.UserError, ValueError, TypeError):
+        theirs = None
+    shaping = [f for f in SHAPE_FIELDS if f != "max_position_embeddings"]  # RoPE: no table
+    if config.position_embedding_type == "absolute":
+        shaping.append("max_position_embeddings")
+    fields = [
+        f"{f}={getattr(config, f)} ({path}: {getattr(theirs, f)})"
+        for f in shaping
+        if theirs is not None and getattr(config, f) != getattr(theirs, f)
+    ]
+    if not fields:
+        return "this run's config.model does not describe the directory's model"
+    vocab = (
+        "; with config.model.vocab_size=0 it is the data's vocabulary's: tokenize the data "
+        "with the model's tokenizer"
+        if any(f.startswith("vocab_size=") for f in fields)
+        else ""
+    )
+    return f"this run's config.model has {', '.join(fields)}{vocab}"

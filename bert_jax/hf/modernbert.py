@@ -50,17 +50,39 @@ BLOCK = {
 }
 
 
+_KINDS = {
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    bool: (lambda v: isinstance(v, bool), "true or false"),
+    dict: (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    list: (lambda v: v is None or isinstance(v, list), "a list or null"),
+}
+
+
+def _get(hf: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    """config.json's `name` (`default` when absent), refused by name unless of `kind`: a null,
+    a string or a list where a number or a flag belongs would otherwise surface as a Python
+    error naming no field, or (bool("false")) as the opposite setting."""
+    value = hf.get(name, default)
+    ok, what = _KINDS[kind]
+    if not ok(value):
+        raise CheckpointError(
+            f"{name} is {value!r} in the ModernBERT config.json; it must be {what}"
+        )
+    return value
+
+
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(local_attention, global_attn_every_n_layers) of a config.json."""
-    window = int(hf.get("local_attention", _DEFAULTS["local_attention"]))
+    window = _get(hf, "local_attention", int, _DEFAULTS["local_attention"])
     if window < 0:
         raise CheckpointError(f"local_attention {window} is negative: a window is 1 token or more")
     # transformers' window of 0 is its window of 1 (each token reads only itself); ours of 0
     # means no window at all (global attention in every layer).
     window = max(window, 1)
-    types = hf.get("layer_types")
-    if types is None:
-        return window, int(hf.get("global_attn_every_n_layers", 3))  # ModernBertConfig's default
+    types = _get(hf, "layer_types", list)
+    if types is None:  # ModernBertConfig's default pattern: every third layer
+        return window, _get(hf, "global_attn_every_n_layers", int, 3)
     if len(types) != layers or set(types) - {FULL, SLIDING}:
         raise CheckpointError(
             f"layer_types {types} is not {layers} of {FULL!r} and {SLIDING!r} (num_hidden_layers)"
@@ -77,19 +99,30 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
 
 
 def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
-    rope = hf.get("rope_parameters") or {}
+    rope = _get(hf, "rope_parameters", dict) or {}
     # transformers 4's spelling of a scaling, which transformers 5 applies to both layer kinds.
-    scaling = hf.get("rope_scaling") or {}
+    scaling = _get(hf, "rope_scaling", dict) or {}
     thetas = []
     for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
-        params = {**(rope.get(kind) or {}), **scaling}
-        if params.get("rope_type", "default") != "default":
-            field = "rope_scaling" if "rope_type" in scaling else f"rope_parameters[{kind!r}]"
-            raise CheckpointError(
-                f"{field} has rope_type {params['rope_type']!r}; only "
-                "'default' (unscaled) RoPE is supported"
+        own = _get(rope, kind, dict)
+        # As transformers 5 reads them: a kind's absent entry is {"rope_type": "default"}, and
+        # an entry without rope_type takes its older spelling `type`.
+        params = {**({"rope_type": "default"} if own is None else own), **scaling}
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            field = (
+                "rope_scaling"
+                if {"rope_type", "type"} & set(scaling)
+                else f"rope_parameters[{kind!r}]"
             )
-        thetas.append(float(params.get("rope_theta", hf.get(old_name, _DEFAULTS[old_name]))))
+            raise CheckpointError(
+                f"{field} has rope_type {rope_type!r}; only 'default' (unscaled) RoPE is supported"
+            )
+        if "rope_theta" in params:
+            theta = _get(params, "rope_theta", float)
+        else:
+            theta = _get(hf, old_name, float, _DEFAULTS[old_name])
+        thetas.append(float(theta))
     return thetas[0], thetas[1]
 
 
@@ -104,6 +137,11 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
     missing = [f for f in _SHAPES if f not in hf]
     if missing:
         raise CheckpointError(f"the ModernBERT config lacks {missing}")
+    for name in _SHAPES:
+        if _get(hf, name, int) < 1:
+            raise CheckpointError(
+                f"{name} is {hf[name]} in the ModernBERT config.json; it must be 1 or more"
+            )
     if hf.get("head_dim") not in (None, hf["hidden_size"] // hf["num_attention_heads"]):
         raise CheckpointError(f"head_dim {hf['head_dim']} is not hidden_size / num_attention_heads")
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
@@ -111,7 +149,7 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
 
     values = {f: hf[f] for f in _SHAPES}
     for theirs, (ours, default, convert) in _FIELDS.items():
-        value = hf.get(theirs, default)
+        value = _get(hf, theirs, type(default), default)
         values[ours] = convert(value) if convert else value
     values.update(
         BLOCK,

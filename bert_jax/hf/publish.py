@@ -3,7 +3,7 @@ another model's files, on any disk, readable by the people the umask lets read i
 
     publish.directory(output_dir, lambda scratch: hf.save_hf(model, vocab, scratch))
 
-The directory's lock (bert_jax.training.workdir_lock) is held throughout. `output_dir` must be
+The directory's lock (bert_jax.storage.workdir_lock) is held throughout. `output_dir` must be
 new, empty or a previous export of ours (its MARKER file, written last, lists its files), which
 is replaced whole; other files are refused, and nothing we did not write is deleted. Files are
 written into a scratch directory inside `output_dir` (so a mount point works) and renamed only
@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from bert_jax import cli, storage
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 
 MARKER = ".bert_jax_export.json"
 _SCRATCH = ".export-tmp-"

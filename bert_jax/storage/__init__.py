@@ -18,6 +18,8 @@ modules, by concern:
                   and versioned reads for locks
     cache.py      local copies of bucket files (local_copy, local_copies, local_dir) and
                   their errors in the user's path (reported_as)
+    workdir_lock.py  one run per directory it writes (a workdir, an export, data_prep's output):
+                  imported as a module, `from bert_jax.storage import workdir_lock`
 """
 
 # The package's names (callers import the package, not its modules).

@@ -244,7 +244,7 @@ def rmtree(path: str) -> None:
     fs.invalidate_cache()
 
 
-# --- Created only where absent, read with a version (bert_jax.training.workdir_lock) --------
+# --- Created only where absent, read with a version (bert_jax.storage.workdir_lock) --------
 
 
 def create_exclusive(path: str, data: bytes) -> bool:

@@ -9,7 +9,8 @@ losses.py        the pre-training losses (and held-out accuracy by kind of maske
 checkpoints.py   Orbax checkpoints that resume exactly and refuse damaged files
                  (checksums.py: their files' checksums), and where a new run starts from
                  (train.init_checkpoint: phase 1's workdir, another run's, a Hugging Face one)
-workdir_lock.py  one run per workdir
+pretrained.py    a trained model read back (a workdir or a Hugging Face directory): the one
+                 loader behind export, embed and finetune/; its vocabulary loaded and checked once
 faults.py        SIGTERM and non-finite steps
 metrics_log.py   TensorBoard, metrics.jsonl and the progress line
 collapse.py      the eval-time warning for a run whose outputs are all the same

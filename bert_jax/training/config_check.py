@@ -244,22 +244,17 @@ def check_common(
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
     layout) on `num_devices` devices in `process_count` processes, without reading its data."""
-    raise_problems(range_problems(config))  # a field out of its range alone
     raise_problems(pretraining_problems(config, num_devices, process_count))
 
 
 def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
-    """What relates the fields of a config whose fields are each in range (range_problems)."""
+    """What relates the fields of a config; a field out of its range raises first, alone."""
+    raise_problems(range_problems(config))
     t, e, d = config.train, config.eval, config.data
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
-    length = d.get("max_seq_length") or 0  # 0: the manifest's, known later
-    if config.model.get("attention_impl") == "splash" and length % 128:
-        problems.append(  # the kernel's tiles are whole 128-row blocks (a ValueError traceback)
-            f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
-            f"{length}: choose 'auto' (splash where it fits) or a multiple of 128"
-        )
+    problems += splash_problems(config, d.get("max_seq_length") or 0)  # 0: the manifest's
     if split is not None and not problems:
         dp, axes = split
         if t.global_batch_size % (t.grad_accum_steps * dp):
@@ -279,6 +274,16 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
                 f"devices and the {process_count} processes"
             )
     return problems + _init_problems(t)
+
+
+def splash_problems(config, length: int) -> list[str]:
+    """The splash kernel's tiles are whole 128-row blocks (a ValueError traceback otherwise)."""
+    if config.model.get("attention_impl") != "splash" or not length % 128:
+        return []
+    return [
+        f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
+        f"{length}: choose 'auto' (splash where it fits) or a multiple of 128"
+    ]
 
 
 def _init_problems(t) -> list[str]:
@@ -313,7 +318,6 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     from bert_jax.data.contract import data_facts
     from bert_jax.data.input import pipeline  # here: they need the data's files
 
-    raise_problems(range_problems(config))
     problems = pretraining_problems(config, num_devices, process_count)
     import jax  # the planner compiles for a GPU from a CPU host: only the trainer asks this
 
@@ -324,6 +328,8 @@ def pretraining(config, num_devices: int, process_count: int = 1):
         )
     try:
         resolved = data_facts.resolve(config)
+        if not config.data.get("max_seq_length"):  # the manifest's length, known only now
+            problems += splash_problems(config, resolved.data.max_seq_length)
         if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "

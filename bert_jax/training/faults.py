@@ -3,7 +3,6 @@ workdir, and non-finite steps (crashes and damaged files: checkpoints.py)."""
 
 import contextlib
 import functools
-import inspect
 import os
 import signal
 import sys
@@ -13,7 +12,7 @@ import jax
 import numpy as np
 
 from bert_jax import cli
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 
 NONFINITE_MODES = ("stop", "skip")
 
@@ -121,17 +120,14 @@ PREEMPTED_STATUS = 128 + signal.SIGTERM
 
 
 def one_run_per_workdir(what: str):
-    """Decorates a function with a `workdir` argument: it runs holding the workdir's lock
+    """Decorates a trainer, fn(config, workdir, ...): it runs holding the workdir's lock
     (hold_workdir)."""
 
     def decorate(fn):
-        signature = inspect.signature(fn)
-
         @functools.wraps(fn)
-        def wrapped(*args, **kwargs):
-            workdir = signature.bind(*args, **kwargs).arguments["workdir"]
+        def wrapped(config, workdir: str, *args, **kwargs):
             with hold_workdir(workdir, what):
-                return fn(*args, **kwargs)
+                return fn(config, workdir, *args, **kwargs)
 
         return wrapped
 

@@ -42,13 +42,8 @@ Batch = dict[str, jax.Array]
 
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
-    """Builds the mesh (config.mesh), the abstract model (config.model) and the optimizer
-    (config.optim). config.model.vocab_size must be set: data_facts.resolve fills it in."""
-    if not config.model.vocab_size:
-        raise cli.UserError(
-            "config.model.vocab_size is 0 (the data's vocabulary size): resolve the config with "
-            "bert_jax.data.contract.data_facts.resolve first, or set it"
-        )
+    """Builds the mesh (config.mesh), the abstract model (config.model: a vocab_size of 0 is
+    data_facts.resolve's to fill in) and the optimizer (config.optim)."""
     model_config = encoder.BertConfig.from_config_dict(config.model)
     abstract_model = nnx.eval_shape(
         lambda: encoder.BertForPreTraining(model_config, rngs=nnx.Rngs(0))

@@ -21,6 +21,7 @@ import sys
 
 import pytest
 
+from bert_jax import storage
 from bert_jax.data.contract import manifest
 from support import (
     sweep_buckets,
@@ -178,7 +179,7 @@ def world(tmp_path_factory, server, testdata, vocab_file, save_checkpoint, flip_
 
     config = tiny.get_config()
     config.data.vocab_file = vocab_file
-    config.data.vocab_md5 = manifest.file_md5(vocab_file)
+    config.data.vocab_md5 = storage.md5(vocab_file)
     config.data.do_lower_case = True
     model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(0))
     save_checkpoint(d / "run", model, config, step=4)

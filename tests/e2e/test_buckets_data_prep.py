@@ -20,8 +20,8 @@ import pytest
 from bert_jax import cli, storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io, shard_files
+from bert_jax.storage import workdir_lock
 from bert_jax.text import tokenization
-from bert_jax.training import workdir_lock
 from data_prep import job, job_units, output, scaled
 from support import make_wiki_dump
 from support.golden import REPO

@@ -71,7 +71,7 @@ def test_data_prep_train_kill_resume_export_and_fine_tune_all_in_a_bucket(
 ):
     import transformers
 
-    from bert_jax.hf import pretrained
+    from bert_jax.training import pretrained
 
     corpus, vocab = f"{bucket}/corpus/pydocs_small.txt", f"{bucket}/vocab.txt"
     storage.write_bytes(corpus, (testdata / "pydocs_small.txt").read_bytes())

@@ -248,7 +248,8 @@ def test_export_embed_and_init_read_a_bucket_and_export_to_one(bucket_run, tmp_p
     import transformers
 
     from bert_jax import embed, export
-    from bert_jax.hf import pretrained, publish
+    from bert_jax.hf import publish
+    from bert_jax.training import pretrained
 
     workdir, _ = bucket_run
     out = f"{workdir}-export"

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
+from bert_jax import storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
+from bert_jax.storage import workdir_lock
 from bert_jax.text import tokenization
-from bert_jax.training import workdir_lock
 from data_prep import job, job_units, scaled
 from support.golden import REPO
 
@@ -155,7 +156,7 @@ def test_manifest_describes_the_shards(tmp_path, testdata, vocab_file):
     for split in ("train", "eval"):
         for entry in written["shards"][split]:
             path = str(tmp_path / entry["file"])
-            assert entry["md5"] == manifest.file_md5(path) and entry[
+            assert entry["md5"] == storage.md5(path) and entry[
                 "instances"
             ] == record_io.count_records(path)
             for raw in record_io.read_records(path):

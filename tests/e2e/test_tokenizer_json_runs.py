@@ -9,9 +9,9 @@ import os
 import pytest
 
 from bert_jax.finetune import train as ft_train
-from bert_jax.hf import bert, pretrained
+from bert_jax.hf import bert
 from bert_jax.text import tokenizer_json
-from bert_jax.training import pretrain
+from bert_jax.training import pretrain, pretrained
 from configs import tiny
 from data_prep import instances, job, scaled
 from support import finetune_data, tokenizer_files

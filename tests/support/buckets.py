@@ -5,7 +5,7 @@ import json
 import os
 
 from bert_jax import storage
-from bert_jax.data.contract import manifest, record_io
+from bert_jax.data.contract import features, manifest, record_io
 from bert_jax.text import tokenization
 from support.golden import GOLDEN_128
 
@@ -33,16 +33,14 @@ def write_records(directory, testdata, vocab_path: str, shards=(2, 1)) -> str:
                 {
                     "file": name,
                     "instances": len(part),
-                    "md5": manifest.file_md5(path),
+                    "md5": storage.md5(path),
                     "bytes": os.path.getsize(path),
                 }
             )
     body = manifest.contract_fields(
-        mode="scaled",
-        fmt="arrayrecord",
-        max_seq_length=128,
-        max_predictions_per_seq=20,
-        masked=True,
+        "scaled",
+        "arrayrecord",
+        features.Schema(128, 20),
         nsp=True,
         whole_word_mask=False,
         vocab=manifest.vocab_entry(tokenization.make_tokenizer(vocab), file=vocab_path),

@@ -1,7 +1,7 @@
-"""Who holds a directory's lock (bert_jax.training.workdir_lock), for tests that watch it."""
+"""Who holds a directory's lock (bert_jax.storage.workdir_lock), for tests that watch it."""
 
 from bert_jax import storage
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 
 
 def holder(directory: str) -> dict | None:

@@ -30,7 +30,7 @@ import sys
 import time
 
 from bert_jax.hf import publish
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 from support import locks
 from support.checkpoints import saved_steps
 from support.golden import GOLDEN_128, REPO, TESTDATA

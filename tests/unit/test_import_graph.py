@@ -89,17 +89,10 @@ LAYERS = (
     ("bert_jax.text", "bert_jax.data.contract", "bert_jax.data"),
     ("bert_jax.data.input",),
     ("bert_jax.model",),
-    # Hugging Face's names and files for the weights: what training needs to start from a
-    # Hugging Face directory; the loader of trained models (hf.pretrained) and publishing sit
-    # above training, whose checkpoints they read and write.
-    (
-        "bert_jax.hf.architectures",
-        "bert_jax.hf.bert",
-        "bert_jax.hf.modernbert",
-        "bert_jax.hf.files",
-    ),
-    ("bert_jax.training",),
+    # Hugging Face's names, files and export directories: what training needs to start from a
+    # Hugging Face directory, and what exports write (training.pretrained reads both kinds).
     ("bert_jax.hf",),
+    ("bert_jax.training",),
     ("bert_jax.runtime",),
     ("bert_jax.finetune", "bert_jax.plan", "bert_jax.main", "bert_jax.embed", "bert_jax.export"),
     ("bert_jax", "data_prep"),
@@ -118,7 +111,7 @@ def layer(module: str) -> int:
 
 def test_no_upward_import():
     graph = import_graph()
-    # `from bert_jax.hf import pretrained` imports the package too: only modules count
+    # `from bert_jax.training import pretrained` imports the package too: only modules count
     packages = {m for m in graph if (ROOT / m.replace(".", "/") / "__init__.py").exists()}
     upward = {
         (a, b) for a, targets in graph.items() for b in targets - packages if layer(b) > layer(a)

@@ -130,7 +130,7 @@ def _vocabulary(d, described: dict, where: dict) -> str:
                 described.setdefault(key, value)
                 where.setdefault(key, vocab_file)
     if d.vocab_file and described.get("vocab_md5"):
-        md5 = manifest.file_md5(d.vocab_file)
+        md5 = storage.md5(d.vocab_file)
         if md5 != described["vocab_md5"]:
             raise cli.UserError(
                 f"config.data.vocab_file={d.vocab_file!r} (md5 {md5}) is not the vocabulary the "

@@ -32,10 +32,12 @@ WORK_DIR and TEMPORARY name data_prep's files: the trainer tells an unfinished j
 JAX import: data_prep imports this too. docs/data_prep.md, "Manifest".
 """
 
+import dataclasses
 import json
 import re
 
 from bert_jax import cli, storage
+from bert_jax.data.contract import features
 from bert_jax.text import tokenization
 
 FILE = "manifest.json"
@@ -62,18 +64,12 @@ class ManifestError(cli.UserError):
         self.problem = message if problem is None else problem
 
 
-def file_md5(path: str) -> str:
-    """The md5 of a file (local or in a bucket); a GCS object's is the one the server keeps (no
-    download)."""
-    return storage.md5(path)
-
-
 def vocab_entry(tokenizer, file: str | None = None) -> dict:
     """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
     as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
     entry = {
         "file": file or tokenizer.vocab_file,
-        "md5": file_md5(tokenizer.vocab_file),
+        "md5": storage.md5(tokenizer.vocab_file),
         "size": int(tokenizer.vocab_size),
         "kind": tokenizer.kind,
         "do_lower_case": bool(tokenizer.do_lower_case),
@@ -105,14 +101,14 @@ def load(path: str, missing_ok: bool = False) -> dict | None:
     return raw
 
 
-def read(path: str) -> dict:
+def read(path: str, raw: dict | None = None) -> dict:
     """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
     to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
-    has no `size` or `special_ids` (None)."""
+    has no `size` or `special_ids` (None). `raw`: its fields, when the caller has loaded them."""
     if storage.isdir(path):
         path = storage.join(path, FILE)
     try:
-        raw = load(path)
+        raw = raw or load(path)
     except (ManifestError, OSError) as e:
         problem = getattr(e, "problem", e)  # an OSError (a server that does not answer): itself
         if problem == str(e):  # its shards: the message already says what to do
@@ -222,12 +218,10 @@ def plain_name(name: str) -> bool:
 
 
 def contract_fields(
-    *,
     mode: str,
     fmt: str,
-    max_seq_length: int,
-    max_predictions_per_seq: int,
-    masked: bool,
+    schema: features.Schema,
+    *,
     nsp: bool,
     whole_word_mask: bool,
     vocab: dict,
@@ -239,11 +233,8 @@ def contract_fields(
         "manifest_version": VERSION,
         "mode": mode,
         "format": fmt,
-        "schema": {
-            "max_seq_length": max_seq_length,
-            "max_predictions_per_seq": max_predictions_per_seq if masked else 0,
-        },
-        "masked": masked,
+        "schema": dataclasses.asdict(schema),
+        "masked": schema.masked,
         "nsp": nsp,
         "whole_word_mask": whole_word_mask,
         "vocab": vocab,

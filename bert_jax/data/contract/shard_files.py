@@ -25,12 +25,6 @@ class Shards:
     nbytes: list[int | None] | None  # each file's size as listed (None where a manifest has none)
 
 
-def _split_patterns(patterns: str | Sequence[str]) -> list[str]:
-    if isinstance(patterns, str):
-        patterns = patterns.split(",")
-    return [storage.expand(p.strip()) for p in patterns if p and p.strip()]
-
-
 def _unfinished(names: list[str]) -> bool:
     """Whether a directory holding `names` is a data_prep output whose job has not finished."""
     return manifest.WORK_DIR in names or any(
@@ -50,7 +44,8 @@ def _unfinished_error(directory: str) -> cli.UserError:
 def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
     """The record files that `patterns` (comma-separated directories or globs) name; see the
     module docstring. `split` is the manifest split a bare directory stands for."""
-    items = _split_patterns(patterns)
+    given = patterns.split(",") if isinstance(patterns, str) else patterns
+    items = [storage.expand(p.strip()) for p in given if p and p.strip()]
     if not items:
         raise cli.UserError(
             "no record files given: set config.data.train_files to a data_prep --output_dir "
@@ -63,8 +58,8 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
         is_dir = storage.isdir(item)
         directory = item if is_dir else storage.dirname(item)
         path = storage.join(directory, manifest.FILE)
-        if storage.isfile(path):
-            m = manifests.setdefault(path, manifest.read(path))
+        if path in manifests or storage.isfile(path):  # each manifest read once
+            m = manifests[path] = manifests.get(path) or manifest.read(path)
             for entry in _listed(item, m, split, is_dir):
                 listed.append(storage.join(m["dir"], entry["file"]))
                 files.append(listed[-1])
@@ -158,7 +153,7 @@ def shard_problem(
         return f"{entry['file']}: {size} bytes, {entry['bytes']} expected (truncated or changed)"
     if check_md5:
         # A GCS object's md5 is the one its server computed from the bytes it stores (no download).
-        if manifest.file_md5(path) != entry["md5"]:
+        if storage.md5(path) != entry["md5"]:
             return f"{entry['file']}: md5 differs from the manifest (corrupt or changed)"
         try:  # counting reads every record: a shard in a bucket is fetched into the local cache
             local = storage.local_copy(path, md5_hex=entry["md5"])

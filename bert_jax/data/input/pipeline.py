@@ -17,21 +17,11 @@ from bert_jax import cli, storage
 from bert_jax.data.contract import data_facts, features, record_io, shard_files
 from bert_jax.data.input import bad_records, growing_batches, masking, packed_records, sources
 
-INT_FEATURES = (
-    features.INPUT_IDS,
-    features.INPUT_MASK,
-    features.SEGMENT_IDS,
-    features.MASKED_LM_POSITIONS,
-    features.MASKED_LM_IDS,
-)
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
 # Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
 # (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
-# With config.data.bad_records='skip', added to every record: 0, or for the blank record that
-# stands for a damaged one its source index + 1 (bad_records' docstring says what happens next).
-BAD_RECORD = bad_records.BAD_RECORD
 
 
 def _import_proto() -> None:
@@ -93,13 +83,14 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 index,
             ) from e
         self._check(index, example)
-        out = {name: example[name].astype(np.int32) for name in INT_FEATURES if name in example}
-        if self.schema.masked:
-            out[features.MASKED_LM_WEIGHTS] = example[features.MASKED_LM_WEIGHTS].astype(np.float32)
+        out = {  # the schema's features, which _check found in the example
+            name: example[name].astype(np.float32 if name in features.FLOAT_FEATURES else np.int32)
+            for name in self.schema.lengths()
+        }
         out[features.NEXT_SENTENCE_LABELS] = np.int32(example[features.NEXT_SENTENCE_LABELS][0])
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(self.nsp)
         if self.skip_damaged:
-            out[BAD_RECORD] = np.int64(0)
+            out[bad_records.BAD_RECORD] = np.int64(0)
         return out
 
     def _check(self, index: int, example: dict) -> None:
@@ -150,7 +141,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out[features.INPUT_IDS][:2], out[features.INPUT_MASK][:2] = self.special, 1
         out[features.NEXT_SENTENCE_LABELS] = np.int32(0)
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(0)
-        out[BAD_RECORD] = np.int64(index + 1)
+        out[bad_records.BAD_RECORD] = np.int64(index + 1)
         return out
 
 
@@ -355,7 +346,7 @@ def eval_batches(
         rows += [pad] * (local - len(rows))
         batch = {k: np.stack([r[k] for r in rows]) for k in pad}
         if parse.skip_damaged:  # a damaged record's blank stand-in weighs nothing in the eval
-            marks = batch.pop(BAD_RECORD) * (weights > 0)  # padding rows are no records
+            marks = batch.pop(bad_records.BAD_RECORD) * (weights > 0)  # padding rows are no records
             weights[marks > 0] = 0.0
             skipped += [parse.name(int(m) - 1) for m in marks[marks > 0]]
         batch[EXAMPLE_WEIGHT] = weights

@@ -36,9 +36,6 @@ class TFRecordSource:
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def counts(self) -> list[int]:
-        return [len(offsets) for offsets in self._offsets]
-
     def __getitem__(self, index) -> bytes:
         index = int(index)
         if not 0 <= index < len(self):
@@ -132,7 +129,7 @@ def make_source(
         source = grain.sources.ArrayRecordDataSource(list(files))
     else:
         source = TFRecordSource(files, names)
-        counts = source.counts()
+        counts = [len(offsets) for offsets in source._offsets]
     for path, got, want in zip(names, counts, expected or []):
         if got != want:
             raise cli.UserError(

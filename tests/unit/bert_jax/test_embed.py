@@ -212,3 +212,28 @@ def test_sigterm_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
     assert e.value.code == 143
     assert os.listdir(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_a_workdir_trained_with_splash_attention_embeds_at_any_length(
+    tmp_path, vocab_file, save_checkpoint
+):
+    """attention_impl='splash' saved by a TPU run (a ModernBERT-block model: windows, RoPE):
+    embedding 16-token rows on this machine was a ValueError traceback from the kernel, which
+    takes whole 128-token tiles only; the model loads with 'auto' and gives the same states as
+    the einsum attention."""
+    config = tiny.get_config()
+    m = config.model
+    m.position_embedding_type, m.norm_position, m.mlp_type = "rope", "pre", "geglu"
+    m.local_attention, m.global_attn_every_n_layers = 4, 2
+    m.attention_impl = "splash"
+    model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(4))
+    save_checkpoint(tmp_path, model, config, step=3)
+    loaded, tokenizer = embed.load_encoder(str(tmp_path), vocab_file=vocab_file)
+    out = embed.embed_texts(loaded, tokenizer, TEXTS[:2], max_seq_length=N)
+    m.attention_impl = "einsum"
+    ref = M.model_from_params(
+        M.BertConfig.from_config_dict(config.model), nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    )
+    seq, _ = ref.bert(out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"]))
+    real = out["attention_mask"].astype(bool)
+    np.testing.assert_allclose(out["last_hidden_state"][real], np.asarray(seq)[real], atol=1e-5)

@@ -98,6 +98,22 @@ def test_beam_output_equals_the_local_scaled_output(
         )
 
 
+def test_a_tokenizer_json_gives_both_runners_one_fingerprint(tmp_path, testdata):
+    """A tokenizer.json's own normalizer decides lower-casing, whatever --do_lower_case: Beam's
+    fingerprint recorded the flag and scaled mode's the tokenizer's, so with a cased tokenizer.json
+    and the default flag the two runners' manifests disagreed about the same records."""
+    from support import tokenizer_files
+
+    bpe = tokenizer_files.make("bpe", tmp_path / "bpe.json")
+    tok = tokenization.make_tokenizer(bpe, True)
+    assert not tok.do_lower_case  # the normalizer keeps case; the flag asks for lower case
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=1)
+    local = scaled.run(spec, tok, str(tmp_path / "local"), progress=False)
+    beam = beam_pipeline.run(spec, bpe, True, str(tmp_path / "beam"), ["--runner=DirectRunner"])
+    assert beam["fingerprint"] == local["fingerprint"]
+    assert _shards(tmp_path / "beam") == _shards(tmp_path / "local")
+
+
 def test_beam_errors_are_clear_before_the_pipeline_starts(tmp_path, testdata, vocab_file):
     spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),))
     with pytest.raises(tokenization.VocabError, match="does not exist"):

@@ -9,8 +9,8 @@ import pytest
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import masking
 from bert_jax.text import tokenization
-from data_prep import example_encoder, readers, reference
 from data_prep import instances as inst
+from data_prep import readers, reference
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_encoder_bytes_equal_protobuf_deterministic_serialization(corpus, tok, s
     batch = masked if mask else unmasked
     schema = F.Schema(seq, preds)
     batch.tokens[0, 1] = 2**31 - 1  # a varint of five bytes
-    records = example_encoder.ExampleEncoder(schema).encode(batch)
+    records = inst.ExampleEncoder(schema).encode(batch)
     pb = F._example_pb2()
     for index in range(0, len(records), 13):
         assert (

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from bert_jax import storage
 from bert_jax.data.contract import manifest, record_io
 from data_prep import instances, job, readers, reference, scaled
 
@@ -62,7 +63,7 @@ def test_every_mode_writes_the_contract(
     assert written["masked"] is masked and written["whole_word_mask"] is whole_word_mask
     assert written["vocab"] == {
         "file": vocab_file,
-        "md5": manifest.file_md5(vocab_file),
+        "md5": storage.md5(vocab_file),
         "size": 30522,
         "kind": "wordpiece",
         "do_lower_case": True,
@@ -73,7 +74,7 @@ def test_every_mode_writes_the_contract(
         for entry in written["shards"][split]:
             path = str(tmp_path / entry["file"])
             assert entry["bytes"] == os.path.getsize(path)
-            assert entry["md5"] == manifest.file_md5(path)
+            assert entry["md5"] == storage.md5(path)
             assert entry["instances"] == record_io.count_records(path)
     assert written["shards"]["train"]
 
@@ -86,6 +87,8 @@ def test_every_mode_writes_the_contract(
         ("shard_size_mb", float("nan")),
         ("shard_size_mb", float("inf")),
         ("block_size_mb", -1.0),
+        ("block_size_mb", 0.0),
+        ("tfds_examples_per_unit", 0),
     ],
 )
 def test_sizes_that_are_no_number_of_bytes_are_user_errors(field, value):
@@ -148,3 +151,10 @@ def test_records_written_into_the_corpus_directory(tmp_path, testdata, tok):
     assert [u.path for u in job.plan(job.JobSpec(inputs=(str(corpus / "*/*.txt"),)), str(corpus))]
     with pytest.raises(readers.InputError, match="names this job's own output"):
         job.plan(job.JobSpec(inputs=(str(corpus / "train-*"),)), str(corpus))
+
+
+def test_the_language_is_stored_as_a_code():
+    """JobSpec takes --language as given (data_prep.main passes the flag's value): the spec, and
+    so the fingerprint, hold the code the sentence splitter takes."""
+    assert job.JobSpec(inputs=("x.txt",), language=" Simple ").language == "en"
+    assert job.JobSpec(inputs=("x.txt",), language="zh_min_nan").language == "zh-min-nan"

@@ -10,8 +10,8 @@ import pytest
 from flax import nnx
 
 from bert_jax.finetune import heads, lora
-from bert_jax.hf import pretrained
 from bert_jax.model import encoder
+from bert_jax.training import pretrained
 from support.checkpoints import FLIPPED_PARAMS
 
 TINY = encoder.BertConfig(

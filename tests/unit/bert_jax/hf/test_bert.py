@@ -421,13 +421,13 @@ def test_export_checks_the_vocabulary_and_the_checkpoint(
     """The issue's cases: a 200-entry vocabulary for a 30,522-word model exported with exit 0,
     and a damaged checkpoint exported its NaN weights. Both are errors now, and a failed export
     leaves no directory behind."""
-    from bert_jax.data.contract import manifest
+    from bert_jax import storage
     from bert_jax.training import checkpoints
     from configs import tiny
 
     config = tiny.get_config()
     # What data_facts.resolve records from the data's manifest.
-    config.data.update(vocab_file=vocab_file, vocab_md5=manifest.file_md5(vocab_file))
+    config.data.update(vocab_file=vocab_file, vocab_md5=storage.md5(vocab_file))
     config.data.vocab_size = 30522
     model = M.BertForPreTraining(M.BertConfig.from_config_dict(config.model), rngs=nnx.Rngs(0))
     run = tmp_path / "run"
@@ -577,3 +577,44 @@ def test_a_decoder_bert_is_refused_by_name(hf_dir, tmp_path, field):
     path.write_text(json.dumps(json.loads(path.read_text()) | {field: True}))
     with pytest.raises(bert.CheckpointError, match=rf"{field}.*attends causally"):
         bert.load_hf(str(tmp_path / "decoder"))
+
+
+def test_a_run_config_that_does_not_fit_the_directory_is_named(tiny_hf):
+    """train.init_checkpoint with a run whose config.model (its vocab_size from the data) does
+    not fit the directory: the error said "does its config.json describe this checkpoint?",
+    blaming a file that is right; it names the run's fields that differ, and the data's
+    vocabulary."""
+    theirs = bert.bert_config_from_hf(json.load(open(os.path.join(tiny_hf, "config.json"))))
+    for changes in ({"vocab_size": 30522}, {"hidden_size": 48, "num_attention_heads": 3}):
+        run = M.BertConfig(**{**vars(theirs), **changes})
+        with pytest.raises(bert.CheckpointError) as e:
+            bert.load_hf_params(tiny_hf, run)
+        text = str(e.value)
+        assert "config.json describe" not in text
+        for field, value in changes.items():
+            if field != "num_attention_heads":
+                mine, its = value, getattr(theirs, field)
+                assert f"this run's config.model has {field}={mine} (" in text
+                assert f"config.json: {its})" in text
+        assert ("tokenize the data with the model's tokenizer" in text) == ("vocab_size" in changes)
+
+
+def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_path):
+    """A run tokenized with SentencePiece (data_prep --vocab_file=sp.model): the export copied
+    the binary model as vocab.txt under a BertTokenizer config, a directory transformers cannot
+    load ("stream did not contain valid UTF-8"), and a ModernBERT export failed on it with
+    "is it a vocab.txt?". Both are one error naming the file, before anything is written, as is
+    a fine-tuning run that would export at its end."""
+    from bert_jax.finetune import heads
+
+    sp_model = tmp_path / "sp.model"
+    sp_model.write_bytes(b"\n\x0b\n\x05<unk>\x15\x00\x00\x00\x00\xbe\x01")
+    config = M.BertConfig(
+        **TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.02
+    )
+    model = M.BertForPreTraining(config, rngs=nnx.Rngs(0))
+    with pytest.raises(cli.UserError, match=r"sp\.model' is a SentencePiece model"):
+        bert.save_hf(model, str(sp_model), str(tmp_path / "out"))
+    assert not (tmp_path / "out" / "vocab.txt").exists()
+    with pytest.raises(cli.UserError, match="SentencePiece"):
+        heads.check_exportable(config, str(sp_model))

@@ -3,6 +3,7 @@ padded and packed rows, with sliding windows that bite (rows longer than the win
 directories read by pre-training, fine-tuning's --init and embed; tokenizer files passed through."""
 
 import dataclasses
+import itertools
 import json
 import os
 
@@ -15,8 +16,8 @@ from safetensors.numpy import save_file
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
 from bert_jax.hf import bert as hf
-from bert_jax.hf import pretrained
 from bert_jax.model import encoder as M
+from bert_jax.training import pretrained
 from support import tiny
 from support.finetune_data import VOCAB, make_config, sst2_file
 
@@ -358,3 +359,78 @@ def test_an_export_with_a_vocab_txt_loads_in_transformers_autotokenizer(hf_dir, 
         want = [tok.cls_id, *tok.convert_tokens_to_ids(tok.tokenize(text)), tok.sep_id]
         assert theirs(text)["input_ids"] == want, text
     assert (theirs.mask_token, theirs.pad_token_id) == ("[MASK]", tok.pad_id)
+
+
+def test_a_field_of_the_wrong_kind_is_named(tmp_path):
+    """A null, a string or a list where config.json holds a number, a flag or an object: each
+    refused naming the field. Before, `num_attention_heads: 0` and a list for rope_parameters were
+    tracebacks, `decoder_bias: "false"` silently became true, and a null window or pattern was
+    Python's "int() argument must be ..." naming no field."""
+    written = hf.hf_config_from_bert(hf.bert_config_from_hf(hf_model().config.to_dict()))
+    wrong = {  # field -> values of the wrong kind for it
+        "num_attention_heads": [0, -2, "2", 2.0, None],
+        "hidden_size": ["32", None, True],
+        "local_attention": [None, "8", [8], 8.5],
+        "global_attn_every_n_layers": [None, "3"],
+        "layer_types": ["full_attention", 5],
+        "rope_parameters": [[1, 2], "default"],
+        "rope_scaling": ["linear"],
+        "global_rope_theta": ["big", None],
+        "norm_eps": [None, "1e-5"],
+        "mlp_dropout": [None, "0.1"],
+        "decoder_bias": ["false", None, 0],
+        "norm_bias": ["true", 1],
+        "max_position_embeddings": [None, "64"],
+    }
+    for field, values in wrong.items():
+        for value in values:
+            config = json.loads(json.dumps(written)) | {field: value}
+            if field in ("global_attn_every_n_layers", "global_rope_theta"):
+                config.pop({"global_rope_theta": "rope_parameters"}.get(field, "layer_types"))
+            with pytest.raises(cli.UserError, match=field) as e:
+                hf.bert_config_from_hf(config)
+            assert repr(value) in str(e.value) or str(value) in str(e.value), (field, value)
+    nested = json.loads(json.dumps(written))
+    nested["rope_parameters"]["full_attention"] = "x"
+    with pytest.raises(cli.UserError, match="full_attention is 'x'"):
+        hf.bert_config_from_hf(nested)
+    nested["rope_parameters"]["full_attention"] = {"rope_type": "default", "rope_theta": "1e4"}
+    with pytest.raises(cli.UserError, match="rope_theta is '1e4'"):
+        hf.bert_config_from_hf(nested)
+    # Through the import: the directory's config file is named.
+    (tmp_path / "config.json").write_text(json.dumps(written | {"num_attention_heads": 0}))
+    with pytest.raises(cli.UserError, match="num_attention_heads is 0"):
+        hf.load_hf(str(tmp_path))
+
+
+def test_a_scaled_rope_is_refused_wherever_transformers_would_scale_it():
+    """Every spelling of a layer kind's RoPE entry and of transformers 4's rope_scaling: we import
+    exactly the configs transformers 5 runs with unscaled ('default') RoPE in both kinds. An entry
+    spelling its type as `type` (the older key) was imported unscaled where transformers scales."""
+    written = hf.hf_config_from_bert(hf.bert_config_from_hf(hf_model().config.to_dict()))
+    entries = ["absent", {}, {"rope_theta": 5e3}]
+    for spelling in ("rope_type", "type"):
+        entries += [{spelling: "default"}, {spelling: "linear", "factor": 2.0}]
+    entries.append({"rope_type": "default", "type": "linear", "factor": 2.0})
+    scalings = [None, {"type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}]
+    for full, sliding, scaling in itertools.product(entries, entries[:3], scalings):
+        config = json.loads(json.dumps(written))
+        kinds = {"full_attention": full, "sliding_attention": sliding}
+        config["rope_parameters"] = {k: v for k, v in kinds.items() if v != "absent"}
+        if scaling is not None:
+            config["rope_scaling"] = scaling
+        try:
+            theirs = transformers.ModernBertConfig(**json.loads(json.dumps(config)))
+        except KeyError:  # rope_scaling with a kind absent from rope_parameters: theirs fails
+            continue
+        unscaled = all(p["rope_type"] == "default" for p in theirs.rope_parameters.values())
+        try:
+            ours = hf.bert_config_from_hf(config)
+        except cli.UserError as e:
+            assert not unscaled, (full, scaling, e)
+            assert "only 'default' (unscaled) RoPE" in str(e)
+            continue
+        assert unscaled, (full, scaling)
+        want = theirs.rope_parameters
+        assert ours.global_rope_theta == want["full_attention"]["rope_theta"]
+        assert ours.local_rope_theta == want["sliding_attention"]["rope_theta"]

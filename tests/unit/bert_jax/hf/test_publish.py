@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from bert_jax.hf import publish
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 
 
 def writer(files: dict[str, str]):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tokenizers
 
-from bert_jax import cli
+from bert_jax import cli, storage
 from bert_jax.data.contract import manifest
 from bert_jax.data.input import masking
 from bert_jax.text import tokenization, tokenizer_json
@@ -76,9 +76,7 @@ def test_special_tokens_are_the_files_and_go_into_the_manifest(files, texts, kin
     assert entry["special_ids"] == {
         role: theirs.token_to_id(token) for role, token in SPECIAL[kind].items()
     }
-    assert entry["size"] == theirs.get_vocab_size() and entry["md5"] == manifest.file_md5(
-        files[kind]
-    )
+    assert entry["size"] == theirs.get_vocab_size() and entry["md5"] == storage.md5(files[kind])
     assert entry["do_lower_case"] is (kind == "wordpiece")  # the file's normalizer says
 
 

@@ -4,6 +4,8 @@ a mesh the devices cannot hold. The binary's one-line errors for the same mistak
 bad-input sweep (tests/e2e/test_bad_input_sweep.py, "train: config field typo" and others)."""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +13,7 @@ from bert_jax import cli
 from bert_jax.finetune import runs as finetune_runs
 from bert_jax.training import config_check, pretrain
 from configs import tiny
+from support.golden import REPO
 
 
 def tiny_config(**changes):
@@ -48,6 +51,37 @@ def tiny_config(**changes):
 def test_each_mistake_is_named_with_its_field(changes, message):
     with pytest.raises(cli.UserError, match=message):
         config_check.check_pretraining(tiny_config(**changes), num_devices=8)
+
+
+def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file, tmp_path):
+    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
+    the length the records have (the kernel's ValueError traceback before)."""
+    out = tmp_path / "records"
+    subprocess.run(
+        [sys.executable, "-m", "data_prep.main", f"--input={testdata / 'sample_text.txt'}"]
+        + [f"--vocab_file={vocab_file}", f"--output_dir={out}", "--max_seq_length=64"]
+        + ["--max_predictions_per_seq=10", "--dupe_factor=1", "--num_workers=1", "--noprogress"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    config = tiny_config(model__attention_impl="splash", data__max_seq_length=0)
+    config.data.train_files, config.data.eval_files = str(out), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    with pytest.raises(cli.UserError, match=r"data.max_seq_length a multiple of 128, not 64"):
+        config_check.pretraining(config, num_devices=8)
+    config.model.attention_impl = "auto"
+    assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
+
+
+def test_fine_tuning_checks_the_splash_length_too():
+    config = finetuning_config()
+    config.model.attention_impl, config.data.max_seq_length = "splash", 200
+    with pytest.raises(cli.UserError, match=r"a multiple of 128, not 200"):
+        check_finetuning(config)
+    config.data.max_seq_length = 256
+    check_finetuning(config)
 
 
 def test_widths_the_tensor_axis_cannot_split():
@@ -152,6 +186,13 @@ def test_the_finetuning_pass_names_every_problem_at_once():
         finetune_runs.check_finetuning(config, num_devices=8, init="model")
     config.train.batch_size = 16
     finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    # The splash kernel takes whole 128-token tiles: a traceback at the first eval before.
+    config.model.attention_impl, config.data.max_seq_length = "splash", 48
+    with pytest.raises(cli.UserError, match=r"'splash' needs data.max_seq_length a multiple of"):
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    config.data.max_seq_length = 128
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    config.model.attention_impl = "auto"
     # The eval's batch splits the same way: found by the first eval, after all the training.
     config.eval.batch_size = 12
     with pytest.raises(cli.UserError, match=r"eval.batch_size=12 must be divisible by the 8 data"):

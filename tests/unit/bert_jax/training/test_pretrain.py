@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.hf import bert
 from bert_jax.model import sharding
@@ -184,3 +185,13 @@ def test_a_different_model_is_caught(trained, change):
     diff = np.abs(np.subtract(our_losses, theirs(cfg, initial, **change)))
     print(f"{change}: largest loss difference {diff.max():.2e}")
     assert diff.max() > 10 * LOSS_TOL, diff.max()
+
+
+def test_a_vocab_size_left_to_the_data_is_refused_before_any_array():
+    """config.model.vocab_size=0 means "the data's": a run's data_facts.resolve fills it in or
+    refuses it (test_data_facts); a library caller that builds a setup without resolving meets
+    the model config's own check, naming the field."""
+    cfg = config()
+    cfg.model.vocab_size = 0
+    with pytest.raises(cli.UserError, match="vocab_size must be a positive integer, got 0"):
+        pretrain.make_setup(cfg)

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax import cli
+from bert_jax import cli, storage
 from bert_jax.data.contract import data_facts, manifest, record_io, shard_files
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import pipeline as ip
@@ -52,7 +52,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
                 {
                     "file": name,
                     "instances": len(part),
-                    "md5": manifest.file_md5(os.path.join(directory, name)),
+                    "md5": storage.md5(os.path.join(directory, name)),
                 }
             )
     flags = {"vocab_file": vocab, "do_lower_case": True, "max_seq_length": 128}
@@ -64,7 +64,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
         "nsp": True,
         "schema": {"max_seq_length": 128, "max_predictions_per_seq": 20 if masked else 0},
         "flags": flags,
-        "vocab_md5": manifest.file_md5(vocab),
+        "vocab_md5": storage.md5(vocab),
         "shards": entries,
     }
     if version == 2:
@@ -73,7 +73,7 @@ def write_dir(directory, testdata, *, masked=True, shards=(2, 1), version=2, **f
             whole_word_mask=False,
             vocab={
                 "file": vocab,
-                "md5": manifest.file_md5(vocab),
+                "md5": storage.md5(vocab),
                 "size": 30522,
                 "kind": "wordpiece",
                 "do_lower_case": True,
@@ -109,7 +109,7 @@ def test_a_data_prep_directory_is_all_the_config_needs(data_dir, testdata):
         True,
     )
     assert (d.vocab_size, resolved.model.vocab_size) == (30522, 30522)
-    assert d.vocab_md5 == manifest.file_md5(str(testdata / "bert-base-uncased-vocab.txt"))
+    assert d.vocab_md5 == storage.md5(str(testdata / "bert-base-uncased-vocab.txt"))
     assert (d.cls_token_id, d.sep_token_id, d.mask_token_id, d.do_lower_case) == (
         101,
         102,
@@ -148,6 +148,17 @@ def test_stray_and_temporary_files_are_never_read(data_dir, tmp_path):
     assert [os.path.basename(f) for f in one.files] == ["train-00001-of-00002.arrayrecord"]
     with pytest.raises(cli.UserError, match="matches none of the shards"):
         shard_files.find_shards(str(work / "wiki-*"))
+
+
+def test_globs_into_one_directory_read_its_manifest_once(data_dir, monkeypatch):
+    reads, read = [], manifest.read
+    monkeypatch.setattr(manifest, "read", lambda path: reads.append(path) or read(path))
+    shards = shard_files.find_shards(f"{data_dir}/train-00000-*,{data_dir}/train-00001-*")
+    assert [os.path.basename(f) for f in shards.files] == [
+        "train-00000-of-00002.arrayrecord",
+        "train-00001-of-00002.arrayrecord",
+    ]
+    assert reads == [os.path.join(data_dir, manifest.FILE)] and len(shards.manifests) == 1
 
 
 def test_an_unfinished_data_prep_job_is_an_error_that_says_to_rerun_it(data_dir, tmp_path):

@@ -106,7 +106,7 @@ def test_skip_replaces_counts_and_bounds_damaged_records(golden):
     data = data_config(golden, bad_records="skip", max_bad_records=3)
     it = iter(ip.train_dataset(data, VOCAB, 20, seed=0))
     batches = take(it, 3)  # one epoch of 60 records
-    assert bad_records.count(it) == 3 and ip.BAD_RECORD not in batches[0]
+    assert bad_records.count(it) == 3 and bad_records.BAD_RECORD not in batches[0]
     blank = [(b, r) for b in batches for r in range(20) if b[F.INPUT_MASK][r].sum() == 2]
     assert len(blank) == 3
     for b, r in blank:  # adds nothing to either loss

@@ -290,3 +290,30 @@ def test_decay_from_warmup_end_is_transformers_schedule(total, warmup):
     start = functools.partial(optim.rate, optim.schedule_values(cfg, total))
     if warmup:
         assert float(start(warmup)) == pytest.approx(1 - warmup / total)
+
+
+def test_the_tokenizers_pad_row_is_frozen_not_row_0():
+    """A vocabulary whose [PAD] is not id 0 (ModernBERT's tokenizer.json: 50,283; a BPE with
+    <s> first): the span step zeroed row 0's gradient (a real token, trained by transformers)
+    and trained the padding row (which transformers' padding_idx freezes). Now the tokenizer's
+    pad row is the frozen one."""
+    pad = 7
+    cfg = config()
+    cfg.optim.weight_decay = 0.0
+    model = initial_model("span")
+    setup, trainable, frozen = runs.make_setup(cfg, model, STEPS)
+    state = runs.initial_state(setup, trainable, seed=0)
+    step_fn = train.jit_train_step(setup, pad_id=pad)
+    b = batches("span")[0]
+    real = b["input_mask"].astype(bool)
+    b["input_ids"] = np.where(real, b["input_ids"], pad).astype(np.int32)
+    b["input_ids"][:, 1] = 0  # id 0 as a real token of every row
+    before = np.asarray(trainable["bert"]["embeddings"]["word_embeddings"]["embedding"]).copy()
+    with setup.activate():
+        for _ in range(3):  # past the warmup's zero rate
+            state, _ = step_fn(
+                state, frozen, sharding.host_to_global(b, setup.batch_sharding), setup.lr
+            )
+    after = np.asarray(state["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    np.testing.assert_array_equal(after[pad], before[pad])
+    assert np.abs(after[0] - before[0]).max() > 1e-5

@@ -1,4 +1,4 @@
-"""bert_jax.hf.pretrained.load, the one loader behind embed, export and fine-tuning's --init, on
+"""training.pretrained.load, the one loader behind embed, export and fine-tuning's --init, on
 each kind of directory: a Hugging Face one with vocab.txt, one transformers 5 saved with
 tokenizer.json only, and a training workdir (its recorded vocabulary;
 tests/unit/bert_jax/test_embed.py and tests/unit/bert_jax/finetune/test_lora.py cover its damaged
@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
-from bert_jax.hf import pretrained
+from bert_jax.training import pretrained
 from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
 
 transformers = pytest.importorskip("transformers")

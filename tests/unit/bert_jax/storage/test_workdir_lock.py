@@ -1,4 +1,4 @@
-"""bert_jax.training.workdir_lock: one run per directory, locally and in a bucket; stale locks taken
+"""bert_jax.storage.workdir_lock: one run per directory, locally and in a bucket; stale locks taken
 over by exactly one of the runs racing for them."""
 
 import json
@@ -13,7 +13,7 @@ from unittest import mock
 import pytest
 
 from bert_jax import storage
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 from support import locks
 from support.golden import REPO
 
@@ -175,7 +175,7 @@ def test_the_heartbeat_keeps_a_live_lock_fresh(tmp_path, monkeypatch):
 
 _RACER = """
 import sys, time
-from bert_jax.training import workdir_lock
+from bert_jax.storage import workdir_lock
 directory, start = sys.argv[1], float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))
 try:

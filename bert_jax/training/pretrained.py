@@ -22,7 +22,6 @@ import jax
 import numpy as np
 
 from bert_jax import cli, storage
-from bert_jax.data.contract import manifest
 from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
@@ -103,6 +102,11 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     saved = run_config.model.to_dict()
     if saved.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
         saved["attention_impl"] = "auto"  # the training GPU's kernel, not a property of the model
+    if saved.get("attention_impl") == "splash":
+        # The training TPU's kernel: it takes only rows of whole 128-token tiles (an embed's or a
+        # fine-tuning's lengths are the user's), and off a TPU runs interpreted. 'auto' takes it
+        # on a TPU where it fits.
+        saved["attention_impl"] = "auto"
     config = encoder.BertConfig.from_config_dict({**saved, **overrides})
     source = f"step {step} of {checkpoints.checkpoint_dir(path)}"
     lower = tokenization.lower_case(lower)
@@ -161,7 +165,7 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
         recorded_size = int(run_data.get("vocab_size") or 0)
         problem = None
         if recorded_md5:
-            md5 = manifest.file_md5(vocab)
+            md5 = storage.md5(vocab)
             if md5 != recorded_md5:
                 problem = f"md5 {md5}, {size} entries; the run's data: md5 {recorded_md5}"
         elif recorded_size and size != recorded_size:
