@@ -100,12 +100,11 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     )
     params, _ = checkpoints.restore_params(path, step, run_config)
     saved = run_config.model.to_dict()
-    if saved.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
-        saved["attention_impl"] = "auto"  # the training GPU's kernel, not a property of the model
-    if saved.get("attention_impl") == "splash":
-        # The training TPU's kernel: it takes only rows of whole 128-token tiles (an embed's or a
-        # fine-tuning's lengths are the user's), and off a TPU runs interpreted. 'auto' takes it
-        # on a TPU where it fits.
+    impl = saved.get("attention_impl")
+    # The training hardware's kernel, not a property of the model ('auto' takes it where it fits):
+    # cuDNN's off a GPU; splash's, which takes only rows of whole 128-token tiles (an embed's or a
+    # fine-tuning's lengths are the user's) and off a TPU runs interpreted.
+    if impl == "splash" or (impl == "cudnn" and jax.default_backend() != "gpu"):
         saved["attention_impl"] = "auto"
     config = encoder.BertConfig.from_config_dict({**saved, **overrides})
     source = f"step {step} of {checkpoints.checkpoint_dir(path)}"
