@@ -15,8 +15,6 @@ as in bert_jax.model.encoder.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -200,8 +198,6 @@ def export_hf(
 ) -> dict[str, Any]:
     """Writes `model` (a TaskModel, with or without LoRA adapters) as a transformers task
     model directory; adapters are merged into a copy first. Returns the config.json written."""
-    from safetensors.numpy import save_file
-
     check_exportable(model.config)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]
@@ -219,13 +215,7 @@ def export_hf(
             hf_config["problem_type"] = "single_label_classification"
 
     def write(scratch: str) -> None:
-        save_file(tensors, os.path.join(scratch, "model.safetensors"), metadata={"format": "pt"})
-        with open(os.path.join(scratch, "config.json"), "w") as f:
-            json.dump(hf_config, f, indent=2, sort_keys=True)
-        if vocab_file:
-            bert.save_tokenizer(
-                vocab_file, scratch, do_lower_case, model.config.max_position_embeddings
-            )
+        bert.write_hf(scratch, tensors, hf_config, vocab_file, do_lower_case)
 
     # Whole or not at all, never mixed with an earlier model's files (bert_jax.hf.publish).
     publish.directory(output_dir, write, what="bert_jax.finetune export", flag=EXPORT_FLAG)

@@ -27,13 +27,13 @@ from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import packed, runs, tasks
 from bert_jax.model import sharding
-from bert_jax.training import checkpoints, config_check
+from bert_jax.training import checkpoints, config_check, train_state
 
 PREDICTIONS_DIR = "predictions"
 _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
 
 
-def jit_infer(setup: runs.Setup):
+def jit_infer(setup: train_state.Setup):
     """(params, frozen, inputs) -> model outputs, replicated on every device."""
     fn = functools.partial(runs.forward, setup.graphdef)
     return jax.jit(
@@ -53,7 +53,7 @@ class Inference:
     (the trainable ones are passed per call); the forward pass is `jit_infer`'s."""
 
     run: runs.Run
-    setup: runs.Setup
+    setup: train_state.Setup
     frozen: Any
 
     def __post_init__(self):

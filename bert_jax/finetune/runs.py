@@ -219,15 +219,11 @@ def num_train_steps(config, num_examples: int) -> int:
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
-# Pre-training's Setup (mesh, shardings, optimizer, the state's layout): its params are the
-# trainable ones; frozen_shardings place the rest, which is only read.
-Setup = train_state.Setup
-
-
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, place=True):
-    """-> (Setup, trainable params, frozen params) (train_state.build_setup), the parameters
-    placed on the mesh unless `place` is False: with an abstract model (nnx.eval_shape), what
-    compiling the step ahead of time needs (the planner, bert_jax/plan/steps.py)."""
+    """-> (Setup, trainable params, frozen params) (train_state.build_setup: the Setup's params
+    are the trainable ones, its frozen_shardings place the rest, which is only read), placed on
+    the mesh unless `place` is False: with an abstract model (nnx.eval_shape), what compiling
+    the step ahead of time needs (the planner, bert_jax/plan/steps.py)."""
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
     setup, trainable, frozen = train_state.build_setup(
@@ -246,7 +242,7 @@ def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, p
     return setup, trainable, frozen
 
 
-def initial_state(setup: Setup, trainable, seed: int) -> dict:
+def initial_state(setup: train_state.Setup, trainable, seed: int) -> dict:
     return jax.jit(
         lambda p: train_state.new_state(p, setup.tx, jax.random.PRNGKey(seed + 2)),
         out_shardings=setup.state_shardings,
@@ -291,7 +287,7 @@ def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
     return sets
 
 
-def host_model(setup: Setup, params, frozen) -> heads.TaskModel:
+def host_model(setup: train_state.Setup, params, frozen) -> heads.TaskModel:
     """The task model with its parameters gathered to host memory (for export). Every process
     must call it when there are several: gathering sharded arrays is a collective."""
     if jax.process_count() > 1:

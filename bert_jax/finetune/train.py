@@ -54,7 +54,7 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer, pad_id=he
     }
 
 
-def jit_train_step(setup: runs.Setup, pad_id: int = heads.PAD_ID):
+def jit_train_step(setup: train_state.Setup, pad_id: int = heads.PAD_ID):
     """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or
     `setup.lr_on_mesh()`) as `lr`, and the tokenizer's `pad_id`."""
     fn = functools.partial(

@@ -141,18 +141,24 @@ def save_hf(
     """Writes a Hugging Face BertForPreTraining (or ModernBertForMaskedLM) directory, float32
     safetensors; `special_ids`: the tokenizer's 'pad', 'cls', 'sep' ids for a ModernBERT
     config.json (BERT's says pad 0, its vocabularies' [PAD])."""
+    tensors = to_hf_state_dict(model, model.config)
+    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
+    write_hf(output_dir, tensors, hf_config, vocab_file, do_lower_case)
+    if vocab_file and architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
+        _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
+
+
+def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_case) -> None:
+    """A Hugging Face model directory's files (a pre-training export's and a task model's):
+    model.safetensors of `tensors`, config.json and, with a `vocab_file`, save_tokenizer's."""
     from safetensors.numpy import save_file
 
     os.makedirs(output_dir, exist_ok=True)
-    tensors = to_hf_state_dict(model, model.config)
-    hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
     save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(output_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
     if vocab_file:
-        save_tokenizer(vocab_file, output_dir, do_lower_case, model.config.max_position_embeddings)
-        if architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
-            _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
+        save_tokenizer(vocab_file, output_dir, do_lower_case, hf_config["max_position_embeddings"])
 
 
 # Files beside a tokenizer.json that transformers reads with it, copied along when present.
@@ -225,12 +231,11 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
 
 
 def _save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
-    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir`, and the special
-    tokens' roles in its tokenizer_config.json (save_tokenizer wrote both files' others).
-    transformers 5's AutoTokenizer reads a modernbert directory's tokenizer from tokenizer.json
-    alone (it ignores tokenizer_class 'BertTokenizer' for this model type), so without it an
-    export with a vocab.txt loads no tokenizer. Built as transformers' BertTokenizer builds its
-    own, with our FullTokenizer's word length limit."""
+    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir` (built as transformers'
+    BertTokenizer builds its own, with FullTokenizer's word length limit), the special tokens'
+    roles added to save_tokenizer's tokenizer_config.json: transformers 5's AutoTokenizer reads a
+    modernbert directory's tokenizer from tokenizer.json alone (docs/model.md, "ModernBERT in
+    and out of Hugging Face")."""
     vocab = tokenization.load_vocab(vocab_file)
     max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
     tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
@@ -252,7 +257,7 @@ def load_hf(
     `config` defaults to the directory's config.json / bert_config.json, with `overrides`
     (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
     remat). Weights the file lacks (the heads, the pooler) are freshly initialized."""
-    config, params, report = _load(hf_dir, config, overrides)
+    config, params, report, _ = read_hf(hf_dir, config, overrides)
     return model_from_params(config, params), report
 
 
@@ -262,9 +267,9 @@ def load_hf_params(
     """load_hf for a training run: (pure parameter dict, report), placed on `shardings`. The
     dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so a run
     can start from a public checkpoint; `config` is the run's (its shapes must match the file)."""
-    _, params, report = _load(hf_dir, config, None)
+    _, params, report, hf_config = read_hf(hf_dir, config, None)
     try:
-        changed = _other_settings(bert_config_from_hf(read_config(hf_dir)[1]), config)
+        changed = _other_settings(bert_config_from_hf(hf_config), config)
     except (cli.UserError, ValueError, TypeError):  # the run's config decides (it always did)
         changed = []
     if changed:  # allowed (a longer context's RoPE base), but not silently
@@ -292,11 +297,12 @@ def _other_settings(theirs: BertConfig, ours: BertConfig) -> list[str]:
     return out
 
 
-def _load(
+def read_hf(
     hf_dir: str, config: BertConfig | None, overrides: Mapping[str, Any] | None
-) -> tuple[BertConfig, dict, ImportReport]:
-    """(config, parameters, report): the config file read once, the names decided once (a
-    wrong block is refused before the weights are read), then the weights mapped."""
+) -> tuple[BertConfig, dict, ImportReport, dict]:
+    """load_hf with no model built: (config, its parameters as nnx.to_pure_dict lays them out,
+    report, the config file's dict). The config file is read once, the names decided once (a wrong
+    block is refused before the weights are read), then the weights mapped."""
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
@@ -377,7 +383,7 @@ def _load(
             f"{dropped[0]}): the model is built as the config says (num_hidden_layers="
             f"{config.num_hidden_layers}), without them"
         )
-    return config, params, ImportReport(source=source, initialized=initialized, unused=unused)
+    return config, params, ImportReport(source, initialized, unused), hf_config
 
 
 def _run_config_hint(hf_config: Mapping[str, Any], config: BertConfig, path: str) -> str:

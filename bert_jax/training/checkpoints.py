@@ -511,14 +511,18 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
     )
 
 
-def restore_params(workdir: str, step: int | None = None) -> tuple[dict, ml_collections.ConfigDict]:
+def restore_params(
+    workdir: str, step: int | None = None, config: ml_collections.ConfigDict | None = None
+) -> tuple[dict, ml_collections.ConfigDict]:
     """(parameters, config) of a run's checkpoint (the latest unless `step` is given), on the
     first local device: the pure dict of nnx.state(model, nnx.Param), which `nnx.update(model,
-    params)` puts into a model built from `BertConfig.from_config_dict(config.model)`."""
+    params)` puts into a model built from `BertConfig.from_config_dict(config.model)`. `config`:
+    step `step`'s, already read (load_config) and checked (check_kind)."""
     from bert_jax.model import encoder
 
-    config, step = load_config(workdir, step)
-    check_kind(config, workdir, finetuning=False)
+    if config is None:
+        config, step = load_config(workdir, step)
+        check_kind(config, workdir, finetuning=False)
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),

@@ -20,7 +20,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 
 from bert_jax import cli, storage
 from bert_jax.hf import bert, files
@@ -45,7 +44,6 @@ class Pretrained:
     config: encoder.BertConfig
     params: dict  # a BertForPreTraining's parameters, nnx.to_pure_dict layout; ["bert"]: encoder
     source: str  # what was read (a checkpoint step, a weights file), for the log
-    vocab_file: str | None  # None: the directory names none (the caller asks for one)
     do_lower_case: bool
     tokenizer: Any  # tokenization.make_tokenizer(vocab_file, ...), None without a vocabulary
     # vocab_file as a saved config should record it: "" where it was derived from tokenizer.json
@@ -58,6 +56,12 @@ class Pretrained:
 
     def model(self) -> encoder.BertForPreTraining:
         return encoder.model_from_params(self.config, self.params)
+
+    @property
+    def vocab_file(self) -> str | None:
+        """The tokenizer's file (a bucket's vocabulary: its local copy, to export); None: the
+        directory names none (the caller asks for one)."""
+        return None if self.tokenizer is None else self.tokenizer.vocab_file
 
 
 def load(
@@ -94,29 +98,29 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     tokenizer = vocab and _tokenizer(
         vocab, lower, int(run_config.model.vocab_size), run_data=data, given=bool(vocab_file)
     )
-    params, run_config = checkpoints.restore_params(path, step)
+    params, _ = checkpoints.restore_params(path, step, run_config)
     saved = run_config.model.to_dict()
-    if saved.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
-        saved["attention_impl"] = "auto"  # the training GPU's kernel, not a property of the model
-    if saved.get("attention_impl") == "splash":
-        # The training TPU's kernel: it takes only rows of whole 128-token tiles (an embed's or a
-        # fine-tuning's lengths are the user's), and off a TPU runs interpreted. 'auto' takes it
-        # on a TPU where it fits.
+    impl = saved.get("attention_impl")
+    # The training hardware's kernel, not a property of the model ('auto' takes it where it fits):
+    # cuDNN's off a GPU; splash's, which takes only rows of whole 128-token tiles (an embed's or a
+    # fine-tuning's lengths are the user's) and off a TPU runs interpreted.
+    if impl == "splash" or (impl == "cudnn" and jax.default_backend() != "gpu"):
         saved["attention_impl"] = "auto"
     config = encoder.BertConfig.from_config_dict({**saved, **overrides})
     source = f"step {step} of {checkpoints.checkpoint_dir(path)}"
-    return _finish(config, params, source, tokenizer or None, lower, record=vocab, step=step)
+    lower = tokenization.lower_case(lower)
+    return Pretrained(config, params, source, lower, tokenizer or None, vocab, step=step)
 
 
 def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     local = storage.local_dir(path)  # in a bucket: transformers' files are read from copies
     with storage.reported_as(local, path.rstrip("/")):  # errors name the bucket's files
-        model, report = bert.load_hf(local, overrides=overrides)
-    config = model.config
-    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
-    own_vocab, own_lower, derived = _hf_vocabulary(local)
+        config, params, report, _ = bert.read_hf(local, None, overrides)  # no model built
+    tok_config = _json_if_any(local, "tokenizer_config.json") or {}
+    spec = _json_if_any(local, "tokenizer.json")
+    own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
     if own_vocab and not vocab_file:
-        _check_tokenizer_class(local, path)
+        _check_tokenizer_class(tok_config, path)
     vocab = vocab_file or own_vocab
     lower = do_lower_case if do_lower_case is not None else own_lower
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
@@ -125,19 +129,10 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
     if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
         if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
-            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(local))
-    fresh = tuple(report.initialized)
-    return _finish(
-        config, params, str(report), tokenizer or None, lower, record=record, fresh=fresh
-    )
-
-
-def _finish(config, params, source, tokenizer, lower, *, record, **more) -> Pretrained:
-    """`more`: Pretrained's step or fresh."""
+            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
     lower = tokenization.lower_case(lower)
-    # A vocabulary in a bucket: the tokenizer's file is its local copy, to export.
-    vocab = tokenizer.vocab_file if tokenizer is not None else None
-    return Pretrained(config, params, source, vocab, lower, tokenizer, record, **more)
+    fresh = tuple(report.initialized)
+    return Pretrained(config, params, str(report), lower, tokenizer or None, record, fresh=fresh)
 
 
 def fits_table(vocab_size: int, rows: int) -> bool:
@@ -191,18 +186,23 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
     return tokenizer
 
 
-def _hf_vocabulary(model_dir: str) -> tuple[str | None, bool | None, bool]:
+def _json_if_any(model_dir: str, name: str) -> dict | None:
+    path = os.path.join(model_dir, name)
+    return files.read_json(path) if os.path.isfile(path) else None
+
+
+def _hf_vocabulary(
+    model_dir: str, tok_config: dict, spec: dict | None
+) -> tuple[str | None, bool | None, bool]:
     """(vocab.txt or tokenizer.json, do_lower_case or None, whether the file was derived into
-    this process's scratch directory)."""
-    lower, options = None, {}
-    tok_config = os.path.join(model_dir, "tokenizer_config.json")
-    if os.path.isfile(tok_config):
-        spec = files.read_json(tok_config)
-        lower = spec.get("do_lower_case")
-        options = {k: spec[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in spec}
+    this process's scratch directory); `tok_config`, `spec`: its tokenizer_config.json and
+    tokenizer.json ({}, None: absent)."""
+    lower = tok_config.get("do_lower_case")
+    options = {
+        k: tok_config[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in tok_config
+    }
     vocab = os.path.join(model_dir, "vocab.txt")
     tokenizer_json = os.path.join(model_dir, "tokenizer.json")
-    spec = files.read_json(tokenizer_json) if os.path.isfile(tokenizer_json) else None
     if os.path.isfile(vocab):
         if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
             return vocab, lower, False
@@ -277,16 +277,12 @@ class HubWordPiece(tokenization.WordPieceTokenizer):
         return concatenated([self.encode(line) for line in lines])
 
 
-def _max_chars_per_word(model_dir: str) -> int:
+def _max_chars_per_word(spec: dict | None) -> int:
     """The longest word a Hugging Face directory's WordPiece splits: its tokenizer.json's
     max_input_chars_per_word, else transformers' BertTokenizer's 100."""
-    tokenizer_json = os.path.join(model_dir, "tokenizer.json")
-    if os.path.isfile(tokenizer_json):
-        model_spec = files.read_json(tokenizer_json).get("model")
-        value = model_spec.get("max_input_chars_per_word") if isinstance(model_spec, dict) else 0
-        if isinstance(value, int) and value > 0:
-            return value
-    return 100
+    model_spec = (spec or {}).get("model")
+    value = model_spec.get("max_input_chars_per_word") if isinstance(model_spec, dict) else 0
+    return value if isinstance(value, int) and value > 0 else 100
 
 
 # tokenizer_config.json's tokenizer_class values whose text splitting BERT's WordPiece rules do
@@ -296,11 +292,10 @@ _OTHER_SPLITTERS = {
 }
 
 
-def _check_tokenizer_class(model_dir: str, shown: str) -> None:
+def _check_tokenizer_class(tok_config: dict, shown: str) -> None:
     """Refuses a directory whose tokenizer_config.json names a tokenizer class we cannot
     reproduce (its ids would differ silently); the user may pass a vocabulary explicitly."""
-    config = os.path.join(model_dir, "tokenizer_config.json")
-    name = files.read_json(config).get("tokenizer_class") if os.path.isfile(config) else None
+    name = tok_config.get("tokenizer_class")
     if name in _OTHER_SPLITTERS:
         raise cli.UserError(
             f"{shown}: tokenizer_config.json's tokenizer_class {name!r} is not supported (its "

@@ -241,6 +241,30 @@ def test_a_japanese_tokenizer_is_refused_by_name(dirs, tmp_path):
     pretrained.load(str(model_dir), vocab_file=str(model_dir / "vocab.txt"))
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "tokenizer.json"])
+def test_a_damaged_tokenizer_file_is_one_error_naming_it(dirs, tmp_path, name):
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    (model_dir / name).write_text('{"do_lower_case": tr')
+    with pytest.raises(cli.UserError, match=f"{model_dir / name} is not valid JSON"):
+        pretrained.load(str(model_dir))
+
+
+def test_a_tokenizer_json_beside_vocab_txt_sets_the_longest_word(dirs, tmp_path):
+    """transformers' BertTokenizer reads max_input_chars_per_word from tokenizer.json: a longer
+    word is [UNK], as there."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(dirs["vocab_txt"], model_dir)
+    word = next(t for t in VOCAB if t.isalpha() and len(t) > 1)
+    (model_dir / "tokenizer.json").write_text(
+        json.dumps({"model": {"max_input_chars_per_word": len(word) - 1}})
+    )
+    loaded = pretrained.load(str(model_dir))
+    assert loaded.vocab_file == str(model_dir / "vocab.txt")
+    assert loaded.tokenizer.encode(word) == [VOCAB.index("[UNK]")]
+    assert pretrained.load(dirs["vocab_txt"]).tokenizer.encode(word) == [VOCAB.index(word)]
+
+
 def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_path):
     config = make_config(
         format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
