@@ -71,7 +71,7 @@ def check_finetuning(
         config_check.ask(
             problems, features.check_seq_length, d.max_seq_length, segments, "data.max_seq_length"
         )
-    problems += config_check.splash_problems(config, d.max_seq_length)
+    problems += config_check.splash_problems(config.model.get("attention_impl"), d.max_seq_length)
     labels = tasks.label_names(d.labels)
     twice = sorted({label for label in labels if labels.count(label) > 1})
     if twice:

@@ -180,6 +180,16 @@ def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None 
     )
 
 
+def splash_length_problem(length: int) -> str | None:
+    """The splash kernel's tiles are whole 128-row blocks (its ValueError traceback otherwise)."""
+    if length % 128:
+        return (
+            f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
+            f"{length}: choose 'auto' (splash where it fits) or a multiple of 128"
+        )
+    return None
+
+
 def splash_attention(
     q, k, v, input_mask, *, example_ids=None, window=None, batch_axes=None, head_axes=None
 ):
@@ -188,6 +198,8 @@ def splash_attention(
     heads, kv]; `batch_axes`/`head_axes`: the mesh axes the batch and the heads are split over
     (the kernel runs on each device's share; None: not split)."""
     length, head_dim = q.shape[1], q.shape[3]
+    if problem := splash_length_problem(length):  # e.g. a manifest's length, known only here
+        raise cli.UserError(problem)
     segments = (input_mask if example_ids is None else example_ids).astype(jnp.int32)
     scale = 1.0 / math.sqrt(head_dim)
     interpret = platform() != "tpu"

@@ -13,7 +13,7 @@ import dataclasses
 import math
 
 from bert_jax import cli
-from bert_jax.model import sharding
+from bert_jax.model import attention, sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
@@ -254,7 +254,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
     if d.bad_records not in BAD_RECORD_MODES:
         problems.append(f"data.bad_records={d.bad_records!r}; choose one of {BAD_RECORD_MODES}")
-    problems += splash_problems(config, d.get("max_seq_length") or 0)  # 0: the manifest's
+    problems += splash_problems(config.model.get("attention_impl"), d.get("max_seq_length") or 0)
     if split is not None and not problems:
         dp, axes = split
         if t.global_batch_size % (t.grad_accum_steps * dp):
@@ -276,14 +276,12 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
     return problems + _init_problems(t)
 
 
-def splash_problems(config, length: int) -> list[str]:
-    """The splash kernel's tiles are whole 128-row blocks (a ValueError traceback otherwise)."""
-    if config.model.get("attention_impl") != "splash" or not length % 128:
+def splash_problems(attention_impl: str, length: int) -> list[str]:
+    """attention.splash_length_problem for a config that forces the splash kernel, before
+    anything trains (0: a length left to the manifest, checked once it is read)."""
+    if attention_impl != "splash" or not length:
         return []
-    return [
-        f"model.attention_impl='splash' needs data.max_seq_length a multiple of 128, not "
-        f"{length}: choose 'auto' (splash where it fits) or a multiple of 128"
-    ]
+    return [p] if (p := attention.splash_length_problem(length)) else []
 
 
 def _init_problems(t) -> list[str]:
@@ -321,15 +319,18 @@ def pretraining(config, num_devices: int, process_count: int = 1):
     problems = pretraining_problems(config, num_devices, process_count)
     import jax  # the planner compiles for a GPU from a CPU host: only the trainer asks this
 
-    if config.model.get("attention_impl") == "cudnn" and jax.default_backend() != "gpu":
+    impl = config.model.get("attention_impl")
+    if impl == "cudnn" and jax.default_backend() != "gpu":
         problems.append(
             f"model.attention_impl='cudnn' runs on a GPU only, and this run's devices are "
             f"{jax.default_backend()}: use 'auto' (cuDNN on a GPU, XLA's or splash elsewhere)"
         )
     try:
         resolved = data_facts.resolve(config)
-        if not config.data.get("max_seq_length"):  # the manifest's length, known only now
-            problems += splash_problems(config, resolved.data.max_seq_length)
+        length = resolved.data.max_seq_length  # the manifest's, where the config left it 0
+        problem = attention.splash_length_problem(length) if impl == "splash" else None
+        if problem and problem not in problems:  # a configured length is named above already
+            problems.append(problem)
         if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax import cli
 from bert_jax.model import attention, layer_stack
 from bert_jax.model.dropout import dropout
 
@@ -134,6 +135,14 @@ def test_fused_attention_matches_einsum_attention():
     np.testing.assert_allclose(
         attention.fused_attention(q, k2, v, mask, implementation="xla"), fused, atol=1e-5
     )
+
+
+@pytest.mark.parametrize("length", [64, 200])
+def test_splash_attention_refuses_rows_that_are_not_whole_tiles(length):
+    """A user error naming the rule where the kernel would raise its ValueError traceback."""
+    q = jnp.zeros((1, length, 2, 16))
+    with pytest.raises(cli.UserError, match=rf"a multiple of 128, not {length}: choose 'auto'"):
+        attention.splash_attention(q, q, q, jnp.ones((1, length), jnp.int32))
 
 
 @pytest.mark.parametrize("packed", [False, True])

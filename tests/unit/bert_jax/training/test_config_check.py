@@ -55,7 +55,8 @@ def test_each_mistake_is_named_with_its_field(changes, message):
 
 def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file, tmp_path):
     """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
-    the length the records have (the kernel's ValueError traceback before)."""
+    the length the records have (the kernel's ValueError traceback at the first eval before,
+    attention dropout keeping training off the kernel), and again when a step is traced."""
     out = tmp_path / "records"
     subprocess.run(
         [sys.executable, "-m", "data_prep.main", f"--input={testdata / 'sample_text.txt'}"]
