@@ -270,3 +270,22 @@ def test_the_sweep_covers_the_issues_cases():
         ("pretraining", "train.num_train_steps", "-3"),
     ]:
         assert case in cases, case
+
+
+@pytest.mark.parametrize("edit", ["rename", "repeat"])
+def test_a_mesh_rule_for_a_name_the_model_lacks_or_a_name_twice_is_refused(edit):
+    """Every edit of the shipped rules that renames one logical axis (a typo: the weights it
+    meant to split stayed whole, silently) or repeats one (parameters followed the last rule,
+    activations the first) is one error naming it; the shipped rules pass."""
+    assert not [p for p in config_check.pretraining_problems(tiny_config(), 8) if "rules" in p]
+    shipped = tuple(tiny.get_config().mesh.rules)
+    for i, (name, axes) in enumerate(shipped):
+        rules = list(shipped)
+        if edit == "rename":
+            rules[i] = (name[:-1], axes)
+            want = f"mesh.rules names logical axes the model does not have: ['{name[:-1]}']"
+        else:
+            rules.append((name, axes))
+            want = f"mesh.rules has more than one rule for ['{name}']"
+        problems = config_check.pretraining_problems(tiny_config(mesh__rules=tuple(rules)), 8)
+        assert any(want in p for p in problems), (rules, problems)
