@@ -227,6 +227,8 @@ def check_common(
         problems += rule_name_problems(rules)
     sizes = ask(problems, sharding.mesh_shape, m.data, m.fsdp, m.tensor, num_devices)
     if sizes is None:
+        if m.num_devices and num_devices == m.num_devices:  # "there are N" counts only those
+            problems[-1] += f" (config.mesh.num_devices={m.num_devices}: 0 uses every device)"
         return problems, None
     tensor = sizes[2]
     for name in ("num_attention_heads", "intermediate_size"):
