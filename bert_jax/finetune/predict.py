@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -141,8 +142,13 @@ def fit_mesh(mesh: ml_collections.ConfigDict, num_devices: int, process_count: i
     parallelism: outputs do not depend on the mesh, and a model fine-tuned on 8 chips predicted
     on a 1-device machine stopped with "set config.mesh.data=-1", a flag predict mode lacks."""
     try:
-        sharding.mesh_shape(mesh.data, mesh.fsdp, mesh.tensor, mesh.num_devices or num_devices)
+        sizes = sharding.mesh_shape(
+            mesh.data, mesh.fsdp, mesh.tensor, mesh.num_devices or num_devices
+        )
         fits = mesh.num_devices <= num_devices and not (mesh.num_devices and process_count > 1)
+        # Each process feeds its own rows: the batch must split over the processes here too.
+        axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), mesh.rules)
+        fits = fits and math.prod(axes.values()) % process_count == 0
     except cli.UserError:
         fits = False
     if not fits:
