@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -136,6 +137,29 @@ def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.Conf
                 fill_missing(saved[key], value)
 
 
+def fit_mesh(mesh: ml_collections.ConfigDict, num_devices: int, process_count: int) -> None:
+    """The training run's mesh where it fits this machine's devices, else all of them for data
+    parallelism: outputs do not depend on the mesh, and a model fine-tuned on 8 chips predicted
+    on a 1-device machine stopped with "set config.mesh.data=-1", a flag predict mode lacks."""
+    try:
+        sizes = sharding.mesh_shape(
+            mesh.data, mesh.fsdp, mesh.tensor, mesh.num_devices or num_devices
+        )
+        fits = mesh.num_devices <= num_devices and not (mesh.num_devices and process_count > 1)
+        # Each process feeds its own rows: the batch must split over the processes here too.
+        axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), mesh.rules)
+        fits = fits and math.prod(axes.values()) % process_count == 0
+    except cli.UserError:
+        fits = False
+    if not fits:
+        cli.warn(
+            f"the run trained on mesh data={mesh.data} fsdp={mesh.fsdp} tensor={mesh.tensor}"
+            f"{f' of {mesh.num_devices} devices' if mesh.num_devices else ''}, which does not "
+            f"fit the {num_devices} devices here: predicting data-parallel on all of them"
+        )
+        mesh.data, mesh.fsdp, mesh.tensor, mesh.num_devices = -1, 1, 1, 0
+
+
 def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
@@ -149,6 +173,7 @@ def predict_from_workdir(
     fill_missing(config, base.get_config())
     with config.unlocked():
         config.update_from_flattened_dict(overrides or {})
+    fit_mesh(config.mesh, len(jax.devices()), jax.process_count())
     run = runs.prepare(config, init or None, with_train=False)
     setup, _trainable, frozen = runs.make_setup(run.config, run.model, total_steps=1)
     params, step = checkpoints.restore_saved_params(workdir, setup.abstract_state["params"])

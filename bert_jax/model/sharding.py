@@ -127,7 +127,35 @@ def mesh_from_config(
             f"config.mesh.tensor={mesh.shape['tensor']} must divide "
             f"num_attention_heads={num_attention_heads} (the model's)"
         )
-    return mesh, normalize_rules(mesh_config.rules)
+    rules = normalize_rules(mesh_config.rules)
+    check_batch_split(mesh, rules, jax.process_count())
+    return mesh, rules
+
+
+def check_batch_split(mesh: Mesh, rules, process_count: int, process_of=None) -> None:
+    """Raises cli.UserError unless the batch's mesh axes give each of `process_count` processes
+    rows of its own: every process feeds its own rows (host_to_global), so a batch split fewer
+    ways than the processes (mesh data 1 x fsdp 1 x tensor 4 over 2 processes) made each process
+    take its rows for the whole batch: half the global batch, a different one on each process (a
+    ZeroDivisionError in the step, or with gradient accumulation a silently wrong run).
+    `process_of(device)`: its process (default: device.process_index)."""
+    if process_count == 1:
+        return
+    process_of = process_of or (lambda d: d.process_index)
+    ways = data_parallel_size(mesh, rules)
+    rows: dict[int, set[int]] = {}
+    for device, index in batch_sharding(mesh, rules).devices_indices_map((ways,)).items():
+        rows.setdefault(process_of(device), set()).add(index[0].start or 0)
+    if sum(map(len, rows.values())) != ways or any(
+        len(r) * process_count != ways for r in rows.values()
+    ):
+        axes = data_parallel_axes(dict(mesh.shape), rules)
+        raise cli.UserError(
+            f"mesh {dict(mesh.shape)} splits the batch {ways} way(s) ({axes}), which does not "
+            f"give each of the {process_count} processes rows of its own (each reads its own "
+            f"part of the data); make the batch's axes (data x fsdp) a multiple of "
+            f"{process_count}, e.g. config.mesh.data={process_count}"
+        )
 
 
 @contextlib.contextmanager

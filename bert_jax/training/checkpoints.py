@@ -305,6 +305,8 @@ def restore_latest(
     """
     if model_config is not None and manager.all_steps():
         check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
+    if data_iter is not None and manager.all_steps():
+        check_same_processes(manager, max(manager.all_steps()))
     failures: list[tuple[int, Exception]] = []
     for step in sorted(manager.all_steps(), reverse=True):
         try:
@@ -345,6 +347,29 @@ def _shapes(tree) -> dict[str, tuple]:
         jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
         for path, leaf in leaves
     }
+
+
+def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
+    """Raises cli.UserError when `step` holds other processes' data positions than this run's
+    (each process saves its own: docs/scaling.md, "Limits"). Before, the missing file was
+    reported as a damaged checkpoint or another model or optimizer."""
+    folder = manager.directory / str(step) / DATA_ITER
+    mine = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
+    with storage.checkpoint_errors(str(manager.directory)):
+        if not folder.is_dir() or (folder / mine).exists():
+            return
+        saved = sorted(p.name for p in folder.iterdir() if p.name.startswith("process_"))
+    if not saved:
+        return  # no positions at all: damage, which the restore reports
+    count = saved[0].removesuffix(".json").split("-of-")[-1]
+    workdir = os.path.dirname(str(manager.directory).rstrip("/"))
+    raise cli.UserError(
+        f"cannot resume from {manager.directory}/{step} with {jax.process_count()} "
+        f"process(es): {count} saved it, each with its own data position ({saved[0]}, ...). "
+        f"Rerun with {count} processes, or go on in a new --workdir with "
+        f"--config.train.init_checkpoint={workdir} --config.train.init_optimizer_state=True "
+        "(the data order restarts)"
+    )
 
 
 def check_same_model(

@@ -1,5 +1,6 @@
 """Mesh construction, logical->mesh rules, and the same loss and gradients on every mesh shape."""
 
+import functools
 import math
 
 import jax
@@ -168,3 +169,25 @@ def test_tpu_compiler_flags_join_libtpu_init_args_unless_the_user_set_them():
     env = {"LIBTPU_INIT_ARGS": mine}
     sharding.use_tpu_compiler_flags(env)
     assert env["LIBTPU_INIT_ARGS"].split() == [*mine.split(), sharding.TPU_COMPILER_FLAGS[1]]
+
+
+SHAPES_OF_8 = [(d, f, 8 // (d * f)) for d in (1, 2, 4, 8) for f in (1, 2, 4, 8) if d * f <= 8]
+
+
+@pytest.mark.parametrize("shape", SHAPES_OF_8)
+def test_a_batch_split_fewer_ways_than_the_processes_is_refused(shape):
+    """Each process feeds its own rows of a batch (host_to_global). Every mesh of 8 devices
+    laid out over 2, 4 or 8 processes (each holding consecutive devices, as on a GPU cluster or
+    CPU): one that splits the batch fewer ways than there are processes, or not a multiple of
+    them, is refused naming the split (2 processes on data 1 x fsdp 1 x tensor 4 raised a
+    ZeroDivisionError in the step); every other passes. 1 process: always fine."""
+    mesh = sharding.make_mesh(*shape)
+    rules = sharding.normalize_rules(RULES)
+    sharding.check_batch_split(mesh, rules, 1)
+    for procs in (2, 4, 8):
+        host = functools.partial(lambda d, k: d.id // k, k=8 // procs)
+        if (shape[0] * shape[1]) % procs:
+            with pytest.raises(ValueError, match=f"each of the {procs} processes"):
+                sharding.check_batch_split(mesh, rules, procs, process_of=host)
+        else:
+            sharding.check_batch_split(mesh, rules, procs, process_of=host)

@@ -293,3 +293,27 @@ def test_init_checkpoint_of_another_model_is_refused_before_restoring(testdata, 
     assert jax.tree.map(np.shape, state["params"]) == jax.tree.map(
         lambda a: a.shape, setup.abstract_state["params"]
     )
+
+
+def test_resuming_with_another_process_count_names_it_not_damage(testdata, saved, tmp_path):
+    """Each process saves its own data position, so a run saved by 2 processes resumes only with
+    2 (docs/scaling.md, "Limits"). Resumed by one, the missing position file was reported as
+    a checkpoint "damaged, or [that] does not match this run's model or optimizer"; now the
+    error names the process counts and the way on, and the checkpoint stays where it is."""
+    workdir = str(tmp_path / "run")
+    shutil.copytree(saved[0], workdir)
+    step = pathlib.Path(checkpoints.checkpoint_dir(workdir), "7")
+    positions = step / "data_iter"
+    (positions / "process_0-of-1.json").rename(positions / "process_0-of-2.json")
+    shutil.copy(positions / "process_0-of-2.json", positions / "process_1-of-2.json")
+    config = _config(testdata, 2, 1, 1, 2)
+    it = iter(pipeline.train_dataset(config.data, 30522, 8, seed=0))
+    manager = checkpoints.make_manager(workdir)
+    with pytest.raises(cli.UserError) as error:
+        checkpoints.restore_latest(manager, pretrain.make_setup(config).abstract_state, it)
+    manager.close()
+    message = str(error.value)
+    assert "with 1 process(es): 2 saved it" in message and "Rerun with 2 processes" in message
+    assert f"--config.train.init_checkpoint={workdir} " in message
+    assert "damaged" not in message and "optimizer (" not in message
+    assert saved_steps(workdir) == [7]

@@ -312,3 +312,39 @@ def test_the_sweep_covers_the_issues_cases():
         ("pretraining", "train.num_train_steps", "-3"),
     ]:
         assert case in cases, case
+
+
+@pytest.mark.parametrize("edit", ["rename", "repeat"])
+def test_a_mesh_rule_for_a_name_the_model_lacks_or_a_name_twice_is_refused(edit):
+    """Every edit of the shipped rules that renames one logical axis (a typo: the weights it
+    meant to split stayed whole, silently) or repeats one (parameters followed the last rule,
+    activations the first) is one error naming it; the shipped rules pass."""
+    assert not [p for p in config_check.pretraining_problems(tiny_config(), 8) if "rules" in p]
+    shipped = tuple(tiny.get_config().mesh.rules)
+    for i, (name, axes) in enumerate(shipped):
+        rules = list(shipped)
+        if edit == "rename":
+            rules[i] = (name[:-1], axes)
+            want = f"mesh.rules names logical axes the model does not have: ['{name[:-1]}']"
+        else:
+            rules.append((name, axes))
+            want = f"mesh.rules has more than one rule for ['{name}']"
+        problems = config_check.pretraining_problems(tiny_config(mesh__rules=tuple(rules)), 8)
+        assert any(want in p for p in problems), (rules, problems)
+
+
+@pytest.mark.parametrize("num_devices", range(1, 8))
+def test_a_mesh_that_does_not_fit_num_devices_names_that_limit(num_devices):
+    """On 8 devices, config.mesh.num_devices=N and a mesh that needs 8 (or does not divide N):
+    the error said "there are N" devices and to set data=-1 "to use them all", which would still
+    use N; it now names num_devices as the limit."""
+    for mesh in ({"data": 8}, {"data": -1, "fsdp": 3 if num_devices % 3 else 5}):
+        config = tiny_config(
+            mesh__num_devices=num_devices, **{f"mesh__{k}": v for k, v in mesh.items()}
+        )
+        problems = config_check.pretraining_problems(config, num_devices=8)
+        assert len(problems) == 1 and f"config.mesh.num_devices={num_devices}:" in problems[0], (
+            problems
+        )
+    config = tiny_config(mesh__data=16)  # no num_devices: the machine's count is the limit
+    assert "num_devices" not in " ".join(config_check.pretraining_problems(config, num_devices=8))
