@@ -208,16 +208,18 @@ def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]
 ) -> dict[str, float]:
     """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
-    normalize to "" are dropped and a question left with none is unanswerable (its gold is [""]),
-    as evaluate-v2.0.py does; with such questions present the result also has has_ans_* /
-    no_ans_* figures. A question without a prediction scores 0, as in the official scripts (which
-    also warn about it)."""
+    normalize to "" are dropped and a question left with none is scored against [""], as
+    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text at all
+    ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
+    answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
+    figures come when unanswerable questions are present. A question without a prediction
+    scores 0, as in the official scripts (which also warn about it)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
+        answerable[qid] = any(texts)
         texts = [t for t in texts if normalize_answer(t)] or [""]
-        answerable[qid] = texts != [""]
         pred = predictions.get(qid)
         if pred is None:
             exact[qid] = f1[qid] = 0.0

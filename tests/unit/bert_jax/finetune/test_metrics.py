@@ -198,3 +198,44 @@ def test_macro_f1_matches_a_confusion_matrix_on_random_predictions():
 def test_two_classes_keep_the_positive_class_f1_only():
     got = metrics.classification_metrics([1, 0, 1], [1, 1, 0], ("0", "1"))
     assert set(got) == {"accuracy", "mcc", "f1"}
+
+
+def _official_v2(gold, preds):
+    """evaluate-v2.0.py's figures (its normalize_answer is the one tested above): the has/no
+    answer split goes by whether the answers list is empty, the scores by the gold texts that
+    normalize to something ([""] when none do)."""
+    exact, f1 = {}, {}
+    for qid, answers in gold.items():
+        texts = [a for a in answers if metrics.normalize_answer(a)] or [""]
+        exact[qid] = max(metrics.exact_match(preds[qid], a) for a in texts)
+        f1[qid] = max(metrics.token_f1(preds[qid], a) for a in texts)
+    out = {"exact": 100 * np.mean(list(exact.values())), "f1": 100 * np.mean(list(f1.values()))}
+    for name, keep in (("has_ans", True), ("no_ans", False)):
+        ids = [q for q, answers in gold.items() if bool(answers) == keep]
+        if ids:
+            out[f"{name}_exact"] = 100 * np.mean([exact[q] for q in ids])
+            out[f"{name}_f1"] = 100 * np.mean([f1[q] for q in ids])
+            out[f"{name}_total"] = len(ids)
+    return out
+
+
+def test_squad_v2_split_matches_the_official_script_on_random_questions():
+    # Gold answers that normalize to "" ("The", "-") leave an answerable question scored
+    # against [""], but the official script still counts it under HasAns.
+    words = ["the", "An", "cat", "Cat.", "-", "ünï", "x,y", "\u00a0", "1,000", "a dog"]
+    rng = np.random.default_rng(0)
+
+    def text(lo):
+        return " ".join(rng.choice(words, size=int(rng.integers(lo, 4))))
+
+    for _ in range(300):
+        gold = {
+            f"q{i}": [] if rng.random() < 0.3 else [text(1) for _ in range(rng.integers(1, 3))]
+            for i in range(rng.integers(1, 6))
+        }
+        preds = {q: text(0) for q in gold}
+        ours = metrics.squad_scores(preds, {q: a or [""] for q, a in gold.items()})
+        ref = _official_v2(gold, preds)
+        if "no_ans_total" not in ref:  # no unanswerable question: v1.1's figures alone
+            ref = {k: ref[k] for k in ("exact", "f1")}
+        assert {k: v for k, v in ours.items() if k != "total"} == pytest.approx(ref), gold
