@@ -111,9 +111,10 @@ def regression_metrics(preds, labels) -> dict[str, float]:
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); a bare type 'PER' is an inside tag."""
-    if tag == "O":
-        return "O", ""
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); an untyped 'B' -> ('B', '') (chunks without
+    types, as conlleval reads them); a bare type 'PER' is an inside tag."""
+    if tag in ("O", "B", "I", "E", "S"):
+        return tag, ""
     prefix, sep, kind = tag.partition("-")
     if sep and prefix in ("B", "I", "E", "S"):
         return prefix, kind

@@ -84,6 +84,37 @@ def test_entities_follow_conlleval(tags, expected):
     assert metrics.entities(tags) == expected
 
 
+def _conlleval_chunks(tags):
+    """conlleval's chunks, transcribed from its endOfChunk/startOfChunk (with IOBES's S, as
+    seqeval has them) and its tag split at the first '-' (an untyped 'B' has type '')."""
+    out, start, prev, prev_type = set(), None, "O", ""
+    for i, raw in enumerate([*tags, "O"]):
+        tag, _, kind = raw.partition("-")
+        ends = (
+            prev in "ES"
+            or (prev, tag) in {(p, t) for p in "BI" for t in "BSO"}
+            or (prev != "O" and prev_type != kind)
+        )
+        if ends and start is not None:
+            out.add((start, i - 1, prev_type))
+            start = None
+        if tag in "BS" or (prev in "ESO" and tag in "IE") or (tag != "O" and prev_type != kind):
+            start = i
+        prev, prev_type = tag, kind
+    return out
+
+
+def test_entities_match_conlleval_on_random_tag_sequences():
+    # Untyped tags (B, I, O chunking) as well as typed ones, mixed.
+    pool = ["O", "B", "I", "E", "S", "B-PER", "I-PER", "E-PER", "S-PER", "I-LOC", "B-LOC"]
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        tags = list(rng.choice(pool, size=int(rng.integers(0, 10))))
+        assert metrics.entities(tags) == _conlleval_chunks(tags), tags
+    # B I I against I I I: the same untyped chunk.
+    assert metrics.entity_f1([["B", "I", "I"]], [["I", "I", "I"]])["f1"] == 1.0
+
+
 def test_entity_f1_by_hand():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "B-MISC"]]
