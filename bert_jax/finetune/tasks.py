@@ -190,6 +190,26 @@ def primary_metric(task, data) -> str:
     )
 
 
+def metric_names(data) -> tuple[str, ...] | None:
+    """The figures an eval of `config.data` gives (metrics.py's), for checking data.metric; None
+    where the config alone cannot tell (an unknown format or layout: refused elsewhere)."""
+    if data.format == "conll":
+        return ("precision", "recall", "f1", "accuracy")
+    if data.format == "squad":
+        return ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1")
+    if data.format != "glue" or not isinstance(data.layout, str) or data.layout not in glue.LAYOUTS:
+        return None
+    layout = glue.LAYOUTS[data.layout]
+    if not layout.labels:
+        return ("pearson", "spearman", "mse")
+    labels = label_names(data.labels) or layout.labels
+    if len(labels) <= 2:
+        return ("accuracy", "mcc", "f1")[: 2 + (len(labels) == 2)]
+    scores = ("precision", "recall", "f1")
+    per_class = tuple(f"{name}/{label}" for label in labels for name in scores)
+    return ("accuracy", "mcc", *(f"macro_{name}" for name in scores), *per_class)
+
+
 def label_names(labels) -> tuple[str, ...]:
     """config.data.labels as label names. ml_collections reads a tuple field's override as a
     Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
