@@ -4,10 +4,10 @@ GLUE: accuracy, F1 of label id 1 (MRPC, QQP), Matthews correlation (CoLA), Pears
 (STS-B); with more than two classes also per-class and macro precision, recall and F1 as
 scikit-learn's precision_recall_fscore_support defines them (a class never gold nor predicted is
 left out of the average; 0 where a ratio has nothing to divide by). CoNLL-2003: entity-level
-precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES). SQuAD: exact match and F1 in
-percent after the official scripts' normalization (lower case, no punctuation, no a/an/the,
-whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by has/no
-answer, and an unanswerable question is right only when the prediction is empty.
+precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES; BILOU as IOBES). SQuAD: exact
+match and F1 in percent after the official scripts' normalization (lower case, no punctuation,
+no a/an/the, whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by
+has/no answer, and an unanswerable question is right only when the prediction is empty.
 docs/finetuning.md has each task's figures.
 """
 
@@ -110,14 +110,19 @@ def regression_metrics(preds, labels) -> dict[str, float]:
 # --- CoNLL entities (conlleval) --------------------------------------------------------------
 
 
+# Chunk prefixes: IOB1/IOB2/IOBES's own, and BILOU's last (L) and unit (U) as IOBES's E and S.
+_PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
     """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); an untyped 'B' -> ('B', '') (chunks without
-    types, as conlleval reads them); a bare type 'PER' is an inside tag."""
-    if tag in ("O", "B", "I", "E", "S"):
-        return tag, ""
+    types, as conlleval reads them); BILOU's 'L-PER', 'U-PER' -> ('E', 'PER'), ('S', 'PER');
+    a bare type 'PER' is an inside tag."""
+    if tag == "O":
+        return "O", ""
     prefix, sep, kind = tag.partition("-")
-    if sep and prefix in ("B", "I", "E", "S"):
-        return prefix, kind
+    if prefix in _PREFIXES and (sep or not kind):
+        return _PREFIXES[prefix], kind
     return "I", tag
 
 

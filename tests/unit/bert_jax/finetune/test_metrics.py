@@ -115,6 +115,20 @@ def test_entities_match_conlleval_on_random_tag_sequences():
     assert metrics.entity_f1([["B", "I", "I"]], [["I", "I", "I"]])["f1"] == 1.0
 
 
+def test_bilou_tags_read_as_iobes():
+    # BILOU (spaCy's scheme): L- ends an entity as E- does, U- is a one-word entity as S- is.
+    pool = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "E-LOC", "S-LOC", "B", "E", "S"]
+    rng = np.random.default_rng(1)
+    for _ in range(1000):
+        iobes = list(rng.choice(pool, size=int(rng.integers(0, 10))))
+        bilou = [t.replace("E", "L", 1) if t[0] == "E" else t for t in iobes]
+        bilou = [t.replace("S", "U", 1) if t[0] == "S" else t for t in bilou]
+        assert metrics.entities(bilou) == metrics.entities(iobes), bilou
+    # Gold PER (0-1), LOC (2), LOC (3); predicted PER (0-1), LOC (2-3): P 1/2, R 1/3.
+    gold, pred = [["B-PER", "L-PER", "U-LOC", "U-LOC"]], [["B-PER", "I-PER", "B-LOC", "L-LOC"]]
+    assert metrics.entity_f1(gold, pred)["f1"] == pytest.approx(0.4)
+
+
 def test_entity_f1_by_hand():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "B-MISC"]]
