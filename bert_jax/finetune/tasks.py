@@ -124,7 +124,10 @@ class SpanTask:
         arrays, windows, contexts = squad.encode_squad(
             tok, examples, d.max_seq_length, d.doc_stride, d.max_query_length, is_training=training
         )
-        has_labels = all(e.answers or e.is_impossible for e in examples)
+        # A v2.0 file's question without answers is unanswerable, is_impossible or not, as
+        # evaluate-v2.0.py scores it; a file with no answer at all is unlabelled (a test file).
+        labelled = [bool(e.answers or e.is_impossible) for e in examples]
+        has_labels = all(labelled) or (bool(d.version_2_with_negative) and any(labelled))
         return Dataset(examples, arrays, (windows, contexts), has_labels)
 
     def answers(self, ds: Dataset, outputs) -> tuple[dict[str, str], dict[str, float]]:
