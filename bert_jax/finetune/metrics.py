@@ -4,10 +4,10 @@ GLUE: accuracy, F1 of label id 1 (MRPC, QQP), Matthews correlation (CoLA), Pears
 (STS-B); with more than two classes also per-class and macro precision, recall and F1 as
 scikit-learn's precision_recall_fscore_support defines them (a class never gold nor predicted is
 left out of the average; 0 where a ratio has nothing to divide by). CoNLL-2003: entity-level
-precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES). SQuAD: exact match and F1 in
-percent after the official scripts' normalization (lower case, no punctuation, no a/an/the,
-whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by has/no
-answer, and an unanswerable question is right only when the prediction is empty.
+precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES; BILOU as IOBES). SQuAD: exact
+match and F1 in percent after the official scripts' normalization (lower case, no punctuation,
+no a/an/the, whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by
+has/no answer, and an unanswerable question is right only when the prediction is empty.
 docs/finetuning.md has each task's figures.
 """
 
@@ -110,13 +110,19 @@ def regression_metrics(preds, labels) -> dict[str, float]:
 # --- CoNLL entities (conlleval) --------------------------------------------------------------
 
 
+# Chunk prefixes: IOB1/IOB2/IOBES's own, and BILOU's last (L) and unit (U) as IOBES's E and S.
+_PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); a bare type 'PER' is an inside tag."""
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); an untyped 'B' -> ('B', '') (chunks without
+    types, as conlleval reads them); BILOU's 'L-PER', 'U-PER' -> ('E', 'PER'), ('S', 'PER');
+    a bare type 'PER' is an inside tag."""
     if tag == "O":
         return "O", ""
     prefix, sep, kind = tag.partition("-")
-    if sep and prefix in ("B", "I", "E", "S"):
-        return prefix, kind
+    if prefix in _PREFIXES and (sep or not kind):
+        return _PREFIXES[prefix], kind
     return "I", tag
 
 
@@ -208,16 +214,18 @@ def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]
 ) -> dict[str, float]:
     """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
-    normalize to "" are dropped and a question left with none is unanswerable (its gold is [""]),
-    as evaluate-v2.0.py does; with such questions present the result also has has_ans_* /
-    no_ans_* figures. A question without a prediction scores 0, as in the official scripts (which
-    also warn about it)."""
+    normalize to "" are dropped and a question left with none is scored against [""], as
+    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text at all
+    ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
+    answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
+    figures come when unanswerable questions are present. A question without a prediction
+    scores 0, as in the official scripts (which also warn about it)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
+        answerable[qid] = any(texts)
         texts = [t for t in texts if normalize_answer(t)] or [""]
-        answerable[qid] = texts != [""]
         pred = predictions.get(qid)
         if pred is None:
             exact[qid] = f1[qid] = 0.0

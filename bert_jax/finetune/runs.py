@@ -79,6 +79,12 @@ def check_finetuning(
             f"data.labels names {', '.join(map(repr, twice))} more than once: each label once "
             "(its place in the list is its id)"
         )
+    figures = tasks.metric_names(d) if d.metric and not twice else None
+    if figures is not None and d.metric not in figures:  # the eval line would show nothing
+        problems.append(
+            f"data.metric={d.metric!r} is not a figure of this task's evaluation; choose one of "
+            f"{list(figures)} (or leave it empty for the benchmark's own)"
+        )
     if config.lora.rank:
         problems += lora.problems(
             lora.target_names(config.lora.targets), config.lora.rank, config.lora.alpha

@@ -124,7 +124,10 @@ class SpanTask:
         arrays, windows, contexts = squad.encode_squad(
             tok, examples, d.max_seq_length, d.doc_stride, d.max_query_length, is_training=training
         )
-        has_labels = all(e.answers or e.is_impossible for e in examples)
+        # A v2.0 file's question without answers is unanswerable, is_impossible or not, as
+        # evaluate-v2.0.py scores it; a file with no answer at all is unlabelled (a test file).
+        labelled = [bool(e.answers or e.is_impossible) for e in examples]
+        has_labels = all(labelled) or (bool(d.version_2_with_negative) and any(labelled))
         return Dataset(examples, arrays, (windows, contexts), has_labels)
 
     def answers(self, ds: Dataset, outputs) -> tuple[dict[str, str], dict[str, float]]:
@@ -188,6 +191,26 @@ def primary_metric(task, data) -> str:
     return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(
         data.layout, "accuracy"
     )
+
+
+def metric_names(data) -> tuple[str, ...] | None:
+    """The figures an eval of `config.data` gives (metrics.py's), for checking data.metric; None
+    where the config alone cannot tell (an unknown format or layout: refused elsewhere)."""
+    if data.format == "conll":
+        return ("precision", "recall", "f1", "accuracy")
+    if data.format == "squad":
+        return ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1")
+    if data.format != "glue" or not isinstance(data.layout, str) or data.layout not in glue.LAYOUTS:
+        return None
+    layout = glue.LAYOUTS[data.layout]
+    if not layout.labels:
+        return ("pearson", "spearman", "mse")
+    labels = label_names(data.labels) or layout.labels
+    if len(labels) <= 2:
+        return ("accuracy", "mcc", "f1")[: 2 + (len(labels) == 2)]
+    scores = ("precision", "recall", "f1")
+    per_class = tuple(f"{name}/{label}" for label in labels for name in scores)
+    return ("accuracy", "mcc", *(f"macro_{name}" for name in scores), *per_class)
 
 
 def label_names(labels) -> tuple[str, ...]:

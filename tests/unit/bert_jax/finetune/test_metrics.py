@@ -84,6 +84,51 @@ def test_entities_follow_conlleval(tags, expected):
     assert metrics.entities(tags) == expected
 
 
+def _conlleval_chunks(tags):
+    """conlleval's chunks, transcribed from its endOfChunk/startOfChunk (with IOBES's S, as
+    seqeval has them) and its tag split at the first '-' (an untyped 'B' has type '')."""
+    out, start, prev, prev_type = set(), None, "O", ""
+    for i, raw in enumerate([*tags, "O"]):
+        tag, _, kind = raw.partition("-")
+        ends = (
+            prev in "ES"
+            or (prev, tag) in {(p, t) for p in "BI" for t in "BSO"}
+            or (prev != "O" and prev_type != kind)
+        )
+        if ends and start is not None:
+            out.add((start, i - 1, prev_type))
+            start = None
+        if tag in "BS" or (prev in "ESO" and tag in "IE") or (tag != "O" and prev_type != kind):
+            start = i
+        prev, prev_type = tag, kind
+    return out
+
+
+def test_entities_match_conlleval_on_random_tag_sequences():
+    # Untyped tags (B, I, O chunking) as well as typed ones, mixed.
+    pool = ["O", "B", "I", "E", "S", "B-PER", "I-PER", "E-PER", "S-PER", "I-LOC", "B-LOC"]
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        tags = list(rng.choice(pool, size=int(rng.integers(0, 10))))
+        assert metrics.entities(tags) == _conlleval_chunks(tags), tags
+    # B I I against I I I: the same untyped chunk.
+    assert metrics.entity_f1([["B", "I", "I"]], [["I", "I", "I"]])["f1"] == 1.0
+
+
+def test_bilou_tags_read_as_iobes():
+    # BILOU (spaCy's scheme): L- ends an entity as E- does, U- is a one-word entity as S- is.
+    pool = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "E-LOC", "S-LOC", "B", "E", "S"]
+    rng = np.random.default_rng(1)
+    for _ in range(1000):
+        iobes = list(rng.choice(pool, size=int(rng.integers(0, 10))))
+        bilou = [t.replace("E", "L", 1) if t[0] == "E" else t for t in iobes]
+        bilou = [t.replace("S", "U", 1) if t[0] == "S" else t for t in bilou]
+        assert metrics.entities(bilou) == metrics.entities(iobes), bilou
+    # Gold PER (0-1), LOC (2), LOC (3); predicted PER (0-1), LOC (2-3): P 1/2, R 1/3.
+    gold, pred = [["B-PER", "L-PER", "U-LOC", "U-LOC"]], [["B-PER", "I-PER", "B-LOC", "L-LOC"]]
+    assert metrics.entity_f1(gold, pred)["f1"] == pytest.approx(0.4)
+
+
 def test_entity_f1_by_hand():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     pred = [["B-PER", "I-PER", "O", "O"], ["B-ORG", "B-MISC"]]
@@ -198,3 +243,44 @@ def test_macro_f1_matches_a_confusion_matrix_on_random_predictions():
 def test_two_classes_keep_the_positive_class_f1_only():
     got = metrics.classification_metrics([1, 0, 1], [1, 1, 0], ("0", "1"))
     assert set(got) == {"accuracy", "mcc", "f1"}
+
+
+def _official_v2(gold, preds):
+    """evaluate-v2.0.py's figures (its normalize_answer is the one tested above): the has/no
+    answer split goes by whether the answers list is empty, the scores by the gold texts that
+    normalize to something ([""] when none do)."""
+    exact, f1 = {}, {}
+    for qid, answers in gold.items():
+        texts = [a for a in answers if metrics.normalize_answer(a)] or [""]
+        exact[qid] = max(metrics.exact_match(preds[qid], a) for a in texts)
+        f1[qid] = max(metrics.token_f1(preds[qid], a) for a in texts)
+    out = {"exact": 100 * np.mean(list(exact.values())), "f1": 100 * np.mean(list(f1.values()))}
+    for name, keep in (("has_ans", True), ("no_ans", False)):
+        ids = [q for q, answers in gold.items() if bool(answers) == keep]
+        if ids:
+            out[f"{name}_exact"] = 100 * np.mean([exact[q] for q in ids])
+            out[f"{name}_f1"] = 100 * np.mean([f1[q] for q in ids])
+            out[f"{name}_total"] = len(ids)
+    return out
+
+
+def test_squad_v2_split_matches_the_official_script_on_random_questions():
+    # Gold answers that normalize to "" ("The", "-") leave an answerable question scored
+    # against [""], but the official script still counts it under HasAns.
+    words = ["the", "An", "cat", "Cat.", "-", "ünï", "x,y", "\u00a0", "1,000", "a dog"]
+    rng = np.random.default_rng(0)
+
+    def text(lo):
+        return " ".join(rng.choice(words, size=int(rng.integers(lo, 4))))
+
+    for _ in range(300):
+        gold = {
+            f"q{i}": [] if rng.random() < 0.3 else [text(1) for _ in range(rng.integers(1, 3))]
+            for i in range(rng.integers(1, 6))
+        }
+        preds = {q: text(0) for q in gold}
+        ours = metrics.squad_scores(preds, {q: a or [""] for q, a in gold.items()})
+        ref = _official_v2(gold, preds)
+        if "no_ans_total" not in ref:  # no unanswerable question: v1.1's figures alone
+            ref = {k: ref[k] for k in ("exact", "f1")}
+        assert {k: v for k, v in ours.items() if k != "total"} == pytest.approx(ref), gold

@@ -1,6 +1,8 @@
 """tasks.py's config fields as a saved run's config may hold them (JSON anyone can edit): a value
 of the wrong kind is one UserError naming the field, not a TypeError."""
 
+import json
+
 import ml_collections
 import pytest
 
@@ -35,3 +37,26 @@ def test_format_and_layout_of_the_wrong_kind_name_the_field(value):
         tasks.make_task(data)
     with pytest.raises(cli.UserError, match=r"config\.data\.layout"):
         glue.get_layout(value)
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_squad_v2_questions_without_answers_are_unanswerable(tmp_path, tok, v2):
+    # A v2.0 dev file that leaves is_impossible out (an unanswerable question: answers []) is
+    # scored as evaluate-v2.0.py scores it; it was refused as "has no labels".
+    qas = [
+        {"id": "a", "question": "what color ?", "answers": [{"text": "red", "answer_start": 4}]},
+        {"id": "b", "question": "what size ?", "answers": []},
+    ]
+    doc = {"data": [{"title": "t", "paragraphs": [{"context": "the red box", "qas": qas}]}]}
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    data = ml_collections.ConfigDict(
+        {"max_seq_length": 32, "doc_stride": 16, "max_query_length": 8}
+    )
+    data.version_2_with_negative = v2
+    task = tasks.SpanTask(data)
+    ds = task.encode(tok, task.read(str(tmp_path / "dev.json")), (), training=False)
+    assert ds.has_labels == v2
+    unlabelled = [{"id": q["id"], "question": q["question"]} for q in qas]
+    doc["data"][0]["paragraphs"][0]["qas"] = unlabelled  # a test file: no answers at all
+    (tmp_path / "test.json").write_text(json.dumps(doc))
+    assert not task.encode(tok, task.read(str(tmp_path / "test.json")), (), False).has_labels

@@ -4,6 +4,7 @@ a mesh the devices cannot hold. The binary's one-line errors for the same mistak
 bad-input sweep (tests/e2e/test_bad_input_sweep.py, "train: config field typo" and others)."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -348,3 +349,24 @@ def test_a_mesh_that_does_not_fit_num_devices_names_that_limit(num_devices):
         )
     config = tiny_config(mesh__data=16)  # no num_devices: the machine's count is the limit
     assert "num_devices" not in " ".join(config_check.pretraining_problems(config, num_devices=8))
+
+
+@pytest.mark.parametrize(
+    "fields, metric, names, good",
+    [
+        ({}, "acuracy", "['accuracy', 'mcc', 'f1']", "f1"),  # SST-2's layout: two labels
+        ({"layout": "mnli"}, "f1", "'macro_f1', 'precision/contradiction'", "recall/neutral"),
+        ({"layout": "stsb"}, "accuracy", "['pearson', 'spearman', 'mse']", "spearman"),
+        ({"format": "conll"}, "exact", "['precision', 'recall', 'f1', 'accuracy']", "f1"),
+        ({"format": "squad", "max_seq_length": 384}, "em", "['exact', 'f1', 'has_ans", "exact"),
+    ],
+)
+def test_fine_tuning_refuses_a_metric_the_eval_does_not_give(fields, metric, names, good):
+    # The eval line shows config.data.metric: a name no figure has showed nothing, all run long.
+    config = finetuning_config()
+    config.data.update(**fields)
+    config.data.metric = metric
+    with pytest.raises(cli.UserError, match=rf"data.metric='{metric}' is not .*{re.escape(names)}"):
+        finetune_runs.check_finetuning(config, num_devices=8, init="model")
+    config.data.metric = good
+    finetune_runs.check_finetuning(config, num_devices=8, init="model")
