@@ -68,7 +68,12 @@ def _bunzip_head(f: BinaryIO) -> bytes:
     while len(out) < 1024 and read < _BZ2_READ_LIMIT and not decompressor.eof:
         chunk = f.read(1 << 16)
         if not chunk:
-            break
+            # The file ends inside its first stream: a cut download, whose head (a bz2 block
+            # gives nothing until it is whole) cannot say what it holds.
+            raise NotText(
+                "is bz2-compressed but ends inside its first bz2 stream (truncated or damaged): "
+                "fetch or decompress it again"
+            )
         read += len(chunk)
         try:
             out += decompressor.decompress(chunk)

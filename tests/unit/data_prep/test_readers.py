@@ -241,6 +241,21 @@ def test_truncated_gzip_is_an_error_not_fewer_documents(tmp_path):
         _docs([str(tmp_path / "cut.txt.gz")])
 
 
+def test_a_cut_bz2_file_is_named_truncated_not_another_format(tmp_path):
+    """A dump (or any bz2 file) cut inside its first stream decompresses to nothing yet: the error
+    says it is truncated, not that it is no MediaWiki dump (to be bunzipped or gzipped)."""
+    page = b"<page><title>T</title><ns>0</ns><revision><text>Words here.</text></revision></page>"
+    data = bz2.compress(b"<mediawiki>" + page * 2000 + b"</mediawiki>\n")
+    for cut in (len(data) // 2, len(data) - 1, 10):
+        (tmp_path / "dump.xml.bz2").write_bytes(data[:cut])
+        with pytest.raises(readers.InputError, match=r"dump.xml.bz2.*truncated") as error:
+            for source in readers.parse_input([str(tmp_path / "dump.xml.bz2")]):
+                list(readers.documents(source, readers.ReadStats()))
+        assert "not a MediaWiki" not in str(error.value)
+    (tmp_path / "dump.xml.bz2").write_bytes(data)
+    assert readers.parse_input([str(tmp_path / "dump.xml.bz2")])[0].kind == "wiki"
+
+
 def test_names_lie_content_decides(tmp_path):
     # A ".gz" that is plain text is read as text; a gzip file without the suffix is gunzipped.
     (tmp_path / "fake.txt.gz").write_bytes(b"Plain text.\nNot compressed.\n")
