@@ -223,7 +223,8 @@ def sniff(f: BinaryIO) -> Content:
 
 def _is_json_lines(head: bytes) -> bool:
     """JSON lines, whatever the file's name: its first whole lines (up to 5) are JSON objects."""
-    lines = [line for line in head.split(b"\n")[:-1] if line.strip()][:5]
+    # A byte-order mark (Windows tools write one) is dropped, as the readers drop it.
+    lines = [line for line in head.removeprefix(UTF8_BOM).split(b"\n")[:-1] if line.strip()][:5]
     if not lines or not all(line.lstrip().startswith(b"{") for line in lines):
         return False
     try:

@@ -256,6 +256,20 @@ def test_a_cut_bz2_file_is_named_truncated_not_another_format(tmp_path):
     assert readers.parse_input([str(tmp_path / "dump.xml.bz2")])[0].kind == "wiki"
 
 
+@pytest.mark.parametrize("pack", [bytes, gzip.compress], ids=["plain", "gzip"])
+def test_json_lines_with_a_byte_order_mark_are_json_lines_whatever_the_name(tmp_path, pack):
+    """A JSONL export a Windows tool wrote with a UTF-8 mark, named .txt or .gz, reads as its
+    twin without the mark: documents of its text field, not sentences of braces and keys."""
+    lines = b'{"text": "Hello world. This is one."}\n{"id": 2, "text": "Second doc. Yes."}\n'
+    docs = []
+    for name, data in (("marked.txt", b"\xef\xbb\xbf" + lines), ("plain.txt", lines)):
+        (tmp_path / name).write_bytes(pack(data))
+        (source,) = readers.parse_input([str(tmp_path / name)])
+        assert source.kind == "jsonl", name
+        docs.append(list(readers.documents(source, readers.ReadStats())))
+    assert docs[0] == docs[1] == [["Hello world.", "This is one."], ["Second doc.", "Yes."]]
+
+
 def test_names_lie_content_decides(tmp_path):
     # A ".gz" that is plain text is read as text; a gzip file without the suffix is gunzipped.
     (tmp_path / "fake.txt.gz").write_bytes(b"Plain text.\nNot compressed.\n")
