@@ -218,6 +218,9 @@ def sniff(f: BinaryIO) -> Content:
                 f"{MAX_LINE_BYTES >> 20} MB limit is skipped, so it would give no text; break it "
                 "into lines (one sentence a line, a blank line between documents)"
             )
+        # A first line longer than the head (a JSON record of a long article) is judged whole;
+        # one that ends the file without a line break is a whole line too.
+        head = first if first.endswith(b"\n") else first + b"\n"
     return Content("jsonl" if _is_json_lines(head) else "text", compression)
 
 

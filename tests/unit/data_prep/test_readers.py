@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from data_prep import inputs, readers
+from data_prep import inputs, readers, sniff
 from data_prep.sentences import split_sentences
 
 
@@ -268,6 +268,22 @@ def test_json_lines_with_a_byte_order_mark_are_json_lines_whatever_the_name(tmp_
         assert source.kind == "jsonl", name
         docs.append(list(readers.documents(source, readers.ReadStats())))
     assert docs[0] == docs[1] == [["Hello world.", "This is one."], ["Second doc.", "Yes."]]
+
+
+@pytest.mark.parametrize("end", [b"\n", b""], ids=["line-end", "no-line-end"])
+def test_json_lines_whose_first_record_is_longer_than_the_sniffed_head(tmp_path, end):
+    """A JSONL file of long articles, named .txt or .gz: its first record runs past the 64 KB the
+    sniffer looks at, and is still read as JSON, not as a sentence of braces and keys."""
+    long_text = " ".join(f"Sentence number {i} is here." for i in range(4000))
+    data = json.dumps({"text": long_text}).encode() + b"\n" + b'{"text": "Short one. Two."}' + end
+    assert data.index(b"\n") > sniff.HEAD_BYTES
+    for name, pack in (("long.txt", bytes), ("long.data.gz", gzip.compress)):
+        (tmp_path / name).write_bytes(pack(data))
+        (source,) = readers.parse_input([str(tmp_path / name)])
+        docs = list(readers.documents(source, readers.ReadStats()))
+        assert source.kind == "jsonl" and len(docs) == 2 and docs[1] == ["Short one.", "Two."]
+    (tmp_path / "one.txt").write_bytes(data.split(b"\n")[0] + end)  # one record, the whole file
+    assert readers.parse_input([str(tmp_path / "one.txt")])[0].kind == "jsonl"
 
 
 def test_names_lie_content_decides(tmp_path):
