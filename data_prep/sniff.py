@@ -225,12 +225,16 @@ def sniff(f: BinaryIO) -> Content:
 
 
 def _is_json_lines(head: bytes) -> bool:
-    """JSON lines, whatever the file's name: its first whole lines (up to 5) are JSON objects."""
+    """JSON lines, whatever the file's name: most of its first whole lines (up to 5) are JSON
+    objects (a piece cut out of a larger file, `split -b`, starts inside a record)."""
     # A byte-order mark (Windows tools write one) is dropped, as the readers drop it.
     lines = [line for line in head.removeprefix(UTF8_BOM).split(b"\n")[:-1] if line.strip()][:5]
-    if not lines or not all(line.lstrip().startswith(b"{") for line in lines):
-        return False
+    objects = sum(line.lstrip().startswith(b"{") and _is_json_object(line) for line in lines)
+    return objects * 2 > len(lines)
+
+
+def _is_json_object(line: bytes) -> bool:
     try:
-        return all(isinstance(json.loads(line), dict) for line in lines)
+        return isinstance(json.loads(line), dict)
     except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's limit
         return False

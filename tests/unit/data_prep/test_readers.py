@@ -342,6 +342,20 @@ def test_json_lines_whose_first_record_is_longer_than_the_sniffed_head(tmp_path,
     assert readers.parse_input([str(tmp_path / "one.txt")])[0].kind == "jsonl"
 
 
+def test_a_piece_cut_out_of_a_jsonl_file_is_json_lines(tmp_path):
+    """`split -b 1G corpus.jsonl part-` gives pieces without a name that says JSON, each starting
+    inside a record: the piece is JSON lines (its torn first line counted as a bad line), not
+    text whose sentences are braces and keys; text with a JSON object among its lines is text."""
+    records = b"".join(b'{"text": "Record %d is here. It ends."}\n' % i for i in range(6))
+    (tmp_path / "part-ab").write_bytes(b'e is the tail."}\n' + records)
+    (source,) = readers.parse_input([str(tmp_path / "part-ab")])
+    stats = readers.ReadStats()
+    docs = list(readers.documents(source, stats))
+    assert source.kind == "jsonl" and len(docs) == 6 and stats.bad_json_lines == 1
+    (tmp_path / "notes.txt").write_bytes(b'A line.\n{"a": 1}\nAnother line.\n\nMore text.\n')
+    assert readers.parse_input([str(tmp_path / "notes.txt")])[0].kind == "text"
+
+
 def test_names_lie_content_decides(tmp_path):
     # A ".gz" that is plain text is read as text; a gzip file without the suffix is gunzipped.
     (tmp_path / "fake.txt.gz").write_bytes(b"Plain text.\nNot compressed.\n")
