@@ -254,10 +254,13 @@ def run(
     finished, damaged = output.read_manifest(output_dir), {}
     if finished is not None:
         damaged = job.check_finished(spec, planned, fp, finished, output_dir)
-        if not damaged:
-            logging.info("%s already holds this job's finished output; nothing to do", output_dir)
-            return finished
     work = resume.WorkDir(output_dir)
+    if finished is not None and not damaged:
+        logging.info("%s already holds this job's finished output; nothing to do", output_dir)
+        if storage.exists(work.path):  # a kill after the manifest, before the work went
+            with work.locked():
+                storage.rmtree(work.path)
+        return finished
     with work.locked():
         if finished is not None:
             work.reopen(finished, damaged)

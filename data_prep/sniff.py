@@ -68,7 +68,12 @@ def _bunzip_head(f: BinaryIO) -> bytes:
     while len(out) < 1024 and read < _BZ2_READ_LIMIT and not decompressor.eof:
         chunk = f.read(1 << 16)
         if not chunk:
-            break
+            # The file ends inside its first stream: a cut download, whose head (a bz2 block
+            # gives nothing until it is whole) cannot say what it holds.
+            raise NotText(
+                "is bz2-compressed but ends inside its first bz2 stream (truncated or damaged): "
+                "fetch or decompress it again"
+            )
         read += len(chunk)
         try:
             out += decompressor.decompress(chunk)
@@ -213,15 +218,23 @@ def sniff(f: BinaryIO) -> Content:
                 f"{MAX_LINE_BYTES >> 20} MB limit is skipped, so it would give no text; break it "
                 "into lines (one sentence a line, a blank line between documents)"
             )
+        # A first line longer than the head (a JSON record of a long article) is judged whole;
+        # one that ends the file without a line break is a whole line too.
+        head = first if first.endswith(b"\n") else first + b"\n"
     return Content("jsonl" if _is_json_lines(head) else "text", compression)
 
 
 def _is_json_lines(head: bytes) -> bool:
-    """JSON lines, whatever the file's name: its first whole lines (up to 5) are JSON objects."""
-    lines = [line for line in head.split(b"\n")[:-1] if line.strip()][:5]
-    if not lines or not all(line.lstrip().startswith(b"{") for line in lines):
-        return False
+    """JSON lines, whatever the file's name: most of its first whole lines (up to 5) are JSON
+    objects (a piece cut out of a larger file, `split -b`, starts inside a record)."""
+    # A byte-order mark (Windows tools write one) is dropped, as the readers drop it.
+    lines = [line for line in head.removeprefix(UTF8_BOM).split(b"\n")[:-1] if line.strip()][:5]
+    objects = sum(line.lstrip().startswith(b"{") and _is_json_object(line) for line in lines)
+    return objects * 2 > len(lines)
+
+
+def _is_json_object(line: bytes) -> bool:
     try:
-        return all(isinstance(json.loads(line), dict) for line in lines)
+        return isinstance(json.loads(line), dict)
     except (ValueError, RecursionError):  # RecursionError: nested past the interpreter's limit
         return False

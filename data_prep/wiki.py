@@ -10,6 +10,7 @@ InputError, never silently fewer articles.
 import bz2
 import dataclasses
 import gzip
+import os
 import re
 import xml.etree.ElementTree as ET
 import zlib
@@ -199,8 +200,12 @@ def _namespaces(siteinfo) -> dict[str, str]:
     }
 
 
-def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Page]:
-    """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>."""
+def pages(
+    chunks: Iterator[bytes], path: str, inside_root: bool, whole: bool = False
+) -> Iterator[Page]:
+    """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>;
+    `whole`: they are the whole file, so an export that ends before its </mediawiki> (a .xml or
+    .xml.gz cut short at a page boundary, which no decompressor notices) is an error."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root, namespaces, page, revision = None, {}, None, None
     if inside_root:
@@ -227,6 +232,13 @@ def pages(chunks: Iterator[bytes], path: str, inside_root: bool) -> Iterator[Pag
                     yield _page(element, namespaces)
             if root is not None:
                 root.clear()  # finished pages are yielded: the tree keeps none of them
+        if whole:
+            try:
+                parser.close()
+            except ET.ParseError:
+                raise inputs.truncated(
+                    path, EOFError("the XML export ends before its </mediawiki>")
+                ) from None
     except ET.ParseError as e:
         raise inputs.InputError(
             f"input {path!r} is not a well-formed MediaWiki XML export ({e})"
@@ -294,8 +306,11 @@ def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
     path, compression, start = unit.path, unit.compression, unit.start
     with reading.open_binary(path) as f:
         language = site_language(_head(f, compression, path)) or reading.language
+        # A unit from the start to the end of the file holds the whole export.
+        whole = start == 0 and unit.stop >= f.seek(0, os.SEEK_END)
         f.seek(start)
-        for page in pages(chunks(f, compression, start, unit.stop, path), path, start > 0):
+        xml = chunks(f, compression, start, unit.stop, path)
+        for page in pages(xml, path, start > 0, whole):
             stats.pages += 1
             sentences = article(page, language, stats)
             if sentences:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from data_prep import inputs, readers
+from data_prep import inputs, readers, sentences, sniff
 from data_prep.sentences import split_sentences
 
 
@@ -133,6 +133,62 @@ def test_split_sentences_merges_lower_case_pieces_in_linear_time():
     assert time.perf_counter() - start < 10 and sentence == text.strip()
 
 
+_PIECES = [
+    "He ran.",
+    "Dr. Smith came.",
+    "It cost 3.5 dollars.",
+    "U.S. troops left.",
+    "then more.",
+    "\u4e2d\u6587\u3002",
+    "\u65e5\u672c\u8a9e\u3067\u3059\u3002",
+    "\u0928\u092e\u0938\u094d\u0924\u0947\u0964",
+    "Wow!",
+    "Why?",
+    "(Paren.)",
+    "Mr. X",
+    "No. 5 is",
+    "\u00bfQu\u00e9?",
+    "A.B.C. corp",
+    "\u0645\u0631\u062d\u0628\u0627.",
+    "\u3002\u3002",
+    "1.",
+    "i.e.",
+    "\U0001f600.",
+]
+
+
+def test_a_long_paragraph_is_split_a_window_at_a_time_as_in_one_call(monkeypatch):
+    """sentencex's time grows with the square of a paragraph whose sentence ends have no space
+    after them (Chinese: 360 kB took 3 s, a 1 MB one minutes): a long paragraph goes to it a window
+    at a time, and gives the sentences of one call, whatever the language and punctuation."""
+    rng = random.Random(0)
+    real_segment = sentences.sentencex.segment
+    calls = []
+
+    def segment(language, text):
+        calls.append(len(text))
+        return real_segment(language, text)
+
+    cases = []
+    for _ in range(40):
+        language = rng.choice(["en", "zh", "ja", "hi", "de", "ar"])
+        glue = rng.choice(["", " "])
+        text = glue.join(rng.choice(_PIECES) + rng.choice([" ", ""]) for _ in range(300))
+        cases.append((language, text, split_sentences(text, language)))  # one call: < _WINDOW
+    monkeypatch.setattr(sentences, "_WINDOW", 300)
+    monkeypatch.setattr(sentences, "_MARGIN", 60)
+    monkeypatch.setattr(sentences.sentencex, "segment", segment)
+    for language, text, whole in cases:
+        assert split_sentences(text, language) == whole, (language, text)
+    # Quotes (whose pairing sentencex counts from the text's start) and unclosed brackets, inside
+    # which it does not split, may be read otherwise after a window's start; nothing is lost.
+    text = " ".join(rng.choice([*_PIECES, "(", '"']) for _ in range(1000))
+    assert "".join(split_sentences(text)).replace(" ", "") == text.replace(" ", "")
+    calls.clear()
+    assert len(split_sentences("\u4e2d\u6587\u3002" * 3000, "zh")) == 3000
+    assert max(calls) <= 300 + 60  # bounded pieces: linear time
+
+
 def test_tfds_dataset_by_name_and_split(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -239,6 +295,65 @@ def test_truncated_gzip_is_an_error_not_fewer_documents(tmp_path):
     (tmp_path / "cut.txt.gz").write_bytes(data[: len(data) // 2])
     with pytest.raises(readers.InputError, match=r"cut.txt.gz.*damaged or truncated"):
         _docs([str(tmp_path / "cut.txt.gz")])
+
+
+def test_a_cut_bz2_file_is_named_truncated_not_another_format(tmp_path):
+    """A dump (or any bz2 file) cut inside its first stream decompresses to nothing yet: the error
+    says it is truncated, not that it is no MediaWiki dump (to be bunzipped or gzipped)."""
+    page = b"<page><title>T</title><ns>0</ns><revision><text>Words here.</text></revision></page>"
+    data = bz2.compress(b"<mediawiki>" + page * 2000 + b"</mediawiki>\n")
+    for cut in (len(data) // 2, len(data) - 1, 10):
+        (tmp_path / "dump.xml.bz2").write_bytes(data[:cut])
+        with pytest.raises(readers.InputError, match=r"dump.xml.bz2.*truncated") as error:
+            for source in readers.parse_input([str(tmp_path / "dump.xml.bz2")]):
+                list(readers.documents(source, readers.ReadStats()))
+        assert "not a MediaWiki" not in str(error.value)
+    (tmp_path / "dump.xml.bz2").write_bytes(data)
+    assert readers.parse_input([str(tmp_path / "dump.xml.bz2")])[0].kind == "wiki"
+
+
+@pytest.mark.parametrize("pack", [bytes, gzip.compress], ids=["plain", "gzip"])
+def test_json_lines_with_a_byte_order_mark_are_json_lines_whatever_the_name(tmp_path, pack):
+    """A JSONL export a Windows tool wrote with a UTF-8 mark, named .txt or .gz, reads as its
+    twin without the mark: documents of its text field, not sentences of braces and keys."""
+    lines = b'{"text": "Hello world. This is one."}\n{"id": 2, "text": "Second doc. Yes."}\n'
+    docs = []
+    for name, data in (("marked.txt", b"\xef\xbb\xbf" + lines), ("plain.txt", lines)):
+        (tmp_path / name).write_bytes(pack(data))
+        (source,) = readers.parse_input([str(tmp_path / name)])
+        assert source.kind == "jsonl", name
+        docs.append(list(readers.documents(source, readers.ReadStats())))
+    assert docs[0] == docs[1] == [["Hello world.", "This is one."], ["Second doc.", "Yes."]]
+
+
+@pytest.mark.parametrize("end", [b"\n", b""], ids=["line-end", "no-line-end"])
+def test_json_lines_whose_first_record_is_longer_than_the_sniffed_head(tmp_path, end):
+    """A JSONL file of long articles, named .txt or .gz: its first record runs past the 64 KB the
+    sniffer looks at, and is still read as JSON, not as a sentence of braces and keys."""
+    long_text = " ".join(f"Sentence number {i} is here." for i in range(4000))
+    data = json.dumps({"text": long_text}).encode() + b"\n" + b'{"text": "Short one. Two."}' + end
+    assert data.index(b"\n") > sniff.HEAD_BYTES
+    for name, pack in (("long.txt", bytes), ("long.data.gz", gzip.compress)):
+        (tmp_path / name).write_bytes(pack(data))
+        (source,) = readers.parse_input([str(tmp_path / name)])
+        docs = list(readers.documents(source, readers.ReadStats()))
+        assert source.kind == "jsonl" and len(docs) == 2 and docs[1] == ["Short one.", "Two."]
+    (tmp_path / "one.txt").write_bytes(data.split(b"\n")[0] + end)  # one record, the whole file
+    assert readers.parse_input([str(tmp_path / "one.txt")])[0].kind == "jsonl"
+
+
+def test_a_piece_cut_out_of_a_jsonl_file_is_json_lines(tmp_path):
+    """`split -b 1G corpus.jsonl part-` gives pieces without a name that says JSON, each starting
+    inside a record: the piece is JSON lines (its torn first line counted as a bad line), not
+    text whose sentences are braces and keys; text with a JSON object among its lines is text."""
+    records = b"".join(b'{"text": "Record %d is here. It ends."}\n' % i for i in range(6))
+    (tmp_path / "part-ab").write_bytes(b'e is the tail."}\n' + records)
+    (source,) = readers.parse_input([str(tmp_path / "part-ab")])
+    stats = readers.ReadStats()
+    docs = list(readers.documents(source, stats))
+    assert source.kind == "jsonl" and len(docs) == 6 and stats.bad_json_lines == 1
+    (tmp_path / "notes.txt").write_bytes(b'A line.\n{"a": 1}\nAnother line.\n\nMore text.\n')
+    assert readers.parse_input([str(tmp_path / "notes.txt")])[0].kind == "text"
 
 
 def test_names_lie_content_decides(tmp_path):

@@ -213,3 +213,20 @@ def test_an_input_glob_that_matches_the_jobs_own_output_skips_it(corpus, tok, tm
     assert "of this job's own output (--output_dir=" in warning
     with pytest.raises(cli.UserError, match=r"names this job's own output .*: pass the text"):
         run(str(data / "out" / "*.arrayrecord"), tok, data / "out")
+
+
+def test_a_kill_after_the_manifest_leaves_no_work_directory_behind(
+    corpus, tok, tmp_path, monkeypatch
+):
+    """Killed between writing its manifest and removing its work directory, the job is finished:
+    the rerun finds nothing to do and removes the work (units' records, as large as the output)
+    instead of leaving it there for good."""
+    out = tmp_path / "out"
+    with monkeypatch.context() as m:
+        m.setattr(scaled.storage, "rmtree", lambda path: None)  # the kill: the work stays
+        first = run(corpus, tok, out)
+    expected = shards(out)
+    assert (out / manifest.WORK_DIR).is_dir()
+    assert run(corpus, tok, out) == first
+    assert not (out / manifest.WORK_DIR).exists() and shards(out) == expected
+    assert output.verify(str(out)) == []

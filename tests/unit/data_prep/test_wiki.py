@@ -127,6 +127,25 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
         _read_whole(d / "broken.xml")
 
 
+@pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2"])
+def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layout):
+    """Cut at a page's end, the XML is well-formed as far as it goes and the compression (whole
+    around the cut text) notices nothing: the missing </mediawiki> tells, and a shorter corpus
+    read silently would be lost work nobody sees."""
+    d, pages, _ = generated
+    make_wiki_dump.write_dump(pages, str(d / "whole.xml"))
+    xml = (d / "whole.xml").read_bytes()
+    cut = xml[: xml.index(b"</page>", len(xml) // 2) + len(b"</page>\n")]
+    pack = {"xml": bytes, "xml.gz": gzip.compress, "one-stream.xml.bz2": bz2.compress}[layout]
+    path = d / f"short.{layout}"
+    path.write_bytes(pack(cut))
+    for read in (_read_whole, lambda p: _read_units(p, 1000)):
+        with pytest.raises(readers.InputError, match=r"short.*truncated.*</mediawiki>"):
+            read(path)
+    path.write_bytes(pack(xml))
+    assert _read_whole(path)[1].documents == 40
+
+
 @pytest.mark.parametrize(
     "source, expected",
     [
