@@ -23,6 +23,7 @@ From Python:
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import tempfile
@@ -155,12 +156,16 @@ def read_lines(path: str) -> list[str]:
     why = storage.not_a_file(path)
     if why:
         raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
+    data = storage.read_bytes(path)
     try:
-        text = storage.read_bytes(path).decode("utf-8-sig")  # -sig: a byte-order mark is no text
+        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is no text
     except UnicodeDecodeError as e:
+        # utf-8-sig counts from after a byte-order mark; the file's offset counts it.
+        at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line = data.count(b"\n", 0, at) + 1
         raise cli.UserError(
-            f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
-            "(e.g. iconv -t UTF-8)"
+            f"--input={path!r} is not UTF-8 text (line {line}, byte {at}: {e.reason}); "
+            "convert it (e.g. iconv -t UTF-8)"
         ) from None
     # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them: str.splitlines() also breaks
     # at form feeds, U+2028, NEL, a lone "\r" ..., which made extra rows and shifted every later

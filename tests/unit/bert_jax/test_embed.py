@@ -237,3 +237,28 @@ def test_a_workdir_trained_with_splash_attention_embeds_at_any_length(
     seq, _ = ref.bert(out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"]))
     real = out["attention_mask"].astype(bool)
     np.testing.assert_allclose(out["last_hidden_state"][real], np.asarray(seq)[real], atol=1e-5)
+
+
+def test_a_byte_that_is_not_utf8_is_named_where_it_is_in_the_file(tmp_path):
+    """The error's byte is the file's offset (a byte-order mark counted, which utf-8-sig's count
+    skipped: 3 too few) and its line, for bad bytes anywhere in generated files."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "bad.txt"
+    for case in range(40):
+        good = "".join(rng.choice(list("ab é中😀\n"), size=rng.integers(0, 30))).encode()
+        bad = rng.choice([b"\xff", b"\xed\xa0\x80", b"\xc3", b"\x80", b"\xe4\xb8"])
+        data = (b"\xef\xbb\xbf" if case % 2 else b"") + good + bad + b"x\n"
+        path.write_bytes(data)
+        with pytest.raises(cli.UserError) as e:
+            embed.read_lines(str(path))
+        at = _decode_error_start(data)  # plain utf-8 reads a mark as U+FEFF: file offsets
+        line = data.count(b"\n", 0, at) + 1
+        assert f"(line {line}, byte {at}:" in str(e.value)
+
+
+def _decode_error_start(data: bytes) -> int:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    raise AssertionError("the data is valid UTF-8")
