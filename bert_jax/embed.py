@@ -226,15 +226,15 @@ def main(argv):
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")
-    storage.check_paths(  # parsed once, before anything is read or written
-        {f"--{name}": FLAGS[name].value for name in ("model", "input", "output", "vocab_file")},
-        outputs=["--output"],
-    )
+    paths = {f"--{name}": FLAGS[name].value for name in ("model", "input", "output", "vocab_file")}
+    storage.check_paths(paths, outputs=["--output"])  # parsed once, before any read or write
     # Mistakes a user can see without the model: before loading and embedding, not after.
     F.check_seq_length(FLAGS.max_seq_length, 1, "--max_seq_length")
     if FLAGS.batch_size < 1:
         raise cli.UserError(f"--batch_size={FLAGS.batch_size} must be 1 or more")
-    _output_path(FLAGS.output)
+    output = _output_path(FLAGS.output)
+    if output != FLAGS.output:  # the file written is NAME.npz: it must not be an input either
+        storage.check_paths(paths | {"--output": output}, outputs=["--output"])
     texts = read_lines(FLAGS.input)
     runtime.start()
     model, tokenizer = load_encoder(
@@ -245,9 +245,9 @@ def main(argv):
         dtype=FLAGS.dtype,
     )
     out = embed_texts(model, tokenizer, texts, FLAGS.max_seq_length, FLAGS.batch_size)
-    _save_npz(FLAGS.output, out)
+    _save_npz(output, out)
     print(
-        f"wrote {FLAGS.output}: {len(texts)} texts, last_hidden_state "
+        f"wrote {output}: {len(texts)} texts, last_hidden_state "
         f"{out['last_hidden_state'].shape}, pooled {out['pooled'].shape}"
     )
 

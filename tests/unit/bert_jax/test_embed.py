@@ -81,14 +81,14 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
     shutil.copy(vocab_file, model_dir / "vocab.txt")
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "out.npz"
-    proc = subprocess.run(
+    proc = subprocess.run(  # --output=NAME writes NAME.npz, as np.savez does, and says so
         [
             sys.executable,
             "-m",
             "bert_jax.embed",
             f"--model={model_dir}",
             f"--input={tmp_path / 'in.txt'}",
-            f"--output={out}",
+            f"--output={tmp_path / 'out'}",
             f"--max_seq_length={N}",
             "--batch_size=5",
         ],
@@ -98,6 +98,7 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"wrote {out}: "), proc.stdout  # not the name without .npz
     got = np.load(out)
     assert sorted(got.files) == ["attention_mask", "input_ids", "last_hidden_state", "pooled"]
     for key, value in ours.items():
@@ -117,6 +118,25 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
         timeout=300,
     )
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+    # --output=in writes in.npz: a text file of that name, the input, is refused, not replaced.
+    text = tmp_path / "in.npz"
+    text.write_text("a text\n", encoding="utf-8")
+    clash = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={hf_dir[0]}",
+            f"--input={text}",
+            f"--output={tmp_path / 'in'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert clash.returncode == 2 and "would replace that input" in clash.stderr, clash.stderr
+    assert text.read_text(encoding="utf-8") == "a text\n"
 
 
 def test_a_workdir_trained_with_cudnn_attention_embeds_on_a_cpu(
