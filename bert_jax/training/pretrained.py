@@ -254,8 +254,10 @@ def _hf_vocabulary(
 class HubWordPiece(tokenization.WordPieceTokenizer):
     """A Hugging Face directory's WordPiece: FullTokenizer's ids (our WordPiece, which Google's
     release keeps) where transformers' BertTokenizer gives the same, and its ids where not: a
-    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, and a
-    word longer than `max_chars_per_word` (its 100, not FullTokenizer's 200) is [UNK]."""
+    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, a
+    private-use character (category Co, which its BertNormalizer deletes as a control and
+    FullTokenizer keeps) is deleted, and a word longer than `max_chars_per_word` (its 100, not
+    FullTokenizer's 200) is [UNK]."""
 
     def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
         super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
@@ -265,16 +267,23 @@ class HubWordPiece(tokenization.WordPieceTokenizer):
 
     def encode(self, text: str) -> list[int]:
         if not self._specials.search(text):
-            return super().encode(text)
+            return super().encode(_PRIVATE_USE.sub("", text))
         out = []
         for k, part in enumerate(self._specials.split(text)):  # odd k: a special token
-            out.extend([self.vocab[part]] if k % 2 else super().encode(part) if part else [])
+            if k % 2:
+                out.append(self.vocab[part])
+            elif part := _PRIVATE_USE.sub("", part):
+                out.extend(super().encode(part))
         return out
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if not any(map(self._specials.search, lines)):
-            return super().encode_batch(lines)
+            return super().encode_batch([_PRIVATE_USE.sub("", line) for line in lines])
         return concatenated([self.encode(line) for line in lines])
+
+
+# Unicode's three private-use areas (category Co, fixed since Unicode 2.0).
+_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
 
 def _max_chars_per_word(spec: dict | None) -> int:
