@@ -203,6 +203,27 @@ def test_private_use_characters_are_deleted_as_transformers_deletes_them(dirs, k
         assert lengths.tolist() == list(map(len, ids))
 
 
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_the_cjk_characters_transformers_leaves_unspaced_give_its_ids(dirs, kind):
+    """transformers' is_chinese_char starts CJK Extension E's range at 0x2B920, not 0x2B820
+    (FullTokenizer's): it does not split U+2B820-U+2B91F off their words, and "good\U0002b820w1"
+    was three words here, one there. Every such code point, inside words, beside [MASK], and
+    in random texts with neighbouring ideographs and private-use characters."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    odd = [chr(c) for c in range(0x2B820, 0x2B920)]
+    texts = [f"good{c}w1 {c} al{c}ice{c}[MASK]" for c in odd]
+    rng = random.Random(0)
+    words = ["good", "w1", "alice", "[MASK]", " ", "Alice", "\ue000", "\u4e2d", "\U0002b81f"]
+    texts += ["".join(rng.choice(words + odd[:20]) for _ in range(10)) for _ in range(200)]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts + ["good w1", "alice"])
+    want += [theirs(t, add_special_tokens=False)["input_ids"] for t in ("good w1", "alice")]
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+
+
 @pytest.mark.parametrize("keep_vocab_txt", [False, True])
 def test_tokens_added_to_the_tokenizer_are_read_whole(dirs, tmp_path, keep_vocab_txt):
     """A fine-tuned model whose tokenizer had tokens added (entity markers, new words:
