@@ -140,6 +140,8 @@ def embed_texts(
         cli.warn(
             f"{cut} of {len(texts)} texts were longer than {max_seq_length} tokens and were cut"
         )
+    # No batch larger than the input: --batch_size=4096 for ten lines padded them to 4,096 rows.
+    batch_size = max(1, min(batch_size, len(texts)))
     hidden = bert.config.hidden_size
     last = np.zeros((len(texts), max_seq_length, hidden), np.float32)
     pooled = np.zeros((len(texts), hidden), np.float32)

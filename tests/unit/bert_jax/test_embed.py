@@ -282,3 +282,16 @@ def _decode_error_start(data: bytes) -> int:
     except UnicodeDecodeError as e:
         return e.start
     raise AssertionError("the data is valid UTF-8")
+
+
+def test_no_batch_is_larger_than_the_input(hf_dir, ours, monkeypatch):
+    """--batch_size=4096 for a few lines padded each to 4,096 rows: that much compute and
+    memory (an out-of-memory crash for a large batch on a big model) for nothing."""
+    model, tokenizer = embed.load_encoder(hf_dir[0])
+    rows = []
+    forward = embed._forward
+    monkeypatch.setattr(embed, "_forward", lambda b, i, m: rows.append(len(i)) or forward(b, i, m))
+    out = embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=N, batch_size=4096)
+    assert rows == [len(TEXTS)]
+    for key, value in ours.items():
+        np.testing.assert_allclose(out[key], value, atol=1e-6, err_msg=key)
