@@ -23,6 +23,7 @@ From Python:
 
 from __future__ import annotations
 
+import codecs
 import os
 import signal
 import tempfile
@@ -139,6 +140,8 @@ def embed_texts(
         cli.warn(
             f"{cut} of {len(texts)} texts were longer than {max_seq_length} tokens and were cut"
         )
+    # No batch larger than the input: --batch_size=4096 for ten lines padded them to 4,096 rows.
+    batch_size = max(1, min(batch_size, len(texts)))
     hidden = bert.config.hidden_size
     last = np.zeros((len(texts), max_seq_length, hidden), np.float32)
     pooled = np.zeros((len(texts), hidden), np.float32)
@@ -155,12 +158,16 @@ def read_lines(path: str) -> list[str]:
     why = storage.not_a_file(path)
     if why:
         raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
+    data = storage.read_bytes(path)
     try:
-        text = storage.read_bytes(path).decode("utf-8-sig")  # -sig: a byte-order mark is no text
+        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is no text
     except UnicodeDecodeError as e:
+        # utf-8-sig counts from after a byte-order mark; the file's offset counts it.
+        at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line = data.count(b"\n", 0, at) + 1
         raise cli.UserError(
-            f"--input={path!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it "
-            "(e.g. iconv -t UTF-8)"
+            f"--input={path!r} is not UTF-8 text (line {line}, byte {at}: {e.reason}); "
+            "convert it (e.g. iconv -t UTF-8)"
         ) from None
     # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them: str.splitlines() also breaks
     # at form feeds, U+2028, NEL, a lone "\r" ..., which made extra rows and shifted every later
@@ -221,15 +228,15 @@ def main(argv):
     for name in ("model", "input", "output"):
         if not FLAGS[name].value:
             raise cli.UserError(f"--{name} is required")
-    storage.check_paths(  # parsed once, before anything is read or written
-        {f"--{name}": FLAGS[name].value for name in ("model", "input", "output", "vocab_file")},
-        outputs=["--output"],
-    )
+    paths = {f"--{name}": FLAGS[name].value for name in ("model", "input", "output", "vocab_file")}
+    storage.check_paths(paths, outputs=["--output"])  # parsed once, before any read or write
     # Mistakes a user can see without the model: before loading and embedding, not after.
     F.check_seq_length(FLAGS.max_seq_length, 1, "--max_seq_length")
     if FLAGS.batch_size < 1:
         raise cli.UserError(f"--batch_size={FLAGS.batch_size} must be 1 or more")
-    _output_path(FLAGS.output)
+    output = _output_path(FLAGS.output)
+    if output != FLAGS.output:  # the file written is NAME.npz: it must not be an input either
+        storage.check_paths(paths | {"--output": output}, outputs=["--output"])
     texts = read_lines(FLAGS.input)
     runtime.start()
     model, tokenizer = load_encoder(
@@ -240,9 +247,9 @@ def main(argv):
         dtype=FLAGS.dtype,
     )
     out = embed_texts(model, tokenizer, texts, FLAGS.max_seq_length, FLAGS.batch_size)
-    _save_npz(FLAGS.output, out)
+    _save_npz(output, out)
     print(
-        f"wrote {FLAGS.output}: {len(texts)} texts, last_hidden_state "
+        f"wrote {output}: {len(texts)} texts, last_hidden_state "
         f"{out['last_hidden_state'].shape}, pooled {out['pooled'].shape}"
     )
 

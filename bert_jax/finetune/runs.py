@@ -146,6 +146,7 @@ def prepare(
     labels = task.labels(examples)
     if examples is not None:
         train = _encode(task, tok, config.data.train_file, examples, labels, training=True)
+        _check_segments(train, encoder.config.type_vocab_size, config.data.train_file)
         if not train.has_labels:
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
@@ -266,7 +267,25 @@ def forward(graphdef, params, frozen, batch, dropout_rng=None):
 def encode_file(run: Run, path: str) -> tasks.Dataset:
     """A file to evaluate or predict, read and encoded (inference windows for SQuAD)."""
     examples = tasks.read_examples(run.task, path)
-    return _encode(run.task, run.tok, path, examples, run.labels, training=False)
+    ds = _encode(run.task, run.tok, path, examples, run.labels, training=False)
+    _check_segments(ds, run.model.config.type_vocab_size, path)
+    return ds
+
+
+def _check_segments(ds: tasks.Dataset, type_vocab_size: int, path: str) -> None:
+    """A second segment (a sentence pair's, SQuAD's context) needs a second token-type
+    embedding: past the table's end the lookup gives NaN (transformers: an IndexError), and the
+    run trained on NaN logits. Without token types (0, ModernBERT) segments are ignored."""
+    segments = ds.arrays.get(features.SEGMENT_IDS)
+    if not type_vocab_size or segments is None or not segments.size:
+        return
+    if int(segments.max()) >= type_vocab_size:
+        raise cli.UserError(
+            f"{path} has examples of {int(segments.max()) + 1} segments (sentence pairs, or "
+            f"SQuAD's question and context) but the model has type_vocab_size={type_vocab_size} "
+            "token-type embeddings: fine-tune it on single sentences, or start from a model "
+            "with one token type per segment"
+        )
 
 
 def _encode(task, tok, path: str, examples, labels, training: bool) -> tasks.Dataset:

@@ -164,7 +164,7 @@ def read_examples(task, path: str) -> list:
         examples = task.read(path)
     except UnicodeDecodeError as e:  # every reader opens its file as UTF-8
         raise encode.FormatError(
-            f"{path} is not UTF-8 text (byte {e.start}: {e.reason}); convert it, e.g. "
+            f"{path} is not UTF-8 text ({_first_bad_byte(path, e)}); convert it, e.g. "
             "iconv -t UTF-8"
         ) from None
     if not examples:
@@ -173,6 +173,18 @@ def read_examples(task, path: str) -> list:
             "file with the data"
         )
     return examples
+
+
+def _first_bad_byte(path: str, error: UnicodeDecodeError) -> str:
+    """'line L, byte B: reason' of the file's first byte that is not UTF-8. The readers' own
+    error counts from where they decoded (a CoNLL column, a text-mode chunk, after a BOM)."""
+    data = storage.read_bytes(path)
+    try:
+        data.decode("utf-8")  # a BOM is U+FEFF here, so offsets are the file's
+    except UnicodeDecodeError as e:
+        error = e
+    line = data.count(b"\n", 0, error.start) + 1
+    return f"line {line}, byte {error.start}: {error.reason}"
 
 
 def make_task(data):

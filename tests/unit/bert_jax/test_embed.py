@@ -81,14 +81,14 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
     shutil.copy(vocab_file, model_dir / "vocab.txt")
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "out.npz"
-    proc = subprocess.run(
+    proc = subprocess.run(  # --output=NAME writes NAME.npz, as np.savez does, and says so
         [
             sys.executable,
             "-m",
             "bert_jax.embed",
             f"--model={model_dir}",
             f"--input={tmp_path / 'in.txt'}",
-            f"--output={out}",
+            f"--output={tmp_path / 'out'}",
             f"--max_seq_length={N}",
             "--batch_size=5",
         ],
@@ -98,6 +98,7 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"wrote {out}: "), proc.stdout  # not the name without .npz
     got = np.load(out)
     assert sorted(got.files) == ["attention_mask", "input_ids", "last_hidden_state", "pooled"]
     for key, value in ours.items():
@@ -117,6 +118,25 @@ def test_cli_writes_the_npz(hf_dir, ours, tmp_path, vocab_file):
         timeout=300,
     )
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+    # --output=in writes in.npz: a text file of that name, the input, is refused, not replaced.
+    text = tmp_path / "in.npz"
+    text.write_text("a text\n", encoding="utf-8")
+    clash = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_jax.embed",
+            f"--model={hf_dir[0]}",
+            f"--input={text}",
+            f"--output={tmp_path / 'in'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert clash.returncode == 2 and "would replace that input" in clash.stderr, clash.stderr
+    assert text.read_text(encoding="utf-8") == "a text\n"
 
 
 def test_a_workdir_trained_with_cudnn_attention_embeds_on_a_cpu(
@@ -237,3 +257,41 @@ def test_a_workdir_trained_with_splash_attention_embeds_at_any_length(
     seq, _ = ref.bert(out["input_ids"], out["attention_mask"], np.zeros_like(out["input_ids"]))
     real = out["attention_mask"].astype(bool)
     np.testing.assert_allclose(out["last_hidden_state"][real], np.asarray(seq)[real], atol=1e-5)
+
+
+def test_a_byte_that_is_not_utf8_is_named_where_it_is_in_the_file(tmp_path):
+    """The error's byte is the file's offset (a byte-order mark counted, which utf-8-sig's count
+    skipped: 3 too few) and its line, for bad bytes anywhere in generated files."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "bad.txt"
+    for case in range(40):
+        good = "".join(rng.choice(list("ab é中😀\n"), size=rng.integers(0, 30))).encode()
+        bad = rng.choice([b"\xff", b"\xed\xa0\x80", b"\xc3", b"\x80", b"\xe4\xb8"])
+        data = (b"\xef\xbb\xbf" if case % 2 else b"") + good + bad + b"x\n"
+        path.write_bytes(data)
+        with pytest.raises(cli.UserError) as e:
+            embed.read_lines(str(path))
+        at = _decode_error_start(data)  # plain utf-8 reads a mark as U+FEFF: file offsets
+        line = data.count(b"\n", 0, at) + 1
+        assert f"(line {line}, byte {at}:" in str(e.value)
+
+
+def _decode_error_start(data: bytes) -> int:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    raise AssertionError("the data is valid UTF-8")
+
+
+def test_no_batch_is_larger_than_the_input(hf_dir, ours, monkeypatch):
+    """--batch_size=4096 for a few lines padded each to 4,096 rows: that much compute and
+    memory (an out-of-memory crash for a large batch on a big model) for nothing."""
+    model, tokenizer = embed.load_encoder(hf_dir[0])
+    rows = []
+    forward = embed._forward
+    monkeypatch.setattr(embed, "_forward", lambda b, i, m: rows.append(len(i)) or forward(b, i, m))
+    out = embed.embed_texts(model, tokenizer, TEXTS, max_seq_length=N, batch_size=4096)
+    assert rows == [len(TEXTS)]
+    for key, value in ours.items():
+        np.testing.assert_allclose(out[key], value, atol=1e-6, err_msg=key)

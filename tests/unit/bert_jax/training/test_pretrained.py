@@ -7,6 +7,7 @@ not before the two loaders became one."""
 
 import json
 import os
+import random
 import shutil
 
 import pytest
@@ -174,6 +175,53 @@ def test_a_special_token_written_in_the_text_is_that_token(dirs, tmp_path, kind)
     assert flat.tolist() == [i for ids in want for i in ids]
     assert lengths.tolist() == list(map(len, want))
     assert tok.mask_id in want[0]
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_private_use_characters_are_deleted_as_transformers_deletes_them(dirs, kind):
+    """transformers' BertNormalizer deletes private-use characters (Co) as controls; embed and
+    fine-tuning kept them (FullTokenizer's rule), so "good\ue000w1" was one [UNK] word, not
+    "goodw1"'s pieces. Every 61st private-use code point, alone, inside words, beside a special
+    token, in random text of the tiny vocabulary's words."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    private = [
+        chr(c)
+        for lo, hi in ((0xE000, 0xF8FF), (0xF0000, 0xFFFFD), (0x100000, 0x10FFFD))
+        for c in range(lo, hi + 1, 61)
+    ] + ["\uf8ff", "\U0010fffd"]
+    rng = random.Random(0)
+    words = ["good", "w1", "alice", "[MASK]", "paris", "?", " ", "Alice"]
+    texts = [f"good{c}w1 {c} al{c}ice{c}[MASK]{c}" for c in private]
+    texts += ["".join(rng.choice(words + private[:50]) for _ in range(12)) for _ in range(300)]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # both encode_batch paths
+        flat, lengths = tok.encode_batch(batch)
+        ids = [theirs(t, add_special_tokens=False)["input_ids"] for t in batch]
+        assert flat.tolist() == [i for row in ids for i in row]
+        assert lengths.tolist() == list(map(len, ids))
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_the_cjk_characters_transformers_leaves_unspaced_give_its_ids(dirs, kind):
+    """transformers' is_chinese_char starts CJK Extension E's range at 0x2B920, not 0x2B820
+    (FullTokenizer's): it does not split U+2B820-U+2B91F off their words, and "good\U0002b820w1"
+    was three words here, one there. Every such code point, inside words, beside [MASK], and
+    in random texts with neighbouring ideographs and private-use characters."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    odd = [chr(c) for c in range(0x2B820, 0x2B920)]
+    texts = [f"good{c}w1 {c} al{c}ice{c}[MASK]" for c in odd]
+    rng = random.Random(0)
+    words = ["good", "w1", "alice", "[MASK]", " ", "Alice", "\ue000", "\u4e2d", "\U0002b81f"]
+    texts += ["".join(rng.choice(words + odd[:20]) for _ in range(10)) for _ in range(200)]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts + ["good w1", "alice"])
+    want += [theirs(t, add_special_tokens=False)["input_ids"] for t in ("good w1", "alice")]
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
 
 
 @pytest.mark.parametrize("keep_vocab_txt", [False, True])

@@ -7,8 +7,11 @@ import os
 import sys
 
 import pytest
+from flax import nnx
 
 from bert_jax.finetune import train
+from bert_jax.hf import bert
+from bert_jax.model import encoder
 from support.finetune_data import make_config, sst2_file, stsb_file
 
 
@@ -125,7 +128,8 @@ def test_eval_files_are_named_by_stem_and_a_repeated_stem_by_its_path():
 
     files = "a/dev_matched.tsv, b/dev_matched.tsv,,a/test.tsv"
     config = ml_collections.ConfigDict({"data": {"eval_files": files}})
-    run = types.SimpleNamespace(config=config, task=Task(), tok=None, labels=())
+    model = types.SimpleNamespace(config=types.SimpleNamespace(type_vocab_size=2))
+    run = types.SimpleNamespace(config=config, task=Task(), tok=None, labels=(), model=model)
     sets = runs.eval_datasets(run)
     assert list(sets) == ["dev_matched", "b/dev_matched.tsv", "test"]
     assert [ds.examples for ds in sets.values()] == [
@@ -133,3 +137,35 @@ def test_eval_files_are_named_by_stem_and_a_repeated_stem_by_its_path():
         ["b/dev_matched.tsv"],
         ["a/test.tsv"],
     ]
+
+
+@pytest.mark.parametrize("layout", ["mnli", "squad"])
+def test_two_segments_on_a_model_with_one_token_type_are_refused(tmp_path, layout):
+    """A BERT with type_vocab_size=1 (transformers allows it) fine-tuned on sentence pairs or
+    SQuAD looked its second segment up past the table's end: NaN logits, a run that trained on
+    NaN. Refused before the workdir exists, naming the file (an eval or test file too); single
+    sentences still train."""
+    from bert_jax.finetune import runs
+    from support.finetune_data import TINY, VOCAB, mnli_file, squad_file
+
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    config = encoder.BertConfig(vocab_size=len(VOCAB), **{**TINY, "type_vocab_size": 1})
+    model = encoder.BertForPreTraining(config, rngs=nnx.Rngs(0))
+    hf_dir = str(tmp_path / "hf")
+    bert.save_hf(model, str(tmp_path / "vocab.txt"), hf_dir)
+    if layout == "mnli":
+        pairs = mnli_file(tmp_path / "pairs.tsv", 8, 0)
+        config = make_config(format="glue", layout="mnli", train_file=pairs)
+    else:
+        pairs = squad_file(tmp_path / "squad.json", 4, 0)
+        config = make_config(format="squad", train_file=pairs, doc_stride=8, max_query_length=8)
+    config.eval.at_start = False
+    refused(config, tmp_path, hf_dir, r"(pairs\.tsv|squad\.json) has examples of 2 segments")
+    if layout == "mnli":  # an eval or test file of pairs, met after training: also refused
+        run = runs.prepare(
+            make_config(format="glue", layout="mnli", train_file=pairs), hf_dir, False
+        )
+        with pytest.raises(ValueError, match=r"dev\.tsv .*type_vocab_size=1 token-type"):
+            runs.encode_file(run, mnli_file(tmp_path / "dev.tsv", 4, 1))
+    single = sst2_config(tmp_path, sst2_file(tmp_path / "sst.tsv", 8, 0))
+    runs.prepare(single, hf_dir)  # one segment: trains
