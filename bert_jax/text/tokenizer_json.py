@@ -79,6 +79,7 @@ class JsonTokenizer:
         self.vocab = dict(self._tok.get_vocab(with_added_tokens=True))
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
         self.vocab_words = [self.inv_vocab[i] for i in sorted(self.inv_vocab)]
+        self._check_unknown()
         self.special_tokens = self._special_tokens()
         ids = {role: self.vocab[token] for role, token in self.special_tokens.items()}
         self.cls_id, self.sep_id, self.mask_id = ids["cls"], ids["sep"], ids["mask"]
@@ -99,6 +100,30 @@ class JsonTokenizer:
     def model_type(self) -> str:
         """ "BPE", "Unigram", "WordPiece" or "WordLevel": the file's model."""
         return str(self.spec.get("model", {}).get("type", ""))
+
+    def _check_unknown(self) -> None:
+        """Refuses a model that needs an unknown token it lacks: the library would raise on the
+        first character outside the vocabulary (WordPiece, WordLevel, a BPE naming an unk_token,
+        a Unigram without unk_id), deep inside a data_prep worker."""
+        model = self.spec.get("model") or {}
+        kind = model.get("type")
+        if kind == "Unigram":
+            if model.get("unk_id") is None and not model.get("byte_fallback"):
+                missing = "no unk_id"
+            else:
+                return
+        elif kind in ("WordPiece", "WordLevel", "BPE"):
+            unk = model.get("unk_token")
+            if (kind == "BPE" and unk is None) or unk in self.vocab:
+                return
+            missing = f"its unk_token {unk!r}, which is not in its vocabulary"
+        else:
+            return
+        raise VocabError(
+            f"tokenizer file {self.vocab_file!r}: its {kind} model has {missing}, so the library "
+            "fails on any text outside its vocabulary; add an unknown token ([UNK] or <unk>) to "
+            "the vocabulary and name it in the model"
+        )
 
     def _special_tokens(self) -> dict[str, str]:
         """{role: token} for cls, sep, mask and, where the file has them, pad and unk."""

@@ -195,3 +195,36 @@ def test_a_space_and_the_first_bytes_of_a_letter_start_a_word(tmp_path):
     text = "\U00010400\U00010401 \U00010402\U00010403 \U00010404\U00010405"
     ours, theirs = _word_starts(tok, [text])
     assert (ours == theirs).all(), tok.convert_ids_to_tokens(tok.encode(text))
+
+
+def _no_unknown(kind: str) -> tokenizers.Tokenizer:
+    from tokenizers import models, pre_tokenizers
+
+    special = {"[CLS]": 0, "[SEP]": 1, "[MASK]": 2}
+    if kind == "WordPiece":
+        model = models.WordPiece({**special, "hello": 3, "##s": 4}, unk_token="[UNK]")
+    elif kind == "WordLevel":
+        model = models.WordLevel({**special, "hello": 3}, unk_token="[UNK]")
+    elif kind == "BPE":
+        model = models.BPE({**special, "h": 3, "e": 4, "he": 5}, [("h", "e")], unk_token="[UNK]")
+    else:
+        pieces = [("[CLS]", 0.0), ("[SEP]", 0.0), ("[MASK]", 0.0), ("▁hello", -1.0), ("▁", -2.0)]
+        model = models.Unigram(pieces, None)
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Metaspace() if kind == "Unigram" else pre_tokenizers.Whitespace()
+    )
+    return tok
+
+
+@pytest.mark.parametrize("kind", ["WordPiece", "WordLevel", "BPE", "Unigram"])
+def test_a_model_without_its_unknown_token_is_one_error(tmp_path, kind):
+    """The library raises on the first character outside such a vocabulary (a traceback from a
+    data_prep worker); the file is refused when read, naming what is missing."""
+    tok = _no_unknown(kind)
+    with pytest.raises(Exception, match=r"(?i)unk"):
+        tok.encode("zebra ☃", add_special_tokens=False)
+    path = str(tmp_path / "no_unk.json")
+    tok.save(path)
+    with pytest.raises(tokenization.VocabError, match=rf"its {kind} model has .*unk"):
+        tokenization.make_tokenizer(path)
