@@ -108,14 +108,16 @@ class JsonTokenizer:
         model = self.spec.get("model") or {}
         kind = model.get("type")
         if kind == "Unigram":
-            if model.get("unk_id") is None and not model.get("byte_fallback"):
-                missing = "no unk_id"
-            else:
+            if model.get("unk_id") is not None:  # even with byte_fallback the library needs it
                 return
+            missing = "no unk_id"
         elif kind in ("WordPiece", "WordLevel", "BPE"):
             unk = model.get("unk_token")
             if (kind == "BPE" and unk is None) or unk in self.vocab:
                 return
+            bytes_known = all(f"<0x{b:02X}>" in self.vocab for b in range(256))
+            if kind == "BPE" and model.get("byte_fallback") and bytes_known:
+                return  # unknown characters become their UTF-8 bytes' pieces
             missing = f"its unk_token {unk!r}, which is not in its vocabulary"
         else:
             return

@@ -228,3 +228,16 @@ def test_a_model_without_its_unknown_token_is_one_error(tmp_path, kind):
     tok.save(path)
     with pytest.raises(tokenization.VocabError, match=rf"its {kind} model has .*unk"):
         tokenization.make_tokenizer(path)
+
+
+def test_a_bpe_that_falls_back_to_bytes_needs_no_unknown_token(tmp_path):
+    from tokenizers import models, pre_tokenizers
+
+    pieces = {f"<0x{b:02X}>": 5 + b for b in range(256)}
+    vocab = {"[CLS]": 0, "[SEP]": 1, "[MASK]": 2, "h": 3, "e": 4, **pieces}
+    theirs = tokenizers.Tokenizer(models.BPE(vocab, [], unk_token="[UNK]", byte_fallback=True))
+    theirs.pre_tokenizer = pre_tokenizers.Whitespace()
+    theirs.save(str(tmp_path / "bytes.json"))
+    ours = tokenization.make_tokenizer(str(tmp_path / "bytes.json"))
+    for text in ("he", "zebra ☃ 𝔘", " \t"):
+        assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
