@@ -88,6 +88,9 @@ class JsonTokenizer:
         self._special_ids = frozenset(
             t["id"] for t in self.spec.get("added_tokens") or () if t.get("special")
         ) | frozenset(ids.values())
+        # Added tokens the text is split at before the model runs: each one a word of its own, as
+        # the library's word_ids have it ("▁h" "ello" for "hello" with "ello" added).
+        self._added_ids = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
         self.word_marks = _word_marks(self.spec)
         normalizer = self._tok.normalizer
         self.do_lower_case = bool(normalizer) and normalizer.normalize_str("AZ") == "az"
@@ -161,7 +164,7 @@ class JsonTokenizer:
         if self.word_marks == "metaspace" and token == self.special_tokens.get("unk"):
             # An unknown character: "▁" before it is a piece of its own, so it continues.
             return True
-        if token not in self.vocab or self.vocab[token] in self._special_ids:
+        if token not in self.vocab or self.vocab[token] in self._special_ids | self._added_ids:
             return False
         if self.word_marks == "prefix":
             return token.startswith(self._prefix)
@@ -187,7 +190,7 @@ class JsonTokenizer:
             return None
         first, last = bytearray(self.vocab_size), bytearray(self.vocab_size)
         for token, i in self.vocab.items():
-            if i in self._special_ids:
+            if i in self._special_ids or i in self._added_ids:  # a word of its own
                 first[i] = last[i] = SPECIAL
             else:
                 first[i], last[i] = _kinds(_byte_text(token))

@@ -241,3 +241,19 @@ def test_a_bpe_that_falls_back_to_bytes_needs_no_unknown_token(tmp_path):
     ours = tokenization.make_tokenizer(str(tmp_path / "bytes.json"))
     for text in ("he", "zebra ☃ 𝔘", " \t"):
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("kind", ["unigram", "wordpiece"])
+def test_an_added_token_inside_a_word_is_a_word_of_its_own(tmp_path, files, kind):
+    """The library cuts the text at added tokens before its model runs ("▁h" "ello" for "hello"
+    with "ello" added), and its word_ids make each one a word: whole-word masking's words are
+    still exactly the library's for "▁" and "##" marks."""
+    theirs = tokenizers.Tokenizer.from_file(files[kind])
+    theirs.add_tokens(["ello", "ing", tokenizers.AddedToken("the", single_word=True)])
+    path = str(tmp_path / "added.json")
+    theirs.save(path)
+    tok = tokenization.make_tokenizer(path)
+    lines = [line for line in tokenizer_files.corpus_lines() if "ello" in line or "ing" in line]
+    lines += ["hello helloing xellox the other", "singing bellow"]
+    ours, library = _word_starts(tok, lines)
+    assert len(ours) > 1000 and (ours == library).all()
