@@ -55,8 +55,9 @@ class JsonTokenizer:
     kind = KIND
     # Between two sentences of one document, as running text has it: data_prep encodes sentences
     # one by one, and a byte-level BPE without add_prefix_space would otherwise glue each
-    # sentence's first word to the end of the one before ("end.Next"). Harmless for the other
-    # pre-tokenizers (they drop spaces, or add the same "▁" themselves).
+    # sentence's first word to the end of the one before ("end.Next"). Harmless for most other
+    # pre-tokenizers (they drop spaces, or add the same "▁" themselves); "" where the space
+    # would be a piece of its own (_sentence_joiner).
     sentence_joiner = " "
 
     def __init__(self, path: str, do_lower_case: bool | None = None):
@@ -92,8 +93,23 @@ class JsonTokenizer:
         # the library's word_ids have it ("▁h" "ello" for "hello" with "ello" added).
         self._added_ids = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
         self.word_marks = _word_marks(self.spec)
+        self.sentence_joiner = self._sentence_joiner()
         normalizer = self._tok.normalizer
         self.do_lower_case = bool(normalizer) and normalizer.normalize_str("AZ") == "az"
+
+    def _sentence_joiner(self) -> str:
+        """ " " if a sentence encoded after a space gives the ids it has in running text, else ""
+        if that does: a normalizer that prepends "▁" and turns spaces into "▁" (Llama-2's
+        tokenizer.json, no pre-tokenizer) made " Next" "▁" "▁Next" where "end. Next" has "▁Next"."""
+
+        def ids(text: str) -> list[int]:
+            return self._tok.encode(text, add_special_tokens=False).ids
+
+        probes = (("end.", "Next one"), ("a", "b"), ("1", "2"))
+        for joiner in (" ", ""):
+            if all(ids(f"{a} {b}") == ids(a) + ids(joiner + b) for a, b in probes):
+                return joiner
+        return " "
 
     @property
     def vocab_size(self) -> int:

@@ -257,3 +257,41 @@ def test_an_added_token_inside_a_word_is_a_word_of_its_own(tmp_path, files, kind
     lines += ["hello helloing xellox the other", "singing bellow"]
     ours, library = _word_starts(tok, lines)
     assert len(ours) > 1000 and (ours == library).all()
+
+
+def _llama_style(path) -> str:
+    """Llama-2's tokenizer.json layout: no pre-tokenizer, a normalizer that prepends "▁" and turns
+    spaces into "▁", a BPE that falls back to bytes."""
+    from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()  # SentencePiece's "▁word" pieces
+    special = ["<unk>", "<s>", "</s>", "<mask>", *(f"<0x{b:02X}>" for b in range(256))]
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=special, show_progress=False)
+    tok.train_from_iterator(tokenizer_files.corpus_lines(), trainer)
+    tok.pre_tokenizer = None  # then the layout transformers converts Llama-2's model to
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    ends = [(t, tok.token_to_id(t)) for t in ("<s>", "</s>")]
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=ends)
+    tok.save(str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", [*tokenizer_files.KINDS, "llama"])
+def test_sentences_encoded_apart_are_the_documents_ids(tmp_path, files, kind):
+    """data_prep encodes a document's sentences one by one, each after the first with
+    sentence_joiner before it: together they are the library's ids of the sentences joined by a
+    space (a BPE without a pre-tokenizer may merge across a sentence end: nearly always). A
+    Llama-2-style normalizer made that space a "▁" piece of its own before every sentence."""
+    path = _llama_style(tmp_path / "llama.json") if kind == "llama" else files[kind]
+    tok = tokenization.make_tokenizer(path)
+    theirs = tokenizers.Tokenizer.from_file(path)
+    lines = list(tokenizer_files.corpus_lines())
+    documents = [lines[i : i + 5] for i in range(0, min(len(lines), 400), 5)]
+    same = []
+    for document in documents:
+        ours = tok.encode(document[0])
+        for sentence in document[1:]:
+            ours += tok.encode(tok.sentence_joiner + sentence)
+        same.append(ours == theirs.encode(" ".join(document), add_special_tokens=False).ids)
+    assert np.mean(same) >= (0.9 if kind == "llama" else 1.0), np.mean(same)
