@@ -289,9 +289,21 @@ def _word_marks(spec: dict) -> str | None:
     pre = spec.get("pre_tokenizer")
     if _find(pre, "ByteLevel") or (_find(spec.get("decoder"), "ByteLevel") and not pre):
         return "bytelevel"
-    if _find(pre, "Metaspace"):
+    if _find(pre, "Metaspace") or (not pre and _spaces_to_metaspace(spec.get("normalizer"))):
         return "metaspace"
     return None
+
+
+def _spaces_to_metaspace(normalizer) -> bool:
+    """A normalizer that turns spaces into "▁" (Llama-2's Prepend("▁") + Replace(" ", "▁"), no
+    pre-tokenizer): its pieces mark word starts as Metaspace's do."""
+    if not isinstance(normalizer, dict):
+        return False
+    if normalizer.get("type") == "Replace":
+        return (
+            normalizer.get("pattern") == {"String": " "} and normalizer.get("content") == "\u2581"
+        )
+    return any(_spaces_to_metaspace(n) for n in normalizer.get("normalizers") or ())
 
 
 @functools.cache

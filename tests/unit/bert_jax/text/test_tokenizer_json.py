@@ -259,16 +259,19 @@ def test_an_added_token_inside_a_word_is_a_word_of_its_own(tmp_path, files, kind
     assert len(ours) > 1000 and (ours == library).all()
 
 
-def _llama_style(path) -> str:
+def _llama_style(path, twin=None) -> str:
     """Llama-2's tokenizer.json layout: no pre-tokenizer, a normalizer that prepends "▁" and turns
-    spaces into "▁", a BPE that falls back to bytes."""
+    spaces into "▁" (its byte fallback left out). `twin`: where to save the same model with a
+    Metaspace pre-tokenizer instead (the same pieces, and the library's word_ids)."""
     from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
 
-    tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()  # SentencePiece's "▁word" pieces
-    special = ["<unk>", "<s>", "</s>", "<mask>", *(f"<0x{b:02X}>" for b in range(256))]
+    special = ["<unk>", "<s>", "</s>", "<mask>"]
     trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=special, show_progress=False)
     tok.train_from_iterator(tokenizer_files.corpus_lines(), trainer)
+    if twin:
+        tok.save(str(twin))
     tok.pre_tokenizer = None  # then the layout transformers converts Llama-2's model to
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     ends = [(t, tok.token_to_id(t)) for t in ("<s>", "</s>")]
@@ -295,3 +298,19 @@ def test_sentences_encoded_apart_are_the_documents_ids(tmp_path, files, kind):
             ours += tok.encode(tok.sentence_joiner + sentence)
         same.append(ours == theirs.encode(" ".join(document), add_special_tokens=False).ids)
     assert np.mean(same) >= (0.9 if kind == "llama" else 1.0), np.mean(same)
+
+
+def test_a_llama_style_file_marks_words_with_its_spaces(tmp_path):
+    """No pre-tokenizer, spaces turned into "▁" by the normalizer: whole-word masking takes its
+    "▁" pieces as word starts (it was refused as a file whose pieces "mark no words"), the words
+    of the same model behind a Metaspace pre-tokenizer, exactly the library's there."""
+    path = _llama_style(tmp_path / "llama.json", twin=tmp_path / "twin.json")
+    tok, twin = (
+        tokenization.make_tokenizer(str(tmp_path / n)) for n in ("llama.json", "twin.json")
+    )
+    assert tok.word_marks == "metaspace"
+    masking.Vocab.from_tokenizer(tok).check_whole_word(True, path)
+    lines = [*tokenizer_files.corpus_lines()[:300], *_unicode_texts()[-20:]]
+    lines = [line for line in lines if tok.encode(line) == twin.encode(line)]
+    ours, library = _word_starts(tok, lines)[0], _word_starts(twin, lines)[1]
+    assert len(lines) >= 250 and (ours == library).all()
