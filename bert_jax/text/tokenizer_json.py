@@ -55,8 +55,9 @@ class JsonTokenizer:
     kind = KIND
     # Between two sentences of one document, as running text has it: data_prep encodes sentences
     # one by one, and a byte-level BPE without add_prefix_space would otherwise glue each
-    # sentence's first word to the end of the one before ("end.Next"). Harmless for the other
-    # pre-tokenizers (they drop spaces, or add the same "▁" themselves).
+    # sentence's first word to the end of the one before ("end.Next"). Harmless for most other
+    # pre-tokenizers (they drop spaces, or add the same "▁" themselves); "" where the space
+    # would be a piece of its own (_sentence_joiner).
     sentence_joiner = " "
 
     def __init__(self, path: str, do_lower_case: bool | None = None):
@@ -79,6 +80,7 @@ class JsonTokenizer:
         self.vocab = dict(self._tok.get_vocab(with_added_tokens=True))
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
         self.vocab_words = [self.inv_vocab[i] for i in sorted(self.inv_vocab)]
+        self._check_unknown()
         self.special_tokens = self._special_tokens()
         ids = {role: self.vocab[token] for role, token in self.special_tokens.items()}
         self.cls_id, self.sep_id, self.mask_id = ids["cls"], ids["sep"], ids["mask"]
@@ -87,9 +89,27 @@ class JsonTokenizer:
         self._special_ids = frozenset(
             t["id"] for t in self.spec.get("added_tokens") or () if t.get("special")
         ) | frozenset(ids.values())
+        # Added tokens the text is split at before the model runs: each one a word of its own, as
+        # the library's word_ids have it ("▁h" "ello" for "hello" with "ello" added).
+        self._added_ids = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
         self.word_marks = _word_marks(self.spec)
+        self.sentence_joiner = self._sentence_joiner()
         normalizer = self._tok.normalizer
         self.do_lower_case = bool(normalizer) and normalizer.normalize_str("AZ") == "az"
+
+    def _sentence_joiner(self) -> str:
+        """ " " if a sentence encoded after a space gives the ids it has in running text, else ""
+        if that does: a normalizer that prepends "▁" and turns spaces into "▁" (Llama-2's
+        tokenizer.json, no pre-tokenizer) made " Next" "▁" "▁Next" where "end. Next" has "▁Next"."""
+
+        def ids(text: str) -> list[int]:
+            return self._tok.encode(text, add_special_tokens=False).ids
+
+        probes = (("end.", "Next one"), ("a", "b"), ("1", "2"))
+        for joiner in (" ", ""):
+            if all(ids(f"{a} {b}") == ids(a) + ids(joiner + b) for a, b in probes):
+                return joiner
+        return " "
 
     @property
     def vocab_size(self) -> int:
@@ -99,6 +119,32 @@ class JsonTokenizer:
     def model_type(self) -> str:
         """ "BPE", "Unigram", "WordPiece" or "WordLevel": the file's model."""
         return str(self.spec.get("model", {}).get("type", ""))
+
+    def _check_unknown(self) -> None:
+        """Refuses a model that needs an unknown token it lacks: the library would raise on the
+        first character outside the vocabulary (WordPiece, WordLevel, a BPE naming an unk_token,
+        a Unigram without unk_id), deep inside a data_prep worker."""
+        model = self.spec.get("model") or {}
+        kind = model.get("type")
+        if kind == "Unigram":
+            if model.get("unk_id") is not None:  # even with byte_fallback the library needs it
+                return
+            missing = "no unk_id"
+        elif kind in ("WordPiece", "WordLevel", "BPE"):
+            unk = model.get("unk_token")
+            if (kind == "BPE" and unk is None) or unk in self.vocab:
+                return
+            bytes_known = all(f"<0x{b:02X}>" in self.vocab for b in range(256))
+            if kind == "BPE" and model.get("byte_fallback") and bytes_known:
+                return  # unknown characters become their UTF-8 bytes' pieces
+            missing = f"its unk_token {unk!r}, which is not in its vocabulary"
+        else:
+            return
+        raise VocabError(
+            f"tokenizer file {self.vocab_file!r}: its {kind} model has {missing}, so the library "
+            "fails on any text outside its vocabulary; add an unknown token ([UNK] or <unk>) to "
+            "the vocabulary and name it in the model"
+        )
 
     def _special_tokens(self) -> dict[str, str]:
         """{role: token} for cls, sep, mask and, where the file has them, pad and unk."""
@@ -134,7 +180,7 @@ class JsonTokenizer:
         if self.word_marks == "metaspace" and token == self.special_tokens.get("unk"):
             # An unknown character: "▁" before it is a piece of its own, so it continues.
             return True
-        if token not in self.vocab or self.vocab[token] in self._special_ids:
+        if token not in self.vocab or self.vocab[token] in self._special_ids | self._added_ids:
             return False
         if self.word_marks == "prefix":
             return token.startswith(self._prefix)
@@ -160,7 +206,7 @@ class JsonTokenizer:
             return None
         first, last = bytearray(self.vocab_size), bytearray(self.vocab_size)
         for token, i in self.vocab.items():
-            if i in self._special_ids:
+            if i in self._special_ids or i in self._added_ids:  # a word of its own
                 first[i] = last[i] = SPECIAL
             else:
                 first[i], last[i] = _kinds(_byte_text(token))
@@ -243,9 +289,21 @@ def _word_marks(spec: dict) -> str | None:
     pre = spec.get("pre_tokenizer")
     if _find(pre, "ByteLevel") or (_find(spec.get("decoder"), "ByteLevel") and not pre):
         return "bytelevel"
-    if _find(pre, "Metaspace"):
+    if _find(pre, "Metaspace") or (not pre and _spaces_to_metaspace(spec.get("normalizer"))):
         return "metaspace"
     return None
+
+
+def _spaces_to_metaspace(normalizer) -> bool:
+    """A normalizer that turns spaces into "▁" (Llama-2's Prepend("▁") + Replace(" ", "▁"), no
+    pre-tokenizer): its pieces mark word starts as Metaspace's do."""
+    if not isinstance(normalizer, dict):
+        return False
+    if normalizer.get("type") == "Replace":
+        return (
+            normalizer.get("pattern") == {"String": " "} and normalizer.get("content") == "\u2581"
+        )
+    return any(_spaces_to_metaspace(n) for n in normalizer.get("normalizers") or ())
 
 
 @functools.cache
