@@ -8,13 +8,16 @@ Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """
 
+import contextlib
+import io
 import logging
 import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners import runner as runner_lib
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
 from data_prep import content, job, job_units, output
 from data_prep import units as units_lib
@@ -84,6 +87,26 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
     output.write_json_atomic(storage.join(output_dir, manifest.FILE), fields)
 
 
+def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
+    """The pipeline options, the runner's name and the runner. A bad option value or runner is a
+    user error: Beam's argparse would print its whole usage and exit, and an unknown runner
+    raised a ValueError that reached the user as a bug's traceback."""
+    options = PipelineOptions(list(pipeline_args))
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            name = options.get_all_options().get("runner") or "DirectRunner"
+    except SystemExit:
+        last = (said.getvalue().strip().splitlines() or ["invalid"])[-1]
+        raise cli.UserError(
+            f"Beam pipeline options after --: {last.split('error: ', 1)[-1]}"
+        ) from None
+    try:
+        return options, name, runner_lib.create_runner(name)
+    except ValueError as e:
+        raise cli.UserError(f"Beam pipeline option --runner={name}: {e}") from None
+
+
 def run(
     spec: job.JobSpec,
     vocab_file: str,
@@ -95,6 +118,7 @@ def run(
     """Builds and runs the pipeline (waiting for it); returns the manifest written next to the
     shards."""
     started = time.time()
+    options, runner, runner_object = _options(pipeline_args)  # before anything is written
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
@@ -114,9 +138,7 @@ def run(
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
-    options = PipelineOptions(list(pipeline_args))
-    runner = options.get_all_options().get("runner") or "DirectRunner"
-    with beam.Pipeline(options=options) as p:
+    with beam.Pipeline(runner=runner_object, options=options) as p:
         results = (
             p
             | "Units" >> beam.Create(planned)

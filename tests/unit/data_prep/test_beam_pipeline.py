@@ -146,3 +146,22 @@ def test_an_input_with_no_instances_is_one_error_line(tmp_path, vocab_file):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: the input gave no training instances (0 documents")
     assert "3 JSON lines were not objects with a string field 'text'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--runner=Bogus"], "--runner=Bogus: Unexpected pipeline runner"),
+        (["--direct_num_workers=abc"], "--direct_num_workers: invalid int value: 'abc'"),
+        (["--runner"], "--runner: expected one argument"),
+    ],
+)
+def test_bad_pipeline_options_are_user_errors(tmp_path, testdata, vocab_file, args, said):
+    """An unknown runner was a ValueError shown as a bug's traceback; a bad option value printed
+    Beam's whole argparse usage. Both are one error, before anything is written."""
+    from bert_jax import cli
+
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=1)
+    with pytest.raises(cli.UserError, match=re.escape(said)):
+        beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), pipeline_args=args)
+    assert not (tmp_path / "out").exists()
