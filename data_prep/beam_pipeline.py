@@ -2,7 +2,8 @@
 'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
 units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
 byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
-there is no work directory (a failed pipeline is rerun whole). docs/data_prep.md, "Beam mode".
+the work directory holds only job.json (a failed pipeline is rerun whole). docs/data_prep.md,
+"Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
@@ -19,7 +20,7 @@ from apache_beam.runners import runner as runner_lib
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
-from data_prep import content, job, job_units, output
+from data_prep import content, job, job_units, output, resume
 from data_prep import units as units_lib
 
 
@@ -123,15 +124,58 @@ def run(
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    finished = output.read_manifest(output_dir)
+    finished, damaged = output.read_manifest(output_dir), {}
     if finished is not None:
         damaged = job.check_finished(spec, planned, fp, finished, output_dir)
         if not damaged:
             return finished
-        # Rebuilt whole (no work directory); the manifest goes first, so that none describes a
-        # half-rebuilt output.
-        storage.remove(storage.join(output_dir, manifest.FILE))
     output.prepare_output_dir(output_dir)
+    # The scaled job's work directory holds only job.json here (the pipeline is rerun whole): a
+    # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
+    # scaled job's is, instead of mixing two jobs' shards in one directory.
+    work = resume.WorkDir(output_dir)
+    with work.locked():
+        if damaged:  # the manifest goes first: none describes a half-rebuilt output
+            work.reopen(finished, damaged)
+        work.check(fp)
+        _run_pipeline(
+            spec,
+            vocab_file,
+            do_lower_case,
+            output_dir,
+            options,
+            planned,
+            started,
+            runner=runner,
+            runner_object=runner_object,
+            fp=fp,
+            vocab=vocab,
+            flags=flags,
+        )
+        written = output.read_manifest(output_dir)
+        work.remove_other_shards(
+            {e["file"] for entries in written["shards"].values() for e in entries}
+        )
+    storage.rmtree(work.path)
+    return written
+
+
+def _run_pipeline(
+    spec,
+    vocab_file,
+    do_lower_case,
+    output_dir,
+    options,
+    planned,
+    started,
+    *,
+    runner,
+    runner_object,
+    fp,
+    vocab,
+    flags,
+):
+    """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
         unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
     }
@@ -175,4 +219,3 @@ def run(
                 runner=f"beam: {runner}",
             )
         )
-    return output.read_manifest(output_dir)

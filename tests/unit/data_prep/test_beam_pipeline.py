@@ -165,3 +165,37 @@ def test_bad_pipeline_options_are_user_errors(tmp_path, testdata, vocab_file, ar
     with pytest.raises(cli.UserError, match=re.escape(said)):
         beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), pipeline_args=args)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_pipeline_is_rerun_only_with_its_own_settings(tmp_path, testdata, vocab_file):
+    """A pipeline killed after its shards, before its manifest, was rerun with any settings: the
+    new shards were written beside the old ones (train-*-of-00003 and -of-00002 in one
+    directory). As in the scaled job, other units' settings are now refused, other shard settings
+    replace the old shards, and shards that no job's state explains are not overwritten."""
+    from bert_jax.data.contract import manifest
+
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=2, num_shards=3)
+    out, beam = tmp_path / "beam", ["--runner=DirectRunner"]
+    first = beam_pipeline.run(spec, vocab_file, True, str(out), beam)
+
+    def killed_before_the_manifest():  # the work directory's job.json stays
+        (out / manifest.WORK_DIR).mkdir(exist_ok=True)
+        (out / manifest.WORK_DIR / "job.json").write_text(json.dumps(first["fingerprint"]))
+        (out / manifest.FILE).unlink()
+
+    killed_before_the_manifest()
+    with pytest.raises(job.JobMismatch, match="unfinished job with other settings"):
+        beam_pipeline.run(
+            job.JobSpec(inputs=spec.inputs, dupe_factor=3, num_shards=3), vocab_file, True, str(out)
+        )
+    fewer = job.JobSpec(inputs=spec.inputs, dupe_factor=2, num_shards=2)
+    beam_pipeline.run(fewer, vocab_file, True, str(out), beam)
+    scaled.run(
+        fewer, tokenization.WordPieceTokenizer(vocab_file), str(tmp_path / "local"), progress=False
+    )
+    assert _shards(out) == _shards(tmp_path / "local") and len(_shards(out)) == 2
+    assert not (out / manifest.WORK_DIR).exists()
+    # Shards with neither a manifest nor a job's state are not this job's to overwrite.
+    (out / manifest.FILE).unlink()
+    with pytest.raises(job.JobMismatch, match="holds record shards but no manifest or job state"):
+        beam_pipeline.run(spec, vocab_file, True, str(out), beam)
