@@ -124,16 +124,19 @@ def run(
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    finished, damaged = output.read_manifest(output_dir), {}
-    if finished is not None:
-        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
-        if not damaged:
-            return finished
-    output.prepare_output_dir(output_dir)
     # The scaled job's work directory holds only job.json here (the pipeline is rerun whole): a
     # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
     # scaled job's is, instead of mixing two jobs' shards in one directory.
     work = resume.WorkDir(output_dir)
+    finished, damaged = output.read_manifest(output_dir), {}
+    if finished is not None:
+        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
+        if not damaged:
+            if storage.exists(work.path):  # a kill after the manifest, before the work went
+                with work.locked():
+                    storage.rmtree(work.path)
+            return finished
+    output.prepare_output_dir(output_dir)
     with work.locked():
         if damaged:  # the manifest goes first: none describes a half-rebuilt output
             work.reopen(finished, damaged)

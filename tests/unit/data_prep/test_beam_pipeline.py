@@ -195,6 +195,12 @@ def test_a_failed_pipeline_is_rerun_only_with_its_own_settings(tmp_path, testdat
     )
     assert _shards(out) == _shards(tmp_path / "local") and len(_shards(out)) == 2
     assert not (out / manifest.WORK_DIR).exists()
+    # Killed after the manifest, before the work directory went: the rerun has nothing to do but
+    # remove it (the trainer takes a _work directory for an unfinished job).
+    (out / manifest.WORK_DIR).mkdir()
+    (out / manifest.WORK_DIR / "job.json").write_text("{}")
+    beam_pipeline.run(fewer, vocab_file, True, str(out), beam)
+    assert not (out / manifest.WORK_DIR).exists()
     # Shards with neither a manifest nor a job's state are not this job's to overwrite.
     (out / manifest.FILE).unlink()
     with pytest.raises(job.JobMismatch, match="holds record shards but no manifest or job state"):
