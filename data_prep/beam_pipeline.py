@@ -108,6 +108,21 @@ def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
         raise cli.UserError(f"Beam pipeline option --runner={name}: {e}") from None
 
 
+@contextlib.contextmanager
+def _worker_errors():
+    """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
+    OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
+    raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
+    a bug's traceback)."""
+    try:
+        yield
+    except RuntimeError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError) and str(cause) in str(e):
+            raise cause from None
+        raise
+
+
 def run(
     spec: job.JobSpec,
     vocab_file: str,
@@ -141,20 +156,21 @@ def run(
         if damaged:  # the manifest goes first: none describes a half-rebuilt output
             work.reopen(finished, damaged)
         work.check(fp)
-        _run_pipeline(
-            spec,
-            vocab_file,
-            do_lower_case,
-            output_dir,
-            options,
-            planned,
-            started,
-            runner=runner,
-            runner_object=runner_object,
-            fp=fp,
-            vocab=vocab,
-            flags=flags,
-        )
+        with _worker_errors():
+            _run_pipeline(
+                spec,
+                vocab_file,
+                do_lower_case,
+                output_dir,
+                options,
+                planned,
+                started,
+                runner=runner,
+                runner_object=runner_object,
+                fp=fp,
+                vocab=vocab,
+                flags=flags,
+            )
         written = output.read_manifest(output_dir)
         work.remove_other_shards(
             {e["file"] for entries in written["shards"].values() for e in entries}

@@ -205,3 +205,25 @@ def test_a_failed_pipeline_is_rerun_only_with_its_own_settings(tmp_path, testdat
     (out / manifest.FILE).unlink()
     with pytest.raises(job.JobMismatch, match="holds record shards but no manifest or job state"):
         beam_pipeline.run(spec, vocab_file, True, str(out), beam)
+
+
+def test_a_full_disk_while_writing_a_shard_is_the_scaled_jobs_one_line(
+    tmp_path, testdata, vocab_file, monkeypatch
+):
+    """DirectRunner re-raised a worker's OSError as a RuntimeError (it cannot rebuild an OSError
+    with the stage's name appended): a full disk was a bug's traceback in Beam mode and one
+    `error: no space left on the device` line in scaled mode. The OSError now reaches main."""
+    import errno
+
+    from bert_jax import cli
+    from bert_jax.data.contract import record_io
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record_io.RecordWriter, "write", full)
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=1)
+    with pytest.raises(OSError) as raised:
+        beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), ["--runner=DirectRunner"])
+    assert raised.value.errno == errno.ENOSPC
+    assert cli.message(raised.value).startswith("no space left on the device")
