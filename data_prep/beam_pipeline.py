@@ -109,13 +109,16 @@ def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
 
 
 @contextlib.contextmanager
-def _worker_errors():
+def _worker_errors(work: resume.WorkDir):
     """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
     OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
     raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
     a bug's traceback)."""
     try:
         yield
+    except job.NoInstances:
+        work.drop_if_shardless()
+        raise
     except RuntimeError as e:
         cause = e.__cause__ or e.__context__
         if isinstance(cause, OSError) and str(cause) in str(e):
@@ -156,7 +159,7 @@ def run(
         if damaged:  # the manifest goes first: none describes a half-rebuilt output
             work.reopen(finished, damaged)
         work.check(fp)
-        with _worker_errors():
+        with _worker_errors(work):
             _run_pipeline(
                 spec,
                 vocab_file,

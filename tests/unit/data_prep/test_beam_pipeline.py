@@ -227,3 +227,27 @@ def test_a_full_disk_while_writing_a_shard_is_the_scaled_jobs_one_line(
         beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), ["--runner=DirectRunner"])
     assert raised.value.errno == errno.ENOSPC
     assert cli.message(raised.value).startswith("no space left on the device")
+
+
+@pytest.mark.parametrize("mode", ["scaled", "beam"])
+def test_a_job_without_instances_can_be_rerun_with_the_field_it_asks_for(
+    tmp_path, vocab_file, mode
+):
+    """The error says "check --input and --text_field"; the rerun with --text_field fixed was
+    refused as an unfinished job with other settings (scaled mode's job.json, which Beam now keeps
+    too). A job that failed for want of instances leaves no state: the rerun runs."""
+    from bert_jax.data.contract import manifest
+
+    (tmp_path / "k.jsonl").write_text('{"body": "the text is under another name. and more."}\n' * 9)
+
+    def run(text_field):
+        spec = job.JobSpec(inputs=(str(tmp_path / "k.jsonl"),), text_field=text_field)
+        if mode == "beam":
+            return beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"))
+        tok = tokenization.WordPieceTokenizer(vocab_file)
+        return scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
+
+    with pytest.raises(job.NoInstances, match="check --input and --text_field"):
+        run("text")
+    assert not (tmp_path / "out" / manifest.WORK_DIR).exists()
+    assert run("body")["shards"]["train"]
