@@ -2,21 +2,25 @@
 'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
 units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
 byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
-there is no work directory (a failed pipeline is rerun whole). docs/data_prep.md, "Beam mode".
+the work directory holds only job.json (a failed pipeline is rerun whole). docs/data_prep.md,
+"Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """
 
+import contextlib
+import io
 import logging
 import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners import runner as runner_lib
 
-from bert_jax import storage
+from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io
-from data_prep import content, job, job_units, output
+from data_prep import content, job, job_units, output, resume
 from data_prep import units as units_lib
 
 
@@ -84,6 +88,44 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
     output.write_json_atomic(storage.join(output_dir, manifest.FILE), fields)
 
 
+def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
+    """The pipeline options, the runner's name and the runner. A bad option value or runner is a
+    user error: Beam's argparse would print its whole usage and exit, and an unknown runner
+    raised a ValueError that reached the user as a bug's traceback."""
+    options = PipelineOptions(list(pipeline_args))
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            name = options.get_all_options().get("runner") or "DirectRunner"
+    except SystemExit:
+        last = (said.getvalue().strip().splitlines() or ["invalid"])[-1]
+        raise cli.UserError(
+            f"Beam pipeline options after --: {last.split('error: ', 1)[-1]}"
+        ) from None
+    try:
+        return options, name, runner_lib.create_runner(name)
+    except ValueError as e:
+        raise cli.UserError(f"Beam pipeline option --runner={name}: {e}") from None
+
+
+@contextlib.contextmanager
+def _worker_errors(work: resume.WorkDir):
+    """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
+    OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
+    raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
+    a bug's traceback)."""
+    try:
+        yield
+    except job.NoInstances:
+        work.drop_if_shardless()
+        raise
+    except RuntimeError as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, OSError) and str(cause) in str(e):
+            raise cause from None
+        raise
+
+
 def run(
     spec: job.JobSpec,
     vocab_file: str,
@@ -95,28 +137,74 @@ def run(
     """Builds and runs the pipeline (waiting for it); returns the manifest written next to the
     shards."""
     started = time.time()
+    options, runner, runner_object = _options(pipeline_args)  # before anything is written
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    finished = output.read_manifest(output_dir)
+    # The scaled job's work directory holds only job.json here (the pipeline is rerun whole): a
+    # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
+    # scaled job's is, instead of mixing two jobs' shards in one directory.
+    work = resume.WorkDir(output_dir)
+    finished, damaged = output.read_manifest(output_dir), {}
     if finished is not None:
         damaged = job.check_finished(spec, planned, fp, finished, output_dir)
         if not damaged:
+            if storage.exists(work.path):  # a kill after the manifest, before the work went
+                with work.locked():
+                    storage.rmtree(work.path)
             return finished
-        # Rebuilt whole (no work directory); the manifest goes first, so that none describes a
-        # half-rebuilt output.
-        storage.remove(storage.join(output_dir, manifest.FILE))
     output.prepare_output_dir(output_dir)
+    with work.locked():
+        if damaged:  # the manifest goes first: none describes a half-rebuilt output
+            work.reopen(finished, damaged)
+        work.check(fp)
+        with _worker_errors(work):
+            _run_pipeline(
+                spec,
+                vocab_file,
+                do_lower_case,
+                output_dir,
+                options,
+                planned,
+                started,
+                runner=runner,
+                runner_object=runner_object,
+                fp=fp,
+                vocab=vocab,
+                flags=flags,
+            )
+        written = output.read_manifest(output_dir)
+        work.remove_other_shards(
+            {e["file"] for entries in written["shards"].values() for e in entries}
+        )
+    storage.rmtree(work.path)
+    return written
+
+
+def _run_pipeline(
+    spec,
+    vocab_file,
+    do_lower_case,
+    output_dir,
+    options,
+    planned,
+    started,
+    *,
+    runner,
+    runner_object,
+    fp,
+    vocab,
+    flags,
+):
+    """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
         unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
     }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
-    options = PipelineOptions(list(pipeline_args))
-    runner = options.get_all_options().get("runner") or "DirectRunner"
-    with beam.Pipeline(options=options) as p:
+    with beam.Pipeline(runner=runner_object, options=options) as p:
         results = (
             p
             | "Units" >> beam.Create(planned)
@@ -153,4 +241,3 @@ def run(
                 runner=f"beam: {runner}",
             )
         )
-    return output.read_manifest(output_dir)

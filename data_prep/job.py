@@ -35,6 +35,11 @@ class JobMismatch(cli.UserError):
     differs."""
 
 
+class NoInstances(cli.UserError):
+    """The input gave no training instance: its job holds nothing worth resuming, so its state
+    goes (the error asks for other --input or --text_field, which a kept job.json would refuse)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
     """Everything that decides the scaled job's output. Library code gets it explicitly."""
@@ -312,7 +317,7 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
     )
 
 
-def no_instances_error(inputs, text_field: str, reads: list[dict]) -> cli.UserError:
+def no_instances_error(inputs, text_field: str, reads: list[dict]) -> NoInstances:
     """The error of a job whose input gave no training instances, with what the reads (ReadStats
     as dicts) saw."""
     documents = sum(r["documents"] for r in reads)
@@ -320,7 +325,7 @@ def no_instances_error(inputs, text_field: str, reads: list[dict]) -> cli.UserEr
     seen = f"{documents} documents read from --input={','.join(inputs)}"
     if bad_json:
         seen += f"; {bad_json} JSON lines were not objects with a string field {text_field!r}"
-    return cli.UserError(
+    return NoInstances(
         f"the input gave no training instances ({seen}); check --input and --text_field"
     )
 

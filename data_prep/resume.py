@@ -86,6 +86,12 @@ class WorkDir:
                 if manifest.TEMPORARY.search(name):
                     os.remove(os.path.join(folder, name))
 
+    def drop_if_shardless(self) -> None:
+        """Removes the work directory when no shard has been written (a job that failed for want
+        of instances: nothing to resume, and a rerun may change the unit settings)."""
+        if not any(manifest.SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
+            storage.rmtree(self.path)
+
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
         shards' markers first, then the manifest goes; the units are computed again."""

@@ -265,9 +265,13 @@ def run(
         if finished is not None:
             work.reopen(finished, damaged)
         work.check(fp)
-        markers, shards = _run_tasks(
-            spec, tokenizer, output_dir, work, planned, num_workers, progress
-        )
+        try:
+            markers, shards = _run_tasks(
+                spec, tokenizer, output_dir, work, planned, num_workers, progress
+            )
+        except job.NoInstances:
+            work.drop_if_shardless()
+            raise
         result = job.manifest_fields(
             spec,
             fp,

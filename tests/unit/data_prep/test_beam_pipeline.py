@@ -146,3 +146,108 @@ def test_an_input_with_no_instances_is_one_error_line(tmp_path, vocab_file):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: the input gave no training instances (0 documents")
     assert "3 JSON lines were not objects with a string field 'text'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--runner=Bogus"], "--runner=Bogus: Unexpected pipeline runner"),
+        (["--direct_num_workers=abc"], "--direct_num_workers: invalid int value: 'abc'"),
+        (["--runner"], "--runner: expected one argument"),
+    ],
+)
+def test_bad_pipeline_options_are_user_errors(tmp_path, testdata, vocab_file, args, said):
+    """An unknown runner was a ValueError shown as a bug's traceback; a bad option value printed
+    Beam's whole argparse usage. Both are one error, before anything is written."""
+    from bert_jax import cli
+
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=1)
+    with pytest.raises(cli.UserError, match=re.escape(said)):
+        beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), pipeline_args=args)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_pipeline_is_rerun_only_with_its_own_settings(tmp_path, testdata, vocab_file):
+    """A pipeline killed after its shards, before its manifest, was rerun with any settings: the
+    new shards were written beside the old ones (train-*-of-00003 and -of-00002 in one
+    directory). As in the scaled job, other units' settings are now refused, other shard settings
+    replace the old shards, and shards that no job's state explains are not overwritten."""
+    from bert_jax.data.contract import manifest
+
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=2, num_shards=3)
+    out, beam = tmp_path / "beam", ["--runner=DirectRunner"]
+    first = beam_pipeline.run(spec, vocab_file, True, str(out), beam)
+
+    def killed_before_the_manifest():  # the work directory's job.json stays
+        (out / manifest.WORK_DIR).mkdir(exist_ok=True)
+        (out / manifest.WORK_DIR / "job.json").write_text(json.dumps(first["fingerprint"]))
+        (out / manifest.FILE).unlink()
+
+    killed_before_the_manifest()
+    with pytest.raises(job.JobMismatch, match="unfinished job with other settings"):
+        beam_pipeline.run(
+            job.JobSpec(inputs=spec.inputs, dupe_factor=3, num_shards=3), vocab_file, True, str(out)
+        )
+    fewer = job.JobSpec(inputs=spec.inputs, dupe_factor=2, num_shards=2)
+    beam_pipeline.run(fewer, vocab_file, True, str(out), beam)
+    scaled.run(
+        fewer, tokenization.WordPieceTokenizer(vocab_file), str(tmp_path / "local"), progress=False
+    )
+    assert _shards(out) == _shards(tmp_path / "local") and len(_shards(out)) == 2
+    assert not (out / manifest.WORK_DIR).exists()
+    # Killed after the manifest, before the work directory went: the rerun has nothing to do but
+    # remove it (the trainer takes a _work directory for an unfinished job).
+    (out / manifest.WORK_DIR).mkdir()
+    (out / manifest.WORK_DIR / "job.json").write_text("{}")
+    beam_pipeline.run(fewer, vocab_file, True, str(out), beam)
+    assert not (out / manifest.WORK_DIR).exists()
+    # Shards with neither a manifest nor a job's state are not this job's to overwrite.
+    (out / manifest.FILE).unlink()
+    with pytest.raises(job.JobMismatch, match="holds record shards but no manifest or job state"):
+        beam_pipeline.run(spec, vocab_file, True, str(out), beam)
+
+
+def test_a_full_disk_while_writing_a_shard_is_the_scaled_jobs_one_line(
+    tmp_path, testdata, vocab_file, monkeypatch
+):
+    """DirectRunner re-raised a worker's OSError as a RuntimeError (it cannot rebuild an OSError
+    with the stage's name appended): a full disk was a bug's traceback in Beam mode and one
+    `error: no space left on the device` line in scaled mode. The OSError now reaches main."""
+    import errno
+
+    from bert_jax import cli
+    from bert_jax.data.contract import record_io
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record_io.RecordWriter, "write", full)
+    spec = job.JobSpec(inputs=(str(testdata / "sample_text.txt"),), dupe_factor=1)
+    with pytest.raises(OSError) as raised:
+        beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"), ["--runner=DirectRunner"])
+    assert raised.value.errno == errno.ENOSPC
+    assert cli.message(raised.value).startswith("no space left on the device")
+
+
+@pytest.mark.parametrize("mode", ["scaled", "beam"])
+def test_a_job_without_instances_can_be_rerun_with_the_field_it_asks_for(
+    tmp_path, vocab_file, mode
+):
+    """The error says "check --input and --text_field"; the rerun with --text_field fixed was
+    refused as an unfinished job with other settings (scaled mode's job.json, which Beam now keeps
+    too). A job that failed for want of instances leaves no state: the rerun runs."""
+    from bert_jax.data.contract import manifest
+
+    (tmp_path / "k.jsonl").write_text('{"body": "the text is under another name. and more."}\n' * 9)
+
+    def run(text_field):
+        spec = job.JobSpec(inputs=(str(tmp_path / "k.jsonl"),), text_field=text_field)
+        if mode == "beam":
+            return beam_pipeline.run(spec, vocab_file, True, str(tmp_path / "out"))
+        tok = tokenization.WordPieceTokenizer(vocab_file)
+        return scaled.run(spec, tok, str(tmp_path / "out"), progress=False)
+
+    with pytest.raises(job.NoInstances, match="check --input and --text_field"):
+        run("text")
+    assert not (tmp_path / "out" / manifest.WORK_DIR).exists()
+    assert run("body")["shards"]["train"]
