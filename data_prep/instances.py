@@ -181,8 +181,11 @@ def mlm_spans(
         target = rng.randint(min(2, max_num_tokens), max_num_tokens)
     chunk_start = bounds[0]
     for end in bounds[1:]:
-        if end - chunk_start >= target or end == bounds[-1]:
-            out.append((chunk_start, min(end, chunk_start + max_num_tokens), 0, 0, False))
+        while end - chunk_start > max_num_tokens:  # a row's worth out, the rest goes on
+            out.append((chunk_start, chunk_start + max_num_tokens, 0, 0, False))
+            chunk_start += max_num_tokens
+        if end > chunk_start and (end - chunk_start >= target or end == bounds[-1]):
+            out.append((chunk_start, end, 0, 0, False))
             chunk_start = end
 
 

@@ -175,7 +175,8 @@ def _mlm_only_instances(
     document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
 ) -> list[Instance]:
     """RoBERTa-style: contiguous sentences of one document packed up to the full length, one
-    segment."""
+    segment. A chunk past the row goes out a row's worth at a time and its rest goes on into the
+    next record: no token of the document is dropped."""
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:
@@ -184,11 +185,11 @@ def _mlm_only_instances(
     instances, chunk = [], []
     for index, sentence in enumerate(document):
         chunk.extend(sentence)
-        if len(chunk) >= target or index == len(document) - 1:
-            if len(chunk) > max_num_tokens:  # a long sentence: keep its start, as truncation would
-                chunk = chunk[:max_num_tokens]
-            if chunk:
-                instances.append(_make_instance(chunk, [], False, opts, vocab, rng))
+        while len(chunk) > max_num_tokens:
+            instances.append(_make_instance(chunk[:max_num_tokens], [], False, opts, vocab, rng))
+            chunk = chunk[max_num_tokens:]
+        if chunk and (len(chunk) >= target or index == len(document) - 1):
+            instances.append(_make_instance(chunk, [], False, opts, vocab, rng))
             chunk = []
     return instances
 

@@ -114,6 +114,27 @@ def test_mlm_only_packing_is_the_originals(corpus, tok, length, short):
     assert (batch.segment_start == batch.length).all() and not batch.random_next.any()
 
 
+@pytest.mark.parametrize("length, short", [(3, 0.0), (8, 0.0), (16, 0.5), (64, 0.0), (64, 0.3)])
+def test_mlm_only_records_hold_every_token_of_their_document(corpus, tok, length, short):
+    """A sentence that crosses the row's end, or a line longer than the row, goes on into the next
+    record: the records of a document, read in order, are the document (the rest was dropped)."""
+    documents, as_lists = corpus
+    vocab = masking.Vocab.from_tokenizer(tok)
+    opts = inst.InstanceOptions(max_seq_length=length, short_seq_prob=short, nsp=False, mask=False)
+    rng = random.Random(5)
+    for index, sentences in enumerate(as_lists):
+        spans = []
+        inst.mlm_spans(documents, index, opts, rng, spans)
+        if not spans:
+            assert not any(sentences)
+            continue
+        batch = inst.assemble(documents, spans, opts, vocab)
+        rows = [row[1 : n - 1].tolist() for row, n in zip(batch.tokens, batch.length)]
+        assert all(0 < len(r) <= length - 2 for r in rows)
+        flat = lambda lists: [t for x in lists for t in x]
+        assert flat(rows) == flat(sentences)
+
+
 def test_truncation_lengths_match_the_original_and_ends_are_fair():
     rng = random.Random(0)
     for len_a in range(0, 12):
