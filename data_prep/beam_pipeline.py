@@ -10,6 +10,7 @@ Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
 """
 
 import contextlib
+import functools
 import io
 import logging
 import time
@@ -159,20 +160,25 @@ def run(
         if damaged:  # the manifest goes first: none describes a half-rebuilt output
             work.reopen(finished, damaged)
         work.check(fp)
+        write_manifest = functools.partial(
+            _write_manifest,
+            spec=spec,
+            fp=fp,
+            planned=planned,
+            started=started,
+            output_dir=output_dir,
+            vocab=vocab,
+            flags=flags or {},
+            runner=f"beam: {runner}",
+        )
         with _worker_errors(work):
             _run_pipeline(
                 spec,
-                vocab_file,
-                do_lower_case,
-                output_dir,
-                options,
+                _ProcessUnit(spec, vocab_file, do_lower_case),
                 planned,
-                started,
-                runner=runner,
-                runner_object=runner_object,
-                fp=fp,
-                vocab=vocab,
-                flags=flags,
+                output_dir,
+                beam.Pipeline(runner=runner_object, options=options),
+                write_manifest,
             )
         written = output.read_manifest(output_dir)
         work.remove_other_shards(
@@ -182,21 +188,7 @@ def run(
     return written
 
 
-def _run_pipeline(
-    spec,
-    vocab_file,
-    do_lower_case,
-    output_dir,
-    options,
-    planned,
-    started,
-    *,
-    runner,
-    runner_object,
-    fp,
-    vocab,
-    flags,
-):
+def _run_pipeline(spec, process_unit, planned, output_dir, pipeline, write_manifest):
     """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
         unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
@@ -204,12 +196,8 @@ def _run_pipeline(
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
-    with beam.Pipeline(runner=runner_object, options=options) as p:
-        results = (
-            p
-            | "Units" >> beam.Create(planned)
-            | "ProcessUnit" >> beam.ParDo(_ProcessUnit(spec, vocab_file, do_lower_case))
-        )
+    with pipeline as p:
+        results = p | "Units" >> beam.Create(planned) | "ProcessUnit" >> beam.ParDo(process_unit)
         markers = results | "Summarize" >> beam.Map(
             lambda result, stats: result.marker(stats.get(result.unit.path)), stats=stats
         )
@@ -227,17 +215,5 @@ def _run_pipeline(
         _ = (
             infos
             | "AllShards" >> beam.combiners.ToList()
-            | "Manifest"
-            >> beam.Map(
-                _write_manifest,
-                markers=beam.pvalue.AsList(markers),
-                spec=spec,
-                fp=fp,
-                planned=planned,
-                started=started,
-                output_dir=output_dir,
-                vocab=vocab,
-                flags=flags or {},
-                runner=f"beam: {runner}",
-            )
+            | "Manifest" >> beam.Map(write_manifest, markers=beam.pvalue.AsList(markers))
         )
