@@ -293,8 +293,9 @@ class HubWordPiece(tokenization.WordPieceTokenizer):
         return concatenated([self.encode(line) for line in lines])
 
 
-# Unicode's three private-use areas (category Co, fixed since Unicode 2.0).
+# The CJK ideographs transformers' is_chinese_char leaves out (its block starts at 0x2B920).
 _UNSPACED_CJK = re.compile("[\U0002b820-\U0002b91f]")
+# Unicode's three private-use areas (category Co, fixed since Unicode 2.0).
 _PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
 
