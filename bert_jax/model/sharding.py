@@ -168,15 +168,25 @@ def activate(mesh: Mesh, rules):
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules,
     as flax's nnx.logical_axis_rules takes them for the model's activations."""
+    if not isinstance(rules, (list, tuple)):  # --config.mesh.rules=None, =3
+        raise cli.UserError(
+            f"mesh.rules={rules!r} must be a list of (logical_name, mesh_axes) pairs"
+        )
     out = []
     for rule in rules:
-        if len(rule) != 2:
+        if not isinstance(rule, (list, tuple)) or len(rule) != 2 or not isinstance(rule[0], str):
             raise cli.UserError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
         logical, mesh_axes = rule
         if mesh_axes is None:
             out.append((logical, None))
             continue
-        axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        axes = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
+        if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
+            raise cli.UserError(
+                f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis name, "
+                f"a tuple of them or None (the mesh axes: {MESH_AXES})"
+            )
+        axes = tuple(axes)
         unknown = [a for a in axes if a not in MESH_AXES]
         if unknown:
             raise cli.UserError(
