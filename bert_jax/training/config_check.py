@@ -355,6 +355,14 @@ def pretraining(config, num_devices: int, process_count: int = 1):
         problem = attention.splash_length_problem(length) if impl == "splash" else None
         if problem and problem not in problems:  # a configured length is named above already
             problems.append(problem)
+        positions = resolved.model.max_position_embeddings
+        if length > positions:  # found at the first step before: after the workdir and the init
+            given = "" if config.data.max_seq_length else ", the manifest's"
+            problems.append(
+                f"the records are {length} tokens long (data.max_seq_length{given}), more than "
+                f"model.max_position_embeddings={positions}: raise it to {length} or pass "
+                f"records of at most {positions} tokens"
+            )
         if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "

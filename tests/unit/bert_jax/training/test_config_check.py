@@ -54,11 +54,10 @@ def test_each_mistake_is_named_with_its_field(changes, message):
         config_check.check_pretraining(tiny_config(**changes), num_devices=8)
 
 
-def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file, tmp_path):
-    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
-    the length the records have (the kernel's ValueError traceback at the first eval before,
-    attention dropout keeping training off the kernel), and again when a step is traced."""
-    out = tmp_path / "records"
+@pytest.fixture(scope="module")
+def records64(testdata, vocab_file, tmp_path_factory):
+    """data_prep's records of 64 tokens (sample_text.txt), with their manifest."""
+    out = tmp_path_factory.mktemp("records64")
     subprocess.run(
         [sys.executable, "-m", "data_prep.main", f"--input={testdata / 'sample_text.txt'}"]
         + [f"--vocab_file={vocab_file}", f"--output_dir={out}", "--max_seq_length=64"]
@@ -68,13 +67,40 @@ def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file
         capture_output=True,
         timeout=300,
     )
+    return out
+
+
+def test_splash_is_checked_against_the_manifests_length_too(records64):
+    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
+    the length the records have (the kernel's ValueError traceback at the first eval before,
+    attention dropout keeping training off the kernel), and again when a step is traced."""
     config = tiny_config(model__attention_impl="splash", data__max_seq_length=0)
-    config.data.train_files, config.data.eval_files = str(out), ""
+    config.data.train_files, config.data.eval_files = str(records64), ""
     config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
     with pytest.raises(cli.UserError, match=r"data.max_seq_length a multiple of 128, not 64"):
         config_check.pretraining(config, num_devices=8)
     config.model.attention_impl = "auto"
     assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
+
+
+@pytest.mark.parametrize("configured", [0, 64])
+@pytest.mark.parametrize("positions, ok", [(32, False), (63, False), (64, True), (512, True)])
+def test_records_longer_than_the_position_table_are_a_config_error(
+    records64, configured, positions, ok
+):
+    """Records of 64 tokens with model.max_position_embeddings below 64: found when the first
+    step was traced before, after the workdir was made and the model initialized, in words that
+    named no config field. Now a config problem naming both fields, before anything is built."""
+    config = tiny_config(data__max_seq_length=configured, model__max_position_embeddings=positions)
+    config.data.train_files, config.data.eval_files = str(records64), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    if ok:
+        assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
+        return
+    with pytest.raises(cli.UserError) as raised:
+        config_check.pretraining(config, num_devices=8)
+    assert f"model.max_position_embeddings={positions}: raise it to 64" in str(raised.value)
+    assert "data.max_seq_length" in str(raised.value)
 
 
 def test_fine_tuning_checks_the_splash_length_too():
