@@ -18,6 +18,10 @@ from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
 MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
+# A whole-number field's bounds where its rule names none: sizes, counts, steps and ids are
+# int32 on the devices (the step counter, token ids, shapes' indices); 2**63 (as a user may type
+# for "unbounded") was a TypeError or OverflowError traceback deep in JAX or numpy.
+MAX_WHOLE = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Range:
         number = isinstance(value, int if self.whole else (int, float))
         if isinstance(value, bool) or not number or not math.isfinite(value):
             return False
+        if self.whole and abs(value) > MAX_WHOLE:
+            return False
         low_ok = self.low is None or (value > self.low if self.open_low else value >= self.low)
         high_ok = self.high is None or (value < self.high if self.open_high else value <= self.high)
         return low_ok and high_ok
@@ -58,6 +64,8 @@ class Range:
             where = f" {'<' if self.open_high else '<='} {_number(self.high)}"
         else:
             where = " (finite)"
+        if self.whole and self.high is None:  # MAX_WHOLE's bound
+            where = f"{where} and below 2**31" if self.low is not None else " within ±(2**31 - 1)"
         also = "".join(f", or {v!r}" for v in self.also)
         return kind + where + also + (f" ({self.note})" if self.note else "")
 

@@ -41,7 +41,10 @@ def tiny_config(**changes):
         ({"mesh__data": -1, "mesh__tensor": 4}, r"mesh.tensor=4 must divide model.num_attent"),
         ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
         ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
-        ({"checkpoint__max_to_keep": -1}, r"max_to_keep=-1 must be a whole number >= 0 \(0 keeps"),
+        (
+            {"checkpoint__max_to_keep": -1},
+            r"max_to_keep=-1 must be a whole number >= 0 and below 2\*\*31 \(0 keeps",
+        ),
         # The splash kernel's tiles are whole 128-row blocks: a ValueError traceback before.
         (
             {"model__attention_impl": "splash", "data__max_seq_length": 64},
@@ -291,8 +294,8 @@ def bad_values(rule: config_check.Range) -> list:
     """NaN, the infinities, a negative number, zero, a value past the upper bound and (for whole
     numbers) one with a fraction and a bool (a float field holds True as 1.0): those of them
     `rule` refuses."""
-    past = [rule.high + 1] if rule.high is not None else []
-    whole = [2.5, True] if rule.whole else []
+    past = [rule.high + 1] if rule.high is not None else [2**31, 2**63] if rule.whole else []
+    whole = [2.5, True, -(2**63)] if rule.whole else []
     values = [float("nan"), float("inf"), float("-inf"), -3, -0.5, 0, *past, *whole]
     return [v for v in values if v not in rule]
 
