@@ -53,13 +53,20 @@ _SPEC = {f.name: f.default for f in dataclasses.fields(job.JobSpec)}
 flags.DEFINE_bool(
     "do_whole_word_mask", _DEFAULT.whole_word_mask, "Mask all pieces of a word together."
 )
+# Lengths past 2**31 (2**63, typed for "no limit") were an IndexError or OverflowError traceback
+# from numpy after the first units were written: the records' arrays are indexed in int32.
+_MAX_LENGTH = 2**31 - 1
 flags.DEFINE_integer(
-    "max_seq_length", _DEFAULT.max_seq_length, "Tokens per instance, [CLS]/[SEP] included."
+    "max_seq_length",
+    _DEFAULT.max_seq_length,
+    "Tokens per instance, [CLS]/[SEP] included.",
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_integer(
     "max_predictions_per_seq",
     _DEFAULT.max_predictions_per_seq,
     "Most masked positions per instance.",
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_float(
     "masked_lm_prob",
