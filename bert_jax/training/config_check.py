@@ -211,6 +211,20 @@ def check_common(
     """
     problems = []
     o = config.optim
+    # The schedule runs in float32 (optim.schedule_values): a rate below its smallest number is a
+    # schedule of 0 throughout, a run that trains nothing with exit 0.
+    if o.learning_rate in NUMERIC_FIELDS["optim.learning_rate"] and not float32_positive(
+        o.learning_rate
+    ):
+        problems.append(
+            f"optim.learning_rate={o.learning_rate!r} is 0 in float32, the schedule's precision: "
+            "nothing would train (BERT-Base's is 1e-4)"
+        )
+    if o.schedule != "constant" and o.end_learning_rate > o.learning_rate:
+        problems.append(
+            f"optim.end_learning_rate={o.end_learning_rate!r} is above optim.learning_rate="
+            f"{o.learning_rate!r}, the peak: the '{o.schedule}' decay would climb to it"
+        )
     if num_train_steps is not None and o.warmup_steps > num_train_steps:
         problems.append(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
@@ -251,6 +265,12 @@ def check_common(
     axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
     split = math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
     return problems, split
+
+
+def float32_positive(value: float) -> bool:
+    """Whether `value` stays above 0 in float32: its smallest number is 2**-149, and what lies at
+    or below half of it rounds to 0."""
+    return value > 2.0**-150
 
 
 def rule_name_problems(rules) -> list[str]:
@@ -305,7 +325,29 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
                 f"eval.batch_size={e.batch_size} must be divisible by the {dp} data-parallel "
                 f"devices and the {process_count} processes"
             )
-    return problems + _init_problems(t)
+    return problems + _batch_warmup_problems(t) + _init_problems(t)
+
+
+def _batch_warmup_problems(t) -> list[str]:
+    """A batch-size warmup that does nothing (it grows from grad_accum_steps micro-batches to as
+    many) or never ends (longer than the run): accepted silently before."""
+    steps, start, final = t.batch_warmup_steps, t.batch_warmup_start_accum, t.grad_accum_steps
+    if not steps:
+        return []
+    problems = []
+    if steps > t.num_train_steps:
+        problems.append(
+            f"train.batch_warmup_steps={steps} is longer than the run (train.num_train_steps="
+            f"{t.num_train_steps}): the batch would never reach its full size"
+        )
+    if start == final:
+        problems.append(
+            f"train.batch_warmup_steps={steps} grows nothing: train.batch_warmup_start_accum="
+            f"{start} is train.grad_accum_steps already; the batch grows from start_accum "
+            "micro-batches to grad_accum_steps (raise grad_accum_steps, or set "
+            "batch_warmup_steps=0)"
+        )
+    return problems
 
 
 def splash_problems(attention_impl: str, length: int) -> list[str]:

@@ -45,6 +45,18 @@ def tiny_config(**changes):
             {"checkpoint__max_to_keep": -1},
             r"max_to_keep=-1 must be a whole number >= 0 and below 2\*\*31 \(0 keeps",
         ),
+        # Accepted silently before: a rate that float32 (the schedule's) holds as 0, a "decay"
+        # that climbs, a batch warmup that never ends or grows nothing.
+        ({"optim__learning_rate": 1e-46}, r"optim.learning_rate=1e-46 is 0 in float32"),
+        (
+            {"optim__end_learning_rate": 0.01},
+            r"end_learning_rate=0.01 is above optim.learning_rate=0.001, the peak: the 'linear'",
+        ),
+        (
+            {"train__batch_warmup_steps": 30, "train__grad_accum_steps": 2},
+            r"train.batch_warmup_steps=30 is longer than the run \(train.num_train_steps=20\)",
+        ),
+        ({"train__batch_warmup_steps": 5}, r"batch_warmup_steps=5 grows nothing: train.batch_w"),
         # The splash kernel's tiles are whole 128-row blocks: a ValueError traceback before.
         (
             {"model__attention_impl": "splash", "data__max_seq_length": 64},
@@ -71,6 +83,23 @@ def records64(testdata, vocab_file, tmp_path_factory):
         timeout=300,
     )
     return out
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"optim__learning_rate": 1e-45},  # float32's smallest number: small, but not 0
+        {"optim__end_learning_rate": 0.001},  # the peak: a flat schedule after warmup
+        {"optim__end_learning_rate": 0.01, "optim__schedule": "constant"},  # end not used
+        {
+            "train__batch_warmup_steps": 20,
+            "train__grad_accum_steps": 2,
+            "train__global_batch_size": 16,
+        },
+    ],
+)
+def test_the_edges_of_those_rules_are_accepted(changes):
+    config_check.check_pretraining(tiny_config(**changes), num_devices=8)
 
 
 def test_splash_is_checked_against_the_manifests_length_too(records64):
