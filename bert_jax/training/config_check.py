@@ -418,6 +418,13 @@ def pretraining(config, num_devices: int, process_count: int = 1):
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
                 "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
             )
+        rate = config.data.get("masked_lm_prob")
+        if rate is not None and not resolved.data.dynamic_masking:  # it did nothing, silently
+            problems.append(
+                f"data.masked_lm_prob={rate!r} is for dynamic masking, but these records were "
+                "masked by data_prep: leave it unset, or rerun data_prep with "
+                f"--masked_lm_prob={rate!r} (or --dynamic_masking, for records the trainer masks)"
+            )
         if resolved.data.dynamic_masking:
             facts = data_facts.DataFacts.from_data(resolved.data)
             pipeline.masking_rule(facts, resolved.data, resolved.model.vocab_size)

@@ -135,6 +135,19 @@ def test_records_longer_than_the_position_table_are_a_config_error(
     assert "data.max_seq_length" in str(raised.value)
 
 
+@pytest.mark.parametrize("rate", [0.15, 0.3])
+def test_a_masking_rate_for_records_masked_by_data_prep_is_refused(records64, rate):
+    """data.masked_lm_prob is dynamic masking's: with records data_prep masked it did nothing
+    (the run trained at the records' rate, exit 0)."""
+    config = tiny_config(data__max_seq_length=0, data__masked_lm_prob=rate)
+    config.data.train_files, config.data.eval_files = str(records64), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    with pytest.raises(cli.UserError, match=rf"data.masked_lm_prob={rate} is for dynamic mask"):
+        config_check.pretraining(config, num_devices=8)
+    config.data.masked_lm_prob = None
+    config_check.pretraining(config, num_devices=8)
+
+
 def test_fine_tuning_checks_the_splash_length_too():
     config = finetuning_config()
     config.model.attention_impl, config.data.max_seq_length = "splash", 200
