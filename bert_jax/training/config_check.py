@@ -13,7 +13,7 @@ import dataclasses
 import math
 
 from bert_jax import cli
-from bert_jax.model import attention, sharding
+from bert_jax.model import attention, bert_config, sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
@@ -230,6 +230,15 @@ def check_common(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
+    # Checked here, in the user's config: at the model's build a fine-tuning mistake was
+    # reported as one of the --init model's config.json.
+    for name, choices in (
+        ("dtype", sorted(bert_config.DTYPES)),
+        ("attention_impl", bert_config.ATTENTION_IMPLS),
+    ):
+        value = config.model.get(name)
+        if name in config.model and value not in choices:
+            problems.append(f"model.{name}={value!r}; choose one of {list(choices)}")
     mode = config.train.on_nonfinite
     if mode not in NONFINITE_MODES:
         problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")

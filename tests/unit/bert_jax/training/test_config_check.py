@@ -225,6 +225,21 @@ def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
             config_check.check_pretraining(config, num_devices=8)
 
 
+@pytest.mark.parametrize("trainer", ["pretraining", "finetuning"])
+@pytest.mark.parametrize(
+    "field, value",
+    [("dtype", "float16"), ("dtype", "Float32"), ("dtype", ""), ("attention_impl", "AUTO")],
+)
+def test_a_model_choice_out_of_its_set_is_the_configs_own_problem(trainer, field, value):
+    """Fine-tuning's --config.model.dtype=float16 was reported at the model's build as a fault
+    of the --init model's config.json; both trainers now name the config field up front."""
+    make, check = TRAINERS[trainer]
+    config = make()
+    config.model[field] = value
+    with pytest.raises(cli.UserError, match=rf"model.{field}={value!r}; choose one of"):
+        check(config)
+
+
 def test_the_finetuning_pass_names_every_problem_at_once():
     """finetune.runs.check_finetuning, bert_jax.finetune's one pass
     (finetune.train.finetune runs it first): before, these were found one at a time, the later
