@@ -240,6 +240,20 @@ def test_a_model_choice_out_of_its_set_is_the_configs_own_problem(trainer, field
         check(config)
 
 
+def test_fine_tuning_refuses_two_different_pre_trained_models():
+    """--init and --config.init naming two models: the flag won silently (the config's was
+    neither used nor mentioned)."""
+    from configs.finetune import base
+
+    config = base.get_config()
+    config.data.train_file, config.init = "train.tsv", "model_b"
+    two = r"--init='model_a' and config\.init='model_b' name two"
+    with pytest.raises(cli.UserError, match=two):
+        finetune_runs.check_finetuning(config, num_devices=8, init="model_a")
+    for init in ("model_b", None, ""):  # the same one twice, or either alone
+        finetune_runs.check_finetuning(config, num_devices=8, init=init)
+
+
 def test_the_finetuning_pass_names_every_problem_at_once():
     """finetune.runs.check_finetuning, bert_jax.finetune's one pass
     (finetune.train.finetune runs it first): before, these were found one at a time, the later
