@@ -299,6 +299,19 @@ def _check_flags(argv) -> None:
     for name, reason in _SCALED_FLAGS.items():
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
             raise cli.UserError(f"--{name} is for --mode=scaled or beam; reference mode {reason}")
+    # Flags that shape what another flag turns off: they did nothing, silently.
+    if FLAGS.eval_fraction == 0:
+        for name in ("num_eval_shards", "eval_masked_lm_prob"):
+            if FLAGS[name].present and FLAGS[name].value != FLAGS[name].default:
+                raise cli.UserError(
+                    f"--{name}={FLAGS[name].value} is for the eval split, and --eval_fraction=0 "
+                    "holds out none: drop it, or pass --eval_fraction above 0"
+                )
+    if FLAGS.tfds_data_dir and not any(s.strip().startswith("tfds:") for s in FLAGS.input):
+        raise cli.UserError(
+            f"--tfds_data_dir={FLAGS.tfds_data_dir!r} is for TFDS inputs "
+            "(--input=tfds:NAME:SPLIT), and no --input is one: drop it"
+        )
 
 
 def main(argv):

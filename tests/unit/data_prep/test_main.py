@@ -30,3 +30,32 @@ def test_a_length_past_int32_is_one_error_line_before_any_work(
         f"error: flag --{flag}={value}: {value} is not integer <= 2147483647"
     ]
     assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (
+            ["--eval_fraction=0", "--num_eval_shards=3"],
+            "--num_eval_shards=3 is for the eval split, and --eval_fraction=0 holds out none",
+        ),
+        (
+            ["--eval_fraction=0", "--eval_masked_lm_prob=0.3"],
+            "--eval_masked_lm_prob=0.3 is for the eval split, and --eval_fraction=0 holds out",
+        ),
+        (["--tfds_data_dir=/tmp/tfds"], "--tfds_data_dir='/tmp/tfds' is for TFDS inputs"),
+    ],
+)
+def test_a_flag_that_another_turns_off_is_refused(tmp_path, forkserver, flags, line):
+    """Each did nothing, silently: no eval split to shard or mask, no TFDS input to read."""
+    out = tmp_path / "out"
+    args = [
+        f"--input={TESTDATA / 'sample_text.txt'}",
+        f"--vocab_file={TESTDATA / 'bert-base-uncased-vocab.txt'}",
+        f"--output_dir={out}",
+        *flags,
+    ]
+    status, stdout, stderr = forkserver.run("data_prep.main", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert len(stderr.splitlines()) == 1 and stderr.startswith(f"error: {line}"), stderr
+    assert not os.path.exists(out)
