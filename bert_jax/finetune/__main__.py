@@ -83,9 +83,12 @@ def _check_mode_flags() -> None:
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     _check_mode_flags()
-    if FLAGS.eval_batch_size is not None and FLAGS.eval_batch_size < 1:
-        # Here, not after the model loads (and 0 would silently keep the saved size).
-        raise cli.UserError(f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more")
+    if FLAGS.eval_batch_size is not None and not 1 <= FLAGS.eval_batch_size < 2**31:
+        # Here, not after the model loads (and 0 would silently keep the saved size; 2**63 was
+        # an IndexError traceback after the model loaded).
+        raise cli.UserError(
+            f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more (and below 2**31)"
+        )
     _check_paths()
     runtime.start(FLAGS)
     import jax
@@ -132,6 +135,10 @@ def _check_paths() -> None:
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
     if FLAGS.mode == "predict" and FLAGS.output and not storage.is_url(FLAGS.output):
         # A file to write, asked now rather than after the model loaded and predicted.
+        if FLAGS.output.rsplit("/", 1)[-1] in ("", ".", ".."):  # "out/": a FileNotFoundError
+            raise cli.UserError(
+                f"--output={FLAGS.output!r} names no file; pass the predictions file's name"
+            )
         if os.path.isdir(FLAGS.output):
             raise cli.UserError(
                 f"--output={FLAGS.output!r} is a directory; pass the predictions file's name"

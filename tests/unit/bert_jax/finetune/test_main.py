@@ -42,3 +42,23 @@ def test_a_config_in_predict_mode_is_refused(tmp_path, forkserver):
     assert (status, stdout) == (2, ""), stderr
     assert len(stderr.splitlines()) == 1
     assert stderr.startswith("error: --config is for --mode=train: predict mode uses the config")
+
+
+@pytest.mark.parametrize(
+    "flag, line",
+    [
+        ("--eval_batch_size=9223372036854775808", "must be 1 or more (and below 2**31)"),
+        ("--eval_batch_size=0", "must be 1 or more"),
+        ("--output={tmp}/new/", "names no file; pass the predictions file's name"),
+        ("--output={tmp}/new/..", "names no file"),
+    ],
+)
+def test_predict_flags_are_checked_before_the_model_loads(tmp_path, forkserver, flag, line):
+    """--eval_batch_size=2**63 was an IndexError traceback and --output=DIR/ (a directory to be)
+    a FileNotFoundError one, both after the model had loaded and predicted."""
+    flag = flag.format(tmp=tmp_path)
+    args = ["--mode=predict", f"--workdir={tmp_path}", "--test_file=test.tsv", flag]
+    status, stdout, stderr = forkserver.run("bert_jax.finetune", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert len(stderr.splitlines()) == 1 and line in stderr, stderr
+    assert stderr.startswith(f"error: {flag.split('=')[0]}"), stderr
