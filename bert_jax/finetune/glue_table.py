@@ -96,6 +96,8 @@ def parse_overrides(items: list[str]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise cli.UserError(f"--overrides: {item!r} is not FIELD=VALUE")
+        if key.strip() in out:  # the last one won, silently
+            raise cli.UserError(f"--overrides sets {key.strip()} twice; set each field once")
         try:
             out[key.strip()] = ast.literal_eval(text)
         except (ValueError, SyntaxError):

@@ -30,3 +30,13 @@ def test_an_override_of_no_field_names_the_nearest_one(tmp_path, key, hint):
 def test_a_value_of_the_wrong_type_is_still_named():
     with pytest.raises(cli.UserError, match=r"optim.learning_rate='abc' cannot be set"):
         glue_table.task_config(SST2, "glue", {"optim.learning_rate": "abc"})
+
+
+def test_a_field_set_twice_is_refused():
+    """The last of two values won, silently (3 epochs run where 0.01 was also asked)."""
+    with pytest.raises(cli.UserError, match=r"--overrides sets train\.num_epochs twice"):
+        glue_table.parse_overrides(["train.num_epochs=0.01", " train.num_epochs=3"])
+    assert glue_table.parse_overrides(["train.num_epochs=3", "train.seed=1"]) == {
+        "train.num_epochs": 3,
+        "train.seed": 1,
+    }
