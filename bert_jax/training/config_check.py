@@ -223,8 +223,6 @@ def check_common(
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
     rules = ask(problems, sharding.normalize_rules, m.rules)
-    if rules is not None:
-        problems += rule_name_problems(rules)
     sizes = ask(problems, sharding.mesh_shape, m.data, m.fsdp, m.tensor, num_devices)
     if sizes is None:
         if m.num_devices and num_devices == m.num_devices:  # "there are N" counts only those
@@ -243,26 +241,6 @@ def check_common(
     axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
     split = math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
     return problems, split
-
-
-def rule_name_problems(rules) -> list[str]:
-    """A mesh rule for a logical axis the model does not name (a typo: 'head' for 'heads') or a
-    second rule for one name was silently ignored: the weights it meant to split stayed whole,
-    or (a name twice) the parameters followed the last rule and the activations the first."""
-    from bert_jax.model.layers import LOGICAL_AXIS_NAMES
-
-    names = [name for name, _ in rules]
-    unknown = [n for n in names if n not in LOGICAL_AXIS_NAMES]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    problems = []
-    if unknown:
-        problems.append(
-            f"mesh.rules names logical axes the model does not have: {unknown}; the model's "
-            f"are {LOGICAL_AXIS_NAMES}"
-        )
-    if twice:
-        problems.append(f"mesh.rules has more than one rule for {twice}: one rule per name")
-    return problems
 
 
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
