@@ -274,27 +274,6 @@ def test_a_config_item_edited_out_of_shape_is_damage_not_a_traceback(saved, tmp_
     assert names in str(e.value)
 
 
-def test_init_checkpoint_of_another_model_is_refused_before_restoring(testdata, saved):
-    """train.init_checkpoint = a workdir whose model has other shapes than the run's: one error
-    naming the fields (its arrays were put on the run's shardings as they were, and the first
-    step died in a reshape TypeError); other settings (dropout) only a note."""
-    workdir, _, _, _ = saved
-    bigger = _config(testdata, 1, 1, 1, 1)
-    bigger.model.hidden_size, bigger.model.intermediate_size = 64, 128
-    bigger.train.init_checkpoint = workdir
-    setup = pretrain.make_setup(bigger)
-    with pytest.raises(cli.UserError, match=r"hidden_size=32 \(this run: 64\), intermediate_size"):
-        checkpoints.initial_state(bigger.train, setup, lambda: {})
-    same = _config(testdata, 1, 1, 1, 1)
-    same.model.hidden_dropout_prob = 0.2
-    same.train.init_checkpoint = workdir
-    setup = pretrain.make_setup(same)
-    state = checkpoints.initial_state(same.train, setup, lambda: {})
-    assert jax.tree.map(np.shape, state["params"]) == jax.tree.map(
-        lambda a: a.shape, setup.abstract_state["params"]
-    )
-
-
 def test_resuming_with_another_process_count_names_it_not_damage(testdata, saved, tmp_path):
     """Each process saves its own data position, so a run saved by 2 processes resumes only with
     2 (docs/scaling.md, "Limits"). Resumed by one, the missing position file was reported as
