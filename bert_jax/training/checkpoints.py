@@ -138,25 +138,23 @@ _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdow
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
-class _DropOrbaxNoise(logging.Filter):
-    """Drops Orbax's and asyncio's logged tracebacks (one screen per writer thread) of an error
-    the save or restore then raises and the user sees in one line (a full disk, a bucket
-    unreachable, refused or gone: docs/faults.md), and every read-only manager's warning that
-    its directory is read only, which is what was asked for."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not ("orbax" in record.pathname or record.name == "asyncio"):
-            return True
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and storage.looks_like_storage(exc):
-            return False  # the main thread reports it in one line (storage.checkpoint_errors)
-        text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
-        noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
-        return not any(t in text for t in noise)
+def _drop_orbax_noise(record: logging.LogRecord) -> bool:
+    """A logging filter dropping Orbax's and asyncio's logged tracebacks (one screen per writer
+    thread) of an error the save or restore then raises and the user sees in one line (a full
+    disk, a bucket unreachable, refused or gone: docs/faults.md), and every read-only manager's
+    warning that its directory is read only, which is what was asked for."""
+    if not ("orbax" in record.pathname or record.name == "asyncio"):
+        return True
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None and storage.looks_like_storage(exc):
+        return False  # the main thread reports it in one line (storage.checkpoint_errors)
+    text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
+    noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
+    return not any(t in text for t in noise)
 
 
 for _name in ("absl", "asyncio"):
-    logging.getLogger(_name).addFilter(_DropOrbaxNoise())
+    logging.getLogger(_name).addFilter(_drop_orbax_noise)
 
 
 def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
@@ -272,12 +270,13 @@ def restore_latest(
     checkpoints, which an older step cannot fix) and the error names every step's failure.
     `model_config` (this run's config.model as a dict): check_same_model on the newest step first.
     """
-    if model_config is not None and manager.all_steps():
-        check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
-    if data_iter is not None and manager.all_steps():
-        check_same_processes(manager, max(manager.all_steps()))
+    steps = sorted(manager.all_steps(), reverse=True)
+    if steps and model_config is not None:
+        check_same_model(manager, steps[0], abstract_state["params"], model_config)
+    if steps and data_iter is not None:
+        check_same_processes(manager, steps[0])
     failures: list[tuple[int, Exception]] = []
-    for step in sorted(manager.all_steps(), reverse=True):
+    for step in steps:
         try:
             restored = _restore_items(manager, step, abstract_state, data_iter)
             ok = True
@@ -320,8 +319,7 @@ def _shapes(tree) -> dict[str, tuple]:
 
 def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
     """Raises cli.UserError when `step` holds other processes' data positions than this run's
-    (each process saves its own: docs/scaling.md, "Limits"). Before, the missing file was
-    reported as a damaged checkpoint or another model or optimizer."""
+    (each process saves its own: docs/scaling.md, "Limits"), not as damage."""
     folder = manager.directory / str(step) / DATA_ITER
     mine = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
     with storage.checkpoint_errors(str(manager.directory)):

@@ -222,6 +222,35 @@ def test_the_aftermath_of_a_failed_save_or_restore_is_not_printed(monkeypatch):
         assert bool(printed) == shown, error
 
 
+def test_orbax_log_lines_of_an_error_reported_in_one_line_are_dropped():
+    """Orbax's and asyncio's logged tracebacks of an error the save or restore raises anyway (a
+    full disk, a refused bucket), and a read-only manager's warning about what was asked for,
+    are dropped from the absl and asyncio loggers; any other line, Orbax's or not, is kept."""
+    import logging
+
+    def record(name, path, message, exc=None):
+        info = (type(exc), exc, None) if exc else None
+        return logging.LogRecord(name, logging.ERROR, path, 1, message, None, info)
+
+    orbax = "/site-packages/orbax/checkpoint/async_checkpointer.py"
+    full = OSError(28, "No space left on device")
+    dropped = [
+        record("absl", orbax, "Given directory is read only=/w/checkpoints"),
+        record("absl", orbax, "Checkpoint save failed", full),
+        record("absl", orbax, "Forbidden: 403 the caller does not have storage.objects.create"),
+        record("asyncio", "/usr/lib/asyncio/base_events.py", "Event loop is closed"),
+    ]
+    kept = [
+        record("absl", orbax, "Finished saving checkpoint to /w/checkpoints/7"),
+        record("absl", "/site-packages/bert_jax/x.py", "Given directory is read only"),
+    ]
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        assert [r.getMessage() for r in dropped + kept if logger.filter(r)] == [
+            r.getMessage() for r in kept
+        ], name
+
+
 def test_resume_names_the_model_fields_that_changed(testdata, saved):
     """restore_latest with the run's config.model: the same model (on another mesh) resumes; a
     wider one is one error naming each config.model field that differs, before any restore."""
