@@ -10,10 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import jax
-import ml_collections
 import numpy as np
 
 from bert_jax.model import sharding
@@ -89,21 +88,13 @@ class Outcome:
 
 
 class Loop:
-    """A trainer's loop from `step` of a `total`-step schedule over `setup`'s mesh, `manager`'s
-    checkpoints and `data_iter`'s batches, with the run's metrics log and progress lines (`log`,
-    `progress`: the primary process writes them), which the trainer's callbacks write to too and
-    the trainer closes."""
+    """A trainer's loop from `step` of a `total`-step schedule over `setup`'s mesh (a
+    train_state.Setup), `manager`'s checkpoints and `data_iter`'s batches (a Grain iterator), as
+    `config` (the trainer's ConfigDict) says, with the run's metrics log and progress lines in
+    `workdir` (`log`, `progress`: the primary process writes them), which the trainer's callbacks
+    write to too and the trainer closes."""
 
-    def __init__(
-        self,
-        workdir: str,
-        config: ml_collections.ConfigDict,
-        setup,
-        manager,
-        data_iter: Iterator,
-        step: int,
-        total: int,
-    ):
+    def __init__(self, workdir, config, setup, manager, data_iter, step: int, total: int):
         primary = jax.process_index() == 0
         self.log = metrics_log.MetricsLog(workdir, enabled=primary, resume_step=step)
         self.progress = metrics_log.Progress(total, step, enabled=primary)
