@@ -1,9 +1,6 @@
-"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
-'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
-units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
-byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
-the work directory holds only job.json (a failed pipeline is rerun whole). docs/data_prep.md,
-"Beam mode".
+"""The scaled data_prep job as an Apache Beam pipeline (`--mode=beam`; the optional extra
+'bert-jax[beam]'): the local runner's units, UnitProcessor, shard plan and shuffles (job.py), so
+the shards are byte-identical to --mode=scaled's. docs/data_prep.md, "Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest

@@ -1,10 +1,6 @@
-"""What every input reader shares: a source and a unit's statistics, the input error, opening a
-file (local or in a bucket) and reading its lines.
-
-The readers of each kind of input build on this module (lines.py: BERT text, books, JSONL;
-wiki.py; parquet.py; TFDS in units.py); units.py puts them in one table, which planning units and
-reading whole inputs (readers.py) both use. Nothing here imports those modules: the import graph
-stays a tree (tests/unit/test_import_graph.py).
+"""What every input reader (lines.py, wiki.py, parquet.py, TFDS in units.py) shares: a source and
+a unit's statistics, the input error, opening a file (local or in a bucket) and reading its
+lines. It imports none of them: the import graph stays a tree (tests/unit/test_import_graph.py).
 """
 
 import dataclasses

@@ -1,13 +1,8 @@
 """The scaled data_prep job, its pure parts: the job's spec, its plan, shard plan, fingerprint
-and manifest.
-
-  inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
-         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
-
-Everything here and in job_units.py (which takes the JobSpec from here) is a function of the job's
-settings and the input, never of the worker count or the runner: the local runner (scaled.py) and
-the Beam job (beam_pipeline.py) call the same functions, so their outputs are identical: every
-random stream is seeded from the settings (`seed`). docs/data_prep.md, "Scaled mode: how it works".
+and manifest. Everything here and in job_units.py is a function of the settings and the input,
+never of the worker count or the runner: the local runner (scaled.py) and the Beam job call the
+same functions, every random stream seeded from the settings (`seed`), so their outputs are
+identical. docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses

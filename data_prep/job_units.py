@@ -1,10 +1,5 @@
-"""The scaled job's per-unit work: a unit's documents -> its train and eval records.
-
-`UnitProcessor.process(unit)` reads the unit (content.read_documents: its content hash taken as it
-is read), sends each document to train or eval by a hash of its text (`is_eval`), cuts NSP pairs or
-MLM-only segments seeded by (seed, unit, split), masks them and encodes them as serialized
-tf.train.Example records. A pure function of the JobSpec and the unit: the local runner
-(scaled.py) and the Beam job call it alike.
+"""The scaled job's per-unit work: a unit's documents -> its train and eval records, a pure
+function of the JobSpec and the unit (the local runner and the Beam job call it alike).
 """
 
 import dataclasses

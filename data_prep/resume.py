@@ -1,14 +1,8 @@
 """The scaled job's work directory, <output_dir>/_work (removed when the job has finished): what
-makes it resumable, and what a rerun trusts. Its names (_work, the shards', the writers' temporary
-files) are the data contract's (bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME,
-TEMPORARY): the trainer tells an unfinished job by them. Each file is published whole, and each
-marker written after what it describes, locally or in a bucket alike:
-  job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, then
-  units/NNNNN.json  its marker (job_units.UnitResult.marker, and the .bin file's layout and
-                    size): the unit is finished iff it exists
-  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
-What a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
+makes it resumable, and what a rerun trusts. Its names are the data contract's
+(bert_jax/data/contract/manifest.py), by which the trainer tells an unfinished job. Its files
+(job.json, units/NNNNN.bin and .json, shards/SPLIT-NNNNN.json), each marker written after what
+it describes, and what a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
 """
 
 import contextlib

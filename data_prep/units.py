@@ -1,18 +1,8 @@
-"""Work units of the scaled job, and the one table of input kinds (`KINDS`).
-
-A unit is a byte block of a text or JSONL file, a whole gzip file (gzip cannot seek) or book
-(data_prep/lines.py), a run of whole bz2 streams of a multistream Wikipedia dump
-(data_prep/wiki.py), a run of row groups of a Parquet file (data_prep/parquet.py), or an index
-range of a TFDS split (`tfds:NAME[:SPLIT]`, read with `tfds.data_source`: no TensorFlow, the
-dataset prepared in ArrayRecord format). Units are planned from the inputs alone (their content
-kinds, sizes, a dump's index, a Parquet footer, and the block size), so they, and every random
-choice seeded from them, are the same whatever the number of workers.
-
-KINDS says how each kind is planned into units and how a unit is read, for the jobs and for whole
-inputs (readers.documents, one unit a source: vocab training, --mode=reference); no other module
-branches on a kind's name.
-A source's kind comes from its content (sniff.sniff), refined by its name and --document_per_file
-(readers.source_of); a `tfds:` input is "tfds".
+"""Work units of the scaled job, and the one table of input kinds (`KINDS`): how each kind is
+planned into units and how a unit is read, for the jobs and for whole inputs (readers.documents);
+no other module branches on a kind's name. Units are planned from the inputs alone, never from
+the worker count: every random choice is seeded from them. What a unit of each kind is:
+docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
