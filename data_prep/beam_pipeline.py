@@ -107,16 +107,13 @@ def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
 
 
 @contextlib.contextmanager
-def _worker_errors(work: resume.WorkDir):
+def _worker_errors():
     """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
     OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
     raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
     a bug's traceback)."""
     try:
         yield
-    except job.NoInstances:
-        work.drop_if_shardless()
-        raise
     except RuntimeError as e:
         cause = e.__cause__ or e.__context__
         if isinstance(cause, OSError) and str(cause) in str(e):
@@ -144,19 +141,11 @@ def run(
     # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
     # scaled job's is, instead of mixing two jobs' shards in one directory.
     work = resume.WorkDir(output_dir)
-    finished, damaged = output.read_manifest(output_dir), {}
-    if finished is not None:
-        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
-        if not damaged:
-            if storage.exists(work.path):  # a kill after the manifest, before the work went
-                with work.locked():
-                    storage.rmtree(work.path)
-            return finished
+    finished, damaged = work.finished(spec, planned, fp)
+    if finished is not None and not damaged:
+        return finished
     output.prepare_output_dir(output_dir)
-    with work.locked():
-        if damaged:  # the manifest goes first: none describes a half-rebuilt output
-            work.reopen(finished, damaged)
-        work.check(fp)
+    with work.running(fp, finished, damaged):
         write_manifest = functools.partial(
             _write_manifest,
             spec=spec,
@@ -168,7 +157,7 @@ def run(
             flags=flags or {},
             runner=f"beam: {runner}",
         )
-        with _worker_errors(work):
+        with _worker_errors():
             _run_pipeline(
                 spec,
                 _ProcessUnit(spec, vocab_file, do_lower_case),
@@ -178,10 +167,7 @@ def run(
                 write_manifest,
             )
         written = output.read_manifest(output_dir)
-        work.remove_other_shards(
-            {e["file"] for entries in written["shards"].values() for e in entries}
-        )
-    storage.rmtree(work.path)
+        work.remove_other_shards(written["shards"])
     return written
 
 

@@ -234,25 +234,6 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
     return "; ".join(diffs)
 
 
-def check_finished(spec: JobSpec, planned: list, fp: dict, finished: dict, output_dir: str) -> dict:
-    """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
-    written with other settings or from input that has changed since."""
-    if finished.get("fingerprint") != fp:
-        raise JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job with other settings "
-            f"({differences(finished.get('fingerprint'), fp)}); use another --output_dir"
-        )
-    changed = content.changed_inputs(
-        planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir
-    )
-    if changed:
-        raise JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job whose input has changed since "
-            f"({', '.join(changed)}); use another --output_dir, or empty this one to rebuild"
-        )
-    return output.damaged_shards(output_dir, finished)
-
-
 def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     """The seed of one of the job's random streams (_STREAM), for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]

@@ -251,27 +251,15 @@ def run(
     planned = job.plan(spec, output_dir)
     vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    finished, damaged = output.read_manifest(output_dir), {}
-    if finished is not None:
-        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
     work = resume.WorkDir(output_dir)
+    finished, damaged = work.finished(spec, planned, fp)
     if finished is not None and not damaged:
         logging.info("%s already holds this job's finished output; nothing to do", output_dir)
-        if storage.exists(work.path):  # a kill after the manifest, before the work went
-            with work.locked():
-                storage.rmtree(work.path)
         return finished
-    with work.locked():
-        if finished is not None:
-            work.reopen(finished, damaged)
-        work.check(fp)
-        try:
-            markers, shards = _run_tasks(
-                spec, tokenizer, output_dir, work, planned, num_workers, progress
-            )
-        except job.NoInstances:
-            work.drop_if_shardless()
-            raise
+    with work.running(fp, finished, damaged):
+        markers, shards = _run_tasks(
+            spec, tokenizer, output_dir, work, planned, num_workers, progress
+        )
         result = job.manifest_fields(
             spec,
             fp,
@@ -283,9 +271,8 @@ def run(
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
         )
-        work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
+        work.remove_other_shards(shards)
         output.write_json_atomic(storage.join(output_dir, manifest.FILE), result)
-    storage.rmtree(work.path)
     return result
 
 
