@@ -36,10 +36,6 @@ class SplitRecords:
     stats: output.InstanceStats
     documents: int
 
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
 
 @dataclasses.dataclass
 class UnitResult:
@@ -58,7 +54,7 @@ class UnitResult:
             "content": content.record(self.content, stat),
             **{
                 split: {
-                    "instances": records.count,
+                    "instances": len(records.offsets) - 1,
                     "bytes": len(records.data),
                     "documents": records.documents,
                     "stats": dataclasses.asdict(records.stats),

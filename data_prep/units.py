@@ -117,11 +117,7 @@ KINDS: dict[str, Kind] = {
         wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
     ),
     "parquet": Kind(parquet.plan, parquet.read_unit),
-    "tfds": Kind(
-        _plan_tfds,
-        _tfds_documents,
-        is_file=False,
-    ),
+    "tfds": Kind(_plan_tfds, _tfds_documents, is_file=False),
 }
 
 
