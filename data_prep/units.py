@@ -144,18 +144,8 @@ def plan_units(
     units: list[Unit] = []
     for source in sources:
         for start, stop, fields in KINDS[source.kind].plan(source, planning):
-            units.append(
-                Unit(
-                    len(units),
-                    source.kind,
-                    source.path,
-                    start,
-                    stop,
-                    first=start == 0,
-                    compression=source.compression,
-                    **fields,
-                )
-            )
+            fields = {"first": start == 0, "compression": source.compression, **fields}
+            units.append(Unit(len(units), source.kind, source.path, start, stop, **fields))
     return units
 
 
