@@ -106,21 +106,6 @@ def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
         raise cli.UserError(f"Beam pipeline option --runner={name}: {e}") from None
 
 
-@contextlib.contextmanager
-def _worker_errors():
-    """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
-    OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
-    raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
-    a bug's traceback)."""
-    try:
-        yield
-    except RuntimeError as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, OSError) and str(cause) in str(e):
-            raise cause from None
-        raise
-
-
 def run(
     spec: job.JobSpec,
     vocab_file: str,
@@ -157,7 +142,7 @@ def run(
             flags=flags or {},
             runner=f"beam: {runner}",
         )
-        with _worker_errors():
+        try:
             _run_pipeline(
                 spec,
                 _ProcessUnit(spec, vocab_file, do_lower_case),
@@ -166,6 +151,14 @@ def run(
                 beam.Pipeline(runner=runner_object, options=options),
                 write_manifest,
             )
+        except RuntimeError as e:
+            # A worker's exception whose type Beam cannot rebuild with its stage's name appended
+            # (an OSError: a full disk, no permission) arrives as a RuntimeError: the original is
+            # raised instead, which data_prep.main reports as one line, as the scaled job does.
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, OSError) and str(cause) in str(e):
+                raise cause from None
+            raise
         written = output.read_manifest(output_dir)
         work.remove_other_shards(written["shards"])
     return written
