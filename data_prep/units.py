@@ -58,8 +58,8 @@ Plan = list[tuple[int, int, dict]]
 class Kind:
     plan: Callable[[Source, Settings], Plan]
     read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Settings)
-    # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
-    # False: a TFDS dataset, trusted by its name and extent.
+    # A file (stat, content hash; an empty one is counted); False: a TFDS dataset, trusted by its
+    # name and extent.
     is_file: bool = True
     # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
     # reads its index (and refuses one of another dump), which reading it whole never needs.
@@ -82,10 +82,8 @@ def open_tfds(name: str, split: str, data_dir: str | None):
 
 
 def _tfds_documents(unit: Unit, stats: ReadStats, r: Settings) -> Iterator[list[str]]:
-    """Documents of a unit's examples of a TFDS split; its first unit counts the dataset."""
+    """Documents of a unit's examples of a TFDS split."""
     source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
-    if unit.start == 0:
-        stats.files += 1
     for index in range(unit.start, min(unit.stop, len(source))):
         example = source[index]
         if r.text_field not in example:
@@ -161,9 +159,9 @@ def read_unit(
     by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
     passes one that hashes what is read)."""
     kind = KINDS[unit.kind]
-    if kind.is_file and unit.first:
+    if unit.first:  # a source's first unit counts it (ReadStats.files: files and TFDS splits)
         stats.files += 1
-        if unit.stop == 0:
+        if kind.is_file and unit.stop == 0:
             stats.empty_files += 1
             return
     reading = Settings(text_field, tfds_data_dir, open_binary, language)
