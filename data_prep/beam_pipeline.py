@@ -87,9 +87,8 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
 
 
 def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
-    """The pipeline options, the runner's name and the runner. A bad option value or runner is a
-    user error: Beam's argparse would print its whole usage and exit, and an unknown runner
-    raised a ValueError that reached the user as a bug's traceback."""
+    """The pipeline options, the runner's name and the runner; a bad option value (Beam's argparse
+    would print its whole usage and exit) or runner (a ValueError) is a user error."""
     options = PipelineOptions(list(pipeline_args))
     said = io.StringIO()
     try:

@@ -56,9 +56,7 @@ class InputError(cli.UserError):
 
 def open_input(path: str) -> BinaryIO:
     """An input file's bytes, with seek: a local file by open(), a bucket object through
-    bert_jax.storage (a seek to a unit's start fetches from there). Read ahead 1 MB: a unit
-    reads a range of about --block_size_mb (pyarrow a row group's exact bytes), and the client's
-    default (5 MB past each read) fetched several times what a 1 MB unit needs."""
+    bert_jax.storage, read READ_AHEAD past each read (why: docs/data_prep.md, "Buckets", Costs)."""
     if storage.is_url(path):
         return storage.open_read(path, block_size=READ_AHEAD)
     return open(path, "rb")

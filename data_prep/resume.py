@@ -81,10 +81,9 @@ class WorkDir:
 
     @contextlib.contextmanager
     def running(self, fp: dict, finished: dict | None, damaged: dict):
-        """Holds the lock while the job runs, from its state here (a finished output's `damaged`
-        shards are rebuilt; other settings are refused); the work directory goes when the job
-        has finished, and when it fails for want of instances before any shard is written
-        (nothing to resume, and a rerun may change the unit settings)."""
+        """Holds the lock while the job runs on from its state here (`damaged`: shards of the
+        `finished` output to rebuild). The work directory goes when the job has finished, or has
+        no instance before any shard is written (a rerun may change the unit settings)."""
         with self.locked():
             if finished is not None:
                 self.reopen(finished, damaged)

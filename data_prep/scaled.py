@@ -202,9 +202,8 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
             for future in submitted:
                 future.cancel()
         try:
-            # The units in flight finish here, where a second Ctrl-C is ours: one that came
-            # while the interpreter's exit waited for them (shutdown(wait=False) before) cut
-            # that wait short, and the exit then waited forever on workers left waiting for work.
+            # The units in flight finish here, where a second Ctrl-C is ours: during the
+            # interpreter's exit it left the exit waiting forever on idle workers.
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # stop at once: what a unit in flight wrote is never trusted
             _terminate(pool)
