@@ -121,9 +121,8 @@ def run(
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    # The scaled job's work directory holds only job.json here (the pipeline is rerun whole): a
-    # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
-    # scaled job's is, instead of mixing two jobs' shards in one directory.
+    # The work directory holds only job.json here (the pipeline is rerun whole): a rerun with other
+    # settings after a failed one is refused instead of mixing two jobs' shards in one directory.
     work = resume.WorkDir(output_dir)
     finished, damaged = work.finished(spec, planned, fp)
     if finished is not None and not damaged:

@@ -31,8 +31,7 @@ class JobMismatch(cli.UserError):
 
 
 class NoInstances(cli.UserError):
-    """The input gave no training instance: its job holds nothing worth resuming, so its state
-    goes (the error asks for other --input or --text_field, which a kept job.json would refuse)."""
+    """The input gave no training instance: nothing worth resuming (resume.WorkDir.running)."""
 
 
 @dataclasses.dataclass(frozen=True)
