@@ -165,7 +165,9 @@ def run(
 def _run_pipeline(spec, process_unit, planned, output_dir, pipeline, write_manifest):
     """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
-        unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
+        unit.path: content.file_stat(unit.path)
+        for unit in planned
+        if units_lib.KINDS[unit.kind].is_file
     }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.

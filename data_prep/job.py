@@ -336,7 +336,7 @@ def manifest_fields(
         inputs=content.input_files(planned, [marker["content"] for marker in markers]),
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
-        input_bytes=sum(unit.size for unit in planned if units_lib.is_file(unit.kind)),
+        input_bytes=sum(unit.size for unit in planned if units_lib.KINDS[unit.kind].is_file),
         documents=sum(split_documents.values()),
         stats=split_stats["train"].summary(opts.max_seq_length),
         eval={

@@ -27,7 +27,7 @@ def shard_marker(work_dir: str, split: str, shard: int) -> str:
 
 def stat(unit) -> dict | None:
     """The unit's file as it is before the unit reads it (None for TFDS and other non-files)."""
-    if not units.is_file(unit.kind):
+    if not units.KINDS[unit.kind].is_file:
         return None
     try:
         return content.file_stat(unit.path)

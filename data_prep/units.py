@@ -119,11 +119,6 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def is_file(kind: str) -> bool:
-    """Whether a unit or source of `kind` is a file (see Kind.is_file)."""
-    return KINDS[kind].is_file
-
-
 def plan_units(
     sources: list[Source],
     block_bytes: int,
