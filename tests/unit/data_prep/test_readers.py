@@ -223,7 +223,7 @@ def test_tfds_dataset_by_name_and_split(tmp_path):
         download_config=tfds.download.DownloadConfig(try_download_gcs=False)
     )
     docs, stats = _docs(["tfds:tiny_wiki:test"], tfds_data_dir=str(tmp_path))
-    assert len(docs) == 2 and stats.documents == 2
+    assert len(docs) == 2 and stats.documents == 2 and stats.files == 1
     assert sorted(docs)[0] == ["Article 0 begins.", "It goes on.", "A paragraph 0!"]
     with pytest.raises(readers.InputError, match="no field 'body'"):
         _docs(["tfds:tiny_wiki:test"], tfds_data_dir=str(tmp_path), text_field="body")
