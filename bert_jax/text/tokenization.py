@@ -91,6 +91,35 @@ _DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord
 _SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
 
 
+# "1" for a character whose decomposition is all combining marks (non-zero combining class: what
+# canonical ordering sorts), "0" for any other.
+_NONSTARTER = _CharMap(
+    lambda ch: "1" if all(map(unicodedata.combining, unicodedata.normalize("NFD", ch))) else "0"
+)
+_DECOMPOSE = _CharMap(lambda ch: unicodedata.normalize("NFD", ch))
+_LONG_RUN = "1" * 64
+
+
+def _nfd(text: str) -> str:
+    """unicodedata.normalize("NFD", text). CPython puts a run of combining marks in canonical
+    order by insertion sort, quadratic in the run's length (one word of 160,000 marks: 37 s; an
+    8 MB line of them: hours), so a text holding a long run is normalized here: each character's
+    own decomposition, then every run of marks sorted stably by combining class, which is NFD's
+    definition."""
+    if _LONG_RUN not in text.translate(_NONSTARTER):
+        return unicodedata.normalize("NFD", text)
+    decomposed = text.translate(_DECOMPOSE)
+    pieces, at = [], 0
+    for run in re.finditer("1{2,}", decomposed.translate(_NONSTARTER)):
+        pieces.append(decomposed[at : run.start()])
+        pieces.append(
+            "".join(sorted(decomposed[run.start() : run.end()], key=unicodedata.combining))
+        )
+        at = run.end()
+    pieces.append(decomposed[at:])
+    return "".join(pieces)
+
+
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
     punctuation.
@@ -105,7 +134,7 @@ def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     if do_lower_case:
         text = text.lower()
         if not text.isascii():
-            text = unicodedata.normalize("NFD", text).translate(_DROP_MN)
+            text = _nfd(text).translate(_DROP_MN)
     return text.translate(_SPACE_PUNCTUATION).split()
 
 
