@@ -62,6 +62,8 @@ def _norm(hf: str, ours: tuple, bias: bool = True) -> Iterator[Row]:
 
 # --- BertForPreTraining ----------------------------------------------------------------------
 
+BERT_MODEL_TYPE = "bert"  # config.json's model_type of every transformers Bert* class
+
 # config.json fields that are BertConfig fields under the same name, with transformers'
 # BertConfig defaults for a file that leaves them out (None: required, the sizes).
 _SHARED_FIELDS = {
@@ -112,7 +114,7 @@ def _bert_hf_config(config: BertConfig, special_ids=None) -> dict[str, Any]:
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
     out.update(
         architectures=["BertForPreTraining"],
-        model_type="bert",
+        model_type=BERT_MODEL_TYPE,
         hidden_act="gelu",
         position_embedding_type="absolute",
         pad_token_id=0,  # its vocabularies' [PAD]
@@ -229,8 +231,21 @@ def architecture(config: BertConfig) -> Architecture:
 
 
 def of_hf_config(hf: Mapping[str, Any]) -> Architecture:
-    """The class a config.json (or Google's bert_config.json) describes: its model_type says."""
-    return MODERNBERT if hf.get("model_type") == modernbert.MODEL_TYPE else BERT
+    """The class a config.json (or Google's bert_config.json) describes: its model_type says;
+    another model's (RoBERTa's, ELECTRA's, ...) is refused."""
+    model_type = hf.get("model_type", BERT_MODEL_TYPE)  # Google's bert_config.json has none
+    if model_type == modernbert.MODEL_TYPE:
+        return MODERNBERT
+    if model_type != BERT_MODEL_TYPE:
+        # RoBERTa, XLM-R, CamemBERT, ERNIE, ... state BERT's sizes, and a bare encoder of theirs
+        # has BERT's weight names, but computes something else (RoBERTa's positions start
+        # after the padding id): loaded as BERT, every output would be silently wrong.
+        raise CheckpointError(
+            f"model_type {model_type!r} is not supported: only BERT ({BERT_MODEL_TYPE!r}, or "
+            f"Google's bert_config.json) and ModernBERT ({modernbert.MODEL_TYPE!r}) directories "
+            "import; its weights may carry BERT's names, but the model computes something else"
+        )
+    return BERT
 
 
 def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:

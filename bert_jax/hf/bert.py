@@ -313,7 +313,11 @@ def read_hf(
         except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
             text = " ".join(str(e).split())
             raise CheckpointError(text if path in text else f"{path}: {text}") from None
-    arch, theirs = architecture(config), of_hf_config(hf_config).label
+    try:  # a run's own config too: the directory must hold a model we read (not RoBERTa's)
+        theirs = of_hf_config(hf_config).label
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    arch = architecture(config)
     if arch.label != theirs:  # a run's own config: its block must be the directory's
         raise CheckpointError(
             f"{hf_dir} holds a {theirs} model but the config.model given is {arch.label}'s "

@@ -563,8 +563,8 @@ def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
     # A size left out is another model's config (DistilBERT's names them dim, n_layers, ...).
     config = json.loads(path.read_text())
     del config["intermediate_size"]
-    path.write_text(json.dumps(config | {"model_type": "distilbert"}))
-    with pytest.raises(bert.CheckpointError, match=r"model_type 'distilbert'\) lacks \['inter"):
+    path.write_text(json.dumps(config))
+    with pytest.raises(bert.CheckpointError, match=r"model_type 'bert'\) lacks \['inter"):
         bert.load_hf(str(tmp_path / "short"))
 
 
@@ -618,3 +618,27 @@ def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_p
     assert not (tmp_path / "out" / "vocab.txt").exists()
     with pytest.raises(cli.UserError, match="SentencePiece"):
         heads.check_exportable(config, str(sp_model))
+
+
+@pytest.mark.parametrize(
+    "kind", ["Roberta", "XLMRoberta", "Camembert", "Ernie", "Electra", "Albert", "DistilBert"]
+)
+def test_another_models_directory_is_refused_not_loaded_as_bert(kind, tmp_path):
+    """A bare RobertaModel (XLM-R's, CamemBERT's: their weights carry BertModel's names) was
+    imported as a BERT and computed other states (RoBERTa's positions start after the padding
+    id: 2.5 off on a random model), by embed, fine-tuning's --init and a run's init_checkpoint
+    alike. Every Hugging Face model_type but BERT's and ModernBERT's is refused by name."""
+    sizes = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    sizes.update(intermediate_size=24, max_position_embeddings=40)
+    if kind == "DistilBert":
+        sizes = dict(vocab_size=99, dim=16, n_layers=1, n_heads=2, hidden_dim=24)
+    config = getattr(transformers, f"{kind}Config")(**sizes)
+    getattr(transformers, f"{kind}Model")(config).save_pretrained(str(tmp_path))
+    match = rf"config\.json: model_type '{config.model_type}' is not supported"
+    with pytest.raises(bert.CheckpointError, match=match):
+        bert.load_hf(str(tmp_path))
+    if kind != "DistilBert":  # a run's own config.model names the shapes: refused all the same
+        with pytest.raises(bert.CheckpointError, match=match):
+            run = dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+            run.update(type_vocab_size=2, initializer_range=0.02)
+            bert.load_hf_params(str(tmp_path), M.BertConfig(**sizes, **run))
