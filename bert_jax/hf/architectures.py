@@ -112,12 +112,15 @@ def _bert_config(hf: Mapping[str, Any], **overrides) -> BertConfig:
 
 def _bert_hf_config(config: BertConfig, special_ids=None) -> dict[str, Any]:
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
+    pad = (special_ids or {}).get("pad")
     out.update(
         architectures=["BertForPreTraining"],
         model_type=BERT_MODEL_TYPE,
         hidden_act="gelu",
         position_embedding_type="absolute",
-        pad_token_id=0,  # its vocabularies' [PAD]
+        # The tokenizer's [PAD] (its row gets no gradient in transformers' training); 0, the
+        # [PAD] of BERT's vocabularies, where unknown.
+        pad_token_id=0 if pad is None else pad,
         tie_word_embeddings=True,
         torch_dtype="float32",
     )

@@ -642,3 +642,24 @@ def test_another_models_directory_is_refused_not_loaded_as_bert(kind, tmp_path):
             run = dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
             run.update(type_vocab_size=2, initializer_range=0.02)
             bert.load_hf_params(str(tmp_path), M.BertConfig(**sizes, **run))
+
+
+@pytest.mark.parametrize("pad", [0, 1, 7, None])
+def test_the_exported_pad_token_id_is_the_tokenizers(tmp_path, pad):
+    """A run whose tokenizer puts [PAD] elsewhere than 0 (a BPE tokenizer.json's <pad> at 1,
+    a vocabulary of its own) was exported with pad_token_id 0 all the same: transformers'
+    training then froze row 0 (a real token: <s>) and trained the padding's. The pre-training
+    and the fine-tuning exports write the tokenizer's (0 where it has none)."""
+    from bert_jax.finetune import heads
+
+    config = M.BertConfig(
+        **TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.02
+    )
+    model = M.BertForPreTraining(config, rngs=nnx.Rngs(0))
+    bert.save_hf(model, None, str(tmp_path / "pre"), special_ids={"pad": pad, "cls": 2})
+    task = heads.TaskModel(config, "classification", 3, rngs=nnx.Rngs(0))
+    heads.export_hf(task, ["a", "b", "c"], str(tmp_path / "task"), None, pad_id=pad or 0)
+    for name, cls in (("pre", "BertForPreTraining"), ("task", "BertForSequenceClassification")):
+        hf = getattr(transformers, cls).from_pretrained(str(tmp_path / name))
+        assert hf.config.pad_token_id == (pad or 0), name
+        assert hf.bert.embeddings.word_embeddings.padding_idx == (pad or 0), name
