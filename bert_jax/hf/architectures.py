@@ -36,6 +36,8 @@ class Architecture:
     body: tuple[str, ...]  # prefixes of the names a file must hold; the heads may be absent
     tied: frozenset[str]  # names a file may hold that repeat another weight (the decoder)
     decoder: tuple[str, str]  # the tied decoder weight, and the word embeddings it repeats
+    # {a tied alias: the name it repeats}, read where a file holds the alias alone
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def normalize(self, name: str) -> str:
         """A checkpoint's name variants -> this class's names: a bare encoder's, and pre-2019
@@ -170,6 +172,8 @@ BERT = Architecture(
     body=("bert.embeddings.", "bert.encoder."),
     tied=frozenset({"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}),
     decoder=("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+    # transformers ties the decoder's bias to the MLM bias and loads a file holding only it
+    aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
 )
 
 

@@ -326,6 +326,9 @@ def read_hf(
     tensors, source = read_hf_weights(hf_dir)
     # The weights mapped; heads or a pooler the file lacks are freshly initialized.
     by_name = {arch.normalize(k): v for k, v in tensors.items()}
+    for alias, name in arch.aliases.items():  # a tied weight saved under its other name
+        if name not in by_name and alias in by_name:
+            by_name[name] = by_name[alias]
     table = list(arch.rows(config, config.num_hidden_layers))
     ours = [name for _, name, _ in table]
     missing = [name for name in ours if name not in by_name]

@@ -663,3 +663,22 @@ def test_the_exported_pad_token_id_is_the_tokenizers(tmp_path, pad):
         hf = getattr(transformers, cls).from_pretrained(str(tmp_path / name))
         assert hf.config.pad_token_id == (pad or 0), name
         assert hf.bert.embeddings.word_embeddings.padding_idx == (pad or 0), name
+
+
+def test_an_mlm_bias_saved_as_the_decoders_is_read(hf_dir, tmp_path):
+    """A file holding the MLM bias under its tied name cls.predictions.decoder.bias alone
+    (transformers saves either name of a tied pair; from_pretrained reads both): the bias was
+    initialized to zeros and the file's ignored, every MLM logit off by it."""
+    shutil.copytree(hf_dir[0], tmp_path / "alias")
+    path = str(tmp_path / "alias" / "model.safetensors")
+    tensors = load_file(path)
+    tensors["cls.predictions.decoder.bias"] = tensors.pop("cls.predictions.bias")
+    save_file(tensors, path, metadata={"format": "pt"})
+    model, report = bert.load_hf(str(tmp_path / "alias"))
+    assert report.initialized == [] and report.unused == []
+    batch = padded_batch(seed=3)
+    theirs = transformers.BertForPreTraining.from_pretrained(
+        str(tmp_path / "alias"), attn_implementation="eager"
+    ).eval()
+    for ref, ours in zip(hf_logits(theirs, *batch), ours_logits(model, *batch)):
+        np.testing.assert_allclose(ours, ref, atol=1e-4)
