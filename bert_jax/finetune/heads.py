@@ -195,13 +195,15 @@ def export_hf(
     output_dir: str,
     vocab_file: str | None,
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
+    pad_id: int = PAD_ID,
 ) -> dict[str, Any]:
     """Writes `model` (a TaskModel, with or without LoRA adapters) as a transformers task
-    model directory; adapters are merged into a copy first. Returns the config.json written."""
+    model directory; adapters are merged into a copy first. Returns the config.json written.
+    `pad_id`: the tokenizer's [PAD] (config.json's pad_token_id)."""
     check_exportable(model.config)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]
-    hf_config = bert.hf_config_from_bert(model.config)
+    hf_config = bert.hf_config_from_bert(model.config, {"pad": pad_id})
     hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
     hf_config["architectures"] = [cls_name]
     if model.kind == "regression":

@@ -262,6 +262,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         if is_primary:
             result["export"] = storage.join(workdir, EXPORT_DIR)
             heads.export_hf(
-                model, run.labels, result["export"], run.vocab_file, config.data.do_lower_case
+                model,
+                run.labels,
+                result["export"],
+                run.vocab_file,
+                config.data.do_lower_case,
+                pad_id=run.tok.pad_id,
             )
     return result

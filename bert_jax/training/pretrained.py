@@ -121,6 +121,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     tok_config = _json_if_any(local, "tokenizer_config.json") or {}
     spec = _json_if_any(local, "tokenizer.json")
     own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
+    if own_lower is None and not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):
+        own_lower = google_release_lower_case(path)
     if own_vocab and not vocab_file:
         _check_tokenizer_class(tok_config, path)
     vocab = vocab_file or own_vocab
@@ -135,6 +137,19 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     lower = tokenization.lower_case(lower)
     fresh = tuple(report.initialized)
     return Pretrained(config, params, str(report), lower, tokenizer or None, record, fresh=fresh)
+
+
+# Google's cased releases, as they unpack (cased_L-12_H-768_A-12, multi_cased_..., wwm_cased_...):
+# their directory holds no tokenizer_config.json, so only the name says the vocabulary is cased.
+_GOOGLE_CASED = re.compile(r"(?:^|_)cased_L-\d+_H-\d+_A-\d+$")
+
+
+def google_release_lower_case(path: str) -> bool | None:
+    """False for a directory of Google's original release named as a cased model (the rule of
+    google-research/bert's validate_case_matches_checkpoint, which refuses lower-casing there:
+    lower-cased text reads other ids of a cased vocabulary), else None (the default: lower)."""
+    name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
+    return False if _GOOGLE_CASED.search(name) else None
 
 
 def fits_table(vocab_size: int, rows: int) -> bool:

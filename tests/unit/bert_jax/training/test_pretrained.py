@@ -47,6 +47,37 @@ def test_a_hugging_face_directory_with_vocab_txt(dirs):
     assert set(loaded.params) == {"bert", "mlm", "nsp"}  # the whole BertForPreTraining
 
 
+@pytest.mark.parametrize(
+    "name, lower",
+    [
+        ("cased_L-12_H-768_A-12", False),
+        ("multi_cased_L-12_H-768_A-12", False),
+        ("wwm_cased_L-24_H-1024_A-16", False),
+        ("uncased_L-2_H-128_A-2", True),
+        ("multilingual_L-12_H-768_A-12", True),
+        ("my_model", True),
+    ],
+)
+def test_a_google_release_named_cased_is_not_lower_cased(dirs, tmp_path, name, lower):
+    """Google's original cased release (bert_config.json, vocab.txt, bert_model.ckpt: no
+    tokenizer_config.json) was lower-cased, as an uncased one: "GOOD" read as "good", other ids
+    than the model was trained on; google-research/bert refuses that by the directory's name
+    (validate_case_matches_checkpoint). Its name now sets do_lower_case; an explicit one wins."""
+    release = tmp_path / name
+    release.mkdir()
+    shutil.copy(os.path.join(dirs["vocab_txt"], "vocab.txt"), release)
+    # Google's weights are a TensorFlow checkpoint; the same weights as safetensors read alike.
+    shutil.copy(os.path.join(dirs["vocab_txt"], "model.safetensors"), release)
+    with open(os.path.join(dirs["vocab_txt"], "config.json")) as f:
+        config = {k: v for k, v in json.load(f).items() if k != "model_type"}
+    (release / "bert_config.json").write_text(json.dumps(config))
+    loaded = pretrained.load(str(release))
+    assert loaded.do_lower_case is lower
+    good, unk = VOCAB.index("good"), VOCAB.index("[UNK]")
+    assert loaded.tokenizer.encode("GOOD") == [good if lower else unk]
+    assert pretrained.load(str(release), do_lower_case=True).tokenizer.encode("GOOD") == [good]
+
+
 def test_a_tokenizer_json_only_directory_gives_the_same_vocabulary(dirs):
     loaded = pretrained.load(dirs["tokenizer_json"])
     with open(loaded.vocab_file, encoding="utf-8") as f:
