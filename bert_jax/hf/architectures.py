@@ -1,9 +1,10 @@
 """The two transformers classes our model can be, as data: BertForPreTraining (also Google's
-original TensorFlow BERT) and ModernBertForMaskedLM. An `Architecture` says which config fields
-the class fixes, how its config.json maps to a BertConfig both ways, and the name of each of our
-parameters in its files; `architecture(config)` picks one, or refuses a mix of the two blocks.
-Torch Linear weights are [out, in], our kernels [in, out]; a name with several of our paths holds
-them concatenated along torch's first axis (ModernBERT's Wqkv, Wi).
+original TensorFlow BERT; BertForMaskedLM without the NSP head) and ModernBertForMaskedLM. An
+`Architecture` says which config fields the class fixes, how its config.json maps to a
+BertConfig both ways, and the name of each of our parameters in its files;
+`architecture(config)` picks one, or refuses a mix of the two blocks. Torch Linear weights are
+[out, in], our kernels [in, out]; a name with several of our paths holds them concatenated along
+torch's first axis (ModernBERT's Wqkv, Wi).
 
 docs/model.md, "Import a public BERT" and "ModernBERT in and out of Hugging Face".
 """
@@ -116,7 +117,8 @@ def _bert_hf_config(config: BertConfig, special_ids=None) -> dict[str, Any]:
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
     pad = (special_ids or {}).get("pad")
     out.update(
-        architectures=["BertForPreTraining"],
+        # Without the NSP head (MLM-only pre-training, RoBERTa's recipe) the MLM class holds it all.
+        architectures=["BertForPreTraining" if config.nsp_head else "BertForMaskedLM"],
         model_type=BERT_MODEL_TYPE,
         hidden_act="gelu",
         position_embedding_type="absolute",
@@ -143,11 +145,13 @@ def _bert_rows(config: BertConfig | None, layers: int) -> Iterator[Row]:
         yield from _linear(f"{hf}.intermediate.dense", ours + ("intermediate",))
         yield from _linear(f"{hf}.output.dense", ours + ("output",))
         yield from _norm(f"{hf}.output.LayerNorm", ours + ("output_norm",))
-    yield from _linear("bert.pooler.dense", ("bert", "pooler"))
+    if config is None or config.pooler:
+        yield from _linear("bert.pooler.dense", ("bert", "pooler"))
     yield from _linear("cls.predictions.transform.dense", ("mlm", "transform"))
     yield from _norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_norm"))
     yield (("mlm", "bias"),), "cls.predictions.bias", False
-    yield from _linear("cls.seq_relationship", ("nsp",))
+    if config is None or config.nsp_head:
+        yield from _linear("cls.seq_relationship", ("nsp",))
 
 
 BERT = Architecture(
@@ -161,8 +165,6 @@ BERT = Architecture(
         "head_bias": True,
         "decoder_bias": True,
         "local_attention": 0,
-        "pooler": True,
-        "nsp_head": True,
     },
     from_hf=_bert_config,
     to_hf=_bert_hf_config,

@@ -682,3 +682,50 @@ def test_an_mlm_bias_saved_as_the_decoders_is_read(hf_dir, tmp_path):
     ).eval()
     for ref, ours in zip(hf_logits(theirs, *batch), ours_logits(model, *batch)):
         np.testing.assert_allclose(ours, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, vocab_file, pooler):
+    """MLM-only pre-training (model.nsp_head=False, RoBERTa's recipe) had no export: 'this model
+    has no Hugging Face class'. It is transformers' BertForMaskedLM, which loads it whole with
+    our MLM logits; its pooler, where there is one, is BertModel's."""
+    config = M.BertConfig(
+        **TINY,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=0.02,
+        nsp_head=False,
+        pooler=pooler,
+    )
+    model = M.BertForPreTraining(config, rngs=nnx.Rngs(3))
+    perturb(model, 4)
+    out = str(tmp_path / "mlm")
+    bert.save_hf(model, vocab_file, out)
+    assert json.loads(open(os.path.join(out, "config.json")).read())["architectures"] == [
+        "BertForMaskedLM"
+    ]
+    loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        out, output_loading_info=True, attn_implementation="eager"
+    )
+    assert type(loaded).__name__ == "BertForMaskedLM" and not info["missing_keys"]
+    expected = {"bert.pooler.dense.bias", "bert.pooler.dense.weight"} if pooler else set()
+    assert set(info["unexpected_keys"]) == expected
+    ids, mask, segments, positions = padded_batch(seed=5)
+    with torch.no_grad():
+        logits = loaded.eval()(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            token_type_ids=torch.tensor(segments, dtype=torch.long),
+        ).logits.numpy()
+    mlm, _ = ours_logits(model, ids, mask, segments, positions)
+    np.testing.assert_allclose(mlm, logits[np.arange(len(ids))[:, None], positions], atol=1e-4)
+    if pooler:
+        base = transformers.BertModel.from_pretrained(out, attn_implementation="eager")
+        np.testing.assert_array_equal(
+            base.pooler.dense.weight.detach().numpy().T,
+            np.asarray(model.bert.pooler.kernel.value),
+        )
+    again, report = bert.load_hf(out, config=config)
+    assert report.unused == [] and report.initialized == []
+    for a, b in zip(params_of(model), params_of(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
