@@ -617,7 +617,7 @@ def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_p
         bert.save_hf(model, str(sp_model), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "vocab.txt").exists()
     with pytest.raises(cli.UserError, match="SentencePiece"):
-        heads.check_exportable(config, str(sp_model))
+        heads.check_exportable(config, "classification", str(sp_model))
 
 
 @pytest.mark.parametrize(
@@ -729,3 +729,31 @@ def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, voc
     assert report.unused == [] and report.initialized == []
     for a, b in zip(params_of(model), params_of(again)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "tagging", "span"])
+def test_a_task_model_without_the_pooler_exports_only_where_transformers_has_none(kind, tmp_path):
+    """transformers' sequence classes read BERT's pooler: a classification or regression model
+    of an encoder without one (model.pooler=False) is refused, not written for transformers to
+    fill with a fresh pooler; tagging and QA, whose classes have no pooler, export and match."""
+    from bert_jax.finetune import heads
+
+    config = M.BertConfig(
+        **TINY,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=0.02,
+        pooler=False,
+        nsp_head=False,
+    )
+    task = heads.TaskModel(config, kind, 3, rngs=nnx.Rngs(0))
+    out = str(tmp_path / "task")
+    if kind in ("classification", "regression"):
+        with pytest.raises(cli.UserError, match="without BERT's pooler"):
+            heads.export_hf(task, ["a", "b", "c"], out, None)
+        assert not os.path.exists(out)
+        return
+    heads.export_hf(task, ["a", "b", "c"], out, None)
+    cls = {"tagging": "BertForTokenClassification", "span": "BertForQuestionAnswering"}[kind]
+    _, info = getattr(transformers, cls).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
