@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import functools
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -253,50 +251,34 @@ def _hf_vocabulary(
 
 
 class HubWordPiece(tokenization.WordPieceTokenizer):
-    """A Hugging Face directory's WordPiece: FullTokenizer's ids (our WordPiece, which Google's
-    release keeps) where transformers' BertTokenizer gives the same, and its ids where not: a
-    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, a
-    private-use character (category Co, which its BertNormalizer deletes as a control and
-    FullTokenizer keeps) is deleted, a word longer than `max_chars_per_word` (its 100, not
-    FullTokenizer's 200) is [UNK], and a text holding one of the 256 CJK characters its
-    is_chinese_char leaves out (U+2B820-U+2B91F: its block starts at 0x2B920) is encoded by
-    transformers' own rules (tokenization.bert_wordpiece)."""
+    """A Hugging Face directory's WordPiece vocabulary, read as our WordPiece reads it, its text
+    encoded by transformers' BertTokenizer (tokenization.bert_wordpiece: the `tokenizers` library
+    as transformers builds it), not by FullTokenizer, whose ids differ on a few inputs
+    (docs/model.md, "Import a public BERT"). A lone surrogate, which the library refuses, is
+    deleted, as transformers' Python BertTokenizer deletes it."""
 
     def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
         super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
         self.max_chars_per_word = max_chars_per_word
-        specials = [t for t in tokenization.SPECIAL_TOKENS if t in self.vocab]
-        self._specials = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
-
-    @functools.cached_property
-    def _transformers_rules(self):
-        return tokenization.bert_wordpiece(
-            self.vocab, self.do_lower_case, max_chars_per_word=self.max_chars_per_word
+        self._rules = tokenization.bert_wordpiece(
+            self.vocab, self.do_lower_case, max_chars_per_word=max_chars_per_word
         )
 
+    def _encoding(self, text: str):
+        try:
+            return self._rules.encode(text, add_special_tokens=False)
+        except TypeError:  # a lone surrogate ("\ud83d": half an emoji, from a JSON escape)
+            text = text.encode(errors="ignore").decode()  # UTF-8 holds every other code point
+            return self._rules.encode(text, add_special_tokens=False)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._encoding(text).tokens
+
     def encode(self, text: str) -> list[int]:
-        if _UNSPACED_CJK.search(text):  # rare: transformers' tokenizer itself
-            return self._transformers_rules.encode(text, add_special_tokens=False).ids
-        if not self._specials.search(text):
-            return super().encode(_PRIVATE_USE.sub("", text))
-        out = []
-        for k, part in enumerate(self._specials.split(text)):  # odd k: a special token
-            if k % 2:
-                out.append(self.vocab[part])
-            elif part := _PRIVATE_USE.sub("", part):
-                out.extend(super().encode(part))
-        return out
+        return self._encoding(text).ids
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        if not any(map(self._specials.search, lines)) and not any(map(_UNSPACED_CJK.search, lines)):
-            return super().encode_batch([_PRIVATE_USE.sub("", line) for line in lines])
         return concatenated([self.encode(line) for line in lines])
-
-
-# The CJK ideographs transformers' is_chinese_char leaves out (its block starts at 0x2B920).
-_UNSPACED_CJK = re.compile("[\U0002b820-\U0002b91f]")
-# Unicode's three private-use areas (category Co, fixed since Unicode 2.0).
-_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
 
 def _max_chars_per_word(spec: dict | None) -> int:

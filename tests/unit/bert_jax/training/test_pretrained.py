@@ -9,12 +9,14 @@ import json
 import os
 import random
 import shutil
+import unicodedata
 
 import pytest
 
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
 from bert_jax.training import pretrained
+from support import unicode_sample
 from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
 
 transformers = pytest.importorskip("transformers")
@@ -196,7 +198,7 @@ def test_private_use_characters_are_deleted_as_transformers_deletes_them(dirs, k
     texts += ["".join(rng.choice(words + private[:50]) for _ in range(12)) for _ in range(300)]
     want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
     assert [tok.encode(text) for text in texts] == want
-    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # both encode_batch paths
+    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # with and without [MASK]
         flat, lengths = tok.encode_batch(batch)
         ids = [theirs(t, add_special_tokens=False)["input_ids"] for t in batch]
         assert flat.tolist() == [i for row in ids for i in row]
@@ -220,6 +222,41 @@ def test_the_cjk_characters_transformers_leaves_unspaced_give_its_ids(dirs, kind
     assert [tok.encode(text) for text in texts] == want
     flat, lengths = tok.encode_batch(texts + ["good w1", "alice"])
     want += [theirs(t, add_special_tokens=False)["input_ids"] for t in ("good w1", "alice")]
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_text_of_any_code_point_gives_transformers_ids(dirs, kind):
+    """Every kind of code point (unicode_sample: each general category's runs at both ends and
+    inside), alone, inside words and beside a special token, lower-cased and cased: the ids of
+    transformers' tokenizer of the directory, by encode, encode_batch and tokenize."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    points = unicode_sample.sample(lambda cp: unicodedata.category(chr(cp)))
+    texts = [f"good{chr(c)}w1 {chr(c)} Al{chr(c)}ice{chr(c)}[MASK]{chr(c)}" for c in points]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+    assert [tok.tokenize(t) for t in texts[::50]] == [theirs.tokenize(t) for t in texts[::50]]
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_a_lone_surrogate_is_deleted_as_transformers_python_tokenizer_deletes_it(dirs, kind):
+    """Half a surrogate pair ("\\ud83d", from a JSON escape: a SQuAD file's text) is no UTF-8
+    text: the tokenizers library, transformers' BertTokenizer, raises TypeError on it (it did
+    here too, a traceback); transformers' Python BertTokenizer deletes it as a control, and so
+    does this tokenizer."""
+    loaded = pretrained.load(dirs[kind])
+    python = transformers.BertTokenizerLegacy(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    rng = random.Random(0)
+    words = ["good", "w1", "Alice", "[MASK]", " ", "\ud800", "\udbff\udfff", "\udc00"]
+    texts = ["".join(rng.choice(words) for _ in range(8)) for _ in range(200)]
+    want = [python(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [loaded.tokenizer.encode(text) for text in texts] == want
+    flat, lengths = loaded.tokenizer.encode_batch(texts)
     assert flat.tolist() == [i for row in want for i in row]
     assert lengths.tolist() == list(map(len, want))
 
