@@ -125,8 +125,11 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
-    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
+    # The directory's own file named (a fine-tuning run's record of it: its resume, predict) is
+    # read as the directory's.
+    given = bool(vocab_file) and vocab_file != own
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=given)
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given:
         if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
             tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
     lower = tokenization.lower_case(lower)

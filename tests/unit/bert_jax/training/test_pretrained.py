@@ -152,9 +152,12 @@ def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
         tok.encode("good w1 alice")
         == theirs("good w1 alice", add_special_tokens=False)["input_ids"]
     )
-    # A vocabulary the user names must still look like the table's.
+    # Another vocabulary the user names must still look like the table's (the directory's own,
+    # named, is read as the directory's: test_a_saved_run_reads_the_directorys_own_vocabulary...).
+    named = str(tmp_path / "vocab.txt")
+    shutil.copy(os.path.join(model_dir, "vocab.txt"), named)
     with pytest.raises(cli.UserError, match="entries but the model"):
-        pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
+        pretrained.load(model_dir, vocab_file=named)
 
 
 @pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
@@ -361,6 +364,26 @@ def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_p
         assert f.read().splitlines() == VOCAB
     for text in ("Good w1 alice", "good w1 alice"):
         assert tokenizer.encode(text) == run.tok.encode(text), text
+
+
+def test_a_saved_run_reads_the_directorys_own_vocabulary_as_the_run_did(tmp_path):
+    """Fine-tuning records --init's own vocab.txt, and its resume and predict pass it back as
+    the vocabulary: it was then read as one the user named, by Google's rules ("[MASK]" in the
+    text three pieces, not the one the run trained with) and refused where it leaves rows of the
+    model's table unused (transformers' tokenizer embeds with it, and the run had)."""
+    model_dir = str(tmp_path / "model")
+    transformers.BertModel(tiny_config(len(VOCAB) + 200)).save_pretrained(model_dir)
+    with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    config = make_config(
+        format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
+    )
+    config.data.max_seq_length = 16  # tiny_config's positions
+    run = runs.prepare(config, model_dir)
+    again = runs.prepare(run.config, with_train=False)
+    assert again.config.data.vocab_file == run.config.data.vocab_file == run.vocab_file
+    for text in ("good [MASK] w1", "alice" * 30, "good\ue000w1"):
+        assert again.tok.encode(text) == run.tok.encode(text), text
 
 
 def test_mistakes_are_one_clear_error(dirs, tmp_path):
