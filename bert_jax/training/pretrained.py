@@ -208,20 +208,19 @@ def _hf_vocabulary(
     if os.path.isfile(vocab):
         if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
             return vocab, lower, False
-        # Options transformers' BertTokenizer honours and our WordPiece has not (it strips
-        # accents exactly when it lower-cases, and spaces CJK characters), or tokens added to
-        # the vocabulary: the directory's own tokenizer.json, else one built to transformers'
-        # rules.
+        # Options a vocab.txt and do_lower_case do not carry (what a saved run and an export
+        # record: accents stripped exactly when lower-casing, CJK characters spaced), or tokens
+        # added to the vocabulary: the directory's own tokenizer.json, else one built to
+        # transformers' rules.
         if spec is not None:
             return tokenizer_json, lower, False
         return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
     if spec is None:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
-    # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
-    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer, pre-tokenizer, "##" or
-    # [UNK] FullTokenizer does not follow, or that adds tokens, is used as it is
-    # (bert_jax.text.tokenizer_json).
+    # (read as one, by HubWordPiece). Any other tokenizer.json (BPE, Unigram: ModernBERT's,
+    # RoBERTa's), or a WordPiece one with another normalizer, pre-tokenizer, "##", [UNK] or
+    # options than vocab.txt's, or that adds tokens, is used as it is (text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False
@@ -236,9 +235,7 @@ def _hf_vocabulary(
     standard = standard and _full_tokenizer_rules(
         lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
     )
-    if not standard or (options and not _full_tokenizer_rules(lower, **options)):
-        return tokenizer_json, lower, False
-    if _added_tokens(spec):
+    if not standard or not _full_tokenizer_rules(lower, **options) or _added_tokens(spec):
         return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
@@ -324,8 +321,8 @@ def _added_tokens(spec: dict | None) -> list[str]:
 
 
 def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:
-    """Whether a BertTokenizer's options are the ones our WordPiece (FullTokenizer) follows:
-    accents stripped exactly when lower-casing (None: the same), CJK characters spaced."""
+    """Whether a BertTokenizer's options are those a vocab.txt and do_lower_case imply
+    (FullTokenizer's): accents stripped exactly when lower-casing (None: the same), CJK spaced."""
     lower = tokenization.lower_case(lower)
     return strip_accents in (None, lower) and tokenize_chinese_chars in (None, True)
 
