@@ -34,9 +34,8 @@ _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # (every worker meets every distinct word once). ASCII control characters are deleted, which joins
 # their neighbours ("a\x01b" is the word "ab"), so words holding one take the general path.
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")  # "\n": between _add_words' words
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
-_ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
 _CHINESE_RANGES = (  # the original's _is_chinese_char, in its order
     (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
     (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
@@ -280,7 +279,7 @@ class WordPieceTokenizer:
             other += [word for word in simple if _ASCII_CONTROL.search(word)]
             simple = [word for word in simple if not _ASCII_CONTROL.search(word)]
             joined = "\n".join(simple)
-        pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
+        pieces = _ASCII_PIECES.findall(joined.lower() if self.do_lower_case else joined)
         piece_cache = self._piece_cache
         for piece in set(pieces).difference(piece_cache):
             self._piece_ids(piece)
