@@ -289,22 +289,16 @@ def _max_chars_per_word(spec: dict | None) -> int:
     return value if isinstance(value, int) and value > 0 else 100
 
 
-# tokenizer_config.json's tokenizer_class values whose text splitting BERT's WordPiece rules do
-# not reproduce (a vocab.txt they read differently).
-_OTHER_SPLITTERS = {
-    "BertJapaneseTokenizer": "MeCab or character word splitting",
-}
-
-
 def _check_tokenizer_class(tok_config: dict, shown: str) -> None:
-    """Refuses a directory whose tokenizer_config.json names a tokenizer class we cannot
-    reproduce (its ids would differ silently); the user may pass a vocabulary explicitly."""
+    """Refuses a directory whose tokenizer_config.json names cl-tohoku's Japanese tokenizer, which
+    splits words before WordPiece otherwise (its ids would differ silently); the user may pass a
+    vocabulary explicitly."""
     name = tok_config.get("tokenizer_class")
-    if name in _OTHER_SPLITTERS:
+    if name == "BertJapaneseTokenizer":
         raise cli.UserError(
             f"{shown}: tokenizer_config.json's tokenizer_class {name!r} is not supported (its "
-            f"{_OTHER_SPLITTERS[name]} is not BERT's WordPiece rules, so the ids would differ "
-            "from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
+            "MeCab or character word splitting is not BERT's WordPiece rules, so the ids would "
+            "differ from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
             "fine-tuning's --config.data.vocab_file) to tokenize with BERT's rules anyway"
         )
 
