@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -335,12 +336,9 @@ def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> st
     return path
 
 
-_SCRATCH: list[str] = []
-
-
+@functools.cache
 def _scratch_dir() -> str:
     """A directory for this process's derived vocabularies, removed when the process exits."""
-    if not _SCRATCH:
-        _SCRATCH.append(tempfile.mkdtemp(prefix="bert_jax-vocab-"))
-        atexit.register(shutil.rmtree, _SCRATCH[0], True)
-    return _SCRATCH[0]
+    path = tempfile.mkdtemp(prefix="bert_jax-vocab-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
