@@ -90,6 +90,58 @@ _DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord
 _SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
 
 
+# "1" for a character whose decomposition is all combining marks (non-zero combining class: what
+# canonical ordering sorts), "0" for any other.
+_NONSTARTER = _CharMap(
+    lambda ch: "1" if all(map(unicodedata.combining, unicodedata.normalize("NFD", ch))) else "0"
+)
+_DECOMPOSE = _CharMap(lambda ch: unicodedata.normalize("NFD", ch))
+_LONG_RUN = 64
+
+
+@functools.cache
+def _nonstarters() -> np.ndarray:
+    """_NONSTARTER for every code point, as a uint8 table (built once: 0.1 s)."""
+    table = np.fromiter(
+        map(unicodedata.combining, map(chr, range(0x110000))), np.uint8, 0x110000
+    ).astype(bool)
+    for cp in range(0x110000):
+        if unicodedata.decomposition(chr(cp))[:1] not in ("", "<"):  # a canonical decomposition
+            table[cp] = _NONSTARTER[cp] == "1"
+    return table
+
+
+def _has_long_run(text: str) -> bool:
+    """Whether `text` holds _LONG_RUN characters in a row that decompose to combining marks."""
+    if len(text) < _LONG_RUN:
+        return False
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+    marks = np.cumsum(_nonstarters()[codes], dtype=np.int64)
+    return bool(
+        np.any(marks[_LONG_RUN - 1 :] - np.concatenate([[0], marks[:-_LONG_RUN]]) == _LONG_RUN)
+    )
+
+
+def _nfd(text: str) -> str:
+    """unicodedata.normalize("NFD", text). CPython puts a run of combining marks in canonical
+    order by insertion sort, quadratic in the run's length (one word of 160,000 marks: 37 s; an
+    8 MB line of them: hours), so a text holding a long run is normalized here: each character's
+    own decomposition, then every run of marks sorted stably by combining class, which is NFD's
+    definition."""
+    if not _has_long_run(text):
+        return unicodedata.normalize("NFD", text)
+    decomposed = text.translate(_DECOMPOSE)
+    pieces, at = [], 0
+    for run in re.finditer("1{2,}", decomposed.translate(_NONSTARTER)):
+        pieces.append(decomposed[at : run.start()])
+        pieces.append(
+            "".join(sorted(decomposed[run.start() : run.end()], key=unicodedata.combining))
+        )
+        at = run.end()
+    pieces.append(decomposed[at:])
+    return "".join(pieces)
+
+
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
     punctuation.
@@ -104,7 +156,7 @@ def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     if do_lower_case:
         text = text.lower()
         if not text.isascii():
-            text = unicodedata.normalize("NFD", text).translate(_DROP_MN)
+            text = _nfd(text).translate(_DROP_MN)
     return text.translate(_SPACE_PUNCTUATION).split()
 
 
