@@ -89,16 +89,13 @@ _NO_TEXT = (
     "control or format characters, or combining marks): pass the corpus the vocabulary is for"
 )
 
-# The WordPiece trainer's default cap on the alphabet (single characters kept).
-LIMIT_ALPHABET = 1000
-
 
 def train_wordpiece(
     sentences: Iterable[str],
     output_path: str,
     vocab_size: int,
     do_lower_case: bool,
-    limit_alphabet: int = LIMIT_ALPHABET,
+    limit_alphabet: int = 1000,  # the trainer's default cap on single characters kept
 ) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the alphabet, the ##
     characters, then learnt pieces; the same corpus gives the same file, byte for byte, because

@@ -9,12 +9,14 @@ import json
 import os
 import random
 import shutil
+import unicodedata
 
 import pytest
 
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
 from bert_jax.training import pretrained
+from support import unicode_sample
 from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
 
 transformers = pytest.importorskip("transformers")
@@ -181,9 +183,12 @@ def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
         tok.encode("good w1 alice")
         == theirs("good w1 alice", add_special_tokens=False)["input_ids"]
     )
-    # A vocabulary the user names must still look like the table's.
+    # Another vocabulary the user names must still look like the table's (the directory's own,
+    # named, is read as the directory's: test_a_saved_run_reads_the_directorys_own_vocabulary...).
+    named = str(tmp_path / "vocab.txt")
+    shutil.copy(os.path.join(model_dir, "vocab.txt"), named)
     with pytest.raises(cli.UserError, match="entries but the model"):
-        pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
+        pretrained.load(model_dir, vocab_file=named)
 
 
 @pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
@@ -227,7 +232,7 @@ def test_private_use_characters_are_deleted_as_transformers_deletes_them(dirs, k
     texts += ["".join(rng.choice(words + private[:50]) for _ in range(12)) for _ in range(300)]
     want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
     assert [tok.encode(text) for text in texts] == want
-    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # both encode_batch paths
+    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # with and without [MASK]
         flat, lengths = tok.encode_batch(batch)
         ids = [theirs(t, add_special_tokens=False)["input_ids"] for t in batch]
         assert flat.tolist() == [i for row in ids for i in row]
@@ -251,6 +256,41 @@ def test_the_cjk_characters_transformers_leaves_unspaced_give_its_ids(dirs, kind
     assert [tok.encode(text) for text in texts] == want
     flat, lengths = tok.encode_batch(texts + ["good w1", "alice"])
     want += [theirs(t, add_special_tokens=False)["input_ids"] for t in ("good w1", "alice")]
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_text_of_any_code_point_gives_transformers_ids(dirs, kind):
+    """Every kind of code point (unicode_sample: each general category's runs at both ends and
+    inside), alone, inside words and beside a special token, lower-cased and cased: the ids of
+    transformers' tokenizer of the directory, by encode, encode_batch and tokenize."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    points = unicode_sample.sample(lambda cp: unicodedata.category(chr(cp)))
+    texts = [f"good{chr(c)}w1 {chr(c)} Al{chr(c)}ice{chr(c)}[MASK]{chr(c)}" for c in points]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+    assert [tok.tokenize(t) for t in texts[::50]] == [theirs.tokenize(t) for t in texts[::50]]
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_a_lone_surrogate_is_deleted_as_transformers_python_tokenizer_deletes_it(dirs, kind):
+    """Half a surrogate pair ("\\ud83d", from a JSON escape: a SQuAD file's text) is no UTF-8
+    text: the tokenizers library, transformers' BertTokenizer, raises TypeError on it (it did
+    here too, a traceback); transformers' Python BertTokenizer deletes it as a control, and so
+    does this tokenizer."""
+    loaded = pretrained.load(dirs[kind])
+    python = transformers.BertTokenizerLegacy(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    rng = random.Random(0)
+    words = ["good", "w1", "Alice", "[MASK]", " ", "\ud800", "\udbff\udfff", "\udc00"]
+    texts = ["".join(rng.choice(words) for _ in range(8)) for _ in range(200)]
+    want = [python(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [loaded.tokenizer.encode(text) for text in texts] == want
+    flat, lengths = loaded.tokenizer.encode_batch(texts)
     assert flat.tolist() == [i for row in want for i in row]
     assert lengths.tolist() == list(map(len, want))
 
@@ -355,6 +395,26 @@ def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_p
         assert f.read().splitlines() == VOCAB
     for text in ("Good w1 alice", "good w1 alice"):
         assert tokenizer.encode(text) == run.tok.encode(text), text
+
+
+def test_a_saved_run_reads_the_directorys_own_vocabulary_as_the_run_did(tmp_path):
+    """Fine-tuning records --init's own vocab.txt, and its resume and predict pass it back as
+    the vocabulary: it was then read as one the user named, by Google's rules ("[MASK]" in the
+    text three pieces, not the one the run trained with) and refused where it leaves rows of the
+    model's table unused (transformers' tokenizer embeds with it, and the run had)."""
+    model_dir = str(tmp_path / "model")
+    transformers.BertModel(tiny_config(len(VOCAB) + 200)).save_pretrained(model_dir)
+    with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    config = make_config(
+        format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
+    )
+    config.data.max_seq_length = 16  # tiny_config's positions
+    run = runs.prepare(config, model_dir)
+    again = runs.prepare(run.config, with_train=False)
+    assert again.config.data.vocab_file == run.config.data.vocab_file == run.vocab_file
+    for text in ("good [MASK] w1", "alice" * 30, "good\ue000w1"):
+        assert again.tok.encode(text) == run.tok.encode(text), text
 
 
 def test_mistakes_are_one_clear_error(dirs, tmp_path):
