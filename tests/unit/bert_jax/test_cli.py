@@ -109,3 +109,38 @@ def test_an_unwritable_directory_is_described_by_why_it_cannot_be_written(tmp_pa
     assert message.startswith("--output_dir='/proc/self/out': /proc/self cannot be written (")
     assert "read-only" not in message and "a virtual file system such as /proc" in message
     cli.check_writable_dir(str(tmp_path / "new" / "out"), "--output_dir")  # makeable: fine
+
+
+CONFIG_FILE_MISTAKES = [
+    # (--config value, overrides, the line): a file without get_config() was an AttributeError
+    # traceback (exit 1); a file that is none, given with an override, ml_collections' words
+    # ("Configuration is not available ... config_config ..."); a get_config(ARG) that takes none,
+    # a line holding that error's whole traceback.
+    ("{tmp}/empty.py", [], "--config={tmp}/empty.py defines no get_config()"),
+    ("{tmp}/data.json", [], "--config={tmp}/data.json defines no get_config()"),
+    ("configs/__init__.py", ["--config.train.seed=3"], "--config=configs/__init__.py defines no"),
+    ("{tmp}/none.py", ["--config.train.seed=3"], "--config={tmp}/none.py does not exist;"),
+    ("{tmp}", ["--config.train.seed=3"], "--config={tmp} is a directory, not a file;"),
+    ("", ["--config.train.seed=3"], "--config is empty;"),
+    (
+        "configs/tiny.py:extra",
+        [],
+        "flag --config=configs/tiny.py:extra: Error whilst parsing config file: TypeError: "
+        "get_config() takes 0 positional arguments but 1 was given",
+    ),
+]
+
+
+@pytest.mark.parametrize("config, overrides, line", CONFIG_FILE_MISTAKES)
+@pytest.mark.parametrize("binary", ["bert_jax.main", "bert_jax.finetune"])
+def test_a_config_file_that_does_not_load_is_one_line_naming_it(
+    tmp_path, forkserver, binary, config, overrides, line
+):
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "data.json").write_text('{"a": [1, 2]}\n')
+    config, line = config.format(tmp=tmp_path), line.format(tmp=tmp_path)
+    args = [f"--config={config}", *overrides, f"--workdir={tmp_path / 'run'}"]
+    status, stdout, stderr = forkserver.run(binary, args)
+    assert (status, stdout) == (2, ""), stderr
+    assert len(stderr.splitlines()) == 1 and stderr.startswith(f"error: {line}"), stderr
+    assert "Traceback" not in stderr and not (tmp_path / "run").exists()
