@@ -78,7 +78,8 @@ def test_one_command_prints_one_table_of_every_tasks_figures(
     status, again, err = forkserver.run("bert_jax.finetune.glue_table", args, timeout=300)
     assert status == 0 and table.strip() in again and "fine-tuning" not in again, err[-2000:]
     # Other settings in the same workdir: refused, not mixed.
-    other = [*args[:-1], f"--overrides={OVERRIDES},train.num_epochs=1.0"]
+    changed = OVERRIDES.replace("train.num_epochs=4.0", "train.num_epochs=1.0")
+    other = [*args[:-1], f"--overrides={changed}"]
     status, _, err = forkserver.run("bert_jax.finetune.glue_table", other, timeout=300)
     assert status == 2 and "other settings" in err
 
