@@ -135,3 +135,32 @@ def test_clear_errors(files, tmp_path):
         ip.eval_batches(
             data_config(files["tfrecord"]), files["tfrecord"], VOCAB, 8, process_count=3
         )
+
+
+@pytest.mark.parametrize("fmt", record_io.FORMATS)
+def test_more_shards_than_the_soft_open_file_limit(files, tmp_path, fmt, monkeypatch):
+    # Every shard stays open once read (the shuffle reads them all): 1,500 one-record shards
+    # under the common soft limit of 1,024 ended the run with "Too many open files" (ArrayRecord:
+    # "record 0 is damaged"); the limit is raised up to the hard one, past which the error says
+    # what to do.
+    import resource
+
+    record = next(record_io.read_records(files["tfrecord"]))
+    paths = []
+    for i in range(1500):
+        paths.append(str(tmp_path / f"part-{i:05d}.{fmt}"))
+        with record_io.RecordWriter(paths[-1]) as w:
+            w.write(record)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 3000:
+        pytest.skip(f"hard limit on open files {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        source, counts = sources.make_source(paths)
+        assert counts == [1] * 1500 and all(source[i] == record for i in range(1500))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 3000), hard))
+    monkeypatch.setattr(sources.resource, "getrlimit", lambda _: (256, 1000))
+    monkeypatch.setattr(sources, "_shards_kept", 0)
+    with pytest.raises(cli.UserError, match="1500 record files are more than this process may"):
+        sources.make_source(paths)
