@@ -119,6 +119,12 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 f"{self.name(index)}: {e}; set config.data.max_seq_length / "
                 "max_predictions_per_seq to the values the records were written with"
             ) from e
+        problem = _bad_values(example, self.nsp)
+        if problem:
+            raise cli.UserError(
+                f"{self.name(index)}: {problem}; the record was not written by data_prep or "
+                "google-research/bert's generator, or the file is damaged"
+            )
         for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
             ids = example.get(name)
             if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
@@ -143,6 +149,25 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(0)
         out[bad_records.BAD_RECORD] = np.int64(index + 1)
         return out
+
+
+def _bad_values(example: dict, nsp: bool) -> str | None:
+    """What is wrong with a record's values that the model would take in silence (a gather
+    clamps, packing puts a prediction in another record's tokens), or None."""
+    mask = example[features.INPUT_MASK]
+    n = int((mask != 0).sum())
+    if n < 1 or (mask[:n] != 1).any() or (mask[n:] != 0).any():
+        return "input_mask is not 1 on the first tokens (at least one) and 0 after them"
+    weights = example.get(features.MASKED_LM_WEIGHTS)
+    if weights is not None:
+        positions = example[features.MASKED_LM_POSITIONS][weights != 0]
+        if positions.size and (positions.min() < 0 or positions.max() >= n):
+            bad = positions[(positions < 0) | (positions >= n)][0]
+            return f"masked_lm_positions holds {bad}, outside the record's {n} tokens"
+    label = example[features.NEXT_SENTENCE_LABELS][0]
+    if nsp and label not in (0, 1):
+        return f"next_sentence_labels is {label}, not 0 or 1"
+    return None
 
 
 # The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.

@@ -164,3 +164,47 @@ def test_more_shards_than_the_soft_open_file_limit(files, tmp_path, fmt, monkeyp
     monkeypatch.setattr(sources, "_shards_kept", 0)
     with pytest.raises(cli.UserError, match="1500 record files are more than this process may"):
         sources.make_source(paths)
+
+
+def _spoil(kind: str, ex: dict) -> dict:
+    n = int(ex[F.INPUT_MASK].sum())
+    if kind == "no tokens":
+        ex[F.INPUT_MASK][:] = 0
+    elif kind == "a hole in input_mask":
+        ex[F.INPUT_MASK][n // 2] = 0
+    elif kind == "input_mask 2":
+        ex[F.INPUT_MASK][1] = 2
+    elif kind in ("a position past the record", "a position past the row", "a negative position"):
+        at = {"a position past the record": n, "a position past the row": 500}.get(kind, -1)
+        ex[F.MASKED_LM_POSITIONS][0], ex[F.MASKED_LM_WEIGHTS][0] = at, 1.0
+    else:
+        ex[F.NEXT_SENTENCE_LABELS][0] = {"NSP label 2": 2, "NSP label -1": -1}[kind]
+    return ex
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "no tokens",
+        "a hole in input_mask",
+        "input_mask 2",
+        "a position past the record",
+        "a position past the row",
+        "a negative position",
+        "NSP label 2",
+        "NSP label -1",
+    ],
+)
+def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path, kind):
+    # Such a record was trained on in silence (a gather clamps a position; packing put its
+    # prediction among another record's tokens), or, packed, crashed with a traceback.
+    records = list(record_io.read_records(files["tfrecord"]))[:10]
+    victim = np.random.default_rng(len(kind)).integers(10)
+    path = str(tmp_path / "spoiled.tfrecord")
+    with record_io.RecordWriter(path) as w:
+        for i, r in enumerate(records):
+            w.write(F.encode_example(_spoil(kind, F.decode_example(r))) if i == victim else r)
+    for pack in (False, True):
+        cfg = data_config(path, pack=pack, pack_window=10)
+        with pytest.raises(cli.UserError, match=rf"spoiled.tfrecord \(record {victim}\): "):
+            take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 1)
