@@ -257,6 +257,16 @@ def masking_rule(
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
+def _absl_flags_ready() -> None:
+    """Grain's worker processes read an absl flag (grain_enable_multiprocess_worker_profiling),
+    which raises UnparsedFlagAccessError in a Python program that never ran absl.app (the Python
+    API, a notebook): google/grain#1355. There the flags keep their defaults."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def _check_split(what: str, global_batch_size: int, process_count: int) -> None:
     """A library caller's batch that does not split among the processes would silently lose
     rows (the binaries' config_check refuses it first, naming the config fields)."""
@@ -316,6 +326,7 @@ def train_dataset(
         ds = ds.batch(rows, drop_remainder=True)
         it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
     if data.num_workers > 0:
+        _absl_flags_ready()
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)

@@ -208,3 +208,18 @@ def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path,
         cfg = data_config(path, pack=pack, pack_window=10)
         with pytest.raises(cli.UserError, match=rf"spoiled.tfrecord \(record {victim}\): "):
             take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 1)
+
+
+def test_worker_processes_outside_absl_app(files):
+    # The Python API (pretrain.train_and_evaluate from a script or a notebook) with
+    # config.data.num_workers > 0 died in Grain with UnparsedFlagAccessError (google/grain#1355).
+    from absl import flags
+
+    if flags.FLAGS.is_parsed():
+        flags.FLAGS.unparse_flags()
+    cfg = data_config(files["arrayrecord"])
+    want = take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 2)
+    cfg.num_workers = 1
+    got = take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 2)
+    for a, b in zip(want, got):
+        assert all(np.array_equal(a[k], b[k]) for k in a)
