@@ -120,9 +120,9 @@ def _allow_open_files(count: int) -> None:
     want = _shards_kept + _OTHER_FILES
     if soft == resource.RLIM_INFINITY or soft >= want:
         return
-    if hard != resource.RLIM_INFINITY and hard < _shards_kept + 64:
+    if hard != resource.RLIM_INFINITY and hard < count + 64:  # these alone cannot be open
         raise cli.UserError(
-            f"{_shards_kept} record files are more than this process may keep open ({hard}, "
+            f"{count} record files are more than this process may keep open ({hard}, "
             "`ulimit -Hn`): raise the limit, or rewrite the records into fewer shards"
         )
     resource.setrlimit(
