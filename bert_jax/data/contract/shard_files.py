@@ -92,8 +92,16 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
             "but missing: the data_prep output is incomplete; rerun its data_prep command to "
             "rewrite the shard, or restore the file"
         )
-    if len(set(files)) < len(files):
-        raise cli.UserError(f"{patterns!r} names some record files twice")
+    seen: dict[str, str] = {}  # one spelling per file (./, //, a relative path, a link)
+    for f in files:
+        real = storage.real_path(f)
+        if real in seen:
+            also = f" (also as {f})" if seen[real] != f else ""
+            raise cli.UserError(
+                f"{patterns!r} names the record file {seen[real]} twice{also}: its records would "
+                "be read twice an epoch; name each shard once"
+            )
+        seen[real] = f
     if not described:
         instances = md5s = nbytes = None
     return Shards(files, instances, md5s, list(manifests.values()), nbytes)

@@ -140,10 +140,13 @@ class Vocab:
         last = np.take(kinds[1], tokens, mode="clip")
         before = np.zeros_like(last)
         before[:, 1:] = last[:, :-1]
-        # A piece that only ends a character begun before it has that character's kind.
-        inherited = np.zeros_like(last)
-        inherited[:, 2:] = last[:, :-2]
-        before = np.where(before == tokenizer_json.INHERIT, inherited, before)
+        # A piece that only ends a character begun before it has that character's kind: the
+        # last kind of the piece holding the character's lead byte, up to 3 pieces further back
+        # (a 4-byte character, an emoji, split into single bytes).
+        for back in (2, 3, 4):
+            inherited = np.zeros_like(last)
+            inherited[:, back:] = last[:, :-back]
+            before = np.where(before == tokenizer_json.INHERIT, inherited, before)
         join = tokenizer_json.JOIN
         same = (first == before) & (first != 0)
         return continuation & (same | (first == join) | (before == join))

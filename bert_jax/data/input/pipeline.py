@@ -119,6 +119,12 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 f"{self.name(index)}: {e}; set config.data.max_seq_length / "
                 "max_predictions_per_seq to the values the records were written with"
             ) from e
+        problem = _bad_values(example, self.nsp)
+        if problem:
+            raise cli.UserError(
+                f"{self.name(index)}: {problem}; the record was not written by data_prep or "
+                "google-research/bert's generator, or the file is damaged"
+            )
         for name in (features.INPUT_IDS, features.MASKED_LM_IDS):
             ids = example.get(name)
             if ids is not None and ids.size and (ids.max() >= self.vocab_size or ids.min() < 0):
@@ -143,6 +149,25 @@ class ParseRecord(grain.transforms.MapWithIndex):
         out[NEXT_SENTENCE_WEIGHTS] = np.float32(0)
         out[bad_records.BAD_RECORD] = np.int64(index + 1)
         return out
+
+
+def _bad_values(example: dict, nsp: bool) -> str | None:
+    """What is wrong with a record's values that the model would take in silence (a gather
+    clamps, packing puts a prediction in another record's tokens), or None."""
+    mask = example[features.INPUT_MASK]
+    n = int((mask != 0).sum())
+    if n < 1 or (mask[:n] != 1).any() or (mask[n:] != 0).any():
+        return "input_mask is not 1 on the first tokens (at least one) and 0 after them"
+    weights = example.get(features.MASKED_LM_WEIGHTS)
+    if weights is not None:
+        positions = example[features.MASKED_LM_POSITIONS][weights != 0]
+        if positions.size and (positions.min() < 0 or positions.max() >= n):
+            bad = positions[(positions < 0) | (positions >= n)][0]
+            return f"masked_lm_positions holds {bad}, outside the record's {n} tokens"
+    label = example[features.NEXT_SENTENCE_LABELS][0]
+    if nsp and label not in (0, 1):
+        return f"next_sentence_labels is {label}, not 0 or 1"
+    return None
 
 
 # The random numbers DrawMasks attaches to a record, until ApplyMasks uses them.
@@ -232,6 +257,16 @@ def masking_rule(
     return DrawMasks(opts, vocab, facts.max_seq_length), ApplyMasks(opts, vocab)
 
 
+def _absl_flags_ready() -> None:
+    """Grain's worker processes read an absl flag (grain_enable_multiprocess_worker_profiling),
+    which raises UnparsedFlagAccessError in a Python program that never ran absl.app (the Python
+    API, a notebook): google/grain#1355. There the flags keep their defaults."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def _check_split(what: str, global_batch_size: int, process_count: int) -> None:
     """A library caller's batch that does not split among the processes would silently lose
     rows (the binaries' config_check refuses it first, naming the config fields)."""
@@ -291,6 +326,7 @@ def train_dataset(
         ds = ds.batch(rows, drop_remainder=True)
         it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
     if data.num_workers > 0:
+        _absl_flags_ready()
         it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)

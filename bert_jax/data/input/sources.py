@@ -5,6 +5,7 @@ one TFRecord parser), each wrapped in `CheckedSource`, which names a damaged rec
 
 import bisect
 import os
+import resource
 from collections.abc import Sequence
 
 import grain
@@ -103,6 +104,32 @@ class CheckedSource:
         return f"CheckedSource({self.source!r})"
 
 
+# Open files a process keeps beside its shards (Python, JAX, Grain's threads, logs, checkpoints).
+_OTHER_FILES = 1024
+_shards_kept = 0  # shards of every source this process made (train, eval), which stay open
+
+
+def _allow_open_files(count: int) -> None:
+    """Both sources keep every shard open once read (Grain's ArrayRecord readers, the TFRecord
+    descriptors), and a global shuffle reads them all: raises the process's soft limit on open
+    files to hold `count` more (the common soft limit, 1024, is below the thousands of shards
+    some corpora come in), or says what to do when the hard limit cannot."""
+    global _shards_kept
+    _shards_kept += count
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = _shards_kept + _OTHER_FILES
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return
+    if hard != resource.RLIM_INFINITY and hard < count + 64:  # these alone cannot be open
+        raise cli.UserError(
+            f"{count} record files are more than this process may keep open ({hard}, "
+            "`ulimit -Hn`): raise the limit, or rewrite the records into fewer shards"
+        )
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY else min(want, hard), hard)
+    )
+
+
 def make_source(
     files: Sequence[str],
     expected: Sequence[int] | None = None,
@@ -116,6 +143,7 @@ def make_source(
     replaced) is an error naming it. `names`: what the errors call the files (the user's paths,
     where `files` are local copies of shards in a bucket); default `files`."""
     names = list(names or files)
+    _allow_open_files(len(files))
     formats = {record_io.format_of(f) for f in files}
     if len(formats) > 1:
         raise cli.UserError(

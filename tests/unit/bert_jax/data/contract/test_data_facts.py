@@ -335,3 +335,24 @@ def test_a_real_data_prep_run_is_read(testdata, tmp_path, vocab_file):
     assert (d.vocab_size, d.cls_token_id, d.sep_token_id, d.mask_token_id) == (30522, 101, 102, 103)
     batch = next(iter(ip.train_dataset(d, 30522, 2, seed=0)))
     assert np.asarray(batch[F.INPUT_IDS]).max() < 30522
+
+
+def test_a_shard_named_twice_under_any_spelling_is_an_error(data_dir, tmp_path, monkeypatch):
+    # The same shard twice ("d" and "d/./train-*", a relative path, a link) was read twice an
+    # epoch in silence: its records trained on, and scored in the eval, at double weight.
+    os.symlink(data_dir, tmp_path / "link")
+    monkeypatch.chdir(os.path.dirname(data_dir))
+    shard = "train-00001-of-00002.arrayrecord"
+    relative = os.path.basename(data_dir)
+    for other in (
+        f"{data_dir}/./{shard}",
+        f"{data_dir}//{shard}",
+        f"{relative}/{shard}",
+        f"{tmp_path}/link/{shard}",
+        f"{tmp_path}/link",
+        f"{data_dir}/../{relative}/train-*",
+    ):
+        for spec in (f"{data_dir},{other}", f"{other},{data_dir}/train-*"):
+            with pytest.raises(cli.UserError, match=r"names the record file .* twice"):
+                shard_files.find_shards(spec)
+    assert len(shard_files.find_shards(f"{data_dir}/train-00000-*,{relative}/{shard}").files) == 2

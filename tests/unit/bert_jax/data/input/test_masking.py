@@ -263,3 +263,31 @@ def test_the_vocabulary_file_is_read_once_while_it_stays_the_same(
     again = masking.Vocab.from_file(str(own))
     assert reads == [str(own)] * 2
     assert len(again.random_ids) == len(first.random_ids) + 1
+
+
+def test_byte_level_words_of_characters_split_into_single_bytes(tmp_path):
+    """Byte-level BPE splits a character it has no merge for into one piece a byte: a CJK
+    character into 3, an emoji into 4. Such words are masked whole as the pre-tokenizer makes
+    them; the continuation bytes' kind reached back 1 piece only, so whole-word masking cut CJK
+    and emoji words at every character."""
+    import tokenizers
+
+    from bert_jax.text import tokenization
+    from support import tokenizer_files
+
+    path = tokenizer_files.make("bpe", tmp_path / "bpe.json", vocab_size=400)
+    tok = tokenization.make_tokenizer(path)
+    vocab = masking.Vocab.from_tokenizer(tok)
+    library = tokenizers.Tokenizer.from_file(path)
+    rng = np.random.default_rng(0)
+    scripts = [(0x4E00, 0x9FFF), (0x1F600, 0x1F64F), (0xAC00, 0xD7A3), (0x0430, 0x044F)]
+    for _ in range(100):
+        words = []
+        for _ in range(rng.integers(1, 6)):
+            lo, hi = scripts[rng.integers(len(scripts))]
+            words.append("".join(chr(c) for c in rng.integers(lo, hi + 1, rng.integers(1, 5))))
+        encoding = library.encode(" ".join(words), add_special_tokens=False)
+        ids = np.asarray([[tok.cls_id, *encoding.ids, tok.sep_id]])
+        ours = ~vocab.continues(ids)[0, 2:-1]
+        theirs = np.diff(np.asarray(encoding.word_ids)) != 0
+        assert (ours == theirs).all(), (words, encoding.tokens)
