@@ -127,6 +127,30 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
         _read_whole(d / "broken.xml")
 
 
+@pytest.mark.parametrize("other", ["another dump's index", "offsets shifted by one"])
+def test_an_index_of_another_dump_is_an_error_naming_the_index(generated, other):
+    """Offsets inside the dump but at no stream's start (the index of the same wiki's dump of
+    another day): the index is at fault, not the whole dump (which said "damaged or truncated;
+    fetch it again")."""
+    d, pages, expected = generated
+    path = d / "mixed-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    if other == "another dump's index":
+        make_wiki_dump.write_dump(pages[3:], str(d / "other.xml.bz2"), pages_per_stream=6)
+        os.replace(d / "other-index.txt.bz2", index)
+    else:
+        lines = bz2.decompress(open(index, "rb").read()).decode().splitlines()
+        shifted = [f"{int(offset) + 1}:{rest}" for offset, rest in (x.split(":", 1) for x in lines)]
+        open(index, "wb").write(bz2.compress("\n".join(shifted).encode()))
+    for block_bytes in (1, 1000):
+        with pytest.raises(
+            readers.InputError, match=r"multistream-index.txt.bz2' lists offset \d+, where no"
+        ):
+            _read_units(path, block_bytes)
+    os.remove(index)
+    assert _read_units(path, 1)[0] == list(expected.values())
+
+
 @pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2"])
 def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layout):
     """Cut at a page's end, the XML is well-formed as far as it goes and the compression (whole
