@@ -123,12 +123,14 @@ def check_text(head: bytes) -> None:
 def _root(head: bytes) -> bytes | None:
     """The start of an XML document's root element ("<mediawiki ..."), None if not XML."""
     start = head.lstrip(UTF8_BOM).lstrip()
-    if not start.startswith(b"<?xml"):
-        return start if start.startswith(b"<mediawiki") else None
     position = 0
     while match := _XML_PROLOG.match(start, position):
         position = match.end()
-    return start[position:].lstrip()
+    root = start[position:].lstrip()
+    # The declaration is optional: a dump may open with a comment or a DOCTYPE (read as text
+    # before, its markup made records). Without one, only <mediawiki> makes a file XML: a text
+    # or HTML file that starts with a comment stays text.
+    return root if start.startswith(b"<?xml") or root.startswith(b"<mediawiki") else None
 
 
 # How an XML document in UTF-16/32 starts: its byte-order mark, or without one the NULs around

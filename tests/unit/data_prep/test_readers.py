@@ -431,6 +431,21 @@ def test_an_xml_prolog_before_the_dump_root(tmp_path):
         _docs([str(tmp_path / "laughs.xml")])
 
 
+@pytest.mark.parametrize("prolog", [b"<!-- exported -->", b"<!DOCTYPE mediawiki>", b"<?pi x?>"])
+@pytest.mark.parametrize("pack", [bytes, gzip.compress, bz2.compress])
+def test_a_dump_without_an_xml_declaration_but_a_prolog_is_a_dump(tmp_path, prolog, pack):
+    """The XML declaration is optional: a comment, DOCTYPE or processing instruction may open a
+    dump without one (read as text before: its tags and titles became records, exit 0)."""
+    page = b"<page><title>T</title><ns>0</ns><id>1</id><revision><text>%s</text></revision></page>"
+    dump = b"<mediawiki>" + page % b"The '''text''' of [[T|it]]. Second one." + b"</mediawiki>"
+    (tmp_path / "d.xml").write_bytes(pack(b"\n " + prolog + b"\n" + dump))
+    assert _docs([str(tmp_path / "d.xml")])[0] == [["The text of it.", "Second one."]]
+    if pack is bz2.compress:
+        return  # bz2 holds dumps only
+    (tmp_path / "t.txt").write_bytes(pack(prolog + b"\nA text file. Its prose.\n"))
+    assert _docs([str(tmp_path / "t.txt")])[0] == [[prolog.decode(), "A text file. Its prose."]]
+
+
 def test_dumps_and_parquet_are_recognised_by_content_whatever_the_name(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow
