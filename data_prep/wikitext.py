@@ -89,7 +89,10 @@ _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
 # HTML elements that MediaWiki shows as blocks of their own: they end a paragraph.
 _BLOCK_TAG = re.compile(r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>", re.I)
-_MAGIC_WORD = re.compile(r"__[A-Z]+__")
+# Behaviour switches (__NOTOC__): capitals, or letters of other scripts, words joined by "_"
+# (__EXPECTED_UNCONNECTED_PAGE__, __KEIN_INHALTSVERZEICHNIS__, __БЕЗ_ОГЛАВЛЕНИЯ__, __目次非表示__);
+# lower-case Latin is left, as "__init__" in prose is no switch.
+_MAGIC_WORD = re.compile(r"__(?:[A-Z]|[^\x00-\x7f\s])+(?:_(?:[A-Z]|[^\x00-\x7f\s])+)*__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
 _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".

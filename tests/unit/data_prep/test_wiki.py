@@ -233,6 +233,50 @@ def _sentences(source, language="en"):
     return [s for p in wikitext.prose(source, language).paragraphs for s in p]
 
 
+# Behaviour switches as the large Wikipedias spell them (MediaWiki's Messages*.php and Wikibase's
+# __EXPECTED_UNCONNECTED_PAGE__, on thousands of enwiki articles): underscores inside, other
+# scripts. Only __[A-Z]+__ was removed before: "__KEIN_INHALTSVERZEICHNIS__ Der Fluss ..."
+_SWITCHES = {
+    "en": ["__EXPECTED_UNCONNECTED_PAGE__", "__NOTOC__", "__NOEDITSECTION__"],
+    "de": ["__KEIN_INHALTSVERZEICHNIS__", "__INHALTSVERZEICHNIS_ERZWINGEN__"],
+    "fr": ["__AUCUNSOMMAIRE__", "__FORCERSOMMAIRE__"],
+    "ru": ["__БЕЗ_ОГЛАВЛЕНИЯ__", "__ОБЯЗ_ОГЛ__"],
+    "ja": ["__目次非表示__"],
+    "zh": ["__无目录__"],
+    "ar": ["__لافهرس__"],
+    "he": ["__ללא_תוכן_עניינים__"],
+    "hi": ["__कोई_अनुक्रमणिका_नहीं__"],
+    "ko": ["__목차숨김__"],
+}
+_PROSE = {
+    "en": "The river is long. It runs north.",
+    "de": "Der Fluss ist lang. Er fließt nach Norden.",
+    "fr": "Le fleuve est long. Il coule vers le nord.",
+    "ru": "Река длинная. Она течёт на север.",
+    "ja": "川は長い。北へ流れる。",
+    "zh": "这条河很长。它向北流。",
+    "ar": "النهر طويل. يجري شمالا.",
+    "he": "הנהר ארוך. הוא זורם צפונה.",
+    "hi": "नदी लंबी है। यह उत्तर की ओर बहती है।",
+    "ko": "강은 길다. 북쪽으로 흐른다.",
+}
+
+
+@pytest.mark.parametrize("language", sorted(_SWITCHES))
+def test_behaviour_switches_of_every_language_leave_no_trace(language):
+    prose = _PROSE[language]
+    expected = _sentences(prose, language)
+    for switch in _SWITCHES[language]:
+        for source in (
+            f"{switch}\n{prose}",
+            f"{prose}\n{switch}",
+            f"{prose}{switch}",
+            f"{switch}{prose}\n\n{switch}",
+            f"{{{{Infobox}}}}\n{switch}\n\n{prose}\n[[Category:X]]\n{switch}",
+        ):
+            assert _sentences(source, language) == expected, source
+
+
 # Real constructs, from the pages of examples/data's sample: templates that carry words are
 # rendered as MediaWiki shows them; they left holes before (", , ,", "such as,, or.").
 @pytest.mark.parametrize(
