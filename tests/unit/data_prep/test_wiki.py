@@ -207,6 +207,11 @@ def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layo
         ("An <ref>unclosed ref keeps its text.", ["An unclosed ref keeps its text."]),
         ("A <ref>x<math>y</math>z</ref> b. <gallery>q<ref>r</ref></gallery>", ["A b."]),
         ("Intro.\n==Sub=\nBody.\n= Top =\nMore.", ["Intro.", "Body.", "More."]),
+        # A horizontal rule ends a paragraph; text after it on its line starts the next one.
+        (
+            "One.\n----\nTwo.\n------ Three.\nA -- b ---- c.",
+            ["One.", "Two.", "Three.", "A -- b ---- c."],
+        ),
         ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
         # Other languages' file and category namespaces; a file link of a namespace not listed
         # (Catalan "Fitxer") is known by its parameters.
