@@ -46,7 +46,10 @@ _DROPPED_TAGS = (
 # Linear: each match ends at the first "-->" after it, or the page's end (an unclosed comment
 # hides the rest of the page, as in MediaWiki); the next starts there.
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
+# A self-closed element (<ref name="CNN/Money" />, <references group="n"/>): a "/" before its
+# ">", whatever "/"s its attributes hold, as MediaWiki reads it. Taken for an opening tag, it
+# dropped the prose up to the next closing tag of its name.
+_SELF_CLOSED = re.compile(rf"<(?:ref|{_DROPPED_TAGS})\b[^<>]*/\s*>", re.I)
 # An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
 _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
@@ -258,7 +261,7 @@ def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
     (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
     paragraph followed by a removed block."""
-    text = _SELF_CLOSED_REF.sub("", _COMMENT.sub("", wikitext))
+    text = _SELF_CLOSED.sub("", _COMMENT.sub("", wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
