@@ -7,6 +7,7 @@ dump's head (its first stream) for the <siteinfo> language. A dump that ends ins
 InputError, never silently fewer articles.
 """
 
+import bisect
 import bz2
 import dataclasses
 import gzip
@@ -111,9 +112,19 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
     if not offsets:
         return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:
-        raise inputs.InputError(
-            f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
-            f"{size} bytes: the index belongs to another dump"
+        within = offsets[: bisect.bisect_left(offsets, size)]
+        if not within:
+            raise inputs.InputError(
+                f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has "
+                f"only {size} bytes: the index belongs to another dump"
+            )
+        # Streams where the index has them, up to the dump's end: the dump is cut short (a
+        # download stopped), not the index wrong (else an error naming the index).
+        with inputs.open_input(source.path) as f:
+            _check_stream_start(f, within[-1], source.path)
+        raise inputs.truncated(
+            source.path,
+            EOFError(f"its index lists streams up to offset {offsets[-1]}, past its {size} bytes"),
         )
     starts = [0, *offsets] if offsets[0] else offsets
     spans, unit_start = [], 0
