@@ -56,7 +56,9 @@ _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
 _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
-_LINK_TOKEN = re.compile(r"\[\[|\]\]")
+# A run of "]"s is one token: its closers pair from its end, so the odd "]" of "...|[http://x.org
+# a source]]]" ends the external link inside, as MediaWiki reads it (it was left as text).
+_LINK_TOKEN = re.compile(r"\[\[|\]\]+")
 # Namespaces whose links are not text: files and categories, by their English names and those of
 # large Wikipedias (a dump in another language links [[Datei:...]], [[Kategorie:...]]); and an
 # interlanguage link, whose prefix is a language code ("de", "zh-min-nan", "simple"). A leading ":"
@@ -186,14 +188,19 @@ def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int
     """Outermost (start, end) spans of matched opener/closer tokens; unmatched tokens are text."""
     stack, spans = [], []
     for match in tokens.finditer(text):
-        if match.group().strip() == opener:
+        token = match.group()
+        if token.strip() == opener:
             stack.append(match.start())
-        elif stack:
+            continue
+        closers = len(token) // 2 if token[0] == "]" else 1  # "]]]]": two closers, "]]]": one
+        for end in range(match.end() - 2 * (closers - 1), match.end() + 1, 2):
+            if not stack:
+                break
             start = stack.pop()
             # A pair inside a span already recorded is absorbed by the outer one when it closes.
             while spans and spans[-1][0] > start:
                 spans.pop()
-            spans.append((start, match.end()))
+            spans.append((start, end))
     return spans
 
 

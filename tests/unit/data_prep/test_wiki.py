@@ -242,6 +242,24 @@ def _sentences(source, language="en"):
     return [s for p in wikitext.prose(source, language).paragraphs for s in p]
 
 
+def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
+    """ "[[File:A.jpg|thumb|Photo: [http://x.org Source]]]": the first "]" ends the external link
+    and "]]" the file link, as MediaWiki reads it (it moves the odd "]" into the link's text); a
+    "]" was left in the record ("] The river ..."). Runs of any length, nested links."""
+    rng = random.Random(0)
+    prose = ["The river is long.", "It runs north."]
+    for _ in range(40):
+        inner = f"[http://x.org/{rng.randrange(99)} a source]"
+        if rng.random() < 0.5:
+            inner = f"[[Photo|{inner}]]" if rng.random() < 0.5 else f"by [[B]] {inner}"
+        link = rng.choice([f"[[File:A.jpg|thumb|{inner}]]", f"[[Datei:A.jpg|mini|{inner}]]"])
+        source = rng.choice([f"{link}\n{prose[0]} {prose[1]}", f"{link}{prose[0]}\n{prose[1]}"])
+        assert _sentences(source) == prose, source
+    assert _sentences("The [[river]]] and [[[lake]]] are long.") == [
+        "The river] and [lake] are long."
+    ]
+
+
 @pytest.mark.parametrize("tag", ["ref", *wikitext._DROPPED_TAGS.split("|")])
 def test_a_self_closed_element_is_dropped_alone_whatever_its_attributes_hold(tag):
     """A "/" before ">" closes the element, as MediaWiki reads it, even with "/"s in attribute
