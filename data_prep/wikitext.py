@@ -221,7 +221,12 @@ def expand_templates(text: str, depth: int = 0) -> str:
     )
 
 
-def _render_link(source: str) -> str:
+# Links inside links' text are rendered to this depth (a file caption's link is depth 1); deeper
+# is no prose, and the recursion, unbounded, overflowed Python's stack on 500 nested "[[".
+_MAX_LINK_DEPTH = 6
+
+
+def _render_link(source: str, depth: int = 0) -> str:
     """[[target|text]] -> text (or the target); files, categories and interlanguage: ""."""
     inner = source[2:-2]
     target, bar, label = inner.partition("|")
@@ -230,15 +235,18 @@ def _render_link(source: str) -> str:
     if "|" in label:  # parameters and a caption: a file link of a namespace not listed
         return ""
     text = label if bar else target.lstrip(":")
-    return _links(text) if "[[" in text else text  # a link inside a link's label
+    if "[[" not in text:
+        return text
+    return _links(text, depth + 1) if depth < _MAX_LINK_DEPTH else ""  # a link in the label
 
 
-def _links(text: str) -> str:
+def _links(text: str, depth: int = 0) -> str:
     """Every link rendered: those without nested brackets by substitution, then the rest."""
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
-        text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
+        spans = _matched_pairs(text, _LINK_TOKEN, "[[")
+        text = _replace_pairs(text, spans, lambda link: _render_link(link, depth))
     return text
 
 

@@ -541,6 +541,9 @@ def _hostile_pages():
         "stray closing tags": "</ref>" * n + "<ref>" * n,
         "nested templates": "{{a|" * n + "}}" * n,
         "nested file links": "[[File:a|" * n + "]]" * n,
+        # Links in links' text: rendered to a bounded depth (a RecursionError from 500 deep).
+        "nested links": "[[" * n + "x" + "]]" * n,
+        "nested piped links": "[[a|" * n + "x" + "]]" * n,
         # Rendered templates: each nesting level is expanded once, to a bounded depth.
         "nested rendered templates": "{{nowrap|" * n + "x" + "}}" * n,
         "nested rendered templates with text": "{{lang|fr|a " * n + "}}" * n,
