@@ -102,6 +102,11 @@ _BLOCK_TAG = re.compile(
 # lower-case Latin is left, as "__init__" in prose is no switch.
 _MAGIC_WORD = re.compile(r"__(?:[A-Z]|[^\x00-\x7f\s])+(?:_(?:[A-Z]|[^\x00-\x7f\s])+)*__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
+_QUOTES = re.compile(r"('{2,})")
+# <nowiki/> keeps the apostrophes on either side apart ("''Star Wars''<nowiki/>'s", common on
+# enwiki): a mark in its place until bold and italics are read, as MediaWiki's strip marker.
+_NOWIKI_BREAK = "\x03"
+_EMPTY_NOWIKI = re.compile(r"<nowiki\s*/>|<nowiki\s*>\s*</nowiki\s*>", re.I)
 _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".
 _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
@@ -250,6 +255,39 @@ def _links(text: str, depth: int = 0) -> str:
     return text
 
 
+def _quotes(line: str) -> str:
+    """A line's bold and italic marks removed as MediaWiki reads them (Parser::doQuotes): of a run
+    of 4 apostrophes the first is text, of more than 5 one, and where bold and italic marks
+    are both odd in number one bold mark is an apostrophe and italics ("''Star Wars'''s" shows
+    "Star Wars's"): the first after a one-letter word, else after a longer one, else after a
+    space. Removing every run of 2 or more lost those apostrophes ("Star Warss")."""
+    parts = _QUOTES.split(line)
+    if len(parts) == 1:
+        return line
+    texts, runs = parts[0::2], parts[1::2]  # texts[k] stands before runs[k]
+    for k, run in enumerate(runs):
+        if len(run) == 4 or len(run) > 5:
+            texts[k] += "'"  # MediaWiki keeps len - 5; one is as much prose, and linear
+            runs[k] = run[: 3 if len(run) == 4 else 5]
+    italics = sum(len(run) in (2, 5) for run in runs)
+    if italics % 2 and sum(len(run) in (3, 5) for run in runs) % 2:
+        single = multi = space = None
+        for k, run in enumerate(runs):
+            if len(run) != 3:
+                continue
+            if texts[k].endswith(" "):
+                space = k if space is None else space
+            elif texts[k][-2:-1] == " ":
+                single = k
+                break
+            elif multi is None:
+                multi = k
+        k = next((k for k in (single, multi, space) if k is not None), None)
+        if k is not None:
+            texts[k] += "'"
+    return "".join(texts)
+
+
 def _close(lines: list[str], out: list[str]) -> bool:
     """The lines of one paragraph joined as MediaWiki joins them (a single newline is a space),
     bold, italics, entities and the leftovers of removed templates cleaned, appended to `out`;
@@ -258,7 +296,7 @@ def _close(lines: list[str], out: list[str]) -> bool:
     nothing."""
     if not lines:
         return False
-    text = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", " ".join(lines)))
+    text = _MAGIC_WORD.sub("", " ".join(map(_quotes, lines))).replace(_NOWIKI_BREAK, "")
     lines.clear()
     if "&" in text:
         text = html.unescape(text)
@@ -284,7 +322,7 @@ def paragraphs(wikitext: str) -> list[str]:
     text = _links(text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
-    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
+    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", _EMPTY_NOWIKI.sub(_NOWIKI_BREAK, text)))
     out, lines, skip_level = [], [], 0
     # The last paragraph is unfinished (it ends in ":" or with no sentence's end) and only blank
     # lines have followed: what it goes on with may yet be prose (a quotation), or a list, a

@@ -206,6 +206,13 @@ def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layo
             ["Bold and italic label."],
         ),
         ("An {{unclosed template stays as text.", ["An {{unclosed template stays as text."]),
+        # Apostrophes as MediaWiki's doQuotes reads them: <nowiki/> parts runs, a run of 4 is "'"
+        # and bold, of 6 one "'" and 5, and an odd bold beside odd italics is "'" and italics.
+        ("The film ''Star Wars''<nowiki/>'s score.", ["The film Star Wars's score."]),
+        ("The film ''Star Wars'''s score.", ["The film Star Wars's score."]),
+        ("A '''''Foo'''''<nowiki/>'s bar and ''''word''''.", ["A Foo's bar and 'word'."]),
+        ("A ''''''six'''''' and '''b''' c.", ["A 'six' and b c."]),
+        ("<nowiki/>* Not a list item.", ["* Not a list item."]),
         # MediaWiki's closing tags have no attributes: "</ref name=x>" closes nothing.
         ("A<ref>x</ref name=a>y</ref> b.", ["A b."]),
         ("An <ref>unclosed ref keeps its text.", ["An unclosed ref keeps its text."]),
