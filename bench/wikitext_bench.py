@@ -93,7 +93,7 @@ def template_counts(path: str) -> collections.Counter:
         for page in wiki.pages(chunks, path, inside_root=False):
             if not wiki.article(page):
                 continue
-            text = wikitext._SELF_CLOSED_REF.sub("", wikitext._COMMENT.sub("", page.text))
+            text = wikitext._SELF_CLOSED.sub("", wikitext._COMMENT.sub("", page.text))
             text = wikitext._drop_elements(text, wikitext._REF_TAG)
             text = wikitext._drop_elements(text, wikitext._DROPPED_TAG)
             for start, end in wikitext._matched_pairs(text, wikitext._TEMPLATE_TOKEN, "{{"):

@@ -11,6 +11,7 @@ import json
 import re
 import zlib
 from typing import BinaryIO
+from xml.parsers import expat
 
 from bert_jax import cli
 
@@ -41,6 +42,8 @@ _MULTISTREAM_INDEX_LINE = re.compile(rb"\d+:\d+:.+")
 # What may stand before an XML document's root element: the declaration, processing
 # instructions, comments, a DOCTYPE (with an internal subset), whitespace.
 _XML_PROLOG = re.compile(rb"\s*(?:<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)", re.S)
+# An XML declaration, and the encoding it names (group 1).
+_XML_DECLARATION = re.compile(rb"<\?xml\b[^>]*?encoding\s*=\s*[\"']([^\"']*)[\"'][^>]*\?>")
 _WIDE_BOMS = (  # UTF-32 first: its little-endian mark starts with UTF-16's
     (b"\xff\xfe\x00\x00", "UTF-32"),
     (b"\x00\x00\xfe\xff", "UTF-32"),
@@ -127,12 +130,14 @@ def check_text(head: bytes) -> None:
 def _root(head: bytes) -> bytes | None:
     """The start of an XML document's root element ("<mediawiki ..."), None if not XML."""
     start = head.lstrip(UTF8_BOM).lstrip()
-    if not start.startswith(b"<?xml"):
-        return start if start.startswith(b"<mediawiki") else None
     position = 0
     while match := _XML_PROLOG.match(start, position):
         position = match.end()
-    return start[position:].lstrip()
+    root = start[position:].lstrip()
+    # The declaration is optional: a dump may open with a comment or a DOCTYPE (read as text
+    # before, its markup made records). Without one, only <mediawiki> makes a file XML: a text
+    # or HTML file that starts with a comment stays text.
+    return root if start.startswith(b"<?xml") or root.startswith(b"<mediawiki") else None
 
 
 # How an XML document in UTF-16/32 starts: its byte-order mark, or without one the NULs around
@@ -156,14 +161,30 @@ def as_utf8(head: bytes) -> tuple[bytes, str]:
     return text.encode("utf-8"), codec[:6]  # "utf-16" / "utf-32", whatever the byte order
 
 
-def _wiki(compression: str, encoding: str) -> Content:
-    """A MediaWiki dump's Content; UTF-32 (which expat does not read) is refused with the
-    command that converts it."""
-    if encoding == "utf-32":
+def _wiki(compression: str, encoding: str, xml: bytes) -> Content:
+    """A MediaWiki dump's Content; UTF-32 and the encodings its declaration may name that expat
+    does not read (multi-byte ones but UTF-8 and UTF-16: Shift_JIS, EUC-KR, GBK; unknown names:
+    they stopped the read with a traceback) are refused, with the command that converts them."""
+    unread = "UTF-32" if encoding == "utf-32" else None
+    declaration = _XML_DECLARATION.match(xml.lstrip(UTF8_BOM).lstrip())
+    if declaration and not encoding:
+        name = declaration.group(1).decode("ascii", "replace")
+        try:
+            expat.ParserCreate().Parse(declaration.group() + b"<a/>", True)
+        except LookupError:
+            raise NotText(
+                f"is a MediaWiki XML dump whose declaration names an unknown encoding, {name!r}: "
+                'correct it (encoding="UTF-8" for a UTF-8 file)'
+            ) from None
+        except ValueError:  # "multi-byte encodings are not supported"
+            unread = name
+        except expat.ExpatError:
+            pass  # a malformed declaration: the dump's parse names it
+    if unread:
         unpack = {"bz2": "bunzip2 -c FILE | ", "gzip": "gunzip -c FILE | "}.get(compression, "")
         raise NotText(
-            "is a MediaWiki XML dump in UTF-32, which the XML parser does not read: convert it "
-            f"with `{unpack}iconv -f UTF-32 -t UTF-8 {'' if unpack else 'FILE '}> dump.xml` and "
+            f"is a MediaWiki XML dump in {unread}, which the XML parser does not read: convert it "
+            f"with `{unpack}iconv -f {unread} -t UTF-8 {'' if unpack else 'FILE '}> dump.xml` and "
             'change its XML declaration to encoding="UTF-8"'
         )
     return Content("wiki", compression, encoding)
@@ -179,7 +200,7 @@ def sniff(f: BinaryIO) -> Content:
         unzipped = _bunzip_head(f)
         xml, encoding = as_utf8(unzipped)
         if (_root(xml) or b"").startswith(b"<mediawiki"):
-            return _wiki("bz2", encoding)
+            return _wiki("bz2", encoding, xml)
         lines = unzipped.split(b"\n")[:-1][:10]  # whole lines only
         if lines and all(_MULTISTREAM_INDEX_LINE.fullmatch(line) for line in lines):
             return Content("index", "bz2")
@@ -197,7 +218,7 @@ def sniff(f: BinaryIO) -> Content:
     xml, encoding = as_utf8(head)
     root = _root(xml)
     if root is not None and root.startswith(b"<mediawiki"):
-        return _wiki(compression, encoding)
+        return _wiki(compression, encoding, xml)
     if root is not None:
         element = re.match(rb"<([^\s/>]{1,40})", root)
         name = element.group(1).decode("utf-8", "replace") if element else "?"

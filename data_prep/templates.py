@@ -98,7 +98,7 @@ def _convert(a: Arguments) -> str:
 
 def _date(year: str, month: str = "", day: str = "", dmy: bool = True) -> str:
     """ "1 April 1947" (or "April 1, 1947"), "April 1947", "1947": what the date templates show."""
-    if month.isdigit() and 1 <= int(month) <= 12:
+    if month.isascii() and month.isdigit() and 1 <= int(month) <= 12:
         month = _MONTHS[int(month) - 1]
     day = day.lstrip("0")
     if not month:
@@ -253,7 +253,7 @@ def render(source: str, expand: Callable[[str, int], str], depth: int = 0) -> st
             positional.append(value.strip())
         else:
             named[name] = value.strip()
-    for name in [n for n in named if n.isdigit() and 0 < int(n) <= _MAX_NUMBERED]:
+    for name in [n for n in named if n.isascii() and n.isdigit() and 0 < int(n) <= _MAX_NUMBERED]:
         # "1=" names the first positional parameter ({{nowrap|1=x = y}}: the "=" is text).
         positional += [""] * (int(name) - len(positional))
         positional[int(name) - 1] = named.pop(name)

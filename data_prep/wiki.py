@@ -7,6 +7,7 @@ dump's head (its first stream) for the <siteinfo> language. A dump that ends ins
 InputError, never silently fewer articles.
 """
 
+import bisect
 import bz2
 import dataclasses
 import gzip
@@ -26,6 +27,7 @@ _MULTISTREAM_PART = re.compile(
     r"(?P<stem>.*-multistream)(?P<part>\d+)\.xml(?P<pages>-p\d+p\d+)\.bz2"
 )
 _REDIRECT = "#redirect"
+_BZ2_STREAM_START = re.compile(rb"BZh[1-9]")  # every bz2 stream's header, where an index points
 _SITEINFO_END = b"</siteinfo>"
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
 # Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
@@ -110,9 +112,19 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
     if not offsets:
         return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:
-        raise inputs.InputError(
-            f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has only "
-            f"{size} bytes: the index belongs to another dump"
+        within = offsets[: bisect.bisect_left(offsets, size)]
+        if not within:
+            raise inputs.InputError(
+                f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has "
+                f"only {size} bytes: the index belongs to another dump"
+            )
+        # Streams where the index has them, up to the dump's end: the dump is cut short (a
+        # download stopped), not the index wrong (else an error naming the index).
+        with inputs.open_input(source.path) as f:
+            _check_stream_start(f, within[-1], source.path)
+        raise inputs.truncated(
+            source.path,
+            EOFError(f"its index lists streams up to offset {offsets[-1]}, past its {size} bytes"),
         )
     starts = [0, *offsets] if offsets[0] else offsets
     spans, unit_start = [], 0
@@ -300,6 +312,18 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
     return sniff.as_utf8(head)[0]
 
 
+def _check_stream_start(f: BinaryIO, offset: int, path: str) -> None:
+    """A bz2 stream starts at `offset`, which the dump's index lists; else the index is another
+    dump's (of the same wiki, another day): an error naming it, not the dump, which is whole."""
+    f.seek(offset)
+    if not _BZ2_STREAM_START.match(f.read(4)):
+        raise inputs.InputError(
+            f"multistream index {index_path(path)!r} lists offset {offset}, where no bz2 stream of "
+            f"{path!r} starts: the index belongs to another dump; put the dump's own index "
+            "beside it, or remove the index to read the dump as one unit"
+        )
+
+
 def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
     """The articles of a unit's dump bytes [start, stop), one document each, split into sentences
     by the dump's language (reading.language when its head names none)."""
@@ -307,7 +331,10 @@ def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
     with reading.open_binary(path) as f:
         language = site_language(_head(f, compression, path)) or reading.language
         # A unit from the start to the end of the file holds the whole export.
-        whole = start == 0 and unit.stop >= f.seek(0, os.SEEK_END)
+        size = f.seek(0, os.SEEK_END)
+        whole = start == 0 and unit.stop >= size
+        for offset in sorted({start, unit.stop} - {0, size}):  # the index offsets it is cut at
+            _check_stream_start(f, offset, path)
         f.seek(start)
         xml = chunks(f, compression, start, unit.stop, path)
         for page in pages(xml, path, start > 0, whole):

@@ -46,14 +46,19 @@ _DROPPED_TAGS = (
 # Linear: each match ends at the first "-->" after it, or the page's end (an unclosed comment
 # hides the rest of the page, as in MediaWiki); the next starts there.
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_SELF_CLOSED_REF = re.compile(r"<ref(?:\s[^<>/]*)?/\s*>", re.I)
+# A self-closed element (<ref name="CNN/Money" />, <references group="n"/>): a "/" before its
+# ">", whatever "/"s its attributes hold, as MediaWiki reads it. Taken for an opening tag, it
+# dropped the prose up to the next closing tag of its name.
+_SELF_CLOSED = re.compile(rf"<(?:ref|{_DROPPED_TAGS})\b[^<>]*/\s*>", re.I)
 # An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
 _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
 _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
-_LINK_TOKEN = re.compile(r"\[\[|\]\]")
+# A run of "]"s is one token: its closers pair from its end, so the odd "]" of "...|[http://x.org
+# a source]]]" ends the external link inside, as MediaWiki reads it (it was left as text).
+_LINK_TOKEN = re.compile(r"\[\[|\]\]+")
 # Namespaces whose links are not text: files and categories, by their English names and those of
 # large Wikipedias (a dump in another language links [[Datei:...]], [[Kategorie:...]]); and an
 # interlanguage link, whose prefix is a language code ("de", "zh-min-nan", "simple"). A leading ":"
@@ -87,10 +92,21 @@ _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\[\]]*+(?:[^\S\n]++([^\[\]\n]*+))?\]", re.I)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
-# HTML elements that MediaWiki shows as blocks of their own: they end a paragraph.
-_BLOCK_TAG = re.compile(r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>", re.I)
-_MAGIC_WORD = re.compile(r"__[A-Z]+__")
+# HTML elements that MediaWiki shows as blocks of their own, and a horizontal rule (a line that
+# starts with "----"; the rest of the line is the next paragraph): they end a paragraph.
+_BLOCK_TAG = re.compile(
+    r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>|^-{4,}", re.I | re.M
+)
+# Behaviour switches (__NOTOC__): capitals, or letters of other scripts, words joined by "_"
+# (__EXPECTED_UNCONNECTED_PAGE__, __KEIN_INHALTSVERZEICHNIS__, __БЕЗ_ОГЛАВЛЕНИЯ__, __目次非表示__);
+# lower-case Latin is left, as "__init__" in prose is no switch.
+_MAGIC_WORD = re.compile(r"__(?:[A-Z]|[^\x00-\x7f\s])+(?:_(?:[A-Z]|[^\x00-\x7f\s])+)*__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
+_QUOTES = re.compile(r"('{2,})")
+# <nowiki/> keeps the apostrophes on either side apart ("''Star Wars''<nowiki/>'s", common on
+# enwiki): a mark in its place until bold and italics are read, as MediaWiki's strip marker.
+_NOWIKI_BREAK = "\x03"
+_EMPTY_NOWIKI = re.compile(r"<nowiki\s*/>|<nowiki\s*>\s*</nowiki\s*>", re.I)
 _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".
 _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
@@ -177,14 +193,19 @@ def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int
     """Outermost (start, end) spans of matched opener/closer tokens; unmatched tokens are text."""
     stack, spans = [], []
     for match in tokens.finditer(text):
-        if match.group().strip() == opener:
+        token = match.group()
+        if token.strip() == opener:
             stack.append(match.start())
-        elif stack:
+            continue
+        closers = len(token) // 2 if token[0] == "]" else 1  # "]]]]": two closers, "]]]": one
+        for end in range(match.end() - 2 * (closers - 1), match.end() + 1, 2):
+            if not stack:
+                break
             start = stack.pop()
             # A pair inside a span already recorded is absorbed by the outer one when it closes.
             while spans and spans[-1][0] > start:
                 spans.pop()
-            spans.append((start, match.end()))
+            spans.append((start, end))
     return spans
 
 
@@ -205,7 +226,12 @@ def expand_templates(text: str, depth: int = 0) -> str:
     )
 
 
-def _render_link(source: str) -> str:
+# Links inside links' text are rendered to this depth (a file caption's link is depth 1); deeper
+# is no prose, and the recursion, unbounded, overflowed Python's stack on 500 nested "[[".
+_MAX_LINK_DEPTH = 6
+
+
+def _render_link(source: str, depth: int = 0) -> str:
     """[[target|text]] -> text (or the target); files, categories and interlanguage: ""."""
     inner = source[2:-2]
     target, bar, label = inner.partition("|")
@@ -214,16 +240,52 @@ def _render_link(source: str) -> str:
     if "|" in label:  # parameters and a caption: a file link of a namespace not listed
         return ""
     text = label if bar else target.lstrip(":")
-    return _links(text) if "[[" in text else text  # a link inside a link's label
+    if "[[" not in text:
+        return text
+    return _links(text, depth + 1) if depth < _MAX_LINK_DEPTH else ""  # a link in the label
 
 
-def _links(text: str) -> str:
+def _links(text: str, depth: int = 0) -> str:
     """Every link rendered: those without nested brackets by substitution, then the rest."""
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
-        text = _replace_pairs(text, _matched_pairs(text, _LINK_TOKEN, "[["), _render_link)
+        spans = _matched_pairs(text, _LINK_TOKEN, "[[")
+        text = _replace_pairs(text, spans, lambda link: _render_link(link, depth))
     return text
+
+
+def _quotes(line: str) -> str:
+    """A line's bold and italic marks removed as MediaWiki reads them (Parser::doQuotes): of a run
+    of 4 apostrophes the first is text, of more than 5 one, and where bold and italic marks
+    are both odd in number one bold mark is an apostrophe and italics ("''Star Wars'''s" shows
+    "Star Wars's"): the first after a one-letter word, else after a longer one, else after a
+    space. Removing every run of 2 or more lost those apostrophes ("Star Warss")."""
+    parts = _QUOTES.split(line)
+    if len(parts) == 1:
+        return line
+    texts, runs = parts[0::2], parts[1::2]  # texts[k] stands before runs[k]
+    for k, run in enumerate(runs):
+        if len(run) == 4 or len(run) > 5:
+            texts[k] += "'"  # MediaWiki keeps len - 5; one is as much prose, and linear
+            runs[k] = run[: 3 if len(run) == 4 else 5]
+    italics = sum(len(run) in (2, 5) for run in runs)
+    if italics % 2 and sum(len(run) in (3, 5) for run in runs) % 2:
+        single = multi = space = None
+        for k, run in enumerate(runs):
+            if len(run) != 3:
+                continue
+            if texts[k].endswith(" "):
+                space = k if space is None else space
+            elif texts[k][-2:-1] == " ":
+                single = k
+                break
+            elif multi is None:
+                multi = k
+        k = next((k for k in (single, multi, space) if k is not None), None)
+        if k is not None:
+            texts[k] += "'"
+    return "".join(texts)
 
 
 def _close(lines: list[str], out: list[str]) -> bool:
@@ -234,7 +296,7 @@ def _close(lines: list[str], out: list[str]) -> bool:
     nothing."""
     if not lines:
         return False
-    text = _BOLD_ITALIC.sub("", _MAGIC_WORD.sub("", " ".join(lines)))
+    text = _MAGIC_WORD.sub("", " ".join(map(_quotes, lines))).replace(_NOWIKI_BREAK, "")
     lines.clear()
     if "&" in text:
         text = html.unescape(text)
@@ -252,7 +314,7 @@ def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
     (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
     paragraph followed by a removed block."""
-    text = _SELF_CLOSED_REF.sub("", _COMMENT.sub("", wikitext))
+    text = _SELF_CLOSED.sub("", _COMMENT.sub("", wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.
@@ -260,7 +322,7 @@ def paragraphs(wikitext: str) -> list[str]:
     text = _links(text)
     text = _EXTERNAL_LINK.sub(lambda m: m.group(1) or "", text)
     text = _BR.sub(" ", text)
-    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", text))
+    text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", _EMPTY_NOWIKI.sub(_NOWIKI_BREAK, text)))
     out, lines, skip_level = [], [], 0
     # The last paragraph is unfinished (it ends in ":" or with no sentence's end) and only blank
     # lines have followed: what it goes on with may yet be prose (a quotation), or a list, a

@@ -451,6 +451,48 @@ def test_an_xml_prolog_before_the_dump_root(tmp_path):
         _docs([str(tmp_path / "laughs.xml")])
 
 
+@pytest.mark.parametrize("prolog", [b"<!-- exported -->", b"<!DOCTYPE mediawiki>", b"<?pi x?>"])
+@pytest.mark.parametrize("pack", [bytes, gzip.compress, bz2.compress])
+def test_a_dump_without_an_xml_declaration_but_a_prolog_is_a_dump(tmp_path, prolog, pack):
+    """The XML declaration is optional: a comment, DOCTYPE or processing instruction may open a
+    dump without one (read as text before: its tags and titles became records, exit 0)."""
+    page = b"<page><title>T</title><ns>0</ns><id>1</id><revision><text>%s</text></revision></page>"
+    dump = b"<mediawiki>" + page % b"The '''text''' of [[T|it]]. Second one." + b"</mediawiki>"
+    (tmp_path / "d.xml").write_bytes(pack(b"\n " + prolog + b"\n" + dump))
+    assert _docs([str(tmp_path / "d.xml")])[0] == [["The text of it.", "Second one."]]
+    if pack is bz2.compress:
+        return  # bz2 holds dumps only
+    (tmp_path / "t.txt").write_bytes(pack(prolog + b"\nA text file. Its prose.\n"))
+    assert _docs([str(tmp_path / "t.txt")])[0] == [[prolog.decode(), "A text file. Its prose."]]
+
+
+@pytest.mark.parametrize("pack", [bytes, gzip.compress, bz2.compress])
+def test_a_dump_in_an_encoding_the_parser_does_not_read_is_refused_naming_it(tmp_path, pack):
+    """Multi-byte encodings other than UTF-8/16 (an export converted for a Japanese, Korean or
+    Chinese tool) and unknown names stopped the read with expat's ValueError or LookupError and
+    a traceback; single-byte ones are read, as the UTF-8 twin."""
+    page = "<page><title>T</title><ns>0</ns><id>1</id><revision><text>%s</text></revision></page>"
+    text = {
+        "shift_jis": "川は長い。",
+        "euc-kr": "강은 길다.",
+        "gbk": "河很长。",
+        "big5": "河很長。",
+    }
+    text |= {"windows-1252": "Thé rivér is long.", "koi8-r": "Река длинная."}
+    for encoding, words in text.items():
+        xml = f'<?xml version="1.0" encoding="{encoding}"?>\n<mediawiki>{page % words}</mediawiki>'
+        (tmp_path / "d.xml").write_bytes(pack(xml.encode(encoding)))
+        if encoding in ("windows-1252", "koi8-r"):
+            assert _docs([str(tmp_path / "d.xml")])[0] == [[words]]
+            continue
+        with pytest.raises(readers.InputError, match=rf"d.xml' is .* in {encoding}, .*iconv -f"):
+            _docs([str(tmp_path / "d.xml")])
+    xml = f'<?xml version="1.0" encoding="utf-9"?>\n<mediawiki>{page % "x"}</mediawiki>'
+    (tmp_path / "d.xml").write_bytes(pack(xml.encode()))
+    with pytest.raises(readers.InputError, match="unknown encoding, 'utf-9'"):
+        _docs([str(tmp_path / "d.xml")])
+
+
 def test_dumps_and_parquet_are_recognised_by_content_whatever_the_name(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow

@@ -93,3 +93,26 @@ def test_parameters_are_split_as_mediawiki_splits_them_on_the_real_sample():
             seen += 1
             assert _ours(str(template)) == _reference(str(template)), str(template)
     assert seen > 80
+
+
+# Characters str.isdigit() takes for digits but int() refuses (superscripts, circled and other
+# "No" digits): a month or a parameter name of them ("{{birth date|1950|⁵|3}}", "{{nowrap|²=x}}")
+# raised ValueError with a traceback, stopping the job. MediaWiki numbers parameters by ASCII
+# digits only.
+_NOT_INT = [c for c in map(chr, range(0x2000, 0x2800)) if c.isdigit() and not c.isdecimal()]
+
+
+def test_digits_that_are_no_numbers_render_as_text_in_every_template():
+    rng = random.Random(0)
+    assert _NOT_INT  # ⁰ ¹ ... ① ② ...
+    for name in templates._RENDER:
+        for _ in range(5):
+            digits = [rng.choice(_NOT_INT) for _ in range(3)]
+            source = "{{" + name + "|2020|" + "|".join(digits) + f"|{digits[0]}=x}}}}"
+            wikitext.prose(f"Alpha {source} beta.", "en")  # no exception
+    assert _sentences("Born {{birth date|1950|⁵|3}} here.") == ["Born ⁵ 3, 1950 here."]
+    assert _sentences("It is {{nowrap|a|²=b}} here.") == ["It is a here."]
+
+
+def _sentences(source):
+    return [s for p in wikitext.prose(source, "en").paragraphs for s in p]

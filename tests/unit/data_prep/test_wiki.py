@@ -4,6 +4,7 @@ with no markup left; damaged dumps and indexes are errors naming the file."""
 import bz2
 import gzip
 import os
+import random
 import re
 import time
 import tracemalloc
@@ -112,8 +113,11 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
     path.write_bytes(data[: len(data) * 2 // 3])
     with pytest.raises(readers.InputError, match=r"cut-pages.*damaged or truncated"):
         _read_whole(path)
-    with pytest.raises(readers.InputError, match="the index belongs to another dump"):
-        _read_units(path, 1000)
+    # Cut short with its index beside it (a download stopped): the dump is named, not the index
+    # (which said "the index belongs to another dump", and the user fetched the index again).
+    for block_bytes in (1, 1000):
+        with pytest.raises(readers.InputError, match=r"cut-pages.*truncated.*its index lists"):
+            _read_units(path, block_bytes)
     path.write_bytes(data)
     index_data = open(index, "rb").read()
     open(index, "wb").write(index_data[:-20])
@@ -125,6 +129,30 @@ def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
     (d / "broken.xml").write_text("<mediawiki><page><title>x</title></mediawiki>")
     with pytest.raises(readers.InputError, match=r"broken.xml.*not a well-formed"):
         _read_whole(d / "broken.xml")
+
+
+@pytest.mark.parametrize("other", ["another dump's index", "offsets shifted by one"])
+def test_an_index_of_another_dump_is_an_error_naming_the_index(generated, other):
+    """Offsets inside the dump but at no stream's start (the index of the same wiki's dump of
+    another day): the index is at fault, not the whole dump (which said "damaged or truncated;
+    fetch it again")."""
+    d, pages, expected = generated
+    path = d / "mixed-pages-articles-multistream.xml.bz2"
+    index = make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    if other == "another dump's index":
+        make_wiki_dump.write_dump(pages[3:], str(d / "other.xml.bz2"), pages_per_stream=6)
+        os.replace(d / "other-index.txt.bz2", index)
+    else:
+        lines = bz2.decompress(open(index, "rb").read()).decode().splitlines()
+        shifted = [f"{int(offset) + 1}:{rest}" for offset, rest in (x.split(":", 1) for x in lines)]
+        open(index, "wb").write(bz2.compress("\n".join(shifted).encode()))
+    for block_bytes in (1, 1000):
+        with pytest.raises(
+            readers.InputError, match=r"multistream-index.txt.bz2' lists offset \d+, where no"
+        ):
+            _read_units(path, block_bytes)
+    os.remove(index)
+    assert _read_units(path, 1)[0] == list(expected.values())
 
 
 @pytest.mark.parametrize("layout", ["xml", "xml.gz", "one-stream.xml.bz2"])
@@ -178,11 +206,23 @@ def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layo
             ["Bold and italic label."],
         ),
         ("An {{unclosed template stays as text.", ["An {{unclosed template stays as text."]),
+        # Apostrophes as MediaWiki's doQuotes reads them: <nowiki/> parts runs, a run of 4 is "'"
+        # and bold, of 6 one "'" and 5, and an odd bold beside odd italics is "'" and italics.
+        ("The film ''Star Wars''<nowiki/>'s score.", ["The film Star Wars's score."]),
+        ("The film ''Star Wars'''s score.", ["The film Star Wars's score."]),
+        ("A '''''Foo'''''<nowiki/>'s bar and ''''word''''.", ["A Foo's bar and 'word'."]),
+        ("A ''''''six'''''' and '''b''' c.", ["A 'six' and b c."]),
+        ("<nowiki/>* Not a list item.", ["* Not a list item."]),
         # MediaWiki's closing tags have no attributes: "</ref name=x>" closes nothing.
         ("A<ref>x</ref name=a>y</ref> b.", ["A b."]),
         ("An <ref>unclosed ref keeps its text.", ["An unclosed ref keeps its text."]),
         ("A <ref>x<math>y</math>z</ref> b. <gallery>q<ref>r</ref></gallery>", ["A b."]),
         ("Intro.\n==Sub=\nBody.\n= Top =\nMore.", ["Intro.", "Body.", "More."]),
+        # A horizontal rule ends a paragraph; text after it on its line starts the next one.
+        (
+            "One.\n----\nTwo.\n------ Three.\nA -- b ---- c.",
+            ["One.", "Two.", "Three.", "A -- b ---- c."],
+        ),
         ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
         # Other languages' file and category namespaces; a file link of a namespace not listed
         # (Catalan "Fitxer") is known by its parameters.
@@ -207,6 +247,82 @@ def test_wikitext_constructs(source, expected):
 
 def _sentences(source, language="en"):
     return [s for p in wikitext.prose(source, language).paragraphs for s in p]
+
+
+def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
+    """ "[[File:A.jpg|thumb|Photo: [http://x.org Source]]]": the first "]" ends the external link
+    and "]]" the file link, as MediaWiki reads it (it moves the odd "]" into the link's text); a
+    "]" was left in the record ("] The river ..."). Runs of any length, nested links."""
+    rng = random.Random(0)
+    prose = ["The river is long.", "It runs north."]
+    for _ in range(40):
+        inner = f"[http://x.org/{rng.randrange(99)} a source]"
+        if rng.random() < 0.5:
+            inner = f"[[Photo|{inner}]]" if rng.random() < 0.5 else f"by [[B]] {inner}"
+        link = rng.choice([f"[[File:A.jpg|thumb|{inner}]]", f"[[Datei:A.jpg|mini|{inner}]]"])
+        source = rng.choice([f"{link}\n{prose[0]} {prose[1]}", f"{link}{prose[0]}\n{prose[1]}"])
+        assert _sentences(source) == prose, source
+    assert _sentences("The [[river]]] and [[[lake]]] are long.") == [
+        "The river] and [lake] are long."
+    ]
+
+
+@pytest.mark.parametrize("tag", ["ref", *wikitext._DROPPED_TAGS.split("|")])
+def test_a_self_closed_element_is_dropped_alone_whatever_its_attributes_hold(tag):
+    """A "/" before ">" closes the element, as MediaWiki reads it, even with "/"s in attribute
+    values (<ref name="CNN/Money"/>): taken for an opening tag it hid the prose up to the next
+    closing tag of its name."""
+    rng = random.Random(tag)
+    for _ in range(10):
+        value = "".join(rng.choice("ab/ =.:") for _ in range(rng.randrange(1, 12))).strip()
+        attributes = rng.choice(["", f' name="{value}"', f" group='{value}'", " x=1"])
+        self_closed = f"<{tag}{attributes}{rng.choice(['', ' '])}/>"
+        source = f"Alpha one.{self_closed} Beta two is here.\n\n<{tag}>x</{tag}>\n\nGamma three."
+        assert _sentences(source) == ["Alpha one.", "Beta two is here.", "Gamma three."], source
+
+
+# Behaviour switches as the large Wikipedias spell them (MediaWiki's Messages*.php and Wikibase's
+# __EXPECTED_UNCONNECTED_PAGE__, on thousands of enwiki articles): underscores inside, other
+# scripts. Only __[A-Z]+__ was removed before: "__KEIN_INHALTSVERZEICHNIS__ Der Fluss ..."
+_SWITCHES = {
+    "en": ["__EXPECTED_UNCONNECTED_PAGE__", "__NOTOC__", "__NOEDITSECTION__"],
+    "de": ["__KEIN_INHALTSVERZEICHNIS__", "__INHALTSVERZEICHNIS_ERZWINGEN__"],
+    "fr": ["__AUCUNSOMMAIRE__", "__FORCERSOMMAIRE__"],
+    "ru": ["__БЕЗ_ОГЛАВЛЕНИЯ__", "__ОБЯЗ_ОГЛ__"],
+    "ja": ["__目次非表示__"],
+    "zh": ["__无目录__"],
+    "ar": ["__لافهرس__"],
+    "he": ["__ללא_תוכן_עניינים__"],
+    "hi": ["__कोई_अनुक्रमणिका_नहीं__"],
+    "ko": ["__목차숨김__"],
+}
+_PROSE = {
+    "en": "The river is long. It runs north.",
+    "de": "Der Fluss ist lang. Er fließt nach Norden.",
+    "fr": "Le fleuve est long. Il coule vers le nord.",
+    "ru": "Река длинная. Она течёт на север.",
+    "ja": "川は長い。北へ流れる。",
+    "zh": "这条河很长。它向北流。",
+    "ar": "النهر طويل. يجري شمالا.",
+    "he": "הנהר ארוך. הוא זורם צפונה.",
+    "hi": "नदी लंबी है। यह उत्तर की ओर बहती है।",
+    "ko": "강은 길다. 북쪽으로 흐른다.",
+}
+
+
+@pytest.mark.parametrize("language", sorted(_SWITCHES))
+def test_behaviour_switches_of_every_language_leave_no_trace(language):
+    prose = _PROSE[language]
+    expected = _sentences(prose, language)
+    for switch in _SWITCHES[language]:
+        for source in (
+            f"{switch}\n{prose}",
+            f"{prose}\n{switch}",
+            f"{prose}{switch}",
+            f"{switch}{prose}\n\n{switch}",
+            f"{{{{Infobox}}}}\n{switch}\n\n{prose}\n[[Category:X]]\n{switch}",
+        ):
+            assert _sentences(source, language) == expected, source
 
 
 # Real constructs, from the pages of examples/data's sample: templates that carry words are
@@ -432,6 +548,9 @@ def _hostile_pages():
         "stray closing tags": "</ref>" * n + "<ref>" * n,
         "nested templates": "{{a|" * n + "}}" * n,
         "nested file links": "[[File:a|" * n + "]]" * n,
+        # Links in links' text: rendered to a bounded depth (a RecursionError from 500 deep).
+        "nested links": "[[" * n + "x" + "]]" * n,
+        "nested piped links": "[[a|" * n + "x" + "]]" * n,
         # Rendered templates: each nesting level is expanded once, to a bounded depth.
         "nested rendered templates": "{{nowrap|" * n + "x" + "}}" * n,
         "nested rendered templates with text": "{{lang|fr|a " * n + "}}" * n,
