@@ -23,6 +23,10 @@ From Python:
 
 from __future__ import annotations
 
+# First: a Ctrl-C while JAX imports is cli's one line (cli._interrupted_hook), not a traceback.
+from bert_jax import cli
+
+# isort: split
 import codecs
 import os
 import signal
@@ -35,7 +39,7 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import cli, runtime, storage
+from bert_jax import runtime, storage
 from bert_jax.data.contract import features as F
 from bert_jax.training import pretrained
 
