@@ -55,24 +55,33 @@ def _a_binary_of_ours() -> bool:
     return spec is not None and spec.name.split(".")[0] in ("bert_jax", "data_prep")
 
 
-_INTERRUPTED_EARLY: list[bool] = []  # a Ctrl-C already reported by _interrupted_hook
+_CTRL_C: dict[str, bool] = {}  # "received" (by _on_ctrl_c), "reported" (by _interrupted_hook)
+
+
+def _on_ctrl_c(signum, frame) -> None:
+    """Python's own SIGINT handler, which also notes that the signal came: a C extension
+    interrupted as it loads can turn the KeyboardInterrupt into an ImportError that no longer
+    carries it (numpy: "PyCapsule_Import could not import module 'datetime'")."""
+    _CTRL_C["received"] = True
+    raise KeyboardInterrupt
 
 
 def _interrupted_hook(kind, value, tb, _previous=sys.excepthook) -> None:
     """A Ctrl-C before `run` takes over or after it is done (a binary importing its libraries,
     JAX's for seconds; absl parsing the flags) is the same one line, not a traceback through the
     import machinery; Python then ends by SIGINT, which a shell reports as 130. A C extension
-    interrupted as it loads reports the KeyboardInterrupt through this hook (numpy's
-    PyErr_Print) and then fails its import: that ImportError is the interrupt's, so it ends the
-    process with 130 and no second report. Installed when a binary imports this module, its
-    first import of ours; a script of the user's that imports ours keeps Python's traceback."""
+    interrupted as it loads fails its import with an ImportError, having reported the
+    KeyboardInterrupt through this hook (numpy's PyErr_Print) or dropped it: that error is the
+    interrupt's, so it ends the process with 130 and no second report. Installed when a binary
+    imports this module, its first import of ours; a script of the user's that imports ours keeps
+    Python's traceback."""
     interrupt = any(isinstance(e, KeyboardInterrupt) for e in causes(value))
-    if not _a_binary_of_ours() or not (interrupt or _INTERRUPTED_EARLY):
+    if not _a_binary_of_ours() or not (interrupt or _CTRL_C):
         _previous(kind, value, tb)
         return
-    if not _INTERRUPTED_EARLY:
+    if not _CTRL_C.get("reported"):
         print(f"error: {INTERRUPTED}", file=sys.stderr, flush=True)
-        _INTERRUPTED_EARLY.append(True)
+        _CTRL_C["reported"] = True
     if not issubclass(kind, KeyboardInterrupt):
         os._exit(130)
 
@@ -93,6 +102,9 @@ def _unraisable_hook(unraisable, _previous=sys.unraisablehook) -> None:
 
 sys.excepthook = _interrupted_hook
 sys.unraisablehook = _unraisable_hook
+if _a_binary_of_ours() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    with contextlib.suppress(ValueError):  # not the main thread: Python's handler stays
+        signal.signal(signal.SIGINT, _on_ctrl_c)
 
 
 def causes(error: BaseException | None, explicit: bool = False) -> list[BaseException]:

@@ -112,14 +112,23 @@ def test_an_unwritable_directory_is_described_by_why_it_cannot_be_written(tmp_pa
 
 
 # A Ctrl-C outside cli.run, as a binary of ours imports its libraries (JAX's: seconds), in the
-# three shapes it took at random moments of `python -m bert_jax.embed`: the KeyboardInterrupt
-# itself, a C extension's import failing after reporting it (numpy's PyErr_Print), and one
+# shapes it took at random moments of `python -m bert_jax.embed` and data_prep.main: the
+# KeyboardInterrupt itself, a C extension's import failing after reporting it (numpy's
+# PyErr_Print) or after dropping it (numpy's import of datetime), and one
 # raised inside a garbage collector's callback (JAX's), which Python drops and the run went on.
 _EARLY = {
     "raised": "raise KeyboardInterrupt",
     "an extension's import": (
         "sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)\n"
         "raise ImportError('numpy._core.multiarray failed to import')"
+    ),
+    "an extension's import, the interrupt dropped": (
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    pass\n"
+        "raise ImportError('PyCapsule_Import could not import module \"datetime\"')"
     ),
     "in a gc callback": (
         "once = [KeyboardInterrupt]\n"
@@ -138,7 +147,7 @@ def test_a_ctrl_c_while_a_binary_imports_is_the_one_line(how, whose):
     ignored" traceback and no interrupt. A user's own script importing ours keeps Python's way."""
     spec = "types.SimpleNamespace(name='bert_jax.embed')" if whose == "binary" else "None"
     program = (
-        "import gc, sys, time, types\n"
+        "import gc, os, signal, sys, time, types\n"
         f"sys.modules['__main__'].__spec__ = {spec}\n"
         "from bert_jax import cli\n" + _EARLY[how]
     )
