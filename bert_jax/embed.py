@@ -28,8 +28,10 @@ from bert_jax import cli
 
 # isort: split
 import codecs
+import contextlib
 import os
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -198,6 +200,30 @@ def _output_path(path: str) -> str:
     return path
 
 
+def _temporary_prefix() -> str:
+    return f".embed-{socket.gethostname()}-"
+
+
+def _remove_killed_temporaries(directory: str) -> None:
+    """Removes the hidden half-written .npz files (as large as an output) that embeds killed
+    on this host (kill -9, the OOM killer) left in `directory`: their writer's pid is in their
+    name, and a rerun left them there for good."""
+    prefix = _temporary_prefix()
+    for name in os.listdir(directory):
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if not (name.startswith(prefix) and name.endswith(".npz") and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer runs
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # another user's live process
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(directory, name))
+
+
 def _save_npz(path: str, arrays: dict) -> None:
     """Writes the .npz beside its final name and renames: never a half-written file there."""
     path = _output_path(path)
@@ -206,8 +232,11 @@ def _save_npz(path: str, arrays: dict) -> None:
             np.savez(f, **arrays)
         return
     directory = os.path.dirname(os.path.abspath(path))
+    _remove_killed_temporaries(directory)
     with cli.user_path("--output", path):  # a read-only directory, say
-        fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f"{_temporary_prefix()}{os.getpid()}-", suffix=".npz", dir=directory
+        )
     # A SIGTERM while writing exits (status 143) through `finally`, which removes the hidden
     # half-written .npz (as large as the output).
     main = threading.current_thread() is threading.main_thread()  # only it may set handlers
