@@ -142,10 +142,15 @@ def run(
     previous = None  # the metrics of the step before the one just dispatched
     own = faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
     with own as preemption, setup.activate():
-        if evaluate is not None and 0 < step < last_step and itstime(step, eval_every):
+        if eval_at_last_step:
+            resumed_eval_due = itstime(step, eval_every, last_step)
+        else:
+            resumed_eval_due = step < last_step and itstime(step, eval_every)
+        if evaluate is not None and 0 < step <= last_step and resumed_eval_due:
             # Resumed at a step whose eval a signal dropped (it saves the step at once,
             # docs/faults.md): that eval first, so that the log holds each eval of an
-            # uninterrupted run once (the rerun went on to the next step without it).
+            # uninterrupted run once (the rerun went on to the next step without it, or, at
+            # the last step, ended with no final eval).
             if not _eval_logged(log, step):
                 try:
                     stopped = evaluate(step, state, preemption.between_batches)

@@ -514,6 +514,32 @@ def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
     assert logged.index(("eval", 4)) < logged.index(("train", 6)), logged
 
 
+def test_a_signal_during_the_last_steps_eval_is_evaluated_by_the_rerun(
+    finished_run, testdata, tmp_path, monkeypatch
+):
+    """The same at the last step: its eval dropped, the step saved; the rerun, which has nothing
+    to train, ended without that eval ("eval: {}", the log short of it). Now it evaluates the
+    step first, once."""
+    pristine, config = finished_run
+    config = config.copy_and_resolve_references()
+    config.data.eval_files = str(testdata / SAMPLE_128)  # 60 records
+    config.eval.batch_size, config.eval.num_examples = 4, 0  # 15 batches an eval
+    config.eval.every_steps = 4
+    _eval_batches_signal(monkeypatch, signal.SIGTERM, 15 + 2)  # in step 8's eval
+    workdir = str(tmp_path / "run")
+    out = pretrain.train_and_evaluate(config, workdir)
+    assert out["stopped"] == "preempted" and out["step"] == 8, out
+    evals = [r["step"] for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
+    assert evals == [4], evals
+    monkeypatch.undo()
+    again = pretrain.train_and_evaluate(config, workdir)
+    assert again["stopped"] == "done" and again["eval"], again
+    pretrain.train_and_evaluate(config, workdir)  # the finished run again: logs nothing new
+    logged = [(r["split"], r["step"]) for r in metrics_log.read_jsonl(workdir)]
+    assert [step for split, step in logged if split == "eval"] == [4, 8], logged
+    assert_same_params(workdir, pristine)
+
+
 def test_a_signal_during_a_data_wait_saves_the_step_the_data_was_for(
     finished_run, tmp_path, monkeypatch
 ):
