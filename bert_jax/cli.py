@@ -367,6 +367,14 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
                 raise
             fail(INTERRUPTED, 130)
         except Exception as e:
+            if _CTRL_C or any(isinstance(c, KeyboardInterrupt) for c in causes(e)):
+                # A Ctrl-C that a C extension loading here (JAX's, imported by main) turned into
+                # its ImportError: the interrupt's line, not a bug's traceback.
+                if FLAGS.verbosity >= 1:
+                    raise
+                if _CTRL_C.get("reported"):  # its line is out (_interrupted_hook)
+                    sys.exit(130)
+                fail(INTERRUPTED, 130)
             text = reported(e)  # e.g. a bucket unreachable through the retries (storage's)
             users = isinstance(e, (UserError, app.UsageError)) or (
                 isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS

@@ -114,7 +114,8 @@ def test_an_unwritable_directory_is_described_by_why_it_cannot_be_written(tmp_pa
 # A Ctrl-C outside cli.run, as a binary of ours imports its libraries (JAX's: seconds), in the
 # shapes it took at random moments of `python -m bert_jax.embed` and data_prep.main: the
 # KeyboardInterrupt itself, a C extension's import failing after reporting it (numpy's
-# PyErr_Print) or after dropping it (numpy's import of datetime), and one
+# PyErr_Print) or after dropping it (numpy's import of datetime), the former inside cli.run too
+# (bert_jax.main imports JAX in its main, where it was "a bug in bert_jax"), and one
 # raised inside a garbage collector's callback (JAX's), which Python drops and the run went on.
 _EARLY = {
     "raised": "raise KeyboardInterrupt",
@@ -129,6 +130,12 @@ _EARLY = {
         "except KeyboardInterrupt:\n"
         "    pass\n"
         "raise ImportError('PyCapsule_Import could not import module \"datetime\"')"
+    ),
+    "an extension's import inside cli.run": (
+        "def main(argv):\n"
+        "    sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)\n"
+        "    raise ImportError('numpy._core.multiarray failed to import')\n"
+        "cli.run(main)"
     ),
     "in a gc callback": (
         "once = [KeyboardInterrupt]\n"
