@@ -2,6 +2,7 @@ r"""Tokenizer throughput: encode_batch (data prep's path), encode and tokenize.
 
   python -m bench.tokenizer_bench   # pydocs.txt and the odd-Unicode corpus, bert-base-uncased
   python -m bench.tokenizer_bench --vocab_file=tokenizer.json   # a Hugging Face tokenizer.json
+  python -m bench.tokenizer_bench --hugging_face   # vocab.txt as a Hugging Face directory's
 
 encode_batch is timed cold (a fresh tokenizer: every distinct word is a cache miss, as each data
 prep worker starts) and warm (the same lines again: all hits), over the lines in batches of
@@ -34,6 +35,12 @@ flags.DEFINE_list(
 flags.DEFINE_string(
     "vocab_file", os.path.join(TESTDATA, "bert-base-uncased-vocab.txt"), "Vocabulary."
 )
+flags.DEFINE_bool(
+    "hugging_face",
+    False,
+    "Time the tokenizer a Hugging Face directory's vocab.txt gets (pretrained.HubWordPiece: "
+    "transformers' rules) instead of make_tokenizer's.",
+)
 flags.DEFINE_integer("batch_lines", 4096, "Lines per encode_batch call.")
 flags.DEFINE_integer("tokenize_lines", 5000, "Lines given to the uncached tokenize path.")
 flags.DEFINE_integer("repeats", 3, "Runs per figure; the best is reported.")
@@ -64,6 +71,10 @@ def _row(path: str) -> str:
     sample_mb = sum(map(len, map(str.encode, sample))) / 1e6
 
     def fresh():  # a cold cache; loading the vocabulary is not timed
+        if FLAGS.hugging_face:
+            from bert_jax.training import pretrained
+
+            return pretrained.HubWordPiece(FLAGS.vocab_file, True, 100)
         return tokenization.make_tokenizer(FLAGS.vocab_file, do_lower_case=True)
 
     def batch(tok):

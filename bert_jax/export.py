@@ -1,5 +1,6 @@
-"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory, or a
-ModernBertForMaskedLM one for a model of the modern block (bert_jax.hf.architectures).
+"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory (BertForMaskedLM
+without the NSP head), or a ModernBertForMaskedLM one for a model of the modern block
+(bert_jax.hf.architectures).
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 

@@ -1,9 +1,6 @@
-"""The scaled data_prep job as an Apache Beam pipeline (optional extra: pip install
-'bert-jax[beam]'), run as `python -m data_prep.main --mode=beam ... -- <Beam options>`. The same
-units, UnitProcessor, shard plan and shuffles as the local runner (job.py): the shards are
-byte-identical to --mode=scaled's. Files go through bert_jax.storage, not Beam's FileSystems;
-the work directory holds only job.json (a failed pipeline is rerun whole). docs/data_prep.md,
-"Beam mode".
+"""The scaled data_prep job as an Apache Beam pipeline (`--mode=beam`; the optional extra
+'bert-jax[beam]'): the local runner's units, UnitProcessor, shard plan and shuffles (job.py), so
+the shards are byte-identical to --mode=scaled's. docs/data_prep.md, "Beam mode".
 
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
@@ -90,9 +87,8 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
 
 
 def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
-    """The pipeline options, the runner's name and the runner. A bad option value or runner is a
-    user error: Beam's argparse would print its whole usage and exit, and an unknown runner
-    raised a ValueError that reached the user as a bug's traceback."""
+    """The pipeline options, the runner's name and the runner; a bad option value (Beam's argparse
+    would print its whole usage and exit) or runner (a ValueError) is a user error."""
     options = PipelineOptions(list(pipeline_args))
     said = io.StringIO()
     try:
@@ -107,24 +103,6 @@ def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
         return options, name, runner_lib.create_runner(name)
     except ValueError as e:
         raise cli.UserError(f"Beam pipeline option --runner={name}: {e}") from None
-
-
-@contextlib.contextmanager
-def _worker_errors(work: resume.WorkDir):
-    """A worker's exception whose type Beam cannot rebuild with its stage's name appended (an
-    OSError: a full disk, no permission) reaches the caller as a RuntimeError: the original is
-    raised instead, which data_prep.main reports as the scaled job's is (a full disk: one line, not
-    a bug's traceback)."""
-    try:
-        yield
-    except job.NoInstances:
-        work.drop_if_shardless()
-        raise
-    except RuntimeError as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, OSError) and str(cause) in str(e):
-            raise cause from None
-        raise
 
 
 def run(
@@ -143,23 +121,14 @@ def run(
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    # The scaled job's work directory holds only job.json here (the pipeline is rerun whole): a
-    # rerun after a failed pipeline (shards, no manifest) with other settings is refused, as the
-    # scaled job's is, instead of mixing two jobs' shards in one directory.
+    # The work directory holds only job.json here (the pipeline is rerun whole): a rerun with other
+    # settings after a failed one is refused instead of mixing two jobs' shards in one directory.
     work = resume.WorkDir(output_dir)
-    finished, damaged = output.read_manifest(output_dir), {}
-    if finished is not None:
-        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
-        if not damaged:
-            if storage.exists(work.path):  # a kill after the manifest, before the work went
-                with work.locked():
-                    storage.rmtree(work.path)
-            return finished
+    finished, damaged = work.finished(spec, planned, fp)
+    if finished is not None and not damaged:
+        return finished
     output.prepare_output_dir(output_dir)
-    with work.locked():
-        if damaged:  # the manifest goes first: none describes a half-rebuilt output
-            work.reopen(finished, damaged)
-        work.check(fp)
+    with work.running(fp, finished, damaged):
         write_manifest = functools.partial(
             _write_manifest,
             spec=spec,
@@ -171,7 +140,7 @@ def run(
             flags=flags or {},
             runner=f"beam: {runner}",
         )
-        with _worker_errors(work):
+        try:
             _run_pipeline(
                 spec,
                 _ProcessUnit(spec, vocab_file, do_lower_case),
@@ -180,18 +149,25 @@ def run(
                 beam.Pipeline(runner=runner_object, options=options),
                 write_manifest,
             )
+        except RuntimeError as e:
+            # A worker's exception whose type Beam cannot rebuild with its stage's name appended
+            # (an OSError: a full disk, no permission) arrives as a RuntimeError: the original is
+            # raised instead, which data_prep.main reports as one line, as the scaled job does.
+            cause = e.__cause__ or e.__context__
+            if isinstance(cause, OSError) and str(cause) in str(e):
+                raise cause from None
+            raise
         written = output.read_manifest(output_dir)
-        work.remove_other_shards(
-            {e["file"] for entries in written["shards"].values() for e in entries}
-        )
-    storage.rmtree(work.path)
+        work.remove_other_shards(written["shards"])
     return written
 
 
 def _run_pipeline(spec, process_unit, planned, output_dir, pipeline, write_manifest):
     """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
-        unit.path: content.file_stat(unit.path) for unit in planned if units_lib.is_file(unit.kind)
+        unit.path: content.file_stat(unit.path)
+        for unit in planned
+        if units_lib.KINDS[unit.kind].is_file
     }
     # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
     # line (and a bug with its traceback); an in-process runner would first log it with a traceback.

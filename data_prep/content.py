@@ -22,7 +22,7 @@ RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file 
 def source_key(unit: units_lib.Unit) -> str:
     """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
     absolute."""
-    if not units_lib.is_file(unit.kind):
+    if not units_lib.KINDS[unit.kind].is_file:
         return f"tfds:{unit.path}:{unit.split}"
     return unit.path if "://" in unit.path else os.path.abspath(unit.path)
 

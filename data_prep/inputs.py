@@ -1,10 +1,6 @@
-"""What every input reader shares: a source and a unit's statistics, the input error, opening a
-file (local or in a bucket) and reading its lines.
-
-The readers of each kind of input build on this module (lines.py: BERT text, books, JSONL;
-wiki.py; parquet.py; TFDS in units.py); units.py puts them in one table, which planning units and
-reading whole inputs (readers.py) both use. Nothing here imports those modules: the import graph
-stays a tree (tests/unit/test_import_graph.py).
+"""What every input reader (lines.py, wiki.py, parquet.py, TFDS in units.py) shares: a source and
+a unit's statistics, the input error, opening a file (local or in a bucket) and reading its
+lines. It imports none of them: the import graph stays a tree (tests/unit/test_import_graph.py).
 """
 
 import dataclasses
@@ -60,9 +56,7 @@ class InputError(cli.UserError):
 
 def open_input(path: str) -> BinaryIO:
     """An input file's bytes, with seek: a local file by open(), a bucket object through
-    bert_jax.storage (a seek to a unit's start fetches from there). Read ahead 1 MB: a unit
-    reads a range of about --block_size_mb (pyarrow a row group's exact bytes), and the client's
-    default (5 MB past each read) fetched several times what a 1 MB unit needs."""
+    bert_jax.storage, read READ_AHEAD past each read (why: docs/data_prep.md, "Buckets", Costs)."""
     if storage.is_url(path):
         return storage.open_read(path, block_size=READ_AHEAD)
     return open(path, "rb")

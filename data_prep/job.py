@@ -1,13 +1,8 @@
 """The scaled data_prep job, its pure parts: the job's spec, its plan, shard plan, fingerprint
-and manifest.
-
-  inputs --plan--> units --job_units.UnitProcessor--> records per unit and split
-         --plan_shards, shard_order--> shards (balanced, shuffled) + manifest.json
-
-Everything here and in job_units.py (which takes the JobSpec from here) is a function of the job's
-settings and the input, never of the worker count or the runner: the local runner (scaled.py) and
-the Beam job (beam_pipeline.py) call the same functions, so their outputs are identical: every
-random stream is seeded from the settings (`seed`). docs/data_prep.md, "Scaled mode: how it works".
+and manifest. Everything here and in job_units.py is a function of the settings and the input,
+never of the worker count or the runner: the local runner (scaled.py) and the Beam job call the
+same functions, every random stream seeded from the settings (`seed`), so their outputs are
+identical. docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
@@ -36,8 +31,7 @@ class JobMismatch(cli.UserError):
 
 
 class NoInstances(cli.UserError):
-    """The input gave no training instance: its job holds nothing worth resuming, so its state
-    goes (the error asks for other --input or --text_field, which a kept job.json would refuse)."""
+    """The input gave no training instance: nothing worth resuming (resume.WorkDir.running)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,25 +233,6 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
     return "; ".join(diffs)
 
 
-def check_finished(spec: JobSpec, planned: list, fp: dict, finished: dict, output_dir: str) -> dict:
-    """A finished output's shards that must be rebuilt ({file: problem}); an error when it was
-    written with other settings or from input that has changed since."""
-    if finished.get("fingerprint") != fp:
-        raise JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job with other settings "
-            f"({differences(finished.get('fingerprint'), fp)}); use another --output_dir"
-        )
-    changed = content.changed_inputs(
-        planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir
-    )
-    if changed:
-        raise JobMismatch(
-            f"--output_dir={output_dir!r} holds a finished job whose input has changed since "
-            f"({', '.join(changed)}); use another --output_dir, or empty this one to rebuild"
-        )
-    return output.damaged_shards(output_dir, finished)
-
-
 def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
     """The seed of one of the job's random streams (_STREAM), for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]
@@ -361,7 +336,7 @@ def manifest_fields(
         inputs=content.input_files(planned, [marker["content"] for marker in markers]),
         read=dataclasses.asdict(read),
         # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
-        input_bytes=sum(unit.size for unit in planned if units_lib.is_file(unit.kind)),
+        input_bytes=sum(unit.size for unit in planned if units_lib.KINDS[unit.kind].is_file),
         documents=sum(split_documents.values()),
         stats=split_stats["train"].summary(opts.max_seq_length),
         eval={

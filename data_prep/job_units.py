@@ -1,10 +1,5 @@
-"""The scaled job's per-unit work: a unit's documents -> its train and eval records.
-
-`UnitProcessor.process(unit)` reads the unit (content.read_documents: its content hash taken as it
-is read), sends each document to train or eval by a hash of its text (`is_eval`), cuts NSP pairs or
-MLM-only segments seeded by (seed, unit, split), masks them and encodes them as serialized
-tf.train.Example records. A pure function of the JobSpec and the unit: the local runner
-(scaled.py) and the Beam job call it alike.
+"""The scaled job's per-unit work: a unit's documents -> its train and eval records, a pure
+function of the JobSpec and the unit (the local runner and the Beam job call it alike).
 """
 
 import dataclasses
@@ -41,10 +36,6 @@ class SplitRecords:
     stats: output.InstanceStats
     documents: int
 
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
 
 @dataclasses.dataclass
 class UnitResult:
@@ -63,7 +54,7 @@ class UnitResult:
             "content": content.record(self.content, stat),
             **{
                 split: {
-                    "instances": records.count,
+                    "instances": len(records.offsets) - 1,
                     "bytes": len(records.data),
                     "documents": records.documents,
                     "stats": dataclasses.asdict(records.stats),

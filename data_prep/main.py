@@ -214,8 +214,6 @@ def _recorded_flags() -> dict:
 def _verify() -> int:
     problems = output.verify(FLAGS.output_dir)
     if problems:
-        # One line, as for every mistake (bert_jax.cli): a rerun of the job's own command
-        # rewrites a damaged or missing shard.
         raise cli.UserError(
             f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
             + "; ".join(problems)

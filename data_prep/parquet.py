@@ -74,6 +74,20 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
     return [(start, stop, {"weight": weight, "extent": extent}) for start, stop, weight in spans]
 
 
+def _values(column) -> list:
+    """A batch's values: str, bytes (a binary column) or None. A string column whose writer did
+    not check its UTF-8 (pyarrow reads it, Python's str refuses it) is read as bytes, which the
+    caller decodes as text lines are: bad bytes replaced and counted, never a crash."""
+    import pyarrow as pa
+
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        if pa.types.is_dictionary(column.type):
+            column = column.dictionary_decode()
+        return column.cast(pa.large_binary()).to_pylist()
+
+
 def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
     """The documents of a unit's row groups [start, stop) (of a file whose column `plan`
     checked): each row's text split into sentences."""
@@ -86,7 +100,7 @@ def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
                 _BATCH_ROWS, row_groups=range(unit.start, unit.stop), columns=[reading.text_field]
             )
             for batch in batches:
-                for text in batch.column(0).to_pylist():
+                for text in _values(batch.column(0)):
                     if isinstance(text, bytes):  # a binary column: UTF-8 as text lines are
                         text = inputs.decode_line(text, stats)
                     is_text = isinstance(text, str)

@@ -1,14 +1,8 @@
 """The scaled job's work directory, <output_dir>/_work (removed when the job has finished): what
-makes it resumable, and what a rerun trusts. Its names (_work, the shards', the writers' temporary
-files) are the data contract's (bert_jax/data/contract/manifest.py: WORK_DIR, SHARD_NAME,
-TEMPORARY): the trainer tells an unfinished job by them. Each file is published whole, and each
-marker written after what it describes, locally or in a bucket alike:
-  job.json          the settings' fingerprint: a rerun with other settings stops with an error
-  units/NNNNN.bin   a unit's records (train, eval) and their offsets, then
-  units/NNNNN.json  its marker (job_units.UnitResult.marker, and the .bin file's layout and
-                    size): the unit is finished iff it exists
-  shards/SPLIT-NNNNN.json  a shard's count, md5 and size, written after the shard is published
-What a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
+makes it resumable, and what a rerun trusts. Its names are the data contract's
+(bert_jax/data/contract/manifest.py), by which the trainer tells an unfinished job. Its files
+(job.json, units/NNNNN.bin and .json, shards/SPLIT-NNNNN.json), each marker written after what
+it describes, and what a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
 """
 
 import contextlib
@@ -33,7 +27,7 @@ def shard_marker(work_dir: str, split: str, shard: int) -> str:
 
 def stat(unit) -> dict | None:
     """The unit's file as it is before the unit reads it (None for TFDS and other non-files)."""
-    if not units.is_file(unit.kind):
+    if not units.KINDS[unit.kind].is_file:
         return None
     try:
         return content.file_stat(unit.path)
@@ -57,6 +51,50 @@ class WorkDir:
             for sub in (self.units, self.shards):
                 storage.makedirs(sub)
             yield
+
+    def finished(self, spec: job.JobSpec, planned: list, fp: dict) -> tuple[dict | None, dict]:
+        """The finished job's manifest (None: unfinished) and its shards that must be rebuilt
+        ({file: problem}); an error when it was written with other settings or from input that
+        has changed since. A finished job with nothing to rebuild leaves no work directory."""
+        finished = output.read_manifest(self.output_dir)
+        if finished is None:
+            return None, {}
+        if finished.get("fingerprint") != fp:
+            raise job.JobMismatch(
+                f"--output_dir={self.output_dir!r} holds a finished job with other settings "
+                f"({job.differences(finished.get('fingerprint'), fp)}); use another --output_dir"
+            )
+        changed = content.changed_inputs(
+            planned, finished.get("inputs", {}), spec.text_field, spec.tfds_data_dir
+        )
+        if changed:
+            raise job.JobMismatch(
+                f"--output_dir={self.output_dir!r} holds a finished job whose input has changed "
+                f"since ({', '.join(changed)}); use another --output_dir, or empty this one to "
+                "rebuild"
+            )
+        damaged = output.damaged_shards(self.output_dir, finished)
+        if not damaged and storage.exists(self.path):  # a kill after the manifest, before rmtree
+            with self.locked():
+                storage.rmtree(self.path)
+        return finished, damaged
+
+    @contextlib.contextmanager
+    def running(self, fp: dict, finished: dict | None, damaged: dict):
+        """Holds the lock while the job runs on from its state here (`damaged`: shards of the
+        `finished` output to rebuild). The work directory goes when the job has finished, or has
+        no instance before any shard is written (a rerun may change the unit settings)."""
+        with self.locked():
+            if finished is not None:
+                self.reopen(finished, damaged)
+            self.check(fp)
+            try:
+                yield
+            except job.NoInstances:
+                if not any(manifest.SHARD_NAME.match(n) for n in storage.sizes(self.output_dir)):
+                    storage.rmtree(self.path)
+                raise
+        storage.rmtree(self.path)
 
     def check(self, fp: dict) -> None:
         """Stops a rerun whose settings differ from the unfinished job's; then records this job's
@@ -86,12 +124,6 @@ class WorkDir:
                 if manifest.TEMPORARY.search(name):
                     os.remove(os.path.join(folder, name))
 
-    def drop_if_shardless(self) -> None:
-        """Removes the work directory when no shard has been written (a job that failed for want
-        of instances: nothing to resume, and a rerun may change the unit settings)."""
-        if not any(manifest.SHARD_NAME.match(name) for name in storage.sizes(self.output_dir)):
-            storage.rmtree(self.path)
-
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
         shards' markers first, then the manifest goes; the units are computed again."""
@@ -106,9 +138,11 @@ class WorkDir:
                     output.write_json_atomic(shard_marker(self.path, split, shard), entry)
         storage.remove(storage.join(self.output_dir, manifest.FILE))
 
-    def remove_other_shards(self, keep: set) -> None:
-        """Removes shard files of this job that its final plan does not name (an earlier plan's,
-        when the input changed between runs and a kill came between a shard and its marker)."""
+    def remove_other_shards(self, shards: dict) -> None:
+        """Removes shard files of this job that its final plan (`shards`, the manifest's) does not
+        name: an earlier plan's, when the input changed between runs and a kill came between a
+        shard and its marker."""
+        keep = {entry["file"] for entries in shards.values() for entry in entries}
         for name in storage.sizes(self.output_dir):
             if manifest.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))

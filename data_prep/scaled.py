@@ -87,43 +87,37 @@ def _unit_task(unit) -> dict:
 
 @contextlib.contextmanager
 def _unit_files(work_dir: str, pieces: list):
-    """The pieces' unit files open for pread: (fd, data_at, offsets_at, first, end) per piece.
-    Local unit files are opened as they are; from a bucket, each piece's offsets and record bytes
-    are fetched first, one ranged read each (not one request per record), into one local
-    temporary file, and the positions are shifted to where they lie there."""
-    if not storage.is_url(work_dir):
-        files = []
-        try:
-            for unit, *_ in pieces:
-                files.append(os.open(resume.unit_path(work_dir, unit, "bin"), os.O_RDONLY))
-            yield [(fd, *place) for fd, (_, *place) in zip(files, pieces)]
-        finally:
-            for fd in files:
-                os.close(fd)
-        return
-    with tempfile.TemporaryFile(prefix="bert_jax_pieces_") as local:
+    """Per piece, a file open for pread that holds its records, and where they lie there
+    ([records + 1] int64: record k is bytes bounds[k]:bounds[k + 1]). Local unit files are read
+    where they are; from a bucket, each piece's offsets and records are fetched first, one ranged
+    read each (not one request per record), into one local temporary file."""
+    remote = storage.is_url(work_dir)
+    with contextlib.ExitStack() as stack:
+        if remote:
+            local = stack.enter_context(tempfile.TemporaryFile(prefix="bert_jax_pieces_"))
         located = []
         for unit, data_at, offsets_at, first, end in pieces:
-            records = resume.unit_path(work_dir, unit, "bin")
-            with storage.open_read(records) as f:
+            path = resume.unit_path(work_dir, unit, "bin")
+            if not remote:
+                fd = os.open(path, os.O_RDONLY)
+                stack.callback(os.close, fd)
+                raw = os.pread(fd, 8 * (end - first + 1), offsets_at + 8 * first)
+                located.append((fd, data_at + np.frombuffer(raw, "<i8")))
+                continue
+            with storage.open_read(path) as f:
                 f.seek(offsets_at + 8 * first)
-                raw = f.read(8 * (end - first + 1))
-                offsets = np.frombuffer(raw, "<i8")
-                offsets_here = local.tell()
-                local.write(raw)
-                data_here = local.tell()
+                offsets = np.frombuffer(f.read(8 * (end - first + 1)), "<i8")
+                located.append((local.fileno(), local.tell() - offsets[0] + offsets))
                 f.seek(data_at + int(offsets[0]))
                 remaining = int(offsets[-1] - offsets[0])
                 while remaining > 0:
                     block = f.read(min(remaining, 8 << 20))
                     if not block:
-                        raise EOFError(f"{records} ends early: {remaining} bytes missing")
+                        raise EOFError(f"{path} ends early: {remaining} bytes missing")
                     local.write(block)
                     remaining -= len(block)
-            located.append(
-                (local.fileno(), data_here - int(offsets[0]), offsets_here - 8 * first, first, end)
-            )
-        local.flush()
+        if remote:
+            local.flush()
         yield located
 
 
@@ -133,16 +127,10 @@ def _shard_task(task) -> tuple[str, int, dict]:
     time; returns its split, index and manifest entry."""
     spec, work_dir, output_dir, split, shard, num, pieces = task
     path = storage.join(output_dir, output.shard_name(split, shard, num, spec.fmt))
-    starts, lengths = [], []
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
-        for fd, data_at, offsets_at, first, end in files:
-            offsets = np.frombuffer(
-                os.pread(fd, 8 * (end - first + 1), offsets_at + 8 * first), "<i8"
-            )
-            starts.append(data_at + offsets[:-1])
-            lengths.append(np.diff(offsets))
-        which = np.repeat(np.arange(len(pieces)), [end - first for *_, first, end in pieces])
-        starts, lengths = np.concatenate(starts), np.concatenate(lengths)
+        which = np.repeat(np.arange(len(files)), [len(bounds) - 1 for _, bounds in files])
+        starts = np.concatenate([bounds[:-1] for _, bounds in files])
+        lengths = np.concatenate([np.diff(bounds) for _, bounds in files])
         order = job.shard_order(spec, split, shard, len(starts))
         with record_io.RecordWriter(local, spec.fmt) as writer:
             for lo in range(0, len(order), 4096):  # Python ints for a slice at a time: flat memory
@@ -214,9 +202,8 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
             for future in submitted:
                 future.cancel()
         try:
-            # The units in flight finish here, where a second Ctrl-C is ours: one that came
-            # while the interpreter's exit waited for them (shutdown(wait=False) before) cut
-            # that wait short, and the exit then waited forever on workers left waiting for work.
+            # The units in flight finish here, where a second Ctrl-C is ours: during the
+            # interpreter's exit it left the exit waiting forever on idle workers.
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # stop at once: what a unit in flight wrote is never trusted
             _terminate(pool)
@@ -251,27 +238,15 @@ def run(
     planned = job.plan(spec, output_dir)
     vocab = manifest.vocab_entry(tokenizer, file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    finished, damaged = output.read_manifest(output_dir), {}
-    if finished is not None:
-        damaged = job.check_finished(spec, planned, fp, finished, output_dir)
     work = resume.WorkDir(output_dir)
+    finished, damaged = work.finished(spec, planned, fp)
     if finished is not None and not damaged:
         logging.info("%s already holds this job's finished output; nothing to do", output_dir)
-        if storage.exists(work.path):  # a kill after the manifest, before the work went
-            with work.locked():
-                storage.rmtree(work.path)
         return finished
-    with work.locked():
-        if finished is not None:
-            work.reopen(finished, damaged)
-        work.check(fp)
-        try:
-            markers, shards = _run_tasks(
-                spec, tokenizer, output_dir, work, planned, num_workers, progress
-            )
-        except job.NoInstances:
-            work.drop_if_shardless()
-            raise
+    with work.running(fp, finished, damaged):
+        markers, shards = _run_tasks(
+            spec, tokenizer, output_dir, work, planned, num_workers, progress
+        )
         result = job.manifest_fields(
             spec,
             fp,
@@ -283,9 +258,8 @@ def run(
             seconds=time.time() - started,
             runner=f"local, {num_workers} worker(s)",
         )
-        work.remove_other_shards({e["file"] for entries in shards.values() for e in entries})
+        work.remove_other_shards(shards)
         output.write_json_atomic(storage.join(output_dir, manifest.FILE), result)
-    storage.rmtree(work.path)
     return result
 
 

@@ -27,6 +27,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
 PARQUET_MAGIC = b"PAR1"
 UTF8_BOM = b"\xef\xbb\xbf"
+_REPLACEMENT = "\ufffd".encode()  # U+FFFD written in UTF-8
 # Formats people have corpora in that are not read here: named, with what to do, instead of the
 # generic "holds NUL bytes".
 _UNREAD_FORMATS = (
@@ -102,7 +103,10 @@ def check_text(head: bytes) -> None:
     text = head.decode("utf-8", errors="replace")
     if len(head) == HEAD_BYTES:  # the sniffed head may end inside a character
         text = text.rstrip("\ufffd")
-    bad = text.count("\ufffd")
+    # A U+FFFD the text holds (its bytes EF BF BD: text decoded with replacement before it came
+    # here, common in web crawls) is UTF-8 like any other character, not a byte that does not
+    # decode; the original reads it, and its tokenizer drops it.
+    bad = text.count("\ufffd") - head.count(_REPLACEMENT)
     if bad >= _MIN_BAD and bad > _MAX_BAD_FRACTION * len(text):
         raise NotText(
             f"is not UTF-8 text: {bad} of its first {len(text)} characters do not decode (another "
@@ -110,8 +114,8 @@ def check_text(head: bytes) -> None:
         )
     # Latin-1 prose has few bad characters but on most lines: every accented word would lose a
     # letter. A few bad lines in UTF-8 text are repaired and counted (ReadStats.bad_utf8_lines).
-    lines = [line for line in text.split("\n") if line.strip()]
-    bad_lines = sum("\ufffd" in line for line in lines)
+    lines = [(line, raw) for line, raw in zip(text.split("\n"), head.split(b"\n")) if line.strip()]
+    bad_lines = sum(line.count("\ufffd") > raw.count(_REPLACEMENT) for line, raw in lines)
     if bad_lines >= _MIN_BAD_LINES and 2 * bad_lines > len(lines):
         raise NotText(
             f"is not UTF-8 text: {bad_lines} of its first {len(lines)} lines hold bytes that do "

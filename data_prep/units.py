@@ -1,18 +1,8 @@
-"""Work units of the scaled job, and the one table of input kinds (`KINDS`).
-
-A unit is a byte block of a text or JSONL file, a whole gzip file (gzip cannot seek) or book
-(data_prep/lines.py), a run of whole bz2 streams of a multistream Wikipedia dump
-(data_prep/wiki.py), a run of row groups of a Parquet file (data_prep/parquet.py), or an index
-range of a TFDS split (`tfds:NAME[:SPLIT]`, read with `tfds.data_source`: no TensorFlow, the
-dataset prepared in ArrayRecord format). Units are planned from the inputs alone (their content
-kinds, sizes, a dump's index, a Parquet footer, and the block size), so they, and every random
-choice seeded from them, are the same whatever the number of workers.
-
-KINDS says how each kind is planned into units and how a unit is read, for the jobs and for whole
-inputs (readers.documents, one unit a source: vocab training, --mode=reference); no other module
-branches on a kind's name.
-A source's kind comes from its content (sniff.sniff), refined by its name and --document_per_file
-(readers.source_of); a `tfds:` input is "tfds".
+"""Work units of the scaled job, and the one table of input kinds (`KINDS`): how each kind is
+planned into units and how a unit is read, for the jobs and for whole inputs (readers.documents);
+no other module branches on a kind's name. Units are planned from the inputs alone, never from
+the worker count: every random choice is seeded from them. What a unit of each kind is:
+docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
@@ -68,8 +58,8 @@ Plan = list[tuple[int, int, dict]]
 class Kind:
     plan: Callable[[Source, Settings], Plan]
     read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Settings)
-    # A file (stat, content hash; its first unit counts it in ReadStats.files and an empty one);
-    # False: a TFDS dataset, trusted by its name and extent.
+    # A file (stat, content hash; an empty one is counted); False: a TFDS dataset, trusted by its
+    # name and extent.
     is_file: bool = True
     # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
     # reads its index (and refuses one of another dump), which reading it whole never needs.
@@ -92,10 +82,8 @@ def open_tfds(name: str, split: str, data_dir: str | None):
 
 
 def _tfds_documents(unit: Unit, stats: ReadStats, r: Settings) -> Iterator[list[str]]:
-    """Documents of a unit's examples of a TFDS split; its first unit counts the dataset."""
+    """Documents of a unit's examples of a TFDS split."""
     source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
-    if unit.start == 0:
-        stats.files += 1
     for index in range(unit.start, min(unit.stop, len(source))):
         example = source[index]
         if r.text_field not in example:
@@ -127,17 +115,8 @@ KINDS: dict[str, Kind] = {
         wiki.plan, wiki.read_unit, plan_whole=lambda s, p: [(0, storage.size(s.path), {})]
     ),
     "parquet": Kind(parquet.plan, parquet.read_unit),
-    "tfds": Kind(
-        _plan_tfds,
-        _tfds_documents,
-        is_file=False,
-    ),
+    "tfds": Kind(_plan_tfds, _tfds_documents, is_file=False),
 }
-
-
-def is_file(kind: str) -> bool:
-    """Whether a unit or source of `kind` is a file (see Kind.is_file)."""
-    return KINDS[kind].is_file
 
 
 def plan_units(
@@ -158,18 +137,8 @@ def plan_units(
     units: list[Unit] = []
     for source in sources:
         for start, stop, fields in KINDS[source.kind].plan(source, planning):
-            units.append(
-                Unit(
-                    len(units),
-                    source.kind,
-                    source.path,
-                    start,
-                    stop,
-                    first=start == 0,
-                    compression=source.compression,
-                    **fields,
-                )
-            )
+            fields = {"first": start == 0, "compression": source.compression, **fields}
+            units.append(Unit(len(units), source.kind, source.path, start, stop, **fields))
     return units
 
 
@@ -185,9 +154,9 @@ def read_unit(
     by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
     passes one that hashes what is read)."""
     kind = KINDS[unit.kind]
-    if kind.is_file and unit.first:
+    if unit.first:  # a source's first unit counts it (ReadStats.files: files and TFDS splits)
         stats.files += 1
-        if unit.stop == 0:
+        if kind.is_file and unit.stop == 0:
             stats.empty_files += 1
             return
     reading = Settings(text_field, tfds_data_dir, open_binary, language)

@@ -89,16 +89,13 @@ _NO_TEXT = (
     "control or format characters, or combining marks): pass the corpus the vocabulary is for"
 )
 
-# The WordPiece trainer's default cap on the alphabet (single characters kept).
-LIMIT_ALPHABET = 1000
-
 
 def train_wordpiece(
     sentences: Iterable[str],
     output_path: str,
     vocab_size: int,
     do_lower_case: bool,
-    limit_alphabet: int = LIMIT_ALPHABET,
+    limit_alphabet: int = 1000,  # the trainer's default cap on single characters kept
 ) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the alphabet, the ##
     characters, then learnt pieces; the same corpus gives the same file, byte for byte, because
@@ -110,10 +107,14 @@ def train_wordpiece(
         raise TypeError("train_wordpiece reads the corpus twice: pass a list or a Corpus")
 
     def tokenizer():
-        return tokenizers.BertWordPieceTokenizer(
-            lowercase=do_lower_case, strip_accents=do_lower_case
+        # The trainer takes the words as they come: data_prep's own BasicTokenizer cuts them.
+        tok = tokenizers.BertWordPieceTokenizer(
+            clean_text=False, handle_chinese_chars=False, strip_accents=False, lowercase=False
         )
+        tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+        return tok
 
+    sentences = _BasicWords(sentences, do_lower_case)
     alphabet, continuing = _wordpiece_start(tokenizer(), sentences, limit_alphabet)
     tok = tokenizer()
     tok.train_from_iterator(
@@ -139,6 +140,22 @@ def train_wordpiece(
     storage.makedirs(storage.dirname(output_path))
     storage.write_text(output_path, "".join(piece + "\n" for piece in pieces))  # published whole
     return output_path
+
+
+@dataclasses.dataclass
+class _BasicWords:
+    """Texts as the words of the WordPieceTokenizer that will use the vocabulary (the original's
+    BasicTokenizer), joined by spaces; read afresh by every iter(). Hugging Face's BertNormalizer
+    differs from it: it drops private-use characters (category Co), which the original keeps,
+    so every word holding one (mojibake's U+F8FF, CJK texts' private characters) was [UNK] in
+    the records made with a vocabulary trained on that very corpus."""
+
+    texts: Iterable[str]
+    do_lower_case: bool
+
+    def __iter__(self) -> Iterator[str]:
+        for text in self.texts:
+            yield " ".join(tokenization.basic_tokenize(text, self.do_lower_case))
 
 
 def _wordpiece_start(tok, sentences: Iterable[str], limit_alphabet: int):

@@ -161,14 +161,21 @@ _HF_HEADS = {
 EXPORT_FLAG = "<workdir>/export"
 
 
-def check_exportable(config: BertConfig, vocab_file: str | None = None) -> None:
+def check_exportable(config: BertConfig, kind: str, vocab_file: str | None = None) -> None:
     """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
-    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file`."""
+    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file` and a
+    sentence head without BERT's pooler (transformers' would be freshly initialized)."""
     bert.check_exportable_vocab(vocab_file)
     if bert.architecture(config) != bert.BERT:
         raise cli.UserError(
             "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "
             "(this export writes BERT's task classes): set --config.export=False"
+        )
+    if kind in ("classification", "regression") and not config.pooler:
+        raise cli.UserError(
+            f"a {kind} model without BERT's pooler (model.pooler=False) cannot be exported: "
+            "transformers' BertForSequenceClassification reads the pooler; set "
+            "--config.export=False"
         )
 
 
@@ -195,13 +202,15 @@ def export_hf(
     output_dir: str,
     vocab_file: str | None,
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
+    pad_id: int = PAD_ID,
 ) -> dict[str, Any]:
     """Writes `model` (a TaskModel, with or without LoRA adapters) as a transformers task
-    model directory; adapters are merged into a copy first. Returns the config.json written."""
-    check_exportable(model.config)
+    model directory; adapters are merged into a copy first. Returns the config.json written.
+    `pad_id`: the tokenizer's [PAD] (config.json's pad_token_id)."""
+    check_exportable(model.config, model.kind)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]
-    hf_config = bert.hf_config_from_bert(model.config)
+    hf_config = bert.hf_config_from_bert(model.config, {"pad": pad_id})
     hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
     hf_config["architectures"] = [cls_name]
     if model.kind == "regression":

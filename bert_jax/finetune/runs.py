@@ -136,7 +136,7 @@ def prepare(
         )
     tok = encoder.tokenizer
     if config.get("export"):
-        heads.check_exportable(encoder.config, encoder.vocab_file)
+        heads.check_exportable(encoder.config, task.kind, encoder.vocab_file)
     if config.data.max_seq_length > encoder.config.max_position_embeddings:
         raise cli.UserError(
             f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import cli, storage
 from bert_jax.finetune import heads, lora, packed, predict, runs, tasks
 from bert_jax.hf import publish
-from bert_jax.training import checkpoints, faults, loop, metrics_log, optim, train_state
+from bert_jax.training import checkpoints, faults, loop, optim, train_state
 
 EXPORT_DIR = "export"
 # Each element is a whole step's batch cut from arrays in memory: one thread a few steps ahead
@@ -165,15 +165,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         inference = predict.Inference(run, setup, frozen)
         p_train_step = jit_train_step(setup, run.tok.pad_id)
         lr = setup.lr_on_mesh()
-        log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
-        progress = metrics_log.Progress(total, step, enabled=is_primary)
+        training = loop.Loop(workdir, config, setup, manager, data_iter, step, total)
         primary = tasks.primary_metric(run.task, config.data)
 
         def run_eval(step: int, state: dict, between_batches) -> dict:
             figures = inference.evaluate(state["params"], eval_sets, between_batches)
             flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
-            if not log.evaluated(step):  # a rerun's final eval again: logged once
-                log.write(step, "eval", flat)
+            if not training.log.evaluated(step):  # a rerun's final eval again: logged once
+                training.log.write(step, "eval", flat)
             if is_primary:
                 print(
                     f"eval  step {step:d}  "
@@ -210,7 +209,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             try:
                 result["eval_at_start"] = run_eval(step, state, preemption.between_batches)
             except faults.Abandoned:  # nothing trained yet: nothing to save, a rerun starts over
-                log.close()
+                training.log.close()
                 checkpoints.finish(manager)
                 result.update(step=None, stopped=preemption.stopped())
                 if is_primary and result["stopped"] == "preempted":
@@ -221,18 +220,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                     )
                 return result
 
-        out = loop.run(
+        out = training.run(
             state,
-            step,
             last_step=total,
-            total=total,
-            setup=setup,
             train_step=lambda state, batch: p_train_step(state, frozen, batch, lr),
-            data_iter=data_iter,
-            manager=manager,
-            config=config,
-            log=log,
-            progress=progress,
             train_figures=train_figures,
             evaluate=evaluate_now if eval_sets else None,
             eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
@@ -241,7 +232,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         state, step = out.state, out.step  # the state passed in was donated to the steps
         result.update(step=step, train=out.train, stopped=out.stopped)
         if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
-            log.close()
+            training.log.close()
             return result
         # The last step is saved (the loop saves where it ends): a signal now stops the final
         # eval or the predictions after the batch it came in, or comes before the export, and a
@@ -258,7 +249,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             preemption.between_batches()  # a signal during the last save, with nothing after it
         except faults.Abandoned:
             result.update(stopped=preemption.stopped(), eval={}, predictions=None)
-        log.close()
+        training.log.close()
     if result["stopped"] != "done":
         if is_primary and result["stopped"] == "preempted":
             print(
@@ -272,6 +263,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         if is_primary:
             result["export"] = storage.join(workdir, EXPORT_DIR)
             heads.export_hf(
-                model, run.labels, result["export"], run.vocab_file, config.data.do_lower_case
+                model,
+                run.labels,
+                result["export"],
+                run.vocab_file,
+                config.data.do_lower_case,
+                pad_id=run.tok.pad_id,
             )
     return result

@@ -1,9 +1,10 @@
 """The two transformers classes our model can be, as data: BertForPreTraining (also Google's
-original TensorFlow BERT) and ModernBertForMaskedLM. An `Architecture` says which config fields
-the class fixes, how its config.json maps to a BertConfig both ways, and the name of each of our
-parameters in its files; `architecture(config)` picks one, or refuses a mix of the two blocks.
-Torch Linear weights are [out, in], our kernels [in, out]; a name with several of our paths holds
-them concatenated along torch's first axis (ModernBERT's Wqkv, Wi).
+original TensorFlow BERT; BertForMaskedLM without the NSP head) and ModernBertForMaskedLM. An
+`Architecture` says which config fields the class fixes, how its config.json maps to a
+BertConfig both ways, and the name of each of our parameters in its files;
+`architecture(config)` picks one, or refuses a mix of the two blocks. Torch Linear weights are
+[out, in], our kernels [in, out]; a name with several of our paths holds them concatenated along
+torch's first axis (ModernBERT's Wqkv, Wi).
 
 docs/model.md, "Import a public BERT" and "ModernBERT in and out of Hugging Face".
 """
@@ -36,6 +37,8 @@ class Architecture:
     body: tuple[str, ...]  # prefixes of the names a file must hold; the heads may be absent
     tied: frozenset[str]  # names a file may hold that repeat another weight (the decoder)
     decoder: tuple[str, str]  # the tied decoder weight, and the word embeddings it repeats
+    # {a tied alias: the name it repeats}, read where a file holds the alias alone
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def normalize(self, name: str) -> str:
         """A checkpoint's name variants -> this class's names: a bare encoder's, and pre-2019
@@ -61,6 +64,8 @@ def _norm(hf: str, ours: tuple, bias: bool = True) -> Iterator[Row]:
 
 
 # --- BertForPreTraining ----------------------------------------------------------------------
+
+BERT_MODEL_TYPE = "bert"  # config.json's model_type of every transformers Bert* class
 
 # config.json fields that are BertConfig fields under the same name, with transformers'
 # BertConfig defaults for a file that leaves them out (None: required, the sizes).
@@ -110,12 +115,16 @@ def _bert_config(hf: Mapping[str, Any], **overrides) -> BertConfig:
 
 def _bert_hf_config(config: BertConfig, special_ids=None) -> dict[str, Any]:
     out = {f: getattr(config, f) for f in _SHARED_FIELDS}
+    pad = (special_ids or {}).get("pad")
     out.update(
-        architectures=["BertForPreTraining"],
-        model_type="bert",
+        # Without the NSP head (MLM-only pre-training, RoBERTa's recipe) the MLM class holds it all.
+        architectures=["BertForPreTraining" if config.nsp_head else "BertForMaskedLM"],
+        model_type=BERT_MODEL_TYPE,
         hidden_act="gelu",
         position_embedding_type="absolute",
-        pad_token_id=0,  # its vocabularies' [PAD]
+        # The tokenizer's [PAD] (its row gets no gradient in transformers' training); 0, the
+        # [PAD] of BERT's vocabularies, where unknown.
+        pad_token_id=0 if pad is None else pad,
         tie_word_embeddings=True,
         torch_dtype="float32",
     )
@@ -136,11 +145,13 @@ def _bert_rows(config: BertConfig | None, layers: int) -> Iterator[Row]:
         yield from _linear(f"{hf}.intermediate.dense", ours + ("intermediate",))
         yield from _linear(f"{hf}.output.dense", ours + ("output",))
         yield from _norm(f"{hf}.output.LayerNorm", ours + ("output_norm",))
-    yield from _linear("bert.pooler.dense", ("bert", "pooler"))
+    if config is None or config.pooler:
+        yield from _linear("bert.pooler.dense", ("bert", "pooler"))
     yield from _linear("cls.predictions.transform.dense", ("mlm", "transform"))
     yield from _norm("cls.predictions.transform.LayerNorm", ("mlm", "transform_norm"))
     yield (("mlm", "bias"),), "cls.predictions.bias", False
-    yield from _linear("cls.seq_relationship", ("nsp",))
+    if config is None or config.nsp_head:
+        yield from _linear("cls.seq_relationship", ("nsp",))
 
 
 BERT = Architecture(
@@ -154,8 +165,6 @@ BERT = Architecture(
         "head_bias": True,
         "decoder_bias": True,
         "local_attention": 0,
-        "pooler": True,
-        "nsp_head": True,
     },
     from_hf=_bert_config,
     to_hf=_bert_hf_config,
@@ -165,6 +174,8 @@ BERT = Architecture(
     body=("bert.embeddings.", "bert.encoder."),
     tied=frozenset({"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}),
     decoder=("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight"),
+    # transformers ties the decoder's bias to the MLM bias and loads a file holding only it
+    aliases={"cls.predictions.decoder.bias": "cls.predictions.bias"},
 )
 
 
@@ -229,8 +240,21 @@ def architecture(config: BertConfig) -> Architecture:
 
 
 def of_hf_config(hf: Mapping[str, Any]) -> Architecture:
-    """The class a config.json (or Google's bert_config.json) describes: its model_type says."""
-    return MODERNBERT if hf.get("model_type") == modernbert.MODEL_TYPE else BERT
+    """The class a config.json (or Google's bert_config.json) describes: its model_type says;
+    another model's (RoBERTa's, ELECTRA's, ...) is refused."""
+    model_type = hf.get("model_type", BERT_MODEL_TYPE)  # Google's bert_config.json has none
+    if model_type == modernbert.MODEL_TYPE:
+        return MODERNBERT
+    if model_type != BERT_MODEL_TYPE:
+        # RoBERTa, XLM-R, CamemBERT, ERNIE, ... state BERT's sizes, and a bare encoder of theirs
+        # has BERT's weight names, but computes something else (RoBERTa's positions start
+        # after the padding id): loaded as BERT, every output would be silently wrong.
+        raise CheckpointError(
+            f"model_type {model_type!r} is not supported: only BERT ({BERT_MODEL_TYPE!r}, or "
+            f"Google's bert_config.json) and ModernBERT ({modernbert.MODEL_TYPE!r}) directories "
+            "import; its weights may carry BERT's names, but the model computes something else"
+        )
+    return BERT
 
 
 def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:

@@ -313,7 +313,11 @@ def read_hf(
         except (ValueError, TypeError) as e:  # a field of the wrong kind, a missing one
             text = " ".join(str(e).split())
             raise CheckpointError(text if path in text else f"{path}: {text}") from None
-    arch, theirs = architecture(config), of_hf_config(hf_config).label
+    try:  # a run's own config too: the directory must hold a model we read (not RoBERTa's)
+        theirs = of_hf_config(hf_config).label
+    except CheckpointError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    arch = architecture(config)
     if arch.label != theirs:  # a run's own config: its block must be the directory's
         raise CheckpointError(
             f"{hf_dir} holds a {theirs} model but the config.model given is {arch.label}'s "
@@ -322,6 +326,9 @@ def read_hf(
     tensors, source = read_hf_weights(hf_dir)
     # The weights mapped; heads or a pooler the file lacks are freshly initialized.
     by_name = {arch.normalize(k): v for k, v in tensors.items()}
+    for alias, name in arch.aliases.items():  # a tied weight saved under its other name
+        if name not in by_name and alias in by_name:
+            by_name[name] = by_name[alias]
     table = list(arch.rows(config, config.num_hidden_layers))
     ours = [name for _, name, _ in table]
     missing = [name for name in ours if name not in by_name]

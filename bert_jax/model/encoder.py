@@ -29,7 +29,8 @@ from bert_jax.model import rope
 from bert_jax.model.bert_config import SHAPE_FIELDS, BertConfig
 from bert_jax.model.dropout import dropout as _dropout
 from bert_jax.model.layer_stack import run_layers
-from bert_jax.model.layers import LOGICAL_AXIS_NAMES, EncoderLayer
+from bert_jax.model.layers import EncoderLayer
+from bert_jax.model.sharding import LOGICAL_AXIS_NAMES
 
 __all__ = ["LOGICAL_AXIS_NAMES", "SHAPE_FIELDS", "BertConfig", "BertForPreTraining", "BertModel"]
 

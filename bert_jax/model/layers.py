@@ -21,7 +21,6 @@ from bert_jax.model import attention, mixed_matmul, rope, sharding
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.dropout import dropout as _dropout
 
-LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
 ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_dim]
 ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]

@@ -22,6 +22,8 @@ from jax.sharding import PartitionSpec as P
 from bert_jax import cli
 
 MESH_AXES = ("data", "fsdp", "tensor")
+# The logical axes the model's layers name (model/layers.py), which config.mesh.rules maps.
+LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 
 # The TPU compiler's "windowed einsum" turns a matmul whose output is reduce-scattered (the
 # weight gradients under weight-update sharding) or whose input is all-gathered into a loop of
@@ -167,7 +169,10 @@ def activate(mesh: Mesh, rules):
 
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules,
-    as flax's nnx.logical_axis_rules takes them for the model's activations."""
+    as flax's nnx.logical_axis_rules takes them for the model's activations. A rule for a name
+    the model does not have (a typo: 'head' for 'heads') or a second rule for one name would be
+    ignored silently (the weights it meant to split stay whole; with a name twice the parameters
+    follow the last rule and the activations the first): one cli.UserError names both."""
     out = []
     for rule in rules:
         if len(rule) != 2:
@@ -184,6 +189,19 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
                 f"use {MESH_AXES}"
             )
         out.append((logical, axes))
+    names = [logical for logical, _ in out]
+    unknown = [n for n in names if n not in LOGICAL_AXIS_NAMES]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    problems = []
+    if unknown:
+        problems.append(
+            f"mesh.rules names logical axes the model does not have: {unknown}; the model's "
+            f"are {LOGICAL_AXIS_NAMES}"
+        )
+    if twice:
+        problems.append(f"mesh.rules has more than one rule for {twice}: one rule per name")
+    if problems:
+        raise cli.UserError("; ".join(problems))
     return tuple(out)
 
 

@@ -34,9 +34,8 @@ _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
 # (every worker meets every distinct word once). ASCII control characters are deleted, which joins
 # their neighbours ("a\x01b" is the word "ab"), so words holding one take the general path.
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")  # "\n": between _add_words' words
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
-_ASCII_PIECES_OR_NEWLINE = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")
 _CHINESE_RANGES = (  # the original's _is_chinese_char, in its order
     (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
     (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
@@ -91,6 +90,58 @@ _DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord
 _SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
 
 
+# "1" for a character whose decomposition is all combining marks (non-zero combining class: what
+# canonical ordering sorts), "0" for any other.
+_NONSTARTER = _CharMap(
+    lambda ch: "1" if all(map(unicodedata.combining, unicodedata.normalize("NFD", ch))) else "0"
+)
+_DECOMPOSE = _CharMap(lambda ch: unicodedata.normalize("NFD", ch))
+_LONG_RUN = 64
+
+
+@functools.cache
+def _nonstarters() -> np.ndarray:
+    """_NONSTARTER for every code point, as a uint8 table (built once: 0.1 s)."""
+    table = np.fromiter(
+        map(unicodedata.combining, map(chr, range(0x110000))), np.uint8, 0x110000
+    ).astype(bool)
+    for cp in range(0x110000):
+        if unicodedata.decomposition(chr(cp))[:1] not in ("", "<"):  # a canonical decomposition
+            table[cp] = _NONSTARTER[cp] == "1"
+    return table
+
+
+def _has_long_run(text: str) -> bool:
+    """Whether `text` holds _LONG_RUN characters in a row that decompose to combining marks."""
+    if len(text) < _LONG_RUN:
+        return False
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), "<u4")
+    marks = np.cumsum(_nonstarters()[codes], dtype=np.int64)
+    return bool(
+        np.any(marks[_LONG_RUN - 1 :] - np.concatenate([[0], marks[:-_LONG_RUN]]) == _LONG_RUN)
+    )
+
+
+def _nfd(text: str) -> str:
+    """unicodedata.normalize("NFD", text). CPython puts a run of combining marks in canonical
+    order by insertion sort, quadratic in the run's length (one word of 160,000 marks: 37 s; an
+    8 MB line of them: hours), so a text holding a long run is normalized here: each character's
+    own decomposition, then every run of marks sorted stably by combining class, which is NFD's
+    definition."""
+    if not _has_long_run(text):
+        return unicodedata.normalize("NFD", text)
+    decomposed = text.translate(_DECOMPOSE)
+    pieces, at = [], 0
+    for run in re.finditer("1{2,}", decomposed.translate(_NONSTARTER)):
+        pieces.append(decomposed[at : run.start()])
+        pieces.append(
+            "".join(sorted(decomposed[run.start() : run.end()], key=unicodedata.combining))
+        )
+        at = run.end()
+    pieces.append(decomposed[at:])
+    return "".join(pieces)
+
+
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
     punctuation.
@@ -105,7 +156,7 @@ def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
     if do_lower_case:
         text = text.lower()
         if not text.isascii():
-            text = unicodedata.normalize("NFD", text).translate(_DROP_MN)
+            text = _nfd(text).translate(_DROP_MN)
     return text.translate(_SPACE_PUNCTUATION).split()
 
 
@@ -113,16 +164,12 @@ def basic_tokenize_with_offsets(
     text: str, do_lower_case: bool
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """basic_tokenize(text), each token with the [start, end) span in `text` of each of its
-    characters: how a span of tokens or word pieces maps back to the text as written (SQuAD's
-    answers).
+    characters (how SQuAD's answers map back to the text as written).
 
-    The spans come from the same rules as the tokens, applied to one character at a time
-    (_CLEAN, lower-casing, NFD and dropping Mn): the tokens are then substrings of that
-    per-character text in order, since splitting on whitespace and punctuation only cuts it. Two
-    rules look beyond one character: str.lower's final sigma (matched as σ), and NFD's canonical
-    reordering of combining marks that are not dropped (a few Mc characters); a token the latter
-    changes is not found, and its characters span from where it starts to the end of `text`,
-    which callers give one word at a time.
+    The tokens are found in order in the text the rules make one character at a time. Two rules
+    look further: str.lower's final sigma (matched as σ), and NFD's reordering of kept combining
+    marks (a few Mc), whose token is not found: its characters span from where it starts to the
+    end of `text` (callers give one word at a time).
     """
     norm, back = [], []
     for j, ch in enumerate(text):
@@ -176,9 +223,6 @@ class WordPieceTokenizer:
         self.unk_id = self.vocab[UNK]
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.pad_id = self.vocab.get(PAD, 0)
-        self._longest_entry = max(len(t[2:] if t.startswith("##") else t) for t in self.vocab)
-        # Characters of any entry ("#" of "##" included): a word holding another one is [UNK].
-        self._vocab_chars = frozenset().union(*self.vocab)
         self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
         # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
         # _table[_table_start[row]:][:_table_len[row]].
@@ -186,8 +230,8 @@ class WordPieceTokenizer:
         self._table = array.array("i")
         self._table_start = array.array("q")
         self._table_len = array.array("q")
-        # Basic-token pieces of ASCII words -> ids, shared by both caches' miss paths. "\n"
-        # separates words in the batched miss path and has no ids.
+        # Basic tokens -> ids, shared by both caches' miss paths. "\n" separates words in the
+        # batched miss path and has no ids.
         self._piece_cache: dict[str, tuple[int, ...]] = {}
         self._clear_batch_cache()
 
@@ -200,29 +244,11 @@ class WordPieceTokenizer:
         together."""
         return token.startswith("##")
 
-    def _wordpiece(self, word: str) -> list[str]:
-        if len(word) > self.max_chars_per_word or not self._vocab_chars.issuperset(word):
-            return [UNK]
-        out, start = [], 0
-        while start < len(word):
-            rest = word[start:] if start == 0 else "##" + word[start:]
-            skip = 0 if start == 0 else 2
-            # No entry is longer than the longest one: starting there gives the same longest match.
-            end = min(len(rest), skip + self._longest_entry)
-            while end > skip:
-                piece = rest[:end]
-                if piece in self.vocab:
-                    break
-                end -= 1
-            else:
-                return [UNK]  # some part of the word is in no vocabulary entry
-            out.append(piece)
-            start += end - skip
-        return out
-
     @functools.cached_property
-    def _rust_wordpiece(self):
-        """Built on first use by encode_batch's miss path."""
+    def _wordpiece(self):
+        """FullTokenizer's WordpieceTokenizer: the greedy longest match of "##" pieces, [UNK] for a
+        word over max_chars_per_word or with an unmatched rest. The tokenizers library's WordPiece
+        model follows the same rule, in Rust (test_differential: every code point)."""
         import tokenizers
 
         return tokenizers.models.WordPiece(
@@ -231,22 +257,13 @@ class WordPieceTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """Exact FullTokenizer.tokenize, uncached."""
-        out = []
-        for word in basic_tokenize(text, self.do_lower_case):
-            out.extend(self._wordpiece(word))
-        return out
+        words = basic_tokenize(text, self.do_lower_case)
+        return [t.value for word in words for t in self._wordpiece.tokenize(word)]
 
     def _piece_ids(self, piece: str) -> tuple[int, ...]:
         hit = self._piece_cache.get(piece)
         if hit is None:
-            hit = self.vocab.get(piece) if len(piece) <= self.max_chars_per_word else None
-            # Most pieces are whole vocabulary entries; the rest take the greedy longest match.
-            hit = (
-                (hit,)
-                if hit is not None
-                else tuple(self.convert_tokens_to_ids(self._wordpiece(piece)))
-            )
-            self._piece_cache[piece] = hit
+            hit = self._piece_cache[piece] = tuple(t.id for t in self._wordpiece.tokenize(piece))
         return hit
 
     def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
@@ -314,23 +331,10 @@ class WordPieceTokenizer:
             other += [word for word in simple if _ASCII_CONTROL.search(word)]
             simple = [word for word in simple if not _ASCII_CONTROL.search(word)]
             joined = "\n".join(simple)
-        pieces = _ASCII_PIECES_OR_NEWLINE.findall(joined.lower() if self.do_lower_case else joined)
+        pieces = _ASCII_PIECES.findall(joined.lower() if self.do_lower_case else joined)
         piece_cache = self._piece_cache
-        new = list(set(pieces).difference(piece_cache))
-        greedy = []
-        # Most pieces are whole vocabulary entries.
-        for piece, whole in zip(new, map(self.vocab.get, new)):
-            if whole is None or len(piece) > self.max_chars_per_word:
-                greedy.append(piece)
-            else:
-                piece_cache[piece] = (whole,)
-        if greedy:
-            # The same greedy longest match as _wordpiece, run by Hugging Face tokenizers' WordPiece
-            # model in Rust: 3x faster for the pieces that are not whole entries.
-            model = self._rust_wordpiece
-            piece_cache.update(
-                (piece, tuple(t.id for t in model.tokenize(piece))) for piece in greedy
-            )
+        for piece in set(pieces).difference(piece_cache):
+            self._piece_ids(piece)
         piece_ids = list(map(piece_cache.__getitem__, pieces))
         # A word's ids are those of its pieces up to the next "\n" (a word of control characters has
         # none).

@@ -1,14 +1,12 @@
 """Any Hugging Face tokenizer.json (BPE, Unigram, WordPiece) behind bert_jax.text.tokenization's
 interface, through the `tokenizers` library. No JAX import: data_prep uses this module.
 
-`encode(text)` gives the library's ids exactly, whatever the file's normalizer, pre-tokenizer and
-model (its truncation and padding off: data_prep cuts and pads). Lower-casing is the normalizer's:
-`do_lower_case` is only reported, never applied (text lower-cased before a normalizer that does
-not expect it would no longer give the library's ids). `word_marks` says how pieces mark word
-starts for whole-word masking: "prefix" ("##"), "metaspace" ("▁"), "bytelevel" (a space, or a
-change of the kind of character, as GPT-2's pre-tokenizer cuts) or None (refused). The special
-tokens, the word rules and their agreement with the library: docs/data_prep.md, "Hugging Face
-tokenizer.json".
+`encode(text)` gives the library's ids exactly (its truncation and padding off: data_prep cuts
+and pads); lower-casing is the file's normalizer's (`do_lower_case` is only reported).
+`word_marks` says how pieces mark word starts for whole-word masking: "prefix" ("##"),
+"metaspace" ("▁"), "bytelevel" (a space, or a change of the kind of character) or None (refused).
+The special tokens, the word rules and their agreement with the library: docs/data_prep.md,
+"Hugging Face tokenizer.json".
 """
 
 from __future__ import annotations
@@ -53,10 +51,8 @@ class JsonTokenizer:
     """Text -> ids of a Hugging Face tokenizer.json, with bert_jax.text.tokenization's interface."""
 
     kind = KIND
-    # Between two sentences of one document, as running text has it: data_prep encodes sentences
-    # one by one, and a byte-level BPE without add_prefix_space would otherwise glue each
-    # sentence's first word to the end of the one before ("end.Next"). Harmless for most other
-    # pre-tokenizers (they drop spaces, or add the same "▁" themselves); "" where the space
+    # Between two sentences of one document, as in running text: a byte-level BPE without
+    # add_prefix_space would glue a sentence to the one before ("end.Next"); "" where the space
     # would be a piece of its own (_sentence_joiner).
     sentence_joiner = " "
 
@@ -86,12 +82,11 @@ class JsonTokenizer:
         self.cls_id, self.sep_id, self.mask_id = ids["cls"], ids["sep"], ids["mask"]
         self.pad_id = ids.get("pad", 0)
         self.unk_id = ids.get("unk", self.pad_id)  # byte-level BPE has no unknown pieces
-        self._special_ids = frozenset(
-            t["id"] for t in self.spec.get("added_tokens") or () if t.get("special")
-        ) | frozenset(ids.values())
-        # Added tokens the text is split at before the model runs: each one a word of its own, as
-        # the library's word_ids have it ("▁h" "ello" for "hello" with "ello" added).
-        self._added_ids = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
+        # Each a word of its own: the special tokens, and the added tokens the text is split at
+        # before the model runs, as the library's word_ids have it ("▁h" "ello" for "hello" with
+        # "ello" added).
+        added = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
+        self._whole_words = added | frozenset(ids.values())
         self.word_marks = _word_marks(self.spec)
         self.sentence_joiner = self._sentence_joiner()
         normalizer = self._tok.normalizer
@@ -180,7 +175,7 @@ class JsonTokenizer:
         if self.word_marks == "metaspace" and token == self.special_tokens.get("unk"):
             # An unknown character: "▁" before it is a piece of its own, so it continues.
             return True
-        if token not in self.vocab or self.vocab[token] in self._special_ids | self._added_ids:
+        if token not in self.vocab or self.vocab[token] in self._whole_words:
             return False
         if self.word_marks == "prefix":
             return token.startswith(self._prefix)
@@ -206,7 +201,7 @@ class JsonTokenizer:
             return None
         first, last = bytearray(self.vocab_size), bytearray(self.vocab_size)
         for token, i in self.vocab.items():
-            if i in self._special_ids or i in self._added_ids:  # a word of its own
+            if i in self._whole_words:
                 first[i] = last[i] = SPECIAL
             else:
                 first[i], last[i] = _kinds(_byte_text(token))

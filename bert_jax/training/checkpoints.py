@@ -1,6 +1,5 @@
-"""Orbax checkpoints of a training run, and where a new run's first state comes from
-(`initial_state`: phase 1's workdir whole, or another run's or a Hugging Face directory's
-parameters; `model_dir_kind` tells which).
+"""Orbax checkpoints of a training run: saved, resumed, and read back (a step's config or
+parameters) by export, embed, predict and --init; init_checkpoint.py starts a run from one.
 
 A step holds five items, so that each reader loads only what it needs: params (float32 pure
 dict), train (the rest of the state), data_iter (the Grain position), config (resolved) and
@@ -26,7 +25,6 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 from bert_jax import cli, storage
-from bert_jax.hf import files as hf_files
 from bert_jax.training import checksums
 
 PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
@@ -43,37 +41,8 @@ def checkpoint_dir(workdir: str) -> str:
     return os.path.join(os.path.abspath(workdir), "checkpoints")
 
 
-WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
-HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
-
-
 def is_workdir(path: str) -> bool:
     return storage.isdir(checkpoint_dir(path))
-
-
-def model_dir_kind(path: str) -> str:
-    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
-    (local or in a bucket). A directory with checkpoints/ is a workdir (whatever else it holds),
-    one with config.json or bert_config.json a Hugging Face directory; anything else, an export
-    cut short in a bucket included (config.json is published last), is refused by name."""
-    if not path:
-        raise cli.UserError(
-            "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
-        )
-    if not storage.isdir(path):
-        raise cli.UserError(
-            f"{path!r} is not a directory: pass a Hugging Face BERT directory (config.json and "
-            "weights) or a training workdir (it has checkpoints/)"
-        )
-    if is_workdir(path):
-        return WORKDIR
-    if any(storage.isfile(storage.join(path, name)) for name in hf_files.CONFIG_FILES):
-        return HF_DIR
-    raise hf_files.CheckpointError(
-        f"{path!r} has no config.json (Hugging Face; Google's original BERT has bert_config.json) "
-        "and no checkpoints/ (a training workdir): not a model directory, or an export to it was "
-        "cut short (config.json is published last); rerun the export"
-    )
 
 
 def _bound_tensorstore_retries() -> None:
@@ -169,25 +138,23 @@ _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdow
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
-class _DropOrbaxNoise(logging.Filter):
-    """Drops Orbax's and asyncio's logged tracebacks (one screen per writer thread) of an error
-    the save or restore then raises and the user sees in one line (a full disk, a bucket
-    unreachable, refused or gone: docs/faults.md), and every read-only manager's warning that
-    its directory is read only, which is what was asked for."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not ("orbax" in record.pathname or record.name == "asyncio"):
-            return True
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and storage.looks_like_storage(exc):
-            return False  # the main thread reports it in one line (storage.checkpoint_errors)
-        text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
-        noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
-        return not any(t in text for t in noise)
+def _drop_orbax_noise(record: logging.LogRecord) -> bool:
+    """A logging filter dropping Orbax's and asyncio's logged tracebacks (one screen per writer
+    thread) of an error the save or restore then raises and the user sees in one line (a full
+    disk, a bucket unreachable, refused or gone: docs/faults.md), and every read-only manager's
+    warning that its directory is read only, which is what was asked for."""
+    if not ("orbax" in record.pathname or record.name == "asyncio"):
+        return True
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None and storage.looks_like_storage(exc):
+        return False  # the main thread reports it in one line (storage.checkpoint_errors)
+    text = " ".join([record.getMessage(), *map(str, cli.causes(exc))])
+    noise = (*_REFUSED, *cli.NO_SPACE, *_AFTERMATH, "Given directory is read only")
+    return not any(t in text for t in noise)
 
 
 for _name in ("absl", "asyncio"):
-    logging.getLogger(_name).addFilter(_DropOrbaxNoise())
+    logging.getLogger(_name).addFilter(_drop_orbax_noise)
 
 
 def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
@@ -303,12 +270,13 @@ def restore_latest(
     checkpoints, which an older step cannot fix) and the error names every step's failure.
     `model_config` (this run's config.model as a dict): check_same_model on the newest step first.
     """
-    if model_config is not None and manager.all_steps():
-        check_same_model(manager, max(manager.all_steps()), abstract_state["params"], model_config)
-    if data_iter is not None and manager.all_steps():
-        check_same_processes(manager, max(manager.all_steps()))
+    steps = sorted(manager.all_steps(), reverse=True)
+    if steps and model_config is not None:
+        check_same_model(manager, steps[0], abstract_state["params"], model_config)
+    if steps and data_iter is not None:
+        check_same_processes(manager, steps[0])
     failures: list[tuple[int, Exception]] = []
-    for step in sorted(manager.all_steps(), reverse=True):
+    for step in steps:
         try:
             restored = _restore_items(manager, step, abstract_state, data_iter)
             ok = True
@@ -351,8 +319,7 @@ def _shapes(tree) -> dict[str, tuple]:
 
 def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
     """Raises cli.UserError when `step` holds other processes' data positions than this run's
-    (each process saves its own: docs/scaling.md, "Limits"). Before, the missing file was
-    reported as a damaged checkpoint or another model or optimizer."""
+    (each process saves its own: docs/scaling.md, "Limits"), not as damage."""
     folder = manager.directory / str(step) / DATA_ITER
     mine = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
     with storage.checkpoint_errors(str(manager.directory)):
@@ -551,12 +518,12 @@ def restore_params(
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        _param_tree(encoder.BertConfig.from_config_dict(config.model)),
+        param_tree(encoder.BertConfig.from_config_dict(config.model)),
     )
     return restore_saved_params(workdir, target, step)[0], config
 
 
-def _param_tree(bert_config) -> dict:
+def param_tree(bert_config) -> dict:
     """The pure dict of abstract parameters (shapes and dtypes, no arrays) of the pre-training
     model `bert_config` (a model.encoder.BertConfig) describes: the model defines the tree."""
     from bert_jax.model import encoder
@@ -580,82 +547,3 @@ def restore_saved_params(
         )
         verify(manager, step, {"params": params})
         return params, step
-
-
-def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
-    """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
-    than this run's, before restoring (the restore would place them as they are)."""
-    from bert_jax.model import encoder
-
-    saved = encoder.BertConfig.from_config_dict(saved_model)
-    theirs = _shapes(_param_tree(saved))
-    ours = _shapes(setup.abstract_state["params"])
-    if theirs == ours:
-        return
-    fields = [
-        f"{f}={getattr(saved, f)!r} (this run: {getattr(setup.model_config, f)!r})"
-        for f in sorted(saved_model.keys())
-        if getattr(saved, f, None) != getattr(setup.model_config, f, None)
-    ]
-    raise cli.UserError(
-        f"train.init_checkpoint={path!r} holds a model with other parameters than this run's "
-        f"config.model: {', '.join(fields) or 'its parameter tree differs'}; start from a run of "
-        "the same model, or set config.model as that run had it"
-    )
-
-
-def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
-    """A new run's state (config.train `t`, a train_state.Setup): with init_optimizer_state, the
-    state of the run in the workdir train.init_checkpoint (phase 1); else `fresh()`, its
-    parameters optionally from train.init_checkpoint (another run's workdir or a Hugging Face
-    directory: model_dir_kind), placed on the setup's mesh."""
-    say = print if jax.process_index() == 0 else (lambda *a, **k: None)
-    if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
-        source = make_manager(t.init_checkpoint, read_only=True)
-        try:
-            latest = source.latest_step()
-            if latest is None:
-                raise cli.UserError(
-                    f"no checkpoints in train.init_checkpoint={t.init_checkpoint!r}"
-                )
-            if latest >= t.num_train_steps:
-                # The loop would end before its first step, with phase 1's parameters as "done".
-                raise cli.UserError(
-                    f"{t.init_checkpoint} ends at step {latest}, but train.num_train_steps="
-                    f"{t.num_train_steps}: with init_optimizer_state the schedule goes on from "
-                    f"step {latest}, so num_train_steps counts both phases "
-                    "(the paper's phase 2: 900k -> 1M)"
-                )
-            say(
-                f"parameters, optimizer state and step from {source.directory}/{latest}", flush=True
-            )
-            # The data position stays fresh: phase 2 reads other records. The step (and with it the
-            # learning rate) continues: phase 2's first step is step `latest`, as the next step of
-            # phase 1 would have been.
-            return restore(source, latest, setup.abstract_state)
-        finally:
-            source.close()
-    state = fresh()
-    if not t.init_checkpoint:
-        return state
-    path = t.init_checkpoint
-    if model_dir_kind(path) == WORKDIR:
-        config, step = load_config(path)
-        _check_same_parameters(path, config.model, setup)
-        check_kind(config, path, finetuning=False)
-        state["params"] = restore_saved_params(path, setup.abstract_state["params"], step)[0]
-        changed = sorted(
-            k for k, v in config.model.items() if getattr(setup.model_config, k, v) != v
-        )
-        if changed:  # e.g. dropout or dtype: allowed, worth a line
-            say(f"note: {path} was trained with other model settings: {changed}", flush=True)
-    else:
-        from bert_jax.hf import bert  # here: the names' mapping is only needed for this
-
-        state["params"], report = bert.load_hf_params(
-            storage.local_dir(path), setup.model_config, shardings=setup.param_shardings
-        )
-        if report.initialized:
-            say(f"freshly initialized (not in {path}): {report.initialized}", flush=True)
-    say(f"initial parameters from {path}", flush=True)
-    return state

@@ -2,8 +2,8 @@
 
 `pretraining` is pre-training's one validation pass; fine-tuning's (finetune.runs.check_finetuning)
 is built from this module's parts. The rules stay in their homes (sharding's, masking's,
-checkpoints.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors (any
-other error is a bug and keeps its traceback). Every numeric field's range is one table,
+init_checkpoint.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors
+(any other error is a bug and keeps its traceback). Every numeric field's range is one table,
 NUMERIC_FIELDS, for both trainers, asked first and alone, so a field out of range is named by
 itself, not through a value derived from it. No JAX import at module level: the binaries import
 this before JAX starts. docs/faults.md, the config rows.
@@ -223,8 +223,6 @@ def check_common(
             problems.append("mesh.num_devices is for single-process runs; set it to 0")
         num_devices = m.num_devices
     rules = ask(problems, sharding.normalize_rules, m.rules)
-    if rules is not None:
-        problems += rule_name_problems(rules)
     sizes = ask(problems, sharding.mesh_shape, m.data, m.fsdp, m.tensor, num_devices)
     if sizes is None:
         if m.num_devices and num_devices == m.num_devices:  # "there are N" counts only those
@@ -243,26 +241,6 @@ def check_common(
     axes = sharding.data_parallel_axes(dict(zip(sharding.MESH_AXES, sizes)), rules)
     split = math.prod(axes.values()), "mesh " + " x ".join(f"{a} {n}" for a, n in axes.items())
     return problems, split
-
-
-def rule_name_problems(rules) -> list[str]:
-    """A mesh rule for a logical axis the model does not name (a typo: 'head' for 'heads') or a
-    second rule for one name was silently ignored: the weights it meant to split stayed whole,
-    or (a name twice) the parameters followed the last rule and the activations the first."""
-    from bert_jax.model.layers import LOGICAL_AXIS_NAMES
-
-    names = [name for name, _ in rules]
-    unknown = [n for n in names if n not in LOGICAL_AXIS_NAMES]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    problems = []
-    if unknown:
-        problems.append(
-            f"mesh.rules names logical axes the model does not have: {unknown}; the model's "
-            f"are {LOGICAL_AXIS_NAMES}"
-        )
-    if twice:
-        problems.append(f"mesh.rules has more than one rule for {twice}: one rule per name")
-    return problems
 
 
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
@@ -310,7 +288,7 @@ def splash_problems(attention_impl: str, length: int) -> list[str]:
 
 def _init_problems(t) -> list[str]:
     """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
-    (checkpoints.model_dir_kind, the one rule), checked before the run builds anything."""
+    (init_checkpoint.model_dir_kind, the one rule), checked before the run builds anything."""
     if not t.init_checkpoint:
         if t.init_optimizer_state:
             return [
@@ -318,13 +296,13 @@ def _init_problems(t) -> list[str]:
                 "to continue (e.g. phase 1's)"
             ]
         return []
-    from bert_jax.training import checkpoints  # here: without init_checkpoint, no Orbax import
+    from bert_jax.training import init_checkpoint  # here: without one, no Orbax import
 
     try:
-        kind = checkpoints.model_dir_kind(t.init_checkpoint)
+        kind = init_checkpoint.model_dir_kind(t.init_checkpoint)
     except cli.UserError as e:
         return [f"train.init_checkpoint: {e}"]
-    if t.init_optimizer_state and kind != checkpoints.WORKDIR:
+    if t.init_optimizer_state and kind != init_checkpoint.WORKDIR:
         return [
             f"train.init_optimizer_state needs a training workdir of ours, but "
             f"train.init_checkpoint={t.init_checkpoint!r} is a Hugging Face directory (no "

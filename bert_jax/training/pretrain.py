@@ -30,9 +30,9 @@ from bert_jax.training import (
     collapse,
     config_check,
     faults,
+    init_checkpoint,
     loop,
     losses,
-    metrics_log,
     optim,
     train_state,
 )
@@ -370,7 +370,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         manager, setup.abstract_state, data_iter, config.model.to_dict()
     )
     if resumed is None:
-        state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
+        state = init_checkpoint.initial_state(t, setup, jit_init(setup, t.seed))
     else:
         state = resumed[1]
         say(f"resuming from {manager.directory}/{resumed[0]}")
@@ -405,8 +405,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     p_eval_step = jit_eval_step(setup) if eval_batches else None
     check_collapse = collapse.make_check(setup) if eval_batches else None
 
-    log = metrics_log.MetricsLog(workdir, enabled=is_primary, resume_step=step)
-    progress = metrics_log.Progress(total, step, enabled=is_primary)
+    training = loop.Loop(workdir, config, setup, manager, data_iter, step, total)
     num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
     say(
         f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
@@ -437,8 +436,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         warning = collapse.warning(last_eval["hidden_cosine"], step)
         if warning and is_primary:
             cli.warn(warning)
-        log.write(step, "eval", last_eval)
-        progress.report(step, last_eval, prefix="eval  ", eta=False)
+        training.log.write(step, "eval", last_eval)
+        training.progress.report(step, last_eval, prefix="eval  ", eta=False)
         # MLPerf's target (0.720) is over all masked positions of its eval set: so is this check.
         target = config.eval.target_mlm_accuracy
         if not (target and last_eval.get("mlm_accuracy_all", 0.0) >= target):
@@ -449,20 +448,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         )
         return "target_reached"
 
-    out = loop.run(
+    out = training.run(
         state,
-        step,
         last_step=last_step,
-        total=total,
-        setup=setup,
         train_step=p_train_step,
-        data_iter=data_iter,
-        manager=manager,
-        config=config,
-        log=log,
-        progress=progress,
         train_figures=train_figures,
         evaluate=evaluate_now if eval_batches else None,
     )
-    log.close()
+    training.log.close()
     return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -1,8 +1,9 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
 `load(path)` takes a training workdir of ours or a Hugging Face BERT or ModernBERT directory
-(checkpoints.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case` wins
-over what the directory says; the tokenizer is built and its size checked once (`_tokenizer`).
+(init_checkpoint.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case`
+wins over what the directory says; the tokenizer is built and its size checked once
+(`_tokenizer`).
 
 docs/model.md, "Import a public BERT": each kind of directory, its vocabulary and lower-casing.
 """
@@ -13,7 +14,6 @@ import atexit
 import dataclasses
 import functools
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -27,7 +27,7 @@ from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
 from bert_jax.text.tokenizer_json import concatenated
-from bert_jax.training import checkpoints, config_check
+from bert_jax.training import checkpoints, config_check, init_checkpoint
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
 # shapes); everything else comes from the checkpoint.
@@ -81,7 +81,7 @@ def load(
         raise cli.UserError(
             f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
         )
-    if checkpoints.model_dir_kind(path) == checkpoints.WORKDIR:
+    if init_checkpoint.model_dir_kind(path) == init_checkpoint.WORKDIR:
         return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
     if step is not None:
         raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")
@@ -120,6 +120,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     tok_config = _json_if_any(local, "tokenizer_config.json") or {}
     spec = _json_if_any(local, "tokenizer.json")
     own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
+    if own_lower is None and not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):
+        own_lower = google_release_lower_case(path)
     if own_vocab and not vocab_file:
         _check_tokenizer_class(tok_config, path)
     vocab = vocab_file or own_vocab
@@ -127,13 +129,29 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=bool(vocab_file))
-    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not vocab_file:
+    # The directory's own file named (a fine-tuning run's record of it: its resume, predict) is
+    # read as the directory's.
+    given = bool(vocab_file) and vocab_file != own
+    tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=given)
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given:
         if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
             tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
     lower = tokenization.lower_case(lower)
     fresh = tuple(report.initialized)
     return Pretrained(config, params, str(report), lower, tokenizer or None, record, fresh=fresh)
+
+
+# Google's cased releases, as they unpack (cased_L-12_H-768_A-12, multi_cased_..., wwm_cased_...):
+# their directory holds no tokenizer_config.json, so only the name says the vocabulary is cased.
+_GOOGLE_CASED = re.compile(r"(?:^|_)cased_L-\d+_H-\d+_A-\d+$")
+
+
+def google_release_lower_case(path: str) -> bool | None:
+    """False for a directory of Google's original release named as a cased model (the rule of
+    google-research/bert's validate_case_matches_checkpoint, which refuses lower-casing there:
+    lower-cased text reads other ids of a cased vocabulary), else None (the default: lower)."""
+    name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
+    return False if _GOOGLE_CASED.search(name) else None
 
 
 def fits_table(vocab_size: int, rows: int) -> bool:
@@ -207,20 +225,19 @@ def _hf_vocabulary(
     if os.path.isfile(vocab):
         if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
             return vocab, lower, False
-        # Options transformers' BertTokenizer honours and our WordPiece has not (it strips
-        # accents exactly when it lower-cases, and spaces CJK characters), or tokens added to
-        # the vocabulary: the directory's own tokenizer.json, else one built to transformers'
-        # rules.
+        # Options a vocab.txt and do_lower_case do not carry (what a saved run and an export
+        # record: accents stripped exactly when lower-casing, CJK characters spaced), or tokens
+        # added to the vocabulary: the directory's own tokenizer.json, else one built to
+        # transformers' rules.
         if spec is not None:
             return tokenizer_json, lower, False
         return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
     if spec is None:
         return None, lower, False
     # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
-    # (read by our WordPiece, FullTokenizer's rules). Any other tokenizer.json (BPE, Unigram:
-    # ModernBERT's, RoBERTa's), or a WordPiece one whose normalizer, pre-tokenizer, "##" or
-    # [UNK] FullTokenizer does not follow, or that adds tokens, is used as it is
-    # (bert_jax.text.tokenizer_json).
+    # (read as one, by HubWordPiece). Any other tokenizer.json (BPE, Unigram: ModernBERT's,
+    # RoBERTa's), or a WordPiece one with another normalizer, pre-tokenizer, "##", [UNK] or
+    # options than vocab.txt's, or that adds tokens, is used as it is (text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False
@@ -235,9 +252,7 @@ def _hf_vocabulary(
     standard = standard and _full_tokenizer_rules(
         lower, norm.get("strip_accents"), norm.get("handle_chinese_chars", True)
     )
-    if not standard or (options and not _full_tokenizer_rules(lower, **options)):
-        return tokenizer_json, lower, False
-    if _added_tokens(spec):
+    if not standard or not _full_tokenizer_rules(lower, **options) or _added_tokens(spec):
         return tokenizer_json, lower, False
     table = model_spec.get("vocab") if isinstance(model_spec.get("vocab"), dict) else {}
     ids = sorted(table.values()) if all(isinstance(i, int) for i in table.values()) else None
@@ -253,50 +268,34 @@ def _hf_vocabulary(
 
 
 class HubWordPiece(tokenization.WordPieceTokenizer):
-    """A Hugging Face directory's WordPiece: FullTokenizer's ids (our WordPiece, which Google's
-    release keeps) where transformers' BertTokenizer gives the same, and its ids where not: a
-    special token written in the text ("[MASK]", "[SEP]", case-sensitive) is that token, a
-    private-use character (category Co, which its BertNormalizer deletes as a control and
-    FullTokenizer keeps) is deleted, a word longer than `max_chars_per_word` (its 100, not
-    FullTokenizer's 200) is [UNK], and a text holding one of the 256 CJK characters its
-    is_chinese_char leaves out (U+2B820-U+2B91F: its block starts at 0x2B920) is encoded by
-    transformers' own rules (tokenization.bert_wordpiece)."""
+    """A Hugging Face directory's WordPiece vocabulary, read as our WordPiece reads it, its text
+    encoded by transformers' BertTokenizer (tokenization.bert_wordpiece: the `tokenizers` library
+    as transformers builds it), not by FullTokenizer, whose ids differ on a few inputs
+    (docs/model.md, "Import a public BERT"). A lone surrogate, which the library refuses, is
+    deleted, as transformers' Python BertTokenizer deletes it."""
 
     def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
         super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
         self.max_chars_per_word = max_chars_per_word
-        specials = [t for t in tokenization.SPECIAL_TOKENS if t in self.vocab]
-        self._specials = re.compile("(" + "|".join(map(re.escape, specials)) + ")")
-
-    @functools.cached_property
-    def _transformers_rules(self):
-        return tokenization.bert_wordpiece(
-            self.vocab, self.do_lower_case, max_chars_per_word=self.max_chars_per_word
+        self._rules = tokenization.bert_wordpiece(
+            self.vocab, self.do_lower_case, max_chars_per_word=max_chars_per_word
         )
 
+    def _encoding(self, text: str):
+        try:
+            return self._rules.encode(text, add_special_tokens=False)
+        except TypeError:  # a lone surrogate ("\ud83d": half an emoji, from a JSON escape)
+            text = text.encode(errors="ignore").decode()  # UTF-8 holds every other code point
+            return self._rules.encode(text, add_special_tokens=False)
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._encoding(text).tokens
+
     def encode(self, text: str) -> list[int]:
-        if _UNSPACED_CJK.search(text):  # rare: transformers' tokenizer itself
-            return self._transformers_rules.encode(text, add_special_tokens=False).ids
-        if not self._specials.search(text):
-            return super().encode(_PRIVATE_USE.sub("", text))
-        out = []
-        for k, part in enumerate(self._specials.split(text)):  # odd k: a special token
-            if k % 2:
-                out.append(self.vocab[part])
-            elif part := _PRIVATE_USE.sub("", part):
-                out.extend(super().encode(part))
-        return out
+        return self._encoding(text).ids
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        if not any(map(self._specials.search, lines)) and not any(map(_UNSPACED_CJK.search, lines)):
-            return super().encode_batch([_PRIVATE_USE.sub("", line) for line in lines])
         return concatenated([self.encode(line) for line in lines])
-
-
-# The CJK ideographs transformers' is_chinese_char leaves out (its block starts at 0x2B920).
-_UNSPACED_CJK = re.compile("[\U0002b820-\U0002b91f]")
-# Unicode's three private-use areas (category Co, fixed since Unicode 2.0).
-_PRIVATE_USE = re.compile("[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd]")
 
 
 def _max_chars_per_word(spec: dict | None) -> int:
@@ -307,22 +306,16 @@ def _max_chars_per_word(spec: dict | None) -> int:
     return value if isinstance(value, int) and value > 0 else 100
 
 
-# tokenizer_config.json's tokenizer_class values whose text splitting BERT's WordPiece rules do
-# not reproduce (a vocab.txt they read differently).
-_OTHER_SPLITTERS = {
-    "BertJapaneseTokenizer": "MeCab or character word splitting",
-}
-
-
 def _check_tokenizer_class(tok_config: dict, shown: str) -> None:
-    """Refuses a directory whose tokenizer_config.json names a tokenizer class we cannot
-    reproduce (its ids would differ silently); the user may pass a vocabulary explicitly."""
+    """Refuses a directory whose tokenizer_config.json names cl-tohoku's Japanese tokenizer, which
+    splits words before WordPiece otherwise (its ids would differ silently); the user may pass a
+    vocabulary explicitly."""
     name = tok_config.get("tokenizer_class")
-    if name in _OTHER_SPLITTERS:
+    if name == "BertJapaneseTokenizer":
         raise cli.UserError(
             f"{shown}: tokenizer_config.json's tokenizer_class {name!r} is not supported (its "
-            f"{_OTHER_SPLITTERS[name]} is not BERT's WordPiece rules, so the ids would differ "
-            "from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
+            "MeCab or character word splitting is not BERT's WordPiece rules, so the ids would "
+            "differ from transformers'); name the vocabulary explicitly (embed's --vocab_file, "
             "fine-tuning's --config.data.vocab_file) to tokenize with BERT's rules anyway"
         )
 
@@ -339,8 +332,8 @@ def _added_tokens(spec: dict | None) -> list[str]:
 
 
 def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:
-    """Whether a BertTokenizer's options are the ones our WordPiece (FullTokenizer) follows:
-    accents stripped exactly when lower-casing (None: the same), CJK characters spaced."""
+    """Whether a BertTokenizer's options are those a vocab.txt and do_lower_case imply
+    (FullTokenizer's): accents stripped exactly when lower-casing (None: the same), CJK spaced."""
     lower = tokenization.lower_case(lower)
     return strip_accents in (None, lower) and tokenize_chinese_chars in (None, True)
 
@@ -359,12 +352,9 @@ def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> st
     return path
 
 
-_SCRATCH: list[str] = []
-
-
+@functools.cache
 def _scratch_dir() -> str:
     """A directory for this process's derived vocabularies, removed when the process exits."""
-    if not _SCRATCH:
-        _SCRATCH.append(tempfile.mkdtemp(prefix="bert_jax-vocab-"))
-        atexit.register(shutil.rmtree, _SCRATCH[0], True)
-    return _SCRATCH[0]
+    path = tempfile.mkdtemp(prefix="bert_jax-vocab-")
+    atexit.register(shutil.rmtree, path, True)
+    return path

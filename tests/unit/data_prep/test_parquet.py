@@ -116,3 +116,43 @@ def test_text_column_types(tmp_path):
                 readers.parse_input([str(tmp_path / "lists.parquet")])[0], readers.ReadStats()
             )
         )
+
+
+def test_a_string_column_with_bytes_that_are_not_utf8_reads_as_a_binary_one(tmp_path):
+    """Writers that do not check UTF-8 (pyarrow's from_buffers, some JVM writers) leave bad bytes
+    in string columns; Python's str refuses them, which stopped the job with a traceback. Such a
+    column now reads as the same bytes in a binary column do: bad bytes replaced and counted."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(0)
+    pieces = [
+        b"Word ",
+        b"caf\xe9 ",
+        b"\xed\xa0\x80",
+        b"\xff",
+        b"\xe4\xb8",
+        b"ok. ",
+        "\u4e2d ".encode(),
+    ]
+    rows = [b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    offsets = np.cumsum([0, *map(len, rows)])
+    data = pa.py_buffer(b"".join(rows))
+    strings = {
+        "string": pa.StringArray.from_buffers(
+            len(rows), pa.py_buffer(offsets.astype(np.int32).tobytes()), data
+        ),
+        "large_string": pa.LargeStringArray.from_buffers(
+            len(rows), pa.py_buffer(offsets.astype(np.int64).tobytes()), data
+        ),
+    }
+    pq.write_table(pa.table({"text": pa.array(rows, pa.binary())}), tmp_path / "binary.parquet")
+    expected, expected_stats, _ = _units(tmp_path / "binary.parquet", 1 << 20)
+    assert expected_stats.bad_utf8_lines > 100
+    for name, column in strings.items():
+        for encoded in (column, column.dictionary_encode()):
+            path = tmp_path / f"{name}.parquet"
+            pq.write_table(pa.table({"text": encoded}), path, row_group_size=64)
+            docs, stats, _ = _units(path, 1000)
+            assert docs == expected and stats == expected_stats, (name, encoded.type)

@@ -223,7 +223,7 @@ def test_tfds_dataset_by_name_and_split(tmp_path):
         download_config=tfds.download.DownloadConfig(try_download_gcs=False)
     )
     docs, stats = _docs(["tfds:tiny_wiki:test"], tfds_data_dir=str(tmp_path))
-    assert len(docs) == 2 and stats.documents == 2
+    assert len(docs) == 2 and stats.documents == 2 and stats.files == 1
     assert sorted(docs)[0] == ["Article 0 begins.", "It goes on.", "A paragraph 0!"]
     with pytest.raises(readers.InputError, match="no field 'body'"):
         _docs(["tfds:tiny_wiki:test"], tfds_data_dir=str(tmp_path), text_field="body")
@@ -282,6 +282,26 @@ def test_mostly_undecodable_bytes_are_refused_a_few_are_repaired(tmp_path):
     (tmp_path / "stray.txt").write_bytes(stray.encode("latin-1"))
     docs, stats = _docs([str(tmp_path / "stray.txt")])
     assert stats.bad_utf8_lines == 1 and docs[0][-1] == "Un caf\ufffd pr\ufffds de la gare."
+
+
+def test_utf8_text_holding_replacement_characters_is_read_not_refused(tmp_path):
+    """U+FFFD written in UTF-8 (text decoded with replacement upstream, as web crawls often are)
+    is a character like any other, which the original reads and its tokenizer drops; it was
+    counted as an undecodable byte, so such a corpus was refused as "Latin-1 text"."""
+    rng = random.Random(0)
+    for case in range(20):
+        lines = [
+            "".join(rng.choice(["don\ufffdt ", "\ufffd", "word ", "caf\ufffd. "]) for _ in range(9))
+            for _ in range(rng.randint(8, 40))
+        ]
+        path = tmp_path / f"fffd{case}.txt"
+        path.write_bytes("\n".join(lines).encode("utf-8"))
+        docs, stats = _docs([str(path)])
+        assert docs == [[line.strip() for line in lines]] and stats.bad_utf8_lines == 0
+        # The same text with a byte that does not decode on every line is still refused.
+        path.write_bytes(b"\n".join(line.encode() + b" caf\xe9" for line in lines))
+        with pytest.raises(readers.InputError, match=rf"fffd{case}.txt.*not UTF-8"):
+            readers.parse_input([str(path)])
 
 
 def test_a_utf8_byte_order_mark_is_dropped(tmp_path):

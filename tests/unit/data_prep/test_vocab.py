@@ -217,3 +217,34 @@ def test_what_stops_reading_the_corpus_reaches_the_caller_as_it_was(tmp_path, ki
         train()
     assert raised.value is error
     assert os.listdir(tmp_path) == []
+
+
+def test_a_wordpiece_vocab_covers_the_words_of_its_own_corpus(tmp_path):
+    """Every word of the corpus encodes to pieces, never [UNK], with the vocabulary trained on it,
+    whatever its characters. The trainer cut words by Hugging Face's BertNormalizer, which drops
+    private-use characters (the original keeps them) and lower-cases a final capital sigma to σ
+    (Python's str.lower, the original's, to ς): each such word was [UNK] in the records."""
+    import random
+
+    rng = random.Random(0)
+    kinds = [
+        "abcdefghij",
+        "\ue000\uf8ff\U000f0000\U00100000",  # private use (Co)
+        "ΌΣΑΣ",  # capital sigmas, final ones among them
+        "\u4e00\u3400\U00020000\U0002b820\U00030000",  # CJK, the original's ranges and beyond
+        "가힣\u1100\u1161",  # Hangul syllables and jamo
+        "e\u0301\u0308",  # combining marks
+        "\U0001f469\u200d\U0001f467",  # an emoji sequence
+    ]
+    sentences = [
+        " ".join(
+            "".join(rng.choice(rng.choice(kinds)) for _ in range(rng.randint(1, 6)))
+            for _ in range(rng.randint(1, 8))
+        )
+        for _ in range(300)
+    ]
+    for lower in (True, False):
+        path = vocab.train_wordpiece(sentences, str(tmp_path / f"v{lower}.txt"), 3000, lower)
+        tok = tokenization.WordPieceTokenizer(path, do_lower_case=lower)
+        unknown = [s for s in sentences if tok.unk_id in tok.encode(s)]
+        assert not unknown, (lower, unknown[:3])

@@ -563,8 +563,8 @@ def test_a_config_json_without_optional_fields_loads_with_transformers_defaults(
     # A size left out is another model's config (DistilBERT's names them dim, n_layers, ...).
     config = json.loads(path.read_text())
     del config["intermediate_size"]
-    path.write_text(json.dumps(config | {"model_type": "distilbert"}))
-    with pytest.raises(bert.CheckpointError, match=r"model_type 'distilbert'\) lacks \['inter"):
+    path.write_text(json.dumps(config))
+    with pytest.raises(bert.CheckpointError, match=r"model_type 'bert'\) lacks \['inter"):
         bert.load_hf(str(tmp_path / "short"))
 
 
@@ -617,4 +617,143 @@ def test_a_sentencepiece_vocabulary_is_refused_not_exported_as_a_vocab_txt(tmp_p
         bert.save_hf(model, str(sp_model), str(tmp_path / "out"))
     assert not (tmp_path / "out" / "vocab.txt").exists()
     with pytest.raises(cli.UserError, match="SentencePiece"):
-        heads.check_exportable(config, str(sp_model))
+        heads.check_exportable(config, "classification", str(sp_model))
+
+
+@pytest.mark.parametrize(
+    "kind", ["Roberta", "XLMRoberta", "Camembert", "Ernie", "Electra", "Albert", "DistilBert"]
+)
+def test_another_models_directory_is_refused_not_loaded_as_bert(kind, tmp_path):
+    """A bare RobertaModel (XLM-R's, CamemBERT's: their weights carry BertModel's names) was
+    imported as a BERT and computed other states (RoBERTa's positions start after the padding
+    id: 2.5 off on a random model), by embed, fine-tuning's --init and a run's init_checkpoint
+    alike. Every Hugging Face model_type but BERT's and ModernBERT's is refused by name."""
+    sizes = dict(vocab_size=99, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    sizes.update(intermediate_size=24, max_position_embeddings=40)
+    if kind == "DistilBert":
+        sizes = dict(vocab_size=99, dim=16, n_layers=1, n_heads=2, hidden_dim=24)
+    config = getattr(transformers, f"{kind}Config")(**sizes)
+    getattr(transformers, f"{kind}Model")(config).save_pretrained(str(tmp_path))
+    match = rf"config\.json: model_type '{config.model_type}' is not supported"
+    with pytest.raises(bert.CheckpointError, match=match):
+        bert.load_hf(str(tmp_path))
+    if kind != "DistilBert":  # a run's own config.model names the shapes: refused all the same
+        with pytest.raises(bert.CheckpointError, match=match):
+            run = dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+            run.update(type_vocab_size=2, initializer_range=0.02)
+            bert.load_hf_params(str(tmp_path), M.BertConfig(**sizes, **run))
+
+
+@pytest.mark.parametrize("pad", [0, 1, 7, None])
+def test_the_exported_pad_token_id_is_the_tokenizers(tmp_path, pad):
+    """A run whose tokenizer puts [PAD] elsewhere than 0 (a BPE tokenizer.json's <pad> at 1,
+    a vocabulary of its own) was exported with pad_token_id 0 all the same: transformers'
+    training then froze row 0 (a real token: <s>) and trained the padding's. The pre-training
+    and the fine-tuning exports write the tokenizer's (0 where it has none)."""
+    from bert_jax.finetune import heads
+
+    config = M.BertConfig(
+        **TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.02
+    )
+    model = M.BertForPreTraining(config, rngs=nnx.Rngs(0))
+    bert.save_hf(model, None, str(tmp_path / "pre"), special_ids={"pad": pad, "cls": 2})
+    task = heads.TaskModel(config, "classification", 3, rngs=nnx.Rngs(0))
+    heads.export_hf(task, ["a", "b", "c"], str(tmp_path / "task"), None, pad_id=pad or 0)
+    for name, cls in (("pre", "BertForPreTraining"), ("task", "BertForSequenceClassification")):
+        hf = getattr(transformers, cls).from_pretrained(str(tmp_path / name))
+        assert hf.config.pad_token_id == (pad or 0), name
+        assert hf.bert.embeddings.word_embeddings.padding_idx == (pad or 0), name
+
+
+def test_an_mlm_bias_saved_as_the_decoders_is_read(hf_dir, tmp_path):
+    """A file holding the MLM bias under its tied name cls.predictions.decoder.bias alone
+    (transformers saves either name of a tied pair; from_pretrained reads both): the bias was
+    initialized to zeros and the file's ignored, every MLM logit off by it."""
+    shutil.copytree(hf_dir[0], tmp_path / "alias")
+    path = str(tmp_path / "alias" / "model.safetensors")
+    tensors = load_file(path)
+    tensors["cls.predictions.decoder.bias"] = tensors.pop("cls.predictions.bias")
+    save_file(tensors, path, metadata={"format": "pt"})
+    model, report = bert.load_hf(str(tmp_path / "alias"))
+    assert report.initialized == [] and report.unused == []
+    batch = padded_batch(seed=3)
+    theirs = transformers.BertForPreTraining.from_pretrained(
+        str(tmp_path / "alias"), attn_implementation="eager"
+    ).eval()
+    for ref, ours in zip(hf_logits(theirs, *batch), ours_logits(model, *batch)):
+        np.testing.assert_allclose(ours, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, vocab_file, pooler):
+    """MLM-only pre-training (model.nsp_head=False, RoBERTa's recipe) had no export: 'this model
+    has no Hugging Face class'. It is transformers' BertForMaskedLM, which loads it whole with
+    our MLM logits; its pooler, where there is one, is BertModel's."""
+    config = M.BertConfig(
+        **TINY,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=0.02,
+        nsp_head=False,
+        pooler=pooler,
+    )
+    model = M.BertForPreTraining(config, rngs=nnx.Rngs(3))
+    perturb(model, 4)
+    out = str(tmp_path / "mlm")
+    bert.save_hf(model, vocab_file, out)
+    assert json.loads(open(os.path.join(out, "config.json")).read())["architectures"] == [
+        "BertForMaskedLM"
+    ]
+    loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        out, output_loading_info=True, attn_implementation="eager"
+    )
+    assert type(loaded).__name__ == "BertForMaskedLM" and not info["missing_keys"]
+    expected = {"bert.pooler.dense.bias", "bert.pooler.dense.weight"} if pooler else set()
+    assert set(info["unexpected_keys"]) == expected
+    ids, mask, segments, positions = padded_batch(seed=5)
+    with torch.no_grad():
+        logits = loaded.eval()(
+            input_ids=torch.tensor(ids, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            token_type_ids=torch.tensor(segments, dtype=torch.long),
+        ).logits.numpy()
+    mlm, _ = ours_logits(model, ids, mask, segments, positions)
+    np.testing.assert_allclose(mlm, logits[np.arange(len(ids))[:, None], positions], atol=1e-4)
+    if pooler:
+        base = transformers.BertModel.from_pretrained(out, attn_implementation="eager")
+        np.testing.assert_array_equal(
+            base.pooler.dense.weight.detach().numpy().T,
+            np.asarray(model.bert.pooler.kernel.value),
+        )
+    again, report = bert.load_hf(out, config=config)
+    assert report.unused == [] and report.initialized == []
+    for a, b in zip(params_of(model), params_of(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("kind", ["classification", "regression", "tagging", "span"])
+def test_a_task_model_without_the_pooler_exports_only_where_transformers_has_none(kind, tmp_path):
+    """transformers' sequence classes read BERT's pooler: a classification or regression model
+    of an encoder without one (model.pooler=False) is refused, not written for transformers to
+    fill with a fresh pooler; tagging and QA, whose classes have no pooler, export and match."""
+    from bert_jax.finetune import heads
+
+    config = M.BertConfig(
+        **TINY,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        initializer_range=0.02,
+        pooler=False,
+        nsp_head=False,
+    )
+    task = heads.TaskModel(config, kind, 3, rngs=nnx.Rngs(0))
+    out = str(tmp_path / "task")
+    if kind in ("classification", "regression"):
+        with pytest.raises(cli.UserError, match="without BERT's pooler"):
+            heads.export_hf(task, ["a", "b", "c"], out, None)
+        assert not os.path.exists(out)
+        return
+    heads.export_hf(task, ["a", "b", "c"], out, None)
+    cls = {"tagging": "BertForTokenClassification", "span": "BertForQuestionAnswering"}[kind]
+    _, info = getattr(transformers, cls).from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]

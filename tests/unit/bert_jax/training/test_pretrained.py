@@ -9,12 +9,14 @@ import json
 import os
 import random
 import shutil
+import unicodedata
 
 import pytest
 
 from bert_jax import cli, embed
 from bert_jax.finetune import runs
 from bert_jax.training import pretrained
+from support import unicode_sample
 from support.finetune_data import VOCAB, make_config, save_tiny_hf, sst2_file
 
 transformers = pytest.importorskip("transformers")
@@ -45,6 +47,37 @@ def test_a_hugging_face_directory_with_vocab_txt(dirs):
     assert loaded.vocab_to_record == loaded.vocab_file and loaded.do_lower_case is True
     assert loaded.tokenizer.vocab_size == len(VOCAB)
     assert set(loaded.params) == {"bert", "mlm", "nsp"}  # the whole BertForPreTraining
+
+
+@pytest.mark.parametrize(
+    "name, lower",
+    [
+        ("cased_L-12_H-768_A-12", False),
+        ("multi_cased_L-12_H-768_A-12", False),
+        ("wwm_cased_L-24_H-1024_A-16", False),
+        ("uncased_L-2_H-128_A-2", True),
+        ("multilingual_L-12_H-768_A-12", True),
+        ("my_model", True),
+    ],
+)
+def test_a_google_release_named_cased_is_not_lower_cased(dirs, tmp_path, name, lower):
+    """Google's original cased release (bert_config.json, vocab.txt, bert_model.ckpt: no
+    tokenizer_config.json) was lower-cased, as an uncased one: "GOOD" read as "good", other ids
+    than the model was trained on; google-research/bert refuses that by the directory's name
+    (validate_case_matches_checkpoint). Its name now sets do_lower_case; an explicit one wins."""
+    release = tmp_path / name
+    release.mkdir()
+    shutil.copy(os.path.join(dirs["vocab_txt"], "vocab.txt"), release)
+    # Google's weights are a TensorFlow checkpoint; the same weights as safetensors read alike.
+    shutil.copy(os.path.join(dirs["vocab_txt"], "model.safetensors"), release)
+    with open(os.path.join(dirs["vocab_txt"], "config.json")) as f:
+        config = {k: v for k, v in json.load(f).items() if k != "model_type"}
+    (release / "bert_config.json").write_text(json.dumps(config))
+    loaded = pretrained.load(str(release))
+    assert loaded.do_lower_case is lower
+    good, unk = VOCAB.index("good"), VOCAB.index("[UNK]")
+    assert loaded.tokenizer.encode("GOOD") == [good if lower else unk]
+    assert pretrained.load(str(release), do_lower_case=True).tokenizer.encode("GOOD") == [good]
 
 
 def test_a_tokenizer_json_only_directory_gives_the_same_vocabulary(dirs):
@@ -150,9 +183,12 @@ def test_a_directory_whose_vocabulary_leaves_table_rows_unused_loads(tmp_path):
         tok.encode("good w1 alice")
         == theirs("good w1 alice", add_special_tokens=False)["input_ids"]
     )
-    # A vocabulary the user names must still look like the table's.
+    # Another vocabulary the user names must still look like the table's (the directory's own,
+    # named, is read as the directory's: test_a_saved_run_reads_the_directorys_own_vocabulary...).
+    named = str(tmp_path / "vocab.txt")
+    shutil.copy(os.path.join(model_dir, "vocab.txt"), named)
     with pytest.raises(cli.UserError, match="entries but the model"):
-        pretrained.load(model_dir, vocab_file=os.path.join(model_dir, "vocab.txt"))
+        pretrained.load(model_dir, vocab_file=named)
 
 
 @pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
@@ -196,7 +232,7 @@ def test_private_use_characters_are_deleted_as_transformers_deletes_them(dirs, k
     texts += ["".join(rng.choice(words + private[:50]) for _ in range(12)) for _ in range(300)]
     want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
     assert [tok.encode(text) for text in texts] == want
-    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # both encode_batch paths
+    for batch in (texts, [t.replace("[MASK]", "") for t in texts]):  # with and without [MASK]
         flat, lengths = tok.encode_batch(batch)
         ids = [theirs(t, add_special_tokens=False)["input_ids"] for t in batch]
         assert flat.tolist() == [i for row in ids for i in row]
@@ -220,6 +256,41 @@ def test_the_cjk_characters_transformers_leaves_unspaced_give_its_ids(dirs, kind
     assert [tok.encode(text) for text in texts] == want
     flat, lengths = tok.encode_batch(texts + ["good w1", "alice"])
     want += [theirs(t, add_special_tokens=False)["input_ids"] for t in ("good w1", "alice")]
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_text_of_any_code_point_gives_transformers_ids(dirs, kind):
+    """Every kind of code point (unicode_sample: each general category's runs at both ends and
+    inside), alone, inside words and beside a special token, lower-cased and cased: the ids of
+    transformers' tokenizer of the directory, by encode, encode_batch and tokenize."""
+    theirs = transformers.AutoTokenizer.from_pretrained(dirs[kind])
+    _, tok = embed.load_encoder(dirs[kind])
+    points = unicode_sample.sample(lambda cp: unicodedata.category(chr(cp)))
+    texts = [f"good{chr(c)}w1 {chr(c)} Al{chr(c)}ice{chr(c)}[MASK]{chr(c)}" for c in points]
+    want = [theirs(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [tok.encode(text) for text in texts] == want
+    flat, lengths = tok.encode_batch(texts)
+    assert flat.tolist() == [i for row in want for i in row]
+    assert lengths.tolist() == list(map(len, want))
+    assert [tok.tokenize(t) for t in texts[::50]] == [theirs.tokenize(t) for t in texts[::50]]
+
+
+@pytest.mark.parametrize("kind", ["vocab_txt", "tokenizer_json"])
+def test_a_lone_surrogate_is_deleted_as_transformers_python_tokenizer_deletes_it(dirs, kind):
+    """Half a surrogate pair ("\\ud83d", from a JSON escape: a SQuAD file's text) is no UTF-8
+    text: the tokenizers library, transformers' BertTokenizer, raises TypeError on it (it did
+    here too, a traceback); transformers' Python BertTokenizer deletes it as a control, and so
+    does this tokenizer."""
+    loaded = pretrained.load(dirs[kind])
+    python = transformers.BertTokenizerLegacy(loaded.vocab_file, do_lower_case=loaded.do_lower_case)
+    rng = random.Random(0)
+    words = ["good", "w1", "Alice", "[MASK]", " ", "\ud800", "\udbff\udfff", "\udc00"]
+    texts = ["".join(rng.choice(words) for _ in range(8)) for _ in range(200)]
+    want = [python(text, add_special_tokens=False)["input_ids"] for text in texts]
+    assert [loaded.tokenizer.encode(text) for text in texts] == want
+    flat, lengths = loaded.tokenizer.encode_batch(texts)
     assert flat.tolist() == [i for row in want for i in row]
     assert lengths.tolist() == list(map(len, want))
 
@@ -326,6 +397,26 @@ def test_fine_tuning_and_embed_read_a_tokenizer_json_directory_alike(dirs, tmp_p
         assert tokenizer.encode(text) == run.tok.encode(text), text
 
 
+def test_a_saved_run_reads_the_directorys_own_vocabulary_as_the_run_did(tmp_path):
+    """Fine-tuning records --init's own vocab.txt, and its resume and predict pass it back as
+    the vocabulary: it was then read as one the user named, by Google's rules ("[MASK]" in the
+    text three pieces, not the one the run trained with) and refused where it leaves rows of the
+    model's table unused (transformers' tokenizer embeds with it, and the run had)."""
+    model_dir = str(tmp_path / "model")
+    transformers.BertModel(tiny_config(len(VOCAB) + 200)).save_pretrained(model_dir)
+    with open(os.path.join(model_dir, "vocab.txt"), "w") as f:
+        f.write("\n".join(VOCAB) + "\n")
+    config = make_config(
+        format="glue", layout="sst2", train_file=sst2_file(tmp_path / "t.tsv", 8, 0)
+    )
+    config.data.max_seq_length = 16  # tiny_config's positions
+    run = runs.prepare(config, model_dir)
+    again = runs.prepare(run.config, with_train=False)
+    assert again.config.data.vocab_file == run.config.data.vocab_file == run.vocab_file
+    for text in ("good [MASK] w1", "alice" * 30, "good\ue000w1"):
+        assert again.tok.encode(text) == run.tok.encode(text), text
+
+
 def test_mistakes_are_one_clear_error(dirs, tmp_path):
     with pytest.raises(cli.UserError, match="is not a directory"):
         pretrained.load(str(tmp_path / "nope"))
@@ -337,44 +428,3 @@ def test_mistakes_are_one_clear_error(dirs, tmp_path):
     big.write_text("\n".join(VOCAB + [f"x{i}" for i in range(200)]) + "\n")
     with pytest.raises(cli.UserError, match=f"has {len(VOCAB) + 200} entries but the model"):
         pretrained.load(dirs["vocab_txt"], vocab_file=str(big))
-
-
-@pytest.mark.parametrize("where", ["local", "bucket"])
-def test_one_rule_tells_the_kinds_of_directory_apart(where, tmp_path, request):
-    """checkpoints.model_dir_kind, behind pretrained.load(), export, and pre-training's
-    train.init_checkpoint (which used its own config.json test before): checkpoints/ makes a workdir
-    whatever else is there; config.json or Google's bert_config.json a Hugging Face directory;
-    anything else is refused by name, in a bucket as on disk."""
-    from bert_jax import storage
-    from bert_jax.training import checkpoints
-
-    root = str(tmp_path) if where == "local" else request.getfixturevalue("bucket")
-    layouts = {
-        "workdir": ["checkpoints/4/params/x"],
-        "both": ["checkpoints/4/params/x", "config.json"],
-        "hf": ["config.json", "model.safetensors"],
-        "tf": ["bert_config.json", "bert_model.ckpt.index"],
-        "neither": ["vocab.txt"],
-    }
-    for name, files in layouts.items():
-        for f in files:
-            path = storage.join(root, name, f)
-            storage.makedirs(storage.dirname(path))  # nothing to make in a bucket
-            storage.write_bytes(path, b"{}")
-    kinds = {
-        name: checkpoints.model_dir_kind(storage.join(root, name))
-        for name in layouts
-        if name != "neither"
-    }
-    assert kinds == {
-        "workdir": checkpoints.WORKDIR,
-        "both": checkpoints.WORKDIR,
-        "hf": checkpoints.HF_DIR,
-        "tf": checkpoints.HF_DIR,
-    }
-    with pytest.raises(cli.UserError, match=r"has no config.json .* and no checkpoints/"):
-        checkpoints.model_dir_kind(storage.join(root, "neither"))
-    with pytest.raises(cli.UserError, match="is not a directory"):
-        checkpoints.model_dir_kind(storage.join(root, "neither", "vocab.txt"))
-    with pytest.raises(cli.UserError, match="no pre-trained model given"):
-        checkpoints.model_dir_kind("")
