@@ -256,19 +256,61 @@ def _parse_flags(argv: list[str]) -> list[str]:
         return rest
     # flags.Error: absl's; ValueError, OSError: a --config file that does not load (the user's)
     except (flags.Error, ValueError, OSError) as e:
-        fail(message(e))
+        # An override of a --config file that did not load fails on ml_collections' placeholder
+        # ("Configuration is not available ..."): the file's own problem is the better line.
+        fail(_config_file_problem(argv) or _without_traceback(message(e)))
     except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
         fail(
             f"{e.filename}: not a Python config file ({e.msg}, line {e.lineno}); pass a "
             "configs/*.py file defining get_config()"
         )
-    except (AttributeError, KeyError, TypeError):
+    except (AttributeError, KeyError, TypeError) as e:
         # ml_collections' config_flags raises these for an override of a field that does not
-        # exist; anything else stays a bug with its traceback.
-        problem = _unknown_config_field(argv)
+        # exist, and an AttributeError for a --config file without get_config() (an empty file,
+        # a JSON file, a package's __init__.py); anything else stays a bug with its traceback.
+        problem = _unknown_config_field(argv) or _no_get_config(e, argv)
         if problem is None:
             raise
         fail(problem)
+
+
+def _no_get_config(error: BaseException, argv: list[str]) -> str | None:
+    if not (isinstance(error, AttributeError) and "get_config" in str(error)):
+        return None
+    for name in _config_flags():
+        files = _config_files(name, argv)
+        if files:
+            return (
+                f"--{name}={files[-1]} defines no get_config(); pass a configs/*.py file "
+                "defining get_config()"
+            )
+    return None
+
+
+def _without_traceback(text: str) -> str:
+    """ml_collections' error for a config file whose get_config raised (`--config=FILE:ARG` for a
+    get_config that takes no argument) carries that exception's whole traceback: its last line."""
+    head, sep, trace = text.partition(" Traceback (most recent call last): ")
+    if not sep:
+        return text
+    return f"{head} {trace.rsplit('^ ', 1)[-1].split(' File ')[-1].strip()}"
+
+
+def _config_files(name: str, argv: list[str]) -> list[str]:
+    """The values `argv` gives the config-file flag `name`, in order."""
+    files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]
+    return files + [b for a, b in itertools.pairwise(argv) if a == f"--{name}"]
+
+
+def _config_file_problem(argv: list[str]) -> str | None:
+    """The line for a --config file in `argv` that is no file, or None."""
+    for name in _config_flags():
+        files = _config_files(name, argv)
+        path = files[-1].split(":")[0] if files else None
+        if path is not None and not os.path.isfile(path):
+            where = f"={path} {not_a_file(path)}" if path else " is empty"
+            return f"--{name}{where}; pass a configs/*.py file defining get_config()"
+    return None
 
 
 def _check_config_files() -> None:
@@ -307,8 +349,7 @@ def _unknown_config_field(argv: list[str]) -> str | None:
         if not arg.startswith("--") or not path or name not in config_flags:
             continue
         if name not in loaded:
-            files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]
-            files += [b for a, b in itertools.pairwise(argv) if a == f"--{name}"]
+            files = _config_files(name, argv)
             if not files:
                 return None
             try:

@@ -237,6 +237,11 @@ def _save_npz(path: str, arrays: dict) -> None:
         fd, tmp = tempfile.mkstemp(
             prefix=f"{_temporary_prefix()}{os.getpid()}-", suffix=".npz", dir=directory
         )
+    # mkstemp makes the file 0600: the output is the user's file, its mode 0666 less the umask
+    # as any file they write (it was readable by its owner only).
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
     # A SIGTERM while writing exits (status 143) through `finally`, which removes the hidden
     # half-written .npz (as large as the output).
     main = threading.current_thread() is threading.main_thread()  # only it may set handlers

@@ -36,9 +36,41 @@ def define_flags() -> None:
     flags.DEFINE_integer("process_id", None, "This process's index, 0 to num_processes - 1.")
 
 
+def check_flags(flag_values) -> None:
+    """define_flags' flags, checked before JAX starts: without --distributed the other three did
+    nothing, silently; with it, a process count of 0 or 2**63, an id past the count or an address
+    without its port were a ValueError, TypeError or IndexError traceback from JAX."""
+    names = ("coordinator_address", "num_processes", "process_id")
+    given = [name for name in names if getattr(flag_values, name) is not None]
+    if not flag_values.distributed:
+        if given:
+            raise cli.UserError(
+                f"--{given[0]} is for multi-process runs: add --distributed, or drop it"
+            )
+        return
+    count, index = flag_values.num_processes, flag_values.process_id
+    address = flag_values.coordinator_address
+    if count is not None and not 1 <= count < 2**31:
+        raise cli.UserError(f"--num_processes={count} must be 1 or more")
+    if index is not None and not 0 <= index < (count if count is not None else 2**31):
+        raise cli.UserError(
+            f"--process_id={index} must lie in [0, --num_processes"
+            + (f"={count})" if count is not None else ")")
+        )
+    if address is not None:
+        host, colon, port = address.rpartition(":")
+        if not (colon and host and port.isdigit() and 0 < int(port) < 2**16):
+            raise cli.UserError(
+                f"--coordinator_address={address!r} must be host:port (process 0's), e.g. "
+                "10.0.0.2:1234"
+            )
+
+
 def start(flag_values=None, *, cpu_devices: int = 0) -> None:
     """Starts JAX for a binary (the module docstring). `flag_values`: the binary's parsed flags
     when it defined define_flags'; `cpu_devices` > 0: the planner's fake CPU devices."""
+    if flag_values is not None:
+        check_flags(flag_values)
     if cpu_devices:
         _use_cpu_devices(cpu_devices)
     else:  # before JAX's CPU backend starts its threads: XLA:CPU then reuses a step's memory

@@ -6,6 +6,7 @@ label.
 """
 
 import itertools
+import sys
 
 from absl import flags
 from google.protobuf.message import DecodeError
@@ -73,10 +74,12 @@ def main(argv):
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
     # Every record's checksums are checked as it is read.
     local = storage.local_copy(FLAGS.input)
-    stop = FLAGS.skip + FLAGS.limit if FLAGS.limit else None
+    # islice refuses a bound past sys.maxsize (absl's integers have none): no shard is that long
+    start = min(FLAGS.skip, sys.maxsize)
+    stop = min(FLAGS.skip + FLAGS.limit, sys.maxsize) if FLAGS.limit else None
     index = FLAGS.skip - 1
     with storage.reported_as(local, FLAGS.input):  # a damaged record names the user's file
-        records = itertools.islice(record_io.read_records(local), FLAGS.skip, stop)
+        records = itertools.islice(record_io.read_records(local), start, stop)
         for index, data in enumerate(records, start=FLAGS.skip):
             try:
                 features = F.decode_example(data)

@@ -53,13 +53,20 @@ _SPEC = {f.name: f.default for f in dataclasses.fields(job.JobSpec)}
 flags.DEFINE_bool(
     "do_whole_word_mask", _DEFAULT.whole_word_mask, "Mask all pieces of a word together."
 )
+# Lengths past 2**31 (2**63, typed for "no limit") were an IndexError or OverflowError traceback
+# from numpy after the first units were written: the records' arrays are indexed in int32.
+_MAX_LENGTH = 2**31 - 1
 flags.DEFINE_integer(
-    "max_seq_length", _DEFAULT.max_seq_length, "Tokens per instance, [CLS]/[SEP] included."
+    "max_seq_length",
+    _DEFAULT.max_seq_length,
+    "Tokens per instance, [CLS]/[SEP] included.",
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_integer(
     "max_predictions_per_seq",
     _DEFAULT.max_predictions_per_seq,
     "Most masked positions per instance.",
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_float(
     "masked_lm_prob",
@@ -290,6 +297,19 @@ def _check_flags(argv) -> None:
     for name, reason in _SCALED_FLAGS.items():
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
             raise cli.UserError(f"--{name} is for --mode=scaled or beam; reference mode {reason}")
+    # Flags that shape what another flag turns off: they did nothing, silently.
+    if FLAGS.eval_fraction == 0:
+        for name in ("num_eval_shards", "eval_masked_lm_prob"):
+            if FLAGS[name].present and FLAGS[name].value != FLAGS[name].default:
+                raise cli.UserError(
+                    f"--{name}={FLAGS[name].value} is for the eval split, and --eval_fraction=0 "
+                    "holds out none: drop it, or pass --eval_fraction above 0"
+                )
+    if FLAGS.tfds_data_dir and not any(s.strip().startswith("tfds:") for s in FLAGS.input):
+        raise cli.UserError(
+            f"--tfds_data_dir={FLAGS.tfds_data_dir!r} is for TFDS inputs "
+            "(--input=tfds:NAME:SPLIT), and no --input is one: drop it"
+        )
 
 
 def main(argv):

@@ -299,6 +299,13 @@ def main(argv):
             f"--vocab_size={FLAGS.vocab_size:,} is more than any model's vocabulary; pass at most "
             f"{MAX_VOCAB_SIZE:,} (Gemma's is 256,000)"
         )
+    if FLAGS.output.rsplit("/", 1)[-1] in ("", ".", ".."):  # "" or "out/": found at the end
+        example = {"wordpiece": "vocab.txt", "sentencepiece": "sp", "bpe": "tokenizer.json"}
+        raise cli.UserError(
+            f"--output={FLAGS.output!r} names no file; name the file to write, e.g. "
+            f"--output={FLAGS.output.rstrip('/.') + '/' if FLAGS.output.strip('/.') else ''}"
+            f"{example[FLAGS.model_type]}"
+        )
     storage.check_paths({"--input": FLAGS.input, "--output": FLAGS.output}, outputs=["--output"])
     if storage.isdir(FLAGS.output):
         raise cli.UserError(f"--output={FLAGS.output!r} is a directory; name the file to write")

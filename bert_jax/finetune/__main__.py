@@ -55,11 +55,40 @@ runtime.define_flags()
 flags.mark_flags_as_required(["workdir"])
 
 
+# Flags only one mode reads, and what the other mode takes instead: given to the other mode they
+# were silently ignored (--test_file in train mode wrote no predictions, --config.* overrides in
+# predict mode changed nothing).
+_PREDICT_ONLY = {
+    "test_file": "--config.data.test_file",
+    "output": "predictions go to <workdir>/predictions/",
+    "eval_batch_size": "--config.eval.batch_size",
+}
+
+
+def _check_mode_flags() -> None:
+    if FLAGS.mode == "train":
+        for name, instead in _PREDICT_ONLY.items():
+            if FLAGS[name].present:
+                hint = f"set {instead}" if instead.startswith("--") else instead
+                raise cli.UserError(
+                    f"--{name} is for --mode=predict and does nothing in train mode; {hint}"
+                )
+    elif FLAGS["config"].present:
+        raise cli.UserError(
+            "--config is for --mode=train: predict mode uses the config saved with the "
+            "checkpoints in --workdir (--eval_batch_size replaces its eval.batch_size)"
+        )
+
+
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
-    if FLAGS.eval_batch_size is not None and FLAGS.eval_batch_size < 1:
-        # Here, not after the model loads (and 0 would silently keep the saved size).
-        raise cli.UserError(f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more")
+    _check_mode_flags()
+    if FLAGS.eval_batch_size is not None and not 1 <= FLAGS.eval_batch_size < 2**31:
+        # Here, not after the model loads (and 0 would silently keep the saved size; 2**63 was
+        # an IndexError traceback after the model loaded).
+        raise cli.UserError(
+            f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more (and below 2**31)"
+        )
     _check_paths()
     runtime.start(FLAGS)
     import jax
@@ -106,6 +135,10 @@ def _check_paths() -> None:
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
     if FLAGS.mode == "predict" and FLAGS.output and not storage.is_url(FLAGS.output):
         # A file to write, asked now rather than after the model loaded and predicted.
+        if FLAGS.output.rsplit("/", 1)[-1] in ("", ".", ".."):  # "out/": a FileNotFoundError
+            raise cli.UserError(
+                f"--output={FLAGS.output!r} names no file; pass the predictions file's name"
+            )
         if os.path.isdir(FLAGS.output):
             raise cli.UserError(
                 f"--output={FLAGS.output!r} is a directory; pass the predictions file's name"

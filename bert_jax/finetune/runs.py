@@ -57,6 +57,11 @@ def check_finetuning(
     problems, split = config_check.check_common(config, num_devices, process_count)
     if not d.train_file:
         problems.append("data.train_file is empty: point it at the training file")
+    if init and config.init and init != config.init:  # the flag won, silently, before
+        problems.append(
+            f"--init={init!r} and config.init={config.init!r} name two pre-trained models; "
+            "pass one of them"
+        )
     if not (init or config.init):
         problems.append(
             "no pre-trained model: pass --init=DIR (a Hugging Face BERT directory or a "

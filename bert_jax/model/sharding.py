@@ -173,15 +173,25 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     the model does not have (a typo: 'head' for 'heads') or a second rule for one name would be
     ignored silently (the weights it meant to split stay whole; with a name twice the parameters
     follow the last rule and the activations the first): one cli.UserError names both."""
+    if not isinstance(rules, (list, tuple)):  # --config.mesh.rules=None, =3
+        raise cli.UserError(
+            f"mesh.rules={rules!r} must be a list of (logical_name, mesh_axes) pairs"
+        )
     out = []
     for rule in rules:
-        if len(rule) != 2:
+        if not isinstance(rule, (list, tuple)) or len(rule) != 2 or not isinstance(rule[0], str):
             raise cli.UserError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
         logical, mesh_axes = rule
         if mesh_axes is None:
             out.append((logical, None))
             continue
-        axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        axes = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
+        if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
+            raise cli.UserError(
+                f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis name, "
+                f"a tuple of them or None (the mesh axes: {MESH_AXES})"
+            )
+        axes = tuple(axes)
         unknown = [a for a in axes if a not in MESH_AXES]
         if unknown:
             raise cli.UserError(

@@ -159,6 +159,13 @@ def main(argv):
         outputs=["--json_out"],
     )
     _take_config_overrides()
+    if FLAGS["num_devices"].present and FLAGS.topology.strip().lower() != "cpu":
+        # Read for --topology=cpu only: a TPU topology, or cpu:N, has its own count (ignored
+        # silently before, as --num_slices is refused for cpu).
+        raise cli.UserError(
+            f"--num_devices={FLAGS.num_devices} is for --topology=cpu (that many fake CPU "
+            f"devices); --topology={FLAGS.topology} has its own count: drop it"
+        )
     req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
     base.train.init_checkpoint, base.train.init_optimizer_state = "", False

@@ -13,11 +13,15 @@ import dataclasses
 import math
 
 from bert_jax import cli
-from bert_jax.model import attention, sharding
+from bert_jax.model import attention, bert_config, sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
 MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
+# A whole-number field's bounds where its rule names none: sizes, counts, steps and ids are
+# int32 on the devices (the step counter, token ids, shapes' indices); 2**63 (as a user may type
+# for "unbounded") was a TypeError or OverflowError traceback deep in JAX or numpy.
+MAX_WHOLE = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +45,8 @@ class Range:
         number = isinstance(value, int if self.whole else (int, float))
         if isinstance(value, bool) or not number or not math.isfinite(value):
             return False
+        if self.whole and abs(value) > MAX_WHOLE:
+            return False
         low_ok = self.low is None or (value > self.low if self.open_low else value >= self.low)
         high_ok = self.high is None or (value < self.high if self.open_high else value <= self.high)
         return low_ok and high_ok
@@ -58,6 +64,8 @@ class Range:
             where = f" {'<' if self.open_high else '<='} {_number(self.high)}"
         else:
             where = " (finite)"
+        if self.whole and self.high is None:  # MAX_WHOLE's bound
+            where = f"{where} and below 2**31" if self.low is not None else " within ±(2**31 - 1)"
         also = "".join(f", or {v!r}" for v in self.also)
         return kind + where + also + (f" ({self.note})" if self.note else "")
 
@@ -203,11 +211,34 @@ def check_common(
     """
     problems = []
     o = config.optim
+    # The schedule runs in float32 (optim.schedule_values): a rate below its smallest number is a
+    # schedule of 0 throughout, a run that trains nothing with exit 0.
+    if o.learning_rate in NUMERIC_FIELDS["optim.learning_rate"] and not float32_positive(
+        o.learning_rate
+    ):
+        problems.append(
+            f"optim.learning_rate={o.learning_rate!r} is 0 in float32, the schedule's precision: "
+            "nothing would train (BERT-Base's is 1e-4)"
+        )
+    if o.schedule != "constant" and o.end_learning_rate > o.learning_rate:
+        problems.append(
+            f"optim.end_learning_rate={o.end_learning_rate!r} is above optim.learning_rate="
+            f"{o.learning_rate!r}, the peak: the '{o.schedule}' decay would climb to it"
+        )
     if num_train_steps is not None and o.warmup_steps > num_train_steps:
         problems.append(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
+    # Checked here, in the user's config: at the model's build a fine-tuning mistake was
+    # reported as one of the --init model's config.json.
+    for name, choices in (
+        ("dtype", sorted(bert_config.DTYPES)),
+        ("attention_impl", bert_config.ATTENTION_IMPLS),
+    ):
+        value = config.model.get(name)
+        if name in config.model and value not in choices:
+            problems.append(f"model.{name}={value!r}; choose one of {list(choices)}")
     mode = config.train.on_nonfinite
     if mode not in NONFINITE_MODES:
         problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
@@ -243,6 +274,12 @@ def check_common(
     return problems, split
 
 
+def float32_positive(value: float) -> bool:
+    """Whether `value` stays above 0 in float32: its smallest number is 2**-149, and what lies at
+    or below half of it rounds to 0."""
+    return value > 2.0**-150
+
+
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
     """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
     layout) on `num_devices` devices in `process_count` processes, without reading its data."""
@@ -275,7 +312,29 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
                 f"eval.batch_size={e.batch_size} must be divisible by the {dp} data-parallel "
                 f"devices and the {process_count} processes"
             )
-    return problems + _init_problems(t)
+    return problems + _batch_warmup_problems(t) + _init_problems(t)
+
+
+def _batch_warmup_problems(t) -> list[str]:
+    """A batch-size warmup that does nothing (it grows from grad_accum_steps micro-batches to as
+    many) or never ends (longer than the run): accepted silently before."""
+    steps, start, final = t.batch_warmup_steps, t.batch_warmup_start_accum, t.grad_accum_steps
+    if not steps:
+        return []
+    problems = []
+    if steps > t.num_train_steps:
+        problems.append(
+            f"train.batch_warmup_steps={steps} is longer than the run (train.num_train_steps="
+            f"{t.num_train_steps}): the batch would never reach its full size"
+        )
+    if start == final:
+        problems.append(
+            f"train.batch_warmup_steps={steps} grows nothing: train.batch_warmup_start_accum="
+            f"{start} is train.grad_accum_steps already; the batch grows from start_accum "
+            "micro-batches to grad_accum_steps (raise grad_accum_steps, or set "
+            "batch_warmup_steps=0)"
+        )
+    return problems
 
 
 def splash_problems(attention_impl: str, length: int) -> list[str]:
@@ -333,10 +392,25 @@ def pretraining(config, num_devices: int, process_count: int = 1):
         problem = attention.splash_length_problem(length) if impl == "splash" else None
         if problem and problem not in problems:  # a configured length is named above already
             problems.append(problem)
+        positions = resolved.model.max_position_embeddings
+        if length > positions:  # found at the first step before: after the workdir and the init
+            given = "" if config.data.max_seq_length else ", the manifest's"
+            problems.append(
+                f"the records are {length} tokens long (data.max_seq_length{given}), more than "
+                f"model.max_position_embeddings={positions}: raise it to {length} or pass "
+                f"records of at most {positions} tokens"
+            )
         if resolved.data.nsp and not resolved.model.nsp_head:
             problems.append(
                 "model.nsp_head=False, but the records are sentence pairs for NSP (data.nsp): "
                 "pass MLM-only records (data_prep --nsp=false) or set model.nsp_head=True"
+            )
+        rate = config.data.get("masked_lm_prob")
+        if rate is not None and not resolved.data.dynamic_masking:  # it did nothing, silently
+            problems.append(
+                f"data.masked_lm_prob={rate!r} is for dynamic masking, but these records were "
+                "masked by data_prep: leave it unset, or rerun data_prep with "
+                f"--masked_lm_prob={rate!r} (or --dynamic_masking, for records the trainer masks)"
             )
         if resolved.data.dynamic_masking:
             facts = data_facts.DataFacts.from_data(resolved.data)

@@ -14,6 +14,7 @@ import atexit
 import dataclasses
 import functools
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping

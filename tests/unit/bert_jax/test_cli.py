@@ -166,3 +166,38 @@ def test_a_ctrl_c_while_a_binary_imports_is_the_one_line(how, whose):
         return
     assert proc.stderr.splitlines() == [f"error: {cli.INTERRUPTED}"], proc
     assert proc.returncode != 0 and "went on" not in proc.stdout, proc
+
+
+CONFIG_FILE_MISTAKES = [
+    # (--config value, overrides, the line): a file without get_config() was an AttributeError
+    # traceback (exit 1); a file that is none, given with an override, ml_collections' words
+    # ("Configuration is not available ... config_config ..."); a get_config(ARG) that takes none,
+    # a line holding that error's whole traceback.
+    ("{tmp}/empty.py", [], "--config={tmp}/empty.py defines no get_config()"),
+    ("{tmp}/data.json", [], "--config={tmp}/data.json defines no get_config()"),
+    ("configs/__init__.py", ["--config.train.seed=3"], "--config=configs/__init__.py defines no"),
+    ("{tmp}/none.py", ["--config.train.seed=3"], "--config={tmp}/none.py does not exist;"),
+    ("{tmp}", ["--config.train.seed=3"], "--config={tmp} is a directory, not a file;"),
+    ("", ["--config.train.seed=3"], "--config is empty;"),
+    (
+        "configs/tiny.py:extra",
+        [],
+        "flag --config=configs/tiny.py:extra: Error whilst parsing config file: TypeError: "
+        "get_config() takes 0 positional arguments but 1 was given",
+    ),
+]
+
+
+@pytest.mark.parametrize("config, overrides, line", CONFIG_FILE_MISTAKES)
+@pytest.mark.parametrize("binary", ["bert_jax.main", "bert_jax.finetune"])
+def test_a_config_file_that_does_not_load_is_one_line_naming_it(
+    tmp_path, forkserver, binary, config, overrides, line
+):
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "data.json").write_text('{"a": [1, 2]}\n')
+    config, line = config.format(tmp=tmp_path), line.format(tmp=tmp_path)
+    args = [f"--config={config}", *overrides, f"--workdir={tmp_path / 'run'}"]
+    status, stdout, stderr = forkserver.run(binary, args)
+    assert (status, stdout) == (2, ""), stderr
+    assert len(stderr.splitlines()) == 1 and stderr.startswith(f"error: {line}"), stderr
+    assert "Traceback" not in stderr and not (tmp_path / "run").exists()

@@ -214,6 +214,17 @@ def test_a_model_saved_without_its_pooler_is_said(hf_dir, tmp_path, vocab_file, 
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_the_npz_has_the_mode_the_umask_gives_any_file(tmp_path, umask):
+    """The .npz was written through mkstemp and kept its 0600: other users could not read it."""
+    previous = os.umask(umask)
+    try:
+        embed._save_npz(str(tmp_path / "e.npz"), {"x": np.zeros(3)})
+    finally:
+        os.umask(previous)
+    assert os.stat(tmp_path / "e.npz").st_mode & 0o777 == 0o666 & ~umask
+
+
 def test_sigterm_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
     """SIGTERM in the middle of the .npz write: exit status 143 as a killed process has, and
     neither the output nor the hidden temporary file (as large as the output) is left."""

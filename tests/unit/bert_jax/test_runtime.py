@@ -4,8 +4,11 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
+
+from bert_jax import cli, runtime
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -117,3 +120,37 @@ def test_a_freed_block_is_reused_without_page_faults():
     # The defaults map it afresh: every page faults again (the cost the settings remove).
     _, default_faults = _second_round_faults("default")
     assert default_faults > pages // 2
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (dict(num_processes=2), "--num_processes is for multi-process runs: add --distributed"),
+        (dict(process_id=1), "--process_id is for multi-process runs"),
+        (dict(coordinator_address="h:1"), "--coordinator_address is for multi-process runs"),
+        (dict(distributed=True, num_processes=0), "--num_processes=0 must be 1 or more"),
+        (dict(distributed=True, num_processes=2**63), "--num_processes=9223372036854775808 must"),
+        (dict(distributed=True, num_processes=2, process_id=2), "--process_id=2 must lie in [0,"),
+        (dict(distributed=True, process_id=-1), "--process_id=-1 must lie in [0, --num_processes)"),
+        (dict(distributed=True, coordinator_address="host"), "--coordinator_address='host' must"),
+        (dict(distributed=True, coordinator_address=":80"), "--coordinator_address=':80' must"),
+        (dict(distributed=True, coordinator_address="h:99999"), "--coordinator_address='h:99999'"),
+    ],
+)
+def test_the_multi_process_flags_mistakes_are_one_line_before_jax_starts(flags, line):
+    """Each was a ValueError, TypeError or IndexError traceback from jax.distributed, or (the
+    three without --distributed) did nothing."""
+    values = dict(distributed=False, coordinator_address=None, num_processes=None, process_id=None)
+    with pytest.raises(cli.UserError) as raised:
+        runtime.check_flags(types.SimpleNamespace(**{**values, **flags}))
+    assert str(raised.value).startswith(line), raised.value
+
+
+def test_the_multi_process_flags_that_make_sense_pass():
+    for flags in [
+        dict(distributed=False, coordinator_address=None, num_processes=None, process_id=None),
+        dict(distributed=True, coordinator_address=None, num_processes=None, process_id=None),
+        dict(distributed=True, coordinator_address="10.0.0.2:1234", num_processes=4, process_id=3),
+        dict(distributed=True, coordinator_address="[::1]:80", num_processes=1, process_id=0),
+    ]:
+        runtime.check_flags(types.SimpleNamespace(**flags))

@@ -115,6 +115,20 @@ def test_a_wordpiece_vocab_is_not_written_under_another_kind_s_name(tmp_path, fo
     assert len(stderr.splitlines()) == 1 and not output.exists()
 
 
+@pytest.mark.parametrize("kind", ["wordpiece", "sentencepiece", "bpe"])
+@pytest.mark.parametrize("name", [None, "new/", "new/sub/", "./", "new/.."])
+def test_an_output_that_names_no_file_is_one_line_before_training(tmp_path, forkserver, kind, name):
+    """--output='' or a directory to be (`out/`): the vocabulary was trained, then writing it
+    was a FileNotFoundError traceback. Now one line naming the flag, before the corpus is read."""
+    output = "" if name is None else f"{tmp_path}/{name}"
+    args = [f"--input={CORPUS}", f"--output={output}", "--vocab_size=300", f"--model_type={kind}"]
+    status, stdout, stderr = forkserver.run("data_prep.vocab", args)
+    assert (status, stdout) == (2, ""), stderr
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith(f"error: --output={output!r} names no file;"), stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_sentencepiece_output_named_model_is_the_model_file(tmp_path, forkserver):
     """--output is the model's prefix; --output=sp.model names the model file itself (it wrote
     sp.model.model, and --vocab_file=sp.model then named no file)."""

@@ -9,6 +9,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import pipeline as ip
 from bert_jax.model import sharding
@@ -57,6 +58,29 @@ def test_logical_rules_respect_divisibility_and_axis_reuse():
     assert sharding.batch_spec(RULES) == P(("data", "fsdp"))
     with pytest.raises(ValueError, match="unknown mesh axes"):
         sharding.normalize_rules([("embed", "model")])
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        None,
+        3,
+        "batch",
+        [None],
+        [3],
+        [("batch",)],
+        [(1, "data")],
+        [("batch", 3)],
+        [("batch", ("data", 3))],
+        [("batch", {"data": 1})],
+        [["embed", ["fsdp", None]]],
+    ],
+)
+def test_rules_of_any_wrong_shape_are_a_user_error(rules):
+    """--config.mesh.rules=None was a TypeError traceback ("NoneType has no len()"), a rule whose
+    mesh axes were a number another: every shape of mistake is one line naming the rule."""
+    with pytest.raises(cli.UserError, match="mesh"):
+        sharding.normalize_rules(rules)
 
 
 def _config():

@@ -41,7 +41,22 @@ def tiny_config(**changes):
         ({"mesh__data": -1, "mesh__tensor": 4}, r"mesh.tensor=4 must divide model.num_attent"),
         ({"mesh__num_devices": 16}, r"mesh.num_devices=16, but there are 8 devices"),
         ({"train__on_nonfinite": "ignore"}, r"train.on_nonfinite='ignore'; choose one of"),
-        ({"checkpoint__max_to_keep": -1}, r"max_to_keep=-1 must be a whole number >= 0 \(0 keeps"),
+        (
+            {"checkpoint__max_to_keep": -1},
+            r"max_to_keep=-1 must be a whole number >= 0 and below 2\*\*31 \(0 keeps",
+        ),
+        # Accepted silently before: a rate that float32 (the schedule's) holds as 0, a "decay"
+        # that climbs, a batch warmup that never ends or grows nothing.
+        ({"optim__learning_rate": 1e-46}, r"optim.learning_rate=1e-46 is 0 in float32"),
+        (
+            {"optim__end_learning_rate": 0.01},
+            r"end_learning_rate=0.01 is above optim.learning_rate=0.001, the peak: the 'linear'",
+        ),
+        (
+            {"train__batch_warmup_steps": 30, "train__grad_accum_steps": 2},
+            r"train.batch_warmup_steps=30 is longer than the run \(train.num_train_steps=20\)",
+        ),
+        ({"train__batch_warmup_steps": 5}, r"batch_warmup_steps=5 grows nothing: train.batch_w"),
         # The splash kernel's tiles are whole 128-row blocks: a ValueError traceback before.
         (
             {"model__attention_impl": "splash", "data__max_seq_length": 64},
@@ -54,11 +69,10 @@ def test_each_mistake_is_named_with_its_field(changes, message):
         config_check.check_pretraining(tiny_config(**changes), num_devices=8)
 
 
-def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file, tmp_path):
-    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
-    the length the records have (the kernel's ValueError traceback at the first eval before,
-    attention dropout keeping training off the kernel), and again when a step is traced."""
-    out = tmp_path / "records"
+@pytest.fixture(scope="module")
+def records64(testdata, vocab_file, tmp_path_factory):
+    """data_prep's records of 64 tokens (sample_text.txt), with their manifest."""
+    out = tmp_path_factory.mktemp("records64")
     subprocess.run(
         [sys.executable, "-m", "data_prep.main", f"--input={testdata / 'sample_text.txt'}"]
         + [f"--vocab_file={vocab_file}", f"--output_dir={out}", "--max_seq_length=64"]
@@ -68,13 +82,70 @@ def test_splash_is_checked_against_the_manifests_length_too(testdata, vocab_file
         capture_output=True,
         timeout=300,
     )
+    return out
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"optim__learning_rate": 1e-45},  # float32's smallest number: small, but not 0
+        {"optim__end_learning_rate": 0.001},  # the peak: a flat schedule after warmup
+        {"optim__end_learning_rate": 0.01, "optim__schedule": "constant"},  # end not used
+        {
+            "train__batch_warmup_steps": 20,
+            "train__grad_accum_steps": 2,
+            "train__global_batch_size": 16,
+        },
+    ],
+)
+def test_the_edges_of_those_rules_are_accepted(changes):
+    config_check.check_pretraining(tiny_config(**changes), num_devices=8)
+
+
+def test_splash_is_checked_against_the_manifests_length_too(records64):
+    """With data.max_seq_length left to the manifest (0), the splash kernel's rule is checked on
+    the length the records have (the kernel's ValueError traceback at the first eval before,
+    attention dropout keeping training off the kernel), and again when a step is traced."""
     config = tiny_config(model__attention_impl="splash", data__max_seq_length=0)
-    config.data.train_files, config.data.eval_files = str(out), ""
+    config.data.train_files, config.data.eval_files = str(records64), ""
     config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
     with pytest.raises(cli.UserError, match=r"data.max_seq_length a multiple of 128, not 64"):
         config_check.pretraining(config, num_devices=8)
     config.model.attention_impl = "auto"
     assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
+
+
+@pytest.mark.parametrize("configured", [0, 64])
+@pytest.mark.parametrize("positions, ok", [(32, False), (63, False), (64, True), (512, True)])
+def test_records_longer_than_the_position_table_are_a_config_error(
+    records64, configured, positions, ok
+):
+    """Records of 64 tokens with model.max_position_embeddings below 64: found when the first
+    step was traced before, after the workdir was made and the model initialized, in words that
+    named no config field. Now a config problem naming both fields, before anything is built."""
+    config = tiny_config(data__max_seq_length=configured, model__max_position_embeddings=positions)
+    config.data.train_files, config.data.eval_files = str(records64), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    if ok:
+        assert config_check.pretraining(config, num_devices=8).data.max_seq_length == 64
+        return
+    with pytest.raises(cli.UserError) as raised:
+        config_check.pretraining(config, num_devices=8)
+    assert f"model.max_position_embeddings={positions}: raise it to 64" in str(raised.value)
+    assert "data.max_seq_length" in str(raised.value)
+
+
+@pytest.mark.parametrize("rate", [0.15, 0.3])
+def test_a_masking_rate_for_records_masked_by_data_prep_is_refused(records64, rate):
+    """data.masked_lm_prob is dynamic masking's: with records data_prep masked it did nothing
+    (the run trained at the records' rate, exit 0)."""
+    config = tiny_config(data__max_seq_length=0, data__masked_lm_prob=rate)
+    config.data.train_files, config.data.eval_files = str(records64), ""
+    config.data.max_predictions_per_seq, config.model.vocab_size = 0, 0
+    with pytest.raises(cli.UserError, match=rf"data.masked_lm_prob={rate} is for dynamic mask"):
+        config_check.pretraining(config, num_devices=8)
+    config.data.masked_lm_prob = None
+    config_check.pretraining(config, num_devices=8)
 
 
 def test_fine_tuning_checks_the_splash_length_too():
@@ -152,6 +223,35 @@ def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
         config.train.init_optimizer_state = init == "hf"
         with pytest.raises(cli.UserError, match=says):
             config_check.check_pretraining(config, num_devices=8)
+
+
+@pytest.mark.parametrize("trainer", ["pretraining", "finetuning"])
+@pytest.mark.parametrize(
+    "field, value",
+    [("dtype", "float16"), ("dtype", "Float32"), ("dtype", ""), ("attention_impl", "AUTO")],
+)
+def test_a_model_choice_out_of_its_set_is_the_configs_own_problem(trainer, field, value):
+    """Fine-tuning's --config.model.dtype=float16 was reported at the model's build as a fault
+    of the --init model's config.json; both trainers now name the config field up front."""
+    make, check = TRAINERS[trainer]
+    config = make()
+    config.model[field] = value
+    with pytest.raises(cli.UserError, match=rf"model.{field}={value!r}; choose one of"):
+        check(config)
+
+
+def test_fine_tuning_refuses_two_different_pre_trained_models():
+    """--init and --config.init naming two models: the flag won silently (the config's was
+    neither used nor mentioned)."""
+    from configs.finetune import base
+
+    config = base.get_config()
+    config.data.train_file, config.init = "train.tsv", "model_b"
+    two = r"--init='model_a' and config\.init='model_b' name two"
+    with pytest.raises(cli.UserError, match=two):
+        finetune_runs.check_finetuning(config, num_devices=8, init="model_a")
+    for init in ("model_b", None, ""):  # the same one twice, or either alone
+        finetune_runs.check_finetuning(config, num_devices=8, init=init)
 
 
 def test_the_finetuning_pass_names_every_problem_at_once():
@@ -265,8 +365,8 @@ def bad_values(rule: config_check.Range) -> list:
     """NaN, the infinities, a negative number, zero, a value past the upper bound and (for whole
     numbers) one with a fraction and a bool (a float field holds True as 1.0): those of them
     `rule` refuses."""
-    past = [rule.high + 1] if rule.high is not None else []
-    whole = [2.5, True] if rule.whole else []
+    past = [rule.high + 1] if rule.high is not None else [2**31, 2**63] if rule.whole else []
+    whole = [2.5, True, -(2**63)] if rule.whole else []
     values = [float("nan"), float("inf"), float("-inf"), -3, -0.5, 0, *past, *whole]
     return [v for v in values if v not in rule]
 
