@@ -23,9 +23,15 @@ From Python:
 
 from __future__ import annotations
 
+# First: a Ctrl-C while JAX imports is cli's one line (cli._interrupted_hook), not a traceback.
+from bert_jax import cli
+
+# isort: split
 import codecs
+import contextlib
 import os
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -35,7 +41,7 @@ import numpy as np
 from absl import flags, logging
 from flax import nnx
 
-from bert_jax import cli, runtime, storage
+from bert_jax import runtime, storage
 from bert_jax.data.contract import features as F
 from bert_jax.training import pretrained
 
@@ -194,6 +200,30 @@ def _output_path(path: str) -> str:
     return path
 
 
+def _temporary_prefix() -> str:
+    return f".embed-{socket.gethostname()}-"
+
+
+def _remove_killed_temporaries(directory: str) -> None:
+    """Removes the hidden half-written .npz files (as large as an output) that embeds killed
+    on this host (kill -9, the OOM killer) left in `directory`: their writer's pid is in their
+    name, and a rerun left them there for good."""
+    prefix = _temporary_prefix()
+    for name in os.listdir(directory):
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if not (name.startswith(prefix) and name.endswith(".npz") and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer runs
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # another user's live process
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(directory, name))
+
+
 def _save_npz(path: str, arrays: dict) -> None:
     """Writes the .npz beside its final name and renames: never a half-written file there."""
     path = _output_path(path)
@@ -202,8 +232,11 @@ def _save_npz(path: str, arrays: dict) -> None:
             np.savez(f, **arrays)
         return
     directory = os.path.dirname(os.path.abspath(path))
+    _remove_killed_temporaries(directory)
     with cli.user_path("--output", path):  # a read-only directory, say
-        fd, tmp = tempfile.mkstemp(prefix=".embed-", suffix=".npz", dir=directory)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f"{_temporary_prefix()}{os.getpid()}-", suffix=".npz", dir=directory
+        )
     # mkstemp makes the file 0600: the output is the user's file, its mode 0666 less the umask
     # as any file they write (it was readable by its owner only).
     mask = os.umask(0)

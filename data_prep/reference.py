@@ -13,6 +13,7 @@ A document is a list of sentences; a sentence is a list of token ids.
 import dataclasses
 import itertools
 import logging
+import os
 import random
 import time
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from bert_jax import storage
 from bert_jax.data.contract import features as F
 from bert_jax.data.contract import manifest, record_io
 from bert_jax.data.input.masking import Vocab
+from bert_jax.storage import workdir_lock
 from data_prep import inputs, lines, output, readers
 from data_prep import job as job_lib
 from data_prep.instances import InstanceOptions
@@ -276,7 +278,21 @@ def _previous_shards(output_dir: str) -> set[str]:
     return {s["file"] for split in finished.get("shards", {}).values() for s in split}
 
 
-def run(
+def run(*args, output_dir: str, **kwargs) -> dict:
+    """`_run` under the output directory's lock, as the scaled and Beam jobs (a second job there
+    is refused naming this one; before, two reference jobs wrote one shard at once), after the
+    temporary files of a killed reference job are removed (its `.tmp-PID` shard, which a rerun
+    left beside the finished output)."""
+    output.prepare_output_dir(output_dir)
+    with workdir_lock.hold(output_dir, "data_prep.main", flag="--output_dir"):
+        if not storage.is_url(output_dir):
+            for name in os.listdir(output_dir):  # we hold the lock: their writer is dead
+                if manifest.TEMPORARY.search(name):
+                    os.remove(os.path.join(output_dir, name))
+        return _run(*args, output_dir=output_dir, **kwargs)
+
+
+def _run(
     specs: list[str],
     tokenizer,
     opts: InstanceOptions,

@@ -220,9 +220,20 @@ def train_sentencepiece(
     import sentencepiece as spm
 
     written = io.BytesIO()
+    raised: list[BaseException] = []
+
+    def feed() -> Iterator[str]:
+        """The sentences; what reading them raises (a Ctrl-C, an input error) is kept, as the
+        trainer turns it into its own RuntimeError ("INTERNAL: KeyboardInterrupt")."""
+        try:
+            yield from sentences
+        except BaseException as e:
+            raised.append(e)
+            raise
+
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
+            sentence_iterator=feed(),
             model_writer=written,
             vocab_size=vocab_size,
             model_type="unigram",
@@ -242,6 +253,8 @@ def train_sentencepiece(
             minloglevel=2,
         )
     except RuntimeError as e:  # sentencepiece reports a too small vocab_size as an internal check
+        if raised:
+            raise raised[0] from None
         if "all_chars_count" in str(e):  # and a corpus left without characters
             raise cli.UserError(_NO_TEXT) from None
         needed = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(e))

@@ -171,7 +171,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         def run_eval(step: int, state: dict, between_batches) -> dict:
             figures = inference.evaluate(state["params"], eval_sets, between_batches)
             flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
-            training.log.write(step, "eval", flat)
+            if not training.log.evaluated(step):  # a rerun's final eval again: logged once
+                training.log.write(step, "eval", flat)
             if is_primary:
                 print(
                     f"eval  step {step:d}  "

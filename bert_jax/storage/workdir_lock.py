@@ -43,8 +43,16 @@ def _pid_running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
-    return True
+        pass
+    # A killed run its parent has not yet waited for (a driver script that kills a job and
+    # reruns it before it reaps the first) is a zombie: signal 0 still finds it, yet it holds
+    # nothing and never will again.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): the signal's answer
+    return state not in (b"Z", b"X")
 
 
 def describe(holder: dict) -> str:

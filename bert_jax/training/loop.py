@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from bert_jax.model import sharding
 from bert_jax.training import checkpoints, faults, metrics_log
@@ -23,6 +24,15 @@ def itstime(step: int, every: int, last_step: int | None = None) -> bool:
     """Whether an action done every `every` steps (0: never) is due after `step`; always at
     `last_step` when one is given (a run's last step is always logged and saved)."""
     return (every > 0 and step % every == 0) or step == last_step
+
+
+def _eval_logged(log: metrics_log.MetricsLog, step: int) -> bool:
+    """Whether the log holds the eval at `step`, the same answer on every process (process 0
+    alone keeps the log)."""
+    logged = log.evaluated(step)
+    if jax.process_count() > 1:
+        logged = bool(multihost_utils.broadcast_one_to_all(np.int32(logged)))
+    return logged
 
 
 def decide(
@@ -143,6 +153,21 @@ class Loop:
             faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
         )
         with own as preemption, setup.activate():
+            if eval_at_last_step:
+                resumed_eval_due = itstime(step, eval_every, last_step)
+            else:
+                resumed_eval_due = step < last_step and itstime(step, eval_every)
+            if evaluate is not None and 0 < step <= last_step and resumed_eval_due:
+                # Resumed at a step whose eval a signal dropped (it saves the step at once,
+                # docs/faults.md): that eval first, so that the log holds each eval of an
+                # uninterrupted run once (the rerun went on to the next step without it, or, at
+                # the last step, ended with no final eval).
+                if not _eval_logged(log, step):
+                    try:
+                        stopped = evaluate(step, state, preemption.between_batches)
+                    except faults.Abandoned:  # a signal again: the step is saved already
+                        stopped = "preempted"
+                    timer.pause()
             while stopped is None and step < last_step:
                 batch = sharding.host_to_global(next(data_iter), setup.batch_sharding)
                 state, metrics = train_step(state, batch)

@@ -81,6 +81,7 @@ class MetricsLog:
         if existed:
             # Lines past resume_step come from steps the resumed run will redo.
             kept = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
+        self._evaluated = {r.get("step") for r in kept if r.get("split") != "train"}
         if self._remote:
             self._lines = [json.dumps(r) + "\n" for r in kept]
             self._every, self._published = publish_every_s, time.monotonic()
@@ -99,6 +100,11 @@ class MetricsLog:
         # keeps two writers started within one second (the name's timestamp) apart.
         suffix = f".{uuid.uuid4().hex[:8]}" if self._remote else ""
         self._tb = SummaryWriter(tb_dir, filename_suffix=suffix)
+
+    def evaluated(self, step: int) -> bool:
+        """Whether the log kept from before a resume holds an eval at `step` (False when not
+        `enabled`: process 0 alone keeps the log)."""
+        return self.enabled and step in self._evaluated
 
     def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
         if not self.enabled:

@@ -491,7 +491,8 @@ def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
     until the eval ended (over 300 s), and the step's checkpoint came after the eval. Now the
     eval stops after the batch the signal came in, the step it evaluated is saved, and the
     rerun resumes from it to the parameters of a run never stopped (`finished_run`: the same
-    training without eval)."""
+    training without eval), its log holding each eval once: step 4's, which the signal dropped,
+    is done first (the rerun went on to step 5 without it)."""
     pristine, config = finished_run
     config = config.copy_and_resolve_references()
     config.data.eval_files = str(testdata / SAMPLE_128)  # 60 records
@@ -506,8 +507,36 @@ def test_a_signal_during_a_long_eval_saves_that_step_after_one_batch(
     assert len(calls) == at  # not one batch more after the signal's
     assert not [r for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
     monkeypatch.undo()
-    config.eval.every_steps = 0
     assert pretrain.train_and_evaluate(config, workdir)["stopped"] == "done"
+    assert_same_params(workdir, pristine)
+    logged = [(r["split"], r["step"]) for r in metrics_log.read_jsonl(workdir)]
+    assert [step for split, step in logged if split == "eval"] == [4, 8], logged
+    assert logged.index(("eval", 4)) < logged.index(("train", 6)), logged
+
+
+def test_a_signal_during_the_last_steps_eval_is_evaluated_by_the_rerun(
+    finished_run, testdata, tmp_path, monkeypatch
+):
+    """The same at the last step: its eval dropped, the step saved; the rerun, which has nothing
+    to train, ended without that eval ("eval: {}", the log short of it). Now it evaluates the
+    step first, once."""
+    pristine, config = finished_run
+    config = config.copy_and_resolve_references()
+    config.data.eval_files = str(testdata / SAMPLE_128)  # 60 records
+    config.eval.batch_size, config.eval.num_examples = 4, 0  # 15 batches an eval
+    config.eval.every_steps = 4
+    _eval_batches_signal(monkeypatch, signal.SIGTERM, 15 + 2)  # in step 8's eval
+    workdir = str(tmp_path / "run")
+    out = pretrain.train_and_evaluate(config, workdir)
+    assert out["stopped"] == "preempted" and out["step"] == 8, out
+    evals = [r["step"] for r in metrics_log.read_jsonl(workdir) if r["split"] == "eval"]
+    assert evals == [4], evals
+    monkeypatch.undo()
+    again = pretrain.train_and_evaluate(config, workdir)
+    assert again["stopped"] == "done" and again["eval"], again
+    pretrain.train_and_evaluate(config, workdir)  # the finished run again: logs nothing new
+    logged = [(r["split"], r["step"]) for r in metrics_log.read_jsonl(workdir)]
+    assert [step for split, step in logged if split == "eval"] == [4, 8], logged
     assert_same_params(workdir, pristine)
 
 

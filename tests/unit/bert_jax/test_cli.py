@@ -111,6 +111,63 @@ def test_an_unwritable_directory_is_described_by_why_it_cannot_be_written(tmp_pa
     cli.check_writable_dir(str(tmp_path / "new" / "out"), "--output_dir")  # makeable: fine
 
 
+# A Ctrl-C outside cli.run, as a binary of ours imports its libraries (JAX's: seconds), in the
+# shapes it took at random moments of `python -m bert_jax.embed` and data_prep.main: the
+# KeyboardInterrupt itself, a C extension's import failing after reporting it (numpy's
+# PyErr_Print) or after dropping it (numpy's import of datetime), the former inside cli.run too
+# (bert_jax.main imports JAX in its main, where it was "a bug in bert_jax"), and one
+# raised inside a garbage collector's callback (JAX's), which Python drops and the run went on.
+_EARLY = {
+    "raised": "raise KeyboardInterrupt",
+    "an extension's import": (
+        "sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)\n"
+        "raise ImportError('numpy._core.multiarray failed to import')"
+    ),
+    "an extension's import, the interrupt dropped": (
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    pass\n"
+        "raise ImportError('PyCapsule_Import could not import module \"datetime\"')"
+    ),
+    "an extension's import inside cli.run": (
+        "def main(argv):\n"
+        "    sys.excepthook(KeyboardInterrupt, KeyboardInterrupt(), None)\n"
+        "    raise ImportError('numpy._core.multiarray failed to import')\n"
+        "cli.run(main)"
+    ),
+    "in a gc callback": (
+        "once = [KeyboardInterrupt]\n"
+        "gc.callbacks.append(lambda phase, info: exec('if once: raise once.pop()'))\n"
+        "gc.collect()\n"
+        "time.sleep(30)\n"
+        "print('went on')"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", list(_EARLY))
+@pytest.mark.parametrize("whose", ["binary", "user script"])
+def test_a_ctrl_c_while_a_binary_imports_is_the_one_line(how, whose):
+    """Before: a traceback through the import machinery, or, for the gc callback, an "Exception
+    ignored" traceback and no interrupt. A user's own script importing ours keeps Python's way."""
+    spec = "types.SimpleNamespace(name='bert_jax.embed')" if whose == "binary" else "None"
+    program = (
+        "import gc, os, signal, sys, time, types\n"
+        f"sys.modules['__main__'].__spec__ = {spec}\n"
+        "from bert_jax import cli\n" + _EARLY[how]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    if whose == "user script":
+        assert "Traceback" in proc.stderr and "error: interrupted" not in proc.stderr, proc
+        return
+    assert proc.stderr.splitlines() == [f"error: {cli.INTERRUPTED}"], proc
+    assert proc.returncode != 0 and "went on" not in proc.stdout, proc
+
+
 CONFIG_FILE_MISTAKES = [
     # (--config value, overrides, the line): a file without get_config() was an AttributeError
     # traceback (exit 1); a file that is none, given with an override, ml_collections' words

@@ -245,6 +245,21 @@ def test_sigterm_while_writing_leaves_no_partial_file(tmp_path, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
+def test_a_killed_writers_hidden_file_is_removed_by_the_next_write(tmp_path):
+    """kill -9 during the .npz write left its hidden temporary (as large as the output) beside
+    the output for good; the next write removes those of dead writers of this host, and keeps a
+    live writer's and another host's."""
+    import socket
+
+    dead = f".embed-{socket.gethostname()}-{2**22 + 7}-x1.npz"  # a pid no process has
+    live = f".embed-{socket.gethostname()}-{os.getpid()}-x2.npz"
+    other_host = f".embed-another-host-{2**22 + 7}-x3.npz"
+    for name in (dead, live, other_host):
+        (tmp_path / name).write_bytes(b"half")
+    embed._save_npz(str(tmp_path / "e.npz"), {"x": np.zeros(3)})
+    assert sorted(os.listdir(tmp_path)) == sorted([live, other_host, "e.npz"])
+
+
 def test_a_workdir_trained_with_splash_attention_embeds_at_any_length(
     tmp_path, vocab_file, save_checkpoint
 ):

@@ -315,6 +315,36 @@ def test_whole_word_masking_with_a_vocabulary_that_marks_no_words_is_refused(tmp
     )  # fmt: skip
 
 
+def test_a_rerun_removes_a_killed_jobs_temporary_shard_and_a_second_job_is_refused(
+    tmp_path, testdata, tok
+):
+    """A reference job killed as it wrote its shard left train-...tfrecord.tmp-PID, which the
+    rerun kept beside the finished output (random kill -9s: 5 of 14); and no lock kept a second
+    job out of the directory while one ran (scaled and Beam jobs are refused there)."""
+    from bert_jax.storage import workdir_lock
+
+    out = tmp_path / "out"
+    opts = instances.InstanceOptions(max_seq_length=64, max_predictions_per_seq=10)
+
+    def run():
+        return reference.run(
+            [str(testdata / "sample_text.txt")], tok, opts, dupe_factor=1, seed=1,
+            output_dir=str(out), fmt="tfrecord", flags={},
+        )  # fmt: skip
+
+    clean = run()
+    shard = out / clean["shards"]["train"][0]["file"]
+    killed = f"{shard}.tmp-{2**22 + 7}"  # a pid no process has
+    with open(killed, "wb") as f:
+        f.write(shard.read_bytes()[:100])
+    (out / "manifest.json").unlink()  # killed before its manifest
+    assert run()["shards"] == clean["shards"]
+    assert sorted(os.listdir(out)) == ["manifest.json", shard.name]
+    with workdir_lock.hold(str(out), "data_prep.main", flag="--output_dir"):
+        with pytest.raises(workdir_lock.Busy, match=r"is in use by data_prep\.main"):
+            run()
+
+
 def _original_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
     """google-research/bert's truncate_seq_pair, verbatim."""
     while True:

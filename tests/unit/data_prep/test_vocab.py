@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from bert_jax import cli
 from bert_jax.text import tokenization
 from data_prep import vocab
 
@@ -200,6 +201,36 @@ def test_a_trained_sentencepiece_model_never_encodes_text_to_its_special_ids(tmp
     assert (tok.cls_id, tok.sep_id, tok.mask_id) == (2, 3, 4)
     ids = tok.convert_tokens_to_ids(tok.tokenize("a [MASK] b [CLS] c [SEP]"))
     assert not {tok.cls_id, tok.sep_id, tok.mask_id} & set(ids), ids
+
+
+class _Interrupted:
+    """Sentences whose reading stops with `error` after a few (a Ctrl-C in the input reader, an
+    input error found mid-file); re-iterable, as WordPiece's two passes need."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def __iter__(self):
+        for i in range(50):
+            yield f"sentence number {i} has a few words in it"
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), cli.UserError("input x is damaged")])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_what_stops_reading_the_corpus_reaches_the_caller_as_it_was(tmp_path, kind, error):
+    """A Ctrl-C while SentencePiece read the corpus came out as its RuntimeError "INTERNAL:
+    KeyboardInterrupt", which the binary reported as a bug of ours with a traceback (exit 1)."""
+    output = str(tmp_path / KINDS[kind][0])
+    train = {
+        "wordpiece": lambda: vocab.train_wordpiece(_Interrupted(error), output, 400, True),
+        "bpe": lambda: vocab.train_bpe(_Interrupted(error), output, 400, True),
+        "sentencepiece": lambda: vocab.train_sentencepiece(_Interrupted(error), output, 200, True),
+    }[kind]
+    with pytest.raises(type(error)) as raised:
+        train()
+    assert raised.value is error
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_wordpiece_vocab_covers_the_words_of_its_own_corpus(tmp_path):

@@ -136,3 +136,27 @@ def test_a_killed_exports_scratch_is_cleared_and_a_live_export_refuses_a_second(
             publish.directory(str(out), writer({"model.safetensors": "new"}))
     publish.directory(str(out), writer({"model.safetensors": "new"}))
     assert sorted(os.listdir(out)) == [publish.MARKER, "model.safetensors"]
+
+
+@pytest.mark.parametrize("renames", range(4))
+def test_an_export_killed_between_its_renames_has_no_config_json(tmp_path, monkeypatch, renames):
+    """A kill at any moment of the publishing renames: the directory holds config.json only when
+    every file is in place (before: config.json, renamed first, came with weights and no
+    vocabulary, a model transformers loads without its tokenizer)."""
+    out = str(tmp_path / "hf")
+    publish.directory(out, writer({"model.safetensors": "old", "config.json": "c0"}))
+    files = {"model.safetensors": "w", "config.json": "c", "vocab.txt": "v", "tokenizer.json": "t"}
+    done, real_replace = [], os.replace
+
+    def replace(src, dst):
+        if publish._SCRATCH in src and len(done) == renames:
+            raise KeyboardInterrupt  # the kill
+        real_replace(src, dst)
+        if publish._SCRATCH in src:
+            done.append(dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        publish.directory(out, writer(files))
+    published = {n for n in os.listdir(out) if not n.startswith(".")}
+    assert "config.json" not in published and published < set(files), published

@@ -98,6 +98,26 @@ def test_what_counts_as_stale(tmp_path, changes, stale):
     assert os.listdir(tmp_path) == []  # neither the lock nor a takeover marker is left
 
 
+def test_a_killed_holder_not_yet_reaped_is_stale(tmp_path):
+    """A driver that kills a run and starts it again before it waits for the first: the killed
+    run is a zombie, which signal 0 still finds; the rerun takes its lock over (it was refused
+    as "in use" until the driver reaped the dead run)."""
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        killed.kill()
+        deadline = time.time() + 10
+        while time.time() < deadline:  # until it is a zombie: dead, not yet waited for
+            with open(f"/proc/{killed.pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break
+            time.sleep(0.01)
+        storage.write_bytes(str(tmp_path / ".lock"), _stale_holder(pid=killed.pid))
+        with workdir_lock.hold(str(tmp_path), "bert_jax.main"):
+            assert locks.holder(str(tmp_path))["pid"] == os.getpid()
+    finally:
+        killed.wait()
+
+
 @pytest.mark.parametrize(
     "content, why",
     [

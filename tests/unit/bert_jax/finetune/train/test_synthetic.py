@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax.finetune import packed, predict, train
-from bert_jax.training import faults
+from bert_jax.training import faults, metrics_log
 from support import locks
 from support.finetune_data import (
     TINY,
@@ -337,6 +337,11 @@ def test_a_signal_during_the_final_eval_keeps_the_last_step_and_the_rerun_finish
     assert again["stopped"] == "done" and again["step"] == 2 and again["eval"]
     assert again["predictions"] and os.path.exists(again["predictions"]) and again["export"]
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2"]
+    # The finished run rerun evaluates again, and its log still holds each eval once (the final
+    # one was logged again by every rerun).
+    assert train.finetune(config, workdir, tiny_hf)["eval"] == again["eval"]
+    logged = [(r["split"], r["step"]) for r in metrics_log.read_jsonl(workdir)]
+    assert logged.count(("eval", 2)) == 1, logged
 
 
 def test_a_nonfinite_step_stops_the_run_without_saving_or_exporting(tiny_hf, tmp_path, capsys):
