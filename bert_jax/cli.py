@@ -356,20 +356,33 @@ def _unknown_config_field(argv: list[str]) -> str | None:
                 loaded[name] = config_flags[name].parser.parse(files[-1])
             except Exception:  # the file itself is broken: absl's own error is the better one
                 return None
-        node, walked = loaded[name], [name]
-        for key in path:
-            keys = list(node.keys()) if hasattr(node, "keys") else []
-            if key not in keys:
-                if not keys:
-                    return f"--{dotted}: {'.'.join(walked)} is a value, not a section"
-                close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
-                hint = (
-                    f"did you mean --{'.'.join([*walked, close[0]])}?"
-                    if close
-                    else f"the fields of {'.'.join(walked)} are: {', '.join(sorted(keys))}"
-                )
-                return f"--{dotted}: no such config field; {hint}"
-            node, walked = node[key], [*walked, key]
+        problem = no_such_field(loaded[name], path, [name], prefix="--", what="config field")
+        if problem:
+            return f"--{dotted}: {problem}"
+    return None
+
+
+def no_such_field(
+    config, keys: list[str], walked: list[str] = (), prefix: str = "", what: str = "field"
+) -> str | None:
+    """Where the path `keys` leaves the fields of `config` (a ConfigDict; `walked`: the path to
+    it, `prefix` put before a suggestion), with the nearest real field, or None where every key
+    is a field."""
+    node, walked = config, list(walked)
+    for key in keys:
+        names = list(node.keys()) if hasattr(node, "keys") else []
+        if key not in names:
+            if not names:
+                return f"{'.'.join(walked)} is a value, not a section"
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+            hint = (
+                f"did you mean {prefix}{'.'.join([*walked, close[0]])}?"
+                if close
+                else f"the fields of {'.'.join(walked) or 'the config'} are: "
+                f"{', '.join(sorted(names))}"
+            )
+            return f"no such {what}; {hint}"
+        node, walked = node[key], [*walked, key]
     return None
 
 

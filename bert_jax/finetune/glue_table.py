@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import importlib
 import json
 import sys
@@ -130,30 +129,9 @@ def task_config(task: Task, glue_dir: str, overrides: dict):
         except (KeyError, TypeError, AttributeError) as e:
             raise cli.UserError(
                 f"--overrides: {key}={value!r} cannot be set on configs/finetune "
-                f"({_no_such_field(config, key) or e})"
+                f"({cli.no_such_field(config, key.split('.')) or e})"
             ) from None
     return config
-
-
-def _no_such_field(config, key: str) -> str | None:
-    """Where dotted `key` leaves `config`'s fields, with the nearest real one (a typo such as
-    optm.learning_rate said only KeyError 'optm'), or None where every part is a field."""
-    node, walked = config, []
-    for part in key.split("."):
-        keys = list(node.keys()) if hasattr(node, "keys") else []
-        if part not in keys:
-            if not keys:
-                return f"{'.'.join(walked)} is a value, not a section"
-            close = difflib.get_close_matches(part, keys, n=1, cutoff=0.5)
-            where = ".".join(walked) or "the config"
-            hint = (
-                f"did you mean {'.'.join([*walked, close[0]])}?"
-                if close
-                else f"the fields of {where} are: {', '.join(sorted(keys))}"
-            )
-            return f"no such field; {hint}"
-        node, walked = node[part], [*walked, part]
-    return None
 
 
 def figures(task: Task, evals: dict) -> dict[str, float]:
