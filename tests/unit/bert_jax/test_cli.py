@@ -155,6 +155,9 @@ def test_a_ctrl_c_while_a_binary_imports_is_the_one_line(how, whose):
     spec = "types.SimpleNamespace(name='bert_jax.embed')" if whose == "binary" else "None"
     program = (
         "import gc, os, signal, sys, time, types\n"
+        # Python's own Ctrl-C handling, as in a terminal (a job started in the background by a
+        # shell inherits SIGINT ignored)
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"sys.modules['__main__'].__spec__ = {spec}\n"
         "from bert_jax import cli\n" + _EARLY[how]
     )
