@@ -65,9 +65,18 @@ _WIDE_SPACE = re.compile("[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u20
 # (their ends were decided with the text after them), and the next starts where the first sentence
 # it did not keep starts, with the _MARGIN characters before as context. The sentences are one
 # call's, except where a quote or bracket (inside which sentencex does not split) runs across a
-# window's start; paragraphs up to _WINDOW characters, nearly all, are one call.
+# window's start; paragraphs up to _WINDOW characters, nearly all, are one call. A sentence that
+# fills a window of _LONGEST characters is cut (at a space in its second half if it has one):
+# sentencex is quadratic on some text it does not split at all (a run of unpaired quotes, "' "
+# repeated, took 3 s at 400 kB, minutes at 1 MB), so a window never grows past _LONGEST.
 _WINDOW = 20_000
 _MARGIN = 200
+_LONGEST = 20_000
+# sentencex's quote pairing costs (quote marks) x (characters) a call: 20,000 characters of `"「`
+# took 2 s a window, 100 kB 159 s. A window also ends at its _QUOTE_SHARE-th quote mark (2,000 in
+# 20,000 characters: prose has far fewer), though never before 2 x _MARGIN characters.
+_QUOTE = re.compile("[\"'`\u00ab\u00bb\u2018-\u201f\u2039\u203a\u300a\u300b\u300c-\u300f]")
+_QUOTE_SHARE = 10
 
 
 def _pieces_from(language: str, text: str, start: int, stop: int, margin: int) -> list | None:
@@ -85,7 +94,7 @@ def _pieces_from(language: str, text: str, start: int, stop: int, margin: int) -
         if not pieces and context < start and context + position != start:
             return None
         pieces.append((context + position, piece))
-    return pieces
+    return pieces if pieces or context == start else None
 
 
 def _windowed(language: str, text: str) -> list[str]:
@@ -93,6 +102,10 @@ def _windowed(language: str, text: str) -> list[str]:
     out, start, size = [], 0, _WINDOW
     while True:
         stop = min(start + size, len(text))
+        for count, quote in enumerate(_QUOTE.finditer(text, start, stop)):
+            if count == size // _QUOTE_SHARE:
+                stop = min(len(text), max(quote.start(), start + 2 * _MARGIN))
+                break
         pieces = _pieces_from(language, text, start, stop, _MARGIN)
         if pieces is None:  # the context moved a sentence's start: this window without it
             pieces = _pieces_from(language, text, start, stop, 0)
@@ -104,8 +117,13 @@ def _windowed(language: str, text: str) -> list[str]:
         if kept and len(kept) < len(pieces):
             out += kept
             start, size = pieces[len(kept)][0], _WINDOW
-        else:
+        elif size < _LONGEST:
             size *= 2  # one sentence fills the window
+        else:  # a sentence longer than _LONGEST
+            cut = text.rfind(" ", (start + stop) // 2, stop - _MARGIN)
+            cut = cut if cut > start else stop - _MARGIN
+            out.append(text[start:cut])
+            start, size = cut, _WINDOW
 
 
 def _segment(language: str, paragraph: str) -> list[str]:

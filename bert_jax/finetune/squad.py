@@ -171,8 +171,15 @@ def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[
 def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
     """run_squad.py's rule: a piece belongs to the window where min(left, right context) + 0.01 *
     window length is largest."""
+    # Windows start and end in increasing order, so those holding `position` (span_index's among
+    # them) are its neighbours: looking at no others keeps a long context linear, not quadratic.
+    lo, hi = span_index, span_index + 1
+    while lo > 0 and sum(spans[lo - 1]) > position:
+        lo -= 1
+    while hi < len(spans) and spans[hi][0] <= position:
+        hi += 1
     best, best_index = None, None
-    for i, (start, length) in enumerate(spans):
+    for i, (start, length) in enumerate(spans[lo:hi], start=lo):
         end = start + length - 1
         if not start <= position <= end:
             continue

@@ -189,6 +189,41 @@ def test_a_long_paragraph_is_split_a_window_at_a_time_as_in_one_call(monkeypatch
     assert max(calls) <= 300 + 60  # bounded pieces: linear time
 
 
+def test_a_sentence_longer_than_a_window_is_cut_in_linear_time(monkeypatch):
+    """sentencex is quadratic on some text it does not split at all: a 1.5 MB paragraph of "' "
+    repeated took 86 s when a window grew to hold the whole sentence, and takes a
+    second now that a sentence filling _LONGEST characters is cut (10 s leaves room for a loaded
+    machine). Shorter sentences are those of one call, and nothing is lost."""
+    text = "\"' " * 500_000
+    start = time.perf_counter()
+    pieces = split_sentences(text)
+    assert time.perf_counter() - start < 10
+    assert " ".join(pieces) == text.strip() and max(map(len, pieces)) <= sentences._LONGEST
+    # sentencex's quote pairing costs (quote marks) x (characters): 100 kB of `"「` took 159 s,
+    # 2 s a 20,000-character window; a window also ends at its 2,000th quote mark now.
+    text = '"\u300c' * 100_000
+    start = time.perf_counter()
+    pieces = split_sentences(text, "ja")
+    assert time.perf_counter() - start < 10 and "".join(pieces) == text
+    rng = random.Random(0)
+    cases = []
+    for _ in range(40):
+        glue = rng.choice(["", " "])
+        # Quotes and brackets too, for what is lost; sentencex pairs them from the text's start.
+        runs = ["a ", "\u4e2d", "ab"] + (["\u00ab", "' ", "("] if len(cases) % 2 else [])
+        unsplit = rng.choice(runs) * rng.randrange(1, 400)
+        text = glue.join(rng.choice([*_PIECES, unsplit]) + rng.choice([" ", ""]) for _ in range(60))
+        cases.append((text, split_sentences(text), len(cases) % 2))  # one call: < _WINDOW
+    monkeypatch.setattr(sentences, "_WINDOW", 300)
+    monkeypatch.setattr(sentences, "_MARGIN", 60)
+    monkeypatch.setattr(sentences, "_LONGEST", 600)
+    for text, whole, quoted in cases:
+        got = split_sentences(text)
+        if not quoted and max(map(len, whole)) < 600 - 60:
+            assert got == whole, text
+        assert "".join(got).replace(" ", "") == text.replace(" ", "")
+
+
 def test_tfds_dataset_by_name_and_split(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
 
