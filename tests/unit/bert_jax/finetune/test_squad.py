@@ -10,6 +10,7 @@ word run_squad.py maps it to, and an answer run_squad.py can spell exactly must 
 span. The tokenizer is the plain-Python oracle of the original (tests/support/tokenizer_oracle.py).
 """
 
+import random
 import unicodedata
 
 import pytest
@@ -68,8 +69,9 @@ def run_squad_label(answer, answer_start, spans, pieces, word_first, full):
     """The answer's (first, last) piece as run_squad.py trains on it, and whether
     _improve_answer_span found pieces that spell it exactly."""
     end_char = answer_start + len(answer) - 1
-    first_word = next(k for k, (s, e) in enumerate(spans) if s <= answer_start < e)
-    last_word = next(k for k, (s, e) in enumerate(spans) if s <= end_char < e)
+    # A character's word; a space's is the word before it (char_to_word_offset).
+    first_word = max(k for k, (s, e) in enumerate(spans) if s <= answer_start)
+    last_word = max(k for k, (s, e) in enumerate(spans) if s <= end_char)
     start = word_first[first_word]
     end = word_first[last_word + 1] - 1 if last_word + 1 < len(spans) else len(pieces) - 1
     target = " ".join(full.tokenize(answer))
@@ -136,3 +138,61 @@ def test_offsets_cover_each_token_character_by_character():
     assert tokens[2] == ("z", [(12, 13)])
     sigma = tokenization.basic_tokenize_with_offsets("ΟΔΟΣ x", do_lower_case=True)
     assert sigma == [("οδος", [(0, 1), (1, 2), (2, 3), (3, 4)]), ("x", [(5, 6)])]
+
+
+def run_squad_keeps(context, answer, answer_start, spans):
+    """run_squad.py's read_squad_examples test for a training answer: its cleaned text is found
+    in the words that answer_start's first and last characters fall in (a space belongs to the
+    word before it; a space before the first word to no word)."""
+    end_char = answer_start + len(answer) - 1
+    first = [k for k, (s, _) in enumerate(spans) if s <= answer_start]
+    last = [k for k, (s, _) in enumerate(spans) if s <= end_char]
+    if not first:
+        return False
+    actual = " ".join(context[s:e] for s, e in spans[first[-1] : last[-1] + 1])
+    return actual.find(" ".join(answer.split())) != -1
+
+
+def test_answers_a_character_or_two_off_their_offset_are_kept_as_run_squad_keeps_them(
+    tokenizers,
+):
+    """SQuAD's answer_start is sometimes off by a character (onto the space before the answer,
+    or into the word before); run_squad.py still trains on those questions, so must we, on the
+    same pieces where run_squad.py spells the answer exactly."""
+    tok, full, _ = tokenizers[True]
+    rng = random.Random(0)
+    words = ["the", "cat", "(sat)", "on", "mat,", "über", "x", "mañana", "dog's", "a-b"]
+    kept = compared = 0
+    problems = []
+    for _ in range(300):
+        context = rng.choice(["", " ", "  "]) + "".join(
+            rng.choice(words) + rng.choice([" ", "  ", "\n", " \u202f"]) for _ in range(8)
+        )
+        spans, pieces, _, word_first = run_squad_mapping(context, full)
+        ctx = squad.tokenize_context(tok, context)
+        k = rng.randrange(len(spans))
+        n = rng.randrange(1, 3)
+        answer = context[spans[k][0] : spans[min(k + n, len(spans)) - 1][1]]
+        answer = answer.strip("(),'") or answer
+        true_start = context.index(answer, spans[k][0])
+        start = max(0, true_start + rng.choice([-2, -1, 0, 1, 2]))
+        if start + len(answer) > len(context):
+            continue
+        want = run_squad_keeps(context, answer, start, spans)
+        chars = squad._answer_chars(context, answer, start)
+        if want != (chars is not None):
+            problems.append(f"{context!r} {answer!r}@{start}: run_squad keeps {want}")
+            continue
+        if not want:
+            continue
+        kept += 1
+        label, exact = run_squad_label(answer, start, spans, pieces, word_first, full)
+        if exact and chars[0] >= start:  # else run_squad may start in an earlier word
+            compared += 1
+            if squad._answer_pieces(ctx, *chars) != label:
+                problems.append(f"{context!r} {answer!r}@{start}: pieces differ from {label}")
+    assert not problems, f"{len(problems)} differences, e.g. " + "; ".join(problems[:5])
+    assert kept > 100 and compared > 50
+    off = squad.QAExample("q", "where?", "the cat sat", (("cat", 3),))  # onto the space
+    arrays, _, _ = squad.encode_squad(tok, [off], 32, 8, 8, is_training=True)
+    assert arrays[squad.START_POSITIONS].tolist() == [5]  # [CLS] where ? [SEP] the cat
