@@ -148,7 +148,8 @@ class SpanTask:
 
     def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
         answers, _ = self.answers(ds, outputs)
-        return metrics.squad_scores(answers, {e.qid: squad.gold_answers(e) for e in ds.examples})
+        gold = {e.qid: squad.gold_answers(e) for e in ds.examples}
+        return metrics.squad_scores(answers, gold, bool(self.data.version_2_with_negative))
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
         squad.write_predictions(path, *self.answers(ds, outputs))
