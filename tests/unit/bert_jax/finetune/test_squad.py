@@ -13,8 +13,10 @@ span. The tokenizer is the plain-Python oracle of the original (tests/support/to
 import random
 import unicodedata
 
+import numpy as np
 import pytest
 
+from bert_jax.data.contract import features as F
 from bert_jax.finetune import squad
 from bert_jax.text import tokenization
 from support import tokenizer_oracle as oracle
@@ -196,3 +198,54 @@ def test_answers_a_character_or_two_off_their_offset_are_kept_as_run_squad_keeps
     off = squad.QAExample("q", "where?", "the cat sat", (("cat", 3),))  # onto the space
     arrays, _, _ = squad.encode_squad(tok, [off], 32, 8, 8, is_training=True)
     assert arrays[squad.START_POSITIONS].tolist() == [5]  # [CLS] where ? [SEP] the cat
+
+
+def run_squad_best(windows, start_logits, end_logits, n_best_size, max_answer_length):
+    """run_squad.py's write_predictions for one question: (doc first piece, doc last piece) of
+    its best span, or None. _get_best_indexes ranks every position of the row; candidates are
+    those in the window's context with the most context, end >= start, short enough."""
+    best = None
+    for w, window in enumerate(windows):
+        s, e = start_logits[w], end_logits[w]
+
+        def top(logits):
+            ranked = sorted(enumerate(logits), key=lambda x: x[1], reverse=True)
+            return [i for i, _ in ranked[:n_best_size]]
+
+        for i in top(s):
+            for j in top(e):
+                inside = window.offset <= i and j < window.offset + window.length
+                if not inside or j < i or j - i + 1 > max_answer_length:
+                    continue
+                if i < window.offset or not window.max_context[i - window.offset]:
+                    continue
+                score = s[i] + e[j]
+                if best is None or score > best[0]:
+                    doc = window.doc_start - window.offset
+                    best = (score, i + doc, j + doc)
+    return best and best[1:]
+
+
+def test_best_answer_ranks_candidates_over_the_whole_row_as_run_squad_does(tokenizers):
+    """n_best_size is the number of best positions of the whole input row (run_squad.py's
+    _get_best_indexes, transformers' run_qa likewise), of which only those in the context are
+    candidates: a question whose top positions are on the question or padding gets fewer."""
+    tok = tokenizers[True][0]
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "x", "café", "1,000"]
+    answered = 0
+    for t in range(60):
+        context = " ".join(rng.choice(words, size=int(rng.integers(3, 40))))
+        ex = squad.QAExample(f"q{t}", "what is it here", context, ())
+        arrays, windows, contexts = squad.encode_squad(tok, [ex], 24, 6, 8, is_training=False)
+        start = rng.normal(size=arrays[F.INPUT_IDS].shape).astype(np.float32)
+        end = rng.normal(size=start.shape).astype(np.float32)
+        answers, _ = squad.best_answers(
+            [ex], windows, contexts, start, end, n_best_size=4, max_answer_length=5
+        )
+        want = run_squad_best(windows, start, end, 4, 5)
+        ctx = contexts[0]
+        text = context[ctx.starts[want[0]] : ctx.ends[want[1]]] if want else ""
+        assert answers[ex.qid] == text, (context, t)
+        answered += want is not None
+    assert answered > 30
