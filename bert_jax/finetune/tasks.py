@@ -272,6 +272,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     tags: list[str] = []
     start = 0
     has_tags: bool | None = None  # decided by the first token line, then enforced
+    first_line = 0
 
     def flush():
         if words:
@@ -292,7 +293,12 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
                 flush()
                 continue
             if has_tags is None:
-                has_tags = len(cols) > 1
+                has_tags, first_line = len(cols) > 1, n
+            elif not has_tags and len(cols) > 1:  # the file is tagged but its first line lost it
+                raise encode.FormatError(
+                    f"{path}:{first_line}: a word without a tag, but line {n} has {len(cols)} "
+                    "columns; give every token line its tag (or none, for prediction)"
+                )
             if has_tags:
                 if len(cols) < 2 or not -len(cols) <= tag_column < len(cols):
                     raise encode.FormatError(

@@ -199,6 +199,11 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
         tasks.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
     with pytest.raises(encode.FormatError, match=r"bad.txt:2: 1 columns"):
         tasks.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
+    # A tagged file whose first token line lost its tag is not a words-only file (it was read
+    # as one: a training file "had no tag column", an eval file "no labels", a test file's
+    # tags were never scored).
+    with pytest.raises(encode.FormatError, match=r"lost.txt:2: a word without a tag, but line 3"):
+        tasks.read_conll(write(tmp_path / "lost.txt", "-DOCSTART- O\nEU\nrejects O\n"))
 
 
 def test_encode_tagged_labels_first_piece_and_cuts(tok):
