@@ -84,6 +84,11 @@ class TaggingTask:
             raise cli.UserError(
                 "config.data.labels is empty and there is no training file to take the tag set from"
             )
+        if not any(s.tags for s in train_examples):  # a words-only (prediction) file
+            raise encode.FormatError(
+                f"{self.data.train_file} has no tag column: a training file needs `word ... tag` "
+                "lines"
+            )
         return tag_set(train_examples)
 
     def read(self, path: str) -> list:

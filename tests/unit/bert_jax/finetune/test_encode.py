@@ -2,6 +2,7 @@
 
 import json
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -197,6 +198,9 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     ]
     with pytest.raises(encode.FormatError, match="holds no sentences"):
         tasks.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
+    data = ml_collections.ConfigDict({"labels": (), "train_file": str(tmp_path / "test.txt")})
+    with pytest.raises(encode.FormatError, match=r"test.txt has no tag column"):
+        tasks.TaggingTask(data).labels(words_only)  # the file was named nowhere
     with pytest.raises(encode.FormatError, match=r"bad.txt:2: 1 columns"):
         tasks.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
     # A tagged file whose first token line lost its tag is not a words-only file (it was read
