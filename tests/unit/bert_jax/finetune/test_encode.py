@@ -55,7 +55,7 @@ def test_glue_layouts_with_headers(tmp_path):
     assert (ex.guid, ex.text_b, ex.label) == ("0", "An air plane is taking off.", "5.000")
 
 
-def test_mnli_matched_and_test_files(tmp_path):
+def test_mnli_matched_and_test_files(tmp_path, tok):
     header = (
         "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
         "sentence1_parse\tsentence2_parse\tsentence1\tsentence2"
@@ -77,6 +77,19 @@ def test_mnli_matched_and_test_files(tmp_path):
     )
     (ex,) = glue.read_tsv(test, glue.LAYOUTS["mnli"])
     assert (ex.guid, ex.text_a, ex.text_b, ex.label) == ("0", "A", "B", None)
+    # A label outside the set is named by its line, not only by the index column's id.
+    unseen = write(
+        tmp_path / "dev_mismatched.tsv",
+        header
+        + "\tgold_label\n"
+        + "\n".join(
+            f"{i + 40}\t1\t1n\tslate\t(x)\t(y)\t(X)\t(Y)\tA\tB\t{label}"
+            for i, label in enumerate(["neutral", "entailment", "hidden"])
+        ),
+    )
+    examples = glue.read_tsv(unseen, glue.LAYOUTS["mnli"])
+    with pytest.raises(encode.FormatError, match=r"^line 4, example 42: label 'hidden'"):
+        encode.encode_texts(tok, examples, 16, glue.LAYOUTS["mnli"].labels)
 
 
 def test_cola_headerless_train_and_headed_test(tmp_path):
