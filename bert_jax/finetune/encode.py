@@ -131,8 +131,9 @@ def encode_tagged(
                 continue
             tag = sentence.tags[w]
             if tag not in label_map:
+                where = f"line {sentence.line + w}" if sentence.line else "sentence"
                 raise FormatError(
-                    f"sentence {sentence.guid}: tag {tag!r} is not one of "
+                    f"{where} (sentence {sentence.guid}): tag {tag!r} is not one of "
                     f"{list(labels)} (config.data.labels, or the training file's tags)"
                 )
             arrays[LABEL_IDS][i, pos] = label_map[tag]

@@ -263,6 +263,7 @@ class TaggedSentence:
     guid: str  # "<file stem>-<line number of the first token>"
     words: tuple[str, ...]
     tags: tuple[str, ...] | None  # None for files without the tag column
+    line: int = dataclasses.field(default=0, compare=False)  # its first token's line in the file
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
@@ -282,7 +283,9 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     def flush():
         if words:
             sentences.append(
-                TaggedSentence(f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None)
+                TaggedSentence(
+                    f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None, start
+                )
             )
             words.clear()
             tags.clear()

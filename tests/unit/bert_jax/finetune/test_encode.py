@@ -192,7 +192,7 @@ BRUSSELS NNP B-NP B-LOC
 """
 
 
-def test_conll_reader_docstart_blank_lines_columns(tmp_path):
+def test_conll_reader_docstart_blank_lines_columns(tmp_path, tok):
     path = write(tmp_path / "train.txt", CONLL)
     sentences = tasks.read_conll(path)
     assert [s.words for s in sentences] == [
@@ -221,6 +221,10 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     # tags were never scored).
     with pytest.raises(encode.FormatError, match=r"lost.txt:2: a word without a tag, but line 3"):
         tasks.read_conll(write(tmp_path / "lost.txt", "-DOCSTART- O\nEU\nrejects O\n"))
+    # A tag outside the set (a dev tag unseen in train) is named by its own line.
+    dev = tasks.read_conll(write(tmp_path / "valid.txt", "a O\n\nb O\nc B-NEW\n"))
+    with pytest.raises(encode.FormatError, match=r"^line 4 \(sentence valid-3\): tag 'B-NEW'"):
+        encode.encode_tagged(tok, dev, 16, ("O",))
 
 
 def test_encode_tagged_labels_first_piece_and_cuts(tok):
