@@ -81,19 +81,19 @@ def encode_texts(
 
 
 def _label_value(ex, label_map):
+    # The file's line: an index column's id (MNLI's "17") is not where to look.
+    where = f"line {ex.line}, example {ex.guid}" if ex.line else f"example {ex.guid}"
     if not label_map:
         try:
             value = float(ex.label)
         except ValueError:
             value = math.nan
         if not math.isfinite(value):  # "nan" and "inf" parse, and would train on a NaN loss
-            raise FormatError(
-                f"example {ex.guid}: regression target {ex.label!r} is not a finite number"
-            )
+            raise FormatError(f"{where}: regression target {ex.label!r} is not a finite number")
         return value
     if ex.label not in label_map:
         raise FormatError(
-            f"example {ex.guid}: label {ex.label!r} is not one of {sorted(label_map)} "
+            f"{where}: label {ex.label!r} is not one of {sorted(label_map)} "
             "(config.data.labels, or the layout's label set)"
         )
     return label_map[ex.label]
@@ -131,8 +131,9 @@ def encode_tagged(
                 continue
             tag = sentence.tags[w]
             if tag not in label_map:
+                where = f"line {sentence.line + w}" if sentence.line else "sentence"
                 raise FormatError(
-                    f"sentence {sentence.guid}: tag {tag!r} is not one of "
+                    f"{where} (sentence {sentence.guid}): tag {tag!r} is not one of "
                     f"{list(labels)} (config.data.labels, or the training file's tags)"
                 )
             arrays[LABEL_IDS][i, pos] = label_map[tag]

@@ -27,6 +27,7 @@ class TextExample:
     text_a: str
     text_b: str | None
     label: str | None
+    line: int | None = dataclasses.field(default=None, compare=False)  # where it is in its file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +127,7 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
                 row[col[layout.text_a]],
                 row[col[layout.text_b]] if layout.text_b else None,
                 _label(path, n, row[col[layout.label]]) if has_label else None,
+                n,
             )
         )
     return out

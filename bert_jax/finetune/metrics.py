@@ -198,9 +198,9 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def token_f1(prediction: str, gold: str) -> float:
+def token_f1(prediction: str, gold: str, version_2: bool = True) -> float:
     pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
-    if not pred_tokens or not gold_tokens:  # v2.0: right only if both are empty
+    if version_2 and (not pred_tokens or not gold_tokens):  # v2.0: right only if both are empty
         return float(pred_tokens == gold_tokens)
     common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
     same = sum(common.values())
@@ -211,7 +211,7 @@ def token_f1(prediction: str, gold: str) -> float:
 
 
 def squad_scores(
-    predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]]
+    predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]], version_2: bool = True
 ) -> dict[str, float]:
     """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
     normalize to "" are dropped and a question left with none is scored against [""], as
@@ -219,25 +219,28 @@ def squad_scores(
     ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
     answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
     figures come when unanswerable questions are present. A question without a prediction
-    scores 0, as in the official scripts (which also warn about it)."""
+    scores 0, as in the official scripts (which also warn about it). With `version_2` False,
+    evaluate-v1.1.py's rules: every gold text counts, and an F1 is 0 without a common word (a
+    gold "The" is matched exactly by "a", with F1 0)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
         answerable[qid] = any(texts)
-        texts = [t for t in texts if normalize_answer(t)] or [""]
+        if version_2:
+            texts = [t for t in texts if normalize_answer(t)] or [""]
         pred = predictions.get(qid)
         if pred is None:
             exact[qid] = f1[qid] = 0.0
             continue
         exact[qid] = max(exact_match(pred, t) for t in texts)
-        f1[qid] = max(token_f1(pred, t) for t in texts)
+        f1[qid] = max(token_f1(pred, t, version_2) for t in texts)
     out = {
         "exact": 100.0 * np.mean(list(exact.values())),
         "f1": 100.0 * np.mean(list(f1.values())),
         "total": float(len(gold)),
     }
-    if not all(answerable.values()):
+    if version_2 and not all(answerable.values()):
         for name, keep in (("has_ans", True), ("no_ans", False)):
             ids = [q for q in gold if answerable[q] == keep]
             if ids:

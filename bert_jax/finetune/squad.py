@@ -168,6 +168,32 @@ def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[
     return (inside[0], inside[-1]) if inside else None
 
 
+def _answer_chars(context: str, text: str, start: int) -> tuple[int, int] | None:
+    """The [start, end) characters of a training answer, or None where run_squad.py drops the
+    question: the text at answer_start (whitespace runs alike), else, as run_squad.py keeps it,
+    the text's first place in the words that answer_start's characters fall in (SQuAD has
+    offsets a character or two off: into the word before, or onto the space before the word)."""
+    end = start + len(text)
+    if " ".join(context[start:end].split()) == " ".join(text.split()):
+        return start, end
+    if not text.split() or not 0 <= start < end <= len(context):
+        return None
+    # Words as run_squad.py cuts them; a space belongs to the word before it.
+    words = [m.span() for m in re.finditer(r"[^ \t\r\n\u202f]+", context)]
+    first = [k for k, (s, _) in enumerate(words) if s <= start]
+    last = [k for k, (s, _) in enumerate(words) if s <= end - 1]
+    if not first:
+        return None  # whitespace before the first word: run_squad.py finds no text there
+    chars = []  # context index of each character of the words joined by single spaces
+    for s, e in words[first[-1] : last[-1] + 1]:
+        chars.extend([*range(s, e), -1])
+    joined = " ".join(context[s:e] for s, e in words[first[-1] : last[-1] + 1])
+    at = joined.find(" ".join(text.split()))
+    if at < 0:
+        return None
+    return chars[at], chars[at + len(" ".join(text.split())) - 1] + 1
+
+
 def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
     """run_squad.py's rule: a piece belongs to the window where min(left, right context) + 0.01 *
     window length is largest."""
@@ -213,7 +239,7 @@ def encode_squad(
 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
     """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
     With `is_training`, answers become start/end labels and training questions whose answer
-    text is not at its offset in the context are dropped (logged), as run_squad.py does."""
+    text is not in the words at its offset are dropped (logged), as run_squad.py does."""
     problems = length_problems(max_seq_length, doc_stride, max_query_length)
     if problems:
         raise cli.UserError("; ".join(problems))
@@ -234,11 +260,8 @@ def encode_squad(
                 raise FormatError(
                     f"training question {ex.qid} has no answer and is not marked is_impossible"
                 )
-            text, start = ex.answers[0]
-            found = " ".join(ex.context[start : start + len(text)].split()) == " ".join(
-                text.split()
-            )
-            answer = _answer_pieces(ctx, start, start + len(text)) if found else None
+            chars = _answer_chars(ex.context, *ex.answers[0])
+            answer = _answer_pieces(ctx, *chars) if chars else None
             if answer is None:
                 skipped += 1
                 continue
@@ -264,7 +287,10 @@ def encode_squad(
             )
             windows.append(Window(ex_i, offset, doc_start, length, max_ctx))
     if skipped:
-        cli.warn(f"skipped {skipped} training questions whose answer text is not at answer_start")
+        cli.warn(
+            f"skipped {skipped} training questions whose answer text is not in the words at "
+            "answer_start"
+        )
     if not windows:
         raise FormatError(
             "no usable questions: every answer's text differs from the context at its answer_start"
@@ -295,8 +321,10 @@ def best_answers(
         null[ex] = min(null.get(ex, np.inf), float(s[0] + e[0]))
         ctx = contexts[ex]
         lo, hi = window.offset, window.offset + window.length  # context positions [lo, hi)
-        starts = np.argsort(-s[lo:hi], kind="stable")[:n_best_size] + lo
-        ends = np.argsort(-e[lo:hi], kind="stable")[:n_best_size] + lo
+        # As run_squad.py and transformers' run_qa: the n_best_size best positions of the whole
+        # row ([CLS], question and padding too), of which those in the context are candidates.
+        starts = [i for i in np.argsort(-s, kind="stable")[:n_best_size] if lo <= i < hi]
+        ends = [j for j in np.argsort(-e, kind="stable")[:n_best_size] if lo <= j < hi]
         for i in starts:
             if not window.max_context[i - lo]:
                 continue

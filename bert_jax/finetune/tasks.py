@@ -84,6 +84,11 @@ class TaggingTask:
             raise cli.UserError(
                 "config.data.labels is empty and there is no training file to take the tag set from"
             )
+        if not any(s.tags for s in train_examples):  # a words-only (prediction) file
+            raise encode.FormatError(
+                f"{self.data.train_file} has no tag column: a training file needs `word ... tag` "
+                "lines"
+            )
         return tag_set(train_examples)
 
     def read(self, path: str) -> list:
@@ -148,7 +153,8 @@ class SpanTask:
 
     def metrics(self, ds: Dataset, outputs, labels) -> dict[str, float]:
         answers, _ = self.answers(ds, outputs)
-        return metrics.squad_scores(answers, {e.qid: squad.gold_answers(e) for e in ds.examples})
+        gold = {e.qid: squad.gold_answers(e) for e in ds.examples}
+        return metrics.squad_scores(answers, gold, bool(self.data.version_2_with_negative))
 
     def write(self, path: str, ds: Dataset, outputs, labels) -> None:
         squad.write_predictions(path, *self.answers(ds, outputs))
@@ -257,6 +263,7 @@ class TaggedSentence:
     guid: str  # "<file stem>-<line number of the first token>"
     words: tuple[str, ...]
     tags: tuple[str, ...] | None  # None for files without the tag column
+    line: int = dataclasses.field(default=0, compare=False)  # its first token's line in the file
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
@@ -271,11 +278,14 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     tags: list[str] = []
     start = 0
     has_tags: bool | None = None  # decided by the first token line, then enforced
+    first_line = 0
 
     def flush():
         if words:
             sentences.append(
-                TaggedSentence(f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None)
+                TaggedSentence(
+                    f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None, start
+                )
             )
             words.clear()
             tags.clear()
@@ -291,7 +301,12 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
                 flush()
                 continue
             if has_tags is None:
-                has_tags = len(cols) > 1
+                has_tags, first_line = len(cols) > 1, n
+            elif not has_tags and len(cols) > 1:  # the file is tagged but its first line lost it
+                raise encode.FormatError(
+                    f"{path}:{first_line}: a word without a tag, but line {n} has {len(cols)} "
+                    "columns; give every token line its tag (or none, for prediction)"
+                )
             if has_tags:
                 if len(cols) < 2 or not -len(cols) <= tag_column < len(cols):
                     raise encode.FormatError(

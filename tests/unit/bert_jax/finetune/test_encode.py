@@ -4,6 +4,7 @@ import json
 import random
 import time
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -56,7 +57,7 @@ def test_glue_layouts_with_headers(tmp_path):
     assert (ex.guid, ex.text_b, ex.label) == ("0", "An air plane is taking off.", "5.000")
 
 
-def test_mnli_matched_and_test_files(tmp_path):
+def test_mnli_matched_and_test_files(tmp_path, tok):
     header = (
         "index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
         "sentence1_parse\tsentence2_parse\tsentence1\tsentence2"
@@ -78,6 +79,19 @@ def test_mnli_matched_and_test_files(tmp_path):
     )
     (ex,) = glue.read_tsv(test, glue.LAYOUTS["mnli"])
     assert (ex.guid, ex.text_a, ex.text_b, ex.label) == ("0", "A", "B", None)
+    # A label outside the set is named by its line, not only by the index column's id.
+    unseen = write(
+        tmp_path / "dev_mismatched.tsv",
+        header
+        + "\tgold_label\n"
+        + "\n".join(
+            f"{i + 40}\t1\t1n\tslate\t(x)\t(y)\t(X)\t(Y)\tA\tB\t{label}"
+            for i, label in enumerate(["neutral", "entailment", "hidden"])
+        ),
+    )
+    examples = glue.read_tsv(unseen, glue.LAYOUTS["mnli"])
+    with pytest.raises(encode.FormatError, match=r"^line 4, example 42: label 'hidden'"):
+        encode.encode_texts(tok, examples, 16, glue.LAYOUTS["mnli"].labels)
 
 
 def test_cola_headerless_train_and_headed_test(tmp_path):
@@ -180,7 +194,7 @@ BRUSSELS NNP B-NP B-LOC
 """
 
 
-def test_conll_reader_docstart_blank_lines_columns(tmp_path):
+def test_conll_reader_docstart_blank_lines_columns(tmp_path, tok):
     path = write(tmp_path / "train.txt", CONLL)
     sentences = tasks.read_conll(path)
     assert [s.words for s in sentences] == [
@@ -199,8 +213,20 @@ def test_conll_reader_docstart_blank_lines_columns(tmp_path):
     ]
     with pytest.raises(encode.FormatError, match="holds no sentences"):
         tasks.read_conll(write(tmp_path / "empty.txt", "-DOCSTART- -X- O\n\n"))
+    data = ml_collections.ConfigDict({"labels": (), "train_file": str(tmp_path / "test.txt")})
+    with pytest.raises(encode.FormatError, match=r"test.txt has no tag column"):
+        tasks.TaggingTask(data).labels(words_only)  # the file was named nowhere
     with pytest.raises(encode.FormatError, match=r"bad.txt:2: 1 columns"):
         tasks.read_conll(write(tmp_path / "bad.txt", "EU B-ORG\nrejects\n"))
+    # A tagged file whose first token line lost its tag is not a words-only file (it was read
+    # as one: a training file "had no tag column", an eval file "no labels", a test file's
+    # tags were never scored).
+    with pytest.raises(encode.FormatError, match=r"lost.txt:2: a word without a tag, but line 3"):
+        tasks.read_conll(write(tmp_path / "lost.txt", "-DOCSTART- O\nEU\nrejects O\n"))
+    # A tag outside the set (a dev tag unseen in train) is named by its own line.
+    dev = tasks.read_conll(write(tmp_path / "valid.txt", "a O\n\nb O\nc B-NEW\n"))
+    with pytest.raises(encode.FormatError, match=r"^line 4 \(sentence valid-3\): tag 'B-NEW'"):
+        encode.encode_tagged(tok, dev, 16, ("O",))
 
 
 def test_encode_tagged_labels_first_piece_and_cuts(tok):

@@ -1,5 +1,6 @@
 """Fine-tuning metrics against hand-worked examples and independent reference computations."""
 
+import collections
 import itertools
 
 import numpy as np
@@ -284,3 +285,36 @@ def test_squad_v2_split_matches_the_official_script_on_random_questions():
         if "no_ans_total" not in ref:  # no unanswerable question: v1.1's figures alone
             ref = {k: ref[k] for k in ("exact", "f1")}
         assert {k: v for k, v in ours.items() if k != "total"} == pytest.approx(ref), gold
+
+
+def _official_v1(gold, preds):
+    """evaluate-v1.1.py: every gold text counts; F1 0 without a common word (no empty case)."""
+
+    def f1(pred, truth):
+        p, g = metrics.normalize_answer(pred).split(), metrics.normalize_answer(truth).split()
+        same = sum((collections.Counter(p) & collections.Counter(g)).values())
+        if same == 0:
+            return 0
+        return 2 * (same / len(p)) * (same / len(g)) / (same / len(p) + same / len(g))
+
+    em = [max(metrics.exact_match(preds[q], t) for t in texts) for q, texts in gold.items()]
+    f = [max(f1(preds[q], t) for t in texts) for q, texts in gold.items()]
+    return {"exact": 100 * np.mean(em), "f1": 100 * np.mean(f)}
+
+
+def test_squad_v1_figures_match_evaluate_v1_1_on_random_questions():
+    # Gold texts and predictions that normalize to "" ("The", "-", "a") are where v1.1 and v2.0
+    # differ: v1.1 keeps such a gold text (matched exactly by "a", with F1 0).
+    words = ["the", "An", "cat", "Cat.", "-", "ünï", "x,y", "1,000", "a dog"]
+    rng = np.random.default_rng(1)
+
+    def text(lo):
+        return " ".join(rng.choice(words, size=int(rng.integers(lo, 3))))
+
+    for _ in range(300):
+        gold = {f"q{i}": [text(1) for _ in range(rng.integers(1, 3))] for i in range(4)}
+        preds = {q: text(0) for q in gold}
+        ours = metrics.squad_scores(preds, gold, version_2=False)
+        assert {k: v for k, v in ours.items() if k != "total"} == pytest.approx(
+            _official_v1(gold, preds)
+        ), (gold, preds)
