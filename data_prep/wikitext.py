@@ -43,9 +43,15 @@ _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
-# Linear: each match ends at the first "-->" after it, or the page's end (an unclosed comment
-# hides the rest of the page, as in MediaWiki); the next starts there.
-_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+# Comments and <nowiki> elements, read in one pass from the page's start as MediaWiki's
+# preprocessor reads them (a comment inside a <nowiki> is text; a <nowiki> inside a comment is
+# hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text.
+_COMMENT_OR_NOWIKI = re.compile(r"<!--|<nowiki(?:\s[^<>/]*)?>", re.I)
+_NOWIKI_CLOSE = re.compile(r"</nowiki\s*>", re.I)
+# A <nowiki>'s content is shown literally: its markup characters as entities, which no later step
+# reads as markup and _close decodes. MediaWiki decodes the entities it holds ("&amp;" is "&"), so
+# "&", "#" and ";" stay, but for a first "#" or ";" (a list item's mark at a line's start).
+_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "{}[]|'<>=!*:_~-"} | {"\n": " "})
 # A self-closed element (<ref name="CNN/Money" />, <references group="n"/>): a "/" before its
 # ">", whatever "/"s its attributes hold, as MediaWiki reads it. Taken for an opening tag, it
 # dropped the prose up to the next closing tag of its name.
@@ -175,6 +181,33 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
                 end = candidates[k].end()
                 spans.append((tag.start(), end))
     return _replace_pairs(text, spans, lambda e: HOLE if _INLINE_ELEMENT.match(e) else "")
+
+
+def _comments_and_nowiki(text: str) -> str:
+    """Comments removed and each non-empty <nowiki>'s content made literal text (<nowiki/> and
+    empty ones are left for `paragraphs`: they only part apostrophes). Linear: each search starts
+    where the last ended, and once a <nowiki> is found unclosed no later one is closed."""
+    out, position, closable = [], 0, True
+    while match := _COMMENT_OR_NOWIKI.search(text, position):
+        if match.group() == "<!--":
+            end = text.find("-->", match.end())
+            out.append(text[position : match.start()])
+            if end < 0:
+                return "".join(out)
+            position = end + 3
+            continue
+        close = _NOWIKI_CLOSE.search(text, match.end()) if closable else None
+        content = close and text[match.end() : close.start()]
+        if not content or content.isspace():
+            closable = close is not None
+            out.append(text[position : match.end()])
+            position = match.end()
+            continue
+        if content[0] in "#;":
+            content = f"&#{ord(content[0])};{content[1:]}"
+        out += (text[position : match.start()], content.translate(_LITERAL))
+        position = close.end()
+    return "".join(out) + text[position:]
 
 
 def _heading(line: str) -> tuple[int, str] | None:
@@ -314,7 +347,7 @@ def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
     (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
     paragraph followed by a removed block."""
-    text = _SELF_CLOSED.sub("", _COMMENT.sub("", wikitext))
+    text = _SELF_CLOSED.sub("", _comments_and_nowiki(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.

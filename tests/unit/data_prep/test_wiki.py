@@ -249,6 +249,34 @@ def _sentences(source, language="en"):
     return [s for p in wikitext.prose(source, language).paragraphs for s in p]
 
 
+_MARKUP_PIECES = (
+    "{{x}}",
+    "[[a|b]]",
+    "''i''",
+    "'''b'''",
+    "[http://e.org l]",
+    "<b>",
+    "{|",
+    "__NOTOC__",
+)
+
+
+def test_nowiki_content_is_shown_literally_whatever_markup_it_holds():
+    # MediaWiki shows a <nowiki>'s content as text; it was read as markup (templates and links
+    # rendered, apostrophes taken for italics). Entities in it are decoded, as MediaWiki's are.
+    rng = random.Random(0)
+    for _ in range(200):
+        content = " ".join(rng.choices(_MARKUP_PIECES, k=rng.randint(1, 4)))
+        assert _sentences(f"A <nowiki>{content}</nowiki> b.") == [f"A {content} b."], content
+    assert _sentences("<nowiki>* not</nowiki> a list, <nowiki>&amp;</nowiki>.") == [
+        "* not a list, &."
+    ]
+    # Read in order with comments: a comment in a <nowiki> is text, a <nowiki> in one is hidden.
+    assert _sentences("A <nowiki><!--c--></nowiki> b <!--<nowiki>-->c.</nowiki>") == [
+        "A <!--c--> b c."
+    ]
+
+
 def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
     """ "[[File:A.jpg|thumb|Photo: [http://x.org Source]]]": the first "]" ends the external link
     and "]]" the file link, as MediaWiki reads it (it moves the odd "]" into the link's text); a
