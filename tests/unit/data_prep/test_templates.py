@@ -86,7 +86,7 @@ def test_parameters_are_split_as_mediawiki_splits_them_on_the_real_sample():
     ):
         if not wiki.article(page):
             continue
-        text = wikitext._COMMENT.sub("", page.text)
+        text = wikitext._comments_and_nowiki(page.text)
         for template in mwparserfromhell.parse(text).filter_templates(recursive=True):
             if templates._renderer(templates.template_name(str(template))) is None:
                 continue
