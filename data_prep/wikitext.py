@@ -60,7 +60,10 @@ _SELF_CLOSED = re.compile(rf"<(?:ref|{_DROPPED_TAGS})\b[^<>]*/\s*>", re.I)
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
 _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
 _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
-_TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
+# Runs of braces, as MediaWiki's preprocessor counts them: a run of 3 or more opening braces
+# matched with one of 3 or more closing ones is a template parameter ("{{{1|default}}}"), of 2 a
+# template; the braces a match leaves are text, or match further out.
+_BRACE_RUN = re.compile(r"\{\{+|\}\}+")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
 # A run of "]"s is one token: its closers pair from its end, so the odd "]" of "...|[http://x.org
 # a source]]]" ends the external link inside, as MediaWiki reads it (it was left as text).
@@ -250,14 +253,59 @@ def _replace_pairs(text: str, spans, render) -> str:
     return "".join(out) + text[position:]
 
 
-def expand_templates(text: str, depth: int = 0) -> str:
-    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest)."""
-    return _replace_pairs(
-        text,
-        _matched_pairs(text, _TEMPLATE_TOKEN, "{{"),
-        lambda source: templates.render(source, expand_templates, depth),
-    )
+def _brace_pairs(text: str) -> tuple[list[tuple[int, int]], set[int]]:
+    """Outermost (start, end) spans of templates and template parameters, brace runs matched as
+    MediaWiki matches them: a closing run pairs with the innermost open run, taking 3 braces
+    from each where both have 3 or more, else 2; an open run keeps its leftover braces (2 or
+    more) for an outer match; unmatched braces are text. And the starts of the parameters."""
+    stack, spans, parameters = [], [], set()  # stack: [start of the open run, its braces left]
+    for match in _BRACE_RUN.finditer(text):
+        if match.group()[0] == "{":
+            stack.append([match.start(), len(match.group())])
+            continue
+        position, left = match.start(), len(match.group())
+        while left >= 2 and stack:
+            opened = stack[-1]
+            count = 3 if min(opened[1], left) >= 3 else 2
+            opened[1] -= count
+            start, end = opened[0] + opened[1], position + count
+            if opened[1] < 2:
+                stack.pop()
+            position, left = end, left - count
+            while spans and spans[-1][0] > start:
+                spans.pop()  # absorbed by this outer one
+            spans.append((start, end))
+            if count == 3:
+                parameters.add(start)
+    return spans, parameters
 
+
+def _parameter(source: str, depth: int) -> str:
+    """A template parameter ("{{{1|x}}}") as MediaWiki shows one outside a template: its default,
+    its templates rendered (to data_prep/templates.py's depth: a page nested without end stays
+    linear), else itself, braces and all."""
+    _, bar, default = source[3:-3].partition("|")
+    if not bar:
+        return source
+    return expand_templates(default, depth + 1) if depth < _MAX_TEMPLATE_DEPTH else ""
+
+
+def expand_templates(text: str, depth: int = 0) -> str:
+    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest), and
+    every template parameter as `_parameter` shows it."""
+    spans, parameters = _brace_pairs(text)
+    out, position = [], 0
+    for start, end in spans:
+        source = text[start:end]
+        if start in parameters:
+            out += (text[position:start], _parameter(source, depth))
+        else:
+            out += (text[position:start], templates.render(source, expand_templates, depth))
+        position = end
+    return "".join(out) + text[position:]
+
+
+_MAX_TEMPLATE_DEPTH = 6  # as data_prep/templates.py's
 
 # Links inside links' text are rendered to this depth (a file caption's link is depth 1); deeper
 # is no prose, and the recursion, unbounded, overflowed Python's stack on 500 nested "[[".
