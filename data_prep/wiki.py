@@ -107,8 +107,14 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
         offsets, index_size = stream_offsets(index, inputs.open_input) if index else ([], 0)
-    except OSError:  # no index beside the dump: one sequential unit
+    except FileNotFoundError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
+    except OSError as e:  # one there that cannot be read: the user expects it used
+        raise inputs.InputError(
+            f"multistream index {index!r} of {source.path!r} cannot be read "
+            f"({type(e).__name__}: {e.strerror or e}); make it a readable file, or remove it to "
+            "read the dump as one sequential unit"
+        ) from None
     if not offsets:
         return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:

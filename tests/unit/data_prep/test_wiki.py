@@ -105,6 +105,25 @@ def test_other_layouts_are_one_sequential_unit(generated, layout):
     assert len(planned) == 1 and docs == list(expected.values()) and stats.documents == 40
 
 
+@pytest.mark.parametrize("kind", ["directory", "unreadable"])
+def test_an_index_that_cannot_be_read_is_an_error_naming_it(generated, tmp_path, kind):
+    # An index that is there but a directory or unreadable was taken for no index: the dump
+    # became one sequential unit, silently, where the user had given its index.
+    _, pages, _ = generated
+    path = tmp_path / "dir-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), index=False)
+    index = tmp_path / "dir-pages-articles-multistream-index.txt.bz2"
+    if kind == "directory":
+        index.mkdir()
+    else:
+        index.write_bytes(b"")
+        index.chmod(0)
+        if os.access(index, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+    with pytest.raises(readers.InputError, match=r"index .*-index\.txt\.bz2.* cannot be read"):
+        _read_units(path, 1000)
+
+
 def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
     d, pages, _ = generated
     path = d / "cut-pages-articles-multistream.xml.bz2"
