@@ -124,6 +124,27 @@ def test_an_index_that_cannot_be_read_is_an_error_naming_it(generated, tmp_path,
         _read_units(path, 1000)
 
 
+@pytest.mark.parametrize("broken", [0, 12, 27, 39])
+def test_an_xml_error_in_a_multistream_unit_names_its_stream_and_line(generated, tmp_path, broken):
+    # The line in the error counted from the unit's start: no line a user could find in the
+    # dump. Now it is the line in the bz2 stream whose byte offset it names.
+    _, pages, _ = generated
+    pages = list(pages)
+    page_id, title, xml = pages[broken]
+    pages[broken] = (page_id, title, xml.replace("</title>", "</titel>"))
+    path = tmp_path / "bad-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    with pytest.raises(readers.InputError, match="not a well-formed") as error:
+        _read_units(path, 1000)
+    found = re.search(r"line (\d+), column \d+ of the bz2 stream at byte offset (\d+)", str(error))
+    if found is None:  # the dump's first unit: lines count from the file's start
+        line, stream = int(re.search(r"line (\d+)", str(error.value)).group(1)), 0
+    else:
+        line, stream = int(found.group(1)), int(found.group(2))
+    text = bz2.decompress(path.read_bytes()[stream:])
+    assert b"</titel>" in text.split(b"\n")[line - 1]
+
+
 def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
     d, pages, _ = generated
     path = d / "cut-pages-articles-multistream.xml.bz2"
