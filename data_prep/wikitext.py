@@ -48,6 +48,8 @@ _DROPPED_TAGS = (
 # hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text.
 _COMMENT_OR_NOWIKI = re.compile(r"<!--|<nowiki(?:\s[^<>/]*)?>", re.I)
 _NOWIKI_CLOSE = re.compile(r"</nowiki\s*>", re.I)
+_NEXT_COMMENT = re.compile(r"[ \t]*<!--")
+_LINE_SPACE = re.compile(r"[ \t]*")
 # A <nowiki>'s content is shown literally: its markup characters as entities, which no later step
 # reads as markup and _close decodes. MediaWiki decodes the entities it holds ("&amp;" is "&"), so
 # "&", "#" and ";" stay, but for a first "#" or ";" (a list item's mark at a line's start).
@@ -193,10 +195,19 @@ def _comments_and_nowiki(text: str) -> str:
     out, position, closable = [], 0, True
     while match := _COMMENT_OR_NOWIKI.search(text, position):
         if match.group() == "<!--":
-            end = text.find("-->", match.end())
-            out.append(text[position : match.start()])
+            start, end = match.start(), text.find("-->", match.end())
+            while end >= 0 and (more := _NEXT_COMMENT.match(text, end + 3)):
+                end = text.find("-->", more.end())  # comments in a row, as one
             if end < 0:
+                out.append(text[position:start])
                 return "".join(out)
+            # Comments alone on a line go with the line, as in MediaWiki: the paragraph
+            # around them goes on ("is\n<!-- note -->\nlarge" is "is large").
+            after = _LINE_SPACE.match(text, end + 3).end()
+            line_start = start - len(text[position:start]) + len(text[position:start].rstrip(" \t"))
+            if line_start > 0 and text[line_start - 1] == "\n" and text[after : after + 1] == "\n":
+                start, end = line_start, after - 2
+            out.append(text[position:start])
             position = end + 3
             continue
         close = _NOWIKI_CLOSE.search(text, match.end()) if closable else None

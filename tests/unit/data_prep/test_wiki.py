@@ -317,6 +317,25 @@ def test_nowiki_content_is_shown_literally_whatever_markup_it_holds():
     ]
 
 
+def test_a_comment_alone_on_a_line_goes_with_it_and_the_paragraph_goes_on():
+    # "The city is\n<!-- note -->\nlarge." was two paragraphs (and the sentence "The city is"):
+    # MediaWiki removes such a line whole, so the sentence goes on. A blank line stays a break.
+    rng = random.Random(0)
+    words = ["The city", "is large", "and old", "by the river", "in the north."]
+    for _ in range(200):
+        lines, plain = [], []
+        for word in words:
+            lines.append(word)
+            plain.append(word)
+            for _ in range(rng.randint(0, 2)):
+                space = rng.choice(["", " ", "\t "])
+                comments = " ".join(["<!-- a\nnote -->"] * rng.randint(1, 2))
+                lines.append(f"{space}{comments}{rng.choice(['', ' '])}")
+        source = "\n".join(lines)
+        assert _sentences(source) == _sentences("\n".join(plain)) == [" ".join(words)], source
+    assert _sentences("One.\n<!-- c -->\n\nTwo.") == ["One.", "Two."]
+
+
 def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
     """ "[[File:A.jpg|thumb|Photo: [http://x.org Source]]]": the first "]" ends the external link
     and "]]" the file link, as MediaWiki reads it (it moves the odd "]" into the link's text); a
