@@ -122,7 +122,7 @@ _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".
 _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
 _BRACKET_TAIL = re.compile(r"(?<![\s,;:])[\s,;:]*[,;:]\s*\)")  # from a run's start only
-_EMPTY_BRACKETS = re.compile(r"\(\s*\)")
+_EMPTY_BRACKETS = re.compile(r"(?:\s+|(?<!\w))\(\s*\)")  # not a call: "print()" is text
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")

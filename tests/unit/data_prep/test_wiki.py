@@ -336,6 +336,15 @@ def test_a_comment_alone_on_a_line_goes_with_it_and_the_paragraph_goes_on():
     assert _sentences("One.\n<!-- c -->\n\nTwo.") == ["One.", "Two."]
 
 
+@pytest.mark.parametrize("name", ["print", "main", "len", "f", "__init__", "Ö"])
+def test_a_call_keeps_its_empty_brackets_a_removed_templates_leftover_does_not(name):
+    # "print()" lost its brackets ("Use print to print."): the cleanup of "( )" that removed
+    # templates leave took a call's for one.
+    for code, shown in ((f"{name}()", f"{name}()"), (f"<code>{name}( )</code>", f"{name}( )")):
+        assert _sentences(f"Call {code} twice.") == [f"Call {shown} twice."]
+    assert _sentences(f"The {name} ({{{{unknown|x}}}}) is.") == [f"The {name} is."]
+
+
 def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
     """ "[[File:A.jpg|thumb|Photo: [http://x.org Source]]]": the first "]" ends the external link
     and "]]" the file link, as MediaWiki reads it (it moves the odd "]" into the link's text); a
