@@ -45,9 +45,15 @@ _DROPPED_TAGS = (
 )
 # Comments and <nowiki> elements, read in one pass from the page's start as MediaWiki's
 # preprocessor reads them (a comment inside a <nowiki> is text; a <nowiki> inside a comment is
-# hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text.
-_COMMENT_OR_NOWIKI = re.compile(r"<!--|<nowiki(?:\s[^<>/]*)?>", re.I)
-_NOWIKI_CLOSE = re.compile(r"</nowiki\s*>", re.I)
+# hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text. Inline
+# code (<syntaxhighlight inline>, a word or two of code in a sentence, as <code> is) is literal
+# text too; a block of code is dropped (_DROPPED_TAGS).
+_COMMENT_OR_NOWIKI = re.compile(
+    r"<!--|<(nowiki)(?:\s[^<>/]*)?>|<(syntaxhighlight|source)\s[^<>]*?\binline\b[^<>/]*>", re.I
+)
+_LITERAL_CLOSE = {
+    name: re.compile(rf"</{name}\s*>", re.I) for name in ("nowiki", "syntaxhighlight", "source")
+}
 _NEXT_COMMENT = re.compile(r"[ \t]*<!--")
 _LINE_SPACE = re.compile(r"[ \t]*")
 # A <nowiki>'s content is shown literally: its markup characters as entities, which no later step
@@ -189,10 +195,11 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
 
 
 def _comments_and_nowiki(text: str) -> str:
-    """Comments removed and each non-empty <nowiki>'s content made literal text (<nowiki/> and
-    empty ones are left for `paragraphs`: they only part apostrophes). Linear: each search starts
-    where the last ended, and once a <nowiki> is found unclosed no later one is closed."""
-    out, position, closable = [], 0, True
+    """Comments removed and each non-empty <nowiki>'s (and inline code's) content made literal
+    text (<nowiki/> and empty ones are left for `paragraphs`: they only part apostrophes).
+    Linear: each search starts where the last ended, and once an element is found unclosed no
+    later one of its name is closed."""
+    out, position, closable = [], 0, set(_LITERAL_CLOSE)
     while match := _COMMENT_OR_NOWIKI.search(text, position):
         if match.group() == "<!--":
             start, end = match.start(), text.find("-->", match.end())
@@ -210,13 +217,17 @@ def _comments_and_nowiki(text: str) -> str:
             out.append(text[position:start])
             position = end + 3
             continue
-        close = _NOWIKI_CLOSE.search(text, match.end()) if closable else None
+        name = (match.group(1) or match.group(2)).lower()
+        close = _LITERAL_CLOSE[name].search(text, match.end()) if name in closable else None
         content = close and text[match.end() : close.start()]
         if not content or content.isspace():
-            closable = close is not None
+            if close is None:
+                closable.discard(name)
             out.append(text[position : match.end()])
             position = match.end()
             continue
+        if name != "nowiki":
+            content = content.replace("&", "&#38;")  # code shows its entities as written
         if content[0] in "#;":
             content = f"&#{ord(content[0])};{content[1:]}"
         out += (text[position : match.start()], content.translate(_LITERAL))

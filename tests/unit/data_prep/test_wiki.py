@@ -317,6 +317,20 @@ def test_nowiki_content_is_shown_literally_whatever_markup_it_holds():
     ]
 
 
+@pytest.mark.parametrize("tag", ["syntaxhighlight", "source", "SyntaxHighlight"])
+def test_inline_code_is_kept_literally_as_code_is_a_block_of_code_is_dropped(tag):
+    # <syntaxhighlight inline> (a word or two of code in a sentence) was dropped like a block
+    # of code: "Use a[i] = 1 to set it." became "Use to set it.", words lost and no sentence
+    # dropped. MediaWiki shows it as written, as it shows <code>.
+    rng = random.Random(0)
+    for _ in range(50):
+        code = "".join(rng.choices(["a", "[i]", " = ", "{x}", "''", "&amp;", "<b>", "|"], k=4))
+        source = f'Use <{tag} lang="cpp" inline>{code}</{tag}> to set it.'
+        assert _sentences(source) == [" ".join(f"Use {code} to set it.".split())], source
+    block = f"Intro.\n<{tag} lang=c>\nint x;\n</{tag}>\nAfter."
+    assert _sentences(block) == ["Intro.", "After."]
+
+
 def test_a_comment_alone_on_a_line_goes_with_it_and_the_paragraph_goes_on():
     # "The city is\n<!-- note -->\nlarge." was two paragraphs (and the sentence "The city is"):
     # MediaWiki removes such a line whole, so the sentence goes on. A blank line stays a break.
