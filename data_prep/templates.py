@@ -73,7 +73,11 @@ _UNIT_NAMES = {  # code: (singular, plural, symbol)
     "mph": ("mile per hour", "miles per hour", "mph"),
     "oilbbl": ("barrel", "barrels", "bbl"), "e6ha": ("million hectares", "million hectares", "Mha"),
     "koilbbl/d": ("thousand barrels per day", "thousand barrels per day", "kbbl/d"),
+    "st": ("stone", "stone", "st"),
 }  # fmt: skip
+# A value in several units ({{convert|6|ft|2|in|m}}: a height, "6 feet 2 inches"): a number
+# where the output unit would be, then a unit.
+_NUMBER = re.compile(r"[\d.,/+]+")
 
 
 def _convert(a: Arguments) -> str:
@@ -84,7 +88,16 @@ def _convert(a: Arguments) -> str:
         else:
             values += [a[k], a[k + 1]]
         k += 2
-    unit = a[k]
+    parts = [(values, a[k])]
+    while _NUMBER.fullmatch(a[k + 1]) and a[k + 2] in _UNIT_NAMES:
+        parts.append(([a[k + 1]], a[k + 2]))
+        k += 2
+    adjective = a.get("adj") == "on" and a.get("abbr") not in ("on", "in")  # "6-foot-1-inch"
+    return ("-" if adjective else " ").join(_quantity(values, unit, a) for values, unit in parts)
+
+
+def _quantity(values: list[str], unit: str, a: Arguments) -> str:
+    """One value (or range) and its unit, as {{convert}}'s `abbr` and `adj` show them."""
     if unit in _UNIT_NAMES:
         singular, plural, symbol = _UNIT_NAMES[unit]
         if a.get("abbr") in ("on", "in"):

@@ -468,6 +468,12 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "The aardwolf is about 55 to 80 centimetres long, excluding its tail, which is about "
             "20–30 centimetres long. It weighs 7–10 kilograms, sometimes 15 kg.",
         ),
+        # A value in several units: the second lost ("He is 6 feet tall." for 6 ft 2 in).
+        (
+            "He is {{convert|6|ft|2|in|m}} tall, weighs {{convert|14|st|1|lb|kg|abbr=on}}, a "
+            "{{convert|6|ft|1|in|m|adj=on}} man.",
+            "He is 6 feet 2 inches tall, weighs 14 st 1 lb, a 6-foot-1-inch man.",
+        ),
         (
             "The ampere is one [[coulomb]] (roughly {{val|6.241|e=18}} times the [[elementary "
             "charge]]) per second; the charge is {{val|30000|u=C}}.",
