@@ -106,6 +106,8 @@ def _quantity(values: list[str], unit: str, a: Arguments) -> str:
             return "-".join(v for v in (*values, singular) if v)
         else:
             unit = singular if values == ["1"] else plural
+            if a.get("sp") == "us":  # American spelling: "kilometers"
+                unit = unit.replace("metre", "meter")
     return " ".join(v for v in (*values, unit) if v)
 
 

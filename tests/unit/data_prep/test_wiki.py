@@ -474,6 +474,11 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "{{convert|6|ft|1|in|m|adj=on}} man.",
             "He is 6 feet 2 inches tall, weighs 14 st 1 lb, a 6-foot-1-inch man.",
         ),
+        # sp=us: American spelling ("kilometres" was shown).
+        (
+            "{{convert|5|km|mi|sp=us}}, {{convert|1|m2|sqft|sp=us}}.",
+            "5 kilometers, 1 square meter.",
+        ),
         (
             "The ampere is one [[coulomb]] (roughly {{val|6.241|e=18}} times the [[elementary "
             "charge]]) per second; the charge is {{val|30000|u=C}}.",
