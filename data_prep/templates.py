@@ -161,6 +161,17 @@ def _ipac(a: Arguments) -> str:
     return f"/{text}/" if text else ""
 
 
+def _frac(a: Arguments) -> str:
+    """{{frac|3}} -> "1⁄3", {{frac|3|2}} -> "3⁄2", {{frac|1|1|2}} -> "1 1⁄2" (U+2044, the
+    fraction slash MediaWiki's text holds)."""
+    parts = [p for p in a.positional[:3] if p]
+    if len(parts) == 1:
+        return f"1⁄{parts[0]}"
+    if len(parts) == 2:
+        return f"{parts[0]}⁄{parts[1]}"
+    return f"{parts[0]} {parts[1]}⁄{parts[2]}" if parts else ""
+
+
 def _val(a: Arguments) -> str:
     """{{val|6.241|e=18|u=C}} -> "6.241×10^18 C"."""
     text = a[1] + (f"±{a[2]}" if a[2] else "")
@@ -180,7 +191,7 @@ _DATES = (
 # Templates shown as their first parameter: formatting, a formula, a transcription.
 _PLAIN = (
     "nowrap", "nobr", "small", "smaller", "big", "large", "sc", "smallcaps", "math", "mvar",
-    "not a typo", "chem2", "ipa",
+    "not a typo", "chem2", "ipa", "sup", "sub",
 )  # fmt: skip
 _RENDER: dict[str, Callable[[Arguments], str]] = {
     **dict.fromkeys(("convert", "cvt"), _convert),
@@ -196,6 +207,7 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "chem": lambda a: "".join(a.positional),
     "nihongo": _nihongo,
     "val": _val,
+    **dict.fromkeys(("frac", "sfrac", "fraction"), _frac),
     "e": lambda a: f"×10^{a[1]}",
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
     # as italics or bold (''Eagle''{{'s}} is "Eagle's").

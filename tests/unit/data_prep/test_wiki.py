@@ -474,6 +474,11 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "{{convert|6|ft|1|in|m|adj=on}} man.",
             "He is 6 feet 2 inches tall, weighs 14 st 1 lb, a 6-foot-1-inch man.",
         ),
+        # Fractions were dropped: "the angle of cos−1(−) ≈ 109.47°" in the sample's Carbon.
+        (
+            "cos{{sup|−1}}(−{{frac|3}}), {{frac|3|2}}n, {{frac|1|1|2}} and {{sfrac|1|4}}.",
+            "cos−1(−1⁄3), 3⁄2n, 1 1⁄2 and 1⁄4.",
+        ),
         # sp=us: American spelling ("kilometres" was shown).
         (
             "{{convert|5|km|mi|sp=us}}, {{convert|1|m2|sqft|sp=us}}.",
