@@ -29,6 +29,7 @@ _MULTISTREAM_PART = re.compile(
 _REDIRECT = "#redirect"
 _BZ2_STREAM_START = re.compile(rb"BZh[1-9]")  # every bz2 stream's header, where an index points
 _SITEINFO_END = b"</siteinfo>"
+_STAND_IN_ROOT = b"<mediawiki>"  # a unit inside a dump is parsed under it
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
 # Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
 # project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
@@ -244,7 +245,7 @@ def pages(
     parser = ET.XMLPullParser(events=("start", "end"))
     root, namespaces, page, revision = None, {}, None, None
     if inside_root:
-        parser.feed(b"<mediawiki>")
+        parser.feed(_STAND_IN_ROOT)
     try:
         for chunk in chunks:
             parser.feed(chunk)
@@ -287,6 +288,8 @@ def _where(error: ET.ParseError, streams: list[tuple[int, int]] | None) -> str:
     if not streams:
         return str(error)
     line, column = error.position
+    if line == 1:
+        column -= len(_STAND_IN_ROOT)  # fed before the unit's first line
     offset, before = streams[bisect.bisect_right(streams, line - 1, key=lambda s: s[1]) - 1]
     message = str(error).rpartition(": line ")[0]
     return (
