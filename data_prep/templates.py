@@ -194,7 +194,9 @@ _PLAIN = (
     "not a typo", "chem2", "ipa", "sup", "sub",
 )  # fmt: skip
 _RENDER: dict[str, Callable[[Arguments], str]] = {
-    **dict.fromkeys(("convert", "cvt"), _convert),
+    "convert": _convert,
+    # {{cvt}} is {{convert}} with abbr=on: "3 mi", where {{convert}} shows "3 miles".
+    "cvt": lambda a: _convert(Arguments(a.positional, {"abbr": "on", **a.named})),
     **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
     **dict.fromkeys(("transl", "transliteration"), lambda a: (a.positional or [""])[-1]),
     **dict.fromkeys(_PLAIN, _text(1)),

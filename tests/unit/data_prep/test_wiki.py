@@ -479,6 +479,8 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "cos{{sup|−1}}(−{{frac|3}}), {{frac|3|2}}n, {{frac|1|1|2}} and {{sfrac|1|4}}.",
             "cos−1(−1⁄3), 3⁄2n, 1 1⁄2 and 1⁄4.",
         ),
+        # {{cvt}} abbreviates ("3 miles" was shown).
+        ("{{cvt|3|mi|km}} and {{cvt|3|mi|km|abbr=off}}.", "3 mi and 3 miles."),
         # sp=us: American spelling ("kilometres" was shown).
         (
             "{{convert|5|km|mi|sp=us}}, {{convert|1|m2|sqft|sp=us}}.",
