@@ -112,7 +112,7 @@ _BR = re.compile(r"<br\s*/?>", re.I)
 # HTML elements that MediaWiki shows as blocks of their own, and a horizontal rule (a line that
 # starts with "----"; the rest of the line is the next paragraph): they end a paragraph.
 _BLOCK_TAG = re.compile(
-    r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>|^-{4,}", re.I | re.M
+    r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr|ul|ol|li|dl|dt|dd)\b[^<>]*>|^-{4,}", re.I | re.M
 )
 # Behaviour switches (__NOTOC__): capitals, or letters of other scripts, words joined by "_"
 # (__EXPECTED_UNCONNECTED_PAGE__, __KEIN_INHALTSVERZEICHNIS__, __БЕЗ_ОГЛАВЛЕНИЯ__, __目次非表示__);

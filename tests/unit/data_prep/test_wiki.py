@@ -264,6 +264,12 @@ def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layo
             ["One.", "Two.", "Three.", "A -- b ---- c."],
         ),
         ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
+        # HTML list items are blocks, as MediaWiki shows them: "Term one" and "Its meaning." ran
+        # together ("Term oneIts meaning.").
+        (
+            "<dl><dt>Term one</dt><dd>Its meaning.</dd></dl><ul><li>An item.</li></ul>",
+            ["Term one", "Its meaning.", "An item."],
+        ),
         # Other languages' file and category namespaces; a file link of a namespace not listed
         # (Catalan "Fitxer") is known by its parameters.
         (
