@@ -172,6 +172,17 @@ def _frac(a: Arguments) -> str:
     return f"{parts[0]} {parts[1]}⁄{parts[2]}" if parts else ""
 
 
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-zA-Z0-9]+)*")
+
+
+def _ipa(a: Arguments) -> str:
+    """{{IPA|/ˈpærɪs/}} -> "/ˈpærɪs/"; since 2024 also {{IPA|fr|paʁi}} -> "[paʁi]" (what
+    {{IPA-fr|paʁi}} shows), a language code first."""
+    if a[2] and _LANGUAGE_CODE.fullmatch(a[1]):
+        return f"[{a[2]}]"
+    return a[1]
+
+
 def _val(a: Arguments) -> str:
     """{{val|6.241|e=18|u=C}} -> "6.241×10^18 C"."""
     text = a[1] + (f"±{a[2]}" if a[2] else "")
@@ -191,13 +202,15 @@ _DATES = (
 # Templates shown as their first parameter: formatting, a formula, a transcription.
 _PLAIN = (
     "nowrap", "nobr", "small", "smaller", "big", "large", "sc", "smallcaps", "math", "mvar",
-    "not a typo", "chem2", "ipa", "sup", "sub",
+    "not a typo", "chem2", "sup", "sub",
 )  # fmt: skip
 _RENDER: dict[str, Callable[[Arguments], str]] = {
     "convert": _convert,
     # {{cvt}} is {{convert}} with abbr=on: "3 mi", where {{convert}} shows "3 miles".
     "cvt": lambda a: _convert(Arguments(a.positional, {"abbr": "on", **a.named})),
-    **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
+    # {{langx|fr|Paris}}: what {{lang-fr|Paris}} became on the English Wikipedia in 2024.
+    **dict.fromkeys(("lang", "rtl-lang", "langx"), _text(2)),
+    "ipa": _ipa,
     **dict.fromkeys(("transl", "transliteration"), lambda a: (a.positional or [""])[-1]),
     **dict.fromkeys(_PLAIN, _text(1)),
     **dict.fromkeys(("angbr", "vr"), _wrapped("⟨", "⟩")),

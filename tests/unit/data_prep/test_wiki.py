@@ -485,6 +485,11 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "cos{{sup|−1}}(−{{frac|3}}), {{frac|3|2}}n, {{frac|1|1|2}} and {{sfrac|1|4}}.",
             "cos−1(−1⁄3), 3⁄2n, 1 1⁄2 and 1⁄4.",
         ),
+        # The English Wikipedia's 2024 forms of {{lang-fr|...}} and {{IPA-fr|...}}: "Paris (, fr)".
+        (
+            "'''Paris''' ({{langx|fr|Paris}}; {{IPA|fr|paʁi}}) and {{IPA|/ˈpærɪs/}}.",
+            "Paris (Paris; [paʁi]) and /ˈpærɪs/.",
+        ),
         # {{cvt}} abbreviates ("3 miles" was shown).
         ("{{cvt|3|mi|km}} and {{cvt|3|mi|km|abbr=off}}.", "3 mi and 3 miles."),
         # sp=us: American spelling ("kilometres" was shown).
