@@ -49,7 +49,8 @@ _DROPPED_TAGS = (
 # code (<syntaxhighlight inline>, a word or two of code in a sentence, as <code> is) is literal
 # text too; a block of code is dropped (_DROPPED_TAGS).
 _COMMENT_OR_NOWIKI = re.compile(
-    r"<!--|<(nowiki)(?:\s[^<>/]*)?>|<(syntaxhighlight|source)\s[^<>]*?\binline\b[^<>/]*>", re.I
+    r"<!--|<(nowiki)(?:\s[^<>/]*)?>|<(syntaxhighlight|source)\s(?:[^<>]*?\s)?inline(?=[\s=>])[^<>/]*>",
+    re.I,
 )
 _LITERAL_CLOSE = {
     name: re.compile(rf"</{name}\s*>", re.I) for name in ("nowiki", "syntaxhighlight", "source")

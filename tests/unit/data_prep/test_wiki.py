@@ -335,6 +335,7 @@ def test_inline_code_is_kept_literally_as_code_is_a_block_of_code_is_dropped(tag
         assert _sentences(source) == [" ".join(f"Use {code} to set it.".split())], source
     block = f"Intro.\n<{tag} lang=c>\nint x;\n</{tag}>\nAfter."
     assert _sentences(block) == ["Intro.", "After."]
+    assert _sentences(f'A <{tag} lang="inline-asm">x y</{tag}> b.') == ["A b."]  # no attribute
 
 
 def test_a_comment_alone_on_a_line_goes_with_it_and_the_paragraph_goes_on():
