@@ -229,7 +229,7 @@ def _comments_and_nowiki(text: str) -> str:
             continue
         if name != "nowiki":
             content = content.replace("&", "&#38;")  # code shows its entities as written
-        if content[0] in "#;":
+        if content[0] in "#; \t":  # no list item, no preformatted line
             content = f"&#{ord(content[0])};{content[1:]}"
         out += (text[position : match.start()], content.translate(_LITERAL))
         position = close.end()

@@ -317,6 +317,8 @@ def test_nowiki_content_is_shown_literally_whatever_markup_it_holds():
     assert _sentences("<nowiki>* not</nowiki> a list, <nowiki>&amp;</nowiki>.") == [
         "* not a list, &."
     ]
+    # Nor is a <nowiki> at a line's start that begins with a space preformatted text.
+    assert _sentences("It goes\n<nowiki> on</nowiki> here.") == ["It goes on here."]
     # Read in order with comments: a comment in a <nowiki> is text, a <nowiki> in one is hidden.
     assert _sentences("A <nowiki><!--c--></nowiki> b <!--<nowiki>-->c.</nowiki>") == [
         "A <!--c--> b c."
