@@ -222,6 +222,9 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "chem": lambda a: "".join(a.positional),
     "nihongo": _nihongo,
     "val": _val,
+    # {{circa|1480}}: "c. 1480" (a biography's dates: "(c. 1480 – 1530)"); {{fl.|1480}}: "fl. 1480".
+    **dict.fromkeys(("circa", "c."), lambda a: f"c. {a[1]}".strip()),
+    **dict.fromkeys(("floruit", "fl."), lambda a: f"fl. {a[1]}".strip()),
     **dict.fromkeys(("frac", "sfrac", "fraction"), _frac),
     "e": lambda a: f"×10^{a[1]}",
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read

@@ -493,6 +493,11 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "'''Paris''' ({{langx|fr|Paris}}; {{IPA|fr|paʁi}}) and {{IPA|/ˈpærɪs/}}.",
             "Paris (Paris; [paʁi]) and /ˈpærɪs/.",
         ),
+        # A biography's approximate dates were dropped: "X ( – 1530) was".
+        (
+            "X ({{circa|1480}} – 1530) was a {{fl.|1500}} man, {{c.}} 1500 and {{floruit|1510}}.",
+            "X (c. 1480 – 1530) was a fl. 1500 man, c. 1500 and fl. 1510.",
+        ),
         # {{cvt}} abbreviates ("3 miles" was shown).
         ("{{cvt|3|mi|km}} and {{cvt|3|mi|km|abbr=off}}.", "3 mi and 3 miles."),
         # sp=us: American spelling ("kilometres" was shown).
