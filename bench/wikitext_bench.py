@@ -93,10 +93,10 @@ def template_counts(path: str) -> collections.Counter:
         for page in wiki.pages(chunks, path, inside_root=False):
             if not wiki.article(page):
                 continue
-            text = wikitext._SELF_CLOSED.sub("", wikitext._COMMENT.sub("", page.text))
+            text = wikitext._SELF_CLOSED.sub("", wikitext._comments_and_nowiki(page.text))
             text = wikitext._drop_elements(text, wikitext._REF_TAG)
             text = wikitext._drop_elements(text, wikitext._DROPPED_TAG)
-            for start, end in wikitext._matched_pairs(text, wikitext._TEMPLATE_TOKEN, "{{"):
+            for start, end in wikitext._brace_pairs(text)[0]:
                 line_start = text.rfind("\n", 0, start) + 1
                 line_end = text.find("\n", end)
                 line_end = len(text) if line_end < 0 else line_end

@@ -73,7 +73,11 @@ _UNIT_NAMES = {  # code: (singular, plural, symbol)
     "mph": ("mile per hour", "miles per hour", "mph"),
     "oilbbl": ("barrel", "barrels", "bbl"), "e6ha": ("million hectares", "million hectares", "Mha"),
     "koilbbl/d": ("thousand barrels per day", "thousand barrels per day", "kbbl/d"),
+    "st": ("stone", "stone", "st"),
 }  # fmt: skip
+# A value in several units ({{convert|6|ft|2|in|m}}: a height, "6 feet 2 inches"): a number
+# where the output unit would be, then a unit.
+_NUMBER = re.compile(r"[\d.,/+]+")
 
 
 def _convert(a: Arguments) -> str:
@@ -84,7 +88,16 @@ def _convert(a: Arguments) -> str:
         else:
             values += [a[k], a[k + 1]]
         k += 2
-    unit = a[k]
+    parts = [(values, a[k])]
+    while _NUMBER.fullmatch(a[k + 1]) and a[k + 2] in _UNIT_NAMES:
+        parts.append(([a[k + 1]], a[k + 2]))
+        k += 2
+    adjective = a.get("adj") == "on" and a.get("abbr") not in ("on", "in")  # "6-foot-1-inch"
+    return ("-" if adjective else " ").join(_quantity(values, unit, a) for values, unit in parts)
+
+
+def _quantity(values: list[str], unit: str, a: Arguments) -> str:
+    """One value (or range) and its unit, as {{convert}}'s `abbr` and `adj` show them."""
     if unit in _UNIT_NAMES:
         singular, plural, symbol = _UNIT_NAMES[unit]
         if a.get("abbr") in ("on", "in"):
@@ -93,6 +106,8 @@ def _convert(a: Arguments) -> str:
             return "-".join(v for v in (*values, singular) if v)
         else:
             unit = singular if values == ["1"] else plural
+            if a.get("sp") == "us":  # American spelling: "kilometers"
+                unit = unit.replace("metre", "meter")
     return " ".join(v for v in (*values, unit) if v)
 
 
@@ -146,6 +161,28 @@ def _ipac(a: Arguments) -> str:
     return f"/{text}/" if text else ""
 
 
+def _frac(a: Arguments) -> str:
+    """{{frac|3}} -> "1⁄3", {{frac|3|2}} -> "3⁄2", {{frac|1|1|2}} -> "1 1⁄2" (U+2044, the
+    fraction slash MediaWiki's text holds)."""
+    parts = [p for p in a.positional[:3] if p]
+    if len(parts) == 1:
+        return f"1⁄{parts[0]}"
+    if len(parts) == 2:
+        return f"{parts[0]}⁄{parts[1]}"
+    return f"{parts[0]} {parts[1]}⁄{parts[2]}" if parts else ""
+
+
+_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-zA-Z0-9]+)*")
+
+
+def _ipa(a: Arguments) -> str:
+    """{{IPA|/ˈpærɪs/}} -> "/ˈpærɪs/"; since 2024 also {{IPA|fr|paʁi}} -> "[paʁi]" (what
+    {{IPA-fr|paʁi}} shows), a language code first."""
+    if a[2] and _LANGUAGE_CODE.fullmatch(a[1]):
+        return f"[{a[2]}]"
+    return a[1]
+
+
 def _val(a: Arguments) -> str:
     """{{val|6.241|e=18|u=C}} -> "6.241×10^18 C"."""
     text = a[1] + (f"±{a[2]}" if a[2] else "")
@@ -165,11 +202,15 @@ _DATES = (
 # Templates shown as their first parameter: formatting, a formula, a transcription.
 _PLAIN = (
     "nowrap", "nobr", "small", "smaller", "big", "large", "sc", "smallcaps", "math", "mvar",
-    "not a typo", "chem2", "ipa",
+    "not a typo", "chem2", "sup", "sub",
 )  # fmt: skip
 _RENDER: dict[str, Callable[[Arguments], str]] = {
-    **dict.fromkeys(("convert", "cvt"), _convert),
-    **dict.fromkeys(("lang", "rtl-lang"), _text(2)),
+    "convert": _convert,
+    # {{cvt}} is {{convert}} with abbr=on: "3 mi", where {{convert}} shows "3 miles".
+    "cvt": lambda a: _convert(Arguments(a.positional, {"abbr": "on", **a.named})),
+    # {{langx|fr|Paris}}: what {{lang-fr|Paris}} became on the English Wikipedia in 2024.
+    **dict.fromkeys(("lang", "rtl-lang", "langx"), _text(2)),
+    "ipa": _ipa,
     **dict.fromkeys(("transl", "transliteration"), lambda a: (a.positional or [""])[-1]),
     **dict.fromkeys(_PLAIN, _text(1)),
     **dict.fromkeys(("angbr", "vr"), _wrapped("⟨", "⟩")),
@@ -181,6 +222,10 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "chem": lambda a: "".join(a.positional),
     "nihongo": _nihongo,
     "val": _val,
+    # {{circa|1480}}: "c. 1480" (a biography's dates: "(c. 1480 – 1530)"); {{fl.|1480}}: "fl. 1480".
+    **dict.fromkeys(("circa", "c."), lambda a: f"c. {a[1]}".strip()),
+    **dict.fromkeys(("floruit", "fl."), lambda a: f"fl. {a[1]}".strip()),
+    **dict.fromkeys(("frac", "sfrac", "fraction"), _frac),
     "e": lambda a: f"×10^{a[1]}",
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
     # as italics or bold (''Eagle''{{'s}} is "Eagle's").

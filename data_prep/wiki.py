@@ -29,6 +29,7 @@ _MULTISTREAM_PART = re.compile(
 _REDIRECT = "#redirect"
 _BZ2_STREAM_START = re.compile(rb"BZh[1-9]")  # every bz2 stream's header, where an index points
 _SITEINFO_END = b"</siteinfo>"
+_STAND_IN_ROOT = b"<mediawiki>"  # a unit inside a dump is parsed under it
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
 # Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
 # project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
@@ -111,8 +112,14 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
     try:
         offsets, index_size = stream_offsets(index, inputs.open_input) if index else ([], 0)
-    except OSError:  # no index beside the dump: one sequential unit
+    except FileNotFoundError:  # no index beside the dump: one sequential unit
         offsets, index_size = [], 0
+    except OSError as e:  # one there that cannot be read: the user expects it used
+        raise inputs.InputError(
+            f"multistream index {index!r} of {source.path!r} cannot be read "
+            f"({type(e).__name__}: {e.strerror or e}); make it a readable file, or remove it to "
+            "read the dump as one sequential unit"
+        ) from None
     if not offsets:
         return [(0, size, {"extent": f"{size} bytes, no index"})]
     if offsets[-1] >= size:
@@ -142,27 +149,39 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
 
 
 def _bz2_chunks(
-    f: BinaryIO, start: int, stop: int | None, path: str, what: str = "dump"
+    f: BinaryIO,
+    start: int,
+    stop: int | None,
+    path: str,
+    what: str = "dump",
+    streams: list[tuple[int, int]] | None = None,
 ) -> Iterator[bytes]:
     """Decompressed bytes of the bz2 streams in [start, stop) (None: to the end), stream after
-    stream; an InputError when they end inside a stream (or there is none)."""
+    stream; an InputError when they end inside a stream (or there is none). `streams`, when
+    given, gets (byte offset, lines yielded before it) of each stream as it starts."""
     f.seek(start)
     remaining = float("inf") if stop is None else stop - start
-    decompressor, pending = bz2.BZ2Decompressor(), True
+    decompressor, pending, read_to, lines = bz2.BZ2Decompressor(), True, start, 0
+    if streams is not None:
+        streams.append((start, 0))
     while remaining > 0:
         data = f.read(min(_READ, remaining))
         if not data:
             break
         remaining -= len(data)
+        read_to += len(data)
         while data:
             if decompressor.eof:
                 decompressor = bz2.BZ2Decompressor()
+                if streams is not None:
+                    streams.append((read_to - len(data), lines))
             try:
                 out = decompressor.decompress(data)
             except OSError as e:
                 raise inputs.truncated(path, e) from None
             pending = not decompressor.eof
             if out:
+                lines += out.count(b"\n") if streams is not None else 0
                 yield out
             data = decompressor.unused_data if decompressor.eof else b""
     if pending or (stop is not None and remaining > 0):
@@ -217,15 +236,20 @@ def _namespaces(siteinfo) -> dict[str, str]:
 
 
 def pages(
-    chunks: Iterator[bytes], path: str, inside_root: bool, whole: bool = False
+    chunks: Iterator[bytes],
+    path: str,
+    inside_root: bool,
+    whole: bool = False,
+    streams: list[tuple[int, int]] | None = None,
 ) -> Iterator[Page]:
     """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>;
     `whole`: they are the whole file, so an export that ends before its </mediawiki> (a .xml or
-    .xml.gz cut short at a page boundary, which no decompressor notices) is an error."""
+    .xml.gz cut short at a page boundary, which no decompressor notices) is an error. `streams`:
+    the bz2 streams the bytes come from (`_bz2_chunks`), for an error to name where it lies."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root, namespaces, page, revision = None, {}, None, None
     if inside_root:
-        parser.feed(b"<mediawiki>")
+        parser.feed(_STAND_IN_ROOT)
     try:
         for chunk in chunks:
             parser.feed(chunk)
@@ -257,8 +281,25 @@ def pages(
                 ) from None
     except ET.ParseError as e:
         raise inputs.InputError(
-            f"input {path!r} is not a well-formed MediaWiki XML export ({e})"
+            f"input {path!r} is not a well-formed MediaWiki XML export ({_where(e, streams)})"
         ) from None
+
+
+def _where(error: ET.ParseError, streams: list[tuple[int, int]] | None) -> str:
+    """The parser's message; for bytes from a dump's bz2 streams, its line counted in the stream
+    it lies in, and that stream's byte offset: expat counts lines from where the unit started,
+    which no one reading the dump can find."""
+    if not streams:
+        return str(error)
+    line, column = error.position
+    if line == 1:
+        column -= len(_STAND_IN_ROOT)  # fed before the unit's first line
+    offset, before = streams[bisect.bisect_right(streams, line - 1, key=lambda s: s[1]) - 1]
+    message = str(error).rpartition(": line ")[0]
+    return (
+        f"{message}: line {line - before}, column {column} of the bz2 stream at byte offset "
+        f"{offset}, `tail -c +{offset + 1} DUMP | bzip2 -dc` shows it"
+    )
 
 
 def article(
@@ -350,8 +391,12 @@ def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
         for offset in sorted({start, unit.stop} - {0, size}):  # the index offsets it is cut at
             _check_stream_start(f, offset, path)
         f.seek(start)
-        xml = chunks(f, compression, start, unit.stop, path)
-        for page in pages(xml, path, start > 0, whole):
+        streams = [] if compression == "bz2" and start > 0 else None
+        if streams is None:
+            xml = chunks(f, compression, start, unit.stop, path)
+        else:
+            xml = _bz2_chunks(f, start, unit.stop, path, streams=streams)
+        for page in pages(xml, path, start > 0, whole, streams):
             stats.pages += 1
             sentences = article(page, language, stats)
             if sentences:

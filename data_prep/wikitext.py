@@ -43,9 +43,24 @@ _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
-# Linear: each match ends at the first "-->" after it, or the page's end (an unclosed comment
-# hides the rest of the page, as in MediaWiki); the next starts there.
-_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+# Comments and <nowiki> elements, read in one pass from the page's start as MediaWiki's
+# preprocessor reads them (a comment inside a <nowiki> is text; a <nowiki> inside a comment is
+# hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text. Inline
+# code (<syntaxhighlight inline>, a word or two of code in a sentence, as <code> is) is literal
+# text too; a block of code is dropped (_DROPPED_TAGS).
+_COMMENT_OR_NOWIKI = re.compile(
+    r"<!--|<(nowiki)(?:\s[^<>/]*)?>|<(syntaxhighlight|source)\s(?:[^<>]*?\s)?inline(?=[\s=>])[^<>/]*>",
+    re.I,
+)
+_LITERAL_CLOSE = {
+    name: re.compile(rf"</{name}\s*>", re.I) for name in ("nowiki", "syntaxhighlight", "source")
+}
+_NEXT_COMMENT = re.compile(r"[ \t]*<!--")
+_LINE_SPACE = re.compile(r"[ \t]*")
+# A <nowiki>'s content is shown literally: its markup characters as entities, which no later step
+# reads as markup and _close decodes. MediaWiki decodes the entities it holds ("&amp;" is "&"), so
+# "&", "#" and ";" stay, but for a first "#" or ";" (a list item's mark at a line's start).
+_LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "{}[]|'<>=!*:_~-"} | {"\n": " "})
 # A self-closed element (<ref name="CNN/Money" />, <references group="n"/>): a "/" before its
 # ">", whatever "/"s its attributes hold, as MediaWiki reads it. Taken for an opening tag, it
 # dropped the prose up to the next closing tag of its name.
@@ -54,7 +69,10 @@ _SELF_CLOSED = re.compile(rf"<(?:ref|{_DROPPED_TAGS})\b[^<>]*/\s*>", re.I)
 # tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
 _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
 _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
-_TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
+# Runs of braces, as MediaWiki's preprocessor counts them: a run of 3 or more opening braces
+# matched with one of 3 or more closing ones is a template parameter ("{{{1|default}}}"), of 2 a
+# template; the braces a match leaves are text, or match further out.
+_BRACE_RUN = re.compile(r"\{\{+|\}\}+")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
 # A run of "]"s is one token: its closers pair from its end, so the odd "]" of "...|[http://x.org
 # a source]]]" ends the external link inside, as MediaWiki reads it (it was left as text).
@@ -95,7 +113,7 @@ _BR = re.compile(r"<br\s*/?>", re.I)
 # HTML elements that MediaWiki shows as blocks of their own, and a horizontal rule (a line that
 # starts with "----"; the rest of the line is the next paragraph): they end a paragraph.
 _BLOCK_TAG = re.compile(
-    r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr)\b[^<>]*>|^-{4,}", re.I | re.M
+    r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr|ul|ol|li|dl|dt|dd)\b[^<>]*>|^-{4,}", re.I | re.M
 )
 # Behaviour switches (__NOTOC__): capitals, or letters of other scripts, words joined by "_"
 # (__EXPECTED_UNCONNECTED_PAGE__, __KEIN_INHALTSVERZEICHNIS__, __БЕЗ_ОГЛАВЛЕНИЯ__, __目次非表示__);
@@ -111,7 +129,7 @@ _SPACES = re.compile(r"\s+")
 # Leftovers of removed templates (pronunciations, dates): "(; born 1947", "(ANSI, )", "( )".
 _BRACKET_HEAD = re.compile(r"\(\s*[,;:][\s,;:]*")
 _BRACKET_TAIL = re.compile(r"(?<![\s,;:])[\s,;:]*[,;:]\s*\)")  # from a run's start only
-_EMPTY_BRACKETS = re.compile(r"\(\s*\)")
+_EMPTY_BRACKETS = re.compile(r"(?:\s+|(?<!\w))\(\s*\)")  # not a call: "print()" is text
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
@@ -177,6 +195,47 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
     return _replace_pairs(text, spans, lambda e: HOLE if _INLINE_ELEMENT.match(e) else "")
 
 
+def _comments_and_nowiki(text: str) -> str:
+    """Comments removed and each non-empty <nowiki>'s (and inline code's) content made literal
+    text (<nowiki/> and empty ones are left for `paragraphs`: they only part apostrophes).
+    Linear: each search starts where the last ended, and once an element is found unclosed no
+    later one of its name is closed."""
+    out, position, closable = [], 0, set(_LITERAL_CLOSE)
+    while match := _COMMENT_OR_NOWIKI.search(text, position):
+        if match.group() == "<!--":
+            start, end = match.start(), text.find("-->", match.end())
+            while end >= 0 and (more := _NEXT_COMMENT.match(text, end + 3)):
+                end = text.find("-->", more.end())  # comments in a row, as one
+            if end < 0:
+                out.append(text[position:start])
+                return "".join(out)
+            # Comments alone on a line go with the line, as in MediaWiki: the paragraph
+            # around them goes on ("is\n<!-- note -->\nlarge" is "is large").
+            after = _LINE_SPACE.match(text, end + 3).end()
+            line_start = start - len(text[position:start]) + len(text[position:start].rstrip(" \t"))
+            if line_start > 0 and text[line_start - 1] == "\n" and text[after : after + 1] == "\n":
+                start, end = line_start, after - 2
+            out.append(text[position:start])
+            position = end + 3
+            continue
+        name = (match.group(1) or match.group(2)).lower()
+        close = _LITERAL_CLOSE[name].search(text, match.end()) if name in closable else None
+        content = close and text[match.end() : close.start()]
+        if not content or content.isspace():
+            if close is None:
+                closable.discard(name)
+            out.append(text[position : match.end()])
+            position = match.end()
+            continue
+        if name != "nowiki":
+            content = content.replace("&", "&#38;")  # code shows its entities as written
+        if content[0] in "#; \t":  # no list item, no preformatted line
+            content = f"&#{ord(content[0])};{content[1:]}"
+        out += (text[position : match.start()], content.translate(_LITERAL))
+        position = close.end()
+    return "".join(out) + text[position:]
+
+
 def _heading(line: str) -> tuple[int, str] | None:
     """(level, title) of a heading line ("== History =="), as MediaWiki reads it: the level is
     the fewer of the "="s on either side, at most 6; extra "="s belong to the title."""
@@ -217,14 +276,59 @@ def _replace_pairs(text: str, spans, render) -> str:
     return "".join(out) + text[position:]
 
 
-def expand_templates(text: str, depth: int = 0) -> str:
-    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest)."""
-    return _replace_pairs(
-        text,
-        _matched_pairs(text, _TEMPLATE_TOKEN, "{{"),
-        lambda source: templates.render(source, expand_templates, depth),
-    )
+def _brace_pairs(text: str) -> tuple[list[tuple[int, int]], set[int]]:
+    """Outermost (start, end) spans of templates and template parameters, brace runs matched as
+    MediaWiki matches them: a closing run pairs with the innermost open run, taking 3 braces
+    from each where both have 3 or more, else 2; an open run keeps its leftover braces (2 or
+    more) for an outer match; unmatched braces are text. And the starts of the parameters."""
+    stack, spans, parameters = [], [], set()  # stack: [start of the open run, its braces left]
+    for match in _BRACE_RUN.finditer(text):
+        if match.group()[0] == "{":
+            stack.append([match.start(), len(match.group())])
+            continue
+        position, left = match.start(), len(match.group())
+        while left >= 2 and stack:
+            opened = stack[-1]
+            count = 3 if min(opened[1], left) >= 3 else 2
+            opened[1] -= count
+            start, end = opened[0] + opened[1], position + count
+            if opened[1] < 2:
+                stack.pop()
+            position, left = end, left - count
+            while spans and spans[-1][0] > start:
+                spans.pop()  # absorbed by this outer one
+            spans.append((start, end))
+            if count == 3:
+                parameters.add(start)
+    return spans, parameters
 
+
+def _parameter(source: str, depth: int) -> str:
+    """A template parameter ("{{{1|x}}}") as MediaWiki shows one outside a template: its default,
+    its templates rendered (to data_prep/templates.py's depth: a page nested without end stays
+    linear), else itself, braces and all."""
+    _, bar, default = source[3:-3].partition("|")
+    if not bar:
+        return source
+    return expand_templates(default, depth + 1) if depth < _MAX_TEMPLATE_DEPTH else ""
+
+
+def expand_templates(text: str, depth: int = 0) -> str:
+    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest), and
+    every template parameter as `_parameter` shows it."""
+    spans, parameters = _brace_pairs(text)
+    out, position = [], 0
+    for start, end in spans:
+        source = text[start:end]
+        if start in parameters:
+            out += (text[position:start], _parameter(source, depth))
+        else:
+            out += (text[position:start], templates.render(source, expand_templates, depth))
+        position = end
+    return "".join(out) + text[position:]
+
+
+_MAX_TEMPLATE_DEPTH = 6  # as data_prep/templates.py's
 
 # Links inside links' text are rendered to this depth (a file caption's link is depth 1); deeper
 # is no prose, and the recursion, unbounded, overflowed Python's stack on 500 nested "[[".
@@ -314,7 +418,7 @@ def paragraphs(wikitext: str) -> list[str]:
     """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
     (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
     paragraph followed by a removed block."""
-    text = _SELF_CLOSED.sub("", _COMMENT.sub("", wikitext))
+    text = _SELF_CLOSED.sub("", _comments_and_nowiki(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
     # A table is a block that is removed: a line of its own, so a ":" before it has lost it.

@@ -105,6 +105,46 @@ def test_other_layouts_are_one_sequential_unit(generated, layout):
     assert len(planned) == 1 and docs == list(expected.values()) and stats.documents == 40
 
 
+@pytest.mark.parametrize("kind", ["directory", "unreadable"])
+def test_an_index_that_cannot_be_read_is_an_error_naming_it(generated, tmp_path, kind):
+    # An index that is there but a directory or unreadable was taken for no index: the dump
+    # became one sequential unit, silently, where the user had given its index.
+    _, pages, _ = generated
+    path = tmp_path / "dir-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), index=False)
+    index = tmp_path / "dir-pages-articles-multistream-index.txt.bz2"
+    if kind == "directory":
+        index.mkdir()
+    else:
+        index.write_bytes(b"")
+        index.chmod(0)
+        if os.access(index, os.R_OK):
+            pytest.skip("running as root: every file is readable")
+    with pytest.raises(readers.InputError, match=r"index .*-index\.txt\.bz2.* cannot be read"):
+        _read_units(path, 1000)
+
+
+@pytest.mark.parametrize("broken", [0, 12, 27, 39])
+def test_an_xml_error_in_a_multistream_unit_names_its_stream_and_line(generated, tmp_path, broken):
+    # The line in the error counted from the unit's start: no line a user could find in the
+    # dump. Now it is the line in the bz2 stream whose byte offset it names.
+    _, pages, _ = generated
+    pages = list(pages)
+    page_id, title, xml = pages[broken]
+    pages[broken] = (page_id, title, xml.replace("</title>", "</titel>"))
+    path = tmp_path / "bad-pages-articles-multistream.xml.bz2"
+    make_wiki_dump.write_dump(pages, str(path), pages_per_stream=5)
+    with pytest.raises(readers.InputError, match="not a well-formed") as error:
+        _read_units(path, 1000)
+    found = re.search(r"line (\d+), column \d+ of the bz2 stream at byte offset (\d+)", str(error))
+    if found is None:  # the dump's first unit: lines count from the file's start
+        line, stream = int(re.search(r"line (\d+)", str(error.value)).group(1)), 0
+    else:
+        line, stream = int(found.group(1)), int(found.group(2))
+    text = bz2.decompress(path.read_bytes()[stream:])
+    assert b"</titel>" in text.split(b"\n")[line - 1]
+
+
 def test_a_truncated_dump_or_a_wrong_index_is_an_error(generated):
     d, pages, _ = generated
     path = d / "cut-pages-articles-multistream.xml.bz2"
@@ -224,6 +264,12 @@ def test_an_export_cut_short_between_pages_is_an_error_naming_it(generated, layo
             ["One.", "Two.", "Three.", "A -- b ---- c."],
         ),
         ("[http://a.org\u00a0label] and [//b.org x y].", ["label and x y."]),
+        # HTML list items are blocks, as MediaWiki shows them: "Term one" and "Its meaning." ran
+        # together ("Term oneIts meaning.").
+        (
+            "<dl><dt>Term one</dt><dd>Its meaning.</dd></dl><ul><li>An item.</li></ul>",
+            ["Term one", "Its meaning.", "An item."],
+        ),
         # Other languages' file and category namespaces; a file link of a namespace not listed
         # (Catalan "Fitxer") is known by its parameters.
         (
@@ -247,6 +293,79 @@ def test_wikitext_constructs(source, expected):
 
 def _sentences(source, language="en"):
     return [s for p in wikitext.prose(source, language).paragraphs for s in p]
+
+
+_MARKUP_PIECES = (
+    "{{x}}",
+    "[[a|b]]",
+    "''i''",
+    "'''b'''",
+    "[http://e.org l]",
+    "<b>",
+    "{|",
+    "__NOTOC__",
+)
+
+
+def test_nowiki_content_is_shown_literally_whatever_markup_it_holds():
+    # MediaWiki shows a <nowiki>'s content as text; it was read as markup (templates and links
+    # rendered, apostrophes taken for italics). Entities in it are decoded, as MediaWiki's are.
+    rng = random.Random(0)
+    for _ in range(200):
+        content = " ".join(rng.choices(_MARKUP_PIECES, k=rng.randint(1, 4)))
+        assert _sentences(f"A <nowiki>{content}</nowiki> b.") == [f"A {content} b."], content
+    assert _sentences("<nowiki>* not</nowiki> a list, <nowiki>&amp;</nowiki>.") == [
+        "* not a list, &."
+    ]
+    # Nor is a <nowiki> at a line's start that begins with a space preformatted text.
+    assert _sentences("It goes\n<nowiki> on</nowiki> here.") == ["It goes on here."]
+    # Read in order with comments: a comment in a <nowiki> is text, a <nowiki> in one is hidden.
+    assert _sentences("A <nowiki><!--c--></nowiki> b <!--<nowiki>-->c.</nowiki>") == [
+        "A <!--c--> b c."
+    ]
+
+
+@pytest.mark.parametrize("tag", ["syntaxhighlight", "source", "SyntaxHighlight"])
+def test_inline_code_is_kept_literally_as_code_is_a_block_of_code_is_dropped(tag):
+    # <syntaxhighlight inline> (a word or two of code in a sentence) was dropped like a block
+    # of code: "Use a[i] = 1 to set it." became "Use to set it.", words lost and no sentence
+    # dropped. MediaWiki shows it as written, as it shows <code>.
+    rng = random.Random(0)
+    for _ in range(50):
+        code = "".join(rng.choices(["a", "[i]", " = ", "{x}", "''", "&amp;", "<b>", "|"], k=4))
+        source = f'Use <{tag} lang="cpp" inline>{code}</{tag}> to set it.'
+        assert _sentences(source) == [" ".join(f"Use {code} to set it.".split())], source
+    block = f"Intro.\n<{tag} lang=c>\nint x;\n</{tag}>\nAfter."
+    assert _sentences(block) == ["Intro.", "After."]
+    assert _sentences(f'A <{tag} lang="inline-asm">x y</{tag}> b.') == ["A b."]  # no attribute
+
+
+def test_a_comment_alone_on_a_line_goes_with_it_and_the_paragraph_goes_on():
+    # "The city is\n<!-- note -->\nlarge." was two paragraphs (and the sentence "The city is"):
+    # MediaWiki removes such a line whole, so the sentence goes on. A blank line stays a break.
+    rng = random.Random(0)
+    words = ["The city", "is large", "and old", "by the river", "in the north."]
+    for _ in range(200):
+        lines, plain = [], []
+        for word in words:
+            lines.append(word)
+            plain.append(word)
+            for _ in range(rng.randint(0, 2)):
+                space = rng.choice(["", " ", "\t "])
+                comments = " ".join(["<!-- a\nnote -->"] * rng.randint(1, 2))
+                lines.append(f"{space}{comments}{rng.choice(['', ' '])}")
+        source = "\n".join(lines)
+        assert _sentences(source) == _sentences("\n".join(plain)) == [" ".join(words)], source
+    assert _sentences("One.\n<!-- c -->\n\nTwo.") == ["One.", "Two."]
+
+
+@pytest.mark.parametrize("name", ["print", "main", "len", "f", "__init__", "Ö"])
+def test_a_call_keeps_its_empty_brackets_a_removed_templates_leftover_does_not(name):
+    # "print()" lost its brackets ("Use print to print."): the cleanup of "( )" that removed
+    # templates leave took a call's for one.
+    for code, shown in ((f"{name}()", f"{name}()"), (f"<code>{name}( )</code>", f"{name}( )")):
+        assert _sentences(f"Call {code} twice.") == [f"Call {shown} twice."]
+    assert _sentences(f"The {name} ({{{{unknown|x}}}}) is.") == [f"The {name} is."]
 
 
 def test_a_link_whose_text_ends_in_an_external_link_closes_at_the_run_end():
@@ -357,6 +476,34 @@ def test_behaviour_switches_of_every_language_leave_no_trace(language):
             "{{convert|15|kg|lb|abbr=on}}.",
             "The aardwolf is about 55 to 80 centimetres long, excluding its tail, which is about "
             "20–30 centimetres long. It weighs 7–10 kilograms, sometimes 15 kg.",
+        ),
+        # A value in several units: the second lost ("He is 6 feet tall." for 6 ft 2 in).
+        (
+            "He is {{convert|6|ft|2|in|m}} tall, weighs {{convert|14|st|1|lb|kg|abbr=on}}, a "
+            "{{convert|6|ft|1|in|m|adj=on}} man.",
+            "He is 6 feet 2 inches tall, weighs 14 st 1 lb, a 6-foot-1-inch man.",
+        ),
+        # Fractions were dropped: "the angle of cos−1(−) ≈ 109.47°" in the sample's Carbon.
+        (
+            "cos{{sup|−1}}(−{{frac|3}}), {{frac|3|2}}n, {{frac|1|1|2}} and {{sfrac|1|4}}.",
+            "cos−1(−1⁄3), 3⁄2n, 1 1⁄2 and 1⁄4.",
+        ),
+        # The English Wikipedia's 2024 forms of {{lang-fr|...}} and {{IPA-fr|...}}: "Paris (, fr)".
+        (
+            "'''Paris''' ({{langx|fr|Paris}}; {{IPA|fr|paʁi}}) and {{IPA|/ˈpærɪs/}}.",
+            "Paris (Paris; [paʁi]) and /ˈpærɪs/.",
+        ),
+        # A biography's approximate dates were dropped: "X ( – 1530) was".
+        (
+            "X ({{circa|1480}} – 1530) was a {{fl.|1500}} man, {{c.}} 1500 and {{floruit|1510}}.",
+            "X (c. 1480 – 1530) was a fl. 1500 man, c. 1500 and fl. 1510.",
+        ),
+        # {{cvt}} abbreviates ("3 miles" was shown).
+        ("{{cvt|3|mi|km}} and {{cvt|3|mi|km|abbr=off}}.", "3 mi and 3 miles."),
+        # sp=us: American spelling ("kilometres" was shown).
+        (
+            "{{convert|5|km|mi|sp=us}}, {{convert|1|m2|sqft|sp=us}}.",
+            "5 kilometers, 1 square meter.",
         ),
         (
             "The ampere is one [[coulomb]] (roughly {{val|6.241|e=18}} times the [[elementary "
