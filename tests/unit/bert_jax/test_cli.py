@@ -141,7 +141,7 @@ _EARLY = {
         "once = [KeyboardInterrupt]\n"
         "gc.callbacks.append(lambda phase, info: exec('if once: raise once.pop()'))\n"
         "gc.collect()\n"
-        "time.sleep(30)\n"
+        "time.sleep(5)\n"  # the interrupt sent again comes within 0.05 s; a user's script sleeps on
         "print('went on')"
     ),
 }

@@ -684,12 +684,9 @@ def test_an_mlm_bias_saved_as_the_decoders_is_read(hf_dir, tmp_path):
         np.testing.assert_allclose(ours, ref, atol=1e-4)
 
 
-@pytest.mark.parametrize("pooler", [False, True])
-def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, vocab_file, pooler):
-    """MLM-only pre-training (model.nsp_head=False, RoBERTa's recipe) had no export: 'this model
-    has no Hugging Face class'. It is transformers' BertForMaskedLM, which loads it whole with
-    our MLM logits; its pooler, where there is one, is BertModel's."""
-    config = M.BertConfig(
+def _mlm_only(pooler: bool) -> M.BertConfig:
+    """A tiny BERT without the NSP head (MLM-only pre-training), without dropout."""
+    return M.BertConfig(
         **TINY,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
@@ -697,6 +694,14 @@ def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, voc
         nsp_head=False,
         pooler=pooler,
     )
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_a_bert_without_the_nsp_head_exports_as_bert_for_masked_lm(tmp_path, vocab_file, pooler):
+    """MLM-only pre-training (model.nsp_head=False, RoBERTa's recipe) had no export: 'this model
+    has no Hugging Face class'. It is transformers' BertForMaskedLM, which loads it whole with
+    our MLM logits; its pooler, where there is one, is BertModel's."""
+    config = _mlm_only(pooler)
     model = M.BertForPreTraining(config, rngs=nnx.Rngs(3))
     perturb(model, 4)
     out = str(tmp_path / "mlm")
@@ -738,14 +743,7 @@ def test_a_task_model_without_the_pooler_exports_only_where_transformers_has_non
     fill with a fresh pooler; tagging and QA, whose classes have no pooler, export and match."""
     from bert_jax.finetune import heads
 
-    config = M.BertConfig(
-        **TINY,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        initializer_range=0.02,
-        pooler=False,
-        nsp_head=False,
-    )
+    config = _mlm_only(pooler=False)
     task = heads.TaskModel(config, kind, 3, rngs=nnx.Rngs(0))
     out = str(tmp_path / "task")
     if kind in ("classification", "regression"):
