@@ -21,8 +21,8 @@ __init__.py maps its modules.
                     layer_stack, rope, attention, dropout, mixed_matmul, sharding (the mesh and
                     every sharding rule: the model's logical axes on it)
     training/       pre-training's steps (pretrain), the train state both trainers share
-                    (train_state), the loop, optim, losses, checkpoints (+ checksums,
-                    init_checkpoint: where a run starts from),
+                    (train_state), the loop, optim, losses, checkpoints (+ checksums; also
+                    where a run starts from),
                     faults, metrics_log, collapse, config_check (pre-training's one validation
                     pass), pretrained (a trained model read back: the one loader behind export,
                     embed and finetune/)

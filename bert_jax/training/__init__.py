@@ -7,9 +7,9 @@ loop.py          the loop skeleton both trainers run: when to log, eval, save an
 optim.py         BERT's AdamW and LAMB with their schedules and batch-size warmup
 losses.py        the pre-training losses (and held-out accuracy by kind of masked position)
 checkpoints.py   Orbax checkpoints that resume exactly and refuse damaged files
-                 (checksums.py: their files' checksums)
-init_checkpoint.py where a new run starts from (train.init_checkpoint, --init: phase 1's
-                 workdir, another run's, a Hugging Face one) and which kind of directory it is
+                 (checksums.py: their files' checksums); where a new run starts from
+                 (train.init_checkpoint, --init: phase 1's workdir, another run's, a Hugging
+                 Face one) and which kind of directory it is
 pretrained.py    a trained model read back (a workdir or a Hugging Face directory): the one
                  loader behind export, embed and finetune/; its vocabulary loaded and checked once
 faults.py        SIGTERM and non-finite steps

@@ -2,7 +2,7 @@
 
 `pretraining` is pre-training's one validation pass; fine-tuning's (finetune.runs.check_finetuning)
 is built from this module's parts. The rules stay in their homes (sharding's, masking's,
-init_checkpoint.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors
+checkpoints.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors
 (any other error is a bug and keeps its traceback). Every numeric field's range is one table,
 NUMERIC_FIELDS, for both trainers, asked first and alone, so a field out of range is named by
 itself, not through a value derived from it. No JAX import at module level: the binaries import
@@ -347,7 +347,7 @@ def splash_problems(attention_impl: str, length: int) -> list[str]:
 
 def _init_problems(t) -> list[str]:
     """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
-    (init_checkpoint.model_dir_kind, the one rule), checked before the run builds anything."""
+    (checkpoints.model_dir_kind, the one rule), checked before the run builds anything."""
     if not t.init_checkpoint:
         if t.init_optimizer_state:
             return [
@@ -355,13 +355,13 @@ def _init_problems(t) -> list[str]:
                 "to continue (e.g. phase 1's)"
             ]
         return []
-    from bert_jax.training import init_checkpoint  # here: without one, no Orbax import
+    from bert_jax.training import checkpoints  # here: without one, no Orbax import
 
     try:
-        kind = init_checkpoint.model_dir_kind(t.init_checkpoint)
+        kind = checkpoints.model_dir_kind(t.init_checkpoint)
     except cli.UserError as e:
         return [f"train.init_checkpoint: {e}"]
-    if t.init_optimizer_state and kind != init_checkpoint.WORKDIR:
+    if t.init_optimizer_state and kind != checkpoints.WORKDIR:
         return [
             f"train.init_optimizer_state needs a training workdir of ours, but "
             f"train.init_checkpoint={t.init_checkpoint!r} is a Hugging Face directory (no "

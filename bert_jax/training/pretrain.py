@@ -30,7 +30,6 @@ from bert_jax.training import (
     collapse,
     config_check,
     faults,
-    init_checkpoint,
     loop,
     losses,
     optim,
@@ -370,7 +369,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         manager, setup.abstract_state, data_iter, config.model.to_dict()
     )
     if resumed is None:
-        state = init_checkpoint.initial_state(t, setup, jit_init(setup, t.seed))
+        state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
     else:
         state = resumed[1]
         say(f"resuming from {manager.directory}/{resumed[0]}")

@@ -1,7 +1,7 @@
 """A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
 
 `load(path)` takes a training workdir of ours or a Hugging Face BERT or ModernBERT directory
-(init_checkpoint.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case`
+(checkpoints.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case`
 wins over what the directory says; the tokenizer is built and its size checked once
 (`_tokenizer`).
 
@@ -28,7 +28,7 @@ from bert_jax.hf import bert, files
 from bert_jax.model import encoder
 from bert_jax.text import tokenization
 from bert_jax.text.tokenizer_json import concatenated
-from bert_jax.training import checkpoints, config_check, init_checkpoint
+from bert_jax.training import checkpoints, config_check
 
 # Model config fields a user may change on a pre-trained model (they do not change its weights'
 # shapes); everything else comes from the checkpoint.
@@ -82,7 +82,7 @@ def load(
         raise cli.UserError(
             f"model fields {unknown} cannot be changed on a pre-trained model; only {OVERRIDABLE}"
         )
-    if init_checkpoint.model_dir_kind(path) == init_checkpoint.WORKDIR:
+    if checkpoints.model_dir_kind(path) == checkpoints.WORKDIR:
         return _from_workdir(path, step, overrides, vocab_file, do_lower_case)
     if step is not None:
         raise cli.UserError(f"{path} is a Hugging Face directory: it has no steps to pick from")

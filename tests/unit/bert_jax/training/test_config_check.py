@@ -191,7 +191,7 @@ def assert_names_all(check, *parts):
 
 def test_the_pretraining_pass_names_every_problem_at_once(tmp_path):
     """config_check.pretraining, bert_main's one pass: the mesh rules (sharding.py's rule),
-    init_checkpoint's kind (init_checkpoint.model_dir_kind) and the data contract, in one error;
+    init_checkpoint's kind (checkpoints.model_dir_kind) and the data contract, in one error;
     fields out of their ranges before and alone (the data is not read)."""
     config = tiny_config(optim__learning_rate=-1e-3, train__init_optimizer_state=True)
     config.mesh.rules = (("batch", ("data", "pipeline")),)
