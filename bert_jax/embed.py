@@ -43,6 +43,7 @@ from flax import nnx
 
 from bert_jax import runtime, storage
 from bert_jax.data.contract import features as F
+from bert_jax.storage import workdir_lock
 from bert_jax.training import pretrained
 
 FLAGS = flags.FLAGS
@@ -213,13 +214,8 @@ def _remove_killed_temporaries(directory: str) -> None:
         pid = name[len(prefix) :].split("-", 1)[0]
         if not (name.startswith(prefix) and name.endswith(".npz") and pid.isdigit()):
             continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # its writer runs
-        except ProcessLookupError:
-            pass
-        except OSError:
-            continue  # another user's live process
+        if workdir_lock.pid_running(int(pid)):
+            continue
         with contextlib.suppress(OSError):
             os.remove(os.path.join(directory, name))
 

@@ -39,6 +39,14 @@ def prepare_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
         raise OutputError(f"cannot write to {flag}={output_dir!r}: {e.strerror or e}") from e
 
 
+def remove_temporaries(folder: str) -> None:
+    """Removes the temporary files (`manifest.TEMPORARY`) of killed writers from a local
+    `folder`; the caller holds the job's lock, so no live writer owns one."""
+    for name in os.listdir(folder):
+        if manifest.TEMPORARY.search(name):
+            os.remove(os.path.join(folder, name))
+
+
 def write_json_atomic(path: str, obj) -> None:
     """Writes `path` whole or not at all (storage.open_write): never half-written, and a failed
     write (a full disk) leaves no temporary file behind."""

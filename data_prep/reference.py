@@ -13,7 +13,6 @@ A document is a list of sentences; a sentence is a list of token ids.
 import dataclasses
 import itertools
 import logging
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -286,9 +285,7 @@ def run(*args, output_dir: str, **kwargs) -> dict:
     output.prepare_output_dir(output_dir)
     with workdir_lock.hold(output_dir, "data_prep.main", flag="--output_dir"):
         if not storage.is_url(output_dir):
-            for name in os.listdir(output_dir):  # we hold the lock: their writer is dead
-                if manifest.TEMPORARY.search(name):
-                    os.remove(os.path.join(output_dir, name))
+            output.remove_temporaries(output_dir)
         return _run(*args, output_dir=output_dir, **kwargs)
 
 

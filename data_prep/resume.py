@@ -6,7 +6,6 @@ it describes, and what a rerun redoes: docs/data_prep.md, "Resume" and "Buckets:
 """
 
 import contextlib
-import os
 import re
 
 from bert_jax import cli, storage
@@ -120,9 +119,7 @@ class WorkDir:
         if storage.is_url(self.path):
             return  # an unfinished upload leaves no object behind: nothing to clean up
         for folder in (self.output_dir, self.units, self.shards):
-            for name in os.listdir(folder):  # leftovers of killed writers: never under a final name
-                if manifest.TEMPORARY.search(name):
-                    os.remove(os.path.join(folder, name))
+            output.remove_temporaries(folder)  # never under a final name
 
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact

@@ -37,7 +37,8 @@ class Busy(cli.UserError):
     """Another live run holds the directory's lock."""
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether process `pid` of this host is alive (a zombie is not; another user's is)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -70,7 +71,7 @@ def stale_reason(holder: dict) -> str | None:
         if pid == os.getpid():
             if holder.get("token") not in _HELD:  # an earlier process with our pid
                 return f"its process {pid} on this host is not running"
-        elif not isinstance(pid, int) or not _pid_running(pid):
+        elif not isinstance(pid, int) or not pid_running(pid):
             return f"its process {pid} on this host is not running"
     age = time.time() - float(holder.get("heartbeat", 0))
     if age > STALE_AFTER_S:
