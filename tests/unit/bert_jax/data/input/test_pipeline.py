@@ -177,9 +177,22 @@ def _spoil(kind: str, ex: dict) -> dict:
     elif kind in ("a position past the record", "a position past the row", "a negative position"):
         at = {"a position past the record": n, "a position past the row": 500}.get(kind, -1)
         ex[F.MASKED_LM_POSITIONS][0], ex[F.MASKED_LM_WEIGHTS][0] = at, 1.0
-    else:
+    elif kind in ("segment id 2", "segment id -1"):
+        ex[F.SEGMENT_IDS][n - 1] = int(kind.split()[-1])
+    elif kind != "float input_ids":  # (written as floats by _encode)
         ex[F.NEXT_SENTENCE_LABELS][0] = {"NSP label 2": 2, "NSP label -1": -1}[kind]
     return ex
+
+
+def _encode(kind: str, ex: dict) -> bytes:
+    if kind != "float input_ids":
+        return F.encode_example(ex)
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    example = tf_example_pb2.Example.FromString(F.encode_example(ex))
+    ids = example.features.feature[F.INPUT_IDS]
+    ids.float_list.value.extend(v + 0.7 for v in ids.int64_list.value)  # replaces the int64s
+    return example.SerializeToString()
 
 
 @pytest.mark.parametrize(
@@ -193,6 +206,9 @@ def _spoil(kind: str, ex: dict) -> dict:
         "a negative position",
         "NSP label 2",
         "NSP label -1",
+        "segment id 2",
+        "segment id -1",
+        "float input_ids",
     ],
 )
 def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path, kind):
@@ -203,11 +219,11 @@ def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path,
     path = str(tmp_path / "spoiled.tfrecord")
     with record_io.RecordWriter(path) as w:
         for i, r in enumerate(records):
-            w.write(F.encode_example(_spoil(kind, F.decode_example(r))) if i == victim else r)
+            w.write(_encode(kind, _spoil(kind, F.decode_example(r))) if i == victim else r)
     for pack in (False, True):
         cfg = data_config(path, pack=pack, pack_window=10)
         with pytest.raises(cli.UserError, match=rf"spoiled.tfrecord \(record {victim}\): "):
-            take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 1)
+            take(ip.train_dataset(cfg, VOCAB, 10, seed=0, type_vocab_size=2), 1)
 
 
 def test_worker_processes_outside_absl_app(files):
