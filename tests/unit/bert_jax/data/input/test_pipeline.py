@@ -1,6 +1,9 @@
 """Grain input pipeline: both record formats, global shuffle, per-process parts, resumption
 (dynamic masking: test_masking.py)."""
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -90,6 +93,26 @@ def test_iterator_state_resumes_exactly(files):
     for x, y in zip(expected, take(fresh, 4)):
         for k in x:
             np.testing.assert_array_equal(x[k], y[k])
+
+
+def _open_files() -> list[str]:
+    fds = "/proc/self/fd"
+    return [os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_tfrecord_shards_are_closed_when_their_dataset_goes(files, tmp_path):
+    """The TFRecord source never closed its files: an eval set, read into memory, kept every
+    shard open for the rest of the run, and each dataset built again opened them again."""
+    path = str(tmp_path / "eval.tfrecord")
+    shutil.copy(files["tfrecord"], path)
+    batches = ip.eval_batches(data_config(path), path, VOCAB, 16, num_examples=50)
+    assert len(batches) == 4 and path not in _open_files()
+    source = sources.TFRecordSource([path, path])
+    assert source[0] == source[len(source) // 2]  # the first record of each file
+    assert _open_files().count(path) == 2
+    del source
+    assert path not in _open_files()
 
 
 def test_eval_batches_pad_the_last_batch(files):
