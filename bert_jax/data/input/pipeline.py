@@ -334,17 +334,18 @@ def train_dataset(
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
-    masks = apply if facts.dynamic_masking else None
+    masks, workers = apply if facts.dynamic_masking else None, None
+    if data.num_workers > 0:
+        _absl_flags_ready()
+        workers = grain.MultiprocessingOptions(num_workers=data.num_workers)
     if data.pack:  # rows of several records each: bert_jax/data/input/packed_records.py
         it_ds = packed_records.packed_batches(
-            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks
+            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks, workers
         )
     else:
         ds = ds.batch(rows, drop_remainder=True)
         it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
-    if data.num_workers > 0:
-        _absl_flags_ready()
-        it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
+        it_ds = it_ds.mp_prefetch(workers) if workers else it_ds
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
     if batch_warmup is not None:
