@@ -82,8 +82,12 @@ flags.DEFINE_float(
 flags.DEFINE_float(
     "short_seq_prob", _DEFAULT.short_seq_prob, "Probability of a shorter-than-maximum instance."
 )
-flags.DEFINE_integer(
-    "dupe_factor", _SPEC["dupe_factor"], "Passes over the corpus, each with different masks."
+flags.DEFINE_integer(  # bounded as the lengths: 2**63 ("no limit") looped on, never an error
+    "dupe_factor",
+    _SPEC["dupe_factor"],
+    "Passes over the corpus, each with different masks.",
+    lower_bound=1,
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_integer("random_seed", _SPEC["seed"], "Seed of every random choice.", lower_bound=0)
 flags.DEFINE_enum("format", _SPEC["fmt"], record_io.FORMATS, "Record file format.")
@@ -146,11 +150,15 @@ flags.DEFINE_integer(
     "num_shards",
     _SPEC["num_shards"],
     "Training shards; 0 picks enough for about --shard_size_mb each.",
+    lower_bound=0,
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_integer(
     "num_eval_shards",
     _SPEC["num_eval_shards"],
     "Eval shards; 0 picks enough for about --shard_size_mb each.",
+    lower_bound=0,
+    upper_bound=_MAX_LENGTH,
 )
 flags.DEFINE_float(
     "shard_size_mb",

@@ -215,9 +215,9 @@ def squad_scores(
 ) -> dict[str, float]:
     """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
     normalize to "" are dropped and a question left with none is scored against [""], as
-    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text at all
-    ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
-    answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
+    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text ([]),
+    answerable (has_ans_*) otherwise, even when its texts normalize to "" (an answer "The" or
+    ""), as the official split by its answers list has it; the has_ans_* / no_ans_*
     figures come when unanswerable questions are present. A question without a prediction
     scores 0, as in the official scripts (which also warn about it). With `version_2` False,
     evaluate-v1.1.py's rules: every gold text counts, and an F1 is 0 without a common word (a
@@ -226,9 +226,8 @@ def squad_scores(
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
-        answerable[qid] = any(texts)
-        if version_2:
-            texts = [t for t in texts if normalize_answer(t)] or [""]
+        answerable[qid] = bool(texts)
+        texts = [t for t in texts if normalize_answer(t) or not version_2] or [""]
         pred = predictions.get(qid)
         if pred is None:
             exact[qid] = f1[qid] = 0.0

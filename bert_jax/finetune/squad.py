@@ -255,7 +255,8 @@ def encode_squad(
         contexts.append(ctx)
         query = tok.encode(ex.question)[:max_query_length]
         answer = None
-        if is_training and not ex.is_impossible:
+        # An answer given as "" is no answer (evaluate-v2.0.py scores it against ""): [CLS].
+        if is_training and not ex.is_impossible and gold_answers(ex) != [""]:
             if not ex.answers:
                 raise FormatError(
                     f"training question {ex.qid} has no answer and is not marked is_impossible"
@@ -351,8 +352,8 @@ def best_answers(
 
 
 def gold_answers(ex: QAExample) -> list[str]:
-    """The gold texts the official scripts compare against ("" for an impossible question)."""
-    return [text for text, _ in ex.answers] if ex.answers and not ex.is_impossible else [""]
+    """The gold texts the official scripts compare against (none for an impossible question)."""
+    return [] if ex.is_impossible else [text for text, _ in ex.answers]
 
 
 def write_predictions(path: str, answers: dict[str, str], null_diffs: dict[str, float]) -> None:

@@ -37,7 +37,7 @@ flags.DEFINE_string(
     "h100 for one GPU; cpu:N for N fake CPU devices.",
 )
 flags.DEFINE_integer("num_slices", 1, "TPU slices joined by DCN (multi-slice).")
-flags.DEFINE_integer("num_devices", 256, "Fake CPU devices for --topology=cpu.")
+flags.DEFINE_integer("num_devices", None, "Fake CPU devices for --topology=cpu (256).")
 flags.DEFINE_list(
     "meshes",
     [],
@@ -159,13 +159,6 @@ def main(argv):
         outputs=["--json_out"],
     )
     _take_config_overrides()
-    if FLAGS["num_devices"].present and FLAGS.topology.strip().lower() != "cpu":
-        # Read for --topology=cpu only: a TPU topology, or cpu:N, has its own count (ignored
-        # silently before, as --num_slices is refused for cpu).
-        raise cli.UserError(
-            f"--num_devices={FLAGS.num_devices} is for --topology=cpu (that many fake CPU "
-            f"devices); --topology={FLAGS.topology} has its own count: drop it"
-        )
     req = options.request(FLAGS, base, FLAGS.num_slices)
     # Nothing is restored: a phase-2 config's init_checkpoint is not the planner's business.
     base.train.init_checkpoint, base.train.init_optimizer_state = "", False

@@ -26,14 +26,23 @@ class Request:
     steps: list[str]
 
 
-def topology(name: str, num_slices: int, num_devices: int) -> tuple[chips.Topology | None, int]:
-    """(the slice to plan for, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`."""
+def topology(
+    name: str, num_slices: int, num_devices: int | None
+) -> tuple[chips.Topology | None, int]:
+    """(the slice to plan for, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`.
+    `num_devices`: --topology=cpu's count (None: 256); a TPU topology, or cpu:N, has its own."""
+    if num_devices is not None and name.strip().lower() != "cpu":  # it was ignored, silently
+        raise cli.UserError(
+            f"--num_devices={num_devices} is for --topology=cpu (that many fake CPU "
+            f"devices); --topology={name} has its own count: drop it"
+        )
     if name.strip().lower().startswith("cpu"):
         _, colon, count = name.partition(":")
         if colon and not (count.isdigit() and int(count) >= 1):
             raise cli.UserError(f"--topology={name}: give cpu:N with N >= 1 fake CPU devices")
         if num_slices != 1:
             raise cli.UserError(f"--num_slices={num_slices} is for TPU topologies; drop it")
+        num_devices = 256 if num_devices is None else num_devices
         if not colon and num_devices < 1:
             raise cli.UserError(f"--num_devices={num_devices} must be at least 1")
         return None, int(count) if colon else num_devices

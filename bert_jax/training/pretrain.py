@@ -359,6 +359,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         jax.process_index(),
         jax.process_count(),
         batch_warmup=optim.batch_warmup(t),  # None unless train.batch_warmup_steps
+        type_vocab_size=setup.model_config.type_vocab_size,
     )
     data_iter = iter(train_ds)
     manager = checkpoints.make_manager(
@@ -387,6 +388,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             t.seed,
             jax.process_index(),
             jax.process_count(),
+            setup.model_config.type_vocab_size,
         )
     # One compiled step per gradient-accumulation count: grad_accum_steps, and with batch warmup
     # each smaller count its growing batches hold (optim.BatchWarmup), compiled on first use.

@@ -88,11 +88,14 @@ def packed_batches(
     seed: int,
     read_options: grain.ReadOptions,
     prepare: grain.transforms.Map | None = None,
+    workers: grain.MultiprocessingOptions | None = None,
 ) -> grain.IterDataset:
     """Batches of `rows_per_batch` packed rows from `ds`, this process's stream of parsed
     records (see the module docstring). `read_options` counts records; Grain's buffer then
     holds windows, as many as cover that many records. `prepare` maps each window (a batch of
-    records) before it is packed: dynamic masking's ApplyMasks."""
+    records) before it is packed: dynamic masking's ApplyMasks. `workers`: Grain processes that
+    pack whole windows, taken from them in turn, so the rows and batches are those of none (rows
+    batched in each worker made other batches)."""
     if window < 1 or max_examples < 1:
         raise cli.UserError(
             f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "
@@ -106,5 +109,7 @@ def packed_batches(
         num_threads=read_options.num_threads,
         prefetch_buffer_size=max(1, -(-read_options.prefetch_buffer_size // window)),
     )
-    rows = grain.experimental.FlatMapIterDataset(windows.to_iter_dataset(read), _Rows(window))
+    windows = windows.to_iter_dataset(read)
+    windows = windows.mp_prefetch(workers) if workers else windows
+    rows = grain.experimental.FlatMapIterDataset(windows, _Rows(window))
     return rows.batch(rows_per_batch, drop_remainder=True)

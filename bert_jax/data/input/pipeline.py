@@ -47,8 +47,9 @@ class ParseRecord(grain.transforms.MapWithIndex):
         nsp: bool = True,
         skip_damaged: bool = False,
         special: tuple[int, int] = (0, 0),
+        type_vocab_size: int = 0,  # the model's token types (0: it reads no segment_ids)
     ):
-        self.schema = schema
+        self.schema, self.type_vocab_size = schema, type_vocab_size
         self.nsp = nsp
         self.vocab_size = vocab_size
         self.files = list(files)
@@ -135,6 +136,14 @@ class ParseRecord(grain.transforms.MapWithIndex):
                     "vocabulary (set config.model.vocab_size / data.vocab_size to match it) or "
                     "the file is damaged"
                 )
+        segments, types = example[features.SEGMENT_IDS], self.type_vocab_size
+        bad = segments[(segments < 0) | (segments >= types)] if types else ()
+        if len(bad):  # under JAX a row past the table is NaN, a negative one wraps
+            raise cli.UserError(
+                f"{self.name(index)}: segment_ids holds {bad[0]}, outside the model's {types} "
+                "token types (config.model.type_vocab_size): the records were written for "
+                "another model, or the file is damaged"
+            )
 
     def _blank(self, index: int) -> dict[str, np.ndarray]:
         """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
@@ -154,6 +163,11 @@ class ParseRecord(grain.transforms.MapWithIndex):
 def _bad_values(example: dict, nsp: bool) -> str | None:
     """What is wrong with a record's values that the model would take in silence (a gather
     clamps, packing puts a prediction in another record's tokens), or None."""
+    floats = [
+        k for k, v in example.items() if v.dtype.kind == "f" and k not in features.FLOAT_FEATURES
+    ]
+    if floats:  # tf.io.parse_example refuses them too; astype(int32) cut 7.9 to 7
+        return f"{floats[0]} holds floats, not whole numbers"
     mask = example[features.INPUT_MASK]
     n = int((mask != 0).sum())
     if n < 1 or (mask[:n] != 1).any() or (mask[n:] != 0).any():
@@ -206,7 +220,7 @@ class ApplyMasks(grain.transforms.Map):
 
 
 def _records(
-    data, files, split: str, vocab_size: int
+    data, files, split: str, vocab_size: int, type_vocab_size: int = 0
 ) -> tuple[grain.MapDataset, ParseRecord, data_facts.DataFacts]:
     """The parsed records of `files` as config.data `data` reads them, the parser (it names a
     damaged record) and the data's facts."""
@@ -221,7 +235,9 @@ def _records(
     # The data's own vocabulary when known (an id past it is damage even below the table size).
     limit = facts.vocab_size or vocab_size
     special = tuple(facts.special_ids.get(k) or 0 for k in ("cls", "sep"))
-    parse = ParseRecord(schema, limit, shards.files, counts, facts.nsp, skip_damaged, special)
+    parse = ParseRecord(
+        schema, limit, shards.files, counts, facts.nsp, skip_damaged, special, type_vocab_size
+    )
     return grain.MapDataset.source(source).map_with_index(parse), parse, facts
 
 
@@ -284,6 +300,7 @@ def train_dataset(
     process_index: int = 0,
     process_count: int = 1,
     batch_warmup=None,
+    type_vocab_size: int = 0,
 ) -> grain.IterDataset:
     """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
 
@@ -294,7 +311,7 @@ def train_dataset(
     micro-batches (growing_batches.py).
     """
     _check_split("global batch", global_batch_size, process_count)
-    ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
+    ds, parse, facts = _records(data, data.train_files, "train", vocab_size, type_vocab_size)
     if len(ds) < global_batch_size:
         raise cli.UserError(
             f"{len(ds)} training records are fewer than one global batch of {global_batch_size}"
@@ -317,17 +334,18 @@ def train_dataset(
     read = grain.ReadOptions(
         num_threads=data.read_threads, prefetch_buffer_size=data.prefetch_buffer_size
     )
-    masks = apply if facts.dynamic_masking else None
+    masks, workers = apply if facts.dynamic_masking else None, None
+    if data.num_workers > 0:
+        _absl_flags_ready()
+        workers = grain.MultiprocessingOptions(num_workers=data.num_workers)
     if data.pack:  # rows of several records each: bert_jax/data/input/packed_records.py
         it_ds = packed_records.packed_batches(
-            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks
+            ds, rows, data.pack_window, data.pack_max_examples, seed + 2, read, masks, workers
         )
     else:
         ds = ds.batch(rows, drop_remainder=True)
         it_ds = (ds.map(masks) if masks else ds).to_iter_dataset(read)
-    if data.num_workers > 0:
-        _absl_flags_ready()
-        it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=data.num_workers))
+        it_ds = it_ds.mp_prefetch(workers) if workers else it_ds
     if parse.skip_damaged:  # in this process, after the workers: one count, saved with the rest
         it_ds = bad_records.CountBadRecords(it_ds, parse.name, data.max_bad_records)
     if batch_warmup is not None:
@@ -344,6 +362,7 @@ def eval_batches(
     seed: int = 0,
     process_index: int = 0,
     process_count: int = 1,
+    type_vocab_size: int = 0,
 ) -> list[dict[str, np.ndarray]]:
     """The eval set as this process's rows of every global batch, in memory for reuse.
 
@@ -354,7 +373,7 @@ def eval_batches(
     train at other rates compare; None: the training rate).
     """
     _check_split("eval batch", global_batch_size, process_count)
-    ds, parse, facts = _records(data, files, "eval", vocab_size)
+    ds, parse, facts = _records(data, files, "eval", vocab_size, type_vocab_size)
     if facts.dynamic_masking:
         rate = data.eval_masked_lm_prob  # None: the training's
         if rate is not None:

@@ -21,6 +21,7 @@ class TFRecordSource:
     reader threads) checked by its data CRC. docs/training.md, "Input pipeline"."""
 
     def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
+        self._fds: dict[int, int] = {}  # per file read so far; first: __del__ reads it
         self._paths = list(paths)
         self._names = list(names or paths)  # what errors call the files: see make_source
         self._offsets = []  # per file: int64 [records] offset of each record's data
@@ -32,7 +33,6 @@ class TFRecordSource:
             self._offsets.append(offsets)
             self._lengths.append(lengths)
             self._starts.append(self._starts[-1] + len(offsets))
-        self._fds: dict[int, int] = {}
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -44,8 +44,10 @@ class TFRecordSource:
         file_i = bisect.bisect_right(self._starts, index) - 1
         j = index - self._starts[file_i]
         fd = self._fds.get(file_i)
-        if fd is None:
-            fd = self._fds[file_i] = os.open(self._paths[file_i], os.O_RDONLY)
+        if fd is None:  # two reader threads may both open it: one keeps its descriptor
+            opened = os.open(self._paths[file_i], os.O_RDONLY)
+            if (fd := self._fds.setdefault(file_i, opened)) != opened:
+                os.close(opened)
         return record_io.read_tfrecord_at(  # its path is only what its errors call the file
             fd, self._names[file_i], j, int(self._offsets[file_i][j]), int(self._lengths[file_i][j])
         )
@@ -55,6 +57,13 @@ class TFRecordSource:
         state = dict(self.__dict__)
         state["_fds"] = {}
         return state
+
+    def close(self) -> None:
+        """Closes the files (a later read opens its file again)."""
+        while self._fds:
+            os.close(self._fds.popitem()[1])
+
+    __del__ = close  # a dropped source (an eval set, read into memory) gives its files back
 
     def __repr__(self) -> str:
         return f"TFRecordSource({len(self._paths)} files, {len(self)} records)"

@@ -33,6 +33,27 @@ def test_a_length_past_int32_is_one_error_line_before_any_work(
 
 
 @pytest.mark.parametrize(
+    "flag, low", [("dupe_factor", 1), ("num_shards", 0), ("num_eval_shards", 0)]
+)
+def test_a_count_past_int32_is_one_error_line_naming_the_range(tmp_path, forkserver, flag, low):
+    """--dupe_factor=2**63 looped on with no end; --num_shards=2**63 was refused only after the
+    whole input was read."""
+    out = tmp_path / "out"
+    args = [
+        f"--input={TESTDATA / 'sample_text.txt'}",
+        f"--vocab_file={TESTDATA / 'bert-base-uncased-vocab.txt'}",
+        f"--output_dir={out}",
+        f"--{flag}={2**63}",
+    ]
+    status, stdout, stderr = forkserver.run("data_prep.main", args, timeout=30)
+    assert (status, stdout) == (2, ""), stderr
+    assert stderr.splitlines() == [
+        f"error: flag --{flag}={2**63}: {2**63} is not an integer in the range [{low}, 2147483647]"
+    ]
+    assert not os.path.exists(out)
+
+
+@pytest.mark.parametrize(
     "flags, line",
     [
         (

@@ -281,7 +281,7 @@ def test_squad_reader_v1_v2_and_errors(tmp_path):
     assert q1 == squad.QAExample("q1", "Where?", context, (("France", 24),), False)
     assert q2.is_impossible and q2.answers == ()
     assert (
-        q3.answers == () and squad.gold_answers(q2) == [""] and squad.gold_answers(q1) == ["France"]
+        q3.answers == () and squad.gold_answers(q2) == [] and squad.gold_answers(q1) == ["France"]
     )
     with pytest.raises(encode.FormatError, match="missing or bad field 'question'"):
         squad.read_squad(squad_file(tmp_path, [{"id": "q", "answers": []}], "c"))

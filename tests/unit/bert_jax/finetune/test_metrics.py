@@ -175,11 +175,13 @@ def test_squad_v2_no_answer_handling():
     gold = {"a": ["Paris"], "b": [], "c": [""], "d": []}
     preds = {"a": "Paris", "b": "", "c": "something", "d": "x"}
     scores = metrics.squad_scores(preds, gold)
-    # a right, b right (empty for unanswerable), c and d wrong
+    # a right, b right (empty for unanswerable), c and d wrong. c's answer given as "" is
+    # scored against "" but counts as answerable, as in evaluate-v2.0.py (its answers list is
+    # not empty; it counted as unanswerable before).
     assert scores["exact"] == pytest.approx(50.0)
     assert scores["f1"] == pytest.approx(50.0)
-    assert scores["has_ans_exact"] == 100.0 and scores["has_ans_total"] == 1
-    assert scores["no_ans_exact"] == pytest.approx(100 / 3) and scores["no_ans_total"] == 3
+    assert scores["has_ans_exact"] == 50.0 and scores["has_ans_total"] == 2
+    assert scores["no_ans_exact"] == 50.0 and scores["no_ans_total"] == 2
     # A missing prediction scores 0.
     assert metrics.squad_scores({}, {"a": ["x"]})["f1"] == 0.0
 
@@ -275,12 +277,14 @@ def test_squad_v2_split_matches_the_official_script_on_random_questions():
         return " ".join(rng.choice(words, size=int(rng.integers(lo, 4))))
 
     for _ in range(300):
-        gold = {
-            f"q{i}": [] if rng.random() < 0.3 else [text(1) for _ in range(rng.integers(1, 3))]
+        gold = {  # no answer, an answer given as "", answers
+            f"q{i}": [[], [""], [text(1) for _ in range(rng.integers(1, 3))]][
+                int(rng.choice(3, p=[0.3, 0.1, 0.6]))
+            ]
             for i in range(rng.integers(1, 6))
         }
         preds = {q: text(0) for q in gold}
-        ours = metrics.squad_scores(preds, {q: a or [""] for q, a in gold.items()})
+        ours = metrics.squad_scores(preds, gold)
         ref = _official_v2(gold, preds)
         if "no_ans_total" not in ref:  # no unanswerable question: v1.1's figures alone
             ref = {k: ref[k] for k in ("exact", "f1")}

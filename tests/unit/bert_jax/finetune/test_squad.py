@@ -198,6 +198,11 @@ def test_answers_a_character_or_two_off_their_offset_are_kept_as_run_squad_keeps
     off = squad.QAExample("q", "where?", "the cat sat", (("cat", 3),))  # onto the space
     arrays, _, _ = squad.encode_squad(tok, [off], 32, 8, 8, is_training=True)
     assert arrays[squad.START_POSITIONS].tolist() == [5]  # [CLS] where ? [SEP] the cat
+    # An answer given as "" is no answer, labelled [CLS] as an impossible question is (its
+    # offset inside "cat" labelled that word; elsewhere the question was dropped as unfound).
+    empty = [squad.QAExample("q", "where?", "the cat sat", (("", at),)) for at in (5, -1)]
+    arrays, _, _ = squad.encode_squad(tok, empty, 32, 8, 8, is_training=True)
+    assert arrays[squad.START_POSITIONS].tolist() == arrays[squad.END_POSITIONS].tolist() == [0, 0]
 
 
 def run_squad_best(windows, start_logits, end_logits, n_best_size, max_answer_length):

@@ -12,7 +12,7 @@ from configs import tiny
 def _flags(**overrides):
     values = dict(
         topology="cpu:8",
-        num_devices=8,
+        num_devices=None,
         meshes=["8x1x1"],
         remat=["false"],
         global_batch_sizes=["0"],
@@ -45,3 +45,15 @@ def test_a_mesh_rule_for_a_name_the_model_lacks_or_a_name_twice_is_refused_by_th
         want = f"mesh.rules has more than one rule for ['{name}']: one rule per name"
     with pytest.raises(cli.UserError, match=want.replace("[", r"\[").replace("]", r"\]")):
         options.request(_flags(), config, 1)
+
+
+@pytest.mark.parametrize("topology", ["v5e-4", "cpu:4"])
+def test_num_devices_with_a_topology_that_has_its_own_count_is_refused_by_the_library(topology):
+    """The binary's check is the request builder's, so a library caller gets it too (before,
+    request() planned for the topology's count, the num_devices asked for ignored)."""
+    with pytest.raises(
+        cli.UserError, match=f"--num_devices=4 is for --topology=cpu .*--topology={topology} has"
+    ):
+        options.request(_flags(topology=topology, num_devices=4), tiny.get_config(), 1)
+    config = tiny.get_config()
+    assert options.request(_flags(topology="cpu", num_devices=8), config, 1).num_devices == 8

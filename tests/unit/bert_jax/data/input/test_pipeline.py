@@ -1,6 +1,9 @@
 """Grain input pipeline: both record formats, global shuffle, per-process parts, resumption
 (dynamic masking: test_masking.py)."""
 
+import os
+import shutil
+
 import numpy as np
 import pytest
 
@@ -92,6 +95,26 @@ def test_iterator_state_resumes_exactly(files):
             np.testing.assert_array_equal(x[k], y[k])
 
 
+def _open_files() -> list[str]:
+    fds = "/proc/self/fd"
+    return [os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_tfrecord_shards_are_closed_when_their_dataset_goes(files, tmp_path):
+    """The TFRecord source never closed its files: an eval set, read into memory, kept every
+    shard open for the rest of the run, and each dataset built again opened them again."""
+    path = str(tmp_path / "eval.tfrecord")
+    shutil.copy(files["tfrecord"], path)
+    batches = ip.eval_batches(data_config(path), path, VOCAB, 16, num_examples=50)
+    assert len(batches) == 4 and path not in _open_files()
+    source = sources.TFRecordSource([path, path])
+    assert source[0] == source[len(source) // 2]  # the first record of each file
+    assert _open_files().count(path) == 2
+    del source
+    assert path not in _open_files()
+
+
 def test_eval_batches_pad_the_last_batch(files):
     cfg = data_config(files["tfrecord"])
     batches = ip.eval_batches(cfg, files["tfrecord"], VOCAB, 16, num_examples=50)
@@ -177,9 +200,22 @@ def _spoil(kind: str, ex: dict) -> dict:
     elif kind in ("a position past the record", "a position past the row", "a negative position"):
         at = {"a position past the record": n, "a position past the row": 500}.get(kind, -1)
         ex[F.MASKED_LM_POSITIONS][0], ex[F.MASKED_LM_WEIGHTS][0] = at, 1.0
-    else:
+    elif kind in ("segment id 2", "segment id -1"):
+        ex[F.SEGMENT_IDS][n - 1] = int(kind.split()[-1])
+    elif kind != "float input_ids":  # (written as floats by _encode)
         ex[F.NEXT_SENTENCE_LABELS][0] = {"NSP label 2": 2, "NSP label -1": -1}[kind]
     return ex
+
+
+def _encode(kind: str, ex: dict) -> bytes:
+    if kind != "float input_ids":
+        return F.encode_example(ex)
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    example = tf_example_pb2.Example.FromString(F.encode_example(ex))
+    ids = example.features.feature[F.INPUT_IDS]
+    ids.float_list.value.extend(v + 0.7 for v in ids.int64_list.value)  # replaces the int64s
+    return example.SerializeToString()
 
 
 @pytest.mark.parametrize(
@@ -193,6 +229,9 @@ def _spoil(kind: str, ex: dict) -> dict:
         "a negative position",
         "NSP label 2",
         "NSP label -1",
+        "segment id 2",
+        "segment id -1",
+        "float input_ids",
     ],
 )
 def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path, kind):
@@ -203,23 +242,24 @@ def test_records_the_model_would_misread_are_errors_naming_them(files, tmp_path,
     path = str(tmp_path / "spoiled.tfrecord")
     with record_io.RecordWriter(path) as w:
         for i, r in enumerate(records):
-            w.write(F.encode_example(_spoil(kind, F.decode_example(r))) if i == victim else r)
+            w.write(_encode(kind, _spoil(kind, F.decode_example(r))) if i == victim else r)
     for pack in (False, True):
         cfg = data_config(path, pack=pack, pack_window=10)
         with pytest.raises(cli.UserError, match=rf"spoiled.tfrecord \(record {victim}\): "):
-            take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 1)
+            take(ip.train_dataset(cfg, VOCAB, 10, seed=0, type_vocab_size=2), 1)
 
 
-def test_worker_processes_outside_absl_app(files):
+def test_worker_processes_outside_absl_app_give_the_batches_of_none(files):
     # The Python API (pretrain.train_and_evaluate from a script or a notebook) with
     # config.data.num_workers > 0 died in Grain with UnparsedFlagAccessError (google/grain#1355).
+    # Packed, each of 2 workers batched the rows of its own windows: other batches than none.
     from absl import flags
 
     if flags.FLAGS.is_parsed():
         flags.FLAGS.unparse_flags()
-    cfg = data_config(files["arrayrecord"])
-    want = take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 2)
-    cfg.num_workers = 1
-    got = take(ip.train_dataset(cfg, VOCAB, 10, seed=0), 2)
+    cfg = data_config(files["arrayrecord"], pack=True, pack_window=10)
+    want = take(ip.train_dataset(cfg, VOCAB, 4, seed=0), 3)
+    cfg.num_workers = 2
+    got = take(ip.train_dataset(cfg, VOCAB, 4, seed=0), 3)
     for a, b in zip(want, got):
         assert all(np.array_equal(a[k], b[k]) for k in a)
