@@ -1,9 +1,6 @@
 """The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
-retry budget every call to a bucket spends: a transient failure is tried again after 1, 2, 4, ...
-30 s until retry_seconds() have passed since the first, in place of gcsfs' own retries
-(`_budgeted_gcs`, Orbax's metadata files included), around whole operations (`_retrying`) and as
-TensorStore's retry count (`tensorstore_retries`). docs/scaling.md, "Buckets (gs:// and s3://)":
-"Faults".
+retry budget every call to a bucket spends, in place of the clients' own retries (gcsfs', s3fs',
+TensorStore's). docs/scaling.md, "Buckets (gs:// and s3://)": "Faults".
 """
 
 import asyncio
@@ -33,15 +30,12 @@ _LOG = logging.getLogger("bert_jax.storage")
 _SPENT = "_bert_jax_retries_spent"
 
 
-# --- The budget -----------------------------------------------------------------------------
-
-
 def retry_seconds() -> float:
     return float(os.environ.get("BERT_JAX_STORAGE_RETRY_S", RETRY_S))
 
 
 class _Budget:
-    """The tries of one call: how long to wait before the next, until the budget is spent."""
+    """The tries of one call: after 1, 2, 4, ... MAX_DELAY_S s, until retry_seconds() passed."""
 
     def __init__(self):
         self.first_failure: float | None = None
@@ -97,8 +91,7 @@ async def _retrying_async(call, *args, **kwargs):
 
 
 def tensorstore_retries() -> dict:
-    """TensorStore's GCS retry settings (its context resource gcs_request_retries) for the same
-    budget, in place of its own default (docs/scaling.md, "Faults")."""
+    """TensorStore's gcs_request_retries for the same budget."""
     delays, delay = [], 1
     while sum(delays) < retry_seconds():
         delays.append(min(delay, 32))
@@ -110,15 +103,12 @@ def tensorstore_retries() -> dict:
     }
 
 
-# --- The clients ----------------------------------------------------------------------------
-
 _configured = False
 
 
 @functools.cache  # one class, however often `configure` runs (tests reconfigure)
 def _budgeted_gcs():
-    """gcsfs' JSON-API client with each request tried on the budget instead of gcsfs' fixed 6
-    tries (its `_request` and `_get_file_request` undecorated and decorated again)."""
+    """gcsfs' JSON-API client with each request tried on the budget, not gcsfs' fixed 6 tries."""
     import gcsfs.core
 
     base = gcsfs.core.GCSFileSystem
@@ -136,8 +126,7 @@ def _budgeted_gcs():
 
 @functools.cache  # one class, however often `configure` runs
 def _once_s3():
-    """s3fs' client trying each call once (not its own 5 tries, with botocore's inside each): the
-    budget does the trying again."""
+    """s3fs' client trying each call once (not its own 5 tries, with botocore's inside each)."""
     import s3fs
 
     class OnceS3FileSystem(s3fs.S3FileSystem):
@@ -147,8 +136,7 @@ def _once_s3():
 
 
 def configure() -> None:
-    """Settings for the bucket clients, read from the environment once, before the first URL is
-    touched (gcsfs reads GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT when it is imported)."""
+    """The bucket clients' settings, once, before the first URL is touched."""
     global _configured
     if _configured:
         return
@@ -185,8 +173,7 @@ def configure() -> None:
 
 
 def _fs(path: str):
-    """The fsspec file system of a URL (the instance etils.epath, and so Orbax, uses too), with
-    every method call tried on the budget and its errors named by path (`_Retrying`)."""
+    """The fsspec file system of a URL (etils.epath's, and so Orbax's), as a `_Retrying`."""
     configure()
     from etils.epath import backend
 
@@ -200,8 +187,7 @@ def _subject(name: str, args: tuple) -> str | None:
 
 
 def _named(call, url: str | None, tries: bool = True):
-    """`call`, tried on the budget (unless not `tries`), its errors converted to those naming
-    `url` (errors.convert)."""
+    """`call`, tried on the budget (if `tries`), its errors converted to those naming `url`."""
 
     def run(*args, **kwargs):
         try:
@@ -248,8 +234,7 @@ class _Retrying:
 
 
 def forget_listings(path: str) -> None:
-    """Drops what this process's client remembers of the listings under `path` (gcsfs caches
-    them): for a reader about to list what another process may have written since, such as
-    Orbax listing a workdir's steps. Nothing for a local path."""
+    """Drops gcsfs' cached listings under `path`: for a reader about to list through another
+    library (Orbax) what another process may have written since."""
     if is_url(path):
         _fs(path).invalidate_cache()

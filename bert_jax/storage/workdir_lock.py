@@ -1,12 +1,6 @@
-"""One run per directory: the lock that pre-training, fine-tuning and export take on the directory
-they write (a --workdir, an export's --output_dir) before they write anything (`hold`).
-
-`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation, so of two runs
-starting at once exactly one gets it; a second run is a Busy naming the holder. The holder
-rewrites it every HEARTBEAT_S and removes it when the block ends. A stale lock is taken over
-through a marker created exclusively and named after the stale lock's version, never a
-conditional delete. What is stale, unreadable or refused, and why: docs/training.md, "The
-workdir". No JAX import: data_prep can use this module.
+"""One run per directory (`hold`): `<dir>/.lock`, a JSON file naming its holder, made by exclusive
+creation, rewritten every HEARTBEAT_S, taken over when stale through a marker created exclusively.
+What is stale, unreadable or refused, and why: docs/training.md, "The workdir". No JAX import.
 """
 
 from __future__ import annotations
@@ -103,9 +97,8 @@ def _holder_of(content: bytes) -> dict | str:
 
 
 def _read(path: str, where: str) -> tuple[dict | str, str] | None:
-    """(holder, or why it cannot be read; its version) of the lock at `path`, None if there is
-    none; read again for up to _SETTLE_S while it cannot be read (a run that has just created it
-    is writing it). A directory, or a lock this user may not read, is a Busy naming it."""
+    """(holder, or why it cannot be read; its version) of the lock at `path`, or None; read again
+    for up to _SETTLE_S while unreadable (its creator may be writing it)."""
     if not storage.is_url(path) and os.path.isdir(path):
         raise Busy(
             f"{where}: {path} is a directory, not a lock file; remove it if no run uses this "
@@ -193,9 +186,8 @@ class _Lock:
         )
 
     def _unreadable_reason(self, why: str, where: str) -> str:
-        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only once it was
-        last written over STALE_AFTER_S ago, as a heartbeat that old is (its writer may be a run
-        starting this instant, or a live one whose lock was damaged)."""
+        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only once it was last
+        written over STALE_AFTER_S ago, as for a heartbeat (its writer may be starting now)."""
         age = time.time() - storage.modified(self.path)
         if age > STALE_AFTER_S:
             return (
@@ -243,9 +235,8 @@ class _Lock:
         return not isinstance(holder, str) and holder.get("token") == self.holder["token"]
 
     def release(self, reachable: bool = True) -> None:
-        """`reachable` False: the run ended because its bucket stayed unreachable; releasing
-        would wait out the storage retries again (minutes), so the lock is left to be taken
-        over (its pid is gone) by the rerun."""
+        """`reachable` False (the run ended on an unreachable bucket): the lock is left for the
+        rerun to take over, not released through minutes of retries."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(None if reachable else 0)
@@ -261,8 +252,8 @@ class _Lock:
 
 @contextlib.contextmanager
 def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None]:
-    """Holds `directory`'s lock for the block (see the module docstring); `what` names the
-    program in the lock (shown to a second run), `flag` the flag that named the directory."""
+    """Holds `directory`'s lock for the block; `what` names the program in it (shown to a second
+    run), `flag` the flag that named the directory."""
     lock = _Lock(directory, what)
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
