@@ -94,8 +94,7 @@ if _a_binary_of_ours() and signal.getsignal(signal.SIGINT) is signal.default_int
 
 
 def causes(error: BaseException | None, explicit: bool = False) -> list[BaseException]:
-    """`error` and its causes and contexts, outermost first (at most 10); `explicit`: the `raise
-    ... from` chain only (an exception being handled can be unrelated)."""
+    """`error` and its causes and contexts (`explicit`: causes only), outermost first (<= 10)."""
     chain: list[BaseException] = []
     while error is not None and len(chain) < 10 and error not in chain:
         chain.append(error)
@@ -153,8 +152,7 @@ def message(error: BaseException) -> str:
 
 
 def not_a_file(path: str) -> str:
-    """Why `path` is not a regular file to read, as words that follow its name (a pipe is refused:
-    readers open inputs more than once)."""
+    """Why `path` is not a regular file to read, as words that follow its name."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -211,8 +209,7 @@ def check_writable_dir(path: str, flag: str) -> None:
 
 
 def fail(text: str, status: int = 2) -> None:
-    """The one line, then the exit; what libraries still print while the process ends (the same
-    failure again, as tracebacks from their threads) is dropped."""
+    """The one line, then the exit; what libraries still print as the process ends is dropped."""
     print(f"error: {text}", file=sys.stderr, flush=True)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
@@ -278,8 +275,7 @@ def _config_file_problem(argv: list[str]) -> str | None:
 
 
 def _check_config_files() -> None:
-    """ml_collections defers a --config file that does not load to the config's first use, deep
-    in `main`, as an OSError: reported here, as the flag's mistake."""
+    """A --config file that did not load (ml_collections defers that to its use) as the flag's."""
     for name, flag in _config_flags().items():
         if type(flag.value).__name__ != "_ErrorConfig":
             continue
@@ -300,8 +296,7 @@ def _config_flags() -> dict[str, object]:
 
 
 def _unknown_config_field(argv: list[str]) -> str | None:
-    """`--config.a.b: no such config field; did you mean --config.a.c?` for the first override
-    in `argv` that names no field of its config file, or None."""
+    """The line for the first `--config.a.b` override naming no field, or None."""
     config_flags, given = _config_flags(), dict(_given_config_files(argv))
     loaded = {}
     for arg in argv[1:]:
@@ -375,14 +370,10 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
                 hint = "; use --config.<field>=<value> overrides" if _config_flags() else ""
                 raise UserError(f"unexpected arguments {argv[1:]}{hint}")
             return main(argv)
-        except KeyboardInterrupt:  # Ctrl-C where no save is due (the trainers save on the first)
-            if FLAGS.verbosity >= 1:
-                raise
-            fail(INTERRUPTED, 130)
-        except Exception as e:
+        except (KeyboardInterrupt, Exception) as e:
             if _CTRL_C or any(isinstance(c, KeyboardInterrupt) for c in causes(e)):
-                # A Ctrl-C that a C extension loading here (JAX's, imported by main) turned into
-                # its ImportError: the interrupt's line, not a bug's traceback.
+                # A Ctrl-C where no save is due (the trainers save on the first), or one that a C
+                # extension loading here (JAX's) turned into its ImportError: not a bug.
                 if FLAGS.verbosity >= 1:
                     raise
                 if _CTRL_C.get("reported"):  # its line is out (_interrupted_hook)

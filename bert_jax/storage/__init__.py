@@ -21,7 +21,6 @@ from bert_jax.storage.checks import (
 )
 from bert_jax.storage.errors import (
     AccessDenied,
-    NotFound,
     Unavailable,
     unavailable_as_user_error,
     unavailable_message,

@@ -16,8 +16,7 @@ from bert_jax.storage.remote import _fs
 
 
 def rename_in_error(error: BaseException, local: str, path: str) -> bool:
-    """Rewrites `error` in place to name `path` where it names `local` (its arguments, `path` and
-    `filename`); True if it named `local`."""
+    """Rewrites `error` in place to name `path` where it names `local`; True if it did."""
     if local == path:
         return False
     named = False
@@ -38,8 +37,7 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
 
 @contextlib.contextmanager
 def reported_as(local: str, path: str):
-    """Errors raised inside that name `local` (`local_copy`'s copy of `path`) name `path`, the one
-    the user gave, instead; each keeps its type and traceback."""
+    """Errors raised inside that name `local` (a copy of `path`) name `path` instead."""
     try:
         yield
     except Exception as e:
@@ -110,8 +108,7 @@ def local_copies(
     nbytes: list[int | None] | None = None,
     cache_dir: str | None = None,
 ) -> list[str]:
-    """`local_copy` of each path, 8 fetches at a time: a bucket serves one object at tens of MB/s
-    but many at once at the link's rate."""
+    """`local_copy` of each path, 8 at a time: a bucket serves many objects at once faster."""
     if not any(is_url(p) for p in paths):
         return list(paths)
     none = itertools.repeat(None)

@@ -30,6 +30,7 @@ from bert_jax.storage.paths import (
     checkpoint_problem,
     is_url,
     parse,
+    real_path,
 )
 from bert_jax.storage.remote import _fs, _named
 
@@ -65,27 +66,20 @@ def _values(value) -> list[str]:
 
 
 def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) -> None:
-    """Refuses an output that is a file another flag reads (`--output` = `--input`, or matched
-    by its glob): writing it would replace the input (docs/faults.md)."""
+    """Refuses an output that is a file another flag reads (or its glob matches)."""
     for out in _values(paths.get(flag)):
-        local = not is_url(out)
-        if local and not os.path.isfile(out):
+        if not is_url(out) and not os.path.isfile(out):
             continue  # a new file or a directory: nothing read is replaced
-        here = os.path.realpath(out) if local else out
-        for other, value in paths.items():
-            if other == flag:
-                continue
-            for path in _values(value):
-                if is_url(path) != (not local):
-                    continue
-                there = os.path.realpath(path) if local else path
-                if here == there or (
-                    any(c in path for c in "*?[") and fnmatch.fnmatchcase(here, there)
-                ):
-                    raise StorageError(
-                        f"{flag}={out!r} is also read, as {other}={path!r}: writing it would "
-                        "replace that input; name another file"
-                    )
+        here = real_path(out)  # absolute where local: no local path matches a URL, nor a URL one
+        for other, path in ((o, p) for o, v in paths.items() if o != flag for p in _values(v)):
+            there = real_path(path)
+            if here == there or (
+                any(c in path for c in "*?[") and fnmatch.fnmatchcase(here, there)
+            ):
+                raise StorageError(
+                    f"{flag}={out!r} is also read, as {other}={path!r}: writing it would replace "
+                    "that input; name another file"
+                )
 
 
 def not_a_file(path: str) -> str | None:
@@ -156,8 +150,7 @@ def bucket_exists(url: str) -> bool:
 
 
 def check_bucket(url: str, flag: str) -> None:
-    """StorageError naming `flag` unless the URL's bucket is there: before anything is written
-    (an upload into a missing bucket fails only at the end)."""
+    """StorageError naming `flag` unless the URL's bucket is there, before anything is written."""
     try:
         there = bucket_exists(url)
     except AccessDenied as e:  # the flag named too, as cli.user_path names a local one
@@ -205,8 +198,7 @@ def readable(text: str) -> str:
 
 
 def _server_message(text: str) -> str:
-    """The server's own words in TensorStore's text (its http_response_body), else the status
-    line without the spec."""
+    """The server's own words in TensorStore's text, else its status line without the spec."""
     body = _HTTP_BODY.search(text)
     if body:
         with contextlib.suppress(ValueError, AttributeError):
@@ -282,8 +274,7 @@ def looks_like_storage(error: BaseException) -> bool:
 
 @contextlib.contextmanager
 def checkpoint_errors(directory: str) -> Iterator[None]:
-    """Around an Orbax call on the checkpoints in `directory`: an error `classify` knows is
-    raised as that storage error; others are left as they are."""
+    """An error of an Orbax call that `classify` knows raised as that storage error."""
     try:
         yield
     except Exception as e:

@@ -125,8 +125,7 @@ def _anonymous() -> bool:
 
 
 def convert(error: BaseException, url: str) -> BaseException | None:
-    """A NotFound, AccessDenied or Unavailable naming `url` (the path the call was about) for a
-    client's error that means one, else None (the error stays as it is)."""
+    """A NotFound, AccessDenied or Unavailable naming `url` for a client's error, or None."""
     if isinstance(error, PathError):
         return None
     if isinstance(error, FileNotFoundError) and "upload_id=" not in str(error):
@@ -141,8 +140,7 @@ def convert(error: BaseException, url: str) -> BaseException | None:
 
 
 def unavailable_message(error: BaseException) -> str | None:
-    """The one line for an error of the bucket clients that retries could not get past (the
-    server down, 5xx answers, stalls), or None if `error` is not one."""
+    """The line for a bucket client's error that the retries could not get past, or None."""
     if isinstance(error, Unavailable):
         return str(error)
     if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:

@@ -123,8 +123,7 @@ def modified(path: str) -> float:
 
 
 def sizes(path: str) -> dict[str, int]:
-    """{name: size} of the files directly under `path` ({} when there is none): one listing
-    request for a bucket, not one per file."""
+    """{name: size} of the files directly under `path` ({} if none): one request per bucket."""
     if not is_url(path):
         try:
             return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
@@ -199,15 +198,12 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def remove(path: str, missing_ok: bool = True) -> None:
-    try:
-        if not is_url(path):
-            os.remove(path)
-        else:
+def remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # gone already: what the caller wants
+        if is_url(path):
             _fs(path).rm_file(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
+        else:
+            os.remove(path)
 
 
 def move(src: str, dst: str) -> None:
@@ -270,8 +266,7 @@ _CONDITIONAL_WRITES: dict[str, bool] = {}
 
 
 def _check_conditional_writes(path: str) -> None:
-    """Refuses an S3 store that ignores If-None-Match (it would let two writers both create):
-    a probe object is created twice, once per bucket and process."""
+    """Refuses an S3 store that ignores If-None-Match: two writers could both create."""
     bucket = bucket_and_key(path)[0]
     if bucket not in _CONDITIONAL_WRITES:
         fs = _fs(path)

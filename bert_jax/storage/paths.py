@@ -103,8 +103,7 @@ _TENSORSTORE_SPECIAL = "#?%"
 
 
 def checkpoint_problem(path: str, flag: str | None = None) -> str | None:
-    """The line refusing `path` (a URL) as a place for checkpoints, or None where Orbax can keep
-    them there."""
+    """The line refusing the URL `path` as a place for checkpoints, or None."""
     where = f"{flag}={path!r}" if flag else repr(path)
     if path.partition("://")[0] not in CHECKPOINT_SCHEMES:
         served = ", ".join(s + "://" for s in CHECKPOINT_SCHEMES)

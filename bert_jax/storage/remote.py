@@ -56,12 +56,8 @@ class _Budget:
         delay, self.delay = min(self.delay, left), min(2 * self.delay, MAX_DELAY_S)
         # INFO: an outage the budget rides out changes nothing the user must see; one it does
         # not is the one `error:` line (--verbosity=0 shows each try).
-        _LOG.info(
-            "storage: %s (%s); trying again in %.0f s",
-            type(error).__name__,
-            " ".join(str(error).split())[:200],
-            delay,
-        )
+        detail = " ".join(str(error).split())[:200]
+        _LOG.info("storage: %s (%s); trying again in %.0f s", type(error).__name__, detail, delay)
         return delay
 
 
@@ -72,8 +68,7 @@ def _retrying(call, *args, **kwargs):
         try:
             return call(*args, **kwargs)
         except Exception as e:
-            delay = budget.next_delay(e)
-            if delay is None:
+            if (delay := budget.next_delay(e)) is None:
                 raise
             time.sleep(delay)
 
@@ -84,8 +79,7 @@ async def _retrying_async(call, *args, **kwargs):
         try:
             return await call(*args, **kwargs)
         except Exception as e:
-            delay = budget.next_delay(e)
-            if delay is None:
+            if (delay := budget.next_delay(e)) is None:
                 raise
             await asyncio.sleep(delay)
 
@@ -151,7 +145,6 @@ def configure() -> None:
         budgeted = _budgeted_gcs()
         for protocol in ("gs", "gcs"):
             fsspec.register_implementation(protocol, budgeted, clobber=True)
-
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)
     with contextlib.suppress(ImportError):
@@ -202,8 +195,7 @@ def _named(call, url: str | None, tries: bool = True):
 
 
 class _Retrying:
-    """A file system whose method calls are tried on the budget, their errors naming their path;
-    files opened for reading fetch their blocks the same way."""
+    """A file system whose calls (and open files' reads) go through `_named`."""
 
     def __init__(self, fs):
         self._fs = fs
@@ -234,7 +226,6 @@ class _Retrying:
 
 
 def forget_listings(path: str) -> None:
-    """Drops gcsfs' cached listings under `path`: for a reader about to list through another
-    library (Orbax) what another process may have written since."""
+    """Drops gcsfs' cached listings under `path`, for a reader listing through Orbax."""
     if is_url(path):
         _fs(path).invalidate_cache()

@@ -214,10 +214,6 @@ class _Lock:
         finally:
             storage.remove(marker)
 
-    def start_heartbeat(self) -> None:
-        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
-        self._thread.start()
-
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             with contextlib.suppress(Exception):  # a refresh missed is retried next time
@@ -252,12 +248,12 @@ class _Lock:
 
 @contextlib.contextmanager
 def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None]:
-    """Holds `directory`'s lock for the block; `what` names the program in it (shown to a second
-    run), `flag` the flag that named the directory."""
+    """Holds `directory`'s lock for the block; `what` names the program, shown to others."""
     lock = _Lock(directory, what)
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
-    lock.start_heartbeat()
+    lock._thread = threading.Thread(target=lock._beat, name=HEARTBEAT_THREAD, daemon=True)
+    lock._thread.start()
     reachable = True
     try:
         yield
