@@ -26,8 +26,7 @@ FLAGS = flags.FLAGS
 
 
 class UserError(ValueError):
-    """A mistake the user can fix, the message saying what. A ValueError, so that the checks
-    catching ValueError (and tests' pytest.raises(ValueError)) still see it."""
+    """A mistake the user can fix, the message saying what; a ValueError, as checks catch those."""
 
 
 BUG = "this is a bug in bert_jax: please report it with the traceback above"
@@ -59,10 +58,9 @@ def _on_ctrl_c(signum, frame) -> None:
 
 
 def _interrupted_hook(kind, value, tb, _previous=sys.excepthook) -> None:
-    """A Ctrl-C outside `run` (a binary importing JAX, absl parsing flags) is the same one line,
-    not a traceback through the import machinery, and exit 130. A C extension's ImportError that
-    swallowed the interrupt is the interrupt's: exit 130, no second report. A user's script that
-    imports ours keeps Python's traceback."""
+    """A Ctrl-C outside `run` (a binary importing JAX, absl parsing flags), or a C extension's
+    ImportError that swallowed it, is the same one line and exit 130, not a traceback through the
+    import machinery. A user's script that imports ours keeps Python's traceback."""
     interrupt = any(isinstance(e, KeyboardInterrupt) for e in causes(value))
     if not _a_binary_of_ours() or not (interrupt or _CTRL_C):
         _previous(kind, value, tb)
@@ -277,13 +275,9 @@ def _config_file_problem(argv: list[str]) -> str | None:
 def _check_config_files() -> None:
     """A --config file that did not load (ml_collections defers that to its use) as the flag's."""
     for name, flag in _config_flags().items():
-        if type(flag.value).__name__ != "_ErrorConfig":
-            continue
-        path = (getattr(flag, "_config_filename", "") or "").split(":")[0]
-        error = object.__getattribute__(flag.value, "_error")
-        if path and not os.path.isfile(path):
-            raise UserError(f"--{name}={path} {not_a_file(path)}; {_PASS_A_CONFIG}") from error
-        raise UserError(f"--{name}: {message(error)}") from error
+        if type(flag.value).__name__ == "_ErrorConfig":  # _parse_flags names a missing file
+            error = object.__getattribute__(flag.value, "_error")
+            raise UserError(f"--{name}: {message(error)}") from error
 
 
 def _config_flags() -> dict[str, object]:
@@ -356,10 +350,9 @@ def reported(error: BaseException) -> str | None:
 
 
 def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) -> None:
-    """app.run(main), answering with `error: ...` and exit 2 a UserError, absl's UsageError, a
-    bad flag or `--config.x.y`, arguments after the flags (unless the binary `takes_args`), an
-    error a reporter claims or an OSError of ENVIRONMENT_ERRNOS; Ctrl-C with exit 130; anything
-    else as a bug: its traceback, then the BUG line, exit 1."""
+    """app.run(main), answering a UserError, absl's UsageError, a bad flag, arguments after the
+    flags (unless `takes_args`), an error a reporter claims or an OSError of ENVIRONMENT_ERRNOS
+    with `error: ...`, exit 2; Ctrl-C with exit 130; anything else as a bug (BUG), exit 1."""
 
     def wrapped(argv):
         if not FLAGS["verbosity"].present:

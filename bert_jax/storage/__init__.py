@@ -1,10 +1,8 @@
-"""Files by name, on a local disk or in a bucket (gs://, s3:// with s3fs), through etils.epath's
-fsspec clients as Orbax uses them: one client, one set of credentials, one retry budget. What it
-writes is published whole or not at all. No JAX import: data_prep uses it. Callers import the
-package (`storage.open_read(...)`); workdir_lock (one run per directory it writes) as a module.
-Its modules: paths (parse, join), remote (the clients and the retry budget), errors (theirs in a
-local path's words), checks (asking the server what is wrong with a path), files (read, list,
-write), cache (local copies). docs/scaling.md, "Buckets (gs:// and s3://)".
+"""Files by name, local or in a bucket (gs://, s3://), through the fsspec clients Orbax uses: one
+client, one set of credentials, one retry budget; what it writes is published whole or not at
+all. Callers import the package, and workdir_lock (one run per directory) as a module. Modules:
+paths, remote (the clients and the budget), errors (theirs in a local path's words), checks
+(asking the server), files, cache (local copies). No JAX import. docs/scaling.md, "Buckets".
 """
 
 # ruff: noqa: F401

@@ -124,9 +124,8 @@ def local_dir(path: str, cache_dir: str | None = None) -> str:
     into `<cache_dir>/<bucket>/<key>.dir/`, where files no longer under `path` are unlinked."""
     if not is_url(path):
         return path
-    fs = _fs(path)
-    fs.invalidate_cache(path)
-    entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
+    listed = _fs(path, fresh=True).ls(path, detail=True)
+    entries = [e for e in listed if e["type"] == "file" and basename(e["name"])]
     scheme = path.partition("://")[0]
     copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
     bucket, key = bucket_and_key(path.rstrip("/"))

@@ -70,7 +70,7 @@ def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) ->
     for out in _values(paths.get(flag)):
         if not is_url(out) and not os.path.isfile(out):
             continue  # a new file or a directory: nothing read is replaced
-        here = real_path(out)  # absolute where local: no local path matches a URL, nor a URL one
+        here = real_path(out)  # a local one absolute: no URL (pattern) matches it
         for other, path in ((o, p) for o, v in paths.items() if o != flag for p in _values(v)):
             there = real_path(path)
             if here == there or (

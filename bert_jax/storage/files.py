@@ -5,6 +5,7 @@ docs/scaling.md, "Buckets (gs:// and s3://)"."""
 import base64
 import contextlib
 import datetime
+import glob as glob_lib
 import hashlib
 import io
 import os
@@ -68,16 +69,12 @@ def listdir(path: str) -> list[str]:
     """The names directly under `path`, sorted (a bucket prefix's objects and sub-prefixes)."""
     if not is_url(path):
         return sorted(os.listdir(path))
-    fs = _fs(path)
-    fs.invalidate_cache(path)  # another process may have written since (a rerun, other hosts)
-    return sorted(basename(p) for p in fs.ls(path, detail=False) if basename(p))
+    return sorted(basename(p) for p in _fs(path, fresh=True).ls(path, detail=False) if basename(p))
 
 
 def glob(pattern: str) -> list[str]:
     """The paths that match `pattern`, sorted; URLs come back as URLs."""
     if not is_url(pattern):
-        import glob as glob_lib
-
         return sorted(glob_lib.glob(pattern))
     scheme = pattern.partition("://")[0]
     fs = _fs(pattern)
@@ -95,7 +92,7 @@ def version(path: str) -> tuple[int, str]:
     if not is_url(path):
         st = os.stat(path)
         return st.st_size, _local_version(st)
-    info = _info_now(path)
+    info = _fs(path, fresh=True).info(path)
     found = info.get("generation") or info.get("VersionId") or info.get("ETag")
     return int(info["size"]), str(found).strip('"')
 
@@ -104,18 +101,11 @@ def _local_version(st: os.stat_result) -> str:
     return f"{st.st_ino}:{st.st_mtime_ns}"
 
 
-def _info_now(path: str) -> dict:
-    """An object's info asked of the server, not from gcsfs' listing cache."""
-    fs = _fs(path)
-    fs.invalidate_cache(path)
-    return fs.info(path)
-
-
 def modified(path: str) -> float:
     """When `path` was last written, in seconds since the epoch (an object: by the server)."""
     if not is_url(path):
         return os.stat(path).st_mtime
-    info = _info_now(path)
+    info = _fs(path, fresh=True).info(path)
     when = info.get("mtime") or info.get("LastModified")
     if isinstance(when, str):
         when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
@@ -129,10 +119,8 @@ def sizes(path: str) -> dict[str, int]:
             return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
         except FileNotFoundError:
             return {}
-    fs = _fs(path)
-    fs.invalidate_cache(path)
     try:
-        listed = fs.ls(path, detail=True)
+        listed = _fs(path, fresh=True).ls(path, detail=True)
     except FileNotFoundError:
         return {}
     return {basename(e["name"]): int(e["size"]) for e in listed if e.get("type") == "file"}

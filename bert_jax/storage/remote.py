@@ -165,12 +165,16 @@ def configure() -> None:
     _configured = True
 
 
-def _fs(path: str):
-    """The fsspec file system of a URL (etils.epath's, and so Orbax's), as a `_Retrying`."""
+def _fs(path: str, fresh: bool = False):
+    """The fsspec file system of a URL (etils.epath's, and so Orbax's), as a `_Retrying`; `fresh`:
+    without gcsfs' cached listing of `path` (another process may have written since)."""
     configure()
     from etils.epath import backend
 
-    return _Retrying(backend.fsspec_backend.fs(path))
+    fs = _Retrying(backend.fsspec_backend.fs(path))
+    if fresh:
+        fs.invalidate_cache(path)
+    return fs
 
 
 def _subject(name: str, args: tuple) -> str | None:
