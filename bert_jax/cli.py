@@ -2,8 +2,7 @@
 `error: ...` line and exit 2, a bug with its traceback and the BUG line, exit 1, a Ctrl-C with
 exit 130. Library code raises UserError naming the file or flag, converting the errors of the
 libraries it calls where they arise (`user_path`). The rule, case by case: docs/faults.md. No
-JAX import: data_prep binaries use this module.
-"""
+JAX import: data_prep binaries use this module."""
 
 import contextlib
 import difflib
@@ -73,9 +72,8 @@ def _interrupted_hook(kind, value, tb, _previous=sys.excepthook) -> None:
 
 
 def _unraisable_hook(unraisable, _previous=sys.unraisablehook) -> None:
-    """A Ctrl-C landing in a garbage collector's callback (JAX's) is dropped by Python and the
-    run went on: the signal is sent again from a thread a moment later, since a handler run here,
-    inside the collection, would be dropped again."""
+    """A Ctrl-C landing in a garbage collector's callback (JAX's) is dropped by Python, and the run
+    went on: sent again from a thread a moment later (a handler run here would be dropped too)."""
     if _a_binary_of_ours() and isinstance(unraisable.exc_value, KeyboardInterrupt):
         again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
         again.daemon = True
@@ -102,9 +100,8 @@ def causes(error: BaseException | None, explicit: bool = False) -> list[BaseExce
 
 @contextlib.contextmanager
 def disk_full_is_oserror(where: str) -> Iterator[None]:
-    """A full disk as the OSError(ENOSPC) naming `where` that `message` reports: libraries say it
-    in their own types (Orbax's ValueError saying ENOSPC, safetensors' "os error 28"), a write or
-    flush as an OSError naming no file."""
+    """A full disk as the OSError(ENOSPC) naming `where` that `message` reports, however a library
+    says it (a ValueError saying ENOSPC, safetensors' "os error 28", an OSError naming none)."""
     try:
         yield
     except Exception as e:
@@ -124,9 +121,8 @@ def disk_full_is_oserror(where: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def user_path(flag: str, path: str) -> Iterator[None]:
-    """An OSError using the path the user gave as `flag` as the UserError naming both, so that
-    one elsewhere (a path of ours) stays a bug. A full disk stays the OSError `message` reports,
-    an unreachable bucket its reporter's (add_error_reporter)."""
+    """An OSError on the path the user gave as `flag` as the UserError naming both (one elsewhere
+    stays a bug); not a full disk, nor an error a reporter claims (an unreachable bucket)."""
     try:
         yield
     except OSError as e:
@@ -221,19 +217,17 @@ def _parse_flags(argv: list[str]) -> list[str]:
         rest = FLAGS(argv)
         _check_config_files()
         return rest
-    # flags.Error: absl's; ValueError, OSError: a --config file that does not load (the user's)
     except (flags.Error, ValueError, OSError) as e:
-        # An override of a --config file that did not load fails on ml_collections' placeholder
-        # ("Configuration is not available ..."): the file's own problem is the better line.
+        # absl's, or a --config file that does not load (an override of one fails on
+        # ml_collections' placeholder): the file's own problem is the better line.
         fail(_config_file_problem(argv) or _without_traceback(message(e)))
     except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
         fail(
             f"{e.filename}: not a Python config file ({e.msg}, line {e.lineno}); " + _PASS_A_CONFIG
         )
     except (AttributeError, KeyError, TypeError) as e:
-        # ml_collections' config_flags raises these for an override of a field that does not
-        # exist, and an AttributeError for a --config file without get_config() (an empty file,
-        # a JSON file, a package's __init__.py); anything else stays a bug with its traceback.
+        # ml_collections' for an override of no field, or a --config file without get_config()
+        # (an empty file, a JSON file); anything else stays a bug with its traceback.
         problem, given = _unknown_config_field(argv), _given_config_files(argv)
         if not problem and given and isinstance(e, AttributeError) and "get_config" in str(e):
             problem = f"--{given[0][0]}={given[0][1]} defines no get_config(); {_PASS_A_CONFIG}"

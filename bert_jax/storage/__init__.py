@@ -2,8 +2,7 @@
 client, one set of credentials, one retry budget; what it writes is published whole or not at
 all. Callers import the package, and workdir_lock (one run per directory) as a module. Modules:
 paths, remote (the clients and the budget), errors (theirs in a local path's words), checks
-(asking the server), files, cache (local copies). No JAX import. docs/scaling.md, "Buckets".
-"""
+(asking the server), files, cache (local copies). No JAX import. docs/scaling.md, "Buckets"."""
 
 # ruff: noqa: F401
 from bert_jax.storage.cache import local_copies, local_copy, local_dir, rename_in_error, reported_as

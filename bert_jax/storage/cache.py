@@ -19,15 +19,10 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
     """Rewrites `error` in place to name `path` where it names `local`; True if it did."""
     if local == path:
         return False
-    named = False
+    named = any(isinstance(a, str) and local in a for a in error.args)
     # An exception type that keeps its message elsewhere is left as it is.
     with contextlib.suppress(AttributeError, TypeError):
-        args = []
-        for arg in error.args:
-            if isinstance(arg, str) and local in arg:
-                arg, named = arg.replace(local, path), True
-            args.append(arg)
-        error.args = tuple(args)
+        error.args = tuple(a.replace(local, path) if isinstance(a, str) else a for a in error.args)
         for attr in ("path", "filename"):  # DamagedRecord's, an OSError's
             if getattr(error, attr, None) == local:
                 setattr(error, attr, path)
@@ -54,9 +49,8 @@ def default_cache_dir() -> str:
 def local_copy(
     path: str, cache_dir: str | None = None, md5_hex: str | None = None, nbytes: int | None = None
 ) -> str:
-    """A local file with `path`'s content: `path` itself if it is local, else a copy under
-    `cache_dir`, reused while the object's md5 is the same, published when whole and checked
-    against `nbytes` and `md5_hex` (the manifest's figures) where given."""
+    """`path` if local, else its copy under `cache_dir`, reused while the object's md5 is the same,
+    published when whole and checked against `nbytes` and `md5_hex` where given."""
     if not is_url(path):
         return path
     fs = _fs(path)
@@ -119,9 +113,8 @@ def local_copies(
 
 
 def local_dir(path: str, cache_dir: str | None = None) -> str:
-    """A local directory holding the files directly under `path` (a Hugging Face model, for
-    readers of local files): `path` itself, or each file's `local_copy` linked under its name
-    into `<cache_dir>/<bucket>/<key>.dir/`, where files no longer under `path` are unlinked."""
+    """A local directory holding the files directly under `path` (a Hugging Face model): `path`
+    itself, or their `local_copy`s linked into `<cache_dir>/<bucket>/<key>.dir/`, kept in step."""
     if not is_url(path):
         return path
     listed = _fs(path, fresh=True).ls(path, detail=True)

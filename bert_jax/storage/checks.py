@@ -42,10 +42,9 @@ def check_paths(
     local: Iterable[str] = (),
     checkpoints: Iterable[str] = (),
 ) -> None:
-    """A binary's path flags (`paths`: flag or config field -> value, a list for a list flag)
-    parsed before it reads or writes anything: a bucket an output names must exist, `local`
-    flags name local paths, `checkpoints` a place Orbax writes. The first problem is raised as a
-    StorageError naming its flag."""
+    """A binary's path flags (flag or config field -> value or list) parsed before any work: a
+    bucket an output names must exist, `local` flags name local paths, `checkpoints` a place Orbax
+    writes. The first problem is a StorageError naming its flag."""
     outputs, local, checkpoints = set(outputs), set(local), set(checkpoints)
     for flag, value in paths.items():
         for path in _values(value):
@@ -122,8 +121,7 @@ def report(error: BaseException) -> str | None:
             return f"{e.url} {missing(e.url)}"
         if isinstance(e, PathError):
             return str(e)
-    outage = unavailable_message(error)
-    if outage is not None:
+    if (outage := unavailable_message(error)) is not None:
         return outage
     for e in chain:
         # A plain PermissionError is a local file's (cli reports it); the clients' own only.
@@ -159,11 +157,9 @@ def check_bucket(url: str, flag: str) -> None:
         raise StorageError(f"{flag}={url!r} {_NO_BUCKET.format(bucket_and_key(url)[0])}")
 
 
-# Orbax's errors: its metadata files fail as gcsfs' errors (through etils.epath), its arrays as
-# TensorStore's ValueError, whose text starts with an absl status and names the object
-# (`PERMISSION_DENIED: Error writing gs://b/k: ... [http_response_code='403']`). Damage (a NOT_FOUND
-# for one file of a step whose bucket is there, a DATA_LOSS, a JSON file that does not parse) stays
-# unclassified, for checkpointing to report as a damaged step.
+# Orbax's errors: gcsfs' for its metadata, TensorStore's ValueError for its arrays (`STATUS: ...
+# gs://b/k ... [http_response_code='403']`). Damage (a step's file NOT_FOUND, its bucket there;
+# DATA_LOSS; bad JSON) stays unclassified, for checkpointing to report as a damaged step.
 
 _STATUS = re.compile(r"^([A-Z_]+): ")
 _REFUSED, _AWAY = ("PERMISSION_DENIED", "UNAUTHENTICATED"), ("UNAVAILABLE", "DEADLINE_EXCEEDED")
@@ -176,9 +172,8 @@ _HTTP_BODY = re.compile(r"http_response_body='(.*?)'\]", re.S)
 
 
 def object_url(text: str) -> str | None:
-    """The first object a client's error text names, as a path the user would write: gs:// or
-    s3:// as it stands, a GCS request URL turned back into gs://bucket/key, a local file's path
-    (TensorStore's `local file "..."`)."""
+    """The first object a client's error text names, as the user would write it (gs://, s3://, a
+    GCS request URL turned back into gs://bucket/key, TensorStore's `local file "..."`)."""
     request = _REQUEST.search(text)
     found = _URL.search(text)
     if request and (not found or request.start() < found.start()):

@@ -1,8 +1,7 @@
 """The bucket clients' errors in the words a local path gets, naming the user's path, asking no
 server (`convert`): NotFound, AccessDenied (also OSErrors, so that callers catching those still
 do) and Unavailable (after the retry budget). checks.py refines them where that asks the server.
-docs/scaling.md, "Buckets (gs:// and s3://)": "Errors".
-"""
+docs/scaling.md, "Buckets (gs:// and s3://)": "Errors"."""
 
 import contextlib
 import errno

@@ -21,9 +21,8 @@ _CHUNK = 1 << 20
 
 
 def open_read(path: str, mode: str = "rb", block_size: int | None = None, encoding: str = "utf-8"):
-    """A file object for reading; a remote one reads `block_size` ahead (None: the client's
-    default) and, opened "rb", is an io.BufferedReader as a local one is (fsspec's own file has
-    a readline() without a size limit, that scans its blocks a piece at a time)."""
+    """A file object for reading; a remote one reads `block_size` ahead and, opened "rb", is an
+    io.BufferedReader, as a local one is (fsspec's own readline() has no size limit)."""
     encoding = None if "b" in mode else encoding
     if not is_url(path):
         return open(path, mode, encoding=encoding)
@@ -153,8 +152,8 @@ def _local_tmp(path: str) -> str:
 @contextlib.contextmanager
 def open_write(path: str, mode: str = "wb") -> Iterator:
     """A file object whose content appears under `path` whole when the block ends without an
-    error, and never otherwise: written under a temporary name (manifest.TEMPORARY) and renamed,
-    or to a local file uploaded then."""
+    error, and never otherwise: written under a temporary name (manifest.TEMPORARY), then renamed,
+    or to a local file, then uploaded."""
     encoding = None if "b" in mode else "utf-8"
     if not is_url(path):
         tmp = _local_tmp(path)
@@ -218,9 +217,8 @@ def rmtree(path: str) -> None:
 
 
 def create_exclusive(path: str, data: bytes) -> bool:
-    """Creates `path` holding `data` if nothing is there, atomically: True if this call created
-    it. O_CREAT|O_EXCL, GCS's ifGenerationMatch=0, S3's If-None-Match: * (which some S3-compatible
-    stores ignore: a bucket that does is a StorageError)."""
+    """Creates `path` holding `data` if nothing is there, atomically (O_EXCL, GCS's
+    ifGenerationMatch=0, S3's If-None-Match: *): True if this call created it."""
     if not is_url(path):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

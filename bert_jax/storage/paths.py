@@ -1,7 +1,6 @@
 """Paths, local or in a bucket (a URL: `<scheme>://`, SCHEMES served): a user's path parsed once
 (`parse`, refusing what `_problem` names), joined and split as its kind does. docs/scaling.md,
-"Buckets (gs:// and s3://)": "Paths".
-"""
+"Buckets (gs:// and s3://)": "Paths"."""
 
 import os
 import posixpath

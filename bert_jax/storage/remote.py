@@ -1,7 +1,6 @@
 """The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
 retry budget every call to a bucket spends, in place of the clients' own retries (gcsfs', s3fs',
-TensorStore's). docs/scaling.md, "Buckets (gs:// and s3://)": "Faults".
-"""
+TensorStore's). docs/scaling.md, "Buckets (gs:// and s3://)": "Faults"."""
 
 import asyncio
 import contextlib
@@ -17,8 +16,7 @@ from bert_jax.storage.paths import is_url
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
 # A call about one object not back after this long is tried again: gcsfs' request timeout bounds
-# each HTTP request, not a call whose coroutine waits on something else (docs/scaling.md,
-# "Credentials"). Listings and transfers have no such bound: their time grows with the bucket.
+# a request, not a coroutine waiting on something else (docs/scaling.md, "Credentials").
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
 # How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S) from its first failure:
@@ -209,8 +207,7 @@ class _Retrying:
         if not callable(attribute) or name in ("invalidate_cache", "open"):
             return attribute
         if name in _METADATA_CALLS and hasattr(attribute, "__wrapped__"):
-            # fsspec's sync wrapper of an async call takes `timeout` for itself (FSTimeoutError,
-            # a TimeoutError, so tried again).
+            # fsspec's sync wrapper takes `timeout` itself (FSTimeoutError: tried again).
             attribute = functools.partial(attribute, timeout=CALL_TIMEOUT_S)
         return lambda *args, **kwargs: _named(attribute, _subject(name, args))(*args, **kwargs)
 

@@ -1,7 +1,6 @@
 """One run per directory (`hold`): `<dir>/.lock`, a JSON file naming its holder, made by exclusive
 creation, rewritten every HEARTBEAT_S, taken over when stale through a marker created exclusively.
-What is stale, unreadable or refused, and why: docs/training.md, "The workdir". No JAX import.
-"""
+What is stale, unreadable or refused, and why: docs/training.md, "The workdir". No JAX import."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def pid_running(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         pass
-    # A killed run its parent has not yet waited for (a driver script that kills a job and
-    # reruns it before it reaps the first) is a zombie: signal 0 still finds it, yet it holds
-    # nothing and never will again.
+    # A killed run its parent has not yet reaped (a driver script rerunning a job it killed) is a
+    # zombie: signal 0 still finds it, yet it holds nothing and never will again.
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rsplit(b")", 1)[1].split()[0]
@@ -145,13 +143,12 @@ class _Lock:
     def acquire(self, directory_flag: str) -> None:
         storage.parse(self.directory, directory_flag)  # `gs://` alone, `gs:/x`: one line
         cli.refuse_a_file(self.directory, directory_flag)
-        if storage.is_url(self.directory):  # before the lock's upload says "404" at the end
+        url = storage.is_url(self.directory)
+        if url:  # before the lock's upload says "404" at the end
             storage.check_bucket(self.directory, directory_flag)
         # A directory made only to hold the lock goes with it: a run refused before it wrote
         # anything (a bad flag, a bad input file) leaves no empty workdir behind.
-        self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(
-            self.directory
-        )
+        self.made_directory = not url and not os.path.isdir(self.directory)
         with cli.user_path(directory_flag, self.directory):  # a read-only file system, say
             storage.makedirs(self.directory)
         where = f"{directory_flag}={self.directory!r}"
