@@ -5,13 +5,11 @@ __init__.py maps its modules.
     main.py, embed.py, export.py   the binaries (python -m bert_jax.main, .embed, .export)
     cli.py          how every binary reports a mistake (cli.UserError), a bug and a warning
     runtime.py      how every binary starts JAX and how a stopped run exits
-    data/contract/  what data_prep and the trainer agree on: manifest, data_facts, shard_files,
-                    the record schema (features), record_io
+    data/contract/  what data_prep and the trainer agree on: manifest, shards, records, schema
     data/input/     record files -> Grain -> host batches (masking, packing, growing batches)
     text/           WordPiece and SentencePiece (tokenization), any tokenizer.json
     model/          BERT or the ModernBERT block in Flax NNX, and sharding: the mesh and its rules
-    training/       pre-training's steps (pretrain), train_state, the loop, optim, losses,
-                    checkpoints, faults, config_check, pretrained (a trained model read back)
+    training/       the train step (pretrain), loop, optim, checkpoints, pretrained (read back)
     hf/             Hugging Face in and out: architectures, bert (save_hf, load_hf), publish
     storage/        files by name, local or in a bucket; workdir_lock (one run per directory)
     finetune/       python -m bert_jax.finetune: classification, pairs, tagging, SQuAD, LoRA

@@ -41,9 +41,7 @@ def reported_as(local: str, path: str):
 
 
 def default_cache_dir() -> str:
-    return os.environ.get(
-        "BERT_JAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
-    )
+    return os.environ.get("BERT_JAX_CACHE_DIR", os.path.expanduser("~/.cache/bert_jax"))
 
 
 def local_copy(

@@ -94,17 +94,15 @@ def not_a_file(path: str) -> str | None:
 
 def check_file(path: str, what: str) -> None:
     """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
-    why = not_a_file(path)
-    if why:
+    if why := not_a_file(path):
         raise cli.UserError(f"{what} {path!r} {why}")
 
 
 def missing(url: str) -> str:
     """Why nothing is at `url`, as words that follow it: no bucket, a prefix, or no object."""
     with contextlib.suppress(Exception):  # only a finer line; the plain one is right too
-        bucket = bucket_and_key(url)[0]
         if not bucket_exists(url):
-            return _NO_BUCKET.format(bucket)
+            return _NO_BUCKET.format(bucket_and_key(url)[0])
         if _fs(url)._fs.info(url.rstrip("/")).get("type") == "directory":
             return "is a directory (a prefix of objects), not a file"
     return "does not exist"

@@ -113,12 +113,9 @@ def modified(path: str) -> float:
 
 def sizes(path: str) -> dict[str, int]:
     """{name: size} of the files directly under `path` ({} if none): one request per bucket."""
-    if not is_url(path):
-        try:
-            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
-        except FileNotFoundError:
-            return {}
     try:
+        if not is_url(path):
+            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
         listed = _fs(path, fresh=True).ls(path, detail=True)
     except FileNotFoundError:
         return {}
@@ -127,11 +124,9 @@ def sizes(path: str) -> dict[str, int]:
 
 def md5(path: str) -> str:
     """The md5 of a file in hex; for a GCS object the server's, where it has one (no download)."""
-    if is_url(path):
-        info = _fs(path).info(path)
-        stored = info.get("md5Hash")
-        if stored:
-            return base64.b64decode(stored).hex()
+    stored = _fs(path).info(path).get("md5Hash") if is_url(path) else None
+    if stored:
+        return base64.b64decode(stored).hex()
     digest = hashlib.md5()
     with open_read(path) as f:
         for block in iter(lambda: f.read(_CHUNK), b""):

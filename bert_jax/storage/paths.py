@@ -88,8 +88,7 @@ def parse(path: str, flag: str | None = None) -> str:
     path = str(path)
     if not path.strip():
         raise StorageError(f"{flag} is empty; pass a path" if flag else "an empty path")
-    problem = _problem(path)
-    if problem:
+    if problem := _problem(path):
         raise StorageError(f"{flag}={path!r} {problem}" if flag else f"{path!r} {problem}")
     # A valid URL names a bucket: stripping its trailing slashes leaves `scheme://bucket` at least.
     return path.rstrip("/") if _URL.match(path) else os.path.expanduser(path)
@@ -126,9 +125,7 @@ def is_url(path: str) -> bool:
     path = str(path)
     if "://" not in path and ":" not in path[:6] and "\x00" not in path:
         return False  # the common case, a plain local path: no pattern to match
-    problem = _problem(path)
-    if problem:
-        raise StorageError(f"{path!r} {problem}")
+    parse(path)  # a malformed one is a StorageError
     return _URL.match(path) is not None
 
 

@@ -101,16 +101,14 @@ _configured = False
 @functools.cache  # one class, however often `configure` runs (tests reconfigure)
 def _budgeted_gcs():
     """gcsfs' JSON-API client with each request tried on the budget, not gcsfs' fixed 6 tries."""
-    import gcsfs.core
+    from gcsfs.core import GCSFileSystem
 
-    base = gcsfs.core.GCSFileSystem
-
-    class BudgetedGCSFileSystem(base):
+    class BudgetedGCSFileSystem(GCSFileSystem):
         async def _request(self, *args, **kwargs):
-            return await _retrying_async(base._request.__wrapped__, self, *args, **kwargs)
+            return await _retrying_async(GCSFileSystem._request.__wrapped__, self, *args, **kwargs)
 
         async def _get_file_request(self, *args, **kwargs):
-            request = base._get_file_request.__wrapped__
+            request = GCSFileSystem._get_file_request.__wrapped__
             return await _retrying_async(request, self, *args, **kwargs)
 
     return BudgetedGCSFileSystem

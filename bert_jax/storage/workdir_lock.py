@@ -134,7 +134,7 @@ class _Lock:
             "token": uuid.uuid4().hex,
         }
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
         self.made_directory = False
 
     def _content(self) -> bytes:
@@ -231,8 +231,7 @@ class _Lock:
         """`reachable` False (the run ended on an unreachable bucket): the lock is left for the
         rerun to take over, not released through minutes of retries."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(None if reachable else 0)
+        self._thread.join(None if reachable else 0)
         if not reachable:
             return
         with contextlib.suppress(Exception):  # never hide the error that ended the run
@@ -249,7 +248,6 @@ def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None
     lock = _Lock(directory, what)
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
-    lock._thread = threading.Thread(target=lock._beat, name=HEARTBEAT_THREAD, daemon=True)
     lock._thread.start()
     reachable = True
     try:
