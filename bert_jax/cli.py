@@ -1,15 +1,8 @@
-"""How every binary meets its user: one `error: ...` line and exit status 2 for a mistake, a
-traceback and a request to report it for a bug.
-
-Every absl binary starts with `cli.run(main)` instead of `app.run(main)`, which answers a
-UserError, absl's UsageError, a bad flag or `--config.x.y`, a stray argument, a bucket
-unreachable through its retries or an OSError that is the machine's state (ENVIRONMENT_ERRNOS)
-with `error: ...`, exit 2; an uncaught Ctrl-C with exit 130; anything else, a plain ValueError
-included, as a bug: its traceback, then `error: ... this is a bug in bert_jax ...`, exit 1.
-Library code raises UserError naming the file or flag, converting the errors of the libraries it
-calls where they arise (`user_path`). The rule, case by case: docs/faults.md. No JAX import
-here: data_prep binaries use this module.
-"""
+"""How every binary meets its user: `run` in place of absl's app.run answers a mistake with one
+`error: ...` line and exit 2, a bug with its traceback and the BUG line, exit 1, a Ctrl-C with
+exit 130. Library code raises UserError naming the file or flag, converting the errors of the
+libraries it calls where they arise (`user_path`). The rule, case by case: docs/faults.md. No
+JAX import: data_prep binaries use this module."""
 
 import contextlib
 import difflib
@@ -32,22 +25,20 @@ FLAGS = flags.FLAGS
 
 
 class UserError(ValueError):
-    """A mistake the user can fix; the message says what to fix. A ValueError, so the checks
-    that catch ValueError (and tests' pytest.raises(ValueError)) still see it."""
+    """A mistake the user can fix, the message saying what; a ValueError, as checks catch those."""
 
 
 BUG = "this is a bug in bert_jax: please report it with the traceback above"
+NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT", "os error 28")
+INTERRUPTED = "interrupted (Ctrl-C); finished work is kept: rerun the same command to go on"
+# OSErrors that are the machine's state, reported in one line wherever they come from; any other
+# that reaches cli.run is a bug: a user's paths are checked, or converted by `user_path`.
+ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+_PASS_A_CONFIG = "pass a configs/*.py file defining get_config()"
 
 
 def warn(text: str) -> None:
-    """A notice for the user that does not stop the run: one `warning: ...` line on stderr."""
     print(f"warning: {text}", file=sys.stderr, flush=True)
-
-
-NO_SPACE = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT", "os error 28")
-
-
-INTERRUPTED = "interrupted (Ctrl-C); finished work is kept: rerun the same command to go on"
 
 
 def _a_binary_of_ours() -> bool:
@@ -59,22 +50,16 @@ _CTRL_C: dict[str, bool] = {}  # "received" (by _on_ctrl_c), "reported" (by _int
 
 
 def _on_ctrl_c(signum, frame) -> None:
-    """Python's own SIGINT handler, which also notes that the signal came: a C extension
-    interrupted as it loads can turn the KeyboardInterrupt into an ImportError that no longer
-    carries it (numpy: "PyCapsule_Import could not import module 'datetime'")."""
+    """Python's SIGINT handler, noting that the signal came: a C extension interrupted as it
+    loads can turn the KeyboardInterrupt into an ImportError that no longer carries it."""
     _CTRL_C["received"] = True
     raise KeyboardInterrupt
 
 
 def _interrupted_hook(kind, value, tb, _previous=sys.excepthook) -> None:
-    """A Ctrl-C before `run` takes over or after it is done (a binary importing its libraries,
-    JAX's for seconds; absl parsing the flags) is the same one line, not a traceback through the
-    import machinery; Python then ends by SIGINT, which a shell reports as 130. A C extension
-    interrupted as it loads fails its import with an ImportError, having reported the
-    KeyboardInterrupt through this hook (numpy's PyErr_Print) or dropped it: that error is the
-    interrupt's, so it ends the process with 130 and no second report. Installed when a binary
-    imports this module, its first import of ours; a script of the user's that imports ours keeps
-    Python's traceback."""
+    """A Ctrl-C outside `run` (a binary importing JAX, absl parsing flags), or a C extension's
+    ImportError that swallowed it, is the same one line and exit 130, not a traceback through the
+    import machinery. A user's script that imports ours keeps Python's traceback."""
     interrupt = any(isinstance(e, KeyboardInterrupt) for e in causes(value))
     if not _a_binary_of_ours() or not (interrupt or _CTRL_C):
         _previous(kind, value, tb)
@@ -87,11 +72,8 @@ def _interrupted_hook(kind, value, tb, _previous=sys.excepthook) -> None:
 
 
 def _unraisable_hook(unraisable, _previous=sys.unraisablehook) -> None:
-    """A Ctrl-C that lands in a garbage collector's callback (JAX's _xla_gc_callback runs at
-    every collection: 3 of 18 Ctrl-Cs sent as `bert_jax.embed` imported JAX) is dropped by Python
-    with an "Exception ignored" traceback, and the run went on as if no key was pressed; the
-    signal is sent again, to whatever handles it then (cli.run's line, the trainers' save), from
-    a thread a moment later: a handler run here, inside the collection, would be dropped again."""
+    """A Ctrl-C landing in a garbage collector's callback (JAX's) is dropped by Python, and the run
+    went on: sent again from a thread a moment later (a handler run here would be dropped too)."""
     if _a_binary_of_ours() and isinstance(unraisable.exc_value, KeyboardInterrupt):
         again = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
         again.daemon = True
@@ -108,9 +90,7 @@ if _a_binary_of_ours() and signal.getsignal(signal.SIGINT) is signal.default_int
 
 
 def causes(error: BaseException | None, explicit: bool = False) -> list[BaseException]:
-    """`error` and its causes and contexts, outermost first (at most 10). `explicit`: the
-    `raise ... from` chain only, not the exceptions that were being handled when one was raised
-    (those can be unrelated to it)."""
+    """`error` and its causes and contexts (`explicit`: causes only), outermost first (<= 10)."""
     chain: list[BaseException] = []
     while error is not None and len(chain) < 10 and error not in chain:
         chain.append(error)
@@ -120,34 +100,29 @@ def causes(error: BaseException | None, explicit: bool = False) -> list[BaseExce
 
 @contextlib.contextmanager
 def disk_full_is_oserror(where: str) -> Iterator[None]:
-    """Libraries report a full disk in their own types (Orbax and TensorStore a ValueError or
-    RuntimeError whose text says ENOSPC, safetensors a SafetensorError saying "os error 28"), and
-    a file's write or flush as an OSError naming no file; re-raised as the OSError(ENOSPC)
-    naming `where` that `message` turns into one line."""
+    """A full disk as the OSError(ENOSPC) naming `where` that `message` reports, however a library
+    says it (a ValueError saying ENOSPC, safetensors' "os error 28", an OSError naming none)."""
     try:
         yield
     except Exception as e:
+        code, text = errno.ENOSPC, "No space left on device"
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             if e.filename:
                 raise
-            raise OSError(e.errno, e.strerror or "No space left on device", where) from e
-        full = any(
+            code, text = e.errno, e.strerror or text
+        elif not any(
             (isinstance(c, OSError) and c.errno in (errno.ENOSPC, errno.EDQUOT))
-            or any(text in str(c) for text in NO_SPACE)
+            or any(no_space in str(c) for no_space in NO_SPACE)
             for c in causes(e)
-        )
-        if not full:
+        ):
             raise
-        raise OSError(errno.ENOSPC, "No space left on device", where) from e
+        raise OSError(code, text, where) from e
 
 
 @contextlib.contextmanager
 def user_path(flag: str, path: str) -> Iterator[None]:
-    """An OSError making, opening, reading or writing the path the user gave as `flag` (a
-    read-only file system, no permission, a part of it missing) re-raised as the UserError
-    naming both: converted where the path is used, so that an OSError elsewhere (a path of our
-    own) stays a bug with its traceback. A full disk stays the OSError `message` reports, an
-    unreachable bucket its reporter's (add_error_reporter: storage registers one)."""
+    """An OSError on the path the user gave as `flag` as the UserError naming both (one elsewhere
+    stays a bug); not a full disk, nor an error a reporter claims (an unreachable bucket)."""
     try:
         yield
     except OSError as e:
@@ -155,11 +130,6 @@ def user_path(flag: str, path: str) -> Iterator[None]:
             raise
         where = f" ({e.filename})" if e.filename and str(e.filename) != path else ""
         raise UserError(f"{flag}={path!r}{where}: {e.strerror or e}") from e
-
-
-# OSErrors that are the machine's state, reported in one line wherever they come from; any other
-# that reaches cli.run is a bug: a user's paths are checked, or converted by `user_path`.
-ENVIRONMENT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def message(error: BaseException) -> str:
@@ -176,9 +146,7 @@ def message(error: BaseException) -> str:
 
 
 def not_a_file(path: str) -> str:
-    """Why `path` is not a regular file to read, as words that follow its name: it does not
-    exist, is a directory, a named pipe or a device (readers open inputs more than once, and a
-    pipe's content is gone after the first), or cannot be read. For error messages."""
+    """Why `path` is not a regular file to read, as words that follow its name."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -200,9 +168,8 @@ def not_a_file(path: str) -> str:
 
 
 def refuse_a_file(path: str, flag: str) -> str:
-    """A local directory `path` that is a file, or lies under one: a UserError naming `flag`
-    (makedirs would say only "File exists" or "Not a directory"). Returns its nearest existing
-    ancestor (`path` itself when it exists); a bucket URL is returned as it is."""
+    """UserError naming `flag` for a local directory `path` that is a file or lies under one
+    (makedirs would say only "File exists"); else its nearest existing ancestor (a URL as is)."""
     if "://" in path:
         return path
     if os.path.exists(path) and not os.path.isdir(path):
@@ -216,10 +183,8 @@ def refuse_a_file(path: str, flag: str) -> str:
 
 
 def check_writable_dir(path: str, flag: str) -> None:
-    """Raises UserError naming `flag` unless `path` is, or can be made as, a directory this
-    process may write: before any work, so an output on a read-only file system or under a file
-    is one line at once, not a traceback (or a lost hour) at the end. A bucket URL has no
-    directories to probe: its permissions show at the first write."""
+    """UserError naming `flag` unless `path` is, or can be made as, a directory we may write:
+    before any work, not at its end. A bucket's permissions show at the first write."""
     if "://" in path:
         return
     ancestor = refuse_a_file(path, flag)
@@ -238,9 +203,7 @@ def check_writable_dir(path: str, flag: str) -> None:
 
 
 def fail(text: str, status: int = 2) -> None:
-    """The one line, then the exit. What the libraries still print while the process ends (the
-    other writes of a failed checkpoint finishing, TensorStore's callbacks into a closing event
-    loop, coroutines never awaited: the same failure again, as tracebacks) is dropped."""
+    """The one line, then the exit; what libraries still print as the process ends is dropped."""
     print(f"error: {text}", file=sys.stderr, flush=True)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
@@ -254,79 +217,61 @@ def _parse_flags(argv: list[str]) -> list[str]:
         rest = FLAGS(argv)
         _check_config_files()
         return rest
-    # flags.Error: absl's; ValueError, OSError: a --config file that does not load (the user's)
     except (flags.Error, ValueError, OSError) as e:
-        # An override of a --config file that did not load fails on ml_collections' placeholder
-        # ("Configuration is not available ..."): the file's own problem is the better line.
+        # absl's, or a --config file that does not load (an override of one fails on
+        # ml_collections' placeholder): the file's own problem is the better line.
         fail(_config_file_problem(argv) or _without_traceback(message(e)))
     except SyntaxError as e:  # a --config file that is not Python (a data file, a YAML file)
         fail(
-            f"{e.filename}: not a Python config file ({e.msg}, line {e.lineno}); pass a "
-            "configs/*.py file defining get_config()"
+            f"{e.filename}: not a Python config file ({e.msg}, line {e.lineno}); " + _PASS_A_CONFIG
         )
     except (AttributeError, KeyError, TypeError) as e:
-        # ml_collections' config_flags raises these for an override of a field that does not
-        # exist, and an AttributeError for a --config file without get_config() (an empty file,
-        # a JSON file, a package's __init__.py); anything else stays a bug with its traceback.
-        problem = _unknown_config_field(argv) or _no_get_config(e, argv)
+        # ml_collections' for an override of no field, or a --config file without get_config()
+        # (an empty file, a JSON file); anything else stays a bug with its traceback.
+        problem, given = _unknown_config_field(argv), _given_config_files(argv)
+        if not problem and given and isinstance(e, AttributeError) and "get_config" in str(e):
+            problem = f"--{given[0][0]}={given[0][1]} defines no get_config(); {_PASS_A_CONFIG}"
         if problem is None:
             raise
         fail(problem)
 
 
-def _no_get_config(error: BaseException, argv: list[str]) -> str | None:
-    if not (isinstance(error, AttributeError) and "get_config" in str(error)):
-        return None
-    for name in _config_flags():
-        files = _config_files(name, argv)
-        if files:
-            return (
-                f"--{name}={files[-1]} defines no get_config(); pass a configs/*.py file "
-                "defining get_config()"
-            )
-    return None
-
-
 def _without_traceback(text: str) -> str:
-    """ml_collections' error for a config file whose get_config raised (`--config=FILE:ARG` for a
-    get_config that takes no argument) carries that exception's whole traceback: its last line."""
+    """The last line of the traceback that ml_collections' error for a get_config that raised
+    carries whole (`--config=FILE:ARG` for one that takes no argument)."""
     head, sep, trace = text.partition(" Traceback (most recent call last): ")
     if not sep:
         return text
     return f"{head} {trace.rsplit('^ ', 1)[-1].split(' File ')[-1].strip()}"
 
 
-def _config_files(name: str, argv: list[str]) -> list[str]:
-    """The values `argv` gives the config-file flag `name`, in order."""
-    files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]
-    return files + [b for a, b in itertools.pairwise(argv) if a == f"--{name}"]
+def _given_config_files(argv: list[str]) -> list[tuple[str, str]]:
+    """(name, file) of each config-file flag `argv` gives a file, with the last file given."""
+    given = []
+    for name in _config_flags():
+        files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith(f"--{name}=")]
+        files += [b for a, b in itertools.pairwise(argv) if a == f"--{name}"]
+        if files:
+            given.append((name, files[-1]))
+    return given
 
 
 def _config_file_problem(argv: list[str]) -> str | None:
     """The line for a --config file in `argv` that is no file, or None."""
-    for name in _config_flags():
-        files = _config_files(name, argv)
-        path = files[-1].split(":")[0] if files else None
-        if path is not None and not os.path.isfile(path):
+    for name, file in _given_config_files(argv):
+        path = file.split(":")[0]
+        if not os.path.isfile(path):
             where = f"={path} {not_a_file(path)}" if path else " is empty"
-            return f"--{name}{where}; pass a configs/*.py file defining get_config()"
+            return f"--{name}{where}; {_PASS_A_CONFIG}"
     return None
 
 
 def _check_config_files() -> None:
-    """ml_collections defers a --config file that does not load (missing, unreadable) to the
-    config's first use, deep in `main`, as an OSError: reported here, as the flag's mistake."""
+    """A --config file that did not load (ml_collections defers that to its use) as the flag's."""
     for name, flag in _config_flags().items():
-        if type(flag.value).__name__ != "_ErrorConfig":
-            continue
-        path = (getattr(flag, "_config_filename", "") or "").split(":")[0]
-        error = object.__getattribute__(flag.value, "_error")
-        if path and not os.path.isfile(path):
-            raise UserError(
-                f"--{name}={path} {not_a_file(path)}; pass a configs/*.py file defining "
-                "get_config()"
-            ) from error
-        raise UserError(f"--{name}: {message(error)}") from error
+        if type(flag.value).__name__ == "_ErrorConfig":  # _parse_flags names a missing file
+            error = object.__getattribute__(flag.value, "_error")
+            raise UserError(f"--{name}: {message(error)}") from error
 
 
 def _config_flags() -> dict[str, object]:
@@ -339,21 +284,19 @@ def _config_flags() -> dict[str, object]:
 
 
 def _unknown_config_field(argv: list[str]) -> str | None:
-    """`--config.a.b: no such config field; did you mean --config.a.c?` for the first override
-    in `argv` that names no field of its config file, or None if every one does."""
-    config_flags = _config_flags()
+    """The line for the first `--config.a.b` override naming no field, or None."""
+    config_flags, given = _config_flags(), dict(_given_config_files(argv))
     loaded = {}
     for arg in argv[1:]:
         dotted = arg[2:].split("=")[0]
         name, *path = dotted.split(".")
         if not arg.startswith("--") or not path or name not in config_flags:
             continue
+        if name not in given:
+            return None
         if name not in loaded:
-            files = _config_files(name, argv)
-            if not files:
-                return None
             try:
-                loaded[name] = config_flags[name].parser.parse(files[-1])
+                loaded[name] = config_flags[name].parser.parse(given[name])
             except Exception:  # the file itself is broken: absl's own error is the better one
                 return None
         problem = no_such_field(loaded[name], path, [name], prefix="--", what="config field")
@@ -365,9 +308,8 @@ def _unknown_config_field(argv: list[str]) -> str | None:
 def no_such_field(
     config, keys: list[str], walked: list[str] = (), prefix: str = "", what: str = "field"
 ) -> str | None:
-    """Where the path `keys` leaves the fields of `config` (a ConfigDict; `walked`: the path to
-    it, `prefix` put before a suggestion), with the nearest real field, or None where every key
-    is a field."""
+    """Where the path `keys` leaves the fields of the ConfigDict `config` (reached by `walked`),
+    with the nearest real field (`prefix` before it), or None where every key is a field."""
     node, walked = config, list(walked)
     for key in keys:
         names = list(node.keys()) if hasattr(node, "keys") else []
@@ -386,26 +328,25 @@ def no_such_field(
     return None
 
 
-# Functions error -> its one line, or None if it is not theirs, for errors of libraries that are
-# not ours: bert_jax.storage adds the one for a bucket that stayed unreachable through the
-# retries (registered there, so that this module imports nothing of ours).
+# error -> its one line, or None if not theirs, for libraries that are not ours (storage adds
+# the one for an unreachable bucket: registered there, so that this module imports none of ours).
 _ERROR_REPORTERS: list[Callable[[BaseException], str | None]] = []
 
 
 def add_error_reporter(report: Callable[[BaseException], str | None]) -> None:
-    """Has `run` report an error that `report` has a line for as that line (_ERROR_REPORTERS)."""
     if report not in _ERROR_REPORTERS:
         _ERROR_REPORTERS.append(report)
 
 
 def reported(error: BaseException) -> str | None:
-    """The line a registered reporter has for `error`, or None when none claims it."""
+    """The line a registered reporter has for `error`, or None."""
     return next(filter(None, (report(error) for report in _ERROR_REPORTERS)), None)
 
 
 def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) -> None:
-    """app.run(main) with the behaviour in the module docstring. Arguments after the flags are
-    refused unless the binary `takes_args` (one line, not silently ignored)."""
+    """app.run(main), answering a UserError, absl's UsageError, a bad flag, arguments after the
+    flags (unless `takes_args`), an error a reporter claims or an OSError of ENVIRONMENT_ERRNOS
+    with `error: ...`, exit 2; Ctrl-C with exit 130; anything else as a bug (BUG), exit 1."""
 
     def wrapped(argv):
         if not FLAGS["verbosity"].present:
@@ -416,14 +357,10 @@ def run(main: Callable[[list[str]], int | None], *, takes_args: bool = False) ->
                 hint = "; use --config.<field>=<value> overrides" if _config_flags() else ""
                 raise UserError(f"unexpected arguments {argv[1:]}{hint}")
             return main(argv)
-        except KeyboardInterrupt:  # Ctrl-C where no save is due (the trainers save on the first)
-            if FLAGS.verbosity >= 1:
-                raise
-            fail(INTERRUPTED, 130)
-        except Exception as e:
+        except (KeyboardInterrupt, Exception) as e:
             if _CTRL_C or any(isinstance(c, KeyboardInterrupt) for c in causes(e)):
-                # A Ctrl-C that a C extension loading here (JAX's, imported by main) turned into
-                # its ImportError: the interrupt's line, not a bug's traceback.
+                # A Ctrl-C where no save is due (the trainers save on the first), or one that a C
+                # extension loading here (JAX's) turned into its ImportError: not a bug.
                 if FLAGS.verbosity >= 1:
                     raise
                 if _CTRL_C.get("reported"):  # its line is out (_interrupted_hook)

@@ -1,13 +1,14 @@
-"""Local copies of bucket files, for readers that open local files only (ArrayRecord's C++ reader,
-transformers): fetched once into a cache directory, checked against the size and md5 expected,
-published under their name when whole."""
+"""Local copies of bucket files (in $BERT_JAX_CACHE_DIR, ~/.cache/bert_jax), for readers of local
+files only (ArrayRecord's C++ reader, transformers)."""
 
 import base64
 import contextlib
 import hashlib
+import itertools
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from bert_jax.storage.files import _CHUNK, _local_tmp
 from bert_jax.storage.paths import StorageError, basename, bucket_and_key, is_url
@@ -15,20 +16,13 @@ from bert_jax.storage.remote import _fs
 
 
 def rename_in_error(error: BaseException, local: str, path: str) -> bool:
-    """Rewrites `error` in place so that where it names `local` it names `path`: its message
-    arguments, a `path` attribute (record_io.DamagedRecord's) and an OSError's `filename`. True
-    if it named `local`."""
+    """Rewrites `error` in place to name `path` where it names `local`; True if it did."""
     if local == path:
         return False
-    named = False
+    named = any(isinstance(a, str) and local in a for a in error.args)
     # An exception type that keeps its message elsewhere is left as it is.
     with contextlib.suppress(AttributeError, TypeError):
-        args = []
-        for arg in error.args:
-            if isinstance(arg, str) and local in arg:
-                arg, named = arg.replace(local, path), True
-            args.append(arg)
-        error.args = tuple(args)
+        error.args = tuple(a.replace(local, path) if isinstance(a, str) else a for a in error.args)
         for attr in ("path", "filename"):  # DamagedRecord's, an OSError's
             if getattr(error, attr, None) == local:
                 setattr(error, attr, path)
@@ -38,10 +32,7 @@ def rename_in_error(error: BaseException, local: str, path: str) -> bool:
 
 @contextlib.contextmanager
 def reported_as(local: str, path: str):
-    """Errors raised inside that name `local` (`local_copy`'s copy of `path`) name `path`, the
-    path the user gave, instead: a damaged record of a shard in a bucket is reported as the
-    bucket's file, never as a file in a cache directory the user never named. The error keeps
-    its type (a record_io.DamagedRecord stays one) and its traceback."""
+    """Errors raised inside that name `local` (a copy of `path`) name `path` instead."""
     try:
         yield
     except Exception as e:
@@ -50,18 +41,14 @@ def reported_as(local: str, path: str):
 
 
 def default_cache_dir() -> str:
-    return os.environ.get(
-        "BERT_JAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bert_jax")
-    )
+    return os.environ.get("BERT_JAX_CACHE_DIR", os.path.expanduser("~/.cache/bert_jax"))
 
 
 def local_copy(
     path: str, cache_dir: str | None = None, md5_hex: str | None = None, nbytes: int | None = None
 ) -> str:
-    """A local file with `path`'s content: `path` itself if it is local, else a copy under
-    `cache_dir` (default BERT_JAX_CACHE_DIR or ~/.cache/bert_jax) fetched once and reused while
-    the object's md5 is the same. The copy is written under a temporary name and renamed when
-    whole and checked against `nbytes` and `md5_hex` (the manifest's figures) when given."""
+    """`path` if local, else its copy under `cache_dir`, reused while the object's md5 is the same,
+    published when whole and checked against `nbytes` and `md5_hex` where given."""
     if not is_url(path):
         return path
     fs = _fs(path)
@@ -113,30 +100,23 @@ def local_copies(
     nbytes: list[int | None] | None = None,
     cache_dir: str | None = None,
 ) -> list[str]:
-    """`local_copy` of each path (local ones as they are), 8 fetches at a time: a bucket serves
-    one object at tens of MB/s but many at once at the link's rate."""
-    md5s = md5s or [None] * len(paths)
-    nbytes = nbytes or [None] * len(paths)
+    """`local_copy` of each path, 8 at a time: a bucket serves many objects at once faster."""
     if not any(is_url(p) for p in paths):
         return list(paths)
-    from concurrent.futures import ThreadPoolExecutor
-
+    none = itertools.repeat(None)
     with ThreadPoolExecutor(max(1, min(8, len(paths)))) as pool:
         return list(
-            pool.map(lambda a: local_copy(a[0], cache_dir, a[1], a[2]), zip(paths, md5s, nbytes))
+            pool.map(local_copy, paths, itertools.repeat(cache_dir), md5s or none, nbytes or none)
         )
 
 
 def local_dir(path: str, cache_dir: str | None = None) -> str:
-    """A local directory holding the files directly under `path` (a Hugging Face model directory
-    in a bucket, for transformers and safetensors, which open local files): `path` itself if it
-    is local, else each file's `local_copy` linked under its own name into
-    `<cache_dir>/<bucket>/<key>.dir/`. Files that are no longer under `path` are unlinked."""
+    """A local directory holding the files directly under `path` (a Hugging Face model): `path`
+    itself, or their `local_copy`s linked into `<cache_dir>/<bucket>/<key>.dir/`, kept in step."""
     if not is_url(path):
         return path
-    fs = _fs(path)
-    fs.invalidate_cache(path)
-    entries = [e for e in fs.ls(path, detail=True) if e["type"] == "file" and basename(e["name"])]
+    listed = _fs(path, fresh=True).ls(path, detail=True)
+    entries = [e for e in listed if e["type"] == "file" and basename(e["name"])]
     scheme = path.partition("://")[0]
     copies = local_copies([f"{scheme}://{e['name']}" for e in entries], cache_dir=cache_dir)
     bucket, key = bucket_and_key(path.rstrip("/"))

@@ -1,9 +1,6 @@
 """What is wrong with a path, in the words a local path gets, where finding out asks the server:
-before a binary reads or writes anything (`check_paths`: each path flag parsed, a bucket an
-output names is there, checkpoints only where Orbax writes them; `not_a_file`), around an Orbax
-call (`checkpoint_errors`: Orbax's and TensorStore's errors as errors.py's NotFound /
-AccessDenied / Unavailable, naming the object) and when a binary ends on a bucket client's error
-(`report`, which cli.run asks)."""
+before a binary reads or writes anything (`check_paths`, `not_a_file`), around an Orbax call
+(`checkpoint_errors`) and when a binary ends on a bucket client's error (`report`)."""
 
 import contextlib
 import fnmatch
@@ -15,7 +12,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from bert_jax import cli
 from bert_jax.storage.errors import (
-    _GOOGLE_HINT,
     AccessDenied,
     NotFound,
     PathError,
@@ -24,6 +20,7 @@ from bert_jax.storage.errors import (
     convert,
     outage_line,
     refusal,
+    refused_line,
     unavailable_message,
 )
 from bert_jax.storage.files import url_kind
@@ -33,10 +30,9 @@ from bert_jax.storage.paths import (
     checkpoint_problem,
     is_url,
     parse,
+    real_path,
 )
 from bert_jax.storage.remote import _fs, _named
-
-# --- Before anything is read or written -----------------------------------------------------
 
 
 def check_paths(
@@ -46,12 +42,9 @@ def check_paths(
     local: Iterable[str] = (),
     checkpoints: Iterable[str] = (),
 ) -> None:
-    """A binary's path flags, parsed before it reads or writes anything: `paths` maps each flag
-    (or config field) to its value (None or "" for unset, a list for a list flag). The flags in
-    `outputs` are written: a bucket there must exist (asked of the server now, not found at the
-    first upload); those in `local` must name local paths (a cache directory), those in
-    `checkpoints` a place Orbax can write (CHECKPOINT_SCHEMES). Raises the first problem as a
-    StorageError naming its flag."""
+    """A binary's path flags (flag or config field -> value or list) parsed before any work: a
+    bucket an output names must exist, `local` flags name local paths, `checkpoints` a place Orbax
+    writes. The first problem is a StorageError naming its flag."""
     outputs, local, checkpoints = set(outputs), set(local), set(checkpoints)
     for flag, value in paths.items():
         for path in _values(value):
@@ -72,34 +65,25 @@ def _values(value) -> list[str]:
 
 
 def _not_an_input(flag: str, paths: Mapping[str, str | Sequence[str] | None]) -> None:
-    """Refuses an output that is a file another flag reads (`--output` = `--input`, or matched
-    by its glob): writing it would replace the input (docs/faults.md)."""
+    """Refuses an output that is a file another flag reads (or its glob matches)."""
     for out in _values(paths.get(flag)):
-        local = not is_url(out)
-        if local and not os.path.isfile(out):
+        if not is_url(out) and not os.path.isfile(out):
             continue  # a new file or a directory: nothing read is replaced
-        here = os.path.realpath(out) if local else out
-        for other, value in paths.items():
-            if other == flag:
-                continue
-            for path in _values(value):
-                if is_url(path) != (not local):
-                    continue
-                there = os.path.realpath(path) if local else path
-                if here == there or (
-                    any(c in path for c in "*?[") and fnmatch.fnmatchcase(here, there)
-                ):
-                    raise StorageError(
-                        f"{flag}={out!r} is also read, as {other}={path!r}: writing it would "
-                        "replace that input; name another file"
-                    )
+        here = real_path(out)  # a local one absolute: no URL (pattern) matches it
+        for other, path in ((o, p) for o, v in paths.items() if o != flag for p in _values(v)):
+            there = real_path(path)
+            if here == there or (
+                any(c in path for c in "*?[") and fnmatch.fnmatchcase(here, there)
+            ):
+                raise StorageError(
+                    f"{flag}={out!r} is also read, as {other}={path!r}: writing it would replace "
+                    "that input; name another file"
+                )
 
 
 def not_a_file(path: str) -> str | None:
-    """Why `path` is not a file to read, as words that follow its name, the same for both kinds
-    (a local path: missing, a directory, a pipe, ...: cli.not_a_file; a URL: no such object, no
-    such bucket, a prefix: `missing`), or None when it is one. A refusal (no credentials)
-    or an unreachable server is raised, never taken for a missing file."""
+    """Why `path` is not a file to read, as words that follow its name, or None; a refusal or an
+    unreachable server is raised, never taken for a missing file."""
     if not is_url(path):
         return None if os.path.isfile(path) else cli.not_a_file(path)
     kind = url_kind(path)
@@ -110,29 +94,23 @@ def not_a_file(path: str) -> str | None:
 
 def check_file(path: str, what: str) -> None:
     """Raises cli.UserError "`what` 'path' <why>" unless `path` is a file to read."""
-    why = not_a_file(path)
-    if why:
+    if why := not_a_file(path):
         raise cli.UserError(f"{what} {path!r} {why}")
-
-
-# --- When a binary ends on a bucket's error -------------------------------------------------
 
 
 def missing(url: str) -> str:
     """Why nothing is at `url`, as words that follow it: no bucket, a prefix, or no object."""
     with contextlib.suppress(Exception):  # only a finer line; the plain one is right too
-        bucket = bucket_and_key(url)[0]
         if not bucket_exists(url):
-            return f"does not exist: there is no bucket {bucket!r} (create it, or fix the name)"
+            return _NO_BUCKET.format(bucket_and_key(url)[0])
         if _fs(url)._fs.info(url.rstrip("/")).get("type") == "directory":
             return "is a directory (a prefix of objects), not a file"
     return "does not exist"
 
 
 def report(error: BaseException) -> str | None:
-    """The one line for an error of the bucket clients (cli.run asks it): a NotFound refined by
-    `missing`, an AccessDenied, the outage line, a refusal that reached us unconverted (through
-    Orbax), or None if `error` is none of them."""
+    """The one line for an error of the bucket clients (cli.run asks it), or None: a NotFound
+    refined by `missing`, an AccessDenied, an outage, a refusal unconverted (through Orbax)."""
     if isinstance(error, cli.UserError) and not isinstance(error, (PathError, Unavailable)):
         return None  # a line of its own (one that names the flag, say), whatever its cause
     chain = cli.causes(error)
@@ -141,8 +119,7 @@ def report(error: BaseException) -> str | None:
             return f"{e.url} {missing(e.url)}"
         if isinstance(e, PathError):
             return str(e)
-    outage = unavailable_message(error)
-    if outage is not None:
+    if (outage := unavailable_message(error)) is not None:
         return outage
     for e in chain:
         # A plain PermissionError is a local file's (cli reports it); the clients' own only.
@@ -152,12 +129,11 @@ def report(error: BaseException) -> str | None:
     return None
 
 
-# --- Buckets --------------------------------------------------------------------------------
+_NO_BUCKET = "does not exist: there is no bucket {!r} (create it, or fix the name)"
 
 
 def bucket_exists(url: str) -> bool:
-    """Whether the bucket of `url` is there (asked of the server; tried on the budget, a refusal
-    is AccessDenied naming `url`)."""
+    """Whether the bucket of `url` is there; a refusal is AccessDenied naming `url`."""
     fs, bucket = _fs(url)._fs, bucket_and_key(url)[0]
     try:
         if url.startswith("gs://"):
@@ -170,29 +146,21 @@ def bucket_exists(url: str) -> bool:
 
 
 def check_bucket(url: str, flag: str) -> None:
-    """Raises StorageError naming `flag` when `url`'s bucket is not there: before a binary writes
-    anything into it (an upload into a missing bucket fails only at the end)."""
-    if not is_url(url):
-        return
+    """StorageError naming `flag` unless the URL's bucket is there, before anything is written."""
     try:
         there = bucket_exists(url)
     except AccessDenied as e:  # the flag named too, as cli.user_path names a local one
         raise StorageError(f"{flag}={url!r}: {e.strerror}") from e
     if not there:
-        raise StorageError(
-            f"{flag}={url!r} does not exist: there is no bucket {bucket_and_key(url)[0]!r} "
-            "(create it, or fix the name)"
-        )
+        raise StorageError(f"{flag}={url!r} {_NO_BUCKET.format(bucket_and_key(url)[0])}")
 
 
-# --- Orbax's errors -------------------------------------------------------------------------
-# Its metadata files fail as gcsfs' errors (through etils.epath), its arrays as TensorStore's
-# ValueError, whose text starts with an absl status and names the object (`PERMISSION_DENIED:
-# Error writing gs://b/k: ... [http_response_code='403']`). Damage (a NOT_FOUND for one file of a
-# step whose bucket is there, a DATA_LOSS, a JSON file that does not parse) stays unclassified,
-# for checkpointing to report as a damaged step.
+# Orbax's errors: gcsfs' for its metadata, TensorStore's ValueError for its arrays (`STATUS: ...
+# gs://b/k ... [http_response_code='403']`). Damage (a step's file NOT_FOUND, its bucket there;
+# DATA_LOSS; bad JSON) stays unclassified, for checkpointing to report as a damaged step.
 
 _STATUS = re.compile(r"^([A-Z_]+): ")
+_REFUSED, _AWAY = ("PERMISSION_DENIED", "UNAUTHENTICATED"), ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 _URL = re.compile(r"""\b(?:gs|s3)://[^\s"'\]\[,;]+""")
 _LOCAL = re.compile(r'local file "([^"]+)"')
 # A request URL of the GCS JSON API (gcsfs and TensorStore name objects by them).
@@ -202,9 +170,8 @@ _HTTP_BODY = re.compile(r"http_response_body='(.*?)'\]", re.S)
 
 
 def object_url(text: str) -> str | None:
-    """The first object a client's error text names, as a path the user would write: gs:// or
-    s3:// as it stands, a GCS request URL turned back into gs://bucket/key, a local file's path
-    (TensorStore's `local file "..."`)."""
+    """The first object a client's error text names, as the user would write it (gs://, s3://, a
+    GCS request URL turned back into gs://bucket/key, TensorStore's `local file "..."`)."""
     request = _REQUEST.search(text)
     found = _URL.search(text)
     if request and (not found or request.start() < found.start()):
@@ -224,8 +191,7 @@ def readable(text: str) -> str:
 
 
 def _server_message(text: str) -> str:
-    """The server's own words in TensorStore's text (its http_response_body), else the status
-    line without the spec."""
+    """The server's own words in TensorStore's text, else its status line without the spec."""
     body = _HTTP_BODY.search(text)
     if body:
         with contextlib.suppress(ValueError, AttributeError):
@@ -241,16 +207,12 @@ def _tensorstore(error: BaseException, directory: str) -> BaseException | None:
         return None
     url = object_url(text) or directory
     code = int(_HTTP_CODE.search(text).group(1)) if _HTTP_CODE.search(text) else None
-    if status.group(1) in ("PERMISSION_DENIED", "UNAUTHENTICATED") or code in (401, 403):
-        detail = _server_message(text)
-        if url.startswith("gs://") and code == 401 and _anonymous():
-            reason = f"no credentials were found ({detail}): {_GOOGLE_HINT}"
-        elif is_url(url):
-            reason = f"the server refused the credentials in use ({detail}); give them access"
-        else:
-            reason = detail
+    if status.group(1) in _REFUSED or code in (401, 403):
+        reason = detail = _server_message(text)
+        if is_url(url):
+            reason = refused_line(detail, url.startswith("gs://") and code == 401 and _anonymous())
         return AccessDenied(url, f"Permission denied ({reason})")
-    if status.group(1) in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (code or 0) >= 500:
+    if status.group(1) in _AWAY or (code or 0) >= 500:
         return Unavailable(
             f"{url}: {unavailable_message(error) or outage_line(_server_message(text))}"
         )
@@ -260,9 +222,8 @@ def _tensorstore(error: BaseException, directory: str) -> BaseException | None:
 
 
 def _bucket_there(url: str) -> bool:
-    """Whether `url`'s bucket is still there (a NOT_FOUND for a file of a step whose bucket is
-    there is a damaged step, not a storage error). Unknown (the server refuses or is away):
-    True, so that the error is left as it was."""
+    """Whether `url`'s bucket is still there (else a NOT_FOUND is a damaged step's); True where
+    that is unknown, so that the error is left as it was."""
     try:
         return bucket_exists(url)
     except Exception:
@@ -270,9 +231,8 @@ def _bucket_there(url: str) -> bool:
 
 
 def classify(error: BaseException, directory: str) -> BaseException | None:
-    """A NotFound (the checkpoint's bucket gone), AccessDenied or Unavailable naming the object
-    (or `directory`, the checkpoint directory, where the error names none) for an error of Orbax
-    that means one, else None. The error's whole chain is searched: Orbax wraps TensorStore's."""
+    """The NotFound (its bucket gone), AccessDenied or Unavailable naming the object (else
+    `directory`) that an error of Orbax, or one in its chain, means, or None."""
     for chain in cli.causes(error):
         if isinstance(chain, (PathError, Unavailable)):
             return chain
@@ -291,31 +251,23 @@ def classify(error: BaseException, directory: str) -> BaseException | None:
 
 def looks_like_storage(error: BaseException) -> bool:
     """Whether `error` (or a cause) is a storage error by its text alone, asking no server: for
-    the filter that keeps Orbax's background threads from logging a screen of tracebacks for
-    an error the main thread then reports in one line."""
+    the filter that keeps Orbax's threads from logging tracebacks of what the main one reports."""
     for chain in cli.causes(error):
         if isinstance(chain, (PathError, Unavailable)) or unavailable_message(chain):
             return True
         status = _STATUS.match(str(chain))
-        if isinstance(chain, ValueError) and status and status.group(1) in _STORAGE_STATUSES:
+        if (
+            isinstance(chain, ValueError)
+            and status
+            and status.group(1) in (*_REFUSED, *_AWAY, "NOT_FOUND")
+        ):
             return True
     return False
 
 
-_STORAGE_STATUSES = (
-    "PERMISSION_DENIED",
-    "UNAUTHENTICATED",
-    "NOT_FOUND",
-    "UNAVAILABLE",
-    "DEADLINE_EXCEEDED",
-)
-
-
 @contextlib.contextmanager
 def checkpoint_errors(directory: str) -> Iterator[None]:
-    """Around an Orbax call on the checkpoints in `directory`: an error `classify` knows is
-    raised as that storage error (one `error:` line naming the object and the cause); others
-    are left as they are."""
+    """An error of an Orbax call that `classify` knows raised as that storage error."""
     try:
         yield
     except Exception as e:

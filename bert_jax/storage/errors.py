@@ -1,12 +1,7 @@
-"""What the bucket clients' errors mean, in the words a local path gets for the same situation,
-naming the path the user gave (never a request URL or a local cache copy), asking no server:
-NotFound, AccessDenied (also FileNotFoundError and PermissionError, with errno and filename, so
-callers that catch those still do) and Unavailable (the outage line, after the retry budget); all
-three are StorageErrors (cli.UserError), printed as one `error:` line. `convert` makes them from
-a client's error where a call about a path fails (remote._Retrying); checks.py refines them
-where that asks the server (`report`, `checkpoint_errors`). The list a user sees:
-docs/scaling.md, "Buckets (gs:// and s3://)": "Errors".
-"""
+"""The bucket clients' errors in the words a local path gets, naming the user's path, asking no
+server (`convert`): NotFound, AccessDenied (also OSErrors, so that callers catching those still
+do) and Unavailable (after the retry budget). checks.py refines them where that asks the server.
+docs/scaling.md, "Buckets (gs:// and s3://)": "Errors"."""
 
 import contextlib
 import errno
@@ -15,8 +10,6 @@ from collections.abc import Iterator
 
 from bert_jax import cli
 from bert_jax.storage.paths import StorageError
-
-# --- The errors -----------------------------------------------------------------------------
 
 
 class PathError(StorageError):
@@ -52,18 +45,13 @@ class AccessDenied(PathError, PermissionError):
 
 
 class Unavailable(StorageError):
-    """A bucket that stayed unreachable through the retries, as one picklable error whose message
-    is `unavailable_message`'s line (the clients' own errors do not all survive being sent from a
-    worker process to its parent)."""
-
-
-# --- The clients' errors, classified --------------------------------------------------------
+    """A bucket unreachable through the retries: the outage line, picklable (the clients' own
+    errors do not all survive being sent from a worker process to its parent)."""
 
 
 def transient(error: BaseException) -> bool:
     """An error a later try may not meet: a timeout, a refused or dropped connection, a 5xx,
-    408 or 429 answer, an expired token (what the clients retry, and the timeouts they do
-    not)."""
+    408 or 429 answer, an expired token."""
     if isinstance(error, PathError):
         return False
     if isinstance(error, (TimeoutError, ConnectionError)):  # fsspec's FSTimeoutError too
@@ -88,8 +76,7 @@ def transient(error: BaseException) -> bool:
     return False
 
 
-def _http_code(error: BaseException) -> int | None:
-    """The HTTP status of a gcsfs HttpError, else None."""
+def _http_code(error: BaseException) -> int | None:  # a gcsfs HttpError's
     if type(error).__name__ == "HttpError" and isinstance(getattr(error, "code", None), int):
         return error.code
     return None
@@ -111,7 +98,11 @@ def refusal(error: BaseException) -> str | None:
         )
     if name == "RefreshError":
         return f"the credentials could not be used ({detail}): {_GOOGLE_HINT}"
-    if code == 401 and _anonymous():
+    return refused_line(detail, anonymous=code == 401 and _anonymous())
+
+
+def refused_line(detail: str, anonymous: bool) -> str:
+    if anonymous:
         return f"no credentials were found ({detail}): {_GOOGLE_HINT}"
     return f"the server refused the credentials in use ({detail}); give them access to the bucket"
 
@@ -133,8 +124,7 @@ def _anonymous() -> bool:
 
 
 def convert(error: BaseException, url: str) -> BaseException | None:
-    """A NotFound, AccessDenied or Unavailable naming `url` (the path the call was about) for a
-    client's error that means one, else None (the error stays as it is)."""
+    """A NotFound, AccessDenied or Unavailable naming `url` for a client's error, or None."""
     if isinstance(error, PathError):
         return None
     if isinstance(error, FileNotFoundError) and "upload_id=" not in str(error):
@@ -148,12 +138,8 @@ def convert(error: BaseException, url: str) -> BaseException | None:
     return None
 
 
-# --- The outage line ------------------------------------------------------------------------
-
-
 def unavailable_message(error: BaseException) -> str | None:
-    """The one line for an error of the bucket clients that retries could not get past (the
-    server down, 5xx answers, stalls), or None if `error` is not one."""
+    """The line for a bucket client's error that the retries could not get past, or None."""
     if isinstance(error, Unavailable):
         return str(error)
     if "gcsfs" not in sys.modules and "s3fs" not in sys.modules:
@@ -174,7 +160,6 @@ def unavailable_message(error: BaseException) -> str | None:
 
 
 def outage_line(detail: str) -> str:
-    """The line for a bucket that did not serve a request through the retries (`detail`: why)."""
     return (
         f"the storage server did not serve the request after its retries ({detail}); finished "
         "work is kept and nothing half-written is used: rerun the same command when the bucket "
@@ -184,8 +169,7 @@ def outage_line(detail: str) -> str:
 
 @contextlib.contextmanager
 def unavailable_as_user_error() -> Iterator[None]:
-    """Turns an error of the bucket clients that the retries could not get past into
-    `Unavailable` (for worker processes, whose errors are pickled to the parent)."""
+    """An outage as `Unavailable`, for worker processes, whose errors are pickled to the parent."""
     try:
         yield
     except Exception as e:

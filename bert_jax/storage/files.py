@@ -4,6 +4,8 @@ docs/scaling.md, "Buckets (gs:// and s3://)"."""
 
 import base64
 import contextlib
+import datetime
+import glob as glob_lib
 import hashlib
 import io
 import os
@@ -17,15 +19,10 @@ from bert_jax.storage.remote import _fs, _named
 
 _CHUNK = 1 << 20
 
-# --- Reading --------------------------------------------------------------------------------
-
 
 def open_read(path: str, mode: str = "rb", block_size: int | None = None, encoding: str = "utf-8"):
-    """A file object for reading, local or remote (remote ones read ahead in blocks and seek;
-    `block_size`: how far past a read, the client's default, 5 MB for GCS, when None); text
-    mode decodes with `encoding`. A remote binary file is an io.BufferedReader, as a local one:
-    fsspec's own file has a readline() without a size limit, that scans its blocks a piece at a
-    time."""
+    """A file object for reading; a remote one reads `block_size` ahead and, opened "rb", is an
+    io.BufferedReader, as a local one is (fsspec's own readline() has no size limit)."""
     encoding = None if "b" in mode else encoding
     if not is_url(path):
         return open(path, mode, encoding=encoding)
@@ -46,10 +43,8 @@ def read_text(path: str) -> str:
 
 
 def url_kind(path: str) -> str | None:
-    """ "file", "directory" (a bucket, or a prefix under which some object lies) or None for
-    nothing at `path`. fsspec's own isfile and isdir answer False for any error, so a bucket
-    that refused the request (no credentials) or stayed unreachable looked like a missing file;
-    those errors are raised here."""
+    """ "file", "directory" (a bucket, or a prefix of some object) or None; unlike fsspec's isfile
+    and isdir, which answer False for any error, a refusal or an outage is raised."""
     try:
         return _fs(path).info(path).get("type")
     except NotFound:
@@ -61,8 +56,7 @@ def exists(path: str) -> bool:
 
 
 def isdir(path: str) -> bool:
-    """A local directory, or a bucket prefix under which some object lies (a bucket has no empty
-    directories) or a bucket itself."""
+    """A local directory, a bucket or a prefix of some object (a bucket has no empty ones)."""
     return url_kind(path) == "directory" if is_url(path) else os.path.isdir(path)
 
 
@@ -74,16 +68,12 @@ def listdir(path: str) -> list[str]:
     """The names directly under `path`, sorted (a bucket prefix's objects and sub-prefixes)."""
     if not is_url(path):
         return sorted(os.listdir(path))
-    fs = _fs(path)
-    fs.invalidate_cache(path)  # another process may have written since (a rerun, other hosts)
-    return sorted(basename(p) for p in fs.ls(path, detail=False) if basename(p))
+    return sorted(basename(p) for p in _fs(path, fresh=True).ls(path, detail=False) if basename(p))
 
 
 def glob(pattern: str) -> list[str]:
     """The paths that match `pattern`, sorted; URLs come back as URLs."""
     if not is_url(pattern):
-        import glob as glob_lib
-
         return sorted(glob_lib.glob(pattern))
     scheme = pattern.partition("://")[0]
     fs = _fs(pattern)
@@ -96,60 +86,47 @@ def size(path: str) -> int:
 
 
 def version(path: str) -> tuple[int, str]:
-    """(size, version) of a file, asked now: the version is GCS's generation (a number the server
-    gives each write of a name, never reused), S3's ETag, a local file's inode and mtime; a
-    rewrite of the file gives another version."""
+    """(size, version) of a file, asked now; every write of it gives another version (GCS's
+    generation, S3's ETag, a local file's inode and mtime)."""
     if not is_url(path):
         st = os.stat(path)
-        return st.st_size, f"{st.st_ino}:{st.st_mtime_ns}"
-    fs = _fs(path)
-    fs.invalidate_cache(path)
-    info = fs.info(path)
+        return st.st_size, _local_version(st)
+    info = _fs(path, fresh=True).info(path)
     found = info.get("generation") or info.get("VersionId") or info.get("ETag")
     return int(info["size"]), str(found).strip('"')
 
 
+def _local_version(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_mtime_ns}"
+
+
 def modified(path: str) -> float:
-    """When `path` was last written, in seconds since the epoch (a local file's mtime; the time
-    the server gave the object's last write)."""
+    """When `path` was last written, in seconds since the epoch (an object: by the server)."""
     if not is_url(path):
         return os.stat(path).st_mtime
-    fs = _fs(path)
-    fs.invalidate_cache(path)
-    info = fs.info(path)
+    info = _fs(path, fresh=True).info(path)
     when = info.get("mtime") or info.get("LastModified")
     if isinstance(when, str):
-        import datetime
-
         when = datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
     return when.timestamp()
 
 
 def sizes(path: str) -> dict[str, int]:
-    """{name: size} of the files directly under the directory or prefix `path` ({} when there is
-    none): one listing request for a bucket, where a size per file would be one request each."""
-    if not is_url(path):
-        try:
-            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
-        except FileNotFoundError:
-            return {}
-    fs = _fs(path)
-    fs.invalidate_cache(path)
+    """{name: size} of the files directly under `path` ({} if none): one request per bucket."""
     try:
-        listed = fs.ls(path, detail=True)
+        if not is_url(path):
+            return {e.name: e.stat().st_size for e in os.scandir(path) if e.is_file()}
+        listed = _fs(path, fresh=True).ls(path, detail=True)
     except FileNotFoundError:
         return {}
     return {basename(e["name"]): int(e["size"]) for e in listed if e.get("type") == "file"}
 
 
 def md5(path: str) -> str:
-    """The md5 of a file in hex; for a GCS object the md5 the server computed at upload (no
-    download), unless it has none (composite objects), then by reading it."""
-    if is_url(path):
-        info = _fs(path).info(path)
-        stored = info.get("md5Hash")
-        if stored:
-            return base64.b64decode(stored).hex()
+    """The md5 of a file in hex; for a GCS object the server's, where it has one (no download)."""
+    stored = _fs(path).info(path).get("md5Hash") if is_url(path) else None
+    if stored:
+        return base64.b64decode(stored).hex()
     digest = hashlib.md5()
     with open_read(path) as f:
         for block in iter(lambda: f.read(_CHUNK), b""):
@@ -157,12 +134,8 @@ def md5(path: str) -> str:
     return digest.hexdigest()
 
 
-# --- Writing --------------------------------------------------------------------------------
-
-
 def makedirs(path: str) -> None:
-    """A local directory and its parents; nothing for a URL (a bucket prefix exists once an
-    object is under it)."""
+    """A local directory and its parents; nothing for a URL (a prefix exists once it holds one)."""
     if not is_url(path):
         os.makedirs(path, exist_ok=True)
 
@@ -174,9 +147,8 @@ def _local_tmp(path: str) -> str:
 @contextlib.contextmanager
 def open_write(path: str, mode: str = "wb") -> Iterator:
     """A file object whose content appears under `path` whole when the block ends without an
-    error, and never otherwise: a local file is written under a temporary name (see
-    bert_jax.data.contract.manifest.TEMPORARY) and renamed; an object to a local temporary file,
-    uploaded then (an upload a killed process never finalizes)."""
+    error, and never otherwise: written under a temporary name (manifest.TEMPORARY), then renamed,
+    or to a local file, then uploaded."""
     encoding = None if "b" in mode else "utf-8"
     if not is_url(path):
         tmp = _local_tmp(path)
@@ -196,8 +168,7 @@ def open_write(path: str, mode: str = "wb") -> Iterator:
         _fs(path).put_file(local, path)
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """`data` under `path`, published whole (see open_write)."""
+def write_bytes(path: str, data: bytes) -> None:  # published whole, as open_write's
     if not is_url(path):
         with open_write(path) as f:
             f.write(data)
@@ -209,21 +180,17 @@ def write_text(path: str, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def remove(path: str, missing_ok: bool = True) -> None:
-    try:
-        if not is_url(path):
-            os.remove(path)
-        else:
+def remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # gone already: what the caller wants
+        if is_url(path):
             _fs(path).rm_file(path)
-    except FileNotFoundError:
-        if not missing_ok:
-            raise
+        else:
+            os.remove(path)
 
 
 def move(src: str, dst: str) -> None:
-    """Renames a file or directory. In a bucket there is no rename: every object is copied, then
-    the originals deleted, so a move cut short leaves objects under both names (callers first
-    take away what marks `src` finished, see bert_jax.training.checkpoints)."""
+    """Renames a file or directory; in a bucket each object is copied, then deleted, so callers
+    first take away what marks `src` finished (a move cut short leaves both)."""
     if not is_url(src):
         os.rename(src, dst)
         return
@@ -244,15 +211,9 @@ def rmtree(path: str) -> None:
     fs.invalidate_cache()
 
 
-# --- Created only where absent, read with a version (bert_jax.storage.workdir_lock) --------
-
-
 def create_exclusive(path: str, data: bytes) -> bool:
-    """Creates `path` holding `data` if nothing is there, atomically: True if this call created
-    it, False if it existed. Locally O_CREAT|O_EXCL (on NFS v3 and later too); on GCS the
-    ifGenerationMatch=0 precondition, which the server checks; on S3 If-None-Match: *, which AWS
-    S3 checks since 2024 but some S3-compatible stores ignore: a bucket is first probed once, and
-    one that ignores it is a StorageError."""
+    """Creates `path` holding `data` if nothing is there, atomically (O_EXCL, GCS's
+    ifGenerationMatch=0, S3's If-None-Match: *): True if this call created it."""
     if not is_url(path):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -286,8 +247,7 @@ _CONDITIONAL_WRITES: dict[str, bool] = {}
 
 
 def _check_conditional_writes(path: str) -> None:
-    """Refuses an S3 store that ignores If-None-Match (it would let two writers both create):
-    a probe object is created twice, once per bucket and process."""
+    """Refuses an S3 store that ignores If-None-Match: two writers could both create."""
     bucket = bucket_and_key(path)[0]
     if bucket not in _CONDITIONAL_WRITES:
         fs = _fs(path)
@@ -308,14 +268,11 @@ def _check_conditional_writes(path: str) -> None:
 
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
-    """(content, version) of `path`, or None if it is not there. The version changes whenever
-    the file is replaced: a GCS object's generation, an S3 object's ETag, a local file's inode
-    and mtime."""
+    """(content, `version`) of `path`, or None if it is not there."""
     try:
         if not is_url(path):
             with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                return f.read(), f"{st.st_ino}:{st.st_mtime_ns}"
+                return f.read(), _local_version(os.fstat(f.fileno()))
         found = version(path)[1]  # first: a replacement in between shows as a newer version
         return _fs(path).cat_file(path), found
     except FileNotFoundError:

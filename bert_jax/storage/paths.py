@@ -1,9 +1,6 @@
-"""Paths, local or in a bucket (gs://, s3://): what a user's path is, parsed once (`parse`), and
-joining and splitting them as their kind does. A path is a URL when it starts `<scheme>://`
-(SCHEMES served). `_problem` says what is refused, each as one StorageError naming the flag: a
-`..` part, say, which an object store does not resolve, or `gs:x`, which would otherwise be a
-local directory `gs:`. docs/scaling.md, "Buckets (gs:// and s3://)": "Paths".
-"""
+"""Paths, local or in a bucket (a URL: `<scheme>://`, SCHEMES served): a user's path parsed once
+(`parse`, refusing what `_problem` names), joined and split as its kind does. docs/scaling.md,
+"Buckets (gs:// and s3://)": "Paths"."""
 
 import os
 import posixpath
@@ -12,8 +9,7 @@ import re
 from bert_jax import cli
 
 SCHEMES = ("gs", "s3")
-# Schemes whose paths may hold Orbax checkpoints (Orbax 0.12 writes local and gs:// paths only:
-# an s3:// workdir fails inside Orbax, see docs/scaling.md#buckets-gs-and-s3).
+# Where Orbax 0.12 can write checkpoints besides local paths (docs/scaling.md, "s3://").
 CHECKPOINT_SCHEMES = ("gs",)
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -33,8 +29,7 @@ MAX_KEY_BYTES = 1024
 
 
 class StorageError(cli.UserError):
-    """A path that cannot be used as given (a malformed URL, a bucket that is not there, no
-    credentials for it), named in the message."""
+    """A path that cannot be used as given (a malformed URL, no bucket, no credentials)."""
 
 
 def _problem(path: str) -> str | None:
@@ -88,28 +83,15 @@ def _problem(path: str) -> str | None:
 
 
 def parse(path: str, flag: str | None = None) -> str:
-    """`path` checked (`_problem`) and in the form the package takes it: a URL without trailing
-    slashes, a local path with `~` expanded. Raises StorageError naming `flag` (or the path
-    alone) for a path that is neither a valid bucket URL nor a local path."""
+    """`path` as the package takes it (a URL without trailing slashes, a local path with `~`
+    expanded), or a StorageError naming `flag`."""
     path = str(path)
     if not path.strip():
         raise StorageError(f"{flag} is empty; pass a path" if flag else "an empty path")
-    problem = _problem(path)
-    if problem:
+    if problem := _problem(path):
         raise StorageError(f"{flag}={path!r} {problem}" if flag else f"{path!r} {problem}")
     # A valid URL names a bucket: stripping its trailing slashes leaves `scheme://bucket` at least.
     return path.rstrip("/") if _URL.match(path) else os.path.expanduser(path)
-
-
-def checkpoints_refused(path: str, flag: str | None = None) -> str:
-    """The line for checkpoints in a bucket Orbax cannot write (s3://)."""
-    where = f"{flag}={path!r}" if flag else repr(path)
-    served = ", ".join(s + "://" for s in CHECKPOINT_SCHEMES)
-    return (
-        f"{where}: checkpoints cannot be kept in {path.partition('://')[0]}:// (Orbax, which "
-        f"writes them, serves local paths and {served} only); "
-        "use a gs:// or local directory for the run (its records and exports may stay in s3://)"
-    )
 
 
 # TensorStore, which writes a checkpoint's arrays, reads a gs:// path as a URL: '#' and '?' end
@@ -119,13 +101,17 @@ _TENSORSTORE_SPECIAL = "#?%"
 
 
 def checkpoint_problem(path: str, flag: str | None = None) -> str | None:
-    """The line refusing `path` (a URL) as a place for checkpoints, or None where Orbax can keep
-    them there: its scheme is one of CHECKPOINT_SCHEMES and TensorStore reads its name as given."""
+    """The line refusing the URL `path` as a place for checkpoints, or None."""
+    where = f"{flag}={path!r}" if flag else repr(path)
     if path.partition("://")[0] not in CHECKPOINT_SCHEMES:
-        return checkpoints_refused(path, flag)
+        served = ", ".join(s + "://" for s in CHECKPOINT_SCHEMES)
+        return (
+            f"{where}: checkpoints cannot be kept in {path.partition('://')[0]}:// (Orbax, which "
+            f"writes them, serves local paths and {served} only); use a gs:// or local "
+            "directory for the run (its records and exports may stay in s3://)"
+        )
     special = sorted({c for c in bucket_and_key(path)[1] if c in _TENSORSTORE_SPECIAL})
     if special:
-        where = f"{flag}={path!r}" if flag else repr(path)
         return (
             f"{where}: checkpoints cannot be kept under a name holding {' or '.join(special)!s} "
             "(TensorStore, which writes their arrays, reads a bucket path as a URL: they would "
@@ -135,20 +121,16 @@ def checkpoint_problem(path: str, flag: str | None = None) -> str | None:
 
 
 def is_url(path: str) -> bool:
-    """Whether `path` names an object in a bucket (gs://, s3://) rather than a local file; a path
-    that is neither (see `parse`) is a StorageError."""
+    """Whether `path` names an object in a bucket; a malformed one is a StorageError."""
     path = str(path)
     if "://" not in path and ":" not in path[:6] and "\x00" not in path:
         return False  # the common case, a plain local path: no pattern to match
-    problem = _problem(path)
-    if problem:
-        raise StorageError(f"{path!r} {problem}")
+    parse(path)  # a malformed one is a StorageError
     return _URL.match(path) is not None
 
 
 def real_path(path: str) -> str:
-    """One spelling per file, to tell whether two paths name the same one: a local path with its
-    links and ".." resolved (os.path.realpath), a bucket URL as it is."""
+    """One spelling per file, to tell whether two paths name the same one."""
     return path if is_url(path) else os.path.realpath(path)
 
 
@@ -172,5 +154,4 @@ def basename(path: str) -> str:
 
 
 def expand(path: str) -> str:
-    """A user's path as this module takes it: `~` expanded for local paths, URLs as given."""
     return path if is_url(path) else os.path.expanduser(path)

@@ -1,10 +1,6 @@
 """The bucket clients: their settings (`configure`), the file system of a URL (`_fs`), and the one
-retry budget every call to a bucket spends: a transient failure is tried again after 1, 2, 4, ...
-30 s until retry_seconds() have passed since the first, in place of gcsfs' own retries
-(`_budgeted_gcs`, Orbax's metadata files included), around whole operations (`_retrying`) and as
-TensorStore's retry count (`tensorstore_retries`). docs/scaling.md, "Buckets (gs:// and s3://)":
-"Faults".
-"""
+retry budget every call to a bucket spends, in place of the clients' own retries (gcsfs', s3fs',
+TensorStore's). docs/scaling.md, "Buckets (gs:// and s3://)": "Faults"."""
 
 import asyncio
 import contextlib
@@ -20,8 +16,7 @@ from bert_jax.storage.paths import is_url
 # A request that gets no answer for this long is tried again (a stalled server or proxy).
 REQUEST_TIMEOUT_S = 60
 # A call about one object not back after this long is tried again: gcsfs' request timeout bounds
-# each HTTP request, not a call whose coroutine waits on something else (docs/scaling.md,
-# "Credentials"). Listings and transfers have no such bound: their time grows with the bucket.
+# a request, not a coroutine waiting on something else (docs/scaling.md, "Credentials").
 CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_S
 _METADATA_CALLS = frozenset(("info", "isdir", "isfile", "exists"))
 # How long a failing call is tried again (env BERT_JAX_STORAGE_RETRY_S) from its first failure:
@@ -33,15 +28,12 @@ _LOG = logging.getLogger("bert_jax.storage")
 _SPENT = "_bert_jax_retries_spent"
 
 
-# --- The budget -----------------------------------------------------------------------------
-
-
 def retry_seconds() -> float:
     return float(os.environ.get("BERT_JAX_STORAGE_RETRY_S", RETRY_S))
 
 
 class _Budget:
-    """The tries of one call: how long to wait before the next, until the budget is spent."""
+    """The tries of one call: after 1, 2, 4, ... MAX_DELAY_S s, until retry_seconds() passed."""
 
     def __init__(self):
         self.first_failure: float | None = None
@@ -62,12 +54,8 @@ class _Budget:
         delay, self.delay = min(self.delay, left), min(2 * self.delay, MAX_DELAY_S)
         # INFO: an outage the budget rides out changes nothing the user must see; one it does
         # not is the one `error:` line (--verbosity=0 shows each try).
-        _LOG.info(
-            "storage: %s (%s); trying again in %.0f s",
-            type(error).__name__,
-            " ".join(str(error).split())[:200],
-            delay,
-        )
+        detail = " ".join(str(error).split())[:200]
+        _LOG.info("storage: %s (%s); trying again in %.0f s", type(error).__name__, detail, delay)
         return delay
 
 
@@ -78,8 +66,7 @@ def _retrying(call, *args, **kwargs):
         try:
             return call(*args, **kwargs)
         except Exception as e:
-            delay = budget.next_delay(e)
-            if delay is None:
+            if (delay := budget.next_delay(e)) is None:
                 raise
             time.sleep(delay)
 
@@ -90,15 +77,13 @@ async def _retrying_async(call, *args, **kwargs):
         try:
             return await call(*args, **kwargs)
         except Exception as e:
-            delay = budget.next_delay(e)
-            if delay is None:
+            if (delay := budget.next_delay(e)) is None:
                 raise
             await asyncio.sleep(delay)
 
 
 def tensorstore_retries() -> dict:
-    """TensorStore's GCS retry settings (its context resource gcs_request_retries) for the same
-    budget, in place of its own default (docs/scaling.md, "Faults")."""
+    """TensorStore's gcs_request_retries for the same budget."""
     delays, delay = [], 1
     while sum(delays) < retry_seconds():
         delays.append(min(delay, 32))
@@ -110,25 +95,20 @@ def tensorstore_retries() -> dict:
     }
 
 
-# --- The clients ----------------------------------------------------------------------------
-
 _configured = False
 
 
 @functools.cache  # one class, however often `configure` runs (tests reconfigure)
 def _budgeted_gcs():
-    """gcsfs' JSON-API client with each request tried on the budget instead of gcsfs' fixed 6
-    tries (its `_request` and `_get_file_request` undecorated and decorated again)."""
-    import gcsfs.core
+    """gcsfs' JSON-API client with each request tried on the budget, not gcsfs' fixed 6 tries."""
+    from gcsfs.core import GCSFileSystem
 
-    base = gcsfs.core.GCSFileSystem
-
-    class BudgetedGCSFileSystem(base):
+    class BudgetedGCSFileSystem(GCSFileSystem):
         async def _request(self, *args, **kwargs):
-            return await _retrying_async(base._request.__wrapped__, self, *args, **kwargs)
+            return await _retrying_async(GCSFileSystem._request.__wrapped__, self, *args, **kwargs)
 
         async def _get_file_request(self, *args, **kwargs):
-            request = base._get_file_request.__wrapped__
+            request = GCSFileSystem._get_file_request.__wrapped__
             return await _retrying_async(request, self, *args, **kwargs)
 
     return BudgetedGCSFileSystem
@@ -136,8 +116,7 @@ def _budgeted_gcs():
 
 @functools.cache  # one class, however often `configure` runs
 def _once_s3():
-    """s3fs' client trying each call once (not its own 5 tries, with botocore's inside each): the
-    budget does the trying again."""
+    """s3fs' client trying each call once (not its own 5 tries, with botocore's inside each)."""
     import s3fs
 
     class OnceS3FileSystem(s3fs.S3FileSystem):
@@ -147,8 +126,7 @@ def _once_s3():
 
 
 def configure() -> None:
-    """Settings for the bucket clients, read from the environment once, before the first URL is
-    touched (gcsfs reads GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT when it is imported)."""
+    """The bucket clients' settings, once, before the first URL is touched."""
     global _configured
     if _configured:
         return
@@ -163,7 +141,6 @@ def configure() -> None:
         budgeted = _budgeted_gcs()
         for protocol in ("gs", "gcs"):
             fsspec.register_implementation(protocol, budgeted, clobber=True)
-
     gcs = fsspec.config.conf.setdefault("gcs", {})
     gcs.setdefault("requests_timeout", REQUEST_TIMEOUT_S)
     with contextlib.suppress(ImportError):
@@ -184,13 +161,16 @@ def configure() -> None:
     _configured = True
 
 
-def _fs(path: str):
-    """The fsspec file system of a URL (the instance etils.epath, and so Orbax, uses too), with
-    every method call tried on the budget and its errors named by path (`_Retrying`)."""
+def _fs(path: str, fresh: bool = False):
+    """The fsspec file system of a URL (etils.epath's, and so Orbax's), as a `_Retrying`; `fresh`:
+    without gcsfs' cached listing of `path` (another process may have written since)."""
     configure()
     from etils.epath import backend
 
-    return _Retrying(backend.fsspec_backend.fs(path))
+    fs = _Retrying(backend.fsspec_backend.fs(path))
+    if fresh:
+        fs.invalidate_cache(path)
+    return fs
 
 
 def _subject(name: str, args: tuple) -> str | None:
@@ -200,8 +180,7 @@ def _subject(name: str, args: tuple) -> str | None:
 
 
 def _named(call, url: str | None, tries: bool = True):
-    """`call`, tried on the budget (unless not `tries`), its errors converted to those naming
-    `url` (errors.convert)."""
+    """`call`, tried on the budget (if `tries`), its errors converted to those naming `url`."""
 
     def run(*args, **kwargs):
         try:
@@ -216,8 +195,7 @@ def _named(call, url: str | None, tries: bool = True):
 
 
 class _Retrying:
-    """A file system whose method calls are tried on the budget, their errors naming their path;
-    files opened for reading fetch their blocks the same way."""
+    """A file system whose calls (and open files' reads) go through `_named`."""
 
     def __init__(self, fs):
         self._fs = fs
@@ -227,8 +205,7 @@ class _Retrying:
         if not callable(attribute) or name in ("invalidate_cache", "open"):
             return attribute
         if name in _METADATA_CALLS and hasattr(attribute, "__wrapped__"):
-            # fsspec's sync wrapper of an async call takes `timeout` for itself (FSTimeoutError,
-            # a TimeoutError, so tried again).
+            # fsspec's sync wrapper takes `timeout` itself (FSTimeoutError: tried again).
             attribute = functools.partial(attribute, timeout=CALL_TIMEOUT_S)
         return lambda *args, **kwargs: _named(attribute, _subject(name, args))(*args, **kwargs)
 
@@ -248,8 +225,6 @@ class _Retrying:
 
 
 def forget_listings(path: str) -> None:
-    """Drops what this process's client remembers of the listings under `path` (gcsfs caches
-    them): for a reader about to list what another process may have written since, such as
-    Orbax listing a workdir's steps. Nothing for a local path."""
+    """Drops gcsfs' cached listings under `path`, for a reader listing through Orbax."""
     if is_url(path):
         _fs(path).invalidate_cache()

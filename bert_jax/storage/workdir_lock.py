@@ -1,13 +1,6 @@
-"""One run per directory: the lock that pre-training, fine-tuning and export take on the directory
-they write (a --workdir, an export's --output_dir) before they write anything (`hold`).
-
-`<dir>/.lock` is a JSON file naming its holder, made by exclusive creation, so of two runs
-starting at once exactly one gets it; a second run is a Busy naming the holder. The holder
-rewrites it every HEARTBEAT_S and removes it when the block ends. A stale lock is taken over
-through a marker created exclusively and named after the stale lock's version, never a
-conditional delete. What is stale, unreadable or refused, and why: docs/training.md, "The
-workdir". No JAX import: data_prep can use this module.
-"""
+"""One run per directory (`hold`): `<dir>/.lock`, a JSON file naming its holder, made by exclusive
+creation, rewritten every HEARTBEAT_S, taken over when stale through a marker created exclusively.
+What is stale, unreadable or refused, and why: docs/training.md, "The workdir". No JAX import."""
 
 from __future__ import annotations
 
@@ -45,9 +38,8 @@ def pid_running(pid: int) -> bool:
         return False
     except PermissionError:  # another user's process
         pass
-    # A killed run its parent has not yet waited for (a driver script that kills a job and
-    # reruns it before it reaps the first) is a zombie: signal 0 still finds it, yet it holds
-    # nothing and never will again.
+    # A killed run its parent has not yet reaped (a driver script rerunning a job it killed) is a
+    # zombie: signal 0 still finds it, yet it holds nothing and never will again.
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             state = f.read().rsplit(b")", 1)[1].split()[0]
@@ -103,9 +95,8 @@ def _holder_of(content: bytes) -> dict | str:
 
 
 def _read(path: str, where: str) -> tuple[dict | str, str] | None:
-    """(holder, or why it cannot be read; its version) of the lock at `path`, None if there is
-    none; read again for up to _SETTLE_S while it cannot be read (a run that has just created it
-    is writing it). A directory, or a lock this user may not read, is a Busy naming it."""
+    """(holder, or why it cannot be read; its version) of the lock at `path`, or None; read again
+    for up to _SETTLE_S while unreadable (its creator may be writing it)."""
     if not storage.is_url(path) and os.path.isdir(path):
         raise Busy(
             f"{where}: {path} is a directory, not a lock file; remove it if no run uses this "
@@ -143,7 +134,7 @@ class _Lock:
             "token": uuid.uuid4().hex,
         }
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
         self.made_directory = False
 
     def _content(self) -> bytes:
@@ -152,13 +143,12 @@ class _Lock:
     def acquire(self, directory_flag: str) -> None:
         storage.parse(self.directory, directory_flag)  # `gs://` alone, `gs:/x`: one line
         cli.refuse_a_file(self.directory, directory_flag)
-        if storage.is_url(self.directory):  # before the lock's upload says "404" at the end
+        url = storage.is_url(self.directory)
+        if url:  # before the lock's upload says "404" at the end
             storage.check_bucket(self.directory, directory_flag)
         # A directory made only to hold the lock goes with it: a run refused before it wrote
         # anything (a bad flag, a bad input file) leaves no empty workdir behind.
-        self.made_directory = not storage.is_url(self.directory) and not os.path.isdir(
-            self.directory
-        )
+        self.made_directory = not url and not os.path.isdir(self.directory)
         with cli.user_path(directory_flag, self.directory):  # a read-only file system, say
             storage.makedirs(self.directory)
         where = f"{directory_flag}={self.directory!r}"
@@ -193,9 +183,8 @@ class _Lock:
         )
 
     def _unreadable_reason(self, why: str, where: str) -> str:
-        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only once it was
-        last written over STALE_AFTER_S ago, as a heartbeat that old is (its writer may be a run
-        starting this instant, or a live one whose lock was damaged)."""
+        """Why a lock that cannot be read (`why`) may be taken over, or Busy: only once it was last
+        written over STALE_AFTER_S ago, as for a heartbeat (its writer may be starting now)."""
         age = time.time() - storage.modified(self.path)
         if age > STALE_AFTER_S:
             return (
@@ -222,10 +211,6 @@ class _Lock:
         finally:
             storage.remove(marker)
 
-    def start_heartbeat(self) -> None:
-        self._thread = threading.Thread(target=self._beat, name=HEARTBEAT_THREAD, daemon=True)
-        self._thread.start()
-
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             with contextlib.suppress(Exception):  # a refresh missed is retried next time
@@ -243,12 +228,10 @@ class _Lock:
         return not isinstance(holder, str) and holder.get("token") == self.holder["token"]
 
     def release(self, reachable: bool = True) -> None:
-        """`reachable` False: the run ended because its bucket stayed unreachable; releasing
-        would wait out the storage retries again (minutes), so the lock is left to be taken
-        over (its pid is gone) by the rerun."""
+        """`reachable` False (the run ended on an unreachable bucket): the lock is left for the
+        rerun to take over, not released through minutes of retries."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(None if reachable else 0)
+        self._thread.join(None if reachable else 0)
         if not reachable:
             return
         with contextlib.suppress(Exception):  # never hide the error that ended the run
@@ -261,12 +244,11 @@ class _Lock:
 
 @contextlib.contextmanager
 def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None]:
-    """Holds `directory`'s lock for the block (see the module docstring); `what` names the
-    program in the lock (shown to a second run), `flag` the flag that named the directory."""
+    """Holds `directory`'s lock for the block; `what` names the program, shown to others."""
     lock = _Lock(directory, what)
     lock.acquire(flag)
     _HELD.add(lock.holder["token"])
-    lock.start_heartbeat()
+    lock._thread.start()
     reachable = True
     try:
         yield

@@ -171,6 +171,18 @@ def test_check_paths_parses_every_flag_and_names_the_first_problem():
     storage.check_paths({"--cache": "/tmp/c"}, local=["--cache"])
 
 
+def test_an_output_that_another_flag_reads_is_refused(tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("x")
+    os.symlink(text, tmp_path / "link.txt")
+    for given in (str(text), str(tmp_path / "link.txt"), str(tmp_path / "*.txt")):
+        with pytest.raises(storage.StorageError, match=r"would replace that input"):
+            storage.check_paths({"--input": given, "--output": str(text)}, outputs=["--output"])
+    fine = {"--input": [str(text), "gs://bkt/*", "*"], "--output": str(tmp_path / "new.txt")}
+    storage.check_paths(fine, outputs=["--output"])
+    storage.check_paths({"--input": "gs://bkt/*", "--output": str(text)}, outputs=["--output"])
+
+
 def test_checkpoints_are_refused_in_s3_up_front():
     """Orbax writes local and gs:// checkpoints only (an s3:// workdir failed inside it with 521
     lines of traceback): refused with one line naming the flag before anything is written."""
