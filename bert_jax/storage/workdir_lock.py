@@ -246,8 +246,13 @@ class _Lock:
 def hold(directory: str, what: str, *, flag: str = "--workdir") -> Iterator[None]:
     """Holds `directory`'s lock for the block; `what` names the program, shown to others."""
     lock = _Lock(directory, what)
-    lock.acquire(flag)
+    # Ours before it exists: another thread of this process must not find it stale (our pid).
     _HELD.add(lock.holder["token"])
+    try:
+        lock.acquire(flag)
+    except BaseException:
+        _HELD.discard(lock.holder["token"])
+        raise
     lock._thread.start()
     reachable = True
     try:

@@ -257,3 +257,23 @@ def test_a_file_where_the_directory_belongs_is_named(tmp_path):
     with pytest.raises(workdir_lock.cli.UserError, match=r"a_file is a file, not a directory"):
         with workdir_lock.hold(str(tmp_path / "a_file" / "run"), "x"):
             pass
+
+
+def test_a_lock_another_thread_of_ours_just_created_is_not_stale(tmp_path):
+    """The gap between the lock's creation and hold's bookkeeping: a second thread of the same
+    process looking then (same pid) must see a live holder, not a stale lock to take over."""
+    create, seen = storage.create_exclusive, []
+
+    def create_then_look(path, content):
+        made = create(path, content)
+        if made and path.endswith(workdir_lock.LOCK_NAME):
+            with pytest.raises(workdir_lock.Busy, match="is in use by"):
+                with workdir_lock.hold(str(tmp_path), "second"):
+                    pass
+            seen.append("refused")
+        return made
+
+    with mock.patch.object(storage, "create_exclusive", side_effect=create_then_look):
+        with workdir_lock.hold(str(tmp_path), "first"):
+            pass
+    assert seen == ["refused"]
