@@ -194,25 +194,31 @@ def test_the_heartbeat_keeps_a_live_lock_fresh(tmp_path, monkeypatch):
 
 
 _RACER = """
-import sys, time
+import os, sys, time
 from bert_jax.storage import workdir_lock
-directory, start = sys.argv[1], float(sys.argv[2])
+directory, start, refused = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 time.sleep(max(0.0, start - time.time()))
 try:
     with workdir_lock.hold(directory, "racer"):
-        time.sleep(1.0)  # still holding while the others try
+        deadline = time.time() + 30  # still holding while the others try, however slow they are
+        while len(os.listdir(refused)) < 5 and time.time() < deadline:
+            time.sleep(0.05)
         print("won")
 except workdir_lock.Busy:
+    open(os.path.join(refused, str(os.getpid())), "w").close()
     print("refused")
 """
 
 
 def test_of_processes_racing_for_a_stale_lock_exactly_one_wins(tmp_path):
-    storage.write_bytes(str(tmp_path / ".lock"), _stale_holder())
+    workdir, refused = tmp_path / "run", tmp_path / "refused"
+    workdir.mkdir()
+    refused.mkdir()
+    storage.write_bytes(str(workdir / ".lock"), _stale_holder())
     start = time.time() + 3.0  # all of them started and waiting
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(tmp_path), str(start)],
+            [sys.executable, "-c", _RACER, str(workdir), str(start), str(refused)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,
@@ -221,7 +227,7 @@ def test_of_processes_racing_for_a_stale_lock_exactly_one_wins(tmp_path):
     ]
     outs = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert outs == ["refused"] * 5 + ["won"], outs
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(workdir) == []
 
 
 def test_of_threads_racing_for_a_stale_lock_in_a_bucket_exactly_one_wins(bucket):
