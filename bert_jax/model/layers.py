@@ -1,10 +1,6 @@
-"""The encoder's building blocks: logical-axis annotations and activation constraints, Dense,
-LayerNorm and Embed initialized as BERT's, self-attention and the encoder layer (post-norm BERT or
-pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE), and the
-MLM head.
-bert_jax.model.encoder puts them together (docs/model.md, "The model": the axis names, numerics
-and attention paths); bert_jax.model.layer_stack runs the layers in order.
-"""
+"""The encoder's building blocks: sharding annotations, Dense/LayerNorm/Embed initialized as
+BERT's, self-attention, the encoder layer (BERT or ModernBERT) and the MLM head; encoder.py puts
+them together (docs/model.md, "The model")."""
 
 from __future__ import annotations
 
@@ -24,9 +20,6 @@ from bert_jax.model.dropout import dropout as _dropout
 ACT_EMBED = ("batch", "length", "embed")  # [batch, length, hidden]
 ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_dim]
 ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
-
-
-# --- Sharding annotations --------------------------------------------------------------------
 
 
 def axis_names(*names: str | None) -> dict[str, Any]:
@@ -49,9 +42,6 @@ def constrain(x: jax.Array, *names: str | None) -> jax.Array:
     """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
     spec = mesh_spec(names, x.shape)
     return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
-
-
-# --- Building blocks -------------------------------------------------------------------------
 
 
 def truncated_normal(stddev: float):
@@ -127,17 +117,10 @@ def gelu(x: jax.Array) -> jax.Array:
     return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
 
-# What a scanned layer keeps for its backward pass (bert_jax.model.layer_stack's checkpoint
-# policy), by the names checkpoint_name gives them: the attention probabilities
-# (attention.PROBS), the attention's context and output, the feed-forward's hidden activation
-# before GELU and its output. Everything else is recomputed, the query/key/value projection
-# included: redoing that matmul from the layer's input (kept anyway) moves fewer HBM bytes than
-# stacking its output for the backward pass and reading it back (docs/scaling.md).
+# What a scanned layer keeps for its backward pass (layer_stack's checkpoint policy); the rest,
+# the query/key/value projection included, is recomputed: fewer HBM bytes (docs/scaling.md).
 CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT = "context", "attention_out", "ffn_hidden", "ffn_out"
 KEPT_FOR_BACKWARD = (attention.PROBS, CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT)
-
-
-# --- Modules ---------------------------------------------------------------------------------
 
 
 class SelfAttention(nnx.Module):
@@ -150,8 +133,7 @@ class SelfAttention(nnx.Module):
         self.output = dense(cfg, h, h, ("heads", "embed"), rngs, bias=b, output=True)
 
     def _project_qkv(self, x):
-        """The query, key and value projections as one matmul (stacked_dense): [batch, length,
-        hidden] -> 3 x same."""
+        """The query, key and value projections as one matmul (stacked_dense)."""
         dtype = self.cfg.compute_dtype
         projections = (self.query, self.key, self.value)
         if not all(type(p) is nnx.Linear for p in projections):
@@ -161,8 +143,8 @@ class SelfAttention(nnx.Module):
 
     @jax.named_scope("attention")
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rotary=None, window=None):
-        """`rotary`: the (cos, sin) tables of this layer's RoPE (bert_jax.model.rope), None for
-        absolute positions; `window`: how far a query reads on either side, None: all keys."""
+        """`rotary`: this layer's RoPE (cos, sin), or None; `window`: how far a query reads on
+        either side, None: all keys."""
         cfg = self.cfg
         batch, length, _ = x.shape
 
@@ -202,17 +184,13 @@ class SelfAttention(nnx.Module):
 
 
 class EncoderLayer(nnx.Module):
-    """A transformer layer, post-norm (BERT) or pre-norm (ModernBERT) by config.norm_position:
+    """A transformer layer, by config.norm_position:
 
         post: x = LN(x + Attn(x));  x = LN(x + FFN(x))
-        pre:  x = x + Attn(LN(x));  x = x + FFN(LN(x))   (layer 0: no LN before Attn; the
-                                                          embedding norm precedes it)
+        pre:  x = x + Attn(LN(x));  x = x + FFN(LN(x))   (layer 0: no LN before Attn)
 
-    FFN is output(gelu(intermediate(x))), or with mlp_type='geglu' output(gelu(intermediate(x))
-    * gate(x)) (ModernBERT's Wi holds intermediate and gate side by side). Hidden dropout is on
-    the attention and FFN outputs in both orders. `window` (static: alike layers share one
-    graphdef, bert_jax.model.layer_stack) is None on global layers, else how far a query reads.
-    """
+    FFN is output(gelu(intermediate(x))), with mlp_type='geglu' times gate(x). `window` is
+    static (alike layers share one graphdef): None on global layers."""
 
     def __init__(self, cfg: BertConfig, index: int = 0, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -229,7 +207,6 @@ class EncoderLayer(nnx.Module):
         self.output_norm = layer_norm(cfg, rngs)
 
     def _ffn(self, x):
-        """The feed-forward block before its hidden dropout: output(activation(...))."""
         if self.gate is None:
             h = gelu(checkpoint_name(self.intermediate(x), FFN_HIDDEN))
         elif all(type(d) is nnx.Linear for d in (self.intermediate, self.gate)):
@@ -243,8 +220,7 @@ class EncoderLayer(nnx.Module):
         return checkpoint_name(self.output(h), FFN_OUT)
 
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rope_tables=None):
-        """`rope_tables`: {'global': (cos, sin), 'local': (cos, sin)} (bert_jax.model.rope.tables)
-        for RoPE, None for absolute positions."""
+        """`rope_tables`: rope.tables per layer kind ('global', 'local'), None: absolute."""
         rate = self.cfg.hidden_dropout_prob
         k_attn, k_attn_out, k_ffn = (
             jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
@@ -285,8 +261,7 @@ class MaskedLMHead(nnx.Module):
     def __call__(self, x, word_embeddings: jax.Array):
         x = self.transform_norm(gelu(self.transform(x)))  # [batch, predictions, hidden]
         logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
-        # The bias is added to the float32 accumulator, then rounded once to the computation
-        # dtype (XLA fuses both into the matmul's output).
+        # Bias added to the float32 accumulator, rounded once (XLA fuses both into the matmul).
         if self.bias is not None:
             logits = logits + self.bias[...]
         logits = logits.astype(x.dtype)
@@ -294,13 +269,9 @@ class MaskedLMHead(nnx.Module):
 
 
 def stacked_dense(x, denses, dtype):
-    """Several Dense layers of one input as one matmul: [batch, length, in] -> [len(denses),
-    batch, length, out]. One [in, n*out] product uses the matrix units better than n [in, out]
-    ones (docs/performance.md) and its backward pass sums no partial input gradients; the layers'
-    axis comes first so that one layer's output is a contiguous slice, not a copy
-    (docs/scaling.md). The kernels are stacked, not concatenated, so a 'heads' or 'mlp' (tensor)
-    sharding of each stays local; the parameters keep their names.
-    """
+    """Dense layers of one input as one matmul: [batch, length, in] -> [n, batch, length, out]
+    (faster: docs/performance.md). Layers first: one's output is a contiguous slice; stacked,
+    not concatenated: each kernel's tensor sharding stays local."""
     kernel = jnp.stack([d.kernel[...] for d in denses], axis=1).astype(dtype)  # [in, n, out]
     y = mixed_matmul.einsum("blm,mtn->tbln", x.astype(dtype), kernel)
     if denses[0].bias is None:
