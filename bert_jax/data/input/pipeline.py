@@ -1,9 +1,6 @@
-"""Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
-
-`data` arguments are a config.data that data_facts.resolve filled in. The train batches are a
-pure function of (seed, step), so a saved iterator position replays them: one global permutation
-per epoch, process p of n taking positions p, p+n, ...; dynamic masking draws each record's
-numbers by its place in the global stream, before that split. docs/training.md, "Input pipeline".
+"""Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass),
+from a config.data that data_facts.resolve filled in. Train batches are a pure function of (seed,
+step), so a saved iterator position replays them. docs/training.md, "Input pipeline".
 """
 
 import bisect
@@ -25,18 +22,14 @@ NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
 
 
 def _import_proto() -> None:
-    # decode_example imports tf.train.Example from tensorflow_datasets on first use. Done first by
-    # several Grain reader threads at once, tfds' lazy imports deadlock (Python 3.11's
-    # cached_property lock against the import lock), so import it here, in one thread.
+    # tfds' lazy imports deadlock when several Grain reader threads decode first (Python 3.11's
+    # cached_property lock against the import lock): import tf.train.Example in one thread.
     features.encode_example({})
 
 
 class ParseRecord(grain.transforms.MapWithIndex):
-    """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
-    schema and the vocabulary size.
-
-    Applied to the source's own index (before the shuffle), so an error names the file and the
-    record in it."""
+    """Serialized tf.train.Example -> int32/float32 arrays, checked against the schema and the
+    vocabulary; applied before the shuffle, so an error names the file and record."""
 
     def __init__(
         self,
@@ -67,8 +60,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
     def map_with_index(self, index: int, record) -> dict[str, np.ndarray]:
-        # Past the first epoch Grain passes the index in the repeated stream: the record's own
-        # index is that modulo the records.
+        # Past the first epoch Grain passes the index in the repeated stream.
         index %= self.starts[-1]
         if isinstance(record, record_io.DamagedRecord):  # CheckedSource, with skip_damaged
             return self._blank(index)
@@ -94,7 +86,6 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return out
 
     def _check(self, index: int, example: dict) -> None:
-        """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise cli.UserError(
                 f"dynamic masking needs unmasked records, but {self.name(index)} is already "
@@ -137,8 +128,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 )
 
     def _blank(self, index: int) -> dict[str, np.ndarray]:
-        """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
-        weight 0 (so it adds nothing to a loss, and packs and masks like any record), and its
+        """A damaged record's stand-in with skip_damaged: [CLS] [SEP], every loss weight 0, its
         index in BAD_RECORD."""
         out = {
             name: np.zeros(length, np.float32 if name in features.FLOAT_FEATURES else np.int32)
@@ -208,8 +198,7 @@ class ApplyMasks(grain.transforms.Map):
 def _records(
     data, files, split: str, vocab_size: int
 ) -> tuple[grain.MapDataset, ParseRecord, data_facts.DataFacts]:
-    """The parsed records of `files` as config.data `data` reads them, the parser (it names a
-    damaged record) and the data's facts."""
+    """The parsed records of `files`, the parser (it names a damaged record) and the facts."""
     facts = data_facts.DataFacts.from_data(data)
     schema = facts.record_schema()
     shards = shard_files.find_shards(files, split)
@@ -228,8 +217,8 @@ def _records(
 def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
 ) -> tuple[DrawMasks, ApplyMasks]:
-    """Dynamic masking's two Grain steps, their options and vocabulary (data.vocab_file's entries,
-    as data_prep draws random replacements; without one ids 0..vocab_size-1) checked."""
+    """Dynamic masking's two Grain steps, with the vocabulary of data.vocab_file (none: ids
+    0..vocab_size-1) checked."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -258,9 +247,8 @@ def masking_rule(
 
 
 def _absl_flags_ready() -> None:
-    """Grain's worker processes read an absl flag (grain_enable_multiprocess_worker_profiling),
-    which raises UnparsedFlagAccessError in a Python program that never ran absl.app (the Python
-    API, a notebook): google/grain#1355. There the flags keep their defaults."""
+    """Grain's workers read an absl flag, which raises where absl.app never ran (the Python API, a
+    notebook): google/grain#1355. There the flags keep their defaults."""
     from absl import flags
 
     if not flags.FLAGS.is_parsed():
@@ -268,8 +256,7 @@ def _absl_flags_ready() -> None:
 
 
 def _check_split(what: str, global_batch_size: int, process_count: int) -> None:
-    """A library caller's batch that does not split among the processes would silently lose
-    rows (the binaries' config_check refuses it first, naming the config fields)."""
+    """For library callers (config_check refuses it first in the binaries): no rows lost."""
     if global_batch_size % process_count:
         raise cli.UserError(
             f"{what} {global_batch_size} is not divisible by {process_count} processes"
@@ -285,14 +272,9 @@ def train_dataset(
     process_count: int = 1,
     batch_warmup=None,
 ) -> grain.IterDataset:
-    """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
-
-    `data` is a resolved config.data; `vocab_size` the model's. Iterate with `iter(...)`; the
-    iterator's get_state()/set_state() give the exact position (Orbax saves it through
-    grain.checkpoint). data.pack: rows of one or more records (packed_records.py). `batch_warmup`
-    (an optim.BatchWarmup): batches of count(step) / final of that many rows, grown from
-    micro-batches (growing_batches.py).
-    """
+    """Endless batches of this process's share, [global_batch / processes, ...] arrays; the
+    iterator's get_state()/set_state() give the exact position. `batch_warmup` (an
+    optim.BatchWarmup): batches grown from micro-batches (growing_batches.py)."""
     _check_split("global batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size)
     if len(ds) < global_batch_size:
@@ -345,14 +327,10 @@ def eval_batches(
     process_index: int = 0,
     process_count: int = 1,
 ) -> list[dict[str, np.ndarray]]:
-    """The eval set as this process's rows of every global batch, in memory for reuse.
-
-    The first `num_examples` records (0: all) in file order; the last batch is padded with
-    EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
-    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
-    `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
-    train at other rates compare; None: the training rate).
-    """
+    """This process's rows of every eval batch, in memory: the first `num_examples` records (0:
+    all), the last batch padded with EXAMPLE_WEIGHT 0 rows. Unmasked records get one fixed
+    masking (`seed`) at `data.eval_masked_lm_prob` (None: the training rate), so recipes that
+    train at other rates compare."""
     _check_split("eval batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:
@@ -373,8 +351,7 @@ def eval_batches(
         rows = [ds[i] for i in range(start, min(start + local, total))]
         weights = np.zeros(local, np.float32)
         weights[: len(rows)] = 1.0
-        # Padding repeats a real record with its masked-LM weights zeroed, so the model sees
-        # well-formed input (no all-padding attention row) and the metrics ignore it.
+        # Padding repeats a real record, weights zeroed: no all-padding attention row.
         pad = {
             **ds[0],
             features.MASKED_LM_WEIGHTS: np.zeros(facts.max_predictions_per_seq, np.float32),
