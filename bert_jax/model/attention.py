@@ -67,8 +67,7 @@ def softmax_dropout(logits, rng, rate: float, dtype):
 
 def _softmax_dropout_fwd(logits, rng, rate, dtype):
     kept = checkpoint_name(jax.nn.softmax(logits, axis=-1).astype(dtype), PROBS)
-    # Dropped out from the kept probabilities, so that a backward pass that keeps only them
-    # recomputes this output from them, not the softmax from the logits.
+    # Dropout of the kept probabilities: a recompute from them skips the softmax.
     return dropout(kept.astype(jnp.float32), rate, rng).astype(dtype), (kept, rng)
 
 
@@ -95,8 +94,7 @@ def fused_attention(
             f"{platform()}: use 'auto' (cuDNN on a GPU, XLA's or the splash kernel elsewhere)"
         )
     if implementation == "cudnn" and example_ids is None and window is None:
-        # cuDNN takes the padding as per-row key lengths (right padding). An all-padding row gets
-        # length 1 rather than 0 so it stays finite (its loss weight is zero anyway).
+        # Per-row key lengths (right padding); an all-padding row gets 1, staying finite.
         lengths = jnp.maximum(jnp.sum(input_mask, axis=-1), 1).astype(jnp.int32)
         return jax.nn.dot_product_attention(
             q, k, v, key_value_seq_lengths=lengths, implementation="cudnn"
@@ -126,14 +124,12 @@ def cudnn_usable(dtype, head_dim: int, length: int) -> bool:
 
 _SPLASH_BLOCK = 512  # queries and keys per splash tile, as MaxText's default
 
-# 'auto' takes splash from this length: below, its fixed costs outweigh the [L, L] probabilities
-# it keeps out of HBM (docs/scaling.md).
+# 'auto' takes splash from this length; below, its fixed costs outweigh its gain (docs/scaling.md).
 SPLASH_MIN_LENGTH = 512
 
 
 def splash_usable(length: int) -> bool:
-    """Whether 'auto' runs the splash kernel: on a TPU, for whole 128-row tiles, in rows of at
-    least SPLASH_MIN_LENGTH tokens (attention_impl='splash' forces it at any multiple of 128)."""
+    """Whether 'auto' runs the splash kernel (forced, it runs at any multiple of 128)."""
     return platform() == "tpu" and length % 128 == 0 and length >= SPLASH_MIN_LENGTH
 
 
@@ -149,8 +145,7 @@ def _splash_kernel(heads: int, length: int, interpret: bool, window: int | None 
     else:  # key blocks outside the window are skipped
         one = sm.LocalMask((length, length), window_size=(window, window), offset=0)
     mask = sm.MultiHeadMask([one] * heads)
-    # Made inside the trace that uses it (its mask tables become constants): a cached one would
-    # hold another trace's values, an eager one would need the mesh's (maybe absent) devices.
+    # Made per trace: cached, it would hold another trace's constants; eager, need absent devices.
     return sk.make_splash_mha(
         mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret
     )

@@ -33,8 +33,7 @@ def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
-    """Inverted dropout; the identity without `rng` or at rate 0. The rate is exact to 1/65536;
-    the scale is the exact inverse keep probability."""
+    """Inverted dropout (the rate exact to 1/65536); the identity without `rng` or at rate 0."""
     if rng is None or rate == 0.0:
         return x
     keep, scale = keep_mask(rng, x.shape, rate)

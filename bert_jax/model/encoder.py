@@ -32,15 +32,13 @@ def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Ar
 
 
 def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
-    """The table with its 'embed' dimension gathered, as FSDP gathers weights where used (why:
-    docs/model.md, "Sharding names and the weight-decay rule")."""
+    """The table, its 'embed' dimension gathered (docs/model.md, "Sharding names")."""
     return L.constrain(embed.embedding[...], rows, None)
 
 
 @jax.custom_vjp
 def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(table, table[ids]) with one gradient for both uses: the rows' gradients are added into the
-    decoder's dense gradient in place (docs/model.md, "The model")."""
+    """(table, table[ids]) with one gradient for both uses (docs/model.md, "The model")."""
     return table, jnp.take(table, ids, axis=0)
 
 
@@ -189,14 +187,12 @@ class BertModel(nnx.Module):
 
 
 def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
-    """sequence [B, L, H] at positions [B, K] -> [B, K, H]. Out-of-range positions are clipped
-    (records and packed rows always hold positions < L)."""
+    """sequence [B, L, H] at positions [B, K] -> [B, K, H] (out-of-range positions clipped)."""
     return jnp.take_along_axis(sequence, positions[..., None], axis=1, mode="clip")
 
 
 class BertForPreTraining(nnx.Module):
-    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`; None with
-    config.nsp_head=False, whose NSP logits are then zeros: MLM-only training weighs them 0)."""
+    """BertModel plus the MLM head and the NSP head (without one, NSP logits are zeros)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -263,8 +259,7 @@ def count_params(model: nnx.Module) -> int:
 
 
 def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
-    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param) (what
-    checkpoints.restore_params returns); no random initialization is spent on it."""
+    """A BertForPreTraining holding `params` (a pure dict of nnx.Param state), no random init."""
     graphdef, state = nnx.split(
         nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
     )

@@ -14,8 +14,7 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
-# cuDNN's attention forward is kept (its statistics cost fewer HBM bytes than a second forward),
-# splash's recomputed (docs/scaling.md, "The fused kernels' forward").
+# cuDNN's attention forward is kept, splash's recomputed (docs/scaling.md, "The fused kernels'").
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
 _kept_names = jax.checkpoint_policies.save_only_these_names(*layers.KEPT_FOR_BACKWARD)
 
@@ -71,8 +70,7 @@ def run_layers(
         for j in range(period)
     ]  # per position in the group: its parameters, [blocks, ...]
 
-    # Without a policy a scan would save every intermediate, dropout masks included
-    # (docs/scaling.md, "Where the HBM bytes go"); with remat it keeps nothing.
+    # Without a policy a scan would save every intermediate (docs/scaling.md); remat: nothing.
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):

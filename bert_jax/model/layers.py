@@ -24,8 +24,7 @@ ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
 
 def axis_names(*names: str | None) -> dict[str, Any]:
     """Variable metadata naming the logical axes of a parameter."""
-    # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
-    # a model for a test or an import; bert_jax.model.sharding places the parameters instead.
+    # Not eagerly: flax would need a mesh even to build a model; sharding.py places parameters.
     return {"out_sharding": names, "eager_sharding": False}
 
 
@@ -64,8 +63,7 @@ def dense(
     bias: bool = True,
     output: bool = False,
 ) -> nnx.Linear:
-    """A Dense layer; `output`: a projection back onto the residual stream (initialized smaller
-    with config.scale_init_by_depth)."""
+    """A Dense layer; `output`: onto the residual stream (config.scale_init_by_depth applies)."""
     stddev = cfg.initializer_range
     if output and cfg.scale_init_by_depth:
         stddev /= math.sqrt(2.0 * cfg.num_hidden_layers)
@@ -84,8 +82,7 @@ def dense(
 
 
 def layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    # Two-pass variance, as HF and the original compute it: E[x^2]-E[x]^2 cancels badly when a
-    # feature vector's mean is large next to its spread.
+    # Two-pass variance, as HF and the original: E[x^2]-E[x]^2 cancels badly at a large mean.
     return nnx.LayerNorm(
         cfg.hidden_size,
         epsilon=cfg.layer_norm_eps,
@@ -112,13 +109,11 @@ def embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    # Exact GELU as google-research/bert and Hugging Face write it, x/2 (1 + erf(x / sqrt 2)):
-    # jax.nn.gelu's erfc form is as exact but slower on XLA:CPU (docs/performance.md).
+    # Exact GELU as HF writes it; jax.nn.gelu's erfc form is slower on XLA:CPU (performance.md).
     return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
 
-# What a scanned layer keeps for its backward pass (layer_stack's checkpoint policy); the rest,
-# the query/key/value projection included, is recomputed: fewer HBM bytes (docs/scaling.md).
+# What a scanned layer keeps for its backward pass; the rest is recomputed (docs/scaling.md).
 CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT = "context", "attention_out", "ffn_hidden", "ffn_out"
 KEPT_FOR_BACKWARD = (attention.PROBS, CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT)
 
@@ -244,8 +239,7 @@ class EncoderLayer(nnx.Module):
 
 
 class MaskedLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
-    config.head_bias, norm_bias and decoder_bias say)."""
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         h = cfg.hidden_size

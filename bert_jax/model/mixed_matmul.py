@@ -12,12 +12,6 @@ import jax.numpy as jnp
 from bert_jax.model import attention
 
 
-def _operand_grad_specs(spec: str) -> tuple[str, str]:
-    inputs, out = spec.split("->")
-    a, b = inputs.split(",")
-    return f"{out},{b}->{a}", f"{a},{out}->{b}"
-
-
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
 def _bf16_einsum(spec: str, a, b, out_dtype):
     return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(out_dtype)
@@ -29,11 +23,12 @@ def _bf16_einsum_fwd(spec, a, b, out_dtype):
 
 def _bf16_einsum_bwd(spec, out_dtype, residuals, g):
     a, b = residuals
-    spec_a, spec_b = _operand_grad_specs(spec)
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
     g = g.astype(jnp.bfloat16)
-    grad_a = jnp.einsum(spec_a, g, b, preferred_element_type=jnp.float32).astype(a.dtype)
-    grad_b = jnp.einsum(spec_b, a, g, preferred_element_type=jnp.float32).astype(b.dtype)
-    return grad_a, grad_b
+    grad_a = jnp.einsum(f"{out},{sb}->{sa}", g, b, preferred_element_type=jnp.float32)
+    grad_b = jnp.einsum(f"{sa},{out}->{sb}", a, g, preferred_element_type=jnp.float32)
+    return grad_a.astype(a.dtype), grad_b.astype(b.dtype)
 
 
 _bf16_einsum.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
@@ -71,10 +66,5 @@ def dot_general(
         out_dtype = jnp.dtype(preferred_element_type or jnp.bfloat16)
         return _bf16_einsum("...k,kn->...n", lhs, rhs, out_dtype)
     return jax.lax.dot_general(
-        lhs,
-        rhs,
-        dimension_numbers,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        out_sharding=out_sharding,
+        lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sharding=out_sharding
     )

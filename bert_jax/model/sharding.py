@@ -21,8 +21,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # The logical axes the model's layers name (model/layers.py), which config.mesh.rules maps.
 LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 
-# The TPU compiler's "windowed einsum" re-reads whole activations per partial matmul: a slower
-# step on the planner's BERT-Large (docs/scaling.md). Off unless LIBTPU_INIT_ARGS names the flag.
+# The TPU's "windowed einsum" made BERT-Large's step slower (docs/scaling.md): off by default.
 TPU_COMPILER_FLAGS = (
     "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false",
     "--xla_tpu_enable_windowed_einsum_for_all_gather=false",
@@ -97,8 +96,7 @@ def make_mesh(
 def mesh_from_config(
     mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
 ) -> tuple[Mesh, tuple]:
-    """(mesh, normalized rules) of a `config.mesh` block, checked against the model's heads, on
-    `devices` (default: all, or the first `mesh_config.num_devices`)."""
+    """(mesh, normalized rules) of a `config.mesh` block, checked against the model's heads."""
     if devices is None:
         devices = jax.devices()
         if mesh_config.num_devices:
@@ -160,22 +158,19 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
         if not isinstance(rule, (list, tuple)) or len(rule) != 2 or not isinstance(rule[0], str):
             raise cli.UserError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
         logical, mesh_axes = rule
-        if mesh_axes is None:
-            out.append((logical, None))
-            continue
         axes = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
-        if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
-            raise cli.UserError(
-                f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis name, "
-                f"a tuple of them or None (the mesh axes: {MESH_AXES})"
-            )
-        axes = tuple(axes)
-        unknown = [a for a in axes if a not in MESH_AXES]
-        if unknown:
-            raise cli.UserError(
-                f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
-                f"use {MESH_AXES}"
-            )
+        if axes is not None:
+            if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
+                raise cli.UserError(
+                    f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis "
+                    f"name, a tuple of them or None (the mesh axes: {MESH_AXES})"
+                )
+            axes = tuple(axes)
+            if unknown := [a for a in axes if a not in MESH_AXES]:
+                raise cli.UserError(
+                    f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
+                    f"use {MESH_AXES}"
+                )
         out.append((logical, axes))
     names = [logical for logical, _ in out]
     unknown = [n for n in names if n not in LOGICAL_AXIS_NAMES]

@@ -35,8 +35,7 @@ class ManifestError(cli.UserError):
 
 
 def vocab_entry(tokenizer, file: str | None = None) -> dict:
-    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
-    as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
+    """The manifest's "vocab" block of a tokenizer; `file`: the path the user gave, if another."""
     entry = {
         "file": file or tokenizer.vocab_file,
         "md5": storage.md5(tokenizer.vocab_file),
@@ -156,8 +155,8 @@ def check_shards(shards, path: str) -> None:
             for key in ("file", "instances", "md5"):
                 if key not in entry:
                     raise bad(field, f"lacks {key!r}")
-            name = entry["file"]
-            if not isinstance(name, str) or not plain_name(name):
+            name = entry["file"]  # a plain name stays beside it ("/", "\\" cover os.sep)
+            if not isinstance(name, str) or name in ("", ".", "..") or set(name) & set("/\\\0"):
                 raise bad(
                     f"{field}.file",
                     f"is {name!r}: a shard must be a file name beside the manifest (no "
@@ -174,12 +173,6 @@ def check_shards(shards, path: str) -> None:
                     f"{name!r} is listed under both {seen[name]} and {split}: a run would "
                     "train on its own held-out data",
                 )
-
-
-def plain_name(name: str) -> bool:
-    """Whether `name` is a file name that stays in the directory it is joined to."""
-    # "/" and "\\" cover os.sep on every platform.
-    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
 def contract_fields(

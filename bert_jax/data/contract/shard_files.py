@@ -40,8 +40,7 @@ def _unfinished_error(directory: str) -> cli.UserError:
 
 
 def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
-    """The record files `patterns` (comma-separated directories or globs) name; `split`: the
-    manifest split a bare directory stands for."""
+    """The record files of comma-separated directories (their `split`) or globs `patterns`."""
     given = patterns.split(",") if isinstance(patterns, str) else patterns
     items = [storage.expand(p.strip()) for p in given if p and p.strip()]
     if not items:

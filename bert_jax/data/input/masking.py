@@ -44,8 +44,7 @@ class Vocab:
     mask_id: int
     random_ids: Sequence[int]  # the original draws random replacements from every vocab entry
     continuation: frozenset  # ids of pieces that continue a word ("##ing"), for whole-word masking
-    # Byte-level BPE only: per id, the kind of its first and last character (`continues`); None:
-    # every continuation piece joins (WordPiece, SentencePiece).
+    # Byte-level BPE: per id, its first and last character's kind (`continues`); None: ignored.
     first_kind: bytes | None = None
     last_kind: bytes | None = None
     # False: the vocabulary marks no word boundaries, and whole-word masking is refused.
@@ -80,8 +79,7 @@ class Vocab:
 
     @classmethod
     def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
-        """From a vocab.txt, SentencePiece .model or tokenizer.json; read once a process while the
-        file stays the same (config check, train and eval input all ask)."""
+        """From a vocabulary file, read once a process while the file stays the same."""
         try:
             stamp = storage.version(vocab_file)
         except (OSError, storage.StorageError):  # unreadable: the tokenizer's load says why
@@ -122,8 +120,7 @@ class Vocab:
         last = np.take(kinds[1], tokens, mode="clip")
         before = np.zeros_like(last)
         before[:, 1:] = last[:, :-1]
-        # A piece ending a character begun before it (up to 3 pieces back: a 4-byte emoji in
-        # single bytes) takes the kind of the piece holding the lead byte.
+        # A piece ending a character begun up to 3 pieces back takes the lead byte's kind.
         for back in (2, 3, 4):
             inherited = np.zeros_like(last)
             inherited[:, back:] = last[:, :-back]

@@ -79,8 +79,7 @@ def packed_batches(
     read_options: grain.ReadOptions,
     prepare: grain.transforms.Map | None = None,
 ) -> grain.IterDataset:
-    """Batches of packed rows from `ds`, this process's parsed records. `read_options` counts
-    records (the buffer holds as many windows); `prepare` maps each window first (ApplyMasks)."""
+    """Batches of packed rows from `ds`; `read_options` counts records, `prepare` maps windows."""
     if window < 1 or max_examples < 1:
         raise cli.UserError(
             f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "

@@ -87,8 +87,7 @@ class Packed:
         return np.asarray(per_slot)[self.row, self.slot]
 
     def token_values(self, per_token: np.ndarray, length: int) -> np.ndarray:
-        """[R, max_length, ...] (e.g. tagging logits) -> [N, length, ...], each example's
-        tokens from position 0 as unpacked, zeros after its last token."""
+        """[R, max_length, ...] -> [N, length, ...] as unpacked, zeros after each example's end."""
         per_token = np.asarray(per_token)
         ex, t = _spans(self.lengths)
         out = np.zeros((len(self.row), length, *per_token.shape[2:]), per_token.dtype)

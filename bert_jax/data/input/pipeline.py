@@ -16,20 +16,17 @@ from bert_jax.data.input import bad_records, growing_batches, masking, packed_re
 
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
-# Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
-# (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
+# Added to every record: 1.0 for an NSP pair, 0.0 for MLM-only records (NSP loss skips them).
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
 
 
 def _import_proto() -> None:
-    # tfds' lazy imports deadlock when several Grain reader threads decode first (Python 3.11's
-    # cached_property lock against the import lock): import tf.train.Example in one thread.
+    # tfds' lazy imports deadlock when several Grain reader threads decode first: import here.
     features.encode_example({})
 
 
 class ParseRecord(grain.transforms.MapWithIndex):
-    """Serialized tf.train.Example -> int32/float32 arrays, checked against the schema and the
-    vocabulary; applied before the shuffle, so an error names the file and record."""
+    """Serialized tf.train.Example -> checked arrays; before the shuffle: errors name the file."""
 
     def __init__(
         self,
@@ -128,8 +125,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
                 )
 
     def _blank(self, index: int) -> dict[str, np.ndarray]:
-        """A damaged record's stand-in with skip_damaged: [CLS] [SEP], every loss weight 0, its
-        index in BAD_RECORD."""
+        """A damaged record's stand-in: [CLS] [SEP], loss weights 0, its index in BAD_RECORD."""
         out = {
             name: np.zeros(length, np.float32 if name in features.FLOAT_FEATURES else np.int32)
             for name, length in self.schema.lengths().items()
@@ -142,8 +138,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
 
 
 def _bad_values(example: dict, nsp: bool) -> str | None:
-    """What is wrong with a record's values that the model would take in silence (a gather
-    clamps, packing puts a prediction in another record's tokens), or None."""
+    """What is wrong with a record's values that the model would take in silence, or None."""
     mask = example[features.INPUT_MASK]
     n = int((mask != 0).sum())
     if n < 1 or (mask[:n] != 1).any() or (mask[n:] != 0).any():
@@ -176,8 +171,7 @@ class DrawMasks(grain.transforms.RandomMap):
 
 
 class ApplyMasks(grain.transforms.Map):
-    """Per batch (or per record): masks input_ids with the drawn numbers and adds the
-    masked_lm_* features, as data_prep writes them."""
+    """Per batch (or record): masks input_ids by the draws and adds the masked_lm_* features."""
 
     def __init__(self, opts: masking.Options, vocab: masking.Vocab):
         self.opts, self.vocab = opts, vocab
@@ -202,8 +196,7 @@ def _records(
     facts = data_facts.DataFacts.from_data(data)
     schema = facts.record_schema()
     shards = shard_files.find_shards(files, split)
-    # Shards in a bucket are read from local copies, every one in each process (the global
-    # shuffle reads from all): docs/scaling.md, "Buckets (gs:// and s3://)".
+    # Local copies of shards in a bucket: docs/scaling.md, "Buckets (gs:// and s3://)".
     local = storage.local_copies(shards.files, shards.md5, shards.nbytes, data.cache_dir or None)
     skip_damaged = data.bad_records == "skip"
     source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
@@ -217,8 +210,7 @@ def _records(
 def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
 ) -> tuple[DrawMasks, ApplyMasks]:
-    """Dynamic masking's two Grain steps, with the vocabulary of data.vocab_file (none: ids
-    0..vocab_size-1) checked."""
+    """Dynamic masking's two Grain steps, over data.vocab_file's ids (none: ids < vocab_size)."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -284,8 +276,7 @@ def train_dataset(
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
         draw, apply = masking_rule(facts, data, vocab_size)
-        # Before the per-process slice: Grain seeds the generator by the position in the global
-        # stream, so no two processes (or epochs) share a masking stream.
+        # Seeded by the position in the global stream, before the per-process slice.
         ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     rows = global_batch_size // process_count
@@ -349,8 +340,7 @@ def eval_batches(
         # Process p owns rows [p*local, (p+1)*local) of each global batch.
         start = b * global_batch_size + process_index * local
         rows = [ds[i] for i in range(start, min(start + local, total))]
-        weights = np.zeros(local, np.float32)
-        weights[: len(rows)] = 1.0
+        weights = (np.arange(local) < len(rows)).astype(np.float32)
         # Padding repeats a real record, weights zeroed: no all-padding attention row.
         pad = {
             **ds[0],
