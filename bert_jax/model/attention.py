@@ -104,8 +104,7 @@ def fused_attention(
 
 
 def platform() -> str:
-    """The platform the computation is for: the mesh in effect's devices ('tpu' when compiling
-    for a TPU slice from a CPU host, as the planner does), else JAX's default backend."""
+    """The platform of the mesh in effect (a planner's TPU from a CPU host), else JAX's default."""
     mesh = jax.sharding.get_abstract_mesh()
     device = None if mesh.empty else mesh.abstract_device
     return device.platform if device is not None else jax.default_backend()
@@ -164,8 +163,7 @@ def splash_length_problem(length: int) -> str | None:
 def splash_attention(
     q, k, v, input_mask, *, example_ids=None, window=None, batch_axes=None, head_axes=None
 ):
-    """Attention by the Pallas splash kernel, on each device's share of the batch and heads
-    (`batch_axes`/`head_axes`: their mesh axes, None: not split) under jax.shard_map."""
+    """Attention by the Pallas splash kernel, per device's share of batch and heads (mesh axes)."""
     length, head_dim = q.shape[1], q.shape[3]
     if problem := splash_length_problem(length):  # e.g. a manifest's length, known only here
         raise cli.UserError(problem)

@@ -14,10 +14,9 @@ def _mix32(h: jax.Array) -> jax.Array:
 
 
 def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """16 random bits (uint32 0..65535) per element of `shape`, keyed by `rng`: a counter hash
-    that XLA fuses into the dropout multiply (20x cheaper than threefry on CPU:
-    docs/performance.md). The bits depend only on (key, element index), so any sharding draws the
-    same mask; two avalanche rounds suffice for dropout, not for cryptography or Monte Carlo."""
+    """16 random bits (uint32) per element, keyed by `rng`: a counter hash XLA fuses into the
+    dropout multiply (docs/performance.md). They depend only on (key, index), so any sharding
+    draws the same mask; two avalanche rounds suit dropout, not cryptography or Monte Carlo."""
     k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
     rows = len(shape) >= 2
     if not rows:

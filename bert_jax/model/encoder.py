@@ -55,8 +55,7 @@ tied_lookup.defvjp(_tied_lookup_fwd, _tied_lookup_bwd)
 
 
 class Embeddings(nnx.Module):
-    """Word + position (absolute only) + token type (type_vocab_size > 0) embeddings, then
-    LayerNorm and dropout; ModernBERT's is the word embeddings and the norm."""
+    """Word + position (absolute) + token type (if any) embeddings, then LayerNorm and dropout."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -90,8 +89,7 @@ class Embeddings(nnx.Module):
 
 
 class BertModel(nnx.Module):
-    """Embeddings, encoder (pre-norm: and a final norm) and pooler; without a pooler
-    (config.pooler=False) `pooled` is the first token's final state."""
+    """Embeddings, encoder and pooler (without one, `pooled` is the first token's state)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -118,11 +116,8 @@ class BertModel(nnx.Module):
     def _check_inputs(
         self, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
     ):
-        shapes = {
-            "input_ids": np.shape(input_ids),
-            "input_mask": np.shape(input_mask),
-            "segment_ids": np.shape(segment_ids),
-        }
+        names = ("input_ids", "input_mask", "segment_ids")
+        shapes = dict(zip(names, map(np.shape, (input_ids, input_mask, segment_ids))))
         if (example_ids is None) != (position_ids is None):
             raise ValueError(
                 "packed rows need both example_ids and position_ids "

@@ -45,8 +45,7 @@ def scan_plan(graphdefs) -> tuple[int, int, int]:
 def run_layers(
     layers, x, input_mask, dropout_rng, example_ids, rope=None, *, remat: bool, scan: bool | None
 ):
-    """x through `layers` in order. scan=True: scan_plan's groups run as one jax.lax.scan over
-    their parameters, stacked inside the step, so nothing outside sees another layout."""
+    """x through `layers`; scan=True: scan_plan's groups as one lax.scan, stacked in the step."""
     if scan is None:  # config.model.scan_layers' default: scanned where a compile costs most
         scan = attention.platform() != "cpu"
     run = nnx.remat(_run_layer) if remat else _run_layer

@@ -138,8 +138,7 @@ class SelfAttention(nnx.Module):
 
     @jax.named_scope("attention")
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rotary=None, window=None):
-        """`rotary`: this layer's RoPE (cos, sin), or None; `window`: how far a query reads on
-        either side, None: all keys."""
+        """`rotary`: RoPE's (cos, sin) or None; `window`: keys read on each side (None: all)."""
         cfg = self.cfg
         batch, length, _ = x.shape
 
@@ -184,8 +183,8 @@ class EncoderLayer(nnx.Module):
         post: x = LN(x + Attn(x));  x = LN(x + FFN(x))
         pre:  x = x + Attn(LN(x));  x = x + FFN(LN(x))   (layer 0: no LN before Attn)
 
-    FFN is output(gelu(intermediate(x))), with mlp_type='geglu' times gate(x). `window` is
-    static (alike layers share one graphdef): None on global layers."""
+    FFN is output(gelu(intermediate(x)) [* gate(x) for geglu]); `window` is static (one graphdef
+    for alike layers)."""
 
     def __init__(self, cfg: BertConfig, index: int = 0, *, rngs: nnx.Rngs):
         self.cfg = cfg

@@ -117,9 +117,8 @@ def mesh_from_config(
 
 
 def check_batch_split(mesh: Mesh, rules, process_count: int, process_of=None) -> None:
-    """Refuses a mesh whose batch axes do not give each process rows of its own: each feeds its
-    own rows (host_to_global), so the step would see a wrong global batch. `process_of(device)`
-    defaults to device.process_index."""
+    """Refuses a mesh whose batch axes do not give each process rows of its own (each feeds its
+    own: docs/training.md, "Mesh and sharding"); `process_of(device)`: its process."""
     if process_count == 1:
         return
     process_of = process_of or (lambda d: d.process_index)
@@ -233,8 +232,7 @@ def _dict_path(key_path) -> tuple:
 
 
 def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) -> Any:
-    """Shardings for any optax state: a leaf whose dict-key path ends with a parameter's path
-    (and has its rank) gets its sharding; other leaves (counters, scalars) are replicated."""
+    """Shardings of an optax state: a parameter's for a leaf at its path's end, else replicated."""
     by_path = {
         _dict_path(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
     }
@@ -252,10 +250,9 @@ def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) ->
 
 
 def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedSharding:
-    """Where one chip's share of a parameter's optimizer update lives (weight-update sharding,
-    docs/training.md, "Mesh and sharding"): its sharding further split over the batch's free
-    mesh axes along the first dimension they divide (whole rows: docs/scaling.md, "Round two");
-    else unchanged."""
+    """A chip's share of a parameter's optimizer update: its sharding split further over the
+    batch's free mesh axes along the first dimension they divide (docs/training.md, "Mesh and
+    sharding"), else unchanged."""
     mesh = param.mesh
     spec = list(param.spec) + [None] * (len(shape) - len(param.spec))
     used = {a for entry in spec for a in ((entry,) if isinstance(entry, str) else entry or ())}

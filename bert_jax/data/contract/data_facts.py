@@ -107,8 +107,7 @@ def _described(manifests: list[dict]) -> tuple[dict, dict]:
 
 def _vocabulary(d, described: dict, where: dict) -> str:
     """The vocabulary file (config's, else the manifest's, else ""), checked against the data's
-    md5. Where no manifest records its size and special ids (version 1), `described` gets them
-    from the file when it is the data's."""
+    md5; a version-1 manifest's size and special ids go into `described` from the file."""
     vocab_file = d.vocab_file or described.get("vocab_file") or ""
     lower = _first(d.do_lower_case, described.get("do_lower_case"))
     why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
@@ -135,8 +134,7 @@ def _vocabulary(d, described: dict, where: dict) -> str:
 
 
 def resolve(config):
-    """A copy of `config` with every data fact filled in (and config.model.vocab_size from the
-    data when 0); cli.UserError names the field of a conflict, a missing fact or missing files."""
+    """A copy of `config` with every data fact (and a 0 config.model.vocab_size) filled in."""
     d = config.data
     train = shard_files.find_shards(d.train_files, "train")
     evals = shard_files.find_shards(d.eval_files, "eval") if d.eval_files else None

@@ -64,9 +64,8 @@ def _example_pb2():
 
 
 def encode_example(features: dict) -> bytes:
-    """{name: numbers} -> a serialized tf.train.Example, as google-research/bert writes it. Sorted
-    by name (deterministic): protobuf's default order differs between processes, and the same job
-    must write the same bytes."""
+    """{name: numbers} -> a serialized tf.train.Example, sorted by name: protobuf's default order
+    differs between processes, and the same job must write the same bytes."""
     example = _example_pb2().Example()
     for name, values in features.items():
         feature = example.features.feature[name]

@@ -51,9 +51,8 @@ def vocab_entry(tokenizer, file: str | None = None) -> dict:
 
 
 def load(path: str, missing_ok: bool = False) -> dict | None:
-    """manifest.json's fields as written, its shards checked (check_shards); None for no file with
-    `missing_ok`. Raises ManifestError (its `problem` without advice, for the caller's own);
-    other OSErrors are left to the caller."""
+    """manifest.json's fields as written, its shards checked; None for no file with `missing_ok`.
+    ManifestError's `problem` has no advice (callers add theirs); other OSErrors are left."""
     try:
         raw = json.loads(storage.read_text(path))
     except FileNotFoundError:
@@ -69,8 +68,7 @@ def load(path: str, missing_ok: bool = False) -> dict | None:
 
 
 def read(path: str, raw: dict | None = None) -> dict:
-    """The manifest at `path` (the file or its directory) as version 2 (version 1: no vocab size
-    or special ids), plus `dir`; `raw`: its fields, when the caller has loaded them."""
+    """The manifest at `path` (or in that directory) as version 2, plus `dir`; `raw`: its fields."""
     if storage.isdir(path):
         path = storage.join(path, FILE)
     try:
@@ -133,8 +131,7 @@ def read(path: str, raw: dict | None = None) -> dict:
 
 
 def check_shards(shards, path: str) -> None:
-    """A manifest's `shards` field, checked: {split: [entry]}, each a plain file name beside the
-    manifest, a record count and an md5, no file under two splits; ManifestError names the field."""
+    """Checks a manifest's `shards`: plain names beside it, counts, md5s, no file in two splits."""
 
     def bad(field: str, problem: str) -> ManifestError:
         return ManifestError(

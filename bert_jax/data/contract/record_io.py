@@ -70,7 +70,6 @@ class RecordWriter:
         self.count += 1
 
     def close(self) -> None:
-        """Flushes and moves the file to its final name."""
         if self.fmt == TFRECORD:
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -96,8 +95,7 @@ class RecordWriter:
 
 
 class DamagedRecord(cli.UserError):
-    """A record its file's checksums or framing say is damaged, at `path` and `index`; picklable
-    with them, so it survives a Grain worker process."""
+    """A damaged record at `path`, `index`; picklable with them, for Grain worker processes."""
 
     def __init__(self, message: str, path: str = "", index: int = -1):
         super().__init__(message)
@@ -143,8 +141,7 @@ def _check_file(path: str) -> None:
 
 
 def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(offset of each record's data, its length) in a TFRecord file, from its headers alone
-    (their CRCs checked with `verify`)."""
+    """(offset of each record's data, its length) in a TFRecord file, from its headers alone."""
     _check_file(path)
     offsets, lengths = [], []
     size = os.path.getsize(path)
@@ -160,8 +157,7 @@ def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarr
 
 
 def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -> bytes:
-    """Record `index` of TFRecord file `fd` (`offset`, `length`: tfrecord_index's), its CRC
-    checked; os.pread is safe from several threads."""
+    """Record `index` of TFRecord file `fd`, its CRC checked; os.pread is thread-safe."""
     chunk = os.pread(fd, length + 4, offset)
     if len(chunk) < length + 4:
         raise damaged(path, index, f"the file ends inside it, at byte {offset + len(chunk)}")
@@ -169,8 +165,7 @@ def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -
 
 
 def read_records(path: str, verify: bool = True) -> Iterator[bytes]:
-    """Yields one file's records in order; TFRecord CRCs checked with `verify` (ArrayRecord's
-    chunk hashes always are, by Riegeli)."""
+    """Yields one file's records in order (ArrayRecord's hashes are always checked by Riegeli)."""
     if format_of(path) == ARRAYRECORD:
         reader = open_arrayrecord(path)
         try:

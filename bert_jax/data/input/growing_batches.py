@@ -36,8 +36,6 @@ class _Iterator(grain.DatasetIterator):
 
 
 class GrowingBatches(grain.IterDataset):
-    """`parent`'s micro-batches, `count(step)` of them concatenated per step."""
-
     def __init__(self, parent: grain.IterDataset, count: Callable[[int], int]):
         super().__init__(parent)
         self._count = count

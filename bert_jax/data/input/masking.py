@@ -132,8 +132,7 @@ class Vocab:
 
 @dataclasses.dataclass
 class Draws:
-    """Masking's random numbers for n rows, drawn before any token is seen, so the trainer draws
-    them per record and applies them per batch. p = min(P, L)."""
+    """Masking's random numbers for n rows, drawn before any token is seen; p = min(P, L)."""
 
     keys: np.ndarray  # [n, L] float64 in [0, 1): candidates (or words) are taken by smallest key
     choice: np.ndarray  # [n, 2, p] float64: [:, 0] < 0.8 -> [MASK]; else [:, 1] < 0.5 -> kept

@@ -67,8 +67,7 @@ def first_fit_decreasing(
 
 @dataclasses.dataclass(frozen=True)
 class Packed:
-    """Packed arrays (rows first) and where every example n went: `row[n]`, `slot[n]`, the
-    `offset[n]` of its first token, and its items from `item_start[n]` of the row's list."""
+    """Packed arrays (rows first) and where each example went: row, slot, offset, item_start."""
 
     arrays: dict[str, np.ndarray]
     row: np.ndarray

@@ -239,8 +239,7 @@ def masking_rule(
 
 
 def _absl_flags_ready() -> None:
-    """Grain's workers read an absl flag, which raises where absl.app never ran (the Python API, a
-    notebook): google/grain#1355. There the flags keep their defaults."""
+    """Grain's workers read an absl flag, which raises where absl.app never ran: grain#1355."""
     from absl import flags
 
     if not flags.FLAGS.is_parsed():
@@ -319,9 +318,8 @@ def eval_batches(
     process_count: int = 1,
 ) -> list[dict[str, np.ndarray]]:
     """This process's rows of every eval batch, in memory: the first `num_examples` records (0:
-    all), the last batch padded with EXAMPLE_WEIGHT 0 rows. Unmasked records get one fixed
-    masking (`seed`) at `data.eval_masked_lm_prob` (None: the training rate), so recipes that
-    train at other rates compare."""
+    all), padded with EXAMPLE_WEIGHT 0 rows. Unmasked records get one fixed masking at
+    `data.eval_masked_lm_prob` (None: the training rate), so recipes' accuracies compare."""
     _check_split("eval batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, files, "eval", vocab_size)
     if facts.dynamic_masking:

@@ -16,8 +16,7 @@ from bert_jax.data.contract import record_io
 
 
 class TFRecordSource:
-    """Random access to TFRecord files' records: headers indexed once, data read with os.pread
-    and checked by its CRC. docs/training.md, "Input pipeline"."""
+    """Random access to TFRecord files' records by an index of their headers (os.pread, checked)."""
 
     def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
         self._paths = list(paths)
@@ -132,8 +131,7 @@ def make_source(
     names: Sequence[str] | None = None,
 ):
     """(a CheckedSource over files of one format, each file's record count), the counts checked
-    against `expected` (a manifest's). `names`: what errors call the files (the user's paths
-    where `files` are local copies)."""
+    against `expected`; `names`: the user's paths where `files` are local copies."""
     names = list(names or files)
     _allow_open_files(len(files))
     formats = {record_io.format_of(f) for f in files}
