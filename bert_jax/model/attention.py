@@ -20,8 +20,7 @@ from bert_jax.model.dropout import dropout, keep_mask
 def attention_mask(
     input_mask: jax.Array, example_ids: jax.Array | None = None, window: int | None = None
 ) -> jax.Array:
-    """True where a query may read a key: [batch, 1 (heads), 1 or length (query), length (key)]
-    (the query axis is 1 only for unpacked, unwindowed rows)."""
+    """True where a query may read a key: [batch, 1 (heads), 1 or length (query), length (key)]."""
     if example_ids is None:
         mask = input_mask[:, None, None, :].astype(bool)
     else:

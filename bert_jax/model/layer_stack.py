@@ -25,8 +25,7 @@ def _keep_for_backward(prim, *args, **params) -> bool:
 
 
 def scan_plan(graphdefs) -> tuple[int, int, int]:
-    """(start, period, blocks): from `start`, `blocks` repeats of a `period`-layer group (0: none),
-    leaving the fewest layers unrolled, then the shortest period."""
+    """(start, period, blocks) of the repeats leaving fewest layers unrolled (blocks 0: none)."""
     # Each layer's kind: the index of its structure's first layer.
     kinds = [next(i for i, h in enumerate(graphdefs) if h == g) for g in graphdefs]
     n = len(kinds)

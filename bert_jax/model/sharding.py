@@ -194,8 +194,7 @@ def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
 def logical_to_mesh_spec(
     logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules
 ) -> P:
-    """One array's logical axis names -> a PartitionSpec on `mesh`. A dimension stays unsplit
-    when its mesh axes do not divide it (30522 words over 4 devices) or an earlier one uses them."""
+    """Logical axis names -> a PartitionSpec; a dimension its mesh axes do not divide is unsplit."""
     table = _rules_dict(rules)
     used: set[str] = set()
     spec = []

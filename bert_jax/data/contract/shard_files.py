@@ -145,8 +145,7 @@ def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
 def shard_problem(
     directory: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
 ) -> str | None:
-    """What is wrong with a finished shard (a manifest entry), naming it: missing, resized, or
-    with check_md5 another md5 or record count; None if nothing. `sizes`: its directory's."""
+    """What is wrong with a finished shard (a manifest entry), naming it; None if nothing."""
     path = storage.join(directory, entry["file"])
     size = (storage.sizes(directory) if sizes is None else sizes).get(entry["file"])
     if size is None:
