@@ -1,12 +1,6 @@
-"""BertConfig: the encoder's hyper-parameters, from the 2018 BERT to a ModernBERT block.
-
-The fields are configs/default.py's `config.model` (its comments say what each does); the
-ConfigDict becomes this frozen dataclass at one boundary (`from_config_dict`). Every modern-block
-field defaults to BERT's value, so older configs and checkpoints are the same model, and each is
-independent of the others (bert_jax.hf.bert.architecture says which transformers class, if any,
-holds a config). Which layers are windowed, and how far: is_global and attention_window.
-
-docs/model.md, "The modern block (ModernBERT)".
+"""BertConfig: the encoder's hyper-parameters (configs/default.py's `config.model`, whose
+comments say what each does), from the 2018 BERT to a ModernBERT block; each modern field
+defaults to BERT's value. docs/model.md, "The modern block (ModernBERT)".
 """
 
 from __future__ import annotations
@@ -128,8 +122,7 @@ class BertConfig:
 
     @classmethod
     def from_config_dict(cls, cd: Mapping[str, Any]) -> BertConfig:
-        """ConfigDict (or dict) `config.model` -> BertConfig; unknown or missing fields are
-        errors."""
+        """`config.model` (ConfigDict or dict) -> BertConfig; unknown or missing fields: errors."""
         values = dict(cd.to_dict() if hasattr(cd, "to_dict") else cd)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))

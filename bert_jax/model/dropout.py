@@ -14,16 +14,9 @@ def _mix32(h: jax.Array) -> jax.Array:
 
 
 def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """16 random bits (uint32 holding 0..65535) per element of `shape`, keyed by `rng`.
-
-    A counter-based hash: two key words from jax.random (threefry), then per element
-    mix32(mix32(index within the row ^ k0) ^ (row * golden ratio + k1)), the row being the
-    first dimension. It is elementwise, so XLA fuses it into the dropout multiply and never
-    writes the bits out; threefry on CPU runs as a rolled loop over materialised arrays
-    (docs/performance.md). Like threefry's, the bits depend only on (key, element index), so
-    any sharding draws the same mask. Not for cryptography or Monte Carlo: a dropout mask needs
-    independent-looking bits, which two avalanche rounds give.
-    """
+    """16 random bits (uint32) per element, keyed by `rng`: a counter hash XLA fuses into the
+    dropout multiply (docs/performance.md). They depend only on (key, index), so any sharding
+    draws the same mask; two avalanche rounds suit dropout, not cryptography or Monte Carlo."""
     k0, k1 = jax.random.bits(rng, (2,), jnp.uint32)
     rows = len(shape) >= 2
     if not rows:
@@ -39,9 +32,7 @@ def dropout_bits(rng: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
-    """Inverted dropout; the identity without `rng` or at rate 0. The rate is exact to 1/65536
-    (0.1 -> 0.100006); kept values are scaled by the exact inverse keep probability, so the
-    expectation is unchanged."""
+    """Inverted dropout (the rate exact to 1/65536); the identity without `rng` or at rate 0."""
     if rng is None or rate == 0.0:
         return x
     keep, scale = keep_mask(rng, x.shape, rate)
@@ -49,7 +40,6 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
 
 
 def keep_mask(rng: jax.Array, shape: tuple[int, ...], rate: float) -> tuple[jax.Array, float]:
-    """(keep, scale): which elements of `shape` dropout at `rate` keeps (boolean), and the factor
-    it scales them by. Recomputing it from `rng` gives the same mask (for a backward pass)."""
+    """(keep, scale): the boolean mask dropout keeps and its factor; the same again from `rng`."""
     threshold = round(rate * 65536)
     return dropout_bits(rng, shape) >= threshold, 65536 / (65536 - threshold)

@@ -1,16 +1,7 @@
-"""BERT in Flax NNX: embeddings, the encoder, the pooler and the pre-training model (MLM head from
-layers.py, NSP head one Dense). The config (bert_config.BertConfig) selects the 2018 BERT or the
-ModernBERT block field by field; layers.py holds the blocks, layer_stack.py runs the layers.
-
-Contract: parameters are always float32 and `BertConfig.dtype` sets only the computation dtype;
-NSP logits come back float32, MLM logits in the computation dtype. Dropout runs iff a
-`dropout_rng` is passed; the modules hold no RNG state (`nnx.state(model)` is the parameters
-only). Parameters carry logical axis names as `out_sharding` metadata and are never sharded
-eagerly (the trainer places them); activation constraints apply only under `jax.set_mesh` and
-`nnx.logical_axis_rules`, else they are no-ops.
-
-docs/model.md: "The model" (numerics, attention kernels), "Sharding names and the weight-decay
-rule", "The modern block (ModernBERT)".
+"""BERT in Flax NNX: embeddings, encoder, pooler and the pre-training model; layers.py holds the
+blocks (2018 BERT or ModernBERT, by BertConfig), layer_stack.py runs them. Parameters are
+float32, `BertConfig.dtype` is the computation dtype; dropout runs iff a `dropout_rng` is passed.
+docs/model.md: "The model", "Sharding names and the weight-decay rule", "The modern block".
 """
 
 from __future__ import annotations
@@ -41,20 +32,13 @@ def _lookup(embed: nnx.Embed, ids: jax.Array, rows: str | None = None) -> jax.Ar
 
 
 def _whole_rows(embed: nnx.Embed, rows: str | None) -> jax.Array:
-    """The table with its 'embed' dimension gathered (FSDP: weights are gathered where they are
-    used). Looked up in an fsdp-split table, the rows come out split along 'embed', and in the
-    backward pass XLA then cannot move the batch-split gradient there except by replicating it
-    ("involuntary full rematerialization"); from a whole table, the gradient is scattered
-    locally and reduce-scattered onto the table's sharding like any other weight's."""
+    """The table, its 'embed' dimension gathered (docs/model.md, "Sharding names")."""
     return L.constrain(embed.embedding[...], rows, None)
 
 
 @jax.custom_vjp
 def tied_lookup(table: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(table, table[ids]): the word-embedding table as the MLM decoder uses it, and the rows the
-    input looks up, with one gradient for both uses: the looked-up rows' gradients are added into
-    the decoder's gradient in place (one dense table, one reduction; autodiff's arithmetic but
-    for the order of the additions; what autodiff would do instead: docs/model.md, "The model")."""
+    """(table, table[ids]) with one gradient for both uses (docs/model.md, "The model")."""
     return table, jnp.take(table, ids, axis=0)
 
 
@@ -71,8 +55,7 @@ tied_lookup.defvjp(_tied_lookup_fwd, _tied_lookup_bwd)
 
 
 class Embeddings(nnx.Module):
-    """Word + position (absolute only) + token type (type_vocab_size > 0) embeddings, then
-    LayerNorm and dropout; ModernBERT's is the word embeddings and the norm."""
+    """Word + position (absolute) + token type (if any) embeddings, then LayerNorm and dropout."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -91,8 +74,7 @@ class Embeddings(nnx.Module):
 
     @jax.named_scope("embeddings")
     def __call__(self, input_ids, segment_ids, dropout_rng=None, position_ids=None, word_rows=None):
-        """`word_rows`: input_ids' rows of the word-embedding table, already looked up
-        (BertForPreTraining's tied_lookup); None: looked up here."""
+        """`word_rows`: input_ids' word embeddings if already looked up (tied_lookup)."""
         if position_ids is None:
             position_ids = jnp.arange(input_ids.shape[1])[None, :]  # [1, length]
         if word_rows is None:
@@ -107,9 +89,7 @@ class Embeddings(nnx.Module):
 
 
 class BertModel(nnx.Module):
-    """Embeddings, encoder (pre-norm: and a final norm) and pooler; returns (sequence_output
-    [B,L,H], pooled [B,H]). Without the pooler (config.pooler=False, ModernBERT) `pooled` is the
-    first token's final state itself."""
+    """Embeddings, encoder and pooler (without one, `pooled` is the first token's state)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -136,11 +116,8 @@ class BertModel(nnx.Module):
     def _check_inputs(
         self, input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
     ):
-        shapes = {
-            "input_ids": np.shape(input_ids),
-            "input_mask": np.shape(input_mask),
-            "segment_ids": np.shape(segment_ids),
-        }
+        names = ("input_ids", "input_mask", "segment_ids")
+        shapes = dict(zip(names, map(np.shape, (input_ids, input_mask, segment_ids))))
         if (example_ids is None) != (position_ids is None):
             raise ValueError(
                 "packed rows need both example_ids and position_ids "
@@ -175,16 +152,8 @@ class BertModel(nnx.Module):
         dropout_rng=None,
         word_rows=None,
     ):
-        """(sequence [B, L, H], pooled [B, H]: the pooler on position 0's state).
-
-        Packed rows (bert_jax.data.input.packing) pass `example_ids` [B, L] (1, 2, ... for the
-        examples of a row, 0 on padding: attention stays within an example) and `position_ids` [B,
-        L] (restarting at 0 for each example), and, where the pooled output is wanted,
-        `cls_positions` [B, E] (each example's [CLS] position; empty slots any position < L):
-        pooled is then [B, E, H], one per example. Without packing inputs the computation is
-        exactly the unpacked one. `word_rows`: the word embeddings of input_ids, already looked
-        up (BertForPreTraining ties them to its decoder).
-        """
+        """(sequence [B, L, H], pooled [B, H]). Packed rows pass `example_ids`, `position_ids`
+        and, for pooled [B, E, H], `cls_positions` (docs/model.md, "The model")."""
         self._check_inputs(
             input_ids, input_mask, segment_ids, example_ids, position_ids, cls_positions
         )
@@ -213,14 +182,12 @@ class BertModel(nnx.Module):
 
 
 def gather(sequence: jax.Array, positions: jax.Array) -> jax.Array:
-    """sequence [B, L, H] at positions [B, K] -> [B, K, H]. Out-of-range positions are clipped
-    (records and packed rows always hold positions < L)."""
+    """sequence [B, L, H] at positions [B, K] -> [B, K, H] (out-of-range positions clipped)."""
     return jnp.take_along_axis(sequence, positions[..., None], axis=1, mode="clip")
 
 
 class BertForPreTraining(nnx.Module):
-    """BertModel (`.bert`) plus the MLM head (`.mlm`) and the NSP head (`.nsp`; None with
-    config.nsp_head=False, whose NSP logits are then zeros: MLM-only training weighs them 0)."""
+    """BertModel plus the MLM head and the NSP head (without one, NSP logits are zeros)."""
 
     def __init__(self, config: BertConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -242,11 +209,7 @@ class BertForPreTraining(nnx.Module):
         dropout_rng=None,
     ):
         """(MLM logits [B, P, vocab] in the computation dtype, NSP logits [B, 2] float32).
-
-        Packed rows: `example_ids`, `position_ids` and `cls_positions` as BertModel takes them
-        (all three), `masked_lm_positions` index the row (already shifted by each example's
-        offset); the NSP logits are then [B, E, 2], one per example slot.
-        """
+        Packed rows pass all three packing inputs and get NSP logits [B, E, 2]."""
         if (example_ids is None) != (cls_positions is None):
             raise ValueError(
                 "packed pre-training rows need example_ids, position_ids and cls_positions "
@@ -291,8 +254,7 @@ def count_params(model: nnx.Module) -> int:
 
 
 def model_from_params(config: BertConfig, params: Mapping) -> BertForPreTraining:
-    """A BertForPreTraining holding `params`, the pure dict of nnx.state(model, nnx.Param) (what
-    checkpoints.restore_params returns); no random initialization is spent on it."""
+    """A BertForPreTraining holding `params` (a pure dict of nnx.Param state), no random init."""
     graphdef, state = nnx.split(
         nnx.eval_shape(lambda: BertForPreTraining(config, rngs=nnx.Rngs(0)))
     )

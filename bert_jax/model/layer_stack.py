@@ -1,12 +1,6 @@
-"""The encoder's layers in order: unrolled, or as one lax.scan over groups of alike layers.
-
-A layer's kind is static in its module (its window a Python attribute), so alike layers have
-equal nnx graphdefs. `scan_plan` finds the longest run of repeating groups of graphdefs; the
-scan's body runs one group, the layers outside the run go unrolled. Layer i's dropout key is
-fold_in(dropout_rng, i) either way, so scanned and unrolled stacks draw the same masks and give
-the same result.
-
-docs/model.md, "The modern block (ModernBERT)" (the groups BERT and ModernBERT scan).
+"""The encoder's layers in order: unrolled, or as one lax.scan over the longest run of repeating
+groups of alike layers (equal nnx graphdefs). Layer i's dropout key is fold_in(dropout_rng, i)
+either way, so both give the same result. docs/model.md, "The modern block (ModernBERT)".
 """
 
 import jax
@@ -20,25 +14,18 @@ def _run_layer(layer, x, input_mask, dropout_rng, example_ids, rope):
     return layer(x, input_mask, dropout_rng, example_ids, rope)
 
 
-# cuDNN's fused attention forward (a custom call), kept: its softmax statistics cost fewer HBM
-# bytes than a second forward. The splash kernel's lane-wide float32 ones cost more, so it is
-# recomputed (docs/scaling.md, "The fused kernels' forward").
+# cuDNN's attention forward is kept, splash's recomputed (docs/scaling.md, "The fused kernels'").
 _KEPT_KERNELS = frozenset({"dot_product_attention_fwd_wrapper"})
-
-
 _kept_names = jax.checkpoint_policies.save_only_these_names(*layers.KEPT_FOR_BACKWARD)
 
 
 def _keep_for_backward(prim, *args, **params) -> bool:
-    """A scanned layer's checkpoint policy: what layers.KEPT_FOR_BACKWARD names and cuDNN
-    attention's outputs are kept for the backward pass; the rest is recomputed."""
+    """A scanned layer's checkpoint policy: keeps layers.KEPT_FOR_BACKWARD and _KEPT_KERNELS."""
     return prim.name in _KEPT_KERNELS or _kept_names(prim, *args, **params)
 
 
 def scan_plan(graphdefs) -> tuple[int, int, int]:
-    """(start, period, blocks): layers start .. start + period * blocks - 1 form `blocks` groups
-    of `period` layers whose structures repeat; blocks == 0: nothing repeats (all unrolled).
-    The plan leaves the fewest layers unrolled, then has the shortest period."""
+    """(start, period, blocks) of the repeats leaving fewest layers unrolled (blocks 0: none)."""
     # Each layer's kind: the index of its structure's first layer.
     kinds = [next(i for i, h in enumerate(graphdefs) if h == g) for g in graphdefs]
     n = len(kinds)
@@ -57,13 +44,7 @@ def scan_plan(graphdefs) -> tuple[int, int, int]:
 def run_layers(
     layers, x, input_mask, dropout_rng, example_ids, rope=None, *, remat: bool, scan: bool | None
 ):
-    """x through `layers` in order (each called as layer(x, input_mask, key, example_ids,
-    rope)); layer i's dropout key is fold_in(dropout_rng, i).
-
-    scan=True: the repeating groups of scan_plan run as one jax.lax.scan over their parameters,
-    stacked along a new leading axis inside the step (MaxText's scan_layers), so nothing outside
-    sees another layout; the other layers run unrolled. remat: jax.checkpoint per layer.
-    """
+    """x through `layers`; scan=True: scan_plan's groups as one lax.scan, stacked in the step."""
     if scan is None:  # config.model.scan_layers' default: scanned where a compile costs most
         scan = attention.platform() != "cpu"
     run = nnx.remat(_run_layer) if remat else _run_layer
@@ -87,9 +68,7 @@ def run_layers(
         for j in range(period)
     ]  # per position in the group: its parameters, [blocks, ...]
 
-    # With remat a scanned layer keeps nothing for the backward pass, else _keep_for_backward's
-    # choice. Without a policy a scan saves every intermediate of its body, dropout masks
-    # included, into stacked [layers, ...] buffers (docs/scaling.md, "Where the HBM bytes go").
+    # Without a policy a scan would save every intermediate (docs/scaling.md); remat: nothing.
     policy = None if remat else _keep_for_backward
 
     def layer_fn(graphdef):

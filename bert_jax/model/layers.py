@@ -1,10 +1,6 @@
-"""The encoder's building blocks: logical-axis annotations and activation constraints, Dense,
-LayerNorm and Embed initialized as BERT's, self-attention and the encoder layer (post-norm BERT or
-pre-norm ModernBERT, GELU or GeGLU feed-forward, global or sliding-window attention, RoPE), and the
-MLM head.
-bert_jax.model.encoder puts them together (docs/model.md, "The model": the axis names, numerics
-and attention paths); bert_jax.model.layer_stack runs the layers in order.
-"""
+"""The encoder's building blocks: sharding annotations, Dense/LayerNorm/Embed initialized as
+BERT's, self-attention, the encoder layer (BERT or ModernBERT) and the MLM head; encoder.py puts
+them together (docs/model.md, "The model")."""
 
 from __future__ import annotations
 
@@ -26,13 +22,9 @@ ACT_HEADS = ("batch", "length", "heads", "kv")  # [batch, length, heads, head_di
 ACT_MLP = ("batch", "length", "mlp")  # [batch, length, intermediate]
 
 
-# --- Sharding annotations --------------------------------------------------------------------
-
-
 def axis_names(*names: str | None) -> dict[str, Any]:
     """Variable metadata naming the logical axes of a parameter."""
-    # Never shard eagerly: flax would map names with its own rules and need a mesh even to build
-    # a model for a test or an import; bert_jax.model.sharding places the parameters instead.
+    # Not eagerly: flax would need a mesh even to build a model; sharding.py places parameters.
     return {"out_sharding": names, "eager_sharding": False}
 
 
@@ -49,9 +41,6 @@ def constrain(x: jax.Array, *names: str | None) -> jax.Array:
     """with_sharding_constraint by logical names; a no-op without a mesh and logical rules."""
     spec = mesh_spec(names, x.shape)
     return x if spec is None else jax.lax.with_sharding_constraint(x, spec)
-
-
-# --- Building blocks -------------------------------------------------------------------------
 
 
 def truncated_normal(stddev: float):
@@ -74,8 +63,7 @@ def dense(
     bias: bool = True,
     output: bool = False,
 ) -> nnx.Linear:
-    """A Dense layer; `output`: a projection back onto the residual stream (initialized smaller
-    with config.scale_init_by_depth)."""
+    """A Dense layer; `output`: onto the residual stream (config.scale_init_by_depth applies)."""
     stddev = cfg.initializer_range
     if output and cfg.scale_init_by_depth:
         stddev /= math.sqrt(2.0 * cfg.num_hidden_layers)
@@ -94,8 +82,7 @@ def dense(
 
 
 def layer_norm(cfg: BertConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
-    # Two-pass variance, as HF and the original compute it: E[x^2]-E[x]^2 cancels badly when a
-    # feature vector's mean is large next to its spread.
+    # Two-pass variance, as HF and the original: E[x^2]-E[x]^2 cancels badly at a large mean.
     return nnx.LayerNorm(
         cfg.hidden_size,
         epsilon=cfg.layer_norm_eps,
@@ -122,22 +109,13 @@ def embed(cfg: BertConfig, num: int, axes: tuple, rngs: nnx.Rngs) -> nnx.Embed:
 
 
 def gelu(x: jax.Array) -> jax.Array:
-    # Exact GELU as google-research/bert and Hugging Face write it, x/2 (1 + erf(x / sqrt 2)):
-    # jax.nn.gelu's erfc form is as exact but slower on XLA:CPU (docs/performance.md).
+    # Exact GELU as HF writes it; jax.nn.gelu's erfc form is slower on XLA:CPU (performance.md).
     return (0.5 * x * (1.0 + jax.lax.erf(x * jnp.asarray(0.5**0.5, x.dtype)))).astype(x.dtype)
 
 
-# What a scanned layer keeps for its backward pass (bert_jax.model.layer_stack's checkpoint
-# policy), by the names checkpoint_name gives them: the attention probabilities
-# (attention.PROBS), the attention's context and output, the feed-forward's hidden activation
-# before GELU and its output. Everything else is recomputed, the query/key/value projection
-# included: redoing that matmul from the layer's input (kept anyway) moves fewer HBM bytes than
-# stacking its output for the backward pass and reading it back (docs/scaling.md).
+# What a scanned layer keeps for its backward pass; the rest is recomputed (docs/scaling.md).
 CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT = "context", "attention_out", "ffn_hidden", "ffn_out"
 KEPT_FOR_BACKWARD = (attention.PROBS, CONTEXT, ATTENTION_OUT, FFN_HIDDEN, FFN_OUT)
-
-
-# --- Modules ---------------------------------------------------------------------------------
 
 
 class SelfAttention(nnx.Module):
@@ -150,8 +128,7 @@ class SelfAttention(nnx.Module):
         self.output = dense(cfg, h, h, ("heads", "embed"), rngs, bias=b, output=True)
 
     def _project_qkv(self, x):
-        """The query, key and value projections as one matmul (stacked_dense): [batch, length,
-        hidden] -> 3 x same."""
+        """The query, key and value projections as one matmul (stacked_dense)."""
         dtype = self.cfg.compute_dtype
         projections = (self.query, self.key, self.value)
         if not all(type(p) is nnx.Linear for p in projections):
@@ -161,8 +138,7 @@ class SelfAttention(nnx.Module):
 
     @jax.named_scope("attention")
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rotary=None, window=None):
-        """`rotary`: the (cos, sin) tables of this layer's RoPE (bert_jax.model.rope), None for
-        absolute positions; `window`: how far a query reads on either side, None: all keys."""
+        """`rotary`: RoPE's (cos, sin) or None; `window`: keys read on each side (None: all)."""
         cfg = self.cfg
         batch, length, _ = x.shape
 
@@ -202,17 +178,13 @@ class SelfAttention(nnx.Module):
 
 
 class EncoderLayer(nnx.Module):
-    """A transformer layer, post-norm (BERT) or pre-norm (ModernBERT) by config.norm_position:
+    """A transformer layer, by config.norm_position:
 
         post: x = LN(x + Attn(x));  x = LN(x + FFN(x))
-        pre:  x = x + Attn(LN(x));  x = x + FFN(LN(x))   (layer 0: no LN before Attn; the
-                                                          embedding norm precedes it)
+        pre:  x = x + Attn(LN(x));  x = x + FFN(LN(x))   (layer 0: no LN before Attn)
 
-    FFN is output(gelu(intermediate(x))), or with mlp_type='geglu' output(gelu(intermediate(x))
-    * gate(x)) (ModernBERT's Wi holds intermediate and gate side by side). Hidden dropout is on
-    the attention and FFN outputs in both orders. `window` (static: alike layers share one
-    graphdef, bert_jax.model.layer_stack) is None on global layers, else how far a query reads.
-    """
+    FFN is output(gelu(intermediate(x)) [* gate(x) for geglu]); `window` is static (one graphdef
+    for alike layers)."""
 
     def __init__(self, cfg: BertConfig, index: int = 0, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -229,7 +201,6 @@ class EncoderLayer(nnx.Module):
         self.output_norm = layer_norm(cfg, rngs)
 
     def _ffn(self, x):
-        """The feed-forward block before its hidden dropout: output(activation(...))."""
         if self.gate is None:
             h = gelu(checkpoint_name(self.intermediate(x), FFN_HIDDEN))
         elif all(type(d) is nnx.Linear for d in (self.intermediate, self.gate)):
@@ -243,8 +214,7 @@ class EncoderLayer(nnx.Module):
         return checkpoint_name(self.output(h), FFN_OUT)
 
     def __call__(self, x, input_mask, dropout_rng=None, example_ids=None, rope_tables=None):
-        """`rope_tables`: {'global': (cos, sin), 'local': (cos, sin)} (bert_jax.model.rope.tables)
-        for RoPE, None for absolute positions."""
+        """`rope_tables`: rope.tables per layer kind ('global', 'local'), None: absolute."""
         rate = self.cfg.hidden_dropout_prob
         k_attn, k_attn_out, k_ffn = (
             jax.random.split(dropout_rng, 3) if dropout_rng is not None else (None, None, None)
@@ -268,8 +238,7 @@ class EncoderLayer(nnx.Module):
 
 
 class MaskedLMHead(nnx.Module):
-    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias (each bias as
-    config.head_bias, norm_bias and decoder_bias say)."""
+    """Dense + GELU + LayerNorm, then the tied word-embedding matrix plus a bias."""
 
     def __init__(self, cfg: BertConfig, *, rngs: nnx.Rngs):
         h = cfg.hidden_size
@@ -285,8 +254,7 @@ class MaskedLMHead(nnx.Module):
     def __call__(self, x, word_embeddings: jax.Array):
         x = self.transform_norm(gelu(self.transform(x)))  # [batch, predictions, hidden]
         logits = mixed_matmul.einsum("bph,vh->bpv", x, word_embeddings.astype(x.dtype), jnp.float32)
-        # The bias is added to the float32 accumulator, then rounded once to the computation
-        # dtype (XLA fuses both into the matmul's output).
+        # Bias added to the float32 accumulator, rounded once (XLA fuses both into the matmul).
         if self.bias is not None:
             logits = logits + self.bias[...]
         logits = logits.astype(x.dtype)
@@ -294,13 +262,9 @@ class MaskedLMHead(nnx.Module):
 
 
 def stacked_dense(x, denses, dtype):
-    """Several Dense layers of one input as one matmul: [batch, length, in] -> [len(denses),
-    batch, length, out]. One [in, n*out] product uses the matrix units better than n [in, out]
-    ones (docs/performance.md) and its backward pass sums no partial input gradients; the layers'
-    axis comes first so that one layer's output is a contiguous slice, not a copy
-    (docs/scaling.md). The kernels are stacked, not concatenated, so a 'heads' or 'mlp' (tensor)
-    sharding of each stays local; the parameters keep their names.
-    """
+    """Dense layers of one input as one matmul: [batch, length, in] -> [n, batch, length, out]
+    (faster: docs/performance.md). Layers first: one's output is a contiguous slice; stacked,
+    not concatenated: each kernel's tensor sharding stays local."""
     kernel = jnp.stack([d.kernel[...] for d in denses], axis=1).astype(dtype)  # [in, n, out]
     y = mixed_matmul.einsum("blm,mtn->tbln", x.astype(dtype), kernel)
     if denses[0].bias is None:

@@ -1,14 +1,6 @@
-"""Matrix products of bfloat16 operands with float32 accumulation, forward and backward, in the
-form XLA:CPU runs on a CPU's bfloat16 dot-product instructions (a dot with a bfloat16 result,
-autodiff's backward dots included, it runs as a float32 matmul plus conversions).
-
-On the CPU, `einsum` of bfloat16 operands is `einsum(..., preferred_element_type=float32)` rounded
-to `out_dtype`, its gradients likewise (the cotangent rounded to bfloat16): XLA's own arithmetic
-for a bfloat16 dot but for the order of the float32 additions. Elsewhere (float32 operands, GPU,
-TPU) it is `jnp.einsum`. The gradient specs hold where every index is in two of the three terms or
-in all three ('...'); dots with batch indices stay with XLA, where some of their bf16 x bf16 -> f32
-forms fail at run time on the CPU.
-
+"""bfloat16 matmuls with float32 accumulation, forward and backward, in the bf16 x bf16 -> f32
+form XLA:CPU runs on bf16 instructions (a bf16 result runs as a float32 matmul); elsewhere plain
+`jnp.einsum`. Dots with batch indices stay with XLA (some such forms fail at run time on CPU).
 docs/performance.md, "bfloat16 on a CPU with bf16 instructions".
 """
 
@@ -18,12 +10,6 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.model import attention
-
-
-def _operand_grad_specs(spec: str) -> tuple[str, str]:
-    inputs, out = spec.split("->")
-    a, b = inputs.split(",")
-    return f"{out},{b}->{a}", f"{a},{out}->{b}"
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3))
@@ -37,11 +23,12 @@ def _bf16_einsum_fwd(spec, a, b, out_dtype):
 
 def _bf16_einsum_bwd(spec, out_dtype, residuals, g):
     a, b = residuals
-    spec_a, spec_b = _operand_grad_specs(spec)
+    inputs, out = spec.split("->")
+    sa, sb = inputs.split(",")
     g = g.astype(jnp.bfloat16)
-    grad_a = jnp.einsum(spec_a, g, b, preferred_element_type=jnp.float32).astype(a.dtype)
-    grad_b = jnp.einsum(spec_b, a, g, preferred_element_type=jnp.float32).astype(b.dtype)
-    return grad_a, grad_b
+    grad_a = jnp.einsum(f"{out},{sb}->{sa}", g, b, preferred_element_type=jnp.float32)
+    grad_b = jnp.einsum(f"{sa},{out}->{sb}", a, g, preferred_element_type=jnp.float32)
+    return grad_a.astype(a.dtype), grad_b.astype(b.dtype)
 
 
 _bf16_einsum.defvjp(_bf16_einsum_fwd, _bf16_einsum_bwd)
@@ -58,8 +45,7 @@ def _batch_free(spec: str) -> bool:
 
 
 def einsum(spec: str, a: jax.Array, b: jax.Array, out_dtype=None) -> jax.Array:
-    """jnp.einsum(spec, a, b, preferred_element_type=out_dtype) (module docstring). A two-operand
-    matmul spec without batch indices ('...' allowed); out_dtype None: the operands' dtype."""
+    """jnp.einsum(spec, a, b, preferred_element_type=out_dtype); out_dtype None: the operands'."""
     if a.dtype == b.dtype == jnp.bfloat16 and _batch_free(spec) and _on_cpu():
         return _bf16_einsum(spec, a, b, jnp.dtype(out_dtype or jnp.bfloat16))
     return jnp.einsum(spec, a, b, preferred_element_type=out_dtype)
@@ -68,8 +54,7 @@ def einsum(spec: str, a: jax.Array, b: jax.Array, out_dtype=None) -> jax.Array:
 def dot_general(
     lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None
 ):
-    """jax.lax.dot_general for nnx.Linear(dot_general=...): its product (the last dimension of
-    `lhs` with the first of a 2-D kernel) through `einsum`; anything else unchanged."""
+    """jax.lax.dot_general for nnx.Linear, its [..., k] x [k, n] product through `_bf16_einsum`."""
     if (
         lhs.dtype == rhs.dtype == jnp.bfloat16
         and rhs.ndim == 2
@@ -81,10 +66,5 @@ def dot_general(
         out_dtype = jnp.dtype(preferred_element_type or jnp.bfloat16)
         return _bf16_einsum("...k,kn->...n", lhs, rhs, out_dtype)
     return jax.lax.dot_general(
-        lhs,
-        rhs,
-        dimension_numbers,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        out_sharding=out_sharding,
+        lhs, rhs, dimension_numbers, precision, preferred_element_type, out_sharding=out_sharding
     )

@@ -1,9 +1,5 @@
 """The device mesh ('data', 'fsdp', 'tensor') and every sharding decision: logical axis names ->
-mesh axes, by the rules in `config.mesh.rules`. This module is the only place that applies them,
-so changing a parallelism strategy is a config change.
-
-docs/training.md, "Mesh and sharding"; docs/scaling.md, "Which mesh".
-"""
+mesh axes by `config.mesh.rules`, applied only here. docs/training.md, "Mesh and sharding"."""
 
 import contextlib
 import logging
@@ -25,11 +21,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # The logical axes the model's layers name (model/layers.py), which config.mesh.rules maps.
 LOGICAL_AXIS_NAMES = ("vocab", "embed", "heads", "mlp", "norm", "batch", "length", "kv")
 
-# The TPU compiler's "windowed einsum" turns a matmul whose output is reduce-scattered (the
-# weight gradients under weight-update sharding) or whose input is all-gathered into a loop of
-# collective-permutes and partial matmuls, each reading the whole activation again: more HBM
-# traffic and a slower step than without it on the planner's BERT-Large (docs/scaling.md).
-# The binaries turn it off unless LIBTPU_INIT_ARGS already names the flag.
+# The TPU's "windowed einsum" made BERT-Large's step slower (docs/scaling.md): off by default.
 TPU_COMPILER_FLAGS = (
     "--xla_tpu_enable_windowed_einsum_for_reduce_scatter=false",
     "--xla_tpu_enable_windowed_einsum_for_all_gather=false",
@@ -37,8 +29,7 @@ TPU_COMPILER_FLAGS = (
 
 
 def use_tpu_compiler_flags(environ=os.environ) -> None:
-    """TPU_COMPILER_FLAGS into LIBTPU_INIT_ARGS, each unless the variable already sets it; call
-    before JAX first uses a TPU (libtpu reads it once, at start)."""
+    """Adds TPU_COMPILER_FLAGS the variable lacks; call before JAX first uses a TPU."""
     current = environ.get("LIBTPU_INIT_ARGS", "")
     extra = [f for f in TPU_COMPILER_FLAGS if f.split("=")[0] not in current]
     if extra:
@@ -71,27 +62,21 @@ def mesh_shape(data: int, fsdp: int, tensor: int, num_devices: int) -> tuple[int
 
 
 def num_slices(devices: Sequence[jax.Device]) -> int:
-    """How many TPU slices `devices` span (multi-slice runs: slices joined by the data-center
-    network, DCN); 1 for one slice and for devices without a slice_index (CPU, GPU)."""
+    """How many TPU slices `devices` span; 1 for devices without a slice_index (CPU, GPU)."""
     return len({getattr(d, "slice_index", 0) for d in devices})
 
 
 def make_mesh(
     data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None
 ) -> Mesh:
-    """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all devices of all processes).
-
-    Within a slice, TPU devices follow its physical ICI rings (jax's create_device_mesh; CPU
-    devices keep their order, GPUs go by device id). Across slices only 'data' spans them (jax's
-    hybrid device mesh: `data` = slices x data within a slice), so fsdp and tensor traffic stays
-    off the slower DCN (docs/scaling.md, "Which mesh").
-    """
+    """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all of all processes). Across
+    TPU slices only 'data' spans them, keeping fsdp and tensor traffic off the slower DCN
+    (docs/scaling.md, "Which mesh")."""
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(data, fsdp, tensor, len(devices))
     slices = num_slices(devices)
     if slices == 1:
-        # What jax.make_mesh does, and where a mesh axis is not a product of the slice's
-        # physical axes (data=8 on a 4x4x4 v5p) it splits one rather than failing.
+        # Splits a physical axis rather than failing (data=8 on a 4x4x4 v5p).
         grid = mesh_utils.create_device_mesh(shape, devices, allow_split_physical_axes=True)
     elif shape[0] % slices:
         raise cli.UserError(
@@ -104,17 +89,14 @@ def make_mesh(
         grid = mesh_utils.create_hybrid_device_mesh(
             within, (slices, 1, 1), devices, allow_split_physical_axes=True
         )
-    # Auto axes: sharding follows the logical rules and with_sharding_constraint; JAX >= 0.9
-    # would default to Explicit axes, which changes how jit treats unannotated values.
+    # Auto axes: JAX >= 0.9 defaults to Explicit, which changes how jit treats unannotated values.
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * 3)
 
 
 def mesh_from_config(
     mesh_config, num_attention_heads: int, devices: Sequence[jax.Device] | None = None
 ) -> tuple[Mesh, tuple]:
-    """(mesh, normalized rules) of a `config.mesh` block (data, fsdp, tensor, num_devices, rules),
-    checked against a model with `num_attention_heads` heads, on `devices` (default: all, or the
-    first `mesh_config.num_devices`). Pre-training and fine-tuning share it."""
+    """(mesh, normalized rules) of a `config.mesh` block, checked against the model's heads."""
     if devices is None:
         devices = jax.devices()
         if mesh_config.num_devices:
@@ -135,12 +117,8 @@ def mesh_from_config(
 
 
 def check_batch_split(mesh: Mesh, rules, process_count: int, process_of=None) -> None:
-    """Raises cli.UserError unless the batch's mesh axes give each of `process_count` processes
-    rows of its own: every process feeds its own rows (host_to_global), so a batch split fewer
-    ways than the processes (mesh data 1 x fsdp 1 x tensor 4 over 2 processes) made each process
-    take its rows for the whole batch: half the global batch, a different one on each process (a
-    ZeroDivisionError in the step, or with gradient accumulation a silently wrong run).
-    `process_of(device)`: its process (default: device.process_index)."""
+    """Refuses a mesh whose batch axes do not give each process rows of its own (each feeds its
+    own: docs/training.md, "Mesh and sharding"); `process_of(device)`: its process."""
     if process_count == 1:
         return
     process_of = process_of or (lambda d: d.process_index)
@@ -168,11 +146,8 @@ def activate(mesh: Mesh, rules):
 
 
 def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
-    """config.mesh.rules (tuples, or lists after a JSON round trip) -> checked, hashable rules,
-    as flax's nnx.logical_axis_rules takes them for the model's activations. A rule for a name
-    the model does not have (a typo: 'head' for 'heads') or a second rule for one name would be
-    ignored silently (the weights it meant to split stay whole; with a name twice the parameters
-    follow the last rule and the activations the first): one cli.UserError names both."""
+    """config.mesh.rules (lists after a JSON round trip) -> checked, hashable rules for
+    nnx.logical_axis_rules. Unknown or repeated names would be ignored silently: refused."""
     if not isinstance(rules, (list, tuple)):  # --config.mesh.rules=None, =3
         raise cli.UserError(
             f"mesh.rules={rules!r} must be a list of (logical_name, mesh_axes) pairs"
@@ -182,22 +157,19 @@ def normalize_rules(rules) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
         if not isinstance(rule, (list, tuple)) or len(rule) != 2 or not isinstance(rule[0], str):
             raise cli.UserError(f"mesh rule {rule!r} must be a pair (logical_name, mesh_axes)")
         logical, mesh_axes = rule
-        if mesh_axes is None:
-            out.append((logical, None))
-            continue
         axes = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
-        if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
-            raise cli.UserError(
-                f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis name, "
-                f"a tuple of them or None (the mesh axes: {MESH_AXES})"
-            )
-        axes = tuple(axes)
-        unknown = [a for a in axes if a not in MESH_AXES]
-        if unknown:
-            raise cli.UserError(
-                f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
-                f"use {MESH_AXES}"
-            )
+        if axes is not None:
+            if not isinstance(axes, (list, tuple)) or not all(isinstance(a, str) for a in axes):
+                raise cli.UserError(
+                    f"mesh rule {logical!r} -> {mesh_axes!r}: mesh_axes must be a mesh axis "
+                    f"name, a tuple of them or None (the mesh axes: {MESH_AXES})"
+                )
+            axes = tuple(axes)
+            if unknown := [a for a in axes if a not in MESH_AXES]:
+                raise cli.UserError(
+                    f"mesh rule {logical!r} -> {axes} names unknown mesh axes {unknown}; "
+                    f"use {MESH_AXES}"
+                )
         out.append((logical, axes))
     names = [logical for logical, _ in out]
     unknown = [n for n in names if n not in LOGICAL_AXIS_NAMES]
@@ -222,10 +194,7 @@ def _rules_dict(rules) -> dict[str, tuple[str, ...]]:
 def logical_to_mesh_spec(
     logical: Sequence[str | None], shape: Sequence[int], mesh: Mesh, rules
 ) -> P:
-    """One array's logical axis names -> a PartitionSpec on `mesh`. A dimension stays unsplit when
-    its size is not divisible by the mesh axes it maps to (e.g. BERT's 30522-word vocabulary over
-    4 tensor devices) or when an earlier dimension already uses that mesh axis; a mesh axis of
-    size 1 is dropped as it splits nothing."""
+    """Logical axis names -> a PartitionSpec; a dimension its mesh axes do not divide is unsplit."""
     table = _rules_dict(rules)
     used: set[str] = set()
     spec = []
@@ -262,13 +231,7 @@ def _dict_path(key_path) -> tuple:
 
 
 def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) -> Any:
-    """Shardings for a tree whose sub-trees mirror the parameters (optimizer moments).
-
-    A leaf whose dict-key path ends with a parameter's path, and that has at least as many
-    dimensions as that parameter's sharding names, gets the sharding (the optimizers' moments
-    have the parameter's shape); every other leaf (step counters, scalars) is replicated. This
-    covers any optax state without knowing its layout.
-    """
+    """Shardings of an optax state: a parameter's for a leaf at its path's end, else replicated."""
     by_path = {
         _dict_path(path): s for path, s in jax.tree_util.tree_flatten_with_path(params_shardings)[0]
     }
@@ -286,15 +249,9 @@ def tree_shardings_like_params(tree: Any, params_shardings: dict, mesh: Mesh) ->
 
 
 def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedSharding:
-    """Where one chip's share of a parameter's optimizer update lives (weight-update sharding:
-    docs/training.md, "Mesh and sharding"): the parameter's own sharding, further split over the
-    batch's mesh axes (data, and fsdp where the parameter does not use it already) along its
-    first dimension those axes divide; a parameter no dimension of which divides keeps its
-    sharding (updated in full on every chip). A share of whole rows is contiguous; split along an
-    inner dimension, the TPU compiler adds layout copies around the update and the all-gathers
-    (docs/scaling.md, "Round two"). The reduce-scatter and all-gather move the bytes of the
-    all-reduce they replace.
-    """
+    """A chip's share of a parameter's optimizer update: its sharding split further over the
+    batch's free mesh axes along the first dimension they divide (docs/training.md, "Mesh and
+    sharding"), else unchanged."""
     mesh = param.mesh
     spec = list(param.spec) + [None] * (len(shape) - len(param.spec))
     used = {a for entry in spec for a in ((entry,) if isinstance(entry, str) else entry or ())}
@@ -316,14 +273,12 @@ def update_sharding(param: NamedSharding, shape: Sequence[int], rules) -> NamedS
 
 
 def update_shardings(param_shardings: Any, abstract_params: Any, rules) -> Any:
-    """`update_sharding` of every parameter: a tree like `param_shardings`."""
     return jax.tree.map(
         lambda s, x: update_sharding(s, x.shape, rules), param_shardings, abstract_params
     )
 
 
 def batch_spec(rules) -> P:
-    """PartitionSpec of a [batch, ...] input: the batch dim over the mesh axes of 'batch'."""
     return P(_rules_dict(rules).get("batch", ()) or None)
 
 
@@ -332,16 +287,13 @@ def batch_sharding(mesh: Mesh, rules) -> NamedSharding:
 
 
 def data_parallel_size(mesh: Mesh, rules) -> int:
-    """How many ways the batch dimension is split."""
     return math.prod(data_parallel_axes(dict(mesh.shape), rules).values())
 
 
 def data_parallel_axes(shape: dict[str, int], rules) -> dict[str, int]:
-    """{mesh axis: size} of the axes a batch is split over, from a mesh's {axis: size} (before
-    the mesh exists: config_check's batch divisibility)."""
+    """{mesh axis: size} the batch is split over, from a mesh's shape (usable before a mesh)."""
     return {a: shape[a] for a in _rules_dict(rules).get("batch", ())}
 
 
 def host_to_global(batch: dict[str, np.ndarray], sharding: NamedSharding) -> dict[str, jax.Array]:
-    """This process's rows of a batch -> global jax.Arrays on `sharding` (rows of all processes)."""
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}

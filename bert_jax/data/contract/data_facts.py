@@ -1,9 +1,5 @@
-"""The data contract, reading side: config + manifest.json -> the facts every stage uses.
-
-`resolve` reads the manifests of config.data.train_files / eval_files once and fills in every
-data fact the config leaves unset (0, "" or None); a config value that disagrees is an error
-naming both. The resolved config is what checkpoints save (export, embed and fine-tuning read
-the vocabulary from it). No JAX import.
+"""The data contract, reading side: `resolve` fills in every data fact the config leaves unset
+(0, "" or None) from the manifests; a disagreeing config value is an error naming both. No JAX.
 docs/training.md, "The data contract": each fact, where it comes from, and its errors.
 """
 
@@ -20,8 +16,7 @@ SPECIAL = ("cls", "sep", "mask")  # the ids the trainer needs: dynamic masking n
 
 @dataclasses.dataclass(frozen=True)
 class DataFacts:
-    """What the records are, as the trainer, eval and the AOT bench use it (a resolved config's
-    data section, see `resolve`)."""
+    """What the records are, from a resolved config's data section."""
 
     max_seq_length: int
     max_predictions_per_seq: int  # masked positions per row of a batch (after dynamic masking)
@@ -111,10 +106,8 @@ def _described(manifests: list[dict]) -> tuple[dict, dict]:
 
 
 def _vocabulary(d, described: dict, where: dict) -> str:
-    """The vocabulary file of config.data `d` (its own, else the manifest's; "" if neither), checked
-    against the one the data was made with (its md5). Version-1 manifests (and records without
-    one) record no vocabulary size or special ids: `described` gets them from the file, when it is
-    there and is the data's, as data_prep's manifest records them."""
+    """The vocabulary file (config's, else the manifest's, else ""), checked against the data's
+    md5; a version-1 manifest's size and special ids go into `described` from the file."""
     vocab_file = d.vocab_file or described.get("vocab_file") or ""
     lower = _first(d.do_lower_case, described.get("do_lower_case"))
     why = storage.not_a_file(d.vocab_file) if d.vocab_file else None
@@ -141,9 +134,7 @@ def _vocabulary(d, described: dict, where: dict) -> str:
 
 
 def resolve(config):
-    """A copy of `config` with every data fact filled in from the manifests of its record files
-    (see the module docstring), and config.model.vocab_size from the data when it is 0. Raises
-    cli.UserError naming the field for a conflict, a missing fact or missing files."""
+    """A copy of `config` with every data fact (and a 0 config.model.vocab_size) filled in."""
     d = config.data
     train = shard_files.find_shards(d.train_files, "train")
     evals = shard_files.find_shards(d.eval_files, "eval") if d.eval_files else None
@@ -157,17 +148,9 @@ def resolve(config):
     described, where = _described(list(manifests.values()))
     vocab_file = _vocabulary(d, described, where)
 
-    values = {}
-    for key in (
-        "max_seq_length",
-        "dynamic_masking",
-        "nsp",
-        "vocab_md5",
-        "vocab_size",
-        "do_lower_case",
-        *(f"{name}_token_id" for name in SPECIAL),
-    ):
-        values[key] = _take(key, d[key], described, where)
+    keys = ("max_seq_length", "dynamic_masking", "nsp", "vocab_md5", "vocab_size", "do_lower_case")
+    keys += tuple(f"{name}_token_id" for name in SPECIAL)
+    values = {key: _take(key, d[key], described, where) for key in keys}
     masked_records = values["dynamic_masking"] is False
     values["max_predictions_per_seq"] = (
         _take("max_predictions_per_seq", d.max_predictions_per_seq, described, where)
@@ -216,8 +199,7 @@ def _take(key: str, configured, described: dict, where: dict):
 
 
 def _require(values: dict, d, described: bool) -> None:
-    """Facts that neither the config nor a manifest gave: the config must (records without a
-    manifest, or a version-1 manifest whose vocabulary file is gone)."""
+    """Refuses facts that neither the config nor a manifest gave."""
     budget = (
         "dynamic masking's positions per sequence"
         if values["dynamic_masking"]

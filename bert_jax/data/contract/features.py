@@ -1,7 +1,5 @@
-"""The pre-training record schema, shared by data_prep (writer) and the input pipeline (reader).
-
-It is google-research/bert's schema, so records interchange with its run_pretraining.py and with
-MLPerf's BERT data. No JAX import here: data_prep depends on this module.
+"""The pre-training record schema (google-research/bert's, so records interchange with its
+run_pretraining.py and MLPerf's data), shared by data_prep and the input pipeline. No JAX import.
 """
 
 import dataclasses
@@ -24,8 +22,7 @@ FLOAT_FEATURES = frozenset({MASKED_LM_WEIGHTS})
 
 
 def min_seq_length(segments: int) -> int:
-    """The shortest max_seq_length that leaves room for text: [CLS], then for each of `segments`
-    segments (2: a sentence pair) at least one token and its [SEP]."""
+    """The shortest max_seq_length with room for text: [CLS], then per segment a token and [SEP]."""
     return 1 + 2 * segments
 
 
@@ -67,10 +64,8 @@ def _example_pb2():
 
 
 def encode_example(features: dict) -> bytes:
-    """Serializes {name: sequence of numbers} as a tf.train.Example, as google-research/bert's
-    create_pretraining_data.py does (the weights a FloatList, all others an Int64List). The
-    feature map is written sorted by name: protobuf's default order differs from process to
-    process, and the same job must write the same bytes (data_prep's encoder writes them too)."""
+    """{name: numbers} -> a serialized tf.train.Example, sorted by name: protobuf's default order
+    differs between processes, and the same job must write the same bytes."""
     example = _example_pb2().Example()
     for name, values in features.items():
         feature = example.features.feature[name]
@@ -82,10 +77,8 @@ def encode_example(features: dict) -> bytes:
 
 
 def decode_example(data: bytes) -> dict:
-    """A serialized tf.train.Example -> {name: int64 or float32 array} of ALL_FEATURES; other
-    features are ignored, as tf.io.parse_single_example ignores what its spec does not name.
-    Raises protobuf's DecodeError for bytes that are no Example, ValueError for a schema feature
-    that holds no numbers."""
+    """A serialized tf.train.Example -> {name: int64 or float32 array} of ALL_FEATURES (others
+    are ignored, as tf.io.parse_single_example does); protobuf's DecodeError for non-Examples."""
     import numpy as np
 
     table = _example_pb2().Example.FromString(data).features.feature
@@ -100,15 +93,13 @@ def decode_example(data: bytes) -> dict:
 
 
 def missing_feature(features: dict, masked: bool) -> str | None:
-    """The first feature every record needs (the masked ones too when `masked`) that `features`
-    lacks, or None."""
+    """The first needed feature (masked ones too when `masked`) that `features` lacks, or None."""
     needed = UNMASKED_FEATURES + (MASKED_FEATURES if masked else ())
     return next((name for name in needed if name not in features), None)
 
 
 def unequal_lengths(features: dict) -> str | None:
-    """What is wrong when features that go together (the per-token ones, the per-prediction
-    ones) have different lengths in one record, or None: a check that needs no schema."""
+    """What is wrong when per-token or per-prediction features differ in length, or None."""
     for group in ((INPUT_IDS, INPUT_MASK, SEGMENT_IDS), MASKED_FEATURES):
         lengths = {name: len(features[name]) for name in group if name in features}
         if len(set(lengths.values())) > 1:
@@ -119,7 +110,7 @@ def unequal_lengths(features: dict) -> str | None:
 
 
 def check_example(features: dict, schema: Schema) -> None:
-    """Raises ValueError naming the first feature that does not fit `schema`."""
+    """Raises a UserError naming the first feature that does not fit `schema`."""
     for name, length in schema.lengths().items():
         if name not in features:
             raise cli.UserError(f"record lacks feature {name!r}; has {sorted(features)}")

@@ -1,35 +1,7 @@
-"""manifest.json: the data contract between data_prep and every stage that reads records.
-
-data_prep writes it beside the shards when a job has finished (never before: a directory without
-one is unfinished). Fields (version 2; every writer sets all of them):
-
-    manifest_version   2
-    mode, format       how the job ran ("scaled" | "reference"), "arrayrecord" | "tfrecord"
-    schema             {"max_seq_length": L, "max_predictions_per_seq": P}; P is 0 for unmasked
-                       records (written for dynamic masking)
-    masked, nsp        bool, bool
-    whole_word_mask    bool: how the masks in the records were drawn (unmasked records: how the
-                       job was asked to mask, a default for the trainer's dynamic masking)
-    vocab              {"file": the path as given, "md5", "size": ids 0..size-1,
-                        "kind": "wordpiece" | "sentencepiece" | "tokenizer_json",
-                        "do_lower_case": bool, "special_ids": {"pad", "unk", "cls", "sep", "mask"};
-                        a tokenizer.json adds "special_tokens" {role: token} and "model"
-                        ("BPE", "Unigram", "WordPiece")}
-    vocab_md5          = vocab.md5 (what version-1 manifests had)
-    shards             {"train": [{"file": name beside the manifest, "instances", "md5",
-                                   "bytes": its size, checked when a job is rerun}],
-                        "eval": [...]}
-    stats, read, documents, seconds, flags, ...: the job's report; scaled and Beam jobs add
-                       fingerprint (the settings a rerun must match) and inputs (per input file
-                       its size, mtime_ns and a content hash, rechecked when a job is rerun)
-
-Version 1 (no `manifest_version`) lacks `vocab` (only `vocab_md5`; the vocabulary file,
-do_lower_case and the masking flags are in `flags`), `whole_word_mask`, and, in reference mode,
-`schema` and `nsp`. `load` is the one reader of manifest.json (fields as written, checked as
-every reader needs); `read` returns any version as version 2, filled in from `flags` (the
-vocabulary's size and special ids are left to data_facts, which loads the file). SHARD_NAME,
-WORK_DIR and TEMPORARY name data_prep's files: the trainer tells an unfinished job by them. No
-JAX import: data_prep imports this too. docs/data_prep.md, "Manifest".
+"""manifest.json, the data contract data_prep writes when a job has finished: the fields every
+writer sets (`contract_fields`), the one reader (`load`; `read` gives any version as version 2)
+and data_prep's file names, by which the trainer tells an unfinished job. No JAX import.
+Fields and versions: docs/training.md, "manifest.json"; an example: docs/data_prep.md, "Manifest".
 """
 
 import dataclasses
@@ -48,9 +20,7 @@ SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")  # vocab.special_ids, in th
 SHARD_NAME = re.compile(r"^(train|eval)-\d{5}-of-\d{5}\.[a-z_]+$")
 WORK_DIR = "_work"
 TEMPORARY = re.compile(r"\.tmp-\d+$")
-# The original create_pretraining_data.py's share of tokens to predict and its predictions per
-# 128-token record: data_prep's defaults, and dynamic masking's when neither the config nor the
-# manifest says.
+# The original generator's defaults: data_prep's, and dynamic masking's when nothing else says.
 MASKED_LM_PROB = 0.15
 MAX_PREDICTIONS_PER_SEQ = 20
 
@@ -65,8 +35,7 @@ class ManifestError(cli.UserError):
 
 
 def vocab_entry(tokenizer, file: str | None = None) -> dict:
-    """The manifest's "vocab" block for a bert_jax.text.tokenization tokenizer; `file`: the path
-    as the user gave it, when the tokenizer was loaded from a local copy of a remote one."""
+    """The manifest's "vocab" block of a tokenizer; `file`: the path the user gave, if another."""
     entry = {
         "file": file or tokenizer.vocab_file,
         "md5": storage.md5(tokenizer.vocab_file),
@@ -82,11 +51,8 @@ def vocab_entry(tokenizer, file: str | None = None) -> dict:
 
 
 def load(path: str, missing_ok: bool = False) -> dict | None:
-    """manifest.json's fields as written (any version), checked as far as every reader needs: a
-    JSON object whose shards are files beside it (check_shards). None for no such file with
-    `missing_ok` (data_prep: an unfinished job). Raises ManifestError, whose `problem` says what
-    is wrong without advice (each caller adds its own); other OSErrors (a server that does not
-    answer) are left to the caller."""
+    """manifest.json's fields as written, its shards checked; None for no file with `missing_ok`.
+    ManifestError's `problem` has no advice (callers add theirs); other OSErrors are left."""
     try:
         raw = json.loads(storage.read_text(path))
     except FileNotFoundError:
@@ -102,9 +68,7 @@ def load(path: str, missing_ok: bool = False) -> dict | None:
 
 
 def read(path: str, raw: dict | None = None) -> dict:
-    """The manifest at `path` (a manifest.json or the directory holding one), checked and brought
-    to version 2's fields; `dir` is added (the shards' directory). A version-1 manifest's `vocab`
-    has no `size` or `special_ids` (None). `raw`: its fields, when the caller has loaded them."""
+    """The manifest at `path` (or in that directory) as version 2, plus `dir`; `raw`: its fields."""
     if storage.isdir(path):
         path = storage.join(path, FILE)
     try:
@@ -167,10 +131,7 @@ def read(path: str, raw: dict | None = None) -> dict:
 
 
 def check_shards(shards, path: str) -> None:
-    """A manifest's `shards` field, checked: {split: [entry]}, each entry a plain file name
-    beside the manifest (never absolute, never `..` or a subdirectory: a manifest must not send a
-    reader outside its directory), a record count and an md5; no file under two splits (a run
-    would train on its own held-out data). Raises ManifestError naming `path` and the field."""
+    """Checks a manifest's `shards`: plain names beside it, counts, md5s, no file in two splits."""
 
     def bad(field: str, problem: str) -> ManifestError:
         return ManifestError(
@@ -191,8 +152,8 @@ def check_shards(shards, path: str) -> None:
             for key in ("file", "instances", "md5"):
                 if key not in entry:
                     raise bad(field, f"lacks {key!r}")
-            name = entry["file"]
-            if not isinstance(name, str) or not plain_name(name):
+            name = entry["file"]  # a plain name stays beside it ("/", "\\" cover os.sep)
+            if not isinstance(name, str) or name in ("", ".", "..") or set(name) & set("/\\\0"):
                 raise bad(
                     f"{field}.file",
                     f"is {name!r}: a shard must be a file name beside the manifest (no "
@@ -211,12 +172,6 @@ def check_shards(shards, path: str) -> None:
                 )
 
 
-def plain_name(name: str) -> bool:
-    """Whether `name` is a file name that stays in the directory it is joined to."""
-    # "/" and "\\" cover os.sep on every platform.
-    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
-
-
 def contract_fields(
     mode: str,
     fmt: str,
@@ -227,8 +182,7 @@ def contract_fields(
     vocab: dict,
     shards: dict,
 ) -> dict:
-    """The fields every writer sets (version 2, as the module docstring lists them); a job adds
-    its report (stats, read, documents, seconds, flags, ...) to this dict."""
+    """The fields every writer sets; a job adds its report (stats, flags, ...) to this dict."""
     return {
         "manifest_version": VERSION,
         "mode": mode,

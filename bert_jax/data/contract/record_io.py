@@ -1,11 +1,7 @@
-"""Record files without TensorFlow: TFRecord (framing + CRC32C) and ArrayRecord.
-
-TFRecord is the interchange format with google-research/bert and MLPerf; ArrayRecord is our
-default because it supports random access, which Grain needs for a global shuffle. Both hold the
-same serialized tf.train.Example bytes (see features.py). No JAX import: data_prep uses this.
-
-A writer writes to `<path>.tmp-<pid>` and renames on close, so a killed job never leaves a
-half-written file under its final name.
+"""Record files without TensorFlow: TFRecord (the interchange format with google-research/bert
+and MLPerf) and ArrayRecord (the default: random access for Grain's global shuffle), both holding
+serialized tf.train.Examples. Writers rename `<path>.tmp-<pid>` on close, so a killed job never
+leaves a half-written file under its final name. No JAX import.
 """
 
 import os
@@ -31,8 +27,7 @@ def suffix(fmt: str) -> str:
 
 
 def format_of(path: str) -> str:
-    """Infers the format from the file name (ArrayRecord files end in .arrayrecord or
-    .array_record)."""
+    """The format by the file name (.arrayrecord or .array_record: ArrayRecord)."""
     name = os.path.basename(path)
     if ".arrayrecord" in name or ".array_record" in name:
         return ARRAYRECORD
@@ -75,7 +70,6 @@ class RecordWriter:
         self.count += 1
 
     def close(self) -> None:
-        """Flushes and moves the file to its final name."""
         if self.fmt == TFRECORD:
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -101,9 +95,7 @@ class RecordWriter:
 
 
 class DamagedRecord(cli.UserError):
-    """A record its file's own checksums (TFRecord's CRC-32C, Riegeli's chunk hashes) or framing
-    say is damaged. `path` and `index` name it; the message says what to do. Picklable with its
-    attributes, so it survives a Grain worker process."""
+    """A damaged record at `path`, `index`; picklable with them, for Grain worker processes."""
 
     def __init__(self, message: str, path: str = "", index: int = -1):
         super().__init__(message)
@@ -143,15 +135,13 @@ def _check_data(path: str, index: int, offset: int, data: bytes, footer: bytes) 
 
 
 def _check_file(path: str) -> None:
-    """A record file must be a regular file: a named pipe would block the open (and its records
-    cannot be read twice), a directory is no file."""
+    """Refuses anything but a regular file: a named pipe would block the open."""
     if not os.path.isfile(path):
         raise cli.UserError(f"{path} {cli.not_a_file(path)}")
 
 
 def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(offset of each record's data, its length) in a TFRecord file, the lengths checked
-    against their CRCs (with `verify`). Reads only the 12-byte headers, seeking past the data."""
+    """(offset of each record's data, its length) in a TFRecord file, from its headers alone."""
     _check_file(path)
     offsets, lengths = [], []
     size = os.path.getsize(path)
@@ -167,8 +157,7 @@ def tfrecord_index(path: str, verify: bool = True) -> tuple[np.ndarray, np.ndarr
 
 
 def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -> bytes:
-    """Record `index` of a TFRecord file open as `fd`, whose data (from tfrecord_index) is
-    `length` bytes at `offset`; its data CRC checked. os.pread: safe from several threads."""
+    """Record `index` of TFRecord file `fd`, its CRC checked; os.pread is thread-safe."""
     chunk = os.pread(fd, length + 4, offset)
     if len(chunk) < length + 4:
         raise damaged(path, index, f"the file ends inside it, at byte {offset + len(chunk)}")
@@ -176,8 +165,7 @@ def read_tfrecord_at(fd: int, path: str, index: int, offset: int, length: int) -
 
 
 def read_records(path: str, verify: bool = True) -> Iterator[bytes]:
-    """Yields the serialized records of one file, in order. With `verify` (the default) each
-    TFRecord's CRCs are checked; ArrayRecord's chunk hashes always are (by Riegeli)."""
+    """Yields one file's records in order (ArrayRecord's hashes are always checked by Riegeli)."""
     if format_of(path) == ARRAYRECORD:
         reader = open_arrayrecord(path)
         try:
@@ -220,8 +208,7 @@ def open_arrayrecord(path: str):
 
 
 def _arrayrecord_damage(path, reader, start: int, stop: int, error) -> DamagedRecord:
-    """Riegeli's error for a batch read of records [start, stop), narrowed to the first record
-    that does not read (one by one), so the message names it."""
+    """Riegeli's error for records [start, stop), narrowed to the first that does not read."""
     for index in range(start, stop):
         try:
             reader.read([index])
@@ -234,8 +221,7 @@ def _arrayrecord_damage(path, reader, start: int, stop: int, error) -> DamagedRe
 
 
 def count_records(path: str) -> int:
-    """The records a file holds: ArrayRecord's index says; TFRecord's headers are walked (and
-    their length CRCs checked)."""
+    """The records a file holds (ArrayRecord's index; TFRecord's headers, checked)."""
     if format_of(path) == ARRAYRECORD:
         reader = open_arrayrecord(path)
         try:

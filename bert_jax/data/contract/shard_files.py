@@ -1,8 +1,6 @@
 """The shard files of a run's data: which files config.data.train_files / eval_files name
-(`find_shards`: what their manifest.json lists, never a directory listing), and whether each is
-the file its manifest describes (`shard_problem`, the one check of a finished shard: data_prep's
-reruns and --verify, and config.data.verify_md5). No JAX import: data_prep uses this module.
-docs/training.md, "The data contract".
+(`find_shards`: what manifests list, never a directory listing) and the one check of a finished
+shard (`shard_problem`). No JAX import. docs/training.md, "The data contract".
 """
 
 import dataclasses
@@ -42,8 +40,7 @@ def _unfinished_error(directory: str) -> cli.UserError:
 
 
 def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
-    """The record files that `patterns` (comma-separated directories or globs) name; see the
-    module docstring. `split` is the manifest split a bare directory stands for."""
+    """The record files of comma-separated directories (their `split`) or globs `patterns`."""
     given = patterns.split(",") if isinstance(patterns, str) else patterns
     items = [storage.expand(p.strip()) for p in given if p and p.strip()]
     if not items:
@@ -108,8 +105,7 @@ def find_shards(patterns: str | Sequence[str], split: str = "train") -> Shards:
 
 
 def _missing(files: list[str]) -> list[str]:
-    """The files that are not there; in a bucket by one listing per directory, not one request
-    per shard."""
+    """The files that are not there, by one listing per directory (not a request per shard)."""
     listed = {
         directory: set(storage.listdir(directory)) if storage.isdir(directory) else set()
         for directory in dict.fromkeys(map(storage.dirname, files))
@@ -149,10 +145,7 @@ def _listed(item: str, m: dict, split: str, is_dir: bool) -> list[dict]:
 def shard_problem(
     directory: str, entry: dict, check_md5: bool = False, sizes: dict | None = None
 ) -> str | None:
-    """What is wrong with a finished shard (a manifest entry, its name checked by check_shards),
-    naming it: missing, another size than recorded, or (with check_md5) another md5 or another
-    record count than the entry's `instances`; None when nothing is. `sizes` is
-    storage.sizes(directory), when the caller has listed it already."""
+    """What is wrong with a finished shard (a manifest entry), naming it; None if nothing."""
     path = storage.join(directory, entry["file"])
     size = (storage.sizes(directory) if sizes is None else sizes).get(entry["file"])
     if size is None:
@@ -185,8 +178,7 @@ def damaged_shards(directory: str, entries: list[dict], check_md5: bool = False)
 
 
 def verify(shards: Shards) -> None:
-    """Re-checks every shard a manifest lists against its size, md5 and record count
-    (config.data.verify_md5): shard_problem, as data_prep's --verify does."""
+    """config.data.verify_md5: shard_problem of every listed shard, as data_prep's --verify."""
     if shards.md5 is None:  # no manifest lists them
         return
     by_dir: dict[str, list[dict]] = {}
@@ -201,8 +193,7 @@ def verify(shards: Shards) -> None:
 
 
 def check_disjoint(train: Shards, evals: Shards) -> None:
-    """Train and eval shards may not share a file (also by another name: a link, another
-    spelling of the path): a run would report held-out figures on what it trained on."""
+    """Refuses train and eval shards that share a file, under any name (a link, a spelling)."""
     seen = {storage.real_path(f): f for f in train.files}
     for f in evals.files:
         if storage.real_path(f) in seen:

@@ -1,10 +1,7 @@
-"""config.data.bad_records='skip': damaged records counted, named and bounded in the train stream.
-
-pipeline.ParseRecord puts a blank record in place of a damaged one, its BAD_RECORD feature
-holding the damaged record's source index + 1. CountBadRecords, the last step of the train
-stream (in the training process, after any Grain workers, so one count), takes that feature out
-of each batch, warns naming the record and keeps the count with the iterator's position.
-docs/training.md, "The data contract".
+"""config.data.bad_records='skip': damaged records counted, named and bounded. ParseRecord marks
+a blank stand-in by BAD_RECORD (source index + 1); CountBadRecords, after any Grain workers (one
+count), takes it out, warns, and saves the count with the iterator. docs/training.md, "The data
+contract".
 """
 
 from collections.abc import Callable
@@ -54,8 +51,7 @@ class _Iterator(grain.DatasetIterator):
 
 
 class CountBadRecords(grain.IterDataset):
-    """`parent`'s batches without their BAD_RECORD feature, counted (see the module docstring).
-    `name(source_index)` says which shard and record a source index is."""
+    """`parent`'s batches without BAD_RECORD, counted; `name(source_index)` names the record."""
 
     def __init__(self, parent: grain.IterDataset, name: Callable[[int], str], limit: int):
         super().__init__(parent)
@@ -74,8 +70,7 @@ def count(data_iter) -> int | None:
 
 
 def check_eval(skipped: list[str], limit: int) -> None:
-    """The eval set's damaged records (weighed 0 in its figures): warned about, and an error
-    past `limit`."""
+    """Warns of the eval set's damaged records (weighed 0); an error past `limit`."""
     if len(skipped) <= limit:
         cli.warn(
             f"the eval set holds {len(skipped)} damaged records, left out of its figures: "

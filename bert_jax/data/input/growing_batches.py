@@ -1,8 +1,6 @@
-"""Batch-size warmup on the input side: the last step of the train stream concatenates
-`count(step)` fixed-size micro-batches (optim.BatchWarmup.count, passed in) into each step's
-batch. The step is saved with the iterator's position (a resumed run goes on at the right size)
-and set by the trainer with `align` (a run continuing another's schedule starts its fresh stream
-past the warmup). docs/training.md, "The modern recipe" (batch-size warmup).
+"""Batch-size warmup on the input side: each step's batch is `count(step)` micro-batches. The step
+is saved with the iterator's position and set by `align` (a run continuing another's schedule).
+docs/training.md, "The modern recipe" (batch-size warmup).
 """
 
 from collections.abc import Callable
@@ -38,8 +36,6 @@ class _Iterator(grain.DatasetIterator):
 
 
 class GrowingBatches(grain.IterDataset):
-    """`parent`'s micro-batches, `count(step)` of them concatenated per step."""
-
     def __init__(self, parent: grain.IterDataset, count: Callable[[int], int]):
         super().__init__(parent)
         self._count = count

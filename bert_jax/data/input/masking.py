@@ -1,12 +1,6 @@
 """Masked-LM masking, the one implementation: data_prep's static masks (`mask`) and the trainer's
-dynamic masking (`draw`, then `apply`). numpy only (no JAX import), so data_prep imports it too.
-
-The rule is google-research/bert's create_masked_lm_predictions, whole-word masking included
-(data_prep/reference.py is the specification; tests/unit/bert_jax/data/input/test_masking.py
-checks this module against it; docs/training.md, "Input pipeline", states it). The draws are
-numpy's, many rows at once: the same seed gives other masks than the reference's, of the same
-distribution. `Vocab` says which pieces continue a word.
-
+dynamic masking (`draw`, then `apply`); numpy only. The rule is google-research/bert's, whole-word
+masking included (data_prep/reference.py specifies it; docs/training.md, "Input pipeline").
 Shapes: N rows, L = max_seq_length, P = max_predictions_per_seq.
 """
 
@@ -25,16 +19,13 @@ _CHUNK_TOKENS = _CHUNK * 512  # ...to this many tokens (fewer rows past L=512: 2
 
 
 def chunk_rows(length: int) -> int:
-    """Rows masked (and data_prep's rows assembled) at once at sequence length `length`: _CHUNK
-    up to L=512 (the random stream of every shorter record is as it was), fewer beyond, so that
-    8,192-token rows do not take gigabytes of temporaries."""
+    """Rows masked (and data_prep's rows assembled) at once: _CHUNK up to L=512 (keeping shorter
+    records' random streams), fewer beyond (no gigabytes of temporaries at L=8,192)."""
     return max(1, min(_CHUNK, _CHUNK_TOKENS // max(length, 1)))
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """How many positions are predicted, and whether words are masked whole."""
-
     max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
     masked_lm_prob: float = manifest.MASKED_LM_PROB
     whole_word_mask: bool = False
@@ -48,17 +39,12 @@ class Options:
 
 @dataclasses.dataclass(frozen=True)
 class Vocab:
-    """What masking needs to know about the vocabulary, as ids."""
-
     cls_id: int
     sep_id: int
     mask_id: int
     random_ids: Sequence[int]  # the original draws random replacements from every vocab entry
     continuation: frozenset  # ids of pieces that continue a word ("##ing"), for whole-word masking
-    # Byte-level BPE only (tokenizer_json.JsonTokenizer.character_kinds): per id, the kind of its
-    # first and of its last character. A continuation piece then joins the word before it only
-    # when its first kind is that piece's last kind, or either is tokenizer_json.JOIN. None:
-    # every continuation piece joins (WordPiece, SentencePiece).
+    # Byte-level BPE: per id, its first and last character's kind (`continues`); None: ignored.
     first_kind: bytes | None = None
     last_kind: bytes | None = None
     # False: the vocabulary marks no word boundaries, and whole-word masking is refused.
@@ -66,8 +52,6 @@ class Vocab:
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocab":
-        """From a bert_jax.text.tokenization tokenizer (WordPiece, SentencePiece or
-        tokenizer.json)."""
         words = tokenizer.vocab_words
         kinds = getattr(tokenizer, "character_kinds", lambda: None)() or (None, None)
         return cls(
@@ -84,8 +68,7 @@ class Vocab:
         )
 
     def check_whole_word(self, whole_word_mask: bool, what: str = "the vocabulary") -> None:
-        """Raises cli.UserError when whole-word masking is asked of a vocabulary that cannot tell
-        where words start."""
+        """Refuses whole-word masking of a vocabulary that cannot tell where words start."""
         if whole_word_mask and not self.word_marks:
             raise cli.UserError(
                 f"whole-word masking needs word boundaries, but {what} marks none in its pieces "
@@ -96,9 +79,7 @@ class Vocab:
 
     @classmethod
     def from_file(cls, vocab_file: str, do_lower_case: bool | None = None) -> "Vocab":
-        """From a vocab.txt, a SentencePiece .model or a tokenizer.json (the file data_prep
-        tokenized with); do_lower_case None: tokenization.DO_LOWER_CASE. Read once a process
-        while the file stays the same: a run's config check, train and eval input all ask."""
+        """From a vocabulary file, read once a process while the file stays the same."""
         try:
             stamp = storage.version(vocab_file)
         except (OSError, storage.StorageError):  # unreadable: the tokenizer's load says why
@@ -111,8 +92,7 @@ class Vocab:
 
     @functools.cached_property
     def _continuation_table(self) -> np.ndarray:
-        """[max id + 2] bool, True at continuation pieces. The last entry is always False: ids
-        beyond the vocabulary, clipped to it, count as word starts."""
+        """[max id + 2] bool; the last entry False: ids past the vocabulary start words."""
         top = max(max(self.random_ids), self.mask_id, self.cls_id, self.sep_id)
         table = np.zeros(top + 2, bool)
         table[list(self.continuation)] = True
@@ -130,8 +110,8 @@ class Vocab:
         return tables[0], tables[1]
 
     def continues(self, tokens: np.ndarray) -> np.ndarray:
-        """[n, L] bool: whether each piece of `tokens` continues the word of the piece before it
-        (as far as the pieces say; masking joins it to the previous candidate)."""
+        """[n, L] bool: whether each piece continues the word of the piece before it. With
+        character kinds, only when its first kind is the previous last kind, or either is JOIN."""
         continuation = np.take(self._continuation_table, tokens, mode="clip")
         kinds = self._kind_tables
         if kinds is None:
@@ -140,9 +120,7 @@ class Vocab:
         last = np.take(kinds[1], tokens, mode="clip")
         before = np.zeros_like(last)
         before[:, 1:] = last[:, :-1]
-        # A piece that only ends a character begun before it has that character's kind: the
-        # last kind of the piece holding the character's lead byte, up to 3 pieces further back
-        # (a 4-byte character, an emoji, split into single bytes).
+        # A piece ending a character begun up to 3 pieces back takes the lead byte's kind.
         for back in (2, 3, 4):
             inherited = np.zeros_like(last)
             inherited[:, back:] = last[:, :-back]
@@ -154,9 +132,7 @@ class Vocab:
 
 @dataclasses.dataclass
 class Draws:
-    """The random numbers masking consumes for n rows, all drawn before any token is looked at, so
-    a caller may draw them per chunk of rows (data_prep) or per record (the trainer, keyed by the
-    record's place in the stream) and apply them to a batch later. p = min(P, L)."""
+    """Masking's random numbers for n rows, drawn before any token is seen; p = min(P, L)."""
 
     keys: np.ndarray  # [n, L] float64 in [0, 1): candidates (or words) are taken by smallest key
     choice: np.ndarray  # [n, 2, p] float64: [:, 0] < 0.8 -> [MASK]; else [:, 1] < 0.5 -> kept
@@ -165,8 +141,6 @@ class Draws:
 
 @dataclasses.dataclass
 class Masked:
-    """The result: the rows with their masks applied, and the prediction targets."""
-
     tokens: np.ndarray  # [N, L] int32: chosen positions replaced ([MASK], kept or random)
     positions: np.ndarray  # [N, P] int32: chosen positions, ascending, then 0-padded
     labels: np.ndarray  # [N, P] int32: the original ids there, 0-padded
@@ -181,8 +155,7 @@ class Masked:
 def mask(
     tokens: np.ndarray, lengths: np.ndarray, opts: Options, vocab: Vocab, rng: np.random.Generator
 ) -> Masked:
-    """Masks every row of `tokens` ([N, L] ids, [CLS] first) whose first `lengths[i]` entries are
-    real, drawing from `rng` a chunk of rows at a time; `tokens` itself is left as it is."""
+    """Masks a copy of `tokens` ([N, L], `lengths` real), drawing from `rng` chunk by chunk."""
     tokens, lengths = np.asarray(tokens), np.asarray(lengths)
     n, length_cap = tokens.shape
     rows = chunk_rows(length_cap)
@@ -207,7 +180,6 @@ def draw(rng: np.random.Generator, n: int, length_cap: int, opts: Options, vocab
 def apply(
     tokens: np.ndarray, lengths: np.ndarray, opts: Options, vocab: Vocab, draws: Draws
 ) -> Masked:
-    """Masks the rows of `tokens` ([n, L]) with `draws` (one row of draws per row of tokens)."""
     tokens = np.array(tokens, np.int32)  # a copy: the masked rows
     lengths = np.asarray(lengths)
     n, length_cap = tokens.shape
@@ -249,8 +221,7 @@ def _num_to_predict(length: np.ndarray, candidates: np.ndarray, opts: Options) -
 
 
 def _choose_tokens(keys, candidate, k, p):
-    """[n, p] sorted positions of the k candidates with the smallest keys (a uniformly random
-    subset), then padding positions L."""
+    """[n, p] sorted positions of the k candidates with the smallest keys, then L (padding)."""
     length_cap = candidate.shape[1]
     keys = np.where(candidate, keys, 2.0)
     smallest = np.argpartition(keys, p - 1, axis=1)[:, :p]  # the p smallest keys, in no order
@@ -260,8 +231,7 @@ def _choose_tokens(keys, candidate, k, p):
 
 
 def _choose_words(keys, candidate, continuation, k):
-    """Whole-word masking: words in random order, each taken whole if it fits the budget, until
-    full."""
+    """Words in random order, each taken whole if it fits the budget."""
     # A continuation piece joins the previous candidate (across [SEP], as in the original).
     earlier = (np.cumsum(candidate, axis=1) - candidate) > 0
     starts = candidate & ~(continuation & earlier)

@@ -1,15 +1,6 @@
-"""Packed pre-training batches: windows of parsed (and masked) records packed into rows.
-
-In pipeline.train_dataset (config.data.pack), after parsing, dynamic masking and the
-per-process slice:
-
-    records -> batch(window) -> PackWindow (random_map: seeded by the window's index)
-            -> to_iter_dataset -> flat map to rows -> batch(rows per process)
-
-so the rows are a pure function of (seed, position) and a checkpointed iterator resumes exactly
-(Grain's flat map saves the window it is in and the rows it has given). Rows as packing.pack
-makes them, the masked-LM lists in one record's max_predictions_per_seq slots (docs/training.md,
-"Packing").
+"""Packed pre-training batches (config.data.pack): records -> batch(window) -> PackWindow (seeded
+by the window's index) -> flat map to rows -> batch. The rows are a pure function of (seed,
+position), so a checkpointed iterator resumes exactly. docs/training.md, "Packing".
 """
 
 from __future__ import annotations
@@ -25,8 +16,7 @@ from bert_jax.data.input import packing
 def pack_window(
     window: dict[str, np.ndarray], max_examples: int, seed: int | None = None
 ) -> packing.Packed:
-    """Packs a window of parsed records (dict of [W, ...] arrays, as pipeline.py batches
-    them) into rows of the same length."""
+    """Packs a window of parsed records ([W, ...] arrays) into rows of the same length."""
     length = window[F.INPUT_IDS].shape[1]
     token, items, examples = {}, {}, {}
     for name, a in window.items():
@@ -90,12 +80,8 @@ def packed_batches(
     prepare: grain.transforms.Map | None = None,
     workers: grain.MultiprocessingOptions | None = None,
 ) -> grain.IterDataset:
-    """Batches of `rows_per_batch` packed rows from `ds`, this process's stream of parsed
-    records (see the module docstring). `read_options` counts records; Grain's buffer then
-    holds windows, as many as cover that many records. `prepare` maps each window (a batch of
-    records) before it is packed: dynamic masking's ApplyMasks. `workers`: Grain processes that
-    pack whole windows, taken from them in turn, so the rows and batches are those of none (rows
-    batched in each worker made other batches)."""
+    """Batches of packed rows from `ds`; `read_options` counts records, `prepare` maps windows,
+    `workers` pack whole windows, taken in turn (rows batched per worker made other batches)."""
     if window < 1 or max_examples < 1:
         raise cli.UserError(
             f"config.data.pack_window ({window}) and pack_max_examples ({max_examples}) must "

@@ -1,27 +1,6 @@
-"""Sequence packing: several variable-length examples per fixed-length row, no FLOP on padding.
-
-numpy only: the input pipeline and the fine-tuning encoders call it on the host. An example is
-a right-padded row with `lengths[n]` real tokens; `pack()` puts up to `max_examples` of them
-back to back into rows of `max_length` tokens by first-fit decreasing (longest first, ties in
-input order, each into the first row with room for its tokens, its items and one more example).
-Deterministic; `seed` only shuffles the rows, which FFD emits longest examples first. The caller
-names three kinds of features (0 wherever no example's value lands):
-
-    token    [N, L, ...] -> [R, max_length, ...]    input_ids, input_mask, segment_ids; tagging
-                                                    labels and weights
-    example  [N, ...]    -> [R, max_examples, ...]  in the example's slot: a class or NSP
-                                                    label and weight, SQuAD's start/end
-    item     [N, K, ...] -> [R, max_items, ...]     the first item_counts[n] of each, the row's
-                                                    examples' one after another (masked-LM lists)
-
-Features named in `positions` are shifted by the example's offset, so they index the packed row
-(SQuAD's 0 for "no answer" becomes the example's own [CLS]). Added to every packed batch:
-EXAMPLE_IDS [R, max_length] int32 (slot + 1, 0 on padding: attention stays within an example),
-POSITION_IDS [R, max_length] int32 (0 at each example's [CLS]), CLS_POSITIONS [R, max_examples]
-int32 (each example's first token; 0 in an empty slot), EXAMPLE_WEIGHTS [R, max_examples]
-float32 (1 an example, 0 an empty slot: weight per-example losses and metrics by it; not
-pipeline.EXAMPLE_WEIGHT, the unpacked eval batches' padding-row flag). `Packed` maps per-row
-outputs back to the examples. docs/training.md, "Packing".
+"""Sequence packing: several variable-length examples per fixed-length row, no FLOP on padding;
+numpy only (the input pipeline and fine-tuning's encoders run it on the host). `pack` packs,
+`Packed` maps per-row outputs back to the examples. docs/training.md, "Packing".
 """
 
 from __future__ import annotations
@@ -45,11 +24,8 @@ def first_fit_decreasing(
     item_counts: Sequence[int] | np.ndarray | None = None,
     max_items: int = 0,
 ) -> list[list[int]]:
-    """Rows of example indices (each row's in the order they were placed: longest first).
-
-    A row holds at most `max_length` tokens, `max_examples` examples and, with `item_counts`,
-    `max_items` items. Raises ValueError for an example that fits no empty row.
-    """
+    """Rows of example indices: longest first (ties in input order), each into the first row
+    with room for its tokens, its items and one more example; ValueError if none can hold it."""
     lengths = np.asarray(lengths, np.int64)
     counts = np.zeros_like(lengths) if item_counts is None else np.asarray(item_counts, np.int64)
     if lengths.ndim != 1 or counts.shape != lengths.shape:
@@ -68,9 +44,7 @@ def first_fit_decreasing(
         raise ValueError(f"example {n} has {counts[n]} items, more than max_items={max_items}")
     order = np.argsort(-lengths, kind="stable")
     # Room left per row, grown as rows open; a row is found with one vectorised test per example.
-    space = np.zeros(len(lengths), np.int64)
-    items = np.zeros(len(lengths), np.int64)
-    filled = np.zeros(len(lengths), np.int64)
+    space, items, filled = (np.zeros(len(lengths), np.int64) for _ in range(3))
     rows: list[list[int]] = []
     for n in order:
         fits = np.flatnonzero(
@@ -93,12 +67,7 @@ def first_fit_decreasing(
 
 @dataclasses.dataclass(frozen=True)
 class Packed:
-    """Packed arrays and where every example went; arrays are numpy, rows first.
-
-    For example n: `row[n]`, its `slot[n]` in the row (EXAMPLE_IDS = slot + 1), the `offset[n]`
-    of its first token, `lengths[n]` tokens, and its `item_counts[n]` items from
-    `item_start[n]` of the row's item list.
-    """
+    """Packed arrays (rows first) and where each example went: row, slot, offset, item_start."""
 
     arrays: dict[str, np.ndarray]
     row: np.ndarray
@@ -117,8 +86,7 @@ class Packed:
         return np.asarray(per_slot)[self.row, self.slot]
 
     def token_values(self, per_token: np.ndarray, length: int) -> np.ndarray:
-        """[R, max_length, ...] (e.g. tagging logits) -> [N, length, ...], each example's
-        tokens from position 0 as unpacked, zeros after its last token."""
+        """[R, max_length, ...] -> [N, length, ...] as unpacked, zeros after each example's end."""
         per_token = np.asarray(per_token)
         ex, t = _spans(self.lengths)
         out = np.zeros((len(self.row), length, *per_token.shape[2:]), per_token.dtype)
@@ -147,13 +115,18 @@ def pack(
     seed: int | None = None,
     rows: Sequence[Sequence[int]] | None = None,
 ) -> Packed:
-    """Packs N examples into rows (see the module docstring for the feature kinds).
+    """Packs N right-padded examples (`lengths`: real tokens) into rows by first_fit_decreasing
+    (or the plan `rows`); `seed` shuffles the rows. Features (0 where no example's lands):
 
-    lengths [N]: real tokens per example. item_counts [N]: real items per example (the first
-    ones of each item feature); max_items: the items a row holds. rows: a plan from
-    first_fit_decreasing to use instead of computing one (e.g. the same plan for several feature
-    sets).
-    """
+        token    [N, L, ...] -> [R, max_length, ...]    input_ids, tagging labels, ...
+        example  [N, ...]    -> [R, max_examples, ...]  in its slot: NSP or class labels, ...
+        item     [N, K, ...] -> [R, max_items, ...]     the first item_counts[n] of each, one
+                                                        example's after another (masked-LM lists)
+
+    `positions` features are shifted to index the row (SQuAD's "no answer" 0: the example's
+    [CLS]). Added: EXAMPLE_IDS (slot + 1, 0 on padding), POSITION_IDS (0 at each [CLS]),
+    CLS_POSITIONS and EXAMPLE_WEIGHTS (1 an example, 0 an empty slot; not the eval batches'
+    pipeline.EXAMPLE_WEIGHT)."""
     example_features = dict(example_features or {})
     item_features = dict(item_features or {})
     lengths = np.asarray(lengths, np.int64)

@@ -1,9 +1,6 @@
-"""Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass).
-
-`data` arguments are a config.data that data_facts.resolve filled in. The train batches are a
-pure function of (seed, step), so a saved iterator position replays them: one global permutation
-per epoch, process p of n taking positions p, p+n, ...; dynamic masking draws each record's
-numbers by its place in the global stream, before that split. docs/training.md, "Input pipeline".
+"""Record shards -> Grain -> host-local numpy batches (train: endless, shuffled; eval: one pass),
+from a config.data that data_facts.resolve filled in. Train batches are a pure function of (seed,
+step), so a saved iterator position replays them. docs/training.md, "Input pipeline".
 """
 
 import bisect
@@ -19,24 +16,17 @@ from bert_jax.data.input import bad_records, growing_batches, masking, packed_re
 
 # Added to eval batches: 1 for a real example, 0 for the padding that fills the last batch.
 EXAMPLE_WEIGHT = "example_weight"
-# Added to every record: 1.0 where the record is an NSP pair, 0.0 for MLM-only records
-# (config.data.nsp=False), whose NSP labels mean nothing: the NSP loss and metrics skip them.
+# Added to every record: 1.0 for an NSP pair, 0.0 for MLM-only records (NSP loss skips them).
 NEXT_SENTENCE_WEIGHTS = "next_sentence_weights"
 
 
 def _import_proto() -> None:
-    # decode_example imports tf.train.Example from tensorflow_datasets on first use. Done first by
-    # several Grain reader threads at once, tfds' lazy imports deadlock (Python 3.11's
-    # cached_property lock against the import lock), so import it here, in one thread.
+    # tfds' lazy imports deadlock when several Grain reader threads decode first: import here.
     features.encode_example({})
 
 
 class ParseRecord(grain.transforms.MapWithIndex):
-    """Serialized tf.train.Example -> dict of int32/float32 numpy arrays, checked against the
-    schema and the vocabulary size.
-
-    Applied to the source's own index (before the shuffle), so an error names the file and the
-    record in it."""
+    """Serialized tf.train.Example -> checked arrays; before the shuffle: errors name the file."""
 
     def __init__(
         self,
@@ -68,8 +58,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return f"{self.files[i]} (record {index - self.starts[i]})"
 
     def map_with_index(self, index: int, record) -> dict[str, np.ndarray]:
-        # Past the first epoch Grain passes the index in the repeated stream: the record's own
-        # index is that modulo the records.
+        # Past the first epoch Grain passes the index in the repeated stream.
         index %= self.starts[-1]
         if isinstance(record, record_io.DamagedRecord):  # CheckedSource, with skip_damaged
             return self._blank(index)
@@ -95,7 +84,6 @@ class ParseRecord(grain.transforms.MapWithIndex):
         return out
 
     def _check(self, index: int, example: dict) -> None:
-        """Raises ValueError naming the record when it does not fit the schema or vocabulary."""
         if not self.schema.masked and features.MASKED_LM_POSITIONS in example:
             raise cli.UserError(
                 f"dynamic masking needs unmasked records, but {self.name(index)} is already "
@@ -146,9 +134,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
             )
 
     def _blank(self, index: int) -> dict[str, np.ndarray]:
-        """What stands for a damaged record with skip_damaged: [CLS] [SEP] with every loss
-        weight 0 (so it adds nothing to a loss, and packs and masks like any record), and its
-        index in BAD_RECORD."""
+        """A damaged record's stand-in: [CLS] [SEP], loss weights 0, its index in BAD_RECORD."""
         out = {
             name: np.zeros(length, np.float32 if name in features.FLOAT_FEATURES else np.int32)
             for name, length in self.schema.lengths().items()
@@ -161,8 +147,7 @@ class ParseRecord(grain.transforms.MapWithIndex):
 
 
 def _bad_values(example: dict, nsp: bool) -> str | None:
-    """What is wrong with a record's values that the model would take in silence (a gather
-    clamps, packing puts a prediction in another record's tokens), or None."""
+    """What is wrong with a record's values that the model would take in silence, or None."""
     floats = [
         k for k, v in example.items() if v.dtype.kind == "f" and k not in features.FLOAT_FEATURES
     ]
@@ -200,8 +185,7 @@ class DrawMasks(grain.transforms.RandomMap):
 
 
 class ApplyMasks(grain.transforms.Map):
-    """Per batch (or per record): masks input_ids with the drawn numbers and adds the
-    masked_lm_* features, as data_prep writes them."""
+    """Per batch (or record): masks input_ids by the draws and adds the masked_lm_* features."""
 
     def __init__(self, opts: masking.Options, vocab: masking.Vocab):
         self.opts, self.vocab = opts, vocab
@@ -222,13 +206,11 @@ class ApplyMasks(grain.transforms.Map):
 def _records(
     data, files, split: str, vocab_size: int, type_vocab_size: int = 0
 ) -> tuple[grain.MapDataset, ParseRecord, data_facts.DataFacts]:
-    """The parsed records of `files` as config.data `data` reads them, the parser (it names a
-    damaged record) and the data's facts."""
+    """The parsed records of `files`, the parser (it names a damaged record) and the facts."""
     facts = data_facts.DataFacts.from_data(data)
     schema = facts.record_schema()
     shards = shard_files.find_shards(files, split)
-    # Shards in a bucket are read from local copies, every one in each process (the global
-    # shuffle reads from all): docs/scaling.md, "Buckets (gs:// and s3://)".
+    # Local copies of shards in a bucket: docs/scaling.md, "Buckets (gs:// and s3://)".
     local = storage.local_copies(shards.files, shards.md5, shards.nbytes, data.cache_dir or None)
     skip_damaged = data.bad_records == "skip"
     source, counts = sources.make_source(local, shards.instances, skip_damaged, shards.files)
@@ -244,8 +226,7 @@ def _records(
 def masking_rule(
     facts: data_facts.DataFacts, data, vocab_size: int
 ) -> tuple[DrawMasks, ApplyMasks]:
-    """Dynamic masking's two Grain steps, their options and vocabulary (data.vocab_file's entries,
-    as data_prep draws random replacements; without one ids 0..vocab_size-1) checked."""
+    """Dynamic masking's two Grain steps, over data.vocab_file's ids (none: ids < vocab_size)."""
     opts = masking.Options(
         facts.max_predictions_per_seq, facts.masked_lm_prob, bool(data.whole_word_mask)
     )
@@ -274,9 +255,7 @@ def masking_rule(
 
 
 def _absl_flags_ready() -> None:
-    """Grain's worker processes read an absl flag (grain_enable_multiprocess_worker_profiling),
-    which raises UnparsedFlagAccessError in a Python program that never ran absl.app (the Python
-    API, a notebook): google/grain#1355. There the flags keep their defaults."""
+    """Grain's workers read an absl flag, which raises where absl.app never ran: grain#1355."""
     from absl import flags
 
     if not flags.FLAGS.is_parsed():
@@ -284,8 +263,7 @@ def _absl_flags_ready() -> None:
 
 
 def _check_split(what: str, global_batch_size: int, process_count: int) -> None:
-    """A library caller's batch that does not split among the processes would silently lose
-    rows (the binaries' config_check refuses it first, naming the config fields)."""
+    """For library callers (config_check refuses it first in the binaries): no rows lost."""
     if global_batch_size % process_count:
         raise cli.UserError(
             f"{what} {global_batch_size} is not divisible by {process_count} processes"
@@ -302,14 +280,9 @@ def train_dataset(
     batch_warmup=None,
     type_vocab_size: int = 0,
 ) -> grain.IterDataset:
-    """Endless batches of this process's share: dicts of [global_batch / processes, ...] arrays.
-
-    `data` is a resolved config.data; `vocab_size` the model's. Iterate with `iter(...)`; the
-    iterator's get_state()/set_state() give the exact position (Orbax saves it through
-    grain.checkpoint). data.pack: rows of one or more records (packed_records.py). `batch_warmup`
-    (an optim.BatchWarmup): batches of count(step) / final of that many rows, grown from
-    micro-batches (growing_batches.py).
-    """
+    """Endless batches of this process's share, [global_batch / processes, ...] arrays; the
+    iterator's get_state()/set_state() give the exact position. `batch_warmup` (an
+    optim.BatchWarmup): batches grown from micro-batches (growing_batches.py)."""
     _check_split("global batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, data.train_files, "train", vocab_size, type_vocab_size)
     if len(ds) < global_batch_size:
@@ -319,8 +292,7 @@ def train_dataset(
     ds = ds.shuffle(seed=seed)
     if facts.dynamic_masking:
         draw, apply = masking_rule(facts, data, vocab_size)
-        # Before the per-process slice: Grain seeds the generator by the position in the global
-        # stream, so no two processes (or epochs) share a masking stream.
+        # Seeded by the position in the global stream, before the per-process slice.
         ds = ds.random_map(draw, seed=seed + 1)
     ds = ds.repeat(None)[process_index::process_count]
     rows = global_batch_size // process_count
@@ -364,14 +336,9 @@ def eval_batches(
     process_count: int = 1,
     type_vocab_size: int = 0,
 ) -> list[dict[str, np.ndarray]]:
-    """The eval set as this process's rows of every global batch, in memory for reuse.
-
-    The first `num_examples` records (0: all) in file order; the last batch is padded with
-    EXAMPLE_WEIGHT 0 rows so every process runs the same number of steps. Unmasked records get a
-    fixed masking (seeded by `seed`), so every evaluation sees the same masked positions, at
-    `data.eval_masked_lm_prob` whatever the training rate (held-out accuracies of recipes that
-    train at other rates compare; None: the training rate).
-    """
+    """This process's rows of every eval batch, in memory: the first `num_examples` records (0:
+    all), padded with EXAMPLE_WEIGHT 0 rows. Unmasked records get one fixed masking at
+    `data.eval_masked_lm_prob` (None: the training rate), so recipes' accuracies compare."""
     _check_split("eval batch", global_batch_size, process_count)
     ds, parse, facts = _records(data, files, "eval", vocab_size, type_vocab_size)
     if facts.dynamic_masking:
@@ -390,10 +357,8 @@ def eval_batches(
         # Process p owns rows [p*local, (p+1)*local) of each global batch.
         start = b * global_batch_size + process_index * local
         rows = [ds[i] for i in range(start, min(start + local, total))]
-        weights = np.zeros(local, np.float32)
-        weights[: len(rows)] = 1.0
-        # Padding repeats a real record with its masked-LM weights zeroed, so the model sees
-        # well-formed input (no all-padding attention row) and the metrics ignore it.
+        weights = (np.arange(local) < len(rows)).astype(np.float32)
+        # Padding repeats a real record, weights zeroed: no all-padding attention row.
         pad = {
             **ds[0],
             features.MASKED_LM_WEIGHTS: np.zeros(facts.max_predictions_per_seq, np.float32),

@@ -16,9 +16,7 @@ from bert_jax.data.contract import record_io
 
 
 class TFRecordSource:
-    """Random access to the records of TFRecord files, for Grain: each file's headers indexed
-    once (record_io.tfrecord_index; the data stays on disk), each read (os.pread: safe from Grain's
-    reader threads) checked by its data CRC. docs/training.md, "Input pipeline"."""
+    """Random access to TFRecord files' records by an index of their headers (os.pread, checked)."""
 
     def __init__(self, paths: Sequence[str], names: Sequence[str] | None = None):
         self._fds: dict[int, int] = {}  # per file read so far; first: __del__ reads it
@@ -70,10 +68,8 @@ class TFRecordSource:
 
 
 class CheckedSource:
-    """A record source whose damaged records are record_io.DamagedRecord naming the shard and
-    the record (ArrayRecord: Riegeli's chunk-hash error, which names neither, is translated), and,
-    with `skip` (config.data.bad_records='skip'), are handed on as that error object for
-    ParseRecord to replace and count instead of ending the run."""
+    """A source whose damaged records raise record_io.DamagedRecord naming shard and record
+    (Riegeli's errors name neither), or with `skip` come out as that error, for ParseRecord."""
 
     def __init__(
         self,
@@ -119,10 +115,8 @@ _shards_kept = 0  # shards of every source this process made (train, eval), whic
 
 
 def _allow_open_files(count: int) -> None:
-    """Both sources keep every shard open once read (Grain's ArrayRecord readers, the TFRecord
-    descriptors), and a global shuffle reads them all: raises the process's soft limit on open
-    files to hold `count` more (the common soft limit, 1024, is below the thousands of shards
-    some corpora come in), or says what to do when the hard limit cannot."""
+    """Raises the soft limit on open files to hold `count` more shards (both sources keep every
+    shard open, and a shuffle reads them all), or says what to do past the hard limit."""
     global _shards_kept
     _shards_kept += count
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -145,12 +139,8 @@ def make_source(
     skip_damaged: bool = False,
     names: Sequence[str] | None = None,
 ):
-    """(a Grain random-access source over files of one format, the record count of each file).
-
-    Every record read is checked by what its format carries (see CheckedSource).
-    `expected`: the counts a manifest lists; a file holding another count (a shard cut short or
-    replaced) is an error naming it. `names`: what the errors call the files (the user's paths,
-    where `files` are local copies of shards in a bucket); default `files`."""
+    """(a CheckedSource over files of one format, each file's record count), the counts checked
+    against `expected`; `names`: the user's paths where `files` are local copies."""
     names = list(names or files)
     _allow_open_files(len(files))
     formats = {record_io.format_of(f) for f in files}
