@@ -1,6 +1,5 @@
 """The scaled data_prep job as an Apache Beam pipeline (`--mode=beam`, extra 'bert-jax[beam]'): the
 local runner's functions (job.py), so the shards are byte-identical. docs/data_prep.md, "Beam mode".
-
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """

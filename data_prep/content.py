@@ -102,8 +102,7 @@ def _trusted(recorded: dict, now: dict | None) -> bool | None:
     """True/False when the stat alone decides; None when the content must be rehashed."""
     if now is None or now["size"] != recorded["size"]:
         return False
-    versions = _versions(now)
-    if all(value is not None and recorded.get(key) == value for key, value in versions.items()):
+    if all(v is not None and recorded.get(k) == v for k, v in _versions(now).items()):
         return True
     return None
 

@@ -1,8 +1,6 @@
-r"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP
-label.
+"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP.
 
-  python -m data_prep.decode --input=/tmp/records/train-00000-of-00001.arrayrecord \
-      --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --limit=3
+python -m data_prep.decode --input=records/train-00000-of-00001.tfrecord --vocab_file=vocab.txt
 """
 
 import itertools

@@ -67,7 +67,6 @@ def open_text(f: BinaryIO, path: str) -> BinaryIO:
 
 
 def truncated(path: str, error: Exception) -> InputError:
-    """The error for a compressed file that ends early or holds damaged data."""
     return InputError(
         f"input {path!r} is damaged or truncated ({type(error).__name__}: {error}); "
         "fetch or decompress it again"

@@ -49,7 +49,6 @@ class InstanceOptions:
         return F.Schema(self.max_seq_length, self.max_predictions_per_seq if self.mask else 0)
 
     def contract_fields(self, mode: str, fmt: str, vocab: dict, shards: dict) -> dict:
-        """manifest.json's data contract for records of these options."""
         return manifest.contract_fields(
             mode,
             fmt,
@@ -202,7 +201,6 @@ def assemble(docs: Documents, spans: list, opts: InstanceOptions, vocab: masking
 def mask(
     batch: Batch, opts: InstanceOptions, vocab: masking.Vocab, rng: np.random.Generator
 ) -> None:
-    """Masks every row of `batch`, in place."""
     masked = masking.mask(batch.tokens, batch.length, opts.masking, vocab, rng)
     batch.tokens, batch.positions, batch.labels = masked.tokens, masked.positions, masked.labels
     batch.num_masked = masked.num_masked
@@ -246,7 +244,6 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
 
 
 def _delimited(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag byte, varint length, payload."""
     return bytes([tag]) + varint(len(payload)) + payload
 
 

@@ -222,7 +222,6 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
 
 
 def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
-    """The seed of one of the job's random streams, for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]
 
 
@@ -280,7 +279,6 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
 
 
 def no_instances_error(inputs, text_field: str, reads: list[dict]) -> NoInstances:
-    """The error of a job whose input gave no training instances, with what the reads saw."""
     documents = sum(r["documents"] for r in reads)
     bad_json = sum(r["bad_json_lines"] for r in reads)
     seen = f"{documents} documents read from --input={','.join(inputs)}"

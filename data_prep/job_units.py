@@ -1,5 +1,4 @@
-"""The scaled job's per-unit work: a unit's documents -> its train and eval records, a pure function
-of the JobSpec and the unit (the local runner and the Beam job call it alike)."""
+"""The scaled and Beam jobs' per-unit work: a unit's documents -> its train and eval records."""
 
 import dataclasses
 import gc
@@ -63,8 +62,7 @@ class UnitProcessor:
     """process(unit) -> UnitResult; holds what a worker keeps between units."""
 
     def __init__(self, spec: JobSpec, tokenizer):
-        self.spec = spec
-        self.tokenizer = tokenizer
+        self.spec, self.tokenizer = spec, tokenizer
         self.vocab = masking.Vocab.from_tokenizer(tokenizer)
         self.vocab.check_whole_word(
             spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)

@@ -27,7 +27,6 @@ def plan(source, planning) -> list[tuple[int, int, dict]]:
 
 
 def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
-    """Groups BERT-format lines into documents at blank lines."""
     for nonblank, group in itertools.groupby(lines, key=bool):
         if nonblank:
             document = list(group)

@@ -1,8 +1,6 @@
-"""Raw text -> masked MLM/NSP training records: the binary.
+"""Raw text -> masked MLM/NSP training records; the modes and --verify: docs/data_prep.md.
 
-  python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=/tmp/records
-
-The modes (scaled, beam: pipeline options after `--`, reference), --verify: docs/data_prep.md.
+python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=/tmp/records
 """
 
 import dataclasses
@@ -112,7 +110,6 @@ flags.DEFINE_string(
     "<siteinfo>) overrides it. Scaled and Beam modes.",
 )
 flags.DEFINE_string("tfds_data_dir", _SPEC["tfds_data_dir"], "data_dir of TFDS datasets.")
-# Scaled and Beam modes.
 flags.DEFINE_integer(
     "num_workers",
     os.cpu_count() or 1,
@@ -207,18 +204,6 @@ def _recorded_flags() -> dict:
     }
 
 
-def _verify() -> int:
-    problems = output.verify(FLAGS.output_dir)
-    if problems:
-        raise cli.UserError(
-            f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
-            + "; ".join(problems)
-            + "; rerun the command that wrote it to rewrite what is damaged"
-        )
-    print(f"verify: OK, every shard in {FLAGS.output_dir} matches its manifest")
-    return 0
-
-
 def _summary(manifest: dict) -> None:
     stats, read, seconds = manifest["stats"], manifest["read"], max(manifest["seconds"], 1e-9)
     if manifest["mode"] == "reference":
@@ -307,7 +292,15 @@ def main(argv):
         outputs=[] if FLAGS.verify else ["--output_dir"],
     )
     if FLAGS.verify:
-        return _verify()
+        problems = output.verify(FLAGS.output_dir)
+        if problems:
+            raise cli.UserError(
+                f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
+                + "; ".join(problems)
+                + "; rerun the command that wrote it to rewrite what is damaged"
+            )
+        print(f"verify: OK, every shard in {FLAGS.output_dir} matches its manifest")
+        return 0
     job.check_inputs_are_not_the_vocabulary(FLAGS.input, FLAGS.vocab_file)
     job_flags = _recorded_flags()
     try:

@@ -57,7 +57,6 @@ def read_json(path: str):
 
 
 def shard_entry(path: str, instances: int) -> dict:
-    """A finished shard as the manifest lists it (a local file)."""
     return {
         "file": os.path.basename(path),
         "instances": instances,
@@ -116,7 +115,6 @@ def read_manifest(output_dir: str) -> dict | None:
 
 
 def damaged_shards(output_dir: str, written: dict, check_md5: bool = False) -> dict[str, str]:
-    """{file: problem} of the shards a written manifest lists that have one."""
     entries = [entry for entries in written["shards"].values() for entry in entries]
     return shard_files.damaged_shards(output_dir, entries, check_md5)
 

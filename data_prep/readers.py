@@ -18,7 +18,6 @@ from data_prep.sentences import DEFAULT_LANGUAGE
 
 
 def match_files(spec: str) -> list[str]:
-    """The input files a file spec names: itself, or a glob's matches, sorted."""
     return checked(expand(spec))
 
 
@@ -30,7 +29,6 @@ def expand(spec: str) -> list[str]:
 
 
 def checked(paths: list[str]) -> list[str]:
-    """`paths`, each checked to be an input file."""
     for path in paths:
         try:
             storage.check_file(path, "input")

@@ -1,9 +1,6 @@
-"""Reference mode: google-research/bert's create_pretraining_data.py, step for step.
-
-The specification the default path (instances.py, masking.py) is tested against: every function
-follows the original, down to the order of calls on the one random.Random, so the same input,
-vocabulary, seed and flags give the same records (test_reference_golden.py). Documents are lists of
-sentences, sentences lists of token ids.
+"""Reference mode: google-research/bert's create_pretraining_data.py, step for step (down to the
+calls on the one random.Random, so the records are the original's), on token ids: the
+specification the default path (instances.py, masking.py) is tested against.
 """
 
 import dataclasses

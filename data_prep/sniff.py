@@ -33,7 +33,6 @@ _UNREAD_FORMATS = (
     (b"7z\xbc\xaf\x27\x1c", "is a 7-Zip archive: extract it (7z x) and pass the files inside"),
     (b"PK\x03\x04", "is a zip archive: extract it (unzip) and pass the files inside"),
 )
-# A multistream dump's index: offset:page_id:title lines.
 _MULTISTREAM_INDEX_LINE = re.compile(rb"\d+:\d+:.+")
 # What may stand before an XML document's root element.
 _XML_PROLOG = re.compile(rb"\s*(?:<\?.*?\?>|<!--.*?-->|<!DOCTYPE[^\[>]*(?:\[.*?\])?\s*>)", re.S)

@@ -35,10 +35,6 @@ def _text(i: int) -> Callable[[Arguments], str]:
     return lambda a: a[i]
 
 
-def _constant(text: str) -> Callable[[Arguments], str]:
-    return lambda a: text
-
-
 def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
     return lambda a: f"{left}{a[i]}{right}" if a[i] else ""
 
@@ -214,16 +210,16 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "e": lambda a: f"×10^{a[1]}",
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
     # as italics or bold (''Eagle''{{'s}} is "Eagle's").
-    "'s": _constant("&#39;s"),
-    "'": _constant("&#39;"),
-    "' \"": _constant('&#39;"'),
-    "\" '": _constant('"&#39;'),
-    "=": _constant("="),
-    "!": _constant("|"),
-    "nbsp": _constant(" "),
-    **dict.fromkeys(("snd", "spaced ndash"), _constant(" – ")),
-    "ndash": _constant("–"),
-    **dict.fromkeys(("mdash", "mdashb"), _constant("—")),
+    "'s": lambda a: "&#39;s",
+    "'": lambda a: "&#39;",
+    "' \"": lambda a: '&#39;"',
+    "\" '": lambda a: '"&#39;',
+    "=": lambda a: "=",
+    "!": lambda a: "|",
+    "nbsp": lambda a: " ",
+    **dict.fromkeys(("snd", "spaced ndash"), lambda a: " – "),
+    "ndash": lambda a: "–",
+    **dict.fromkeys(("mdash", "mdashb"), lambda a: "—"),
     "music": lambda a: {"flat": "♭", "sharp": "♯", "natural": "♮"}.get(a[1].lower(), ""),
 }
 

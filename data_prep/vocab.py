@@ -3,11 +3,9 @@ byte-level BPE (a Hugging Face tokenizer.json, as ModernBERT's and RoBERTa's).
 
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/sp --model_type=sentencepiece
-  python -m data_prep.vocab --input=corpus.txt --output=/tmp/tokenizer.json --model_type=bpe
-  python -m data_prep.vocab --input=enwiki-latest-pages-articles-multistream.xml.bz2 ...
 
---input is read as data_prep.main reads it: the trainers see its sentences, not markup or JSON.
-How each kind is trained: docs/data_prep.md, "Input" and "Hugging Face tokenizer.json".
+--input is read as data_prep.main reads it (the trainers see sentences, not markup or JSON). How
+each kind is trained: docs/data_prep.md, "Input" and "Hugging Face tokenizer.json".
 """
 
 import collections
@@ -308,10 +306,9 @@ def main(argv):
             "a .json file for a tokenizer.json and a .model file for a SentencePiece model; name "
             "the file ....txt (e.g. vocab.txt)"
         )
-    # SentencePiece's --output is a prefix; "sp.model" names the model file, not "sp.model.model".
-    prefix = FLAGS.output
-    if FLAGS.model_type == "sentencepiece":
-        prefix = prefix.removesuffix(".model")
+    # SentencePiece's --output is a prefix: "sp.model" names the model file, not "sp.model.model"
+    # (the other kinds' names cannot end in .model: refused above).
+    prefix = FLAGS.output.removesuffix(".model")
     # Before minutes of training: an unwritable directory is an error now, not a traceback later.
     output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")
     try:

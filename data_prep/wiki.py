@@ -213,15 +213,6 @@ def _page(element, namespaces: dict[str, str]) -> Page:
     )
 
 
-def _namespaces(siteinfo) -> dict[str, str]:
-    """<siteinfo>'s namespace names (lower-cased) -> their keys: "talk" -> "1"."""
-    return {
-        (element.text or "").strip().lower(): element.get("key")
-        for element in siteinfo.iterfind(".//{*}namespace")
-        if element.get("key") is not None
-    }
-
-
 def pages(
     chunks: Iterator[bytes],
     path: str,
@@ -250,8 +241,12 @@ def pages(
                     if revision is not None:
                         page.remove(revision)
                     revision = element
-                elif _local(element.tag) == "siteinfo":
-                    namespaces = _namespaces(element)
+                elif _local(element.tag) == "siteinfo":  # names, lower-cased -> keys
+                    namespaces = {
+                        (name.text or "").strip().lower(): name.get("key")
+                        for name in element.iterfind(".//{*}namespace")
+                        if name.get("key") is not None
+                    }
                 elif _local(element.tag) == "page":
                     page = revision = None
                     yield _page(element, namespaces)
@@ -340,11 +335,11 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
                 raise inputs.truncated(path, e) from None
             if decompressor.eof or done():
                 break
-        return sniff.as_utf8(head)[0]
-    for block in chunks(f, compression, 0, 0, path, size=1 << 16):
-        head += block
-        if done():
-            break
+    else:
+        for block in chunks(f, compression, 0, 0, path, size=1 << 16):
+            head += block
+            if done():
+                break
     return sniff.as_utf8(head)[0]
 
 

@@ -1,8 +1,6 @@
-"""Wikitext -> plain prose paragraphs and sentences, in linear time: docs/data_prep.md,
-"Wikipedia dumps" ("Wikitext to prose" on), says what is removed, kept, rendered and dropped.
-
-The invariant every pattern keeps: no scan to the page's end from each of many starts (elements
-are found by their tags in order, each regex stops at the next bracket, brackets nest by a stack).
+"""Wikitext -> plain prose paragraphs and sentences (docs/data_prep.md, "Wikitext to prose"), in
+linear time: no pattern scans to the page's end from each of many starts (elements are found by
+their tags in order, each regex stops at the next bracket, brackets nest by a stack).
 """
 
 import bisect
