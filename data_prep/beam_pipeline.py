@@ -84,8 +84,7 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
 
 
 def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
-    """The pipeline options, the runner's name and the runner; a bad option or runner (Beam would
-    print its usage and exit) is a user error."""
+    """The pipeline options, runner name and runner; a bad option or runner is a user error."""
     options = PipelineOptions(list(pipeline_args))
     said = io.StringIO()
     try:

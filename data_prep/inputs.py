@@ -51,8 +51,7 @@ class InputError(cli.UserError):
 
 
 def open_input(path: str) -> BinaryIO:
-    """An input file's bytes, with seek; a bucket object's read READ_AHEAD past each read (why:
-    docs/data_prep.md, "Buckets", Costs)."""
+    """An input file's bytes, with seek (a bucket's read ahead: docs/data_prep.md, "Buckets")."""
     if storage.is_url(path):
         return storage.open_read(path, block_size=READ_AHEAD)
     return open(path, "rb")
@@ -74,8 +73,7 @@ def truncated(path: str, error: Exception) -> InputError:
 
 
 def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
-    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES, read in
-    bounded pieces. A damaged gzip stream raises InputError."""
+    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES."""
     limit = MAX_LINE_BYTES
     try:
         for raw in iter(lambda: f.readline(limit), b""):

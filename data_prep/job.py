@@ -159,8 +159,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool):
-    """The tokenizer of --vocab_file: a local file, or a bucket object fetched once into the local
-    cache (the tokenizers read local files)."""
+    """The tokenizer of --vocab_file; a bucket object is fetched once into the local cache."""
     if storage.is_url(vocab_file):
         why = storage.not_a_file(vocab_file)  # the words a local path gets (cli.not_a_file)
         if why:
@@ -174,8 +173,7 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
 
 
 def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab: dict) -> dict:
-    """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for
-    shards. `vocab`: the manifest's entry."""
+    """What a rerun must match to reuse work: "units" for unit files, "shards" for shards."""
     sources = {}
     for unit in planned:  # a source's extent: bytes, examples, or what the plan saw (unit.extent)
         key = content.source_key(unit)

@@ -137,8 +137,7 @@ def book_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
 
 
 def opened(read):
-    """A unit reader from `read(f, unit, stats, reading)`: the file opened (gunzipped when gzip),
-    an empty compressed file counted."""
+    """A unit reader from `read(f, unit, stats, reading)`: the file opened, gunzipped if gzip."""
 
     def read_unit(unit, stats: ReadStats, reading) -> Iterator[list[str]]:
         lines_before = stats.lines

@@ -54,8 +54,7 @@ def source_of(path: str, document_per_file: bool = False) -> Source:
 def parse_input(
     specs: list[str], match=match_files, document_per_file: bool = False
 ) -> list[Source]:
-    """Expands files, globs and `tfds:` names into sources, in a stable order; `match(spec)`
-    lists the files a file spec names."""
+    """Files, globs and `tfds:` names -> sources, in a stable order; `match(spec)` lists files."""
     sources = []
     for spec in specs:
         spec = spec.strip()

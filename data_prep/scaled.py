@@ -116,8 +116,7 @@ def _unit_files(work_dir: str, pieces: list):
 
 @storage.unavailable_as_user_error()
 def _shard_task(task) -> tuple[str, int, dict]:
-    """Writes one shard from the unit files in its shuffled order; returns its split, index and
-    manifest entry."""
+    """Writes one shard from the unit files in its shuffled order; returns (split, index, entry)."""
     spec, work_dir, output_dir, split, shard, num, pieces = task
     path = storage.join(output_dir, output.shard_name(split, shard, num, spec.fmt))
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:

@@ -140,8 +140,7 @@ def read_unit(
     open_binary: Callable[[str], BinaryIO] = open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
-    """The documents (lists of sentences) of one unit; `open_binary` opens a path for reading
-    with seek (content.py's hashes what is read)."""
+    """The documents of one unit; `open_binary` opens a path with seek (content.py's hashes)."""
     kind = KINDS[unit.kind]
     if unit.first:  # a source's first unit counts it (ReadStats.files: files and TFDS splits)
         stats.files += 1

@@ -96,8 +96,7 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
 
 
 def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
-    """(start, stop, {"extent": for the job's fingerprint}) of a dump's units, byte ranges of
-    about planning.block_bytes."""
+    """(start, stop, {"extent"}) of a dump's units: byte ranges of about planning.block_bytes."""
     size = storage.size(source.path)
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
@@ -318,8 +317,7 @@ def _xml_lang(head: bytes) -> re.Match | None:
 
 
 def _head(f: BinaryIO, compression: str, path: str) -> bytes:
-    """A dump's first bytes, decompressed and as UTF-8 (a UTF-16 dump's too), up to the end of
-    its <siteinfo> (or _HEAD_LIMIT)."""
+    """A dump's first bytes, decompressed and as UTF-8, up to its </siteinfo> (or _HEAD_LIMIT)."""
     f.seek(0)
     head = b""
 
@@ -344,8 +342,7 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
 
 
 def _check_stream_start(f: BinaryIO, offset: int, path: str) -> None:
-    """A bz2 stream starts at `offset`, which the dump's index lists; else an error naming the
-    index, another dump's."""
+    """Raises an error naming the index unless a bz2 stream starts at `offset`, which it lists."""
     f.seek(offset)
     if not _BZ2_STREAM_START.match(f.read(4)):
         raise inputs.InputError(
@@ -356,8 +353,7 @@ def _check_stream_start(f: BinaryIO, offset: int, path: str) -> None:
 
 
 def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
-    """The articles of a unit's dump bytes [start, stop), one document each, split into sentences
-    by the dump's language (else reading.language)."""
+    """A unit's articles, split into sentences by the dump's language (or reading.language)."""
     path, compression, start = unit.path, unit.compression, unit.start
     with reading.open_binary(path) as f:
         language = site_language(_head(f, compression, path)) or reading.language
