@@ -1,7 +1,5 @@
-"""The scaled data_prep job as an Apache Beam pipeline (`--mode=beam`; the optional extra
-'bert-jax[beam]'): the local runner's units, UnitProcessor, shard plan and shuffles (job.py), so
-the shards are byte-identical to --mode=scaled's. docs/data_prep.md, "Beam mode".
-
+"""The scaled data_prep job as an Apache Beam pipeline (`--mode=beam`, extra 'bert-jax[beam]'): the
+local runner's functions (job.py), so the shards are byte-identical. docs/data_prep.md, "Beam mode".
 Graph:  units -> ProcessUnit -> unit results --(counts)--> plan (side input)
         unit results -> pieces keyed by shard -> GroupByKey -> write shard -> manifest
 """
@@ -42,8 +40,7 @@ def _in_order(markers: list) -> list:
 
 
 def _plan(markers: list, spec: job.JobSpec) -> dict:
-    """The shard plan of job.plan_shards, indexed by unit: unit -> [(split, shard, count,
-    rank, a, b)]."""
+    """job.plan_shards by unit: unit -> [(split, shard, count, rank, first, end)]."""
     by_unit = {}
     for split, shards in job.plan_shards(spec, _in_order(markers)).items():
         for shard, pieces in enumerate(shards):
@@ -87,8 +84,7 @@ def _write_manifest(infos: list, markers: list, spec, fp, planned, started, outp
 
 
 def _options(pipeline_args) -> tuple[PipelineOptions, str, object]:
-    """The pipeline options, the runner's name and the runner; a bad option value (Beam's argparse
-    would print its whole usage and exit) or runner (a ValueError) is a user error."""
+    """The pipeline options, runner name and runner; a bad option or runner is a user error."""
     options = PipelineOptions(list(pipeline_args))
     said = io.StringIO()
     try:
@@ -113,16 +109,14 @@ def run(
     pipeline_args=(),
     flags: dict | None = None,
 ) -> dict:
-    """Builds and runs the pipeline (waiting for it); returns the manifest written next to the
-    shards."""
+    """Builds and runs the pipeline; returns the manifest written next to the shards."""
     started = time.time()
     options, runner, runner_object = _options(pipeline_args)  # before anything is written
     planned = job.plan(spec, output_dir)
     # A bad vocabulary fails here, not on a worker.
     vocab = manifest.vocab_entry(job.load_tokenizer(vocab_file, do_lower_case), file=vocab_file)
     fp = job.fingerprint(spec, planned, vocab)
-    # The work directory holds only job.json here (the pipeline is rerun whole): a rerun with other
-    # settings after a failed one is refused instead of mixing two jobs' shards in one directory.
+    # The work directory holds only job.json (the pipeline is rerun whole): no two jobs mix.
     work = resume.WorkDir(output_dir)
     finished, damaged = work.finished(spec, planned, fp)
     if finished is not None and not damaged:
@@ -150,9 +144,8 @@ def run(
                 write_manifest,
             )
         except RuntimeError as e:
-            # A worker's exception whose type Beam cannot rebuild with its stage's name appended
-            # (an OSError: a full disk, no permission) arrives as a RuntimeError: the original is
-            # raised instead, which data_prep.main reports as one line, as the scaled job does.
+            # An OSError (a full disk) Beam could not rebuild arrives as a RuntimeError: the
+            # original is raised, reported as one line.
             cause = e.__cause__ or e.__context__
             if isinstance(cause, OSError) and str(cause) in str(e):
                 raise cause from None
@@ -163,14 +156,12 @@ def run(
 
 
 def _run_pipeline(spec, process_unit, planned, output_dir, pipeline, write_manifest):
-    """Builds the pipeline and runs it to its end: the shards, then the manifest."""
     stats = {
         unit.path: content.file_stat(unit.path)
         for unit in planned
         if units_lib.KINDS[unit.kind].is_file
     }
-    # A DoFn's exception reaches the caller, where data_prep.main prints bad input as one error
-    # line (and a bug with its traceback); an in-process runner would first log it with a traceback.
+    # A DoFn's exception reaches the caller, which reports it: no logged traceback first.
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     with pipeline as p:
         results = p | "Units" >> beam.Create(planned) | "ProcessUnit" >> beam.ParDo(process_unit)

@@ -1,10 +1,6 @@
-"""Input content hashes: how a rerun of the scaled or Beam job knows its input is what it was
-(docs/data_prep.md, "Resume": why a file's size and version stand in for rehashing it).
-
-A unit's content hash is the blake2b of every byte its reader reads, in order, through the
-`open_binary` that `read_documents` hands it; a unit read otherwise (TFDS) has None and is trusted
-by its name and extent in the job's fingerprint. Each hash is kept beside the size and version its
-file showed *before* the unit was read: a unit is never reused after its input changed.
+"""Input content hashes: how a rerun knows its input is what it was (docs/data_prep.md, "Resume").
+A unit's hash is the blake2b of every byte its reader reads (None for TFDS: its name and extent
+decide), kept beside the size and version its file showed *before* the unit was read.
 """
 
 import hashlib
@@ -20,17 +16,15 @@ RECENT_NS = 2 * 10**9  # an mtime this close to now is not trusted (coarse file 
 
 
 def source_key(unit: units_lib.Unit) -> str:
-    """How the job names a unit's source: a TFDS split, a remote path as it is, a local one
-    absolute."""
+    """How the job names a unit's source: a TFDS split, a URL, an absolute local path."""
     if not units_lib.KINDS[unit.kind].is_file:
         return f"tfds:{unit.path}:{unit.split}"
     return unit.path if "://" in unit.path else os.path.abspath(unit.path)
 
 
 class _Hashing:
-    """A binary file that hashes every byte its reader consumes, in order: what read() and
-    readline() return as they return it. It offers no other way of reading (iteration, readinto,
-    a file descriptor): a reader that tried one would fail, never bypass the hash."""
+    """A binary file that hashes every byte read() and readline() return; no other way of reading
+    (iteration, readinto, a descriptor) is offered: none can bypass the hash."""
 
     def __init__(self, f, digest):
         self._f, self._digest = f, digest
@@ -49,8 +43,7 @@ class _Hashing:
         return True
 
     def __getattr__(self, name):
-        # The file's own answers to what consumers such as pyarrow's ParquetFile ask besides
-        # reading; nothing else of the file shows through.
+        # What consumers such as pyarrow's ParquetFile ask besides reading.
         if name in ("closed", "seekable", "seek", "tell", "close"):
             return getattr(self._f, name)
         raise AttributeError(name)
@@ -69,8 +62,8 @@ def read_documents(
     tfds_data_dir: str | None,
     language: str = DEFAULT_LANGUAGE,
 ) -> tuple[list, str | None]:
-    """(the unit's documents, its content hash, None when no file was opened). The hash is of
-    bytes, so a reread that only checks it may leave `language` at its default."""
+    """(the unit's documents, its content hash; None when no file was opened). The hash is of
+    bytes: a reread that only checks it may leave `language` at its default."""
     digest, opened = hashlib.blake2b(digest_size=16), []
 
     def hashing_open(path):
@@ -86,9 +79,8 @@ def read_documents(
 
 
 def file_stat(path: str) -> dict:
-    """A file's size and version: a local file's mtime ("mtime_ns"; None when it is too recent to
-    trust: a coarse clock could show the same mtime after another write, so a rerun rehashes it),
-    a bucket object's generation or ETag ("version", storage.version)."""
+    """A file's size and version: a local file's "mtime_ns" (None when too recent to trust: a
+    coarse clock could show it again after another write), a bucket object's "version"."""
     if storage.is_url(path):
         size, version = storage.version(path)
         return {"size": size, "version": version}
@@ -103,7 +95,6 @@ def record(digest: str | None, stat: dict | None) -> dict:
 
 
 def _versions(stat: dict) -> dict:
-    """A stat's version fields (all but the size)."""
     return {key: value for key, value in stat.items() if key not in ("size", "blake2b")}
 
 
@@ -111,8 +102,7 @@ def _trusted(recorded: dict, now: dict | None) -> bool | None:
     """True/False when the stat alone decides; None when the content must be rehashed."""
     if now is None or now["size"] != recorded["size"]:
         return False
-    versions = _versions(now)
-    if all(value is not None and recorded.get(key) == value for key, value in versions.items()):
+    if all(v is not None and recorded.get(k) == v for k, v in _versions(now).items()):
         return True
     return None
 
@@ -124,8 +114,7 @@ def unit_changed(
     text_field: str,
     tfds_data_dir: str | None,
 ) -> bool:
-    """Whether a unit's input differs from `recorded` (a `record`); `now` is its file's stat
-    today (None: gone)."""
+    """Whether a unit's input differs from `recorded` (a `record`); `now`: its stat (None: gone)."""
     if recorded.get("blake2b") is None:
         return False  # no content hash: the fingerprint's name and extent decide
     trusted = _trusted(recorded, now)
@@ -140,9 +129,8 @@ def _combined(hashes) -> str:
 
 
 def input_files(planned: list, records: list) -> dict:
-    """The manifest's "inputs": per input file its size, version (mtime_ns or a bucket object's
-    version; None: rehash it on a rerun) and a hash over its units' hashes; `records[i]` is unit
-    i's `record`."""
+    """The manifest's "inputs": per input file its size, version (None: rehash it on a rerun) and a
+    hash over its units' hashes; `records[i]` is unit i's `record`."""
     out: dict = {}
     for unit, rec in zip(planned, records):
         if rec.get("blake2b") is None:
@@ -161,8 +149,7 @@ def input_files(planned: list, records: list) -> dict:
 def changed_inputs(
     planned: list, recorded: dict, text_field: str, tfds_data_dir: str | None
 ) -> list[str]:
-    """The files in a finished job's "inputs" whose content is no longer what it recorded; a file
-    whose size and version match is trusted without reading it."""
+    """The files in a finished job's "inputs" whose content is no longer what it recorded."""
     changed = []
     for key, entry in recorded.items():
         units = [u for u in planned if source_key(u) == key]

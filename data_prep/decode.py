@@ -1,8 +1,6 @@
-r"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP
-label.
+"""Prints training records as readable text: tokens (masked ones as [MASK]<label>), segments, NSP.
 
-  python -m data_prep.decode --input=/tmp/records/train-00000-of-00001.arrayrecord \
-      --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --limit=3
+python -m data_prep.decode --input=records/train-00000-of-00001.tfrecord --vocab_file=vocab.txt
 """
 
 import itertools
@@ -30,7 +28,6 @@ flags.DEFINE_integer("skip", 0, "Records to skip first.")
 
 
 def describe(features: dict, tokenizer) -> str:
-    """A record as text: tokens with [MASK]ed positions showing the label, segments, NSP label."""
     n = int(sum(features[F.INPUT_MASK]))
     tokens = tokenizer.convert_ids_to_tokens(features[F.INPUT_IDS][:n])
     segments = [int(s) for s in features[F.SEGMENT_IDS][:n]]
@@ -66,13 +63,11 @@ def main(argv):
     if FLAGS.limit < 0 or FLAGS.skip < 0:
         raise cli.UserError("--limit and --skip must be 0 or more")
     storage.check_paths({"--input": FLAGS.input, "--vocab_file": FLAGS.vocab_file})
-    # A bucket's, in the words record_io gives a local path that is no file (cli.not_a_file).
     why = storage.not_a_file(FLAGS.input) if storage.is_url(FLAGS.input) else None
     if why:
         raise cli.UserError(f"--input={FLAGS.input!r} {why}")
     tokenizer = job.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     # A shard in a bucket is fetched whole into the local cache: ArrayRecord reads local files.
-    # Every record's checksums are checked as it is read.
     local = storage.local_copy(FLAGS.input)
     # islice refuses a bound past sys.maxsize (absl's integers have none): no shard is that long
     start = min(FLAGS.skip, sys.maxsize)
@@ -110,8 +105,7 @@ def main(argv):
 
 
 def _check_ids(features: dict, tokenizer, index: int) -> None:
-    """An id the vocabulary has no entry for means records and vocabulary do not belong
-    together: printing [UNK]s for it would hide that."""
+    """An id past the vocabulary: records and vocabulary do not belong together ([UNK]s hide it)."""
     top = max(
         int(max(features.get(name, []), default=0)) for name in (F.INPUT_IDS, F.MASKED_LM_IDS)
     )

@@ -1,6 +1,5 @@
-"""What every input reader (lines.py, wiki.py, parquet.py, TFDS in units.py) shares: a source and
-a unit's statistics, the input error, opening a file (local or in a bucket) and reading its
-lines. It imports none of them: the import graph stays a tree (tests/unit/test_import_graph.py).
+"""What every input reader shares: a source, a unit's statistics, the input error, opening a file
+(local or in a bucket) and reading its lines. It imports no reader: the import graph is a tree.
 """
 
 import dataclasses
@@ -14,9 +13,7 @@ from data_prep import sniff
 
 MAX_LINE_BYTES = sniff.MAX_LINE_BYTES  # a longer line is skipped (and counted)
 READ_AHEAD = 1 << 20  # bytes a bucket object is read ahead of the reader (open_input)
-# The field of a JSONL record, the Parquet column and the TFDS feature that hold the text
-# (--text_field's default).
-TEXT_FIELD = "text"
+TEXT_FIELD = "text"  # --text_field's default
 
 
 @dataclasses.dataclass
@@ -24,8 +21,7 @@ class ReadStats:
     files: int = 0
     lines: int = 0
     documents: int = 0
-    # Lines with bytes that are not UTF-8 (or JSON escapes of half a surrogate pair); those
-    # characters become U+FFFD, which the tokenizers drop.
+    # Lines with bytes not UTF-8 (or escaped half surrogates): U+FFFD, which tokenizers drop.
     bad_utf8_lines: int = 0
     bad_json_lines: int = 0  # JSONL lines that are not JSON objects with the text field; skipped
     long_lines: int = 0  # lines over MAX_LINE_BYTES; skipped
@@ -51,12 +47,11 @@ class Source:
 
 
 class InputError(cli.UserError):
-    """An input that names nothing readable; the message says what to fix."""
+    """An input that names nothing readable."""
 
 
 def open_input(path: str) -> BinaryIO:
-    """An input file's bytes, with seek: a local file by open(), a bucket object through
-    bert_jax.storage, read READ_AHEAD past each read (why: docs/data_prep.md, "Buckets", Costs)."""
+    """An input file's bytes, with seek (a bucket's read ahead: docs/data_prep.md, "Buckets")."""
     if storage.is_url(path):
         return storage.open_read(path, block_size=READ_AHEAD)
     return open(path, "rb")
@@ -71,7 +66,6 @@ def open_text(f: BinaryIO, path: str) -> BinaryIO:
 
 
 def truncated(path: str, error: Exception) -> InputError:
-    """The error for a compressed file that ends early or holds damaged data."""
     return InputError(
         f"input {path!r} is damaged or truncated ({type(error).__name__}: {error}); "
         "fetch or decompress it again"
@@ -79,8 +73,7 @@ def truncated(path: str, error: Exception) -> InputError:
 
 
 def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
-    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES, read in
-    pieces (so memory stays bounded) and skipped. A damaged gzip stream raises InputError."""
+    """(line bytes, length) of a binary stream; None for a line over MAX_LINE_BYTES."""
     limit = MAX_LINE_BYTES
     try:
         for raw in iter(lambda: f.readline(limit), b""):
@@ -100,9 +93,8 @@ def raw_lines(f: BinaryIO, path: str) -> Iterator[tuple[bytes | None, int]]:
 
 def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> str:
     """A raw line as stripped text; undecodable bytes become U+FFFD, counted; an over-long line
-    (None) is counted and read as "". drop_cr: every "\\r" is dropped, as the original generator
-    reads BERT-format text (TensorFlow's GFile.readline drops a lone one inside a line too, so
-    "a\\rb" is the word "ab"); elsewhere a "\\r" is whitespace to the tokenizers."""
+    (None) is counted and read as "". drop_cr: every "\\r" is dropped, as the original's GFile
+    reads them ("a\\rb" is "ab"); elsewhere a "\\r" is whitespace to the tokenizers."""
     if raw is None:
         stats.long_lines += 1
         return ""
@@ -118,11 +110,9 @@ def decode_line(raw: bytes | None, stats: ReadStats, drop_cr: bool = False) -> s
 def read_lines(
     path: str, stats: ReadStats, drop_cr: bool = False, bom_line: bool = False
 ) -> Iterator[str]:
-    """Stripped lines of a file (an over-long line is ""). Lines end at "\\n" only, as TensorFlow's
-    GFile (the original's reader); drop_cr: as decode_line's; a UTF-8 byte-order mark at the start
-    is dropped. bom_line (reference mode, whose files are one stream of lines): a first line of
-    the mark alone is "\\ufeff", as the original reads it, not blank (str.strip keeps U+FEFF; its
-    tokenizer drops it), so no document ends there."""
+    """Stripped lines of a file, ending at "\\n" only, as the original's GFile (an over-long line
+    is ""); drop_cr: as decode_line's; a starting byte-order mark is dropped. bom_line: a first
+    line of the mark alone is "\\ufeff", as the original reads it, so no document ends there."""
     stats.files += 1
     empty = True
     with open_input(path) as raw_file, open_text(raw_file, path) as f:
@@ -137,7 +127,7 @@ def read_lines(
             if bom_line and marked and not line:
                 line = "\ufeff"
             if drop_cr and raw is not None and not raw.endswith(b"\n") and not raw.strip(b"\r"):
-                continue  # a last line of "\r"s alone is "" to GFile.readline: the file's end
+                continue  # a last line of "\r"s alone is the file's end to GFile.readline
             if line or raw is not None:
                 yield line
     if empty:

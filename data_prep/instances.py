@@ -1,12 +1,7 @@
-"""Training instances, the default path (scaled and Beam jobs): NSP pairs or MLM-only segments
-from tokenized documents, assembled as fixed-size arrays, masked by bert_jax.data.input.masking
-and encoded as tf.train.Example bytes. Shapes: N instances, L = max_seq_length,
-P = max_predictions_per_seq.
-
-The semantics are google-research/bert's (data_prep/reference.py holds its algorithm step for
-step, the specification these functions are tested against), the random streams not: instance
-structure draws from a random.Random, masking is one numpy pass over all instances of a unit
-(docs/data_prep.md, "Differences from the original generator").
+"""Training instances of the scaled and Beam jobs: NSP pairs or MLM-only segments as [N, L]
+arrays (L = max_seq_length, P = max_predictions_per_seq), masked by bert_jax.data.input.masking,
+encoded as tf.train.Example bytes. reference.py's semantics, other random streams:
+docs/data_prep.md, "Differences from the original generator".
 """
 
 import dataclasses
@@ -25,8 +20,7 @@ from bert_jax.data.input import masking
 
 @dataclasses.dataclass(frozen=True)
 class InstanceOptions:
-    """How instances are built; the defaults are the original generator's flag defaults (and
-    data_prep's: its flags take them from here; the masking ones are manifest.py's)."""
+    """How instances are built; the defaults are the original generator's, and the flags'."""
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = manifest.MAX_PREDICTIONS_PER_SEQ
@@ -55,7 +49,6 @@ class InstanceOptions:
         return F.Schema(self.max_seq_length, self.max_predictions_per_seq if self.mask else 0)
 
     def contract_fields(self, mode: str, fmt: str, vocab: dict, shards: dict) -> dict:
-        """manifest.json's data contract (manifest.contract_fields) for records of these options."""
         return manifest.contract_fields(
             mode,
             fmt,
@@ -69,8 +62,7 @@ class InstanceOptions:
 
 @dataclasses.dataclass
 class Documents:
-    """Tokenized documents of one unit and split: all ids in one array, sentences as offsets into
-    it."""
+    """Tokenized documents of one unit and split: all ids in one array, sentences as offsets."""
 
     ids: np.ndarray  # [tokens] int32
     # Per document, its sentence boundaries [s0, s1, ..., sk] (k >= 1 non-empty sentences).
@@ -80,8 +72,7 @@ class Documents:
     def from_lines(
         cls, ids: np.ndarray, per_line: np.ndarray, lines_per_doc: list[int]
     ) -> "Documents":
-        """From encode_batch output; sentences without tokens and documents without sentences are
-        dropped."""
+        """From encode_batch output, empty sentences and documents dropped."""
         ends = np.cumsum(per_line).tolist()
         lengths = per_line.tolist()
         bounds, line, doc_start = [], 0, 0
@@ -128,8 +119,7 @@ def _truncate(lo_a, hi_a, lo_b, hi_b, max_num_tokens, rng):
 def nsp_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """create_instances_from_document on offsets: appends (a_lo, a_hi, b_lo, b_hi,
-    is_random_next)."""
+    """create_instances_from_document on offsets: appends (a_lo, a_hi, b_lo, b_hi, is_random)."""
     bounds, all_bounds = docs.bounds[index], docs.bounds
     n = len(bounds) - 1
     max_num_tokens = opts.max_seq_length - 3
@@ -171,8 +161,7 @@ def nsp_spans(
 def mlm_spans(
     docs: Documents, index: int, opts: InstanceOptions, rng: random.Random, out: list
 ) -> None:
-    """MLM-only packing (reference._mlm_only_instances) on offsets: appends (lo, hi, 0, 0,
-    False)."""
+    """reference._mlm_only_instances on offsets: appends (lo, hi, 0, 0, False)."""
     bounds = docs.bounds[index]
     max_num_tokens = opts.max_seq_length - 2
     target = max_num_tokens
@@ -212,21 +201,16 @@ def assemble(docs: Documents, spans: list, opts: InstanceOptions, vocab: masking
 def mask(
     batch: Batch, opts: InstanceOptions, vocab: masking.Vocab, rng: np.random.Generator
 ) -> None:
-    """Masks every row of `batch` (bert_jax.data.input.masking.mask), in place."""
     masked = masking.mask(batch.tokens, batch.length, opts.masking, vocab, rng)
     batch.tokens, batch.positions, batch.labels = masked.tokens, masked.positions, masked.labels
     batch.num_masked = masked.num_masked
 
 
-# --- Records: Batch -> serialized tf.train.Example bytes ------------------------------------
-# Written directly rather than through protobuf messages (docs/data_prep.md, "Performance"),
-# byte-identical to protobuf's SerializeToString(deterministic=True): map entries sorted by key,
-# each value list packed. Every record has the same fixed-length features (features.Schema), so
-# most of each record is a cached byte string and only the token ids and masked labels are
-# encoded per record. Wire format, outermost first (field number << 3 | wire type 2 =
-# length-delimited):
-#   Example.features (1) -> Features.feature (1, map entry) -> key (1), value (2) -> Feature.
-#   Feature.float_list (2) | int64_list (3) -> FloatList/Int64List.value (1, packed).
+# --- Records: Batch -> tf.train.Example bytes, byte-identical to protobuf's deterministic
+# serialization but written directly (docs/data_prep.md, "Performance"): most of each record is
+# a cached byte string. Wire format (tag = field << 3 | 2, length-delimited): Example.features (1)
+# -> Features.feature (1, map entry: key 1, value 2) -> Feature.float_list (2) | int64_list (3)
+# -> value (1, packed).
 
 _ONE_FLOAT = struct.pack("<f", 1.0)
 _ZERO_FLOAT = struct.pack("<f", 0.0)
@@ -242,8 +226,7 @@ def varint(value: int) -> bytes:
 
 
 def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
-    """[N, K] non-negative ints -> (the varints of every row, concatenated; N+1 row offsets into
-    them)."""
+    """[N, K] non-negative ints -> (every row's varints, concatenated; N+1 row offsets)."""
     top = int(values.max(initial=0))
     values = values.astype(np.uint32 if top < 1 << 32 else np.uint64)  # narrow: less memory traffic
     planes = max(1, -(-top.bit_length() // 7))  # 7 bits per varint byte
@@ -261,13 +244,11 @@ def varint_rows(values: np.ndarray) -> tuple[bytes, list[int]]:
 
 
 def _delimited(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag byte, varint length, payload."""
     return bytes([tag]) + varint(len(payload)) + payload
 
 
 def entry(name: str, packed: bytes) -> bytes:
-    """One map entry of Features: name -> Feature{int64_list (3) or float_list (2) {value (1):
-    packed}}."""
+    """One map entry of Features: name -> Feature{int64_list or float_list {packed}}."""
     feature = _delimited(0x12 if name in F.FLOAT_FEATURES else 0x1A, _delimited(0x0A, packed))
     return _delimited(0x0A, _delimited(0x0A, name.encode()) + _delimited(0x12, feature))
 
@@ -303,8 +284,7 @@ class ExampleEncoder:
         return [prefix(end - start) + data[start:end] for start, end in itertools.pairwise(offsets)]
 
     def encode(self, batch: Batch) -> list[bytes]:
-        """Serialized records, features in sorted order as deterministic serialization writes
-        them."""
+        """Serialized records, features in sorted order."""
         segment_keys = (batch.segment_start * (self._length_cap + 1) + batch.length).tolist()
         columns = [
             self._varint_entries(F.INPUT_IDS, batch.tokens),

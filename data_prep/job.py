@@ -1,8 +1,6 @@
-"""The scaled data_prep job, its pure parts: the job's spec, its plan, shard plan, fingerprint
-and manifest. Everything here and in job_units.py is a function of the settings and the input,
-never of the worker count or the runner: the local runner (scaled.py) and the Beam job call the
-same functions, every random stream seeded from the settings (`seed`), so their outputs are
-identical. docs/data_prep.md, "Scaled mode: how it works".
+"""The scaled data_prep job, its pure parts: spec, plan, shard plan, fingerprint and manifest.
+With job_units.py, a function of the settings and the input, never of the worker count or the
+runner (scaled.py, beam_pipeline.py). docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
@@ -26,8 +24,7 @@ _STREAM = {"structure": 1, "mask": 2, "unit_order": 3, "shuffle": 4}
 
 
 class JobMismatch(cli.UserError):
-    """An output directory holding (part of) a job with other settings; the message says what
-    differs."""
+    """An output directory holding (part of) a job with other settings."""
 
 
 class NoInstances(cli.UserError):
@@ -36,15 +33,14 @@ class NoInstances(cli.UserError):
 
 @dataclasses.dataclass(frozen=True)
 class JobSpec:
-    """Everything that decides the scaled job's output. Library code gets it explicitly."""
+    """Everything that decides the scaled job's output."""
 
     inputs: tuple
     opts: inst.InstanceOptions = dataclasses.field(default_factory=inst.InstanceOptions)
     dupe_factor: int = 10  # passes over the training documents, each with other random choices
     seed: int = 12345
     eval_fraction: float = 0.01  # of documents, held out (one pass, no dupes)
-    # Share of tokens masked in the eval split, whatever opts.masked_lm_prob: a held-out accuracy
-    # that recipes with other training rates share (ModernBERT trains at 30%, evaluates at 15%).
+    # Masked share of the eval split, whatever opts.masked_lm_prob: recipes' accuracies compare.
     eval_masked_lm_prob: float = manifest.MASKED_LM_PROB
     block_size_mb: float = 1.0  # text/JSONL files are cut into units of this many MB
     tfds_examples_per_unit: int = 1000
@@ -83,8 +79,7 @@ class JobSpec:
 
 
 def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
-    """The job's units, from its inputs (local files, bucket objects, TFDS splits); never the
-    files in `output_dir`, the job's own output (`outside`)."""
+    """The job's units, from its inputs; never the job's own output in `output_dir`."""
     sources = readers.parse_input(
         list(spec.inputs),
         match=outside(output_dir) if output_dir else readers.match_files,
@@ -100,9 +95,8 @@ def plan(spec: JobSpec, output_dir: str = "") -> list[units_lib.Unit]:
 
 
 def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
-    """Raises readers.InputError when an --input names or matches `vocab_file` (or the .vocab
-    a SentencePiece model has beside it): read as text, a vocabulary's entries become a document
-    of the corpus (--input='data/*.txt' with data/vocab.txt: most of the records), silently."""
+    """Raises readers.InputError when an --input names or matches `vocab_file` (or a SentencePiece
+    model's .vocab): read as text, its entries would silently become a document."""
     vocab_files = [vocab_file]
     if vocab_file.endswith(".model"):
         vocab_files.append(vocab_file.removesuffix(".model") + ".vocab")
@@ -122,16 +116,14 @@ def check_inputs_are_not_the_vocabulary(specs, vocab_file: str) -> None:
 
 
 def outside(output_dir: str) -> Callable[[str], list[str]]:
-    """readers.match_files less the job's own output: on a rerun a glob over the corpus's directory
-    (--input='data/*/*' --output_dir=data/out) matches the first run's shards too; they are
-    skipped with a warning naming them, and an input that is nothing but them is refused."""
+    """readers.match_files less the job's own output, which a rerun's glob may match: skipped with
+    a warning; an input that is nothing but it is refused."""
     out = output_dir.rstrip("/")
     real_out = storage.real_path(out)
 
     def inside(path: str) -> bool:
-        """Whether `path` is the output directory or a file the job writes there (shards, the
-        manifest, _work, the lock, temporaries); not any file under it: records may be written
-        into the corpus's own directory."""
+        """Whether `path` is the output directory or a file the job writes there (not any file
+        under it: records may be written into the corpus's own directory)."""
         real = storage.real_path(path)
         if real == real_out:
             return True
@@ -167,9 +159,7 @@ def outside(output_dir: str) -> Callable[[str], list[str]]:
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool):
-    """The tokenizer of --vocab_file: a local file, or a bucket object fetched once into the local
-    cache (storage.local_copy; the tokenizers read local files). Manifests name the vocabulary as
-    the user gave it (`manifest.vocab_entry(tokenizer, file=vocab_file)`), never the copy."""
+    """The tokenizer of --vocab_file; a bucket object is fetched once into the local cache."""
     if storage.is_url(vocab_file):
         why = storage.not_a_file(vocab_file)  # the words a local path gets (cli.not_a_file)
         if why:
@@ -183,20 +173,16 @@ def load_tokenizer(vocab_file: str, do_lower_case: bool):
 
 
 def fingerprint(spec: JobSpec, planned: list[units_lib.Unit], vocab: dict) -> dict:
-    """What must match for a rerun to reuse finished work: "units" for unit files, "shards" for
-    shards. `vocab`: the manifest's entry (manifest.vocab_entry)."""
+    """What a rerun must match to reuse work: "units" for unit files, "shards" for shards."""
     sources = {}
-    for unit in planned:  # a source's extent: bytes of a file, examples of a TFDS split
+    for unit in planned:  # a source's extent: bytes, examples, or what the plan saw (unit.extent)
         key = content.source_key(unit)
-        # A dump's size and its index's, a Parquet file's size and row groups: as the plan saw.
         sources[key] = unit.extent or max(sources.get(key, 0), unit.stop)
     opts = dataclasses.asdict(spec.opts)
-    # Under the flag's name, as job.json files written before the option took its one name
-    # (whole_word_mask) record it: a rerun of such a job still reuses its finished work.
+    # Under the flag's name, as older job.json files record it: their work is still reused.
     opts["do_whole_word_mask"] = opts.pop("whole_word_mask")
     if spec.eval_masked_lm_prob != spec.opts.masked_lm_prob and spec.opts.mask:
-        # Only where it changes the records: a job from before the field (its eval split masked
-        # at masked_lm_prob) keeps its fingerprint when both rates are the same.
+        # Only where it changes the records: older jobs keep their fingerprint.
         opts["eval_masked_lm_prob"] = spec.eval_masked_lm_prob
     unit_fields = (
         "dupe_factor seed eval_fraction block_size_mb tfds_examples_per_unit text_field "
@@ -234,7 +220,6 @@ def differences(old: dict | None, new: dict, parts=("units", "shards")) -> str:
 
 
 def seed(spec: JobSpec, stream: str, *keys) -> list[int]:
-    """The seed of one of the job's random streams (_STREAM), for `keys` (unit, split, shard)."""
     return [spec.seed, _STREAM[stream], *keys]
 
 
@@ -255,10 +240,9 @@ def shard_count(spec: JobSpec, split: str, instances: int, record_bytes: int) ->
 
 
 def plan_shards(spec: JobSpec, markers: list[dict]) -> dict[str, list[list[tuple]]]:
-    """Per split, per shard, its pieces (unit index, first record, end record) in the order they
-    are concatenated: shard sizes differ by at most one, each shard reads a few units
-    sequentially, and each draws its documents from all over the corpus. `markers`: every unit's
-    UnitResult.marker, in plan order; an error when there is no training instance."""
+    """Per split, per shard, its pieces (unit index, first record, end record) in order: sizes
+    differ by at most one, each shard reads a few units (in a seeded order) sequentially.
+    `markers`: every unit's UnitResult.marker, in plan order."""
     plans = {}
     for split in SPLITS:
         counts = [m[split]["instances"] for m in markers]
@@ -293,8 +277,6 @@ def shard_order(spec: JobSpec, split: str, shard: int, count: int) -> np.ndarray
 
 
 def no_instances_error(inputs, text_field: str, reads: list[dict]) -> NoInstances:
-    """The error of a job whose input gave no training instances, with what the reads (ReadStats
-    as dicts) saw."""
     documents = sum(r["documents"] for r in reads)
     bad_json = sum(r["bad_json_lines"] for r in reads)
     seen = f"{documents} documents read from --input={','.join(inputs)}"
@@ -317,8 +299,8 @@ def manifest_fields(
     seconds: float,
     runner: str,
 ) -> dict:
-    """manifest.json: the data contract (bert_jax/data/contract/manifest.py), then this job's
-    report: settings, input fingerprint, statistics. `markers[i]`: unit i's UnitResult.marker."""
+    """manifest.json: the data contract, then this job's report: settings, input fingerprint,
+    statistics. `markers[i]`: unit i's UnitResult.marker."""
     read = readers.ReadStats()
     split_stats = {split: output.InstanceStats() for split in SPLITS}
     split_documents = dict.fromkeys(SPLITS, 0)
@@ -335,7 +317,7 @@ def manifest_fields(
         fingerprint=fp,
         inputs=content.input_files(planned, [marker["content"] for marker in markers]),
         read=dataclasses.asdict(read),
-        # The file inputs as stored (compressed for gzip, bz2 dumps, Parquet): the MB/s figures'.
+        # The file inputs as stored (compressed): the MB/s figures'.
         input_bytes=sum(unit.size for unit in planned if units_lib.KINDS[unit.kind].is_file),
         documents=sum(split_documents.values()),
         stats=split_stats["train"].summary(opts.max_seq_length),

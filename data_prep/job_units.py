@@ -1,6 +1,4 @@
-"""The scaled job's per-unit work: a unit's documents -> its train and eval records, a pure
-function of the JobSpec and the unit (the local runner and the Beam job call it alike).
-"""
+"""The scaled and Beam jobs' per-unit work: a unit's documents -> its train and eval records."""
 
 import dataclasses
 import gc
@@ -17,8 +15,7 @@ from data_prep.job import SPLITS, JobSpec, seed
 
 
 def is_eval(document: list[str], eval_fraction: float) -> bool:
-    """Held out by a hash of the text: the same document lands on the same side in every run and
-    unit."""
+    """Held out by a hash of the text: a document lands on the same side in every run and unit."""
     if eval_fraction <= 0:
         return False
     digest = hashlib.blake2b(
@@ -29,8 +26,6 @@ def is_eval(document: list[str], eval_fraction: float) -> bool:
 
 @dataclasses.dataclass
 class SplitRecords:
-    """One unit's serialized records of one split, back to back, and their statistics."""
-
     data: bytes
     offsets: np.ndarray  # [instances + 1] int64: record i is data[offsets[i]:offsets[i + 1]]
     stats: output.InstanceStats
@@ -45,9 +40,8 @@ class UnitResult:
     content: str | None  # blake2b of the bytes the unit's reader read; None for TFDS
 
     def marker(self, stat: dict | None) -> dict:
-        """What the shard plan (job.plan_shards) and the manifest (job.manifest_fields) take of
-        the unit, as JSON: the local runner saves it as the unit's marker. `stat`: its file as
-        it was before it was read (content.file_stat)."""
+        """What the shard plan and the manifest take of the unit, as JSON (the local runner's unit
+        marker). `stat`: its file before it was read (content.file_stat)."""
         return {
             "unit": dataclasses.asdict(self.unit),
             "read": dataclasses.asdict(self.read),
@@ -65,11 +59,10 @@ class UnitResult:
 
 
 class UnitProcessor:
-    """process(unit) -> UnitResult; holds what a worker keeps between units (tokenizer, encoder)."""
+    """process(unit) -> UnitResult; holds what a worker keeps between units."""
 
     def __init__(self, spec: JobSpec, tokenizer):
-        self.spec = spec
-        self.tokenizer = tokenizer
+        self.spec, self.tokenizer = spec, tokenizer
         self.vocab = masking.Vocab.from_tokenizer(tokenizer)
         self.vocab.check_whole_word(
             spec.opts.whole_word_mask and spec.opts.mask, repr(tokenizer.vocab_file)
@@ -77,8 +70,7 @@ class UnitProcessor:
         self.encoder = inst.ExampleEncoder(spec.opts.schema)
 
     def process(self, unit: units_lib.Unit) -> UnitResult:
-        # A unit allocates a million short-lived strings and lists but makes no reference cycles:
-        # the cycle collector's passes over them cost ~10% and free nothing, so it waits.
+        # A unit makes a million short-lived objects, no cycles: collecting cost ~10% for nothing.
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -101,15 +93,13 @@ class UnitProcessor:
         if split == "eval":  # masked at eval_masked_lm_prob, whatever the training rate
             opts = dataclasses.replace(opts, masked_lm_prob=spec.eval_masked_lm_prob)
         split_id = SPLITS.index(split)
-        # A document's later sentences follow the one before as running text does (a space
-        # before them, for a tokenizer.json whose pieces carry spaces: its sentence_joiner).
+        # Later sentences follow as running text does (a tokenizer.json's " " sentence_joiner).
         joiner = getattr(self.tokenizer, "sentence_joiner", "")
         ids, per_line = self.tokenizer.encode_batch(
             [joiner + line if i else line for doc in documents for i, line in enumerate(doc)]
         )
         docs = inst.Documents.from_lines(ids, per_line, [len(doc) for doc in documents])
-        # A str seed: hashed by sha512, stable across processes and versions.
-        rng = random.Random(repr(seed(spec, "structure", unit.index, split_id)))
+        rng = random.Random(repr(seed(spec, "structure", unit.index, split_id)))  # str: sha512
         spans: list = []
         make_spans = inst.nsp_spans if opts.nsp else inst.mlm_spans
         for _ in range(spec.dupe_factor if split == "train" else 1):  # eval: one pass, no dupes
@@ -117,8 +107,7 @@ class UnitProcessor:
                 make_spans(docs, index, opts, rng, spans)
         mask_rng = np.random.default_rng(seed(spec, "mask", unit.index, split_id))
         stats, chunks = output.InstanceStats(), []
-        # Instances assembled, masked and encoded at once: bounds a unit's temporaries.
-        chunk = masking.chunk_rows(opts.max_seq_length)
+        chunk = masking.chunk_rows(opts.max_seq_length)  # bounds a unit's temporaries
         for start in range(0, len(spans), chunk):
             batch = inst.assemble(docs, spans[start : start + chunk], opts, self.vocab)
             if opts.mask:

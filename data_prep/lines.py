@@ -1,14 +1,7 @@
-"""Line-based inputs: BERT-format text (a sentence a line, a blank line between documents), books
-(a file one document, its lines split into sentences) and JSONL (a JSON object a line, its text
-field split into sentences), a unit (a byte block) at a time (`*_unit`).
-
-Text blocks: a document belongs to the block that holds its anchor, the blank line just before it
-(a file's first document is anchored at byte 0). A unit seeks to its block, skips the tail of a
-document anchored earlier, and reads on past the block end until its last document ends. So every
-document is read by exactly one unit, and together the units give the documents of reading the file
-from start to end; every line is counted by the unit whose block holds its first byte.
-JSONL blocks: the lines that start inside the block, one document each. A gzip file (gzip cannot
-seek) and a book are one unit each.
+"""Line-based inputs, a unit (a byte block) at a time: BERT-format text, books (a file one
+document) and JSONL. A text document belongs to the block that holds its anchor, the blank line
+before it: a unit skips the tail of a document anchored earlier and reads past its block's end to
+finish its last one. A JSONL block: the lines that start in it. A gzip file or a book: one unit.
 """
 
 import itertools
@@ -26,7 +19,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def plan(source, planning) -> list[tuple[int, int, dict]]:
-    """(start, stop, {}) byte blocks of a text or JSONL file; one for a compressed file, a book."""
+    """(start, stop, {}) byte blocks of a file; one for a compressed file or a book."""
     size, block = storage.size(source.path), planning.block_bytes
     if source.compression or source.kind == "book" or size == 0:
         return [(0, size, {})]
@@ -34,7 +27,6 @@ def plan(source, planning) -> list[tuple[int, int, dict]]:
 
 
 def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]]:
-    """Groups BERT-format lines into documents at blank lines."""
     for nonblank, group in itertools.groupby(lines, key=bool):
         if nonblank:
             document = list(group)
@@ -45,8 +37,7 @@ def text_documents(lines: Iterator[str], stats: ReadStats) -> Iterator[list[str]
 def json_document(
     line: str, text_field: str, stats: ReadStats, language: str = DEFAULT_LANGUAGE
 ) -> list[str]:
-    """The sentences of one stripped JSONL line; [] for a blank line, empty text or a bad line
-    (counted)."""
+    """The sentences of one stripped JSONL line; [] for a blank, empty or bad (counted) one."""
     line = line.removeprefix("\ufeff")  # files concatenated with their byte-order marks
     if not line:
         return []
@@ -78,8 +69,7 @@ def _seek_to_line(f: BinaryIO, start: int) -> int:
 
 
 def _lines(f: BinaryIO, unit) -> Iterator[tuple[bytes | None, bool]]:
-    """A unit's raw lines from its first line on (a file's BOM dropped), each with whether it
-    starts past the unit's block (never in a compressed file: its one unit reads it all)."""
+    """A unit's raw lines (a file's BOM dropped), each with whether it starts past the block."""
     stop = float("inf") if unit.compression else unit.stop
     offset = _seek_to_line(f, unit.start)
     for raw, length in raw_lines(f, unit.path):
@@ -147,8 +137,7 @@ def book_unit(f: BinaryIO, unit, stats: ReadStats, reading) -> Iterator[list[str
 
 
 def opened(read):
-    """A unit reader of a text file from `read(f, unit, stats, reading)`: the file opened with
-    reading.open_binary (gunzipped when it is gzip), an empty compressed file counted."""
+    """A unit reader from `read(f, unit, stats, reading)`: the file opened, gunzipped if gzip."""
 
     def read_unit(unit, stats: ReadStats, reading) -> Iterator[list[str]]:
         lines_before = stats.lines

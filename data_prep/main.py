@@ -1,16 +1,6 @@
-"""Raw text -> masked MLM/NSP training records.
+"""Raw text -> masked MLM/NSP training records; the modes and --verify: docs/data_prep.md.
 
-  python -m data_prep.main --input='corpus/*.txt' \
-      --vocab_file=data_prep/testdata/bert-base-uncased-vocab.txt --output_dir=/tmp/records
-
---mode=scaled (the default) streams the input in work units across --num_workers processes, writes
-balanced shards plus a held-out eval split and a manifest, and resumes after a kill (rerun the same
-command). --mode=beam runs the same job as an Apache Beam pipeline; pipeline options follow `--`
-(`... -- --runner=DataflowRunner --project=P --region=R`). --mode=reference reproduces
-google-research/bert's create_pretraining_data.py record for record (same input, vocabulary, seed
-and flags; flag names follow it). --verify re-checks the shards of a finished output directory
-against the md5 checksums in its manifest. Every path may be a bucket URL (gs://, s3://).
-docs/data_prep.md says the rest.
+python -m data_prep.main --input='corpus/*.txt' --vocab_file=vocab.txt --output_dir=/tmp/records
 """
 
 import dataclasses
@@ -53,8 +43,7 @@ _SPEC = {f.name: f.default for f in dataclasses.fields(job.JobSpec)}
 flags.DEFINE_bool(
     "do_whole_word_mask", _DEFAULT.whole_word_mask, "Mask all pieces of a word together."
 )
-# Lengths past 2**31 (2**63, typed for "no limit") were an IndexError or OverflowError traceback
-# from numpy after the first units were written: the records' arrays are indexed in int32.
+# The records' arrays are indexed in int32: a longer length failed in numpy mid-job.
 _MAX_LENGTH = 2**31 - 1
 flags.DEFINE_integer(
     "max_seq_length",
@@ -125,7 +114,6 @@ flags.DEFINE_string(
     "<siteinfo>) overrides it. Scaled and Beam modes.",
 )
 flags.DEFINE_string("tfds_data_dir", _SPEC["tfds_data_dir"], "data_dir of TFDS datasets.")
-# Scaled and Beam modes.
 flags.DEFINE_integer(
     "num_workers",
     os.cpu_count() or 1,
@@ -176,9 +164,8 @@ flags.DEFINE_bool(
 _PATH_FLAGS = ("input", "vocab_file", "output_dir", "tfds_data_dir")  # local or bucket paths
 # Flags that do not shape the records; the manifest's "flags" records every other one.
 _NOT_RECORDED = ("output_dir", "tfds_data_dir", "num_workers", "progress", "verify")
-# Flags only the scaled and Beam modes read, with why reference mode would ignore them (it writes
-# one training shard and no eval split, and reads its whole input in one process, as the original
-# does): passing one there is an error, and a reference manifest leaves them out.
+# Flags reference mode would ignore, and why: passing one there is an error, and a reference
+# manifest leaves them out.
 _SCALED_FLAGS = {
     "document_per_file": "reads BERT-format text as the original does",
     "language": "reads BERT-format text as the original does",
@@ -193,7 +180,6 @@ _SCALED_FLAGS = {
 
 
 def _from_flags(cls, **renamed):
-    """A `cls` from the flags named as its fields; `renamed`: the fields whose flags are not."""
     named = [f.name for f in dataclasses.fields(cls) if f.name not in renamed]
     return cls(**{name: FLAGS[name].value for name in named}, **renamed)
 
@@ -217,25 +203,13 @@ def spec_from_flags() -> job.JobSpec:
 
 
 def _recorded_flags() -> dict:
-    """The flags a manifest records, by name (this module's: absl knows where each was defined)."""
+    """This module's flags (absl knows where each was defined) that a manifest records."""
     return {
         flag.name: flag.value
         for flag in FLAGS.get_flags_for_module(sys.modules[__name__])
         if flag.name not in _NOT_RECORDED
         and (FLAGS.mode != "reference" or flag.name not in _SCALED_FLAGS)
     }
-
-
-def _verify() -> int:
-    problems = output.verify(FLAGS.output_dir)
-    if problems:
-        raise cli.UserError(
-            f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
-            + "; ".join(problems)
-            + "; rerun the command that wrote it to rewrite what is damaged"
-        )
-    print(f"verify: OK, every shard in {FLAGS.output_dir} matches its manifest")
-    return 0
 
 
 def _summary(manifest: dict) -> None:
@@ -265,8 +239,7 @@ def _summary(manifest: dict) -> None:
         f"mask rate {stats['mask_rate']:.3f}, random next {stats['random_next_fraction']:.3f}"
     )
     if manifest.get("nsp") and stats["instances"] >= 20 and stats["random_next_fraction"] > 0.9:
-        # The original draws a random next segment half the time; far more means most documents
-        # hold one sentence (or one segment's worth), so their pairs can only be random.
+        # Far above the original's half: most documents hold one sentence (or segment).
         cli.warn(
             f"{stats['random_next_fraction']:.0%} of next-sentence pairs are random (the "
             "original's rate is about half): most documents hold a single sentence, so "
@@ -305,7 +278,7 @@ def _check_flags(argv) -> None:
     for name, reason in _SCALED_FLAGS.items():
         if FLAGS[name].value != FLAGS[name].default and FLAGS.mode == "reference":
             raise cli.UserError(f"--{name} is for --mode=scaled or beam; reference mode {reason}")
-    # Flags that shape what another flag turns off: they did nothing, silently.
+    # Flags that shape what another flag turns off would do nothing, silently.
     if FLAGS.eval_fraction == 0:
         for name in ("num_eval_shards", "eval_masked_lm_prob"):
             if FLAGS[name].present and FLAGS[name].value != FLAGS[name].default:
@@ -327,7 +300,15 @@ def main(argv):
         outputs=[] if FLAGS.verify else ["--output_dir"],
     )
     if FLAGS.verify:
-        return _verify()
+        problems = output.verify(FLAGS.output_dir)
+        if problems:
+            raise cli.UserError(
+                f"--verify: FAILED, {len(problems)} problem(s) in {FLAGS.output_dir}: "
+                + "; ".join(problems)
+                + "; rerun the command that wrote it to rewrite what is damaged"
+            )
+        print(f"verify: OK, every shard in {FLAGS.output_dir} matches its manifest")
+        return 0
     job.check_inputs_are_not_the_vocabulary(FLAGS.input, FLAGS.vocab_file)
     job_flags = _recorded_flags()
     try:

@@ -1,9 +1,6 @@
 """The output directory every data_prep mode writes: shard names, atomic writes, statistics, and
-the checks of a finished output (shard sizes on a rerun, md5s with --verify). Every file goes
-through bert_jax.storage, published whole or not at all, locally or in a bucket.
-
-The manifest's file name and its fields live in bert_jax/data/contract/manifest.py (the
-contract the trainer reads); this module is data_prep's side of writing and checking it.
+the checks of a finished output (shard sizes on a rerun, md5s with --verify). The manifest's
+fields are bert_jax/data/contract/manifest.py's.
 """
 
 import contextlib
@@ -18,7 +15,7 @@ from bert_jax.data.contract import manifest, record_io, shard_files
 
 
 class OutputError(cli.UserError):
-    """An output directory that cannot be written; the message says what to fix."""
+    """An output directory that cannot be written."""
 
 
 def shard_name(split: str, index: int, count: int, fmt: str) -> str:
@@ -26,8 +23,7 @@ def shard_name(split: str, index: int, count: int, fmt: str) -> str:
 
 
 def prepare_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
-    """Creates the directory and proves it is writable before any work is done (a bucket: that
-    it exists and takes an object); `flag` names it in the error."""
+    """Creates the directory and proves it is writable before any work is done; `flag` names it."""
     probe = storage.join(output_dir, f".write-test-{os.getpid()}")
     try:
         storage.makedirs(output_dir)
@@ -40,23 +36,20 @@ def prepare_output_dir(output_dir: str, flag: str = "--output_dir") -> None:
 
 
 def remove_temporaries(folder: str) -> None:
-    """Removes the temporary files (`manifest.TEMPORARY`) of killed writers from a local
-    `folder`; the caller holds the job's lock, so no live writer owns one."""
+    """Removes killed writers' temporary files from a local `folder` (the caller holds the lock)."""
     for name in os.listdir(folder):
         if manifest.TEMPORARY.search(name):
             os.remove(os.path.join(folder, name))
 
 
 def write_json_atomic(path: str, obj) -> None:
-    """Writes `path` whole or not at all (storage.open_write): never half-written, and a failed
-    write (a full disk) leaves no temporary file behind."""
+    """Writes `path` whole or not at all, a failed write leaving no temporary file behind."""
     with storage.open_write(path, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
 
 
 def read_json(path: str):
-    """A JSON file's content, None when there is no such file."""
     try:
         return json.loads(storage.read_text(path))
     except FileNotFoundError:
@@ -64,7 +57,6 @@ def read_json(path: str):
 
 
 def shard_entry(path: str, instances: int) -> dict:
-    """A finished shard as the manifest lists it (a local file)."""
     return {
         "file": os.path.basename(path),
         "instances": instances,
@@ -75,9 +67,8 @@ def shard_entry(path: str, instances: int) -> dict:
 
 @contextlib.contextmanager
 def local_file(path: str):
-    """A local path to write `path` at: `path` itself when it is local; for a bucket object a
-    temporary file, uploaded whole when the block ends without an error (record writers, such
-    as ArrayRecord's C++ one, write local files only)."""
+    """A local path to write `path` at: itself, or a temporary file uploaded whole when the block
+    ends without an error (ArrayRecord's writer writes local files only)."""
     if not storage.is_url(path):
         yield path
         return
@@ -90,8 +81,6 @@ def local_file(path: str):
 
 @dataclasses.dataclass
 class InstanceStats:
-    """Token and masking statistics for the manifest and the end-of-job summary."""
-
     instances: int = 0
     tokens: int = 0  # real tokens, [CLS]/[SEP] included
     masked: int = 0
@@ -115,8 +104,7 @@ class InstanceStats:
 
 
 def read_manifest(output_dir: str) -> dict | None:
-    """The finished job's manifest as written (bert_jax.data.contract.manifest.load), or None when
-    the directory holds none (unfinished)."""
+    """The finished job's manifest as written, or None when the directory holds none."""
     path = storage.join(output_dir, manifest.FILE)
     try:
         return manifest.load(path, missing_ok=True)
@@ -127,15 +115,12 @@ def read_manifest(output_dir: str) -> dict | None:
 
 
 def damaged_shards(output_dir: str, written: dict, check_md5: bool = False) -> dict[str, str]:
-    """{file: problem} of the shards a written manifest lists that have one
-    (shard_files.shard_problem)."""
     entries = [entry for entries in written["shards"].values() for entry in entries]
     return shard_files.damaged_shards(output_dir, entries, check_md5)
 
 
 def verify(output_dir: str) -> list[str]:
-    """Re-checks every shard listed in the manifest against its size, md5 and record count;
-    returns the problems found."""
+    """The problems of the shards the manifest lists: size, md5 and record count."""
     try:
         written = read_manifest(output_dir)
         if written is not None:

@@ -1,7 +1,5 @@
-"""Parquet files (the Hugging Face hub's format) -> documents, one per row; a unit is a run of
-whole row groups. Only the --text_field column is read, a row group at a time in batches, so memory
-is bounded by a row group's column chunk, never the file; the plan reads only the footers
-(docs/data_prep.md, "Parquet").
+"""Parquet files -> documents, one per row; a unit is a run of whole row groups, of which only the
+--text_field column is read, in batches (docs/data_prep.md, "Parquet").
 """
 
 from collections.abc import Iterator
@@ -24,18 +22,16 @@ def _open(path: str, f: BinaryIO):
 
 
 def _is_text(kind) -> bool:
-    """Strings, or UTF-8 bytes, or a dictionary of either."""
+    """Strings, or UTF-8 bytes, or a dictionary of either (the views only in newer pyarrows)."""
     import pyarrow as pa
 
     value = kind.value_type if pa.types.is_dictionary(kind) else kind
     kinds = ("string", "large_string", "binary", "large_binary", "string_view", "binary_view")
-    # The views only in newer pyarrows.
     return any(getattr(pa.types, f"is_{name}", lambda _: False)(value) for name in kinds)
 
 
 def _check_text_column(path: str, parquet, text_field: str) -> None:
-    """The text field must be a text column: a number or list column would otherwise read as no
-    documents at all."""
+    """The text field must be a text column: another would read as no documents at all."""
     schema = parquet.schema_arrow
     if text_field not in schema.names:
         raise inputs.InputError(
@@ -52,8 +48,8 @@ def _check_text_column(path: str, parquet, text_field: str) -> None:
 
 
 def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
-    """(first row group, end row group, {"weight": compressed bytes, "extent": what the plan saw})
-    of each unit, runs of whole row groups of about planning.block_bytes."""
+    """(first row group, end row group, {"weight": compressed bytes, "extent"}) of each unit, runs
+    of whole row groups of about planning.block_bytes."""
     path = source.path
     with inputs.open_input(path) as f:
         parquet = _open(path, f)
@@ -75,9 +71,8 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
 
 
 def _values(column) -> list:
-    """A batch's values: str, bytes (a binary column) or None. A string column whose writer did
-    not check its UTF-8 (pyarrow reads it, Python's str refuses it) is read as bytes, which the
-    caller decodes as text lines are: bad bytes replaced and counted, never a crash."""
+    """A batch's values: str, bytes or None; a string column of bad UTF-8 is read as bytes, which
+    the caller decodes as text lines are."""
     import pyarrow as pa
 
     try:
@@ -89,8 +84,7 @@ def _values(column) -> list:
 
 
 def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
-    """The documents of a unit's row groups [start, stop) (of a file whose column `plan`
-    checked): each row's text split into sentences."""
+    """The documents of a unit's row groups [start, stop), one per row."""
     import pyarrow
 
     with reading.open_binary(unit.path) as f:

@@ -1,9 +1,6 @@
-"""Corpora -> documents (lists of sentence strings): what each --input is (`parse_input`,
-`source_of`: by the file's content, data_prep/sniff.py, and its name) and a whole source's
-documents (`documents`: the source read as one work unit, by its kind's entry in
-data_prep/units.py). The kinds, and which bad input is an InputError and which is counted in
-ReadStats and skipped: docs/data_prep.md, "Input". ReadStats, Source, InputError and open_input
-(data_prep/inputs.py) are re-exported here: the names callers use.
+"""Corpora -> documents (lists of sentences): what each --input is, by its content (sniff.py), and
+a whole source's documents, read as one work unit. The kinds, and which bad input is an error and
+which is counted and skipped: docs/data_prep.md, "Input".
 """
 
 import glob
@@ -21,21 +18,17 @@ from data_prep.sentences import DEFAULT_LANGUAGE
 
 
 def match_files(spec: str) -> list[str]:
-    """The files a file spec names: itself, or a glob's matches, sorted; local or in a bucket."""
     return checked(expand(spec))
 
 
 def expand(spec: str) -> list[str]:
-    """A glob's matches, sorted; a spec without magic as it is. A pattern that matches nothing
-    names the file of that name if there is one, as a shell does ("book [1].txt")."""
+    """A glob's matches, sorted (none: the file so named, as a shell does); a plain spec itself."""
     if not glob.has_magic(spec):
         return [spec]
     return storage.glob(spec) or ([spec] if storage.exists(spec) else [])
 
 
 def checked(paths: list[str]) -> list[str]:
-    """`paths`, each checked to be an input file (an InputError for one missing, a directory,
-    a pipe: storage.check_file's words)."""
     for path in paths:
         try:
             storage.check_file(path, "input")
@@ -61,8 +54,7 @@ def source_of(path: str, document_per_file: bool = False) -> Source:
 def parse_input(
     specs: list[str], match=match_files, document_per_file: bool = False
 ) -> list[Source]:
-    """Expands files, globs and `tfds:` names into sources, in a stable order (globs sorted);
-    `match(spec)` lists the files a file spec names (local files and bucket objects alike)."""
+    """Files, globs and `tfds:` names -> sources, in a stable order; `match(spec)` lists files."""
     sources = []
     for spec in specs:
         spec = spec.strip()
@@ -83,9 +75,8 @@ def parse_input(
 
 
 def _without_dump_indexes(sources: list[Source]) -> list[Source]:
-    """A glob over a dump's directory ('enwiki/*.bz2') also names its multistream index: that one
-    is the dump's, found beside it by name, and is not read as a corpus. An index without its dump
-    among the inputs is an error."""
+    """The sources less multistream indexes, which a glob over a dump's directory names: the dump
+    finds its own; an index without its dump among the inputs is an error."""
     indexes_in_use = {wiki.index_path(s.path) for s in sources if s.kind == "wiki"}
     for source in sources:
         if source.kind == "index" and source.path not in indexes_in_use:
@@ -104,9 +95,7 @@ def documents(
     tfds_data_dir: str | None = None,
     language: str = DEFAULT_LANGUAGE,
 ):
-    """The documents of one whole source, read as one unit (as the scaled job's units, cut at any
-    size, read it); running text is split into sentences by `language`'s rules (a dump's own
-    language overrides it)."""
+    """The documents of one whole source, read as one unit (as the scaled job's units read it)."""
     kind = units.KINDS[source.kind]
     planning = units.Settings(text_field, tfds_data_dir)
     [(start, stop, fields)] = (kind.plan_whole or kind.plan)(source, planning)

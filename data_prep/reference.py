@@ -1,13 +1,6 @@
-"""Reference mode: google-research/bert's create_pretraining_data.py, step for step.
-
-This is the specification the default path (instances.py, bert_jax/data/input/masking.py) is tested
-against; leave it as it is. Every function follows the original, including the order of every call
-on the random generator, so the same input, vocabulary, seed and flags give the same records
-(tests/unit/data_prep/test_reference_golden.py compares with files the original wrote). They work on
-token ids rather than strings (faster, and what the records hold). One random.Random is threaded
-through the whole corpus, which is held in memory, as the original does.
-
-A document is a list of sentences; a sentence is a list of token ids.
+"""Reference mode: google-research/bert's create_pretraining_data.py, step for step (down to the
+calls on the one random.Random, so the records are the original's), on token ids: the
+specification the default path (instances.py, masking.py) is tested against.
 """
 
 import dataclasses
@@ -41,11 +34,8 @@ class Instance(NamedTuple):
 def truncate_seq_pair(
     tokens_a: list, tokens_b: list, max_num_tokens: int, rng: random.Random
 ) -> None:
-    """Trims the longer segment, from the front or the back at random, until the pair fits.
-
-    The original's coin per token removed, with the ends kept as indices and the lists cut once:
-    its `del trunc[0]` moved the whole list each time, quadratic in a long line's tokens (a line
-    of a million tokens took a minute per instance, the original too)."""
+    """Trims the longer segment, from the front or the back at random, until the pair fits: the
+    original's coin per token, the lists cut once (its `del trunc[0]` was quadratic)."""
     ends = [[0, len(tokens_a)], [0, len(tokens_b)]]
     (lo_a, hi_a), (lo_b, hi_b) = ends
     while (hi_a - lo_a) + (hi_b - lo_b) > max_num_tokens:
@@ -65,8 +55,7 @@ def create_masked_lm_predictions(
     """Masks `masked_lm_prob` of the tokens but [CLS] and [SEP]: 80% [MASK], 10% unchanged, 10% a
     random vocab entry; whole-word masking masks a word's pieces together or not at all. Returns
     (output_tokens, positions, labels) with positions sorted."""
-    # Whether a piece continues the word before it: "##" for WordPiece (the original's test),
-    # and for a byte-level BPE also the character kinds (masking.Vocab.continues, the trainer's).
+    # Whether a piece continues the word before it: "##" for WordPiece (the original's test).
     joins = vocab.continues(np.asarray([tokens]))[0] if opts.whole_word_mask else None
     cand_indexes: list[list[int]] = []
     for i, token in enumerate(tokens):
@@ -130,8 +119,6 @@ def create_instances_from_document(
         return _mlm_only_instances(all_documents[document_index], opts, vocab, rng)
     document = all_documents[document_index]
     max_num_tokens = opts.max_seq_length - 3  # [CLS], [SEP], [SEP]
-    # Mostly full-length sequences, sometimes short ones so that fine-tuning on short inputs
-    # matches.
     target_seq_length = max_num_tokens
     if rng.random() < opts.short_seq_prob:
         target_seq_length = rng.randint(2, max_num_tokens)
@@ -165,7 +152,7 @@ def create_instances_from_document(
                         tokens_b.extend(random_document[j])
                         if len(tokens_b) >= target_b_length:
                             break
-                    # The sentences of this chunk that B did not use go back for the next instance.
+                    # The chunk's sentences B did not use go back for the next instance.
                     i -= len(current_chunk) - a_end
                 else:
                     is_random_next = False
@@ -184,9 +171,8 @@ def create_instances_from_document(
 def _mlm_only_instances(
     document: list, opts: InstanceOptions, vocab: Vocab, rng: random.Random
 ) -> list[Instance]:
-    """RoBERTa-style: contiguous sentences of one document packed up to the full length, one
-    segment. A chunk past the row goes out a row's worth at a time and its rest goes on into the
-    next record: no token of the document is dropped."""
+    """RoBERTa-style: contiguous sentences packed up to the full length, one segment; a chunk past
+    the row goes on into the next record: no token is dropped."""
     max_num_tokens = opts.max_seq_length - 2  # [CLS], [SEP]
     target = max_num_tokens
     if rng.random() < opts.short_seq_prob:
@@ -207,8 +193,7 @@ def _mlm_only_instances(
 def create_training_instances(
     documents: list, opts: InstanceOptions, vocab: Vocab, dupe_factor: int, rng: random.Random
 ) -> list[Instance]:
-    """The original's whole-corpus procedure: shuffles the documents, makes `dupe_factor` passes
-    over them (each with fresh random choices), then shuffles all instances."""
+    """Shuffles the documents, makes `dupe_factor` passes over them, then shuffles the instances."""
     documents = [d for d in documents if d]
     rng.shuffle(documents)
     instances = []
@@ -222,8 +207,7 @@ def create_training_instances(
 
 
 def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
-    """write_instance_to_example_files' features, 0-padded; unmasked schemas
-    (max_predictions_per_seq=0) leave out the masked_* features."""
+    """write_instance_to_example_files' features, 0-padded; unmasked schemas have no masked_*."""
     n, length = len(instance.tokens), schema.max_seq_length
     if n > length:
         raise ValueError(f"instance has {n} tokens, more than max_seq_length={length}")
@@ -244,9 +228,8 @@ def instance_to_features(instance: Instance, schema: F.Schema) -> dict:
 
 
 def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
-    """Sentences -> ids; sentences with no tokens are dropped (as the original does). Sentences
-    after a document's first are encoded with the tokenizer's sentence_joiner before them (a
-    tokenizer.json's " ": the space running text has there), as scaled mode encodes them."""
+    """Sentences -> ids, those with no tokens dropped; later sentences with the tokenizer's
+    sentence_joiner before them (a tokenizer.json's " "), as scaled mode encodes them."""
     joiner = getattr(tokenizer, "sentence_joiner", "")
     out = []
     for index, sentence in enumerate(document):
@@ -258,8 +241,7 @@ def tokenize_document(document: list[str], tokenizer) -> list[list[int]]:
 
 def _previous_shards(output_dir: str) -> set[str]:
     """The shard files of a reference output in `output_dir` (a rerun replaces them); an error
-    for a scaled or Beam job's output, finished or not, which reference mode would leave beside
-    its own shard without a manifest."""
+    for a scaled or Beam job's output, finished or not."""
     finished = output.read_manifest(output_dir) or {}
     unfinished = storage.exists(storage.join(output_dir, manifest.WORK_DIR))
     # A version-1 manifest named its mode among its flags only.
@@ -277,19 +259,7 @@ def _previous_shards(output_dir: str) -> set[str]:
     return {s["file"] for split in finished.get("shards", {}).values() for s in split}
 
 
-def run(*args, output_dir: str, **kwargs) -> dict:
-    """`_run` under the output directory's lock, as the scaled and Beam jobs (a second job there
-    is refused naming this one; before, two reference jobs wrote one shard at once), after the
-    temporary files of a killed reference job are removed (its `.tmp-PID` shard, which a rerun
-    left beside the finished output)."""
-    output.prepare_output_dir(output_dir)
-    with workdir_lock.hold(output_dir, "data_prep.main", flag="--output_dir"):
-        if not storage.is_url(output_dir):
-            output.remove_temporaries(output_dir)
-        return _run(*args, output_dir=output_dir, **kwargs)
-
-
-def _run(
+def run(
     specs: list[str],
     tokenizer,
     opts: InstanceOptions,
@@ -303,62 +273,67 @@ def _run(
     tfds_data_dir: str | None = None,
     vocab_file: str | None = None,
 ) -> dict:
-    """The original generator, record for record: returns the manifest it writes. A rerun writes
-    the output again (one core, the whole corpus in memory: reference mode is for checking).
-    `vocab_file`: the vocabulary as the user named it, when the tokenizer reads a local copy."""
-    start = time.time()
-    vocab = Vocab.from_tokenizer(tokenizer)
-    vocab.check_whole_word(opts.whole_word_mask and opts.mask, "--vocab_file")
+    """The original generator, record for record: returns the manifest it writes (a rerun writes
+    it all again) under the output directory's lock, as the scaled and Beam jobs, after the
+    temporary files of a killed job are removed. `vocab_file`: the vocabulary as the user named
+    it (not a local copy)."""
     output.prepare_output_dir(output_dir)
-    previous = _previous_shards(output_dir)
-    sources = readers.parse_input(specs, match=job_lib.outside(output_dir))
-    read_stats = readers.ReadStats()
-    # The original reads all files as one line stream, so a document can run across a file boundary.
-    text_lines = itertools.chain.from_iterable(
-        inputs.read_lines(s.path, read_stats, drop_cr=True, bom_line=True)
-        for s in sources
-        if s.kind == "text"
-    )
-    raw_docs = itertools.chain(
-        lines.text_documents(text_lines, read_stats),
-        *(
-            readers.documents(s, read_stats, text_field, tfds_data_dir)
+    with workdir_lock.hold(output_dir, "data_prep.main", flag="--output_dir"):
+        if not storage.is_url(output_dir):
+            output.remove_temporaries(output_dir)
+        start = time.time()
+        vocab = Vocab.from_tokenizer(tokenizer)
+        vocab.check_whole_word(opts.whole_word_mask and opts.mask, "--vocab_file")
+        previous = _previous_shards(output_dir)
+        sources = readers.parse_input(specs, match=job_lib.outside(output_dir))
+        read_stats = readers.ReadStats()
+        # The original reads all files as one line stream: a document may run across files.
+        text_lines = itertools.chain.from_iterable(
+            inputs.read_lines(s.path, read_stats, drop_cr=True, bom_line=True)
             for s in sources
-            if s.kind != "text"
-        ),
-    )
-    documents = [tokenize_document(d, tokenizer) for d in raw_docs]
-    logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
+            if s.kind == "text"
+        )
+        raw_docs = itertools.chain(
+            lines.text_documents(text_lines, read_stats),
+            *(
+                readers.documents(s, read_stats, text_field, tfds_data_dir)
+                for s in sources
+                if s.kind != "text"
+            ),
+        )
+        documents = [tokenize_document(d, tokenizer) for d in raw_docs]
+        logging.info("read %d documents in %.1fs", len(documents), time.time() - start)
 
-    instances = create_training_instances(documents, opts, vocab, dupe_factor, random.Random(seed))
-    if not instances:  # as scaled mode: an empty output only fails later, in the trainer
-        raise job_lib.no_instances_error(specs, text_field, [dataclasses.asdict(read_stats)])
-    schema = opts.schema
-    stats = output.InstanceStats()
-    path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
-    # A finished output is replaced as a whole: its manifest goes first, so that no manifest
-    # ever describes shards of another run.
-    manifest_path = storage.join(output_dir, manifest.FILE)
-    storage.remove(manifest_path)
-    for name in previous - {storage.basename(path)}:  # another format's: no manifest names it
-        storage.remove(storage.join(output_dir, name))
-    with output.local_file(path) as local:
-        with record_io.RecordWriter(local, fmt) as writer:
-            for instance in instances:
-                writer.write(F.encode_example(instance_to_features(instance, schema)))
-                stats.instances += 1
-                stats.tokens += len(instance.tokens)
-                stats.masked += len(instance.masked_lm_positions)
-                stats.random_next += int(instance.is_random_next)
-        shard = output.shard_entry(local, stats.instances)
-    vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
-    fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})
-    fields.update(
-        flags=flags,
-        read=dataclasses.asdict(read_stats),
-        documents=sum(1 for d in documents if d),
-        stats=stats.summary(opts.max_seq_length),
-        seconds=round(time.time() - start, 3),
-    )
-    output.write_json_atomic(manifest_path, fields)
-    return fields
+        instances = create_training_instances(
+            documents, opts, vocab, dupe_factor, random.Random(seed)
+        )
+        if not instances:  # as scaled mode: an empty output only fails later, in the trainer
+            raise job_lib.no_instances_error(specs, text_field, [dataclasses.asdict(read_stats)])
+        schema = opts.schema
+        stats = output.InstanceStats()
+        path = storage.join(output_dir, output.shard_name("train", 0, 1, fmt))
+        # The manifest goes first: no manifest ever describes shards of another run.
+        manifest_path = storage.join(output_dir, manifest.FILE)
+        storage.remove(manifest_path)
+        for name in previous - {storage.basename(path)}:  # another format's: no manifest names it
+            storage.remove(storage.join(output_dir, name))
+        with output.local_file(path) as local:
+            with record_io.RecordWriter(local, fmt) as writer:
+                for instance in instances:
+                    writer.write(F.encode_example(instance_to_features(instance, schema)))
+                    stats.instances += 1
+                    stats.tokens += len(instance.tokens)
+                    stats.masked += len(instance.masked_lm_positions)
+                    stats.random_next += int(instance.is_random_next)
+            shard = output.shard_entry(local, stats.instances)
+        vocab_entry = manifest.vocab_entry(tokenizer, file=vocab_file)
+        fields = opts.contract_fields("reference", fmt, vocab_entry, {"train": [shard], "eval": []})
+        fields.update(
+            flags=flags,
+            read=dataclasses.asdict(read_stats),
+            documents=sum(1 for d in documents if d),
+            stats=stats.summary(opts.max_seq_length),
+            seconds=round(time.time() - start, 3),
+        )
+        output.write_json_atomic(manifest_path, fields)
+        return fields

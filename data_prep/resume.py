@@ -1,8 +1,6 @@
 """The scaled job's work directory, <output_dir>/_work (removed when the job has finished): what
-makes it resumable, and what a rerun trusts. Its names are the data contract's
-(bert_jax/data/contract/manifest.py), by which the trainer tells an unfinished job. Its files
-(job.json, units/NNNNN.bin and .json, shards/SPLIT-NNNNN.json), each marker written after what
-it describes, and what a rerun redoes: docs/data_prep.md, "Resume" and "Buckets: gs:// and s3://".
+makes it resumable, and what a rerun trusts. Its files, and what a rerun redoes: docs/data_prep.md,
+"Resume".
 """
 
 import contextlib
@@ -43,18 +41,15 @@ class WorkDir:
 
     @contextlib.contextmanager
     def locked(self):
-        """One job per output directory, local or a bucket: the trainers' lock
-        (bert_jax.storage.workdir_lock), which names the job holding it and is taken over from a
-        killed one."""
+        """One job per output directory: the trainers' lock, taken over from a killed job."""
         with workdir_lock.hold(self.output_dir, "data_prep.main", flag="--output_dir"):
             for sub in (self.units, self.shards):
                 storage.makedirs(sub)
             yield
 
     def finished(self, spec: job.JobSpec, planned: list, fp: dict) -> tuple[dict | None, dict]:
-        """The finished job's manifest (None: unfinished) and its shards that must be rebuilt
-        ({file: problem}); an error when it was written with other settings or from input that
-        has changed since. A finished job with nothing to rebuild leaves no work directory."""
+        """The finished job's manifest (None: unfinished) and its shards to rebuild ({file:
+        problem}); an error when it had other settings or input that has changed since."""
         finished = output.read_manifest(self.output_dir)
         if finished is None:
             return None, {}
@@ -81,8 +76,8 @@ class WorkDir:
     @contextlib.contextmanager
     def running(self, fp: dict, finished: dict | None, damaged: dict):
         """Holds the lock while the job runs on from its state here (`damaged`: shards of the
-        `finished` output to rebuild). The work directory goes when the job has finished, or has
-        no instance before any shard is written (a rerun may change the unit settings)."""
+        `finished` output to rebuild); removes the work directory when it has finished, or has
+        no instance before any shard is written."""
         with self.locked():
             if finished is not None:
                 self.reopen(finished, damaged)
@@ -96,8 +91,7 @@ class WorkDir:
         storage.rmtree(self.path)
 
     def check(self, fp: dict) -> None:
-        """Stops a rerun whose settings differ from the unfinished job's; then records this job's
-        settings."""
+        """Stops a rerun whose settings differ from the unfinished job's; then records them."""
         path = storage.join(self.path, "job.json")
         old = output.read_json(path)
         if old is not None:
@@ -123,7 +117,7 @@ class WorkDir:
 
     def reopen(self, finished: dict, damaged: dict) -> None:
         """Turns a finished output with damaged shards back into an unfinished job: the intact
-        shards' markers first, then the manifest goes; the units are computed again."""
+        shards' markers first, then the manifest goes."""
         cli.warn(
             f"{self.output_dir}: {'; '.join(sorted(damaged.values()))}; rebuilding them (the "
             "units are computed again)"
@@ -136,18 +130,16 @@ class WorkDir:
         storage.remove(storage.join(self.output_dir, manifest.FILE))
 
     def remove_other_shards(self, shards: dict) -> None:
-        """Removes shard files of this job that its final plan (`shards`, the manifest's) does not
-        name: an earlier plan's, when the input changed between runs and a kill came between a
-        shard and its marker."""
+        """Removes shard files the final plan (`shards`) does not name: an earlier plan's, from a
+        kill between a shard and its marker before the input changed."""
         keep = {entry["file"] for entries in shards.values() for entry in entries}
         for name in storage.sizes(self.output_dir):
             if manifest.SHARD_NAME.match(name) and name not in keep:
                 storage.remove(storage.join(self.output_dir, name))
 
     def drop_untrusted(self, spec: job.JobSpec, planned: list) -> tuple[dict, dict]:
-        """Forgets finished work that a rerun cannot trust (docs/data_prep.md, "Resume"); returns
-        what it keeps: the units' markers by unit index, the shards' manifest entries by (split,
-        shard)."""
+        """Forgets finished work a rerun cannot trust; returns the units' markers kept by index
+        and the shards' manifest entries by (split, shard)."""
         listed = storage.sizes(self.units)  # one listing: which markers exist, the records' sizes
         stats, changed, kept = {}, [], {}
         for unit in planned:
@@ -186,7 +178,6 @@ class WorkDir:
             if changed or shard_files.shard_problem(self.output_dir, entry, sizes=shards):
                 storage.remove(marker_path)
                 if changed:
-                    # Its name may not be in the new plan.
                     storage.remove(storage.join(self.output_dir, entry["file"]))
             elif match := _SHARD_MARKER.match(name):
                 kept_shards[match[1], int(match[2])] = entry

@@ -1,9 +1,6 @@
 """The scaled data_prep job on one machine: worker processes, progress, and a work directory
-(resume.py) that makes it resumable; the work itself (job.py) is the Beam job's.
-
-A kill or a failed write (a full disk, a bucket that stays unreachable) loses only the units and
-shards in flight: every file is published whole (bert_jax.storage). docs/data_prep.md, "Resume"
-and "Buckets: gs:// and s3://" (what is written when, locally and in a bucket).
+(resume.py) that makes it resumable; the work itself (job.py) is the Beam job's. A kill or a failed
+write loses only the units and shards in flight: docs/data_prep.md, "Resume".
 """
 
 import contextlib
@@ -30,11 +27,9 @@ _worker: dict = {}  # per process: the UnitProcessor and the work directory
 
 
 def _die_with_parent(main_pid: int) -> None:
-    """This worker ends when the job's process dies, so a killed job leaves no orphan working on
-    (or holding the output directory's lock, which forked workers share). Linux: SIGKILL when its
-    parent dies; a worker of a forkserver (the job had threads: a bucket client's, JAX's) has the
-    forkserver as its parent, which outlives a kill -9 of the job, so a thread also watches the
-    job's pid."""
+    """This worker ends when the job's process dies: no orphan works on (or holds the lock). Linux:
+    SIGKILL when its parent dies; a forkserver's worker (whose parent outlives the job) also has a
+    thread that watches the job's pid."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -55,8 +50,7 @@ def _die_with_parent(main_pid: int) -> None:
 
 def _init_worker(spec: job.JobSpec, tokenizer, work_dir: str, in_pool: bool, main_pid: int) -> None:
     if in_pool:
-        # Ctrl-C goes to the parent, which stops the pool.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool
         _die_with_parent(main_pid)
     _worker["processor"] = job_units.UnitProcessor(spec, tokenizer)
     _worker["work_dir"] = work_dir
@@ -87,10 +81,9 @@ def _unit_task(unit) -> dict:
 
 @contextlib.contextmanager
 def _unit_files(work_dir: str, pieces: list):
-    """Per piece, a file open for pread that holds its records, and where they lie there
-    ([records + 1] int64: record k is bytes bounds[k]:bounds[k + 1]). Local unit files are read
-    where they are; from a bucket, each piece's offsets and records are fetched first, one ranged
-    read each (not one request per record), into one local temporary file."""
+    """Per piece, a file open for pread that holds its records, and their [records + 1] int64
+    bounds there. From a bucket, each piece is fetched first, one ranged read each (not one
+    request per record), into one local temporary file."""
     remote = storage.is_url(work_dir)
     with contextlib.ExitStack() as stack:
         if remote:
@@ -123,8 +116,7 @@ def _unit_files(work_dir: str, pieces: list):
 
 @storage.unavailable_as_user_error()
 def _shard_task(task) -> tuple[str, int, dict]:
-    """Writes one shard from the unit files: records read in the shard's shuffled order, one at a
-    time; returns its split, index and manifest entry."""
+    """Writes one shard from the unit files in its shuffled order; returns (split, index, entry)."""
     spec, work_dir, output_dir, split, shard, num, pieces = task
     path = storage.join(output_dir, output.shard_name(split, shard, num, spec.fmt))
     with _unit_files(work_dir, pieces) as files, output.local_file(path) as local:
@@ -151,9 +143,8 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         _init_worker(spec, tokenizer, work_dir, in_pool=False, main_pid=os.getpid())
         yield map
         return
-    # fork is cheapest (workers inherit the imports), but forking a process that runs other threads
-    # (JAX, a progress bar's monitor) can deadlock the child; such a caller gets a forkserver. The
-    # output directory's lock heartbeat is fork-safe (workdir_lock.HEARTBEAT_THREAD).
+    # fork is cheapest, but can deadlock a child of a process with other threads (the lock's
+    # heartbeat is fork-safe): such a caller gets a forkserver.
     methods = multiprocessing.get_all_start_methods()
     threads = any(
         t is not threading.current_thread() and t.name != workdir_lock.HEARTBEAT_THREAD
@@ -163,8 +154,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
         context = multiprocessing.get_context("fork")
     else:
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    # A ProcessPoolExecutor, unlike multiprocessing.Pool, fails (BrokenProcessPool) rather than
-    # hangs when a worker dies or cannot start.
+    # Unlike multiprocessing.Pool, it fails rather than hangs when a worker dies.
     pool = futures.ProcessPoolExecutor(
         num_workers,
         mp_context=context,
@@ -190,20 +180,16 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
     try:
         yield imap
     except BaseException as e:
-        # Ctrl-C or an error: drop the queued work; units in flight finish (seconds). Cancelling
-        # here rather than by shutdown(cancel_futures=True), which is lost once this frame is
-        # collected.
+        # Ctrl-C or an error: drop the queued work (here: shutdown(cancel_futures=True) is lost
+        # once this frame is collected); units in flight finish.
         if storage.unavailable_message(e):
-            # A bucket that stays away: the tasks in flight (and those already queued to a
-            # worker) would each wait out their retries before the job could end. Nothing they
-            # wrote is trusted half-done, so they are stopped.
+            # A bucket that stays away: the tasks in flight would each wait out their retries.
             _terminate(pool)
         else:
             for future in submitted:
                 future.cancel()
         try:
-            # The units in flight finish here, where a second Ctrl-C is ours: during the
-            # interpreter's exit it left the exit waiting forever on idle workers.
+            # Here a second Ctrl-C is ours (at the interpreter's exit it hung on idle workers).
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # stop at once: what a unit in flight wrote is never trusted
             _terminate(pool)
@@ -213,9 +199,7 @@ def _executor(num_workers: int, spec, tokenizer, work_dir: str):
 
 
 def _terminate(pool) -> None:
-    """Stops the pool's workers (no public API for it before Python 3.14's terminate_workers;
-    their futures then fail, uncancelled: 3.11's pool raises in its own thread when a cancelled
-    one does)."""
+    """Stops the pool's workers (no public API before Python 3.14); their futures then fail."""
     for process in list((pool._processes or {}).values()):
         process.terminate()
 
@@ -230,9 +214,8 @@ def run(
     progress: bool = True,
     vocab_file: str | None = None,
 ) -> dict:
-    """Runs (or resumes) the job; returns the manifest it writes next to the shards. `vocab_file`
-    is the vocabulary as the user named it (a bucket's URL), when the tokenizer reads a local
-    copy of it."""
+    """Runs (or resumes) the job; returns the manifest it writes next to the shards. `vocab_file`:
+    the vocabulary as the user named it (not a local copy)."""
     started = time.time()
     output.prepare_output_dir(output_dir)
     planned = job.plan(spec, output_dir)
@@ -264,9 +247,8 @@ def run(
 
 
 def _run_tasks(spec, tokenizer, output_dir, work, planned, num_workers, progress):
-    """Processes the units not yet finished, then writes the shards not yet written (of those the
-    work directory holds, those a rerun trusts); returns every unit's marker and every split's
-    shard entries."""
+    """Processes the units, then writes the shards, that the work directory lacks; returns every
+    unit's marker and every split's shard entries."""
     markers, written = work.drop_untrusted(spec, planned)
     todo = sorted((u for u in planned if u.index not in markers), key=lambda u: -u.size)
     with _executor(min(num_workers, len(planned)), spec, tokenizer, work.path) as imap:

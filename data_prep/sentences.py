@@ -1,8 +1,6 @@
-"""Running text -> sentences, for every input that is not already one sentence per line: Wikimedia's
-sentencex, with the rules of the text's language (--language; a dump's own <siteinfo> overrides
-it). A piece sentencex cut off after an abbreviation ("approx. 20 ml") starts in lower case and is
-merged back, except in lower-cased text. Why sentencex, and its scores: docs/data_prep.md,
-"Sentence segmentation".
+"""Running text -> sentences by Wikimedia's sentencex, in the text's language; a piece cut off
+after an abbreviation ("approx. 20 ml") starts in lower case and is merged back, except in
+lower-cased text. Why, its scores and its windows: docs/data_prep.md, "Sentence segmentation".
 """
 
 import re
@@ -17,8 +15,7 @@ _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{1,8})*|simple")
 
 
 def language_code(code: str) -> str:
-    """A language code as sentencex takes it ("simple" is English); ValueError for one that is
-    not a code."""
+    """A language code as sentencex takes it ("simple" is English); a UserError for no code."""
     code = code.strip().lower().replace("_", "-")
     if not _LANGUAGE_CODE.fullmatch(code):
         raise cli.UserError(
@@ -29,10 +26,8 @@ def language_code(code: str) -> str:
 
 
 def split_sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
-    """Paragraphs at newlines, then sentences by `language`'s rules, stripped; empty pieces
-    dropped."""
-    # Each sentence's pieces, joined at the end: a long run of merges stays linear.
-    sentences: list[list[str]] = []
+    """Paragraphs at newlines, then sentences by `language`'s rules, stripped, none empty."""
+    sentences: list[list[str]] = []  # pieces, joined at the end: many merges stay linear
     for paragraph in text.split("\n"):
         paragraph = paragraph.strip()
         if not paragraph:
@@ -51,30 +46,17 @@ def split_sentences(text: str, language: str = DEFAULT_LANGUAGE) -> list[str]:
     return [" ".join(pieces) for pieces in sentences]
 
 
-# Whitespace of more than one UTF-8 byte. sentencex (1.0.32) panics (a Rust PanicException, which
-# no `except Exception` catches) on an ASCII capital, such a space and a period ("vitamin
-# B\u00a0."): segmented with " " in their place, one character too, so every piece is cut from
-# the paragraph as it was.
+# Whitespace of more than one UTF-8 byte, on which sentencex 1.0.32 can panic: given as " ".
 _WIDE_SPACE = re.compile("[\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
-
-# Characters sentencex is given at once. Its time grows with the square of the text's length when
-# sentence ends have no space after them (Chinese, Japanese, Hindi written so: 90 kB of Chinese in
-# 0.2 s, 360 kB in 3 s, a 1 MB paragraph in minutes), so a longer paragraph is segmented a window
-# at a time: a window keeps the sentences that end at least _MARGIN characters before its end
-# (their ends were decided with the text after them), and the next starts where the first sentence
-# it did not keep starts, with the _MARGIN characters before as context. The sentences are one
-# call's, except where a quote or bracket (inside which sentencex does not split) runs across a
-# window's start; paragraphs up to _WINDOW characters, nearly all, are one call. A sentence that
-# fills a window of _LONGEST characters is cut (at a space in its second half if it has one):
-# sentencex is quadratic on some text it does not split at all (a run of unpaired quotes, "' "
-# repeated, took 3 s at 400 kB, minutes at 1 MB), so a window never grows past _LONGEST.
+# sentencex is quadratic in some text: a longer paragraph is segmented a window at a time, keeping
+# the sentences that end _MARGIN characters before the window's end; a sentence filling _LONGEST
+# is cut there.
 _WINDOW = 20_000
 _MARGIN = 200
 _LONGEST = 20_000
-# sentencex's quote pairing costs (quote marks) x (characters) a call: 20,000 characters of `"「`
-# took 2 s a window, 100 kB 159 s. A window also ends at its _QUOTE_SHARE-th quote mark (2,000 in
-# 20,000 characters: prose has far fewer), though never before 2 x _MARGIN characters.
+# Quote pairing costs (quote marks) x (characters): a window also ends at its (size /
+# _QUOTE_SHARE)-th quote mark (prose has far fewer), never before 2 x _MARGIN characters.
 _QUOTE = re.compile("[\"'`\u00ab\u00bb\u2018-\u201f\u2039\u203a\u300a\u300b\u300c-\u300f]")
 _QUOTE_SHARE = 10
 
@@ -98,7 +80,6 @@ def _pieces_from(language: str, text: str, start: int, stop: int, margin: int) -
 
 
 def _windowed(language: str, text: str) -> list[str]:
-    """sentencex's sentences of `text`, in windows of about _WINDOW characters."""
     out, start, size = [], 0, _WINDOW
     while True:
         stop = min(start + size, len(text))
@@ -127,7 +108,6 @@ def _windowed(language: str, text: str) -> list[str]:
 
 
 def _segment(language: str, paragraph: str) -> list[str]:
-    """sentencex's sentences of `paragraph`, as substrings of it."""
     spaced = _WIDE_SPACE.sub(" ", paragraph)
     if spaced == paragraph:
         return _windowed(language, paragraph)

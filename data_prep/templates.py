@@ -1,17 +1,12 @@
-"""Inline templates that carry words, rendered as the text MediaWiki shows; every other template
-is dropped. `render` is called by data_prep/wikitext.py on each outermost {{...}} of a page.
-Which templates the table (`_RENDER`: name -> how to render) holds, and why: docs/data_prep.md,
-"Wikipedia dumps" ("Templates that carry words").
-
-The table renders nothing that depends on the day ({{birth date and age}}'s age): records must not
-change with the date they are made. Nested templates are rendered down to _MAX_DEPTH levels, so
-each character is scanned at most that many times: a page nested without end stays linear.
+"""Inline templates that carry words, rendered as the text MediaWiki shows (`_RENDER`: name -> how
+to render); every other template is dropped. Which, and why: docs/data_prep.md, "Templates that
+carry words". Nothing rendered depends on the day: records must not change with their date.
 """
 
 import re
 from collections.abc import Callable
 
-_MAX_DEPTH = 6
+MAX_DEPTH = 6  # of nesting rendered: each character is scanned at most this often
 _MAX_NUMBERED = 20  # "99999=" must not make a list of that length
 # Splits a template's inside: nesting openers and closers, and the parameter separator.
 _PARAMETER_TOKEN = re.compile(r"\{\{|\}\}|\[\[|\]\]|\||=")
@@ -24,8 +19,7 @@ _DMY = frozenset({"y", "yes", "true", "1"})
 
 
 class Arguments:
-    """A template's parameters: positional (1-based, as MediaWiki numbers them) and named, their
-    nested templates rendered, stripped."""
+    """A template's parameters, rendered and stripped: positional (1-based) and named."""
 
     def __init__(self, positional: list[str], named: dict[str, str]):
         self.positional, self.named = positional, named
@@ -41,18 +35,12 @@ def _text(i: int) -> Callable[[Arguments], str]:
     return lambda a: a[i]
 
 
-def _constant(text: str) -> Callable[[Arguments], str]:
-    return lambda a: text
-
-
 def _wrapped(left: str, right: str, i: int = 1) -> Callable[[Arguments], str]:
     return lambda a: f"{left}{a[i]}{right}" if a[i] else ""
 
 
-# {{convert|55|to|80|cm|in}}: the value(s) and the input unit as MediaWiki shows them, the unit's
-# name ("55 to 80 centimetres"; with abbr=on its symbol, "55 to 80 cm"; with adj=on "5-mile");
-# the converted figure in brackets is left out (it needs the template's unit tables). The units
-# are those of the real samples, by frequency; another unit is shown as its code.
+# {{convert|55|to|80|cm|in}}: "55 to 80 centimetres", the converted figure left out; the units of
+# the real samples (another is shown as its code).
 _RANGE_WORDS = frozenset({"to", "to(-)", "and", "and(-)", "or", "by", "x", "×", "+", "+/-", "±"})
 _RANGE_DASHES = frozenset({"-", "–", "—"})
 _UNIT_NAMES = {  # code: (singular, plural, symbol)
@@ -75,8 +63,7 @@ _UNIT_NAMES = {  # code: (singular, plural, symbol)
     "koilbbl/d": ("thousand barrels per day", "thousand barrels per day", "kbbl/d"),
     "st": ("stone", "stone", "st"),
 }  # fmt: skip
-# A value in several units ({{convert|6|ft|2|in|m}}: a height, "6 feet 2 inches"): a number
-# where the output unit would be, then a unit.
+# A value in several units ({{convert|6|ft|2|in|m}}: "6 feet 2 inches").
 _NUMBER = re.compile(r"[\d.,/+]+")
 
 
@@ -97,7 +84,6 @@ def _convert(a: Arguments) -> str:
 
 
 def _quantity(values: list[str], unit: str, a: Arguments) -> str:
-    """One value (or range) and its unit, as {{convert}}'s `abbr` and `adj` show them."""
     if unit in _UNIT_NAMES:
         singular, plural, symbol = _UNIT_NAMES[unit]
         if a.get("abbr") in ("on", "in"):
@@ -135,8 +121,7 @@ def _as_of(a: Arguments) -> str:
 
 
 def _quote(a: Arguments) -> str:
-    """{{quote|text|author}}: the quotation, a paragraph of its own (a block, as MediaWiki shows
-    it; the author and source are a caption)."""
+    """{{quote|text|author}}: the quotation, a paragraph of its own (the author is a caption)."""
     text = a[1] or a.get("text") or a.get("quote")
     return f"\n\n{text}\n\n" if text else ""
 
@@ -147,8 +132,7 @@ def _nihongo(a: Arguments) -> str:
     return f"{a[1]} ({inside})" if a[1] and inside else a[1] or inside
 
 
-# IPAc-en's leading labels ("lang" -> "English pronunciation:", "US", ...): shown beside the
-# transcription as notes, not part of it.
+# IPAc-en's labels ("lang" -> "English pronunciation:"): notes beside the transcription.
 _IPAC_LABELS = frozenset(
     {"lang", "local", "pron", "also", "uk", "us", "ipa", "audio", "uklang", "uspron", "ukpron"}
 )
@@ -162,8 +146,7 @@ def _ipac(a: Arguments) -> str:
 
 
 def _frac(a: Arguments) -> str:
-    """{{frac|3}} -> "1⁄3", {{frac|3|2}} -> "3⁄2", {{frac|1|1|2}} -> "1 1⁄2" (U+2044, the
-    fraction slash MediaWiki's text holds)."""
+    """{{frac|3}} -> "1⁄3", {{frac|3|2}} -> "3⁄2", {{frac|1|1|2}} -> "1 1⁄2" (U+2044)."""
     parts = [p for p in a.positional[:3] if p]
     if len(parts) == 1:
         return f"1⁄{parts[0]}"
@@ -176,8 +159,7 @@ _LANGUAGE_CODE = re.compile(r"[a-z]{2,3}(?:-[a-zA-Z0-9]+)*")
 
 
 def _ipa(a: Arguments) -> str:
-    """{{IPA|/ˈpærɪs/}} -> "/ˈpærɪs/"; since 2024 also {{IPA|fr|paʁi}} -> "[paʁi]" (what
-    {{IPA-fr|paʁi}} shows), a language code first."""
+    """{{IPA|/ˈpærɪs/}} -> "/ˈpærɪs/"; since 2024 also {{IPA|fr|paʁi}} -> "[paʁi]"."""
     if a[2] and _LANGUAGE_CODE.fullmatch(a[1]):
         return f"[{a[2]}]"
     return a[1]
@@ -192,8 +174,7 @@ def _val(a: Arguments) -> str:
     return f"{text} {unit}" if unit else text
 
 
-# The date templates ({{birth date|1947|4|1|df=y}}): the date is the first three parameters
-# ({{death date and age}}: the death's); an age is left out (it changes with the day of rendering).
+# The date templates ({{birth date|1947|4|1|df=y}}): the first three parameters; no age.
 _DATES = (
     "birth date", "death date", "start date", "end date", "birth date and age",
     "death date and age", "start date and age", "end date and age", "birth year and age",
@@ -229,23 +210,22 @@ _RENDER: dict[str, Callable[[Arguments], str]] = {
     "e": lambda a: f"×10^{a[1]}",
     # As MediaWiki's output has them, entities: an apostrophe beside two or three must not be read
     # as italics or bold (''Eagle''{{'s}} is "Eagle's").
-    "'s": _constant("&#39;s"),
-    "'": _constant("&#39;"),
-    "' \"": _constant('&#39;"'),
-    "\" '": _constant('"&#39;'),
-    "=": _constant("="),
-    "!": _constant("|"),
-    "nbsp": _constant(" "),
-    **dict.fromkeys(("snd", "spaced ndash"), _constant(" – ")),
-    "ndash": _constant("–"),
-    **dict.fromkeys(("mdash", "mdashb"), _constant("—")),
+    "'s": lambda a: "&#39;s",
+    "'": lambda a: "&#39;",
+    "' \"": lambda a: '&#39;"',
+    "\" '": lambda a: '"&#39;',
+    "=": lambda a: "=",
+    "!": lambda a: "|",
+    "nbsp": lambda a: " ",
+    **dict.fromkeys(("snd", "spaced ndash"), lambda a: " – "),
+    "ndash": lambda a: "–",
+    **dict.fromkeys(("mdash", "mdashb"), lambda a: "—"),
     "music": lambda a: {"flat": "♭", "sharp": "♯", "natural": "♮"}.get(a[1].lower(), ""),
 }
 
 
 def _renderer(name: str) -> Callable[[Arguments], str] | None:
-    """The table's entry for a template name; {{lang-sq|...}} and {{IPA-fr|...}} by prefix (one
-    template per language)."""
+    """The table's entry for a template name; {{lang-sq|...}} and {{IPA-fr|...}} by prefix."""
     found = _RENDER.get(name)
     if found is None and name.startswith("lang-"):
         return _text(1)  # {{lang-sq|Shqipëri}}: the text (MediaWiki prefixes "Albanian: ")
@@ -256,7 +236,7 @@ def _renderer(name: str) -> Callable[[Arguments], str] | None:
 
 def _parameters(inner: str) -> list[tuple[str | None, str]]:
     """(name or None, raw value) of each parameter: split at "|"s outside nested {{ }} and [[ ]];
-    named where an "=" lies outside them. One pass over the separator tokens."""
+    named where an "=" lies outside them."""
     out, depth, start, equals = [], 0, 0, -1
     for token in _PARAMETER_TOKEN.finditer(inner):
         text = token.group()
@@ -285,9 +265,9 @@ def template_name(source: str) -> str:
 
 
 def render(source: str, expand: Callable[[str, int], str], depth: int = 0) -> str:
-    """The text of one "{{...}}" as MediaWiki shows it: the table's rendering, or "" for a
-    template not in it. `expand(text, depth)` renders the templates nested in a parameter."""
-    render_as = _renderer(template_name(source)) if depth <= _MAX_DEPTH else None
+    """The text of one "{{...}}": the table's rendering, or "" for a template not in it.
+    `expand(text, depth)` renders the templates nested in a parameter."""
+    render_as = _renderer(template_name(source)) if depth <= MAX_DEPTH else None
     if render_as is None:
         return ""
     positional, named = [], {}

@@ -1,8 +1,6 @@
-"""Work units of the scaled job, and the one table of input kinds (`KINDS`): how each kind is
-planned into units and how a unit is read, for the jobs and for whole inputs (readers.documents);
-no other module branches on a kind's name. Units are planned from the inputs alone, never from
-the worker count: every random choice is seeded from them. What a unit of each kind is:
-docs/data_prep.md, "Scaled mode: how it works".
+"""Work units, and the one table of input kinds (`KINDS`): how each kind is planned into units and
+how a unit is read; no other module branches on a kind's name. Units depend on the inputs alone.
+What a unit of each kind is: docs/data_prep.md, "Scaled mode: how it works".
 """
 
 import dataclasses
@@ -33,15 +31,12 @@ class Unit:
 
     @property
     def size(self) -> int:
-        """Work estimate for progress and scheduling: bytes of a file block (of row groups for
-        Parquet), examples of a TFDS range."""
+        """Work estimate for progress and scheduling: bytes, or examples of a TFDS range."""
         return self.weight or self.stop - self.start
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What planning a source's units and reading a unit take besides the source or unit."""
-
     text_field: str = TEXT_FIELD
     tfds_data_dir: str | None = None
     open_binary: Callable[[str], BinaryIO] = open_input  # reading
@@ -58,17 +53,14 @@ Plan = list[tuple[int, int, dict]]
 class Kind:
     plan: Callable[[Source, Settings], Plan]
     read_unit: Callable[..., Iterator[list[str]]]  # (unit, ReadStats, Settings)
-    # A file (stat, content hash; an empty one is counted); False: a TFDS dataset, trusted by its
-    # name and extent.
+    # False: a TFDS dataset (no stat, no content hash), trusted by its name and extent.
     is_file: bool = True
-    # A whole source's one unit, where `plan` with unbounded blocks would do more: a dump's plan
-    # reads its index (and refuses one of another dump), which reading it whole never needs.
+    # A whole source's one unit, where `plan` would do more (a dump's reads its index).
     plan_whole: Callable[[Source, Settings], Plan] | None = None
 
 
 def open_tfds(name: str, split: str, data_dir: str | None):
-    """A random-access TFDS data source (len() and indexing), or an InputError that says what to
-    do."""
+    """A random-access TFDS data source, or an InputError that says what to do."""
     import tensorflow_datasets as tfds
 
     try:
@@ -82,7 +74,6 @@ def open_tfds(name: str, split: str, data_dir: str | None):
 
 
 def _tfds_documents(unit: Unit, stats: ReadStats, r: Settings) -> Iterator[list[str]]:
-    """Documents of a unit's examples of a TFDS split."""
     source = open_tfds(unit.path, unit.split, r.tfds_data_dir)
     for index in range(unit.start, min(unit.stop, len(source))):
         example = source[index]
@@ -126,8 +117,7 @@ def plan_units(
     tfds_data_dir: str | None = None,
     text_field: str = TEXT_FIELD,
 ) -> list[Unit]:
-    """Cuts every source into units, in source order; depends on nothing but the inputs. Both
-    sizes are positive (JobSpec's check, which names the flags)."""
+    """Cuts every source into units, in source order; both sizes are positive (JobSpec's check)."""
     planning = Settings(
         text_field,
         tfds_data_dir,
@@ -150,9 +140,7 @@ def read_unit(
     open_binary: Callable[[str], BinaryIO] = open_input,
     language: str = DEFAULT_LANGUAGE,
 ) -> Iterator[list[str]]:
-    """The documents (lists of sentence strings) of one unit, running text split into sentences
-    by `language`'s rules; `open_binary` opens a path for reading with seek (the content hash
-    passes one that hashes what is read)."""
+    """The documents of one unit; `open_binary` opens a path with seek (content.py's hashes)."""
     kind = KINDS[unit.kind]
     if unit.first:  # a source's first unit counts it (ReadStats.files: files and TFDS splits)
         stats.files += 1

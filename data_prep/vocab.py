@@ -3,13 +3,9 @@ byte-level BPE (a Hugging Face tokenizer.json, as ModernBERT's and RoBERTa's).
 
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/vocab.txt --vocab_size=8000
   python -m data_prep.vocab --input=corpus.txt --output=/tmp/sp --model_type=sentencepiece
-  python -m data_prep.vocab --input=corpus.txt --output=/tmp/tokenizer.json --model_type=bpe
-  python -m data_prep.vocab --input=enwiki-latest-pages-articles-multistream.xml.bz2 ...
 
---input is read as data_prep.main reads it (BERT-format text, JSONL, a Wikipedia dump, Parquet,
-tfds:NAME): the trainers see its sentences, not markup or JSON. Every result works as
-data_prep.main's --vocab_file. How each kind is trained: docs/data_prep.md, "Input" and
-"Hugging Face tokenizer.json".
+--input is read as data_prep.main reads it (the trainers see sentences, not markup or JSON). How
+each kind is trained: docs/data_prep.md, "Input" and "Hugging Face tokenizer.json".
 """
 
 import collections
@@ -62,8 +58,7 @@ SPECIAL = list(tokenization.SPECIAL_TOKENS)
 
 @dataclasses.dataclass
 class Corpus:
-    """The inputs' sentences, whatever the inputs' kinds, read afresh by every iter(): the
-    WordPiece trainer passes over them twice."""
+    """The inputs' sentences, read afresh by every iter(): WordPiece's trainer reads twice."""
 
     inputs: list[str]
     text_field: str = readers.TEXT_FIELD
@@ -82,8 +77,7 @@ class Corpus:
                     yield from document
 
 
-# A corpus whose every character the trainer's normalizer drops: a vocabulary of the special
-# tokens alone, with which every record would be empty.
+# A corpus whose every character the normalizer drops: every record would be empty.
 _NO_TEXT = (
     "--input holds no text the vocabulary's normalizer keeps (only NULs, undecodable bytes, "
     "control or format characters, or combining marks): pass the corpus the vocabulary is for"
@@ -98,9 +92,8 @@ def train_wordpiece(
     limit_alphabet: int = 1000,  # the trainer's default cap on single characters kept
 ) -> str:
     """Writes a vocab.txt: [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4, the alphabet, the ##
-    characters, then learnt pieces; the same corpus gives the same file, byte for byte, because
-    a first pass over `sentences` (a list or a `Corpus`: read twice) fixes the alphabet's and the
-    ## characters' order, which the trainer seeds per process (docs/data_prep.md, "Input")."""
+    characters, then learnt pieces; byte for byte the same for the same corpus: a first pass over
+    `sentences` (read twice) fixes the characters' order, which the trainer seeds per process."""
     import tokenizers
 
     if iter(sentences) is sentences:  # a generator: the second pass would see nothing
@@ -120,8 +113,7 @@ def train_wordpiece(
     tok.train_from_iterator(
         sentences,
         vocab_size=vocab_size,
-        # Registered first, in this order, they keep the ids given here; the alphabet cap (ties
-        # at the cut broken by code point here, in hash order by the trainer) is kept exactly.
+        # Registered first, they keep these ids; the alphabet's ties are broken by code point.
         special_tokens=SPECIAL + alphabet + continuing,
         initial_alphabet=alphabet,
         limit_alphabet=len(alphabet),
@@ -144,11 +136,9 @@ def train_wordpiece(
 
 @dataclasses.dataclass
 class _BasicWords:
-    """Texts as the words of the WordPieceTokenizer that will use the vocabulary (the original's
-    BasicTokenizer), joined by spaces; read afresh by every iter(). Hugging Face's BertNormalizer
-    differs from it: it drops private-use characters (category Co), which the original keeps,
-    so every word holding one (mojibake's U+F8FF, CJK texts' private characters) was [UNK] in
-    the records made with a vocabulary trained on that very corpus."""
+    """Texts as the words of the original's BasicTokenizer, joined by spaces; read afresh by every
+    iter(). Hugging Face's BertNormalizer drops private-use characters, which the original keeps:
+    a word holding one was [UNK] with a vocabulary trained on its own corpus."""
 
     texts: Iterable[str]
     do_lower_case: bool
@@ -160,8 +150,7 @@ class _BasicWords:
 
 def _wordpiece_start(tok, sentences: Iterable[str], limit_alphabet: int):
     """The alphabet (the `limit_alphabet` most frequent characters, ties by code point) and its
-    ## characters (those that occur inside a word), each in code-point order: what the trainer
-    starts from, from the words it will see (its own normalizer and pre-tokenizer)."""
+    ## characters (those inside a word), each in code-point order, from the trainer's words."""
     normalize, split = tok.normalizer.normalize_str, tok.pre_tokenizer.pre_tokenize_str
     words = collections.Counter()
     for text in sentences:
@@ -214,17 +203,15 @@ def train_bpe(texts: Iterable[str], output_path: str, vocab_size: int, do_lower_
 def train_sentencepiece(
     sentences: Iterable[str], output_prefix: str, vocab_size: int, do_lower_case: bool
 ) -> str:
-    """Writes <prefix>.model and <prefix>.vocab (as sentencepiece writes it: piece, tab, score);
-    <pad>=0, <unk>=1, then [CLS] [SEP] [MASK]. The model's bytes come from the trainer: trained to
-    a file, the .model would record that file's path, and differ from one path to another."""
+    """Writes <prefix>.model and <prefix>.vocab (piece, tab, score); <pad>=0, <unk>=1, then [CLS]
+    [SEP] [MASK]. Trained to bytes: a .model trained to a file records its path."""
     import sentencepiece as spm
 
     written = io.BytesIO()
     raised: list[BaseException] = []
 
     def feed() -> Iterator[str]:
-        """The sentences; what reading them raises (a Ctrl-C, an input error) is kept, as the
-        trainer turns it into its own RuntimeError ("INTERNAL: KeyboardInterrupt")."""
+        """The sentences; what reading them raises is kept: the trainer makes it a RuntimeError."""
         try:
             yield from sentences
         except BaseException as e:
@@ -241,14 +228,12 @@ def train_sentencepiece(
             unk_id=1,
             bos_id=-1,
             eos_id=-1,
-            # Control symbols, as ALBERT trains them: the ids exist, but text never encodes to them
-            # (user-defined symbols would turn a literal "[MASK]" in a corpus into the mask id).
+            # Control symbols, as ALBERT's: text never encodes to them (a literal "[MASK]").
             control_symbols=[CLS, SEP, MASK],
             normalization_rule_name="nmt_nfkc_cf" if do_lower_case else "nmt_nfkc",
             # A small corpus may not support vocab_size pieces; take what it has.
             hard_vocab_limit=False,
-            # Its default (4,192 bytes) skips longer sentences, quietly: BERT-format lines of a
-            # paragraph each would be left out. Up to the longest line the readers keep.
+            # Its default (4,192 bytes) quietly skips longer sentences: a paragraph a line.
             max_sentence_length=inputs.MAX_LINE_BYTES,
             minloglevel=2,
         )
@@ -267,7 +252,7 @@ def train_sentencepiece(
         raise
     model = written.getvalue()
     sp = spm.SentencePieceProcessor(model_proto=model)
-    # Nothing but <pad>, [CLS], [SEP], [MASK] (control symbols), <unk> and the word mark "▁".
+    # Nothing but the special pieces and the word mark "▁".
     if all(
         sp.is_control(i) or sp.is_unknown(i) or sp.id_to_piece(i) == "▁"
         for i in range(sp.get_piece_size())
@@ -321,13 +306,10 @@ def main(argv):
             "a .json file for a tokenizer.json and a .model file for a SentencePiece model; name "
             "the file ....txt (e.g. vocab.txt)"
         )
-    # SentencePiece's --output is a prefix; "sp.model" names the model file itself, not the
-    # prefix of "sp.model.model".
-    prefix = FLAGS.output
-    if FLAGS.model_type == "sentencepiece":
-        prefix = prefix.removesuffix(".model")
-    # Before the corpus is read and a vocabulary trained (minutes): a directory that cannot be
-    # written is an error now, not a trainer's traceback at the end.
+    # SentencePiece's --output is a prefix: "sp.model" names the model file, not "sp.model.model"
+    # (the other kinds' names cannot end in .model: refused above).
+    prefix = FLAGS.output.removesuffix(".model")
+    # Before minutes of training: an unwritable directory is an error now, not a traceback later.
     output.prepare_output_dir(storage.dirname(FLAGS.output), "--output")
     try:
         language = sentences.language_code(FLAGS.language)
@@ -349,8 +331,7 @@ def main(argv):
     tokenizer = job.load_tokenizer(path, FLAGS.do_lower_case)
     print(f"wrote {path}: {tokenizer.vocab_size} entries")
     if tokenizer.vocab_size < FLAGS.vocab_size:
-        # Both trainers stop when the corpus has no more pieces to add: the vocabulary (and the
-        # model's embedding table, sized by it) is smaller than asked, which is easy to miss.
+        # The trainers stop when the corpus has no more pieces to add: easy to miss.
         cli.warn(
             f"the corpus filled only {tokenizer.vocab_size} of the "
             f"--vocab_size={FLAGS.vocab_size} entries asked for: it has too few distinct words "

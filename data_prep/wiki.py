@@ -1,10 +1,6 @@
 """MediaWiki XML dumps -> articles -> documents; multistream dumps -> work units of whole bz2
-streams at their index's offsets. How a dump is streamed (one page in memory), planned and split
-by its own language, and which pages are articles: docs/data_prep.md, "Wikipedia dumps".
-
-The plan depends only on the dump and its index, never on the worker count; every unit reads the
-dump's head (its first stream) for the <siteinfo> language. A dump that ends inside a stream is an
-InputError, never silently fewer articles.
+streams at their index's offsets. How a dump is streamed, planned and split by its own language,
+and which pages are articles: docs/data_prep.md, "Wikipedia dumps".
 """
 
 import bisect
@@ -31,14 +27,11 @@ _BZ2_STREAM_START = re.compile(rb"BZh[1-9]")  # every bz2 stream's header, where
 _SITEINFO_END = b"</siteinfo>"
 _STAND_IN_ROOT = b"<mediawiki>"  # a unit inside a dump is parsed under it
 _HEAD_LIMIT = 1 << 20  # decompressed bytes searched for </siteinfo>; a real one ends in a few KB
-# Where a dump names its wiki's language: <dbname>zh_min_nanwiki</dbname> (the code, then the
-# project), <base>https://de.wikipedia.org/...</base>, <mediawiki ... xml:lang="de">.
+# Where a dump names its wiki's language: <dbname>, <base>, <mediawiki xml:lang=...>.
 _SISTER_PROJECTS = rb"wiktionary|wikibooks|wikinews|wikiquote|wikisource|wikiversity|wikivoyage"
 _DBNAME = re.compile(rb"<dbname>\s*([a-z_]+?)(?:wiki|" + _SISTER_PROJECTS + rb")\s*</dbname>")
 _BASE = re.compile(rb"<base>\s*https?://([a-z-]+)\.(?:wikipedia|" + _SISTER_PROJECTS + rb")\.org")
-# <mediawiki ...>'s xml:lang, looked for in each tag: one regex (`<mediawiki\b[^>]*\sxml:lang=`)
-# scanned to the next ">" from every "<mediawiki", quadratic in a head of them without one
-# (400 kB: 51 s; 1 MB, the head read, about 5 minutes).
+# xml:lang looked for in each tag: one regex over the head was quadratic (1 MB: minutes).
 _MEDIAWIKI_TAG = re.compile(rb"<mediawiki\b[^>]*")
 _XML_LANG = re.compile(rb"\sxml:lang=[\"']([A-Za-z-]+)")
 # MediaWiki's canonical English namespace names, for exports with neither <ns> nor <siteinfo>.
@@ -62,10 +55,8 @@ class Page:
 
 
 def index_path(dump_path: str) -> str | None:
-    """Where the multistream index of a dump lies, by the dumps' naming; None for no .xml.bz2.
-    Whole dumps: X.xml.bz2 -> X-index.txt.bz2; the parts big wikis are also published in:
-    enwiki-D-pages-articles-multistream3.xml-p151574p311329.bz2 ->
-    enwiki-D-pages-articles-multistream-index3.txt-p151574p311329.bz2."""
+    """Where the multistream index of a dump lies, by the dumps' naming (X.xml.bz2 ->
+    X-index.txt.bz2, and for parts ...-multistream-index3.txt-p1p2.bz2); None for no .xml.bz2."""
     part = _MULTISTREAM_PART.fullmatch(dump_path)
     if part:
         return f"{part['stem']}-index{part['part']}.txt{part['pages']}.bz2"
@@ -105,8 +96,7 @@ def _add_offset(offsets: list[int], line: bytes, path: str) -> None:
 
 
 def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
-    """(start, stop, {"extent": what the plan saw, for the job's fingerprint}) of each of a dump's
-    units, byte ranges of about planning.block_bytes."""
+    """(start, stop, {"extent"}) of a dump's units: byte ranges of about planning.block_bytes."""
     size = storage.size(source.path)
     # A UTF-16/32 dump is read from its start only: expat learns the encoding there.
     index = index_path(source.path) if source.compression == "bz2" and not source.encoding else None
@@ -129,8 +119,7 @@ def plan(source: inputs.Source, planning) -> list[tuple[int, int, dict]]:
                 f"multistream index {index!r} lists offset {offsets[-1]} but {source.path!r} has "
                 f"only {size} bytes: the index belongs to another dump"
             )
-        # Streams where the index has them, up to the dump's end: the dump is cut short (a
-        # download stopped), not the index wrong (else an error naming the index).
+        # Streams where the index has them: the dump is cut short, not the index wrong.
         with inputs.open_input(source.path) as f:
             _check_stream_start(f, within[-1], source.path)
         raise inputs.truncated(
@@ -156,9 +145,8 @@ def _bz2_chunks(
     what: str = "dump",
     streams: list[tuple[int, int]] | None = None,
 ) -> Iterator[bytes]:
-    """Decompressed bytes of the bz2 streams in [start, stop) (None: to the end), stream after
-    stream; an InputError when they end inside a stream (or there is none). `streams`, when
-    given, gets (byte offset, lines yielded before it) of each stream as it starts."""
+    """Decompressed bytes of the bz2 streams in [start, stop) (None: to the end); an InputError
+    when they end inside one. `streams` gets (byte offset, lines yielded before) of each."""
     f.seek(start)
     remaining = float("inf") if stop is None else stop - start
     decompressor, pending, read_to, lines = bz2.BZ2Decompressor(), True, start, 0
@@ -191,8 +179,7 @@ def _bz2_chunks(
 def chunks(
     f: BinaryIO, compression: str, start: int, stop: int, path: str, size: int = _READ
 ) -> Iterator[bytes]:
-    """The XML bytes of a dump's [start, stop) (gzip and plain: the whole file from where `f`
-    is), decompressed; those of gzip and plain dumps `size` at a time."""
+    """The XML bytes of a dump's [start, stop) (gzip and plain: all from where `f` is)."""
     if compression == "bz2":
         yield from _bz2_chunks(f, start, stop, path)
         return
@@ -208,9 +195,8 @@ def _local(tag: str) -> str:
 
 
 def _page(element, namespaces: dict[str, str]) -> Page:
-    """A <page> element (of any export schema's namespace) as a Page; its one <revision> left
-    (`pages`) holds the text. Exports before schema 0.5 (2010) have no <ns>: a title's "Prefix:"
-    names its namespace, by the dump's <siteinfo> `namespaces` (or MediaWiki's English names)."""
+    """A <page> element as a Page. Exports before schema 0.5 have no <ns>: a title's "Prefix:"
+    names it, by <siteinfo>'s `namespaces` (or MediaWiki's English names)."""
     title, namespace = element.findtext("{*}title", ""), element.findtext("{*}ns")
     if namespace is not None:
         namespace = namespace.strip()
@@ -226,15 +212,6 @@ def _page(element, namespaces: dict[str, str]) -> Page:
     )
 
 
-def _namespaces(siteinfo) -> dict[str, str]:
-    """<siteinfo>'s namespace names (lower-cased) -> their keys: "talk" -> "1", "" -> "0"."""
-    return {
-        (element.text or "").strip().lower(): element.get("key")
-        for element in siteinfo.iterfind(".//{*}namespace")
-        if element.get("key") is not None
-    }
-
-
 def pages(
     chunks: Iterator[bytes],
     path: str,
@@ -242,10 +219,9 @@ def pages(
     whole: bool = False,
     streams: list[tuple[int, int]] | None = None,
 ) -> Iterator[Page]:
-    """The pages of an XML export's bytes; `inside_root`: the bytes start after <mediawiki>;
-    `whole`: they are the whole file, so an export that ends before its </mediawiki> (a .xml or
-    .xml.gz cut short at a page boundary, which no decompressor notices) is an error. `streams`:
-    the bz2 streams the bytes come from (`_bz2_chunks`), for an error to name where it lies."""
+    """The pages of an XML export's bytes; `inside_root`: they start after <mediawiki>; `whole`:
+    they are the whole file, which must end with </mediawiki> (a cut no decompressor notices).
+    `streams`: their bz2 streams (`_bz2_chunks`), for an error to name where it lies."""
     parser = ET.XMLPullParser(events=("start", "end"))
     root, namespaces, page, revision = None, {}, None, None
     if inside_root:
@@ -260,13 +236,16 @@ def pages(
                     if _local(element.tag) == "page":
                         page, revision = element, None
                 elif _local(element.tag) == "revision" and page is not None:
-                    # Full-history dumps: only the latest revision is kept, so memory holds one
-                    # revision, not a page's whole history.
+                    # Full-history dumps: only the latest revision is kept in memory.
                     if revision is not None:
                         page.remove(revision)
                     revision = element
-                elif _local(element.tag) == "siteinfo":
-                    namespaces = _namespaces(element)
+                elif _local(element.tag) == "siteinfo":  # names, lower-cased -> keys
+                    namespaces = {
+                        (name.text or "").strip().lower(): name.get("key")
+                        for name in element.iterfind(".//{*}namespace")
+                        if name.get("key") is not None
+                    }
                 elif _local(element.tag) == "page":
                     page = revision = None
                     yield _page(element, namespaces)
@@ -286,9 +265,8 @@ def pages(
 
 
 def _where(error: ET.ParseError, streams: list[tuple[int, int]] | None) -> str:
-    """The parser's message; for bytes from a dump's bz2 streams, its line counted in the stream
-    it lies in, and that stream's byte offset: expat counts lines from where the unit started,
-    which no one reading the dump can find."""
+    """The parser's message, for bytes of a dump's bz2 streams with its line in its stream and that
+    stream's byte offset (expat counts lines from where the unit started)."""
     if not streams:
         return str(error)
     line, column = error.position
@@ -305,8 +283,7 @@ def _where(error: ET.ParseError, streams: list[tuple[int, int]] | None) -> str:
 def article(
     page: Page, language: str = DEFAULT_LANGUAGE, stats: inputs.ReadStats | None = None
 ) -> list[str]:
-    """An article's sentences; [] for pages that are not articles or hold no prose. Sentences
-    repaired or dropped for what removed markup left are counted in `stats`."""
+    """An article's sentences; [] for pages that are not articles or hold no prose."""
     if page.namespace != "0" or page.redirect or page.text[:9].lower().startswith(_REDIRECT):
         return []
     if wikitext.is_disambiguation(page.title, page.text):
@@ -331,8 +308,7 @@ def site_language(head: bytes) -> str | None:
 
 
 def _xml_lang(head: bytes) -> re.Match | None:
-    """The last xml:lang attribute of the first <mediawiki> tag that has one (the one regex's
-    match)."""
+    """The last xml:lang attribute of the first <mediawiki> tag that has one."""
     for tag in _MEDIAWIKI_TAG.finditer(head):
         found = list(_XML_LANG.finditer(tag.group()))
         if found:
@@ -341,9 +317,7 @@ def _xml_lang(head: bytes) -> re.Match | None:
 
 
 def _head(f: BinaryIO, compression: str, path: str) -> bytes:
-    """A dump's first bytes, decompressed and as UTF-8 (sniff.as_utf8: a UTF-16 dump's too, or
-    its <siteinfo> would go unread and its language with it), up to the end of its <siteinfo>
-    (or _HEAD_LIMIT)."""
+    """A dump's first bytes, decompressed and as UTF-8, up to its </siteinfo> (or _HEAD_LIMIT)."""
     f.seek(0)
     head = b""
 
@@ -359,17 +333,16 @@ def _head(f: BinaryIO, compression: str, path: str) -> bytes:
                 raise inputs.truncated(path, e) from None
             if decompressor.eof or done():
                 break
-        return sniff.as_utf8(head)[0]
-    for block in chunks(f, compression, 0, 0, path, size=1 << 16):
-        head += block
-        if done():
-            break
+    else:
+        for block in chunks(f, compression, 0, 0, path, size=1 << 16):
+            head += block
+            if done():
+                break
     return sniff.as_utf8(head)[0]
 
 
 def _check_stream_start(f: BinaryIO, offset: int, path: str) -> None:
-    """A bz2 stream starts at `offset`, which the dump's index lists; else the index is another
-    dump's (of the same wiki, another day): an error naming it, not the dump, which is whole."""
+    """Raises an error naming the index unless a bz2 stream starts at `offset`, which it lists."""
     f.seek(offset)
     if not _BZ2_STREAM_START.match(f.read(4)):
         raise inputs.InputError(
@@ -380,12 +353,10 @@ def _check_stream_start(f: BinaryIO, offset: int, path: str) -> None:
 
 
 def read_unit(unit, stats: inputs.ReadStats, reading) -> Iterator[list[str]]:
-    """The articles of a unit's dump bytes [start, stop), one document each, split into sentences
-    by the dump's language (reading.language when its head names none)."""
+    """A unit's articles, split into sentences by the dump's language (or reading.language)."""
     path, compression, start = unit.path, unit.compression, unit.start
     with reading.open_binary(path) as f:
         language = site_language(_head(f, compression, path)) or reading.language
-        # A unit from the start to the end of the file holds the whole export.
         size = f.seek(0, os.SEEK_END)
         whole = start == 0 and unit.stop >= size
         for offset in sorted({start, unit.stop} - {0, size}):  # the index offsets it is cut at

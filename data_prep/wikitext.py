@@ -1,14 +1,6 @@
-"""Wikitext -> plain prose paragraphs and sentences, in linear time.
-
-What is removed, what is kept, which templates are rendered (data_prep/templates.py) and which
-sentences are dropped or repaired, and why not a maintained parser: docs/data_prep.md,
-"Wikipedia dumps" ("Wikitext to prose" on).
-
-The invariant every pattern here keeps: linear on hostile pages. No pattern may scan to the end
-of the page from each of many starts (an unclosed "<ref>" or "<math>" repeated, "[http://a b"
-repeated, a long run of ", " in brackets): elements are found by scanning their tags in order,
-each regex stops at the next bracket, and bracket tokens nest by a stack (an unclosed opener
-stays text, as in MediaWiki). tests/unit/data_prep/test_wiki.py times such pages.
+"""Wikitext -> plain prose paragraphs and sentences (docs/data_prep.md, "Wikitext to prose"), in
+linear time: no pattern scans to the page's end from each of many starts (elements are found by
+their tags in order, each regex stops at the next bracket, brackets nest by a stack).
 """
 
 import bisect
@@ -19,16 +11,12 @@ from typing import NamedTuple
 from data_prep import templates
 from data_prep.sentences import split_sentences
 
-# Where inline math (or chemistry, hieroglyphs) was removed: a character XML 1.0 cannot hold, so
-# no page text has it. A sentence holding one has lost words and is dropped.
+# Marks no XML text holds: where inline math was removed (its sentence lost words), and the end of
+# an unfinished paragraph followed by a removed block (its last sentence lost what it went on with).
 HOLE = "\x01"
-# Ends a paragraph that is unfinished (a ":" or no sentence's end) and is followed by a removed
-# block (a list, a formula, a table, a heading, the article's end): its last sentence lost what
-# it went on with. Not XML text either.
 OPEN_END = "\x02"
 
-# Sections that hold lists of links and citations, not prose: skipped up to the next heading of
-# the same or a higher level.
+# Sections of links and citations: skipped up to the next heading of the same or a higher level.
 SKIPPED_SECTIONS = frozenset(
     {
         "see also", "references", "external links", "further reading", "notes", "bibliography",
@@ -36,18 +24,12 @@ SKIPPED_SECTIONS = frozenset(
         "references and notes", "gallery",
     }
 )  # fmt: skip
-# Elements dropped whole, content included; every other tag is removed but its content kept (<b>,
-# <span>, <small>, <sup>, ...). References are most of them, and go first: a <ref> may hold any
-# of the others.
+# Elements dropped with their content (other tags go, their content stays); <ref> goes first.
 _DROPPED_TAGS = (
     "references|gallery|math|chem|ce|timeline|imagemap|score|syntaxhighlight|source|hiero|graph|"
     "mapframe|maplink|templatedata|includeonly|table|pre|inputbox|categorytree"
 )
-# Comments and <nowiki> elements, read in one pass from the page's start as MediaWiki's
-# preprocessor reads them (a comment inside a <nowiki> is text; a <nowiki> inside a comment is
-# hidden). An unclosed comment hides the rest of the page; an unclosed <nowiki> is text. Inline
-# code (<syntaxhighlight inline>, a word or two of code in a sentence, as <code> is) is literal
-# text too; a block of code is dropped (_DROPPED_TAGS).
+# Comments, <nowiki> and inline code, read in one pass as MediaWiki's preprocessor reads them.
 _COMMENT_OR_NOWIKI = re.compile(
     r"<!--|<(nowiki)(?:\s[^<>/]*)?>|<(syntaxhighlight|source)\s(?:[^<>]*?\s)?inline(?=[\s=>])[^<>/]*>",
     re.I,
@@ -57,30 +39,19 @@ _LITERAL_CLOSE = {
 }
 _NEXT_COMMENT = re.compile(r"[ \t]*<!--")
 _LINE_SPACE = re.compile(r"[ \t]*")
-# A <nowiki>'s content is shown literally: its markup characters as entities, which no later step
-# reads as markup and _close decodes. MediaWiki decodes the entities it holds ("&amp;" is "&"), so
-# "&", "#" and ";" stay, but for a first "#" or ";" (a list item's mark at a line's start).
+# A <nowiki>'s markup characters as entities, which no later step reads as markup.
 _LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "{}[]|'<>=!*:_~-"} | {"\n": " "})
-# A self-closed element (<ref name="CNN/Money" />, <references group="n"/>): a "/" before its
-# ">", whatever "/"s its attributes hold, as MediaWiki reads it. Taken for an opening tag, it
-# dropped the prose up to the next closing tag of its name.
+# A self-closed element (<ref name="CNN/Money" />): a "/" before its ">", as MediaWiki reads it.
 _SELF_CLOSED = re.compile(rf"<(?:ref|{_DROPPED_TAGS})\b[^<>]*/\s*>", re.I)
-# An opening tag (group 1: its name) or a closing one (group 2), as MediaWiki matches extension
-# tags: a closing tag has no attributes ("</ref name=x>" closes nothing).
+# An opening tag (group 1) or a closing one, which has no attributes (group 2), as MediaWiki's.
 _REF_TAG = re.compile(r"<(?:(ref)\b[^<>]*|/(ref)\s*)>", re.I)
 _DROPPED_TAG = re.compile(rf"<(?:({_DROPPED_TAGS})\b[^<>]*|/({_DROPPED_TAGS})\s*)>", re.I)
-# Runs of braces, as MediaWiki's preprocessor counts them: a run of 3 or more opening braces
-# matched with one of 3 or more closing ones is a template parameter ("{{{1|default}}}"), of 2 a
-# template; the braces a match leaves are text, or match further out.
 _BRACE_RUN = re.compile(r"\{\{+|\}\}+")
 _TABLE_TOKEN = re.compile(r"^[ \t]*(?:\{\||\|\})", re.M)
-# A run of "]"s is one token: its closers pair from its end, so the odd "]" of "...|[http://x.org
-# a source]]]" ends the external link inside, as MediaWiki reads it (it was left as text).
+# A run of "]"s is one token, its closers paired from its end ("[http://x a]]]"), as MediaWiki's.
 _LINK_TOKEN = re.compile(r"\[\[|\]\]+")
-# Namespaces whose links are not text: files and categories, by their English names and those of
-# large Wikipedias (a dump in another language links [[Datei:...]], [[Kategorie:...]]); and an
-# interlanguage link, whose prefix is a language code ("de", "zh-min-nan", "simple"). A leading ":"
-# makes such a link an ordinary one.
+# Links that are not text: files and categories (English and large Wikipedias' names) and
+# interlanguage links (a language code); a leading ":" makes one an ordinary link.
 _FILE_AND_CATEGORY_NAMES = "|".join(
     map(
         re.escape,
@@ -98,31 +69,24 @@ _NOT_TEXT_PREFIX = (
     rf"\s*(?:(?i:{_FILE_AND_CATEGORY_NAMES})|[a-z]{{2,3}}(?:-[a-z]{{2,8}})*|simple)\s*:"
 )
 _NOT_TEXT_TARGET = re.compile(_NOT_TEXT_PREFIX)
-# Links without nested brackets, the vast majority, by substitution; the rest by a scan.
 _NOT_TEXT_LINK = re.compile(rf"\[\[{_NOT_TEXT_PREFIX}[^\[\]]*\]\]")
-# One "|" only: a link with more is a file link of a namespace not listed ([[Fitxer:a.jpg|thumb|
-# a caption]]), dropped by _render_link.
+# One "|" only: more is a file link of a namespace not listed, dropped by _render_link.
 _PIPED_LINK = re.compile(r"\[\[[^\[\]|]*\|([^\[\]|]*)\]\]")
 _PLAIN_LINK = re.compile(r"\[\[:?([^\[\]|]*)\]\]")
-# The URL, then a label after whitespace that ends at the line's end as in MediaWiki; neither
-# crosses a bracket (MediaWiki's label may hold a "[": rare, and quadratic to allow), and the
-# quantifiers are possessive: no backtracking.
+# The URL, then a label to the line's end; neither crosses a bracket (a "[" in a label, rare, is
+# quadratic to allow); possessive quantifiers: no backtracking.
 _EXTERNAL_LINK = re.compile(r"\[(?:https?:|ftp:|//)[^\s\[\]]*+(?:[^\S\n]++([^\[\]\n]*+))?\]", re.I)
 _TAG = re.compile(r"</?[a-zA-Z][^<>]*>")
 _BR = re.compile(r"<br\s*/?>", re.I)
-# HTML elements that MediaWiki shows as blocks of their own, and a horizontal rule (a line that
-# starts with "----"; the rest of the line is the next paragraph): they end a paragraph.
+# Block elements and a horizontal rule ("----"; the rest of its line is the next paragraph).
 _BLOCK_TAG = re.compile(
     r"</?(?:blockquote|div|p|center|poem|h[1-6]|hr|ul|ol|li|dl|dt|dd)\b[^<>]*>|^-{4,}", re.I | re.M
 )
-# Behaviour switches (__NOTOC__): capitals, or letters of other scripts, words joined by "_"
-# (__EXPECTED_UNCONNECTED_PAGE__, __KEIN_INHALTSVERZEICHNIS__, __БЕЗ_ОГЛАВЛЕНИЯ__, __目次非表示__);
-# lower-case Latin is left, as "__init__" in prose is no switch.
+# Behaviour switches in any script (__NOTOC__); lower-case Latin ("__init__") is text.
 _MAGIC_WORD = re.compile(r"__(?:[A-Z]|[^\x00-\x7f\s])+(?:_(?:[A-Z]|[^\x00-\x7f\s])+)*__")
 _BOLD_ITALIC = re.compile(r"'{2,}")
 _QUOTES = re.compile(r"('{2,})")
-# <nowiki/> keeps the apostrophes on either side apart ("''Star Wars''<nowiki/>'s", common on
-# enwiki): a mark in its place until bold and italics are read, as MediaWiki's strip marker.
+# <nowiki/> keeps the apostrophes on either side apart: a mark in its place until they are read.
 _NOWIKI_BREAK = "\x03"
 _EMPTY_NOWIKI = re.compile(r"<nowiki\s*/>|<nowiki\s*>\s*</nowiki\s*>", re.I)
 _SPACES = re.compile(r"\s+")
@@ -133,8 +97,7 @@ _EMPTY_BRACKETS = re.compile(r"(?:\s+|(?<!\w))\(\s*\)")  # not a call: "print()"
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 # A list's items removed with their templates: "particularly ,,, and." or ", ." left.
 _EMPTY_SLOT = re.compile(r"[,;:]\s*[,;:.!?。]")
-# Sentence-final marks of the large Wikipedias' scripts (danda, Urdu's full stop, Arabic's
-# question mark, Khmer, Burmese, Tibetan).
+# Sentence-final marks of the large Wikipedias' scripts.
 _ENDS = ".!?。！？…।۔؟។။།"
 _SENTENCE_END = re.compile(f"[{_ENDS}]")
 # Languages written without spaces between words: a sentence of theirs is one "word".
@@ -146,10 +109,8 @@ _FINISHED = re.compile(f"[{_ENDS}\"'”’»)\\]」』]$")
 # Removed elements that stand inside a sentence: a HOLE is left where they were.
 _INLINE_ELEMENT = re.compile(r"<(?:math|chem|ce|hiero)\b", re.I)
 _TEMPLATE_NAME = re.compile(r"\{\{([^{}|]*+)(?:\||\}\})")
-# Disambiguation templates: English names holding "disambig" ({{Disambiguation}}, {{Hospital
-# disambiguation}}, ...), their short forms, and the main template of other large Wikipedias (de,
-# fr, it, es, pt, ru, zh, ja, pl, sv). Exact names there: their hatnotes on ordinary articles
-# share the stem ({{Begriffsklärungshinweis}}, {{Voir homonymes}}).
+# Disambiguation templates besides English names holding "disambig": short forms and other large
+# Wikipedias' main template, by exact name (their hatnotes share the stem).
 _DISAMBIGUATION_NAMES = frozenset(
     {
         "dab", "disamb", "hndis", "geodis", "numberdis", "set index article", "sia",
@@ -158,15 +119,13 @@ _DISAMBIGUATION_NAMES = frozenset(
         "förgrening",
     }
 )  # fmt: skip
-# Templates with "disambig" in the name that are put on ordinary articles: cleanup tags asking
-# for a link to be disambiguated.
+# Cleanup tags on ordinary articles.
 _NOT_DISAMBIGUATION = frozenset(
     {"disambiguation needed", "disambiguate", "disambiguation needed span"}
 )
 
 
 def is_disambiguation(title: str, text: str) -> bool:
-    """A disambiguation page: by its title or one of the disambiguation templates."""
     names = (match.group(1).strip().lower() for match in _TEMPLATE_NAME.finditer(text))
     return title.endswith("(disambiguation)") or any(
         name in _DISAMBIGUATION_NAMES or ("disambig" in name and name not in _NOT_DISAMBIGUATION)
@@ -175,10 +134,8 @@ def is_disambiguation(title: str, text: str) -> bool:
 
 
 def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
-    """Elements whose tags `tag_pattern` finds (group 1: an opening tag's name, 2: a closing one's)
-    dropped with their content: each opening tag to the first closing tag of its name after it
-    (these elements do not nest); an opening tag never closed is left as text (and later removed as
-    a tag). One pass over the tags, a binary search per opening tag into its name's closing tags."""
+    """Each opening tag (group 1) dropped with what follows up to the first closing tag (group 2)
+    of its name (these elements do not nest); one never closed stays (later removed as a tag)."""
     tags = list(tag_pattern.finditer(text))
     closes: dict[str, list[re.Match]] = {}
     for tag in tags:
@@ -196,10 +153,8 @@ def _drop_elements(text: str, tag_pattern: re.Pattern) -> str:
 
 
 def _comments_and_nowiki(text: str) -> str:
-    """Comments removed and each non-empty <nowiki>'s (and inline code's) content made literal
-    text (<nowiki/> and empty ones are left for `paragraphs`: they only part apostrophes).
-    Linear: each search starts where the last ended, and once an element is found unclosed no
-    later one of its name is closed."""
+    """Comments removed, non-empty <nowiki>s' (and inline code's) content made literal text; empty
+    ones are left for `paragraphs`. An element found unclosed closes no later one of its name."""
     out, position, closable = [], 0, set(_LITERAL_CLOSE)
     while match := _COMMENT_OR_NOWIKI.search(text, position):
         if match.group() == "<!--":
@@ -209,8 +164,7 @@ def _comments_and_nowiki(text: str) -> str:
             if end < 0:
                 out.append(text[position:start])
                 return "".join(out)
-            # Comments alone on a line go with the line, as in MediaWiki: the paragraph
-            # around them goes on ("is\n<!-- note -->\nlarge" is "is large").
+            # Comments alone on a line go with the line: the paragraph around them goes on.
             after = _LINE_SPACE.match(text, end + 3).end()
             line_start = start - len(text[position:start]) + len(text[position:start].rstrip(" \t"))
             if line_start > 0 and text[line_start - 1] == "\n" and text[after : after + 1] == "\n":
@@ -237,8 +191,7 @@ def _comments_and_nowiki(text: str) -> str:
 
 
 def _heading(line: str) -> tuple[int, str] | None:
-    """(level, title) of a heading line ("== History =="), as MediaWiki reads it: the level is
-    the fewer of the "="s on either side, at most 6; extra "="s belong to the title."""
+    """(level, title) of a heading line: the level is the fewer "="s on a side, at most 6."""
     if not line.startswith("="):
         return None
     line = line.rstrip()
@@ -261,9 +214,8 @@ def _matched_pairs(text: str, tokens: re.Pattern, opener: str) -> list[tuple[int
             if not stack:
                 break
             start = stack.pop()
-            # A pair inside a span already recorded is absorbed by the outer one when it closes.
             while spans and spans[-1][0] > start:
-                spans.pop()
+                spans.pop()  # absorbed by this outer one
             spans.append((start, end))
     return spans
 
@@ -277,10 +229,9 @@ def _replace_pairs(text: str, spans, render) -> str:
 
 
 def _brace_pairs(text: str) -> tuple[list[tuple[int, int]], set[int]]:
-    """Outermost (start, end) spans of templates and template parameters, brace runs matched as
-    MediaWiki matches them: a closing run pairs with the innermost open run, taking 3 braces
-    from each where both have 3 or more, else 2; an open run keeps its leftover braces (2 or
-    more) for an outer match; unmatched braces are text. And the starts of the parameters."""
+    """Outermost spans of templates and parameters ({{{1}}}), and the parameters' starts: a closing
+    run of braces takes 3 (parameter) or 2 (template) from the innermost open run, as MediaWiki's
+    preprocessor does; the braces left match further out, unmatched ones are text."""
     stack, spans, parameters = [], [], set()  # stack: [start of the open run, its braces left]
     for match in _BRACE_RUN.finditer(text):
         if match.group()[0] == "{":
@@ -304,18 +255,16 @@ def _brace_pairs(text: str) -> tuple[list[tuple[int, int]], set[int]]:
 
 
 def _parameter(source: str, depth: int) -> str:
-    """A template parameter ("{{{1|x}}}") as MediaWiki shows one outside a template: its default,
-    its templates rendered (to data_prep/templates.py's depth: a page nested without end stays
-    linear), else itself, braces and all."""
+    """A template parameter ("{{{1|x}}}") as MediaWiki shows one outside a template: its default
+    (to templates.py's depth), else itself."""
     _, bar, default = source[3:-3].partition("|")
     if not bar:
         return source
-    return expand_templates(default, depth + 1) if depth < _MAX_TEMPLATE_DEPTH else ""
+    return expand_templates(default, depth + 1) if depth < templates.MAX_DEPTH else ""
 
 
 def expand_templates(text: str, depth: int = 0) -> str:
-    """Every outermost template rendered by data_prep/templates.py's table ("" for the rest), and
-    every template parameter as `_parameter` shows it."""
+    """Every outermost template rendered by templates.py ("" for the rest), and every parameter."""
     spans, parameters = _brace_pairs(text)
     out, position = [], 0
     for start, end in spans:
@@ -326,13 +275,6 @@ def expand_templates(text: str, depth: int = 0) -> str:
             out += (text[position:start], templates.render(source, expand_templates, depth))
         position = end
     return "".join(out) + text[position:]
-
-
-_MAX_TEMPLATE_DEPTH = 6  # as data_prep/templates.py's
-
-# Links inside links' text are rendered to this depth (a file caption's link is depth 1); deeper
-# is no prose, and the recursion, unbounded, overflowed Python's stack on 500 nested "[[".
-_MAX_LINK_DEPTH = 6
 
 
 def _render_link(source: str, depth: int = 0) -> str:
@@ -346,11 +288,12 @@ def _render_link(source: str, depth: int = 0) -> str:
     text = label if bar else target.lstrip(":")
     if "[[" not in text:
         return text
-    return _links(text, depth + 1) if depth < _MAX_LINK_DEPTH else ""  # a link in the label
+    # A link in the label; deeper nesting is no prose (unbounded, it overflowed the stack).
+    return _links(text, depth + 1) if depth < templates.MAX_DEPTH else ""
 
 
 def _links(text: str, depth: int = 0) -> str:
-    """Every link rendered: those without nested brackets by substitution, then the rest."""
+    """Every link: those without nested brackets by substitution, then the rest by a scan."""
     text = _PLAIN_LINK.sub(r"\1", _PIPED_LINK.sub(r"\1", _NOT_TEXT_LINK.sub("", text)))
     if "[[" in text:  # file captions holding links, now plain: drop the file links, then the rest
         text = _NOT_TEXT_LINK.sub("", text)
@@ -360,11 +303,8 @@ def _links(text: str, depth: int = 0) -> str:
 
 
 def _quotes(line: str) -> str:
-    """A line's bold and italic marks removed as MediaWiki reads them (Parser::doQuotes): of a run
-    of 4 apostrophes the first is text, of more than 5 one, and where bold and italic marks
-    are both odd in number one bold mark is an apostrophe and italics ("''Star Wars'''s" shows
-    "Star Wars's"): the first after a one-letter word, else after a longer one, else after a
-    space. Removing every run of 2 or more lost those apostrophes ("Star Warss")."""
+    """A line's bold and italic marks removed as MediaWiki's Parser::doQuotes reads them, the
+    apostrophes it keeps kept ("''Star Wars'''s" is "Star Wars's")."""
     parts = _QUOTES.split(line)
     if len(parts) == 1:
         return line
@@ -393,11 +333,8 @@ def _quotes(line: str) -> str:
 
 
 def _close(lines: list[str], out: list[str]) -> bool:
-    """The lines of one paragraph joined as MediaWiki joins them (a single newline is a space),
-    bold, italics, entities and the leftovers of removed templates cleaned, appended to `out`;
-    whether it is unfinished: it ends in ":" (an introduction) or with no sentence's end (text
-    that goes on in a block: "... such as" / an indented code line / "instead of"). No lines:
-    nothing."""
+    """Appends a paragraph's lines, joined by spaces and cleaned, to `out` (none: nothing); whether
+    it is unfinished: it ends in ":" or with no sentence's end."""
     if not lines:
         return False
     text = _MAGIC_WORD.sub("", " ".join(map(_quotes, lines))).replace(_NOWIKI_BREAK, "")
@@ -415,9 +352,7 @@ def _close(lines: list[str], out: list[str]) -> bool:
 
 
 def paragraphs(wikitext: str) -> list[str]:
-    """The prose paragraphs of an article's wikitext, markup removed; HOLE marks where inline math
-    (or chemistry, hieroglyphs) was: its sentence has lost words; OPEN_END ends an unfinished
-    paragraph followed by a removed block."""
+    """The prose paragraphs of an article's wikitext, markup removed, with HOLE and OPEN_END."""
     text = _SELF_CLOSED.sub("", _comments_and_nowiki(wikitext))
     text = _drop_elements(_drop_elements(text, _REF_TAG), _DROPPED_TAG)
     text = expand_templates(text)
@@ -428,10 +363,7 @@ def paragraphs(wikitext: str) -> list[str]:
     text = _BR.sub(" ", text)
     text = _TAG.sub("", _BLOCK_TAG.sub("\n\n", _EMPTY_NOWIKI.sub(_NOWIKI_BREAK, text)))
     out, lines, skip_level = [], [], 0
-    # The last paragraph is unfinished (it ends in ":" or with no sentence's end) and only blank
-    # lines have followed: what it goes on with may yet be prose (a quotation), or a list, a
-    # formula, code or a table that is removed.
-    unfinished = False
+    unfinished = False  # the last paragraph is, and only blank lines have followed
     for raw in text.split("\n"):
         heading, line = _heading(raw), raw.strip()
         if not heading and not line:
@@ -441,18 +373,15 @@ def paragraphs(wikitext: str) -> list[str]:
         if not heading and not skip_level and line[0] not in "*#:;|!{}":
             unfinished = False  # prose follows: what it introduced is there
             if raw[0] in " \t":
-                # Preformatted (MediaWiki's <pre>): each line a paragraph, kept: most are prose
-                # paragraphs typed after a space (95 sentences of gensim's sample), the rest
-                # pseudocode lines.
+                # Preformatted: each line a paragraph, kept (most are prose typed after a space).
                 _close(lines, out)
                 lines.append(line)
                 unfinished = _close(lines, out)
             else:
                 lines.append(line)
             continue
-        # A heading, a list item, an indented line (display math), a table's leftover or a line
-        # of a skipped section: it ends a paragraph, and what an unfinished one went on with is
-        # gone: its last sentence is dropped.
+        # A heading, list item, indented line, table leftover or skipped line: it ends a
+        # paragraph, and what an unfinished one went on with is gone.
         if _close(lines, out) or unfinished:
             out[-1] += OPEN_END
         unfinished = False
@@ -468,11 +397,9 @@ def paragraphs(wikitext: str) -> list[str]:
 
 
 def _repaired(sentence: str, suspect: bool, spaced: bool) -> str | None:
-    """A sentence as a removal left it: None when it lost words that cannot be put back (its math,
-    marked by a HOLE; the items of a list, ", , and"; all but a one-word header), else with a
-    leading separator taken off (", the population ..."). `suspect`: its paragraph holds a HOLE or
-    an empty slot (most do not, and then the sentence is not searched for them); `spaced`: its
-    language puts spaces between words (in Chinese or Thai a whole sentence has none)."""
+    """A sentence as a removal left it: None when it lost words that cannot be put back, else with
+    a leading separator taken off. `suspect`: its paragraph holds a HOLE or an empty slot;
+    `spaced`: its language puts spaces between words."""
     if suspect and (HOLE in sentence or _EMPTY_SLOT.search(sentence)):
         return None
     if spaced and " " not in sentence and not _SENTENCE_END.search(sentence):
@@ -492,8 +419,7 @@ class Prose(NamedTuple):
 
 
 def prose(wikitext: str, language: str) -> Prose:
-    """An article's prose: its paragraphs split into sentences by data_prep/sentences.py in
-    `language`, each sentence that a removal left broken repaired or dropped, and their counts."""
+    """An article's paragraphs as sentences, those a removal left broken repaired or dropped."""
     out, repaired, dropped = [], 0, 0
     base = language.partition("-")[0]
     spaced, marked = base not in _UNSPACED, base not in _UNMARKED
