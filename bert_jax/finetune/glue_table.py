@@ -5,11 +5,8 @@ GLUE's layout and prints the dev-set figures side by side.
         [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli] \
         [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
 
---init as `python -m bert_jax.finetune` takes it; --glue_dir as GLUE's download script lays it
-out (CoLA/, SST-2/, ..., each with train.tsv and dev.tsv). Each task runs in <workdir>/<task> with
-its configs/finetune/<task>.py and --overrides; the table also goes to <workdir>/glue_table.md,
-the figures to glue_results.json. The same command again resumes. Export is off
-(--overrides=export=True). docs/finetuning.md, "All of GLUE in one command: the score table".
+Each task runs in <workdir>/<task> with its configs/finetune/<task>.py and --overrides; the same
+command again resumes. docs/finetuning.md, "All of GLUE in one command: the score table".
 """
 
 from __future__ import annotations
@@ -65,8 +62,7 @@ TASKS = {
 
 
 def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
-    """The tasks to run: `names` (each directory must be there), else every task whose directory
-    `glue_dir` holds, in GLUE's order."""
+    """`names` (each directory must be there), else every task `glue_dir` holds, in GLUE's order."""
     if not storage.isdir(glue_dir):
         raise cli.UserError(f"--glue_dir={glue_dir!r} is not a directory")
     if names:
@@ -146,8 +142,7 @@ def figures(task: Task, evals: dict) -> dict[str, float]:
 
 
 def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dict:
-    """Fine-tunes (or resumes) one task in `workdir`; returns its result ({"figures", "step",
-    "stopped"}), written to <workdir>/glue_result.json once the run is done."""
+    """Fine-tunes (or resumes) one task -> its result (in <workdir>/glue_result.json when done)."""
     path = storage.join(workdir, RESULT)
     if storage.isfile(path):
         saved = json.loads(storage.read_text(path))
@@ -184,8 +179,8 @@ def table(results: dict[str, dict]) -> str:
 
 
 def run(init: str, glue_dir: str, workdir: str, names=None, overrides=None) -> dict:
-    """Every task in turn, then the table; returns {"results", "table", "stopped"} ("stopped":
-    the first task's reason that did not finish, else "done")."""
+    """Every task in turn, then the table -> {"results", "table", "stopped"} (the first unfinished
+    task's reason, else "done")."""
     overrides = dict(overrides or {})
     tasks = pick_tasks(glue_dir, names)
     configs = {t.name: task_config(t, glue_dir, overrides) for t in tasks}  # mistakes first

@@ -1,13 +1,5 @@
-"""Metrics as the benchmarks define them; plain Python/numpy values in, floats out.
-
-GLUE: accuracy, F1 of label id 1 (MRPC, QQP), Matthews correlation (CoLA), Pearson and Spearman
-(STS-B); with more than two classes also per-class and macro precision, recall and F1 as
-scikit-learn's precision_recall_fscore_support defines them (a class never gold nor predicted is
-left out of the average; 0 where a ratio has nothing to divide by). CoNLL-2003: entity-level
-precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES; BILOU as IOBES). SQuAD: exact
-match and F1 in percent after the official scripts' normalization (lower case, no punctuation,
-no a/an/the, whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by
-has/no answer, and an unanswerable question is right only when the prediction is empty.
+"""The benchmarks' metrics, plain Python/numpy values in, floats out: GLUE's (scikit-learn's
+definitions), CoNLL entity F1 as conlleval counts it, SQuAD exact/F1 as the official scripts do.
 docs/finetuning.md has each task's figures.
 """
 
@@ -115,9 +107,8 @@ _PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); an untyped 'B' -> ('B', '') (chunks without
-    types, as conlleval reads them); BILOU's 'L-PER', 'U-PER' -> ('E', 'PER'), ('S', 'PER');
-    a bare type 'PER' is an inside tag."""
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); untyped 'B' -> ('B', ''); BILOU's 'L-PER' ->
+    ('E', 'PER'); a bare type 'PER' is an inside tag."""
     if tag == "O":
         return "O", ""
     prefix, sep, kind = tag.partition("-")
@@ -213,20 +204,14 @@ def token_f1(prediction: str, gold: str, version_2: bool = True) -> float:
 def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]], version_2: bool = True
 ) -> dict[str, float]:
-    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
-    normalize to "" are dropped and a question left with none is scored against [""], as
-    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text at all
-    ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
-    answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
-    figures come when unanswerable questions are present. A question without a prediction
-    scores 0, as in the official scripts (which also warn about it). With `version_2` False,
-    evaluate-v1.1.py's rules: every gold text counts, and an F1 is 0 without a common word (a
-    gold "The" is matched exactly by "a", with F1 0)."""
+    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent by
+    evaluate-v2.0.py's rules (evaluate-v1.1.py's without `version_2`), with has_ans_*/no_ans_*
+    figures where some question has no gold text. A question without a prediction scores 0."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
-        answerable[qid] = any(texts)
+        answerable[qid] = any(texts)  # as the official split: by its answers, even a "The"
         if version_2:
             texts = [t for t in texts if normalize_answer(t)] or [""]
         pred = predictions.get(qid)

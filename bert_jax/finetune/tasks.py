@@ -1,14 +1,7 @@
-"""The three task families: how each reads its files, encodes them, scores and writes predictions.
-
-    TextTask     GLUE-style TSV -> classification or regression ([CLS] head)
-    TaggingTask  CoNLL files    -> token tagging (first word piece of each word); CoNLL's
-                                   reader and writer are at the end of this module
-    SpanTask     SQuAD JSON     -> span extraction (windows over long contexts)
-
-A task turns a file into a `Dataset`: the examples as read, the model inputs (with labels when
-the file has them), and whatever post-processing needs (word starts, SQuAD windows). Model
-outputs come back as numpy arrays, one row per input row, and the task turns them into metrics
-and prediction files. `config.data` (configs/finetune/base.py) holds every field used here.
+"""The three task families: TextTask (GLUE TSV -> classification or regression), TaggingTask
+(CoNLL -> a tag per word; CoNLL's reader and writer end this module) and SpanTask (SQuAD ->
+answer spans). Each reads a file into a `Dataset` and turns model outputs (numpy, a row per
+input row) into metrics and prediction files.
 """
 
 from __future__ import annotations
@@ -232,11 +225,8 @@ def metric_names(data) -> tuple[str, ...] | None:
 
 
 def label_names(labels) -> tuple[str, ...]:
-    """config.data.labels as label names. ml_collections reads a tuple field's override as a
-    Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
-    arrives as the one name 'neg,neutral,pos', and --config.data.labels=0,1 as integers: the
-    first is split at its commas, and every name is a string (labels are read as text). An empty
-    override (--config.data.labels=) is no labels: the layout's set, as for any list flag."""
+    """config.data.labels as names (strings): ml_collections reads --config.data.labels=neg,pos
+    as the one name 'neg,pos' (split here) and =0,1 as integers; an empty override is none."""
     if isinstance(labels, str):
         labels = (labels,)
     if not isinstance(labels, (list, tuple)):  # a saved run's config edited by hand, say
@@ -267,10 +257,8 @@ class TaggedSentence:
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
-    """Reads a CoNLL file: one token per line, whitespace-separated columns (CoNLL-2003: `word POS
-    chunk NER`), a blank line between sentences, `-DOCSTART-` lines between documents.
-    `tag_column` indexes the columns (-1, the last: NER; 1: POS tags). A file with only the word
-    column is read without tags, for prediction."""
+    """A CoNLL file: a token a line (`word POS chunk NER`), a blank line between sentences,
+    `-DOCSTART-` lines between documents; tags from `tag_column` (none in a words-only file)."""
     storage.check_file(path, "data file")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
