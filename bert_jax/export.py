@@ -1,20 +1,11 @@
-"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory (BertForMaskedLM
-without the NSP head), or a ModernBertForMaskedLM one for a model of the modern block
-(bert_jax.hf.architectures).
+"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory, or a
+ModernBertForMaskedLM one for the modern block (docs/model.md, "Export a training run").
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
-OUT then holds config.json, model.safetensors (float32) and the tokenizer's files (vocab.txt and
-tokenizer_config.json, or the run's tokenizer.json as it is);
-`transformers.AutoModelForMaskedLM.from_pretrained(OUT)` loads it (BertForPreTraining's heads
-with `transformers.BertForPreTraining`), and so does `bert_jax.hf.bert.load_hf`.
-The vocabulary defaults to the one the run's data was tokenized with (recorded with its md5 in
-the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
-error, and so is a damaged checkpoint (bert_jax.training.checkpoints's checksums).
-
-OUT must be new, empty or an earlier export of ours (replaced whole). A failed export leaves it as
-it was; in a bucket (gs://...), a directory without config.json, which transformers refuses
-(bert_jax.hf.publish; docs/faults.md, the export rows).
+OUT gets config.json, model.safetensors (float32) and the tokenizer's files; it must be new,
+empty or an earlier export of ours (replaced whole, bert_jax.hf.publish). The vocabulary defaults
+to the one the run's data recorded; another --vocab_file, or a damaged checkpoint, is an error.
 """
 
 from absl import flags

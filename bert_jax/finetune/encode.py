@@ -50,8 +50,7 @@ def pack(
 def encode_texts(
     tok, examples, max_seq_length: int, labels: Sequence[str]
 ) -> dict[str, np.ndarray]:
-    """TextExamples -> inputs and labels (`labels` (): a regression target); an example without
-    a label (test files) gets label 0."""
+    """TextExamples -> inputs and labels (floats if `labels` is (); 0 where an example has none)."""
     F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
@@ -95,9 +94,8 @@ def _label_value(ex, label_map):
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """TaggedSentences -> (inputs and tag labels, each word's first-piece position per sentence).
-    A tag sits on its word's first piece (all else weighs 0); a word cut by max_seq_length has
-    position -1 (predicted "O")."""
+    """TaggedSentences -> (inputs and tag labels, each word's first-piece position per sentence):
+    a tag sits on its word's first piece (all else weighs 0); a word cut off has position -1."""
     F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)

@@ -76,7 +76,6 @@ def _lines(path: str) -> list[list[str]]:
 
 
 def read_tsv(path: str, layout: Layout) -> list[TextExample]:
-    """Reads one GLUE TSV file (train, dev or test) of `layout`."""
     rows = _lines(path)
     if not rows:
         raise FormatError(f"{path} is empty")

@@ -2,8 +2,7 @@
 GLUE's layout and prints the dev-set figures side by side.
 
     python -m bert_jax.finetune.glue_table --init=DIR --glue_dir=glue --workdir=runs/glue \
-        [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli] \
-        [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
+        [--tasks=cola,sst2,...] [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
 
 Each task runs in <workdir>/<task> with its configs/finetune/<task>.py and --overrides; the same
 command again resumes. docs/finetuning.md, "All of GLUE in one command: the score table".
@@ -84,8 +83,7 @@ def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """["optim.learning_rate=3e-5", ...] -> {"optim.learning_rate": 3e-5}: values are Python
-    literals where they parse as one, else text."""
+    """["a.b=3e-5", ...] -> {"a.b": 3e-5}: a value is a Python literal where it parses as one."""
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -114,19 +112,15 @@ def task_config(task: Task, glue_dir: str, overrides: dict):
     config.data.test_file = ""
     config.export = False
     for key, value in overrides.items():
-        *path, field = key.split(".")
-        node = config
+        problem = cli.no_such_field(config, key.split("."))
         try:
-            for part in path:
-                node = node[part]
-            if field not in node:
-                raise KeyError(field)
-            node[field] = value
+            config.update_from_flattened_dict({} if problem else {key: value})
         except (KeyError, TypeError, AttributeError) as e:
+            problem = e
+        if problem:
             raise cli.UserError(
-                f"--overrides: {key}={value!r} cannot be set on configs/finetune "
-                f"({cli.no_such_field(config, key.split('.')) or e})"
-            ) from None
+                f"--overrides: {key}={value!r} cannot be set on configs/finetune ({problem})"
+            )
     return config
 
 
@@ -179,8 +173,7 @@ def table(results: dict[str, dict]) -> str:
 
 
 def run(init: str, glue_dir: str, workdir: str, names=None, overrides=None) -> dict:
-    """Every task in turn, then the table -> {"results", "table", "stopped"} (the first unfinished
-    task's reason, else "done")."""
+    """Every task in turn, then the table -> {"results", "table", "stopped"}."""
     overrides = dict(overrides or {})
     tasks = pick_tasks(glue_dir, names)
     configs = {t.name: task_config(t, glue_dir, overrides) for t in tasks}  # mistakes first

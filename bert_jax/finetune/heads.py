@@ -1,13 +1,6 @@
-"""Task models (a BertModel plus one head), their losses, and their export to transformers.
-
-    classification  [CLS] pooled output -> dropout -> dense: logits [batch, classes]
-    regression      the same with one output: prediction [batch]
-    tagging         every position -> dropout -> dense: logits [batch, length, tags]
-    span            every position -> dense(2): start and end logits [batch, length] each
-
-`export_hf` writes them as transformers' BertForSequenceClassification (num_labels=1 for
-regression), BertForTokenClassification and BertForQuestionAnswering, LoRA merged. The head is
-the attribute `head` (LoRA training selects it by that name).
+"""Task models (a BertModel plus a dense `head`, the name LoRA training selects it by), their
+losses, and their export as transformers' BertForSequenceClassification (regression: one label),
+BertForTokenClassification or BertForQuestionAnswering, LoRA merged.
 """
 
 from __future__ import annotations
@@ -31,12 +24,6 @@ from bert_jax.text import tokenization
 KINDS = ("classification", "regression", "tagging", "span")
 
 
-def num_outputs(kind: str, num_labels: int) -> int:
-    if kind in ("classification", "tagging") and num_labels < 2:
-        raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
-    return {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}[kind]
-
-
 class TaskModel(nnx.Module):
     """`bert` (a BertModel) and `head` (a dense layer) for one of KINDS."""
 
@@ -44,10 +31,13 @@ class TaskModel(nnx.Module):
         self.config = config
         self.kind = kind
         self.bert = BertModel(config, rngs=rngs)
+        if kind in ("classification", "tagging") and num_labels < 2:
+            raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
+        outputs = {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}
         # Initialized as BERT's own dense layers; logical axes as model.py names them.
         self.head = nnx.Linear(
             config.hidden_size,
-            num_outputs(kind, num_labels),
+            outputs[kind],
             dtype=config.compute_dtype,
             param_dtype=jnp.float32,
             kernel_init=jax.nn.initializers.truncated_normal(config.initializer_range),
@@ -57,8 +47,9 @@ class TaskModel(nnx.Module):
         )
 
     def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None, **packed):
-        """float32 logits as the module docstring says. Packed rows (finetune/packed.py) pass
-        packing.MODEL_INPUTS as `packed`: sentence outputs are then per slot, [rows, slots, ...]."""
+        """float32 logits: classification [batch, classes] and regression [batch] from the pooled
+        [CLS] output, tagging [batch, length, tags], span (start, end) [batch, length] each.
+        Packed rows (packed.py) pass packing.MODEL_INPUTS: sentence outputs are then per slot."""
         if self.kind not in ("classification", "regression"):
             packed.pop(packing.CLS_POSITIONS, None)  # no pooled output wanted
         k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
@@ -118,8 +109,7 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
             slots = weights.shape[1]
             own = batch[packing.EXAMPLE_IDS][:, None, :] == jnp.arange(1, slots + 1)[:, None]
             start, end = (jnp.where(own, x[:, None, :], _NEG) for x in (start, end))
-        # Unpacked, the softmax runs over padding too, as in run_squad.py and transformers (the
-        # trajectory test holds us to it); inference never picks padding (squad.best_answers).
+        # Unpacked, the softmax runs over padding too, as in run_squad.py and transformers.
         nll = _cross_entropy(start, batch[squad.START_POSITIONS]) + _cross_entropy(
             end, batch[squad.END_POSITIONS]
         )

@@ -28,8 +28,7 @@ TRAINABLE = nnx.Any(nnx.LoRAParam, nnx.PathContains("head"))
 
 
 class Adapted(nnx.Module):
-    """A frozen nnx.Linear `base` plus a trainable low-rank update `lora` scaled by alpha/rank
-    (B starts at zero: the pre-trained model's outputs)."""
+    """A frozen nnx.Linear `base` plus a low-rank update `lora` (B starts at 0) times alpha/rank."""
 
     def __init__(self, base: nnx.Linear, rank: int, alpha: float, *, rngs: nnx.Rngs):
         in_axis, out_axis = base.kernel.get_metadata().get("out_sharding", (None, None))
@@ -96,8 +95,7 @@ def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs:
 
 
 def merge_adapters(model) -> int:
-    """Folds every adapter of `model` into its base kernel (W += A @ B * scale), in place, and
-    puts the plain nnx.Linear back. Returns the number of adapters merged."""
+    """Folds every adapter into its base kernel (W += A @ B * scale) in place -> how many."""
     merged = 0
     for path, module in list(nnx.iter_modules(model)):
         if not isinstance(module, Adapted):

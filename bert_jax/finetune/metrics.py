@@ -39,8 +39,7 @@ def f1_binary(preds, labels, positive: int = 1) -> float:
 
 
 def matthews_corrcoef(preds, labels) -> float:
-    """Matthews correlation (Gorodkin's multi-class form; the usual one for two classes); 0 when
-    either side is constant."""
+    """Matthews correlation (Gorodkin's multi-class form); 0 when either side is constant."""
     preds, labels = _pair(preds, labels)
     classes = np.union1d(preds, labels)
     p = np.searchsorted(classes, preds)

@@ -92,8 +92,7 @@ def _most_examples(n_tokens: np.ndarray, length: int, cap: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A run's packed steps' shape: `rows` per process and step, up to `max_examples` each;
-    `examples_per_row`, the mean over the run, is the speed-up."""
+    """A run's packed steps: `rows` per process and step, up to `max_examples` examples each."""
 
     rows: int
     max_examples: int

@@ -32,14 +32,9 @@ _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
 
 def jit_infer(setup: train_state.Setup):
     """(params, frozen, inputs) -> model outputs, replicated on every device."""
-    fn = functools.partial(runs.forward, setup.graphdef)
     return jax.jit(
-        fn,
-        in_shardings=(
-            setup.state_shardings["params"],
-            setup.frozen_shardings,
-            setup.batch_sharding,
-        ),
+        functools.partial(runs.forward, setup.graphdef),
+        in_shardings=(setup.param_shardings, setup.frozen_shardings, setup.batch_sharding),
         out_shardings=NamedSharding(setup.mesh, P()),
     )
 
@@ -56,9 +51,8 @@ class Inference:
         self.infer_fn = jit_infer(self.setup)
 
     def outputs(self, params, ds: tasks.Dataset, between_batches=lambda: None):
-        """Outputs for every row of `ds`, in order, on every process: numpy [rows, ...] (span: a
-        (start, end) pair), laid out as unpacked. `between_batches()` runs after each batch (the
-        loop's signal poll: it may raise faults.Abandoned)."""
+        """Outputs for every row of `ds`, in order, on every process, laid out as unpacked;
+        `between_batches()` (the loop's signal poll) runs after each batch."""
         if not packed.trains_packed(self.run.config, self.setup.kind):
             return self._infer(params, ds.arrays, between_batches)
         p = packed.pack_for_inference(ds.arrays)
@@ -78,8 +72,7 @@ class Inference:
         outs = []
         with setup.activate():
             for start in range(0, n, batch_size):
-                # Process p owns rows [p*local, (p+1)*local) of each global batch; rows past the
-                # end repeat row 0 and their outputs are cut off below.
+                # Process p owns rows [p*local, (p+1)*local); rows past the end repeat row 0.
                 rows = np.arange(start + index * local, start + (index + 1) * local)
                 rows = np.where(rows < n, rows, 0)
                 inputs = [k for k in (*runs.INPUTS, *packing.MODEL_INPUTS) if k in arrays]
@@ -102,8 +95,7 @@ class Inference:
     def write_predictions(
         self, params, ds: tasks.Dataset, output: str, between_batches=lambda: None
     ) -> dict[str, float] | None:
-        """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
-        labels. Nothing is written when `between_batches` raises."""
+        """Predictions for `ds` into `output` (none if `between_batches` raises) -> its metrics."""
         outputs = self.outputs(params, ds, between_batches)
         if jax.process_index() == 0:
             self.run.task.write(output, ds, outputs, self.run.labels)
@@ -117,8 +109,7 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
 
 
 def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.ConfigDict) -> None:
-    """Adds to a saved run's config the fields it lacks (saved before they existed) at
-    `defaults`' value."""
+    """Adds the fields a saved config lacks (saved before they existed) at `defaults`' value."""
     with saved.unlocked():
         for key, value in defaults.items():
             if key not in saved:

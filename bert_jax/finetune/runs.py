@@ -214,7 +214,6 @@ def _decay_mask(params):
 
 
 def num_train_steps(config, num_examples: int) -> int:
-    """Steps of the run (check_finetuning has seen num_epochs and batch_size)."""
     t = config.train
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
@@ -248,8 +247,7 @@ def initial_state(setup: train_state.Setup, trainable, seed: int) -> dict:
 
 
 def forward(graphdef, params, frozen, batch, dropout_rng=None):
-    """The task model's outputs for a batch (INPUTS, and packing.MODEL_INPUTS when its rows are
-    packed), rebuilt from its two parameter trees."""
+    """The task model's outputs for a batch, rebuilt from its two parameter trees."""
     model = nnx.merge(graphdef, params, frozen)
     extra = {k: batch[k] for k in packing.MODEL_INPUTS if k in batch}
     return model(*(batch[k] for k in INPUTS), **extra, dropout_rng=dropout_rng)
@@ -282,8 +280,7 @@ def _encode(task, tok, path: str, examples, labels, type_vocab_size: int, traini
 
 
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
-    """config.data.eval_files, encoded, by file stem ("dev_matched"; the path where an earlier
-    file has that stem)."""
+    """config.data.eval_files encoded, by file stem (the path where two files share one)."""
     sets = {}
     for path in tasks.split_files(run.config.data.eval_files):
         ds = encode_file(run, path)

@@ -309,8 +309,7 @@ def best_answers(
         null[ex] = min(null.get(ex, np.inf), float(s[0] + e[0]))
         ctx = contexts[ex]
         lo, hi = window.offset, window.offset + window.length  # context positions [lo, hi)
-        # As run_squad.py and transformers' run_qa: the n_best_size best positions of the whole
-        # row ([CLS], question and padding too), of which those in the context are candidates.
+        # As run_squad.py: the n_best_size best positions of the whole row, those in the context.
         starts = [i for i in np.argsort(-s, kind="stable")[:n_best_size] if lo <= i < hi]
         ends = [j for j in np.argsort(-e, kind="stable")[:n_best_size] if lo <= j < hi]
         for i in starts:

@@ -37,7 +37,6 @@ class TextTask:
         self.kind = "classification" if self.layout.labels else "regression"
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
-        """Label names in id order: config.data.labels, else the layout's."""
         return label_names(self.data.labels) or self.layout.labels
 
     def read(self, path: str) -> list:
@@ -122,22 +121,17 @@ class SpanTask:
         arrays, windows, contexts = squad.encode_squad(
             tok, examples, d.max_seq_length, d.doc_stride, d.max_query_length, is_training=training
         )
-        # A v2.0 file's question without answers is unanswerable, is_impossible or not, as
-        # evaluate-v2.0.py scores it; a file with no answer at all is unlabelled (a test file).
+        # v2.0: a question without answers is unanswerable; a file with none is a test file.
         labelled = [bool(e.answers or e.is_impossible) for e in examples]
         has_labels = all(labelled) or (bool(d.version_2_with_negative) and any(labelled))
         return Dataset(examples, arrays, (windows, contexts), has_labels)
 
     def answers(self, ds: Dataset, outputs) -> tuple[dict[str, str], dict[str, float]]:
         d = self.data
-        windows, contexts = ds.meta
-        start, end = outputs
         return squad.best_answers(
             ds.examples,
-            windows,
-            contexts,
-            start,
-            end,
+            *ds.meta,  # windows, contexts
+            *outputs,  # start and end logits
             n_best_size=d.n_best_size,
             max_answer_length=d.max_answer_length,
             version_2_with_negative=d.version_2_with_negative,
@@ -157,8 +151,7 @@ FORMATS = {"glue": TextTask, "conll": TaggingTask, "squad": SpanTask}
 
 
 def read_examples(task, path: str) -> list:
-    """The examples of one data file; a file without any (empty, or only a header or blank
-    lines) is an error naming it."""
+    """The examples of one data file; none (empty, or a header only) is an error naming it."""
     try:
         examples = task.read(path)
     except UnicodeDecodeError as e:  # every reader opens its file as UTF-8
@@ -187,7 +180,6 @@ def _first_bad_byte(path: str, error: UnicodeDecodeError) -> str:
 
 
 def make_task(data):
-    """The task for `config.data.format`."""
     if not isinstance(data.format, str) or data.format not in FORMATS:
         raise cli.UserError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
     return FORMATS[data.format](data)
@@ -280,8 +272,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
 
     with storage.open_read(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
-            # Columns split at ASCII whitespace only (bytes.split), as conlleval and the usual
-            # readers do: str.split() also cut words at no-break, thin and ideographic spaces.
+            # Columns split at ASCII whitespace only, as conlleval does (not at a no-break space).
             if n == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM is no text (nor -DOCSTART-'s)
             cols = [c.decode("utf-8") for c in raw.split()]
