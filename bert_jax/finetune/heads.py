@@ -94,11 +94,8 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
         return _weighted_mean(
             _cross_entropy(outputs, batch[encode.LABEL_IDS]), batch[encode.LABEL_WEIGHTS]
         )
-    packed = packing.EXAMPLE_WEIGHTS in batch
-    if packed:
-        weights = batch[packing.EXAMPLE_WEIGHTS]  # [rows, slots]: 1 per example
-    else:
-        weights = jnp.ones(batch[F.INPUT_IDS].shape[:1], jnp.float32)  # [batch]: 1 per example
+    packed = packing.EXAMPLE_WEIGHTS in batch  # 1 per example: [rows, slots], unpacked [batch]
+    weights = batch[packing.EXAMPLE_WEIGHTS] if packed else jnp.ones(batch[F.INPUT_IDS].shape[:1])
     if kind == "classification":
         return _weighted_mean(_cross_entropy(outputs, batch[encode.LABEL]), weights)
     if kind == "regression":
