@@ -9,8 +9,6 @@ last_hidden_state [T, N, hidden] and pooled [T, hidden] float32 (BERT's pooler o
 pooler, ModernBERT, the [CLS] state).
 """
 
-from __future__ import annotations
-
 # First: a Ctrl-C while JAX imports is cli's one line (cli._interrupted_hook), not a traceback.
 from bert_jax import cli
 

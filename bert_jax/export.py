@@ -86,15 +86,9 @@ def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax import storage
 
-    storage.check_paths(  # parsed once, before anything is read or written
-        {
-            "--workdir": FLAGS.workdir,
-            "--output_dir": FLAGS.output_dir,
-            "--vocab_file": FLAGS.vocab_file,
-        },
-        outputs=["--output_dir"],
-        checkpoints=["--workdir"],
-    )
+    paths = {f"--{name}": FLAGS[name].value for name in ("workdir", "output_dir", "vocab_file")}
+    # Parsed once, before anything is read or written.
+    storage.check_paths(paths, outputs=["--output_dir"], checkpoints=["--workdir"])
     runtime.start()
     out = export(
         FLAGS.workdir,

@@ -114,8 +114,7 @@ def _check_paths() -> None:
     """Every path flag and config field parsed once, before anything is read or written."""
     from bert_jax import storage
 
-    paths = {"--workdir": FLAGS.workdir, "--init": FLAGS.init, "--test_file": FLAGS.test_file}
-    paths["--output"] = FLAGS.output
+    paths = {f"--{name}": FLAGS[name].value for name in ("workdir", "init", "test_file", "output")}
     if FLAGS.config is not None:
         data = FLAGS.config.data
         for field in ("train_file", "eval_files", "test_file", "vocab_file"):

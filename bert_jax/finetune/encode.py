@@ -5,8 +5,6 @@ the right): numpy arrays keyed by bert_jax.data.contract.features' names, plus t
 SQuAD encodes in squad.py (windows over long contexts).
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 

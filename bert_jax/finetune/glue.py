@@ -6,8 +6,6 @@ unlabelled. Label lists keep run_classifier.py's order, so ids agree with its ch
 Fields split on tabs only: quotes are literal text in GLUE files (MNLI has unbalanced ones).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -63,20 +61,14 @@ def get_layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
-def _lines(path: str) -> list[list[str]]:
-    """The file's lines split at tabs. Lines end at "\n" (or "\r\n") only: a lone "\r" inside
-    a field (a spreadsheet cell's) is text, not a line break."""
+def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     storage.check_file(path, "data file")
     with storage.open_read(path, "rb") as f:
         text = f.read().decode("utf-8-sig")  # -sig: tolerate a BOM
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the file's last line break
-    return [line.removesuffix("\r").split("\t") for line in lines]
-
-
-def read_tsv(path: str, layout: Layout) -> list[TextExample]:
-    rows = _lines(path)
+    # Lines end at "\n" (or "\r\n") only: a lone "\r" in a field (a spreadsheet cell's) is text.
+    rows = [line.removesuffix("\r").split("\t") for line in text.split("\n")]
+    if rows[-1] == [""]:
+        rows.pop()  # the file's last line break
     if not rows:
         raise FormatError(f"{path} is empty")
     stem = os.path.splitext(os.path.basename(path))[0]
@@ -106,9 +98,7 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     has_label = layout.label in col
     # Every column a row is read from, the id column too (it may come after the texts).
     needed = max(
-        col[c]
-        for c in (layout.text_a, layout.text_b, layout.label if has_label else None, layout.guid)
-        if c in col
+        col[c] for c in (layout.text_a, layout.text_b, layout.label, layout.guid) if c in col
     )
     out = []
     for n, row in enumerate(rows, start=first):

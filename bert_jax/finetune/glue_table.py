@@ -8,8 +8,6 @@ Each task runs in <workdir>/<task> with its configs/finetune/<task>.py and --ove
 command again resumes. docs/finetuning.md, "All of GLUE in one command: the score table".
 """
 
-from __future__ import annotations
-
 import ast
 import dataclasses
 import importlib
@@ -158,7 +156,6 @@ def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dic
 
 
 def table(results: dict[str, dict]) -> str:
-    """The score table (Markdown): one row per task, its figures, and the average."""
     lines = ["| task | figures | score |", "| --- | --- | ---: |"]
     scores = []
     for name, result in results.items():

@@ -3,8 +3,6 @@ losses, and their export as transformers' BertForSequenceClassification (regress
 BertForTokenClassification or BertForQuestionAnswering, LoRA merged.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -2,8 +2,6 @@
 and merging them back into plain nnx.Linear layers for export. docs/finetuning.md, "LoRA".
 """
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 
@@ -113,5 +111,4 @@ def merge_adapters(model) -> int:
 
 
 def count(model, selector=nnx.Param) -> int:
-    """Number of parameters of `model` that `selector` (an nnx filter) picks."""
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, selector))))

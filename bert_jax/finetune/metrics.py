@@ -3,8 +3,6 @@ definitions), CoNLL entity F1 as conlleval counts it, SQuAD exact/F1 as the offi
 docs/finetuning.md has each task's figures.
 """
 
-from __future__ import annotations
-
 import collections
 import re
 import string
@@ -164,12 +162,8 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
     precision = n_correct / n_pred if n_pred else 0.0
     recall = n_correct / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if n_correct else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "accuracy": token_correct / tokens if tokens else 0.0,
-    }
+    accuracy = token_correct / tokens if tokens else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "accuracy": accuracy}
 
 
 # --- SQuAD (the official evaluate-v1.1.py / evaluate-v2.0.py) ----------------------------------
@@ -203,9 +197,8 @@ def token_f1(prediction: str, gold: str, version_2: bool = True) -> float:
 def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]], version_2: bool = True
 ) -> dict[str, float]:
-    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent by
-    evaluate-v2.0.py's rules (evaluate-v1.1.py's without `version_2`), with has_ans_*/no_ans_*
-    figures where some question has no gold text. A question without a prediction scores 0."""
+    """{qid: prediction} against {qid: gold texts} -> exact/f1 in percent (has_ans_*/no_ans_* too
+    where a question has none), by evaluate-v2.0.py's rules (v1.1's without `version_2`)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}

@@ -3,8 +3,6 @@ packs an unpacked step's examples (`index_batches`) into a row count `plan` fixe
 compile). docs/finetuning.md, "Packing: no FLOPs on padding".
 """
 
-from __future__ import annotations
-
 import dataclasses
 import math
 

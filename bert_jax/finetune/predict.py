@@ -2,8 +2,6 @@
 is the prediction command's work (docs/finetuning.md, "Prediction").
 """
 
-from __future__ import annotations
-
 import copy
 import dataclasses
 import functools

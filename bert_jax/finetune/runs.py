@@ -4,8 +4,6 @@ adapters and head; the train state's and checkpoints') and `frozen` (the rest, r
 whenever a run starts: the saved config names the init directory).
 """
 
-from __future__ import annotations
-
 import dataclasses
 import hashlib
 import json

@@ -4,8 +4,6 @@ characters it came from: answers map to pieces and back to the context as writte
 docs/finetuning.md, "Extractive question answering: SQuAD v1.1 and v2.0".
 """
 
-from __future__ import annotations
-
 import collections
 import dataclasses
 import json
@@ -160,9 +158,8 @@ def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[
 
 
 def _answer_chars(context: str, text: str, start: int) -> tuple[int, int] | None:
-    """The [start, end) characters of a training answer: the text at answer_start, else its first
-    place in the words the answer's characters fall in (SQuAD has offsets a character or two
-    off), else None, where run_squad.py drops the question."""
+    """The [start, end) characters of a training answer: at answer_start, else its first place in
+    the words there (offsets a character or two off), else None (run_squad.py drops it)."""
     end = start + len(text)
     if " ".join(context[start:end].split()) == " ".join(text.split()):
         return start, end

@@ -4,8 +4,6 @@ answer spans). Each reads a file into a `Dataset` and turns model outputs (numpy
 input row) into metrics and prediction files.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -189,7 +187,7 @@ def primary_metric(task, data) -> str:
     """The figure a run is judged by: config.data.metric, else the benchmark's usual one."""
     if data.metric:
         return data.metric
-    if isinstance(task, (SpanTask, TaggingTask)):
+    if not isinstance(task, TextTask):
         return "f1"
     return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(
         data.layout, "accuracy"
@@ -254,21 +252,16 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
     storage.check_file(path, "data file")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 0
+    tokens: list[tuple[int, str, str | None]] = []  # (line, word, tag) of the open sentence
     has_tags: bool | None = None  # decided by the first token line, then enforced
     first_line = 0
 
     def flush():
-        if words:
-            sentences.append(
-                TaggedSentence(
-                    f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None, start
-                )
-            )
-            words.clear()
-            tags.clear()
+        if tokens:
+            lines, words, tags = zip(*tokens)
+            guid = f"{stem}-{lines[0]}"
+            sentences.append(TaggedSentence(guid, words, tags if has_tags else None, lines[0]))
+            tokens.clear()
 
     with storage.open_read(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
@@ -292,10 +285,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
                         f"{path}:{n}: {len(cols)} columns, cannot take tag column "
                         f"{tag_column} (config.data.tag_column); earlier lines have tags"
                     )
-                tags.append(cols[tag_column])
-            if not words:
-                start = n
-            words.append(cols[0])
+            tokens.append((n, cols[0], cols[tag_column] if has_tags else None))
     flush()
     if not sentences:
         raise encode.FormatError(
@@ -306,10 +296,8 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
 
 
 def tag_set(sentences: Sequence[TaggedSentence]) -> tuple[str, ...]:
-    """The tags seen in a training file, sorted, "O" first (the usual id 0)."""
+    """The tags seen in a training file (TaggingTask.labels: it has some), sorted, "O" first."""
     seen = {t for s in sentences for t in (s.tags or ())}
-    if not seen:
-        raise encode.FormatError("the training file has no tag column")
     return tuple(sorted(seen, key=lambda t: (t != "O", t)))
 
 

@@ -3,8 +3,6 @@ resumes), predictions for data.test_file and the export to <workdir>/export; fig
 pre-training's do (bert_jax.training.metrics_log).
 """
 
-from __future__ import annotations
-
 import functools
 import logging
 
@@ -82,10 +80,9 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 @faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
-    """Fine-tunes and evaluates -> {'step', 'trainable', 'total', 'eval', 'eval_at_start',
-    'train', 'predictions', 'export', 'stopped'}. 'stopped': 'done', 'nonfinite', 'preempted' or
-    'interrupted' (then no eval, predictions or export; step=None if nothing trained yet).
-    docs/faults.md says where each stop comes and what it saves."""
+    """Fine-tunes and evaluates -> {'step', 'trainable', 'total', 'eval', 'eval_at_start', 'train',
+    'predictions', 'export', 'stopped'}; a stop other than 'done' (docs/faults.md) skips what
+    follows, and one before the first step returns step=None."""
     runs.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
