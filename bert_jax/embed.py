@@ -1,12 +1,9 @@
-"""Contextual embeddings: one text a line in, BERT's hidden states out (docs/model.md,
-"Contextual embeddings").
+"""Contextual embeddings: one text a line in, BERT's hidden states out (docs/model.md).
 
     python -m bert_jax.embed --model=DIR --input=texts.txt --output=out.npz --max_seq_length=128
 
-DIR is a Hugging Face BERT or ModernBERT directory or a training --workdir (--step: not the
-latest). Row i of the .npz is line i: input_ids and attention_mask [T, N] int32,
-last_hidden_state [T, N, hidden] and pooled [T, hidden] float32 (BERT's pooler output; without a
-pooler, ModernBERT, the [CLS] state).
+DIR: a Hugging Face BERT or ModernBERT directory, or a training --workdir. Row i of the .npz is
+line i: input_ids, attention_mask [T, N]; last_hidden_state [T, N, hidden]; pooled [T, hidden].
 """
 
 # First: a Ctrl-C while JAX imports is cli's one line (cli._interrupted_hook), not a traceback.

@@ -3,9 +3,7 @@ ModernBertForMaskedLM one for the modern block (docs/model.md, "Export a trainin
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
-OUT gets config.json, model.safetensors (float32) and the tokenizer's files; it must be new,
-empty or an earlier export of ours (replaced whole, bert_jax.hf.publish). The vocabulary defaults
-to the one the run's data recorded; another --vocab_file, or a damaged checkpoint, is an error.
+OUT must be new, empty or an earlier export of ours (replaced whole: bert_jax.hf.publish).
 """
 
 from absl import flags

@@ -1,7 +1,6 @@
 """Fine-tuning pre-trained BERT on downstream tasks, optionally with LoRA (docs/finetuning.md).
 
-glue.py, squad.py   the formats' readers and prediction writers (squad.py also windows long
-                    contexts and picks answer spans)
+glue.py, squad.py   the formats' readers and writers (squad.py: also windows and answer spans)
 encode.py           text -> fixed-length inputs for classification and tagging
 metrics.py          the benchmarks' metrics (GLUE, conlleval, official SQuAD)
 tasks.py            the task families (a format, a head, metrics); the CoNLL reader and writer

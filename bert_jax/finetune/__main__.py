@@ -56,7 +56,8 @@ _PREDICT_ONLY = {
 }
 
 
-def _check_mode_flags() -> None:
+def main(argv):
+    del argv  # cli.run refuses arguments after the flags
     if FLAGS.mode == "train":
         for name, hint in _PREDICT_ONLY.items():
             if FLAGS[name].present:
@@ -68,11 +69,6 @@ def _check_mode_flags() -> None:
             "--config is for --mode=train: predict mode uses the config saved with the "
             "checkpoints in --workdir (--eval_batch_size replaces its eval.batch_size)"
         )
-
-
-def main(argv):
-    del argv  # cli.run refuses arguments after the flags
-    _check_mode_flags()
     if FLAGS.eval_batch_size is not None and not 1 <= FLAGS.eval_batch_size < 2**31:
         # Before the model loads; 0 would silently keep the saved size.
         raise cli.UserError(

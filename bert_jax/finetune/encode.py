@@ -1,8 +1,5 @@
-"""Text -> fixed-length model inputs for sentence (pair) classification and token tagging.
-
-Inputs are google-research/bert's (`[CLS] a [SEP] b [SEP]`, segment ids 0 then 1, zero padding on
-the right): numpy arrays keyed by bert_jax.data.contract.features' names, plus the labels below.
-SQuAD encodes in squad.py (windows over long contexts).
+"""Text -> fixed-length model inputs for sentence (pair) classification and token tagging, laid
+out as google-research/bert's (`[CLS] a [SEP] b [SEP]`); SQuAD's windows are squad.py's.
 """
 
 import math

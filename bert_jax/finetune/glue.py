@@ -1,9 +1,7 @@
 """GLUE-style TSV files -> text examples, and predictions back to TSV (docs/finetuning.md).
 
-A `Layout` per GLUE task names the columns: read by header name, or by position in headerless
-files (CoLA's train and dev); a file without the label column (GLUE's test files) is read
-unlabelled. Label lists keep run_classifier.py's order, so ids agree with its checkpoints.
-Fields split on tabs only: quotes are literal text in GLUE files (MNLI has unbalanced ones).
+A `Layout` per task names its columns: by header, or by position in CoLA's headerless files.
+Label lists keep run_classifier.py's order; fields split on tabs only (quotes are text).
 """
 
 import dataclasses

@@ -122,17 +122,6 @@ def task_config(task: Task, glue_dir: str, overrides: dict):
     return config
 
 
-def figures(task: Task, evals: dict) -> dict[str, float]:
-    """{column: value} of a task's run's eval figures ({file stem: {metric: value}})."""
-    out = {}
-    for column, stem, metric in task.figures:
-        value = (evals.get(stem) or {}).get(metric)
-        if value is None:
-            raise cli.UserError(f"{task.name}: the run has no {metric!r} on {stem}.tsv")
-        out[column] = float(value)
-    return out
-
-
 def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dict:
     """Fine-tunes (or resumes) one task -> its result (in <workdir>/glue_result.json when done)."""
     path = storage.join(workdir, RESULT)
@@ -150,7 +139,12 @@ def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dic
     out = {"task": task.name, "step": result["step"], "stopped": result["stopped"]}
     if result["stopped"] != "done":
         return out
-    out.update(figures=figures(task, result["eval"]), settings=settings)
+    out["figures"], out["settings"] = {}, settings
+    for column, stem, metric in task.figures:  # from the eval's {file stem: {metric: value}}
+        value = (result["eval"].get(stem) or {}).get(metric)
+        if value is None:
+            raise cli.UserError(f"{task.name}: the run has no {metric!r} on {stem}.tsv")
+        out["figures"][column] = float(value)
     storage.write_text(path, json.dumps(out, indent=2))
     return out
 

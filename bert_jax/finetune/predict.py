@@ -83,10 +83,9 @@ class Inference:
 
     def evaluate(self, params, eval_sets: dict[str, tasks.Dataset], between_batches):
         """{file name: metrics} over the encoded eval files."""
+        metrics = self.run.task.metrics
         return {
-            name: self.run.task.metrics(
-                ds, self.outputs(params, ds, between_batches), self.run.labels
-            )
+            name: metrics(ds, self.outputs(params, ds, between_batches), self.run.labels)
             for name, ds in eval_sets.items()
         }
 

@@ -1,7 +1,6 @@
 """A fine-tuning run resolved: config (checked first: `check_finetuning`) + --init -> task,
-tokenizer, labels, model, mesh, optimizer. Parameters are two pure dicts, `trainable` (with LoRA:
-adapters and head; the train state's and checkpoints') and `frozen` (the rest, read from --init
-whenever a run starts: the saved config names the init directory).
+tokenizer, labels, model, mesh, optimizer. Parameters are two pure dicts: `trainable` (LoRA: the
+adapters and the head) and `frozen`, read from --init whenever a run starts.
 """
 
 import dataclasses

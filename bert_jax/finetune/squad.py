@@ -1,7 +1,6 @@
 """SQuAD v1.1/v2.0 JSON -> windowed model inputs, and span logits -> answer texts, as
-google-research/bert's run_squad.py does, except that every word piece keeps the context
-characters it came from: answers map to pieces and back to the context as written.
-docs/finetuning.md, "Extractive question answering: SQuAD v1.1 and v2.0".
+run_squad.py does, but each word piece keeps its context characters: answers map back to the
+context as written. docs/finetuning.md, "Extractive question answering: SQuAD v1.1 and v2.0".
 """
 
 import collections

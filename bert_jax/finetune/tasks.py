@@ -1,7 +1,5 @@
-"""The three task families: TextTask (GLUE TSV -> classification or regression), TaggingTask
-(CoNLL -> a tag per word; CoNLL's reader and writer end this module) and SpanTask (SQuAD ->
-answer spans). Each reads a file into a `Dataset` and turns model outputs (numpy, a row per
-input row) into metrics and prediction files.
+"""The three task families, each a format's reader, encoder, metrics and prediction writer:
+TextTask (GLUE TSV), TaggingTask (CoNLL: its reader and writer end this module), SpanTask (SQuAD).
 """
 
 import dataclasses

@@ -1,6 +1,5 @@
-"""The fine-tuning loop: a jitted train step over the mesh, periodic eval, checkpoints (a rerun
-resumes), predictions for data.test_file and the export to <workdir>/export; figures go where
-pre-training's do (bert_jax.training.metrics_log).
+"""The fine-tuning run on bert_jax/training's loop: train step, periodic eval, checkpoints (a
+rerun resumes), predictions for data.test_file, the export to <workdir>/export.
 """
 
 import functools
