@@ -119,8 +119,6 @@ def _weighted_mean(values, weights):
     return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-# --- The transformers task model -------------------------------------------------------------
-
 # Hugging Face class and head tensor name per task kind.
 _HF_HEADS = {
     "classification": ("BertForSequenceClassification", "classifier"),

@@ -96,9 +96,6 @@ def regression_metrics(preds, labels) -> dict[str, float]:
     return {**correlations(preds, labels), "mse": float(np.mean((preds - labels) ** 2))}
 
 
-# --- CoNLL entities (conlleval) --------------------------------------------------------------
-
-
 # Chunk prefixes: IOB1/IOB2/IOBES's own, and BILOU's last (L) and unit (U) as IOBES's E and S.
 _PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
 
@@ -166,8 +163,6 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
     return {"precision": precision, "recall": recall, "f1": f1, "accuracy": accuracy}
 
 
-# --- SQuAD (the official evaluate-v1.1.py / evaluate-v2.0.py) ----------------------------------
-
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
@@ -197,13 +192,20 @@ def token_f1(prediction: str, gold: str, version_2: bool = True) -> float:
 def squad_scores(
     predictions: Mapping[str, str], gold: Mapping[str, Sequence[str]], version_2: bool = True
 ) -> dict[str, float]:
-    """{qid: prediction} against {qid: gold texts} -> exact/f1 in percent (has_ans_*/no_ans_* too
-    where a question has none), by evaluate-v2.0.py's rules (v1.1's without `version_2`)."""
+    """{qid: predicted text} against {qid: gold texts} -> exact/f1 in percent. Gold texts that
+    normalize to "" are dropped and a question left with none is scored against [""], as
+    evaluate-v2.0.py does; a question is unanswerable (no_ans_*) when it has no gold text at all
+    ([] or [""]), answerable (has_ans_*) otherwise, even when its texts normalize to "" (an
+    answer "The"), as the official split by its answers list has it; the has_ans_* / no_ans_*
+    figures come when unanswerable questions are present. A question without a prediction
+    scores 0, as in the official scripts (which also warn about it). With `version_2` False,
+    evaluate-v1.1.py's rules: every gold text counts, and an F1 is 0 without a common word (a
+    gold "The" is matched exactly by "a", with F1 0)."""
     if not gold:
         raise ValueError("no gold answers to score against")
     exact, f1, answerable = {}, {}, {}
     for qid, texts in gold.items():
-        answerable[qid] = any(texts)  # as the official split: by its answers, even a "The"
+        answerable[qid] = any(texts)
         if version_2:
             texts = [t for t in texts if normalize_answer(t)] or [""]
         pred = predictions.get(qid)

@@ -231,8 +231,6 @@ def split_files(spec: str) -> list[str]:
     return [p.strip() for p in spec.split(",") if p.strip()] if spec else []
 
 
-# --- CoNLL-2003 style token files ------------------------------------------------------------
-
 DOCSTART = "-DOCSTART-"
 
 
