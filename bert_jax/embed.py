@@ -1,37 +1,20 @@
-"""Contextual embeddings: one text a line in, BERT's hidden states out.
+"""Contextual embeddings: one text a line in, BERT's hidden states out (docs/model.md).
 
     python -m bert_jax.embed --model=DIR --input=texts.txt --output=out.npz --max_seq_length=128
 
-DIR is a Hugging Face BERT or ModernBERT directory (or Google's original TF one) or a training
---workdir (its latest checkpoint, or --step; a damaged step is refused, and the vocabulary
-defaults to the one the run's data was tokenized with, checked against what the run recorded).
-The .npz holds, for T lines and N = max_seq_length:
-    input_ids          [T, N] int32   [CLS] text [SEP], truncated to N, padded with [PAD]
-    attention_mask     [T, N] int32   1 for real tokens
-    last_hidden_state  [T, N, hidden] float32
-    pooled             [T, hidden] float32   tanh(dense([CLS] state)), BERT's pooler output
-                                             (a model without a pooler, ModernBERT: the [CLS]
-                                             state itself)
-Row i is line i of the input; an empty line gives [CLS] [SEP]; a UTF-8 byte-order mark is
-skipped. An empty file, a --output that is a directory and bad flag values are errors before the
-model loads.
-
-From Python:
-    model, tokenizer = embed.load_encoder("uncased_L-12_H-768_A-12")
-    out = embed.embed_texts(model, tokenizer, ["a sentence", "another"], max_seq_length=32)
+DIR: a Hugging Face BERT or ModernBERT directory, or a training --workdir. Row i of the .npz is
+line i: input_ids, attention_mask [T, N]; last_hidden_state [T, N, hidden]; pooled [T, hidden].
 """
-
-from __future__ import annotations
 
 # First: a Ctrl-C while JAX imports is cli's one line (cli._interrupted_hook), not a traceback.
 from bert_jax import cli
 
 # isort: split
-import codecs
 import contextlib
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -79,8 +62,7 @@ def load_encoder(
     do_lower_case: bool | None = None,
     dtype: str = "float32",
 ):
-    """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir
-    (bert_jax.training.pretrained.load)."""
+    """(BertForPreTraining, tokenizer) from a Hugging Face directory or a training workdir."""
     loaded = pretrained.load(
         path,
         step=step,
@@ -129,11 +111,8 @@ def _forward(bert, ids, mask):
 def embed_texts(
     model, tokenizer, texts: Sequence[str], max_seq_length: int = 128, batch_size: int = 32
 ) -> dict[str, np.ndarray]:
-    """Texts -> {'input_ids', 'attention_mask', 'last_hidden_state', 'pooled'} (see the module doc).
-
-    `model` is a BertForPreTraining or a BertModel. Every batch has `batch_size` rows (the last is
-    padded) so the forward pass compiles once.
-    """
+    """Texts -> {'input_ids', 'attention_mask', 'last_hidden_state', 'pooled'} of `model`, a
+    BertForPreTraining or a BertModel. Every batch has `batch_size` rows: one compile."""
     bert = getattr(model, "bert", model)
     if max_seq_length > bert.config.max_position_embeddings:
         raise cli.UserError(
@@ -167,18 +146,14 @@ def read_lines(path: str) -> list[str]:
         raise cli.UserError(f"--input={path!r} {why}; pass a text file with one text per line")
     data = storage.read_bytes(path)
     try:
-        text = data.decode("utf-8-sig")  # -sig: a byte-order mark is no text
+        text = data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is no text
     except UnicodeDecodeError as e:
-        # utf-8-sig counts from after a byte-order mark; the file's offset counts it.
-        at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
-        line = data.count(b"\n", 0, at) + 1
+        line = data.count(b"\n", 0, e.start) + 1
         raise cli.UserError(
-            f"--input={path!r} is not UTF-8 text (line {line}, byte {at}: {e.reason}); "
+            f"--input={path!r} is not UTF-8 text (line {line}, byte {e.start}: {e.reason}); "
             "convert it (e.g. iconv -t UTF-8)"
         ) from None
-    # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them: str.splitlines() also breaks
-    # at form feeds, U+2028, NEL, a lone "\r" ..., which made extra rows and shifted every later
-    # row against its line.
+    # Lines end at "\n" (or "\r\n") only, as `wc -l` counts them (not str.splitlines()'s).
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines[-1] == "":
         lines.pop()  # the last line's end
@@ -201,25 +176,6 @@ def _output_path(path: str) -> str:
     return path
 
 
-def _temporary_prefix() -> str:
-    return f".embed-{socket.gethostname()}-"
-
-
-def _remove_killed_temporaries(directory: str) -> None:
-    """Removes the hidden half-written .npz files (as large as an output) that embeds killed
-    on this host (kill -9, the OOM killer) left in `directory`: their writer's pid is in their
-    name, and a rerun left them there for good."""
-    prefix = _temporary_prefix()
-    for name in os.listdir(directory):
-        pid = name[len(prefix) :].split("-", 1)[0]
-        if not (name.startswith(prefix) and name.endswith(".npz") and pid.isdigit()):
-            continue
-        if workdir_lock.pid_running(int(pid)):
-            continue
-        with contextlib.suppress(OSError):
-            os.remove(os.path.join(directory, name))
-
-
 def _save_npz(path: str, arrays: dict) -> None:
     """Writes the .npz beside its final name and renames: never a half-written file there."""
     path = _output_path(path)
@@ -228,20 +184,24 @@ def _save_npz(path: str, arrays: dict) -> None:
             np.savez(f, **arrays)
         return
     directory = os.path.dirname(os.path.abspath(path))
-    _remove_killed_temporaries(directory)
+    prefix = f".embed-{socket.gethostname()}-"
+    # The temporaries of killed embeds of this host (their writer's pid is in their name) go.
+    for name in os.listdir(directory):
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if not (name.startswith(prefix) and name.endswith(".npz") and pid.isdigit()):
+            continue
+        if not workdir_lock.pid_running(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, name))
     with cli.user_path("--output", path):  # a read-only directory, say
-        fd, tmp = tempfile.mkstemp(
-            prefix=f"{_temporary_prefix()}{os.getpid()}-", suffix=".npz", dir=directory
-        )
-    # mkstemp makes the file 0600: the output is the user's file, its mode 0666 less the umask
-    # as any file they write (it was readable by its owner only).
+        fd, tmp = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".npz", dir=directory)
+    # Not mkstemp's 0600: 0666 less the umask, as any file the user writes.
     mask = os.umask(0)
     os.umask(mask)
     os.fchmod(fd, 0o666 & ~mask)
-    # A SIGTERM while writing exits (status 143) through `finally`, which removes the hidden
-    # half-written .npz (as large as the output).
+    # A SIGTERM while writing exits (143) through `finally`, which removes the temporary.
     main = threading.current_thread() is threading.main_thread()  # only it may set handlers
-    previous = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
+    previous = signal.signal(signal.SIGTERM, lambda n, _: sys.exit(128 + n)) if main else None
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -251,10 +211,6 @@ def _save_npz(path: str, arrays: dict) -> None:
             signal.signal(signal.SIGTERM, previous)
         if os.path.exists(tmp):
             os.remove(tmp)
-
-
-def _exit_on_signal(signum, frame) -> None:
-    raise SystemExit(128 + signum)
 
 
 def main(argv):

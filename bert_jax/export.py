@@ -1,20 +1,9 @@
-"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory (BertForMaskedLM
-without the NSP head), or a ModernBertForMaskedLM one for a model of the modern block
-(bert_jax.hf.architectures).
+"""Exports a training checkpoint as a Hugging Face BertForPreTraining directory, or a
+ModernBertForMaskedLM one for the modern block (docs/model.md, "Export a training run").
 
     python -m bert_jax.export --workdir=DIR [--step=N] --output_dir=OUT [--vocab_file=vocab.txt]
 
-OUT then holds config.json, model.safetensors (float32) and the tokenizer's files (vocab.txt and
-tokenizer_config.json, or the run's tokenizer.json as it is);
-`transformers.AutoModelForMaskedLM.from_pretrained(OUT)` loads it (BertForPreTraining's heads
-with `transformers.BertForPreTraining`), and so does `bert_jax.hf.bert.load_hf`.
-The vocabulary defaults to the one the run's data was tokenized with (recorded with its md5 in
-the checkpoint, from the data's manifest); a --vocab_file that is not that vocabulary is an
-error, and so is a damaged checkpoint (bert_jax.training.checkpoints's checksums).
-
-OUT must be new, empty or an earlier export of ours (replaced whole). A failed export leaves it as
-it was; in a bucket (gs://...), a directory without config.json, which transformers refuses
-(bert_jax.hf.publish; docs/faults.md, the export rows).
+OUT must be new, empty or an earlier export of ours (replaced whole: bert_jax.hf.publish).
 """
 
 from absl import flags
@@ -95,15 +84,9 @@ def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax import storage
 
-    storage.check_paths(  # parsed once, before anything is read or written
-        {
-            "--workdir": FLAGS.workdir,
-            "--output_dir": FLAGS.output_dir,
-            "--vocab_file": FLAGS.vocab_file,
-        },
-        outputs=["--output_dir"],
-        checkpoints=["--workdir"],
-    )
+    paths = {f"--{name}": FLAGS[name].value for name in ("workdir", "output_dir", "vocab_file")}
+    # Parsed once, before anything is read or written.
+    storage.check_paths(paths, outputs=["--output_dir"], checkpoints=["--workdir"])
     runtime.start()
     out = export(
         FLAGS.workdir,

@@ -1,19 +1,12 @@
-"""Fine-tunes a pre-trained BERT, or predicts with a fine-tuned one.
+"""Fine-tunes a pre-trained BERT, or predicts with a fine-tuned one (docs/finetuning.md).
 
     python -m bert_jax.finetune --config=configs/finetune/sst2.py --init=DIR --workdir=DIR \\
         --config.data.train_file=SST-2/train.tsv --config.data.eval_files=SST-2/dev.tsv
-
---init is a Hugging Face BERT directory (config.json, model.safetensors or pytorch_model.bin,
-vocab.txt) or a pre-training workdir of ours. Running the same command again resumes. LoRA:
---config.lora.rank=8 (and a larger --config.optim.learning_rate, e.g. 1e-3).
-
     python -m bert_jax.finetune --mode=predict --workdir=DIR --test_file=SST-2/test.tsv
 
-writes predictions of the model fine-tuned in --workdir (to <workdir>/predictions/ unless
---output is given), using the config and --init saved with its checkpoints.
-
-A mistake is one `error:` line and exit status 2 (bert_jax.cli); a run stopped by a NaN/inf
-loss (config.train.on_nonfinite="stop") exits 1.
+--init is a Hugging Face BERT directory or a pre-training workdir of ours; the same command again
+resumes. Predict mode uses the config and --init saved with --workdir's checkpoints. A mistake
+exits 2 with one `error:` line; a run stopped by a NaN/inf loss exits 1.
 """
 
 import os
@@ -55,21 +48,19 @@ runtime.define_flags()
 flags.mark_flags_as_required(["workdir"])
 
 
-# Flags only one mode reads, and what the other mode takes instead: given to the other mode they
-# were silently ignored (--test_file in train mode wrote no predictions, --config.* overrides in
-# predict mode changed nothing).
+# Predict mode's own flags, and what train mode takes instead: refused there, not ignored.
 _PREDICT_ONLY = {
-    "test_file": "--config.data.test_file",
+    "test_file": "set --config.data.test_file",
     "output": "predictions go to <workdir>/predictions/",
-    "eval_batch_size": "--config.eval.batch_size",
+    "eval_batch_size": "set --config.eval.batch_size",
 }
 
 
-def _check_mode_flags() -> None:
+def main(argv):
+    del argv  # cli.run refuses arguments after the flags
     if FLAGS.mode == "train":
-        for name, instead in _PREDICT_ONLY.items():
+        for name, hint in _PREDICT_ONLY.items():
             if FLAGS[name].present:
-                hint = f"set {instead}" if instead.startswith("--") else instead
                 raise cli.UserError(
                     f"--{name} is for --mode=predict and does nothing in train mode; {hint}"
                 )
@@ -78,14 +69,8 @@ def _check_mode_flags() -> None:
             "--config is for --mode=train: predict mode uses the config saved with the "
             "checkpoints in --workdir (--eval_batch_size replaces its eval.batch_size)"
         )
-
-
-def main(argv):
-    del argv  # cli.run refuses arguments after the flags
-    _check_mode_flags()
     if FLAGS.eval_batch_size is not None and not 1 <= FLAGS.eval_batch_size < 2**31:
-        # Here, not after the model loads (and 0 would silently keep the saved size; 2**63 was
-        # an IndexError traceback after the model loaded).
+        # Before the model loads; 0 would silently keep the saved size.
         raise cli.UserError(
             f"--eval_batch_size={FLAGS.eval_batch_size} must be 1 or more (and below 2**31)"
         )
@@ -125,8 +110,7 @@ def _check_paths() -> None:
     """Every path flag and config field parsed once, before anything is read or written."""
     from bert_jax import storage
 
-    paths = {"--workdir": FLAGS.workdir, "--init": FLAGS.init, "--test_file": FLAGS.test_file}
-    paths["--output"] = FLAGS.output
+    paths = {f"--{name}": FLAGS[name].value for name in ("workdir", "init", "test_file", "output")}
     if FLAGS.config is not None:
         data = FLAGS.config.data
         for field in ("train_file", "eval_files", "test_file", "vocab_file"):
@@ -134,8 +118,7 @@ def _check_paths() -> None:
     written = ["--workdir"] if FLAGS.mode == "train" else ["--output"]
     storage.check_paths(paths, outputs=written, checkpoints=["--workdir"])
     if FLAGS.mode == "predict" and FLAGS.output and not storage.is_url(FLAGS.output):
-        # A file to write, asked now rather than after the model loaded and predicted.
-        if FLAGS.output.rsplit("/", 1)[-1] in ("", ".", ".."):  # "out/": a FileNotFoundError
+        if FLAGS.output.rsplit("/", 1)[-1] in ("", ".", ".."):  # "out/"
             raise cli.UserError(
                 f"--output={FLAGS.output!r} names no file; pass the predictions file's name"
             )

@@ -1,17 +1,6 @@
-"""Text -> fixed-length model inputs for sentence (pair) classification and token tagging.
-
-Inputs are google-research/bert's: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, segment id 0 up to
-and including the first [SEP] and 1 after it, zero padding on the right. Every function returns a
-dict of numpy arrays keyed by bert_jax.data.contract.features' names plus the labels:
-
-    input_ids, input_mask, segment_ids   int32 [examples, max_seq_length]
-    label                                int32 [examples] (classes) or float32 (regression)
-    label_ids, label_weights             int32/float32 [examples, max_seq_length] (tagging)
-
-Span extraction (SQuAD) encodes in squad.py: it needs windows over long contexts.
+"""Text -> fixed-length model inputs for sentence (pair) classification and token tagging, laid
+out as google-research/bert's (`[CLS] a [SEP] b [SEP]`); SQuAD's windows are squad.py's.
 """
-
-from __future__ import annotations
 
 import math
 from collections.abc import Sequence
@@ -28,8 +17,7 @@ LABEL_WEIGHTS = "label_weights"  # [examples, length]: 1.0 where label_ids count
 
 
 class FormatError(cli.UserError):
-    """A data file that does not have the expected layout; the message says where and what to
-    fix."""
+    """A data file without the expected layout; the message says where and what to fix."""
 
 
 def pack(
@@ -57,8 +45,7 @@ def pack(
 def encode_texts(
     tok, examples, max_seq_length: int, labels: Sequence[str]
 ) -> dict[str, np.ndarray]:
-    """TextExamples -> inputs and labels; `labels` () means a regression target (a float).
-    Examples without a label (test files) get label 0 and are only for prediction."""
+    """TextExamples -> inputs and labels (floats if `labels` is (); 0 where an example has none)."""
     F.check_seq_length(max_seq_length, 2)  # a pair's room, also for single texts
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(examples)
@@ -102,10 +89,8 @@ def _label_value(ex, label_map):
 def encode_tagged(
     tok, sentences, max_seq_length: int, labels: Sequence[str]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """TaggedSentences -> (inputs and tag labels, per sentence each word's first-piece position).
-    A word's tag sits on its first word piece; its other pieces, [CLS], [SEP] and padding have
-    weight 0. Words past max_seq_length are cut: their position is -1 (prediction gives them
-    "O", evaluation counts them as missed)."""
+    """TaggedSentences -> (inputs and tag labels, each word's first-piece position per sentence):
+    a tag sits on its word's first piece (all else weighs 0); a word cut off has position -1."""
     F.check_seq_length(max_seq_length, 1)
     label_map = {name: i for i, name in enumerate(labels)}
     n = len(sentences)

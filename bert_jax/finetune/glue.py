@@ -1,15 +1,8 @@
-"""GLUE-style TSV files -> text examples, and predictions back to TSV.
+"""GLUE-style TSV files -> text examples, and predictions back to TSV (docs/finetuning.md).
 
-A `Layout` (LAYOUTS, one per GLUE task) names the columns to read: files with a header row are
-read by column *name* (so extra or reordered columns do not matter), headerless files (CoLA's
-train and dev) by position. A file whose header lacks the label column (every GLUE test file) is
-read without labels, for prediction. Label lists keep the order google-research/bert's
-run_classifier.py uses, so label ids agree with its checkpoints. Quotes are literal text in GLUE
-files (MNLI has unbalanced ones), so fields split on tabs only. docs/finetuning.md, "Sentence
-pairs: MNLI (and MRPC, QQP, QNLI, RTE, WNLI)".
+A `Layout` per task names its columns: by header, or by position in CoLA's headerless files.
+Label lists keep run_classifier.py's order; fields split on tabs only (quotes are text).
 """
-
-from __future__ import annotations
 
 import dataclasses
 import os
@@ -66,26 +59,19 @@ def get_layout(name: str) -> Layout:
     return LAYOUTS[name]
 
 
-def _lines(path: str) -> list[list[str]]:
-    """The file's lines split at tabs. Lines end at "\n" (or "\r\n") only: a lone carriage
-    return inside a field (text pasted from an old Mac file or a spreadsheet cell) is part of its
-    text, not a line break that cuts the row in two (and was reported as a missing field)."""
+def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     storage.check_file(path, "data file")
     with storage.open_read(path, "rb") as f:
         text = f.read().decode("utf-8-sig")  # -sig: tolerate a BOM
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the file's last line break
-    return [line.removesuffix("\r").split("\t") for line in lines]
-
-
-def read_tsv(path: str, layout: Layout) -> list[TextExample]:
-    """Reads one GLUE TSV file (train, dev or test) of `layout`."""
-    rows = _lines(path)
+    # Lines end at "\n" (or "\r\n") only: a lone "\r" in a field (a spreadsheet cell's) is text.
+    rows = [line.removesuffix("\r").split("\t") for line in text.split("\n")]
+    if rows[-1] == [""]:
+        rows.pop()  # the file's last line break
     if not rows:
         raise FormatError(f"{path} is empty")
     stem = os.path.splitext(os.path.basename(path))[0]
-    header, name = rows[0], _layout_name(layout)
+    header = rows[0]
+    name = next(name for name, value in LAYOUTS.items() if value == layout)
     if layout.text_a in header:  # columns by name; data from line 2
         col = {column: i for i, column in enumerate(header)}
         if layout.text_b is not None and layout.text_b not in col:
@@ -110,9 +96,7 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
     has_label = layout.label in col
     # Every column a row is read from, the id column too (it may come after the texts).
     needed = max(
-        col[c]
-        for c in (layout.text_a, layout.text_b, layout.label if has_label else None, layout.guid)
-        if c in col
+        col[c] for c in (layout.text_a, layout.text_b, layout.label, layout.guid) if c in col
     )
     out = []
     for n, row in enumerate(rows, start=first):
@@ -121,30 +105,15 @@ def read_tsv(path: str, layout: Layout) -> list[TextExample]:
         if len(row) <= needed:
             raise FormatError(f"{path}:{n}: {len(row)} {short}")
         guid = row[col[layout.guid]] if layout.guid in col else f"{stem}-{n}"
-        out.append(
-            TextExample(
-                guid,
-                row[col[layout.text_a]],
-                row[col[layout.text_b]] if layout.text_b else None,
-                _label(path, n, row[col[layout.label]]) if has_label else None,
-                n,
+        label = row[col[layout.label]] if has_label else None
+        if label is not None and label != label.strip():  # "1 " is not "1": say so, with the line
+            raise FormatError(
+                f"{path}:{n}: label {label!r} has spaces around it; remove them (labels are "
+                "matched exactly against config.data.labels or the layout's label set)"
             )
-        )
+        text_b = row[col[layout.text_b]] if layout.text_b else None
+        out.append(TextExample(guid, row[col[layout.text_a]], text_b, label, n))
     return out
-
-
-def _layout_name(layout: Layout) -> str:
-    return next(name for name, value in LAYOUTS.items() if value == layout)
-
-
-def _label(path: str, n: int, label: str) -> str:
-    # "1 " is not the label "1": refuse it here, with the line, rather than as an unknown label.
-    if label != label.strip():
-        raise FormatError(
-            f"{path}:{n}: label {label!r} has spaces around it; remove them (labels are matched "
-            "exactly against config.data.labels or the layout's label set)"
-        )
-    return label
 
 
 def write_predictions(path: str, examples: Sequence[TextExample], predictions: Sequence) -> None:

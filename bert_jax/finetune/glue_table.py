@@ -2,17 +2,11 @@
 GLUE's layout and prints the dev-set figures side by side.
 
     python -m bert_jax.finetune.glue_table --init=DIR --glue_dir=glue --workdir=runs/glue \
-        [--tasks=cola,sst2,mrpc,stsb,qqp,mnli,qnli,rte,wnli] \
-        [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
+        [--tasks=cola,sst2,...] [--overrides=optim.learning_rate=3e-5,train.num_epochs=2]
 
---init as `python -m bert_jax.finetune` takes it; --glue_dir as GLUE's download script lays it
-out (CoLA/, SST-2/, ..., each with train.tsv and dev.tsv). Each task runs in <workdir>/<task> with
-its configs/finetune/<task>.py and --overrides; the table also goes to <workdir>/glue_table.md,
-the figures to glue_results.json. The same command again resumes. Export is off
-(--overrides=export=True). docs/finetuning.md, "All of GLUE in one command: the score table".
+Each task runs in <workdir>/<task> with its configs/finetune/<task>.py and --overrides; the same
+command again resumes. docs/finetuning.md, "All of GLUE in one command: the score table".
 """
-
-from __future__ import annotations
 
 import ast
 import dataclasses
@@ -65,8 +59,7 @@ TASKS = {
 
 
 def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
-    """The tasks to run: `names` (each directory must be there), else every task whose directory
-    `glue_dir` holds, in GLUE's order."""
+    """`names` (each directory must be there), else every task `glue_dir` holds, in GLUE's order."""
     if not storage.isdir(glue_dir):
         raise cli.UserError(f"--glue_dir={glue_dir!r} is not a directory")
     if names:
@@ -88,8 +81,7 @@ def pick_tasks(glue_dir: str, names: list[str] | None) -> list[Task]:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """["optim.learning_rate=3e-5", ...] -> {"optim.learning_rate": 3e-5}: values are Python
-    literals where they parse as one, else text."""
+    """["a.b=3e-5", ...] -> {"a.b": 3e-5}: a value is a Python literal where it parses as one."""
     out = {}
     for item in items:
         key, sep, text = item.partition("=")
@@ -118,36 +110,20 @@ def task_config(task: Task, glue_dir: str, overrides: dict):
     config.data.test_file = ""
     config.export = False
     for key, value in overrides.items():
-        *path, field = key.split(".")
-        node = config
+        problem = cli.no_such_field(config, key.split("."))
         try:
-            for part in path:
-                node = node[part]
-            if field not in node:
-                raise KeyError(field)
-            node[field] = value
+            config.update_from_flattened_dict({} if problem else {key: value})
         except (KeyError, TypeError, AttributeError) as e:
+            problem = e
+        if problem:
             raise cli.UserError(
-                f"--overrides: {key}={value!r} cannot be set on configs/finetune "
-                f"({cli.no_such_field(config, key.split('.')) or e})"
-            ) from None
+                f"--overrides: {key}={value!r} cannot be set on configs/finetune ({problem})"
+            )
     return config
 
 
-def figures(task: Task, evals: dict) -> dict[str, float]:
-    """{column: value} of a task's run's eval figures ({file stem: {metric: value}})."""
-    out = {}
-    for column, stem, metric in task.figures:
-        value = (evals.get(stem) or {}).get(metric)
-        if value is None:
-            raise cli.UserError(f"{task.name}: the run has no {metric!r} on {stem}.tsv")
-        out[column] = float(value)
-    return out
-
-
 def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dict:
-    """Fine-tunes (or resumes) one task in `workdir`; returns its result ({"figures", "step",
-    "stopped"}), written to <workdir>/glue_result.json once the run is done."""
+    """Fine-tunes (or resumes) one task -> its result (in <workdir>/glue_result.json when done)."""
     path = storage.join(workdir, RESULT)
     if storage.isfile(path):
         saved = json.loads(storage.read_text(path))
@@ -163,13 +139,17 @@ def run_task(task: Task, config, workdir: str, init: str, settings: dict) -> dic
     out = {"task": task.name, "step": result["step"], "stopped": result["stopped"]}
     if result["stopped"] != "done":
         return out
-    out.update(figures=figures(task, result["eval"]), settings=settings)
+    out["figures"], out["settings"] = {}, settings
+    for column, stem, metric in task.figures:  # from the eval's {file stem: {metric: value}}
+        value = (result["eval"].get(stem) or {}).get(metric)
+        if value is None:
+            raise cli.UserError(f"{task.name}: the run has no {metric!r} on {stem}.tsv")
+        out["figures"][column] = float(value)
     storage.write_text(path, json.dumps(out, indent=2))
     return out
 
 
 def table(results: dict[str, dict]) -> str:
-    """The score table (Markdown): one row per task, its figures, and the average."""
     lines = ["| task | figures | score |", "| --- | --- | ---: |"]
     scores = []
     for name, result in results.items():
@@ -184,8 +164,7 @@ def table(results: dict[str, dict]) -> str:
 
 
 def run(init: str, glue_dir: str, workdir: str, names=None, overrides=None) -> dict:
-    """Every task in turn, then the table; returns {"results", "table", "stopped"} ("stopped":
-    the first task's reason that did not finish, else "done")."""
+    """Every task in turn, then the table -> {"results", "table", "stopped"}."""
     overrides = dict(overrides or {})
     tasks = pick_tasks(glue_dir, names)
     configs = {t.name: task_config(t, glue_dir, overrides) for t in tasks}  # mistakes first

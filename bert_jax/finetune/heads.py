@@ -1,19 +1,7 @@
-"""Task models (a BertModel plus one head), their losses, and their export to transformers.
-
-    classification  [CLS] pooled output -> dropout -> dense: logits [batch, classes]
-    regression      the same with one output: prediction [batch]
-    tagging         every position -> dropout -> dense: logits [batch, length, tags]
-    span            every position -> dense(2): start and end logits [batch, length] each
-
-These are Hugging Face's BertForSequenceClassification (num_labels=1 for regression),
-BertForTokenClassification and BertForQuestionAnswering: `export_hf` writes a directory of that
-class, LoRA adapters merged, that `AutoModelFor...from_pretrained` loads with the same outputs
-(bert_jax.hf.bert's tensor names; only the head's are added here). The head is the attribute
-`head` (LoRA training selects it by that name). Dropout is active iff a `dropout_rng` is passed,
-as in bert_jax.model.encoder.
+"""Task models (a BertModel plus a dense `head`, the name LoRA training selects it by), their
+losses, and their export as transformers' BertForSequenceClassification (regression: one label),
+BertForTokenClassification or BertForQuestionAnswering, LoRA merged.
 """
-
-from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
@@ -34,13 +22,6 @@ from bert_jax.text import tokenization
 KINDS = ("classification", "regression", "tagging", "span")
 
 
-def num_outputs(kind: str, num_labels: int) -> int:
-    """Outputs of a `kind` head (one of KINDS: the tasks' kinds)."""
-    if kind in ("classification", "tagging") and num_labels < 2:
-        raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
-    return {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}[kind]
-
-
 class TaskModel(nnx.Module):
     """`bert` (a BertModel) and `head` (a dense layer) for one of KINDS."""
 
@@ -48,10 +29,13 @@ class TaskModel(nnx.Module):
         self.config = config
         self.kind = kind
         self.bert = BertModel(config, rngs=rngs)
+        if kind in ("classification", "tagging") and num_labels < 2:
+            raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
+        outputs = {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}
         # Initialized as BERT's own dense layers; logical axes as model.py names them.
         self.head = nnx.Linear(
             config.hidden_size,
-            num_outputs(kind, num_labels),
+            outputs[kind],
             dtype=config.compute_dtype,
             param_dtype=jnp.float32,
             kernel_init=jax.nn.initializers.truncated_normal(config.initializer_range),
@@ -61,11 +45,9 @@ class TaskModel(nnx.Module):
         )
 
     def __call__(self, input_ids, input_mask, segment_ids, *, dropout_rng=None, **packed):
-        """Returns float32 logits: [batch, classes], [batch], [batch, length, tags], or for
-        span a pair ([batch, length], [batch, length]). Packed rows (finetune/packed.py) pass
-        `packed`: bert_jax.data.input.packing's MODEL_INPUTS (example_ids, position_ids,
-        cls_positions [rows, slots]); classification and regression outputs are then per slot,
-        [rows, slots, classes] and [rows, slots]; token outputs keep their shape."""
+        """float32 logits: classification [batch, classes] and regression [batch] from the pooled
+        [CLS] output, tagging [batch, length, tags], span (start, end) [batch, length] each.
+        Packed rows (packed.py) pass packing.MODEL_INPUTS: sentence outputs are then per slot."""
         if self.kind not in ("classification", "regression"):
             packed.pop(packing.CLS_POSITIONS, None)  # no pooled output wanted
         k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
@@ -89,10 +71,8 @@ PAD_ID = 0
 
 
 def without_pad_gradient(grads, pad_id: int = PAD_ID):
-    """`grads` with the [PAD] word embedding's row (`pad_id`: the tokenizer's, 50,283 in
-    ModernBERT's) zeroed, as transformers' BertEmbeddings and ModernBertEmbeddings (nn.Embedding
-    with padding_idx) train it: never, beyond weight decay. Only the span loss sees padding
-    positions (its softmax runs over them), so only span training would move that row."""
+    """`grads` with the [PAD] word embedding's row zeroed, as transformers' embeddings (with
+    padding_idx) train it: never. Only the span loss (a softmax over padding) would move it."""
 
     def leaf(path, g):
         names = tuple(getattr(k, "key", k) for k in path)
@@ -102,24 +82,18 @@ def without_pad_gradient(grads, pad_id: int = PAD_ID):
 
 
 def _cross_entropy(logits, labels):
-    """Per-row negative log-likelihood of integer labels; logits [..., classes]."""
     return -jnp.take_along_axis(jax.nn.log_softmax(logits), labels[..., None], axis=-1)[..., 0]
 
 
 def loss(kind: str, outputs, batch: dict) -> jax.Array:
-    """Mean training loss of a batch, as transformers' task models compute it: cross-entropy
-    (classification; tagging over labelled word pieces; span: start and end averaged) or
-    squared error (regression). Packed rows (a batch with packing.EXAMPLE_WEIGHTS) give each
-    example the same weight as unpacked: the mean is over examples, not rows."""
+    """Mean loss of a batch as transformers' task models compute it (squared error for
+    regression, else cross-entropy); packed rows weigh each example as unpacked."""
     if kind == "tagging":  # per labelled piece, packed or not (padding weighs 0)
         return _weighted_mean(
             _cross_entropy(outputs, batch[encode.LABEL_IDS]), batch[encode.LABEL_WEIGHTS]
         )
-    packed = packing.EXAMPLE_WEIGHTS in batch
-    if packed:
-        weights = batch[packing.EXAMPLE_WEIGHTS]  # [rows, slots]: 1 per example
-    else:
-        weights = jnp.ones(batch[F.INPUT_IDS].shape[:1], jnp.float32)  # [batch]: 1 per example
+    packed = packing.EXAMPLE_WEIGHTS in batch  # 1 per example: [rows, slots], unpacked [batch]
+    weights = batch[packing.EXAMPLE_WEIGHTS] if packed else jnp.ones(batch[F.INPUT_IDS].shape[:1])
     if kind == "classification":
         return _weighted_mean(_cross_entropy(outputs, batch[encode.LABEL]), weights)
     if kind == "regression":
@@ -130,10 +104,7 @@ def loss(kind: str, outputs, batch: dict) -> jax.Array:
             slots = weights.shape[1]
             own = batch[packing.EXAMPLE_IDS][:, None, :] == jnp.arange(1, slots + 1)[:, None]
             start, end = (jnp.where(own, x[:, None, :], _NEG) for x in (start, end))
-        # Unpacked, the softmax runs over every position, padding included, as in
-        # google-research/bert's run_squad.py and transformers' BertForQuestionAnswering (the
-        # trajectory test holds us to the latter); inference never picks a padding position
-        # (squad.best_answers).
+        # Unpacked, the softmax runs over padding too, as in run_squad.py and transformers.
         nll = _cross_entropy(start, batch[squad.START_POSITIONS]) + _cross_entropy(
             end, batch[squad.END_POSITIONS]
         )
@@ -148,8 +119,6 @@ def _weighted_mean(values, weights):
     return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-# --- The transformers task model -------------------------------------------------------------
-
 # Hugging Face class and head tensor name per task kind.
 _HF_HEADS = {
     "classification": ("BertForSequenceClassification", "classifier"),
@@ -162,9 +131,8 @@ EXPORT_FLAG = "<workdir>/export"
 
 
 def check_exportable(config: BertConfig, kind: str, vocab_file: str | None = None) -> None:
-    """Task models export as BERT's transformers classes only: a ModernBERT-block encoder is
-    refused (before training, by runs.prepare), as is a SentencePiece `vocab_file` and a
-    sentence head without BERT's pooler (transformers' would be freshly initialized)."""
+    """Refuses what BERT's transformers task classes cannot hold (runs.prepare asks before
+    training): a ModernBERT block, a SentencePiece `vocab_file`, a sentence head without pooler."""
     bert.check_exportable_vocab(vocab_file)
     if bert.architecture(config) != bert.BERT:
         raise cli.UserError(
@@ -180,8 +148,7 @@ def check_exportable(config: BertConfig, kind: str, vocab_file: str | None = Non
 
 
 def hf_tensors(model) -> dict[str, np.ndarray]:
-    """{transformers name: float32 array} of `model` (a TaskModel) as the task class of its
-    kind names its weights; LoRA adapters are merged into a copy first."""
+    """{transformers name: float32 array} of a TaskModel, LoRA merged into a copy."""
     model = nnx.clone(model)
     lora.merge_adapters(model)
     _, head_name = _HF_HEADS[model.kind]
@@ -204,9 +171,7 @@ def export_hf(
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
     pad_id: int = PAD_ID,
 ) -> dict[str, Any]:
-    """Writes `model` (a TaskModel, with or without LoRA adapters) as a transformers task
-    model directory; adapters are merged into a copy first. Returns the config.json written.
-    `pad_id`: the tokenizer's [PAD] (config.json's pad_token_id)."""
+    """Writes a TaskModel as a transformers task model directory -> the config.json written."""
     check_exportable(model.config, model.kind)
     tensors = hf_tensors(model)
     cls_name, _ = _HF_HEADS[model.kind]

@@ -1,15 +1,6 @@
-"""LoRA (Hu et al. 2021): rank-r adapters on a BertModel's dense layers, and merging them back.
-
-`add_adapters` replaces each targeted nnx.Linear of every encoder layer (EncoderLayer's query,
-key, value, attention_output, intermediate, output) by an `Adapted` module that keeps the layer
-(frozen) and adds flax's `nnx.LoRA`: y = x @ W + b + (x @ A @ B) * alpha / rank, A [in, rank]
-He-uniform, B [rank, out] zero, so it starts out computing what the pre-trained model did.
-`TRAINABLE` selects the `nnx.LoRAParam`s and the task head: all a LoRA run trains, optimizes and
-checkpoints. `merge_adapters` folds A @ B * scale into W and puts the plain nnx.Linear back (the
-pre-trained structure, exported with bert_jax.hf.bert's names). docs/finetuning.md, "LoRA".
+"""LoRA (Hu et al. 2021): rank-r adapters (flax's nnx.LoRA) on a BertModel's encoder denses,
+and merging them back into plain nnx.Linear layers for export. docs/finetuning.md, "LoRA".
 """
-
-from __future__ import annotations
 
 import math
 from collections.abc import Sequence
@@ -35,7 +26,7 @@ TRAINABLE = nnx.Any(nnx.LoRAParam, nnx.PathContains("head"))
 
 
 class Adapted(nnx.Module):
-    """A frozen nnx.Linear `base` plus a trainable low-rank update `lora` scaled by alpha/rank."""
+    """A frozen nnx.Linear `base` plus a low-rank update `lora` (B starts at 0) times alpha/rank."""
 
     def __init__(self, base: nnx.Linear, rank: int, alpha: float, *, rngs: nnx.Rngs):
         in_axis, out_axis = base.kernel.get_metadata().get("out_sharding", (None, None))
@@ -58,9 +49,8 @@ class Adapted(nnx.Module):
 
 
 def target_names(targets) -> tuple[str, ...]:
-    """config.lora.targets as names. ml_collections reads a tuple field's override as a Python
-    literal, so --config.lora.targets=query,value arrives as the one name 'query,value' (refused
-    as unknown while --config.data.labels=a,b worked, tasks.label_names): split at commas."""
+    """config.lora.targets as names, split at commas: ml_collections reads
+    --config.lora.targets=query,value as the one name 'query,value'."""
     if isinstance(targets, str):
         targets = (targets,)
     return tuple(part.strip() for t in targets for part in str(t).split(",") if part.strip())
@@ -82,7 +72,7 @@ def problems(targets: Sequence[str], rank: int, alpha: float) -> list[str]:
 
 
 def _parent(root, path: tuple):
-    """The module holding `path` (attribute names, or indices into a list of layers) in `root`."""
+    """The module holding `path` (attribute names or list indices) in `root`."""
     for key in path[:-1]:
         root = root[key] if isinstance(key, int) else getattr(root, key)
     return root
@@ -103,8 +93,7 @@ def add_adapters(bert, targets: Sequence[str], rank: int, alpha: float, *, rngs:
 
 
 def merge_adapters(model) -> int:
-    """Folds every adapter of `model` into its base kernel (W += A @ B * scale), in place, and
-    puts the plain nnx.Linear back. Returns the number of adapters merged."""
+    """Folds every adapter into its base kernel (W += A @ B * scale) in place -> how many."""
     merged = 0
     for path, module in list(nnx.iter_modules(model)):
         if not isinstance(module, Adapted):
@@ -114,8 +103,7 @@ def merge_adapters(model) -> int:
             jnp.matmul(lora.lora_a[...], lora.lora_b[...], precision=jax.lax.Precision.HIGHEST)
             * module.scale
         )
-        # A new array, not an in-place write: parameters gathered to the host (runs.host_model's
-        # jax.device_get) are read-only numpy arrays.
+        # A new array: parameters gathered to the host (runs.host_model) are read-only.
         base.kernel.value = base.kernel[...] + delta.astype(base.kernel[...].dtype)
         setattr(_parent(model, path), path[-1], base)
         merged += 1
@@ -123,5 +111,4 @@ def merge_adapters(model) -> int:
 
 
 def count(model, selector=nnx.Param) -> int:
-    """Number of parameters of `model` that `selector` (an nnx filter) picks."""
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.state(model, selector))))

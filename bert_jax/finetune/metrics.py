@@ -1,17 +1,7 @@
-"""Metrics as the benchmarks define them; plain Python/numpy values in, floats out.
-
-GLUE: accuracy, F1 of label id 1 (MRPC, QQP), Matthews correlation (CoLA), Pearson and Spearman
-(STS-B); with more than two classes also per-class and macro precision, recall and F1 as
-scikit-learn's precision_recall_fscore_support defines them (a class never gold nor predicted is
-left out of the average; 0 where a ratio has nothing to divide by). CoNLL-2003: entity-level
-precision/recall/F1 as conlleval counts them (IOB1, IOB2, IOBES; BILOU as IOBES). SQuAD: exact
-match and F1 in percent after the official scripts' normalization (lower case, no punctuation,
-no a/an/the, whitespace collapsed), the maximum over the gold answers; v2.0 also splits them by
-has/no answer, and an unanswerable question is right only when the prediction is empty.
+"""The benchmarks' metrics, plain Python/numpy values in, floats out: GLUE's (scikit-learn's
+definitions), CoNLL entity F1 as conlleval counts it, SQuAD exact/F1 as the official scripts do.
 docs/finetuning.md has each task's figures.
 """
-
-from __future__ import annotations
 
 import collections
 import re
@@ -47,8 +37,7 @@ def f1_binary(preds, labels, positive: int = 1) -> float:
 
 
 def matthews_corrcoef(preds, labels) -> float:
-    """Matthews correlation (Gorodkin's multi-class form; the usual one for two classes); 0 when
-    either side is constant."""
+    """Matthews correlation (Gorodkin's multi-class form); 0 when either side is constant."""
     preds, labels = _pair(preds, labels)
     classes = np.union1d(preds, labels)
     p = np.searchsorted(classes, preds)
@@ -107,17 +96,13 @@ def regression_metrics(preds, labels) -> dict[str, float]:
     return {**correlations(preds, labels), "mse": float(np.mean((preds - labels) ** 2))}
 
 
-# --- CoNLL entities (conlleval) --------------------------------------------------------------
-
-
 # Chunk prefixes: IOB1/IOB2/IOBES's own, and BILOU's last (L) and unit (U) as IOBES's E and S.
 _PREFIXES = {"B": "B", "I": "I", "E": "E", "S": "S", "L": "E", "U": "S"}
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); an untyped 'B' -> ('B', '') (chunks without
-    types, as conlleval reads them); BILOU's 'L-PER', 'U-PER' -> ('E', 'PER'), ('S', 'PER');
-    a bare type 'PER' is an inside tag."""
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); untyped 'B' -> ('B', ''); BILOU's 'L-PER' ->
+    ('E', 'PER'); a bare type 'PER' is an inside tag."""
     if tag == "O":
         return "O", ""
     prefix, sep, kind = tag.partition("-")
@@ -174,15 +159,9 @@ def entity_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> d
     precision = n_correct / n_pred if n_pred else 0.0
     recall = n_correct / n_gold if n_gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if n_correct else 0.0
-    return {
-        "precision": precision,
-        "recall": recall,
-        "f1": f1,
-        "accuracy": token_correct / tokens if tokens else 0.0,
-    }
+    accuracy = token_correct / tokens if tokens else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "accuracy": accuracy}
 
-
-# --- SQuAD (the official evaluate-v1.1.py / evaluate-v2.0.py) ----------------------------------
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)

@@ -1,15 +1,7 @@
-"""Packed fine-tuning: several short examples per row, so no step multiplies padding.
-
-With config.train.packing (the default) each step's examples (the same ones, in the same order,
-as an unpacked step's: `index_batches`) are packed by bert_jax.data.input.packing into a number
-of rows that `plan` fixes for the whole run (the step compiles once). Each example keeps its own
-attention, positions and [CLS], and the losses weigh examples as unpacked (finetune.heads.loss),
-so a packed run trains on the same per-example loss (tests/unit/bert_jax/finetune/test_packed.py).
-Span tasks (SQuAD) are not packed in training, though the model and loss support packed span
-rows. docs/finetuning.md, "Packing: no FLOPs on padding".
+"""Packed fine-tuning: several short examples per row, so no step multiplies padding. Each step
+packs an unpacked step's examples (`index_batches`) into a row count `plan` fixes for the run (one
+compile). docs/finetuning.md, "Packing: no FLOPs on padding".
 """
-
-from __future__ import annotations
 
 import dataclasses
 import math
@@ -27,8 +19,7 @@ POSITIONS = (squad.START_POSITIONS, squad.END_POSITIONS)  # token positions: shi
 
 
 def trains_packed(config, kind: str) -> bool:
-    """Whether a run packs its training steps (and inference): config.train.packing, for every
-    task kind but span (see the module docstring)."""
+    """config.train.packing, for every task kind but span (docs/finetuning.md says why)."""
     return bool(config.train.packing) and kind != "span"
 
 
@@ -44,9 +35,8 @@ def pack_examples(
     num_rows: int | None = None,
     rows: list[list[int]] | None = None,
 ) -> packing.Packed:
-    """Examples `indices` of `arrays` (an encoder's [examples, ...] arrays) packed into rows of
-    the same length, with `num_rows` rows if given (empty ones after the packed ones: every
-    weight 0). `rows`: a plan over positions in `indices` (packing.first_fit_decreasing's)."""
+    """Examples `indices` of an encoder's `arrays` packed into rows, `num_rows` if given (empty
+    rows weigh 0); `rows`: packing.first_fit_decreasing's plan over positions in `indices`."""
     indices = np.asarray(indices)
     length = arrays[F.INPUT_IDS].shape[1]
     p = packing.pack(
@@ -68,8 +58,7 @@ def pack_examples(
 
 
 def unpack_outputs(kind: str, p: packing.Packed, outputs, length: int):
-    """A model's outputs on packed rows -> per-example outputs laid out as unpacked rows' (token
-    outputs: each example's from position 0, zeros after its last token)."""
+    """A model's outputs on packed rows -> per-example outputs laid out as unpacked rows'."""
     if kind in ("classification", "regression"):
         return p.example_values(outputs)
     if kind == "tagging":
@@ -88,10 +77,8 @@ def pack_for_inference(arrays: dict) -> packing.Packed:
 
 
 def index_batches(num_examples: int, global_batch: int, seed: int, index: int, count: int):
-    """Endless batches of example indices for process `index` of `count` (its share of each
-    global batch): a new random order every epoch, batches running across epoch boundaries.
-    Both unpacked and packed steps (train_batches) read this order. `count` divides
-    `global_batch` (runs.check_finetuning)."""
+    """Endless batches of example indices, process `index` of `count`'s share of each global
+    batch: a new random order every epoch, batches running across epoch boundaries."""
     ds = grain.MapDataset.range(num_examples).shuffle(seed=seed).repeat(None)
     return ds[index::count].batch(global_batch // count, drop_remainder=True)
 
@@ -103,8 +90,7 @@ def _most_examples(n_tokens: np.ndarray, length: int, cap: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The fixed shape of a run's packed steps: `rows` per process and step, each with up to
-    `max_examples` examples; `examples_per_row` is the mean over the run (the speed-up)."""
+    """A run's packed steps: `rows` per process and step, up to `max_examples` examples each."""
 
     rows: int
     max_examples: int
@@ -114,10 +100,8 @@ class Plan:
 def plan(
     arrays: dict, global_batch: int, seed: int, steps: int, process_count: int, data_parallel: int
 ) -> Plan:
-    """The rows every step of a `steps`-step run needs: first-fit decreasing over each step's
-    examples, for every process, and the most any step needs (rounded up so that the global
-    rows divide over the data-parallel devices). Computed once up front, on the host, from the
-    same deterministic order the steps will read, so no step can ever need more."""
+    """The most rows any step of the run needs (first-fit decreasing over every process's steps,
+    in the order they will read), rounded up to divide over the data-parallel devices."""
     local = global_batch // process_count
     n_tokens = lengths(arrays)
     length = arrays[F.INPUT_IDS].shape[1]
@@ -139,8 +123,7 @@ def plan(
 def train_batches(
     arrays: dict, global_batch: int, seed: int, the_plan: Plan | None, index: int, count: int
 ):
-    """index_batches' examples, each step's packed into the_plan.rows rows, or without a plan
-    its rows as they are (unpacked)."""
+    """index_batches' examples, each step packed into the_plan.rows rows (no plan: unpacked)."""
 
     def batch(indices):
         if the_plan is None:

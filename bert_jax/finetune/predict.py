@@ -1,12 +1,6 @@
-"""Inference: model outputs for a dataset, evaluation, and prediction files for a test file.
-
-`predict_from_workdir` is the prediction command's work: it rebuilds the model a fine-tuning run
-trained (its config is saved with its checkpoints; frozen weights come from the saved --init),
-restores the trained parameters and writes the format's prediction file (GLUE .tsv, CoNLL .txt,
-SQuAD .json; docs/finetuning.md, "Prediction", shows each).
+"""Inference: model outputs for a dataset, evaluation, prediction files; `predict_from_workdir`
+is the prediction command's work (docs/finetuning.md, "Prediction").
 """
-
-from __future__ import annotations
 
 import copy
 import dataclasses
@@ -36,22 +30,16 @@ _EXTENSIONS = {"glue": ".tsv", "conll": ".txt", "squad": ".json"}
 
 def jit_infer(setup: train_state.Setup):
     """(params, frozen, inputs) -> model outputs, replicated on every device."""
-    fn = functools.partial(runs.forward, setup.graphdef)
     return jax.jit(
-        fn,
-        in_shardings=(
-            setup.state_shardings["params"],
-            setup.frozen_shardings,
-            setup.batch_sharding,
-        ),
+        functools.partial(runs.forward, setup.graphdef),
+        in_shardings=(setup.param_shardings, setup.frozen_shardings, setup.batch_sharding),
         out_shardings=NamedSharding(setup.mesh, P()),
     )
 
 
 @dataclasses.dataclass
 class Inference:
-    """A run's inference over its encoded datasets: the run, its Setup and the frozen parameters
-    (the trainable ones are passed per call); the forward pass is `jit_infer`'s."""
+    """A run's inference over its encoded datasets; the trainable parameters come per call."""
 
     run: runs.Run
     setup: train_state.Setup
@@ -61,11 +49,8 @@ class Inference:
         self.infer_fn = jit_infer(self.setup)
 
     def outputs(self, params, ds: tasks.Dataset, between_batches=lambda: None):
-        """Outputs for every row of `ds`, in order: numpy [rows, ...] (span: a (start, end) pair),
-        in batches of eval.batch_size rows. Every process passes the same rows and gets all the
-        outputs. Packed as the run trains (finetune/packed.py), they come back laid out as
-        unpacked. `between_batches()` runs after each batch (the training loop's signal poll
-        during an eval: it may raise faults.Abandoned)."""
+        """Outputs for every row of `ds`, in order, on every process, laid out as unpacked;
+        `between_batches()` (the loop's signal poll) runs after each batch."""
         if not packed.trains_packed(self.run.config, self.setup.kind):
             return self._infer(params, ds.arrays, between_batches)
         p = packed.pack_for_inference(ds.arrays)
@@ -85,8 +70,7 @@ class Inference:
         outs = []
         with setup.activate():
             for start in range(0, n, batch_size):
-                # Process p owns rows [p*local, (p+1)*local) of each global batch; rows past the
-                # end repeat row 0 and their outputs are cut off below.
+                # Process p owns rows [p*local, (p+1)*local); rows past the end repeat row 0.
                 rows = np.arange(start + index * local, start + (index + 1) * local)
                 rows = np.where(rows < n, rows, 0)
                 inputs = [k for k in (*runs.INPUTS, *packing.MODEL_INPUTS) if k in arrays]
@@ -99,18 +83,16 @@ class Inference:
 
     def evaluate(self, params, eval_sets: dict[str, tasks.Dataset], between_batches):
         """{file name: metrics} over the encoded eval files."""
+        metrics = self.run.task.metrics
         return {
-            name: self.run.task.metrics(
-                ds, self.outputs(params, ds, between_batches), self.run.labels
-            )
+            name: metrics(ds, self.outputs(params, ds, between_batches), self.run.labels)
             for name, ds in eval_sets.items()
         }
 
     def write_predictions(
         self, params, ds: tasks.Dataset, output: str, between_batches=lambda: None
     ) -> dict[str, float] | None:
-        """Predictions for `ds` (runs.encode_file's) into `output`; also its metrics if it has
-        labels. Nothing is written when `between_batches` raises."""
+        """Predictions for `ds` into `output` (none if `between_batches` raises) -> its metrics."""
         outputs = self.outputs(params, ds, between_batches)
         if jax.process_index() == 0:
             self.run.task.write(output, ds, outputs, self.run.labels)
@@ -124,9 +106,7 @@ def prediction_path(workdir: str, data_format: str, test_file: str) -> str:
 
 
 def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.ConfigDict) -> None:
-    """Adds to a saved run's config every field it lacks, at `defaults`' value: a workdir saved
-    before a field existed (train.packing, 2026-11-25) predicts with the field's default rather
-    than failing on it. Fields the run saved are kept as they are."""
+    """Adds the fields a saved config lacks (saved before they existed) at `defaults`' value."""
     with saved.unlocked():
         for key, value in defaults.items():
             if key not in saved:
@@ -139,8 +119,7 @@ def fill_missing(saved: ml_collections.ConfigDict, defaults: ml_collections.Conf
 
 def fit_mesh(mesh: ml_collections.ConfigDict, num_devices: int, process_count: int) -> None:
     """The training run's mesh where it fits this machine's devices, else all of them for data
-    parallelism: outputs do not depend on the mesh, and a model fine-tuned on 8 chips predicted
-    on a 1-device machine stopped with "set config.mesh.data=-1", a flag predict mode lacks."""
+    parallelism (outputs do not depend on the mesh; predict mode has no flag to set it)."""
     try:
         sizes = sharding.mesh_shape(
             mesh.data, mesh.fsdp, mesh.tensor, mesh.num_devices or num_devices
@@ -163,9 +142,8 @@ def fit_mesh(mesh: ml_collections.ConfigDict, num_devices: int, process_count: i
 def predict_from_workdir(
     workdir: str, test_file: str, output: str = "", init: str = "", overrides: dict | None = None
 ) -> tuple[str, dict[str, float] | None]:
-    """Predicts `test_file` with the model fine-tuned in `workdir` -> (output path, metrics or
-    None). `init` replaces the saved --init (moved pre-trained directory); `overrides` maps
-    dotted config fields to values (e.g. {"eval.batch_size": 16})."""
+    """-> (output path, metrics or None). `init` replaces the saved --init (a moved directory);
+    `overrides`: {dotted config field: value}."""
     config, _ = checkpoints.load_config(workdir, problems=config_check.range_problems)
     checkpoints.check_kind(config, workdir, finetuning=True)
     from configs.finetune import base  # the fields' defaults have one home: the config file

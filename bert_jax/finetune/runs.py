@@ -1,15 +1,7 @@
 """A fine-tuning run resolved: config (checked first: `check_finetuning`) + --init -> task,
-tokenizer, labels, model, mesh, optimizer.
-
-Parameters are two pytrees (pure dicts, as pre-training keeps them): `trainable` (everything in
-full fine-tuning; with LoRA the adapters and the head) and `frozen` (the rest). The train state
-is the trainer's layout, {'params': trainable, 'opt_state', 'step', 'rng', 'nonfinite_steps'},
-which bert_jax.training.checkpoints saves as it is (a LoRA checkpoint: adapters, head and their
-moments). Frozen weights come from --init whenever a run starts (training, resuming or
-predicting), so the run's config saves the init directory with the vocabulary and label names.
+tokenizer, labels, model, mesh, optimizer. Parameters are two pure dicts: `trainable` (LoRA: the
+adapters and the head) and `frozen`, read from --init whenever a run starts.
 """
-
-from __future__ import annotations
 
 import dataclasses
 import hashlib
@@ -48,10 +40,8 @@ class Run:
 def check_finetuning(
     config, num_devices: int, process_count: int = 1, init: str | None = None
 ) -> None:
-    """bert_jax.finetune's one validation pass of a configs/finetune/base.py config (`init`, else
-    config.init, the pre-trained model): the shared sections' problems (config_check.check_common)
-    and its own, all found before the model is loaded or a file read, in one cli.UserError; a
-    field out of its range alone, first."""
+    """Fine-tuning's one validation pass, before any model or file is read: every problem in one
+    cli.UserError (a field out of its range alone, first). `init`: --init, else config.init."""
     config_check.raise_problems(config_check.range_problems(config))
     t, d = config.train, config.data
     problems, split = config_check.check_common(config, num_devices, process_count)
@@ -119,10 +109,8 @@ def check_finetuning(
 def prepare(
     config: ml_collections.ConfigDict, init: str | None = None, with_train: bool = True
 ) -> Run:
-    """Resolves the run: loads the encoder from `init` (else config.init), reads and encodes the
-    training file, builds the task model (with LoRA adapters when config.lora.rank > 0). A
-    training run's config has passed check_finetuning (a training file and an init
-    are named); a saved run's config names the init it trained from."""
+    """Loads the encoder from `init` (else config.init), reads and encodes the training file and
+    builds the task model; the config has passed check_finetuning, or is a saved run's."""
     config = config.copy_and_resolve_references()
     init = init or config.init
     task = tasks.make_task(config.data)
@@ -150,8 +138,8 @@ def prepare(
     train = None
     labels = task.labels(examples)
     if examples is not None:
-        train = _encode(task, tok, config.data.train_file, examples, labels, training=True)
-        _check_segments(train, encoder.config.type_vocab_size, config.data.train_file)
+        types = encoder.config.type_vocab_size
+        train = _encode(task, tok, config.data.train_file, examples, labels, types, training=True)
         if not train.has_labels:
             raise cli.UserError(f"{config.data.train_file} has no labels; it cannot be trained on")
     # A saved run's config (predict) records the model it was fine-tuned from: --init must be it.
@@ -167,9 +155,8 @@ def prepare(
 
 
 def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> str:
-    """What a resumed or predicting run must find again at --init (a moved copy has the same):
-    the vocabulary every run tokenizes with, and with `frozen_weights` (LoRA: the encoder is not
-    in the checkpoints) a digest of the pre-trained encoder's weights."""
+    """What a resumed or predicting run must find again at --init: the vocabulary's md5, and with
+    `frozen_weights` (LoRA: the encoder is not in the checkpoints) the weights' digest."""
     out = f"vocab {storage.md5(encoder.vocab_file) if encoder.vocab_file else '-'}"
     if frozen_weights:
         sums, _ = checksums.fingerprint(encoder.params["bert"])
@@ -178,10 +165,8 @@ def init_fingerprint(encoder: pretrained.Pretrained, frozen_weights: bool) -> st
 
 
 def check_same_init(saved_config, found: str, init: str) -> None:
-    """Refuses an --init (or vocabulary) of fingerprint `found` other than the one the run whose
-    config is `saved_config` was fine-tuned from: adapters on another base model, or ids from
-    another vocabulary, were silently wrong predictions. A run saved before fingerprints is not
-    checked."""
+    """Refuses an --init whose fingerprint `found` is not the one `saved_config`'s run was
+    fine-tuned from (silently wrong predictions); a run saved without one is not checked."""
     saved = saved_config.get("init_fingerprint")
     if saved and saved != found:
         what = "vocabulary differs" if saved.split()[:2] != found.split()[:2] else "weights differ"
@@ -226,16 +211,13 @@ def _decay_mask(params):
 
 
 def num_train_steps(config, num_examples: int) -> int:
-    """Steps of the run (check_finetuning has seen num_epochs and batch_size)."""
     t = config.train
     return max(1, math.ceil(t.num_epochs * num_examples / t.batch_size))
 
 
 def make_setup(config, model: heads.TaskModel, total_steps: int, devices=None, place=True):
-    """-> (Setup, trainable params, frozen params) (train_state.build_setup: the Setup's params
-    are the trainable ones, its frozen_shardings place the rest, which is only read), placed on
-    the mesh unless `place` is False: with an abstract model (nnx.eval_shape), what compiling
-    the step ahead of time needs (the planner, bert_jax/plan/steps.py)."""
+    """-> (Setup, trainable params, frozen params), placed on the mesh unless `place` is False
+    (an abstract model: the planner, bert_jax/plan/steps.py)."""
     o = config.optim.copy_and_resolve_references()
     o.warmup_steps = o.warmup_steps or int(o.warmup_proportion * total_steps)
     setup, trainable, frozen = train_state.build_setup(
@@ -262,8 +244,7 @@ def initial_state(setup: train_state.Setup, trainable, seed: int) -> dict:
 
 
 def forward(graphdef, params, frozen, batch, dropout_rng=None):
-    """The task model's outputs for a batch (INPUTS, and packing.MODEL_INPUTS when its rows are
-    packed), rebuilt from its two parameter trees."""
+    """The task model's outputs for a batch, rebuilt from its two parameter trees."""
     model = nnx.merge(graphdef, params, frozen)
     extra = {k: batch[k] for k in packing.MODEL_INPUTS if k in batch}
     return model(*(batch[k] for k in INPUTS), **extra, dropout_rng=dropout_rng)
@@ -272,39 +253,31 @@ def forward(graphdef, params, frozen, batch, dropout_rng=None):
 def encode_file(run: Run, path: str) -> tasks.Dataset:
     """A file to evaluate or predict, read and encoded (inference windows for SQuAD)."""
     examples = tasks.read_examples(run.task, path)
-    ds = _encode(run.task, run.tok, path, examples, run.labels, training=False)
-    _check_segments(ds, run.model.config.type_vocab_size, path)
+    types = run.model.config.type_vocab_size
+    return _encode(run.task, run.tok, path, examples, run.labels, types, training=False)
+
+
+def _encode(task, tok, path: str, examples, labels, type_vocab_size: int, training: bool):
+    """task.encode, with the file named in a data error, refusing segment ids past the
+    token-type table (its lookup gives NaN; a model without token types ignores segments)."""
+    try:
+        ds = task.encode(tok, examples, labels, training=training)
+    except encode.FormatError as e:
+        raise encode.FormatError(f"{path}: {e}") from None
+    segments = ds.arrays.get(features.SEGMENT_IDS)
+    if type_vocab_size and segments is not None and segments.size:
+        if int(segments.max()) >= type_vocab_size:
+            raise cli.UserError(
+                f"{path} has examples of {int(segments.max()) + 1} segments (sentence pairs, or "
+                f"SQuAD's question and context) but the model has type_vocab_size="
+                f"{type_vocab_size} token-type embeddings: fine-tune it on single sentences, or "
+                "start from a model with one token type per segment"
+            )
     return ds
 
 
-def _check_segments(ds: tasks.Dataset, type_vocab_size: int, path: str) -> None:
-    """A second segment (a sentence pair's, SQuAD's context) needs a second token-type
-    embedding: past the table's end the lookup gives NaN (transformers: an IndexError), and the
-    run trained on NaN logits. Without token types (0, ModernBERT) segments are ignored."""
-    segments = ds.arrays.get(features.SEGMENT_IDS)
-    if not type_vocab_size or segments is None or not segments.size:
-        return
-    if int(segments.max()) >= type_vocab_size:
-        raise cli.UserError(
-            f"{path} has examples of {int(segments.max()) + 1} segments (sentence pairs, or "
-            f"SQuAD's question and context) but the model has type_vocab_size={type_vocab_size} "
-            "token-type embeddings: fine-tune it on single sentences, or start from a model "
-            "with one token type per segment"
-        )
-
-
-def _encode(task, tok, path: str, examples, labels, training: bool) -> tasks.Dataset:
-    """task.encode, with the file named in a data error (an unknown label, say): the example
-    ids alone do not say which file to fix."""
-    try:
-        return task.encode(tok, examples, labels, training=training)
-    except encode.FormatError as e:
-        raise encode.FormatError(f"{path}: {e}") from None
-
-
 def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
-    """config.data.eval_files, encoded, by file name: the file stem ("dev_matched") for per-file
-    eval figures, or the path where an earlier file has that stem."""
+    """config.data.eval_files encoded, by file stem (the path where two files share one)."""
     sets = {}
     for path in tasks.split_files(run.config.data.eval_files):
         ds = encode_file(run, path)
@@ -318,8 +291,7 @@ def eval_datasets(run: Run) -> dict[str, tasks.Dataset]:
 
 
 def host_model(setup: train_state.Setup, params, frozen) -> heads.TaskModel:
-    """The task model with its parameters gathered to host memory (for export). Every process
-    must call it when there are several: gathering sharded arrays is a collective."""
+    """The task model gathered to host memory (for export); a collective: every process calls it."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

@@ -1,17 +1,7 @@
-"""SQuAD v1.1/v2.0 JSON -> windowed model inputs, and span logits -> answer texts.
-
-Encoding follows google-research/bert's run_squad.py: windows `doc_stride` pieces apart over the
-context, each `[CLS] question [SEP] context window [SEP]`; a window without the whole answer (and
-every v2.0 impossible question) is labelled start = end = 0, the [CLS] position. Unlike
-run_squad.py, every word piece keeps the span of context characters it came from, so answers map to
-pieces and back to the context as written, with no re-alignment of a normalized answer. The answer
-is the best start + end logit over all windows (inside the context, start <= end, at most
-`max_answer_length` pieces, the start in its window of most context); in v2.0 "" when the [CLS]
-score beats it by more than `null_score_diff_threshold`. docs/finetuning.md, "Extractive question
-answering: SQuAD v1.1 and v2.0".
+"""SQuAD v1.1/v2.0 JSON -> windowed model inputs, and span logits -> answer texts, as
+run_squad.py does, but each word piece keeps its context characters: answers map back to the
+context as written. docs/finetuning.md, "Extractive question answering: SQuAD v1.1 and v2.0".
 """
-
-from __future__ import annotations
 
 import collections
 import dataclasses
@@ -73,8 +63,7 @@ def read_squad(path: str) -> list[QAExample]:
     out = []
     for a, article in enumerate(doc["data"]):
         title = article.get("title", a) if isinstance(article, dict) else a
-        # Each level's type is checked: a null or a number where text or a list belongs is the
-        # file's mistake, named here, not a TypeError deep in the tokenizer.
+        # Each level's type is checked: a null where text belongs is named here, not a TypeError.
         for p, paragraph in enumerate(_field(article, "paragraphs", list, path, title, "?", ())):
             at = (path, title, p)  # where _field's errors point
             context = _field(paragraph, "context", str, *at)
@@ -95,8 +84,7 @@ def read_squad(path: str) -> list[QAExample]:
                         f"{path}: article {title!r} paragraph {p}: missing or bad field {e}; "
                         f"{_FIELDS}"
                     ) from None
-    # Answers and scores are keyed by id (as the official scripts do): a repeated id would
-    # silently drop questions from the predictions and the metrics.
+    # Answers are keyed by id (as in the official scripts): a repeated id drops questions.
     counts = collections.Counter(ex.qid for ex in out)
     repeated = [qid for qid, n in counts.items() if n > 1]
     if repeated:
@@ -169,10 +157,8 @@ def _answer_pieces(ctx: ContextPieces, char_start: int, char_end: int) -> tuple[
 
 
 def _answer_chars(context: str, text: str, start: int) -> tuple[int, int] | None:
-    """The [start, end) characters of a training answer, or None where run_squad.py drops the
-    question: the text at answer_start (whitespace runs alike), else, as run_squad.py keeps it,
-    the text's first place in the words that answer_start's characters fall in (SQuAD has
-    offsets a character or two off: into the word before, or onto the space before the word)."""
+    """The [start, end) characters of a training answer: at answer_start, else its first place in
+    the words there (offsets a character or two off), else None (run_squad.py drops it)."""
     end = start + len(text)
     if " ".join(context[start:end].split()) == " ".join(text.split()):
         return start, end
@@ -197,8 +183,7 @@ def _answer_chars(context: str, text: str, start: int) -> tuple[int, int] | None
 def _max_context(spans: list[tuple[int, int]], span_index: int, position: int) -> bool:
     """run_squad.py's rule: a piece belongs to the window where min(left, right context) + 0.01 *
     window length is largest."""
-    # Windows start and end in increasing order, so those holding `position` (span_index's among
-    # them) are its neighbours: looking at no others keeps a long context linear, not quadratic.
+    # Only the neighbouring windows can hold `position`: a long context stays linear.
     lo, hi = span_index, span_index + 1
     while lo > 0 and sum(spans[lo - 1]) > position:
         lo -= 1
@@ -237,9 +222,8 @@ def encode_squad(
     max_query_length: int,
     is_training: bool,
 ) -> tuple[dict[str, np.ndarray], list[Window], list[ContextPieces]]:
-    """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces).
-    With `is_training`, answers become start/end labels and training questions whose answer
-    text is not in the words at its offset are dropped (logged), as run_squad.py does."""
+    """Examples -> (input arrays over all windows, per-window Window, per-example ContextPieces);
+    with `is_training`, answers become labels (unfindable ones dropped, as run_squad.py does)."""
     problems = length_problems(max_seq_length, doc_stride, max_query_length)
     if problems:
         raise cli.UserError("; ".join(problems))
@@ -322,8 +306,7 @@ def best_answers(
         null[ex] = min(null.get(ex, np.inf), float(s[0] + e[0]))
         ctx = contexts[ex]
         lo, hi = window.offset, window.offset + window.length  # context positions [lo, hi)
-        # As run_squad.py and transformers' run_qa: the n_best_size best positions of the whole
-        # row ([CLS], question and padding too), of which those in the context are candidates.
+        # As run_squad.py: the n_best_size best positions of the whole row, those in the context.
         starts = [i for i in np.argsort(-s, kind="stable")[:n_best_size] if lo <= i < hi]
         ends = [j for j in np.argsort(-e, kind="stable")[:n_best_size] if lo <= j < hi]
         for i in starts:

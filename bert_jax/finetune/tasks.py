@@ -1,17 +1,6 @@
-"""The three task families: how each reads its files, encodes them, scores and writes predictions.
-
-    TextTask     GLUE-style TSV -> classification or regression ([CLS] head)
-    TaggingTask  CoNLL files    -> token tagging (first word piece of each word); CoNLL's
-                                   reader and writer are at the end of this module
-    SpanTask     SQuAD JSON     -> span extraction (windows over long contexts)
-
-A task turns a file into a `Dataset`: the examples as read, the model inputs (with labels when
-the file has them), and whatever post-processing needs (word starts, SQuAD windows). Model
-outputs come back as numpy arrays, one row per input row, and the task turns them into metrics
-and prediction files. `config.data` (configs/finetune/base.py) holds every field used here.
+"""The three task families, each a format's reader, encoder, metrics and prediction writer:
+TextTask (GLUE TSV), TaggingTask (CoNLL: its reader and writer end this module), SpanTask (SQuAD).
 """
-
-from __future__ import annotations
 
 import dataclasses
 import os
@@ -44,7 +33,6 @@ class TextTask:
         self.kind = "classification" if self.layout.labels else "regression"
 
     def labels(self, train_examples: list | None) -> tuple[str, ...]:
-        """Label names in id order: config.data.labels, else the layout's."""
         return label_names(self.data.labels) or self.layout.labels
 
     def read(self, path: str) -> list:
@@ -129,22 +117,17 @@ class SpanTask:
         arrays, windows, contexts = squad.encode_squad(
             tok, examples, d.max_seq_length, d.doc_stride, d.max_query_length, is_training=training
         )
-        # A v2.0 file's question without answers is unanswerable, is_impossible or not, as
-        # evaluate-v2.0.py scores it; a file with no answer at all is unlabelled (a test file).
+        # v2.0: a question without answers is unanswerable; a file with none is a test file.
         labelled = [bool(e.answers or e.is_impossible) for e in examples]
         has_labels = all(labelled) or (bool(d.version_2_with_negative) and any(labelled))
         return Dataset(examples, arrays, (windows, contexts), has_labels)
 
     def answers(self, ds: Dataset, outputs) -> tuple[dict[str, str], dict[str, float]]:
         d = self.data
-        windows, contexts = ds.meta
-        start, end = outputs
         return squad.best_answers(
             ds.examples,
-            windows,
-            contexts,
-            start,
-            end,
+            *ds.meta,  # windows, contexts
+            *outputs,  # start and end logits
             n_best_size=d.n_best_size,
             max_answer_length=d.max_answer_length,
             version_2_with_negative=d.version_2_with_negative,
@@ -164,8 +147,7 @@ FORMATS = {"glue": TextTask, "conll": TaggingTask, "squad": SpanTask}
 
 
 def read_examples(task, path: str) -> list:
-    """The examples of one data file; a file without any (empty, or only a header or blank
-    lines) is an error naming it."""
+    """The examples of one data file; none (empty, or a header only) is an error naming it."""
     try:
         examples = task.read(path)
     except UnicodeDecodeError as e:  # every reader opens its file as UTF-8
@@ -194,7 +176,6 @@ def _first_bad_byte(path: str, error: UnicodeDecodeError) -> str:
 
 
 def make_task(data):
-    """The task for `config.data.format`."""
     if not isinstance(data.format, str) or data.format not in FORMATS:
         raise cli.UserError(f"config.data.format={data.format!r}; choose one of {sorted(FORMATS)}")
     return FORMATS[data.format](data)
@@ -204,7 +185,7 @@ def primary_metric(task, data) -> str:
     """The figure a run is judged by: config.data.metric, else the benchmark's usual one."""
     if data.metric:
         return data.metric
-    if isinstance(task, (SpanTask, TaggingTask)):
+    if not isinstance(task, TextTask):
         return "f1"
     return {"cola": "mcc", "mrpc": "f1", "qqp": "f1", "stsb": "pearson"}.get(
         data.layout, "accuracy"
@@ -232,11 +213,8 @@ def metric_names(data) -> tuple[str, ...] | None:
 
 
 def label_names(labels) -> tuple[str, ...]:
-    """config.data.labels as label names. ml_collections reads a tuple field's override as a
-    Python literal, so --config.data.labels=neg,neutral,pos (as docs/finetuning.md writes it)
-    arrives as the one name 'neg,neutral,pos', and --config.data.labels=0,1 as integers: the
-    first is split at its commas, and every name is a string (labels are read as text). An empty
-    override (--config.data.labels=) is no labels: the layout's set, as for any list flag."""
+    """config.data.labels as names (strings): ml_collections reads --config.data.labels=neg,pos
+    as the one name 'neg,pos' (split here) and =0,1 as integers; an empty override is none."""
     if isinstance(labels, str):
         labels = (labels,)
     if not isinstance(labels, (list, tuple)):  # a saved run's config edited by hand, say
@@ -253,8 +231,6 @@ def split_files(spec: str) -> list[str]:
     return [p.strip() for p in spec.split(",") if p.strip()] if spec else []
 
 
-# --- CoNLL-2003 style token files ------------------------------------------------------------
-
 DOCSTART = "-DOCSTART-"
 
 
@@ -267,33 +243,25 @@ class TaggedSentence:
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
-    """Reads a CoNLL file: one token per line, whitespace-separated columns (CoNLL-2003: `word POS
-    chunk NER`), a blank line between sentences, `-DOCSTART-` lines between documents.
-    `tag_column` indexes the columns (-1, the last: NER; 1: POS tags). A file with only the word
-    column is read without tags, for prediction."""
+    """A CoNLL file: a token a line (`word POS chunk NER`), a blank line between sentences,
+    `-DOCSTART-` lines between documents; tags from `tag_column` (none in a words-only file)."""
     storage.check_file(path, "data file")
     stem = os.path.splitext(os.path.basename(path))[0]
     sentences: list[TaggedSentence] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 0
+    tokens: list[tuple[int, str, str | None]] = []  # (line, word, tag) of the open sentence
     has_tags: bool | None = None  # decided by the first token line, then enforced
     first_line = 0
 
     def flush():
-        if words:
-            sentences.append(
-                TaggedSentence(
-                    f"{stem}-{start}", tuple(words), tuple(tags) if has_tags else None, start
-                )
-            )
-            words.clear()
-            tags.clear()
+        if tokens:
+            lines, words, tags = zip(*tokens)
+            guid = f"{stem}-{lines[0]}"
+            sentences.append(TaggedSentence(guid, words, tags if has_tags else None, lines[0]))
+            tokens.clear()
 
     with storage.open_read(path, "rb") as f:
         for n, raw in enumerate(f, start=1):
-            # Columns split at ASCII whitespace only (bytes.split), as conlleval and the usual
-            # readers do: str.split() also cut words at no-break, thin and ideographic spaces.
+            # Columns split at ASCII whitespace only, as conlleval does (not at a no-break space).
             if n == 1:
                 raw = raw.removeprefix(b"\xef\xbb\xbf")  # a BOM is no text (nor -DOCSTART-'s)
             cols = [c.decode("utf-8") for c in raw.split()]
@@ -313,10 +281,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
                         f"{path}:{n}: {len(cols)} columns, cannot take tag column "
                         f"{tag_column} (config.data.tag_column); earlier lines have tags"
                     )
-                tags.append(cols[tag_column])
-            if not words:
-                start = n
-            words.append(cols[0])
+            tokens.append((n, cols[0], cols[tag_column] if has_tags else None))
     flush()
     if not sentences:
         raise encode.FormatError(
@@ -327,10 +292,8 @@ def read_conll(path: str, tag_column: int = -1) -> list[TaggedSentence]:
 
 
 def tag_set(sentences: Sequence[TaggedSentence]) -> tuple[str, ...]:
-    """The tags seen in a training file, sorted, "O" first (the usual id 0)."""
+    """The tags seen in a training file (TaggingTask.labels: it has some), sorted, "O" first."""
     seen = {t for s in sentences for t in (s.tags or ())}
-    if not seen:
-        raise encode.FormatError("the training file has no tag column")
     return tuple(sorted(seen, key=lambda t: (t != "O", t)))
 
 

@@ -1,14 +1,6 @@
-"""The fine-tuning loop: a jitted train step over the mesh, periodic eval, checkpoints, export.
-
-`finetune(config, workdir, init)` trains config.train.num_epochs over the training file, resuming
-from the latest checkpoint in `workdir` if there is one (bert_jax.training.checkpoints: the trained
-parameters, optimizer state, step, rng and the Grain iterator position), scores every eval file at
-the end (and every eval.every_steps), writes predictions for data.test_file and exports the model
-to <workdir>/export. Figures go to <workdir>/metrics.jsonl and TensorBoard via
-bert_jax.training.metrics_log, as in pre-training.
+"""The fine-tuning run on bert_jax/training's loop: train step, periodic eval, checkpoints (a
+rerun resumes), predictions for data.test_file, the export to <workdir>/export.
 """
-
-from __future__ import annotations
 
 import functools
 import logging
@@ -25,18 +17,13 @@ from bert_jax.hf import publish
 from bert_jax.training import checkpoints, faults, loop, optim, train_state
 
 EXPORT_DIR = "export"
-# Each element is a whole step's batch cut from arrays in memory: one thread a few steps ahead
-# keeps the device fed (Grain's default builds 500 steps ahead; docs/testing.md says what it cost).
+# A few whole steps ahead on one thread keep the device fed (Grain's default: 500; docs/testing.md).
 READ_AHEAD = grain.ReadOptions(num_threads=1, prefetch_buffer_size=4)
 
 
 def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer, pad_id=heads.PAD_ID):
-    """One optimizer step on the trainable parameters, at the learning rates `lr`
-    (optim.schedule_values; `optimizer(lr)` is the optimizer); the frozen ones only take part in the
-    forward pass. Dropout keys are fold_in(rng, step): a resumed run draws the same masks. A step
-    with a non-finite loss or gradients changes nothing but its count (train_state.apply_gradients).
-    The [PAD] embedding (`pad_id`: the tokenizer's) gets no gradient (heads.without_pad_gradient),
-    as in transformers."""
+    """One optimizer step on the trainable parameters. Dropout keys are fold_in(rng, step): a
+    resumed run draws the same masks. [PAD]'s embedding gets no gradient, as in transformers."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
 
@@ -55,8 +42,7 @@ def train_step(state, frozen, batch, lr, *, graphdef, kind, optimizer, pad_id=he
 
 
 def jit_train_step(setup: train_state.Setup, pad_id: int = heads.PAD_ID):
-    """(state, frozen, batch, lr) -> (state, metrics), the state donated; pass `setup.lr` (or
-    `setup.lr_on_mesh()`) as `lr`, and the tokenizer's `pad_id`."""
+    """(state, frozen, batch, lr) -> (state, metrics), the state donated; `lr`: setup.lr."""
     fn = functools.partial(
         train_step,
         graphdef=setup.graphdef,
@@ -93,14 +79,9 @@ def _check_outputs(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 @faults.one_run_per_workdir("bert_jax.finetune")
 def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None = None) -> dict:
-    """Fine-tunes and evaluates; returns {'step', 'trainable', 'total', 'eval', 'eval_at_start',
-    'train', 'predictions', 'export', 'stopped'} (eval figures by eval file name). 'stopped' is
-    'done', or 'nonfinite' (a NaN/inf step with config.train.on_nonfinite='stop'), 'preempted'
-    (SIGTERM, a preemption notice) or 'interrupted' (Ctrl-C): no eval, predictions or export
-    follow such a stop, and after a signal the same command again resumes from the step saved. A
-    signal during the eval at start returns step=None: nothing trained, nothing saved.
-    docs/faults.md says where each stop comes and what it saves.
-    """
+    """Fine-tunes and evaluates -> {'step', 'trainable', 'total', 'eval', 'eval_at_start', 'train',
+    'predictions', 'export', 'stopped'}; a stop other than 'done' (docs/faults.md) skips what
+    follows, and one before the first step returns step=None."""
     runs.check_finetuning(config, jax.device_count(), jax.process_count(), init)
     run = runs.prepare(config, init)
     config = run.config
@@ -124,31 +105,29 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    # One signal handler from here to the export, the loop's included: a signal anywhere stops
-    # the run after the step or batch it came in (docs/faults.md, a signal outside the loop).
-    with faults.Preemption(manager) as preemption:
-        is_primary = jax.process_index() == 0
-        if is_primary:
-            print(
-                f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
-                f"({100 * counts['trainable'] / counts['total']:.2f}%; "
-                f"{f'LoRA rank {config.lora.rank:d}' if config.lora.rank else 'full'}) "
-                f"for {total} steps "
-                f"on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}",
-                flush=True,
-            )
+    is_primary = jax.process_index() == 0
 
+    def say(text: str) -> None:
+        if is_primary:
+            print(text, flush=True)
+
+    # One signal handler up to the export: a signal anywhere stops after its step or batch.
+    with faults.Preemption(manager) as preemption:
+        say(
+            f"fine-tuning {counts['trainable']:,} of {counts['total']:,} parameters "
+            f"({100 * counts['trainable'] / counts['total']:.2f}%; "
+            f"{f'LoRA rank {config.lora.rank:d}' if config.lora.rank else 'full'}) "
+            f"for {total} steps on {len(run.train)} training rows, mesh {dict(setup.mesh.shape)}"
+        )
         batch, seed = config.train.batch_size, config.train.seed
         procs, index, plan = jax.process_count(), jax.process_index(), None
         if packed.trains_packed(config, setup.kind):
             plan = packed.plan(run.train.arrays, batch, seed, total, procs, setup.data_parallel())
-            if is_primary:
-                print(
-                    f"packed: {plan.examples_per_row:.1f} examples a row on average, "
-                    f"{plan.rows * procs} rows a step for {batch} examples "
-                    "(--config.train.packing=false to turn off)",
-                    flush=True,
-                )
+            say(
+                f"packed: {plan.examples_per_row:.1f} examples a row on average, "
+                f"{plan.rows * procs} rows a step for {batch} examples "
+                "(--config.train.packing=false to turn off)"
+            )
         batches = packed.train_batches(run.train.arrays, batch, seed, plan, index, procs)
         data_iter = iter(batches.to_iter_dataset(READ_AHEAD))
         resumed = checkpoints.restore_latest(manager, setup.abstract_state, data_iter)
@@ -173,17 +152,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             flat = {f"{name}/{k}": v for name, values in figures.items() for k, v in values.items()}
             if not training.log.evaluated(step):  # a rerun's final eval again: logged once
                 training.log.write(step, "eval", flat)
-            if is_primary:
-                print(
-                    f"eval  step {step:d}  "
-                    + "  ".join(
-                        f"{name} {metric} {values[metric]:.4f}"
-                        for name, values in figures.items()
-                        for metric in dict.fromkeys((primary, "macro_f1"))
-                        if metric in values
-                    ),
-                    flush=True,
+            say(
+                f"eval  step {step:d}  "
+                + "  ".join(
+                    f"{name} {metric} {values[metric]:.4f}"
+                    for name, values in figures.items()
+                    for metric in dict.fromkeys((primary, "macro_f1"))
+                    if metric in values
                 )
+            )
             return figures
 
         result = {
@@ -197,14 +174,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             "stopped": "done",
         }
 
-        def train_figures(means: dict, step_time: float | None) -> dict:
-            if step_time:
-                means.update(step_time=step_time, examples_per_sec=batch / step_time)
-            return means
-
-        def evaluate_now(step: int, state: dict, between_batches) -> None:
-            result["eval"] = run_eval(step, state, between_batches)
-
         if eval_sets and config.eval.at_start and step == 0:
             try:
                 result["eval_at_start"] = run_eval(step, state, preemption.between_batches)
@@ -212,11 +181,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 training.log.close()
                 checkpoints.finish(manager)
                 result.update(step=None, stopped=preemption.stopped())
-                if is_primary and result["stopped"] == "preempted":
-                    print(
+                if result["stopped"] == "preempted":
+                    say(
                         "preempted during the eval at start, before the first step: nothing to "
-                        "save; rerun the same command to start",
-                        flush=True,
+                        "save; rerun the same command to start"
                     )
                 return result
 
@@ -224,8 +192,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             state,
             last_step=total,
             train_step=lambda state, batch: p_train_step(state, frozen, batch, lr),
-            train_figures=train_figures,
-            evaluate=evaluate_now if eval_sets else None,
+            train_figures=lambda m, t: (
+                {**m, "step_time": t, "examples_per_sec": batch / t} if t else m
+            ),
+            evaluate=(lambda *args: result.update(eval=run_eval(*args))) if eval_sets else None,
             eval_at_last_step=False,  # the final eval follows the loop, unless it stopped early
             preemption=preemption,
         )
@@ -234,9 +204,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
         if out.stopped != "done":  # saved (the loop said so), or 'nonfinite' (NonfiniteWatch did)
             training.log.close()
             return result
-        # The last step is saved (the loop saves where it ends): a signal now stops the final
-        # eval or the predictions after the batch it came in, or comes before the export, and a
-        # rerun resumes at that step and does them again.
+        # The last step is saved: after a signal now, a rerun resumes there and does these again.
         try:
             if eval_sets:
                 result["eval"] = run_eval(step, state, preemption.between_batches)
@@ -251,11 +219,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
             result.update(stopped=preemption.stopped(), eval={}, predictions=None)
         training.log.close()
     if result["stopped"] != "done":
-        if is_primary and result["stopped"] == "preempted":
-            print(
+        if result["stopped"] == "preempted":
+            say(
                 f"preempted after the last step, before its eval, predictions or export were "
-                f"done: saved step {step}; rerun the same command to finish",
-                flush=True,
+                f"done: saved step {step}; rerun the same command to finish"
             )
         return result
     if config.export:
