@@ -18,6 +18,9 @@ from bert_jax.text import tokenizer_json
 
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # in the order our vocabularies give them ids 0-4
+# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
+# uncased, the original's flag default. Every flag default and every None is resolved from here.
+DO_LOWER_CASE = True
 
 # Whitespace to str.split() but controls FullTokenizer deletes ("a\x0bb" is its one word "ab"):
 # lines holding one take the exact path whole.
@@ -61,9 +64,8 @@ class _CharMap(dict):
 
 
 def _clean(ch: str):
-    """_clean_text and _tokenize_chinese_chars of the original, for one character: NUL, U+FFFD
-    and controls (Cc and Cf only: private-use and unassigned characters are kept) deleted,
-    whitespace (Zs and "\\t\\n\\r") a space, a CJK character spaced."""
+    """The original's _clean_text and _tokenize_chinese_chars for one character (controls: Cc and
+    Cf only; private-use and unassigned characters are kept)."""
     category = unicodedata.category(ch)
     if ch in "\x00\ufffd" or (category in ("Cc", "Cf") and ch not in "\t\n\r"):
         return None
@@ -124,9 +126,8 @@ def _nfd(text: str) -> str:
 
 
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
-    """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
-    punctuation; on the whole text, not word by word as the original, with the same words (no
-    rule looks across whitespace: docs/data_prep.md, "Tokenizer parity")."""
+    """BERT's BasicTokenizer on the whole text, not word by word as the original, with the same
+    words (no rule looks across whitespace: docs/data_prep.md, "Tokenizer parity")."""
     text = text.translate(_CLEAN)
     if do_lower_case:
         text = text.lower()
@@ -139,9 +140,8 @@ def basic_tokenize_with_offsets(
     text: str, do_lower_case: bool
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """basic_tokenize(text), each token with the [start, end) span in `text` of each of its
-    characters (SQuAD's answers), found in order in the text normalized a character at a time. A
-    final sigma matches as σ; a token NFD reordered is not found, and spans to the end of `text`
-    (callers give one word at a time)."""
+    characters (SQuAD's answers); a token NFD reordered is not found, and spans to the end of
+    `text` (callers give one word at a time)."""
     norm, back = [], []
     for j, ch in enumerate(text):
         c = ch.translate(_CLEAN)
@@ -165,11 +165,6 @@ def basic_tokenize_with_offsets(
         cursor = k + len(token)
         out.append((token, [(back[i], back[i] + 1) for i in range(k, cursor)]))
     return out
-
-
-# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
-# uncased, the original's flag default. Every flag default and every None is resolved from here.
-DO_LOWER_CASE = True
 
 
 def lower_case(value: bool | None) -> bool:
@@ -234,8 +229,7 @@ class WordPieceTokenizer:
 
     def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
         """Cache keys (words, or encode_batch's lines str.split would cut wrongly) -> ids, each as
-        tokenize(key): the general cache-miss path. The keys go through basic_tokenize as one text,
-        a noncharacter word marking where each key's tokens end (keys holding it go alone)."""
+        tokenize(key), through one basic_tokenize with a noncharacter word between keys."""
         together = [key for key in keys if _LINE_END not in key]
         tokens = basic_tokenize(f" {_LINE_END} ".join(together), self.do_lower_case)
         tokens.append(_LINE_END)
@@ -418,7 +412,6 @@ class SentencePieceTokenizer:
         return self.sp.encode(text.lower() if self._lower else text, out_type=int)
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """As WordPieceTokenizer.encode_batch."""
         lines = [line.lower() for line in lines] if self._lower else list(lines)
         return tokenizer_json.concatenated(self.sp.encode(lines, out_type=int))
 

@@ -30,16 +30,14 @@ SPECIAL_NAMES = {
 LETTER, DIGIT, SPACE, OTHER, SPECIAL = 1, 2, 3, 4, 5
 JOIN = 6  # first: the piece starts inside a character (always continues); last: ends in " "
 INHERIT = 7  # last: the piece only ends a character begun in the piece before (take its kind)
-
-
-class VocabError(cli.UserError):
-    """A vocabulary or tokenizer file that cannot be used (every tokenizer raises it)."""
-
-
 _WHITE_SPACE = frozenset(  # Unicode White_Space: what \s matches in the pre-tokenizer's regex
     "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
     + "".join(map(chr, range(0x2000, 0x200B)))
 )
+
+
+class VocabError(cli.UserError):
+    """A vocabulary or tokenizer file that cannot be used (every tokenizer raises it)."""
 
 
 class JsonTokenizer:
@@ -75,14 +73,16 @@ class JsonTokenizer:
         added = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
         self._whole_words = added | frozenset(ids.values())
         self.word_marks = _word_marks(self.spec)
+        self._prefix = (self.spec.get("model") or {}).get("continuing_subword_prefix") or "##"
+        metaspace = _find(self.spec.get("pre_tokenizer"), "Metaspace") or {}
+        self._metaspace = metaspace.get("replacement") or "\u2581"
         self.sentence_joiner = self._sentence_joiner()
         normalizer = self._tok.normalizer
         self.do_lower_case = bool(normalizer) and normalizer.normalize_str("AZ") == "az"
 
     def _sentence_joiner(self) -> str:
-        """What goes before a document's next sentence to give its ids in running text: " " (a
-        byte-level BPE would glue "end.Next"), "" where the space is a piece of its own (Llama-2's
-        normalizer: " Next" is "▁" "▁Next")."""
+        """What goes before a document's next sentence to give its ids in running text: " ", or ""
+        where the space is a piece of its own (Llama-2's normalizer: " Next" is "▁" "▁Next")."""
 
         def ids(text: str) -> list[int]:
             return self._tok.encode(text, add_special_tokens=False).ids
@@ -169,15 +169,6 @@ class JsonTokenizer:
         if self.word_marks == "bytelevel":
             return not _starts_spaced_word(_byte_text(token))
         return False
-
-    @functools.cached_property
-    def _prefix(self) -> str:
-        return (self.spec.get("model") or {}).get("continuing_subword_prefix") or "##"
-
-    @functools.cached_property
-    def _metaspace(self) -> str:
-        found = _find(self.spec.get("pre_tokenizer"), "Metaspace") or {}
-        return found.get("replacement") or "\u2581"
 
     def character_kinds(self) -> tuple[bytes, bytes] | None:
         """Per id, the kind of its first and last character, for "bytelevel" word marks."""
