@@ -189,10 +189,7 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
     if not os.path.isfile(os.path.join(output_dir, "tokenizer_config.json")):
         # Named, or AutoTokenizer loads a tokenizer with no [MASK] or [PAD] (fill-mask fails).
         roles = tokenizer_json.JsonTokenizer(path).special_tokens
-        config = {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "model_max_length": model_max_length,
-        }
+        config = dict(tokenizer_class="PreTrainedTokenizerFast", model_max_length=model_max_length)
         config.update({f"{role}_token": token for role, token in roles.items()})
         _write_json(os.path.join(output_dir, "tokenizer_config.json"), config)
 
@@ -334,11 +331,7 @@ def read_hf(
         tied -= {decoder}
     unused = sorted(set(by_name) - set(ours) - tied)
     # Weights, not buffers (old files' bert.embeddings.position_ids).
-    dropped = [
-        name
-        for name in unused
-        if name.startswith(arch.body) and name.endswith((".weight", ".bias"))
-    ]
+    dropped = [n for n in unused if n.startswith(arch.body) and n.endswith((".weight", ".bias"))]
     if dropped:  # transformers warns too: a model cut short by its config is easy to miss
         cli.warn(
             f"{source} holds {len(dropped)} encoder weights its config leaves out (e.g. "

@@ -119,9 +119,8 @@ def directory(
             _write_marker(output_dir, sorted(set(old) | set(new)), complete=False)
             for name in old:
                 _remove(os.path.join(output_dir, name))
-            # `last` (config.json, what a reader opens first) goes last, as to a bucket: a kill
-            # between two renames leaves a directory every loader refuses, never a model
-            # without its tokenizer that transformers loads.
+            # `last` goes last, as to a bucket: a kill between two renames leaves a directory
+            # every loader refuses, never a model without its tokenizer that transformers loads.
             for name in sorted(new, key=lambda name: name == last):
                 os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
             _write_marker(output_dir, new, complete=True)

@@ -39,9 +39,7 @@ flags.DEFINE_list(
     "powers of two that divides the chips (tensor dividing the heads, at most 4).",
 )
 flags.DEFINE_list("remat", ["false"], "Activation checkpointing choices to compile: false,true.")
-flags.DEFINE_list(
-    "global_batch_sizes", ["0"], "Sequences per step over all chips; 0: the config's."
-)
+flags.DEFINE_list("global_batch_sizes", ["0"], "Global sequences per step; 0: the config's.")
 flags.DEFINE_list("steps", ["train", "eval", "finetune"], "Which steps to compile.")
 flags.DEFINE_string(
     "finetune_config", "configs/finetune/sst2.py", "Fine-tuning config (its batch, optimizer)."
@@ -68,9 +66,7 @@ flags.DEFINE_float(
     "cuDNN's fused attention (attention_impl='auto').",
 )
 flags.DEFINE_string("json_out", "", "Also write every plan's figures as JSON to this path.")
-flags.DEFINE_string(
-    "hlo_dir", "", "Also write each plan's compiled HLO here (fusions, layouts, collectives)."
-)
+flags.DEFINE_string("hlo_dir", "", "Also write each plan's compiled HLO (fusions, layouts) here.")
 flags.DEFINE_integer(
     "top", 10, "Instructions to list by HBM bytes per plan (0: none; the groups still in JSON)."
 )

@@ -58,8 +58,7 @@ def _chips(shape: str) -> int:
     return math.prod(int(d) for d in shape.split("x"))
 
 
-# Slice shapes by chip count, from the pages' configuration tables (v4 and v5p share theirs,
-# v5e and v6e theirs).
+# Slice shapes by chip count, from the pages' tables (v4's and v5p's, v5e's and v6e's alike).
 _SHAPES_3D = {_chips(s): s for s in "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8".split()}
 _SHAPES_2D = {_chips(s): s for s in "1x1 2x2 2x4 4x4 4x8 8x8 8x16 16x16".split()}
 # Every accelerator type the tables above give, as a user names them (v4-32, v5e-16, ...).

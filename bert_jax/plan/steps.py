@@ -14,7 +14,8 @@ import numpy as np
 from flax import nnx
 
 from bert_jax import storage
-from bert_jax.data.contract import data_facts, manifest
+from bert_jax.data.contract import data_facts
+from bert_jax.data.contract.manifest import MASKED_LM_PROB, MAX_PREDICTIONS_PER_SEQ
 from bert_jax.data.input import pipeline
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
@@ -34,11 +35,7 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     # MLPerf's and the original's masked positions: 20 at 128 tokens, 76 at 512 (0.15 x L).
     length = config.data.max_seq_length or 128
     config.data.max_seq_length = length
-    predictions = (
-        manifest.MAX_PREDICTIONS_PER_SEQ
-        if length <= 128
-        else round(manifest.MASKED_LM_PROB * length)
-    )
+    predictions = MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(MASKED_LM_PROB * length)
     d = config.data
     if d.get("masked_lm_prob") is not None:
         # A recipe's own masking rate (configs/modern.py) sizes rows as modern.predictions_per_row.
@@ -166,9 +163,8 @@ def compile_plan(
         ) / (3 if step == "eval" else 1)
         r["kernel_flops_per_chip"] = spent_flops / chips
     if traffic.repeats:
-        # The compiler's cost analysis counts a loop's body once, so the roofline takes bytes
-        # from the HLO (per trip, HBM and on-chip) and FLOPs from the model (remat: a forward
-        # more), with no compiler estimate.
+        # The compiler counts a loop body once: bytes from the HLO (per trip, HBM and on-chip),
+        # FLOPs from the model (remat: a forward more), no compiler estimate.
         recompute = 4 / 3 if config.model.remat and step != "eval" else 1.0
         r["cost_reported"] = r["cost"]
         r["cost"] = {

@@ -26,9 +26,8 @@ DO_LOWER_CASE = True
 # lines holding one take the exact path whole.
 _SPLIT_DISAGREES_CHARS = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
-# An ASCII word needs none of the Unicode rules (every non-alphanumeric printable is a piece of its
-# own): a cheap cache miss. ASCII controls are deleted, joining their neighbours ("a\x01b" is
-# "ab"), so words holding one take the general path.
+# An ASCII word needs none of the Unicode rules: a cheap cache miss. ASCII controls are deleted,
+# joining their neighbours ("a\x01b" is "ab"), so words holding one take the general path.
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")  # "\n": between _add_words' words
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
@@ -291,22 +290,17 @@ class WordPieceTokenizer:
         # A word's ids are those of its pieces up to the next "\n" (none for a word of controls).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
         piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
-        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
-            np.int64
-        )
+        simple_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple))
         encoded = self._encode_words(other)
         other_ids = [encoded[word] for word in other]
+        other_len = np.fromiter(map(len, other_ids), np.int64, len(other))
+        word_len = np.concatenate([simple_len, other_len]).astype(np.int64)
         first = len(self._table_len)  # the new words' rows follow the existing ones
-        word_len = np.concatenate(
-            [word_len, np.fromiter(map(len, other_ids), np.int64, len(other))]
-        )
         self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
         self._table_len.extend(word_len.tolist())
         self._table.extend(itertools.chain.from_iterable(piece_ids))
         self._table.extend(itertools.chain.from_iterable(other_ids))
-        self._word_index.update(
-            zip(itertools.chain(simple, other), range(first, first + len(words)))
-        )
+        self._word_index.update(zip(simple + other, range(first, first + len(words))))
 
     def _rows(self, words: list[str]) -> np.ndarray:
         """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
@@ -337,8 +331,7 @@ class WordPieceTokenizer:
             words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
             rows = np.delete(rows, ends)
         else:
-            # Lines str.split would cut wrongly are one cache key each, the trailing space keeping
-            # it apart from every word and the line-end marker.
+            # Lines str.split would cut wrongly: a cache key each, its " " setting it apart.
             words_per_line = [
                 [line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
                 for line in lines
@@ -349,9 +342,8 @@ class WordPieceTokenizer:
         lengths = np.frombuffer(self._table_len, np.int64)[rows]
         ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output
         # Output position p of word w reads table[starts[w] + p - (ends[w] - lengths[w])].
-        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(
-            ends[-1] if len(ends) else 0
-        )
+        total = ends[-1] if len(ends) else 0
+        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
         ids = np.frombuffer(self._table, np.int32)[source]
         word_ends = np.cumsum(words_in_line)
         token_ends = np.concatenate([[0], ends])[word_ends]

@@ -105,18 +105,16 @@ class JsonTokenizer:
         """Refuses a model that needs an unknown token it lacks (the library would raise on the
         first character outside the vocabulary, deep inside a data_prep worker)."""
         model = self.spec.get("model") or {}
-        kind = model.get("type")
-        if kind == "Unigram":
-            if model.get("unk_id") is not None:  # even with byte_fallback the library needs it
-                return
+        kind, unk = model.get("type"), model.get("unk_token")
+        if kind == "Unigram" and model.get("unk_id") is None:  # needed even with byte_fallback
             missing = "no unk_id"
-        elif kind in ("WordPiece", "WordLevel", "BPE"):
-            unk = model.get("unk_token")
-            if (kind == "BPE" and unk is None) or unk in self.vocab:
+        elif kind in ("WordPiece", "WordLevel", "BPE") and unk not in self.vocab:
+            # A BPE naming no unk_token, or falling back to all 256 byte pieces, does not need it.
+            fallback = model.get("byte_fallback") and all(
+                f"<0x{b:02X}>" in self.vocab for b in range(256)
+            )
+            if kind == "BPE" and (unk is None or fallback):
                 return
-            bytes_known = all(f"<0x{b:02X}>" in self.vocab for b in range(256))
-            if kind == "BPE" and model.get("byte_fallback") and bytes_known:
-                return  # unknown characters become their UTF-8 bytes' pieces
             missing = f"its unk_token {unk!r}, which is not in its vocabulary"
         else:
             return
