@@ -1,11 +1,7 @@
 """The two transformers classes our model can be, as data: BertForPreTraining (also Google's
-original TensorFlow BERT; BertForMaskedLM without the NSP head) and ModernBertForMaskedLM. An
-`Architecture` says which config fields the class fixes, how its config.json maps to a
-BertConfig both ways, and the name of each of our parameters in its files;
-`architecture(config)` picks one, or refuses a mix of the two blocks. Torch Linear weights are
-[out, in], our kernels [in, out]; a name with several of our paths holds them concatenated along
-torch's first axis (ModernBERT's Wqkv, Wi).
-
+TensorFlow BERT; BertForMaskedLM without NSP) and ModernBertForMaskedLM: the config fields each
+fixes, its config.json both ways, and our parameters' names in its files (a name with several of
+our paths holds them concatenated along torch's first axis: ModernBERT's Wqkv, Wi).
 docs/model.md, "Import a public BERT" and "ModernBERT in and out of Hugging Face".
 """
 
@@ -41,8 +37,7 @@ class Architecture:
     aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def normalize(self, name: str) -> str:
-        """A checkpoint's name variants -> this class's names: a bare encoder's, and pre-2019
-        transformers' LayerNorm gamma and beta."""
+        """A bare encoder's names, and old LayerNorm gamma and beta, as this class's."""
         if name.startswith(self.bare):
             name = self.prefix + name
         for old, new in ((".gamma", ".weight"), (".beta", ".bias")):
@@ -63,12 +58,9 @@ def _norm(hf: str, ours: tuple, bias: bool = True) -> Iterator[Row]:
         yield (ours + ("bias",),), hf + ".bias", False
 
 
-# --- BertForPreTraining ----------------------------------------------------------------------
-
 BERT_MODEL_TYPE = "bert"  # config.json's model_type of every transformers Bert* class
 
-# config.json fields that are BertConfig fields under the same name, with transformers'
-# BertConfig defaults for a file that leaves them out (None: required, the sizes).
+# config.json fields that are BertConfig's too, with transformers' defaults (None: required).
 _SHARED_FIELDS = {
     "vocab_size": None,
     "hidden_size": None,
@@ -102,13 +94,10 @@ def _bert_config(hf: Mapping[str, Any], **overrides) -> BertConfig:
             f"{hf.get('add_cross_attention')!r} is not supported: a decoder BERT "
             "(BertLMHeadModel, an encoder-decoder's) attends causally; this one attends both ways"
         )
-    # The sizes every BERT config.json states: without them it is another model's config.
     missing = [f for f, default in _SHARED_FIELDS.items() if default is None and f not in hf]
     if missing:
         kind = f" (model_type {hf['model_type']!r})" if "model_type" in hf else ""
         raise CheckpointError(f"the config{kind} lacks {missing}; is this a BERT config.json?")
-    # Any other field left out takes transformers' default, as from_pretrained gives it (a
-    # max_position_embeddings or type_vocab_size the weights do not have is refused by name).
     values = {f: hf.get(f, default) for f, default in _SHARED_FIELDS.items()}
     return BertConfig(**{**values, **overrides})
 
@@ -122,8 +111,6 @@ def _bert_hf_config(config: BertConfig, special_ids=None) -> dict[str, Any]:
         model_type=BERT_MODEL_TYPE,
         hidden_act="gelu",
         position_embedding_type="absolute",
-        # The tokenizer's [PAD] (its row gets no gradient in transformers' training); 0, the
-        # [PAD] of BERT's vocabularies, where unknown.
         pad_token_id=0 if pad is None else pad,
         tie_word_embeddings=True,
         torch_dtype="float32",
@@ -179,9 +166,6 @@ BERT = Architecture(
 )
 
 
-# --- ModernBertForMaskedLM -------------------------------------------------------------------
-
-
 def _modernbert_rows(config: BertConfig, layers: int) -> Iterator[Row]:
     norm = lambda hf, ours: _norm(hf, ours, config.norm_bias)
     emb = ("bert", "embeddings")
@@ -222,8 +206,7 @@ MODERNBERT = Architecture(
 
 
 def architecture(config: BertConfig) -> Architecture:
-    """BERT or MODERNBERT: the transformers class `config`'s model is (its weights' names); a mix
-    of the two blocks' fields that neither class has is an error naming them."""
+    """BERT or MODERNBERT, the class of `config`'s model; a mix of the two blocks is refused."""
     modern = config.position_embedding_type == "rope" or config.norm_position == "pre"
     arch = MODERNBERT if modern else BERT
     wrong = [
@@ -240,15 +223,12 @@ def architecture(config: BertConfig) -> Architecture:
 
 
 def of_hf_config(hf: Mapping[str, Any]) -> Architecture:
-    """The class a config.json (or Google's bert_config.json) describes: its model_type says;
-    another model's (RoBERTa's, ELECTRA's, ...) is refused."""
+    """The class a config.json (or Google's bert_config.json) describes by its model_type."""
     model_type = hf.get("model_type", BERT_MODEL_TYPE)  # Google's bert_config.json has none
     if model_type == modernbert.MODEL_TYPE:
         return MODERNBERT
     if model_type != BERT_MODEL_TYPE:
-        # RoBERTa, XLM-R, CamemBERT, ERNIE, ... state BERT's sizes, and a bare encoder of theirs
-        # has BERT's weight names, but computes something else (RoBERTa's positions start
-        # after the padding id): loaded as BERT, every output would be silently wrong.
+        # RoBERTa and the like have BERT's sizes and names but compute something else.
         raise CheckpointError(
             f"model_type {model_type!r} is not supported: only BERT ({BERT_MODEL_TYPE!r}, or "
             f"Google's bert_config.json) and ModernBERT ({modernbert.MODEL_TYPE!r}) directories "
@@ -258,14 +238,12 @@ def of_hf_config(hf: Mapping[str, Any]) -> Architecture:
 
 
 def bert_config_from_hf(hf: Mapping[str, Any], **overrides) -> BertConfig:
-    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win. A
-    ModernBERT config.json (model_type 'modernbert') gives the modern block."""
+    """A config.json (or Google's bert_config.json) dict -> BertConfig; `overrides` win."""
     return of_hf_config(hf).from_hf(hf, **overrides)
 
 
 def hf_config_from_bert(
     config: BertConfig, special_ids: Mapping[str, int | None] | None = None
 ) -> dict[str, Any]:
-    """BertConfig -> the config.json of its transformers class (`special_ids`: the tokenizer's
-    'pad', 'cls', 'sep' ids, which a ModernBertForMaskedLM's records)."""
+    """BertConfig -> its class's config.json (`special_ids`: the tokenizer's pad, cls, sep)."""
     return architecture(config).to_hf(config, special_ids)

@@ -1,9 +1,6 @@
 """Hugging Face directories written and read: our parameters as a BertForPreTraining (also read
-from Google's original TensorFlow BERT) or a ModernBertForMaskedLM, the class and its names
-bert_jax.hf.architectures'. Export writes a directory transformers loads with no missing or
-unexpected keys; import initializes the weights a file lacks (a BertModel's heads, a missing
-pooler) and names them in its report.
-
+from Google's original TensorFlow BERT) or a ModernBertForMaskedLM (names: architectures.py).
+Import initializes the weights a file lacks (a BertModel's heads) and names them in its report.
 docs/model.md, "Export a training run to Hugging Face" and "Import a public BERT".
 """
 
@@ -38,11 +35,12 @@ from bert_jax.model.encoder import (
 )
 from bert_jax.text import tokenization, tokenizer_json
 
+# Files beside a tokenizer.json that transformers reads with it, copied along when present.
+TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
+
 
 @dataclasses.dataclass
 class ImportReport:
-    """What `load_hf` did: the source, weights it initialized, and file entries it did not use."""
-
     source: str
     initialized: list[str]  # Hugging Face names of weights absent from the file (fresh init)
     unused: list[str]  # names in the file that map to nothing of ours (buffers, optimizer slots)
@@ -54,9 +52,6 @@ class ImportReport:
         if self.unused:
             lines.append(f"  not used from the file: {', '.join(self.unused)}")
         return "\n".join(lines)
-
-
-# --- Our parameters <-> the file's tensors ----------------------------------------------------
 
 
 def _get(tree: Mapping, path: tuple):
@@ -79,11 +74,8 @@ def _pure_params(model_or_state) -> dict:
 
 
 def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[str, np.ndarray]:
-    """Our parameters (model, nnx.State or pure dict) -> {HF BertForPreTraining name: float32
-    array}, or ModernBertForMaskedLM's for a config of the modern block (a model's own config
-    counts; a state or dict without `config` is taken for BERT). The tied decoder
-    (cls.predictions.decoder.*, decoder.weight) is left out, as transformers' own save does.
-    `config`, when given, is checked against the parameters' layer count."""
+    """Our parameters (model, nnx.State or pure dict) -> {HF name: float32 array} of the class of
+    `config` (or the model's; BERT without one), less the tied decoder, as transformers saves."""
     if config is None and isinstance(model_or_state, BertForPreTraining):
         config = model_or_state.config
     params = _pure_params(model_or_state)
@@ -102,15 +94,13 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
 
 
 def encoder_state_dict(bert_params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
-    """A BertModel's parameters alone (a task model's encoder) -> {HF name: float32 array}, the
-    `bert.*` tensors to_hf_state_dict gives for the whole pre-training model."""
+    """A BertModel's parameters alone (a task model's encoder) -> to_hf_state_dict's `bert.*`."""
     table = architecture(config).rows(config, config.num_hidden_layers)
     rows = [row for row in table if row[0][0][0] == "bert"]
     return _tensors({"bert": bert_params}, rows)
 
 
 def _tensors(params: Mapping, table) -> dict[str, np.ndarray]:
-    """{HF name: float32 array} of `params` for the rows of a names table."""
     out = {}
     for paths, name, transpose in table:
         parts = []
@@ -127,9 +117,6 @@ def _tensors(params: Mapping, table) -> dict[str, np.ndarray]:
     return out
 
 
-# --- Files -----------------------------------------------------------------------------------
-
-
 def save_hf(
     model: BertForPreTraining,
     vocab_file: str | None,
@@ -138,9 +125,8 @@ def save_hf(
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
     special_ids: Mapping[str, int | None] | None = None,
 ) -> None:
-    """Writes a Hugging Face BertForPreTraining (or ModernBertForMaskedLM) directory, float32
-    safetensors; `special_ids`: the tokenizer's 'pad', 'cls', 'sep' ids for a ModernBERT
-    config.json (BERT's says pad 0, its vocabularies' [PAD])."""
+    """Writes a Hugging Face model directory; `special_ids`: the tokenizer's 'pad', 'cls', 'sep'
+    ids for config.json."""
     tensors = to_hf_state_dict(model, model.config)
     hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
     write_hf(output_dir, tensors, hf_config, vocab_file, do_lower_case)
@@ -149,26 +135,22 @@ def save_hf(
 
 
 def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_case) -> None:
-    """A Hugging Face model directory's files (a pre-training export's and a task model's):
-    model.safetensors of `tensors`, config.json and, with a `vocab_file`, save_tokenizer's."""
+    """model.safetensors, config.json and, with a `vocab_file`, save_tokenizer's files."""
     from safetensors.numpy import save_file
 
     os.makedirs(output_dir, exist_ok=True)
     save_file(tensors, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(output_dir, "config.json"), "w") as f:
-        json.dump(hf_config, f, indent=2, sort_keys=True)
+    _write_json(os.path.join(output_dir, "config.json"), hf_config, sort_keys=True)
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, hf_config["max_position_embeddings"])
 
 
-# Files beside a tokenizer.json that transformers reads with it, copied along when present.
-TOKENIZER_JSON_COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
+def _write_json(path: str, value: dict, **kwargs) -> None:
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2, **kwargs)
 
 
 def check_exportable_vocab(vocab_file: str | None) -> None:
-    """Refuses a SentencePiece vocabulary (tokenization.make_tokenizer's .model): transformers'
-    BERT and ModernBERT classes have no tokenizer that reads one, and save_tokenizer writes a
-    vocab.txt or a tokenizer.json only."""
     if vocab_file and vocab_file.endswith(".model"):
         raise cli.UserError(
             f"the vocabulary {vocab_file!r} is a SentencePiece model: a Hugging Face export "
@@ -181,12 +163,8 @@ def check_exportable_vocab(vocab_file: str | None) -> None:
 def save_tokenizer(
     vocab_file: str, output_dir: str, do_lower_case: bool, model_max_length: int
 ) -> None:
-    """The tokenizer's files into `output_dir` (a pre-training export and a fine-tuned task model
-    alike): a vocab.txt with the tokenizer_config.json transformers' BertTokenizer loads it by,
-    or a Hugging Face tokenizer.json passed through as it is, with its directory's
-    TOKENIZER_JSON_COMPANIONS (else a tokenizer_config.json naming PreTrainedTokenizerFast).
-    A SentencePiece model is refused (check_exportable_vocab): it was copied as a vocab.txt
-    that transformers cannot read."""
+    """The tokenizer's files into `output_dir`: a vocab.txt with a tokenizer_config.json for
+    BertTokenizer, or a tokenizer.json with its TOKENIZER_JSON_COMPANIONS (or a config)."""
     check_exportable_vocab(vocab_file)
     if not os.path.isfile(vocab_file):
         raise cli.UserError(
@@ -197,16 +175,9 @@ def save_tokenizer(
         _save_tokenizer_json(vocab_file, output_dir, model_max_length)
         return
     shutil.copyfile(vocab_file, os.path.join(output_dir, "vocab.txt"))
-    with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(
-            {
-                "tokenizer_class": "BertTokenizer",
-                "do_lower_case": do_lower_case,
-                "model_max_length": model_max_length,
-            },
-            f,
-            indent=2,
-        )
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case}
+    config["model_max_length"] = model_max_length
+    _write_json(os.path.join(output_dir, "tokenizer_config.json"), config)
 
 
 def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> None:
@@ -218,24 +189,14 @@ def _save_tokenizer_json(path: str, output_dir: str, model_max_length: int) -> N
     if not os.path.isfile(os.path.join(output_dir, "tokenizer_config.json")):
         # Named, or AutoTokenizer loads a tokenizer with no [MASK] or [PAD] (fill-mask fails).
         roles = tokenizer_json.JsonTokenizer(path).special_tokens
-        with open(os.path.join(output_dir, "tokenizer_config.json"), "w") as f:
-            json.dump(
-                {
-                    "tokenizer_class": "PreTrainedTokenizerFast",
-                    "model_max_length": model_max_length,
-                    **{f"{role}_token": token for role, token in roles.items()},
-                },
-                f,
-                indent=2,
-            )
+        config = dict(tokenizer_class="PreTrainedTokenizerFast", model_max_length=model_max_length)
+        config.update({f"{role}_token": token for role, token in roles.items()})
+        _write_json(os.path.join(output_dir, "tokenizer_config.json"), config)
 
 
 def _save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_case: bool) -> None:
-    """A WordPiece vocab.txt's tokenizer as tokenizer.json in `output_dir` (built as transformers'
-    BertTokenizer builds its own, with FullTokenizer's word length limit), the special tokens'
-    roles added to save_tokenizer's tokenizer_config.json: transformers 5's AutoTokenizer reads a
-    modernbert directory's tokenizer from tokenizer.json alone (docs/model.md, "ModernBERT in
-    and out of Hugging Face")."""
+    """A vocab.txt's tokenizer as tokenizer.json too, the special tokens' roles added to the
+    tokenizer_config.json: transformers 5 reads a modernbert directory's tokenizer.json alone."""
     vocab = tokenization.load_vocab(vocab_file)
     max_chars = tokenization.WordPieceTokenizer.max_chars_per_word
     tok = tokenization.bert_wordpiece(vocab, do_lower_case, max_chars_per_word=max_chars)
@@ -246,17 +207,14 @@ def _save_wordpiece_tokenizer_json(vocab_file: str, output_dir: str, do_lower_ca
     with open(path) as f:
         config = json.load(f)
     config.update({f"{role}_token": token for role, token in roles.items()})
-    with open(path, "w") as f:
-        json.dump(config, f, indent=2)
+    _write_json(path, config)
 
 
 def load_hf(
     hf_dir: str, config: BertConfig | None = None, *, overrides: Mapping[str, Any] | None = None
 ) -> tuple[BertForPreTraining, ImportReport]:
     """A Hugging Face (or original TF) BERT directory -> (BertForPreTraining, ImportReport).
-    `config` defaults to the directory's config.json / bert_config.json, with `overrides`
-    (BertConfig fields) winning; pass one to change what the weights do not fix (dtype, dropout,
-    remat). Weights the file lacks (the heads, the pooler) are freshly initialized."""
+    `config` defaults to the directory's, with `overrides` (BertConfig fields) winning."""
     config, params, report, _ = read_hf(hf_dir, config, overrides)
     return model_from_params(config, params), report
 
@@ -264,9 +222,8 @@ def load_hf(
 def load_hf_params(
     hf_dir: str, config: BertConfig, *, shardings: Any = None
 ) -> tuple[dict, ImportReport]:
-    """load_hf for a training run: (pure parameter dict, report), placed on `shardings`. The
-    dict has the layout of checkpoints.restore_params' (nnx.to_pure_dict of the Params), so a run
-    can start from a public checkpoint; `config` is the run's (its shapes must match the file)."""
+    """load_hf for a training run with its own `config`: (pure parameter dict, as
+    checkpoints.restore_params lays it out, report), placed on `shardings`."""
     _, params, report, hf_config = read_hf(hf_dir, config, None)
     try:
         changed = _other_settings(bert_config_from_hf(hf_config), config)
@@ -281,8 +238,7 @@ def load_hf_params(
 
 
 def _other_settings(theirs: BertConfig, ours: BertConfig) -> list[str]:
-    """The settings that change what the same weights compute (not their shapes) on which a
-    directory's config and a run's differ, as 'field=theirs (this run: ours)'."""
+    """'field=theirs (this run: ours)' for settings (not shapes) that change what the weights do."""
     fields = ["layer_norm_eps"]
     if ours.position_embedding_type == "rope":
         fields += ["global_rope_theta", "local_rope_theta"]
@@ -300,9 +256,8 @@ def _other_settings(theirs: BertConfig, ours: BertConfig) -> list[str]:
 def read_hf(
     hf_dir: str, config: BertConfig | None, overrides: Mapping[str, Any] | None
 ) -> tuple[BertConfig, dict, ImportReport, dict]:
-    """load_hf with no model built: (config, its parameters as nnx.to_pure_dict lays them out,
-    report, the config file's dict). The config file is read once, the names decided once (a wrong
-    block is refused before the weights are read), then the weights mapped."""
+    """load_hf with no model built: (config, its pure parameters, report, the config file's dict);
+    a wrong block is refused before the weights are read."""
     if not os.path.isdir(hf_dir):
         raise CheckpointError(f"{hf_dir!r} is not a directory; pass a Hugging Face model directory")
     path, hf_config = read_config(hf_dir)
@@ -324,7 +279,6 @@ def read_hf(
             f"block: use a config of the same block (configs/{theirs.lower()}_base.py, ...)"
         )
     tensors, source = read_hf_weights(hf_dir)
-    # The weights mapped; heads or a pooler the file lacks are freshly initialized.
     by_name = {arch.normalize(k): v for k, v in tensors.items()}
     for alias, name in arch.aliases.items():  # a tied weight saved under its other name
         if name not in by_name and alias in by_name:
@@ -365,12 +319,10 @@ def read_hf(
             f"({len(absent_body)} in all): not a {arch.label} "
             "checkpoint, or num_hidden_layers in its config is wrong"
         )
-    # The tied decoder is the word embeddings and the MLM bias again; anything else
-    # (position_ids buffers, optimizer slots) has no counterpart here.
-    decoder, words = arch.decoder  # the word embeddings are there: the body is
+    # The tied decoder repeats the word embeddings (there: the body is) and the MLM bias.
+    decoder, words = arch.decoder
     tied = arch.tied
     if decoder in by_name and not np.array_equal(by_name[decoder], by_name[words]):
-        # tie_word_embeddings false: our MLM head always uses the word embeddings
         cli.warn(
             f"{source}: {decoder} is not the word embeddings (tie_word_embeddings false); this "
             "model's MLM head ties them, so its MLM logits differ from transformers' (the "
@@ -379,11 +331,7 @@ def read_hf(
         tied -= {decoder}
     unused = sorted(set(by_name) - set(ours) - tied)
     # Weights, not buffers (old files' bert.embeddings.position_ids).
-    dropped = [
-        name
-        for name in unused
-        if name.startswith(arch.body) and name.endswith((".weight", ".bias"))
-    ]
+    dropped = [n for n in unused if n.startswith(arch.body) and n.endswith((".weight", ".bias"))]
     if dropped:  # transformers warns too: a model cut short by its config is easy to miss
         cli.warn(
             f"{source} holds {len(dropped)} encoder weights its config leaves out (e.g. "
@@ -395,7 +343,7 @@ def read_hf(
 
 def _run_config_hint(hf_config: Mapping[str, Any], config: BertConfig, path: str) -> str:
     """What to change when a run's config.model does not fit a directory's weights: the shape
-    fields on which it differs from the directory's config.json (the file is not at fault)."""
+    fields on which it differs from the directory's config.json."""
     try:
         theirs = bert_config_from_hf(hf_config)
     except (cli.UserError, ValueError, TypeError):

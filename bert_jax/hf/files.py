@@ -1,7 +1,5 @@
-"""A Hugging Face (or original TensorFlow BERT) model directory's files read back: its JSON files
-and its weights (model.safetensors, pytorch_model.bin, either sharded by an .index.json, or
-Google's bert_model.ckpt), each damaged or missing file one CheckpointError naming it. What the
-weights mean is bert_jax.hf.bert's (and hf_modernbert's) business.
+"""A Hugging Face (or original TensorFlow BERT) model directory's JSON files and weights read
+back, each damaged or missing file one CheckpointError naming it.
 """
 
 from __future__ import annotations
@@ -16,14 +14,15 @@ import numpy as np
 
 from bert_jax import cli
 
+# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
+CONFIG_FILES = ("config.json", "bert_config.json")
+
 
 class CheckpointError(cli.UserError):
     """A checkpoint that cannot be imported; the message says what to fix."""
 
 
 def read_json(path: str) -> dict:
-    """A JSON object from a model directory (config.json, an index, tokenizer files); an error
-    names the file and what is wrong with it."""
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
@@ -37,10 +36,6 @@ def read_json(path: str) -> dict:
     if not isinstance(value, dict):
         raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object")
     return value
-
-
-# A model directory's config file: Hugging Face's, else Google's original TensorFlow BERT's.
-CONFIG_FILES = ("config.json", "bert_config.json")
 
 
 def read_config(hf_dir: str) -> tuple[str, dict]:
@@ -77,7 +72,6 @@ def _read_safetensors(paths: list[str]) -> dict[str, np.ndarray]:
 
 
 def _import(module: str, missing: str):
-    """`module`, or a UserError saying how to install it (`missing`)."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
@@ -95,8 +89,7 @@ def _read_torch_bin(paths: list[str]) -> dict[str, np.ndarray]:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError) as e:
-            # weights_only refuses pickles that would run code (or name unknown classes); a cut
-            # or non-zip file fails to open. Neither is a bug of ours.
+            # weights_only refuses pickles that would run code; a cut file fails to open.
             why = " ".join(str(e).split())[:300]
             raise CheckpointError(
                 f"{path} is not a PyTorch state dict that loads safely ({why}): it is "
@@ -153,9 +146,8 @@ def _read_tf_checkpoint(prefix: str) -> dict[str, np.ndarray]:
 
 
 def indexed_files(index: str, hf_dir: str) -> list[str]:
-    """The weight files a sharded checkpoint's index (its weight_map) names, each checked to lie
-    inside `hf_dir` (an index must not send a reader elsewhere: an absolute path, `..`) and to
-    be there."""
+    """The weight files a sharded checkpoint's index names, each checked to be there, inside
+    `hf_dir` (an index must not send a reader elsewhere)."""
     weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index} has no weight_map object naming the weight files")
@@ -180,9 +172,8 @@ def indexed_files(index: str, hf_dir: str) -> list[str]:
 
 
 def read_hf_weights(hf_dir: str) -> tuple[dict[str, np.ndarray], str]:
-    """All weight tensors of a model directory, HF-named, and a description of what was read: the
-    first of these files it holds (an index.json names a sharded save's files), else Google's
-    TensorFlow checkpoint."""
+    """(All weight tensors of a model directory, HF-named; what was read): the first of these
+    files it holds, else Google's TensorFlow checkpoint."""
     for name, read in (
         ("model.safetensors", _read_safetensors),
         ("model.safetensors.index.json", _read_safetensors),

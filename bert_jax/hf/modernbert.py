@@ -1,9 +1,6 @@
-"""A ModernBertForMaskedLM's config.json <-> a BertConfig of the modern block
-(bert_jax.hf.architectures.MODERNBERT holds these with its weights' names). Layer kinds come
-from `layer_types` (transformers 5) or `global_attn_every_n_layers` (transformers 4 and the
-Hub's config.json files), RoPE bases from `rope_parameters` or `*_rope_theta`; export writes both.
-
-docs/model.md, "ModernBERT in and out of Hugging Face": every config field.
+"""A ModernBertForMaskedLM's config.json <-> a BertConfig of the modern block, read in
+transformers 5's spelling or 4's (export writes both). docs/model.md, "ModernBERT in and out of
+Hugging Face": every config field.
 """
 
 from __future__ import annotations
@@ -32,14 +29,7 @@ _FIELDS = {
     "decoder_bias": ("decoder_bias", True, bool),
     "classifier_bias": ("head_bias", False, bool),
 }
-_SHAPES = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-)
-# The fields that make our model ModernBertForMaskedLM, and their values.
+_SHAPES = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads".split()
 BLOCK = {
     "position_embedding_type": "rope",
     "norm_position": "pre",
@@ -48,8 +38,6 @@ BLOCK = {
     "pooler": False,
     "nsp_head": False,
 }
-
-
 _KINDS = {
     int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
     float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
@@ -60,9 +48,8 @@ _KINDS = {
 
 
 def _get(hf: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
-    """config.json's `name` (`default` when absent), refused by name unless of `kind`: a null,
-    a string or a list where a number or a flag belongs would otherwise surface as a Python
-    error naming no field, or (bool("false")) as the opposite setting."""
+    """config.json's `name` (`default` when absent), refused by name unless of `kind` (a string
+    would surface as an error naming no field, or, bool("false"), the opposite setting)."""
     value = hf.get(name, default)
     ok, what = _KINDS[kind]
     if not ok(value):
@@ -77,8 +64,7 @@ def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     window = _get(hf, "local_attention", int, _DEFAULTS["local_attention"])
     if window < 0:
         raise CheckpointError(f"local_attention {window} is negative: a window is 1 token or more")
-    # transformers' window of 0 is its window of 1 (each token reads only itself); ours of 0
-    # means no window at all (global attention in every layer).
+    # transformers' window of 0 is its window of 1; ours of 0 means no window at all.
     window = max(window, 1)
     types = _get(hf, "layer_types", list)
     if types is None:  # ModernBertConfig's default pattern: every third layer
@@ -102,19 +88,15 @@ def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
     rope = _get(hf, "rope_parameters", dict) or {}
     # transformers 4's spelling of a scaling, which transformers 5 applies to both layer kinds.
     scaling = _get(hf, "rope_scaling", dict) or {}
+    scaled = {"rope_type", "type"} & set(scaling)
     thetas = []
     for kind, old_name in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
         own = _get(rope, kind, dict)
-        # As transformers 5 reads them: a kind's absent entry is {"rope_type": "default"}, and
-        # an entry without rope_type takes its older spelling `type`.
+        # As transformers 5 reads them (an absent entry is the default; `type` is old rope_type).
         params = {**({"rope_type": "default"} if own is None else own), **scaling}
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
-            field = (
-                "rope_scaling"
-                if {"rope_type", "type"} & set(scaling)
-                else f"rope_parameters[{kind!r}]"
-            )
+            field = "rope_scaling" if scaled else f"rope_parameters[{kind!r}]"
             raise CheckpointError(
                 f"{field} has rope_type {rope_type!r}; only 'default' (unscaled) RoPE is supported"
             )
@@ -127,7 +109,6 @@ def _thetas(hf: Mapping[str, Any]) -> tuple[float, float]:
 
 
 def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfig:
-    """A ModernBERT config.json dict -> BertConfig of the modern block; `overrides` win."""
     for name in ("hidden_activation", "classifier_activation"):
         if hf.get(name, "gelu") not in EXACT_GELU:
             raise CheckpointError(
@@ -146,7 +127,6 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
         raise CheckpointError(f"head_dim {hf['head_dim']} is not hidden_size / num_attention_heads")
     window, every = _layer_pattern(hf, hf["num_hidden_layers"])
     global_theta, local_theta = _thetas(hf)
-
     values = {f: hf[f] for f in _SHAPES}
     for theirs, (ours, default, convert) in _FIELDS.items():
         value = _get(hf, theirs, type(default), default)
@@ -165,10 +145,8 @@ def bert_config_from_modernbert(hf: Mapping[str, Any], **overrides) -> BertConfi
 def modernbert_config(
     config: BertConfig, special_ids: Mapping[str, int | None] | None = None
 ) -> dict[str, Any]:
-    """BertConfig of the modern block -> the config.json of a transformers
-    ModernBertForMaskedLM. `special_ids` ('pad', 'cls', 'sep'): the tokenizer's; unknown ones
-    are written as null (ModernBertConfig's defaults are ModernBERT's own vocabulary's). The
-    config is one bert_jax.hf.architectures.architecture accepts (it names what else is wrong)."""
+    """BertConfig of the modern block -> a ModernBertForMaskedLM's config.json; unknown
+    `special_ids` null (ModernBertConfig's defaults are ModernBERT's own vocabulary's)."""
     ids = dict(special_ids or {})
     layers = config.num_hidden_layers
     every = config.global_attn_every_n_layers if config.local_attention else 1

@@ -1,15 +1,6 @@
 """Writing a model directory for others to load (a Hugging Face export): whole, never mixed with
-another model's files, on any disk, readable by the people the umask lets read it.
-
-    publish.directory(output_dir, lambda scratch: hf.save_hf(model, vocab, scratch))
-
-The directory's lock (bert_jax.storage.workdir_lock) is held throughout. `output_dir` must be
-new, empty or a previous export of ours (its MARKER file, written last, lists its files), which
-is replaced whole; other files are refused, and nothing we did not write is deleted. Files are
-written into a scratch directory inside `output_dir` (so a mount point works) and renamed only
-once all are written; modes are 0666 and 0777 less the umask. A bucket has no rename: the files
-are uploaded one by one, the one a reader opens first deleted first and uploaded last.
-
+another model's files, on any disk or bucket, modes as the umask says, under its lock:
+`publish.directory(output_dir, lambda scratch: hf.save_hf(model, vocab, scratch))`.
 docs/model.md, "Export a training run to Hugging Face": each rule and why.
 """
 
@@ -31,25 +22,21 @@ _SCRATCH = ".export-tmp-"
 
 
 def _ours(name: str) -> bool:
-    """Names we keep in an export directory besides the model's files."""
     return name in (MARKER, workdir_lock.LOCK_NAME) or name.startswith(
         (_SCRATCH, workdir_lock.LOCK_NAME + ".")
     )
 
 
 def check_target(output_dir: str, flag: str = "--output_dir") -> None:
-    """Refuses an `output_dir` that is a file, lies under one, or holds files that are not an
-    export of ours, before any work is done (`directory` checks again, holding the lock)."""
+    """Refuses an `output_dir` that is a file, lies under one, or holds others' files."""
     cli.refuse_a_file(output_dir, flag)
     if storage.isdir(output_dir):
         previous_export(output_dir, flag)
 
 
 def previous_export(output_dir: str, flag: str = "--output_dir") -> list[str]:
-    """The files of the export of ours that `output_dir` holds ([] if it is empty); refuses a
-    directory holding anything else. Hidden files (a repository's .gitkeep, .DS_Store) are no
-    model's: a directory holding only them counts as empty, and they are kept. Local or a
-    bucket."""
+    """The files of the export of ours that `output_dir` holds; refuses a directory holding
+    anything else but hidden files (.gitkeep, .DS_Store: no model's, kept)."""
     names = sorted(n for n in storage.listdir(output_dir) if not (_ours(n) or n.startswith(".")))
     listed: list[str] = []
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -108,8 +95,7 @@ def directory(
     last: str = "config.json",
 ) -> list[str]:
     """Runs `write(scratch)`, which fills an empty directory, and publishes what it wrote as
-    `output_dir` (the module docstring's rules; `last` is the file a reader opens first, published
-    last to a bucket). Returns the names published."""
+    `output_dir`, `last` (what a reader opens first) last. Returns the names published."""
     check_target(output_dir, flag)
     # The lock makes `output_dir` if it is new, and removes it again if nothing was published.
     with workdir_lock.hold(output_dir, what, flag=flag):
@@ -133,9 +119,8 @@ def directory(
             _write_marker(output_dir, sorted(set(old) | set(new)), complete=False)
             for name in old:
                 _remove(os.path.join(output_dir, name))
-            # `last` (config.json, what a reader opens first) goes last, as to a bucket: a kill
-            # between two renames leaves a directory every loader refuses, never a model
-            # without its tokenizer that transformers loads.
+            # `last` goes last, as to a bucket: a kill between two renames leaves a directory
+            # every loader refuses, never a model without its tokenizer that transformers loads.
             for name in sorted(new, key=lambda name: name == last):
                 os.replace(os.path.join(scratch, name), os.path.join(output_dir, name))
             _write_marker(output_dir, new, complete=True)
@@ -145,9 +130,8 @@ def directory(
 
 
 def _publish_remote(local: str, path: str, last: str, flag: str) -> list[str]:
-    """The files of the local directory `local` published as the bucket directory `path`: the
-    marker first lists both versions' files as incomplete; `path/last` is deleted, the new files
-    uploaded, the old version's other files deleted, `last` uploaded, the marker rewritten."""
+    """The local directory `local` published as the bucket directory `path` (no rename there:
+    `last` deleted first and uploaded last, the marker listing both versions meanwhile)."""
     names = sorted(os.listdir(local))
     if last not in names:
         raise ValueError(f"{local} has no {last} to publish last")  # a bug of the writer

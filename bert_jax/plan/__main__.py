@@ -5,15 +5,9 @@ r"""Does it fit, and how fast will it be: the trainer's steps compiled for a TPU
   python -m bert_jax.plan --config=configs/bert_base.py --topology=v5e-16 --num_slices=2
   python -m bert_jax.plan --topology=cpu:256 --num_layers=2 --meshes=32x8x1  # XLA:CPU's plan
 
-With libtpu installed (the `tpu` extra; `make install` installs it) the TPU compiler compiles
-pre-training's train and eval steps and fine-tuning's train step for the slice's devices, no TPU
-needed. For every mesh (data x fsdp x tensor), remat choice and batch size it prints per chip
-the memory, FLOPs, collectives and step-time estimates, where the HBM bytes go (--top
-instructions), marks plans that do not fit, and ends with the flags of the fastest plan that
-fits. Any --config.<field>=<value> override applies, as in the trainer. `--topology=cpu:N`, or
-any topology whose compiler is not installed (with a warning), compiles for N fake CPU devices:
-the shardings partition the same, but memory and fusions are XLA:CPU's. docs/scaling.md,
-"Planning a TPU run without a TPU", has the table, the commands and what each column means.
+For every mesh, remat choice and batch size it prints per chip the memory, FLOPs, collectives,
+step-time estimates and where the HBM bytes go, and ends with the flags of the fastest plan that
+fits. docs/scaling.md, "Planning a TPU run without a TPU": the table and what each column means.
 """
 
 import itertools
@@ -45,9 +39,7 @@ flags.DEFINE_list(
     "powers of two that divides the chips (tensor dividing the heads, at most 4).",
 )
 flags.DEFINE_list("remat", ["false"], "Activation checkpointing choices to compile: false,true.")
-flags.DEFINE_list(
-    "global_batch_sizes", ["0"], "Sequences per step over all chips; 0: the config's."
-)
+flags.DEFINE_list("global_batch_sizes", ["0"], "Global sequences per step; 0: the config's.")
 flags.DEFINE_list("steps", ["train", "eval", "finetune"], "Which steps to compile.")
 flags.DEFINE_string(
     "finetune_config", "configs/finetune/sst2.py", "Fine-tuning config (its batch, optimizer)."
@@ -74,22 +66,19 @@ flags.DEFINE_float(
     "cuDNN's fused attention (attention_impl='auto').",
 )
 flags.DEFINE_string("json_out", "", "Also write every plan's figures as JSON to this path.")
-flags.DEFINE_string(
-    "hlo_dir", "", "Also write each plan's compiled HLO here (fusions, layouts, collectives)."
-)
+flags.DEFINE_string("hlo_dir", "", "Also write each plan's compiled HLO (fusions, layouts) here.")
 flags.DEFINE_integer(
     "top", 10, "Instructions to list by HBM bytes per plan (0: none; the groups still in JSON)."
 )
 
 
 def load_config(path: str):
-    """--finetune_config's ConfigDict (read only when a fine-tuning step is planned)."""
     import importlib.util
 
     if not os.path.isfile(path):
         raise cli.UserError(f"--finetune_config={path} {cli.not_a_file(path)}")
     spec = importlib.util.spec_from_file_location("plan_finetune_config", path)
-    if spec is None:  # no .py name: nothing to load it with (an AttributeError traceback before)
+    if spec is None:  # no .py name: nothing to load it with
         raise cli.UserError(
             f"--finetune_config={path}: not a Python config file (configs/finetune/*.py)"
         )
@@ -103,7 +92,7 @@ def load_config(path: str):
     config = module.get_config()
     train = config.get("train") if hasattr(config, "keys") else None
     if "lora" not in config or not hasattr(train, "keys") or "batch_size" not in train:
-        raise cli.UserError(  # a pre-training config failed deep in the plan on its missing 'lora'
+        raise cli.UserError(
             f"--finetune_config={path} is not a fine-tuning config (configs/finetune/sst2.py and "
             "the like; a pre-training config goes to --config)"
         )
@@ -120,9 +109,8 @@ def pretrain_config(base, mesh, remat: bool, batch: int):
 
 
 def _take_config_overrides() -> None:
-    """--dtype and --remat set config.model.dtype and .remat in every plan; where only the
-    --config.model override was given, it is taken, not the flag's default. Both given and
-    different: one error line."""
+    """A --config.model.dtype or .remat override given without --dtype/--remat is taken as the
+    flag's value; both given and different is an error."""
     from bert_jax.plan import options
 
     given = config_flags.get_override_values(FLAGS["config"])
@@ -178,8 +166,7 @@ def main(argv):
         gpu = topology.chip.name == "h100"
         note = "the CUDA compiler (XLA:GPU)" if gpu else "the TPU compiler (libtpu)"
         note += ", compile only"
-    # JAX on fake CPU devices (the chips are described, never used), the trainer's own TPU
-    # compiler settings, no persistent compilation cache (runtime.start).
+    # JAX on fake CPU devices: the chips are described, never used.
     runtime.start(cpu_devices=req.num_devices if topology is None else 1)
 
     from bert_jax.model.bert_config import BertConfig
@@ -192,7 +179,6 @@ def main(argv):
     if FLAGS.attention_dropout >= 0:
         base.model.attention_probs_dropout_prob = FLAGS.attention_dropout
     if base.model.attention_impl == "cudnn" and (topology is None or topology.chip.name != "h100"):
-        # cuDNN's kernel compiles for a GPU only ("RuntimeError: cuDNN is not detected" before)
         flag = "--attention_impl" if FLAGS.attention_impl else "--config.model.attention_impl"
         where = topology.name if topology else "fake CPU devices"
         raise cli.UserError(
@@ -227,7 +213,6 @@ def main(argv):
             if FLAGS.top and (text := report.traffic(r, FLAGS.top)):
                 print(text, flush=True)
             if FLAGS.json_out:  # after every plan: a long run killed midway keeps what it did
-                # published whole (a kill mid-write left cut JSON), locally or in a bucket
                 with cli.user_path("--json_out", FLAGS.json_out):
                     storage.write_text(FLAGS.json_out, json.dumps(results, indent=1))
     if chip is not None:

@@ -1,9 +1,6 @@
 """Cloud TPU chips (and one H100) with their documented figures, and the slice shapes and
-accelerator types (v5p-64, v5e-16, ...) of Google's public Cloud TPU pages. The planner judges
-a compiled plan by them: HBM against its peak bytes, bf16 peak against its FLOPs (MFU), HBM, ICI
-and DCN bandwidth for the roofline. Every type in `DOCUMENTED` is described by libtpu
-(tests/e2e/test_plan.py). docs/scaling.md, "Planning a TPU run without a TPU", has the figures
-with their pages, and the few no page gives (v4's ICI, v4's and v6e's DCN) with their sources.
+accelerator types (v5p-64, v5e-16, ...) of Google's Cloud TPU pages; the slice's devices from
+libtpu. docs/scaling.md, "Planning a TPU run without a TPU": the figures and their sources.
 """
 
 import contextlib
@@ -56,30 +53,14 @@ runtime_version { major: 13 minor: 0 }
 device_description_str: "NVIDIA H100 80GB HBM3"
 """
 
-# Slice shapes by chip count, from the pages' configuration tables (v4 and v5p share theirs,
-# v5e and v6e theirs).
-_SHAPES_3D = {
-    4: "2x2x1",
-    8: "2x2x2",
-    16: "2x2x4",
-    32: "2x4x4",
-    64: "4x4x4",
-    128: "4x4x8",
-    256: "4x8x8",
-    512: "8x8x8",
-}
-_SHAPES_2D = {
-    1: "1x1",
-    4: "2x2",
-    8: "2x4",
-    16: "4x4",
-    32: "4x8",
-    64: "8x8",
-    128: "8x16",
-    256: "16x16",
-}
+
+def _chips(shape: str) -> int:
+    return math.prod(int(d) for d in shape.split("x"))
 
 
+# Slice shapes by chip count, from the pages' tables (v4's and v5p's, v5e's and v6e's alike).
+_SHAPES_3D = {_chips(s): s for s in "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8".split()}
+_SHAPES_2D = {_chips(s): s for s in "1x1 2x2 2x4 4x4 4x8 8x8 8x16 16x16".split()}
 # Every accelerator type the tables above give, as a user names them (v4-32, v5e-16, ...).
 DOCUMENTED = tuple(
     f"{chip.name}-{chips * chip.cores_per_chip}"
@@ -97,7 +78,7 @@ class Topology:
 
     @property
     def chips_per_slice(self) -> int:
-        return math.prod(int(d) for d in self.shape.split("x"))
+        return _chips(self.shape)
 
     @property
     def num_chips(self) -> int:
@@ -113,9 +94,7 @@ class Topology:
 
 
 def parse(name: str, num_slices: int = 1) -> Topology:
-    """'v5p-64' (an accelerator type) or 'v5p:2x4x4' (a slice shape) -> Topology.
-
-    Raises cli.UserError naming the flag and the accepted forms."""
+    """'v5p-64' (an accelerator type) or 'v5p:2x4x4' (a slice shape) -> Topology."""
     text = name.strip().lower().replace("v5litepod", "v5e")
     if num_slices < 1:
         raise cli.UserError(f"--num_slices={num_slices}: must be at least 1")
@@ -152,9 +131,8 @@ def parse(name: str, num_slices: int = 1) -> Topology:
 
 
 def devices(topology: Topology) -> list:
-    """The slice's devices for compiling without a TPU: libtpu's topology description (one
-    device per chip: megacore on v4 and v5p, as a TPU VM shows them to JAX), or the H100's from
-    jax's CUDA plugin. Needs that compiler (compiler_installed)."""
+    """The slice's devices for compiling without a TPU (one per chip: megacore on v4 and v5p, as
+    a TPU VM shows them), or the H100's; needs that compiler (compiler_installed)."""
     import jax
     from jax.experimental import topologies
 
@@ -164,8 +142,7 @@ def devices(topology: Topology) -> list:
         )
         return list(desc.devices)
 
-    # libtpu takes a machine-wide lock (/tmp/libtpu_lockfile) so that two processes never drive
-    # one TPU; a described slice is only compiled for, so plans may compile side by side.
+    # Lift libtpu's one-process lock: a described slice is only compiled for.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
     kwargs = {"chip_config_name": "megacore"} if topology.chip.cores_per_chip == 2 else {}
@@ -175,9 +152,7 @@ def devices(topology: Topology) -> list:
         # libtpu's default host is 2x2 chips, which a 1x1 slice (v5litepod-1) does not divide.
         kwargs["chips_per_host_bounds"] = [1, 1, 1]
     refused = None
-    # libtpu's start puts its crash reporter on SIGTERM (a plain `kill` printed a screen of
-    # "*** SIGTERM received ... stack trace ***") and ignores SIGHUP; a plan only compiles, so
-    # both get back what they were (a quiet end, 143 and 129).
+    # libtpu's start puts a crash reporter on SIGTERM and ignores SIGHUP: both are put back.
     kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     with _libtpu_notices_kept_back():
         try:
@@ -205,9 +180,8 @@ def devices(topology: Topology) -> list:
 
 @contextlib.contextmanager
 def _libtpu_notices_kept_back():
-    """libtpu's start on a machine that is no TPU VM writes a screen of warnings to stderr (no
-    TPU_ACCELERATOR_TYPE, no TPU_WORKER_HOSTNAMES: harmless for a compile): kept back, and
-    written out only if the description fails."""
+    """libtpu's start outside a TPU VM writes a screen of harmless warnings to stderr: kept
+    back, and written out only if the description fails."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:
@@ -224,7 +198,6 @@ def _libtpu_notices_kept_back():
 
 
 def compiler_installed(name: str) -> bool:
-    """Whether the compiler for topology `name` is installed: libtpu, or the CUDA plugin."""
     import importlib.util
 
     if name.strip().lower() == "h100":

@@ -1,9 +1,5 @@
 """The figures of one compiled step: memory per chip, FLOPs, collectives and the step-time
-estimate, each labelled as the planner's output labels it: compiler, hlo (the compiled HLO's
-collectives), roofline (bounds from chips.py's documented figures, not measurements), model
-(flops.py's FLOPs, MFU's numerator).
-
-docs/scaling.md, "Planning a TPU run without a TPU": each column and how the bytes are counted.
+estimates. docs/scaling.md, "Planning a TPU run without a TPU": each column and its source.
 """
 
 import dataclasses
@@ -14,21 +10,18 @@ import numpy as np
 
 from bert_jax.plan import hbm, hlo
 
-# Multi-slice programs hand cross-slice collectives to the megascale runtime as host-transfer
-# sends: %send = (f32[1,1,128]{...}, u32[], token[]) send(...), ...,
-# _xla_megascale_transfer_type="ALL_REDUCE"
+# Multi-slice programs hand cross-slice collectives to the megascale runtime as sends.
 _MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
 
 
 def _logical_bytes(shape: str) -> list[int]:
-    """Each array's bytes in a shape text, unpadded (what a collective sends)."""
+    """Each array's bytes in a shape text, unpadded: what a collective sends."""
     return [hlo.Array(a.dtype, a.dims, "").nbytes for a in hlo.arrays(shape)]
 
 
 def replica_groups(attrs: str, num_devices: int) -> list[list[int]] | None:
-    """The device groups of one collective's attributes, in any of XLA's three spellings:
-    {{0,1},{2,3}}, iota [2,2]<=[4] (optionally transposed, [2,2]<=[2,2]T(1,0)), and
-    mesh['a'=4,'b'=2] {'a'}. None when absent or unreadable."""
+    """The device groups of one collective's attributes in XLA's spellings ({{0,1},{2,3}},
+    [2,2]<=[2,2]T(1,0), mesh['a'=4,'b'=2] {'a'}); None when absent or unreadable."""
     m = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}", attrs)
     if m:
         return [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}", m[1])]
@@ -61,10 +54,8 @@ class Collectives:
 
 
 def collectives(hlo_text: str, slice_of_device: list[int]) -> Collectives:
-    """Bytes each chip sends per step, by collective, as ring algorithms move them.
-
-    `slice_of_device[i]` is the slice of device i of the program's device assignment (the mesh's
-    devices in order)."""
+    """Bytes each chip sends per step, by collective, as ring algorithms move them;
+    `slice_of_device[i]`: the slice of the mesh's i-th device."""
     n_dev = len(slice_of_device)
     ici: dict[str, float] = {}
     counts: dict[str, int] = {}
@@ -120,7 +111,6 @@ class Roofline:
 
 
 def roofline(cost: dict, coll: Collectives, chip) -> Roofline:
-    """Both roofline bounds of one step (module docstring)."""
     # One direction of the documented bidirectional ICI bandwidth carries what a chip sends.
     terms = {
         "compute": float(cost.get("flops", 0.0)) / chip.bf16_flops,
@@ -141,30 +131,19 @@ def roofline(cost: dict, coll: Collectives, chip) -> Roofline:
 
 
 def compiler_seconds(cost: dict) -> float | None:
-    """The TPU compiler's own step estimate ('optimal_seconds'), None where it gives none (it
-    writes a negative number then)."""
+    """The TPU compiler's own step estimate, None where it gives none (a negative number)."""
     optimal = float(cost.get("optimal_seconds", -1.0))
     return optimal if optimal > 0 else None
 
 
 def memory(compiled) -> dict:
     """memory_analysis() per chip; peak = arguments + outputs - aliased (donated) + temporaries
-    (+ the program's code, which TPU keeps in HBM)."""
+    + the program's code (which TPU keeps in HBM)."""
     mem = compiled.memory_analysis()
-    figures = {
-        "argument_bytes": mem.argument_size_in_bytes,
-        "output_bytes": mem.output_size_in_bytes,
-        "alias_bytes": mem.alias_size_in_bytes,
-        "temp_bytes": mem.temp_size_in_bytes,
-        "code_bytes": mem.generated_code_size_in_bytes,
-    }
-    figures["peak_bytes"] = (
-        figures["argument_bytes"]
-        + figures["output_bytes"]
-        - figures["alias_bytes"]
-        + figures["temp_bytes"]
-        + figures["code_bytes"]
-    )
+    names = ("argument", "output", "alias", "temp", "code")
+    fields = ("argument", "output", "alias", "temp", "generated_code")
+    figures = {f"{n}_bytes": getattr(mem, f"{f}_size_in_bytes") for n, f in zip(names, fields)}
+    figures["peak_bytes"] = sum(figures.values()) - 2 * figures["alias_bytes"]
     return figures
 
 
@@ -177,13 +156,9 @@ def cost(compiled) -> dict:
 
 
 def splash_kernels(hlo_text: str) -> dict[str, int]:
-    """The Pallas splash-attention kernels (Mosaic `tpu_custom_call`s named splash_mha_*) in a
-    compiled program, forward and backward calls each counted once: {"global": n, "local": n}.
-    Every call reads two int32 arrays, the query and key segment ids; a sliding-window layer's
-    reads a third, the positions its mask is computed from inside the kernel (splash's LocalMask
-    is a computable mask, so it has no mask blocks in HBM). The kernel's block tables are int8
-    while they index fewer than 128 tiles (65,536 tokens in 512-token tiles), so they do not
-    count here."""
+    """{"global": n, "local": n}: the Pallas splash-attention calls in a compiled program. Every
+    call reads two int32 arrays (query and key segment ids), a sliding-window layer's a third
+    (the positions its mask is computed from); the block tables are int8 below 128 tiles."""
     module = hlo.parse_module(hlo_text)
     shapes = {i.name: i.shape for c in module.values() for i in c.instructions}
     counts = {"global": 0, "local": 0}

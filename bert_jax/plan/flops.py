@@ -1,20 +1,13 @@
-"""Model FLOPs of a pre-training step, MFU's numerator (the planner's and bench/'s), for the 2018
-BERT block and the modern one (GeGLU, sliding-window layers, no pooler or NSP head).
-
-The PaLM paper's convention: what the model needs, not what an implementation spends. Only
-matmuls count, a multiply-add is 2 FLOPs, a train step is 3 x forward, the MLM head is counted
-on the P masked positions only, attention on the query-key pairs each layer scores
-(attention_pairs); with a block size, a block-sparse kernel's FLOPs: the roofline's, not MFU's.
-
+"""Model FLOPs of a pre-training step, MFU's numerator (the planner's and bench/'s), for both
+blocks, by the PaLM paper's convention (what the model needs, not what an implementation spends).
 docs/scaling.md, "Planning a TPU run without a TPU": the formula and what it leaves out.
 """
 
 
 def attention_pairs(length: int, window: int | None = None, block: int | None = None) -> int:
-    """Query-key pairs one head of a layer scores per sequence (docs/scaling.md): all
-    L x L for a global layer (window None); the band |q - k| <= window for a sliding-window
-    layer; with `block`, the pairs of the block x block tiles the band touches instead (what a
-    block-sparse kernel computes; `block` must divide the length)."""
+    """Query-key pairs one head of a layer scores per sequence: L x L for a global layer (window
+    None), the band |q - k| <= window for a sliding one; with `block`, the pairs of the tiles
+    the band touches (what a block-sparse kernel computes)."""
     if window is None or window >= length - 1:
         return length * length
     if block is None:
@@ -44,10 +37,8 @@ def forward_flops_per_sequence(
     nsp: bool = True,
     attention_block: int | None = None,
 ) -> int:
-    """Matmul FLOPs of one forward pass over one sequence (docs/scaling.md). BERT's by
-    default; `glu`: a GeGLU feed-forward; `windows`: each layer's window (None entries: global;
-    default all global); `pooler`, `nsp`: whether the model has BERT's pooler dense and NSP
-    classifier; `attention_block`: count the tiles a block-sparse kernel computes instead."""
+    """Matmul FLOPs of one forward pass over one sequence, BERT's by default; `windows`: each
+    layer's (None: global); `attention_block`: a block-sparse kernel's tiles instead."""
     h = hidden
     windows = [None] * layers if windows is None else windows
     ffn = 3 * h * intermediate if glu else 2 * h * intermediate
@@ -64,7 +55,6 @@ def forward_flops_per_sequence(
 def model_forward_flops(
     model_config, seq_len: int, num_predictions: int, attention_block: int | None = None
 ) -> int:
-    """forward_flops_per_sequence of a bert_jax BertConfig, either block."""
     c = model_config
     return forward_flops_per_sequence(
         c.hidden_size,
@@ -88,8 +78,5 @@ def train_flops_per_step(
     num_predictions: int,
     attention_block: int | None = None,
 ) -> int:
-    """Model FLOPs of one training step (forward + backward) of a bert_jax BertConfig; with
-    `attention_block`, the FLOPs a block-sparse attention kernel spends instead (docs/scaling.md,
-    "Planning a TPU run without a TPU")."""
     forward = model_forward_flops(model_config, seq_len, num_predictions, attention_block)
     return 3 * batch_size * forward

@@ -1,17 +1,10 @@
-"""Where a compiled step's HBM bytes go, read from its HLO (`compiled.as_text()`), per chip.
-
-The rule: every top-level instruction (of the entry computation and of what it runs) reads its
-operands from HBM and writes its result there; a fusion's inside stays on chip. Bytes count as
-the chip stores them (hlo.Array.nbytes: whole tiles) and only where they live in HBM (memory
-space S(0): hlo.py); the copy that brought an array on chip counted its bytes. Refinements the
-HLO states: an async pair counts once, a slice or gather what it keeps, an in-place update what
-it updates, a loop per trip and a conditional its costliest branch (hlo.runs); bitcasts, tuples
-and constants move nothing. Instructions are grouped by the jax.named_scope names in their
-op_name (GROUPS); what the compiler adds unnamed goes with the instructions it moves data for.
-
+"""Where a compiled step's HBM bytes go, per chip, read from its HLO: every top-level instruction
+reads its operands and writes its result, counted as stored and only where they live in HBM,
+grouped by the jax.named_scope names in their op_name (GROUPS).
 docs/scaling.md, "Where the HBM bytes go": every rule in full.
 """
 
+import collections
 import dataclasses
 import functools
 import re
@@ -19,10 +12,13 @@ import re
 from bert_jax.plan import hlo
 
 _COLLECTIVES = (*hlo.COLLECTIVES, "send", "recv")
+_CALLS = ("branch_computations", "true_computation", "false_computation", "body", "to_apply")
+_SLICES = ("slice", "dynamic-slice", "slice-start", "gather")
+_UPDATES = ("dynamic-update-slice", "scatter")
 
 
 def _scope(*names: str) -> re.Pattern:
-    """An op_name path component that is one of `names`, bare or inside jvp(...)/transpose(...)."""
+    """An op_name path component that is one of `names`, bare or inside jvp(...) and the like."""
     return re.compile(r"(?:^|[/(])(?:" + "|".join(names) + r")(?:[)/]|$)")
 
 
@@ -33,8 +29,7 @@ GROUPS = (
     ("gradient norm", _scope("grad_norm")),
     ("dropout bits (RNG)", re.compile(r"threefry|random_bits|rng_bit_generator")),
     ("embedding gradient", re.compile(r"transpose\(jvp\(embeddings\)\)")),
-    # A parameter's cast to the compute dtype (or copy to another layout) outside the model: the
-    # op_name is the parameter's path in the train state.
+    # Outside the model, a parameter's cast or copy is named by its path in the train state.
     ("parameter casts and copies", re.compile(r"^(state|params)\[")),
     ("embedding forward", _scope("embeddings")),
     ("MLM head and loss", _scope("mlm_head", "mlm_loss")),
@@ -42,8 +37,7 @@ GROUPS = (
     ("attention", _scope("attention")),
     ("feed-forward", _scope("ffn")),
     ("layer norms and residuals", _scope("norm_residual")),
-    # A scanned layer's unnamed loop plumbing: what the forward saves for the backward pass into
-    # the stacked [layers, ...] buffers and the backward reads back, one layer a trip.
+    # A scanned layer's unnamed loop plumbing: the activations saved for the backward pass.
     (
         "scanned layers: saved activations",
         re.compile(r"/while/.*(?:dynamic_slice|dynamic_update_slice|squeeze)[^/]*$"),
@@ -81,7 +75,7 @@ class OpBytes:
 @dataclasses.dataclass
 class Attribution:
     total_bytes: int
-    onchip_bytes: int  # operand and result bytes in on-chip memory (VMEM, v4's CMEM): not counted
+    onchip_bytes: int  # operand and result bytes in on-chip memory: not in total_bytes
     groups: dict[str, int]  # group -> HBM bytes, largest first
     onchip_groups: dict[str, int]  # group -> on-chip bytes
     ops: list[OpBytes]  # every counted instruction, most bytes first
@@ -89,7 +83,7 @@ class Attribution:
 
     @property
     def repeats(self) -> bool:
-        """Whether some instruction runs more than once a step (a loop body)."""
+        """Whether some instruction runs more than once a step (a loop body's)."""
         return any(op.times > 1 for op in self.ops)
 
     def to_json(self, top: int) -> dict:
@@ -109,7 +103,6 @@ def runs(module: dict[str, hlo.Computation]) -> tuple[list[hlo.Run], list[str]]:
 
 
 def attribute(hlo_text: str) -> Attribution:
-    """The HBM bytes of one compiled program (module docstring)."""
     module = hlo.parse_module(hlo_text)
     runs_, notes = runs(module)
     groups_of = {}  # computation name -> its instructions' groups
@@ -136,21 +129,18 @@ def attribute(hlo_text: str) -> Attribution:
             )
         )
     ops.sort(key=lambda op: -op.bytes)
-    groups: dict[str, int] = {}
-    onchip_groups: dict[str, int] = {}
+    groups, onchip_groups = collections.Counter(), collections.Counter()
     for op in ops:
-        groups[op.group] = groups.get(op.group, 0) + op.bytes
-        onchip_groups[op.group] = onchip_groups.get(op.group, 0) + op.onchip
-    groups = dict(sorted(groups.items(), key=lambda kv: -kv[1]))
-    return Attribution(sum(groups.values()), onchip, groups, onchip_groups, ops, notes)
+        groups[op.group] += op.bytes
+        onchip_groups[op.group] += op.onchip
+    groups = dict(groups.most_common())
+    return Attribution(sum(groups.values()), onchip, groups, dict(onchip_groups), ops, notes)
 
 
-# What the compiler adds between ops (prefetches into VMEM, layout copies, async slices, their
-# concatenation) carries no op_name: its bytes go to the group of the ops it moved data for.
 def _groups(computation, module) -> dict[str, str]:
-    """instruction name -> group: its own op_name's; for an instruction without one, the group
-    of the nearest instruction with one that uses its result (breadth first, through others
-    without one), else of the nearest that made its operands, else OTHER."""
+    """instruction name -> group: its own op_name's; for one the compiler added without one
+    (prefetches, layout copies), the nearest named instruction's that uses its result (breadth
+    first), else of the nearest that made its operands, else OTHER."""
     users: dict[str, list] = {}
     for i in computation.instructions:
         for name in i.operands:
@@ -187,25 +177,18 @@ def _groups(computation, module) -> dict[str, str]:
     return out
 
 
-_CALLS = ("branch_computations", "true_computation", "false_computation", "body", "to_apply")
-
-
 def _called_group(ins: hlo.Instruction, module) -> str:
-    """The group most instructions of what a conditional, while or call runs belong to: where
-    the data handed to it is used (the optimizer's conditional takes the whole state)."""
-    count: dict[str, int] = {}
-    for name in (n for attr in _CALLS for n in ins.called(attr)):
-        for i in module[name].instructions:
-            if i.op_name:
-                group = group_of(i)
-                count[group] = count.get(group, 0) + 1
+    """The group most instructions of what a conditional, while or call runs belong to."""
+    names = [n for attr in _CALLS for n in ins.called(attr)]
+    count = collections.Counter(
+        group_of(i) for name in names for i in module[name].instructions if i.op_name
+    )
     count.pop(OTHER, None)
     return max(count, key=count.get) if count else OTHER
 
 
 def _traffic(run: hlo.Run, module) -> tuple[int, int]:
-    """(HBM bytes, on-chip bytes) one run of an instruction reads and writes (module
-    docstring)."""
+    """(HBM bytes, on-chip bytes) one run of an instruction reads and writes."""
     ins = run.instruction
     shapes = run.computation.shapes
     operands = [hlo.arrays(shapes.get(name, "")) for name in ins.operands]
@@ -232,14 +215,10 @@ def _traffic(run: hlo.Run, module) -> tuple[int, int]:
     return hbm + written, onchip
 
 
-_SLICES = ("slice", "dynamic-slice", "slice-start", "gather")
-
-
 def _partial_reads(ins: hlo.Instruction, results: list, module) -> dict[int, int]:
-    """operand index -> bytes read, for operands read only in part: a slice's or a gather's
-    operand 0 (as much as the result holds), a fusion's parameters that only slices and gathers
-    use (also inside a fusion nested in it: a scanned layer's stacked weights and saved
-    activations reach the body's fusions whole and are sliced one layer deep inside)."""
+    """operand index -> bytes read, for operands read only in part: a slice's or gather's
+    operand 0, a fusion's parameters that only slices and gathers use (nested fusions too: a
+    scanned layer's stacked weights are sliced one layer deep inside)."""
     if ins.opcode in _SLICES and results:
         return {0: results[0].nbytes}
     if ins.opcode != "fusion" or not ins.called("calls"):
@@ -275,20 +254,15 @@ def _sliced_bytes(param: hlo.Instruction, fused: hlo.Computation, module) -> int
     return read or None
 
 
-_UPDATES = ("dynamic-update-slice", "scatter")
-
-
 def _update_bytes(update: hlo.Instruction, shapes: dict) -> int:
-    """dynamic-update-slice(buffer, update, indices...) writes its update; scatter(buffer,
-    indices, updates) reads and writes the rows it touches."""
+    """A dynamic-update-slice writes its update; a scatter reads and writes the rows it touches."""
     if update.opcode == "dynamic-update-slice":
         return sum(a.nbytes for a in hlo.arrays(shapes.get(update.operands[1], "")))
     return 2 * sum(a.nbytes for a in hlo.arrays(shapes.get(update.operands[-1], "")))
 
 
 def _in_place(ins: hlo.Instruction, shapes: dict, module) -> list[tuple[int, int, int]]:
-    """(operand index, result index, bytes written) of each in-place update `ins` makes: its
-    own (a top-level update) or its fused computation's result's."""
+    """(operand index, result index, bytes written) of each in-place update `ins` makes."""
     if ins.opcode in _UPDATES and len(ins.operands) >= 2:
         return [(0, 0, _update_bytes(ins, shapes))]
     if ins.opcode != "fusion" or not ins.called("calls"):

@@ -1,15 +1,8 @@
-"""A compiled program's HLO text (`compiled.as_text()`) read into computations and instructions:
-only what hbm.py needs (names, result shapes, opcodes, operands, attributes, op_name metadata,
-the computations called) and each array's bytes as the chip lays it out. No JAX here: the unit
-tests feed it handwritten text.
-
-An instruction line looks like
+"""A compiled program's HLO text (`compiled.as_text()`) read into computations and instructions,
+as much as hbm.py needs, and each array's bytes as the chip lays it out. No JAX here. A line:
     [ROOT ]%name = SHAPE opcode(%a, %b), attr=..., metadata={op_name="jit(f)/scope/op" ...}
-where SHAPE is an array `bf16[16,128,768]{2,1,0:T(8,128)(2,1)S(1)}` or a tuple of them in
-parentheses. In the layout braces, after the minor-to-major order: `T(8,128)` is the first tiling
-(whole 8 x 128 tiles of the two most minor dimensions, so the padded shape's bytes; further tiles
-pack within a tile), `S(n)` the memory space: none or S(0) is HBM, all others are on chip
-(docs/scaling.md, "Where the HBM bytes go").
+SHAPE is an array `bf16[16,128,768]{2,1,0:T(8,128)(2,1)S(1)}` or a tuple of them: T(...) the
+first tiling (whole tiles), S(n) the memory space (none or S(0) is HBM; docs/scaling.md).
 """
 
 import dataclasses
@@ -24,6 +17,11 @@ _COMPUTATION = re.compile(r"^(ENTRY )?%?([\w.\-]+) \(.*\{\s*$")
 _NAME = re.compile(r"%([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _BITS = {"pred": 8, "token": 0, "bf16": 16}
+# Instructions that move no bytes.
+FREE = set(
+    "parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier "
+    "partition-id replica-id domain".split()
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +37,7 @@ class Array:
 
     @property
     def nbytes(self) -> int:
-        """Bytes as stored: the dimensions the first tile covers padded to whole tiles."""
+        """Bytes as stored: padded to whole tiles of the first tiling."""
         bits = _BITS.get(self.dtype)
         if bits is None:
             digits = re.match(r"[fsuc](\d+)", self.dtype)
@@ -87,8 +85,7 @@ class Instruction:
         return m[1] if m else ""
 
     def called(self, attr: str) -> list[str]:
-        """Computations named by `attr` (calls, to_apply, body, condition, branch_computations,
-        true_computation, false_computation)."""
+        """Computations named by `attr` (calls, to_apply, body, branch_computations, ...)."""
         m = re.search(rf"\b{attr}=(\{{[^}}]*\}}|%?[\w.\-]+)", self.attrs)
         return _NAME.findall(m[1]) or [m[1].strip("{}%")] if m else []
 
@@ -150,10 +147,8 @@ def parse_instruction(line: str) -> Instruction | None:
 
 
 def _statements(text: str):
-    """The module's lines, an instruction written over several lines joined into one. A Pallas
-    (Mosaic) kernel's custom call, and every instruction that reads its result, carries
-    frontend_attributes={kernel_metadata=...} whose JSON holds a newline: the lines after it
-    (one starts with "}}") belong to the instruction until its brackets close."""
+    """The module's lines, an instruction written over several lines (a Pallas kernel's
+    kernel_metadata JSON holds newlines) joined into one."""
     pending = ""
     for line in text.splitlines():
         pending = f"{pending}\n{line}" if pending else line
@@ -183,7 +178,6 @@ def _unclosed(text: str) -> bool:
 
 
 def parse_module(text: str) -> dict[str, Computation]:
-    """name -> Computation of every computation in an HLO module's text."""
     out: dict[str, Computation] = {}
     current: tuple[str, bool, list] | None = None
     for line in _statements(text):
@@ -202,26 +196,8 @@ def parse_module(text: str) -> dict[str, Computation]:
     return out
 
 
-# Instructions that move no bytes: views, bookkeeping, and what other instructions carry.
-FREE = {
-    "parameter",
-    "constant",
-    "tuple",
-    "get-tuple-element",
-    "bitcast",
-    "after-all",
-    "add-dependency",
-    "opt-barrier",
-    "partition-id",
-    "replica-id",
-    "domain",
-}
-
-
 @dataclasses.dataclass
 class Run:
-    """A top-level instruction the program runs `times` times per step, in `computation`."""
-
     instruction: Instruction
     times: int
     computation: Computation
@@ -229,9 +205,8 @@ class Run:
 
 def runs(module: dict[str, Computation], cost) -> tuple[list[Run], list[str]]:
     """(every instruction that does work, with its runs per step; notes on how loops and
-    conditionals were counted), from the entry computation down: a `while` body trip-count
-    times, a `conditional`'s costliest branch by `cost(run) -> number`, a `call`'s computation
-    as if inline. Instructions in FREE and the `-done` halves of async pairs are left out."""
+    conditionals were counted): a `while` body trip-count times, a `conditional`'s costliest
+    branch by `cost(run)`, a `call` inline; FREE ones and async pairs' `-done` halves left out."""
     notes: list[str] = []
     entry = next(c for c in module.values() if c.entry)
     return _runs(module, entry, 1, cost, notes), notes
@@ -269,9 +244,8 @@ def _runs(module, computation: Computation, times: int, cost, notes: list) -> li
 
 
 def trip_count(ins: Instruction, module: dict[str, Computation]) -> tuple[int, str]:
-    """(runs of a while's body, how that was found): the compiler's known_trip_count, else the
-    bound its condition compares the counter with (the one integer constant there: a loop from
-    0 by 1, as lax.scan's), else 1."""
+    """(runs of a while's body, how that was found): the compiler's known_trip_count, else the one
+    integer constant of its condition (a loop from 0 by 1, as lax.scan's), else 1."""
     m = re.search(r'"known_trip_count":\{"n":"(\d+)"', ins.attrs)
     if m:
         return int(m[1]), "known_trip_count"

@@ -1,6 +1,4 @@
-"""What the planner is asked to plan (the binary passes the flags' values in), checked before
-libtpu starts or anything compiles: each mistake is one cli.UserError naming the flag.
-"""
+"""What the planner is asked to plan, from the flags' values, checked before anything compiles."""
 
 import dataclasses
 import math
@@ -14,6 +12,12 @@ from bert_jax.plan import chips
 STEPS = ("train", "eval", "finetune")
 DTYPES = ("bfloat16", "float32")
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+# Fields the planner reads from --config: a pre-training config has them, a fine-tuning one not.
+_NEEDED = (
+    "model.num_attention_heads model.intermediate_size model.max_position_embeddings "
+    "train.global_batch_size train.grad_accum_steps train.num_train_steps data.max_seq_length "
+    "mesh.rules"
+).split()
 
 
 @dataclasses.dataclass
@@ -29,8 +33,8 @@ class Request:
 def topology(
     name: str, num_slices: int, num_devices: int | None
 ) -> tuple[chips.Topology | None, int]:
-    """(the slice to plan for, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`.
-    `num_devices`: --topology=cpu's count (None: 256); a TPU topology, or cpu:N, has its own."""
+    """(the slice, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`; `num_devices`
+    is --topology=cpu's count (None: 256)."""
     if num_devices is not None and name.strip().lower() != "cpu":  # it was ignored, silently
         raise cli.UserError(
             f"--num_devices={num_devices} is for --topology=cpu (that many fake CPU "
@@ -74,16 +78,9 @@ def default_meshes(chip_count: int, num_slices: int, heads: int) -> list[tuple[i
     ]
 
 
-def _ints(flag: str, values: list[str]) -> list[int]:
-    try:
-        return [int(v) for v in values]
-    except ValueError:
-        raise cli.UserError(f"--{flag}={','.join(values)}: give whole numbers") from None
-
-
 def check_output_file(flag: str, path: str) -> None:
-    """A file this process can write at `path` (made and removed if it was not there), so that a
-    plan's figures are not lost at the end of a long compile; in a bucket, one that is there."""
+    """Refuses a `path` this process cannot write (storage.check_paths' rules in a bucket), so a
+    long compile's figures are not lost at the end."""
     if storage.is_url(storage.parse(path, f"--{flag}")):
         storage.check_paths({f"--{flag}": path}, outputs=[f"--{flag}"])
         return
@@ -101,9 +98,7 @@ def check_output_file(flag: str, path: str) -> None:
 
 
 def request(flags, config, num_slices: int) -> Request:
-    """The plans `flags` (the binary's flag values, as attributes) ask for on `config` (the
-    --config ConfigDict, its overrides applied). Every mistake is a cli.UserError naming its
-    flag, raised before anything is built."""
+    """The plans `flags` (the binary's flag values) ask for on the --config ConfigDict."""
     _check_pretraining_config(config)
     unknown = sorted(set(flags.steps) - set(STEPS))
     if unknown or not flags.steps:
@@ -129,7 +124,12 @@ def request(flags, config, num_slices: int) -> Request:
         _check_mesh(mesh, count, slices, config.model)
 
     batches = []
-    for b in _ints("global_batch_sizes", flags.global_batch_sizes):
+    try:
+        sizes = [int(v) for v in flags.global_batch_sizes]
+    except ValueError:
+        given = ",".join(flags.global_batch_sizes)
+        raise cli.UserError(f"--global_batch_sizes={given}: give whole numbers") from None
+    for b in sizes:
         if b < 0:
             raise cli.UserError(
                 f"--global_batch_sizes: {b} is negative; give sequences per step (0: the config's)"
@@ -150,20 +150,6 @@ def request(flags, config, num_slices: int) -> Request:
                     + f"; give a multiple of {dp * accum}"
                 )
     return Request(slice_, count, meshes, remats, batches, list(flags.steps))
-
-
-# Fields the planner reads from --config: a pre-training config (configs/default.py's layout) has
-# them all; a fine-tuning one lacks some.
-_NEEDED = (
-    "model.num_attention_heads",
-    "model.intermediate_size",
-    "model.max_position_embeddings",
-    "train.global_batch_size",
-    "train.grad_accum_steps",
-    "train.num_train_steps",
-    "data.max_seq_length",
-    "mesh.rules",
-)
 
 
 def _check_pretraining_config(config) -> None:

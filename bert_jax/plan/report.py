@@ -1,8 +1,4 @@
-"""The planner's printout: a table row per plan, where its HBM bytes go, and the verdict.
-
-Every figure is labelled with where it comes from (figures.py's words): compiler, hlo, roofline
-(serial or overlapped), model.
-"""
+"""The planner's printout: a table row per plan, where its HBM bytes go, and the verdict."""
 
 GIB, GB, MB = 1024**3, 1e9, 1e6
 
@@ -66,7 +62,7 @@ def row(r: dict) -> str:
 
 
 def traffic(r: dict, top: int) -> str:
-    """Where one plan's HBM bytes go: the groups, then the `top` instructions (hbm.py)."""
+    """Where one plan's HBM bytes go: the groups, then the `top` instructions."""
     t = r.get("hbm_traffic")
     if not t or top == 0:
         return ""
@@ -107,8 +103,7 @@ def traffic(r: dict, top: int) -> str:
 
 
 def verdict(results: list[dict], config_path: str, overrides: list[str]) -> str:
-    """The fastest pre-training plan that fits, as the trainer's flags (the planner's
-    --config.<field> `overrides` among them)."""
+    """The fastest pre-training plan that fits, as the trainer's flags (`overrides` among them)."""
     fits = [r for r in results if r["step"] == "train" and r["fits"] and r["seq_per_s"]]
     if not fits:
         if any(r["step"] == "train" and r["fits"] for r in results):

@@ -1,10 +1,6 @@
-"""The trainer's steps lowered for abstract inputs and compiled for a topology, and their figures.
-
-Nothing here re-implements a step: the train and eval steps are bert_jax.training.pretrain's
-jit_train_step (state donated) and jit_eval_step on pretrain.make_setup's mesh and shardings,
-fine-tuning's is bert_jax.finetune.train.jit_train_step on finetune.runs.make_setup's. Inputs are
-jax.ShapeDtypeStruct leaves carrying the trainer's shardings, so no array is ever made and the
-devices may be a TPU slice's compile-only descriptions.
+"""The trainer's own steps (pretrain's and fine-tuning's jitted steps on their setups' meshes)
+lowered for abstract inputs carrying the trainer's shardings (no array is made, so the devices
+may be compile-only descriptions), compiled, and their figures.
 """
 
 import dataclasses
@@ -18,7 +14,8 @@ import numpy as np
 from flax import nnx
 
 from bert_jax import storage
-from bert_jax.data.contract import data_facts, manifest
+from bert_jax.data.contract import data_facts
+from bert_jax.data.contract.manifest import MASKED_LM_PROB, MAX_PREDICTIONS_PER_SEQ
 from bert_jax.data.input import pipeline
 from bert_jax.finetune import encode, heads, runs
 from bert_jax.finetune import train as ft_train
@@ -28,7 +25,7 @@ from bert_jax.training import pretrain
 
 
 def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len: int) -> None:
-    """The planner's model and data overrides, in place (no data: static masks, a vocabulary)."""
+    """The planner's model and data overrides, in place (no data: static masks)."""
     config.model.vocab_size = vocab_size
     config.model.dtype = dtype
     if num_layers:
@@ -38,16 +35,10 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
     # MLPerf's and the original's masked positions: 20 at 128 tokens, 76 at 512 (0.15 x L).
     length = config.data.max_seq_length or 128
     config.data.max_seq_length = length
-    predictions = (
-        manifest.MAX_PREDICTIONS_PER_SEQ
-        if length <= 128
-        else round(manifest.MASKED_LM_PROB * length)
-    )
+    predictions = MAX_PREDICTIONS_PER_SEQ if length <= 128 else round(MASKED_LM_PROB * length)
     d = config.data
     if d.get("masked_lm_prob") is not None:
-        # A recipe with its own masking rate (configs/modern.py: 30%) sizes its rows as its
-        # configs do (modern.predictions_per_row): the rate's share of the row, and one more per
-        # packed record, which rounds its share on its own.
+        # A recipe's own masking rate (configs/modern.py) sizes rows as modern.predictions_per_row.
         extra = (d.get("pack_max_examples") or 0) if d.get("pack") else 0
         predictions = math.ceil(d.masked_lm_prob * length) + extra
     config.data.max_predictions_per_seq = min(predictions, length)
@@ -55,7 +46,6 @@ def override_model(config, vocab_size: int, dtype: str, num_layers: int, seq_len
 
 
 def _state_bytes(abstract_tree) -> int:
-    """Bytes one device holds of `abstract_tree` under its leaves' shardings."""
     return sum(
         int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
         for x in jax.tree.leaves(abstract_tree)
@@ -63,8 +53,7 @@ def _state_bytes(abstract_tree) -> int:
 
 
 def _pretrain(step: str, config, devices):
-    """(jitted fn, abstract args, setup, global batch, model FLOPs per step) of a pre-training
-    step."""
+    """(jitted fn, abstract args, setup, global batch, model FLOPs per step)."""
     setup = pretrain.make_setup(config, devices)
     facts = data_facts.DataFacts.from_data(config.data)
     b = config.train.global_batch_size
@@ -83,9 +72,9 @@ def _pretrain(step: str, config, devices):
 
 
 def _finetune(config, ft_base, devices):
-    """Fine-tuning's train step for a classification head on the pre-training config's encoder
-    and mesh, at the fine-tuning config's batch (rounded up to a row per data-parallel device)
-    and length, unpacked rows (--config.train.packing=false)."""
+    """_pretrain's of fine-tuning's train step: a classification head on the pre-training
+    config's encoder and mesh, the fine-tuning config's batch (whole rows per data-parallel
+    device) and length, unpacked."""
     ftc = ft_base.copy_and_resolve_references()
     ftc.mesh = config.mesh
     ftc.model.dtype, ftc.model.remat = config.model.dtype, config.model.remat
@@ -117,10 +106,8 @@ def _finetune(config, ft_base, devices):
 def compile_plan(
     step: str, config, ft_base, devices, chip, hlo_dir: str = "", top: int = 10
 ) -> dict:
-    """Lowers and compiles one step on one mesh; returns its figures (figures.py says where each
-    comes from) and where its HBM bytes go (hbm.py: the `top` instructions and the groups).
-    `chip` (chips.Chip) is None for fake CPU devices. With `hlo_dir` the compiled HLO is written
-    there too."""
+    """One step compiled on one mesh -> its figures and where its HBM bytes go (the `top`
+    instructions); `chip` is None for fake CPU devices."""
     start = time.perf_counter()
     if step == "finetune":
         fn, args, setup, batch, model_flops = _finetune(config, ft_base, devices)
@@ -134,8 +121,7 @@ def compile_plan(
     try:
         compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:
-        # The TPU compiler refuses a program past HBM ("Ran out of memory on HBM, the total
-        # memory required for HLO temporaries (100.74G) exceeds available HBM (15.75G)").
+        # The TPU compiler refuses a program past HBM ("required for HLO temporaries (100.74G)").
         if chip is None or "RESOURCE_EXHAUSTED" not in str(e):
             raise
         compiled, refusal = None, str(e).splitlines()[0]
@@ -167,8 +153,7 @@ def compile_plan(
     traffic = hbm.attribute(hlo_text)
     r["hbm_traffic"] = traffic.to_json(top)
     r["splash_attention_calls"] = figures.splash_kernels(hlo_text)
-    # The FLOPs the program spends: the model's, but a sliding-window layer's splash kernel
-    # scores every tile its band touches (flops.py), more than the band the model needs.
+    # A sliding-window layer's splash kernel scores every tile its band touches (flops.py).
     spent_flops = model_flops
     if r["splash_attention_calls"]["local"] and step != "finetune":
         m, d = setup.model_config, config.data
@@ -178,11 +163,8 @@ def compile_plan(
         ) / (3 if step == "eval" else 1)
         r["kernel_flops_per_chip"] = spent_flops / chips
     if traffic.repeats:
-        # The compiler's cost analysis counts a loop's body once (a scanned stack of 24 layers as
-        # one), so for a program with loops the roofline takes its bytes from the HLO, each loop
-        # body counted per trip (HBM and on-chip, as 'bytes accessed' counts them), and its FLOPs
-        # from the model (remat: each layer's forward once more; a windowed layer's splash
-        # tiles as the kernel computes them), with no compiler estimate.
+        # The compiler counts a loop body once: bytes from the HLO (per trip, HBM and on-chip),
+        # FLOPs from the model (remat: a forward more), no compiler estimate.
         recompute = 4 / 3 if config.model.remat and step != "eval" else 1.0
         r["cost_reported"] = r["cost"]
         r["cost"] = {
@@ -198,7 +180,6 @@ def compile_plan(
         r["cost_source"] = "compiler"
     if chip is None:
         return r
-    # cuDNN's fused attention on GPU (model.attention_impl='auto' picks it where it can).
     r["cudnn_attention_calls"] = hlo_text.count('custom_call_target="__cudnn$fmha')
     slices = [getattr(d, "slice_index", 0) or 0 for d in setup.mesh.devices.flat]
     coll = figures.collectives(hlo_text, slices)
@@ -225,8 +206,7 @@ def compile_plan(
     else:
         r.update(step_s=roof.serial_s, step_source="roofline", bound=roof.serial_bound)
     per_chip = model_flops / chips / chip.bf16_flops
-    # The same bounds with the HBM term from hbm.py's HBM-only bytes: "bytes accessed" counts
-    # operands in VMEM too (figures.py), so this pair is the tighter one; labelled apart.
+    # The same bounds on hbm.py's HBM-only bytes ("bytes accessed" counts VMEM too).
     hlo_roof = figures.roofline({**r["cost"], "bytes accessed": traffic.total_bytes}, coll, chip)
     r["hlo_roofline"] = {
         **dataclasses.asdict(hlo_roof),
@@ -244,7 +224,7 @@ def compile_plan(
 
 
 def _refused(message: str, chip) -> dict:
-    """A plan the TPU compiler would not compile for lack of HBM: what it said it needed."""
+    """A plan the TPU compiler refused for lack of HBM: what it said it needed."""
     need = re.search(r"required for (.*?) \(([\d.]+)([KMGT])\)", message)
     units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
     return {
@@ -252,7 +232,7 @@ def _refused(message: str, chip) -> dict:
         "hbm_bytes": chip.hbm_bytes,
         "fits": False,
         "refused": message,
-        # The compiler's own figure (temporaries alone, or all it names): a lower bound on peak.
+        # The compiler's figure (temporaries alone, or all it names): a lower bound on peak.
         "peak_bytes": int(float(need[2]) * units[need[3]]) if need else None,
         "step_s": None,
         "seq_per_s": None,

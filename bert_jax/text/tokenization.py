@@ -1,11 +1,7 @@
-"""Tokenizers behind one interface: WordPiece (BERT vocab.txt), SentencePiece (ALBERT-style) and
-any Hugging Face tokenizer.json (bert_jax/text/tokenizer_json.py); `make_tokenizer` picks one.
-
-WordPieceTokenizer gives the ids of google-research/bert's FullTokenizer (tokenization.py at
-eedf571) exactly, on any text, with a per-word cache: natural text is Zipfian, so the full rules
-run for few words, which is what makes data prep fast. No JAX import: data_prep uses this module.
-The rules one by one, the differential tests against a transcription of the original
-(tests/support/tokenizer_oracle.py) and the throughput: docs/data_prep.md, "Tokenizer parity".
+"""Tokenizers behind one interface: WordPiece (a BERT vocab.txt; google-research/bert's
+FullTokenizer ids exactly, cached per word), SentencePiece and any Hugging Face tokenizer.json
+(tokenizer_json.py); `make_tokenizer` picks one. No JAX import: data_prep uses this module.
+The rules, the differential tests and the throughput: docs/data_prep.md, "Tokenizer parity".
 """
 
 import array
@@ -22,17 +18,16 @@ from bert_jax.text import tokenizer_json
 
 CLS, SEP, MASK, PAD, UNK = "[CLS]", "[SEP]", "[MASK]", "[PAD]", "[UNK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # in the order our vocabularies give them ids 0-4
+# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
+# uncased, the original's flag default. Every flag default and every None is resolved from here.
+DO_LOWER_CASE = True
 
-# Characters Python's str.split() treats as whitespace but FullTokenizer deletes as controls, so a
-# word containing one ("a\x0bb") is one word to FullTokenizer ("ab") and two to str.split. Lines
-# that contain any of them take the exact path as a whole.
+# Whitespace to str.split() but controls FullTokenizer deletes ("a\x0bb" is its one word "ab"):
+# lines holding one take the exact path whole.
 _SPLIT_DISAGREES_CHARS = "\x0b\x0c\x1c\x1d\x1e\x1f\x85"
 _SPLIT_DISAGREES = re.compile(f"[{_SPLIT_DISAGREES_CHARS}]")
-# An ASCII word (no whitespace inside: it comes from str.split) needs none of the Unicode rules:
-# NFD and accent stripping change nothing and every non-alphanumeric printable character is
-# punctuation (a piece of its own): a cache miss several times cheaper than the general path
-# (every worker meets every distinct word once). ASCII control characters are deleted, which joins
-# their neighbours ("a\x01b" is the word "ab"), so words holding one take the general path.
+# An ASCII word needs none of the Unicode rules: a cheap cache miss. ASCII controls are deleted,
+# joining their neighbours ("a\x01b" is "ab"), so words holding one take the general path.
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _ASCII_PIECES = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]|\n")  # "\n": between _add_words' words
 _LINE_END = "\uffff"  # a Unicode noncharacter: not in text (lines holding it take the other path)
@@ -41,10 +36,7 @@ _CHINESE_RANGES = (  # the original's _is_chinese_char, in its order
     (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
 )  # fmt: skip
 _CACHE_LIMIT = 1 << 20  # distinct words kept; cleared when full, so memory stays bounded
-
-
-# A vocabulary or tokenizer model that cannot be used; the message says what to fix.
-VocabError = tokenizer_json.VocabError
+VocabError = tokenizer_json.VocabError  # every tokenizer's unusable vocabulary or model
 
 
 def _is_punctuation(ch: str) -> bool:
@@ -56,11 +48,8 @@ def _is_punctuation(ch: str) -> bool:
 
 
 class _CharMap(dict):
-    """A str.translate table that works out a character's entry on first sight and keeps it.
-
-    The per-character rules then cost one Python call per distinct character instead of one per
-    character of text. Bounded: cleared when full (only text covering most of Unicode gets there).
-    """
+    """A str.translate table that works out a character's entry on first sight (one Python call
+    per distinct character, not per character); cleared when full."""
 
     def __init__(self, rule):
         super().__init__()
@@ -74,9 +63,8 @@ class _CharMap(dict):
 
 
 def _clean(ch: str):
-    """_clean_text and _tokenize_chinese_chars of the original, for one character: NUL, U+FFFD
-    and controls (Cc and Cf only: private-use and unassigned characters are kept) deleted,
-    whitespace (Zs and "\\t\\n\\r") a space, a CJK character spaced."""
+    """The original's _clean_text and _tokenize_chinese_chars for one character (controls: Cc and
+    Cf only; private-use and unassigned characters are kept)."""
     category = unicodedata.category(ch)
     if ch in "\x00\ufffd" or (category in ("Cc", "Cf") and ch not in "\t\n\r"):
         return None
@@ -88,10 +76,7 @@ def _clean(ch: str):
 _CLEAN = _CharMap(_clean)
 _DROP_MN = _CharMap(lambda ch: None if unicodedata.category(ch) == "Mn" else ord(ch))
 _SPACE_PUNCTUATION = _CharMap(lambda ch: f" {ch} " if _is_punctuation(ch) else ord(ch))
-
-
-# "1" for a character whose decomposition is all combining marks (non-zero combining class: what
-# canonical ordering sorts), "0" for any other.
+# "1" for a character whose decomposition is all combining marks (what canonical ordering sorts)
 _NONSTARTER = _CharMap(
     lambda ch: "1" if all(map(unicodedata.combining, unicodedata.normalize("NFD", ch))) else "0"
 )
@@ -123,11 +108,8 @@ def _has_long_run(text: str) -> bool:
 
 
 def _nfd(text: str) -> str:
-    """unicodedata.normalize("NFD", text). CPython puts a run of combining marks in canonical
-    order by insertion sort, quadratic in the run's length (one word of 160,000 marks: 37 s; an
-    8 MB line of them: hours), so a text holding a long run is normalized here: each character's
-    own decomposition, then every run of marks sorted stably by combining class, which is NFD's
-    definition."""
+    """unicodedata.normalize("NFD", text), but a long run of combining marks, which CPython sorts
+    in quadratic time, is sorted here stably by combining class: NFD's definition."""
     if not _has_long_run(text):
         return unicodedata.normalize("NFD", text)
     decomposed = text.translate(_DECOMPOSE)
@@ -143,15 +125,8 @@ def _nfd(text: str) -> str:
 
 
 def basic_tokenize(text: str, do_lower_case: bool) -> list[str]:
-    """BERT's BasicTokenizer: clean, isolate CJK characters, lower-case and strip accents, split
-    punctuation.
-
-    The original does the last three word by word after a whitespace split; doing them on the
-    whole text gives the same words: no rule looks across whitespace (str.lower's one
-    context rule, the final sigma, stops at a space, U+2028 or U+2029, the only whitespace
-    left after cleaning, and NFD never reorders across them), no step turns a space into
-    something else, and the final split of the original is this one.
-    """
+    """BERT's BasicTokenizer on the whole text, not word by word as the original, with the same
+    words (no rule looks across whitespace: docs/data_prep.md, "Tokenizer parity")."""
     text = text.translate(_CLEAN)
     if do_lower_case:
         text = text.lower()
@@ -164,13 +139,8 @@ def basic_tokenize_with_offsets(
     text: str, do_lower_case: bool
 ) -> list[tuple[str, list[tuple[int, int]]]]:
     """basic_tokenize(text), each token with the [start, end) span in `text` of each of its
-    characters (how SQuAD's answers map back to the text as written).
-
-    The tokens are found in order in the text the rules make one character at a time. Two rules
-    look further: str.lower's final sigma (matched as σ), and NFD's reordering of kept combining
-    marks (a few Mc), whose token is not found: its characters span from where it starts to the
-    end of `text` (callers give one word at a time).
-    """
+    characters (SQuAD's answers); a token NFD reordered is not found, and spans to the end of
+    `text` (callers give one word at a time)."""
     norm, back = [], []
     for j, ch in enumerate(text):
         c = ch.translate(_CLEAN)
@@ -196,13 +166,7 @@ def basic_tokenize_with_offsets(
     return out
 
 
-# Unset do_lower_case (a config, a manifest or a model directory that does not say) means this:
-# uncased, the original's flag default. Every flag default and every None is resolved from here.
-DO_LOWER_CASE = True
-
-
 def lower_case(value: bool | None) -> bool:
-    """do_lower_case as given, DO_LOWER_CASE where it is unset (None)."""
     return DO_LOWER_CASE if value is None else bool(value)
 
 
@@ -224,14 +188,12 @@ class WordPieceTokenizer:
         self.cls_id, self.sep_id, self.mask_id = self.vocab[CLS], self.vocab[SEP], self.vocab[MASK]
         self.pad_id = self.vocab.get(PAD, 0)
         self._cache: dict[str, tuple[int, ...]] = {}  # encode(): word -> ids
-        # encode_batch()'s cache, laid out for numpy: word -> row; a row's ids are
-        # _table[_table_start[row]:][:_table_len[row]].
+        # encode_batch()'s: word -> row, whose ids are _table[_table_start[row]:][:_table_len[row]]
         self._word_index: dict[str, int] = {}
         self._table = array.array("i")
         self._table_start = array.array("q")
         self._table_len = array.array("q")
-        # Basic tokens -> ids, shared by both caches' miss paths. "\n" separates words in the
-        # batched miss path and has no ids.
+        # Basic tokens -> ids, for both caches' misses ("\n" separates _add_words' words: no ids).
         self._piece_cache: dict[str, tuple[int, ...]] = {}
         self._clear_batch_cache()
 
@@ -240,15 +202,13 @@ class WordPieceTokenizer:
         return max(self.vocab.values()) + 1
 
     def is_continuation(self, token: str) -> bool:
-        """True for a piece that continues a word ("##ing"): whole-word masking keeps words
-        together."""
+        """Whether a piece continues a word ("##ing"), for whole-word masking."""
         return token.startswith("##")
 
     @functools.cached_property
     def _wordpiece(self):
-        """FullTokenizer's WordpieceTokenizer: the greedy longest match of "##" pieces, [UNK] for a
-        word over max_chars_per_word or with an unmatched rest. The tokenizers library's WordPiece
-        model follows the same rule, in Rust (test_differential: every code point)."""
+        """FullTokenizer's WordpieceTokenizer (greedy longest match, [UNK] for a word too long or
+        with an unmatched rest): the tokenizers library's WordPiece model has the same rule."""
         import tokenizers
 
         return tokenizers.models.WordPiece(
@@ -267,14 +227,8 @@ class WordPieceTokenizer:
         return hit
 
     def _encode_words(self, keys: list[str]) -> dict[str, tuple[int, ...]]:
-        """Cache keys -> ids, each exactly as tokenize(key): the general cache-miss path.
-
-        A key is a whitespace-free word, or (from encode_batch) a whole line holding a character on
-        which str.split and FullTokenizer disagree. The keys go through basic_tokenize as one text
-        with a noncharacter word between them, which marks where each key's tokens end: no rule of
-        basic_tokenize looks across whitespace, so each key gets the tokens it would get alone
-        (keys holding the noncharacter go alone). Each distinct token takes WordPiece once.
-        """
+        """Cache keys (words, or encode_batch's lines str.split would cut wrongly) -> ids, each as
+        tokenize(key), through one basic_tokenize with a noncharacter word between keys."""
         together = [key for key in keys if _LINE_END not in key]
         tokens = basic_tokenize(f" {_LINE_END} ".join(together), self.do_lower_case)
         tokens.append(_LINE_END)
@@ -319,11 +273,8 @@ class WordPieceTokenizer:
         self._piece_cache = {"\n": ()}
 
     def _add_words(self, words: list[str]) -> None:
-        """Encodes distinct uncached words into the batch cache: the batched cache-miss path.
-
-        ASCII words are lower-cased and cut into pieces by one regex pass over all of them, and each
-        distinct piece is looked up once; other words take _encode_words.
-        """
+        """Distinct uncached words into the batch cache: ASCII ones cut by one regex pass over all
+        of them, the others by _encode_words."""
         simple = [word for word in words if word.isascii()]
         other = [word for word in words if not word.isascii()]
         joined = "\n".join(simple)
@@ -336,26 +287,20 @@ class WordPieceTokenizer:
         for piece in set(pieces).difference(piece_cache):
             self._piece_ids(piece)
         piece_ids = list(map(piece_cache.__getitem__, pieces))
-        # A word's ids are those of its pieces up to the next "\n" (a word of control characters has
-        # none).
+        # A word's ids are those of its pieces up to the next "\n" (none for a word of controls).
         word_of_piece = np.cumsum(np.fromiter(map("\n".__eq__, pieces), bool, len(pieces)))
         piece_len = np.fromiter(map(len, piece_ids), np.int64, len(pieces))
-        word_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple)).astype(
-            np.int64
-        )
+        simple_len = np.bincount(word_of_piece, weights=piece_len, minlength=len(simple))
         encoded = self._encode_words(other)
         other_ids = [encoded[word] for word in other]
+        other_len = np.fromiter(map(len, other_ids), np.int64, len(other))
+        word_len = np.concatenate([simple_len, other_len]).astype(np.int64)
         first = len(self._table_len)  # the new words' rows follow the existing ones
-        word_len = np.concatenate(
-            [word_len, np.fromiter(map(len, other_ids), np.int64, len(other))]
-        )
         self._table_start.extend((len(self._table) + np.cumsum(word_len) - word_len).tolist())
         self._table_len.extend(word_len.tolist())
         self._table.extend(itertools.chain.from_iterable(piece_ids))
         self._table.extend(itertools.chain.from_iterable(other_ids))
-        self._word_index.update(
-            zip(itertools.chain(simple, other), range(first, first + len(words)))
-        )
+        self._word_index.update(zip(simple + other, range(first, first + len(words))))
 
     def _rows(self, words: list[str]) -> np.ndarray:
         """Batch-cache rows of `words`, adding the missing ones; valid until the next call."""
@@ -373,11 +318,8 @@ class WordPieceTokenizer:
         return np.fromiter(map(index.__getitem__, words), np.int64, len(words))
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Many lines at once -> (the ids of all lines concatenated, int32; ids per line, int64).
-
-        The same ids as encode() line by line, with the per-token work done by numpy: the words of
-        all lines go through the cache in one pass, then a gather expands rows into ids.
-        """
+        """Lines -> (all their ids concatenated, int32; ids per line, int64), encode()'s ids; the
+        words of all lines go through the cache in one pass, then a numpy gather expands rows."""
         if not lines:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)
         joined = "\n".join(lines)
@@ -389,9 +331,7 @@ class WordPieceTokenizer:
             words_in_line = np.diff(ends, prepend=-1, append=len(rows)) - 1
             rows = np.delete(rows, ends)
         else:
-            # Lines that str.split would cut wrongly become one cache key each (see _encode_words);
-            # the trailing space keeps such a key apart from every word and from the line-end
-            # marker.
+            # Lines str.split would cut wrongly: a cache key each, its " " setting it apart.
             words_per_line = [
                 [line + " "] if _SPLIT_DISAGREES.search(line) or _LINE_END in line else line.split()
                 for line in lines
@@ -402,9 +342,8 @@ class WordPieceTokenizer:
         lengths = np.frombuffer(self._table_len, np.int64)[rows]
         ends = np.cumsum(lengths)  # [words]: where each word's ids end in the output
         # Output position p of word w reads table[starts[w] + p - (ends[w] - lengths[w])].
-        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(
-            ends[-1] if len(ends) else 0
-        )
+        total = ends[-1] if len(ends) else 0
+        source = np.repeat(starts - (ends - lengths), lengths) + np.arange(total)
         ids = np.frombuffer(self._table, np.int32)[source]
         word_ends = np.cumsum(words_in_line)
         token_ends = np.concatenate([[0], ends])[word_ends]
@@ -419,8 +358,7 @@ class WordPieceTokenizer:
 
 
 class SentencePieceTokenizer:
-    """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK] (ALBERT
-    does)."""
+    """Text -> SentencePiece pieces/ids; the model must define [CLS], [SEP] and [MASK]."""
 
     kind = "sentencepiece"
     sentence_joiner = ""  # every sentence gets its own "▁" prefix
@@ -436,9 +374,8 @@ class SentencePieceTokenizer:
             self.sp = spm.SentencePieceProcessor(model_file=model_file)
         except (RuntimeError, OSError) as e:
             raise VocabError(f"{model_file!r} is not a SentencePiece model ({e})") from e
-        # A model whose normalizer case-folds (data_prep.vocab's uncased ones: nmt_nfkc_cf) does
-        # its own lower-casing, and str.lower first would change what it sees ("İ" becomes "i" and
-        # a combining dot): only a model that keeps case gets lower-cased text, ALBERT's way.
+        # Only a model that keeps case gets lower-cased text (ALBERT's way): str.lower before a
+        # case-folding normalizer would change what it sees ("İ" becomes "i" and a combining dot).
         self._lower = do_lower_case and self.sp.normalize("ABC") != self.sp.normalize("abc")
         self.vocab_words = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.vocab = {p: i for i, p in enumerate(self.vocab_words)}
@@ -467,8 +404,6 @@ class SentencePieceTokenizer:
         return self.sp.encode(text.lower() if self._lower else text, out_type=int)
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line,
-        int64)."""
         lines = [line.lower() for line in lines] if self._lower else list(lines)
         return tokenizer_json.concatenated(self.sp.encode(lines, out_type=int))
 
@@ -507,11 +442,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
 
 
 def make_tokenizer(vocab_file: str, do_lower_case: bool = DO_LOWER_CASE):
-    """A SentencePiece tokenizer for a .model file, a Hugging Face tokenizer.json for a .json file
-    (bert_jax.text.tokenizer_json: its own normalizer decides lower-casing), WordPiece for anything
-    else (vocab.txt).
-    A file in a bucket (gs://...) is read from a local copy (bert_jax.storage.local_copy); the
-    tokenizer's vocab_file is then that copy."""
+    """SentencePiece for a .model file, tokenizer_json for a .json file (its normalizer decides
+    lower-casing), else WordPiece; a bucket's file is read from a local copy (its vocab_file)."""
     if storage.is_url(vocab_file):
         if not storage.isfile(vocab_file):
             raise VocabError(f"vocabulary file {vocab_file!r} does not exist")
@@ -533,9 +465,8 @@ def bert_wordpiece(
     tokenize_chinese_chars: bool = True,
     max_chars_per_word: int = 100,
 ):
-    """A tokenizers.Tokenizer of a WordPiece vocabulary built as transformers' BertTokenizer
-    builds its own (BertNormalizer with these options, BertPreTokenizer, "##" pieces, the
-    special tokens the vocabulary has, BERT's post-processor when it has [CLS] and [SEP])."""
+    """A tokenizers.Tokenizer of a WordPiece vocabulary, built as transformers' BertTokenizer
+    builds its own (BERT's post-processor where it has [CLS] and [SEP])."""
     import tokenizers as tk
 
     tok = tk.Tokenizer(
@@ -557,8 +488,7 @@ def bert_wordpiece(
 
 
 def bert_post_processor(cls_id: int, sep_id: int):
-    """tokenizers' post-processor of BERT's inputs: "[CLS] $A [SEP]", and "[CLS] $A [SEP] $B
-    [SEP]" with the second segment's type id 1."""
+    """tokenizers' post-processor of BERT's inputs ("[CLS] $A [SEP] $B [SEP]", B type id 1)."""
     from tokenizers import processors
 
     return processors.TemplateProcessing(

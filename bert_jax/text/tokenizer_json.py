@@ -1,12 +1,8 @@
 """Any Hugging Face tokenizer.json (BPE, Unigram, WordPiece) behind bert_jax.text.tokenization's
-interface, through the `tokenizers` library. No JAX import: data_prep uses this module.
-
-`encode(text)` gives the library's ids exactly (its truncation and padding off: data_prep cuts
-and pads); lower-casing is the file's normalizer's (`do_lower_case` is only reported).
+interface, through the `tokenizers` library (its ids exactly). No JAX import: data_prep uses it.
 `word_marks` says how pieces mark word starts for whole-word masking: "prefix" ("##"),
 "metaspace" ("▁"), "bytelevel" (a space, or a change of the kind of character) or None (refused).
-The special tokens, the word rules and their agreement with the library: docs/data_prep.md,
-"Hugging Face tokenizer.json".
+The special tokens and the word rules: docs/data_prep.md, "Hugging Face tokenizer.json".
 """
 
 from __future__ import annotations
@@ -34,32 +30,23 @@ SPECIAL_NAMES = {
 LETTER, DIGIT, SPACE, OTHER, SPECIAL = 1, 2, 3, 4, 5
 JOIN = 6  # first: the piece starts inside a character (always continues); last: ends in " "
 INHERIT = 7  # last: the piece only ends a character begun in the piece before (take its kind)
-
-
-class VocabError(cli.UserError):
-    """A vocabulary or tokenizer file that cannot be used; the message says what to fix
-    (tokenization.VocabError: every tokenizer raises it)."""
-
-
 _WHITE_SPACE = frozenset(  # Unicode White_Space: what \s matches in the pre-tokenizer's regex
     "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
     + "".join(map(chr, range(0x2000, 0x200B)))
 )
 
 
-class JsonTokenizer:
-    """Text -> ids of a Hugging Face tokenizer.json, with bert_jax.text.tokenization's interface."""
+class VocabError(cli.UserError):
+    """A vocabulary or tokenizer file that cannot be used (every tokenizer raises it)."""
 
+
+class JsonTokenizer:
     kind = KIND
-    # Between two sentences of one document, as in running text: a byte-level BPE without
-    # add_prefix_space would glue a sentence to the one before ("end.Next"); "" where the space
-    # would be a piece of its own (_sentence_joiner).
-    sentence_joiner = " "
 
     def __init__(self, path: str, do_lower_case: bool | None = None):
         import tokenizers
 
-        del do_lower_case  # the file's normalizer decides (module docstring)
+        del do_lower_case  # the file's normalizer decides
         if not os.path.isfile(path):
             raise VocabError(f"tokenizer file {path!r} {cli.not_a_file(path)}")
         self.vocab_file = path
@@ -82,20 +69,20 @@ class JsonTokenizer:
         self.cls_id, self.sep_id, self.mask_id = ids["cls"], ids["sep"], ids["mask"]
         self.pad_id = ids.get("pad", 0)
         self.unk_id = ids.get("unk", self.pad_id)  # byte-level BPE has no unknown pieces
-        # Each a word of its own: the special tokens, and the added tokens the text is split at
-        # before the model runs, as the library's word_ids have it ("▁h" "ello" for "hello" with
-        # "ello" added).
+        # Words of their own, as in the library's word_ids: special tokens, added tokens.
         added = frozenset(t["id"] for t in self.spec.get("added_tokens") or ())
         self._whole_words = added | frozenset(ids.values())
         self.word_marks = _word_marks(self.spec)
+        self._prefix = (self.spec.get("model") or {}).get("continuing_subword_prefix") or "##"
+        metaspace = _find(self.spec.get("pre_tokenizer"), "Metaspace") or {}
+        self._metaspace = metaspace.get("replacement") or "\u2581"
         self.sentence_joiner = self._sentence_joiner()
         normalizer = self._tok.normalizer
         self.do_lower_case = bool(normalizer) and normalizer.normalize_str("AZ") == "az"
 
     def _sentence_joiner(self) -> str:
-        """ " " if a sentence encoded after a space gives the ids it has in running text, else ""
-        if that does: a normalizer that prepends "▁" and turns spaces into "▁" (Llama-2's
-        tokenizer.json, no pre-tokenizer) made " Next" "▁" "▁Next" where "end. Next" has "▁Next"."""
+        """What goes before a document's next sentence to give its ids in running text: " ", or ""
+        where the space is a piece of its own (Llama-2's normalizer: " Next" is "▁" "▁Next")."""
 
         def ids(text: str) -> list[int]:
             return self._tok.encode(text, add_special_tokens=False).ids
@@ -112,26 +99,22 @@ class JsonTokenizer:
 
     @property
     def model_type(self) -> str:
-        """ "BPE", "Unigram", "WordPiece" or "WordLevel": the file's model."""
         return str(self.spec.get("model", {}).get("type", ""))
 
     def _check_unknown(self) -> None:
-        """Refuses a model that needs an unknown token it lacks: the library would raise on the
-        first character outside the vocabulary (WordPiece, WordLevel, a BPE naming an unk_token,
-        a Unigram without unk_id), deep inside a data_prep worker."""
+        """Refuses a model that needs an unknown token it lacks (the library would raise on the
+        first character outside the vocabulary, deep inside a data_prep worker)."""
         model = self.spec.get("model") or {}
-        kind = model.get("type")
-        if kind == "Unigram":
-            if model.get("unk_id") is not None:  # even with byte_fallback the library needs it
-                return
+        kind, unk = model.get("type"), model.get("unk_token")
+        if kind == "Unigram" and model.get("unk_id") is None:  # needed even with byte_fallback
             missing = "no unk_id"
-        elif kind in ("WordPiece", "WordLevel", "BPE"):
-            unk = model.get("unk_token")
-            if (kind == "BPE" and unk is None) or unk in self.vocab:
+        elif kind in ("WordPiece", "WordLevel", "BPE") and unk not in self.vocab:
+            # A BPE naming no unk_token, or falling back to all 256 byte pieces, does not need it.
+            fallback = model.get("byte_fallback") and all(
+                f"<0x{b:02X}>" in self.vocab for b in range(256)
+            )
+            if kind == "BPE" and (unk is None or fallback):
                 return
-            bytes_known = all(f"<0x{b:02X}>" in self.vocab for b in range(256))
-            if kind == "BPE" and model.get("byte_fallback") and bytes_known:
-                return  # unknown characters become their UTF-8 bytes' pieces
             missing = f"its unk_token {unk!r}, which is not in its vocabulary"
         else:
             return
@@ -170,8 +153,8 @@ class JsonTokenizer:
         return out
 
     def is_continuation(self, token: str) -> bool:
-        """Whether `token` continues the word of the piece before it; for "bytelevel" marks
-        only as far as the piece itself says (masking.Vocab adds the character kinds)."""
+        """Whether `token` continues the word before it; "bytelevel": as far as the piece says
+        (masking.Vocab adds the character kinds)."""
         if self.word_marks == "metaspace" and token == self.special_tokens.get("unk"):
             # An unknown character: "▁" before it is a piece of its own, so it continues.
             return True
@@ -185,18 +168,8 @@ class JsonTokenizer:
             return not _starts_spaced_word(_byte_text(token))
         return False
 
-    @functools.cached_property
-    def _prefix(self) -> str:
-        return (self.spec.get("model") or {}).get("continuing_subword_prefix") or "##"
-
-    @functools.cached_property
-    def _metaspace(self) -> str:
-        found = _find(self.spec.get("pre_tokenizer"), "Metaspace") or {}
-        return found.get("replacement") or "\u2581"
-
     def character_kinds(self) -> tuple[bytes, bytes] | None:
-        """(first, last): per id, the kind of its first and last character (LETTER ... JOIN),
-        for "bytelevel" word marks; None for the others (masking.Vocab's word rule)."""
+        """Per id, the kind of its first and last character, for "bytelevel" word marks."""
         if self.word_marks != "bytelevel":
             return None
         first, last = bytearray(self.vocab_size), bytearray(self.vocab_size)
@@ -211,13 +184,11 @@ class JsonTokenizer:
         return self._tok.encode(text, add_special_tokens=False).tokens
 
     def encode(self, text: str) -> list[int]:
-        """Text -> ids (no [CLS]/[SEP]), the library's exactly."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, lines: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """As WordPieceTokenizer.encode_batch: (all ids concatenated, int32; ids per line, int64).
-        Line by line in this thread: the library's batch call runs a thread pool, which a
-        data_prep worker process forked from a parent that used it would have to give up."""
+        """As WordPieceTokenizer.encode_batch; line by line, as the library's batch call's thread
+        pool is lost to a data_prep worker forked from a parent that used it."""
         return concatenated(
             [self._tok.encode(line, add_special_tokens=False).ids for line in lines]
         )
@@ -238,8 +209,7 @@ def concatenated(encoded: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _find(spec, kind: str) -> dict | None:
-    """The first component of type `kind` in a pre-tokenizer, decoder or post-processor spec
-    (which may be a Sequence of them)."""
+    """The first component of type `kind` in a spec (which may be a Sequence of them)."""
     if not isinstance(spec, dict):
         return None
     if spec.get("type") == kind:
@@ -290,8 +260,7 @@ def _word_marks(spec: dict) -> str | None:
 
 
 def _spaces_to_metaspace(normalizer) -> bool:
-    """A normalizer that turns spaces into "▁" (Llama-2's Prepend("▁") + Replace(" ", "▁"), no
-    pre-tokenizer): its pieces mark word starts as Metaspace's do."""
+    """A normalizer turning spaces into "▁" (Llama-2's): its pieces mark words as Metaspace's."""
     if not isinstance(normalizer, dict):
         return False
     if normalizer.get("type") == "Replace":
@@ -303,8 +272,7 @@ def _spaces_to_metaspace(normalizer) -> bool:
 
 @functools.cache
 def _unicode_to_byte() -> dict[str, int]:
-    """GPT-2's ByteLevel alphabet back to bytes: printable Latin-1 stands for itself, the other
-    bytes for chr(256 + n) in order."""
+    """GPT-2's ByteLevel alphabet back to bytes: printable Latin-1 as is, the rest chr(256 + n)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     table = {chr(b): b for b in printable}
     others = [b for b in range(256) if b not in set(printable)]
@@ -322,8 +290,7 @@ def _byte_text(token: str) -> bytes | None:
 
 
 def _starts_spaced_word(raw: bytes | None) -> bool:
-    """A piece that begins with a space followed by text starts a word (` ?\\p{L}+`); a run of
-    whitespace alone does not (it continues whitespace before it)."""
+    """A piece that begins with a space and then text starts a word; whitespace alone does not."""
     if raw is None:
         return True
     if raw[:1] != b" ":
@@ -346,9 +313,7 @@ def _kind(ch: str) -> int:
 
 @functools.cache
 def _guess(prefix: bytes) -> int:
-    """The likely kind of a character of which a piece holds only the first bytes: the kind most
-    assigned code points with that UTF-8 prefix have (e.g. "\xcc": combining marks, OTHER;
-    "\xd0": Cyrillic, LETTER; "\xf0\x9d\x90": mathematical letters, LETTER)."""
+    """The kind most assigned code points with this UTF-8 prefix have ("\xd0": Cyrillic, LETTER)."""
     lead = prefix[0]
     size = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
     counts = dict.fromkeys((LETTER, DIGIT, SPACE, OTHER), 0)
@@ -364,10 +329,8 @@ def _guess(prefix: bytes) -> int:
 
 
 def _kinds(raw: bytes | None) -> tuple[int, int]:
-    """(kind of the first character, kind of the last) of a byte-level piece. First: JOIN for a
-    piece that starts inside a UTF-8 character. Last: JOIN for one that ends in a space (the
-    space belongs to what follows it), INHERIT for one that only ends a character begun before
-    it. A character whose start alone is in the piece gets its lead byte's likely kind."""
+    """(kind of the first character, of the last) of a byte-level piece: JOIN and INHERIT as at
+    their definitions; a character whose start alone is in the piece gets _guess's kind."""
     if raw is None:
         return OTHER, OTHER
     inside = len(raw) - len(raw.lstrip(bytes(range(0x80, 0xC0))))
