@@ -206,6 +206,8 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     halved = written | {"sliding_window": 2}
     assert transformers.ModernBertConfig(**halved).local_attention == 4
     assert hf.bert_config_from_hf(halved).attention_window(1) == 2
+    with pytest.raises(cli.UserError, match="sliding_window -1 is negative"):
+        hf.bert_config_from_hf(written | {"sliding_window": -1})
 
 
 def test_a_window_of_0_is_transformers_self_only_window(tmp_path):
