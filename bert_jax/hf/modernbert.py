@@ -61,9 +61,11 @@ def _get(hf: Mapping[str, Any], name: str, kind: type, default: Any = None) -> A
 
 def _layer_pattern(hf: Mapping[str, Any], layers: int) -> tuple[int, int]:
     """(local_attention, global_attn_every_n_layers) of a config.json."""
-    window = _get(hf, "local_attention", int, _DEFAULTS["local_attention"])
+    name, window = "local_attention", _get(hf, "local_attention", int, _DEFAULTS["local_attention"])
+    if "sliding_window" in hf:  # transformers sets local_attention to twice this, after the rest
+        name, window = "sliding_window", 2 * _get(hf, "sliding_window", int)
     if window < 0:
-        raise CheckpointError(f"local_attention {window} is negative: a window is 1 token or more")
+        raise CheckpointError(f"{name} {hf[name]} is negative: a window is 1 token or more")
     # transformers' window of 0 is its window of 1; ours of 0 means no window at all.
     window = max(window, 1)
     types = _get(hf, "layer_types", list)

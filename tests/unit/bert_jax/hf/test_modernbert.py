@@ -202,6 +202,12 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     got = hf.bert_config_from_hf(old)
     assert [got.is_global(i) for i in range(4)] == [True, False, True, False]
     assert (got.global_rope_theta, got.local_rope_theta) == (1e5, 5e3)
+    # A half window by transformers' other name: it sets local_attention, whatever that says.
+    halved = written | {"sliding_window": 2}
+    assert transformers.ModernBertConfig(**halved).local_attention == 4
+    assert hf.bert_config_from_hf(halved).attention_window(1) == 2
+    with pytest.raises(cli.UserError, match="sliding_window -1 is negative"):
+        hf.bert_config_from_hf(written | {"sliding_window": -1})
 
 
 def test_a_window_of_0_is_transformers_self_only_window(tmp_path):
