@@ -3,9 +3,8 @@
 Any config field can be overridden on the command line, e.g.
     --config.optim.learning_rate=2e-4 --config.data.train_files=/data/wiki128
 (a data_prep --output_dir: its manifest.json says everything else about the records).
-Running the same command again resumes from the latest checkpoint in --workdir. A mistake (a
-config field that does not exist, a bad value, data that does not match the config) is one
-`error:` line and exit status 2 (bert_jax.cli); --verbosity=0 shows the libraries' INFO logs.
+Running the same command again resumes from the latest checkpoint in --workdir. A mistake is
+one `error:` line and exit status 2; --verbosity=0 shows the libraries' INFO logs.
 """
 
 import sys
