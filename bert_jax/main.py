@@ -30,10 +30,8 @@ def main(argv):
     if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:
         from bert_jax.training import checkpoints  # the one rule for a fine-tuning config
 
-        fine_tuning = checkpoints.is_finetuning(FLAGS.config)
-        hint = (
-            "; it is a fine-tuning config: run python -m bert_jax.finetune" if fine_tuning else ""
-        )
+        hint = "; it is a fine-tuning config: run python -m bert_jax.finetune"
+        hint = hint if checkpoints.is_finetuning(FLAGS.config) else ""
         raise cli.UserError(
             f"--config is not a pre-training config (it has no config.data.train_files){hint}"
         )

@@ -1,9 +1,6 @@
 """Orbax checkpoints of a training run: saved, resumed, read back by export, embed, predict and
---init; and where a new run's first state comes from (`initial_state`, `model_dir_kind`).
-
-A step holds five items, so that each reader loads only what it needs (docs/training.md, "The
-workdir"). A damaged step is moved aside to `<step>.corrupt` on resume and refused by the readers
-of one step (docs/faults.md).
+--init (docs/training.md, "The workdir"; damaged steps: docs/faults.md); and where a new run's
+first state comes from (`initial_state`, `model_dir_kind`).
 """
 
 import contextlib
@@ -27,8 +24,7 @@ from bert_jax.hf import files as hf_files
 from bert_jax.model import encoder
 from bert_jax.training import checksums
 
-PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
-CHECKSUMS = "checksums"
+PARAMS, TRAIN, DATA_ITER, CONFIG, CHECKSUMS = "params", "train", "data_iter", "config", "checksums"
 
 
 class DamagedCheckpoint(cli.UserError):
@@ -57,7 +53,6 @@ def _bound_tensorstore_retries() -> None:
 def make_manager(
     workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
 ) -> ocp.CheckpointManager:
-    """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     if storage.is_url(workdir):
         if problem := storage.checkpoint_problem(workdir):  # s3://, a '#': see there
             raise storage.StorageError(problem)
@@ -71,9 +66,8 @@ def make_manager(
         create=not read_only,
         # Leftovers of a save that was killed midway; never a restorable step.
         cleanup_tmp_directories=not read_only,
-        # A bucket has no rename: a step is written in place and finished by its commit marker
-        # (Orbax's default for gs:// already; s3:// would otherwise get a rename, which s3fs
-        # does by copying, so a killed save could leave a step that looks finished).
+        # A bucket has no rename (s3fs copies: a killed save could look finished): a step is
+        # written in place and finished by its commit marker.
         atomicity_options=ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
         if storage.is_url(workdir)
         else None,
@@ -99,8 +93,7 @@ def save(
     data_iter: Any,
     config: ml_collections.ConfigDict,
 ) -> None:
-    """Saves checkpoint `step` now (Orbax's interval logic would also save every resume's first
-    step); the arrays are on the host before it returns, so the step may donate them."""
+    """Saves `step` now; the arrays reach the host before it returns: the step may donate them."""
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
     where = str(manager.directory)
@@ -127,16 +120,14 @@ def finish(manager: ocp.CheckpointManager) -> None:
     manager.close()
 
 
-# What Orbax's and TensorStore's background threads say after a write failed (once per pending
-# array); the failure itself reaches the main thread at the next save or wait, reported once.
+# What Orbax's background threads say after a write failed, which the main thread reports once.
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 # How Orbax's log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
 def _drop_orbax_noise(record: logging.LogRecord) -> bool:
-    """Drops Orbax's and asyncio's logged tracebacks (a screen per writer thread) of an error the
-    main thread then reports in one line, and read-only managers' warning that they are."""
+    """Drops logged tracebacks of errors the main thread reports in one line, and noise."""
     if not ("orbax" in record.pathname or record.name == "asyncio"):
         return True
     exc = record.exc_info[1] if record.exc_info else None
@@ -223,8 +214,7 @@ def _root_cause(error: BaseException) -> str:
 
 
 def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
-    """Raises DamagedCheckpoint unless `state` (or {'params': ...} alone) matches `step`'s
-    checksums and is finite. Every process must call it (the sums are combined)."""
+    """Refuses `state` (or {'params'} alone) unless finite and as `step`'s checksums say."""
     saved = None  # a checkpoint written before checksums existed
     if (manager.directory / str(step) / CHECKSUMS).exists():
         saved = _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
@@ -239,8 +229,7 @@ def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
 
 
 CORRUPT_SUFFIX = ".corrupt"
-# What says a step in a bucket is finished: Orbax writes a step there in place (a bucket has no
-# rename) and this file last (orbax.checkpoint's AtomicityMode.COMMIT_FILE).
+# Written last into a step in a bucket: it says the step is finished (AtomicityMode.COMMIT_FILE).
 COMMIT_MARKER = "commit_success.txt"
 
 
@@ -250,9 +239,8 @@ def restore_latest(
     data_iter: Any = None,
     model_config: dict | None = None,
 ) -> tuple[int, dict] | None:
-    """(step, state) of the newest checkpoint that restores, or None if there are none. Newer
-    steps that fail are moved aside (kept for a post-mortem); if none restores nothing is moved
-    (an older step cannot fix a config mismatch) and the error names every step's failure."""
+    """(step, state) of the newest step that restores, or None; newer ones are moved aside. If
+    none restores (an older step cannot fix a config mismatch) the error names every failure."""
     steps = sorted(manager.all_steps(), reverse=True)
     if steps and model_config is not None:
         check_same_model(manager, steps[0], abstract_state["params"], model_config)
@@ -260,18 +248,16 @@ def restore_latest(
         check_same_processes(manager, steps[0])
     failures: list[tuple[int, Exception]] = []
     for step in steps:
+        restored = None
         try:
             restored = _restore_items(manager, step, abstract_state, data_iter)
-            ok = True
         except storage.StorageError:
             raise  # the bucket's state, not the step's: an older step would not fix it
         except ValueError as e:
             failures.append((step, e))
-            ok = False
-        # With several processes each reads its own shards, so one may fail where another does
-        # not: all fall back together or none does.
-        if not _all_processes(ok):
-            if ok:
+        # Each process reads its own shards: all fall back together or none does.
+        if not _all_processes(restored is not None):
+            if restored is not None:
                 failures.append((step, RuntimeError("another process could not read this step")))
             continue
         try:  # the same verdict on every process: the fingerprints are combined across them
@@ -323,8 +309,7 @@ def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
 def check_same_model(
     manager: ocp.CheckpointManager, step: int, abstract_params: Any, model_config: dict
 ) -> None:
-    """Refuses, naming the config.model fields that differ, a step whose parameters have other
-    shapes or names than `abstract_params`."""
+    """Refuses a step whose parameters differ from `abstract_params`, naming config.model's."""
     try:
         saved = _shapes(manager.item_metadata(step)[PARAMS])
     except Exception:  # damaged metadata: restore_latest's fallback handles the step
@@ -374,9 +359,8 @@ def _move_aside(
         )
         if jax.process_index() == 0:
             if storage.is_url(str(src)):
-                # No rename in a bucket: Orbax calls a step finished by its commit marker, so the
-                # marker goes first; a move cut short then leaves an unfinished step, which is
-                # never restored (and Orbax removes it), not a damaged one that looks whole.
+                # The marker goes first: a move cut short leaves an unfinished step (never
+                # restored), not a damaged one that looks whole.
                 storage.remove(str(src / COMMIT_MARKER))
             storage.move(str(src), str(dst))
     if jax.process_count() > 1:
@@ -391,13 +375,11 @@ def load_config(
     step: int | None = None,
     problems: Callable[[ml_collections.ConfigDict], list[str]] | None = None,
 ) -> tuple[ml_collections.ConfigDict, int]:
-    """(a checkpoint's saved config, its step: the latest by default); any of `problems`
-    (config_check.range_problems, passed in: it imports this module) is damage."""
+    """(a step's saved config, the step); any of `problems` (config_check's) is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
         saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore())
-        # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
-        # field, not a ValueError or AttributeError wherever the field is first used.
+        # Out of shape (a hand edit): refused naming the field, not failing where it is used.
         where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
         if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
             raise DamagedCheckpoint(f"{where} is not a config (no model section)")
@@ -480,8 +462,7 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
 def restore_params(
     workdir: str, step: int | None = None, config: ml_collections.ConfigDict | None = None
 ) -> tuple[dict, ml_collections.ConfigDict]:
-    """(pure-dict parameters, config) of a run's checkpoint on the first local device. `config`:
-    step `step`'s, already read (load_config) and checked (check_kind)."""
+    """(pure-dict parameters, config) of a run's checkpoint, on the first local device."""
     if config is None:
         config, step = load_config(workdir, step)
         check_kind(config, workdir, finetuning=False)
@@ -502,8 +483,7 @@ def param_tree(bert_config) -> dict:
 def restore_saved_params(
     workdir: str, abstract_params: Any, step: int | None = None
 ) -> tuple[Any, int]:
-    """(the `params` item of checkpoint `step` or the latest, any run's, restored onto
-    `abstract_params`' shardings, its step)."""
+    """(any run's `params` item of `step` or the latest on `abstract_params`, the step)."""
     with _step_to_read(workdir, step) as (manager, step):
         # A UserError (a bucket that stayed away) says what to do; a failed read is damage.
         params = _read_item(
@@ -514,14 +494,12 @@ def restore_saved_params(
 
 
 # --- Where a new run's first state comes from ------------------------------------------------
-
 WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
 HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
 
 
 def model_dir_kind(path: str) -> str:
-    """WORKDIR or HF_DIR: the one rule for the kind of a pre-trained model's directory;
-    checkpoints/ wins over config.json, and anything else is refused by name."""
+    """WORKDIR or HF_DIR, the one rule: checkpoints/ wins over config.json; else refused."""
     if not path:
         raise cli.UserError(
             "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"

@@ -1,12 +1,7 @@
-"""Fingerprints of a checkpoint's arrays (Orbax checks no array data on restore):
-
-    fingerprint(x) = sum over elements i of fmix32((bits(x[i]) ^ i * golden) + seed) mod 2^32
-
-independent of sharding, mesh and process count; on the host (a jitted pass compiles per leaf
-shape). docs/training.md, "Checkpoints, resume and preemption".
+"""Fingerprints of a checkpoint's arrays, as Orbax checks none on restore: the sum over elements
+i of fmix32((bits(x[i]) ^ i * golden) + seed) mod 2^32, whatever the sharding; on the host.
+docs/training.md, "Checkpoints, resume and preemption".
 """
-
-from __future__ import annotations
 
 import concurrent.futures
 import os
@@ -98,8 +93,7 @@ def _partial(x) -> tuple[int, int]:
 
 
 def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
-    """({leaf path: 8 hex digits}, [float leaves holding a NaN or inf]) of a pytree of arrays;
-    every process must call it."""
+    """({leaf path: 8 hex digits}, [leaves holding a NaN or inf]); every process calls it."""
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     leaves = [leaf for _, leaf in flat]
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
@@ -108,13 +102,8 @@ def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
         from jax.experimental import multihost_utils
 
         gathered = np.asarray(multihost_utils.process_allgather(partials.astype(np.uint32)))
-        partials = np.stack(
-            [
-                gathered[..., 0].astype(np.uint64).sum(0) & np.uint64(_MASK32),
-                gathered[..., 1].min(0),
-            ],
-            axis=-1,
-        )
+        sums = gathered[..., 0].astype(np.uint64).sum(0) & np.uint64(_MASK32)
+        partials = np.stack([sums, gathered[..., 1].min(0)], axis=-1)
     keys = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in flat]
     sums = {key: f"{int(p[0]):08x}" for key, p in zip(keys, partials)}
     nonfinite = [key for key, p in zip(keys, partials) if not p[1]]
@@ -130,8 +119,7 @@ def record(items: dict[str, Any]) -> dict:
 
 
 def problems(saved: dict | None, name: str, tree: Any) -> list[str]:
-    """What is wrong with restored item `name`: fingerprints other than `saved`'s (None: a
-    checkpoint from before them), non-finite leaves."""
+    """Item `name`'s fingerprints other than `saved`'s (None: none saved) and NaN/inf leaves."""
     sums, nonfinite = fingerprint(tree)
     out = []
     if saved is not None:

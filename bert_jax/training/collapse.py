@@ -19,9 +19,8 @@ THRESHOLD = 0.999
 
 
 def cross_row_cosine(sequence: jax.Array, weights: jax.Array) -> jax.Array:
-    """Mean cosine over pairs of weighted vectors in different rows of sequence [B, L, H]
-    (weights [B, L]; all-zero vectors read 0): with unit vectors u, |sum of all u|^2 - the sum
-    over rows of |the row's sum of u|^2, without the [N, N] matrix."""
+    """Mean cosine of weighted vectors in different rows of [B, L, H] (zero vectors read 0),
+    without the [N, N] matrix: |sum of all units|^2 - sum over rows of |the row's sum|^2."""
     x = sequence.astype(jnp.float32)
     w = weights.astype(jnp.float32)
     u = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12) * w[..., None]

@@ -1,8 +1,6 @@
 """A config checked before anything compiles, every mistake named with its field: pre-training's
-one pass (`pretraining`) and the parts of fine-tuning's. The rules stay in their homes; these
-passes collect their cli.UserErrors. NUMERIC_FIELDS, every numeric field's range, is asked first
-and alone. No JAX import at module level (the binaries import this before JAX starts).
-docs/faults.md, the config rows.
+one pass and the parts of fine-tuning's, collecting the rules' cli.UserErrors from their homes.
+No JAX import at module level: the binaries import this before JAX starts. docs/faults.md.
 """
 
 import dataclasses
@@ -13,7 +11,6 @@ from bert_jax.model import attention, bert_config, sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
-MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
 # A whole-number field's bound where its rule names none: such values are int32 on the devices.
 MAX_WHOLE = 2**31 - 1
 
@@ -70,6 +67,7 @@ _WHOLE_1 = Range(1, whole=True)
 _PROBABILITY = Range(0, 1, open_high=True)
 _POSITIVE = Range(0, open_low=True)
 _TOKEN_ID = Range(0, whole=True, also=(None,), note="None: from the manifest")
+_NO_NEGATIVE_SEED = "numpy's and Grain's generators take no negative seed"
 _MESH_AXIS = Range(1, whole=True, also=(-1,), note="-1 takes the devices the other axes leave")
 
 # Every numeric field of both trainers' configs, one rule each.
@@ -131,13 +129,7 @@ NUMERIC_FIELDS = {
     "train.batch_warmup_start_accum": _WHOLE_1,
     "train.num_train_steps": _WHOLE_1,
     "train.num_epochs": _POSITIVE,
-    "train.seed": Range(
-        0,
-        MAX_SEED,
-        open_high=True,
-        whole=True,
-        note="numpy's and Grain's generators take no negative seed",
-    ),
+    "train.seed": Range(0, 2**31, open_high=True, whole=True, note=_NO_NEGATIVE_SEED),
     "train.log_every_steps": _WHOLE_1,
     "train.stop_at_step": Range(0, whole=True, note="0 turns it off"),
     "eval.every_steps": Range(0, whole=True, note="0: only at the end"),
@@ -190,9 +182,8 @@ def raise_problems(problems: list[str]) -> None:
 def check_common(
     config, num_devices: int, process_count: int = 1, num_train_steps: int | None = None
 ) -> tuple[list[str], tuple[int, str] | None]:
-    """(problems relating the optim, on_nonfinite and mesh fields to each other or the machine,
-    how a batch splits: (ways, "mesh data 8 x fsdp 1") or None). Both trainers'; `num_train_steps`
-    is None where the data is not counted yet."""
+    """(both trainers' problems relating fields to each other or the machine, the batch's split:
+    (ways, "mesh data 8 x fsdp 1") or None); `num_train_steps`: None before counting data."""
     problems = []
     o = config.optim
     # The schedule runs in float32: a rate at or below half its smallest number (2**-149) is 0,
@@ -212,17 +203,15 @@ def check_common(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
-    # Here, not at the model's build: that named fine-tuning's --init config.json.
-    for name, choices in (
-        ("dtype", sorted(bert_config.DTYPES)),
-        ("attention_impl", bert_config.ATTENTION_IMPLS),
+    # The model's here, not at its build: that named fine-tuning's --init config.json.
+    for field, choices in (
+        ("model.dtype", sorted(bert_config.DTYPES)),
+        ("model.attention_impl", bert_config.ATTENTION_IMPLS),
+        ("train.on_nonfinite", NONFINITE_MODES),
     ):
-        value = config.model.get(name)
-        if name in config.model and value not in choices:
-            problems.append(f"model.{name}={value!r}; choose one of {list(choices)}")
-    mode = config.train.on_nonfinite
-    if mode not in NONFINITE_MODES:
-        problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
+        section, name = field.split(".")
+        if name in config[section] and config[section][name] not in choices:
+            problems.append(f"{field}={config[section][name]!r}; choose one of {list(choices)}")
 
     m = config.mesh
     if m.num_devices > num_devices:

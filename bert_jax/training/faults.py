@@ -26,11 +26,9 @@ class Abandoned(Exception):
 
 
 class Preemption:
-    """SIGTERM or Ctrl-C -> save and stop at the loop's next poll (each step, each eval batch);
-    a second Ctrl-C stops at once. With several processes the preemption service owns SIGTERM
-    (a Ctrl-C becomes one) and its sync point, counting polls, turns true on all at the same
-    poll; Orbax's save would set that count back, so its question answers False meanwhile.
-    docs/faults.md, the signal rows.
+    """SIGTERM or Ctrl-C -> save and stop at the loop's next poll; a second Ctrl-C stops at once.
+    With several processes the preemption service owns SIGTERM and its sync point counts polls
+    (Orbax's save would set it back, so its question answers False meanwhile). docs/faults.md.
     """
 
     def __init__(self, manager=None):
@@ -170,11 +168,9 @@ class NonfiniteWatch:
             )
             return False
         if jax.process_index() == 0:
-            where = (
-                f"the last checkpoint is step {last_saved}"
-                if last_saved is not None
-                else "no checkpoint yet"
-            )
+            where = "no checkpoint yet"
+            if last_saved is not None:
+                where = f"the last checkpoint is step {last_saved}"
             print(
                 f"non-finite loss or gradients at step {first}: stopping without saving ({where}). "
                 "A rerun resumes from that checkpoint and meets the same batches: lower "

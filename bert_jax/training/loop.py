@@ -3,8 +3,6 @@ on saving and stopping (`decide`); what a trainer logs or scores is its callback
 docs/training.md, "The loop and why it stopped".
 """
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import time
@@ -19,8 +17,7 @@ from bert_jax.training import checkpoints, faults, metrics_log
 
 
 def itstime(step: int, every: int, last_step: int | None = None) -> bool:
-    """Whether an action done every `every` steps (0: never) is due after `step`, or at
-    `last_step`."""
+    """Whether an action every `every` steps (0: never) is due after `step`, or at `last_step`."""
     return (every > 0 and step % every == 0) or step == last_step
 
 
@@ -41,8 +38,7 @@ def decide(
     asked: str | None,
     preempted: bool,
 ) -> tuple[str | None, bool]:
-    """(why to stop after `step`, or None; whether to save now). `asked`: the eval's stop.
-    Every stop saves first ('nonfinite' never gets here), so a rerun resumes there."""
+    """(why to stop after `step`, or None; whether to save now: at every stop it reaches)."""
     stopped = asked or ("preempted" if preempted else None)
     if stopped is None and step == last_step:
         stopped = "done" if step == total else "stop_at_step"
@@ -93,8 +89,7 @@ class Outcome:
 
 
 class Loop:
-    """A trainer's loop from `step` of a `total`-step schedule; `log` and `progress` (process 0
-    writes them) are the trainer's to write to in its callbacks, and to close."""
+    """A trainer's loop; its callbacks write to `log` and `progress`, which the trainer closes."""
 
     def __init__(self, workdir, config, setup, manager, data_iter, step: int, total: int):
         primary = jax.process_index() == 0
@@ -141,10 +136,8 @@ class Loop:
 
         with own as preemption, setup.activate():
             if evaluate is not None and 0 < step <= last_step and eval_due(step):
-                # Resumed at a step whose eval a signal dropped (it saves the step at once,
-                # docs/faults.md): that eval first, so that the log holds each eval of an
-                # uninterrupted run once (the rerun went on to the next step without it, or, at
-                # the last step, ended with no final eval).
+                # Resumed at a step whose eval a signal dropped: that eval first, so that the log
+                # holds each eval of an uninterrupted run once.
                 if not _eval_logged(log, step):
                     try:
                         stopped = evaluate(step, state, preemption.between_batches)
@@ -191,8 +184,7 @@ class Loop:
                     if nonfinite.stop(state, history, step, last_saved):
                         stopped = "nonfinite"
                         break
-                    # A bucket's log is published whole: through this step before the step is
-                    # saved, so a saved step is never ahead of the published log.
+                    # A saved step is never ahead of a bucket's published log.
                     log.flush()
                     checkpoints.save(manager, step, state, data_iter, config)
                     last_saved = step

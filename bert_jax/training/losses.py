@@ -1,6 +1,5 @@
-"""Pre-training losses and accuracies (masked LM and NSP), as sums, so that micro-batches and
-eval batches add up to exactly one big batch's figure; the MLM sums also by kind of masked
-position. docs/training.md, "Evaluation and early stopping".
+"""Pre-training losses and accuracies as sums, so that micro-batches and eval batches add up to
+one big batch's figures exactly. docs/training.md, "Evaluation and early stopping".
 """
 
 from collections.abc import Mapping

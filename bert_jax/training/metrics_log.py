@@ -41,8 +41,7 @@ _HIDDEN_FROM_TENSORBOARDX = ("torch", "boto3", "google.cloud.storage")
 
 
 def _summary_writer_class():
-    """tensorboardX's SummaryWriter, imported with _HIDDEN_FROM_TENSORBOARDX hidden: seconds
-    off every trainer's start."""
+    """SummaryWriter, imported without _HIDDEN_FROM_TENSORBOARDX: seconds off each start."""
     hidden = [name for name in _HIDDEN_FROM_TENSORBOARDX if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # `import name` raises ImportError, which tensorboardX expects
@@ -140,13 +139,6 @@ class MetricsLog:
             self._tb.close()
 
 
-def format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 # The figures shown in brackets after a headline one, so that it is never read alone.
 _BESIDE = {
     "mlm_accuracy": (
@@ -156,13 +148,6 @@ _BESIDE = {
     ),
     "nsp_accuracy": (("majority", "nsp_majority"),),
 }
-
-
-def _beside(name: str, scalars: Mapping[str, float]) -> str:
-    shown = [
-        f"{label} {scalars[key]:.3f}" for label, key in _BESIDE.get(name, ()) if key in scalars
-    ]
-    return f" ({', '.join(shown)})" if shown else ""
 
 
 class Progress:
@@ -189,14 +174,18 @@ class Progress:
             ("grad_norm", ".2f"),
         ):
             if name in scalars and not (name == "mlm_accuracy_all" and "mlm_accuracy" in scalars):
-                parts.append(f"{name} {scalars[name]:{fmt}}{_beside(name, scalars)}")
+                beside = [f"{b} {scalars[k]:.3f}" for b, k in _BESIDE.get(name, ()) if k in scalars]
+                beside = f" ({', '.join(beside)})" if beside else ""
+                parts.append(f"{name} {scalars[name]:{fmt}}{beside}")
         if "tokens_per_sec" in scalars:
             parts.append(f"{scalars['tokens_per_sec'] / 1000:.1f}k tok/s")
         if "examples_per_sec" in scalars:  # fine-tuning
             parts.append(f"{scalars['examples_per_sec']:.1f} ex/s")
         if eta and self._start_time is not None and step > self._start_step:
             rate = (time.time() - self._start_time) / (step - self._start_step)
-            parts.append(f"ETA {format_duration(rate * (self.total - step))}")
+            h, s = divmod(int(max(0, rate * (self.total - step))), 3600)
+            m, s = divmod(s, 60)
+            parts.append(f"ETA {h}h{m:02d}m" if h else f"ETA {m}m{s:02d}s")
         return "  ".join(parts)
 
     def report(

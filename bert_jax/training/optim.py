@@ -18,8 +18,7 @@ from bert_jax import cli
 
 SCHEDULES = ("linear", "polynomial", "constant", "wsd")
 DECAY_SHAPES = ("linear", "1-sqrt")
-# Where the decay after warmup is measured from (optim.decay_from): step 0, as the original BERT
-# and MLPerf, or the end of warmup, as transformers (docs/finetuning.md).
+# Where the decay is measured from: step 0 (BERT, MLPerf) or warmup's end (transformers).
 DECAY_FROM = ("start", "warmup_end")
 OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
@@ -110,16 +109,11 @@ def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
     if steps == 0:
         return None
     final, start = int(train.grad_accum_steps), int(train.batch_warmup_start_accum)
-    problems = []
-    if steps < 0:
-        problems.append(f"train.batch_warmup_steps={steps} must be 0 (off) or positive")
-    if not 1 <= start <= final:
-        problems.append(
+    if not 1 <= start <= final:  # range_problems knows no bound relating two fields
+        raise cli.UserError(
             f"train.batch_warmup_start_accum={start} must lie in [1, train.grad_accum_steps="
             f"{final}]: the batch grows from that many micro-batches to grad_accum_steps"
         )
-    if problems:
-        raise cli.UserError("; ".join(problems))
     return BatchWarmup(final, start, steps)
 
 
@@ -129,13 +123,10 @@ def decays(path: tuple) -> bool:
 
 
 def is_kernel(key_path) -> bool:
-    """Whether a tree_util key path names a matmul kernel (nnx.Linear's 'kernel')."""
     return bool(key_path) and getattr(key_path[-1], "key", None) == "kernel"
 
 
 def weight_decay_mask(params: Any) -> Any:
-    """A pytree of bools shaped like `params`: True where weight decay applies."""
-
     def leaf(key_path, x):
         names = tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in key_path)
         return decays(names)
@@ -225,8 +216,7 @@ def make_optimizer(
     lr: dict[str, Any],
     mask_fn: Callable[[Any], Any] = weight_decay_mask,
 ) -> optax.GradientTransformation:
-    """`optim.optimizer` at the rates `lr` (concrete or traced): its state does not depend on
-    them, so a train step builds it around the numbers it is passed."""
+    """`optim.optimizer` at the rates `lr`, traced or not: its state does not depend on them."""
     if optim.optimizer not in OPTIMIZERS:
         raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
     parts = []

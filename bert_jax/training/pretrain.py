@@ -1,8 +1,6 @@
 """Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
-
-Per-step randomness is fold_in(rng, step), so a resumed run draws the same dropout masks.
-Gradient accumulation is a lax.scan inside one step, each micro-batch normalised by the whole
-batch's denominators. docs/training.md, "Configs" and "Python API".
+Dropout keys are fold_in(rng, step), so a resumed run draws the same masks; gradient
+accumulation is a lax.scan inside one step. docs/training.md, "Configs" and "Python API".
 """
 
 import functools
@@ -56,8 +54,6 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 
 
 # --- Pure functions of arrays ----------------------------------------------------------------
-
-
 def forward_sums(
     graphdef, params, batch: Batch, dropout_rng=None, nsp: bool = True, mask_id: int | None = None
 ) -> dict[str, jax.Array]:
@@ -112,9 +108,8 @@ def param_layout(setup: Setup) -> ParamLayout | None:
 
 
 def for_compute(params, layout: ParamLayout | None):
-    """The parameters gathered from their stored shards, matmul kernels cast to the compute
-    dtype first (nnx.Linear would anyway): a bfloat16 run gathers and reduce-scatters half the
-    bytes."""
+    """The parameters gathered from their stored shards, kernels cast to the compute dtype
+    first (as nnx.Linear would): bfloat16 gathers and reduce-scatters half the bytes."""
     if layout is None:
         return params
     params = jax.tree_util.tree_map_with_path(
@@ -153,10 +148,8 @@ def loss_and_grads(
         sums = forward_sums(graphdef, p, micro, key if dropout else None, nsp, mask_id)
         return losses.pretraining_loss(sums, mlm_denominator, nsp_denominator), sums
 
-    value_and_grad = jax.value_and_grad(micro_loss, has_aux=True)
-
     def grad_fn(p, micro, key):
-        (loss, sums), grads = value_and_grad(p, micro, key)
+        (loss, sums), grads = jax.value_and_grad(micro_loss, has_aux=True)(p, micro, key)
         return (loss, sums), to_stored(grads, layout)
 
     if grad_accum_steps == 1:
@@ -223,8 +216,6 @@ def train_step(
 
 
 # --- Jitted, sharded entry points ------------------------------------------------------------
-
-
 def abstract_batch(
     facts: data_facts.DataFacts, global_batch_size: int, setup: Setup
 ) -> dict[str, jax.ShapeDtypeStruct]:
@@ -319,8 +310,6 @@ def evaluate(
 
 
 # --- The loop --------------------------------------------------------------------------------
-
-
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Trains (resuming from `workdir`'s checkpoint) and evaluates. Returns {'step', 'train',
@@ -370,8 +359,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             jax.process_index(),
             jax.process_count(),
         )
-    # One compiled step per gradient-accumulation count: grad_accum_steps, and with batch warmup
-    # each smaller count its growing batches hold (optim.BatchWarmup), compiled on first use.
+    # One compiled step per accumulation count (batch warmup's smaller ones on first use).
     jitted_steps = {t.grad_accum_steps: jit_train_step(setup, t.grad_accum_steps)}
     lr = setup.lr_on_mesh()
 

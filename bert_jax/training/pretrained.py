@@ -3,8 +3,6 @@ ModernBERT directory): the one loader behind embed, export and fine-tuning's --i
 `vocab_file` or `do_lower_case` wins over the directory's. docs/model.md, "Import a public BERT".
 """
 
-from __future__ import annotations
-
 import atexit
 import dataclasses
 import functools
@@ -110,8 +108,10 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     tok_config = _json_if_any(local, "tokenizer_config.json") or {}
     spec = _json_if_any(local, "tokenizer.json")
     own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
-    if own_lower is None and not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):
-        own_lower = google_release_lower_case(path)
+    google = not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0]))  # Google's original
+    if own_lower is None and google:  # google-research/bert's rule: a cased name is not lowered
+        name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
+        own_lower = False if _GOOGLE_CASED.search(name) else None
     if own_vocab and not vocab_file:
         _check_tokenizer_class(tok_config, path)
     vocab = vocab_file or own_vocab
@@ -122,9 +122,8 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # The directory's own file named (a fine-tuning run's record of it) reads as the directory's.
     given = bool(vocab_file) and vocab_file != own
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=given)
-    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given:
-        if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
-            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given and not google:
+        tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
     lower = tokenization.lower_case(lower)
     fresh = tuple(report.initialized)
     return Pretrained(config, params, str(report), lower, tokenizer or None, record, fresh=fresh)
@@ -132,12 +131,6 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
 
 # Google's cased releases (cased_L-12_H-768_A-12, multi_cased_...): only the name says so.
 _GOOGLE_CASED = re.compile(r"(?:^|_)cased_L-\d+_H-\d+_A-\d+$")
-
-
-def google_release_lower_case(path: str) -> bool | None:
-    """False for a Google release named as cased (google-research/bert's rule), else None."""
-    name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
-    return False if _GOOGLE_CASED.search(name) else None
 
 
 def fits_table(vocab_size: int, rows: int) -> bool:

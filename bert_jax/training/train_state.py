@@ -82,9 +82,8 @@ def build_setup(
     devices=None,
     **fields,
 ) -> tuple[Setup, dict, dict]:
-    """(Setup, trainable parameters, the rest: pure dicts placed nowhere) for both trainers, as
-    MaxText's get_abstract_state: the optimizer moments on their parameter's sharding, the
-    scalars replicated. `fields`: the Setup's task fields."""
+    """(Setup, trainable parameters, the rest: pure dicts placed nowhere), as MaxText's
+    get_abstract_state; `fields`: the Setup's task fields."""
     o = optim_config or config.optim
     optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
     lr = optim.schedule_values(o, total_steps)
@@ -100,11 +99,9 @@ def build_setup(
 
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     compute_shardings = sharding.param_shardings(trained, mesh, rules)
-    param_shardings = (
-        sharding.update_shardings(compute_shardings, params, rules)
-        if shard_update
-        else compute_shardings
-    )
+    param_shardings = compute_shardings
+    if shard_update:
+        param_shardings = sharding.update_shardings(compute_shardings, params, rules)
     state_shardings = {
         "params": param_shardings,
         "opt_state": sharding.tree_shardings_like_params(
@@ -148,9 +145,9 @@ def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
 def apply_gradients(
     state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
 ) -> tuple[dict, jax.Array]:
-    """(the state after one optimizer step, the gradients' norm before clipping). A non-finite
-    loss or norm leaves params and opt_state as they were and counts in 'nonfinite_steps';
-    'step' advances either way (it counts batches), all on the device, without a host sync."""
+    """(state, gradient norm before clipping) after one step; a non-finite loss or norm leaves
+    params and opt_state as they were and counts in 'nonfinite_steps'; 'step' counts batches, so
+    it advances either way. Decided on the device, without a host sync."""
     with jax.named_scope("grad_norm"):
         # inf/NaN iff some gradient is (or their squares overflow)
         grad_norm = optax.global_norm(grads)
