@@ -3,9 +3,8 @@
 Any config field can be overridden on the command line, e.g.
     --config.optim.learning_rate=2e-4 --config.data.train_files=/data/wiki128
 (a data_prep --output_dir: its manifest.json says everything else about the records).
-Running the same command again resumes from the latest checkpoint in --workdir. A mistake (a
-config field that does not exist, a bad value, data that does not match the config) is one
-`error:` line and exit status 2 (bert_jax.cli); --verbosity=0 shows the libraries' INFO logs.
+Running the same command again resumes from the latest checkpoint in --workdir. A mistake is
+one `error:` line and exit status 2; --verbosity=0 shows the libraries' INFO logs.
 """
 
 import sys
@@ -31,10 +30,8 @@ def main(argv):
     if "data" not in FLAGS.config or "train_files" not in FLAGS.config.data:
         from bert_jax.training import checkpoints  # the one rule for a fine-tuning config
 
-        fine_tuning = checkpoints.is_finetuning(FLAGS.config)
-        hint = (
-            "; it is a fine-tuning config: run python -m bert_jax.finetune" if fine_tuning else ""
-        )
+        hint = "; it is a fine-tuning config: run python -m bert_jax.finetune"
+        hint = hint if checkpoints.is_finetuning(FLAGS.config) else ""
         raise cli.UserError(
             f"--config is not a pre-training config (it has no config.data.train_files){hint}"
         )

@@ -1,7 +1,5 @@
-"""How every bert_jax binary starts JAX (`start`: platform, compiler flags, --distributed) and
-how a trainer's run a signal stopped exits: one place, so that the binaries cannot drift apart.
-`start` runs after flag parsing (--help stays fast) and before JAX's first device use.
-docs/scaling.md, "Multi-host".
+"""How every bert_jax binary starts JAX (`start`, after flag parsing so --help stays fast) and
+how a run a signal stopped exits. docs/scaling.md, "Multi-host".
 """
 
 import ctypes
@@ -37,9 +35,7 @@ def define_flags() -> None:
 
 
 def check_flags(flag_values) -> None:
-    """define_flags' flags, checked before JAX starts: without --distributed the other three did
-    nothing, silently; with it, a process count of 0 or 2**63, an id past the count or an address
-    without its port were a ValueError, TypeError or IndexError traceback from JAX."""
+    """define_flags' flags, checked before JAX starts (JAX's errors were tracebacks)."""
     names = ("coordinator_address", "num_processes", "process_id")
     given = [name for name in names if getattr(flag_values, name) is not None]
     if not flag_values.distributed:
@@ -67,8 +63,7 @@ def check_flags(flag_values) -> None:
 
 
 def start(flag_values=None, *, cpu_devices: int = 0) -> None:
-    """Starts JAX for a binary (the module docstring). `flag_values`: the binary's parsed flags
-    when it defined define_flags'; `cpu_devices` > 0: the planner's fake CPU devices."""
+    """Starts JAX: `flag_values`, parsed flags with define_flags'; `cpu_devices`, fake ones."""
     if flag_values is not None:
         check_flags(flag_values)
     if cpu_devices:
@@ -98,10 +93,8 @@ def start(flag_values=None, *, cpu_devices: int = 0) -> None:
 
 
 def reuse_freed_memory() -> bool:
-    """glibc malloc settings that let XLA:CPU reuse a step's memory rather than fault in every
-    page of the temporaries it frees each step anew (docs/performance.md); whether glibc took all
-    three (False on other C libraries and platforms, where nothing changes). Call it before the
-    threads that allocate exist (before `import jax`); it changes this process and its children."""
+    """glibc malloc settings that let XLA:CPU reuse a step's memory rather than fault in its
+    pages anew (docs/performance.md), before `import jax`; whether glibc took all three."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -119,15 +112,13 @@ def reuse_freed_memory() -> bool:
 
 
 def configure_for_cpu_training() -> bool:
-    """`reuse_freed_memory` on a host without a TPU or an NVIDIA GPU (their device files: the
-    step's temporaries then live in the accelerator's memory); whether it was applied."""
+    """`reuse_freed_memory` on a host without a TPU or NVIDIA GPU; whether it was applied."""
     accelerators = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
     return not any(glob.glob(p) for p in accelerators) and reuse_freed_memory()
 
 
 def _use_cpu_devices(count: int) -> None:
-    """`count` fake CPU devices whatever XLA_FLAGS said, and JAX on its CPU backend also on a TPU
-    or GPU host (the chips are described, never used), without the compilation cache."""
+    """`count` fake CPU devices, JAX on its CPU backend even on a TPU or GPU host, no cache."""
     xla_flags = re.sub(
         r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
     )
@@ -145,9 +136,8 @@ def _use_cpu_devices(count: int) -> None:
 
 
 def exit_if_signalled(result: dict) -> None:
-    """A trainer's run that a signal stopped (saved, not finished) exits as a script must see
-    it: 130 after one line for a Ctrl-C, faults.PREEMPTED_STATUS (the trainer printed where it
-    saved) for a SIGTERM or a preemption notice. Returns otherwise."""
+    """Exits a run a signal stopped (saved, not finished) as a script must see it: 130 after a
+    Ctrl-C, faults.PREEMPTED_STATUS after a SIGTERM or preemption notice."""
     from bert_jax.training import faults
 
     if result["stopped"] == "interrupted":  # saved, but not finished: a script must know

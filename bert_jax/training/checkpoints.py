@@ -1,15 +1,6 @@
-"""Orbax checkpoints of a training run: saved, resumed, and read back (a step's config or
-parameters) by export, embed, predict and --init; and where a new run's first state comes from
-(`initial_state`: phase 1's workdir whole, or another run's or a Hugging Face directory's
-parameters; `model_dir_kind` tells which kind of directory train.init_checkpoint and --init name;
-docs/training.md, "The paper recipe, phase 1 then phase 2"; docs/model.md, "Import a public BERT").
-
-A step holds five items, so that each reader loads only what it needs: params (float32 pure
-dict), train (the rest of the state), data_iter (the Grain position), config (resolved) and
-checksums (checksums.py); docs/training.md, "The workdir". Restoring places the arrays on the
-*current* mesh's shardings. A step that fails to restore, or to match its checksums and finite
-parameters, is damaged: `restore_latest` moves it aside to `<step>.corrupt` and resumes from an
-older one; the readers of one step refuse it (DamagedCheckpoint). docs/faults.md.
+"""Orbax checkpoints of a training run: saved, resumed, read back by export, embed, predict and
+--init (docs/training.md, "The workdir"; damaged steps: docs/faults.md); and where a new run's
+first state comes from (`initial_state`, `model_dir_kind`).
 """
 
 import contextlib
@@ -33,8 +24,7 @@ from bert_jax.hf import files as hf_files
 from bert_jax.model import encoder
 from bert_jax.training import checksums
 
-PARAMS, TRAIN, DATA_ITER, CONFIG = "params", "train", "data_iter", "config"
-CHECKSUMS = "checksums"
+PARAMS, TRAIN, DATA_ITER, CONFIG, CHECKSUMS = "params", "train", "data_iter", "config", "checksums"
 
 
 class DamagedCheckpoint(cli.UserError):
@@ -52,9 +42,8 @@ def is_workdir(path: str) -> bool:
 
 
 def _bound_tensorstore_retries() -> None:
-    """Orbax opens every TensorStore with a context built from these module dicts (deep-copied
-    per save and restore; Orbax has no option for it): the GCS retries join them, so a bucket
-    that stays unreachable fails a save within gcsfs' budget instead of ~15 minutes."""
+    """Orbax has no option for TensorStore's GCS retries but copies these dicts: bounded, a
+    bucket that stays away fails a save within gcsfs' budget instead of ~15 minutes."""
     from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
 
     for context in (ts_utils._BASE_TS_CONTEXT, ts_utils._DEFAULT_OCDBT_TS_CONTEXT):
@@ -64,7 +53,6 @@ def _bound_tensorstore_retries() -> None:
 def make_manager(
     workdir: str, max_to_keep: int = 3, async_save: bool = True, read_only: bool = False
 ) -> ocp.CheckpointManager:
-    """A manager over `<workdir>/checkpoints` that keeps the last `max_to_keep` checkpoints."""
     if storage.is_url(workdir):
         if problem := storage.checkpoint_problem(workdir):  # s3://, a '#': see there
             raise storage.StorageError(problem)
@@ -78,9 +66,8 @@ def make_manager(
         create=not read_only,
         # Leftovers of a save that was killed midway; never a restorable step.
         cleanup_tmp_directories=not read_only,
-        # A bucket has no rename: a step is written in place and finished by its commit marker
-        # (Orbax's default for gs:// already; s3:// would otherwise get a rename, which s3fs
-        # does by copying, so a killed save could leave a step that looks finished).
+        # A bucket has no rename (s3fs copies: a killed save could look finished): a step is
+        # written in place and finished by its commit marker.
         atomicity_options=ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
         if storage.is_url(workdir)
         else None,
@@ -106,10 +93,7 @@ def save(
     data_iter: Any,
     config: ml_collections.ConfigDict,
 ) -> None:
-    """Saves `state` (train_state's layout) as checkpoint `step` now (the caller decides when:
-    Orbax's interval logic would also save every resume's first step), with `data_iter` positioned
-    after the step's last batch. The arrays are copied to host memory before it returns, so the
-    step may donate them."""
+    """Saves `step` now; the arrays reach the host before it returns: the step may donate them."""
     train = {k: v for k, v in state.items() if k != "params"}
     fingerprints = checksums.record({PARAMS: state["params"], TRAIN: train})
     where = str(manager.directory)
@@ -130,25 +114,20 @@ def save(
 
 
 def finish(manager: ocp.CheckpointManager) -> None:
-    """Waits for the last asynchronous save and closes `manager`; a full disk is OSError(ENOSPC)."""
     where = str(manager.directory)
     with storage.checkpoint_errors(where), cli.disk_full_is_oserror(where):
         manager.wait_until_finished()
     manager.close()
 
 
-# What Orbax's and TensorStore's background threads say after a write failed (once per pending
-# array); the failure itself reaches the main thread at the next save or wait, reported once.
+# What Orbax's background threads say after a write failed, which the main thread reports once.
 _AFTERMATH = ("Event loop is closed", "cannot schedule new futures after shutdown")
 # How Orbax's log lines quote a refused request (gcsfs' 403 and 401, TensorStore's statuses).
 _REFUSED = ("Forbidden: ", "Unauthorized: ", "PERMISSION_DENIED: ", "UNAUTHENTICATED: ")
 
 
 def _drop_orbax_noise(record: logging.LogRecord) -> bool:
-    """A logging filter dropping Orbax's and asyncio's logged tracebacks (one screen per writer
-    thread) of an error the save or restore then raises and the user sees in one line (a full
-    disk, a bucket unreachable, refused or gone: docs/faults.md), and every read-only manager's
-    warning that its directory is read only, which is what was asked for."""
+    """Drops logged tracebacks of errors the main thread reports in one line, and noise."""
     if not ("orbax" in record.pathname or record.name == "asyncio"):
         return True
     exc = record.exc_info[1] if record.exc_info else None
@@ -164,9 +143,7 @@ for _name in ("absl", "asyncio"):
 
 
 def _drop_closed_loop_noise(unraisable, previous=sys.unraisablehook) -> None:
-    """Drops the unraisable aftermath of a failed save or restore (TensorStore's "Event loop is
-    closed" per pending future, Orbax's read coroutines closed mid-read), which buried the one
-    error line; other unraisable errors are printed."""
+    """Drops the unraisable aftermath of a failed save or restore, which buried its one line."""
     error = unraisable.exc_value
     if isinstance(error, RuntimeError) and str(error) in _AFTERMATH:
         return
@@ -186,9 +163,7 @@ COUNTERS_ADDED_LATER = ("nonfinite_steps",)
 def restore(
     manager: ocp.CheckpointManager, step: int, abstract_state: dict, data_iter: Any = None
 ) -> dict:
-    """The train state of checkpoint `step`, checked (`verify`), on the shardings that
-    `abstract_state`'s jax.ShapeDtypeStruct leaves carry; repositions `data_iter` (a Grain
-    iterator) unless it is None."""
+    """Checkpoint `step`'s train state, verified, on `abstract_state`'s shardings."""
     state = _restore_items(manager, step, abstract_state, data_iter)
     verify(manager, step, state)
     return state
@@ -231,9 +206,7 @@ def _restore_items(
 
 
 def _root_cause(error: BaseException) -> str:
-    """'Type: text' of the innermost cause of `error`: what TensorStore found ("ZSTD_decompress
-    Stream() failed: Data corruption detected", a missing file), not the wrapper Orbax raises
-    around it ("Encountered error while reading array index ...")."""
+    """'Type: text' of the innermost cause: TensorStore's finding, not Orbax's wrapper."""
     cause = cli.causes(error, explicit=True)[-1]
     # A request URL names the object in a bucket as its path.
     text = storage.readable(str(cause)).split(" [tensorstore_spec=")[0]
@@ -241,9 +214,7 @@ def _root_cause(error: BaseException) -> str:
 
 
 def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
-    """Raises DamagedCheckpoint unless the restored `state` (all of it, or {'params': ...} only)
-    matches the checksums saved with `step` and its parameters are finite. With several
-    processes every process must call it (the fingerprints are combined across them)."""
+    """Refuses `state` (or {'params'} alone) unless finite and as `step`'s checksums say."""
     saved = None  # a checkpoint written before checksums existed
     if (manager.directory / str(step) / CHECKSUMS).exists():
         saved = _read_item(manager, step, CHECKSUMS, ocp.args.JsonRestore())  # garbled: damage
@@ -258,8 +229,7 @@ def verify(manager: ocp.CheckpointManager, step: int, state: dict) -> None:
 
 
 CORRUPT_SUFFIX = ".corrupt"
-# What says a step in a bucket is finished: Orbax writes a step there in place (a bucket has no
-# rename) and this file last (orbax.checkpoint's AtomicityMode.COMMIT_FILE).
+# Written last into a step in a bucket: it says the step is finished (AtomicityMode.COMMIT_FILE).
 COMMIT_MARKER = "commit_success.txt"
 
 
@@ -269,13 +239,8 @@ def restore_latest(
     data_iter: Any = None,
     model_config: dict | None = None,
 ) -> tuple[int, dict] | None:
-    """(step, state) of the newest checkpoint that restores (see `restore`), or None if there
-    are none. Newer steps that fail while an older one restores are damaged: moved aside to
-    `<step>.corrupt` (kept for a post-mortem, and out of the way of saving that step again),
-    with a warning. If no step restores nothing is moved (a config that does not match the
-    checkpoints, which an older step cannot fix) and the error names every step's failure.
-    `model_config` (this run's config.model as a dict): check_same_model on the newest step first.
-    """
+    """(step, state) of the newest step that restores, or None; newer ones are moved aside. If
+    none restores (an older step cannot fix a config mismatch) the error names every failure."""
     steps = sorted(manager.all_steps(), reverse=True)
     if steps and model_config is not None:
         check_same_model(manager, steps[0], abstract_state["params"], model_config)
@@ -283,18 +248,16 @@ def restore_latest(
         check_same_processes(manager, steps[0])
     failures: list[tuple[int, Exception]] = []
     for step in steps:
+        restored = None
         try:
             restored = _restore_items(manager, step, abstract_state, data_iter)
-            ok = True
         except storage.StorageError:
             raise  # the bucket's state, not the step's: an older step would not fix it
         except ValueError as e:
             failures.append((step, e))
-            ok = False
-        # With several processes each reads its own shards, so one may fail where another does
-        # not: all fall back together or none does.
-        if not _all_processes(ok):
-            if ok:
+        # Each process reads its own shards: all fall back together or none does.
+        if not _all_processes(restored is not None):
+            if restored is not None:
                 failures.append((step, RuntimeError("another process could not read this step")))
             continue
         try:  # the same verdict on every process: the fingerprints are combined across them
@@ -314,8 +277,7 @@ def restore_latest(
 
 
 def _shapes(tree) -> dict[str, tuple]:
-    """{'bert/layers/0/attention/key/bias': shape} of a tree of arrays or array metadata. Keys
-    as text: Orbax's metadata names a layer '0' where the parameters' tree has the integer 0."""
+    """{'bert/layers/0/...': shape}; keys as text, as Orbax's metadata names a layer '0'."""
     leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
     return {
         jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
@@ -324,8 +286,7 @@ def _shapes(tree) -> dict[str, tuple]:
 
 
 def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
-    """Raises cli.UserError when `step` holds other processes' data positions than this run's
-    (each process saves its own: docs/scaling.md, "Limits"), not as damage."""
+    """Refuses a step saved by another process count (docs/scaling.md, "Limits"), not as damage."""
     folder = manager.directory / str(step) / DATA_ITER
     mine = f"process_{jax.process_index()}-of-{jax.process_count()}.json"
     with storage.checkpoint_errors(str(manager.directory)):
@@ -348,9 +309,7 @@ def check_same_processes(manager: ocp.CheckpointManager, step: int) -> None:
 def check_same_model(
     manager: ocp.CheckpointManager, step: int, abstract_params: Any, model_config: dict
 ) -> None:
-    """Raises cli.UserError naming the config.model fields that differ from the checkpoint's own
-    when the parameters saved at `step` have other shapes (or names) than `abstract_params`.
-    Unreadable metadata is left to the restore, which treats the step as damaged."""
+    """Refuses a step whose parameters differ from `abstract_params`, naming config.model's."""
     try:
         saved = _shapes(manager.item_metadata(step)[PARAMS])
     except Exception:  # damaged metadata: restore_latest's fallback handles the step
@@ -400,9 +359,8 @@ def _move_aside(
         )
         if jax.process_index() == 0:
             if storage.is_url(str(src)):
-                # No rename in a bucket: Orbax calls a step finished by its commit marker, so the
-                # marker goes first; a move cut short then leaves an unfinished step, which is
-                # never restored (and Orbax removes it), not a damaged one that looks whole.
+                # The marker goes first: a move cut short leaves an unfinished step (never
+                # restored), not a damaged one that looks whole.
                 storage.remove(str(src / COMMIT_MARKER))
             storage.move(str(src), str(dst))
     if jax.process_count() > 1:
@@ -417,14 +375,11 @@ def load_config(
     step: int | None = None,
     problems: Callable[[ml_collections.ConfigDict], list[str]] | None = None,
 ) -> tuple[ml_collections.ConfigDict, int]:
-    """(the config saved with a checkpoint, its step); the latest step by default. `problems`
-    (config_check.range_problems: that module imports this one) lists what is wrong with its
-    fields; any is damage."""
+    """(a step's saved config, the step); any of `problems` (config_check's) is damage."""
     with _step_to_read(workdir, step) as (manager, step):
         # A config item missing, cut short or garbled is damage; a bucket's failure is not.
         saved = _read_item(manager, step, CONFIG, ocp.args.JsonRestore())
-        # Read but out of shape (a hand edit: JSON any editor opens): refused here, naming the
-        # field, not a ValueError or AttributeError wherever the field is first used.
+        # Out of shape (a hand edit): refused naming the field, not failing where it is used.
         where = f"checkpoint {manager.directory}/{step} is damaged: its config item"
         if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
             raise DamagedCheckpoint(f"{where} is not a config (no model section)")
@@ -437,9 +392,7 @@ def load_config(
 
 @contextlib.contextmanager
 def _step_to_read(workdir: str, step: int | None):
-    """(a read-only manager, the step to read: `step`, or the latest), closed afterwards. A
-    DamagedCheckpoint inside (export, embed, --init, predict) is refused naming the other steps
-    to pass instead."""
+    """(a read-only manager, `step` or the latest); damage inside names the other steps."""
     manager = make_manager(workdir, read_only=True)
     try:
         steps = manager.all_steps()
@@ -471,8 +424,7 @@ def _step_to_read(workdir: str, step: int | None):
 def _read_item(
     manager: ocp.CheckpointManager, step: int, item: str, args, passes=storage.StorageError
 ):
-    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage
-    (DamagedCheckpoint, naming the step)."""
+    """Item `item` of checkpoint `step`; an error that is not a `passes` is damage."""
     try:
         with storage.checkpoint_errors(str(manager.directory)):
             return manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
@@ -486,14 +438,12 @@ def _read_item(
 
 
 def is_finetuning(config: ml_collections.ConfigDict) -> bool:
-    """Whether a saved config is a fine-tuning run's (bert_jax.finetune: a task model, its
-    `init` and `data.train_file`), not pre-training's."""
+    """Whether a saved config is bert_jax.finetune's (`init`, `data.train_file`)."""
     return "init" in config and "train_file" in (config.get("data") or {})
 
 
 def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool) -> None:
-    """Refuses a workdir of the other trainer by name: a fine-tuning workdir given to export,
-    embed or --init, a pre-training one to fine-tuning's predict."""
+    """Refuses a workdir of the other trainer by name."""
     if is_finetuning(config) == finetuning:
         return
     if finetuning:
@@ -512,12 +462,7 @@ def check_kind(config: ml_collections.ConfigDict, workdir: str, finetuning: bool
 def restore_params(
     workdir: str, step: int | None = None, config: ml_collections.ConfigDict | None = None
 ) -> tuple[dict, ml_collections.ConfigDict]:
-    """(parameters, config) of a run's checkpoint (the latest unless `step` is given), on the
-    first local device: the pure dict of nnx.state(model, nnx.Param), which `nnx.update(model,
-    params)` puts into a model built from `BertConfig.from_config_dict(config.model)`. `config`:
-    step `step`'s, already read (load_config) and checked (check_kind)."""
-    from bert_jax.model import encoder
-
+    """(pure-dict parameters, config) of a run's checkpoint, on the first local device."""
     if config is None:
         config, step = load_config(workdir, step)
         check_kind(config, workdir, finetuning=False)
@@ -530,10 +475,7 @@ def restore_params(
 
 
 def param_tree(bert_config) -> dict:
-    """The pure dict of abstract parameters (shapes and dtypes, no arrays) of the pre-training
-    model `bert_config` (a model.encoder.BertConfig) describes: the model defines the tree."""
-    from bert_jax.model import encoder
-
+    """The abstract pure-dict parameters of the pre-training model of `bert_config`."""
     model = nnx.eval_shape(lambda: encoder.BertForPreTraining(bert_config, rngs=nnx.Rngs(0)))
     return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
@@ -541,13 +483,9 @@ def param_tree(bert_config) -> dict:
 def restore_saved_params(
     workdir: str, abstract_params: Any, step: int | None = None
 ) -> tuple[Any, int]:
-    """(the `params` item of checkpoint `step` (default: the latest), its step), restored onto
-    `abstract_params`: jax.ShapeDtypeStruct leaves carrying the shardings to place them on. Any
-    run's parameters: pre-training's or a fine-tuning run's trainable ones."""
+    """(any run's `params` item of `step` or the latest on `abstract_params`, the step)."""
     with _step_to_read(workdir, step) as (manager, step):
-        # Ours (a bucket that stayed away, say) already says what to do. A flipped byte inside
-        # a compressed chunk fails the read (zstd: "Data corruption detected"); one elsewhere
-        # reads and fails the checksums: both are damage.
+        # A UserError (a bucket that stayed away) says what to do; a failed read is damage.
         params = _read_item(
             manager, step, PARAMS, ocp.args.StandardRestore(abstract_params), cli.UserError
         )
@@ -556,16 +494,12 @@ def restore_saved_params(
 
 
 # --- Where a new run's first state comes from ------------------------------------------------
-
 WORKDIR = "workdir"  # a training run of ours: it has checkpoints/
 HF_DIR = "hf"  # a Hugging Face BERT directory (config.json) or Google's original (bert_config.json)
 
 
 def model_dir_kind(path: str) -> str:
-    """WORKDIR or HF_DIR: the one rule for what kind of directory a pre-trained model's path is
-    (local or in a bucket). A directory with checkpoints/ is a workdir (whatever else it holds),
-    one with config.json or bert_config.json a Hugging Face directory; anything else, an export
-    cut short in a bucket included (config.json is published last), is refused by name."""
+    """WORKDIR or HF_DIR, the one rule: checkpoints/ wins over config.json; else refused."""
     if not path:
         raise cli.UserError(
             "no pre-trained model given: pass a Hugging Face BERT directory or a training workdir"
@@ -587,8 +521,7 @@ def model_dir_kind(path: str) -> str:
 
 
 def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, setup) -> None:
-    """Refuses a train.init_checkpoint workdir whose model has other parameters (names or shapes)
-    than this run's, before restoring (the restore would place them as they are)."""
+    """Refuses an init_checkpoint workdir with other parameters, which the restore would take."""
     saved = encoder.BertConfig.from_config_dict(saved_model)
     theirs = param_tree(saved)
     if jax.tree.map(np.shape, theirs) == jax.tree.map(np.shape, setup.abstract_state["params"]):
@@ -606,10 +539,8 @@ def _check_same_parameters(path: str, saved_model: ml_collections.ConfigDict, se
 
 
 def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]) -> dict:
-    """A new run's state (config.train `t`, a train_state.Setup): with init_optimizer_state, the
-    state of the run in the workdir train.init_checkpoint (phase 1); else `fresh()`, its
-    parameters optionally from train.init_checkpoint (another run's workdir or a Hugging Face
-    directory: model_dir_kind), placed on the setup's mesh."""
+    """A new run's state: the whole state of train.init_checkpoint's run with
+    init_optimizer_state (phase 1), else `fresh()` with its parameters from there if given."""
     say = functools.partial(print, flush=True) if jax.process_index() == 0 else lambda *a: None
     if t.init_optimizer_state:  # config_check: init_checkpoint is a workdir
         source = make_manager(t.init_checkpoint, read_only=True)
@@ -628,9 +559,8 @@ def initial_state(t: ml_collections.ConfigDict, setup, fresh: Callable[[], dict]
                     "(the paper's phase 2: 900k -> 1M)"
                 )
             say(f"parameters, optimizer state and step from {source.directory}/{latest}")
-            # The data position stays fresh: phase 2 reads other records. The step (and with it the
-            # learning rate) continues: phase 2's first step is step `latest`, as the next step of
-            # phase 1 would have been.
+            # The data position stays fresh (phase 2 reads other records); the step and the
+            # learning rate go on from phase 1's.
             return restore(source, latest, setup.abstract_state)
         finally:
             source.close()

@@ -1,17 +1,7 @@
-"""Fingerprints of the arrays in a checkpoint: what was saved is what is restored, or it is
-refused (Orbax checks no array data on restore).
-
-    fingerprint(x) = sum over every element i of fmix32((bits(x[i]) ^ i * golden) + seed)
-                     modulo 2^32                   (fmix32: MurmurHash3's finalizer, a bijection)
-
-A sum modulo 2^32 does not depend on the sharding, mesh or process count: each process sums the
-blocks it holds (replica 0 of each shard) and one allgather adds the partial sums. On the host
-with numpy, never jitted (one compile per leaf shape); the same pass says whether every float
-leaf is finite. Why our own, and what it costs: docs/training.md, "Checkpoints, resume and
-preemption".
+"""Fingerprints of a checkpoint's arrays, as Orbax checks none on restore: the sum over elements
+i of fmix32((bits(x[i]) ^ i * golden) + seed) mod 2^32, whatever the sharding; on the host.
+docs/training.md, "Checkpoints, resume and preemption".
 """
-
-from __future__ import annotations
 
 import concurrent.futures
 import os
@@ -53,9 +43,7 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def _block_sum(data: np.ndarray, index: tuple, shape: tuple) -> int:
-    """Sum over the elements of block `data`, at `index` (slices) of a global array of `shape`,
-    of fmix32((bits ^ flat_index * golden) + seed) modulo 2^32 (the flat index modulo 2^32 too:
-    it is mixed in, it need not be unique)."""
+    """The fingerprint sum of block `data` at `index` (slices) of a global array of `shape`."""
     bits = _bits(data)
     if bits.ndim > data.ndim:  # 8-byte elements: two words each
         shape, index = (*shape, 2), (*index, slice(None))
@@ -86,8 +74,7 @@ def _block_sum(data: np.ndarray, index: tuple, shape: tuple) -> int:
 
 
 def _blocks(x) -> list[tuple[np.ndarray, tuple]]:
-    """(host data, its index in the global array) of the blocks of `x` this process holds,
-    each element once over all processes (replica 0 of each shard)."""
+    """(host data, global index) of this process's blocks of `x`, replica 0 of each shard."""
     if isinstance(x, jax.Array):
         return [(np.asarray(s.data), s.index) for s in x.addressable_shards if s.replica_id == 0]
     x = np.asarray(x)
@@ -106,9 +93,7 @@ def _partial(x) -> tuple[int, int]:
 
 
 def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
-    """({leaf path: 8 hex digits}, [paths of floating-point leaves that hold a NaN or inf]) of a
-    pytree of arrays (jax.Array, sharded or not, or numpy). Waits for the arrays. With several
-    processes every process must call it: the partial sums are combined across them."""
+    """({leaf path: 8 hex digits}, [leaves holding a NaN or inf]); every process calls it."""
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     leaves = [leaf for _, leaf in flat]
     with concurrent.futures.ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
@@ -117,13 +102,8 @@ def fingerprint(tree: Any) -> tuple[dict[str, str], list[str]]:
         from jax.experimental import multihost_utils
 
         gathered = np.asarray(multihost_utils.process_allgather(partials.astype(np.uint32)))
-        partials = np.stack(
-            [
-                gathered[..., 0].astype(np.uint64).sum(0) & np.uint64(_MASK32),
-                gathered[..., 1].min(0),
-            ],
-            axis=-1,
-        )
+        sums = gathered[..., 0].astype(np.uint64).sum(0) & np.uint64(_MASK32)
+        partials = np.stack([sums, gathered[..., 1].min(0)], axis=-1)
     keys = [jax.tree_util.keystr(path, simple=True, separator="/") for path, _ in flat]
     sums = {key: f"{int(p[0]):08x}" for key, p in zip(keys, partials)}
     nonfinite = [key for key, p in zip(keys, partials) if not p[1]]
@@ -139,9 +119,7 @@ def record(items: dict[str, Any]) -> dict:
 
 
 def problems(saved: dict | None, name: str, tree: Any) -> list[str]:
-    """What is wrong with restored item `name` (a pytree): leaves whose fingerprint differs from
-    the one `saved` (the JSON item; None for a checkpoint from before fingerprints) recorded, and
-    floating-point leaves that are not finite. [] when it is whole."""
+    """Item `name`'s fingerprints other than `saved`'s (None: none saved) and NaN/inf leaves."""
     sums, nonfinite = fingerprint(tree)
     out = []
     if saved is not None:

@@ -1,10 +1,6 @@
-"""Collapsed representations: a run whose encoder gives every token the same final hidden state,
-so it predicts the same words at every masked position, and rarely recovers.
-
-The check (`hidden_cosine`, logged with the eval figures) is one jitted forward pass over one
-eval batch at each eval: the mean cosine between the final hidden states of real tokens of
-*different* sequences; above THRESHOLD the trainer warns. All-zero outputs have no direction and
-read 0. The figures behind the threshold: docs/training.md, "Evaluation and early stopping".
+"""The collapse check: a run whose encoder gives every token the same final hidden state, so it
+predicts the same words everywhere. `hidden_cosine` over one eval batch at each eval; above
+THRESHOLD the trainer warns. docs/training.md, "Evaluation and early stopping".
 """
 
 import functools
@@ -23,12 +19,8 @@ THRESHOLD = 0.999
 
 
 def cross_row_cosine(sequence: jax.Array, weights: jax.Array) -> jax.Array:
-    """Mean cosine over all pairs of weighted vectors in different rows. sequence [B, L, H],
-    weights [B, L] (1 for a token that counts, 0 otherwise).
-
-    Exact without the [N, N] matrix: with unit vectors u, the sum over pairs in different rows is
-    |sum of all u|^2 - sum over rows of |the row's sum of u|^2.
-    """
+    """Mean cosine of weighted vectors in different rows of [B, L, H] (zero vectors read 0),
+    without the [N, N] matrix: |sum of all units|^2 - sum over rows of |the row's sum|^2."""
     x = sequence.astype(jnp.float32)
     w = weights.astype(jnp.float32)
     u = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12) * w[..., None]
@@ -41,8 +33,7 @@ def cross_row_cosine(sequence: jax.Array, weights: jax.Array) -> jax.Array:
 
 
 def hidden_cosine(graphdef, params, batch: dict[str, jax.Array]) -> jax.Array:
-    """`cross_row_cosine` of the encoder's final hidden states over the batch's real tokens,
-    leaving out each row's first ([CLS]) and eval padding rows (copies of a real row)."""
+    """`cross_row_cosine` of the final hidden states of real tokens but [CLS] and padding rows."""
     model = nnx.merge(graphdef, params)
     sequence, _ = model.bert(
         batch[F.INPUT_IDS],
@@ -58,8 +49,7 @@ def hidden_cosine(graphdef, params, batch: dict[str, jax.Array]) -> jax.Array:
 
 
 def make_check(setup):
-    """(params, host-local batch) -> hidden_cosine as a float, jitted on `setup`'s mesh (a
-    train_state.Setup)."""
+    """(params, host-local batch) -> hidden_cosine as a float, jitted on `setup`'s mesh."""
     fn = jax.jit(
         functools.partial(hidden_cosine, setup.graphdef),
         in_shardings=(setup.param_shardings, setup.batch_sharding),
@@ -74,8 +64,6 @@ def make_check(setup):
 
 
 def warning(cosine: float, step: int) -> str | None:
-    """The warning (for cli.warn) when `cosine` (hidden_cosine) says the representations
-    collapsed."""
     if not cosine > THRESHOLD:
         return None
     return (

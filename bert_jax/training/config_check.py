@@ -1,12 +1,6 @@
-"""A config checked before anything compiles: every mistake found is named, with its field.
-
-`pretraining` is pre-training's one validation pass; fine-tuning's (finetune.runs.check_finetuning)
-is built from this module's parts. The rules stay in their homes (sharding's, masking's,
-checkpoints.model_dir_kind, ...): these passes ask them all and collect only cli.UserErrors
-(any other error is a bug and keeps its traceback). Every numeric field's range is one table,
-NUMERIC_FIELDS, for both trainers, asked first and alone, so a field out of range is named by
-itself, not through a value derived from it. No JAX import at module level: the binaries import
-this before JAX starts. docs/faults.md, the config rows.
+"""A config checked before anything compiles, every mistake named with its field: pre-training's
+one pass and the parts of fine-tuning's, collecting the rules' cli.UserErrors from their homes.
+No JAX import at module level: the binaries import this before JAX starts. docs/faults.md.
 """
 
 import dataclasses
@@ -17,19 +11,14 @@ from bert_jax.model import attention, bert_config, sharding
 from bert_jax.training.faults import NONFINITE_MODES
 
 BAD_RECORD_MODES = ("error", "skip")  # config.data.bad_records (bert_jax/data/input/pipeline.py)
-MAX_SEED = 2**31  # train.seed: numpy's and Grain's generators refuse negative seeds
-# A whole-number field's bounds where its rule names none: sizes, counts, steps and ids are
-# int32 on the devices (the step counter, token ids, shapes' indices); 2**63 (as a user may type
-# for "unbounded") was a TypeError or OverflowError traceback deep in JAX or numpy.
+# A whole-number field's bound where its rule names none: such values are int32 on the devices.
 MAX_WHOLE = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """Where a numeric config field's values may lie: [low, high] (None: unbounded; `open_low`,
-    `open_high` leave the bound out), a whole number or any finite one, and the values `also`
-    allowed outside it (None for a field the data fills in, -1 for "the rest"); `note` says
-    what they or a bound mean."""
+    """A numeric field's values: [low, high] (None: unbounded; `open_*` exclude the bound), whole
+    or any finite number, or one of `also`; `note` says what they or a bound mean."""
 
     low: float | None = None
     high: float | None = None
@@ -78,10 +67,10 @@ _WHOLE_1 = Range(1, whole=True)
 _PROBABILITY = Range(0, 1, open_high=True)
 _POSITIVE = Range(0, open_low=True)
 _TOKEN_ID = Range(0, whole=True, also=(None,), note="None: from the manifest")
+_NO_NEGATIVE_SEED = "numpy's and Grain's generators take no negative seed"
 _MESH_AXIS = Range(1, whole=True, also=(-1,), note="-1 takes the devices the other axes leave")
 
-# Every numeric field of both trainers' configs (configs/default.py, configs/finetune/base.py),
-# one rule each (tests/unit/bert_jax/training/test_config_check.py sweeps it).
+# Every numeric field of both trainers' configs, one rule each.
 NUMERIC_FIELDS = {
     "model.vocab_size": Range(0, whole=True, note="0: the data's vocabulary size"),
     "model.hidden_size": _WHOLE_1,
@@ -140,13 +129,7 @@ NUMERIC_FIELDS = {
     "train.batch_warmup_start_accum": _WHOLE_1,
     "train.num_train_steps": _WHOLE_1,
     "train.num_epochs": _POSITIVE,
-    "train.seed": Range(
-        0,
-        MAX_SEED,
-        open_high=True,
-        whole=True,
-        note="numpy's and Grain's generators take no negative seed",
-    ),
+    "train.seed": Range(0, 2**31, open_high=True, whole=True, note=_NO_NEGATIVE_SEED),
     "train.log_every_steps": _WHOLE_1,
     "train.stop_at_step": Range(0, whole=True, note="0 turns it off"),
     "eval.every_steps": Range(0, whole=True, note="0: only at the end"),
@@ -165,8 +148,7 @@ NUMERIC_FIELDS = {
 
 
 def range_problems(config) -> list[str]:
-    """One problem for each field of NUMERIC_FIELDS that `config` has and holds a value out of its
-    range (NaN and infinities included), naming that field alone."""
+    """One problem per field of NUMERIC_FIELDS that `config` holds out of its range."""
     problems = []
     for path, rule in NUMERIC_FIELDS.items():
         section, name = path.split(".")
@@ -184,9 +166,7 @@ def range_problems(config) -> list[str]:
 
 
 def ask(problems: list[str], rule, *args):
-    """`rule(*args)`, a rule that raises cli.UserError: its message becomes a problem (and the
-    result None). Any other error (a plain ValueError included) is a bug of ours and keeps its
-    traceback."""
+    """`rule(*args)`, or None with its cli.UserError's message added to `problems`."""
     try:
         return rule(*args)
     except cli.UserError as e:
@@ -202,20 +182,13 @@ def raise_problems(problems: list[str]) -> None:
 def check_common(
     config, num_devices: int, process_count: int = 1, num_train_steps: int | None = None
 ) -> tuple[list[str], tuple[int, str] | None]:
-    """Problems with the optimizer, non-finite mode and mesh sections (shared by pre-training and
-    fine-tuning) that relate fields to each other or to the machine; the fields' own ranges are
-    range_problems', asked first. With them, how a batch splits over the mesh: (ways, which mesh
-    axes: "mesh data 8 x fsdp 1"), None where the mesh section has a problem.
-
-    `num_train_steps` is None where it is not known yet (fine-tuning counts the data first).
-    """
+    """(both trainers' problems relating fields to each other or the machine, the batch's split:
+    (ways, "mesh data 8 x fsdp 1") or None); `num_train_steps`: None before counting data."""
     problems = []
     o = config.optim
-    # The schedule runs in float32 (optim.schedule_values): a rate below its smallest number is a
-    # schedule of 0 throughout, a run that trains nothing with exit 0.
-    if o.learning_rate in NUMERIC_FIELDS["optim.learning_rate"] and not float32_positive(
-        o.learning_rate
-    ):
+    # The schedule runs in float32: a rate at or below half its smallest number (2**-149) is 0,
+    # a run that trains nothing with exit 0.
+    if o.learning_rate in NUMERIC_FIELDS["optim.learning_rate"] and o.learning_rate <= 2.0**-150:
         problems.append(
             f"optim.learning_rate={o.learning_rate!r} is 0 in float32, the schedule's precision: "
             "nothing would train (BERT-Base's is 1e-4)"
@@ -230,18 +203,15 @@ def check_common(
             f"optim.warmup_steps={o.warmup_steps} is longer than the schedule "
             f"(train.num_train_steps={num_train_steps}); warm up over part of it"
         )
-    # Checked here, in the user's config: at the model's build a fine-tuning mistake was
-    # reported as one of the --init model's config.json.
-    for name, choices in (
-        ("dtype", sorted(bert_config.DTYPES)),
-        ("attention_impl", bert_config.ATTENTION_IMPLS),
+    # The model's here, not at its build: that named fine-tuning's --init config.json.
+    for field, choices in (
+        ("model.dtype", sorted(bert_config.DTYPES)),
+        ("model.attention_impl", bert_config.ATTENTION_IMPLS),
+        ("train.on_nonfinite", NONFINITE_MODES),
     ):
-        value = config.model.get(name)
-        if name in config.model and value not in choices:
-            problems.append(f"model.{name}={value!r}; choose one of {list(choices)}")
-    mode = config.train.on_nonfinite
-    if mode not in NONFINITE_MODES:
-        problems.append(f"train.on_nonfinite={mode!r}; choose one of {NONFINITE_MODES}")
+        section, name = field.split(".")
+        if name in config[section] and config[section][name] not in choices:
+            problems.append(f"{field}={config[section][name]!r}; choose one of {list(choices)}")
 
     m = config.mesh
     if m.num_devices > num_devices:
@@ -274,20 +244,12 @@ def check_common(
     return problems, split
 
 
-def float32_positive(value: float) -> bool:
-    """Whether `value` stays above 0 in float32: its smallest number is 2**-149, and what lies at
-    or below half of it rounds to 0."""
-    return value > 2.0**-150
-
-
 def check_pretraining(config, num_devices: int, process_count: int = 1) -> None:
-    """Raises cli.UserError naming every problem of a pre-training config (configs/default.py's
-    layout) on `num_devices` devices in `process_count` processes, without reading its data."""
+    """Raises every problem of a pre-training config, without reading its data."""
     raise_problems(pretraining_problems(config, num_devices, process_count))
 
 
 def pretraining_problems(config, num_devices: int, process_count: int = 1) -> list[str]:
-    """What relates the fields of a config; a field out of its range raises first, alone."""
     raise_problems(range_problems(config))
     t, e, d = config.train, config.eval, config.data
     problems, split = check_common(config, num_devices, process_count, t.num_train_steps)
@@ -316,8 +278,7 @@ def pretraining_problems(config, num_devices: int, process_count: int = 1) -> li
 
 
 def _batch_warmup_problems(t) -> list[str]:
-    """A batch-size warmup that does nothing (it grows from grad_accum_steps micro-batches to as
-    many) or never ends (longer than the run): accepted silently before."""
+    """A batch-size warmup that grows nothing or never ends."""
     steps, start, final = t.batch_warmup_steps, t.batch_warmup_start_accum, t.grad_accum_steps
     if not steps:
         return []
@@ -338,16 +299,14 @@ def _batch_warmup_problems(t) -> list[str]:
 
 
 def splash_problems(attention_impl: str, length: int) -> list[str]:
-    """attention.splash_length_problem for a config that forces the splash kernel, before
-    anything trains (0: a length left to the manifest, checked once it is read)."""
+    """attention.splash_length_problem of a forced splash kernel (0: the manifest's, later)."""
     if attention_impl != "splash" or not length:
         return []
     return [p] if (p := attention.splash_length_problem(length)) else []
 
 
 def _init_problems(t) -> list[str]:
-    """train.init_checkpoint and init_optimizer_state: a directory of the kind they need
-    (checkpoints.model_dir_kind, the one rule), checked before the run builds anything."""
+    """train.init_checkpoint is a directory of the kind init_optimizer_state needs."""
     if not t.init_checkpoint:
         if t.init_optimizer_state:
             return [
@@ -371,9 +330,8 @@ def _init_problems(t) -> list[str]:
 
 
 def pretraining(config, num_devices: int, process_count: int = 1):
-    """bert_jax.main's one validation pass: check_pretraining's problems, the data contract's
-    (data_facts.resolve) and what only the resolved data can tell (dynamic masking's settings
-    and vocabulary), all in one cli.UserError. Returns the resolved config."""
+    """bert_jax.main's one validation pass: the config's problems, the data contract's and what
+    only the resolved data tells, in one cli.UserError. Returns the resolved config."""
     from bert_jax.data.contract import data_facts
     from bert_jax.data.input import pipeline  # here: they need the data's files
 

@@ -22,20 +22,13 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Abandoned(Exception):
-    """Raised between two eval batches (Preemption.between_batches) when a signal asked the run
-    to stop: the loop drops the eval and saves the step it evaluated."""
+    """A signal during an eval: the loop drops the eval and saves the step."""
 
 
 class Preemption:
-    """SIGTERM or Ctrl-C (SIGINT) -> save and stop at the next point the loop polls, whatever the
-    periods: after each step (`poll`) and each eval batch (`between_batches`). A second Ctrl-C
-    stops at once (Interrupted), saving nothing more. A context manager around a training loop.
-
-    With several processes jax.distributed's preemption service owns SIGTERM (a Python handler
-    would replace its) and a Ctrl-C is turned into that SIGTERM. Its sync point counts polls, so
-    it turns true on every process at the same poll; Orbax's save asks it with the step number,
-    which would set that count back, so the manager's question answers False while the loop
-    runs. docs/faults.md, the signal rows.
+    """SIGTERM or Ctrl-C -> save and stop at the loop's next poll; a second Ctrl-C stops at once.
+    With several processes the preemption service owns SIGTERM and its sync point counts polls
+    (Orbax's save would set it back, so its question answers False meanwhile). docs/faults.md.
     """
 
     def __init__(self, manager=None):
@@ -77,9 +70,7 @@ class Preemption:
         self.requested = True
 
     def poll(self) -> bool:
-        """Whether to save and stop now: a signal here (one process), or the preemption service's
-        sync point (several processes: true on all of them at the same poll). Stays true once
-        true."""
+        """Whether to save and stop now; stays true once true."""
         self._polls += 1
         if not self._stop:
             self._stop = bool(self.requested) or (
@@ -88,13 +79,10 @@ class Preemption:
         return self._stop
 
     def between_batches(self) -> None:
-        """An eval's poll after each batch: raises Abandoned when the run is to stop."""
         if self.poll():
             raise Abandoned()
 
     def stopped(self) -> str:
-        """The loops' word for a stop this asked for: 'interrupted' after a Ctrl-C, else
-        'preempted'."""
         return "interrupted" if self.signal_name == "SIGINT" else "preempted"
 
     def __exit__(self, *exc):
@@ -107,8 +95,7 @@ class Preemption:
 
 
 def interrupted_message(step: int | None) -> str:
-    """The binaries' last line (exit 130) after a Ctrl-C that saved `step` (None: stopped before
-    the first step, with nothing to save)."""
+    """The binaries' last line (exit 130) after a Ctrl-C that saved `step` (None: nothing)."""
     if step is None:
         return "interrupted (Ctrl-C) before the first step, nothing saved: rerun the same command"
     return f"interrupted (Ctrl-C) after saving step {step}: rerun the same command to resume"
@@ -120,8 +107,7 @@ PREEMPTED_STATUS = 128 + signal.SIGTERM
 
 
 def one_run_per_workdir(what: str):
-    """Decorates a trainer, fn(config, workdir, ...): it runs holding the workdir's lock
-    (hold_workdir)."""
+    """Decorates a trainer, fn(config, workdir, ...), to run holding the workdir's lock."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -136,8 +122,7 @@ def one_run_per_workdir(what: str):
 
 @contextlib.contextmanager
 def hold_workdir(directory: str, what: str):
-    """workdir_lock.hold on process 0 for the whole job; every process learns whether it got the
-    lock, so all processes of a refused job stop with the same line, none waits in a collective."""
+    """workdir_lock.hold on process 0 for the job; all processes of a refused one stop alike."""
     with contextlib.ExitStack() as stack:
         refused = None
         if jax.process_index() == 0:
@@ -159,19 +144,15 @@ def hold_workdir(directory: str, what: str):
 
 
 class NonfiniteWatch:
-    """The host side of config.train.on_nonfinite. The train step drops a non-finite update and
-    counts it in the state's 'nonfinite_steps' (train_state.apply_gradients); reading the count
-    waits for the step, so the loop asks `stop` only where it waits anyway (a log line, a save).
-    In 'stop' mode the steps trained since a bad one end without a save, so none is kept.
-    """
+    """The host side of config.train.on_nonfinite: reading 'nonfinite_steps' waits for the step,
+    so the loop asks only where it waits anyway; 'stop' ends without a save."""
 
     def __init__(self, mode: str, state: dict):
         self.mode = mode
         self.seen = int(jax.device_get(state["nonfinite_steps"]))
 
     def stop(self, state: dict, history: list[dict], step: int, last_saved: int | None) -> bool:
-        """Whether the loop should end now without saving. `history` holds the metrics of the
-        steps up to `step` since the last log line (each with the running 'nonfinite_steps')."""
+        """Whether to end now without saving; `history`: the metrics since the last log line."""
         count = int(jax.device_get(state["nonfinite_steps"]))
         if count == self.seen:
             return False
@@ -187,11 +168,9 @@ class NonfiniteWatch:
             )
             return False
         if jax.process_index() == 0:
-            where = (
-                f"the last checkpoint is step {last_saved}"
-                if last_saved is not None
-                else "no checkpoint yet"
-            )
+            where = "no checkpoint yet"
+            if last_saved is not None:
+                where = f"the last checkpoint is step {last_saved}"
             print(
                 f"non-finite loss or gradients at step {first}: stopping without saving ({where}). "
                 "A rerun resumes from that checkpoint and meets the same batches: lower "

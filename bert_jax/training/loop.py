@@ -1,11 +1,7 @@
-"""The training loop both trainers run (pre-training and fine-tuning): after each step the
-periodic actions, then one decision on saving and stopping. What a trainer logs or scores is its
-own (callbacks); when each action is due (`itstime`), step speed (`StepTimer`) and when to save
-and stop (`decide`) are written once, here. Why a loop ended ('stopped') and what each case
-saves: docs/training.md, "The loop and why it stopped".
+"""The training loop both trainers run: after each step the periodic actions, then one decision
+on saving and stopping (`decide`); what a trainer logs or scores is its callbacks'.
+docs/training.md, "The loop and why it stopped".
 """
-
-from __future__ import annotations
 
 import contextlib
 import dataclasses
@@ -21,14 +17,12 @@ from bert_jax.training import checkpoints, faults, metrics_log
 
 
 def itstime(step: int, every: int, last_step: int | None = None) -> bool:
-    """Whether an action done every `every` steps (0: never) is due after `step`; always at
-    `last_step` when one is given (a run's last step is always logged and saved)."""
+    """Whether an action every `every` steps (0: never) is due after `step`, or at `last_step`."""
     return (every > 0 and step % every == 0) or step == last_step
 
 
 def _eval_logged(log: metrics_log.MetricsLog, step: int) -> bool:
-    """Whether the log holds the eval at `step`, the same answer on every process (process 0
-    alone keeps the log)."""
+    """Whether the log holds the eval at `step`, told by process 0 (which keeps it) to all."""
     logged = log.evaluated(step)
     if jax.process_count() > 1:
         logged = bool(multihost_utils.broadcast_one_to_all(np.int32(logged)))
@@ -44,9 +38,7 @@ def decide(
     asked: str | None,
     preempted: bool,
 ) -> tuple[str | None, bool]:
-    """(why to stop after `step`, or None to go on; whether to save now). `asked` is a stop the
-    eval callback asked for. Every stop but 'nonfinite' (which never gets here) saves first, so
-    a rerun of the same command resumes where this one ended."""
+    """(why to stop after `step`, or None; whether to save now: at every stop it reaches)."""
     stopped = asked or ("preempted" if preempted else None)
     if stopped is None and step == last_step:
         stopped = "done" if step == total else "stop_at_step"
@@ -62,8 +54,8 @@ def mean_metrics(history: list[dict]) -> dict[str, float]:
 
 
 class StepTimer:
-    """Seconds per training step since the last `lap`, leaving out the run's first step (it
-    compiles) and the time between `pause` and the next step (an eval is not step time)."""
+    """Seconds per step since the last `lap`, without the run's first step (it compiles) or the
+    time from `pause` to the next step (an eval)."""
 
     def __init__(self):
         self._start: float | None = None
@@ -79,7 +71,6 @@ class StepTimer:
         return False
 
     def lap(self) -> float | None:
-        """Mean seconds per timed step since the last lap (None if none); starts a new lap."""
         per_step = (time.time() - self._start) / self._steps if self._steps else None
         self.pause()
         return per_step
@@ -98,11 +89,7 @@ class Outcome:
 
 
 class Loop:
-    """A trainer's loop from `step` of a `total`-step schedule over `setup`'s mesh (a
-    train_state.Setup), `manager`'s checkpoints and `data_iter`'s batches (a Grain iterator), as
-    `config` (the trainer's ConfigDict) says, with the run's metrics log and progress lines in
-    `workdir` (`log`, `progress`: the primary process writes them), which the trainer's callbacks
-    write to too and the trainer closes."""
+    """A trainer's loop; its callbacks write to `log` and `progress`, which the trainer closes."""
 
     def __init__(self, workdir, config, setup, manager, data_iter, step: int, total: int):
         primary = jax.process_index() == 0
@@ -122,23 +109,12 @@ class Loop:
         eval_at_last_step: bool = True,
         preemption: faults.Preemption | None = None,
     ) -> Outcome:
-        """Steps from the loop's `step` to `last_step` from where the caller restored `state` and
-        `data_iter`, with the periodic actions config.train's log_every_steps and on_nonfinite,
-        eval.every_steps and checkpoint.every_steps name.
-
-        At log lines (and the last step) the steps' mean metrics go through `train_figures(means,
-        seconds per step)` to `log` and `progress`. `evaluate(step, state, between_batches)` runs
-        at its steps (and at the last if `eval_at_last_step`) and may return a reason to stop;
-        `between_batches()`, called after each of its batches, raises faults.Abandoned once a
-        signal asks the run to stop (the eval is dropped, the step saved). Then `decide`. The
-        non-finite check (faults.NonfiniteWatch) runs where the loop waits for the device anyway:
-        at log lines and before a save, which it then skips. The signals are `preemption`'s (one
-        the caller holds entered, so that its handler covers what the caller does around the
-        loop), else the loop's.
-
-        The last save is committed (checkpoints.finish) under the signal handler, so that a
-        signal then ends the run as it would, not killing the process mid-save.
-        """
+        """Steps to `last_step`. At log lines the mean metrics go through `train_figures(means,
+        seconds per step)` to the log; `evaluate(step, state, between_batches)` may return a
+        reason to stop, and `between_batches()` raises faults.Abandoned on a signal (the eval is
+        dropped, the step saved). The non-finite check runs where the loop waits anyway (log
+        lines, saves). `preemption`: a caller's handler, entered, else the loop's own; the last
+        save commits under it, so a signal then is not a kill mid-save."""
         config, setup, manager, data_iter = self.config, self.setup, self.manager, self.data_iter
         log, progress, step = self.log, self.progress, self.step
         log_every, eval_every = config.train.log_every_steps, config.eval.every_steps
@@ -152,16 +128,16 @@ class Loop:
         own = (
             faults.Preemption(manager) if preemption is None else contextlib.nullcontext(preemption)
         )
-        with own as preemption, setup.activate():
+
+        def eval_due(step: int) -> bool:
             if eval_at_last_step:
-                resumed_eval_due = itstime(step, eval_every, last_step)
-            else:
-                resumed_eval_due = step < last_step and itstime(step, eval_every)
-            if evaluate is not None and 0 < step <= last_step and resumed_eval_due:
-                # Resumed at a step whose eval a signal dropped (it saves the step at once,
-                # docs/faults.md): that eval first, so that the log holds each eval of an
-                # uninterrupted run once (the rerun went on to the next step without it, or, at
-                # the last step, ended with no final eval).
+                return itstime(step, eval_every, last_step)
+            return step < last_step and itstime(step, eval_every)  # the caller evaluates last
+
+        with own as preemption, setup.activate():
+            if evaluate is not None and 0 < step <= last_step and eval_due(step):
+                # Resumed at a step whose eval a signal dropped: that eval first, so that the log
+                # holds each eval of an uninterrupted run once.
                 if not _eval_logged(log, step):
                     try:
                         stopped = evaluate(step, state, preemption.between_batches)
@@ -173,9 +149,7 @@ class Loop:
                 state, metrics = train_step(state, batch)
                 step += 1
                 if previous is not None:
-                    # At most this step in flight: the host waits for the one before it (the
-                    # device stays busy with this one), so a signal is saved at once
-                    # (docs/faults.md).
+                    # At most this step in flight, so a signal is saved at once (docs/faults.md).
                     jax.block_until_ready(previous)
                 previous = metrics
                 history.append(metrics)
@@ -191,11 +165,7 @@ class Loop:
                         stopped = "nonfinite"
                         break
                 asked, preempted = None, preemption.poll()
-                if eval_at_last_step:
-                    eval_due = itstime(step, eval_every, last_step)
-                else:  # the caller evaluates after the last step itself
-                    eval_due = step < last_step and itstime(step, eval_every)
-                if eval_due and not preempted and evaluate is not None:
+                if eval_due(step) and not preempted and evaluate is not None:
                     try:
                         asked = evaluate(step, state, preemption.between_batches)
                     except faults.Abandoned:  # a signal during the eval: save this step now
@@ -214,8 +184,7 @@ class Loop:
                     if nonfinite.stop(state, history, step, last_saved):
                         stopped = "nonfinite"
                         break
-                    # A bucket's log is published whole: through this step before the step is
-                    # saved, so a saved step is never ahead of the published log.
+                    # A saved step is never ahead of a bucket's published log.
                     log.flush()
                     checkpoints.save(manager, step, state, data_iter, config)
                     last_saved = step

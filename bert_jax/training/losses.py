@@ -1,12 +1,5 @@
-"""Pre-training losses and accuracies: weighted masked-LM and next-sentence prediction.
-
-Everything here returns *sums* (numerator and denominator kept apart) as well as ratios, so that
-micro-batches of a gradient-accumulation step and batches of an eval pass add up to exactly the
-figure one big batch would give. The loss is google-research/bert's: the mean cross-entropy over
-real (weight 1) masked positions of the whole global batch, plus the mean NSP loss over examples.
-The MLM sums are also kept by kind of masked position ([MASK], kept, random: `position_kinds`),
-since copying at kept positions fools the accuracy over all of them; why and what each figure
-means: docs/training.md, "Evaluation and early stopping".
+"""Pre-training losses and accuracies as sums, so that micro-batches and eval batches add up to
+one big batch's figures exactly. docs/training.md, "Evaluation and early stopping".
 """
 
 from collections.abc import Mapping
@@ -14,23 +7,15 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-# The original adds 1e-5 to the MLM denominator so that a batch without masked tokens gives 0,
-# not NaN.
+# The original's: a batch without masked tokens gives 0, not NaN.
 _MLM_DENOMINATOR_EPS = 1e-5
 
 
 @jax.custom_vjp
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Per-item negative log-likelihood, computed in float32. logits [..., C] (any float dtype),
-    labels [...].
-
-    The arithmetic of -log_softmax(logits.astype(float32))[label], forward and backward, with one
-    difference in what is kept: autodiff of log_softmax keeps a float32 copy of the logits for
-    the backward pass (the MLM head's [batch, predictions, vocabulary], read again by several
-    fusions); this keeps the logits as they came (bfloat16 under mixed precision) and two float32
-    numbers per item (max and log-sum-exp), and the backward pass writes the logits' gradient in
-    their own dtype in one pass. In float32 it is exactly autodiff's computation.
-    """
+    """-log_softmax(logits.astype(float32))[label], logits [..., C], labels [...]: autodiff's
+    arithmetic, but the backward pass keeps the logits in their own dtype plus two float32
+    numbers per item, not a float32 copy of the MLM head's [B, P, V] logits."""
     return _cross_entropy_fwd(logits, labels)[0]
 
 
@@ -54,20 +39,13 @@ def _cross_entropy_bwd(residuals, g):
 cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 
-# Kinds of masked position, in the order of position_kinds' codes -> the suffix of their figures
-# (the [MASK] positions' are the unsuffixed headline ones).
+# Kinds of masked position, in position_kinds' order -> the suffix of their figures.
 KINDS = {"mask": "", "kept": "_kept", "random": "_random"}
 
 
 def position_kinds(inputs: jax.Array, label_ids: jax.Array, mask_id: int) -> jax.Array:
-    """What the model was shown at each masked position: 0 [MASK] (inputs == mask_id), 1 kept
-    (inputs == the label), 2 a random replacement. inputs are input_ids gathered at the masked
-    positions; all [B, P].
-
-    A random draw that happens to equal the original token counts as kept: the input then shows
-    the model the answer, exactly as at a kept position (masking.py draws replacements from the
-    whole vocabulary, so this is about 1 in vocab_size of the random ones).
-    """
+    """What the model was shown at each masked position: 0 [MASK], 1 the label (a random draw
+    of the original token too: it shows the answer), 2 a random token; all [B, P]."""
     return jnp.where(inputs == mask_id, 0, jnp.where(inputs == label_ids, 1, 2))
 
 
@@ -79,12 +57,8 @@ def mlm_sums(
     inputs: jax.Array | None = None,
     mask_id: int | None = None,
 ) -> dict[str, jax.Array]:
-    """Sums over masked positions. mlm_logits [B, P, V]; label_ids, label_weights [B, P].
-
-    With `inputs` (input_ids at the masked positions, [B, P]) and the vocabulary's `mask_id`,
-    also the sums of each kind of position (`position_kinds`): mlm_<kind>_nll_sum,
-    mlm_<kind>_correct_sum and mlm_<kind>_weight_sum for kind in KINDS.
-    """
+    """Sums over masked positions, mlm_logits [B, P, V]; with `inputs` (input_ids at the masked
+    positions) and `mask_id` also per kind of position (mlm_<kind>_..._sum)."""
     nll, correct = _per_item(mlm_logits, label_ids)
     weights = label_weights.astype(jnp.float32)
     sums = _sums(nll, correct, weights, ("mlm_nll_sum", "mlm_correct_sum", "mlm_weight_sum"))
@@ -100,11 +74,8 @@ def mlm_sums(
 def nsp_sums(
     nsp_logits: jax.Array, labels: jax.Array, example_weights: jax.Array | None = None
 ) -> dict[str, jax.Array]:
-    """Sums over examples. nsp_logits [B, 2] (or [B, E, 2]: packed rows of E record slots);
-    labels [B] or [B, 1] (or [B, E]; 1 = B is a random sentence); example_weights [B] (or
-    [B, E]): 0 for eval padding rows, empty slots of packed rows and MLM-only records. Also
-    nsp_label_sum, the weighted count of label 1, for `summarize`'s majority-class rate.
-    """
+    """Sums over examples, nsp_logits [B, 2] or [B, E, 2] (packed rows); weights 0 for padding
+    and MLM-only records. nsp_label_sum is for `summarize`'s majority-class rate."""
     labels = labels.reshape(nsp_logits.shape[:-1])
     if example_weights is None:
         example_weights = jnp.ones(labels.shape, jnp.float32)
@@ -131,9 +102,7 @@ def pretraining_loss(
     mlm_denominator: jax.Array | None = None,
     nsp_denominator: jax.Array | None = None,
 ) -> jax.Array:
-    """BERT's loss from `mlm_sums` | `nsp_sums`. Pass the denominators of the *whole* global
-    batch when `sums` covers one micro-batch: the micro-batch losses (and gradients) then add up
-    to the full batch's."""
+    """BERT's loss; with the whole batch's denominators, micro-batch losses add up to its."""
     if mlm_denominator is None:
         mlm_denominator = sums["mlm_weight_sum"]
     if nsp_denominator is None:
@@ -148,9 +117,8 @@ def _ratio(num, den, floor):
 
 
 def train_ratios(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
-    """The same figures as `summarize`, on the device, for one train step (a step whose batch has
-    none of a kind reports 0 for it, instead of leaving it out). No nsp_majority: it describes
-    the eval set."""
+    """`summarize`'s figures on the device for one train step (0, not absent, for an empty
+    kind); no nsp_majority, which describes the eval set."""
     out = {
         "mlm_loss_all": _ratio(sums["mlm_nll_sum"], sums["mlm_weight_sum"], 1e-5),
         "mlm_accuracy_all": _ratio(sums["mlm_correct_sum"], sums["mlm_weight_sum"], 1e-5),
@@ -165,15 +133,8 @@ def train_ratios(sums: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
 
 
 def summarize(sums: Mapping[str, float]) -> dict[str, float]:
-    """Ratios a user reads from accumulated sums (plain floats, host side).
-
-    mlm_loss, mlm_accuracy: at [MASK] positions (present when the sums were kept by kind);
-    mlm_loss_kept, mlm_accuracy_kept, mlm_loss_random, mlm_accuracy_random: at the kept and the
-    randomly replaced positions; mlm_loss_all, mlm_accuracy_all: over all masked positions;
-    nsp_loss, nsp_accuracy and nsp_majority (the accuracy of always answering the commoner
-    label: the chance line NSP accuracy must beat); loss: mlm_loss_all + nsp_loss, the
-    objective. A figure whose denominator is 0 is left out.
-    """
+    """The figures a user reads (docs/training.md, "Evaluation and early stopping") from sums
+    on the host; one whose denominator is 0 is left out."""
     sums = {k: float(v) for k, v in sums.items()}
     out = {}
     if sums["mlm_weight_sum"] > 0:

@@ -1,9 +1,6 @@
-"""Where training figures go: TensorBoard scalars (`<workdir>/tensorboard`), `<workdir>/
-metrics.jsonl` (one {"step": int, "split": "train" | "eval", <name>: float, ...} per line) and a
-progress line on stdout; only process 0 writes. A resumed run first drops the lines past its
-step, so the log reads as one run. In a bucket (no append) the log is published whole at most
-every PUBLISH_EVERY_S, at every checkpoint (`flush`) and at the end: the lines a kill loses all
-come after the last checkpoint. docs/training.md, "The workdir".
+"""Where training figures go: TensorBoard, `<workdir>/metrics.jsonl` and a progress line; only
+process 0 writes. In a bucket (no append) the log is published whole every PUBLISH_EVERY_S at
+most and at every checkpoint (`flush`). docs/training.md, "The workdir".
 """
 
 import json
@@ -23,8 +20,7 @@ PUBLISH_EVERY_S = 30.0  # a workdir in a bucket: the longest the published log l
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """All records of a metrics.jsonl, local or in a bucket (a directory means its
-    metrics.jsonl)."""
+    """All records of a metrics.jsonl (or a directory's), local or in a bucket."""
     if storage.isdir(path):
         path = storage.join(path, JSONL_NAME)
     lines = [line for line in storage.read_text(path).splitlines() if line.strip()]
@@ -39,15 +35,13 @@ def read_jsonl(path: str) -> list[dict]:
     return records
 
 
-# What tensorboardX imports only for what we never use, where it is installed: torch (the [hf]
-# extra) to accept torch tensors, boto3 and google-cloud-storage to write s3:// and gs:// event
-# files itself (ours are written locally and uploaded by bert_jax.storage). Each is optional there.
+# What tensorboardX imports if installed, for features we never use (torch tensors, its own
+# s3:// and gs:// writes); each is optional there.
 _HIDDEN_FROM_TENSORBOARDX = ("torch", "boto3", "google.cloud.storage")
 
 
 def _summary_writer_class():
-    """tensorboardX's SummaryWriter, imported with _HIDDEN_FROM_TENSORBOARDX hidden (those that
-    nothing imported yet): seconds off every trainer's start (docs/testing.md)."""
+    """SummaryWriter, imported without _HIDDEN_FROM_TENSORBOARDX: seconds off each start."""
     hidden = [name for name in _HIDDEN_FROM_TENSORBOARDX if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # `import name` raises ImportError, which tensorboardX expects
@@ -102,8 +96,7 @@ class MetricsLog:
         self._tb = SummaryWriter(tb_dir, filename_suffix=suffix)
 
     def evaluated(self, step: int) -> bool:
-        """Whether the log kept from before a resume holds an eval at `step` (False when not
-        `enabled`: process 0 alone keeps the log)."""
+        """Whether the log kept from before a resume holds an eval at `step`."""
         return self.enabled and step in self._evaluated
 
     def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
@@ -122,8 +115,7 @@ class MetricsLog:
             self.flush()
 
     def flush(self) -> None:
-        """Publishes what was logged so far (a workdir in a bucket; local files are written as
-        they go)."""
+        """Publishes the log to a bucket (local files are written as they go)."""
         if not (self.enabled and self._remote):
             return
         storage.write_text(self.path, "".join(self._lines))
@@ -147,15 +139,7 @@ class MetricsLog:
             self._tb.close()
 
 
-def format_duration(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
-# The figures shown in brackets after a headline one, so that it is never read alone: MLM
-# accuracy at [MASK] positions beside the kept/random/all ones, NSP accuracy beside its chance line.
+# The figures shown in brackets after a headline one, so that it is never read alone.
 _BESIDE = {
     "mlm_accuracy": (
         ("kept", "mlm_accuracy_kept"),
@@ -164,13 +148,6 @@ _BESIDE = {
     ),
     "nsp_accuracy": (("majority", "nsp_majority"),),
 }
-
-
-def _beside(name: str, scalars: Mapping[str, float]) -> str:
-    shown = [
-        f"{label} {scalars[key]:.3f}" for label, key in _BESIDE.get(name, ()) if key in scalars
-    ]
-    return f" ({', '.join(shown)})" if shown else ""
 
 
 class Progress:
@@ -197,14 +174,18 @@ class Progress:
             ("grad_norm", ".2f"),
         ):
             if name in scalars and not (name == "mlm_accuracy_all" and "mlm_accuracy" in scalars):
-                parts.append(f"{name} {scalars[name]:{fmt}}{_beside(name, scalars)}")
+                beside = [f"{b} {scalars[k]:.3f}" for b, k in _BESIDE.get(name, ()) if k in scalars]
+                beside = f" ({', '.join(beside)})" if beside else ""
+                parts.append(f"{name} {scalars[name]:{fmt}}{beside}")
         if "tokens_per_sec" in scalars:
             parts.append(f"{scalars['tokens_per_sec'] / 1000:.1f}k tok/s")
         if "examples_per_sec" in scalars:  # fine-tuning
             parts.append(f"{scalars['examples_per_sec']:.1f} ex/s")
         if eta and self._start_time is not None and step > self._start_step:
             rate = (time.time() - self._start_time) / (step - self._start_step)
-            parts.append(f"ETA {format_duration(rate * (self.total - step))}")
+            h, s = divmod(int(max(0, rate * (self.total - step))), 3600)
+            m, s = divmod(s, 60)
+            parts.append(f"ETA {h}h{m:02d}m" if h else f"ETA {m}m{s:02d}s")
         return "  ".join(parts)
 
     def report(

@@ -1,12 +1,6 @@
-"""Learning-rate schedules, batch-size warmup, and the optimizers: the two BERT ones (AdamW as
-the original, and LAMB) and ModernBERT's StableAdamW.
-
-The BERT optimizers are optax chains over a pytree of plain arrays (nested dicts, as
-`nnx.to_pure_dict` gives): global-norm clipping, the Adam moments (google-research/bert's: eps
-1e-6 and no bias correction by default), decoupled weight decay on every parameter but LayerNorm
-parameters and biases, (LAMB only) the layer-wise trust ratio, and the learning rate. The fields
-and the recipes: docs/training.md, "Configs" and "The modern recipe"; fine-tuning's textbook
-AdamW and transformers' schedule: docs/finetuning.md.
+"""Learning-rate schedules, batch-size warmup, and the optimizers as optax chains over pure-dict
+parameters: BERT's AdamW (no bias correction by default) and LAMB, and ModernBERT's StableAdamW.
+docs/training.md, "Configs" and "The modern recipe"; fine-tuning's: docs/finetuning.md.
 """
 
 import dataclasses
@@ -23,34 +17,25 @@ import optax
 from bert_jax import cli
 
 SCHEDULES = ("linear", "polynomial", "constant", "wsd")
-# A wsd schedule's decay (optim.decay_shape; docs/training.md, "The modern recipe").
 DECAY_SHAPES = ("linear", "1-sqrt")
-# Where the decay after warmup is measured from (optim.decay_from): step 0, as the original BERT
-# and MLPerf, or the end of warmup, as transformers (docs/finetuning.md).
+# Where the decay is measured from: step 0 (BERT, MLPerf) or warmup's end (transformers).
 DECAY_FROM = ("start", "warmup_end")
-# "stable_adamw": StableAdamW (Wortsman et al. 2023), what ModernBERT trained with.
 OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
 
 
 def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> dict[str, Any]:
-    """The numbers that fix the learning rate at every step (`rate`), checked: float32 scalars
-    {'peak', 'end', 'warmup', 'total', 'span', 'power', 'sqrt'}; arguments of the train steps,
-    never constants compiled in (docs/training.md, "Configs" and "The modern recipe").
-
-    Linear warmup from 0, then polynomial decay to `end_learning_rate` at `num_train_steps`,
-    measured from where `optim.decay_from` says (DECAY_FROM; "start": warmup simply overrides the
-    first `warmup_steps` values); `linear` is power 1, `constant` power 0. "wsd" is the linear
-    decay measured from the decay's first step (span = the decay's steps, the last
-    `decay_fraction`), or its 1 - sqrt(1 - frac) ('sqrt' 1); decay_from does not apply there.
-    """
-    if optim.schedule not in SCHEDULES:
-        raise cli.UserError(f"optim.schedule={optim.schedule!r}; choose one of {SCHEDULES}")
-    decay_from = optim.decay_from
-    if decay_from not in DECAY_FROM:
-        raise cli.UserError(f"optim.decay_from={decay_from!r}; choose one of {DECAY_FROM}")
-    shape = optim.decay_shape
-    if shape not in DECAY_SHAPES:
-        raise cli.UserError(f"optim.decay_shape={shape!r}; choose one of {DECAY_SHAPES}")
+    """The float32 numbers that fix the learning rate at every step (`rate`), checked: arguments
+    of the train steps, never constants compiled in. Linear warmup from 0, then polynomial decay
+    to `end_learning_rate`, measured from `decay_from`; "wsd" decays over its last
+    `decay_fraction` only, linearly or as 1 - sqrt (docs/training.md, "The modern recipe")."""
+    for name, choices in (
+        ("schedule", SCHEDULES),
+        ("decay_from", DECAY_FROM),
+        ("decay_shape", DECAY_SHAPES),
+    ):
+        if optim[name] not in choices:
+            raise cli.UserError(f"optim.{name}={optim[name]!r}; choose one of {choices}")
+    decay_from, shape = optim.decay_from, optim.decay_shape
     fraction = float(optim.decay_fraction)
     if not 0.0 <= fraction <= 1.0:
         raise cli.UserError(f"optim.decay_fraction={fraction} must lie in [0, 1]")
@@ -88,8 +73,7 @@ def schedule_values(optim: ml_collections.ConfigDict, num_train_steps: int) -> d
 
 
 def rate(values: dict[str, Any], step) -> jax.Array:
-    """The learning rate of the `step`-th update (0-based) under `schedule_values`' numbers,
-    which may be traced (arguments of a jitted step)."""
+    """The learning rate of the `step`-th update (0-based) under `schedule_values`' numbers."""
     v = {k: jnp.asarray(x, jnp.float32) for k, x in values.items()}
     step = jnp.asarray(step, jnp.float32)
     frac = jnp.clip((v["total"] - step) / v["span"], 0, 1)
@@ -106,17 +90,14 @@ def rate(values: dict[str, Any], step) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class BatchWarmup:
-    """Batch-size warmup by a growing gradient-accumulation count (config.train.batch_warmup_*):
-    a step's batch is `count(step)` micro-batches of global_batch_size / grad_accum_steps rows,
-    from `start` at step 0 to `final` (the full batch) at step `steps`. Each count is its own
-    compiled step (docs/training.md, "The modern recipe")."""
+    """Batch-size warmup: step k's batch is `count(k)` micro-batches, from `start` at step 0 to
+    `final` (the full batch) at step `steps`, each count its own compiled step."""
 
     final: int  # train.grad_accum_steps
     start: int  # train.batch_warmup_start_accum
     steps: int  # train.batch_warmup_steps
 
     def count(self, step: int) -> int:
-        """Micro-batches in the batch of step `step` (0-based)."""
         if step >= self.steps:
             return self.final
         return self.start + (max(step, 0) * (self.final - self.start)) // self.steps
@@ -128,33 +109,24 @@ def batch_warmup(train: ml_collections.ConfigDict) -> BatchWarmup | None:
     if steps == 0:
         return None
     final, start = int(train.grad_accum_steps), int(train.batch_warmup_start_accum)
-    problems = []
-    if steps < 0:
-        problems.append(f"train.batch_warmup_steps={steps} must be 0 (off) or positive")
-    if not 1 <= start <= final:
-        problems.append(
+    if not 1 <= start <= final:  # range_problems knows no bound relating two fields
+        raise cli.UserError(
             f"train.batch_warmup_start_accum={start} must lie in [1, train.grad_accum_steps="
             f"{final}]: the batch grows from that many micro-batches to grad_accum_steps"
         )
-    if problems:
-        raise cli.UserError("; ".join(problems))
     return BatchWarmup(final, start, steps)
 
 
 def decays(path: tuple) -> bool:
-    """Whether weight decay applies to the parameter at `path` (its pure-dict keys): the
-    original's rule, no decay on LayerNorm scales and biases."""
+    """Whether weight decay applies at pure-dict `path`: not on LayerNorm scales and biases."""
     return bool(path) and str(path[-1]) in ("kernel", "embedding")
 
 
 def is_kernel(key_path) -> bool:
-    """Whether a tree_util key path names a matmul kernel (nnx.Linear's 'kernel')."""
     return bool(key_path) and getattr(key_path[-1], "key", None) == "kernel"
 
 
 def weight_decay_mask(params: Any) -> Any:
-    """A pytree of bools shaped like `params`: True where weight decay applies."""
-
     def leaf(key_path, x):
         names = tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in key_path)
         return decays(names)
@@ -171,11 +143,8 @@ class ScaleByAdamState(NamedTuple):
 def scale_by_adam(
     b1: float, b2: float, eps: float, bias_correction: bool
 ) -> optax.GradientTransformation:
-    """Adam's direction m / (sqrt(v) + eps), optionally without bias correction (the original BERT).
-
-    optax.scale_by_adam always corrects; the original never does, which matters in the first few
-    thousand steps (with warmup it barely changes the result, but exact reproduction needs it).
-    """
+    """Adam's direction m / (sqrt(v) + eps), optionally without the bias correction that
+    optax.scale_by_adam always makes and the original BERT never does."""
 
     def init_fn(params):
         zeros = lambda p: jnp.zeros_like(p, dtype=jnp.float32)
@@ -202,9 +171,7 @@ def scale_by_adam(
 
 
 def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
-    """optax.clip_by_global_norm's arithmetic, with the norm passed in when the caller has it
-    (`tx.update(..., grad_norm=n)`, as train_state.apply_gradients does): one pass over the
-    gradients instead of two."""
+    """optax.clip_by_global_norm, taking the norm when the caller has it (`grad_norm=`)."""
 
     def update_fn(updates, state, params=None, *, grad_norm=None, **extra_args):
         del params, extra_args
@@ -221,11 +188,9 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
 def scale_by_stable_adamw(
     b1: float, b2: float, eps: float, weight_decay: float, mask_fn: Callable[[Any], Any]
 ) -> optax.GradientTransformation:
-    """StableAdamW's update before the learning rate (Wortsman et al. 2023, Algorithm 2; optimi's,
-    which ModernBERT trained with): optax.adamw's own pieces (bias-corrected Adam, then decoupled
-    weight decay where `mask_fn` says), each tensor's update divided by
-    max(1, RMS(g^2 / max(v_hat, eps^2))). Where that RMS is at most 1 the update is optax.adamw's,
-    bit for bit. The formula and why: docs/training.md, "The modern recipe" (StableAdamW)."""
+    """StableAdamW's update before the learning rate (Wortsman et al. 2023, as ModernBERT):
+    optax.adamw's, each tensor's divided by max(1, RMS(g^2 / max(v_hat, eps^2))).
+    docs/training.md, "The modern recipe"."""
     parts = [optax.scale_by_adam(b1, b2, eps)]
     if weight_decay > 0:
         parts.append(optax.add_decayed_weights(weight_decay, mask=mask_fn))
@@ -251,11 +216,7 @@ def make_optimizer(
     lr: dict[str, Any],
     mask_fn: Callable[[Any], Any] = weight_decay_mask,
 ) -> optax.GradientTransformation:
-    """The optimizer named by `optim.optimizer`, stepping at the rates of `lr` (`schedule_values`,
-    concrete or traced).
-
-    Its state does not depend on the rates, so a train step can build it again around the numbers
-    it takes as arguments and update a state made with the run's own."""
+    """`optim.optimizer` at the rates `lr`, traced or not: its state does not depend on them."""
     if optim.optimizer not in OPTIMIZERS:
         raise cli.UserError(f"optim.optimizer={optim.optimizer!r}; choose one of {OPTIMIZERS}")
     parts = []
@@ -274,8 +235,7 @@ def make_optimizer(
         if optim.weight_decay > 0:
             parts.append(optax.add_decayed_weights(optim.weight_decay, mask=mask_fn))
         if optim.optimizer == "lamb":
-            # LAMB (You et al. 2019) scales each tensor's update by ||w|| / ||update||; like
-            # MLPerf's reference we exempt the same tensors as weight decay (LayerNorm, biases).
+            # LAMB's trust ratio, exempting weight decay's tensors, as MLPerf's reference.
             parts.append(optax.masked(optax.scale_by_trust_ratio(), mask_fn))
     parts.append(optax.scale_by_learning_rate(functools.partial(rate, lr)))
     return optax.chain(*parts)

@@ -1,10 +1,6 @@
-"""Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate(); the
-train state is train_state.py's, shared with fine-tuning.
-
-Per-step randomness is fold_in(rng, step), so a resumed run draws the same dropout masks as an
-uninterrupted one. Gradient accumulation runs inside one jitted step (lax.scan over
-micro-batches), each micro-batch's loss normalised by the whole batch's denominators, so the
-summed gradients are exactly the full batch's. docs/training.md, "Configs" and "Python API".
+"""Pre-training: pure train/eval steps jitted over a device mesh, and train_and_evaluate().
+Dropout keys are fold_in(rng, step), so a resumed run draws the same masks; gradient
+accumulation is a lax.scan inside one step. docs/training.md, "Configs" and "Python API".
 """
 
 import functools
@@ -41,8 +37,7 @@ Batch = dict[str, jax.Array]
 
 
 def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
-    """Builds the mesh (config.mesh), the abstract model (config.model: a vocab_size of 0 is
-    data_facts.resolve's to fill in) and the optimizer (config.optim)."""
+    """The mesh, abstract model and optimizer of a resolved config."""
     model_config = encoder.BertConfig.from_config_dict(config.model)
     abstract_model = nnx.eval_shape(
         lambda: encoder.BertForPreTraining(model_config, rngs=nnx.Rngs(0))
@@ -59,14 +54,10 @@ def make_setup(config: ml_collections.ConfigDict, devices=None) -> Setup:
 
 
 # --- Pure functions of arrays ----------------------------------------------------------------
-
-
 def forward_sums(
     graphdef, params, batch: Batch, dropout_rng=None, nsp: bool = True, mask_id: int | None = None
 ) -> dict[str, jax.Array]:
-    """Loss and accuracy sums of one batch (losses.py); eval batches may carry EXAMPLE_WEIGHT,
-    packed ones give per-record NSP logits. nsp=False: zero NSP sums, so the loss is the MLM
-    loss alone. With the [MASK] id the MLM sums are also kept by kind of masked position."""
+    """Loss and accuracy sums of one batch (losses.py); nsp=False zeroes the NSP sums."""
     model = nnx.merge(graphdef, params)
     mlm_logits, nsp_logits = model(
         batch[F.INPUT_IDS],
@@ -93,8 +84,7 @@ def forward_sums(
 
 
 def nsp_weights_of(batch: Batch) -> jax.Array:
-    """Per-example NSP weights: [B] (one record per row) or [B, E] (packed rows); 0 for
-    MLM-only records and empty slots of packed rows."""
+    """Per-example NSP weights, [B] or [B, E] (packed rows); 0 for MLM-only records."""
     weights = batch.get(pipeline.NEXT_SENTENCE_WEIGHTS)
     if weights is None:  # batches made by hand (benchmarks, tests): every row an NSP pair
         return jnp.ones(batch[F.NEXT_SENTENCE_LABELS].shape[:1], jnp.float32)
@@ -118,11 +108,8 @@ def param_layout(setup: Setup) -> ParamLayout | None:
 
 
 def for_compute(params, layout: ParamLayout | None):
-    """The parameters as the model uses them: gathered from their stored shards, the matmul
-    kernels cast to the computation dtype first. nnx.Linear casts its kernel anyway, so the
-    values are the same; cast before the gather, a bfloat16 run all-gathers half the bytes, and
-    the kernels' gradients come back in bfloat16, to be reduce-scattered as such (`to_stored`)
-    rather than all-reduced. Embedding tables, biases and norms keep their float32."""
+    """The parameters gathered from their stored shards, kernels cast to the compute dtype
+    first (as nnx.Linear would): bfloat16 gathers and reduce-scatters half the bytes."""
     if layout is None:
         return params
     params = jax.tree_util.tree_map_with_path(
@@ -132,8 +119,7 @@ def for_compute(params, layout: ParamLayout | None):
 
 
 def to_stored(grads, layout: ParamLayout | None):
-    """Gradients of `for_compute`'s parameters (partial sums over the batch axes) -> summed onto
-    the stored shards (a reduce-scatter), in float32."""
+    """`for_compute`'s gradients reduce-scattered onto the stored shards, in float32."""
     if layout is None:
         return grads
     grads = jax.lax.with_sharding_constraint(grads, layout.stored)
@@ -153,8 +139,7 @@ def loss_and_grads(
     mask_id: int | None = None,
     layout: ParamLayout | None = None,
 ):
-    """(loss, sums, grads) of the whole batch, computed in `grad_accum_steps` micro-batches;
-    with a `layout` (weight-update sharding) the gradients are on its stored shards."""
+    """(loss, sums, grads) of the whole batch, in `grad_accum_steps` micro-batches."""
     mlm_denominator = jnp.sum(batch[F.MASKED_LM_WEIGHTS].astype(jnp.float32))
     nsp_denominator = jnp.sum(nsp_weights_of(batch))  # NSP pairs in the batch
     params = for_compute(params, layout)
@@ -163,10 +148,8 @@ def loss_and_grads(
         sums = forward_sums(graphdef, p, micro, key if dropout else None, nsp, mask_id)
         return losses.pretraining_loss(sums, mlm_denominator, nsp_denominator), sums
 
-    value_and_grad = jax.value_and_grad(micro_loss, has_aux=True)
-
     def grad_fn(p, micro, key):
-        (loss, sums), grads = value_and_grad(p, micro, key)
+        (loss, sums), grads = jax.value_and_grad(micro_loss, has_aux=True)(p, micro, key)
         return (loss, sums), to_stored(grads, layout)
 
     if grad_accum_steps == 1:
@@ -212,9 +195,7 @@ def train_step(
     nsp: bool = True,
     **loss_options,
 ) -> tuple[dict, dict]:
-    """One optimizer step at the learning rates `lr` (optim.schedule_values; `optimizer(lr)` is
-    the optimizer); `nsp` and `loss_options` are loss_and_grads' keyword arguments. Returns the
-    new state and scalar metrics of this step."""
+    """(new state, scalar metrics) of one optimizer step at the rates `lr` (`optimizer(lr)`)."""
     step = state["step"]
     rng = jax.random.fold_in(state["rng"], step)
     loss, sums, grads = loss_and_grads(
@@ -235,14 +216,11 @@ def train_step(
 
 
 # --- Jitted, sharded entry points ------------------------------------------------------------
-
-
 def abstract_batch(
     facts: data_facts.DataFacts, global_batch_size: int, setup: Setup
 ) -> dict[str, jax.ShapeDtypeStruct]:
-    """The global train batch as the input pipeline delivers it (the data's lengths,
-    `global_batch_size` rows; packed rows with config.data.pack), as abstract arrays on the batch
-    sharding: for lowering and compiling the step ahead of time (bert_jax.plan)."""
+    """The global train batch as abstract arrays on the batch sharding, for compiling the step
+    ahead of time (bert_jax.plan)."""
     b = global_batch_size
     lengths = facts.batch_schema().lengths()
     shapes = {k: (b,) if k == F.NEXT_SENTENCE_LABELS else (b, n) for k, n in lengths.items()}
@@ -264,7 +242,7 @@ def abstract_batch(
 
 
 def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
-    """A function creating the initial train state directly on its shardings (no host copy)."""
+    """A function creating the step-0 state directly on its shardings."""
     model_config, tx = setup.model_config, setup.tx
 
     def init():
@@ -276,8 +254,7 @@ def jit_init(setup: Setup, seed: int) -> Callable[[], dict]:
 
 
 def jit_train_step(setup: Setup, grad_accum_steps: int = 1):
-    """(state, batch, lr) -> (state, metrics): train_step jitted with in/out shardings; the state
-    argument is donated (updated in place). Pass `setup.lr` (or `setup.lr_on_mesh()`) as `lr`."""
+    """(state, batch, lr) -> (state, metrics), sharded; the state is donated."""
     fn = functools.partial(
         train_step,
         graphdef=setup.graphdef,
@@ -319,9 +296,7 @@ def evaluate(
     batches: list[dict[str, np.ndarray]],
     between_batches: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """Held-out figures (losses.summarize's) over all `batches` (host-local rows);
-    `between_batches()` runs after each batch (the loop's signal poll: it may raise
-    faults.Abandoned)."""
+    """losses.summarize over host-local `batches`; `between_batches()` may raise Abandoned."""
     totals: dict[str, float] = {}
     with setup.activate():
         for host_batch in batches:
@@ -335,14 +310,11 @@ def evaluate(
 
 
 # --- The loop --------------------------------------------------------------------------------
-
-
 @faults.one_run_per_workdir("bert_jax.main")
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Trains (resuming from `workdir` if it holds a checkpoint) and evaluates, after
-    config_check.pretraining (the one validation pass; the checkpoints record the config it
-    resolves). Returns {'step', 'train': the last logged train metrics, 'eval': the last eval's (or
-    {}), 'stopped': why the loop ended (docs/training.md, "The loop and why it stopped")}."""
+    """Trains (resuming from `workdir`'s checkpoint) and evaluates. Returns {'step', 'train',
+    'eval' (the last logged figures), 'stopped' (docs/training.md, "The loop and why it
+    stopped")}."""
     config = config_check.pretraining(config, jax.device_count(), jax.process_count())
     setup = make_setup(config)
     t = config.train
@@ -365,7 +337,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    # The run's own latest checkpoint (with the data position), else a new start.
     resumed = checkpoints.restore_latest(
         manager, setup.abstract_state, data_iter, config.model.to_dict()
     )
@@ -390,8 +361,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             jax.process_count(),
             setup.model_config.type_vocab_size,
         )
-    # One compiled step per gradient-accumulation count: grad_accum_steps, and with batch warmup
-    # each smaller count its growing batches hold (optim.BatchWarmup), compiled on first use.
+    # One compiled step per accumulation count (batch warmup's smaller ones on first use).
     jitted_steps = {t.grad_accum_steps: jit_train_step(setup, t.grad_accum_steps)}
     lr = setup.lr_on_mesh()
 

@@ -1,14 +1,7 @@
-"""A pre-trained BERT read from disk: the one loader behind embed, export and fine-tuning's --init.
-
-`load(path)` takes a training workdir of ours or a Hugging Face BERT or ModernBERT directory
-(checkpoints.model_dir_kind tells them apart). An explicit `vocab_file` or `do_lower_case`
-wins over what the directory says; the tokenizer is built and its size checked once
-(`_tokenizer`).
-
-docs/model.md, "Import a public BERT": each kind of directory, its vocabulary and lower-casing.
+"""A pre-trained BERT read from disk (a training workdir of ours, or a Hugging Face BERT or
+ModernBERT directory): the one loader behind embed, export and fine-tuning's --init. An explicit
+`vocab_file` or `do_lower_case` wins over the directory's. docs/model.md, "Import a public BERT".
 """
-
-from __future__ import annotations
 
 import atexit
 import dataclasses
@@ -30,8 +23,7 @@ from bert_jax.text import tokenization
 from bert_jax.text.tokenizer_json import concatenated
 from bert_jax.training import checkpoints, config_check
 
-# Model config fields a user may change on a pre-trained model (they do not change its weights'
-# shapes); everything else comes from the checkpoint.
+# Model config fields that leave the weights' shapes alone: a user may change them.
 OVERRIDABLE = (
     "hidden_dropout_prob",
     "attention_probs_dropout_prob",
@@ -48,12 +40,10 @@ class Pretrained:
     source: str  # what was read (a checkpoint step, a weights file), for the log
     do_lower_case: bool
     tokenizer: Any  # tokenization.make_tokenizer(vocab_file, ...), None without a vocabulary
-    # vocab_file as a saved config should record it: "" where it was derived from tokenizer.json
-    # into a scratch file that lives only as long as this process (the next run derives it again).
+    # vocab_file for a saved config: "" where derived into this process's scratch directory.
     vocab_to_record: str = ""
     step: int | None = None  # the checkpoint step, for a training workdir
-    # Hugging Face names of weights the directory lacked, freshly initialized (a task model's
-    # export has no MLM/NSP heads, and BertForTokenClassification's or QA's no pooler).
+    # Hugging Face names of weights the directory lacked, freshly initialized.
     fresh: tuple[str, ...] = ()
 
     def model(self) -> encoder.BertForPreTraining:
@@ -61,8 +51,7 @@ class Pretrained:
 
     @property
     def vocab_file(self) -> str | None:
-        """The tokenizer's file (a bucket's vocabulary: its local copy, to export); None: the
-        directory names none (the caller asks for one)."""
+        """The tokenizer's local file; None where the directory names none."""
         return None if self.tokenizer is None else self.tokenizer.vocab_file
 
 
@@ -74,8 +63,7 @@ def load(
     vocab_file: str | None = None,
     do_lower_case: bool | None = None,
 ) -> Pretrained:
-    """The pre-trained model in `path` (see the module docstring); `overrides` (fields of
-    OVERRIDABLE) replace the saved model config's."""
+    """The pre-trained model in `path`, `overrides` (of OVERRIDABLE) on its config."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
@@ -103,9 +91,8 @@ def _from_workdir(path, step, overrides, vocab_file, do_lower_case) -> Pretraine
     params, _ = checkpoints.restore_params(path, step, run_config)
     saved = run_config.model.to_dict()
     impl = saved.get("attention_impl")
-    # The training hardware's kernel, not a property of the model ('auto' takes it where it fits):
-    # cuDNN's off a GPU; splash's, which takes only rows of whole 128-token tiles (an embed's or a
-    # fine-tuning's lengths are the user's) and off a TPU runs interpreted.
+    # The training hardware's kernel, not the model's: splash needs whole 128-token tiles (this
+    # run's lengths are the user's) and cuDNN a GPU; 'auto' takes them where they fit.
     if impl == "splash" or (impl == "cudnn" and jax.default_backend() != "gpu"):
         saved["attention_impl"] = "auto"
     config = encoder.BertConfig.from_config_dict({**saved, **overrides})
@@ -121,8 +108,10 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     tok_config = _json_if_any(local, "tokenizer_config.json") or {}
     spec = _json_if_any(local, "tokenizer.json")
     own_vocab, own_lower, derived = _hf_vocabulary(local, tok_config, spec)
-    if own_lower is None and not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):
-        own_lower = google_release_lower_case(path)
+    google = not os.path.isfile(os.path.join(local, files.CONFIG_FILES[0]))  # Google's original
+    if own_lower is None and google:  # google-research/bert's rule: a cased name is not lowered
+        name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
+        own_lower = False if _GOOGLE_CASED.search(name) else None
     if own_vocab and not vocab_file:
         _check_tokenizer_class(tok_config, path)
     vocab = vocab_file or own_vocab
@@ -130,44 +119,29 @@ def _from_hf(path, overrides, vocab_file, do_lower_case) -> Pretrained:
     # What a saved config names: the directory's own file (in the bucket), not a local copy.
     own = own_vocab and storage.join(path, storage.basename(own_vocab))
     record = vocab_file or ("" if derived else own or "")
-    # The directory's own file named (a fine-tuning run's record of it: its resume, predict) is
-    # read as the directory's.
+    # The directory's own file named (a fine-tuning run's record of it) reads as the directory's.
     given = bool(vocab_file) and vocab_file != own
     tokenizer = vocab and _tokenizer(vocab, lower, config.vocab_size, given=given)
-    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given:
-        if os.path.isfile(os.path.join(local, files.CONFIG_FILES[0])):  # not Google's release
-            tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
+    if isinstance(tokenizer, tokenization.WordPieceTokenizer) and not given and not google:
+        tokenizer = HubWordPiece(tokenizer.vocab_file, lower, _max_chars_per_word(spec))
     lower = tokenization.lower_case(lower)
     fresh = tuple(report.initialized)
     return Pretrained(config, params, str(report), lower, tokenizer or None, record, fresh=fresh)
 
 
-# Google's cased releases, as they unpack (cased_L-12_H-768_A-12, multi_cased_..., wwm_cased_...):
-# their directory holds no tokenizer_config.json, so only the name says the vocabulary is cased.
+# Google's cased releases (cased_L-12_H-768_A-12, multi_cased_...): only the name says so.
 _GOOGLE_CASED = re.compile(r"(?:^|_)cased_L-\d+_H-\d+_A-\d+$")
 
 
-def google_release_lower_case(path: str) -> bool | None:
-    """False for a directory of Google's original release named as a cased model (the rule of
-    google-research/bert's validate_case_matches_checkpoint, which refuses lower-casing there:
-    lower-cased text reads other ids of a cased vocabulary), else None (the default: lower)."""
-    name = storage.basename(path if storage.is_url(path) else os.path.abspath(path))
-    return False if _GOOGLE_CASED.search(name) else None
-
-
 def fits_table(vocab_size: int, rows: int) -> bool:
-    """Whether a vocabulary of `vocab_size` entries is plausibly the one a word-embedding table of
-    `rows` rows was built for: no more entries than rows, and a table padded by 127 rows at most
-    (padding to a multiple of 128 is the common case)."""
+    """Whether `vocab_size` entries fit a `rows`-row embedding table padded by 127 rows at most."""
     return rows - 128 < vocab_size <= rows
 
 
 def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = True):
-    """The tokenizer of `vocab`, built once, its size checked once: for a training run
-    (`run_data`: its saved config.data), against the vocabulary the run's data recorded (md5,
-    else size; a run from before the data contract recorded neither); then against the model's
-    `rows` word embeddings (fits_table; a model directory's own vocabulary only no larger).
-    `given`: the user named `vocab` (else the run or the directory did)."""
+    """The tokenizer of `vocab`, checked against a run's recorded vocabulary (`run_data`: its
+    config.data; md5, else size) and the model's `rows` word embeddings. `given`: the user named
+    `vocab`."""
     lower = tokenization.lower_case(lower)
     why = storage.not_a_file(vocab)
     if why:
@@ -196,8 +170,7 @@ def _tokenizer(vocab: str, lower, rows: int, *, run_data=None, given: bool = Tru
                 f"vocab file {vocab!r} is not the vocabulary this run was trained with "
                 f"({problem}); pass the vocab.txt its training data was tokenized with"
             )
-    # A directory's own vocabulary may leave table rows unused (transformers embeds with it);
-    # one the user names must look like the table's.
+    # A directory's own vocabulary may leave rows unused; one the user names must fit the table.
     if size > rows or (given and not fits_table(size, rows)):
         raise cli.UserError(
             f"the vocabulary {tokenizer.vocab_file!r} has {size} entries but the model "
@@ -214,9 +187,7 @@ def _json_if_any(model_dir: str, name: str) -> dict | None:
 def _hf_vocabulary(
     model_dir: str, tok_config: dict, spec: dict | None
 ) -> tuple[str | None, bool | None, bool]:
-    """(vocab.txt or tokenizer.json, do_lower_case or None, whether the file was derived into
-    this process's scratch directory); `tok_config`, `spec`: its tokenizer_config.json and
-    tokenizer.json ({}, None: absent)."""
+    """(vocab.txt or tokenizer.json, do_lower_case or None, whether the file was derived)."""
     lower = tok_config.get("do_lower_case")
     options = {
         k: tok_config[k] for k in ("strip_accents", "tokenize_chinese_chars") if k in tok_config
@@ -226,19 +197,15 @@ def _hf_vocabulary(
     if os.path.isfile(vocab):
         if _full_tokenizer_rules(lower, **options) and not _added_tokens(spec):
             return vocab, lower, False
-        # Options a vocab.txt and do_lower_case do not carry (what a saved run and an export
-        # record: accents stripped exactly when lower-casing, CJK characters spaced), or tokens
-        # added to the vocabulary: the directory's own tokenizer.json, else one built to
-        # transformers' rules.
+        # Options or added tokens a vocab.txt does not carry: the directory's tokenizer.json,
+        # else one built to transformers' rules.
         if spec is not None:
             return tokenizer_json, lower, False
         return _bert_tokenizer_json(model_dir, vocab, lower, options), lower, True
     if spec is None:
         return None, lower, False
-    # transformers 5 saves only tokenizer.json; its WordPiece vocabulary is a vocab.txt in JSON
-    # (read as one, by HubWordPiece). Any other tokenizer.json (BPE, Unigram: ModernBERT's,
-    # RoBERTa's), or a WordPiece one with another normalizer, pre-tokenizer, "##", [UNK] or
-    # options than vocab.txt's, or that adds tokens, is used as it is (text.tokenizer_json).
+    # transformers 5 saves only tokenizer.json: a standard WordPiece one is read as a vocab.txt
+    # (by HubWordPiece), any other as it is (text.tokenizer_json).
     model_spec = spec.get("model") if isinstance(spec.get("model"), dict) else {}
     if model_spec.get("type") != "WordPiece":
         return tokenizer_json, lower, False
@@ -269,11 +236,8 @@ def _hf_vocabulary(
 
 
 class HubWordPiece(tokenization.WordPieceTokenizer):
-    """A Hugging Face directory's WordPiece vocabulary, read as our WordPiece reads it, its text
-    encoded by transformers' BertTokenizer (tokenization.bert_wordpiece: the `tokenizers` library
-    as transformers builds it), not by FullTokenizer, whose ids differ on a few inputs
-    (docs/model.md, "Import a public BERT"). A lone surrogate, which the library refuses, is
-    deleted, as transformers' Python BertTokenizer deletes it."""
+    """A Hugging Face directory's WordPiece vocabulary, its text encoded as transformers'
+    BertTokenizer does, not FullTokenizer (their ids differ on a few inputs)."""
 
     def __init__(self, vocab_file: str, do_lower_case, max_chars_per_word: int):
         super().__init__(vocab_file, tokenization.lower_case(do_lower_case))
@@ -300,17 +264,14 @@ class HubWordPiece(tokenization.WordPieceTokenizer):
 
 
 def _max_chars_per_word(spec: dict | None) -> int:
-    """The longest word a Hugging Face directory's WordPiece splits: its tokenizer.json's
-    max_input_chars_per_word, else transformers' BertTokenizer's 100."""
+    """tokenizer.json's max_input_chars_per_word, else transformers' 100."""
     model_spec = (spec or {}).get("model")
     value = model_spec.get("max_input_chars_per_word") if isinstance(model_spec, dict) else 0
     return value if isinstance(value, int) and value > 0 else 100
 
 
 def _check_tokenizer_class(tok_config: dict, shown: str) -> None:
-    """Refuses a directory whose tokenizer_config.json names cl-tohoku's Japanese tokenizer, which
-    splits words before WordPiece otherwise (its ids would differ silently); the user may pass a
-    vocabulary explicitly."""
+    """Refuses cl-tohoku's Japanese tokenizer, whose ids would differ silently."""
     name = tok_config.get("tokenizer_class")
     if name == "BertJapaneseTokenizer":
         raise cli.UserError(
@@ -322,8 +283,7 @@ def _check_tokenizer_class(tok_config: dict, shown: str) -> None:
 
 
 def _added_tokens(spec: dict | None) -> list[str]:
-    """The tokens a tokenizer.json adds besides BERT's five special ones (entity markers, new
-    words), which transformers reads whole wherever they appear in a text."""
+    """The tokens a tokenizer.json adds besides BERT's special ones (read whole by transformers)."""
     added = (spec or {}).get("added_tokens")
     return [
         t.get("content")
@@ -333,15 +293,13 @@ def _added_tokens(spec: dict | None) -> list[str]:
 
 
 def _full_tokenizer_rules(lower, strip_accents=None, tokenize_chinese_chars=True) -> bool:
-    """Whether a BertTokenizer's options are those a vocab.txt and do_lower_case imply
-    (FullTokenizer's): accents stripped exactly when lower-casing (None: the same), CJK spaced."""
+    """Whether a BertTokenizer's options are FullTokenizer's (accents follow lower-casing)."""
     lower = tokenization.lower_case(lower)
     return strip_accents in (None, lower) and tokenize_chinese_chars in (None, True)
 
 
 def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> str:
-    """A tokenizer.json for `vocab` with transformers' BertTokenizer rules and `options`
-    (tokenizer_config.json's strip_accents, tokenize_chinese_chars), in the scratch directory."""
+    """A tokenizer.json of `vocab` with BertTokenizer's rules and `options`, in scratch."""
     tok = tokenization.bert_wordpiece(
         tokenization.load_vocab(vocab),
         tokenization.lower_case(lower),
@@ -355,7 +313,7 @@ def _bert_tokenizer_json(model_dir: str, vocab: str, lower, options: dict) -> st
 
 @functools.cache
 def _scratch_dir() -> str:
-    """A directory for this process's derived vocabularies, removed when the process exits."""
+    """This process's directory for derived vocabularies, removed at exit."""
     path = tempfile.mkdtemp(prefix="bert_jax-vocab-")
     atexit.register(shutil.rmtree, path, True)
     return path

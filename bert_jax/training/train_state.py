@@ -1,16 +1,9 @@
-"""The train state both trainers share: what a step needs besides arrays (Setup) and its one
-builder (build_setup), the state's layout on the mesh, the state at step 0 and one optimizer step
-that never lets a NaN into the parameters.
-
-The train state is a plain pytree, so jit, optax and Orbax all see ordinary arrays:
-    {'params': pure dict (nnx.to_pure_dict of the model's nnx.Param state; fine-tuning's:
-               its trainable ones),
-     'opt_state': the optax state, 'step': int32 scalar, 'rng': uint32[2] base key,
-     'nonfinite_steps': int32 scalar, the steps whose update was dropped for a NaN/inf}
-
-The learning-rate schedule's numbers (Setup.lr, optim.schedule_values) are a separate argument of
-the train steps, neither in the state (checkpoints keep their layout) nor compiled into the
-steps (runs that differ only in their schedule share one compiled step).
+"""The train state both trainers share: Setup and its builder, the state at step 0 and one
+optimizer step that never lets a NaN into the parameters. The state is a plain pytree:
+    {'params': pure dict (fine-tuning's: its trainable ones), 'opt_state': optax's,
+     'step': int32, 'rng': uint32[2], 'nonfinite_steps': int32, updates dropped for a NaN/inf}
+The schedule's numbers (Setup.lr) are a separate argument of the steps: not in checkpoints, not
+compiled in (runs that differ only in their schedule share one compiled step).
 """
 
 import dataclasses
@@ -31,8 +24,7 @@ from bert_jax.training import optim
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """Everything the steps need that is not an array: model structure, mesh, shardings,
-    optimizer; `build_setup` makes it for both trainers."""
+    """Everything the steps need that is not an array."""
 
     model_config: encoder.BertConfig
     graphdef: Any
@@ -45,46 +37,36 @@ class Setup:
     # lr -> the optimizer at those rates; a train step calls it on the `lr` it is given
     optimizer: Callable[[dict], optax.GradientTransformation]
     lr: dict  # the learning-rate schedule's numbers (optim.schedule_values; module docstring)
-    nsp: bool = True  # next-sentence prediction in the loss (records written with --nsp)
-    # The vocabulary's [MASK] id (config.data.mask_token_id): with it the MLM figures are also
-    # kept by kind of masked position (losses.position_kinds); None: over all positions only.
+    nsp: bool = True  # next-sentence prediction in the loss
+    # [MASK]'s id: with it the MLM figures are kept by kind of position (losses.position_kinds).
     mask_id: int | None = None
-    # Where the model uses the parameters (its logical axes' layout), like param_shardings, when
-    # that is not where they are stored: with weight-update sharding (sharding.update_sharding)
-    # the state keeps each parameter split over the batch's axes and the step gathers it here.
-    # None: the same as param_shardings.
+    # Where the model uses the parameters, when weight-update sharding stores them split over
+    # the batch's axes (None: param_shardings).
     compute_shardings: Any = None
-    # Fine-tuning's: the task family (finetune/tasks.py), and where the parameters it does not
-    # train (LoRA's frozen encoder; {} otherwise) are placed: they are only read.
+    # Fine-tuning's: the task family, and where its untrained (frozen) parameters are placed.
     kind: str = ""
     frozen_shardings: Any = None
 
     @property
     def tx(self) -> optax.GradientTransformation:
-        """The optimizer at the run's own rates (for its state's layout and step 0)."""
         return self.optimizer(self.lr)
 
     def lr_on_mesh(self) -> dict:
-        """`lr` put on the mesh, replicated: what a training loop passes every step (put once,
-        not copied from the host at each step)."""
+        """`lr` replicated on the mesh once, not copied from the host at each step."""
         return jax.device_put(self.lr, NamedSharding(self.mesh, P()))
 
     def abstract_lr(self) -> dict:
-        """`lr` as replicated abstract scalars, for lowering a train step ahead of time."""
         replicated = NamedSharding(self.mesh, P())
         return {k: jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated) for k in self.lr}
 
     @property
     def schedule(self) -> optax.Schedule:
-        """step -> the run's learning rate."""
         return functools.partial(optim.rate, self.lr)
 
     def activate(self):
-        """The mesh and logical rules under which the model adds activation sharding constraints."""
         return sharding.activate(self.mesh, self.rules)
 
     def data_parallel(self) -> int:
-        """How many ways a batch is split (the mesh's data x fsdp axes)."""
         return sharding.data_parallel_size(self.mesh, self.rules)
 
 
@@ -100,14 +82,8 @@ def build_setup(
     devices=None,
     **fields,
 ) -> tuple[Setup, dict, dict]:
-    """(Setup, trainable parameters, the rest) for both trainers (as MaxText's
-    get_abstract_state): the optimizer (`optim_config`, default config.optim; `mask_fn` says what
-    decays) over `total_steps`, the mesh (config.mesh), where `model`'s `trainable` parameters,
-    the rest and the batch go, and the train state's layout: the optimizer moments on their
-    parameter's sharding, the scalars replicated. The parameter trees are pure dicts of the
-    model's leaves (abstract with an nnx.eval_shape model), placed nowhere. `shard_update`:
-    weight-update sharding (Setup.compute_shardings). `fields`: the Setup's task fields.
-    """
+    """(Setup, trainable parameters, the rest: pure dicts placed nowhere), as MaxText's
+    get_abstract_state; `fields`: the Setup's task fields."""
     o = optim_config or config.optim
     optimizer = functools.partial(optim.make_optimizer, o, mask_fn=mask_fn)
     lr = optim.schedule_values(o, total_steps)
@@ -123,11 +99,9 @@ def build_setup(
 
     mesh, rules = sharding.mesh_from_config(config.mesh, model.config.num_attention_heads, devices)
     compute_shardings = sharding.param_shardings(trained, mesh, rules)
-    param_shardings = (
-        sharding.update_shardings(compute_shardings, params, rules)
-        if shard_update
-        else compute_shardings
-    )
+    param_shardings = compute_shardings
+    if shard_update:
+        param_shardings = sharding.update_shardings(compute_shardings, params, rules)
     state_shardings = {
         "params": param_shardings,
         "opt_state": sharding.tree_shardings_like_params(
@@ -158,8 +132,7 @@ def build_setup(
 
 
 def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
-    """The train state at step 0 (both trainers; fine-tuning's params are its trainable ones).
-    Call it under jit with out_shardings=Setup.state_shardings to build it on the mesh."""
+    """The train state at step 0; jit it with Setup.state_shardings to build it on the mesh."""
     return {
         "params": params,
         "opt_state": tx.init(params),
@@ -172,14 +145,9 @@ def new_state(params, tx: optax.GradientTransformation, rng: jax.Array) -> dict:
 def apply_gradients(
     state: dict, grads, loss: jax.Array, tx: optax.GradientTransformation
 ) -> tuple[dict, jax.Array]:
-    """(the state after one optimizer step, the gradients' global norm before clipping).
-
-    A step whose loss or gradient norm is not finite leaves 'params' and 'opt_state' as they were
-    and adds one to 'nonfinite_steps': a NaN never reaches the parameters or the Adam moments.
-    'step' advances either way, so it keeps counting the batches consumed (the data position and
-    the learning-rate schedule stay in step with it). The choice is made on the device; the host
-    decides about stopping later (bert_jax/training/loop.py), without a sync per step.
-    """
+    """(state, gradient norm before clipping) after one step; a non-finite loss or norm leaves
+    params and opt_state as they were and counts in 'nonfinite_steps'; 'step' counts batches, so
+    it advances either way. Decided on the device, without a host sync."""
     with jax.named_scope("grad_norm"):
         # inf/NaN iff some gradient is (or their squares overflow)
         grad_norm = optax.global_norm(grads)
@@ -187,8 +155,7 @@ def apply_gradients(
 
     @jax.named_scope("optimizer")
     def update(params, opt_state):
-        # The norm goes to the clipping (optim.clip_by_global_norm) rather than being summed
-        # over every gradient a second time.
+        # The clipping takes the norm rather than summing every gradient a second time.
         updates, opt_state = optax.with_extra_args_support(tx).update(
             grads, opt_state, params, grad_norm=grad_norm
         )
