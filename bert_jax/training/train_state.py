@@ -36,7 +36,7 @@ class Setup:
     batch_sharding: NamedSharding
     # lr -> the optimizer at those rates; a train step calls it on the `lr` it is given
     optimizer: Callable[[dict], optax.GradientTransformation]
-    lr: dict  # the learning-rate schedule's numbers (optim.schedule_values; module docstring)
+    lr: dict  # the learning-rate schedule's numbers (optim.schedule_values says why)
     nsp: bool = True  # next-sentence prediction in the loss
     # [MASK]'s id: with it the MLM figures are kept by kind of position (losses.position_kinds).
     mask_id: int | None = None
