@@ -337,94 +337,99 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     manager = checkpoints.make_manager(
         workdir, config.checkpoint.max_to_keep, config.checkpoint.async_save
     )
-    resumed = checkpoints.restore_latest(
-        manager, setup.abstract_state, data_iter, config.model.to_dict()
-    )
-    if resumed is None:
-        state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
-    else:
-        state = resumed[1]
-        say(f"resuming from {manager.directory}/{resumed[0]}")
-    step = int(jax.device_get(state["step"]))
-    growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
-
-    eval_batches = []
-    if config.data.eval_files:
-        eval_batches = pipeline.eval_batches(
-            config.data,
-            config.data.eval_files,
-            setup.model_config.vocab_size,
-            config.eval.batch_size,
-            config.eval.num_examples,
-            t.seed,
-            jax.process_index(),
-            jax.process_count(),
-            setup.model_config.type_vocab_size,
+    # One signal handler from here on: a signal while restoring or compiling saves after step 1.
+    with faults.Preemption(manager) as preemption:
+        resumed = checkpoints.restore_latest(
+            manager, setup.abstract_state, data_iter, config.model.to_dict()
         )
-    # One compiled step per accumulation count (batch warmup's smaller ones on first use).
-    jitted_steps = {t.grad_accum_steps: jit_train_step(setup, t.grad_accum_steps)}
-    lr = setup.lr_on_mesh()
+        if resumed is None:
+            state = checkpoints.initial_state(t, setup, jit_init(setup, t.seed))
+        else:
+            state = resumed[1]
+            say(f"resuming from {manager.directory}/{resumed[0]}")
+        step = int(jax.device_get(state["step"]))
+        growing_batches.align(data_iter, step)  # batch warmup: the size of this step's batch
 
-    def p_train_step(state, batch):
-        accum = growing_batches.accumulation(
-            batch[F.INPUT_IDS].shape[0], t.global_batch_size, t.grad_accum_steps
+        eval_batches = []
+        if config.data.eval_files:
+            eval_batches = pipeline.eval_batches(
+                config.data,
+                config.data.eval_files,
+                setup.model_config.vocab_size,
+                config.eval.batch_size,
+                config.eval.num_examples,
+                t.seed,
+                jax.process_index(),
+                jax.process_count(),
+                setup.model_config.type_vocab_size,
+            )
+        # One compiled step per accumulation count (batch warmup's smaller ones on first use).
+        jitted_steps = {t.grad_accum_steps: jit_train_step(setup, t.grad_accum_steps)}
+        lr = setup.lr_on_mesh()
+
+        def p_train_step(state, batch):
+            accum = growing_batches.accumulation(
+                batch[F.INPUT_IDS].shape[0], t.global_batch_size, t.grad_accum_steps
+            )
+            if accum not in jitted_steps:
+                jitted_steps[accum] = jit_train_step(setup, accum)
+            return jitted_steps[accum](state, batch, lr)
+
+        p_eval_step = jit_eval_step(setup) if eval_batches else None
+        check_collapse = collapse.make_check(setup) if eval_batches else None
+
+        training = loop.Loop(workdir, config, setup, manager, data_iter, step, total)
+        num_params = sum(
+            math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"])
         )
-        if accum not in jitted_steps:
-            jitted_steps[accum] = jit_train_step(setup, accum)
-        return jitted_steps[accum](state, batch, lr)
-
-    p_eval_step = jit_eval_step(setup) if eval_batches else None
-    check_collapse = collapse.make_check(setup) if eval_batches else None
-
-    training = loop.Loop(workdir, config, setup, manager, data_iter, step, total)
-    num_params = sum(math.prod(x.shape) for x in jax.tree.leaves(setup.abstract_state["params"]))
-    say(
-        f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
-        f"step {step} -> {last_step}"
-    )
-    if step >= last_step:  # a finished run rerun, or num_train_steps lowered below its step
         say(
-            f"nothing to train: {workdir} is at step {step}, this run ends at step "
-            f"{last_step} (train.num_train_steps / train.stop_at_step); raise it to train on"
+            f"training {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+            f"step {step} -> {last_step}"
         )
+        if step >= last_step:  # a finished run rerun, or num_train_steps lowered below its step
+            say(
+                f"nothing to train: {workdir} is at step {step}, this run ends at step "
+                f"{last_step} (train.num_train_steps / train.stop_at_step); raise it to train on"
+            )
 
-    def train_figures(means: dict, step_time: float | None) -> dict:
-        tokens_per_step = means.pop("tokens")
-        skipped = bad_records.count(data_iter)  # config.data.bad_records='skip': so far
-        if skipped is not None:
-            means["bad_records"] = float(skipped)
-        if step_time:
-            means.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time)
-        return means
+        def train_figures(means: dict, step_time: float | None) -> dict:
+            tokens_per_step = means.pop("tokens")
+            skipped = bad_records.count(data_iter)  # config.data.bad_records='skip': so far
+            if skipped is not None:
+                means["bad_records"] = float(skipped)
+            if step_time:
+                means.update(step_time=step_time, tokens_per_sec=tokens_per_step / step_time)
+            return means
 
-    last_eval: dict[str, float] = {}
+        last_eval: dict[str, float] = {}
 
-    def evaluate_now(step: int, state: dict, between_batches: Callable[[], None]) -> str | None:
-        figures = evaluate(setup, p_eval_step, state["params"], eval_batches, between_batches)
-        last_eval.clear()  # an eval a signal cut short (faults.Abandoned) leaves the last one
-        last_eval.update(figures)
-        last_eval["hidden_cosine"] = check_collapse(state["params"], eval_batches[0])
-        warning = collapse.warning(last_eval["hidden_cosine"], step)
-        if warning and is_primary:
-            cli.warn(warning)
-        training.log.write(step, "eval", last_eval)
-        training.progress.report(step, last_eval, prefix="eval  ", eta=False)
-        # MLPerf's target (0.720) is over all masked positions of its eval set: so is this check.
-        target = config.eval.target_mlm_accuracy
-        if not (target and last_eval.get("mlm_accuracy_all", 0.0) >= target):
-            return None
-        say(
-            f"held-out MLM accuracy (all masked positions) {last_eval['mlm_accuracy_all']:.4f}"
-            f" reached the target {target} at step {step}: stopping"
+        def evaluate_now(step: int, state: dict, between_batches: Callable[[], None]) -> str | None:
+            figures = evaluate(setup, p_eval_step, state["params"], eval_batches, between_batches)
+            last_eval.clear()  # an eval a signal cut short (faults.Abandoned) leaves the last one
+            last_eval.update(figures)
+            last_eval["hidden_cosine"] = check_collapse(state["params"], eval_batches[0])
+            warning = collapse.warning(last_eval["hidden_cosine"], step)
+            if warning and is_primary:
+                cli.warn(warning)
+            training.log.write(step, "eval", last_eval)
+            training.progress.report(step, last_eval, prefix="eval  ", eta=False)
+            # MLPerf's target (0.720): over all masked positions of its eval set, as here.
+            target = config.eval.target_mlm_accuracy
+            if not (target and last_eval.get("mlm_accuracy_all", 0.0) >= target):
+                return None
+            say(
+                f"held-out MLM accuracy (all masked positions) {last_eval['mlm_accuracy_all']:.4f}"
+                f" reached the target {target} at step {step}: stopping"
+            )
+            return "target_reached"
+
+        out = training.run(
+            state,
+            last_step=last_step,
+            train_step=p_train_step,
+            train_figures=train_figures,
+            evaluate=evaluate_now if eval_batches else None,
+            preemption=preemption,
         )
-        return "target_reached"
-
-    out = training.run(
-        state,
-        last_step=last_step,
-        train_step=p_train_step,
-        train_figures=train_figures,
-        evaluate=evaluate_now if eval_batches else None,
-    )
-    training.log.close()
-    return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}
+        training.log.close()
+        return {"step": out.step, "train": out.train, "eval": last_eval, "stopped": out.stopped}

@@ -460,6 +460,25 @@ def test_a_signal_saves_the_step_after_it_whatever_the_periods(
     assert signal.getsignal(signal.SIGINT) is before  # handlers restored
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_while_the_run_starts_saves_its_first_step(
+    testdata, tmp_path, monkeypatch, signum
+):
+    """A SIGTERM while the run restored and compiled (before the loop) killed it unannounced
+    (exit -15). Now one handler covers the run from its checkpoint manager on, as fine-tuning's:
+    the first step runs, is saved, and the run says so."""
+    real = pretrain.jit_train_step
+
+    def signalled(setup, accum):
+        os.kill(os.getpid(), signum)
+        return real(setup, accum)
+
+    monkeypatch.setattr(pretrain, "jit_train_step", signalled)
+    out = pretrain.train_and_evaluate(small_config(testdata, num_train_steps=8), str(tmp_path))
+    assert out["stopped"] == ("interrupted" if signum == signal.SIGINT else "preempted")
+    assert out["step"] == 1 and saved_steps(str(tmp_path)) == [1]
+
+
 # --- Signals during an eval, a data wait and a checkpoint save -------------------------------
 
 
