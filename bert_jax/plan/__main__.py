@@ -27,8 +27,8 @@ config_flags.DEFINE_config_file(
 flags.DEFINE_string(
     "topology",
     "v5e-256",
-    "Cloud TPU accelerator type (v4-32, v5e-16, v5p-64, v6e-256) or slice shape (v5e:4x4); "
-    "h100 for one GPU; cpu:N for N fake CPU devices.",
+    "Cloud TPU accelerator type (v4-32, v5e-16, v5p-64, v6e-256, tpu7x-64) or slice shape "
+    "(v5e:4x4); h100 for one GPU; cpu:N for N fake CPU devices.",
 )
 flags.DEFINE_integer("num_slices", 1, "TPU slices joined by DCN (multi-slice).")
 flags.DEFINE_integer("num_devices", None, "Fake CPU devices for --topology=cpu (256).")
@@ -132,6 +132,23 @@ def _take_config_overrides() -> None:
         FLAGS[flag].value = wanted
 
 
+def _check_tpu7x(steps: list[str], attention_dropout: float) -> None:
+    """What libtpu 0.0.42.1 cannot compile for TPU7x: it crashes (a segmentation fault, no error)
+    on fine-tuning's step and on a train step with attention dropout (docs/scaling.md)."""
+    crash = "the installed libtpu crashes compiling"
+    if "finetune" in steps:
+        raise cli.UserError(
+            f"--topology={FLAGS.topology}: {crash} fine-tuning's step for TPU7x; plan "
+            "--steps=train,eval there"
+        )
+    if "train" in steps and attention_dropout > 0:
+        raise cli.UserError(
+            f"--topology={FLAGS.topology}: {crash} a TPU7x train step with attention dropout "
+            f"({attention_dropout}); plan it with --attention_dropout=0 (ModernBERT's setting; "
+            "BERT's 0.1 adds an elementwise pass over the attention probabilities)"
+        )
+
+
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
@@ -158,9 +175,11 @@ def main(argv):
         extra = "cuda" if topology.chip.name == "h100" else "tpu"
         cli.warn(
             f"--topology={FLAGS.topology}: its compiler is not installed (pip install -e "
-            f"'.[{extra}]'); planning for {topology.num_chips} fake CPU devices instead"
+            f"'.[{extra}]'); planning for {topology.num_devices} fake CPU devices instead"
         )
-        note = f"XLA:CPU for {topology.num_chips} fake CPU devices standing in for {topology.name}"
+        note = (
+            f"XLA:CPU for {topology.num_devices} fake CPU devices standing in for {topology.name}"
+        )
         topology = None
     else:
         gpu = topology.chip.name == "h100"
@@ -185,6 +204,8 @@ def main(argv):
             f"{flag}=cudnn compiles for a GPU only: pass --topology=h100 (with the cuda extra "
             f"installed), or another attention_impl for {where}"
         )
+    if topology and topology.chip.name == "tpu7x":
+        _check_tpu7x(req.steps, base.model.attention_probs_dropout_prob)
     plans = itertools.product(req.meshes, req.remats, req.batches)
     configs = [pretrain_config(base, *plan) for plan in plans]
     for config in configs:  # the trainer's own checks, before anything compiles

@@ -20,14 +20,17 @@ GIB = 1024**3
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
+    """Figures per JAX device: a chip's, but halved on tpu7x, whose two chiplets are two devices."""
+
     name: str  # as in topology names and libtpu's get_topology_desc("v5e:4x4"): v4, v5e, ...
     hbm_bytes: int
-    bf16_flops: float  # peak FLOP/s per chip
+    bf16_flops: float  # peak FLOP/s
     hbm_bytes_per_s: float
-    ici_bytes_per_s: float  # bidirectional, per chip
-    dcn_bytes_per_s: float  # per chip
+    ici_bytes_per_s: float  # bidirectional
+    dcn_bytes_per_s: float
     cores_per_chip: int  # how the accelerator type counts: v4-32 is 16 chips
     dims: int  # 2D or 3D torus
+    devices_per_chip: int = 1  # v4 and v5p: one megacore device of two TensorCores
 
 
 CHIPS = {
@@ -35,6 +38,7 @@ CHIPS = {
     "v5e": Chip("v5e", 16 * GIB, 197e12, 819e9, 400e9, 3.125e9, 1, 2),
     "v5p": Chip("v5p", 95 * GIB, 459e12, 2765e9, 1200e9, 6.25e9, 2, 3),
     "v6e": Chip("v6e", 32 * GIB, 918e12, 1638e9, 800e9, 3.125e9, 1, 2),
+    "tpu7x": Chip("tpu7x", 96 * GIB, 2307e12 / 2, 7380e9 / 2, 600e9, 12.5e9 / 2, 2, 3, 2),
     "h100": Chip("h100", 84_929_347_584, 989e12, 3350e9, 900e9, 50e9, 1, 1),
 }
 H100_TARGET = """
@@ -85,6 +89,10 @@ class Topology:
         return self.chips_per_slice * self.num_slices
 
     @property
+    def num_devices(self) -> int:
+        return self.num_chips * self.chip.devices_per_chip
+
+    @property
     def name(self) -> str:
         if self.chip.name == "h100":
             return "one H100 80GB (deviceless CUDA compile)"
@@ -95,19 +103,19 @@ class Topology:
 
 def parse(name: str, num_slices: int = 1) -> Topology:
     """'v5p-64' (an accelerator type) or 'v5p:2x4x4' (a slice shape) -> Topology."""
-    text = name.strip().lower().replace("v5litepod", "v5e")
+    text = name.strip().lower().replace("v5litepod", "v5e").replace("v7x", "tpu7x")
     if num_slices < 1:
         raise cli.UserError(f"--num_slices={num_slices}: must be at least 1")
     if text == "h100":
         if num_slices != 1:
             raise cli.UserError(f"--num_slices={num_slices}: h100 is one GPU; pass 1")
         return Topology(CHIPS["h100"], "1")
-    m = re.fullmatch(r"(v4|v5e|v5p|v6e)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
+    m = re.fullmatch(r"(v4|v5e|v5p|v6e|tpu7x)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
     if not m:
         raise cli.UserError(
             f"--topology={name}: unknown topology; give an accelerator type (v4-32, v5e-16, "
-            "v5p-64, v6e-256), a slice shape (v5e:4x4, v5p:2x4x4), h100, or cpu:N for N fake "
-            "CPU devices"
+            "v5p-64, v6e-256, tpu7x-64), a slice shape (v5e:4x4, v5p:2x4x4), h100, or cpu:N for "
+            "N fake CPU devices"
         )
     chip = CHIPS[m.group(1)]
     if m.group(2):
@@ -131,8 +139,8 @@ def parse(name: str, num_slices: int = 1) -> Topology:
 
 
 def devices(topology: Topology) -> list:
-    """The slice's devices for compiling without a TPU (one per chip: megacore on v4 and v5p, as
-    a TPU VM shows them), or the H100's; needs that compiler (compiler_installed)."""
+    """The slice's devices for compiling without a TPU (one per chip, megacore on v4 and v5p; two
+    on tpu7x: as a TPU VM shows them), or the H100's; needs that compiler (compiler_installed)."""
     import jax
     from jax.experimental import topologies
 
@@ -145,7 +153,8 @@ def devices(topology: Topology) -> list:
     # Lift libtpu's one-process lock: a described slice is only compiled for.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
-    kwargs = {"chip_config_name": "megacore"} if topology.chip.cores_per_chip == 2 else {}
+    megacore = topology.chip.cores_per_chip == 2 and topology.chip.devices_per_chip == 1
+    kwargs = {"chip_config_name": "megacore"} if megacore else {}
     if topology.num_slices > 1:
         kwargs["num_slices"] = topology.num_slices
     if topology.chips_per_slice == 1:

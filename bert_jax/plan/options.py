@@ -51,7 +51,7 @@ def topology(
             raise cli.UserError(f"--num_devices={num_devices} must be at least 1")
         return None, int(count) if colon else num_devices
     slice_ = chips.parse(name, num_slices)
-    return slice_, slice_.num_chips
+    return slice_, slice_.num_devices
 
 
 def parse_mesh(text: str) -> tuple[int, int, int]:

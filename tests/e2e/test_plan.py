@@ -334,6 +334,23 @@ def test_a_one_chip_v5e_plans():
 
 
 @needs_libtpu
+def test_tpu7x_plans_two_devices_a_chip_and_refuses_what_libtpu_crashes_on():
+    """TPU7x (Ironwood): each chip is two devices of half its figures. libtpu 0.0.42.1 crashes
+    (a segmentation fault) compiling its train step with attention dropout, and fine-tuning's:
+    refused by name, before anything compiles."""
+    common = ("--topology=tpu7x-8", "--meshes=8x1x1", "--global_batch_sizes=16", "--top=0")
+    run = _run(*common, "--steps=train,eval", "--attention_dropout=0")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tpu7x-8 (2x2x1); compiled by the TPU compiler" in run.stdout
+    assert "   train     8x1x1 " in run.stdout and "/96 " in run.stdout, run.stdout
+    for steps, said in (("train", "attention dropout (0.1)"), ("eval,finetune", "fine-tuning")):
+        run = _run(*common, f"--steps={steps}")
+        line = run.stderr.strip().splitlines()[-1]
+        assert run.returncode == 2 and line.startswith("error: --topology=tpu7x-8: the "), line
+        assert said in line, line
+
+
+@needs_libtpu
 def test_every_documented_topology_is_described_and_the_trainer_mesh_follows_ici_rings():
     """No compile: the slices' device descriptions from libtpu, in a subprocess."""
     code = """
@@ -364,7 +381,7 @@ print(json.dumps(out))
     out = json.loads(run.stdout.strip().splitlines()[-1])
     from bert_jax.plan import chips
 
-    assert out["chips"] == {n: chips.parse(n).num_chips for n in chips.DOCUMENTED}
+    assert out["chips"] == {n: chips.parse(n).num_devices for n in chips.DOCUMENTED}
     assert out["two slices of one"] == 2
     # 4 x 4 chips: each fsdp group (a row) is a physical ring of neighbours, one ICI hop apart.
     for row in out["rows"]:

@@ -141,7 +141,14 @@ def test_topology_names_map_to_documented_slices():
     assert chips.parse("v5e-1").num_chips == chips.parse("v6e-1").num_chips == 1
     assert chips.parse("v5e:2x4").num_chips == 8
     assert chips.parse("v5e-16", num_slices=2).num_chips == 32
-    assert {"v4-8", "v5p-8", "v5e-1", "v6e-1", "v4-1024", "v5e-256"} <= set(chips.DOCUMENTED)
+    # TPU7x counts TensorCores as v5p does, but each is a device (no megacore): figures per device.
+    assert chips.parse("tpu7x-8").shape == chips.parse("v7x:2x2x1").shape == "2x2x1"
+    assert (chips.parse("tpu7x-16").num_chips, chips.parse("tpu7x-16").num_devices) == (8, 16)
+    assert chips.CHIPS["tpu7x"].hbm_bytes == 96 * chips.GIB  # half a chip's 192 GiB
+    assert chips.parse("v5p-8").num_devices == chips.parse("v5p-8").num_chips == 4
+    assert {"v4-8", "v5p-8", "v5e-1", "v6e-1", "v4-1024", "v5e-256", "tpu7x-8"} <= set(
+        chips.DOCUMENTED
+    )
     for name in chips.DOCUMENTED:
         assert chips.parse(name).num_chips >= 1
     for bad in ("v5p-63", "v3-8", "v5e:2x2x2", "tpu", "v5e:0x4", "v4-2"):
