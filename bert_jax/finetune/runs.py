@@ -118,7 +118,7 @@ def prepare(
     examples = tasks.read_examples(task, config.data.train_file) if with_train else None
     encoder = pretrained.load(
         init,
-        overrides=config.model.to_dict(),
+        overrides={k: v for k, v in config.model.to_dict().items() if v is not None},
         vocab_file=config.data.vocab_file or None,
         do_lower_case=config.data.do_lower_case,
     )

@@ -152,6 +152,7 @@ BERT = Architecture(
         "head_bias": True,
         "decoder_bias": True,
         "local_attention": 0,
+        "classifier_pooling": "cls",  # BertForSequenceClassification reads the pooler
     },
     from_hf=_bert_config,
     to_hf=_bert_hf_config,

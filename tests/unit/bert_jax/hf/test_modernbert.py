@@ -188,6 +188,14 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     written = hf.hf_config_from_bert(cfg)
     assert hf.bert_config_from_hf(written) == cfg
     theirs = transformers.ModernBertConfig(**written)
+    assert (theirs.classifier_pooling, theirs.classifier_dropout) == ("cls", 0.0)
+    mean = hf.bert_config_from_hf(
+        written | {"classifier_pooling": "mean", "classifier_dropout": 0.2}
+    )
+    assert hf.hf_config_from_bert(mean) == written | {
+        "classifier_pooling": "mean",
+        "classifier_dropout": 0.2,
+    }
     assert theirs.layer_types == [
         "full_attention",
         "sliding_attention",
@@ -387,6 +395,8 @@ def test_a_field_of_the_wrong_kind_is_named(tmp_path):
         "decoder_bias": ["false", None, 0],
         "norm_bias": ["true", 1],
         "max_position_embeddings": [None, "64"],
+        "classifier_pooling": [None, 1, "max"],
+        "classifier_dropout": [None, "0.1", 1.0],
     }
     for field, values in wrong.items():
         for value in values:
