@@ -78,6 +78,12 @@ def get_config() -> ml_collections.ConfigDict:
     # Output projections (attention output, feed-forward output, MLM transform) initialized with
     # stddev initializer_range / sqrt(2 * num_hidden_layers), as ModernBERT (and GPT-2) do.
     m.scale_init_by_depth = False
+    # A ModernBERT block's task models (fine-tuning; transformers' ModernBertFor* fields of the
+    # same names): a sentence is its first token's state ("cls") or its tokens' mean ("mean"),
+    # through the head (the MLM head's dense, GELU and norm) and classifier_dropout; BERT's
+    # task models read the pooler ("cls") and drop out at hidden_dropout_prob.
+    m.classifier_pooling = "cls"
+    m.classifier_dropout = 0.0
 
     # --- Data (bert_jax/data/contract/data_facts.py, bert_jax/data/input/pipeline.py) ---
     # Fields marked "from the manifest" are read from the manifest.json data_prep writes beside

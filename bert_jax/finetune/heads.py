@@ -1,6 +1,7 @@
-"""Task models (a BertModel plus a dense `head`, the name LoRA training selects it by), their
-losses, and their export as transformers' BertForSequenceClassification (regression: one label),
-BertForTokenClassification or BertForQuestionAnswering, LoRA merged.
+"""Task models (a BertModel plus a `head`, the name LoRA training selects it by), their losses,
+and their export as transformers' BertForSequenceClassification (regression: one label),
+BertForTokenClassification or BertForQuestionAnswering, or for the modern block the
+ModernBertFor* of each, LoRA merged.
 """
 
 from collections.abc import Sequence
@@ -15,7 +16,8 @@ from bert_jax import cli
 from bert_jax.data.contract import features as F
 from bert_jax.data.input import packing
 from bert_jax.finetune import encode, lora, squad
-from bert_jax.hf import bert, publish
+from bert_jax.hf import architectures, bert, publish
+from bert_jax.model import layers as L
 from bert_jax.model.encoder import BertConfig, BertModel
 from bert_jax.text import tokenization
 
@@ -23,7 +25,7 @@ KINDS = ("classification", "regression", "tagging", "span")
 
 
 class TaskModel(nnx.Module):
-    """`bert` (a BertModel) and `head` (a dense layer) for one of KINDS."""
+    """`bert` (a BertModel) and `head` (a dense layer; the modern block's: ModernHead), a KIND."""
 
     def __init__(self, config: BertConfig, kind: str, num_labels: int, *, rngs: nnx.Rngs):
         self.config = config
@@ -31,7 +33,16 @@ class TaskModel(nnx.Module):
         self.bert = BertModel(config, rngs=rngs)
         if kind in ("classification", "tagging") and num_labels < 2:
             raise cli.UserError(f"a {kind} task needs at least 2 labels, got {num_labels}")
+        self.modern = architectures.is_modern(config)
+        if not self.modern and config.classifier_pooling != "cls":
+            raise cli.UserError(
+                f"model.classifier_pooling={config.classifier_pooling!r} is for a ModernBERT "
+                "block: BERT's task models read the pooler; leave it unset"
+            )
         outputs = {"classification": num_labels, "regression": 1, "tagging": num_labels, "span": 2}
+        if self.modern:
+            self.head = ModernHead(config, outputs[kind], rngs=rngs)
+            return
         # Initialized as BERT's own dense layers; logical axes as model.py names them.
         self.head = nnx.Linear(
             config.hidden_size,
@@ -48,22 +59,57 @@ class TaskModel(nnx.Module):
         """float32 logits: classification [batch, classes] and regression [batch] from the pooled
         [CLS] output, tagging [batch, length, tags], span (start, end) [batch, length] each.
         Packed rows (packed.py) pass packing.MODEL_INPUTS: sentence outputs are then per slot."""
-        if self.kind not in ("classification", "regression"):
+        sentence = self.kind in ("classification", "regression")
+        if not sentence:
             packed.pop(packing.CLS_POSITIONS, None)  # no pooled output wanted
         k_bert, k_head = jax.random.split(dropout_rng) if dropout_rng is not None else (None, None)
         sequence, pooled = self.bert(
             input_ids, input_mask, segment_ids, dropout_rng=k_bert, **packed
         )
-        if self.kind == "span":  # Hugging Face's QA head has no dropout
+        if self.modern:
+            mean = sentence and self.config.classifier_pooling == "mean"
+            x = _mean(sequence, input_mask, packed) if mean else pooled if sentence else sequence
+            logits = self.head(x, k_head)
+        elif self.kind == "span":  # Hugging Face's BERT QA head has no dropout
             logits = self.head(sequence).astype(jnp.float32)  # [batch, length, 2]
+        else:
+            x = _dropout(pooled if sentence else sequence, self.config.hidden_dropout_prob, k_head)
+            logits = self.head(x).astype(jnp.float32)
+        if self.kind == "span":
             return logits[..., 0], logits[..., 1]
-        x = pooled if self.kind in ("classification", "regression") else sequence
-        rate = self.config.hidden_dropout_prob
-        if k_head is not None and rate > 0:
-            keep = jax.random.bernoulli(k_head, 1.0 - rate, x.shape)
-            x = jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
-        logits = self.head(x).astype(jnp.float32)
         return logits[..., 0] if self.kind == "regression" else logits
+
+
+class ModernHead(nnx.Module):
+    """transformers' ModernBertPredictionHead (dense, GELU, LayerNorm: the MLM head's transform,
+    named as ours), dropout at classifier_dropout, then the `classifier`."""
+
+    def __init__(self, c: BertConfig, outputs: int, *, rngs: nnx.Rngs):
+        h, self.rate = c.hidden_size, c.classifier_dropout
+        self.transform = L.dense(c, h, h, ("embed", None), rngs, bias=c.head_bias, output=True)
+        self.transform_norm = L.layer_norm(c, rngs)
+        self.classifier = L.dense(c, h, outputs, ("embed", None), rngs)
+
+    def __call__(self, x, dropout_rng=None):
+        x = _dropout(self.transform_norm(L.gelu(self.transform(x))), self.rate, dropout_rng)
+        return self.classifier(x).astype(jnp.float32)
+
+
+def _dropout(x, rate: float, key):
+    if key is None or rate == 0:
+        return x
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def _mean(sequence, input_mask, packed):
+    """transformers' mean pooling over a row's tokens (packed rows: over each slot's)."""
+    ids = packed.get(packing.EXAMPLE_IDS)  # slot e holds the tokens of id e + 1
+    slots = jnp.arange(1, 2 if ids is None else packed[packing.CLS_POSITIONS].shape[1] + 1)
+    weights = ((input_mask if ids is None else ids)[:, None, :] == slots[:, None]).astype(float)
+    total = jnp.einsum("bsl,blh->bsh", weights, sequence.astype(jnp.float32))
+    mean = (total / jnp.maximum(weights.sum(-1)[..., None], 1.0)).astype(sequence.dtype)
+    return mean[:, 0] if ids is None else mean
 
 
 # BERT vocabularies put [PAD] at id 0 (transformers' pad_token_id, which our export writes).
@@ -119,7 +165,7 @@ def _weighted_mean(values, weights):
     return jnp.sum(values * weights) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-# Hugging Face class and head tensor name per task kind.
+# Hugging Face class and head tensor name per task kind (ModernBERT's: ModernBertFor*, classifier).
 _HF_HEADS = {
     "classification": ("BertForSequenceClassification", "classifier"),
     "regression": ("BertForSequenceClassification", "classifier"),
@@ -131,15 +177,11 @@ EXPORT_FLAG = "<workdir>/export"
 
 
 def check_exportable(config: BertConfig, kind: str, vocab_file: str | None = None) -> None:
-    """Refuses what BERT's transformers task classes cannot hold (runs.prepare asks before
-    training): a ModernBERT block, a SentencePiece `vocab_file`, a sentence head without pooler."""
+    """Refuses what transformers' task classes cannot hold (runs.prepare asks before training):
+    a mix of the two blocks, a SentencePiece `vocab_file`, a BERT sentence head without pooler."""
     bert.check_exportable_vocab(vocab_file)
-    if bert.architecture(config) != bert.BERT:
-        raise cli.UserError(
-            "a fine-tuned model of the ModernBERT block cannot be exported to transformers yet "
-            "(this export writes BERT's task classes): set --config.export=False"
-        )
-    if kind in ("classification", "regression") and not config.pooler:
+    arch = bert.architecture(config)
+    if arch == bert.BERT and kind in ("classification", "regression") and not config.pooler:
         raise cli.UserError(
             f"a {kind} model without BERT's pooler (model.pooler=False) cannot be exported: "
             "transformers' BertForSequenceClassification reads the pooler; set "
@@ -151,15 +193,17 @@ def hf_tensors(model) -> dict[str, np.ndarray]:
     """{transformers name: float32 array} of a TaskModel, LoRA merged into a copy."""
     model = nnx.clone(model)
     lora.merge_adapters(model)
-    _, head_name = _HF_HEADS[model.kind]
-    encoder_params = jax.device_get(nnx.to_pure_dict(nnx.state(model.bert, nnx.Param)))
-    tensors = bert.encoder_state_dict(encoder_params, model.config)
+    head_name = "classifier" if model.modern else _HF_HEADS[model.kind][1]
+    params = jax.device_get(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+    head = params["head"] if model.modern else None
+    tensors = bert.encoder_state_dict(params["bert"], model.config, head)
     if model.kind in ("tagging", "span"):
         # transformers builds these two without a pooler; a pooler tensor would be "unexpected".
         tensors = {k: v for k, v in tensors.items() if not k.startswith("bert.pooler.")}
-    kernel = np.asarray(jax.device_get(model.head.kernel[...]), np.float32)  # [hidden, outputs]
+    classifier = head["classifier"] if model.modern else params["head"]
+    kernel = np.asarray(classifier["kernel"], np.float32)  # [hidden, outputs]
     tensors[f"{head_name}.weight"] = np.ascontiguousarray(kernel.T)  # torch: [outputs, hidden]
-    tensors[f"{head_name}.bias"] = np.asarray(jax.device_get(model.head.bias[...]), np.float32)
+    tensors[f"{head_name}.bias"] = np.asarray(classifier["bias"], np.float32)
     return tensors
 
 
@@ -170,12 +214,14 @@ def export_hf(
     vocab_file: str | None,
     do_lower_case: bool = tokenization.DO_LOWER_CASE,
     pad_id: int = PAD_ID,
+    special_ids: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
-    """Writes a TaskModel as a transformers task model directory -> the config.json written."""
+    """Writes a TaskModel as a transformers task model directory -> the config.json written;
+    `special_ids`: the tokenizer's 'cls' and 'sep' ids, which a ModernBERT config.json names."""
     check_exportable(model.config, model.kind)
     tensors = hf_tensors(model)
-    cls_name, _ = _HF_HEADS[model.kind]
-    hf_config = bert.hf_config_from_bert(model.config, {"pad": pad_id})
+    cls_name = ("Modern" if model.modern else "") + _HF_HEADS[model.kind][0]
+    hf_config = bert.hf_config_from_bert(model.config, {"pad": pad_id, **(special_ids or {})})
     hf_config.pop("tie_word_embeddings", None)  # no MLM decoder to tie
     hf_config["architectures"] = [cls_name]
     if model.kind == "regression":

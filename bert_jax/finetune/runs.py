@@ -118,7 +118,7 @@ def prepare(
     examples = tasks.read_examples(task, config.data.train_file) if with_train else None
     encoder = pretrained.load(
         init,
-        overrides=config.model.to_dict(),
+        overrides={k: v for k, v in config.model.to_dict().items() if v is not None},
         vocab_file=config.data.vocab_file or None,
         do_lower_case=config.data.do_lower_case,
     )
@@ -180,11 +180,15 @@ def check_same_init(saved_config, found: str, init: str) -> None:
 def build_model(
     kind: str, labels, encoder: pretrained.Pretrained, lora_config, seed: int
 ) -> heads.TaskModel:
-    """The task model with the pre-trained encoder's weights and a fresh head (and adapters)."""
+    """The task model with the pre-trained encoder's weights and a fresh head (and adapters); a
+    ModernBERT head's dense and norm are the MLM head's where --init has one, as transformers'."""
     model = heads.TaskModel(encoder.config, kind, len(labels), rngs=nnx.Rngs(seed))
-    state = nnx.state(model.bert, nnx.Param)
-    nnx.replace_by_pure_dict(state, jax.device_get(encoder.params["bert"]))
-    nnx.update(model.bert, state)
+    params = {"bert": encoder.params["bert"]}
+    if model.modern and not any(name.startswith("head.") for name in encoder.fresh):
+        params["head"] = {k: encoder.params["mlm"][k] for k in ("transform", "transform_norm")}
+    state = nnx.state(model, nnx.Param)
+    nnx.replace_by_pure_dict(state, jax.device_get(params))
+    nnx.update(model, state)
     if lora_config.rank:
         lora.add_adapters(
             model.bert,

@@ -236,5 +236,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str, init: str | None =
                 run.vocab_file,
                 config.data.do_lower_case,
                 pad_id=run.tok.pad_id,
+                special_ids={"cls": run.tok.cls_id, "sep": run.tok.sep_id},
             )
     return result

@@ -152,6 +152,7 @@ BERT = Architecture(
         "head_bias": True,
         "decoder_bias": True,
         "local_attention": 0,
+        "classifier_pooling": "cls",  # BertForSequenceClassification reads the pooler
     },
     from_hf=_bert_config,
     to_hf=_bert_hf_config,
@@ -205,9 +206,14 @@ MODERNBERT = Architecture(
 )
 
 
+def is_modern(config: BertConfig) -> bool:
+    """Whether `config` is of the modern block (ModernBERT's, or a mix architecture() refuses)."""
+    return config.position_embedding_type == "rope" or config.norm_position == "pre"
+
+
 def architecture(config: BertConfig) -> Architecture:
     """BERT or MODERNBERT, the class of `config`'s model; a mix of the two blocks is refused."""
-    modern = config.position_embedding_type == "rope" or config.norm_position == "pre"
+    modern = is_modern(config)
     arch = MODERNBERT if modern else BERT
     wrong = [
         f"{name}={getattr(config, name)!r}" + (f" (ModernBERT: {want!r})" if modern else "")

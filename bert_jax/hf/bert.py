@@ -93,11 +93,12 @@ def to_hf_state_dict(model_or_state, config: BertConfig | None = None) -> dict[s
     return _tensors(params, arch.rows(config, num_layers))
 
 
-def encoder_state_dict(bert_params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
-    """A BertModel's parameters alone (a task model's encoder) -> to_hf_state_dict's `bert.*`."""
+def encoder_state_dict(bert_params: Mapping, config: BertConfig, head=None) -> dict:
+    """A BertModel's parameters alone (a task model's encoder) -> to_hf_state_dict's `bert.*`;
+    with `head` (a ModernBERT task model's, the MLM head's layout) its `head.*` too."""
     table = architecture(config).rows(config, config.num_hidden_layers)
-    rows = [row for row in table if row[0][0][0] == "bert"]
-    return _tensors({"bert": bert_params}, rows)
+    rows = [row for row in table if row[0][0][0] == "bert" or (head and row[1].startswith("head."))]
+    return _tensors({"bert": bert_params, "mlm": head}, rows)
 
 
 def _tensors(params: Mapping, table) -> dict[str, np.ndarray]:
@@ -130,8 +131,6 @@ def save_hf(
     tensors = to_hf_state_dict(model, model.config)
     hf_config = hf_config_from_bert(model.config, special_ids)  # before writing: it may refuse
     write_hf(output_dir, tensors, hf_config, vocab_file, do_lower_case)
-    if vocab_file and architecture(model.config) == MODERNBERT and not vocab_file.endswith(".json"):
-        _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
 
 
 def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_case) -> None:
@@ -143,6 +142,8 @@ def write_hf(output_dir: str, tensors, hf_config: dict, vocab_file, do_lower_cas
     _write_json(os.path.join(output_dir, "config.json"), hf_config, sort_keys=True)
     if vocab_file:
         save_tokenizer(vocab_file, output_dir, do_lower_case, hf_config["max_position_embeddings"])
+    if vocab_file and of_hf_config(hf_config) == MODERNBERT and not vocab_file.endswith(".json"):
+        _save_wordpiece_tokenizer_json(vocab_file, output_dir, do_lower_case)
 
 
 def _write_json(path: str, value: dict, **kwargs) -> None:

@@ -28,6 +28,8 @@ _FIELDS = {
     "mlp_bias": ("mlp_bias", False, bool),
     "decoder_bias": ("decoder_bias", True, bool),
     "classifier_bias": ("head_bias", False, bool),
+    "classifier_pooling": ("classifier_pooling", "cls", str),
+    "classifier_dropout": ("classifier_dropout", 0.0, float),
 }
 _SHAPES = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads".split()
 BLOCK = {
@@ -44,6 +46,7 @@ _KINDS = {
     bool: (lambda v: isinstance(v, bool), "true or false"),
     dict: (lambda v: v is None or isinstance(v, dict), "an object or null"),
     list: (lambda v: v is None or isinstance(v, list), "a list or null"),
+    str: (lambda v: isinstance(v, str), "a string"),
 }
 
 

@@ -19,6 +19,7 @@ ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
 POSITION_EMBEDDING_TYPES = ("absolute", "rope")
 NORM_POSITIONS = ("post", "pre")
 MLP_TYPES = ("gelu", "geglu")
+CLASSIFIER_POOLINGS = ("cls", "mean")
 
 # The fields that fix the parameters' shapes (transformers' BertConfig has the same names).
 SHAPE_FIELDS = (
@@ -67,6 +68,9 @@ class BertConfig:
     pooler: bool = True  # BERT's tanh(dense) pooler; False: pooled = the first token's state
     nsp_head: bool = True  # the next-sentence head (needs the pooler)
     scale_init_by_depth: bool = False  # output projections' init / sqrt(2 * layers) (ModernBERT)
+    # A ModernBERT block's task models (bert_jax.finetune.heads), as transformers' fields.
+    classifier_pooling: str = "cls"  # a sentence's state: "cls" (first token) or "mean"
+    classifier_dropout: float = 0.0  # before the classifier
 
     def __post_init__(self):
         problems = []
@@ -83,7 +87,7 @@ class BertConfig:
             )
         # Real numbers: a hand-edited config.json may hold text, null or a bool here.
         real = lambda v: isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, name)
             if not real(value) or not 0.0 <= value < 1.0:
                 problems.append(f"{name} must be in [0, 1), got {value!r}")
@@ -98,6 +102,7 @@ class BertConfig:
             ("position_embedding_type", POSITION_EMBEDDING_TYPES),
             ("norm_position", NORM_POSITIONS),
             ("mlp_type", MLP_TYPES),
+            ("classifier_pooling", CLASSIFIER_POOLINGS),
         ):
             if getattr(self, name) not in choices:
                 problems.append(f"{name} must be one of {choices}, got {getattr(self, name)!r}")

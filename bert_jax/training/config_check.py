@@ -79,6 +79,7 @@ NUMERIC_FIELDS = {
     "model.intermediate_size": _WHOLE_1,
     "model.hidden_dropout_prob": _PROBABILITY,
     "model.attention_probs_dropout_prob": _PROBABILITY,
+    "model.classifier_dropout": Range(0, 1, open_high=True, also=(None,), note="None: --init's"),
     "model.max_position_embeddings": _WHOLE_1,
     "model.type_vocab_size": Range(0, whole=True, note="0: no token types (ModernBERT)"),
     "model.global_rope_theta": _POSITIVE,

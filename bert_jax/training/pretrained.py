@@ -30,6 +30,8 @@ OVERRIDABLE = (
     "dtype",
     "remat",
     "attention_impl",
+    "classifier_pooling",
+    "classifier_dropout",
 )
 
 

@@ -59,6 +59,10 @@ def get_config() -> ml_collections.ConfigDict:
     m.dtype = "float32"  # computation dtype: "float32" or "bfloat16"
     m.remat = False  # recompute each layer's activations in the backward pass (saves memory)
     m.attention_impl = "auto"  # see configs/default.py
+    # A ModernBERT block's sentence pooling ("cls" or "mean") and dropout before its classifier
+    # (configs/default.py); unset: --init's (ModernBERT-base's config.json: "mean", 0.0).
+    m.classifier_pooling = config_dict.placeholder(str)
+    m.classifier_dropout = config_dict.placeholder(float)
 
     # --- LoRA (bert_jax/finetune/lora.py) ---
     lo = config.lora = ml_collections.ConfigDict()

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from bert_jax import cli
 from bert_jax.finetune import heads, lora
 from bert_jax.model import encoder
 from bert_jax.training import pretrained
@@ -194,6 +195,13 @@ def test_export_of_a_plain_model_needs_no_adapters(tmp_path):
     config = heads.export_hf(model, ("0", "1"), str(tmp_path / "export"), None)
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert not (tmp_path / "export" / "vocab.txt").exists()
+
+
+def test_mean_pooling_is_refused_for_bert():
+    """BERT's task models read the pooler: a mean pooling asked of one would be ignored."""
+    config = dataclasses.replace(TINY, classifier_pooling="mean")
+    with pytest.raises(cli.UserError, match="classifier_pooling='mean' is for a ModernBERT"):
+        heads.TaskModel(config, "classification", 2, rngs=nnx.Rngs(0))
 
 
 def test_init_from_a_pretraining_workdir_of_ours(tmp_path, vocab_file, flip_bytes):

@@ -188,6 +188,14 @@ def test_configs_round_trip_and_read_transformers_4s_spelling():
     written = hf.hf_config_from_bert(cfg)
     assert hf.bert_config_from_hf(written) == cfg
     theirs = transformers.ModernBertConfig(**written)
+    assert (theirs.classifier_pooling, theirs.classifier_dropout) == ("cls", 0.0)
+    mean = hf.bert_config_from_hf(
+        written | {"classifier_pooling": "mean", "classifier_dropout": 0.2}
+    )
+    assert hf.hf_config_from_bert(mean) == written | {
+        "classifier_pooling": "mean",
+        "classifier_dropout": 0.2,
+    }
     assert theirs.layer_types == [
         "full_attention",
         "sliding_attention",
@@ -299,9 +307,15 @@ def test_pretraining_finetuning_and_embed_read_a_modernbert_directory(hf_dir, tm
     got = nnx.to_pure_dict(nnx.state(run.model.bert, nnx.Param))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(params["bert"])):
         np.testing.assert_array_equal(a, b)
-    config.export = True  # a ModernBERT task model has no transformers export yet: said at once
-    with pytest.raises(cli.UserError, match="cannot be exported to transformers yet"):
-        runs.prepare(config, path)
+    # The task head's dense and norm are the MLM head's, as transformers loads them; the
+    # fine-tuning config's pooling wins over the directory's.
+    config.export, config.model.classifier_pooling = True, "mean"
+    run = runs.prepare(config, path)
+    assert run.model.config.classifier_pooling == "mean"
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    head = {k: v.detach().numpy() for k, v in loaded.head.state_dict().items()}
+    np.testing.assert_array_equal(run.model.head.transform.kernel[...], head["dense.weight"].T)
+    np.testing.assert_array_equal(run.model.head.transform_norm.scale[...], head["norm.weight"])
     loaded = pretrained.load(path)
     assert set(loaded.params) == {"bert", "mlm"} and loaded.vocab_file.endswith("vocab.txt")
 
@@ -387,6 +401,8 @@ def test_a_field_of_the_wrong_kind_is_named(tmp_path):
         "decoder_bias": ["false", None, 0],
         "norm_bias": ["true", 1],
         "max_position_embeddings": [None, "64"],
+        "classifier_pooling": [None, 1, "max"],
+        "classifier_dropout": [None, "0.1", 1.0],
     }
     for field, values in wrong.items():
         for value in values:
@@ -440,3 +456,61 @@ def test_a_scaled_rope_is_refused_wherever_transformers_would_scale_it():
         want = theirs.rope_parameters
         assert ours.global_rope_theta == want["full_attention"]["rope_theta"]
         assert ours.local_rope_theta == want["sliding_attention"]["rope_theta"]
+
+
+@pytest.mark.parametrize(
+    "kind, pooling, auto_class",
+    [
+        ("classification", "cls", "AutoModelForSequenceClassification"),
+        ("classification", "mean", "AutoModelForSequenceClassification"),
+        ("regression", "mean", "AutoModelForSequenceClassification"),
+        ("tagging", "cls", "AutoModelForTokenClassification"),
+        ("span", "cls", "AutoModelForQuestionAnswering"),
+    ],
+)
+def test_a_task_model_exports_as_transformers_modernbert_for(tmp_path, kind, pooling, auto_class):
+    """A fine-tuned ModernBERT (noise on every weight, LoRA adapters merged) loads as transformers'
+    ModernBertFor* of its kind, with the same logits on padded rows; mean pooling is per
+    document on packed rows."""
+    from bert_jax.finetune import heads, lora
+
+    cfg = hf.bert_config_from_hf(hf_model().config.to_dict())
+    cfg = dataclasses.replace(cfg, num_hidden_layers=2, classifier_pooling=pooling, norm_bias=True)
+    model = heads.TaskModel(dataclasses.replace(cfg, head_bias=True), kind, 3, rngs=nnx.Rngs(0))
+    lora.add_adapters(model.bert, ("query", "output"), 2, 4.0, rngs=nnx.Rngs(1))
+    leaves, tree = jax.tree.flatten(nnx.state(model, nnx.Param))
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    noisy = [x + 0.1 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)]
+    nnx.update(model, jax.tree.unflatten(tree, noisy))
+    ids, mask = padded_batch()
+    ours = model(ids, mask, ids * 0)
+    (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    out = str(tmp_path / "export")
+    written = heads.export_hf(model, ("a", "b", "c"), out, str(tmp_path / "vocab.txt"))
+    assert os.path.isfile(os.path.join(out, "tokenizer.json"))  # as the MLM export writes it
+    theirs = getattr(transformers, auto_class).from_pretrained(out, attn_implementation="eager")
+    assert (
+        type(theirs).__name__
+        == written["architectures"][0]
+        == "ModernBert"
+        + {
+            "tagging": "ForTokenClassification",
+            "span": "ForQuestionAnswering",
+        }.get(kind, "ForSequenceClassification")
+    )
+    with torch.no_grad():
+        got = theirs.eval()(input_ids=torch.tensor(ids).long(), attention_mask=torch.tensor(mask))
+    if kind == "span":
+        ours, got = np.stack(ours, -1), np.stack([got.start_logits, got.end_logits], -1)
+    else:
+        got = got.logits.numpy()[..., 0] if kind == "regression" else got.logits.numpy()
+    real = mask > 0 if kind in ("tagging", "span") else slice(None)  # padding: any logits
+    np.testing.assert_allclose(np.asarray(ours)[real], got[real], atol=1e-4, rtol=0)
+    if pooling == "mean":  # packed rows: each slot's logits are its document's alone
+        ids, mask, packed, pieces = packed_rows()
+        alone = np.zeros((len(pieces), LENGTH), np.int32)
+        for i, (_, _, doc) in enumerate(pieces):
+            alone[i, : len(doc)] = doc
+        want = model(alone, (alone > 0).astype(np.int32), alone * 0)
+        got = model(ids, mask, ids * 0, **packed)  # [rows, slots, ...]
+        np.testing.assert_allclose(np.reshape(got, np.shape(want)), want, atol=1e-5, rtol=0)
