@@ -32,7 +32,7 @@ class ReadStats:
     repaired_sentences: int = 0  # a leading "," taken off
     dropped_sentences: int = 0  # lost words that cannot be put back (data_prep/wikitext.py)
 
-    def add(self, other: "ReadStats") -> None:
+    def add(self, other) -> None:  # InstanceStats' too: every field summed
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 

@@ -12,6 +12,7 @@ import tempfile
 
 from bert_jax import cli, storage
 from bert_jax.data.contract import manifest, record_io, shard_files
+from data_prep.inputs import ReadStats
 
 
 class OutputError(cli.UserError):
@@ -85,10 +86,7 @@ class InstanceStats:
     tokens: int = 0  # real tokens, [CLS]/[SEP] included
     masked: int = 0
     random_next: int = 0
-
-    def add(self, other: "InstanceStats") -> None:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+    add = ReadStats.add
 
     def summary(self, max_seq_length: int) -> dict:
         n = max(self.instances, 1)

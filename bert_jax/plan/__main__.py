@@ -2,8 +2,6 @@ r"""Does it fit, and how fast will it be: the trainer's steps compiled for a TPU
 
   python -m bert_jax.plan --config=configs/bert_large.py --topology=v5p-64 \
       --meshes=32x1x1,8x4x1 --remat=false,true
-  python -m bert_jax.plan --config=configs/bert_base.py --topology=v5e-16 --num_slices=2
-  python -m bert_jax.plan --topology=cpu:256 --num_layers=2 --meshes=32x8x1  # XLA:CPU's plan
 
 For every mesh, remat choice and batch size it prints per chip the memory, FLOPs, collectives,
 step-time estimates and where the HBM bytes go, and ends with the flags of the fastest plan that
@@ -132,23 +130,6 @@ def _take_config_overrides() -> None:
         FLAGS[flag].value = wanted
 
 
-def _check_tpu7x(steps: list[str], attention_dropout: float) -> None:
-    """What libtpu 0.0.42.1 cannot compile for TPU7x: it crashes (a segmentation fault, no error)
-    on fine-tuning's step and on a train step with attention dropout (docs/scaling.md)."""
-    crash = "the installed libtpu crashes compiling"
-    if "finetune" in steps:
-        raise cli.UserError(
-            f"--topology={FLAGS.topology}: {crash} fine-tuning's step for TPU7x; plan "
-            "--steps=train,eval there"
-        )
-    if "train" in steps and attention_dropout > 0:
-        raise cli.UserError(
-            f"--topology={FLAGS.topology}: {crash} a TPU7x train step with attention dropout "
-            f"({attention_dropout}); plan it with --attention_dropout=0 (ModernBERT's setting; "
-            "BERT's 0.1 adds an elementwise pass over the attention probabilities)"
-        )
-
-
 def main(argv):
     del argv  # cli.run refuses arguments after the flags
     from bert_jax.plan import chips, options
@@ -204,8 +185,13 @@ def main(argv):
             f"{flag}=cudnn compiles for a GPU only: pass --topology=h100 (with the cuda extra "
             f"installed), or another attention_impl for {where}"
         )
-    if topology and topology.chip.name == "tpu7x":
-        _check_tpu7x(req.steps, base.model.attention_probs_dropout_prob)
+    dropout = base.model.attention_probs_dropout_prob > 0
+    if topology and topology.chip.name == "tpu7x" and ("finetune" in req.steps or dropout):
+        raise cli.UserError(
+            f"--topology={FLAGS.topology}: the installed libtpu crashes compiling fine-tuning's "
+            "step, and the train step with attention dropout, for TPU7x: plan with "
+            "--steps=train,eval --attention_dropout=0"
+        )
     plans = itertools.product(req.meshes, req.remats, req.batches)
     configs = [pretrain_config(base, *plan) for plan in plans]
     for config in configs:  # the trainer's own checks, before anything compiles

@@ -19,9 +19,7 @@ GIB = 1024**3
 
 
 @dataclasses.dataclass(frozen=True)
-class Chip:
-    """Figures per JAX device: a chip's, but halved on tpu7x, whose two chiplets are two devices."""
-
+class Chip:  # figures per JAX device: a chip's, halved on tpu7x (two chiplets, two devices)
     name: str  # as in topology names and libtpu's get_topology_desc("v5e:4x4"): v4, v5e, ...
     hbm_bytes: int
     bf16_flops: float  # peak FLOP/s
