@@ -1,8 +1,5 @@
-"""Task models (a BertModel plus a `head`, the name LoRA training selects it by), their losses,
-and their export as transformers' BertForSequenceClassification (regression: one label),
-BertForTokenClassification or BertForQuestionAnswering, or for the modern block the
-ModernBertFor* of each, LoRA merged.
-"""
+"""Task models (a BertModel plus a `head`, the name LoRA selects it by), their losses, and their
+export as transformers' (Modern)BertFor{Sequence,Token}Classification or ...ForQuestionAnswering."""
 
 from collections.abc import Sequence
 from typing import Any
