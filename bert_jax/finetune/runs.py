@@ -118,7 +118,7 @@ def prepare(
     examples = tasks.read_examples(task, config.data.train_file) if with_train else None
     encoder = pretrained.load(
         init,
-        overrides={k: v for k, v in config.model.to_dict().items() if v is not None},
+        overrides=model_overrides(config),
         vocab_file=config.data.vocab_file or None,
         do_lower_case=config.data.do_lower_case,
     )
@@ -175,6 +175,10 @@ def check_same_init(saved_config, found: str, init: str) -> None:
             f"({saved_config.get('init')!r} when it was saved): its {what}; pass that model (a "
             "moved copy of it is fine)"
         )
+
+
+def model_overrides(config) -> dict:
+    return {k: v for k, v in config.model.to_dict().items() if v is not None}  # None: --init's
 
 
 def build_model(

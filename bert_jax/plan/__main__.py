@@ -156,11 +156,9 @@ def main(argv):
         extra = "cuda" if topology.chip.name == "h100" else "tpu"
         cli.warn(
             f"--topology={FLAGS.topology}: its compiler is not installed (pip install -e "
-            f"'.[{extra}]'); planning for {topology.num_devices} fake CPU devices instead"
+            f"'.[{extra}]'); planning for {req.num_devices} fake CPU devices instead"
         )
-        note = (
-            f"XLA:CPU for {topology.num_devices} fake CPU devices standing in for {topology.name}"
-        )
+        note = f"XLA:CPU for {req.num_devices} fake CPU devices standing in for {topology.name}"
         topology = None
     else:
         gpu = topology.chip.name == "h100"

@@ -23,7 +23,7 @@ _NEEDED = (
 @dataclasses.dataclass
 class Request:
     topology: chips.Topology | None  # None: fake CPU devices
-    num_devices: int  # devices to compile for (chips, or fake CPU devices)
+    num_devices: int  # devices to compile for (the slice's, or fake CPU devices)
     meshes: list[tuple[int, int, int]]
     remats: list[bool]
     batches: list[int]  # global batch sizes, the config's where the flag said 0
@@ -33,7 +33,7 @@ class Request:
 def topology(
     name: str, num_slices: int, num_devices: int | None
 ) -> tuple[chips.Topology | None, int]:
-    """(the slice, its chips), or (None, the fake CPU devices) for `cpu`/`cpu:N`; `num_devices`
+    """(the slice, its devices), or (None, the fake CPU devices) for `cpu`/`cpu:N`; `num_devices`
     is --topology=cpu's count (None: 256)."""
     if num_devices is not None and name.strip().lower() != "cpu":  # it was ignored, silently
         raise cli.UserError(

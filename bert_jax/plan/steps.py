@@ -78,8 +78,7 @@ def _finetune(config, ft_base, devices):
     ftc = ft_base.copy_and_resolve_references()
     ftc.mesh = config.mesh
     ftc.model.dtype, ftc.model.remat = config.model.dtype, config.model.remat
-    set_here = {k: v for k, v in ftc.model.to_dict().items() if v is not None}  # None: --init's
-    fields = {**config.model.to_dict(), **set_here}
+    fields = {**config.model.to_dict(), **runs.model_overrides(ftc)}
     model_config = encoder.BertConfig.from_config_dict(
         {k: v for k, v in fields.items() if k in config.model}
     )
