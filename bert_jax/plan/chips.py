@@ -19,7 +19,7 @@ GIB = 1024**3
 
 
 @dataclasses.dataclass(frozen=True)
-class Chip:  # figures per JAX device: a chip's, halved on tpu7x (two chiplets, two devices)
+class Chip:  # figures per JAX device: a chip's, halved on v3 and tpu7x (two devices a chip)
     name: str  # as in topology names and libtpu's get_topology_desc("v5e:4x4"): v4, v5e, ...
     hbm_bytes: int
     bf16_flops: float  # peak FLOP/s
@@ -32,6 +32,7 @@ class Chip:  # figures per JAX device: a chip's, halved on tpu7x (two chiplets, 
 
 
 CHIPS = {
+    "v3": Chip("v3", 16 * GIB, 123e12 / 2, 900e9 / 2, 340e12 / 1024 / 2, 3.125e9 / 2, 2, 2, 2),
     "v4": Chip("v4", 32 * GIB, 275e12, 1200e9, 1.1e15 / 4096, 3.125e9, 2, 3),
     "v5e": Chip("v5e", 16 * GIB, 197e12, 819e9, 400e9, 3.125e9, 1, 2),
     "v5p": Chip("v5p", 95 * GIB, 459e12, 2765e9, 1200e9, 6.25e9, 2, 3),
@@ -61,14 +62,14 @@ def _chips(shape: str) -> int:
 
 
 # Slice shapes by chip count, from the pages' tables (v4's and v5p's, v5e's and v6e's alike).
-_SHAPES_3D = {_chips(s): s for s in "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8".split()}
-_SHAPES_2D = {_chips(s): s for s in "1x1 2x2 2x4 4x4 4x8 8x8 8x16 16x16".split()}
+_3D, _2D = "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8", "1x1 2x2 2x4 4x4 4x8 8x8 8x16 16x16"
+_TABLES = {"v3": "2x2 4x4 4x8 8x8 8x16 16x16 16x32 32x32", "v4": _3D, "v5e": _2D, "v5p": _3D}
+SHAPES = {
+    c: {_chips(s): s for s in t.split()} for c, t in (_TABLES | {"v6e": _2D, "tpu7x": _3D}).items()
+}
 # Every accelerator type the tables above give, as a user names them (v4-32, v5e-16, ...).
 DOCUMENTED = tuple(
-    f"{chip.name}-{chips * chip.cores_per_chip}"
-    for chip in CHIPS.values()
-    if chip.name != "h100"
-    for chips in (_SHAPES_3D if chip.dims == 3 else _SHAPES_2D)
+    f"{c}-{n * CHIPS[c].cores_per_chip}" for c, shapes in SHAPES.items() for n in shapes
 )
 
 
@@ -108,10 +109,10 @@ def parse(name: str, num_slices: int = 1) -> Topology:
         if num_slices != 1:
             raise cli.UserError(f"--num_slices={num_slices}: h100 is one GPU; pass 1")
         return Topology(CHIPS["h100"], "1")
-    m = re.fullmatch(r"(v4|v5e|v5p|v6e|tpu7x)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
+    m = re.fullmatch(r"(v3|v4|v5e|v5p|v6e|tpu7x)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
     if not m:
         raise cli.UserError(
-            f"--topology={name}: unknown topology; give an accelerator type (v4-32, v5e-16, "
+            f"--topology={name}: unknown topology; give an accelerator type (v3-8, v4-32, v5e-16, "
             "v5p-64, v6e-256, tpu7x-64), a slice shape (v5e:4x4, v5p:2x4x4), h100, or cpu:N for "
             "N fake CPU devices"
         )
@@ -126,7 +127,7 @@ def parse(name: str, num_slices: int = 1) -> Topology:
             raise cli.UserError(f"--topology={name}: a slice has at least one chip a side")
         return Topology(chip, m.group(2), num_slices)
     count = int(m.group(3))
-    shapes = _SHAPES_3D if chip.dims == 3 else _SHAPES_2D
+    shapes = SHAPES[chip.name]
     chips, rest = divmod(count, chip.cores_per_chip)
     if rest or chips not in shapes:
         sizes = ", ".join(f"{chip.name}-{n * chip.cores_per_chip}" for n in shapes)
@@ -137,8 +138,8 @@ def parse(name: str, num_slices: int = 1) -> Topology:
 
 
 def devices(topology: Topology) -> list:
-    """The slice's devices for compiling without a TPU (one per chip, megacore on v4 and v5p; two
-    on tpu7x: as a TPU VM shows them), or the H100's; needs that compiler (compiler_installed)."""
+    """The slice's devices for compiling without a TPU (one a chip, megacore on v4 and v5p; two on
+    v3 and tpu7x: as a TPU VM shows them), or the H100's; needs the compiler (compiler_installed)"""
     import jax
     from jax.experimental import topologies
 
@@ -175,8 +176,7 @@ def devices(topology: Topology) -> list:
             signal.signal(signum, signal.SIG_DFL if action is None else action)
     if refused is not None:
         documented = ", ".join(
-            f"{topology.chip.name}:{s}"
-            for s in (_SHAPES_3D if topology.chip.dims == 3 else _SHAPES_2D).values()
+            f"{topology.chip.name}:{s}" for s in SHAPES[topology.chip.name].values()
         )
         raise cli.UserError(
             f"--topology={topology.chip.name}:{topology.shape}: libtpu describes no such slice "

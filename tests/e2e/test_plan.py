@@ -334,6 +334,16 @@ def test_a_one_chip_v5e_plans():
 
 
 @needs_libtpu
+def test_a_v3_slice_plans_two_devices_a_chip():
+    """v3-8, the original BERT's TPU: 4 chips of two TensorCores, each a device of half a chip's
+    HBM; its eval step compiles (train and fine-tuning do too: docs/scaling.md)."""
+    run = _run("--topology=v3-8", "--steps=eval", "--global_batch_sizes=8", "--top=0")
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-3000:]
+    assert "v3-8 (2x2); compiled by the TPU compiler" in run.stdout
+    assert "    eval     8x1x1 False      8 (1) " in run.stdout and "/16 " in run.stdout, run.stdout
+
+
+@needs_libtpu
 def test_tpu7x_plans_two_devices_a_chip_and_refuses_what_libtpu_crashes_on():
     """TPU7x (Ironwood): each chip is two devices of half its figures. libtpu 0.0.42.1 crashes
     (a segmentation fault) compiling its train step with attention dropout, and fine-tuning's:

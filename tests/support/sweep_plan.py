@@ -15,7 +15,7 @@ CASES = [
     ("plan: flag typo", PLAN + " --topolgy=v5e-4", "Unknown command line flag 'topolgy'"),
     ("plan: cpu:0", PLAN + " --topology=cpu:0", "--topology=cpu:0"),
     ("plan: cpu:x", PLAN + " --topology=cpu:x", "--topology=cpu:x"),
-    ("plan: topology unknown", PLAN + " --topology=v3-8", ("--topology=v3-8", "unknown")),
+    ("plan: topology unknown", PLAN + " --topology=v2-8", ("--topology=v2-8", "unknown")),
     (
         "plan: topology not a slice",
         PLAN + " --topology=v5p-63",

@@ -146,12 +146,27 @@ def test_topology_names_map_to_documented_slices():
     assert (chips.parse("tpu7x-16").num_chips, chips.parse("tpu7x-16").num_devices) == (8, 16)
     assert chips.CHIPS["tpu7x"].hbm_bytes == 96 * chips.GIB  # half a chip's 192 GiB
     assert chips.parse("v5p-8").num_devices == chips.parse("v5p-8").num_chips == 4
-    assert {"v4-8", "v5p-8", "v5e-1", "v6e-1", "v4-1024", "v5e-256", "tpu7x-8"} <= set(
+    # v3 (the original BERT's TPUs): two TensorCores a chip, each a device; the v3 page's shapes.
+    assert (chips.parse("v3-8").shape, chips.parse("v3-8").num_devices) == ("2x2", 8)
+    assert (chips.parse("v3-2048").shape, chips.parse("v3-2048").num_chips) == ("32x32", 1024)
+    assert chips.CHIPS["v3"].hbm_bytes == 16 * chips.GIB  # half a chip's 32 GiB
+    assert {"v4-8", "v5p-8", "v5e-1", "v6e-1", "v4-1024", "v5e-256", "tpu7x-8", "v3-8"} <= set(
         chips.DOCUMENTED
     )
     for name in chips.DOCUMENTED:
         assert chips.parse(name).num_chips >= 1
-    for bad in ("v5p-63", "v3-8", "v5e:2x2x2", "tpu", "v5e:0x4", "v4-2"):
+    bad_ones = (
+        "v5p-63",
+        "v2-8",
+        "v3-2",
+        "v3-16",
+        "v3:2x2x1",
+        "v5e:2x2x2",
+        "tpu",
+        "v5e:0x4",
+        "v4-2",
+    )
+    for bad in bad_ones:
         with pytest.raises(cli.UserError, match=rf"^--topology={bad}: "):
             chips.parse(bad)
     with pytest.raises(cli.UserError, match="--num_slices=0"):
