@@ -61,12 +61,12 @@ def _chips(shape: str) -> int:
     return math.prod(int(d) for d in shape.split("x"))
 
 
-# Slice shapes by chip count, from the pages' tables (v4's and v5p's, v5e's and v6e's alike).
+# Slice shapes by chip count, from the pages' tables (v4's and v5p's, v5e's and v6e's alike; v3's
+# its own); TPU7x's page has none, so it takes v5p's.
 _3D, _2D = "2x2x1 2x2x2 2x2x4 2x4x4 4x4x4 4x4x8 4x8x8 8x8x8", "1x1 2x2 2x4 4x4 4x8 8x8 8x16 16x16"
-_TABLES = {"v3": "2x2 4x4 4x8 8x8 8x16 16x16 16x32 32x32", "v4": _3D, "v5e": _2D, "v5p": _3D}
-SHAPES = {
-    c: {_chips(s): s for s in t.split()} for c, t in (_TABLES | {"v6e": _2D, "tpu7x": _3D}).items()
-}
+_V3 = "2x2 4x4 4x8 8x8 8x16 16x16 16x32 32x32"
+_TABLES = {"v3": _V3, "v4": _3D, "v5e": _2D, "v5p": _3D, "v6e": _2D, "tpu7x": _3D}
+SHAPES = {c: {_chips(s): s for s in t.split()} for c, t in _TABLES.items()}
 # Every accelerator type the tables above give, as a user names them (v4-32, v5e-16, ...).
 DOCUMENTED = tuple(
     f"{c}-{n * CHIPS[c].cores_per_chip}" for c, shapes in SHAPES.items() for n in shapes
@@ -109,7 +109,7 @@ def parse(name: str, num_slices: int = 1) -> Topology:
         if num_slices != 1:
             raise cli.UserError(f"--num_slices={num_slices}: h100 is one GPU; pass 1")
         return Topology(CHIPS["h100"], "1")
-    m = re.fullmatch(r"(v3|v4|v5e|v5p|v6e|tpu7x)(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
+    m = re.fullmatch(rf"({'|'.join(SHAPES)})" r"(?::(\d+(?:x\d+){1,2})|-(\d+))", text)
     if not m:
         raise cli.UserError(
             f"--topology={name}: unknown topology; give an accelerator type (v3-8, v4-32, v5e-16, "
@@ -139,7 +139,7 @@ def parse(name: str, num_slices: int = 1) -> Topology:
 
 def devices(topology: Topology) -> list:
     """The slice's devices for compiling without a TPU (one a chip, megacore on v4 and v5p; two on
-    v3 and tpu7x: as a TPU VM shows them), or the H100's; needs the compiler (compiler_installed)"""
+    v3 and tpu7x: as a TPU VM shows them), or the H100's; needs compiler_installed()."""
     import jax
     from jax.experimental import topologies
 
